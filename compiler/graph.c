@@ -1,0 +1,100 @@
+// graph.c: names, shape helpers and the text dump of the layer graph.
+#include "graph.h"
+
+#include <string.h>
+
+static const char *const OP_NAMES[] = {
+    "input", "param", "const", "add", "sub", "mul", "div", "neg", "matmul", "embed",
+    "arange", "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "rope", "attention",
+    "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose",
+};
+_Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
+
+static const char *const DTYPE_NAMES[] = {"f32", "i32", "bf16"};
+_Static_assert(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0] == DT_COUNT, "DTYPE_NAMES out of sync");
+
+static const char *const PART_NAMES[] = {"head", "block", "tail"};
+_Static_assert(sizeof PART_NAMES / sizeof PART_NAMES[0] == PART_COUNT, "PART_NAMES out of sync");
+
+const char *op_name(OpKind op) { return OP_NAMES[op]; }
+const char *dtype_name(DType t) { return DTYPE_NAMES[t]; }
+const char *part_name(PartKind p) { return PART_NAMES[p]; }
+
+int64_t shape_numel(const Shape *s) {
+    int64_t n = 1;
+    for (int i = 0; i < s->rank; i++) n *= s->dims[i];
+    return n;
+}
+
+char *shape_str(const Shape *s, char *buf, size_t cap) {
+    size_t n = (size_t)snprintf(buf, cap, "[");
+    for (int i = 0; i < s->rank && n < cap; i++)
+        n += (size_t)snprintf(buf + n, cap - n, "%s%lld", i ? ", " : "", (long long)s->dims[i]);
+    if (n < cap) snprintf(buf + n, cap - n, "]");
+    return buf;
+}
+
+int shape_eq(const Shape *a, const Shape *b) {
+    if (a->rank != b->rank) return 0;
+    for (int i = 0; i < a->rank; i++)
+        if (a->dims[i] != b->dims[i]) return 0;
+    return 1;
+}
+
+char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer) {
+    if (!p->in_block) return arena_strdup(a, p->ckpt);
+    const char *prefix = g->block_prefix, *mark = strstr(prefix, "{i}");
+    return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)layer, mark + 3,
+                        p->ckpt);
+}
+
+// Writes the attributes an op uses, e.g. " heads=12 causal=1".
+static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
+    switch (n->op) {
+    case OP_INPUT:
+        if (n->src_part < 0)
+            fprintf(out, " %s", ((ModelInput *)g->inputs.items[n->src])->name);
+        else
+            fprintf(out, " %s.%%%d", part_name((PartKind)n->src_part), n->src);
+        break;
+    case OP_PARAM: fprintf(out, " %s", ((Param *)g->params.items[n->param])->name); break;
+    case OP_CONST: fprintf(out, " %g", n->value); break;
+    case OP_MATMUL:
+        if (n->trans_a) fprintf(out, " trans_a");
+        if (n->trans_b) fprintf(out, " trans_b");
+        break;
+    case OP_LAYERNORM:
+    case OP_RMSNORM: fprintf(out, " eps=%g", n->eps); break;
+    case OP_ROPE: fprintf(out, " heads=%d theta=%g", n->heads, n->theta); break;
+    case OP_ATTENTION:
+        fprintf(out, " heads=%d kv_heads=%d causal=%d", n->heads, n->kv_heads, n->causal);
+        break;
+    case OP_SOFTMAX:
+    case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
+    case OP_SLICE: fprintf(out, " axis=%d offset=%lld", n->axis, (long long)n->offset); break;
+    default: break;
+    }
+}
+
+void graph_dump(FILE *out, const Graph *g, const char *path) {
+    fprintf(out, "model %s\n", g->model_name);
+    for (int p = 0; p < PART_COUNT; p++) {
+        const Part *part = &g->parts[p];
+        if (p == PART_BLOCK)
+            fprintf(out, "block %s x%lld \"%s\":\n", g->block_name, (long long)g->layers, g->block_prefix);
+        else
+            fprintf(out, "%s:\n", part_name((PartKind)p));
+        for (int i = 0; i < part->nodes.n; i++) {
+            const Node *n = part->nodes.items[i];
+            char shape[160];
+            fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
+            for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
+            dump_attrs(out, g, n);
+            fprintf(out, " : %s%s", dtype_name(n->dtype), shape_str(&n->shape, shape, sizeof shape));
+            if (n->name) fprintf(out, "  # %s", n->name);
+            if (n->annot) fprintf(out, " [%s]", annot_name(n->annot));
+            fprintf(out, "  (%s:%d:%d)\n", path, n->loc.line, n->loc.col);
+        }
+        fprintf(out, "  output %%%d\n", part->output ? part->output->id : -1);
+    }
+}

@@ -1,0 +1,151 @@
+// graph.h: the layer graph IR that sema produces and every later stage of mtc
+// consumes. A model is three parts, each a DAG of typed nodes in topological
+// order: the head (embeddings, before the streamed block), the block (one
+// layer, written once, repeated `layers` times with its own weights) and the
+// tail (final norm, LM head, loss). Values that cross parts enter the
+// consuming part through OP_INPUT nodes that name their source.
+#ifndef MT_GRAPH_H
+#define MT_GRAPH_H
+
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/arena.h"
+#include "../common/diag.h"
+#include "../dsl/ast.h"
+
+enum { MT_MAX_RANK = 8 };
+
+typedef enum { DT_F32, DT_I32, DT_BF16, DT_COUNT } DType;
+
+typedef struct Shape {
+    int rank; // 0 for a scalar
+    int64_t dims[MT_MAX_RANK];
+} Shape;
+
+typedef enum {
+    OP_INPUT,         // a value from a model input or another part
+    OP_PARAM,         // a trainable tensor
+    OP_CONST,         // a scalar constant, broadcast where used
+    OP_ADD,           // a + b, broadcasting
+    OP_SUB,           // a - b, broadcasting
+    OP_MUL,           // a * b, broadcasting
+    OP_DIV,           // a / b, broadcasting
+    OP_NEG,           // -a
+    OP_MATMUL,        // a[..., M, K] @ b[K, N] or b[..., K, N]; trans_a/trans_b
+    OP_EMBED,         // table[V, C], idx i32[...] -> [..., C]
+    OP_ARANGE,        // i32[n]: 0 .. n-1
+    OP_LAYERNORM,     // x[..., C], g[C], b[C]; eps
+    OP_RMSNORM,       // x[..., C], g[C]; eps
+    OP_GELU,          // tanh approximation, as GPT-2
+    OP_SILU,          // x * sigmoid(x)
+    OP_SWIGLU,        // silu(gate) * up
+    OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta
+    OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal
+    OP_SOFTMAX,       // along axis
+    OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> mean loss, f32[]
+    OP_RESHAPE,       // same elements, new shape
+    OP_SLICE,         // [offset, offset+size) along axis; what split lowers to
+    OP_CONCAT,        // along axis
+    OP_TRANSPOSE,     // swaps the last two axes
+    OP_COUNT
+} OpKind;
+
+const char *op_name(OpKind op);
+const char *dtype_name(DType t);
+
+typedef enum { PART_HEAD, PART_BLOCK, PART_TAIL, PART_COUNT } PartKind;
+const char *part_name(PartKind p);
+
+typedef struct Node {
+    OpKind op;
+    int id;        // index in its part
+    PartKind part;
+    DType dtype;
+    Shape shape;
+    Loc loc;
+    const char *name; // the source name it was assigned to, or NULL
+    Annot annot;      // keep / recompute / offload, block nodes only
+    struct Node **in; // (nin) operands
+    int nin;
+    // Attributes; which ones an op uses is listed in the OpKind comments.
+    int param;         // OP_PARAM: index into Graph.params
+    int src_part;      // OP_INPUT: PartKind of the source, or -1 for a model input
+    int src;           // OP_INPUT: node id in src_part, or model input index
+    double value;      // OP_CONST
+    int axis;          // SLICE, CONCAT, SOFTMAX (non-negative)
+    int64_t offset;    // SLICE
+    int heads, kv_heads, causal, trans_a, trans_b;
+    double eps, theta;
+} Node;
+
+typedef struct Part {
+    PtrVec nodes;  // of Node*, in topological order
+    Node *output;  // what the part produces: block output, loss; the head's
+                   // output is the block's input
+} Part;
+
+typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
+
+typedef struct Param {
+    const char *name; // in the DSL
+    const char *ckpt; // checkpoint name; for block params, with "{i}" in it
+    int in_block;
+    Shape shape;
+    InitKind init;
+    double init_std;   // INIT_NORMAL
+    int init_given;    // written in the source; otherwise chosen by use
+    PartKind first_use;
+    Loc loc;
+} Param;
+
+typedef struct ModelInput {
+    const char *name;
+    DType dtype;
+    Shape shape;
+    Loc loc;
+} ModelInput;
+
+typedef enum { SCHED_COSINE, SCHED_LINEAR, SCHED_CONSTANT } LrSchedule;
+
+// The train section with defaults filled in; mtrun flags override it.
+typedef struct TrainConfig {
+    int64_t batch, seq, steps, accumulate, warmup, val_every, seed;
+    double lr, beta1, beta2, weight_decay, adam_eps, min_lr_frac, clip;
+    LrSchedule schedule;
+    DType compute;
+    const char *data; // NULL: none given
+} TrainConfig;
+
+typedef struct Graph {
+    const char *model_name;
+    Part parts[PART_COUNT];
+    const char *block_name;
+    const char *block_prefix; // e.g. "h.{i}."
+    int64_t layers;
+    PtrVec params;   // of Param*: globals and block params, in declaration order
+    PtrVec inputs;   // of ModelInput*: forward's arguments
+    TrainConfig train;
+} Graph;
+
+int64_t shape_numel(const Shape *s);
+// Formats "[4, 64, 768]" into buf and returns buf.
+char *shape_str(const Shape *s, char *buf, size_t cap);
+int shape_eq(const Shape *a, const Shape *b);
+
+// The checkpoint name of a parameter, with "{i}" filled in for layer i
+// (ignored for global parameters). Allocated in a.
+char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
+
+// Prints the graph, one node a line, for `mtc --dump-graph`.
+void graph_dump(FILE *out, const Graph *g, const char *path);
+
+typedef struct SemaOptions {
+    int64_t batch, seq; // overrides of the train section; 0 keeps it
+} SemaOptions;
+
+// Checks the model and lowers it to the layer graph. Returns NULL after
+// reporting at least one error through d.
+Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d);
+
+#endif

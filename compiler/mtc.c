@@ -1,0 +1,134 @@
+// mtc: the mt compiler driver. Reads a model, runs the stages in order and
+// prints what was asked. Exit status: 0 success, 1 a user error in the
+// model or its files, 2 a usage error.
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "../common/io.h"
+#include "graph.h"
+#include "summary.h"
+
+#ifndef MT_VERSION
+#define MT_VERSION "0.0.0"
+#endif
+
+static const char USAGE[] =
+    "usage: mtc MODEL.mt [options]\n"
+    "\n"
+    "Compiles a model description into a training plan for mtrun.\n"
+    "\n"
+    "options:\n"
+    "  -o PLAN          write the plan (not available yet: plans arrive with the runtime)\n"
+    "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
+    "  --batch N        batch size (overrides the train section)\n"
+    "  --seq N          sequence length (overrides the train section)\n"
+    "  --summary        print parameter counts per part and the host memory needed\n"
+    "  --json           print the summary as one JSON object\n"
+    "  --dump-graph     print the layer graph, one node a line\n"
+    "  --help           print this help\n"
+    "  --version        print the version\n"
+    "\n"
+    "With no output option mtc checks the model and prints nothing on success.\n"
+    "exit status: 0 success, 1 error in the model or a file, 2 usage error\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "mtc: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'mtc --help'.\n");
+    return 2;
+}
+
+static int parse_count(const char *s, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < 1 || v > (1LL << 40)) return -1;
+    *out = v;
+    return 0;
+}
+
+// Resolves --target: a path as given, or NAME for schedules/NAME.target.
+static int check_target(const char *name, char *path, size_t cap) {
+    snprintf(path, cap, "%s", name);
+    if (access(path, R_OK) == 0) return 0;
+    snprintf(path, cap, "schedules/%s.target", name);
+    if (!strchr(name, '/') && access(path, R_OK) == 0) return 0;
+    fprintf(stderr, "mtc: error: --target %s: no readable file '%s' or 'schedules/%s.target'\n", name, name, name);
+    return -1;
+}
+
+int main(int argc, char **argv) {
+    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_HELP, OPT_VERSION };
+    static const struct option LONG[] = {
+        {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
+        {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
+        {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
+        {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
+        {0, 0, 0, 0},
+    };
+    const char *out_path = NULL, *target = NULL;
+    int want_summary = 0, want_json = 0, want_dump = 0;
+    SemaOptions opt = {0};
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":o:", LONG, NULL)) != -1) {
+        switch (c) {
+        case 'o': out_path = optarg; break;
+        case OPT_TARGET: target = optarg; break;
+        case OPT_BATCH:
+            if (parse_count(optarg, &opt.batch)) return usage_error("--batch needs a positive integer, got '%s'", optarg);
+            break;
+        case OPT_SEQ:
+            if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
+            break;
+        case OPT_SUMMARY: want_summary = 1; break;
+        case OPT_JSON: want_json = 1; break;
+        case OPT_DUMP: want_dump = 1; break;
+        case OPT_HELP: fputs(USAGE, stdout); return 0;
+        case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind == argc) return usage_error("%s", "no model file given");
+    if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
+    const char *path = argv[optind];
+
+    char target_path[4096];
+    if (target && check_target(target, target_path, sizeof target_path) != 0) return 1;
+
+    char *text;
+    size_t len;
+    int err = io_read_file(path, &text, &len);
+    if (err) {
+        fprintf(stderr, "%s: error: cannot read the model: %s\n", path, strerror(err));
+        return 1;
+    }
+    Source src = {.path = path, .text = text, .len = len};
+    Diag diag = {.src = &src, .sink = stderr};
+    Arena arena = {0};
+    int rc = 1;
+    Model *model = dsl_parse(&src, &arena, &diag);
+    Graph *g = model ? sema_lower(model, &opt, &arena, &diag) : NULL;
+    if (g) {
+        rc = 0;
+        if (want_dump) graph_dump(stdout, g, path);
+        if (want_json) summary_print_json(stdout, g, path, &arena);
+        else if (want_summary) summary_print(stdout, g, path);
+        if (out_path) {
+            fprintf(stderr, "mtc: error: -o %s: writing plans is not implemented yet; nothing was written\n", out_path);
+            rc = 1;
+        }
+        if (fflush(stdout) != 0) {
+            fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
+            rc = 1;
+        }
+    }
+    arena_free(&arena);
+    free(text);
+    return rc;
+}

@@ -1,0 +1,601 @@
+// ops.c: the shape and dtype rule of every primitive op of the language,
+// applied while lowering a call to graph nodes. dsl/README.md lists the same
+// rules for users; keep the two in step.
+#include <string.h>
+
+#include "sema.h"
+
+typedef struct OpSpec {
+    const char *name;
+    OpKind op;
+    int min_args, max_args; // positional arguments; max -1: any number
+    const char *kwargs;     // allowed keyword arguments, space-separated
+    const char *usage;
+} OpSpec;
+
+static const OpSpec OP_SPECS[] = {
+    {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)"},
+    {"embed", OP_EMBED, 2, 2, "", "embed(table, indices)"},
+    {"arange", OP_ARANGE, 1, 1, "", "arange(n)"},
+    {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)"},
+    {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)"},
+    {"gelu", OP_GELU, 1, 1, "", "gelu(x)"},
+    {"silu", OP_SILU, 1, 1, "", "silu(x)"},
+    {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)"},
+    {"rope", OP_ROPE, 1, 1, "heads theta", "rope(x, heads=H, theta=10000)"},
+    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal", "attention(q, k, v, heads=H, kv_heads=H, causal=true)"},
+    {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)"},
+    {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)"},
+    {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])"},
+    {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)"},
+    {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)"},
+    {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)"},
+};
+enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
+
+// The arguments of one call, positional and keyword, in source order.
+typedef struct Args {
+    const Expr *call;
+    const OpSpec *spec;
+    const Expr *pos[16];
+    int npos;
+} Args;
+
+static const Expr *kwarg(const Args *a, const char *name) {
+    for (int i = 0; i < a->call->items.n; i++) {
+        const Expr *e = a->call->items.items[i];
+        if (e->kind == EXPR_KWARG && !strcmp(e->str, name)) return e->lhs;
+    }
+    return NULL;
+}
+
+static int kw_word_in(const char *list, const char *w) {
+    size_t n = strlen(w);
+    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
+        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
+    return 0;
+}
+
+static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) {
+    *a = (Args){.call = call, .spec = spec};
+    for (int i = 0; i < call->items.n; i++) {
+        const Expr *e = call->items.items[i];
+        if (e->kind == EXPR_KWARG) {
+            if (!kw_word_in(spec->kwargs, e->str)) {
+                if (spec->kwargs[0])
+                    diag_error(S->d, e->loc, "unknown argument '%s' to %s; expected %s", e->str, spec->name, spec->kwargs);
+                else
+                    diag_error(S->d, e->loc, "unknown argument '%s' to %s, which takes none by name", e->str, spec->name);
+                return -1;
+            }
+            for (int j = 0; j < i; j++) {
+                const Expr *f = call->items.items[j];
+                if (f->kind == EXPR_KWARG && !strcmp(f->str, e->str)) {
+                    diag_error(S->d, e->loc, "argument '%s' given twice", e->str);
+                    return -1;
+                }
+            }
+        } else if (a->npos == (int)(sizeof a->pos / sizeof a->pos[0])) {
+            diag_error(S->d, e->loc, "too many arguments");
+            return -1;
+        } else {
+            a->pos[a->npos++] = e;
+        }
+    }
+    if (a->npos < spec->min_args || (spec->max_args >= 0 && a->npos > spec->max_args)) {
+        const char *n = spec->max_args < 0 ? "at least " : "";
+        diag_error(S->d, call->loc, "wrong number of arguments: %s takes %s%d, got %d; usage: %s", spec->name, n,
+                   spec->min_args, a->npos, spec->usage);
+        return -1;
+    }
+    return 0;
+}
+
+static int kw_int(Sema *S, const Args *a, const char *name, int64_t dflt, int required, int64_t *out) {
+    const Expr *e = kwarg(a, name);
+    if (!e) {
+        if (required) {
+            diag_error(S->d, a->call->loc, "%s needs %s=N; usage: %s", a->spec->name, name, a->spec->usage);
+            return -1;
+        }
+        *out = dflt;
+        return 0;
+    }
+    Num n;
+    if (eval_num(S, e, &n) != 0) return -1;
+    if (!n.is_int || n.i > (1 << 30) || n.i < -(1 << 30)) {
+        diag_error(S->d, e->loc, "%s must be an integer of modest size", name);
+        return -1;
+    }
+    *out = n.i;
+    return 0;
+}
+
+static int kw_float(Sema *S, const Args *a, const char *name, double dflt, double *out) {
+    const Expr *e = kwarg(a, name);
+    *out = dflt;
+    if (!e) return 0;
+    Num n;
+    if (eval_num(S, e, &n) != 0) return -1;
+    if (n.f <= 0) {
+        diag_error(S->d, e->loc, "%s must be positive, got %g", name, n.f);
+        return -1;
+    }
+    *out = n.f;
+    return 0;
+}
+
+static int kw_bool(Sema *S, const Args *a, const char *name, int dflt, int *out) {
+    const Expr *e = kwarg(a, name);
+    *out = dflt;
+    if (!e) return 0;
+    if (e->kind != EXPR_BOOL) {
+        diag_error(S->d, e->loc, "%s must be true or false", name);
+        return -1;
+    }
+    *out = (int)e->ival;
+    return 0;
+}
+
+// Resolves a possibly negative axis against a rank.
+static int axis_of(Sema *S, const Args *a, int rank, int *out) {
+    int64_t ax;
+    if (kw_int(S, a, "axis", -1, 0, &ax) != 0) return -1;
+    if (ax < -rank || ax >= rank) {
+        diag_error(S->d, a->call->loc, "axis %lld is out of range for a tensor of rank %d", (long long)ax, rank);
+        return -1;
+    }
+    *out = (int)(ax < 0 ? ax + rank : ax);
+    return 0;
+}
+
+static int need_f32(Sema *S, const Expr *e, const Node *n, const char *op) {
+    if (n->dtype == DT_F32) return 0;
+    diag_error(S->d, e->loc, "%s needs an f32 tensor; this one is %s", op, dtype_name(n->dtype));
+    return -1;
+}
+
+static int need_rank(Sema *S, const Expr *e, const Node *n, int min, int max, const char *op) {
+    if (n->shape.rank >= min && (max < 0 || n->shape.rank <= max)) return 0;
+    char s[160];
+    if (min == max)
+        diag_error(S->d, e->loc, "%s needs a tensor of rank %d; got %s", op, min, shape_str(&n->shape, s, sizeof s));
+    else
+        diag_error(S->d, e->loc, "%s needs a tensor of rank %d or more; got %s", op, min, shape_str(&n->shape, s, sizeof s));
+    return -1;
+}
+
+// Reports a mismatch between two shapes, naming both.
+static int mismatch(Sema *S, Loc loc, const char *what, const Shape *a, const Shape *b) {
+    char s1[160], s2[160];
+    diag_error(S->d, loc, "shape mismatch in %s: %s and %s", what, shape_str(a, s1, sizeof s1), shape_str(b, s2, sizeof s2));
+    return -1;
+}
+
+static int64_t last_dim(const Node *n) { return n->shape.dims[n->shape.rank - 1]; }
+
+// A rank-1 weight of the width of x's last axis: norm gains and biases.
+static int need_vector(Sema *S, const Expr *e, const Node *w, const Node *x, const char *op) {
+    if (w->shape.rank == 1 && w->shape.dims[0] == last_dim(x)) return need_f32(S, e, w, op);
+    Shape want = {.rank = 1, .dims = {last_dim(x)}};
+    return mismatch(S, e->loc, op, &want, &w->shape);
+}
+
+// ---------------------------------------------------------------- per op
+
+// If e is transpose(x), lowers x and sets *trans; otherwise lowers e.
+static int lower_matmul_operand(Sema *S, const Expr *e, Node **out, int *trans) {
+    *trans = 0;
+    if (e->kind == EXPR_CALL && !strcmp(e->str, "transpose") && e->items.n == 1 &&
+        ((Expr *)e->items.items[0])->kind != EXPR_KWARG) {
+        Node *inner;
+        if (lower_tensor(S, e->items.items[0], &inner) != 0) return -1;
+        if (inner->shape.rank >= 2) {
+            *trans = 1;
+            *out = inner;
+            return 0;
+        }
+    }
+    return lower_tensor(S, e, out);
+}
+
+Node *lower_matmul(Sema *S, Loc loc, const Expr *ea, const Expr *eb) {
+    Node *in[2];
+    int ta, tb;
+    if (lower_matmul_operand(S, ea, &in[0], &ta) != 0 || lower_matmul_operand(S, eb, &in[1], &tb) != 0) return NULL;
+    if (need_f32(S, ea, in[0], "matmul") || need_f32(S, eb, in[1], "matmul")) return NULL;
+    if (need_rank(S, ea, in[0], 2, -1, "matmul") || need_rank(S, eb, in[1], 2, -1, "matmul")) return NULL;
+    Shape a = in[0]->shape, b = in[1]->shape;
+    if (ta) { int64_t t = a.dims[a.rank - 1]; a.dims[a.rank - 1] = a.dims[a.rank - 2]; a.dims[a.rank - 2] = t; }
+    if (tb) { int64_t t = b.dims[b.rank - 1]; b.dims[b.rank - 1] = b.dims[b.rank - 2]; b.dims[b.rank - 2] = t; }
+    char s1[160], s2[160];
+    int64_t k_a = a.dims[a.rank - 1], k_b = b.dims[b.rank - 2];
+    if (k_a != k_b) {
+        diag_error(S->d, loc, "shape mismatch in matmul: %s @ %s; inner dimensions %lld and %lld differ",
+                   shape_str(&a, s1, sizeof s1), shape_str(&b, s2, sizeof s2), (long long)k_a, (long long)k_b);
+        return NULL;
+    }
+    if (b.rank > 2) { // batched: leading dims must agree exactly
+        int same = a.rank == b.rank;
+        for (int i = 0; same && i < a.rank - 2; i++) same = a.dims[i] == b.dims[i];
+        if (!same) {
+            diag_error(S->d, loc, "shape mismatch in batched matmul: %s @ %s; leading dimensions must agree",
+                       shape_str(&a, s1, sizeof s1), shape_str(&b, s2, sizeof s2));
+            return NULL;
+        }
+    }
+    Shape out = a;
+    out.dims[out.rank - 1] = b.dims[b.rank - 1];
+    Node *n = new_node(S, OP_MATMUL, DT_F32, &out, loc, 2, in);
+    if (n) { n->trans_a = ta; n->trans_b = tb; }
+    return n;
+}
+
+// Numpy broadcasting of two shapes, aligned at their last axes.
+static int broadcast(const Shape *a, const Shape *b, Shape *out) {
+    out->rank = a->rank > b->rank ? a->rank : b->rank;
+    for (int i = 0; i < out->rank; i++) {
+        int ia = a->rank - out->rank + i, ib = b->rank - out->rank + i;
+        int64_t da = ia >= 0 ? a->dims[ia] : 1, db = ib >= 0 ? b->dims[ib] : 1;
+        if (da != db && da != 1 && db != 1) return -1;
+        out->dims[i] = da == 1 ? db : da;
+    }
+    return 0;
+}
+
+int lower_binary(Sema *S, const Expr *e, Val a, Val b, Val *out) {
+    if (e->op == '%') {
+        diag_error(S->d, e->loc, "'%%' is for config integers, not tensors");
+        return -1;
+    }
+    Node *in[2] = {a.node, b.node};
+    const Expr *ex[2] = {e->lhs, e->rhs};
+    for (int i = 0; i < 2; i++) {
+        if (!in[i]) in[i] = const_node(S, (i ? b : a).num.f, ex[i]->loc);
+        if (!in[i]) return -1;
+        char opname[8];
+        snprintf(opname, sizeof opname, "'%c'", e->op);
+        if (need_f32(S, ex[i], in[i], opname) != 0) return -1;
+    }
+    Shape s;
+    if (broadcast(&in[0]->shape, &in[1]->shape, &s) != 0) {
+        char what[32];
+        snprintf(what, sizeof what, "'%c' (they do not broadcast)", e->op);
+        return mismatch(S, e->loc, what, &in[0]->shape, &in[1]->shape);
+    }
+    OpKind op = e->op == '+' ? OP_ADD : e->op == '-' ? OP_SUB : e->op == '*' ? OP_MUL : OP_DIV;
+    out->node = new_node(S, op, DT_F32, &s, e->loc, 2, in);
+    return out->node ? 0 : -1;
+}
+
+static Node *lower_embed(Sema *S, const Args *a) {
+    Node *in[2];
+    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (need_rank(S, a->pos[0], in[0], 2, 2, "embed's table") || need_f32(S, a->pos[0], in[0], "embed's table"))
+        return NULL;
+    if (in[1]->dtype != DT_I32) {
+        diag_error(S->d, a->pos[1]->loc, "embed's indices must be i32, got %s", dtype_name(in[1]->dtype));
+        return NULL;
+    }
+    if (in[1]->shape.rank >= MT_MAX_RANK) {
+        diag_error(S->d, a->pos[1]->loc, "embed's indices have too many dimensions");
+        return NULL;
+    }
+    if (in[1]->op == OP_ARANGE && in[1]->shape.dims[0] > in[0]->shape.dims[0]) {
+        diag_error(S->d, a->pos[1]->loc, "positions 0..%lld index past the %lld rows of the table",
+                   (long long)in[1]->shape.dims[0] - 1, (long long)in[0]->shape.dims[0]);
+        return NULL;
+    }
+    Shape out = in[1]->shape;
+    out.dims[out.rank++] = in[0]->shape.dims[1];
+    return new_node(S, OP_EMBED, DT_F32, &out, a->call->loc, 2, in);
+}
+
+static Node *lower_arange(Sema *S, const Args *a) {
+    Num n;
+    if (eval_num(S, a->pos[0], &n) != 0) return NULL;
+    if (!n.is_int || n.i < 1) {
+        diag_error(S->d, a->pos[0]->loc, "arange needs a positive integer, got %g", n.f);
+        return NULL;
+    }
+    Shape s = {.rank = 1, .dims = {n.i}};
+    return new_node(S, OP_ARANGE, DT_I32, &s, a->call->loc, 0, NULL);
+}
+
+// Marks a parameter used as a norm gain to start at one, unless the source
+// says otherwise.
+static void gain_init(Sema *S, const Node *w) {
+    if (w->op != OP_PARAM) return;
+    Param *p = S->g->params.items[w->param];
+    if (!p->init_given) p->init = INIT_ONES;
+}
+
+static Node *lower_norm(Sema *S, const Args *a, OpKind op) {
+    Node *in[3];
+    int n = op == OP_LAYERNORM ? 3 : 2;
+    for (int i = 0; i < n; i++)
+        if (lower_tensor(S, a->pos[i], &in[i]) != 0) return NULL;
+    if (need_f32(S, a->pos[0], in[0], a->spec->name) || need_rank(S, a->pos[0], in[0], 1, -1, a->spec->name)) return NULL;
+    for (int i = 1; i < n; i++)
+        if (need_vector(S, a->pos[i], in[i], in[0], a->spec->name) != 0) return NULL;
+    gain_init(S, in[1]);
+    double eps;
+    if (kw_float(S, a, "eps", 1e-5, &eps) != 0) return NULL;
+    Node *out = new_node(S, op, DT_F32, &in[0]->shape, a->call->loc, n, in);
+    if (out) out->eps = eps;
+    return out;
+}
+
+static Node *lower_unary(Sema *S, const Args *a, OpKind op) {
+    Node *x;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, a->spec->name)) return NULL;
+    return new_node(S, op, DT_F32, &x->shape, a->call->loc, 1, &x);
+}
+
+static Node *lower_swiglu(Sema *S, const Args *a) {
+    Node *in[2];
+    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (need_f32(S, a->pos[0], in[0], "swiglu") || need_f32(S, a->pos[1], in[1], "swiglu")) return NULL;
+    if (!shape_eq(&in[0]->shape, &in[1]->shape)) return (void)mismatch(S, a->call->loc, "swiglu", &in[0]->shape, &in[1]->shape), NULL;
+    return new_node(S, OP_SWIGLU, DT_F32, &in[0]->shape, a->call->loc, 2, in);
+}
+
+// Checks that a [B, T, heads*D] tensor splits into heads of width D.
+static int head_width(Sema *S, const Expr *e, const Node *x, int64_t heads, int64_t *d) {
+    if (heads < 1 || last_dim(x) % heads != 0) {
+        diag_error(S->d, e->loc, "width %lld does not split into %lld heads", (long long)last_dim(x), (long long)heads);
+        return -1;
+    }
+    *d = last_dim(x) / heads;
+    return 0;
+}
+
+static Node *lower_rope(Sema *S, const Args *a) {
+    Node *x;
+    int64_t heads, d;
+    double theta;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "rope") || need_rank(S, a->pos[0], x, 3, 3, "rope"))
+        return NULL;
+    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_float(S, a, "theta", 10000.0, &theta) != 0) return NULL;
+    if (head_width(S, a->pos[0], x, heads, &d) != 0) return NULL;
+    if (d % 2) {
+        diag_error(S->d, a->pos[0]->loc, "rope needs an even head width, got %lld", (long long)d);
+        return NULL;
+    }
+    Node *n = new_node(S, OP_ROPE, DT_F32, &x->shape, a->call->loc, 1, &x);
+    if (n) { n->heads = (int)heads; n->theta = theta; }
+    return n;
+}
+
+static Node *lower_attention(Sema *S, const Args *a) {
+    Node *in[3];
+    for (int i = 0; i < 3; i++)
+        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "attention") ||
+            need_rank(S, a->pos[i], in[i], 3, 3, "attention"))
+            return NULL;
+    int64_t heads, kv_heads, d, dk;
+    int causal;
+    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_int(S, a, "kv_heads", heads, 0, &kv_heads) != 0 ||
+        kw_bool(S, a, "causal", 1, &causal) != 0)
+        return NULL;
+    if (kv_heads < 1 || heads % kv_heads != 0) {
+        diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
+        return NULL;
+    }
+    if (head_width(S, a->pos[0], in[0], heads, &d) != 0 || head_width(S, a->pos[1], in[1], kv_heads, &dk) != 0) return NULL;
+    if (d != dk) {
+        diag_error(S->d, a->pos[1]->loc, "key heads are %lld wide but query heads %lld", (long long)dk, (long long)d);
+        return NULL;
+    }
+    for (int i = 1; i < 3; i++) {
+        const Shape *q = &in[0]->shape, *k = &in[i]->shape;
+        if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1] || (i == 2 && !shape_eq(k, &in[1]->shape)))
+            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (k and v)",
+                                  i == 1 ? q : &in[1]->shape, k), NULL;
+    }
+    Node *n = new_node(S, OP_ATTENTION, DT_F32, &in[0]->shape, a->call->loc, 3, in);
+    if (n) { n->heads = (int)heads; n->kv_heads = (int)kv_heads; n->causal = causal; }
+    return n;
+}
+
+static Node *lower_softmax(Sema *S, const Args *a) {
+    Node *x;
+    int axis;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "softmax") ||
+        need_rank(S, a->pos[0], x, 1, -1, "softmax") || axis_of(S, a, x->shape.rank, &axis) != 0)
+        return NULL;
+    Node *n = new_node(S, OP_SOFTMAX, DT_F32, &x->shape, a->call->loc, 1, &x);
+    if (n) n->axis = axis;
+    return n;
+}
+
+static Node *lower_cross_entropy(Sema *S, const Args *a) {
+    Node *in[2];
+    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (need_f32(S, a->pos[0], in[0], "cross_entropy's logits") || need_rank(S, a->pos[0], in[0], 2, -1, "cross_entropy"))
+        return NULL;
+    if (in[1]->dtype != DT_I32) {
+        diag_error(S->d, a->pos[1]->loc, "cross_entropy's targets must be i32, got %s", dtype_name(in[1]->dtype));
+        return NULL;
+    }
+    Shape want = in[0]->shape;
+    want.rank--;
+    if (!shape_eq(&want, &in[1]->shape))
+        return (void)mismatch(S, a->pos[1]->loc, "cross_entropy (targets must be the logits' shape without the vocabulary axis)",
+                              &want, &in[1]->shape), NULL;
+    Shape scalar = {0};
+    return new_node(S, OP_CROSS_ENTROPY, DT_F32, &scalar, a->call->loc, 2, in);
+}
+
+static Node *lower_reshape(Sema *S, const Args *a) {
+    Node *x;
+    if (lower_tensor(S, a->pos[0], &x) != 0) return NULL;
+    const Expr *l = a->pos[1];
+    if (l->kind != EXPR_LIST || l->items.n == 0 || l->items.n > MT_MAX_RANK) {
+        diag_error(S->d, l->loc, "reshape's shape must be a list of 1 to %d dimensions, as [B, T, C]", MT_MAX_RANK);
+        return NULL;
+    }
+    Shape s = {.rank = l->items.n};
+    int infer = -1;
+    int64_t known = 1;
+    for (int i = 0; i < s.rank; i++) {
+        const Expr *d = l->items.items[i];
+        Num n;
+        if (eval_num(S, d, &n) != 0) return NULL;
+        if (n.is_int && n.i == -1 && infer < 0) { infer = i; continue; }
+        if (!n.is_int || n.i < 1 || __builtin_mul_overflow(known, n.i, &known)) {
+            diag_error(S->d, d->loc, "a dimension must be a positive integer (or one -1 to infer it)");
+            return NULL;
+        }
+        s.dims[i] = n.i;
+    }
+    int64_t numel = shape_numel(&x->shape);
+    if (infer >= 0 && numel % known == 0) s.dims[infer] = numel / known;
+    if (shape_numel(&s) != numel || (infer >= 0 && numel % known)) {
+        char s1[160], s2[160];
+        diag_error(S->d, l->loc, "reshape cannot turn %s (%lld elements) into %s", shape_str(&x->shape, s1, sizeof s1),
+                   (long long)numel, shape_str(&s, s2, sizeof s2));
+        return NULL;
+    }
+    return new_node(S, OP_RESHAPE, x->dtype, &s, a->call->loc, 1, &x);
+}
+
+static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
+    Node *x;
+    int axis;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_rank(S, a->pos[0], x, 1, -1, "split") ||
+        axis_of(S, a, x->shape.rank, &axis) != 0)
+        return -1;
+    const Expr *how = a->pos[1];
+    int64_t sizes[16], dim = x->shape.dims[axis], total = 0;
+    int n;
+    if (how->kind == EXPR_LIST) {
+        n = how->items.n;
+        if (n < 1 || n > 16) {
+            diag_error(S->d, how->loc, "split makes 1 to 16 parts, not %d", n);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            Num v;
+            if (eval_num(S, how->items.items[i], &v) != 0) return -1;
+            if (!v.is_int || v.i < 1 || v.i > dim) {
+                diag_error(S->d, ((Expr *)how->items.items[i])->loc, "a part size must be a positive integer up to %lld", (long long)dim);
+                return -1;
+            }
+            sizes[i] = v.i;
+            total += v.i;
+        }
+    } else {
+        Num v;
+        if (eval_num(S, how, &v) != 0) return -1;
+        if (!v.is_int || v.i < 1 || v.i > 16) {
+            diag_error(S->d, how->loc, "split makes 1 to 16 parts; got %g", v.f);
+            return -1;
+        }
+        n = (int)v.i;
+        if (dim % n) {
+            diag_error(S->d, how->loc, "axis of size %lld does not split into %d equal parts", (long long)dim, n);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) sizes[i] = dim / n;
+        total = dim;
+    }
+    if (total != dim) {
+        diag_error(S->d, how->loc, "the parts add up to %lld but the axis has %lld", (long long)total, (long long)dim);
+        return -1;
+    }
+    if (n != nouts) {
+        if (nouts == 1)
+            diag_error(S->d, a->call->loc, "split makes %d values; assign them to %d names, as a, b = split(...)", n, n);
+        else
+            diag_error(S->d, a->call->loc, "split makes %d values but %d names are assigned", n, nouts);
+        return -1;
+    }
+    int64_t offset = 0;
+    for (int i = 0; i < n; i++) {
+        Shape s = x->shape;
+        s.dims[axis] = sizes[i];
+        Node *part = new_node(S, OP_SLICE, x->dtype, &s, a->call->loc, 1, &x);
+        if (!part) return -1;
+        part->axis = axis;
+        part->offset = offset;
+        offset += sizes[i];
+        outs[i] = (Val){.node = part};
+    }
+    return 0;
+}
+
+static Node *lower_concat(Sema *S, const Args *a) {
+    Node *in[16];
+    int axis = 0;
+    for (int i = 0; i < a->npos; i++)
+        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
+    if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
+    Shape s = in[0]->shape;
+    for (int i = 1; i < a->npos; i++) {
+        const Shape *t = &in[i]->shape;
+        int ok = t->rank == s.rank;
+        for (int d = 0; ok && d < s.rank; d++) ok = d == axis || t->dims[d] == s.dims[d];
+        if (!ok) return (void)mismatch(S, a->pos[i]->loc, "concat", &in[0]->shape, t), NULL;
+        s.dims[axis] += t->dims[axis];
+    }
+    Node *n = new_node(S, OP_CONCAT, DT_F32, &s, a->call->loc, a->npos, in);
+    if (n) n->axis = axis;
+    return n;
+}
+
+static Node *lower_transpose(Sema *S, const Args *a) {
+    Node *x;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_rank(S, a->pos[0], x, 2, -1, "transpose")) return NULL;
+    Shape s = x->shape;
+    int64_t t = s.dims[s.rank - 1];
+    s.dims[s.rank - 1] = s.dims[s.rank - 2];
+    s.dims[s.rank - 2] = t;
+    return new_node(S, OP_TRANSPOSE, x->dtype, &s, a->call->loc, 1, &x);
+}
+
+static void unknown_op(Sema *S, const Expr *call) {
+    char list[512];
+    size_t n = 0;
+    for (int i = 0; i < N_OP_SPECS && n < sizeof list; i++)
+        n += (size_t)snprintf(list + n, sizeof list - n, "%s%s", i ? ", " : "", OP_SPECS[i].name);
+    diag_error(S->d, call->loc, "unknown op '%s'; expected one of: %s", call->str, list);
+}
+
+int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
+    const OpSpec *spec = NULL;
+    for (int i = 0; i < N_OP_SPECS; i++)
+        if (!strcmp(OP_SPECS[i].name, call->str)) spec = &OP_SPECS[i];
+    if (!spec) {
+        unknown_op(S, call);
+        return -1;
+    }
+    Args a;
+    if (collect_args(S, call, spec, &a) != 0) return -1;
+    if (spec->op == OP_SLICE) return lower_split(S, &a, outs, nouts);
+    if (nouts != 1) {
+        diag_error(S->d, call->loc, "%s makes 1 value but %d names are assigned", spec->name, nouts);
+        return -1;
+    }
+    Node *n = NULL;
+    switch (spec->op) {
+    case OP_MATMUL: n = lower_matmul(S, call->loc, a.pos[0], a.pos[1]); break;
+    case OP_EMBED: n = lower_embed(S, &a); break;
+    case OP_ARANGE: n = lower_arange(S, &a); break;
+    case OP_LAYERNORM:
+    case OP_RMSNORM: n = lower_norm(S, &a, spec->op); break;
+    case OP_GELU:
+    case OP_SILU: n = lower_unary(S, &a, spec->op); break;
+    case OP_SWIGLU: n = lower_swiglu(S, &a); break;
+    case OP_ROPE: n = lower_rope(S, &a); break;
+    case OP_ATTENTION: n = lower_attention(S, &a); break;
+    case OP_SOFTMAX: n = lower_softmax(S, &a); break;
+    case OP_CROSS_ENTROPY: n = lower_cross_entropy(S, &a); break;
+    case OP_RESHAPE: n = lower_reshape(S, &a); break;
+    case OP_CONCAT: n = lower_concat(S, &a); break;
+    case OP_TRANSPOSE: n = lower_transpose(S, &a); break;
+    default: break;
+    }
+    outs[0] = (Val){.node = n};
+    return n ? 0 : -1;
+}

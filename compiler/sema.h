@@ -1,0 +1,54 @@
+// sema.h: state shared by the two halves of sema: sema.c (names, constants,
+// sections, statements) and ops.c (the shape and dtype rule of every op).
+#ifndef MT_SEMA_H
+#define MT_SEMA_H
+
+#include "graph.h"
+
+// A compile-time number: config values, literals, op attributes.
+typedef struct Num {
+    int is_int;
+    int64_t i;
+    double f; // valid for both kinds
+} Num;
+
+// What an expression lowers to: a constant or a tensor node.
+typedef struct Val {
+    int is_num;
+    Num num;
+    Node *node;
+} Val;
+
+typedef struct Sema {
+    Arena *a;
+    Diag *d;
+    const Model *m;
+    Graph *g;
+    PtrVec config;        // of ConfigEntry*
+    int have_bt;          // B and T are bound
+    int64_t B, T;
+    PartKind part;        // the part statements are appended to
+    PtrVec locals;        // of Local*: names bound by statements and inputs
+    int in_block;         // lowering the block's statements
+    const BlockDecl *block;
+    Node *block_input;    // the block's OP_INPUT node
+    int block_called;
+    Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
+} Sema;
+
+int eval_num(Sema *S, const Expr *e, Num *out);
+int num_binary(Sema *S, int op, Loc loc, Num a, Num b, Num *out);
+int lower_expr(Sema *S, const Expr *e, Val *out);
+// Lowers e and requires a tensor, brought into the current part.
+int lower_tensor(Sema *S, const Expr *e, Node **out);
+Node *new_node(Sema *S, OpKind op, DType dt, const Shape *shape, Loc loc, int nin, Node **in);
+Node *const_node(Sema *S, double v, Loc loc);
+// Lowers a call of an op (ops.c) into nouts values; returns 0 or -1.
+int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts);
+// Lowers a @ b, folding a transpose(...) operand into the GEMM's flags.
+Node *lower_matmul(Sema *S, Loc loc, const Expr *a, const Expr *b);
+// Lowers `a OP b` (+ - * /) on two tensors, or a tensor and a constant.
+int lower_binary(Sema *S, const Expr *e, Val a, Val b, Val *out);
+int lower_block_call(Sema *S, const Expr *call, Val *out);
+
+#endif

@@ -1,0 +1,23 @@
+// summary.h: `mtc --summary` and `--json`: parameter counts per part, per
+// block and in total, every parameter under its checkpoint name, and the host
+// memory the model needs.
+#ifndef MT_SUMMARY_H
+#define MT_SUMMARY_H
+
+#include <stdio.h>
+
+#include "graph.h"
+
+typedef struct Summary {
+    int64_t head, tail, per_layer, blocks, total; // parameter counts
+    int64_t tied;          // elements of global params used by head and tail both
+    int64_t bytes_per_param;
+    int64_t host_bytes;
+} Summary;
+
+void summary_compute(const Graph *g, Summary *s);
+void summary_print(FILE *out, const Graph *g, const char *path);
+// Writes one JSON object; a is scratch space for checkpoint names.
+void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a);
+
+#endif

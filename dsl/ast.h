@@ -1,0 +1,121 @@
+// ast.h: the syntax tree of one .mt file. The parser builds it; sema reads it.
+// Every node keeps the source location it came from. All of it lives in the
+// Arena passed to dsl_parse.
+#ifndef MT_AST_H
+#define MT_AST_H
+
+#include <stdint.h>
+
+#include "../common/arena.h"
+#include "../common/diag.h"
+
+typedef enum {
+    EXPR_INT,    // ival
+    EXPR_FLOAT,  // fval
+    EXPR_STRING, // str
+    EXPR_BOOL,   // ival 0 or 1
+    EXPR_NAME,   // str
+    EXPR_BINARY, // lhs op rhs; op one of + - * / % @
+    EXPR_NEG,    // -lhs
+    EXPR_CALL,   // str(items...), items may be EXPR_KWARG
+    EXPR_KWARG,  // str = lhs, only as a call argument
+    EXPR_TUPLE,  // (items...), at least two
+    EXPR_LIST,   // [items...]
+} ExprKind;
+
+typedef struct Expr Expr;
+struct Expr {
+    ExprKind kind;
+    Loc loc;
+    int64_t ival;
+    double fval;
+    const char *str;
+    int op;
+    Expr *lhs, *rhs;
+    PtrVec items; // of Expr*
+};
+
+// A dtype and a symbolic shape: `[B, T, C]` or `i32[B, T]`.
+typedef struct TypeExpr {
+    Loc loc;
+    const char *dtype; // NULL when not written (f32)
+    Loc dtype_loc;
+    PtrVec dims; // of Expr*
+} TypeExpr;
+
+// `name = value` in config and train sections.
+typedef struct Binding {
+    Loc loc;
+    const char *name;
+    Expr *value;
+} Binding;
+
+// `param name "checkpoint.name" [dims] [init = call]`
+typedef struct ParamDecl {
+    Loc loc;
+    const char *name;
+    const char *ckpt; // checkpoint name; in a block, relative to its prefix
+    Loc ckpt_loc;
+    TypeExpr type;
+    Expr *init; // NULL: the default for the parameter's rank
+} ParamDecl;
+
+typedef enum { ANNOT_NONE, ANNOT_KEEP, ANNOT_RECOMPUTE, ANNOT_OFFLOAD } Annot;
+
+typedef enum { STMT_ASSIGN, STMT_RETURN } StmtKind;
+
+typedef struct Stmt {
+    StmtKind kind;
+    Loc loc;
+    Annot annot;
+    PtrVec names; // of Expr* (EXPR_NAME), for STMT_ASSIGN
+    Expr *value;
+} Stmt;
+
+// `name: type`, an input of a block or of forward.
+typedef struct ArgDecl {
+    Loc loc;
+    const char *name;
+    TypeExpr type;
+} ArgDecl;
+
+typedef struct BlockDecl {
+    Loc loc;
+    const char *name;
+    Expr *repeat;       // how many layers
+    const char *prefix; // checkpoint prefix with {i}, e.g. "h.{i}."
+    Loc prefix_loc;
+    ArgDecl input;
+    TypeExpr *output; // NULL when `-> [...]` is left out
+    PtrVec params;    // of ParamDecl*
+    PtrVec stmts;     // of Stmt*
+} BlockDecl;
+
+typedef struct ForwardDecl {
+    Loc loc;
+    PtrVec inputs; // of ArgDecl*
+    PtrVec stmts;  // of Stmt*
+} ForwardDecl;
+
+typedef struct Section {
+    Loc loc;
+    PtrVec bindings; // of Binding*
+} Section;
+
+typedef struct Model {
+    Loc loc;
+    const char *name;
+    PtrVec configs;  // of Section*
+    PtrVec params;   // of ParamDecl*, global
+    PtrVec blocks;   // of BlockDecl*
+    PtrVec forwards; // of ForwardDecl*
+    PtrVec trains;   // of Section*
+} Model;
+
+const char *annot_name(Annot a);
+
+// Parses src into a Model. Returns NULL after reporting at least one error
+// through d. Never prints or exits by itself.
+Model *dsl_parse(const Source *src, Arena *arena, Diag *d);
+
+#endif
