@@ -593,17 +593,17 @@ int lower_block_call(Sema *S, const Expr *call, Val *out) {
         diag_error(S->d, call->loc, "block '%s' cannot call itself", b->name);
         return -1;
     }
-    if (S->block_called) {
-        diag_error(S->d, call->loc, "block '%s' is called twice; forward streams it once, all %lld layers in one call",
-                   b->name, (long long)S->g->layers);
-        return -1;
-    }
     if (call->items.n != 1 || ((Expr *)call->items.items[0])->kind == EXPR_KWARG) {
         diag_error(S->d, call->loc, "block '%s' takes 1 argument, its input; got %d", b->name, call->items.n);
         return -1;
     }
     Node *x;
     if (lower_tensor(S, call->items.items[0], &x) != 0) return -1;
+    if (S->block_called) { // checked after the argument, which may call it too
+        diag_error(S->d, call->loc, "block '%s' is called twice; forward streams it once, all %lld layers in one call",
+                   b->name, (long long)S->g->layers);
+        return -1;
+    }
     if (!shape_eq(&x->shape, &S->block_input->shape) || x->dtype != DT_F32) {
         char s1[160], s2[160];
         diag_error(S->d, call->loc, "shape mismatch: block '%s' takes f32%s, got %s%s", b->name,

@@ -3,6 +3,7 @@
    location of the token it stands for. No conflicts are tolerated. */
 %define api.pure full
 %define parse.error custom
+%define parse.lac full
 %define api.location.type {Loc}
 %locations
 %expect 0
@@ -219,7 +220,7 @@ stmt
     : annot names '=' expr {
           $$ = ctx_alloc(ctx, sizeof(Stmt));
           if (!$$) YYNOMEM;
-          $$->kind = STMT_ASSIGN; $$->loc = @2; $$->annot = $1; $$->names = *$2; $$->value = $4;
+          $$->kind = STMT_ASSIGN; $$->loc = $1 ? @1 : @2; $$->annot = $1; $$->names = *$2; $$->value = $4;
       }
     | "return" expr {
           $$ = ctx_alloc(ctx, sizeof(Stmt));
@@ -334,16 +335,26 @@ void ctx_push(ParseCtx *ctx, PtrVec *v, void *p) {
     if (!p || ptrvec_push(ctx->arena, v, p) != 0) ctx->oom = 1;
 }
 
-// Writes a token's name as the user would spell it: 'model', '=', identifier.
+// Writes a token's name as users read it: keywords and punctuation quoted
+// ('model', '='), classes of tokens as words (identifier, end of file).
 static void token_name(char *out, size_t cap, yysymbol_kind_t sym) {
+    static const char *const CLASSES[] = {"identifier", "string", "integer", "number", "end of file"};
     const char *name = yysymbol_name(sym);
+    for (size_t i = 0; i < sizeof CLASSES / sizeof CLASSES[0]; i++)
+        if (!strcmp(name, CLASSES[i])) {
+            snprintf(out, cap, "%s", name);
+            return;
+        }
     size_t n = strlen(name);
-    if (n >= 2 && name[0] == '"' && name[n - 1] == '"')
+    if (n >= 2 && (name[0] == '"' || name[0] == '\''))
         snprintf(out, cap, "'%.*s'", (int)(n - 2), name + 1);
-    else if (sym == YYSYMBOL_YYEOF)
-        snprintf(out, cap, "end of file");
     else
-        snprintf(out, cap, "%s", name);
+        snprintf(out, cap, "'%s'", name);
+}
+
+static int is_binary_operator(yysymbol_kind_t s) {
+    const char *name = yysymbol_name(s);
+    return strlen(name) == 3 && name[0] == '\'' && strchr("+-*/%@", name[1]);
 }
 
 static int yyreport_syntax_error(const yypcontext_t *pctx, yyscan_t scanner, ParseCtx *ctx) {
@@ -356,15 +367,20 @@ static int yyreport_syntax_error(const yypcontext_t *pctx, yyscan_t scanner, Par
         n = snprintf(msg, sizeof msg, "unexpected %s '%.40s'", got_name, ctx->last_token);
     else
         n = snprintf(msg, sizeof msg, "unexpected %s", got_name);
-    enum { MAX_LISTED = 10 };
+    // List what would have been accepted, the six binary operators as one.
+    enum { MAX_LISTED = 32 };
     yysymbol_kind_t expected[MAX_LISTED];
-    int count = yypcontext_expected_tokens(pctx, expected, MAX_LISTED);
-    if (count < 0) count = 0; // more than MAX_LISTED: say nothing rather than half
-    for (int i = 0; i < count && n > 0 && (size_t)n < sizeof msg; i++) {
-        char name[64];
-        token_name(name, sizeof name, expected[i]);
-        const char *sep = i == 0 ? "; expected " : i == count - 1 ? " or " : ", ";
-        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", sep, name);
+    int count = yypcontext_expected_tokens(pctx, expected, MAX_LISTED), nops = 0;
+    if (count < 0) count = 0;
+    for (int i = 0; i < count; i++) nops += is_binary_operator(expected[i]);
+    char list[MAX_LISTED][64];
+    int nlist = 0;
+    if (nops == 6) snprintf(list[nlist++], sizeof list[0], "an operator");
+    for (int i = 0; i < count; i++)
+        if (nops != 6 || !is_binary_operator(expected[i])) token_name(list[nlist++], sizeof list[0], expected[i]);
+    for (int i = 0; i < nlist && n > 0 && (size_t)n < sizeof msg; i++) {
+        const char *sep = i == 0 ? "; expected " : i == nlist - 1 ? " or " : ", ";
+        n += snprintf(msg + n, sizeof msg - (size_t)n, "%s%s", sep, list[i]);
     }
     diag_error(ctx->diag, *yypcontext_location(pctx), "%s", msg);
     return 0;

@@ -1,0 +1,96 @@
+#!/usr/bin/env python3
+"""Checks mtc's command line: help, version, exit statuses of usage errors,
+flag overrides, -o refusing without writing, and --dump-graph's structure.
+
+usage: check_cli.py MTC EXAMPLES_DIR
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+
+
+def check(cond, what, proc=None):
+    if not cond:
+        failures.append(what + ("" if proc is None else
+                                f"\n    exit {proc.returncode}\n    stdout {proc.stdout[:400]!r}\n    stderr {proc.stderr[:400]!r}"))
+
+
+def main():
+    mtc, ex = sys.argv[1], sys.argv[2]
+    tiny = f"{ex}/gpt2-tiny.mt"
+
+    p = run(mtc, "--help")
+    check(p.returncode == 0 and p.stdout.startswith("usage: mtc MODEL.mt"), "--help", p)
+    p = run(mtc, "--version")
+    check(p.returncode == 0 and re.match(r"mtc \d+\.\d+\.\d+\n$", p.stdout), "--version", p)
+
+    # usage errors: exit 2, a message naming the problem, nothing on stdout
+    for args, msg in [((), "no model file given"), (("--frobnicate", tiny), "unknown option '--frobnicate'"),
+                      ((tiny, "--batch", "x"), "--batch needs a positive integer"),
+                      ((tiny, "--seq", "0"), "--seq needs a positive integer"),
+                      ((tiny, "--batch"), "option '--batch' needs a value"),
+                      ((tiny, tiny), "one model file at a time")]:
+        p = run(mtc, *args)
+        check(p.returncode == 2 and msg in p.stderr and not p.stdout, f"usage error {args}", p)
+
+    # a clean model checks silently
+    p = run(mtc, tiny)
+    check(p.returncode == 0 and not p.stdout and not p.stderr, "a good model prints nothing", p)
+
+    # --batch and --seq override the train section
+    p = run(mtc, tiny, "--json", "--batch", "3", "--seq", "16")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(d.get("batch") == 3 and d.get("seq") == 16, "--batch/--seq override", p)
+    # seq beyond the position table is a model error, exit 1
+    p = run(mtc, tiny, "--seq", "65")
+    check(p.returncode == 1 and "index past the 64 rows" in p.stderr, "--seq 65 on a 64-position table", p)
+
+    # -o refuses (plans arrive with the runtime) and writes nothing
+    with tempfile.TemporaryDirectory() as tmp:
+        out = os.path.join(tmp, "p.bin")
+        p = run(mtc, tiny, "-o", out)
+        check(p.returncode == 1 and "not implemented" in p.stderr and not os.path.exists(out), "-o refuses", p)
+
+    # --target needs a readable profile
+    p = run(mtc, tiny, "--target", "no-such-machine")
+    check(p.returncode == 1 and "no-such-machine" in p.stderr, "--target missing", p)
+
+    # --dump-graph: three parts; the tied LM head folds transpose(wte) into
+    # the GEMM, so the tail has no transpose node and one trans_b matmul
+    p = run(mtc, tiny, "--dump-graph")
+    check(p.returncode == 0, "--dump-graph runs", p)
+    parts = re.split(r"^(head:|block h x2 \"h\.\{i\}\.\":|tail:)$", p.stdout, flags=re.M)
+    check(len(parts) == 7, "--dump-graph has head, block and tail sections", p)
+    if len(parts) == 7:
+        head, block, tail = parts[2], parts[4], parts[6]
+        check("transpose" not in tail and len(re.findall(r"= matmul .*trans_b", tail)) == 1, "tied head folds transpose", p)
+        check(len(re.findall(r"= attention ", block)) == 1, "one attention node per block (no duplicated lowering)", p)
+        check(len(re.findall(r"= slice ", block)) == 3, "split into q, k, v makes three slices", p)
+        check("= input head.%" in block and "= input block.%" in tail, "parts are joined by inputs", p)
+        check(len(re.findall(r"= embed ", head)) == 2, "token and position embeddings in the head", p)
+        for line in p.stdout.splitlines():
+            m = re.match(r"\s+%\d+ = \w+.*\((.*):(\d+):(\d+)\)$", line)
+            if m:
+                check(m.group(1) == tiny and int(m.group(2)) > 0, f"node location: {line}")
+
+    # the human summary
+    p = run(mtc, f"{ex}/gpt2.mt", "--summary")
+    check(p.returncode == 0 and "124,439,808" in p.stdout and "tied" in p.stdout, "gpt2 --summary", p)
+
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

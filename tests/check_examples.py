@@ -1,0 +1,76 @@
+#!/usr/bin/env python3
+"""Checks `mtc --summary --json` on every bundled example: exact parameter
+counts, checkpoint names and shapes as the original frameworks write them,
+and the host memory arithmetic.
+
+usage: check_examples.py MTC EXAMPLES_DIR
+"""
+import json
+import subprocess
+import sys
+
+# name -> (params_total, {checkpoint name: shape} that must appear, number of tensors)
+EXPECTED = {
+    "gpt2.mt": (124_439_808, {
+        "wte.weight": [50257, 768], "wpe.weight": [1024, 768],
+        "h.0.attn.c_attn.weight": [768, 2304], "h.11.mlp.c_proj.weight": [3072, 768],
+        "h.5.ln_2.bias": [768], "ln_f.weight": [768]}, 2 + 12 * 12 + 2),
+    "llama3-8b.mt": (8_030_261_248, {
+        "model.embed_tokens.weight": [128256, 4096], "model.layers.3.self_attn.q_proj.weight": [4096, 4096],
+        "model.layers.31.self_attn.k_proj.weight": [1024, 4096], "model.layers.0.mlp.down_proj.weight": [4096, 14336],
+        "model.layers.7.post_attention_layernorm.weight": [4096], "model.norm.weight": [4096],
+        "lm_head.weight": [128256, 4096]}, 32 * 9 + 3),
+    "llama3-70b.mt": (70_553_706_496, {
+        "model.layers.79.mlp.gate_proj.weight": [28672, 8192], "model.layers.0.self_attn.v_proj.weight": [1024, 8192]},
+        80 * 9 + 3),
+    "llama3-405b.mt": (405_853_388_800, {
+        "model.layers.125.mlp.up_proj.weight": [53248, 16384], "model.layers.0.self_attn.o_proj.weight": [16384, 16384]},
+        126 * 9 + 3),
+    "qwen2-7b.mt": (7_615_616_512, {
+        "model.layers.27.self_attn.q_proj.bias": [3584], "model.layers.0.self_attn.k_proj.bias": [512],
+        "model.layers.0.self_attn.o_proj.weight": [3584, 3584], "lm_head.weight": [152064, 3584]}, 28 * 12 + 3),
+    "gpt2-tiny.mt": (None, {"wte.weight": [256, 32], "h.1.mlp.c_fc.weight": [32, 128]}, 2 + 2 * 12 + 2),
+    "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 48], "model.layers.1.self_attn.k_proj.weight": [24, 48]},
+                      2 * 9 + 3),
+}
+
+
+def main():
+    mtc, examples = sys.argv[1], sys.argv[2]
+    bad = 0
+    for name, (total, names, ntensors) in EXPECTED.items():
+        path = f"{examples}/{name}"
+        proc = subprocess.run([mtc, path, "--summary", "--json"], capture_output=True, text=True, timeout=120)
+        if proc.returncode != 0:
+            print(f"FAIL {name}: exit status {proc.returncode}\n{proc.stderr}")
+            bad += 1
+            continue
+        d = json.loads(proc.stdout)
+        params = {p["name"]: p["shape"] for p in d["params"]}
+        errors = []
+        if len(params) != len(d["params"]):
+            errors.append("duplicate checkpoint names")
+        counted = sum(eval("*".join(map(str, s))) for s in params.values())
+        if counted != d["params_total"]:
+            errors.append(f"params list sums to {counted}, params_total says {d['params_total']}")
+        if total is not None and d["params_total"] != total:
+            errors.append(f"params_total {d['params_total']}, expected {total}")
+        if d["params_head"] + d["blocks"][0]["params"] + d["params_tail"] != d["params_total"]:
+            errors.append("parts do not add up to the total")
+        if len(d["params"]) != ntensors:
+            errors.append(f"{len(d['params'])} tensors, expected {ntensors}")
+        for n, shape in names.items():
+            if params.get(n) != shape:
+                errors.append(f"{n}: {params.get(n)}, expected {shape}")
+        per = 4 + 8 + (2 if d["compute_dtype"] == "bf16" else 4) + 4
+        if d["host_bytes"] != d["params_total"] * per:
+            errors.append(f"host_bytes {d['host_bytes']} is not {per} x params_total")
+        print(("FAIL " if errors else "ok   ") + f"{name}: {d['params_total']:,} parameters")
+        for e in errors:
+            print("     ", e)
+        bad += bool(errors)
+    sys.exit(1 if bad else 0)
+
+
+if __name__ == "__main__":
+    main()

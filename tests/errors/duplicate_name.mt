@@ -1,0 +1,14 @@
+# expect: 5:7: error: duplicate name 'emb': already a parameter (line 4)
+model m
+config { V = 16; C = 8 }
+param emb "emb" [V, C]
+param emb "emb2" [C]
+block h[2] "h.{i}." (x: [B, T, C]) -> [B, T, C] {
+  param w "w" [C, C]
+  return x + x @ w
+}
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = h(embed(emb, tokens))
+  return cross_entropy(x @ transpose(emb), targets)
+}
+train { batch = 2; seq = 4 }
