@@ -49,7 +49,7 @@ static const Expr *kwarg(const Args *a, const char *name) {
     return NULL;
 }
 
-static int kw_word_in(const char *list, const char *w) {
+int word_in_list(const char *list, const char *w) {
     size_t n = strlen(w);
     for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
         if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
@@ -61,7 +61,7 @@ static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) 
     for (int i = 0; i < call->items.n; i++) {
         const Expr *e = call->items.items[i];
         if (e->kind == EXPR_KWARG) {
-            if (!kw_word_in(spec->kwargs, e->str)) {
+            if (!word_in_list(spec->kwargs, e->str)) {
                 if (spec->kwargs[0])
                     diag_error(S->d, e->loc, "unknown argument '%s' to %s; expected %s", e->str, spec->name, spec->kwargs);
                 else

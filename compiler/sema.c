@@ -248,10 +248,7 @@ static int check_kwargs_only(Sema *S, const Expr *call, const char *allowed) {
             diag_error(S->d, a->loc, "%s takes keyword arguments only (%s)", call->str, allowed);
             return -1;
         }
-        size_t n = strlen(a->str);
-        const char *p = strstr(allowed, a->str);
-        while (p && !((p == allowed || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0))) p = strstr(p + 1, a->str);
-        if (!p) {
+        if (!word_in_list(allowed, a->str)) {
             diag_error(S->d, a->loc, "unknown argument '%s' to %s; expected %s", a->str, call->str, allowed);
             return -1;
         }

@@ -36,6 +36,8 @@ typedef struct Sema {
     Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
 } Sema;
 
+// Whether w is one of the space-separated words of list.
+int word_in_list(const char *list, const char *w);
 int eval_num(Sema *S, const Expr *e, Num *out);
 int num_binary(Sema *S, int op, Loc loc, Num a, Num b, Num *out);
 int lower_expr(Sema *S, const Expr *e, Val *out);
