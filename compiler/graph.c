@@ -6,7 +6,9 @@
 static const char *const OP_NAMES[] = {
     "input", "param", "const", "add", "sub", "mul", "div", "neg", "matmul", "embed",
     "arange", "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "rope", "attention",
-    "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose",
+    "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
+    "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
+    "attention_bwd", "pad", "view",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -19,6 +21,22 @@ _Static_assert(sizeof PART_NAMES / sizeof PART_NAMES[0] == PART_COUNT, "PART_NAM
 const char *op_name(OpKind op) { return OP_NAMES[op]; }
 const char *dtype_name(DType t) { return DTYPE_NAMES[t]; }
 const char *part_name(PartKind p) { return PART_NAMES[p]; }
+
+Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,
+                     Node **in) {
+    Node *n = arena_alloc(a, sizeof *n);
+    if (!n) return NULL;
+    *n = (Node){.op = op, .id = part->nodes.n, .part = pk, .dtype = dt, .loc = loc, .nin = nin,
+                .src_part = SRC_MODEL_INPUT, .param = -1};
+    if (shape) n->shape = *shape;
+    if (nin) {
+        n->in = arena_alloc(a, (size_t)nin * sizeof(Node *));
+        if (!n->in) return NULL;
+        memcpy(n->in, in, (size_t)nin * sizeof(Node *));
+    }
+    if (ptrvec_push(a, &part->nodes, n) != 0) return NULL;
+    return n;
+}
 
 int64_t shape_numel(const Shape *s) {
     int64_t n = 1;
@@ -52,7 +70,9 @@ char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer) {
 static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     switch (n->op) {
     case OP_INPUT:
-        if (n->src_part < 0)
+        if (n->src_part == SRC_GRAD_SEED)
+            fprintf(out, " grad_seed");
+        else if (n->src_part == SRC_MODEL_INPUT)
             fprintf(out, " %s", ((ModelInput *)g->inputs.items[n->src])->name);
         else
             fprintf(out, " %s.%%%d", part_name((PartKind)n->src_part), n->src);
@@ -64,14 +84,22 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
         if (n->trans_b) fprintf(out, " trans_b");
         break;
     case OP_LAYERNORM:
-    case OP_RMSNORM: fprintf(out, " eps=%g", n->eps); break;
-    case OP_ROPE: fprintf(out, " heads=%d theta=%g", n->heads, n->theta); break;
+    case OP_RMSNORM:
+    case OP_LAYERNORM_BWD:
+    case OP_RMSNORM_BWD: fprintf(out, " eps=%g", n->eps); break;
+    case OP_ROPE: fprintf(out, " heads=%d theta=%g%s", n->heads, n->theta, n->inverse ? " inverse" : ""); break;
     case OP_ATTENTION:
         fprintf(out, " heads=%d kv_heads=%d causal=%d", n->heads, n->kv_heads, n->causal);
         break;
     case OP_SOFTMAX:
     case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
-    case OP_SLICE: fprintf(out, " axis=%d offset=%lld", n->axis, (long long)n->offset); break;
+    case OP_SLICE:
+    case OP_PAD: fprintf(out, " axis=%d offset=%lld", n->axis, (long long)n->offset); break;
+    case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
+    case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
+    case OP_ATTENTION_BWD:
+        fprintf(out, " heads=%d kv_heads=%d causal=%d", n->heads, n->kv_heads, n->causal);
+        break;
     default: break;
     }
 }
@@ -87,6 +115,7 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
         for (int i = 0; i < part->nodes.n; i++) {
             const Node *n = part->nodes.items[i];
             char shape[160];
+            if (i == part->nfwd && i > 0) fprintf(out, "  backward:\n");
             fprintf(out, "  %%%d = %s", n->id, op_name(n->op));
             for (int j = 0; j < n->nin; j++) fprintf(out, "%s%%%d", j ? ", " : " ", n->in[j]->id);
             dump_attrs(out, g, n);
@@ -96,5 +125,11 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
             fprintf(out, "  (%s:%d:%d)\n", path, n->loc.line, n->loc.col);
         }
         fprintf(out, "  output %%%d\n", part->output ? part->output->id : -1);
+        for (int i = 0; i < part->grads.n; i++) {
+            const Grad *gr = part->grads.items[i];
+            fprintf(out, "  grad of %%%d (%s) = ", gr->of->id, gr->of->name ? gr->of->name : "");
+            if (gr->grad) fprintf(out, "%%%d\n", gr->grad->id);
+            else fprintf(out, "zero\n");
+        }
     }
 }

@@ -48,6 +48,19 @@ typedef enum {
     OP_SLICE,         // [offset, offset+size) along axis; what split lowers to
     OP_CONCAT,        // along axis
     OP_TRANSPOSE,     // swaps the last two axes
+    // Backward ops, appended by autodiff. Ops with several results write
+    // them packed into one flat buffer, read back through OP_VIEW.
+    OP_SUM_TO,        // dy -> its sum over the axes broadcasting added, to this node's shape
+    OP_EMBED_BWD,     // dy[..., C], idx -> dtable[V, C] (scatter-add)
+    OP_LAYERNORM_BWD, // dy, x, g -> packed [dx (x's size) | dg (C) | db (C)]
+    OP_RMSNORM_BWD,   // dy, x, g -> packed [dx | dg]
+    OP_GELU_BWD,      // dy, x -> dx
+    OP_SILU_BWD,      // dy, x -> dx
+    OP_SOFTMAX_BWD,   // dy, y (softmax's output) -> dx; axis
+    OP_CROSS_ENTROPY_BWD, // dloss[], logits, targets -> dlogits
+    OP_ATTENTION_BWD, // dy, q, k, v -> packed [dq | dk | dv]; heads, kv_heads, causal
+    OP_PAD,           // dy -> zeros of this node's shape with dy at [offset, ...) along axis
+    OP_VIEW,          // a slice of a packed buffer: this node's shape at element offset
     OP_COUNT
 } OpKind;
 
@@ -76,13 +89,28 @@ typedef struct Node {
     int axis;          // SLICE, CONCAT, SOFTMAX (non-negative)
     int64_t offset;    // SLICE
     int heads, kv_heads, causal, trans_a, trans_b;
+    int inverse;       // OP_ROPE: rotate backwards (its gradient)
     double eps, theta;
 } Node;
+
+// OP_INPUT sources that are not parts.
+enum { SRC_MODEL_INPUT = -1, SRC_GRAD_SEED = -2 };
+
+// A gradient autodiff produced: of a parameter node or a part input.
+typedef struct Grad {
+    Node *of;   // OP_PARAM, or OP_INPUT from another part
+    Node *grad; // same shape; NULL when it is zero (the value does not reach the output)
+} Grad;
 
 typedef struct Part {
     PtrVec nodes;  // of Node*, in topological order
     Node *output;  // what the part produces: block output, loss; the head's
                    // output is the block's input
+    // Filled by autodiff: nodes[0, nfwd) are the forward, the rest the
+    // backward, which may read forward nodes.
+    int nfwd;
+    Node *grad_seed; // d loss / d output: OP_INPUT from SRC_GRAD_SEED, or 1 in the tail
+    PtrVec grads;    // of Grad*: every parameter node, then differentiable inputs
 } Part;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
@@ -128,6 +156,10 @@ typedef struct Graph {
     TrainConfig train;
 } Graph;
 
+// Appends a node to part (kind pk) with the given operands. NULL when out of memory.
+Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,
+                     Node **in);
+
 int64_t shape_numel(const Shape *s);
 // Formats "[4, 64, 768]" into buf and returns buf.
 char *shape_str(const Shape *s, char *buf, size_t cap);
@@ -139,6 +171,10 @@ char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.
 void graph_dump(FILE *out, const Graph *g, const char *path);
+
+// Appends the backward of every part by per-op rules (autodiff.c).
+// Returns 0, or -1 after reporting what it cannot differentiate.
+int autodiff(Graph *g, Arena *a, Diag *d);
 
 typedef struct SemaOptions {
     int64_t batch, seq; // overrides of the train section; 0 keeps it

@@ -114,6 +114,7 @@ int main(int argc, char **argv) {
     int rc = 1;
     Model *model = dsl_parse(&src, &arena, &diag);
     Graph *g = model ? sema_lower(model, &opt, &arena, &diag) : NULL;
+    if (g && autodiff(g, &arena, &diag) != 0) g = NULL;
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);

@@ -437,19 +437,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
 // ---------------------------------------------------------------- nodes
 
 Node *new_node(Sema *S, OpKind op, DType dt, const Shape *shape, Loc loc, int nin, Node **in) {
-    Part *part = &S->g->parts[S->part];
-    Node *n = arena_alloc(S->a, sizeof *n);
-    if (!n) return NULL;
-    *n = (Node){.op = op, .id = part->nodes.n, .part = S->part, .dtype = dt, .loc = loc, .nin = nin,
-                .src_part = -1, .param = -1};
-    if (shape) n->shape = *shape;
-    if (nin) {
-        n->in = arena_alloc(S->a, (size_t)nin * sizeof(Node *));
-        if (!n->in) return NULL;
-        memcpy(n->in, in, (size_t)nin * sizeof(Node *));
-    }
-    if (ptrvec_push(S->a, &part->nodes, n) != 0) return NULL;
-    return n;
+    return graph_add_node(S->a, &S->g->parts[S->part], S->part, op, dt, shape, loc, nin, in);
 }
 
 Node *const_node(Sema *S, double v, Loc loc) {

@@ -1,0 +1,253 @@
+// autodiff.c: appends the backward of each part to it, by per-op rules
+// written as graph ops (reverse mode). For each part the gradient flows from
+// its seed (d loss / d output) to every parameter node and to the input that
+// came from the part before, which is the next part's seed at run time:
+// tail -> block (layer L-1 .. 0) -> head.
+#include <string.h>
+
+#include "graph.h"
+
+typedef struct AD {
+    Arena *a;
+    Diag *d;
+    Part *part;
+    PartKind pk;
+    Node **adj; // (nfwd) the gradient of each forward node so far, or NULL
+} AD;
+
+static Node *emit(AD *ad, OpKind op, const Shape *shape, Loc loc, int nin, Node **in) {
+    return graph_add_node(ad->a, ad->part, ad->pk, op, DT_F32, shape, loc, nin, in);
+}
+
+static Node *emit1(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x) { return emit(ad, op, shape, loc, 1, &x); }
+
+static Node *emit2(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x, Node *y) {
+    Node *in[2] = {x, y};
+    return emit(ad, op, shape, loc, 2, in);
+}
+
+// Adds g to the gradient of x. Integer values and constants take none.
+static int accumulate(AD *ad, Node *x, Node *g) {
+    if (!g) return -1;
+    if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
+    Node **slot = &ad->adj[x->id];
+    if (*slot) {
+        *slot = emit2(ad, OP_ADD, &x->shape, x->loc, *slot, g);
+        return *slot ? 0 : -1;
+    }
+    *slot = g;
+    return 0;
+}
+
+// The gradient of a broadcast operand: dy summed back to the operand's shape.
+static Node *sum_to(AD *ad, Node *dy, const Shape *shape) {
+    if (!dy || shape_eq(&dy->shape, shape)) return dy;
+    return emit1(ad, OP_SUM_TO, shape, dy->loc, dy);
+}
+
+static Node *matmul(AD *ad, Node *x, Node *y, int ta, int tb, Loc loc) {
+    if (!x || !y) return NULL;
+    Shape s = x->shape;
+    int r = s.rank;
+    if (ta) s.dims[r - 1] = s.dims[r - 2];
+    s.dims[r - 2] = ta ? x->shape.dims[r - 1] : x->shape.dims[r - 2];
+    s.dims[r - 1] = tb ? y->shape.dims[y->shape.rank - 2] : y->shape.dims[y->shape.rank - 1];
+    Node *n = emit2(ad, OP_MATMUL, &s, loc, x, y);
+    if (n) { n->trans_a = ta; n->trans_b = tb; }
+    return n;
+}
+
+// [..., M, K] -> [(...) * M, K]
+static Node *flatten2(AD *ad, Node *x) {
+    Shape s = {.rank = 2, .dims = {shape_numel(&x->shape) / x->shape.dims[x->shape.rank - 1], x->shape.dims[x->shape.rank - 1]}};
+    return emit1(ad, OP_RESHAPE, &s, x->loc, x);
+}
+
+// C = op_a(A) @ op_b(B): dA = dC @ op_b(B)^T, dB = op_a(A)^T @ dC, each
+// written back in the operand's stored layout.
+static int matmul_rule(AD *ad, Node *n, Node *dy) {
+    Node *A = n->in[0], *B = n->in[1];
+    int ta = n->trans_a, tb = n->trans_b;
+    if (ta && A->shape.rank > 2) {
+        diag_error(ad->d, n->loc, "gradient of a batched transpose(a) @ b is not supported; transpose the other operand");
+        return -1;
+    }
+    Node *dA = ta ? matmul(ad, B, dy, tb, 1, n->loc) : matmul(ad, dy, B, 0, !tb, n->loc);
+    if (accumulate(ad, A, dA) != 0) return -1;
+    Node *dB;
+    if (B->shape.rank == 2 && A->shape.rank > 2) { // a weight shared across the batch
+        Node *A2 = flatten2(ad, A), *dy2 = flatten2(ad, dy);
+        dB = tb ? matmul(ad, dy2, A2, 1, 0, n->loc) : matmul(ad, A2, dy2, 1, 0, n->loc);
+    } else {
+        dB = tb ? matmul(ad, dy, A, 1, ta, n->loc) : matmul(ad, A, dy, !ta, 0, n->loc);
+    }
+    return accumulate(ad, B, dB);
+}
+
+// Reads the parts of a packed backward result back as separate values.
+static Node *view(AD *ad, Node *packed, int64_t offset, const Shape *shape) {
+    if (!packed) return NULL;
+    Node *v = emit1(ad, OP_VIEW, shape, packed->loc, packed);
+    if (v) v->offset = offset;
+    return v;
+}
+
+static Node *packed(AD *ad, OpKind op, int64_t numel, Loc loc, int nin, Node **in) {
+    Shape flat = {.rank = 1, .dims = {numel}};
+    return emit(ad, op, &flat, loc, nin, in);
+}
+
+static int node_rule(AD *ad, Node *n, Node *dy) {
+    Node **in = n->in;
+    const Shape *s = &n->shape;
+    Loc loc = n->loc;
+    switch (n->op) {
+    case OP_INPUT:
+    case OP_PARAM:
+    case OP_CONST:
+    case OP_ARANGE: return 0;
+    case OP_ADD:
+        return accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) || accumulate(ad, in[1], sum_to(ad, dy, &in[1]->shape));
+    case OP_SUB: {
+        if (accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) != 0) return -1;
+        if (in[1]->op == OP_CONST) return 0;
+        Node *g = sum_to(ad, dy, &in[1]->shape);
+        return accumulate(ad, in[1], g ? emit1(ad, OP_NEG, &g->shape, loc, g) : NULL);
+    }
+    case OP_MUL:
+        for (int i = 0; i < 2; i++) {
+            if (in[i]->op == OP_CONST) continue;
+            if (accumulate(ad, in[i], sum_to(ad, emit2(ad, OP_MUL, s, loc, dy, in[1 - i]), &in[i]->shape)) != 0) return -1;
+        }
+        return 0;
+    case OP_DIV: { // d(a/b) = da / b - (a/b) db / b
+        Node *t = emit2(ad, OP_DIV, s, loc, dy, in[1]);
+        if (accumulate(ad, in[0], sum_to(ad, t, &in[0]->shape)) != 0) return -1;
+        if (in[1]->op == OP_CONST) return 0;
+        Node *tn = t ? emit2(ad, OP_MUL, s, loc, t, n) : NULL;
+        Node *g = sum_to(ad, tn, &in[1]->shape);
+        return accumulate(ad, in[1], g ? emit1(ad, OP_NEG, &g->shape, loc, g) : NULL);
+    }
+    case OP_NEG: return accumulate(ad, in[0], emit1(ad, OP_NEG, s, loc, dy));
+    case OP_MATMUL: return matmul_rule(ad, n, dy);
+    case OP_EMBED: return accumulate(ad, in[0], emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]));
+    case OP_LAYERNORM:
+    case OP_RMSNORM: {
+        int64_t nx = shape_numel(s), c = s->dims[s->rank - 1];
+        int layer = n->op == OP_LAYERNORM;
+        Node *args[3] = {dy, in[0], in[1]};
+        Node *p = packed(ad, layer ? OP_LAYERNORM_BWD : OP_RMSNORM_BWD, nx + (layer ? 2 : 1) * c, loc, 3, args);
+        if (p) p->eps = n->eps;
+        Shape vec = {.rank = 1, .dims = {c}};
+        if (accumulate(ad, in[0], view(ad, p, 0, s)) || accumulate(ad, in[1], view(ad, p, nx, &vec))) return -1;
+        return layer ? accumulate(ad, in[2], view(ad, p, nx + c, &vec)) : 0;
+    }
+    case OP_GELU: return accumulate(ad, in[0], emit2(ad, OP_GELU_BWD, s, loc, dy, in[0]));
+    case OP_SILU: return accumulate(ad, in[0], emit2(ad, OP_SILU_BWD, s, loc, dy, in[0]));
+    case OP_SWIGLU: { // silu(gate) * up
+        Node *sg = emit1(ad, OP_SILU, s, loc, in[0]);
+        if (accumulate(ad, in[1], sg ? emit2(ad, OP_MUL, s, loc, dy, sg) : NULL) != 0) return -1;
+        Node *du = emit2(ad, OP_MUL, s, loc, dy, in[1]);
+        return accumulate(ad, in[0], du ? emit2(ad, OP_SILU_BWD, s, loc, du, in[0]) : NULL);
+    }
+    case OP_ROPE: { // a rotation; its gradient rotates back
+        Node *r = emit1(ad, OP_ROPE, s, loc, dy);
+        if (r) { r->heads = n->heads; r->theta = n->theta; r->inverse = !n->inverse; }
+        return accumulate(ad, in[0], r);
+    }
+    case OP_ATTENTION: {
+        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape);
+        Node *args[4] = {dy, in[0], in[1], in[2]};
+        Node *p = packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, loc, 4, args);
+        if (p) { p->heads = n->heads; p->kv_heads = n->kv_heads; p->causal = n->causal; }
+        return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
+               accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
+               accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));
+    }
+    case OP_SOFTMAX: {
+        Node *g = emit2(ad, OP_SOFTMAX_BWD, s, loc, dy, n);
+        if (g) g->axis = n->axis;
+        return accumulate(ad, in[0], g);
+    }
+    case OP_CROSS_ENTROPY: {
+        Node *args[3] = {dy, in[0], in[1]};
+        return accumulate(ad, in[0], emit(ad, OP_CROSS_ENTROPY_BWD, &in[0]->shape, loc, 3, args));
+    }
+    case OP_RESHAPE: return accumulate(ad, in[0], emit1(ad, OP_RESHAPE, &in[0]->shape, loc, dy));
+    case OP_SLICE: {
+        Node *g = emit1(ad, OP_PAD, &in[0]->shape, loc, dy);
+        if (g) { g->axis = n->axis; g->offset = n->offset; }
+        return accumulate(ad, in[0], g);
+    }
+    case OP_CONCAT: {
+        int64_t offset = 0;
+        for (int i = 0; i < n->nin; i++) {
+            Node *g = emit1(ad, OP_SLICE, &in[i]->shape, loc, dy);
+            if (g) { g->axis = n->axis; g->offset = offset; }
+            offset += in[i]->shape.dims[n->axis];
+            if (accumulate(ad, in[i], g) != 0) return -1;
+        }
+        return 0;
+    }
+    case OP_TRANSPOSE: return accumulate(ad, in[0], emit1(ad, OP_TRANSPOSE, &in[0]->shape, loc, dy));
+    default: break;
+    }
+    diag_error(ad->d, loc, "internal error: no gradient rule for %s", op_name(n->op));
+    return -1;
+}
+
+static int add_grad(AD *ad, Node *of) {
+    Grad *gr = arena_alloc(ad->a, sizeof *gr);
+    if (!gr) return -1;
+    gr->of = of;
+    gr->grad = ad->adj[of->id];
+    return ptrvec_push(ad->a, &ad->part->grads, gr);
+}
+
+static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
+    Part *part = &g->parts[pk];
+    int nfwd = part->nodes.n;
+    AD ad = {.a = a, .d = d, .part = part, .pk = pk};
+    ad.adj = arena_alloc(a, (size_t)nfwd * sizeof(Node *));
+    if (!ad.adj) return -1;
+    part->nfwd = nfwd;
+    Node *out = part->output;
+    if (pk == PART_TAIL) {
+        part->grad_seed = graph_add_node(a, part, pk, OP_CONST, DT_F32, NULL, out->loc, 0, NULL);
+        if (part->grad_seed) part->grad_seed->value = 1.0;
+    } else {
+        part->grad_seed = graph_add_node(a, part, pk, OP_INPUT, DT_F32, &out->shape, out->loc, 0, NULL);
+        if (part->grad_seed) part->grad_seed->src_part = SRC_GRAD_SEED;
+    }
+    if (!part->grad_seed) return -1;
+    ad.adj[out->id] = part->grad_seed;
+    for (int i = nfwd - 1; i >= 0; i--) {
+        Node *n = part->nodes.items[i];
+        if (ad.adj[i] && node_rule(&ad, n, ad.adj[i]) != 0) return -1;
+    }
+    for (int i = 0; i < nfwd; i++) {
+        Node *n = part->nodes.items[i];
+        if (n->op == OP_PARAM && add_grad(&ad, n) != 0) return -1;
+    }
+    for (int i = 0; i < nfwd; i++) {
+        Node *n = part->nodes.items[i];
+        if (n->op != OP_INPUT || n->src_part < 0 || n->dtype != DT_F32 || !ad.adj[i]) continue;
+        if (!(pk == PART_TAIL && n->src_part == PART_BLOCK) && !(pk == PART_BLOCK && n->src_part == PART_HEAD)) {
+            diag_error(d, n->loc, "'%s' is used after the block without passing through it; gradients through such "
+                                  "values are not supported yet", n->name ? n->name : "this value");
+            return -1;
+        }
+        if (add_grad(&ad, n) != 0) return -1;
+    }
+    return 0;
+}
+
+int autodiff(Graph *g, Arena *a, Diag *d) {
+    int errors_before = d->nerrors;
+    for (int pk = PART_TAIL; pk >= PART_HEAD; pk--)
+        if (differentiate_part(g, (PartKind)pk, a, d) != 0) {
+            if (d->nerrors == errors_before) diag_error(d, (Loc){0, 0}, "out of memory in autodiff");
+            return -1;
+        }
+    return 0;
+}

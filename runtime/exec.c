@@ -1,0 +1,60 @@
+#include "exec.h"
+
+#include <stdlib.h>
+
+#include "kernels.h"
+
+size_t exec_elem_size(const Node *n, Precision prec) {
+    if (n->dtype == DT_I32) return 4;
+    return prec == PREC_F64 ? 8 : 4;
+}
+
+static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
+static int is_bound(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM; }
+
+int exec_init(PartState *ps, const Part *part, Precision prec) {
+    *ps = (PartState){.part = part, .prec = prec};
+    int n = part->nodes.n;
+    ps->val = calloc((size_t)n + 1, sizeof(void *));
+    if (!ps->val) return -1;
+    size_t total = 0;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        if (!is_alias(nd) && !is_bound(nd)) total += ((size_t)shape_numel(&nd->shape) * exec_elem_size(nd, prec) + 63) & ~(size_t)63;
+    }
+    ps->owned = aligned_alloc(64, total ? total : 64);
+    if (!ps->owned) {
+        free(ps->val);
+        return -1;
+    }
+    char *p = ps->owned;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        if (is_alias(nd) || is_bound(nd)) continue;
+        ps->val[i] = p;
+        p += ((size_t)shape_numel(&nd->shape) * exec_elem_size(nd, prec) + 63) & ~(size_t)63;
+    }
+    return 0;
+}
+
+void exec_run(PartState *ps, int from, int to) {
+    void *in[64];
+    for (int i = from; i < to; i++) {
+        const Node *n = ps->part->nodes.items[i];
+        if (is_bound(n)) continue;
+        if (is_alias(n)) {
+            size_t off = n->op == OP_VIEW ? (size_t)n->offset * exec_elem_size(n, ps->prec) : 0;
+            ps->val[i] = (char *)ps->val[n->in[0]->id] + off;
+            continue;
+        }
+        for (int j = 0; j < n->nin && j < 64; j++) in[j] = ps->val[n->in[j]->id];
+        if (ps->prec == PREC_F64) kernel_run_f64(n, ps->val[i], in);
+        else kernel_run_f32(n, ps->val[i], in);
+    }
+}
+
+void exec_free(PartState *ps) {
+    free(ps->owned);
+    free(ps->val);
+    *ps = (PartState){0};
+}

@@ -1,0 +1,28 @@
+// exec.h: runs the nodes of one part of the graph on the CPU, one plain
+// kernel per node (kernels.h). The caller binds the part's inputs and
+// parameters to buffers; every other node gets a buffer of its own, except
+// views and reshapes, which alias their operand.
+#ifndef MT_EXEC_H
+#define MT_EXEC_H
+
+#include "../compiler/graph.h"
+
+typedef enum { PREC_F32, PREC_F64 } Precision;
+
+typedef struct PartState {
+    const Part *part;
+    Precision prec;
+    void **val;  // (nodes.n) the buffer of each node
+    void *owned; // the one allocation behind computed nodes' buffers
+} PartState;
+
+// Bytes of one element of node n under prec: i32 tensors are int32_t.
+size_t exec_elem_size(const Node *n, Precision prec);
+
+// Allocates buffers for every computed node. Returns 0, or -1 out of memory.
+int exec_init(PartState *ps, const Part *part, Precision prec);
+// Runs nodes [from, to). INPUT and PARAM nodes in that range must be bound.
+void exec_run(PartState *ps, int from, int to);
+void exec_free(PartState *ps);
+
+#endif
