@@ -1,0 +1,229 @@
+#include "data.h"
+
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+// Writes "PATH: message" into err and returns -1.
+__attribute__((format(printf, 4, 5)))
+static int fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
+    if (!err || errcap == 0) return -1;
+    int n = snprintf(err, errcap, "%s: ", path);
+    if (n >= 0 && (size_t)n < errcap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static uint32_t le32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+
+static int32_t token_at(const DataSet *d, int64_t i) {
+    if (d->format == DATA_TEXT) return d->toks[i];
+    const unsigned char *p = d->toks + 2 * i;
+    return (int32_t)(p[0] | p[1] << 8);
+}
+
+static int ends_with(const char *s, const char *suffix) {
+    size_t n = strlen(s), k = strlen(suffix);
+    return n >= k && strcmp(s + n - k, suffix) == 0;
+}
+
+// B*T, or -1 when B or T is not positive or B*T+1 overflows.
+static int64_t batch_span(int64_t B, int64_t T) {
+    if (B <= 0 || T <= 0 || B > (INT64_MAX - 1) / T) return -1;
+    return B * T;
+}
+
+// header: int32 magic, version, count, 253 unused; then (count) uint16 tokens
+static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, size_t errcap) {
+    const unsigned char *m = d->map;
+    size_t len = d->map_len;
+    const char *why = ends_with(path, ".bin") ? "a file named *.bin is read as an llm.c token file"
+                                              : "the file starts with llm.c's magic number";
+    if (len >= 4 && le32(m) != DATA_LLMC_MAGIC)
+        return fail(err, errcap, path,
+                    "not an llm.c token file: the magic number is %u, expected %d (%s; to train on "
+                    "the raw bytes of a file, give it another name)",
+                    le32(m), DATA_LLMC_MAGIC, why);
+    if (len < DATA_LLMC_HEADER_BYTES)
+        return fail(err, errcap, path,
+                    "too short for an llm.c token file: %zu bytes, but the header alone is %d (%s)",
+                    len, DATA_LLMC_HEADER_BYTES, why);
+    int32_t version = (int32_t)le32(m + 4), count = (int32_t)le32(m + 8);
+    if (version != DATA_LLMC_VERSION)
+        return fail(err, errcap, path,
+                    "unsupported llm.c token file version %d, expected %d (uint16 tokens)",
+                    version, DATA_LLMC_VERSION);
+    if (count < 0)
+        return fail(err, errcap, path, "the llm.c header's token count %d is negative", count);
+    int64_t want = DATA_LLMC_HEADER_BYTES + 2 * (int64_t)count;
+    if ((int64_t)len != want) {
+        int64_t have = (int64_t)len - DATA_LLMC_HEADER_BYTES;
+        return fail(err, errcap, path,
+                    "the header says %d tokens (%lld bytes after the %d-byte header) but the file "
+                    "has %lld bytes after it: %s",
+                    count, (long long)(want - DATA_LLMC_HEADER_BYTES), DATA_LLMC_HEADER_BYTES,
+                    (long long)have, (int64_t)len < want ? "truncated" : "trailing bytes");
+    }
+    if (count == 0) return fail(err, errcap, path, "the llm.c header says 0 tokens: no data");
+    d->format = DATA_LLMC;
+    d->toks = m + DATA_LLMC_HEADER_BYTES;
+    d->ntokens = count;
+    for (int64_t i = 0; i < d->ntokens; i++) {
+        int32_t t = token_at(d, i);
+        if (t >= vocab)
+            return fail(err, errcap, path,
+                        "token at index %lld is %d, not below the model's vocabulary size %lld",
+                        (long long)i, (int)t, (long long)vocab);
+    }
+    return 0;
+}
+
+static int open_text(DataSet *d, const char *path, int64_t vocab, char *err, size_t errcap) {
+    if (vocab < 256)
+        return fail(err, errcap, path,
+                    "the model's vocabulary V=%lld is smaller than 256, so a text file (read as "
+                    "bytes, each a token 0..255) cannot be used; give an llm.c token file",
+                    (long long)vocab);
+    d->format = DATA_TEXT;
+    d->toks = d->map;
+    d->ntokens = (int64_t)d->map_len;
+    return 0;
+}
+
+int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, char *err, size_t errcap) {
+    *d = (DataSet){0};
+    if (vocab <= 0)
+        return fail(err, errcap, path, "the model's vocabulary size %lld is not positive", (long long)vocab);
+    if (!(val_fraction >= 0 && val_fraction < 1))
+        return fail(err, errcap, path, "val_fraction %g is not in [0, 1)", val_fraction);
+
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
+    if (fd < 0) return fail(err, errcap, path, "cannot open the data file: %s", strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return fail(err, errcap, path, "cannot stat the data file: %s", strerror(e));
+    }
+    const char *bad = S_ISDIR(st.st_mode) ? "is a directory, not a data file"
+                    : !S_ISREG(st.st_mode) ? "is not a regular file (a data file is mapped, so it "
+                                             "cannot be a pipe or a device)"
+                    : st.st_size == 0 ? "empty file: no tokens"
+                    : (uint64_t)st.st_size > SIZE_MAX ? "too large to map on this machine"
+                    : NULL;
+    if (bad) {
+        close(fd);
+        return fail(err, errcap, path, "%s", bad);
+    }
+    size_t len = (size_t)st.st_size;
+    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); // the mapping stays
+    if (m == MAP_FAILED) return fail(err, errcap, path, "cannot map the data file: %s", strerror(e));
+    d->map = m;
+    d->map_len = len;
+    d->path = strdup(path);
+    if (!d->path) {
+        data_close(d);
+        return fail(err, errcap, path, "out of memory");
+    }
+
+    int llmc = ends_with(path, ".bin") || (len >= 4 && le32(d->map) == DATA_LLMC_MAGIC);
+    if ((llmc ? open_llmc : open_text)(d, path, vocab, err, errcap) != 0) {
+        data_close(d);
+        return -1;
+    }
+
+    // the last val_fraction of the tokens, rounded to the nearest token
+    d->val_fraction = val_fraction;
+    d->nval = val_fraction > 0 ? (int64_t)((double)d->ntokens * val_fraction + 0.5) : 0;
+    if (d->nval > d->ntokens) d->nval = d->ntokens;
+    d->ntrain = d->ntokens - d->nval;
+    d->train_pos = 0;
+    return 0;
+}
+
+int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t errcap) {
+    const char *path = d->path ? d->path : "(no data)";
+    int64_t span = batch_span(B, T);
+    if (span < 0)
+        return fail(err, errcap, path,
+                    "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
+                    "must fit in 64 bits",
+                    (long long)B, (long long)T);
+    if (d->ntrain < span + 1)
+        return fail(err, errcap, path,
+                    "the training split holds %lld tokens but one batch of B=%lld x T=%lld needs "
+                    "B*T+1 = %lld (the file holds %lld tokens, %lld of them for validation)",
+                    (long long)d->ntrain, (long long)B, (long long)T, (long long)(span + 1),
+                    (long long)d->ntokens, (long long)d->nval);
+    if (d->val_fraction > 0 && d->nval < span + 1)
+        return fail(err, errcap, path,
+                    "the validation split holds %lld tokens (val_fraction %g of %lld) but one batch "
+                    "of B=%lld x T=%lld needs B*T+1 = %lld",
+                    (long long)d->nval, d->val_fraction, (long long)d->ntokens, (long long)B,
+                    (long long)T, (long long)(span + 1));
+    return 0;
+}
+
+// tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1]
+static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T,
+                 int32_t *tokens, int32_t *targets) { // (B, T) each
+    for (int64_t i = 0; i < B * T; i++) {
+        tokens[i] = token_at(d, pos + i);
+        targets[i] = token_at(d, pos + i + 1);
+    }
+}
+
+static void fill_zeros(int64_t B, int64_t T, int32_t *tokens, int32_t *targets) { // (B, T) each
+    if (B <= 0 || T <= 0) return;
+    memset(tokens, 0, (size_t)(B * T) * sizeof *tokens);
+    memset(targets, 0, (size_t)(B * T) * sizeof *targets);
+}
+
+void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
+    int64_t span = batch_span(B, T);
+    if (span < 0 || d->ntrain < span + 1) { // data_check_batch would have said so
+        fill_zeros(B, T, tokens, targets);
+        return;
+    }
+    if (d->train_pos < 0 || d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
+    fill(d, d->train_pos, B, T, tokens, targets);
+    d->train_pos += span;
+    if (d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
+}
+
+int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T) {
+    int64_t span = batch_span(B, T);
+    if (span < 0 || d->nval < span + 1) return 0;
+    return (d->nval - 1) / span; // batch k reads [k*span, k*span + span] within the split
+}
+
+void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
+    int64_t n = data_val_batches(d, B, T);
+    if (n == 0) {
+        fill_zeros(B, T, tokens, targets);
+        return;
+    }
+    int64_t k = i % n;
+    if (k < 0) k += n;
+    fill(d, d->ntrain + k * B * T, B, T, tokens, targets);
+}
+
+void data_close(DataSet *d) {
+    if (d->map) munmap((void *)d->map, d->map_len);
+    free(d->path);
+    *d = (DataSet){0};
+}

@@ -1,0 +1,77 @@
+// data.h: training data for mtrun. A data file is mapped read-only and kept
+// mapped; batches are cut from it as llm.c's loader does.
+//
+// Two formats:
+//   - llm.c's token file: a header of 256 little-endian int32 (magic 20240520,
+//     version 1, token count, the rest unused), then that many little-endian
+//     uint16 tokens. A file whose name ends in ".bin", or whose first four
+//     bytes are the magic, must be one, and is validated in full, every token
+//     below the model's vocabulary included.
+//   - byte-level text: any other file; each byte is a token 0..255, so the
+//     model's vocabulary must hold at least 256 tokens.
+//
+// The last val_fraction of the tokens is the validation split, the rest the
+// training split. A batch is B rows of T+1 consecutive tokens, each row
+// starting T tokens after the one before (so rows overlap by one token):
+// tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1],
+// which reads B*T+1 tokens from pos.
+//
+// Errors are returned as "FILE: what is wrong" in the caller's buffer, never
+// printed. The file is never written: it is opened O_RDONLY and mapped
+// PROT_READ, MAP_PRIVATE.
+#ifndef MT_DATA_H
+#define MT_DATA_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define DATA_LLMC_MAGIC 20240520
+#define DATA_LLMC_VERSION 1
+#define DATA_LLMC_HEADER_BYTES 1024 // 256 int32
+
+typedef enum DataFormat {
+    DATA_TEXT, // raw bytes, one token each
+    DATA_LLMC, // llm.c header + uint16 tokens
+} DataFormat;
+
+typedef struct DataSet {
+    char *path;                 // as the user named it (malloc'd), for messages
+    const unsigned char *map;   // (map_len) the whole file, PROT_READ, MAP_PRIVATE
+    size_t map_len;
+    DataFormat format;
+    const unsigned char *toks;  // (ntokens) bytes for text, (2*ntokens) LE uint16 for llm.c
+    int64_t ntokens;            // in the whole file
+    int64_t ntrain;             // tokens [0, ntrain) are the training split
+    int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
+    double val_fraction;        // as given to data_open
+    int64_t train_pos;   // next training token offset within the training split (checkpointed by the caller)
+} DataSet;
+
+// Opens path; vocab is the model's vocabulary size; val_fraction is in
+// [0, 1) (0: no validation split). Returns 0, or -1 with a message in err
+// ("FILE: what is wrong") and *d zeroed, so data_close(d) is harmless either way.
+int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, char *err, size_t errcap);
+
+// Checks that each split holds at least B*T+1 tokens (the validation split
+// only when there is one). Returns 0, or -1 with a message in err giving the
+// numbers. Call it once after data_open and before the batch functions: they
+// require it, and write zeros rather than read past a split too small for a
+// batch.
+int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t errcap);
+
+// The next training batch: tokens[b*T + t] and targets = the next token, taken from consecutive
+// windows of B*T+1 tokens starting at train_pos (B rows of T+1 consecutive tokens each, rows
+// following each other, as llm.c's loader); advances train_pos by B*T and wraps to 0 when the next
+// batch would not fit. A train_pos from which the batch itself would not fit (a checkpoint taken
+// with another B or T, say) is taken as 0.
+void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);  // (B, T) each
+
+// The i-th validation batch, the same way from the validation split's start (wrapping modulo the number
+// of whole batches that fit), so validation loss is computed on the same batches every time.
+void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);
+int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T);  // how many whole batches fit
+
+// Unmaps the file and zeroes *d.
+void data_close(DataSet *d);
+
+#endif

@@ -1,0 +1,426 @@
+// test_data: runtime/data.c on a small text file and small llm.c token files
+// written by tests/make_llmc_tokens.py, an independent fixture writer. Checks
+// exact tokens and targets of batches, the wrap-around, validation batches,
+// split sizes, that the data file is left as it was, and one error per kind
+// of bad input (message names the file and says what is wrong).
+//
+// usage: test_data PYTHON tests/make_llmc_tokens.py WORKDIR
+// Prints each failure and exits 1 if there was any.
+#include <errno.h>
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../runtime/data.h"
+
+static int failures;
+static const char *python, *writer, *workdir;
+
+__attribute__((format(printf, 2, 3)))
+static void check(int ok, const char *fmt, ...) {
+    if (ok) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    failures++;
+}
+
+static void check_i64(int64_t got, int64_t want, const char *what) {
+    check(got == want, "%s: got %lld, want %lld", what, (long long)got, (long long)want);
+}
+
+// the fixture's formulas, computed here on their own
+static int32_t llmc_token(int64_t i) { return (int32_t)((7919 * i + 11) % 50000); }
+static int32_t text_byte(int64_t i) { return (int32_t)((13 * i + 7) % 256); }
+
+static char *in_workdir(const char *name) {
+    size_t n = strlen(workdir) + strlen(name) + 2;
+    char *p = malloc(n);
+    if (!p) {
+        printf("FAIL: out of memory\n");
+        exit(1);
+    }
+    snprintf(p, n, "%s/%s", workdir, name);
+    return p;
+}
+
+// Runs PYTHON WRITER OUT ARGS... ; returns 0 when it exited 0 and OUT exists.
+static int make_fixture(const char *out, const char *args) {
+    char *argv[32];
+    char buf[512];
+    int argc = 0;
+    argv[argc++] = (char *)python;
+    argv[argc++] = (char *)writer;
+    argv[argc++] = (char *)out;
+    snprintf(buf, sizeof buf, "%s", args);
+    for (char *tok = strtok(buf, " "); tok && argc < 31; tok = strtok(NULL, " ")) argv[argc++] = tok;
+    argv[argc] = NULL;
+    unlink(out);
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        execv(python, argv);
+        execvp(python, argv);
+        _exit(127);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
+        check(0, "fixture writer '%s %s %s %s' failed (status %d)", python, writer, out, args, status);
+        return -1;
+    }
+    struct stat st;
+    if (stat(out, &st) != 0) {
+        check(0, "fixture writer did not write %s", out);
+        return -1;
+    }
+    return 0;
+}
+
+static void write_bytes(const char *path, int64_t n) {
+    FILE *f = fopen(path, "wb");
+    if (!f) {
+        check(0, "cannot write %s: %s", path, strerror(errno));
+        return;
+    }
+    for (int64_t i = 0; i < n; i++) fputc(text_byte(i), f);
+    check(fclose(f) == 0, "cannot write %s", path);
+}
+
+static unsigned char *slurp(const char *path, long *len) {
+    *len = 0;
+    FILE *f = fopen(path, "rb");
+    if (!f) return NULL;
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *p = malloc(n > 0 ? (size_t)n : 1);
+    if (p && fread(p, 1, (size_t)n, f) != (size_t)n) {
+        free(p);
+        p = NULL;
+    }
+    fclose(f);
+    *len = n;
+    return p;
+}
+
+// tokens[b*T + t] == x(pos + b*T + t), targets[b*T + t] == x(pos + b*T + t + 1)
+static void check_batch(const char *what, const int32_t *tokens, const int32_t *targets,
+                        int64_t B, int64_t T, int64_t pos, int32_t (*x)(int64_t)) {
+    for (int64_t b = 0; b < B; b++)
+        for (int64_t t = 0; t < T; t++) {
+            int64_t i = b * T + t;
+            if (tokens[i] != x(pos + i) || targets[i] != x(pos + i + 1)) {
+                check(0, "%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d",
+                      what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
+                      x(pos + i), x(pos + i + 1));
+                return;
+            }
+        }
+}
+
+static void check_error(const char *path, int64_t vocab, double val_fraction, const char *phrase) {
+    DataSet d;
+    char err[512] = "";
+    int rc = data_open(&d, path, vocab, val_fraction, err, sizeof err);
+    check(rc == -1, "data_open(%s, V=%lld, %g) returned %d, want -1", path, (long long)vocab, val_fraction, rc);
+    check(strstr(err, path) == err, "message for %s does not start with the file name: '%s'", path, err);
+    check(strstr(err, phrase) != NULL, "message for %s lacks '%s': '%s'", path, phrase, err);
+    check(d.map == NULL && d.path == NULL && d.ntokens == 0, "failed data_open(%s) left *d set", path);
+    if (rc == 0) data_close(&d);
+}
+
+// B=4, T=8 on 1000 tokens, val_fraction 0.1: 900 training tokens, 100 validation
+static void test_llmc(void) {
+    char *path = in_workdir("tokens.bin");
+    if (make_fixture(path, "--count 1000") != 0) {
+        free(path);
+        return;
+    }
+    long len0;
+    unsigned char *before = slurp(path, &len0);
+    struct stat st0, st1;
+    stat(path, &st0);
+
+    DataSet d;
+    char err[512] = "";
+    if (data_open(&d, path, 50257, 0.1, err, sizeof err) != 0) {
+        check(0, "data_open(%s): %s", path, err);
+        free(before);
+        free(path);
+        return;
+    }
+    check(d.format == DATA_LLMC, "tokens.bin: not read as an llm.c token file");
+    check_i64(d.ntokens, 1000, "tokens.bin: ntokens");
+    check_i64(d.ntrain, 900, "tokens.bin: training split");
+    check_i64(d.nval, 100, "tokens.bin: validation split");
+    check_i64(d.train_pos, 0, "tokens.bin: train_pos after open");
+    check(data_check_batch(&d, 4, 8, err, sizeof err) == 0, "data_check_batch(4, 8): %s", err);
+
+    enum { B = 4, T = 8 };
+    int32_t tokens[B * T], targets[B * T]; // (B, T) each
+    data_next_train(&d, B, T, tokens, targets);
+    // literal values: token i is (7919*i + 11) % 50000
+    check(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
+    check(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
+    check(targets[T - 1] == tokens[T], "row 0's last target %d is not row 1's first token %d", targets[T - 1], tokens[T]);
+    check(tokens[31] == 45500 && targets[31] == 3419, "last of first batch %d -> %d, want 45500 -> 3419 (tokens 31, 32)",
+          tokens[31], targets[31]);
+    check_batch("train batch 0", tokens, targets, B, T, 0, llmc_token);
+    check_i64(d.train_pos, 32, "train_pos after one batch");
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("train batch 1", tokens, targets, B, T, 32, llmc_token);
+    // batches 2..27 start at 64..864; 864 + 33 <= 900, 896 + 33 > 900: wrap
+    for (int k = 2; k < 28; k++) {
+        check_i64(d.train_pos, 32 * k, "train_pos before a batch");
+        data_next_train(&d, B, T, tokens, targets);
+        check_batch("train batch k", tokens, targets, B, T, 32 * k, llmc_token);
+    }
+    check_i64(d.train_pos, 0, "train_pos after the last batch that fits (wrap)");
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("train batch 28 (wrapped)", tokens, targets, B, T, 0, llmc_token);
+
+    // resume from a checkpointed position; a position that cannot hold a batch restarts
+    d.train_pos = 64;
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("train batch from train_pos 64", tokens, targets, B, T, 64, llmc_token);
+    d.train_pos = 868; // 868 + 33 > 900
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("train batch from a train_pos past the end", tokens, targets, B, T, 0, llmc_token);
+    d.train_pos = -5;
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("train batch from a negative train_pos", tokens, targets, B, T, 0, llmc_token);
+    // a batch that ends exactly at the split's end: B=1, T=29, 899 = 31*29, so batch 30
+    // reads tokens 870..899 and is the last before the wrap
+    d.train_pos = 0;
+    for (int k = 0; k < 31; k++) {
+        data_next_train(&d, 1, 29, tokens, targets);
+        check_batch("train batch k of 1 x 29", tokens, targets, 1, 29, 29 * k, llmc_token);
+    }
+    check_i64(d.train_pos, 0, "train_pos after the batch that ends at the split's end");
+    d.train_pos = 32;
+
+    // validation: 3 whole batches at 900, 932, 964 (964 + 33 = 997 <= 1000)
+    check_i64(data_val_batches(&d, B, T), 3, "data_val_batches(4, 8)");
+    check_i64(data_val_batches(&d, 1, 99), 1, "data_val_batches(1, 99)");
+    check_i64(data_val_batches(&d, 1, 100), 0, "data_val_batches(1, 100)");
+    check_i64(data_val_batches(&d, 3, 11), 3, "data_val_batches(3, 11)"); // 99 / 33
+    check_i64(data_val_batches(&d, 1, 50), 1, "data_val_batches(1, 50)"); // a second would need 50..100
+    check_i64(data_val_batches(&d, 1, 49), 2, "data_val_batches(1, 49)");
+    int64_t starts[] = {900, 932, 964, 900, 932, 964};
+    for (int i = 0; i < 6; i++) {
+        data_val_batch(&d, i, B, T, tokens, targets);
+        check_batch("val batch i", tokens, targets, B, T, starts[i], llmc_token);
+    }
+    data_val_batch(&d, 0, B, T, tokens, targets);
+    check(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
+          tokens[0], targets[B * T - 1]);
+    data_val_batch(&d, -1, B, T, tokens, targets);
+    check_batch("val batch -1", tokens, targets, B, T, 964, llmc_token);
+    check_i64(d.train_pos, 32, "train_pos after validation (must not move)");
+
+    // a split too small for one batch; the boundaries exactly
+    check(data_check_batch(&d, 1, 99, err, sizeof err) == 0, "data_check_batch(1, 99): %s", err);
+    err[0] = 0;
+    check(data_check_batch(&d, 1, 100, err, sizeof err) == -1, "data_check_batch(1, 100) passed with 100 validation tokens");
+    check(strstr(err, path) == err && strstr(err, "validation split holds 100 tokens") && strstr(err, "B*T+1 = 101"),
+          "message for a validation split too small: '%s'", err);
+    err[0] = 0;
+    check(data_check_batch(&d, 1, 900, err, sizeof err) == -1, "data_check_batch(1, 900) passed with 900 training tokens");
+    check(strstr(err, path) == err && strstr(err, "training split holds 900 tokens") && strstr(err, "B*T+1 = 901"),
+          "message for a training split too small: '%s'", err);
+    err[0] = 0;
+    check(data_check_batch(&d, 0, 8, err, sizeof err) == -1 && strstr(err, "must be positive"),
+          "data_check_batch(0, 8): '%s'", err);
+    err[0] = 0;
+    check(data_check_batch(&d, INT64_MAX / 2, 4, err, sizeof err) == -1 && strstr(err, "must be positive"),
+          "data_check_batch with an overflowing B*T: '%s'", err);
+    // and the batch functions write zeros rather than read past the split
+    int32_t big_tokens[1001], big_targets[1001]; // (1, 1001) each
+    big_tokens[0] = big_targets[0] = -1;
+    data_next_train(&d, 1, 1001, big_tokens, big_targets);
+    check(big_tokens[0] == 0 && big_targets[0] == 0, "an oversized training batch was not zeros");
+    data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets);
+    check(big_tokens[1000] == 0 && big_targets[1000] == 0, "an oversized validation batch was not zeros");
+    data_close(&d);
+    check(d.map == NULL && d.path == NULL, "data_close left *d set");
+    data_close(&d); // harmless twice
+
+    // with no validation split the training split is the whole file
+    check(data_open(&d, path, 50257, 0, err, sizeof err) == 0, "data_open(%s, val 0): %s", path, err);
+    check_i64(d.ntrain, 1000, "training split with val_fraction 0");
+    check_i64(d.nval, 0, "validation split with val_fraction 0");
+    check_i64(data_val_batches(&d, 1, 1), 0, "data_val_batches with no validation split");
+    check(data_check_batch(&d, 1, 999, err, sizeof err) == 0, "data_check_batch(1, 999), val 0: %s", err);
+    check(data_check_batch(&d, 1, 1000, err, sizeof err) == -1, "data_check_batch(1, 1000) passed with 1000 tokens");
+    data_close(&d);
+    check(data_open(&d, path, 50257, 0.15, err, sizeof err) == 0, "data_open(%s, val 0.15): %s", path, err);
+    check_i64(d.nval, 150, "validation split with val_fraction 0.15");
+    check_i64(d.ntrain, 850, "training split with val_fraction 0.15");
+    data_close(&d);
+    check(data_open(&d, path, 50257, 0.1236, err, sizeof err) == 0, "data_open(%s, val 0.1236): %s", path, err);
+    check_i64(d.nval, 124, "validation split with val_fraction 0.1236 (123.6 tokens, rounded)");
+    data_close(&d);
+
+    // the data file is left as it was
+    long len1;
+    unsigned char *after = slurp(path, &len1);
+    stat(path, &st1);
+    check(before && after && len0 == len1 && memcmp(before, after, (size_t)len0) == 0, "%s changed", path);
+    check(st0.st_mtime == st1.st_mtime && st0.st_size == st1.st_size, "%s: size or mtime changed", path);
+    free(before);
+    free(after);
+    free(path);
+}
+
+// B=2, T=16 on 500 bytes, val_fraction 0.2: 400 training tokens, 100 validation
+static void test_text(void) {
+    char *path = in_workdir("text.txt");
+    write_bytes(path, 500);
+    DataSet d;
+    char err[512] = "";
+    if (data_open(&d, path, 256, 0.2, err, sizeof err) != 0) {
+        check(0, "data_open(%s): %s", path, err);
+        free(path);
+        return;
+    }
+    check(d.format == DATA_TEXT, "text.txt: not read as bytes");
+    check_i64(d.ntokens, 500, "text.txt: ntokens");
+    check_i64(d.ntrain, 400, "text.txt: training split");
+    check_i64(d.nval, 100, "text.txt: validation split");
+    enum { B = 2, T = 16 };
+    int32_t tokens[B * T], targets[B * T]; // (B, T) each
+    check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
+    data_next_train(&d, B, T, tokens, targets);
+    check(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
+          tokens[0], targets[0], tokens[T]);
+    check_batch("text train batch 0", tokens, targets, B, T, 0, text_byte);
+    // 12 batches at 0..352 (352 + 33 <= 400), then wrap
+    for (int k = 1; k < 12; k++) {
+        data_next_train(&d, B, T, tokens, targets);
+        check_batch("text train batch k", tokens, targets, B, T, 32 * k, text_byte);
+    }
+    check_i64(d.train_pos, 0, "text train_pos after the last batch that fits (wrap)");
+    data_next_train(&d, B, T, tokens, targets);
+    check_batch("text train batch 12 (wrapped)", tokens, targets, B, T, 0, text_byte);
+    check_i64(data_val_batches(&d, B, T), 3, "text data_val_batches(2, 16)");
+    data_val_batch(&d, 2, B, T, tokens, targets);
+    check_batch("text val batch 2", tokens, targets, B, T, 464, text_byte);
+    data_val_batch(&d, 4, B, T, tokens, targets);
+    check_batch("text val batch 4 (wrapped)", tokens, targets, B, T, 432, text_byte);
+    data_close(&d);
+
+    check(data_open(&d, path, 50257, 0.2, err, sizeof err) == 0, "data_open(%s, V=50257): %s", path, err);
+    data_close(&d);
+    check_error(path, 255, 0.1, "vocabulary V=255 is smaller than 256");
+    check_error(path, 255, 0.1, "give an llm.c token file");
+    free(path);
+}
+
+// one fixture per kind of broken token file
+static void test_errors(void) {
+    static const struct {
+        const char *name, *args;
+        int64_t vocab;
+        const char *phrase;
+    } cases[] = {
+        {"bad_magic.bin", "--count 100 --magic 20240521", 50257, "not an llm.c token file: the magic number is 20240521"},
+        {"bad_version.bin", "--count 100 --version 2", 50257, "unsupported llm.c token file version 2"},
+        {"truncated.bin", "--count 100 --truncate 1", 50257, "the header says 100 tokens (200 bytes after the 1024-byte header) but the file has 199"},
+        {"trailing.bin", "--count 100 --extra 2", 50257, "trailing bytes"},
+        {"miscount.bin", "--count 100 --header-count 99", 50257, "the header says 99 tokens"},
+        {"negative.bin", "--count 100 --header-count -1", 50257, "token count -1 is negative"},
+        {"short.bin", "--count 0 --truncate 24", 50257, "too short for an llm.c token file: 1000 bytes"},
+        {"short.dat", "--count 0 --truncate 24", 50257, "starts with llm.c's magic number"},
+        {"no_tokens.bin", "--count 0", 50257, "says 0 tokens"},
+        {"big_token.bin", "--count 1000 --set 77=50257", 50257, "token at index 77 is 50257, not below the model's vocabulary size 50257"},
+        {"tiny.bin", "--count 1000", 50257, "training split holds"}, // checked with B, T below
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
+        char *path = in_workdir(cases[i].name);
+        if (make_fixture(path, cases[i].args) == 0) {
+            if (strcmp(cases[i].name, "tiny.bin") != 0) {
+                check_error(path, cases[i].vocab, 0.1, cases[i].phrase);
+            } else { // 1000 tokens, 900 for training: B=8, T=128 needs 1025
+                DataSet d;
+                char err[512] = "";
+                check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
+                err[0] = 0;
+                check(data_check_batch(&d, 8, 128, err, sizeof err) == -1, "a batch of 8 x 128 fits in 900 tokens?");
+                check(strstr(err, path) == err && strstr(err, "training split holds 900 tokens but one batch of B=8 x T=128 needs B*T+1 = 1025"),
+                      "message for a file too small for a batch: '%s'", err);
+                data_close(&d);
+            }
+        }
+        free(path);
+    }
+    // the offending token one lower is fine, and so is a vocabulary one larger
+    char *path = in_workdir("edge_token.bin");
+    if (make_fixture(path, "--count 1000 --set 77=50256") == 0) {
+        DataSet d;
+        char err[512] = "";
+        check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s) with token 50256 < V: %s", path, err);
+        data_close(&d);
+    }
+    free(path);
+    // a token file is known by its magic number whatever its name
+    path = in_workdir("tokens.dat");
+    if (make_fixture(path, "--count 100") == 0) {
+        DataSet d;
+        char err[512] = "";
+        check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
+        check(d.format == DATA_LLMC && d.ntokens == 100, "tokens.dat not read as an llm.c token file of 100 tokens");
+        data_close(&d);
+        check_error(path, 256, 0.1, "token at index 1 is 7930"); // V=256 < 7930
+    }
+    free(path);
+
+    path = in_workdir("no-such-file.bin");
+    check_error(path, 50257, 0.1, "cannot open the data file: No such file or directory");
+    free(path);
+    path = in_workdir("empty.txt");
+    write_bytes(path, 0);
+    check_error(path, 50257, 0.1, "empty file");
+    free(path);
+    check_error(workdir, 50257, 0.1, "is a directory");
+    path = in_workdir("fifo");
+    unlink(path);
+    if (mkfifo(path, 0600) == 0) check_error(path, 50257, 0.1, "is not a regular file");
+    free(path);
+    path = in_workdir("text.txt");
+    check_error(path, 50257, 1.0, "val_fraction 1 is not in [0, 1)");
+    check_error(path, 50257, -0.1, "is not in [0, 1)");
+    check_error(path, 50257, NAN, "is not in [0, 1)");
+    check_error(path, 0, 0.1, "vocabulary size 0 is not positive");
+    free(path);
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4) {
+        fprintf(stderr, "usage: test_data PYTHON tests/make_llmc_tokens.py WORKDIR\n");
+        return 2;
+    }
+    python = argv[1];
+    writer = argv[2];
+    workdir = argv[3];
+    if (mkdir(workdir, 0755) != 0 && errno != EEXIST) {
+        printf("FAIL: cannot make %s: %s\n", workdir, strerror(errno));
+        return 1;
+    }
+    test_llmc();
+    test_text();
+    test_errors();
+    if (failures) {
+        printf("%d check(s) failed\n", failures);
+        return 1;
+    }
+    printf("ok: data loading, batches, splits and errors\n");
+    return 0;
+}
