@@ -125,10 +125,13 @@ int num_binary(Sema *S, int op, Loc loc, Num a, Num b, Num *out) {
 
 // A name used where a constant is needed but which names something else.
 static void not_a_constant(Sema *S, const Expr *e) {
-    if (find_param(S, e->str, 0) >= 0 || find_param(S, e->str, 1) >= 0 || find_local(S, e->str))
+    if (!S->in_block && find_param(S, e->str, 1) >= 0)
+        diag_error(S->d, e->loc, "'%s' is a parameter of block '%s'; only the block can use it", e->str, S->block->name);
+    else if (find_param(S, e->str, 0) >= 0 || find_param(S, e->str, 1) >= 0 || find_local(S, e->str))
         diag_error(S->d, e->loc, "'%s' is a tensor; expected a constant number", e->str);
     else if (is_bt(e->str))
-        diag_error(S->d, e->loc, "'%s' is not known yet: the config cannot depend on the batch size or sequence length", e->str);
+        diag_error(S->d, e->loc, "'%s' (the %s) cannot be used in %s", e->str,
+                   e->str[0] == 'B' ? "batch size" : "sequence length", S->bt_unavailable_in);
     else
         diag_error(S->d, e->loc, "undefined name '%s'", e->str);
 }
@@ -424,7 +427,11 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     if (!p) return -1;
     *p = (Param){.name = pd->name, .ckpt = pd->ckpt, .in_block = in_block, .loc = pd->loc,
                  .first_use = PART_COUNT, .init = INIT_NORMAL, .init_std = 0.02};
-    if (eval_shape(S, &pd->type, &p->shape) != 0) return -1;
+    S->have_bt = 0; // parameter shapes are the model's, whatever the batch
+    S->bt_unavailable_in = "a parameter's shape";
+    int rc = eval_shape(S, &pd->type, &p->shape);
+    S->have_bt = 1;
+    if (rc != 0) return -1;
     if (p->shape.rank == 0) {
         diag_error(S->d, pd->type.loc, "a parameter needs at least one dimension");
         return -1;
@@ -548,6 +555,10 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
     }
     case EXPR_CALL:
         if (S->block && !strcmp(e->str, S->block->name)) return lower_block_call(S, e, out);
+        if (!strcmp(e->str, "sqrt")) { // the constant function
+            out->is_num = 1;
+            return eval_num(S, e, &out->num);
+        }
         return lower_op_call(S, e, out, 1);
     case EXPR_STRING: diag_error(S->d, e->loc, "a string is not a value here; expected a tensor expression"); return -1;
     case EXPR_BOOL: diag_error(S->d, e->loc, "a boolean is not a value here; expected a tensor expression"); return -1;
@@ -681,8 +692,9 @@ static int lower_block(Sema *S) {
     g->block_name = b->name;
     g->block_prefix = b->prefix;
     if (eval_int(S, b->repeat, 1, "the layer count", &g->layers) != 0) return -1;
-    if (!strstr(b->prefix, "{i}")) {
-        diag_error(S->d, b->prefix_loc, "the block's checkpoint prefix must contain {i}, the layer index, as \"h.{i}.\"");
+    const char *mark = strstr(b->prefix, "{i}");
+    if (!mark || strstr(mark + 1, "{i}")) {
+        diag_error(S->d, b->prefix_loc, "the block's checkpoint prefix must contain {i}, the layer index, once, as \"h.{i}.\"");
         return -1;
     }
     S->in_block = 1;
@@ -697,6 +709,10 @@ static int lower_block(Sema *S) {
     if (eval_shape(S, &b->input.type, &in_shape) != 0) return -1;
     if (b->output) {
         Shape out_shape;
+        if (b->output->dtype && strcmp(b->output->dtype, "f32")) {
+            diag_error(S->d, b->output->dtype_loc, "a block returns an f32 tensor, not %s", b->output->dtype);
+            return -1;
+        }
         if (eval_shape(S, b->output, &out_shape) != 0) return -1;
         if (!shape_eq(&in_shape, &out_shape)) {
             char s1[160], s2[160];
@@ -798,7 +814,7 @@ static int check_params_used(Sema *S) {
 
 Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     int errors_before = d->nerrors;
-    Sema S = {.a = a, .d = d, .m = m};
+    Sema S = {.a = a, .d = d, .m = m, .bt_unavailable_in = "the config or train sections"};
     S.g = arena_alloc(a, sizeof(Graph));
     if (!S.g) goto oom;
     S.g->model_name = m->name;

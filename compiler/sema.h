@@ -26,6 +26,7 @@ typedef struct Sema {
     Graph *g;
     PtrVec config;        // of ConfigEntry*
     int have_bt;          // B and T are bound
+    const char *bt_unavailable_in; // where B and T cannot be used, for messages
     int64_t B, T;
     PartKind part;        // the part statements are appended to
     PtrVec locals;        // of Local*: names bound by statements and inputs

@@ -260,7 +260,7 @@ expr
     | primary
     ;
 
-/* primary: INT | FLOAT | STRING | "true" | "false" | IDENT | IDENT "(" args ")"
+/* primary: INT | FLOAT | STRING | "true" | "false" | IDENT | IDENT "(" call_args ")"
           | "(" expr ")" | "(" expr ("," expr)+ ")" | "[" exprs? "]" */
 primary
     : INT     { $$ = new_expr(ctx, EXPR_INT, @1); if ($$) $$->ival = $1; }
