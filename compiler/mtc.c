@@ -9,7 +9,11 @@
 #include <unistd.h>
 
 #include "../common/io.h"
+#include <zlib.h>
+
 #include "graph.h"
+#include "plan_write.h"
+#include "schedule.h"
 #include "summary.h"
 
 #ifndef MT_VERSION
@@ -22,7 +26,7 @@ static const char USAGE[] =
     "Compiles a model description into a training plan for mtrun.\n"
     "\n"
     "options:\n"
-    "  -o PLAN          write the plan (not available yet: plans arrive with the runtime)\n"
+    "  -o PLAN          write the training plan for mtrun\n"
     "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
     "  --batch N        batch size (overrides the train section)\n"
     "  --seq N          sequence length (overrides the train section)\n"
@@ -58,6 +62,21 @@ static int check_target(const char *name, char *path, size_t cap) {
     snprintf(path, cap, "schedules/%s.target", name);
     if (!strchr(name, '/') && access(path, R_OK) == 0) return 0;
     fprintf(stderr, "mtc: error: --target %s: no readable file '%s' or 'schedules/%s.target'\n", name, name, name);
+    return -1;
+}
+
+// Schedules the graph and writes the plan; nothing is left at path on failure.
+static int write_plan(Graph *g, const Source *src, const char *path, Arena *arena) {
+    char err[1024];
+    Plan *p = schedule_first(g, arena, err, sizeof err);
+    if (p) {
+        p->source_path = src->path;
+        p->source = src->text;
+        p->source_len = src->len;
+        p->source_crc = (uint32_t)crc32(0L, (const Bytef *)src->text, (uInt)src->len);
+        if (plan_write(p, path, err, sizeof err) == 0) return 0;
+    }
+    fprintf(stderr, "mtc: error: %s\n", err);
     return -1;
 }
 
@@ -120,10 +139,7 @@ int main(int argc, char **argv) {
         if (want_dump) graph_dump(stdout, g, path);
         if (want_json) summary_print_json(stdout, g, path, &arena);
         else if (want_summary) summary_print(stdout, g, path);
-        if (out_path) {
-            fprintf(stderr, "mtc: error: -o %s: writing plans is not implemented yet; nothing was written\n", out_path);
-            rc = 1;
-        }
+        if (out_path && write_plan(g, &src, out_path, &arena) != 0) rc = 1;
         if (fflush(stdout) != 0) {
             fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
             rc = 1;

@@ -5,7 +5,7 @@ model gpt2_tiny
 config {
   V = 256              # bytes
   ctx = 64             # context length
-  C = 32               # width
+  C = 64               # width
   NH = 4               # attention heads
   L = 2                # layers
   eps = 1e-5
@@ -43,9 +43,9 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 
 train {
-  batch = 8
+  batch = 16
   seq = 64
-  optimizer = adamw(lr = 1e-3, betas = (0.9, 0.95), weight_decay = 0.1, eps = 1e-8)
+  optimizer = adamw(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1, eps = 1e-8)
   schedule = cosine(warmup = 20, min_lr = 0.1)
   clip = 1.0
   steps = 500

@@ -6,12 +6,12 @@ model llama_tiny
 
 config {
   V = 256              # vocabulary
-  C = 48               # width
+  C = 64               # width
   L = 2                # layers
   NH = 4               # query heads
   NKV = 2              # key/value heads (grouped-query attention)
   HS = C / NH          # head width
-  FFN = 128            # SwiGLU hidden width
+  FFN = 176            # SwiGLU hidden width
   theta = 10000.0
   eps = 1e-5
 }
@@ -46,9 +46,9 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 
 train {
-  batch = 8
+  batch = 16
   seq = 64
-  optimizer = adamw(lr = 1e-3, betas = (0.9, 0.95), weight_decay = 0.1)
+  optimizer = adamw(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1)
   schedule = cosine(warmup = 20, min_lr = 0.1)
   clip = 1.0
   steps = 500

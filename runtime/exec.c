@@ -37,6 +37,15 @@ int exec_init(PartState *ps, const Part *part, Precision prec) {
     return 0;
 }
 
+int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, const int64_t *offsets) {
+    *ps = (PartState){.part = part, .prec = prec};
+    ps->val = calloc((size_t)part->nodes.n + 1, sizeof(void *));
+    if (!ps->val) return -1;
+    for (int i = 0; i < part->nodes.n; i++)
+        if (!is_alias(part->nodes.items[i])) ps->val[i] = base + offsets[i];
+    return 0;
+}
+
 void exec_run(PartState *ps, int from, int to) {
     void *in[64];
     for (int i = from; i < to; i++) {

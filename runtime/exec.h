@@ -21,6 +21,9 @@ size_t exec_elem_size(const Node *n, Precision prec);
 
 // Allocates buffers for every computed node. Returns 0, or -1 out of memory.
 int exec_init(PartState *ps, const Part *part, Precision prec);
+// Binds every node except views and reshapes to base + offsets[i] (the
+// arena plan); computed nodes write there. Returns 0, or -1 out of memory.
+int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, const int64_t *offsets);
 // Runs nodes [from, to). INPUT and PARAM nodes in that range must be bound.
 void exec_run(PartState *ps, int from, int to);
 void exec_free(PartState *ps);

@@ -54,11 +54,16 @@ def main():
     p = run(mtc, tiny, "--seq", "65")
     check(p.returncode == 1 and "index past the 64 rows" in p.stderr, "--seq 65 on a 64-position table", p)
 
-    # -o refuses (plans arrive with the runtime) and writes nothing
+    # -o writes a plan silently; into a missing directory it fails and leaves nothing
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "p.bin")
         p = run(mtc, tiny, "-o", out)
-        check(p.returncode == 1 and "not implemented" in p.stderr and not os.path.exists(out), "-o refuses", p)
+        check(p.returncode == 0 and not p.stdout and os.path.getsize(out) > 1000 and
+              open(out, "rb").read(8) == b"MTPLAN\0\0", "-o writes a plan", p)
+        check(sorted(os.listdir(tmp)) == ["p.bin"], "no temporary file is left next to the plan")
+        out = os.path.join(tmp, "no-such-dir", "p.bin")
+        p = run(mtc, tiny, "-o", out)
+        check(p.returncode == 1 and "no-such-dir" in p.stderr and not os.path.exists(out), "-o into a missing directory", p)
 
     # --target needs a readable profile
     p = run(mtc, tiny, "--target", "no-such-machine")

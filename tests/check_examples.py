@@ -29,8 +29,8 @@ EXPECTED = {
     "qwen2-7b.mt": (7_615_616_512, {
         "model.layers.27.self_attn.q_proj.bias": [3584], "model.layers.0.self_attn.k_proj.bias": [512],
         "model.layers.0.self_attn.o_proj.weight": [3584, 3584], "lm_head.weight": [152064, 3584]}, 28 * 12 + 3),
-    "gpt2-tiny.mt": (None, {"wte.weight": [256, 32], "h.1.mlp.c_fc.weight": [32, 128]}, 2 + 2 * 12 + 2),
-    "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 48], "model.layers.1.self_attn.k_proj.weight": [24, 48]},
+    "gpt2-tiny.mt": (None, {"wte.weight": [256, 64], "h.1.mlp.c_fc.weight": [64, 256]}, 2 + 2 * 12 + 2),
+    "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.1.self_attn.k_proj.weight": [32, 64]},
                       2 * 9 + 3),
 }
 

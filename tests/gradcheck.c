@@ -3,11 +3,11 @@
 // tail), binds random inputs and parameters, takes the objective
 //   J = loss (tail)   or   J = sum(output * R) for a random R (head, block),
 // runs the backward the compiler appended, and compares every gradient, of
-// every parameter and part input, element by element (up to MAX_SAMPLES a
-// tensor) with the fourth-order central difference of J. Fails on any relative error above
+// every parameter and part input, element by element (up to --samples a
+// tensor, 48 by default) with the fourth-order central difference of J. Fails on any relative error above
 // TOLERANCE.
 //
-// usage: gradcheck MODEL.mt...
+// usage: gradcheck [--samples N] MODEL.mt...
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,7 +17,7 @@
 #include "../compiler/graph.h"
 #include "../runtime/exec.h"
 
-enum { MAX_SAMPLES = 48 };
+static int max_samples = 48; // elements checked a tensor; --samples N
 static const double TOLERANCE = 1e-6, STEP = 1e-4;
 
 static uint64_t rng = 0x9E3779B97F4A7C15ull;
@@ -67,8 +67,8 @@ static int check_part(const Graph *g, PartKind pk, const char *path) {
         int64_t cnt = shape_numel(&gr->of->shape);
         double *x = ps.val[gr->of->id], *analytic = malloc((size_t)cnt * 8);
         for (int64_t k = 0; k < cnt; k++) analytic[k] = gr->grad ? ((double *)ps.val[gr->grad->id])[k] : 0.0;
-        for (int s = 0; s < MAX_SAMPLES && s < cnt; s++) {
-            int64_t k = cnt <= MAX_SAMPLES ? s : (int64_t)(uniform() * (double)cnt);
+        for (int s = 0; s < max_samples && s < cnt; s++) {
+            int64_t k = cnt <= max_samples ? s : (int64_t)(uniform() * (double)cnt);
             double saved = x[k], h = STEP * fmax(1.0, fabs(saved)), jd[4];
             for (int e = 0; e < 4; e++) { // J at x + 2h, x + h, x - h, x - 2h
                 x[k] = saved + (double[]){2, 1, -1, -2}[e] * h;
@@ -103,12 +103,17 @@ static int check_part(const Graph *g, PartKind pk, const char *path) {
 }
 
 int main(int argc, char **argv) {
-    if (argc < 2) {
-        fprintf(stderr, "usage: gradcheck MODEL.mt...\n");
+    int first = 1;
+    if (argc > 2 && !strcmp(argv[1], "--samples")) {
+        max_samples = atoi(argv[2]);
+        first = 3;
+    }
+    if (first >= argc || max_samples < 1) {
+        fprintf(stderr, "usage: gradcheck [--samples N] MODEL.mt...\n");
         return 2;
     }
     int failed = 0;
-    for (int a = 1; a < argc; a++) {
+    for (int a = first; a < argc; a++) {
         char *text;
         size_t len;
         if (io_read_file(argv[a], &text, &len) != 0) {

@@ -1,0 +1,57 @@
+// adamw.h: the host optimizer step, torch.optim.AdamW on fp32 master weights
+// and fp32 Adam moments in host memory. It is bound by memory bandwidth: one
+// pass reads w, m, v, g and writes w, m, v (28 bytes a parameter, 30 with the
+// bf16 copy), so the fast kernel is a single elementwise loop split into
+// contiguous per-thread ranges. bench/adamw_bench.c measures it against a
+// plain memory copy.
+//
+// Determinism: every element is computed by the same sequence of IEEE float
+// operations whatever the thread count, vector width or range split, so the
+// result does not depend on nthreads or on the CPU's SIMD level (SSE2 or
+// AVX2, chosen at run time). That needs a*b+c not contracted into fma: the
+// kernels are compiled for ISAs without fma, and GCC in ISO C mode
+// (-std=c11, as this project builds) does not contract anyway. Compile
+// adamw.c with -fno-math-errno (it warns otherwise: without it sqrtf cannot
+// be vectorised and the update runs at about half speed).
+#ifndef MT_ADAMW_H
+#define MT_ADAMW_H
+
+#include <stdint.h>
+
+typedef struct AdamWStep {
+    float lr;            // learning rate of this step (the schedule is applied by the caller)
+    float beta1, beta2, eps;
+    float weight_decay;  // decoupled, as torch.optim.AdamW: w -= lr * weight_decay * w
+    int64_t t;           // 1-based step count, for bias correction
+    float grad_scale;    // multiplies every gradient first (global-norm clipping and 1/accumulation)
+} AdamWStep;
+
+// Updates n parameters in place, for i in [0, n):
+//     gg   = g[i] * grad_scale
+//     m[i] = beta1 * m[i] + (1 - beta1) * gg
+//     v[i] = beta2 * v[i] + (1 - beta2) * gg * gg
+//     w[i] = w[i] - lr * weight_decay * w[i]                      (only if decay)
+//                 - lr * (m[i] / (1 - beta1^t)) / (sqrt(v[i] / (1 - beta2^t)) + eps)
+// w, m, v: (n) fp32 master weights and Adam moments; g: (n) fp32 gradients
+// (read only). decay: whether weight decay applies to this tensor (none on
+// norms and biases). bf16_out: when not NULL, (n), also receives the updated
+// weights rounded to bf16 (round to nearest even; NaN stays a quiet NaN).
+// Uses up to nthreads threads (pthreads; nthreads <= 1 runs inline; fewer
+// threads when n is small). Thread ranges start where w is 64-byte aligned,
+// so threads share no cache line of w, nor of m, v, g when those are laid
+// out like w. The arrays must not overlap.
+void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_out, int64_t n,
+                  const AdamWStep *s, int decay, int nthreads);
+
+// Sum of squares of g, (n), in double precision (for the global gradient
+// norm), multi-threaded and deterministic: g is cut into fixed chunks of
+// ADAMW_NORM_CHUNK elements, each summed in double in a fixed order, then the
+// chunk sums are added in order, so the result does not depend on nthreads.
+enum { ADAMW_NORM_CHUNK = 1 << 16 };
+double adamw_sq_norm(const float *g, int64_t n, int nthreads);
+
+// The plain reference next to the fast kernel: one loop, double arithmetic,
+// no threads. Same arguments as adamw_update, without the bf16 copy.
+void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay);
+
+#endif

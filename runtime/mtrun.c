@@ -1,0 +1,130 @@
+// mtrun: replays a plan written by mtc: trains the model it describes with
+// weights and AdamW states in host memory. Exit status: 0 success, 1 an
+// error in the plan, the data or the run, 2 a usage error.
+#include <errno.h>
+#include <getopt.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <unistd.h>
+
+#include "plan_read.h"
+#include "train.h"
+
+#ifndef MT_VERSION
+#define MT_VERSION "0.0.0"
+#endif
+
+static const char USAGE[] =
+    "usage: mtrun PLAN [options]\n"
+    "\n"
+    "Trains the model of a plan written by mtc, streaming it through the device.\n"
+    "\n"
+    "options:\n"
+    "  --steps N        optimizer steps (default: the model's train section)\n"
+    "  --data FILE      training text (bytes) or llm.c token file; the last 10% validates\n"
+    "  --lr X           peak learning rate\n"
+    "  --seed N         seed of the weight initialisation\n"
+    "  --val-every N    validation loss every N steps\n"
+    "  --val-batches N  batches averaged for a validation loss (default 10)\n"
+    "  --device D       cpu or auto (auto is cpu: the cuda backend is not written yet)\n"
+    "  --reference      run the unstreamed reference executor instead of the plan\n"
+    "  --threads N      optimizer threads (default: online CPUs)\n"
+    "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
+    "  --help, --version\n"
+    "\n"
+    "exit status: 0 success, 1 error in the plan, the data or the run, 2 usage error\n";
+
+static int usage_error(const char *fmt, const char *arg) {
+    fprintf(stderr, "mtrun: ");
+    fprintf(stderr, fmt, arg);
+    fprintf(stderr, "\nTry 'mtrun --help'.\n");
+    return 2;
+}
+
+static int parse_int(const char *s, int64_t min, int64_t *out) {
+    char *end;
+    errno = 0;
+    long long v = strtoll(s, &end, 10);
+    if (errno || end == s || *end || v < min) return -1;
+    *out = v;
+    return 0;
+}
+
+int main(int argc, char **argv) {
+    enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
+           O_HELP, O_VERSION };
+    static const struct option LONG[] = {
+        {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
+        {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
+        {"val-every", required_argument, 0, O_VAL_EVERY}, {"val-batches", required_argument, 0, O_VAL_BATCHES},
+        {"device", required_argument, 0, O_DEVICE},     {"reference", no_argument, 0, O_REFERENCE},
+        {"threads", required_argument, 0, O_THREADS},   {"log", required_argument, 0, O_LOG},
+        {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
+        {0, 0, 0, 0},
+    };
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    TrainOptions o = {.steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
+                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout};
+    int64_t v;
+    char *end;
+    opterr = 0;
+    int c;
+    while ((c = getopt_long(argc, argv, ":", LONG, NULL)) != -1) {
+        switch (c) {
+        case O_STEPS:
+            if (parse_int(optarg, 0, &o.steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
+            break;
+        case O_DATA: o.data = optarg; break;
+        case O_LR:
+            errno = 0;
+            o.lr = strtod(optarg, &end);
+            if (errno || end == optarg || *end || !(o.lr >= 0 && o.lr < 1e3))
+                return usage_error("--lr needs a number >= 0, got '%s'", optarg);
+            break;
+        case O_SEED:
+            if (parse_int(optarg, 0, &o.seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
+            break;
+        case O_VAL_EVERY:
+            if (parse_int(optarg, 1, &o.val_every)) return usage_error("--val-every needs an integer >= 1, got '%s'", optarg);
+            break;
+        case O_VAL_BATCHES:
+            if (parse_int(optarg, 0, &o.val_batches)) return usage_error("--val-batches needs an integer >= 0, got '%s'", optarg);
+            break;
+        case O_DEVICE:
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "auto")) return usage_error("--device is cpu or auto, not '%s'", optarg);
+            break;
+        case O_REFERENCE: o.reference = 1; break;
+        case O_THREADS:
+            if (parse_int(optarg, 1, &v) || v > 1024) return usage_error("--threads needs an integer from 1 to 1024, got '%s'", optarg);
+            o.threads = (int)v;
+            break;
+        case O_LOG: o.log_path = optarg; break;
+        case O_HELP: fputs(USAGE, stdout); return 0;
+        case O_VERSION: printf("mtrun %s\n", MT_VERSION); return 0;
+        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+        default: return usage_error("unknown option '%s'", argv[optind - 1]);
+        }
+    }
+    if (optind == argc) return usage_error("%s", "no plan given");
+    if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);
+    const char *path = argv[optind];
+
+    char err[1024] = "";
+    Arena arena = {0};
+    int rc = 1;
+    Plan *p = plan_read(path, &arena, err, sizeof err);
+    char *log_path = NULL;
+    if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
+        size_t n = strlen(path);
+        if (n > 4 && !strcmp(path + n - 4, ".bin")) n -= 4;
+        log_path = malloc(n + 16);
+        if (log_path) snprintf(log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
+        o.log_path = log_path;
+    }
+    if (p) rc = train_run(p, &o, err, sizeof err);
+    if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
+    free(log_path);
+    arena_free(&arena);
+    return rc;
+}

@@ -1,0 +1,941 @@
+// plan_read.c: reads the plan file that compiler/plan_write.c writes (the
+// byte layout of each section is listed there, field by field) and validates
+// all of it before returning: the header, the section table, each section's
+// crc32, then every field, every enum, every node id, every host and arena
+// range and every instruction. It then rebuilds the Graph in the caller's
+// arena with graph_add_node, as sema and autodiff build it, so that the
+// runtime uses it exactly as mtc's in-memory graph.
+//
+// Reading is bounds-checked at every step: a Rd carries the section's bytes
+// and the first error; a read past the end fails with "section X is
+// truncated" and returns zeros, and every value is checked before it indexes
+// or sizes anything.
+#include "plan_read.h"
+
+#include <math.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <zlib.h>
+
+#include "../common/io.h"
+
+enum {
+    SECTIONS = SEC_COUNT_PLUS_ONE - 1,
+    HEADER_BYTES = 24, // magic, version, endian, count, crc
+    ENTRY_BYTES = 24,  // id, crc, offset, size
+    TABLE_END = HEADER_BYTES + SECTIONS * ENTRY_BYTES,
+    // The fewest bytes an item of each list can take, to refuse counts the
+    // section cannot hold before allocating for them.
+    SHAPE_MIN = 4, LOC_BYTES = 8, STR_MIN = 4,
+    INPUT_MIN = STR_MIN + 4 + SHAPE_MIN + LOC_BYTES,
+    PARAM_MIN = 2 * STR_MIN + 4 + SHAPE_MIN + 4 + 8 + 4 + 4 + LOC_BYTES,
+    NODE_MIN = 4 + 4 + SHAPE_MIN + LOC_BYTES + STR_MIN + 4 + 4 + 3 * 4 + 8 + 4 + 8 + 6 * 4 + 2 * 8,
+    GRAD_BYTES = 8,
+    INSTR_BYTES = 6 * 4 + 3 * 8,
+};
+static const char MAGIC[8] = "MTPLAN\0";
+static const uint32_t ABSENT = 0xFFFFFFFFu, OTHER_ENDIAN = 0x04030201u;
+// Numbers of elements above this are refused, so that any element count
+// times any element size (at most 8, the f64 executor's) fits in an int64.
+static const int64_t MAX_NUMEL = INT64_MAX / 16;
+
+static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
+static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss"};
+_Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
+
+// How many operands each op takes; -1: at least one (concat).
+static const signed char ARITY[] = {
+    [OP_INPUT] = 0, [OP_PARAM] = 0, [OP_CONST] = 0, [OP_ADD] = 2, [OP_SUB] = 2, [OP_MUL] = 2, [OP_DIV] = 2,
+    [OP_NEG] = 1, [OP_MATMUL] = 2, [OP_EMBED] = 2, [OP_ARANGE] = 0, [OP_LAYERNORM] = 3, [OP_RMSNORM] = 2,
+    [OP_GELU] = 1, [OP_SILU] = 1, [OP_SWIGLU] = 2, [OP_ROPE] = 1, [OP_ATTENTION] = 3, [OP_SOFTMAX] = 1,
+    [OP_CROSS_ENTROPY] = 2, [OP_RESHAPE] = 1, [OP_SLICE] = 1, [OP_CONCAT] = -1, [OP_TRANSPOSE] = 1,
+    [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
+    [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 4, [OP_PAD] = 1,
+    [OP_VIEW] = 1,
+};
+_Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
+
+// A reader over one section's bytes, or over the whole file for the header.
+typedef struct Rd {
+    const unsigned char *p; // (len)
+    size_t len, pos;
+    const char *file;
+    const char *sec; // the section's name, NULL for the header and table
+    char *err;
+    size_t errcap;
+    int failed; // the first error is kept, later ones dropped
+    Arena *a;
+} Rd;
+
+static void rd_fail(Rd *r, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void rd_fail(Rd *r, const char *fmt, ...) {
+    if (r->failed) return;
+    r->failed = 1;
+    if (!r->err || !r->errcap) return;
+    int n = r->sec ? snprintf(r->err, r->errcap, "%s: section %s: ", r->file, r->sec)
+                   : snprintf(r->err, r->errcap, "%s: ", r->file);
+    if (n < 0 || (size_t)n >= r->errcap) return;
+    va_list ap;
+    va_start(ap, fmt);
+    vsnprintf(r->err + n, r->errcap - (size_t)n, fmt, ap);
+    va_end(ap);
+}
+
+static void rd_truncated(Rd *r) {
+    if (r->failed) return;
+    r->failed = 1;
+    if (r->err && r->errcap) snprintf(r->err, r->errcap, "%s: section %s is truncated", r->file, r->sec);
+}
+
+static void rd_oom(Rd *r) { rd_fail(r, "out of memory"); }
+
+static uint32_t ld32(const unsigned char *d) {
+    return (uint32_t)d[0] | (uint32_t)d[1] << 8 | (uint32_t)d[2] << 16 | (uint32_t)d[3] << 24;
+}
+static uint64_t ld64(const unsigned char *d) { return (uint64_t)ld32(d) | (uint64_t)ld32(d + 4) << 32; }
+
+// Whether n more bytes are there; on a failed reader, never.
+static int need(Rd *r, size_t n) {
+    if (r->failed) return 0;
+    if (r->len - r->pos < n) {
+        rd_truncated(r);
+        return 0;
+    }
+    return 1;
+}
+
+static uint32_t get_u32(Rd *r) {
+    if (!need(r, 4)) return 0;
+    r->pos += 4;
+    return ld32(r->p + r->pos - 4);
+}
+static int32_t get_i32(Rd *r) { return (int32_t)get_u32(r); }
+static int64_t get_i64(Rd *r) {
+    if (!need(r, 8)) return 0;
+    r->pos += 8;
+    return (int64_t)ld64(r->p + r->pos - 8);
+}
+static double get_f64(Rd *r) {
+    uint64_t bits = (uint64_t)get_i64(r);
+    double v;
+    memcpy(&v, &bits, 8);
+    return v;
+}
+
+// A u32 count of items of at least min_bytes each, refused when the rest of
+// the section cannot hold that many (so no count sizes a huge allocation).
+static int get_count(Rd *r, size_t min_bytes, const char *what) {
+    uint32_t n = get_u32(r);
+    if (r->failed) return 0;
+    if (n > INT32_MAX || (size_t)n > (r->len - r->pos) / min_bytes) {
+        if ((size_t)n <= (r->len - r->pos) / min_bytes) rd_fail(r, "%u %s is more than can be", n, what);
+        else rd_truncated(r);
+        return 0;
+    }
+    return (int)n;
+}
+
+// A string copied into the arena, NUL-terminated, *len bytes before the NUL.
+// Absent strings are refused unless optional (then *out is NULL). Names must
+// hold no NUL byte; the source text may.
+static int get_bytes(Rd *r, const char **out, size_t *len, int optional, int allow_nul, const char *what) {
+    *out = NULL;
+    if (len) *len = 0;
+    uint32_t n = get_u32(r);
+    if (r->failed) return -1;
+    if (n == ABSENT) {
+        if (optional) return 0;
+        rd_fail(r, "%s is missing", what);
+        return -1;
+    }
+    if (!need(r, n)) return -1;
+    const char *s = (const char *)r->p + r->pos;
+    if (!allow_nul && memchr(s, 0, n)) {
+        rd_fail(r, "%s holds a NUL byte", what);
+        return -1;
+    }
+    char *copy = arena_strndup(r->a, s, n);
+    if (!copy) {
+        rd_oom(r);
+        return -1;
+    }
+    r->pos += n;
+    *out = copy;
+    if (len) *len = n;
+    return 0;
+}
+static int get_str(Rd *r, const char **out, int optional, const char *what) {
+    return get_bytes(r, out, NULL, optional, 0, what);
+}
+
+// A shape: rank 0..MT_MAX_RANK, every dim at least 1, the element count
+// within MAX_NUMEL.
+static int get_shape(Rd *r, Shape *s, const char *what) {
+    *s = (Shape){0};
+    uint32_t rank = get_u32(r);
+    if (r->failed) return -1;
+    if (rank > MT_MAX_RANK) {
+        rd_fail(r, "%s: rank %u; at most %d", what, rank, MT_MAX_RANK);
+        return -1;
+    }
+    s->rank = (int)rank;
+    int64_t numel = 1;
+    for (int i = 0; i < s->rank; i++) {
+        s->dims[i] = get_i64(r);
+        if (r->failed) return -1;
+        if (s->dims[i] < 1) {
+            rd_fail(r, "%s: dimension %d is %lld; dimensions are at least 1", what, i, (long long)s->dims[i]);
+            return -1;
+        }
+        if (s->dims[i] > MAX_NUMEL / numel) {
+            rd_fail(r, "%s: the element count overflows", what);
+            return -1;
+        }
+        numel *= s->dims[i];
+    }
+    return 0;
+}
+
+static Loc get_loc(Rd *r, const char *what) {
+    Loc l;
+    l.line = get_i32(r);
+    l.col = get_i32(r);
+    if (!r->failed && (l.line < 0 || l.col < 0)) rd_fail(r, "%s: location %d:%d is negative", what, l.line, l.col);
+    return l;
+}
+
+// Reads a u32 enum value below count; where names the item, field the value.
+static int get_enum(Rd *r, uint32_t count, const char *where, const char *field) {
+    uint32_t v = get_u32(r);
+    if (!r->failed && v >= count) rd_fail(r, "%s: %s %u is out of range (0..%u)", where, field, v, count - 1);
+    return (int)v;
+}
+
+static int64_t elem_bytes(DType t) { return t == DT_BF16 ? 2 : 4; }
+static int64_t node_bytes(const Node *n) { return shape_numel(&n->shape) * elem_bytes(n->dtype); }
+
+// [off, off + bytes) inside [0, cap)
+static int range_ok(int64_t off, int64_t bytes, int64_t cap) {
+    return off >= 0 && bytes >= 0 && off <= cap && bytes <= cap - off;
+}
+
+// ---------------------------------------------------------------- SOURCE
+
+static int read_source(Rd *r, Plan *p) {
+    if (get_str(r, &p->source_path, 0, "the model path") != 0 ||
+        get_bytes(r, &p->source, &p->source_len, 0, 1, "the model text") != 0)
+        return -1;
+    p->source_crc = get_u32(r);
+    if (r->failed) return -1;
+    uLong crc = crc32(0L, Z_NULL, 0);
+    for (size_t done = 0; done < p->source_len;) {
+        size_t n = p->source_len - done > (1u << 30) ? (1u << 30) : p->source_len - done;
+        crc = crc32(crc, (const Bytef *)p->source + done, (uInt)n);
+        done += n;
+    }
+    if ((uint32_t)crc != p->source_crc) {
+        rd_fail(r, "the model text does not match its crc32");
+        return -1;
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- CONFIG
+
+static void need_int(Rd *r, int64_t v, int64_t min, const char *what) {
+    if (!r->failed && v < min) rd_fail(r, "%s is %lld; at least %lld", what, (long long)v, (long long)min);
+}
+// Refuses NaN and infinities too.
+static void need_real(Rd *r, double v, double min, double below, const char *what) {
+    if (!r->failed && !(v >= min && v < below)) rd_fail(r, "%s is %g; expected [%g, %g)", what, v, min, below);
+}
+
+static int read_config(Rd *r, TrainConfig *t) {
+    t->batch = get_i64(r);
+    t->seq = get_i64(r);
+    t->steps = get_i64(r);
+    t->accumulate = get_i64(r);
+    t->warmup = get_i64(r);
+    t->val_every = get_i64(r);
+    t->seed = get_i64(r);
+    t->lr = get_f64(r);
+    t->beta1 = get_f64(r);
+    t->beta2 = get_f64(r);
+    t->weight_decay = get_f64(r);
+    t->adam_eps = get_f64(r);
+    t->min_lr_frac = get_f64(r);
+    t->clip = get_f64(r);
+    t->schedule = (LrSchedule)get_enum(r, SCHED_CONSTANT + 1, "train", "lr schedule");
+    t->compute = (DType)get_enum(r, DT_COUNT, "train", "compute dtype");
+    get_str(r, &t->data, 1, "the data path");
+    need_int(r, t->batch, 1, "batch");
+    need_int(r, t->seq, 1, "seq");
+    need_int(r, t->steps, 0, "steps");
+    need_int(r, t->accumulate, 1, "accumulate");
+    need_int(r, t->warmup, 0, "warmup");
+    need_int(r, t->val_every, 1, "val_every");
+    need_int(r, t->seed, 0, "seed");
+    need_real(r, t->lr, 0, INFINITY, "lr");
+    need_real(r, t->beta1, 0, 1, "beta1");
+    need_real(r, t->beta2, 0, 1, "beta2");
+    need_real(r, t->weight_decay, 0, INFINITY, "weight_decay");
+    need_real(r, t->adam_eps, 0, INFINITY, "adam eps");
+    need_real(r, t->min_lr_frac, 0, INFINITY, "min_lr");
+    need_real(r, t->clip, 0, INFINITY, "clip");
+    return r->failed ? -1 : 0;
+}
+
+// ---------------------------------------------------------------- GRAPH
+
+static int read_inputs(Rd *r, Graph *g) {
+    int n = get_count(r, INPUT_MIN, "model inputs");
+    for (int i = 0; i < n && !r->failed; i++) {
+        ModelInput *mi = arena_alloc(r->a, sizeof *mi);
+        if (!mi || ptrvec_push(r->a, &g->inputs, mi) != 0) {
+            rd_oom(r);
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "model input %d", i);
+        get_str(r, &mi->name, 0, what);
+        mi->dtype = (DType)get_enum(r, DT_COUNT, what, "dtype");
+        get_shape(r, &mi->shape, what);
+        mi->loc = get_loc(r, what);
+    }
+    return r->failed ? -1 : 0;
+}
+
+static int read_params(Rd *r, Graph *g) {
+    int n = get_count(r, PARAM_MIN, "parameters");
+    for (int i = 0; i < n && !r->failed; i++) {
+        Param *pr = arena_alloc(r->a, sizeof *pr);
+        if (!pr || ptrvec_push(r->a, &g->params, pr) != 0) {
+            rd_oom(r);
+            break;
+        }
+        char what[64];
+        snprintf(what, sizeof what, "parameter %d", i);
+        get_str(r, &pr->name, 0, what);
+        get_str(r, &pr->ckpt, 0, what);
+        pr->in_block = get_enum(r, 2, what, "in_block");
+        get_shape(r, &pr->shape, what);
+        pr->init = (InitKind)get_enum(r, INIT_ONES + 1, what, "init");
+        pr->init_std = get_f64(r);
+        pr->init_given = get_enum(r, 2, what, "init_given");
+        pr->first_use = (PartKind)get_enum(r, PART_COUNT + 1, what, "first use"); // PART_COUNT: unused
+        pr->loc = get_loc(r, what);
+        if (r->failed) break;
+        if (pr->shape.rank < 1) rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
+        need_real(r, pr->init_std, 0, INFINITY, "a parameter's init std");
+    }
+    return r->failed ? -1 : 0;
+}
+
+// The checks of one node that need only its own part and the graph's
+// inputs and params (what other parts hold is checked after all are read).
+static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
+    char where[96];
+    snprintf(where, sizeof where, "%s node %d (%s)", part_name(pk), n->id, op_name(n->op));
+    int arity = ARITY[n->op];
+    if (arity >= 0 ? n->nin != arity : n->nin < 1) {
+        rd_fail(r, "%s has %d operands; it takes %d", where, n->nin, arity >= 0 ? arity : 1);
+        return;
+    }
+    switch (n->op) {
+    case OP_PARAM: {
+        if (n->param < 0 || n->param >= g->params.n) {
+            rd_fail(r, "%s names parameter %d; there are %d", where, n->param, g->params.n);
+            return;
+        }
+        const Param *pr = g->params.items[n->param];
+        if (!shape_eq(&n->shape, &pr->shape) || n->dtype != DT_F32)
+            rd_fail(r, "%s: its shape or dtype is not parameter '%s''s", where, pr->name);
+        else if (pr->in_block && pk != PART_BLOCK)
+            rd_fail(r, "%s: block parameter '%s' used outside the block", where, pr->name);
+        return;
+    }
+    case OP_INPUT:
+        if (n->src_part < SRC_GRAD_SEED || n->src_part >= PART_COUNT) {
+            rd_fail(r, "%s: source part %d is out of range (-2..%d)", where, n->src_part, PART_COUNT - 1);
+        } else if (n->src_part == SRC_MODEL_INPUT) {
+            if (n->src < 0 || n->src >= g->inputs.n) {
+                rd_fail(r, "%s names model input %d; there are %d", where, n->src, g->inputs.n);
+                return;
+            }
+            const ModelInput *mi = g->inputs.items[n->src];
+            if (!shape_eq(&n->shape, &mi->shape) || n->dtype != mi->dtype)
+                rd_fail(r, "%s: its shape or dtype is not model input '%s''s", where, mi->name);
+        } else if (n->src_part == (int)pk) {
+            rd_fail(r, "%s takes its value from its own part", where);
+        }
+        return;
+    case OP_VIEW: {
+        int64_t have = shape_numel(&n->in[0]->shape), want = shape_numel(&n->shape);
+        if (n->offset < 0 || n->offset > have - want)
+            rd_fail(r, "%s: elements [%lld, %lld) lie outside its operand's %lld", where, (long long)n->offset,
+                    (long long)(n->offset + want), (long long)have);
+        return;
+    }
+    case OP_RESHAPE:
+        if (shape_numel(&n->shape) != shape_numel(&n->in[0]->shape))
+            rd_fail(r, "%s changes the number of elements", where);
+        return;
+    case OP_SLICE:
+    case OP_PAD:
+    case OP_CONCAT:
+    case OP_SOFTMAX:
+    case OP_SOFTMAX_BWD:
+        if (n->axis < 0 || n->axis >= n->shape.rank) rd_fail(r, "%s: axis %d of a rank %d tensor", where, n->axis, n->shape.rank);
+        return;
+    case OP_ROPE:
+    case OP_ATTENTION:
+    case OP_ATTENTION_BWD:
+        if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
+        else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
+            rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
+        return;
+    default: return;
+    }
+}
+
+static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
+    int id = part->nodes.n;
+    char what[64];
+    snprintf(what, sizeof what, "%s node %d", part_name(pk), id);
+    OpKind op = (OpKind)get_enum(r, OP_COUNT, what, "op");
+    DType dt = (DType)get_enum(r, DT_COUNT, what, "dtype");
+    Shape shape;
+    get_shape(r, &shape, what);
+    Loc loc = get_loc(r, what);
+    const char *name;
+    get_str(r, &name, 1, what);
+    Annot annot = (Annot)get_enum(r, ANNOT_OFFLOAD + 1, what, "annotation");
+    int nin = get_count(r, 4, "operands");
+    if (r->failed) return NULL;
+    Node **in = nin ? arena_alloc(r->a, (size_t)nin * sizeof *in) : NULL;
+    if (nin && !in) {
+        rd_oom(r);
+        return NULL;
+    }
+    for (int j = 0; j < nin; j++) {
+        uint32_t src = get_u32(r);
+        if (r->failed) return NULL;
+        if (src >= (uint32_t)id) {
+            rd_fail(r, "%s (%s): operand %d is node %u, not an earlier node of its part", what, op_name(op), j, src);
+            return NULL;
+        }
+        in[j] = part->nodes.items[src];
+    }
+    Node *n = graph_add_node(r->a, part, pk, op, dt, &shape, loc, nin, in);
+    if (!n) {
+        rd_oom(r);
+        return NULL;
+    }
+    n->name = name;
+    n->annot = annot;
+    n->param = get_i32(r);
+    n->src_part = get_i32(r);
+    n->src = get_i32(r);
+    n->value = get_f64(r);
+    n->axis = get_i32(r);
+    n->offset = get_i64(r);
+    n->heads = get_i32(r);
+    n->kv_heads = get_i32(r);
+    n->causal = get_i32(r);
+    n->trans_a = get_i32(r);
+    n->trans_b = get_i32(r);
+    n->inverse = get_i32(r);
+    n->eps = get_f64(r);
+    n->theta = get_f64(r);
+    if (r->failed) return NULL;
+    check_node(r, g, pk, n);
+    return r->failed ? NULL : n;
+}
+
+// A node id of part, in [lo, hi); -1 allowed when may_be_none.
+static Node *get_node_ref(Rd *r, const Part *part, int lo, int hi, int may_be_none, PartKind pk, const char *what) {
+    int32_t id = get_i32(r);
+    if (r->failed) return NULL;
+    if (id == -1 && may_be_none) return NULL;
+    if (id < lo || id >= hi) {
+        rd_fail(r, "%s part: %s is node %d; expected %s%d..%d", part_name(pk), what, id, may_be_none ? "-1 or " : "", lo,
+                hi - 1);
+        return NULL;
+    }
+    return part->nodes.items[id];
+}
+
+static int read_part(Rd *r, Graph *g, PartKind pk) {
+    Part *part = &g->parts[pk];
+    uint32_t kind = get_u32(r);
+    if (!r->failed && kind != (uint32_t)pk) rd_fail(r, "part %u where the %s part belongs", kind, part_name(pk));
+    int n = get_count(r, NODE_MIN, "nodes");
+    for (int i = 0; i < n && !r->failed; i++) read_node(r, g, pk, part);
+    if (r->failed) return -1;
+    if (n == 0) {
+        rd_fail(r, "the %s part has no nodes", part_name(pk));
+        return -1;
+    }
+    int32_t output = get_i32(r);
+    part->nfwd = get_i32(r);
+    if (r->failed) return -1;
+    if (part->nfwd < 1 || part->nfwd > n) {
+        rd_fail(r, "%s part: nfwd %d; expected 1..%d", part_name(pk), part->nfwd, n);
+        return -1;
+    }
+    if (output < 0 || output >= part->nfwd) {
+        rd_fail(r, "%s part: the output is node %d, not a forward node (0..%d)", part_name(pk), output, part->nfwd - 1);
+        return -1;
+    }
+    part->output = part->nodes.items[output];
+    part->grad_seed = get_node_ref(r, part, part->nfwd, n, 0, pk, "the gradient seed");
+    if (r->failed) return -1;
+    const Node *seed = part->grad_seed;
+    if (!(seed->op == OP_CONST || (seed->op == OP_INPUT && seed->src_part == SRC_GRAD_SEED))) {
+        rd_fail(r, "%s part: the gradient seed, node %d, is a %s", part_name(pk), seed->id, op_name(seed->op));
+        return -1;
+    }
+    int ngrads = get_count(r, GRAD_BYTES, "gradients");
+    for (int i = 0; i < ngrads && !r->failed; i++) {
+        Grad *gr = arena_alloc(r->a, sizeof *gr);
+        if (!gr || ptrvec_push(r->a, &part->grads, gr) != 0) {
+            rd_oom(r);
+            break;
+        }
+        gr->of = get_node_ref(r, part, 0, part->nfwd, 0, pk, "what a gradient is of");
+        gr->grad = get_node_ref(r, part, 0, n, 1, pk, "a gradient");
+        if (r->failed) break;
+        if (!(gr->of->op == OP_PARAM || (gr->of->op == OP_INPUT && gr->of->src_part >= 0)))
+            rd_fail(r, "%s part: gradient %d is of node %d, a %s; gradients are of parameters and part inputs",
+                    part_name(pk), i, gr->of->id, op_name(gr->of->op));
+        else if (gr->grad && !shape_eq(&gr->grad->shape, &gr->of->shape))
+            rd_fail(r, "%s part: gradient %d, node %d, is not the shape of node %d", part_name(pk), i, gr->grad->id,
+                    gr->of->id);
+    }
+    return r->failed ? -1 : 0;
+}
+
+static int read_graph(Rd *r, Graph *g) {
+    get_str(r, &g->model_name, 0, "the model name");
+    get_str(r, &g->block_name, 0, "the block name");
+    get_str(r, &g->block_prefix, 0, "the block prefix");
+    g->layers = get_i64(r);
+    if (r->failed) return -1;
+    if (!strstr(g->block_prefix, "{i}")) {
+        rd_fail(r, "the block prefix \"%s\" has no {i}", g->block_prefix);
+        return -1;
+    }
+    if (g->layers < 1 || g->layers > INT32_MAX) {
+        rd_fail(r, "%lld layers; expected 1..%d", (long long)g->layers, INT32_MAX);
+        return -1;
+    }
+    if (read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        if (read_part(r, g, (PartKind)pk) != 0) return -1;
+    // Values taken from other parts: the source node must exist there.
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        const Part *part = &g->parts[pk];
+        for (int i = 0; i < part->nodes.n; i++) {
+            const Node *n = part->nodes.items[i];
+            if (n->op == OP_INPUT && n->src_part >= 0 && (n->src < 0 || n->src >= g->parts[n->src_part].nodes.n)) {
+                rd_fail(r, "%s node %d (input) takes node %d of the %s part, which has %d", part_name((PartKind)pk), i,
+                        n->src, part_name((PartKind)n->src_part), g->parts[n->src_part].nodes.n);
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- HOST
+
+static int read_host(Rd *r, Plan *p) {
+    const Graph *g = p->graph;
+    p->host_global = get_i64(r);
+    p->host_layer = get_i64(r);
+    int n = get_count(r, 8, "parameter offsets");
+    if (r->failed) return -1;
+    if (p->host_global < 0 || p->host_layer < 0 || p->host_layer > (MAX_NUMEL - p->host_global) / g->layers) {
+        rd_fail(r, "a host store of %lld + %lld x %lld floats is out of range", (long long)p->host_global,
+                (long long)g->layers, (long long)p->host_layer);
+        return -1;
+    }
+    if (n != g->params.n) {
+        rd_fail(r, "%d parameter offsets for %d parameters", n, g->params.n);
+        return -1;
+    }
+    p->param_offset = arena_alloc(r->a, ((size_t)n + 1) * sizeof(int64_t));
+    if (!p->param_offset) {
+        rd_oom(r);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        p->param_offset[i] = get_i64(r);
+        if (r->failed) return -1;
+        const Param *pr = g->params.items[i];
+        int64_t seg = pr->in_block ? p->host_layer : p->host_global;
+        if (!range_ok(p->param_offset[i], shape_numel(&pr->shape), seg)) {
+            rd_fail(r, "parameter '%s' at floats [%lld, +%lld) lies outside its %s segment of %lld floats", pr->name,
+                    (long long)p->param_offset[i], (long long)shape_numel(&pr->shape), pr->in_block ? "layer" : "global",
+                    (long long)seg);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+// ---------------------------------------------------------------- ARENA
+
+static int read_arena(Rd *r, Plan *p) {
+    const Graph *g = p->graph;
+    p->arena_bytes = get_i64(r);
+    if (!r->failed && p->arena_bytes < 0) rd_fail(r, "arena of %lld bytes", (long long)p->arena_bytes);
+    for (int pk = 0; pk < PART_COUNT && !r->failed; pk++) {
+        const Part *part = &g->parts[pk];
+        int n = get_count(r, 8, "node offsets");
+        if (r->failed) return -1;
+        if (n != part->nodes.n) {
+            rd_fail(r, "%d node offsets for the %d nodes of the %s part", n, part->nodes.n, part_name((PartKind)pk));
+            return -1;
+        }
+        p->node_offset[pk] = arena_alloc(r->a, ((size_t)n + 1) * sizeof(int64_t));
+        if (!p->node_offset[pk]) {
+            rd_oom(r);
+            return -1;
+        }
+        for (int i = 0; i < n; i++) {
+            int64_t off = p->node_offset[pk][i] = get_i64(r);
+            if (r->failed) return -1;
+            const Node *nd = part->nodes.items[i];
+            if (off == -1) {
+                if (nd->op == OP_VIEW || nd->op == OP_RESHAPE) continue;
+                rd_fail(r, "%s node %d (%s) has no buffer; only views and reshapes may share one",
+                        part_name((PartKind)pk), i, op_name(nd->op));
+                return -1;
+            }
+            if (!range_ok(off, node_bytes(nd), p->arena_bytes)) {
+                rd_fail(r, "%s node %d (%s) at bytes [%lld, +%lld) lies outside the arena of %lld bytes",
+                        part_name((PartKind)pk), i, op_name(nd->op), (long long)off, (long long)node_bytes(nd),
+                        (long long)p->arena_bytes);
+                return -1;
+            }
+            if (off % elem_bytes(nd->dtype) != 0) {
+                rd_fail(r, "%s node %d (%s) at byte %lld is not aligned to its elements", part_name((PartKind)pk), i,
+                        op_name(nd->op), (long long)off);
+                return -1;
+            }
+        }
+    }
+    return r->failed ? -1 : 0;
+}
+
+// ---------------------------------------------------------------- STREAMS
+
+static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *stream, int i) {
+    const Graph *g = p->graph;
+    int64_t host = p->host_global + g->layers * p->host_layer, A = p->arena_bytes;
+    char where[64];
+    snprintf(where, sizeof where, "%s instruction %d (%s)", stream, i,
+             in->kind >= 0 && in->kind < INS_COUNT ? INS_NAMES[in->kind] : "?");
+    if (in->kind < 0 || in->kind >= INS_COUNT) {
+        rd_fail(r, "%s instruction %d: kind %d is out of range (0..%d)", stream, i, in->kind, INS_COUNT - 1);
+        return;
+    }
+    if (in->bytes < 0) {
+        rd_fail(r, "%s: %lld bytes", where, (long long)in->bytes);
+        return;
+    }
+    switch ((InsKind)in->kind) {
+    case INS_RUN:
+        if (in->part < 0 || in->part >= PART_COUNT) rd_fail(r, "%s: part %d is out of range", where, in->part);
+        else if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
+            rd_fail(r, "%s: nodes [%d, %d) of the %s part, which has %d", where, in->from, in->to,
+                    part_name((PartKind)in->part), g->parts[in->part].nodes.n);
+        else if (in->layer < (in->part == PART_BLOCK ? 0 : -1) || in->layer >= g->layers)
+            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        return;
+    case INS_COPY_IN:
+    case INS_COPY_OUT: {
+        int64_t harena = in->kind == INS_COPY_IN ? in->dst : in->src, hhost = in->kind == INS_COPY_IN ? in->src : in->dst;
+        if (in->layer < -1 || in->layer >= g->layers)
+            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        else if (in->bytes % 4 != 0) rd_fail(r, "%s: %lld bytes is not whole floats", where, (long long)in->bytes);
+        else if (!range_ok(hhost, in->bytes / 4, host))
+            rd_fail(r, "%s: host floats [%lld, +%lld) lie outside the host store of %lld", where, (long long)hhost,
+                    (long long)(in->bytes / 4), (long long)host);
+        else if (!range_ok(harena, in->bytes, A))
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) lie outside the arena of %lld", where, (long long)harena,
+                    (long long)in->bytes, (long long)A);
+        return;
+    }
+    case INS_COPY:
+        if (!range_ok(in->src, in->bytes, A) || !range_ok(in->dst, in->bytes, A))
+            rd_fail(r, "%s: %lld bytes from %lld to %lld leave the arena of %lld", where, (long long)in->bytes,
+                    (long long)in->src, (long long)in->dst, (long long)A);
+        else if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + in->bytes)
+            rd_fail(r, "%s: source [%lld, +%lld) and destination %lld overlap", where, (long long)in->src,
+                    (long long)in->bytes, (long long)in->dst);
+        return;
+    case INS_INPUT: {
+        if (in->input < 0 || in->input >= g->inputs.n) {
+            rd_fail(r, "%s: model input %d; there are %d", where, in->input, g->inputs.n);
+            return;
+        }
+        const ModelInput *mi = g->inputs.items[in->input];
+        int64_t have = shape_numel(&mi->shape) * elem_bytes(mi->dtype);
+        if (in->bytes > have || in->bytes % elem_bytes(mi->dtype) != 0)
+            rd_fail(r, "%s: %lld bytes of model input '%s', which has %lld", where, (long long)in->bytes, mi->name,
+                    (long long)have);
+        else if (!range_ok(in->dst, in->bytes, A))
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) lie outside the arena of %lld", where, (long long)in->dst,
+                    (long long)in->bytes, (long long)A);
+        return;
+    }
+    case INS_LOSS:
+        if (!range_ok(in->src, 4, A))
+            rd_fail(r, "%s: the loss at byte %lld lies outside the arena of %lld", where, (long long)in->src, (long long)A);
+        else if (in->src % 4 != 0)
+            rd_fail(r, "%s: the loss at byte %lld is not aligned to a float", where, (long long)in->src);
+        return;
+    case INS_COUNT: return;
+    }
+}
+
+static Instr *read_instrs(Rd *r, const Plan *p, int32_t *count, const char *stream) {
+    int n = get_count(r, INSTR_BYTES, "instructions");
+    if (r->failed) return NULL;
+    Instr *ins = arena_alloc(r->a, ((size_t)n + 1) * sizeof *ins);
+    if (!ins) {
+        rd_oom(r);
+        return NULL;
+    }
+    for (int i = 0; i < n; i++) {
+        Instr *in = &ins[i];
+        in->kind = get_i32(r);
+        in->part = get_i32(r);
+        in->layer = get_i32(r);
+        in->input = get_i32(r);
+        in->from = get_i32(r);
+        in->to = get_i32(r);
+        in->src = get_i64(r);
+        in->dst = get_i64(r);
+        in->bytes = get_i64(r);
+        if (r->failed) return NULL;
+        check_instr(r, p, in, stream, i);
+        if (r->failed) return NULL;
+    }
+    *count = n;
+    return ins;
+}
+
+// ---------------------------------------------------------------- KERNELS
+
+// The ops of the nodes the RUN instructions cover (validated already).
+static void mark_ops(const Graph *g, const Instr *ins, int32_t n, unsigned char used[OP_COUNT]) {
+    for (int32_t i = 0; i < n; i++)
+        if (ins[i].kind == INS_RUN)
+            for (int k = ins[i].from; k < ins[i].to; k++)
+                used[((const Node *)g->parts[ins[i].part].nodes.items[k])->op] = 1;
+}
+
+static int read_kernels(Rd *r, const Plan *p) {
+    unsigned char used[OP_COUNT] = {0};
+    mark_ops(p->graph, p->train, p->ntrain, used);
+    mark_ops(p->graph, p->eval, p->neval, used);
+    int n = get_count(r, STR_MIN, "kernels");
+    int op = 0; // the list is in OpKind order: match it against used
+    for (int i = 0; i < n && !r->failed; i++) {
+        const char *name;
+        if (get_str(r, &name, 0, "a kernel name") != 0) break;
+        while (op < OP_COUNT && !used[op]) op++;
+        if (op == OP_COUNT || strcmp(name, op_name((OpKind)op)) != 0) {
+            rd_fail(r, "kernel %d is '%s'; the streams need %s%s", i, name, op < OP_COUNT ? "" : "no more than ",
+                    op < OP_COUNT ? op_name((OpKind)op) : "those listed before it");
+            break;
+        }
+        op++;
+    }
+    while (!r->failed && op < OP_COUNT && !used[op]) op++;
+    if (!r->failed && op < OP_COUNT) rd_fail(r, "the streams run %s, which no kernel covers", op_name((OpKind)op));
+    return r->failed ? -1 : 0;
+}
+
+// ---------------------------------------------------------------- the file
+
+typedef struct Entry {
+    uint32_t crc;
+    uint64_t off, size;
+} Entry;
+
+// The header and the section table; fills e[id - 1].
+static int read_table(Rd *r, Entry e[SECTIONS]) {
+    const unsigned char *d = r->p;
+    size_t len = r->len;
+    if (len == 0) {
+        rd_fail(r, "empty file; not an mt plan");
+        return -1;
+    }
+    if (memcmp(d, MAGIC, len < 8 ? len : 8) != 0) {
+        rd_fail(r, "not an mt plan (bad magic)");
+        return -1;
+    }
+    if (len < HEADER_BYTES) {
+        rd_fail(r, "truncated: %zu bytes, shorter than the plan header (%d)", len, HEADER_BYTES);
+        return -1;
+    }
+    uint32_t version = ld32(d + 8), endian = ld32(d + 12), count = ld32(d + 16);
+    if (endian == OTHER_ENDIAN) {
+        rd_fail(r, "written on a machine of the other byte order");
+        return -1;
+    }
+    if (version != PLAN_VERSION) {
+        rd_fail(r, "plan version %u, this mtrun reads version %d", version, PLAN_VERSION);
+        return -1;
+    }
+    if (endian != PLAN_ENDIAN) {
+        rd_fail(r, "bad endianness word 0x%08x", endian);
+        return -1;
+    }
+    if ((uint32_t)crc32(crc32(0L, Z_NULL, 0), d, 20) != ld32(d + 20)) {
+        rd_fail(r, "the plan header is corrupted (crc32 mismatch)");
+        return -1;
+    }
+    if (count != SECTIONS) {
+        rd_fail(r, "the section table lists %u sections; a version %d plan has %d", count, PLAN_VERSION, SECTIONS);
+        return -1;
+    }
+    if (len < TABLE_END) {
+        rd_fail(r, "truncated: %zu bytes, shorter than the header and section table (%d)", len, TABLE_END);
+        return -1;
+    }
+    int seen[SECTIONS] = {0};
+    for (int i = 0; i < SECTIONS; i++) {
+        const unsigned char *t = d + HEADER_BYTES + (size_t)i * ENTRY_BYTES;
+        uint32_t id = ld32(t);
+        if (id < 1 || id > SECTIONS) {
+            rd_fail(r, "section table entry %d has id %u; ids are 1..%d", i, id, SECTIONS);
+            return -1;
+        }
+        const char *name = SECTION_NAMES[id - 1];
+        if (seen[id - 1]++) {
+            rd_fail(r, "section %s is listed twice in the section table", name);
+            return -1;
+        }
+        Entry *en = &e[id - 1];
+        en->crc = ld32(t + 4);
+        en->off = ld64(t + 8);
+        en->size = ld64(t + 16);
+        if (en->off < TABLE_END) {
+            rd_fail(r, "section %s starts at byte %llu, inside the header and section table", name,
+                    (unsigned long long)en->off);
+            return -1;
+        }
+        if (en->off > len || en->size > len - en->off) {
+            rd_fail(r, "section %s is truncated (it ends at byte %llu, the file at byte %zu)", name,
+                    (unsigned long long)(en->off + en->size), len);
+            return -1;
+        }
+    }
+    // No two sections overlap: sort the ids by offset (seven of them).
+    int order[SECTIONS];
+    for (int i = 0; i < SECTIONS; i++) order[i] = i;
+    for (int i = 1; i < SECTIONS; i++)
+        for (int j = i; j > 0 && e[order[j]].off < e[order[j - 1]].off; j--) {
+            int t = order[j];
+            order[j] = order[j - 1];
+            order[j - 1] = t;
+        }
+    for (int i = 1; i < SECTIONS; i++) {
+        const Entry *a = &e[order[i - 1]], *b = &e[order[i]];
+        if (a->off + a->size > b->off) {
+            rd_fail(r, "sections %s and %s overlap", SECTION_NAMES[order[i - 1]], SECTION_NAMES[order[i]]);
+            return -1;
+        }
+    }
+    for (int s = 0; s < SECTIONS; s++) {
+        uLong crc = crc32(0L, Z_NULL, 0);
+        for (uint64_t done = 0; done < e[s].size;) {
+            uint64_t n = e[s].size - done > (1u << 30) ? (1u << 30) : e[s].size - done;
+            crc = crc32(crc, d + e[s].off + done, (uInt)n);
+            done += n;
+        }
+        if ((uint32_t)crc != e[s].crc) {
+            rd_fail(r, "section %s is corrupted (crc32 mismatch)", SECTION_NAMES[s]);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+Plan *plan_parse(const void *data, size_t len, const char *name, Arena *a, char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (!name) name = "plan";
+    Rd file = {.p = data, .len = len, .file = name, .err = err, .errcap = errcap, .a = a};
+    if (!data && len) len = file.len = 0;
+    Entry e[SECTIONS];
+    if (read_table(&file, e) != 0) return NULL;
+
+    Plan *p = arena_alloc(a, sizeof *p);
+    Graph *g = arena_alloc(a, sizeof *g);
+    if (!p || !g) {
+        rd_oom(&file);
+        return NULL;
+    }
+    p->graph = g;
+    // In the order each section's checks need: GRAPH before what refers to
+    // its nodes and params, STREAMS after HOST and ARENA, KERNELS last.
+    static const int ORDER[SECTIONS] = {SEC_SOURCE, SEC_GRAPH, SEC_CONFIG, SEC_HOST, SEC_ARENA, SEC_STREAMS, SEC_KERNELS};
+    uLong plan_crc = crc32(0L, Z_NULL, 0);
+    for (int k = 0; k < SECTIONS; k++) {
+        int id = ORDER[k];
+        const Entry *en = &e[id - 1];
+        Rd r = {.p = file.p + en->off, .len = (size_t)en->size, .file = name, .sec = SECTION_NAMES[id - 1],
+                .err = err, .errcap = errcap, .a = a};
+        int rc = 0;
+        switch ((SectionId)id) {
+        case SEC_SOURCE: rc = read_source(&r, p); break;
+        case SEC_CONFIG: rc = read_config(&r, &g->train); break;
+        case SEC_GRAPH: rc = read_graph(&r, g); break;
+        case SEC_HOST: rc = read_host(&r, p); break;
+        case SEC_ARENA: rc = read_arena(&r, p); break;
+        case SEC_STREAMS:
+            p->train = read_instrs(&r, p, &p->ntrain, "train");
+            if (!r.failed) p->eval = read_instrs(&r, p, &p->neval, "eval");
+            rc = r.failed ? -1 : 0;
+            break;
+        case SEC_KERNELS: rc = read_kernels(&r, p); break;
+        case SEC_COUNT_PLUS_ONE: break;
+        }
+        if (rc != 0 || r.failed) {
+            if (!r.failed) rd_fail(&r, "invalid");
+            return NULL;
+        }
+        if (r.pos != r.len) {
+            rd_fail(&r, "%zu unread byte%s after its last field", r.len - r.pos, r.len - r.pos == 1 ? "" : "s");
+            return NULL;
+        }
+    }
+    for (int s = 0; s < SECTIONS; s++) // in id order, as the writer
+        for (uint64_t done = 0; done < e[s].size;) {
+            uint64_t n = e[s].size - done > (1u << 30) ? (1u << 30) : e[s].size - done;
+            plan_crc = crc32(plan_crc, file.p + e[s].off + done, (uInt)n);
+            done += n;
+        }
+    p->plan_crc = (uint32_t)plan_crc;
+    return p;
+}
+
+Plan *plan_read(const char *path, Arena *a, char *err, size_t errcap) {
+    char *data;
+    size_t len;
+    int e = io_read_file(path, &data, &len);
+    if (e != 0) {
+        if (err && errcap) snprintf(err, errcap, "%s: cannot read the plan: %s", path, strerror(e));
+        return NULL;
+    }
+    Plan *p = plan_parse(data, len, path, a, err, errcap);
+    free(data);
+    return p;
+}

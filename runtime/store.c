@@ -1,0 +1,68 @@
+#include "store.h"
+
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+int64_t store_bytes(const Plan *p) {
+    return (p->host_global + p->graph->layers * p->host_layer) * 4 * 4;
+}
+
+int store_alloc(HostStore *s, const Plan *p) {
+    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer};
+    size_t bytes = ((size_t)s->n * 4 + 63) & ~(size_t)63;
+    float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
+    for (int i = 0; i < 4; i++) {
+        *arrays[i] = aligned_alloc(64, bytes ? bytes : 64);
+        if (!*arrays[i]) {
+            store_free(s);
+            return -1;
+        }
+        memset(*arrays[i], 0, bytes);
+    }
+    return 0;
+}
+
+void store_free(HostStore *s) {
+    free(s->w);
+    free(s->m);
+    free(s->v);
+    free(s->g);
+    *s = (HostStore){0};
+}
+
+int64_t store_offset(const Plan *p, int param, int64_t layer) {
+    const Param *prm = p->graph->params.items[param];
+    return (prm->in_block ? p->host_global + layer * p->host_layer : 0) + p->param_offset[param];
+}
+
+// splitmix64: a counter-based generator, so every element has its own draw.
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// A standard normal for element i of stream `key` (Box-Muller on two draws).
+static double normal_at(uint64_t key, int64_t i) {
+    uint64_t r1 = mix(key ^ mix((uint64_t)i * 2)), r2 = mix(key ^ mix((uint64_t)i * 2 + 1));
+    double u1 = ((double)(r1 >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(r2 >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+void store_init(HostStore *s, const Plan *p, uint64_t seed) {
+    const Graph *g = p->graph;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        int64_t n = shape_numel(&prm->shape);
+        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
+            float *w = s->w + store_offset(p, i, l);
+            uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
+            for (int64_t k = 0; k < n; k++)
+                w[k] = prm->init == INIT_ONES ? 1.0f
+                     : prm->init == INIT_ZEROS ? 0.0f
+                     : (float)(prm->init_std * normal_at(key, k));
+        }
+    }
+}

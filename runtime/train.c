@@ -1,0 +1,189 @@
+#include "train.h"
+
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "adamw.h"
+#include "backend.h"
+#include "data.h"
+#include "replay.h"
+
+double train_lr(const TrainConfig *t, double base, int64_t step) {
+    if (t->warmup > 0 && step <= t->warmup) return base * (double)step / (double)t->warmup;
+    if (t->schedule == SCHED_CONSTANT) return base;
+    double span = (double)(t->steps > t->warmup ? t->steps - t->warmup : 1);
+    double progress = fmin(1.0, fmax(0.0, (double)(step - t->warmup) / span)), min = base * t->min_lr_frac;
+    if (t->schedule == SCHED_LINEAR) return base - (base - min) * progress;
+    return min + (base - min) * 0.5 * (1.0 + cos(M_PI * progress));
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// The vocabulary the data must fit: the rows of every embedding table the
+// model inputs index, and the width of every loss's logits.
+static int64_t model_vocab(const Graph *g) {
+    int64_t v = INT64_MAX;
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        const Part *part = &g->parts[pk];
+        for (int i = 0; i < part->nfwd; i++) {
+            const Node *n = part->nodes.items[i];
+            if (n->op == OP_EMBED && n->in[1]->op == OP_INPUT && n->in[1]->src_part == SRC_MODEL_INPUT)
+                v = n->in[0]->shape.dims[0] < v ? n->in[0]->shape.dims[0] : v;
+            if (n->op == OP_CROSS_ENTROPY) {
+                const Shape *s = &n->in[0]->shape;
+                v = s->dims[s->rank - 1] < v ? s->dims[s->rank - 1] : v;
+            }
+        }
+    }
+    return v;
+}
+
+// Checks that forward takes (tokens, targets), both i32[B, T], which is what
+// mtrun feeds.
+static int check_inputs(const Graph *g, char *err, size_t errcap) {
+    int ok = g->inputs.n == 2;
+    for (int i = 0; ok && i < 2; i++) {
+        const ModelInput *in = g->inputs.items[i];
+        ok = in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dims[0] == g->train.batch &&
+             in->shape.dims[1] == g->train.seq;
+    }
+    if (!ok) snprintf(err, errcap, "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes other inputs");
+    return ok ? 0 : -1;
+}
+
+typedef struct Run {
+    const Plan *p;
+    const TrainOptions *o;
+    HostStore hs;
+    Backend *be;
+    DataSet data;
+    int32_t *tokens, *targets; // (B, T) each
+    FILE *log;
+} Run;
+
+static float micro_batch(Run *r, int backward) {
+    const int32_t *inputs[2] = {r->tokens, r->targets};
+    if (r->o->reference) return reference_step(r->p, &r->hs, inputs, backward);
+    const Plan *p = r->p;
+    return backward ? replay(r->be, p->train, p->ntrain, &r->hs, inputs) : replay(r->be, p->eval, p->neval, &r->hs, inputs);
+}
+
+static double validate(Run *r) {
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t n = data_val_batches(&r->data, t->batch, t->seq);
+    if (n > r->o->val_batches) n = r->o->val_batches;
+    double sum = 0;
+    for (int64_t i = 0; i < n; i++) {
+        data_val_batch(&r->data, i, t->batch, t->seq, r->tokens, r->targets);
+        sum += micro_batch(r, 0);
+    }
+    return n ? sum / (double)n : NAN;
+}
+
+// One optimizer step over `accumulate` micro-batches. Returns the mean loss
+// and sets *norm to the global gradient norm before clipping.
+static double step(Run *r, int64_t t_step, double lr, double *norm) {
+    const Plan *p = r->p;
+    const Graph *g = p->graph;
+    const TrainConfig *t = &g->train;
+    memset(r->hs.g, 0, (size_t)r->hs.n * sizeof(float));
+    double loss = 0;
+    for (int64_t k = 0; k < t->accumulate; k++) {
+        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
+        loss += micro_batch(r, 1);
+    }
+    double inv = 1.0 / (double)t->accumulate;
+    *norm = sqrt(adamw_sq_norm(r->hs.g, r->hs.n, r->o->threads)) * inv;
+    double scale = inv;
+    if (t->clip > 0 && *norm > t->clip) scale *= t->clip / *norm;
+    AdamWStep s = {.lr = (float)lr, .beta1 = (float)t->beta1, .beta2 = (float)t->beta2, .eps = (float)t->adam_eps,
+                   .weight_decay = (float)t->weight_decay, .t = t_step, .grad_scale = (float)scale};
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        int decay = prm->shape.rank >= 2; // none on norms and biases
+        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
+            int64_t off = store_offset(p, i, l), n = shape_numel(&prm->shape);
+            adamw_update(r->hs.w + off, r->hs.m + off, r->hs.v + off, r->hs.g + off, NULL, n, &s, decay, r->o->threads);
+        }
+    }
+    return loss * inv;
+}
+
+static int open_run(Run *r, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    const char *data = r->o->data ? r->o->data : t->data;
+    if (check_inputs(p->graph, err, errcap) != 0) return -1;
+    if (!data) {
+        snprintf(err, errcap, "no training data: give --data FILE or data = \"FILE\" in the model's train section");
+        return -1;
+    }
+    if (data_open(&r->data, data, model_vocab(p->graph), 0.1, err, errcap) != 0 ||
+        data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
+        return -1;
+    r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
+    r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
+    if (!r->tokens || !r->targets || store_alloc(&r->hs, p) != 0) {
+        snprintf(err, errcap, "cannot allocate the host store (%lld bytes)", (long long)store_bytes(p));
+        return -1;
+    }
+    if (!r->o->reference && !(r->be = backend_cpu_create(p, err, errcap))) return -1;
+    if (r->o->log_path && !(r->log = fopen(r->o->log_path, "w"))) {
+        snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
+        return -1;
+    }
+    return 0;
+}
+
+static void close_run(Run *r) {
+    if (r->be) r->be->destroy(r->be);
+    if (r->log) fclose(r->log);
+    store_free(&r->hs);
+    data_close(&r->data);
+    free(r->tokens);
+    free(r->targets);
+}
+
+static void log_val(Run *r, int64_t s, double val) {
+    fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, val);
+    if (r->log) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
+}
+
+int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
+    Run r = {.p = p, .o = o};
+    const TrainConfig *t = &p->graph->train;
+    int rc = 1;
+    if (open_run(&r, err, errcap) != 0) goto done;
+    int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
+    double base_lr = o->lr >= 0 ? o->lr : t->lr;
+    store_init(&r.hs, p, (uint64_t)(o->seed >= 0 ? o->seed : t->seed));
+    if (data_val_batches(&r.data, t->batch, t->seq) > 0) log_val(&r, 0, validate(&r));
+    double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
+    for (int64_t s = 1; s <= steps; s++) {
+        double t0 = now_s(), lr = train_lr(t, base_lr, s), norm;
+        double loss = step(&r, s, lr, &norm), dt = now_s() - t0;
+        if (!isfinite(loss)) {
+            snprintf(err, errcap, "step %lld: the loss is %f; stopping", (long long)s, loss);
+            goto done;
+        }
+        fprintf(o->out, "step %6lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms\n", (long long)s,
+                (long long)steps, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
+        if (r.log)
+            fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
+                           "\"ms\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
+        if ((s % val_every == 0 || s == steps) && data_val_batches(&r.data, t->batch, t->seq) > 0)
+            log_val(&r, s, validate(&r));
+        fflush(o->out);
+    }
+    rc = 0;
+done:
+    close_run(&r);
+    return rc;
+}

@@ -1,0 +1,30 @@
+// train.h: the training loop of mtrun: data, micro-batches through the plan
+// (or the reference executor), global-norm clipping, the AdamW step on the
+// host, validation, the progress line and the metrics log.
+#ifndef MT_TRAIN_H
+#define MT_TRAIN_H
+
+#include <stdio.h>
+
+#include "../common/plan.h"
+
+typedef struct TrainOptions {
+    int64_t steps;        // < 0: the plan's train section
+    const char *data;     // NULL: the plan's
+    double lr;            // < 0: the plan's
+    int64_t seed;         // < 0: the plan's
+    int64_t val_every;    // < 0: the plan's
+    int64_t val_batches;  // batches averaged for a validation loss
+    int threads;          // for the optimizer
+    int reference;        // run the unstreamed reference executor instead of the plan
+    const char *log_path; // metrics, JSON lines; NULL: none
+    FILE *out;            // the progress lines
+} TrainOptions;
+
+// Trains. Returns 0, or 1 with a message in err (bad data, out of memory).
+int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap);
+
+// The learning rate of step (1-based): linear warmup, then the schedule.
+double train_lr(const TrainConfig *t, double base, int64_t step);
+
+#endif

@@ -1,0 +1,73 @@
+#!/usr/bin/env python3
+"""mtrun's command line and its refusals: help, version, usage errors (exit
+2), a corrupted, truncated or missing plan and missing or unusable data
+(exit 1, a message naming the problem), and a plan file left untouched.
+
+usage: check_mtrun_cli.py MTC MTRUN
+"""
+import hashlib
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=120)
+
+
+def check(cond, what, p=None):
+    if not cond:
+        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-300:]!r}\n    stderr {p.stderr[-300:]!r}"))
+
+
+def main():
+    mtc, mtrun = sys.argv[1:3]
+    with tempfile.TemporaryDirectory() as tmp:
+        plan = os.path.join(tmp, "p.bin")
+        p = run(mtc, "examples/llama-tiny.mt", "-o", plan)
+        check(p.returncode == 0 and os.path.exists(plan), "mtc -o writes the plan", p)
+        digest = hashlib.sha256(open(plan, "rb").read()).hexdigest()
+
+        p = run(mtrun, "--help")
+        check(p.returncode == 0 and p.stdout.startswith("usage: mtrun PLAN"), "--help", p)
+        p = run(mtrun, "--version")
+        check(p.returncode == 0 and p.stdout.startswith("mtrun "), "--version", p)
+        for args, msg in [((), "no plan given"), ((plan, "--steps", "x"), "--steps needs an integer"),
+                          ((plan, "--lr", "-1"), "--lr needs a number"), ((plan, "--device", "tpu"), "--device is cpu or auto"),
+                          ((plan, "--bogus"), "unknown option '--bogus'"), ((plan, plan), "one plan at a time")]:
+            p = run(mtrun, *args)
+            check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
+
+        data = open(plan, "rb").read()
+        cases = {"trunc.bin": data[: len(data) // 2], "empty.bin": b""}
+        flipped = bytearray(data)
+        flipped[len(data) - 10] ^= 0x40  # inside the last section
+        cases["flipped.bin"] = bytes(flipped)
+        for name, blob in cases.items():
+            bad = os.path.join(tmp, name)
+            open(bad, "wb").write(blob)
+            p = run(mtrun, bad, "--steps", "1")
+            check(p.returncode == 1 and bad in p.stderr and "error" in p.stderr, f"refuses {name}", p)
+            check("section" in p.stderr or name == "empty.bin", f"{name}: the message names the section", p)
+        p = run(mtrun, os.path.join(tmp, "missing.bin"))
+        check(p.returncode == 1 and "missing.bin" in p.stderr, "missing plan", p)
+
+        p = run(mtrun, plan, "--steps", "1", "--data", os.path.join(tmp, "no-such-data.txt"))
+        check(p.returncode == 1 and "no-such-data.txt" in p.stderr, "missing data", p)
+        tiny = os.path.join(tmp, "tiny.txt")
+        open(tiny, "w").write("too short")
+        p = run(mtrun, plan, "--steps", "1", "--data", tiny)
+        check(p.returncode == 1 and "tiny.txt" in p.stderr, "data too small for a batch", p)
+
+        check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

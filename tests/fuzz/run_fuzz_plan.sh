@@ -1,0 +1,23 @@
+#!/usr/bin/env bash
+# Runs the plan reader's fuzzer for a bounded time. test_plan writes the
+# seed plans (the tiny examples, scheduled); they are both the corpus of
+# whole files and the plans the fuzzer patches (MT_FUZZ_PLAN_SEED, see
+# fuzz_plan.c), with one small patch per section to start from. Fails on
+# any crash, leak, overflow or UB.
+# usage: run_fuzz_plan.sh FUZZER TEST_PLAN SOURCE_DIR WORK_DIR SECONDS
+set -euo pipefail
+fuzzer=$1 test_plan=$2 src=$3 work=$4 seconds=$5
+rm -rf "$work"
+mkdir -p "$work/corpus"
+if ! (cd "$src" && "$test_plan" "$work/seeds" examples/gpt2-tiny.mt examples/llama-tiny.mt) >"$work/seeds.log" 2>&1; then
+  cat "$work/seeds.log"
+  echo "run_fuzz_plan.sh: test_plan could not write the seed plans" >&2
+  exit 1
+fi
+cp "$work"/seeds/*.plan "$work/corpus/"
+for s in 0 1 2 3 4 5 6; do # section s, seed s % 2, offset 16, two bytes
+  printf "\\x0$s\\x0$s\\x10\\x00\\x00\\x00\\xff\\x7f" >"$work/corpus/patch-$s"
+done
+cd "$work"
+MT_FUZZ_PLAN_SEED="$work/seeds/gpt2-tiny.plan:$work/seeds/llama-tiny.plan" \
+  "$fuzzer" -max_total_time="$seconds" -max_len=32768 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus

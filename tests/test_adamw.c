@@ -1,0 +1,318 @@
+// test_adamw.c: the fast AdamW kernel against the double-precision reference
+// (random tensors, odd and tiny sizes, several thread counts, misaligned
+// pointers), its bf16 copy against an independent rounding, the squared
+// gradient norm for determinism across thread counts, and one step worked by
+// hand. Prints every failed check and returns 1 if there was any.
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "adamw.h"
+
+static int failures;
+
+static void fail(const char *what) {
+    printf("FAIL: %s\n", what);
+    failures++;
+}
+
+// splitmix64: a fixed seed gives the same tensors on every machine.
+static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
+
+static uint64_t rng_next(void) {
+    uint64_t z = (rng_state += 0x9E3779B97F4A7C15ULL);
+    z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+    z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+    return z ^ (z >> 31);
+}
+
+// Uniform in [lo, hi).
+static float rng_uniform(float lo, float hi) {
+    return lo + (hi - lo) * (float)((double)(rng_next() >> 40) / (double)(1ULL << 24));
+}
+
+// A value of random sign and magnitude 10^[lo_exp, hi_exp), so tensors mix
+// scales as real ones do.
+static float rng_logscale(float lo_exp, float hi_exp) {
+    float x = powf(10.0f, rng_uniform(lo_exp, hi_exp));
+    return rng_next() & 1 ? x : -x;
+}
+
+static uint32_t float_bits(float x) {
+    uint32_t u;
+    memcpy(&u, &x, sizeof u);
+    return u;
+}
+
+// bf16 by the definition of round to nearest even on the bit pattern (a
+// different formulation from the kernel's add-and-shift): keep the top 16
+// bits, round up when the dropped 16 are over half, or exactly half and the
+// kept part is odd. NaN is checked separately.
+static uint16_t bf16_expected(float x) {
+    uint32_t u = float_bits(x);
+    uint32_t kept = u >> 16, dropped = u & 0xFFFFu;
+    if (dropped > 0x8000u || (dropped == 0x8000u && (kept & 1u))) kept++;
+    return (uint16_t)kept;
+}
+
+// 1 when b is the bf16 of x; NaN must give a NaN of the same sign.
+static int bf16_matches(float x, uint16_t b) {
+    if (isnan(x)) return (b & 0x7F80u) == 0x7F80u && (b & 0x7Fu) && (b >> 15) == (float_bits(x) >> 31);
+    return b == bf16_expected(x);
+}
+
+// One tensor's optimizer state, (n) each.
+typedef struct State {
+    float *w, *m, *v, *g;
+    int64_t n;
+} State;
+
+static State state_alloc(int64_t n) {
+    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
+    State s = {malloc(bytes), malloc(bytes), malloc(bytes), malloc(bytes), n};
+    if (!s.w || !s.m || !s.v || !s.g) {
+        printf("out of memory\n");
+        exit(1);
+    }
+    return s;
+}
+
+static State state_random(int64_t n) {
+    State s = state_alloc(n);
+    for (int64_t i = 0; i < n; i++) {
+        s.w[i] = rng_logscale(-4, 0);
+        s.g[i] = rng_logscale(-6, 0);
+        s.m[i] = rng_logscale(-6, -1);
+        float r = rng_logscale(-6, -1);
+        s.v[i] = r * r;
+    }
+    return s;
+}
+
+static State state_copy(const State *a) {
+    State s = state_alloc(a->n);
+    for (int64_t i = 0; i < a->n; i++) s.w[i] = a->w[i], s.m[i] = a->m[i], s.v[i] = a->v[i], s.g[i] = a->g[i];
+    return s;
+}
+
+static void state_free(State *s) {
+    free(s->w), free(s->m), free(s->v), free(s->g);
+}
+
+// |a - b| within rel of scale, scale at least max(|a|, |b|), plus a floor
+// far below any value the tests use.
+static int close_rel(double a, double b, double scale, double rel) {
+    double mag = fmax(scale, fmax(fabs(a), fabs(b)));
+    return fabs(a - b) <= rel * mag + 1e-30;
+}
+
+// Compares the fast result f against the reference r, both stepped from the
+// state before, old. The tolerance is 1e-6 relative to the magnitude of the
+// terms each new value is summed from (old w after decay and the Adam update
+// for w; beta1*m and (1-beta1)*gg for m): where the terms nearly cancel, the
+// result is small but its float rounding is that of the terms, and no fp32
+// kernel can do better than a few ulps of those.
+static int compare_states(const char *label, const State *old, const State *f, const State *r,
+                          const AdamWStep *s, int decay) {
+    double lr = s->lr, b1 = s->beta1, b2 = s->beta2;
+    double bc1 = 1.0 - pow(b1, (double)s->t), bc2 = 1.0 - pow(b2, (double)s->t);
+    int64_t bad = 0;
+    for (int64_t i = 0; i < f->n; i++) {
+        double gg = (double)old->g[i] * s->grad_scale;
+        double m_terms = fabs(b1 * old->m[i]) + fabs((1.0 - b1) * gg);
+        double m_new = b1 * old->m[i] + (1.0 - b1) * gg;
+        double v_new = b2 * old->v[i] + (1.0 - b2) * gg * gg;
+        double w_terms = fabs(old->w[i] * (decay ? 1.0 - lr * s->weight_decay : 1.0)) +
+                         fabs(lr * (m_new / bc1) / (sqrt(v_new / bc2) + s->eps));
+        int ok = close_rel(f->w[i], r->w[i], w_terms, 1e-6) && close_rel(f->m[i], r->m[i], m_terms, 1e-6) &&
+                 close_rel(f->v[i], r->v[i], 0.0, 1e-6);
+        if (!ok && bad++ < 5)
+            printf("  %s: element %lld: w %.9g vs ref %.9g, m %.9g vs %.9g, v %.9g vs %.9g\n", label, (long long)i,
+                   f->w[i], r->w[i], f->m[i], r->m[i], f->v[i], r->v[i]);
+    }
+    if (bad) printf("  %s: %lld of %lld elements differ from the reference\n", label, (long long)bad, (long long)f->n);
+    return bad == 0;
+}
+
+static int same_bits(const float *a, const float *b, int64_t n) {
+    return n == 0 || memcmp(a, b, (size_t)n * sizeof *a) == 0;
+}
+
+static const AdamWStep STEP_RANDOM = {
+    .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 7, .grad_scale = 0.37f};
+
+// The fast kernel against the reference on n random elements, with nthreads
+// 1 and 3 (which must agree to the bit), with and without decay, and its bf16
+// copy.
+static void test_against_ref(int64_t n) {
+    State old = state_random(n);
+    for (int decay = 0; decay <= 1; decay++) {
+        State ref = state_copy(&old), one = state_copy(&old), three = state_copy(&old);
+        uint16_t *bf = malloc((size_t)n * sizeof *bf); // (n)
+        if (!bf) exit(1);
+        adamw_update_ref(ref.w, ref.m, ref.v, ref.g, n, &STEP_RANDOM, decay);
+        adamw_update(one.w, one.m, one.v, one.g, NULL, n, &STEP_RANDOM, decay, 1);
+        adamw_update(three.w, three.m, three.v, three.g, bf, n, &STEP_RANDOM, decay, 3);
+
+        char label[96];
+        snprintf(label, sizeof label, "n=%lld decay=%d nthreads=1", (long long)n, decay);
+        if (!compare_states(label, &old, &one, &ref, &STEP_RANDOM, decay)) fail(label);
+        snprintf(label, sizeof label, "n=%lld decay=%d nthreads=3", (long long)n, decay);
+        if (!compare_states(label, &old, &three, &ref, &STEP_RANDOM, decay)) fail(label);
+        if (!same_bits(one.w, three.w, n) || !same_bits(one.m, three.m, n) || !same_bits(one.v, three.v, n)) {
+            snprintf(label, sizeof label, "n=%lld decay=%d: nthreads 1 and 3 differ in bits", (long long)n, decay);
+            fail(label);
+        }
+        if (!same_bits(old.g, one.g, n)) fail("adamw_update wrote to g");
+        int64_t bad_bf = 0;
+        for (int64_t i = 0; i < n; i++)
+            if (!bf16_matches(three.w[i], bf[i]) && bad_bf++ < 5)
+                printf("  bf16 of %.9g (0x%08x): got 0x%04x, expected 0x%04x\n", three.w[i], float_bits(three.w[i]),
+                       bf[i], bf16_expected(three.w[i]));
+        if (bad_bf) {
+            snprintf(label, sizeof label, "n=%lld decay=%d: bf16_out is not w rounded", (long long)n, decay);
+            fail(label);
+        }
+        free(bf);
+        state_free(&ref), state_free(&one), state_free(&three);
+    }
+    state_free(&old);
+}
+
+// Arrays that start one float past a cache line, with 3 threads, must give
+// the same bits as the aligned single-threaded run (the thread ranges are
+// placed by w's address).
+static void test_misaligned(int64_t n) {
+    State old = state_random(n + 1);
+    State a = state_copy(&old), b = state_copy(&old);
+    adamw_update(a.w + 1, a.m + 1, a.v + 1, a.g + 1, NULL, n, &STEP_RANDOM, 1, 1);
+    adamw_update(b.w + 1, b.m + 1, b.v + 1, b.g + 1, NULL, n, &STEP_RANDOM, 1, 3);
+    if (!same_bits(a.w, b.w, n + 1) || !same_bits(a.m, b.m, n + 1) || !same_bits(a.v, b.v, n + 1))
+        fail("misaligned arrays: nthreads 1 and 3 differ");
+    if (a.w[0] != old.w[0] || a.m[0] != old.m[0] || a.v[0] != old.v[0])
+        fail("misaligned arrays: the element before the range was written");
+    state_free(&old), state_free(&a), state_free(&b);
+}
+
+// One step worked by hand. Values exactly representable in binary, so the
+// only rounding in the expected numbers is the square root.
+//   lr 0.25, beta1 0.75, beta2 0.875, eps 0.0625, weight_decay 0.5, t 2, grad_scale 0.5
+//   bc1 = 1 - 0.75^2 = 0.4375          bc2 = 1 - 0.875^2 = 0.234375
+//   element 0: w 1, m 0.5, v 0.25, g 2     -> gg 1
+//     m = 0.75*0.5 + 0.25*1 = 0.625       v = 0.875*0.25 + 0.125*1 = 0.34375
+//     mhat = 0.625/0.4375 = 1.428571428571429   vhat = 0.34375/0.234375 = 1.466666666666667
+//     sqrt(vhat) = 1.211060141638997      update = 0.25*mhat/(1.211060141638997+0.0625) = 0.2804287331756751
+//     w = 1 - 0.25*0.5*1 - update = 0.5945712668243249   (no decay: 0.7195712668243249)
+//   element 1: w -2, m -0.25, v 0.0625, g 0.5  -> gg 0.25
+//     m = -0.1875 + 0.0625 = -0.125        v = 0.0546875 + 0.0078125 = 0.0625
+//     mhat = -0.2857142857142857  vhat = 0.2666666666666667  sqrt = 0.5163977794943222
+//     update = 0.25*mhat/(0.5163977794943222+0.0625) = -0.1233871919338948
+//     w = -2 + 0.25 - update = -1.626612808066105   (no decay: -1.876612808066105)
+//   element 2: w 0.125, m 0, v 0, g 0 -> m 0, v 0, update 0
+//     w = 0.125 - 0.25*0.5*0.125 = 0.109375   (no decay: 0.125)
+static void test_hand_step(void) {
+    const AdamWStep s = {
+        .lr = 0.25f, .beta1 = 0.75f, .beta2 = 0.875f, .eps = 0.0625f, .weight_decay = 0.5f, .t = 2, .grad_scale = 0.5f};
+    const double m_want[3] = {0.625, -0.125, 0.0};
+    const double v_want[3] = {0.34375, 0.0625, 0.0};
+    const double w_want[2][3] = {{0.7195712668243249, -1.876612808066105, 0.125},
+                                 {0.5945712668243249, -1.626612808066105, 0.109375}};
+    for (int decay = 0; decay <= 1; decay++) {
+        for (int ref = 0; ref <= 1; ref++) {
+            float w[3] = {1.0f, -2.0f, 0.125f}, m[3] = {0.5f, -0.25f, 0.0f}, v[3] = {0.25f, 0.0625f, 0.0f};
+            const float g[3] = {2.0f, 0.5f, 0.0f};
+            uint16_t bf[3];
+            if (ref)
+                adamw_update_ref(w, m, v, g, 3, &s, decay);
+            else
+                adamw_update(w, m, v, g, bf, 3, &s, decay, 2);
+            for (int i = 0; i < 3; i++) {
+                if (!close_rel(w[i], w_want[decay][i], 0.0, 1e-6) || !close_rel(m[i], m_want[i], 0.0, 1e-6) ||
+                    !close_rel(v[i], v_want[i], 0.0, 1e-6)) {
+                    printf("  hand step (%s, decay=%d) element %d: w %.9g m %.9g v %.9g, expected %.9g %.9g %.9g\n",
+                           ref ? "reference" : "fast", decay, i, w[i], m[i], v[i], w_want[decay][i], m_want[i],
+                           v_want[i]);
+                    fail("hand-computed step");
+                }
+                if (!ref && !bf16_matches(w[i], bf[i])) fail("hand-computed step: bf16_out");
+            }
+        }
+    }
+}
+
+// bf16_out on chosen bit patterns: with lr 0 the update leaves w as it is,
+// so bf16_out is the rounding of exactly these values.
+static void test_bf16_rounding(void) {
+    const uint32_t patterns[] = {
+        0x3F800000u, // 1.0: exact
+        0x3F808000u, // halfway, kept part even: stays 0x3F80
+        0x3F818000u, // halfway, kept part odd: up to 0x3F82
+        0x3F808001u, // just over half: up
+        0x3F807FFFu, // just under half: down
+        0xBF818000u, // negative halfway, odd: up in magnitude to 0xBF82
+        0x7F7FFFFFu, // largest float: rounds to infinity
+        0x7F800000u, // infinity
+        0x80000000u, // -0
+        0x00000001u, // smallest subnormal: to +0
+        0x7FC00001u, // quiet NaN
+        0xFF800001u, // signalling NaN, negative: must stay a NaN
+    };
+    enum { NPAT = sizeof patterns / sizeof patterns[0] };
+    const AdamWStep s = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f, .t = 1,
+                         .grad_scale = 1.0f};
+    float w[NPAT], m[NPAT] = {0}, v[NPAT] = {0}, g[NPAT] = {0};
+    uint16_t bf[NPAT];
+    for (int i = 0; i < NPAT; i++) memcpy(&w[i], &patterns[i], sizeof w[i]);
+    adamw_update(w, m, v, g, bf, NPAT, &s, 0, 1);
+    const uint16_t want[NPAT - 2] = {0x3F80, 0x3F80, 0x3F82, 0x3F81, 0x3F80, 0xBF82, 0x7F80, 0x7F80, 0x8000, 0x0000};
+    for (int i = 0; i < NPAT; i++) {
+        int ok = i < NPAT - 2 ? bf[i] == want[i] && bf16_matches(w[i], bf[i]) : bf16_matches(w[i], bf[i]);
+        if (!ok) {
+            printf("  bf16 of bits 0x%08x: got 0x%04x\n", patterns[i], bf[i]);
+            fail("bf16 rounding of a chosen value");
+        }
+    }
+}
+
+// adamw_sq_norm: the same bits for nthreads 1, 2 and 5, and within 1e-12
+// relative of a plain double loop.
+static void test_sq_norm(int64_t n) {
+    float *g = malloc((size_t)(n ? n : 1) * sizeof *g); // (n)
+    if (!g) exit(1);
+    for (int64_t i = 0; i < n; i++) g[i] = rng_logscale(-8, 1);
+    double plain = 0.0;
+    for (int64_t i = 0; i < n; i++) plain += (double)g[i] * (double)g[i];
+    double one = adamw_sq_norm(g, n, 1), two = adamw_sq_norm(g, n, 2), five = adamw_sq_norm(g, n, 5);
+    char label[128];
+    if (memcmp(&one, &two, sizeof one) || memcmp(&one, &five, sizeof one)) {
+        snprintf(label, sizeof label, "sq_norm n=%lld: %.17g %.17g %.17g for nthreads 1, 2, 5", (long long)n, one, two,
+                 five);
+        fail(label);
+    }
+    if (!close_rel(one, plain, 0.0, 1e-12)) {
+        snprintf(label, sizeof label, "sq_norm n=%lld: %.17g, a plain loop gives %.17g", (long long)n, one, plain);
+        fail(label);
+    }
+    free(g);
+}
+
+int main(void) {
+    test_hand_step();
+    test_bf16_rounding();
+    int64_t sizes[] = {1, 7, 1000003};
+    for (int i = 0; i < 3; i++) test_against_ref(sizes[i]);
+    test_misaligned(1000003);
+    // none, tiny, one chunk and a bit, several chunks for 5 threads with a tail
+    int64_t norm_sizes[] = {0, 1, 7, ADAMW_NORM_CHUNK + 1, 23 * ADAMW_NORM_CHUNK + 3, 1000003};
+    for (int i = 0; i < 6; i++) test_sq_norm(norm_sizes[i]);
+    if (adamw_sq_norm(NULL, 0, 4) != 0.0) fail("sq_norm of nothing is not 0");
+    adamw_update(NULL, NULL, NULL, NULL, NULL, 0, &STEP_RANDOM, 1, 4); // n 0 touches nothing
+    if (failures) {
+        printf("test_adamw: %d checks failed\n", failures);
+        return 1;
+    }
+    printf("test_adamw: all checks passed\n");
+    return 0;
+}
