@@ -6,7 +6,8 @@
 //
 // Prints ms/step and achieved GFLOP/s, counting the GEMM FLOPs of forward
 // and backward once (the recomputed forward is not counted: it is overhead),
-// and the rate of one sgemm of the model's MLP shape, and their ratio.
+// the share of the step spent outside GEMMs, and the rate of one sgemm of
+// the model's MLP shape, with the ratio of the two rates.
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -17,6 +18,7 @@
 #include "../compiler/graph.h"
 #include "../compiler/schedule.h"
 #include "../runtime/adamw.h"
+#include "../runtime/exec.h"
 #include "../runtime/replay.h"
 
 static double now_s(void) {
@@ -92,8 +94,11 @@ int main(int argc, char **argv) {
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
                    (double)g->layers * gemm_flops(block, 0, block->nodes.n);
     AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1};
-    double best = 1e30, best_fb = 1e30;
+    double best = 1e30, best_fb = 1e30, best_outside = 0;
+    ExecProfile prof;
+    exec_profile = &prof;
     for (int k = 0; k <= steps; k++) { // step 0 warms up
+        prof = (ExecProfile){0};
         double t0 = now_s();
         memset(hs.g, 0, (size_t)hs.n * 4);
         replay(be, p->train, p->ntrain, &hs, inputs);
@@ -101,7 +106,14 @@ int main(int argc, char **argv) {
         s.t = k + 1;
         adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
         double dt = now_s() - t0;
-        if (k > 0 && dt < best) best = dt;
+        double gemm = prof.seconds[OP_MATMUL];
+        if (getenv("STEP_BENCH_OPS") && k == steps)
+            for (int o = 0; o < OP_COUNT; o++)
+                if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
+        if (k > 0 && dt < best) {
+            best = dt;
+            best_outside = (dt - gemm) / dt;
+        }
         if (k > 0 && t1 - t0 < best_fb) best_fb = t1 - t0;
     }
     int64_t C = g->parts[PART_BLOCK].output->shape.dims[2];
@@ -109,6 +121,7 @@ int main(int argc, char **argv) {
     printf("%s batch %lld seq %lld: %.1f ms/step (forward+backward %.1f ms, optimizer %.1f ms), %.1f GFLOP/s "
            "(%.2f GFLOP a step)\n", g->model_name, (long long)g->train.batch, (long long)g->train.seq, best * 1e3,
            best_fb * 1e3, (best - best_fb) * 1e3, achieved, flops / 1e9);
+    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included)\n", 100 * best_outside);
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
     be->destroy(be);

@@ -23,8 +23,9 @@ void summary_compute(const Graph *g, Summary *s) {
     }
     s->blocks = s->per_layer * g->layers;
     s->total = s->head + s->blocks + s->tail;
-    // fp32 master + fp32 Adam m and v + the compute-dtype copy + fp32 gradients
-    s->bytes_per_param = 4 + 8 + (g->train.compute == DT_BF16 ? 2 : 4) + 4;
+    // fp32 master + fp32 Adam m and v + fp32 gradients, + a bf16 copy to
+    // stream when computing in bf16 (in f32 the master itself streams)
+    s->bytes_per_param = 4 + 8 + 4 + (g->train.compute == DT_BF16 ? 2 : 0);
     s->host_bytes = s->total * s->bytes_per_param;
 }
 
@@ -54,9 +55,9 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
     if (s.tied) fprintf(out, "  (+ %s tied with the head, counted once)", grouped(s.tied, b3));
     fprintf(out, "\n  %-8s %20s\n", "total", grouped(s.total, b1));
-    fprintf(out, "  host memory %s bytes (%.2f GiB): %lld B/param = fp32 master 4 + Adam m, v 8 + %s copy %d + fp32 grads 4\n",
+    fprintf(out, "  host memory %s bytes (%.2f GiB): %lld B/param = fp32 master 4 + Adam m, v 8 + fp32 grads 4%s\n",
             grouped(s.host_bytes, b1), (double)s.host_bytes / (1 << 30), (long long)s.bytes_per_param,
-            dtype_name(t->compute), t->compute == DT_BF16 ? 2 : 4);
+            t->compute == DT_BF16 ? " + bf16 copy 2" : " (the master streams as the f32 copy)");
 }
 
 static void json_str(FILE *out, const char *s) {

@@ -1,8 +1,17 @@
 #include "exec.h"
 
 #include <stdlib.h>
+#include <time.h>
 
 #include "kernels.h"
+
+ExecProfile *exec_profile;
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
 
 size_t exec_elem_size(const Node *n, Precision prec) {
     if (n->dtype == DT_I32) return 4;
@@ -57,8 +66,13 @@ void exec_run(PartState *ps, int from, int to) {
             continue;
         }
         for (int j = 0; j < n->nin && j < 64; j++) in[j] = ps->val[n->in[j]->id];
+        double t0 = exec_profile ? now_s() : 0;
         if (ps->prec == PREC_F64) kernel_run_f64(n, ps->val[i], in);
         else kernel_run_f32(n, ps->val[i], in);
+        if (exec_profile) {
+            exec_profile->seconds[n->op] += now_s() - t0;
+            exec_profile->calls[n->op]++;
+        }
     }
 }
 

@@ -16,6 +16,14 @@ typedef struct PartState {
     void *owned; // the one allocation behind computed nodes' buffers
 } PartState;
 
+// Seconds and calls per op, summed while exec_profile points at one (the
+// benchmarks set it; NULL, the default, costs nothing).
+typedef struct ExecProfile {
+    double seconds[OP_COUNT];
+    int64_t calls[OP_COUNT];
+} ExecProfile;
+extern ExecProfile *exec_profile;
+
 // Bytes of one element of node n under prec: i32 tensors are int32_t.
 size_t exec_elem_size(const Node *n, Precision prec);
 

@@ -11,10 +11,10 @@
 #include "data.h"
 #include "replay.h"
 
-double train_lr(const TrainConfig *t, double base, int64_t step) {
+double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
     if (t->warmup > 0 && step <= t->warmup) return base * (double)step / (double)t->warmup;
     if (t->schedule == SCHED_CONSTANT) return base;
-    double span = (double)(t->steps > t->warmup ? t->steps - t->warmup : 1);
+    double span = (double)(steps > t->warmup ? steps - t->warmup : 1);
     double progress = fmin(1.0, fmax(0.0, (double)(step - t->warmup) / span)), min = base * t->min_lr_frac;
     if (t->schedule == SCHED_LINEAR) return base - (base - min) * progress;
     return min + (base - min) * 0.5 * (1.0 + cos(M_PI * progress));
@@ -48,6 +48,11 @@ static int64_t model_vocab(const Graph *g) {
 // Checks that forward takes (tokens, targets), both i32[B, T], which is what
 // mtrun feeds.
 static int check_inputs(const Graph *g, char *err, size_t errcap) {
+    if (g->train.compute != DT_F32) {
+        snprintf(err, errcap, "this plan computes in %s; the cpu backend computes in f32 only (set dtype = f32)",
+                 dtype_name(g->train.compute));
+        return -1;
+    }
     int ok = g->inputs.n == 2;
     for (int i = 0; ok && i < 2; i++) {
         const ModelInput *in = g->inputs.items[i];
@@ -167,7 +172,7 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     if (data_val_batches(&r.data, t->batch, t->seq) > 0) log_val(&r, 0, validate(&r));
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
     for (int64_t s = 1; s <= steps; s++) {
-        double t0 = now_s(), lr = train_lr(t, base_lr, s), norm;
+        double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm;
         double loss = step(&r, s, lr, &norm), dt = now_s() - t0;
         if (!isfinite(loss)) {
             snprintf(err, errcap, "step %lld: the loss is %f; stopping", (long long)s, loss);

@@ -24,7 +24,8 @@ typedef struct TrainOptions {
 // Trains. Returns 0, or 1 with a message in err (bad data, out of memory).
 int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap);
 
-// The learning rate of step (1-based): linear warmup, then the schedule.
-double train_lr(const TrainConfig *t, double base, int64_t step);
+// The learning rate of step (1-based) of a run of `steps`: linear warmup,
+// then the schedule's decay over the remaining steps.
+double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps);
 
 #endif

@@ -62,7 +62,7 @@ def main():
         for n, shape in names.items():
             if params.get(n) != shape:
                 errors.append(f"{n}: {params.get(n)}, expected {shape}")
-        per = 4 + 8 + (2 if d["compute_dtype"] == "bf16" else 4) + 4
+        per = 4 + 8 + 4 + (2 if d["compute_dtype"] == "bf16" else 0)
         if d["host_bytes"] != d["params_total"] * per:
             errors.append(f"host_bytes {d['host_bytes']} is not {per} x params_total")
         print(("FAIL " if errors else "ok   ") + f"{name}: {d['params_total']:,} parameters")
