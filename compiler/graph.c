@@ -38,6 +38,23 @@ Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, con
     return n;
 }
 
+Node *part_input_from(const Part *part, int from) {
+    int n = part->nfwd ? part->nfwd : part->nodes.n;
+    for (int i = 0; i < n; i++) {
+        Node *nd = part->nodes.items[i];
+        if (nd->op == OP_INPUT && nd->src_part == from) return nd;
+    }
+    return NULL;
+}
+
+const Grad *part_grad_of(const Part *part, const Node *of) {
+    for (int i = 0; i < part->grads.n; i++) {
+        const Grad *g = part->grads.items[i];
+        if (g->of == of) return g;
+    }
+    return NULL;
+}
+
 int64_t shape_numel(const Shape *s) {
     int64_t n = 1;
     for (int i = 0; i < s->rank; i++) n *= s->dims[i];

@@ -160,6 +160,12 @@ typedef struct Graph {
 Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,
                      Node **in);
 
+// The input node of part that carries a value from part `from` (a PartKind,
+// or SRC_MODEL_INPUT, SRC_GRAD_SEED), or NULL.
+Node *part_input_from(const Part *part, int from);
+// The gradient autodiff made for node `of` of part, or NULL.
+const Grad *part_grad_of(const Part *part, const Node *of);
+
 int64_t shape_numel(const Shape *s);
 // Formats "[4, 64, 768]" into buf and returns buf.
 char *shape_str(const Shape *s, char *buf, size_t cap);

@@ -41,14 +41,6 @@ typedef struct Args {
     int npos;
 } Args;
 
-static const Expr *kwarg(const Args *a, const char *name) {
-    for (int i = 0; i < a->call->items.n; i++) {
-        const Expr *e = a->call->items.items[i];
-        if (e->kind == EXPR_KWARG && !strcmp(e->str, name)) return e->lhs;
-    }
-    return NULL;
-}
-
 int word_in_list(const char *list, const char *w) {
     size_t n = strlen(w);
     for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
@@ -92,7 +84,7 @@ static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) 
 }
 
 static int kw_int(Sema *S, const Args *a, const char *name, int64_t dflt, int required, int64_t *out) {
-    const Expr *e = kwarg(a, name);
+    const Expr *e = find_kwarg(a->call, name);
     if (!e) {
         if (required) {
             diag_error(S->d, a->call->loc, "%s needs %s=N; usage: %s", a->spec->name, name, a->spec->usage);
@@ -112,7 +104,7 @@ static int kw_int(Sema *S, const Args *a, const char *name, int64_t dflt, int re
 }
 
 static int kw_float(Sema *S, const Args *a, const char *name, double dflt, double *out) {
-    const Expr *e = kwarg(a, name);
+    const Expr *e = find_kwarg(a->call, name);
     *out = dflt;
     if (!e) return 0;
     Num n;
@@ -126,7 +118,7 @@ static int kw_float(Sema *S, const Args *a, const char *name, double dflt, doubl
 }
 
 static int kw_bool(Sema *S, const Args *a, const char *name, int dflt, int *out) {
-    const Expr *e = kwarg(a, name);
+    const Expr *e = find_kwarg(a->call, name);
     *out = dflt;
     if (!e) return 0;
     if (e->kind != EXPR_BOOL) {

@@ -83,23 +83,6 @@ static void feed_inputs(Builder *b, PartKind pk) {
     }
 }
 
-// The input node of part pk that comes from part `from`.
-static const Node *input_from(const Part *part, int from) {
-    for (int i = 0; i < part->nfwd; i++) {
-        const Node *n = part->nodes.items[i];
-        if (n->op == OP_INPUT && n->src_part == from) return n;
-    }
-    return NULL;
-}
-
-static const Grad *grad_of(const Part *part, const Node *of) {
-    for (int i = 0; i < part->grads.n; i++) {
-        const Grad *g = part->grads.items[i];
-        if (g->of == of) return g;
-    }
-    return NULL;
-}
-
 // Adds the part's parameter gradients into the host accumulators.
 static void grads_out(Builder *b, PartKind pk, int64_t layer) {
     const Plan *p = b->p;
@@ -125,7 +108,7 @@ static void forward_layers(Builder *b, int64_t slot, int64_t ckpt, int64_t ckpt_
     feed_inputs(b, PART_HEAD);
     run(b, PART_HEAD, 0, head->nfwd, -1);
     copy(b, addr(p, head->output), ckpt, ckpt_bytes);
-    const Node *x = input_from(block, PART_HEAD);
+    const Node *x = part_input_from(block, PART_HEAD);
     for (int64_t l = 0; l < g->layers; l++) {
         copy_in_weights(b, l, slot);
         copy(b, ckpt + l * ckpt_bytes, addr(p, x), ckpt_bytes);
@@ -133,7 +116,7 @@ static void forward_layers(Builder *b, int64_t slot, int64_t ckpt, int64_t ckpt_
         copy(b, addr(p, block->output), ckpt + (l + 1) * ckpt_bytes, ckpt_bytes);
     }
     feed_inputs(b, PART_TAIL);
-    copy(b, ckpt + g->layers * ckpt_bytes, addr(p, input_from(&g->parts[PART_TAIL], PART_BLOCK)), ckpt_bytes);
+    copy(b, ckpt + g->layers * ckpt_bytes, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK)), ckpt_bytes);
 }
 
 Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap) {
@@ -156,9 +139,9 @@ Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap) {
     // 2. Device arena: the global weights, one layer's weight slot, the
     //    layer checkpoints, then a buffer for every node of every part;
     //    parameter nodes point into the weights they stand for.
-    int64_t top = 0, globals = 0, slot = align_up(p->host_global * 4, ARENA_ALIGN);
-    top = align_up(slot + p->host_layer * 4, ARENA_ALIGN);
-    const Node *x = input_from(block, PART_HEAD);
+    const int64_t globals = 0, slot = align_up(p->host_global * 4, ARENA_ALIGN);
+    int64_t top = align_up(slot + p->host_layer * 4, ARENA_ALIGN);
+    const Node *x = part_input_from(block, PART_HEAD);
     int64_t ckpt = top, ckpt_bytes = align_up(node_bytes(x), ARENA_ALIGN);
     top += (g->layers + 1) * ckpt_bytes;
     for (int pk = 0; pk < PART_COUNT; pk++) {
@@ -181,8 +164,8 @@ Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap) {
     }
     p->arena_bytes = top;
 
-    const Node *tail_x = input_from(tail, PART_BLOCK);
-    const Grad *d_tail_x = tail_x ? grad_of(tail, tail_x) : NULL, *d_x = grad_of(block, x);
+    const Node *tail_x = part_input_from(tail, PART_BLOCK);
+    const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL, *d_x = part_grad_of(block, x);
     if (!d_tail_x || !d_tail_x->grad || !d_x || !d_x->grad) {
         snprintf(err, errcap, "the loss does not depend on the block's input; nothing to stream");
         return NULL;

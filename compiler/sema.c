@@ -234,7 +234,7 @@ static int lower_config(Sema *S) {
     return 0;
 }
 
-static const Expr *find_kwarg(const Expr *call, const char *name) {
+const Expr *find_kwarg(const Expr *call, const char *name) {
     for (int i = 0; i < call->items.n; i++) {
         const Expr *a = call->items.items[i];
         if (a->kind == EXPR_KWARG && !strcmp(a->str, name)) return a->lhs;

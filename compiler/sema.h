@@ -37,6 +37,8 @@ typedef struct Sema {
     Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
 } Sema;
 
+// The value of keyword argument `name` of a call, or NULL.
+const Expr *find_kwarg(const Expr *call, const char *name);
 // Whether w is one of the space-separated words of list.
 int word_in_list(const char *list, const char *w);
 int eval_num(Sema *S, const Expr *e, Num *out);

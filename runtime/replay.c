@@ -44,21 +44,9 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
     }
 }
 
-// The node of part that is the input coming from part `from`.
-static const Node *input_from(const Part *part, int from) {
-    for (int i = 0; i < part->nfwd; i++) {
-        const Node *n = part->nodes.items[i];
-        if (n->op == OP_INPUT && n->src_part == from) return n;
-    }
-    return NULL;
-}
-
 static void *grad_buffer(const PartState *ps, const Node *of) {
-    for (int i = 0; i < ps->part->grads.n; i++) {
-        const Grad *g = ps->part->grads.items[i];
-        if (g->of == of) return g->grad ? ps->val[g->grad->id] : NULL;
-    }
-    return NULL;
+    const Grad *g = part_grad_of(ps->part, of);
+    return g && g->grad ? ps->val[g->grad->id] : NULL;
 }
 
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward) {
@@ -70,7 +58,7 @@ float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs,
     for (int64_t l = 0; ok && l < L; l++) ok = exec_init(&layers[l], block, PREC_F32) == 0;
     float loss = NAN;
     if (ok) {
-        const Node *x = input_from(block, PART_HEAD), *tx = input_from(tail, PART_BLOCK);
+        const Node *x = part_input_from(block, PART_HEAD), *tx = part_input_from(tail, PART_BLOCK);
         bind_params_inputs(&hs_head, p, hs, 0, inputs);
         exec_run(&hs_head, 0, head->nfwd);
         for (int64_t l = 0; l < L; l++) {
