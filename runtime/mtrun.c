@@ -31,6 +31,15 @@ static const char USAGE[] =
     "  --reference      run the unstreamed reference executor instead of the plan\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
+    "  --init FILE      start from pretrained weights: safetensors (a file, an index.json, a directory)\n"
+    "                   or llm.c's GPT-2 checkpoint\n"
+    "  --export FILE    write the weights as safetensors at the end (names as the model's checkpoint)\n"
+    "  --dtype D        bf16 or fp32 (default), for --export\n"
+    "  --shard-bytes N  --export shards above N bytes (default 5000000000)\n"
+    "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR\n"
+    "  --save-every N   every N steps (default: every validation)\n"
+    "  --keep K         keep the newest K checkpoints (default 3)\n"
+    "  --resume DIR     continue from the newest checkpoint in DIR\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 error in the plan, the data or the run, 2 usage error\n";
@@ -53,19 +62,23 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_HELP, O_VERSION };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_HELP, O_VERSION };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
         {"val-every", required_argument, 0, O_VAL_EVERY}, {"val-batches", required_argument, 0, O_VAL_BATCHES},
         {"device", required_argument, 0, O_DEVICE},     {"reference", no_argument, 0, O_REFERENCE},
         {"threads", required_argument, 0, O_THREADS},   {"log", required_argument, 0, O_LOG},
+        {"init", required_argument, 0, O_INIT},         {"export", required_argument, 0, O_EXPORT},
+        {"dtype", required_argument, 0, O_DTYPE},       {"shard-bytes", required_argument, 0, O_SHARD},
+        {"save", required_argument, 0, O_SAVE},         {"save-every", required_argument, 0, O_SAVE_EVERY},
+        {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     TrainOptions o = {.steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
-                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout};
+                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
     int64_t v;
     char *end;
     opterr = 0;
@@ -100,6 +113,24 @@ int main(int argc, char **argv) {
             o.threads = (int)v;
             break;
         case O_LOG: o.log_path = optarg; break;
+        case O_INIT: o.init = optarg; break;
+        case O_EXPORT: o.export_path = optarg; break;
+        case O_DTYPE:
+            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return usage_error("--dtype is bf16 or fp32, not '%s'", optarg);
+            o.export_bf16 = !strcmp(optarg, "bf16");
+            break;
+        case O_SHARD:
+            if (parse_int(optarg, 1, &o.shard_bytes)) return usage_error("--shard-bytes needs an integer >= 1, got '%s'", optarg);
+            break;
+        case O_SAVE: o.save_dir = optarg; break;
+        case O_SAVE_EVERY:
+            if (parse_int(optarg, 1, &o.save_every)) return usage_error("--save-every needs an integer >= 1, got '%s'", optarg);
+            break;
+        case O_KEEP:
+            if (parse_int(optarg, 1, &v) || v > 1000000) return usage_error("--keep needs an integer >= 1, got '%s'", optarg);
+            o.keep = (int)v;
+            break;
+        case O_RESUME: o.resume = optarg; break;
         case O_HELP: fputs(USAGE, stdout); return 0;
         case O_VERSION: printf("mtrun %s\n", MT_VERSION); return 0;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -122,6 +153,7 @@ int main(int argc, char **argv) {
         if (log_path) snprintf(log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
         o.log_path = log_path;
     }
+    if (p && o.save_dir && !o.save_every) o.save_every = p->graph->train.val_every;
     if (p) rc = train_run(p, &o, err, sizeof err);
     if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
     free(log_path);

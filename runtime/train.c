@@ -8,8 +8,10 @@
 
 #include "adamw.h"
 #include "backend.h"
+#include "checkpoint.h"
 #include "data.h"
 #include "replay.h"
+#include "weights.h"
 
 double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
     if (t->warmup > 0 && step <= t->warmup) return base * (double)step / (double)t->warmup;
@@ -121,6 +123,29 @@ static double step(Run *r, int64_t t_step, double lr, double *norm) {
     return loss * inv;
 }
 
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+static int64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+// Refuses a run whose host store and cpu arena will not fit, before any of
+// it is allocated.
+static int check_host_memory(Run *r, char *err, size_t errcap) {
+    int64_t need = store_bytes(r->p) + (r->o->reference ? 0 : r->p->arena_bytes);
+    int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
+    if (have <= 0 || need <= have) return 0;
+    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GiB: weights, Adam moments, gradients%s) "
+             "but this machine has %lld bytes (%.1f GiB) available", (long long)need, (double)need / (1 << 30),
+             r->o->reference ? "" : " and the cpu arena", (long long)have, (double)have / (1 << 30));
+    return -1;
+}
+
 static int open_run(Run *r, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
@@ -133,6 +158,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
     if (data_open(&r->data, data, model_vocab(p->graph), 0.1, err, errcap) != 0 ||
         data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
         return -1;
+    if (check_host_memory(r, err, errcap) != 0) return -1;
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     if (!r->tokens || !r->targets || store_alloc(&r->hs, p) != 0) {
@@ -161,6 +187,38 @@ static void log_val(Run *r, int64_t s, double val) {
     if (r->log) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
 }
 
+// Continues from the newest checkpoint in o->resume: weights, moments, step
+// and data position. Returns the last step done, or -1 with a message.
+static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
+    char path[4096];
+    CkptMeta meta;
+    // Whose checkpoint it is, first; then the arrays.
+    if (ckpt_latest(r->o->resume, path, sizeof path, err, errcap) != 0 ||
+        ckpt_read(path, &meta, -1, NULL, NULL, NULL, err, errcap) != 0)
+        return -1;
+    if (meta.plan_crc != r->p->plan_crc || meta.source_crc != r->p->source_crc) {
+        snprintf(err, errcap, "%s: this checkpoint belongs to another %s (plan crc %08x, this plan %08x); resume it with "
+                 "the plan that wrote it", path, meta.source_crc != r->p->source_crc ? "model" : "plan",
+                 meta.plan_crc, r->p->plan_crc);
+        return -1;
+    }
+    if (meta.seed != seed) {
+        snprintf(err, errcap, "%s: written by a run with seed %llu, this run's is %llu", path,
+                 (unsigned long long)meta.seed, (unsigned long long)seed);
+        return -1;
+    }
+    if (ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0) return -1;
+    r->data.train_pos = meta.data_pos;
+    fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
+    return meta.step;
+}
+
+static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
+    CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = r->p->plan_crc,
+                     .source_crc = r->p->source_crc, .n = r->hs.n};
+    return ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap);
+}
+
 int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     const TrainConfig *t = &p->graph->train;
@@ -168,10 +226,14 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     if (open_run(&r, err, errcap) != 0) goto done;
     int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
-    store_init(&r.hs, p, (uint64_t)(o->seed >= 0 ? o->seed : t->seed));
-    if (data_val_batches(&r.data, t->batch, t->seq) > 0) log_val(&r, 0, validate(&r));
+    uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
+    store_init(&r.hs, p, seed);
+    if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
+    int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
+    if (done_steps < 0) goto done;
+    if (!o->resume && data_val_batches(&r.data, t->batch, t->seq) > 0) log_val(&r, 0, validate(&r));
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
-    for (int64_t s = 1; s <= steps; s++) {
+    for (int64_t s = done_steps + 1; s <= steps; s++) {
         double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm;
         double loss = step(&r, s, lr, &norm), dt = now_s() - t0;
         if (!isfinite(loss)) {
@@ -185,8 +247,12 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
                            "\"ms\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
         if ((s % val_every == 0 || s == steps) && data_val_batches(&r.data, t->batch, t->seq) > 0)
             log_val(&r, s, validate(&r));
+        if (o->save_dir && o->save_every > 0 && s % o->save_every == 0 && save(&r, s, seed, err, errcap) != 0) goto done;
         fflush(o->out);
     }
+    if (o->export_path &&
+        weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
+        goto done;
     rc = 0;
 done:
     close_run(&r);

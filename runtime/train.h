@@ -19,6 +19,15 @@ typedef struct TrainOptions {
     int reference;        // run the unstreamed reference executor instead of the plan
     const char *log_path; // metrics, JSON lines; NULL: none
     FILE *out;            // the progress lines
+    const char *init;     // pretrained weights to start from (safetensors or llm.c); NULL: the seed's
+    const char *export_path; // safetensors to write the weights to at the end; NULL: none
+    int export_bf16;
+    int64_t shard_bytes;  // export shards above this size
+    const char *save_dir; // checkpoints every save_every steps, the newest `keep` kept
+    int64_t save_every;
+    int keep;
+    const char *resume;   // a checkpoint directory to continue from
+    int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
 } TrainOptions;
 
 // Trains. Returns 0, or 1 with a message in err (bad data, out of memory).

@@ -1,0 +1,598 @@
+// checkpoint.c: writes and reads the checkpoint files of checkpoint.h.
+//
+// Writing streams: the header and a section table with the crc32 fields
+// zero go first, then META and the three arrays straight from the caller's
+// memory (a bounce buffer of CHUNK bytes only on a big-endian host), each
+// crc32 computed as it is written; then the table is rewritten in place with
+// the crc32s, the file fsync'ed, renamed and its directory fsync'ed. Reading
+// uses pread into the caller's arrays (or a bounce buffer when an array is
+// not wanted), checksumming as it goes.
+#include "checkpoint.h"
+
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
+
+enum {
+    CKPT_VERSION = 1,
+    SECTIONS = 4,      // META, W, M, V
+    HEADER_BYTES = 24, // magic, version, endian, count, crc
+    ENTRY_BYTES = 24,  // id, crc, offset, size
+    TABLE_BYTES = SECTIONS * ENTRY_BYTES,
+    TABLE_END = HEADER_BYTES + TABLE_BYTES,
+    META_BYTES = 4 * 8 + 2 * 4 + 8,
+    CHUNK = 1 << 22, // bytes per write, pread and crc32 call
+};
+enum { SEC_META = 1, SEC_W, SEC_M, SEC_V };
+static const char MAGIC[8] = "MTCKPT\0";
+static const char *const SECTION_NAMES[SECTIONS] = {"META", "W", "M", "V"};
+static const uint32_t ENDIAN = 0x01020304u, OTHER_ENDIAN = 0x04030201u;
+// n above this would overflow the file's offsets (three arrays of 4n bytes)
+static const int64_t MAX_N = (INT64_MAX - TABLE_END - META_BYTES) / 12;
+
+// Writes "PATH: message" into err and returns -1.
+__attribute__((format(printf, 4, 5)))
+static int fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
+    if (!err || errcap == 0) return -1;
+    int n = snprintf(err, errcap, "%s: ", path);
+    if (n >= 0 && (size_t)n < errcap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+static void store_u32(unsigned char *d, uint32_t v) {
+    for (int i = 0; i < 4; i++) d[i] = (unsigned char)(v >> (8 * i));
+}
+static void store_u64(unsigned char *d, uint64_t v) {
+    for (int i = 0; i < 8; i++) d[i] = (unsigned char)(v >> (8 * i));
+}
+static uint32_t ld32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t ld64(const unsigned char *p) { return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32; }
+
+static int host_is_le(void) {
+    uint32_t one = 1;
+    unsigned char b;
+    memcpy(&b, &one, 1);
+    return b == 1;
+}
+
+// Reverses the bytes of each of the n floats at p (big-endian hosts only).
+static void swap_floats(unsigned char *p, size_t n) {
+    for (size_t i = 0; i < n; i++, p += 4) {
+        unsigned char t = p[0];
+        p[0] = p[3];
+        p[3] = t;
+        t = p[1];
+        p[1] = p[2];
+        p[2] = t;
+    }
+}
+
+static uint32_t crc_of(uint32_t crc, const unsigned char *data, size_t len) {
+    for (size_t done = 0; done < len;) { // crc32 takes an unsigned int length
+        size_t n = len - done > (1u << 30) ? (1u << 30) : len - done;
+        crc = (uint32_t)crc32(crc, data + done, (uInt)n);
+        done += n;
+    }
+    return crc;
+}
+
+// ---------------------------------------------------------------- names
+
+// dir + "/" + name, malloc'd (trailing slashes of dir dropped); NULL when out of memory.
+static char *path_join(const char *dir, const char *name) {
+    size_t d = strlen(dir);
+    while (d > 1 && dir[d - 1] == '/') d--;
+    size_t k = strlen(name);
+    char *p = malloc(d + 1 + k + 1);
+    if (!p) return NULL;
+    memcpy(p, dir, d);
+    size_t at = d;
+    if (d == 0 || dir[d - 1] != '/') p[at++] = '/';
+    memcpy(p + at, name, k + 1);
+    return p;
+}
+
+// Whether name is "step-DIGITS.ckpt" (*tmp = 0) or "step-DIGITS.ckpt.tmp"
+// (*tmp = 1), with a step that fits an int64; sets *step.
+static int parse_name(const char *name, int64_t *step, int *tmp) {
+    if (strncmp(name, "step-", 5) != 0) return 0;
+    const char *p = name + 5;
+    int64_t s = 0;
+    if (*p < '0' || *p > '9') return 0;
+    for (; *p >= '0' && *p <= '9'; p++) {
+        if (s > (INT64_MAX - (*p - '0')) / 10) return 0;
+        s = s * 10 + (*p - '0');
+    }
+    if (strcmp(p, ".ckpt") == 0) *tmp = 0;
+    else if (strcmp(p, ".ckpt.tmp") == 0) *tmp = 1;
+    else return 0;
+    *step = s;
+    return 1;
+}
+
+typedef struct Found {
+    char *name; // malloc'd
+    int64_t step;
+    int tmp;
+} Found;
+
+// The step-*.ckpt and step-*.ckpt.tmp files of dir, malloc'd (*count of
+// them; free each name and the array). Returns 0 or an errno.
+static int list_dir(const char *dir, Found **out, size_t *count) {
+    *out = NULL;
+    *count = 0;
+    DIR *d = opendir(dir);
+    if (!d) return errno;
+    Found *f = NULL;
+    size_t n = 0, cap = 0;
+    int e = 0;
+    for (;;) {
+        errno = 0;
+        struct dirent *de = readdir(d);
+        if (!de) {
+            e = errno;
+            break;
+        }
+        int64_t step;
+        int tmp;
+        if (!parse_name(de->d_name, &step, &tmp)) continue;
+        if (n == cap) {
+            size_t c = cap ? 2 * cap : 16;
+            Found *g = realloc(f, c * sizeof *g);
+            if (!g) {
+                e = ENOMEM;
+                break;
+            }
+            f = g;
+            cap = c;
+        }
+        f[n].name = strdup(de->d_name);
+        if (!f[n].name) {
+            e = ENOMEM;
+            break;
+        }
+        f[n].step = step;
+        f[n].tmp = tmp;
+        n++;
+    }
+    closedir(d);
+    if (e != 0) {
+        for (size_t i = 0; i < n; i++) free(f[i].name);
+        free(f);
+        return e;
+    }
+    *out = f;
+    *count = n;
+    return 0;
+}
+
+static void free_found(Found *f, size_t n) {
+    for (size_t i = 0; i < n; i++) free(f[i].name);
+    free(f);
+}
+
+static int newest_first(const void *a, const void *b) {
+    const Found *x = a, *y = b;
+    return x->step < y->step ? 1 : x->step > y->step ? -1 : strcmp(x->name, y->name);
+}
+
+// fsync of a directory, to make a rename, creation or removal in it
+// durable. Returns 0 or an errno; file systems that cannot sync a directory
+// (EINVAL, ENOTSUP) count as done.
+static int sync_dir(const char *dir) {
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd < 0) return errno;
+    int e = fsync(fd) != 0 ? errno : 0;
+    close(fd);
+    return e == EINVAL || e == ENOTSUP || e == EROFS ? 0 : e;
+}
+
+// The parent of dir, for syncing after creating dir (best effort).
+static void sync_parent_of(const char *dir) {
+    size_t d = strlen(dir);
+    while (d > 1 && dir[d - 1] == '/') d--;
+    while (d > 0 && dir[d - 1] != '/') d--;
+    while (d > 1 && dir[d - 1] == '/') d--;
+    char *parent = d == 0 ? strdup(".") : strndup(dir, d);
+    if (!parent) return;
+    sync_dir(parent);
+    free(parent);
+}
+
+// ---------------------------------------------------------------- writing
+
+// The new file, the bytes written so far and the fault-injection limit.
+typedef struct Writer {
+    int fd;
+    int64_t written;     // bytes, counted in the order written
+    int64_t abort_after; // -1: no fault injection
+} Writer;
+
+// Writes len bytes at the file offset off (-1: the current offset), with
+// EINTR and short writes retried. Returns 0 or an errno.
+static int put(Writer *wr, const void *data, size_t len, int64_t off) {
+    const unsigned char *p = data;
+    while (len > 0) {
+        size_t k = len > (1u << 30) ? (1u << 30) : len;
+        if (wr->abort_after >= 0) { // MT_CKPT_ABORT_AFTER_BYTES: write up to the limit, then crash
+            if (wr->written >= wr->abort_after) abort();
+            if ((int64_t)k > wr->abort_after - wr->written) k = (size_t)(wr->abort_after - wr->written);
+        }
+        ssize_t n = off < 0 ? write(wr->fd, p, k) : pwrite(wr->fd, p, k, (off_t)off);
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return errno;
+        if (n == 0) return EIO;
+        wr->written += n;
+        p += n;
+        len -= (size_t)n;
+        if (off >= 0) off += n;
+        if (wr->written == wr->abort_after) abort();
+    }
+    return 0;
+}
+
+// Writes the n floats at a little-endian, adding them to *crc.
+static int put_floats(Writer *wr, const float *a, int64_t n, uint32_t *crc, unsigned char *bounce) {
+    const unsigned char *p = (const unsigned char *)a;
+    uint64_t left = (uint64_t)n * 4;
+    while (left > 0) {
+        size_t k = left > CHUNK ? CHUNK : (size_t)left;
+        const unsigned char *src = p;
+        if (bounce) { // big-endian host
+            memcpy(bounce, p, k);
+            swap_floats(bounce, k / 4);
+            src = bounce;
+        }
+        *crc = crc_of(*crc, src, k);
+        int e = put(wr, src, k, -1);
+        if (e != 0) return e;
+        p += k;
+        left -= k;
+    }
+    return 0;
+}
+
+static void encode_meta(unsigned char b[META_BYTES], const CkptMeta *m) {
+    store_u64(b, (uint64_t)m->step);
+    store_u64(b + 8, (uint64_t)m->data_pos);
+    store_u64(b + 16, m->seed);
+    store_u64(b + 24, m->rng_state);
+    store_u32(b + 32, m->plan_crc);
+    store_u32(b + 36, m->source_crc);
+    store_u64(b + 40, (uint64_t)m->n);
+}
+
+static void encode_table(unsigned char t[TABLE_BYTES], int64_t n, const uint32_t crc[SECTIONS]) {
+    uint64_t off = TABLE_END;
+    for (int s = 0; s < SECTIONS; s++) {
+        uint64_t size = s == 0 ? META_BYTES : (uint64_t)n * 4;
+        unsigned char *e = t + (size_t)s * ENTRY_BYTES;
+        store_u32(e, (uint32_t)(s + 1));
+        store_u32(e + 4, crc[s]);
+        store_u64(e + 8, off);
+        store_u64(e + 16, size);
+        off += size;
+    }
+}
+
+// MT_CKPT_ABORT_AFTER_BYTES as a byte count, or -1 when unset or not a
+// non-negative decimal number.
+static int64_t abort_after_bytes(void) {
+    const char *s = getenv("MT_CKPT_ABORT_AFTER_BYTES");
+    if (!s || !*s) return -1;
+    int64_t v = 0;
+    for (const char *p = s; *p; p++) {
+        if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10) return -1;
+        v = v * 10 + (*p - '0');
+    }
+    return v;
+}
+
+// Writes the whole checkpoint to the new file tmp and syncs it. Returns 0 or an errno.
+static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays[3]) {
+    Writer wr = {.fd = -1, .abort_after = abort_after_bytes()};
+    unsigned char *bounce = NULL;
+    if (!host_is_le() && meta->n > 0 && !(bounce = malloc(CHUNK))) return ENOMEM;
+    wr.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+    if (wr.fd < 0) {
+        int e = errno;
+        free(bounce);
+        return e;
+    }
+    if (wr.abort_after == 0) abort();
+
+    unsigned char head[TABLE_END];
+    memcpy(head, MAGIC, 8);
+    store_u32(head + 8, CKPT_VERSION);
+    store_u32(head + 12, ENDIAN);
+    store_u32(head + 16, SECTIONS);
+    store_u32(head + 20, crc_of(0, head, 20));
+    uint32_t crc[SECTIONS] = {0};
+    encode_table(head + HEADER_BYTES, meta->n, crc); // crc32s filled in at the end
+    unsigned char mb[META_BYTES];
+    encode_meta(mb, meta);
+    crc[0] = crc_of(0, mb, META_BYTES);
+
+    int e = put(&wr, head, TABLE_END, -1);
+    if (e == 0) e = put(&wr, mb, META_BYTES, -1);
+    for (int a = 0; a < 3 && e == 0; a++) e = put_floats(&wr, arrays[a], meta->n, &crc[1 + a], bounce);
+    if (e == 0) {
+        encode_table(head + HEADER_BYTES, meta->n, crc);
+        e = put(&wr, head + HEADER_BYTES, TABLE_BYTES, HEADER_BYTES);
+    }
+    if (e == 0 && fsync(wr.fd) != 0) e = errno;
+    if (close(wr.fd) != 0 && e == 0) e = errno;
+    free(bounce);
+    return e;
+}
+
+// Removes the step-*.ckpt beyond the newest keep (never keep_name) and any
+// step-*.ckpt.tmp. Returns 0, or -1 with a message naming final.
+static int prune(const char *dir, int keep, const char *keep_name, const char *final, char *err, size_t errcap) {
+    Found *f;
+    size_t n;
+    int e = list_dir(dir, &f, &n);
+    if (e != 0)
+        return fail(err, errcap, final, "saved, but cannot list %s to remove old checkpoints: %s", dir, strerror(e));
+    qsort(f, n, sizeof *f, newest_first);
+    int rc = 0, kept = 0;
+    for (size_t i = 0; i < n; i++) {
+        if (!f[i].tmp && (kept < keep || strcmp(f[i].name, keep_name) == 0)) {
+            kept++;
+            continue;
+        }
+        char *p = path_join(dir, f[i].name);
+        if (!p) {
+            rc = fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
+            break;
+        }
+        if (unlink(p) != 0 && errno != ENOENT && rc == 0)
+            rc = fail(err, errcap, final, "saved, but cannot remove the old %s: %s", p, strerror(errno));
+        free(p);
+    }
+    free_found(f, n);
+    return rc;
+}
+
+int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
+              char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (!dir || !*dir) return fail(err, errcap, "checkpoint", "no directory to save into");
+    if (!meta) return fail(err, errcap, dir, "internal error: no checkpoint meta to save");
+    if (keep < 1) return fail(err, errcap, dir, "--keep must be at least 1, not %d", keep);
+    if (meta->step < 0) return fail(err, errcap, dir, "internal error: checkpoint step %lld", (long long)meta->step);
+    if (meta->n < 0 || meta->n > MAX_N)
+        return fail(err, errcap, dir, "internal error: %lld floats per array to save", (long long)meta->n);
+    if (meta->n > 0 && (!w || !m || !v))
+        return fail(err, errcap, dir, "internal error: an array to save is missing");
+
+    if (mkdir(dir, 0777) == 0) {
+        sync_parent_of(dir);
+    } else if (errno == EEXIST) {
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return fail(err, errcap, dir, "cannot save checkpoints here: not a directory");
+    } else {
+        return fail(err, errcap, dir, "cannot create the checkpoint directory: %s", strerror(errno));
+    }
+
+    char name[48], tmpname[64];
+    snprintf(name, sizeof name, "step-%09lld.ckpt", (long long)meta->step);
+    snprintf(tmpname, sizeof tmpname, "%s.tmp", name);
+    char *final = path_join(dir, name), *tmp = path_join(dir, tmpname);
+    int rc = -1;
+    if (!final || !tmp) {
+        fail(err, errcap, dir, "out of memory while saving a checkpoint");
+        goto done;
+    }
+    const float *arrays[3] = {w, m, v};
+    int e = write_file(tmp, meta, arrays);
+    if (e == 0 && rename(tmp, final) != 0) e = errno;
+    if (e != 0) {
+        fail(err, errcap, final, "cannot write the checkpoint: %s", strerror(e));
+        unlink(tmp); // nothing, or a partial temporary file
+        goto done;
+    }
+    e = sync_dir(dir);
+    if (e != 0) {
+        fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
+        goto done;
+    }
+    rc = prune(dir, keep, name, final, err, errcap);
+done:
+    free(final);
+    free(tmp);
+    return rc;
+}
+
+// ---------------------------------------------------------------- finding
+
+int ckpt_latest(const char *dir, char *path, size_t pathcap, char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (path && pathcap) path[0] = 0;
+    if (!dir || !*dir) return fail(err, errcap, "checkpoint", "no directory to resume from");
+    Found *f;
+    size_t n;
+    int e = list_dir(dir, &f, &n);
+    if (e != 0) return fail(err, errcap, dir, "cannot read the checkpoint directory: %s", strerror(e));
+    const Found *best = NULL;
+    for (size_t i = 0; i < n; i++)
+        if (!f[i].tmp && (!best || newest_first(&f[i], best) < 0)) best = &f[i];
+    int rc = 0;
+    if (!best) {
+        rc = fail(err, errcap, dir, "no checkpoint in it (no step-*.ckpt file)");
+    } else {
+        char *p = path_join(dir, best->name);
+        if (!p) rc = fail(err, errcap, dir, "out of memory");
+        else if (!path || strlen(p) >= pathcap)
+            rc = fail(err, errcap, dir, "the path of %s does not fit in %zu bytes", best->name, pathcap);
+        else memcpy(path, p, strlen(p) + 1);
+        free(p);
+    }
+    free_found(f, n);
+    return rc;
+}
+
+// ---------------------------------------------------------------- reading
+
+typedef struct Entry {
+    uint32_t crc;
+    uint64_t off, size;
+} Entry;
+
+// Reads up to len bytes at off, with EINTR and short reads retried; stops
+// early only at the end of the file. Returns the bytes read, or -1 (errno set).
+static int64_t get(int fd, void *buf, size_t len, uint64_t off) {
+    unsigned char *p = buf;
+    size_t done = 0;
+    while (done < len) {
+        size_t k = len - done > (1u << 30) ? (1u << 30) : len - done;
+        ssize_t n = pread(fd, p + done, k, (off_t)(off + done));
+        if (n < 0 && errno == EINTR) continue;
+        if (n < 0) return -1;
+        if (n == 0) break;
+        done += (size_t)n;
+    }
+    return (int64_t)done;
+}
+
+// Reads section s into dst (its size bytes), or through bounce when dst is
+// NULL, and checks its crc32. Returns 0, or -1 with a message.
+static int read_section(int fd, const char *path, int s, const Entry *en, void *dst, unsigned char *bounce,
+                        char *err, size_t errcap) {
+    uint32_t crc = crc_of(0, NULL, 0);
+    unsigned char *out = dst;
+    for (uint64_t done = 0; done < en->size;) {
+        size_t k = en->size - done > CHUNK ? CHUNK : (size_t)(en->size - done);
+        unsigned char *to = out ? out + done : bounce;
+        int64_t got = get(fd, to, k, en->off + done);
+        if (got < 0) return fail(err, errcap, path, "cannot read section %s: %s", SECTION_NAMES[s], strerror(errno));
+        if ((size_t)got < k) return fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
+        crc = crc_of(crc, to, k);
+        done += k;
+    }
+    if (crc != en->crc) return fail(err, errcap, path, "section %s is corrupted (crc32 mismatch)", SECTION_NAMES[s]);
+    if (out && s > 0 && !host_is_le()) swap_floats(out, (size_t)(en->size / 4));
+    return 0;
+}
+
+// The header and the section table; fills e[id - 1]. len: the file's size.
+static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS], char *err, size_t errcap) {
+    unsigned char h[TABLE_END];
+    int64_t got = get(fd, h, TABLE_END, 0);
+    if (got < 0) return fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
+    if (got == 0) return fail(err, errcap, path, "empty file; not an mt checkpoint");
+    if (memcmp(h, MAGIC, got < 8 ? (size_t)got : 8) != 0) return fail(err, errcap, path, "not an mt checkpoint (bad magic)");
+    if (got < HEADER_BYTES)
+        return fail(err, errcap, path, "truncated: %lld bytes, shorter than the checkpoint header (%d)", (long long)got,
+                    HEADER_BYTES);
+    uint32_t version = ld32(h + 8), endian = ld32(h + 12), count = ld32(h + 16);
+    if (endian == OTHER_ENDIAN) return fail(err, errcap, path, "written on a machine of the other byte order");
+    if (version != CKPT_VERSION)
+        return fail(err, errcap, path, "checkpoint version %u, this mtrun reads version %d", version, CKPT_VERSION);
+    if (endian != ENDIAN) return fail(err, errcap, path, "bad endianness word 0x%08x", endian);
+    if (crc_of(0, h, 20) != ld32(h + 20)) return fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
+    if (count != SECTIONS)
+        return fail(err, errcap, path, "the section table lists %u sections; a version %d checkpoint has %d", count,
+                    CKPT_VERSION, SECTIONS);
+    if (got < TABLE_END)
+        return fail(err, errcap, path, "truncated: %lld bytes, shorter than the header and section table (%d)",
+                    (long long)got, TABLE_END);
+    int seen[SECTIONS] = {0};
+    for (int i = 0; i < SECTIONS; i++) {
+        const unsigned char *t = h + HEADER_BYTES + (size_t)i * ENTRY_BYTES;
+        uint32_t id = ld32(t);
+        if (id < 1 || id > SECTIONS)
+            return fail(err, errcap, path, "section table entry %d has id %u; ids are 1..%d", i, id, SECTIONS);
+        if (seen[id - 1]++)
+            return fail(err, errcap, path, "section %s is listed twice in the section table", SECTION_NAMES[id - 1]);
+        e[id - 1].crc = ld32(t + 4);
+        e[id - 1].off = ld64(t + 8);
+        e[id - 1].size = ld64(t + 16);
+    }
+    for (int s = 0; s < SECTIONS; s++) { // in id order, so a file cut short names its first missing section
+        if (e[s].off < TABLE_END)
+            return fail(err, errcap, path, "section %s starts at byte %llu, inside the header and section table",
+                        SECTION_NAMES[s], (unsigned long long)e[s].off);
+        if (e[s].off > len || e[s].size > len - e[s].off)
+            return fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
+    }
+    for (int a = 0; a < SECTIONS; a++)
+        for (int b = a + 1; b < SECTIONS; b++)
+            if (e[a].off < e[b].off + e[b].size && e[b].off < e[a].off + e[a].size && e[a].size && e[b].size)
+                return fail(err, errcap, path, "sections %s and %s overlap", SECTION_NAMES[a], SECTION_NAMES[b]);
+    if (e[0].size != META_BYTES)
+        return fail(err, errcap, path, "section META has %llu bytes; a version %d checkpoint's has %d",
+                    (unsigned long long)e[0].size, CKPT_VERSION, META_BYTES);
+    return 0;
+}
+
+static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n, float *arrays[3], char *err,
+                    size_t errcap) {
+    struct stat st;
+    if (fstat(fd, &st) != 0) return fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return fail(err, errcap, path, "not a regular file");
+    Entry e[SECTIONS];
+    if (read_table(fd, path, (uint64_t)st.st_size, e, err, errcap) != 0) return -1;
+
+    unsigned char mb[META_BYTES];
+    if (read_section(fd, path, 0, &e[0], mb, NULL, err, errcap) != 0) return -1;
+    CkptMeta got = {
+        .step = (int64_t)ld64(mb),
+        .data_pos = (int64_t)ld64(mb + 8),
+        .seed = ld64(mb + 16),
+        .rng_state = ld64(mb + 24),
+        .plan_crc = ld32(mb + 32),
+        .source_crc = ld32(mb + 36),
+        .n = (int64_t)ld64(mb + 40),
+    };
+    if (got.n < 0 || got.n > MAX_N)
+        return fail(err, errcap, path, "section META: %lld floats per array is out of range", (long long)got.n);
+    for (int s = 1; s < SECTIONS; s++)
+        if (e[s].size != (uint64_t)got.n * 4)
+            return fail(err, errcap, path, "section %s has %llu bytes; META's n = %lld floats needs %lld",
+                        SECTION_NAMES[s], (unsigned long long)e[s].size, (long long)got.n, (long long)got.n * 4);
+    if (expected_n >= 0 && got.n != expected_n)
+        return fail(err, errcap, path, "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
+                    (long long)got.n, (long long)expected_n);
+
+    unsigned char *bounce = NULL;
+    if ((!arrays[0] || !arrays[1] || !arrays[2]) && got.n > 0 && !(bounce = malloc(CHUNK)))
+        return fail(err, errcap, path, "out of memory while reading the checkpoint");
+    int rc = 0;
+    for (int s = 1; s < SECTIONS && rc == 0; s++)
+        rc = read_section(fd, path, s, &e[s], arrays[s - 1], bounce, err, errcap);
+    free(bounce);
+    if (rc == 0) *meta = got;
+    return rc;
+}
+
+int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v, char *err,
+              size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (!path) return fail(err, errcap, "checkpoint", "no checkpoint to read");
+    if (!meta) return fail(err, errcap, path, "internal error: nowhere to put the checkpoint meta");
+    memset(meta, 0, sizeof *meta);
+    if (expected_n < 0 && (w || m || v))
+        return fail(err, errcap, path, "internal error: arrays to read without their expected size");
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return fail(err, errcap, path, "cannot open the checkpoint: %s", strerror(errno));
+    float *arrays[3] = {w, m, v};
+    int rc = read_all(fd, path, meta, expected_n, arrays, err, errcap);
+    close(fd);
+    return rc;
+}

@@ -1,0 +1,90 @@
+// checkpoint.h: training checkpoints for mtrun (--save DIR --save-every N
+// [--keep K], --resume DIR). A checkpoint holds what a resumed run needs to
+// continue to the same bits: the step, the data position, the seed and RNG
+// state, which plan and model it belongs to, and the fp32 master weights and
+// both Adam moments.
+//
+// File format, version 1, all integers and floats little-endian:
+//
+//   header   "MTCKPT\0\0" (8 bytes), u32 version = 1, u32 endian = 0x01020304,
+//            u32 section count = 4, u32 header crc32 (of the 20 bytes before it)
+//   table    per section: u32 id, u32 crc32 of its bytes, u64 offset, u64 size
+//   sections META (id 1): i64 step, i64 data_pos, u64 seed, u64 rng_state,
+//                         u32 plan_crc, u32 source_crc, i64 n   (48 bytes)
+//            W, M, V (ids 2, 3, 4): n IEEE-754 binary32 each (4n bytes)
+//
+// crc32 is zlib's. The writer puts the table right after the header and the
+// sections after it in id order; the reader accepts any order inside the
+// file, without overlaps. A checkpoint is DIR/step-%09lld.ckpt (more digits
+// past step 999999999), named by its step.
+//
+// Durability: the file is written in full to NAME.tmp, fsync'ed, renamed to
+// NAME and the directory fsync'ed, so a crash at any moment leaves either the
+// new checkpoint complete under its name or no file of that name, and the
+// older checkpoints as they were. A NAME.tmp left by a crash is ignored by
+// ckpt_latest and removed by the next successful ckpt_save in the directory.
+//
+// Errors are returned as "FILE: what is wrong" in the caller's buffer, never
+// printed; nothing here exits.
+#ifndef MT_CHECKPOINT_H
+#define MT_CHECKPOINT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+typedef struct CkptMeta {
+    int64_t step;          // optimizer steps done (>= 0; it names the file)
+    int64_t data_pos;      // the data loader's training position (DataSet.train_pos)
+    uint64_t seed;         // the run's seed
+    uint64_t rng_state;    // the run's RNG state (reserved; written and read back as given)
+    uint32_t plan_crc;     // the plan this checkpoint belongs to (Plan.plan_crc)
+    uint32_t source_crc;   // its model source's crc
+    int64_t n;             // floats in each of w, m, v
+} CkptMeta;
+
+// Writes DIR/step-%09lld.ckpt holding meta and the arrays w, m, v (meta->n
+// floats each, read only; NULL allowed when n is 0): master weights and both
+// Adam moments. First to DIR/step-%09lld.ckpt.tmp, written in full, fsync'ed,
+// then renamed (over an existing file of the same step), then the directory
+// fsync'ed; then deletes the step-*.ckpt files beyond the newest `keep` by
+// step number (keep >= 1; the file just written is never deleted) and any
+// step-*.ckpt.tmp leftovers. Creates DIR if missing (one level). The arrays
+// are written straight from the caller's memory, checksummed as written.
+//
+// Returns 0, or -1 with a message. On a failure to write, nothing partial
+// remains under the final name (the .tmp is removed) and the previous
+// checkpoints are untouched. A failure to remove an old checkpoint after the
+// new one is safely in place also returns -1, with a message that says so.
+//
+// Fault injection for tests: if the environment variable
+// MT_CKPT_ABORT_AFTER_BYTES=N is set, the process calls abort() once N bytes
+// of the new checkpoint have been written (simulating a crash mid-save). The
+// bytes are counted in the order written: the file from its first byte to its
+// last (N inside [0, 24) is inside the header), then the 96-byte section
+// table once more, rewritten in place with the crc32s filled in; N = file
+// size + 96 aborts after the last write, before the fsync and the rename.
+// N = 0 aborts right after the .tmp is created.
+int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
+              char *err, size_t errcap);
+
+// Finds the newest checkpoint in dir: the step-DIGITS.ckpt with the largest
+// step (files under a final name are complete by construction; *.tmp
+// leftovers and other names are ignored; the file is not opened, ckpt_read
+// validates it). path receives "DIR/step-%09lld.ckpt", ready for ckpt_read.
+// Returns 0, or -1 with a message (no such directory, no checkpoint in it,
+// path too small for the name).
+int ckpt_latest(const char *dir, char *path, size_t pathcap, char *err, size_t errcap);
+
+// Reads the meta of a checkpoint, validating magic, version, endianness, the
+// table and every section's crc, even of the arrays it is not asked for (a
+// corrupted file is refused with a message naming the file and the section:
+// "FILE: section W is corrupted (crc32 mismatch)"; truncated: "FILE: section
+// M is truncated"). Refuses a checkpoint whose n differs from expected_n,
+// giving both numbers; expected_n < 0 accepts any n, and then w, m and v must
+// be NULL (a meta-only read, to learn n). Reads w, m, v (n floats each) when
+// not NULL. Returns 0, or -1 with a message; on -1 *meta is zeroed and the
+// arrays' contents are unspecified (they may hold part of a damaged file).
+int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v, char *err,
+              size_t errcap);
+
+#endif

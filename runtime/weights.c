@@ -1,0 +1,230 @@
+#include "weights.h"
+
+#include <errno.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "safetensors.h"
+
+// ---------------------------------------------------------------- names
+
+// How many tensors the model has in a checkpoint: a block param once a layer.
+static int64_t tensor_count(const Graph *g) {
+    int64_t k = 0;
+    for (int i = 0; i < g->params.n; i++) k += ((const Param *)g->params.items[i])->in_block ? g->layers : 1;
+    return k;
+}
+
+static char *shape_text(char *buf, size_t cap, int rank, const int64_t *dims) {
+    Shape s = {.rank = rank};
+    for (int i = 0; i < rank && i < MT_MAX_RANK; i++) s.dims[i] = dims[i];
+    return shape_str(&s, buf, cap);
+}
+
+// ---------------------------------------------------------------- safetensors
+
+static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap) {
+    const Graph *g = p->graph;
+    StSet set;
+    if (st_open(&set, path, err, errcap) != 0) return -1;
+    Arena a = {0};
+    int rc = -1;
+    char *used = calloc((size_t)set.n + 1, 1); // (set.n) tensors the model took
+    if (!used) goto done;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
+            const char *name = param_ckpt_name(&a, g, prm, l);
+            const StTensor *t = name ? st_find(&set, name) : NULL;
+            if (!t) {
+                snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path, name ? name : "?",
+                         prm->name);
+                goto done;
+            }
+            int same = t->rank == prm->shape.rank;
+            for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == prm->shape.dims[d];
+            if (!same) {
+                char s1[160], s2[160];
+                snprintf(err, errcap, "%s: tensor \"%s\" is %s in the file but %s in the model", t->file, name,
+                         shape_text(s1, sizeof s1, t->rank, t->shape), shape_str(&prm->shape, s2, sizeof s2));
+                goto done;
+            }
+            st_to_f32(t, hs->w + store_offset(p, i, l));
+            used[t - set.tensors] = 1;
+        }
+    }
+    for (int k = 0; k < set.n; k++)
+        if (!used[k]) {
+            snprintf(err, errcap, "%s: tensor \"%s\" is not a parameter of model '%s'", set.tensors[k].file,
+                     set.tensors[k].name, g->model_name);
+            goto done;
+        }
+    rc = 0;
+done:
+    if (rc && !err[0]) snprintf(err, errcap, "out of memory");
+    free(used);
+    arena_free(&a);
+    st_close(&set);
+    return rc;
+}
+
+// ---------------------------------------------------------------- llm.c GPT-2
+
+enum { LLMC_MAGIC = 20240326, LLMC_VERSION_FP32 = 3, LLMC_HEADER_INTS = 256 };
+
+// llm.c's tensors in file order, with the Hugging Face GPT-2 name each maps
+// to, whether it has one slice per layer, and whether llm.c stores the
+// matrix [out, in] where Conv1D stores [in, out].
+static const struct {
+    const char *hf;
+    int per_layer, transposed;
+} LLMC_GPT2[] = {
+    {"wte.weight", 0, 0},          {"wpe.weight", 0, 0},           {"h.{i}.ln_1.weight", 1, 0},
+    {"h.{i}.ln_1.bias", 1, 0},     {"h.{i}.attn.c_attn.weight", 1, 1}, {"h.{i}.attn.c_attn.bias", 1, 0},
+    {"h.{i}.attn.c_proj.weight", 1, 1}, {"h.{i}.attn.c_proj.bias", 1, 0}, {"h.{i}.ln_2.weight", 1, 0},
+    {"h.{i}.ln_2.bias", 1, 0},     {"h.{i}.mlp.c_fc.weight", 1, 1}, {"h.{i}.mlp.c_fc.bias", 1, 0},
+    {"h.{i}.mlp.c_proj.weight", 1, 1}, {"h.{i}.mlp.c_proj.bias", 1, 0}, {"ln_f.weight", 0, 0},
+    {"ln_f.bias", 0, 0},
+};
+
+// The parameter whose checkpoint name for layer 0 is `hf` with {i} as 0.
+static int param_by_hf(const Plan *p, const char *hf, Arena *a) {
+    const Graph *g = p->graph;
+    const char *mark = strstr(hf, "{i}");
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        char *name = param_ckpt_name(a, g, prm, 0), *want;
+        if (mark) want = arena_printf(a, "%.*s0%s", (int)(mark - hf), hf, mark + 3);
+        else want = arena_strdup(a, hf);
+        if (name && want && !strcmp(name, want) && prm->in_block == (mark != NULL)) return i;
+    }
+    return -1;
+}
+
+static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap) {
+    const Graph *g = p->graph;
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        snprintf(err, errcap, "%s: cannot open: %s", path, strerror(errno));
+        return -1;
+    }
+    int32_t h[LLMC_HEADER_INTS];
+    Arena a = {0};
+    float *buf = NULL;
+    int rc = -1;
+    if (fread(h, 4, LLMC_HEADER_INTS, f) != LLMC_HEADER_INTS) {
+        snprintf(err, errcap, "%s: shorter than llm.c's 1024-byte header", path);
+        goto done;
+    }
+    if (h[1] != LLMC_VERSION_FP32) {
+        snprintf(err, errcap, "%s: llm.c checkpoint version %d; this reads version 3 (fp32)", path, h[1]);
+        goto done;
+    }
+    int64_t maxT = h[2], V = h[3], L = h[4], C = h[6], Vp = h[7];
+    if (maxT < 1 || V < 1 || L < 1 || C < 1 || Vp < V || h[5] < 1) {
+        snprintf(err, errcap, "%s: the header's model sizes are not valid (T %lld, V %lld, L %lld, C %lld, padded V %lld)",
+                 path, (long long)maxT, (long long)V, (long long)L, (long long)C, (long long)Vp);
+        goto done;
+    }
+    if (L != g->layers) {
+        snprintf(err, errcap, "%s: %lld layers in the checkpoint, %lld in model '%s'", path, (long long)L,
+                 (long long)g->layers, g->model_name);
+        goto done;
+    }
+    // The file's shape of each tensor, one layer's slice for per-layer ones.
+    int64_t rows[16] = {Vp, maxT, C, C, 3 * C, 3 * C, C, C, C, C, 4 * C, 4 * C, C, C, C, C};
+    int64_t cols[16] = {C, C, 1, 1, C, 1, C, 1, 1, 1, C, 1, 4 * C, 1, 1, 1};
+    for (int k = 0; k < 16; k++) {
+        int idx = param_by_hf(p, LLMC_GPT2[k].hf, &a);
+        if (idx < 0) {
+            snprintf(err, errcap, "%s: model '%s' has no parameter named \"%s\", which llm.c's GPT-2 checkpoint holds",
+                     path, g->model_name, LLMC_GPT2[k].hf);
+            goto done;
+        }
+        const Param *prm = g->params.items[idx];
+        int64_t r = rows[k], c = cols[k], n = r * c;
+        // What the model wants: the transposed matrix, the unpadded vocabulary.
+        int64_t want_r = LLMC_GPT2[k].transposed ? c : (k == 0 ? V : r), want_c = LLMC_GPT2[k].transposed ? r : c;
+        int64_t have_r = prm->shape.dims[0], have_c = prm->shape.rank > 1 ? prm->shape.dims[1] : 1;
+        if (have_r != want_r || have_c != want_c || prm->shape.rank > 2) {
+            char s[160];
+            snprintf(err, errcap, "%s: tensor \"%s\" is [%lld, %lld] in the checkpoint but %s in the model", path,
+                     LLMC_GPT2[k].hf, (long long)want_r, (long long)want_c, shape_str(&prm->shape, s, sizeof s));
+            goto done;
+        }
+        free(buf);
+        buf = malloc((size_t)n * sizeof(float)); // (r, c) one slice as stored
+        if (!buf) {
+            snprintf(err, errcap, "out of memory");
+            goto done;
+        }
+        for (int64_t l = 0; l < (LLMC_GPT2[k].per_layer ? L : 1); l++) {
+            if (fread(buf, sizeof(float), (size_t)n, f) != (size_t)n) {
+                snprintf(err, errcap, "%s: truncated inside \"%s\"", path, LLMC_GPT2[k].hf);
+                goto done;
+            }
+            float *w = hs->w + store_offset(p, idx, l);
+            if (LLMC_GPT2[k].transposed)
+                for (int64_t i = 0; i < r; i++)
+                    for (int64_t j = 0; j < c; j++) w[j * r + i] = buf[i * c + j];
+            else
+                memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
+        }
+    }
+    if (fgetc(f) != EOF) {
+        snprintf(err, errcap, "%s: bytes left after the last tensor; not a GPT-2 checkpoint of this size", path);
+        goto done;
+    }
+    rc = 0;
+done:
+    free(buf);
+    arena_free(&a);
+    fclose(f);
+    return rc;
+}
+
+static int is_llmc(const char *path) {
+    FILE *f = fopen(path, "rb");
+    int32_t magic = 0;
+    if (!f) return 0;
+    int ok = fread(&magic, 4, 1, f) == 1 && magic == LLMC_MAGIC;
+    fclose(f);
+    return ok;
+}
+
+int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap) {
+    err[0] = 0;
+    return is_llmc(path) ? load_llmc(path, p, hs, err, errcap) : load_safetensors(path, p, hs, err, errcap);
+}
+
+int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes, char *err,
+                   size_t errcap) {
+    const Graph *g = p->graph;
+    Arena a = {0};
+    int64_t n = tensor_count(g);
+    StOut *out = arena_alloc(&a, (size_t)(n + 1) * sizeof(StOut));
+    int rc = -1;
+    if (!out) goto oom;
+    // Checkpoint order: head globals, the layers, then the tail's.
+    int64_t k = 0;
+    for (int pass = 0; pass < 3; pass++)
+        for (int64_t l = 0; l < (pass == 1 ? g->layers : 1); l++)
+            for (int i = 0; i < g->params.n; i++) {
+                const Param *prm = g->params.items[i];
+                int want = pass == 1 ? prm->in_block : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
+                if (!want) continue;
+                StOut *o = &out[k++];
+                if (!(o->name = param_ckpt_name(&a, g, prm, l))) goto oom;
+                o->rank = prm->shape.rank;
+                for (int d = 0; d < o->rank; d++) o->shape[d] = prm->shape.dims[d];
+                o->data = hs->w + store_offset(p, i, l);
+            }
+    rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
+    arena_free(&a);
+    return rc;
+oom:
+    snprintf(err, errcap, "out of memory");
+    arena_free(&a);
+    return -1;
+}

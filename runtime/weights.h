@@ -1,0 +1,26 @@
+// weights.h: pretrained weights in and trained weights out. Names map
+// through the DSL's checkpoint names (param "h.{i}.attn.c_attn.weight"), so
+// no model needs C code of its own.
+#ifndef MT_WEIGHTS_H
+#define MT_WEIGHTS_H
+
+#include <stddef.h>
+
+#include "store.h"
+
+// Loads every parameter of the plan's model into the master weights:
+// - Hugging Face safetensors: a file, a sharded set's index.json, or a
+//   directory holding either; bf16, fp16 or fp32 on disk;
+// - llm.c's GPT-2 checkpoint (header magic 20240326, version 3: fp32), its
+//   tensors renamed to the Hugging Face GPT-2 names, [out, in] matrices
+//   transposed to Conv1D's [in, out], the padded vocabulary rows dropped.
+// A missing, extra or wrongly shaped tensor is an error naming it, both
+// shapes and the file. Returns 0, or -1 with a message.
+int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap);
+
+// Writes the master weights as safetensors under the checkpoint names, in
+// bf16 or fp32, sharded as Hugging Face does above shard_bytes.
+int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes, char *err,
+                   size_t errcap);
+
+#endif

@@ -1,0 +1,103 @@
+#!/usr/bin/env python3
+"""Checkpoints through mtrun: 10 steps straight and 5 + resume + 5 give
+bit-identical weights and losses; a checkpoint of another plan is refused; a
+crash in the middle of a save (MT_CKPT_ABORT_AFTER_BYTES) leaves the previous
+checkpoint intact and resumable; a corrupted checkpoint is refused naming the
+file and the section; a plan that will not fit in host memory is refused
+before anything is allocated.
+
+usage: check_resume.py MTC MTRUN    (from the project root)
+"""
+import glob
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+failures = []
+
+
+def check(cond, what, p=None):
+    if not cond:
+        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
+    return cond
+
+
+def run(*args, env=None):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=600, env=env)
+
+
+def losses(path):
+    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+
+
+def main():
+    mtc, mtrun = sys.argv[1:3]
+    with tempfile.TemporaryDirectory() as t:
+        j = lambda *p: os.path.join(t, *p)
+        plan, other = j("p.bin"), j("other.bin")
+        check(run(mtc, "examples/llama-tiny.mt", "-o", plan).returncode == 0, "mtc llama-tiny")
+        check(run(mtc, "examples/gpt2-tiny.mt", "-o", other).returncode == 0, "mtc gpt2-tiny")
+        common = ["--val-every", "1000", "--val-batches", "1"]
+
+        p = run(mtrun, plan, "--steps", "10", "--save", j("a"), "--save-every", "5", "--export", j("a.safetensors"),
+                "--log", j("a.jsonl"), *common)
+        check(p.returncode == 0, "10 steps straight", p)
+        p = run(mtrun, plan, "--steps", "5", "--save", j("b"), "--save-every", "5", "--log", j("b1.jsonl"), *common)
+        check(p.returncode == 0, "5 steps", p)
+        p = run(mtrun, plan, "--steps", "10", "--resume", j("b"), "--save", j("b"), "--save-every", "5",
+                "--export", j("b.safetensors"), "--log", j("b2.jsonl"), *common)
+        check(p.returncode == 0 and "resumed from" in p.stdout, "resume and 5 more", p)
+        if os.path.exists(j("b.safetensors")):
+            check(open(j("a.safetensors"), "rb").read() == open(j("b.safetensors"), "rb").read(),
+                  "weights after 10 steps equal bit for bit")
+            la, lb = losses(j("a.jsonl")), losses(j("b1.jsonl")) + losses(j("b2.jsonl"))
+            check(la == lb and len(la) == 10, f"losses equal bit for bit:\n    {la}\n    {lb}")
+        check(sorted(os.path.basename(f) for f in glob.glob(j("a", "*"))) ==
+              ["step-000000005.ckpt", "step-000000010.ckpt"], f"checkpoints kept: {os.listdir(j('a'))}")
+
+        p = run(mtrun, other, "--steps", "10", "--resume", j("a"), *common, "--log", j("x.jsonl"))
+        check(p.returncode == 1 and "belongs to another" in p.stderr, "another plan's checkpoint is refused", p)
+
+        # a crash while saving step 10 over a directory holding step 5
+        for cut in ("100", "5000", "400000"):
+            d = j("crash" + cut)
+            p = run(mtrun, plan, "--steps", "5", "--save", d, "--save-every", "5", *common, "--log", j("c.jsonl"))
+            check(p.returncode == 0, "save step 5", p)
+            env = dict(os.environ, MT_CKPT_ABORT_AFTER_BYTES=cut)
+            p = run(mtrun, plan, "--steps", "10", "--resume", d, "--save", d, "--save-every", "5", *common,
+                    "--log", j("c.jsonl"), env=env)
+            check(p.returncode != 0, f"the save of step 10 is killed after {cut} bytes", p)
+            check(not os.path.exists(os.path.join(d, "step-000000010.ckpt")), "no step-10 checkpoint after the crash")
+            p = run(mtrun, plan, "--steps", "10", "--resume", d, "--export", j("crash.safetensors"), *common,
+                    "--log", j("c.jsonl"))
+            check(p.returncode == 0 and "step 5" in p.stdout, f"resumes from step 5 after a crash at {cut} bytes", p)
+            if os.path.exists(j("crash.safetensors")):
+                check(open(j("crash.safetensors"), "rb").read() == open(j("a.safetensors"), "rb").read(),
+                      "and ends with the same weights")
+
+        # a corrupted checkpoint names the file and the section
+        ck = j("a", "step-000000010.ckpt")
+        blob = bytearray(open(ck, "rb").read())
+        blob[len(blob) // 2] ^= 0x10
+        open(ck, "wb").write(bytes(blob))
+        p = run(mtrun, plan, "--steps", "12", "--resume", j("a"), *common, "--log", j("x.jsonl"))
+        check(p.returncode == 1 and ck in p.stderr and "section" in p.stderr and "corrupted" in p.stderr,
+              "a corrupted checkpoint is refused", p)
+
+        # a model far larger than this machine's memory
+        big = j("405b.bin")
+        p = run(mtc, "examples/llama3-405b.mt", "--batch", "1", "--seq", "16", "-o", big)
+        check(p.returncode == 0, "mtc llama3-405b", p)
+        p = run(mtrun, big, "--steps", "1", "--data", "examples/data/tinyshakespeare.txt", "--log", j("x.jsonl"))
+        check(p.returncode == 1 and "bytes of host memory" in p.stderr and "available" in p.stderr,
+              "a 405B plan is refused with the memory it needs and the memory there is", p)
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
+    sys.exit(1 if failures else 0)
+
+
+if __name__ == "__main__":
+    main()

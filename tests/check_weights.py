@@ -1,0 +1,336 @@
+#!/usr/bin/env python3
+"""Weights in and out, checked against independent code (numpy).
+
+usage: check_weights.py MTC MTRUN MODE
+  roundtrip  train llama-tiny 3 steps, --export, --init from it, --export
+             again: identical bytes; a bf16 export holds the rounded weights
+  fixture    a random llama-tiny written as safetensors here (bf16, fp16 and
+             fp32 tensors, sharded with an index) loads with --init: the
+             exported values equal the fixture's, and the first validation
+             loss equals a numpy forward pass of the same weights
+  llmc       a random GPT-2 small in llm.c's checkpoint layout (header, padded
+             vocabulary, [out, in] matrices) loads into examples/gpt2.mt: the
+             loss equals a numpy GPT-2 forward pass
+  errors     missing, extra and misshapen tensors and wrong checkpoints are
+             refused naming the tensor, both shapes and the file
+Run from the project root.
+"""
+import json
+import math
+import os
+import struct
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+
+DATA = "examples/data/tinyshakespeare.txt"
+failures = []
+
+
+def check(cond, what, p=None):
+    if not cond:
+        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
+    return cond
+
+
+def run(*args, env=None):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=900, env=env)
+
+
+# ---------------------------------------------------------------- safetensors, by hand
+
+def bf16_bits(a):
+    """float32 -> bf16 bits, round to nearest even (finite values)."""
+    u = np.asarray(a, np.float32).view(np.uint32).astype(np.uint64)
+    return ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+
+
+def write_safetensors(path, tensors):
+    """tensors: list of (name, dtype 'F32'|'BF16'|'F16', float array)."""
+    header, blobs, off = {"__metadata__": {"format": "pt"}}, [], 0
+    for name, dt, a in tensors:
+        if dt == "F32":
+            raw = np.asarray(a, "<f4").tobytes()
+        elif dt == "F16":
+            raw = np.asarray(a, "<f2").tobytes()
+        else:
+            raw = bf16_bits(a).astype("<u2").tobytes()
+        header[name] = {"dtype": dt, "shape": list(a.shape), "data_offsets": [off, off + len(raw)]}
+        blobs.append(raw)
+        off += len(raw)
+    h = json.dumps(header).encode()
+    h += b" " * (-len(h) % 8)
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        blob = f.read()
+    n = struct.unpack("<Q", blob[:8])[0]
+    header = json.loads(blob[8:8 + n])
+    out = {}
+    for name, t in header.items():
+        if name == "__metadata__":
+            continue
+        b, e = t["data_offsets"]
+        raw = blob[8 + n + b: 8 + n + e]
+        if t["dtype"] == "F32":
+            a = np.frombuffer(raw, "<f4")
+        elif t["dtype"] == "BF16":
+            a = (np.frombuffer(raw, "<u2").astype(np.uint32) << 16).view(np.float32)
+        else:
+            a = np.frombuffer(raw, "<f2").astype(np.float32)
+        out[name] = a.reshape(t["shape"])
+    return out
+
+
+# ---------------------------------------------------------------- numpy forward passes (float64)
+
+def val_tokens(T):
+    raw = open(DATA, "rb").read()
+    ntrain = len(raw) - int(len(raw) * 0.1 + 0.5)
+    x = np.frombuffer(raw[ntrain: ntrain + T + 1], np.uint8).astype(np.int64)
+    return x[:-1], x[1:]
+
+
+def cross_entropy(logits, targets):
+    m = logits.max(-1, keepdims=True)
+    lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[:, 0]
+    return float(np.mean(lse - logits[np.arange(len(targets)), targets]))
+
+
+def attention(q, k, v, nh, nkv):
+    T, D = q.shape[0], q.shape[1] // nh
+    out = np.zeros_like(q)
+    for h in range(nh):
+        g = h // (nh // nkv)
+        qh, kh, vh = q[:, h * D:(h + 1) * D], k[:, g * D:(g + 1) * D], v[:, g * D:(g + 1) * D]
+        s = qh @ kh.T / math.sqrt(D) + np.triu(np.full((T, T), -np.inf), 1)
+        p = np.exp(s - s.max(-1, keepdims=True))
+        out[:, h * D:(h + 1) * D] = (p / p.sum(-1, keepdims=True)) @ vh
+    return out
+
+
+def gpt2_loss(W, L, nh, tokens, targets):
+    W = {k: v.astype(np.float64) for k, v in W.items()}
+
+    def ln(x, g, b):
+        mu = x.mean(-1, keepdims=True)
+        return (x - mu) / np.sqrt(((x - mu) ** 2).mean(-1, keepdims=True) + 1e-5) * g + b
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    x = W["wte.weight"][tokens] + W["wpe.weight"][: len(tokens)]
+    for i in range(L):
+        p = f"h.{i}."
+        qkv = ln(x, W[p + "ln_1.weight"], W[p + "ln_1.bias"]) @ W[p + "attn.c_attn.weight"] + W[p + "attn.c_attn.bias"]
+        q, k, v = np.split(qkv, 3, axis=-1)
+        x = x + attention(q, k, v, nh, nh) @ W[p + "attn.c_proj.weight"] + W[p + "attn.c_proj.bias"]
+        m = gelu(ln(x, W[p + "ln_2.weight"], W[p + "ln_2.bias"]) @ W[p + "mlp.c_fc.weight"] + W[p + "mlp.c_fc.bias"])
+        x = x + m @ W[p + "mlp.c_proj.weight"] + W[p + "mlp.c_proj.bias"]
+    return cross_entropy(ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].T, targets)
+
+
+def llama_loss(W, L, nh, nkv, theta, tokens, targets):
+    W = {k: v.astype(np.float64) for k, v in W.items()}
+
+    def rms(x, g):
+        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-5) * g
+
+    def rope(x, heads):
+        T, D = x.shape[0], x.shape[1] // heads
+        ang = np.arange(T)[:, None] * theta ** (-2 * np.arange(D // 2) / D)[None, :]
+        cos, sin = np.cos(ang), np.sin(ang)
+        y = x.copy()
+        for h in range(heads):
+            a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
+            y[:, h * D: h * D + D // 2] = a * cos - b * sin
+            y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
+        return y
+
+    x = W["model.embed_tokens.weight"][tokens]
+    for i in range(L):
+        p = f"model.layers.{i}."
+        a = rms(x, W[p + "input_layernorm.weight"])
+        q = rope(a @ W[p + "self_attn.q_proj.weight"].T, nh)
+        k = rope(a @ W[p + "self_attn.k_proj.weight"].T, nkv)
+        v = a @ W[p + "self_attn.v_proj.weight"].T
+        x = x + attention(q, k, v, nh, nkv) @ W[p + "self_attn.o_proj.weight"].T
+        m = rms(x, W[p + "post_attention_layernorm.weight"])
+        g, u = m @ W[p + "mlp.gate_proj.weight"].T, m @ W[p + "mlp.up_proj.weight"].T
+        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
+    return cross_entropy(rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].T, targets)
+
+
+# ---------------------------------------------------------------- helpers
+
+def plan(mtc, tmp, model, *extra):
+    path = os.path.join(tmp, os.path.basename(model) + ".bin")
+    p = run(mtc, model, "-o", path, *extra)
+    if not check(p.returncode == 0, f"mtc {model}", p):
+        sys.exit(report())
+    return path
+
+
+def first_val_loss(mtrun, planfile, tmp, *extra):
+    log = os.path.join(tmp, "val.jsonl")
+    p = run(mtrun, planfile, "--steps", "0", "--val-batches", "1", "--data", DATA, "--log", log, *extra)
+    if not check(p.returncode == 0, f"mtrun {' '.join(extra)}", p):
+        return None, p
+    vals = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l]
+    return vals[0], p
+
+
+def llama_tiny_weights(mtc, tmp, rng):
+    """Random weights of every tensor of llama-tiny, by the names mtc lists."""
+    d = json.loads(run(mtc, "examples/llama-tiny.mt", "--json").stdout)
+    return {t["name"]: (rng.standard_normal(t["shape"]) * (0.5 if len(t["shape"]) == 1 else 0.1) +
+                        (1.0 if len(t["shape"]) == 1 else 0)).astype(np.float32) for t in d["params"]}
+
+
+def report():
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
+    return 1 if failures else 0
+
+
+# ---------------------------------------------------------------- modes
+
+def roundtrip(mtc, mtrun, tmp):
+    pl = plan(mtc, tmp, "examples/llama-tiny.mt")
+    a, b, h = (os.path.join(tmp, n) for n in ("a.safetensors", "b.safetensors", "h.safetensors"))
+    p = run(mtrun, pl, "--steps", "3", "--export", a, "--log", os.path.join(tmp, "l.jsonl"))
+    check(p.returncode == 0, "train and export", p)
+    p = run(mtrun, pl, "--steps", "0", "--init", a, "--export", b, "--log", os.path.join(tmp, "l.jsonl"))
+    check(p.returncode == 0, "init from the export and export again", p)
+    check(os.path.exists(a) and os.path.exists(b) and open(a, "rb").read() == open(b, "rb").read(),
+          "export -> init -> export gives identical bytes")
+    p = run(mtrun, pl, "--steps", "0", "--init", a, "--export", h, "--dtype", "bf16", "--log", os.path.join(tmp, "l.jsonl"))
+    check(p.returncode == 0, "bf16 export", p)
+    if os.path.exists(h):
+        full, half = read_safetensors(a), read_safetensors(h)
+        check(full.keys() == half.keys(), "bf16 export has the same tensors")
+        for k in full:
+            want = (bf16_bits(full[k]).astype(np.uint32) << 16).view(np.float32)
+            check(np.array_equal(want, half[k]), f"bf16 export of {k} is the rounded fp32 weight")
+
+
+def fixture(mtc, mtrun, tmp):
+    rng = np.random.default_rng(1)
+    W = llama_tiny_weights(mtc, tmp, rng)
+    names = list(W)
+    # three shards: fp32 embeddings, bf16 matrices, fp16 norms, with an index
+    shards = {"model-00001-of-00003.safetensors": [], "model-00002-of-00003.safetensors": [],
+              "model-00003-of-00003.safetensors": []}
+    stored = {}
+    for n in names:
+        if n.startswith("model.embed") or n.startswith("lm_head"):
+            dt, f = "F32", "model-00001-of-00003.safetensors"
+            stored[n] = W[n]
+        elif W[n].ndim == 2:
+            dt, f = "BF16", "model-00002-of-00003.safetensors"
+            stored[n] = (bf16_bits(W[n]).astype(np.uint32) << 16).view(np.float32)
+        else:
+            dt, f = "F16", "model-00003-of-00003.safetensors"
+            stored[n] = W[n].astype(np.float16).astype(np.float32)
+        shards[f].append((n, dt, W[n]))
+    d = os.path.join(tmp, "hf")
+    os.mkdir(d)
+    for f, ts in shards.items():
+        write_safetensors(os.path.join(d, f), ts)
+    json.dump({"metadata": {"total_size": 0}, "weight_map": {n: f for f, ts in shards.items() for n, _, _ in ts}},
+              open(os.path.join(d, "model.safetensors.index.json"), "w"))
+    pl = plan(mtc, tmp, "examples/llama-tiny.mt", "--batch", "1", "--seq", "8")
+    out = os.path.join(tmp, "out.safetensors")
+    loss, p = first_val_loss(mtrun, pl, tmp, "--init", d, "--export", out)
+    if loss is None:
+        return
+    got = read_safetensors(out)
+    for n in names:
+        check(np.array_equal(got[n], stored[n]), f"{n}: loaded values equal the fixture's")
+    tokens, targets = val_tokens(8)
+    want = llama_loss(stored, 2, 4, 2, 10000.0, tokens, targets)
+    check(abs(loss - want) <= 1e-5 * abs(want), f"llama-tiny loss {loss} vs numpy {want}")
+    print(f"fixture: loss {loss:.6f}, numpy {want:.6f}")
+
+
+def llmc(mtc, mtrun, tmp):
+    rng = np.random.default_rng(2)
+    L, C, NH, V, Vp, maxT = 12, 768, 12, 50257, 50304, 1024
+    g = lambda *s: (rng.standard_normal(s, dtype=np.float32) * 0.02).astype(np.float32)
+    o = lambda *s: (1 + rng.standard_normal(s, dtype=np.float32) * 0.1).astype(np.float32)
+    wte, wpe = g(Vp, C), g(maxT, C)
+    layers = dict(ln1w=o(L, C), ln1b=g(L, C), qkvw=g(L, 3 * C, C), qkvb=g(L, 3 * C), attprojw=g(L, C, C),
+                  attprojb=g(L, C), ln2w=o(L, C), ln2b=g(L, C), fcw=g(L, 4 * C, C), fcb=g(L, 4 * C),
+                  fcprojw=g(L, C, 4 * C), fcprojb=g(L, C))
+    lnfw, lnfb = o(C), g(C)
+    path = os.path.join(tmp, "gpt2_124M.bin")
+    with open(path, "wb") as f:
+        f.write(np.array([20240326, 3, maxT, V, L, NH, C, Vp] + [0] * 248, "<i4").tobytes())
+        for a in [wte, wpe] + list(layers.values()) + [lnfw, lnfb]:
+            f.write(a.astype("<f4").tobytes())
+    # the same weights under Hugging Face names and Conv1D layout, for numpy
+    W = {"wte.weight": wte[:V], "wpe.weight": wpe, "ln_f.weight": lnfw, "ln_f.bias": lnfb}
+    for i in range(L):
+        p = f"h.{i}."
+        W.update({p + "ln_1.weight": layers["ln1w"][i], p + "ln_1.bias": layers["ln1b"][i],
+                  p + "attn.c_attn.weight": layers["qkvw"][i].T, p + "attn.c_attn.bias": layers["qkvb"][i],
+                  p + "attn.c_proj.weight": layers["attprojw"][i].T, p + "attn.c_proj.bias": layers["attprojb"][i],
+                  p + "ln_2.weight": layers["ln2w"][i], p + "ln_2.bias": layers["ln2b"][i],
+                  p + "mlp.c_fc.weight": layers["fcw"][i].T, p + "mlp.c_fc.bias": layers["fcb"][i],
+                  p + "mlp.c_proj.weight": layers["fcprojw"][i].T, p + "mlp.c_proj.bias": layers["fcprojb"][i]})
+    pl = plan(mtc, tmp, "examples/gpt2.mt", "--batch", "1", "--seq", "8")
+    loss, p = first_val_loss(mtrun, pl, tmp, "--init", path, "--reference")
+    if loss is None:
+        return
+    tokens, targets = val_tokens(8)
+    want = gpt2_loss(W, L, NH, tokens, targets)
+    check(abs(loss - want) <= 1e-5 * abs(want), f"GPT-2 loss from the llm.c checkpoint {loss} vs numpy {want}")
+    print(f"llmc: loss {loss:.6f}, numpy {want:.6f}")
+    # a checkpoint of another depth is refused
+    with open(path, "r+b") as f:
+        f.seek(16)
+        f.write(struct.pack("<i", 2))
+    p = run(mtrun, pl, "--steps", "0", "--data", DATA, "--init", path, "--log", os.path.join(tmp, "e.jsonl"))
+    check(p.returncode == 1 and "2 layers in the checkpoint, 12 in model" in p.stderr, "a 2-layer llm.c file is refused", p)
+
+
+def errors(mtc, mtrun, tmp):
+    rng = np.random.default_rng(3)
+    W = llama_tiny_weights(mtc, tmp, rng)
+    pl = plan(mtc, tmp, "examples/llama-tiny.mt", "--batch", "1", "--seq", "8")
+    cases = []
+    missing = dict(W)
+    del missing["model.layers.1.mlp.up_proj.weight"]
+    cases.append(("missing", missing, ['no tensor "model.layers.1.mlp.up_proj.weight"']))
+    extra = dict(W)
+    extra["model.layers.9.foo.weight"] = np.zeros(3, np.float32)
+    cases.append(("extra", extra, ['"model.layers.9.foo.weight" is not a parameter']))
+    shaped = dict(W)
+    shaped["model.norm.weight"] = np.zeros(65, np.float32)
+    cases.append(("shape", shaped, ['"model.norm.weight" is [65] in the file but [64] in the model']))
+    for name, ws, phrases in cases:
+        f = os.path.join(tmp, name + ".safetensors")
+        write_safetensors(f, [(n, "F32", a) for n, a in ws.items()])
+        p = run(mtrun, pl, "--steps", "0", "--init", f, "--log", os.path.join(tmp, "e.jsonl"))
+        check(p.returncode == 1 and f in p.stderr and all(s in p.stderr for s in phrases), f"{name} tensor refused", p)
+    f = os.path.join(tmp, "gpt2.bin")
+    open(f, "wb").write(np.array([20240326, 3, 64, 256, 2, 4, 64, 256] + [0] * 248, "<i4").tobytes())
+    p = run(mtrun, pl, "--steps", "0", "--init", f, "--log", os.path.join(tmp, "e.jsonl"))
+    check(p.returncode == 1 and f in p.stderr, "an llm.c GPT-2 file into a Llama is refused", p)
+
+
+def main():
+    mtc, mtrun, mode = sys.argv[1:4]
+    with tempfile.TemporaryDirectory() as tmp:
+        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors}[mode](mtc, mtrun, tmp)
+    sys.exit(report())
+
+
+if __name__ == "__main__":
+    main()

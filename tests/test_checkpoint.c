@@ -1,0 +1,617 @@
+// test_checkpoint: runtime/checkpoint.c. Saves, prunes to --keep, reads back
+// to the same bits (NaN payloads, -0, denormals included), finds the newest;
+// refuses every kind of damage with a message naming the file and the
+// section; and, crashing a child mid-save with MT_CKPT_ABORT_AFTER_BYTES at
+// several points (and failing a write with RLIMIT_FSIZE), checks that the
+// previous checkpoint stays the newest and intact and nothing appears under
+// the new name. The file layout is checked against checkpoint.h's
+// description with this file's own little-endian readers.
+//
+// usage: test_checkpoint [WORKDIR]   (a fresh directory is made inside it;
+// default $TMPDIR or /tmp; removed when everything passed)
+// Prints each failure and exits 1 if there was any.
+#include <dirent.h>
+#include <errno.h>
+#include <fcntl.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/resource.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "../runtime/checkpoint.h"
+
+static int failures;
+static char workdir[4096];
+
+__attribute__((format(printf, 2, 3)))
+static void check(int ok, const char *fmt, ...) {
+    if (ok) return;
+    va_list ap;
+    va_start(ap, fmt);
+    printf("FAIL: ");
+    vprintf(fmt, ap);
+    printf("\n");
+    va_end(ap);
+    failures++;
+}
+
+static void *xmalloc(size_t n) {
+    void *p = malloc(n ? n : 1);
+    if (!p) {
+        printf("FAIL: out of memory\n");
+        exit(1);
+    }
+    return p;
+}
+
+// workdir/a[/b], malloc'd
+static char *in_work(const char *a, const char *b) {
+    size_t n = strlen(workdir) + strlen(a) + (b ? strlen(b) : 0) + 3;
+    char *p = xmalloc(n);
+    snprintf(p, n, b ? "%s/%s/%s" : "%s/%s", workdir, a, b ? b : "");
+    return p;
+}
+
+// The file layout, as checkpoint.h describes it.
+enum { HEADER = 24, ENTRY = 24, TABLE_END = HEADER + 4 * ENTRY, META = 48 };
+static const char *const NAMES[4] = {"META", "W", "M", "V"};
+
+static int64_t file_size(int64_t n) { return TABLE_END + META + 12 * n; }
+
+static uint32_t ld32(const unsigned char *p) {
+    return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
+}
+static uint64_t ld64(const unsigned char *p) { return (uint64_t)ld32(p) | (uint64_t)ld32(p + 4) << 32; }
+
+// ---------------------------------------------------------------- fixtures
+
+typedef struct State {
+    CkptMeta meta;
+    float *w, *m, *v; // (meta.n)
+} State;
+
+static uint64_t next_rand(uint64_t *s) {
+    *s ^= *s << 13;
+    *s ^= *s >> 7;
+    *s ^= *s << 17;
+    return *s;
+}
+
+// Arbitrary bit patterns (NaNs with payloads among them) and the awkward
+// values first, different for each step and array.
+static void fill(float *a, int64_t n, int64_t step, int which) {
+    static const uint32_t special[] = {0x7fc12345u, 0x7f800001u, 0xffc00000u, 0x80000000u, 0x00000001u,
+                                       0x807fffffu, 0x7f800000u, 0xff800000u, 0x3f800000u};
+    uint64_t s = 0x9E3779B97F4A7C15ull * (uint64_t)(step + 1) + (uint64_t)which * 0x632BE59BD9B4E019ull;
+    for (int64_t i = 0; i < n; i++) {
+        uint32_t bits = i < (int64_t)(sizeof special / sizeof *special) ? special[i] : (uint32_t)(next_rand(&s) >> 16);
+        memcpy(&a[i], &bits, 4);
+    }
+}
+
+static State make_state(int64_t step, int64_t n) {
+    State st = {
+        .meta = {.step = step, .data_pos = 1000003 * step + 7, .seed = 0x0123456789abcdefull,
+                 .rng_state = 0xfedcba9876543210ull ^ (uint64_t)step, .plan_crc = 0xdeadbeefu,
+                 .source_crc = 0x80000001u + (uint32_t)step, .n = n},
+        .w = xmalloc((size_t)n * 4),
+        .m = xmalloc((size_t)n * 4),
+        .v = xmalloc((size_t)n * 4),
+    };
+    fill(st.w, n, step, 0);
+    fill(st.m, n, step, 1);
+    fill(st.v, n, step, 2);
+    return st;
+}
+
+static void free_state(State *st) {
+    free(st->w);
+    free(st->m);
+    free(st->v);
+}
+
+static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
+    return a->step == b->step && a->data_pos == b->data_pos && a->seed == b->seed && a->rng_state == b->rng_state &&
+           a->plan_crc == b->plan_crc && a->source_crc == b->source_crc && a->n == b->n;
+}
+
+static int save(const char *dir, int keep, const State *st) {
+    char err[1024];
+    int rc = ckpt_save(dir, keep, &st->meta, st->w, st->m, st->v, err, sizeof err);
+    check(rc == 0, "ckpt_save %s step %lld: %s", dir, (long long)st->meta.step, err);
+    return rc;
+}
+
+// Reads path with arrays and meta-only, and compares both with st bit for bit.
+static void check_reads_back(const char *path, const State *st) {
+    char err[1024];
+    int64_t n = st->meta.n;
+    State got = {.w = xmalloc((size_t)n * 4), .m = xmalloc((size_t)n * 4), .v = xmalloc((size_t)n * 4)};
+    int rc = ckpt_read(path, &got.meta, n, got.w, got.m, got.v, err, sizeof err);
+    check(rc == 0, "ckpt_read %s: %s", path, err);
+    if (rc == 0) {
+        check(meta_equal(&got.meta, &st->meta), "%s: meta differs from what was saved", path);
+        check(memcmp(got.w, st->w, (size_t)n * 4) == 0, "%s: W differs from what was saved", path);
+        check(memcmp(got.m, st->m, (size_t)n * 4) == 0, "%s: M differs from what was saved", path);
+        check(memcmp(got.v, st->v, (size_t)n * 4) == 0, "%s: V differs from what was saved", path);
+    }
+    CkptMeta only;
+    rc = ckpt_read(path, &only, -1, NULL, NULL, NULL, err, sizeof err);
+    check(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s: rc %d %s", path, rc, err);
+    rc = ckpt_read(path, &only, n, NULL, NULL, NULL, err, sizeof err);
+    check(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s with n: rc %d %s", path, rc, err);
+    free_state(&got);
+}
+
+// The names in dir, sorted, space-separated, malloc'd.
+static int by_name(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
+static char *list_names(const char *dir) {
+    DIR *d = opendir(dir);
+    if (!d) return strdup("(cannot open)");
+    char *names[64];
+    int k = 0;
+    for (struct dirent *de; (de = readdir(d)) && k < 64;)
+        if (strcmp(de->d_name, ".") != 0 && strcmp(de->d_name, "..") != 0) names[k++] = strdup(de->d_name);
+    closedir(d);
+    qsort(names, (size_t)k, sizeof *names, by_name);
+    size_t len = 1;
+    for (int i = 0; i < k; i++) len += strlen(names[i]) + 1;
+    char *s = xmalloc(len);
+    s[0] = 0;
+    for (int i = 0; i < k; i++) {
+        if (i) strcat(s, " ");
+        strcat(s, names[i]);
+        free(names[i]);
+    }
+    return s;
+}
+
+static void check_names(const char *dir, const char *want, const char *when) {
+    char *got = list_names(dir);
+    check(strcmp(got, want) == 0, "%s: %s holds '%s', want '%s'", when, dir, got, want);
+    free(got);
+}
+
+static int exists(const char *path) {
+    struct stat st;
+    return stat(path, &st) == 0;
+}
+
+static void write_file(const char *path, const void *data, size_t len) {
+    FILE *f = fopen(path, "wb");
+    check(f && fwrite(data, 1, len, f) == len && fclose(f) == 0, "cannot write %s", path);
+}
+
+static unsigned char *read_whole(const char *path, size_t *len) {
+    FILE *f = fopen(path, "rb");
+    if (!f) {
+        check(0, "cannot open %s", path);
+        *len = 0;
+        return xmalloc(1);
+    }
+    fseek(f, 0, SEEK_END);
+    long n = ftell(f);
+    fseek(f, 0, SEEK_SET);
+    unsigned char *d = xmalloc((size_t)n);
+    check(fread(d, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
+    fclose(f);
+    *len = (size_t)n;
+    return d;
+}
+
+static void check_err(int rc, const char *err, const char *want, const char *what) {
+    check(rc == -1, "%s: accepted (rc %d), want the refusal '%s'", what, rc, want);
+    if (rc == -1) check(strcmp(err, want) == 0, "%s: message '%s', want '%s'", what, err, want);
+}
+
+// Reads the damaged file at path (with arrays and meta-only) and wants msg
+// after "PATH: ".
+static void check_refused(const char *path, int64_t n, const char *msg, const char *what) {
+    char want[2048], err[1024];
+    snprintf(want, sizeof want, "%s: %s", path, msg);
+    float *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4), *c = xmalloc((size_t)n * 4);
+    CkptMeta meta;
+    int rc = ckpt_read(path, &meta, n, a, b, c, err, sizeof err);
+    check_err(rc, err, want, what);
+    CkptMeta zero = {0};
+    check(rc == 0 || memcmp(&meta, &zero, sizeof meta) == 0, "%s: meta not zeroed on refusal", what);
+    char what2[512];
+    snprintf(what2, sizeof what2, "%s (meta only)", what);
+    rc = ckpt_read(path, &meta, -1, NULL, NULL, NULL, err, sizeof err);
+    check_err(rc, err, want, what2);
+    free(a);
+    free(b);
+    free(c);
+}
+
+// ---------------------------------------------------------------- tests
+
+static void test_keep_and_latest(int64_t n) {
+    char *dir = in_work("keep", NULL), err[1024], path[4096];
+    State st[3];
+    for (int i = 0; i < 3; i++) {
+        st[i] = make_state(i + 1, n);
+        save(dir, 2, &st[i]); // the first call creates dir
+    }
+    check_names(dir, "step-000000002.ckpt step-000000003.ckpt", "keep=2 after steps 1, 2, 3");
+    char *p2 = in_work("keep", "step-000000002.ckpt"), *p3 = in_work("keep", "step-000000003.ckpt");
+    check_reads_back(p2, &st[1]);
+    check_reads_back(p3, &st[2]);
+    struct stat sb;
+    check(stat(p3, &sb) == 0 && sb.st_size == file_size(n), "%s: %lld bytes, want %lld", p3, (long long)sb.st_size,
+          (long long)file_size(n));
+
+    int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
+    check(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest %s: rc %d path '%s' err '%s', want %s", dir, rc, path, err, p3);
+
+    // leftovers and other names are ignored
+    char *tmp9 = in_work("keep", "step-000000009.ckpt.tmp"), *bak = in_work("keep", "step-000000010.ckpt.bak");
+    char *other = in_work("keep", "step-0000000x1.ckpt");
+    write_file(tmp9, "partial", 7);
+    write_file(bak, "x", 1);
+    write_file(other, "x", 1);
+    rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
+    check(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest with a .tmp leftover: rc %d path '%s' err '%s', want %s", rc,
+          path, err, p3);
+    char small[8];
+    rc = ckpt_latest(dir, small, sizeof small, err, sizeof err);
+    check(rc == -1 && strstr(err, "does not fit in 8 bytes"), "ckpt_latest into 8 bytes: rc %d '%s'", rc, err);
+
+    // saving step 3 again replaces it; the next save removes the leftover
+    // .tmp and keeps 2 by step number, leaving other names alone
+    State again = make_state(3, n);
+    fill(again.w, n, 33, 0);
+    save(dir, 2, &again);
+    check_reads_back(p3, &again);
+    check_names(dir, "step-000000002.ckpt step-000000003.ckpt step-000000010.ckpt.bak step-0000000x1.ckpt",
+                "a second save of step 3");
+    free_state(&again);
+
+    for (int i = 0; i < 3; i++) free_state(&st[i]);
+    free(dir);
+    free(p2);
+    free(p3);
+    free(tmp9);
+    free(bak);
+    free(other);
+}
+
+// Steps past 999999999 sort by number, not by name.
+static void test_big_steps(void) {
+    char *dir = in_work("big", NULL), err[1024], path[4096];
+    State a = make_state(1000000000, 5), b = make_state(999999999, 5);
+    save(dir, 1, &a);
+    save(dir, 1, &b); // older than a: a stays, and b, just written, is not deleted
+    check_names(dir, "step-1000000000.ckpt step-999999999.ckpt", "keep=1, an older step saved after a newer one");
+    State c = make_state(1000000001, 5);
+    save(dir, 1, &c);
+    check_names(dir, "step-1000000001.ckpt", "keep=1 after step 1000000001");
+    int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
+    char *want = in_work("big", "step-1000000001.ckpt");
+    check(rc == 0 && strcmp(path, want) == 0, "ckpt_latest: '%s' (%s), want %s", path, err, want);
+    check_reads_back(want, &c);
+    free(want);
+    free_state(&a);
+    free_state(&b);
+    free_state(&c);
+
+    // n = 0: no arrays at all
+    CkptMeta z = {.step = 7, .seed = 1, .n = 0}, got;
+    rc = ckpt_save(dir, 1, &z, NULL, NULL, NULL, err, sizeof err);
+    check(rc == 0, "ckpt_save n=0: %s", err);
+    char *p = in_work("big", "step-000000007.ckpt");
+    rc = ckpt_read(p, &got, 0, NULL, NULL, NULL, err, sizeof err);
+    check(rc == 0 && meta_equal(&got, &z), "ckpt_read n=0: rc %d %s", rc, err);
+    free(p);
+    free(dir);
+}
+
+static void test_damage(const char *src, int64_t n) {
+    char *path = in_work("damage.ckpt", NULL);
+    size_t len;
+    unsigned char *orig = read_whole(src, &len);
+    check((int64_t)len == file_size(n), "%s: %zu bytes, want %lld", src, len, (long long)file_size(n));
+    if ((int64_t)len != file_size(n)) {
+        free(orig);
+        free(path);
+        return;
+    }
+    // the layout as documented: magic, version, endian, count; the table in id order
+    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 1 && ld32(orig + 12) == 0x01020304u &&
+              ld32(orig + 16) == 4,
+          "%s: header differs from checkpoint.h's description", src);
+    uint64_t off[4], size[4];
+    for (int s = 0; s < 4; s++) {
+        const unsigned char *e = orig + HEADER + s * ENTRY;
+        off[s] = ld64(e + 8);
+        size[s] = ld64(e + 16);
+        check(ld32(e) == (uint32_t)s + 1, "table entry %d has id %u", s, ld32(e));
+    }
+    check(off[0] == TABLE_END && size[0] == META && off[1] == TABLE_END + META && size[1] == (uint64_t)n * 4 &&
+              off[2] == off[1] + size[1] && off[3] == off[2] + size[2] && size[3] == (uint64_t)n * 4,
+          "%s: section offsets and sizes differ from checkpoint.h's description", src);
+    check(ld64(orig + off[0]) == 3 && (int64_t)ld64(orig + off[0] + 40) == n, "%s: META's step or n is not where documented", src);
+    // W[0] is the NaN 0x7fc12345, stored little-endian
+    check(ld32(orig + off[1]) == 0x7fc12345u, "%s: W[0] is 0x%08x, want 0x7fc12345", src, ld32(orig + off[1]));
+
+    unsigned char *d = xmalloc(len);
+    char what[256], msg[256];
+    // one byte flipped in each section, at its start, middle and end
+    for (int s = 0; s < 4; s++)
+        for (int at = 0; at < 3; at++) {
+            uint64_t o = off[s] + (at == 0 ? 0 : at == 1 ? size[s] / 2 : size[s] - 1);
+            memcpy(d, orig, len);
+            d[o] ^= 0x10;
+            write_file(path, d, len);
+            snprintf(what, sizeof what, "byte %llu of section %s flipped", (unsigned long long)o, NAMES[s]);
+            snprintf(msg, sizeof msg, "section %s is corrupted (crc32 mismatch)", NAMES[s]);
+            check_refused(path, n, msg, what);
+        }
+    // a section's crc in the table
+    for (int s = 0; s < 4; s++) {
+        memcpy(d, orig, len);
+        d[HEADER + s * ENTRY + 4] ^= 1;
+        write_file(path, d, len);
+        snprintf(what, sizeof what, "the table's crc32 of section %s flipped", NAMES[s]);
+        snprintf(msg, sizeof msg, "section %s is corrupted (crc32 mismatch)", NAMES[s]);
+        check_refused(path, n, msg, what);
+    }
+    // cut inside each section, and at its start
+    for (int s = 0; s < 4; s++)
+        for (int at = 0; at < 2; at++) {
+            size_t cut = (size_t)(off[s] + (at ? size[s] / 2 : 0));
+            write_file(path, orig, cut);
+            snprintf(what, sizeof what, "cut to %zu bytes, inside section %s", cut, NAMES[s]);
+            snprintf(msg, sizeof msg, "section %s is truncated", NAMES[s]);
+            check_refused(path, n, msg, what);
+        }
+    write_file(path, orig, len - 1);
+    check_refused(path, n, "section V is truncated", "one byte short");
+    write_file(path, orig, 0);
+    check_refused(path, n, "empty file; not an mt checkpoint", "empty");
+    write_file(path, orig, 5);
+    check_refused(path, n, "truncated: 5 bytes, shorter than the checkpoint header (24)", "cut to 5 bytes");
+    write_file(path, orig, 60);
+    check_refused(path, n, "truncated: 60 bytes, shorter than the header and section table (120)", "cut to 60 bytes");
+
+    // the header: magic, version, endianness, its crc, the section count
+    struct {
+        size_t at;
+        uint32_t value;
+        const char *msg;
+    } hdr[] = {
+        {0, 0x4b43544e, "not an mt checkpoint (bad magic)"}, // "NTCK"
+        {8, 2, "checkpoint version 2, this mtrun reads version 1"},
+        {12, 0x04030201u, "written on a machine of the other byte order"},
+        {12, 0x11223344u, "bad endianness word 0x11223344"},
+        {20, 0, "the checkpoint header is corrupted (crc32 mismatch)"},
+    };
+    for (size_t i = 0; i < sizeof hdr / sizeof *hdr; i++) {
+        memcpy(d, orig, len);
+        for (int k = 0; k < 4; k++) d[hdr[i].at + (size_t)k] = (unsigned char)(hdr[i].value >> (8 * k));
+        write_file(path, d, len);
+        snprintf(what, sizeof what, "header bytes %zu..%zu set to 0x%08x", hdr[i].at, hdr[i].at + 3, hdr[i].value);
+        check_refused(path, n, hdr[i].msg, what);
+    }
+
+    // the caller's model has another size
+    write_file(path, orig, len);
+    char err[1024], want[2048];
+    float *a = xmalloc((size_t)(n + 1) * 4), *b = xmalloc((size_t)(n + 1) * 4), *c = xmalloc((size_t)(n + 1) * 4);
+    CkptMeta meta;
+    int rc = ckpt_read(path, &meta, n + 1, a, b, c, err, sizeof err);
+    snprintf(want, sizeof want, "%s: the checkpoint holds %lld floats per array, the model has %lld (another model?)",
+             path, (long long)n, (long long)(n + 1));
+    check_err(rc, err, want, "expected_n = n + 1");
+    rc = ckpt_read(path, &meta, n + 1, NULL, NULL, NULL, err, sizeof err);
+    check_err(rc, err, want, "expected_n = n + 1 (meta only)");
+    rc = ckpt_read(path, &meta, -1, a, b, c, err, sizeof err);
+    check(rc == -1 && strstr(err, "expected size"), "arrays with expected_n -1: rc %d '%s'", rc, err);
+    free(a);
+    free(b);
+    free(c);
+
+    char *missing = in_work("no-such.ckpt", NULL);
+    snprintf(want, sizeof want, "%s: cannot open the checkpoint: No such file or directory", missing);
+    rc = ckpt_read(missing, &meta, n, NULL, NULL, NULL, err, sizeof err);
+    check_err(rc, err, want, "a missing file");
+    free(missing);
+    free(d);
+    free(orig);
+    free(path);
+}
+
+static void test_no_checkpoint(void) {
+    char *dir = in_work("empty", NULL), *tmp = in_work("empty", "step-000000001.ckpt.tmp");
+    char *txt = in_work("empty", "notes.txt"), err[1024], path[4096], want[4200];
+    check(mkdir(dir, 0777) == 0, "mkdir %s: %s", dir, strerror(errno));
+    write_file(tmp, "x", 1);
+    write_file(txt, "x", 1);
+    int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
+    snprintf(want, sizeof want, "%s: no checkpoint in it (no step-*.ckpt file)", dir);
+    check_err(rc, err, want, "a directory with only a .tmp leftover");
+    char *missing = in_work("no-such-dir", NULL);
+    rc = ckpt_latest(missing, path, sizeof path, err, sizeof err);
+    snprintf(want, sizeof want, "%s: cannot read the checkpoint directory: No such file or directory", missing);
+    check_err(rc, err, want, "a missing directory");
+    rc = ckpt_latest(txt, path, sizeof path, err, sizeof err);
+    snprintf(want, sizeof want, "%s: cannot read the checkpoint directory: Not a directory", txt);
+    check_err(rc, err, want, "a regular file as the directory");
+
+    // ckpt_save's refusals
+    State st = make_state(1, 10);
+    rc = ckpt_save(txt, 2, &st.meta, st.w, st.m, st.v, err, sizeof err);
+    snprintf(want, sizeof want, "%s: cannot save checkpoints here: not a directory", txt);
+    check_err(rc, err, want, "saving into a regular file");
+    char *deep = in_work("no-such-dir", "sub");
+    rc = ckpt_save(deep, 2, &st.meta, st.w, st.m, st.v, err, sizeof err);
+    snprintf(want, sizeof want, "%s: cannot create the checkpoint directory: No such file or directory", deep);
+    check_err(rc, err, want, "saving two levels down");
+    rc = ckpt_save(dir, 0, &st.meta, st.w, st.m, st.v, err, sizeof err);
+    snprintf(want, sizeof want, "%s: --keep must be at least 1, not 0", dir);
+    check_err(rc, err, want, "keep = 0");
+    check_names(dir, "notes.txt step-000000001.ckpt.tmp", "after the refused saves");
+    free_state(&st);
+    free(deep);
+    free(missing);
+    free(dir);
+    free(tmp);
+    free(txt);
+}
+
+// Forks a child that saves st into dir with MT_CKPT_ABORT_AFTER_BYTES=limit
+// (none when limit < 0) and, when fsize_limit > 0, RLIMIT_FSIZE. Returns the
+// wait status; the child exits 0 when ckpt_save returned 0, 2 when it
+// refused with fsize_limit set and the message says the write failed ("File
+// too large"), 4 on any other refusal (its message on stdout).
+static int save_in_child(const char *dir, int keep, const State *st, int64_t limit, int64_t fsize_limit) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        struct rlimit no_core = {0, 0};
+        setrlimit(RLIMIT_CORE, &no_core);
+        if (fsize_limit > 0) {
+            signal(SIGXFSZ, SIG_IGN);
+            struct rlimit fs = {(rlim_t)fsize_limit, (rlim_t)fsize_limit};
+            setrlimit(RLIMIT_FSIZE, &fs);
+        }
+        char buf[32];
+        snprintf(buf, sizeof buf, "%lld", (long long)limit);
+        if (limit >= 0) setenv("MT_CKPT_ABORT_AFTER_BYTES", buf, 1);
+        char err[1024];
+        int rc = ckpt_save(dir, keep, &st->meta, st->w, st->m, st->v, err, sizeof err);
+        if (rc == 0) _exit(0);
+        if (fsize_limit > 0 && strstr(err, "step-000000005.ckpt: cannot write the checkpoint: File too large")) _exit(2);
+        printf("child: ckpt_save: %s\n", err);
+        fflush(stdout);
+        _exit(4);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid) {
+        check(0, "fork or waitpid failed: %s", strerror(errno));
+        return -1;
+    }
+    return status;
+}
+
+// dir holds step 3 (st3) as its newest checkpoint, intact, and no step 4.
+static void check_step3_survives(const char *dir, const State *st3, const char *when) {
+    char err[1024], path[4096];
+    char *p3 = in_work("crash", "step-000000003.ckpt"), *p4 = in_work("crash", "step-000000004.ckpt");
+    int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
+    check(rc == 0 && strcmp(path, p3) == 0, "%s: ckpt_latest gives '%s' (%s), want %s", when, path, err, p3);
+    check(!exists(p4), "%s: %s exists", when, p4);
+    int before = failures;
+    check_reads_back(p3, st3);
+    if (failures != before) printf("  (%s)\n", when);
+    free(p3);
+    free(p4);
+}
+
+static void test_crash(int64_t n) {
+    char *dir = in_work("crash", NULL), *tmp4 = in_work("crash", "step-000000004.ckpt.tmp");
+    char *p4 = in_work("crash", "step-000000004.ckpt"), when[256];
+    State st3 = make_state(3, n), st4 = make_state(4, n);
+    save(dir, 2, &st3);
+    int64_t size = file_size(n), w = TABLE_END + META, v = w + 8 * n;
+    struct {
+        int64_t at;
+        const char *where;
+    } cases[] = {
+        {0, "right after creating the .tmp"},
+        {10, "inside the header"},
+        {HEADER + 30, "inside the section table"},
+        {TABLE_END + 20, "inside META"},
+        {w + 2 * n + 1, "inside W"},
+        {v + 2 * n + 3, "inside V"},
+        {size - 1, "one byte before the end of V"},
+        {size, "after the last section, before the table's crc32s"},
+        {size + 50, "while rewriting the table"},
+        {size + 96, "just before the fsync and the rename"},
+    };
+    for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
+        snprintf(when, sizeof when, "abort after %lld bytes, %s", (long long)cases[i].at, cases[i].where);
+        int status = save_in_child(dir, 2, &st4, cases[i].at, 0);
+        check(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: the child did not die by SIGABRT (status 0x%x)",
+              when, status);
+        check_step3_survives(dir, &st3, when);
+        // the crash left the .tmp as far as it got: the fault injection counts as documented
+        struct stat sb;
+        int64_t want = cases[i].at < size ? cases[i].at : size;
+        check(stat(tmp4, &sb) == 0 && sb.st_size == want, "%s: the leftover .tmp has %lld bytes, want %lld", when,
+              exists(tmp4) ? (long long)sb.st_size : -1LL, (long long)want);
+    }
+    // one byte more than a save writes: no abort; the leftover .tmp goes
+    int status = save_in_child(dir, 2, &st4, size + 97, 0);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abort after %lld bytes: the save did not complete (status 0x%x)",
+          (long long)(size + 97), status);
+    check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a completed save after the crashes");
+    check_reads_back(p4, &st4);
+
+    // a write that fails (the file size limit): -1, no .tmp, nothing under
+    // the new name, the others untouched
+    State st5 = make_state(5, n);
+    status = save_in_child(dir, 2, &st5, -1, size / 2);
+    check(WIFEXITED(status) && WEXITSTATUS(status) == 2, "a save past RLIMIT_FSIZE: status 0x%x, want exit 2 (refused: File too large)", status);
+    check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a failed save");
+    check_reads_back(p4, &st4);
+
+    free_state(&st3);
+    free_state(&st4);
+    free_state(&st5);
+    free(dir);
+    free(tmp4);
+    free(p4);
+}
+
+static void remove_tree(const char *path) {
+    DIR *d = opendir(path);
+    if (d) {
+        for (struct dirent *de; (de = readdir(d));) {
+            if (strcmp(de->d_name, ".") == 0 || strcmp(de->d_name, "..") == 0) continue;
+            size_t n = strlen(path) + strlen(de->d_name) + 2;
+            char *p = xmalloc(n);
+            snprintf(p, n, "%s/%s", path, de->d_name);
+            remove_tree(p);
+            free(p);
+        }
+        closedir(d);
+        rmdir(path);
+    } else {
+        unlink(path);
+    }
+}
+
+int main(int argc, char **argv) {
+    const char *base = argc > 1 ? argv[1] : getenv("TMPDIR") ? getenv("TMPDIR") : "/tmp";
+    if (mkdir(base, 0777) != 0 && errno != EEXIST) {
+        printf("FAIL: cannot create %s: %s\n", base, strerror(errno));
+        return 1;
+    }
+    snprintf(workdir, sizeof workdir, "%s/ckpt-XXXXXX", base);
+    if (!mkdtemp(workdir)) {
+        printf("FAIL: cannot create a directory in %s: %s\n", base, strerror(errno));
+        return 1;
+    }
+    // more than one 4 MiB chunk per array, and not a whole number of them
+    const int64_t n = (1 << 20) + 12345;
+    test_keep_and_latest(n);
+    char *p3 = in_work("keep", "step-000000003.ckpt");
+    test_damage(p3, n);
+    free(p3);
+    test_big_steps();
+    test_no_checkpoint();
+    test_crash(n);
+    if (failures) {
+        printf("test_checkpoint: %d failure%s (files left in %s)\n", failures, failures == 1 ? "" : "s", workdir);
+        return 1;
+    }
+    remove_tree(workdir);
+    printf("test_checkpoint: all passed\n");
+    return 0;
+}
