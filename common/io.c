@@ -1,9 +1,14 @@
 #include "io.h"
 
 #include <errno.h>
+#include <fcntl.h>
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
+#include <zlib.h>
 
 int io_read_file(const char *path, char **data, size_t *len) {
     *data = NULL;
@@ -36,4 +41,38 @@ int io_read_file(const char *path, char **data, size_t *len) {
     *data = buf;
     *len = n;
     return 0;
+}
+
+int io_fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
+    if (!err || errcap == 0) return -1;
+    int n = snprintf(err, errcap, "%s: ", path);
+    if (n >= 0 && (size_t)n < errcap) {
+        va_list ap;
+        va_start(ap, fmt);
+        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
+        va_end(ap);
+    }
+    return -1;
+}
+
+uint32_t io_crc32(uint32_t crc, const void *data, size_t len) {
+    const unsigned char *p = data;
+    for (size_t done = 0; done < len;) { // crc32 takes an unsigned int length
+        size_t n = len - done > (1u << 30) ? (1u << 30) : len - done;
+        crc = (uint32_t)crc32(crc, p + done, (uInt)n);
+        done += n;
+    }
+    return crc;
+}
+
+void io_sync_parent_dir(const char *path) {
+    const char *slash = strrchr(path, '/');
+    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+    if (!dir) return;
+    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+    if (fd >= 0) {
+        fsync(fd);
+        close(fd);
+    }
+    free(dir);
 }

@@ -46,6 +46,8 @@
 
 #include "plan_write.h"
 
+#include "../common/io.h"
+
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char MAGIC[8] = "MTPLAN\0";
 static const uint32_t ABSENT = 0xFFFFFFFFu;
@@ -109,19 +111,11 @@ static void put_loc(Buf *b, Loc l) {
 }
 static void put_id(Buf *b, const Node *n) { put_i32(b, n ? n->id : -1); }
 
-static uint32_t crc_of(uint32_t crc, const unsigned char *data, size_t len) {
-    for (size_t done = 0; done < len;) { // crc32 takes an unsigned int length
-        size_t n = len - done > (1u << 30) ? (1u << 30) : len - done;
-        crc = (uint32_t)crc32(crc, data + done, (uInt)n);
-        done += n;
-    }
-    return crc;
-}
 
 static void write_source(Buf *b, Plan *p) {
     const char *text = p->source ? p->source : "";
     size_t len = p->source ? p->source_len : 0;
-    p->source_crc = crc_of(0, (const unsigned char *)text, len);
+    p->source_crc = io_crc32(0, (const unsigned char *)text, len);
     put_str(b, p->source_path);
     put_strn(b, text, len);
     put_u32(b, p->source_crc);
@@ -350,20 +344,6 @@ static int write_synced(const char *tmp, const unsigned char *data, size_t len) 
     return close(fd) != 0 ? errno : 0;
 }
 
-// Makes the rename durable; best effort, as some file systems refuse fsync
-// on a directory.
-static void sync_dir_of(const char *path) {
-    const char *slash = strrchr(path, '/');
-    char *dir = slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 int plan_write(Plan *p, const char *path, char *err, size_t errcap) {
     if (!p || !p->graph) return fail(err, errcap, "%s: no plan to write", path);
     if (check_refs(p->graph, path, err, errcap) != 0) return -1;
@@ -402,17 +382,17 @@ int plan_write(Plan *p, const char *path, char *err, size_t errcap) {
     store_u32(file + 8, PLAN_VERSION);
     store_u32(file + 12, PLAN_ENDIAN);
     store_u32(file + 16, SECTIONS);
-    store_u32(file + 20, crc_of(0, file, 20));
+    store_u32(file + 20, io_crc32(0, file, 20));
     size_t off = HEADER_BYTES + SECTIONS * ENTRY_BYTES;
-    uint32_t plan_crc = crc_of(0, NULL, 0);
+    uint32_t plan_crc = io_crc32(0, NULL, 0);
     for (int s = 0; s < SECTIONS; s++) {
         unsigned char *e = file + HEADER_BYTES + (size_t)s * ENTRY_BYTES;
         store_u32(e, (uint32_t)(s + 1));
-        store_u32(e + 4, crc_of(0, sec[s].data, sec[s].len));
+        store_u32(e + 4, io_crc32(0, sec[s].data, sec[s].len));
         store_u64(e + 8, off);
         store_u64(e + 16, sec[s].len);
         if (sec[s].len) memcpy(file + off, sec[s].data, sec[s].len);
-        plan_crc = crc_of(plan_crc, sec[s].data, sec[s].len);
+        plan_crc = io_crc32(plan_crc, sec[s].data, sec[s].len);
         off += sec[s].len;
     }
 
@@ -431,7 +411,7 @@ int plan_write(Plan *p, const char *path, char *err, size_t errcap) {
         unlink(tmp); // nothing, or a partial temporary file
         goto done;
     }
-    sync_dir_of(path);
+    io_sync_parent_dir(path);
     p->plan_crc = plan_crc;
     rc = 0;
 done:

@@ -8,6 +8,7 @@
 // uses pread into the caller's arrays (or a bounce buffer when an array is
 // not wanted), checksumming as it goes.
 #include "checkpoint.h"
+#include "../common/io.h"
 
 #include <dirent.h>
 #include <errno.h>
@@ -37,19 +38,6 @@ static const uint32_t ENDIAN = 0x01020304u, OTHER_ENDIAN = 0x04030201u;
 // n above this would overflow the file's offsets (three arrays of 4n bytes)
 static const int64_t MAX_N = (INT64_MAX - TABLE_END - META_BYTES) / 12;
 
-// Writes "PATH: message" into err and returns -1.
-__attribute__((format(printf, 4, 5)))
-static int fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
-    if (!err || errcap == 0) return -1;
-    int n = snprintf(err, errcap, "%s: ", path);
-    if (n >= 0 && (size_t)n < errcap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static void store_u32(unsigned char *d, uint32_t v) {
     for (int i = 0; i < 4; i++) d[i] = (unsigned char)(v >> (8 * i));
@@ -81,14 +69,6 @@ static void swap_floats(unsigned char *p, size_t n) {
     }
 }
 
-static uint32_t crc_of(uint32_t crc, const unsigned char *data, size_t len) {
-    for (size_t done = 0; done < len;) { // crc32 takes an unsigned int length
-        size_t n = len - done > (1u << 30) ? (1u << 30) : len - done;
-        crc = (uint32_t)crc32(crc, data + done, (uInt)n);
-        done += n;
-    }
-    return crc;
-}
 
 // ---------------------------------------------------------------- names
 
@@ -257,7 +237,7 @@ static int put_floats(Writer *wr, const float *a, int64_t n, uint32_t *crc, unsi
             swap_floats(bounce, k / 4);
             src = bounce;
         }
-        *crc = crc_of(*crc, src, k);
+        *crc = io_crc32(*crc, src, k);
         int e = put(wr, src, k, -1);
         if (e != 0) return e;
         p += k;
@@ -320,12 +300,12 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
     store_u32(head + 8, CKPT_VERSION);
     store_u32(head + 12, ENDIAN);
     store_u32(head + 16, SECTIONS);
-    store_u32(head + 20, crc_of(0, head, 20));
+    store_u32(head + 20, io_crc32(0, head, 20));
     uint32_t crc[SECTIONS] = {0};
     encode_table(head + HEADER_BYTES, meta->n, crc); // crc32s filled in at the end
     unsigned char mb[META_BYTES];
     encode_meta(mb, meta);
-    crc[0] = crc_of(0, mb, META_BYTES);
+    crc[0] = io_crc32(0, mb, META_BYTES);
 
     int e = put(&wr, head, TABLE_END, -1);
     if (e == 0) e = put(&wr, mb, META_BYTES, -1);
@@ -347,7 +327,7 @@ static int prune(const char *dir, int keep, const char *keep_name, const char *f
     size_t n;
     int e = list_dir(dir, &f, &n);
     if (e != 0)
-        return fail(err, errcap, final, "saved, but cannot list %s to remove old checkpoints: %s", dir, strerror(e));
+        return io_fail(err, errcap, final, "saved, but cannot list %s to remove old checkpoints: %s", dir, strerror(e));
     qsort(f, n, sizeof *f, newest_first);
     int rc = 0, kept = 0;
     for (size_t i = 0; i < n; i++) {
@@ -357,11 +337,11 @@ static int prune(const char *dir, int keep, const char *keep_name, const char *f
         }
         char *p = path_join(dir, f[i].name);
         if (!p) {
-            rc = fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
+            rc = io_fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
             break;
         }
         if (unlink(p) != 0 && errno != ENOENT && rc == 0)
-            rc = fail(err, errcap, final, "saved, but cannot remove the old %s: %s", p, strerror(errno));
+            rc = io_fail(err, errcap, final, "saved, but cannot remove the old %s: %s", p, strerror(errno));
         free(p);
     }
     free_found(f, n);
@@ -371,23 +351,23 @@ static int prune(const char *dir, int keep, const char *keep_name, const char *f
 int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
               char *err, size_t errcap) {
     if (err && errcap) err[0] = 0;
-    if (!dir || !*dir) return fail(err, errcap, "checkpoint", "no directory to save into");
-    if (!meta) return fail(err, errcap, dir, "internal error: no checkpoint meta to save");
-    if (keep < 1) return fail(err, errcap, dir, "--keep must be at least 1, not %d", keep);
-    if (meta->step < 0) return fail(err, errcap, dir, "internal error: checkpoint step %lld", (long long)meta->step);
+    if (!dir || !*dir) return io_fail(err, errcap, "checkpoint", "no directory to save into");
+    if (!meta) return io_fail(err, errcap, dir, "internal error: no checkpoint meta to save");
+    if (keep < 1) return io_fail(err, errcap, dir, "--keep must be at least 1, not %d", keep);
+    if (meta->step < 0) return io_fail(err, errcap, dir, "internal error: checkpoint step %lld", (long long)meta->step);
     if (meta->n < 0 || meta->n > MAX_N)
-        return fail(err, errcap, dir, "internal error: %lld floats per array to save", (long long)meta->n);
+        return io_fail(err, errcap, dir, "internal error: %lld floats per array to save", (long long)meta->n);
     if (meta->n > 0 && (!w || !m || !v))
-        return fail(err, errcap, dir, "internal error: an array to save is missing");
+        return io_fail(err, errcap, dir, "internal error: an array to save is missing");
 
     if (mkdir(dir, 0777) == 0) {
         sync_parent_of(dir);
     } else if (errno == EEXIST) {
         struct stat st;
         if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return fail(err, errcap, dir, "cannot save checkpoints here: not a directory");
+            return io_fail(err, errcap, dir, "cannot save checkpoints here: not a directory");
     } else {
-        return fail(err, errcap, dir, "cannot create the checkpoint directory: %s", strerror(errno));
+        return io_fail(err, errcap, dir, "cannot create the checkpoint directory: %s", strerror(errno));
     }
 
     char name[48], tmpname[64];
@@ -396,20 +376,20 @@ int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, c
     char *final = path_join(dir, name), *tmp = path_join(dir, tmpname);
     int rc = -1;
     if (!final || !tmp) {
-        fail(err, errcap, dir, "out of memory while saving a checkpoint");
+        io_fail(err, errcap, dir, "out of memory while saving a checkpoint");
         goto done;
     }
     const float *arrays[3] = {w, m, v};
     int e = write_file(tmp, meta, arrays);
     if (e == 0 && rename(tmp, final) != 0) e = errno;
     if (e != 0) {
-        fail(err, errcap, final, "cannot write the checkpoint: %s", strerror(e));
+        io_fail(err, errcap, final, "cannot write the checkpoint: %s", strerror(e));
         unlink(tmp); // nothing, or a partial temporary file
         goto done;
     }
     e = sync_dir(dir);
     if (e != 0) {
-        fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
+        io_fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
         goto done;
     }
     rc = prune(dir, keep, name, final, err, errcap);
@@ -424,22 +404,22 @@ done:
 int ckpt_latest(const char *dir, char *path, size_t pathcap, char *err, size_t errcap) {
     if (err && errcap) err[0] = 0;
     if (path && pathcap) path[0] = 0;
-    if (!dir || !*dir) return fail(err, errcap, "checkpoint", "no directory to resume from");
+    if (!dir || !*dir) return io_fail(err, errcap, "checkpoint", "no directory to resume from");
     Found *f;
     size_t n;
     int e = list_dir(dir, &f, &n);
-    if (e != 0) return fail(err, errcap, dir, "cannot read the checkpoint directory: %s", strerror(e));
+    if (e != 0) return io_fail(err, errcap, dir, "cannot read the checkpoint directory: %s", strerror(e));
     const Found *best = NULL;
     for (size_t i = 0; i < n; i++)
         if (!f[i].tmp && (!best || newest_first(&f[i], best) < 0)) best = &f[i];
     int rc = 0;
     if (!best) {
-        rc = fail(err, errcap, dir, "no checkpoint in it (no step-*.ckpt file)");
+        rc = io_fail(err, errcap, dir, "no checkpoint in it (no step-*.ckpt file)");
     } else {
         char *p = path_join(dir, best->name);
-        if (!p) rc = fail(err, errcap, dir, "out of memory");
+        if (!p) rc = io_fail(err, errcap, dir, "out of memory");
         else if (!path || strlen(p) >= pathcap)
-            rc = fail(err, errcap, dir, "the path of %s does not fit in %zu bytes", best->name, pathcap);
+            rc = io_fail(err, errcap, dir, "the path of %s does not fit in %zu bytes", best->name, pathcap);
         else memcpy(path, p, strlen(p) + 1);
         free(p);
     }
@@ -474,18 +454,18 @@ static int64_t get(int fd, void *buf, size_t len, uint64_t off) {
 // NULL, and checks its crc32. Returns 0, or -1 with a message.
 static int read_section(int fd, const char *path, int s, const Entry *en, void *dst, unsigned char *bounce,
                         char *err, size_t errcap) {
-    uint32_t crc = crc_of(0, NULL, 0);
+    uint32_t crc = io_crc32(0, NULL, 0);
     unsigned char *out = dst;
     for (uint64_t done = 0; done < en->size;) {
         size_t k = en->size - done > CHUNK ? CHUNK : (size_t)(en->size - done);
         unsigned char *to = out ? out + done : bounce;
         int64_t got = get(fd, to, k, en->off + done);
-        if (got < 0) return fail(err, errcap, path, "cannot read section %s: %s", SECTION_NAMES[s], strerror(errno));
-        if ((size_t)got < k) return fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
-        crc = crc_of(crc, to, k);
+        if (got < 0) return io_fail(err, errcap, path, "cannot read section %s: %s", SECTION_NAMES[s], strerror(errno));
+        if ((size_t)got < k) return io_fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
+        crc = io_crc32(crc, to, k);
         done += k;
     }
-    if (crc != en->crc) return fail(err, errcap, path, "section %s is corrupted (crc32 mismatch)", SECTION_NAMES[s]);
+    if (crc != en->crc) return io_fail(err, errcap, path, "section %s is corrupted (crc32 mismatch)", SECTION_NAMES[s]);
     if (out && s > 0 && !host_is_le()) swap_floats(out, (size_t)(en->size / 4));
     return 0;
 }
@@ -494,49 +474,49 @@ static int read_section(int fd, const char *path, int s, const Entry *en, void *
 static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS], char *err, size_t errcap) {
     unsigned char h[TABLE_END];
     int64_t got = get(fd, h, TABLE_END, 0);
-    if (got < 0) return fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
-    if (got == 0) return fail(err, errcap, path, "empty file; not an mt checkpoint");
-    if (memcmp(h, MAGIC, got < 8 ? (size_t)got : 8) != 0) return fail(err, errcap, path, "not an mt checkpoint (bad magic)");
+    if (got < 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
+    if (got == 0) return io_fail(err, errcap, path, "empty file; not an mt checkpoint");
+    if (memcmp(h, MAGIC, got < 8 ? (size_t)got : 8) != 0) return io_fail(err, errcap, path, "not an mt checkpoint (bad magic)");
     if (got < HEADER_BYTES)
-        return fail(err, errcap, path, "truncated: %lld bytes, shorter than the checkpoint header (%d)", (long long)got,
+        return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the checkpoint header (%d)", (long long)got,
                     HEADER_BYTES);
     uint32_t version = ld32(h + 8), endian = ld32(h + 12), count = ld32(h + 16);
-    if (endian == OTHER_ENDIAN) return fail(err, errcap, path, "written on a machine of the other byte order");
+    if (endian == OTHER_ENDIAN) return io_fail(err, errcap, path, "written on a machine of the other byte order");
     if (version != CKPT_VERSION)
-        return fail(err, errcap, path, "checkpoint version %u, this mtrun reads version %d", version, CKPT_VERSION);
-    if (endian != ENDIAN) return fail(err, errcap, path, "bad endianness word 0x%08x", endian);
-    if (crc_of(0, h, 20) != ld32(h + 20)) return fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
+        return io_fail(err, errcap, path, "checkpoint version %u, this mtrun reads version %d", version, CKPT_VERSION);
+    if (endian != ENDIAN) return io_fail(err, errcap, path, "bad endianness word 0x%08x", endian);
+    if (io_crc32(0, h, 20) != ld32(h + 20)) return io_fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
     if (count != SECTIONS)
-        return fail(err, errcap, path, "the section table lists %u sections; a version %d checkpoint has %d", count,
+        return io_fail(err, errcap, path, "the section table lists %u sections; a version %d checkpoint has %d", count,
                     CKPT_VERSION, SECTIONS);
     if (got < TABLE_END)
-        return fail(err, errcap, path, "truncated: %lld bytes, shorter than the header and section table (%d)",
+        return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the header and section table (%d)",
                     (long long)got, TABLE_END);
     int seen[SECTIONS] = {0};
     for (int i = 0; i < SECTIONS; i++) {
         const unsigned char *t = h + HEADER_BYTES + (size_t)i * ENTRY_BYTES;
         uint32_t id = ld32(t);
         if (id < 1 || id > SECTIONS)
-            return fail(err, errcap, path, "section table entry %d has id %u; ids are 1..%d", i, id, SECTIONS);
+            return io_fail(err, errcap, path, "section table entry %d has id %u; ids are 1..%d", i, id, SECTIONS);
         if (seen[id - 1]++)
-            return fail(err, errcap, path, "section %s is listed twice in the section table", SECTION_NAMES[id - 1]);
+            return io_fail(err, errcap, path, "section %s is listed twice in the section table", SECTION_NAMES[id - 1]);
         e[id - 1].crc = ld32(t + 4);
         e[id - 1].off = ld64(t + 8);
         e[id - 1].size = ld64(t + 16);
     }
     for (int s = 0; s < SECTIONS; s++) { // in id order, so a file cut short names its first missing section
         if (e[s].off < TABLE_END)
-            return fail(err, errcap, path, "section %s starts at byte %llu, inside the header and section table",
+            return io_fail(err, errcap, path, "section %s starts at byte %llu, inside the header and section table",
                         SECTION_NAMES[s], (unsigned long long)e[s].off);
         if (e[s].off > len || e[s].size > len - e[s].off)
-            return fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
+            return io_fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
     }
     for (int a = 0; a < SECTIONS; a++)
         for (int b = a + 1; b < SECTIONS; b++)
             if (e[a].off < e[b].off + e[b].size && e[b].off < e[a].off + e[a].size && e[a].size && e[b].size)
-                return fail(err, errcap, path, "sections %s and %s overlap", SECTION_NAMES[a], SECTION_NAMES[b]);
+                return io_fail(err, errcap, path, "sections %s and %s overlap", SECTION_NAMES[a], SECTION_NAMES[b]);
     if (e[0].size != META_BYTES)
-        return fail(err, errcap, path, "section META has %llu bytes; a version %d checkpoint's has %d",
+        return io_fail(err, errcap, path, "section META has %llu bytes; a version %d checkpoint's has %d",
                     (unsigned long long)e[0].size, CKPT_VERSION, META_BYTES);
     return 0;
 }
@@ -544,8 +524,8 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
 static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n, float *arrays[3], char *err,
                     size_t errcap) {
     struct stat st;
-    if (fstat(fd, &st) != 0) return fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
-    if (!S_ISREG(st.st_mode)) return fail(err, errcap, path, "not a regular file");
+    if (fstat(fd, &st) != 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
+    if (!S_ISREG(st.st_mode)) return io_fail(err, errcap, path, "not a regular file");
     Entry e[SECTIONS];
     if (read_table(fd, path, (uint64_t)st.st_size, e, err, errcap) != 0) return -1;
 
@@ -561,18 +541,18 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
         .n = (int64_t)ld64(mb + 40),
     };
     if (got.n < 0 || got.n > MAX_N)
-        return fail(err, errcap, path, "section META: %lld floats per array is out of range", (long long)got.n);
+        return io_fail(err, errcap, path, "section META: %lld floats per array is out of range", (long long)got.n);
     for (int s = 1; s < SECTIONS; s++)
         if (e[s].size != (uint64_t)got.n * 4)
-            return fail(err, errcap, path, "section %s has %llu bytes; META's n = %lld floats needs %lld",
+            return io_fail(err, errcap, path, "section %s has %llu bytes; META's n = %lld floats needs %lld",
                         SECTION_NAMES[s], (unsigned long long)e[s].size, (long long)got.n, (long long)got.n * 4);
     if (expected_n >= 0 && got.n != expected_n)
-        return fail(err, errcap, path, "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
+        return io_fail(err, errcap, path, "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
                     (long long)got.n, (long long)expected_n);
 
     unsigned char *bounce = NULL;
     if ((!arrays[0] || !arrays[1] || !arrays[2]) && got.n > 0 && !(bounce = malloc(CHUNK)))
-        return fail(err, errcap, path, "out of memory while reading the checkpoint");
+        return io_fail(err, errcap, path, "out of memory while reading the checkpoint");
     int rc = 0;
     for (int s = 1; s < SECTIONS && rc == 0; s++)
         rc = read_section(fd, path, s, &e[s], arrays[s - 1], bounce, err, errcap);
@@ -584,13 +564,13 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
 int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v, char *err,
               size_t errcap) {
     if (err && errcap) err[0] = 0;
-    if (!path) return fail(err, errcap, "checkpoint", "no checkpoint to read");
-    if (!meta) return fail(err, errcap, path, "internal error: nowhere to put the checkpoint meta");
+    if (!path) return io_fail(err, errcap, "checkpoint", "no checkpoint to read");
+    if (!meta) return io_fail(err, errcap, path, "internal error: nowhere to put the checkpoint meta");
     memset(meta, 0, sizeof *meta);
     if (expected_n < 0 && (w || m || v))
-        return fail(err, errcap, path, "internal error: arrays to read without their expected size");
+        return io_fail(err, errcap, path, "internal error: arrays to read without their expected size");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
-    if (fd < 0) return fail(err, errcap, path, "cannot open the checkpoint: %s", strerror(errno));
+    if (fd < 0) return io_fail(err, errcap, path, "cannot open the checkpoint: %s", strerror(errno));
     float *arrays[3] = {w, m, v};
     int rc = read_all(fd, path, meta, expected_n, arrays, err, errcap);
     close(fd);

@@ -1,4 +1,5 @@
 #include "data.h"
+#include "../common/io.h"
 
 #include <errno.h>
 #include <fcntl.h>
@@ -10,19 +11,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-// Writes "PATH: message" into err and returns -1.
-__attribute__((format(printf, 4, 5)))
-static int fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
-    if (!err || errcap == 0) return -1;
-    int n = snprintf(err, errcap, "%s: ", path);
-    if (n >= 0 && (size_t)n < errcap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
@@ -52,38 +40,38 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
     const char *why = ends_with(path, ".bin") ? "a file named *.bin is read as an llm.c token file"
                                               : "the file starts with llm.c's magic number";
     if (len >= 4 && le32(m) != DATA_LLMC_MAGIC)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "not an llm.c token file: the magic number is %u, expected %d (%s; to train on "
                     "the raw bytes of a file, give it another name)",
                     le32(m), DATA_LLMC_MAGIC, why);
     if (len < DATA_LLMC_HEADER_BYTES)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "too short for an llm.c token file: %zu bytes, but the header alone is %d (%s)",
                     len, DATA_LLMC_HEADER_BYTES, why);
     int32_t version = (int32_t)le32(m + 4), count = (int32_t)le32(m + 8);
     if (version != DATA_LLMC_VERSION)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "unsupported llm.c token file version %d, expected %d (uint16 tokens)",
                     version, DATA_LLMC_VERSION);
     if (count < 0)
-        return fail(err, errcap, path, "the llm.c header's token count %d is negative", count);
+        return io_fail(err, errcap, path, "the llm.c header's token count %d is negative", count);
     int64_t want = DATA_LLMC_HEADER_BYTES + 2 * (int64_t)count;
     if ((int64_t)len != want) {
         int64_t have = (int64_t)len - DATA_LLMC_HEADER_BYTES;
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the header says %d tokens (%lld bytes after the %d-byte header) but the file "
                     "has %lld bytes after it: %s",
                     count, (long long)(want - DATA_LLMC_HEADER_BYTES), DATA_LLMC_HEADER_BYTES,
                     (long long)have, (int64_t)len < want ? "truncated" : "trailing bytes");
     }
-    if (count == 0) return fail(err, errcap, path, "the llm.c header says 0 tokens: no data");
+    if (count == 0) return io_fail(err, errcap, path, "the llm.c header says 0 tokens: no data");
     d->format = DATA_LLMC;
     d->toks = m + DATA_LLMC_HEADER_BYTES;
     d->ntokens = count;
     for (int64_t i = 0; i < d->ntokens; i++) {
         int32_t t = token_at(d, i);
         if (t >= vocab)
-            return fail(err, errcap, path,
+            return io_fail(err, errcap, path,
                         "token at index %lld is %d, not below the model's vocabulary size %lld",
                         (long long)i, (int)t, (long long)vocab);
     }
@@ -92,7 +80,7 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
 
 static int open_text(DataSet *d, const char *path, int64_t vocab, char *err, size_t errcap) {
     if (vocab < 256)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the model's vocabulary V=%lld is smaller than 256, so a text file (read as "
                     "bytes, each a token 0..255) cannot be used; give an llm.c token file",
                     (long long)vocab);
@@ -105,17 +93,17 @@ static int open_text(DataSet *d, const char *path, int64_t vocab, char *err, siz
 int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, char *err, size_t errcap) {
     *d = (DataSet){0};
     if (vocab <= 0)
-        return fail(err, errcap, path, "the model's vocabulary size %lld is not positive", (long long)vocab);
+        return io_fail(err, errcap, path, "the model's vocabulary size %lld is not positive", (long long)vocab);
     if (!(val_fraction >= 0 && val_fraction < 1))
-        return fail(err, errcap, path, "val_fraction %g is not in [0, 1)", val_fraction);
+        return io_fail(err, errcap, path, "val_fraction %g is not in [0, 1)", val_fraction);
 
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
-    if (fd < 0) return fail(err, errcap, path, "cannot open the data file: %s", strerror(errno));
+    if (fd < 0) return io_fail(err, errcap, path, "cannot open the data file: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errcap, path, "cannot stat the data file: %s", strerror(e));
+        return io_fail(err, errcap, path, "cannot stat the data file: %s", strerror(e));
     }
     const char *bad = S_ISDIR(st.st_mode) ? "is a directory, not a data file"
                     : !S_ISREG(st.st_mode) ? "is not a regular file (a data file is mapped, so it "
@@ -125,19 +113,19 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
                     : NULL;
     if (bad) {
         close(fd);
-        return fail(err, errcap, path, "%s", bad);
+        return io_fail(err, errcap, path, "%s", bad);
     }
     size_t len = (size_t)st.st_size;
     void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); // the mapping stays
-    if (m == MAP_FAILED) return fail(err, errcap, path, "cannot map the data file: %s", strerror(e));
+    if (m == MAP_FAILED) return io_fail(err, errcap, path, "cannot map the data file: %s", strerror(e));
     d->map = m;
     d->map_len = len;
     d->path = strdup(path);
     if (!d->path) {
         data_close(d);
-        return fail(err, errcap, path, "out of memory");
+        return io_fail(err, errcap, path, "out of memory");
     }
 
     int llmc = ends_with(path, ".bin") || (len >= 4 && le32(d->map) == DATA_LLMC_MAGIC);
@@ -159,18 +147,18 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
     const char *path = d->path ? d->path : "(no data)";
     int64_t span = batch_span(B, T);
     if (span < 0)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
                     "must fit in 64 bits",
                     (long long)B, (long long)T);
     if (d->ntrain < span + 1)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the training split holds %lld tokens but one batch of B=%lld x T=%lld needs "
                     "B*T+1 = %lld (the file holds %lld tokens, %lld of them for validation)",
                     (long long)d->ntrain, (long long)B, (long long)T, (long long)(span + 1),
                     (long long)d->ntokens, (long long)d->nval);
     if (d->val_fraction > 0 && d->nval < span + 1)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the validation split holds %lld tokens (val_fraction %g of %lld) but one batch "
                     "of B=%lld x T=%lld needs B*T+1 = %lld",
                     (long long)d->nval, d->val_fraction, (long long)d->ntokens, (long long)B,

@@ -1,4 +1,5 @@
 #include "safetensors.h"
+#include "../common/io.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -18,19 +19,6 @@
 
 #define MAX_JSON_INT 9007199254740992.0 // 2^53: every integer up to it is exact in a double
 
-// Writes "PATH: message" into err and returns -1.
-__attribute__((format(printf, 4, 5)))
-static int fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
-    if (!err || errcap == 0) return -1;
-    int n = snprintf(err, errcap, "%s: ", path);
-    if (n >= 0 && (size_t)n < errcap) {
-        va_list ap;
-        va_start(ap, fmt);
-        vsnprintf(err + n, errcap - (size_t)n, fmt, ap);
-        va_end(ap);
-    }
-    return -1;
-}
 
 static const char *const DTYPE_NAMES[] = {[ST_F32] = "F32", [ST_BF16] = "BF16", [ST_F16] = "F16"};
 static const int DTYPE_BYTES[] = {[ST_F32] = 4, [ST_BF16] = 2, [ST_F16] = 2};
@@ -147,21 +135,21 @@ static const char *shape_text(char *buf, size_t cap, const int64_t *shape, int r
 static int read_entry(StTensor *t, const cJSON *e, const char *name, const unsigned char *data, int64_t data_len,
                       const char *path, char *err, size_t errcap) {
     if (!cJSON_IsObject(e))
-        return fail(err, errcap, path, "tensor '%s': the header entry is not a JSON object", name);
+        return io_fail(err, errcap, path, "tensor '%s': the header entry is not a JSON object", name);
     const cJSON *dt = cJSON_GetObjectItemCaseSensitive(e, "dtype");
     const cJSON *sh = cJSON_GetObjectItemCaseSensitive(e, "shape");
     const cJSON *off = cJSON_GetObjectItemCaseSensitive(e, "data_offsets");
-    if (!cJSON_IsString(dt)) return fail(err, errcap, path, "tensor '%s': no \"dtype\" string", name);
+    if (!cJSON_IsString(dt)) return io_fail(err, errcap, path, "tensor '%s': no \"dtype\" string", name);
     int dtype = -1;
     for (int d = 0; d <= ST_F16; d++)
         if (strcmp(dt->valuestring, DTYPE_NAMES[d]) == 0) dtype = d;
     if (dtype < 0)
-        return fail(err, errcap, path, "tensor '%s': dtype %s is not supported (only F32, BF16 and F16 are)", name,
+        return io_fail(err, errcap, path, "tensor '%s': dtype %s is not supported (only F32, BF16 and F16 are)", name,
                     dt->valuestring);
-    if (!cJSON_IsArray(sh)) return fail(err, errcap, path, "tensor '%s': no \"shape\" array", name);
+    if (!cJSON_IsArray(sh)) return io_fail(err, errcap, path, "tensor '%s': no \"shape\" array", name);
     int rank = cJSON_GetArraySize(sh);
     if (rank > ST_MAX_RANK)
-        return fail(err, errcap, path, "tensor '%s': rank %d, more than the %d dimensions mt supports", name, rank,
+        return io_fail(err, errcap, path, "tensor '%s': rank %d, more than the %d dimensions mt supports", name, rank,
                     ST_MAX_RANK);
     t->dtype = (StDtype)dtype;
     t->rank = rank;
@@ -169,30 +157,30 @@ static int read_entry(StTensor *t, const cJSON *e, const char *name, const unsig
     int overflow = 0;
     for (int i = 0; i < rank; i++) {
         if (json_count(cJSON_GetArrayItem(sh, i), &t->shape[i]) != 0)
-            return fail(err, errcap, path, "tensor '%s': shape entry %d is not an integer in 0..2^53", name, i);
+            return io_fail(err, errcap, path, "tensor '%s': shape entry %d is not an integer in 0..2^53", name, i);
         if (t->shape[i] != 0 && numel > INT64_MAX / t->shape[i]) overflow = 1;
         else numel *= t->shape[i];
     }
     char sbuf[256];
     if (overflow || numel > INT64_MAX / DTYPE_BYTES[dtype])
-        return fail(err, errcap, path, "tensor '%s': shape %s is too large: its size overflows 64 bits", name,
+        return io_fail(err, errcap, path, "tensor '%s': shape %s is too large: its size overflows 64 bits", name,
                     shape_text(sbuf, sizeof sbuf, t->shape, rank));
     t->nbytes = numel * DTYPE_BYTES[dtype];
     int64_t begin, end;
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || json_count(cJSON_GetArrayItem(off, 0), &begin) != 0 ||
         json_count(cJSON_GetArrayItem(off, 1), &end) != 0)
-        return fail(err, errcap, path, "tensor '%s': \"data_offsets\" is not [BEGIN, END], two integers in 0..2^53",
+        return io_fail(err, errcap, path, "tensor '%s': \"data_offsets\" is not [BEGIN, END], two integers in 0..2^53",
                     name);
     if (begin > end)
-        return fail(err, errcap, path, "tensor '%s': data_offsets [%lld, %lld] end before they begin", name,
+        return io_fail(err, errcap, path, "tensor '%s': data_offsets [%lld, %lld] end before they begin", name,
                     (long long)begin, (long long)end);
     if (end - begin != t->nbytes)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "tensor '%s': shape %s of %s is %lld bytes, but data_offsets [%lld, %lld] hold %lld", name,
                     shape_text(sbuf, sizeof sbuf, t->shape, rank), DTYPE_NAMES[dtype], (long long)t->nbytes,
                     (long long)begin, (long long)end, (long long)(end - begin));
     if (end > data_len)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "tensor '%s': data_offsets [%lld, %lld] run past the end of the data buffer (%lld bytes after "
                     "the header): the file is truncated or the header wrong",
                     name, (long long)begin, (long long)end, (long long)data_len);
@@ -211,12 +199,12 @@ static int by_offset(const void *a, const void *b) {
 // Maps path, validates its header and appends its tensors to s (sorted by data offset).
 static int load_file(StSet *s, int *cap, const char *path, char *err, size_t errcap) {
     int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
-    if (fd < 0) return fail(err, errcap, path, "cannot open: %s", strerror(errno));
+    if (fd < 0) return io_fail(err, errcap, path, "cannot open: %s", strerror(errno));
     struct stat st;
     if (fstat(fd, &st) != 0) {
         int e = errno;
         close(fd);
-        return fail(err, errcap, path, "cannot stat: %s", strerror(e));
+        return io_fail(err, errcap, path, "cannot stat: %s", strerror(e));
     }
     const char *bad = S_ISDIR(st.st_mode) ? "is a directory, not a safetensors file"
                     : !S_ISREG(st.st_mode) ? "is not a regular file (a safetensors file is mapped, so it cannot "
@@ -226,17 +214,17 @@ static int load_file(StSet *s, int *cap, const char *path, char *err, size_t err
                     : NULL;
     if (bad) {
         close(fd);
-        return fail(err, errcap, path, "%s", bad);
+        return io_fail(err, errcap, path, "%s", bad);
     }
     size_t len = (size_t)st.st_size;
     void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
     int e = errno;
     close(fd); // the mapping stays
-    if (m == MAP_FAILED) return fail(err, errcap, path, "cannot map: %s", strerror(e));
+    if (m == MAP_FAILED) return io_fail(err, errcap, path, "cannot map: %s", strerror(e));
     StFile *f = add_file(s, path);
     if (!f) {
         munmap(m, len);
-        return fail(err, errcap, path, "out of memory");
+        return io_fail(err, errcap, path, "out of memory");
     }
     f->map = m;
     f->map_len = len;
@@ -244,19 +232,19 @@ static int load_file(StSet *s, int *cap, const char *path, char *err, size_t err
     // u64 N, N bytes of JSON, the data buffer
     uint64_t hlen = le64(f->map);
     if (hlen > len - 8)
-        return fail(err, errcap, path,
+        return io_fail(err, errcap, path,
                     "the header size %llu runs past the end of the file (%zu bytes, so at most %zu bytes of header)",
                     (unsigned long long)hlen, len, len - 8);
     const unsigned char *text = f->map + 8;
     const unsigned char *nul = memchr(text, '\0', (size_t)hlen);
     if (nul)
-        return fail(err, errcap, path, "the header (%llu bytes) holds a NUL byte at its byte %lld: not JSON",
+        return io_fail(err, errcap, path, "the header (%llu bytes) holds a NUL byte at its byte %lld: not JSON",
                     (unsigned long long)hlen, (long long)(nul - text));
     int64_t at;
     cJSON *root = parse_json(text, (size_t)hlen, &at);
     if (!root) {
-        if (at < 0) return fail(err, errcap, path, "out of memory");
-        return fail(err, errcap, path, "the header (%llu bytes) is not valid JSON: the error is at its byte %lld",
+        if (at < 0) return io_fail(err, errcap, path, "out of memory");
+        return io_fail(err, errcap, path, "the header (%llu bytes) is not valid JSON: the error is at its byte %lld",
                     (unsigned long long)hlen, (long long)at);
     }
     int rc = 0;
@@ -264,7 +252,7 @@ static int load_file(StSet *s, int *cap, const char *path, char *err, size_t err
     int64_t data_len = (int64_t)(len - 8 - hlen);
     int first = s->n;
     if (!cJSON_IsObject(root)) {
-        rc = fail(err, errcap, path, "the header is not a JSON object");
+        rc = io_fail(err, errcap, path, "the header is not a JSON object");
         goto done;
     }
     for (const cJSON *item = root->child; item; item = item->next) {
@@ -273,19 +261,19 @@ static int load_file(StSet *s, int *cap, const char *path, char *err, size_t err
             for (const cJSON *kv = ok ? item->child : NULL; kv; kv = kv->next)
                 if (!cJSON_IsString(kv)) ok = 0;
             if (!ok) {
-                rc = fail(err, errcap, path, "\"__metadata__\" is not an object of strings");
+                rc = io_fail(err, errcap, path, "\"__metadata__\" is not an object of strings");
                 goto done;
             }
             continue;
         }
         StTensor *t = add_tensor(s, cap);
         if (!t) {
-            rc = fail(err, errcap, path, "out of memory");
+            rc = io_fail(err, errcap, path, "out of memory");
             goto done;
         }
         t->file = f->path;
         if (!(t->name = strdup(item->string))) {
-            rc = fail(err, errcap, path, "out of memory");
+            rc = io_fail(err, errcap, path, "out of memory");
             goto done;
         }
         if (read_entry(t, item, item->string, data, data_len, path, err, errcap) != 0) {
@@ -310,15 +298,15 @@ static int by_name(const void *a, const void *b) {
 static int finish_set(StSet *s, char *err, size_t errcap) {
     if (s->n == 0) return 0;
     s->by_name = malloc((size_t)s->n * sizeof *s->by_name);
-    if (!s->by_name) return fail(err, errcap, s->files[0].path, "out of memory");
+    if (!s->by_name) return io_fail(err, errcap, s->files[0].path, "out of memory");
     for (int i = 0; i < s->n; i++) s->by_name[i] = &s->tensors[i];
     qsort(s->by_name, (size_t)s->n, sizeof *s->by_name, by_name);
     for (int i = 1; i < s->n; i++) {
         const StTensor *a = s->by_name[i - 1], *b = s->by_name[i];
         if (strcmp(a->name, b->name) != 0) continue;
         if (a->file == b->file)
-            return fail(err, errcap, b->file, "tensor '%s' appears twice in the header (a duplicate name)", b->name);
-        return fail(err, errcap, b->file, "tensor '%s' is also in %s (a duplicate name across shards)", b->name,
+            return io_fail(err, errcap, b->file, "tensor '%s' appears twice in the header (a duplicate name)", b->name);
+        return io_fail(err, errcap, b->file, "tensor '%s' is also in %s (a duplicate name across shards)", b->name,
                     a->file);
     }
     // each file's tensors are together and in offset order; empty ones overlap nothing
@@ -333,7 +321,7 @@ static int finish_set(StSet *s, char *err, size_t errcap) {
             const unsigned char *zero = NULL;
             for (int k = 0; k < s->nfiles; k++)
                 if (s->files[k].path == t->file) zero = s->files[k].map + 8 + le64(s->files[k].map);
-            return fail(err, errcap, t->file, "tensors '%s' (data_offsets [%lld, %lld]) and '%s' ([%lld, %lld]) overlap",
+            return io_fail(err, errcap, t->file, "tensors '%s' (data_offsets [%lld, %lld]) and '%s' ([%lld, %lld]) overlap",
                         last->name, (long long)(base - zero), (long long)(base - zero + last->nbytes), t->name,
                         (long long)(p - zero), (long long)(p - zero + t->nbytes));
         }
@@ -417,7 +405,7 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
     unsigned char *text;
     size_t len;
     int e = read_all(path, &text, &len);
-    if (e) return fail(err, errcap, path, "cannot read the index: %s", strerror(e));
+    if (e) return io_fail(err, errcap, path, "cannot read the index: %s", strerror(e));
     Entry *ent = NULL;
     Entry **by_shard = NULL;
     char *shard_path = NULL;
@@ -426,36 +414,36 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
 
     const unsigned char *nul = memchr(text, '\0', len);
     if (nul) {
-        fail(err, errcap, path, "the index holds a NUL byte at its byte %lld: not JSON", (long long)(nul - text));
+        io_fail(err, errcap, path, "the index holds a NUL byte at its byte %lld: not JSON", (long long)(nul - text));
         goto done;
     }
     int64_t at;
     root = parse_json(text, len, &at);
     if (!root) {
-        if (at < 0) fail(err, errcap, path, "out of memory");
-        else fail(err, errcap, path, "the index is not valid JSON: the error is at its byte %lld", (long long)at);
+        if (at < 0) io_fail(err, errcap, path, "out of memory");
+        else io_fail(err, errcap, path, "the index is not valid JSON: the error is at its byte %lld", (long long)at);
         goto done;
     }
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(root, "weight_map");
     if (!cJSON_IsObject(root) || !cJSON_IsObject(wm)) {
-        fail(err, errcap, path, "the index has no \"weight_map\" object");
+        io_fail(err, errcap, path, "the index has no \"weight_map\" object");
         goto done;
     }
     int n = cJSON_GetArraySize(wm);
     if (n == 0) {
-        fail(err, errcap, path, "the index's weight_map lists no tensors");
+        io_fail(err, errcap, path, "the index's weight_map lists no tensors");
         goto done;
     }
     ent = calloc((size_t)n, sizeof *ent);
     by_shard = calloc((size_t)n, sizeof *by_shard);
     if (!ent || !by_shard) {
-        fail(err, errcap, path, "out of memory");
+        io_fail(err, errcap, path, "out of memory");
         goto done;
     }
     int k = 0;
     for (const cJSON *kv = wm->child; kv; kv = kv->next, k++) {
         if (!cJSON_IsString(kv) || kv->valuestring[0] == '\0' || strchr(kv->valuestring, '/')) {
-            fail(err, errcap, path,
+            io_fail(err, errcap, path,
                  "the weight_map entry for tensor '%s' is not the file name of a shard in the index's directory",
                  kv->string);
             goto done;
@@ -465,7 +453,7 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
     qsort(ent, (size_t)n, sizeof *ent, entry_by_name);
     for (int i = 1; i < n; i++)
         if (strcmp(ent[i - 1].name, ent[i].name) == 0) {
-            fail(err, errcap, path, "tensor '%s' is listed twice in the weight_map", ent[i].name);
+            io_fail(err, errcap, path, "tensor '%s' is listed twice in the weight_map", ent[i].name);
             goto done;
         }
 
@@ -481,12 +469,12 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
         free(shard_path);
         shard_path = join(path, dlen, by_shard[i]->shard);
         if (!shard_path) {
-            fail(err, errcap, path, "out of memory");
+            io_fail(err, errcap, path, "out of memory");
             goto done;
         }
         struct stat st;
         if (stat(shard_path, &st) != 0) {
-            fail(err, errcap, path, "the weight_map puts tensor '%s' in shard %s, which cannot be opened: %s",
+            io_fail(err, errcap, path, "the weight_map puts tensor '%s' in shard %s, which cannot be opened: %s",
                  by_shard[i]->name, shard_path, strerror(errno));
             goto done;
         }
@@ -500,18 +488,18 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
         const StTensor *t = st_find(s, ent[i].name);
         const char *want = s->files[ent[i].file].path;
         if (!t) {
-            fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, which does not hold it", ent[i].name, want);
+            io_fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, which does not hold it", ent[i].name, want);
             goto done;
         }
         if (t->file != want) {
-            fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, but it is in %s", ent[i].name, want,
+            io_fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, but it is in %s", ent[i].name, want,
                  t->file);
             goto done;
         }
     }
     for (int i = 0; i < s->n; i++)
         if (!find_entry(ent, n, s->tensors[i].name)) {
-            fail(err, errcap, s->tensors[i].file, "tensor '%s' is not in the weight_map of the index %s",
+            io_fail(err, errcap, s->tensors[i].file, "tensor '%s' is not in the weight_map of the index %s",
                  s->tensors[i].name, path);
             goto done;
         }
@@ -535,14 +523,14 @@ int st_open(StSet *s, const char *path, char *err, size_t errcap) {
         single = join(path, n, "model.safetensors");
         index = join(path, n, "model.safetensors.index.json");
         if (!single || !index) {
-            fail(err, errcap, path, "out of memory");
+            io_fail(err, errcap, path, "out of memory");
         } else if (stat(single, &st) == 0) {
             int cap = 0;
             rc = load_file(s, &cap, single, err, errcap) == 0 ? finish_set(s, err, errcap) : -1;
         } else if (stat(index, &st) == 0) {
             rc = open_index(s, index, err, errcap);
         } else {
-            fail(err, errcap, path, "the directory holds neither model.safetensors nor model.safetensors.index.json");
+            io_fail(err, errcap, path, "the directory holds neither model.safetensors nor model.safetensors.index.json");
         }
     } else if (ends_with(path, ".json")) {
         rc = open_index(s, path, err, errcap);
@@ -780,19 +768,6 @@ static int write_index(const char *tmp, const StOut *const *sorted, int n, const
     return e;
 }
 
-// Makes renames durable; best effort, as some file systems refuse fsync on a directory.
-static void sync_dir(const char *path) {
-    size_t n = dir_len(path);
-    char *dir = n ? strndup(path, n) : strdup(".");
-    if (!dir) return;
-    int fd = open(dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-    if (fd >= 0) {
-        fsync(fd);
-        close(fd);
-    }
-    free(dir);
-}
-
 // name is STEM-DIGITS-of-DIGITS.safetensors
 static int is_shard_name(const char *name, const char *stem) {
     size_t k = strlen(stem);
@@ -828,7 +803,7 @@ static void remove_stale(const char *path, const char *index, const char *stem, 
     }
     if (d) closedir(d);
     free(dirname);
-    sync_dir(path);
+    io_sync_parent_dir(path);
 }
 
 static int out_by_name(const void *a, const void *b) {
@@ -847,27 +822,27 @@ static char *with_suffix(const char *s, const char *suffix) {
 int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err,
              size_t errcap) {
     if (dtype != ST_F32 && dtype != ST_BF16)
-        return fail(err, errcap, path, "cannot write dtype %s: only F32 and BF16 are written", st_dtype_name(dtype));
-    if (n < 0 || (n > 0 && !t)) return fail(err, errcap, path, "no tensors to write (n = %d)", n);
+        return io_fail(err, errcap, path, "cannot write dtype %s: only F32 and BF16 are written", st_dtype_name(dtype));
+    if (n < 0 || (n > 0 && !t)) return io_fail(err, errcap, path, "no tensors to write (n = %d)", n);
     int esize = DTYPE_BYTES[dtype];
     int64_t total = 0;
     for (int i = 0; i < n; i++) {
-        if (!t[i].name) return fail(err, errcap, path, "tensor %d has no name", i);
+        if (!t[i].name) return io_fail(err, errcap, path, "tensor %d has no name", i);
         if (strcmp(t[i].name, "__metadata__") == 0)
-            return fail(err, errcap, path, "tensor %d is named \"__metadata__\", the header's metadata key", i);
+            return io_fail(err, errcap, path, "tensor %d is named \"__metadata__\", the header's metadata key", i);
         if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK)
-            return fail(err, errcap, path, "tensor '%s' has rank %d; 0..%d are allowed", t[i].name, t[i].rank,
+            return io_fail(err, errcap, path, "tensor '%s' has rank %d; 0..%d are allowed", t[i].name, t[i].rank,
                         ST_MAX_RANK);
         int64_t numel = 1;
         for (int d = 0; d < t[i].rank; d++) {
             int64_t k = t[i].shape[d];
-            if (k < 0) return fail(err, errcap, path, "tensor '%s' has dimension %d = %lld < 0", t[i].name, d, (long long)k);
+            if (k < 0) return io_fail(err, errcap, path, "tensor '%s' has dimension %d = %lld < 0", t[i].name, d, (long long)k);
             if (k != 0 && numel > INT64_MAX / esize / k)
-                return fail(err, errcap, path, "tensor '%s': its size overflows 64 bits", t[i].name);
+                return io_fail(err, errcap, path, "tensor '%s': its size overflows 64 bits", t[i].name);
             numel *= k;
         }
-        if (numel > 0 && !t[i].data) return fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
-        if (numel * esize > INT64_MAX - total) return fail(err, errcap, path, "the total size overflows 64 bits");
+        if (numel > 0 && !t[i].data) return io_fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
+        if (numel * esize > INT64_MAX - total) return io_fail(err, errcap, path, "the total size overflows 64 bits");
         total += numel * esize;
     }
 
@@ -882,7 +857,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
     int nfiles = 0, index_state = 0, rc = -1, e = 0;
     const char *failed_path = path;
     if (!sorted || !shard_of || !file_of || !chunk || !index || !index_tmp || !stem) {
-        fail(err, errcap, path, "out of memory");
+        io_fail(err, errcap, path, "out of memory");
         goto done;
     }
     if (ends_with(stem, ".safetensors")) stem[strlen(stem) - strlen(".safetensors")] = '\0';
@@ -890,7 +865,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
     qsort(sorted, (size_t)n, sizeof *sorted, out_by_name);
     for (int i = 1; i < n; i++)
         if (strcmp(sorted[i - 1]->name, sorted[i]->name) == 0) {
-            fail(err, errcap, path, "tensor '%s' is given twice", sorted[i]->name);
+            io_fail(err, errcap, path, "tensor '%s' is given twice", sorted[i]->name);
             goto done;
         }
 
@@ -913,7 +888,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
     int sharded = nshards > 1;
     files = calloc((size_t)nshards, sizeof *files);
     if (!files) {
-        fail(err, errcap, path, "out of memory");
+        io_fail(err, errcap, path, "out of memory");
         goto done;
     }
     nfiles = nshards;
@@ -933,7 +908,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
         }
         f->tmp = f->path ? with_suffix(f->path, ".tmp") : NULL;
         if (!f->path || !f->tmp) {
-            fail(err, errcap, path, "out of memory");
+            io_fail(err, errcap, path, "out of memory");
             goto done;
         }
     }
@@ -961,10 +936,10 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
         else index_state = 2;
     }
     if (e) {
-        fail(err, errcap, failed_path, "cannot write: %s", strerror(e));
+        io_fail(err, errcap, failed_path, "cannot write: %s", strerror(e));
         goto done;
     }
-    sync_dir(path);
+    io_sync_parent_dir(path);
     remove_stale(path, index, stem, files, nfiles, sharded);
     rc = 0;
 done:
@@ -975,7 +950,7 @@ done:
         }
         if (index_state == 1) unlink(index_tmp);
         if (index_state == 2) unlink(index);
-        if (nfiles) sync_dir(path);
+        if (nfiles) io_sync_parent_dir(path);
     }
     for (int k = 0; k < nfiles; k++) {
         free(files[k].path);
