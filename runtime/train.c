@@ -146,6 +146,17 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     return -1;
 }
 
+// A new run must not prune or replace the checkpoints of another: --save
+// into a directory that holds some is refused unless resuming from it.
+static int check_save_dir(const TrainOptions *o, char *err, size_t errcap) {
+    char path[4096], ignored[256];
+    if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
+    if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
+    snprintf(err, errcap, "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
+             "another directory", o->save_dir, path, o->save_dir);
+    return -1;
+}
+
 static int open_run(Run *r, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
@@ -166,7 +177,9 @@ static int open_run(Run *r, char *err, size_t errcap) {
         return -1;
     }
     if (!r->o->reference && !(r->be = backend_cpu_create(p, err, errcap))) return -1;
-    if (r->o->log_path && !(r->log = fopen(r->o->log_path, "w"))) {
+    if (check_save_dir(r->o, err, errcap) != 0) return -1;
+    // a resumed run continues its log; a new run starts one
+    if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
