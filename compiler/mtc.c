@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "graph.h"
+#include "explain.h"
 #include "plan_write.h"
 #include "schedule.h"
 #include "summary.h"
@@ -28,10 +29,11 @@ static const char USAGE[] =
     "options:\n"
     "  -o PLAN          write the training plan for mtrun\n"
     "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
+    "  --explain        predicted step time on the target against the lower bound (needs --target)\n"
     "  --batch N        batch size (overrides the train section)\n"
     "  --seq N          sequence length (overrides the train section)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
-    "  --json           print the summary as one JSON object\n"
+    "  --json           print the summary (or --explain) as one JSON object\n"
     "  --dump-graph     print the layer graph, one node a line\n"
     "  --help           print this help\n"
     "  --version        print the version\n"
@@ -55,16 +57,6 @@ static int parse_count(const char *s, int64_t *out) {
     return 0;
 }
 
-// Resolves --target: a path as given, or NAME for schedules/NAME.target.
-static int check_target(const char *name, char *path, size_t cap) {
-    snprintf(path, cap, "%s", name);
-    if (access(path, R_OK) == 0) return 0;
-    snprintf(path, cap, "schedules/%s.target", name);
-    if (!strchr(name, '/') && access(path, R_OK) == 0) return 0;
-    fprintf(stderr, "mtc: error: --target %s: no readable file '%s' or 'schedules/%s.target'\n", name, name, name);
-    return -1;
-}
-
 // Schedules the graph and writes the plan; nothing is left at path on failure.
 static int write_plan(Graph *g, const Source *src, const char *path, Arena *arena) {
     char err[1024];
@@ -81,16 +73,17 @@ static int write_plan(Graph *g, const Source *src, const char *path, Arena *aren
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_HELP, OPT_VERSION };
+    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_HELP, OPT_VERSION };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
         {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
+        {"explain", no_argument, 0, OPT_EXPLAIN},
         {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = NULL;
-    int want_summary = 0, want_json = 0, want_dump = 0;
+    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0;
     SemaOptions opt = {0};
     opterr = 0;
     int c;
@@ -107,6 +100,7 @@ int main(int argc, char **argv) {
         case OPT_SUMMARY: want_summary = 1; break;
         case OPT_JSON: want_json = 1; break;
         case OPT_DUMP: want_dump = 1; break;
+        case OPT_EXPLAIN: want_explain = 1; break;
         case OPT_HELP: fputs(USAGE, stdout); return 0;
         case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -117,8 +111,13 @@ int main(int argc, char **argv) {
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
-    char target_path[4096];
-    if (target && check_target(target, target_path, sizeof target_path) != 0) return 1;
+    if (want_explain && !target) return usage_error("%s", "--explain needs --target PROFILE");
+    Target tgt;
+    char terr[1024];
+    if (target && target_load(target, &tgt, terr, sizeof terr) != 0) {
+        fprintf(stderr, "%s\n", terr);
+        return 1;
+    }
 
     char *text;
     size_t len;
@@ -137,8 +136,17 @@ int main(int argc, char **argv) {
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
-        if (want_json) summary_print_json(stdout, g, path, &arena);
-        else if (want_summary) summary_print(stdout, g, path);
+        if (want_explain) {
+            char serr[1024];
+            Plan *p = schedule_first(g, &arena, serr, sizeof serr);
+            if (p) explain_print(stdout, p, &tgt, want_json);
+            else fprintf(stderr, "mtc: error: %s\n", serr);
+            rc = p ? 0 : 1;
+        } else if (want_json) {
+            summary_print_json(stdout, g, path, &arena);
+        } else if (want_summary) {
+            summary_print(stdout, g, path);
+        }
         if (out_path && write_plan(g, &src, out_path, &arena) != 0) rc = 1;
         if (fflush(stdout) != 0) {
             fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));

@@ -65,9 +65,23 @@ def main():
         p = run(mtc, tiny, "-o", out)
         check(p.returncode == 1 and "no-such-dir" in p.stderr and not os.path.exists(out), "-o into a missing directory", p)
 
-    # --target needs a readable profile
+    # --target needs a readable, valid profile; --explain needs --target
     p = run(mtc, tiny, "--target", "no-such-machine")
     check(p.returncode == 1 and "no-such-machine" in p.stderr, "--target missing", p)
+    p = run(mtc, tiny, "--explain")
+    check(p.returncode == 2 and "--explain needs --target" in p.stderr, "--explain without --target", p)
+
+    # --explain --json: the cost model's prediction never beats its lower bound;
+    # a 405B model does not fit an H200 and says why
+    for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True),
+                               ("llama3-405b", "h200", False)]:
+        p = run(mtc, f"{ex}/{model}.mt", "--target", target, "--explain", "--json")
+        d = json.loads(p.stdout) if p.returncode == 0 else {}
+        pol = d.get("policies", [{}])[0]
+        ok = (d.get("target") == target and pol.get("fits") == fit and pol.get("weight_crossings") == 2 and
+              0 < pol.get("lower_bound_s", 0) <= pol.get("predicted_step_s", 0) and
+              pol.get("host_bytes", 0) > 0 and (fit or "reason" in pol))
+        check(ok, f"--explain --json {model} on {target}", p)
 
     # --dump-graph: three parts; the tied LM head folds transpose(wte) into
     # the GEMM, so the tail has no transpose node and one trans_b matmul

@@ -1,0 +1,39 @@
+// target.h: the target profile, one machine as the ahead-of-time scheduler
+// sees it: device memory and rates, the host link, the host's memory and
+// cores. Read from a plain text file of `key = value` lines; the format and
+// every key are documented in schedules/README.md.
+#ifndef MT_TARGET_H
+#define MT_TARGET_H
+
+#include <stddef.h>
+
+// The optional keys' values when a profile leaves them out.
+#define TARGET_DEFAULT_KERNEL_LAUNCH_S 5e-6 // seconds a kernel launch costs
+#define TARGET_DEFAULT_GEMM_EFFICIENCY 0.8  // share of matrix peak large GEMMs reach
+
+typedef struct Target {
+    char name[64], arch[16];     // one word each; arch is sm_80, sm_89, sm_90 or cpu
+    double device_memory;        // bytes
+    double hbm_bandwidth;        // bytes/s, device memory
+    double matrix_flops_f32;     // dense FLOP/s of f32 GEMMs (FP32 CUDA cores, not TF32)
+    double matrix_flops_bf16;    // dense FLOP/s of bf16 GEMMs with f32 accumulation
+    double vector_flops;         // FP32 non-tensor FLOP/s
+    double h2d_bandwidth;        // bytes/s host to device, sustained from pinned memory
+    double d2h_bandwidth;        // bytes/s device to host, the same
+    double host_memory;          // bytes of host RAM
+    double host_memory_bandwidth; // bytes/s, sustained
+    double host_cores;           // a whole number
+    int link_duplex;             // 1: both link directions run at full rate at once
+    double kernel_launch_s;      // seconds, optional
+    double gemm_efficiency;      // in (0, 1], optional
+} Target;
+
+// Reads a profile into *t. name: a path, or a bare NAME (no '/', no
+// ".target" suffix, and no file of that name) meaning schedules/NAME.target
+// relative to the current directory. Returns 0, or -1 with *t untouched and
+// one message in err (cut to errcap), "FILE:LINE: error: message", or
+// "FILE: error: message" where the whole file is at fault (unreadable, a
+// required key missing).
+int target_load(const char *name, Target *t, char *err, size_t errcap);
+
+#endif
