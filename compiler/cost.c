@@ -30,6 +30,19 @@ static double run_time(const Part *part, int from, int to, const Target *t, DTyp
     return s;
 }
 
+double cost_instr(const Plan *p, const Instr *in, const Target *t) {
+    switch ((InsKind)in->kind) {
+    case INS_RUN: return run_time(&p->graph->parts[in->part], in->from, in->to, t, p->graph->train.compute);
+    case INS_COPY_IN:
+    case INS_INPUT: return (double)in->bytes / t->h2d_bandwidth;
+    case INS_COPY_OUT: return (double)in->bytes / t->d2h_bandwidth;
+    case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
+    case INS_LOSS:
+    case INS_COUNT: break;
+    }
+    return 0;
+}
+
 void cost_plan(const Plan *p, const Target *t, Cost *c) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
@@ -39,24 +52,23 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
     int block_forwards = 0, layer0_copies = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
+        double s = cost_instr(p, in, t);
         switch ((InsKind)in->kind) {
-        case INS_RUN: {
-            const Part *part = &g->parts[in->part];
-            c->compute_s += run_time(part, in->from, in->to, t, compute);
+        case INS_RUN:
+            c->compute_s += s;
             if (in->part == PART_BLOCK && in->from == 0) block_forwards++;
             break;
-        }
         case INS_COPY_IN:
         case INS_INPUT:
             c->copy_in_bytes += in->bytes;
-            c->copy_in_s += (double)in->bytes / t->h2d_bandwidth;
+            c->copy_in_s += s;
             if (in->kind == INS_COPY_IN && in->layer == 0) layer0_copies++;
             break;
         case INS_COPY_OUT:
             c->copy_out_bytes += in->bytes;
-            c->copy_out_s += (double)in->bytes / t->d2h_bandwidth;
+            c->copy_out_s += s;
             break;
-        case INS_COPY: c->device_copy_s += 2.0 * (double)in->bytes / t->hbm_bandwidth; break;
+        case INS_COPY: c->device_copy_s += s; break;
         case INS_LOSS:
         case INS_COUNT: break;
         }

@@ -26,6 +26,9 @@ typedef struct Cost {
 // instructions' times plus the optimizer.
 void cost_plan(const Plan *p, const Target *t, Cost *c);
 
+// The predicted time of one instruction on its engine.
+double cost_instr(const Plan *p, const Instr *in, const Target *t);
+
 // The device time of one node: GEMMs and attention by FLOPs at the matrix
 // rate times gemm_efficiency, everything else by the bytes it reads and
 // writes at HBM bandwidth, whichever is longer, plus a kernel launch.

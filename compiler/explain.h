@@ -10,4 +10,9 @@
 
 void explain_print(FILE *out, const Plan *p, const Target *t, int json);
 
+// Writes the predicted timeline of a step as Chrome trace-event JSON (one
+// track per engine: copy-in, compute, copy-out, host optimizer), which
+// Perfetto and chrome://tracing open. Returns 0, or -1 with a message.
+int explain_trace(const char *path, const Plan *p, const Target *t, char *err, size_t errcap);
+
 #endif

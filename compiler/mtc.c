@@ -30,6 +30,7 @@ static const char USAGE[] =
     "  -o PLAN          write the training plan for mtrun\n"
     "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
     "  --explain        predicted step time on the target against the lower bound (needs --target)\n"
+    "  --trace FILE     the predicted timeline as Chrome trace-event JSON (needs --target)\n"
     "  --batch N        batch size (overrides the train section)\n"
     "  --seq N          sequence length (overrides the train section)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
@@ -73,16 +74,17 @@ static int write_plan(Graph *g, const Source *src, const char *path, Arena *aren
 }
 
 int main(int argc, char **argv) {
-    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_HELP, OPT_VERSION };
+    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
+           OPT_VERSION };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
         {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
-        {"explain", no_argument, 0, OPT_EXPLAIN},
+        {"explain", no_argument, 0, OPT_EXPLAIN},     {"trace", required_argument, 0, OPT_TRACE},
         {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
         {0, 0, 0, 0},
     };
-    const char *out_path = NULL, *target = NULL;
+    const char *out_path = NULL, *target = NULL, *trace_path = NULL;
     int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0;
     SemaOptions opt = {0};
     opterr = 0;
@@ -101,6 +103,7 @@ int main(int argc, char **argv) {
         case OPT_JSON: want_json = 1; break;
         case OPT_DUMP: want_dump = 1; break;
         case OPT_EXPLAIN: want_explain = 1; break;
+        case OPT_TRACE: trace_path = optarg; break;
         case OPT_HELP: fputs(USAGE, stdout); return 0;
         case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
@@ -111,7 +114,8 @@ int main(int argc, char **argv) {
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
-    if (want_explain && !target) return usage_error("%s", "--explain needs --target PROFILE");
+    if ((want_explain || trace_path) && !target)
+        return usage_error("%s", want_explain ? "--explain needs --target PROFILE" : "--trace needs --target PROFILE");
     Target tgt;
     char terr[1024];
     if (target && target_load(target, &tgt, terr, sizeof terr) != 0) {
@@ -136,11 +140,12 @@ int main(int argc, char **argv) {
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
-        if (want_explain) {
+        if (want_explain || trace_path) {
             char serr[1024];
             Plan *p = schedule_first(g, &arena, serr, sizeof serr);
-            if (p) explain_print(stdout, p, &tgt, want_json);
-            else fprintf(stderr, "mtc: error: %s\n", serr);
+            if (p && want_explain) explain_print(stdout, p, &tgt, want_json);
+            if (p && trace_path && explain_trace(trace_path, p, &tgt, serr, sizeof serr) != 0) p = NULL;
+            if (!p) fprintf(stderr, "mtc: error: %s\n", serr);
             rc = p ? 0 : 1;
         } else if (want_json) {
             summary_print_json(stdout, g, path, &arena);

@@ -101,6 +101,19 @@ def main():
             if m:
                 check(m.group(1) == tiny and int(m.group(2)) > 0, f"node location: {line}")
 
+    # --trace: Chrome trace events, one named track per engine, no overlap on a track
+    with tempfile.TemporaryDirectory() as tmp:
+        tr = os.path.join(tmp, "t.json")
+        p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--trace", tr)
+        ev = json.load(open(tr))["traceEvents"] if p.returncode == 0 and os.path.exists(tr) else []
+        names = {e["args"]["name"] for e in ev if e.get("ph") == "M"}
+        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X")
+        # times are printed to the nanosecond, so neighbours may touch by 1 ns
+        check(names == {"copy-in (host to device)", "compute", "copy-out (device to host)", "host optimizer"} and
+              len(spans) > 32 * 4 and all(a[1] <= b[0] + 0.002 for a, b in zip(spans, spans[1:])),
+              "--trace writes one track per engine, in order", p)
+        check(any(e.get("name") == "layer 31 backward" for e in ev), "--trace names layers and passes", p)
+
     # the human summary
     p = run(mtc, f"{ex}/gpt2.mt", "--summary")
     check(p.returncode == 0 and "124,439,808" in p.stdout and "tied" in p.stdout, "gpt2 --summary", p)
