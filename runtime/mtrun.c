@@ -1,6 +1,7 @@
 // mtrun: replays a plan written by mtc: trains the model it describes with
-// weights and AdamW states in host memory. Exit status: 0 success, 1 an
-// error in the plan, the data or the run, 2 a usage error.
+// weights and AdamW states in host memory. With --calibrate, measures this
+// machine instead and writes a target profile for mtc --target. Exit status:
+// 0 success, 1 an error in the plan, the data or the run, 2 a usage error.
 #include <errno.h>
 #include <getopt.h>
 #include <stdio.h>
@@ -8,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "calibrate.h"
 #include "plan_read.h"
 #include "train.h"
 
@@ -17,8 +19,12 @@
 
 static const char USAGE[] =
     "usage: mtrun PLAN [options]\n"
+    "       mtrun --calibrate [--out FILE] [--threads N]\n"
     "\n"
     "Trains the model of a plan written by mtc, streaming it through the device.\n"
+    "With --calibrate, measures this machine (cpu backend: memory bandwidth, sgemm and\n"
+    "element-wise rates, cores, RAM) in a few seconds and writes a target profile for\n"
+    "mtc --target instead.\n"
     "\n"
     "options:\n"
     "  --steps N        optimizer steps (default: the model's train section)\n"
@@ -40,6 +46,9 @@ static const char USAGE[] =
     "  --save-every N   every N steps (default: every validation)\n"
     "  --keep K         keep the newest K checkpoints (default 3)\n"
     "  --resume DIR     continue from the newest checkpoint in DIR\n"
+    "  --calibrate      measure this machine and write a target profile; no PLAN\n"
+    "  --out FILE       the profile --calibrate writes (default schedules/local.target); a file\n"
+    "                   it did not write itself is never overwritten\n"
     "  --help, --version\n"
     "\n"
     "exit status: 0 success, 1 error in the plan, the data or the run, 2 usage error\n";
@@ -62,7 +71,7 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_HELP, O_VERSION };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -73,6 +82,7 @@ int main(int argc, char **argv) {
         {"dtype", required_argument, 0, O_DTYPE},       {"shard-bytes", required_argument, 0, O_SHARD},
         {"save", required_argument, 0, O_SAVE},         {"save-every", required_argument, 0, O_SAVE_EVERY},
         {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
+        {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {0, 0, 0, 0},
     };
@@ -81,6 +91,8 @@ int main(int argc, char **argv) {
                       .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
     int64_t v;
     char *end;
+    int calibrate = 0;
+    const char *calibrate_out = NULL;
     opterr = 0;
     int c;
     while ((c = getopt_long(argc, argv, ":", LONG, NULL)) != -1) {
@@ -131,11 +143,22 @@ int main(int argc, char **argv) {
             o.keep = (int)v;
             break;
         case O_RESUME: o.resume = optarg; break;
+        case O_CALIBRATE: calibrate = 1; break;
+        case O_OUT: calibrate_out = optarg; break;
         case O_HELP: fputs(USAGE, stdout); return 0;
         case O_VERSION: printf("mtrun %s\n", MT_VERSION); return 0;
         case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
         default: return usage_error("unknown option '%s'", argv[optind - 1]);
         }
+    }
+    if (calibrate_out && !calibrate) return usage_error("%s", "--out goes with --calibrate");
+    if (calibrate) {
+        if (optind < argc) return usage_error("--calibrate takes no plan; '%s' is one", argv[optind]);
+        char err[1024] = "";
+        const char *out = calibrate_out ? calibrate_out : "schedules/local.target";
+        if (calibrate_run(out, o.threads, stdout, err, sizeof err) == 0) return 0;
+        fprintf(stderr, "mtrun: error: %s\n", err);
+        return 1;
     }
     if (optind == argc) return usage_error("%s", "no plan given");
     if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);

@@ -1,0 +1,148 @@
+#!/usr/bin/env python3
+"""mtrun --calibrate: it writes a profile that mtc --target accepts, every
+figure positive and plausible, each with a "measured by"/"set by" comment;
+it overwrites its own output but refuses, with exit 1 and the file
+untouched, a file it did not write; it leaves no temporary file; it takes no
+plan and --out only goes with it.
+
+usage: check_calibrate.py MTC MTRUN    (from the project root)
+"""
+import json
+import os
+import re
+import subprocess
+import sys
+import tempfile
+import time
+
+failures = []
+
+MARKER = "# written by mtrun --calibrate"
+
+# key: (lowest, highest) plausible value, in the profile's base units
+PLAUSIBLE = {
+    "device_memory": (1e8, 1e14),
+    "hbm_bandwidth": (0.1e9, 10000e9),            # memcpy, bytes read + written
+    "host_memory_bandwidth": (0.1e9, 10000e9),
+    "h2d_bandwidth": (0.05e9, 5000e9),            # half the memcpy rate
+    "d2h_bandwidth": (0.05e9, 5000e9),
+    "matrix_flops_f32": (0.1e9, 100000e9),        # sgemm
+    "matrix_flops_bf16": (0.1e9, 100000e9),
+    "vector_flops": (0.05e9, 10000e9),            # one thread
+    "host_memory": (1e8, 1e14),
+    "host_cores": (1, 100000),
+    "kernel_launch_s": (1e-9, 1e-2),
+    "gemm_efficiency": (1e-3, 1.0),
+}
+
+
+def check(cond, what, p=None):
+    if not cond:
+        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
+    return cond
+
+
+def run(*args):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=300)
+
+
+def parse(path):
+    """key -> value, and key -> the comment lines just above it."""
+    values, comments, pending = {}, {}, []
+    for line in open(path):
+        line = line.strip()
+        if line.startswith("#"):
+            pending.append(line)
+        elif "=" in line:
+            k, v = (s.strip() for s in line.split("#")[0].split("=", 1))
+            values[k], comments[k], pending = v, " ".join(pending), []
+        elif not line:
+            pending = []
+    return values, comments
+
+
+def main():
+    mtc, mtrun = sys.argv[1:3]
+    with tempfile.TemporaryDirectory() as t:
+        out = os.path.join(t, "local.target")
+        t0 = time.monotonic()
+        p = run(mtrun, "--calibrate", "--out", out)
+        if not check(p.returncode == 0 and os.path.exists(out), "mtrun --calibrate writes a profile", p):
+            return
+        check(time.monotonic() - t0 < 60, f"--calibrate takes seconds, not {time.monotonic() - t0:.0f}")
+        check("memcpy" in p.stdout and "sgemm" in p.stdout and out in p.stdout, "a summary on stdout", p)
+        text = open(out).read()
+        check(text.startswith(MARKER), f"the first line is the marker: {text.splitlines()[0]!r}")
+
+        p = run(mtc, "examples/gpt2-tiny.mt", "--target", out, "--explain", "--json")
+        if check(p.returncode == 0, "mtc accepts the calibrated profile", p):
+            try:
+                j = json.loads(p.stdout)
+                check(isinstance(j.get("policies"), list) and j["policies"], f"--explain --json lists policies: {p.stdout[:300]!r}")
+            except json.JSONDecodeError as e:
+                check(False, f"--explain --json is JSON: {e}: {p.stdout[:300]!r}")
+
+        values, comments = parse(out)
+        check(values.get("arch") == "cpu", f"arch = cpu, not {values.get('arch')!r}")
+        check(values.get("name") == "local", f"name = local, the file's name, not {values.get('name')!r}")
+        check(values.get("link_duplex") == "false", f"link_duplex = false, not {values.get('link_duplex')!r}")
+        for k, (lo, hi) in PLAUSIBLE.items():
+            if not check(k in values, f"{k} is written"):
+                continue
+            v = float(values[k])
+            check(lo <= v <= hi, f"{k} = {v:g} is within [{lo:g}, {hi:g}]")
+        for k in values:
+            check(re.search(r"(measured|set) by mtrun --calibrate on \d{4}-\d\d-\d\d", comments[k]) is not None,
+                  f"{k} has a comment saying how and when: {comments[k]!r}")
+        if all(k in values for k in ("hbm_bandwidth", "host_memory_bandwidth", "h2d_bandwidth", "d2h_bandwidth",
+                                     "host_memory", "device_memory", "matrix_flops_f32", "matrix_flops_bf16")):
+            check(values["hbm_bandwidth"] == values["host_memory_bandwidth"], "hbm_bandwidth = host_memory_bandwidth (one RAM)")
+            check(values["h2d_bandwidth"] == values["d2h_bandwidth"], "h2d_bandwidth = d2h_bandwidth (both memcpy)")
+            check(values["device_memory"] == values["host_memory"], "device_memory = host_memory (the arena is host memory)")
+            check(values["matrix_flops_bf16"] == values["matrix_flops_f32"], "bf16 rate = f32 rate (no bf16 on cpu)")
+
+        # its own output: overwritten
+        p = run(mtrun, "--calibrate", "--out", out)
+        check(p.returncode == 0 and open(out).read().startswith(MARKER), "a second --calibrate overwrites its own output", p)
+
+        # anyone else's file: refused, untouched
+        theirs = os.path.join(t, "theirs.target")
+        original = open("schedules/tiny-1layer.target").read()
+        with open(theirs, "w") as f:
+            f.write(original)
+        p = run(mtrun, "--calibrate", "--out", theirs)
+        check(p.returncode == 1 and "not written by mtrun --calibrate" in p.stderr and theirs in p.stderr,
+              "--calibrate refuses a file it did not write, naming it", p)
+        check(open(theirs).read() == original, "the refused file is untouched")
+        with open(theirs, "w") as f:  # a file that merely mentions the marker later on
+            f.write("name = x\n" + MARKER + "\n")
+        p = run(mtrun, "--calibrate", "--out", theirs)
+        check(p.returncode == 1 and open(theirs).read() == "name = x\n" + MARKER + "\n",
+              "the marker counts only on the first line", p)
+
+        # a directory that does not exist: exit 1, nothing written
+        p = run(mtrun, "--calibrate", "--out", os.path.join(t, "no-such-dir", "x.target"))
+        check(p.returncode == 1 and "no-such-dir" in p.stderr, "an unwritable --out is exit 1 with the path", p)
+
+        check(sorted(os.listdir(t)) == ["local.target", "theirs.target"], f"no temporary file left: {os.listdir(t)}")
+
+        # no --out: schedules/local.target under the current directory
+        cwd = os.path.join(t, "project")
+        os.makedirs(os.path.join(cwd, "schedules"))
+        p = subprocess.run([os.path.abspath(mtrun), "--calibrate"], capture_output=True, text=True, timeout=300, cwd=cwd)
+        check(p.returncode == 0 and os.listdir(os.path.join(cwd, "schedules")) == ["local.target"],
+              "no --out writes schedules/local.target", p)
+
+        # usage errors: a plan with --calibrate, --out without it
+        p = run(mtrun, "--calibrate", "plan.bin")
+        check(p.returncode == 2, "--calibrate with a plan is a usage error", p)
+        p = run(mtrun, "--out", out)
+        check(p.returncode == 2, "--out without --calibrate is a usage error", p)
+
+
+if __name__ == "__main__":
+    main()
+    for f in failures:
+        print("FAIL:", f)
+    print(f"{len(failures)} failure(s)" if failures else "ok")
+    sys.exit(1 if failures else 0)
