@@ -15,6 +15,7 @@
 #include "explain.h"
 #include "plan_write.h"
 #include "schedule.h"
+#include "verify.h"
 #include "summary.h"
 
 #ifndef MT_VERSION
@@ -62,6 +63,10 @@ static int parse_count(const char *s, int64_t *out) {
 static int write_plan(Graph *g, const Source *src, const char *path, Arena *arena) {
     char err[1024];
     Plan *p = schedule_first(g, arena, err, sizeof err);
+    if (p && plan_verify(p, err, sizeof err) != 0) { // a compiler bug: never write such a plan
+        fprintf(stderr, "mtc: internal error: %s\n", err);
+        return -1;
+    }
     if (p) {
         p->source_path = src->path;
         p->source = src->text;

@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "calibrate.h"
+#include "../compiler/verify.h"
 #include "plan_read.h"
 #include "train.h"
 
@@ -168,6 +169,7 @@ int main(int argc, char **argv) {
     Arena arena = {0};
     int rc = 1;
     Plan *p = plan_read(path, &arena, err, sizeof err);
+    if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
     char *log_path = NULL;
     if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
         size_t n = strlen(path);
