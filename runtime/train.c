@@ -195,9 +195,13 @@ static void close_run(Run *r) {
     free(r->targets);
 }
 
-static void log_val(Run *r, int64_t s, double val) {
+// Validates (when there are validation batches to use) and logs the loss.
+static void log_val(Run *r, int64_t s) {
+    const TrainConfig *t = &r->p->graph->train;
+    if (r->o->val_batches <= 0 || data_val_batches(&r->data, t->batch, t->seq) <= 0) return;
+    double val = validate(r);
     fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, val);
-    if (r->log) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
+    if (r->log && isfinite(val)) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
 }
 
 // Continues from the newest checkpoint in o->resume: weights, moments, step
@@ -244,7 +248,7 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
-    if (!o->resume && data_val_batches(&r.data, t->batch, t->seq) > 0) log_val(&r, 0, validate(&r));
+    if (!o->resume) log_val(&r, 0);
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
     for (int64_t s = done_steps + 1; s <= steps; s++) {
         double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm;
@@ -258,8 +262,7 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
         if (r.log)
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
                            "\"ms\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
-        if ((s % val_every == 0 || s == steps) && data_val_batches(&r.data, t->batch, t->seq) > 0)
-            log_val(&r, s, validate(&r));
+        if (s % val_every == 0 || s == steps) log_val(&r, s);
         if (o->save_dir && o->save_every > 0 && s % o->save_every == 0 && save(&r, s, seed, err, errcap) != 0) goto done;
         fflush(o->out);
     }
