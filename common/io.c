@@ -6,6 +6,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
 #include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
@@ -53,6 +54,35 @@ int io_fail(char *err, size_t errcap, const char *path, const char *fmt, ...) {
         va_end(ap);
     }
     return -1;
+}
+
+int io_map_file(const char *path, const char *noun, size_t min_size, const char *too_small, const unsigned char **map,
+                size_t *len, char *err, size_t errcap) {
+    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
+    if (fd < 0) return io_fail(err, errcap, path, "cannot open the %s: %s", noun, strerror(errno));
+    struct stat st;
+    if (fstat(fd, &st) != 0) {
+        int e = errno;
+        close(fd);
+        return io_fail(err, errcap, path, "cannot stat the %s: %s", noun, strerror(e));
+    }
+    if (S_ISDIR(st.st_mode) || !S_ISREG(st.st_mode) || (uint64_t)st.st_size < min_size ||
+        (uint64_t)st.st_size > SIZE_MAX) {
+        close(fd);
+        if (S_ISDIR(st.st_mode)) return io_fail(err, errcap, path, "is a directory, not a %s", noun);
+        if (!S_ISREG(st.st_mode))
+            return io_fail(err, errcap, path, "is not a regular file (a %s is mapped, so it cannot be a pipe or a device)",
+                           noun);
+        if ((uint64_t)st.st_size < min_size) return io_fail(err, errcap, path, "%s", too_small);
+        return io_fail(err, errcap, path, "too large to map on this machine");
+    }
+    void *m = mmap(NULL, (size_t)st.st_size, PROT_READ, MAP_PRIVATE, fd, 0);
+    int e = errno;
+    close(fd); // the mapping stays
+    if (m == MAP_FAILED) return io_fail(err, errcap, path, "cannot map the %s: %s", noun, strerror(e));
+    *map = m;
+    *len = (size_t)st.st_size;
+    return 0;
 }
 
 uint32_t io_crc32(uint32_t crc, const void *data, size_t len) {

@@ -97,29 +97,9 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
     if (!(val_fraction >= 0 && val_fraction < 1))
         return io_fail(err, errcap, path, "val_fraction %g is not in [0, 1)", val_fraction);
 
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
-    if (fd < 0) return io_fail(err, errcap, path, "cannot open the data file: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return io_fail(err, errcap, path, "cannot stat the data file: %s", strerror(e));
-    }
-    const char *bad = S_ISDIR(st.st_mode) ? "is a directory, not a data file"
-                    : !S_ISREG(st.st_mode) ? "is not a regular file (a data file is mapped, so it "
-                                             "cannot be a pipe or a device)"
-                    : st.st_size == 0 ? "empty file: no tokens"
-                    : (uint64_t)st.st_size > SIZE_MAX ? "too large to map on this machine"
-                    : NULL;
-    if (bad) {
-        close(fd);
-        return io_fail(err, errcap, path, "%s", bad);
-    }
-    size_t len = (size_t)st.st_size;
-    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); // the mapping stays
-    if (m == MAP_FAILED) return io_fail(err, errcap, path, "cannot map the data file: %s", strerror(e));
+    const unsigned char *m;
+    size_t len;
+    if (io_map_file(path, "data file", 1, "empty file: no tokens", &m, &len, err, errcap) != 0) return -1;
     d->map = m;
     d->map_len = len;
     d->path = strdup(path);

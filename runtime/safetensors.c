@@ -198,32 +198,15 @@ static int by_offset(const void *a, const void *b) {
 
 // Maps path, validates its header and appends its tensors to s (sorted by data offset).
 static int load_file(StSet *s, int *cap, const char *path, char *err, size_t errcap) {
-    int fd = open(path, O_RDONLY | O_CLOEXEC | O_NONBLOCK); // a FIFO must not block us
-    if (fd < 0) return io_fail(err, errcap, path, "cannot open: %s", strerror(errno));
-    struct stat st;
-    if (fstat(fd, &st) != 0) {
-        int e = errno;
-        close(fd);
-        return io_fail(err, errcap, path, "cannot stat: %s", strerror(e));
-    }
-    const char *bad = S_ISDIR(st.st_mode) ? "is a directory, not a safetensors file"
-                    : !S_ISREG(st.st_mode) ? "is not a regular file (a safetensors file is mapped, so it cannot "
-                                             "be a pipe or a device)"
-                    : st.st_size < 8 ? "too short for a safetensors file: the 8-byte header size is not all there"
-                    : (uint64_t)st.st_size > SIZE_MAX ? "too large to map on this machine"
-                    : NULL;
-    if (bad) {
-        close(fd);
-        return io_fail(err, errcap, path, "%s", bad);
-    }
-    size_t len = (size_t)st.st_size;
-    void *m = mmap(NULL, len, PROT_READ, MAP_PRIVATE, fd, 0);
-    int e = errno;
-    close(fd); // the mapping stays
-    if (m == MAP_FAILED) return io_fail(err, errcap, path, "cannot map: %s", strerror(e));
+    const unsigned char *m;
+    size_t len;
+    if (io_map_file(path, "safetensors file", 8,
+                    "too short for a safetensors file: the 8-byte header size is not all there", &m, &len, err,
+                    errcap) != 0)
+        return -1;
     StFile *f = add_file(s, path);
     if (!f) {
-        munmap(m, len);
+        munmap((void *)m, len);
         return io_fail(err, errcap, path, "out of memory");
     }
     f->map = m;

@@ -261,7 +261,7 @@ static void test_bad(void) {
         {"no_dtype.safetensors", "no_dtype.safetensors", "tensor 'w': no \"dtype\" string"},
         {"metadata.safetensors", "metadata.safetensors", "\"__metadata__\" is not an object of strings"},
         {"nul.safetensors", "nul.safetensors", "holds a NUL byte"},
-        {"no-such.safetensors", "no-such.safetensors", "cannot open: No such file or directory"},
+        {"no-such.safetensors", "no-such.safetensors", "cannot open the safetensors file: No such file or directory"},
         {"dup_shards/model.safetensors.index.json", "dup_shards/model-00002-of-00002.safetensors",
          "tensor 'x' is also in "},
         {"dup_shards", "dup_shards/model-00002-of-00002.safetensors", "(a duplicate name across shards)"},
