@@ -1,0 +1,189 @@
+// kir.h: the kernel IR. The fusion pass (fuse.c) turns each part of the
+// graph into an ordered list of kernels; the LLVM emitter (emit_llvm.c) and
+// the CUDA emitter (emit_cuda.c) generate code from the same list, and the
+// plan stores it (kir_write / kir_read) so that the runtime knows what each
+// kernel reads and writes.
+//
+// Kinds of kernel:
+//   KK_EXPR   a fused expression kernel: a loop over `rows`; in each row,
+//             row-level statements and column loops (loop k runs
+//             cols[k-1] columns) of SSA statements. Per-row reductions
+//             (KOP_RSUM, KOP_RMAX) give a row-level value once their loop
+//             is done; stores write one element; KOP_ACC adds into an
+//             output that the caller zeroes first (column sums, scatter-add,
+//             the mean loss).
+//   KK_GEMM   a library call: C = op(A) @ op(B), row-major, `batch` times;
+//             optionally followed, row block by row block, by an epilogue
+//             expression kernel that reads C (`epilogue`, -1: none).
+//   KK_ATTN, KK_ATTN_BWD
+//             attention forward / backward of one graph node: causal or not,
+//             grouped-query. On the GPU a flash template; on the cpu a
+//             composite of library GEMMs per (batch, head) and the helper
+//             expression kernels `helper[]` (softmax, softmax backward) over
+//             T x T scratch.
+//
+// Arguments are graph nodes of the kernel's part, resolved to addresses at
+// call time (the same kernel runs for every layer, at different arena
+// offsets): base of node `node` plus `offset` elements. Scratch arguments
+// (node -1) are the runtime's, for helper kernels only.
+//
+// Every value has a type. Statement operands are indices of earlier
+// statements of the same kernel. KOP_LOAD/KOP_STORE/KOP_ACC index their
+// argument in elements with an i64 statement; the index must lie in
+// [0, arg.numel) (the emitters may assume it; kir_read cannot prove it, and
+// the cpu JIT clamps nothing, so fuse.c builds only in-range indices).
+#ifndef MT_KIR_H
+#define MT_KIR_H
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdio.h>
+
+#include "../common/arena.h"
+#include "graph.h"
+
+typedef enum { KT_F32, KT_F64, KT_I32, KT_I64, KT_BOOL, KT_COUNT } KirType;
+
+typedef enum {
+    // leaves
+    KOP_CONST, // value, of the statement's type
+    KOP_ROW,   // i64: the row being computed
+    KOP_COL,   // i64: the column of the enclosing column loop
+    KOP_LOAD,  // arg[a] at element index b (i64); type f32 or i32, the argument's
+    // unary, operand a, same type unless said
+    KOP_NEG,
+    KOP_EXP,  // floats
+    KOP_LOG,  // floats
+    KOP_SQRT, // floats
+    KOP_SIN,  // floats
+    KOP_COS,  // floats
+    KOP_CVT,  // a converted to this statement's type (floats round to nearest, ints to floats exactly)
+    // binary, operands a and b of one type, result that type unless said
+    KOP_ADD,
+    KOP_SUB,
+    KOP_MUL,
+    KOP_DIV, // ints: truncating, b > 0 always
+    KOP_REM, // ints only, b > 0 always
+    KOP_MIN,
+    KOP_MAX,
+    KOP_POW, // floats
+    KOP_LT,  // -> bool
+    KOP_LE,  // -> bool
+    KOP_EQ,  // -> bool
+    KOP_SELECT, // a (bool) ? b : c
+    // reductions: a is an element value of the same column loop; the
+    // statement is the row's total, usable only after its loop
+    KOP_RSUM,
+    KOP_RMAX,
+    // effects; no value
+    KOP_STORE, // arg[a][b] = c
+    KOP_ACC,   // arg[a][b] += c, where arg.acc says how
+    KOP_COUNT
+} KirOp;
+
+typedef enum { KK_EXPR, KK_GEMM, KK_ATTN, KK_ATTN_BWD, KK_COUNT } KirKind;
+
+typedef enum {
+    KA_READ = 1,      // loaded
+    KA_WRITE = 2,     // stored
+    KA_ACC32 = 4,     // accumulated in place in f32; the caller zeroes it before the kernel
+    KA_ACC64 = 8,     // accumulated in an f64 scratch the caller zeroes; at the end the
+                      // caller writes arg[i] = (float)(scratch[i] / divisor)
+    KA_ROWLOCAL = 16, // every access of row r lies in [r * row_stride, (r + 1) * row_stride):
+                      // the kernel may run in row blocks right after what writes it
+} KirAccess;
+
+typedef struct KirArg {
+    int32_t node;       // graph node of the kernel's part; -1: runtime scratch (helpers only)
+    uint8_t dtype;      // KT_F32 or KT_I32
+    uint8_t access;     // KirAccess bits
+    int64_t offset;     // elements from the node's buffer start (a view into a packed buffer)
+    int64_t numel;      // elements addressable from there
+    int64_t row_stride; // KA_ROWLOCAL: elements per row
+    double divisor;     // KA_ACC64
+} KirArg;
+
+typedef struct KirStmt {
+    uint8_t op;     // KirOp
+    uint8_t type;   // KirType of the value (KT_BOOL for effects, ignored)
+    uint16_t loop;  // 0: row level; k >= 1: inside column loop k
+    int32_t a, b, c; // operand statements; for LOAD, STORE, ACC `a` is an argument index
+    int32_t node;   // the graph node this lowers, for messages
+    double value;   // KOP_CONST
+} KirStmt;
+
+typedef struct KirGemm {
+    int32_t ta, tb;             // transposes of A and B
+    int64_t M, N, K, batch;
+    int64_t lda, ldb, ldc;      // leading dimensions, row-major
+    int64_t stride_a, stride_b, stride_c; // elements between batches (stride_b 0: one B for all)
+    int32_t epilogue;           // index of an expression kernel in the set, run on each row block; -1: none
+} KirGemm;
+
+typedef struct KirAttn {
+    int64_t B, T, H, KVH, D; // q [B, T, H*D], k and v [B, T, KVH*D]
+    int32_t causal;
+    int32_t helper[2];       // cpu composite: expression kernels over [T, T] scratch: forward
+                             // softmax (scaled, masked) and backward (dscores); -1: none
+} KirAttn;
+
+typedef struct KirKernel {
+    uint8_t kind;      // KirKind
+    int32_t anchor;    // last graph node it computes: an INS_RUN over [from, to) runs it
+                       // when from <= anchor < to; -1 for helpers and epilogues
+    int32_t first;     // first graph node it computes (its operands are live from here on)
+    int32_t fused_into; // KK_EXPR: the GEMM or attention kernel that runs it, or -1
+    int32_t *nodes;    // (nnodes) graph nodes it computes, for --dump-kernels and tests
+    int32_t nnodes;
+    KirArg *args;      // (nargs) GEMM: C, A, B; ATTN: y, q, k, v; ATTN_BWD: packed dq|dk|dv, dy, q, k, v
+    int32_t nargs;
+    // KK_EXPR
+    int64_t rows;
+    int64_t *cols;     // (nloops) columns of loop k+1
+    int32_t nloops;
+    KirStmt *stmts;    // (nstmts)
+    int32_t nstmts;
+    KirGemm gemm;
+    KirAttn attn;
+} KirKernel;
+
+// The kernels of one part, in the order they run.
+typedef struct KirSet {
+    KirKernel *k; // (n)
+    int32_t n;
+} KirSet;
+
+// Every part's kernels: what the plan's KERNELS section carries.
+typedef struct KirProgram {
+    KirSet parts[PART_COUNT];
+} KirProgram;
+
+const char *kir_op_name(KirOp op);
+const char *kir_type_name(KirType t);
+const char *kir_kind_name(KirKind k);
+
+// Whether kernel k is one an INS_RUN launches by itself (not a helper or an epilogue).
+int kir_is_launched(const KirKernel *k);
+// GEMM and attention kernels: those a selective-recompute run skips (their outputs are kept).
+int kir_is_heavy(const KirKernel *k);
+
+// The symbol of kernel i of part pk in generated code: "mt_k<part>_<i>" into buf.
+char *kir_symbol(char *buf, size_t cap, int part, int i);
+
+// Checks one kernel: operand order, types, loops, argument indices, loop
+// structure. Returns 0, or -1 with a message naming the statement in err.
+int kir_check(const KirKernel *k, int nparts_nodes, char *err, size_t errcap);
+
+// Serialises prog into bytes malloc'd into *out (little-endian, versioned).
+// Returns 0, or -1 when out of memory.
+int kir_write(const KirProgram *prog, uint8_t **out, size_t *len);
+// Reads what kir_write wrote, validating every field (a plan file is
+// untrusted): counts against the bytes left, enums, operand order and types,
+// node ids against nnodes[part]. Allocates in a. Returns 0, or -1 with err.
+int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, const int *nnodes, Arena *a, char *err,
+             size_t errcap);
+
+// Prints a kernel's statements, one a line (mtc --dump-kernels -v).
+void kir_print_kernel(FILE *out, const KirKernel *k, int index);
+
+#endif
