@@ -89,6 +89,7 @@ int main(int argc, char **argv) {
     int32_t *tokens = malloc((size_t)BT * 4), *targets = malloc((size_t)BT * 4);
     for (int64_t i = 0; i < BT; i++) tokens[i] = targets[i] = (int32_t)(i * 7919 % 256);
     const int32_t *inputs[2] = {tokens, targets};
+    char *act = malloc(p->host_act_bytes ? (size_t)p->host_act_bytes : 1); // (host_act_bytes) the host activation store
 
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
@@ -101,7 +102,12 @@ int main(int argc, char **argv) {
         prof = (ExecProfile){0};
         double t0 = now_s();
         memset(hs.g, 0, (size_t)hs.n * 4);
-        replay(be, p->train, p->ntrain, &hs, inputs);
+        float loss;
+        Replay rp = {.p = p, .be = be, .hs = &hs, .act = act};
+        if (replay(&rp, p->train, p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
+            fprintf(stderr, "step_bench: %s\n", err);
+            return 1;
+        }
         double t1 = now_s();
         s.t = k + 1;
         adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
@@ -125,6 +131,7 @@ int main(int argc, char **argv) {
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
     be->destroy(be);
+    free(act);
     store_free(&hs);
     arena_free(&a);
     free(text);

@@ -5,10 +5,25 @@
 #include "backend.h"
 #include "exec.h"
 
+_Static_assert((int)EXEC_SKIP_HEAVY == (int)RUN_SKIP_HEAVY, "exec and plan skip flags agree");
+
 typedef struct Cpu {
-    char *arena;               // (arena_bytes)
-    PartState parts[PART_COUNT];
+    char *arena;                 // (arena_bytes)
+    int64_t arena_bytes;
+    PartState head, tail;        // their nodes at their offsets
+    PartState *frames;           // (nframes) the block's nodes at each frame's offsets
+    int32_t nframes;
 } Cpu;
+
+void backend_fill_nan(void *dst, int64_t bytes) {
+    const uint32_t qnan = 0x7fc00000; // a float's bits, in the host's byte order
+    unsigned char pat[4], *d = dst;
+    memcpy(pat, &qnan, 4);
+    for (int64_t i = 0; i < bytes && i < 4; i++) d[i] = pat[i & 3];
+    // doubling: each memcpy copies what is already a whole number of patterns
+    for (int64_t done = bytes < 4 ? bytes : 4; done < bytes; done *= 2)
+        memcpy(d + done, d, (size_t)(done < bytes - done ? done : bytes - done));
+}
 
 static void cpu_copy_in(Backend *be, int64_t dst, const void *host, int64_t bytes) {
     memcpy(((Cpu *)be->ctx)->arena + dst, host, (size_t)bytes);
@@ -19,12 +34,23 @@ static void cpu_copy_out_add(Backend *be, float *host, int64_t src, int64_t byte
     for (int64_t i = 0; i < bytes / 4; i++) host[i] += a[i];
 }
 
+static void cpu_copy_out(Backend *be, void *host, int64_t src, int64_t bytes) {
+    memcpy(host, ((Cpu *)be->ctx)->arena + src, (size_t)bytes);
+}
+
 static void cpu_copy(Backend *be, int64_t dst, int64_t src, int64_t bytes) {
     Cpu *c = be->ctx;
     memmove(c->arena + dst, c->arena + src, (size_t)bytes);
 }
 
-static void cpu_run(Backend *be, PartKind part, int from, int to) { exec_run(&((Cpu *)be->ctx)->parts[part], from, to); }
+static void cpu_poison(Backend *be, int64_t dst, int64_t bytes) { backend_fill_nan(((Cpu *)be->ctx)->arena + dst, bytes); }
+
+// The one place nodes execute: the kernel-fusion work swaps this body.
+static void cpu_run(Backend *be, PartKind part, int from, int to, int frame, int flags) {
+    Cpu *c = be->ctx;
+    PartState *ps = part == PART_BLOCK ? &c->frames[frame] : part == PART_HEAD ? &c->head : &c->tail;
+    exec_run_flags(ps, from, to, flags);
+}
 
 static float cpu_read_scalar(Backend *be, int64_t src) {
     float v;
@@ -34,32 +60,56 @@ static float cpu_read_scalar(Backend *be, int64_t src) {
 
 static void cpu_destroy(Backend *be) {
     Cpu *c = be->ctx;
-    for (int p = 0; p < PART_COUNT; p++) exec_free(&c->parts[p]);
+    exec_free(&c->head);
+    exec_free(&c->tail);
+    for (int f = 0; c->frames && f < c->nframes; f++) exec_free(&c->frames[f]);
+    free(c->frames);
     free(c->arena);
     free(c);
     free(be);
 }
 
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
+    if (p->device_limit > 0 && p->arena_bytes > p->device_limit) {
+        snprintf(err, errcap, "the plan's device arena is %lld bytes (%.1f MiB) but its target has %lld bytes (%.1f MiB) "
+                 "of device memory; recompile it for this target", (long long)p->arena_bytes,
+                 (double)p->arena_bytes / (1 << 20), (long long)p->device_limit, (double)p->device_limit / (1 << 20));
+        return NULL;
+    }
+    if (p->nframes < 1) {
+        snprintf(err, errcap, "the plan has %d block frames; a block needs at least one", p->nframes);
+        return NULL;
+    }
     Backend *be = calloc(1, sizeof *be);
     Cpu *c = calloc(1, sizeof *c);
-    size_t bytes = ((size_t)p->arena_bytes + 63) & ~(size_t)63;
-    if (be && c) c->arena = aligned_alloc(64, bytes ? bytes : 64);
-    if (!be || !c || !c->arena) {
+    void *arena = NULL;
+    // exactly the arena: a read or write past it is a fault under a sanitizer, not a quiet pass
+    if (be && c && posix_memalign(&arena, 64, p->arena_bytes ? (size_t)p->arena_bytes : 1) != 0) arena = NULL;
+    if (c) c->frames = calloc((size_t)p->nframes, sizeof(PartState));
+    if (!be || !c || !arena || !c->frames) {
         snprintf(err, errcap, "cannot allocate the %lld-byte cpu arena", (long long)p->arena_bytes);
-        if (c) free(c->arena);
+        free(arena);
+        if (c) free(c->frames);
         free(c);
         free(be);
         return NULL;
     }
-    memset(c->arena, 0, bytes);
+    c->arena = arena;
+    c->arena_bytes = p->arena_bytes;
+    c->nframes = p->nframes;
+    backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
     *be = (Backend){.name = "cpu", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
-                    .copy = cpu_copy, .run = cpu_run, .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
-    for (int pk = 0; pk < PART_COUNT; pk++)
-        if (exec_init_at(&c->parts[pk], &p->graph->parts[pk], PREC_F32, c->arena, p->node_offset[pk]) != 0) {
-            snprintf(err, errcap, "out of memory");
-            cpu_destroy(be);
-            return NULL;
-        }
+                    .copy_out = cpu_copy_out, .copy = cpu_copy, .poison = cpu_poison, .run = cpu_run,
+                    .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
+    const Graph *g = p->graph;
+    int ok = exec_init_at(&c->head, &g->parts[PART_HEAD], PREC_F32, c->arena, plan_offsets(p, PART_HEAD, 0)) == 0 &&
+             exec_init_at(&c->tail, &g->parts[PART_TAIL], PREC_F32, c->arena, plan_offsets(p, PART_TAIL, 0)) == 0;
+    for (int f = 0; ok && f < p->nframes; f++)
+        ok = exec_init_at(&c->frames[f], &g->parts[PART_BLOCK], PREC_F32, c->arena, plan_offsets(p, PART_BLOCK, f)) == 0;
+    if (!ok) {
+        snprintf(err, errcap, "out of memory");
+        cpu_destroy(be);
+        return NULL;
+    }
     return be;
 }

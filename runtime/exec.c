@@ -21,6 +21,12 @@ size_t exec_elem_size(const Node *n, Precision prec) {
 static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
 static int is_bound(const Node *n) { return n->op == OP_INPUT || n->op == OP_PARAM; }
 
+// A view or reshape's buffer: its operand's, at the view's element offset.
+static void *alias_of(const PartState *ps, const Node *n) {
+    size_t off = n->op == OP_VIEW ? (size_t)n->offset * exec_elem_size(n, ps->prec) : 0;
+    return ps->val[n->in[0]->id] ? (char *)ps->val[n->in[0]->id] + off : NULL;
+}
+
 int exec_init(PartState *ps, const Part *part, Precision prec) {
     *ps = (PartState){.part = part, .prec = prec};
     int n = part->nodes.n;
@@ -50,19 +56,24 @@ int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, co
     *ps = (PartState){.part = part, .prec = prec};
     ps->val = calloc((size_t)part->nodes.n + 1, sizeof(void *));
     if (!ps->val) return -1;
-    for (int i = 0; i < part->nodes.n; i++)
-        if (!is_alias(part->nodes.items[i])) ps->val[i] = base + offsets[i];
+    for (int i = 0; i < part->nodes.n; i++) { // operands come before their users
+        const Node *n = part->nodes.items[i];
+        ps->val[i] = is_alias(n) ? alias_of(ps, n) : base + offsets[i];
+    }
     return 0;
 }
 
-void exec_run(PartState *ps, int from, int to) {
+int exec_is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
+
+void exec_run(PartState *ps, int from, int to) { exec_run_flags(ps, from, to, 0); }
+
+void exec_run_flags(PartState *ps, int from, int to, int flags) {
     void *in[64];
     for (int i = from; i < to; i++) {
         const Node *n = ps->part->nodes.items[i];
-        if (is_bound(n)) continue;
+        if (is_bound(n) || ((flags & EXEC_SKIP_HEAVY) && exec_is_heavy(n))) continue;
         if (is_alias(n)) {
-            size_t off = n->op == OP_VIEW ? (size_t)n->offset * exec_elem_size(n, ps->prec) : 0;
-            ps->val[i] = (char *)ps->val[n->in[0]->id] + off;
+            ps->val[i] = alias_of(ps, n);
             continue;
         }
         for (int j = 0; j < n->nin && j < 64; j++) in[j] = ps->val[n->in[j]->id];

@@ -29,11 +29,22 @@ size_t exec_elem_size(const Node *n, Precision prec);
 
 // Allocates buffers for every computed node. Returns 0, or -1 out of memory.
 int exec_init(PartState *ps, const Part *part, Precision prec);
-// Binds every node except views and reshapes to base + offsets[i] (the
-// arena plan); computed nodes write there. Returns 0, or -1 out of memory.
+// Binds every node to base + offsets[i] (the arena plan, one block frame's
+// offsets); computed nodes write there; views and reshapes point into their
+// operand's buffer from the start, so any range of nodes can run first.
+// Returns 0, or -1 out of memory.
 int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, const int64_t *offsets);
 // Runs nodes [from, to). INPUT and PARAM nodes in that range must be bound.
 void exec_run(PartState *ps, int from, int to);
+
+// exec_run_flags flags. EXEC_SKIP_HEAVY: matmul and attention nodes are not
+// run; their buffers already hold their values (selective recomputation
+// restored them). Equal to the plan's RUN_SKIP_HEAVY.
+enum { EXEC_SKIP_HEAVY = 1 };
+// Whether EXEC_SKIP_HEAVY skips node n.
+int exec_is_heavy(const Node *n);
+// exec_run with flags EXEC_*.
+void exec_run_flags(PartState *ps, int from, int to, int flags);
 void exec_free(PartState *ps);
 
 #endif

@@ -1,25 +1,144 @@
 #include "replay.h"
 
+#include <errno.h>
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
 
 #include "exec.h"
 
-float replay(Backend *be, const Instr *ins, int n, HostStore *hs, const int32_t *const *inputs) {
-    float loss = NAN;
-    for (int i = 0; i < n; i++) {
-        const Instr *in = &ins[i];
-        switch ((InsKind)in->kind) {
-        case INS_COPY_IN: be->copy_in(be, in->dst, hs->w + in->src, in->bytes); break;
-        case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes); break;
-        case INS_COPY: be->copy(be, in->dst, in->src, in->bytes); break;
-        case INS_INPUT: be->copy_in(be, in->dst, inputs[in->input], in->bytes); break;
-        case INS_RUN: be->run(be, (PartKind)in->part, in->from, in->to); break;
-        case INS_LOSS: loss = be->read_scalar(be, in->src); break;
-        case INS_COUNT: break;
+static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
+
+const char *replay_engine_name(int engine) {
+    return engine >= 0 && engine < ENG_COUNT ? ENGINE_NAMES[engine] : "no engine";
+}
+
+int replay_order_parse(const char *s, ReplayOrder *o, char *err, size_t errcap) {
+    char *end;
+    *o = (ReplayOrder){REPLAY_EAGER, 0};
+    if (!s || !*s || !strcmp(s, "eager")) return 0;
+    if (!strcmp(s, "lazy")) {
+        o->kind = REPLAY_LAZY;
+        return 0;
+    }
+    if (!strncmp(s, "random:", 7) && s[7] >= '0' && s[7] <= '9') {
+        errno = 0;
+        unsigned long long seed = strtoull(s + 7, &end, 10);
+        if (!errno && !*end) {
+            *o = (ReplayOrder){REPLAY_RANDOM, seed};
+            return 0;
         }
     }
-    return loss;
+    snprintf(err, errcap, "MT_REPLAY_ORDER is eager, lazy or random:SEED (an integer), not '%s'", s);
+    return -1;
+}
+
+// splitmix64, for the random order
+static uint64_t next_random(uint64_t *state) {
+    uint64_t x = (*state += 0x9E3779B97F4A7C15ull);
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// Engines in the order each fixed order tries them.
+static const int EAGER[ENG_COUNT] = {ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COMPUTE};
+static const int LAZY[ENG_COUNT] = {ENG_COMPUTE, ENG_HOST, ENG_COPY_OUT, ENG_COPY_IN};
+
+static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
+    Backend *be = r->be;
+    HostStore *hs = r->hs;
+    switch ((InsKind)in->kind) {
+    case INS_COPY_IN: be->copy_in(be, in->dst, hs->w + in->src, in->bytes); break;
+    case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes); break;
+    case INS_COPY: be->copy(be, in->dst, in->src, in->bytes); break;
+    case INS_INPUT: be->copy_in(be, in->dst, inputs[in->input], in->bytes); break;
+    case INS_RUN: be->run(be, (PartKind)in->part, in->from, in->to, in->frame, in->flags); break;
+    case INS_LOSS: *loss = be->read_scalar(be, in->src); break;
+    case INS_SAVE: be->copy_out(be, r->act + in->dst, in->src, in->bytes); break;
+    case INS_LOAD: be->copy_in(be, in->dst, r->act + in->src, in->bytes); break;
+    case INS_FREE: be->poison(be, in->dst, in->bytes); break;
+    case INS_NORM:
+        if (last) store_norm(hs, r->p, in->layer);
+        break;
+    case INS_UPDATE: store_update(hs, r->p, in->layer); break;
+    case INS_RECORD: // the loop fires the event
+    case INS_WAIT:   // the loop holds the engine
+    case INS_COUNT: break;
+    }
+}
+
+// Says why every engine with instructions left is held.
+static void deadlock(const Instr *ins, int n, const int *queue, const int *start, const int *pc, const char *stream,
+                     char *err, size_t errcap) {
+    size_t used = (size_t)snprintf(err, errcap, "deadlock in the %s stream: every engine with instructions left waits:",
+                                   stream);
+    for (int e = 0; e < ENG_COUNT && used < errcap; e++) {
+        if (pc[e] == start[e + 1]) continue;
+        int i = queue[pc[e]], ev = ins[i].event, rec = -1;
+        for (int k = 0; k < n && rec < 0; k++)
+            if (ins[k].kind == INS_RECORD && ins[k].event == ev) rec = k;
+        if (rec < 0)
+            used += (size_t)snprintf(err + used, errcap - used, " %s at instruction %d (WAIT event %d, which no "
+                                     "instruction records);", ENGINE_NAMES[e], i, ev);
+        else
+            used += (size_t)snprintf(err + used, errcap - used, " %s at instruction %d (WAIT event %d, recorded by "
+                                     "instruction %d on %s, not yet reached);", ENGINE_NAMES[e], i, ev, rec,
+                                     replay_engine_name(ins[rec].engine));
+    }
+}
+
+int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss, char *err,
+           size_t errcap) {
+    const Plan *p = r->p;
+    const char *stream = ins == p->train ? "train" : ins == p->eval ? "eval" : "given";
+    int *queue = malloc(((size_t)n + 1) * sizeof(int)); // (n) instruction indices, grouped by engine in stream order
+    char *fired = calloc((size_t)p->nevents + 1, 1);     // (nevents)
+    int start[ENG_COUNT + 1] = {0}, pc[ENG_COUNT], rc = -1;
+    *loss = NAN;
+    if (!queue || !fired) {
+        snprintf(err, errcap, "out of memory replaying the %s stream", stream);
+        goto done;
+    }
+    for (int i = 0; i < n; i++) {
+        const Instr *in = &ins[i];
+        if (in->engine < 0 || in->engine >= ENG_COUNT ||
+            ((in->kind == INS_RECORD || in->kind == INS_WAIT) && (in->event < 0 || in->event >= p->nevents))) {
+            snprintf(err, errcap, "%s stream instruction %d: engine %d, event %d: no such engine or event", stream, i,
+                     in->engine, in->event);
+            goto done;
+        }
+        start[in->engine + 1]++;
+    }
+    for (int e = 0; e < ENG_COUNT; e++) start[e + 1] += start[e];
+    for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
+    for (int i = 0; i < n; i++) queue[pc[ins[i].engine]++] = i;
+    for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
+
+    for (int left = n; left > 0; left--) {
+        // the engines that can run their next instruction now
+        int ready[ENG_COUNT], nready = 0;
+        for (int k = 0; k < ENG_COUNT; k++) {
+            int e = r->order.kind == REPLAY_LAZY ? LAZY[k] : EAGER[k];
+            if (pc[e] == start[e + 1]) continue;
+            const Instr *in = &ins[queue[pc[e]]];
+            if (in->kind != INS_WAIT || fired[in->event]) ready[nready++] = e;
+        }
+        if (nready == 0) {
+            deadlock(ins, n, queue, start, pc, stream, err, errcap);
+            goto done;
+        }
+        int e = r->order.kind == REPLAY_RANDOM ? ready[next_random(&r->rng) % (uint64_t)nready] : ready[0];
+        const Instr *in = &ins[queue[pc[e]++]];
+        if (in->kind == INS_RECORD) fired[in->event] = 1; // everything before it on its engine has run
+        else execute(r, in, inputs, last, loss);
+    }
+    rc = 0;
+done:
+    free(queue);
+    free(fired);
+    return rc;
 }
 
 // Points a part's parameter nodes at layer `layer`'s weights in the store,

@@ -1,15 +1,56 @@
 // replay.h: executes an instruction stream of a plan on a backend, and its
 // plain counterpart, the reference step that runs the whole graph unstreamed.
+//
+// A stream's instructions are queued on engines (compute, copy-in,
+// copy-out, host); each engine runs its own in stream order, and engines
+// order against each other only through events: INS_RECORD fires its event
+// once everything before it on its engine is done, INS_WAIT holds its
+// engine until the event fired. The replay runs on one thread and
+// repeatedly executes the next instruction of some engine that is not held
+// by a WAIT; which one is chosen adversarially (ReplayOrder), so that an
+// event the plan lacks shows as a wrong loss rather than passing by luck.
 #ifndef MT_REPLAY_H
 #define MT_REPLAY_H
 
 #include "backend.h"
 #include "store.h"
 
-// Replays ins[0, n) with the micro-batch's model inputs (inputs[i] is model
-// input i, e.g. tokens then targets). Gradients are added into hs->g.
-// Returns the micro-batch's loss.
-float replay(Backend *be, const Instr *ins, int n, HostStore *hs, const int32_t *const *inputs);
+// Which runnable engine goes next.
+//   eager:  copy-in, copy-out, host, then compute: copies and the optimizer
+//           run as far ahead of compute as the events let them (the default)
+//   lazy:   compute, host, copy-out, then copy-in: copies as late as they may
+//   random: a seeded random choice among the runnable engines each time
+typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM } ReplayOrderKind;
+typedef struct ReplayOrder {
+    ReplayOrderKind kind;
+    uint64_t seed; // REPLAY_RANDOM
+} ReplayOrder;
+
+// Parses "eager", "lazy" or "random:SEED" (the MT_REPLAY_ORDER environment
+// variable; NULL or "" is eager). Returns 0, or -1 with a message in err.
+int replay_order_parse(const char *s, ReplayOrder *o, char *err, size_t errcap);
+
+typedef struct Replay {
+    const Plan *p;
+    Backend *be;
+    HostStore *hs;      // weights stream in from it, gradients add into it, NORM and UPDATE act on it
+    char *act;          // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
+    ReplayOrder order;
+    uint64_t rng;       // the random order's state, carried from stream to stream
+} Replay;
+
+// Replays ins[0, n) (p->train or p->eval) with the micro-batch's model
+// inputs (inputs[i] is model input i, e.g. tokens then targets); `last`:
+// this is the step's last micro-batch, the only one whose INS_NORM
+// instructions compute. Sets *loss to the micro-batch's loss. Returns 0, or
+// -1 with a message in err: a deadlock (every engine with instructions left
+// waits on an event that no runnable instruction can record), naming each
+// waiting instruction and its event, or an instruction no engine can run.
+int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss, char *err,
+           size_t errcap);
+
+// Engine names for messages: "compute", "copy-in", "copy-out", "host".
+const char *replay_engine_name(int engine);
 
 // The oracle: head, every layer and tail run directly on the host store with
 // every activation kept, no arena, no recompute; with backward, gradients

@@ -9,7 +9,10 @@ int64_t store_bytes(const Plan *p) {
 }
 
 int store_alloc(HostStore *s, const Plan *p) {
-    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer};
+    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = 1 + p->graph->layers, .threads = 1};
+    s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
+    if (!s->seg) return -1;
+    for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = ((size_t)s->n * 4 + 63) & ~(size_t)63;
     float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
     for (int i = 0; i < 4; i++) {
@@ -28,12 +31,44 @@ void store_free(HostStore *s) {
     free(s->m);
     free(s->v);
     free(s->g);
+    free(s->seg);
     *s = (HostStore){0};
 }
 
 int64_t store_offset(const Plan *p, int param, int64_t layer) {
     const Param *prm = p->graph->params.items[param];
     return (prm->in_block ? p->host_global + layer * p->host_layer : 0) + p->param_offset[param];
+}
+
+int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
+    *count = layer < 0 ? p->host_global : p->host_layer;
+    return layer < 0 ? 0 : p->host_global + layer * p->host_layer;
+}
+
+void store_norm(HostStore *s, const Plan *p, int64_t layer) {
+    int64_t n, off = store_segment(p, layer, &n);
+    s->seg[layer + 1].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
+}
+
+void store_update(HostStore *s, const Plan *p, int64_t layer) {
+    StoreSegment *seg = &s->seg[layer + 1];
+    if (!seg->pending) return;
+    const Graph *g = p->graph;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (prm->in_block != (layer >= 0)) continue;
+        int decay = prm->shape.rank >= 2; // none on norms and biases
+        int64_t off = store_offset(p, i, layer);
+        adamw_update(s->w + off, s->m + off, s->v + off, s->g + off, NULL, shape_numel(&prm->shape), &seg->step, decay,
+                     s->threads);
+    }
+    int64_t n, off = store_segment(p, layer, &n);
+    memset(s->g + off, 0, (size_t)n * sizeof(float));
+    seg->pending = 0;
+}
+
+void store_flush(HostStore *s, const Plan *p) {
+    for (int64_t l = -1; l < p->graph->layers; l++) store_update(s, p, l);
 }
 
 // splitmix64: a counter-based generator, so every element has its own draw.

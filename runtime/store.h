@@ -7,6 +7,14 @@
 #include <stdint.h>
 
 #include "../common/plan.h"
+#include "adamw.h"
+
+// The host optimizer's state of one segment (the globals, or one layer).
+typedef struct StoreSegment {
+    double sq_norm; // its gradients' squared norm on this step (INS_NORM); NAN: not yet
+    int pending;    // an update waits for INS_UPDATE (or a flush)
+    AdamWStep step; // that update: lr, t, the clip and 1/accumulation scale
+} StoreSegment;
 
 typedef struct HostStore {
     int64_t n;   // floats in each array: host_global + layers * host_layer
@@ -14,6 +22,10 @@ typedef struct HostStore {
     float *m;    // (n) Adam first moments
     float *v;    // (n) Adam second moments
     float *g;    // (n) gradient accumulators
+    // The host optimizer, by segment: seg[0] the globals, seg[1 + l] layer l.
+    int64_t nseg; // 1 + layers
+    StoreSegment *seg; // (nseg)
+    int threads;  // for the optimizer and the norms
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
@@ -25,6 +37,21 @@ void store_free(HostStore *s);
 
 // The first float of parameter `param` of layer `layer` (ignored for globals).
 int64_t store_offset(const Plan *p, int param, int64_t layer);
+
+// The segment of `layer` (-1: the globals): its first float, its floats.
+int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
+
+// The optimizer per segment (layer -1: the globals), what the plan's host
+// instructions do and what the end of a step sets up:
+// INS_NORM: the squared norm of the segment's gradients into seg.sq_norm.
+void store_norm(HostStore *s, const Plan *p, int64_t layer);
+// INS_UPDATE: applies the segment's pending AdamW update to all its
+// parameters (weight decay on matrices only, none on norms and biases) and
+// zeroes its gradients; nothing when no update is pending.
+void store_update(HostStore *s, const Plan *p, int64_t layer);
+// Every pending update, in segment order (before validation, checkpoints,
+// export and the end of training).
+void store_flush(HostStore *s, const Plan *p);
 
 // Initialises the master weights from seed as each parameter's init says.
 // Each element's value depends only on (seed, parameter, layer, index), not

@@ -70,57 +70,91 @@ typedef struct Run {
     const TrainOptions *o;
     HostStore hs;
     Backend *be;
+    Replay rp;        // the plan's streams on be
+    char *act;        // (p->host_act_bytes) the host activation store
+    unsigned char *stream_updates; // (hs.nseg) whether the train stream has an INS_UPDATE of that segment
     DataSet data;
     int32_t *tokens, *targets; // (B, T) each
     FILE *log;
 } Run;
 
-static float micro_batch(Run *r, int backward) {
+// One micro-batch through the plan (or the reference executor): its loss
+// into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
+static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
     const int32_t *inputs[2] = {r->tokens, r->targets};
-    if (r->o->reference) return reference_step(r->p, &r->hs, inputs, backward);
+    if (r->o->reference) {
+        *loss = reference_step(r->p, &r->hs, inputs, backward);
+        return 0;
+    }
     const Plan *p = r->p;
-    return backward ? replay(r->be, p->train, p->ntrain, &r->hs, inputs) : replay(r->be, p->eval, p->neval, &r->hs, inputs);
+    return backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
+                    : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
 }
 
-static double validate(Run *r) {
+// The mean validation loss into *val (NAN: no batches). 0, or -1 with a message.
+static int validate(Run *r, double *val, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
     int64_t n = data_val_batches(&r->data, t->batch, t->seq);
     if (n > r->o->val_batches) n = r->o->val_batches;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
+        float loss;
         data_val_batch(&r->data, i, t->batch, t->seq, r->tokens, r->targets);
-        sum += micro_batch(r, 0);
+        if (micro_batch(r, 0, 1, &loss, err, errcap) != 0) return -1;
+        sum += loss;
     }
-    return n ? sum / (double)n : NAN;
+    *val = n ? sum / (double)n : NAN;
+    return 0;
 }
 
-// One optimizer step over `accumulate` micro-batches. Returns the mean loss
-// and sets *norm to the global gradient norm before clipping.
-static double step(Run *r, int64_t t_step, double lr, double *norm) {
+// The end of step t_step: the global gradient norm from the per-segment
+// squared norms, summed in a fixed order (the globals, then layers 0 ..
+// L-1) whoever computed them: the plan's INS_NORM during the last
+// micro-batch, or this function for each segment nothing computed; then
+// every segment's update made pending, with the clip and 1/accumulation
+// scale. Sets *norm to the norm before clipping.
+static void step_end(Run *r, int64_t t_step, double lr, double *norm) {
     const Plan *p = r->p;
-    const Graph *g = p->graph;
-    const TrainConfig *t = &g->train;
-    memset(r->hs.g, 0, (size_t)r->hs.n * sizeof(float));
-    double loss = 0;
-    for (int64_t k = 0; k < t->accumulate; k++) {
-        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
-        loss += micro_batch(r, 1);
+    const TrainConfig *t = &p->graph->train;
+    double sq = 0;
+    for (int64_t s = 0; s < r->hs.nseg; s++) {
+        if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s - 1);
+        sq += r->hs.seg[s].sq_norm;
     }
     double inv = 1.0 / (double)t->accumulate;
-    *norm = sqrt(adamw_sq_norm(r->hs.g, r->hs.n, r->o->threads)) * inv;
+    *norm = sqrt(sq) * inv;
     double scale = inv;
     if (t->clip > 0 && *norm > t->clip) scale *= t->clip / *norm;
     AdamWStep s = {.lr = (float)lr, .beta1 = (float)t->beta1, .beta2 = (float)t->beta2, .eps = (float)t->adam_eps,
                    .weight_decay = (float)t->weight_decay, .t = t_step, .grad_scale = (float)scale};
-    for (int i = 0; i < g->params.n; i++) {
-        const Param *prm = g->params.items[i];
-        int decay = prm->shape.rank >= 2; // none on norms and biases
-        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
-            int64_t off = store_offset(p, i, l), n = shape_numel(&prm->shape);
-            adamw_update(r->hs.w + off, r->hs.m + off, r->hs.v + off, r->hs.g + off, NULL, n, &s, decay, r->o->threads);
-        }
+    for (int64_t i = 0; i < r->hs.nseg; i++) r->hs.seg[i] = (StoreSegment){.sq_norm = NAN, .pending = 1, .step = s};
+}
+
+// One optimizer step over `accumulate` micro-batches: the mean loss into
+// *loss, the global gradient norm before clipping into *norm. The update
+// stays pending: the next step's train stream applies it layer by layer
+// (INS_UPDATE) while its forward runs; the reference path applies it at
+// once. 0, or -1 with a message.
+static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    // Gradients start the step at zero: an update the train stream does not
+    // apply (and zero the gradients of) is applied here, before the stream.
+    for (int64_t s = 0; s < r->hs.nseg; s++) {
+        if (r->hs.seg[s].pending && (r->o->reference || !r->stream_updates[s])) store_update(&r->hs, p, s - 1);
+        r->hs.seg[s].sq_norm = NAN;
     }
-    return loss * inv;
+    double sum = 0;
+    for (int64_t k = 0; k < t->accumulate; k++) {
+        float l;
+        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
+        if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
+        sum += l;
+    }
+    step_end(r, t_step, lr, norm);
+    if (r->o->reference) store_flush(&r->hs, p);
+    *loss = sum / (double)t->accumulate;
+    return 0;
 }
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
@@ -137,12 +171,12 @@ static int64_t host_available(void) {
 // Refuses a run whose host store and cpu arena will not fit, before any of
 // it is allocated.
 static int check_host_memory(Run *r, char *err, size_t errcap) {
-    int64_t need = store_bytes(r->p) + (r->o->reference ? 0 : r->p->arena_bytes);
+    int64_t need = store_bytes(r->p) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     if (have <= 0 || need <= have) return 0;
     snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GiB: weights, Adam moments, gradients%s) "
              "but this machine has %lld bytes (%.1f GiB) available", (long long)need, (double)need / (1 << 30),
-             r->o->reference ? "" : " and the cpu arena", (long long)have, (double)have / (1 << 30));
+             r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / (1 << 30));
     return -1;
 }
 
@@ -176,7 +210,23 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the host store (%lld bytes)", (long long)store_bytes(p));
         return -1;
     }
-    if (!r->o->reference && !(r->be = backend_cpu_create(p, err, errcap))) return -1;
+    r->hs.threads = r->o->threads;
+    if (!r->o->reference) {
+        ReplayOrder order;
+        if (replay_order_parse(getenv("MT_REPLAY_ORDER"), &order, err, errcap) != 0) return -1;
+        if (!(r->be = backend_cpu_create(p, err, errcap))) return -1;
+        r->act = malloc(p->host_act_bytes ? (size_t)p->host_act_bytes : 1);
+        r->stream_updates = calloc((size_t)r->hs.nseg, 1);
+        if (!r->act || !r->stream_updates) {
+            snprintf(err, errcap, "cannot allocate the host activation store (%lld bytes)", (long long)p->host_act_bytes);
+            return -1;
+        }
+        backend_fill_nan(r->act, p->host_act_bytes); // a LOAD of what no SAVE wrote shows in the loss
+        for (int i = 0; i < p->ntrain; i++)
+            if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
+                r->stream_updates[p->train[i].layer + 1] = 1;
+        r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed};
+    }
     if (check_save_dir(r->o, err, errcap) != 0) return -1;
     // a resumed run continues its log; a new run starts one
     if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
@@ -190,18 +240,24 @@ static void close_run(Run *r) {
     if (r->be) r->be->destroy(r->be);
     if (r->log) fclose(r->log);
     store_free(&r->hs);
+    free(r->act);
+    free(r->stream_updates);
     data_close(&r->data);
     free(r->tokens);
     free(r->targets);
 }
 
-// Validates (when there are validation batches to use) and logs the loss.
-static void log_val(Run *r, int64_t s) {
+// Validates (when there are validation batches to use) and logs the loss;
+// first applies every pending update. 0, or -1 with a message.
+static int log_val(Run *r, int64_t s, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
-    if (r->o->val_batches <= 0 || data_val_batches(&r->data, t->batch, t->seq) <= 0) return;
-    double val = validate(r);
+    if (r->o->val_batches <= 0 || data_val_batches(&r->data, t->batch, t->seq) <= 0) return 0;
+    double val;
+    store_flush(&r->hs, r->p);
+    if (validate(r, &val, err, errcap) != 0) return -1;
     fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, val);
     if (r->log && isfinite(val)) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
+    return 0;
 }
 
 // Continues from the newest checkpoint in o->resume: weights, moments, step
@@ -231,6 +287,7 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
 }
 
 static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
+    store_flush(&r->hs, r->p); // the checkpoint holds step `step`'s weights
     CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = r->p->plan_crc,
                      .source_crc = r->p->source_crc, .n = r->hs.n};
     return ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap);
@@ -248,11 +305,12 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
-    if (!o->resume) log_val(&r, 0);
+    if (!o->resume && log_val(&r, 0, err, errcap) != 0) goto done;
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
     for (int64_t s = done_steps + 1; s <= steps; s++) {
-        double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm;
-        double loss = step(&r, s, lr, &norm), dt = now_s() - t0;
+        double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
+        if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
+        double dt = now_s() - t0;
         if (!isfinite(loss)) {
             snprintf(err, errcap, "step %lld: the loss is %f; stopping", (long long)s, loss);
             goto done;
@@ -262,10 +320,11 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
         if (r.log)
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
                            "\"ms\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
-        if (s % val_every == 0 || s == steps) log_val(&r, s);
+        if ((s % val_every == 0 || s == steps) && log_val(&r, s, err, errcap) != 0) goto done;
         if (o->save_dir && o->save_every > 0 && s % o->save_every == 0 && save(&r, s, seed, err, errcap) != 0) goto done;
         fflush(o->out);
     }
+    store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (o->export_path &&
         weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
         goto done;
