@@ -1,35 +1,66 @@
-// verify.c: the arena as a list of intervals, each labelled with the value
-// it holds (a node of a part for a layer, a stretch of host weights, a
-// model input) and the instruction that wrote it. Instructions are
-// simulated in stream order; a read checks the labels under it.
+// verify.c: the plan verifier, two passes over each stream.
+//
+//   1. Order. Every instruction gets a vector clock over the engines: its
+//      position in its engine's order, joined at a WAIT with the clock of
+//      the event's RECORD. Instruction a happens before b when b's clock
+//      has reached a's position on a's engine. Every WAIT must come after
+//      its event's one RECORD in the array, so the array order is a valid
+//      interleaving of the engines and the simulation below may follow it;
+//      the plan may rely on nothing but the clocks.
+//   2. Values. The arena, the host activation store and the host gradients
+//      are lists of intervals, each labelled with the value it holds (a
+//      node of a part for a layer, a stretch of host weights, a model
+//      input, freed bytes), the instruction that wrote it, and the last
+//      instruction of each engine that read it since. Instructions are
+//      simulated in array order: a read checks the labels under it and
+//      that their writer happens before it; a write checks that it happens
+//      after the previous write and after every read since. The host
+//      weights and gradients of a layer follow the optimizer's order:
+//      UPDATE, then the COPY_INs of its new weights and the COPY_OUTs of
+//      this micro-batch's gradients, then NORM.
 #include "verify.h"
 
+#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-typedef enum { V_NODE, V_WEIGHTS, V_INPUT } ValueKind;
+static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run",    "loss",  "save",
+                                        "load",    "free",     "record", "wait", "norm", "update"};
+_Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
+static const char *const ENG_NAMES[] = {"compute", "copy-in", "copy-out", "host"};
+_Static_assert(sizeof ENG_NAMES / sizeof ENG_NAMES[0] == ENG_COUNT, "ENG_NAMES out of sync with Engine");
 
-// What a byte range holds. Ranges of one value are linear: `at` is the
-// position of the range's first byte inside the value (bytes into the
-// node's buffer, floats into the host store, bytes into the model input).
+typedef enum { V_NONE = -1, V_NODE, V_WEIGHTS, V_INPUT, V_FREED, V_GRADS } ValueKind;
+
+// What a range holds. Ranges of one value are linear: `at` is the position
+// of the range's first byte inside the value (bytes into the node's buffer,
+// floats into the host store, bytes into the model input).
 typedef struct Label {
-    int kind;      // ValueKind
+    int kind;       // ValueKind
     int part, node; // V_NODE; V_INPUT: node is the input's index
-    int64_t layer; // V_NODE: which layer's value (-1 outside the block)
+    int64_t layer;  // V_NODE: which layer's value (-1 outside the block)
     int64_t at;
-    int writer;    // the instruction that wrote it
+    int origin;     // the instruction that made the value (RUN, COPY_IN, INPUT, FREE); copies keep it
 } Label;
 
 typedef struct Span {
-    int64_t lo, hi; // arena bytes [lo, hi)
+    int64_t lo, hi; // [lo, hi): bytes (arena, activation store) or floats (gradients)
     Label l;
+    int writer;            // the instruction that put it there, -1: there at the start
+    int reader[ENG_COUNT]; // per engine, the last instruction that read it since, or -1
 } Span;
 
 typedef struct Spans {
-    Span *s; // sorted, disjoint
+    const char *name; // "arena bytes", ...
+    Span *s;          // sorted, disjoint; gaps hold nothing
     int n, cap;
 } Spans;
+
+static Label label_at(Label l, int64_t bytes) {
+    l.at += l.kind == V_WEIGHTS ? bytes / 4 : bytes;
+    return l;
+}
 
 static int spans_reserve(Spans *a, int extra) {
     if (a->n + extra <= a->cap) return 0;
@@ -42,118 +73,274 @@ static int spans_reserve(Spans *a, int extra) {
     return 0;
 }
 
-// Labels [lo, hi) with l (l.at for lo, advancing with the bytes; weights
-// advance in floats), replacing what was there.
-static int spans_write(Spans *a, int64_t lo, int64_t hi, Label l) {
-    if (lo >= hi) return 0;
+// The index of the first span that ends after pos.
+static int spans_find(const Spans *a, int64_t pos) {
+    int lo = 0, hi = a->n;
+    while (lo < hi) {
+        int mid = lo + (hi - lo) / 2;
+        if (a->s[mid].hi <= pos) lo = mid + 1;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// Splits the span across pos, if one is; returns the index of the first
+// span at or after pos. Needs room for one more span.
+static int spans_cut(Spans *a, int64_t pos) {
+    int i = spans_find(a, pos);
+    if (i == a->n || a->s[i].lo >= pos) return i;
+    memmove(&a->s[i + 1], &a->s[i], (size_t)(a->n - i) * sizeof(Span));
+    a->n++;
+    a->s[i].hi = pos;
+    a->s[i + 1].lo = pos;
+    a->s[i + 1].l = label_at(a->s[i].l, pos - a->s[i].lo);
+    return i + 1;
+}
+
+// Cuts the spans at lo and hi: [*i, *j) are then the spans inside [lo, hi).
+static int spans_range(Spans *a, int64_t lo, int64_t hi, int *i, int *j) {
     if (spans_reserve(a, 3) != 0) return -1;
-    int i = 0;
-    while (i < a->n && a->s[i].hi <= lo) i++;
-    // split a span that starts before lo
-    if (i < a->n && a->s[i].lo < lo) {
-        Span right = a->s[i];
-        right.l.at += right.l.kind == V_WEIGHTS ? (lo - right.lo) / 4 : lo - right.lo;
-        right.lo = lo;
-        a->s[i].hi = lo;
-        memmove(&a->s[i + 2], &a->s[i + 1], (size_t)(a->n - i - 1) * sizeof(Span));
-        a->s[i + 1] = right;
+    *i = spans_cut(a, lo);
+    *j = lo < hi ? spans_cut(a, hi) : *i;
+    return 0;
+}
+
+// Replaces whatever [lo, hi) held with one span.
+static int spans_put(Spans *a, int64_t lo, int64_t hi, Label l, int writer) {
+    if (lo >= hi) return 0;
+    int i, j;
+    if (spans_range(a, lo, hi, &i, &j) != 0) return -1;
+    if (j == i) {
+        memmove(&a->s[i + 1], &a->s[i], (size_t)(a->n - i) * sizeof(Span));
         a->n++;
-        i++;
+    } else if (j > i + 1) {
+        memmove(&a->s[i + 1], &a->s[j], (size_t)(a->n - j) * sizeof(Span));
+        a->n -= j - i - 1;
     }
-    // drop spans inside [lo, hi), trim one that ends after hi
-    int j = i;
-    while (j < a->n && a->s[j].hi <= hi) j++;
-    if (j < a->n && a->s[j].lo < hi) {
-        a->s[j].l.at += a->s[j].l.kind == V_WEIGHTS ? (hi - a->s[j].lo) / 4 : hi - a->s[j].lo;
-        a->s[j].lo = hi;
-    }
-    memmove(&a->s[i + 1], &a->s[j], (size_t)(a->n - j) * sizeof(Span));
-    a->n -= j - i - 1;
-    a->s[i] = (Span){.lo = lo, .hi = hi, .l = l};
+    a->s[i] = (Span){.lo = lo, .hi = hi, .l = l, .writer = writer, .reader = {-1, -1, -1, -1}};
     return 0;
 }
 
 typedef struct V {
     const Plan *p;
-    Spans arena;
     char *err;
     size_t errcap;
     const Instr *ins; // the stream being checked
+    int n;
     const char *stream;
+    int32_t *clk;   // (n, ENG_COUNT) vector clocks
+    int32_t *pos;   // (n) 1 + the instruction's place in its engine's order
+    int *upd, *nrm; // (layers + 1) the stream's UPDATE and NORM of the globals (0) and each layer (1 + l), or -1
+    Spans arena, act, grads;
+    Span *moved; // scratch for copies
+    int moved_cap;
 } V;
 
+static int fail(V *v, const char *fmt, ...) {
+    int k = snprintf(v->err, v->errcap, "plan verifier: %s stream: ", v->stream);
+    va_list ap;
+    va_start(ap, fmt);
+    if (k >= 0 && (size_t)k < v->errcap) vsnprintf(v->err + k, v->errcap - (size_t)k, fmt, ap);
+    va_end(ap);
+    return -1;
+}
+
+static int oom(V *v) {
+    snprintf(v->err, v->errcap, "plan verifier: out of memory");
+    return -1;
+}
+
+// Whether instruction a happens before instruction b (-1: the stream's start).
+static int before(const V *v, int a, int b) {
+    return a < 0 || a == b || v->clk[(size_t)b * ENG_COUNT + v->ins[a].engine] >= v->pos[a];
+}
+
+static void describe_layer(char *buf, size_t cap, int64_t layer) {
+    if (layer < 0) snprintf(buf, cap, "the globals");
+    else snprintf(buf, cap, "layer %lld", (long long)layer);
+}
+
+// "instruction 57 (copy_in on copy-in, layer 3)"; fields already checked.
 static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     if (i < 0) {
         snprintf(buf, cap, "nothing (never written)");
         return;
     }
     const Instr *in = &v->ins[i];
-    static const char *const NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss"};
-    if (in->kind == INS_RUN)
-        snprintf(buf, cap, "instruction %d (run %s nodes %d..%d, layer %d)", i, part_name((PartKind)in->part), in->from,
-                 in->to - 1, in->layer);
-    else
-        snprintf(buf, cap, "instruction %d (%s, layer %d)", i, in->kind < INS_COUNT ? NAMES[in->kind] : "?", in->layer);
+    const char *eng = ENG_NAMES[in->engine];
+    char ly[32];
+    describe_layer(ly, sizeof ly, in->layer);
+    switch ((InsKind)in->kind) {
+    case INS_RUN: {
+        char fr[32] = "";
+        if (in->part == PART_BLOCK) snprintf(fr, sizeof fr, " frame %d", in->frame);
+        snprintf(buf, cap, "instruction %d (run %s nodes %d..%d%s%s on %s, %s)", i,
+                 in->part >= 0 && in->part < PART_COUNT ? part_name((PartKind)in->part) : "?",
+                 in->from, in->to - 1, fr, in->flags & RUN_SKIP_HEAVY ? " skipping matmuls and attention" : "", eng,
+                 ly);
+        break;
+    }
+    case INS_RECORD:
+    case INS_WAIT: snprintf(buf, cap, "instruction %d (%s event %d on %s)", i, INS_NAMES[in->kind], in->event, eng); break;
+    case INS_COPY_IN:
+    case INS_COPY_OUT:
+    case INS_NORM:
+    case INS_UPDATE: snprintf(buf, cap, "instruction %d (%s on %s, %s)", i, INS_NAMES[in->kind], eng, ly); break;
+    default: snprintf(buf, cap, "instruction %d (%s on %s)", i, INS_NAMES[in->kind], eng); break;
+    }
 }
+
+static int64_t host_floats(const Plan *p) { return p->host_global + p->graph->layers * p->host_layer; }
+
+// The host store segment a float lies in: -1 for the globals, else the layer.
+static int64_t segment_of(const Plan *p, int64_t f) {
+    return f < p->host_global || p->host_layer <= 0 ? -1 : (f - p->host_global) / p->host_layer;
+}
+static int64_t segment_base(const Plan *p, int64_t layer) { return layer < 0 ? 0 : p->host_global + layer * p->host_layer; }
+static int64_t segment_len(const Plan *p, int64_t layer) { return layer < 0 ? p->host_global : p->host_layer; }
 
 static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
-    if (l->kind < 0) {
-        snprintf(buf, cap, "a value the graph cannot provide (no gradient reaches it)");
-    } else if (l->kind == V_WEIGHTS) {
-        const Plan *p = v->p;
-        if (l->at < p->host_global)
-            snprintf(buf, cap, "global weights from host float %lld", (long long)l->at);
-        else
-            snprintf(buf, cap, "layer %lld's weights from host float %lld",
-                     (long long)((l->at - p->host_global) / (p->host_layer ? p->host_layer : 1)), (long long)l->at);
-    } else if (l->kind == V_INPUT) {
-        snprintf(buf, cap, "model input %d", l->node);
-    } else {
-        const Node *n = v->p->graph->parts[l->part].nodes.items[l->node];
+    const Plan *p = v->p;
+    char o[160];
+    switch ((ValueKind)l->kind) {
+    case V_NONE: snprintf(buf, cap, "nothing"); break;
+    default: snprintf(buf, cap, "a value the graph cannot provide (no gradient reaches it)"); break;
+    case V_WEIGHTS: {
+        char ly[32];
+        describe_layer(ly, sizeof ly, segment_of(p, l->at));
+        snprintf(buf, cap, "%s%s weights from host float %lld", ly, ly[0] == 'l' ? "'s" : "'", (long long)l->at);
+        break;
+    }
+    case V_INPUT: snprintf(buf, cap, "model input %d", l->node); break;
+    case V_FREED:
+        describe_instr(v, l->origin, o, sizeof o);
+        snprintf(buf, cap, "bytes freed by %s", o);
+        break;
+    case V_GRADS: snprintf(buf, cap, "host gradients"); break;
+    case V_NODE: {
+        const Node *n = p->graph->parts[l->part].nodes.items[l->node];
         snprintf(buf, cap, "%s %%%d%s%s of layer %lld", part_name((PartKind)l->part), l->node, n->name ? " " : "",
                  n->name ? n->name : "", (long long)l->layer);
+        break;
+    }
     }
 }
 
-// Checks that [lo, lo + bytes) holds `want` (from want.at on) throughout.
-static int check_read(V *v, int reader, int64_t lo, int64_t bytes, Label want, const char *what) {
-    int64_t pos = lo, hi = lo + bytes;
-    for (int i = 0; i < v->arena.n && pos < hi; i++) {
-        const Span *s = &v->arena.s[i];
-        if (s->hi <= pos) continue;
-        Label expect = want;
-        expect.at += want.kind == V_WEIGHTS ? (pos - lo) / 4 : pos - lo;
-        Label have = s->l;
-        if (s->lo > pos) have = (Label){.kind = -1, .writer = -1};
-        else have.at += have.kind == V_WEIGHTS ? (pos - s->lo) / 4 : pos - s->lo;
-        int same = have.kind == expect.kind && have.at == expect.at &&
-                   (expect.kind != V_NODE || (have.part == expect.part && have.node == expect.node &&
-                                              have.layer == expect.layer)) &&
-                   (expect.kind != V_INPUT || have.node == expect.node);
-        if (!same) {
-            char r[160], w[160], hl[160], el[160];
-            describe_instr(v, reader, r, sizeof r);
-            describe_instr(v, have.writer, w, sizeof w);
-            describe_label(v, &expect, el, sizeof el);
-            if (have.kind < 0) snprintf(hl, sizeof hl, "nothing");
-            else describe_label(v, &have, hl, sizeof hl);
-            snprintf(v->err, v->errcap,
-                     "plan verifier: %s stream: %s reads %s (%s) at arena byte %lld, which holds %s written by %s",
-                     v->stream, r, what, el, (long long)pos, hl, w);
-            return -1;
+static int same_value(const Label *have, const Label *want) {
+    return have->kind == want->kind && have->at == want->at &&
+           (want->kind != V_NODE ||
+            (have->part == want->part && have->node == want->node && have->layer == want->layer)) &&
+           (want->kind != V_INPUT || have->node == want->node);
+}
+
+// Instruction r reads [lo, hi) of a. want: the value it must hold there
+// (from want->at on), with `what` saying which operand; NULL for a copy,
+// which takes whatever is there. Either way every value read must have
+// been written before r, and r becomes a reader of it.
+static int read_range(V *v, Spans *a, int r, int64_t lo, int64_t hi, const Label *want, const char *what) {
+    int i, j;
+    if (spans_range(a, lo, hi, &i, &j) != 0) return oom(v);
+    char rs[200], ws[200], hl[200], el[200];
+    int64_t pos = lo;
+    for (int k = i; k <= j; k++) {
+        int64_t next = k < j ? a->s[k].lo : hi;
+        if (want && next > pos) { // a gap: nothing was ever written there
+            describe_instr(v, r, rs, sizeof rs);
+            Label e = label_at(*want, pos - lo);
+            describe_label(v, &e, el, sizeof el);
+            return fail(v, "%s reads %s (%s) at %s %lld, which was never written", rs, what, el, a->name,
+                        (long long)pos);
         }
+        if (k == j) break;
+        Span *s = &a->s[k];
+        if (want) {
+            Label e = label_at(*want, s->lo - lo);
+            if (!same_value(&s->l, &e)) {
+                describe_instr(v, r, rs, sizeof rs);
+                describe_instr(v, s->writer, ws, sizeof ws);
+                describe_label(v, &e, el, sizeof el);
+                describe_label(v, &s->l, hl, sizeof hl);
+                if (s->l.kind == V_FREED)
+                    return fail(v, "%s reads %s (%s) at %s %lld, which hold %s%s%s", rs, what, el, a->name,
+                                (long long)s->lo, hl, s->writer == s->l.origin ? "" : ", copied there by ",
+                                s->writer == s->l.origin ? "" : ws);
+                return fail(v, "%s reads %s (%s) at %s %lld, which holds %s written by %s", rs, what, el, a->name,
+                            (long long)s->lo, hl, ws);
+            }
+        }
+        if (!want && s->l.kind == V_FREED) { // a copy of freed bytes: a value is missing
+            describe_instr(v, r, rs, sizeof rs);
+            describe_label(v, &s->l, hl, sizeof hl);
+            describe_instr(v, s->writer, ws, sizeof ws);
+            return fail(v, "%s copies %s [%lld, %lld), which hold %s%s%s", rs, a->name, (long long)s->lo,
+                        (long long)s->hi, hl, s->writer == s->l.origin ? "" : ", copied there by ",
+                        s->writer == s->l.origin ? "" : ws);
+        }
+        if ((want || s->l.kind != V_NONE) && !before(v, s->writer, r)) {
+            describe_instr(v, r, rs, sizeof rs);
+            describe_instr(v, s->writer, ws, sizeof ws);
+            describe_label(v, &s->l, hl, sizeof hl);
+            return fail(v, "%s reads %s [%lld, %lld) holding %s, written by %s: no event orders the write before the read",
+                        rs, a->name, (long long)s->lo, (long long)s->hi, hl, ws);
+        }
+        s->reader[v->ins[r].engine] = r;
         pos = s->hi;
-    }
-    if (pos < hi) {
-        char r[160], el[160];
-        describe_instr(v, reader, r, sizeof r);
-        describe_label(v, &want, el, sizeof el);
-        snprintf(v->err, v->errcap, "plan verifier: %s stream: %s reads %s (%s) at arena byte %lld, which was never written",
-                 v->stream, r, what, el, (long long)pos);
-        return -1;
     }
     return 0;
 }
+
+// Instruction w is about to write [lo, hi) of a: it must come after the
+// previous write of every byte and after every read since.
+static int check_write(V *v, Spans *a, int w, int64_t lo, int64_t hi) {
+    int i, j;
+    if (spans_range(a, lo, hi, &i, &j) != 0) return oom(v);
+    char ws[200], os[200], hl[200];
+    for (int k = i; k < j; k++) {
+        const Span *s = &a->s[k];
+        int other = -1;
+        for (int e = 0; e < ENG_COUNT && other < 0; e++)
+            if (s->reader[e] >= 0 && !before(v, s->reader[e], w)) other = s->reader[e];
+        if (other < 0 && before(v, s->writer, w)) continue;
+        describe_instr(v, w, ws, sizeof ws);
+        describe_label(v, &s->l, hl, sizeof hl);
+        if (other >= 0) {
+            describe_instr(v, other, os, sizeof os);
+            return fail(v, "%s overwrites %s [%lld, %lld) holding %s, which %s reads: no event orders the read before the overwrite",
+                        ws, a->name, (long long)s->lo, (long long)s->hi, hl, os);
+        }
+        describe_instr(v, s->writer, os, sizeof os);
+        return fail(v, "%s overwrites %s [%lld, %lld) holding %s, written by %s: no event orders the two writes", ws,
+                    a->name, (long long)s->lo, (long long)s->hi, hl, os);
+    }
+    return 0;
+}
+
+static int write_range(V *v, Spans *a, int w, int64_t lo, int64_t hi, Label l) {
+    if (check_write(v, a, w, lo, hi) != 0) return -1;
+    return spans_put(a, lo, hi, l, w) == 0 ? 0 : oom(v);
+}
+
+// Instruction i copies [src, src + bytes) of `from` to dst of `to`: the
+// labels travel, what was never written stays unwritten.
+static int copy_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t dst, int64_t bytes) {
+    if (read_range(v, from, i, src, src + bytes, NULL, "") != 0) return -1;
+    int lo = spans_find(from, src), n = 0;
+    for (int k = lo; k < from->n && from->s[k].lo < src + bytes; k++) n++;
+    if (n > v->moved_cap) {
+        Span *m = realloc(v->moved, (size_t)n * sizeof *m);
+        if (!m) return oom(v);
+        v->moved = m;
+        v->moved_cap = n;
+    }
+    memcpy(v->moved, &from->s[lo], (size_t)n * sizeof(Span));
+    if (check_write(v, to, i, dst, dst + bytes) != 0) return -1;
+    int rc = spans_put(to, dst, dst + bytes, (Label){.kind = V_NONE, .origin = i}, i);
+    for (int k = 0; rc == 0 && k < n; k++)
+        rc = spans_put(to, v->moved[k].lo - src + dst, v->moved[k].hi - src + dst, v->moved[k].l, i);
+    return rc == 0 ? 0 : oom(v);
+}
+
+// ---------------------------------------------------------------- the graph's values
 
 // Where a node's data is: its base node (views and reshapes followed) and
 // the byte offset into it.
@@ -166,10 +353,10 @@ static const Node *base_of(const Node *n, int64_t *off) {
     return n;
 }
 
-static int64_t addr_of(const Plan *p, const Node *n) {
+static int64_t addr_of(const Plan *p, const Node *n, int frame) {
     int64_t off;
     const Node *b = base_of(n, &off);
-    return p->node_offset[b->part][b->id] + off;
+    return plan_offsets(p, b->part, frame)[b->id] + off;
 }
 
 static const Node *output_of(const Plan *p, PartKind pk) { return p->graph->parts[pk].output; }
@@ -184,7 +371,7 @@ static Label input_value(const Plan *p, const Node *n, int64_t layer) {
         int64_t src_layer = part == PART_TAIL ? -1 : n->part == PART_BLOCK ? layer + 1 : 0;
         const Node *x = part_input_from(&g->parts[part], part == PART_TAIL ? PART_BLOCK : PART_HEAD);
         const Grad *gr = x ? part_grad_of(&g->parts[part], x) : NULL;
-        if (!gr || !gr->grad) return (Label){.kind = -1}; // matches nothing: the read is refused
+        if (!gr || !gr->grad) return (Label){.kind = V_NONE - 1}; // matches nothing: the read is refused
         const Node *b = base_of(gr->grad, &off);
         return (Label){.kind = V_NODE, .part = part, .node = b->id, .layer = src_layer, .at = off};
     }
@@ -202,7 +389,7 @@ static int64_t store_float(const Plan *p, const Param *prm, int param, int64_t l
     return (prm->in_block ? p->host_global + layer * p->host_layer : 0) + p->param_offset[param];
 }
 
-// The value node n (a base node) must hold when part runs for layer.
+// The value node n (a base node) must hold when its part runs for layer.
 static Label value_of(const Plan *p, const Node *n, int64_t layer) {
     if (n->op == OP_PARAM) {
         const Param *prm = p->graph->params.items[n->param];
@@ -212,34 +399,77 @@ static Label value_of(const Plan *p, const Node *n, int64_t layer) {
     return (Label){.kind = V_NODE, .part = n->part, .node = n->id, .layer = layer};
 }
 
+static int is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
+
+// A RUN reads every operand of its nodes (of its layer, at its frame's
+// offsets) and writes each node; with RUN_SKIP_HEAVY the matmul and
+// attention nodes are read instead: their values must already be there.
 static int verify_run(V *v, int i, const Instr *in) {
     const Plan *p = v->p;
     const Part *part = &p->graph->parts[in->part];
+    const int64_t *offs = plan_offsets(p, in->part, in->frame);
     int64_t layer = in->part == PART_BLOCK ? in->layer : -1;
+    char what[160];
     for (int k = in->from; k < in->to; k++) {
         const Node *n = part->nodes.items[k];
         if (n->op == OP_VIEW || n->op == OP_RESHAPE || n->op == OP_INPUT || n->op == OP_PARAM) continue;
+        Label out = {.kind = V_NODE, .part = in->part, .node = n->id, .layer = layer, .origin = i};
+        int64_t at = offs[n->id], bytes = shape_numel(&n->shape) * 4;
+        if ((in->flags & RUN_SKIP_HEAVY) && is_heavy(n)) {
+            snprintf(what, sizeof what, "the restored %%%d %s%s%s", n->id, op_name(n->op), n->name ? " " : "",
+                     n->name ? n->name : "");
+            if (read_range(v, &v->arena, i, at, at + bytes, &out, what) != 0) return -1;
+            continue;
+        }
         for (int j = 0; j < n->nin; j++) { // every operand: the right value, of this layer
             int64_t off;
             const Node *b = base_of(n->in[j], &off);
-            Label want = value_of(p, b, layer);
-            want.at += want.kind == V_WEIGHTS ? off / 4 : off;
-            char what[128];
+            Label want = label_at(value_of(p, b, layer), off);
             snprintf(what, sizeof what, "operand %d of %%%d %s, %s%s%s", j, n->id, op_name(n->op), op_name(b->op),
                      b->name ? " " : "", b->name ? b->name : "");
-            if (check_read(v, i, addr_of(p, n->in[j]), shape_numel(&n->in[j]->shape) * 4, want, what) != 0) return -1;
+            int64_t lo = addr_of(p, n->in[j], in->frame);
+            if (read_range(v, &v->arena, i, lo, lo + shape_numel(&n->in[j]->shape) * 4, &want, what) != 0) return -1;
         }
-        int64_t at = p->node_offset[in->part][n->id];
-        Label out = {.kind = V_NODE, .part = in->part, .node = n->id, .layer = layer, .writer = i};
-        if (spans_write(&v->arena, at, at + shape_numel(&n->shape) * 4, out) != 0) return -2;
+        if (write_range(v, &v->arena, i, at, at + bytes, out) != 0) return -1;
     }
     return 0;
 }
 
-// COPY_OUT must read the gradient of the parameter its host range names.
+// Order of a layer's host weights and gradients: the COPY_INs of a layer
+// the stream updates read the new weights; its COPY_OUTs add this
+// micro-batch's gradients after the UPDATE zeroed the old ones and before
+// the NORM reads them.
+static int host_order(V *v, int i, int64_t layer) {
+    const Instr *in = &v->ins[i];
+    int u = v->upd[layer + 1], m = v->nrm[layer + 1];
+    char rs[200], us[200], ly[32];
+    describe_layer(ly, sizeof ly, layer);
+    describe_instr(v, i, rs, sizeof rs);
+    if (u > i) {
+        describe_instr(v, u, us, sizeof us);
+        if (in->kind == INS_COPY_IN)
+            return fail(v, "%s reads %s's host weights before %s updates them", rs, ly, us);
+        return fail(v, "%s adds %s's gradients before %s consumes and zeroes the previous ones", rs, ly, us);
+    }
+    if (u >= 0 && !before(v, u, i)) {
+        describe_instr(v, u, us, sizeof us);
+        return fail(v, "%s %s %s's host %s, which %s writes: no event orders the update before it", rs,
+                    in->kind == INS_COPY_IN ? "reads" : "adds into", ly,
+                    in->kind == INS_COPY_IN ? "weights" : "gradients", us);
+    }
+    if (in->kind == INS_COPY_OUT && m >= 0 && m < i) {
+        describe_instr(v, m, us, sizeof us);
+        return fail(v, "%s adds %s's gradients after %s has read them", rs, ly, us);
+    }
+    return 0;
+}
+
+// COPY_OUT must read the gradient of the parameter its host range names,
+// in some frame, and add it into that parameter's host gradients.
 static int verify_copy_out(V *v, int i, const Instr *in) {
     const Plan *p = v->p;
     const Graph *g = p->graph;
+    int nframes = p->nframes > 1 ? p->nframes : 1;
     for (int pk = 0; pk < PART_COUNT; pk++) {
         const Part *part = &g->parts[pk];
         for (int k = 0; k < part->grads.n; k++) {
@@ -248,81 +478,211 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
             const Param *prm = g->params.items[gr->of->param];
             if (prm->in_block != (in->layer >= 0) ||
                 store_float(p, prm, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
-                addr_of(p, gr->grad) != in->src)
+                shape_numel(&prm->shape) * 4 != in->bytes)
                 continue;
-            int64_t off;
-            const Node *b = base_of(gr->grad, &off);
-            Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1, .at = off};
-            char what[96];
-            snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
-            return check_read(v, i, in->src, in->bytes, want, what);
+            for (int f = 0; f < (pk == PART_BLOCK ? nframes : 1); f++) {
+                if (addr_of(p, gr->grad, f) != in->src) continue;
+                int64_t off;
+                const Node *b = base_of(gr->grad, &off);
+                Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1,
+                              .at = off};
+                char what[96];
+                snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
+                if (read_range(v, &v->arena, i, in->src, in->src + in->bytes, &want, what) != 0 ||
+                    host_order(v, i, in->layer) != 0)
+                    return -1;
+                // an add: after the previous add or the update's zeroing, and after any read since
+                return write_range(v, &v->grads, i, in->dst, in->dst + in->bytes / 4, (Label){.kind = V_GRADS});
+            }
         }
     }
-    char r[160];
+    char r[200];
     describe_instr(v, i, r, sizeof r);
-    snprintf(v->err, v->errcap, "plan verifier: %s stream: %s copies out something that is no parameter's gradient",
-             v->stream, r);
-    return -1;
+    return fail(v, "%s copies out arena [%lld, +%lld) to host float %lld, which is no parameter's gradient", r,
+                (long long)in->src, (long long)in->bytes, (long long)in->dst);
 }
 
-// Copies the labels of [src, src + bytes) to dst.
-static int copy_labels(V *v, int i, const Instr *in) {
-    Spans *a = &v->arena;
-    int64_t lo = in->src, hi = in->src + in->bytes;
-    Span *moved = malloc((size_t)(a->n + 1) * sizeof(Span));
-    if (!moved) return -2;
-    int n = 0;
-    for (int k = 0; k < a->n; k++) {
-        const Span *s = &a->s[k];
-        if (s->hi <= lo || s->lo >= hi) continue;
-        Span c = *s;
-        if (c.lo < lo) {
-            c.l.at += c.l.kind == V_WEIGHTS ? (lo - c.lo) / 4 : lo - c.lo;
-            c.lo = lo;
-        }
-        if (c.hi > hi) c.hi = hi;
-        c.lo += in->dst - in->src;
-        c.hi += in->dst - in->src;
-        moved[n++] = c;
+// ---------------------------------------------------------------- pass 1: fields and order
+
+static int range_ok(int64_t off, int64_t len, int64_t cap) { return off >= 0 && len >= 0 && off <= cap && len <= cap - off; }
+
+// The fields an instruction uses are in range (mtrun's reader checks them
+// too; mtc's own plans are checked here).
+static int check_fields(V *v, int i) {
+    const Instr *in = &v->ins[i];
+    const Plan *p = v->p;
+    const Graph *g = p->graph;
+    int64_t A = p->arena_bytes, H = host_floats(p);
+    if (in->kind < 0 || in->kind >= INS_COUNT) return fail(v, "instruction %d: kind %d is out of range", i, in->kind);
+    if (in->engine < 0 || in->engine >= ENG_COUNT)
+        return fail(v, "instruction %d (%s): engine %d is out of range (0..%d)", i, INS_NAMES[in->kind], in->engine,
+                    ENG_COUNT - 1);
+    char d[200];
+    describe_instr(v, i, d, sizeof d);
+    if (in->bytes < 0) return fail(v, "%s: %lld bytes", d, (long long)in->bytes);
+    switch ((InsKind)in->kind) {
+    case INS_RECORD:
+    case INS_WAIT:
+        if (in->event < 0 || in->event >= p->nevents)
+            return fail(v, "%s: event %d is out of range (the plan has %d)", d, in->event, p->nevents);
+        return 0;
+    case INS_RUN: {
+        if (in->part < 0 || in->part >= PART_COUNT) return fail(v, "instruction %d: part %d is out of range", i, in->part);
+        int nframes = in->part == PART_BLOCK && p->nframes > 1 ? p->nframes : 1;
+        if (in->frame < 0 || in->frame >= nframes) return fail(v, "%s: the plan has %d frames", d, nframes);
+        if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
+            return fail(v, "%s: the part has %d nodes", d, g->parts[in->part].nodes.n);
+        if (in->part == PART_BLOCK && (in->layer < 0 || in->layer >= g->layers))
+            return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        return 0;
     }
-    // what was never written stays unwritten at the destination too
-    int rc = spans_write(a, in->dst, in->dst + in->bytes, (Label){.kind = -1, .writer = i});
-    for (int k = 0; rc == 0 && k < n; k++) rc = spans_write(a, moved[k].lo, moved[k].hi, moved[k].l);
-    free(moved);
-    (void)i;
-    return rc == 0 ? 0 : -2;
+    case INS_COPY_IN:
+    case INS_COPY_OUT: {
+        int64_t arena = in->kind == INS_COPY_IN ? in->dst : in->src, host = in->kind == INS_COPY_IN ? in->src : in->dst;
+        if (in->layer < -1 || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        if (in->bytes % 4 != 0 || !range_ok(host, in->bytes / 4, H) ||
+            !range_ok(host - segment_base(p, in->layer), in->bytes / 4, segment_len(p, in->layer)))
+            return fail(v, "%s: host floats [%lld, +%lld) are not inside that layer's segment", d, (long long)host,
+                        (long long)(in->bytes / 4));
+        if (!range_ok(arena, in->bytes, A)) return fail(v, "%s: arena bytes outside the arena", d);
+        return 0;
+    }
+    case INS_COPY:
+        if (!range_ok(in->src, in->bytes, A) || !range_ok(in->dst, in->bytes, A))
+            return fail(v, "%s: arena bytes outside the arena", d);
+        if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + in->bytes)
+            return fail(v, "%s: source [%lld, +%lld) and destination %lld overlap", d, (long long)in->src,
+                        (long long)in->bytes, (long long)in->dst);
+        return 0;
+    case INS_INPUT:
+        if (in->input < 0 || in->input >= g->inputs.n) return fail(v, "%s: model input %d is out of range", d, in->input);
+        return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
+    case INS_LOSS: return range_ok(in->src, 4, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
+    case INS_SAVE:
+    case INS_LOAD: {
+        int64_t arena = in->kind == INS_SAVE ? in->src : in->dst, act = in->kind == INS_SAVE ? in->dst : in->src;
+        if (!range_ok(arena, in->bytes, A)) return fail(v, "%s: arena bytes outside the arena", d);
+        if (!range_ok(act, in->bytes, p->host_act_bytes))
+            return fail(v, "%s: bytes [%lld, +%lld) outside the host activation store of %lld", d, (long long)act,
+                        (long long)in->bytes, (long long)p->host_act_bytes);
+        return 0;
+    }
+    case INS_FREE: return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
+    case INS_NORM:
+    case INS_UPDATE:
+        return in->layer >= -1 && in->layer < g->layers ? 0 : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+    case INS_COUNT: break;
+    }
+    return 0;
 }
+
+// Pass 1: the fields, the vector clocks, and the host optimizer's
+// instructions of each layer (at most one UPDATE and one NORM).
+static int verify_order(V *v) {
+    const Plan *p = v->p;
+    int n = v->n, nev = p->nevents > 0 ? p->nevents : 0;
+    int last[ENG_COUNT] = {-1, -1, -1, -1}, count[ENG_COUNT] = {0};
+    int *rec = malloc((size_t)(nev + 1) * sizeof *rec);
+    if (!rec) return oom(v);
+    for (int e = 0; e < nev; e++) rec[e] = -1;
+    for (int64_t l = 0; l <= p->graph->layers; l++) v->upd[l] = v->nrm[l] = -1;
+    char a[200], b[200];
+    int rc = 0;
+    for (int i = 0; i < n && rc == 0; i++) { // events recorded, and the host optimizer's instructions
+        const Instr *in = &v->ins[i];
+        if ((rc = check_fields(v, i)) != 0) break;
+        int *slot = in->kind == INS_RECORD ? &rec[in->event]
+                    : in->kind == INS_UPDATE ? &v->upd[in->layer + 1]
+                    : in->kind == INS_NORM   ? &v->nrm[in->layer + 1]
+                                             : NULL;
+        if (!slot) continue;
+        if (*slot >= 0) {
+            describe_instr(v, *slot, a, sizeof a);
+            describe_instr(v, i, b, sizeof b);
+            rc = fail(v, "%s repeats %s: once per stream", b, a);
+        }
+        *slot = i;
+    }
+    for (int i = 0; i < n && rc == 0; i++) { // the clocks, following the array
+        const Instr *in = &v->ins[i];
+        int32_t *c = &v->clk[(size_t)i * ENG_COUNT];
+        int prev = last[in->engine];
+        for (int e = 0; e < ENG_COUNT; e++) c[e] = prev >= 0 ? v->clk[(size_t)prev * ENG_COUNT + e] : 0;
+        if (in->kind == INS_WAIT) {
+            int r = rec[in->event];
+            if (r < 0 || r > i) {
+                describe_instr(v, i, b, sizeof b);
+                if (r < 0) rc = fail(v, "%s waits for an event no instruction records", b);
+                else {
+                    describe_instr(v, r, a, sizeof a);
+                    rc = fail(v, "%s waits for an event recorded later, by %s: the array order must be one the engines can run in",
+                              b, a);
+                }
+                break;
+            }
+            for (int e = 0; e < ENG_COUNT; e++)
+                if (v->clk[(size_t)r * ENG_COUNT + e] > c[e]) c[e] = v->clk[(size_t)r * ENG_COUNT + e];
+        }
+        v->pos[i] = c[in->engine] = ++count[in->engine];
+        last[in->engine] = i;
+    }
+    free(rec);
+    return rc;
+}
+
+// ---------------------------------------------------------------- pass 2: values
 
 static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
-    v->ins = ins;
-    v->stream = name;
-    v->arena.n = 0;
     const Plan *p = v->p;
+    v->ins = ins;
+    v->n = n;
+    v->stream = name;
+    v->arena.n = v->act.n = v->grads.n = 0;
+    free(v->clk);
+    free(v->pos);
+    v->clk = malloc(((size_t)n + 1) * ENG_COUNT * sizeof *v->clk);
+    v->pos = malloc(((size_t)n + 1) * sizeof *v->pos);
+    if (!v->clk || !v->pos) return oom(v);
+    if (verify_order(v) != 0) return -1;
     for (int i = 0; i < n; i++) {
         const Instr *in = &ins[i];
         int rc = 0;
         switch ((InsKind)in->kind) {
         case INS_COPY_IN:
-            rc = spans_write(&v->arena, in->dst, in->dst + in->bytes, (Label){.kind = V_WEIGHTS, .at = in->src, .writer = i});
+            rc = host_order(v, i, in->layer);
+            if (rc == 0)
+                rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
+                                 (Label){.kind = V_WEIGHTS, .at = in->src, .origin = i});
             break;
         case INS_INPUT:
-            rc = spans_write(&v->arena, in->dst, in->dst + in->bytes, (Label){.kind = V_INPUT, .node = in->input, .writer = i});
+            rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
+                             (Label){.kind = V_INPUT, .node = in->input, .origin = i});
             break;
-        case INS_COPY: rc = copy_labels(v, i, in); break;
+        case INS_FREE:
+            rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes, (Label){.kind = V_FREED, .origin = i});
+            break;
+        case INS_COPY: rc = copy_range(v, i, &v->arena, in->src, &v->arena, in->dst, in->bytes); break;
+        case INS_SAVE: rc = copy_range(v, i, &v->arena, in->src, &v->act, in->dst, in->bytes); break;
+        case INS_LOAD: rc = copy_range(v, i, &v->act, in->src, &v->arena, in->dst, in->bytes); break;
         case INS_RUN: rc = verify_run(v, i, in); break;
         case INS_COPY_OUT: rc = verify_copy_out(v, i, in); break;
         case INS_LOSS: {
             int64_t off;
             const Node *b = base_of(output_of(p, PART_TAIL), &off);
-            rc = check_read(v, i, in->src, 4, (Label){.kind = V_NODE, .part = PART_TAIL, .node = b->id, .layer = -1, .at = off},
-                            "the loss");
+            Label want = {.kind = V_NODE, .part = PART_TAIL, .node = b->id, .layer = -1, .at = off};
+            rc = read_range(v, &v->arena, i, in->src, in->src + 4, &want, "the loss");
             break;
         }
-        case INS_COUNT: break;
+        case INS_NORM:
+        case INS_UPDATE: { // the layer's gradients: NORM reads them, UPDATE reads and zeroes them
+            int64_t lo = segment_base(p, in->layer), hi = lo + segment_len(p, in->layer);
+            rc = read_range(v, &v->grads, i, lo, hi, NULL, "");
+            if (rc == 0 && in->kind == INS_UPDATE) rc = write_range(v, &v->grads, i, lo, hi, (Label){.kind = V_GRADS});
+            break;
         }
-        if (rc == -2) {
-            snprintf(v->err, v->errcap, "plan verifier: out of memory");
-            return -1;
+        case INS_RECORD:
+        case INS_WAIT:
+        case INS_COUNT: break;
         }
         if (rc != 0) return -1;
     }
@@ -331,8 +691,22 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
 
 int plan_verify(const Plan *p, char *err, size_t errcap) {
     V v = {.p = p, .err = err, .errcap = errcap};
-    int rc = verify_stream(&v, p->train, p->ntrain, "train");
+    v.arena.name = "arena bytes";
+    v.act.name = "host activation store bytes";
+    v.grads.name = "host gradient floats";
+    int64_t layers = p->graph->layers;
+    v.upd = malloc((size_t)(layers + 1) * sizeof *v.upd);
+    v.nrm = malloc((size_t)(layers + 1) * sizeof *v.nrm);
+    int rc = v.upd && v.nrm ? 0 : oom(&v);
+    if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
     if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");
     free(v.arena.s);
+    free(v.act.s);
+    free(v.grads.s);
+    free(v.moved);
+    free(v.clk);
+    free(v.pos);
+    free(v.upd);
+    free(v.nrm);
     return rc;
 }
