@@ -77,7 +77,11 @@ int main(int argc, char **argv) {
     Arena a = {0};
     Model *m = dsl_parse(&src, &a, &d);
     Graph *g = m ? sema_lower(m, &opt, &a, &d) : NULL;
-    Plan *p = g && autodiff(g, &a, &d) == 0 ? schedule_first(g, &a, err, sizeof err) : NULL;
+    Target tgt;
+    SchedRequest req = {.policy = POLICY_SEQUENTIAL, .resident = -1};
+    SchedResult r = {0};
+    Plan *p = g && autodiff(g, &a, &d) == 0 && target_load("h200", &tgt, err, sizeof err) == 0 &&
+                      schedule_search(g, &tgt, &req, &a, &r, err, sizeof err) == 0 ? r.plan : NULL;
     HostStore hs;
     Backend *be = p ? backend_cpu_create(p, err, sizeof err) : NULL;
     if (!be || store_alloc(&hs, p) != 0) {

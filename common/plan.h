@@ -2,7 +2,7 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 1, all integers little-endian:
+// File format, version 2, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version = 1, u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,35 +21,57 @@
 
 #include "../compiler/graph.h"
 
-enum { PLAN_VERSION = 1, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 2, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
     SEC_CONFIG,     // the TrainConfig
     SEC_GRAPH,      // model name, block, inputs, params, the three parts with their backward
-    SEC_HOST,       // host store layout
-    SEC_ARENA,      // device arena size and every node's offset
-    SEC_STREAMS,    // the instruction streams
-    SEC_KERNELS,    // the kernels the streams launch (op names for now; code with the fusion issue)
+    SEC_HOST,       // host store layout, the host activation store
+    SEC_ARENA,      // device arena size, its limit, every node's offset (block nodes once per frame)
+    SEC_STREAMS,    // the schedule's name and the instruction streams
+    SEC_KERNELS,    // the fused kernels (kernel IR), LLVM bitcode, CUDA cubin and PTX
     SEC_COUNT_PLUS_ONE
 } SectionId;
+
+// The engines a plan's instructions are queued on. Each runs its own
+// instructions in stream order; engines order against each other only
+// through events (INS_RECORD, INS_WAIT). Any kind may sit on any engine (the
+// sequential policy puts everything on ENG_COMPUTE); the cost model charges
+// an instruction by its kind.
+typedef enum { ENG_COMPUTE, ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COUNT } Engine;
 
 typedef enum {
     INS_COPY_IN,  // host master weights [src, src + bytes/4) floats -> arena [dst, dst + bytes)
     INS_COPY_OUT, // arena [src, src + bytes) -> added into host gradients from float dst
     INS_COPY,     // arena [src, ...) -> arena [dst, ...), bytes
     INS_INPUT,    // model input `input` (the batch's tokens or targets) -> arena [dst, dst + bytes)
-    INS_RUN,      // run nodes [from, to) of part `part`, with layer `layer`'s weights in the slot
+    INS_RUN,      // run nodes [from, to) of part `part` in block frame `frame` for layer `layer`; flags RUN_*
     INS_LOSS,     // the loss scalar at arena src is the micro-batch's loss
+    INS_SAVE,     // arena [src, src + bytes) -> host activation store bytes [dst, dst + bytes)
+    INS_LOAD,     // host activation store bytes [src, src + bytes) -> arena [dst, dst + bytes)
+    INS_FREE,     // arena [dst, dst + bytes) holds nothing from here on (the cpu backend fills it with NaN)
+    INS_RECORD,   // event `event` fires once everything before it on this engine is done
+    INS_WAIT,     // nothing after it on this engine starts before event `event` fired
+    INS_NORM,     // host: the squared norm of layer `layer`'s gradients (-1: the globals), on a step's last micro-batch
+    INS_UPDATE,   // host: the pending AdamW update of layer `layer`'s weights (-1: the globals); zeroes its gradients
     INS_COUNT
 } InsKind;
 
+// INS_RUN flags. RUN_SKIP_HEAVY: skip matmul and attention nodes, whose
+// outputs the schedule restored (selective recomputation).
+enum { RUN_SKIP_HEAVY = 1 };
+
 typedef struct Instr {
-    int32_t kind;  // InsKind
-    int32_t part;  // INS_RUN
-    int32_t layer; // INS_RUN, INS_COPY_IN, INS_COPY_OUT: which layer (-1: global params)
-    int32_t input; // INS_INPUT
+    int32_t kind;     // InsKind
+    int32_t engine;   // Engine
+    int32_t part;     // INS_RUN
+    int32_t layer;    // INS_RUN, INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE (-1: global params)
+    int32_t input;    // INS_INPUT
     int32_t from, to; // INS_RUN
+    int32_t frame;    // INS_RUN of the block: which frame's offsets (0 for the head and tail)
+    int32_t flags;    // INS_RUN
+    int32_t event;    // INS_RECORD, INS_WAIT: 0 .. nevents-1, each recorded once per stream
     int64_t src, dst, bytes;
 } Instr;
 
@@ -66,16 +88,38 @@ typedef struct Plan {
     int64_t host_global;   // floats in the global segment
     int64_t host_layer;    // floats in each layer's segment
     int64_t *param_offset; // (graph->params.n) floats from the start of its segment
+    int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
     // ARENA
     int64_t arena_bytes;
-    int64_t *node_offset[PART_COUNT]; // (parts[p].nodes.n) byte offsets; -1 for views and reshapes
+    int64_t device_limit; // bytes of device memory of the target the plan was made for
+    int32_t nframes;      // block frames: each a full set of block node offsets
+    // Byte offsets, -1 for views and reshapes. Head and tail: (nodes.n).
+    // Block: (nframes, nodes.n), frame-major; plan_offsets() picks a frame.
+    int64_t *node_offset[PART_COUNT];
     // STREAMS
-    Instr *train;  // (ntrain) one micro-batch: forward, loss, backward, gradients out
+    const char *schedule; // what the scheduler chose, in words ("remat=layer slots=2 resident=3 ...")
+    int32_t nevents;      // events of each stream are numbered 0 .. nevents-1
+    Instr *train;  // (ntrain) one micro-batch: the pending update, forward, loss, backward, gradients out
     int32_t ntrain;
     Instr *eval;   // (neval) forward and loss only, for validation
     int32_t neval;
+    // KERNELS (empty when absent)
+    const uint8_t *kernels_bytes; // (kernels_len) the kernel IR of every part (compiler/kir.h)
+    size_t kernels_len;
+    const uint8_t *bitcode;       // (bitcode_len) LLVM bitcode of the cpu kernels
+    size_t bitcode_len;
+    const char *cuda_arch;        // "sm_90", or NULL: no CUDA code
+    const uint8_t *cubin;         // (cubin_len)
+    size_t cubin_len;
+    const char *ptx;              // (ptx_len)
+    size_t ptx_len;
     // set by the writer and the reader: crc32 over all sections, naming this plan
     uint32_t plan_crc;
 } Plan;
+
+// The node offsets a RUN of part pk in frame `frame` uses.
+static inline const int64_t *plan_offsets(const Plan *p, int pk, int frame) {
+    return p->node_offset[pk] + (pk == PART_BLOCK ? (int64_t)frame * p->graph->parts[pk].nodes.n : 0);
+}
 
 #endif

@@ -1,5 +1,7 @@
 #include "cost.h"
 
+#include <stdlib.h>
+
 static double node_bytes(const Node *n) { return (double)shape_numel(&n->shape) * 4.0; }
 
 double cost_node(const Node *n, const Target *t, DType compute) {
@@ -24,23 +26,83 @@ double cost_node(const Node *n, const Target *t, DType compute) {
     return (by_flops > by_bytes ? by_flops : by_bytes) + t->kernel_launch_s;
 }
 
-static double run_time(const Part *part, int from, int to, const Target *t, DType compute) {
+static double run_time(const Part *part, int from, int to, int flags, const Target *t, DType compute) {
     double s = 0;
-    for (int i = from; i < to; i++) s += cost_node(part->nodes.items[i], t, compute);
+    for (int i = from; i < to; i++) {
+        const Node *n = part->nodes.items[i];
+        if ((flags & RUN_SKIP_HEAVY) && (n->op == OP_MATMUL || n->op == OP_ATTENTION)) continue;
+        s += cost_node(n, t, compute);
+    }
     return s;
+}
+
+// Floats of layer `layer`'s segment of the host store (-1: the globals).
+static double layer_floats(const Plan *p, int32_t layer) {
+    return (double)(layer < 0 ? p->host_global : p->host_layer);
 }
 
 double cost_instr(const Plan *p, const Instr *in, const Target *t) {
     switch ((InsKind)in->kind) {
-    case INS_RUN: return run_time(&p->graph->parts[in->part], in->from, in->to, t, p->graph->train.compute);
+    case INS_RUN:
+        return run_time(&p->graph->parts[in->part], in->from, in->to, in->flags, t, p->graph->train.compute);
     case INS_COPY_IN:
-    case INS_INPUT: return (double)in->bytes / t->h2d_bandwidth;
-    case INS_COPY_OUT: return (double)in->bytes / t->d2h_bandwidth;
+    case INS_INPUT:
+    case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
+    case INS_COPY_OUT:
+    case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
+    case INS_UPDATE: return layer_floats(p, in->layer) * 32.0 / t->host_memory_bandwidth;
+    case INS_NORM: return layer_floats(p, in->layer) * 4.0 / t->host_memory_bandwidth;
     case INS_LOSS:
+    case INS_FREE:
+    case INS_RECORD:
+    case INS_WAIT:
     case INS_COUNT: break;
     }
     return 0;
+}
+
+enum { RES_DEVICE, RES_H2D, RES_D2H, RES_HOST, RES_NONE, RES_COUNT };
+
+static int resource_of(const Instr *in, const Target *t) {
+    switch ((InsKind)in->kind) {
+    case INS_RUN:
+    case INS_COPY: return RES_DEVICE;
+    case INS_COPY_IN:
+    case INS_INPUT:
+    case INS_LOAD: return RES_H2D;
+    case INS_COPY_OUT:
+    case INS_SAVE: return t->link_duplex ? RES_D2H : RES_H2D;
+    case INS_UPDATE:
+    case INS_NORM: return RES_HOST;
+    default: return RES_NONE;
+    }
+}
+
+double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
+                     double *end) {
+    double engine[ENG_COUNT] = {0}, busy[RES_COUNT] = {0}, last = 0;
+    double *fired = calloc((size_t)p->nevents + 1, sizeof *fired);
+    if (!fired) return 0;
+    // The array order is a valid order of the engines' instructions (every
+    // WAIT follows its RECORD), so one pass in it settles every start.
+    for (int i = 0; i < n; i++) {
+        const Instr *in = &ins[i];
+        double at = engine[in->engine];
+        if (in->kind == INS_WAIT && fired[in->event] > at) at = fired[in->event];
+        int r = resource_of(in, t);
+        double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : cost_instr(p, in, t);
+        if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
+        double done = at + d;
+        if (r != RES_NONE && d > 0) busy[r] = done;
+        engine[in->engine] = done;
+        if (in->kind == INS_RECORD) fired[in->event] = done;
+        if (start) start[i] = at;
+        if (end) end[i] = done;
+        if (done > last) last = done;
+    }
+    free(fired);
+    return last;
 }
 
 void cost_plan(const Plan *p, const Target *t, Cost *c) {
@@ -48,44 +110,53 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
     DType compute = g->train.compute;
     *c = (Cost){.device_peak_bytes = p->arena_bytes};
     int64_t params = p->host_global + g->layers * p->host_layer;
-    c->host_bytes = params * 16;
-    int block_forwards = 0, layer0_copies = 0;
+    c->host_bytes = params * 16 + p->host_act_bytes;
+    int block_forwards = 0;
+    double layer_in_bytes = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double s = cost_instr(p, in, t);
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
-            if (in->part == PART_BLOCK && in->from == 0) block_forwards++;
+            if (in->part == PART_BLOCK && in->from == 0) {
+                block_forwards++;
+                if (block_forwards > g->layers) c->recompute_s += s;
+            }
             break;
         case INS_COPY_IN:
         case INS_INPUT:
+        case INS_LOAD:
             c->copy_in_bytes += in->bytes;
             c->copy_in_s += s;
-            if (in->kind == INS_COPY_IN && in->layer == 0) layer0_copies++;
+            if (in->kind == INS_COPY_IN && in->layer >= 0) layer_in_bytes += (double)in->bytes;
             break;
         case INS_COPY_OUT:
+        case INS_SAVE:
             c->copy_out_bytes += in->bytes;
             c->copy_out_s += s;
             break;
         case INS_COPY: c->device_copy_s += s; break;
-        case INS_LOSS:
-        case INS_COUNT: break;
+        case INS_UPDATE:
+        case INS_NORM: c->optimizer_s += s; break;
+        default: break;
         }
     }
-    // Forward work beyond one pass per layer is recompute.
-    const Part *block = &g->parts[PART_BLOCK];
-    if (block_forwards > g->layers)
-        c->recompute_s = (double)(block_forwards - g->layers) * run_time(block, 0, block->nfwd, t, compute);
-    c->weight_crossings = layer0_copies;
-    c->optimizer_s = (double)params * 32.0 / t->host_memory_bandwidth;
-    // One stream, no overlap: every engine waits for the others.
-    c->step_s = c->compute_s + c->copy_in_s + c->copy_out_s + c->device_copy_s + c->optimizer_s;
-    double useful = c->compute_s - c->recompute_s, in_once = (double)params * 4.0 / t->h2d_bandwidth,
-           out_once = (double)params * 4.0 / t->d2h_bandwidth;
+    // Recompute: forward runs beyond the first of each layer (counted in
+    // stream order, the forward pass comes first).
+    (void)compute;
+    c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * 4.0) : 0;
+    // A step: the first micro-batch does the host's work, the others only
+    // wait for what they need of it (nothing: the updates are done).
+    double first = cost_simulate(p, p->train, p->ntrain, t, 1, NULL, NULL);
+    double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, 0, NULL, NULL) : 0;
+    c->step_s = first + (double)(g->train.accumulate - 1) * rest;
+    double acc = (double)g->train.accumulate;
+    double useful = (c->compute_s - c->recompute_s) * acc, in_once = (double)params * 4.0 / t->h2d_bandwidth,
+           out_once = (double)params * 4.0 / t->d2h_bandwidth, host = (double)params * 36.0 / t->host_memory_bandwidth;
     double lb = useful;
     if (in_once > lb) lb = in_once;
     if (out_once > lb) lb = out_once;
-    if (c->optimizer_s > lb) lb = c->optimizer_s;
+    if (host > lb) lb = host;
     c->lower_bound_s = lb;
 }

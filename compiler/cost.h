@@ -1,6 +1,6 @@
 // cost.h: the cost model of the scheduler: the predicted time of a plan's
-// training stream on a target machine, and the lower bound of a step that
-// no schedule can beat.
+// training stream on a target machine, by simulating its engines, and the
+// lower bound of a step that no schedule can beat.
 #ifndef MT_COST_H
 #define MT_COST_H
 
@@ -13,20 +13,28 @@ typedef struct Cost {
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
     double device_copy_s;    // arena-to-arena copies
-    double optimizer_s;      // the host AdamW step: 28 bytes a parameter, plus the norm's 4
-    double step_s;           // predicted step: the engines' times as the plan orders them
+    double optimizer_s;      // the host's work: AdamW (32 bytes a parameter) and the gradient norms (4)
+    double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches
     double lower_bound_s;    // max(compute without recompute, weights in once, gradients out once, optimizer)
     int64_t device_peak_bytes; // the arena
-    int64_t host_bytes;      // the host store
-    int weight_crossings;    // times each layer's weights cross the link in a step
+    int64_t host_bytes;      // the host store and the host activation store
+    double weight_crossings; // how many times a layer's weights cross the link in a step, on average
 } Cost;
 
-// Predicts a micro-batch step of p's training stream on t. The first
-// schedule has one stream and no overlap, so its step is the sum of its
-// instructions' times plus the optimizer.
+// Predicts an optimizer step of p's training stream on t.
 void cost_plan(const Plan *p, const Target *t, Cost *c);
 
-// The predicted time of one instruction on its engine.
+// Simulates the engines over ins[0, n): each runs its instructions in order,
+// an instruction starting when its engine is free, its WAITs' events have
+// fired and the resource it needs (the device, the host link in its
+// direction or both when the link is not duplex, the host's memory) is
+// free. Host instructions cost nothing unless host_work. Writes each
+// instruction's start and end (seconds) when start/end are not NULL.
+// Returns the time the last engine finishes.
+double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
+                     double *end);
+
+// The predicted time of one instruction on its resource.
 double cost_instr(const Plan *p, const Instr *in, const Target *t);
 
 // The device time of one node: GEMMs and attention by FLOPs at the matrix

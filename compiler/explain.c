@@ -2,62 +2,85 @@
 
 #include <errno.h>
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-// Whether the plan fits the target; if not, why, in reason.
-static int fits(const Cost *c, const Target *t, char *reason, size_t cap) {
-    reason[0] = 0;
-    if ((double)c->device_peak_bytes > t->device_memory)
-        snprintf(reason, cap, "needs %.3g GB of device memory, %s has %.3g GB", (double)c->device_peak_bytes / 1e9,
-                 t->name, t->device_memory / 1e9);
-    else if ((double)c->host_bytes > t->host_memory)
-        snprintf(reason, cap, "needs %.3g GB of host memory, %s has %.3g GB", (double)c->host_bytes / 1e9, t->name,
-                 t->host_memory / 1e9);
-    return reason[0] == 0;
+static void json_str(FILE *out, const char *s) {
+    fputc('"', out);
+    for (; *s; s++) {
+        if (*s == '"' || *s == '\\') fputc('\\', out);
+        fputc(*s, out);
+    }
+    fputc('"', out);
 }
 
-void explain_print(FILE *out, const Plan *p, const Target *t, int json) {
-    const Graph *g = p->graph;
-    Cost c;
-    cost_plan(p, t, &c);
-    char reason[256];
-    int ok = fits(&c, t, reason, sizeof reason);
-    int64_t link = c.copy_in_bytes + c.copy_out_bytes;
+void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult *rows, const char *const *names,
+                   int nrows, int chosen, int json) {
+    double acc = (double)g->train.accumulate;
     if (json) {
-        fprintf(out, "{\"target\": \"%s\", \"batch\": %lld, \"seq\": %lld, \"policies\": [\n", t->name,
-                (long long)g->train.batch, (long long)g->train.seq);
-        fprintf(out, "  {\"name\": \"sequential\", \"predicted_step_s\": %.6g, \"lower_bound_s\": %.6g, "
-                     "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"link_bytes_per_step\": %lld, "
-                     "\"weight_crossings\": %d, \"chosen\": %s, \"fits\": %s",
-                c.step_s, c.lower_bound_s, (long long)c.device_peak_bytes, (long long)c.host_bytes, (long long)link,
-                c.weight_crossings, ok ? "true" : "false", ok ? "true" : "false");
-        if (!ok) fprintf(out, ", \"reason\": \"%s\"", reason);
-        fprintf(out, "}\n]}\n");
+        fprintf(out, "{\"target\": ");
+        json_str(out, t->name);
+        fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"policies\": [\n",
+                (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate);
+        for (int i = 0; i < nrows; i++) {
+            const SchedResult *r = &rows[i];
+            const Cost *c = &r->cost;
+            fprintf(out, "  {\"name\": ");
+            json_str(out, names[i]);
+            fprintf(out, ", \"schedule\": ");
+            json_str(out, r->plan ? r->plan->schedule : "");
+            fprintf(out, ", \"predicted_step_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
+                         "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"link_bytes_per_step\": %.0f, "
+                         "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"fits\": %s, \"chosen\": %s",
+                    c->step_s, c->lower_bound_s, c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0,
+                    (long long)c->device_peak_bytes, (long long)c->host_bytes,
+                    (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
+                    r->fits ? "true" : "false", i == chosen ? "true" : "false");
+            if (!r->fits) {
+                fprintf(out, ", \"reason\": ");
+                json_str(out, r->why);
+            }
+            fprintf(out, "}%s\n", i + 1 < nrows ? "," : "");
+        }
+        fprintf(out, "]}\n");
         return;
     }
-    fprintf(out, "model %s on %s: batch %lld, seq %lld, compute %s\n", g->model_name, t->name,
-            (long long)g->train.batch, (long long)g->train.seq, dtype_name(g->train.compute));
-    fprintf(out, "  %-12s %10s %10s %6s %12s %12s %12s %9s\n", "policy", "step s", "bound s", "ratio", "device GB",
-            "host GB", "link GB/step", "crossings");
-    fprintf(out, "  %-12s %10.4g %10.4g %6.2f %12.4g %12.4g %12.4g %9d\n", ok ? "sequential *" : "sequential",
-            c.step_s, c.lower_bound_s, c.step_s / c.lower_bound_s, (double)c.device_peak_bytes / 1e9,
-            (double)c.host_bytes / 1e9, (double)link / 1e9, c.weight_crossings);
-    fprintf(out, "  step: compute %.4g s (recompute %.4g), copy in %.4g s, copy out %.4g s, device copies %.4g s, "
-                 "optimizer %.4g s\n", c.compute_s, c.recompute_s, c.copy_in_s, c.copy_out_s, c.device_copy_s,
-            c.optimizer_s);
-    if (!ok) fprintf(out, "  does not fit: %s\n", reason);
-    fprintf(out, "  (* chosen; the one policy so far: one stream, no overlap, every layer recomputed)\n");
+    fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
+            (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
+            dtype_name(g->train.compute));
+    fprintf(out, "  %-16s %10s %10s %6s %10s %10s %12s %9s  %s\n", "policy", "step s", "bound s", "ratio", "device GB",
+            "host GB", "link GB/step", "crossings", "schedule");
+    for (int i = 0; i < nrows; i++) {
+        const SchedResult *r = &rows[i];
+        const Cost *c = &r->cost;
+        char name[64];
+        snprintf(name, sizeof name, "%s%s", names[i], i == chosen ? " *" : "");
+        fprintf(out, "  %-16s %10.4g %10.4g %6.2f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s, c->lower_bound_s,
+                c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0, (double)c->device_peak_bytes / 1e9,
+                (double)c->host_bytes / 1e9, (double)(c->copy_in_bytes + c->copy_out_bytes) * acc / 1e9,
+                c->weight_crossings, r->plan ? r->plan->schedule : "");
+        if (!r->fits) fprintf(out, "  %-16s does not fit: %s\n", "", r->why);
+    }
+    if (chosen >= 0) {
+        const Cost *c = &rows[chosen].cost;
+        fprintf(out, "  chosen (*): compute %.4g s (recompute %.4g), copy in %.4g s, copy out %.4g s, device copies "
+                     "%.4g s, host optimizer %.4g s per micro-batch\n",
+                c->compute_s, c->recompute_s, c->copy_in_s, c->copy_out_s, c->device_copy_s, c->optimizer_s);
+    } else {
+        fprintf(out, "  no policy fits %s\n", t->name);
+    }
 }
 
-enum { TRACK_COPY_IN = 1, TRACK_COMPUTE, TRACK_COPY_OUT, TRACK_HOST };
+// Tracks are engines, numbered from 1 (Engine + 1).
 
 // What an instruction does, for the trace: "layer 3 forward".
 static void instr_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
-    const Part *part = &p->graph->parts[in->part];
+    const Part *part = &p->graph->parts[in->part >= 0 && in->part < PART_COUNT ? in->part : 0];
     switch ((InsKind)in->kind) {
     case INS_RUN:
         if (in->part == PART_BLOCK)
-            snprintf(buf, cap, "layer %d %s", in->layer, in->from == 0 ? "forward" : "backward");
+            snprintf(buf, cap, "layer %d %s", in->layer,
+                     in->from > 0 ? "backward" : in->flags & RUN_SKIP_HEAVY ? "selective recompute" : "forward");
         else
             snprintf(buf, cap, "%s %s", part_name((PartKind)in->part),
                      in->from == 0 && in->to == part->nodes.n ? "forward+backward" : in->from == 0 ? "forward" : "backward");
@@ -72,17 +95,17 @@ static void instr_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
         break;
     case INS_COPY: snprintf(buf, cap, "device copy"); break;
     case INS_INPUT: snprintf(buf, cap, "batch input %d in", in->input); break;
-    case INS_LOSS:
-    case INS_COUNT: snprintf(buf, cap, "loss"); break;
-    }
-}
-
-static int instr_track(const Instr *in) {
-    switch ((InsKind)in->kind) {
-    case INS_COPY_IN:
-    case INS_INPUT: return TRACK_COPY_IN;
-    case INS_COPY_OUT: return TRACK_COPY_OUT;
-    default: return TRACK_COMPUTE;
+    case INS_SAVE: snprintf(buf, cap, "activations out"); break;
+    case INS_LOAD: snprintf(buf, cap, "activations in"); break;
+    case INS_UPDATE:
+        if (in->layer < 0) snprintf(buf, cap, "AdamW globals");
+        else snprintf(buf, cap, "AdamW layer %d", in->layer);
+        break;
+    case INS_NORM:
+        if (in->layer < 0) snprintf(buf, cap, "gradient norm globals");
+        else snprintf(buf, cap, "gradient norm layer %d", in->layer);
+        break;
+    default: snprintf(buf, cap, "%d", in->kind); break;
     }
 }
 
@@ -92,28 +115,36 @@ int explain_trace(const char *path, const Plan *p, const Target *t, char *err, s
         snprintf(err, errcap, "%s: cannot write the trace: %s", path, strerror(errno));
         return -1;
     }
-    static const char *const TRACKS[] = {"", "copy-in (host to device)", "compute", "copy-out (device to host)",
-                                         "host optimizer"};
+    static const char *const TRACKS[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
+                                                  "host optimizer"};
     fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-    for (int k = TRACK_COPY_IN; k <= TRACK_HOST; k++)
+    for (int k = 0; k < ENG_COUNT; k++)
         fprintf(f, "  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
-                k, TRACKS[k]);
-    // One stream, no overlap: each instruction starts when the one before ends.
-    double now_us = 0;
+                k + 1, TRACKS[k]);
+    double *start = calloc((size_t)p->ntrain + 1, sizeof *start), *end = calloc((size_t)p->ntrain + 1, sizeof *end);
+    if (!start || !end) {
+        free(start);
+        free(end);
+        fclose(f);
+        remove(path);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    cost_simulate(p, p->train, p->ntrain, t, 1, start, end);
+    int first = 1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        if (in->kind == INS_LOSS) continue;
-        double us = cost_instr(p, in, t) * 1e6;
+        if (end[i] <= start[i]) continue; // events, frees, the loss
         char label[96];
         instr_label(p, in, label, sizeof label);
-        fprintf(f, "  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-                   "\"args\": {\"bytes\": %lld}},\n", label, instr_track(in), now_us, us, (long long)in->bytes);
-        now_us += us;
+        fprintf(f, "%s  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                   "\"args\": {\"bytes\": %lld, \"instruction\": %d}}", first ? "" : ",\n", label, in->engine + 1,
+                start[i] * 1e6, (end[i] - start[i]) * 1e6, (long long)in->bytes, i);
+        first = 0;
     }
-    Cost c;
-    cost_plan(p, t, &c);
-    fprintf(f, "  {\"ph\": \"X\", \"name\": \"AdamW\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f}\n", TRACK_HOST,
-            now_us, c.optimizer_s * 1e6);
+    fprintf(f, "\n");
+    free(start);
+    free(end);
     fprintf(f, "]}\n");
     if (fclose(f) != 0) {
         snprintf(err, errcap, "%s: cannot write the trace: %s", path, strerror(errno));

@@ -1,14 +1,16 @@
-// explain.h: `mtc --explain`: what each scheduling policy would cost on the
+// explain.h: `mtc --explain`: what each scheduling policy costs on the
 // target, against the lower bound, so users explore before spending GPU
-// hours. Today there is one policy, the first schedule ("sequential").
+// hours; and `--trace`, the chosen plan's predicted timeline.
 #ifndef MT_EXPLAIN_H
 #define MT_EXPLAIN_H
 
 #include <stdio.h>
 
-#include "cost.h"
+#include "schedule.h"
 
-void explain_print(FILE *out, const Plan *p, const Target *t, int json);
+// One row per searched policy; rows[chosen] is the plan mtc would write.
+void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult *rows, const char *const *names,
+                   int nrows, int chosen, int json);
 
 // Writes the predicted timeline of a step as Chrome trace-event JSON (one
 // track per engine: copy-in, compute, copy-out, host optimizer), which

@@ -30,9 +30,16 @@ static const char USAGE[] =
     "options:\n"
     "  -o PLAN          write the training plan for mtrun\n"
     "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
-    "  --explain        predicted step time on the target against the lower bound (needs --target)\n"
-    "  --trace FILE     the predicted timeline as Chrome trace-event JSON (needs --target)\n"
-    "  --batch N        batch size (overrides the train section)\n"
+    "                   (default: h200)\n"
+    "  --remat MODE     what streamed layers keep for the backward: none, layer, selective,\n"
+    "                   offload, or auto (default: the fastest that fits)\n"
+    "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
+    "                   (weights cross three times a step, optimizer after the backward)\n"
+    "  --slots N        frames (weight slots) streamed layers rotate through, 1 to 3 (default: chosen)\n"
+    "  --resident N     layers at the forward/backward turn kept on the device (default: the most that fit)\n"
+    "  --explain        every policy's predicted step time on the target against the lower bound\n"
+    "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
+    "  --batch N|auto   batch size (overrides the train section); auto: the largest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -59,38 +66,118 @@ static int parse_count(const char *s, int64_t *out) {
     return 0;
 }
 
-// Schedules the graph and writes the plan; nothing is left at path on failure.
-static int write_plan(Graph *g, const Source *src, const char *path, Arena *arena) {
+// Verifies and writes the plan; nothing is left at path on failure.
+static int write_plan(Plan *p, const Source *src, const char *path) {
     char err[1024];
-    Plan *p = schedule_first(g, arena, err, sizeof err);
-    if (p && plan_verify(p, err, sizeof err) != 0) { // a compiler bug: never write such a plan
+    if (plan_verify(p, err, sizeof err) != 0) { // a compiler bug: never write such a plan
         fprintf(stderr, "mtc: internal error: %s\n", err);
         return -1;
     }
-    if (p) {
-        p->source_path = src->path;
-        p->source = src->text;
-        p->source_len = src->len;
-        p->source_crc = (uint32_t)crc32(0L, (const Bytef *)src->text, (uInt)src->len);
-        if (plan_write(p, path, err, sizeof err) == 0) return 0;
-    }
+    p->source_path = src->path;
+    p->source = src->text;
+    p->source_len = src->len;
+    p->source_crc = (uint32_t)crc32(0L, (const Bytef *)src->text, (uInt)src->len);
+    if (plan_write(p, path, err, sizeof err) == 0) return 0;
     fprintf(stderr, "mtc: error: %s\n", err);
     return -1;
 }
 
+// The graph for a batch size: sema, then autodiff. NULL after reporting.
+static Graph *lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
+    Graph *g = sema_lower(m, opt, a, d);
+    return g && autodiff(g, a, d) == 0 ? g : NULL;
+}
+
+// --batch auto: the largest batch whose best plan fits, doubling from 1 and
+// then bisecting. Returns the graph at that batch, or NULL (reported).
+static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
+                               Diag *d) {
+    char err[1024];
+    int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
+    for (int64_t b = 1; !hi; b *= 2) {
+        opt->batch = b;
+        Graph *g = lower(m, opt, a, d);
+        SchedResult r;
+        if (!g) return NULL;
+        if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
+            fprintf(stderr, "mtc: error: %s\n", err);
+            return NULL;
+        }
+        if (r.fits) lo = b;
+        else hi = b;
+        if (b >= ((int64_t)1 << 20)) hi = b * 2;
+        if (!lo && hi) {
+            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, r.why);
+            return NULL;
+        }
+    }
+    while (hi - lo > 1) {
+        opt->batch = lo + (hi - lo) / 2;
+        Graph *g = lower(m, opt, a, d);
+        SchedResult r;
+        if (!g) return NULL;
+        if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
+            fprintf(stderr, "mtc: error: %s\n", err);
+            return NULL;
+        }
+        if (r.fits) lo = opt->batch;
+        else hi = opt->batch;
+    }
+    opt->batch = lo;
+    return lower(m, opt, a, d);
+}
+
+// --explain: every remat mode under the mt policy, then the baselines; the
+// chosen row is the user's policy and remat. Returns 0, or 1 (reported).
+static int explain(Graph *g, const Target *t, const SchedRequest *req, int json, const char *trace_path, Arena *a) {
+    enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
+    SchedResult rows[ROWS];
+    const char *names[ROWS];
+    char err[1024];
+    int n = 0, chosen = -1;
+    for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++, n++) {
+        names[n] = remat_name((Remat)rm);
+        SchedRequest q = *req;
+        q.policy = POLICY_MT;
+        q.remat = (Remat)rm;
+        if (rm == REMAT_NONE) q.resident = -1;
+        if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
+        if (req->policy == POLICY_MT && rows[n].fits &&
+            (req->remat == REMAT_AUTO ? chosen < 0 || rows[n].cost.step_s < rows[chosen].cost.step_s
+                                      : rm == (int)req->remat))
+            chosen = n;
+    }
+    for (int pol = POLICY_SEQUENTIAL; pol < POLICY_COUNT; pol++, n++) {
+        names[n] = policy_name((Policy)pol);
+        SchedRequest q = {.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
+        if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
+        if (pol == (int)req->policy && rows[n].fits) chosen = n;
+    }
+    explain_print(stdout, g, t, rows, names, n, chosen, json);
+    if (trace_path && chosen >= 0 && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
+    return 0;
+fail:
+    fprintf(stderr, "mtc: error: %s\n", err);
+    return 1;
+}
+
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
         {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
         {"explain", no_argument, 0, OPT_EXPLAIN},     {"trace", required_argument, 0, OPT_TRACE},
         {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
+        {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
+        {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
         {0, 0, 0, 0},
     };
-    const char *out_path = NULL, *target = NULL, *trace_path = NULL;
-    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0;
+    const char *out_path = NULL, *target = "h200", *trace_path = NULL;
+    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0;
+    SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
+    int64_t count;
     SemaOptions opt = {0};
     opterr = 0;
     int c;
@@ -99,7 +186,32 @@ int main(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case OPT_TARGET: target = optarg; break;
         case OPT_BATCH:
-            if (parse_count(optarg, &opt.batch)) return usage_error("--batch needs a positive integer, got '%s'", optarg);
+            auto_batch = strcmp(optarg, "auto") == 0;
+            if (!auto_batch && parse_count(optarg, &opt.batch))
+                return usage_error("--batch needs a positive integer or 'auto', got '%s'", optarg);
+            break;
+        case OPT_REMAT: {
+            int k = REMAT_COUNT;
+            while (--k >= 0 && strcmp(optarg, remat_name((Remat)k)) != 0) {}
+            if (k < 0) return usage_error("--remat takes none, layer, selective, offload or auto, not '%s'", optarg);
+            req.remat = (Remat)k;
+            break;
+        }
+        case OPT_POLICY: {
+            int k = POLICY_COUNT;
+            while (--k >= 0 && strcmp(optarg, policy_name((Policy)k)) != 0) {}
+            if (k < 0) return usage_error("--policy takes mt, sequential or megatrain, not '%s'", optarg);
+            req.policy = (Policy)k;
+            break;
+        }
+        case OPT_SLOTS:
+            if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
+            req.slots = (int)count;
+            break;
+        case OPT_RESIDENT:
+            if (strcmp(optarg, "0") == 0) count = 0;
+            else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
+            req.resident = count;
             break;
         case OPT_SEQ:
             if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
@@ -119,11 +231,12 @@ int main(int argc, char **argv) {
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
-    if ((want_explain || trace_path) && !target)
-        return usage_error("%s", want_explain ? "--explain needs --target PROFILE" : "--trace needs --target PROFILE");
+    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0))
+        return usage_error("%s", "--remat, --slots and --resident choose among mt's schedules; the baseline policies "
+                                 "fix their own");
     Target tgt;
     char terr[1024];
-    if (target && target_load(target, &tgt, terr, sizeof terr) != 0) {
+    if (target_load(target, &tgt, terr, sizeof terr) != 0) {
         fprintf(stderr, "%s\n", terr);
         return 1;
     }
@@ -140,24 +253,33 @@ int main(int argc, char **argv) {
     Arena arena = {0};
     int rc = 1;
     Model *model = dsl_parse(&src, &arena, &diag);
-    Graph *g = model ? sema_lower(model, &opt, &arena, &diag) : NULL;
-    if (g && autodiff(g, &arena, &diag) != 0) g = NULL;
+    Graph *g = !model ? NULL
+               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag)
+                            : lower(model, &opt, &arena, &diag);
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
         if (want_explain || trace_path) {
-            char serr[1024];
-            Plan *p = schedule_first(g, &arena, serr, sizeof serr);
-            if (p && want_explain) explain_print(stdout, p, &tgt, want_json);
-            if (p && trace_path && explain_trace(trace_path, p, &tgt, serr, sizeof serr) != 0) p = NULL;
-            if (!p) fprintf(stderr, "mtc: error: %s\n", serr);
-            rc = p ? 0 : 1;
+            rc = explain(g, &tgt, &req, want_json && want_explain, trace_path, &arena);
         } else if (want_json) {
             summary_print_json(stdout, g, path, &arena);
         } else if (want_summary) {
             summary_print(stdout, g, path);
         }
-        if (out_path && write_plan(g, &src, out_path, &arena) != 0) rc = 1;
+        if (out_path && rc == 0) {
+            char serr[1024];
+            SchedResult r;
+            if (schedule_search(g, &tgt, &req, &arena, &r, serr, sizeof serr) != 0) {
+                fprintf(stderr, "mtc: error: %s\n", serr);
+                rc = 1;
+            } else if (!r.fits) {
+                fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name,
+                        tgt.name, policy_name(req.policy), remat_name(req.remat), r.why);
+                rc = 1;
+            } else if (write_plan(r.plan, &src, out_path) != 0) {
+                rc = 1;
+            }
+        }
         if (fflush(stdout) != 0) {
             fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
             rc = 1;

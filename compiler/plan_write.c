@@ -25,13 +25,16 @@
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
 //   HOST     i64 host_global, i64 host_layer, u32 count (= params),
-//            count × i64 param offset (floats into its segment)
-//   ARENA    i64 arena_bytes; per part: u32 count (= its nodes),
-//            count × i64 byte offset (-1: a view or reshape)
-//   STREAMS  u32 count, train instructions; u32 count, eval instructions;
-//            each i32 kind, part, layer, input, from, to; i64 src, dst, bytes
-//   KERNELS  u32 count, str op name of each distinct op the RUN
-//            instructions of both streams cover, in OpKind order
+//            count × i64 param offset (floats into its segment),
+//            i64 host_act_bytes
+//   ARENA    i64 arena_bytes, i64 device_limit, i32 nframes; per part: u32
+//            count (= its nodes; the block's times nframes), count × i64
+//            byte offset (-1: a view or reshape)
+//   STREAMS  str schedule, i32 nevents; u32 count, train instructions;
+//            u32 count, eval instructions; each i32 kind, engine, part,
+//            layer, input, from, to, frame, flags, event; i64 src, dst, bytes
+//   KERNELS  bytes kernel IR, bytes bitcode, optstr cuda arch, bytes cubin,
+//            bytes ptx; "bytes" is a u64 length and that many bytes
 //
 // The sections follow the table in id order. The file is written to PATH.tmp,
 // synced and renamed over PATH, so PATH is never a partial plan.
@@ -262,14 +265,17 @@ static void write_host(Buf *b, const Plan *p) {
     put_i64(b, p->host_layer);
     put_u32(b, (uint32_t)p->graph->params.n);
     for (int i = 0; i < p->graph->params.n; i++) put_i64(b, p->param_offset[i]);
+    put_i64(b, p->host_act_bytes);
 }
 
 static void write_arena(Buf *b, const Plan *p) {
     put_i64(b, p->arena_bytes);
+    put_i64(b, p->device_limit);
+    put_i32(b, p->nframes);
     for (int pk = 0; pk < PART_COUNT; pk++) {
-        int n = p->graph->parts[pk].nodes.n;
+        int64_t n = (int64_t)p->graph->parts[pk].nodes.n * (pk == PART_BLOCK ? p->nframes : 1);
         put_u32(b, (uint32_t)n);
-        for (int i = 0; i < n; i++) put_i64(b, p->node_offset[pk][i]);
+        for (int64_t i = 0; i < n; i++) put_i64(b, p->node_offset[pk][i]);
     }
 }
 
@@ -278,41 +284,43 @@ static void write_instrs(Buf *b, const Instr *ins, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         const Instr *in = &ins[i];
         put_i32(b, in->kind);
+        put_i32(b, in->engine);
         put_i32(b, in->part);
         put_i32(b, in->layer);
         put_i32(b, in->input);
         put_i32(b, in->from);
         put_i32(b, in->to);
+        put_i32(b, in->frame);
+        put_i32(b, in->flags);
+        put_i32(b, in->event);
         put_i64(b, in->src);
         put_i64(b, in->dst);
         put_i64(b, in->bytes);
     }
 }
 
-// Marks the ops of the nodes a stream's RUN instructions cover. Returns -1
-// on a RUN that names nodes the graph does not have.
-static int mark_ops(const Graph *g, const Instr *ins, int32_t n, unsigned char used[OP_COUNT]) {
+// Returns -1 on a RUN that names nodes the graph does not have.
+static int check_runs(const Graph *g, const Instr *ins, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         const Instr *in = &ins[i];
-        if (in->kind != INS_RUN) continue;
-        if (in->part < 0 || in->part >= PART_COUNT || in->from < 0 || in->from > in->to ||
-            in->to > g->parts[in->part].nodes.n)
+        if (in->kind == INS_RUN && (in->part < 0 || in->part >= PART_COUNT || in->from < 0 || in->from > in->to ||
+                                    in->to > g->parts[in->part].nodes.n))
             return -1;
-        for (int k = in->from; k < in->to; k++) used[((const Node *)g->parts[in->part].nodes.items[k])->op] = 1;
     }
     return 0;
 }
 
-static int write_kernels(Buf *b, const Plan *p) {
-    unsigned char used[OP_COUNT] = {0};
-    if (mark_ops(p->graph, p->train, p->ntrain, used) != 0 || mark_ops(p->graph, p->eval, p->neval, used) != 0)
-        return -1;
-    uint32_t count = 0;
-    for (int op = 0; op < OP_COUNT; op++) count += used[op];
-    put_u32(b, count);
-    for (int op = 0; op < OP_COUNT; op++)
-        if (used[op]) put_str(b, op_name((OpKind)op));
-    return 0;
+static void put_blob(Buf *b, const void *data, size_t len) {
+    put_u64(b, len);
+    put_bytes(b, data, len);
+}
+
+static void write_kernels(Buf *b, const Plan *p) {
+    put_blob(b, p->kernels_bytes, p->kernels_len);
+    put_blob(b, p->bitcode, p->bitcode_len);
+    put_str(b, p->cuda_arch);
+    put_blob(b, p->cubin, p->cubin_len);
+    put_blob(b, p->ptx, p->ptx_len);
 }
 
 static void store_u32(unsigned char *d, uint32_t v) {
@@ -357,12 +365,15 @@ int plan_write(Plan *p, const char *path, char *err, size_t errcap) {
     write_graph(&sec[SEC_GRAPH - 1], p->graph);
     write_host(&sec[SEC_HOST - 1], p);
     write_arena(&sec[SEC_ARENA - 1], p);
-    write_instrs(&sec[SEC_STREAMS - 1], p->train, p->ntrain);
-    write_instrs(&sec[SEC_STREAMS - 1], p->eval, p->neval);
-    if (write_kernels(&sec[SEC_KERNELS - 1], p) != 0) {
+    if (check_runs(p->graph, p->train, p->ntrain) != 0 || check_runs(p->graph, p->eval, p->neval) != 0) {
         fail(err, errcap, "%s: internal error: a RUN instruction names nodes the graph does not have", path);
         goto done;
     }
+    put_str(&sec[SEC_STREAMS - 1], p->schedule ? p->schedule : "");
+    put_i32(&sec[SEC_STREAMS - 1], p->nevents);
+    write_instrs(&sec[SEC_STREAMS - 1], p->train, p->ntrain);
+    write_instrs(&sec[SEC_STREAMS - 1], p->eval, p->neval);
+    write_kernels(&sec[SEC_KERNELS - 1], p);
 
     // Header, table, then the sections in id order.
     size_t total = HEADER_BYTES + SECTIONS * ENTRY_BYTES;

@@ -1,30 +1,226 @@
+// schedule.c: the ahead-of-time scheduler, as numbered passes.
+//
+//   1. host store layout: globals, then one contiguous segment per layer
+//   2. buffer layout of each part: liveness intervals over the part's node
+//      order, packed greedily (largest first) into the fewest bytes; the
+//      block's layout is one "frame", instantiated once per weight slot
+//   3. device arena: globals, frames (weight slot + buffers), head, tail,
+//      gradient carries, checkpoints and kept activations
+//   4. the training stream: the previous step's host updates overlapped
+//      with this step's forward (each layer updated just before its weights
+//      go in), the forward with checkpoints or offloads, the tail, the
+//      backward with recompute where chosen, gradients out and their norms
+//   5. the evaluation stream: forward and loss only
+//   6. the search: for each remat mode, slot count and checkpoint place, the
+//      most resident layers that fit, costed by the engine simulation of
+//      cost.c; the fastest plan that fits wins
+//
+// Frames. A block frame is a weight slot plus a buffer for every node of
+// the block, laid out by pass 2. Streamed layers rotate through `slots`
+// frames (layer l in frame l % slots), so the next layer's weights copy in
+// while this one computes; the last `resident` layers each own a frame and
+// keep it from their forward to their backward: their weights cross the
+// link once and nothing of theirs is recomputed. The last `slots` streamed
+// layers are still intact in their frames when the backward reaches them,
+// so they too skip the weight copy and the recompute.
 #include "schedule.h"
 
 #include <stdio.h>
+#include <stdlib.h>
 #include <string.h>
 
-enum { ARENA_ALIGN = 256, HOST_ALIGN_FLOATS = 16 };
+enum { ARENA_ALIGN = 256, HOST_ALIGN_FLOATS = 16, MAX_SLOTS = 3 };
 
 static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 static int64_t node_bytes(const Node *n) { return shape_numel(&n->shape) * 4; }
+static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
+static int is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
 
-// Builds instruction streams.
+static const Node *base_of(const Node *n) {
+    while (is_alias(n)) n = n->in[0];
+    return n;
+}
+
+const char *remat_name(Remat r) {
+    static const char *const N[] = {"auto", "none", "layer", "selective", "offload"};
+    return r >= 0 && r < REMAT_COUNT ? N[r] : "?";
+}
+const char *policy_name(Policy p) {
+    static const char *const N[] = {"mt", "sequential", "megatrain"};
+    return p >= 0 && p < POLICY_COUNT ? N[p] : "?";
+}
+
+// ---------------------------------------------------------------- pass 2
+
+// What the block's backward needs of its forward, per node (base buffers):
+// saved[i] is set when a backward node reads forward node i; kept[i] when
+// selective recomputation restores it rather than recomputing it (a matmul
+// or attention output that a recomputed or backward node reads).
+typedef struct BlockNeeds {
+    unsigned char *saved, *kept; // (nodes.n)
+    int64_t saved_bytes, kept_bytes;
+} BlockNeeds;
+
+static int block_needs(const Part *part, Arena *a, BlockNeeds *bn) {
+    int n = part->nodes.n;
+    *bn = (BlockNeeds){.saved = arena_alloc(a, (size_t)n + 1), .kept = arena_alloc(a, (size_t)n + 1)};
+    if (!bn->saved || !bn->kept) return -1;
+    memset(bn->saved, 0, (size_t)n + 1);
+    memset(bn->kept, 0, (size_t)n + 1);
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        if (is_alias(nd)) continue;
+        for (int j = 0; j < nd->nin; j++) {
+            const Node *b = base_of(nd->in[j]);
+            if (b->op == OP_PARAM || b->id >= part->nfwd) continue;
+            if (i >= part->nfwd) bn->saved[b->id] = 1;
+            if (is_heavy(b) && (i >= part->nfwd || !is_heavy(nd))) bn->kept[b->id] = 1;
+        }
+    }
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        if (bn->saved[i]) bn->saved_bytes += align_up(node_bytes(nd), ARENA_ALIGN);
+        if (bn->kept[i]) bn->kept_bytes += align_up(node_bytes(nd), ARENA_ALIGN);
+    }
+    return 0;
+}
+
+typedef struct Interval {
+    int node;
+    int start, end; // inclusive, in node order; the part's RUNs end at n
+    int64_t bytes, off;
+} Interval;
+
+static int by_size(const void *a, const void *b) {
+    const Interval *x = a, *y = b;
+    if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
+    return x->start - y->start;
+}
+
+static int by_off(const void *a, const void *b) {
+    const Interval *x = *(Interval *const *)a, *y = *(Interval *const *)b;
+    return x->off < y->off ? -1 : x->off > y->off;
+}
+
+// Lays out a part's buffers: rel[i] is node i's byte offset from the part's
+// base (-1 for views, reshapes and parameters); returns the bytes needed,
+// or -1 out of memory. A value lives from the node that writes it to the
+// last node that reads it, stretched where instructions outside the RUN
+// touch it: inputs are written before the part runs and may be saved after
+// it, so they live throughout;
+// the output lives to the forward's end (it is copied after); gradients
+// and the loss live to the end (copied or read after the backward); kept
+// nodes (selective recomputation saves them after the forward and restores
+// them before the recompute) live from 0 to at least the forward's end.
+static int64_t layout_part(const Part *part, const unsigned char *kept, int64_t *rel) {
+    int n = part->nodes.n;
+    Interval *iv = calloc((size_t)n + 1, sizeof *iv);
+    int *end = calloc((size_t)n + 1, sizeof *end);
+    Interval **placed = calloc((size_t)n + 1, sizeof *placed);
+    if (!iv || !end || !placed) {
+        free(iv);
+        free(end);
+        free(placed);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) end[i] = i;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        for (int j = 0; j < nd->nin; j++) {
+            const Node *b = base_of(nd->in[j]);
+            if (end[b->id] < i) end[b->id] = i;
+        }
+    }
+    for (int i = 0; i < part->nfwd; i++) {
+        if (((const Node *)part->nodes.items[i])->op == OP_INPUT) end[i] = n; // read by copies after the RUN
+        if (kept && kept[i] && end[i] < part->nfwd - 1) end[i] = part->nfwd - 1; // saved after the forward
+    }
+    const Node *out = base_of(part->output);
+    if (end[out->id] < part->nfwd - 1) end[out->id] = part->nfwd - 1;
+    if (part->nodes.n > part->nfwd || part->output->op == OP_CROSS_ENTROPY) end[out->id] = n;
+    for (int i = 0; i < part->grads.n; i++) {
+        const Grad *g = part->grads.items[i];
+        if (g->grad) end[base_of(g->grad)->id] = n;
+    }
+    int m = 0;
+    for (int i = 0; i < n; i++) {
+        const Node *nd = part->nodes.items[i];
+        rel[i] = -1;
+        if (is_alias(nd) || nd->op == OP_PARAM) continue;
+        int start = nd->op == OP_INPUT || (kept && kept[i]) ? 0 : i;
+        iv[m++] = (Interval){.node = i, .start = start, .end = end[i], .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
+    }
+    qsort(iv, (size_t)m, sizeof *iv, by_size);
+    // Each interval goes at the lowest offset clear of every placed interval
+    // that overlaps it in time (placed kept sorted by offset).
+    int64_t total = 0;
+    int np = 0;
+    for (int k = 0; k < m; k++) {
+        Interval *v = &iv[k];
+        int64_t off = 0;
+        for (int q = 0; q < np; q++) {
+            const Interval *u = placed[q];
+            if (u->end < v->start || v->end < u->start) continue;
+            if (u->off >= off + v->bytes) break;
+            if (u->off + u->bytes > off) off = u->off + u->bytes;
+        }
+        v->off = off;
+        placed[np++] = v;
+        qsort(placed, (size_t)np, sizeof *placed, by_off);
+        if (off + v->bytes > total) total = off + v->bytes;
+        rel[v->node] = off;
+    }
+    free(iv);
+    free(end);
+    free(placed);
+    return total;
+}
+
+// ---------------------------------------------------------------- builder
+
 typedef struct Builder {
     Arena *a;
     Plan *p;
+    const SchedChoice *c;
+    const BlockNeeds *need;
     PtrVec ins; // of Instr*
+    int serial; // every instruction on the compute engine; no events
     int failed;
+    // arena regions (pass 3)
+    int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
+    int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
+    int64_t act_layer_bytes; // host activation store bytes per streamed layer
+    int64_t *frame_rel;      // (block nodes) offsets inside a frame
+    int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
+    int nframes;
+    // per frame: the last compute and copy-out events touching it (-1: none),
+    // and whether it holds a layer's values that must be poisoned before reuse
+    int cmp_done[MAX_SLOTS + 1], out_done[MAX_SLOTS + 1];
+    int carry; // which carry buffer holds the gradient flowing down
+    int *frame_cmp, *frame_out; // (nframes) as cmp_done/out_done, for every frame
 } Builder;
 
-static Instr *emit(Builder *b, InsKind kind) {
+static Instr *emit(Builder *b, InsKind kind, Engine e) {
     Instr *in = arena_alloc(b->a, sizeof *in);
     if (!in || ptrvec_push(b->a, &b->ins, in) != 0) {
         b->failed = 1;
         static Instr sink;
         return &sink;
     }
-    *in = (Instr){.kind = kind, .layer = -1};
+    *in = (Instr){.kind = kind, .engine = b->serial ? ENG_COMPUTE : e, .layer = -1, .event = -1};
     return in;
+}
+
+static int record(Builder *b, Engine e) {
+    if (b->serial) return -1;
+    Instr *in = emit(b, INS_RECORD, e);
+    in->event = b->p->nevents++;
+    return in->event;
+}
+
+static void wait_for(Builder *b, Engine e, int ev) {
+    if (ev < 0 || b->serial) return;
+    emit(b, INS_WAIT, e)->event = ev;
 }
 
 static Instr *finish(Builder *b, int32_t *n) {
@@ -36,38 +232,62 @@ static Instr *finish(Builder *b, int32_t *n) {
     return out;
 }
 
-// The arena address of a node's data, following views and reshapes.
-static int64_t addr(const Plan *p, const Node *n) {
+// The arena address of a node's data in a frame, following views.
+static int64_t addr(const Plan *p, const Node *n, int frame) {
     int64_t off = 0;
-    while (n->op == OP_VIEW || n->op == OP_RESHAPE) {
+    while (is_alias(n)) {
         if (n->op == OP_VIEW) off += n->offset * 4;
         n = n->in[0];
     }
-    return p->node_offset[n->part][n->id] + off;
+    return plan_offsets(p, n->part, n->part == PART_BLOCK ? frame : 0)[n->id] + off;
 }
 
 static void copy(Builder *b, int64_t src, int64_t dst, int64_t bytes) {
-    Instr *in = emit(b, INS_COPY);
+    Instr *in = emit(b, INS_COPY, ENG_COMPUTE);
     in->src = src;
     in->dst = dst;
     in->bytes = bytes;
 }
 
-static void run(Builder *b, PartKind part, int from, int to, int layer) {
-    Instr *in = emit(b, INS_RUN);
+static void run(Builder *b, PartKind part, int from, int to, int64_t layer, int frame, int flags) {
+    Instr *in = emit(b, INS_RUN, ENG_COMPUTE);
     in->part = part;
     in->from = from;
     in->to = to;
-    in->layer = layer;
+    in->layer = (int32_t)layer;
+    in->frame = frame;
+    in->flags = flags;
 }
 
-static void copy_in_weights(Builder *b, int64_t layer, int64_t slot) {
+static void host_op(Builder *b, InsKind kind, int64_t layer) { emit(b, kind, ENG_HOST)->layer = (int32_t)layer; }
+
+static void copy_in_weights(Builder *b, int64_t layer, int64_t dst) {
     const Plan *p = b->p;
-    Instr *in = emit(b, INS_COPY_IN);
+    Instr *in = emit(b, INS_COPY_IN, ENG_COPY_IN);
     in->layer = (int32_t)layer;
     in->src = layer < 0 ? 0 : p->host_global + layer * p->host_layer;
-    in->dst = slot;
+    in->dst = dst;
     in->bytes = (layer < 0 ? p->host_global : p->host_layer) * 4;
+}
+
+static void save(Builder *b, int64_t src, int64_t host, int64_t bytes) {
+    Instr *in = emit(b, INS_SAVE, ENG_COPY_OUT);
+    in->src = src;
+    in->dst = host;
+    in->bytes = bytes;
+}
+
+static void load(Builder *b, int64_t host, int64_t dst, int64_t bytes) {
+    Instr *in = emit(b, INS_LOAD, ENG_COPY_IN);
+    in->src = host;
+    in->dst = dst;
+    in->bytes = bytes;
+}
+
+static void free_region(Builder *b, Engine e, int64_t dst, int64_t bytes) {
+    Instr *in = emit(b, INS_FREE, e);
+    in->dst = dst;
+    in->bytes = bytes;
 }
 
 // The model inputs a part reads (tokens, targets) go straight to its nodes.
@@ -76,54 +296,268 @@ static void feed_inputs(Builder *b, PartKind pk) {
     for (int i = 0; i < part->nfwd; i++) {
         const Node *n = part->nodes.items[i];
         if (n->op != OP_INPUT || n->src_part != SRC_MODEL_INPUT) continue;
-        Instr *in = emit(b, INS_INPUT);
+        Instr *in = emit(b, INS_INPUT, ENG_COPY_IN);
         in->input = n->src;
-        in->dst = addr(b->p, n);
+        in->dst = addr(b->p, n, 0);
         in->bytes = node_bytes(n);
     }
 }
 
-// Adds the part's parameter gradients into the host accumulators.
-static void grads_out(Builder *b, PartKind pk, int64_t layer) {
+// Adds a part's parameter gradients into the host accumulators.
+static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
     const Plan *p = b->p;
     const Part *part = &p->graph->parts[pk];
     for (int i = 0; i < part->grads.n; i++) {
         const Grad *g = part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
-        Instr *in = emit(b, INS_COPY_OUT);
+        Instr *in = emit(b, INS_COPY_OUT, ENG_COPY_OUT);
         in->layer = (int32_t)layer;
-        in->src = addr(p, g->grad);
+        in->src = addr(p, g->grad, frame);
         in->dst = (layer < 0 ? 0 : p->host_global + layer * p->host_layer) + p->param_offset[g->of->param];
         in->bytes = node_bytes(g->of);
     }
 }
 
-// Forward through the head and every layer, keeping each layer's input in
-// checkpoint l; the last checkpoint is the tail's input.
-static void forward_layers(Builder *b, int64_t slot, int64_t ckpt, int64_t ckpt_bytes) {
+static int frame_of(const Builder *b, int64_t l) {
+    return l < b->streamed ? (int)(l % b->c->slots) : (b->streamed > 0 ? b->c->slots : 0) + (int)(l - b->streamed);
+}
+static int is_resident(const Builder *b, int64_t l) { return l >= b->streamed; }
+// A streamed layer that no later layer displaces from its frame before the
+// backward reaches it (never under the baselines, which re-copy every layer).
+static int is_intact(const Builder *b, int64_t l) {
+    return !is_resident(b, l) && l + b->c->slots >= b->streamed && b->c->policy == POLICY_MT;
+}
+static int64_t slot_addr(const Builder *b, int f) { return b->slot0 + f * b->layer_bytes; }
+static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->frame_bytes; }
+static int64_t act_addr(const Builder *b, int64_t l) { return l * b->act_layer_bytes; }
+
+// Before a frame takes a new layer: whatever the copy-out engine still
+// reads of the old one is done, then its buffers are poisoned, on engine e.
+static void claim_frame(Builder *b, int f, Engine e) {
+    if (e != ENG_COMPUTE) wait_for(b, e, b->frame_cmp[f]);
+    wait_for(b, e, b->frame_out[f]);
+    free_region(b, e, frame_addr(b, f), b->frame_bytes);
+}
+
+// Selective recomputation: the kept matmul and attention outputs of layer
+// l go to its keep area after the forward (restore 0) and come back before
+// the recompute (restore 1).
+static void keep_copies(Builder *b, int64_t l, int f, int restore) {
+    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    int64_t k = b->keep0 + l * b->keep_bytes;
+    for (int i = 0; i < block->nodes.n; i++)
+        if (b->need->kept[i]) {
+            const Node *n = block->nodes.items[i];
+            int64_t nb = node_bytes(n), at = addr(b->p, n, f);
+            copy(b, restore ? k : at, restore ? at : k, nb);
+            k += align_up(nb, ARENA_ALIGN);
+        }
+}
+
+// The forward of the head and every layer. Layer l's input comes from the
+// previous layer's output, staged in the first carry buffer; streamed layers that the backward will not find
+// intact leave a checkpoint (layer, selective), kept matmul and attention
+// outputs (selective) or everything the backward reads (offload).
+// `ev_update[l]` (or -1) is the host update layer l's weights wait for.
+static void forward(Builder *b, const int *ev_update, int train) {
     const Plan *p = b->p;
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK];
-    copy_in_weights(b, -1, 0); // the global weights sit at the arena's start
-    feed_inputs(b, PART_HEAD);
-    run(b, PART_HEAD, 0, head->nfwd, -1);
-    copy(b, addr(p, head->output), ckpt, ckpt_bytes);
     const Node *x = part_input_from(block, PART_HEAD);
-    for (int64_t l = 0; l < g->layers; l++) {
-        copy_in_weights(b, l, slot);
-        copy(b, ckpt + l * ckpt_bytes, addr(p, x), ckpt_bytes);
-        run(b, PART_BLOCK, 0, block->nfwd, (int)l);
-        copy(b, addr(p, block->output), ckpt + (l + 1) * ckpt_bytes, ckpt_bytes);
-    }
+    Remat rm = b->c->remat;
+    wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
+    copy_in_weights(b, -1, b->globals);
+    feed_inputs(b, PART_HEAD);
     feed_inputs(b, PART_TAIL);
-    copy(b, ckpt + g->layers * ckpt_bytes, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK)), ckpt_bytes);
+    wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
+    run(b, PART_HEAD, 0, head->nfwd, -1, 0, 0);
+    int64_t prev = addr(p, head->output, 0);
+    for (int64_t l = 0; l < g->layers; l++) {
+        int f = frame_of(b, l);
+        // weights in, once the host updated them and the frame's last user is done
+        wait_for(b, ENG_COPY_IN, ev_update ? ev_update[l + 1] : -1);
+        wait_for(b, ENG_COPY_IN, b->frame_cmp[f]);
+        copy_in_weights(b, l, slot_addr(b, f));
+        int ev_w = record(b, ENG_COPY_IN);
+        claim_frame(b, f, ENG_COMPUTE);
+        wait_for(b, ENG_COMPUTE, ev_w);
+        int64_t xa = addr(p, x, f);
+        copy(b, prev, xa, b->x_bytes);
+        int leave = train && !is_resident(b, l) && !is_intact(b, l);
+        if (leave && !b->c->ckpt_host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE))
+            copy(b, xa, b->ckpt0 + l * b->x_bytes, b->x_bytes);
+        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        if (leave && rm == REMAT_SELECTIVE) keep_copies(b, l, f, 0);
+        copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
+        b->frame_cmp[f] = record(b, ENG_COMPUTE);
+        if (leave && b->c->ckpt_host) {
+            wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
+            if (rm == REMAT_OFFLOAD) {
+                int64_t h = act_addr(b, l);
+                for (int i = 0; i < block->nfwd; i++)
+                    if (b->need->saved[i]) {
+                        int64_t nb = node_bytes(block->nodes.items[i]);
+                        save(b, addr(p, block->nodes.items[i], f), h, nb);
+                        h += align_up(nb, ARENA_ALIGN);
+                    }
+            } else {
+                save(b, xa, act_addr(b, l), b->x_bytes);
+            }
+            b->frame_out[f] = record(b, ENG_COPY_OUT);
+        }
+        prev = b->carry0;
+    }
+    copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
 }
 
-Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap) {
+// The backward of layer l: weights and saved values back where needed,
+// recompute where chosen, the gradient from the layer above in, the
+// backward, the gradient to the layer below out, weight gradients to the
+// host and their norm.
+static void backward_layer(Builder *b, int64_t l) {
+    const Plan *p = b->p;
+    const Part *block = &p->graph->parts[PART_BLOCK];
+    const Node *x = part_input_from(block, PART_HEAD);
+    Remat rm = b->c->remat;
+    int f = frame_of(b, l);
+    if (!is_resident(b, l) && !is_intact(b, l)) {
+        wait_for(b, ENG_COPY_IN, b->frame_cmp[f]);
+        copy_in_weights(b, l, slot_addr(b, f));
+        int loads = b->c->ckpt_host;
+        if (loads) {
+            claim_frame(b, f, ENG_COPY_IN);
+            if (rm == REMAT_OFFLOAD) {
+                int64_t h = act_addr(b, l);
+                for (int i = 0; i < block->nfwd; i++)
+                    if (b->need->saved[i]) {
+                        int64_t nb = node_bytes(block->nodes.items[i]);
+                        load(b, h, addr(p, block->nodes.items[i], f), nb);
+                        h += align_up(nb, ARENA_ALIGN);
+                    }
+            } else {
+                load(b, act_addr(b, l), addr(p, x, f), b->x_bytes);
+            }
+        }
+        int ev_w = record(b, ENG_COPY_IN);
+        if (!loads) claim_frame(b, f, ENG_COMPUTE);
+        wait_for(b, ENG_COMPUTE, ev_w);
+        if (!b->c->ckpt_host && rm != REMAT_OFFLOAD) copy(b, b->ckpt0 + l * b->x_bytes, addr(p, x, f), b->x_bytes);
+        if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
+        if (rm != REMAT_OFFLOAD) run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
+        if (b->c->policy == POLICY_MEGATRAIN) { // the weights cross again for the backward
+            int ev_r = record(b, ENG_COMPUTE);
+            wait_for(b, ENG_COPY_IN, ev_r);
+            copy_in_weights(b, l, slot_addr(b, f));
+            wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
+        }
+    }
+    const Grad *d_x = part_grad_of(block, x);
+    copy(b, b->carry0 + b->carry * b->carry_bytes, addr(p, block->grad_seed, f), b->x_bytes);
+    run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+    b->carry ^= 1;
+    copy(b, addr(p, d_x->grad, f), b->carry0 + b->carry * b->carry_bytes, b->x_bytes);
+    b->frame_cmp[f] = record(b, ENG_COMPUTE);
+    wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
+    grads_out(b, PART_BLOCK, l, f);
+    b->frame_out[f] = record(b, ENG_COPY_OUT);
+    wait_for(b, ENG_HOST, b->frame_out[f]);
+    host_op(b, INS_NORM, l);
+}
+
+// Pass 3: the arena. Returns 0, or -1 with a message.
+static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) {
+    Plan *p = b->p;
+    const Graph *g = p->graph;
+    const SchedChoice *c = b->c;
+    const Part *block = &g->parts[PART_BLOCK];
+    const Node *x = part_input_from(block, PART_HEAD);
+    b->streamed = g->layers - c->resident;
+    b->nframes = (b->streamed > 0 ? c->slots : 0) + (int)c->resident;
+    if (b->nframes < 1) b->nframes = 1;
+    p->nframes = b->nframes;
+    b->layer_bytes = align_up(p->host_layer * 4, ARENA_ALIGN);
+    b->x_bytes = node_bytes(x);
+    b->carry_bytes = align_up(b->x_bytes, ARENA_ALIGN);
+    b->keep_bytes = b->need->kept_bytes;
+    int64_t ckpt_layers = 0; // streamed layers the backward will not find intact
+    for (int64_t l = 0; l < b->streamed; l++) ckpt_layers += !is_intact(b, l);
+    b->act_layer_bytes = c->remat == REMAT_OFFLOAD ? b->need->saved_bytes : align_up(b->x_bytes, ARENA_ALIGN);
+    p->host_act_bytes = c->ckpt_host ? ckpt_layers * b->act_layer_bytes : 0;
+
+    int64_t *rel[PART_COUNT], bytes[PART_COUNT];
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        const Part *part = &g->parts[pk];
+        rel[pk] = arena_alloc(b->a, (size_t)(part->nodes.n + 1) * sizeof(int64_t));
+        if (!rel[pk]) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+        bytes[pk] = layout_part(part, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, rel[pk]);
+        if (bytes[pk] < 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+    }
+    b->frame_bytes = align_up(bytes[PART_BLOCK], ARENA_ALIGN);
+    b->frame_rel = rel[PART_BLOCK];
+
+    int64_t top = 0;
+    b->globals = top;
+    top = align_up(top + p->host_global * 4, ARENA_ALIGN);
+    b->slot0 = top;
+    top += b->nframes * b->layer_bytes;
+    b->frame0 = top;
+    top += b->nframes * b->frame_bytes;
+    b->head0 = top;
+    top = align_up(top + bytes[PART_HEAD], ARENA_ALIGN);
+    b->tail0 = top;
+    top = align_up(top + bytes[PART_TAIL], ARENA_ALIGN);
+    b->carry0 = top;
+    top += 2 * b->carry_bytes;
+    b->ckpt0 = top;
+    if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += b->streamed * b->x_bytes;
+    top = align_up(top, ARENA_ALIGN);
+    b->keep0 = top;
+    if (c->remat == REMAT_SELECTIVE) top += b->streamed * b->keep_bytes;
+    p->arena_bytes = top;
+    p->device_limit = (int64_t)t->device_memory;
+
+    // Every node's offset: parameters in their weights, the rest at its
+    // part's base plus its place in the layout; the block once per frame.
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        const Part *part = &g->parts[pk];
+        int frames = pk == PART_BLOCK ? b->nframes : 1;
+        int64_t *off = p->node_offset[pk] = arena_alloc(b->a, (size_t)(part->nodes.n * frames + 1) * sizeof(int64_t));
+        if (!off) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+        int64_t base = pk == PART_HEAD ? b->head0 : b->tail0;
+        for (int f = 0; f < frames; f++)
+            for (int i = 0; i < part->nodes.n; i++) {
+                const Node *n = part->nodes.items[i];
+                int64_t *o = &off[(int64_t)f * part->nodes.n + i];
+                if (is_alias(n)) *o = -1;
+                else if (n->op == OP_PARAM) {
+                    const Param *prm = g->params.items[n->param];
+                    *o = (prm->in_block ? slot_addr(b, f) : b->globals) + p->param_offset[n->param] * 4;
+                } else
+                    *o = (pk == PART_BLOCK ? frame_addr(b, f) : base) + rel[pk][i];
+            }
+    }
+    return 0;
+}
+
+// Passes 1, 3, 4 and 5 for one choice; with layout_only, passes 1 and 3
+// (enough for the arena's size).
+static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_only, Arena *a, char *err,
+                   size_t errcap) {
     Plan *p = arena_alloc(a, sizeof *p);
     if (!p) goto oom;
-    p->graph = g;
+    *p = (Plan){.graph = g};
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
+    const Node *x = part_input_from(block, PART_HEAD), *tail_x = part_input_from(tail, PART_BLOCK);
+    const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL, *d_x = x ? part_grad_of(block, x) : NULL;
+    if (!x || !d_tail_x || !d_tail_x->grad || !d_x || !d_x->grad) {
+        snprintf(err, errcap, "the loss does not depend on the block's input; nothing to stream");
+        return NULL;
+    }
+    if (c->slots < 1 || c->slots > MAX_SLOTS || c->resident < 0 || c->resident > g->layers) {
+        snprintf(err, errcap, "internal error: schedule choice with %d slots and %lld resident layers", c->slots,
+                 (long long)c->resident);
+        return NULL;
+    }
 
     // 1. Host store layout: globals, then one segment per layer, each
     //    parameter 64-byte aligned inside its segment.
@@ -136,71 +570,157 @@ Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap) {
         *seg = align_up(*seg + shape_numel(&prm->shape), HOST_ALIGN_FLOATS);
     }
 
-    // 2. Device arena: the global weights, one layer's weight slot, the
-    //    layer checkpoints, then a buffer for every node of every part;
-    //    parameter nodes point into the weights they stand for.
-    const int64_t globals = 0, slot = align_up(p->host_global * 4, ARENA_ALIGN);
-    int64_t top = align_up(slot + p->host_layer * 4, ARENA_ALIGN);
-    const Node *x = part_input_from(block, PART_HEAD);
-    int64_t ckpt = top, ckpt_bytes = align_up(node_bytes(x), ARENA_ALIGN);
-    top += (g->layers + 1) * ckpt_bytes;
-    for (int pk = 0; pk < PART_COUNT; pk++) {
-        const Part *part = &g->parts[pk];
-        p->node_offset[pk] = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int64_t));
-        if (!p->node_offset[pk]) goto oom;
-        for (int i = 0; i < part->nodes.n; i++) {
-            const Node *n = part->nodes.items[i];
-            int64_t *off = &p->node_offset[pk][i];
-            if (n->op == OP_VIEW || n->op == OP_RESHAPE) {
-                *off = -1;
-            } else if (n->op == OP_PARAM) {
-                const Param *prm = g->params.items[n->param];
-                *off = (prm->in_block ? slot : globals) + p->param_offset[n->param] * 4;
-            } else {
-                *off = top;
-                top = align_up(top + node_bytes(n), ARENA_ALIGN);
-            }
-        }
-    }
-    p->arena_bytes = top;
-
-    const Node *tail_x = part_input_from(tail, PART_BLOCK);
-    const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL, *d_x = part_grad_of(block, x);
-    if (!d_tail_x || !d_tail_x->grad || !d_x || !d_x->grad) {
-        snprintf(err, errcap, "the loss does not depend on the block's input; nothing to stream");
-        return NULL;
+    BlockNeeds need;
+    if (block_needs(block, a, &need) != 0) goto oom;
+    Builder b = {.a = a, .p = p, .c = c, .need = &need, .serial = c->policy == POLICY_SEQUENTIAL};
+    if (lay_out_arena(&b, t, err, errcap) != 0) return NULL;
+    if (layout_only) return p;
+    b.frame_cmp = b.cmp_done;
+    b.frame_out = b.out_done;
+    if (b.nframes > MAX_SLOTS + 1) {
+        b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
+        b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
+        if (!b.frame_cmp || !b.frame_out) goto oom;
     }
 
-    // 3. The training stream: forward with checkpoints, the tail forward and
-    //    backward, the layers' backward in reverse, recomputing each
-    //    layer's forward first, and the head's backward.
-    Builder b = {.a = a, .p = p};
-    forward_layers(&b, slot, ckpt, ckpt_bytes);
-    run(&b, PART_TAIL, 0, tail->nodes.n, -1);
-    emit(&b, INS_LOSS)->src = addr(p, tail->output);
-    grads_out(&b, PART_TAIL, -1);
-    int64_t x_bytes = node_bytes(x);
-    copy(&b, addr(p, d_tail_x->grad), addr(p, block->grad_seed), x_bytes);
-    for (int64_t l = g->layers - 1; l >= 0; l--) {
-        copy_in_weights(&b, l, slot);
-        copy(&b, ckpt + l * ckpt_bytes, addr(p, x), x_bytes);
-        run(&b, PART_BLOCK, 0, block->nfwd, (int)l);
-        run(&b, PART_BLOCK, block->nfwd, block->nodes.n, (int)l);
-        grads_out(&b, PART_BLOCK, l);
-        copy(&b, addr(p, d_x->grad), addr(p, l > 0 ? block->grad_seed : head->grad_seed), x_bytes);
+    // 4. The training stream. The host updates globals then layers in
+    //    forward order, each layer's weights going in right after; the
+    //    megatrain baseline finishes every update before any copy.
+    int64_t L = g->layers;
+    int *ev_update = arena_alloc(a, (size_t)(L + 2) * sizeof(int));
+    if (!ev_update) goto oom;
+    for (int64_t l = -1; l < L; l++) {
+        host_op(&b, INS_UPDATE, l);
+        ev_update[l + 1] = record(&b, ENG_HOST);
     }
-    run(&b, PART_HEAD, head->nfwd, head->nodes.n, -1);
-    grads_out(&b, PART_HEAD, -1);
+    if (c->policy == POLICY_MEGATRAIN)
+        for (int64_t l = 0; l <= L; l++) ev_update[l] = ev_update[L];
+    for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;
+    forward(&b, ev_update, 1);
+    run(&b, PART_TAIL, 0, tail->nodes.n, -1, 0, 0);
+    emit(&b, INS_LOSS, ENG_COMPUTE)->src = addr(p, tail->output, 0);
+    b.carry = 0;
+    copy(&b, addr(p, d_tail_x->grad, 0), b.carry0, b.x_bytes);
+    int ev_tail = record(&b, ENG_COMPUTE);
+    wait_for(&b, ENG_COPY_OUT, ev_tail);
+    grads_out(&b, PART_TAIL, -1, 0);
+    for (int64_t l = L - 1; l >= 0; l--) backward_layer(&b, l);
+    copy(&b, b.carry0 + b.carry * b.carry_bytes, addr(p, head->grad_seed, 0), b.x_bytes);
+    run(&b, PART_HEAD, head->nfwd, head->nodes.n, -1, 0, 0);
+    wait_for(&b, ENG_COPY_OUT, record(&b, ENG_COMPUTE));
+    grads_out(&b, PART_HEAD, -1, 0);
+    wait_for(&b, ENG_HOST, record(&b, ENG_COPY_OUT));
+    host_op(&b, INS_NORM, -1);
     p->train = finish(&b, &p->ntrain);
 
-    // 4. The evaluation stream: forward and loss only.
-    forward_layers(&b, slot, ckpt, ckpt_bytes);
-    run(&b, PART_TAIL, 0, tail->nfwd, -1);
-    emit(&b, INS_LOSS)->src = addr(p, tail->output);
+    // 5. The evaluation stream: forward and loss only.
+    for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;
+    forward(&b, NULL, 0);
+    run(&b, PART_TAIL, 0, tail->nfwd, -1, 0, 0);
+    emit(&b, INS_LOSS, ENG_COMPUTE)->src = addr(p, tail->output, 0);
     p->eval = finish(&b, &p->neval);
     if (b.failed) goto oom;
+
+    char name[160];
+    snprintf(name, sizeof name, "policy=%s remat=%s slots=%d resident=%lld checkpoints=%s", policy_name(c->policy),
+             remat_name(c->remat), c->slots, (long long)c->resident, c->ckpt_host ? "host" : "device");
+    p->schedule = arena_strndup(a, name, strlen(name));
+    if (!p->schedule) goto oom;
     return p;
 oom:
     snprintf(err, errcap, "out of memory while scheduling");
     return NULL;
+}
+
+Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
+    return build(g, t, c, 0, a, err, errcap);
+}
+
+// ---------------------------------------------------------------- pass 6
+
+static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
+    why[0] = 0;
+    if ((double)c->host_bytes > t->host_memory)
+        snprintf(why, cap, "needs %.4g GB of host memory, %s has %.4g GB", (double)c->host_bytes / 1e9, t->name,
+                 t->host_memory / 1e9);
+    else if ((double)c->device_peak_bytes > t->device_memory)
+        snprintf(why, cap, "needs %.4g GB of device memory, %s has %.4g GB", (double)c->device_peak_bytes / 1e9,
+                 t->name, t->device_memory / 1e9);
+    return why[0] == 0;
+}
+
+// Builds and costs one choice into r; keeps it when it beats *best.
+static int try_choice(Graph *g, const Target *t, const SchedChoice *c, Arena *a, SchedResult *best, char *err,
+                      size_t errcap) {
+    SchedResult r = {.choice = *c};
+    r.plan = schedule_build(g, t, c, a, err, errcap);
+    if (!r.plan) return -1;
+    cost_plan(r.plan, t, &r.cost);
+    r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
+    int better;
+    if (!best->plan) better = 1;
+    else if (r.fits != best->fits) better = r.fits;
+    else if (r.fits) better = r.cost.step_s < best->cost.step_s;
+    else better = r.cost.device_peak_bytes + r.cost.host_bytes < best->cost.device_peak_bytes + best->cost.host_bytes;
+    if (better) *best = r;
+    return 0;
+}
+
+// The most resident layers (0 .. L) whose arena fits: the arena grows by a
+// frame per resident layer, so two plans give the line.
+static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a, char *err, size_t errcap) {
+    c.resident = 0;
+    Plan *p0 = build(g, t, &c, 1, a, err, errcap);
+    if (!p0) return -1;
+    if ((double)p0->arena_bytes > t->device_memory || g->layers == 0) return 0;
+    int64_t lo = 0, hi = g->layers; // lo fits
+    while (lo < hi) {
+        c.resident = (lo + hi + 1) / 2;
+        Plan *p = build(g, t, &c, 1, a, err, errcap);
+        if (!p) return -1;
+        if ((double)p->arena_bytes <= t->device_memory) lo = c.resident;
+        else hi = c.resident - 1;
+    }
+    return lo;
+}
+
+int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *best, char *err,
+                    size_t errcap) {
+    *best = (SchedResult){0};
+    int64_t L = g->layers;
+    if (req->resident > L) {
+        snprintf(err, errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident, (long long)L);
+        return -1;
+    }
+    if (req->policy != POLICY_MT) { // the baselines: fixed shapes
+        SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_MEGATRAIN ? 2 : 1};
+        for (int host = 0; host < 2; host++) {
+            c.ckpt_host = host;
+            if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+        }
+        return 0;
+    }
+    for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
+        if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
+        if (rm == REMAT_NONE) { // every layer resident
+            if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
+                snprintf(err, errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
+                         (long long)req->resident);
+                return -1;
+            }
+            SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L};
+            if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+            continue;
+        }
+        for (int host = 0; host < 2; host++)
+            for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
+                if (req->slots && slots != req->slots) continue;
+                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
+                c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
+                if (c.resident < 0) return -1;
+                if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+            }
+    }
+    return 0;
 }

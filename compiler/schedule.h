@@ -1,17 +1,71 @@
-// schedule.h: turns the differentiated layer graph into a Plan: the host
-// store layout, the device arena and the instruction streams.
+// schedule.h: the ahead-of-time scheduler. Turns the differentiated layer
+// graph and a target profile into a Plan: the host store layout, the device
+// arena (every buffer at a fixed offset) and the instruction streams of the
+// four engines (copy-in, compute, copy-out, host optimizer) joined by events.
 #ifndef MT_SCHEDULE_H
 #define MT_SCHEDULE_H
 
 #include "../common/plan.h"
+#include "cost.h"
+#include "target.h"
 
-// The first schedule: one stream, no overlap. Per micro-batch: the global
-// weights in once; the head; each layer's weights copied into one slot, its
-// input saved as a checkpoint, its forward; the tail, forward and backward;
-// then each layer again in reverse, recomputing its forward from the
-// checkpoint before its backward, its weight gradients copied out into the
-// host accumulators; last the head's backward. Every node gets its own arena
-// buffer. Returns NULL with a message in err.
-Plan *schedule_first(Graph *g, Arena *a, char *err, size_t errcap);
+// What a streamed layer keeps for its backward.
+typedef enum {
+    REMAT_AUTO,      // the fastest of the others that fits
+    REMAT_NONE,      // every layer keeps everything on the device (every layer resident)
+    REMAT_LAYER,     // only the layer's input (a checkpoint); the forward is recomputed
+    REMAT_SELECTIVE, // the checkpoint and the matmul and attention outputs; the rest is recomputed
+    REMAT_OFFLOAD,   // everything the backward reads goes to host memory and back; nothing recomputed
+    REMAT_COUNT
+} Remat;
+
+// How the engines are used.
+typedef enum {
+    POLICY_MT,         // overlap everything the dependencies allow (the default)
+    POLICY_SEQUENTIAL, // one engine: no overlap at all (the first schedule, a baseline)
+    POLICY_MEGATRAIN,  // a baseline after the MegaTrain paper's code: weights cross three times
+                       // a step (forward, recompute, backward), the optimizer runs after backward
+    POLICY_COUNT
+} Policy;
+
+const char *remat_name(Remat r);
+const char *policy_name(Policy p);
+
+typedef struct SchedChoice {
+    Policy policy;
+    Remat remat;      // never REMAT_AUTO here
+    int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
+    int64_t resident; // layers at the forward/backward turn that keep weights and activations
+    int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
+} SchedChoice;
+
+// Builds the plan for one choice (device_limit set from t). Returns NULL
+// with a message in err.
+Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap);
+
+// One searched configuration and what it costs.
+typedef struct SchedResult {
+    SchedChoice choice;
+    Plan *plan; // NULL when nothing of this kind fits
+    Cost cost;
+    int fits;
+    char why[256]; // when it does not fit
+} SchedResult;
+
+// What the user asked of the search; the rest it chooses.
+typedef struct SchedRequest {
+    Policy policy;
+    Remat remat;      // REMAT_AUTO: any
+    int slots;        // 0: any
+    int64_t resident; // -1: the most that fit
+} SchedRequest;
+
+// The fastest plan of the request that fits the target's device and host
+// memory. When none fits, r->fits is 0,
+// r->why says what the smallest one needs, and r->plan is that smallest
+// plan. Returns 0, or -1 with a message in err (out of memory, a graph the
+// scheduler cannot stream).
+int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *r, char *err,
+                    size_t errcap);
 
 #endif

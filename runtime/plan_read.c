@@ -33,7 +33,7 @@ enum {
     PARAM_MIN = 2 * STR_MIN + 4 + SHAPE_MIN + 4 + 8 + 4 + 4 + LOC_BYTES,
     NODE_MIN = 4 + 4 + SHAPE_MIN + LOC_BYTES + STR_MIN + 4 + 4 + 3 * 4 + 8 + 4 + 8 + 6 * 4 + 2 * 8,
     GRAD_BYTES = 8,
-    INSTR_BYTES = 6 * 4 + 3 * 8,
+    INSTR_BYTES = 10 * 4 + 3 * 8,
 };
 static const char MAGIC[8] = "MTPLAN\0";
 static const uint32_t ABSENT = 0xFFFFFFFFu, OTHER_ENDIAN = 0x04030201u;
@@ -42,7 +42,8 @@ static const uint32_t ABSENT = 0xFFFFFFFFu, OTHER_ENDIAN = 0x04030201u;
 static const int64_t MAX_NUMEL = INT64_MAX / 16;
 
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
-static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss"};
+static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
+                                        "load", "free", "record", "wait", "norm", "update"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 
 // How many operands each op takes; -1: at least one (concat).
@@ -583,7 +584,12 @@ static int read_host(Rd *r, Plan *p) {
             return -1;
         }
     }
-    return 0;
+    p->host_act_bytes = get_i64(r);
+    if (!r->failed && (p->host_act_bytes < 0 || p->host_act_bytes > MAX_NUMEL)) {
+        rd_fail(r, "a host activation store of %lld bytes", (long long)p->host_act_bytes);
+        return -1;
+    }
+    return r->failed ? -1 : 0;
 }
 
 // ---------------------------------------------------------------- ARENA
@@ -591,13 +597,21 @@ static int read_host(Rd *r, Plan *p) {
 static int read_arena(Rd *r, Plan *p) {
     const Graph *g = p->graph;
     p->arena_bytes = get_i64(r);
-    if (!r->failed && p->arena_bytes < 0) rd_fail(r, "arena of %lld bytes", (long long)p->arena_bytes);
+    p->device_limit = get_i64(r);
+    p->nframes = get_i32(r);
+    if (r->failed) return -1;
+    if (p->arena_bytes < 0) rd_fail(r, "arena of %lld bytes", (long long)p->arena_bytes);
+    else if (p->device_limit < 0) rd_fail(r, "a device limit of %lld bytes", (long long)p->device_limit);
+    else if (p->nframes < 1 || p->nframes > g->layers + 8)
+        rd_fail(r, "%d block frames for %lld layers", p->nframes, (long long)g->layers);
     for (int pk = 0; pk < PART_COUNT && !r->failed; pk++) {
         const Part *part = &g->parts[pk];
         int n = get_count(r, 8, "node offsets");
         if (r->failed) return -1;
-        if (n != part->nodes.n) {
-            rd_fail(r, "%d node offsets for the %d nodes of the %s part", n, part->nodes.n, part_name((PartKind)pk));
+        int64_t want = (int64_t)part->nodes.n * (pk == PART_BLOCK ? p->nframes : 1);
+        if (n != want) {
+            rd_fail(r, "%d node offsets for the %d nodes of the %s part%s", n, part->nodes.n, part_name((PartKind)pk),
+                    pk == PART_BLOCK ? " in each frame" : "");
             return -1;
         }
         p->node_offset[pk] = arena_alloc(r->a, ((size_t)n + 1) * sizeof(int64_t));
@@ -605,9 +619,10 @@ static int read_arena(Rd *r, Plan *p) {
             rd_oom(r);
             return -1;
         }
-        for (int i = 0; i < n; i++) {
-            int64_t off = p->node_offset[pk][i] = get_i64(r);
+        for (int k = 0; k < n; k++) {
+            int64_t off = p->node_offset[pk][k] = get_i64(r);
             if (r->failed) return -1;
+            int i = k % part->nodes.n;
             const Node *nd = part->nodes.items[i];
             if (off == -1) {
                 if (nd->op == OP_VIEW || nd->op == OP_RESHAPE) continue;
@@ -647,9 +662,17 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         rd_fail(r, "%s: %lld bytes", where, (long long)in->bytes);
         return;
     }
+    if (in->engine < 0 || in->engine >= ENG_COUNT) {
+        rd_fail(r, "%s: engine %d is out of range (0..%d)", where, in->engine, ENG_COUNT - 1);
+        return;
+    }
     switch ((InsKind)in->kind) {
     case INS_RUN:
         if (in->part < 0 || in->part >= PART_COUNT) rd_fail(r, "%s: part %d is out of range", where, in->part);
+        else if (in->frame < 0 || in->frame >= (in->part == PART_BLOCK ? p->nframes : 1))
+            rd_fail(r, "%s: frame %d; the %s part has %d", where, in->frame, part_name((PartKind)in->part),
+                    in->part == PART_BLOCK ? p->nframes : 1);
+        else if (in->flags & ~RUN_SKIP_HEAVY) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
         else if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
             rd_fail(r, "%s: nodes [%d, %d) of the %s part, which has %d", where, in->from, in->to,
                     part_name((PartKind)in->part), g->parts[in->part].nodes.n);
@@ -699,6 +722,32 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         else if (in->src % 4 != 0)
             rd_fail(r, "%s: the loss at byte %lld is not aligned to a float", where, (long long)in->src);
         return;
+    case INS_SAVE:
+    case INS_LOAD: {
+        int64_t harena = in->kind == INS_SAVE ? in->src : in->dst, hact = in->kind == INS_SAVE ? in->dst : in->src;
+        if (!range_ok(hact, in->bytes, p->host_act_bytes))
+            rd_fail(r, "%s: host activation bytes [%lld, +%lld) lie outside the store of %lld", where, (long long)hact,
+                    (long long)in->bytes, (long long)p->host_act_bytes);
+        else if (!range_ok(harena, in->bytes, A))
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) lie outside the arena of %lld", where, (long long)harena,
+                    (long long)in->bytes, (long long)A);
+        return;
+    }
+    case INS_FREE:
+        if (!range_ok(in->dst, in->bytes, A) || in->dst % 4 != 0 || in->bytes % 4 != 0)
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) are not whole floats inside the arena of %lld", where,
+                    (long long)in->dst, (long long)in->bytes, (long long)A);
+        return;
+    case INS_RECORD:
+    case INS_WAIT:
+        if (in->event < 0 || in->event >= p->nevents)
+            rd_fail(r, "%s: event %d; the plan has %d", where, in->event, p->nevents);
+        return;
+    case INS_NORM:
+    case INS_UPDATE:
+        if (in->layer < -1 || in->layer >= g->layers)
+            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        return;
     case INS_COUNT: return;
     }
 }
@@ -714,11 +763,15 @@ static Instr *read_instrs(Rd *r, const Plan *p, int32_t *count, const char *stre
     for (int i = 0; i < n; i++) {
         Instr *in = &ins[i];
         in->kind = get_i32(r);
+        in->engine = get_i32(r);
         in->part = get_i32(r);
         in->layer = get_i32(r);
         in->input = get_i32(r);
         in->from = get_i32(r);
         in->to = get_i32(r);
+        in->frame = get_i32(r);
+        in->flags = get_i32(r);
+        in->event = get_i32(r);
         in->src = get_i64(r);
         in->dst = get_i64(r);
         in->bytes = get_i64(r);
@@ -732,34 +785,41 @@ static Instr *read_instrs(Rd *r, const Plan *p, int32_t *count, const char *stre
 
 // ---------------------------------------------------------------- KERNELS
 
-// The ops of the nodes the RUN instructions cover (validated already).
-static void mark_ops(const Graph *g, const Instr *ins, int32_t n, unsigned char used[OP_COUNT]) {
-    for (int32_t i = 0; i < n; i++)
-        if (ins[i].kind == INS_RUN)
-            for (int k = ins[i].from; k < ins[i].to; k++)
-                used[((const Node *)g->parts[ins[i].part].nodes.items[k])->op] = 1;
+// A u64 length and that many bytes, left in place (the plan's bytes outlive it).
+static int get_blob(Rd *r, const uint8_t **out, size_t *len, const char *what) {
+    uint64_t n = (uint64_t)get_i64(r);
+    *out = NULL;
+    *len = 0;
+    if (r->failed) return -1;
+    if (n > r->len - r->pos) {
+        rd_fail(r, "%s of %llu bytes runs past the section's end", what, (unsigned long long)n);
+        return -1;
+    }
+    uint8_t *copy = arena_alloc(r->a, n ? (size_t)n : 1);
+    if (!copy) {
+        rd_oom(r);
+        return -1;
+    }
+    memcpy(copy, r->p + r->pos, (size_t)n);
+    r->pos += (size_t)n;
+    *out = copy;
+    *len = (size_t)n;
+    return 0;
 }
 
-static int read_kernels(Rd *r, const Plan *p) {
-    unsigned char used[OP_COUNT] = {0};
-    mark_ops(p->graph, p->train, p->ntrain, used);
-    mark_ops(p->graph, p->eval, p->neval, used);
-    int n = get_count(r, STR_MIN, "kernels");
-    int op = 0; // the list is in OpKind order: match it against used
-    for (int i = 0; i < n && !r->failed; i++) {
-        const char *name;
-        if (get_str(r, &name, 0, "a kernel name") != 0) break;
-        while (op < OP_COUNT && !used[op]) op++;
-        if (op == OP_COUNT || strcmp(name, op_name((OpKind)op)) != 0) {
-            rd_fail(r, "kernel %d is '%s'; the streams need %s%s", i, name, op < OP_COUNT ? "" : "no more than ",
-                    op < OP_COUNT ? op_name((OpKind)op) : "those listed before it");
-            break;
-        }
-        op++;
+static int read_kernels(Rd *r, Plan *p) {
+    const uint8_t *ptx;
+    if (get_blob(r, &p->kernels_bytes, &p->kernels_len, "the kernel IR") != 0 ||
+        get_blob(r, &p->bitcode, &p->bitcode_len, "the LLVM bitcode") != 0 ||
+        get_str(r, &p->cuda_arch, 1, "the CUDA architecture") != 0 ||
+        get_blob(r, &p->cubin, &p->cubin_len, "the CUDA cubin") != 0 || get_blob(r, &ptx, &p->ptx_len, "the PTX") != 0)
+        return -1;
+    p->ptx = (const char *)ptx;
+    if (!p->cuda_arch && (p->cubin_len || p->ptx_len)) {
+        rd_fail(r, "CUDA code without an architecture");
+        return -1;
     }
-    while (!r->failed && op < OP_COUNT && !used[op]) op++;
-    if (!r->failed && op < OP_COUNT) rd_fail(r, "the streams run %s, which no kernel covers", op_name((OpKind)op));
-    return r->failed ? -1 : 0;
+    return 0;
 }
 
 // ---------------------------------------------------------------- the file
@@ -901,6 +961,12 @@ Plan *plan_parse(const void *data, size_t len, const char *name, Arena *a, char 
         case SEC_HOST: rc = read_host(&r, p); break;
         case SEC_ARENA: rc = read_arena(&r, p); break;
         case SEC_STREAMS:
+            if (get_str(&r, &p->schedule, 0, "the schedule's name") != 0) break;
+            p->nevents = get_i32(&r);
+            if (!r.failed && (p->nevents < 0 || (size_t)p->nevents > r.len)) {
+                rd_fail(&r, "%d events", p->nevents);
+                break;
+            }
             p->train = read_instrs(&r, p, &p->ntrain, "train");
             if (!r.failed) p->eval = read_instrs(&r, p, &p->neval, "eval");
             rc = r.failed ? -1 : 0;
