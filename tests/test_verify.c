@@ -1,40 +1,138 @@
-// test_verify: the plan verifier accepts every example's plan and refuses
-// mutated ones, each with a message naming the instructions involved:
-// a dropped weight copy, a too-early weight overwrite, overlapping arena
-// buffers, a dropped checkpoint copy, and a backward run before its
-// forward recompute. (Two plans that look wrong but are not: overlapping
-// buffers of values already dead, and the last layer's backward without
-// its recompute, since its forward values are still in the arena.)
+// test_verify: the plan verifier accepts the scheduler's plans and refuses
+// mutated ones, each with a message naming the instructions involved.
 //
-// usage: test_verify EXAMPLES_DIR
+// Accepted: every example's plan on several targets under every policy and
+// remat mode the search offers, and fixed choices (slots, resident layers,
+// checkpoints on host or device) of a 4-layer llama-tiny, which streams,
+// recomputes, offloads and frees on the tiny targets. 405B plans must
+// verify in well under a second.
+//
+// Refused (from a multi-engine plan that passes): a dropped event, a
+// node's buffer moved onto a live one, a too-early weight copy (moved
+// before the RUN still reading its slot, or its WAIT dropped), a read of a
+// freed region, a COPY_IN before its layer's UPDATE (moved, or its WAIT
+// dropped), a COPY_OUT after its NORM, two unordered adds into the same
+// gradients, a WAIT before its RECORD, an event recorded twice, an engine
+// out of range.
+//
+// usage: test_verify EXAMPLES_DIR (the profiles are in EXAMPLES_DIR/../schedules)
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "../common/io.h"
 #include "../compiler/schedule.h"
 #include "../compiler/verify.h"
 
-static int failures;
+static int failures, verified;
+static char examples[4096], schedules[4096];
 
-static Plan *compile(const char *path, Arena *a) {
-    char *text, err[1024];
+// The graph of a model, with its layer count replaced when layers > 0.
+static Graph *load_graph(const char *model, int layers, Arena *a) {
+    char path[8192], *text;
     size_t len;
+    snprintf(path, sizeof path, "%s/%s.mt", examples, model);
     if (io_read_file(path, &text, &len) != 0) return NULL;
-    Source src = {.path = path, .text = text, .len = len};
-    Diag d = {.src = &src, .sink = stderr};
-    Model *m = dsl_parse(&src, a, &d);
+    char *L = layers > 0 ? strstr(text, "L = ") : NULL; // "L = 2  # layers" in the tiny examples
+    if (L) L[4] = (char)('0' + layers);
+    char *kept = arena_alloc(a, len + 1); // the graph's names point into the source
+    if (!kept) return NULL;
+    memcpy(kept, text, len + 1);
+    free(text);
+    Source *src = arena_alloc(a, sizeof *src);
+    if (!src) return NULL;
+    *src = (Source){.path = model, .text = kept, .len = len};
+    Diag d = {.src = src, .sink = stderr};
+    Model *m = dsl_parse(src, a, &d);
     Graph *g = m ? sema_lower(m, NULL, a, &d) : NULL;
-    Plan *p = g && autodiff(g, a, &d) == 0 ? schedule_first(g, a, err, sizeof err) : NULL;
-    free(text); // the plan keeps no pointer into the source here
-    return p;
+    return g && autodiff(g, a, &d) == 0 ? g : NULL;
 }
 
-// The index of the n-th (0-based) instruction matching kind, part and layer.
-static int find(const Plan *p, int kind, int part, int layer, int nth) {
+static int load_target(const char *name, Target *t) {
+    char path[8192], err[1024];
+    snprintf(path, sizeof path, "%s/%s.target", schedules, name);
+    if (target_load(path, t, err, sizeof err) == 0) return 0;
+    printf("FAIL: %s\n", err);
+    failures++;
+    return -1;
+}
+
+// Verifies p, expecting it to pass; returns the CPU seconds it took.
+static double expect_ok(const Plan *p, const char *what) {
+    char err[2048];
+    clock_t t0 = clock();
+    int rc = plan_verify(p, err, sizeof err);
+    double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
+    verified++;
+    if (rc != 0) {
+        printf("FAIL: %s (%s): %s\n", what, p->schedule ? p->schedule : "?", err);
+        failures++;
+    }
+    return s;
+}
+
+// ---------------------------------------------------------------- mutations
+
+// A copy of p whose train stream and block offsets the test may change.
+typedef struct Mut {
+    Plan p;
+    Instr *ins;     // (cap)
+    int64_t *block; // the block's node offsets, every frame
+} Mut;
+
+static void mut_init(Mut *m, const Plan *p) {
+    m->p = *p;
+    m->ins = malloc((size_t)(p->ntrain + 8) * sizeof(Instr));
+    memcpy(m->ins, p->train, (size_t)p->ntrain * sizeof(Instr));
+    size_t nb = (size_t)p->graph->parts[PART_BLOCK].nodes.n * (size_t)(p->nframes > 1 ? p->nframes : 1);
+    m->block = malloc(nb * sizeof(int64_t));
+    memcpy(m->block, p->node_offset[PART_BLOCK], nb * sizeof(int64_t));
+    m->p.train = m->ins;
+    m->p.node_offset[PART_BLOCK] = m->block;
+}
+
+static void mut_free(Mut *m) {
+    free(m->ins);
+    free(m->block);
+}
+
+// The index of the nth (0-based) instruction of kind (engine, layer: -2 any).
+static int find(const Plan *p, int kind, int engine, int layer, int nth) {
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        if (in->kind == kind && (part < 0 || in->part == part) && in->layer == layer && nth-- == 0) return i;
+        if (in->kind == kind && (engine == -2 || in->engine == engine) && (layer == -2 || in->layer == layer) &&
+            nth-- == 0)
+            return i;
+    }
+    return -1;
+}
+
+// The RUN of the block for layer whose nodes start at `from`, nth of them.
+static int find_run(const Plan *p, int layer, int from, int nth) {
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        if (in->kind == INS_RUN && in->part == PART_BLOCK && in->layer == layer && in->from == from && nth-- == 0)
+            return i;
+    }
+    return -1;
+}
+
+// The RECORD of event ev.
+static int record_of(const Plan *p, int ev) {
+    for (int i = 0; i < p->ntrain; i++)
+        if (p->train[i].kind == INS_RECORD && p->train[i].event == ev) return i;
+    return -1;
+}
+
+// The WAIT on `engine` nearest before instruction i whose event is recorded
+// on `from` (-2: any engine).
+static int wait_before(const Plan *p, int i, int engine, int from) {
+    for (int k = i - 1; k >= 0; k--) {
+        const Instr *in = &p->train[k];
+        if (in->kind != INS_WAIT || in->engine != engine) continue;
+        int r = record_of(p, in->event);
+        if (r >= 0 && (from == -2 || p->train[r].engine == from)) return k;
     }
     return -1;
 }
@@ -44,84 +142,269 @@ static void drop(Plan *p, int i) {
     p->ntrain--;
 }
 
-static void move(Plan *p, int from, int to) { // to < from
-    Instr saved = p->train[from];
-    memmove(&p->train[to + 1], &p->train[to], (size_t)(from - to) * sizeof(Instr));
-    p->train[to] = saved;
+static void insert(Plan *p, int at, Instr in) { // the array has room for 8 more
+    memmove(&p->train[at + 1], &p->train[at], (size_t)(p->ntrain - at) * sizeof(Instr));
+    p->train[at] = in;
+    p->ntrain++;
 }
 
-static void expect_refused(Plan *p, const char *what, const char *phrase) {
-    char err[1024] = "";
+// Moves instruction from to index to (before what was there).
+static void move(Plan *p, int from, int to) {
+    Instr saved = p->train[from];
+    drop(p, from);
+    insert(p, to > from ? to - 1 : to, saved);
+}
+
+// Every phrase (up to 3, NULL-terminated) must be in the message.
+static void expect_refused(const Plan *p, const char *what, const char *const *phrases) {
+    char err[2048] = "";
     if (plan_verify(p, err, sizeof err) == 0) {
         printf("FAIL: %s was accepted\n", what);
         failures++;
-    } else if (!strstr(err, phrase) || !strstr(err, "instruction")) {
-        printf("FAIL: %s: the message lacks \"%s\" or the instructions:\n  %s\n", what, phrase, err);
-        failures++;
-    } else {
-        printf("ok   %s: %s\n", what, err);
+        return;
     }
+    for (int k = 0; phrases[k]; k++)
+        if (!strstr(err, phrases[k])) {
+            printf("FAIL: %s: the message lacks \"%s\":\n  %s\n", what, phrases[k], err);
+            failures++;
+            return;
+        }
+    printf("ok   %s: %s\n", what, err);
+}
+
+#define PHRASES(...) ((const char *const[]){__VA_ARGS__, NULL})
+
+static void not_applicable(const char *what) {
+    printf("FAIL: %s: the plan has no such instructions any more (adjust the test)\n", what);
+    failures++;
+}
+
+// The first block node of the forward with op (its id), or -1.
+static int first_op(const Part *block, OpKind op) {
+    for (int i = 0; i < block->nfwd; i++)
+        if (((const Node *)block->nodes.items[i])->op == op) return i;
+    return -1;
+}
+
+// Mutations of p: llama-tiny with 4 layers, 2 slots, layer recompute,
+// checkpoints on the device; layers 0 and 1 are recomputed in backward,
+// layers 2 and 3 still intact in their frames.
+static void mutations(const Plan *base) {
+    const Part *block = &base->graph->parts[PART_BLOCK];
+    for (int k = 0; k < 13; k++) {
+        Mut m;
+        mut_init(&m, base);
+        Plan *p = &m.p;
+        switch (k) {
+        case 0: { // (1) the compute engine no longer waits for layer 0's weights before its recompute
+            int run = find_run(p, 0, 0, 1), w = run >= 0 ? wait_before(p, run, ENG_COMPUTE, ENG_COPY_IN) : -1;
+            if (w < 0) { not_applicable("a dropped event"); break; }
+            drop(p, w);
+            expect_refused(p, "a dropped event (compute's WAIT for a weight copy)",
+                           PHRASES("instruction", "copy_in on copy-in, layer 0", "no event orders"));
+            break;
+        }
+        case 1: { // (2) the first matmul's output moved onto the norm it reads, which later matmuls read too
+            int norm = first_op(block, OP_RMSNORM), mm = first_op(block, OP_MATMUL);
+            if (norm < 0 || mm < 0) { not_applicable("an overlapping arena region"); break; }
+            m.block[mm] = m.block[norm] + 64;
+            expect_refused(p, "an overlapping arena region", PHRASES("instruction", "holds block %", "run block"));
+            break;
+        }
+        case 2: { // (3) layer 2's weights copied into frame 0 before layer 0's forward reads the slot
+            int in2 = find(p, INS_COPY_IN, ENG_COPY_IN, 2, 0), run0 = find_run(p, 0, 0, 0);
+            int w = in2 >= 0 ? wait_before(p, in2, ENG_COPY_IN, ENG_HOST) : -1; // for layer 2's update: comes along
+            if (w < 0 || run0 < 0 || run0 > w) { not_applicable("a too-early weight overwrite"); break; }
+            move(p, w, run0);
+            move(p, in2, run0 + 1);
+            expect_refused(p, "a too-early weight overwrite (moved)",
+                           PHRASES("layer 0's weights", "holds layer 2's weights", "copy_in on copy-in, layer 2"));
+            break;
+        }
+        case 3: { // (3) the same, by dropping the copy-in engine's WAIT for layer 0's forward
+            int in2 = find(p, INS_COPY_IN, ENG_COPY_IN, 2, 0), w = in2 >= 0 ? wait_before(p, in2, ENG_COPY_IN, ENG_COMPUTE) : -1;
+            if (w < 0) { not_applicable("a too-early weight overwrite"); break; }
+            drop(p, w);
+            expect_refused(p, "a too-early weight overwrite (its WAIT dropped)",
+                           PHRASES("copy_in on copy-in, layer 2", "overwrites", "no event orders"));
+            break;
+        }
+        case 4: { // (4) the first norm's output of layer 3 freed before its backward reads it
+            int bwd = find_run(p, 3, block->nfwd, 0), norm = first_op(block, OP_RMSNORM);
+            if (bwd < 0 || norm < 0) { not_applicable("a read of a freed region"); break; }
+            const Node *n = block->nodes.items[norm];
+            int frame = p->train[bwd].frame;
+            insert(p, bwd, (Instr){.kind = INS_FREE, .engine = ENG_COMPUTE, .layer = -1, .event = -1,
+                                   .dst = plan_offsets(p, PART_BLOCK, frame)[norm],
+                                   .bytes = shape_numel(&n->shape) * 4});
+            expect_refused(p, "a read of a freed region", PHRASES("freed by instruction", "free on compute", "run block"));
+            break;
+        }
+        case 5: { // (5) layer 1's weights copied in before the host updates them
+            int u = find(p, INS_UPDATE, -2, 1, 0), in1 = find(p, INS_COPY_IN, -2, 1, 0);
+            if (u < 0 || in1 < 0) { not_applicable("a COPY_IN before its UPDATE"); break; }
+            move(p, u, in1 + 1);
+            expect_refused(p, "a COPY_IN before its UPDATE (moved)",
+                           PHRASES("copy_in on copy-in, layer 1", "before", "update on host, layer 1"));
+            break;
+        }
+        case 6: { // (5) the same, by dropping the copy-in engine's WAIT for the update
+            int in1 = find(p, INS_COPY_IN, -2, 1, 0), w = in1 >= 0 ? wait_before(p, in1, ENG_COPY_IN, ENG_HOST) : -1;
+            if (w < 0) { not_applicable("a COPY_IN before its UPDATE"); break; }
+            drop(p, w);
+            expect_refused(p, "a COPY_IN before its UPDATE (its WAIT dropped)",
+                           PHRASES("copy_in on copy-in, layer 1", "update on host, layer 1", "no event orders"));
+            break;
+        }
+        case 7: { // layer 3's norm before its gradients are out
+            int nrm = find(p, INS_NORM, -2, 3, 0), out = find(p, INS_COPY_OUT, -2, 3, 0);
+            if (nrm < 0 || out < 0) { not_applicable("a NORM before its COPY_OUTs"); break; }
+            move(p, nrm, out);
+            expect_refused(p, "a NORM before its COPY_OUTs", PHRASES("copy_out on copy-out, layer 3", "norm on host, layer 3"));
+            break;
+        }
+        case 8: { // a second add into layer 3's gradients, on compute, unordered with the copy-out engine's
+            int out = find(p, INS_COPY_OUT, -2, 3, 0);
+            if (out < 0) { not_applicable("two unordered COPY_OUTs"); break; }
+            Instr dup = p->train[out];
+            dup.engine = ENG_COMPUTE;
+            insert(p, out + 1, dup);
+            expect_refused(p, "two unordered COPY_OUTs into the same gradients",
+                           PHRASES("host gradient floats", "no event orders the two writes", "copy_out on compute"));
+            break;
+        }
+        case 9: { // a WAIT before its RECORD
+            int w = find(p, INS_WAIT, ENG_COMPUTE, -2, 2), r = w >= 0 ? record_of(p, p->train[w].event) : -1;
+            if (r < 0) { not_applicable("a WAIT before its RECORD"); break; }
+            move(p, r, w + 1);
+            expect_refused(p, "a WAIT before its RECORD", PHRASES("instruction", "recorded later"));
+            break;
+        }
+        case 10: { // an event recorded twice
+            int r = find(p, INS_RECORD, -2, -2, 3);
+            if (r < 0) { not_applicable("an event recorded twice"); break; }
+            insert(p, r + 1, p->train[r]);
+            expect_refused(p, "an event recorded twice", PHRASES("instruction", "repeats"));
+            break;
+        }
+        case 11: // an engine out of range
+            p->train[p->ntrain / 2].engine = ENG_COUNT;
+            expect_refused(p, "an engine out of range", PHRASES("instruction", "out of range"));
+            break;
+        case 12: { // a WAIT on an event no one records
+            int w = find(p, INS_WAIT, -2, -2, 0);
+            if (w < 0) { not_applicable("a WAIT for an event never recorded"); break; }
+            drop(p, record_of(p, p->train[w].event));
+            expect_refused(p, "a WAIT for an event never recorded", PHRASES("instruction", "no instruction records"));
+            break;
+        }
+        }
+        mut_free(&m);
+    }
+}
+
+// ---------------------------------------------------------------- plans that pass
+
+static const char *const POLICIES[] = {"mt", "sequential", "megatrain"};
+
+// The search's plan for (policy, remat) on a target; even one that does not
+// fit must be a correct plan.
+static double check_search(Graph *g, const Target *t, Policy pol, Remat rm, const char *model, Arena *a) {
+    SchedRequest req = {.policy = pol, .remat = rm, .slots = 0, .resident = -1};
+    SchedResult r;
+    char err[1024], what[256];
+    snprintf(what, sizeof what, "%s on %s, policy %s, remat %s", model, t->name, POLICIES[pol], remat_name(rm));
+    if (schedule_search(g, t, &req, a, &r, err, sizeof err) != 0) {
+        printf("FAIL: %s: %s\n", what, err);
+        failures++;
+        return 0;
+    }
+    if (!r.plan) {
+        printf("FAIL: %s: no plan at all\n", what);
+        failures++;
+        return 0;
+    }
+    return expect_ok(r.plan, what);
 }
 
 int main(int argc, char **argv) {
     if (argc != 2) return 2;
-    static const char *const MODELS[] = {"gpt2-tiny", "llama-tiny", "gpt2", "llama3-8b", "llama3-70b", "llama3-405b",
-                                         "qwen2-7b"};
-    char path[4096], err[1024];
-    for (size_t k = 0; k < sizeof MODELS / sizeof MODELS[0]; k++) {
-        Arena a = {0};
-        snprintf(path, sizeof path, "%s/%s.mt", argv[1], MODELS[k]);
-        Plan *p = compile(path, &a);
-        if (!p || plan_verify(p, err, sizeof err) != 0) {
-            printf("FAIL: %s: %s\n", path, p ? err : "does not compile");
-            failures++;
-        }
-        arena_free(&a);
-    }
+    snprintf(examples, sizeof examples, "%s", argv[1]);
+    snprintf(schedules, sizeof schedules, "%s/../schedules", argv[1]);
 
-    snprintf(path, sizeof path, "%s/llama-tiny.mt", argv[1]); // two layers
-    for (int mutation = 0; mutation < 5; mutation++) {
-        Arena a = {0};
-        Plan *p = compile(path, &a);
-        if (!p) return 1;
-        const Graph *g = p->graph;
-        switch (mutation) {
-        case 0: // layer 0's weights not copied in again before its backward
-            drop(p, find(p, INS_COPY_IN, -1, 0, 1));
-            expect_refused(p, "a dropped weight copy", "layer 1's weights");
-            break;
-        case 1: { // layer 0's weights copied over the slot while layer 1 still needs it
-            int bwd1 = find(p, INS_RUN, PART_BLOCK, 1, 2), in0 = find(p, INS_COPY_IN, -1, 0, 1);
-            move(p, in0, bwd1);
-            expect_refused(p, "a too-early weight overwrite", "layer 0's weights");
-            break;
-        }
-        case 2: { // the block's output made to overlap the first norm's output, which the backward still reads
-            const Part *block = &g->parts[PART_BLOCK];
-            int norm = -1;
-            for (int i = 0; i < block->nfwd && norm < 0; i++)
-                if (((const Node *)block->nodes.items[i])->op == OP_RMSNORM) norm = i;
-            p->node_offset[PART_BLOCK][block->output->id] = p->node_offset[PART_BLOCK][norm] + 64;
-            expect_refused(p, "overlapping arena buffers", "holds");
-            break;
-        }
-        case 3: { // layer 0's output never saved as layer 1's checkpoint
-            int fwd0 = find(p, INS_RUN, PART_BLOCK, 0, 0);
-            drop(p, fwd0 + 1);
-            expect_refused(p, "a dropped checkpoint copy", "reads");
-            break;
-        }
-        case 4: { // layer 0's backward before its recomputed forward (layer 1's values still there)
-            int rec0 = find(p, INS_RUN, PART_BLOCK, 0, 1), bwd0 = find(p, INS_RUN, PART_BLOCK, 0, 2);
-            Instr t = p->train[rec0];
-            p->train[rec0] = p->train[bwd0];
-            p->train[bwd0] = t;
-            expect_refused(p, "a backward before its forward", "layer");
-            break;
-        }
-        }
-        arena_free(&a);
+    // fixed choices of a 4-layer llama-tiny on the 1-layer target
+    Arena a = {0};
+    Target tiny;
+    Graph *g = load_graph("llama-tiny", 4, &a);
+    if (!g || load_target("tiny-1layer", &tiny) != 0) {
+        printf("FAIL: llama-tiny with 4 layers does not compile\n");
+        return 1;
     }
+    char err[1024], what[256];
+    Plan *base = NULL;
+    for (int rm = REMAT_LAYER; rm <= REMAT_OFFLOAD; rm++)
+        for (int slots = 1; slots <= 3; slots++)
+            for (int resident = 0; resident <= 1; resident++)
+                for (int host = 0; host <= 1; host++) {
+                    SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .resident = resident,
+                                     .ckpt_host = host || rm == REMAT_OFFLOAD};
+                    Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
+                    snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s, %d slots, %d resident, checkpoints on %s",
+                             remat_name((Remat)rm), slots, resident, c.ckpt_host ? "host" : "device");
+                    if (!p) {
+                        printf("FAIL: %s: %s\n", what, err);
+                        failures++;
+                        continue;
+                    }
+                    expect_ok(p, what);
+                    if (rm == REMAT_LAYER && slots == 2 && resident == 0 && host == 0) base = p;
+                }
+    if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
+    else printf("FAIL: no mutations: the plan they start from is refused\n");
+    arena_free(&a);
+
+    // the search's plans: tiny examples everywhere, the large ones on the real targets
+    static const char *const TINY[] = {"gpt2-tiny", "llama-tiny"}, *const LARGE[] = {"gpt2", "llama3-8b", "qwen2-7b",
+                                                                                      "llama3-70b", "llama3-405b"};
+    static const char *const TINY_T[] = {"tiny-1layer", "tiny-2layers", "h200", "rtx4090"},
+                             *const LARGE_T[] = {"h200", "gh200", "rtx4090"};
+    for (size_t i = 0; i < 2; i++)
+        for (size_t j = 0; j < 4; j++) {
+            Arena b = {0};
+            Target t;
+            Graph *tg = load_graph(TINY[i], 0, &b);
+            if (!tg) {
+                printf("FAIL: %s does not compile\n", TINY[i]);
+                failures++;
+            } else if (load_target(TINY_T[j], &t) == 0) {
+                for (int rm = REMAT_AUTO; rm < REMAT_COUNT; rm++) check_search(tg, &t, POLICY_MT, (Remat)rm, TINY[i], &b);
+                check_search(tg, &t, POLICY_SEQUENTIAL, REMAT_AUTO, TINY[i], &b);
+                check_search(tg, &t, POLICY_MEGATRAIN, REMAT_AUTO, TINY[i], &b);
+            }
+            arena_free(&b);
+        }
+    double slowest = 0;
+    for (size_t i = 0; i < 5; i++)
+        for (size_t j = 0; j < 3; j++) {
+            Arena b = {0};
+            Target t;
+            Graph *lg = load_graph(LARGE[i], 0, &b);
+            if (!lg) {
+                printf("FAIL: %s does not compile\n", LARGE[i]);
+                failures++;
+            } else if (load_target(LARGE_T[j], &t) == 0) {
+                for (int pol = 0; pol < POLICY_COUNT; pol++) {
+                    double s = check_search(lg, &t, (Policy)pol, REMAT_AUTO, LARGE[i], &b);
+                    if (s > slowest) slowest = s;
+                    if (!strcmp(LARGE[i], "llama3-405b") && s > 1.0) {
+                        printf("FAIL: llama3-405b on %s (%s) took %.3f s to verify\n", t.name, POLICIES[pol], s);
+                        failures++;
+                    }
+                }
+            }
+            arena_free(&b);
+        }
+    printf("%d plans verified; the slowest large one took %.3f s of CPU\n", verified, slowest);
     printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
     return failures ? 1 : 0;
 }
