@@ -12,8 +12,9 @@
 // before the RUN still reading its slot, or its WAIT dropped), a read of a
 // freed region, a COPY_IN before its layer's UPDATE (moved, or its WAIT
 // dropped), a COPY_OUT after its NORM, two unordered adds into the same
-// gradients, a WAIT before its RECORD, an event recorded twice, an engine
-// out of range.
+// gradients, a WAIT before its RECORD, an event recorded twice or never, an
+// engine out of range, a restored matmul output freed before the RUN that
+// skips matmuls, a dropped SAVE.
 //
 // usage: test_verify EXAMPLES_DIR (the profiles are in EXAMPLES_DIR/../schedules)
 #include <stdio.h>
@@ -303,6 +304,37 @@ static void mutations(const Plan *base) {
     }
 }
 
+// Selective recomputation: a restored matmul output freed before the RUN
+// that skips the matmuls reads it. Offload: a dropped SAVE leaves the
+// LOAD nothing to bring back.
+static void mutations_remat(const Plan *sel, const Plan *off) {
+    const Part *block = &sel->graph->parts[PART_BLOCK];
+    Mut m;
+    mut_init(&m, sel);
+    Plan *p = &m.p;
+    int run = -1, mm = first_op(block, OP_MATMUL);
+    for (int i = 0; i < p->ntrain && run < 0; i++)
+        if (p->train[i].kind == INS_RUN && (p->train[i].flags & RUN_SKIP_HEAVY)) run = i;
+    if (run < 0 || mm < 0) not_applicable("a freed restored matmul output");
+    else {
+        const Node *n = block->nodes.items[mm];
+        insert(p, run, (Instr){.kind = INS_FREE, .engine = ENG_COMPUTE, .layer = -1, .event = -1,
+                               .dst = plan_offsets(p, PART_BLOCK, p->train[run].frame)[mm],
+                               .bytes = shape_numel(&n->shape) * 4});
+        expect_refused(p, "a freed restored matmul output", PHRASES("skipping matmuls", "the restored %", "freed by"));
+    }
+    mut_free(&m);
+    mut_init(&m, off);
+    p = &m.p;
+    int save = find(p, INS_SAVE, -2, -2, 0);
+    if (save < 0) not_applicable("a dropped SAVE");
+    else {
+        drop(p, save);
+        expect_refused(p, "a dropped SAVE", PHRASES("instruction", "holds nothing", "load on"));
+    }
+    mut_free(&m);
+}
+
 // ---------------------------------------------------------------- plans that pass
 
 static const char *const POLICIES[] = {"mt", "sequential", "megatrain"};
@@ -341,7 +373,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     char err[1024], what[256];
-    Plan *base = NULL;
+    Plan *base = NULL, *sel = NULL, *off = NULL;
     for (int rm = REMAT_LAYER; rm <= REMAT_OFFLOAD; rm++)
         for (int slots = 1; slots <= 3; slots++)
             for (int resident = 0; resident <= 1; resident++)
@@ -357,10 +389,21 @@ int main(int argc, char **argv) {
                         continue;
                     }
                     expect_ok(p, what);
-                    if (rm == REMAT_LAYER && slots == 2 && resident == 0 && host == 0) base = p;
+                    if (slots == 2 && resident == 0 && host == 0 && rm == REMAT_LAYER) base = p;
+                    if (slots == 2 && resident == 0 && host == 0 && rm == REMAT_SELECTIVE) sel = p;
+                    if (slots == 2 && resident == 0 && rm == REMAT_OFFLOAD) off = p;
                 }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
-    else printf("FAIL: no mutations: the plan they start from is refused\n");
+    else {
+        printf("FAIL: no mutations: the plan they start from is refused\n");
+        failures++;
+    }
+    if (sel && off && plan_verify(sel, err, sizeof err) == 0 && plan_verify(off, err, sizeof err) == 0)
+        mutations_remat(sel, off);
+    else {
+        printf("FAIL: no selective or offload mutations: the plans they start from are refused\n");
+        failures++;
+    }
     arena_free(&a);
 
     // the search's plans: tiny examples everywhere, the large ones on the real targets
