@@ -1,0 +1,35 @@
+// attention.h: the launch geometry of attention.cuh's kernels, for host code
+// (the cuda backend, tests/gpu) and for cuda_build's checks. Plain C; the
+// numbers must match the MT_ATTN_* macros of attention.cuh.
+#ifndef MT_CUDA_ATTENTION_H
+#define MT_CUDA_ATTENTION_H
+
+#include <stddef.h>
+#include <stdio.h>
+
+enum {
+    ATTN_THREADS = 128, // threads per block, every attention kernel
+    ATTN_BQ = 16,       // query rows per block: fwd and bwd_dq grids are (ceil(T/16), H, B)
+    ATTN_BK = 32,       // keys per block of bwd_dkdv: its grid is (ceil(T/32), KVH, B)
+};
+
+// Dynamic shared memory, bytes, per kernel and head size D.
+static inline size_t attn_smem_fwd(int D) { return 4 * (size_t)(ATTN_BQ * D + ATTN_BK * (D + 1) + ATTN_BK * D); }
+static inline size_t attn_smem_dq(int D) { return 4 * (size_t)(2 * ATTN_BQ * D + 2 * ATTN_BK * (D + 1)); }
+static inline size_t attn_smem_dkdv(int D) {
+    return 4 * (size_t)(2 * ATTN_BK * (D + 1) + 2 * ATTN_BQ * D + 2 * ATTN_BQ * ATTN_BK + 2 * ATTN_BQ);
+}
+static inline size_t attn_smem_max(int D) {
+    size_t a = attn_smem_fwd(D), b = attn_smem_dq(D), c = attn_smem_dkdv(D);
+    return a > b ? (a > c ? a : c) : (b > c ? b : c);
+}
+// The backward's fp32 workspace: lse then delta, each [B, H, T].
+static inline size_t attn_workspace_bytes(long B, long T, long H) { return 2 * 4 * (size_t)(B * H * T); }
+
+// The suffix of the three entry points: "f32_d64_causal", "bf16_d128_full".
+static inline char *attn_kernel_name(char *buf, size_t cap, int bf16, int D, int causal) {
+    snprintf(buf, cap, "%s_d%d_%s", bf16 ? "bf16" : "f32", D, causal ? "causal" : "full");
+    return buf;
+}
+
+#endif

@@ -1,0 +1,108 @@
+// attention_ref.cuh: the plain reference for attention.cuh, for test
+// programs only (tests/gpu): one thread per output value, fp32 storage,
+// double accumulation, and the T x T probabilities materialised in device
+// memory as P[B, H, T, T] and dS[B, H, T, T]. The semantics are
+// runtime/kernels.inc's attention and attention_bwd, line for line: scale
+// 1/sqrt(D), key j visible to query t when j <= t (causal) or always, query
+// head h reads kv head h / (H / KVH). Needs prelude.cuh. Never in a plan.
+//
+// Order: probs, then fwd; for the backward probs, ds, then dq and dkdv.
+// Layouts as attention.cuh: q, y, dq, dy [B, T, H*D]; k, v, dk, dv [B, T, KVH*D].
+
+// P[b, h, t, :] = softmax over the visible keys of q_t . k_j / sqrt(D); 0 elsewhere.
+// One thread per (b, h, t).
+extern "C" __global__ void mt_ref_attn_probs(float *P, const float *q, const float *k, int B, int T, int H, int KVH,
+                                             int D, int causal) {
+    long row = (long)blockIdx.x * blockDim.x + threadIdx.x; // (b * H + h) * T + t
+    if (row >= (long)B * H * T) return;
+    int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H), kvh = h / (H / KVH);
+    int n = causal ? t + 1 : T;
+    double scale = 1.0 / sqrt((double)D), mx = -1e300, sum = 0;
+    const float *qr = q + ((long)b * T + t) * H * D + (long)h * D;
+    float *Pr = P + row * T;
+    for (int j = 0; j < T; j++) Pr[j] = 0.0f;
+    for (int j = 0; j < n; j++) {
+        const float *kr = k + ((long)b * T + j) * KVH * D + (long)kvh * D;
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+        dot *= scale;
+        mx = dot > mx ? dot : mx;
+    }
+    for (int j = 0; j < n; j++) {
+        const float *kr = k + ((long)b * T + j) * KVH * D + (long)kvh * D;
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+        sum += exp(dot * scale - mx);
+    }
+    for (int j = 0; j < n; j++) {
+        const float *kr = k + ((long)b * T + j) * KVH * D + (long)kvh * D;
+        double dot = 0;
+        for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+        Pr[j] = (float)(exp(dot * scale - mx) / sum);
+    }
+}
+
+// y[b, t, h*D + d] = sum_j P[b, h, t, j] v[b, j, kvh*D + d]. One thread per element of y.
+extern "C" __global__ void mt_ref_attn_fwd(float *y, const float *P, const float *v, int B, int T, int H, int KVH,
+                                           int D) {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)B * T * H * D) return;
+    int d = (int)(e % D), h = (int)(e / D % H), t = (int)(e / D / H % T), b = (int)(e / D / H / T);
+    int kvh = h / (H / KVH);
+    const float *Pr = P + (((long)b * H + h) * T + t) * T;
+    double acc = 0;
+    for (int j = 0; j < T; j++) acc += (double)Pr[j] * v[((long)b * T + j) * KVH * D + (long)kvh * D + d];
+    y[e] = (float)acc;
+}
+
+// dS[b, h, t, j] = P (dP - sum_j P dP), dP_j = dy_t . v_j. One thread per (b, h, t).
+extern "C" __global__ void mt_ref_attn_ds(float *dS, const float *P, const float *dy, const float *v, int B, int T,
+                                          int H, int KVH, int D) {
+    long row = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= (long)B * H * T) return;
+    int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H), kvh = h / (H / KVH);
+    const float *dyr = dy + ((long)b * T + t) * H * D + (long)h * D, *Pr = P + row * T;
+    float *dSr = dS + row * T;
+    double delta = 0;
+    for (int j = 0; j < T; j++) {
+        const float *vr = v + ((long)b * T + j) * KVH * D + (long)kvh * D;
+        double dp = 0;
+        for (int d = 0; d < D; d++) dp += (double)dyr[d] * vr[d];
+        dSr[j] = (float)dp;
+        delta += (double)Pr[j] * dp;
+    }
+    for (int j = 0; j < T; j++) dSr[j] = (float)((double)Pr[j] * ((double)dSr[j] - delta));
+}
+
+// dq[b, t, h*D + d] = sum_j dS[b, h, t, j] k[b, j, kvh*D + d] / sqrt(D). One thread per element.
+extern "C" __global__ void mt_ref_attn_dq(float *dq, const float *dS, const float *k, int B, int T, int H, int KVH,
+                                          int D) {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)B * T * H * D) return;
+    int d = (int)(e % D), h = (int)(e / D % H), t = (int)(e / D / H % T), b = (int)(e / D / H / T);
+    int kvh = h / (H / KVH);
+    const float *dSr = dS + (((long)b * H + h) * T + t) * T;
+    double acc = 0;
+    for (int j = 0; j < T; j++) acc += (double)dSr[j] * k[((long)b * T + j) * KVH * D + (long)kvh * D + d];
+    dq[e] = (float)(acc / sqrt((double)D));
+}
+
+// dk, dv[b, j, kvh*D + d]: sums over the group's query heads h and rows t of
+// dS[b, h, t, j] q[b, t, h*D + d] / sqrt(D) and P[b, h, t, j] dy[b, t, h*D + d].
+// One thread per element.
+extern "C" __global__ void mt_ref_attn_dkdv(float *dk, float *dv, const float *P, const float *dS, const float *q,
+                                            const float *dy, int B, int T, int H, int KVH, int D) {
+    long e = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (e >= (long)B * T * KVH * D) return;
+    int d = (int)(e % D), kvh = (int)(e / D % KVH), j = (int)(e / D / KVH % T), b = (int)(e / D / KVH / T);
+    int G = H / KVH;
+    double ak = 0, av = 0;
+    for (int h = kvh * G; h < (kvh + 1) * G; h++)
+        for (int t = 0; t < T; t++) {
+            long pr = (((long)b * H + h) * T + t) * T + j, qi = ((long)b * T + t) * H * D + (long)h * D + d;
+            ak += (double)dS[pr] * q[qi];
+            av += (double)P[pr] * dy[qi];
+        }
+    dk[e] = (float)(ak / sqrt((double)D));
+    dv[e] = (float)av;
+}

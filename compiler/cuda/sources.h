@@ -1,0 +1,13 @@
+// sources.h: the CUDA sources of compiler/cuda/, embedded into mtc at build
+// time (embed.cmake), each NUL-terminated; _len excludes the NUL.
+#ifndef MT_CUDA_SOURCES_H
+#define MT_CUDA_SOURCES_H
+
+#include <stddef.h>
+
+extern const char mt_cuda_prelude[];       // storage types, loads and stores, reductions
+extern const char mt_cuda_attention[];     // the flash attention template (needs the prelude)
+extern const char mt_cuda_attention_ref[]; // its plain reference, for tests/gpu only
+extern const size_t mt_cuda_prelude_len, mt_cuda_attention_len, mt_cuda_attention_ref_len;
+
+#endif

@@ -1,0 +1,93 @@
+// emit_cuda.h: the kernel IR (kir.h) to CUDA C, one translation unit per
+// plan, compiled inside mtc by NVRTC (nvrtc.h).
+//
+// What the translation unit holds, in order: the prelude (compiler/cuda/
+// prelude.cuh), the flash attention template and one instantiation per
+// (storage type, head size, mask) the plan uses, then one
+// `extern "C" __global__` function per expression kernel.
+//
+// Launch ABI of expression kernel i of part p (symbol kir_symbol(p, i),
+// "mt_k1_3"):
+//   parameters: one pointer per KirArg, in order, already at the node's
+//     buffer plus the argument's offset; `const` when only read. Storage:
+//     int for KT_I32; for KT_F32, bf16 when the plan computes in bf16
+//     (cuda_arg_bf16) and float otherwise. A KA_ACC64 argument's pointer is
+//     its double scratch (zeroed by the caller); after the kernel the caller
+//     launches SYMBOL_finish(float *dst0, const double *scratch0, ...), one
+//     pair per KA_ACC64 argument in order, which writes dst = scratch / divisor.
+//     KA_ACC32 arguments are zeroed by the caller and accumulated atomically.
+//   geometry: `extern "C" __constant__ int SYMBOL_launch[4]` = {grid,
+//     block, dynamic shared bytes, finish grid (0: no finish kernel)},
+//     readable with cuModuleGetGlobal; cuda_emit also returns it.
+//   alignment: every node buffer starts 16-byte aligned (the plan's arena
+//     offsets are multiples of 256); the emitter vectorises (float4, or 4
+//     bf16) only accesses it can prove aligned from that.
+// GEMMs emit nothing (cuBLASLt runs them; see CudaKernelInfo.epilogue);
+// attention kernels use the template's entry points named by attn_kernel_name
+// (compiler/cuda/attention.h), whose ABI is written in attention.cuh.
+#ifndef MT_EMIT_CUDA_H
+#define MT_EMIT_CUDA_H
+
+#include <stddef.h>
+
+#include "graph.h"
+#include "kir.h"
+#include "nvrtc.h"
+
+typedef struct CudaOptions {
+    const char *arch;       // "sm_90"
+    int bf16;               // Graph.train.compute == DT_BF16: f32 tensors stored as bf16
+    const char *model_path; // for messages: "examples/gpt2.mt"
+    int with_reference;     // also the plain attention reference kernels (tests/gpu)
+    // Test hook: 1-based index, in emission order, of the expression kernel
+    // whose first statement is followed by a line that does not compile
+    // (inject_warning: by an unused variable, which NVRTC only warns about).
+    int inject_error, inject_warning;
+} CudaOptions;
+
+// cuBLASLt epilogue that would replace a GEMM's epilogue expression kernel.
+typedef enum { CUDA_EPI_NONE, CUDA_EPI_BIAS, CUDA_EPI_GELU_BIAS, CUDA_EPI_COUNT } CudaEpilogue;
+const char *cuda_epilogue_name(CudaEpilogue e); // "CUBLASLT_EPILOGUE_BIAS"
+
+// What the runtime needs to launch each kernel of the set.
+typedef struct CudaKernelInfo {
+    int part, index;       // kernel `index` of part `part`
+    int kind;              // KirKind
+    char symbol[48];       // expression kernels: kir_symbol; attention: the entry's NAME suffix; GEMM: ""
+    int grid, block, smem; // expression kernels
+    int finish_grid;       // 0: no SYMBOL_finish
+    int vectorised;        // column loops that read and write four elements at a time
+    CudaEpilogue epilogue; // GEMM: the cuBLASLt epilogue that covers its expression kernel, if any
+} CudaKernelInfo;
+
+typedef struct CudaSource {
+    char *text;           // (len) NUL-terminated, malloc'd
+    size_t len;
+    const char **origin;  // (nlines) per line, NULL or "kernel mt_k1_3: op rmsnorm at m.mt:4:9", malloc'd
+    int nlines;
+    CudaKernelInfo *info; // (ninfo) one per emitted or recorded kernel, malloc'd
+    int ninfo;
+    int nexpr, nattn;     // expression kernels emitted, attention instantiations
+    char **strings;       // (nstrings) what origin points into, malloc'd
+    int nstrings;
+} CudaSource;
+
+// Whether argument a is stored as bf16 under opt: f32 tensors of a bf16 plan,
+// except accumulators (KA_ACC32, KA_ACC64), which stay fp32.
+int cuda_arg_bf16(const KirArg *a, const CudaOptions *opt);
+
+// Emits every kernel of prog into one translation unit. g names the ops for
+// the origin of each line. Returns 0, or -1 with a message in err (a head
+// size whose attention kernels do not fit the arch's shared memory, out of
+// memory). Free with cuda_source_free.
+int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
+              size_t errcap);
+void cuda_source_free(CudaSource *s);
+
+// cuda_emit, then nvrtc_compile for opt->arch: the plan's cubin and PTX.
+// src may be NULL; otherwise it receives the source (free it). Returns 0,
+// or -1 with every NVRTC diagnostic, its generated line and its op, in err.
+int cuda_build(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaBinary *out, CudaSource *src,
+               char *err, size_t errcap);
+
+#endif

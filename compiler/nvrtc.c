@@ -1,0 +1,176 @@
+// nvrtc.c: one CUDA C source -> cubin + PTX through NVRTC, with NVRTC's log
+// mapped back to the generated lines and the ops they came from.
+#include "nvrtc.h"
+
+#include <nvrtc.h>
+
+#include <ctype.h>
+#include <stdarg.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+// How many diagnostics one failure reports; the rest are counted.
+enum { NVRTC_MAX_REPORTED = 8 };
+
+// An append-only message buffer over err[errcap]; silently cut when full.
+typedef struct Msg {
+    char *buf;
+    size_t cap, len;
+} Msg;
+
+static void msg_add(Msg *m, const char *fmt, ...) __attribute__((format(printf, 2, 3)));
+static void msg_add(Msg *m, const char *fmt, ...) {
+    if (m->cap == 0 || m->len >= m->cap - 1) return;
+    va_list ap;
+    va_start(ap, fmt);
+    int n = vsnprintf(m->buf + m->len, m->cap - m->len, fmt, ap);
+    va_end(ap);
+    if (n > 0) m->len += (size_t)n < m->cap - m->len ? (size_t)n : m->cap - 1 - m->len;
+}
+
+int nvrtc_arch_ok(const char *arch) {
+    if (strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3]) || !isdigit((unsigned char)arch[4]))
+        return 0;
+    for (const char *p = arch + 5; *p; p++)
+        if (!isalnum((unsigned char)*p)) return 0; // sm_90a
+    return atoi(arch + 3) >= 80 && strlen(arch) < sizeof(((CudaBinary *)0)->arch);
+}
+
+const char *nvrtc_version_str(void) {
+    static char buf[32];
+    int major = 0, minor = 0;
+    if (nvrtcVersion(&major, &minor) != NVRTC_SUCCESS) return "unknown";
+    snprintf(buf, sizeof buf, "%d.%d", major, minor);
+    return buf;
+}
+
+// Line `line` (1-based) of src as [*start, *start + *len), or 0 when src is shorter.
+static int source_line(const char *src, int line, const char **start, int *len) {
+    const char *p = src;
+    for (int i = 1; i < line; i++) {
+        p = strchr(p, '\n');
+        if (!p) return 0;
+        p++;
+    }
+    const char *e = strchr(p, '\n');
+    *start = p;
+    *len = (int)(e ? e - p : (ptrdiff_t)strlen(p));
+    return 1;
+}
+
+// NVRTC's log, "NAME(LINE): error: MESSAGE" and "NAME(LINE): warning #177-D:
+// MESSAGE" lines followed by the quoted line and a caret, becomes one entry
+// per diagnostic with the generated line and its origin. Returns how many it
+// found; lines it cannot place go to m verbatim.
+static int report_log(Msg *m, const char *log, const char *src, const char *name, const char *const *origin,
+                      int norigin) {
+    size_t nlen = strlen(name);
+    int found = 0;
+    for (const char *p = log; *p;) {
+        const char *eol = strchr(p, '\n');
+        int len = (int)(eol ? eol - p : (ptrdiff_t)strlen(p));
+        int line = 0;
+        const char *rest = NULL;
+        if ((size_t)len > nlen + 3 && strncmp(p, name, nlen) == 0 && p[nlen] == '(') {
+            char *end;
+            long v = strtol(p + nlen + 1, &end, 10);
+            if (end[0] == ')' && end[1] == ':' && v > 0 && v < 1000000) {
+                line = (int)v;
+                rest = end + 2;
+                while (*rest == ' ') rest++;
+            }
+        }
+        if (rest) {
+            found++;
+            if (found <= NVRTC_MAX_REPORTED) {
+                int is_warning = strncmp(rest, "warning", 7) == 0;
+                msg_add(m, "%s:%d: %s%.*s%s\n", name, line, is_warning ? "error: " : "", len - (int)(rest - p), rest,
+                        is_warning ? " (warnings are errors)" : "");
+                const char *s;
+                int slen;
+                if (source_line(src, line, &s, &slen)) msg_add(m, "    %5d | %.*s\n", line, slen, s);
+                if (origin && line <= norigin && origin[line - 1]) msg_add(m, "  in %s\n", origin[line - 1]);
+            }
+        } else if (!found && len > 0 && strncmp(p, "Remark", 6) != 0 && p[0] != ' ') {
+            // a diagnostic without a line (a bad option, an internal error)
+            msg_add(m, "%.*s\n", len, p);
+        }
+        p = eol ? eol + 1 : p + len;
+    }
+    if (found > NVRTC_MAX_REPORTED) msg_add(m, "(%d more diagnostics)\n", found - NVRTC_MAX_REPORTED);
+    return found;
+}
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
+}
+
+int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
+                  CudaBinary *out, char *err, size_t errcap) {
+    memset(out, 0, sizeof *out);
+    Msg m = {err, errcap, 0};
+    if (errcap) err[0] = 0;
+    if (!nvrtc_arch_ok(arch)) {
+        msg_add(&m, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX", arch);
+        return -1;
+    }
+    char archopt[32];
+    snprintf(archopt, sizeof archopt, "-arch=%s", arch);
+    const char *opts[] = {archopt, "--std=c++17", "-default-device", "-lineinfo"};
+    nvrtcProgram prog;
+    nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
+    if (r != NVRTC_SUCCESS) {
+        msg_add(&m, "NVRTC %s: cannot create a program: %s", nvrtc_version_str(), nvrtcGetErrorString(r));
+        return -1;
+    }
+    double t0 = now_s();
+    r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    out->seconds = now_s() - t0;
+    size_t loglen = 0;
+    char *log = NULL;
+    if (nvrtcGetProgramLogSize(prog, &loglen) == NVRTC_SUCCESS && loglen > 1 && (log = malloc(loglen)) &&
+        nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS)
+        log[0] = 0;
+    int has_log = log && log[0];
+    if (r != NVRTC_SUCCESS || has_log) {
+        msg_add(&m, "NVRTC %s, %s: %s\n", nvrtc_version_str(), arch,
+                r != NVRTC_SUCCESS ? nvrtcGetErrorString(r) : "warnings (treated as errors)");
+        if (has_log) report_log(&m, log, src, name, origin, norigin);
+        while (m.len > 0 && err[m.len - 1] == '\n') err[--m.len] = 0; // no trailing newline, as other messages
+        free(log);
+        nvrtcDestroyProgram(&prog);
+        return -1;
+    }
+    free(log);
+    size_t nc = 0, np = 0;
+    if ((r = nvrtcGetCUBINSize(prog, &nc)) != NVRTC_SUCCESS || (r = nvrtcGetPTXSize(prog, &np)) != NVRTC_SUCCESS ||
+        nc == 0 || np == 0) {
+        msg_add(&m, "NVRTC %s, %s: no cubin or PTX: %s", nvrtc_version_str(), arch, nvrtcGetErrorString(r));
+        nvrtcDestroyProgram(&prog);
+        return -1;
+    }
+    out->cubin = malloc(nc);
+    out->ptx = malloc(np);
+    if (!out->cubin || !out->ptx || nvrtcGetCUBIN(prog, (char *)out->cubin) != NVRTC_SUCCESS ||
+        nvrtcGetPTX(prog, out->ptx) != NVRTC_SUCCESS) {
+        msg_add(&m, "NVRTC %s, %s: cannot read back the cubin or PTX", nvrtc_version_str(), arch);
+        nvrtcDestroyProgram(&prog);
+        nvrtc_binary_free(out);
+        return -1;
+    }
+    nvrtcDestroyProgram(&prog);
+    out->cubin_len = nc;
+    out->ptx_len = strnlen(out->ptx, np);
+    snprintf(out->arch, sizeof out->arch, "%s", arch);
+    return 0;
+}
+
+void nvrtc_binary_free(CudaBinary *b) {
+    free(b->cubin);
+    free(b->ptx);
+    memset(b, 0, sizeof *b);
+}
