@@ -12,6 +12,7 @@
 #include <zlib.h>
 
 #include "graph.h"
+#include "fuse.h"
 #include "explain.h"
 #include "plan_write.h"
 #include "schedule.h"
@@ -37,6 +38,7 @@ static const char USAGE[] =
     "                   (weights cross three times a step, optimizer after the backward)\n"
     "  --slots N        frames (weight slots) streamed layers rotate through, 1 to 3 (default: chosen)\n"
     "  --resident N     layers at the forward/backward turn kept on the device (default: the most that fit)\n"
+    "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
     "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
     "  --batch N|auto   batch size (overrides the train section); auto: the largest that fits\n"
@@ -44,6 +46,7 @@ static const char USAGE[] =
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
     "  --dump-graph     print the layer graph, one node a line\n"
+    "  --dump-kernels[=full]  print each part's fused kernels and their counts (full: their statements)\n"
     "  --help           print this help\n"
     "  --version        print the version\n"
     "\n"
@@ -163,7 +166,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_KERNELS };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -172,10 +175,12 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
         {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
         {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
+        {"checkpoints", required_argument, 0, OPT_CKPT},
+        {"dump-kernels", optional_argument, 0, OPT_KERNELS},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL;
-    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0;
+    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
     int64_t count;
     SemaOptions opt = {0};
@@ -208,6 +213,11 @@ int main(int argc, char **argv) {
             if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
             req.slots = (int)count;
             break;
+        case OPT_CKPT:
+            if (strcmp(optarg, "device") && strcmp(optarg, "host"))
+                return usage_error("--checkpoints takes device or host, not '%s'", optarg);
+            req.ckpt = strcmp(optarg, "host") == 0 ? CKPT_HOST : CKPT_DEVICE;
+            break;
         case OPT_RESIDENT:
             if (strcmp(optarg, "0") == 0) count = 0;
             else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
@@ -219,6 +229,10 @@ int main(int argc, char **argv) {
         case OPT_SUMMARY: want_summary = 1; break;
         case OPT_JSON: want_json = 1; break;
         case OPT_DUMP: want_dump = 1; break;
+        case OPT_KERNELS:
+            if (optarg && strcmp(optarg, "full") != 0) return usage_error("--dump-kernels takes =full or nothing, not '%s'", optarg);
+            want_kernels = optarg ? 2 : 1;
+            break;
         case OPT_EXPLAIN: want_explain = 1; break;
         case OPT_TRACE: trace_path = optarg; break;
         case OPT_HELP: fputs(USAGE, stdout); return 0;
@@ -231,9 +245,9 @@ int main(int argc, char **argv) {
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
-    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0))
-        return usage_error("%s", "--remat, --slots and --resident choose among mt's schedules; the baseline policies "
-                                 "fix their own");
+    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt))
+        return usage_error("%s", "--remat, --slots, --resident and --checkpoints choose among mt's schedules; the "
+                                 "baseline policies fix their own");
     Target tgt;
     char terr[1024];
     if (target_load(target, &tgt, terr, sizeof terr) != 0) {
@@ -259,6 +273,12 @@ int main(int argc, char **argv) {
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
+        if (want_kernels) {
+            KirProgram kp;
+            char kerr[1024];
+            if (fuse(g, &arena, &kp, kerr, sizeof kerr) == 0) fuse_dump(stdout, g, &kp, want_kernels == 2);
+            else fprintf(stderr, "mtc: internal error: %s\n", kerr), rc = 1;
+        }
         if (want_explain || trace_path) {
             rc = explain(g, &tgt, &req, want_json && want_explain, trace_path, &arena);
         } else if (want_json) {

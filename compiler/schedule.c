@@ -716,6 +716,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
             for (int slots = 1; slots <= MAX_SLOTS; slots++) {
                 if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
                 if (req->slots && slots != req->slots) continue;
+                if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                 SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
                 c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;

@@ -52,12 +52,15 @@ typedef struct SchedResult {
     char why[256]; // when it does not fit
 } SchedResult;
 
+enum { CKPT_DEVICE = 1, CKPT_HOST = 2 };
+
 // What the user asked of the search; the rest it chooses.
 typedef struct SchedRequest {
     Policy policy;
     Remat remat;      // REMAT_AUTO: any
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
+    int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live
 } SchedRequest;
 
 // The fastest plan of the request that fits the target's device and host

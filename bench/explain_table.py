@@ -1,0 +1,60 @@
+#!/usr/bin/env python3
+"""Prints mtc's predictions for the big examples on the big targets: for each
+model, target and batch size, the chosen schedule's predicted step time, the
+lower bound and their ratio, the megatrain baseline's predicted time and how
+far ahead the chosen schedule is, and how long mtc took to decide.
+
+usage: bench/explain_table.py [MTC] [--seq N] [--batches 1,2,4,...]
+(MTC defaults to build/mtc; run from the source tree.)"""
+import json
+import subprocess
+import sys
+import time
+
+args = sys.argv[1:]
+mtc = args.pop(0) if args and not args[0].startswith("--") else "build/mtc"
+seq, batches = 8192, [1, 2, 4, 8, 16]
+while args:
+    flag = args.pop(0)
+    if flag == "--seq":
+        seq = int(args.pop(0))
+    elif flag == "--batches":
+        batches = [int(b) for b in args.pop(0).split(",")]
+    else:
+        sys.exit(f"explain_table: unknown option {flag}")
+
+models = ["llama3-8b", "llama3-70b", "llama3-405b", "qwen2-7b"]
+targets = ["h200", "gh200", "rtx4090"]
+print(f"seq {seq}; times are predicted seconds per step; 'vs megatrain' is megatrain's time over the chosen one")
+print(f"{'model':12} {'target':8} {'batch':>5} {'chosen':10} {'step s':>9} {'bound s':>9} {'ratio':>6} "
+      f"{'megatrain s':>11} {'vs megatrain':>12} {'mtc s':>6}  notes")
+worst_ratio, slowest = 0.0, 0.0
+for model in models:
+    for target in targets:
+        for batch in batches:
+            t0 = time.time()
+            r = subprocess.run([mtc, f"examples/{model}.mt", "--target", target, "--batch", str(batch), "--seq",
+                                str(seq), "--explain", "--json"], capture_output=True, text=True)
+            took = time.time() - t0
+            slowest = max(slowest, took)
+            if r.returncode != 0:
+                print(f"{model:12} {target:8} {batch:5} mtc failed: {r.stderr.strip()}")
+                continue
+            d = json.loads(r.stdout)
+            rows = {p["name"]: p for p in d["policies"]}
+            chosen = [p for p in d["policies"] if p["chosen"]]
+            mega = rows["megatrain"]
+            if not chosen:
+                reason = min((p for p in d["policies"]), key=lambda p: p["device_peak_bytes"])["reason"]
+                print(f"{model:12} {target:8} {batch:5} {'-':10} {'':>9} {'':>9} {'':>6} {'':>11} {'':>12} "
+                      f"{took:6.2f}  does not fit: {reason}")
+                continue
+            c = chosen[0]
+            ratio = c["predicted_step_s"] / c["lower_bound_s"]
+            worst_ratio = max(worst_ratio, ratio)
+            ahead = mega["predicted_step_s"] / c["predicted_step_s"]
+            note = "" if mega["fits"] else "(megatrain does not fit)"
+            print(f"{model:12} {target:8} {batch:5} {c['name']:10} {c['predicted_step_s']:9.4g} "
+                  f"{c['lower_bound_s']:9.4g} {ratio:6.3f} {mega['predicted_step_s']:11.4g} {ahead:12.3f} "
+                  f"{took:6.2f}  {note}")
+print(f"worst ratio to the bound {worst_ratio:.3f}; slowest mtc {slowest:.2f} s")
