@@ -2,7 +2,11 @@
 // OpenBLAS's sgemm rate measured in the same run. GPT-2 small at batch 4,
 // sequence 64, fp32 by default:
 //
-//     build/bench/step_bench [MODEL.mt] [--batch N] [--seq N] [--steps N]
+//     build/bench/step_bench [MODEL.mt] [--batch N] [--seq N] [--steps N] [--target PROFILE]
+//
+// With --target (a profile from `mtrun --calibrate --out FILE`, measured on
+// this machine), the plan is made for that profile and the bench also
+// prints mtc's predicted step time for it against the measured one.
 //
 // Prints ms/step and achieved GFLOP/s, counting the GEMM FLOPs of forward
 // and backward once (the recomputed forward is not counted: it is overhead),
@@ -60,10 +64,12 @@ int main(int argc, char **argv) {
     const char *path = "examples/gpt2.mt";
     SemaOptions opt = {.batch = 4, .seq = 64};
     int steps = 5;
+    const char *target = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) opt.batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) opt.seq = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
+        else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = argv[++i];
         else path = argv[i];
     }
     char *text, err[512];
@@ -78,9 +84,9 @@ int main(int argc, char **argv) {
     Model *m = dsl_parse(&src, &a, &d);
     Graph *g = m ? sema_lower(m, &opt, &a, &d) : NULL;
     Target tgt;
-    SchedRequest req = {.policy = POLICY_SEQUENTIAL, .resident = -1};
+    SchedRequest req = {.policy = target ? POLICY_MT : POLICY_SEQUENTIAL, .resident = -1};
     SchedResult r = {0};
-    Plan *p = g && autodiff(g, &a, &d) == 0 && target_load("h200", &tgt, err, sizeof err) == 0 &&
+    Plan *p = g && autodiff(g, &a, &d) == 0 && target_load(target ? target : "h200", &tgt, err, sizeof err) == 0 &&
                       schedule_search(g, &tgt, &req, &a, &r, err, sizeof err) == 0 ? r.plan : NULL;
     HostStore hs;
     Backend *be = p ? backend_cpu_create(p, err, sizeof err) : NULL;
@@ -134,6 +140,12 @@ int main(int argc, char **argv) {
     printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included)\n", 100 * best_outside);
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
+    if (target) {
+        Cost c;
+        cost_plan(p, &tgt, &c);
+        printf("predicted for %s (%s): %.1f ms/step; measured %.1f ms; measured/predicted %.2f\n", tgt.name,
+               p->schedule, c.step_s * 1e3, best * 1e3, best / c.step_s);
+    }
     be->destroy(be);
     free(act);
     store_free(&hs);

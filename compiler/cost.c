@@ -1,6 +1,7 @@
 #include "cost.h"
 
 #include <stdlib.h>
+#include <string.h>
 
 static double node_bytes(const Node *n) { return (double)shape_numel(&n->shape) * 4.0; }
 
@@ -82,6 +83,9 @@ static int resource_of(const Instr *in, const Target *t) {
 double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
                      double *end) {
     double engine[ENG_COUNT] = {0}, busy[RES_COUNT] = {0}, last = 0;
+    // A cpu target runs every engine on the one thread of the cpu backend:
+    // one resource for all the work.
+    int one_thread = strcmp(t->arch, "cpu") == 0;
     double *fired = calloc((size_t)p->nevents + 1, sizeof *fired);
     if (!fired) return 0;
     // The array order is a valid order of the engines' instructions (every
@@ -90,7 +94,7 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, in
         const Instr *in = &ins[i];
         double at = engine[in->engine];
         if (in->kind == INS_WAIT && fired[in->event] > at) at = fired[in->event];
-        int r = resource_of(in, t);
+        int r = one_thread && resource_of(in, t) != RES_NONE ? RES_DEVICE : resource_of(in, t);
         double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : cost_instr(p, in, t);
         if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
         double done = at + d;

@@ -28,7 +28,8 @@ void cost_plan(const Plan *p, const Target *t, Cost *c);
 // an instruction starting when its engine is free, its WAITs' events have
 // fired and the resource it needs (the device, the host link in its
 // direction or both when the link is not duplex, the host's memory) is
-// free. Host instructions cost nothing unless host_work. Writes each
+// free. On a cpu target (arch cpu) one thread does all the work, so every
+// instruction waits for every other. Host instructions cost nothing unless host_work. Writes each
 // instruction's start and end (seconds) when start/end are not NULL.
 // Returns the time the last engine finishes.
 double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
