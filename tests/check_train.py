@@ -2,10 +2,19 @@
 """Trains the tiny examples with mtc + mtrun and checks what issue 3 promises.
 
 usage: check_train.py MTC MTRUN equal|converge|accumulate MODEL.mt
+       check_train.py MTC MTRUN matrix MODEL.mt TARGET|default
 
 equal:    the losses of the first 5 steps through the plan (cpu backend,
-          streamed, recomputing each layer) equal the unstreamed reference
-          executor's to 1e-5 relative, same seed and data.
+          streamed) equal the unstreamed reference executor's to 1e-5
+          relative, same seed and data, under every replay order
+          (MT_REPLAY_ORDER eager, lazy, random:1: copies and the host
+          optimizer as far ahead of compute as the plan's events let them,
+          as late as they may, and a seeded mix), with 1 and with 2
+          micro-batches a step.
+matrix:   the same for the plans of one target profile (a file, or default:
+          no --target), every --remat mode x every --policy that mtc knows;
+          a configuration mtc refuses as not fitting the target is skipped,
+          but the default one (no --remat, no --policy) must fit.
 accumulate: half the batch with 2 micro-batches a step equals the whole
           batch (the same rows, gradients averaged) to 1e-5.
 converge: 500 steps on the bundled byte-level corpus bring the metrics
@@ -36,30 +45,98 @@ def metrics(path):
         return [json.loads(line) for line in f]
 
 
+ORDERS = ("eager", "lazy", "random:1")
+
+
+def losses_of(mtrun, plan, log, extra=(), order=None):
+    env = dict(os.environ)
+    env.pop("MT_REPLAY_ORDER", None)
+    if order:
+        env["MT_REPLAY_ORDER"] = order
+    # validation at steps 2, 4 and 5 applies the pending updates early
+    p = subprocess.run([mtrun, plan, "--steps", "5", "--seed", "7", "--val-every", "2", "--val-batches", "2",
+                        "--log", log, *extra], capture_output=True, text=True, timeout=1200, env=env)
+    if p.returncode != 0:
+        fail(f"mtrun {plan} {' '.join(extra)} (MT_REPLAY_ORDER={order}) failed", p)
+    return [m["loss"] for m in metrics(log) if "loss" in m] + [m["val_loss"] for m in metrics(log) if "val_loss" in m]
+
+
+def check_equal(mtrun, plan, tmp, what):
+    """The plan's 5 losses under every order equal the reference's; returns them."""
+    ref = losses_of(mtrun, plan, os.path.join(tmp, "ref.jsonl"), ["--reference"])
+    if len(ref) < 5 or not all(math.isfinite(x) for x in ref):
+        fail(f"{what}: the reference gave {ref}")
+    for order in ORDERS:
+        got = losses_of(mtrun, plan, os.path.join(tmp, "plan.jsonl"), order=order)
+        if len(got) != len(ref):
+            fail(f"{what}, order {order}: expected {len(ref)} losses (5 training, then validation), got {got}")
+        for i, (x, y) in enumerate(zip(got, ref)):
+            if not (math.isfinite(x) and abs(x - y) <= 1e-5 * abs(y)):
+                name = f"step {i + 1}" if i < 5 else f"validation {i - 4}"
+                fail(f"{what}, order {order}: {name}: plan loss {x!r}, reference {y!r} (all: {got} vs {ref})")
+    print(f"ok: {what}: 5 losses and {len(ref) - 5} validation losses equal the reference's to 1e-5 under "
+          f"{', '.join(ORDERS)}: {ref[:5]}")
+    return ref[:5]
+
+
+def with_accumulate(model, tmp):
+    """MODEL with half the batch and 2 micro-batches a step."""
+    src = open(model).read()
+    batch = int(src.split("batch = ")[1].split()[0])
+    path = os.path.join(tmp, "acc2-" + os.path.basename(model))
+    open(path, "w").write(src.replace(f"batch = {batch}", f"batch = {batch // 2}\n  accumulate = 2"))
+    return path
+
+
+def mtc_knows(mtc, flag):
+    return flag in run(mtc, "--help").stdout
+
+
+def matrix(mtc, mtrun, model, target, tmp):
+    tflags = [] if target == "default" else ["--target", target]
+    remats = ["none", "layer", "selective", "offload"] if mtc_knows(mtc, "--remat") else []
+    policies = ["sequential", "megatrain"] if mtc_knows(mtc, "--policy") else []
+    if not remats or not policies:
+        print("note: this mtc has no --remat or no --policy; testing the configurations it has")
+    checked = skipped = 0
+    # the default (policy mt, remat auto), each remat mode of mt, each baseline (which fix their own remat)
+    configs = [(model, None, None)] + [(model, None, r) for r in remats] + [(model, p, None) for p in policies]
+    configs.append((with_accumulate(model, tmp), None, None))  # 2 micro-batches a step
+    for source, policy, remat in configs:
+        flags = tflags + (["--policy", policy] if policy else []) + (["--remat", remat] if remat else [])
+        what = f"{os.path.basename(source)} {' '.join(flags) or '(defaults)'}"
+        plan = os.path.join(tmp, "p.bin")
+        p = run(mtc, source, *flags, "-o", plan)
+        if p.returncode != 0:
+            if (policy or remat) and ("fit" in p.stderr or "needs" in p.stderr):
+                print(f"skip: {what}: {p.stderr.strip()}")
+                skipped += 1
+                continue
+            fail(f"mtc {what} failed", p)
+        check_equal(mtrun, plan, tmp, what)
+        checked += 1
+    print(f"ok: {checked} plans equal the reference under every order ({skipped} configurations do not fit)")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
+        if mode == "matrix":
+            matrix(mtc, mtrun, model, sys.argv[5], tmp)
+            return
         plan = os.path.join(tmp, "p.bin")
         p = run(mtc, model, "-o", plan)
         if p.returncode != 0:
             fail("mtc failed", p)
         if mode == "equal":
-            losses = {}
-            for name, extra in (("plan", []), ("reference", ["--reference"])):
-                log = os.path.join(tmp, name + ".jsonl")
-                p = run(mtrun, plan, "--steps", "5", "--seed", "7", "--log", log, *extra)
-                if p.returncode != 0:
-                    fail(f"mtrun ({name}) failed", p)
-                losses[name] = [m["loss"] for m in metrics(log) if "loss" in m]
-            a, b = losses["plan"], losses["reference"]
-            if len(a) != 5 or len(b) != 5:
-                fail(f"expected 5 losses each, got {a} and {b}")
-            for i, (x, y) in enumerate(zip(a, b)):
-                if not (math.isfinite(x) and abs(x - y) <= 1e-5 * abs(y)):
-                    fail(f"step {i + 1}: plan loss {x!r}, reference {y!r}")
+            a = check_equal(mtrun, plan, tmp, os.path.basename(model))
             if not a[4] < a[0]:
                 fail(f"the loss did not fall over 5 steps: {a}")
-            print(f"ok: 5 losses equal to 1e-5: {a}")
+            acc = os.path.join(tmp, "acc.bin")
+            p = run(mtc, with_accumulate(model, tmp), "-o", acc)
+            if p.returncode != 0:
+                fail("mtc (accumulate = 2) failed", p)
+            check_equal(mtrun, acc, tmp, os.path.basename(model) + " at half the batch, accumulate = 2")
         elif mode == "converge":
             log = os.path.join(tmp, "m.jsonl")
             p = run(mtrun, plan, "--steps", "500", "--log", log)

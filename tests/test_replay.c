@@ -1,0 +1,284 @@
+// test_replay: the multi-engine replay and the cpu backend.
+//
+// - INS_FREE and the backend's poison fill exactly their bytes with quiet
+//   NaNs; the arena starts as NaN.
+// - A plan whose arena exceeds its target's device memory is refused with a
+//   message naming both byte counts.
+// - With an update pending from a previous step, one micro-batch of the
+//   plan under every replay order gives the loss and the gradients of the
+//   reference (flush, then the unstreamed step).
+// - The replay is adversarial: a dropped RECORD is a deadlock reported with
+//   the instruction and the event under every order; each dropped WAIT is
+//   run under every order, and the one that holds compute until the first
+//   layer's weights arrive must show as a wrong loss or wrong gradients
+//   (or wrong squared norms from the stream's INS_NORM).
+//
+// usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]  (from the project root)
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/stat.h>
+
+#include "../runtime/plan_read.h"
+#include "../runtime/replay.h"
+
+static int failures;
+
+#define CHECK(cond, ...)                                                                                               \
+    do {                                                                                                               \
+        if (!(cond)) {                                                                                                 \
+            printf("FAIL: " __VA_ARGS__);                                                                              \
+            printf("\n");                                                                                              \
+            failures++;                                                                                                \
+        }                                                                                                              \
+    } while (0)
+
+static int is_qnan(const void *p) {
+    uint32_t u;
+    memcpy(&u, p, 4);
+    return u == 0x7fc00000u;
+}
+
+// What one micro-batch gives: its loss and each segment's squared gradient norm.
+typedef struct Outcome {
+    int rc;
+    float loss;
+    double *sq; // (nseg)
+    double *by_norm; // (nseg) what the stream's INS_NORM computed; NAN: none ran
+    char err[2048];
+} Outcome;
+
+enum { ORDERS = 4 };
+static const char *const ORDER_NAMES[ORDERS] = {"eager", "lazy", "random:1", "random:2"};
+
+static void batch(const Plan *p, int32_t *tokens, int32_t *targets, int which) {
+    int64_t n = p->graph->train.batch * p->graph->train.seq;
+    for (int64_t i = 0; i < n; i++) {
+        tokens[i] = (int32_t)((i * 7919 + which * 104729) % 251);
+        targets[i] = (int32_t)((i * 31 + 7 + which) % 251);
+    }
+}
+
+// A state with an update pending: the reference's step on batch 0, its
+// norms, every segment pending.
+static void pending_state(const Plan *p, HostStore *hs, const int32_t *const *inputs) {
+    store_init(hs, p, 7);
+    memset(hs->m, 0, (size_t)hs->n * sizeof(float));
+    memset(hs->v, 0, (size_t)hs->n * sizeof(float));
+    memset(hs->g, 0, (size_t)hs->n * sizeof(float));
+    reference_step(p, hs, inputs, 1);
+    AdamWStep s = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
+    for (int64_t i = 0; i < hs->nseg; i++) hs->seg[i] = (StoreSegment){.sq_norm = NAN, .pending = 1, .step = s};
+}
+
+static void outcome_norms(const Plan *p, HostStore *hs, Outcome *o) {
+    for (int64_t s = 0; s < hs->nseg; s++) {
+        store_norm(hs, p, s - 1);
+        o->sq[s] = hs->seg[s].sq_norm;
+    }
+}
+
+// The expected outcome: the pending update applied, then the reference on batch 1.
+static void expected(const Plan *p, HostStore *hs, const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
+    pending_state(p, hs, in0);
+    store_flush(hs, p);
+    o->loss = reference_step(p, hs, in1, 1);
+    o->rc = 0;
+    outcome_norms(p, hs, o);
+}
+
+static void replayed(const Plan *p, Backend *be, HostStore *hs, char *act, const Instr *ins, int n, int order,
+                     const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
+    pending_state(p, hs, in0);
+    Replay r = {.p = p, .be = be, .hs = hs, .act = act};
+    replay_order_parse(ORDER_NAMES[order], &r.order, o->err, sizeof o->err);
+    r.rng = r.order.seed;
+    backend_fill_nan(act, p->host_act_bytes);
+    be->poison(be, 0, p->arena_bytes); // nothing left from the last run can stand in for a missing copy
+    o->rc = replay(&r, ins, n, in1, 1, &o->loss, o->err, sizeof o->err);
+    for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
+    store_flush(hs, p); // whatever the stream left pending (nothing, when it updates every layer)
+    outcome_norms(p, hs, o);
+}
+
+static int same(const Outcome *a, const Outcome *b, int64_t nseg) {
+    if (a->rc || b->rc || !(fabsf(a->loss - b->loss) <= 1e-5f * fabsf(b->loss))) return 0;
+    for (int64_t s = 0; s < nseg; s++)
+        if (!(fabs(a->sq[s] - b->sq[s]) <= 1e-4 * b->sq[s] + 1e-30) ||
+            (!isnan(a->by_norm[s]) && !(fabs(a->by_norm[s] - b->sq[s]) <= 1e-4 * b->sq[s] + 1e-30)))
+            return 0;
+    return 1;
+}
+
+static void test_poison(const Plan *p) {
+    char err[1024];
+    Backend *be = backend_cpu_create(p, err, sizeof err);
+    CHECK(be, "backend: %s", err);
+    if (!be) return;
+    float ones[16], got[16];
+    for (int i = 0; i < 16; i++) ones[i] = 1.0f;
+    CHECK(is_qnan(&(float){be->read_scalar(be, 0)}), "the arena does not start as NaN");
+    be->copy_in(be, 256, ones, sizeof ones);
+    Instr free_ins = {.kind = INS_FREE, .engine = ENG_COMPUTE, .dst = 256 + 16, .bytes = 32};
+    HostStore hs;
+    store_alloc(&hs, p);
+    Replay r = {.p = p, .be = be, .hs = &hs};
+    float loss;
+    CHECK(replay(&r, &free_ins, 1, NULL, 1, &loss, err, sizeof err) == 0, "a lone FREE: %s", err);
+    be->copy_out(be, got, 256, sizeof got);
+    int ok = 1;
+    for (int i = 0; i < 16; i++) ok &= (i >= 4 && i < 12) ? is_qnan(&got[i]) : got[i] == 1.0f;
+    CHECK(ok, "FREE of floats 4..11 of 16: not exactly those quiet NaNs");
+    unsigned char bytes[16];
+    memset(bytes, 0xAB, sizeof bytes);
+    backend_fill_nan(bytes + 1, 7);
+    static const unsigned char want[16] = {0xAB, 0x00, 0x00, 0xc0, 0x7f, 0x00, 0x00, 0xc0, 0xAB, 0xAB, 0xAB, 0xAB,
+                                           0xAB, 0xAB, 0xAB, 0xAB};
+    CHECK(!memcmp(bytes, want, sizeof want), "backend_fill_nan of 7 bytes at an odd address");
+    store_free(&hs);
+    be->destroy(be);
+    if (!failures) printf("ok   FREE poisons exactly its region with quiet NaNs; the arena starts as NaN\n");
+}
+
+static void test_limit(const Plan *p) {
+    Plan q = *p;
+    char err[1024] = "", a[32], l[32];
+    q.device_limit = p->arena_bytes - 1;
+    Backend *be = backend_cpu_create(&q, err, sizeof err);
+    snprintf(a, sizeof a, "%lld", (long long)q.arena_bytes);
+    snprintf(l, sizeof l, "%lld", (long long)q.device_limit);
+    CHECK(!be && strstr(err, a) && strstr(err, l), "an arena 1 byte over the device limit: %s", be ? "accepted" : err);
+    if (be) be->destroy(be);
+    else printf("ok   refused: %s\n", err);
+}
+
+static void drop(const Plan *p, int k, Instr *out) {
+    memcpy(out, p->train, (size_t)k * sizeof(Instr));
+    memcpy(out + k, p->train + k + 1, (size_t)(p->ntrain - k - 1) * sizeof(Instr));
+}
+
+static void test_orders(const Plan *p) {
+    char err[1024];
+    Backend *be = backend_cpu_create(p, err, sizeof err);
+    HostStore hs;
+    char *act = malloc(p->host_act_bytes + 1);
+    int64_t BT = p->graph->train.batch * p->graph->train.seq;
+    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
+    if (!be || !act || !tok || store_alloc(&hs, p) != 0) {
+        printf("FAIL: setup: %s\n", be ? "out of memory" : err);
+        failures++;
+        return;
+    }
+    batch(p, tok, tgt, 0);
+    batch(p, tok1, tgt1, 1);
+    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
+    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
+    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
+    expected(p, &hs, in0, in1, &want);
+
+    // the plan as written, under every order
+    for (int o = 0; o < ORDERS; o++) {
+        replayed(p, be, &hs, act, p->train, p->ntrain, o, in0, in1, &got);
+        CHECK(same(&got, &want, hs.nseg), "the plan under %s: loss %g (%s), reference %g", ORDER_NAMES[o], got.loss,
+              got.rc ? got.err : "ran", want.loss);
+    }
+    printf("ok   with an update pending, the plan's micro-batch equals the reference under every order (loss %.6f)\n",
+           want.loss);
+
+    Instr *mut = malloc((size_t)p->ntrain * sizeof(Instr));
+    // a RECORD some WAIT needs, dropped: a deadlock under every order
+    int rec = -1;
+    for (int i = 0; i < p->ntrain && rec < 0; i++)
+        for (int j = 0; j < p->ntrain && rec < 0 && p->train[i].kind == INS_RECORD; j++)
+            if (p->train[j].kind == INS_WAIT && p->train[j].event == p->train[i].event) rec = i;
+    if (rec >= 0) {
+        drop(p, rec, mut);
+        for (int o = 0; o < ORDERS; o++) {
+            replayed(p, be, &hs, act, mut, p->ntrain - 1, o, in0, in1, &got);
+            CHECK(got.rc != 0 && strstr(got.err, "deadlock") && strstr(got.err, "instruction") && strstr(got.err, "event"),
+                  "dropped RECORD %d under %s: %s", rec, ORDER_NAMES[o], got.rc ? got.err : "no deadlock reported");
+        }
+        printf("ok   a dropped RECORD deadlocks under every order: %s\n", got.err);
+    } else {
+        printf("note: this plan has no events (one engine)\n");
+    }
+
+    // every WAIT dropped in turn; the one holding compute for the first
+    // block weights must be caught
+    int waits = 0, caught = 0, key = -1;
+    for (int i = 0; i < p->ntrain && key < 0; i++) {
+        if (p->train[i].kind != INS_COPY_IN || p->train[i].layer != 0 || p->train[i].engine == ENG_COMPUTE) continue;
+        for (int j = i + 1; j < p->ntrain && key < 0; j++) // its engine's next RECORD, and compute's WAIT for it
+            if (p->train[j].kind == INS_RECORD && p->train[j].engine == p->train[i].engine)
+                for (int k = 0; k < p->ntrain && key < 0; k++)
+                    if (p->train[k].kind == INS_WAIT && p->train[k].event == p->train[j].event &&
+                        p->train[k].engine == ENG_COMPUTE)
+                        key = k;
+    }
+    for (int k = 0; k < p->ntrain; k++) {
+        if (p->train[k].kind != INS_WAIT) continue;
+        drop(p, k, mut);
+        int hit = 0;
+        const char *how = "";
+        for (int o = 0; o < ORDERS && !hit; o++) {
+            replayed(p, be, &hs, act, mut, p->ntrain - 1, o, in0, in1, &got);
+            hit = !same(&got, &want, hs.nseg);
+            how = ORDER_NAMES[o];
+        }
+        waits++;
+        caught += hit;
+        if (hit)
+            printf("     dropped WAIT %d (%s, event %d): caught under %s (%s)\n", k,
+                   replay_engine_name(p->train[k].engine), p->train[k].event, how,
+                   got.rc ? got.err : isfinite(got.loss) && fabsf(got.loss - want.loss) <= 1e-5f * want.loss
+                                          ? "wrong gradients or norms" : "wrong loss");
+        else
+            printf("     dropped WAIT %d (%s, event %d): not observable in one micro-batch\n", k,
+                   replay_engine_name(p->train[k].engine), p->train[k].event);
+        if (k == key) CHECK(hit, "dropping WAIT %d (compute waits for layer 0's weights) went unnoticed", k);
+    }
+    if (waits) {
+        CHECK(key >= 0, "no compute WAIT for layer 0's weight copy found");
+        printf("ok   %d of %d dropped WAITs change the loss or the gradients under some order\n", caught, waits);
+    }
+    free(mut);
+    free(want.sq);
+    free(got.sq);
+    free(got.by_norm);
+    free(tok);
+    free(act);
+    store_free(&hs);
+    be->destroy(be);
+}
+
+int main(int argc, char **argv) {
+    if (argc < 4) {
+        fprintf(stderr, "usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]\n");
+        return 2;
+    }
+    char cmd[8192], path[4096], err[1024];
+    mkdir(argv[2], 0755);
+    snprintf(path, sizeof path, "%s/plan.bin", argv[2]);
+    int n = snprintf(cmd, sizeof cmd, "'%s' '%s' -o '%s'", argv[1], argv[3], path);
+    for (int i = 4; i < argc; i++) n += snprintf(cmd + n, sizeof cmd - (size_t)n, " '%s'", argv[i]);
+    if (system(cmd) != 0) {
+        printf("FAIL: %s\n", cmd);
+        return 1;
+    }
+    Arena a = {0};
+    Plan *p = plan_read(path, &a, err, sizeof err);
+    if (!p) {
+        printf("FAIL: %s\n", err);
+        return 1;
+    }
+    printf("plan: %s: %s, %d train instructions, %d events\n", cmd, p->schedule ? p->schedule : "", p->ntrain,
+           p->nevents);
+    test_poison(p);
+    test_limit(p);
+    test_orders(p);
+    arena_free(&a);
+    if (failures) printf("%d failures\n", failures);
+    return failures ? 1 : 0;
+}
