@@ -65,23 +65,59 @@ def main():
         p = run(mtc, tiny, "-o", out)
         check(p.returncode == 1 and "no-such-dir" in p.stderr and not os.path.exists(out), "-o into a missing directory", p)
 
-    # --target needs a readable, valid profile; --explain needs --target
+    # --target needs a readable, valid profile; h200 is the default
     p = run(mtc, tiny, "--target", "no-such-machine")
     check(p.returncode == 1 and "no-such-machine" in p.stderr, "--target missing", p)
-    p = run(mtc, tiny, "--explain")
-    check(p.returncode == 2 and "--explain needs --target" in p.stderr, "--explain without --target", p)
+    p = run(mtc, tiny, "--explain", "--json")
+    check(p.returncode == 0 and json.loads(p.stdout or "{}").get("target") == "h200", "--explain defaults to h200", p)
 
-    # --explain --json: the cost model's prediction never beats its lower bound;
-    # a 405B model does not fit an H200 and says why
-    for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True),
+    # the scheduler's flags refuse what they do not know, with exit status 2
+    for bad in [["--remat", "some"], ["--policy", "fast"], ["--slots", "4"], ["--slots", "0"], ["--resident", "-1"],
+                ["--checkpoints", "disk"], ["--batch", "many"], ["--policy", "megatrain", "--remat", "layer"],
+                ["--policy", "sequential", "--slots", "2"]]:
+        p = run(mtc, tiny, *bad, "--explain")
+        check(p.returncode == 2 and "Try 'mtc --help'" in p.stderr and not p.stdout, f"mtc {' '.join(bad)} refused", p)
+    p = run(mtc, tiny, "--resident", "9", "--explain")
+    check(p.returncode == 1 and "resident" in p.stderr and "has 2" in p.stderr, "--resident above the layers", p)
+
+    # --explain --json: one row per remat mode and baseline; no prediction
+    # beats its lower bound; the baselines cross the link 2 and 3 times; the
+    # chosen schedule fits and is ahead of megatrain; 405B does not fit the
+    # h200 (1.5 TB of host memory) and every row says why
+    names = ["none", "layer", "selective", "offload", "sequential", "megatrain"]
+    for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True), ("llama3-70b", "h200", True),
                                ("llama3-405b", "h200", False)]:
         p = run(mtc, f"{ex}/{model}.mt", "--target", target, "--explain", "--json")
         d = json.loads(p.stdout) if p.returncode == 0 else {}
-        pol = d.get("policies", [{}])[0]
-        ok = (d.get("target") == target and pol.get("fits") == fit and pol.get("weight_crossings") == 2 and
-              0 < pol.get("lower_bound_s", 0) <= pol.get("predicted_step_s", 0) and
-              pol.get("host_bytes", 0) > 0 and (fit or "reason" in pol))
+        rows = {r.get("name"): r for r in d.get("policies", [])}
+        chosen = [r for r in d.get("policies", []) if r.get("chosen")]
+        keys = {"name", "predicted_step_s", "lower_bound_s", "device_peak_bytes", "host_bytes", "link_bytes_per_step",
+                "weight_crossings", "chosen", "fits"}
+        ok = (d.get("target") == target and list(rows) == names and d.get("batch", 0) >= 1 and
+              all(keys <= set(r) for r in rows.values()) and
+              all(0 < r["lower_bound_s"] <= r["predicted_step_s"] for r in rows.values()) and
+              all(r["fits"] or "reason" in r for r in rows.values()) and
+              rows["sequential"]["weight_crossings"] == 2 and rows["megatrain"]["weight_crossings"] == 3)
+        if fit:
+            ok = ok and len(chosen) == 1 and chosen[0]["fits"] and \
+                chosen[0]["predicted_step_s"] < rows["megatrain"]["predicted_step_s"]
+        else:
+            ok = ok and not chosen and not any(r["fits"] for r in rows.values()) and \
+                all("host memory" in r["reason"] for r in rows.values())
         check(ok, f"--explain --json {model} on {target}", p)
+    # without --json: a table with the chosen row marked
+    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--explain")
+    check(p.returncode == 0 and re.search(r"^  \w+ \* ", p.stdout, re.M) and "megatrain" in p.stdout,
+          "--explain table marks the chosen policy", p)
+
+    # --batch auto: the largest batch that fits, so one more does not
+    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--batch", "auto", "--explain", "--json")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    auto = d.get("batch", 0)
+    check(auto >= 1 and any(r["chosen"] for r in d.get("policies", [])), "--batch auto fits", p)
+    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--batch", str(auto + 1), "--explain", "--json")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(auto >= 1 and not any(r["chosen"] for r in d.get("policies", [])), "--batch auto is the largest", p)
 
     # --dump-graph: three parts; the tied LM head folds transpose(wte) into
     # the GEMM, so the tail has no transpose node and one trans_b matmul
@@ -101,17 +137,24 @@ def main():
             if m:
                 check(m.group(1) == tiny and int(m.group(2)) > 0, f"node location: {line}")
 
-    # --trace: Chrome trace events, one named track per engine, no overlap on a track
+    # --trace: Chrome trace events, one named track per engine, no overlap on
+    # a track, and the engines overlapping one another
     with tempfile.TemporaryDirectory() as tmp:
         tr = os.path.join(tmp, "t.json")
         p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--trace", tr)
         ev = json.load(open(tr))["traceEvents"] if p.returncode == 0 and os.path.exists(tr) else []
         names = {e["args"]["name"] for e in ev if e.get("ph") == "M"}
-        spans = sorted((e["ts"], e["ts"] + e["dur"]) for e in ev if e.get("ph") == "X")
+        tracks = {}
+        for e in ev:
+            if e.get("ph") == "X":
+                tracks.setdefault(e["tid"], []).append((e["ts"], e["ts"] + e["dur"]))
         # times are printed to the nanosecond, so neighbours may touch by 1 ns
+        alone = all(a[1] <= b[0] + 0.002 for t in tracks.values() for a, b in zip(sorted(t), sorted(t)[1:]))
+        spans = sorted(s for t in tracks.values() for s in t)
+        overlap = any(a[1] > b[0] + 1 for a, b in zip(spans, spans[1:]))
         check(names == {"copy-in (host to device)", "compute", "copy-out (device to host)", "host optimizer"} and
-              len(spans) > 32 * 4 and all(a[1] <= b[0] + 0.002 for a, b in zip(spans, spans[1:])),
-              "--trace writes one track per engine, in order", p)
+              len(tracks) == 4 and len(spans) > 32 * 4 and alone and overlap,
+              "--trace writes one track per engine, each in order, overlapping each other", p)
         check(any(e.get("name") == "layer 31 backward" for e in ev), "--trace names layers and passes", p)
 
     # the human summary
