@@ -230,6 +230,42 @@ static int loop_vectorises(const KirKernel *k, const Aff *af, int l) {
 
 // ---------------------------------------------------------------- expression kernels
 
+// Which values are used: live[4 * i + u] for statement i, column u (u = 0
+// at row level and in scalar loops). Effects are the roots; an operand of a
+// live statement is live for the same column, a row-level or reduction
+// operand for u = 0, and a vector load's or store's index only for u = 0.
+// Nothing unused is emitted: NVRTC would warn, and a warning fails the build.
+static void liveness(const KirKernel *k, const Aff *af, const int *vec, unsigned char *live) {
+    for (int i = k->nstmts - 1; i >= 0; i--) {
+        const KirStmt *s = &k->stmts[i];
+        int w = s->loop && vec[s->loop] ? 4 : 1, effect = s->op == KOP_STORE || s->op == KOP_ACC;
+        int red = s->op == KOP_RSUM || s->op == KOP_RMAX;
+        for (int u = 0; u < w; u++) {
+            if (effect) live[4 * i + u] = 1;
+            if (red && live[4 * i]) live[4 * i + u] = 1; // the total needs every column's term
+            if (!live[4 * i + u]) continue;
+            int ops[3] = {-1, -1, -1};
+            switch (s->op) {
+            case KOP_CONST: case KOP_ROW: case KOP_COL: break;
+            case KOP_LOAD: ops[1] = s->b; break;
+            case KOP_STORE: case KOP_ACC: ops[1] = s->b, ops[2] = s->c; break;
+            case KOP_SELECT: ops[0] = s->a, ops[1] = s->b, ops[2] = s->c; break;
+            case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
+            case KOP_RSUM: case KOP_RMAX: ops[0] = s->a; break;
+            default: ops[0] = s->a, ops[1] = s->b;
+            }
+            int vec_access = w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s);
+            for (int j = 0; j < 3; j++) {
+                int o = ops[j];
+                if (o < 0 || o >= i) continue;
+                const KirStmt *so = &k->stmts[o];
+                int scalar = so->loop == 0 || so->op == KOP_RSUM || so->op == KOP_RMAX || (vec_access && j == 1);
+                live[4 * o + (scalar ? 0 : u)] = 1;
+            }
+        }
+    }
+}
+
 typedef struct Ctx {
     Emitter e;
     const CudaOptions *opt;
@@ -346,6 +382,13 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     int has_red = 0, nacc64 = 0;
     for (int l = 1; l <= k->nloops; l++) vec[l] = loop_vectorises(k, af, l), info->vectorised |= vec[l];
     for (int i = 0; i < k->nstmts; i++) has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
+    unsigned char *live = calloc((size_t)k->nstmts * 4 + 4, 1);
+    if (!live) {
+        e->oom = 1;
+        free(af), free(vec);
+        return;
+    }
+    liveness(k, af, vec, live);
     int64_t finish_n = 0;
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i].access & KA_ACC64) nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
@@ -362,7 +405,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
         const char *st = a->access & KA_ACC64 ? "double" : a->dtype == KT_I32 ? "int" : cuda_arg_bf16(a, c->opt) ? "bf16" : "float";
-        em(e, "%s%s%s *a%d", i ? ", " : "", a->access == KA_READ ? "const " : "", st, i);
+        em(e, "%s%s%s *a%d", i ? ", " : "", (a->access & ~KA_ROWLOCAL) == KA_READ ? "const " : "", st, i);
     }
     em(e, ") {\n");
     if (group > 32 && has_red) em(e, "    __shared__ double mt_red[32];\n");
@@ -385,7 +428,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
             em(e, "        }\n");
             for (int j = 0; j < k->nstmts; j++) {
                 const KirStmt *s = &k->stmts[j];
-                if (s->loop != cur || (s->op != KOP_RSUM && s->op != KOP_RMAX)) continue;
+                if (s->loop != cur || (s->op != KOP_RSUM && s->op != KOP_RMAX) || !live[4 * j]) continue;
                 const char *fn = s->op == KOP_RSUM ? "sum" : "max";
                 e->cur = node_origin(c, sym, part, s->node), prev_node = -2;
                 if (group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
@@ -397,6 +440,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
             e->cur = korigin;
             for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
                 const KirStmt *s = &k->stmts[j];
+                if (!live[4 * j]) continue;
                 if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(s->type), j);
                 if (s->op == KOP_RMAX)
                     em(e, "        %s v%d = %s;\n", ctype(s->type), j,
@@ -415,14 +459,17 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
             val(idx, sizeof idx, k, s->b, 0);
             if (s->op == KOP_LOAD) {
                 static const char XYZW[] = "xyzw";
-                em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
-                for (int u = 0; u < 4; u++) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
+                if (live[4 * i] | live[4 * i + 1] | live[4 * i + 2] | live[4 * i + 3])
+                    em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
+                for (int u = 0; u < 4; u++)
+                    if (live[4 * i + u]) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
             } else {
                 for (int u = 0; u < 4; u++) val(v4[u], sizeof v4[u], k, s->c, u);
                 em(e, "            mt_st4(a%d + %s, mt_pack4(%s, %s, %s, %s));\n", s->a, idx, v4[0], v4[1], v4[2], v4[3]);
             }
         } else {
-            for (int u = 0; u < w; u++) emit_stmt(c, k, i, u, w == 4, group);
+            for (int u = 0; u < w; u++)
+                if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, group);
         }
         if (!injected && (c->opt->inject_error == c->inject_count || c->opt->inject_warning == c->inject_count)) {
             injected = 1;
@@ -449,6 +496,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     }
     free(af);
     free(vec);
+    free(live);
 }
 
 // ---------------------------------------------------------------- GEMM epilogues
@@ -583,6 +631,7 @@ oom:
 int cuda_build(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaBinary *out, CudaSource *src,
                char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
+    if (src) memset(src, 0, sizeof *src);
     if (!nvrtc_arch_ok(opt->arch)) {
         snprintf(err, errcap, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX", opt->arch);
         return -1;

@@ -13,6 +13,7 @@
 
 #include "graph.h"
 #include "fuse.h"
+#include "emit_cuda.h"
 #include "explain.h"
 #include "plan_write.h"
 #include "schedule.h"
@@ -47,6 +48,8 @@ static const char USAGE[] =
     "  --json           print the summary (or --explain) as one JSON object\n"
     "  --dump-graph     print the layer graph, one node a line\n"
     "  --dump-kernels[=full]  print each part's fused kernels and their counts (full: their statements)\n"
+    "  --emit-cuda FILE write the generated CUDA C of every kernel (for the target's sm_XX; sm_90\n"
+    "                   for a cpu target), as NVRTC compiles it into plans for GPU targets\n"
     "  --help           print this help\n"
     "  --version        print the version\n"
     "\n"
@@ -83,6 +86,48 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
     if (plan_write(p, path, err, sizeof err) == 0) return 0;
     fprintf(stderr, "mtc: error: %s\n", err);
     return -1;
+}
+
+// CUDA C of the graph's fused kernels for arch: compiled by NVRTC into the
+// plan p (cubin and PTX, copied into a), or only its source written to
+// cu_path (--emit-cuda). Returns 0, or 1 after reporting.
+static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p, const char *cu_path, Arena *a) {
+    char err[8192];
+    KirProgram kp;
+    if (fuse(g, a, &kp, err, sizeof err) != 0) {
+        fprintf(stderr, "mtc: internal error: %s\n", err);
+        return 1;
+    }
+    CudaOptions opt = {.arch = arch, .bf16 = g->train.compute == DT_BF16, .model_path = model_path};
+    CudaSource src;
+    if (cu_path) {
+        if (cuda_emit(&kp, g, &opt, &src, err, sizeof err) != 0) goto fail;
+        FILE *f = fopen(cu_path, "wb");
+        int bad = !f || fwrite(src.text, 1, src.len, f) != src.len;
+        if (f && fclose(f) != 0) bad = 1;
+        cuda_source_free(&src);
+        if (bad) {
+            fprintf(stderr, "mtc: error: cannot write %s: %s\n", cu_path, strerror(errno));
+            return 1;
+        }
+        return 0;
+    }
+    CudaBinary bin;
+    if (cuda_build(&kp, g, &opt, &bin, NULL, err, sizeof err) != 0) goto fail;
+    uint8_t *cubin = arena_alloc(a, bin.cubin_len);
+    char *ptx = arena_alloc(a, bin.ptx_len + 1);
+    if (cubin && ptx) {
+        memcpy(cubin, bin.cubin, bin.cubin_len);
+        memcpy(ptx, bin.ptx, bin.ptx_len + 1);
+        p->cuda_arch = arena_strdup(a, arch), p->cubin = cubin, p->cubin_len = bin.cubin_len;
+        p->ptx = ptx, p->ptx_len = bin.ptx_len;
+    }
+    nvrtc_binary_free(&bin);
+    if (cubin && ptx && p->cuda_arch) return 0;
+    snprintf(err, sizeof err, "out of memory keeping the cubin");
+fail:
+    fprintf(stderr, "mtc: error: %s\n", err);
+    return 1;
 }
 
 // The graph for a batch size: sema, then autodiff. NULL after reporting.
@@ -166,7 +211,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_KERNELS };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_KERNELS, OPT_EMIT_CUDA };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -177,9 +222,10 @@ int main(int argc, char **argv) {
         {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
         {"checkpoints", required_argument, 0, OPT_CKPT},
         {"dump-kernels", optional_argument, 0, OPT_KERNELS},
+        {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA},
         {0, 0, 0, 0},
     };
-    const char *out_path = NULL, *target = "h200", *trace_path = NULL;
+    const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL;
     int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
     int64_t count;
@@ -233,6 +279,7 @@ int main(int argc, char **argv) {
             if (optarg && strcmp(optarg, "full") != 0) return usage_error("--dump-kernels takes =full or nothing, not '%s'", optarg);
             want_kernels = optarg ? 2 : 1;
             break;
+        case OPT_EMIT_CUDA: cuda_path = optarg; break;
         case OPT_EXPLAIN: want_explain = 1; break;
         case OPT_TRACE: trace_path = optarg; break;
         case OPT_HELP: fputs(USAGE, stdout); return 0;
@@ -279,6 +326,9 @@ int main(int argc, char **argv) {
             if (fuse(g, &arena, &kp, kerr, sizeof kerr) == 0) fuse_dump(stdout, g, &kp, want_kernels == 2);
             else fprintf(stderr, "mtc: internal error: %s\n", kerr), rc = 1;
         }
+        if (cuda_path && cuda_code(g, strncmp(tgt.arch, "sm_", 3) == 0 ? tgt.arch : "sm_90", path, NULL, cuda_path,
+                                   &arena) != 0)
+            rc = 1;
         if (want_explain || trace_path) {
             rc = explain(g, &tgt, &req, want_json && want_explain, trace_path, &arena);
         } else if (want_json) {
@@ -295,6 +345,8 @@ int main(int argc, char **argv) {
             } else if (!r.fits) {
                 fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name,
                         tgt.name, policy_name(req.policy), remat_name(req.remat), r.why);
+                rc = 1;
+            } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, r.plan, NULL, &arena) != 0) {
                 rc = 1;
             } else if (write_plan(r.plan, &src, out_path) != 0) {
                 rc = 1;
