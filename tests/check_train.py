@@ -93,7 +93,8 @@ def mtc_knows(mtc, flag):
 
 
 def matrix(mtc, mtrun, model, target, tmp):
-    tflags = [] if target == "default" else ["--target", target]
+    # the tiny profiles hold one or two block frames at batch 2 (schedules/tiny-*.target)
+    tflags = [] if target == "default" else ["--target", target, "--batch", "2"]
     remats = ["none", "layer", "selective", "offload"] if mtc_knows(mtc, "--remat") else []
     policies = ["sequential", "megatrain"] if mtc_knows(mtc, "--policy") else []
     if not remats or not policies:
@@ -102,8 +103,14 @@ def matrix(mtc, mtrun, model, target, tmp):
     # the default (policy mt, remat auto), each remat mode of mt, each baseline (which fix their own remat)
     configs = [(model, None, None)] + [(model, None, r) for r in remats] + [(model, p, None) for p in policies]
     configs.append((with_accumulate(model, tmp), None, None))  # 2 micro-batches a step
+    # streamed through one slot with nothing resident, so that layer 0 is
+    # recomputed, restored or reloaded; checkpoints in both places
+    if remats:
+        configs += [(model, None, f"{r} --slots 1 --resident 0") for r in ["layer", "selective", "offload"]]
+        configs += [(model, None, f"layer --slots 1 --resident 0 --checkpoints {c}") for c in ["device", "host"]]
+        configs += [(model, None, "layer --slots 2 --resident 0"), (model, None, "layer --slots 1 --resident 1")]
     for source, policy, remat in configs:
-        flags = tflags + (["--policy", policy] if policy else []) + (["--remat", remat] if remat else [])
+        flags = tflags + (["--policy", policy] if policy else []) + (["--remat", *remat.split()] if remat else [])
         what = f"{os.path.basename(source)} {' '.join(flags) or '(defaults)'}"
         plan = os.path.join(tmp, "p.bin")
         p = run(mtc, source, *flags, "-o", plan)
