@@ -815,7 +815,7 @@ static int read_kernels(Rd *r, Plan *p) {
         get_blob(r, &p->cubin, &p->cubin_len, "the CUDA cubin") != 0 || get_blob(r, &ptx, &p->ptx_len, "the PTX") != 0)
         return -1;
     p->ptx = (const char *)ptx;
-    if (!p->cuda_arch && (p->cubin_len || p->ptx_len)) {
+    if ((!p->cuda_arch || !p->cuda_arch[0]) && (p->cubin_len || p->ptx_len)) { // "" names no architecture
         rd_fail(r, "CUDA code without an architecture");
         return -1;
     }

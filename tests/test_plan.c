@@ -1,18 +1,33 @@
-// test_plan: the plan file format. For each model given: parse, sema and
-// autodiff it, schedule it (schedule_first) and also lay it out by hand (a
-// small layout and streams of this test's own, with every instruction kind),
-// write each plan, read it back and compare every field (graph, attributes,
-// params, grads, layout, instructions, source, crc) and the graph dumps.
-// Then damage the written bytes every way a file gets damaged (truncation,
-// flipped bytes in each section, a section cut short with its crc redone,
-// a wrong version, the other byte order, bad magic, an empty file, a missing
-// file, fields out of range with every crc redone) and check each is refused
-// with a message that names the section or the fault. Last, a write that
-// fails must leave no file behind.
+// test_plan: the plan file format, version 2. For each model given: parse,
+// sema and autodiff it, then build its plans four ways: the scheduler's plan
+// for h200 (schedule_search: policy mt, remat auto, the most resident
+// layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
+// profile at batch 1 (remat offload with one slot and no resident layer, so
+// that SAVE/LOAD, FREE and the host optimizer appear; remat selective, so
+// that the recompute skips heavy nodes: RUN_SKIP_HEAVY), and a plan laid out
+// by hand (a small layout and streams of this test's
+// own, with every instruction kind on all four engines, events, two block
+// frames, RUN flags, a host activation store and every KERNELS blob
+// non-empty). Each plan is written, read back and compared field by field
+// (graph, attributes, params, grads, host layout, every frame's node
+// offsets, device limit, schedule name, events, every instruction field,
+// kernel blobs, source, crc) and by graph dump, and written again from what
+// was read: the same bytes. Then damage the written bytes every way a file
+// gets damaged (truncation, flipped bytes in each section, a section cut
+// short with its crc redone, another version, the other byte order, bad
+// magic, an empty file, a missing file, a kernel blob running past its
+// section) and fields out of range with every crc redone (among them an
+// engine out of range, an event past nevents, a frame past nframes, unknown
+// RUN flags, a SAVE/LOAD outside the host activation store, a FREE of part
+// of a float, no block frames, CUDA code without an architecture) and check
+// each is refused with a message that names the section and the fault.
+// Last, a write that fails must leave no file behind.
 //
 // usage: test_plan WORK_DIR MODEL.mt...   (TEST_PLAN_VERBOSE=1 prints every refusal)
-// Leaves WORK_DIR/<model>.plan (the scheduled plan of each model), which
-// tests/fuzz/run_fuzz_plan.sh uses as the fuzzer's seeds.
+// Run from the source tree (target profiles are read from schedules/).
+// Leaves WORK_DIR/<model>.plan, <model>-offload.plan, <model>-selective.plan
+// and <model>-by-hand.plan, which tests/fuzz/run_fuzz_plan.sh uses as the
+// fuzzer's seeds.
 #include <errno.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -46,8 +61,16 @@ static int failures;
 // ---------------------------------------------------------------- building plans
 
 // The test's own layout: parameters packed in their segments, a weight slot
-// at the arena's start, then one buffer a node; a few instructions of each
-// kind, all in range.
+// at the arena's start, then one buffer a node (the block's nodes once per
+// frame, two frames); every instruction kind, on all four engines, joined
+// by events; a host activation store; every KERNELS blob non-empty. All in
+// range, though not a plan that would train.
+enum { HAND_FRAMES = 2, HAND_EVENTS = 3, HAND_ACT_BYTES = 1024, HAND_SAVE_BYTES = 256 };
+static const uint8_t HAND_KIR[] = "KIR\x01 the kernel IR, as bytes nobody checks here\x00\xff";
+static const uint8_t HAND_BITCODE[] = "BC\xc0\xde\x35\x14\x00\x00 bitcode";
+static const uint8_t HAND_CUBIN[] = "\x7f" "ELF\x02\x01\x01 a cubin";
+static const char HAND_PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
+
 static Plan *hand_plan(Graph *g, Arena *a) {
     Plan *p = arena_alloc(a, sizeof *p);
     p->graph = g;
@@ -58,47 +81,103 @@ static Plan *hand_plan(Graph *g, Arena *a) {
         p->param_offset[i] = *seg;
         *seg += shape_numel(&pr->shape);
     }
+    p->host_act_bytes = HAND_ACT_BYTES;
+    p->nframes = HAND_FRAMES;
     int64_t slot = (p->host_global > p->host_layer ? p->host_global : p->host_layer) * 4, top = slot;
     for (int pk = 0; pk < PART_COUNT; pk++) {
         const Part *part = &g->parts[pk];
-        p->node_offset[pk] = arena_alloc(a, ((size_t)part->nodes.n + 1) * sizeof(int64_t));
-        for (int i = 0; i < part->nodes.n; i++) {
-            const Node *n = part->nodes.items[i];
-            if (n->op == OP_VIEW || n->op == OP_RESHAPE) {
-                p->node_offset[pk][i] = -1;
-            } else {
-                p->node_offset[pk][i] = top;
-                top += shape_numel(&n->shape) * 4;
+        int frames = pk == PART_BLOCK ? p->nframes : 1;
+        p->node_offset[pk] = arena_alloc(a, ((size_t)part->nodes.n * (size_t)frames + 1) * sizeof(int64_t));
+        for (int f = 0; f < frames; f++)
+            for (int i = 0; i < part->nodes.n; i++) {
+                const Node *n = part->nodes.items[i];
+                int64_t *off = &p->node_offset[pk][(size_t)f * (size_t)part->nodes.n + (size_t)i];
+                if (n->op == OP_VIEW || n->op == OP_RESHAPE) {
+                    *off = -1;
+                } else {
+                    *off = top;
+                    top += shape_numel(&n->shape) * 4;
+                }
             }
-        }
     }
     p->arena_bytes = top + 8; // a little spare at the end
+    p->device_limit = 2 * p->arena_bytes + 12345;
+    p->schedule = "by hand: every kind, four engines, two frames";
+    p->nevents = HAND_EVENTS;
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
-    Instr *t = arena_alloc(a, 16 * sizeof *t);
+    Instr *t = arena_alloc(a, 32 * sizeof *t);
     int n = 0;
-    t[n++] = (Instr){.kind = INS_COPY_IN, .layer = -1, .src = 0, .dst = 0, .bytes = p->host_global * 4};
+    int32_t last = (int32_t)g->layers - 1;
+    t[n++] = (Instr){.kind = INS_COPY_IN, .engine = ENG_COPY_IN, .layer = -1, .src = 0, .dst = 0, .bytes = p->host_global * 4};
+    t[n++] = (Instr){.kind = INS_RECORD, .engine = ENG_COPY_IN, .layer = -1, .event = 0};
+    t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_COMPUTE, .layer = -1, .event = 0};
     t[n++] = (Instr){.kind = INS_INPUT, .layer = -1, .input = 0, .dst = slot,
                      .bytes = shape_numel(&((ModelInput *)g->inputs.items[0])->shape) * 4};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_HEAD, .layer = -1, .from = 0, .to = head->nfwd};
-    t[n++] = (Instr){.kind = INS_COPY_IN, .layer = (int32_t)g->layers - 1,
-                     .src = p->host_global + (g->layers - 1) * p->host_layer, .dst = 0, .bytes = p->host_layer * 4};
+    t[n++] = (Instr){.kind = INS_COPY_IN, .engine = ENG_COPY_IN, .layer = last,
+                     .src = p->host_global + last * p->host_layer, .dst = 0, .bytes = p->host_layer * 4};
     t[n++] = (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = 0, .from = 0, .to = block->nodes.n};
-    t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = (int32_t)g->layers - 1, .from = 2, .to = 2};
+    t[n++] = (Instr){.kind = INS_SAVE, .engine = ENG_COPY_OUT, .layer = -1, .src = slot, .dst = HAND_SAVE_BYTES,
+                     .bytes = HAND_SAVE_BYTES};
+    t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = last, .from = 2, .to = 2, .frame = 1,
+                     .flags = RUN_SKIP_HEAVY};
+    t[n++] = (Instr){.kind = INS_LOAD, .engine = ENG_COPY_IN, .layer = -1, .src = 2 * HAND_SAVE_BYTES,
+                     .dst = slot + 4, .bytes = HAND_ACT_BYTES - 2 * HAND_SAVE_BYTES};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_TAIL, .layer = -1, .from = 0, .to = tail->nodes.n};
     t[n++] = (Instr){.kind = INS_LOSS, .layer = -1, .src = p->node_offset[PART_TAIL][tail->output->id]};
-    t[n++] = (Instr){.kind = INS_COPY_OUT, .layer = 0, .src = 0, .dst = p->host_global, .bytes = p->host_layer * 4};
-    t[n++] = (Instr){.kind = INS_COPY_OUT, .layer = -1, .src = 4, .dst = 1, .bytes = 4};
+    t[n++] = (Instr){.kind = INS_FREE, .layer = -1, .dst = slot, .bytes = HAND_SAVE_BYTES};
+    t[n++] = (Instr){.kind = INS_RECORD, .layer = -1, .event = 1};
+    t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_COPY_OUT, .layer = -1, .event = 1};
+    t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = 0, .src = 0, .dst = p->host_global,
+                     .bytes = p->host_layer * 4};
+    t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = -1, .src = 4, .dst = 1, .bytes = 4};
+    t[n++] = (Instr){.kind = INS_RECORD, .engine = ENG_COPY_OUT, .layer = -1, .event = HAND_EVENTS - 1};
+    t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_HOST, .layer = -1, .event = HAND_EVENTS - 1};
+    t[n++] = (Instr){.kind = INS_NORM, .engine = ENG_HOST, .layer = -1};
+    t[n++] = (Instr){.kind = INS_NORM, .engine = ENG_HOST, .layer = last};
+    t[n++] = (Instr){.kind = INS_UPDATE, .engine = ENG_HOST, .layer = last};
+    t[n++] = (Instr){.kind = INS_UPDATE, .engine = ENG_HOST, .layer = -1};
     p->train = t;
     p->ntrain = n;
-    p->eval = t + 1; // a different, shorter stream
-    p->neval = 2;
+    p->neval = 3; // a different, shorter stream: wait, input, run the head
+    p->eval = arena_alloc(a, (size_t)p->neval * sizeof *p->eval);
+    memcpy(p->eval, t + 2, (size_t)p->neval * sizeof *p->eval);
+    p->kernels_bytes = HAND_KIR;
+    p->kernels_len = sizeof HAND_KIR - 1;
+    p->bitcode = HAND_BITCODE;
+    p->bitcode_len = sizeof HAND_BITCODE - 1;
+    p->cuda_arch = "sm_90";
+    p->cubin = HAND_CUBIN;
+    p->cubin_len = sizeof HAND_CUBIN - 1;
+    p->ptx = HAND_PTX;
+    p->ptx_len = sizeof HAND_PTX - 1;
     return p;
 }
 
+// The ways test_plan builds a plan of each model.
+typedef struct Variant {
+    const char *suffix; // of the plan file's name
+    const char *what;   // in messages
+    const char *target; // NULL: laid out by hand
+    int64_t batch;      // 0: the model's
+    SchedRequest req;
+} Variant;
+
+static const Variant VARIANTS[] = {
+    {"", "schedule_search on h200, mt, remat auto", "h200", 0,
+     {.policy = POLICY_MT, .remat = REMAT_AUTO, .slots = 0, .resident = -1}},
+    {"-offload", "schedule_search on tiny-1layer at batch 1, mt, remat offload, 1 slot, 0 resident", "tiny-1layer", 1,
+     {.policy = POLICY_MT, .remat = REMAT_OFFLOAD, .slots = 1, .resident = 0}},
+    {"-selective", "schedule_search on tiny-1layer at batch 1, mt, remat selective, 1 slot, 0 resident", "tiny-1layer", 1,
+     {.policy = POLICY_MT, .remat = REMAT_SELECTIVE, .slots = 1, .resident = 0}},
+    {"-by-hand", "laid out by hand", NULL, 0, {.policy = POLICY_MT}},
+};
+enum { NVARIANTS = sizeof VARIANTS / sizeof VARIANTS[0] };
+
 // Parses, lowers, differentiates and schedules the model at path (or lays
 // it out by hand). The source lives in text, which the caller frees.
-static Plan *build(const char *path, Arena *a, int by_hand, char **text) {
+static Plan *build(const char *path, Arena *a, const Variant *v, char **text) {
     size_t len;
     if (io_read_file(path, text, &len) != 0) {
         printf("FAIL %s: cannot read\n", path);
@@ -106,22 +185,60 @@ static Plan *build(const char *path, Arena *a, int by_hand, char **text) {
     }
     Source src = {.path = path, .text = *text, .len = len};
     Diag diag = {.src = &src, .sink = stdout};
+    SemaOptions opt = {.batch = v->batch};
     Model *m = dsl_parse(&src, a, &diag);
-    Graph *g = m ? sema_lower(m, NULL, a, &diag) : NULL;
+    Graph *g = m ? sema_lower(m, &opt, a, &diag) : NULL;
     if (!g || autodiff(g, a, &diag) != 0) {
         printf("FAIL %s: the front end refused it\n", path);
         return NULL;
     }
-    char err[512];
-    Plan *p = by_hand ? hand_plan(g, a) : schedule_first(g, a, err, sizeof err);
-    if (!p) {
-        printf("FAIL %s: schedule_first: %s\n", path, err);
-        return NULL;
+    char err[1024];
+    Plan *p = NULL;
+    if (!v->target) {
+        p = hand_plan(g, a);
+    } else {
+        Target t;
+        SchedResult r;
+        if (target_load(v->target, &t, err, sizeof err) != 0) {
+            printf("FAIL %s: %s\n", path, err);
+            return NULL;
+        }
+        if (schedule_search(g, &t, &v->req, a, &r, err, sizeof err) != 0) {
+            printf("FAIL %s: %s: %s\n", path, v->what, err);
+            return NULL;
+        }
+        if (!r.plan) {
+            printf("FAIL %s: %s: no plan\n", path, v->what);
+            return NULL;
+        }
+        if (getenv("TEST_PLAN_VERBOSE"))
+            printf("  %s: %s: %s%s%s\n", path, v->what, r.plan->schedule ? r.plan->schedule : "?",
+                   r.fits ? "" : "; does not fit: ", r.fits ? "" : r.why);
+        p = r.plan;
     }
     p->source_path = path;
     p->source = *text;
     p->source_len = len;
     return p;
+}
+
+// What a plan holds: how many instructions of each kind, on each engine,
+// RUNs skipping the heavy nodes, RUNs of the block in a frame above 0.
+typedef struct Census {
+    int kind[INS_COUNT], engine[ENG_COUNT], skip_heavy, later_frame;
+} Census;
+
+static void census(Census *c, const Plan *p) {
+    const Instr *streams[2] = {p->train, p->eval};
+    int counts[2] = {p->ntrain, p->neval};
+    for (int s = 0; s < 2; s++)
+        for (int i = 0; i < counts[s]; i++) {
+            const Instr *in = &streams[s][i];
+            if (in->kind >= 0 && in->kind < INS_COUNT) c->kind[in->kind]++;
+            if (in->engine >= 0 && in->engine < ENG_COUNT) c->engine[in->engine]++;
+            if (in->kind == INS_RUN && (in->flags & RUN_SKIP_HEAVY)) c->skip_heavy++;
+            if (in->kind == INS_RUN && in->part == PART_BLOCK && in->frame > 0) c->later_frame++;
+        }
 }
 
 // ---------------------------------------------------------------- comparing
@@ -222,10 +339,15 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
 static void compare_instrs(const char *ctx, const Instr *x, int nx, const Instr *y, int ny) {
     SAME("instruction count", nx == ny);
     for (int i = 0; i < nx && i < ny; i++)
-        CHECK(x[i].kind == y[i].kind && x[i].part == y[i].part && x[i].layer == y[i].layer &&
-                  x[i].input == y[i].input && x[i].from == y[i].from && x[i].to == y[i].to && x[i].src == y[i].src &&
-                  x[i].dst == y[i].dst && x[i].bytes == y[i].bytes,
+        CHECK(x[i].kind == y[i].kind && x[i].engine == y[i].engine && x[i].part == y[i].part &&
+                  x[i].layer == y[i].layer && x[i].input == y[i].input && x[i].from == y[i].from && x[i].to == y[i].to &&
+                  x[i].frame == y[i].frame && x[i].flags == y[i].flags && x[i].event == y[i].event &&
+                  x[i].src == y[i].src && x[i].dst == y[i].dst && x[i].bytes == y[i].bytes,
               "%s: instruction %d differs after the round trip", ctx, i);
+}
+
+static int blob_eq(const void *x, size_t nx, const void *y, size_t ny) {
+    return nx == ny && (nx == 0 || (x && y && !memcmp(x, y, nx)));
 }
 
 static char *dump(const Graph *g) {
@@ -247,12 +369,28 @@ static void compare_plans(const char *ctx, const Plan *x, const Plan *y) {
     SAME("host_layer", x->host_layer == y->host_layer);
     for (int i = 0; i < x->graph->params.n && i < y->graph->params.n; i++)
         SAME("a param offset", x->param_offset[i] == y->param_offset[i]);
+    SAME("host_act_bytes", x->host_act_bytes == y->host_act_bytes);
     SAME("arena_bytes", x->arena_bytes == y->arena_bytes);
-    for (int pk = 0; pk < PART_COUNT; pk++)
-        for (int i = 0; i < x->graph->parts[pk].nodes.n && i < y->graph->parts[pk].nodes.n; i++)
-            SAME("a node offset", x->node_offset[pk][i] == y->node_offset[pk][i]);
+    SAME("device_limit", x->device_limit == y->device_limit);
+    SAME("nframes", x->nframes == y->nframes);
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        int frames = pk == PART_BLOCK ? (x->nframes < y->nframes ? x->nframes : y->nframes) : 1;
+        for (int f = 0; f < frames; f++) {
+            const int64_t *ox = plan_offsets(x, pk, f), *oy = plan_offsets(y, pk, f);
+            for (int i = 0; i < x->graph->parts[pk].nodes.n && i < y->graph->parts[pk].nodes.n; i++)
+                CHECK(ox[i] == oy[i], "%s: the offset of %s node %d in frame %d differs after the round trip", ctx,
+                      part_name((PartKind)pk), i, f);
+        }
+    }
+    SAME("schedule", str_eq(x->schedule ? x->schedule : "", y->schedule));
+    SAME("nevents", x->nevents == y->nevents);
     compare_instrs(ctx, x->train, x->ntrain, y->train, y->ntrain);
     compare_instrs(ctx, x->eval, x->neval, y->eval, y->neval);
+    SAME("kernel IR", blob_eq(x->kernels_bytes, x->kernels_len, y->kernels_bytes, y->kernels_len));
+    SAME("bitcode", blob_eq(x->bitcode, x->bitcode_len, y->bitcode, y->bitcode_len));
+    SAME("cuda arch", str_eq(x->cuda_arch, y->cuda_arch));
+    SAME("cubin", blob_eq(x->cubin, x->cubin_len, y->cubin, y->cubin_len));
+    SAME("ptx", blob_eq(x->ptx, x->ptx_len, y->ptx, y->ptx_len));
     SAME("plan crc", x->plan_crc == y->plan_crc);
     char *dx = dump(x->graph), *dy = dump(y->graph);
     SAME("graph dump", dx && dy && !strcmp(dx, dy));
@@ -302,7 +440,53 @@ static void expect_refused(const char *ctx, const unsigned char *buf, size_t len
     arena_free(&a);
 }
 
-static void damage_bytes(const char *model, const unsigned char *orig, size_t len) {
+// Where the length of each KERNELS blob lies in the section (its start is
+// offset 0): the kernel IR, the bitcode, the cubin, the PTX; and the CUDA
+// architecture string's length.
+typedef struct KernelsAt {
+    uint64_t kir, bitcode, arch, cubin, ptx;
+} KernelsAt;
+
+static KernelsAt kernels_at(const Plan *p) {
+    KernelsAt k;
+    k.kir = 0;
+    k.bitcode = k.kir + 8 + p->kernels_len;
+    k.arch = k.bitcode + 8 + p->bitcode_len;
+    k.cubin = k.arch + 4 + (p->cuda_arch ? strlen(p->cuda_arch) : 0);
+    k.ptx = k.cubin + 8 + p->cubin_len;
+    return k;
+}
+
+// The blob lengths of the plan p was written as, patched one at a time to
+// run past the section's end (by one byte, and by nearly 2^64), every crc
+// redone.
+static void damage_blobs(const char *model, const Plan *p, const unsigned char *orig, size_t len) {
+    unsigned char *buf = malloc(len);
+    KernelsAt k = kernels_at(p);
+    const struct {
+        uint64_t at;
+        const char *name;
+    } blobs[] = {{k.kir, "the kernel IR"}, {k.bitcode, "the LLVM bitcode"}, {k.cubin, "the CUDA cubin"}, {k.ptx, "the PTX"}};
+    for (size_t i = 0; i < sizeof blobs / sizeof blobs[0]; i++)
+        for (int huge = 0; huge <= 1; huge++) {
+            memcpy(buf, orig, len);
+            const unsigned char *e = entry_of(buf, SEC_KERNELS);
+            uint64_t off = ld64(e + 8), size = ld64(e + 16);
+            uint64_t past = huge ? UINT64_MAX - 7 : size - blobs[i].at - 8 + 1; // one byte more than is left
+            CHECK(blobs[i].at + 8 <= size, "%s: KERNELS is shorter than its blobs", model);
+            if (blobs[i].at + 8 > size) break;
+            st64(buf + off + blobs[i].at, past);
+            redo_crcs(buf);
+            char ctx[800], want[200];
+            snprintf(ctx, sizeof ctx, "%s: %s's length %s the section", model, blobs[i].name, huge ? "far past" : "1 past");
+            snprintf(want, sizeof want, "section KERNELS: %s of %llu bytes runs past the section's end", blobs[i].name,
+                     (unsigned long long)past);
+            expect_refused(ctx, buf, len, want);
+        }
+    free(buf);
+}
+
+static void damage_bytes(const char *model, const Plan *p, const unsigned char *orig, size_t len) {
     unsigned char *buf = malloc(len);
     char ctx[700];
     // Cut short anywhere: in the magic, the header, the table, each section.
@@ -329,6 +513,8 @@ static void damage_bytes(const char *model, const unsigned char *orig, size_t le
         redo_crcs(buf);
         snprintf(ctx, sizeof ctx, "%s: %s one byte short", model, SECTION_NAMES[id - 1]);
         snprintf(want, sizeof want, "section %s is truncated", SECTION_NAMES[id - 1]);
+        if (id == SEC_KERNELS && p->ptx_len) // the last field is the PTX's bytes, one of them now missing
+            snprintf(want, sizeof want, "section KERNELS: the PTX of %zu bytes runs past the section's end", p->ptx_len);
         expect_refused(ctx, buf, len, want);
         // ... and one byte long: a byte nobody reads.
         if (id == SEC_KERNELS) { // the last section: grow it into a byte past the end
@@ -355,9 +541,13 @@ static void damage_bytes(const char *model, const unsigned char *orig, size_t le
     expect_refused("a section listed twice", buf, len, "section ARENA is listed twice");
     // Header faults.
     memcpy(buf, orig, len);
-    st32(buf + 8, 2);
+    st32(buf + 8, 1);
     redo_crcs(buf);
-    expect_refused("version 2", buf, len, "p.plan: plan version 2, this mtrun reads version 1");
+    expect_refused("version 1", buf, len, "p.plan: plan version 1, this mtrun reads version 2");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 3);
+    redo_crcs(buf);
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 2");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -368,15 +558,11 @@ static void damage_bytes(const char *model, const unsigned char *orig, size_t le
     memcpy(buf, orig, len);
     st32(buf + 16, 8);
     expect_refused("a damaged header", buf, len, "header is corrupted (crc32 mismatch)");
-    // A kernel list that is not what the streams run.
-    memcpy(buf, orig, len);
-    const unsigned char *e = entry_of(buf, SEC_KERNELS);
-    buf[ld64(e + 8) + 8] ^= 0x20; // the first name's first letter (after the count and its length)
-    redo_crcs(buf);
-    expect_refused("a wrong kernel", buf, len, "section KERNELS");
+    // A kernel blob's length past the section's end.
+    damage_blobs(model, p, orig, len);
     // The model text against its own crc.
     memcpy(buf, orig, len);
-    e = entry_of(buf, SEC_SOURCE);
+    const unsigned char *e = entry_of(buf, SEC_SOURCE);
     uint32_t plen = ld32(buf + ld64(e + 8));
     buf[ld64(e + 8) + 4 + plen + 4 + 10] ^= 0x01; // a byte of the text
     redo_crcs(buf);
@@ -432,6 +618,49 @@ static size_t differ_at(const unsigned char *a, size_t alen, const unsigned char
     while (at < alen && a[at] == b[at]) at++;
     CHECK(at < alen, "the two plans are the same");
     return at < alen ? at : 0;
+}
+
+// The first train instruction of kind (and of part, where part >= 0), or -1.
+static int find_ins(const Plan *p, int kind, int part) {
+    for (int i = 0; i < p->ntrain; i++)
+        if (p->train[i].kind == kind && (part < 0 || p->train[i].part == part)) return i;
+    return -1;
+}
+
+// Writes p and expects the reader to refuse instruction i of stream,
+// naming the section, the stream, the instruction and its kind, and fault.
+static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i, const char *fault) {
+    const Instr *in = &(strcmp(stream, "train") ? p->eval : p->train)[i];
+    static const char *const names[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
+                                        "load", "free", "record", "wait", "norm", "update"};
+    _Static_assert(sizeof names / sizeof names[0] == INS_COUNT, "names out of sync with InsKind");
+    char want[200];
+    snprintf(want, sizeof want, "section STREAMS: %s instruction %d (%s): ", stream, i,
+             in->kind >= 0 && in->kind < INS_COUNT ? names[in->kind] : "?");
+    char err[512];
+    if (plan_write(p, path, err, sizeof err) != 0) {
+        CHECK(0, "%s: plan_write: %s", ctx, err);
+        return;
+    }
+    Arena a = {0};
+    Plan *q = plan_read(path, &a, err, sizeof err);
+    if (getenv("TEST_PLAN_VERBOSE")) printf("  %s: %s\n", ctx, err);
+    CHECK(!q, "%s: accepted", ctx);
+    CHECK(q || (strstr(err, want) && strstr(strstr(err, want), fault)),
+          "%s: the message \"%s\" does not contain \"%s\" and then \"%s\"", ctx, err, want, fault);
+    arena_free(&a);
+}
+
+// Writes p and expects the reader to accept it.
+static void expect_written_accepted(const char *ctx, Plan *p, const char *path) {
+    char err[512];
+    if (plan_write(p, path, err, sizeof err) != 0) {
+        CHECK(0, "%s: plan_write: %s", ctx, err);
+        return;
+    }
+    Arena a = {0};
+    CHECK(plan_read(path, &a, err, sizeof err) != NULL, "%s: refused: %s", ctx, err);
+    arena_free(&a);
 }
 
 // Fields out of range, each in a plan whose crcs are all right.
@@ -564,26 +793,39 @@ static void damage_fields(Plan *p, const char *path) {
         p->node_offset[PART_TAIL][i] = saved;
     }
     for (int k = 0; k < INS_COUNT; k++) { // break the first instruction of each kind
-        Instr *in = NULL;
-        for (int i = 0; i < p->ntrain && !in; i++)
-            if (p->train[i].kind == k) in = &p->train[i];
-        if (!in) {
+        int at = find_ins(p, k, -1);
+        if (at < 0) {
             CHECK(0, "the plan has no instruction of kind %d to break", k);
             continue;
         }
-        Instr saved = *in;
+        Instr *in = &p->train[at], saved = *in;
+        const char *fault = "";
         switch ((InsKind)k) {
-        case INS_COPY_IN: in->src = p->host_global + g->layers * p->host_layer; in->bytes = 4; break;
-        case INS_COPY_OUT: in->dst = -1; break;
-        case INS_COPY: in->dst = p->arena_bytes - in->bytes + 1; break;
-        case INS_INPUT: in->input = g->inputs.n; break;
-        case INS_RUN: in->layer = (int32_t)g->layers; break;
-        case INS_LOSS: in->src = p->arena_bytes - 2; break;
+        case INS_COPY_IN:
+            in->src = p->host_global + g->layers * p->host_layer;
+            in->bytes = 4;
+            fault = "lie outside the host store of";
+            break;
+        case INS_COPY_OUT: in->dst = -1; fault = "host floats [-1, "; break;
+        case INS_COPY: in->dst = p->arena_bytes - in->bytes + 1; fault = "leave the arena of"; break;
+        case INS_INPUT: in->input = g->inputs.n; fault = "model input"; break;
+        case INS_RUN: in->layer = (int32_t)g->layers; fault = "layer"; break;
+        case INS_LOSS: in->src = p->arena_bytes - 2; fault = "lies outside the arena"; break;
+        case INS_SAVE:
+            in->dst = p->host_act_bytes - in->bytes + 1;
+            fault = "host activation bytes";
+            break;
+        case INS_LOAD: in->src = p->host_act_bytes; fault = "host activation bytes"; break;
+        case INS_FREE: in->bytes = 6; fault = "are not whole floats"; break;
+        case INS_RECORD: in->event = p->nevents; fault = "event"; break;
+        case INS_WAIT: in->event = -1; fault = "event -1"; break;
+        case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
+        case INS_UPDATE: in->layer = -2; fault = "layer -2"; break;
         case INS_COUNT: break;
         }
         char ctx[64];
         snprintf(ctx, sizeof ctx, "a bad instruction of kind %d", k);
-        expect_written_refused(ctx, p, path, "section STREAMS: train instruction");
+        expect_ins_refused(ctx, p, path, "train", at, fault);
         *in = saved;
     }
     for (int i = 0; i < p->ntrain; i++) { // nodes the graph does not have: the writer refuses
@@ -598,9 +840,183 @@ static void damage_fields(Plan *p, const char *path) {
     }
     {
         Instr saved = p->train[0];
+        char want[128];
         p->train[0].kind = INS_COUNT;
-        expect_written_refused("an instruction kind out of range", p, path, "section STREAMS: train instruction 0: kind 6");
+        snprintf(want, sizeof want, "section STREAMS: train instruction 0: kind %d is out of range (0..%d)", INS_COUNT,
+                 INS_COUNT - 1);
+        expect_written_refused("an instruction kind out of range", p, path, want);
+        p->train[0].kind = -1;
+        snprintf(want, sizeof want, "section STREAMS: train instruction 0: kind -1 is out of range (0..%d)", INS_COUNT - 1);
+        expect_written_refused("a negative instruction kind", p, path, want);
         p->train[0] = saved;
+    }
+    // Engines: every instruction's, either stream.
+    {
+        char fault[64];
+        Instr saved = p->train[0];
+        p->train[0].engine = ENG_COUNT;
+        snprintf(fault, sizeof fault, "engine %d is out of range (0..%d)", ENG_COUNT, ENG_COUNT - 1);
+        expect_ins_refused("an engine out of range", p, path, "train", 0, fault);
+        p->train[0] = saved;
+        int last = p->ntrain - 1;
+        saved = p->train[last];
+        p->train[last].engine = -1;
+        expect_ins_refused("a negative engine", p, path, "train", last, "engine -1 is out of range");
+        p->train[last] = saved;
+        saved = p->eval[0];
+        p->eval[0].engine = ENG_COUNT + 100;
+        expect_ins_refused("an eval engine out of range", p, path, "eval", 0, "engine 104 is out of range");
+        p->eval[0] = saved;
+    }
+    // Events: 0 .. nevents-1 on RECORD and WAIT; nevents itself.
+    {
+        char fault[64];
+        int r = find_ins(p, INS_RECORD, -1), w = find_ins(p, INS_WAIT, -1);
+        if (r >= 0 && w >= 0) {
+            Instr saved = p->train[r];
+            p->train[r].event = p->nevents;
+            snprintf(fault, sizeof fault, "event %d; the plan has %d", p->nevents, p->nevents);
+            expect_ins_refused("a RECORD of an event past nevents", p, path, "train", r, fault);
+            p->train[r] = saved;
+            saved = p->train[w];
+            p->train[w].event = INT32_MAX;
+            snprintf(fault, sizeof fault, "event %d; the plan has %d", INT32_MAX, p->nevents);
+            expect_ins_refused("a WAIT for an event past nevents", p, path, "train", w, fault);
+            p->train[w] = saved;
+            int32_t nev = p->nevents;
+            p->nevents = p->train[r].event; // the RECORD's event is now one too many
+            snprintf(fault, sizeof fault, "event %d; the plan has %d", p->train[r].event, p->nevents);
+            expect_ins_refused("nevents below an event recorded", p, path, "train", r, fault);
+            p->nevents = -1;
+            expect_written_refused("nevents -1", p, path, "section STREAMS: -1 events");
+            p->nevents = nev;
+        } else {
+            CHECK(0, "the plan has no RECORD or WAIT to break");
+        }
+    }
+    // Frames and flags of RUN.
+    {
+        char fault[96];
+        int bf = -1; // a block RUN in a frame above 0
+        for (int i = 0; i < p->ntrain && bf < 0; i++)
+            if (p->train[i].kind == INS_RUN && p->train[i].part == PART_BLOCK && p->train[i].frame > 0) bf = i;
+        int hr = find_ins(p, INS_RUN, PART_HEAD);
+        CHECK(bf >= 0 && hr >= 0, "the plan has no block RUN in a later frame, or no head RUN");
+        if (bf >= 0 && hr >= 0) {
+            Instr saved = p->train[bf];
+            p->train[bf].frame = p->nframes;
+            snprintf(fault, sizeof fault, "frame %d; the block part has %d", p->nframes, p->nframes);
+            expect_ins_refused("a frame past nframes", p, path, "train", bf, fault);
+            p->train[bf].frame = -1;
+            snprintf(fault, sizeof fault, "frame -1; the block part has %d", p->nframes);
+            expect_ins_refused("a negative frame", p, path, "train", bf, fault);
+            p->train[bf] = saved;
+            saved = p->train[hr];
+            p->train[hr].frame = 1;
+            expect_ins_refused("a head RUN in frame 1", p, path, "train", hr, "frame 1; the head part has 1");
+            p->train[hr].flags = 2;
+            p->train[hr].frame = 0;
+            expect_ins_refused("unknown RUN flags", p, path, "train", hr, "unknown flags 0x2");
+            p->train[hr].flags = RUN_SKIP_HEAVY | 0x40000000;
+            expect_ins_refused("RUN_SKIP_HEAVY and an unknown flag", p, path, "train", hr, "unknown flags 0x40000001");
+            p->train[hr].flags = -1;
+            expect_ins_refused("every flag", p, path, "train", hr, "unknown flags 0xffffffff");
+            p->train[hr] = saved;
+        }
+    }
+    // SAVE and LOAD against the host activation store and the arena.
+    {
+        int sv = find_ins(p, INS_SAVE, -1), ld = find_ins(p, INS_LOAD, -1);
+        CHECK(sv >= 0 && ld >= 0, "the plan has no SAVE or LOAD");
+        if (sv >= 0 && ld >= 0) {
+            Instr saved = p->train[sv];
+            p->train[sv].dst = -4;
+            expect_ins_refused("a SAVE before the store", p, path, "train", sv, "host activation bytes [-4, ");
+            p->train[sv].dst = INT64_MAX - 8;
+            expect_ins_refused("a SAVE far past the store", p, path, "train", sv, "lie outside the store of");
+            p->train[sv].dst = 0;
+            p->train[sv].bytes = p->host_act_bytes + 4;
+            expect_ins_refused("a SAVE larger than the store", p, path, "train", sv, "lie outside the store of");
+            p->train[sv] = saved;
+            p->train[sv].src = p->arena_bytes - p->train[sv].bytes + 4;
+            expect_ins_refused("a SAVE from past the arena", p, path, "train", sv, "lie outside the arena of");
+            p->train[sv] = saved;
+            saved = p->train[ld];
+            p->train[ld].src = p->host_act_bytes - p->train[ld].bytes + 1;
+            expect_ins_refused("a LOAD past the store", p, path, "train", ld, "lie outside the store of");
+            p->train[ld].src = saved.src;
+            p->train[ld].dst = p->arena_bytes;
+            expect_ins_refused("a LOAD into past the arena", p, path, "train", ld, "lie outside the arena of");
+            p->train[ld] = saved;
+            int64_t act = p->host_act_bytes;
+            p->host_act_bytes = saved.src + saved.bytes - 1; // the LOAD's last byte no longer in the store
+            expect_ins_refused("a store one byte short of a LOAD", p, path, "train", ld, "lie outside the store of");
+            p->host_act_bytes = 0;
+            expect_ins_refused("SAVE with no store", p, path, "train", sv, "lie outside the store of 0");
+            p->host_act_bytes = -1;
+            expect_written_refused("a negative store", p, path, "section HOST: a host activation store of -1 bytes");
+            p->host_act_bytes = act;
+        }
+    }
+    // FREE of whole floats inside the arena only.
+    {
+        int fr = find_ins(p, INS_FREE, -1);
+        CHECK(fr >= 0, "the plan has no FREE");
+        if (fr >= 0) {
+            Instr saved = p->train[fr];
+            p->train[fr].bytes = saved.bytes + 2;
+            expect_ins_refused("a FREE of half a float", p, path, "train", fr, "are not whole floats");
+            p->train[fr].bytes = saved.bytes;
+            p->train[fr].dst = saved.dst + 1;
+            expect_ins_refused("a FREE off float alignment", p, path, "train", fr, "are not whole floats");
+            p->train[fr].dst = p->arena_bytes;
+            expect_ins_refused("a FREE past the arena", p, path, "train", fr, "are not whole floats inside the arena");
+            p->train[fr].dst = -4;
+            expect_ins_refused("a FREE before the arena", p, path, "train", fr, "are not whole floats inside the arena");
+            p->train[fr] = saved;
+        }
+    }
+    // ARENA: the frames and the device limit.
+    {
+        int32_t nf = p->nframes;
+        char want[128];
+        p->nframes = 0;
+        snprintf(want, sizeof want, "section ARENA: 0 block frames for %lld layers", (long long)g->layers);
+        expect_written_refused("no block frames", p, path, want);
+        p->nframes = -1;
+        snprintf(want, sizeof want, "section ARENA: -1 block frames for %lld layers", (long long)g->layers);
+        expect_written_refused("-1 block frames", p, path, want);
+        p->nframes = nf;
+        int64_t lim = p->device_limit;
+        p->device_limit = -1;
+        expect_written_refused("a negative device limit", p, path, "section ARENA: a device limit of -1 bytes");
+        p->device_limit = lim;
+    }
+    // KERNELS: CUDA code must say which architecture it is for.
+    {
+        const char *arch = p->cuda_arch;
+        size_t cubin = p->cubin_len, ptx = p->ptx_len;
+        p->cuda_arch = NULL;
+        expect_written_refused("a cubin and PTX without an architecture", p, path,
+                               "section KERNELS: CUDA code without an architecture");
+        p->ptx_len = 0;
+        expect_written_refused("a cubin without an architecture", p, path,
+                               "section KERNELS: CUDA code without an architecture");
+        p->ptx_len = ptx;
+        p->cubin_len = 0;
+        expect_written_refused("PTX without an architecture", p, path,
+                               "section KERNELS: CUDA code without an architecture");
+        p->cuda_arch = "";
+        expect_written_refused("PTX with an empty architecture", p, path,
+                               "section KERNELS: CUDA code without an architecture");
+        // No CUDA code: an architecture or none, both fine.
+        p->ptx_len = 0;
+        expect_written_accepted("an architecture and no CUDA code", p, path);
+        p->cuda_arch = NULL;
+        expect_written_accepted("no architecture and no CUDA code", p, path);
+        p->cuda_arch = arch;
+        p->cubin_len = cubin;
+        p->ptx_len = ptx;
     }
     char err[512];
     CHECK(plan_write(p, path, err, sizeof err) == 0, "rewriting the repaired plan: %s", err);
@@ -616,11 +1032,13 @@ static int exists(const char *path) {
     return stat(path, &st) == 0;
 }
 
-static void round_trip(const char *model, const char *work, int by_hand) {
-    int failures_before = failures;
+// Builds, writes, reads back, compares and damages one plan of model;
+// adds what it holds to c.
+static void round_trip(const char *model, const char *work, const Variant *v, Census *c) {
+    int failures_before = failures, by_hand = !v->target;
     Arena a = {0};
     char *text = NULL;
-    Plan *p = build(model, &a, by_hand, &text);
+    Plan *p = build(model, &a, v, &text);
     if (!p) {
         failures++;
         arena_free(&a);
@@ -629,8 +1047,10 @@ static void round_trip(const char *model, const char *work, int by_hand) {
     }
     const char *base = strrchr(model, '/') ? strrchr(model, '/') + 1 : model;
     char path[4096], ctx[512], err[512];
-    snprintf(path, sizeof path, "%s/%.*s%s.plan", work, (int)strcspn(base, "."), base, by_hand ? "-by-hand" : "");
-    snprintf(ctx, sizeof ctx, "%s (%s)", model, by_hand ? "laid out by hand" : "schedule_first");
+    snprintf(path, sizeof path, "%s/%.*s%s.plan", work, (int)strcspn(base, "."), base, v->suffix);
+    snprintf(ctx, sizeof ctx, "%s (%s)", model, v->what);
+    census(c, p);
+    CHECK(p->nframes >= 1, "%s: %d frames", ctx, p->nframes);
     p->plan_crc = 0;
     if (plan_write(p, path, err, sizeof err) != 0) {
         CHECK(0, "%s: plan_write: %s", ctx, err);
@@ -656,7 +1076,7 @@ static void round_trip(const char *model, const char *work, int by_hand) {
         unlink(path2);
         arena_free(&b);
         if (d1) {
-            damage_bytes(ctx, (unsigned char *)d1, l1);
+            damage_bytes(ctx, p, (unsigned char *)d1, l1);
             // The damage picks nodes by index: a model of a useful size.
             const Graph *g = p->graph;
             if (by_hand && g->parts[PART_BLOCK].nodes.n > 7 && g->parts[PART_TAIL].nodes.n > 3 && g->params.n > 0 &&
@@ -669,7 +1089,6 @@ static void round_trip(const char *model, const char *work, int by_hand) {
         }
         free(d1);
         free(d2);
-        if (by_hand) unlink(path);
         printf("%s %s: %s\n", failures > failures_before ? "FAIL" : "ok  ", ctx, path);
     }
     arena_free(&a);
@@ -680,7 +1099,7 @@ static void failed_writes(const char *model, const char *work) {
     int failures_before = failures;
     Arena a = {0};
     char *text = NULL;
-    Plan *p = build(model, &a, 1, &text);
+    Plan *p = build(model, &a, &VARIANTS[NVARIANTS - 1], &text);
     if (!p) {
         failures++;
         free(text);
@@ -733,8 +1152,27 @@ int main(int argc, char **argv) {
         return 1;
     }
     for (int i = 2; i < argc; i++) {
-        round_trip(argv[i], work, 0);
-        round_trip(argv[i], work, 1);
+        Census c[NVARIANTS];
+        memset(c, 0, sizeof c);
+        for (int k = 0; k < NVARIANTS; k++) round_trip(argv[i], work, &VARIANTS[k], &c[k]);
+        // What the format's new fields are there for must appear in the
+        // plans tested: the scheduler's plans use every engine and events;
+        // the h200 plan keeps its layers resident, a frame each; streaming on
+        // the tiny profile offloads (SAVE/LOAD), frees and, selective, skips
+        // heavy nodes; by hand, everything.
+        const Census *h200 = &c[0], *off = &c[1], *sel = &c[2], *hand = &c[3];
+        for (int e = 0; e < ENG_COUNT; e++)
+            CHECK(h200->engine[e] > 0 && off->engine[e] > 0 && hand->engine[e] > 0,
+                  "%s: engine %d unused in a scheduled or the hand-laid plan", argv[i], e);
+        for (int k = 0; k < INS_COUNT; k++)
+            CHECK(hand->kind[k] > 0, "%s: the hand-laid plan has no instruction of kind %d", argv[i], k);
+        CHECK(hand->skip_heavy > 0 && hand->later_frame > 0, "%s: the hand-laid plan has no RUN flags or frame 1", argv[i]);
+        static const int STREAMED[] = {INS_SAVE, INS_LOAD, INS_FREE, INS_RECORD, INS_WAIT, INS_NORM, INS_UPDATE};
+        for (size_t k = 0; k < sizeof STREAMED / sizeof STREAMED[0]; k++)
+            CHECK(off->kind[STREAMED[k]] > 0, "%s: the offload plan has no instruction of kind %d", argv[i], STREAMED[k]);
+        CHECK(h200->kind[INS_RECORD] > 0 && h200->kind[INS_WAIT] > 0, "%s: the h200 plan has no events", argv[i]);
+        CHECK(sel->skip_heavy > 0, "%s: the selective plan has no RUN_SKIP_HEAVY", argv[i]);
+        CHECK(h200->later_frame > 0, "%s: the h200 plan (resident layers, a frame each) uses frame 0 only", argv[i]);
     }
     failed_writes(argv[2], work);
     if (failures) printf("FAIL test_plan: %d checks failed\n", failures);

@@ -16,7 +16,9 @@
 // The seeds are plan files named, separated by ':', in MT_FUZZ_PLAN_SEED
 // (tests/fuzz/run_fuzz_plan.sh writes them with test_plan); without it only
 // the first way runs. An accepted plan is walked as the runtime would walk
-// it (graph_dump touches every node, operand, param and input).
+// it: graph_dump touches every node, operand, param and input; every RUN's
+// nodes are looked up in its frame's offsets (plan_offsets), and every
+// kernel blob's bytes are read.
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -87,6 +89,31 @@ int LLVMFuzzerInitialize(int *argc, char ***argv) {
     return 0;
 }
 
+// Reads what the runtime would read of an accepted plan's streams and
+// kernel blobs, so that an index the reader let through out of range shows.
+static unsigned walk(const Plan *p) {
+    unsigned sum = 0;
+    const Instr *streams[2] = {p->train, p->eval};
+    int32_t counts[2] = {p->ntrain, p->neval};
+    for (int s = 0; s < 2; s++)
+        for (int32_t i = 0; i < counts[s]; i++) {
+            const Instr *in = &streams[s][i];
+            sum += (unsigned)in->engine + (unsigned)in->event;
+            if (in->kind != INS_RUN) continue;
+            const int64_t *off = plan_offsets(p, in->part, in->frame);
+            for (int k = in->from; k < in->to; k++) {
+                const Node *n = p->graph->parts[in->part].nodes.items[k];
+                sum += (unsigned)off[k] + (unsigned)n->op;
+            }
+        }
+    const uint8_t *blobs[4] = {p->kernels_bytes, p->bitcode, p->cubin, (const uint8_t *)p->ptx};
+    size_t lens[4] = {p->kernels_len, p->bitcode_len, p->cubin_len, p->ptx_len};
+    for (int b = 0; b < 4; b++)
+        for (size_t i = 0; i < lens[b]; i++) sum += blobs[b][i];
+    if (p->cuda_arch) sum += (unsigned)strlen(p->cuda_arch);
+    return sum;
+}
+
 static void parse(const unsigned char *data, size_t len) {
     Arena a = {0};
     char err[512] = "";
@@ -95,7 +122,10 @@ static void parse(const unsigned char *data, size_t len) {
     if (!p && strncmp(err, "fuzz.plan: ", 11) != 0) __builtin_trap();
     if (p) {
         if (err[0]) __builtin_trap();
-        if (devnull) graph_dump(devnull, p->graph, "fuzz.mt");
+        if (devnull) {
+            graph_dump(devnull, p->graph, "fuzz.mt");
+            fprintf(devnull, "%u\n", walk(p));
+        }
     }
     arena_free(&a);
 }

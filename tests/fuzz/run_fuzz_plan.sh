@@ -1,9 +1,11 @@
 #!/usr/bin/env bash
 # Runs the plan reader's fuzzer for a bounded time. test_plan writes the
-# seed plans (the tiny examples, scheduled); they are both the corpus of
-# whole files and the plans the fuzzer patches (MT_FUZZ_PLAN_SEED, see
-# fuzz_plan.c), with one small patch per section to start from. Fails on
-# any crash, leak, overflow or UB.
+# seed plans (the tiny examples, each scheduled for h200, streamed with
+# offload and with selective recomputation on tiny-1layer, and laid out by
+# hand with every instruction kind and kernel blob: eight plans, the most
+# fuzz_plan takes); they are both the corpus of whole files and the plans the
+# fuzzer patches (MT_FUZZ_PLAN_SEED, see fuzz_plan.c), with one small patch
+# per section to start from. Fails on any crash, leak, overflow or UB.
 # usage: run_fuzz_plan.sh FUZZER TEST_PLAN SOURCE_DIR WORK_DIR SECONDS
 set -euo pipefail
 fuzzer=$1 test_plan=$2 src=$3 work=$4 seconds=$5
@@ -15,9 +17,15 @@ if ! (cd "$src" && "$test_plan" "$work/seeds" examples/gpt2-tiny.mt examples/lla
   exit 1
 fi
 cp "$work"/seeds/*.plan "$work/corpus/"
-for s in 0 1 2 3 4 5 6; do # section s, seed s % 2, offset 16, two bytes
+for s in 0 1 2 3 4 5 6; do # section s, seed s, offset 16, two bytes
   printf "\\x0$s\\x0$s\\x10\\x00\\x00\\x00\\xff\\x7f" >"$work/corpus/patch-$s"
 done
 cd "$work"
-MT_FUZZ_PLAN_SEED="$work/seeds/gpt2-tiny.plan:$work/seeds/llama-tiny.plan" \
+seeds=
+for m in gpt2-tiny llama-tiny; do
+  for v in "" -offload -selective -by-hand; do
+    seeds="$seeds${seeds:+:}$work/seeds/$m$v.plan"
+  done
+done
+MT_FUZZ_PLAN_SEED="$seeds" \
   "$fuzzer" -max_total_time="$seconds" -max_len=32768 -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 corpus
