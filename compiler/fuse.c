@@ -878,7 +878,7 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             close_loop(&b);
         }
     } else {
-        int s1 = arg_of(&b, -1, 0, T * T, KT_F32, KA_READ | KA_WRITE);
+        int s1 = arg_of(&b, -1, T * T, T * T, KT_F32, KA_READ | KA_WRITE); // the second half of [2, T, T] scratch
         open_loop(&b, T);
         int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int dot = emit(&b, KOP_RSUM, KT_F64,

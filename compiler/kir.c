@@ -42,6 +42,13 @@ const char *kir_kind_name(KirKind k) { return (unsigned)k < KK_COUNT ? KIND_NAME
 int kir_is_launched(const KirKernel *k) { return k->anchor >= 0 && k->fused_into < 0; }
 int kir_is_heavy(const KirKernel *k) { return k->kind != KK_EXPR; }
 
+int64_t kir_acc64_offset(const KirKernel *k, int arg) {
+    int64_t off = 0;
+    for (int i = 0; i < arg && i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64) off += k->args[i].numel;
+    return off;
+}
+
 char *kir_symbol(char *buf, size_t cap, int part, int i) {
     snprintf(buf, cap, "mt_k%d_%d", part, i);
     return buf;

@@ -167,6 +167,10 @@ int kir_is_launched(const KirKernel *k);
 // GEMM and attention kernels: those a selective-recompute run skips (their outputs are kept).
 int kir_is_heavy(const KirKernel *k);
 
+// Doubles of f64 scratch before argument `arg`'s accumulator (KA_ACC64
+// arguments in order); with arg = nargs, the scratch the kernel needs.
+int64_t kir_acc64_offset(const KirKernel *k, int arg);
+
 // The symbol of kernel i of part pk in generated code: "mt_k<part>_<i>" into buf.
 char *kir_symbol(char *buf, size_t cap, int part, int i);
 

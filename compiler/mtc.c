@@ -13,6 +13,7 @@
 
 #include "graph.h"
 #include "fuse.h"
+#include "emit_llvm.h"
 #include "emit_cuda.h"
 #include "explain.h"
 #include "plan_write.h"
@@ -83,9 +84,25 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
     p->source = src->text;
     p->source_len = src->len;
     p->source_crc = (uint32_t)crc32(0L, (const Bytef *)src->text, (uInt)src->len);
-    if (plan_write(p, path, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "mtc: error: %s\n", err);
-    return -1;
+    // the fused kernels and their LLVM bitcode, which the cpu backend JIT-compiles
+    KirProgram kp;
+    Arena ka = {0};
+    uint8_t *kir = NULL, *bc = NULL;
+    size_t kir_len = 0, bc_len = 0;
+    int rc = -1;
+    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 || emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
+        fprintf(stderr, "mtc: internal error: %s\n", err);
+    } else if (kir_write(&kp, &kir, &kir_len) != 0) {
+        fprintf(stderr, "mtc: error: out of memory\n");
+    } else {
+        p->kernels_bytes = kir, p->kernels_len = kir_len, p->bitcode = bc, p->bitcode_len = bc_len;
+        if ((rc = plan_write(p, path, err, sizeof err)) != 0) fprintf(stderr, "mtc: error: %s\n", err);
+        p->kernels_bytes = p->bitcode = NULL, p->kernels_len = p->bitcode_len = 0;
+    }
+    free(kir);
+    free(bc);
+    arena_free(&ka);
+    return rc;
 }
 
 // CUDA C of the graph's fused kernels for arch: compiled by NVRTC into the

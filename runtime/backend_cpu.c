@@ -4,6 +4,7 @@
 
 #include "backend.h"
 #include "exec.h"
+#include "jit.h"
 
 _Static_assert((int)EXEC_SKIP_HEAVY == (int)RUN_SKIP_HEAVY, "exec and plan skip flags agree");
 
@@ -13,6 +14,8 @@ typedef struct Cpu {
     PartState head, tail;        // their nodes at their offsets
     PartState *frames;           // (nframes) the block's nodes at each frame's offsets
     int32_t nframes;
+    const Plan *plan;
+    Jit *jit;                    // the plan's kernels; NULL: a plan without them runs the plain kernels
 } Cpu;
 
 void backend_fill_nan(void *dst, int64_t bytes) {
@@ -48,6 +51,10 @@ static void cpu_poison(Backend *be, int64_t dst, int64_t bytes) { backend_fill_n
 // The one place nodes execute: the kernel-fusion work swaps this body.
 static void cpu_run(Backend *be, PartKind part, int from, int to, int frame, int flags) {
     Cpu *c = be->ctx;
+    if (c->jit) { // generated kernels and library GEMMs
+        jit_run(c->jit, part, from, to, flags, c->arena, plan_offsets(c->plan, part, part == PART_BLOCK ? frame : 0));
+        return;
+    }
     PartState *ps = part == PART_BLOCK ? &c->frames[frame] : part == PART_HEAD ? &c->head : &c->tail;
     exec_run_flags(ps, from, to, flags);
 }
@@ -62,6 +69,7 @@ static void cpu_destroy(Backend *be) {
     Cpu *c = be->ctx;
     exec_free(&c->head);
     exec_free(&c->tail);
+    jit_destroy(c->jit);
     for (int f = 0; c->frames && f < c->nframes; f++) exec_free(&c->frames[f]);
     free(c->frames);
     free(c->arena);
@@ -97,6 +105,7 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     c->arena = arena;
     c->arena_bytes = p->arena_bytes;
     c->nframes = p->nframes;
+    c->plan = p;
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
     *be = (Backend){.name = "cpu", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
                     .copy_out = cpu_copy_out, .copy = cpu_copy, .poison = cpu_poison, .run = cpu_run,
@@ -108,6 +117,10 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
         ok = exec_init_at(&c->frames[f], &g->parts[PART_BLOCK], PREC_F32, c->arena, plan_offsets(p, PART_BLOCK, f)) == 0;
     if (!ok) {
         snprintf(err, errcap, "out of memory");
+        cpu_destroy(be);
+        return NULL;
+    }
+    if (p->kernels_len && !(c->jit = jit_create(g, p->kernels_bytes, p->kernels_len, p->bitcode, p->bitcode_len, err, errcap))) {
         cpu_destroy(be);
         return NULL;
     }

@@ -1,0 +1,373 @@
+// jit.c: loading and running the plan's kernels on the cpu (jit.h).
+#include "jit.h"
+
+#include <cblas.h>
+#include <llvm-c/BitReader.h>
+#include <llvm-c/Core.h>
+#include <llvm-c/Error.h>
+#include <llvm-c/LLJIT.h>
+#include <llvm-c/Orc.h>
+#include <llvm-c/Target.h>
+#include <llvm-c/TargetMachine.h>
+#include <llvm-c/Transforms/PassBuilder.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/plan.h"
+#include "../compiler/emit_llvm.h"
+
+struct Jit {
+    const Graph *g;
+    Arena arena;          // the kernel IR
+    KirProgram prog;
+    KirFn *fn[PART_COUNT]; // (prog.parts[p].n) expression kernels' entry points
+    LLVMOrcLLJITRef lljit;
+    double *scratch;      // (scratch_n) f64 accumulators
+    size_t scratch_n;
+    float *attn;          // (attn_n) attention scores, probabilities and their gradients
+    size_t attn_n;
+    JitProfile *prof;
+};
+
+static double now_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+static int set_err(char *err, size_t cap, const char *what, LLVMErrorRef e) {
+    char *msg = e ? LLVMGetErrorMessage(e) : NULL;
+    snprintf(err, cap, "jit: %s%s%s", what, msg ? ": " : "", msg ? msg : "");
+    if (msg) LLVMDisposeErrorMessage(msg);
+    return -1;
+}
+
+// ---------------------------------------------------------------- loading
+
+// Every argument of every kernel inside its node's buffer, and no argument a view.
+static int check_args(const Jit *j, char *err, size_t cap) {
+    for (int p = 0; p < PART_COUNT; p++) {
+        const Part *part = &j->g->parts[p];
+        for (int i = 0; i < j->prog.parts[p].n; i++) {
+            const KirKernel *k = &j->prog.parts[p].k[i];
+            if (k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) {
+                int bwd = k->kind == KK_ATTN_BWD;
+                for (int h = 0; h <= bwd; h++) {
+                    int hi = k->attn.helper[h];
+                    const KirKernel *hk = hi >= 0 ? &j->prog.parts[p].k[hi] : NULL;
+                    if (!hk || hk->nargs != h + 1 || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
+                        hk->args[h].numel < k->attn.T * k->attn.T) {
+                        snprintf(err, cap, "jit: part %s kernel %d: attention without its helper kernels", part_name(p), i);
+                        return -1;
+                    }
+                }
+            }
+            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0 && j->prog.parts[p].k[k->gemm.epilogue].rows != k->gemm.M) {
+                snprintf(err, cap, "jit: part %s kernel %d: an epilogue of other rows than its GEMM", part_name(p), i);
+                return -1;
+            }
+            for (int a = 0; a < k->nargs; a++) {
+                const KirArg *g = &k->args[a];
+                if (g->node < 0) {
+                    if (k->fused_into < 0 || j->prog.parts[p].k[k->fused_into].kind == KK_GEMM) {
+                        snprintf(err, cap, "jit: part %s kernel %d: scratch argument outside an attention helper", part_name(p), i);
+                        return -1;
+                    }
+                    continue;
+                }
+                const Node *n = part->nodes.items[g->node];
+                int elem = n->dtype == DT_I32 ? KT_I32 : KT_F32;
+                if (n->op == OP_VIEW || n->op == OP_RESHAPE || elem != g->dtype || g->offset + g->numel > shape_numel(&n->shape)) {
+                    snprintf(err, cap, "jit: part %s kernel %d argument %d reaches outside node %%%d", part_name(p), i, a, g->node);
+                    return -1;
+                }
+            }
+        }
+    }
+    return 0;
+}
+
+static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap) {
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
+    LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
+    LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)bc, len, "kernels");
+    LLVMModuleRef mod = NULL;
+    int rc = -1;
+    char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+    LLVMTargetMachineRef tm = NULL;
+    LLVMPassBuilderOptionsRef opts = NULL;
+    LLVMErrorRef e;
+    if (LLVMParseBitcodeInContext2(cx, mb, &mod)) {
+        snprintf(err, cap, "jit: the plan's bitcode does not parse");
+        goto out;
+    }
+    LLVMTargetRef target;
+    char *msg = NULL;
+    if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
+        snprintf(err, cap, "jit: no target for %s: %s", triple, msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        goto out;
+    }
+    tm = LLVMCreateTargetMachine(target, triple, cpu, feat, LLVMCodeGenLevelAggressive, LLVMRelocDefault,
+                                 LLVMCodeModelJITDefault);
+    LLVMSetTarget(mod, triple);
+    LLVMTargetDataRef td = LLVMCreateTargetDataLayout(tm);
+    LLVMSetModuleDataLayout(mod, td);
+    LLVMDisposeTargetData(td);
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+        if (LLVMIsDeclaration(f)) continue;
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateStringAttribute(cx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                LLVMCreateStringAttribute(cx, "target-features", 15, feat, (unsigned)strlen(feat)));
+    }
+    opts = LLVMCreatePassBuilderOptions();
+    LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
+    LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
+    if ((e = LLVMRunPasses(mod, "default<O3>", tm, opts))) {
+        set_err(err, cap, "the O3 pipeline failed", e);
+        goto out;
+    }
+    LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
+    LLVMOrcJITTargetMachineBuilderRef jtmb;
+    if ((e = LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb))) {
+        LLVMOrcDisposeLLJITBuilder(jb);
+        set_err(err, cap, "cannot describe the host", e);
+        goto out;
+    }
+    LLVMOrcLLJITBuilderSetJITTargetMachineBuilder(jb, jtmb);
+    if ((e = LLVMOrcCreateLLJIT(&j->lljit, jb))) {
+        j->lljit = NULL;
+        set_err(err, cap, "cannot create the JIT", e);
+        goto out;
+    }
+    LLVMOrcDefinitionGeneratorRef gen; // expf, logf, sin, cos, pow: the process's libm
+    if ((e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j->lljit), NULL, NULL))) {
+        set_err(err, cap, "cannot resolve the process's symbols", e);
+        goto out;
+    }
+    LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(j->lljit);
+    LLVMOrcJITDylibAddGenerator(jd, gen);
+    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
+    mod = NULL; // owned by the JIT from here
+    if ((e = LLVMOrcLLJITAddLLVMIRModule(j->lljit, jd, tsm))) {
+        LLVMOrcDisposeThreadSafeModule(tsm);
+        set_err(err, cap, "cannot add the kernels", e);
+        goto out;
+    }
+    rc = 0;
+    for (int p = 0; p < PART_COUNT && rc == 0; p++) {
+        j->fn[p] = calloc((size_t)j->prog.parts[p].n + 1, sizeof *j->fn[p]);
+        if (!j->fn[p]) {
+            rc = set_err(err, cap, "out of memory", NULL);
+            break;
+        }
+        for (int i = 0; i < j->prog.parts[p].n; i++) {
+            if (j->prog.parts[p].k[i].kind != KK_EXPR) continue;
+            char name[64];
+            LLVMOrcExecutorAddress addr = 0;
+            if ((e = LLVMOrcLLJITLookup(j->lljit, &addr, kir_symbol(name, sizeof name, p, i))) || !addr) {
+                rc = set_err(err, cap, "a kernel is missing from the bitcode", e);
+                break;
+            }
+            j->fn[p][i] = (KirFn)(uintptr_t)addr;
+        }
+    }
+out:
+    if (mod) LLVMDisposeModule(mod);
+    if (opts) LLVMDisposePassBuilderOptions(opts);
+    if (tm) LLVMDisposeTargetMachine(tm);
+    LLVMDisposeMessage(triple);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(feat);
+    LLVMOrcDisposeThreadSafeContext(tsc);
+    return rc;
+}
+
+Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_t *bitcode, size_t bitcode_len,
+                char *err, size_t cap) {
+    Jit *j = calloc(1, sizeof *j);
+    if (!j) {
+        snprintf(err, cap, "jit: out of memory");
+        return NULL;
+    }
+    j->g = g;
+    int nnodes[PART_COUNT];
+    for (int p = 0; p < PART_COUNT; p++) nnodes[p] = g->parts[p].nodes.n;
+    if (kir_read(&j->prog, kir, kir_len, nnodes, &j->arena, err, cap) != 0 || check_args(j, err, cap) != 0 ||
+        compile(j, bitcode, bitcode_len, err, cap) != 0) {
+        jit_destroy(j);
+        return NULL;
+    }
+    return j;
+}
+
+void jit_destroy(Jit *j) {
+    if (!j) return;
+    if (j->lljit) LLVMOrcDisposeLLJIT(j->lljit);
+    for (int p = 0; p < PART_COUNT; p++) free(j->fn[p]);
+    arena_free(&j->arena);
+    free(j->scratch);
+    free(j->attn);
+    free(j);
+}
+
+const KirProgram *jit_program(const Jit *j) { return &j->prog; }
+void jit_set_profile(Jit *j, JitProfile *prof) { j->prof = prof; }
+
+// ---------------------------------------------------------------- running
+
+static void *need(void **buf, size_t *have, size_t n, size_t size) {
+    if (n > *have) {
+        free(*buf);
+        *buf = malloc(n * size);
+        if (!*buf) abort(); // a few times the largest kernel's accumulators; nothing to recover
+        *have = n;
+    }
+    return *buf;
+}
+
+static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
+    return base + offsets[a->node] + a->offset * 4;
+}
+
+// Zeroes the accumulators of expression kernel k before its first row block.
+static double *acc_begin(Jit *j, const KirKernel *k, void **args) {
+    size_t n = (size_t)kir_acc64_offset(k, k->nargs);
+    double *s = need((void **)&j->scratch, &j->scratch_n, n + 1, sizeof(double));
+    memset(s, 0, n * sizeof(double));
+    for (int a = 0; a < k->nargs; a++)
+        if (k->args[a].access & KA_ACC32) memset(args[a], 0, (size_t)k->args[a].numel * 4);
+    return s;
+}
+
+// Writes f64 accumulators out after the last row block.
+static void acc_end(const KirKernel *k, void **args, const double *s) {
+    for (int a = 0; a < k->nargs; a++) {
+        const KirArg *g = &k->args[a];
+        if (!(g->access & KA_ACC64)) continue;
+        const double *src = s + kir_acc64_offset(k, a);
+        float *dst = args[a];
+        for (int64_t i = 0; i < g->numel; i++) dst[i] = (float)(src[i] / g->divisor);
+    }
+}
+
+static void call(Jit *j, KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
+    double t0 = j->prof ? now_s() : 0;
+    fn(args, r0, r1, s);
+    if (j->prof) j->prof->kernel_s += now_s() - t0, j->prof->kernel_calls++;
+}
+
+static void sgemm(Jit *j, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+                  int64_t ldb, float beta, float *C, int64_t ldc) {
+    double t0 = j->prof ? now_s() : 0;
+    cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
+                1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
+    if (j->prof) j->prof->gemm_s += now_s() - t0, j->prof->gemm_calls++;
+}
+
+static void bind(const KirKernel *k, void **args, char *base, const int64_t *offsets) {
+    for (int a = 0; a < k->nargs; a++) args[a] = k->args[a].node >= 0 ? arg_ptr(&k->args[a], base, offsets) : NULL;
+}
+
+static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int64_t *offsets) {
+    void *stack[16], **args = k->nargs <= 16 ? stack : malloc((size_t)k->nargs * sizeof *args);
+    if (!args) abort();
+    bind(k, args, base, offsets);
+    double *s = acc_begin(j, k, args);
+    call(j, fn, args, 0, k->rows, s);
+    acc_end(k, args, s);
+    if (args != stack) free(args);
+}
+
+// C = op(A) @ op(B), with the epilogue run on each block of rows while it is in cache.
+static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base, const int64_t *offsets) {
+    const KirGemm *g = &k->gemm;
+    const KirKernel *e = g->epilogue >= 0 ? &j->prog.parts[part].k[g->epilogue] : NULL;
+    KirFn efn = e ? j->fn[part][g->epilogue] : NULL;
+    if (flags & RUN_SKIP_HEAVY) {
+        if (e) run_expr(j, e, efn, base, offsets);
+        return;
+    }
+    float *C = arg_ptr(&k->args[0], base, offsets);
+    const float *A = arg_ptr(&k->args[1], base, offsets), *B = arg_ptr(&k->args[2], base, offsets);
+    if (!e) {
+        for (int64_t b = 0; b < g->batch; b++)
+            sgemm(j, g->ta, g->tb, g->M, g->N, g->K, A + b * g->stride_a, g->lda, B + b * g->stride_b, g->ldb, 0.0f,
+                  C + b * g->stride_c, g->ldc);
+        return;
+    }
+    void *stack[16], **args = e->nargs <= 16 ? stack : malloc((size_t)e->nargs * sizeof *args);
+    if (!args) abort();
+    bind(e, args, base, offsets);
+    double *s = acc_begin(j, e, args);
+    int64_t block = (1 << 18) / g->N;
+    if (block < 256) block = 256;
+    for (int64_t r0 = 0; r0 < g->M; r0 += block) {
+        int64_t r1 = r0 + block < g->M ? r0 + block : g->M;
+        sgemm(j, g->ta, g->tb, r1 - r0, g->N, g->K, A + (g->ta ? r0 : r0 * g->lda), g->lda, B, g->ldb, 0.0f,
+              C + r0 * g->ldc, g->ldc);
+        call(j, efn, args, r0, r1, s);
+    }
+    acc_end(e, args, s);
+    if (args != stack) free(args);
+}
+
+// Attention on the cpu: per (batch, head) S = q k^T, softmax (generated,
+// scaled and masked), y = P v; the backward recomputes P, then dP = dy v^T,
+// dS (generated), dq = dS k, dk += dS^T q, dv += P^T dy.
+static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
+    const KirAttn *t = &k->attn;
+    int bwd = k->kind == KK_ATTN_BWD;
+    int64_t T = t->T, D = t->D, HD = t->H * D, KD = t->KVH * D, group = t->H / t->KVH;
+    float *S = need((void **)&j->attn, &j->attn_n, (size_t)(2 * T * T), sizeof(float)), *dP = S + T * T;
+    float *out = arg_ptr(&k->args[0], base, offsets);
+    const float *dy = bwd ? arg_ptr(&k->args[1], base, offsets) : NULL;
+    const float *q = arg_ptr(&k->args[bwd + 1], base, offsets), *kk = arg_ptr(&k->args[bwd + 2], base, offsets),
+                *v = arg_ptr(&k->args[bwd + 3], base, offsets);
+    int64_t nq = t->B * T * HD, nk = t->B * T * KD;
+    float *dq = out, *dk = out + nq, *dv = out + nq + nk;
+    if (bwd) memset(dk, 0, (size_t)(2 * nk) * sizeof(float));
+    const KirKernel *h0 = &j->prog.parts[part].k[t->helper[0]], *h1 = bwd ? &j->prog.parts[part].k[t->helper[1]] : NULL;
+    KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
+    void *a0[1] = {S}, *a1[2] = {S, dP};
+    (void)h0, (void)h1;
+    for (int64_t b = 0; b < t->B; b++)
+        for (int64_t h = 0; h < t->H; h++) {
+            const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KD + (h / group) * D;
+            sgemm(j, 0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
+            call(j, f0, a0, 0, T, NULL);
+            if (!bwd) {
+                sgemm(j, 0, 0, T, D, T, S, T, vh, KD, 0.0f, out + b * T * HD + h * D, HD);
+                continue;
+            }
+            const float *dyh = dy + b * T * HD + h * D;
+            sgemm(j, 0, 1, T, T, D, dyh, HD, vh, KD, 0.0f, dP, T);
+            call(j, f1, a1, 0, T, NULL);
+            sgemm(j, 0, 0, T, D, T, dP, T, kh, KD, 0.0f, dq + b * T * HD + h * D, HD);
+            sgemm(j, 1, 0, T, D, T, dP, T, qh, HD, 1.0f, dk + b * T * KD + (h / group) * D, KD);
+            sgemm(j, 1, 0, T, D, T, S, T, dyh, HD, 1.0f, dv + b * T * KD + (h / group) * D, KD);
+        }
+}
+
+void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
+    const KirKernel *k = &j->prog.parts[part].k[i];
+    switch (k->kind) {
+    case KK_EXPR: run_expr(j, k, j->fn[part][i], base, offsets); break;
+    case KK_GEMM: run_gemm(j, part, k, flags, base, offsets); break;
+    default:
+        if (!(flags & RUN_SKIP_HEAVY)) run_attn(j, part, k, base, offsets);
+        break;
+    }
+}
+
+void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const int64_t *offsets) {
+    const KirSet *s = &j->prog.parts[part];
+    for (int i = 0; i < s->n; i++) {
+        const KirKernel *k = &s->k[i];
+        if (kir_is_launched(k) && k->anchor >= from && k->anchor < to) jit_run_kernel(j, part, i, flags, base, offsets);
+    }
+}

@@ -1,0 +1,43 @@
+// jit.h: the cpu backend's kernels. Reads the plan's kernel IR and LLVM
+// bitcode (compiler/kir.h, compiler/emit_llvm.h), compiles the bitcode for
+// the host CPU and its features with ORC LLJIT at load (O3: the loop
+// vectoriser), and runs a part's kernels for an INS_RUN: expression kernels
+// through the JIT, GEMMs through cblas (OpenBLAS), attention as a composite
+// of per-(batch, head) GEMMs and generated softmax kernels.
+#ifndef MT_JIT_H
+#define MT_JIT_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../compiler/kir.h"
+
+typedef struct Jit Jit;
+
+// Seconds spent in library GEMMs (attention's included) and in generated
+// kernels, summed while a Jit's profile is set (bench/step_bench.c).
+typedef struct JitProfile {
+    double gemm_s, kernel_s;
+    int64_t gemm_calls, kernel_calls;
+} JitProfile;
+
+// Validates the kernel IR against the graph (every argument inside its
+// node's buffer) and JIT-compiles the bitcode. NULL with a message in err.
+Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_t *bitcode, size_t bitcode_len,
+                char *err, size_t errcap);
+
+// Runs the kernels of part whose anchor lies in [from, to), in order, with
+// node i's buffer at base + offsets[i]. flags: RUN_SKIP_HEAVY skips GEMMs
+// and attention (their outputs are kept) but still runs GEMM epilogues.
+void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const int64_t *offsets);
+
+// Runs kernel `index` of part by itself (tests).
+void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const int64_t *offsets);
+
+// The kernels read from the plan.
+const KirProgram *jit_program(const Jit *j);
+
+void jit_set_profile(Jit *j, JitProfile *prof);
+void jit_destroy(Jit *j);
+
+#endif

@@ -1,0 +1,166 @@
+// test_jit: every JIT kernel of every part (head, block, tail; forward and
+// backward) of each model given, against the reference kernels
+// (runtime/kernels.inc through exec_run), on fresh random inputs.
+//
+// For each launched kernel (an expression kernel, a GEMM with its
+// epilogue, an attention kernel): every node of the part gets a buffer in
+// two arenas filled with the same random values (f32 in [-1, 1), i32 in
+// [0, 8), valid token ids of every test model); the JIT runs the kernel in
+// one, exec_run runs the kernel's nodes in the other, and every buffer the
+// kernel writes or accumulates is compared:
+//
+//   error = max |jit - ref| / max |ref|   over the whole buffer
+//
+// which must be at most 1e-6 (fp32; the reference sums in double, as the
+// generated kernels do). Exit status 0 only when every kernel passes and at
+// least one was compared.
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/io.h"
+#include "../common/plan.h"
+#include "../compiler/emit_llvm.h"
+#include "../compiler/fuse.h"
+#include "../compiler/graph.h"
+#include "../runtime/exec.h"
+#include "../runtime/jit.h"
+
+static const double TOL = 1e-6;
+
+static uint64_t rng = 0x9E3779B97F4A7C15ull;
+static uint32_t next_u32(void) {
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (uint32_t)(rng >> 11);
+}
+
+static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
+
+// Runs the reference for kernel k: its nodes (and its epilogue's) in order.
+static void run_reference(PartState *ps, const KirSet *s, const KirKernel *k) {
+    for (int i = 0; i < k->nnodes; i++) exec_run(ps, k->nodes[i], k->nodes[i] + 1);
+    if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) run_reference(ps, s, &s->k[k->gemm.epilogue]);
+}
+
+// Compares every written argument of k (and its epilogue's); returns the worst error.
+static double compare(const KirSet *s, const KirKernel *k, const char *jit, const char *ref, const int64_t *off,
+                      const Part *part, char *worst, size_t cap) {
+    double w = 0;
+    for (int a = 0; a < k->nargs; a++) {
+        const KirArg *g = &k->args[a];
+        if (g->node < 0 || !(g->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
+        const float *x = (const float *)(jit + off[g->node]) + g->offset, *y = (const float *)(ref + off[g->node]) + g->offset;
+        double diff = 0, mag = 0;
+        for (int64_t i = 0; i < g->numel; i++) {
+            double d = fabs((double)x[i] - (double)y[i]);
+            if (!(d <= diff)) diff = d; // NaN wins
+            if (fabs(y[i]) > mag) mag = fabs(y[i]);
+        }
+        double e = diff / (mag > 1e-30 ? mag : 1e-30);
+        if (getenv("TEST_JIT_DEBUG") && e > TOL)
+            for (int64_t i = 0; i < g->numel; i++)
+                if (fabs((double)x[i] - (double)y[i]) > TOL * mag) {
+                    fprintf(stderr, "  first bad element %lld of %lld: jit %g ref %g\n", (long long)i, (long long)g->numel, x[i], y[i]);
+                    break;
+                }
+        if (!(e <= w)) {
+            w = e;
+            const Node *n = part->nodes.items[g->node];
+            snprintf(worst, cap, "%%%d %s [+%lld, %lld elements]", n->id, op_name(n->op), (long long)g->offset,
+                     (long long)g->numel);
+        }
+    }
+    if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) {
+        char w2[256];
+        double e = compare(s, &s->k[k->gemm.epilogue], jit, ref, off, part, w2, sizeof w2);
+        if (!(e <= w)) w = e, snprintf(worst, cap, "%s", w2);
+    }
+    return w;
+}
+
+static int check_model(const char *path, int *compared) {
+    char *text;
+    size_t len;
+    if (io_read_file(path, &text, &len) != 0) {
+        fprintf(stderr, "%s: cannot read\n", path);
+        return 1;
+    }
+    Source src = {.path = path, .text = text, .len = len};
+    Diag diag = {.src = &src, .sink = stderr};
+    Arena arena = {0};
+    Model *m = dsl_parse(&src, &arena, &diag);
+    Graph *g = m ? sema_lower(m, NULL, &arena, &diag) : NULL;
+    int failed = 0;
+    char err[2048];
+    KirProgram kp;
+    uint8_t *kir = NULL, *bc = NULL;
+    size_t kir_len = 0, bc_len = 0;
+    Jit *j = NULL;
+    if (!g || autodiff(g, &arena, &diag) != 0) {
+        failed = 1;
+    } else if (fuse(g, &arena, &kp, err, sizeof err) != 0 || kir_write(&kp, &kir, &kir_len) != 0 ||
+               emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0 ||
+               !(j = jit_create(g, kir, kir_len, bc, bc_len, err, sizeof err))) {
+        fprintf(stderr, "%s: %s\n", path, err);
+        failed = 1;
+    }
+    for (int p = 0; j && p < PART_COUNT; p++) {
+        const Part *part = &g->parts[p];
+        const KirSet *s = &jit_program(j)->parts[p];
+        int64_t *off = calloc((size_t)part->nodes.n + 1, sizeof *off), total = 0;
+        for (int i = 0; i < part->nodes.n; i++) {
+            const Node *n = part->nodes.items[i];
+            off[i] = -1;
+            if (is_alias(n)) continue;
+            off[i] = total;
+            total += (shape_numel(&n->shape) * 4 + 63) & ~(int64_t)63;
+        }
+        char *A = aligned_alloc(64, (size_t)total + 64), *R = aligned_alloc(64, (size_t)total + 64);
+        for (int i = 0; i < s->n; i++) {
+            const KirKernel *k = &s->k[i];
+            if (!kir_is_launched(k)) continue;
+            for (int n = 0; n < part->nodes.n; n++) { // fresh random inputs for every kernel
+                const Node *nd = part->nodes.items[n];
+                if (off[n] < 0) continue;
+                for (int64_t e = 0; e < shape_numel(&nd->shape); e++) {
+                    if (nd->dtype == DT_I32) ((int32_t *)(A + off[n]))[e] = (int32_t)(next_u32() % 8);
+                    else ((float *)(A + off[n]))[e] = (float)((double)next_u32() / 2147483648.0 - 1.0);
+                }
+            }
+            memcpy(R, A, (size_t)total);
+            PartState ps;
+            if (exec_init_at(&ps, part, PREC_F32, R, off) != 0) abort();
+            for (int n = 0; n < part->nodes.n; n++) { // what the kernels inline, the reference reads from memory
+                const Node *nd = part->nodes.items[n];
+                if (nd->op == OP_CONST || nd->op == OP_ARANGE) exec_run(&ps, n, n + 1);
+            }
+            run_reference(&ps, s, k);
+            exec_free(&ps);
+            jit_run_kernel(j, p, i, 0, A, off);
+            char worst[256] = "nothing written";
+            double e = compare(s, k, A, R, off, part, worst, sizeof worst);
+            int ok = e <= TOL;
+            printf("%s %s %s k%d %s (%d nodes, anchor %%%d): error %.3g at %s\n", ok ? "ok  " : "FAIL", path,
+                   part_name(p), i, kir_kind_name(k->kind), k->nnodes, k->anchor, e, worst);
+            failed += !ok;
+            (*compared)++;
+        }
+        free(A);
+        free(R);
+        free(off);
+    }
+    jit_destroy(j);
+    free(kir);
+    free(bc);
+    arena_free(&arena);
+    free(text);
+    return failed;
+}
+
+int main(int argc, char **argv) {
+    int failed = 0, compared = 0;
+    for (int a = 1; a < argc; a++) failed += check_model(argv[a], &compared);
+    printf("%d kernels compared, %d failed (tolerance %g, max |jit - ref| / max |ref| per buffer)\n", compared, failed, TOL);
+    return failed || !compared;
+}
