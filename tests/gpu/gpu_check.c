@@ -1,0 +1,611 @@
+// gpu_check: checks and times, on the GPU, what mtc's CUDA side generates.
+// Needs a GPU and its driver (libcuda); built with the project everywhere,
+// run by tests/gpu/run.sh only.
+//
+//   gpu_check MODEL.mt...
+//
+// 1. Flash attention (compiler/cuda/attention.cuh), compiled by mt's NVRTC
+//    wrapper for this device's sm_XX with the plain reference
+//    (attention_ref.cuh): forward y and backward dq, dk, dv against the
+//    reference on random inputs, causal and not, grouped-query, head sizes
+//    16, 64, 128, lengths that are not multiples of the tiles, f32 and bf16.
+// 2. Every model's fused expression kernels, as cuda_build compiles them into
+//    plans (batch 2, seq 64, f32): each launched with random inputs and its
+//    outputs compared with a plain C interpreter of the same kernel IR
+//    (kir_eval below, one row and one column at a time, fp32 as fp32 and
+//    f64 as double).
+// 3. Times: flash against the reference at model-sized shapes, and the fused
+//    kernels; the table comes last. Exit status 0 only when every check
+//    passed.
+#include <cuda.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../../common/io.h"
+#include "../../compiler/cuda/attention.h"
+#include "../../compiler/cuda/sources.h"
+#include "../../compiler/emit_cuda.h"
+#include "../../compiler/fuse.h"
+#include "../../compiler/graph.h"
+#include "../../compiler/nvrtc.h"
+
+static int failures;
+
+#define CU(call)                                                                                                       \
+    do {                                                                                                               \
+        CUresult r_ = (call);                                                                                          \
+        if (r_ != CUDA_SUCCESS) {                                                                                      \
+            const char *s_ = NULL;                                                                                     \
+            cuGetErrorString(r_, &s_);                                                                                 \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_ ? s_ : "?");                             \
+            exit(1);                                                                                                   \
+        }                                                                                                              \
+    } while (0)
+
+// ---------------------------------------------------------------- helpers
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { // uniform in [-1, 1)
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static uint16_t to_bf16(float f) { // round to nearest even, as the prelude
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+
+static CUdeviceptr dev_alloc(size_t bytes) {
+    CUdeviceptr p;
+    CU(cuMemAlloc(&p, bytes ? bytes : 4));
+    CU(cuMemsetD8(p, 0, bytes ? bytes : 4));
+    return p;
+}
+static CUdeviceptr dev_upload(const void *h, size_t bytes) {
+    CUdeviceptr p = dev_alloc(bytes);
+    CU(cuMemcpyHtoD(p, h, bytes));
+    return p;
+}
+
+// max |a - b| / max(|b|, floor) over n values
+static double max_rel(const float *a, const float *b, size_t n, double floor) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
+        if (!(d <= m)) m = d; // NaN sticks
+    }
+    return m;
+}
+
+typedef struct Row {
+    char what[96];
+    double ms, ref_ms; // ref_ms < 0: none
+    double err;
+} Row;
+static Row table[256];
+static int ntable;
+
+static void add_row(const char *what, double ms, double ref_ms, double err) {
+    if (ntable == 256) return;
+    Row *r = &table[ntable++];
+    snprintf(r->what, sizeof r->what, "%s", what);
+    r->ms = ms, r->ref_ms = ref_ms, r->err = err;
+}
+
+typedef struct Timer {
+    CUevent a, b;
+} Timer;
+static void timer_start(Timer *t) {
+    CU(cuEventCreate(&t->a, CU_EVENT_DEFAULT));
+    CU(cuEventCreate(&t->b, CU_EVENT_DEFAULT));
+    CU(cuEventRecord(t->a, 0));
+}
+static double timer_stop(Timer *t, int reps) {
+    float ms;
+    CU(cuEventRecord(t->b, 0));
+    CU(cuEventSynchronize(t->b));
+    CU(cuEventElapsedTime(&ms, t->a, t->b));
+    cuEventDestroy(t->a), cuEventDestroy(t->b);
+    return ms / reps;
+}
+
+static void launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned block, unsigned smem, void **args) {
+    CU(cuLaunchKernel(f, gx, gy, gz, block, 1, 1, smem, 0, args, NULL));
+}
+
+// ---------------------------------------------------------------- 1. attention
+
+typedef struct AttnCase {
+    int B, T, H, KVH, D, causal, bf16;
+} AttnCase;
+
+static CUfunction fn(CUmodule m, const char *prefix, const char *name) {
+    char full[128];
+    snprintf(full, sizeof full, "%s%s", prefix, name);
+    CUfunction f;
+    CU(cuModuleGetFunction(&f, m, full));
+    return f;
+}
+
+// Runs flash forward and backward and the reference on random inputs;
+// returns the worst relative error of y, dq, dk, dv. reps > 0: also times them.
+static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_ms, double *ref_ms) {
+    long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
+    long nrow = (long)c->B * c->H * c->T;
+    size_t es = c->bf16 ? 2 : 4;
+    float *q = calloc((size_t)nq, 4), *k = calloc((size_t)nk, 4), *v = calloc((size_t)nk, 4), *dy = calloc((size_t)nq, 4);
+    uint16_t *hb = malloc(2 * (size_t)(nq > nk ? nq : nk));
+    for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
+    for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
+    if (c->bf16) // the reference sees exactly what the bf16 kernel reads
+        for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(q[i])), dy[i] = from_bf16(to_bf16(dy[i]));
+    if (c->bf16)
+        for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(k[i])), v[i] = from_bf16(to_bf16(v[i]));
+    // storage-typed copies for flash, fp32 for the reference
+    CUdeviceptr Q, K, V, DY, Y, LSE, WS, DQ, DK, DV;
+    CUdeviceptr rQ = dev_upload(q, 4 * nq), rK = dev_upload(k, 4 * nk), rV = dev_upload(v, 4 * nk),
+                rDY = dev_upload(dy, 4 * nq);
+    if (c->bf16) {
+        for (long i = 0; i < nq; i++) hb[i] = to_bf16(q[i]);
+        Q = dev_upload(hb, 2 * nq);
+        for (long i = 0; i < nq; i++) hb[i] = to_bf16(dy[i]);
+        DY = dev_upload(hb, 2 * nq);
+        for (long i = 0; i < nk; i++) hb[i] = to_bf16(k[i]);
+        K = dev_upload(hb, 2 * nk);
+        for (long i = 0; i < nk; i++) hb[i] = to_bf16(v[i]);
+        V = dev_upload(hb, 2 * nk);
+    } else {
+        Q = rQ, K = rK, V = rV, DY = rDY;
+    }
+    Y = dev_alloc(es * nq), LSE = dev_alloc(4 * nrow), WS = dev_alloc(attn_workspace_bytes(c->B, c->T, c->H));
+    DQ = dev_alloc(es * nq), DK = dev_alloc(es * nk), DV = dev_alloc(es * nk);
+    CUdeviceptr P = dev_alloc(4 * (size_t)nrow * c->T), DS = dev_alloc(4 * (size_t)nrow * c->T);
+    CUdeviceptr rY = dev_alloc(4 * nq), rDQ = dev_alloc(4 * nq), rDK = dev_alloc(4 * nk), rDV = dev_alloc(4 * nk);
+
+    char name[48];
+    attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+    CUfunction ffwd = fn(m, "mt_attn_fwd_", name), fdq = fn(m, "mt_attn_bwd_dq_", name),
+               fdkdv = fn(m, "mt_attn_bwd_dkdv_", name);
+    CU(cuFuncSetAttribute(ffwd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_fwd(c->D)));
+    CU(cuFuncSetAttribute(fdq, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_dq(c->D)));
+    CU(cuFuncSetAttribute(fdkdv, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_dkdv(c->D)));
+    CUfunction rprobs = fn(m, "mt_ref_attn_probs", ""), rfwd = fn(m, "mt_ref_attn_fwd", ""),
+               rds = fn(m, "mt_ref_attn_ds", ""), rdq = fn(m, "mt_ref_attn_dq", ""), rdkdv = fn(m, "mt_ref_attn_dkdv", "");
+    CUdeviceptr nul = 0;
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
+    unsigned gq = (unsigned)((T + ATTN_BQ - 1) / ATTN_BQ), gk = (unsigned)((T + ATTN_BK - 1) / ATTN_BK);
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
+    CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *r_probs[] = {&P, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal};
+    void *r_fwd[] = {&rY, &P, &rV, &B, &T, &H, &KVH, &D};
+    void *r_ds[] = {&DS, &P, &rDY, &rV, &B, &T, &H, &KVH, &D};
+    void *r_dq[] = {&rDQ, &DS, &rK, &B, &T, &H, &KVH, &D};
+    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &rQ, &rDY, &B, &T, &H, &KVH, &D};
+    unsigned rb = 128;
+    for (int it = 0; it < (reps > 0 ? 2 : 1); it++) {
+        int n = it ? reps : 1;
+        Timer t;
+        if (it) timer_start(&t);
+        for (int r = 0; r < n; r++) {
+            launch(ffwd, gq, (unsigned)H, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_fwd(D), a_fwd);
+            launch(fdq, gq, (unsigned)H, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_dq(D), a_dq);
+            launch(fdkdv, gk, (unsigned)KVH, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_dkdv(D), a_dkdv);
+        }
+        if (it) *flash_ms = timer_stop(&t, n), timer_start(&t);
+        for (int r = 0; r < n; r++) {
+            launch(rprobs, (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+            launch(rfwd, (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
+            launch(rds, (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
+            launch(rdq, (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
+            launch(rdkdv, (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
+        }
+        if (it) *ref_ms = timer_stop(&t, n);
+    }
+    CU(cuCtxSynchronize());
+
+    // compare in fp32 (bf16 outputs widened)
+    double worst = 0;
+    CUdeviceptr got[4] = {Y, DQ, DK, DV}, want[4] = {rY, rDQ, rDK, rDV};
+    long cnt[4] = {nq, nq, nk, nk};
+    float *a = malloc(4 * (size_t)nq + 4 * (size_t)nk), *b = malloc(4 * (size_t)nq + 4 * (size_t)nk);
+    for (int i = 0; i < 4; i++) {
+        if (c->bf16) {
+            CU(cuMemcpyDtoH(hb, got[i], 2 * cnt[i]));
+            for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(hb[j]);
+        } else
+            CU(cuMemcpyDtoH(a, got[i], 4 * cnt[i]));
+        CU(cuMemcpyDtoH(b, want[i], 4 * cnt[i]));
+        double e = max_rel(a, b, (size_t)cnt[i], 1e-1);
+        if (!(e <= worst)) worst = e;
+    }
+    free(a), free(b), free(q), free(k), free(v), free(dy), free(hb);
+    CUdeviceptr all[] = {Y, LSE, WS, DQ, DK, DV, P, DS, rY, rDQ, rDK, rDV, rQ, rK, rV, rDY};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
+    if (c->bf16) cuMemFree(Q), cuMemFree(K), cuMemFree(V), cuMemFree(DY);
+    return worst;
+}
+
+static void check_attention(const char *arch) {
+    static const AttnCase CASES[] = {
+        {1, 1, 1, 1, 16, 1, 0},     {2, 37, 4, 2, 16, 1, 0},    {2, 37, 4, 2, 16, 0, 0},   {1, 100, 8, 2, 64, 1, 0},
+        {2, 70, 4, 4, 64, 0, 0},    {1, 129, 8, 1, 128, 1, 0},  {1, 64, 4, 2, 128, 0, 0},  {2, 77, 4, 2, 64, 1, 1},
+        {1, 130, 8, 2, 128, 1, 1},
+    };
+    static const AttnCase TIMED[] = {
+        {4, 1024, 12, 12, 64, 1, 0}, // GPT-2 small
+        {1, 2048, 32, 8, 128, 1, 0}, // Llama-3 8B
+        {1, 2048, 32, 8, 128, 1, 1},
+    };
+    // one translation unit: prelude, template, reference, every variant used here
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + 4096;
+    char *src = malloc(cap);
+    int n = snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref);
+    const AttnCase *all[2] = {CASES, TIMED};
+    size_t counts[2] = {sizeof CASES / sizeof CASES[0], sizeof TIMED / sizeof TIMED[0]};
+    char seen[64][48];
+    int nseen = 0;
+    for (int s = 0; s < 2; s++)
+        for (size_t i = 0; i < counts[s]; i++) {
+            const AttnCase *c = &all[s][i];
+            char name[48];
+            attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+            int dup = 0;
+            for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], name);
+            if (dup) continue;
+            snprintf(seen[nseen++], 48, "%s", name);
+            n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", c->bf16 ? "bf16" : "float",
+                          c->D, c->causal ? "true" : "false", name);
+        }
+    CudaBinary bin;
+    char err[8192];
+    if (nvrtc_compile(src, "attention.cu", arch, NULL, 0, &bin, err, sizeof err) != 0) {
+        printf("FAIL attention does not compile for %s:\n%s\n", arch, err);
+        failures++;
+        free(src);
+        return;
+    }
+    printf("attention: NVRTC %.2f s for %d variants\n", bin.seconds, nseen);
+    CUmodule m;
+    CU(cuModuleLoadData(&m, bin.cubin));
+    for (size_t i = 0; i < counts[0]; i++) {
+        const AttnCase *c = &CASES[i];
+        double e = attn_case(m, c, 0, NULL, NULL);
+        double tol = c->bf16 ? 3e-2 : 2e-4;
+        char what[96];
+        snprintf(what, sizeof what, "attention B%d T%d H%d/%d D%d %s %s", c->B, c->T, c->H, c->KVH, c->D,
+                 c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
+        printf("%-52s max rel err %.2e %s\n", what, e, e <= tol ? "ok" : "FAIL");
+        if (!(e <= tol)) failures++;
+    }
+    for (size_t i = 0; i < counts[1]; i++) {
+        const AttnCase *c = &TIMED[i];
+        double fms = 0, rms = 0;
+        double e = attn_case(m, c, 5, &fms, &rms);
+        double tol = c->bf16 ? 3e-2 : 1e-3;
+        if (!(e <= tol)) printf("FAIL timed case %d: max rel err %.2e\n", (int)i, e), failures++;
+        char what[96];
+        snprintf(what, sizeof what, "attn fwd+bwd B%d T%d H%d/%d D%d %s", c->B, c->T, c->H, c->KVH, c->D,
+                 c->bf16 ? "bf16" : "f32");
+        add_row(what, fms, rms, e);
+    }
+    cuModuleUnload(m);
+    nvrtc_binary_free(&bin);
+    free(src);
+}
+
+// ---------------------------------------------------------------- 2. fused kernels
+
+// One statement's value: floats of each width and integers (bools as 0/1).
+typedef union Val {
+    float f;
+    double d;
+    int64_t i;
+} Val;
+
+typedef struct HostArg {
+    float *f;   // (numel) f32 arguments
+    int32_t *i; // (numel) i32 arguments
+    double *acc; // (numel) KA_ACC64 scratch
+} HostArg;
+
+static Val eval_unary(const KirStmt *s, Val a, int ta) {
+    Val r = {0};
+    int t = s->type;
+    switch (s->op) {
+    case KOP_NEG:
+        if (t == KT_F32) r.f = -a.f;
+        else if (t == KT_F64) r.d = -a.d;
+        else r.i = -a.i;
+        break;
+    case KOP_EXP: if (t == KT_F32) r.f = expf(a.f); else r.d = exp(a.d); break;
+    case KOP_LOG: if (t == KT_F32) r.f = logf(a.f); else r.d = log(a.d); break;
+    case KOP_SQRT: if (t == KT_F32) r.f = sqrtf(a.f); else r.d = sqrt(a.d); break;
+    case KOP_SIN: if (t == KT_F32) r.f = sinf(a.f); else r.d = sin(a.d); break;
+    case KOP_COS: if (t == KT_F32) r.f = cosf(a.f); else r.d = cos(a.d); break;
+    default: { // CVT
+        double x = ta == KT_F32 ? a.f : ta == KT_F64 ? a.d : (double)a.i;
+        if (t == KT_F32) r.f = ta == KT_F64 ? (float)a.d : ta == KT_F32 ? a.f : (float)a.i;
+        else if (t == KT_F64) r.d = x;
+        else r.i = ta == KT_F32 || ta == KT_F64 ? (int64_t)x : a.i;
+    }
+    }
+    return r;
+}
+
+static Val eval_binary(int op, int t, Val a, Val b) {
+    Val r = {0};
+    if (t == KT_F32) {
+        float x = a.f, y = b.f;
+        switch (op) {
+        case KOP_ADD: r.f = x + y; break;
+        case KOP_SUB: r.f = x - y; break;
+        case KOP_MUL: r.f = x * y; break;
+        case KOP_DIV: r.f = x / y; break;
+        case KOP_MIN: r.f = x < y || x != x ? x : y; break;
+        case KOP_MAX: r.f = x > y || x != x ? x : y; break;
+        case KOP_POW: r.f = powf(x, y); break;
+        }
+    } else if (t == KT_F64) {
+        double x = a.d, y = b.d;
+        switch (op) {
+        case KOP_ADD: r.d = x + y; break;
+        case KOP_SUB: r.d = x - y; break;
+        case KOP_MUL: r.d = x * y; break;
+        case KOP_DIV: r.d = x / y; break;
+        case KOP_MIN: r.d = x < y || x != x ? x : y; break;
+        case KOP_MAX: r.d = x > y || x != x ? x : y; break;
+        case KOP_POW: r.d = pow(x, y); break;
+        }
+    } else {
+        int64_t x = a.i, y = b.i;
+        switch (op) {
+        case KOP_ADD: r.i = x + y; break;
+        case KOP_SUB: r.i = x - y; break;
+        case KOP_MUL: r.i = x * y; break;
+        case KOP_DIV: r.i = x / y; break;
+        case KOP_REM: r.i = x % y; break;
+        case KOP_MIN: r.i = x < y ? x : y; break;
+        case KOP_MAX: r.i = x > y ? x : y; break;
+        }
+        if (t == KT_I32) r.i = (int32_t)r.i;
+    }
+    return r;
+}
+
+static int compare(int t, int op, Val a, Val b) {
+    double x = t == KT_F32 ? a.f : t == KT_F64 ? a.d : 0, y = t == KT_F32 ? b.f : t == KT_F64 ? b.d : 0;
+    if (t != KT_F32 && t != KT_F64) return op == KOP_LT ? a.i < b.i : op == KOP_LE ? a.i <= b.i : a.i == b.i;
+    return op == KOP_LT ? x < y : op == KOP_LE ? x <= y : x == y;
+}
+
+// The plain reference of an expression kernel: its statements, row by row,
+// column by column, in order; after all rows, KA_ACC64 scratch / divisor.
+static void kir_eval(const KirKernel *k, HostArg *args) {
+    Val *v = calloc((size_t)k->nstmts, sizeof *v);
+    for (int64_t row = 0; row < k->rows; row++) {
+        int i = 0;
+        while (i < k->nstmts) {
+            int l = k->stmts[i].loop, end = i;
+            while (end < k->nstmts && k->stmts[end].loop == l) end++;
+            int64_t ncol = l ? k->cols[l - 1] : 1;
+            for (int j = i; j < end; j++) { // reductions start empty
+                const KirStmt *s = &k->stmts[j];
+                if (s->op == KOP_RSUM) v[j] = (Val){0};
+                if (s->op == KOP_RMAX) {
+                    if (s->type == KT_F32) v[j].f = -INFINITY;
+                    else if (s->type == KT_F64) v[j].d = -INFINITY;
+                    else v[j].i = INT64_MIN;
+                }
+            }
+            for (int64_t col = 0; col < ncol; col++)
+                for (int j = i; j < end; j++) {
+                    const KirStmt *s = &k->stmts[j];
+                    int t = s->type;
+                    Val a = s->a >= 0 && s->a < j ? v[s->a] : (Val){0}, b = s->b >= 0 && s->b < j ? v[s->b] : (Val){0},
+                        c = s->c >= 0 && s->c < j ? v[s->c] : (Val){0};
+                    switch (s->op) {
+                    case KOP_CONST:
+                        if (t == KT_F32) v[j].f = (float)s->value;
+                        else if (t == KT_F64) v[j].d = s->value;
+                        else v[j].i = (int64_t)s->value;
+                        break;
+                    case KOP_ROW: v[j].i = row; break;
+                    case KOP_COL: v[j].i = col; break;
+                    case KOP_LOAD:
+                        if (t == KT_F32) v[j].f = args[s->a].f[b.i];
+                        else v[j].i = args[s->a].i[b.i];
+                        break;
+                    case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
+                        v[j] = eval_unary(s, a, k->stmts[s->a].type);
+                        break;
+                    case KOP_LT: case KOP_LE: case KOP_EQ: v[j].i = compare(k->stmts[s->a].type, s->op, a, b); break;
+                    case KOP_SELECT: v[j] = a.i ? b : c; break;
+                    case KOP_RSUM: v[j] = eval_binary(KOP_ADD, t, v[j], a); break;
+                    case KOP_RMAX: v[j] = eval_binary(KOP_MAX, t, v[j], a); break;
+                    case KOP_STORE:
+                        if (k->stmts[s->c].type == KT_F32) args[s->a].f[b.i] = c.f;
+                        else args[s->a].i[b.i] = (int32_t)c.i;
+                        break;
+                    case KOP_ACC:
+                        if (k->args[s->a].access & KA_ACC64) args[s->a].acc[b.i] += c.d;
+                        else args[s->a].f[b.i] += c.f;
+                        break;
+                    default: v[j] = eval_binary(s->op, t, a, b);
+                    }
+                }
+            i = end;
+        }
+    }
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64)
+            for (int64_t j = 0; j < k->args[i].numel; j++) args[i].f[j] = (float)(args[i].acc[j] / k->args[i].divisor);
+    free(v);
+}
+
+// Fills the read arguments: floats in [-1, 1); integers 0 or 1 (in range of
+// any table they index).
+static void fill_args(const KirKernel *k, HostArg *h) {
+    for (int i = 0; i < k->nargs; i++) {
+        const KirArg *a = &k->args[i];
+        size_t n = (size_t)a->numel;
+        h[i].f = a->dtype == KT_F32 ? calloc(n + 1, 4) : NULL;
+        h[i].i = a->dtype == KT_I32 ? calloc(n + 1, 4) : NULL;
+        h[i].acc = a->access & KA_ACC64 ? calloc(n + 1, 8) : NULL;
+        if (a->access & KA_READ)
+            for (size_t j = 0; j < n; j++) {
+                if (h[i].f) h[i].f[j] = frand();
+                else h[i].i[j] = frand() > 0;
+            }
+    }
+}
+
+static void check_model(const char *path, const char *arch) {
+    char *text;
+    size_t len;
+    if (io_read_file(path, &text, &len) != 0) {
+        printf("FAIL cannot read %s\n", path);
+        failures++;
+        return;
+    }
+    Source src = {.path = path, .text = text, .len = len};
+    Diag diag = {.src = &src, .sink = stdout};
+    Arena arena = {0};
+    SemaOptions so = {.batch = 2, .seq = 64};
+    Model *model = dsl_parse(&src, &arena, &diag);
+    Graph *g = model ? sema_lower(model, &so, &arena, &diag) : NULL;
+    KirProgram prog;
+    char err[8192];
+    CudaOptions opt = {.arch = arch, .model_path = path};
+    CudaBinary bin;
+    CudaSource cs;
+    if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
+        cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
+        printf("FAIL %s does not build: %s\n", path, err);
+        failures++;
+        arena_free(&arena);
+        free(text);
+        return;
+    }
+    CUmodule m;
+    CU(cuModuleLoadData(&m, bin.cubin));
+    double total_ms = 0, worst = 0;
+    int nk = 0;
+    for (int ii = 0; ii < cs.ninfo; ii++) {
+        const CudaKernelInfo *in = &cs.info[ii];
+        if (in->kind != KK_EXPR || !in->symbol[0]) continue;
+        const KirKernel *k = &prog.parts[in->part].k[in->index];
+        HostArg *h = calloc((size_t)k->nargs, sizeof *h);
+        fill_args(k, h);
+        CUdeviceptr *d = calloc((size_t)k->nargs, sizeof *d);
+        void **params = calloc((size_t)k->nargs, sizeof *params);
+        for (int i = 0; i < k->nargs; i++) {
+            const KirArg *a = &k->args[i];
+            size_t bytes = (size_t)a->numel * (a->access & KA_ACC64 ? 8 : 4);
+            d[i] = a->access & KA_ACC64 ? dev_alloc(bytes) : dev_upload(h[i].f ? (void *)h[i].f : (void *)h[i].i, bytes);
+            params[i] = &d[i];
+        }
+        CUfunction f, fin = NULL;
+        CU(cuModuleGetFunction(&f, m, in->symbol));
+        char finname[64];
+        snprintf(finname, sizeof finname, "%s_finish", in->symbol);
+        if (in->finish_grid) CU(cuModuleGetFunction(&fin, m, finname));
+        // the finish kernel's (dst, scratch) pairs
+        CUdeviceptr dst[8];
+        void *fparams[16];
+        int nf = 0;
+        for (int i = 0; i < k->nargs && nf < 8; i++)
+            if (k->args[i].access & KA_ACC64) {
+                dst[nf] = dev_alloc(4 * (size_t)k->args[i].numel);
+                fparams[2 * nf] = &dst[nf], fparams[2 * nf + 1] = &d[i], nf++;
+            }
+        Timer t;
+        timer_start(&t);
+        launch(f, (unsigned)in->grid, 1, 1, (unsigned)in->block, (unsigned)in->smem, params);
+        if (fin) launch(fin, (unsigned)in->finish_grid, 1, 1, 256, 0, fparams);
+        double ms = timer_stop(&t, 1);
+        total_ms += ms;
+        // the reference, on the host, and the comparison of every written argument
+        kir_eval(k, h);
+        double e = 0;
+        int j = 0;
+        for (int i = 0; i < k->nargs; i++) {
+            const KirArg *a = &k->args[i];
+            if (!(a->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
+            size_t n = (size_t)a->numel;
+            if (a->dtype == KT_I32) {
+                int32_t *got = malloc(4 * n);
+                CU(cuMemcpyDtoH(got, d[i], 4 * n));
+                if (memcmp(got, h[i].i, 4 * n) != 0) e = INFINITY;
+                free(got);
+                continue;
+            }
+            float *got = malloc(4 * n);
+            CU(cuMemcpyDtoH(got, a->access & KA_ACC64 ? dst[j++] : d[i], 4 * n));
+            double ei = max_rel(got, h[i].f, n, 1e-2);
+            if (!(ei <= e)) e = ei;
+            free(got);
+        }
+        if (!(e <= 1e-4)) {
+            printf("FAIL %s %s: max rel err %.2e against the kernel IR\n", path, in->symbol, e);
+            failures++;
+        }
+        if (!(e <= worst)) worst = e;
+        nk++;
+        for (int i = 0; i < k->nargs; i++) cuMemFree(d[i]), free(h[i].f), free(h[i].i), free(h[i].acc);
+        for (int i = 0; i < nf; i++) cuMemFree(dst[i]);
+        free(h), free(d), free(params);
+    }
+    char what[96];
+    snprintf(what, sizeof what, "%d fused kernels of %s", nk, path);
+    add_row(what, total_ms, -1, worst);
+    printf("%-52s max rel err %.2e, NVRTC %.2f s\n", what, worst, bin.seconds);
+    cuModuleUnload(m);
+    nvrtc_binary_free(&bin);
+    cuda_source_free(&cs);
+    arena_free(&arena);
+    free(text);
+}
+
+int main(int argc, char **argv) {
+    CU(cuInit(0));
+    CUdevice dev;
+    CU(cuDeviceGet(&dev, 0));
+    int major, minor;
+    CU(cuDeviceGetAttribute(&major, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MAJOR, dev));
+    CU(cuDeviceGetAttribute(&minor, CU_DEVICE_ATTRIBUTE_COMPUTE_CAPABILITY_MINOR, dev));
+    char name[128], arch[16];
+    CU(cuDeviceGetName(name, sizeof name, dev));
+    snprintf(arch, sizeof arch, "sm_%d%d", major, minor);
+    if (!nvrtc_arch_ok(arch)) snprintf(arch, sizeof arch, "sm_90"); // older: not a target
+    CUcontext ctx;
+    CU(cuDevicePrimaryCtxRetain(&ctx, dev));
+    CU(cuCtxSetCurrent(ctx));
+    printf("%s, %s, NVRTC %s\n", name, arch, nvrtc_version_str());
+
+    check_attention(arch);
+    for (int i = 1; i < argc; i++) check_model(argv[i], arch);
+
+    printf("\n%-52s %10s %10s %8s %10s\n", "what", "ms", "ref ms", "speedup", "max err");
+    for (int i = 0; i < ntable; i++) {
+        const Row *r = &table[i];
+        if (r->ref_ms >= 0)
+            printf("%-52s %10.3f %10.3f %7.1fx %10.2e\n", r->what, r->ms, r->ref_ms, r->ref_ms / r->ms, r->err);
+        else printf("%-52s %10.3f %10s %8s %10.2e\n", r->what, r->ms, "-", "-", r->err);
+    }
+    printf("%s\n", failures ? "FAILED" : "ok");
+    cuDevicePrimaryCtxRelease(dev);
+    return failures ? 1 : 0;
+}
