@@ -949,8 +949,7 @@ static void pass_epilogues(F *f, KirSet *s) {
 
 // ---------------------------------------------------------------- the pass
 
-static int fuse_part(const Graph *gr, int pk, Arena *a, KirSet *out, char *err, size_t errcap) {
-    const Part *part = &gr->parts[pk];
+static int fuse_part(const Part *part, Arena *a, KirSet *out, char *err, size_t errcap) {
     F f = {.part = part, .a = a, .n = part->nodes.n, .err = err, .errcap = errcap};
     *out = (KirSet){0};
     int (*stat)[4] = NULL;
@@ -1003,7 +1002,38 @@ static int fuse_part(const Graph *gr, int pk, Arena *a, KirSet *out, char *err, 
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap) {
     *prog = (KirProgram){0};
     for (int pk = 0; pk < PART_COUNT; pk++)
-        if (fuse_part(g, pk, a, &prog->parts[pk], err, errcap) != 0) return -1;
+        if (fuse_part(&g->parts[pk], a, &prog->parts[pk], err, errcap) != 0) return -1;
+    return 0;
+}
+
+static void widen(const KirKernel *k, int first, int anchor, int *start, int *end) {
+    for (int a = 0; a < k->nargs; a++) {
+        int n = k->args[a].node;
+        if (n < 0) continue;
+        if (end[n] < anchor) end[n] = anchor;
+        if ((k->args[a].access & ~(KA_READ | KA_ROWLOCAL)) && start[n] > first) start[n] = first;
+    }
+}
+
+int fuse_lifetimes(const Part *part, int *start, int *end) {
+    Arena a = {0};
+    KirSet s;
+    char err[256];
+    for (int i = 0; i < part->nodes.n; i++) start[i] = i;
+    if (fuse_part(part, &a, &s, err, sizeof err) != 0) {
+        arena_free(&a);
+        return -1;
+    }
+    for (int i = 0; i < s.n; i++) {
+        const KirKernel *k = &s.k[i];
+        if (!kir_is_launched(k)) continue;
+        int first = k->first;
+        const KirKernel *e = k->kind == KK_GEMM && k->gemm.epilogue >= 0 ? &s.k[k->gemm.epilogue] : NULL;
+        if (e && e->first < first) first = e->first;
+        widen(k, first, k->anchor, start, end);
+        if (e) widen(e, first, k->anchor, start, end);
+    }
+    arena_free(&a);
     return 0;
 }
 

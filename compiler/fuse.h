@@ -23,6 +23,14 @@
 // -1 with a message naming the node it could not lower in err.
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap);
 
+// Widens node lifetimes for an arena layout to what the fused kernels need:
+// a kernel reads its arguments and writes its results while it runs, which
+// is at its anchor, and its results may be written from its first node on.
+// start[i] (set here to i, then lowered) and end[i] (the last node reading
+// node i, raised) bound node i's life in node steps. Returns 0, or -1 when
+// the part cannot be fused (out of memory).
+int fuse_lifetimes(const Part *part, int *start, int *end);
+
 // What --dump-kernels counts, per part and direction (0 forward, 1 backward).
 // An op is a node that computes: not an input, parameter, view, reshape,
 // constant or arange. GEMM ops are matmuls; attention counts as a non-GEMM

@@ -25,6 +25,8 @@
 // so they too skip the weight copy and the recompute.
 #include "schedule.h"
 
+#include "fuse.h"
+
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -85,84 +87,115 @@ static int block_needs(const Part *part, Arena *a, BlockNeeds *bn) {
     return 0;
 }
 
+// A stretch of the timeline (ticks, one per node run) during which a
+// node's buffer holds a value someone still reads. A node run several
+// times (a recomputed forward) has several.
 typedef struct Interval {
     int node;
-    int start, end; // inclusive, in node order; the part's RUNs end at n
-    int64_t bytes, off;
+    int start, end; // ticks, inclusive
+    int next;       // the node's next interval, or -1
 } Interval;
 
+typedef struct Slot {
+    int node;
+    int64_t bytes, off;
+} Slot;
+
 static int by_size(const void *a, const void *b) {
-    const Interval *x = a, *y = b;
+    const Slot *x = a, *y = b;
     if (x->bytes != y->bytes) return x->bytes < y->bytes ? 1 : -1;
-    return x->start - y->start;
+    return x->node - y->node;
 }
 
 static int by_off(const void *a, const void *b) {
-    const Interval *x = *(Interval *const *)a, *y = *(Interval *const *)b;
+    const Slot *x = *(Slot *const *)a, *y = *(Slot *const *)b;
     return x->off < y->off ? -1 : x->off > y->off;
 }
 
-// Lays out a part's buffers: rel[i] is node i's byte offset from the part's
-// base (-1 for views, reshapes and parameters); returns the bytes needed,
-// or -1 out of memory. A value lives from the node that writes it to the
-// last node that reads it, stretched where instructions outside the RUN
-// touch it: inputs are written before the part runs and may be saved after
-// it, so they live throughout;
-// the output lives to the forward's end (it is copied after); gradients
-// and the loss live to the end (copied or read after the backward); kept
-// nodes (selective recomputation saves them after the forward and restores
-// them before the recompute) live from 0 to at least the forward's end.
-static int64_t layout_part(const Part *part, const unsigned char *kept, int64_t *rel) {
-    int n = part->nodes.n;
-    Interval *iv = calloc((size_t)n + 1, sizeof *iv);
-    int *end = calloc((size_t)n + 1, sizeof *end);
-    Interval **placed = calloc((size_t)n + 1, sizeof *placed);
-    if (!iv || !end || !placed) {
-        free(iv);
-        free(end);
-        free(placed);
-        return -1;
-    }
-    for (int i = 0; i < n; i++) end[i] = i;
-    for (int i = 0; i < n; i++) {
-        const Node *nd = part->nodes.items[i];
-        for (int j = 0; j < nd->nin; j++) {
-            const Node *b = base_of(nd->in[j]);
-            if (end[b->id] < i) end[b->id] = i;
+// Whether any interval of node a meets any of node b.
+static int meet(const Interval *iv, const int *first, int a, int b) {
+    for (int i = first[a]; i >= 0; i = iv[i].next)
+        for (int j = first[b]; j >= 0; j = iv[j].next)
+            if (iv[i].start <= iv[j].end && iv[j].start <= iv[i].end) return 1;
+    return 0;
+}
+
+// Lays out a part's buffers for a timeline: the node ranges
+// ranges[2k] .. ranges[2k+1] run one after another (a node may run in
+// several). rel[i] is node i's byte offset from the part's base (-1 for
+// views, reshapes and parameters); returns the bytes needed, or -1 out of
+// memory. A value lives from the run that writes it to the last run that
+// reads it before it is written again, stretched where instructions outside
+// the runs touch it: inputs are written before the part runs and may be
+// saved after it, so they live throughout; the output lives to the end of
+// the range that makes it (it is copied after), the tail's to the end (the
+// loss is read after); gradients live to the end (copied after the
+// backward); kept nodes (selective recomputation saves them after the
+// forward and restores them before the recompute) live from the start to at
+// least the forward's end.
+static int64_t layout_part(const Part *part, const unsigned char *kept, const int *ranges, int nranges, int64_t *rel) {
+    int n = part->nodes.n, ticks = 0;
+    for (int r = 0; r < nranges; r++) ticks += ranges[2 * r + 1] - ranges[2 * r];
+    Interval *iv = calloc((size_t)(ticks + n) + 1, sizeof *iv);
+    int *first = malloc(((size_t)n + 1) * sizeof *first), *cur = malloc(((size_t)n + 1) * sizeof *cur);
+    Slot *slot = calloc((size_t)n + 1, sizeof *slot);
+    Slot **placed = calloc((size_t)n + 1, sizeof *placed);
+    int64_t total = -1;
+    if (!iv || !first || !cur || !slot || !placed) goto done;
+    int niv = 0, t = 0, out = base_of(part->output)->id;
+    for (int i = 0; i < n; i++) first[i] = cur[i] = -1;
+    for (int i = 0; i < n; i++) // inputs: throughout
+        if (((const Node *)part->nodes.items[i])->op == OP_INPUT) {
+            iv[niv] = (Interval){.node = i, .start = 0, .end = ticks, .next = -1};
+            first[i] = cur[i] = niv++;
+        }
+    for (int r = 0; r < nranges; r++) {
+        int range_end = t + ranges[2 * r + 1] - ranges[2 * r] - 1;
+        for (int i = ranges[2 * r]; i < ranges[2 * r + 1]; i++, t++) {
+            const Node *nd = part->nodes.items[i];
+            if (is_alias(nd) || nd->op == OP_PARAM || nd->op == OP_INPUT) continue;
+            for (int j = 0; j < nd->nin; j++) {
+                const Node *b = base_of(nd->in[j]);
+                if (cur[b->id] >= 0 && iv[cur[b->id]].end < t) iv[cur[b->id]].end = t;
+            }
+            iv[niv] = (Interval){.node = i, .start = t, .end = t, .next = first[i]};
+            if (kept && kept[i]) { // restored before the recompute, saved after the forward
+                iv[niv].start = 0;
+                if (iv[niv].end < part->nfwd - 1) iv[niv].end = part->nfwd - 1;
+            }
+            if (i == out) iv[niv].end = part->output->shape.rank == 0 ? ticks : range_end;
+            first[i] = cur[i] = niv++;
         }
     }
-    for (int i = 0; i < part->nfwd; i++) {
-        if (((const Node *)part->nodes.items[i])->op == OP_INPUT) end[i] = n; // read by copies after the RUN
-        if (kept && kept[i] && end[i] < part->nfwd - 1) end[i] = part->nfwd - 1; // saved after the forward
+    for (int g = 0; g < part->grads.n; g++) { // copied out after the backward
+        const Grad *gr = part->grads.items[g];
+        if (!gr->grad) continue;
+        int b = base_of(gr->grad)->id;
+        if (cur[b] >= 0) iv[cur[b]].end = ticks;
     }
-    const Node *out = base_of(part->output);
-    if (end[out->id] < part->nfwd - 1) end[out->id] = part->nfwd - 1;
-    if (part->nodes.n > part->nfwd || part->output->op == OP_CROSS_ENTROPY) end[out->id] = n;
-    for (int i = 0; i < part->grads.n; i++) {
-        const Grad *g = part->grads.items[i];
-        if (g->grad) end[base_of(g->grad)->id] = n;
-    }
+    if (part->output->shape.rank == 0) // the loss, read after the runs
+        for (int k = first[out]; k >= 0; k = iv[k].next) iv[k].end = ticks;
+
+    // Largest first, each at the lowest offset clear of every placed buffer
+    // whose value lives at the same time (placed kept sorted by offset).
     int m = 0;
     for (int i = 0; i < n; i++) {
         const Node *nd = part->nodes.items[i];
         rel[i] = -1;
-        if (is_alias(nd) || nd->op == OP_PARAM) continue;
-        int start = nd->op == OP_INPUT || (kept && kept[i]) ? 0 : i;
-        iv[m++] = (Interval){.node = i, .start = start, .end = end[i], .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
+        if (is_alias(nd) || nd->op == OP_PARAM || first[i] < 0) continue;
+        slot[m++] = (Slot){.node = i, .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
     }
-    qsort(iv, (size_t)m, sizeof *iv, by_size);
-    // Each interval goes at the lowest offset clear of every placed interval
-    // that overlaps it in time (placed kept sorted by offset).
-    int64_t total = 0;
+    qsort(slot, (size_t)m, sizeof *slot, by_size);
+    total = 0;
     int np = 0;
     for (int k = 0; k < m; k++) {
-        Interval *v = &iv[k];
+        Slot *v = &slot[k];
         int64_t off = 0;
         for (int q = 0; q < np; q++) {
-            const Interval *u = placed[q];
-            if (u->end < v->start || v->end < u->start) continue;
+            const Slot *u = placed[q];
+            if (u->off + u->bytes <= off || !meet(iv, first, u->node, v->node)) continue;
             if (u->off >= off + v->bytes) break;
-            if (u->off + u->bytes > off) off = u->off + u->bytes;
+            off = u->off + u->bytes;
         }
         v->off = off;
         placed[np++] = v;
@@ -170,10 +203,38 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, int64_t 
         if (off + v->bytes > total) total = off + v->bytes;
         rel[v->node] = off;
     }
+done:
     free(iv);
-    free(end);
+    free(first);
+    free(cur);
+    free(slot);
     free(placed);
     return total;
+}
+
+static int push_range(int *ranges, int n, int from, int to) {
+    ranges[2 * n] = from;
+    ranges[2 * n + 1] = to;
+    return n + 1;
+}
+
+// The order a tiled part runs in when its backward runs (the block's
+// recompute-and-backward, the tail's forward-and-backward): what comes
+// before the chunks; the gradient into the chunks; then chunk by chunk, last
+// first, its forward and at once its backward, so that one chunk's values
+// live at a time; the tail then joins the chunks' losses; last the backward
+// of what came before the chunks. Fills ranges (pairs) and returns how many.
+static int tiled_order(const Part *part, int *ranges) {
+    int K = part->nchunks, n = 0;
+    const int *f = part->chunk_fwd, *b = part->chunk_bwd;
+    n = push_range(ranges, n, 0, f[0]);
+    n = push_range(ranges, n, part->nfwd, b[2 * (K - 1)]);
+    for (int c = K - 1; c >= 0; c--) {
+        n = push_range(ranges, n, f[2 * c], f[2 * c + 1]);
+        n = push_range(ranges, n, b[2 * c], b[2 * c + 1]);
+    }
+    if (part->output->shape.rank == 0) n = push_range(ranges, n, f[2 * K - 1], part->nfwd); // the loss
+    return push_range(ranges, n, b[1], part->nodes.n);
 }
 
 // ---------------------------------------------------------------- builder
