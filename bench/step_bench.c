@@ -19,10 +19,13 @@
 #include <time.h>
 
 #include "../common/io.h"
+#include "../compiler/emit_llvm.h"
+#include "../compiler/fuse.h"
 #include "../compiler/graph.h"
 #include "../compiler/schedule.h"
 #include "../runtime/adamw.h"
 #include "../runtime/exec.h"
+#include "../runtime/jit.h"
 #include "../runtime/replay.h"
 
 static double now_s(void) {
@@ -88,6 +91,18 @@ int main(int argc, char **argv) {
     SchedResult r = {0};
     Plan *p = g && autodiff(g, &a, &d) == 0 && target_load(target ? target : "h200", &tgt, err, sizeof err) == 0 &&
                       schedule_search(g, &tgt, &req, &a, &r, err, sizeof err) == 0 ? r.plan : NULL;
+    // the fused kernels and their bitcode, as mtc -o puts them in the plan: the backend JIT-compiles them
+    KirProgram kp;
+    uint8_t *kir = NULL, *bc = NULL;
+    size_t kir_len = 0, bc_len = 0;
+    if (p && !getenv("STEP_BENCH_REFERENCE")) {
+        if (fuse(g, &a, &kp, err, sizeof err) != 0 || kir_write(&kp, &kir, &kir_len) != 0 ||
+            emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0) {
+            fprintf(stderr, "step_bench: %s\n", err);
+            return 1;
+        }
+        p->kernels_bytes = kir, p->kernels_len = kir_len, p->bitcode = bc, p->bitcode_len = bc_len;
+    }
     HostStore hs;
     Backend *be = p ? backend_cpu_create(p, err, sizeof err) : NULL;
     if (!be || store_alloc(&hs, p) != 0) {
@@ -107,9 +122,12 @@ int main(int argc, char **argv) {
     AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1};
     double best = 1e30, best_fb = 1e30, best_outside = 0;
     ExecProfile prof;
+    JitProfile jprof;
     exec_profile = &prof;
+    jit_profile = &jprof;
     for (int k = 0; k <= steps; k++) { // step 0 warms up
         prof = (ExecProfile){0};
+        jprof = (JitProfile){0};
         double t0 = now_s();
         memset(hs.g, 0, (size_t)hs.n * 4);
         float loss;
@@ -122,7 +140,10 @@ int main(int argc, char **argv) {
         s.t = k + 1;
         adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
         double dt = now_s() - t0;
-        double gemm = prof.seconds[OP_MATMUL];
+        double gemm = kir ? jprof.gemm_s : prof.seconds[OP_MATMUL];
+        if (getenv("STEP_BENCH_OPS") && k == steps)
+            printf("  jit: %lld GEMM calls %.1f ms, %lld generated kernel calls %.1f ms\n", (long long)jprof.gemm_calls,
+                   jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3);
         if (getenv("STEP_BENCH_OPS") && k == steps)
             for (int o = 0; o < OP_COUNT; o++)
                 if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
@@ -137,7 +158,8 @@ int main(int argc, char **argv) {
     printf("%s batch %lld seq %lld: %.1f ms/step (forward+backward %.1f ms, optimizer %.1f ms), %.1f GFLOP/s "
            "(%.2f GFLOP a step)\n", g->model_name, (long long)g->train.batch, (long long)g->train.seq, best * 1e3,
            best_fb * 1e3, (best - best_fb) * 1e3, achieved, flops / 1e9);
-    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included)\n", 100 * best_outside);
+    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included; %s)\n", 100 * best_outside,
+           kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
     if (target) {
@@ -147,6 +169,8 @@ int main(int argc, char **argv) {
                p->schedule, c.step_s * 1e3, best * 1e3, best / c.step_s);
     }
     be->destroy(be);
+    free(kir);
+    free(bc);
     free(act);
     store_free(&hs);
     arena_free(&a);

@@ -28,8 +28,9 @@ struct Jit {
     size_t scratch_n;
     float *attn;          // (attn_n) attention scores, probabilities and their gradients
     size_t attn_n;
-    JitProfile *prof;
 };
+
+JitProfile *jit_profile;
 
 static double now_s(void) {
     struct timespec ts;
@@ -216,7 +217,6 @@ void jit_destroy(Jit *j) {
 }
 
 const KirProgram *jit_program(const Jit *j) { return &j->prog; }
-void jit_set_profile(Jit *j, JitProfile *prof) { j->prof = prof; }
 
 // ---------------------------------------------------------------- running
 
@@ -255,18 +255,18 @@ static void acc_end(const KirKernel *k, void **args, const double *s) {
     }
 }
 
-static void call(Jit *j, KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
-    double t0 = j->prof ? now_s() : 0;
+static void call(KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
+    double t0 = jit_profile ? now_s() : 0;
     fn(args, r0, r1, s);
-    if (j->prof) j->prof->kernel_s += now_s() - t0, j->prof->kernel_calls++;
+    if (jit_profile) jit_profile->kernel_s += now_s() - t0, jit_profile->kernel_calls++;
 }
 
-static void sgemm(Jit *j, int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
+static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc) {
-    double t0 = j->prof ? now_s() : 0;
+    double t0 = jit_profile ? now_s() : 0;
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
-    if (j->prof) j->prof->gemm_s += now_s() - t0, j->prof->gemm_calls++;
+    if (jit_profile) jit_profile->gemm_s += now_s() - t0, jit_profile->gemm_calls++;
 }
 
 static void bind(const KirKernel *k, void **args, char *base, const int64_t *offsets) {
@@ -278,7 +278,7 @@ static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int
     if (!args) abort();
     bind(k, args, base, offsets);
     double *s = acc_begin(j, k, args);
-    call(j, fn, args, 0, k->rows, s);
+    call(fn, args, 0, k->rows, s);
     acc_end(k, args, s);
     if (args != stack) free(args);
 }
@@ -296,7 +296,7 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
     const float *A = arg_ptr(&k->args[1], base, offsets), *B = arg_ptr(&k->args[2], base, offsets);
     if (!e) {
         for (int64_t b = 0; b < g->batch; b++)
-            sgemm(j, g->ta, g->tb, g->M, g->N, g->K, A + b * g->stride_a, g->lda, B + b * g->stride_b, g->ldb, 0.0f,
+            sgemm(g->ta, g->tb, g->M, g->N, g->K, A + b * g->stride_a, g->lda, B + b * g->stride_b, g->ldb, 0.0f,
                   C + b * g->stride_c, g->ldc);
         return;
     }
@@ -308,9 +308,9 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
     if (block < 256) block = 256;
     for (int64_t r0 = 0; r0 < g->M; r0 += block) {
         int64_t r1 = r0 + block < g->M ? r0 + block : g->M;
-        sgemm(j, g->ta, g->tb, r1 - r0, g->N, g->K, A + (g->ta ? r0 : r0 * g->lda), g->lda, B, g->ldb, 0.0f,
+        sgemm(g->ta, g->tb, r1 - r0, g->N, g->K, A + (g->ta ? r0 : r0 * g->lda), g->lda, B, g->ldb, 0.0f,
               C + r0 * g->ldc, g->ldc);
-        call(j, efn, args, r0, r1, s);
+        call(efn, args, r0, r1, s);
     }
     acc_end(e, args, s);
     if (args != stack) free(args);
@@ -338,18 +338,18 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KD + (h / group) * D;
-            sgemm(j, 0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
-            call(j, f0, a0, 0, T, NULL);
+            sgemm(0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
+            call(f0, a0, 0, T, NULL);
             if (!bwd) {
-                sgemm(j, 0, 0, T, D, T, S, T, vh, KD, 0.0f, out + b * T * HD + h * D, HD);
+                sgemm(0, 0, T, D, T, S, T, vh, KD, 0.0f, out + b * T * HD + h * D, HD);
                 continue;
             }
             const float *dyh = dy + b * T * HD + h * D;
-            sgemm(j, 0, 1, T, T, D, dyh, HD, vh, KD, 0.0f, dP, T);
-            call(j, f1, a1, 0, T, NULL);
-            sgemm(j, 0, 0, T, D, T, dP, T, kh, KD, 0.0f, dq + b * T * HD + h * D, HD);
-            sgemm(j, 1, 0, T, D, T, dP, T, qh, HD, 1.0f, dk + b * T * KD + (h / group) * D, KD);
-            sgemm(j, 1, 0, T, D, T, S, T, dyh, HD, 1.0f, dv + b * T * KD + (h / group) * D, KD);
+            sgemm(0, 1, T, T, D, dyh, HD, vh, KD, 0.0f, dP, T);
+            call(f1, a1, 0, T, NULL);
+            sgemm(0, 0, T, D, T, dP, T, kh, KD, 0.0f, dq + b * T * HD + h * D, HD);
+            sgemm(1, 0, T, D, T, dP, T, qh, HD, 1.0f, dk + b * T * KD + (h / group) * D, KD);
+            sgemm(1, 0, T, D, T, S, T, dyh, HD, 1.0f, dv + b * T * KD + (h / group) * D, KD);
         }
 }
 

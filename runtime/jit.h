@@ -15,11 +15,13 @@
 typedef struct Jit Jit;
 
 // Seconds spent in library GEMMs (attention's included) and in generated
-// kernels, summed while a Jit's profile is set (bench/step_bench.c).
+// kernels, summed while jit_profile points at one (bench/step_bench.c sets
+// it; NULL, the default, costs nothing).
 typedef struct JitProfile {
     double gemm_s, kernel_s;
     int64_t gemm_calls, kernel_calls;
 } JitProfile;
+extern JitProfile *jit_profile;
 
 // Validates the kernel IR against the graph (every argument inside its
 // node's buffer) and JIT-compiles the bitcode. NULL with a message in err.
@@ -37,7 +39,6 @@ void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const in
 // The kernels read from the plan.
 const KirProgram *jit_program(const Jit *j);
 
-void jit_set_profile(Jit *j, JitProfile *prof);
 void jit_destroy(Jit *j);
 
 #endif
