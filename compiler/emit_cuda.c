@@ -12,6 +12,11 @@
 // contiguous in the column (index = 4-aligned row part + col) or the same for
 // every column, with a column count divisible by 4, runs four columns per
 // thread with float4 (or 4 x bf16) loads and stores; any other loop is scalar.
+// Unless CudaOptions.exact_f64, the IR's f64 values (the cpu reference's
+// double accumulators) are computed in fp32 on the GPU. A load that a later
+// column loop repeats (same read-only argument, same index expression, same
+// loop shape) is kept in registers from the first loop, when each thread
+// holds at most 8 columns' worth: one pass over memory for norms and softmax.
 // Every statement becomes one `const` line of C, named v<statement>
 // (v<statement>_<u> for column u of four), so that NVRTC's line numbers map
 // back to statements and through them to graph nodes.
@@ -235,7 +240,7 @@ static int loop_vectorises(const KirKernel *k, const Aff *af, int l) {
 // live statement is live for the same column, a row-level or reduction
 // operand for u = 0, and a vector load's or store's index only for u = 0.
 // Nothing unused is emitted: NVRTC would warn, and a warning fails the build.
-static void liveness(const KirKernel *k, const Aff *af, const int *vec, unsigned char *live) {
+static void liveness(const KirKernel *k, const Aff *af, const int *vec, const int *cache_of, unsigned char *live) {
     for (int i = k->nstmts - 1; i >= 0; i--) {
         const KirStmt *s = &k->stmts[i];
         int w = s->loop && vec[s->loop] ? 4 : 1, effect = s->op == KOP_STORE || s->op == KOP_ACC;
@@ -247,7 +252,10 @@ static void liveness(const KirKernel *k, const Aff *af, const int *vec, unsigned
             int ops[3] = {-1, -1, -1};
             switch (s->op) {
             case KOP_CONST: case KOP_ROW: case KOP_COL: break;
-            case KOP_LOAD: ops[1] = s->b; break;
+            case KOP_LOAD:
+                if (cache_of[i] >= 0) live[4 * cache_of[i] + u] = 1; // read from the first loop's registers
+                else ops[1] = s->b;
+                break;
             case KOP_STORE: case KOP_ACC: ops[1] = s->b, ops[2] = s->c; break;
             case KOP_SELECT: ops[0] = s->a, ops[1] = s->b, ops[2] = s->c; break;
             case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
@@ -272,6 +280,33 @@ typedef struct Ctx {
     const Graph *g;
     int inject_count; // expression kernels emitted so far, for the test hook
 } Ctx;
+
+// The type a statement computes in on the GPU: f64 becomes f32 unless exact.
+static int eff(const Ctx *c, int t) { return t == KT_F64 && !c->opt->exact_f64 ? KT_F32 : t; }
+
+// Whether statements i and j compute the same value for the same row and
+// column: the same statement, or the same op on the same operands (constants
+// by value, columns of loops the caller has checked have the same shape,
+// loads of the same argument at the same index).
+static int same_expr(const KirKernel *k, int i, int j, int depth) {
+    if (i == j) return 1;
+    if (i < 0 || j < 0 || depth > 48) return 0;
+    const KirStmt *a = &k->stmts[i], *b = &k->stmts[j];
+    if (a->op != b->op || a->type != b->type) return 0;
+    switch (a->op) {
+    case KOP_CONST: return a->value == b->value;
+    case KOP_ROW:
+    case KOP_COL: return 1;
+    case KOP_LOAD: return a->a == b->a && same_expr(k, a->b, b->b, depth + 1);
+    case KOP_RSUM: case KOP_RMAX: case KOP_STORE: case KOP_ACC: return 0;
+    case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
+        return same_expr(k, a->a, b->a, depth + 1);
+    case KOP_SELECT:
+        return same_expr(k, a->a, b->a, depth + 1) && same_expr(k, a->b, b->b, depth + 1) &&
+               same_expr(k, a->c, b->c, depth + 1);
+    default: return same_expr(k, a->a, b->a, depth + 1) && same_expr(k, a->b, b->b, depth + 1);
+    }
+}
 
 // The name of statement o's value as used by a statement of loop `loop`, column u.
 static char *val(char *buf, size_t cap, const KirKernel *k, int o, int u) {
@@ -302,7 +337,8 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     Emitter *e = &c->e;
     const KirStmt *s = &k->stmts[i];
     char a[48], b[48], cc[48], name[48], lit[64];
-    const char *T = ctype(s->type);
+    const int et = eff(c, s->type);
+    const char *T = ctype(et);
     if (s->op != KOP_CONST && s->op != KOP_ROW && s->op != KOP_COL && s->op != KOP_LOAD) {
         if (s->op == KOP_STORE || s->op == KOP_ACC) val(b, sizeof b, k, s->b, u), val(cc, sizeof cc, k, s->c, u);
         else {
@@ -316,7 +352,7 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     const char *ind = s->loop ? "            " : "        ";
     const char *guard = s->loop == 0 && group > 1 ? "if (tid == 0) " : "";
     switch (s->op) {
-    case KOP_CONST: em(e, "%sconst %s %s = %s;\n", ind, T, name, literal(lit, sizeof lit, s->type, s->value)); break;
+    case KOP_CONST: em(e, "%sconst %s %s = %s;\n", ind, T, name, literal(lit, sizeof lit, et, s->value)); break;
     case KOP_ROW: em(e, "%sconst long long %s = row;\n", ind, name); break;
     case KOP_COL:
         if (vec) em(e, "%sconst long long %s = mt_c * 4 + %d;\n", ind, name, u);
@@ -328,8 +364,8 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     case KOP_LOG:
     case KOP_SQRT:
     case KOP_SIN:
-    case KOP_COS: em(e, "%sconst %s %s = %s(%s);\n", ind, T, name, math_fn(s->op, s->type), a); break;
-    case KOP_POW: em(e, "%sconst %s %s = %s(%s, %s);\n", ind, T, name, math_fn(s->op, s->type), a, b); break;
+    case KOP_COS: em(e, "%sconst %s %s = %s(%s);\n", ind, T, name, math_fn(s->op, et), a); break;
+    case KOP_POW: em(e, "%sconst %s %s = %s(%s, %s);\n", ind, T, name, math_fn(s->op, et), a, b); break;
     case KOP_CVT: em(e, "%sconst %s %s = (%s)%s;\n", ind, T, name, T, a); break;
     case KOP_ADD: em(e, "%sconst %s %s = %s + %s;\n", ind, T, name, a, b); break;
     case KOP_SUB: em(e, "%sconst %s %s = %s - %s;\n", ind, T, name, a, b); break;
@@ -345,7 +381,10 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     case KOP_RSUM: em(e, "%sv%d += %s;\n", ind, i, a); break;
     case KOP_RMAX: em(e, "%sv%d = mt_max(v%d, %s);\n", ind, i, i, a); break;
     case KOP_STORE: em(e, "%s%smt_st(a%d + %s, %s);\n", ind, guard, s->a, b, cc); break;
-    case KOP_ACC: em(e, "%s%satomicAdd(a%d + %s, %s);\n", ind, guard, s->a, b, cc); break;
+    case KOP_ACC:
+        em(e, "%s%satomicAdd(a%d + %s, (%s)%s);\n", ind, guard, s->a, b,
+           k->args[s->a].access & KA_ACC64 ? "double" : "float", cc);
+        break;
     }
 }
 
@@ -383,12 +422,33 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     for (int l = 1; l <= k->nloops; l++) vec[l] = loop_vectorises(k, af, l), info->vectorised |= vec[l];
     for (int i = 0; i < k->nstmts; i++) has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
     unsigned char *live = calloc((size_t)k->nstmts * 4 + 4, 1);
-    if (!live) {
+    int *nu = calloc((size_t)k->nloops + 1, sizeof *nu), *cache_of = malloc(((size_t)k->nstmts + 1) * sizeof *cache_of);
+    if (!live || !nu || !cache_of) {
         e->oom = 1;
-        free(af), free(vec);
+        free(af), free(vec), free(live), free(nu), free(cache_of);
         return;
     }
-    liveness(k, af, vec, live);
+    // loops each thread runs at most 8 times are unrolled (counted), and may
+    // keep loads in registers for later loops of the same shape
+    enum { MAX_CACHED = 8 };
+    for (int l = 1; l <= k->nloops; l++) {
+        int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1], it = (n + group - 1) / group;
+        nu[l] = group > 1 && it <= MAX_CACHED ? (int)it : 0;
+    }
+    for (int j = 0; j < k->nstmts; j++) {
+        const KirStmt *s = &k->stmts[j];
+        cache_of[j] = -1;
+        if (s->op != KOP_LOAD || !s->loop || !nu[s->loop] || (k->args[s->a].access & (KA_WRITE | KA_ACC32 | KA_ACC64)))
+            continue;
+        for (int i = 0; i < j && cache_of[j] < 0; i++) {
+            const KirStmt *p = &k->stmts[i];
+            if (p->op == KOP_LOAD && p->loop && p->loop < s->loop && nu[p->loop] == nu[s->loop] &&
+                vec[p->loop] == vec[s->loop] && k->cols[p->loop - 1] == k->cols[s->loop - 1] && p->a == s->a &&
+                p->type == s->type && same_expr(k, p->b, s->b, 0))
+                cache_of[j] = cache_of[i] >= 0 ? cache_of[i] : i;
+        }
+    }
+    liveness(k, af, vec, cache_of, live);
     int64_t finish_n = 0;
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i].access & KA_ACC64) nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
@@ -432,7 +492,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
                 const char *fn = s->op == KOP_RSUM ? "sum" : "max";
                 e->cur = node_origin(c, sym, part, s->node), prev_node = -2;
                 if (group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
-                else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(s->type));
+                else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(eff(c, s->type)));
             }
         }
         if (i == k->nstmts) break;
@@ -441,13 +501,24 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
             for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
                 const KirStmt *s = &k->stmts[j];
                 if (!live[4 * j]) continue;
-                if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(s->type), j);
+                const int et = eff(c, s->type);
+                if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(et), j);
                 if (s->op == KOP_RMAX)
-                    em(e, "        %s v%d = %s;\n", ctype(s->type), j,
-                       s->type == KT_F32 ? "__int_as_float(0xff800000)" : s->type == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)" : s->type == KT_I32 ? "(int)0x80000000" : "(long long)0x8000000000000000ULL");
+                    em(e, "        %s v%d = %s;\n", ctype(et), j,
+                       et == KT_F32 ? "__int_as_float(0xff800000)" : et == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)" : et == KT_I32 ? "(int)0x80000000" : "(long long)0x8000000000000000ULL");
             }
             int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1];
-            if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
+            int w = vec[l] ? 4 : 1;
+            for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) { // registers for later loops
+                int used = 0;
+                for (int q = j + 1; q < k->nstmts; q++) used |= cache_of[q] == j && (live[4 * q] | live[4 * q + 1] | live[4 * q + 2] | live[4 * q + 3]);
+                if (used) em(e, "        %s v%d_r[%d][%d];\n", ctype(k->stmts[j].type), j, nu[l], w);
+            }
+            if (nu[l]) {
+                em(e, "#pragma unroll\n        for (int mt_it = 0; mt_it < %d; mt_it++) {\n", nu[l]);
+                em(e, "            const long long mt_c = tid + (long long)mt_it * %d;\n", group);
+                em(e, "            if (mt_c >= %lldLL) break;\n", (long long)n);
+            } else if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
             else em(e, "        for (long long mt_c = tid; mt_c < %lldLL; mt_c += %d) {\n", (long long)n, group);
         }
         cur = l;
@@ -455,7 +526,11 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
         if (s->node != prev_node) e->cur = node_origin(c, sym, part, s->node), prev_node = s->node;
         int w = l && vec[l] ? 4 : 1;
         char idx[48], v4[4][48];
-        if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s)) {
+        if (cache_of[i] >= 0) { // a load an earlier loop already made
+            for (int u = 0; u < w; u++)
+                if (live[4 * i + u])
+                    em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, cache_of[i], u);
+        } else if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s)) {
             val(idx, sizeof idx, k, s->b, 0);
             if (s->op == KOP_LOAD) {
                 static const char XYZW[] = "xyzw";
@@ -471,6 +546,11 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
             for (int u = 0; u < w; u++)
                 if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, group);
         }
+        int provides = 0;
+        for (int q = i + 1; q < k->nstmts; q++) provides |= cache_of[q] == i;
+        if (provides && cache_of[i] < 0)
+            for (int u = 0; u < w; u++)
+                if (live[4 * i + u]) em(e, "            v%d_r[mt_it][%d] = v%d_%d;\n", i, u, i, u);
         if (!injected && (c->opt->inject_error == c->inject_count || c->opt->inject_warning == c->inject_count)) {
             injected = 1;
             if (c->opt->inject_error == c->inject_count) em(e, "        mt_no_such_function(%d);\n", i);
@@ -497,6 +577,8 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     free(af);
     free(vec);
     free(live);
+    free(nu);
+    free(cache_of);
 }
 
 // ---------------------------------------------------------------- GEMM epilogues

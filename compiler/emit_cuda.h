@@ -39,6 +39,8 @@ typedef struct CudaOptions {
     int bf16;               // Graph.train.compute == DT_BF16: f32 tensors stored as bf16
     const char *model_path; // for messages: "examples/gpt2.mt"
     int with_reference;     // also the plain attention reference kernels (tests/gpu)
+    int exact_f64;          // 1: keep the kernel IR's f64 arithmetic in double; 0 (plans): fp32
+                            // arithmetic throughout, f64 scratch of KA_ACC64 arguments excepted
     // Test hook: 1-based index, in emission order, of the expression kernel
     // whose first statement is followed by a line that does not compile
     // (inject_warning: by an unused variable, which NVRTC only warns about).

@@ -175,10 +175,10 @@ static void check_handmade(const Graph *g, const char *path) {
     KirProgram prog = {0};
     prog.parts[PART_BLOCK] = (KirSet){ks, 7};
 
-    for (int a = 0; a < 2; a++) { // f32 for sm_80, bf16 for sm_90
+    for (int a = 0; a < 2; a++) { // f32 with exact f64 for sm_80, bf16 with fp32 arithmetic for sm_90
         int bf = a;
             const char *arch = a ? "sm_90" : "sm_80";
-            CudaOptions opt = {.arch = arch, .bf16 = bf, .model_path = path};
+            CudaOptions opt = {.arch = arch, .bf16 = bf, .model_path = path, .exact_f64 = !a};
             CudaBinary bin;
             CudaSource src;
             char err[8192];
@@ -198,6 +198,10 @@ static void check_handmade(const Graph *g, const char *path) {
                 if (in->index == 5) CHECK(!strcmp(in->symbol, bf ? "bf16_d16_causal" : "f32_d16_causal"), "attention %s", in->symbol);
             }
             CHECK(strstr(src.text, bf ? "bf16 *a2" : "float *a2") != NULL, "storage type of the norm's output");
+            // the norm's second loop reads x from the first loop's registers: one pass over memory
+            CHECK(strstr(src.text, "= v5_r[mt_it][3];") != NULL, "the norm kernel reloads x");
+            // f64 arithmetic stays double only when asked
+            CHECK((strstr(src.text, "double v6_0 = (double)v5_0;") != NULL) == !a, "f64 statements in %s", a ? "fp32" : "double");
             cuda_source_free(&src);
             nvrtc_binary_free(&bin);
         }
