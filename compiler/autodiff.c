@@ -223,7 +223,13 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
     ad.adj[out->id] = part->grad_seed;
     for (int i = nfwd - 1; i >= 0; i--) {
         Node *n = part->nodes.items[i];
+        // a tiled part's chunk c: its backward is what its forward nodes emit
+        for (int c = 0; c < part->nchunks; c++) {
+            if (i == part->chunk_fwd[2 * c + 1] - 1) part->chunk_bwd[2 * c] = part->nodes.n;
+        }
         if (ad.adj[i] && node_rule(&ad, n, ad.adj[i]) != 0) return -1;
+        for (int c = 0; c < part->nchunks; c++)
+            if (i == part->chunk_fwd[2 * c]) part->chunk_bwd[2 * c + 1] = part->nodes.n;
     }
     for (int i = 0; i < nfwd; i++) {
         Node *n = part->nodes.items[i];

@@ -115,18 +115,17 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
     *c = (Cost){.device_peak_bytes = p->arena_bytes};
     int64_t params = p->host_global + g->layers * p->host_layer;
     c->host_bytes = params * 16 + p->host_act_bytes;
-    int block_forwards = 0;
-    double layer_in_bytes = 0;
+    const Part *block = &g->parts[PART_BLOCK];
+    double layer_in_bytes = 0, block_forward_s = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double s = cost_instr(p, in, t);
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
-            if (in->part == PART_BLOCK && in->from == 0) {
-                block_forwards++;
-                if (block_forwards > g->layers) c->recompute_s += s;
-            }
+            if (in->part == PART_BLOCK && in->from < block->nfwd)
+                block_forward_s += run_time(block, in->from, in->to < block->nfwd ? in->to : block->nfwd, in->flags, t,
+                                            compute);
             break;
         case INS_COPY_IN:
         case INS_INPUT:
@@ -146,9 +145,9 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
         default: break;
         }
     }
-    // Recompute: forward runs beyond the first of each layer (counted in
-    // stream order, the forward pass comes first).
-    (void)compute;
+    // Recompute: block forward work beyond one forward a layer.
+    c->recompute_s = block_forward_s - (double)g->layers * run_time(block, 0, block->nfwd, 0, t, compute);
+    if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
     c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * 4.0) : 0;
     // A step: the first micro-batch does the host's work, the others only
     // wait for what they need of it (nothing: the updates are done).

@@ -104,7 +104,7 @@ typedef struct Group {
     int *nodes; // (n) in increasing id
     int n, cap;
     int64_t rows;
-    int bwd, single; // single: takes no other node (axis softmax, materialised constants)
+    int seg, single; // seg: run_segment(); single: takes no other node (axis softmax, materialised constants)
 } Group;
 
 typedef struct F {
@@ -197,11 +197,27 @@ static void teardown(F *f) {
 
 // ---------------------------------------------------------------- 1. group
 
+// Which stretch of the part node i lies in, of those the schedule runs
+// separately: the forward and the backward; for a part tiled by rows
+// (tile.c), also each chunk's forward and backward and what comes before
+// and after them. No kernel crosses from one to another.
+static int run_segment(const Part *part, int i) {
+    int bwd = i >= part->nfwd, K = part->nchunks;
+    const int *r = bwd ? part->chunk_bwd : part->chunk_fwd;
+    int seg = 0;
+    for (int c = 0; c < K; c++) {
+        int lo = r[2 * c] < r[2 * c + 1] ? r[2 * c] : r[2 * c + 1], hi = r[2 * c] < r[2 * c + 1] ? r[2 * c + 1] : r[2 * c];
+        if (i >= lo && i < hi) seg = 1 + c;
+        else if (i >= hi && (bwd ? c == 0 : c == K - 1)) seg = K + 1; // after the chunks
+    }
+    return bwd * (K + 2) + seg;
+}
+
 static int group_new(F *f, int i, int single) {
     f->groups = grow(f, f->groups, &f->capgroups, f->ngroups + 1, sizeof *f->groups);
     if (f->failed) return -1;
     Group *g = &f->groups[f->ngroups];
-    *g = (Group){.bwd = i >= f->part->nfwd, .single = single};
+    *g = (Group){.seg = run_segment(f->part, i), .single = single};
     int64_t cols;
     iter_space(node_at(f, i), &g->rows, &cols);
     return f->ngroups++;
@@ -232,7 +248,7 @@ static int can_join(const F *f, int i, int gi) {
     const Group *g = &f->groups[gi];
     int64_t rows, cols;
     iter_space(n, &rows, &cols);
-    if (g->single || is_axis_softmax(n) || g->bwd != (i >= f->part->nfwd) || rows != g->rows) return 0;
+    if (g->single || is_axis_softmax(n) || g->seg != run_segment(f->part, i) || rows != g->rows) return 0;
     for (int j = 0; j < n->nin; j++)
         if (f->group[f->root[n->in[j]->id]] == gi && !internal_ok(f, n, j)) return 0;
     // no other kernel's node between: a kernel's span holds no other kernel
@@ -939,7 +955,7 @@ static void pass_epilogues(F *f, KirSet *s) {
         while (j < s->n && !kir_is_launched(&s->k[j])) j++;
         if (j >= s->n) break;
         KirKernel *e = &s->k[j];
-        int same_side = (g->anchor >= f->part->nfwd) == (e->anchor >= f->part->nfwd);
+        int same_side = run_segment(f->part, g->anchor) == run_segment(f->part, e->anchor);
         if (e->kind != KK_EXPR || !same_side || !fits_epilogue(g, e)) continue;
         g->gemm.epilogue = j;
         e->fused_into = i;

@@ -111,6 +111,12 @@ typedef struct Part {
     int nfwd;
     Node *grad_seed; // d loss / d output: OP_INPUT from SRC_GRAD_SEED, or 1 in the tail
     PtrVec grads;    // of Grad*: every parameter node, then differentiable inputs
+    // Row tiling (tile.c; the compiler's, not in the plan): chunk c's forward
+    // is nodes [chunk_fwd[2c], chunk_fwd[2c+1]), its backward (filled by
+    // autodiff) nodes [chunk_bwd[2c], chunk_bwd[2c+1]).
+    int nchunks;     // 0: not tiled
+    int *chunk_fwd;  // (2 * nchunks)
+    int *chunk_bwd;  // (2 * nchunks)
 } Part;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
@@ -177,6 +183,11 @@ char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.
 void graph_dump(FILE *out, const Graph *g, const char *path);
+
+// Rewrites the row-local end of the block and the tail into `chunks` copies
+// over T/chunks positions each, before autodiff (tile.c). chunks <= 1: no
+// change. Returns 0, or -1 after reporting.
+int tile_rows(Graph *g, int64_t chunks, Arena *a, Diag *d);
 
 // Appends the backward of every part by per-op rules (autodiff.c).
 // Returns 0, or -1 after reporting what it cannot differentiate.

@@ -44,6 +44,8 @@ static const char USAGE[] =
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
     "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
     "  --batch N|auto   batch size (overrides the train section); auto: the largest that fits\n"
+    "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
+    "                   sequence (long sequences); auto (default): only when nothing fits untiled\n"
     "  --seq N          sequence length (overrides the train section)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -147,10 +149,31 @@ fail:
     return 1;
 }
 
-// The graph for a batch size: sema, then autodiff. NULL after reporting.
-static Graph *lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
+// The graph for a batch size and a row tiling: sema, tiling, autodiff.
+// NULL after reporting.
+static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    return g && autodiff(g, a, d) == 0 ? g : NULL;
+    return g && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
+}
+
+static int64_t tile_arg; // --tile: chunks, or 0 for auto
+
+// The graph, tiled as --tile says; with auto, untiled unless nothing fits
+// untiled, then the fewest chunks (a power of two) that make a plan fit.
+static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
+                    Diag *d) {
+    Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
+    if (!g || tile_arg) return g;
+    char err[1024];
+    SchedResult r;
+    if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0 || r.fits) return g;
+    for (int64_t k = 2; k <= 4096 && g->train.seq % k == 0; k *= 2) {
+        Graph *tg = lower_tiled(m, opt, k, a, d);
+        if (!tg) return NULL;
+        if (schedule_search(tg, t, req, a, &r, err, sizeof err) != 0) return g;
+        if (r.fits) return tg;
+    }
+    return g;
 }
 
 // --batch auto: the largest batch whose best plan fits, doubling from 1 and
@@ -161,7 +184,7 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
     int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
     for (int64_t b = 1; !hi; b *= 2) {
         opt->batch = b;
-        Graph *g = lower(m, opt, a, d);
+        Graph *g = lower(m, opt, t, req, a, d);
         SchedResult r;
         if (!g) return NULL;
         if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
@@ -178,7 +201,7 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
     }
     while (hi - lo > 1) {
         opt->batch = lo + (hi - lo) / 2;
-        Graph *g = lower(m, opt, a, d);
+        Graph *g = lower(m, opt, t, req, a, d);
         SchedResult r;
         if (!g) return NULL;
         if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
@@ -189,7 +212,7 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
         else hi = opt->batch;
     }
     opt->batch = lo;
-    return lower(m, opt, a, d);
+    return lower(m, opt, t, req, a, d);
 }
 
 // --explain: every remat mode under the mt policy, then the baselines; the
@@ -228,7 +251,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_KERNELS, OPT_EMIT_CUDA };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -237,7 +260,7 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
         {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
         {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
-        {"checkpoints", required_argument, 0, OPT_CKPT},
+        {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
         {"dump-kernels", optional_argument, 0, OPT_KERNELS},
         {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA},
         {0, 0, 0, 0},
@@ -275,6 +298,10 @@ int main(int argc, char **argv) {
         case OPT_SLOTS:
             if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
             req.slots = (int)count;
+            break;
+        case OPT_TILE:
+            if (strcmp(optarg, "auto") == 0) tile_arg = 0;
+            else if (parse_count(optarg, &tile_arg)) return usage_error("--tile needs a positive integer or 'auto', got '%s'", optarg);
             break;
         case OPT_CKPT:
             if (strcmp(optarg, "device") && strcmp(optarg, "host"))
@@ -333,7 +360,7 @@ int main(int argc, char **argv) {
     Model *model = dsl_parse(&src, &arena, &diag);
     Graph *g = !model ? NULL
                : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag)
-                            : lower(model, &opt, &arena, &diag);
+                            : lower(model, &opt, &tgt, &req, &arena, &diag);
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);

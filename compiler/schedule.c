@@ -140,8 +140,14 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
     int *first = malloc(((size_t)n + 1) * sizeof *first), *cur = malloc(((size_t)n + 1) * sizeof *cur);
     Slot *slot = calloc((size_t)n + 1, sizeof *slot);
     Slot **placed = calloc((size_t)n + 1, sizeof *placed);
+    // A fused kernel (fuse.c) runs at its anchor, reading every argument
+    // then, and may write its results from its first node on: kstart[i] and
+    // kend[i] widen node i's writes and reads to that.
+    int *kstart = malloc(((size_t)n + 1) * sizeof *kstart), *kend = malloc(((size_t)n + 1) * sizeof *kend);
     int64_t total = -1;
-    if (!iv || !first || !cur || !slot || !placed) goto done;
+    if (!iv || !first || !cur || !slot || !placed || !kstart || !kend) goto done;
+    for (int i = 0; i < n; i++) kend[i] = i;
+    if (fuse_lifetimes(part, kstart, kend) != 0) goto done;
     int niv = 0, t = 0, out = base_of(part->output)->id;
     for (int i = 0; i < n; i++) first[i] = cur[i] = -1;
     for (int i = 0; i < n; i++) // inputs: throughout
@@ -150,15 +156,17 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
             first[i] = cur[i] = niv++;
         }
     for (int r = 0; r < nranges; r++) {
-        int range_end = t + ranges[2 * r + 1] - ranges[2 * r] - 1;
-        for (int i = ranges[2 * r]; i < ranges[2 * r + 1]; i++, t++) {
+        int from = ranges[2 * r], to = ranges[2 * r + 1], base = t - from, range_end = base + to - 1;
+        for (int i = from; i < to; i++, t++) {
             const Node *nd = part->nodes.items[i];
             if (is_alias(nd) || nd->op == OP_PARAM || nd->op == OP_INPUT) continue;
-            for (int j = 0; j < nd->nin; j++) {
+            for (int j = 0; j < nd->nin; j++) { // read until the reading kernel's anchor (in this range)
                 const Node *b = base_of(nd->in[j]);
-                if (cur[b->id] >= 0 && iv[cur[b->id]].end < t) iv[cur[b->id]].end = t;
+                int until = base + (kend[b->id] < to ? (kend[b->id] > i ? kend[b->id] : i) : to - 1);
+                if (cur[b->id] >= 0 && iv[cur[b->id]].end < until) iv[cur[b->id]].end = until;
             }
-            iv[niv] = (Interval){.node = i, .start = t, .end = t, .next = first[i]};
+            int since = base + (kstart[i] > from ? kstart[i] : from);
+            iv[niv] = (Interval){.node = i, .start = since < t ? since : t, .end = t, .next = first[i]};
             if (kept && kept[i]) { // restored before the recompute, saved after the forward
                 iv[niv].start = 0;
                 if (iv[niv].end < part->nfwd - 1) iv[niv].end = part->nfwd - 1;
@@ -209,6 +217,8 @@ done:
     free(cur);
     free(slot);
     free(placed);
+    free(kstart);
+    free(kend);
     return total;
 }
 
@@ -246,6 +256,7 @@ typedef struct Builder {
     const BlockNeeds *need;
     PtrVec ins; // of Instr*
     int serial; // every instruction on the compute engine; no events
+    int tiled;  // the block's backward recomputes and differentiates chunk by chunk (tile.c)
     int failed;
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
@@ -259,6 +270,7 @@ typedef struct Builder {
     int cmp_done[MAX_SLOTS + 1], out_done[MAX_SLOTS + 1];
     int carry; // which carry buffer holds the gradient flowing down
     int *frame_cmp, *frame_out; // (nframes) as cmp_done/out_done, for every frame
+    int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
 } Builder;
 
 static Instr *emit(Builder *b, InsKind kind, Engine e) {
@@ -386,7 +398,7 @@ static int is_resident(const Builder *b, int64_t l) { return l >= b->streamed; }
 // A streamed layer that no later layer displaces from its frame before the
 // backward reaches it (never under the baselines, which re-copy every layer).
 static int is_intact(const Builder *b, int64_t l) {
-    return !is_resident(b, l) && l + b->c->slots >= b->streamed && b->c->policy == POLICY_MT;
+    return !is_resident(b, l) && l + b->c->slots >= b->streamed && b->c->policy == POLICY_MT && !b->tiled;
 }
 static int64_t slot_addr(const Builder *b, int f) { return b->slot0 + f * b->layer_bytes; }
 static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->frame_bytes; }
@@ -504,7 +516,8 @@ static void backward_layer(Builder *b, int64_t l) {
         wait_for(b, ENG_COMPUTE, ev_w);
         if (!b->c->ckpt_host && rm != REMAT_OFFLOAD) copy(b, b->ckpt0 + l * b->x_bytes, addr(p, x, f), b->x_bytes);
         if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
-        if (rm != REMAT_OFFLOAD) run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
+        if (rm != REMAT_OFFLOAD && !b->tiled)
+            run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
         if (b->c->policy == POLICY_MEGATRAIN) { // the weights cross again for the backward
             int ev_r = record(b, ENG_COMPUTE);
             wait_for(b, ENG_COPY_IN, ev_r);
@@ -514,7 +527,12 @@ static void backward_layer(Builder *b, int64_t l) {
     }
     const Grad *d_x = part_grad_of(block, x);
     copy(b, b->carry0 + b->carry * b->carry_bytes, addr(p, block->grad_seed, f), b->x_bytes);
-    run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+    if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
+        int *ranges = b->ranges, nr = tiled_order(block, ranges);
+        for (int r = 0; r < nr; r++) run(b, PART_BLOCK, ranges[2 * r], ranges[2 * r + 1], l, f, 0);
+    } else {
+        run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+    }
     b->carry ^= 1;
     copy(b, addr(p, d_x->grad, f), b->carry0 + b->carry * b->carry_bytes, b->x_bytes);
     b->frame_cmp[f] = record(b, ENG_COMPUTE);
@@ -550,7 +568,17 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
         const Part *part = &g->parts[pk];
         rel[pk] = arena_alloc(b->a, (size_t)(part->nodes.n + 1) * sizeof(int64_t));
         if (!rel[pk]) return snprintf(err, errcap, "out of memory while scheduling"), -1;
-        bytes[pk] = layout_part(part, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, rel[pk]);
+        // the timeline: the whole part in order, or for a tiled part the
+        // forward alone, then its chunk-by-chunk order
+        int *ranges = b->ranges, nr = 1;
+        ranges[0] = 0;
+        ranges[1] = part->nodes.n;
+        if ((pk == PART_BLOCK && b->tiled) || (pk == PART_TAIL && part->nchunks)) {
+            ranges[1] = part->nfwd;
+            nr += tiled_order(part, ranges + 2);
+        }
+        bytes[pk] = layout_part(part, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, ranges, nr,
+                                rel[pk]);
         if (bytes[pk] < 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     }
     b->frame_bytes = align_up(bytes[PART_BLOCK], ARENA_ALIGN);
@@ -633,7 +661,11 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
 
     BlockNeeds need;
     if (block_needs(block, a, &need) != 0) goto oom;
-    Builder b = {.a = a, .p = p, .c = c, .need = &need, .serial = c->policy == POLICY_SEQUENTIAL};
+    Builder b = {.a = a, .p = p, .c = c, .need = &need, .serial = c->policy == POLICY_SEQUENTIAL,
+                 .tiled = block->nchunks && c->remat == REMAT_LAYER && c->policy == POLICY_MT};
+    int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
+    b.ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
+    if (!b.ranges) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL;
     if (layout_only) return p;
     b.frame_cmp = b.cmp_done;
@@ -658,7 +690,12 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         for (int64_t l = 0; l <= L; l++) ev_update[l] = ev_update[L];
     for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;
     forward(&b, ev_update, 1);
-    run(&b, PART_TAIL, 0, tail->nodes.n, -1, 0, 0);
+    if (tail->nchunks) { // forward and backward chunk by chunk
+        int nr = tiled_order(tail, b.ranges);
+        for (int r = 0; r < nr; r++) run(&b, PART_TAIL, b.ranges[2 * r], b.ranges[2 * r + 1], -1, 0, 0);
+    } else {
+        run(&b, PART_TAIL, 0, tail->nodes.n, -1, 0, 0);
+    }
     emit(&b, INS_LOSS, ENG_COMPUTE)->src = addr(p, tail->output, 0);
     b.carry = 0;
     copy(&b, addr(p, d_tail_x->grad, 0), b.carry0, b.x_bytes);
@@ -683,8 +720,9 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (b.failed) goto oom;
 
     char name[160];
-    snprintf(name, sizeof name, "policy=%s remat=%s slots=%d resident=%lld checkpoints=%s", policy_name(c->policy),
-             remat_name(c->remat), c->slots, (long long)c->resident, c->ckpt_host ? "host" : "device");
+    snprintf(name, sizeof name, "policy=%s remat=%s slots=%d resident=%lld checkpoints=%s tile=%d",
+             policy_name(c->policy), remat_name(c->remat), c->slots, (long long)c->resident,
+             c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
     p->schedule = arena_strndup(a, name, strlen(name));
     if (!p->schedule) goto oom;
     return p;
@@ -779,7 +817,8 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                 SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
-                c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
+                int tiled = g->parts[PART_BLOCK].nchunks && rm == REMAT_LAYER; // chunk by chunk: nothing resident
+                c.resident = req->resident >= 0 ? req->resident : tiled ? 0 : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
                 if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
             }
