@@ -449,6 +449,30 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
         }
     }
     liveness(k, af, vec, cache_of, live);
+    // Column accumulators: an ACC in an unrolled loop whose index depends on
+    // the column only (bias and norm-weight gradients: sums over rows) adds
+    // into registers across the rows a thread visits, and into memory once
+    // after its last row; the grid shrinks so that each group visits several
+    // rows. Anything else accumulates atomically where it happens.
+    unsigned char *rowdep = calloc((size_t)k->nstmts + 1, 1), *colacc = calloc((size_t)k->nstmts + 1, 1);
+    int ncolacc = 0;
+    if (!rowdep || !colacc) e->oom = 1;
+    for (int i = 0; rowdep && colacc && i < k->nstmts; i++) {
+        const KirStmt *s = &k->stmts[i];
+        switch (s->op) {
+        case KOP_CONST: case KOP_COL: break;
+        case KOP_ROW: case KOP_LOAD: case KOP_RSUM: case KOP_RMAX: rowdep[i] = 1; break;
+        case KOP_STORE: case KOP_ACC:
+            colacc[i] = s->op == KOP_ACC && s->loop && nu[s->loop] && !rowdep[s->b];
+            ncolacc += colacc[i];
+            break;
+        default:
+            rowdep[i] = (s->a >= 0 && s->a < i && rowdep[s->a]) || (s->b >= 0 && s->b < i && rowdep[s->b]) ||
+                        (s->op == KOP_SELECT && s->c >= 0 && s->c < i && rowdep[s->c]);
+        }
+    }
+    enum { COLACC_GRID = 264 }; // two blocks per SM of the largest target (132 SMs)
+    if (ncolacc && info->grid > COLACC_GRID) info->grid = COLACC_GRID;
     int64_t finish_n = 0;
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i].access & KA_ACC64) nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
@@ -469,6 +493,13 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     }
     em(e, ") {\n");
     if (group > 32 && has_red) em(e, "    __shared__ double mt_red[32];\n");
+    for (int i = 0; i < k->nstmts; i++)
+        if (colacc[i]) { // sums and where they go (-1: nowhere yet)
+            int w = vec[k->stmts[i].loop] ? 4 : 1, n = nu[k->stmts[i].loop] * w;
+            int dbl = (k->args[k->stmts[i].a].access & KA_ACC64) && c->opt->exact_f64; // a few rows: fp32 is enough
+            em(e, "    %s v%d_acc[%d] = {};\n    long long v%d_at[%d];\n", dbl ? "double" : "float", i, n, i, n);
+            em(e, "    for (int q = 0; q < %d; q++) v%d_at[q] = -1;\n", n, i);
+        }
     if (group == 1)
         em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; row += (long long)gridDim.x * %d) {\n",
            block, (long long)k->rows, block);
@@ -526,7 +557,15 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
         if (s->node != prev_node) e->cur = node_origin(c, sym, part, s->node), prev_node = s->node;
         int w = l && vec[l] ? 4 : 1;
         char idx[48], v4[4][48];
-        if (cache_of[i] >= 0) { // a load an earlier loop already made
+        if (colacc[i]) {
+            const char *at = (k->args[s->a].access & KA_ACC64) && c->opt->exact_f64 ? "double" : "float";
+            for (int u = 0; u < w; u++) {
+                char ix[48], vv[48];
+                val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
+                em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i, w, u,
+                   at, vv, i, w, u, ix);
+            }
+        } else if (cache_of[i] >= 0) { // a load an earlier loop already made
             for (int u = 0; u < w; u++)
                 if (live[4 * i + u])
                     em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, cache_of[i], u);
@@ -558,7 +597,16 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
         }
     }
     e->cur = korigin;
-    em(e, "    }\n}\n");
+    em(e, "    }\n");
+    for (int i = 0; i < k->nstmts; i++)
+        if (colacc[i]) {
+            int n = nu[k->stmts[i].loop] * (vec[k->stmts[i].loop] ? 4 : 1);
+            e->cur = node_origin(c, sym, part, k->stmts[i].node);
+            em(e, "    for (int q = 0; q < %d; q++)\n        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n", n, i,
+               k->stmts[i].a, i, k->args[k->stmts[i].a].access & KA_ACC64 ? "double" : "float", i);
+        }
+    e->cur = korigin;
+    em(e, "}\n");
 
     if (nacc64) { // SYMBOL_finish: dst = scratch / divisor
         em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", sym);
@@ -579,6 +627,8 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     free(live);
     free(nu);
     free(cache_of);
+    free(rowdep);
+    free(colacc);
 }
 
 // ---------------------------------------------------------------- GEMM epilogues
