@@ -132,6 +132,12 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
         set_err(err, cap, "the O3 pipeline failed", e);
         goto out;
     }
+    const char *dump = getenv("MT_JIT_DUMP"); // the optimised module, to see what the vectoriser did
+    if (dump && LLVMPrintModuleToFile(mod, dump, &msg)) {
+        snprintf(err, cap, "jit: cannot write MT_JIT_DUMP=%s: %s", dump, msg ? msg : "?");
+        LLVMDisposeMessage(msg);
+        goto out;
+    }
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
     LLVMOrcJITTargetMachineBuilderRef jtmb;
     if ((e = LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb))) {
