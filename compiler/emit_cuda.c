@@ -744,10 +744,23 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                 if (owner >= 0 && owner < set->n && set->k[owner].kind != KK_GEMM) continue; // cpu attention helpers
                 emit_expr(&c, set, p, i, info);
                 out->nexpr++;
-            } else if (k->kind == KK_GEMM) {
+            } else if (k->kind == KK_GEMM) { // cuBLASLt's; a comment for the reader of --emit-cuda
                 info->epilogue = gemm_epilogue(set, k);
+                const KirGemm *gm = &k->gemm;
+                e->cur = NULL;
+                em(e, "\n// mt_k%d_%d: cuBLASLt GEMM %lldx%lldx%lld%s%s batch %lld", p, i, (long long)gm->M,
+                   (long long)gm->N, (long long)gm->K, gm->ta ? " A^T" : "", gm->tb ? " B^T" : "", (long long)gm->batch);
+                if (gm->epilogue >= 0)
+                    em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
+                       info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
+                em(e, "\n");
             } else {
                 attn_kernel_name(info->symbol, sizeof info->symbol, opt->bf16, (int)k->attn.D, k->attn.causal);
+                e->cur = NULL;
+                em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s_%s\n", p, i,
+                   k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T,
+                   (long long)k->attn.H, (long long)k->attn.KVH, k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}",
+                   info->symbol);
             }
             out->ninfo++;
         }
