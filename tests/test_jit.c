@@ -5,7 +5,7 @@
 // For each launched kernel (an expression kernel, a GEMM with its
 // epilogue, an attention kernel): every node of the part gets a buffer in
 // two arenas filled with the same random values (f32 in [-1, 1), i32 in
-// [0, 8), valid token ids of every test model); the JIT runs the kernel in
+// [0, min(8, smallest vocabulary)), valid token ids); the JIT runs the kernel in
 // one, exec_run runs the kernel's nodes in the other, and every buffer the
 // kernel writes or accumulates is compared:
 //
@@ -105,6 +105,16 @@ static int check_model(const char *path, int *compared) {
         fprintf(stderr, "%s: %s\n", path, err);
         failed = 1;
     }
+    // token ids below every vocabulary the model indexes with them
+    int64_t ids = 8;
+    for (int p = 0; g && p < PART_COUNT; p++)
+        for (int i = 0; i < g->parts[p].nodes.n; i++) {
+            const Node *n = g->parts[p].nodes.items[i];
+            int64_t v = n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->op == OP_EMBED_BWD ? n->shape.dims[0]
+                        : n->op == OP_CROSS_ENTROPY ? n->in[0]->shape.dims[n->in[0]->shape.rank - 1]
+                        : n->op == OP_CROSS_ENTROPY_BWD ? n->shape.dims[n->shape.rank - 1] : ids;
+            if (v < ids) ids = v;
+        }
     for (int p = 0; j && p < PART_COUNT; p++) {
         const Part *part = &g->parts[p];
         const KirSet *s = &jit_program(j)->parts[p];
@@ -124,7 +134,7 @@ static int check_model(const char *path, int *compared) {
                 const Node *nd = part->nodes.items[n];
                 if (off[n] < 0) continue;
                 for (int64_t e = 0; e < shape_numel(&nd->shape); e++) {
-                    if (nd->dtype == DT_I32) ((int32_t *)(A + off[n]))[e] = (int32_t)(next_u32() % 8);
+                    if (nd->dtype == DT_I32) ((int32_t *)(A + off[n]))[e] = (int32_t)(next_u32() % (uint32_t)ids);
                     else ((float *)(A + off[n]))[e] = (float)((double)next_u32() / 2147483648.0 - 1.0);
                 }
             }
