@@ -28,6 +28,8 @@ struct Jit {
     size_t scratch_n;
     float *attn;          // (attn_n) attention scores, probabilities and their gradients
     size_t attn_n;
+    void **argv;          // (argv_n) the running kernel's argument addresses
+    size_t argv_n;
 };
 
 JitProfile *jit_profile;
@@ -209,6 +211,23 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
         jit_destroy(j);
         return NULL;
     }
+    // scratch for the largest kernel, allocated once: running never allocates
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < j->prog.parts[p].n; i++) {
+            const KirKernel *k = &j->prog.parts[p].k[i];
+            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)(2 * k->attn.T * k->attn.T);
+            if (acc > j->scratch_n) j->scratch_n = acc;
+            if (att > j->attn_n) j->attn_n = att;
+            if ((size_t)k->nargs > j->argv_n) j->argv_n = (size_t)k->nargs;
+        }
+    j->scratch = malloc((j->scratch_n + 1) * sizeof(double));
+    j->attn = malloc((j->attn_n + 1) * sizeof(float));
+    j->argv = malloc((j->argv_n + 1) * sizeof(void *));
+    if (!j->scratch || !j->attn || !j->argv) {
+        snprintf(err, cap, "jit: cannot allocate %zu accumulator and %zu attention scratch elements", j->scratch_n, j->attn_n);
+        jit_destroy(j);
+        return NULL;
+    }
     return j;
 }
 
@@ -219,22 +238,13 @@ void jit_destroy(Jit *j) {
     arena_free(&j->arena);
     free(j->scratch);
     free(j->attn);
+    free(j->argv);
     free(j);
 }
 
 const KirProgram *jit_program(const Jit *j) { return &j->prog; }
 
 // ---------------------------------------------------------------- running
-
-static void *need(void **buf, size_t *have, size_t n, size_t size) {
-    if (n > *have) {
-        free(*buf);
-        *buf = malloc(n * size);
-        if (!*buf) abort(); // a few times the largest kernel's accumulators; nothing to recover
-        *have = n;
-    }
-    return *buf;
-}
 
 static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
     return base + offsets[a->node] + a->offset * 4;
@@ -243,7 +253,7 @@ static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
 // Zeroes the accumulators of expression kernel k before its first row block.
 static double *acc_begin(Jit *j, const KirKernel *k, void **args) {
     size_t n = (size_t)kir_acc64_offset(k, k->nargs);
-    double *s = need((void **)&j->scratch, &j->scratch_n, n + 1, sizeof(double));
+    double *s = j->scratch; // (scratch_n >= n)
     memset(s, 0, n * sizeof(double));
     for (int a = 0; a < k->nargs; a++)
         if (k->args[a].access & KA_ACC32) memset(args[a], 0, (size_t)k->args[a].numel * 4);
@@ -280,13 +290,11 @@ static void bind(const KirKernel *k, void **args, char *base, const int64_t *off
 }
 
 static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int64_t *offsets) {
-    void *stack[16], **args = k->nargs <= 16 ? stack : malloc((size_t)k->nargs * sizeof *args);
-    if (!args) abort();
+    void **args = j->argv;
     bind(k, args, base, offsets);
     double *s = acc_begin(j, k, args);
     call(fn, args, 0, k->rows, s);
     acc_end(k, args, s);
-    if (args != stack) free(args);
 }
 
 // C = op(A) @ op(B), with the epilogue run on each block of rows while it is in cache.
@@ -306,8 +314,7 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
                   C + b * g->stride_c, g->ldc);
         return;
     }
-    void *stack[16], **args = e->nargs <= 16 ? stack : malloc((size_t)e->nargs * sizeof *args);
-    if (!args) abort();
+    void **args = j->argv;
     bind(e, args, base, offsets);
     double *s = acc_begin(j, e, args);
     int64_t block = (1 << 18) / g->N;
@@ -319,7 +326,6 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
         call(efn, args, r0, r1, s);
     }
     acc_end(e, args, s);
-    if (args != stack) free(args);
 }
 
 // Attention on the cpu: per (batch, head) S = q k^T, softmax (generated,
@@ -329,7 +335,8 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     const KirAttn *t = &k->attn;
     int bwd = k->kind == KK_ATTN_BWD;
     int64_t T = t->T, D = t->D, HD = t->H * D, KD = t->KVH * D, group = t->H / t->KVH;
-    float *S = need((void **)&j->attn, &j->attn_n, (size_t)(2 * T * T), sizeof(float)), *dP = S + T * T;
+    float *S = j->attn;       // (T, T) scores, then P
+    float *dP = S + T * T;    // (T, T) dP, then dS
     float *out = arg_ptr(&k->args[0], base, offsets);
     const float *dy = bwd ? arg_ptr(&k->args[1], base, offsets) : NULL;
     const float *q = arg_ptr(&k->args[bwd + 1], base, offsets), *kk = arg_ptr(&k->args[bwd + 2], base, offsets),

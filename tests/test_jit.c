@@ -126,7 +126,8 @@ static int check_model(const char *path, int *compared) {
             off[i] = total;
             total += (shape_numel(&n->shape) * 4 + 63) & ~(int64_t)63;
         }
-        char *A = aligned_alloc(64, (size_t)total + 64), *R = aligned_alloc(64, (size_t)total + 64);
+        char *A = aligned_alloc(64, (size_t)total + 64); // (total) bytes: every node, the JIT's side
+        char *R = aligned_alloc(64, (size_t)total + 64); // (total) bytes: the same, the reference's side
         for (int i = 0; i < s->n; i++) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;
