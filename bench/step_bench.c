@@ -142,8 +142,9 @@ int main(int argc, char **argv) {
         double dt = now_s() - t0;
         double gemm = kir ? jprof.gemm_s : prof.seconds[OP_MATMUL];
         if (getenv("STEP_BENCH_OPS") && k == steps)
-            printf("  jit: %lld GEMM calls %.1f ms, %lld generated kernel calls %.1f ms\n", (long long)jprof.gemm_calls,
-                   jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3);
+            printf("  jit: %lld GEMM calls %.1f ms, %lld generated kernel calls %.1f ms, attention %.1f ms\n",
+                   (long long)jprof.gemm_calls, jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3,
+                   jprof.attn_s * 1e3);
         if (getenv("STEP_BENCH_OPS") && k == steps)
             for (int o = 0; o < OP_COUNT; o++)
                 if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);

@@ -371,9 +371,12 @@ void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_
     switch (k->kind) {
     case KK_EXPR: run_expr(j, k, j->fn[part][i], base, offsets); break;
     case KK_GEMM: run_gemm(j, part, k, flags, base, offsets); break;
-    default:
+    default: {
+        double t0 = jit_profile ? now_s() : 0;
         if (!(flags & RUN_SKIP_HEAVY)) run_attn(j, part, k, base, offsets);
+        if (jit_profile) jit_profile->attn_s += now_s() - t0;
         break;
+    }
     }
 }
 

@@ -18,7 +18,7 @@ typedef struct Jit Jit;
 // kernels, summed while jit_profile points at one (bench/step_bench.c sets
 // it; NULL, the default, costs nothing).
 typedef struct JitProfile {
-    double gemm_s, kernel_s;
+    double gemm_s, kernel_s, attn_s; // attn_s: whole attention kernels, their GEMMs included
     int64_t gemm_calls, kernel_calls;
 } JitProfile;
 extern JitProfile *jit_profile;
