@@ -13,6 +13,7 @@
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitWriter.h>
 #include <llvm-c/Core.h>
+#include <llvm-c/DebugInfo.h>
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -181,7 +182,18 @@ static void emit_loop(Em *e, int i, int end, int loop) {
     for (int j = i; j < end; j++)
         if (k->stmts[j].op == KOP_RSUM || k->stmts[j].op == KOP_RMAX) LLVMAddIncoming(e->phi[j], &e->v[j], &latch, 1);
     LLVMValueRef more = LLVMBuildICmp(e->b, LLVMIntSLT, next, LLVMConstInt(e->i64, (unsigned long long)k->cols[loop - 1], 0), "");
-    LLVMBuildCondBr(e->b, more, body, done);
+    LLVMValueRef br = LLVMBuildCondBr(e->b, more, body, done);
+    int sums = 0;
+    for (int j = i; j < end; j++) sums |= k->stmts[j].op == KOP_RSUM && is_fp(k->stmts[j].type);
+    if (sums) { // let the vectoriser reassociate the loop's float sums (f64 accumulators: a rounding of 1e-16)
+        LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->cx, NULL, 0);
+        LLVMMetadataRef kv[2] = {LLVMMDStringInContext2(e->cx, "llvm.loop.vectorize.enable", 26),
+                                 LLVMValueAsMetadata(LLVMConstInt(e->i1, 1, 0))};
+        LLVMMetadataRef ops[2] = {tmp, LLVMMDNodeInContext2(e->cx, kv, 2)};
+        LLVMMetadataRef md = LLVMMDNodeInContext2(e->cx, ops, 2);
+        LLVMMetadataReplaceAllUsesWith(tmp, md);
+        LLVMSetMetadata(br, LLVMGetMDKindIDInContext(e->cx, "llvm.loop", 9), LLVMMetadataAsValue(e->cx, md));
+    }
     LLVMPositionBuilderAtEnd(e->b, done);
 }
 
