@@ -13,6 +13,7 @@ typedef struct AD {
     Part *part;
     PartKind pk;
     Node **adj; // (nfwd) the gradient of each forward node so far, or NULL
+    Node ***chunk_grads; // (nfwd) of a tiled part's sliced values: each chunk's gradient, (nchunks)
 } AD;
 
 static Node *emit(AD *ad, OpKind op, const Shape *shape, Loc loc, int nin, Node **in) {
@@ -97,6 +98,38 @@ static Node *packed(AD *ad, OpKind op, int64_t numel, Loc loc, int nin, Node **i
     return emit(ad, op, &flat, loc, nin, in);
 }
 
+// A tiled part's chunks slice the rows of a value apart (tile.c); its
+// gradient is their gradients joined again, the rows in order, once the
+// last chunk (chunk 0: the backward runs them last first) has its own. One
+// concat, not a full-size pad and add a chunk.
+static int tile_slice_rule(AD *ad, Node *n, Node *dy) {
+    int K = ad->part->nchunks, x = n->in[0]->id;
+    if (!ad->chunk_grads[x]) {
+        ad->chunk_grads[x] = arena_alloc(ad->a, (size_t)K * sizeof(Node *));
+        if (!ad->chunk_grads[x]) return -1;
+        memset(ad->chunk_grads[x], 0, (size_t)K * sizeof(Node *));
+    }
+    Node **g = ad->chunk_grads[x];
+    g[n->tile - 1] = dy;
+    if (n->tile != 1) return 0;
+    for (int c = 0; c < K; c++)
+        if (!g[c]) { // some chunk takes no gradient: each of the others padded to the whole
+            for (int k = 0; k < K; k++) {
+                if (!g[k]) continue;
+                Node *p = emit1(ad, OP_PAD, &n->in[0]->shape, n->loc, g[k]);
+                if (!p) return -1;
+                p->axis = n->axis;
+                p->offset = (int64_t)k * g[k]->shape.dims[n->axis];
+                if (accumulate(ad, n->in[0], p) != 0) return -1;
+            }
+            return 0;
+        }
+    Node *joined = emit(ad, OP_CONCAT, &n->in[0]->shape, n->loc, K, g);
+    if (!joined) return -1;
+    joined->axis = n->axis;
+    return accumulate(ad, n->in[0], joined);
+}
+
 static int node_rule(AD *ad, Node *n, Node *dy) {
     Node **in = n->in;
     const Shape *s = &n->shape;
@@ -175,6 +208,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_RESHAPE: return accumulate(ad, in[0], emit1(ad, OP_RESHAPE, &in[0]->shape, loc, dy));
     case OP_SLICE: {
+        if (n->tile) return tile_slice_rule(ad, n, dy);
         Node *g = emit1(ad, OP_PAD, &in[0]->shape, loc, dy);
         if (g) { g->axis = n->axis; g->offset = n->offset; }
         return accumulate(ad, in[0], g);
@@ -209,7 +243,9 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
     int nfwd = part->nodes.n;
     AD ad = {.a = a, .d = d, .part = part, .pk = pk};
     ad.adj = arena_alloc(a, (size_t)nfwd * sizeof(Node *));
-    if (!ad.adj) return -1;
+    ad.chunk_grads = arena_alloc(a, (size_t)nfwd * sizeof(Node **));
+    if (!ad.adj || !ad.chunk_grads) return -1;
+    memset(ad.chunk_grads, 0, (size_t)nfwd * sizeof(Node **));
     part->nfwd = nfwd;
     Node *out = part->output;
     if (pk == PART_TAIL) {

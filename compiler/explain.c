@@ -27,6 +27,12 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
             const Cost *c = &r->cost;
             fprintf(out, "  {\"name\": ");
             json_str(out, names[i]);
+            if (!r->plan) { // not searched
+                fprintf(out, ", \"fits\": false, \"chosen\": false, \"reason\": ");
+                json_str(out, r->why);
+                fprintf(out, "}%s\n", i + 1 < nrows ? "," : "");
+                continue;
+            }
             fprintf(out, ", \"schedule\": ");
             json_str(out, r->plan ? r->plan->schedule : "");
             fprintf(out, ", \"predicted_step_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
@@ -53,6 +59,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
     for (int i = 0; i < nrows; i++) {
         const SchedResult *r = &rows[i];
         const Cost *c = &r->cost;
+        if (!r->plan) {
+            fprintf(out, "  %-16s %10s  (%s)\n", names[i], "-", r->why);
+            continue;
+        }
         char name[64];
         snprintf(name, sizeof name, "%s%s", names[i], i == chosen ? " *" : "");
         fprintf(out, "  %-16s %10.4g %10.4g %6.2f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s, c->lower_bound_s,

@@ -1053,6 +1053,30 @@ int fuse_lifetimes(const Part *part, int *start, int *end) {
     return 0;
 }
 
+int fuse_spans(const Part *part, int *kfirst, int *kanchor) {
+    Arena a = {0};
+    KirSet s;
+    char err[256];
+    for (int i = 0; i < part->nodes.n; i++) kfirst[i] = kanchor[i] = i;
+    if (fuse_part(part, &a, &s, err, sizeof err) != 0) {
+        arena_free(&a);
+        return -1;
+    }
+    for (int i = 0; i < s.n; i++) {
+        const KirKernel *k = &s.k[i];
+        if (!kir_is_launched(k) || k->anchor < 0) continue;
+        int first = k->first;
+        const KirKernel *e = k->kind == KK_GEMM && k->gemm.epilogue >= 0 ? &s.k[k->gemm.epilogue] : NULL;
+        if (e && e->first < first) first = e->first;
+        for (int n = first; n <= k->anchor && n < part->nodes.n; n++) {
+            if (kfirst[n] > first) kfirst[n] = first;
+            if (kanchor[n] < k->anchor) kanchor[n] = k->anchor;
+        }
+    }
+    arena_free(&a);
+    return 0;
+}
+
 // ---------------------------------------------------------------- reporting
 
 static int counts_as_op(const Node *n) {

@@ -31,6 +31,12 @@ int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap);
 // the part cannot be fused (out of memory).
 int fuse_lifetimes(const Part *part, int *start, int *end);
 
+// The same per node, for a layout that follows the runs: node i is computed
+// by a kernel that runs at node kanchor[i] (reading its operands there) and
+// may write from node kfirst[i] on. Nodes no kernel computes get i, i.
+// Returns 0, or -1 when the part cannot be fused (out of memory).
+int fuse_spans(const Part *part, int *kfirst, int *kanchor);
+
 // What --dump-kernels counts, per part and direction (0 forward, 1 backward).
 // An op is a node that computes: not an input, parameter, view, reshape,
 // constant or arange. GEMM ops are matmuls; attention counts as a non-GEMM

@@ -90,6 +90,7 @@ typedef struct Node {
     int64_t offset;    // SLICE
     int heads, kv_heads, causal, trans_a, trans_b;
     int inverse;       // OP_ROPE: rotate backwards (its gradient)
+    int tile;          // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
     double eps, theta;
 } Node;
 

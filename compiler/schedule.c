@@ -98,6 +98,7 @@ typedef struct Interval {
 
 typedef struct Slot {
     int node;
+    int lo, hi; // the first and last tick of any of the node's intervals
     int64_t bytes, off;
 } Slot;
 
@@ -107,10 +108,6 @@ static int by_size(const void *a, const void *b) {
     return x->node - y->node;
 }
 
-static int by_off(const void *a, const void *b) {
-    const Slot *x = *(Slot *const *)a, *y = *(Slot *const *)b;
-    return x->off < y->off ? -1 : x->off > y->off;
-}
 
 // Whether any interval of node a meets any of node b.
 static int meet(const Interval *iv, const int *first, int a, int b) {
@@ -141,13 +138,12 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
     Slot *slot = calloc((size_t)n + 1, sizeof *slot);
     Slot **placed = calloc((size_t)n + 1, sizeof *placed);
     // A fused kernel (fuse.c) runs at its anchor, reading every argument
-    // then, and may write its results from its first node on: kstart[i] and
-    // kend[i] widen node i's writes and reads to that.
+    // then, and may write its results from its first node on: node i is
+    // written from kstart[i] and reads its operands at kend[i].
     int *kstart = malloc(((size_t)n + 1) * sizeof *kstart), *kend = malloc(((size_t)n + 1) * sizeof *kend);
     int64_t total = -1;
     if (!iv || !first || !cur || !slot || !placed || !kstart || !kend) goto done;
-    for (int i = 0; i < n; i++) kend[i] = i;
-    if (fuse_lifetimes(part, kstart, kend) != 0) goto done;
+    if (fuse_spans(part, kstart, kend) != 0) goto done;
     int niv = 0, t = 0, out = base_of(part->output)->id;
     for (int i = 0; i < n; i++) first[i] = cur[i] = -1;
     for (int i = 0; i < n; i++) // inputs: throughout
@@ -160,9 +156,9 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
         for (int i = from; i < to; i++, t++) {
             const Node *nd = part->nodes.items[i];
             if (is_alias(nd) || nd->op == OP_PARAM || nd->op == OP_INPUT) continue;
-            for (int j = 0; j < nd->nin; j++) { // read until the reading kernel's anchor (in this range)
+            int until = base + (kend[i] < to ? kend[i] : to - 1); // when node i's kernel reads
+            for (int j = 0; j < nd->nin; j++) {
                 const Node *b = base_of(nd->in[j]);
-                int until = base + (kend[b->id] < to ? (kend[b->id] > i ? kend[b->id] : i) : to - 1);
                 if (cur[b->id] >= 0 && iv[cur[b->id]].end < until) iv[cur[b->id]].end = until;
             }
             int since = base + (kstart[i] > from ? kstart[i] : from);
@@ -191,7 +187,12 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
         const Node *nd = part->nodes.items[i];
         rel[i] = -1;
         if (is_alias(nd) || nd->op == OP_PARAM || first[i] < 0) continue;
-        slot[m++] = (Slot){.node = i, .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
+        slot[m] = (Slot){.node = i, .lo = ticks, .hi = 0, .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
+        for (int k = first[i]; k >= 0; k = iv[k].next) {
+            if (iv[k].start < slot[m].lo) slot[m].lo = iv[k].start;
+            if (iv[k].end > slot[m].hi) slot[m].hi = iv[k].end;
+        }
+        m++;
     }
     qsort(slot, (size_t)m, sizeof *slot, by_size);
     total = 0;
@@ -201,13 +202,17 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
         int64_t off = 0;
         for (int q = 0; q < np; q++) {
             const Slot *u = placed[q];
-            if (u->off + u->bytes <= off || !meet(iv, first, u->node, v->node)) continue;
+            if (u->off + u->bytes <= off || u->hi < v->lo || v->hi < u->lo || !meet(iv, first, u->node, v->node))
+                continue;
             if (u->off >= off + v->bytes) break;
             off = u->off + u->bytes;
         }
         v->off = off;
-        placed[np++] = v;
-        qsort(placed, (size_t)np, sizeof *placed, by_off);
+        int at = np; // keep placed sorted by offset
+        while (at > 0 && placed[at - 1]->off > off) at--;
+        memmove(&placed[at + 1], &placed[at], (size_t)(np - at) * sizeof *placed);
+        placed[at] = v;
+        np++;
         if (off + v->bytes > total) total = off + v->bytes;
         rel[v->node] = off;
     }
@@ -257,6 +262,7 @@ typedef struct Builder {
     PtrVec ins; // of Instr*
     int serial; // every instruction on the compute engine; no events
     int tiled;  // the block's backward recomputes and differentiates chunk by chunk (tile.c)
+    int shared; // the head's and the tail's buffers lie over the frames' (nothing in a frame outlives its layer)
     int failed;
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
@@ -268,7 +274,6 @@ typedef struct Builder {
     // per frame: the last compute and copy-out events touching it (-1: none),
     // and whether it holds a layer's values that must be poisoned before reuse
     int cmp_done[MAX_SLOTS + 1], out_done[MAX_SLOTS + 1];
-    int carry; // which carry buffer holds the gradient flowing down
     int *frame_cmp, *frame_out; // (nframes) as cmp_done/out_done, for every frame
     int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
 } Builder;
@@ -428,7 +433,7 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
 }
 
 // The forward of the head and every layer. Layer l's input comes from the
-// previous layer's output, staged in the first carry buffer; streamed layers that the backward will not find
+// previous layer's output, staged in the carry buffer; streamed layers that the backward will not find
 // intact leave a checkpoint (layer, selective), kept matmul and attention
 // outputs (selective) or everything the backward reads (offload).
 // `ev_update[l]` (or -1) is the host update layer l's weights wait for.
@@ -441,10 +446,14 @@ static void forward(Builder *b, const int *ev_update, int train) {
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
     copy_in_weights(b, -1, b->globals);
     feed_inputs(b, PART_HEAD);
-    feed_inputs(b, PART_TAIL);
+    if (!b->shared) feed_inputs(b, PART_TAIL);
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
     run(b, PART_HEAD, 0, head->nfwd, -1, 0, 0);
     int64_t prev = addr(p, head->output, 0);
+    if (b->shared) { // the head's buffers lie over the first frame
+        copy(b, prev, b->carry0, b->x_bytes);
+        prev = b->carry0;
+    }
     for (int64_t l = 0; l < g->layers; l++) {
         int f = frame_of(b, l);
         // weights in, once the host updated them and the frame's last user is done
@@ -480,7 +489,15 @@ static void forward(Builder *b, const int *ev_update, int train) {
         }
         prev = b->carry0;
     }
-    copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
+    if (b->shared) { // the tail's buffers lie over the frames: once nothing reads them any more
+        for (int f = 0; f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
+        copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
+        wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
+        feed_inputs(b, PART_TAIL);
+        wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
+    } else {
+        copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
+    }
 }
 
 // The backward of layer l: weights and saved values back where needed,
@@ -526,15 +543,14 @@ static void backward_layer(Builder *b, int64_t l) {
         }
     }
     const Grad *d_x = part_grad_of(block, x);
-    copy(b, b->carry0 + b->carry * b->carry_bytes, addr(p, block->grad_seed, f), b->x_bytes);
+    copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
     if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
         int *ranges = b->ranges, nr = tiled_order(block, ranges);
         for (int r = 0; r < nr; r++) run(b, PART_BLOCK, ranges[2 * r], ranges[2 * r + 1], l, f, 0);
     } else {
         run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
     }
-    b->carry ^= 1;
-    copy(b, addr(p, d_x->grad, f), b->carry0 + b->carry * b->carry_bytes, b->x_bytes);
+    copy(b, addr(p, d_x->grad, f), b->carry0, b->x_bytes); // to the layer below
     b->frame_cmp[f] = record(b, ENG_COMPUTE);
     wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
     grads_out(b, PART_BLOCK, l, f);
@@ -591,12 +607,20 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     top += b->nframes * b->layer_bytes;
     b->frame0 = top;
     top += b->nframes * b->frame_bytes;
-    b->head0 = top;
-    top = align_up(top + bytes[PART_HEAD], ARENA_ALIGN);
-    b->tail0 = top;
-    top = align_up(top + bytes[PART_TAIL], ARENA_ALIGN);
+    b->shared = b->tiled; // no resident or intact layer: nothing in a frame outlives its layer
+    if (b->shared) {
+        b->head0 = b->tail0 = b->frame0;
+        int64_t most = bytes[PART_HEAD] > bytes[PART_TAIL] ? bytes[PART_HEAD] : bytes[PART_TAIL];
+        if (b->frame0 + most > top) top = b->frame0 + most;
+        top = align_up(top, ARENA_ALIGN);
+    } else {
+        b->head0 = top;
+        top = align_up(top + bytes[PART_HEAD], ARENA_ALIGN);
+        b->tail0 = top;
+        top = align_up(top + bytes[PART_TAIL], ARENA_ALIGN);
+    }
     b->carry0 = top;
-    top += 2 * b->carry_bytes;
+    top += b->carry_bytes;
     b->ckpt0 = top;
     if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += b->streamed * b->x_bytes;
     top = align_up(top, ARENA_ALIGN);
@@ -697,14 +721,26 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         run(&b, PART_TAIL, 0, tail->nodes.n, -1, 0, 0);
     }
     emit(&b, INS_LOSS, ENG_COMPUTE)->src = addr(p, tail->output, 0);
-    b.carry = 0;
     copy(&b, addr(p, d_tail_x->grad, 0), b.carry0, b.x_bytes);
     int ev_tail = record(&b, ENG_COMPUTE);
     wait_for(&b, ENG_COPY_OUT, ev_tail);
     grads_out(&b, PART_TAIL, -1, 0);
+    if (b.shared) { // the tail's buffers were the frames': their next users wait for it
+        int ev_out = record(&b, ENG_COPY_OUT);
+        for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_out;
+    }
     for (int64_t l = L - 1; l >= 0; l--) backward_layer(&b, l);
-    copy(&b, b.carry0 + b.carry * b.carry_bytes, addr(p, head->grad_seed, 0), b.x_bytes);
-    run(&b, PART_HEAD, head->nfwd, head->nodes.n, -1, 0, 0);
+    if (b.shared) { // the head's buffers lie over the frames: the tokens again, once the frames are done
+        for (int f = 0; f < b.nframes; f++) wait_for(&b, ENG_COMPUTE, b.frame_out[f]);
+        int ev_done = record(&b, ENG_COMPUTE);
+        for (int f = 0; f < b.nframes; f++) wait_for(&b, ENG_COPY_IN, b.frame_out[f]);
+        wait_for(&b, ENG_COPY_IN, ev_done);
+        feed_inputs(&b, PART_HEAD);
+        wait_for(&b, ENG_COMPUTE, record(&b, ENG_COPY_IN));
+    }
+    copy(&b, b.carry0, addr(p, head->grad_seed, 0), b.x_bytes);
+    // (over the frames, what the head's forward kept is gone: run it again)
+    run(&b, PART_HEAD, b.shared ? 0 : head->nfwd, head->nodes.n, -1, 0, 0);
     wait_for(&b, ENG_COPY_OUT, record(&b, ENG_COMPUTE));
     grads_out(&b, PART_HEAD, -1, 0);
     wait_for(&b, ENG_HOST, record(&b, ENG_COPY_OUT));
@@ -799,8 +835,13 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
         }
         return 0;
     }
+    int tiled = g->parts[PART_BLOCK].nchunks > 0;
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
         if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
+        if (tiled && rm != REMAT_LAYER) { // the chunks pay off only when recomputed one by one
+            if (!best->plan) snprintf(best->why, sizeof best->why, "a graph tiled by rows streams with --remat layer");
+            continue;
+        }
         if (rm == REMAT_NONE) { // every layer resident
             if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
                 snprintf(err, errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
@@ -817,7 +858,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                 SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
-                int tiled = g->parts[PART_BLOCK].nchunks && rm == REMAT_LAYER; // chunk by chunk: nothing resident
+                // chunk by chunk: nothing resident
                 c.resident = req->resident >= 0 ? req->resident : tiled ? 0 : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
                 if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;

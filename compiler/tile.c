@@ -134,6 +134,7 @@ static int tile_part(Graph *g, PartKind pk, int64_t K, Arena *a) {
                         if (!sl) return -1;
                         sl->axis = 1;
                         sl->offset = c * R;
+                        sl->tile = (int)c + 1;
                         appended++;
                         map[x->id] = sl;
                     }
