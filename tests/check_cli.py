@@ -74,7 +74,7 @@ def main():
     # the scheduler's flags refuse what they do not know, with exit status 2
     for bad in [["--remat", "some"], ["--policy", "fast"], ["--slots", "4"], ["--slots", "0"], ["--resident", "-1"],
                 ["--checkpoints", "disk"], ["--batch", "many"], ["--policy", "megatrain", "--remat", "layer"],
-                ["--policy", "sequential", "--slots", "2"]]:
+                ["--policy", "sequential", "--slots", "2"], ["--tile", "0"], ["--tile", "x"]]:
         p = run(mtc, tiny, *bad, "--explain")
         check(p.returncode == 2 and "Try 'mtc --help'" in p.stderr and not p.stdout, f"mtc {' '.join(bad)} refused", p)
     p = run(mtc, tiny, "--resident", "9", "--explain")
@@ -105,6 +105,19 @@ def main():
             ok = ok and not chosen and not any(r["fits"] for r in rows.values()) and \
                 all("host memory" in r["reason"] for r in rows.values())
         check(ok, f"--explain --json {model} on {target}", p)
+    # MegaTrain's long-context headline: llama3-8b at sequence 524288, batch 1,
+    # fits the 96 GB GH200 once mtc tiles the rows (--tile auto, the default)
+    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "gh200", "--seq", "524288", "--batch", "1", "--explain", "--json")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    chosen = [r for r in d.get("policies", []) if r.get("chosen")]
+    check(d.get("seq") == 524288 and len(chosen) == 1 and chosen[0]["fits"] and "tile=" in chosen[0]["schedule"] and
+          "tile=1 " not in chosen[0]["schedule"] + " " and chosen[0]["device_peak_bytes"] <= 96e9,
+          "llama3-8b at seq 524288 fits gh200, tiled", p)
+    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "gh200", "--seq", "524288", "--batch", "1", "--tile", "1",
+            "--explain", "--json")
+    d = json.loads(p.stdout) if p.returncode == 0 else {}
+    check(d.get("policies") and not any(r.get("chosen") for r in d["policies"]), "untiled, it does not fit", p)
+
     # without --json: a table with the chosen row marked
     p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--explain")
     check(p.returncode == 0 and re.search(r"^  \w+ \* ", p.stdout, re.M) and "megatrain" in p.stdout,

@@ -11,6 +11,8 @@ equal:    the losses of the first 5 steps through the plan (cpu backend,
           optimizer as far ahead of compute as the plan's events let them,
           as late as they may, and a seeded mix), with 1 and with 2
           micro-batches a step.
+tile:     plans tiled by rows (mtc --tile) equal their reference and the
+          untiled reference.
 matrix:   the same for the plans of one target profile (a file, or default:
           no --target), every --remat mode x every --policy that mtc knows;
           a configuration mtc refuses as not fitting the target is skipped,
@@ -125,11 +127,40 @@ def matrix(mtc, mtrun, model, target, tmp):
     print(f"ok: {checked} plans equal the reference under every order ({skipped} configurations do not fit)")
 
 
+def tile(mtc, mtrun, model, tmp):
+    """Row tiling (mtc --tile) changes where rows are computed, not what:
+    the tiled plan's losses equal its reference's under every order, and
+    the untiled reference's to 1e-5, for several chunk counts and schedules
+    (one slot or two, checkpoints on the device or in host memory, and the
+    tiny-2layers profile, where the head and tail lie over the frames)."""
+    plan = os.path.join(tmp, "untiled.bin")
+    p = run(mtc, model, "--batch", "2", "-o", plan)
+    if p.returncode != 0:
+        fail("mtc (untiled) failed", p)
+    untiled = losses_of(mtrun, plan, os.path.join(tmp, "u.jsonl"), ["--reference"])
+    for flags in (["--tile", "2"], ["--tile", "4", "--remat", "layer", "--slots", "1", "--checkpoints", "host"],
+                  ["--tile", "8", "--remat", "layer", "--slots", "2", "--checkpoints", "device"],
+                  ["--tile", "4", "--target", "tiny-2layers"]):
+        what = f"{os.path.basename(model)} --batch 2 {' '.join(flags)}"
+        tiled = os.path.join(tmp, "tiled.bin")
+        p = run(mtc, model, "--batch", "2", *flags, "-o", tiled)
+        if p.returncode != 0:
+            fail(f"mtc {what} failed", p)
+        got = check_equal(mtrun, tiled, tmp, what)
+        for i, (x, y) in enumerate(zip(got, untiled)):
+            if not abs(x - y) <= 1e-5 * abs(y):
+                fail(f"{what}: step {i + 1}: tiled loss {x!r}, untiled {y!r} (all: {got} vs {untiled[:5]})")
+        print(f"ok: {what}: the same losses as untiled")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "matrix":
             matrix(mtc, mtrun, model, sys.argv[5], tmp)
+            return
+        if mode == "tile":
+            tile(mtc, mtrun, model, tmp)
             return
         plan = os.path.join(tmp, "p.bin")
         p = run(mtc, model, "-o", plan)
