@@ -11,7 +11,10 @@
 // Prints ms/step and achieved GFLOP/s, counting the GEMM FLOPs of forward
 // and backward once (the recomputed forward is not counted: it is overhead),
 // the share of the step spent outside GEMMs, and the rate of one sgemm of
-// the model's MLP shape, with the ratio of the two rates.
+// the model's MLP shape, with the ratio of the two rates. The step runs the
+// plan's fused kernels through the JIT; a second backend running the plain
+// reference kernels is stepped in turn, and the ratio of the two step times
+// printed (STEP_BENCH_REFERENCE=1: the reference alone).
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -110,6 +113,18 @@ int main(int argc, char **argv) {
         return 1;
     }
     store_init(&hs, p, 1);
+    // the plain kernels on a second backend, stepped in turn with the first, so
+    // that a noisy machine slows both alike
+    Backend *ref_be = NULL;
+    if (kir) {
+        p->kernels_len = 0;
+        ref_be = backend_cpu_create(p, err, sizeof err);
+        p->kernels_len = kir_len;
+        if (!ref_be) {
+            fprintf(stderr, "step_bench: %s\n", err);
+            return 1;
+        }
+    }
     int64_t BT = g->train.batch * g->train.seq;
     int32_t *tokens = malloc((size_t)BT * 4), *targets = malloc((size_t)BT * 4);
     for (int64_t i = 0; i < BT; i++) tokens[i] = targets[i] = (int32_t)(i * 7919 % 256);
@@ -120,7 +135,7 @@ int main(int argc, char **argv) {
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
                    (double)g->layers * gemm_flops(block, 0, block->nodes.n);
     AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1};
-    double best = 1e30, best_fb = 1e30, best_outside = 0;
+    double best = 1e30, best_fb = 1e30, best_outside = 0, best_ref = 1e30;
     ExecProfile prof;
     JitProfile jprof;
     exec_profile = &prof;
@@ -153,6 +168,17 @@ int main(int argc, char **argv) {
             best_outside = (dt - gemm) / dt;
         }
         if (k > 0 && t1 - t0 < best_fb) best_fb = t1 - t0;
+        if (ref_be) {
+            double r0 = now_s();
+            memset(hs.g, 0, (size_t)hs.n * 4);
+            Replay rr = {.p = p, .be = ref_be, .hs = &hs, .act = act};
+            if (replay(&rr, p->train, p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
+                fprintf(stderr, "step_bench: %s\n", err);
+                return 1;
+            }
+            adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
+            if (k > 0 && now_s() - r0 < best_ref) best_ref = now_s() - r0;
+        }
     }
     int64_t C = g->parts[PART_BLOCK].output->shape.dims[2];
     double sgemm = sgemm_rate((int)BT, (int)(4 * C), (int)C), achieved = flops / best / 1e9;
@@ -163,6 +189,9 @@ int main(int argc, char **argv) {
            kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
+    if (ref_be)
+        printf("plain reference kernels, stepped in turn in the same run: %.1f ms/step; generated/reference time %.2f\n",
+               best_ref * 1e3, best / best_ref);
     if (target) {
         Cost c;
         cost_plan(p, &tgt, &c);
@@ -170,6 +199,7 @@ int main(int argc, char **argv) {
                p->schedule, c.step_s * 1e3, best * 1e3, best / c.step_s);
     }
     be->destroy(be);
+    if (ref_be) ref_be->destroy(ref_be);
     free(kir);
     free(bc);
     free(act);
