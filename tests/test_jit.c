@@ -115,6 +115,26 @@ static int check_model(const char *path, int *compared) {
                         : n->op == OP_CROSS_ENTROPY_BWD ? n->shape.dims[n->shape.rank - 1] : ids;
             if (v < ids) ids = v;
         }
+    // an emitter failure names the kernel and the op its statement came from
+    for (int i = 0; j && i < kp.parts[PART_BLOCK].n; i++) {
+        KirKernel *k = &kp.parts[PART_BLOCK].k[i];
+        if (k->kind != KK_EXPR || k->nstmts < 2) continue;
+        uint8_t *bad = NULL;
+        size_t bad_len = 0;
+        int last = k->nstmts - 1, op = k->stmts[last].op;
+        k->stmts[last].op = KOP_COUNT;
+        char want[64], what[96];
+        snprintf(want, sizeof want, "kernel %s", kir_symbol(what, sizeof what, PART_BLOCK, i));
+        const Node *n = g->parts[PART_BLOCK].nodes.items[k->stmts[last].node];
+        int refused = emit_llvm(&kp, g, &bad, &bad_len, err, sizeof err) != 0;
+        int named = refused && strstr(err, want) && strstr(err, op_name(n->op));
+        printf("%s %s: a bad statement is refused naming its kernel and op: %s\n", named ? "ok  " : "FAIL", path,
+               refused ? err : "accepted");
+        failed += !named;
+        k->stmts[last].op = (uint8_t)op;
+        free(bad);
+        break;
+    }
     for (int p = 0; j && p < PART_COUNT; p++) {
         const Part *part = &g->parts[p];
         const KirSet *s = &jit_program(j)->parts[p];
