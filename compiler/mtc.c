@@ -45,7 +45,7 @@ static const char USAGE[] =
     "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
     "  --batch N|auto   batch size (overrides the train section); auto: the largest that fits\n"
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
-    "                   sequence (long sequences); auto (default): only when nothing fits untiled\n"
+    "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -158,22 +158,26 @@ static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, 
 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
 
-// The graph, tiled as --tile says; with auto, untiled unless nothing fits
-// untiled, then the fewest chunks (a power of two) that make a plan fit.
+// The graph, tiled as --tile says; with auto, the fastest of untiled and
+// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits.
 static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
                     Diag *d) {
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
     if (!g || tile_arg) return g;
     char err[1024];
-    SchedResult r;
-    if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0 || r.fits) return g;
-    for (int64_t k = 2; k <= 4096 && g->train.seq % k == 0; k *= 2) {
+    SchedResult best, r;
+    if (schedule_search(g, t, req, a, &best, err, sizeof err) != 0) return g;
+    Graph *pick = g;
+    for (int64_t k = 2; k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
         Graph *tg = lower_tiled(m, opt, k, a, d);
         if (!tg) return NULL;
-        if (schedule_search(tg, t, req, a, &r, err, sizeof err) != 0) return g;
-        if (r.fits) return tg;
+        if (schedule_search(tg, t, req, a, &r, err, sizeof err) != 0) break;
+        if (r.fits && (!best.fits || r.cost.step_s < best.cost.step_s * 0.999)) {
+            best = r;
+            pick = tg;
+        }
     }
-    return g;
+    return pick;
 }
 
 // --batch auto: the largest batch whose best plan fits, doubling from 1 and

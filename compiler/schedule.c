@@ -838,10 +838,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
     int tiled = g->parts[PART_BLOCK].nchunks > 0;
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
         if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
-        if (tiled && rm != REMAT_LAYER) { // the chunks pay off only when recomputed one by one
-            if (!best->plan) snprintf(best->why, sizeof best->why, "a graph tiled by rows streams with --remat layer");
-            continue;
-        }
+
         if (rm == REMAT_NONE) { // every layer resident
             if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
                 snprintf(err, errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
@@ -858,8 +855,9 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                 SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
-                // chunk by chunk: nothing resident
-                c.resident = req->resident >= 0 ? req->resident : tiled ? 0 : most_resident(g, t, c, a, err, errcap);
+                // recomputed chunk by chunk: nothing resident
+                int chunked = tiled && rm == REMAT_LAYER;
+                c.resident = req->resident >= 0 ? req->resident : chunked ? 0 : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
                 if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
             }

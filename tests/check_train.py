@@ -131,8 +131,9 @@ def tile(mtc, mtrun, model, tmp):
     """Row tiling (mtc --tile) changes where rows are computed, not what:
     the tiled plan's losses equal its reference's under every order, and
     the untiled reference's to 1e-5, for several chunk counts and schedules
-    (one slot or two, checkpoints on the device or in host memory, and the
-    tiny-2layers profile, where the head and tail lie over the frames)."""
+    (one slot or two, checkpoints on the device or in host memory, the
+    tiny-2layers profile, where the head and tail lie over the frames, and
+    the other remat modes, which tile only the tail's work)."""
     plan = os.path.join(tmp, "untiled.bin")
     p = run(mtc, model, "--batch", "2", "-o", plan)
     if p.returncode != 0:
@@ -140,7 +141,10 @@ def tile(mtc, mtrun, model, tmp):
     untiled = losses_of(mtrun, plan, os.path.join(tmp, "u.jsonl"), ["--reference"])
     for flags in (["--tile", "2"], ["--tile", "4", "--remat", "layer", "--slots", "1", "--checkpoints", "host"],
                   ["--tile", "8", "--remat", "layer", "--slots", "2", "--checkpoints", "device"],
-                  ["--tile", "4", "--target", "tiny-2layers"]):
+                  ["--tile", "4", "--target", "tiny-2layers"],
+                  ["--tile", "4", "--remat", "offload", "--slots", "1", "--resident", "0"],
+                  ["--tile", "4", "--remat", "selective", "--slots", "1", "--resident", "0"],
+                  ["--tile", "2", "--remat", "none"]):
         what = f"{os.path.basename(model)} --batch 2 {' '.join(flags)}"
         tiled = os.path.join(tmp, "tiled.bin")
         p = run(mtc, model, "--batch", "2", *flags, "-o", tiled)
