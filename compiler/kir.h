@@ -14,7 +14,12 @@
 //             the mean loss).
 //   KK_GEMM   a library call: C = op(A) @ op(B), row-major, `batch` times;
 //             optionally followed, row block by row block, by an epilogue
-//             expression kernel that reads C (`epilogue`, -1: none).
+//             expression kernel that reads C only at the rows it computes
+//             (`epilogue`, -1: none; batch is then 1 and the epilogue has
+//             M rows). The pair runs at the epilogue's anchor. On a GPU an
+//             epilogue that no cuBLASLt epilogue expresses is a second launch.
+//             A selective-recompute run (RUN_SKIP_HEAVY) skips the GEMM but
+//             still runs its epilogue over all rows.
 //   KK_ATTN, KK_ATTN_BWD
 //             attention forward / backward of one graph node: causal or not,
 //             grouped-query. On the GPU a flash template; on the cpu a
@@ -123,8 +128,10 @@ typedef struct KirGemm {
 typedef struct KirAttn {
     int64_t B, T, H, KVH, D; // q [B, T, H*D], k and v [B, T, KVH*D]
     int32_t causal;
-    int32_t helper[2];       // cpu composite: expression kernels over [T, T] scratch: forward
-                             // softmax (scaled, masked) and backward (dscores); -1: none
+    int32_t helper[2];       // cpu composite: expression kernels of T rows over scratch: [0] the
+                             // softmax of scaled, masked scores in place (arg 0: S, T x T);
+                             // [1] dS = P * (dP - rowsum(P * dP)) * scale into dP (arg 0: P,
+                             // arg 1: dP, offset T*T in a [2, T, T] scratch); -1: none
 } KirAttn;
 
 typedef struct KirKernel {
