@@ -159,64 +159,73 @@ static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
 
 // The graph, tiled as --tile says; with auto, the fastest of untiled and
-// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits.
+// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits. With
+// r, *r is the best plan for the graph returned (r->plan NULL, and a
+// message in err, when the scheduler cannot stream it); without r and with
+// a fixed tiling nothing is scheduled. NULL after reporting.
 static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
-                    Diag *d) {
+                    Diag *d, SchedResult *r, char *err, size_t errcap) {
+    SchedResult mine, *best = r ? r : &mine, next;
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
-    if (!g || tile_arg) return g;
-    char err[1024];
-    SchedResult best, r;
-    if (schedule_search(g, t, req, a, &best, err, sizeof err) != 0) return g;
+    if (!g || (tile_arg && !r)) return g;
+    if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
+        best->plan = NULL;
+        return g;
+    }
     Graph *pick = g;
-    for (int64_t k = 2; k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
+    for (int64_t k = 2; !tile_arg && k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
         Graph *tg = lower_tiled(m, opt, k, a, d);
         if (!tg) return NULL;
-        if (schedule_search(tg, t, req, a, &r, err, sizeof err) != 0) break;
-        if (r.fits && (!best.fits || r.cost.step_s < best.cost.step_s * 0.999)) {
-            best = r;
+        if (schedule_search(tg, t, req, a, &next, err, errcap) != 0) break;
+        if (next.fits && (!best->fits || next.cost.step_s < best->cost.step_s * 0.999)) {
+            *best = next;
             pick = tg;
         }
     }
     return pick;
 }
 
-// --batch auto: the largest batch whose best plan fits, doubling from 1 and
-// then bisecting. Returns the graph at that batch, or NULL (reported).
-static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
-                               Diag *d) {
+// The graph at batch b and its best plan in *r. NULL after reporting.
+static Graph *lower_at_batch(const Model *m, SemaOptions *opt, int64_t b, const Target *t, const SchedRequest *req,
+                             Arena *a, Diag *d, SchedResult *r) {
     char err[1024];
+    opt->batch = b;
+    Graph *g = lower(m, opt, t, req, a, d, r, err, sizeof err);
+    if (g && !r->plan) {
+        fprintf(stderr, "mtc: error: %s\n", err);
+        return NULL;
+    }
+    return g;
+}
+
+// --batch auto: the largest batch whose best plan fits, doubling from 1 and
+// then bisecting. Returns the graph at that batch with its best plan in *r,
+// or NULL (reported).
+static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
+                               Diag *d, SchedResult *r) {
     int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
+    Graph *fit = NULL;
+    SchedResult at;
     for (int64_t b = 1; !hi; b *= 2) {
-        opt->batch = b;
-        Graph *g = lower(m, opt, t, req, a, d);
-        SchedResult r;
+        Graph *g = lower_at_batch(m, opt, b, t, req, a, d, &at);
         if (!g) return NULL;
-        if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
-            fprintf(stderr, "mtc: error: %s\n", err);
+        if (!at.fits && b == 1) {
+            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, at.why);
             return NULL;
         }
-        if (r.fits) lo = b;
+        if (at.fits) lo = b, fit = g, *r = at;
         else hi = b;
         if (b >= ((int64_t)1 << 20)) hi = b * 2;
-        if (!lo && hi) {
-            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, r.why);
-            return NULL;
-        }
     }
     while (hi - lo > 1) {
-        opt->batch = lo + (hi - lo) / 2;
-        Graph *g = lower(m, opt, t, req, a, d);
-        SchedResult r;
+        int64_t mid = lo + (hi - lo) / 2;
+        Graph *g = lower_at_batch(m, opt, mid, t, req, a, d, &at);
         if (!g) return NULL;
-        if (schedule_search(g, t, req, a, &r, err, sizeof err) != 0) {
-            fprintf(stderr, "mtc: error: %s\n", err);
-            return NULL;
-        }
-        if (r.fits) lo = opt->batch;
-        else hi = opt->batch;
+        if (at.fits) lo = mid, fit = g, *r = at;
+        else hi = mid;
     }
     opt->batch = lo;
-    return lower(m, opt, t, req, a, d);
+    return fit;
 }
 
 // --explain: every remat mode under the mt policy, then the baselines; the
@@ -362,9 +371,11 @@ int main(int argc, char **argv) {
     Arena arena = {0};
     int rc = 1;
     Model *model = dsl_parse(&src, &arena, &diag);
+    SchedResult best = {0}; // the plan -o writes
+    char serr[1024] = "";
     Graph *g = !model ? NULL
-               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag)
-                            : lower(model, &opt, &tgt, &req, &arena, &diag);
+               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, &best)
+                            : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
@@ -385,18 +396,16 @@ int main(int argc, char **argv) {
             summary_print(stdout, g, path);
         }
         if (out_path && rc == 0) {
-            char serr[1024];
-            SchedResult r;
-            if (schedule_search(g, &tgt, &req, &arena, &r, serr, sizeof serr) != 0) {
+            if (!best.plan) {
                 fprintf(stderr, "mtc: error: %s\n", serr);
                 rc = 1;
-            } else if (!r.fits) {
+            } else if (!best.fits) {
                 fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name,
-                        tgt.name, policy_name(req.policy), remat_name(req.remat), r.why);
+                        tgt.name, policy_name(req.policy), remat_name(req.remat), best.why);
                 rc = 1;
-            } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, r.plan, NULL, &arena) != 0) {
+            } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, best.plan, NULL, &arena) != 0) {
                 rc = 1;
-            } else if (write_plan(r.plan, &src, out_path) != 0) {
+            } else if (write_plan(best.plan, &src, out_path) != 0) {
                 rc = 1;
             }
         }
