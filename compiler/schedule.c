@@ -268,13 +268,10 @@ typedef struct Builder {
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
     int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
     int64_t act_layer_bytes; // host activation store bytes per streamed layer
-    int64_t *frame_rel;      // (block nodes) offsets inside a frame
     int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
     int nframes;
-    // per frame: the last compute and copy-out events touching it (-1: none),
-    // and whether it holds a layer's values that must be poisoned before reuse
-    int cmp_done[MAX_SLOTS + 1], out_done[MAX_SLOTS + 1];
-    int *frame_cmp, *frame_out; // (nframes) as cmp_done/out_done, for every frame
+    // (nframes) per frame: the last compute and copy-out events touching it (-1: none)
+    int *frame_cmp, *frame_out;
     int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
 } Builder;
 
@@ -432,6 +429,22 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
         }
 }
 
+// Offload: everything layer l's backward reads of its forward goes to the
+// layer's place in the host activation store after the forward (restore 0)
+// and comes back before the backward (restore 1).
+static void offload_copies(Builder *b, int64_t l, int f, int restore) {
+    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    int64_t h = act_addr(b, l);
+    for (int i = 0; i < block->nfwd; i++)
+        if (b->need->saved[i]) {
+            const Node *n = block->nodes.items[i];
+            int64_t nb = node_bytes(n);
+            if (restore) load(b, h, addr(b->p, n, f), nb);
+            else save(b, addr(b->p, n, f), h, nb);
+            h += align_up(nb, ARENA_ALIGN);
+        }
+}
+
 // The forward of the head and every layer. Layer l's input comes from the
 // previous layer's output, staged in the carry buffer; streamed layers that the backward will not find
 // intact leave a checkpoint (layer, selective), kept matmul and attention
@@ -474,17 +487,8 @@ static void forward(Builder *b, const int *ev_update, int train) {
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
         if (leave && b->c->ckpt_host) {
             wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
-            if (rm == REMAT_OFFLOAD) {
-                int64_t h = act_addr(b, l);
-                for (int i = 0; i < block->nfwd; i++)
-                    if (b->need->saved[i]) {
-                        int64_t nb = node_bytes(block->nodes.items[i]);
-                        save(b, addr(p, block->nodes.items[i], f), h, nb);
-                        h += align_up(nb, ARENA_ALIGN);
-                    }
-            } else {
-                save(b, xa, act_addr(b, l), b->x_bytes);
-            }
+            if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 0);
+            else save(b, xa, act_addr(b, l), b->x_bytes);
             b->frame_out[f] = record(b, ENG_COPY_OUT);
         }
         prev = b->carry0;
@@ -516,17 +520,8 @@ static void backward_layer(Builder *b, int64_t l) {
         int loads = b->c->ckpt_host;
         if (loads) {
             claim_frame(b, f, ENG_COPY_IN);
-            if (rm == REMAT_OFFLOAD) {
-                int64_t h = act_addr(b, l);
-                for (int i = 0; i < block->nfwd; i++)
-                    if (b->need->saved[i]) {
-                        int64_t nb = node_bytes(block->nodes.items[i]);
-                        load(b, h, addr(p, block->nodes.items[i], f), nb);
-                        h += align_up(nb, ARENA_ALIGN);
-                    }
-            } else {
-                load(b, act_addr(b, l), addr(p, x, f), b->x_bytes);
-            }
+            if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 1);
+            else load(b, act_addr(b, l), addr(p, x, f), b->x_bytes);
         }
         int ev_w = record(b, ENG_COPY_IN);
         if (!loads) claim_frame(b, f, ENG_COMPUTE);
@@ -598,7 +593,6 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
         if (bytes[pk] < 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     }
     b->frame_bytes = align_up(bytes[PART_BLOCK], ARENA_ALIGN);
-    b->frame_rel = rel[PART_BLOCK];
 
     int64_t top = 0;
     b->globals = top;
@@ -692,13 +686,9 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (!b.ranges) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL;
     if (layout_only) return p;
-    b.frame_cmp = b.cmp_done;
-    b.frame_out = b.out_done;
-    if (b.nframes > MAX_SLOTS + 1) {
-        b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
-        b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
-        if (!b.frame_cmp || !b.frame_out) goto oom;
-    }
+    b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
+    b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
+    if (!b.frame_cmp || !b.frame_out) goto oom;
 
     // 4. The training stream. The host updates globals then layers in
     //    forward order, each layer's weights going in right after; the
