@@ -1022,37 +1022,6 @@ int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap) {
     return 0;
 }
 
-static void widen(const KirKernel *k, int first, int anchor, int *start, int *end) {
-    for (int a = 0; a < k->nargs; a++) {
-        int n = k->args[a].node;
-        if (n < 0) continue;
-        if (end[n] < anchor) end[n] = anchor;
-        if ((k->args[a].access & ~(KA_READ | KA_ROWLOCAL)) && start[n] > first) start[n] = first;
-    }
-}
-
-int fuse_lifetimes(const Part *part, int *start, int *end) {
-    Arena a = {0};
-    KirSet s;
-    char err[256];
-    for (int i = 0; i < part->nodes.n; i++) start[i] = i;
-    if (fuse_part(part, &a, &s, err, sizeof err) != 0) {
-        arena_free(&a);
-        return -1;
-    }
-    for (int i = 0; i < s.n; i++) {
-        const KirKernel *k = &s.k[i];
-        if (!kir_is_launched(k)) continue;
-        int first = k->first;
-        const KirKernel *e = k->kind == KK_GEMM && k->gemm.epilogue >= 0 ? &s.k[k->gemm.epilogue] : NULL;
-        if (e && e->first < first) first = e->first;
-        widen(k, first, k->anchor, start, end);
-        if (e) widen(e, first, k->anchor, start, end);
-    }
-    arena_free(&a);
-    return 0;
-}
-
 int fuse_spans(const Part *part, int *kfirst, int *kanchor) {
     Arena a = {0};
     KirSet s;

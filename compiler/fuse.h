@@ -23,18 +23,12 @@
 // -1 with a message naming the node it could not lower in err.
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap);
 
-// Widens node lifetimes for an arena layout to what the fused kernels need:
-// a kernel reads its arguments and writes its results while it runs, which
-// is at its anchor, and its results may be written from its first node on.
-// start[i] (set here to i, then lowered) and end[i] (the last node reading
-// node i, raised) bound node i's life in node steps. Returns 0, or -1 when
-// the part cannot be fused (out of memory).
-int fuse_lifetimes(const Part *part, int *start, int *end);
-
-// The same per node, for a layout that follows the runs: node i is computed
-// by a kernel that runs at node kanchor[i] (reading its operands there) and
-// may write from node kfirst[i] on. Nodes no kernel computes get i, i.
-// Returns 0, or -1 when the part cannot be fused (out of memory).
+// Node lifetimes for an arena layout, as the fused kernels need them: a
+// kernel reads its arguments and writes its results while it runs, which is
+// at its anchor, and its results may be written from its first node on.
+// Node i is computed by a kernel that runs at node kanchor[i] (reading its
+// operands there) and may write from node kfirst[i] on; nodes no kernel
+// computes get i, i. Returns 0, or -1 when the part cannot be fused (out of memory).
 int fuse_spans(const Part *part, int *kfirst, int *kanchor);
 
 // What --dump-kernels counts, per part and direction (0 forward, 1 backward).
