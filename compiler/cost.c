@@ -80,8 +80,8 @@ static int resource_of(const Instr *in, const Target *t) {
     }
 }
 
-double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
-                     double *end) {
+double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, const double *dur, int host_work,
+                     double *start, double *end) {
     double engine[ENG_COUNT] = {0}, busy[RES_COUNT] = {0}, last = 0;
     // A cpu target runs every engine on the one thread of the cpu backend:
     // one resource for all the work.
@@ -95,7 +95,9 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, in
         double at = engine[in->engine];
         if (in->kind == INS_WAIT && fired[in->event] > at) at = fired[in->event];
         int r = one_thread && resource_of(in, t) != RES_NONE ? RES_DEVICE : resource_of(in, t);
-        double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : cost_instr(p, in, t);
+        double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0
+                   : dur                                                          ? dur[i]
+                                                                                  : cost_instr(p, in, t);
         if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
         double done = at + d;
         if (r != RES_NONE && d > 0) busy[r] = done;
@@ -117,15 +119,15 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
     c->host_bytes = params * 16 + p->host_act_bytes;
     const Part *block = &g->parts[PART_BLOCK];
     double layer_in_bytes = 0, block_forward_s = 0;
+    double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double s = cost_instr(p, in, t);
+        if (dur) dur[i] = s;
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
-            if (in->part == PART_BLOCK && in->from < block->nfwd)
-                block_forward_s += run_time(block, in->from, in->to < block->nfwd ? in->to : block->nfwd, in->flags, t,
-                                            compute);
+            if (in->part == PART_BLOCK && in->to <= block->nfwd) block_forward_s += s; // (no block RUN straddles nfwd)
             break;
         case INS_COPY_IN:
         case INS_INPUT:
@@ -151,8 +153,9 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
     c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * 4.0) : 0;
     // A step: the first micro-batch does the host's work, the others only
     // wait for what they need of it (nothing: the updates are done).
-    double first = cost_simulate(p, p->train, p->ntrain, t, 1, NULL, NULL);
-    double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, 0, NULL, NULL) : 0;
+    double first = cost_simulate(p, p->train, p->ntrain, t, dur, 1, NULL, NULL);
+    double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, dur, 0, NULL, NULL) : 0;
+    free(dur);
     c->step_s = first + (double)(g->train.accumulate - 1) * rest;
     double acc = (double)g->train.accumulate;
     double useful = (c->compute_s - c->recompute_s) * acc, in_once = (double)params * 4.0 / t->h2d_bandwidth,

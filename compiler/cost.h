@@ -29,11 +29,13 @@ void cost_plan(const Plan *p, const Target *t, Cost *c);
 // fired and the resource it needs (the device, the host link in its
 // direction or both when the link is not duplex, the host's memory) is
 // free. On a cpu target (arch cpu) one thread does all the work, so every
-// instruction waits for every other. Host instructions cost nothing unless host_work. Writes each
-// instruction's start and end (seconds) when start/end are not NULL.
+// instruction waits for every other. dur[i] is instruction i's time
+// (cost_instr), or NULL to compute it here. Host instructions cost nothing
+// unless host_work. Writes each instruction's start and end (seconds) when
+// start/end are not NULL.
 // Returns the time the last engine finishes.
-double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, int host_work, double *start,
-                     double *end);
+double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, const double *dur, int host_work,
+                     double *start, double *end);
 
 // The predicted time of one instruction on its resource.
 double cost_instr(const Plan *p, const Instr *in, const Target *t);

@@ -140,7 +140,7 @@ int explain_trace(const char *path, const Plan *p, const Target *t, char *err, s
         snprintf(err, errcap, "out of memory");
         return -1;
     }
-    cost_simulate(p, p->train, p->ntrain, t, 1, start, end);
+    cost_simulate(p, p->train, p->ntrain, t, NULL, 1, start, end);
     int first = 1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
