@@ -2,9 +2,9 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 2, all integers little-endian:
+// File format, version 3, all integers little-endian:
 //
-//   header   "MTPLAN\0\0" (8 bytes), u32 version = 1, u32 endian = 0x01020304,
+//   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
 //   table    per section: u32 id, u32 crc32 of its bytes, u64 offset, u64 size
 //   sections SOURCE, CONFIG, GRAPH, HOST, ARENA, STREAMS, KERNELS (ids 1..7),
@@ -21,7 +21,7 @@
 
 #include "../compiler/graph.h"
 
-enum { PLAN_VERSION = 2, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 3, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
@@ -42,8 +42,10 @@ typedef enum {
 typedef enum { ENG_COMPUTE, ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COUNT } Engine;
 
 typedef enum {
-    INS_COPY_IN,  // host master weights [src, src + bytes/4) floats -> arena [dst, dst + bytes)
-    INS_COPY_OUT, // arena [src, src + bytes) -> added into host gradients from float dst
+    INS_COPY_IN,  // layer `layer`'s weights as they stream, from element src of the host store: the fp32
+                  // master, or its bf16 copy with XFER_BF16 -> arena [dst, dst + bytes)
+    INS_COPY_OUT, // arena [src, src + bytes), fp32 or with XFER_BF16 bf16 -> added into the host's fp32
+                  // gradient accumulators from element dst
     INS_COPY,     // arena [src, ...) -> arena [dst, ...), bytes
     INS_INPUT,    // model input `input` (the batch's tokens or targets) -> arena [dst, dst + bytes)
     INS_RUN,      // run nodes [from, to) of part `part` in block frame `frame` for layer `layer`; flags RUN_*
@@ -58,9 +60,11 @@ typedef enum {
     INS_COUNT
 } InsKind;
 
-// INS_RUN flags. RUN_SKIP_HEAVY: skip matmul and attention nodes, whose
-// outputs the schedule restored (selective recomputation).
-enum { RUN_SKIP_HEAVY = 1 };
+// Instruction flags. INS_RUN: RUN_SKIP_HEAVY, skip matmul and attention
+// nodes, whose outputs the schedule restored (selective recomputation).
+// INS_COPY_IN, INS_COPY_OUT: XFER_BF16, the device side holds bf16 (the
+// storage rule, common/storage.h, says which).
+enum { RUN_SKIP_HEAVY = 1, XFER_BF16 = 2 };
 
 typedef struct Instr {
     int32_t kind;     // InsKind
@@ -70,7 +74,7 @@ typedef struct Instr {
     int32_t input;    // INS_INPUT
     int32_t from, to; // INS_RUN
     int32_t frame;    // INS_RUN of the block: which frame's offsets (0 for the head and tail)
-    int32_t flags;    // INS_RUN
+    int32_t flags;    // INS_RUN: RUN_SKIP_HEAVY; INS_COPY_IN, INS_COPY_OUT: XFER_BF16
     int32_t event;    // INS_RECORD, INS_WAIT: 0 .. nevents-1, each recorded once per stream
     int64_t src, dst, bytes;
 } Instr;
@@ -83,11 +87,12 @@ typedef struct Plan {
     uint32_t source_crc;
     // CONFIG and GRAPH (the graph holds the TrainConfig)
     Graph *graph;
-    // HOST: the host store is floats: the global segment, then one segment a
-    // layer, each contiguous so that a layer is one copy.
-    int64_t host_global;   // floats in the global segment
-    int64_t host_layer;    // floats in each layer's segment
-    int64_t *param_offset; // (graph->params.n) floats from the start of its segment
+    // HOST: every array of the host store (master, moments, accumulators,
+    // the bf16 copy) has the same layout in elements: the global segment,
+    // then one segment a layer, each contiguous so that a layer is one copy.
+    int64_t host_global;   // elements in the global segment
+    int64_t host_layer;    // elements in each layer's segment
+    int64_t *param_offset; // (graph->params.n) elements from the start of its segment
     int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
     // ARENA
     int64_t arena_bytes;

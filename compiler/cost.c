@@ -1,59 +1,119 @@
 #include "cost.h"
 
+#include "fuse.h"
+#include "../common/storage.h"
+
 #include <stdlib.h>
 #include <string.h>
 
-static double node_bytes(const Node *n) { return (double)shape_numel(&n->shape) * 4.0; }
+// ---------------------------------------------------------------- device time, from the fused kernels
 
-double cost_node(const Node *n, const Target *t, DType compute) {
-    if (n->op == OP_INPUT || n->op == OP_PARAM || n->op == OP_VIEW || n->op == OP_RESHAPE || n->op == OP_CONST)
-        return 0;
-    double matrix = (compute == DT_BF16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency;
-    double flops = 0, bytes = node_bytes(n);
-    for (int i = 0; i < n->nin; i++) bytes += node_bytes(n->in[i]);
-    if (n->op == OP_MATMUL) {
-        const Shape *a = &n->in[0]->shape;
-        double k = (double)(n->trans_a ? a->dims[a->rank - 2] : a->dims[a->rank - 1]);
-        flops = 2.0 * (double)shape_numel(&n->shape) * k;
-    } else if (n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD) {
-        const Shape *q = &n->in[n->op == OP_ATTENTION ? 0 : 1]->shape;
-        double B = (double)q->dims[0], T = (double)q->dims[1], W = (double)q->dims[2];
-        flops = 4.0 * B * T * T * W * (n->causal ? 0.5 : 1.0) * (n->op == OP_ATTENTION ? 1.0 : 2.5);
-    } else {
-        flops = (double)shape_numel(&n->shape) * 8.0; // a few operations an element
+// The device time of a part's kernels, by the node an INS_RUN runs them at
+// (their anchor): heavy[i] the GEMMs and attention (a RUN_SKIP_HEAVY run
+// skips them), light[i] the expression kernels and GEMM epilogues.
+typedef struct KernelTimes {
+    double *heavy[PART_COUNT], *light[PART_COUNT]; // (nodes.n) each
+} KernelTimes;
+
+// Bytes of argument a of a kernel of part `part` in HBM traffic: its
+// elements at the storage rule's bytes (common/storage.h); an f64 scratch
+// accumulator is written out once, an f32 one read and written.
+static double arg_bytes(const KirArg *a) {
+    double elem = a->dtype == KT_BF16 ? 2.0 : 4.0;
+    return (double)a->numel * elem * (a->access & KA_ACC32 ? 2.0 : 1.0);
+}
+
+// An expression kernel: its bytes at HBM bandwidth or a few operations an
+// element at the vector rate, whichever is longer, plus a launch. skip_node
+// (a GEMM's output, still in cache for its epilogue) costs nothing.
+static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
+    double bytes = 0, elems = 0;
+    for (int a = 0; a < k->nargs; a++) {
+        if (k->args[a].node < 0 || k->args[a].node == skip_node) continue;
+        bytes += arg_bytes(&k->args[a]);
+        if ((double)k->args[a].numel > elems) elems = (double)k->args[a].numel;
     }
-    double rate = n->op == OP_MATMUL || n->op == OP_ATTENTION || n->op == OP_ATTENTION_BWD ? matrix : t->vector_flops;
-    double by_flops = flops / rate, by_bytes = bytes / t->hbm_bandwidth;
+    double by_bytes = bytes / t->hbm_bandwidth, by_flops = elems * 8.0 / t->vector_flops;
+    return (by_bytes > by_flops ? by_bytes : by_flops) + (skip_node >= 0 ? 0 : t->kernel_launch_s);
+}
+
+// A GEMM or attention kernel: its FLOPs at the matrix rate of the storage
+// dtype times gemm_efficiency, or its bytes at HBM bandwidth, plus a launch.
+static double heavy_time(const KirKernel *k, const Target *t) {
+    int bf16 = k->args[0].dtype == KT_BF16;
+    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
+    for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
+    if (k->kind == KK_GEMM) {
+        const KirGemm *g = &k->gemm;
+        flops = 2.0 * (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
+    } else {
+        const KirAttn *a = &k->attn;
+        flops = 4.0 * (double)a->B * (double)a->T * (double)a->T * (double)(a->H * a->D) * (a->causal ? 0.5 : 1.0) *
+                (k->kind == KK_ATTN ? 1.0 : 2.5);
+    }
+    double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     return (by_flops > by_bytes ? by_flops : by_bytes) + t->kernel_launch_s;
 }
 
-static double run_time(const Part *part, int from, int to, int flags, const Target *t, DType compute) {
-    double s = 0;
-    for (int i = from; i < to; i++) {
-        const Node *n = part->nodes.items[i];
-        if ((flags & RUN_SKIP_HEAVY) && (n->op == OP_MATMUL || n->op == OP_ATTENTION)) continue;
-        s += cost_node(n, t, compute);
+// Fuses the graph as mtc -o does and prices every launched kernel.
+static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
+    Arena a = {0};
+    KirProgram prog;
+    char err[256];
+    *kt = (KernelTimes){0};
+    int rc = fuse(g, &a, &prog, err, sizeof err);
+    for (int pk = 0; pk < PART_COUNT && rc == 0; pk++) {
+        int n = g->parts[pk].nodes.n;
+        kt->heavy[pk] = calloc((size_t)n + 1, sizeof(double));
+        kt->light[pk] = calloc((size_t)n + 1, sizeof(double));
+        if (!kt->heavy[pk] || !kt->light[pk]) rc = -1;
+        const KirSet *s = &prog.parts[pk];
+        for (int i = 0; i < s->n && rc == 0; i++) {
+            const KirKernel *k = &s->k[i];
+            if (!kir_is_launched(k)) continue;
+            if (k->kind == KK_EXPR) {
+                kt->light[pk][k->anchor] += expr_time(k, t, -1);
+                continue;
+            }
+            kt->heavy[pk][k->anchor] += heavy_time(k, t);
+            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) // no separate pass over C
+                kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t, k->args[0].node);
+        }
     }
+    arena_free(&a);
+    return rc;
+}
+
+static void kernel_times_free(KernelTimes *kt) {
+    for (int pk = 0; pk < PART_COUNT; pk++) free(kt->heavy[pk]), free(kt->light[pk]);
+}
+
+static double run_time(const KernelTimes *kt, int part, int from, int to, int flags) {
+    double s = 0;
+    for (int i = from; i < to; i++) s += kt->light[part][i] + (flags & RUN_SKIP_HEAVY ? 0 : kt->heavy[part][i]);
     return s;
 }
 
-// Floats of layer `layer`'s segment of the host store (-1: the globals).
-static double layer_floats(const Plan *p, int32_t layer) {
+// Elements of layer `layer`'s segment of the host store (-1: the globals).
+static double layer_elems(const Plan *p, int32_t layer) {
     return (double)(layer < 0 ? p->host_global : p->host_layer);
 }
 
-double cost_instr(const Plan *p, const Instr *in, const Target *t) {
+// Host bytes a parameter's AdamW update moves: reads w, m, v, g (16), writes
+// w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2).
+static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
+
+static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt) {
     switch ((InsKind)in->kind) {
-    case INS_RUN:
-        return run_time(&p->graph->parts[in->part], in->from, in->to, in->flags, t, p->graph->train.compute);
+    case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
     case INS_INPUT:
     case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
     case INS_COPY_OUT:
     case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
-    case INS_UPDATE: return layer_floats(p, in->layer) * 32.0 / t->host_memory_bandwidth;
-    case INS_NORM: return layer_floats(p, in->layer) * 4.0 / t->host_memory_bandwidth;
+    case INS_UPDATE: return layer_elems(p, in->layer) * update_bytes(p->graph->train.compute) / t->host_memory_bandwidth;
+    case INS_NORM: return layer_elems(p, in->layer) * 4.0 / t->host_memory_bandwidth;
     case INS_LOSS:
     case INS_FREE:
     case INS_RECORD:
@@ -61,6 +121,14 @@ double cost_instr(const Plan *p, const Instr *in, const Target *t) {
     case INS_COUNT: break;
     }
     return 0;
+}
+
+int cost_instr_times(const Plan *p, const Target *t, double *dur) {
+    KernelTimes kt;
+    int rc = kernel_times(p->graph, t, &kt);
+    for (int i = 0; rc == 0 && i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, &kt);
+    kernel_times_free(&kt);
+    return rc;
 }
 
 enum { RES_DEVICE, RES_H2D, RES_D2H, RES_HOST, RES_NONE, RES_COUNT };
@@ -95,9 +163,7 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, co
         double at = engine[in->engine];
         if (in->kind == INS_WAIT && fired[in->event] > at) at = fired[in->event];
         int r = one_thread && resource_of(in, t) != RES_NONE ? RES_DEVICE : resource_of(in, t);
-        double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0
-                   : dur                                                          ? dur[i]
-                                                                                  : cost_instr(p, in, t);
+        double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : dur[i];
         if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
         double done = at + d;
         if (r != RES_NONE && d > 0) busy[r] = done;
@@ -111,19 +177,23 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, co
     return last;
 }
 
-void cost_plan(const Plan *p, const Target *t, Cost *c) {
+int cost_plan(const Plan *p, const Target *t, Cost *c) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
     *c = (Cost){.device_peak_bytes = p->arena_bytes};
-    int64_t params = p->host_global + g->layers * p->host_layer;
-    c->host_bytes = params * 16 + p->host_act_bytes;
+    int64_t params = p->host_global + g->layers * p->host_layer; // store elements, each parameter's padding included
+    c->host_bytes = params * storage_host_bytes_per_param(compute) + p->host_act_bytes;
     const Part *block = &g->parts[PART_BLOCK];
     double layer_in_bytes = 0, block_forward_s = 0;
+    KernelTimes kt;
     double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
+    if (!dur || kernel_times(g, t, &kt) != 0) {
+        free(dur);
+        return -1;
+    }
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        double s = cost_instr(p, in, t);
-        if (dur) dur[i] = s;
+        double s = dur[i] = instr_time(p, in, t, &kt);
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
@@ -148,21 +218,27 @@ void cost_plan(const Plan *p, const Target *t, Cost *c) {
         }
     }
     // Recompute: block forward work beyond one forward a layer.
-    c->recompute_s = block_forward_s - (double)g->layers * run_time(block, 0, block->nfwd, 0, t, compute);
+    c->recompute_s = block_forward_s - (double)g->layers * run_time(&kt, PART_BLOCK, 0, block->nfwd, 0);
+    kernel_times_free(&kt);
     if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
-    c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * 4.0) : 0;
+    double wbytes = (double)storage_weight_bytes(compute);
+    c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * wbytes) : 0;
     // A step: the first micro-batch does the host's work, the others only
     // wait for what they need of it (nothing: the updates are done).
     double first = cost_simulate(p, p->train, p->ntrain, t, dur, 1, NULL, NULL);
     double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, dur, 0, NULL, NULL) : 0;
     free(dur);
     c->step_s = first + (double)(g->train.accumulate - 1) * rest;
+    // The bound: weights in once and gradients out once at the bytes they
+    // stream as, the optimizer's update and norm over every parameter.
     double acc = (double)g->train.accumulate;
-    double useful = (c->compute_s - c->recompute_s) * acc, in_once = (double)params * 4.0 / t->h2d_bandwidth,
-           out_once = (double)params * 4.0 / t->d2h_bandwidth, host = (double)params * 36.0 / t->host_memory_bandwidth;
+    double useful = (c->compute_s - c->recompute_s) * acc, in_once = (double)params * wbytes / t->h2d_bandwidth,
+           out_once = (double)params * wbytes / t->d2h_bandwidth,
+           host = (double)params * (update_bytes(compute) + 4.0) / t->host_memory_bandwidth;
     double lb = useful;
     if (in_once > lb) lb = in_once;
     if (out_once > lb) lb = out_once;
     if (host > lb) lb = host;
     c->lower_bound_s = lb;
+    return 0;
 }

@@ -13,7 +13,7 @@ typedef struct Cost {
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
     double device_copy_s;    // arena-to-arena copies
-    double optimizer_s;      // the host's work: AdamW (32 bytes a parameter) and the gradient norms (4)
+    double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches
     double lower_bound_s;    // max(compute without recompute, weights in once, gradients out once, optimizer)
     int64_t device_peak_bytes; // the arena
@@ -21,8 +21,17 @@ typedef struct Cost {
     double weight_crossings; // how many times a layer's weights cross the link in a step, on average
 } Cost;
 
-// Predicts an optimizer step of p's training stream on t.
-void cost_plan(const Plan *p, const Target *t, Cost *c);
+// Predicts an optimizer step of p's training stream on t: device work from
+// the kernels fusion makes of the graph (compiler/fuse.c), GEMMs and
+// attention by FLOPs at the storage dtype's matrix rate, every other kernel
+// by the bytes it moves at the storage rule's sizes (an epilogue's read of
+// its GEMM's output costs nothing); copies by the link, the optimizer by
+// host bandwidth. Returns 0, or -1 out of memory.
+int cost_plan(const Plan *p, const Target *t, Cost *c);
+
+// Each instruction of p's training stream's time on its resource into dur
+// (ntrain), as cost_plan prices it. Returns 0, or -1 out of memory.
+int cost_instr_times(const Plan *p, const Target *t, double *dur);
 
 // Simulates the engines over ins[0, n): each runs its instructions in order,
 // an instruction starting when its engine is free, its WAITs' events have
@@ -30,19 +39,10 @@ void cost_plan(const Plan *p, const Target *t, Cost *c);
 // direction or both when the link is not duplex, the host's memory) is
 // free. On a cpu target (arch cpu) one thread does all the work, so every
 // instruction waits for every other. dur[i] is instruction i's time
-// (cost_instr), or NULL to compute it here. Host instructions cost nothing
-// unless host_work. Writes each instruction's start and end (seconds) when
-// start/end are not NULL.
-// Returns the time the last engine finishes.
+// (cost_instr_times). Host instructions cost nothing unless host_work.
+// Writes each instruction's start and end (seconds) when start/end are not
+// NULL. Returns the time the last engine finishes.
 double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, const double *dur, int host_work,
                      double *start, double *end);
-
-// The predicted time of one instruction on its resource.
-double cost_instr(const Plan *p, const Instr *in, const Target *t);
-
-// The device time of one node: GEMMs and attention by FLOPs at the matrix
-// rate times gemm_efficiency, everything else by the bytes it reads and
-// writes at HBM bandwidth, whichever is longer, plus a kernel launch.
-double cost_node(const Node *n, const Target *t, DType compute);
 
 #endif

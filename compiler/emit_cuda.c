@@ -120,9 +120,7 @@ const char *cuda_epilogue_name(CudaEpilogue ep) {
     return (unsigned)ep < CUDA_EPI_COUNT ? NAMES[ep] : "?";
 }
 
-int cuda_arg_bf16(const KirArg *a, const CudaOptions *opt) {
-    return opt->bf16 && a->dtype == KT_F32 && !(a->access & (KA_ACC32 | KA_ACC64));
-}
+int cuda_arg_bf16(const KirArg *a) { return a->dtype == KT_BF16 && !(a->access & KA_ACC64); }
 
 static const char *ctype(int t) {
     switch (t) {
@@ -259,7 +257,7 @@ static void liveness(const KirKernel *k, const Aff *af, const int *vec, const in
             case KOP_STORE: case KOP_ACC: ops[1] = s->b, ops[2] = s->c; break;
             case KOP_SELECT: ops[0] = s->a, ops[1] = s->b, ops[2] = s->c; break;
             case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-            case KOP_RSUM: case KOP_RMAX: ops[0] = s->a; break;
+            case KOP_RBF16: case KOP_RSUM: case KOP_RMAX: ops[0] = s->a; break;
             default: ops[0] = s->a, ops[1] = s->b;
             }
             int vec_access = w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s);
@@ -300,6 +298,7 @@ static int same_expr(const KirKernel *k, int i, int j, int depth) {
     case KOP_LOAD: return a->a == b->a && same_expr(k, a->b, b->b, depth + 1);
     case KOP_RSUM: case KOP_RMAX: case KOP_STORE: case KOP_ACC: return 0;
     case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
+    case KOP_RBF16:
         return same_expr(k, a->a, b->a, depth + 1);
     case KOP_SELECT:
         return same_expr(k, a->a, b->a, depth + 1) && same_expr(k, a->b, b->b, depth + 1) &&
@@ -367,6 +366,7 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     case KOP_COS: em(e, "%sconst %s %s = %s(%s);\n", ind, T, name, math_fn(s->op, et), a); break;
     case KOP_POW: em(e, "%sconst %s %s = %s(%s, %s);\n", ind, T, name, math_fn(s->op, et), a, b); break;
     case KOP_CVT: em(e, "%sconst %s %s = (%s)%s;\n", ind, T, name, T, a); break;
+    case KOP_RBF16: em(e, "%sconst %s %s = mt_bf16_to_f32(mt_f32_to_bf16(%s));\n", ind, T, name, a); break;
     case KOP_ADD: em(e, "%sconst %s %s = %s + %s;\n", ind, T, name, a, b); break;
     case KOP_SUB: em(e, "%sconst %s %s = %s - %s;\n", ind, T, name, a, b); break;
     case KOP_MUL: em(e, "%sconst %s %s = %s * %s;\n", ind, T, name, a, b); break;
@@ -488,7 +488,7 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     em(e, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, sym);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
-        const char *st = a->access & KA_ACC64 ? "double" : a->dtype == KT_I32 ? "int" : cuda_arg_bf16(a, c->opt) ? "bf16" : "float";
+        const char *st = a->access & KA_ACC64 ? "double" : a->dtype == KT_I32 ? "int" : cuda_arg_bf16(a) ? "bf16" : "float";
         em(e, "%s%s%s *a%d", i ? ", " : "", (a->access & ~KA_ROWLOCAL) == KA_READ ? "const " : "", st, i);
     }
     em(e, ") {\n");
@@ -612,12 +612,13 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
         em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", sym);
         int j = 0;
         for (int i = 0; i < k->nargs; i++)
-            if (k->args[i].access & KA_ACC64) em(e, "%sfloat *d%d, const double *s%d", j++ ? ", " : "", i, i);
+            if (k->args[i].access & KA_ACC64)
+                em(e, "%s%s *d%d, const double *s%d", j++ ? ", " : "", k->args[i].dtype == KT_BF16 ? "bf16" : "float", i, i);
         em(e, ") {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
         for (int i = 0; i < k->nargs; i++)
             if (k->args[i].access & KA_ACC64) {
                 char lit[64];
-                em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) d%d[j] = (float)(s%d[j] / %s);\n",
+                em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) mt_st(d%d + j, (float)(s%d[j] / %s));\n",
                    (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
             }
         em(e, "}\n");

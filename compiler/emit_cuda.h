@@ -10,11 +10,13 @@
 // "mt_k1_3"):
 //   parameters: one pointer per KirArg, in order, already at the node's
 //     buffer plus the argument's offset; `const` when only read. Storage:
-//     int for KT_I32; for KT_F32, bf16 when the plan computes in bf16
-//     (cuda_arg_bf16) and float otherwise. A KA_ACC64 argument's pointer is
-//     its double scratch (zeroed by the caller); after the kernel the caller
-//     launches SYMBOL_finish(float *dst0, const double *scratch0, ...), one
-//     pair per KA_ACC64 argument in order, which writes dst = scratch / divisor.
+//     the argument's storage type in the kernel IR (the storage rule of
+//     common/storage.h): int for KT_I32, bf16 for KT_BF16 (cuda_arg_bf16),
+//     float for KT_F32. A KA_ACC64 argument's pointer is its double scratch
+//     (zeroed by the caller); after the kernel the caller launches
+//     SYMBOL_finish(float or bf16 *dst0, const double *scratch0, ...), one
+//     pair per KA_ACC64 argument in order, which writes dst = scratch /
+//     divisor (rounded to bf16 for a bf16 argument).
 //     KA_ACC32 arguments are zeroed by the caller and accumulated atomically.
 //   geometry: `extern "C" __constant__ int SYMBOL_launch[4]` = {grid,
 //     block, dynamic shared bytes, finish grid (0: no finish kernel)},
@@ -36,7 +38,7 @@
 
 typedef struct CudaOptions {
     const char *arch;       // "sm_90"
-    int bf16;               // Graph.train.compute == DT_BF16: f32 tensors stored as bf16
+    int bf16;               // Graph.train.compute == DT_BF16: the attention template's bf16 instantiations
     const char *model_path; // for messages: "examples/gpt2.mt"
     int with_reference;     // also the plain attention reference kernels (tests/gpu)
     int exact_f64;          // 1: keep the kernel IR's f64 arithmetic in double; 0 (plans): fp32
@@ -76,7 +78,7 @@ typedef struct CudaSource {
 
 // Whether argument a is stored as bf16 under opt: f32 tensors of a bf16 plan,
 // except accumulators (KA_ACC32, KA_ACC64), which stay fp32.
-int cuda_arg_bf16(const KirArg *a, const CudaOptions *opt);
+int cuda_arg_bf16(const KirArg *a);
 
 // Emits every kernel of prog into one translation unit. g names the ops for
 // the origin of each line. Returns 0, or -1 with a message in err (a head

@@ -23,7 +23,7 @@ typedef struct Em {
     LLVMContextRef cx;
     LLVMModuleRef mod;
     LLVMBuilderRef b;
-    LLVMTypeRef f32, f64, i32, i64, i1, ptr8, fnty;
+    LLVMTypeRef f32, f64, i16, i32, i64, i1, ptr8, fnty;
     const KirKernel *k;
     const Part *part;
     char name[64];
@@ -55,6 +55,7 @@ static LLVMTypeRef type_of(Em *e, int t) {
     case KT_F64: return e->f64;
     case KT_I32: return e->i32;
     case KT_I64: return e->i64;
+    case KT_BF16: return e->i16; // storage only: loads widen, stores round (bf16_widen, bf16_bits)
     default: return e->i1;
     }
 }
@@ -76,6 +77,27 @@ static LLVMValueRef elem_ptr(Em *e, int a, LLVMValueRef idx, int scratch) {
     }
     LLVMTypeRef et = type_of(e, e->k->args[a].dtype);
     return LLVMBuildGEP2(e->b, et, e->argp[a], &idx, 1, "");
+}
+
+// The f32 a bf16's bits (i16) hold: the bits in the high half.
+static LLVMValueRef bf16_widen(Em *e, LLVMValueRef h) {
+    LLVMValueRef w = LLVMBuildShl(e->b, LLVMBuildZExt(e->b, h, e->i32, ""), LLVMConstInt(e->i32, 16, 0), "");
+    return LLVMBuildBitCast(e->b, w, e->f32, "");
+}
+
+// The bf16 bits (i16) of f32 x, rounded to nearest even; a NaN stays a quiet
+// NaN. The same operations as bf16_from_f32 in common/bf16.h.
+static LLVMValueRef bf16_bits(Em *e, LLVMValueRef x) {
+    LLVMBuilderRef B = e->b;
+    LLVMValueRef u = LLVMBuildBitCast(B, x, e->i32, "");
+    LLVMValueRef hi = LLVMBuildLShr(B, u, LLVMConstInt(e->i32, 16, 0), "");
+    LLVMValueRef odd = LLVMBuildAnd(B, hi, LLVMConstInt(e->i32, 1, 0), "");
+    LLVMValueRef up = LLVMBuildAdd(B, LLVMBuildAdd(B, u, LLVMConstInt(e->i32, 0x7FFF, 0), ""), odd, "");
+    LLVMValueRef rounded = LLVMBuildLShr(B, up, LLVMConstInt(e->i32, 16, 0), "");
+    LLVMValueRef quiet = LLVMBuildOr(B, hi, LLVMConstInt(e->i32, 0x40, 0), "");
+    LLVMValueRef mag = LLVMBuildAnd(B, u, LLVMConstInt(e->i32, 0x7FFFFFFF, 0), "");
+    LLVMValueRef nan = LLVMBuildICmp(B, LLVMIntUGT, mag, LLVMConstInt(e->i32, 0x7F800000, 0), "");
+    return LLVMBuildTrunc(B, LLVMBuildSelect(B, nan, quiet, rounded, ""), e->i16, "");
 }
 
 static LLVMValueRef convert(Em *e, LLVMValueRef x, int from, int to) {
@@ -102,7 +124,13 @@ static void emit_stmt(Em *e, int i) {
         break;
     case KOP_ROW: r = e->row; break;
     case KOP_COL: r = e->v[i]; break; // set when the loop opened
-    case KOP_LOAD: r = LLVMBuildLoad2(B, type_of(e, t), elem_ptr(e, s->a, bv, 0), ""); break;
+    case KOP_LOAD: {
+        int st = e->k->args[s->a].dtype;
+        r = LLVMBuildLoad2(B, type_of(e, st), elem_ptr(e, s->a, bv, 0), "");
+        if (st == KT_BF16) r = bf16_widen(e, r);
+        break;
+    }
+    case KOP_RBF16: r = bf16_widen(e, bf16_bits(e, a)); break;
     case KOP_NEG: r = fp ? LLVMBuildFNeg(B, a, "") : LLVMBuildNeg(B, a, ""); break;
     case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: r = intrinsic(e, MATH[s->op], t, &a, 1); break;
     case KOP_POW: {
@@ -139,7 +167,9 @@ static void emit_stmt(Em *e, int i) {
         r = LLVMBuildSelect(B, gt, a, e->phi[i], "");
         break;
     }
-    case KOP_STORE: LLVMBuildStore(B, c, elem_ptr(e, s->a, bv, 0)); break;
+    case KOP_STORE:
+        LLVMBuildStore(B, e->k->args[s->a].dtype == KT_BF16 ? bf16_bits(e, c) : c, elem_ptr(e, s->a, bv, 0));
+        break;
     case KOP_ACC: {
         int f64 = (e->k->args[s->a].access & KA_ACC64) != 0;
         LLVMValueRef p = elem_ptr(e, s->a, bv, f64);
@@ -258,6 +288,7 @@ int emit_llvm(const KirProgram *prog, const Graph *g, uint8_t **out, size_t *len
     e.b = LLVMCreateBuilderInContext(e.cx);
     e.f32 = LLVMFloatTypeInContext(e.cx);
     e.f64 = LLVMDoubleTypeInContext(e.cx);
+    e.i16 = LLVMInt16TypeInContext(e.cx);
     e.i32 = LLVMInt32TypeInContext(e.cx);
     e.i64 = LLVMInt64TypeInContext(e.cx);
     e.i1 = LLVMInt1TypeInContext(e.cx);

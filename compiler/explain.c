@@ -140,7 +140,16 @@ int explain_trace(const char *path, const Plan *p, const Target *t, char *err, s
         snprintf(err, errcap, "out of memory");
         return -1;
     }
-    cost_simulate(p, p->train, p->ntrain, t, NULL, 1, start, end);
+    double *dur = calloc((size_t)p->ntrain + 1, sizeof *dur);
+    if (!dur || cost_instr_times(p, t, dur) != 0) {
+        free(dur), free(start), free(end);
+        fclose(f);
+        remove(path);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    cost_simulate(p, p->train, p->ntrain, t, dur, 1, start, end);
+    free(dur);
     int first = 1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];

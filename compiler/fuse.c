@@ -21,6 +21,8 @@
 // accumulators, in the same order of operations.
 #include "fuse.h"
 
+#include "../common/storage.h"
+
 #include <math.h>
 #include <stdarg.h>
 #include <stdlib.h>
@@ -109,6 +111,7 @@ typedef struct Group {
 
 typedef struct F {
     const Part *part;
+    DType compute;  // the storage rule's compute dtype: which values are stored (and rounded) as bf16
     Arena *a;
     int n;
     int *root;      // (n) node after following views and reshapes
@@ -372,6 +375,25 @@ static void note(KB *b, int arg, int rowlocal, int64_t stride) {
 
 static int dtype_of(const Node *n) { return n->dtype == DT_I32 ? KT_I32 : KT_F32; }
 
+// How node n's buffer stores its elements (common/storage.h).
+static int store_type(const F *f, const Node *n) {
+    DType t = storage_dtype(f->compute, n);
+    return t == DT_I32 ? KT_I32 : t == DT_BF16 ? KT_BF16 : KT_F32;
+}
+
+// Whether node n's value is rounded to bf16 where it ends: it is stored as
+// bf16, and it is not an op that only moves values already stored as bf16.
+static int rounds_bf16(const F *f, const Node *n) {
+    if (store_type(f, n) != KT_BF16) return 0;
+    switch (n->op) {
+    case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_TRANSPOSE: case OP_EMBED:
+        for (int j = 0; j < n->nin; j++)
+            if (n->in[j]->dtype == DT_F32 && store_type(f, n->in[j]) != KT_BF16) return 1;
+        return 0;
+    default: return 1;
+    }
+}
+
 // Element `idx` (flat, in o's shape) of a value read from memory.
 static int load_flat(KB *b, const Node *o, int idx, int rowlocal, int64_t stride) {
     F *f = b->f;
@@ -379,7 +401,7 @@ static int load_flat(KB *b, const Node *o, int idx, int rowlocal, int64_t stride
     const Node *rn = node_at(f, r);
     if (rn->op == OP_CONST) return cst(b, dtype_of(rn), rn->value);
     if (rn->op == OP_ARANGE) return cvt(b, KT_I32, bin(b, KOP_ADD, idx, ci(b, f->roff[o->id])));
-    int a = arg_of(b, r, f->roff[o->id], shape_numel(&o->shape), dtype_of(o), KA_READ);
+    int a = arg_of(b, r, f->roff[o->id], shape_numel(&o->shape), store_type(f, o), KA_READ);
     note(b, a, rowlocal, stride);
     return emit(b, KOP_LOAD, dtype_of(o), a, idx, 0, 0);
 }
@@ -525,7 +547,7 @@ static void prepare_stats(KB *b, int i) {
         if (n->op == OP_CROSS_ENTROPY) { // the row's loss into the mean, at row level
             int t = target_of(b, n->in[1], C);
             int lt = f64(b, val(b, l, t));
-            int a = arg_of(b, i, 0, 1, KT_F32, KA_ACC64);
+            int a = arg_of(b, i, 0, 1, store_type(b->f, n), KA_ACC64);
             b->args[a].divisor = (double)rows;
             note(b, a, 0, 0);
             emit(b, KOP_ACC, KT_F64, a, ci(b, 0), bin(b, KOP_SUB, lse, lt), 0);
@@ -702,6 +724,7 @@ static int node_val(KB *b, int i, int col) {
     }
     default: ffail(b->f, n, "no lowering for this op in an expression kernel"); break;
     }
+    if (!b->f->failed && ty(b, v) == KT_F32 && rounds_bf16(b->f, n)) v = un(b, KOP_RBF16, v);
     b->memo = grow(b->f, b->memo, &b->capmemo, b->nmemo + 1, sizeof *b->memo);
     if (!b->f->failed) b->memo[b->nmemo++] = (Memo){i, col, b->loop, v};
     b->node = saved;
@@ -726,7 +749,7 @@ static void store_node(KB *b, int i) {
     switch (n->op) {
     case OP_CROSS_ENTROPY: return; // accumulated at row level by prepare_stats
     case OP_SUM_TO: {
-        int a = arg_of(b, i, 0, numel(n), KT_F32, KA_ACC64);
+        int a = arg_of(b, i, 0, numel(n), store_type(f, n), KA_ACC64);
         note(b, a, 0, 0);
         int flat = flat_index(b, C, b->col);
         emit(b, KOP_ACC, KT_F64, a, broadcast_index(b, &n->in[0]->shape, &n->shape, flat, b->col),
@@ -735,7 +758,7 @@ static void store_node(KB *b, int i) {
     }
     case OP_EMBED_BWD: {
         int64_t V = n->shape.dims[0];
-        int a = arg_of(b, i, 0, numel(n), KT_F32, KA_ACC32);
+        int a = arg_of(b, i, 0, numel(n), store_type(f, n), KA_ACC32); // f32: the storage rule keeps it so
         note(b, a, 0, 0);
         int idx = clampi(b, cvt(b, KT_I64, load_flat(b, n->in[1], b->row, 0, 0)), 0, V - 1);
         emit(b, KOP_ACC, KT_F32, a, bin(b, KOP_ADD, bin(b, KOP_MUL, idx, ci(b, C)), b->col), val(b, n->in[0], b->col), 0);
@@ -747,16 +770,16 @@ static void store_node(KB *b, int i) {
         int *s = b->stat[i];
         int dy = f64(b, val(b, n->in[0], b->col));
         int xhat = bin(b, KOP_MUL, bin(b, KOP_SUB, f64(b, val(b, n->in[1], b->col)), s[0]), s[1]);
-        int ag = arg_of(b, i, nx, C, KT_F32, KA_ACC64);
+        int ag = arg_of(b, i, nx, C, store_type(f, n), KA_ACC64);
         note(b, ag, 0, 0);
         emit(b, KOP_ACC, KT_F64, ag, b->col, bin(b, KOP_MUL, dy, xhat), 0);
         if (n->op == OP_LAYERNORM_BWD) {
-            int ab = arg_of(b, i, nx + C, C, KT_F32, KA_ACC64);
+            int ab = arg_of(b, i, nx + C, C, store_type(f, n), KA_ACC64);
             note(b, ab, 0, 0);
             emit(b, KOP_ACC, KT_F64, ab, b->col, dy, 0);
         }
         if (needs_store(f, i, b->gi)) {
-            int a = arg_of(b, i, 0, nx, KT_F32, KA_WRITE);
+            int a = arg_of(b, i, 0, nx, store_type(f, n), KA_WRITE);
             note(b, a, 1, C);
             emit(b, KOP_STORE, KT_BOOL, a, flat_index(b, C, b->col), node_val(b, i, b->col), 0);
         }
@@ -764,7 +787,7 @@ static void store_node(KB *b, int i) {
     }
     default: {
         if (!needs_store(f, i, b->gi)) return;
-        int a = arg_of(b, i, 0, numel(n), dtype_of(n), KA_WRITE);
+        int a = arg_of(b, i, 0, numel(n), store_type(f, n), KA_WRITE);
         note(b, a, !b->axis_map, C);
         emit(b, KOP_STORE, KT_BOOL, a, flat_index(b, C, b->col), node_val(b, i, b->col), 0);
         return;
@@ -846,7 +869,7 @@ static void lower_group(F *f, int gi, KirKernel *k, int (*stat)[4]) {
 }
 
 static KirArg node_arg(const F *f, const Node *o, int access) {
-    return (KirArg){.node = f->root[o->id], .dtype = (uint8_t)dtype_of(o), .access = (uint8_t)access,
+    return (KirArg){.node = f->root[o->id], .dtype = (uint8_t)store_type(f, o), .access = (uint8_t)access,
                     .offset = f->roff[o->id], .numel = shape_numel(&o->shape), .divisor = 1};
 }
 
@@ -965,8 +988,8 @@ static void pass_epilogues(F *f, KirSet *s) {
 
 // ---------------------------------------------------------------- the pass
 
-static int fuse_part(const Part *part, Arena *a, KirSet *out, char *err, size_t errcap) {
-    F f = {.part = part, .a = a, .n = part->nodes.n, .err = err, .errcap = errcap};
+static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, char *err, size_t errcap) {
+    F f = {.part = part, .compute = compute, .a = a, .n = part->nodes.n, .err = err, .errcap = errcap};
     *out = (KirSet){0};
     int (*stat)[4] = NULL;
     if (setup(&f) != 0) ffail(&f, NULL, "out of memory");
@@ -1018,7 +1041,7 @@ static int fuse_part(const Part *part, Arena *a, KirSet *out, char *err, size_t 
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap) {
     *prog = (KirProgram){0};
     for (int pk = 0; pk < PART_COUNT; pk++)
-        if (fuse_part(&g->parts[pk], a, &prog->parts[pk], err, errcap) != 0) return -1;
+        if (fuse_part(&g->parts[pk], g->train.compute, a, &prog->parts[pk], err, errcap) != 0) return -1;
     return 0;
 }
 
@@ -1027,7 +1050,7 @@ int fuse_spans(const Part *part, int *kfirst, int *kanchor) {
     KirSet s;
     char err[256];
     for (int i = 0; i < part->nodes.n; i++) kfirst[i] = kanchor[i] = i;
-    if (fuse_part(part, &a, &s, err, sizeof err) != 0) {
+    if (fuse_part(part, DT_F32, &a, &s, err, sizeof err) != 0) { // (spans do not depend on the storage)
         arena_free(&a);
         return -1;
     }

@@ -196,6 +196,7 @@ int autodiff(Graph *g, Arena *a, Diag *d);
 
 typedef struct SemaOptions {
     int64_t batch, seq; // overrides of the train section; 0 keeps it
+    int compute;        // override of its dtype: 1 f32, 2 bf16; 0 keeps it
 } SemaOptions;
 
 // Checks the model and lowers it to the layer graph. Returns NULL after

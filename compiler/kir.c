@@ -18,19 +18,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIR_VERSION = 1, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
+enum { KIR_VERSION = 2, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
 static const char KIR_MAGIC[8] = "MTKIR\0\0";
 
 static const char *const OP_NAMES[] = {
     [KOP_CONST] = "const", [KOP_ROW] = "row",   [KOP_COL] = "col",       [KOP_LOAD] = "load", [KOP_NEG] = "neg",
     [KOP_EXP] = "exp",     [KOP_LOG] = "log",   [KOP_SQRT] = "sqrt",     [KOP_SIN] = "sin",   [KOP_COS] = "cos",
-    [KOP_CVT] = "cvt",     [KOP_ADD] = "add",   [KOP_SUB] = "sub",       [KOP_MUL] = "mul",   [KOP_DIV] = "div",
+    [KOP_CVT] = "cvt",     [KOP_RBF16] = "rbf16", [KOP_ADD] = "add",   [KOP_SUB] = "sub",       [KOP_MUL] = "mul",   [KOP_DIV] = "div",
     [KOP_REM] = "rem",     [KOP_MIN] = "min",   [KOP_MAX] = "max",       [KOP_POW] = "pow",   [KOP_LT] = "lt",
     [KOP_LE] = "le",       [KOP_EQ] = "eq",     [KOP_SELECT] = "select", [KOP_RSUM] = "rsum", [KOP_RMAX] = "rmax",
     [KOP_STORE] = "store", [KOP_ACC] = "acc",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == KOP_COUNT, "OP_NAMES out of sync with KirOp");
-static const char *const TYPE_NAMES[] = {"f32", "f64", "i32", "i64", "bool"};
+static const char *const TYPE_NAMES[] = {"f32", "f64", "i32", "i64", "bool", "bf16"};
 _Static_assert(sizeof TYPE_NAMES / sizeof TYPE_NAMES[0] == KT_COUNT, "TYPE_NAMES out of sync with KirType");
 static const char *const KIND_NAMES[] = {"expr", "gemm", "attention", "attention_bwd"};
 _Static_assert(sizeof KIND_NAMES / sizeof KIND_NAMES[0] == KK_COUNT, "KIND_NAMES out of sync with KirKind");
@@ -76,6 +76,15 @@ static int fits(int64_t numel, int64_t batch, int64_t stride, int64_t extent) {
     return (batch - 1) * stride + extent <= numel;
 }
 
+// GEMM and attention arguments: all f32 or all bf16.
+static int same_float_storage(const KirKernel *k) {
+    for (int i = 0; i < k->nargs; i++)
+        if ((k->args[i].dtype != KT_F32 && k->args[i].dtype != KT_BF16) || k->args[i].dtype != k->args[0].dtype ||
+            k->args[i].node < 0)
+            return 0;
+    return 1;
+}
+
 static int check_gemm(const KirKernel *k, int nkernels, char *err, size_t cap) {
     const KirGemm *g = &k->gemm;
     const int64_t LIM = (int64_t)1 << 31;
@@ -92,7 +101,7 @@ static int check_gemm(const KirKernel *k, int nkernels, char *err, size_t cap) {
         !fits(k->args[2].numel, g->batch, g->stride_b, (rb - 1) * g->ldb + cb))
         return fail(err, cap, "gemm reaches outside its arguments");
     if (g->epilogue < -1 || g->epilogue >= nkernels) return fail(err, cap, "gemm epilogue %d", g->epilogue);
-    return 0;
+    return same_float_storage(k) ? 0 : fail(err, cap, "gemm arguments of different or non-float storage");
 }
 
 static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
@@ -110,6 +119,7 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
         return fail(err, cap, "attention reaches outside its arguments");
     for (int i = 0; i < 2; i++)
         if (t->helper[i] < -1 || t->helper[i] >= nkernels) return fail(err, cap, "attention helper %d", t->helper[i]);
+    if (!same_float_storage(k)) return fail(err, cap, "attention arguments of different or non-float storage");
     return 0;
 }
 
@@ -118,14 +128,14 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
     const KirStmt *S = k->stmts;
     int op = s->op, t = s->type;
 #define BAD(...) fail(err, cap, __VA_ARGS__)
-    if (op >= KOP_COUNT || t >= KT_COUNT) return BAD("statement %d: bad op or type", i);
+    if (op >= KOP_COUNT || t >= KT_COUNT || t == KT_BF16) return BAD("statement %d: bad op or type", i);
     if (s->loop > k->nloops) return BAD("statement %d: loop %d of %d", i, s->loop, k->nloops);
     int nops = 0;
     switch (op) {
     case KOP_CONST: case KOP_ROW: case KOP_COL: nops = 0; break;
     case KOP_LOAD: nops = 0; break;
     case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-    case KOP_RSUM: case KOP_RMAX: nops = 1; break;
+    case KOP_RBF16: case KOP_RSUM: case KOP_RMAX: nops = 1; break;
     case KOP_SELECT: nops = 3; break;
     case KOP_STORE: case KOP_ACC: nops = 0; break;
     default: nops = 2; break;
@@ -150,9 +160,9 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
         if (s->a < 0 || s->a >= k->nargs) return BAD("statement %d: argument %d of %d", i, s->a, k->nargs);
         const KirArg *g = &k->args[s->a];
         if (tb != KT_I64) return BAD("statement %d: index is not i64", i);
-        if (op == KOP_LOAD && (!(g->access & KA_READ) || t != g->dtype))
+        if (op == KOP_LOAD && (!(g->access & KA_READ) || t != kir_value_type(g->dtype)))
             return BAD("statement %d: load of an argument not read as %s", i, TYPE_NAMES[t]);
-        if (op == KOP_STORE && (!(g->access & KA_WRITE) || tc != g->dtype))
+        if (op == KOP_STORE && (!(g->access & KA_WRITE) || tc != kir_value_type(g->dtype)))
             return BAD("statement %d: store to an argument not written as %s", i, TYPE_NAMES[tc]);
         if (op == KOP_ACC && !((g->access & KA_ACC32 && tc == KT_F32) || (g->access & KA_ACC64 && tc == KT_F64)))
             return BAD("statement %d: acc into an argument not accumulated as %s", i, TYPE_NAMES[tc]);
@@ -166,6 +176,7 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
     case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS:
         return t != ta || !is_float(t) ? BAD("statement %d: %s of a non-float", i, OP_NAMES[op]) : 0;
     case KOP_CVT: return t == KT_BOOL || ta == KT_BOOL ? BAD("statement %d: cvt of bool", i) : 0;
+    case KOP_RBF16: return t != KT_F32 || ta != KT_F32 ? BAD("statement %d: rbf16 of a non-f32", i) : 0;
     case KOP_RSUM: case KOP_RMAX:
         if (!s->loop || S[s->a].loop != s->loop) return BAD("statement %d: reduction outside its operand's loop", i);
         return t != ta || t == KT_BOOL ? BAD("statement %d: reduction types", i) : 0;
@@ -188,12 +199,13 @@ int kir_check(const KirKernel *k, int nnodes, char *err, size_t cap) {
         if (k->nodes[i] < 0 || k->nodes[i] >= nnodes) return fail(err, cap, "node %d of %d", k->nodes[i], nnodes);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
-        if (a->node < -1 || a->node >= nnodes || (a->dtype != KT_F32 && a->dtype != KT_I32) || a->offset < 0 ||
+        if (a->node < -1 || a->node >= nnodes || (a->dtype != KT_F32 && a->dtype != KT_BF16 && a->dtype != KT_I32) ||
+            (a->node < 0 && a->dtype != KT_F32) || a->offset < 0 ||
             a->numel < 0 || a->numel > INT64_MAX / 16 || a->offset > INT64_MAX / 16 || a->row_stride < 0 ||
             (a->access & ~31) || !(a->divisor > 0) || !isfinite(a->divisor))
             return fail(err, cap, "argument %d is malformed", i);
-        if ((a->access & (KA_ACC32 | KA_ACC64)) && a->dtype != KT_F32)
-            return fail(err, cap, "argument %d accumulates into non-f32", i);
+        if (((a->access & KA_ACC32) && a->dtype != KT_F32) || ((a->access & KA_ACC64) && a->dtype == KT_I32))
+            return fail(err, cap, "argument %d accumulates into %s", i, TYPE_NAMES[a->dtype]);
     }
     if (k->kind == KK_GEMM) return check_gemm(k, INT32_MAX, err, cap);
     if (k->kind != KK_EXPR) return check_attn(k, INT32_MAX, err, cap);

@@ -47,14 +47,17 @@
 #include "../common/arena.h"
 #include "graph.h"
 
-typedef enum { KT_F32, KT_F64, KT_I32, KT_I64, KT_BOOL, KT_COUNT } KirType;
+// Value types of statements; KT_BF16 is a storage type only (of arguments,
+// by the storage rule of common/storage.h): a load of a bf16 argument gives
+// its exact f32 value, a store of an f32 value into one rounds to nearest even.
+typedef enum { KT_F32, KT_F64, KT_I32, KT_I64, KT_BOOL, KT_BF16, KT_COUNT } KirType;
 
 typedef enum {
     // leaves
     KOP_CONST, // value, of the statement's type
     KOP_ROW,   // i64: the row being computed
     KOP_COL,   // i64: the column of the enclosing column loop
-    KOP_LOAD,  // arg[a] at element index b (i64); type f32 or i32, the argument's
+    KOP_LOAD,  // arg[a] at element index b (i64); type f32 or i32, the argument's value type (kir_value_type)
     // unary, operand a, same type unless said
     KOP_NEG,
     KOP_EXP,  // floats
@@ -63,6 +66,7 @@ typedef enum {
     KOP_SIN,  // floats
     KOP_COS,  // floats
     KOP_CVT,  // a converted to this statement's type (floats round to nearest, ints to floats exactly)
+    KOP_RBF16, // f32: a rounded to the nearest bf16 value, to nearest even (the storage rule's rounding)
     // binary, operands a and b of one type, result that type unless said
     KOP_ADD,
     KOP_SUB,
@@ -100,7 +104,7 @@ typedef enum {
 
 typedef struct KirArg {
     int32_t node;       // graph node of the kernel's part; -1: runtime scratch (helpers only)
-    uint8_t dtype;      // KT_F32 or KT_I32
+    uint8_t dtype;      // KT_F32, KT_BF16 or KT_I32: how the node's buffer stores it
     uint8_t access;     // KirAccess bits
     int64_t offset;     // elements from the node's buffer start (a view into a packed buffer)
     int64_t numel;      // elements addressable from there
@@ -168,6 +172,9 @@ typedef struct KirProgram {
 const char *kir_op_name(KirOp op);
 const char *kir_type_name(KirType t);
 const char *kir_kind_name(KirKind k);
+
+// The type a load of an argument of storage type t gives (bf16 widens to f32).
+static inline int kir_value_type(int t) { return t == KT_BF16 ? KT_F32 : t; }
 
 // Whether kernel k is one an INS_RUN launches by itself (not a helper or an epilogue).
 int kir_is_launched(const KirKernel *k);

@@ -47,6 +47,7 @@ static const char USAGE[] =
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
     "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
+    "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
     "  --dump-graph     print the layer graph, one node a line\n"
@@ -264,7 +265,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -275,7 +276,7 @@ int main(int argc, char **argv) {
         {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
         {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
         {"dump-kernels", optional_argument, 0, OPT_KERNELS},
-        {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA},
+        {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL;
@@ -328,6 +329,10 @@ int main(int argc, char **argv) {
             break;
         case OPT_SEQ:
             if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
+            break;
+        case OPT_DTYPE:
+            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) return usage_error("--dtype takes f32 or bf16, not '%s'", optarg);
+            opt.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
             break;
         case OPT_SUMMARY: want_summary = 1; break;
         case OPT_JSON: want_json = 1; break;

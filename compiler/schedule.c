@@ -26,15 +26,17 @@
 #include "schedule.h"
 
 #include "fuse.h"
+#include "../common/storage.h"
 
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-enum { ARENA_ALIGN = 256, HOST_ALIGN_FLOATS = 16, MAX_SLOTS = 3 };
+enum { ARENA_ALIGN = 256, MAX_SLOTS = 3 };
 
 static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
-static int64_t node_bytes(const Node *n) { return shape_numel(&n->shape) * 4; }
+// Bytes of a node's buffer, by the storage rule (common/storage.h).
+static int64_t node_bytes(DType compute, const Node *n) { return storage_bytes(compute, n); }
 static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
 static int is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
 
@@ -63,7 +65,7 @@ typedef struct BlockNeeds {
     int64_t saved_bytes, kept_bytes;
 } BlockNeeds;
 
-static int block_needs(const Part *part, Arena *a, BlockNeeds *bn) {
+static int block_needs(const Part *part, DType compute, Arena *a, BlockNeeds *bn) {
     int n = part->nodes.n;
     *bn = (BlockNeeds){.saved = arena_alloc(a, (size_t)n + 1), .kept = arena_alloc(a, (size_t)n + 1)};
     if (!bn->saved || !bn->kept) return -1;
@@ -81,8 +83,8 @@ static int block_needs(const Part *part, Arena *a, BlockNeeds *bn) {
     }
     for (int i = 0; i < n; i++) {
         const Node *nd = part->nodes.items[i];
-        if (bn->saved[i]) bn->saved_bytes += align_up(node_bytes(nd), ARENA_ALIGN);
-        if (bn->kept[i]) bn->kept_bytes += align_up(node_bytes(nd), ARENA_ALIGN);
+        if (bn->saved[i]) bn->saved_bytes += align_up(node_bytes(compute, nd), ARENA_ALIGN);
+        if (bn->kept[i]) bn->kept_bytes += align_up(node_bytes(compute, nd), ARENA_ALIGN);
     }
     return 0;
 }
@@ -130,7 +132,8 @@ static int meet(const Interval *iv, const int *first, int a, int b) {
 // backward); kept nodes (selective recomputation saves them after the
 // forward and restores them before the recompute) live from the start to at
 // least the forward's end.
-static int64_t layout_part(const Part *part, const unsigned char *kept, const int *ranges, int nranges, int64_t *rel) {
+static int64_t layout_part(const Part *part, DType compute, const unsigned char *kept, const int *ranges, int nranges,
+                           int64_t *rel) {
     int n = part->nodes.n, ticks = 0;
     for (int r = 0; r < nranges; r++) ticks += ranges[2 * r + 1] - ranges[2 * r];
     Interval *iv = calloc((size_t)(ticks + n) + 1, sizeof *iv);
@@ -187,7 +190,7 @@ static int64_t layout_part(const Part *part, const unsigned char *kept, const in
         const Node *nd = part->nodes.items[i];
         rel[i] = -1;
         if (is_alias(nd) || nd->op == OP_PARAM || first[i] < 0) continue;
-        slot[m] = (Slot){.node = i, .lo = ticks, .hi = 0, .bytes = align_up(node_bytes(nd), ARENA_ALIGN)};
+        slot[m] = (Slot){.node = i, .lo = ticks, .hi = 0, .bytes = align_up(node_bytes(compute, nd), ARENA_ALIGN)};
         for (int k = first[i]; k >= 0; k = iv[k].next) {
             if (iv[k].start < slot[m].lo) slot[m].lo = iv[k].start;
             if (iv[k].end > slot[m].hi) slot[m].hi = iv[k].end;
@@ -309,9 +312,9 @@ static Instr *finish(Builder *b, int32_t *n) {
 
 // The arena address of a node's data in a frame, following views.
 static int64_t addr(const Plan *p, const Node *n, int frame) {
-    int64_t off = 0;
+    int64_t off = 0, elem = storage_elem_bytes(p->graph->train.compute, n);
     while (is_alias(n)) {
-        if (n->op == OP_VIEW) off += n->offset * 4;
+        if (n->op == OP_VIEW) off += n->offset * elem;
         n = n->in[0];
     }
     return plan_offsets(p, n->part, n->part == PART_BLOCK ? frame : 0)[n->id] + off;
@@ -340,9 +343,11 @@ static void copy_in_weights(Builder *b, int64_t layer, int64_t dst) {
     const Plan *p = b->p;
     Instr *in = emit(b, INS_COPY_IN, ENG_COPY_IN);
     in->layer = (int32_t)layer;
+    DType compute = p->graph->train.compute;
     in->src = layer < 0 ? 0 : p->host_global + layer * p->host_layer;
     in->dst = dst;
-    in->bytes = (layer < 0 ? p->host_global : p->host_layer) * 4;
+    in->bytes = (layer < 0 ? p->host_global : p->host_layer) * storage_weight_bytes(compute);
+    in->flags = compute == DT_BF16 ? XFER_BF16 : 0;
 }
 
 static void save(Builder *b, int64_t src, int64_t host, int64_t bytes) {
@@ -374,7 +379,7 @@ static void feed_inputs(Builder *b, PartKind pk) {
         Instr *in = emit(b, INS_INPUT, ENG_COPY_IN);
         in->input = n->src;
         in->dst = addr(b->p, n, 0);
-        in->bytes = node_bytes(n);
+        in->bytes = node_bytes(DT_I32, n);
     }
 }
 
@@ -389,7 +394,9 @@ static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
         in->layer = (int32_t)layer;
         in->src = addr(p, g->grad, frame);
         in->dst = (layer < 0 ? 0 : p->host_global + layer * p->host_layer) + p->param_offset[g->of->param];
-        in->bytes = node_bytes(g->of);
+        DType compute = p->graph->train.compute;
+        in->bytes = node_bytes(compute, g->grad);
+        in->flags = storage_dtype(compute, g->grad) == DT_BF16 ? XFER_BF16 : 0;
     }
 }
 
@@ -423,7 +430,7 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
     for (int i = 0; i < block->nodes.n; i++)
         if (b->need->kept[i]) {
             const Node *n = block->nodes.items[i];
-            int64_t nb = node_bytes(n), at = addr(b->p, n, f);
+            int64_t nb = node_bytes(b->p->graph->train.compute, n), at = addr(b->p, n, f);
             copy(b, restore ? k : at, restore ? at : k, nb);
             k += align_up(nb, ARENA_ALIGN);
         }
@@ -438,7 +445,7 @@ static void offload_copies(Builder *b, int64_t l, int f, int restore) {
     for (int i = 0; i < block->nfwd; i++)
         if (b->need->saved[i]) {
             const Node *n = block->nodes.items[i];
-            int64_t nb = node_bytes(n);
+            int64_t nb = node_bytes(b->p->graph->train.compute, n);
             if (restore) load(b, h, addr(b->p, n, f), nb);
             else save(b, addr(b->p, n, f), h, nb);
             h += align_up(nb, ARENA_ALIGN);
@@ -565,8 +572,10 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->nframes = (b->streamed > 0 ? c->slots : 0) + (int)c->resident;
     if (b->nframes < 1) b->nframes = 1;
     p->nframes = b->nframes;
-    b->layer_bytes = align_up(p->host_layer * 4, ARENA_ALIGN);
-    b->x_bytes = node_bytes(x);
+    DType compute = g->train.compute;
+    int64_t wbytes = storage_weight_bytes(compute);
+    b->layer_bytes = align_up(p->host_layer * wbytes, ARENA_ALIGN);
+    b->x_bytes = node_bytes(compute, x);
     b->carry_bytes = align_up(b->x_bytes, ARENA_ALIGN);
     b->keep_bytes = b->need->kept_bytes;
     int64_t ckpt_layers = 0; // streamed layers the backward will not find intact
@@ -588,7 +597,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
             ranges[1] = part->nfwd;
             nr += tiled_order(part, ranges + 2);
         }
-        bytes[pk] = layout_part(part, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, ranges, nr,
+        bytes[pk] = layout_part(part, compute, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, ranges, nr,
                                 rel[pk]);
         if (bytes[pk] < 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     }
@@ -596,7 +605,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
 
     int64_t top = 0;
     b->globals = top;
-    top = align_up(top + p->host_global * 4, ARENA_ALIGN);
+    top = align_up(top + p->host_global * wbytes, ARENA_ALIGN);
     b->slot0 = top;
     top += b->nframes * b->layer_bytes;
     b->frame0 = top;
@@ -638,7 +647,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
                 if (is_alias(n)) *o = -1;
                 else if (n->op == OP_PARAM) {
                     const Param *prm = g->params.items[n->param];
-                    *o = (prm->in_block ? slot_addr(b, f) : b->globals) + p->param_offset[n->param] * 4;
+                    *o = (prm->in_block ? slot_addr(b, f) : b->globals) + p->param_offset[n->param] * wbytes;
                 } else
                     *o = (pk == PART_BLOCK ? frame_addr(b, f) : base) + rel[pk][i];
             }
@@ -667,18 +676,18 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     }
 
     // 1. Host store layout: globals, then one segment per layer, each
-    //    parameter 64-byte aligned inside its segment.
+    //    parameter aligned to STORE_ALIGN_ELEMS inside its segment.
     p->param_offset = arena_alloc(a, (size_t)(g->params.n + 1) * sizeof(int64_t));
     if (!p->param_offset) goto oom;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         int64_t *seg = prm->in_block ? &p->host_layer : &p->host_global;
         p->param_offset[i] = *seg;
-        *seg = align_up(*seg + shape_numel(&prm->shape), HOST_ALIGN_FLOATS);
+        *seg += storage_host_elems_of(shape_numel(&prm->shape));
     }
 
     BlockNeeds need;
-    if (block_needs(block, a, &need) != 0) goto oom;
+    if (block_needs(block, g->train.compute, a, &need) != 0) goto oom;
     Builder b = {.a = a, .p = p, .c = c, .need = &need, .serial = c->policy == POLICY_SEQUENTIAL,
                  .tiled = block->nchunks && c->remat == REMAT_LAYER && c->policy == POLICY_MT};
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
@@ -780,7 +789,7 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, Arena *a,
     SchedResult r = {.choice = *c};
     r.plan = schedule_build(g, t, c, a, err, errcap);
     if (!r.plan) return -1;
-    cost_plan(r.plan, t, &r.cost);
+    if (cost_plan(r.plan, t, &r.cost) != 0) return snprintf(err, errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
     int better;
     if (!best->plan) better = 1;

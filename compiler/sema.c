@@ -381,6 +381,7 @@ static int bind_batch_seq(Sema *S, const SemaOptions *opt) {
     TrainConfig *t = &S->g->train;
     if (opt && opt->batch) t->batch = opt->batch;
     if (opt && opt->seq) t->seq = opt->seq;
+    if (opt && opt->compute) t->compute = opt->compute == 2 ? DT_BF16 : DT_F32;
     if (!t->batch || !t->seq) {
         diag_error(S->d, S->m->loc, "the %s is not set; add '%s = N' to the train section or pass --%s N",
                    t->batch ? "sequence length" : "batch size", t->batch ? "seq" : "batch", t->batch ? "seq" : "batch");

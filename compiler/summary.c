@@ -1,5 +1,7 @@
 #include "summary.h"
 
+#include "../common/storage.h"
+
 #include <string.h>
 
 static int used_in(const Graph *g, PartKind part, int param) {
@@ -23,10 +25,10 @@ void summary_compute(const Graph *g, Summary *s) {
     }
     s->blocks = s->per_layer * g->layers;
     s->total = s->head + s->blocks + s->tail;
-    // fp32 master + fp32 Adam m and v + fp32 gradients, + a bf16 copy to
-    // stream when computing in bf16 (in f32 the master itself streams)
-    s->bytes_per_param = 4 + 8 + 4 + (g->train.compute == DT_BF16 ? 2 : 0);
-    s->host_bytes = s->total * s->bytes_per_param;
+    // the host store's bytes, as mtc's fit check and mtrun count them
+    // (common/storage.h): each parameter aligned, at its bytes per parameter
+    s->bytes_per_param = storage_host_bytes_per_param(g->train.compute);
+    s->host_bytes = storage_host_elems(g) * s->bytes_per_param;
 }
 
 // 1234567 -> "1,234,567"

@@ -20,6 +20,8 @@
 //      this micro-batch's gradients, then NORM.
 #include "verify.h"
 
+#include "../common/storage.h"
+
 #include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -35,7 +37,7 @@ typedef enum { V_NONE = -1, V_NODE, V_WEIGHTS, V_INPUT, V_FREED, V_GRADS } Value
 
 // What a range holds. Ranges of one value are linear: `at` is the position
 // of the range's first byte inside the value (bytes into the node's buffer,
-// floats into the host store, bytes into the model input).
+// into the streaming copy of the host store, into the model input).
 typedef struct Label {
     int kind;       // ValueKind
     int part, node; // V_NODE; V_INPUT: node is the input's index
@@ -58,9 +60,12 @@ typedef struct Spans {
 } Spans;
 
 static Label label_at(Label l, int64_t bytes) {
-    l.at += l.kind == V_WEIGHTS ? bytes / 4 : bytes;
+    l.at += bytes;
     return l;
 }
+
+// Bytes of a weight element as it streams (the storage rule).
+static int64_t weight_bytes(const Plan *p) { return storage_weight_bytes(p->graph->train.compute); }
 
 static int spans_reserve(Spans *a, int extra) {
     if (a->n + extra <= a->cap) return 0;
@@ -207,8 +212,9 @@ static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
     default: snprintf(buf, cap, "a value the graph cannot provide (no gradient reaches it)"); break;
     case V_WEIGHTS: {
         char ly[32];
-        describe_layer(ly, sizeof ly, segment_of(p, l->at));
-        snprintf(buf, cap, "%s%s weights from host float %lld", ly, ly[0] == 'l' ? "'s" : "'", (long long)l->at);
+        int64_t elem = l->at / weight_bytes(p);
+        describe_layer(ly, sizeof ly, segment_of(p, elem));
+        snprintf(buf, cap, "%s%s weights from host element %lld", ly, ly[0] == 'l' ? "'s" : "'", (long long)elem);
         break;
     }
     case V_INPUT: snprintf(buf, cap, "model input %d", l->node); break;
@@ -344,10 +350,11 @@ static int copy_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t 
 
 // Where a node's data is: its base node (views and reshapes followed) and
 // the byte offset into it.
-static const Node *base_of(const Node *n, int64_t *off) {
+static const Node *base_of(const Plan *p, const Node *n, int64_t *off) {
+    int64_t elem = storage_elem_bytes(p->graph->train.compute, n);
     *off = 0;
     while (n->op == OP_VIEW || n->op == OP_RESHAPE) {
-        if (n->op == OP_VIEW) *off += n->offset * 4;
+        if (n->op == OP_VIEW) *off += n->offset * elem;
         n = n->in[0];
     }
     return n;
@@ -355,7 +362,7 @@ static const Node *base_of(const Node *n, int64_t *off) {
 
 static int64_t addr_of(const Plan *p, const Node *n, int frame) {
     int64_t off;
-    const Node *b = base_of(n, &off);
+    const Node *b = base_of(p, n, &off);
     return plan_offsets(p, b->part, frame)[b->id] + off;
 }
 
@@ -372,16 +379,16 @@ static Label input_value(const Plan *p, const Node *n, int64_t layer) {
         const Node *x = part_input_from(&g->parts[part], part == PART_TAIL ? PART_BLOCK : PART_HEAD);
         const Grad *gr = x ? part_grad_of(&g->parts[part], x) : NULL;
         if (!gr || !gr->grad) return (Label){.kind = V_NONE - 1}; // matches nothing: the read is refused
-        const Node *b = base_of(gr->grad, &off);
+        const Node *b = base_of(p, gr->grad, &off);
         return (Label){.kind = V_NODE, .part = part, .node = b->id, .layer = src_layer, .at = off};
     }
     // a value of another part: the head's output or the previous layer's
     if (n->part == PART_BLOCK) {
-        const Node *b = base_of(layer == 0 ? output_of(p, PART_HEAD) : output_of(p, PART_BLOCK), &off);
+        const Node *b = base_of(p, layer == 0 ? output_of(p, PART_HEAD) : output_of(p, PART_BLOCK), &off);
         return (Label){.kind = V_NODE, .part = layer == 0 ? PART_HEAD : PART_BLOCK, .node = b->id,
                        .layer = layer == 0 ? -1 : layer - 1, .at = off};
     }
-    const Node *b = base_of(output_of(p, PART_BLOCK), &off); // the tail reads the last layer's output
+    const Node *b = base_of(p, output_of(p, PART_BLOCK), &off); // the tail reads the last layer's output
     return (Label){.kind = V_NODE, .part = PART_BLOCK, .node = b->id, .layer = g->layers - 1, .at = off};
 }
 
@@ -393,7 +400,7 @@ static int64_t store_float(const Plan *p, const Param *prm, int param, int64_t l
 static Label value_of(const Plan *p, const Node *n, int64_t layer) {
     if (n->op == OP_PARAM) {
         const Param *prm = p->graph->params.items[n->param];
-        return (Label){.kind = V_WEIGHTS, .at = store_float(p, prm, n->param, layer < 0 ? 0 : layer)};
+        return (Label){.kind = V_WEIGHTS, .at = store_float(p, prm, n->param, layer < 0 ? 0 : layer) * weight_bytes(p)};
     }
     if (n->op == OP_INPUT) return input_value(p, n, layer);
     return (Label){.kind = V_NODE, .part = n->part, .node = n->id, .layer = layer};
@@ -414,7 +421,7 @@ static int verify_run(V *v, int i, const Instr *in) {
         const Node *n = part->nodes.items[k];
         if (n->op == OP_VIEW || n->op == OP_RESHAPE || n->op == OP_INPUT || n->op == OP_PARAM) continue;
         Label out = {.kind = V_NODE, .part = in->part, .node = n->id, .layer = layer, .origin = i};
-        int64_t at = offs[n->id], bytes = shape_numel(&n->shape) * 4;
+        int64_t at = offs[n->id], bytes = storage_bytes(p->graph->train.compute, n);
         if ((in->flags & RUN_SKIP_HEAVY) && is_heavy(n)) {
             snprintf(what, sizeof what, "the restored %%%d %s%s%s", n->id, op_name(n->op), n->name ? " " : "",
                      n->name ? n->name : "");
@@ -423,12 +430,13 @@ static int verify_run(V *v, int i, const Instr *in) {
         }
         for (int j = 0; j < n->nin; j++) { // every operand: the right value, of this layer
             int64_t off;
-            const Node *b = base_of(n->in[j], &off);
+            const Node *b = base_of(p, n->in[j], &off);
             Label want = label_at(value_of(p, b, layer), off);
             snprintf(what, sizeof what, "operand %d of %%%d %s, %s%s%s", j, n->id, op_name(n->op), op_name(b->op),
                      b->name ? " " : "", b->name ? b->name : "");
             int64_t lo = addr_of(p, n->in[j], in->frame);
-            if (read_range(v, &v->arena, i, lo, lo + shape_numel(&n->in[j]->shape) * 4, &want, what) != 0) return -1;
+            int64_t len = storage_bytes(p->graph->train.compute, n->in[j]);
+            if (read_range(v, &v->arena, i, lo, lo + len, &want, what) != 0) return -1;
         }
         if (write_range(v, &v->arena, i, at, at + bytes, out) != 0) return -1;
     }
@@ -478,12 +486,13 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
             const Param *prm = g->params.items[gr->of->param];
             if (prm->in_block != (in->layer >= 0) ||
                 store_float(p, prm, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
-                shape_numel(&prm->shape) * 4 != in->bytes)
+                storage_bytes(g->train.compute, gr->grad) != in->bytes ||
+                (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
                 continue;
             for (int f = 0; f < (pk == PART_BLOCK ? nframes : 1); f++) {
                 if (addr_of(p, gr->grad, f) != in->src) continue;
                 int64_t off;
-                const Node *b = base_of(gr->grad, &off);
+                const Node *b = base_of(p, gr->grad, &off);
                 Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1,
                               .at = off};
                 char what[96];
@@ -492,7 +501,7 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                     host_order(v, i, in->layer) != 0)
                     return -1;
                 // an add: after the previous add or the update's zeroing, and after any read since
-                return write_range(v, &v->grads, i, in->dst, in->dst + in->bytes / 4, (Label){.kind = V_GRADS});
+                return write_range(v, &v->grads, i, in->dst, in->dst + shape_numel(&prm->shape), (Label){.kind = V_GRADS});
             }
         }
     }
@@ -540,10 +549,16 @@ static int check_fields(V *v, int i) {
     case INS_COPY_OUT: {
         int64_t arena = in->kind == INS_COPY_IN ? in->dst : in->src, host = in->kind == INS_COPY_IN ? in->src : in->dst;
         if (in->layer < -1 || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
-        if (in->bytes % 4 != 0 || !range_ok(host, in->bytes / 4, H) ||
-            !range_ok(host - segment_base(p, in->layer), in->bytes / 4, segment_len(p, in->layer)))
-            return fail(v, "%s: host floats [%lld, +%lld) are not inside that layer's segment", d, (long long)host,
-                        (long long)(in->bytes / 4));
+        int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
+        if (in->flags & ~XFER_BF16) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
+        if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
+            return fail(v, "%s: a bf16 transfer in a plan that computes in %s", d, dtype_name(g->train.compute));
+        if (in->kind == INS_COPY_IN && elem != weight_bytes(p))
+            return fail(v, "%s: weights stream as %s in this plan", d, dtype_name(g->train.compute));
+        if (in->bytes % elem != 0 || !range_ok(host, in->bytes / elem, H) ||
+            !range_ok(host - segment_base(p, in->layer), in->bytes / elem, segment_len(p, in->layer)))
+            return fail(v, "%s: host elements [%lld, +%lld) are not inside that layer's segment", d, (long long)host,
+                        (long long)(in->bytes / elem));
         if (!range_ok(arena, in->bytes, A)) return fail(v, "%s: arena bytes outside the arena", d);
         return 0;
     }
@@ -652,7 +667,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
             rc = host_order(v, i, in->layer);
             if (rc == 0)
                 rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
-                                 (Label){.kind = V_WEIGHTS, .at = in->src, .origin = i});
+                                 (Label){.kind = V_WEIGHTS, .at = in->src * weight_bytes(p), .origin = i});
             break;
         case INS_INPUT:
             rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
@@ -668,7 +683,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
         case INS_COPY_OUT: rc = verify_copy_out(v, i, in); break;
         case INS_LOSS: {
             int64_t off;
-            const Node *b = base_of(output_of(p, PART_TAIL), &off);
+            const Node *b = base_of(p, output_of(p, PART_TAIL), &off);
             Label want = {.kind = V_NODE, .part = PART_TAIL, .node = b->id, .layer = -1, .at = off};
             rc = read_range(v, &v->arena, i, in->src, in->src + 4, &want, "the loss");
             break;
@@ -693,7 +708,7 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     V v = {.p = p, .err = err, .errcap = errcap};
     v.arena.name = "arena bytes";
     v.act.name = "host activation store bytes";
-    v.grads.name = "host gradient floats";
+    v.grads.name = "host gradient elements";
     int64_t layers = p->graph->layers;
     v.upd = malloc((size_t)(layers + 1) * sizeof *v.upd);
     v.nrm = malloc((size_t)(layers + 1) * sizeof *v.nrm);

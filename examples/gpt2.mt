@@ -44,6 +44,7 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 
 train {
+  dtype = bf16
   batch = 4
   seq = 1024
   optimizer = adamw(lr = 6e-4, betas = (0.9, 0.95), weight_decay = 0.1, eps = 1e-8)

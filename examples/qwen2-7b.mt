@@ -49,6 +49,7 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 
 train {
+  dtype = bf16
   batch = 1
   seq = 8192
   optimizer = adamw(lr = 3e-4, betas = (0.9, 0.95), weight_decay = 0.1)

@@ -3,6 +3,8 @@
 // double-precision reference the tests hold the kernel to.
 #include "adamw.h"
 
+#include "../common/bf16.h"
+
 #include <math.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -52,16 +54,6 @@ static AdamWConst adamw_const(const AdamWStep *s, int decay) {
     };
 }
 
-// x rounded to bf16, to nearest even; a NaN stays a NaN (quieted, sign
-// kept). Branch-free, so the loops around it vectorise.
-static inline uint16_t adamw_bf16(float x) {
-    uint32_t u;
-    memcpy(&u, &x, sizeof u);
-    uint32_t rounded = (u + 0x7FFFu + ((u >> 16) & 1u)) >> 16;
-    uint32_t quiet_nan = (u >> 16) | 0x40u;
-    return (uint16_t)((u & 0x7FFFFFFFu) > 0x7F800000u ? quiet_nan : rounded);
-}
-
 // One element's new values.
 typedef struct AdamWElem {
     float w, m, v;
@@ -94,11 +86,11 @@ adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, const
     if (out) {
         for (int64_t i = 0; i < n16; i++) {
             AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = adamw_bf16(e.w);
+            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = bf16_from_f32(e.w);
         }
         for (int64_t i = n16; i < n; i++) {
             AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = adamw_bf16(e.w);
+            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = bf16_from_f32(e.w);
         }
     } else {
         for (int64_t i = 0; i < n16; i++) {

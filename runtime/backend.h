@@ -15,8 +15,8 @@ struct Backend {
     void *ctx;
     // host -> arena [dst, dst + bytes)
     void (*copy_in)(Backend *be, int64_t dst, const void *host, int64_t bytes);
-    // arena [src, src + bytes) added into host floats
-    void (*copy_out_add)(Backend *be, float *host, int64_t src, int64_t bytes);
+    // arena [src, src + bytes), fp32 or (bf16 set) bf16, added into host floats
+    void (*copy_out_add)(Backend *be, float *host, int64_t src, int64_t bytes, int bf16);
     // arena [src, src + bytes) -> host bytes (the host activation store)
     void (*copy_out)(Backend *be, void *host, int64_t src, int64_t bytes);
     // arena -> arena

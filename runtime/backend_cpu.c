@@ -3,6 +3,7 @@
 #include <string.h>
 
 #include "backend.h"
+#include "../common/bf16.h"
 #include "exec.h"
 #include "jit.h"
 
@@ -32,8 +33,14 @@ static void cpu_copy_in(Backend *be, int64_t dst, const void *host, int64_t byte
     memcpy(((Cpu *)be->ctx)->arena + dst, host, (size_t)bytes);
 }
 
-static void cpu_copy_out_add(Backend *be, float *host, int64_t src, int64_t bytes) {
-    const float *a = (const float *)(((Cpu *)be->ctx)->arena + src);
+static void cpu_copy_out_add(Backend *be, float *host, int64_t src, int64_t bytes, int bf16) {
+    const char *at = ((Cpu *)be->ctx)->arena + src;
+    if (bf16) {
+        const uint16_t *a = (const uint16_t *)at; // (bytes / 2)
+        for (int64_t i = 0; i < bytes / 2; i++) host[i] += f32_from_bf16(a[i]);
+        return;
+    }
+    const float *a = (const float *)at; // (bytes / 4)
     for (int64_t i = 0; i < bytes / 4; i++) host[i] += a[i];
 }
 
@@ -82,6 +89,11 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
         snprintf(err, errcap, "the plan's device arena is %lld bytes (%.1f MiB) but its target has %lld bytes (%.1f MiB) "
                  "of device memory; recompile it for this target", (long long)p->arena_bytes,
                  (double)p->arena_bytes / (1 << 20), (long long)p->device_limit, (double)p->device_limit / (1 << 20));
+        return NULL;
+    }
+    if (p->graph->train.compute == DT_BF16 && !p->kernels_len) {
+        snprintf(err, errcap, "this bf16 plan carries no kernels; the cpu backend runs bf16 only through the plan's own "
+                 "kernels (recompile it with mtc)");
         return NULL;
     }
     if (p->nframes < 1) {

@@ -4,6 +4,7 @@
 #include <time.h>
 
 #include "kernels.h"
+#include "../common/storage.h"
 
 ExecProfile *exec_profile;
 
@@ -80,6 +81,10 @@ void exec_run_flags(PartState *ps, int from, int to, int flags) {
         double t0 = exec_profile ? now_s() : 0;
         if (ps->prec == PREC_F64) kernel_run_f64(n, ps->val[i], in);
         else kernel_run_f32(n, ps->val[i], in);
+        if (ps->prec == PREC_F32 && storage_dtype(ps->compute, n) == DT_BF16) { // stored as bf16: rounded where it ends
+            float *v = ps->val[i]; // (numel)
+            for (int64_t k = 0; k < shape_numel(&n->shape); k++) v[k] = bf16_round(v[k]);
+        }
         if (exec_profile) {
             exec_profile->seconds[n->op] += now_s() - t0;
             exec_profile->calls[n->op]++;

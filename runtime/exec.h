@@ -12,6 +12,7 @@ typedef enum { PREC_F32, PREC_F64 } Precision;
 typedef struct PartState {
     const Part *part;
     Precision prec;
+    DType compute; // DT_BF16: the storage rule's rounding (common/storage.h) after each node, in PREC_F32
     void **val;  // (nodes.n) the buffer of each node
     void *owned; // the one allocation behind computed nodes' buffers
 } PartState;

@@ -15,7 +15,10 @@
 #include <string.h>
 #include <time.h>
 
+#include "../common/bf16.h"
 #include "../common/plan.h"
+#include "../common/storage.h"
+#include "kernels.h"
 #include "../compiler/emit_llvm.h"
 
 struct Jit {
@@ -30,6 +33,8 @@ struct Jit {
     size_t attn_n;
     void **argv;          // (argv_n) the running kernel's argument addresses
     size_t argv_n;
+    float *wide;          // (wide_n) bf16 GEMM and attention operands widened to f32, and their f32 results
+    size_t wide_n;
 };
 
 JitProfile *jit_profile;
@@ -81,7 +86,8 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                     continue;
                 }
                 const Node *n = part->nodes.items[g->node];
-                int elem = n->dtype == DT_I32 ? KT_I32 : KT_F32;
+                DType st = storage_dtype(j->g->train.compute, n);
+                int elem = st == DT_I32 ? KT_I32 : st == DT_BF16 ? KT_BF16 : KT_F32;
                 if (n->op == OP_VIEW || n->op == OP_RESHAPE || elem != g->dtype || g->offset + g->numel > shape_numel(&n->shape)) {
                     snprintf(err, cap, "jit: part %s kernel %d argument %d reaches outside node %%%d", part_name(p), i, a, g->node);
                     return -1;
@@ -219,11 +225,15 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
             if ((size_t)k->nargs > j->argv_n) j->argv_n = (size_t)k->nargs;
+            size_t wide = 0; // bf16 GEMM and attention: every argument widened (the output too)
+            for (int a = 0; kir_is_heavy(k) && k->args[0].dtype == KT_BF16 && a < k->nargs; a++) wide += (size_t)k->args[a].numel;
+            if (wide > j->wide_n) j->wide_n = wide;
         }
     j->scratch = malloc((j->scratch_n + 1) * sizeof(double));
     j->attn = malloc((j->attn_n + 1) * sizeof(float));
     j->argv = malloc((j->argv_n + 1) * sizeof(void *));
-    if (!j->scratch || !j->attn || !j->argv) {
+    j->wide = malloc((j->wide_n + 1) * sizeof(float));
+    if (!j->scratch || !j->attn || !j->argv || !j->wide) {
         snprintf(err, cap, "jit: cannot allocate %zu accumulator and %zu attention scratch elements", j->scratch_n, j->attn_n);
         jit_destroy(j);
         return NULL;
@@ -239,6 +249,7 @@ void jit_destroy(Jit *j) {
     free(j->scratch);
     free(j->attn);
     free(j->argv);
+    free(j->wide);
     free(j);
 }
 
@@ -247,7 +258,16 @@ const KirProgram *jit_program(const Jit *j) { return &j->prog; }
 // ---------------------------------------------------------------- running
 
 static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
-    return base + offsets[a->node] + a->offset * 4;
+    return base + offsets[a->node] + a->offset * (a->dtype == KT_BF16 ? 2 : 4);
+}
+
+// dst (n) = the floats bf16 src (n) holds.
+static void widen(float *dst, const uint16_t *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = f32_from_bf16(src[i]);
+}
+// dst (n) = src (n) rounded to bf16.
+static void narrow(uint16_t *dst, const float *src, int64_t n) {
+    for (int64_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
 // Zeroes the accumulators of expression kernel k before its first row block.
@@ -266,6 +286,11 @@ static void acc_end(const KirKernel *k, void **args, const double *s) {
         const KirArg *g = &k->args[a];
         if (!(g->access & KA_ACC64)) continue;
         const double *src = s + kir_acc64_offset(k, a);
+        if (g->dtype == KT_BF16) { // rounded once, at the end
+            uint16_t *dst = args[a];
+            for (int64_t i = 0; i < g->numel; i++) dst[i] = bf16_from_f32((float)(src[i] / g->divisor));
+            continue;
+        }
         float *dst = args[a];
         for (int64_t i = 0; i < g->numel; i++) dst[i] = (float)(src[i] / g->divisor);
     }
@@ -297,6 +322,31 @@ static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int
     acc_end(k, args, s);
 }
 
+// Operand pointers of a GEMM or attention kernel as f32: its arguments
+// themselves, or for bf16 storage (every argument alike, kir_check says)
+// the inputs widened into j->wide and the output given room there, to be
+// rounded back (narrow) once computed.
+static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *offsets, float **ops) {
+    float *w = j->wide; // (wide_n)
+    for (int a = 0; a < k->nargs; a++) {
+        void *p = arg_ptr(&k->args[a], base, offsets);
+        if (k->args[a].dtype != KT_BF16) {
+            ops[a] = p;
+            continue;
+        }
+        ops[a] = w;
+        if (a > 0) widen(w, p, k->args[a].numel);
+        w += k->args[a].numel;
+    }
+}
+
+// Rounds output rows [r0, r1) (row length n) of a bf16 kernel from its f32 room back into its argument.
+static void narrow_rows(const KirKernel *k, char *base, const int64_t *offsets, const float *out, int64_t r0,
+                        int64_t r1, int64_t n) {
+    if (k->args[0].dtype != KT_BF16) return;
+    narrow((uint16_t *)arg_ptr(&k->args[0], base, offsets) + r0 * n, out + r0 * n, (r1 - r0) * n);
+}
+
 // C = op(A) @ op(B), with the epilogue run on each block of rows while it is in cache.
 static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base, const int64_t *offsets) {
     const KirGemm *g = &k->gemm;
@@ -306,12 +356,15 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
         if (e) run_expr(j, e, efn, base, offsets);
         return;
     }
-    float *C = arg_ptr(&k->args[0], base, offsets);
-    const float *A = arg_ptr(&k->args[1], base, offsets), *B = arg_ptr(&k->args[2], base, offsets);
+    float *ops[3];
+    f32_operands(j, k, base, offsets, ops);
+    float *C = ops[0];
+    const float *A = ops[1], *B = ops[2];
     if (!e) {
         for (int64_t b = 0; b < g->batch; b++)
             sgemm(g->ta, g->tb, g->M, g->N, g->K, A + b * g->stride_a, g->lda, B + b * g->stride_b, g->ldb, 0.0f,
                   C + b * g->stride_c, g->ldc);
+        narrow_rows(k, base, offsets, C, 0, k->args[0].numel, 1);
         return;
     }
     void **args = j->argv;
@@ -323,6 +376,7 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
         int64_t r1 = r0 + block < g->M ? r0 + block : g->M;
         sgemm(g->ta, g->tb, r1 - r0, g->N, g->K, A + (g->ta ? r0 : r0 * g->lda), g->lda, B, g->ldb, 0.0f,
               C + r0 * g->ldc, g->ldc);
+        narrow_rows(k, base, offsets, C, r0, r1, g->ldc);
         call(efn, args, r0, r1, s);
     }
     acc_end(e, args, s);
@@ -330,24 +384,34 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
 
 // Attention on the cpu: per (batch, head) S = q k^T, softmax (generated,
 // scaled and masked), y = P v; the backward recomputes P, then dP = dy v^T,
-// dS (generated), dq = dS k, dk += dS^T q, dv += P^T dy.
+// dS (generated), dq = dS k, dk += dS^T q, dv += P^T dy, all in f32.
+// bf16 plans instead run the plain kernel of kernels.inc (double sums) on
+// the widened operands and round its output: the rounding to bf16 turns the
+// composite's f32 sums into different bf16 values here and there, and only
+// the same arithmetic lets a streamed bf16 replay be held to the reference
+// executor's losses to 1e-5.
 static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     const KirAttn *t = &k->attn;
     int bwd = k->kind == KK_ATTN_BWD;
     int64_t T = t->T, D = t->D, HD = t->H * D, KD = t->KVH * D, group = t->H / t->KVH;
+    int64_t nq = t->B * T * HD, nk = t->B * T * KD;
     float *S = j->attn;       // (T, T) scores, then P
     float *dP = S + T * T;    // (T, T) dP, then dS
-    float *out = arg_ptr(&k->args[0], base, offsets);
-    const float *dy = bwd ? arg_ptr(&k->args[1], base, offsets) : NULL;
-    const float *q = arg_ptr(&k->args[bwd + 1], base, offsets), *kk = arg_ptr(&k->args[bwd + 2], base, offsets),
-                *v = arg_ptr(&k->args[bwd + 3], base, offsets);
-    int64_t nq = t->B * T * HD, nk = t->B * T * KD;
+    float *ops[5];
+    f32_operands(j, k, base, offsets, ops);
+    if (k->args[0].dtype == KT_BF16) {
+        void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
+        kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in);
+        narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + 2 * nk : nq, 1);
+        return;
+    }
+    float *out = ops[0];
+    const float *dy = bwd ? ops[1] : NULL;
+    const float *q = ops[bwd + 1], *kk = ops[bwd + 2], *v = ops[bwd + 3];
     float *dq = out, *dk = out + nq, *dv = out + nq + nk;
     if (bwd) memset(dk, 0, (size_t)(2 * nk) * sizeof(float));
-    const KirKernel *h0 = &j->prog.parts[part].k[t->helper[0]], *h1 = bwd ? &j->prog.parts[part].k[t->helper[1]] : NULL;
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
     void *a0[1] = {S}, *a1[2] = {S, dP};
-    (void)h0, (void)h1;
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KD + (h / group) * D;
@@ -364,6 +428,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
             sgemm(1, 0, T, D, T, dP, T, qh, HD, 1.0f, dk + b * T * KD + (h / group) * D, KD);
             sgemm(1, 0, T, D, T, S, T, dyh, HD, 1.0f, dv + b * T * KD + (h / group) * D, KD);
         }
+    narrow_rows(k, base, offsets, out, 0, bwd ? nq + 2 * nk : nq, 1);
 }
 
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {

@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "../common/io.h"
+#include "../common/storage.h"
 
 enum {
     SECTIONS = SEC_COUNT_PLUS_ONE - 1,
@@ -214,8 +215,6 @@ static int get_enum(Rd *r, uint32_t count, const char *where, const char *field)
     return (int)v;
 }
 
-static int64_t elem_bytes(DType t) { return t == DT_BF16 ? 2 : 4; }
-static int64_t node_bytes(const Node *n) { return shape_numel(&n->shape) * elem_bytes(n->dtype); }
 
 // [off, off + bytes) inside [0, cap)
 static int range_ok(int64_t off, int64_t bytes, int64_t cap) {
@@ -630,13 +629,13 @@ static int read_arena(Rd *r, Plan *p) {
                         part_name((PartKind)pk), i, op_name(nd->op));
                 return -1;
             }
-            if (!range_ok(off, node_bytes(nd), p->arena_bytes)) {
+            if (!range_ok(off, storage_bytes(g->train.compute, nd), p->arena_bytes)) {
                 rd_fail(r, "%s node %d (%s) at bytes [%lld, +%lld) lies outside the arena of %lld bytes",
-                        part_name((PartKind)pk), i, op_name(nd->op), (long long)off, (long long)node_bytes(nd),
+                        part_name((PartKind)pk), i, op_name(nd->op), (long long)off, (long long)storage_bytes(g->train.compute, nd),
                         (long long)p->arena_bytes);
                 return -1;
             }
-            if (off % elem_bytes(nd->dtype) != 0) {
+            if (off % storage_elem_bytes(g->train.compute, nd) != 0) {
                 rd_fail(r, "%s node %d (%s) at byte %lld is not aligned to its elements", part_name((PartKind)pk), i,
                         op_name(nd->op), (long long)off);
                 return -1;
@@ -682,12 +681,19 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
     case INS_COPY_IN:
     case INS_COPY_OUT: {
         int64_t harena = in->kind == INS_COPY_IN ? in->dst : in->src, hhost = in->kind == INS_COPY_IN ? in->src : in->dst;
+        int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
         if (in->layer < -1 || in->layer >= g->layers)
             rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
-        else if (in->bytes % 4 != 0) rd_fail(r, "%s: %lld bytes is not whole floats", where, (long long)in->bytes);
-        else if (!range_ok(hhost, in->bytes / 4, host))
-            rd_fail(r, "%s: host floats [%lld, +%lld) lie outside the host store of %lld", where, (long long)hhost,
-                    (long long)(in->bytes / 4), (long long)host);
+        else if (in->flags & ~XFER_BF16) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
+            rd_fail(r, "%s: a bf16 transfer in a plan that computes in %s", where, dtype_name(g->train.compute));
+        else if (in->kind == INS_COPY_IN && g->train.compute == DT_BF16 && !(in->flags & XFER_BF16))
+            rd_fail(r, "%s: bf16 plans stream their weights as bf16", where);
+        else if (in->bytes % elem != 0)
+            rd_fail(r, "%s: %lld bytes is not whole %s elements", where, (long long)in->bytes, elem == 2 ? "bf16" : "fp32");
+        else if (!range_ok(hhost, in->bytes / elem, host))
+            rd_fail(r, "%s: host elements [%lld, +%lld) lie outside the host store of %lld", where, (long long)hhost,
+                    (long long)(in->bytes / elem), (long long)host);
         else if (!range_ok(harena, in->bytes, A))
             rd_fail(r, "%s: arena bytes [%lld, +%lld) lie outside the arena of %lld", where, (long long)harena,
                     (long long)in->bytes, (long long)A);
@@ -707,8 +713,8 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
             return;
         }
         const ModelInput *mi = g->inputs.items[in->input];
-        int64_t have = shape_numel(&mi->shape) * elem_bytes(mi->dtype);
-        if (in->bytes > have || in->bytes % elem_bytes(mi->dtype) != 0)
+        int64_t have = shape_numel(&mi->shape) * dtype_bytes(mi->dtype);
+        if (in->bytes > have || in->bytes % dtype_bytes(mi->dtype) != 0)
             rd_fail(r, "%s: %lld bytes of model input '%s', which has %lld", where, (long long)in->bytes, mi->name,
                     (long long)have);
         else if (!range_ok(in->dst, in->bytes, A))

@@ -7,6 +7,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "../common/bf16.h"
 
 static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
 
@@ -50,8 +51,10 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     Backend *be = r->be;
     HostStore *hs = r->hs;
     switch ((InsKind)in->kind) {
-    case INS_COPY_IN: be->copy_in(be, in->dst, hs->w + in->src, in->bytes); break;
-    case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes); break;
+    case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
+        be->copy_in(be, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src, in->bytes);
+        break;
+    case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
     case INS_COPY: be->copy(be, in->dst, in->src, in->bytes); break;
     case INS_INPUT: be->copy_in(be, in->dst, inputs[in->input], in->bytes); break;
     case INS_RUN: be->run(be, (PartKind)in->part, in->from, in->to, in->frame, in->flags); break;
@@ -141,14 +144,14 @@ done:
     return rc;
 }
 
-// Points a part's parameter nodes at layer `layer`'s weights in the store,
-// and its model inputs at the batch.
-static void bind_params_inputs(PartState *ps, const Plan *p, HostStore *hs, int64_t layer,
-                               const int32_t *const *inputs) {
+// Points a part's parameter nodes at layer `layer`'s weights as they stream
+// (w: the master, or its bf16 copy widened), and its model inputs at the batch.
+static void bind_params_inputs(PartState *ps, const Plan *p, float *w, int64_t layer, const int32_t *const *inputs) {
     const Part *part = ps->part;
+    ps->compute = p->graph->train.compute;
     for (int i = 0; i < part->nfwd; i++) {
         const Node *n = part->nodes.items[i];
-        if (n->op == OP_PARAM) ps->val[i] = hs->w + store_offset(p, n->param, layer);
+        if (n->op == OP_PARAM) ps->val[i] = w + store_offset(p, n->param, layer);
         if (n->op == OP_INPUT && n->src_part == SRC_MODEL_INPUT) ps->val[i] = (void *)inputs[n->src];
     }
 }
@@ -173,19 +176,22 @@ float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs,
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
     PartState hs_head = {0}, hs_tail = {0}, *layers = calloc((size_t)L, sizeof(PartState));
-    int ok = layers && exec_init(&hs_head, head, PREC_F32) == 0 && exec_init(&hs_tail, tail, PREC_F32) == 0;
+    // (hs->n) the weights the device would see: the master, or under bf16 its copy widened
+    float *w = hs->wb ? malloc((size_t)hs->n * sizeof(float) + 1) : hs->w;
+    for (int64_t i = 0; hs->wb && w && i < hs->n; i++) w[i] = f32_from_bf16(hs->wb[i]);
+    int ok = w && layers && exec_init(&hs_head, head, PREC_F32) == 0 && exec_init(&hs_tail, tail, PREC_F32) == 0;
     for (int64_t l = 0; ok && l < L; l++) ok = exec_init(&layers[l], block, PREC_F32) == 0;
     float loss = NAN;
     if (ok) {
         const Node *x = part_input_from(block, PART_HEAD), *tx = part_input_from(tail, PART_BLOCK);
-        bind_params_inputs(&hs_head, p, hs, 0, inputs);
+        bind_params_inputs(&hs_head, p, w, 0, inputs);
         exec_run(&hs_head, 0, head->nfwd);
         for (int64_t l = 0; l < L; l++) {
-            bind_params_inputs(&layers[l], p, hs, l, inputs);
+            bind_params_inputs(&layers[l], p, w, l, inputs);
             layers[l].val[x->id] = l == 0 ? hs_head.val[head->output->id] : layers[l - 1].val[block->output->id];
             exec_run(&layers[l], 0, block->nfwd);
         }
-        bind_params_inputs(&hs_tail, p, hs, 0, inputs);
+        bind_params_inputs(&hs_tail, p, w, 0, inputs);
         hs_tail.val[tx->id] = layers[L - 1].val[block->output->id];
         exec_run(&hs_tail, 0, backward ? tail->nodes.n : tail->nfwd);
         loss = *(float *)hs_tail.val[tail->output->id];
@@ -205,6 +211,7 @@ float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs,
     }
     for (int64_t l = 0; layers && l < L; l++) exec_free(&layers[l]);
     free(layers);
+    if (w != hs->w) free(w);
     exec_free(&hs_head);
     exec_free(&hs_tail);
     return loss;

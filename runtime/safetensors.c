@@ -1,5 +1,6 @@
 #include "safetensors.h"
 #include "../common/io.h"
+#include "../common/bf16.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>
@@ -580,13 +581,6 @@ void st_close(StSet *s) {
 
 // ---------------------------------------------------------------- writing
 
-// f32 bits to bf16 bits, rounded to nearest even; a NaN keeps its sign and is made quiet (so a payload
-// only in the low bits cannot become an infinity)
-static uint16_t f32_to_bf16_bits(uint32_t u) {
-    if ((u & 0x7fffffffu) > 0x7f800000u) return (uint16_t)(u >> 16 | 0x0040);
-    return (uint16_t)((u + 0x7fffu + (u >> 16 & 1)) >> 16);
-}
-
 typedef struct Buf {
     char *p;     // (cap) text so far: len bytes
     size_t len, cap;
@@ -708,9 +702,7 @@ static int write_file(const OutFile *f, const StOut *t, StDtype dtype, unsigned 
         for (int64_t at = 0; at < n && !e; at += (int64_t)per) {
             size_t k = n - at < (int64_t)per ? (size_t)(n - at) : per;
             for (size_t j = 0; j < k; j++) {
-                uint32_t u;
-                memcpy(&u, &t[i].data[at + (int64_t)j], 4);
-                uint16_t b = f32_to_bf16_bits(u);
+                uint16_t b = bf16_from_f32(t[i].data[at + (int64_t)j]);
                 chunk[2 * j] = (unsigned char)b;
                 chunk[2 * j + 1] = (unsigned char)(b >> 8);
             }

@@ -1,11 +1,14 @@
 #include "store.h"
 
 #include <math.h>
+
+#include "../common/bf16.h"
+#include "../common/storage.h"
 #include <stdlib.h>
 #include <string.h>
 
 int64_t store_bytes(const Plan *p) {
-    return (p->host_global + p->graph->layers * p->host_layer) * 4 * 4;
+    return (p->host_global + p->graph->layers * p->host_layer) * storage_host_bytes_per_param(p->graph->train.compute);
 }
 
 int store_alloc(HostStore *s, const Plan *p) {
@@ -23,6 +26,14 @@ int store_alloc(HostStore *s, const Plan *p) {
         }
         memset(*arrays[i], 0, bytes);
     }
+    if (p->graph->train.compute == DT_BF16) {
+        size_t half = ((size_t)s->n * 2 + 63) & ~(size_t)63;
+        if (!(s->wb = aligned_alloc(64, half ? half : 64))) {
+            store_free(s);
+            return -1;
+        }
+        memset(s->wb, 0, half);
+    }
     return 0;
 }
 
@@ -31,6 +42,7 @@ void store_free(HostStore *s) {
     free(s->m);
     free(s->v);
     free(s->g);
+    free(s->wb);
     free(s->seg);
     *s = (HostStore){0};
 }
@@ -59,8 +71,8 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         if (prm->in_block != (layer >= 0)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
         int64_t off = store_offset(p, i, layer);
-        adamw_update(s->w + off, s->m + off, s->v + off, s->g + off, NULL, shape_numel(&prm->shape), &seg->step, decay,
-                     s->threads);
+        adamw_update(s->w + off, s->m + off, s->v + off, s->g + off, s->wb ? s->wb + off : NULL,
+                     shape_numel(&prm->shape), &seg->step, decay, s->threads);
     }
     int64_t n, off = store_segment(p, layer, &n);
     memset(s->g + off, 0, (size_t)n * sizeof(float));
@@ -69,6 +81,10 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
 
 void store_flush(HostStore *s, const Plan *p) {
     for (int64_t l = -1; l < p->graph->layers; l++) store_update(s, p, l);
+}
+
+void store_sync_copy(HostStore *s) {
+    for (int64_t i = 0; s->wb && i < s->n; i++) s->wb[i] = bf16_from_f32(s->w[i]);
 }
 
 // splitmix64: a counter-based generator, so every element has its own draw.

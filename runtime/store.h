@@ -1,6 +1,7 @@
 // store.h: the host store, the authoritative copy of every parameter and
-// optimizer state. Floats, laid out as the plan's HOST section says: the
-// global segment, then one contiguous segment per layer.
+// optimizer state. Every array is laid out as the plan's HOST section says
+// (the global segment, then one contiguous segment per layer); what it holds
+// per parameter is the storage rule's (common/storage.h).
 #ifndef MT_STORE_H
 #define MT_STORE_H
 
@@ -17,11 +18,12 @@ typedef struct StoreSegment {
 } StoreSegment;
 
 typedef struct HostStore {
-    int64_t n;   // floats in each array: host_global + layers * host_layer
+    int64_t n;   // elements in each array: host_global + layers * host_layer
     float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device
     float *m;    // (n) Adam first moments
     float *v;    // (n) Adam second moments
-    float *g;    // (n) gradient accumulators
+    float *g;    // (n) fp32 gradient accumulators
+    uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
     // The host optimizer, by segment: seg[0] the globals, seg[1 + l] layer l.
     int64_t nseg; // 1 + layers
     StoreSegment *seg; // (nseg)
@@ -29,7 +31,7 @@ typedef struct HostStore {
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
-// alignment padding).
+// alignment padding): storage_host_bytes_per_param per element.
 int64_t store_bytes(const Plan *p);
 // Allocates and zeroes the arrays. Returns 0, or -1 out of memory.
 int store_alloc(HostStore *s, const Plan *p);
@@ -46,12 +48,17 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 // INS_NORM: the squared norm of the segment's gradients into seg.sq_norm.
 void store_norm(HostStore *s, const Plan *p, int64_t layer);
 // INS_UPDATE: applies the segment's pending AdamW update to all its
-// parameters (weight decay on matrices only, none on norms and biases) and
-// zeroes its gradients; nothing when no update is pending.
+// parameters (weight decay on matrices only, none on norms and biases),
+// writing the bf16 copy in the same pass, and zeroes its gradients; nothing
+// when no update is pending.
 void store_update(HostStore *s, const Plan *p, int64_t layer);
 // Every pending update, in segment order (before validation, checkpoints,
 // export and the end of training).
 void store_flush(HostStore *s, const Plan *p);
+
+// Rounds the whole master into the bf16 copy (a no-op without one): after
+// the master was written other than by AdamW (initialised, loaded, resumed).
+void store_sync_copy(HostStore *s);
 
 // Initialises the master weights from seed as each parameter's init says.
 // Each element's value depends only on (seed, parameter, layer, index), not

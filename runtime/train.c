@@ -50,11 +50,6 @@ static int64_t model_vocab(const Graph *g) {
 // Checks that forward takes (tokens, targets), both i32[B, T], which is what
 // mtrun feeds.
 static int check_inputs(const Graph *g, char *err, size_t errcap) {
-    if (g->train.compute != DT_F32) {
-        snprintf(err, errcap, "this plan computes in %s; the cpu backend computes in f32 only (set dtype = f32)",
-                 dtype_name(g->train.compute));
-        return -1;
-    }
     int ok = g->inputs.n == 2;
     for (int i = 0; ok && i < 2; i++) {
         const ModelInput *in = g->inputs.items[i];
@@ -305,6 +300,7 @@ int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
+    store_sync_copy(&r.hs); // the bf16 copy of what was initialised, loaded or resumed
     if (!o->resume && log_val(&r, 0, err, errcap) != 0) goto done;
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
     for (int64_t s = done_steps + 1; s <= steps; s++) {

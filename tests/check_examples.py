@@ -62,9 +62,12 @@ def main():
         for n, shape in names.items():
             if params.get(n) != shape:
                 errors.append(f"{n}: {params.get(n)}, expected {shape}")
+        # fp32 master, m, v, gradients (16) + the bf16 copy that streams (2),
+        # each tensor's elements padded to a multiple of 16 in the host store
         per = 4 + 8 + 4 + (2 if d["compute_dtype"] == "bf16" else 0)
-        if d["host_bytes"] != d["params_total"] * per:
-            errors.append(f"host_bytes {d['host_bytes']} is not {per} x params_total")
+        padded = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for s in params.values())
+        if d["host_bytes"] != padded * per:
+            errors.append(f"host_bytes {d['host_bytes']} is not {per} x {padded} padded parameters")
         print(("FAIL " if errors else "ok   ") + f"{name}: {d['params_total']:,} parameters")
         for e in errors:
             print("     ", e)

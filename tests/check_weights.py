@@ -13,6 +13,11 @@ usage: check_weights.py MTC MTRUN MODE
              loss equals a numpy GPT-2 forward pass
   errors     missing, extra and misshapen tensors and wrong checkpoints are
              refused naming the tensor, both shapes and the file
+  bf16       the same random llama-tiny compiled with --dtype bf16: its
+             first validation loss equals a numpy forward pass that rounds
+             to bf16 (by bits) where mt's storage rule does, weights and
+             every node's value, to 1e-3 relative; and is further from the
+             unrounded pass than that
 Run from the project root.
 """
 import json
@@ -135,8 +140,15 @@ def gpt2_loss(W, L, nh, tokens, targets):
     return cross_entropy(ln(x, W["ln_f.weight"], W["ln_f.bias"]) @ W["wte.weight"].T, targets)
 
 
-def llama_loss(W, L, nh, nkv, theta, tokens, targets):
-    W = {k: v.astype(np.float64) for k, v in W.items()}
+def bf16_round(a):
+    """a (float64) as mt stores it under bf16: to float32, then to nearest even bf16."""
+    return (bf16_bits(np.asarray(a, np.float32)).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
+
+
+def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a):
+    """The Llama loss in float64; r is applied where a graph node ends (the
+    storage rule's rounding points: weights, then every op's result)."""
+    W = {k: r(v.astype(np.float64)) for k, v in W.items()}
 
     def rms(x, g):
         return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-5) * g
@@ -155,15 +167,15 @@ def llama_loss(W, L, nh, nkv, theta, tokens, targets):
     x = W["model.embed_tokens.weight"][tokens]
     for i in range(L):
         p = f"model.layers.{i}."
-        a = rms(x, W[p + "input_layernorm.weight"])
-        q = rope(a @ W[p + "self_attn.q_proj.weight"].T, nh)
-        k = rope(a @ W[p + "self_attn.k_proj.weight"].T, nkv)
-        v = a @ W[p + "self_attn.v_proj.weight"].T
-        x = x + attention(q, k, v, nh, nkv) @ W[p + "self_attn.o_proj.weight"].T
-        m = rms(x, W[p + "post_attention_layernorm.weight"])
-        g, u = m @ W[p + "mlp.gate_proj.weight"].T, m @ W[p + "mlp.up_proj.weight"].T
-        x = x + (g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T
-    return cross_entropy(rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].T, targets)
+        a = r(rms(x, W[p + "input_layernorm.weight"]))
+        q = r(rope(r(a @ W[p + "self_attn.q_proj.weight"].T), nh))
+        k = r(rope(r(a @ W[p + "self_attn.k_proj.weight"].T), nkv))
+        v = r(a @ W[p + "self_attn.v_proj.weight"].T)
+        x = r(x + r(r(attention(q, k, v, nh, nkv)) @ W[p + "self_attn.o_proj.weight"].T))
+        m = r(rms(x, W[p + "post_attention_layernorm.weight"]))
+        g, u = r(m @ W[p + "mlp.gate_proj.weight"].T), r(m @ W[p + "mlp.up_proj.weight"].T)
+        x = r(x + r(r(g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T))
+    return cross_entropy(r(r(rms(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets)
 
 
 # ---------------------------------------------------------------- helpers
@@ -284,7 +296,7 @@ def llmc(mtc, mtrun, tmp):
                   p + "ln_2.weight": layers["ln2w"][i], p + "ln_2.bias": layers["ln2b"][i],
                   p + "mlp.c_fc.weight": layers["fcw"][i].T, p + "mlp.c_fc.bias": layers["fcb"][i],
                   p + "mlp.c_proj.weight": layers["fcprojw"][i].T, p + "mlp.c_proj.bias": layers["fcprojb"][i]})
-    pl = plan(mtc, tmp, "examples/gpt2.mt", "--batch", "1", "--seq", "8")
+    pl = plan(mtc, tmp, "examples/gpt2.mt", "--batch", "1", "--seq", "8", "--dtype", "f32")
     loss, p = first_val_loss(mtrun, pl, tmp, "--init", path, "--reference")
     if loss is None:
         return
@@ -325,10 +337,29 @@ def errors(mtc, mtrun, tmp):
     check(p.returncode == 1 and f in p.stderr, "an llm.c GPT-2 file into a Llama is refused", p)
 
 
+def bf16(mtc, mtrun, tmp):
+    rng = np.random.default_rng(2)
+    W = llama_tiny_weights(mtc, tmp, rng)
+    f = os.path.join(tmp, "w.safetensors")
+    write_safetensors(f, [(n, "F32", w) for n, w in W.items()])
+    T = 64
+    pl = plan(mtc, tmp, "examples/llama-tiny.mt", "--batch", "1", "--seq", str(T), "--dtype", "bf16")
+    loss, p = first_val_loss(mtrun, pl, tmp, "--init", f)
+    if loss is None:
+        return
+    tokens, targets = val_tokens(T)
+    want = llama_loss(W, 2, 4, 2, 10000.0, tokens, targets, bf16_round)
+    exact = llama_loss(W, 2, 4, 2, 10000.0, tokens, targets)
+    print(f"bf16: mt {loss:.6f}, numpy with bf16 rounding {want:.6f} (rel {abs(loss - want) / want:.2e}), "
+          f"without {exact:.6f} (rel {abs(loss - exact) / exact:.2e})")
+    check(abs(loss - want) <= 1e-3 * abs(want), f"bf16 llama-tiny loss {loss} vs numpy with bf16 rounding {want}")
+    check(abs(loss - exact) > abs(loss - want), f"the rounding makes a difference: unrounded {exact}, rounded {want}")
+
+
 def main():
     mtc, mtrun, mode = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
-        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors}[mode](mtc, mtrun, tmp)
+        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors, "bf16": bf16}[mode](mtc, mtrun, tmp)
     sys.exit(report())
 
 

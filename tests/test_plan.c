@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 2. For each model given: parse,
+// test_plan: the plan file format, version 3. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -541,13 +541,13 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     expect_refused("a section listed twice", buf, len, "section ARENA is listed twice");
     // Header faults.
     memcpy(buf, orig, len);
-    st32(buf + 8, 1);
+    st32(buf + 8, 2);
     redo_crcs(buf);
-    expect_refused("version 1", buf, len, "p.plan: plan version 1, this mtrun reads version 2");
+    expect_refused("version 2", buf, len, "p.plan: plan version 2, this mtrun reads version 3");
     memcpy(buf, orig, len);
-    st32(buf + 8, 3);
+    st32(buf + 8, 4);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 2");
+    expect_refused("version 4", buf, len, "p.plan: plan version 4, this mtrun reads version 3");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);

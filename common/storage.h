@@ -1,0 +1,81 @@
+// storage.h: the storage rule, the one place that says how many bytes every
+// value of a plan takes, on the device, on the link and in host memory.
+// mtc sizes the arena, the copies, the cost model, --summary and --explain
+// from it; mtrun's plan reader, verifier, backends and host store read it
+// too. Nothing else multiplies by an element size of its own.
+//
+// A graph value's logical dtype (Node.dtype) is f32 or i32. Under the
+// model's compute dtype (TrainConfig.compute):
+//
+//   f32   every float value is stored as fp32; the fp32 master weights
+//         themselves stream to the device.
+//   bf16  float values are stored as bf16 (round to nearest even, NaN kept
+//         a quiet NaN): weights on the device and on the link, activations,
+//         their gradients, and weight gradients on the link. Arithmetic
+//         inside every kernel is fp32 (loads widen exactly), and every
+//         node's value is rounded to bf16 where the node ends, even inside
+//         a fused kernel, so fusion and tiling never change a result.
+//         Reductions accumulate in fp32 or wider and round once, at the end.
+//         Stay fp32: scalars (the loss and its seed), and the embedding's
+//         gradient (OP_EMBED_BWD, a scatter-add of every token's row, which
+//         needs an fp32 accumulator and is that accumulator).
+//
+// The host store is fp32 (master weights, Adam m and v, gradient
+// accumulators) plus, under bf16, the bf16 copy that streams; AdamW writes
+// that copy in the same pass as the update.
+#ifndef MT_STORAGE_H
+#define MT_STORAGE_H
+
+#include <stdint.h>
+
+#include "../compiler/graph.h"
+#include "bf16.h"
+
+// The node whose buffer n's value lives in (views and reshapes alias their operand).
+static inline const Node *storage_base(const Node *n) {
+    while (n->op == OP_VIEW || n->op == OP_RESHAPE) n = n->in[0];
+    return n;
+}
+
+// What node n's value is stored as under compute dtype `compute`.
+static inline DType storage_dtype(DType compute, const Node *n) {
+    if (n->dtype != DT_F32) return n->dtype;
+    if (compute != DT_BF16) return DT_F32;
+    const Node *b = storage_base(n);
+    if (b->op == OP_PARAM) return DT_BF16; // weights stream as bf16
+    if (b->shape.rank == 0 || b->op == OP_EMBED_BWD) return DT_F32;
+    return DT_BF16;
+}
+
+static inline int64_t dtype_bytes(DType t) { return t == DT_BF16 ? 2 : 4; }
+
+// Bytes of one element of n, and of all of it.
+static inline int64_t storage_elem_bytes(DType compute, const Node *n) { return dtype_bytes(storage_dtype(compute, n)); }
+static inline int64_t storage_bytes(DType compute, const Node *n) {
+    return shape_numel(&n->shape) * storage_elem_bytes(compute, n);
+}
+
+// Bytes of a weight element on the device and on the link (what streams).
+static inline int64_t storage_weight_bytes(DType compute) { return compute == DT_BF16 ? 2 : 4; }
+
+// Host store arrays align each parameter to STORE_ALIGN_ELEMS elements (64
+// bytes of fp32, for the optimizer's vector loops): the elements a parameter
+// of numel elements takes, and those of the whole store.
+enum { STORE_ALIGN_ELEMS = 16 };
+static inline int64_t storage_host_elems_of(int64_t numel) {
+    return (numel + STORE_ALIGN_ELEMS - 1) / STORE_ALIGN_ELEMS * STORE_ALIGN_ELEMS;
+}
+static inline int64_t storage_host_elems(const Graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *p = g->params.items[i];
+        n += storage_host_elems_of(shape_numel(&p->shape)) * (p->in_block ? g->layers : 1);
+    }
+    return n;
+}
+
+// Host store bytes per parameter: fp32 master 4, Adam m and v 8, fp32
+// gradient accumulator 4, and under bf16 the 2-byte copy that streams.
+static inline int64_t storage_host_bytes_per_param(DType compute) { return 16 + (compute == DT_BF16 ? 2 : 0); }
+
+#endif
