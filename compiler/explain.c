@@ -36,10 +36,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
             fprintf(out, ", \"schedule\": ");
             json_str(out, r->plan ? r->plan->schedule : "");
             fprintf(out, ", \"predicted_step_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
-                         "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"link_bytes_per_step\": %.0f, "
+                         "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
+                         "\"link_bytes_per_step\": %.0f, "
                          "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"fits\": %s, \"chosen\": %s",
                     c->step_s, c->lower_bound_s, c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0,
-                    (long long)c->device_peak_bytes, (long long)c->host_bytes,
+                    (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
                     r->fits ? "true" : "false", i == chosen ? "true" : "false");
             if (!r->fits) {

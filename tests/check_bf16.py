@@ -3,6 +3,7 @@
 
 usage: check_bf16.py MTC MTRUN equal MODEL.mt
        check_bf16.py MTC MTRUN converge MODEL.mt
+       check_bf16.py MTC MTRUN plans EXAMPLES_DIR
 
 equal:    MODEL compiled with --dtype bf16 on the tiny profiles, under every
           --remat mode (none where it fits, layer, selective, offload), with
@@ -13,8 +14,16 @@ equal:    MODEL compiled with --dtype bf16 on the tiny profiles, under every
 converge: 500 steps of MODEL in bf16 and in f32 from the same seed: the bf16
           validation loss ends under 2.6, within 3% of the f32 run's final
           validation loss, and the f32 run ends under 2.5.
+plans:    MODEL is examples/: llama3-8b at batch 1 on h200 streams each
+          layer's weights at 2 bytes a parameter (--trace), its bf16 plan
+          needs at most 0.55 x the device memory of the f32 plan of the same
+          schedule (every layer resident), and --summary's host bytes, the fit check and
+          --explain's host bytes are the same count (18 bytes a parameter,
+          aligned); llama3-70b fits h200's 1.5 TB at every batch --explain
+          says it fits, by that count.
 Run from the project root.
 """
+import json
 import os
 import subprocess
 import sys
@@ -70,10 +79,74 @@ def converge(mtc, mtrun, model, tmp):
     print(f"ok: bf16 {final['bf16']:.4f} within {abs(final['bf16'] / final['f32'] - 1) * 100:.2f}% of f32 {final['f32']:.4f}")
 
 
+def mtc_json(mtc, *args):
+    p = run(mtc, *args)
+    if p.returncode != 0:
+        fail(f"mtc {' '.join(args)} failed", p)
+    return json.loads(p.stdout)
+
+
+def plans(mtc, mtrun, ex, tmp):
+    m8 = f"{ex}/llama3-8b.mt"
+    summary = mtc_json(mtc, m8, "--json")
+    per_layer = summary["blocks"][0]["params"] // summary["blocks"][0]["layers"]
+    if summary["compute_dtype"] != "bf16" or summary["host_bytes_per_param"] != 18:
+        fail(f"llama3-8b.mt: compute {summary['compute_dtype']}, {summary['host_bytes_per_param']} host bytes a parameter")
+    # the weight copy of a streamed layer: 2 bytes a parameter
+    trace = os.path.join(tmp, "t.json")
+    p = run(mtc, m8, "--target", "h200", "--batch", "1", "--remat", "layer", "--slots", "2", "--resident", "0",
+            "--trace", trace)
+    if p.returncode != 0:
+        fail("mtc --trace failed", p)
+    ev = [e for e in json.load(open(trace))["traceEvents"] if e.get("ph") == "X" and e["name"].startswith("layer ")
+          and "weights in" in e["name"]]
+    sizes = {e["args"]["bytes"] for e in ev}
+    if not ev or sizes != {2 * per_layer}:
+        fail(f"layer weight copies of {sorted(sizes)} bytes; {per_layer} parameters a layer at 2 bytes is {2 * per_layer}")
+    print(f"ok: {len(ev)} layer weight copies of {2 * per_layer:,} bytes, 2 bytes for each of {per_layer:,} parameters")
+    # device memory of the same schedule, bf16 against f32
+    # (the most streamed schedule, --remat layer --slots 2 --resident 0, is
+    # at 0.62: the embedding's gradient, 2.1 GB at V = 128256, stays fp32 by
+    # the storage rule, and the head's buffers do not share the tail's)
+    for sched in (["--remat", "none"],):
+        dev = {}
+        for dt in ("bf16", "f32"):
+            e = mtc_json(mtc, m8, "--target", "h200", "--batch", "1", "--dtype", dt, *sched, "--explain", "--json")
+            dev[dt] = [r for r in e["policies"] if r.get("chosen") or r["name"] == sched[1]][0]["device_peak_bytes"]
+        ratio = dev["bf16"] / dev["f32"]
+        if not ratio <= 0.55:
+            fail(f"{' '.join(sched)}: bf16 needs {dev['bf16']} bytes of device memory, f32 {dev['f32']}: {ratio:.3f} > 0.55")
+        print(f"ok: {' '.join(sched)}: bf16 device memory {ratio:.3f} of f32's")
+    # one count of host bytes: --summary, the fit check and --explain
+    e = mtc_json(mtc, m8, "--target", "h200", "--batch", "1", "--remat", "layer", "--checkpoints", "device", "--explain",
+                 "--json")
+    row = [r for r in e["policies"] if r["name"] == "layer"][0]
+    if row["host_bytes"] - row["host_activation_bytes"] != summary["host_bytes"]:
+        fail(f"--explain's host store {row['host_bytes']} - {row['host_activation_bytes']} differs from --summary's "
+             f"{summary['host_bytes']}")
+    print(f"ok: --summary and --explain count {summary['host_bytes']:,} host store bytes")
+    m70 = f"{ex}/llama3-70b.mt"
+    s70 = mtc_json(mtc, m70, "--json")
+    fitting = 0
+    for batch in (1, 2, 4, 8):
+        e = mtc_json(mtc, m70, "--target", "h200", "--batch", str(batch), "--explain", "--json")
+        for r in e["policies"]:
+            if not r["fits"]:
+                continue
+            fitting += 1
+            if not s70["host_bytes"] <= r["host_bytes"] - r["host_activation_bytes"] <= 1.5e12 - r["host_activation_bytes"]:
+                fail(f"llama3-70b batch {batch} {r['name']}: fits with {r['host_bytes']} host bytes; the store alone "
+                     f"is {s70['host_bytes']} and h200 has 1.5e12")
+    if not fitting:
+        fail("no llama3-70b plan fits h200")
+    print(f"ok: {fitting} llama3-70b plans that fit h200 hold their {s70['host_bytes'] / 1e12:.3f} TB store "
+          f"and activations in 1.5 TB")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
-        {"equal": equal, "converge": converge}[mode](mtc, mtrun, model, tmp)
+        {"equal": equal, "converge": converge, "plans": plans}[mode](mtc, mtrun, model, tmp)
 
 
 if __name__ == "__main__":
