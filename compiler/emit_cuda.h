@@ -38,7 +38,6 @@
 
 typedef struct CudaOptions {
     const char *arch;       // "sm_90"
-    int bf16;               // Graph.train.compute == DT_BF16: the attention template's bf16 instantiations
     const char *model_path; // for messages: "examples/gpt2.mt"
     int with_reference;     // also the plain attention reference kernels (tests/gpu)
     int exact_f64;          // 1: keep the kernel IR's f64 arithmetic in double; 0 (plans): fp32
@@ -76,8 +75,8 @@ typedef struct CudaSource {
     int nstrings;
 } CudaSource;
 
-// Whether argument a is stored as bf16 under opt: f32 tensors of a bf16 plan,
-// except accumulators (KA_ACC32, KA_ACC64), which stay fp32.
+// Whether the kernel sees argument a as bf16: a KT_BF16 argument, except a
+// KA_ACC64 accumulator, whose pointer is its f64 scratch.
 int cuda_arg_bf16(const KirArg *a);
 
 // Emits every kernel of prog into one translation unit. g names the ops for

@@ -118,7 +118,7 @@ static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p
         fprintf(stderr, "mtc: internal error: %s\n", err);
         return 1;
     }
-    CudaOptions opt = {.arch = arch, .bf16 = g->train.compute == DT_BF16, .model_path = model_path};
+    CudaOptions opt = {.arch = arch, .model_path = model_path};
     CudaSource src;
     if (cu_path) {
         if (cuda_emit(&kp, g, &opt, &src, err, sizeof err) != 0) goto fail;

@@ -806,7 +806,7 @@ static void damage_fields(Plan *p, const char *path) {
             in->bytes = 4;
             fault = "lie outside the host store of";
             break;
-        case INS_COPY_OUT: in->dst = -1; fault = "host floats [-1, "; break;
+        case INS_COPY_OUT: in->dst = -1; fault = "host elements [-1, "; break;
         case INS_COPY: in->dst = p->arena_bytes - in->bytes + 1; fault = "leave the arena of"; break;
         case INS_INPUT: in->input = g->inputs.n; fault = "model input"; break;
         case INS_RUN: in->layer = (int32_t)g->layers; fault = "layer"; break;

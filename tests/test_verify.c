@@ -271,7 +271,7 @@ static void mutations(const Plan *base) {
             dup.engine = ENG_COMPUTE;
             insert(p, out + 1, dup);
             expect_refused(p, "two unordered COPY_OUTs into the same gradients",
-                           PHRASES("host gradient floats", "no event orders the two writes", "copy_out on compute"));
+                           PHRASES("host gradient elements", "no event orders the two writes", "copy_out on compute"));
             break;
         }
         case 9: { // a WAIT before its RECORD
