@@ -4,7 +4,8 @@
 //   2. buffer layout of each part: liveness intervals over the part's node
 //      order, packed greedily (largest first) into the fewest bytes; the
 //      block's layout is one "frame", instantiated once per weight slot
-//   3. device arena: globals, frames (weight slot + buffers), head, tail,
+//   3. device arena: globals, frames (weight slot + buffers), the head and
+//      the tail in one region (their values never live at once),
 //      gradient carries, checkpoints and kept activations
 //   4. the training stream: the previous step's host updates overlapped
 //      with this step's forward (each layer updated just before its weights
@@ -265,7 +266,7 @@ typedef struct Builder {
     PtrVec ins; // of Instr*
     int serial; // every instruction on the compute engine; no events
     int tiled;  // the block's backward recomputes and differentiates chunk by chunk (tile.c)
-    int shared; // the head's and the tail's buffers lie over the frames' (nothing in a frame outlives its layer)
+    int over_frames; // the head's and the tail's shared buffers lie over the frames' (nothing in a frame outlives its layer)
     int failed;
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
@@ -466,14 +467,11 @@ static void forward(Builder *b, const int *ev_update, int train) {
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
     copy_in_weights(b, -1, b->globals);
     feed_inputs(b, PART_HEAD);
-    if (!b->shared) feed_inputs(b, PART_TAIL);
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
     run(b, PART_HEAD, 0, head->nfwd, -1, 0, 0);
-    int64_t prev = addr(p, head->output, 0);
-    if (b->shared) { // the head's buffers lie over the first frame
-        copy(b, prev, b->carry0, b->x_bytes);
-        prev = b->carry0;
-    }
+    // the head's buffers are the tail's (and, tiled, the first frame's): its output waits in the carry
+    copy(b, addr(p, head->output, 0), b->carry0, b->x_bytes);
+    int64_t prev = b->carry0;
     for (int64_t l = 0; l < g->layers; l++) {
         int f = frame_of(b, l);
         // weights in, once the host updated them and the frame's last user is done
@@ -500,15 +498,13 @@ static void forward(Builder *b, const int *ev_update, int train) {
         }
         prev = b->carry0;
     }
-    if (b->shared) { // the tail's buffers lie over the frames: once nothing reads them any more
-        for (int f = 0; f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
-        copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
-        wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
-        feed_inputs(b, PART_TAIL);
-        wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
-    } else {
-        copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
-    }
+    // the tail's buffers are the head's (tiled: the frames' too, once nothing reads them any more);
+    // its inputs go in once the head is done with them
+    for (int f = 0; b->over_frames && f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
+    copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
+    wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
+    feed_inputs(b, PART_TAIL);
+    wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
 }
 
 // The backward of layer l: weights and saved values back where needed,
@@ -610,18 +606,15 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     top += b->nframes * b->layer_bytes;
     b->frame0 = top;
     top += b->nframes * b->frame_bytes;
-    b->shared = b->tiled; // no resident or intact layer: nothing in a frame outlives its layer
-    if (b->shared) {
-        b->head0 = b->tail0 = b->frame0;
-        int64_t most = bytes[PART_HEAD] > bytes[PART_TAIL] ? bytes[PART_HEAD] : bytes[PART_TAIL];
-        if (b->frame0 + most > top) top = b->frame0 + most;
-        top = align_up(top, ARENA_ALIGN);
-    } else {
-        b->head0 = top;
-        top = align_up(top + bytes[PART_HEAD], ARENA_ALIGN);
-        b->tail0 = top;
-        top = align_up(top + bytes[PART_TAIL], ARENA_ALIGN);
-    }
+    // The head's and the tail's buffers share one region: the tail runs after
+    // the head's forward, and the head's backward reruns its forward after
+    // the tail is done. Tiled, the region is the frames' (no resident or
+    // intact layer: nothing in a frame outlives its layer).
+    b->over_frames = b->tiled;
+    int64_t most = bytes[PART_HEAD] > bytes[PART_TAIL] ? bytes[PART_HEAD] : bytes[PART_TAIL];
+    b->head0 = b->tail0 = b->over_frames ? b->frame0 : top;
+    if (b->head0 + most > top) top = b->head0 + most;
+    top = align_up(top, ARENA_ALIGN);
     b->carry0 = top;
     top += b->carry_bytes;
     b->ckpt0 = top;
@@ -724,22 +717,23 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     int ev_tail = record(&b, ENG_COMPUTE);
     wait_for(&b, ENG_COPY_OUT, ev_tail);
     grads_out(&b, PART_TAIL, -1, 0);
-    if (b.shared) { // the tail's buffers were the frames': their next users wait for it
-        int ev_out = record(&b, ENG_COPY_OUT);
-        for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_out;
-    }
+    int ev_tail_out = record(&b, ENG_COPY_OUT); // the tail's gradients are out: its buffers are free
+    for (int f = 0; b.over_frames && f < b.nframes; f++) // they were the frames': their next users wait for it
+        b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_tail_out;
     for (int64_t l = L - 1; l >= 0; l--) backward_layer(&b, l);
-    if (b.shared) { // the head's buffers lie over the frames: the tokens again, once the frames are done
-        for (int f = 0; f < b.nframes; f++) wait_for(&b, ENG_COMPUTE, b.frame_out[f]);
-        int ev_done = record(&b, ENG_COMPUTE);
-        for (int f = 0; f < b.nframes; f++) wait_for(&b, ENG_COPY_IN, b.frame_out[f]);
-        wait_for(&b, ENG_COPY_IN, ev_done);
-        feed_inputs(&b, PART_HEAD);
-        wait_for(&b, ENG_COMPUTE, record(&b, ENG_COPY_IN));
-    }
+    // The head's buffers are the tail's (tiled: the frames' too): the tokens
+    // again, once nothing reads them any more, and the head's forward again
+    // (what it kept is gone), then its backward.
+    for (int f = 0; b.over_frames && f < b.nframes; f++) wait_for(&b, ENG_COMPUTE, b.frame_out[f]);
+    wait_for(&b, ENG_COMPUTE, ev_tail_out);
+    int ev_done = record(&b, ENG_COMPUTE);
+    for (int f = 0; b.over_frames && f < b.nframes; f++) wait_for(&b, ENG_COPY_IN, b.frame_out[f]);
+    wait_for(&b, ENG_COPY_IN, ev_tail_out);
+    wait_for(&b, ENG_COPY_IN, ev_done);
+    feed_inputs(&b, PART_HEAD);
+    wait_for(&b, ENG_COMPUTE, record(&b, ENG_COPY_IN));
     copy(&b, b.carry0, addr(p, head->grad_seed, 0), b.x_bytes);
-    // (over the frames, what the head's forward kept is gone: run it again)
-    run(&b, PART_HEAD, b.shared ? 0 : head->nfwd, head->nodes.n, -1, 0, 0);
+    run(&b, PART_HEAD, 0, head->nodes.n, -1, 0, 0);
     wait_for(&b, ENG_COPY_OUT, record(&b, ENG_COMPUTE));
     grads_out(&b, PART_HEAD, -1, 0);
     wait_for(&b, ENG_HOST, record(&b, ENG_COPY_OUT));

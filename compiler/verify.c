@@ -472,36 +472,50 @@ static int host_order(V *v, int i, int64_t layer) {
     return 0;
 }
 
+// Whether the span of a at byte lo holds want.
+static int holds(const Spans *a, int64_t lo, const Label *want) {
+    for (int k = 0; k < a->n; k++)
+        if (a->s[k].lo <= lo && lo < a->s[k].hi) return same_value(&a->s[k].l, want);
+    return 0;
+}
+
 // COPY_OUT must read the gradient of the parameter its host range names,
-// in some frame, and add it into that parameter's host gradients.
+// in some frame, and add it into that parameter's host gradients. A tied
+// parameter has a gradient in two parts, which may lie at the same arena
+// bytes (the head's and the tail's buffers share a region): the one whose
+// value is there is the one copied (first pass); otherwise the first that
+// matches is held to it (second pass, for the message).
 static int verify_copy_out(V *v, int i, const Instr *in) {
     const Plan *p = v->p;
     const Graph *g = p->graph;
     int nframes = p->nframes > 1 ? p->nframes : 1;
-    for (int pk = 0; pk < PART_COUNT; pk++) {
-        const Part *part = &g->parts[pk];
-        for (int k = 0; k < part->grads.n; k++) {
-            const Grad *gr = part->grads.items[k];
-            if (gr->of->op != OP_PARAM || !gr->grad) continue;
-            const Param *prm = g->params.items[gr->of->param];
-            if (prm->in_block != (in->layer >= 0) ||
-                store_float(p, prm, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
-                storage_bytes(g->train.compute, gr->grad) != in->bytes ||
-                (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
-                continue;
-            for (int f = 0; f < (pk == PART_BLOCK ? nframes : 1); f++) {
-                if (addr_of(p, gr->grad, f) != in->src) continue;
-                int64_t off;
-                const Node *b = base_of(p, gr->grad, &off);
-                Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1,
-                              .at = off};
-                char what[96];
-                snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
-                if (read_range(v, &v->arena, i, in->src, in->src + in->bytes, &want, what) != 0 ||
-                    host_order(v, i, in->layer) != 0)
-                    return -1;
-                // an add: after the previous add or the update's zeroing, and after any read since
-                return write_range(v, &v->grads, i, in->dst, in->dst + shape_numel(&prm->shape), (Label){.kind = V_GRADS});
+    for (int pass = 0; pass < 2; pass++) {
+        for (int pk = 0; pk < PART_COUNT; pk++) {
+            const Part *part = &g->parts[pk];
+            for (int k = 0; k < part->grads.n; k++) {
+                const Grad *gr = part->grads.items[k];
+                if (gr->of->op != OP_PARAM || !gr->grad) continue;
+                const Param *prm = g->params.items[gr->of->param];
+                if (prm->in_block != (in->layer >= 0) ||
+                    store_float(p, prm, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
+                    storage_bytes(g->train.compute, gr->grad) != in->bytes ||
+                    (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
+                    continue;
+                for (int f = 0; f < (pk == PART_BLOCK ? nframes : 1); f++) {
+                    if (addr_of(p, gr->grad, f) != in->src) continue;
+                    int64_t off;
+                    const Node *b = base_of(p, gr->grad, &off);
+                    Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1,
+                                  .at = off};
+                    if (pass == 0 && !holds(&v->arena, in->src, &want)) continue;
+                    char what[96];
+                    snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
+                    if (read_range(v, &v->arena, i, in->src, in->src + in->bytes, &want, what) != 0 ||
+                        host_order(v, i, in->layer) != 0)
+                        return -1;
+                    // an add: after the previous add or the update's zeroing, and after any read since
+                    return write_range(v, &v->grads, i, in->dst, in->dst + shape_numel(&prm->shape), (Label){.kind = V_GRADS});
+                }
             }
         }
     }
