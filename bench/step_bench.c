@@ -1,8 +1,8 @@
 // step_bench: one training step of a model on the cpu backend, next to
 // OpenBLAS's sgemm rate measured in the same run. GPT-2 small at batch 4,
-// sequence 64, fp32 by default:
+// sequence 64, fp32 by default (--dtype bf16: the bf16 plan):
 //
-//     build/bench/step_bench [MODEL.mt] [--batch N] [--seq N] [--steps N] [--target PROFILE]
+//     build/bench/step_bench [MODEL.mt] [--batch N] [--seq N] [--steps N] [--dtype f32|bf16] [--target PROFILE]
 //
 // With --target (a profile from `mtrun --calibrate --out FILE`, measured on
 // this machine), the plan is made for that profile and the bench also
@@ -12,9 +12,11 @@
 // and backward once (the recomputed forward is not counted: it is overhead),
 // the share of the step spent outside GEMMs, and the rate of one sgemm of
 // the model's MLP shape, with the ratio of the two rates. The step runs the
-// plan's fused kernels through the JIT; a second backend running the plain
-// reference kernels is stepped in turn, and the ratio of the two step times
-// printed (STEP_BENCH_REFERENCE=1: the reference alone).
+// plan's fused kernels through the JIT. Stepped in turn with it, so that a
+// noisy machine slows all alike: the f32 plan on a second backend running
+// the plain reference kernels, and the plan of the other compute dtype
+// (bf16 for an f32 step, f32 for a bf16 one) through the JIT; the ratios of
+// the step times are printed (STEP_BENCH_REFERENCE=1: the reference alone).
 #include <cblas.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -66,16 +68,110 @@ static double sgemm_rate(int M, int N, int K) {
     return best;
 }
 
+// One plan on its own backend and host store, stepped by the bench.
+typedef struct Contestant {
+    const char *what;
+    Graph *g;
+    Plan *p;
+    Backend *be;
+    HostStore hs;
+    char *act;       // (p->host_act_bytes) the host activation store
+    uint8_t *kir, *bc;
+    double best, best_fb, best_outside;
+} Contestant;
+
+// The graph at compute dtype `compute` (1 f32, 2 bf16), scheduled for tgt,
+// with its fused kernels (unless plain) on a cpu backend. 0, or -1 reported.
+static int contestant_make(Contestant *c, const char *what, const Model *m, SemaOptions opt, int compute, int plain,
+                           const Target *tgt, const SchedRequest *req, Arena *a, Diag *d) {
+    char err[512];
+    opt.compute = compute;
+    *c = (Contestant){.what = what, .best = 1e30, .best_fb = 1e30};
+    SchedResult r = {0};
+    c->g = sema_lower(m, &opt, a, d);
+    if (!c->g || autodiff(c->g, a, d) != 0 || schedule_search(c->g, tgt, req, a, &r, err, sizeof err) != 0 || !r.plan) {
+        fprintf(stderr, "step_bench: %s: cannot compile the model%s%s\n", what, r.plan ? "" : ": ", r.plan ? "" : err);
+        return -1;
+    }
+    c->p = r.plan;
+    KirProgram kp;
+    size_t kir_len = 0, bc_len = 0;
+    if (!plain) { // the fused kernels and their bitcode, as mtc -o puts them in the plan
+        if (fuse(c->g, a, &kp, err, sizeof err) != 0 || kir_write(&kp, &c->kir, &kir_len) != 0 ||
+            emit_llvm(&kp, c->g, &c->bc, &bc_len, err, sizeof err) != 0) {
+            fprintf(stderr, "step_bench: %s: %s\n", what, err);
+            return -1;
+        }
+        c->p->kernels_bytes = c->kir, c->p->kernels_len = kir_len, c->p->bitcode = c->bc, c->p->bitcode_len = bc_len;
+    }
+    if (!(c->be = backend_cpu_create(c->p, err, sizeof err)) || store_alloc(&c->hs, c->p) != 0) {
+        fprintf(stderr, "step_bench: %s: %s\n", what, c->be ? "out of memory" : err);
+        return -1;
+    }
+    c->p->kernels_len = kir_len; // (plan and backend are the contestant's own)
+    store_init(&c->hs, c->p, 1);
+    store_sync_copy(&c->hs);
+    c->act = malloc(c->p->host_act_bytes ? (size_t)c->p->host_act_bytes : 1);
+    return c->act ? 0 : -1;
+}
+
+static void contestant_free(Contestant *c) {
+    if (c->be) c->be->destroy(c->be);
+    if (c->hs.w) store_free(&c->hs);
+    free(c->kir);
+    free(c->bc);
+    free(c->act);
+}
+
+// One training step of c: the replay, then AdamW over every parameter
+// (writing the bf16 copy when there is one). Keeps its best times.
+static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, int print_ops) {
+    static ExecProfile prof;
+    static JitProfile jprof;
+    char err[512];
+    AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1,
+                   .t = k + 1};
+    prof = (ExecProfile){0};
+    jprof = (JitProfile){0};
+    exec_profile = &prof;
+    jit_profile = &jprof;
+    double t0 = now_s();
+    memset(c->hs.g, 0, (size_t)c->hs.n * 4);
+    float loss;
+    Replay rp = {.p = c->p, .be = c->be, .hs = &c->hs, .act = c->act};
+    if (replay(&rp, c->p->train, c->p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
+        fprintf(stderr, "step_bench: %s: %s\n", c->what, err);
+        return -1;
+    }
+    double t1 = now_s();
+    adamw_update(c->hs.w, c->hs.m, c->hs.v, c->hs.g, c->hs.wb, c->hs.n, &s, 1, 2);
+    double dt = now_s() - t0;
+    exec_profile = NULL;
+    jit_profile = NULL;
+    double gemm = c->kir ? jprof.gemm_s : prof.seconds[OP_MATMUL]; // (attention's per-head sgemms count as GEMMs)
+    if (print_ops) {
+        printf("  %s: jit: %lld GEMM calls %.1f ms, %lld generated kernel calls %.1f ms, attention %.1f ms\n", c->what,
+               (long long)jprof.gemm_calls, jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3,
+               jprof.attn_s * 1e3);
+        for (int o = 0; o < OP_COUNT; o++)
+            if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
+    }
+    if (k > 0 && dt < c->best) c->best = dt, c->best_outside = (dt - gemm) / dt;
+    if (k > 0 && t1 - t0 < c->best_fb) c->best_fb = t1 - t0;
+    return 0;
+}
+
 int main(int argc, char **argv) {
     const char *path = "examples/gpt2.mt";
     SemaOptions opt = {.batch = 4, .seq = 64};
-    int steps = 5;
+    int steps = 5, compute = 1; // f32
     const char *target = NULL;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--batch") && i + 1 < argc) opt.batch = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--seq") && i + 1 < argc) opt.seq = atoll(argv[++i]);
         else if (!strcmp(argv[i], "--steps") && i + 1 < argc) steps = atoi(argv[++i]);
         else if (!strcmp(argv[i], "--target") && i + 1 < argc) target = argv[++i];
+        else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) compute = strcmp(argv[++i], "bf16") == 0 ? 2 : 1;
         else path = argv[i];
     }
     char *text, err[512];
@@ -88,122 +184,59 @@ int main(int argc, char **argv) {
     Diag d = {.src = &src, .sink = stderr};
     Arena a = {0};
     Model *m = dsl_parse(&src, &a, &d);
-    Graph *g = m ? sema_lower(m, &opt, &a, &d) : NULL;
     Target tgt;
-    SchedRequest req = {.policy = target ? POLICY_MT : POLICY_SEQUENTIAL, .resident = -1};
-    SchedResult r = {0};
-    Plan *p = g && autodiff(g, &a, &d) == 0 && target_load(target ? target : "h200", &tgt, err, sizeof err) == 0 &&
-                      schedule_search(g, &tgt, &req, &a, &r, err, sizeof err) == 0 ? r.plan : NULL;
-    // the fused kernels and their bitcode, as mtc -o puts them in the plan: the backend JIT-compiles them
-    KirProgram kp;
-    uint8_t *kir = NULL, *bc = NULL;
-    size_t kir_len = 0, bc_len = 0;
-    if (p && !getenv("STEP_BENCH_REFERENCE")) {
-        if (fuse(g, &a, &kp, err, sizeof err) != 0 || kir_write(&kp, &kir, &kir_len) != 0 ||
-            emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0) {
-            fprintf(stderr, "step_bench: %s\n", err);
-            return 1;
-        }
-        p->kernels_bytes = kir, p->kernels_len = kir_len, p->bitcode = bc, p->bitcode_len = bc_len;
-    }
-    HostStore hs;
-    Backend *be = p ? backend_cpu_create(p, err, sizeof err) : NULL;
-    if (!be || store_alloc(&hs, p) != 0) {
-        fprintf(stderr, "step_bench: %s\n", p ? err : "cannot compile the model");
+    if (!m || target_load(target ? target : "h200", &tgt, err, sizeof err) != 0) {
+        fprintf(stderr, "step_bench: %s\n", m ? err : "cannot parse the model");
         return 1;
     }
-    store_init(&hs, p, 1);
-    // the plain kernels on a second backend, stepped in turn with the first, so
-    // that a noisy machine slows both alike
-    Backend *ref_be = NULL;
-    if (kir) {
-        p->kernels_len = 0;
-        ref_be = backend_cpu_create(p, err, sizeof err);
-        p->kernels_len = kir_len;
-        if (!ref_be) {
-            fprintf(stderr, "step_bench: %s\n", err);
-            return 1;
-        }
-    }
+    SchedRequest req = {.policy = target ? POLICY_MT : POLICY_SEQUENTIAL, .resident = -1};
+    // [0] the step measured; [1] the other dtype; [2] the f32 plan on the plain reference kernels
+    enum { MAIN, OTHER, PLAIN, NC };
+    Contestant cs[NC] = {0};
+    int n = 0, plain_only = getenv("STEP_BENCH_REFERENCE") != NULL;
+    if (contestant_make(&cs[n++], compute == 2 ? "bf16" : "f32", m, opt, compute, plain_only && compute == 1, &tgt,
+                        &req, &a, &d) != 0)
+        return 1;
+    if (!plain_only && (contestant_make(&cs[n++], compute == 2 ? "f32" : "bf16", m, opt, 3 - compute, 0, &tgt, &req,
+                                        &a, &d) != 0 ||
+                        contestant_make(&cs[n++], "f32, plain kernels", m, opt, 1, 1, &tgt, &req, &a, &d) != 0))
+        return 1;
+    Graph *g = cs[MAIN].g;
     int64_t BT = g->train.batch * g->train.seq;
     int32_t *tokens = malloc((size_t)BT * 4), *targets = malloc((size_t)BT * 4);
     for (int64_t i = 0; i < BT; i++) tokens[i] = targets[i] = (int32_t)(i * 7919 % 256);
     const int32_t *inputs[2] = {tokens, targets};
-    char *act = malloc(p->host_act_bytes ? (size_t)p->host_act_bytes : 1); // (host_act_bytes) the host activation store
 
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
                    (double)g->layers * gemm_flops(block, 0, block->nodes.n);
-    AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1};
-    double best = 1e30, best_fb = 1e30, best_outside = 0, best_ref = 1e30;
-    ExecProfile prof;
-    JitProfile jprof;
-    exec_profile = &prof;
-    jit_profile = &jprof;
-    for (int k = 0; k <= steps; k++) { // step 0 warms up
-        prof = (ExecProfile){0};
-        jprof = (JitProfile){0};
-        double t0 = now_s();
-        memset(hs.g, 0, (size_t)hs.n * 4);
-        float loss;
-        Replay rp = {.p = p, .be = be, .hs = &hs, .act = act};
-        if (replay(&rp, p->train, p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
-            fprintf(stderr, "step_bench: %s\n", err);
-            return 1;
-        }
-        double t1 = now_s();
-        s.t = k + 1;
-        adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
-        double dt = now_s() - t0;
-        double gemm = kir ? jprof.gemm_s : prof.seconds[OP_MATMUL];
-        if (getenv("STEP_BENCH_OPS") && k == steps)
-            printf("  jit: %lld GEMM calls %.1f ms, %lld generated kernel calls %.1f ms, attention %.1f ms\n",
-                   (long long)jprof.gemm_calls, jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3,
-                   jprof.attn_s * 1e3);
-        if (getenv("STEP_BENCH_OPS") && k == steps)
-            for (int o = 0; o < OP_COUNT; o++)
-                if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
-        if (k > 0 && dt < best) {
-            best = dt;
-            best_outside = (dt - gemm) / dt;
-        }
-        if (k > 0 && t1 - t0 < best_fb) best_fb = t1 - t0;
-        if (ref_be) {
-            double r0 = now_s();
-            memset(hs.g, 0, (size_t)hs.n * 4);
-            Replay rr = {.p = p, .be = ref_be, .hs = &hs, .act = act};
-            if (replay(&rr, p->train, p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
-                fprintf(stderr, "step_bench: %s\n", err);
-                return 1;
-            }
-            adamw_update(hs.w, hs.m, hs.v, hs.g, NULL, hs.n, &s, 1, 2);
-            if (k > 0 && now_s() - r0 < best_ref) best_ref = now_s() - r0;
-        }
-    }
+    for (int k = 0; k <= steps; k++) // step 0 warms up; the contestants in turn
+        for (int c = 0; c < n; c++)
+            if (contestant_step(&cs[c], inputs, k, getenv("STEP_BENCH_OPS") && k == steps) != 0) return 1;
+    const Contestant *c0 = &cs[MAIN];
     int64_t C = g->parts[PART_BLOCK].output->shape.dims[2];
-    double sgemm = sgemm_rate((int)BT, (int)(4 * C), (int)C), achieved = flops / best / 1e9;
-    printf("%s batch %lld seq %lld: %.1f ms/step (forward+backward %.1f ms, optimizer %.1f ms), %.1f GFLOP/s "
-           "(%.2f GFLOP a step)\n", g->model_name, (long long)g->train.batch, (long long)g->train.seq, best * 1e3,
-           best_fb * 1e3, (best - best_fb) * 1e3, achieved, flops / 1e9);
-    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included; %s)\n", 100 * best_outside,
-           kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
+    double sgemm = sgemm_rate((int)BT, (int)(4 * C), (int)C), achieved = flops / c0->best / 1e9;
+    printf("%s (%s) batch %lld seq %lld: %.1f ms/step (forward+backward %.1f ms, optimizer %.1f ms), %.1f GFLOP/s "
+           "(%.2f GFLOP a step)\n", g->model_name, c0->what, (long long)g->train.batch, (long long)g->train.seq,
+           c0->best * 1e3, c0->best_fb * 1e3, (c0->best - c0->best_fb) * 1e3, achieved, flops / 1e9);
+    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included; %s)\n",
+           100 * c0->best_outside, c0->kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
-    if (ref_be)
-        printf("plain reference kernels, stepped in turn in the same run: %.1f ms/step; generated/reference time %.2f\n",
-               best_ref * 1e3, best / best_ref);
+    if (n > OTHER)
+        printf("%s plan through the JIT, stepped in turn in the same run: %.1f ms/step; bf16/f32 step time %.2f\n",
+               cs[OTHER].what, cs[OTHER].best * 1e3,
+               compute == 2 ? c0->best / cs[OTHER].best : cs[OTHER].best / c0->best);
+    if (n > PLAIN)
+        printf("f32 plan on the plain reference kernels, stepped in turn: %.1f ms/step; generated/reference time "
+               "(f32) %.2f\n", cs[PLAIN].best * 1e3, cs[compute == 2 ? OTHER : MAIN].best / cs[PLAIN].best);
     if (target) {
         Cost c;
-        cost_plan(p, &tgt, &c);
+        if (cost_plan(c0->p, &tgt, &c) != 0) return 1;
         printf("predicted for %s (%s): %.1f ms/step; measured %.1f ms; measured/predicted %.2f\n", tgt.name,
-               p->schedule, c.step_s * 1e3, best * 1e3, best / c.step_s);
+               c0->p->schedule, c.step_s * 1e3, c0->best * 1e3, c0->best / c.step_s);
     }
-    be->destroy(be);
-    if (ref_be) ref_be->destroy(ref_be);
-    free(kir);
-    free(bc);
-    free(act);
-    store_free(&hs);
+    for (int c = 0; c < n; c++) contestant_free(&cs[c]);
     arena_free(&a);
     free(text);
     free(tokens);
