@@ -29,6 +29,13 @@ EXPECTED = {
     "qwen2-7b.mt": (7_615_616_512, {
         "model.layers.27.self_attn.q_proj.bias": [3584], "model.layers.0.self_attn.k_proj.bias": [512],
         "model.layers.0.self_attn.o_proj.weight": [3584, 3584], "lm_head.weight": [152064, 3584]}, 28 * 12 + 3),
+    "llama3.2-1b.mt": (1_235_814_400, {
+        "model.embed_tokens.weight": [128256, 2048], "model.layers.15.self_attn.k_proj.weight": [512, 2048],
+        "model.layers.0.mlp.gate_proj.weight": [8192, 2048], "model.norm.weight": [2048]}, 16 * 9 + 2),
+    "llama3.2-3b.mt": (3_212_749_824, {
+        "model.embed_tokens.weight": [128256, 3072], "model.layers.27.self_attn.q_proj.weight": [3072, 3072],
+        "model.layers.0.self_attn.v_proj.weight": [1024, 3072], "model.layers.3.mlp.down_proj.weight": [3072, 8192]},
+        28 * 9 + 2),
     "gpt2-tiny.mt": (None, {"wte.weight": [256, 64], "h.1.mlp.c_fc.weight": [64, 256]}, 2 + 2 * 12 + 2),
     "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.1.self_attn.k_proj.weight": [32, 64]},
                       2 * 9 + 3),
