@@ -1,6 +1,8 @@
 #include "replay.h"
 
 #include <errno.h>
+#include <pthread.h>
+#include <time.h>
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -23,15 +25,18 @@ int replay_order_parse(const char *s, ReplayOrder *o, char *err, size_t errcap) 
         o->kind = REPLAY_LAZY;
         return 0;
     }
-    if (!strncmp(s, "random:", 7) && s[7] >= '0' && s[7] <= '9') {
+    for (int k = 0; k < 2; k++) { // random:SEED, threads:SEED
+        const char *name = k ? "threads:" : "random:";
+        size_t len = strlen(name);
+        if (strncmp(s, name, len) != 0 || s[len] < '0' || s[len] > '9') continue;
         errno = 0;
-        unsigned long long seed = strtoull(s + 7, &end, 10);
+        unsigned long long seed = strtoull(s + len, &end, 10);
         if (!errno && !*end) {
-            *o = (ReplayOrder){REPLAY_RANDOM, seed};
+            *o = (ReplayOrder){k ? REPLAY_THREADS : REPLAY_RANDOM, seed};
             return 0;
         }
     }
-    snprintf(err, errcap, "MT_REPLAY_ORDER is eager, lazy or random:SEED (an integer), not '%s'", s);
+    snprintf(err, errcap, "MT_REPLAY_ORDER is eager, lazy, random:SEED or threads:SEED (an integer), not '%s'", s);
     return -1;
 }
 
@@ -92,6 +97,113 @@ static void deadlock(const Instr *ins, int n, const int *queue, const int *start
     }
 }
 
+// ---------------------------------------------------------------- one thread per engine
+
+// The threaded replay's shared state: every engine's queue, the events, and
+// the first failure, under one lock.
+typedef struct Engines {
+    Replay *r;
+    const Instr *ins;
+    int n;
+    const int32_t *const *inputs;
+    int last;
+    float *loss;
+    const char *stream;
+    const int *queue, *start; // engine e runs ins[queue[start[e] .. start[e + 1])], in order
+    int *pc;                  // (ENG_COUNT) each engine's next position in queue
+    char *fired;              // (nevents)
+    pthread_mutex_t mu;
+    pthread_cond_t cv;        // broadcast on every RECORD and on a failure
+    int failed;               // a WAIT ran out of time: every engine stops
+    char *err;
+    size_t errcap;
+} Engines;
+
+typedef struct EngineThread {
+    Engines *e;
+    int engine;
+    uint64_t rng;     // its random pauses
+    int max_pause_us; // 0, 40 or 400, drawn per engine: some run ahead of others
+} EngineThread;
+
+enum { HANG_SECONDS = 30 };
+
+static void *engine_main(void *arg) {
+    EngineThread *t = arg;
+    Engines *E = t->e;
+    int e = t->engine;
+    for (int k = E->start[e]; k < E->start[e + 1]; k++) {
+        const Instr *in = &E->ins[E->queue[k]];
+        pthread_mutex_lock(&E->mu);
+        E->pc[e] = k;
+        if (in->kind == INS_WAIT) {
+            struct timespec until;
+            clock_gettime(CLOCK_REALTIME, &until);
+            until.tv_sec += E->r->hang_s > 0 ? E->r->hang_s : HANG_SECONDS;
+            while (!E->fired[in->event] && !E->failed)
+                if (pthread_cond_timedwait(&E->cv, &E->mu, &until) == ETIMEDOUT && !E->fired[in->event] && !E->failed) {
+                    E->failed = 1; // every engine left waits, or this one waits for what never comes
+                    deadlock(E->ins, E->n, E->queue, E->start, E->pc, E->stream, E->err, E->errcap);
+                    pthread_cond_broadcast(&E->cv);
+                }
+        }
+        int stop = E->failed;
+        pthread_mutex_unlock(&E->mu);
+        if (stop) break;
+        if (in->kind == INS_WAIT) continue;
+        // a random pause before each instruction, so that an event the plan
+        // lacks shows as a wrong value rather than passing by luck
+        if (t->max_pause_us) {
+            struct timespec pause = {0, (long)(next_random(&t->rng) % (uint64_t)t->max_pause_us) * 1000};
+            nanosleep(&pause, NULL);
+        }
+        if (in->kind == INS_RECORD) {
+            pthread_mutex_lock(&E->mu);
+            E->fired[in->event] = 1; // everything before it on this engine has run
+            pthread_cond_broadcast(&E->cv);
+            pthread_mutex_unlock(&E->mu);
+        } else {
+            execute(E->r, in, E->inputs, E->last, E->loss);
+        }
+    }
+    pthread_mutex_lock(&E->mu);
+    E->pc[e] = E->start[e + 1];
+    pthread_mutex_unlock(&E->mu);
+    return NULL;
+}
+
+// Replays with one thread per engine: real concurrency, events as condition
+// variables, random pauses; a WAIT held HANG_SECONDS (or hang_s) is reported as a hang
+// (the deadlock message, naming every waiting instruction). The cpu
+// backend's operations touch only what their instruction names, so engines
+// that the plan orders correctly never race.
+static int replay_threads(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss,
+                          const int *queue, const int *start, char *fired, const char *stream, char *err,
+                          size_t errcap) {
+    int pc[ENG_COUNT];
+    for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
+    Engines E = {.r = r, .ins = ins, .n = n, .inputs = inputs, .last = last, .loss = loss, .stream = stream,
+                 .queue = queue, .start = start, .pc = pc, .fired = fired, .err = err, .errcap = errcap};
+    pthread_mutex_init(&E.mu, NULL);
+    pthread_cond_init(&E.cv, NULL);
+    EngineThread t[ENG_COUNT];
+    pthread_t tid[ENG_COUNT];
+    int started[ENG_COUNT] = {0};
+    for (int e = 0; e < ENG_COUNT; e++) {
+        static const int PAUSES[3] = {0, 40, 400};
+        t[e] = (EngineThread){.e = &E, .engine = e, .rng = r->rng + 0x9E3779B97F4A7C15ull * (uint64_t)(e + 1)};
+        t[e].max_pause_us = PAUSES[next_random(&t[e].rng) % 3];
+        started[e] = pthread_create(&tid[e], NULL, engine_main, &t[e]) == 0;
+        if (!started[e]) engine_main(&t[e]); // (no thread to be had: run it here, in turn)
+    }
+    for (int e = 0; e < ENG_COUNT; e++)
+        if (started[e]) pthread_join(tid[e], NULL);
+    next_random(&r->rng); // the next stream pauses differently
+    pthread_cond_destroy(&E.cv);
+    pthread_mutex_destroy(&E.mu);
+    return E.failed ? -1 : 0;
+}
+
 int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss, char *err,
            size_t errcap) {
     const Plan *p = r->p;
@@ -118,6 +230,10 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
     for (int i = 0; i < n; i++) queue[pc[ins[i].engine]++] = i;
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
+    if (r->order.kind == REPLAY_THREADS) {
+        rc = replay_threads(r, ins, n, inputs, last, loss, queue, start, fired, stream, err, errcap);
+        goto done;
+    }
 
     for (int left = n; left > 0; left--) {
         // the engines that can run their next instruction now

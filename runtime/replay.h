@@ -9,6 +9,8 @@
 // repeatedly executes the next instruction of some engine that is not held
 // by a WAIT; which one is chosen adversarially (ReplayOrder), so that an
 // event the plan lacks shows as a wrong loss rather than passing by luck.
+// Or it runs each engine on a thread of its own, as a GPU runs its streams,
+// with random pauses (REPLAY_THREADS).
 #ifndef MT_REPLAY_H
 #define MT_REPLAY_H
 
@@ -20,14 +22,18 @@
 //           run as far ahead of compute as the events let them (the default)
 //   lazy:   compute, host, copy-out, then copy-in: copies as late as they may
 //   random: a seeded random choice among the runnable engines each time
-typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM } ReplayOrderKind;
+//   threads: one thread per engine, truly concurrent, a seeded random pause
+//           before each instruction (up to 0, 40 or 400 us, drawn per engine,
+//           so that some engines run ahead of others); a WAIT held 30 s is
+//           reported as a hang, naming the waiting instructions
+typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM, REPLAY_THREADS } ReplayOrderKind;
 typedef struct ReplayOrder {
     ReplayOrderKind kind;
-    uint64_t seed; // REPLAY_RANDOM
+    uint64_t seed; // REPLAY_RANDOM, REPLAY_THREADS
 } ReplayOrder;
 
-// Parses "eager", "lazy" or "random:SEED" (the MT_REPLAY_ORDER environment
-// variable; NULL or "" is eager). Returns 0, or -1 with a message in err.
+// Parses "eager", "lazy", "random:SEED" or "threads:SEED" (the
+// MT_REPLAY_ORDER environment variable; NULL or "" is eager). Returns 0, or -1 with a message in err.
 int replay_order_parse(const char *s, ReplayOrder *o, char *err, size_t errcap);
 
 typedef struct Replay {
@@ -37,6 +43,7 @@ typedef struct Replay {
     char *act;          // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
     ReplayOrder order;
     uint64_t rng;       // the random order's state, carried from stream to stream
+    int hang_s;         // REPLAY_THREADS: seconds a WAIT may hold before it is a hang (0: 30)
 } Replay;
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model

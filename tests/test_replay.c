@@ -12,6 +12,8 @@
 //   run under every order, and the one that holds compute until the first
 //   layer's weights arrive must show as a wrong loss or wrong gradients
 //   (or wrong squared norms from the stream's INS_NORM).
+// - One thread per engine (test_threads): the same, concurrently, with
+//   random pauses and hangs reported by time.
 //
 // usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]  (from the project root)
 #include <math.h>
@@ -100,6 +102,19 @@ static void replayed(const Plan *p, Backend *be, HostStore *hs, char *act, const
     o->rc = replay(&r, ins, n, in1, 1, &o->loss, o->err, sizeof o->err);
     for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
     store_flush(hs, p); // whatever the stream left pending (nothing, when it updates every layer)
+    outcome_norms(p, hs, o);
+}
+
+// replayed() on one thread per engine with the given seed, a WAIT held 2 s a hang.
+static void threaded(const Plan *p, Backend *be, HostStore *hs, char *act, const Instr *ins, int n, uint64_t seed,
+                     const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
+    pending_state(p, hs, in0);
+    Replay r = {.p = p, .be = be, .hs = hs, .act = act, .order = {REPLAY_THREADS, seed}, .rng = seed, .hang_s = 2};
+    backend_fill_nan(act, p->host_act_bytes);
+    be->poison(be, 0, p->arena_bytes);
+    o->rc = replay(&r, ins, n, in1, 1, &o->loss, o->err, sizeof o->err);
+    for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
+    store_flush(hs, p);
     outcome_norms(p, hs, o);
 }
 
@@ -253,6 +268,72 @@ static void test_orders(const Plan *p) {
     be->destroy(be);
 }
 
+// One thread per engine (MT_REPLAY_ORDER=threads:SEED), as a GPU runs its
+// streams: the plan as written equals the reference under three seeds; a
+// dropped RECORD is reported as a hang; and dropping WAITs one at a time,
+// each under up to six seeds, at least 10 of them (or all, in a plan with
+// fewer) show as a wrong loss, wrong gradients or a hang.
+static void test_threads(const Plan *p) {
+    char err[1024];
+    Backend *be = backend_cpu_create(p, err, sizeof err);
+    HostStore hs;
+    char *act = malloc(p->host_act_bytes + 1);
+    int64_t BT = p->graph->train.batch * p->graph->train.seq;
+    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
+    Instr *mut = malloc((size_t)p->ntrain * sizeof(Instr));
+    if (!be || !act || !tok || !mut || store_alloc(&hs, p) != 0) {
+        printf("FAIL: setup: %s\n", be ? "out of memory" : err);
+        failures++;
+        return;
+    }
+    batch(p, tok, tgt, 0);
+    batch(p, tok1, tgt1, 1);
+    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
+    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
+    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
+    expected(p, &hs, in0, in1, &want);
+    for (uint64_t seed = 1; seed <= 3; seed++) {
+        threaded(p, be, &hs, act, p->train, p->ntrain, seed, in0, in1, &got);
+        CHECK(same(&got, &want, hs.nseg), "the plan on threads (seed %llu): loss %g (%s), reference %g",
+              (unsigned long long)seed, got.loss, got.rc ? got.err : "ran", want.loss);
+    }
+    printf("ok   one thread per engine, three seeds: the reference's loss and gradients\n");
+    int rec = -1, waits = 0, caught = 0;
+    for (int i = 0; i < p->ntrain && rec < 0; i++)
+        for (int j = 0; j < p->ntrain && rec < 0 && p->train[i].kind == INS_RECORD; j++)
+            if (p->train[j].kind == INS_WAIT && p->train[j].event == p->train[i].event) rec = i;
+    if (rec >= 0) {
+        drop(p, rec, mut);
+        threaded(p, be, &hs, act, mut, p->ntrain - 1, 1, in0, in1, &got);
+        CHECK(got.rc != 0 && strstr(got.err, "instruction") && strstr(got.err, "event"),
+              "dropped RECORD %d on threads: %s", rec, got.rc ? got.err : "no hang reported");
+        if (got.rc) printf("ok   a dropped RECORD is reported as a hang: %.160s...\n", got.err);
+    }
+    for (int k = 0; k < p->ntrain; k++) {
+        if (p->train[k].kind != INS_WAIT) continue;
+        drop(p, k, mut);
+        int hit = 0;
+        for (uint64_t seed = 1; seed <= 6 && !hit; seed++) {
+            threaded(p, be, &hs, act, mut, p->ntrain - 1, seed, in0, in1, &got);
+            hit = !same(&got, &want, hs.nseg);
+        }
+        waits++;
+        caught += hit;
+    }
+    int need = waits < 10 ? waits : 10;
+    CHECK(caught >= need, "on threads only %d of %d dropped WAITs were caught (need %d)", caught, waits, need);
+    printf("%s   on threads, %d of %d dropped WAITs change the loss, the gradients or hang\n",
+           caught >= need ? "ok" : "FAIL", caught, waits);
+    free(mut);
+    free(want.sq);
+    free(got.sq);
+    free(got.by_norm);
+    free(tok);
+    free(act);
+    store_free(&hs);
+    be->destroy(be);
+}
+
 int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]\n");
@@ -278,6 +359,7 @@ int main(int argc, char **argv) {
     test_poison(p);
     test_limit(p);
     test_orders(p);
+    if (p->nevents) test_threads(p);
     arena_free(&a);
     if (failures) printf("%d failures\n", failures);
     return failures ? 1 : 0;
