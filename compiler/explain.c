@@ -17,6 +17,7 @@ static void json_str(FILE *out, const char *s) {
 void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult *rows, const char *const *names,
                    int nrows, int chosen, int json) {
     double acc = (double)g->train.accumulate;
+    double tokens = (double)(g->train.batch * g->train.seq) * acc; // a step's
     if (json) {
         fprintf(out, "{\"target\": ");
         json_str(out, t->name);
@@ -35,11 +36,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
             }
             fprintf(out, ", \"schedule\": ");
             json_str(out, r->plan ? r->plan->schedule : "");
-            fprintf(out, ", \"predicted_step_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
+            fprintf(out, ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
                          "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
                          "\"link_bytes_per_step\": %.0f, "
                          "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"fits\": %s, \"chosen\": %s",
-                    c->step_s, c->lower_bound_s, c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0,
+                    c->step_s, tokens / c->step_s, c->lower_bound_s, c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0,
                     (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
                     r->fits ? "true" : "false", i == chosen ? "true" : "false");
@@ -55,8 +56,8 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
             (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
             dtype_name(g->train.compute));
-    fprintf(out, "  %-16s %10s %10s %6s %10s %10s %12s %9s  %s\n", "policy", "step s", "bound s", "ratio", "device GB",
-            "host GB", "link GB/step", "crossings", "schedule");
+    fprintf(out, "  %-16s %10s %10s %10s %6s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "bound s", "ratio",
+            "device GB", "host GB", "link GB/step", "crossings", "schedule");
     for (int i = 0; i < nrows; i++) {
         const SchedResult *r = &rows[i];
         const Cost *c = &r->cost;
@@ -66,7 +67,8 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
         }
         char name[64];
         snprintf(name, sizeof name, "%s%s", names[i], i == chosen ? " *" : "");
-        fprintf(out, "  %-16s %10.4g %10.4g %6.2f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s, c->lower_bound_s,
+        fprintf(out, "  %-16s %10.4g %10.4g %10.4g %6.2f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s,
+                tokens / c->step_s, c->lower_bound_s,
                 c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0, (double)c->device_peak_bytes / 1e9,
                 (double)c->host_bytes / 1e9, (double)(c->copy_in_bytes + c->copy_out_bytes) * acc / 1e9,
                 c->weight_crossings, r->plan ? r->plan->schedule : "");

@@ -43,7 +43,8 @@ static const char USAGE[] =
     "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
     "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
-    "  --batch N|auto   batch size (overrides the train section); auto: the largest that fits\n"
+    "  --batch N|auto|max  batch size (overrides the train section); auto: the most predicted\n"
+    "                   tokens a second; max: the largest that fits\n"
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
     "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
@@ -199,34 +200,105 @@ static Graph *lower_at_batch(const Model *m, SemaOptions *opt, int64_t b, const 
     return g;
 }
 
-// --batch auto: the largest batch whose best plan fits, doubling from 1 and
-// then bisecting. Returns the graph at that batch with its best plan in *r,
-// or NULL (reported).
+// Predicted tokens a second of a graph's plan (0 when it does not fit).
+static double tokens_per_s(const Graph *g, const SchedResult *r) {
+    if (!r->plan || !r->fits || !(r->cost.step_s > 0)) return 0;
+    return (double)(g->train.batch * g->train.seq * g->train.accumulate) / r->cost.step_s;
+}
+
+// One batch size tried by --batch auto or max.
+typedef struct BatchTry {
+    int64_t batch;
+    Graph *g;
+    SchedResult r;
+} BatchTry;
+
+// The batches --batch auto or max has tried, and what it needs to try more.
+typedef struct BatchSearch {
+    const Model *m;
+    SemaOptions *opt;
+    const Target *t;
+    const SchedRequest *req;
+    Arena *a;
+    Diag *d;
+    BatchTry tried[80];
+    int n;
+} BatchSearch;
+
+// Whether a beats b for --batch auto: more than 1% more tokens a second,
+// or within 1% and less memory (device and host).
+static int faster(const BatchTry *a, const BatchTry *b) {
+    double ta = tokens_per_s(a->g, &a->r), tb = tokens_per_s(b->g, &b->r);
+    if (ta > tb * 1.01 || tb > ta * 1.01) return ta > tb;
+    return a->r.cost.device_peak_bytes + a->r.cost.host_bytes < b->r.cost.device_peak_bytes + b->r.cost.host_bytes;
+}
+
+// Batch b's best plan, scheduled once: its index in s->tried, or -1 when it
+// cannot be compiled (reported) or the table is full.
+static int try_batch(BatchSearch *s, int64_t b) {
+    for (int k = 0; k < s->n; k++)
+        if (s->tried[k].batch == b) return k;
+    if (s->n == (int)(sizeof s->tried / sizeof s->tried[0])) return -1;
+    BatchTry *bt = &s->tried[s->n];
+    bt->batch = b;
+    if (!(bt->g = lower_at_batch(s->m, s->opt, b, s->t, s->req, s->a, s->d, &bt->r))) return -1;
+    return s->n++;
+}
+
+// --batch max: the largest batch whose best plan fits, doubling from 1 and
+// then bisecting. --batch auto (fastest): the batch with the most predicted
+// tokens a second, among the powers of two up to that largest batch and
+// the largest itself, then bisected toward the faster side of the best one
+// until its tried neighbours are adjacent. Returns the graph at the chosen
+// batch with its best plan in *r, or NULL (reported).
 static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
-                               Diag *d, SchedResult *r) {
+                               Diag *d, int fastest, SchedResult *r) {
+    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = req, .a = a, .d = d};
     int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
-    Graph *fit = NULL;
-    SchedResult at;
     for (int64_t b = 1; !hi; b *= 2) {
-        Graph *g = lower_at_batch(m, opt, b, t, req, a, d, &at);
-        if (!g) return NULL;
-        if (!at.fits && b == 1) {
-            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, at.why);
+        int k = try_batch(&s, b);
+        if (k < 0) return NULL;
+        if (!s.tried[k].r.fits && b == 1) {
+            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, s.tried[k].r.why);
             return NULL;
         }
-        if (at.fits) lo = b, fit = g, *r = at;
+        if (s.tried[k].r.fits) lo = b;
         else hi = b;
         if (b >= ((int64_t)1 << 20)) hi = b * 2;
     }
     while (hi - lo > 1) {
         int64_t mid = lo + (hi - lo) / 2;
-        Graph *g = lower_at_batch(m, opt, mid, t, req, a, d, &at);
-        if (!g) return NULL;
-        if (at.fits) lo = mid, fit = g, *r = at;
+        int k = try_batch(&s, mid);
+        if (k < 0) return NULL;
+        if (s.tried[k].r.fits) lo = mid;
         else hi = mid;
     }
-    opt->batch = lo;
-    return fit;
+    int best = try_batch(&s, lo);
+    if (best < 0) return NULL;
+    if (fastest) {
+        for (int i = 0; i < s.n; i++)
+            if (s.tried[i].r.fits && faster(&s.tried[i], &s.tried[best])) best = i;
+        for (;;) { // halfway to each tried neighbour of the best, while there is room
+            int64_t b = s.tried[best].batch, below = 0, above = lo + 1;
+            for (int i = 0; i < s.n; i++) {
+                if (s.tried[i].batch < b && s.tried[i].batch > below) below = s.tried[i].batch;
+                if (s.tried[i].batch > b && s.tried[i].batch < above) above = s.tried[i].batch;
+            }
+            int64_t cand[2] = {below && b - below > 1 ? below + (b - below) / 2 : 0,
+                               above <= lo && above - b > 1 ? b + (above - b) / 2 : 0};
+            if (!cand[0] && !cand[1]) break;
+            int next = best;
+            for (int c = 0; c < 2; c++) {
+                int k = cand[c] ? try_batch(&s, cand[c]) : best;
+                if (k < 0) return NULL;
+                if (s.tried[k].r.fits && faster(&s.tried[k], &s.tried[next])) next = k;
+            }
+            best = next;
+        }
+    }
+    opt->batch = s.tried[best].batch;
+    *r = s.tried[best].r;
+    return s.tried[best].g;
 }
 
 // --explain: every remat mode under the mt policy, then the baselines; the
@@ -291,9 +363,9 @@ int main(int argc, char **argv) {
         case 'o': out_path = optarg; break;
         case OPT_TARGET: target = optarg; break;
         case OPT_BATCH:
-            auto_batch = strcmp(optarg, "auto") == 0;
+            auto_batch = strcmp(optarg, "auto") == 0 ? 1 : strcmp(optarg, "max") == 0 ? 2 : 0;
             if (!auto_batch && parse_count(optarg, &opt.batch))
-                return usage_error("--batch needs a positive integer or 'auto', got '%s'", optarg);
+                return usage_error("--batch needs a positive integer, 'auto' or 'max', got '%s'", optarg);
             break;
         case OPT_REMAT: {
             int k = REMAT_COUNT;
@@ -379,7 +451,7 @@ int main(int argc, char **argv) {
     SchedResult best = {0}; // the plan -o writes
     char serr[1024] = "";
     Graph *g = !model ? NULL
-               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, &best)
+               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, auto_batch == 1, &best)
                             : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);
     if (g) {
         rc = 0;

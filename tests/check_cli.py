@@ -123,14 +123,24 @@ def main():
     check(p.returncode == 0 and re.search(r"^  \w+ \* ", p.stdout, re.M) and "megatrain" in p.stdout,
           "--explain table marks the chosen policy", p)
 
-    # --batch auto: the largest batch that fits, so one more does not
-    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--batch", "auto", "--explain", "--json")
-    d = json.loads(p.stdout) if p.returncode == 0 else {}
-    auto = d.get("batch", 0)
-    check(auto >= 1 and any(r["chosen"] for r in d.get("policies", [])), "--batch auto fits", p)
-    p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--batch", str(auto + 1), "--explain", "--json")
-    d = json.loads(p.stdout) if p.returncode == 0 else {}
-    check(auto >= 1 and not any(r["chosen"] for r in d.get("policies", [])), "--batch auto is the largest", p)
+    # --batch max: the largest batch that fits, so one more does not
+    def chosen_at(*flags):
+        p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", *flags, "--explain", "--json")
+        d = json.loads(p.stdout) if p.returncode == 0 else {}
+        rows = [r for r in d.get("policies", []) if r.get("chosen")]
+        return d.get("batch", 0), rows[0] if rows else None, p
+    most, row, p = chosen_at("--batch", "max")
+    check(most >= 1 and row, "--batch max fits", p)
+    _, row, p = chosen_at("--batch", str(most + 1))
+    check(most >= 1 and not row, "--batch max is the largest", p)
+    # --batch auto: no batch tried here predicts more tokens a second (1% slack)
+    auto, arow, p = chosen_at("--batch", "auto")
+    check(auto >= 1 and arow, "--batch auto fits", p)
+    for b in sorted({1, 2, 3, 4, 6, 8, 16, max(1, auto - 1), auto + 1, most}):
+        _, row, p = chosen_at("--batch", str(b))
+        check(not row or not arow or row["tokens_per_s"] <= arow["tokens_per_s"] * 1.01,
+              f"--batch auto ({auto}, {arow and arow['tokens_per_s']:.0f} tokens/s) beats batch {b} "
+              f"({row and row['tokens_per_s']:.0f})", p)
 
     # --dump-graph: three parts; the tied LM head folds transpose(wte) into
     # the GEMM, so the tail has no transpose node and one trans_b matmul
