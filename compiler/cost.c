@@ -229,16 +229,33 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, dur, 0, NULL, NULL) : 0;
     free(dur);
     c->step_s = first + (double)(g->train.accumulate - 1) * rest;
-    // The bound: weights in once and gradients out once at the bytes they
-    // stream as, the optimizer's update and norm over every parameter.
-    double acc = (double)g->train.accumulate;
-    double useful = (c->compute_s - c->recompute_s) * acc, in_once = (double)params * wbytes / t->h2d_bandwidth,
-           out_once = (double)params * wbytes / t->d2h_bandwidth,
-           host = (double)params * (update_bytes(compute) + 4.0) / t->host_memory_bandwidth;
-    double lb = useful;
-    if (in_once > lb) lb = in_once;
-    if (out_once > lb) lb = out_once;
-    if (host > lb) lb = host;
-    c->lower_bound_s = lb;
+    return 0;
+}
+
+int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
+    KernelTimes kt;
+    if (kernel_times(g, t, &kt) != 0) return -1;
+    DType compute = g->train.compute;
+    double acc = (double)g->train.accumulate, params = (double)storage_host_elems(g),
+           wbytes = (double)storage_weight_bytes(compute), opt_bytes = params * (update_bytes(compute) + 4.0);
+    *b = (Bounds){0};
+    for (int pk = 0; pk < PART_COUNT; pk++) // one forward and one backward of every part, every layer
+        b->compute_s += run_time(&kt, pk, 0, g->parts[pk].nodes.n, 0) * (pk == PART_BLOCK ? (double)g->layers : 1.0);
+    kernel_times_free(&kt);
+    b->compute_s *= acc;
+    b->in_s = params * wbytes / t->h2d_bandwidth;
+    b->out_s = params * wbytes / t->d2h_bandwidth;
+    b->host_s = opt_bytes / t->host_memory_bandwidth;
+    // every byte on the link is read from or written to host memory, which
+    // the optimizer also reads and writes
+    b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
+    double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
+    double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s};
+    for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
+        if (terms[i] > b->physical_s) b->physical_s = terms[i];
+    // exact global-norm clipping: no weight of the next step goes in before
+    // the last gradient of this one is out, so the link's two directions
+    // cannot overlap across the step boundary
+    b->exact_s = b->physical_s > b->in_s + b->out_s ? b->physical_s : b->in_s + b->out_s;
     return 0;
 }

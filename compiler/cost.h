@@ -15,7 +15,6 @@ typedef struct Cost {
     double device_copy_s;    // arena-to-arena copies
     double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches
-    double lower_bound_s;    // max(compute without recompute, weights in once, gradients out once, optimizer)
     int64_t device_peak_bytes; // the arena
     int64_t host_bytes;      // the host store and the host activation store
     double weight_crossings; // how many times a layer's weights cross the link in a step, on average
@@ -28,6 +27,24 @@ typedef struct Cost {
 // its GEMM's output costs nothing); copies by the link, the optimizer by
 // host bandwidth. Returns 0, or -1 out of memory.
 int cost_plan(const Plan *p, const Target *t, Cost *c);
+
+// What no schedule of a model on a target can beat, whatever it chooses
+// (remat, slots, residency, tiling): two bounds of a step, from the untiled
+// graph.
+typedef struct Bounds {
+    double compute_s;     // one forward and one backward of every part, no recompute, `accumulate` times,
+                          // priced from the fused kernels as cost_plan prices them
+    double in_s, out_s;   // every weight in once, every gradient out once, at the bytes they stream as
+    double host_s;        // the optimizer: AdamW and the gradient norm over every parameter
+    double host_memory_s; // host memory feeds both the link and the optimizer: their bytes together
+    double physical_s;    // the max of the above (the link's two directions added when it is not duplex)
+    double exact_s;       // and exact global-norm clipping: the last gradient out before the first
+                          // weight of the next step in, so in + out at least
+} Bounds;
+
+// The bounds of graph g (untiled, as sema and autodiff made it) on t.
+// Returns 0, or -1 out of memory.
+int cost_bounds(const Graph *g, const Target *t, Bounds *b);
 
 // Each instruction of p's training stream's time on its resource into dur
 // (ntrain), as cost_plan prices it. Returns 0, or -1 out of memory.

@@ -14,15 +14,19 @@ static void json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
-void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult *rows, const char *const *names,
-                   int nrows, int chosen, int json) {
+void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
+                   const char *const *names, int nrows, int chosen, int json) {
     double acc = (double)g->train.accumulate;
     double tokens = (double)(g->train.batch * g->train.seq) * acc; // a step's
     if (json) {
         fprintf(out, "{\"target\": ");
         json_str(out, t->name);
-        fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"policies\": [\n",
-                (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate);
+        fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"compute_dtype\": \"%s\",\n",
+                (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
+                dtype_name(g->train.compute));
+        fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
+                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g},\n \"policies\": [\n",
+                b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s);
         for (int i = 0; i < nrows; i++) {
             const SchedResult *r = &rows[i];
             const Cost *c = &r->cost;
@@ -36,11 +40,12 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
             }
             fprintf(out, ", \"schedule\": ");
             json_str(out, r->plan ? r->plan->schedule : "");
-            fprintf(out, ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"lower_bound_s\": %.6g, \"ratio\": %.4f, "
+            fprintf(out, ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"ratio_physical\": %.4f, "
+                         "\"ratio_exact\": %.4f, "
                          "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
                          "\"link_bytes_per_step\": %.0f, "
                          "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"fits\": %s, \"chosen\": %s",
-                    c->step_s, tokens / c->step_s, c->lower_bound_s, c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0,
+                    c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
                     (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
                     r->fits ? "true" : "false", i == chosen ? "true" : "false");
@@ -56,8 +61,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
             (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
             dtype_name(g->train.compute));
-    fprintf(out, "  %-16s %10s %10s %10s %6s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "bound s", "ratio",
-            "device GB", "host GB", "link GB/step", "crossings", "schedule");
+    fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
+                 "memory %.4g), exact semantics %.4g s (at least weights in + gradients out)\n",
+            b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->exact_s);
+    fprintf(out, "  %-16s %10s %10s %8s %8s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "/phys",
+            "/exact", "device GB", "host GB", "link GB/step", "crossings", "schedule");
     for (int i = 0; i < nrows; i++) {
         const SchedResult *r = &rows[i];
         const Cost *c = &r->cost;
@@ -67,9 +75,8 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult
         }
         char name[64];
         snprintf(name, sizeof name, "%s%s", names[i], i == chosen ? " *" : "");
-        fprintf(out, "  %-16s %10.4g %10.4g %10.4g %6.2f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s,
-                tokens / c->step_s, c->lower_bound_s,
-                c->lower_bound_s > 0 ? c->step_s / c->lower_bound_s : 0, (double)c->device_peak_bytes / 1e9,
+        fprintf(out, "  %-16s %10.4g %10.4g %8.3f %8.3f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s,
+                tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s, (double)c->device_peak_bytes / 1e9,
                 (double)c->host_bytes / 1e9, (double)(c->copy_in_bytes + c->copy_out_bytes) * acc / 1e9,
                 c->weight_crossings, r->plan ? r->plan->schedule : "");
         if (!r->fits) fprintf(out, "  %-16s does not fit: %s\n", "", r->why);

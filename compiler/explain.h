@@ -8,9 +8,10 @@
 
 #include "schedule.h"
 
-// One row per searched policy; rows[chosen] is the plan mtc would write.
-void explain_print(FILE *out, const Graph *g, const Target *t, const SchedResult *rows, const char *const *names,
-                   int nrows, int chosen, int json);
+// One row per searched policy, against the bounds b (cost_bounds of the
+// untiled graph); rows[chosen] is the plan mtc would write.
+void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
+                   const char *const *names, int nrows, int chosen, int json);
 
 // Writes the predicted timeline of a step as Chrome trace-event JSON (one
 // track per engine: copy-in, compute, copy-out, host optimizer), which

@@ -303,7 +303,23 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
 
 // --explain: every remat mode under the mt policy, then the baselines; the
 // chosen row is the user's policy and remat. Returns 0, or 1 (reported).
-static int explain(Graph *g, const Target *t, const SchedRequest *req, int json, const char *trace_path, Arena *a) {
+// The bounds of the model at g's batch, from its untiled graph (g itself when untiled).
+static int bounds_of(const Model *m, const SemaOptions *opt, Graph *g, const Target *t, Arena *a, Diag *d, Bounds *b) {
+    Graph *untiled = g;
+    if (g->parts[PART_BLOCK].nchunks || g->parts[PART_TAIL].nchunks) {
+        SemaOptions o = *opt;
+        o.batch = g->train.batch;
+        if (!(untiled = lower_tiled(m, &o, 1, a, d))) return 1;
+    }
+    if (cost_bounds(untiled, t, b) != 0) {
+        fprintf(stderr, "mtc: error: out of memory\n");
+        return 1;
+    }
+    return 0;
+}
+
+static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int json, const char *trace_path,
+                   Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
     const char *names[ROWS];
@@ -327,7 +343,7 @@ static int explain(Graph *g, const Target *t, const SchedRequest *req, int json,
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
-    explain_print(stdout, g, t, rows, names, n, chosen, json);
+    explain_print(stdout, g, t, b, rows, names, n, chosen, json);
     if (trace_path && chosen >= 0 && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
     return 0;
 fail:
@@ -466,7 +482,9 @@ int main(int argc, char **argv) {
                                    &arena) != 0)
             rc = 1;
         if (want_explain || trace_path) {
-            rc = explain(g, &tgt, &req, want_json && want_explain, trace_path, &arena);
+            Bounds bounds;
+            rc = bounds_of(model, &opt, g, &tgt, &arena, &diag, &bounds);
+            if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_json && want_explain, trace_path, &arena);
         } else if (want_json) {
             summary_print_json(stdout, g, path, &arena);
         } else if (want_summary) {

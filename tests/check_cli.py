@@ -91,11 +91,14 @@ def main():
         d = json.loads(p.stdout) if p.returncode == 0 else {}
         rows = {r.get("name"): r for r in d.get("policies", [])}
         chosen = [r for r in d.get("policies", []) if r.get("chosen")]
-        keys = {"name", "predicted_step_s", "lower_bound_s", "device_peak_bytes", "host_bytes", "link_bytes_per_step",
-                "weight_crossings", "chosen", "fits"}
+        keys = {"name", "predicted_step_s", "tokens_per_s", "ratio_physical", "ratio_exact", "device_peak_bytes",
+                "host_bytes", "link_bytes_per_step", "weight_crossings", "chosen", "fits"}
+        b = d.get("bounds", {})
         ok = (d.get("target") == target and list(rows) == names and d.get("batch", 0) >= 1 and
               all(keys <= set(r) for r in rows.values()) and
-              all(0 < r["lower_bound_s"] <= r["predicted_step_s"] for r in rows.values()) and
+              0 < b.get("physical_s", 0) <= b.get("exact_s", 0) and
+              b["exact_s"] >= b["in_s"] + b["out_s"] and b["physical_s"] >= max(b["compute_s"], b["host_s"]) and
+              all(1 <= r["ratio_exact"] <= r["ratio_physical"] for r in rows.values()) and
               all(r["fits"] or "reason" in r for r in rows.values()) and
               rows["sequential"]["weight_crossings"] == 2 and rows["megatrain"]["weight_crossings"] == 3)
         if fit:
