@@ -37,7 +37,9 @@ static const char USAGE[] =
     "  --remat MODE     what streamed layers keep for the backward: none, layer, selective,\n"
     "                   offload, or auto (default: the fastest that fits)\n"
     "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
-    "                   (weights cross three times a step, optimizer after the backward)\n"
+    "                   (weights cross three times a step, optimizer after the backward),\n"
+    "                   zero3-offload (DeepSpeed ZeRO-3 with CPU offload: weights fetched for the\n"
+    "                   forward and again for the backward, optimizer after the backward)\n"
     "  --slots N        frames (weight slots) streamed layers rotate through, 1 to 3 (default: chosen)\n"
     "  --resident N     layers at the forward/backward turn kept on the device (default: the most that fit)\n"
     "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
@@ -393,7 +395,7 @@ int main(int argc, char **argv) {
         case OPT_POLICY: {
             int k = POLICY_COUNT;
             while (--k >= 0 && strcmp(optarg, policy_name((Policy)k)) != 0) {}
-            if (k < 0) return usage_error("--policy takes mt, sequential or megatrain, not '%s'", optarg);
+            if (k < 0) return usage_error("--policy takes mt, sequential, megatrain or zero3-offload, not '%s'", optarg);
             req.policy = (Policy)k;
             break;
         }

@@ -51,7 +51,7 @@ const char *remat_name(Remat r) {
     return r >= 0 && r < REMAT_COUNT ? N[r] : "?";
 }
 const char *policy_name(Policy p) {
-    static const char *const N[] = {"mt", "sequential", "megatrain"};
+    static const char *const N[] = {"mt", "sequential", "megatrain", "zero3-offload"};
     return p >= 0 && p < POLICY_COUNT ? N[p] : "?";
 }
 
@@ -533,7 +533,7 @@ static void backward_layer(Builder *b, int64_t l) {
         if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
             run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
-        if (b->c->policy == POLICY_MEGATRAIN) { // the weights cross again for the backward
+        if (b->c->policy == POLICY_MEGATRAIN || b->c->policy == POLICY_ZERO3) { // the weights cross again for the backward
             int ev_r = record(b, ENG_COMPUTE);
             wait_for(b, ENG_COPY_IN, ev_r);
             copy_in_weights(b, l, slot_addr(b, f));
@@ -702,7 +702,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         host_op(&b, INS_UPDATE, l);
         ev_update[l + 1] = record(&b, ENG_HOST);
     }
-    if (c->policy == POLICY_MEGATRAIN)
+    if (c->policy == POLICY_MEGATRAIN || c->policy == POLICY_ZERO3) // the optimizer after the backward, not overlapped
         for (int64_t l = 0; l <= L; l++) ev_update[l] = ev_update[L];
     for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;
     forward(&b, ev_update, 1);
@@ -821,6 +821,8 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
         return -1;
     }
     if (req->policy != POLICY_MT) { // the baselines: fixed shapes
+        // megatrain prefetches into two slots; ZeRO-3 fetches on demand (its prefetch bucket, 5e7
+        // elements by default, is a fraction of one layer of the models it is compared on)
         SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_MEGATRAIN ? 2 : 1};
         for (int host = 0; host < 2; host++) {
             c.ckpt_host = host;

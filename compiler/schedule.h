@@ -25,6 +25,10 @@ typedef enum {
     POLICY_SEQUENTIAL, // one engine: no overlap at all (the first schedule, a baseline)
     POLICY_MEGATRAIN,  // a baseline after the MegaTrain paper's code: weights cross three times
                        // a step (forward, recompute, backward), the optimizer runs after backward
+    POLICY_ZERO3,      // a baseline after DeepSpeed ZeRO-3 with CPU offload on one GPU: each layer's
+                       // weights fetched on demand (one slot) by its forward, by the recompute of
+                       // its checkpointed forward and by its backward, a checkpoint per layer, the
+                       // CPU optimizer after the backward with nothing overlapping it
     POLICY_COUNT
 } Policy;
 

@@ -84,7 +84,7 @@ def main():
     # beats its lower bound; the baselines cross the link 2 and 3 times; the
     # chosen schedule fits and is ahead of megatrain; 405B does not fit the
     # h200 (1.5 TB of host memory) and every row says why
-    names = ["none", "layer", "selective", "offload", "sequential", "megatrain"]
+    names = ["none", "layer", "selective", "offload", "sequential", "megatrain", "zero3-offload"]
     for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True), ("llama3-70b", "h200", True),
                                ("llama3-405b", "h200", False)]:
         p = run(mtc, f"{ex}/{model}.mt", "--target", target, "--explain", "--json")

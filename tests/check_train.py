@@ -98,7 +98,7 @@ def matrix(mtc, mtrun, model, target, tmp):
     # the tiny profiles hold one or two block frames at batch 2 (schedules/tiny-*.target)
     tflags = [] if target == "default" else ["--target", target, "--batch", "2"]
     remats = ["none", "layer", "selective", "offload"] if mtc_knows(mtc, "--remat") else []
-    policies = ["sequential", "megatrain"] if mtc_knows(mtc, "--policy") else []
+    policies = ["sequential", "megatrain", "zero3-offload"] if mtc_knows(mtc, "--policy") else []
     if not remats or not policies:
         print("note: this mtc has no --remat or no --policy; testing the configurations it has")
     checked = skipped = 0

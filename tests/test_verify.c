@@ -337,7 +337,7 @@ static void mutations_remat(const Plan *sel, const Plan *off) {
 
 // ---------------------------------------------------------------- plans that pass
 
-static const char *const POLICIES[] = {"mt", "sequential", "megatrain"};
+static const char *const POLICIES[] = {"mt", "sequential", "megatrain", "zero3-offload"};
 
 // The search's plan for (policy, remat) on a target; even one that does not
 // fit must be a correct plan.
