@@ -16,6 +16,7 @@
 #include "emit_llvm.h"
 #include "emit_cuda.h"
 #include "explain.h"
+#include "explore.h"
 #include "plan_write.h"
 #include "schedule.h"
 #include "verify.h"
@@ -45,6 +46,10 @@ static const char USAGE[] =
     "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
     "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
+    "  --explore        every schedule searched at batch 1, 2, 4, ... while one fits: each batch's\n"
+    "                   Pareto frontier of tokens/s against device and host memory, and each\n"
+    "                   policy's best tokens/s by batch\n"
+    "  --plot FILE.svg  with --explore, draw both as an SVG picture\n"
     "  --batch N|auto|max  batch size (overrides the train section); auto: the most predicted\n"
     "                   tokens a second; max: the largest that fits\n"
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
@@ -303,6 +308,43 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
     return s.tried[best].g;
 }
 
+// --explore: every plan searched at batch 1, 2, 4, ... while one fits, for
+// mt's policy and each baseline; prints each batch's Pareto frontier and,
+// with plot_path, draws it. Returns 0, or 1 (reported).
+static int explore(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, const char *plot_path,
+                   int json, Arena *a, Diag *d) {
+    Exploration x = {.target = t->name};
+    int rc = 1;
+    for (int64_t b = 1; b <= ((int64_t)1 << 20); b *= 2) {
+        int mt_fits = 0;
+        for (int pol = 0; pol < POLICY_COUNT; pol++) {
+            SchedRequest q = pol == POLICY_MT ? *req : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
+            q.seen = explore_seen;
+            q.seen_ctx = &x;
+            SchedResult r;
+            Graph *g = lower_at_batch(m, opt, b, t, &q, a, d, &r);
+            if (!g) goto done;
+            x.model = g->model_name;
+            if (pol == POLICY_MT) mt_fits = r.fits;
+        }
+        if (!mt_fits) break;
+    }
+    if (x.failed) {
+        fprintf(stderr, "mtc: error: out of memory exploring\n");
+        goto done;
+    }
+    explore_print(stdout, &x, json);
+    char err[1024];
+    if (plot_path && explore_svg(plot_path, &x, err, sizeof err) != 0) {
+        fprintf(stderr, "mtc: error: %s\n", err);
+        goto done;
+    }
+    rc = 0;
+done:
+    explore_free(&x);
+    return rc;
+}
+
 // --explain: every remat mode under the mt policy, then the baselines; the
 // chosen row is the user's policy and remat. Returns 0, or 1 (reported).
 // The bounds of the model at g's batch, from its untiled graph (g itself when untiled).
@@ -355,7 +397,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -367,10 +409,12 @@ int main(int argc, char **argv) {
         {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
         {"dump-kernels", optional_argument, 0, OPT_KERNELS},
         {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
+        {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
         {0, 0, 0, 0},
     };
-    const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL;
-    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0;
+    const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
+    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0,
+        want_explore = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
     int64_t count;
     SemaOptions opt = {0};
@@ -433,6 +477,8 @@ int main(int argc, char **argv) {
             break;
         case OPT_EMIT_CUDA: cuda_path = optarg; break;
         case OPT_EXPLAIN: want_explain = 1; break;
+        case OPT_EXPLORE: want_explore = 1; break;
+        case OPT_PLOT: plot_path = optarg; break;
         case OPT_TRACE: trace_path = optarg; break;
         case OPT_HELP: fputs(USAGE, stdout); return 0;
         case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
@@ -444,6 +490,10 @@ int main(int argc, char **argv) {
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
+    if (plot_path && !want_explore) return usage_error("%s", "--plot draws what --explore finds; give --explore too");
+    if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
+        return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
+                                 "--explain or --trace");
     if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt))
         return usage_error("%s", "--remat, --slots, --resident and --checkpoints choose among mt's schedules; the "
                                  "baseline policies fix their own");
@@ -468,6 +518,12 @@ int main(int argc, char **argv) {
     Model *model = dsl_parse(&src, &arena, &diag);
     SchedResult best = {0}; // the plan -o writes
     char serr[1024] = "";
+    if (model && want_explore) {
+        rc = explore(model, &opt, &tgt, &req, plot_path, want_json, &arena, &diag);
+        arena_free(&arena);
+        free(text);
+        return rc;
+    }
     Graph *g = !model ? NULL
                : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, auto_batch == 1, &best)
                             : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);

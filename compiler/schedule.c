@@ -778,13 +778,14 @@ static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
 }
 
 // Builds and costs one choice into r; keeps it when it beats *best.
-static int try_choice(Graph *g, const Target *t, const SchedChoice *c, Arena *a, SchedResult *best, char *err,
-                      size_t errcap) {
+static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
+                      SchedResult *best, char *err, size_t errcap) {
     SchedResult r = {.choice = *c};
     r.plan = schedule_build(g, t, c, a, err, errcap);
     if (!r.plan) return -1;
     if (cost_plan(r.plan, t, &r.cost) != 0) return snprintf(err, errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
+    if (req->seen) req->seen(req->seen_ctx, g, &r);
     int better;
     if (!best->plan) better = 1;
     else if (r.fits != best->fits) better = r.fits;
@@ -826,7 +827,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
         SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_MEGATRAIN ? 2 : 1};
         for (int host = 0; host < 2; host++) {
             c.ckpt_host = host;
-            if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+            if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
         }
         return 0;
     }
@@ -841,7 +842,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 return -1;
             }
             SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L};
-            if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+            if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
             continue;
         }
         for (int host = 0; host < 2; host++)
@@ -854,7 +855,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 int chunked = tiled && rm == REMAT_LAYER;
                 c.resident = req->resident >= 0 ? req->resident : chunked ? 0 : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
-                if (try_choice(g, t, &c, a, best, err, errcap) != 0) return -1;
+                if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
             }
     }
     return 0;

@@ -65,6 +65,9 @@ typedef struct SchedRequest {
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
     int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live
+    // When set, called with every plan the search builds and costs (mtc --explore).
+    void (*seen)(void *ctx, const Graph *g, const SchedResult *r);
+    void *seen_ctx;
 } SchedRequest;
 
 // The fastest plan of the request that fits the target's device and host
