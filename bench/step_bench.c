@@ -26,12 +26,13 @@
 #include "../common/io.h"
 #include "../compiler/emit_llvm.h"
 #include "../compiler/fuse.h"
-#include "../compiler/graph.h"
+#include "../common/graph.h"
 #include "../compiler/schedule.h"
 #include "../runtime/adamw.h"
 #include "../runtime/exec.h"
 #include "../runtime/jit.h"
 #include "../runtime/replay.h"
+#include "../compiler/passes.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../compiler/graph.h"
+#include "graph.h"
 
 enum { PLAN_VERSION = 3, PLAN_ENDIAN = 0x01020304 };
 
@@ -109,7 +109,7 @@ typedef struct Plan {
     Instr *eval;   // (neval) forward and loss only, for validation
     int32_t neval;
     // KERNELS (empty when absent)
-    const uint8_t *kernels_bytes; // (kernels_len) the kernel IR of every part (compiler/kir.h)
+    const uint8_t *kernels_bytes; // (kernels_len) the kernel IR of every part (common/kir.h)
     size_t kernels_len;
     const uint8_t *bitcode;       // (bitcode_len) LLVM bitcode of the cpu kernels
     size_t bitcode_len;

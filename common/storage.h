@@ -28,7 +28,7 @@
 
 #include <stdint.h>
 
-#include "../compiler/graph.h"
+#include "graph.h"
 #include "bf16.h"
 
 // The node whose buffer n's value lives in (views and reshapes alias their operand).

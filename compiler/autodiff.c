@@ -5,7 +5,8 @@
 // tail -> block (layer L-1 .. 0) -> head.
 #include <string.h>
 
-#include "graph.h"
+#include "../common/graph.h"
+#include "passes.h"
 
 typedef struct AD {
     Arena *a;

@@ -5,7 +5,7 @@
 #define MT_COST_H
 
 #include "../common/plan.h"
-#include "target.h"
+#include "../common/target.h"
 
 typedef struct Cost {
     double compute_s;        // device time of every RUN, recompute included

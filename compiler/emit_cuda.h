@@ -32,8 +32,8 @@
 
 #include <stddef.h>
 
-#include "graph.h"
-#include "kir.h"
+#include "../common/graph.h"
+#include "../common/kir.h"
 #include "nvrtc.h"
 
 typedef struct CudaOptions {

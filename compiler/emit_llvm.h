@@ -19,9 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "kir.h"
-
-typedef void (*KirFn)(void **args, int64_t r0, int64_t r1, double *scratch);
+#include "../common/kir.h"
 
 // Emits every expression kernel of prog, verifies the module and writes it
 // as bitcode into *out (malloc'd, *len bytes). Returns 0, or -1 with a

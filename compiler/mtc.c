@@ -11,7 +11,7 @@
 #include "../common/io.h"
 #include <zlib.h>
 
-#include "graph.h"
+#include "../common/graph.h"
 #include "fuse.h"
 #include "emit_llvm.h"
 #include "emit_cuda.h"
@@ -19,8 +19,9 @@
 #include "explore.h"
 #include "plan_write.h"
 #include "schedule.h"
-#include "verify.h"
+#include "../common/verify.h"
 #include "summary.h"
+#include "passes.h"
 
 #ifndef MT_VERSION
 #define MT_VERSION "0.0.0"

@@ -7,7 +7,7 @@
 
 #include "../common/plan.h"
 #include "cost.h"
-#include "target.h"
+#include "../common/target.h"
 
 // What a streamed layer keeps for its backward.
 typedef enum {

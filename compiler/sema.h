@@ -3,7 +3,7 @@
 #ifndef MT_SEMA_H
 #define MT_SEMA_H
 
-#include "graph.h"
+#include "passes.h"
 
 // A compile-time number: config values, literals, op attributes.
 typedef struct Num {

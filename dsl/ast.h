@@ -8,6 +8,7 @@
 
 #include "../common/arena.h"
 #include "../common/diag.h"
+#include "../common/graph.h" // Annot
 
 typedef enum {
     EXPR_INT,    // ival
@@ -60,8 +61,6 @@ typedef struct ParamDecl {
     Expr *init; // NULL: the default for the parameter's rank
 } ParamDecl;
 
-typedef enum { ANNOT_NONE, ANNOT_KEEP, ANNOT_RECOMPUTE, ANNOT_OFFLOAD } Annot;
-
 typedef enum { STMT_ASSIGN, STMT_RETURN } StmtKind;
 
 typedef struct Stmt {
@@ -112,7 +111,6 @@ typedef struct Model {
     PtrVec trains;   // of Section*
 } Model;
 
-const char *annot_name(Annot a);
 
 // Parses src into a Model. Returns NULL after reporting at least one error
 // through d. Never prints or exits by itself.

@@ -21,7 +21,7 @@
 // target_load, and renames it into place.
 #include "calibrate.h"
 #include "../common/io.h"
-#include "../compiler/target.h"
+#include "../common/target.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -19,7 +19,6 @@
 #include "../common/plan.h"
 #include "../common/storage.h"
 #include "kernels.h"
-#include "../compiler/emit_llvm.h"
 
 struct Jit {
     const Graph *g;

@@ -1,5 +1,5 @@
 // jit.h: the cpu backend's kernels. Reads the plan's kernel IR and LLVM
-// bitcode (compiler/kir.h, compiler/emit_llvm.h), compiles the bitcode for
+// bitcode (common/kir.h, compiler/emit_llvm.c), compiles the bitcode for
 // the host CPU and its features with ORC LLJIT at load (O3: the loop
 // vectoriser), and runs a part's kernels for an INS_RUN: expression kernels
 // through the JIT, GEMMs through cblas (OpenBLAS), attention as a composite
@@ -10,7 +10,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../compiler/kir.h"
+#include "../common/kir.h"
 
 typedef struct Jit Jit;
 

@@ -5,7 +5,7 @@
 #ifndef MT_KERNELS_H
 #define MT_KERNELS_H
 
-#include "../compiler/graph.h"
+#include "../common/graph.h"
 
 // Computes node n into out from its operands' buffers in[0 .. n->nin).
 // f32 tensors are float (or double) arrays, i32 tensors int32_t arrays, in

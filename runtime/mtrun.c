@@ -10,7 +10,7 @@
 #include <unistd.h>
 
 #include "calibrate.h"
-#include "../compiler/verify.h"
+#include "../common/verify.h"
 #include "plan_read.h"
 #include "train.h"
 

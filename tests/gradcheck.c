@@ -14,8 +14,9 @@
 #include <string.h>
 
 #include "../common/io.h"
-#include "../compiler/graph.h"
+#include "../common/graph.h"
 #include "../runtime/exec.h"
+#include "../compiler/passes.h"
 
 static int max_samples = 48; // elements checked a tensor; --samples N
 static const double TOLERANCE = 1e-6, STEP = 1e-4;

@@ -21,7 +21,8 @@
 #include "../common/io.h"
 #include "../compiler/emit_cuda.h"
 #include "../compiler/fuse.h"
-#include "../compiler/graph.h"
+#include "../common/graph.h"
+#include "../compiler/passes.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                               \

@@ -23,9 +23,10 @@
 #include "../common/plan.h"
 #include "../compiler/emit_llvm.h"
 #include "../compiler/fuse.h"
-#include "../compiler/graph.h"
+#include "../common/graph.h"
 #include "../runtime/exec.h"
 #include "../runtime/jit.h"
+#include "../compiler/passes.h"
 
 static const double TOL = 1e-6;
 

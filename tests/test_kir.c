@@ -1,4 +1,4 @@
-// test_kir: the kernel IR's byte format (compiler/kir.c). For each model:
+// test_kir: the kernel IR's byte format (common/kir.c). For each model:
 // fuse, kir_write, then
 //   - kir_read gives back a program that writes the same bytes;
 //   - every truncation is refused with a message;
@@ -12,7 +12,8 @@
 
 #include "../common/io.h"
 #include "../compiler/fuse.h"
-#include "../compiler/graph.h"
+#include "../common/graph.h"
+#include "../compiler/passes.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint32_t next_u32(void) {

@@ -1,4 +1,4 @@
-// test_target.c: the target profiles (compiler/target.c). Every shipped
+// test_target.c: the target profiles (common/target.c). Every shipped
 // profile in schedules/ loads and is sane; every bad profile in
 // tests/targets/ is refused with the message its first line expects:
 //
@@ -6,7 +6,7 @@
 //     # expect: phrase           the error is "FILE: error: phrase..." (the whole file)
 //
 // Usage: test_target PROJECT_ROOT. Prints each failure; returns 1 on any.
-#include "../compiler/target.h"
+#include "../common/target.h"
 
 #include <dirent.h>
 #include <stdarg.h>

@@ -24,7 +24,8 @@
 
 #include "../common/io.h"
 #include "../compiler/schedule.h"
-#include "../compiler/verify.h"
+#include "../common/verify.h"
+#include "../compiler/passes.h"
 
 static int failures, verified;
 static char examples[4096], schedules[4096];

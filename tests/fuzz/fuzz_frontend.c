@@ -4,7 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../compiler/graph.h"
+#include "../../common/graph.h"
+#include "../../compiler/passes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

@@ -29,8 +29,9 @@
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/emit_cuda.h"
 #include "../../compiler/fuse.h"
-#include "../../compiler/graph.h"
+#include "../../common/graph.h"
 #include "../../compiler/nvrtc.h"
+#include "../../compiler/passes.h"
 
 static int failures;
 

@@ -158,6 +158,11 @@ typedef struct KirKernel {
     KirAttn attn;
 } KirKernel;
 
+// An expression kernel compiled for the cpu (compiler/emit_llvm.c emits it,
+// runtime/jit.c calls it): rows [r0, r1), args[j] argument j's first
+// element, KA_ACC64 accumulators in scratch at kir_acc64_offset.
+typedef void (*KirFn)(void **args, int64_t r0, int64_t r1, double *scratch);
+
 // The kernels of one part, in the order they run.
 typedef struct KirSet {
     KirKernel *k; // (n)

@@ -18,6 +18,12 @@ _Static_assert(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0] == DT_COUNT, "DTYPE_NA
 static const char *const PART_NAMES[] = {"head", "block", "tail"};
 _Static_assert(sizeof PART_NAMES / sizeof PART_NAMES[0] == PART_COUNT, "PART_NAMES out of sync");
 
+const char *annot_name(Annot a) {
+    static const char *names[] = {"", "keep", "recompute", "offload"};
+    _Static_assert(sizeof names / sizeof names[0] == ANNOT_OFFLOAD + 1, "annot_name");
+    return names[a];
+}
+
 const char *op_name(OpKind op) { return OP_NAMES[op]; }
 const char *dtype_name(DType t) { return DTYPE_NAMES[t]; }
 const char *part_name(PartKind p) { return PART_NAMES[p]; }

@@ -1,5 +1,6 @@
 // graph.h: the layer graph IR that sema produces and every later stage of mtc
-// consumes. A model is three parts, each a DAG of typed nodes in topological
+// consumes, and that the plan carries to mtrun (common/plan.h), so both
+// sides read it; the passes that make it are mtc's (compiler/passes.h). A model is three parts, each a DAG of typed nodes in topological
 // order: the head (embeddings, before the streamed block), the block (one
 // layer, written once, repeated `layers` times with its own weights) and the
 // tail (final norm, LM head, loss). Values that cross parts enter the
@@ -10,11 +11,14 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../common/arena.h"
-#include "../common/diag.h"
-#include "../dsl/ast.h"
+#include "arena.h"
+#include "diag.h"
 
 enum { MT_MAX_RANK = 8 };
+
+// A user's annotation on a block tensor: what the scheduler must do with it.
+typedef enum { ANNOT_NONE, ANNOT_KEEP, ANNOT_RECOMPUTE, ANNOT_OFFLOAD } Annot;
+const char *annot_name(Annot a);
 
 typedef enum { DT_F32, DT_I32, DT_BF16, DT_COUNT } DType;
 
@@ -184,23 +188,5 @@ char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.
 void graph_dump(FILE *out, const Graph *g, const char *path);
-
-// Rewrites the row-local end of the block and the tail into `chunks` copies
-// over T/chunks positions each, before autodiff (tile.c). chunks <= 1: no
-// change. Returns 0, or -1 after reporting.
-int tile_rows(Graph *g, int64_t chunks, Arena *a, Diag *d);
-
-// Appends the backward of every part by per-op rules (autodiff.c).
-// Returns 0, or -1 after reporting what it cannot differentiate.
-int autodiff(Graph *g, Arena *a, Diag *d);
-
-typedef struct SemaOptions {
-    int64_t batch, seq; // overrides of the train section; 0 keeps it
-    int compute;        // override of its dtype: 1 f32, 2 bf16; 0 keeps it
-} SemaOptions;
-
-// Checks the model and lowers it to the layer graph. Returns NULL after
-// reporting at least one error through d.
-Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d);
 
 #endif
