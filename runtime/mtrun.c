@@ -10,6 +10,7 @@
 #include <unistd.h>
 
 #include "calibrate.h"
+#include "device.h"
 #include "../common/verify.h"
 #include "plan_read.h"
 #include "train.h"
@@ -34,7 +35,8 @@ static const char USAGE[] =
     "  --seed N         seed of the weight initialisation\n"
     "  --val-every N    validation loss every N steps\n"
     "  --val-batches N  batches averaged for a validation loss (default 10)\n"
-    "  --device D       cpu or auto (auto is cpu: the cuda backend is not written yet)\n"
+    "  --device D       cpu, cuda or auto (default: the cuda backend on a machine with a GPU,\n"
+    "                   else cpu; it says which)\n"
     "  --reference      run the unstreamed reference executor instead of the plan\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
@@ -93,6 +95,7 @@ int main(int argc, char **argv) {
     int64_t v;
     char *end;
     int calibrate = 0;
+    DeviceKind device = DEVICE_AUTO;
     const char *calibrate_out = NULL;
     opterr = 0;
     int c;
@@ -118,7 +121,9 @@ int main(int argc, char **argv) {
             if (parse_int(optarg, 0, &o.val_batches)) return usage_error("--val-batches needs an integer >= 0, got '%s'", optarg);
             break;
         case O_DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "auto")) return usage_error("--device is cpu or auto, not '%s'", optarg);
+            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+                return usage_error("--device is cpu, cuda or auto, not '%s'", optarg);
+            device = !strcmp(optarg, "cpu") ? DEVICE_CPU : !strcmp(optarg, "cuda") ? DEVICE_CUDA : DEVICE_AUTO;
             break;
         case O_REFERENCE: o.reference = 1; break;
         case O_THREADS:
@@ -162,6 +167,16 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (optind == argc) return usage_error("%s", "no plan given");
+    if (device != DEVICE_CPU) { // the cuda backend is not written yet: a GPU is named, then declined
+        char why[512];
+        int gpus = device_cuda_count(why, sizeof why);
+        if (device == DEVICE_CUDA) {
+            if (gpus) fprintf(stderr, "mtrun: --device cuda: this mtrun has no cuda backend yet (%d CUDA device%s found)\n", gpus, gpus == 1 ? "" : "s");
+            else fprintf(stderr, "mtrun: --device cuda: %s\n", why);
+            return 2;
+        }
+        fprintf(stdout, "device: cpu (%s)\n", gpus ? "this mtrun has no cuda backend yet" : why);
+    }
     if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 

@@ -36,10 +36,19 @@ def main():
         p = run(mtrun, "--version")
         check(p.returncode == 0 and p.stdout.startswith("mtrun "), "--version", p)
         for args, msg in [((), "no plan given"), ((plan, "--steps", "x"), "--steps needs an integer"),
-                          ((plan, "--lr", "-1"), "--lr needs a number"), ((plan, "--device", "tpu"), "--device is cpu or auto"),
+                          ((plan, "--lr", "-1"), "--lr needs a number"), ((plan, "--device", "tpu"), "--device is cpu, cuda or auto"),
                           ((plan, "--bogus"), "unknown option '--bogus'"), ((plan, plan), "one plan at a time")]:
             p = run(mtrun, *args)
             check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
+
+        # --device cuda where no GPU (or no cuda backend) is to be had: one line, exit 2, nothing run
+        import ctypes.util
+        if not ctypes.util.find_library("cuda"):
+            p = run(mtrun, plan, "--device", "cuda", "--steps", "1")
+            check(p.returncode == 2 and p.stderr.count("\n") == 1 and p.stderr.startswith("mtrun: --device cuda: ")
+                  and "CUDA" in p.stderr and p.stdout == "", "--device cuda with no GPU: one line, exit 2", p)
+            p = run(mtrun, plan, "--steps", "1", "--val-batches", "0", "--log", os.path.join(tmp, "a.jsonl"))
+            check(p.returncode == 0 and p.stdout.startswith("device: cpu ("), "--device auto says it chose the cpu", p)
 
         data = open(plan, "rb").read()
         cases = {"trunc.bin": data[: len(data) // 2], "empty.bin": b""}
