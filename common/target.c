@@ -48,6 +48,8 @@ static const KeySpec KEYS[] = {
     {"host_cores", KEY_COUNT, F(host_cores), "cores", 1, 0},
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
+    {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,
+     TARGET_DEFAULT_DUPLEX_EFFICIENCY},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 

@@ -10,6 +10,7 @@
 // The optional keys' values when a profile leaves them out.
 #define TARGET_DEFAULT_KERNEL_LAUNCH_S 5e-6 // seconds a kernel launch costs
 #define TARGET_DEFAULT_GEMM_EFFICIENCY 0.8  // share of matrix peak large GEMMs reach
+#define TARGET_DEFAULT_DUPLEX_EFFICIENCY 1.0 // share of each direction's rate kept while both run
 
 typedef struct Target {
     char name[64], arch[16];     // one word each; arch is sm_80, sm_89, sm_90 or cpu
@@ -26,6 +27,7 @@ typedef struct Target {
     int link_duplex;             // 1: both link directions run at full rate at once
     double kernel_launch_s;      // seconds, optional
     double gemm_efficiency;      // in (0, 1], optional
+    double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
 } Target;
 
 // Reads a profile into *t. name: a path, or a bare NAME (no '/', no

@@ -165,6 +165,9 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, co
         int r = one_thread && resource_of(in, t) != RES_NONE ? RES_DEVICE : resource_of(in, t);
         double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : dur[i];
         if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
+        // both directions of a duplex link at once: each at duplex_efficiency of its rate
+        int link = !one_thread && (r == RES_H2D || r == RES_D2H);
+        if (link && t->link_duplex && busy[r == RES_H2D ? RES_D2H : RES_H2D] > at) d /= t->duplex_efficiency;
         double done = at + d;
         if (r != RES_NONE && d > 0) busy[r] = done;
         engine[in->engine] = done;
@@ -228,6 +231,14 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     double first = cost_simulate(p, p->train, p->ntrain, t, dur, 1, NULL, NULL);
     double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, dur, 0, NULL, NULL) : 0;
     free(dur);
+    // Host memory feeds the link and the optimizer alike: a micro-batch
+    // takes at least all the bytes they move there at its bandwidth (the
+    // optimizer's time is its bytes at that bandwidth).
+    double link_mem_s = (double)(c->copy_in_bytes + c->copy_out_bytes) / t->host_memory_bandwidth;
+    if (strcmp(t->arch, "cpu") != 0) {
+        if (first < link_mem_s + c->optimizer_s) first = link_mem_s + c->optimizer_s;
+        if (g->train.accumulate > 1 && rest < link_mem_s) rest = link_mem_s;
+    }
     c->step_s = first + (double)(g->train.accumulate - 1) * rest;
     return 0;
 }

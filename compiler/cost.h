@@ -14,7 +14,8 @@ typedef struct Cost {
     int64_t copy_in_bytes, copy_out_bytes;
     double device_copy_s;    // arena-to-arena copies
     double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
-    double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches
+    double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
+                             // least the host memory time of its link bytes and optimizer (they share it)
     int64_t device_peak_bytes; // the arena
     int64_t host_bytes;      // the host store and the host activation store
     double weight_crossings; // how many times a layer's weights cross the link in a step, on average
@@ -54,8 +55,10 @@ int cost_instr_times(const Plan *p, const Target *t, double *dur);
 // an instruction starting when its engine is free, its WAITs' events have
 // fired and the resource it needs (the device, the host link in its
 // direction or both when the link is not duplex, the host's memory) is
-// free. On a cpu target (arch cpu) one thread does all the work, so every
-// instruction waits for every other. dur[i] is instruction i's time
+// free. A copy that starts while the other direction of a duplex link is
+// busy runs at duplex_efficiency of its rate. On a cpu target (arch cpu) one
+// thread does all the work, so every instruction waits for every other.
+// dur[i] is instruction i's time
 // (cost_instr_times). Host instructions cost nothing unless host_work.
 // Writes each instruction's start and end (seconds) when start/end are not
 // NULL. Returns the time the last engine finishes.

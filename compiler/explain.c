@@ -166,7 +166,7 @@ int explain_trace(const char *path, const Plan *p, const Target *t, char *err, s
         if (end[i] <= start[i]) continue; // events, frees, the loss
         char label[96];
         instr_label(p, in, label, sizeof label);
-        fprintf(f, "%s  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+        fprintf(f, "%s  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
                    "\"args\": {\"bytes\": %lld, \"instruction\": %d}}", first ? "" : ",\n", label, in->engine + 1,
                 start[i] * 1e6, (end[i] - start[i]) * 1e6, (long long)in->bytes, i);
         first = 0;
