@@ -180,6 +180,8 @@ const char *kir_kind_name(KirKind k);
 
 // The type a load of an argument of storage type t gives (bf16 widens to f32).
 static inline int kir_value_type(int t) { return t == KT_BF16 ? KT_F32 : t; }
+// The argument type of a buffer the storage rule (common/storage.h) stores as t.
+static inline int kir_storage_type(DType t) { return t == DT_I32 ? KT_I32 : t == DT_BF16 ? KT_BF16 : KT_F32; }
 
 // Whether kernel k is one an INS_RUN launches by itself (not a helper or an epilogue).
 int kir_is_launched(const KirKernel *k);

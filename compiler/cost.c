@@ -15,7 +15,7 @@ typedef struct KernelTimes {
     double *heavy[PART_COUNT], *light[PART_COUNT]; // (nodes.n) each
 } KernelTimes;
 
-// Bytes of argument a of a kernel of part `part` in HBM traffic: its
+// Bytes argument a of a kernel moves through HBM: its
 // elements at the storage rule's bytes (common/storage.h); an f64 scratch
 // accumulator is written out once, an f32 one read and written.
 static double arg_bytes(const KirArg *a) {

@@ -376,10 +376,7 @@ static void note(KB *b, int arg, int rowlocal, int64_t stride) {
 static int dtype_of(const Node *n) { return n->dtype == DT_I32 ? KT_I32 : KT_F32; }
 
 // How node n's buffer stores its elements (common/storage.h).
-static int store_type(const F *f, const Node *n) {
-    DType t = storage_dtype(f->compute, n);
-    return t == DT_I32 ? KT_I32 : t == DT_BF16 ? KT_BF16 : KT_F32;
-}
+static int store_type(const F *f, const Node *n) { return kir_storage_type(storage_dtype(f->compute, n)); }
 
 // Whether node n's value is rounded to bf16 where it ends: it is stored as
 // bf16, and it is not an op that only moves values already stored as bf16.

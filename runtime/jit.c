@@ -85,8 +85,7 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                     continue;
                 }
                 const Node *n = part->nodes.items[g->node];
-                DType st = storage_dtype(j->g->train.compute, n);
-                int elem = st == DT_I32 ? KT_I32 : st == DT_BF16 ? KT_BF16 : KT_F32;
+                int elem = kir_storage_type(storage_dtype(j->g->train.compute, n));
                 if (n->op == OP_VIEW || n->op == OP_RESHAPE || elem != g->dtype || g->offset + g->numel > shape_numel(&n->shape)) {
                     snprintf(err, cap, "jit: part %s kernel %d argument %d reaches outside node %%%d", part_name(p), i, a, g->node);
                     return -1;

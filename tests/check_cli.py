@@ -14,8 +14,8 @@ import tempfile
 failures = []
 
 
-def run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=60)
+def run(*args, timeout=60):
+    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
 
 
 def check(cond, what, proc=None):
@@ -128,7 +128,7 @@ def main():
 
     # --batch max: the largest batch that fits, so one more does not
     def chosen_at(*flags):
-        p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", *flags, "--explain", "--json")
+        p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", *flags, "--explain", "--json", timeout=600)
         d = json.loads(p.stdout) if p.returncode == 0 else {}
         rows = [r for r in d.get("policies", []) if r.get("chosen")]
         return d.get("batch", 0), rows[0] if rows else None, p
@@ -139,7 +139,8 @@ def main():
     # --batch auto: no batch tried here predicts more tokens a second (1% slack)
     auto, arow, p = chosen_at("--batch", "auto")
     check(auto >= 1 and arow, "--batch auto fits", p)
-    for b in sorted({1, 2, 3, 4, 6, 8, 16, max(1, auto - 1), auto + 1, most}):
+    # (the sweep is for the plain build: under the sanitizers one auto and one max run are enough)
+    for b in [] if mtc.endswith("-asan") else sorted({1, 2, 3, 4, 6, 8, 16, max(1, auto - 1), auto + 1, most}):
         _, row, p = chosen_at("--batch", str(b))
         check(not row or not arow or row["tokens_per_s"] <= arow["tokens_per_s"] * 1.01,
               f"--batch auto ({auto}, {arow and arow['tokens_per_s']:.0f} tokens/s) beats batch {b} "
