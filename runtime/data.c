@@ -16,10 +16,12 @@ static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
 
-static int32_t token_at(const DataSet *d, int64_t i) {
+// A uint32 token past INT32_MAX reads as negative, which no vocabulary holds.
+static int64_t token_at(const DataSet *d, int64_t i) {
     if (d->format == DATA_TEXT) return d->toks[i];
+    if (d->format == DATA_LLMC3) return le32(d->toks + 4 * i);
     const unsigned char *p = d->toks + 2 * i;
-    return (int32_t)(p[0] | p[1] << 8);
+    return p[0] | p[1] << 8;
 }
 
 static int ends_with(const char *s, const char *suffix) {
@@ -33,29 +35,33 @@ static int64_t batch_span(int64_t B, int64_t T) {
     return B * T;
 }
 
-// header: int32 magic, version, count, 253 unused; then (count) uint16 tokens
+// header: int32 magic, version, count, 253 unused; then (count) tokens,
+// uint16 (GPT-2's magic) or uint32 (Llama-3's).
 static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, size_t errcap) {
     const unsigned char *m = d->map;
     size_t len = d->map_len;
     const char *why = ends_with(path, ".bin") ? "a file named *.bin is read as an llm.c token file"
                                               : "the file starts with llm.c's magic number";
-    if (len >= 4 && le32(m) != DATA_LLMC_MAGIC)
+    uint32_t magic = len >= 4 ? le32(m) : 0;
+    if (len >= 4 && magic != DATA_LLMC_MAGIC && magic != DATA_LLMC3_MAGIC)
         return io_fail(err, errcap, path,
-                    "not an llm.c token file: the magic number is %u, expected %d (%s; to train on "
-                    "the raw bytes of a file, give it another name)",
-                    le32(m), DATA_LLMC_MAGIC, why);
+                    "not an llm.c token file: the magic number at byte 0 is %u, expected %d (GPT-2, uint16 tokens) "
+                    "or %d (Llama-3, uint32 tokens) (%s; to train on the raw bytes of a file, give it another name)",
+                    magic, DATA_LLMC_MAGIC, DATA_LLMC3_MAGIC, why);
     if (len < DATA_LLMC_HEADER_BYTES)
         return io_fail(err, errcap, path,
                     "too short for an llm.c token file: %zu bytes, but the header alone is %d (%s)",
                     len, DATA_LLMC_HEADER_BYTES, why);
+    int wide = magic == DATA_LLMC3_MAGIC, width = wide ? 4 : 2;
     int32_t version = (int32_t)le32(m + 4), count = (int32_t)le32(m + 8);
-    if (version != DATA_LLMC_VERSION)
+    int32_t want_version = wide ? DATA_LLMC3_VERSION : DATA_LLMC_VERSION;
+    if (version != want_version)
         return io_fail(err, errcap, path,
-                    "unsupported llm.c token file version %d, expected %d (uint16 tokens)",
-                    version, DATA_LLMC_VERSION);
+                    "unsupported llm.c token file version %d at byte 4, expected %d for magic %u (%s tokens)",
+                    version, want_version, magic, wide ? "uint32" : "uint16");
     if (count < 0)
-        return io_fail(err, errcap, path, "the llm.c header's token count %d is negative", count);
-    int64_t want = DATA_LLMC_HEADER_BYTES + 2 * (int64_t)count;
+        return io_fail(err, errcap, path, "the llm.c header's token count %d (byte 8) is negative", count);
+    int64_t want = DATA_LLMC_HEADER_BYTES + width * (int64_t)count;
     if ((int64_t)len != want) {
         int64_t have = (int64_t)len - DATA_LLMC_HEADER_BYTES;
         return io_fail(err, errcap, path,
@@ -65,15 +71,55 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
                     (long long)have, (int64_t)len < want ? "truncated" : "trailing bytes");
     }
     if (count == 0) return io_fail(err, errcap, path, "the llm.c header says 0 tokens: no data");
-    d->format = DATA_LLMC;
+    d->format = wide ? DATA_LLMC3 : DATA_LLMC;
     d->toks = m + DATA_LLMC_HEADER_BYTES;
     d->ntokens = count;
     for (int64_t i = 0; i < d->ntokens; i++) {
-        int32_t t = token_at(d, i);
+        int64_t t = token_at(d, i);
         if (t >= vocab)
             return io_fail(err, errcap, path,
-                        "token at index %lld is %d, not below the model's vocabulary size %lld",
-                        (long long)i, (int)t, (long long)vocab);
+                        "token at index %lld (byte %lld) is %lld, not below the model's vocabulary size %lld",
+                        (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + width * i), (long long)t, (long long)vocab);
+    }
+    return 0;
+}
+
+// X.bin -> X.mask; NULL for other names or out of memory.
+static char *mask_name(const char *path) {
+    if (!ends_with(path, ".bin")) return NULL;
+    size_t n = strlen(path) - 4;
+    char *m = malloc(n + 6);
+    if (m) snprintf(m, n + 6, "%.*s.mask", (int)n, path);
+    return m;
+}
+
+// The mask of d's tokens, when the file X.mask exists beside X.bin:
+// header as llm.c's (magic, version, count), then count bytes of 0 or 1.
+static int open_mask(DataSet *d, char *err, size_t errcap) {
+    char *mpath = mask_name(d->path);
+    if (!mpath || access(mpath, F_OK) != 0) {
+        free(mpath);
+        return 0;
+    }
+    d->mask_path = mpath;
+    if (io_map_file(mpath, "mask file", 1, "empty file: no mask", &d->mask_map, &d->mask_len, err, errcap) != 0)
+        return -1;
+    const unsigned char *m = d->mask_map;
+    if (d->mask_len < DATA_LLMC_HEADER_BYTES || le32(m) != DATA_MASK_MAGIC || le32(m + 4) != DATA_MASK_VERSION)
+        return io_fail(err, errcap, mpath, "not a loss mask: it must start with a 1024-byte header of magic %d, "
+                       "version %d (it is the mask of %s because of its name)", DATA_MASK_MAGIC, DATA_MASK_VERSION,
+                       d->path);
+    int64_t count = (int32_t)le32(m + 8), have = (int64_t)d->mask_len - DATA_LLMC_HEADER_BYTES;
+    if (count != d->ntokens || have != count)
+        return io_fail(err, errcap, mpath, "the mask holds %lld entries (header: %lld) but %s holds %lld tokens: "
+                       "they must be equal, one entry a token", (long long)have, (long long)count, d->path,
+                       (long long)d->ntokens);
+    d->mask = m + DATA_LLMC_HEADER_BYTES;
+    for (int64_t i = 0; i < count; i++) {
+        if (d->mask[i] > 1)
+            return io_fail(err, errcap, mpath, "entry at index %lld (byte %lld) is %d; a mask holds 0 or 1",
+                           (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + i), d->mask[i]);
+        d->nmasked += d->mask[i] == 0;
     }
     return 0;
 }
@@ -94,8 +140,8 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
     *d = (DataSet){0};
     if (vocab <= 0)
         return io_fail(err, errcap, path, "the model's vocabulary size %lld is not positive", (long long)vocab);
-    if (!(val_fraction >= 0 && val_fraction < 1))
-        return io_fail(err, errcap, path, "val_fraction %g is not in [0, 1)", val_fraction);
+    if (!(val_fraction >= 0 && val_fraction <= 1))
+        return io_fail(err, errcap, path, "val_fraction %g is not in [0, 1]", val_fraction);
 
     const unsigned char *m;
     size_t len;
@@ -108,8 +154,8 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
         return io_fail(err, errcap, path, "out of memory");
     }
 
-    int llmc = ends_with(path, ".bin") || (len >= 4 && le32(d->map) == DATA_LLMC_MAGIC);
-    if ((llmc ? open_llmc : open_text)(d, path, vocab, err, errcap) != 0) {
+    int llmc = ends_with(path, ".bin") || (len >= 4 && (le32(d->map) == DATA_LLMC_MAGIC || le32(d->map) == DATA_LLMC3_MAGIC));
+    if ((llmc ? open_llmc : open_text)(d, path, vocab, err, errcap) != 0 || open_mask(d, err, errcap) != 0) {
         data_close(d);
         return -1;
     }
@@ -131,7 +177,7 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
                     "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
                     "must fit in 64 bits",
                     (long long)B, (long long)T);
-    if (d->ntrain < span + 1)
+    if (d->val_fraction < 1 && d->ntrain < span + 1)
         return io_fail(err, errcap, path,
                     "the training split holds %lld tokens but one batch of B=%lld x T=%lld needs "
                     "B*T+1 = %lld (the file holds %lld tokens, %lld of them for validation)",
@@ -150,8 +196,8 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
 static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T,
                  int32_t *tokens, int32_t *targets) { // (B, T) each
     for (int64_t i = 0; i < B * T; i++) {
-        tokens[i] = token_at(d, pos + i);
-        targets[i] = token_at(d, pos + i + 1);
+        tokens[i] = (int32_t)token_at(d, pos + i);
+        targets[i] = d->mask && !d->mask[pos + i + 1] ? DATA_IGNORE : (int32_t)token_at(d, pos + i + 1);
     }
 }
 
@@ -192,6 +238,8 @@ void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *
 
 void data_close(DataSet *d) {
     if (d->map) munmap((void *)d->map, d->map_len);
+    if (d->mask_map) munmap((void *)d->mask_map, d->mask_len);
     free(d->path);
+    free(d->mask_path);
     *d = (DataSet){0};
 }

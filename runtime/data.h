@@ -1,17 +1,27 @@
 // data.h: training data for mtrun. A data file is mapped read-only and kept
 // mapped; batches are cut from it as llm.c's loader does.
 //
-// Two formats:
-//   - llm.c's token file: a header of 256 little-endian int32 (magic 20240520,
-//     version 1, token count, the rest unused), then that many little-endian
-//     uint16 tokens. A file whose name ends in ".bin", or whose first four
-//     bytes are the magic, must be one, and is validated in full, every token
-//     below the model's vocabulary included.
+// Three formats:
+//   - llm.c's token file: a header of 256 little-endian int32 (magic, version,
+//     token count, the rest unused), then that many little-endian tokens:
+//     GPT-2's (magic 20240520, version 1, uint16 tokens) or Llama-3's (magic
+//     20240801, version 7, uint32 tokens). A file whose name ends in ".bin",
+//     or whose first four bytes are either magic, must be one, and is
+//     validated in full, every token below the model's vocabulary included.
 //   - byte-level text: any other file; each byte is a token 0..255, so the
 //     model's vocabulary must hold at least 256 tokens.
 //
+// A loss mask goes with a token file X.bin when X.mask exists (tools/
+// prepare_data.py writes both): the same header with magic 20240902, version
+// 1 and the token count, then one byte per token, 1 where that token counts
+// as a target and 0 where it does not (a prompt, a user turn, padding). Its
+// count must equal the token file's. A target whose token the mask excludes
+// is fed as DATA_IGNORE (PyTorch's ignore index), which the loss skips: the
+// loss is the mean over the counted targets.
+//
 // The last val_fraction of the tokens is the validation split, the rest the
-// training split. A batch is B rows of T+1 consecutive tokens, each row
+// training split; val_fraction 1 makes the whole file validation data (a
+// separate --val-data file). A batch is B rows of T+1 consecutive tokens, each row
 // starting T tokens after the one before (so rows overlap by one token):
 // tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1],
 // which reads B*T+1 tokens from pos.
@@ -27,11 +37,17 @@
 
 #define DATA_LLMC_MAGIC 20240520
 #define DATA_LLMC_VERSION 1
+#define DATA_LLMC3_MAGIC 20240801   // llm.c's Llama-3 token files
+#define DATA_LLMC3_VERSION 7
+#define DATA_MASK_MAGIC 20240902    // mt's loss masks
+#define DATA_MASK_VERSION 1
 #define DATA_LLMC_HEADER_BYTES 1024 // 256 int32
+#define DATA_IGNORE (-100)          // a target that does not count (PyTorch's ignore_index)
 
 typedef enum DataFormat {
     DATA_TEXT, // raw bytes, one token each
     DATA_LLMC, // llm.c header + uint16 tokens
+    DATA_LLMC3, // llm.c Llama-3 header + uint32 tokens
 } DataFormat;
 
 typedef struct DataSet {
@@ -39,16 +55,22 @@ typedef struct DataSet {
     const unsigned char *map;   // (map_len) the whole file, PROT_READ, MAP_PRIVATE
     size_t map_len;
     DataFormat format;
-    const unsigned char *toks;  // (ntokens) bytes for text, (2*ntokens) LE uint16 for llm.c
+    const unsigned char *toks;  // (ntokens) bytes for text, (2*ntokens) LE uint16 or (4*ntokens) LE uint32 for llm.c
     int64_t ntokens;            // in the whole file
+    char *mask_path;            // the loss mask X.mask of X.bin (malloc'd), or NULL: every target counts
+    const unsigned char *mask_map; // (mask_len) the whole mask file
+    size_t mask_len;
+    const unsigned char *mask;  // (ntokens) 1: the token counts as a target; NULL without a mask
+    int64_t nmasked;            // tokens the mask excludes
     int64_t ntrain;             // tokens [0, ntrain) are the training split
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
     int64_t train_pos;   // next training token offset within the training split (checkpointed by the caller)
 } DataSet;
 
-// Opens path; vocab is the model's vocabulary size; val_fraction is in
-// [0, 1) (0: no validation split). Returns 0, or -1 with a message in err
+// Opens path (and its mask, when there is one); vocab is the model's
+// vocabulary size; val_fraction is in [0, 1] (0: no validation split, 1: all
+// of it validation). Returns 0, or -1 with a message in err
 // ("FILE: what is wrong") and *d zeroed, so data_close(d) is harmless either way.
 int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, char *err, size_t errcap);
 
@@ -59,7 +81,7 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
 // batch.
 int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t errcap);
 
-// The next training batch: tokens[b*T + t] and targets = the next token, taken from consecutive
+// The next training batch: tokens[b*T + t] and targets = the next token (DATA_IGNORE where the mask excludes it), taken from consecutive
 // windows of B*T+1 tokens starting at train_pos (B rows of T+1 consecutive tokens each, rows
 // following each other, as llm.c's loader); advances train_pos by B*T and wraps to 0 when the next
 // batch would not fit. A train_pos from which the batch itself would not fit (a checkpoint taken

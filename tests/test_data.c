@@ -331,16 +331,20 @@ static void test_errors(void) {
         int64_t vocab;
         const char *phrase;
     } cases[] = {
-        {"bad_magic.bin", "--count 100 --magic 20240521", 50257, "not an llm.c token file: the magic number is 20240521"},
+        {"bad_magic.bin", "--count 100 --magic 20240521", 50257, "not an llm.c token file: the magic number at byte 0 is 20240521"},
         {"bad_version.bin", "--count 100 --version 2", 50257, "unsupported llm.c token file version 2"},
         {"truncated.bin", "--count 100 --truncate 1", 50257, "the header says 100 tokens (200 bytes after the 1024-byte header) but the file has 199"},
         {"trailing.bin", "--count 100 --extra 2", 50257, "trailing bytes"},
         {"miscount.bin", "--count 100 --header-count 99", 50257, "the header says 99 tokens"},
-        {"negative.bin", "--count 100 --header-count -1", 50257, "token count -1 is negative"},
+        {"negative.bin", "--count 100 --header-count -1", 50257, "token count -1 (byte 8) is negative"},
         {"short.bin", "--count 0 --truncate 24", 50257, "too short for an llm.c token file: 1000 bytes"},
         {"short.dat", "--count 0 --truncate 24", 50257, "starts with llm.c's magic number"},
         {"no_tokens.bin", "--count 0", 50257, "says 0 tokens"},
-        {"big_token.bin", "--count 1000 --set 77=50257", 50257, "token at index 77 is 50257, not below the model's vocabulary size 50257"},
+        {"big_token.bin", "--count 1000 --set 77=50257", 50257, "token at index 77 (byte 1178) is 50257, not below the model's vocabulary size 50257"},
+        {"l3_bad_version.bin", "--count 100 --magic 20240801 --version 1", 128256, "version 1 at byte 4, expected 7 for magic 20240801 (uint32 tokens)"},
+        {"l3_truncated.bin", "--count 100 --magic 20240801 --version 7 --truncate 2", 128256, "the header says 100 tokens (400 bytes after the 1024-byte header) but the file has 398"},
+        {"l3_big_token.bin", "--count 1000 --magic 20240801 --version 7 --mod 128256 --set 5=128256", 128256, "token at index 5 (byte 1044) is 128256, not below the model's vocabulary size 128256"},
+        {"l3_huge_token.bin", "--count 100 --magic 20240801 --version 7 --set 3=4294967295", 128256, "token at index 3 (byte 1036) is"},
         {"tiny.bin", "--count 1000", 50257, "training split holds"}, // checked with B, T below
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -378,7 +382,7 @@ static void test_errors(void) {
         check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
         check(d.format == DATA_LLMC && d.ntokens == 100, "tokens.dat not read as an llm.c token file of 100 tokens");
         data_close(&d);
-        check_error(path, 256, 0.1, "token at index 1 is 7930"); // V=256 < 7930
+        check_error(path, 256, 0.1, "token at index 1 (byte 1026) is 7930"); // V=256 < 7930
     }
     free(path);
 
@@ -395,11 +399,89 @@ static void test_errors(void) {
     if (mkfifo(path, 0600) == 0) check_error(path, 50257, 0.1, "is not a regular file");
     free(path);
     path = in_workdir("text.txt");
-    check_error(path, 50257, 1.0, "val_fraction 1 is not in [0, 1)");
-    check_error(path, 50257, -0.1, "is not in [0, 1)");
-    check_error(path, 50257, NAN, "is not in [0, 1)");
+    check_error(path, 50257, 1.5, "val_fraction 1.5 is not in [0, 1]");
+    check_error(path, 50257, -0.1, "is not in [0, 1]");
+    check_error(path, 50257, NAN, "is not in [0, 1]");
     check_error(path, 0, 0.1, "vocabulary size 0 is not positive");
     free(path);
+}
+
+static int32_t llama3_token(int64_t i) { return (int32_t)((7919 * i + 11) % 128256); }
+
+// llm.c's Llama-3 token files (uint32 tokens, ids above 65535 included), a
+// separate validation file (val_fraction 1), and loss masks beside them.
+static void test_llama3_and_masks(void) {
+    char *path = in_workdir("l3.bin"), *mask = in_workdir("l3.mask");
+    char args[256];
+    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s", mask);
+    unlink(mask);
+    if (make_fixture(path, args) != 0) goto out;
+    DataSet d;
+    char err[512] = "";
+    if (data_open(&d, path, 128256, 0.1, err, sizeof err) != 0) {
+        check(0, "data_open(%s): %s", path, err);
+        goto out;
+    }
+    check(d.format == DATA_LLMC3, "l3.bin: not read as a Llama-3 token file");
+    check_i64(d.ntokens, 1000, "l3.bin: ntokens");
+    check(d.mask != NULL && d.mask_path && strcmp(d.mask_path, mask) == 0, "l3.bin: its mask %s was not found", mask);
+    check_i64(d.nmasked, 334, "l3.bin: tokens the mask excludes (i %% 3 == 0 of 1000)");
+    enum { B = 2, T = 8 };
+    int32_t tokens[B * T], targets[B * T]; // (B, T) each
+    data_next_train(&d, B, T, tokens, targets);
+    for (int64_t i = 0; i < B * T; i++) {
+        int32_t want = (i + 1) % 3 == 0 ? DATA_IGNORE : llama3_token(i + 1);
+        if (tokens[i] != llama3_token(i) || targets[i] != want) {
+            check(0, "l3 masked batch at %lld: token %d target %d, want %d %d", (long long)i, tokens[i], targets[i],
+                  llama3_token(i), want);
+            break;
+        }
+    }
+    check(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
+    data_val_batch(&d, 0, B, T, tokens, targets);
+    check(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
+          targets[0], targets[2], DATA_IGNORE);
+    data_close(&d);
+    check(d.mask == NULL && d.mask_path == NULL, "data_close left the mask set");
+
+    // the whole file as validation data (--val-data)
+    check(data_open(&d, path, 128256, 1, err, sizeof err) == 0, "data_open(%s, val 1): %s", path, err);
+    check_i64(d.ntrain, 0, "training split with val_fraction 1");
+    check_i64(d.nval, 1000, "validation split with val_fraction 1");
+    check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch on a validation file: %s", err);
+    data_val_batch(&d, 1, B, T, tokens, targets);
+    check(tokens[0] == llama3_token(16), "val file batch 1 starts with %d, want %d", tokens[0], llama3_token(16));
+    data_close(&d);
+
+    // masks that do not fit their token file
+    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-count 999", mask);
+    if (make_fixture(path, args) == 0) {
+        err[0] = 0;
+        check(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1 && d.map == NULL, "a mask one short was taken");
+        check(strstr(err, mask) == err && strstr(err, "the mask holds 999 entries (header: 999) but") &&
+              strstr(err, "l3.bin holds 1000 tokens"), "message for a mask one short: '%s'", err);
+    }
+    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-set 17=2", mask);
+    if (make_fixture(path, args) == 0) {
+        err[0] = 0;
+        check(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1, "a mask holding a 2 was taken");
+        check(strstr(err, mask) == err && strstr(err, "entry at index 17 (byte 1041) is 2"), "message for a bad mask entry: '%s'", err);
+    }
+    // and a uint16 file can carry a mask too
+    char *p16 = in_workdir("m16.bin"), *m16 = in_workdir("m16.mask");
+    snprintf(args, sizeof args, "--count 100 --mask-out %s", m16);
+    if (make_fixture(p16, args) == 0) {
+        check(data_open(&d, p16, 50257, 0.1, err, sizeof err) == 0 && d.mask && d.format == DATA_LLMC,
+              "data_open(%s) with a mask: %s", p16, err);
+        data_close(&d);
+    }
+    unlink(m16);
+    free(p16);
+    free(m16);
+out:
+    unlink(mask);
+    free(path);
+    free(mask);
 }
 
 int main(int argc, char **argv) {
@@ -417,6 +499,7 @@ int main(int argc, char **argv) {
     test_llmc();
     test_text();
     test_errors();
+    test_llama3_and_masks();
     if (failures) {
         printf("%d check(s) failed\n", failures);
         return 1;
