@@ -20,6 +20,11 @@ enum { MT_MAX_RANK = 8 };
 typedef enum { ANNOT_NONE, ANNOT_KEEP, ANNOT_RECOMPUTE, ANNOT_OFFLOAD } Annot;
 const char *annot_name(Annot a);
 
+// A target that does not count (PyTorch's ignore_index): its row adds
+// nothing to the loss and gets a zero gradient. The loss stays divided by
+// all rows; mtrun rescales it by rows / counted rows (runtime/train.c).
+#define GRAPH_IGNORE_TARGET (-100)
+
 typedef enum { DT_F32, DT_I32, DT_BF16, DT_COUNT } DType;
 
 typedef struct Shape {
@@ -47,7 +52,8 @@ typedef enum {
     OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta
     OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal
     OP_SOFTMAX,       // along axis
-    OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> mean loss, f32[]
+    OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> loss, f32[]: sum over rows whose target is not
+                      // GRAPH_IGNORE_TARGET of -log softmax[target], / rows (the mean when none is ignored)
     OP_RESHAPE,       // same elements, new shape
     OP_SLICE,         // [offset, offset+size) along axis; what split lowers to
     OP_CONCAT,        // along axis

@@ -470,6 +470,11 @@ static int target_of(KB *b, const Node *t, int64_t V) {
     return clampi(b, cvt(b, KT_I64, load_flat(b, t, b->row, 0, 0)), 0, V - 1);
 }
 
+// Whether the row's target is GRAPH_IGNORE_TARGET: the row does not count.
+static int target_ignored(KB *b, const Node *t) {
+    return cmp(b, KOP_EQ, cvt(b, KT_I64, load_flat(b, t, b->row, 0, 0)), ci(b, GRAPH_IGNORE_TARGET));
+}
+
 // Emits the column loops computing node i's row statistics into b->stat[i].
 static void prepare_stats(KB *b, int i) {
     const Node *n = node_at(b->f, i);
@@ -547,12 +552,13 @@ static void prepare_stats(KB *b, int i) {
             int a = arg_of(b, i, 0, 1, store_type(b->f, n), KA_ACC64);
             b->args[a].divisor = (double)rows;
             note(b, a, 0, 0);
-            emit(b, KOP_ACC, KT_F64, a, ci(b, 0), bin(b, KOP_SUB, lse, lt), 0);
+            int loss = sel(b, target_ignored(b, n->in[1]), cst(b, KT_F64, 0), bin(b, KOP_SUB, lse, lt));
+            emit(b, KOP_ACC, KT_F64, a, ci(b, 0), loss, 0);
             return;
         }
         int scale = bin(b, KOP_DIV, f64(b, load_flat(b, n->in[0], ci(b, 0), 0, 0)), cst(b, KT_F64, (double)rows));
         s[1] = f32(b, lse);   // shift
-        s[2] = f32(b, scale); // sc, and the target's subtrahend
+        s[2] = sel(b, target_ignored(b, n->in[2]), cst(b, KT_F32, 0), f32(b, scale)); // sc, and the target's subtrahend
         s[3] = target_of(b, n->in[2], C);
         return;
     }

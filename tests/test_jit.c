@@ -147,6 +147,12 @@ static int check_model(const char *path, int *compared) {
             off[i] = total;
             total += (shape_numel(&n->shape) * 4 + 63) & ~(int64_t)63;
         }
+        char *is_target = calloc((size_t)part->nodes.n + 1, 1); // (nodes.n) the loss's targets, some ignored
+        for (int i = 0; i < part->nodes.n; i++) {
+            const Node *n = part->nodes.items[i];
+            if (n->op != OP_CROSS_ENTROPY && n->op != OP_CROSS_ENTROPY_BWD) continue;
+            for (int q = 0; q < part->nodes.n; q++) is_target[q] |= part->nodes.items[q] == n->in[n->nin - 1];
+        }
         char *A = aligned_alloc(64, (size_t)total + 64); // (total) bytes: every node, the JIT's side
         char *R = aligned_alloc(64, (size_t)total + 64); // (total) bytes: the same, the reference's side
         for (int i = 0; i < s->n; i++) {
@@ -156,7 +162,8 @@ static int check_model(const char *path, int *compared) {
                 const Node *nd = part->nodes.items[n];
                 if (off[n] < 0) continue;
                 for (int64_t e = 0; e < shape_numel(&nd->shape); e++) {
-                    if (nd->dtype == DT_I32) ((int32_t *)(A + off[n]))[e] = (int32_t)(next_u32() % (uint32_t)ids);
+                    if (is_target[n] && e % 3 == 1) ((int32_t *)(A + off[n]))[e] = GRAPH_IGNORE_TARGET; // masked rows
+                    else if (nd->dtype == DT_I32) ((int32_t *)(A + off[n]))[e] = (int32_t)(next_u32() % (uint32_t)ids);
                     else ((float *)(A + off[n]))[e] = (float)((double)next_u32() / 2147483648.0 - 1.0);
                 }
             }
@@ -181,6 +188,7 @@ static int check_model(const char *path, int *compared) {
         free(A);
         free(R);
         free(off);
+        free(is_target);
     }
     jit_destroy(j);
     free(kir);
