@@ -254,11 +254,12 @@ static int is_bare_name(const char *name) {
 int target_load(const char *name, Target *t, char *err, size_t errcap) {
     int bare = is_bare_name(name);
     char *path = NULL;
-    if (bare) { // schedules/NAME.target here, else in the profiles mt was built with
+    if (bare) { // NAME.target here (where mtrun --calibrate writes), schedules/NAME.target here, else in the profiles mt was built with
         size_t cap = strlen(name) + strlen(MT_SCHEDULES_DIR) + sizeof "schedules/.target";
         path = malloc(cap);
         if (!path) return fail(err, errcap, name, 0, "out of memory");
-        snprintf(path, cap, "schedules/%s.target", name);
+        snprintf(path, cap, "%s.target", name);
+        if (access(path, F_OK) != 0) snprintf(path, cap, "schedules/%s.target", name);
         if (access(path, F_OK) != 0) snprintf(path, cap, "%s/%s.target", MT_SCHEDULES_DIR, name);
     }
     const char *shown = bare ? path : name;
@@ -269,7 +270,8 @@ int target_load(const char *name, Target *t, char *err, size_t errcap) {
         if (bare) snprintf(path, strlen(name) + strlen(MT_SCHEDULES_DIR) + sizeof "schedules/.target",
                            "schedules/%s.target", name); // name what the user's NAME means here
         fail(err, errcap, shown, 0, "cannot read the target profile: %s%s", strerror(rc),
-             bare ? " (a bare NAME means schedules/NAME.target, in the current directory or in " MT_SCHEDULES_DIR ")"
+             bare ? " (a bare NAME means NAME.target or schedules/NAME.target in the current directory, or "
+                    MT_SCHEDULES_DIR "/NAME.target)"
                   : "");
         free(path);
         return -1;

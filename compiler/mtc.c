@@ -85,6 +85,34 @@ static int parse_count(const char *s, int64_t *out) {
     return 0;
 }
 
+// The train section's data path as the plan carries it: a relative path
+// is taken against the model file's directory, made absolute so that mtrun
+// finds it from anywhere. malloc'd; NULL when there is none or no memory.
+static char *data_path(const char *data, const char *model_path) {
+    if (!data) return NULL;
+    if (data[0] == '/') return strdup(data);
+    const char *slash = strrchr(model_path, '/');
+    char *dir = slash ? strndup(model_path, (size_t)(slash - model_path + (slash == model_path))) : strdup(".");
+    char *abs = dir ? realpath(dir, NULL) : NULL, *out = NULL;
+    const char *base = abs ? abs : dir;
+    if (base) {
+        size_t n = strlen(base) + strlen(data) + 2;
+        if ((out = malloc(n))) snprintf(out, n, "%s/%s", base, data);
+    }
+    free(abs);
+    free(dir);
+    return out;
+}
+
+// The schedule in words as the plan carries it: the scheduler's choice, the
+// target's name and the predicted step time (mtrun's banner and its
+// measured-against-predicted figure read them). NULL: out of memory.
+static const char *schedule_words(Arena *a, const char *chosen, const char *target, double step_s) {
+    char words[512];
+    int n = snprintf(words, sizeof words, "%s target=%s predicted_step_s=%.6g", chosen, target, step_s);
+    return arena_strndup(a, words, n < (int)sizeof words ? (size_t)n : sizeof words - 1);
+}
+
 // Verifies and writes the plan; nothing is left at path on failure.
 static int write_plan(Plan *p, const Source *src, const char *path) {
     char err[1024];
@@ -92,6 +120,13 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
         fprintf(stderr, "mtc: internal error: %s\n", err);
         return -1;
     }
+    const char *data_as_written = p->graph->train.data;
+    char *data = data_path(data_as_written, src->path);
+    if (data_as_written && !data) {
+        fprintf(stderr, "mtc: error: out of memory\n");
+        return -1;
+    }
+    p->graph->train.data = data;
     p->source_path = src->path;
     p->source = src->text;
     p->source_len = src->len;
@@ -114,6 +149,8 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
     free(kir);
     free(bc);
     arena_free(&ka);
+    p->graph->train.data = data_as_written;
+    free(data);
     return rc;
 }
 
@@ -389,7 +426,12 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     explain_print(stdout, g, t, b, rows, names, n, chosen, json);
-    if (trace_path && chosen >= 0 && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
+    if (chosen < 0) { // the table says why each row does not fit; the exit status says it too
+        fprintf(stderr, "mtc: error: no schedule of %s fits %s with --policy %s --remat %s%s\n", g->model_name, t->name,
+                policy_name(req->policy), remat_name(req->remat), trace_path ? "; no trace written" : "");
+        return 1;
+    }
+    if (trace_path && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
     return 0;
 fail:
     fprintf(stderr, "mtc: error: %s\n", err);
@@ -558,6 +600,9 @@ int main(int argc, char **argv) {
                         tgt.name, policy_name(req.policy), remat_name(req.remat), best.why);
                 rc = 1;
             } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, best.plan, NULL, &arena) != 0) {
+                rc = 1;
+            } else if (!(best.plan->schedule = schedule_words(&arena, best.plan->schedule, tgt.name, best.cost.step_s))) {
+                fprintf(stderr, "mtc: error: out of memory\n");
                 rc = 1;
             } else if (write_plan(best.plan, &src, out_path) != 0) {
                 rc = 1;

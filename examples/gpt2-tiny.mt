@@ -49,6 +49,6 @@ train {
   schedule = cosine(warmup = 20, min_lr = 0.1)
   clip = 1.0
   steps = 500
-  data = "examples/data/tinyshakespeare.txt"
+  data = "data/tinyshakespeare.txt"
   val_every = 50
 }

@@ -299,7 +299,7 @@ static void host_word(char *out, size_t cap) {
 
 // The profile's name: by convention its file's (schedules/README.md, and
 // tests/test_target.c checks it of every profile in schedules/), so
-// "schedules/local.target" is named local; the host's name when the file's
+// "local.target" is named local; the host's name when the file's
 // is not a word.
 static void profile_name(const char *path, char *out, size_t cap) {
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;

@@ -22,13 +22,13 @@
 #include <zlib.h>
 
 enum {
-    CKPT_VERSION = 1,
+    CKPT_VERSION = 2,
     SECTIONS = 4,      // META, W, M, V
     HEADER_BYTES = 24, // magic, version, endian, count, crc
     ENTRY_BYTES = 24,  // id, crc, offset, size
     TABLE_BYTES = SECTIONS * ENTRY_BYTES,
     TABLE_END = HEADER_BYTES + TABLE_BYTES,
-    META_BYTES = 4 * 8 + 2 * 4 + 8,
+    META_BYTES = 4 * 8 + 2 * 4 + 8 + 4 * 8 + CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES,
     CHUNK = 1 << 22, // bytes per write, pread and crc32 call
 };
 enum { SEC_META = 1, SEC_W, SEC_M, SEC_V };
@@ -252,8 +252,15 @@ static void encode_meta(unsigned char b[META_BYTES], const CkptMeta *m) {
     store_u64(b + 16, m->seed);
     store_u64(b + 24, m->rng_state);
     store_u32(b + 32, m->plan_crc);
-    store_u32(b + 36, m->source_crc);
+    store_u32(b + 36, m->model_crc);
     store_u64(b + 40, (uint64_t)m->n);
+    store_u64(b + 48, (uint64_t)m->batch);
+    store_u64(b + 56, (uint64_t)m->seq);
+    store_u64(b + 64, (uint64_t)m->accumulate);
+    store_u64(b + 72, (uint64_t)m->device_limit);
+    memset(b + 80, 0, CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES);
+    memcpy(b + 80, m->model, strnlen(m->model, CKPT_MODEL_BYTES - 1));
+    memcpy(b + 80 + CKPT_MODEL_BYTES, m->schedule, strnlen(m->schedule, CKPT_SCHEDULE_BYTES - 1));
 }
 
 static void encode_table(unsigned char t[TABLE_BYTES], int64_t n, const uint32_t crc[SECTIONS]) {
@@ -537,9 +544,17 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
         .seed = ld64(mb + 16),
         .rng_state = ld64(mb + 24),
         .plan_crc = ld32(mb + 32),
-        .source_crc = ld32(mb + 36),
+        .model_crc = ld32(mb + 36),
         .n = (int64_t)ld64(mb + 40),
+        .batch = (int64_t)ld64(mb + 48),
+        .seq = (int64_t)ld64(mb + 56),
+        .accumulate = (int64_t)ld64(mb + 64),
+        .device_limit = (int64_t)ld64(mb + 72),
     };
+    memcpy(got.model, mb + 80, CKPT_MODEL_BYTES);
+    got.model[CKPT_MODEL_BYTES - 1] = 0;
+    memcpy(got.schedule, mb + 80 + CKPT_MODEL_BYTES, CKPT_SCHEDULE_BYTES);
+    got.schedule[CKPT_SCHEDULE_BYTES - 1] = 0;
     if (got.n < 0 || got.n > MAX_N)
         return io_fail(err, errcap, path, "section META: %lld floats per array is out of range", (long long)got.n);
     for (int s = 1; s < SECTIONS; s++)

@@ -1,16 +1,21 @@
 // checkpoint.h: training checkpoints for mtrun (--save DIR --save-every N
 // [--keep K], --resume DIR). A checkpoint holds what a resumed run needs to
 // continue to the same bits: the step, the data position, the seed and RNG
-// state, which plan and model it belongs to, and the fp32 master weights and
-// both Adam moments.
+// state, which model it belongs to (and the plan that wrote it, to say what
+// changed when another plan of the same model resumes it), and the fp32
+// master weights and both Adam moments.
 //
-// File format, version 1, all integers and floats little-endian:
+// File format, version 2, all integers and floats little-endian:
 //
-//   header   "MTCKPT\0\0" (8 bytes), u32 version = 1, u32 endian = 0x01020304,
+//   header   "MTCKPT\0\0" (8 bytes), u32 version = 2, u32 endian = 0x01020304,
 //            u32 section count = 4, u32 header crc32 (of the 20 bytes before it)
 //   table    per section: u32 id, u32 crc32 of its bytes, u64 offset, u64 size
 //   sections META (id 1): i64 step, i64 data_pos, u64 seed, u64 rng_state,
-//                         u32 plan_crc, u32 source_crc, i64 n   (48 bytes)
+//                         u32 plan_crc, u32 model_crc, i64 n,
+//                         i64 batch, i64 seq, i64 accumulate, i64 device_limit,
+//                         the model's name, NUL-padded (64 bytes),
+//                         the plan's schedule in words, NUL-padded (192 bytes)
+//                         (336 bytes)
 //            W, M, V (ids 2, 3, 4): n IEEE-754 binary32 each (4n bytes)
 //
 // crc32 is zlib's. The writer puts the table right after the header and the
@@ -32,14 +37,20 @@
 #include <stddef.h>
 #include <stdint.h>
 
+enum { CKPT_MODEL_BYTES = 64, CKPT_SCHEDULE_BYTES = 192 };
+
 typedef struct CkptMeta {
     int64_t step;          // optimizer steps done (>= 0; it names the file)
     int64_t data_pos;      // the data loader's training position (DataSet.train_pos)
     uint64_t seed;         // the run's seed
     uint64_t rng_state;    // the run's RNG state (reserved; written and read back as given)
-    uint32_t plan_crc;     // the plan this checkpoint belongs to (Plan.plan_crc)
-    uint32_t source_crc;   // its model source's crc
+    uint32_t plan_crc;     // the plan that wrote it (Plan.plan_crc)
+    uint32_t model_crc;    // the model it belongs to: its parameters' names, shapes and host layout
     int64_t n;             // floats in each of w, m, v
+    // what the writing plan was, to say what changed when another plan of the model resumes it
+    int64_t batch, seq, accumulate, device_limit;
+    char model[CKPT_MODEL_BYTES];       // the model's name, cut to fit, NUL-terminated
+    char schedule[CKPT_SCHEDULE_BYTES]; // Plan.schedule, cut to fit, NUL-terminated
 } CkptMeta;
 
 // Writes DIR/step-%09lld.ckpt holding meta and the arrays w, m, v (meta->n

@@ -30,7 +30,9 @@ static const char USAGE[] =
     "\n"
     "options:\n"
     "  --steps N        optimizer steps (default: the model's train section)\n"
-    "  --data FILE      training text (bytes) or llm.c token file; the last 10% validates\n"
+    "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
+    "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
+    "  --val-data FILE  a separate validation file (the same formats)\n"
     "  --lr X           peak learning rate\n"
     "  --seed N         seed of the weight initialisation\n"
     "  --val-every N    validation loss every N steps\n"
@@ -43,14 +45,18 @@ static const char USAGE[] =
     "  --init FILE      start from pretrained weights: safetensors (a file, an index.json, a directory)\n"
     "                   or llm.c's GPT-2 checkpoint\n"
     "  --export FILE    write the weights as safetensors at the end (names as the model's checkpoint)\n"
-    "  --dtype D        bf16 or fp32 (default), for --export\n"
-    "  --shard-bytes N  --export shards above N bytes (default 5000000000)\n"
-    "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR\n"
-    "  --save-every N   every N steps (default: every validation)\n"
-    "  --keep K         keep the newest K checkpoints (default 3)\n"
-    "  --resume DIR     continue from the newest checkpoint in DIR\n"
+    "  --dtype D        bf16 or fp32 (default), for --export (an error without it)\n"
+    "  --shard-bytes N  --export shards above N bytes (default 5000000000; an error without --export)\n"
+    "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR:\n"
+    "                   every --save-every steps, the final step, and on SIGINT or SIGTERM (which end\n"
+    "                   the run after the step in progress; a second signal ends it at once)\n"
+    "  --save-every N   every N steps (default: every validation; an error without --save)\n"
+    "  --keep K         keep the newest K checkpoints (default 3; an error without --save)\n"
+    "  --resume DIR     continue from the newest checkpoint in DIR, written by any plan of the same\n"
+    "                   model (another batch, remat, target or tiling); nothing left to do is an error\n"
     "  --calibrate      measure this machine and write a target profile; no PLAN\n"
-    "  --out FILE       the profile --calibrate writes (default schedules/local.target); a file\n"
+    "  --out FILE       the profile --calibrate writes (default local.target in the current directory,\n"
+    "                   where mtc --target local looks first); a file\n"
     "                   it did not write itself is never overwritten\n"
     "  --help, --version\n"
     "\n"
@@ -74,7 +80,7 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -87,6 +93,7 @@ int main(int argc, char **argv) {
         {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
         {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
+        {"val-data", required_argument, 0, O_VAL_DATA},
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -97,14 +104,19 @@ int main(int argc, char **argv) {
     int calibrate = 0;
     DeviceKind device = DEVICE_AUTO;
     const char *calibrate_out = NULL;
+    const char *given[O_VAL_DATA + 1] = {0}; // the options given, by id: a flag that does nothing where it is is an error
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":", LONG, NULL)) != -1) {
+    int li = -1;
+    while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
+        if (c >= O_STEPS && c <= O_VAL_DATA && li >= 0) given[c] = LONG[li].name;
+        li = -1;
         switch (c) {
         case O_STEPS:
             if (parse_int(optarg, 0, &o.steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
             break;
         case O_DATA: o.data = optarg; break;
+        case O_VAL_DATA: o.val_data = optarg; break;
         case O_LR:
             errno = 0;
             o.lr = strtod(optarg, &end);
@@ -158,10 +170,25 @@ int main(int argc, char **argv) {
         }
     }
     if (calibrate_out && !calibrate) return usage_error("%s", "--out goes with --calibrate");
+    static const struct { int opt, needs; const char *what; } CONTEXT[] = { // opt does nothing without needs
+        {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
+        {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
+        {O_SAVE_EVERY, O_SAVE, "--save-every sets how often --save writes"},
+        {O_KEEP, O_SAVE, "--keep sets how many checkpoints --save keeps"},
+    };
+    for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
+        if (given[CONTEXT[i].opt] && !given[CONTEXT[i].needs])
+            return usage_error("%s; without it the flag would do nothing", CONTEXT[i].what);
+    if (given[O_INIT] && given[O_RESUME])
+        return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
+    if (calibrate)
+        for (int k = O_STEPS; k <= O_VAL_DATA; k++)
+            if (given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS)
+                return usage_error("--%s trains; --calibrate measures this machine and trains nothing", given[k]);
     if (calibrate) {
         if (optind < argc) return usage_error("--calibrate takes no plan; '%s' is one", argv[optind]);
         char err[1024] = "";
-        const char *out = calibrate_out ? calibrate_out : "schedules/local.target";
+        const char *out = calibrate_out ? calibrate_out : "local.target"; // where mtc --target local looks first
         if (calibrate_run(out, o.threads, stdout, err, sizeof err) == 0) return 0;
         fprintf(stderr, "mtrun: error: %s\n", err);
         return 1;
@@ -194,7 +221,7 @@ int main(int argc, char **argv) {
         o.log_path = log_path;
     }
     if (p && o.save_dir && !o.save_every) o.save_every = p->graph->train.val_every;
-    if (p) rc = train_run(p, &o, err, sizeof err);
+    if (p) rc = train_run(p, path, &o, err, sizeof err);
     if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
     free(log_path);
     arena_free(&arena);

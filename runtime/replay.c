@@ -62,7 +62,10 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
     case INS_COPY: be->copy(be, in->dst, in->src, in->bytes); break;
     case INS_INPUT: be->copy_in(be, in->dst, inputs[in->input], in->bytes); break;
-    case INS_RUN: be->run(be, (PartKind)in->part, in->from, in->to, in->frame, in->flags); break;
+    case INS_RUN:
+        be->run(be, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
+        if (r->on_run) r->on_run(r->on_run_ctx, in);
+        break;
     case INS_LOSS: *loss = be->read_scalar(be, in->src); break;
     case INS_SAVE: be->copy_out(be, r->act + in->dst, in->src, in->bytes); break;
     case INS_LOAD: be->copy_in(be, in->dst, r->act + in->src, in->bytes); break;

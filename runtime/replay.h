@@ -44,6 +44,10 @@ typedef struct Replay {
     ReplayOrder order;
     uint64_t rng;       // the random order's state, carried from stream to stream
     int hang_s;         // REPLAY_THREADS: seconds a WAIT may hold before it is a hang (0: 30)
+    // Called after each INS_RUN (NULL: not called), so a long step can show
+    // how far it is; it must not touch the arena or the store.
+    void (*on_run)(void *ctx, const Instr *in);
+    void *on_run_ctx;
 } Replay;
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model

@@ -2,10 +2,13 @@
 
 #include <errno.h>
 #include <math.h>
+#include <signal.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
+#include <unistd.h>
 
+#include "../common/io.h"
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -68,9 +71,17 @@ typedef struct Run {
     Replay rp;        // the plan's streams on be
     char *act;        // (p->host_act_bytes) the host activation store
     unsigned char *stream_updates; // (hs.nseg) whether the train stream has an INS_UPDATE of that segment
-    DataSet data;
+    DataSet data;     // the training data (and its last 10% for validation, without --val-data)
+    DataSet val_file; // --val-data, all of it validation; unused without
+    const DataSet *val; // &data or &val_file
     int32_t *tokens, *targets; // (B, T) each
     FILE *log;
+    double predicted_s; // the plan's predicted step time on its target (0: not given)
+    int64_t step;       // the step running, for the progress line
+    double step_t0;     // when it started
+    double last_note;   // when the progress line was last written
+    // (step_t0 is 0 outside a step)
+    int64_t runs_done, runs_per_step; // INS_RUN instructions done in this step, of the step's
 } Run;
 
 // One micro-batch through the plan (or the reference executor): its loss
@@ -86,19 +97,31 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
                     : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
 }
 
-// The mean validation loss into *val (NAN: no batches). 0, or -1 with a message.
+// Targets that count in a batch: those the mask did not replace by the
+// ignore index.
+static int64_t counted(const int32_t *targets, int64_t n) { // (n) targets
+    int64_t c = 0;
+    for (int64_t i = 0; i < n; i++) c += targets[i] != GRAPH_IGNORE_TARGET;
+    return c;
+}
+
+// The validation loss into *val (NAN: no batches): the mean over every
+// counted target of the batches used. The loss kernel divides by all rows
+// of a batch; a batch's sum is that times rows. 0, or -1 with a message.
 static int validate(Run *r, double *val, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
-    int64_t n = data_val_batches(&r->data, t->batch, t->seq);
+    int64_t n = data_val_batches(r->val, t->batch, t->seq), rows = t->batch * t->seq, total = 0;
     if (n > r->o->val_batches) n = r->o->val_batches;
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
         float loss;
-        data_val_batch(&r->data, i, t->batch, t->seq, r->tokens, r->targets);
+        data_val_batch(r->val, i, t->batch, t->seq, r->tokens, r->targets);
+        total += counted(r->targets, rows);
         if (micro_batch(r, 0, 1, &loss, err, errcap) != 0) return -1;
         sum += loss;
     }
-    *val = n ? sum / (double)n : NAN;
+    // as a plain mean of the batches' losses when every target counts, the same bits as before masks
+    *val = !n ? NAN : total == n * rows ? sum / (double)n : total ? sum * (double)rows / (double)total : 0;
     return 0;
 }
 
@@ -106,9 +129,11 @@ static int validate(Run *r, double *val, char *err, size_t errcap) {
 // squared norms, summed in a fixed order (the globals, then layers 0 ..
 // L-1) whoever computed them: the plan's INS_NORM during the last
 // micro-batch, or this function for each segment nothing computed; then
-// every segment's update made pending, with the clip and 1/accumulation
-// scale. Sets *norm to the norm before clipping.
-static void step_end(Run *r, int64_t t_step, double lr, double *norm) {
+// every segment's update made pending, with the clip and the scale `inv`
+// that turns the accumulated gradients into the gradient of the step's
+// loss (1/accumulation without a mask). Sets *norm to the norm before
+// clipping.
+static void step_end(Run *r, int64_t t_step, double lr, double inv, double *norm) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     double sq = 0;
@@ -116,7 +141,6 @@ static void step_end(Run *r, int64_t t_step, double lr, double *norm) {
         if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s - 1);
         sq += r->hs.seg[s].sq_norm;
     }
-    double inv = 1.0 / (double)t->accumulate;
     *norm = sqrt(sq) * inv;
     double scale = inv;
     if (t->clip > 0 && *norm > t->clip) scale *= t->clip / *norm;
@@ -130,6 +154,11 @@ static void step_end(Run *r, int64_t t_step, double lr, double *norm) {
 // stays pending: the next step's train stream applies it layer by layer
 // (INS_UPDATE) while its forward runs; the reference path applies it at
 // once. 0, or -1 with a message.
+//
+// With a loss mask, the step's loss is the mean over all its counted
+// targets, as one big batch: each micro-batch's loss kernel sums its
+// counted rows / rows, so the step's loss and gradient are the sums over
+// micro-batches times rows / (counted targets of the whole step).
 static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
@@ -140,15 +169,18 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         r->hs.seg[s].sq_norm = NAN;
     }
     double sum = 0;
+    int64_t rows = t->batch * t->seq, total = 0;
     for (int64_t k = 0; k < t->accumulate; k++) {
         float l;
         data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
+        total += counted(r->targets, rows);
         if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
         sum += l;
     }
-    step_end(r, t_step, lr, norm);
+    int all = total == rows * t->accumulate; // no target masked: the plain mean, bit for bit as before masks
+    step_end(r, t_step, lr, all ? 1.0 / (double)t->accumulate : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
-    *loss = sum / (double)t->accumulate;
+    *loss = all ? sum / (double)t->accumulate : total ? sum * (double)rows / (double)total : 0;
     return 0;
 }
 
@@ -195,9 +227,17 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "no training data: give --data FILE or data = \"FILE\" in the model's train section");
         return -1;
     }
-    if (data_open(&r->data, data, model_vocab(p->graph), 0.1, err, errcap) != 0 ||
+    int64_t vocab = model_vocab(p->graph);
+    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0 ||
         data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
         return -1;
+    r->val = &r->data;
+    if (r->o->val_data) {
+        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0 ||
+            data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0)
+            return -1;
+        r->val = &r->val_file;
+    }
     if (check_host_memory(r, err, errcap) != 0) return -1;
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
@@ -238,36 +278,74 @@ static void close_run(Run *r) {
     free(r->act);
     free(r->stream_updates);
     data_close(&r->data);
+    data_close(&r->val_file);
     free(r->tokens);
     free(r->targets);
 }
 
-// Validates (when there are validation batches to use) and logs the loss;
-// first applies every pending update. 0, or -1 with a message.
-static int log_val(Run *r, int64_t s, char *err, size_t errcap) {
+// Validates (when there are validation batches to use) and logs the loss
+// into *val (NAN when none); first applies every pending update. 0, or -1
+// with a message.
+static int log_val(Run *r, int64_t s, double *val, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
-    if (r->o->val_batches <= 0 || data_val_batches(&r->data, t->batch, t->seq) <= 0) return 0;
-    double val;
+    *val = NAN;
+    if (r->o->val_batches <= 0 || data_val_batches(r->val, t->batch, t->seq) <= 0) return 0;
     store_flush(&r->hs, r->p);
-    if (validate(r, &val, err, errcap) != 0) return -1;
-    fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, val);
-    if (r->log && isfinite(val)) fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, val);
+    if (validate(r, val, err, errcap) != 0) return -1;
+    if (r->log && isfinite(*val)) {
+        fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, *val);
+        fflush(r->log);
+    }
+    fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, *val);
+    fflush(r->o->out);
     return 0;
 }
 
-// Continues from the newest checkpoint in o->resume: weights, moments, step
-// and data position. Returns the last step done, or -1 with a message.
+// The model a checkpoint belongs to: its parameters' checkpoint names and
+// shapes, the layers, and the host store's layout (which every plan of the
+// model shares), not the schedule, batch or target.
+static uint32_t model_crc(const Plan *p) {
+    const Graph *g = p->graph;
+    int64_t head[3] = {g->layers, p->host_global, p->host_layer};
+    uint32_t c = io_crc32(0, head, sizeof head);
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *pm = g->params.items[i];
+        c = io_crc32(c, pm->ckpt, strlen(pm->ckpt) + 1);
+        c = io_crc32(c, &pm->shape.rank, sizeof pm->shape.rank);
+        c = io_crc32(c, pm->shape.dims, (size_t)pm->shape.rank * sizeof pm->shape.dims[0]);
+        c = io_crc32(c, &p->param_offset[i], sizeof p->param_offset[i]);
+    }
+    return c;
+}
+
+// The parameters of the model: every tensor, block tensors once per layer.
+static int64_t param_count(const Graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *pm = g->params.items[i];
+        n += shape_numel(&pm->shape) * (pm->in_block ? g->layers : 1);
+    }
+    return n;
+}
+
+// Continues from the newest checkpoint in o->resume: weights, both Adam
+// moments, step and data position. A checkpoint belongs to the model, not
+// the plan: another plan of the same model (batch, remat, target, tiling)
+// resumes it, and what changed is said. Returns the last step done, or -1
+// with a message.
 static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
     char path[4096];
     CkptMeta meta;
     // Whose checkpoint it is, first; then the arrays.
     if (ckpt_latest(r->o->resume, path, sizeof path, err, errcap) != 0 ||
         ckpt_read(path, &meta, -1, NULL, NULL, NULL, err, errcap) != 0)
         return -1;
-    if (meta.plan_crc != r->p->plan_crc || meta.source_crc != r->p->source_crc) {
-        snprintf(err, errcap, "%s: this checkpoint belongs to another %s (plan crc %08x, this plan %08x); resume it with "
-                 "the plan that wrote it", path, meta.source_crc != r->p->source_crc ? "model" : "plan",
-                 meta.plan_crc, r->p->plan_crc);
+    if (meta.model_crc != model_crc(p) || meta.n != r->hs.n) {
+        snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this plan's "
+                 "model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it", path,
+                 meta.model, meta.model_crc, (long long)meta.n, p->graph->model_name, model_crc(p), (long long)r->hs.n);
         return -1;
     }
     if (meta.seed != seed) {
@@ -278,54 +356,254 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     if (ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0) return -1;
     r->data.train_pos = meta.data_pos;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
+    if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
+        fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position carry over:\n");
+        if (meta.batch != t->batch || meta.seq != t->seq || meta.accumulate != t->accumulate)
+            fprintf(r->o->out, "  batch %lld x seq %lld x accumulate %lld -> %lld x %lld x %lld\n", (long long)meta.batch,
+                    (long long)meta.seq, (long long)meta.accumulate, (long long)t->batch, (long long)t->seq,
+                    (long long)t->accumulate);
+        if (strncmp(meta.schedule, p->schedule, CKPT_SCHEDULE_BYTES - 1))
+            fprintf(r->o->out, "  schedule %s\n        -> %s\n", meta.schedule, p->schedule);
+        if (meta.device_limit != p->device_limit)
+            fprintf(r->o->out, "  device memory %.2f GB -> %.2f GB\n", (double)meta.device_limit / 1e9,
+                    (double)p->device_limit / 1e9);
+    }
     return meta.step;
 }
 
 static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
-    store_flush(&r->hs, r->p); // the checkpoint holds step `step`'s weights
-    CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = r->p->plan_crc,
-                     .source_crc = r->p->source_crc, .n = r->hs.n};
-    return ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap);
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
+    CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
+                     .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
+                     .accumulate = t->accumulate, .device_limit = p->device_limit};
+    snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
+    snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
+    if (ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0) return -1;
+    fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->o->save_dir);
+    return 0;
 }
 
-int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap) {
+// ---------------------------------------------------------------- watching a run
+
+// SIGINT and SIGTERM: the first asks the loop to finish the step, save and
+// exit 0; a second ends the process at once (the signal's default action),
+// leaving the checkpoints as they were (a save in progress is a .tmp no
+// reader takes).
+static volatile sig_atomic_t stop_signal;
+
+static void on_stop_signal(int sig) {
+    if (stop_signal) {
+        signal(sig, SIG_DFL);
+        raise(sig);
+        return;
+    }
+    stop_signal = sig;
+    static const char msg[] = "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n";
+    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    (void)ignored;
+}
+
+// "1h02m", "3m05s", "12.3s"
+static void human_time(char *out, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e9) snprintf(out, cap, "?");
+    else if (s < 60) snprintf(out, cap, "%.1fs", s);
+    else if (s < 3600) snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+// After each kernel run of a step: every 10 s, how far the step is.
+static void note_progress(void *ctx, const Instr *in) {
+    (void)in;
+    Run *r = ctx;
+    if (!r->step_t0) return; // validation, not a step
+    r->runs_done++;
+    double now = now_s();
+    if (now - r->last_note < 10) return;
+    r->last_note = now;
+    char el[32];
+    human_time(el, sizeof el, now - r->step_t0);
+    fprintf(r->o->out, "  step %lld: %lld of %lld kernel runs (%.0f%%), %s in\n", (long long)r->step,
+            (long long)r->runs_done, (long long)r->runs_per_step,
+            100.0 * (double)r->runs_done / (double)(r->runs_per_step ? r->runs_per_step : 1), el);
+    fflush(r->o->out);
+}
+
+// "PATH (N tokens, FORMAT[, mask M: K% of targets ignored])"
+static void describe_data(char *out, size_t cap, const DataSet *d, const char *split) {
+    static const char *const FORMAT[] = {[DATA_TEXT] = "bytes", [DATA_LLMC] = "llm.c uint16 tokens",
+                                         [DATA_LLMC3] = "llm.c Llama-3 uint32 tokens"};
+    int n = snprintf(out, cap, "%s (%lld tokens, %s%s", d->path, (long long)d->ntokens, FORMAT[d->format], split);
+    if (d->mask && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
+                      100.0 * (double)d->nmasked / (double)d->ntokens);
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
+}
+
+// The predicted step time the plan carries in its schedule's words (0: none).
+static double predicted_step(const Plan *p) {
+    const char *at = p->schedule ? strstr(p->schedule, "predicted_step_s=") : NULL;
+    return at ? strtod(at + strlen("predicted_step_s="), NULL) : 0;
+}
+
+static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+    const Plan *p = r->p;
+    const Graph *g = p->graph;
+    const TrainConfig *t = &g->train;
+    FILE *out = r->o->out;
+    char d[1024];
+    fprintf(out, "mtrun: model %s (%s), %lld parameters, %lld layers\n", g->model_name, p->source_path,
+            (long long)param_count(g), (long long)g->layers);
+    fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
+    fprintf(out, "  device   %s; arena %.2f MB, host store %.2f MB, %d optimizer threads\n",
+            r->o->reference ? "none: the reference executor" : "cpu backend", (double)p->arena_bytes / 1e6,
+            (double)store_bytes(p) / 1e6, r->o->threads);
+    describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
+    fprintf(out, "  data     %s\n", d);
+    if (r->o->val_data) {
+        describe_data(d, sizeof d, &r->val_file, "");
+        fprintf(out, "  val data %s\n", d);
+    }
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu\n",
+            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate), (long long)t->batch,
+            (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
+    if (r->predicted_s > 0) fprintf(out, "  predicted step %.4g s on the plan's target\n", r->predicted_s);
+    fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
+    if (r->o->save_dir)
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept\n",
+                r->o->save_dir, (long long)r->o->save_every, r->o->keep);
+    else
+        fprintf(out, "  saves    none (--save DIR to checkpoint)\n");
+    fflush(out);
+}
+
+// A JSON string of s (quotes and backslashes escaped; control bytes as \u00XX).
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+// The log's first record of a run (and of each resumed part of it): what it runs.
+static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    FILE *f = r->log;
+    if (!f) return;
+    fprintf(f, "{\"config\": {\"model\": ");
+    json_str(f, p->graph->model_name);
+    fprintf(f, ", \"model_file\": ");
+    json_str(f, p->source_path);
+    fprintf(f, ", \"plan\": ");
+    json_str(f, plan_path);
+    fprintf(f, ", \"schedule\": ");
+    json_str(f, p->schedule);
+    fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
+               "\"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
+               "\"predicted_step_s\": %.6g, \"reference\": %s, \"data\": ",
+            (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
+            (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps, (long long)from,
+            base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false");
+    json_str(f, r->data.path);
+    fprintf(f, ", \"mask\": ");
+    if (r->data.mask_path) json_str(f, r->data.mask_path);
+    else fputs("null", f);
+    fprintf(f, ", \"val_data\": ");
+    if (r->o->val_data) json_str(f, r->o->val_data);
+    else fputs("null", f);
+    fprintf(f, ", \"save\": ");
+    if (r->o->save_dir) json_str(f, r->o->save_dir);
+    else fputs("null", f);
+    fprintf(f, "}}\n");
+    fflush(f);
+}
+
+int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     const TrainConfig *t = &p->graph->train;
     int rc = 1;
+    struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART}, old_int, old_term;
+    sigemptyset(&stop.sa_mask);
+    stop_signal = 0;
+    sigaction(SIGINT, &stop, &old_int);
+    sigaction(SIGTERM, &stop, &old_term);
     if (open_run(&r, err, errcap) != 0) goto done;
     int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
+    r.predicted_s = predicted_step(p);
+    for (int i = 0; i < p->ntrain; i++) r.runs_per_step += p->train[i].kind == INS_RUN;
+    r.runs_per_step *= t->accumulate;
+    if (!o->reference) r.rp.on_run = note_progress, r.rp.on_run_ctx = &r;
     store_init(&r.hs, p, seed);
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
     store_sync_copy(&r.hs); // the bf16 copy of what was initialised, loaded or resumed
-    if (!o->resume && log_val(&r, 0, err, errcap) != 0) goto done;
-    double tokens_per_step = (double)(t->batch * t->seq * t->accumulate);
-    for (int64_t s = done_steps + 1; s <= steps; s++) {
+    if (o->resume && done_steps >= steps) {
+        snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
+                 "give --steps above %lld to train further", o->resume, (long long)done_steps, (long long)steps,
+                 (long long)done_steps);
+        goto done;
+    }
+    banner(&r, plan_path, steps, done_steps, base_lr, seed);
+    log_config(&r, plan_path, steps, done_steps, base_lr, seed);
+    double val = NAN, last_val = NAN;
+    if (!o->resume && log_val(&r, 0, &last_val, err, errcap) != 0) goto done;
+    double tokens_per_step = (double)(t->batch * t->seq * t->accumulate), t_run = now_s();
+    int64_t s = done_steps, saved = done_steps;
+    while (s < steps && !stop_signal) {
+        s++;
         double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
+        r.step = s, r.step_t0 = r.last_note = t0, r.runs_done = 0;
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
-        double dt = now_s() - t0;
+        r.step_t0 = 0;
+        double now = now_s(), dt = now - t0, elapsed = now - t_run;
         if (!isfinite(loss)) {
             snprintf(err, errcap, "step %lld: the loss is %f; stopping", (long long)s, loss);
             goto done;
         }
-        fprintf(o->out, "step %6lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms\n", (long long)s,
-                (long long)steps, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
-        if (r.log)
+        if (r.log) { // the log first, flushed: a run killed after a printed step has logged it
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                           "\"ms\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt, dt * 1e3);
-        if ((s % val_every == 0 || s == steps) && log_val(&r, s, err, errcap) != 0) goto done;
-        if (o->save_dir && o->save_every > 0 && s % o->save_every == 0 && save(&r, s, seed, err, errcap) != 0) goto done;
+                           "\"ms\": %.3f, \"elapsed_s\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt,
+                    dt * 1e3, elapsed);
+            fflush(r.log);
+        }
+        char el[32], eta[32], vs[48] = "";
+        human_time(el, sizeof el, elapsed);
+        human_time(eta, sizeof eta, elapsed / (double)(s - done_steps) * (double)(steps - s));
+        if (r.predicted_s > 0) snprintf(vs, sizeof vs, " (%.3gx predicted)", dt / r.predicted_s);
+        fprintf(o->out, "step %6lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
+                (long long)s, (long long)steps, loss, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
         fflush(o->out);
+        if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
+        if (isfinite(val)) last_val = val;
+        if (o->save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
+            if (save(&r, s, seed, err, errcap) != 0) goto done;
+            saved = s;
+        }
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (o->export_path &&
         weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
         goto done;
+    char el[32], vl[48] = "no validation";
+    human_time(el, sizeof el, now_s() - t_run);
+    if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);
+    fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
+            stop_signal ? "stopped by a signal" : "done", (long long)(s - done_steps), (long long)done_steps + 1,
+            (long long)s, tokens_per_step * (double)(s - done_steps), el, vl, o->log_path ? o->log_path : "none",
+            o->save_dir && saved ? o->save_dir : "none", o->save_dir && saved ? "" : " (--save DIR to keep them)");
     rc = 0;
 done:
     close_run(&r);
+    sigaction(SIGINT, &old_int, NULL);
+    sigaction(SIGTERM, &old_term, NULL);
     return rc;
 }

@@ -11,6 +11,7 @@
 typedef struct TrainOptions {
     int64_t steps;        // < 0: the plan's train section
     const char *data;     // NULL: the plan's
+    const char *val_data; // a separate validation file; NULL: the last 10% of data
     double lr;            // < 0: the plan's
     int64_t seed;         // < 0: the plan's
     int64_t val_every;    // < 0: the plan's
@@ -30,8 +31,13 @@ typedef struct TrainOptions {
     int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
 } TrainOptions;
 
-// Trains. Returns 0, or 1 with a message in err (bad data, out of memory).
-int train_run(const Plan *p, const TrainOptions *o, char *err, size_t errcap);
+// Trains, printing a banner, a line a step and a summary to o->out; the
+// metrics log gets a config record, then a record a step, flushed each.
+// SIGINT or SIGTERM ends the run after the step in progress, saved when
+// --save is given (a second signal ends it at once). plan_path names the
+// plan in messages. Returns 0, or 1 with a message in err (bad data, out of
+// memory, a resume with nothing left to do).
+int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap);
 
 // The learning rate of step (1-based) of a run of `steps`: linear warmup,
 // then the schedule's decay over the remaining steps.

@@ -3,7 +3,8 @@
 figure positive and plausible, each with a "measured by"/"set by" comment;
 it overwrites its own output but refuses, with exit 1 and the file
 untouched, a file it did not write; it leaves no temporary file; it takes no
-plan and --out only goes with it.
+plan and --out only goes with it; without --out it writes local.target in
+the current directory, where mtc --target local looks first.
 
 usage: check_calibrate.py MTC MTRUN    (from the project root)
 """
@@ -126,12 +127,16 @@ def main():
 
         check(sorted(os.listdir(t)) == ["local.target", "theirs.target"], f"no temporary file left: {os.listdir(t)}")
 
-        # no --out: schedules/local.target under the current directory
+        # no --out, outside the source tree (no schedules/ here): local.target in the
+        # current directory, and mtc --target local finds it there
         cwd = os.path.join(t, "project")
-        os.makedirs(os.path.join(cwd, "schedules"))
+        os.makedirs(cwd)
         p = subprocess.run([os.path.abspath(mtrun), "--calibrate"], capture_output=True, text=True, timeout=300, cwd=cwd)
-        check(p.returncode == 0 and os.listdir(os.path.join(cwd, "schedules")) == ["local.target"],
-              "no --out writes schedules/local.target", p)
+        check(p.returncode == 0 and os.listdir(cwd) == ["local.target"], "no --out writes ./local.target", p)
+        model = os.path.abspath("examples/gpt2-tiny.mt")
+        p = subprocess.run([os.path.abspath(mtc), model, "--target", "local", "--explain"], capture_output=True,
+                           text=True, timeout=300, cwd=cwd)
+        check(p.returncode == 0 and "local" in p.stdout, "mtc --target local reads ./local.target", p)
 
         # usage errors: a plan with --calibrate, --out without it
         p = run(mtrun, "--calibrate", "plan.bin")

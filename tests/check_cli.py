@@ -88,7 +88,9 @@ def main():
     for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True), ("llama3-70b", "h200", True),
                                ("llama3-405b", "h200", False)]:
         p = run(mtc, f"{ex}/{model}.mt", "--target", target, "--explain", "--json")
-        d = json.loads(p.stdout) if p.returncode == 0 else {}
+        # the table either way; exit 1 with the reason on stderr when nothing fits
+        d = json.loads(p.stdout) if p.returncode == (0 if fit else 1) else {}
+        check(fit or "no schedule of" in p.stderr, f"--explain {model} on {target}: nothing fits, said on stderr", p)
         rows = {r.get("name"): r for r in d.get("policies", [])}
         chosen = [r for r in d.get("policies", []) if r.get("chosen")]
         keys = {"name", "predicted_step_s", "tokens_per_s", "ratio_physical", "ratio_exact", "device_peak_bytes",
@@ -118,8 +120,14 @@ def main():
           "llama3-8b at seq 524288 fits gh200, tiled", p)
     p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "gh200", "--seq", "524288", "--batch", "1", "--tile", "1",
             "--explain", "--json")
-    d = json.loads(p.stdout) if p.returncode == 0 else {}
-    check(d.get("policies") and not any(r.get("chosen") for r in d["policies"]), "untiled, it does not fit", p)
+    d = json.loads(p.stdout) if p.returncode == 1 else {}
+    check(d.get("policies") and not any(r.get("chosen") for r in d["policies"]), "untiled, it does not fit (exit 1)", p)
+    # --trace when nothing fits: exit 1, the reason, no file (it exited 0 and wrote nothing)
+    with tempfile.TemporaryDirectory() as tt:
+        trace = os.path.join(tt, "t.json")
+        p = run(mtc, f"{ex}/llama3-405b.mt", "--target", "h200", "--trace", trace)
+        check(p.returncode == 1 and "no schedule of" in p.stderr and "no trace written" in p.stderr and
+              not os.path.exists(trace), "--trace with nothing that fits exits 1 and writes nothing", p)
 
     # without --json: a table with the chosen row marked
     p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--explain")

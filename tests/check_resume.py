@@ -62,7 +62,8 @@ def main():
         check(p.returncode == 1 and "already holds checkpoints" in p.stderr and sorted(os.listdir(j("a"))) == before,
               "a new run does not save over another run's checkpoints", p)
         p = run(mtrun, other, "--steps", "10", "--resume", j("a"), *common, "--log", j("x.jsonl"))
-        check(p.returncode == 1 and "belongs to another" in p.stderr, "another plan's checkpoint is refused", p)
+        check(p.returncode == 1 and "belongs to model 'llama_tiny'" in p.stderr and "this plan's model is 'gpt2_tiny'" in p.stderr,
+              "another model's checkpoint is refused naming both", p)
 
         # a crash while saving step 10 over a directory holding step 5
         for cut in ("100", "5000", "400000"):

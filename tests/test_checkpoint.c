@@ -58,7 +58,7 @@ static char *in_work(const char *a, const char *b) {
 }
 
 // The file layout, as checkpoint.h describes it.
-enum { HEADER = 24, ENTRY = 24, TABLE_END = HEADER + 4 * ENTRY, META = 48 };
+enum { HEADER = 24, ENTRY = 24, TABLE_END = HEADER + 4 * ENTRY, META = 336 };
 static const char *const NAMES[4] = {"META", "W", "M", "V"};
 
 static int64_t file_size(int64_t n) { return TABLE_END + META + 12 * n; }
@@ -98,7 +98,8 @@ static State make_state(int64_t step, int64_t n) {
     State st = {
         .meta = {.step = step, .data_pos = 1000003 * step + 7, .seed = 0x0123456789abcdefull,
                  .rng_state = 0xfedcba9876543210ull ^ (uint64_t)step, .plan_crc = 0xdeadbeefu,
-                 .source_crc = 0x80000001u + (uint32_t)step, .n = n},
+                 .model_crc = 0x80000001u + (uint32_t)step, .n = n, .batch = 4, .seq = 64 + step,
+                 .accumulate = 2, .device_limit = 1 << 30, .model = "tiny", .schedule = "remat=layer slots=2"},
         .w = xmalloc((size_t)n * 4),
         .m = xmalloc((size_t)n * 4),
         .v = xmalloc((size_t)n * 4),
@@ -117,7 +118,9 @@ static void free_state(State *st) {
 
 static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
     return a->step == b->step && a->data_pos == b->data_pos && a->seed == b->seed && a->rng_state == b->rng_state &&
-           a->plan_crc == b->plan_crc && a->source_crc == b->source_crc && a->n == b->n;
+           a->plan_crc == b->plan_crc && a->model_crc == b->model_crc && a->n == b->n && a->batch == b->batch &&
+           a->seq == b->seq && a->accumulate == b->accumulate && a->device_limit == b->device_limit &&
+           !strcmp(a->model, b->model) && !strcmp(a->schedule, b->schedule);
 }
 
 static int save(const char *dir, int keep, const State *st) {
@@ -322,7 +325,7 @@ static void test_damage(const char *src, int64_t n) {
         return;
     }
     // the layout as documented: magic, version, endian, count; the table in id order
-    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 1 && ld32(orig + 12) == 0x01020304u &&
+    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 2 && ld32(orig + 12) == 0x01020304u &&
               ld32(orig + 16) == 4,
           "%s: header differs from checkpoint.h's description", src);
     uint64_t off[4], size[4];
@@ -386,7 +389,7 @@ static void test_damage(const char *src, int64_t n) {
         const char *msg;
     } hdr[] = {
         {0, 0x4b43544e, "not an mt checkpoint (bad magic)"}, // "NTCK"
-        {8, 2, "checkpoint version 2, this mtrun reads version 1"},
+        {8, 1, "checkpoint version 1, this mtrun reads version 2"},
         {12, 0x04030201u, "written on a machine of the other byte order"},
         {12, 0x11223344u, "bad endianness word 0x11223344"},
         {20, 0, "the checkpoint header is corrupted (crc32 mismatch)"},

@@ -204,7 +204,7 @@ static void test_unreadable(void) {
         const char *name, *want;
     } cases[] = {
         {"no-such-machine", "schedules/no-such-machine.target: error: cannot read the target profile: No such file "
-                            "or directory (a bare NAME means schedules/NAME.target"},
+                            "or directory (a bare NAME means NAME.target or schedules/NAME.target in the current directory"},
         {"tests/targets/no-such.target",
          "tests/targets/no-such.target: error: cannot read the target profile: No such file or directory"},
         {"tests/targets", "tests/targets: error: cannot read the target profile: Is a directory"},

@@ -51,5 +51,5 @@ train {
   clip = 1.0
   steps = 500
   val_every = 50
-  data = "examples/data/tinyshakespeare.txt"
+  data = "../../examples/data/tinyshakespeare.txt"
 }
