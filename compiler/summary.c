@@ -57,8 +57,8 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
     if (s.tied) fprintf(out, "  (+ %s tied with the head, counted once)", grouped(s.tied, b3));
     fprintf(out, "\n  %-8s %20s\n", "total", grouped(s.total, b1));
-    fprintf(out, "  host memory %s bytes (%.2f GiB): %lld B/param = fp32 master 4 + Adam m, v 8 + fp32 grads 4%s\n",
-            grouped(s.host_bytes, b1), (double)s.host_bytes / (1 << 30), (long long)s.bytes_per_param,
+    fprintf(out, "  host memory %s bytes (%.2f GB): %lld B/param = fp32 master 4 + Adam m, v 8 + fp32 grads 4%s\n",
+            grouped(s.host_bytes, b1), (double)s.host_bytes / 1e9, (long long)s.bytes_per_param,
             t->compute == DT_BF16 ? " + bf16 copy 2" : " (the master streams as the f32 copy)");
 }
 

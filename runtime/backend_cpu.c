@@ -86,9 +86,9 @@ static void cpu_destroy(Backend *be) {
 
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     if (p->device_limit > 0 && p->arena_bytes > p->device_limit) {
-        snprintf(err, errcap, "the plan's device arena is %lld bytes (%.1f MiB) but its target has %lld bytes (%.1f MiB) "
+        snprintf(err, errcap, "the plan's device arena is %lld bytes (%.1f MB) but its target has %lld bytes (%.1f MB) "
                  "of device memory; recompile it for this target", (long long)p->arena_bytes,
-                 (double)p->arena_bytes / (1 << 20), (long long)p->device_limit, (double)p->device_limit / (1 << 20));
+                 (double)p->arena_bytes / 1e6, (long long)p->device_limit, (double)p->device_limit / 1e6);
         return NULL;
     }
     if (p->graph->train.compute == DT_BF16 && !p->kernels_len) {

@@ -135,7 +135,7 @@ static int measure_copy(Measured *m, double available, int nt, char *err, size_t
     pthread_t *tids = calloc((size_t)nt, sizeof *tids);    // (nt)
     int rc = -1;
     if (!src || !dst || !jobs || !tids) {
-        snprintf(err, errcap, "cannot allocate two %zu MiB buffers to measure memory bandwidth", n >> 20);
+        snprintf(err, errcap, "cannot allocate two %.1f MB buffers to measure memory bandwidth", (double)n / 1e6);
         goto done;
     }
     // Slices of whole 4 KiB pages, each first touched by the thread that copies it.
@@ -364,10 +364,10 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# measured by mtrun --calibrate on %s: host_memory below; the cpu backend's\n"
                "# arena lives in host memory.\n", d);
     fprintf(f, "device_memory = %.0f\n", t->device_memory);
-    fprintf(f, "# measured by mtrun --calibrate on %s: memcpy of a %zu MiB buffer by %d threads,\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: memcpy of a %.1f MB buffer by %d threads,\n"
                "# each its own slice, bytes read + bytes written, best of %d: %.1f GB/s. The cpu\n"
                "# backend's \"device\" memory is host RAM.\n",
-            d, m->copy_bytes >> 20, m->copy_threads, CAL_REPS, m->copy_rate / gb);
+            d, (double)m->copy_bytes / 1e6, m->copy_threads, CAL_REPS, m->copy_rate / gb);
     fprintf(f, "hbm_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->hbm_bandwidth));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm %dx%dx%d (OpenBLAS, %d threads),\n"
@@ -378,11 +378,11 @@ static int write_profile(FILE *f, const Measured *m) {
                "# no bf16 GEMM of its own, so bf16 is not measured.\n", d);
     fprintf(f, "matrix_flops_bf16 = %s\n", fmt_num(a, sizeof a, t->matrix_flops_bf16));
     fprintf(f, "# measured by mtrun --calibrate on %s: x = x * a + b (2 FLOPs an element) on ONE\n"
-               "# thread, as the cpu executor runs element-wise kernels, over a %d MiB array in\n"
-               "# %d KiB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
+               "# thread, as the cpu executor runs element-wise kernels, over a %.1f MB array in\n"
+               "# %.1f kB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
                "# (compiler/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
                "# as the kernels are built; best of %d: %.2f GFLOP/s.\n",
-            d, CAL_FMA_N * 4 >> 20, CAL_FMA_CHUNK * 4 >> 10, CAL_FMA_PASSES, CAL_REPS, t->vector_flops / gb);
+            d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_REPS, t->vector_flops / gb);
     fprintf(f, "vector_flops = %s\n\n", fmt_num(a, sizeof a, t->vector_flops));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
@@ -500,8 +500,8 @@ int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t er
     if (out) {
         fprintf(out, "calibrated %s (cpu backend): %.0f cores, %.1f GB of RAM\n", m.host, m.t.host_cores,
                 m.t.host_memory / 1e9);
-        fprintf(out, "  memcpy  %8.1f GB/s      read + written, %zu MiB, %d threads (copies in/out: %.1f GB/s)\n",
-                m.copy_rate / 1e9, m.copy_bytes >> 20, m.copy_threads, m.t.h2d_bandwidth / 1e9);
+        fprintf(out, "  memcpy  %8.1f GB/s      read + written, %.1f MB, %d threads (copies in/out: %.1f GB/s)\n",
+                m.copy_rate / 1e9, (double)m.copy_bytes / 1e6, m.copy_threads, m.t.h2d_bandwidth / 1e9);
         fprintf(out, "  sgemm   %8.1f GFLOP/s   %dx%dx%d, OpenBLAS %d threads\n", m.t.matrix_flops_f32 / 1e9,
                 m.gemm_n, m.gemm_n, m.gemm_n, m.blas_threads);
         fprintf(out, "  x*a+b   %8.2f GFLOP/s   one thread, in cache\n", m.t.vector_flops / 1e9);

@@ -201,9 +201,9 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     int64_t need = store_bytes(r->p) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     if (have <= 0 || need <= have) return 0;
-    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GiB: weights, Adam moments, gradients%s) "
-             "but this machine has %lld bytes (%.1f GiB) available", (long long)need, (double)need / (1 << 30),
-             r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / (1 << 30));
+    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, Adam moments, gradients%s) "
+             "but this machine has %lld bytes (%.1f GB) available", (long long)need, (double)need / 1e9,
+             r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / 1e9);
     return -1;
 }
 

@@ -14,7 +14,8 @@
 - a checkpoint resumes under another plan of the same model (--batch,
   --remat, --target, --tile): same batch, the same losses after it; another
   batch, the run says what changed;
-- flags that do nothing where they are given are usage errors (exit 2).
+- flags that do nothing where they are given are usage errors (exit 2);
+- bytes are spoken of in one unit family (decimal: MB, GB) everywhere.
 
 usage: check_run.py MTC MTRUN    (from the project root)
 """
@@ -179,6 +180,18 @@ def main():
             check(p.returncode == 2 and what in p.stderr, f"{what} where it does nothing is a usage error", p)
         p = run(mtrun, "--calibrate", "--steps", "3")
         check(p.returncode == 2 and "--steps" in p.stderr, "--calibrate with a training flag is a usage error", p)
+
+        # 8. one unit for bytes in every output: decimal (B, kB, MB, GB), as --explain and the profiles
+        p = run(mtc, "examples/llama3-8b.mt", "--summary")
+        q = run(mtc, "examples/llama3-8b.mt", "--explain")
+        check(p.returncode == 0 and q.returncode == 0 and " GB" in p.stdout and " GB" in q.stdout, "--summary and --explain", q)
+        printed = p.stdout + q.stdout + open(j("fin.jsonl")).read()
+        for d in ("compiler", "runtime"):  # and every message or file the code writes
+            for f in sorted(os.listdir(os.path.join(root, d))):
+                if f.endswith(".c"):
+                    printed += "".join(l for l in open(os.path.join(root, d, f)) if "printf" in l or l.lstrip().startswith('"'))
+        binary = sorted({u for u in ("KiB", "MiB", "GiB", "TiB") if u in printed})
+        check(not binary, f"binary byte units in outputs: {binary}")
 
     for f in failures:
         print("FAIL:", f)

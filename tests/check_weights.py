@@ -101,10 +101,12 @@ def val_tokens(T):
     return x[:-1], x[1:]
 
 
-def cross_entropy(logits, targets):
+def cross_entropy(logits, targets, mask=None):
+    """The mean over positions (those mask marks 1, with a mask) of -log softmax[target]."""
     m = logits.max(-1, keepdims=True)
     lse = (m + np.log(np.exp(logits - m).sum(-1, keepdims=True)))[:, 0]
-    return float(np.mean(lse - logits[np.arange(len(targets)), targets]))
+    each = lse - logits[np.arange(len(targets)), targets]
+    return float(np.mean(each) if mask is None else np.sum(each * mask) / np.sum(mask))
 
 
 def attention(q, k, v, nh, nkv):
@@ -145,9 +147,10 @@ def bf16_round(a):
     return (bf16_bits(np.asarray(a, np.float32)).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a):
+def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None):
     """The Llama loss in float64; r is applied where a graph node ends (the
-    storage rule's rounding points: weights, then every op's result)."""
+    storage rule's rounding points: weights, then every op's result); with a
+    mask, the mean over the positions it marks 1."""
     W = {k: r(v.astype(np.float64)) for k, v in W.items()}
 
     def rms(x, g):
@@ -175,7 +178,7 @@ def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a):
         m = r(rms(x, W[p + "post_attention_layernorm.weight"]))
         g, u = r(m @ W[p + "mlp.gate_proj.weight"].T), r(m @ W[p + "mlp.up_proj.weight"].T)
         x = r(x + r(r(g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T))
-    return cross_entropy(r(r(rms(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets)
+    return cross_entropy(r(r(rms(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets, mask)
 
 
 # ---------------------------------------------------------------- helpers
