@@ -1,11 +1,14 @@
 #!/usr/bin/env python3
 """Checks `mtc --summary --json` on every bundled example: exact parameter
 counts, checkpoint names and shapes as the original frameworks write them,
-and the host memory arithmetic.
+and the host memory arithmetic; with README, that the README's table of
+examples gives each one's parameter count as mtc computes it (so the
+README cannot go stale), and that its --tile row says what mtc --help says.
 
-usage: check_examples.py MTC EXAMPLES_DIR
+usage: check_examples.py MTC EXAMPLES_DIR [README]
 """
 import json
+import re
 import subprocess
 import sys
 
@@ -42,9 +45,31 @@ EXPECTED = {
 }
 
 
+def readme_counts(path):
+    """{example file name: parameter count} from the README's rows "| `examples/X.mt` | ... | 1,234 |"."""
+    out = {}
+    for line in open(path, encoding="utf-8"):
+        m = re.match(r"\|\s*`examples/([\w.-]+\.mt)`\s*\|.*\|\s*([\d,]+)\s*\|\s*$", line)
+        if m:
+            out[m.group(1)] = int(m.group(2).replace(",", ""))
+    return out
+
+
 def main():
     mtc, examples = sys.argv[1], sys.argv[2]
+    readme = readme_counts(sys.argv[3]) if len(sys.argv) > 3 else None
     bad = 0
+    if readme is not None:
+        missing = sorted(set(EXPECTED) - set(readme))
+        if missing:
+            print(f"FAIL README: no row with a parameter count for {missing}")
+            bad += 1
+        text = open(sys.argv[3], encoding="utf-8").read()
+        tile = [l for l in text.splitlines() if l.startswith("| `--tile")]
+        helptext = subprocess.run([mtc, "--help"], capture_output=True, text=True).stdout
+        if not tile or "the fastest" not in tile[0] or "the fastest" not in helptext:
+            print(f"FAIL README: the --tile row and mtc --help do not both say auto is the fastest that fits: {tile}")
+            bad += 1
     for name, (total, names, ntensors) in EXPECTED.items():
         path = f"{examples}/{name}"
         proc = subprocess.run([mtc, path, "--summary", "--json"], capture_output=True, text=True, timeout=120)
@@ -75,6 +100,8 @@ def main():
         padded = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for s in params.values())
         if d["host_bytes"] != padded * per:
             errors.append(f"host_bytes {d['host_bytes']} is not {per} x {padded} padded parameters")
+        if readme is not None and name in readme and readme[name] != d["params_total"]:
+            errors.append(f"the README says {readme[name]:,} parameters, mtc counts {d['params_total']:,}")
         print(("FAIL " if errors else "ok   ") + f"{name}: {d['params_total']:,} parameters")
         for e in errors:
             print("     ", e)
