@@ -21,7 +21,7 @@ accumulate: half the batch with 2 micro-batches a step equals the whole
           batch (the same rows, gradients averaged) to 1e-5.
 converge: 500 steps on the bundled byte-level corpus bring the metrics
           file's validation loss from about ln 256 = 5.55 to under 2.5.
-Run from the project root (the models name examples/data/... as their data).
+Run from the project root (the fixtures name examples/... from there).
 """
 import json
 import math
