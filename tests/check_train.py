@@ -26,6 +26,7 @@ Run from the project root (the fixtures name examples/... from there).
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -81,9 +82,17 @@ def check_equal(mtrun, plan, tmp, what, orders=ORDERS):
     return ref[:5]
 
 
+def source_elsewhere(model):
+    """MODEL's text, its relative `data =` made absolute, to be written into another directory
+    (mtc takes a relative data path against the model file's directory)."""
+    src = open(model).read()
+    return re.sub(r'data = "([^"/][^"]*)"',
+                  lambda m: 'data = "' + os.path.abspath(os.path.join(os.path.dirname(model), m.group(1))) + '"', src)
+
+
 def with_accumulate(model, tmp):
     """MODEL with half the batch and 2 micro-batches a step."""
-    src = open(model).read()
+    src = source_elsewhere(model)
     batch = int(src.split("batch = ")[1].split()[0])
     path = os.path.join(tmp, "acc2-" + os.path.basename(model))
     open(path, "w").write(src.replace(f"batch = {batch}", f"batch = {batch // 2}\n  accumulate = 2"))
@@ -197,7 +206,7 @@ def main():
         elif mode == "accumulate":
             # batch B/2 with 2 micro-batches reads the very rows batch B reads,
             # and averages their gradients: the same training, summed in another order
-            src = open(model).read()
+            src = source_elsewhere(model)
             batch = int(src.split("batch = ")[1].split()[0])
             half = os.path.join(tmp, "half.mt")
             open(half, "w").write(src.replace(f"batch = {batch}", f"batch = {batch // 2}\n  accumulate = 2"))
