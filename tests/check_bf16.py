@@ -80,9 +80,10 @@ def converge(mtc, mtrun, model, tmp):
     print(f"ok: bf16 {final['bf16']:.4f} within {abs(final['bf16'] / final['f32'] - 1) * 100:.2f}% of f32 {final['f32']:.4f}")
 
 
-def mtc_json(mtc, *args):
+def mtc_json(mtc, *args, unfit_ok=False):
+    """mtc's JSON; with unfit_ok, --explain's table also when nothing fits (exit 1)."""
     p = run(mtc, *args)
-    if p.returncode != 0:
+    if p.returncode != 0 and not (unfit_ok and p.returncode == 1 and "no schedule of" in p.stderr):
         fail(f"mtc {' '.join(args)} failed", p)
     return json.loads(p.stdout)
 
@@ -109,7 +110,8 @@ def plans(mtc, mtrun, ex, tmp):
     for sched in (["--remat", "none"], ["--remat", "layer", "--slots", "2", "--resident", "0", "--checkpoints", "host"]):
         dev = {}
         for dt in ("bf16", "f32"):
-            e = mtc_json(mtc, m8, "--target", "h200", "--batch", "1", "--dtype", dt, *sched, "--explain", "--json")
+            e = mtc_json(mtc, m8, "--target", "h200", "--batch", "1", "--dtype", dt, *sched, "--explain", "--json",
+                         unfit_ok=True)  # f32 at remat none does not fit; its row still has its size
             dev[dt] = [r for r in e["policies"] if r.get("chosen") or r["name"] == sched[1]][0]["device_peak_bytes"]
         ratio = dev["bf16"] / dev["f32"]
         if not ratio <= 0.55:
