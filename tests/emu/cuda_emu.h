@@ -31,7 +31,7 @@
 #define __launch_bounds__(...)
 #define __constant__
 #define __shared__ static // blocks run one at a time: one copy serves each in turn
-#define __align__(n) alignas(n)
+#define __align__(n) __attribute__((aligned(n)))
 
 struct dim3 {
     unsigned x, y, z;
@@ -294,6 +294,73 @@ template <typename T> static inline T atomicAdd(T *p, T v) {
     *p = old + v;
     return old;
 }
+
+// ---- compiler/cuda/mma.cuh's wrappers, as the PTX ISA defines them per lane
+// (the layouts are written in mma.cuh). Each needs the whole warp.
+#define MT_CUDA_EMU 1
+namespace mt_emu {
+// Every lane's word v, into out[lane].
+inline void gather(uint64_t v, uint64_t out[WARP]) {
+    check_mask(0xffffffffu);
+    if (L.warp_live[L.cur / WARP] != WARP) fail("tensor-core instruction without the whole warp");
+    post(v);
+    for (int i = 0; i < WARP; i++) out[i] = lane_word(i);
+    done_reading();
+}
+inline uint64_t pair(unsigned lo, unsigned hi) { return (uint64_t)lo | (uint64_t)hi << 32; }
+inline float bf16_lo(uint64_t w, int half) { return __uint_as_float((unsigned)(w >> (16 * half)) << 16); }
+} // namespace mt_emu
+
+// D = A B + C: products and sums in double, rounded once to fp32 (the
+// hardware's order and internal precision are unspecified; at least fp32).
+static inline void mt_mma_16816(float d[4], const unsigned a[4], const unsigned b[2], const float c[4]) {
+    using namespace mt_emu;
+    uint64_t wa0[WARP], wa1[WARP], wb[WARP], wc0[WARP], wc1[WARP];
+    gather(pair(a[0], a[1]), wa0), gather(pair(a[2], a[3]), wa1), gather(pair(b[0], b[1]), wb);
+    gather(pair(__float_as_uint(c[0]), __float_as_uint(c[1])), wc0);
+    gather(pair(__float_as_uint(c[2]), __float_as_uint(c[3])), wc1);
+    float A[16][16], B[16][8], C[16][8];
+    for (int l = 0; l < WARP; l++) {
+        int g = l / 4, t = l % 4;
+        for (int e = 0; e < 2; e++) {
+            A[g][2 * t + e] = bf16_lo(wa0[l], e), A[g + 8][2 * t + e] = bf16_lo(wa0[l] >> 32, e);
+            A[g][2 * t + 8 + e] = bf16_lo(wa1[l], e), A[g + 8][2 * t + 8 + e] = bf16_lo(wa1[l] >> 32, e);
+            B[2 * t + e][g] = bf16_lo(wb[l], e), B[2 * t + 8 + e][g] = bf16_lo(wb[l] >> 32, e);
+            C[g][2 * t + e] = __uint_as_float((unsigned)(wc0[l] >> (32 * e)));
+            C[g + 8][2 * t + e] = __uint_as_float((unsigned)(wc1[l] >> (32 * e)));
+        }
+    }
+    int g = L.cur % WARP / 4, t = L.cur % 4;
+    for (int i = 0; i < 4; i++) {
+        int row = g + 8 * (i / 2), col = 2 * t + i % 2;
+        double acc = C[row][col];
+        for (int k = 0; k < 16; k++) acc += (double)A[row][k] * B[k][col];
+        d[i] = (float)acc;
+    }
+}
+static inline void mt_ldmatrix_x4(unsigned r[4], const void *p) {
+    using namespace mt_emu;
+    uint64_t rows[WARP];
+    gather((uint64_t)(uintptr_t)p, rows);
+    int g = L.cur % WARP / 4, t = L.cur % 4;
+    for (int j = 0; j < 4; j++) memcpy(&r[j], (const char *)(uintptr_t)rows[8 * j + g] + 4 * t, 4);
+}
+static inline void mt_ldmatrix_x4_trans(unsigned r[4], const void *p) {
+    using namespace mt_emu;
+    uint64_t rows[WARP];
+    gather((uint64_t)(uintptr_t)p, rows);
+    int g = L.cur % WARP / 4, t = L.cur % 4;
+    for (int j = 0; j < 4; j++) {
+        uint16_t lo, hi;
+        memcpy(&lo, (const char *)(uintptr_t)rows[8 * j + 2 * t] + 2 * g, 2);
+        memcpy(&hi, (const char *)(uintptr_t)rows[8 * j + 2 * t + 1] + 2 * g, 2);
+        r[j] = (unsigned)lo | (unsigned)hi << 16;
+    }
+}
+// The copy happens at once: a missing wait goes unseen here (README).
+static inline void mt_cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
+static inline void mt_cp_async_commit() {}
+template <int N> static inline void mt_cp_async_wait() {}
 
 // The kernel table a harness appends after the translation unit, and the
 // one entry point it exports:

@@ -1,9 +1,14 @@
 // emu_check: mtc's generated CUDA C run on the CPU emulation of CUDA
 // (tests/emu/cuda_emu.h), checked as tests/gpu/gpu_check checks it on a GPU,
-// with the same tolerances. No GPU, no NVRTC.
+// with the same tolerances. No GPU; NVRTC only to compile the tensor-core
+// wrappers.
 //
 //   emu_check CXX EMU_DIR WORK_DIR MODEL.mt...
 //
+// 0. The tensor-core and cp.async wrappers of compiler/cuda/mma.cuh, over
+//    every lane's fragment (tests/emu/mma_test.cuh), against a plain matrix
+//    product and the PTX ISA's layouts; the same kernels compile with NVRTC
+//    for sm_80 and sm_90.
 // 1. Flash attention (compiler/cuda/attention.cuh) against its plain
 //    reference (attention_ref.cuh), both run on the emulation: forward y,
 //    backward dq, dk, dv on random inputs; causal and not, grouped-query,
@@ -30,6 +35,7 @@
 #include "../../compiler/emit_cuda.h"
 #include "../../compiler/fuse.h"
 #include "../../common/graph.h"
+#include "../../compiler/nvrtc.h"
 #include "../../compiler/passes.h"
 #include "../kir_eval.h"
 
@@ -258,6 +264,91 @@ static void check_attention(void) {
     }
 }
 
+// ---------------------------------------------------------------- 0. tensor-core wrappers
+
+enum { MMA_WARPS = 6 }; // three blocks of two warps
+
+// compiler/cuda/mma.cuh's wrappers driven over every lane by
+// tests/emu/mma_test.cuh: mma against a plain product in double (relative
+// error 1e-6: one fp32 rounding), ldmatrix (after cp.async) bit for bit
+// against the PTX ISA's layouts. The same translation unit must compile with
+// NVRTC for sm_80 and sm_90, warnings included.
+static void check_mma(void) {
+    char path[1024], *test;
+    size_t tlen;
+    snprintf(path, sizeof path, "%s/mma_test.cuh", emu_dir);
+    if (io_read_file(path, &test, &tlen) != 0) {
+        printf("FAIL cannot read %s\n", path);
+        failures++;
+        return;
+    }
+    size_t cap = mt_cuda_prelude_len + mt_cuda_mma_len + tlen + 16;
+    char *src = malloc(cap);
+    snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_mma, test);
+    free(test);
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int i = 0; i < 2; i++) {
+        CudaBinary bin;
+        char err[8192];
+        if (nvrtc_compile(src, "mma_test.cu", archs[i], NULL, 0, &bin, err, sizeof err) != 0) {
+            printf("FAIL the tensor-core wrappers do not compile with NVRTC for %s:\n%s\n", archs[i], err);
+            failures++;
+        } else {
+            printf("tensor-core wrappers: NVRTC %s ok (%.1f s)\n", archs[i], bin.seconds);
+            nvrtc_binary_free(&bin);
+        }
+    }
+    char names[2][80] = {"mt_test_mma", "mt_test_ldmatrix"};
+    LaunchFn fn = build("mma-test", src, names, 2);
+    free(src);
+    if (!fn) {
+        failures++;
+        return;
+    }
+    // mma: A (w, 16, 16), B (w, 16, 8) bf16; C, D (w, 16, 8) fp32
+    uint16_t *A = malloc(2 * 256 * MMA_WARPS), *B = malloc(2 * 128 * MMA_WARPS);
+    float *C = malloc(4 * 128 * MMA_WARPS), *D = poisoned(4 * 128 * MMA_WARPS);
+    for (int i = 0; i < 256 * MMA_WARPS; i++) A[i] = to_bf16(frand());
+    for (int i = 0; i < 128 * MMA_WARPS; i++) B[i] = to_bf16(frand()), C[i] = frand();
+    void *a_mma[] = {&D, &A, &B, &C};
+    launch(fn, "mt_test_mma", MMA_WARPS / 2, 1, 1, 64, 0, a_mma);
+    double worst = 0;
+    for (int w = 0; w < MMA_WARPS; w++)
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 8; c++) {
+                double want = C[w * 128 + r * 8 + c];
+                for (int k = 0; k < 16; k++)
+                    want += (double)from_bf16(A[w * 256 + r * 16 + k]) * from_bf16(B[w * 128 + k * 8 + c]);
+                double e = fabs(D[w * 128 + r * 8 + c] - want) / fmax(fabs(want), 1e-3);
+                if (!(e <= worst)) worst = e;
+            }
+    printf("mma.m16n8k16 bf16 against a plain product, %d warps: max rel err %.2e %s\n", MMA_WARPS, worst,
+           worst <= 1e-6 ? "ok" : "FAIL");
+    if (!(worst <= 1e-6)) failures++;
+
+    // ldmatrix: M (w, 4, 8, 8) bf16 -> out (w, 32, 8) registers
+    uint16_t *M = malloc(2 * 256 * MMA_WARPS);
+    uint32_t *out = (uint32_t *)poisoned(4 * 256 * MMA_WARPS);
+    for (int i = 0; i < 256 * MMA_WARPS; i++) M[i] = (uint16_t)(i * 2654435761u >> 7);
+    void *a_ld[] = {&out, &M};
+    launch(fn, "mt_test_ldmatrix", MMA_WARPS / 2, 1, 1, 64, 0, a_ld);
+    int bad = 0;
+    for (int w = 0; w < MMA_WARPS; w++)
+        for (int l = 0; l < 32; l++)
+            for (int j = 0; j < 4; j++) {
+                const uint16_t *m = M + w * 256 + j * 64;
+                int g = l / 4, t = l % 4;
+                uint32_t plain = m[g * 8 + 2 * t] | (uint32_t)m[g * 8 + 2 * t + 1] << 16;
+                uint32_t trans = m[2 * t * 8 + g] | (uint32_t)m[(2 * t + 1) * 8 + g] << 16;
+                bad += out[(w * 32 + l) * 8 + j] != plain;
+                bad += out[(w * 32 + l) * 8 + 4 + j] != trans;
+            }
+    printf("ldmatrix.x4 and .x4.trans after cp.async, %d warps: %d registers wrong %s\n", MMA_WARPS, bad,
+           bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(A), free(B), free(C), free(D), free(M), free(out);
+}
+
 // ---------------------------------------------------------------- 2. fused kernels
 
 static void check_model(const char *path) {
@@ -370,6 +461,7 @@ int main(int argc, char **argv) {
         return 2;
     }
     cxx = argv[1], emu_dir = argv[2], work_dir = argv[3];
+    check_mma();
     check_attention();
     for (int i = 4; i < argc; i++) check_model(argv[i]);
     printf("%s\n", failures ? "FAILED" : "ok");
