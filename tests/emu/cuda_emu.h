@@ -59,6 +59,7 @@ static inline float4 make_float4(float a, float b, float c, float d) { return {a
 static inline float2 make_float2(float a, float b) { return {a, b}; }
 static inline int4 make_int4(int a, int b, int c, int d) { return {a, b, c, d}; }
 static inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
+static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 
 // bit casts
 static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }

@@ -136,6 +136,13 @@ static const AttnCase CASES[] = {
     {1, 50, 4, 2, 128, 1, 1},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
+// the tensor-core forward (attention_tc.cuh, bf16): GQA 1, 4, 8; D 64, 128;
+// causal and not; lengths no multiple of 16 or 64
+static const AttnCase TC_CASES[] = {
+    {1, 77, 4, 4, 64, 1, 1},  {2, 50, 4, 1, 64, 0, 1},  {1, 150, 8, 1, 64, 1, 1},  {1, 93, 8, 2, 128, 0, 1},
+    {1, 130, 4, 4, 128, 1, 1}, {1, 35, 8, 1, 128, 1, 1}, {1, 1, 4, 1, 64, 0, 1},
+};
+enum { NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
 // The storage-typed copy of n floats: themselves, or bf16.
 static void *storage(const float *x, long n, int bf16) {
@@ -223,12 +230,65 @@ static double attn_case(LaunchFn fn, const AttnCase *c) {
     return worst;
 }
 
+// The tensor-core forward against the reference on random inputs: the worst
+// relative error of y; *lse_err: of lse against a host computation in double.
+static double attn_tc_case(LaunchFn fn, const AttnCase *c, double *lse_err) {
+    long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
+    long nrow = (long)c->B * c->H * c->T;
+    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk);
+    for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(frand()));
+    for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(frand())), v[i] = from_bf16(to_bf16(frand()));
+    void *Q = storage(q, nq, 1), *K = storage(k, nk, 1), *V = storage(v, nk, 1);
+    uint16_t *Y = (uint16_t *)poisoned(2 * (size_t)nq);
+    float *LSE = poisoned(4 * (size_t)nrow), *P = poisoned(4 * (size_t)nrow * c->T), *rY = poisoned(4 * (size_t)nq);
+    char name[48], sym[80];
+    attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
+    snprintf(sym, sizeof sym, "mt_attn_tc_fwd_%s", name);
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    launch(fn, sym, (unsigned)((T + ATTN_TC_BQ - 1) / ATTN_TC_BQ), (unsigned)H, (unsigned)B, ATTN_TC_THREADS,
+           attn_tc_smem_fwd(D), a_fwd);
+    void *r_probs[] = {&P, &q, &k, &B, &T, &H, &KVH, &D, &causal};
+    void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
+    unsigned rb = 128;
+    launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+    launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
+    float *y = malloc(4 * (size_t)nq);
+    for (long i = 0; i < nq; i++) y[i] = from_bf16(Y[i]);
+    double e = max_rel(y, rY, (size_t)nq, 1e-1);
+    // lse = log sum_j exp(q.k_j / sqrt(D)) over the visible keys
+    double le = 0;
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qr = q + ((long)(b * T + t) * H + h) * D;
+                double mx = -INFINITY, sum = 0, sc[1024];
+                int nj = causal ? t + 1 : T;
+                for (int j = 0; j < nj; j++) {
+                    const float *kr = k + ((long)(b * T + j) * KVH + h / (H / KVH)) * D;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+                    sc[j] = dot / sqrt((double)D), mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < nj; j++) sum += exp(sc[j] - mx);
+                double want = mx + log(sum), got = LSE[((long)b * H + h) * T + t];
+                double d = fabs(got - want) / fmax(fabs(want), 1e-1);
+                if (!(d <= le)) le = d;
+            }
+    *lse_err = le;
+    void *all[] = {q, k, v, Q, K, V, Y, LSE, P, rY, y};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    return e;
+}
+
 static void check_attention(void) {
     // one translation unit: prelude, template, reference, every variant used here
-    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + 4096;
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + mt_cuda_mma_len +
+                 mt_cuda_attention_tc_len + 8192;
     char *src = malloc(cap);
-    int n = snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref);
-    char names[3 * NCASES + 5][80], seen[NCASES][48];
+    int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref,
+                     mt_cuda_mma, mt_cuda_attention_tc);
+    char names[3 * NCASES + NTC + 5][80], seen[NCASES + NTC][64];
     int nnames = 0, nseen = 0;
     const char *refs[] = {"mt_ref_attn_probs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
                           "mt_ref_attn_dkdv"};
@@ -240,12 +300,25 @@ static void check_attention(void) {
         int dup = 0;
         for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], name);
         if (dup) continue;
-        snprintf(seen[nseen++], 48, "%s", name);
+        snprintf(seen[nseen++], 64, "%s", name);
         n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", c->bf16 ? "bf16" : "float",
                       c->D, c->causal ? "true" : "false", name);
         snprintf(names[nnames++], 80, "mt_attn_fwd_%s", name);
         snprintf(names[nnames++], 80, "mt_attn_bwd_dq_%s", name);
         snprintf(names[nnames++], 80, "mt_attn_bwd_dkdv_%s", name);
+    }
+    for (int i = 0; i < NTC; i++) {
+        const AttnCase *c = &TC_CASES[i];
+        char name[48], tcname[64];
+        attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
+        snprintf(tcname, sizeof tcname, "tc_%s", name);
+        int dup = 0;
+        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], tcname);
+        if (dup) continue;
+        snprintf(seen[nseen++], 64, "%s", tcname);
+        n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", c->D,
+                      c->causal ? "true" : "false", name);
+        snprintf(names[nnames++], 80, "mt_attn_tc_fwd_%s", name);
     }
     LaunchFn fn = build("flash-attention", src, names, nnames);
     free(src);
@@ -261,6 +334,16 @@ static void check_attention(void) {
                  c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
         printf("%-52s max rel err %.2e %s (%.1f s)\n", what, e, e <= tol ? "ok" : "FAIL", seconds() - t0);
         if (!(e <= tol)) failures++;
+    }
+    for (int i = 0; i < NTC; i++) {
+        const AttnCase *c = &TC_CASES[i];
+        double t0 = seconds(), le = 0, e = attn_tc_case(fn, c, &le);
+        char what[96];
+        snprintf(what, sizeof what, "tensor-core attention fwd B%d T%d H%d/%d D%d %s", c->B, c->T, c->H, c->KVH, c->D,
+                 c->causal ? "causal" : "full");
+        int ok = e <= 3e-2 && le <= 1e-3;
+        printf("%-52s max rel err y %.2e lse %.2e %s (%.1f s)\n", what, e, le, ok ? "ok" : "FAIL", seconds() - t0);
+        if (!ok) failures++;
     }
 }
 
