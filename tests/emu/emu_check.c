@@ -555,13 +555,16 @@ static void check_model(const char *path) {
         const KirKernel *k = &prog.parts[in->part].k[in->index];
         HostArg *h = calloc((size_t)k->nargs, sizeof *h);
         kir_fill_args(k, h, frand);
-        // the emulation's copies: the data itself, KA_ACC64 scratch zeroed
+        // the emulation's copies: the data itself, accumulators zeroed, f32
+        // outputs that are not read NaN (an element no thread writes shows)
         void **d = calloc((size_t)k->nargs, sizeof *d), **params = calloc((size_t)k->nargs, sizeof *params);
         for (int i = 0; i < k->nargs; i++) {
             const KirArg *a = &k->args[i];
             size_t bytes = (size_t)a->numel * (a->access & KA_ACC64 ? 8 : 4);
             d[i] = calloc(1, bytes + 8);
             if (!(a->access & KA_ACC64)) memcpy(d[i], h[i].f ? (void *)h[i].f : (void *)h[i].i, bytes);
+            if (a->dtype == KT_F32 && (a->access & KA_WRITE) && !(a->access & (KA_READ | KA_ACC32 | KA_ACC64)))
+                memset(d[i], 0xff, bytes);
             params[i] = &d[i];
         }
         // the finish kernel's (dst, scratch) pairs
