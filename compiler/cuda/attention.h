@@ -23,6 +23,15 @@ static inline size_t attn_smem_max(int D) {
     size_t a = attn_smem_fwd(D), b = attn_smem_dq(D), c = attn_smem_dkdv(D);
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
+// The tensor-core kernels of attention_tc.cuh (bf16 storage, D 64 or 128):
+// grids of ceil(T/64) blocks by H (fwd, bwd_dq) or KVH (bwd_dkdv) by B, 128
+// threads; tiles of 64 rows of D + 8 bf16 in shared memory.
+enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BK = 64 };
+static inline size_t attn_tc_smem_fwd(int D) { return 2 * (size_t)(ATTN_TC_BQ + 2 * ATTN_TC_BK) * (size_t)(D + 8); }
+static inline size_t attn_tc_smem_dq(int D) { return 2 * (size_t)(2 * ATTN_TC_BQ + 2 * ATTN_TC_BK) * (size_t)(D + 8); }
+static inline size_t attn_tc_smem_dkdv(int D) { return attn_tc_smem_dq(D) + 2 * 4 * (size_t)ATTN_TC_BQ; }
+static inline int attn_tc_ok(int bf16, int D) { return bf16 && (D == 64 || D == 128); }
+
 // The backward's fp32 workspace: lse then delta, each [B, H, T].
 static inline size_t attn_workspace_bytes(long B, long T, long H) { return 2 * 4 * (size_t)(B * H * T); }
 

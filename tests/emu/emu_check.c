@@ -1,0 +1,632 @@
+// emu_check: mtc's generated CUDA C run on the CPU emulation of CUDA
+// (tests/emu/cuda_emu.h), checked as tests/gpu/gpu_check checks it on a GPU,
+// with the same tolerances. No GPU; NVRTC only to compile the tensor-core
+// wrappers.
+//
+//   emu_check CXX EMU_DIR WORK_DIR            (0 and 1 below)
+//   emu_check CXX EMU_DIR WORK_DIR MODEL.mt...  (2 below)
+//
+// 0. The tensor-core and cp.async wrappers of compiler/cuda/mma.cuh, over
+//    every lane's fragment (tests/emu/mma_test.cuh), against a plain matrix
+//    product and the PTX ISA's layouts; the same kernels compile with NVRTC
+//    for sm_80 and sm_90.
+// 1. Flash attention (compiler/cuda/attention.cuh) against its plain
+//    reference (attention_ref.cuh), both run on the emulation: forward y,
+//    backward dq, dk, dv on random inputs; causal and not, grouped-query,
+//    head sizes 16, 64, 128, lengths no multiple of the tiles, f32 (relative
+//    error 2e-4) and bf16 storage (3e-2), the backward recomputing lse and
+//    taking the forward's. Then the tensor-core version (attention_tc.cuh:
+//    bf16; D 64 and 128; GQA 1, 4, 8): the same, within 3e-2, and its lse
+//    within 1e-3 of a computation in double.
+// 2. Each model's translation unit as cuda_emit writes it (the model's own
+//    batch and seq, f32, f64 arithmetic kept in double): every fused
+//    expression kernel launched with random inputs and compared with the
+//    kernel IR interpreter (tests/kir_eval.c; relative error 1e-4).
+// Each translation unit is compiled with CXX into WORK_DIR/NAME.so and loaded
+// with dlopen. Exit status 0 only when every check passed.
+//
+//   emu_check --nvrtc
+//
+// compiles the tensor-core attention (compiler/cuda/attention_tc.cuh), every
+// head size and mask, with NVRTC for sm_80 and sm_90 instead.
+#include <dlfcn.h>
+#include <math.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../../common/io.h"
+#include "../../compiler/cuda/attention.h"
+#include "../../compiler/cuda/sources.h"
+#include "../../compiler/emit_cuda.h"
+#include "../../compiler/fuse.h"
+#include "../../common/graph.h"
+#include "../../compiler/nvrtc.h"
+#include "../../compiler/passes.h"
+#include "../kir_eval.h"
+
+typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
+                        void **args);
+
+static const char *cxx, *emu_dir, *work_dir;
+static int failures;
+
+static uint64_t rng = 0x9e3779b97f4a7c15ull;
+static float frand(void) { // uniform in [-1, 1)
+    rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+    return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
+}
+static uint16_t to_bf16(float f) { // round to nearest even, as the prelude
+    uint32_t u;
+    memcpy(&u, &f, 4);
+    u += 0x7fffu + ((u >> 16) & 1u);
+    return (uint16_t)(u >> 16);
+}
+static float from_bf16(uint16_t b) {
+    uint32_t u = (uint32_t)b << 16;
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+// max |a - b| / max(|b|, floor) over n values
+static double max_rel(const float *a, const float *b, size_t n, double floor) {
+    double m = 0;
+    for (size_t i = 0; i < n; i++) {
+        double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
+        if (!(d <= m)) m = d; // NaN sticks
+    }
+    return m;
+}
+static double seconds(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// Compiles the translation unit `text` for the emulation, with a kernel
+// table of `names`, into WORK_DIR/NAME.so; returns its mt_emu_launch, or NULL
+// after a message. The one rewrite: `extern __shared__` becomes `extern`
+// (cuda_emu.h's mt_smem).
+static LaunchFn build(const char *name, const char *text, char (*names)[80], int nnames) {
+    char cu[1024], so[1024], cmd[4096];
+    snprintf(cu, sizeof cu, "%s/%s.cu", work_dir, name);
+    snprintf(so, sizeof so, "%s/%s.so", work_dir, name);
+    FILE *f = fopen(cu, "w");
+    if (!f) {
+        printf("FAIL cannot write %s\n", cu);
+        return NULL;
+    }
+    fprintf(f, "#include \"cuda_emu.h\"\n");
+    const char *key = "extern __shared__", *p = text, *hit;
+    while ((hit = strstr(p, key))) {
+        fwrite(p, 1, (size_t)(hit - p), f);
+        fputs("extern", f);
+        p = hit + strlen(key);
+    }
+    fputs(p, f);
+    fprintf(f, "\nMT_EMU_KERNELS_BEGIN\n");
+    for (int i = 0; i < nnames; i++) fprintf(f, "MT_EMU_KERNEL(%s)\n", names[i]);
+    fprintf(f, "MT_EMU_KERNELS_END\n");
+    fclose(f);
+    snprintf(cmd, sizeof cmd, "%s -x c++ -std=c++17 -O1 -fPIC -shared -w -I'%s' '%s' -o '%s'", cxx, emu_dir, cu, so);
+    double t0 = seconds();
+    if (system(cmd) != 0) {
+        printf("FAIL %s does not compile for the emulation: %s\n", name, cmd);
+        return NULL;
+    }
+    printf("%s: compiled for the emulation in %.1f s\n", name, seconds() - t0);
+    void *h = dlopen(so, RTLD_NOW | RTLD_LOCAL);
+    LaunchFn fn = h ? (LaunchFn)(uintptr_t)dlsym(h, "mt_emu_launch") : NULL;
+    if (!fn) printf("FAIL cannot load %s: %s\n", so, dlerror());
+    return fn;
+}
+
+static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
+                   void **args) {
+    int rc = fn(name, gx, gy, gz, block, smem, args);
+    if (rc != 0) {
+        printf("FAIL launch of %s: %s\n", name, rc == -2 ? "not in the kernel table" : "bad geometry");
+        failures++;
+    }
+}
+
+// ---------------------------------------------------------------- 1. attention
+
+typedef struct AttnCase {
+    int B, T, H, KVH, D, causal, bf16;
+} AttnCase;
+
+static const AttnCase CASES[] = {
+    {1, 1, 1, 1, 16, 1, 0},    {2, 37, 4, 2, 16, 1, 0},   {2, 37, 4, 2, 16, 0, 0}, {1, 100, 8, 2, 64, 1, 0},
+    {1, 70, 4, 4, 64, 0, 0},   {1, 67, 4, 1, 128, 1, 0},  {1, 40, 2, 2, 128, 0, 0}, {1, 77, 4, 2, 64, 1, 1},
+    {1, 50, 4, 2, 128, 1, 1},
+};
+enum { NCASES = sizeof CASES / sizeof CASES[0] };
+// the tensor-core forward (attention_tc.cuh, bf16): GQA 1, 4, 8; D 64, 128;
+// causal and not; lengths no multiple of 16 or 64
+static const AttnCase TC_CASES[] = {
+    {1, 77, 4, 4, 64, 1, 1},  {2, 50, 4, 1, 64, 0, 1},   {1, 70, 8, 1, 64, 1, 1}, {1, 45, 8, 2, 128, 0, 1},
+    {1, 35, 8, 1, 128, 1, 1}, {1, 66, 4, 4, 128, 1, 1}, {1, 1, 4, 1, 64, 0, 1},
+};
+enum { NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
+
+// The storage-typed copy of n floats: themselves, or bf16.
+static void *storage(const float *x, long n, int bf16) {
+    if (!bf16) {
+        float *o = malloc(4 * (size_t)n + 4);
+        memcpy(o, x, 4 * (size_t)n);
+        return o;
+    }
+    uint16_t *o = malloc(2 * (size_t)n + 2);
+    for (long i = 0; i < n; i++) o[i] = to_bf16(x[i]);
+    return o;
+}
+static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writes shows
+    float *p = malloc(bytes + 4);
+    memset(p, 0xff, bytes + 4);
+    return p;
+}
+
+// Flash forward and backward and the reference on random inputs; the worst
+// relative error of y, dq, dk, dv.
+static double attn_case(LaunchFn fn, const AttnCase *c) {
+    long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
+    long nrow = (long)c->B * c->H * c->T;
+    size_t es = c->bf16 ? 2 : 4;
+    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk),
+          *dy = malloc(4 * (size_t)nq);
+    for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
+    for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
+    if (c->bf16) { // the reference sees exactly what the bf16 kernel reads
+        for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(q[i])), dy[i] = from_bf16(to_bf16(dy[i]));
+        for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(k[i])), v[i] = from_bf16(to_bf16(v[i]));
+    }
+    void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nk, c->bf16),
+         *DY = storage(dy, nq, c->bf16);
+    void *Y = poisoned(es * (size_t)nq), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
+         *DV = poisoned(es * (size_t)nk);
+    float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
+    float *P = poisoned(4 * (size_t)nrow * c->T), *DS = poisoned(4 * (size_t)nrow * c->T);
+    float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
+          *rDV = poisoned(4 * (size_t)nk);
+
+    char name[48], sym[3][80];
+    attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+    snprintf(sym[0], sizeof sym[0], "mt_attn_fwd_%s", name);
+    snprintf(sym[1], sizeof sym[1], "mt_attn_bwd_dq_%s", name);
+    snprintf(sym[2], sizeof sym[2], "mt_attn_bwd_dkdv_%s", name);
+    void *nul = NULL;
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
+    unsigned gq = (unsigned)((T + ATTN_BQ - 1) / ATTN_BQ), gk = (unsigned)((T + ATTN_BK - 1) / ATTN_BK);
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
+    void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    launch(fn, sym[0], gq, (unsigned)H, (unsigned)B, ATTN_THREADS, attn_smem_fwd(D), a_fwd);
+    launch(fn, sym[1], gq, (unsigned)H, (unsigned)B, ATTN_THREADS, attn_smem_dq(D), a_dq);
+    launch(fn, sym[2], gk, (unsigned)KVH, (unsigned)B, ATTN_THREADS, attn_smem_dkdv(D), a_dkdv);
+    void *r_probs[] = {&P, &q, &k, &B, &T, &H, &KVH, &D, &causal};
+    void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
+    void *r_ds[] = {&DS, &P, &dy, &v, &B, &T, &H, &KVH, &D};
+    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D};
+    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D};
+    unsigned rb = 128;
+    launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+    launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
+    launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
+    launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
+    launch(fn, "mt_ref_attn_dkdv", (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
+
+    // compare in fp32 (bf16 outputs widened)
+    double worst = 0;
+    void *got[4] = {Y, DQ, DK, DV};
+    float *want[4] = {rY, rDQ, rDK, rDV};
+    long cnt[4] = {nq, nq, nk, nk};
+    float *a = malloc(4 * (size_t)nq);
+    for (int i = 0; i < 4; i++) {
+        if (c->bf16)
+            for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(((uint16_t *)got[i])[j]);
+        else memcpy(a, got[i], 4 * (size_t)cnt[i]);
+        double e = max_rel(a, want[i], (size_t)cnt[i], 1e-1);
+        if (!(e <= worst)) worst = e;
+    }
+    void *all[] = {a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, DS, rY, rDQ, rDK, rDV};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    return worst;
+}
+
+// The tensor-core kernels against the reference on random inputs: the worst
+// relative error of y, dq, dk, dv, each in err[0..3], and in err[4] that of
+// lse against a host computation in double.
+static double attn_tc_case(LaunchFn fn, const AttnCase *c, double err[5]) {
+    long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
+    long nrow = (long)c->B * c->H * c->T;
+    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk),
+          *dy = malloc(4 * (size_t)nq);
+    for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(frand())), dy[i] = from_bf16(to_bf16(frand()));
+    for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(frand())), v[i] = from_bf16(to_bf16(frand()));
+    void *Q = storage(q, nq, 1), *K = storage(k, nk, 1), *V = storage(v, nk, 1), *DY = storage(dy, nq, 1);
+    void *Y = poisoned(2 * (size_t)nq), *DQ = poisoned(2 * (size_t)nq), *DK = poisoned(2 * (size_t)nk),
+         *DV = poisoned(2 * (size_t)nk);
+    float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
+    float *P = poisoned(4 * (size_t)nrow * c->T), *DS = poisoned(4 * (size_t)nrow * c->T);
+    float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
+          *rDV = poisoned(4 * (size_t)nk);
+    char name[48], sym[3][80];
+    attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
+    snprintf(sym[0], sizeof sym[0], "mt_attn_tc_fwd_%s", name);
+    snprintf(sym[1], sizeof sym[1], "mt_attn_tc_bwd_dq_%s", name);
+    snprintf(sym[2], sizeof sym[2], "mt_attn_tc_bwd_dkdv_%s", name);
+    void *nul = NULL;
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
+    unsigned gt = (unsigned)((T + ATTN_TC_BQ - 1) / ATTN_TC_BQ);
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
+    void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    launch(fn, sym[0], gt, (unsigned)H, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_fwd(D), a_fwd);
+    launch(fn, sym[1], gt, (unsigned)H, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_dq(D), a_dq);
+    launch(fn, sym[2], gt, (unsigned)KVH, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_dkdv(D), a_dkdv);
+    void *r_probs[] = {&P, &q, &k, &B, &T, &H, &KVH, &D, &causal};
+    void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
+    void *r_ds[] = {&DS, &P, &dy, &v, &B, &T, &H, &KVH, &D};
+    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D};
+    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D};
+    unsigned rb = 128;
+    launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+    launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
+    launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
+    launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
+    launch(fn, "mt_ref_attn_dkdv", (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
+    double worst = 0;
+    void *got[4] = {Y, DQ, DK, DV};
+    float *want[4] = {rY, rDQ, rDK, rDV}, *a = malloc(4 * (size_t)nq);
+    long cnt[4] = {nq, nq, nk, nk};
+    for (int i = 0; i < 4; i++) {
+        for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(((uint16_t *)got[i])[j]);
+        err[i] = max_rel(a, want[i], (size_t)cnt[i], 1e-1);
+        if (!(err[i] <= worst)) worst = err[i];
+    }
+    // lse = log sum_j exp(q.k_j / sqrt(D)) over the visible keys
+    double le = 0;
+    double *sc = malloc(8 * (size_t)T);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const float *qr = q + ((long)(b * T + t) * H + h) * D;
+                double mx = -INFINITY, sum = 0;
+                int nj = causal ? t + 1 : T;
+                for (int j = 0; j < nj; j++) {
+                    const float *kr = k + ((long)(b * T + j) * KVH + h / (H / KVH)) * D;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+                    sc[j] = dot / sqrt((double)D), mx = fmax(mx, sc[j]);
+                }
+                for (int j = 0; j < nj; j++) sum += exp(sc[j] - mx);
+                double want_l = mx + log(sum), got_l = LSE[((long)b * H + h) * T + t];
+                double d = fabs(got_l - want_l) / fmax(fabs(want_l), 1e-1);
+                if (!(d <= le)) le = d;
+            }
+    err[4] = le;
+    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, DS, rY, rDQ, rDK, rDV};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
+    return worst;
+}
+
+static void check_attention(void) {
+    // one translation unit: prelude, template, reference, every variant used here
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + mt_cuda_mma_len +
+                 mt_cuda_attention_tc_len + 8192;
+    char *src = malloc(cap);
+    int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref,
+                     mt_cuda_mma, mt_cuda_attention_tc);
+    char names[3 * (NCASES + NTC) + 5][80], seen[NCASES + NTC][64];
+    int nnames = 0, nseen = 0;
+    const char *refs[] = {"mt_ref_attn_probs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
+                          "mt_ref_attn_dkdv"};
+    for (int i = 0; i < 5; i++) snprintf(names[nnames++], 80, "%s", refs[i]);
+    for (int i = 0; i < NCASES; i++) {
+        const AttnCase *c = &CASES[i];
+        char name[48];
+        attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+        int dup = 0;
+        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], name);
+        if (dup) continue;
+        snprintf(seen[nseen++], 64, "%s", name);
+        n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", c->bf16 ? "bf16" : "float",
+                      c->D, c->causal ? "true" : "false", name);
+        snprintf(names[nnames++], 80, "mt_attn_fwd_%s", name);
+        snprintf(names[nnames++], 80, "mt_attn_bwd_dq_%s", name);
+        snprintf(names[nnames++], 80, "mt_attn_bwd_dkdv_%s", name);
+    }
+    for (int i = 0; i < NTC; i++) {
+        const AttnCase *c = &TC_CASES[i];
+        char name[48], tcname[64];
+        attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
+        snprintf(tcname, sizeof tcname, "tc_%s", name);
+        int dup = 0;
+        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], tcname);
+        if (dup) continue;
+        snprintf(seen[nseen++], 64, "%s", tcname);
+        n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", c->D,
+                      c->causal ? "true" : "false", name);
+        snprintf(names[nnames++], 80, "mt_attn_tc_fwd_%s", name);
+        snprintf(names[nnames++], 80, "mt_attn_tc_bwd_dq_%s", name);
+        snprintf(names[nnames++], 80, "mt_attn_tc_bwd_dkdv_%s", name);
+    }
+    LaunchFn fn = build("flash-attention", src, names, nnames);
+    free(src);
+    if (!fn) {
+        failures++;
+        return;
+    }
+    for (int i = 0; i < NCASES; i++) {
+        const AttnCase *c = &CASES[i];
+        double t0 = seconds(), e = attn_case(fn, c), tol = c->bf16 ? 3e-2 : 2e-4;
+        char what[96];
+        snprintf(what, sizeof what, "attention B%d T%d H%d/%d D%d %s %s", c->B, c->T, c->H, c->KVH, c->D,
+                 c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
+        printf("%-52s max rel err %.2e %s (%.1f s)\n", what, e, e <= tol ? "ok" : "FAIL", seconds() - t0);
+        if (!(e <= tol)) failures++;
+    }
+    for (int i = 0; i < NTC; i++) {
+        const AttnCase *c = &TC_CASES[i];
+        double err[5], t0 = seconds(), e = attn_tc_case(fn, c, err);
+        char what[96];
+        snprintf(what, sizeof what, "tensor-core attention B%d T%d H%d/%d D%d %s", c->B, c->T, c->H, c->KVH, c->D,
+                 c->causal ? "causal" : "full");
+        int ok = e <= 3e-2 && err[4] <= 1e-3;
+        printf("%-52s max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s (%.1f s)\n", what, e, err[0],
+               err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
+        if (!ok) failures++;
+    }
+}
+
+// ---------------------------------------------------------------- 0. tensor-core wrappers
+
+enum { MMA_WARPS = 6 }; // three blocks of two warps
+
+// compiler/cuda/mma.cuh's wrappers driven over every lane by
+// tests/emu/mma_test.cuh: mma against a plain product in double (relative
+// error 1e-6: one fp32 rounding), ldmatrix (after cp.async) bit for bit
+// against the PTX ISA's layouts. The same translation unit must compile with
+// NVRTC for sm_80 and sm_90, warnings included.
+static void check_mma(void) {
+    char path[1024], *test;
+    size_t tlen;
+    snprintf(path, sizeof path, "%s/mma_test.cuh", emu_dir);
+    if (io_read_file(path, &test, &tlen) != 0) {
+        printf("FAIL cannot read %s\n", path);
+        failures++;
+        return;
+    }
+    size_t cap = mt_cuda_prelude_len + mt_cuda_mma_len + tlen + 16;
+    char *src = malloc(cap);
+    snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_mma, test);
+    free(test);
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int i = 0; i < 2; i++) {
+        CudaBinary bin;
+        char err[8192];
+        if (nvrtc_compile(src, "mma_test.cu", archs[i], NULL, 0, &bin, err, sizeof err) != 0) {
+            printf("FAIL the tensor-core wrappers do not compile with NVRTC for %s:\n%s\n", archs[i], err);
+            failures++;
+        } else {
+            printf("tensor-core wrappers: NVRTC %s ok (%.1f s)\n", archs[i], bin.seconds);
+            nvrtc_binary_free(&bin);
+        }
+    }
+    char names[2][80] = {"mt_test_mma", "mt_test_ldmatrix"};
+    LaunchFn fn = build("mma-test", src, names, 2);
+    free(src);
+    if (!fn) {
+        failures++;
+        return;
+    }
+    // mma: A (w, 16, 16), B (w, 16, 8) bf16; C, D (w, 16, 8) fp32
+    uint16_t *A = malloc(2 * 256 * MMA_WARPS), *B = malloc(2 * 128 * MMA_WARPS);
+    float *C = malloc(4 * 128 * MMA_WARPS), *D = poisoned(4 * 128 * MMA_WARPS);
+    for (int i = 0; i < 256 * MMA_WARPS; i++) A[i] = to_bf16(frand());
+    for (int i = 0; i < 128 * MMA_WARPS; i++) B[i] = to_bf16(frand()), C[i] = frand();
+    void *a_mma[] = {&D, &A, &B, &C};
+    launch(fn, "mt_test_mma", MMA_WARPS / 2, 1, 1, 64, 0, a_mma);
+    double worst = 0;
+    for (int w = 0; w < MMA_WARPS; w++)
+        for (int r = 0; r < 16; r++)
+            for (int c = 0; c < 8; c++) {
+                double want = C[w * 128 + r * 8 + c];
+                for (int k = 0; k < 16; k++)
+                    want += (double)from_bf16(A[w * 256 + r * 16 + k]) * from_bf16(B[w * 128 + k * 8 + c]);
+                double e = fabs(D[w * 128 + r * 8 + c] - want) / fmax(fabs(want), 1e-3);
+                if (!(e <= worst)) worst = e;
+            }
+    printf("mma.m16n8k16 bf16 against a plain product, %d warps: max rel err %.2e %s\n", MMA_WARPS, worst,
+           worst <= 1e-6 ? "ok" : "FAIL");
+    if (!(worst <= 1e-6)) failures++;
+
+    // ldmatrix: M (w, 4, 8, 8) bf16 -> out (w, 32, 8) registers
+    uint16_t *M = malloc(2 * 256 * MMA_WARPS);
+    uint32_t *out = (uint32_t *)poisoned(4 * 256 * MMA_WARPS);
+    for (int i = 0; i < 256 * MMA_WARPS; i++) M[i] = (uint16_t)(i * 2654435761u >> 7);
+    void *a_ld[] = {&out, &M};
+    launch(fn, "mt_test_ldmatrix", MMA_WARPS / 2, 1, 1, 64, 0, a_ld);
+    int bad = 0;
+    for (int w = 0; w < MMA_WARPS; w++)
+        for (int l = 0; l < 32; l++)
+            for (int j = 0; j < 4; j++) {
+                const uint16_t *m = M + w * 256 + j * 64;
+                int g = l / 4, t = l % 4;
+                uint32_t plain = m[g * 8 + 2 * t] | (uint32_t)m[g * 8 + 2 * t + 1] << 16;
+                uint32_t trans = m[2 * t * 8 + g] | (uint32_t)m[(2 * t + 1) * 8 + g] << 16;
+                bad += out[(w * 32 + l) * 8 + j] != plain;
+                bad += out[(w * 32 + l) * 8 + 4 + j] != trans;
+            }
+    printf("ldmatrix.x4 and .x4.trans after cp.async, %d warps: %d registers wrong %s\n", MMA_WARPS, bad,
+           bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(A), free(B), free(C), free(D), free(M), free(out);
+}
+
+// The tensor-core attention kernels for the GPU: every head size and mask
+// compiles with NVRTC for sm_80 and sm_90, warnings included (emu_check
+// --nvrtc; a test of its own, as NVRTC takes its time over them).
+static void check_attention_tc_nvrtc(void) {
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_mma_len + mt_cuda_attention_tc_len + 4096;
+    char *src = malloc(cap);
+    int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_mma,
+                     mt_cuda_attention_tc);
+    for (int D = 64; D <= 128; D *= 2)
+        for (int causal = 0; causal < 2; causal++) {
+            char name[48];
+            attn_kernel_name(name, sizeof name, 1, D, causal);
+            n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", D,
+                          causal ? "true" : "false", name);
+        }
+    const char *archs[] = {"sm_80", "sm_90"};
+    for (int i = 0; i < 2; i++) {
+        CudaBinary bin;
+        char err[8192];
+        if (nvrtc_compile(src, "attention_tc.cu", archs[i], NULL, 0, &bin, err, sizeof err) != 0) {
+            printf("FAIL the tensor-core attention does not compile with NVRTC for %s:\n%s\n", archs[i], err);
+            failures++;
+        } else {
+            printf("tensor-core attention, D 64 and 128, causal and full: NVRTC %s ok (%.1f s)\n", archs[i],
+                   bin.seconds);
+            nvrtc_binary_free(&bin);
+        }
+    }
+    free(src);
+}
+
+// ---------------------------------------------------------------- 2. fused kernels
+
+static void check_model(const char *path) {
+    char *text;
+    size_t len;
+    if (io_read_file(path, &text, &len) != 0) {
+        printf("FAIL cannot read %s\n", path);
+        failures++;
+        return;
+    }
+    Source src = {.path = path, .text = text, .len = len};
+    Diag diag = {.src = &src, .sink = stdout};
+    Arena arena = {0};
+    Model *model = dsl_parse(&src, &arena, &diag);
+    Graph *g = model ? sema_lower(model, NULL, &arena, &diag) : NULL; // the model's own batch and seq
+    KirProgram prog;
+    char err[8192] = "";
+    // exact_f64: the kernel IR's f64 arithmetic in double, as kir_eval does it.
+    // Plans emit fp32 there, which the interpreter does not model: RoPE's
+    // angles then differ by 1e-4 relative already at llama-tiny's 64 positions.
+    CudaOptions opt = {.arch = "sm_90", .model_path = path, .exact_f64 = 1};
+    CudaSource cs = {0};
+    if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
+        cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
+        printf("FAIL %s does not build: %s\n", path, err);
+        failures++;
+        arena_free(&arena);
+        free(text);
+        return;
+    }
+    // the kernel table: every expression kernel and its finish kernel
+    char (*names)[80] = calloc(2 * (size_t)cs.ninfo + 1, sizeof *names);
+    int nnames = 0;
+    for (int i = 0; i < cs.ninfo; i++) {
+        const CudaKernelInfo *in = &cs.info[i];
+        if (in->kind != KK_EXPR || !in->symbol[0]) continue;
+        snprintf(names[nnames++], 80, "%s", in->symbol);
+        if (in->finish_grid) snprintf(names[nnames++], 80, "%s_finish", in->symbol);
+    }
+    const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
+    char soname[128]; // unique: dlopen hands back a path it has loaded before
+    static int nmodels;
+    snprintf(soname, sizeof soname, "model%d-%.*s", ++nmodels, (int)strcspn(base, "."), base);
+    LaunchFn fn = build(soname, cs.text, names, nnames);
+    free(names);
+    double worst = 0, t0 = seconds();
+    int nk = 0;
+    for (int ii = 0; fn && ii < cs.ninfo; ii++) {
+        const CudaKernelInfo *in = &cs.info[ii];
+        if (in->kind != KK_EXPR || !in->symbol[0]) continue;
+        const KirKernel *k = &prog.parts[in->part].k[in->index];
+        HostArg *h = calloc((size_t)k->nargs, sizeof *h);
+        kir_fill_args(k, h, frand);
+        // the emulation's copies: the data itself, accumulators zeroed, f32
+        // outputs that are not read NaN (an element no thread writes shows)
+        void **d = calloc((size_t)k->nargs, sizeof *d), **params = calloc((size_t)k->nargs, sizeof *params);
+        for (int i = 0; i < k->nargs; i++) {
+            const KirArg *a = &k->args[i];
+            size_t bytes = (size_t)a->numel * (a->access & KA_ACC64 ? 8 : 4);
+            d[i] = calloc(1, bytes + 8);
+            if (!(a->access & KA_ACC64)) memcpy(d[i], h[i].f ? (void *)h[i].f : (void *)h[i].i, bytes);
+            if (a->dtype == KT_F32 && (a->access & KA_WRITE) && !(a->access & (KA_READ | KA_ACC32 | KA_ACC64)))
+                memset(d[i], 0xff, bytes);
+            params[i] = &d[i];
+        }
+        // the finish kernel's (dst, scratch) pairs
+        void *dst[8], *fparams[16];
+        int nf = 0;
+        for (int i = 0; i < k->nargs && nf < 8; i++)
+            if (k->args[i].access & KA_ACC64) {
+                dst[nf] = poisoned(4 * (size_t)k->args[i].numel);
+                fparams[2 * nf] = &dst[nf], fparams[2 * nf + 1] = &d[i], nf++;
+            }
+        launch(fn, in->symbol, (unsigned)in->grid, 1, 1, (unsigned)in->block, (size_t)in->smem, params);
+        if (in->finish_grid) {
+            char finname[64];
+            snprintf(finname, sizeof finname, "%s_finish", in->symbol);
+            launch(fn, finname, (unsigned)in->finish_grid, 1, 1, 256, 0, fparams);
+        }
+        kir_eval(k, h);
+        double e = 0;
+        int j = 0;
+        for (int i = 0; i < k->nargs; i++) {
+            const KirArg *a = &k->args[i];
+            if (!(a->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
+            size_t n = (size_t)a->numel;
+            if (a->dtype == KT_I32) {
+                if (memcmp(d[i], h[i].i, 4 * n) != 0) e = INFINITY;
+                continue;
+            }
+            double ei = max_rel(a->access & KA_ACC64 ? dst[j++] : d[i], h[i].f, n, 1e-2);
+            if (!(ei <= e)) e = ei;
+        }
+        if (!(e <= 1e-4)) {
+            printf("FAIL %s %s: max rel err %.2e against the kernel IR\n", path, in->symbol, e);
+            failures++;
+        }
+        if (!(e <= worst)) worst = e;
+        nk++;
+        for (int i = 0; i < k->nargs; i++) free(d[i]);
+        for (int i = 0; i < nf; i++) free(dst[i]);
+        kir_free_args(k, h);
+        free(h), free(d), free(params);
+    }
+    if (fn && nk == 0) printf("FAIL %s: no fused kernels\n", path), failures++;
+    if (!fn) failures++;
+    printf("%d fused kernels of %s on the emulation: max rel err %.2e (%.1f s)\n", nk, path, worst, seconds() - t0);
+    cuda_source_free(&cs);
+    arena_free(&arena);
+    free(text);
+}
+
+int main(int argc, char **argv) {
+    if (argc == 2 && !strcmp(argv[1], "--nvrtc")) {
+        check_attention_tc_nvrtc();
+        printf("%s\n", failures ? "FAILED" : "ok");
+        return failures ? 1 : 0;
+    }
+    if (argc < 4) {
+        fprintf(stderr, "usage: emu_check CXX EMU_DIR WORK_DIR [MODEL.mt...]\n       emu_check --nvrtc\n");
+        return 2;
+    }
+    cxx = argv[1], emu_dir = argv[2], work_dir = argv[3];
+    if (argc == 4) check_mma(), check_attention();
+    for (int i = 4; i < argc; i++) check_model(argv[i]);
+    printf("%s\n", failures ? "FAILED" : "ok");
+    return failures ? 1 : 0;
+}
