@@ -8,7 +8,7 @@ static const char *const OP_NAMES[] = {
     "arange", "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "rope", "attention",
     "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
     "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
-    "attention_bwd", "pad", "view",
+    "attention_bwd", "pad", "view", "tanh", "sigmoid", "erf", "exp", "log", "abs", "lt", "le", "eq", "where",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 

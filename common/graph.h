@@ -65,6 +65,18 @@ typedef enum {
     OP_ATTENTION_BWD, // dy, q, k, v -> packed [dq | dk | dv]; heads, kv_heads, causal
     OP_PAD,           // dy -> zeros of this node's shape with dy at [offset, ...) along axis
     OP_VIEW,          // a slice of a packed buffer: this node's shape at element offset
+    // Elementwise maths, appended so that the numbers of the ops above stay
+    // as plans have them. Their gradients are written with forward ops.
+    OP_TANH,          // tanh(a)
+    OP_SIGMOID,       // 1 / (1 + exp(-a))
+    OP_ERF,           // erf(a)
+    OP_EXP,           // exp(a)
+    OP_LOG,           // log(a), natural
+    OP_ABS,           // |a|
+    OP_LT,            // a < b, broadcasting: 1.0 where true, 0.0 elsewhere
+    OP_LE,            // a <= b, as OP_LT
+    OP_EQ,            // a == b, as OP_LT
+    OP_WHERE,         // cond != 0 ? a : b, broadcasting all three (cond, a, b)
     OP_COUNT
 } OpKind;
 

@@ -88,7 +88,8 @@ static int operand_rowlocal(const Node *n, int j) {
     int same = shape_numel(so) == numel(n) && last_dim(so) == last_dim(&n->shape);
     switch (n->op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_SWIGLU:
-    case OP_GELU_BWD: case OP_SILU_BWD: return same;
+    case OP_GELU_BWD: case OP_SILU_BWD: case OP_TANH: case OP_SIGMOID: case OP_ERF: case OP_EXP: case OP_LOG:
+    case OP_ABS: case OP_LT: case OP_LE: case OP_EQ: case OP_WHERE: return same;
     case OP_LAYERNORM: case OP_RMSNORM: case OP_ROPE: case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBED_BWD:
         return j == 0;
     case OP_SOFTMAX: return j == 0 && last_axis(n);
@@ -465,6 +466,35 @@ static int tanh_by_exp(KB *b, int u) {
 
 static const double GELU_S = 0.7978845608028654; // sqrt(2 / pi)
 
+// Horner's rule: c[0] + u * (c[1] + u * (... c[n-1])), in u's type.
+static int poly(KB *b, int u, const double *c, int n) {
+    int acc = cst(b, ty(b, u), c[n - 1]);
+    for (int k = n - 2; k >= 0; k--) acc = bin(b, KOP_ADD, cst(b, ty(b, u), c[k]), bin(b, KOP_MUL, u, acc));
+    return acc;
+}
+
+// erf(x) of an f64 x from exp alone, which the kernel IR has: its Taylor
+// series for |x| < 0.5 (terms to x^15, error below 1e-9 relative), and
+// 1 - erfc(|x|) beyond, erfc by the Chebyshev fit of Numerical Recipes'
+// erfcc (fractional error below 1.2e-7), the sign put back. Within f32's
+// rounding of the C library's erf, which the reference kernel calls.
+static int erf_by_exp(KB *b, int x) {
+    static const double TAYLOR[] = {1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216, -1.0 / 1320, 1.0 / 9360, -1.0 / 75600};
+    static const double ERFC[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                                  0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    int one = cst(b, KT_F64, 1), x2 = bin(b, KOP_MUL, x, x);
+    int series = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, 1.1283791670955126), x), poly(b, x2, TAYLOR, 8));
+    int ax = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
+    int t = bin(b, KOP_DIV, one, bin(b, KOP_ADD, one, bin(b, KOP_MUL, cst(b, KT_F64, 0.5), ax)));
+    int erfc = bin(b, KOP_MUL, t, un(b, KOP_EXP, bin(b, KOP_SUB, poly(b, t, ERFC, 10), x2)));
+    int tail = bin(b, KOP_SUB, one, erfc);
+    int signed_tail = sel(b, cmp(b, KOP_LT, x, cst(b, KT_F64, 0)), un(b, KOP_NEG, tail), tail);
+    return sel(b, cmp(b, KOP_LT, ax, cst(b, KT_F64, 0.5)), series, signed_tail);
+}
+
+// 1.0 where the comparison holds, 0.0 elsewhere, in f32.
+static int indicator(KB *b, int c) { return sel(b, c, cst(b, KT_F32, 1), cst(b, KT_F32, 0)); }
+
 // The target index of row r of a cross-entropy, clamped into [0, V).
 static int target_of(KB *b, const Node *t, int64_t V) {
     return clampi(b, cvt(b, KT_I64, load_flat(b, t, b->row, 0, 0)), 0, V - 1);
@@ -577,6 +607,34 @@ static int node_val(KB *b, int i, int col) {
         break;
     }
     case OP_NEG: v = un(b, KOP_NEG, val(b, n->in[0], col)); break;
+    case OP_TANH: { // in f64, where 1 - 2 / (1 + e^2x) loses nothing near 0 that f32 keeps
+        int x = f64(b, val(b, n->in[0], col)), one = cst(b, KT_F64, 1), two = cst(b, KT_F64, 2);
+        v = f32(b, bin(b, KOP_SUB, one, bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x))))));
+        break;
+    }
+    case OP_SIGMOID: {
+        int x = f64(b, val(b, n->in[0], col)), one = cst(b, KT_F64, 1);
+        v = f32(b, bin(b, KOP_DIV, one, bin(b, KOP_ADD, one, un(b, KOP_EXP, un(b, KOP_NEG, x)))));
+        break;
+    }
+    case OP_ERF: v = f32(b, erf_by_exp(b, f64(b, val(b, n->in[0], col)))); break;
+    case OP_EXP: v = un(b, KOP_EXP, val(b, n->in[0], col)); break;
+    case OP_LOG: v = un(b, KOP_LOG, val(b, n->in[0], col)); break;
+    case OP_ABS: {
+        int x = val(b, n->in[0], col);
+        v = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
+        break;
+    }
+    case OP_LT: case OP_LE: case OP_EQ: {
+        static const int OPS[] = {[OP_LT] = KOP_LT, [OP_LE] = KOP_LE, [OP_EQ] = KOP_EQ};
+        v = indicator(b, cmp(b, OPS[n->op], elem_operand(b, n, 0, col), elem_operand(b, n, 1, col)));
+        break;
+    }
+    case OP_WHERE: {
+        int c = cmp(b, KOP_EQ, elem_operand(b, n, 0, col), cst(b, KT_F32, 0));
+        v = sel(b, c, elem_operand(b, n, 2, col), elem_operand(b, n, 1, col));
+        break;
+    }
     case OP_GELU: {
         int x = val(b, n->in[0], col);
         int inner = bin(b, KOP_ADD, x, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, (float)0.044715), x), x), x));

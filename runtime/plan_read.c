@@ -55,7 +55,8 @@ static const signed char ARITY[] = {
     [OP_CROSS_ENTROPY] = 2, [OP_RESHAPE] = 1, [OP_SLICE] = 1, [OP_CONCAT] = -1, [OP_TRANSPOSE] = 1,
     [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
     [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 4, [OP_PAD] = 1,
-    [OP_VIEW] = 1,
+    [OP_VIEW] = 1, [OP_TANH] = 1, [OP_SIGMOID] = 1, [OP_ERF] = 1, [OP_EXP] = 1, [OP_LOG] = 1, [OP_ABS] = 1,
+    [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 
