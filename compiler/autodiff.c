@@ -250,7 +250,10 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape);
         Node *args[4] = {dy, in[0], in[1], in[2]};
         Node *p = packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, loc, 4, args);
-        if (p) { p->heads = n->heads; p->kv_heads = n->kv_heads; p->causal = n->causal; }
+        if (p) {
+            p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
+            p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;
+        }
         return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
                accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
                accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));

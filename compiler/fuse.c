@@ -948,31 +948,45 @@ static void lower_gemm(F *f, const Node *n, KirKernel *k) {
     k->args[2] = node_arg(f, n->in[1], KA_READ);
 }
 
-// The cpu composite's helper: softmax of scaled (masked) scores in place
-// (bwd 0), or dscores = p * (dp - sum(p * dp)) * scale into dp (bwd 1), over
-// [T, T] scratch.
+// tanh(x) of an f64 x as 1 - 2 / (1 + e^2x).
+static int tanh64(KB *b, int x) {
+    int one = cst(b, KT_F64, 1), two = cst(b, KT_F64, 2);
+    return bin(b, KOP_SUB, one, bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x)))));
+}
+
+// The cpu composite's helper: softmax of scaled, capped, masked scores in
+// place (bwd 0; with softcap also the capping's derivative 1 - tanh^2 into
+// the third [T, T] of scratch), or dscores = p * (dp - sum(p * dp)) *
+// derivative * scale into dp (bwd 1), over [T, T] scratch.
 static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKernel *k) {
     KB b = {.f = f, .gi = -1, .rows = t->T};
     b.node = node;
-    double scale = 1.0 / sqrt((double)t->D);
     int64_t T = t->T;
     b.row = emit(&b, KOP_ROW, KT_I64, 0, 0, 0, 0);
     int s0 = arg_of(&b, -1, 0, T * T, KT_F32, bwd ? KA_READ : KA_READ | KA_WRITE);
+    int s1 = bwd ? arg_of(&b, -1, T * T, T * T, KT_F32, KA_READ | KA_WRITE) : 0; // the second [T, T] of scratch
+    int s2 = t->softcap > 0 ? arg_of(&b, -1, 2 * T * T, T * T, KT_F32, bwd ? KA_READ : KA_WRITE) : 0; // the third
     if (!bwd) {
         int mx = 0, sum = 0;
         for (int pass = 0; pass < 3; pass++) {
             open_loop(&b, T);
             int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
-            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, scale));
+            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, t->scale)), c = 0;
+            if (t->softcap > 0) {
+                c = tanh64(&b, bin(&b, KOP_DIV, x, cst(&b, KT_F64, t->softcap)));
+                x = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), c);
+            }
             if (t->causal) x = sel(&b, cmp(&b, KOP_LE, b.col, b.row), x, cst(&b, KT_F64, -INFINITY));
+            if (t->window) x = sel(&b, cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col), x, cst(&b, KT_F64, -INFINITY));
             if (pass == 0) mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
             int e = pass ? un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx)) : 0;
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
             if (pass == 2) emit(&b, KOP_STORE, KT_BOOL, s0, idx, f32(&b, bin(&b, KOP_DIV, e, sum)), 0);
+            if (pass == 2 && s2)
+                emit(&b, KOP_STORE, KT_BOOL, s2, idx, f32(&b, bin(&b, KOP_SUB, cst(&b, KT_F64, 1), bin(&b, KOP_MUL, c, c))), 0);
             close_loop(&b);
         }
     } else {
-        int s1 = arg_of(&b, -1, T * T, T * T, KT_F32, KA_READ | KA_WRITE); // the second half of [2, T, T] scratch
         open_loop(&b, T);
         int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int dot = emit(&b, KOP_RSUM, KT_F64,
@@ -982,7 +996,8 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
         open_loop(&b, T);
         idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int p = f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), dp = f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0));
-        int g = bin(&b, KOP_MUL, bin(&b, KOP_MUL, p, bin(&b, KOP_SUB, dp, dot)), cst(&b, KT_F64, scale));
+        int g = bin(&b, KOP_MUL, bin(&b, KOP_MUL, p, bin(&b, KOP_SUB, dp, dot)), cst(&b, KT_F64, t->scale));
+        if (s2) g = bin(&b, KOP_MUL, g, f64(&b, emit(&b, KOP_LOAD, KT_F32, s2, idx, 0, 0)));
         emit(&b, KOP_STORE, KT_BOOL, s1, idx, f32(&b, g), 0);
         close_loop(&b);
     }
@@ -997,7 +1012,8 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     if (q->rank != 3 || n->heads < 1 || n->kv_heads < 1) return ffail(f, n, "attention needs q [B, T, H*D]");
     KirAttn *t = &k->attn;
     *t = (KirAttn){.B = q->dims[0], .T = q->dims[1], .H = n->heads, .KVH = n->kv_heads, .D = q->dims[2] / n->heads,
-                   .causal = n->causal, .helper = {-1, -1}};
+                   .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
+    t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;
     k->nargs = n->nin + 1;
     k->args = arena_alloc(f->a, (size_t)k->nargs * sizeof *k->args);

@@ -27,7 +27,7 @@ static const OpSpec OP_SPECS[] = {
     {"silu", OP_SILU, 1, 1, "", "silu(x)", OP_SILU},
     {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)", OP_SWIGLU},
     {"rope", OP_ROPE, 1, 1, "heads theta", "rope(x, heads=H, theta=10000)", OP_ROPE},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal", "attention(q, k, v, heads=H, kv_heads=H, causal=true)", OP_ATTENTION},
+    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE},
@@ -456,9 +456,22 @@ static Node *lower_attention(Sema *S, const Args *a) {
             return NULL;
     int64_t heads, kv_heads, d, dk;
     int causal;
+    double scale, softcap;
     if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_int(S, a, "kv_heads", heads, 0, &kv_heads) != 0 ||
-        kw_bool(S, a, "causal", 1, &causal) != 0)
+        kw_bool(S, a, "causal", 1, &causal) != 0 || kw_float(S, a, "scale", 0, &scale) != 0 ||
+        kw_float(S, a, "softcap", 0, &softcap) != 0)
         return NULL;
+    int64_t window;
+    const Expr *we = find_kwarg(a->call, "window");
+    if (kw_int(S, a, "window", 0, 0, &window) != 0) return NULL;
+    if (we && window < 1) {
+        diag_error(S->d, we->loc, "window must be a positive number of positions, got %lld", (long long)window);
+        return NULL;
+    }
+    if (we && !causal) {
+        diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+        return NULL;
+    }
     if (kv_heads < 1 || heads % kv_heads != 0) {
         diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
         return NULL;
@@ -475,7 +488,10 @@ static Node *lower_attention(Sema *S, const Args *a) {
                                   i == 1 ? q : &in[1]->shape, k), NULL;
     }
     Node *n = new_node(S, OP_ATTENTION, DT_F32, &in[0]->shape, a->call->loc, 3, in);
-    if (n) { n->heads = (int)heads; n->kv_heads = (int)kv_heads; n->causal = causal; }
+    if (n) {
+        n->heads = (int)heads, n->kv_heads = (int)kv_heads, n->causal = causal;
+        n->window = window, n->scale = scale, n->softcap = softcap;
+    }
     return n;
 }
 
