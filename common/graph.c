@@ -8,7 +8,7 @@ static const char *const OP_NAMES[] = {
     "arange", "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "rope", "attention",
     "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
     "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
-    "attention_bwd", "pad", "view",
+    "attention_bwd", "pad", "view", "tanh", "sigmoid", "erf", "exp", "log", "abs", "lt", "le", "eq", "where",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -112,7 +112,8 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_RMSNORM_BWD: fprintf(out, " eps=%g", n->eps); break;
     case OP_ROPE: fprintf(out, " heads=%d theta=%g%s", n->heads, n->theta, n->inverse ? " inverse" : ""); break;
     case OP_ATTENTION:
-        fprintf(out, " heads=%d kv_heads=%d causal=%d", n->heads, n->kv_heads, n->causal);
+        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
+                (long long)n->window, n->scale, n->softcap);
         break;
     case OP_SOFTMAX:
     case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
@@ -121,7 +122,8 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
     case OP_ATTENTION_BWD:
-        fprintf(out, " heads=%d kv_heads=%d causal=%d", n->heads, n->kv_heads, n->causal);
+        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
+                (long long)n->window, n->scale, n->softcap);
         break;
     default: break;
     }

@@ -50,7 +50,7 @@ typedef enum {
     OP_SILU,          // x * sigmoid(x)
     OP_SWIGLU,        // silu(gate) * up
     OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta
-    OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal
+    OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal, window, scale, softcap
     OP_SOFTMAX,       // along axis
     OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> loss, f32[]: sum over rows whose target is not
                       // GRAPH_IGNORE_TARGET of -log softmax[target], / rows (the mean when none is ignored)
@@ -68,9 +68,21 @@ typedef enum {
     OP_SILU_BWD,      // dy, x -> dx
     OP_SOFTMAX_BWD,   // dy, y (softmax's output) -> dx; axis
     OP_CROSS_ENTROPY_BWD, // dloss[], logits, targets -> dlogits
-    OP_ATTENTION_BWD, // dy, q, k, v -> packed [dq | dk | dv]; heads, kv_heads, causal
+    OP_ATTENTION_BWD, // dy, q, k, v -> packed [dq | dk | dv]; heads, kv_heads, causal, window, scale, softcap
     OP_PAD,           // dy -> zeros of this node's shape with dy at [offset, ...) along axis
     OP_VIEW,          // a slice of a packed buffer: this node's shape at element offset
+    // Elementwise maths, appended so that the numbers of the ops above stay
+    // as plans have them. Their gradients are written with forward ops.
+    OP_TANH,          // tanh(a)
+    OP_SIGMOID,       // 1 / (1 + exp(-a))
+    OP_ERF,           // erf(a)
+    OP_EXP,           // exp(a)
+    OP_LOG,           // log(a), natural
+    OP_ABS,           // |a|
+    OP_LT,            // a < b, broadcasting: 1.0 where true, 0.0 elsewhere
+    OP_LE,            // a <= b, as OP_LT
+    OP_EQ,            // a == b, as OP_LT
+    OP_WHERE,         // cond != 0 ? a : b, broadcasting all three (cond, a, b)
     OP_COUNT
 } OpKind;
 
@@ -102,6 +114,11 @@ typedef struct Node {
     int inverse;       // OP_ROPE: rotate backwards (its gradient)
     int tile;          // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
     double eps, theta;
+    // OP_ATTENTION(_BWD): query t sees keys t - window < j <= t (0: all of
+    // them to t); scores q.k * scale (0: 1/sqrt(D)), then softcap *
+    // tanh(score / softcap) (0: not capped).
+    int64_t window;
+    double scale, softcap;
 } Node;
 
 // OP_INPUT sources that are not parts.

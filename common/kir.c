@@ -10,7 +10,8 @@
 //   u32 nstmts, per stmt: u8 op, u8 type, u16 loop, i32 a, b, c, node, f64 value,
 //   gemm: i32 ta, tb, i64 M, N, K, batch, lda, ldb, ldc, stride_a, stride_b,
 //     stride_c, i32 epilogue,
-//   attn: i64 B, T, H, KVH, D, i32 causal, i32 helper[2].
+//   attn: i64 B, T, H, KVH, D, i32 causal, i64 window, f64 scale, softcap,
+//     i32 helper[2].
 #include "kir.h"
 
 #include <math.h>
@@ -18,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIR_VERSION = 2, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
+enum { KIR_VERSION = 3, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
 static const char KIR_MAGIC[8] = "MTKIR\0\0";
 
 static const char *const OP_NAMES[] = {
@@ -110,7 +111,8 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     int bwd = k->kind == KK_ATTN_BWD;
     if (k->nargs != (bwd ? 5 : 4)) return fail(err, cap, "attention with %d arguments", k->nargs);
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
-        t->D >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1)
+        t->D >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 || t->window < 0 || t->window >= LIM ||
+        (t->window && !t->causal) || !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
         return fail(err, cap, "attention with bad geometry");
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
     const KirArg *a = k->args;
@@ -325,6 +327,9 @@ static void write_kernel(Out *o, const KirKernel *k) {
     int64_t tv[] = {t->B, t->T, t->H, t->KVH, t->D};
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) PUT64(o, tv[i]);
     PUT32(o, t->causal);
+    PUT64(o, t->window);
+    put_f64(o, t->scale);
+    put_f64(o, t->softcap);
     PUT32(o, t->helper[0]);
     PUT32(o, t->helper[1]);
 }
@@ -430,6 +435,9 @@ static int read_kernel(In *r, KirKernel *k, Arena *a) {
     int64_t *tv[] = {&t->B, &t->T, &t->H, &t->KVH, &t->D};
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) *tv[i] = get_i64(r);
     t->causal = get_i32(r);
+    t->window = get_i64(r);
+    t->scale = get_f64(r);
+    t->softcap = get_f64(r);
     t->helper[0] = get_i32(r);
     t->helper[1] = get_i32(r);
     return 0;

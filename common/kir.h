@@ -132,10 +132,15 @@ typedef struct KirGemm {
 typedef struct KirAttn {
     int64_t B, T, H, KVH, D; // q [B, T, H*D], k and v [B, T, KVH*D]
     int32_t causal;
+    int64_t window;          // query t sees keys t - window < j <= t; 0: every key to t (causal) or all
+    double scale;            // scores q.k * scale (the graph's default, 1/sqrt(D), resolved)
+    double softcap;          // scores then softcap * tanh(score / softcap); 0: not capped
     int32_t helper[2];       // cpu composite: expression kernels of T rows over scratch: [0] the
-                             // softmax of scaled, masked scores in place (arg 0: S, T x T);
-                             // [1] dS = P * (dP - rowsum(P * dP)) * scale into dP (arg 0: P,
-                             // arg 1: dP, offset T*T in a [2, T, T] scratch); -1: none
+                             // softmax of scaled, capped, masked scores in place (arg 0: S, T x T;
+                             // with softcap, arg 1: the capping's derivative C, offset 2*T*T);
+                             // [1] dS = P * (dP - rowsum(P * dP)) * C * scale into dP (arg 0: P,
+                             // arg 1: dP, offset T*T in a [2 or 3, T, T] scratch; with softcap
+                             // arg 2: C); -1: none
 } KirAttn;
 
 typedef struct KirKernel {

@@ -131,6 +131,53 @@ static int tile_slice_rule(AD *ad, Node *n, Node *dy) {
     return accumulate(ad, n->in[0], joined);
 }
 
+// x op y, or NULL when either is missing (an earlier emit failed).
+static Node *op2(AD *ad, OpKind op, const Shape *s, Loc loc, Node *x, Node *y) {
+    return x && y ? emit2(ad, op, s, loc, x, y) : NULL;
+}
+
+static Node *constant(AD *ad, double v, Loc loc) {
+    Node *c = emit(ad, OP_CONST, NULL, loc, 0, NULL);
+    if (c) c->value = v;
+    return c;
+}
+
+// The derivative of an elementwise function at its operand x (y = f(x), the
+// node itself), written with forward ops, which fuse with dy's product.
+static Node *maths_derivative(AD *ad, Node *n) {
+    const Shape *s = &n->shape;
+    Loc loc = n->loc;
+    Node *x = n->in[0];
+    switch (n->op) {
+    case OP_TANH: return op2(ad, OP_SUB, s, loc, constant(ad, 1, loc), op2(ad, OP_MUL, s, loc, n, n)); // 1 - y^2
+    case OP_SIGMOID: return op2(ad, OP_MUL, s, loc, n, op2(ad, OP_SUB, s, loc, constant(ad, 1, loc), n)); // y (1 - y)
+    case OP_EXP: return n;
+    case OP_LOG: return op2(ad, OP_DIV, s, loc, constant(ad, 1, loc), x);
+    case OP_ABS: { // sign(x): 0 at 0
+        Node *zero = constant(ad, 0, loc);
+        return op2(ad, OP_SUB, s, loc, op2(ad, OP_LT, s, loc, zero, x), op2(ad, OP_LT, s, loc, x, zero));
+    }
+    default: { // OP_ERF: 2 / sqrt(pi) e^(-x^2)
+        Node *neg = op2(ad, OP_MUL, s, loc, constant(ad, -1, loc), op2(ad, OP_MUL, s, loc, x, x));
+        Node *e = neg ? emit1(ad, OP_EXP, s, loc, neg) : NULL;
+        return op2(ad, OP_MUL, s, loc, constant(ad, 1.1283791670955126, loc), e);
+    }
+    }
+}
+
+// where(cond, a, b): dy goes to a where cond holds and to b elsewhere; the
+// condition, like the comparisons that make one, takes no gradient.
+static int where_rule(AD *ad, Node *n, Node *dy) {
+    for (int i = 1; i < 3; i++) {
+        if (n->in[i]->op == OP_CONST) continue;
+        Node *zero = constant(ad, 0, n->loc);
+        Node *args[3] = {n->in[0], i == 1 ? dy : zero, i == 1 ? zero : dy};
+        Node *g = zero ? emit(ad, OP_WHERE, &n->shape, n->loc, 3, args) : NULL;
+        if (accumulate(ad, n->in[i], sum_to(ad, g, &n->in[i]->shape)) != 0) return -1;
+    }
+    return 0;
+}
+
 static int node_rule(AD *ad, Node *n, Node *dy) {
     Node **in = n->in;
     const Shape *s = &n->shape;
@@ -139,7 +186,17 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_INPUT:
     case OP_PARAM:
     case OP_CONST:
-    case OP_ARANGE: return 0;
+    case OP_ARANGE:
+    case OP_LT:
+    case OP_LE:
+    case OP_EQ: return 0;
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_ERF:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_ABS: return accumulate(ad, in[0], op2(ad, OP_MUL, s, loc, dy, maths_derivative(ad, n)));
+    case OP_WHERE: return where_rule(ad, n, dy);
     case OP_ADD:
         return accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) || accumulate(ad, in[1], sum_to(ad, dy, &in[1]->shape));
     case OP_SUB: {
@@ -193,7 +250,10 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape);
         Node *args[4] = {dy, in[0], in[1], in[2]};
         Node *p = packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, loc, 4, args);
-        if (p) { p->heads = n->heads; p->kv_heads = n->kv_heads; p->causal = n->causal; }
+        if (p) {
+            p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
+            p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;
+        }
         return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
                accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
                accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));

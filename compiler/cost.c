@@ -48,8 +48,9 @@ static double heavy_time(const KirKernel *k, const Target *t) {
         flops = 2.0 * (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
     } else {
         const KirAttn *a = &k->attn;
-        flops = 4.0 * (double)a->B * (double)a->T * (double)a->T * (double)(a->H * a->D) * (a->causal ? 0.5 : 1.0) *
-                (k->kind == KK_ATTN ? 1.0 : 2.5);
+        double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
+        if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
+        flops = 4.0 * (double)a->B * pairs * (double)(a->H * a->D) * (k->kind == KK_ATTN ? 1.0 : 2.5);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     return (by_flops > by_bytes ? by_flops : by_bytes) + t->kernel_launch_s;

@@ -682,6 +682,23 @@ void cuda_source_free(CudaSource *s) {
     memset(s, 0, sizeof *s);
 }
 
+int cuda_supports(const KirProgram *prog, const Graph *g, const char *model_path, char *why, size_t cap) {
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            const KirKernel *k = &prog->parts[p].k[i];
+            if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
+            if (k->attn.window || k->attn.softcap > 0 || fabs(k->attn.scale * sqrt((double)k->attn.D) - 1) > 1e-12) {
+                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
+                snprintf(why, cap,
+                         "%s:%d:%d: attention with window, scale or softcap runs on the cpu backend only; the CUDA "
+                         "flash template does not take them yet",
+                         model_path ? model_path : "<model>", n->loc.line, n->loc.col);
+                return -1;
+            }
+        }
+    return 0;
+}
+
 int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
               size_t errcap) {
     memset(out, 0, sizeof *out);
@@ -697,6 +714,10 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++)
             for (int j = 0; j < prog->parts[p].k[i].nargs; j++) bf16 |= prog->parts[p].k[i].args[j].dtype == KT_BF16;
+    if (cuda_supports(prog, g, opt->model_path, err, errcap) != 0) {
+        cuda_source_free(out);
+        return -1;
+    }
     // attention instantiations: (bf16, D, causal) used, each once
     enum { MAX_ATTN = 32 };
     int inst[MAX_ATTN][2], ninst = 0; // D, causal

@@ -87,6 +87,11 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
               size_t errcap);
 void cuda_source_free(CudaSource *s);
 
+// Whether every kernel of prog has a CUDA form: 0, or -1 with the located
+// reason in why (attention with window, scale or softcap, which the flash
+// template does not take yet).
+int cuda_supports(const KirProgram *prog, const Graph *g, const char *model_path, char *why, size_t cap);
+
 // cuda_emit, then nvrtc_compile for opt->arch: the plan's cubin and PTX.
 // src may be NULL; otherwise it receives the source (free it). Returns 0,
 // or -1 with every NVRTC diagnostic, its generated line and its op, in err.

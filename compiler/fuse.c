@@ -88,7 +88,8 @@ static int operand_rowlocal(const Node *n, int j) {
     int same = shape_numel(so) == numel(n) && last_dim(so) == last_dim(&n->shape);
     switch (n->op) {
     case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_SWIGLU:
-    case OP_GELU_BWD: case OP_SILU_BWD: return same;
+    case OP_GELU_BWD: case OP_SILU_BWD: case OP_TANH: case OP_SIGMOID: case OP_ERF: case OP_EXP: case OP_LOG:
+    case OP_ABS: case OP_LT: case OP_LE: case OP_EQ: case OP_WHERE: return same;
     case OP_LAYERNORM: case OP_RMSNORM: case OP_ROPE: case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBED_BWD:
         return j == 0;
     case OP_SOFTMAX: return j == 0 && last_axis(n);
@@ -465,6 +466,35 @@ static int tanh_by_exp(KB *b, int u) {
 
 static const double GELU_S = 0.7978845608028654; // sqrt(2 / pi)
 
+// Horner's rule: c[0] + u * (c[1] + u * (... c[n-1])), in u's type.
+static int poly(KB *b, int u, const double *c, int n) {
+    int acc = cst(b, ty(b, u), c[n - 1]);
+    for (int k = n - 2; k >= 0; k--) acc = bin(b, KOP_ADD, cst(b, ty(b, u), c[k]), bin(b, KOP_MUL, u, acc));
+    return acc;
+}
+
+// erf(x) of an f64 x from exp alone, which the kernel IR has: its Taylor
+// series for |x| < 0.5 (terms to x^15, error below 1e-9 relative), and
+// 1 - erfc(|x|) beyond, erfc by the Chebyshev fit of Numerical Recipes'
+// erfcc (fractional error below 1.2e-7), the sign put back. Within f32's
+// rounding of the C library's erf, which the reference kernel calls.
+static int erf_by_exp(KB *b, int x) {
+    static const double TAYLOR[] = {1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216, -1.0 / 1320, 1.0 / 9360, -1.0 / 75600};
+    static const double ERFC[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
+                                  0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    int one = cst(b, KT_F64, 1), x2 = bin(b, KOP_MUL, x, x);
+    int series = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, 1.1283791670955126), x), poly(b, x2, TAYLOR, 8));
+    int ax = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
+    int t = bin(b, KOP_DIV, one, bin(b, KOP_ADD, one, bin(b, KOP_MUL, cst(b, KT_F64, 0.5), ax)));
+    int erfc = bin(b, KOP_MUL, t, un(b, KOP_EXP, bin(b, KOP_SUB, poly(b, t, ERFC, 10), x2)));
+    int tail = bin(b, KOP_SUB, one, erfc);
+    int signed_tail = sel(b, cmp(b, KOP_LT, x, cst(b, KT_F64, 0)), un(b, KOP_NEG, tail), tail);
+    return sel(b, cmp(b, KOP_LT, ax, cst(b, KT_F64, 0.5)), series, signed_tail);
+}
+
+// 1.0 where the comparison holds, 0.0 elsewhere, in f32.
+static int indicator(KB *b, int c) { return sel(b, c, cst(b, KT_F32, 1), cst(b, KT_F32, 0)); }
+
 // The target index of row r of a cross-entropy, clamped into [0, V).
 static int target_of(KB *b, const Node *t, int64_t V) {
     return clampi(b, cvt(b, KT_I64, load_flat(b, t, b->row, 0, 0)), 0, V - 1);
@@ -583,6 +613,34 @@ static int node_val(KB *b, int i, int col) {
         break;
     }
     case OP_NEG: v = un(b, KOP_NEG, val(b, n->in[0], col)); break;
+    case OP_TANH: { // in f64, where 1 - 2 / (1 + e^2x) loses nothing near 0 that f32 keeps
+        int x = f64(b, val(b, n->in[0], col)), one = cst(b, KT_F64, 1), two = cst(b, KT_F64, 2);
+        v = f32(b, bin(b, KOP_SUB, one, bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x))))));
+        break;
+    }
+    case OP_SIGMOID: {
+        int x = f64(b, val(b, n->in[0], col)), one = cst(b, KT_F64, 1);
+        v = f32(b, bin(b, KOP_DIV, one, bin(b, KOP_ADD, one, un(b, KOP_EXP, un(b, KOP_NEG, x)))));
+        break;
+    }
+    case OP_ERF: v = f32(b, erf_by_exp(b, f64(b, val(b, n->in[0], col)))); break;
+    case OP_EXP: v = un(b, KOP_EXP, val(b, n->in[0], col)); break;
+    case OP_LOG: v = un(b, KOP_LOG, val(b, n->in[0], col)); break;
+    case OP_ABS: {
+        int x = val(b, n->in[0], col);
+        v = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
+        break;
+    }
+    case OP_LT: case OP_LE: case OP_EQ: {
+        static const int OPS[] = {[OP_LT] = KOP_LT, [OP_LE] = KOP_LE, [OP_EQ] = KOP_EQ};
+        v = indicator(b, cmp(b, OPS[n->op], elem_operand(b, n, 0, col), elem_operand(b, n, 1, col)));
+        break;
+    }
+    case OP_WHERE: {
+        int c = cmp(b, KOP_EQ, elem_operand(b, n, 0, col), cst(b, KT_F32, 0));
+        v = sel(b, c, elem_operand(b, n, 2, col), elem_operand(b, n, 1, col));
+        break;
+    }
     case OP_GELU: {
         int x = val(b, n->in[0], col);
         int inner = bin(b, KOP_ADD, x, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, (float)0.044715), x), x), x));
@@ -896,31 +954,45 @@ static void lower_gemm(F *f, const Node *n, KirKernel *k) {
     k->args[2] = node_arg(f, n->in[1], KA_READ);
 }
 
-// The cpu composite's helper: softmax of scaled (masked) scores in place
-// (bwd 0), or dscores = p * (dp - sum(p * dp)) * scale into dp (bwd 1), over
-// [T, T] scratch.
+// tanh(x) of an f64 x as 1 - 2 / (1 + e^2x).
+static int tanh64(KB *b, int x) {
+    int one = cst(b, KT_F64, 1), two = cst(b, KT_F64, 2);
+    return bin(b, KOP_SUB, one, bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x)))));
+}
+
+// The cpu composite's helper: softmax of scaled, capped, masked scores in
+// place (bwd 0; with softcap also the capping's derivative 1 - tanh^2 into
+// the third [T, T] of scratch), or dscores = p * (dp - sum(p * dp)) *
+// derivative * scale into dp (bwd 1), over [T, T] scratch.
 static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKernel *k) {
     KB b = {.f = f, .gi = -1, .rows = t->T};
     b.node = node;
-    double scale = 1.0 / sqrt((double)t->D);
     int64_t T = t->T;
     b.row = emit(&b, KOP_ROW, KT_I64, 0, 0, 0, 0);
     int s0 = arg_of(&b, -1, 0, T * T, KT_F32, bwd ? KA_READ : KA_READ | KA_WRITE);
+    int s1 = bwd ? arg_of(&b, -1, T * T, T * T, KT_F32, KA_READ | KA_WRITE) : 0; // the second [T, T] of scratch
+    int s2 = t->softcap > 0 ? arg_of(&b, -1, 2 * T * T, T * T, KT_F32, bwd ? KA_READ : KA_WRITE) : 0; // the third
     if (!bwd) {
         int mx = 0, sum = 0;
         for (int pass = 0; pass < 3; pass++) {
             open_loop(&b, T);
             int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
-            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, scale));
+            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, t->scale)), c = 0;
+            if (t->softcap > 0) {
+                c = tanh64(&b, bin(&b, KOP_DIV, x, cst(&b, KT_F64, t->softcap)));
+                x = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), c);
+            }
             if (t->causal) x = sel(&b, cmp(&b, KOP_LE, b.col, b.row), x, cst(&b, KT_F64, -INFINITY));
+            if (t->window) x = sel(&b, cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col), x, cst(&b, KT_F64, -INFINITY));
             if (pass == 0) mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
             int e = pass ? un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx)) : 0;
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
             if (pass == 2) emit(&b, KOP_STORE, KT_BOOL, s0, idx, f32(&b, bin(&b, KOP_DIV, e, sum)), 0);
+            if (pass == 2 && s2)
+                emit(&b, KOP_STORE, KT_BOOL, s2, idx, f32(&b, bin(&b, KOP_SUB, cst(&b, KT_F64, 1), bin(&b, KOP_MUL, c, c))), 0);
             close_loop(&b);
         }
     } else {
-        int s1 = arg_of(&b, -1, T * T, T * T, KT_F32, KA_READ | KA_WRITE); // the second half of [2, T, T] scratch
         open_loop(&b, T);
         int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int dot = emit(&b, KOP_RSUM, KT_F64,
@@ -930,7 +1002,8 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
         open_loop(&b, T);
         idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int p = f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), dp = f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0));
-        int g = bin(&b, KOP_MUL, bin(&b, KOP_MUL, p, bin(&b, KOP_SUB, dp, dot)), cst(&b, KT_F64, scale));
+        int g = bin(&b, KOP_MUL, bin(&b, KOP_MUL, p, bin(&b, KOP_SUB, dp, dot)), cst(&b, KT_F64, t->scale));
+        if (s2) g = bin(&b, KOP_MUL, g, f64(&b, emit(&b, KOP_LOAD, KT_F32, s2, idx, 0, 0)));
         emit(&b, KOP_STORE, KT_BOOL, s1, idx, f32(&b, g), 0);
         close_loop(&b);
     }
@@ -945,7 +1018,8 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     if (q->rank != 3 || n->heads < 1 || n->kv_heads < 1) return ffail(f, n, "attention needs q [B, T, H*D]");
     KirAttn *t = &k->attn;
     *t = (KirAttn){.B = q->dims[0], .T = q->dims[1], .H = n->heads, .KVH = n->kv_heads, .D = q->dims[2] / n->heads,
-                   .causal = n->causal, .helper = {-1, -1}};
+                   .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
+    t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;
     k->nargs = n->nin + 1;
     k->args = arena_alloc(f->a, (size_t)k->nargs * sizeof *k->args);

@@ -7,29 +7,46 @@
 
 typedef struct OpSpec {
     const char *name;
-    OpKind op;
+    int op; // an OpKind, or one of the families below
     int min_args, max_args; // positional arguments; max -1: any number
     const char *kwargs;     // allowed keyword arguments, space-separated
     const char *usage;
+    OpKind kind; // the graph op it makes; for a family, what this member computes (tanh: OP_TANH)
 } OpSpec;
 
+// Ops lowered by one rule for a family of graph ops (OpSpec.kind).
+enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
+
 static const OpSpec OP_SPECS[] = {
-    {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)"},
-    {"embed", OP_EMBED, 2, 2, "", "embed(table, indices)"},
-    {"arange", OP_ARANGE, 1, 1, "", "arange(n)"},
-    {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)"},
-    {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)"},
-    {"gelu", OP_GELU, 1, 1, "", "gelu(x)"},
-    {"silu", OP_SILU, 1, 1, "", "silu(x)"},
-    {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)"},
-    {"rope", OP_ROPE, 1, 1, "heads theta", "rope(x, heads=H, theta=10000)"},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal", "attention(q, k, v, heads=H, kv_heads=H, causal=true)"},
-    {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)"},
-    {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)"},
-    {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])"},
-    {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)"},
-    {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)"},
-    {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)"},
+    {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL},
+    {"embed", OP_EMBED, 2, 2, "", "embed(table, indices)", OP_EMBED},
+    {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE},
+    {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM},
+    {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM},
+    {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU},
+    {"silu", OP_SILU, 1, 1, "", "silu(x)", OP_SILU},
+    {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)", OP_SWIGLU},
+    {"rope", OP_ROPE, 1, 1, "heads theta", "rope(x, heads=H, theta=10000)", OP_ROPE},
+    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION},
+    {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX},
+    {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY},
+    {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE},
+    {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)", OP_SLICE},
+    {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT},
+    {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE},
+    {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH},
+    {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID},
+    {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF},
+    {"exp", OP_MATHS, 1, 1, "", "exp(x)", OP_EXP},
+    {"log", OP_MATHS, 1, 1, "", "log(x)", OP_LOG},
+    {"abs", OP_MATHS, 1, 1, "", "abs(x)", OP_ABS},
+    {"lt", OP_COMPARE, 2, 2, "", "lt(a, b)", OP_LT},
+    {"le", OP_COMPARE, 2, 2, "", "le(a, b)", OP_LE},
+    {"gt", OP_COMPARE_SWAPPED, 2, 2, "", "gt(a, b)", OP_LT},
+    {"ge", OP_COMPARE_SWAPPED, 2, 2, "", "ge(a, b)", OP_LE},
+    {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ},
+    {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ},
+    {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
 
@@ -324,6 +341,78 @@ static Node *lower_unary(Sema *S, const Args *a, OpKind op) {
     return new_node(S, op, DT_F32, &x->shape, a->call->loc, 1, &x);
 }
 
+// gelu(x, approximate = tanh) is GPT-2's tanh form, one op; approximate =
+// none is the exact x * Phi(x) = 0.5 x (1 + erf(x / sqrt 2)), written with
+// erf, which the fusion makes one kernel again.
+static Node *lower_gelu(Sema *S, const Args *a) {
+    const Expr *e = find_kwarg(a->call, "approximate");
+    int exact = 0;
+    if (e) {
+        const char *w = e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "";
+        exact = !strcmp(w, "none");
+        if (!exact && strcmp(w, "tanh")) {
+            diag_error(S->d, e->loc, "approximate must be tanh or none");
+            return NULL;
+        }
+    }
+    Node *x;
+    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "gelu")) return NULL;
+    if (!exact) return new_node(S, OP_GELU, DT_F32, &x->shape, a->call->loc, 1, &x);
+    const Shape *s = &x->shape;
+    Loc loc = a->call->loc;
+    Node *in[2] = {x, const_node(S, 0.7071067811865476, loc)};
+    if (!in[1]) return NULL;
+    Node *u = new_node(S, OP_MUL, DT_F32, s, loc, 2, in);
+    Node *erf = u ? new_node(S, OP_ERF, DT_F32, s, loc, 1, &u) : NULL;
+    in[0] = const_node(S, 1, loc), in[1] = erf;
+    Node *phi2 = in[0] && erf ? new_node(S, OP_ADD, DT_F32, s, loc, 2, in) : NULL; // 2 Phi(x)
+    in[0] = x, in[1] = phi2;
+    Node *xphi2 = phi2 ? new_node(S, OP_MUL, DT_F32, s, loc, 2, in) : NULL;
+    in[0] = const_node(S, 0.5, loc), in[1] = xphi2;
+    return in[0] && xphi2 ? new_node(S, OP_MUL, DT_F32, s, loc, 2, in) : NULL;
+}
+
+// An operand of the comparisons and where: a tensor, or a number, which
+// becomes a broadcast constant.
+static int lower_operand(Sema *S, const Expr *e, const char *op, Node **out) {
+    Val v;
+    if (lower_expr(S, e, &v) != 0) return -1;
+    *out = v.is_num ? const_node(S, v.num.f, e->loc) : v.node;
+    if (!*out) return -1;
+    return need_f32(S, e, *out, op);
+}
+
+// The comparisons and where: n operands broadcast together, numpy's way.
+// gt and ge are lt and le with the operands swapped; ne is 1 - eq.
+static Node *lower_elementwise(Sema *S, const Args *a, OpKind op, int n) {
+    const char *name = a->spec->name;
+    Node *in[3];
+    int tensors = 0;
+    for (int i = 0; i < n; i++) {
+        if (lower_operand(S, a->pos[i], name, &in[i]) != 0) return NULL;
+        tensors += in[i]->op != OP_CONST;
+    }
+    if (!tensors) {
+        diag_error(S->d, a->call->loc, "%s needs at least one tensor operand", name);
+        return NULL;
+    }
+    if (a->spec->op == OP_COMPARE_SWAPPED) { Node *t = in[0]; in[0] = in[1]; in[1] = t; }
+    Shape s = in[0]->shape;
+    for (int i = 1; i < n; i++) {
+        Shape t;
+        if (broadcast(&s, &in[i]->shape, &t) != 0) {
+            char what[64];
+            snprintf(what, sizeof what, "%s (they do not broadcast)", name);
+            return (void)mismatch(S, a->call->loc, what, &s, &in[i]->shape), NULL;
+        }
+        s = t;
+    }
+    Node *r = new_node(S, op, DT_F32, &s, a->call->loc, n, in);
+    if (!r || a->spec->op != OP_NOT_EQUAL) return r;
+    Node *sub[2] = {const_node(S, 1, a->call->loc), r};
+    return sub[0] ? new_node(S, OP_SUB, DT_F32, &s, a->call->loc, 2, sub) : NULL;
+}
+
 static Node *lower_swiglu(Sema *S, const Args *a) {
     Node *in[2];
     if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
@@ -367,9 +456,22 @@ static Node *lower_attention(Sema *S, const Args *a) {
             return NULL;
     int64_t heads, kv_heads, d, dk;
     int causal;
+    double scale, softcap;
     if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_int(S, a, "kv_heads", heads, 0, &kv_heads) != 0 ||
-        kw_bool(S, a, "causal", 1, &causal) != 0)
+        kw_bool(S, a, "causal", 1, &causal) != 0 || kw_float(S, a, "scale", 0, &scale) != 0 ||
+        kw_float(S, a, "softcap", 0, &softcap) != 0)
         return NULL;
+    int64_t window;
+    const Expr *we = find_kwarg(a->call, "window");
+    if (kw_int(S, a, "window", 0, 0, &window) != 0) return NULL;
+    if (we && window < 1) {
+        diag_error(S->d, we->loc, "window must be a positive number of positions, got %lld", (long long)window);
+        return NULL;
+    }
+    if (we && !causal) {
+        diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+        return NULL;
+    }
     if (kv_heads < 1 || heads % kv_heads != 0) {
         diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
         return NULL;
@@ -386,7 +488,10 @@ static Node *lower_attention(Sema *S, const Args *a) {
                                   i == 1 ? q : &in[1]->shape, k), NULL;
     }
     Node *n = new_node(S, OP_ATTENTION, DT_F32, &in[0]->shape, a->call->loc, 3, in);
-    if (n) { n->heads = (int)heads; n->kv_heads = (int)kv_heads; n->causal = causal; }
+    if (n) {
+        n->heads = (int)heads, n->kv_heads = (int)kv_heads, n->causal = causal;
+        n->window = window, n->scale = scale, n->softcap = softcap;
+    }
     return n;
 }
 
@@ -576,8 +681,13 @@ int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
     case OP_ARANGE: n = lower_arange(S, &a); break;
     case OP_LAYERNORM:
     case OP_RMSNORM: n = lower_norm(S, &a, spec->op); break;
-    case OP_GELU:
-    case OP_SILU: n = lower_unary(S, &a, spec->op); break;
+    case OP_GELU: n = lower_gelu(S, &a); break;
+    case OP_SILU: n = lower_unary(S, &a, OP_SILU); break;
+    case OP_MATHS: n = lower_unary(S, &a, spec->kind); break;
+    case OP_COMPARE:
+    case OP_COMPARE_SWAPPED:
+    case OP_NOT_EQUAL: n = lower_elementwise(S, &a, spec->kind, 2); break;
+    case OP_WHERE: n = lower_elementwise(S, &a, OP_WHERE, 3); break;
     case OP_SWIGLU: n = lower_swiglu(S, &a); break;
     case OP_ROPE: n = lower_rope(S, &a); break;
     case OP_ATTENTION: n = lower_attention(S, &a); break;

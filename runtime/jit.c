@@ -64,7 +64,7 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                 for (int h = 0; h <= bwd; h++) {
                     int hi = k->attn.helper[h];
                     const KirKernel *hk = hi >= 0 ? &j->prog.parts[p].k[hi] : NULL;
-                    if (!hk || hk->nargs != h + 1 || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
+                    if (!hk || hk->nargs != h + 1 + (k->attn.softcap > 0) || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
                         hk->args[h].numel < k->attn.T * k->attn.T) {
                         snprintf(err, cap, "jit: part %s kernel %d: attention without its helper kernels", part_name(p), i);
                         return -1;
@@ -219,7 +219,7 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < j->prog.parts[p].n; i++) {
             const KirKernel *k = &j->prog.parts[p].k[i];
-            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)(2 * k->attn.T * k->attn.T);
+            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T);
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
             if ((size_t)k->nargs > j->argv_n) j->argv_n = (size_t)k->nargs;
@@ -395,6 +395,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     int64_t nq = t->B * T * HD, nk = t->B * T * KD;
     float *S = j->attn;       // (T, T) scores, then P
     float *dP = S + T * T;    // (T, T) dP, then dS
+    float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
     float *ops[5];
     f32_operands(j, k, base, offsets, ops);
     if (k->args[0].dtype == KT_BF16) {
@@ -409,7 +410,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *dq = out, *dk = out + nq, *dv = out + nq + nk;
     if (bwd) memset(dk, 0, (size_t)(2 * nk) * sizeof(float));
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
-    void *a0[1] = {S}, *a1[2] = {S, dP};
+    void *a0[2] = {S, C}, *a1[3] = {S, dP, C};
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KD + (h / group) * D;

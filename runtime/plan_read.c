@@ -55,7 +55,8 @@ static const signed char ARITY[] = {
     [OP_CROSS_ENTROPY] = 2, [OP_RESHAPE] = 1, [OP_SLICE] = 1, [OP_CONCAT] = -1, [OP_TRANSPOSE] = 1,
     [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
     [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 4, [OP_PAD] = 1,
-    [OP_VIEW] = 1,
+    [OP_VIEW] = 1, [OP_TANH] = 1, [OP_SIGMOID] = 1, [OP_ERF] = 1, [OP_EXP] = 1, [OP_LOG] = 1, [OP_ABS] = 1,
+    [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 
@@ -395,6 +396,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
         else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
             rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
+        else if (n->op != OP_ROPE && (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) ||
+                                      isinf(n->softcap)))
+            rd_fail(r, "%s: window %lld, scale %g, softcap %g (each 0 or positive)", where, (long long)n->window,
+                    n->scale, n->softcap);
         return;
     default: return;
     }
@@ -449,6 +454,9 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->inverse = get_i32(r);
     n->eps = get_f64(r);
     n->theta = get_f64(r);
+    n->window = get_i64(r);
+    n->scale = get_f64(r);
+    n->softcap = get_f64(r);
     if (r->failed) return NULL;
     check_node(r, g, pk, n);
     return r->failed ? NULL : n;

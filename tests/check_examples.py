@@ -39,6 +39,14 @@ EXPECTED = {
         "model.embed_tokens.weight": [128256, 3072], "model.layers.27.self_attn.q_proj.weight": [3072, 3072],
         "model.layers.0.self_attn.v_proj.weight": [1024, 3072], "model.layers.3.mlp.down_proj.weight": [3072, 8192]},
         28 * 9 + 2),
+    "mistral-7b.mt": (7_241_732_096, {
+        "model.embed_tokens.weight": [32000, 4096], "model.layers.31.self_attn.k_proj.weight": [1024, 4096],
+        "model.layers.0.mlp.gate_proj.weight": [14336, 4096], "lm_head.weight": [32000, 4096]}, 32 * 9 + 3),
+    "pythia-160m.mt": (162_322_944, {
+        "gpt_neox.embed_in.weight": [50304, 768], "gpt_neox.layers.11.attention.query_key_value.weight": [2304, 768],
+        "gpt_neox.layers.0.attention.query_key_value.bias": [2304], "gpt_neox.layers.5.mlp.dense_4h_to_h.weight": [768, 3072],
+        "gpt_neox.layers.3.post_attention_layernorm.bias": [768], "gpt_neox.final_layer_norm.weight": [768],
+        "embed_out.weight": [50304, 768]}, 12 * 12 + 4),
     "gpt2-tiny.mt": (None, {"wte.weight": [256, 64], "h.1.mlp.c_fc.weight": [64, 256]}, 2 + 2 * 12 + 2),
     "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.1.self_attn.k_proj.weight": [32, 64]},
                       2 * 9 + 3),

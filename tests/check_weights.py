@@ -11,6 +11,8 @@ usage: check_weights.py MTC MTRUN MODE
   llmc       a random GPT-2 small in llm.c's checkpoint layout (header, padded
              vocabulary, [out, in] matrices) loads into examples/gpt2.mt: the
              loss equals a numpy GPT-2 forward pass
+  window     tests/jit/llama-window.mt (sliding window, scale, softcap):
+             its first validation loss equals a numpy forward pass
   errors     missing, extra and misshapen tensors and wrong checkpoints are
              refused naming the tensor, both shapes and the file
   bf16       the same random llama-tiny compiled with --dtype bf16: its
@@ -109,13 +111,20 @@ def cross_entropy(logits, targets, mask=None):
     return float(np.mean(each) if mask is None else np.sum(each * mask) / np.sum(mask))
 
 
-def attention(q, k, v, nh, nkv):
+def attention(q, k, v, nh, nkv, window=0, scale=None, softcap=0):
+    """Causal; query t sees keys t - window < j <= t when window > 0; scores
+    q.k * scale (default 1/sqrt(D)), then softcap * tanh(s / softcap)."""
     T, D = q.shape[0], q.shape[1] // nh
+    t, j = np.arange(T)[:, None], np.arange(T)[None, :]
+    hidden = (j > t) | ((t - j >= window) if window else False)
     out = np.zeros_like(q)
     for h in range(nh):
         g = h // (nh // nkv)
         qh, kh, vh = q[:, h * D:(h + 1) * D], k[:, g * D:(g + 1) * D], v[:, g * D:(g + 1) * D]
-        s = qh @ kh.T / math.sqrt(D) + np.triu(np.full((T, T), -np.inf), 1)
+        s = qh @ kh.T * (scale if scale else 1 / math.sqrt(D))
+        if softcap:
+            s = softcap * np.tanh(s / softcap)
+        s = np.where(hidden, -np.inf, s)
         p = np.exp(s - s.max(-1, keepdims=True))
         out[:, h * D:(h + 1) * D] = (p / p.sum(-1, keepdims=True)) @ vh
     return out
@@ -147,10 +156,12 @@ def bf16_round(a):
     return (bf16_bits(np.asarray(a, np.float32)).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
-def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None):
+def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None,
+               **attn):
     """The Llama loss in float64; r is applied where a graph node ends (the
     storage rule's rounding points: weights, then every op's result); with a
-    mask, the mean over the positions it marks 1."""
+    mask, the mean over the positions it marks 1; attn: attention's window,
+    scale and softcap."""
     W = {k: r(v.astype(np.float64)) for k, v in W.items()}
 
     def rms(x, g):
@@ -174,7 +185,7 @@ def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None):
         q = r(rope(r(a @ W[p + "self_attn.q_proj.weight"].T), nh))
         k = r(rope(r(a @ W[p + "self_attn.k_proj.weight"].T), nkv))
         v = r(a @ W[p + "self_attn.v_proj.weight"].T)
-        x = r(x + r(r(attention(q, k, v, nh, nkv)) @ W[p + "self_attn.o_proj.weight"].T))
+        x = r(x + r(r(attention(q, k, v, nh, nkv, **attn)) @ W[p + "self_attn.o_proj.weight"].T))
         m = r(rms(x, W[p + "post_attention_layernorm.weight"]))
         g, u = r(m @ W[p + "mlp.gate_proj.weight"].T), r(m @ W[p + "mlp.up_proj.weight"].T)
         x = r(x + r(r(g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T))
@@ -200,9 +211,9 @@ def first_val_loss(mtrun, planfile, tmp, *extra):
     return vals[0], p
 
 
-def llama_tiny_weights(mtc, tmp, rng):
+def llama_tiny_weights(mtc, tmp, rng, model="examples/llama-tiny.mt"):
     """Random weights of every tensor of llama-tiny, by the names mtc lists."""
-    d = json.loads(run(mtc, "examples/llama-tiny.mt", "--json").stdout)
+    d = json.loads(run(mtc, model, "--json").stdout)
     return {t["name"]: (rng.standard_normal(t["shape"]) * (0.5 if len(t["shape"]) == 1 else 0.1) +
                         (1.0 if len(t["shape"]) == 1 else 0)).astype(np.float32) for t in d["params"]}
 
@@ -272,6 +283,29 @@ def fixture(mtc, mtrun, tmp):
     want = llama_loss(stored, 2, 4, 2, 10000.0, tokens, targets)
     check(abs(loss - want) <= 1e-5 * abs(want), f"llama-tiny loss {loss} vs numpy {want}")
     print(f"fixture: loss {loss:.6f}, numpy {want:.6f}")
+
+
+def window(mtc, mtrun, tmp):
+    """Sliding-window (3 of 16 positions), soft-capped attention at scale 0.5:
+    mt's first validation loss from random weights equals numpy's; and the
+    window and the cap each change it (they are not ignored)."""
+    model = "tests/jit/llama-window.mt"
+    W = llama_tiny_weights(mtc, tmp, np.random.default_rng(4), model)
+    W = {n: (w * 4 if n.endswith("proj.weight") and ("q_proj" in n or "k_proj" in n) else w) for n, w in W.items()}
+    f = os.path.join(tmp, "w.safetensors")
+    write_safetensors(f, [(n, "F32", w) for n, w in W.items()])
+    pl = plan(mtc, tmp, model, "--batch", "1", "--seq", "16")
+    loss, p = first_val_loss(mtrun, pl, tmp, "--init", f)
+    if loss is None:
+        return
+    tokens, targets = val_tokens(16)
+    opts = dict(window=3, scale=0.5, softcap=0.8)
+    want = llama_loss(W, 2, 4, 2, 10000.0, tokens, targets, **opts)
+    check(abs(loss - want) <= 1e-5 * abs(want), f"llama-window loss {loss} vs numpy {want}")
+    for drop in ("window", "softcap"):
+        other = llama_loss(W, 2, 4, 2, 10000.0, tokens, targets, **{**opts, drop: 0})
+        check(abs(other - want) > 1e-3 * abs(want), f"without its {drop} the numpy loss moves ({other} vs {want})")
+    print(f"window: loss {loss:.6f}, numpy {want:.6f}")
 
 
 def llmc(mtc, mtrun, tmp):
@@ -362,7 +396,7 @@ def bf16(mtc, mtrun, tmp):
 def main():
     mtc, mtrun, mode = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
-        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors, "bf16": bf16}[mode](mtc, mtrun, tmp)
+        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors, "bf16": bf16, "window": window}[mode](mtc, mtrun, tmp)
     sys.exit(report())
 
 

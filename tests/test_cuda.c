@@ -14,6 +14,7 @@
 //    sm_80 and sm_90 (--bf16: and in bf16 for sm_90) with no error and no warning; the NVRTC
 //    time of each is printed.
 // Exit status 0 only when all of it holds.
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -146,7 +147,8 @@ static void build_attn(Build *b, int bwd, int node, int64_t B, int64_t T, int64_
     if (bwd) arg(b, node - 4, KT_F32, KA_READ, 0, nq);
     arg(b, node - 1, KT_F32, KA_READ, 0, nq), arg(b, node - 2, KT_F32, KA_READ, 0, nk);
     arg(b, node - 3, KT_F32, KA_READ, 0, nk);
-    b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .causal = causal, .helper = {-1, -1}};
+    b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .causal = causal,
+                          .scale = 1.0 / sqrt((double)D), .helper = {-1, -1}};
 }
 
 static int find_str(const char *hay, const char *needle, const char *what) {
