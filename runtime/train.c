@@ -81,7 +81,9 @@ typedef struct Run {
     double step_t0;     // when it started
     double last_note;   // when the progress line was last written
     // (step_t0 is 0 outside a step)
-    int64_t runs_done, runs_per_step; // INS_RUN instructions done in this step, of the step's
+    double note_every;  // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
+    int64_t passes_done, passes_per_step; // layer passes done in this step, of the step's
+    int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
 } Run;
 
 // One micro-batch through the plan (or the reference executor): its loss
@@ -93,6 +95,7 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
         return 0;
     }
     const Plan *p = r->p;
+    r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     return backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                     : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
 }
@@ -413,20 +416,40 @@ static void human_time(char *out, size_t cap, double s) {
     else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
 }
 
-// After each kernel run of a step: every 10 s, how far the step is.
+// A layer pass: the kernel runs of one layer (or of the head and tail,
+// layer -1) one after another in the compute stream: a layer's forward, its
+// recompute, its backward, once a micro-batch. *layer carries the layer of the
+// pass running across calls; returns 1 when `in` starts a new pass.
+static int starts_pass(int32_t *layer, const Instr *in) {
+    if (in->kind != INS_RUN || in->layer == *layer) return 0;
+    *layer = in->layer;
+    return 1;
+}
+
+// The layer passes of a step: the train stream's, once a micro-batch.
+static int64_t count_passes(const Plan *p, int accumulate) {
+    int64_t n = 0;
+    for (int a = 0; a < accumulate; a++) {
+        int32_t layer = INT32_MIN; // (as micro_batch starts each)
+        for (int i = 0; i < p->ntrain; i++) n += starts_pass(&layer, &p->train[i]);
+    }
+    return n;
+}
+
+// After each kernel run of a step: every 10 s, how many of the step's layer
+// passes are done.
 static void note_progress(void *ctx, const Instr *in) {
-    (void)in;
     Run *r = ctx;
     if (!r->step_t0) return; // validation, not a step
-    r->runs_done++;
+    r->passes_done += starts_pass(&r->pass_layer, in);
     double now = now_s();
-    if (now - r->last_note < 10) return;
+    if (now - r->last_note < r->note_every) return;
     r->last_note = now;
     char el[32];
     human_time(el, sizeof el, now - r->step_t0);
-    fprintf(r->o->out, "  step %lld: %lld of %lld kernel runs (%.0f%%), %s in\n", (long long)r->step,
-            (long long)r->runs_done, (long long)r->runs_per_step,
-            100.0 * (double)r->runs_done / (double)(r->runs_per_step ? r->runs_per_step : 1), el);
+    fprintf(r->o->out, "  step %lld: %lld of %lld layer passes (%.0f%%), %s in\n", (long long)r->step,
+            (long long)r->passes_done, (long long)r->passes_per_step,
+            100.0 * (double)r->passes_done / (double)(r->passes_per_step ? r->passes_per_step : 1), el);
     fflush(r->o->out);
 }
 
@@ -538,8 +561,9 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
     r.predicted_s = predicted_step(p);
-    for (int i = 0; i < p->ntrain; i++) r.runs_per_step += p->train[i].kind == INS_RUN;
-    r.runs_per_step *= t->accumulate;
+    r.passes_per_step = count_passes(p, t->accumulate);
+    const char *every = getenv("MT_PROGRESS_S");
+    r.note_every = every && *every ? atof(every) : 10;
     if (!o->reference) r.rp.on_run = note_progress, r.rp.on_run_ctx = &r;
     store_init(&r.hs, p, seed);
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
@@ -561,7 +585,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     while (s < steps && !stop_signal) {
         s++;
         double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
-        r.step = s, r.step_t0 = r.last_note = t0, r.runs_done = 0;
+        r.step = s, r.step_t0 = r.last_note = t0, r.passes_done = 0;
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
         r.step_t0 = 0;
         double now = now_s(), dt = now - t0, elapsed = now - t_run;

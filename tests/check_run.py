@@ -21,6 +21,7 @@ usage: check_run.py MTC MTRUN    (from the project root)
 """
 import json
 import os
+import re
 import signal
 import struct
 import subprocess
@@ -49,6 +50,18 @@ def records(path):
 
 def losses(path):
     return [r["loss"] for r in records(path) if "loss" in r]
+
+
+def ckpt_arrays(path):
+    """A checkpoint's W, M and V sections (runtime/checkpoint.c: a 24-byte
+    header, then 4 table entries of u32 id, u32 crc, u64 offset, u64 size)."""
+    b = open(path, "rb").read()
+    check(b[:8] == b"MTCKPT\0\0", f"{path} is a checkpoint")
+    out = {}
+    for k in range(4):
+        sid, _, off, size = struct.unpack_from("<IIQQ", b, 24 + 24 * k)
+        out[sid] = b[off:off + size]
+    return out[2], out[3], out[4]
 
 
 def started(mtrun, plan, *args):
@@ -110,6 +123,23 @@ def main():
             check("config" in recs[0] and recs[0]["config"]["val_data"] == j("val.bin") and
                   recs[0]["config"]["tokens_per_step"] == 1024, f"the log's first record is the config: {recs[0]}")
 
+        # 2b. progress within a step: layer passes done of the step's total (every 0 s here, not 10 s)
+        open(j("proj", "m", "acc.mt"), "w").write(src.replace('"data/tinyshakespeare.txt"', '"corpus.txt"')
+                                                  .replace("  batch = 16", "  batch = 8\n  accumulate = 2"))
+        p = run(mtc, "m/acc.mt", "-o", j("acc.bin"), cwd=j("proj"))
+        check(p.returncode == 0, "mtc: accumulate = 2", p)
+        p = subprocess.run([mtrun, j("acc.bin"), "--steps", "2", "--val-every", "1000", "--log", j("prog.jsonl")],
+                           capture_output=True, text=True, env={**os.environ, "MT_PROGRESS_S": "0"})
+        notes = [re.match(r"  step (\d+): (\d+) of (\d+) layer passes", l) for l in p.stdout.splitlines()]
+        notes = [(int(m[1]), int(m[2]), int(m[3])) for m in notes if m]
+        if check(p.returncode == 0 and notes, "progress lines are printed within a step", p):
+            # 2 layers: forward head, 0, 1, tail; backward 1, 0, head: 7 passes a micro-batch
+            # (the head and the tail are layer -1, the tail's forward and backward one pass)
+            totals = {t for _, _, t in notes}
+            done = [d for s, d, _ in notes if s == 2]
+            check(totals == {2 * 7} and sorted(set(done)) == list(range(1, 15)) and done == sorted(done),
+                  f"2 micro-batches of a 2-layer model: the passes of step 2 count 1..14 of 14: {notes}")
+
         # 3. SIGKILL after N printed steps: the log holds them
         proc = started(mtrun, plan, "--steps", "400", "--val-every", "1000", "--log", j("kill.jsonl"))
         got = read_steps(proc, 4)
@@ -147,14 +177,44 @@ def main():
         la, lb = losses(j("straight.jsonl")), losses(j("int.jsonl"))
         check(la == lb and len(la) == 12, f"the stopped and resumed run's losses equal the straight run's:\n    {la}\n    {lb}")
 
+        # 5b. a second signal ends the run at once; the checkpoint before it stays and resumes
+        proc = started(mtrun, plan, "--steps", "12", "--save", j("sig2"), "--save-every", "2",
+                       "--log", j("sig2.jsonl"), *common)
+        read_steps(proc, 3)
+        proc.send_signal(signal.SIGINT)
+        proc.stderr.readline()  # (a blank line, then the first signal's note: the handler ran)
+        note = proc.stderr.readline()
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=300)
+        check("a second signal exits at once" in note, f"the first signal's note: {note!r}")
+        saved = sorted(f for f in os.listdir(j("sig2")) if f.endswith(".ckpt"))
+        check(proc.returncode == -signal.SIGINT and saved and saved[0] == "step-000000002.ckpt",
+              f"two SIGINTs: killed by the second ({proc.returncode}), checkpoints {saved}")
+        if saved:
+            k = int(saved[-1][5:14])
+            p = run(mtrun, plan, "--steps", "12", "--resume", j("sig2"), "--log", j("sig2r.jsonl"), *common)
+            check(p.returncode == 0 and losses(j("sig2r.jsonl")) == losses(j("straight.jsonl"))[k:],
+                  f"resuming after two signals (from step {k}) gives the straight run's losses", p)
+
         # 6. another plan of the same model resumes the checkpoint
         base = ["--steps", "7", "--log", j("x.jsonl"), *common]
         p = run(mtrun, plan, "--resume", j("fin5"), *base)  # (no such directory: refused)
         check(p.returncode == 1, "resume from a missing directory", p)
         os.makedirs(j("fin5"))
         os.link(j("fin", "step-000000005.ckpt"), j("fin5", "step-000000005.ckpt"))
-        p = run(mtrun, plan, "--resume", j("fin5"), *base[:2], "--log", j("same.jsonl"), *common)
+        p = run(mtrun, plan, "--resume", j("fin5"), *base[:2], "--log", j("same.jsonl"), "--save", j("same7"), *common)
         check(p.returncode == 0, "the same plan resumes step 5", p)
+        # another target and remat mode do the same arithmetic on the cpu backend: if the weights
+        # and both moments carried over exactly, step 7's arrays are the same bits
+        p = run(mtc, "m/tiny.mt", "--remat", "layer", "--target", "a100-80g", "-o", j("layer.bin"), cwd=j("proj"))
+        check(p.returncode == 0, "mtc: the same model with --remat layer --target a100-80g", p)
+        p = run(mtrun, j("layer.bin"), "--resume", j("fin5"), *base[:2], "--log", j("layer.jsonl"),
+                "--save", j("layer7"), *common)
+        if check(p.returncode == 0 and "another plan of this model" in p.stdout, "--remat layer resumes it", p):
+            a = ckpt_arrays(j("same7", "step-000000007.ckpt"))
+            b = ckpt_arrays(j("layer7", "step-000000007.ckpt"))
+            check(all(len(x) > 0 and x == y for x, y in zip(a, b)),
+                  "steps 6 and 7 from the checkpoint under either plan: weights, m and v the same bits")
         other = j("other.bin")
         p = run(mtc, "m/tiny.mt", "--remat", "layer", "--target", "a100-80g", "--tile", "2", "-o", other,
                 cwd=j("proj"))
