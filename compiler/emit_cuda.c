@@ -682,21 +682,21 @@ void cuda_source_free(CudaSource *s) {
     memset(s, 0, sizeof *s);
 }
 
-int cuda_supports(const KirProgram *prog, const Graph *g, const char *model_path, char *why, size_t cap) {
-    for (int p = 0; p < PART_COUNT; p++)
-        for (int i = 0; i < prog->parts[p].n; i++) {
-            const KirKernel *k = &prog->parts[p].k[i];
-            if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
-            if (k->attn.window || k->attn.softcap > 0 || fabs(k->attn.scale * sqrt((double)k->attn.D) - 1) > 1e-12) {
-                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
-                snprintf(why, cap,
-                         "%s:%d:%d: attention with window, scale or softcap runs on the cpu backend only; the CUDA "
-                         "flash template does not take them yet",
-                         model_path ? model_path : "<model>", n->loc.line, n->loc.col);
-                return -1;
-            }
-        }
-    return 0;
+// An attention kernel's variant: which template, head size, mask and options.
+typedef struct AttnVariant {
+    int tc, D, causal;
+    long long window;
+    double scale, softcap;
+} AttnVariant;
+
+static AttnVariant attn_variant(const KirKernel *k, int bf16) {
+    AttnVariant v = {attn_tc_ok(bf16, (int)k->attn.D), (int)k->attn.D, k->attn.causal, (long long)k->attn.window,
+                     k->attn.scale, k->attn.softcap};
+    return v;
+}
+static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {
+    return a->tc == b->tc && a->D == b->D && a->causal == b->causal && a->window == b->window &&
+           (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
 }
 
 int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
@@ -714,36 +714,36 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++)
             for (int j = 0; j < prog->parts[p].k[i].nargs; j++) bf16 |= prog->parts[p].k[i].args[j].dtype == KT_BF16;
-    if (cuda_supports(prog, g, opt->model_path, err, errcap) != 0) {
-        cuda_source_free(out);
-        return -1;
-    }
-    // attention instantiations: (bf16, D, causal) used, each once
+    // attention instantiations: each variant used, once; tensor cores where
+    // attn_tc_ok (bf16, D 64 or 128), else the fp32 template, the fallback
     enum { MAX_ATTN = 32 };
-    int inst[MAX_ATTN][2], ninst = 0; // D, causal
+    AttnVariant inst[MAX_ATTN];
+    int ninst = 0, ntc = 0;
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++) {
             const KirKernel *k = &prog->parts[p].k[i];
             if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
-            int D = (int)k->attn.D, seen = 0;
-            for (int j = 0; j < ninst; j++) seen |= inst[j][0] == D && inst[j][1] == k->attn.causal;
+            AttnVariant v = attn_variant(k, bf16);
+            int seen = 0;
+            for (int j = 0; j < ninst; j++) seen |= attn_variant_eq(&inst[j], &v);
             if (seen) continue;
             if (ninst == MAX_ATTN) {
                 snprintf(err, errcap, "more than %d attention variants in one plan", MAX_ATTN);
                 cuda_source_free(out);
                 return -1;
             }
-            if (D > 256 || attn_smem_max(D) > arch_smem_limit(opt->arch)) {
+            size_t need = v.tc ? attn_tc_smem_max(v.D) : attn_smem_max(v.D);
+            if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
                 const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
                 snprintf(err, errcap,
                          "%s:%d:%d: error: attention with head size %d needs %zu bytes of shared memory; %s allows %zu "
                          "(and the template stops at 256)",
-                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col, D, attn_smem_max(D),
+                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col, v.D, need,
                          opt->arch, arch_smem_limit(opt->arch));
                 cuda_source_free(out);
                 return -1;
             }
-            inst[ninst][0] = D, inst[ninst][1] = k->attn.causal, ninst++;
+            inst[ninst++] = v, ntc += v.tc;
         }
 
     e->cur = NULL;
@@ -751,12 +751,28 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
        bf16 ? "bf16" : "f32");
     em_text(e, mt_cuda_prelude);
     if (ninst || opt->with_reference) em_text(e, mt_cuda_attention);
+    if (ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
     if (opt->with_reference) em_text(e, mt_cuda_attention_ref);
     for (int j = 0; j < ninst; j++) {
-        char name[48];
-        attn_kernel_name(name, sizeof name, bf16, inst[j][0], inst[j][1]);
-        em(e, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", bf16 ? "bf16" : "float", inst[j][0],
-           inst[j][1] ? "true" : "false", name);
+        const AttnVariant *v = &inst[j];
+        char name[64], sc[64], cap[64];
+        attn_variant_name(name, sizeof name, bf16, v->D, v->causal, v->window, v->scale, v->softcap);
+        int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale);
+        if (plain && v->tc) em(e, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", v->D, v->causal ? "true" : "false", name);
+        else if (plain)
+            em(e, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", bf16 ? "bf16" : "float", v->D, v->causal ? "true" : "false",
+               name);
+        else {
+            if (attn_default_scale(v->D, v->scale)) snprintf(sc, sizeof sc, "1.0f / sqrtf((float)%d)", v->D);
+            else literal(sc, sizeof sc, KT_F32, v->scale);
+            literal(cap, sizeof cap, KT_F32, v->softcap);
+            if (v->tc)
+                em(e, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %s, %s, %s, %lld, %s)\n", v->D, v->causal ? "true" : "false", sc,
+                   cap, v->window, name);
+            else
+                em(e, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %s, %s, %lld, %s)\n", bf16 ? "bf16" : "float", v->D,
+                   v->causal ? "true" : "false", sc, cap, v->window, name);
+        }
     }
     out->nattn = ninst;
 
@@ -782,12 +798,14 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                        info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
                 em(e, "\n");
             } else {
-                attn_kernel_name(info->symbol, sizeof info->symbol, bf16, (int)k->attn.D, k->attn.causal);
+                AttnVariant v = attn_variant(k, bf16);
+                attn_variant_name(info->symbol, sizeof info->symbol, bf16, v.D, v.causal, v.window, v.scale, v.softcap);
+                info->attn_tc = v.tc;
                 e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s_%s\n", p, i,
+                em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,
                    k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T,
-                   (long long)k->attn.H, (long long)k->attn.KVH, k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}",
-                   info->symbol);
+                   (long long)k->attn.H, (long long)k->attn.KVH, v.tc ? "tc_" : "",
+                   k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}", info->symbol);
             }
             out->ninfo++;
         }

@@ -2,9 +2,10 @@
 // plan, compiled inside mtc by NVRTC (nvrtc.h).
 //
 // What the translation unit holds, in order: the prelude (compiler/cuda/
-// prelude.cuh), the flash attention template and one instantiation per
-// (storage type, head size, mask) the plan uses, then one
-// `extern "C" __global__` function per expression kernel.
+// prelude.cuh), the flash attention templates (attention.cuh; with
+// tensor-core variants also mma.cuh and attention_tc.cuh) and one
+// instantiation per (template, head size, mask, options) the plan uses, then
+// one `extern "C" __global__` function per expression kernel.
 //
 // Launch ABI of expression kernel i of part p (symbol kir_symbol(p, i),
 // "mt_k1_3"):
@@ -25,8 +26,11 @@
 //     offsets are multiples of 256); the emitter vectorises (float4, or 4
 //     bf16) only accesses it can prove aligned from that.
 // GEMMs emit nothing (cuBLASLt runs them; see CudaKernelInfo.epilogue);
-// attention kernels use the template's entry points named by attn_kernel_name
-// (compiler/cuda/attention.h), whose ABI is written in attention.cuh.
+// attention kernels use a flash template's entry points named by
+// attn_variant_name (compiler/cuda/attention.h): the tensor-core one
+// (attention_tc.cuh) where attn_tc_ok (bf16 storage, head size 64 or 128),
+// else the fp32 one (attention.cuh), the fallback; their ABI is written
+// there. Window, scale and softcap are baked into the instantiation.
 #ifndef MT_EMIT_CUDA_H
 #define MT_EMIT_CUDA_H
 
@@ -56,7 +60,10 @@ const char *cuda_epilogue_name(CudaEpilogue e); // "CUBLASLT_EPILOGUE_BIAS"
 typedef struct CudaKernelInfo {
     int part, index;       // kernel `index` of part `part`
     int kind;              // KirKind
-    char symbol[48];       // expression kernels: kir_symbol; attention: the entry's NAME suffix; GEMM: ""
+    char symbol[64];       // expression kernels: kir_symbol; attention: the entry's NAME suffix
+                           // (attn_variant_name: "bf16_d128_causal_w4096"); GEMM: ""
+    int attn_tc;           // attention: 1 runs attention_tc.cuh's mt_attn_tc_{fwd,bwd_dq,bwd_dkdv}_NAME
+                           // (geometry ATTN_TC_*, attn_tc_smem_*), 0 attention.cuh's mt_attn_*_NAME
     int grid, block, smem; // expression kernels
     int finish_grid;       // 0: no SYMBOL_finish
     int vectorised;        // column loops that read and write four elements at a time
@@ -86,11 +93,6 @@ int cuda_arg_bf16(const KirArg *a);
 int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
               size_t errcap);
 void cuda_source_free(CudaSource *s);
-
-// Whether every kernel of prog has a CUDA form: 0, or -1 with the located
-// reason in why (attention with window, scale or softcap, which the flash
-// template does not take yet).
-int cuda_supports(const KirProgram *prog, const Graph *g, const char *model_path, char *why, size_t cap);
 
 // cuda_emit, then nvrtc_compile for opt->arch: the plan's cubin and PTX.
 // src may be NULL; otherwise it receives the source (free it). Returns 0,

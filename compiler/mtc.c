@@ -178,10 +178,6 @@ static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p
         }
         return 0;
     }
-    if (cuda_supports(&kp, g, model_path, err, sizeof err) != 0) { // a plan for the cpu backend, said so
-        fprintf(stderr, "mtc: warning: the plan carries no CUDA code: %s\n", err);
-        return 0;
-    }
     CudaBinary bin;
     if (cuda_build(&kp, g, &opt, &bin, NULL, err, sizeof err) != 0) goto fail;
     uint8_t *cubin = arena_alloc(a, bin.cubin_len);

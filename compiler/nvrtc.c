@@ -109,9 +109,34 @@ static double now_s(void) {
     return (double)ts.tv_sec + (double)ts.tv_nsec * 1e-9;
 }
 
-int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
-                  CudaBinary *out, char *err, size_t errcap) {
+// Moves ptxas's resource report out of log into a malloc'd *info: lines that
+// start with "ptxas info", and those that continue them ("ptxas         .
+// 0 bytes stack frame, 0 bytes spill stores, ...", NVRTC 13; or indented). What stays are diagnostics.
+static int split_ptxas_info(char *log, char **info) {
+    size_t n = strlen(log), o = 0, k = 0;
+    char *in = malloc(n + 1);
+    if (!in) return -1;
+    int cont = 0;
+    for (char *p = log; *p;) {
+        size_t len = strcspn(p, "\n") + (p[strcspn(p, "\n")] == '\n');
+        size_t sp = strspn(p + 5, " \t");
+        int is_info = !strncmp(p, "ptxas info", 10) || (!strncmp(p, "ptxas", 5) && sp && p[5 + sp] == '.') ||
+                      (cont && (*p == ' ' || *p == '\t'));
+        cont = is_info;
+        memmove(is_info ? in + k : log + o, p, len);
+        if (is_info) k += len;
+        else o += len;
+        p += len;
+    }
+    log[o] = 0, in[k] = 0;
+    *info = in;
+    return 0;
+}
+
+static int compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
+                   CudaBinary *out, char **info, char *err, size_t errcap) {
     memset(out, 0, sizeof *out);
+    if (info) *info = NULL;
     Msg m = {err, errcap, 0};
     if (errcap) err[0] = 0;
     if (!nvrtc_arch_ok(arch)) {
@@ -120,7 +145,8 @@ int nvrtc_compile(const char *src, const char *name, const char *arch, const cha
     }
     char archopt[32];
     snprintf(archopt, sizeof archopt, "-arch=%s", arch);
-    const char *opts[] = {archopt, "--std=c++17", "-default-device", "-lineinfo"};
+    const char *opts[] = {archopt, "--std=c++17", "-default-device", "-lineinfo", "--ptxas-options=-v"};
+    int nopts = info ? 5 : 4;
     nvrtcProgram prog;
     nvrtcResult r = nvrtcCreateProgram(&prog, src, name, 0, NULL, NULL);
     if (r != NVRTC_SUCCESS) {
@@ -128,13 +154,19 @@ int nvrtc_compile(const char *src, const char *name, const char *arch, const cha
         return -1;
     }
     double t0 = now_s();
-    r = nvrtcCompileProgram(prog, (int)(sizeof opts / sizeof opts[0]), opts);
+    r = nvrtcCompileProgram(prog, nopts, opts);
     out->seconds = now_s() - t0;
     size_t loglen = 0;
     char *log = NULL;
     if (nvrtcGetProgramLogSize(prog, &loglen) == NVRTC_SUCCESS && loglen > 1 && (log = malloc(loglen)) &&
         nvrtcGetProgramLog(prog, log) != NVRTC_SUCCESS)
         log[0] = 0;
+    if (info && log && split_ptxas_info(log, info) != 0) {
+        msg_add(&m, "out of memory reading NVRTC's log");
+        free(log);
+        nvrtcDestroyProgram(&prog);
+        return -1;
+    }
     int has_log = log && log[0];
     if (r != NVRTC_SUCCESS || has_log) {
         msg_add(&m, "NVRTC %s, %s: %s\n", nvrtc_version_str(), arch,
@@ -142,6 +174,7 @@ int nvrtc_compile(const char *src, const char *name, const char *arch, const cha
         if (has_log) report_log(&m, log, src, name, origin, norigin);
         while (m.len > 0 && err[m.len - 1] == '\n') err[--m.len] = 0; // no trailing newline, as other messages
         free(log);
+        if (info) free(*info), *info = NULL;
         nvrtcDestroyProgram(&prog);
         return -1;
     }
@@ -167,6 +200,18 @@ int nvrtc_compile(const char *src, const char *name, const char *arch, const cha
     out->ptx_len = strnlen(out->ptx, np);
     snprintf(out->arch, sizeof out->arch, "%s", arch);
     return 0;
+}
+
+int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
+                  CudaBinary *out, char *err, size_t errcap) {
+    return compile(src, name, arch, origin, norigin, out, NULL, err, errcap);
+}
+
+int nvrtc_compile_report(const char *src, const char *name, const char *arch, CudaBinary *out, char **info, char *err,
+                         size_t errcap) {
+    int rc = compile(src, name, arch, NULL, 0, out, info, err, errcap);
+    if (rc != 0) free(*info), *info = NULL;
+    return rc;
 }
 
 void nvrtc_binary_free(CudaBinary *b) {

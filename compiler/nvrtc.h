@@ -42,6 +42,13 @@ int nvrtc_arch_ok(const char *arch);
 int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
                   CudaBinary *out, char *err, size_t errcap);
 
+// nvrtc_compile with ptxas's resource report (--ptxas-options=-v): on
+// success *info (malloc'd, free it) holds its lines, per entry function
+// "ptxas info    : Used N registers, ..." and "N bytes stack frame, N bytes
+// spill stores, N bytes spill loads"; they are not diagnostics.
+int nvrtc_compile_report(const char *src, const char *name, const char *arch, CudaBinary *out, char **info, char *err,
+                         size_t errcap);
+
 void nvrtc_binary_free(CudaBinary *b);
 
 // "13.0": the NVRTC library's version, for messages and the plan.

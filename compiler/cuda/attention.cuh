@@ -5,8 +5,12 @@
 // per lane) with an online softmax. fp32 arithmetic; S (float or bf16) is the
 // storage type. Needs prelude.cuh. The plain reference that test programs
 // compare against is attention_ref.cuh; the semantics are the cpu
-// reference's (runtime/kernels.inc: attention, attention_bwd): scale
-// 1/sqrt(D), key j visible to query t when j <= t (causal) or always.
+// reference's (runtime/kernels.inc: attention, attention_bwd): scores
+// q.k * scale (1/sqrt(D) unless the model sets it), soft-capped to
+// softcap * tanh(score / softcap) when softcap > 0; key j visible to query t
+// when j <= t (causal) or always, and with a window W only when j > t - W.
+// A window skips whole key tiles before the block's first visible key (and,
+// in bwd_dkdv, query tiles past the last query that sees the block's keys).
 //
 // Layouts: q, y, dq, dy [B, T, H*D]; k, v, dk, dv [B, T, KVH*D]; lse and the
 // backward's workspace rows [B, H, T] (fp32, natural log).
@@ -33,6 +37,43 @@
 #define MT_LOG2E 1.4426950408889634f
 #define MT_LN2 0.6931471805599453f
 #define MT_NEG_INF __int_as_float(0xff800000)
+
+// The options of a model's attention (the kernel IR's KirAttn): the scale of
+// q.k, soft-capping (0: none) and the sliding window (0: none). Entry points
+// pass literals, so the compiler folds them (no tanh without a softcap).
+struct MtAttnOpt {
+    float scale, softcap;
+    int window;
+};
+// Whether query t sees key j.
+template <bool CAUSAL>
+__device__ __forceinline__ bool mt_attn_visible(const MtAttnOpt &o, int j, int t, int T) {
+    return j < T && (!CAUSAL || j <= t) && (o.window == 0 || j > t - o.window);
+}
+// The score of q.k in log2 units (exp2 instead of exp): scaled, soft-capped.
+__device__ __forceinline__ float mt_attn_score2(const MtAttnOpt &o, float qk) {
+    if (o.softcap > 0.0f) return o.softcap * MT_LOG2E * tanhf(qk * (o.scale / o.softcap));
+    return qk * (o.scale * MT_LOG2E);
+}
+// d score / d (q.k * scale) from the score in log2 units s2: 1 - tanh^2
+// under soft-capping (tanh = s2 / (softcap log2 e)), else 1.
+__device__ __forceinline__ float mt_attn_dcap(const MtAttnOpt &o, float s2) {
+    if (o.softcap <= 0.0f) return 1.0f;
+    const float c = s2 * (1.0f / (o.softcap * MT_LOG2E));
+    return 1.0f - c * c;
+}
+// The first key tile (of bk keys) that query q0 or a later one sees.
+__device__ __forceinline__ int mt_attn_kstart(const MtAttnOpt &o, int q0, int bk) {
+    return o.window > 0 && q0 + 1 > o.window ? (q0 + 1 - o.window) / bk * bk : 0;
+}
+// One past the last query that sees a key before k1.
+__device__ __forceinline__ int mt_attn_qend(const MtAttnOpt &o, int k1, int T) {
+    const long end = (long)k1 - 1 + o.window;
+    return o.window > 0 && end < T ? (int)end : T;
+}
+// The base of exp2 for a running maximum m: m, or 0 while a row has seen no
+// visible key (a window's rows meet fully masked tiles first).
+__device__ __forceinline__ float mt_attn_base(float m) { return m == MT_NEG_INF ? 0.0f : m; }
 
 // dst[r][0, D) (row pitch LD floats) = rows r0 + r of base (row stride
 // `stride` elements), r < rows; rows at or past nvalid are zeros. Coalesced:
@@ -62,7 +103,7 @@ __device__ __forceinline__ void mt_attn_load(float *dst, const S *base, long str
 // output dims lane, lane+32, ...
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H,
-                                            int KVH) {
+                                            int KVH, MtAttnOpt opt) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1, NPL = (D + 31) / 32;
     extern __shared__ float mt_smem[];
     float *Qs = mt_smem;       // (BQ, D)
@@ -74,7 +115,6 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
     const S *qb = q + ((long)b * T * H + h) * D, *kb = k + ((long)b * T * KVH + kvh) * D,
             *vb = v + ((long)b * T * KVH + kvh) * D;
     const bool vec = mt_aligned4(q) && mt_aligned4(k) && mt_aligned4(v);
-    const float sl2 = MT_LOG2E / sqrtf((float)D); // scores in log2 units: exp2 instead of exp
 
     mt_attn_load<S, D, D>(Qs, qb, qstride, q0, T, BQ, vec);
     float m[R], l[R], acc[R][NPL];
@@ -83,7 +123,7 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
         for (int i = 0; i < NPL; i++) acc[r][i] = 0.0f;
     }
     const int kend = CAUSAL ? min(T, q0 + BQ) : T;
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+    for (int k0 = mt_attn_kstart(opt, q0, BK); k0 < kend; k0 += BK) {
         __syncthreads(); // the previous tile is consumed
         mt_attn_load<S, D, LDK>(Ks, kb, kstride, k0, T, BK, vec);
         mt_attn_load<S, D, D>(Vs, vb, kstride, k0, T, BK, vec);
@@ -99,11 +139,11 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
         float p[R];
         for (int r = 0; r < R; r++) {
             const int t = q0 + warp * R + r;
-            const bool ok = j < T && (!CAUSAL || j <= t);
-            const float sv = ok ? s[r] * sl2 : MT_NEG_INF;
-            const float mnew = fmaxf(m[r], mt_warp_max(sv)); // finite: key 0 is in every row's first tile
-            p[r] = ok ? exp2f(sv - mnew) : 0.0f;
-            const float corr = exp2f(m[r] - mnew);
+            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+            const float sv = ok ? mt_attn_score2(opt, s[r]) : MT_NEG_INF;
+            const float mnew = fmaxf(m[r], mt_warp_max(sv)), mb = mt_attn_base(mnew);
+            p[r] = ok ? exp2f(sv - mb) : 0.0f;
+            const float corr = exp2f(m[r] - mb);
             l[r] = l[r] * corr + mt_warp_sum(p[r]);
             m[r] = mnew;
             for (int i = 0; i < NPL; i++) acc[r][i] *= corr;
@@ -140,7 +180,8 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
 // forms dS = P (dP - delta) tile by tile and accumulates dq += dS k.
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v,
-                                               const S *y, const float *lse_saved, int T, int H, int KVH) {
+                                               const S *y, const float *lse_saved, int T, int H, int KVH,
+                                               MtAttnOpt opt) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1, NPL = (D + 31) / 32;
     extern __shared__ float mt_smem[];
     float *Qs = mt_smem;        // (BQ, D)
@@ -152,12 +193,11 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
     const long qstride = (long)H * D, kstride = (long)KVH * D;
     const long qoff = ((long)b * T * H + h) * D, koff = ((long)b * T * KVH + kvh) * D;
     const bool vec = mt_aligned4(q) && mt_aligned4(k) && mt_aligned4(v) && mt_aligned4(dy);
-    const float scale = 1.0f / sqrtf((float)D), sl2 = scale * MT_LOG2E;
     float *ws_lse = ws + ((long)b * H + h) * T, *ws_delta = ws + (long)B * H * T + ((long)b * H + h) * T;
 
     mt_attn_load<S, D, D>(Qs, q + qoff, qstride, q0, T, BQ, vec);
     mt_attn_load<S, D, D>(dYs, dy + qoff, qstride, q0, T, BQ, vec);
-    const int kend = CAUSAL ? min(T, q0 + BQ) : T;
+    const int kstart = mt_attn_kstart(opt, q0, BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
     float lse2[R], delta[R]; // lse in log2 units
     if (y && lse_saved) {
         __syncthreads();
@@ -173,7 +213,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
     } else {
         float m[R], l[R], u[R];
         for (int r = 0; r < R; r++) m[r] = MT_NEG_INF, l[r] = 0.0f, u[r] = 0.0f;
-        for (int k0 = 0; k0 < kend; k0 += BK) {
+        for (int k0 = kstart; k0 < kend; k0 += BK) {
             __syncthreads();
             mt_attn_load<S, D, LDK>(Ks, k + koff, kstride, k0, T, BK, vec);
             mt_attn_load<S, D, LDK>(Vs, v + koff, kstride, k0, T, BK, vec);
@@ -191,10 +231,10 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
             }
             for (int r = 0; r < R; r++) {
                 const int t = q0 + warp * R + r;
-                const bool ok = j < T && (!CAUSAL || j <= t);
-                const float sv = ok ? s[r] * sl2 : MT_NEG_INF;
-                const float mnew = fmaxf(m[r], mt_warp_max(sv));
-                const float p = ok ? exp2f(sv - mnew) : 0.0f, corr = exp2f(m[r] - mnew);
+                const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+                const float sv = ok ? mt_attn_score2(opt, s[r]) : MT_NEG_INF;
+                const float mnew = fmaxf(m[r], mt_warp_max(sv)), mb = mt_attn_base(mnew);
+                const float p = ok ? exp2f(sv - mb) : 0.0f, corr = exp2f(m[r] - mb);
                 l[r] = l[r] * corr + mt_warp_sum(p);
                 u[r] = u[r] * corr + mt_warp_sum(p * dp[r]);
                 m[r] = mnew;
@@ -210,7 +250,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
     float acc[R][NPL];
     for (int r = 0; r < R; r++)
         for (int i = 0; i < NPL; i++) acc[r][i] = 0.0f;
-    for (int k0 = 0; k0 < kend; k0 += BK) {
+    for (int k0 = kstart; k0 < kend; k0 += BK) {
         __syncthreads();
         mt_attn_load<S, D, LDK>(Ks, k + koff, kstride, k0, T, BK, vec);
         mt_attn_load<S, D, LDK>(Vs, v + koff, kstride, k0, T, BK, vec);
@@ -229,9 +269,9 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
         float ds[R];
         for (int r = 0; r < R; r++) {
             const int t = q0 + warp * R + r;
-            const bool ok = j < T && (!CAUSAL || j <= t);
-            const float p = ok ? exp2f(s[r] * sl2 - lse2[r]) : 0.0f;
-            ds[r] = p * (dp[r] - delta[r]);
+            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+            const float s2 = mt_attn_score2(opt, s[r]), p = ok ? exp2f(s2 - lse2[r]) : 0.0f;
+            ds[r] = p * (dp[r] - delta[r]) * mt_attn_dcap(opt, s2);
         }
 #pragma unroll 8
         for (int jj = 0; jj < BK; jj++) {
@@ -249,10 +289,10 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
     for (int r = 0; r < R; r++) {
         const int t = q0 + warp * R + r;
         if (t >= T) continue;
-        S *o = dq + qoff + (long)t * qstride;
+        S *out = dq + qoff + (long)t * qstride;
         for (int i = 0; i < NPL; i++) {
             const int d = lane + MT_WARP * i;
-            if (D % MT_WARP == 0 || d < D) mt_st(o + d, acc[r][i] * scale);
+            if (D % MT_WARP == 0 || d < D) mt_st(out + d, acc[r][i] * opt.scale);
         }
     }
 }
@@ -263,7 +303,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
 // each thread accumulates its (key, dim) elements: dv += P^T dy, dk += dS^T q.
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, const S *dy, const S *q, const S *k,
-                                                 const S *v, int T, int H, int KVH) {
+                                                 const S *v, int T, int H, int KVH, MtAttnOpt opt) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1;
     constexpr int NE = (BK * D + MT_ATTN_THREADS - 1) / MT_ATTN_THREADS; // (key, dim) elements per thread
     extern __shared__ float mt_smem[];
@@ -279,7 +319,7 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
     const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP;
     const long qstride = (long)H * D, kstride = (long)KVH * D, koff = ((long)b * T * KVH + kvh) * D;
     const bool vec = mt_aligned4(q) && mt_aligned4(k) && mt_aligned4(v) && mt_aligned4(dy);
-    const float scale = 1.0f / sqrtf((float)D), sl2 = scale * MT_LOG2E;
+    const int iend = mt_attn_qend(opt, k0 + BK, T);
 
     mt_attn_load<S, D, LDK>(Ks, k + koff, kstride, k0, T, BK, vec);
     mt_attn_load<S, D, LDK>(Vs, v + koff, kstride, k0, T, BK, vec);
@@ -289,7 +329,7 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
     const int j = k0 + lane;
     for (int h = kvh * G; h < (kvh + 1) * G; h++) {
         const long qoff = ((long)b * T * H + h) * D, wrow = ((long)b * H + h) * T;
-        for (int i0 = CAUSAL ? k0 / BQ * BQ : 0; i0 < T; i0 += BQ) {
+        for (int i0 = CAUSAL ? k0 / BQ * BQ : 0; i0 < iend; i0 += BQ) {
             __syncthreads(); // the previous tile is consumed (and K, V are loaded)
             mt_attn_load<S, D, D>(Qs, q + qoff, qstride, i0, T, BQ, vec);
             mt_attn_load<S, D, D>(dYs, dy + qoff, qstride, i0, T, BQ, vec);
@@ -307,10 +347,10 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
                     s += Qs[il * D + d] * Ks[lane * LDK + d];
                     dp += dYs[il * D + d] * Vs[lane * LDK + d];
                 }
-                const bool ok = t < T && j < T && (!CAUSAL || j <= t);
-                const float p = ok ? exp2f(s * sl2 - Ls[il]) : 0.0f;
+                const bool ok = t < T && mt_attn_visible<CAUSAL>(opt, j, t, T);
+                const float s2 = mt_attn_score2(opt, s), p = ok ? exp2f(s2 - Ls[il]) : 0.0f;
                 Ps[il * BK + lane] = p;
-                dSs[il * BK + lane] = p * (dp - Dl[il]);
+                dSs[il * BK + lane] = p * (dp - Dl[il]) * mt_attn_dcap(opt, s2);
             }
             __syncthreads();
 #pragma unroll 2
@@ -330,28 +370,31 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
     for (int c = 0; c < NE; c++) {
         const int e = threadIdx.x + MT_ATTN_THREADS * c, jl = e / D, d = e % D;
         if (((BK * D) % MT_ATTN_THREADS == 0 || e < BK * D) && k0 + jl < T) {
-            const long o = koff + (long)(k0 + jl) * kstride + d;
-            mt_st(dk + o, dka[c] * scale);
-            mt_st(dv + o, dva[c]);
+            const long e_o = koff + (long)(k0 + jl) * kstride + d;
+            mt_st(dk + e_o, dka[c] * opt.scale);
+            mt_st(dv + e_o, dva[c]);
         }
     }
 }
 
-// One head size, storage type and mask: three extern "C" entry points named
-// mt_attn_{fwd,bwd_dq,bwd_dkdv}_NAME, NAME as attn_kernel_name() spells it
-// ("f32_d64_causal").
-#define MT_ATTN_INSTANTIATE(S, D, CAUSAL, NAME)                                                                    \
+// One head size, storage type, mask and options: three extern "C" entry
+// points named mt_attn_{fwd,bwd_dq,bwd_dkdv}_NAME, NAME as attn_kernel_name()
+// spells it ("f32_d64_causal", "bf16_d128_causal_w4096"). SCALE and SOFTCAP
+// are float literals, WINDOW an int; MT_ATTN_INSTANTIATE takes the defaults
+// (1/sqrt(D), no capping, no window).
+#define MT_ATTN_INSTANTIATE(S, D, CAUSAL, NAME) MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
+#define MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                     \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_fwd_##NAME(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H, int KVH) {          \
-        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH);                                                     \
+        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});                  \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dq_##NAME(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v, const S *y,        \
                               const float *lse, int T, int H, int KVH) {                                           \
-        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH);                                      \
+        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dkdv_##NAME(S *dk, S *dv, const float *ws, const S *dy, const S *q, const S *k, const S *v,     \
                                 int T, int H, int KVH) {                                                           \
-        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH);                                        \
+        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});     \
     }

@@ -4,6 +4,7 @@
 #ifndef MT_CUDA_ATTENTION_H
 #define MT_CUDA_ATTENTION_H
 
+#include <math.h>
 #include <stddef.h>
 #include <stdio.h>
 
@@ -25,20 +26,44 @@ static inline size_t attn_smem_max(int D) {
 }
 // The tensor-core kernels of attention_tc.cuh (bf16 storage, D 64 or 128):
 // grids of ceil(T/64) blocks by H (fwd, bwd_dq) or KVH (bwd_dkdv) by B, 128
-// threads; tiles of 64 rows of D + 8 bf16 in shared memory.
-enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BK = 64 };
+// threads; tiles of 64 rows (bwd_dkdv's query tiles: 16) of D + 8 bf16 in
+// shared memory.
+enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BK = 64, ATTN_TC_BQ_DKDV = 16 };
 static inline size_t attn_tc_smem_fwd(int D) { return 2 * (size_t)(ATTN_TC_BQ + 2 * ATTN_TC_BK) * (size_t)(D + 8); }
 static inline size_t attn_tc_smem_dq(int D) { return 2 * (size_t)(2 * ATTN_TC_BQ + 2 * ATTN_TC_BK) * (size_t)(D + 8); }
-static inline size_t attn_tc_smem_dkdv(int D) { return attn_tc_smem_dq(D) + 2 * 4 * (size_t)ATTN_TC_BQ; }
+static inline size_t attn_tc_smem_dkdv(int D) {
+    return 2 * (size_t)(2 * ATTN_TC_BQ_DKDV + 2 * ATTN_TC_BK) * (size_t)(D + 8) + 2 * 4 * (size_t)ATTN_TC_BQ_DKDV;
+}
+// Whether a plan runs these (else attention.cuh's fp32 kernels, the fallback).
 static inline int attn_tc_ok(int bf16, int D) { return bf16 && (D == 64 || D == 128); }
+static inline size_t attn_tc_smem_max(int D) {
+    return attn_tc_smem_dq(D) > attn_tc_smem_dkdv(D) ? attn_tc_smem_dq(D) : attn_tc_smem_dkdv(D);
+}
 
 // The backward's fp32 workspace: lse then delta, each [B, H, T].
 static inline size_t attn_workspace_bytes(long B, long T, long H) { return 2 * 4 * (size_t)(B * H * T); }
 
-// The suffix of the three entry points: "f32_d64_causal", "bf16_d128_full".
-static inline char *attn_kernel_name(char *buf, size_t cap, int bf16, int D, int causal) {
-    snprintf(buf, cap, "%s_d%d_%s", bf16 ? "bf16" : "f32", D, causal ? "causal" : "full");
+// Whether scale is the default 1/sqrt(D) (instantiated as such).
+static inline int attn_default_scale(int D, double scale) { return fabs(scale * sqrt((double)D) - 1) <= 1e-12; }
+
+// The suffix of the three entry points: "f32_d64_causal", "bf16_d128_full";
+// the options, when set, follow: "_w4096" (window), "_s3e000000" (scale,
+// the bits of the float), "_c42480000" (softcap, likewise).
+static inline char *attn_variant_name(char *buf, size_t cap, int bf16, int D, int causal, long long window,
+                                      double scale, double softcap) {
+    int n = snprintf(buf, cap, "%s_d%d_%s", bf16 ? "bf16" : "f32", D, causal ? "causal" : "full");
+    union {
+        float f;
+        unsigned u;
+    } s = {(float)scale}, c = {(float)softcap};
+    if (window > 0 && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "_w%lld", window);
+    if (!attn_default_scale(D, scale) && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "_s%08x", s.u);
+    if (softcap > 0 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "_c%08x", c.u);
     return buf;
+}
+// The same with the default options.
+static inline char *attn_kernel_name(char *buf, size_t cap, int bf16, int D, int causal) {
+    return attn_variant_name(buf, cap, bf16, D, causal, 0, 1 / sqrt((double)D), 0);
 }
 
 #endif

@@ -16,8 +16,9 @@
 //    head sizes 16, 64, 128, lengths no multiple of the tiles, f32 (relative
 //    error 2e-4) and bf16 storage (3e-2), the backward recomputing lse and
 //    taking the forward's. Then the tensor-core version (attention_tc.cuh:
-//    bf16; D 64 and 128; GQA 1, 4, 8): the same, within 3e-2, and its lse
-//    within 1e-3 of a computation in double.
+//    bf16; D 64 and 128; GQA 1, 4, 8): the same, within 3e-2. Both also with
+//    window, scale and softcap; every lse within 1e-3 of a computation in
+//    double.
 // 2. Each model's translation unit as cuda_emit writes it (the model's own
 //    batch and seq, f32, f64 arithmetic kept in double): every fused
 //    expression kernel launched with random inputs and compared with the
@@ -25,10 +26,12 @@
 // Each translation unit is compiled with CXX into WORK_DIR/NAME.so and loaded
 // with dlopen. Exit status 0 only when every check passed.
 //
+//   emu_check CXX EMU_DIR WORK_DIR --plans MODEL.mt...   (3: check_plans)
 //   emu_check --nvrtc
 //
 // compiles the tensor-core attention (compiler/cuda/attention_tc.cuh), every
-// head size and mask, with NVRTC for sm_80 and sm_90 instead.
+// variant a plan can instantiate, with NVRTC for sm_80 and sm_90 instead,
+// and fails on any register spill ptxas reports.
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -79,6 +82,15 @@ static double max_rel(const float *a, const float *b, size_t n, double floor) {
     }
     return m;
 }
+// The same over the first `width` elements of each of n / stride rows.
+static double max_rel_rows(const float *a, const float *b, size_t n, size_t stride, size_t width, double floor) {
+    double m = 0;
+    for (size_t r = 0; r + stride <= n; r += stride) {
+        double d = max_rel(a + r, b + r, width, floor);
+        if (!(d <= m)) m = d;
+    }
+    return m;
+}
 static double seconds(void) {
     struct timespec t;
     clock_gettime(CLOCK_MONOTONIC, &t);
@@ -89,7 +101,7 @@ static double seconds(void) {
 // table of `names`, into WORK_DIR/NAME.so; returns its mt_emu_launch, or NULL
 // after a message. The one rewrite: `extern __shared__` becomes `extern`
 // (cuda_emu.h's mt_smem).
-static LaunchFn build(const char *name, const char *text, char (*names)[80], int nnames) {
+static LaunchFn build(const char *name, const char *text, char (*names)[96], int nnames) {
     char cu[1024], so[1024], cmd[4096];
     snprintf(cu, sizeof cu, "%s/%s.cu", work_dir, name);
     snprintf(so, sizeof so, "%s/%s.so", work_dir, name);
@@ -136,21 +148,59 @@ static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsi
 
 typedef struct AttnCase {
     int B, T, H, KVH, D, causal, bf16;
+    int tc;              // attention_tc.cuh (bf16, D 64 or 128) instead of attention.cuh
+    int window;          // 0: none
+    double scale;        // 0: 1/sqrt(D)
+    double softcap;      // 0: none
+    int group_only;      // run and compare the first kv head's group only (a plan's many heads)
+    const char *symbol;  // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
 } AttnCase;
 
+// attention.cuh: f32 and bf16, head sizes 16, 64, 128
 static const AttnCase CASES[] = {
-    {1, 1, 1, 1, 16, 1, 0},    {2, 37, 4, 2, 16, 1, 0},   {2, 37, 4, 2, 16, 0, 0}, {1, 100, 8, 2, 64, 1, 0},
-    {1, 70, 4, 4, 64, 0, 0},   {1, 67, 4, 1, 128, 1, 0},  {1, 40, 2, 2, 128, 0, 0}, {1, 77, 4, 2, 64, 1, 1},
-    {1, 50, 4, 2, 128, 1, 1},
+    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL}, {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL},
+    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL},
+    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL},
+    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL},
+    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL},
+    // the options: windows shorter and longer than a tile (32 keys), an own
+    // scale, soft-capping (a cap near the scores' size, so tanh bends them)
+    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL}, {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL},
+    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL}, {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL},
 };
-enum { NCASES = sizeof CASES / sizeof CASES[0] };
-// the tensor-core forward (attention_tc.cuh, bf16): GQA 1, 4, 8; D 64, 128;
-// causal and not; lengths no multiple of 16 or 64
+// attention_tc.cuh: GQA 1, 4, 8; D 64, 128; causal and not; lengths no
+// multiple of 16 or 64; then the options, windows shorter and longer than a
+// tile (64 keys) and softcaps that bend the scores
 static const AttnCase TC_CASES[] = {
-    {1, 77, 4, 4, 64, 1, 1},  {2, 50, 4, 1, 64, 0, 1},   {1, 70, 8, 1, 64, 1, 1}, {1, 45, 8, 2, 128, 0, 1},
-    {1, 35, 8, 1, 128, 1, 1}, {1, 66, 4, 4, 128, 1, 1}, {1, 1, 4, 1, 64, 0, 1},
+    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL}, {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL},
+    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL}, {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL},
+    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL}, {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL},
+    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL}, {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL},
+    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL}, {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL},
+    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL},
 };
-enum { NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
+enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
+
+static double case_scale(const AttnCase *c) { return c->scale > 0 ? c->scale : 1 / sqrt((double)c->D); }
+static char *case_name(char *buf, size_t cap, const AttnCase *c) {
+    if (c->symbol) {
+        snprintf(buf, cap, "%s", c->symbol);
+        return buf;
+    }
+    return attn_variant_name(buf, cap, c->bf16, c->D, c->causal, c->window, case_scale(c), c->softcap);
+}
+// The instantiation of case c's variant, appended at src + n; returns the new length.
+static int case_instantiate(char *src, size_t cap, int n, const AttnCase *c) {
+    char name[64];
+    case_name(name, sizeof name, c);
+    if (c->tc)
+        return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %s, %.9ef, %.9ef, %d, %s)\n",
+                            c->D, c->causal ? "true" : "false", (double)(float)case_scale(c), (double)(float)c->softcap,
+                            c->window, name);
+    return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %.9ef, %.9ef, %d, %s)\n",
+                        c->bf16 ? "bf16" : "float", c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
+                        (double)(float)c->softcap, c->window, name);
+}
 
 // The storage-typed copy of n floats: themselves, or bf16.
 static void *storage(const float *x, long n, int bf16) {
@@ -169,9 +219,11 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
     return p;
 }
 
-// Flash forward and backward and the reference on random inputs; the worst
-// relative error of y, dq, dk, dv.
-static double attn_case(LaunchFn fn, const AttnCase *c) {
+// Flash forward and backward (case c's template) and the plain reference on
+// random inputs: the worst relative error of y, dq, dk, dv, each in
+// err[0..3], and in err[4] that of lse against a host computation in double;
+// returns the worst of err[0..3].
+static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long nrow = (long)c->B * c->H * c->T;
     size_t es = c->bf16 ? 2 : 4;
@@ -188,31 +240,39 @@ static double attn_case(LaunchFn fn, const AttnCase *c) {
     void *Y = poisoned(es * (size_t)nq), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
          *DV = poisoned(es * (size_t)nk);
     float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
-    float *P = poisoned(4 * (size_t)nrow * c->T), *DS = poisoned(4 * (size_t)nrow * c->T);
+    float *P = poisoned(4 * (size_t)nrow * c->T), *C = poisoned(4 * (size_t)nrow * c->T),
+          *DS = poisoned(4 * (size_t)nrow * c->T);
     float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
           *rDV = poisoned(4 * (size_t)nk);
 
-    char name[48], sym[3][80];
-    attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
-    snprintf(sym[0], sizeof sym[0], "mt_attn_fwd_%s", name);
-    snprintf(sym[1], sizeof sym[1], "mt_attn_bwd_dq_%s", name);
-    snprintf(sym[2], sizeof sym[2], "mt_attn_bwd_dkdv_%s", name);
+    char name[64], sym[3][96];
+    case_name(name, sizeof name, c);
+    const char *pre = c->tc ? "mt_attn_tc" : "mt_attn";
+    snprintf(sym[0], sizeof sym[0], "%s_fwd_%s", pre, name);
+    snprintf(sym[1], sizeof sym[1], "%s_bwd_dq_%s", pre, name);
+    snprintf(sym[2], sizeof sym[2], "%s_bwd_dkdv_%s", pre, name);
     void *nul = NULL;
-    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
-    unsigned gq = (unsigned)((T + ATTN_BQ - 1) / ATTN_BQ), gk = (unsigned)((T + ATTN_BK - 1) / ATTN_BK);
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = c->window;
+    double scale = case_scale(c), softcap = c->softcap;
+    int bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, bk = c->tc ? ATTN_TC_BK : ATTN_BK;
+    unsigned gq = (unsigned)((T + bq - 1) / bq), gk = (unsigned)((T + bk - 1) / bk);
+    unsigned threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
+    // group_only: query heads 0 .. H/KVH - 1 and kv head 0 (dkdv reads dq's workspace of the whole group)
+    const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
     void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    launch(fn, sym[0], gq, (unsigned)H, (unsigned)B, ATTN_THREADS, attn_smem_fwd(D), a_fwd);
-    launch(fn, sym[1], gq, (unsigned)H, (unsigned)B, ATTN_THREADS, attn_smem_dq(D), a_dq);
-    launch(fn, sym[2], gk, (unsigned)KVH, (unsigned)B, ATTN_THREADS, attn_smem_dkdv(D), a_dkdv);
-    void *r_probs[] = {&P, &q, &k, &B, &T, &H, &KVH, &D, &causal};
+    launch(fn, sym[0], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_fwd(D) : attn_smem_fwd(D), a_fwd);
+    launch(fn, sym[1], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_dq(D) : attn_smem_dq(D), a_dq);
+    launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D) : attn_smem_dkdv(D),
+           a_dkdv);
+    void *r_probs[] = {&P, &C, &q, &k, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
     void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
-    void *r_ds[] = {&DS, &P, &dy, &v, &B, &T, &H, &KVH, &D};
-    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D};
-    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D};
+    void *r_ds[] = {&DS, &P, &C, &dy, &v, &B, &T, &H, &KVH, &D};
+    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D, &scale};
+    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D, &scale};
     unsigned rb = 128;
     launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
     launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
@@ -223,140 +283,70 @@ static double attn_case(LaunchFn fn, const AttnCase *c) {
     // compare in fp32 (bf16 outputs widened)
     double worst = 0;
     void *got[4] = {Y, DQ, DK, DV};
-    float *want[4] = {rY, rDQ, rDK, rDV};
+    float *want[4] = {rY, rDQ, rDK, rDV}, *a = malloc(4 * (size_t)nq);
     long cnt[4] = {nq, nq, nk, nk};
-    float *a = malloc(4 * (size_t)nq);
     for (int i = 0; i < 4; i++) {
         if (c->bf16)
             for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(((uint16_t *)got[i])[j]);
         else memcpy(a, got[i], 4 * (size_t)cnt[i]);
-        double e = max_rel(a, want[i], (size_t)cnt[i], 1e-1);
-        if (!(e <= worst)) worst = e;
-    }
-    void *all[] = {a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, DS, rY, rDQ, rDK, rDV};
-    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
-    return worst;
-}
-
-// The tensor-core kernels against the reference on random inputs: the worst
-// relative error of y, dq, dk, dv, each in err[0..3], and in err[4] that of
-// lse against a host computation in double.
-static double attn_tc_case(LaunchFn fn, const AttnCase *c, double err[5]) {
-    long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
-    long nrow = (long)c->B * c->H * c->T;
-    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk),
-          *dy = malloc(4 * (size_t)nq);
-    for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(frand())), dy[i] = from_bf16(to_bf16(frand()));
-    for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(frand())), v[i] = from_bf16(to_bf16(frand()));
-    void *Q = storage(q, nq, 1), *K = storage(k, nk, 1), *V = storage(v, nk, 1), *DY = storage(dy, nq, 1);
-    void *Y = poisoned(2 * (size_t)nq), *DQ = poisoned(2 * (size_t)nq), *DK = poisoned(2 * (size_t)nk),
-         *DV = poisoned(2 * (size_t)nk);
-    float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
-    float *P = poisoned(4 * (size_t)nrow * c->T), *DS = poisoned(4 * (size_t)nrow * c->T);
-    float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
-          *rDV = poisoned(4 * (size_t)nk);
-    char name[48], sym[3][80];
-    attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
-    snprintf(sym[0], sizeof sym[0], "mt_attn_tc_fwd_%s", name);
-    snprintf(sym[1], sizeof sym[1], "mt_attn_tc_bwd_dq_%s", name);
-    snprintf(sym[2], sizeof sym[2], "mt_attn_tc_bwd_dkdv_%s", name);
-    void *nul = NULL;
-    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
-    unsigned gt = (unsigned)((T + ATTN_TC_BQ - 1) / ATTN_TC_BQ);
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
-    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
-    void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    launch(fn, sym[0], gt, (unsigned)H, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_fwd(D), a_fwd);
-    launch(fn, sym[1], gt, (unsigned)H, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_dq(D), a_dq);
-    launch(fn, sym[2], gt, (unsigned)KVH, (unsigned)B, ATTN_TC_THREADS, attn_tc_smem_dkdv(D), a_dkdv);
-    void *r_probs[] = {&P, &q, &k, &B, &T, &H, &KVH, &D, &causal};
-    void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
-    void *r_ds[] = {&DS, &P, &dy, &v, &B, &T, &H, &KVH, &D};
-    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D};
-    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D};
-    unsigned rb = 128;
-    launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
-    launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
-    launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
-    launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
-    launch(fn, "mt_ref_attn_dkdv", (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
-    double worst = 0;
-    void *got[4] = {Y, DQ, DK, DV};
-    float *want[4] = {rY, rDQ, rDK, rDV}, *a = malloc(4 * (size_t)nq);
-    long cnt[4] = {nq, nq, nk, nk};
-    for (int i = 0; i < 4; i++) {
-        for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(((uint16_t *)got[i])[j]);
-        err[i] = max_rel(a, want[i], (size_t)cnt[i], 1e-1);
+        size_t stride = (size_t)(i < 2 ? H : KVH) * (size_t)D, width = (size_t)(i < 2 ? hq : hk) * (size_t)D;
+        err[i] = max_rel_rows(a, want[i], (size_t)cnt[i], stride, width, 1e-1);
         if (!(err[i] <= worst)) worst = err[i];
     }
-    // lse = log sum_j exp(q.k_j / sqrt(D)) over the visible keys
+    // lse = log sum_j exp(score(q, k_j)) over the visible keys, as runtime/kernels.inc
     double le = 0;
     double *sc = malloc(8 * (size_t)T);
     for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
+        for (int h = 0; h < hq; h++)
             for (int t = 0; t < T; t++) {
                 const float *qr = q + ((long)(b * T + t) * H + h) * D;
                 double mx = -INFINITY, sum = 0;
-                int nj = causal ? t + 1 : T;
-                for (int j = 0; j < nj; j++) {
+                int nj = causal ? t + 1 : T, j0 = window && t + 1 > window ? t + 1 - window : 0;
+                for (int j = j0; j < nj; j++) {
                     const float *kr = k + ((long)(b * T + j) * KVH + h / (H / KVH)) * D;
                     double dot = 0;
                     for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
-                    sc[j] = dot / sqrt((double)D), mx = fmax(mx, sc[j]);
+                    sc[j] = dot * scale;
+                    if (softcap > 0) sc[j] = softcap * tanh(sc[j] / softcap);
+                    mx = fmax(mx, sc[j]);
                 }
-                for (int j = 0; j < nj; j++) sum += exp(sc[j] - mx);
+                for (int j = j0; j < nj; j++) sum += exp(sc[j] - mx);
                 double want_l = mx + log(sum), got_l = LSE[((long)b * H + h) * T + t];
                 double d = fabs(got_l - want_l) / fmax(fabs(want_l), 1e-1);
                 if (!(d <= le)) le = d;
             }
     err[4] = le;
-    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, DS, rY, rDQ, rDK, rDV};
+    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, rY, rDQ, rDK, rDV};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return worst;
 }
 
 static void check_attention(void) {
-    // one translation unit: prelude, template, reference, every variant used here
+    // one translation unit: prelude, templates, reference, every variant used here
     size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + mt_cuda_mma_len +
-                 mt_cuda_attention_tc_len + 8192;
+                 mt_cuda_attention_tc_len + 16384;
     char *src = malloc(cap);
     int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref,
                      mt_cuda_mma, mt_cuda_attention_tc);
-    char names[3 * (NCASES + NTC) + 5][80], seen[NCASES + NTC][64];
+    char names[3 * (NCASES + NTC) + 5][96], seen[NCASES + NTC][80];
     int nnames = 0, nseen = 0;
     const char *refs[] = {"mt_ref_attn_probs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
                           "mt_ref_attn_dkdv"};
-    for (int i = 0; i < 5; i++) snprintf(names[nnames++], 80, "%s", refs[i]);
-    for (int i = 0; i < NCASES; i++) {
-        const AttnCase *c = &CASES[i];
-        char name[48];
-        attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+    for (int i = 0; i < 5; i++) snprintf(names[nnames++], 96, "%s", refs[i]);
+    for (int i = 0; i < NCASES + NTC; i++) {
+        const AttnCase *c = i < NCASES ? &CASES[i] : &TC_CASES[i - NCASES];
+        char name[64], key[80];
+        case_name(name, sizeof name, c);
+        snprintf(key, sizeof key, "%s%s", c->tc ? "tc_" : "", name);
         int dup = 0;
-        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], name);
+        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], key);
         if (dup) continue;
-        snprintf(seen[nseen++], 64, "%s", name);
-        n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", c->bf16 ? "bf16" : "float",
-                      c->D, c->causal ? "true" : "false", name);
-        snprintf(names[nnames++], 80, "mt_attn_fwd_%s", name);
-        snprintf(names[nnames++], 80, "mt_attn_bwd_dq_%s", name);
-        snprintf(names[nnames++], 80, "mt_attn_bwd_dkdv_%s", name);
-    }
-    for (int i = 0; i < NTC; i++) {
-        const AttnCase *c = &TC_CASES[i];
-        char name[48], tcname[64];
-        attn_kernel_name(name, sizeof name, 1, c->D, c->causal);
-        snprintf(tcname, sizeof tcname, "tc_%s", name);
-        int dup = 0;
-        for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], tcname);
-        if (dup) continue;
-        snprintf(seen[nseen++], 64, "%s", tcname);
-        n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", c->D,
-                      c->causal ? "true" : "false", name);
-        snprintf(names[nnames++], 80, "mt_attn_tc_fwd_%s", name);
-        snprintf(names[nnames++], 80, "mt_attn_tc_bwd_dq_%s", name);
-        snprintf(names[nnames++], 80, "mt_attn_tc_bwd_dkdv_%s", name);
+        snprintf(seen[nseen++], 80, "%s", key);
+        n = case_instantiate(src, cap, n, c);
+        const char *pre = c->tc ? "mt_attn_tc" : "mt_attn";
+        snprintf(names[nnames++], 96, "%s_fwd_%s", pre, name);
+        snprintf(names[nnames++], 96, "%s_bwd_dq_%s", pre, name);
+        snprintf(names[nnames++], 96, "%s_bwd_dkdv_%s", pre, name);
     }
     LaunchFn fn = build("flash-attention", src, names, nnames);
     free(src);
@@ -364,23 +354,16 @@ static void check_attention(void) {
         failures++;
         return;
     }
-    for (int i = 0; i < NCASES; i++) {
-        const AttnCase *c = &CASES[i];
-        double t0 = seconds(), e = attn_case(fn, c), tol = c->bf16 ? 3e-2 : 2e-4;
-        char what[96];
-        snprintf(what, sizeof what, "attention B%d T%d H%d/%d D%d %s %s", c->B, c->T, c->H, c->KVH, c->D,
-                 c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
-        printf("%-52s max rel err %.2e %s (%.1f s)\n", what, e, e <= tol ? "ok" : "FAIL", seconds() - t0);
-        if (!(e <= tol)) failures++;
-    }
-    for (int i = 0; i < NTC; i++) {
-        const AttnCase *c = &TC_CASES[i];
-        double err[5], t0 = seconds(), e = attn_tc_case(fn, c, err);
-        char what[96];
-        snprintf(what, sizeof what, "tensor-core attention B%d T%d H%d/%d D%d %s", c->B, c->T, c->H, c->KVH, c->D,
-                 c->causal ? "causal" : "full");
-        int ok = e <= 3e-2 && err[4] <= 1e-3;
-        printf("%-52s max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s (%.1f s)\n", what, e, err[0],
+    for (int i = 0; i < NCASES + NTC; i++) {
+        const AttnCase *c = i < NCASES ? &CASES[i] : &TC_CASES[i - NCASES];
+        double err[5], t0 = seconds(), e = attn_case(fn, c, err), tol = c->bf16 ? 3e-2 : 2e-4;
+        char what[128], opts[64] = "";
+        if (c->window || c->scale > 0 || c->softcap > 0)
+            snprintf(opts, sizeof opts, " window %d scale %g softcap %g", c->window, case_scale(c), c->softcap);
+        snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
+                 c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
+        int ok = e <= tol && err[4] <= 1e-3;
+        printf("%-60s max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s (%.1f s)\n", what, e, err[0],
                err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
         if (!ok) failures++;
     }
@@ -420,7 +403,7 @@ static void check_mma(void) {
             nvrtc_binary_free(&bin);
         }
     }
-    char names[2][80] = {"mt_test_mma", "mt_test_ldmatrix"};
+    char names[2][96] = {"mt_test_mma", "mt_test_ldmatrix"};
     LaunchFn fn = build("mma-test", src, names, 2);
     free(src);
     if (!fn) {
@@ -471,35 +454,174 @@ static void check_mma(void) {
     free(A), free(B), free(C), free(D), free(M), free(out);
 }
 
-// The tensor-core attention kernels for the GPU: every head size and mask
-// compiles with NVRTC for sm_80 and sm_90, warnings included (emu_check
-// --nvrtc; a test of its own, as NVRTC takes its time over them).
+// The tensor-core attention kernels for the GPU: every variant a plan can
+// instantiate (head size 64 and 128, causal and not, without options and
+// with all of window, scale and softcap) compiles with NVRTC for sm_80 and
+// sm_90, warnings included, and ptxas reports no spills for any of their
+// entry points, forward or backward (emu_check --nvrtc; a test of its own,
+// as NVRTC takes its time over them).
 static void check_attention_tc_nvrtc(void) {
     size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_mma_len + mt_cuda_attention_tc_len + 4096;
     char *src = malloc(cap);
     int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_mma,
                      mt_cuda_attention_tc);
+    int nvariants = 0;
     for (int D = 64; D <= 128; D *= 2)
-        for (int causal = 0; causal < 2; causal++) {
-            char name[48];
-            attn_kernel_name(name, sizeof name, 1, D, causal);
-            n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", D,
-                          causal ? "true" : "false", name);
-        }
+        for (int causal = 0; causal < 2; causal++)
+            for (int opts = 0; opts < 2; opts++) {
+                AttnCase c = {1, 1, 1, 1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0, 0, NULL};
+                n = case_instantiate(src, cap, n, &c);
+                nvariants++;
+            }
     const char *archs[] = {"sm_80", "sm_90"};
     for (int i = 0; i < 2; i++) {
         CudaBinary bin;
-        char err[8192];
-        if (nvrtc_compile(src, "attention_tc.cu", archs[i], NULL, 0, &bin, err, sizeof err) != 0) {
+        char err[8192], *info = NULL;
+        if (nvrtc_compile_report(src, "attention_tc.cu", archs[i], &bin, &info, err, sizeof err) != 0) {
             printf("FAIL the tensor-core attention does not compile with NVRTC for %s:\n%s\n", archs[i], err);
             failures++;
-        } else {
-            printf("tensor-core attention, D 64 and 128, causal and full: NVRTC %s ok (%.1f s)\n", archs[i],
-                   bin.seconds);
-            nvrtc_binary_free(&bin);
+            continue;
         }
+        // "ptxas info    : Function properties for NAME" then "N bytes stack
+        // frame, N bytes spill stores, N bytes spill loads"; "Used N registers"
+        int entries = 0, spilling = 0;
+        char fn[128] = "?";
+        for (const char *p = info; *p; p += strcspn(p, "\n") + (p[strcspn(p, "\n")] == '\n')) {
+            const char *q = strstr(p, "Function properties for ");
+            size_t len = strcspn(p, "\n");
+            if (q && q < p + len) {
+                snprintf(fn, sizeof fn, "%.*s", (int)(p + len - q - 24), q + 24);
+                continue;
+            }
+            long stack, st, ld;
+            if (sscanf(p + strcspn(p, "0123456789\n"), "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads",
+                       &stack, &st, &ld) == 3) {
+                if (strncmp(fn, "mt_attn_tc_", 11) != 0) continue;
+                entries++;
+                if (st || ld) printf("FAIL %s %s: %ld bytes spill stores, %ld bytes spill loads\n", archs[i], fn, st, ld);
+                spilling += st || ld;
+            }
+            int regs;
+            if ((q = strstr(p, "Used ")) && q < p + len && sscanf(q, "Used %d registers", &regs) == 1 &&
+                !strncmp(fn, "mt_attn_tc_", 11))
+                printf("  %s %-60s %3d registers\n", archs[i], fn, regs);
+        }
+        int ok = entries == 3 * nvariants && !spilling;
+        printf("tensor-core attention, %d variants (D 64 and 128, causal and full, with and without options): NVRTC %s "
+               "%s, %d entry points, %d spilling (%.1f s)\n",
+               nvariants, archs[i], ok ? "ok" : "FAIL", entries, spilling, bin.seconds);
+        if (!ok) failures++;
+        free(info);
+        nvrtc_binary_free(&bin);
     }
     free(src);
+}
+
+// ---------------------------------------------------------------- 3. the attention of plans
+
+// Each model's attention as a plan instantiates it (cuda_emit with bf16
+// storage, as the plan's kernels for a GPU: the tensor-core template at head
+// sizes 64 and 128, the fp32 one otherwise, the model's window, scale and
+// softcap baked in), at batch 1 and seq PLAN_T, run on the emulation
+// against the plain reference: the first kv head's group, each variant once.
+enum { PLAN_T = 70, MAX_PLAN_CASES = 64 };
+static void check_plans(char **paths, int npaths) {
+    AttnCase cases[MAX_PLAN_CASES];
+    char syms[MAX_PLAN_CASES][64], *lines = calloc(1, 1 << 16);
+    const char *from[MAX_PLAN_CASES];
+    int ncases = 0;
+    size_t nlines = 0;
+    for (int m = 0; m < npaths; m++) {
+        const char *path = paths[m];
+        char *text;
+        size_t len;
+        if (io_read_file(path, &text, &len) != 0) {
+            printf("FAIL cannot read %s\n", path);
+            failures++;
+            continue;
+        }
+        Source src = {.path = path, .text = text, .len = len};
+        Diag diag = {.src = &src, .sink = stdout};
+        Arena arena = {0};
+        SemaOptions so = {.batch = 1, .seq = PLAN_T, .compute = 2};
+        Model *model = dsl_parse(&src, &arena, &diag);
+        FILE *quiet = tmpfile(); // a model whose tables stop short of PLAN_T: its own seq
+        Diag dq = {.src = &src, .sink = quiet ? quiet : stdout};
+        Graph *g = model ? sema_lower(model, &so, &arena, &dq) : NULL;
+        if (quiet) fclose(quiet);
+        if (model && !g) so.seq = 0, g = sema_lower(model, &so, &arena, &diag);
+        KirProgram prog;
+        char err[8192] = "";
+        CudaOptions opt = {.arch = "sm_90", .model_path = path};
+        CudaSource cs = {0};
+        if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
+            cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
+            printf("FAIL %s does not build: %s\n", path, err);
+            failures++;
+            arena_free(&arena);
+            free(text);
+            continue;
+        }
+        int nattn = 0;
+        for (int i = 0; i < cs.ninfo; i++) {
+            const CudaKernelInfo *in = &cs.info[i];
+            if (in->kind != KK_ATTN) continue;
+            nattn++;
+            const KirAttn *at = &prog.parts[in->part].k[in->index].attn;
+            int j = 0; // a variant seen before: keep the model with the smaller group (fewer heads to emulate)
+            while (j < ncases && strcmp(syms[j], in->symbol)) j++;
+            if (j == MAX_PLAN_CASES || (j < ncases && cases[j].H / cases[j].KVH <= at->H / at->KVH)) continue;
+            snprintf(syms[j], sizeof syms[j], "%s", in->symbol);
+            from[j] = path;
+            cases[j] = (AttnCase){1, (int)at->T, (int)at->H, (int)at->KVH, (int)at->D, at->causal, 1, in->attn_tc,
+                                  (int)at->window, at->scale, at->softcap, 1, syms[j]};
+            if (j == ncases) ncases++;
+        }
+        // the plan's instantiation lines, each once
+        for (const char *p = cs.text; (p = strstr(p, "\nMT_ATTN_")); p++) {
+            size_t l = strcspn(p + 1, "\n");
+            char line[512];
+            snprintf(line, sizeof line, "%.*s\n", (int)l, p + 1);
+            if (!strstr(lines, line) && nlines + strlen(line) + 1 < (1 << 16))
+                memcpy(lines + nlines, line, strlen(line) + 1), nlines += strlen(line);
+        }
+        if (nattn == 0) printf("FAIL %s: no attention kernel in its plan\n", path), failures++;
+        cuda_source_free(&cs);
+        arena_free(&arena);
+        free(text);
+    }
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + mt_cuda_mma_len +
+                 mt_cuda_attention_tc_len + nlines + 64;
+    char *src = malloc(cap), (*names)[96] = calloc(3 * (size_t)ncases + 5, sizeof *names);
+    snprintf(src, cap, "%s\n%s\n%s\n%s\n%s\n%s", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref, mt_cuda_mma,
+             mt_cuda_attention_tc, lines);
+    int nnames = 0;
+    const char *refs[] = {"mt_ref_attn_probs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
+                          "mt_ref_attn_dkdv"};
+    for (int i = 0; i < 5; i++) snprintf(names[nnames++], 96, "%s", refs[i]);
+    for (int i = 0; i < ncases; i++) {
+        const char *pre = cases[i].tc ? "mt_attn_tc" : "mt_attn";
+        snprintf(names[nnames++], 96, "%s_fwd_%.63s", pre, syms[i]);
+        snprintf(names[nnames++], 96, "%s_bwd_dq_%.63s", pre, syms[i]);
+        snprintf(names[nnames++], 96, "%s_bwd_dkdv_%.63s", pre, syms[i]);
+    }
+    printf("%s", lines);
+    LaunchFn fn = build("plans-attention", src, names, nnames);
+    free(src), free(names), free(lines);
+    if (!fn) {
+        failures++;
+        return;
+    }
+    for (int i = 0; i < ncases; i++) {
+        const AttnCase *c = &cases[i];
+        double err[5], t0 = seconds(), e = attn_case(fn, c, err);
+        int ok = e <= 3e-2 && err[4] <= 1e-3;
+        printf("%s: %s %s T%d H%d/%d (heads 0..%d) max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s "
+               "(%.1f s)\n",
+               from[i], c->tc ? "mt_attn_tc_*" : "mt_attn_* (fp32 fallback)", c->symbol, c->T, c->H, c->KVH,
+               c->H / c->KVH - 1, e, err[0], err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
+        if (!ok) failures++;
+    }
 }
 
 // ---------------------------------------------------------------- 2. fused kernels
@@ -533,13 +655,13 @@ static void check_model(const char *path) {
         return;
     }
     // the kernel table: every expression kernel and its finish kernel
-    char (*names)[80] = calloc(2 * (size_t)cs.ninfo + 1, sizeof *names);
+    char (*names)[96] = calloc(2 * (size_t)cs.ninfo + 1, sizeof *names);
     int nnames = 0;
     for (int i = 0; i < cs.ninfo; i++) {
         const CudaKernelInfo *in = &cs.info[i];
         if (in->kind != KK_EXPR || !in->symbol[0]) continue;
-        snprintf(names[nnames++], 80, "%s", in->symbol);
-        if (in->finish_grid) snprintf(names[nnames++], 80, "%s_finish", in->symbol);
+        snprintf(names[nnames++], 96, "%s", in->symbol);
+        if (in->finish_grid) snprintf(names[nnames++], 96, "%s_finish", in->symbol);
     }
     const char *base = strrchr(path, '/') ? strrchr(path, '/') + 1 : path;
     char soname[128]; // unique: dlopen hands back a path it has loaded before
@@ -577,7 +699,7 @@ static void check_model(const char *path) {
             }
         launch(fn, in->symbol, (unsigned)in->grid, 1, 1, (unsigned)in->block, (size_t)in->smem, params);
         if (in->finish_grid) {
-            char finname[64];
+            char finname[96];
             snprintf(finname, sizeof finname, "%s_finish", in->symbol);
             launch(fn, finname, (unsigned)in->finish_grid, 1, 1, 256, 0, fparams);
         }
@@ -621,12 +743,15 @@ int main(int argc, char **argv) {
         return failures ? 1 : 0;
     }
     if (argc < 4) {
-        fprintf(stderr, "usage: emu_check CXX EMU_DIR WORK_DIR [MODEL.mt...]\n       emu_check --nvrtc\n");
+        fprintf(stderr, "usage: emu_check CXX EMU_DIR WORK_DIR [MODEL.mt...]\n       emu_check CXX EMU_DIR WORK_DIR "
+                        "--plans MODEL.mt...\n       emu_check --nvrtc\n");
         return 2;
     }
     cxx = argv[1], emu_dir = argv[2], work_dir = argv[3];
-    if (argc == 4) check_mma(), check_attention();
-    for (int i = 4; i < argc; i++) check_model(argv[i]);
+    if (argc > 4 && !strcmp(argv[4], "--plans")) check_plans(argv + 5, argc - 5);
+    else if (argc == 4) check_mma(), check_attention();
+    else
+        for (int i = 4; i < argc; i++) check_model(argv[i]);
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
 }

@@ -4,19 +4,24 @@
 //
 //   gpu_check MODEL.mt...
 //
-// 1. Flash attention (compiler/cuda/attention.cuh), compiled by mt's NVRTC
-//    wrapper for this device's sm_XX with the plain reference
-//    (attention_ref.cuh): forward y and backward dq, dk, dv against the
-//    reference on random inputs, causal and not, grouped-query, head sizes
-//    16, 64, 128, lengths that are not multiples of the tiles, f32 and bf16.
+// 1. Flash attention (compiler/cuda/attention.cuh, and the tensor-core
+//    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
+//    sm_XX with the plain reference (attention_ref.cuh): forward y and
+//    backward dq, dk, dv against the reference on random inputs, causal and
+//    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64 and 128,
+//    bf16), lengths that are not multiples of the tiles, f32 and bf16.
 // 2. Every model's fused expression kernels, as cuda_build compiles them into
 //    plans (batch 2, seq 64, f32): each launched with random inputs and its
 //    outputs compared with a plain C interpreter of the same kernel IR
 //    (tests/kir_eval.c, one row and one column at a time, fp32 as fp32 and
 //    f64 as double).
 // 3. Times: flash against the reference at model-sized shapes, and the fused
-//    kernels; the table comes last. Exit status 0 only when every check
-//    passed.
+//    kernels; both attention kernels at Llama-3-8B's shapes (B 1, T 4096 and
+//    32768, H 32, KVH 8, D 128, causal, bf16), forward + backward, against a
+//    bf16 GEMM measured with cuBLAS (8192 cubed, fp32 accumulation), with
+//    the attention_*_fraction lines to put into the target profile; the
+//    table comes last. Exit status 0 only when every check passed.
+#include <cublas_v2.h>
 #include <cuda.h>
 #include <math.h>
 #include <stdint.h>
@@ -25,6 +30,7 @@
 #include <string.h>
 
 #include "../../common/io.h"
+#include "../../common/target.h"
 #include "../../compiler/cuda/attention.h"
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/emit_cuda.h"
@@ -129,6 +135,7 @@ static void launch(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned
 
 typedef struct AttnCase {
     int B, T, H, KVH, D, causal, bf16;
+    int tc; // attention_tc.cuh's kernels (bf16, D 64 or 128) instead of attention.cuh's
 } AttnCase;
 
 static CUfunction fn(CUmodule m, const char *prefix, const char *name) {
@@ -137,6 +144,36 @@ static CUfunction fn(CUmodule m, const char *prefix, const char *name) {
     CUfunction f;
     CU(cuModuleGetFunction(&f, m, full));
     return f;
+}
+
+// Case c's three entry points, each allowed its shared memory.
+typedef struct AttnKernels {
+    CUfunction fwd, dq, dkdv;
+    unsigned bq, bk, threads, smem[3];
+} AttnKernels;
+static AttnKernels attn_kernels(CUmodule m, const AttnCase *c) {
+    char name[48];
+    attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+    AttnKernels f;
+    const char *pre[3][2] = {{"mt_attn_fwd_", "mt_attn_tc_fwd_"}, {"mt_attn_bwd_dq_", "mt_attn_tc_bwd_dq_"},
+                             {"mt_attn_bwd_dkdv_", "mt_attn_tc_bwd_dkdv_"}};
+    f.fwd = fn(m, pre[0][c->tc], name), f.dq = fn(m, pre[1][c->tc], name), f.dkdv = fn(m, pre[2][c->tc], name);
+    f.bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, f.bk = c->tc ? ATTN_TC_BK : ATTN_BK;
+    f.threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
+    f.smem[0] = (unsigned)(c->tc ? attn_tc_smem_fwd(c->D) : attn_smem_fwd(c->D));
+    f.smem[1] = (unsigned)(c->tc ? attn_tc_smem_dq(c->D) : attn_smem_dq(c->D));
+    f.smem[2] = (unsigned)(c->tc ? attn_tc_smem_dkdv(c->D) : attn_smem_dkdv(c->D));
+    CUfunction all[3] = {f.fwd, f.dq, f.dkdv};
+    for (int i = 0; i < 3; i++)
+        CU(cuFuncSetAttribute(all[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)f.smem[i]));
+    return f;
+}
+// Forward, then the backward's two kernels, with their arguments.
+static void attn_run(const AttnKernels *f, const AttnCase *c, void **a_fwd, void **a_dq, void **a_dkdv) {
+    unsigned gq = (unsigned)((c->T + (int)f->bq - 1) / (int)f->bq), gk = (unsigned)((c->T + (int)f->bk - 1) / (int)f->bk);
+    launch(f->fwd, gq, (unsigned)c->H, (unsigned)c->B, f->threads, f->smem[0], a_fwd);
+    launch(f->dq, gq, (unsigned)c->H, (unsigned)c->B, f->threads, f->smem[1], a_dq);
+    launch(f->dkdv, gk, (unsigned)c->KVH, (unsigned)c->B, f->threads, f->smem[2], a_dkdv);
 }
 
 // Runs flash forward and backward and the reference on random inputs;
@@ -171,41 +208,32 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     }
     Y = dev_alloc(es * nq), LSE = dev_alloc(4 * nrow), WS = dev_alloc(attn_workspace_bytes(c->B, c->T, c->H));
     DQ = dev_alloc(es * nq), DK = dev_alloc(es * nk), DV = dev_alloc(es * nk);
-    CUdeviceptr P = dev_alloc(4 * (size_t)nrow * c->T), DS = dev_alloc(4 * (size_t)nrow * c->T);
+    CUdeviceptr P = dev_alloc(4 * (size_t)nrow * c->T), DS = dev_alloc(4 * (size_t)nrow * c->T),
+                C = dev_alloc(4 * (size_t)nrow * c->T);
     CUdeviceptr rY = dev_alloc(4 * nq), rDQ = dev_alloc(4 * nq), rDK = dev_alloc(4 * nk), rDV = dev_alloc(4 * nk);
 
-    char name[48];
-    attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
-    CUfunction ffwd = fn(m, "mt_attn_fwd_", name), fdq = fn(m, "mt_attn_bwd_dq_", name),
-               fdkdv = fn(m, "mt_attn_bwd_dkdv_", name);
-    CU(cuFuncSetAttribute(ffwd, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_fwd(c->D)));
-    CU(cuFuncSetAttribute(fdq, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_dq(c->D)));
-    CU(cuFuncSetAttribute(fdkdv, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)attn_smem_dkdv(c->D)));
+    AttnKernels f = attn_kernels(m, c);
     CUfunction rprobs = fn(m, "mt_ref_attn_probs", ""), rfwd = fn(m, "mt_ref_attn_fwd", ""),
                rds = fn(m, "mt_ref_attn_ds", ""), rdq = fn(m, "mt_ref_attn_dq", ""), rdkdv = fn(m, "mt_ref_attn_dkdv", "");
     CUdeviceptr nul = 0;
-    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal;
-    unsigned gq = (unsigned)((T + ATTN_BQ - 1) / ATTN_BQ), gk = (unsigned)((T + ATTN_BK - 1) / ATTN_BK);
+    int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = 0;
+    double scale = 1 / sqrt((double)D), softcap = 0;
     void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    void *r_probs[] = {&P, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal};
+    void *r_probs[] = {&P, &C, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
     void *r_fwd[] = {&rY, &P, &rV, &B, &T, &H, &KVH, &D};
-    void *r_ds[] = {&DS, &P, &rDY, &rV, &B, &T, &H, &KVH, &D};
-    void *r_dq[] = {&rDQ, &DS, &rK, &B, &T, &H, &KVH, &D};
-    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &rQ, &rDY, &B, &T, &H, &KVH, &D};
+    void *r_ds[] = {&DS, &P, &C, &rDY, &rV, &B, &T, &H, &KVH, &D};
+    void *r_dq[] = {&rDQ, &DS, &rK, &B, &T, &H, &KVH, &D, &scale};
+    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &rQ, &rDY, &B, &T, &H, &KVH, &D, &scale};
     unsigned rb = 128;
     for (int it = 0; it < (reps > 0 ? 2 : 1); it++) {
         int n = it ? reps : 1;
         Timer t;
         if (it) timer_start(&t);
-        for (int r = 0; r < n; r++) {
-            launch(ffwd, gq, (unsigned)H, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_fwd(D), a_fwd);
-            launch(fdq, gq, (unsigned)H, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_dq(D), a_dq);
-            launch(fdkdv, gk, (unsigned)KVH, (unsigned)B, ATTN_THREADS, (unsigned)attn_smem_dkdv(D), a_dkdv);
-        }
+        for (int r = 0; r < n; r++) attn_run(&f, c, a_fwd, a_dq, a_dkdv);
         if (it) *flash_ms = timer_stop(&t, n), timer_start(&t);
         for (int r = 0; r < n; r++) {
             launch(rprobs, (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
@@ -234,27 +262,120 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
         if (!(e <= worst)) worst = e;
     }
     free(a), free(b), free(q), free(k), free(v), free(dy), free(hb);
-    CUdeviceptr all[] = {Y, LSE, WS, DQ, DK, DV, P, DS, rY, rDQ, rDK, rDV, rQ, rK, rV, rDY};
+    CUdeviceptr all[] = {Y, LSE, WS, DQ, DK, DV, P, DS, C, rY, rDQ, rDK, rDV, rQ, rK, rV, rDY};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
     if (c->bf16) cuMemFree(Q), cuMemFree(K), cuMemFree(V), cuMemFree(DY);
     return worst;
 }
 
+// FLOP/s of a bf16 GEMM with fp32 accumulation (cuBLAS, 8192 cubed, bf16
+// output), the rate the cost model's matrix_flops_bf16 * gemm_efficiency
+// stands for.
+static double gemm_rate_bf16(void) {
+    const int n = 8192, reps = 10;
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        printf("FAIL cublasCreate\n");
+        failures++;
+        return 0;
+    }
+    CUdeviceptr A = dev_alloc(2 * (size_t)n * n), B = dev_alloc(2 * (size_t)n * n), C = dev_alloc(2 * (size_t)n * n);
+    const float one = 1, zero = 0;
+    double ms = 0;
+    for (int it = 0; it < 2; it++) { // a warm-up, then the timed run
+        Timer t;
+        timer_start(&t);
+        for (int r = 0; r < reps; r++)
+            if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, (void *)A, CUDA_R_16BF, n, (void *)B,
+                             CUDA_R_16BF, n, &zero, (void *)C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
+                             CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
+                printf("FAIL cublasGemmEx\n");
+                failures++;
+                break;
+            }
+        ms = timer_stop(&t, reps);
+    }
+    cublasDestroy(h);
+    cuMemFree(A), cuMemFree(B), cuMemFree(C);
+    return 2.0 * n * (double)n * n / (ms * 1e-3);
+}
+
+// Both attention kernels at Llama-3-8B's shapes, forward + backward (the
+// backward taking the forward's y and lse), against the measured GEMM rate:
+// FLOPs as compiler/cost.c counts them (4 B H D a visible pair forward, 2.5
+// times that backward), the achieved share of the GEMM rate (the target:
+// 40% for the tensor-core kernel, recorded, not asserted) and the profile's
+// attention_*_fraction = that share * gemm_efficiency (its figures are
+// shares of matrix_flops_bf16, whose gemm_efficiency share the GEMMs reach).
+// The fp32 kernel at T 32768 would take about half an hour: skipped.
+static void time_attention_llama(CUmodule m) {
+    double gemm = gemm_rate_bf16();
+    if (gemm <= 0) return;
+    printf("bf16 GEMM (cuBLAS, 8192^3): %.1f TFLOP/s\n", gemm / 1e12);
+    char row[96];
+    snprintf(row, sizeof row, "cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s", gemm / 1e12);
+    add_row(row, 2.0 * 8192.0 * 8192.0 * 8192.0 / gemm * 1e3, -1, 0);
+    for (int tc = 1; tc >= 0; tc--)
+        for (int T = 4096; T <= 32768; T *= 8) {
+            AttnCase c = {1, T, 32, 8, 128, 1, 1, tc};
+            if (!tc && T > 4096) {
+                printf("fp32 attention at T %d: skipped (about half an hour)\n", T);
+                continue;
+            }
+            long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
+            uint16_t *hb = malloc(2 * (size_t)nq);
+            for (long i = 0; i < nq; i++) hb[i] = to_bf16(frand());
+            CUdeviceptr Q = dev_upload(hb, 2 * nq), DY = dev_upload(hb, 2 * nq), K = dev_upload(hb, 2 * nk),
+                        V = dev_upload(hb + nk, 2 * nk);
+            free(hb);
+            CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
+                        LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
+            int H = c.H, KVH = c.KVH;
+            void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+            void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH};
+            void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+            AttnKernels f = attn_kernels(m, &c);
+            Timer t;
+            timer_start(&t);
+            attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
+            double ms = timer_stop(&t, 1);
+            double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
+            double share = flops / (ms * 1e-3) / gemm;
+            printf("%s attention B1 T%d H32/8 D128 causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
+                   tc ? "tensor-core" : "fp32", T, ms, flops / (ms * 1e-3) / 1e12, share,
+                   tc ? (share >= 0.4 ? " (target 0.4 met)" : " (target 0.4 NOT met)") : "");
+            printf("    attention_%s_fraction = %.3f   # measured at T %d: %.3f of cuBLAS's bf16 rate x gemm_efficiency "
+                   "%.2g\n",
+                   tc ? "tc" : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
+            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D128 bf16: %.3f of GEMM", tc ? "tc" : "fp32", T,
+                     share);
+            add_row(row, ms, -1, 0);
+            CUdeviceptr all[] = {Q, DY, K, V, Y, DQ, DK, DV, LSE, WS};
+            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
+        }
+}
+
 static void check_attention(const char *arch) {
     static const AttnCase CASES[] = {
-        {1, 1, 1, 1, 16, 1, 0},     {2, 37, 4, 2, 16, 1, 0},    {2, 37, 4, 2, 16, 0, 0},   {1, 100, 8, 2, 64, 1, 0},
-        {2, 70, 4, 4, 64, 0, 0},    {1, 129, 8, 1, 128, 1, 0},  {1, 64, 4, 2, 128, 0, 0},  {2, 77, 4, 2, 64, 1, 1},
-        {1, 130, 8, 2, 128, 1, 1},
+        {1, 1, 1, 1, 16, 1, 0, 0},   {2, 37, 4, 2, 16, 1, 0, 0},  {2, 37, 4, 2, 16, 0, 0, 0},  {1, 100, 8, 2, 64, 1, 0, 0},
+        {2, 70, 4, 4, 64, 0, 0, 0},  {1, 129, 8, 1, 128, 1, 0, 0}, {1, 64, 4, 2, 128, 0, 0, 0}, {2, 77, 4, 2, 64, 1, 1, 0},
+        {1, 130, 8, 2, 128, 1, 1, 0},
+        // tensor cores: GQA 1, 4, 8; D 64, 128; causal and not
+        {1, 77, 4, 4, 64, 1, 1, 1},  {2, 150, 4, 1, 64, 0, 1, 1}, {1, 200, 8, 1, 64, 1, 1, 1}, {1, 45, 8, 2, 128, 0, 1, 1},
+        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1},
     };
     static const AttnCase TIMED[] = {
-        {4, 1024, 12, 12, 64, 1, 0}, // GPT-2 small
-        {1, 2048, 32, 8, 128, 1, 0}, // Llama-3 8B
-        {1, 2048, 32, 8, 128, 1, 1},
+        {4, 1024, 12, 12, 64, 1, 0, 0}, // GPT-2 small
+        {1, 2048, 32, 8, 128, 1, 0, 0}, // Llama-3 8B
+        {1, 2048, 32, 8, 128, 1, 1, 0},
+        {1, 2048, 32, 8, 128, 1, 1, 1},
     };
-    // one translation unit: prelude, template, reference, every variant used here
-    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + 4096;
+    // one translation unit: prelude, templates, reference, every variant used here
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_attention_ref_len + mt_cuda_mma_len +
+                 mt_cuda_attention_tc_len + 4096;
     char *src = malloc(cap);
-    int n = snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref);
+    int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_attention_ref,
+                     mt_cuda_mma, mt_cuda_attention_tc);
     const AttnCase *all[2] = {CASES, TIMED};
     size_t counts[2] = {sizeof CASES / sizeof CASES[0], sizeof TIMED / sizeof TIMED[0]};
     char seen[64][48];
@@ -262,14 +383,19 @@ static void check_attention(const char *arch) {
     for (int s = 0; s < 2; s++)
         for (size_t i = 0; i < counts[s]; i++) {
             const AttnCase *c = &all[s][i];
-            char name[48];
+            char name[48], key[48];
             attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
+            snprintf(key, sizeof key, "%s%.40s", c->tc ? "tc_" : "", name);
             int dup = 0;
-            for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], name);
+            for (int j = 0; j < nseen; j++) dup |= !strcmp(seen[j], key);
             if (dup) continue;
-            snprintf(seen[nseen++], 48, "%s", name);
-            n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", c->bf16 ? "bf16" : "float",
-                          c->D, c->causal ? "true" : "false", name);
+            snprintf(seen[nseen++], 48, "%s", key);
+            if (c->tc)
+                n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", c->D,
+                              c->causal ? "true" : "false", name);
+            else
+                n += snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n",
+                              c->bf16 ? "bf16" : "float", c->D, c->causal ? "true" : "false", name);
         }
     CudaBinary bin;
     char err[8192];
@@ -287,8 +413,8 @@ static void check_attention(const char *arch) {
         double e = attn_case(m, c, 0, NULL, NULL);
         double tol = c->bf16 ? 3e-2 : 2e-4;
         char what[96];
-        snprintf(what, sizeof what, "attention B%d T%d H%d/%d D%d %s %s", c->B, c->T, c->H, c->KVH, c->D,
-                 c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
+        snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s", c->tc ? "tensor-core " : "", c->B, c->T,
+                 c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
         printf("%-52s max rel err %.2e %s\n", what, e, e <= tol ? "ok" : "FAIL");
         if (!(e <= tol)) failures++;
     }
@@ -299,10 +425,11 @@ static void check_attention(const char *arch) {
         double tol = c->bf16 ? 3e-2 : 1e-3;
         if (!(e <= tol)) printf("FAIL timed case %d: max rel err %.2e\n", (int)i, e), failures++;
         char what[96];
-        snprintf(what, sizeof what, "attn fwd+bwd B%d T%d H%d/%d D%d %s", c->B, c->T, c->H, c->KVH, c->D,
-                 c->bf16 ? "bf16" : "f32");
+        snprintf(what, sizeof what, "attn%s fwd+bwd B%d T%d H%d/%d D%d %s", c->tc ? " tc" : "", c->B, c->T, c->H,
+                 c->KVH, c->D, c->bf16 ? "bf16" : "f32");
         add_row(what, fms, rms, e);
     }
+    time_attention_llama(m);
     cuModuleUnload(m);
     nvrtc_binary_free(&bin);
     free(src);
@@ -357,7 +484,7 @@ static void check_model(const char *path, const char *arch) {
         }
         CUfunction f, fin = NULL;
         CU(cuModuleGetFunction(&f, m, in->symbol));
-        char finname[64];
+        char finname[96];
         snprintf(finname, sizeof finname, "%s_finish", in->symbol);
         if (in->finish_grid) CU(cuModuleGetFunction(&fin, m, finname));
         // the finish kernel's (dst, scratch) pairs
