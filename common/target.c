@@ -50,6 +50,10 @@ static const KeySpec KEYS[] = {
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,
      TARGET_DEFAULT_DUPLEX_EFFICIENCY},
+    {"attention_tc_fraction", KEY_SHARE, F(attention_tc_fraction), "a share of matrix_flops_bf16", 0,
+     TARGET_DEFAULT_ATTENTION_TC_FRACTION},
+    {"attention_fp32_fraction", KEY_SHARE, F(attention_fp32_fraction), "a share of matrix_flops_bf16", 0,
+     TARGET_DEFAULT_ATTENTION_FP32_FRACTION},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
 

@@ -11,6 +11,12 @@
 #define TARGET_DEFAULT_KERNEL_LAUNCH_S 5e-6 // seconds a kernel launch costs
 #define TARGET_DEFAULT_GEMM_EFFICIENCY 0.8  // share of matrix peak large GEMMs reach
 #define TARGET_DEFAULT_DUPLEX_EFFICIENCY 1.0 // share of each direction's rate kept while both run
+// Flash attention's rate as a share of matrix_flops_bf16, by the kernel a
+// plan runs: the tensor-core kernel (bf16, head size 64 or 128) and the fp32
+// CUDA-core kernel (the fallback). The defaults are the Hopper estimates of
+// schedules/h200.target, derived in schedules/README.md.
+#define TARGET_DEFAULT_ATTENTION_TC_FRACTION 0.22
+#define TARGET_DEFAULT_ATTENTION_FP32_FRACTION 0.016
 
 typedef struct Target {
     char name[64], arch[16];     // one word each; arch is sm_80, sm_89, sm_90 or cpu
@@ -28,6 +34,8 @@ typedef struct Target {
     double kernel_launch_s;      // seconds, optional
     double gemm_efficiency;      // in (0, 1], optional
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
+    double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
+    double attention_fp32_fraction; // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
 } Target;
 
 // Reads a profile into *t. name: a path, or a bare NAME (no '/', no

@@ -1,5 +1,6 @@
 #include "cost.h"
 
+#include "cuda/attention.h"
 #include "fuse.h"
 #include "../common/storage.h"
 
@@ -10,9 +11,12 @@
 
 // The device time of a part's kernels, by the node an INS_RUN runs them at
 // (their anchor): heavy[i] the GEMMs and attention (a RUN_SKIP_HEAVY run
-// skips them), light[i] the expression kernels and GEMM epilogues.
+// skips them), of which attn[i] attention, light[i] the expression kernels
+// and GEMM epilogues. attn_kinds: the ATTN_KIND_* bits of the attention
+// kernels priced.
 typedef struct KernelTimes {
-    double *heavy[PART_COUNT], *light[PART_COUNT]; // (nodes.n) each
+    double *heavy[PART_COUNT], *attn[PART_COUNT], *light[PART_COUNT]; // (nodes.n) each
+    int attn_kinds;
 } KernelTimes;
 
 // Bytes argument a of a kernel moves through HBM: its
@@ -37,11 +41,26 @@ static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
     return (by_bytes > by_flops ? by_bytes : by_flops) + (skip_node >= 0 ? 0 : t->kernel_launch_s);
 }
 
-// A GEMM or attention kernel: its FLOPs at the matrix rate of the storage
-// dtype times gemm_efficiency, or its bytes at HBM bandwidth, plus a launch.
+// Which flash attention kernel runs attention kernel k on t: the cuda
+// backend's tensor-core or fp32 template (compiler/emit_cuda.c picks by
+// attn_tc_ok), or, on a cpu target, the cpu backend's composite.
+static int attn_kind(const KirKernel *k, const Target *t) {
+    if (strcmp(t->arch, "cpu") == 0) return ATTN_KIND_CPU;
+    return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D) ? ATTN_KIND_TC : ATTN_KIND_FP32;
+}
+
+// A GEMM or attention kernel: its FLOPs at a rate, or its bytes at HBM
+// bandwidth, whichever is longer, plus a launch. The rate: GEMMs at the
+// matrix rate of the storage dtype times gemm_efficiency; attention at
+// matrix_flops_bf16 times the target's fraction for the kernel that runs it
+// (attention_tc_fraction, attention_fp32_fraction), or as a GEMM on a cpu
+// target.
 static double heavy_time(const KirKernel *k, const Target *t) {
     int bf16 = k->args[0].dtype == KT_BF16;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
+    if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU)
+        matrix = t->matrix_flops_bf16 *
+                 (attn_kind(k, t) == ATTN_KIND_TC ? t->attention_tc_fraction : t->attention_fp32_fraction);
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
     if (k->kind == KK_GEMM) {
         const KirGemm *g = &k->gemm;
@@ -66,8 +85,9 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
     for (int pk = 0; pk < PART_COUNT && rc == 0; pk++) {
         int n = g->parts[pk].nodes.n;
         kt->heavy[pk] = calloc((size_t)n + 1, sizeof(double));
+        kt->attn[pk] = calloc((size_t)n + 1, sizeof(double));
         kt->light[pk] = calloc((size_t)n + 1, sizeof(double));
-        if (!kt->heavy[pk] || !kt->light[pk]) rc = -1;
+        if (!kt->heavy[pk] || !kt->attn[pk] || !kt->light[pk]) rc = -1;
         const KirSet *s = &prog.parts[pk];
         for (int i = 0; i < s->n && rc == 0; i++) {
             const KirKernel *k = &s->k[i];
@@ -76,7 +96,9 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
                 kt->light[pk][k->anchor] += expr_time(k, t, -1);
                 continue;
             }
-            kt->heavy[pk][k->anchor] += heavy_time(k, t);
+            double h = heavy_time(k, t);
+            kt->heavy[pk][k->anchor] += h;
+            if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
             if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) // no separate pass over C
                 kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t, k->args[0].node);
         }
@@ -86,12 +108,19 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
 }
 
 static void kernel_times_free(KernelTimes *kt) {
-    for (int pk = 0; pk < PART_COUNT; pk++) free(kt->heavy[pk]), free(kt->light[pk]);
+    for (int pk = 0; pk < PART_COUNT; pk++) free(kt->heavy[pk]), free(kt->attn[pk]), free(kt->light[pk]);
 }
 
 static double run_time(const KernelTimes *kt, int part, int from, int to, int flags) {
     double s = 0;
     for (int i = from; i < to; i++) s += kt->light[part][i] + (flags & RUN_SKIP_HEAVY ? 0 : kt->heavy[part][i]);
+    return s;
+}
+// Of that, the GEMMs' (what = 0) or attention's (what = 1).
+static double run_heavy(const KernelTimes *kt, int part, int from, int to, int flags, int what) {
+    double s = 0;
+    for (int i = from; i < to && !(flags & RUN_SKIP_HEAVY); i++)
+        s += what ? kt->attn[part][i] : kt->heavy[part][i] - kt->attn[part][i];
     return s;
 }
 
@@ -201,6 +230,8 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
+            c->gemm_s += run_heavy(&kt, in->part, in->from, in->to, in->flags, 0);
+            c->attention_s += run_heavy(&kt, in->part, in->from, in->to, in->flags, 1);
             if (in->part == PART_BLOCK && in->to <= block->nfwd) block_forward_s += s; // (no block RUN straddles nfwd)
             break;
         case INS_COPY_IN:
@@ -223,6 +254,7 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     }
     // Recompute: block forward work beyond one forward a layer.
     c->recompute_s = block_forward_s - (double)g->layers * run_time(&kt, PART_BLOCK, 0, block->nfwd, 0);
+    c->attention_kinds = kt.attn_kinds;
     kernel_times_free(&kt);
     if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
     double wbytes = (double)storage_weight_bytes(compute);

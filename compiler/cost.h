@@ -7,8 +7,14 @@
 #include "../common/plan.h"
 #include "../common/target.h"
 
+// The flash attention kernels a plan runs (Cost.attention_kinds, bits).
+enum { ATTN_KIND_TC = 1, ATTN_KIND_FP32 = 2, ATTN_KIND_CPU = 4 };
+
 typedef struct Cost {
     double compute_s;        // device time of every RUN, recompute included
+    double gemm_s, attention_s; // of that, the GEMMs' and the attention kernels'
+    int attention_kinds;     // ATTN_KIND_* bits: which attention kernels run (tensor-core, the fp32
+                             // fallback, the cpu backend's), each priced at its own rate
     double recompute_s;      // of that, forward work done a second time
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
@@ -22,8 +28,10 @@ typedef struct Cost {
 } Cost;
 
 // Predicts an optimizer step of p's training stream on t: device work from
-// the kernels fusion makes of the graph (compiler/fuse.c), GEMMs and
-// attention by FLOPs at the storage dtype's matrix rate, every other kernel
+// the kernels fusion makes of the graph (compiler/fuse.c), GEMMs by FLOPs
+// at the storage dtype's matrix rate, attention by FLOPs at the rate of the
+// kernel that runs it (tensor-core or fp32: the target's
+// attention_*_fraction of matrix_flops_bf16), every other kernel
 // by the bytes it moves at the storage rule's sizes (an epilogue's read of
 // its GEMM's output costs nothing); copies by the link, the optimizer by
 // host bandwidth. Returns 0, or -1 out of memory.

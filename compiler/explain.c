@@ -14,6 +14,19 @@ static void json_str(FILE *out, const char *s) {
     fputc('"', out);
 }
 
+// The attention kernels a plan runs, for --explain: "tensor-core",
+// "fp32 fallback", "cpu", "tensor-core + fp32 fallback", "no attention".
+static const char *attention_kernel(int kinds) {
+    switch (kinds) {
+    case 0: return "no attention";
+    case ATTN_KIND_TC: return "tensor-core";
+    case ATTN_KIND_FP32: return "fp32 fallback";
+    case ATTN_KIND_CPU: return "cpu";
+    case ATTN_KIND_TC | ATTN_KIND_FP32: return "tensor-core + fp32 fallback";
+    default: return "mixed";
+    }
+}
+
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
                    const char *const *names, int nrows, int chosen, int json) {
     double acc = (double)g->train.accumulate;
@@ -44,10 +57,12 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                          "\"ratio_exact\": %.4f, "
                          "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
                          "\"link_bytes_per_step\": %.0f, "
-                         "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"fits\": %s, \"chosen\": %s",
+                         "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
+                         "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"fits\": %s, \"chosen\": %s",
                     c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
                     (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
+                    c->compute_s * acc, c->gemm_s * acc, c->attention_s * acc, attention_kernel(c->attention_kinds),
                     r->fits ? "true" : "false", i == chosen ? "true" : "false");
             if (!r->fits) {
                 fprintf(out, ", \"reason\": ");
@@ -83,9 +98,12 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     }
     if (chosen >= 0) {
         const Cost *c = &rows[chosen].cost;
-        fprintf(out, "  chosen (*): compute %.4g s (recompute %.4g), copy in %.4g s, copy out %.4g s, device copies "
-                     "%.4g s, host optimizer %.4g s per micro-batch\n",
-                c->compute_s, c->recompute_s, c->copy_in_s, c->copy_out_s, c->device_copy_s, c->optimizer_s);
+        fprintf(out, "  chosen (*): compute %.4g s (GEMMs %.4g, attention %.4g on the %s kernel, other %.4g; recompute "
+                     "%.4g), copy in %.4g s, copy out %.4g s, device copies %.4g s, host optimizer %.4g s per "
+                     "micro-batch\n",
+                c->compute_s, c->gemm_s, c->attention_s, attention_kernel(c->attention_kinds),
+                c->compute_s - c->gemm_s - c->attention_s, c->recompute_s, c->copy_in_s, c->copy_out_s,
+                c->device_copy_s, c->optimizer_s);
     } else {
         fprintf(out, "  no policy fits %s\n", t->name);
     }

@@ -63,10 +63,15 @@ static void check_sane(const char *file, const Target *t) {
         {"d2h_bandwidth", t->d2h_bandwidth},       {"host_memory", t->host_memory},
         {"host_memory_bandwidth", t->host_memory_bandwidth}, {"host_cores", t->host_cores},
         {"kernel_launch_s", t->kernel_launch_s},   {"gemm_efficiency", t->gemm_efficiency},
+        {"attention_tc_fraction", t->attention_tc_fraction}, {"attention_fp32_fraction", t->attention_fp32_fraction},
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
         CHECK(positive[i].v > 0, "%s: %s = %g, not positive", file, positive[i].key, positive[i].v);
     CHECK(t->gemm_efficiency <= 1, "%s: gemm_efficiency %g above 1", file, t->gemm_efficiency);
+    // the CUDA-core kernel is no faster than the tensor-core one, which is no faster than the GEMMs
+    CHECK(t->attention_fp32_fraction <= t->attention_tc_fraction && t->attention_tc_fraction <= t->gemm_efficiency,
+          "%s: attention fractions fp32 %g, tensor-core %g, gemm_efficiency %g out of order", file,
+          t->attention_fp32_fraction, t->attention_tc_fraction, t->gemm_efficiency);
     CHECK(t->link_duplex == 0 || t->link_duplex == 1, "%s: link_duplex %d", file, t->link_duplex);
     // the file's name is the profile's name: "--target h200" finds name = h200
     char want[300];
