@@ -1,6 +1,6 @@
 #include "cost.h"
 
-#include "cuda/attention.h"
+#include "../common/attention.h"
 #include "fuse.h"
 #include "../common/storage.h"
 

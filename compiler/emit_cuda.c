@@ -28,7 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "cuda/attention.h"
+#include "../common/attention.h"
 #include "cuda/sources.h"
 
 // ---------------------------------------------------------------- output with a per-line origin

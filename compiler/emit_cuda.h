@@ -27,7 +27,7 @@
 //     bf16) only accesses it can prove aligned from that.
 // GEMMs emit nothing (cuBLASLt runs them; see CudaKernelInfo.epilogue);
 // attention kernels use a flash template's entry points named by
-// attn_variant_name (compiler/cuda/attention.h): the tensor-core one
+// attn_variant_name (common/attention.h): the tensor-core one
 // (attention_tc.cuh) where attn_tc_ok (bf16 storage, head size 64 or 128),
 // else the fp32 one (attention.cuh), the fallback; their ABI is written
 // there. Window, scale and softcap are baked into the instantiation.

@@ -1,11 +1,20 @@
 // backend.h: what a device must do to replay a plan: hold the arena, copy
-// between host and arena, poison dead regions, and run parts of the graph.
-// A backend is a struct of function pointers; cpu (backend_cpu.c) is the
-// first, cuda comes later. Engines and events are the replay's business
-// (replay.c): the cpu backend is called on one thread, in an order that
-// honours the plan's events and nothing else.
+// between host and arena, poison dead regions, and run parts of the graph,
+// each operation on the engine of the plan instruction that asks for it.
+// A backend is a struct of function pointers: cpu (backend_cpu.c) and cuda
+// (backend_cuda.c, a shared object mtrun loads with dlopen). replay.c
+// drives both.
+//
+// Every operation takes the instruction it serves (`in`: its engine, its
+// layer; NULL outside a stream: tests, the compute engine). On the cpu an
+// operation is done when it returns. A backend with `record` set is
+// asynchronous: an operation is only queued on its engine (a CUDA stream),
+// and the replay joins engines through record and wait, as the plan's
+// events say; finish drains every engine.
 #ifndef MT_BACKEND_H
 #define MT_BACKEND_H
+
+#include <stddef.h>
 
 #include "../common/plan.h"
 
@@ -14,20 +23,31 @@ struct Backend {
     const char *name;
     void *ctx;
     // host -> arena [dst, dst + bytes)
-    void (*copy_in)(Backend *be, int64_t dst, const void *host, int64_t bytes);
+    void (*copy_in)(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes);
     // arena [src, src + bytes), fp32 or (bf16 set) bf16, added into host floats
-    void (*copy_out_add)(Backend *be, float *host, int64_t src, int64_t bytes, int bf16);
+    void (*copy_out_add)(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16);
     // arena [src, src + bytes) -> host bytes (the host activation store)
-    void (*copy_out)(Backend *be, void *host, int64_t src, int64_t bytes);
+    void (*copy_out)(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes);
     // arena -> arena
-    void (*copy)(Backend *be, int64_t dst, int64_t src, int64_t bytes);
-    // arena [dst, dst + bytes) holds nothing from now on (cpu: quiet NaNs)
-    void (*poison)(Backend *be, int64_t dst, int64_t bytes);
+    void (*copy)(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes);
+    // arena [dst, dst + bytes) holds nothing from now on (quiet NaNs: 0x7fc00000 on the cpu, all ones on cuda)
+    void (*poison)(Backend *be, const Instr *in, int64_t dst, int64_t bytes);
     // runs nodes [from, to) of a part at block frame `frame`'s arena offsets
     // (plan_offsets); flags RUN_* (RUN_SKIP_HEAVY: matmul and attention
     // nodes are not run, their buffers already hold their values)
-    void (*run)(Backend *be, PartKind part, int from, int to, int frame, int flags);
-    float (*read_scalar)(Backend *be, int64_t src);
+    void (*run)(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags);
+    // the float at arena src, once everything before it on in's engine is done
+    float (*read_scalar)(Backend *be, const Instr *in, int64_t src);
+    // Asynchronous backends only (NULL on the cpu):
+    // INS_RECORD `in`: its event fires when its engine's work so far is done
+    void (*record)(Backend *be, const Instr *in);
+    // INS_WAIT `in`, once the replay saw its event's RECORD (on engine
+    // `recorder`) issued: nothing after it on in's engine starts before the
+    // event fired (a host engine blocks until then, without spinning)
+    void (*wait)(Backend *be, const Instr *in, int recorder);
+    // every engine drained; 0, or -1 with the first failure (the call, the
+    // instruction, its engine and layer) in err
+    int (*finish)(Backend *be, char *err, size_t errcap);
     void (*destroy)(Backend *be);
 };
 
@@ -36,6 +56,24 @@ struct Backend {
 // copies are memcpy, nodes run through the plain kernels. Every arena byte
 // starts as a quiet NaN. NULL with a message in err.
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap);
+
+// Host memory an asynchronous backend reads or writes while its engines run
+// (the streamed weights, the host activation store): the cuda backend pins
+// it up front or refuses.
+typedef struct HostRange {
+    void *ptr;
+    int64_t bytes;
+    const char *what; // "the bf16 weights"
+} HostRange;
+
+// The cuda backend (backend_cuda.c, in libmt_cuda.so): its entry points,
+// looked up by name with dlsym (device.c).
+//   int  backend_cuda_devices(char *why, size_t cap): CUDA devices (0: why)
+//   Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path,
+//                                char *err, size_t errcap)
+typedef int (*BackendCudaDevicesFn)(char *why, size_t cap);
+typedef Backend *(*BackendCudaCreateFn)(const Plan *p, const HostRange *pin, int npin, const char *trace_path,
+                                        char *err, size_t errcap);
 
 // Fills bytes at dst with the bytes of quiet-NaN floats (0x7fc00000), as
 // if dst were 4-byte aligned. Shared by the arena and the host activation

@@ -29,11 +29,13 @@ void backend_fill_nan(void *dst, int64_t bytes) {
         memcpy(d + done, d, (size_t)(done < bytes - done ? done : bytes - done));
 }
 
-static void cpu_copy_in(Backend *be, int64_t dst, const void *host, int64_t bytes) {
+static void cpu_copy_in(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes) {
+    (void)in;
     memcpy(((Cpu *)be->ctx)->arena + dst, host, (size_t)bytes);
 }
 
-static void cpu_copy_out_add(Backend *be, float *host, int64_t src, int64_t bytes, int bf16) {
+static void cpu_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16) {
+    (void)in;
     const char *at = ((Cpu *)be->ctx)->arena + src;
     if (bf16) {
         const uint16_t *a = (const uint16_t *)at; // (bytes / 2)
@@ -44,19 +46,25 @@ static void cpu_copy_out_add(Backend *be, float *host, int64_t src, int64_t byte
     for (int64_t i = 0; i < bytes / 4; i++) host[i] += a[i];
 }
 
-static void cpu_copy_out(Backend *be, void *host, int64_t src, int64_t bytes) {
+static void cpu_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {
+    (void)in;
     memcpy(host, ((Cpu *)be->ctx)->arena + src, (size_t)bytes);
 }
 
-static void cpu_copy(Backend *be, int64_t dst, int64_t src, int64_t bytes) {
+static void cpu_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
+    (void)in;
     Cpu *c = be->ctx;
     memmove(c->arena + dst, c->arena + src, (size_t)bytes);
 }
 
-static void cpu_poison(Backend *be, int64_t dst, int64_t bytes) { backend_fill_nan(((Cpu *)be->ctx)->arena + dst, bytes); }
+static void cpu_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
+    (void)in;
+    backend_fill_nan(((Cpu *)be->ctx)->arena + dst, bytes);
+}
 
 // The one place nodes execute: the kernel-fusion work swaps this body.
-static void cpu_run(Backend *be, PartKind part, int from, int to, int frame, int flags) {
+static void cpu_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
+    (void)in;
     Cpu *c = be->ctx;
     if (c->jit) { // generated kernels and library GEMMs
         jit_run(c->jit, part, from, to, flags, c->arena, plan_offsets(c->plan, part, part == PART_BLOCK ? frame : 0));
@@ -66,7 +74,8 @@ static void cpu_run(Backend *be, PartKind part, int from, int to, int frame, int
     exec_run_flags(ps, from, to, flags);
 }
 
-static float cpu_read_scalar(Backend *be, int64_t src) {
+static float cpu_read_scalar(Backend *be, const Instr *in, int64_t src) {
+    (void)in;
     float v;
     memcpy(&v, ((Cpu *)be->ctx)->arena + src, 4);
     return v;

@@ -57,25 +57,29 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     HostStore *hs = r->hs;
     switch ((InsKind)in->kind) {
     case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
-        be->copy_in(be, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src, in->bytes);
+        be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src, in->bytes);
         break;
-    case INS_COPY_OUT: be->copy_out_add(be, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
-    case INS_COPY: be->copy(be, in->dst, in->src, in->bytes); break;
-    case INS_INPUT: be->copy_in(be, in->dst, inputs[in->input], in->bytes); break;
+    case INS_COPY_OUT: be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
+    case INS_COPY: be->copy(be, in, in->dst, in->src, in->bytes); break;
+    case INS_INPUT: be->copy_in(be, in, in->dst, inputs[in->input], in->bytes); break;
     case INS_RUN:
-        be->run(be, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
+        be->run(be, in, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
         if (r->on_run) r->on_run(r->on_run_ctx, in);
         break;
-    case INS_LOSS: *loss = be->read_scalar(be, in->src); break;
-    case INS_SAVE: be->copy_out(be, r->act + in->dst, in->src, in->bytes); break;
-    case INS_LOAD: be->copy_in(be, in->dst, r->act + in->src, in->bytes); break;
-    case INS_FREE: be->poison(be, in->dst, in->bytes); break;
+    case INS_LOSS: *loss = be->read_scalar(be, in, in->src); break;
+    case INS_SAVE: be->copy_out(be, in, r->act + in->dst, in->src, in->bytes); break;
+    case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
+    case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;
     case INS_NORM:
         if (last) store_norm(hs, r->p, in->layer);
         break;
     case INS_UPDATE: store_update(hs, r->p, in->layer); break;
-    case INS_RECORD: // the loop fires the event
-    case INS_WAIT:   // the loop holds the engine
+    case INS_RECORD: // the loop fires the event; an asynchronous backend records it on the engine
+        if (be->record) be->record(be, in);
+        break;
+    case INS_WAIT: // the loop holds the engine until the RECORD ran; an asynchronous backend then waits on the device
+        if (be->wait) be->wait(be, in, r->recorder[in->event]);
+        break;
     case INS_COUNT: break;
     }
 }
@@ -153,7 +157,10 @@ static void *engine_main(void *arg) {
         int stop = E->failed;
         pthread_mutex_unlock(&E->mu);
         if (stop) break;
-        if (in->kind == INS_WAIT) continue;
+        if (in->kind == INS_WAIT) {
+            execute(E->r, in, E->inputs, E->last, E->loss);
+            continue;
+        }
         // a random pause before each instruction, so that an event the plan
         // lacks shows as a wrong value rather than passing by luck
         if (t->max_pause_us) {
@@ -161,6 +168,7 @@ static void *engine_main(void *arg) {
             nanosleep(&pause, NULL);
         }
         if (in->kind == INS_RECORD) {
+            execute(E->r, in, E->inputs, E->last, E->loss);
             pthread_mutex_lock(&E->mu);
             E->fired[in->event] = 1; // everything before it on this engine has run
             pthread_cond_broadcast(&E->cv);
@@ -195,7 +203,7 @@ static int replay_threads(Replay *r, const Instr *ins, int n, const int32_t *con
     for (int e = 0; e < ENG_COUNT; e++) {
         static const int PAUSES[3] = {0, 40, 400};
         t[e] = (EngineThread){.e = &E, .engine = e, .rng = r->rng + 0x9E3779B97F4A7C15ull * (uint64_t)(e + 1)};
-        t[e].max_pause_us = PAUSES[next_random(&t[e].rng) % 3];
+        t[e].max_pause_us = r->order.kind == REPLAY_STREAMS ? 0 : PAUSES[next_random(&t[e].rng) % 3];
         started[e] = pthread_create(&tid[e], NULL, engine_main, &t[e]) == 0;
         if (!started[e]) engine_main(&t[e]); // (no thread to be had: run it here, in turn)
     }
@@ -213,9 +221,10 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     const char *stream = ins == p->train ? "train" : ins == p->eval ? "eval" : "given";
     int *queue = malloc(((size_t)n + 1) * sizeof(int)); // (n) instruction indices, grouped by engine in stream order
     char *fired = calloc((size_t)p->nevents + 1, 1);     // (nevents)
+    int *recorder = malloc(((size_t)p->nevents + 1) * sizeof(int)); // (nevents) the engine recording each event
     int start[ENG_COUNT + 1] = {0}, pc[ENG_COUNT], rc = -1;
     *loss = NAN;
-    if (!queue || !fired) {
+    if (!queue || !fired || !recorder) {
         snprintf(err, errcap, "out of memory replaying the %s stream", stream);
         goto done;
     }
@@ -228,12 +237,14 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
             goto done;
         }
         start[in->engine + 1]++;
+        if (in->kind == INS_RECORD) recorder[in->event] = in->engine;
     }
     for (int e = 0; e < ENG_COUNT; e++) start[e + 1] += start[e];
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
     for (int i = 0; i < n; i++) queue[pc[ins[i].engine]++] = i;
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
-    if (r->order.kind == REPLAY_THREADS) {
+    r->recorder = recorder;
+    if (r->order.kind == REPLAY_THREADS || r->order.kind == REPLAY_STREAMS) {
         rc = replay_threads(r, ins, n, inputs, last, loss, queue, start, fired, stream, err, errcap);
         goto done;
     }
@@ -253,11 +264,15 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
         }
         int e = r->order.kind == REPLAY_RANDOM ? ready[next_random(&r->rng) % (uint64_t)nready] : ready[0];
         const Instr *in = &ins[queue[pc[e]++]];
+        execute(r, in, inputs, last, loss);
         if (in->kind == INS_RECORD) fired[in->event] = 1; // everything before it on its engine has run
-        else execute(r, in, inputs, last, loss);
     }
     rc = 0;
 done:
+    // an asynchronous backend: every engine drained, and its first failure
+    if (r->be->finish && r->be->finish(r->be, rc ? NULL : err, rc ? 0 : errcap) != 0) rc = -1;
+    r->recorder = NULL;
+    free(recorder);
     free(queue);
     free(fired);
     return rc;

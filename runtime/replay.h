@@ -26,7 +26,9 @@
 //           before each instruction (up to 0, 40 or 400 us, drawn per engine,
 //           so that some engines run ahead of others); a WAIT held 30 s is
 //           reported as a hang, naming the waiting instructions
-typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM, REPLAY_THREADS } ReplayOrderKind;
+//   streams: one thread per engine, no pauses: an asynchronous backend's
+//           default (each thread queues its engine's work on a CUDA stream)
+typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM, REPLAY_THREADS, REPLAY_STREAMS } ReplayOrderKind;
 typedef struct ReplayOrder {
     ReplayOrderKind kind;
     uint64_t seed; // REPLAY_RANDOM, REPLAY_THREADS
@@ -48,6 +50,7 @@ typedef struct Replay {
     // how far it is; it must not touch the arena or the store.
     void (*on_run)(void *ctx, const Instr *in);
     void *on_run_ctx;
+    const int *recorder; // (nevents) during replay(): the engine that records each event
 } Replay;
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model

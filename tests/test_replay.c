@@ -98,7 +98,7 @@ static void replayed(const Plan *p, Backend *be, HostStore *hs, char *act, const
     replay_order_parse(ORDER_NAMES[order], &r.order, o->err, sizeof o->err);
     r.rng = r.order.seed;
     backend_fill_nan(act, p->host_act_bytes);
-    be->poison(be, 0, p->arena_bytes); // nothing left from the last run can stand in for a missing copy
+    be->poison(be, NULL, 0, p->arena_bytes); // nothing left from the last run can stand in for a missing copy
     o->rc = replay(&r, ins, n, in1, 1, &o->loss, o->err, sizeof o->err);
     for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
     store_flush(hs, p); // whatever the stream left pending (nothing, when it updates every layer)
@@ -111,7 +111,7 @@ static void threaded(const Plan *p, Backend *be, HostStore *hs, char *act, const
     pending_state(p, hs, in0);
     Replay r = {.p = p, .be = be, .hs = hs, .act = act, .order = {REPLAY_THREADS, seed}, .rng = seed, .hang_s = 2};
     backend_fill_nan(act, p->host_act_bytes);
-    be->poison(be, 0, p->arena_bytes);
+    be->poison(be, NULL, 0, p->arena_bytes);
     o->rc = replay(&r, ins, n, in1, 1, &o->loss, o->err, sizeof o->err);
     for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
     store_flush(hs, p);
@@ -134,15 +134,15 @@ static void test_poison(const Plan *p) {
     if (!be) return;
     float ones[16], got[16];
     for (int i = 0; i < 16; i++) ones[i] = 1.0f;
-    CHECK(is_qnan(&(float){be->read_scalar(be, 0)}), "the arena does not start as NaN");
-    be->copy_in(be, 256, ones, sizeof ones);
+    CHECK(is_qnan(&(float){be->read_scalar(be, NULL, 0)}), "the arena does not start as NaN");
+    be->copy_in(be, NULL, 256, ones, sizeof ones);
     Instr free_ins = {.kind = INS_FREE, .engine = ENG_COMPUTE, .dst = 256 + 16, .bytes = 32};
     HostStore hs;
     store_alloc(&hs, p);
     Replay r = {.p = p, .be = be, .hs = &hs};
     float loss;
     CHECK(replay(&r, &free_ins, 1, NULL, 1, &loss, err, sizeof err) == 0, "a lone FREE: %s", err);
-    be->copy_out(be, got, 256, sizeof got);
+    be->copy_out(be, NULL, got, 256, sizeof got);
     int ok = 1;
     for (int i = 0; i < 16; i++) ok &= (i >= 4 && i < 12) ? is_qnan(&got[i]) : got[i] == 1.0f;
     CHECK(ok, "FREE of floats 4..11 of 16: not exactly those quiet NaNs");

@@ -15,7 +15,7 @@
 // Layouts: q, y, dq, dy [B, T, H*D]; k, v, dk, dv [B, T, KVH*D]; lse and the
 // backward's workspace rows [B, H, T] (fp32, natural log).
 //
-// Launch ABI (the numbers live in attention.h, shared with host code):
+// Launch ABI (the numbers live in common/attention.h, shared with host code):
 //   mt_attn_fwd_NAME      grid (ceil(T/16), H, B), 128 threads, attn_smem_fwd(D) bytes of dynamic shared memory
 //   mt_attn_bwd_dq_NAME   grid (ceil(T/16), H, B), 128 threads, attn_smem_dq(D)
 //   mt_attn_bwd_dkdv_NAME grid (ceil(T/32), KVH, B), 128 threads, attn_smem_dkdv(D)

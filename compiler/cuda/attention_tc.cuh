@@ -14,7 +14,7 @@
 // block's first visible key, and in bwd_dkdv whole query tiles after the
 // last query that sees the block's keys.
 //
-// Launch ABI (numbers in attention.h: ATTN_TC_*), 128 threads each:
+// Launch ABI (numbers in common/attention.h: ATTN_TC_*), 128 threads each:
 //   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B), attn_tc_smem_fwd(D) bytes of dynamic shared memory
 //   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B), attn_tc_smem_dq(D)
 //   mt_attn_tc_bwd_dkdv_NAME grid (ceil(T/64), KVH, B), attn_tc_smem_dkdv(D)

@@ -41,7 +41,7 @@
 #include <time.h>
 
 #include "../../common/io.h"
-#include "../../compiler/cuda/attention.h"
+#include "../../common/attention.h"
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/emit_cuda.h"
 #include "../../compiler/fuse.h"

@@ -31,7 +31,7 @@
 
 #include "../../common/io.h"
 #include "../../common/target.h"
-#include "../../compiler/cuda/attention.h"
+#include "../../common/attention.h"
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/emit_cuda.h"
 #include "../../compiler/fuse.h"

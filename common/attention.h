@@ -1,4 +1,4 @@
-// attention.h: the launch geometry of attention.cuh's kernels, for host code
+// attention.h: the launch geometry of compiler/cuda/attention.cuh's and attention_tc.cuh's kernels, for host code
 // (the cuda backend, tests/gpu) and for cuda_build's checks. Plain C; the
 // numbers must match the MT_ATTN_* macros of attention.cuh.
 #ifndef MT_CUDA_ATTENTION_H
