@@ -26,7 +26,6 @@ Run from the project root.
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 

@@ -16,7 +16,8 @@ import sys
 import tempfile
 import time
 
-failures = []
+from checks import check, finish, run
+
 
 MARKER = "# written by mtrun --calibrate"
 
@@ -35,16 +36,6 @@ PLAUSIBLE = {
     "kernel_launch_s": (1e-9, 1e-2),
     "gemm_efficiency": (1e-3, 1.0),
 }
-
-
-def check(cond, what, p=None):
-    if not cond:
-        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
-    return cond
-
-
-def run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=300)
 
 
 def parse(path):
@@ -147,7 +138,4 @@ def main():
 
 if __name__ == "__main__":
     main()
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{len(failures)} failure(s)" if failures else "ok")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())

@@ -7,21 +7,10 @@ usage: check_cli.py MTC EXAMPLES_DIR
 import json
 import os
 import re
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def run(*args, timeout=60):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=timeout)
-
-
-def check(cond, what, proc=None):
-    if not cond:
-        failures.append(what + ("" if proc is None else
-                                f"\n    exit {proc.returncode}\n    stdout {proc.stdout[:400]!r}\n    stderr {proc.stderr[:400]!r}"))
+from checks import check, finish, run
 
 
 def main():
@@ -196,10 +185,7 @@ def main():
     p = run(mtc, f"{ex}/gpt2.mt", "--summary")
     check(p.returncode == 0 and "124,439,808" in p.stdout and "tied" in p.stdout, "gpt2 --summary", p)
 
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

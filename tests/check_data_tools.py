@@ -18,7 +18,6 @@ usage: check_data_tools.py MTC MTRUN    (from the project root)
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 
@@ -26,25 +25,10 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_weights import llama_loss, llama_tiny_weights, write_safetensors  # noqa: E402
+from checks import check, finish, losses, run  # noqa: E402
 
-failures = []
 CHAT = ("{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
         "{% if add_generation_prompt %}<|assistant|>{% endif %}")
-
-
-def check(cond, what, p=None):
-    if not cond:
-        out = "" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-800:]!r}\n    stderr {p.stderr[-800:]!r}"
-        failures.append(what + out)
-    return cond
-
-
-def run(*args):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
 
 
 def read_file(path, magic_width):
@@ -184,10 +168,7 @@ def main():
         check(p.returncode != 0 and "nothing.jsonl" in p.stderr and not os.path.exists(j("bad.png")),
               "plot_metrics.py refuses a missing log", p)
 
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

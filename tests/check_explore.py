@@ -15,22 +15,11 @@ usage: check_explore.py MTC EXAMPLES_DIR DOCS_DIR
 """
 import json
 import os
-import subprocess
 import sys
 import tempfile
 import xml.etree.ElementTree as ET
 
-failures = []
-
-
-def check(cond, what, p=None):
-    if not cond:
-        failures.append(what + (f"\n  exit {p.returncode}\n  {p.stdout[-1500:]}\n  {p.stderr[-1500:]}" if p else ""))
-    return cond
-
-
-def run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=600)
+from checks import check, finish, run
 
 
 def main():
@@ -73,10 +62,7 @@ def main():
             check(open(fresh, "rb").read() == open(os.path.join(docs, "explore-llama3-8b-h200.svg"), "rb").read(),
                   "docs/explore-llama3-8b-h200.svg is stale: regenerate it with "
                   "mtc examples/llama3-8b.mt --target h200 --explore --plot docs/explore-llama3-8b-h200.svg")
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

@@ -7,20 +7,10 @@ usage: check_mtrun_cli.py MTC MTRUN
 """
 import hashlib
 import os
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def run(*args):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=120)
-
-
-def check(cond, what, p=None):
-    if not cond:
-        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-300:]!r}\n    stderr {p.stderr[-300:]!r}"))
+from checks import check, finish, run
 
 
 def main():
@@ -72,10 +62,7 @@ def main():
         check(p.returncode == 1 and "tiny.txt" in p.stderr, "data too small for a batch", p)
 
         check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

@@ -21,13 +21,7 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what):
-    if not cond:
-        failures.append(what)
-    return cond
+from checks import check, finish
 
 
 def profile(path):
@@ -86,11 +80,7 @@ def main():
                     host_s = (moved[2] + moved[3]) / host + optimizer_s
                     check(host_s <= step * 1.0001, f"{what}: host memory busy {host_s:.4g} s in a {step:.4g} s step")
                     checked += 1
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {checked} predicted steps within their profiles' resources; "
-          f"{len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish(f"checks; {checked} predicted steps within their profiles' resources"))
 
 
 if __name__ == "__main__":

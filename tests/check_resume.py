@@ -9,27 +9,11 @@ before anything is allocated.
 usage: check_resume.py MTC MTRUN    (from the project root)
 """
 import glob
-import json
 import os
-import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what, p=None):
-    if not cond:
-        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
-    return cond
-
-
-def run(*args, env=None):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=600, env=env)
-
-
-def losses(path):
-    return [json.loads(l)["loss"] for l in open(path) if '"loss"' in l]
+from checks import check, finish, losses, run
 
 
 def main():
@@ -103,10 +87,7 @@ def main():
         p = run(mtrun, big, "--steps", "1", "--data", "examples/data/tinyshakespeare.txt", "--log", j("x.jsonl"))
         check(p.returncode == 1 and "bytes of host memory" in p.stderr and "available" in p.stderr,
               "a 405B plan is refused with the memory it needs and the memory there is", p)
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

@@ -28,20 +28,7 @@ import subprocess
 import sys
 import tempfile
 
-failures = []
-
-
-def check(cond, what, p=None):
-    if not cond:
-        out = ""
-        if p is not None:
-            out = f"\n    exit {p.returncode}\n    stdout {p.stdout[-800:]!r}\n    stderr {p.stderr[-800:]!r}"
-        failures.append(what + out)
-    return cond
-
-
-def run(*args, cwd=None):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600, cwd=cwd)
+from checks import check, finish, run
 
 
 def records(path):
@@ -142,7 +129,7 @@ def main():
 
         # 3. SIGKILL after N printed steps: the log holds them
         proc = started(mtrun, plan, "--steps", "400", "--val-every", "1000", "--log", j("kill.jsonl"))
-        got = read_steps(proc, 4)
+        read_steps(proc, 4)
         proc.kill()
         proc.wait()
         n = len(losses(j("kill.jsonl")))
@@ -253,10 +240,7 @@ def main():
         binary = sorted({u for u in ("KiB", "MiB", "GiB", "TiB") if u in printed})
         check(not binary, f"binary byte units in outputs: {binary}")
 
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    sys.exit(1 if failures else 0)
+    sys.exit(finish())
 
 
 if __name__ == "__main__":

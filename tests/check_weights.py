@@ -26,24 +26,15 @@ import json
 import math
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
 import numpy as np
 
+from checks import check, finish, run
+
+
 DATA = "examples/data/tinyshakespeare.txt"
-failures = []
-
-
-def check(cond, what, p=None):
-    if not cond:
-        failures.append(what + ("" if p is None else f"\n    exit {p.returncode}\n    stdout {p.stdout[-600:]!r}\n    stderr {p.stderr[-600:]!r}"))
-    return cond
-
-
-def run(*args, env=None):
-    return subprocess.run(list(args), capture_output=True, text=True, timeout=900, env=env)
 
 
 # ---------------------------------------------------------------- safetensors, by hand
@@ -219,10 +210,7 @@ def llama_tiny_weights(mtc, tmp, rng, model="examples/llama-tiny.mt"):
 
 
 def report():
-    for f in failures:
-        print("FAIL:", f)
-    print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed checks")
-    return 1 if failures else 0
+    return finish()
 
 
 # ---------------------------------------------------------------- modes
