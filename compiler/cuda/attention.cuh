@@ -97,6 +97,41 @@ __device__ __forceinline__ void mt_attn_load(float *dst, const S *base, long str
     }
 }
 
+// The warp's R query rows against the tile's key `lane`: s[r] = q_r . k and
+// dp[r] = dy_r . v (Qs, dYs rows of D; Ks, Vs rows of LDK).
+template <int D, int R, int LDK>
+__device__ __forceinline__ void mt_attn_rows_dot2(float (&s)[R], float (&dp)[R], const float *Qs, const float *dYs,
+                                                  const float *Ks, const float *Vs, int warp, int lane) {
+    for (int r = 0; r < R; r++) s[r] = 0.0f, dp[r] = 0.0f;
+#pragma unroll 8
+    for (int d = 0; d < D; d++) {
+        const float kd = Ks[lane * LDK + d], vd = Vs[lane * LDK + d];
+        for (int r = 0; r < R; r++) {
+            s[r] += Qs[(warp * R + r) * D + d] * kd;
+            dp[r] += dYs[(warp * R + r) * D + d] * vd;
+        }
+    }
+}
+
+// acc[r][i] += sum over the tile's keys jj of w_r(jj) * tile[jj][d], d = lane + 32 i,
+// where lane jj holds w[r] for key jj (tile rows of LD floats).
+template <int D, int R, int NPL, int BK, int LD>
+__device__ __forceinline__ void mt_attn_rows_acc(float (&acc)[R][NPL], const float (&w)[R], const float *tile,
+                                                 int lane) {
+#pragma unroll 8
+    for (int jj = 0; jj < BK; jj++) {
+        float wj[R];
+        for (int r = 0; r < R; r++) wj[r] = __shfl_sync(MT_FULL_MASK, w[r], jj);
+        for (int i = 0; i < NPL; i++) {
+            const int d = lane + MT_WARP * i;
+            if (D % MT_WARP == 0 || d < D) {
+                const float td = tile[jj * LD + d];
+                for (int r = 0; r < R; r++) acc[r][i] += wj[r] * td;
+            }
+        }
+    }
+}
+
 // y = softmax(q k^T / sqrt(D)) v, one block per 16 query rows of one head;
 // warp w owns rows 4w .. 4w+3. Per key tile: lane j scores key j against the
 // warp's rows, the row max and sum move online, then each lane accumulates
@@ -148,18 +183,7 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
             m[r] = mnew;
             for (int i = 0; i < NPL; i++) acc[r][i] *= corr;
         }
-#pragma unroll 8
-        for (int jj = 0; jj < BK; jj++) {
-            float pj[R];
-            for (int r = 0; r < R; r++) pj[r] = __shfl_sync(MT_FULL_MASK, p[r], jj);
-            for (int i = 0; i < NPL; i++) {
-                const int d = lane + MT_WARP * i;
-                if (D % MT_WARP == 0 || d < D) {
-                    const float vd = Vs[jj * D + d];
-                    for (int r = 0; r < R; r++) acc[r][i] += pj[r] * vd;
-                }
-            }
-        }
+        mt_attn_rows_acc<D, R, NPL, BK, D>(acc, p, Vs, lane);
     }
     for (int r = 0; r < R; r++) {
         const int t = q0 + warp * R + r;
@@ -220,15 +244,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
             __syncthreads();
             const int j = k0 + lane;
             float s[R], dp[R];
-            for (int r = 0; r < R; r++) s[r] = 0.0f, dp[r] = 0.0f;
-    #pragma unroll 8
-        for (int d = 0; d < D; d++) {
-                const float kd = Ks[lane * LDK + d], vd = Vs[lane * LDK + d];
-                for (int r = 0; r < R; r++) {
-                    s[r] += Qs[(warp * R + r) * D + d] * kd;
-                    dp[r] += dYs[(warp * R + r) * D + d] * vd;
-                }
-            }
+            mt_attn_rows_dot2<D, R, LDK>(s, dp, Qs, dYs, Ks, Vs, warp, lane);
             for (int r = 0; r < R; r++) {
                 const int t = q0 + warp * R + r;
                 const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
@@ -257,15 +273,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
         __syncthreads();
         const int j = k0 + lane;
         float s[R], dp[R];
-        for (int r = 0; r < R; r++) s[r] = 0.0f, dp[r] = 0.0f;
-#pragma unroll 8
-        for (int d = 0; d < D; d++) {
-            const float kd = Ks[lane * LDK + d], vd = Vs[lane * LDK + d];
-            for (int r = 0; r < R; r++) {
-                s[r] += Qs[(warp * R + r) * D + d] * kd;
-                dp[r] += dYs[(warp * R + r) * D + d] * vd;
-            }
-        }
+        mt_attn_rows_dot2<D, R, LDK>(s, dp, Qs, dYs, Ks, Vs, warp, lane);
         float ds[R];
         for (int r = 0; r < R; r++) {
             const int t = q0 + warp * R + r;
@@ -273,18 +281,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
             const float s2 = mt_attn_score2(opt, s[r]), p = ok ? exp2f(s2 - lse2[r]) : 0.0f;
             ds[r] = p * (dp[r] - delta[r]) * mt_attn_dcap(opt, s2);
         }
-#pragma unroll 8
-        for (int jj = 0; jj < BK; jj++) {
-            float dsj[R];
-            for (int r = 0; r < R; r++) dsj[r] = __shfl_sync(MT_FULL_MASK, ds[r], jj);
-            for (int i = 0; i < NPL; i++) {
-                const int d = lane + MT_WARP * i;
-                if (D % MT_WARP == 0 || d < D) {
-                    const float kd = Ks[jj * LDK + d];
-                    for (int r = 0; r < R; r++) acc[r][i] += dsj[r] * kd;
-                }
-            }
-        }
+        mt_attn_rows_acc<D, R, NPL, BK, LDK>(acc, ds, Ks, lane);
     }
     for (int r = 0; r < R; r++) {
         const int t = q0 + warp * R + r;

@@ -214,6 +214,27 @@ __device__ __forceinline__ void mt_tc_pv_split(float acc[D / 8][4], float c[NT][
     mt_tc_pv<D, LD, NT / 2>(acc, ca, v);
 }
 
+// Stages key tile k0 of K and V (rows of `stride` elements at kb, vb) into Ks
+// and Vs with the whole block, then this warp's scores: s = Q K^T and
+// dp = dY V^T (16, BK), Q and dY the warp's 16 rows at qw and dyw.
+template <int D, int LD, int NK>
+__device__ __forceinline__ void mt_tc_scores(float s[NK][4], float dp[NK][4], bf16 *Ks, bf16 *Vs, const bf16 *kb,
+                                             const bf16 *vb, long stride, int k0, int T, const bf16 *qw,
+                                             const bf16 *dyw) {
+    __syncthreads(); // the previous tile is consumed
+    mt_attn_tc_stage<D, LD>(Ks, kb, stride, k0, T, MT_ATTN_TC_BK);
+    mt_attn_tc_stage<D, LD>(Vs, vb, stride, k0, T, MT_ATTN_TC_BK);
+    mt_cp_async_commit();
+    mt_cp_async_wait<0>();
+    __syncthreads();
+    #pragma unroll
+    for (int n = 0; n < NK; n++)
+        #pragma unroll
+        for (int e = 0; e < 4; e++) s[n][e] = 0.0f, dp[n][e] = 0.0f;
+    mt_tc_abt<D, LD, NK>(s, qw, Ks);
+    mt_tc_abt<D, LD, NK>(dp, dyw, Vs);
+}
+
 // dq, and the workspace for dkdv (lse, then delta = rowsum(dP * P) =
 // rowsum(dy * y), each (B, H, T) fp32), as mt_attn_bwd_dq of attention.cuh:
 // given the forward's y and lse it takes them, otherwise a first pass over
@@ -260,15 +281,8 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
     } else {
         float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}, u[2] = {0.0f, 0.0f};
         for (int k0 = kstart; k0 < kend; k0 += BK) {
-            __syncthreads();
-            mt_attn_tc_stage<D, LD>(Ks, k + koff, kstride, k0, T, BK);
-            mt_attn_tc_stage<D, LD>(Vs, v + koff, kstride, k0, T, BK);
-            mt_cp_async_commit();
-            mt_cp_async_wait<0>();
-            __syncthreads();
-            float s[NK][4] = {}, dp[NK][4] = {};
-            mt_tc_abt<D, LD, NK>(s, qw, Ks);
-            mt_tc_abt<D, LD, NK>(dp, dyw, Vs);
+            float s[NK][4], dp[NK][4];
+            mt_tc_scores<D, LD, NK>(s, dp, Ks, Vs, k + koff, v + koff, kstride, k0, T, qw, dyw);
             float mt[2] = {m[0], m[1]};
             #pragma unroll
             for (int n = 0; n < NK; n++)
@@ -312,15 +326,8 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
 
     float acc[ND][4] = {}; // (16, D) dq rows g, g + 8
     for (int k0 = kstart; k0 < kend; k0 += BK) {
-        __syncthreads();
-        mt_attn_tc_stage<D, LD>(Ks, k + koff, kstride, k0, T, BK);
-        mt_attn_tc_stage<D, LD>(Vs, v + koff, kstride, k0, T, BK);
-        mt_cp_async_commit();
-        mt_cp_async_wait<0>();
-        __syncthreads();
-        float s[NK][4] = {}, dp[NK][4] = {};
-        mt_tc_abt<D, LD, NK>(s, qw, Ks);
-        mt_tc_abt<D, LD, NK>(dp, dyw, Vs);
+        float s[NK][4], dp[NK][4];
+        mt_tc_scores<D, LD, NK>(s, dp, Ks, Vs, k + koff, v + koff, kstride, k0, T, qw, dyw);
         #pragma unroll
         for (int n = 0; n < NK; n++)
             #pragma unroll
