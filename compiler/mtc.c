@@ -426,9 +426,11 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     explain_print(stdout, g, t, b, rows, names, n, chosen, json);
-    if (chosen < 0) { // the table says why each row does not fit; the exit status says it too
-        fprintf(stderr, "mtc: error: no schedule of %s fits %s with --policy %s --remat %s%s\n", g->model_name, t->name,
-                policy_name(req->policy), remat_name(req->remat), trace_path ? "; no trace written" : "");
+    if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
+        const SchedResult *first = &rows[req->policy == POLICY_MT ? 0 : REMAT_COUNT - 1 + req->policy - POLICY_SEQUENTIAL];
+        fprintf(stderr, "mtc: error: no schedule of %s fits %s with --policy %s --remat %s (%s: %s)%s\n", g->model_name,
+                t->name, policy_name(req->policy), remat_name(req->remat), names[first - rows], first->why,
+                trace_path ? "; no trace written" : "");
         return 1;
     }
     if (trace_path && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
