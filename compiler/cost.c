@@ -283,13 +283,19 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     double acc = (double)g->train.accumulate, params = (double)storage_host_elems(g),
            wbytes = (double)storage_weight_bytes(compute), opt_bytes = params * (update_bytes(compute) + 4.0);
     *b = (Bounds){0};
-    for (int pk = 0; pk < PART_COUNT; pk++) // one forward and one backward of every part, every layer
-        b->compute_s += run_time(&kt, pk, 0, g->parts[pk].nodes.n, 0) * (pk == PART_BLOCK ? (double)g->layers : 1.0);
+    for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
+        const Part *part = &g->parts[pk];
+        double times = pk == PART_BLOCK ? (double)g->layers : 1.0;
+        b->compute_s += run_time(&kt, pk, 0, part->nodes.n, 0) * times;
+        b->backward_s += run_time(&kt, pk, part->nfwd, part->nodes.n, 0) * times;
+    }
     kernel_times_free(&kt);
     b->compute_s *= acc;
+    b->backward_s *= acc;
     b->in_s = params * wbytes / t->h2d_bandwidth;
     b->out_s = params * wbytes / t->d2h_bandwidth;
     b->host_s = opt_bytes / t->host_memory_bandwidth;
+    b->update_s = params * update_bytes(compute) / t->host_memory_bandwidth;
     // every byte on the link is read from or written to host memory, which
     // the optimizer also reads and writes
     b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
@@ -299,7 +305,12 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
         if (terms[i] > b->physical_s) b->physical_s = terms[i];
     // exact global-norm clipping: no weight of the next step goes in before
     // the last gradient of this one is out, so the link's two directions
-    // cannot overlap across the step boundary
-    b->exact_s = b->physical_s > b->in_s + b->out_s ? b->physical_s : b->in_s + b->out_s;
+    // cannot overlap across the step boundary; and no AdamW update starts
+    // before the last gradient, while the next backward needs every updated
+    // weight (through its forward), so the updates and a backward follow
+    // each other in every step
+    double exact[] = {b->physical_s, b->in_s + b->out_s, b->update_s + b->backward_s};
+    for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
+        if (exact[i] > b->exact_s) b->exact_s = exact[i];
     return 0;
 }

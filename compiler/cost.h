@@ -47,8 +47,12 @@ typedef struct Bounds {
     double host_s;        // the optimizer: AdamW and the gradient norm over every parameter
     double host_memory_s; // host memory feeds both the link and the optimizer: their bytes together
     double physical_s;    // the max of the above (the link's two directions added when it is not duplex)
-    double exact_s;       // and exact global-norm clipping: the last gradient out before the first
-                          // weight of the next step in, so in + out at least
+    double update_s;      // of host_s, AdamW alone (the norm of each gradient can run as it arrives)
+    double backward_s;    // of compute_s, the backward alone
+    double exact_s;       // and exact global-norm clipping: no update before the step's last gradient,
+                          // no backward of the next step before its forward has every updated weight,
+                          // so at least in + out (the link cannot overlap the last gradient out with
+                          // the first weight in) and at least update + backward
 } Bounds;
 
 // The bounds of graph g (untiled, as sema and autodiff made it) on t.

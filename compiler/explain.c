@@ -38,8 +38,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
                 dtype_name(g->train.compute));
         fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
-                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g},\n \"policies\": [\n",
-                b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s);
+                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g},\n"
+                     " \"policies\": [\n",
+                b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
+                b->backward_s);
         for (int i = 0; i < nrows; i++) {
             const SchedResult *r = &rows[i];
             const Cost *c = &r->cost;
@@ -77,8 +79,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
             (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
             dtype_name(g->train.compute));
     fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
-                 "memory %.4g), exact semantics %.4g s (at least weights in + gradients out)\n",
-            b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->exact_s);
+                 "memory %.4g), exact semantics %.4g s (at least weights in + gradients out, %.4g, and AdamW + the "
+                 "backward, %.4g)\n",
+            b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->exact_s, b->in_s + b->out_s,
+            b->update_s + b->backward_s);
     fprintf(out, "  %-16s %10s %10s %8s %8s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "/phys",
             "/exact", "device GB", "host GB", "link GB/step", "crossings", "schedule");
     for (int i = 0; i < nrows; i++) {
