@@ -48,6 +48,9 @@ struct Backend {
     // every engine drained; 0, or -1 with the first failure (the call, the
     // instruction, its engine and layer) in err
     int (*finish)(Backend *be, char *err, size_t errcap);
+    // --trace (NULL: not tracing): a host engine instruction ran from t0 to
+    // t1 (CLOCK_MONOTONIC seconds)
+    void (*trace_host)(Backend *be, const Instr *in, double t0, double t1);
     void (*destroy)(Backend *be);
 };
 

@@ -128,7 +128,7 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     c->nframes = p->nframes;
     c->plan = p;
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
-    *be = (Backend){.name = "cpu", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
+    *be = (Backend){.name = "cpu backend", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
                     .copy_out = cpu_copy_out, .copy = cpu_copy, .poison = cpu_poison, .run = cpu_run,
                     .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
     const Graph *g = p->graph;

@@ -40,6 +40,8 @@ static const char USAGE[] =
     "  --device D       cpu, cuda or auto (default: the cuda backend on a machine with a GPU,\n"
     "                   else cpu; it says which)\n"
     "  --reference      run the unstreamed reference executor instead of the plan\n"
+    "  --trace FILE     the measured timeline as Chrome trace JSON, on the tracks of mtc --trace\n"
+    "                   (cuda: CUDA events around every instruction of the GPU's engines)\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
     "  --init FILE      start from pretrained weights: safetensors (a file, an index.json, a directory)\n"
@@ -78,9 +80,29 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
     return 0;
 }
 
+// A test hook, not a feature: MT_TEST_DROP_WAIT=K removes the K-th WAIT
+// (from 0) of the verified train stream, so tests/check_cuda_emu.py can show
+// that the cuda backend honours each one (a run without it goes wrong);
+// K = -1 says how many there are. Unset, nothing changes.
+static void drop_wait_for_tests(Plan *p) {
+    const char *k = getenv("MT_TEST_DROP_WAIT");
+    if (!k || !*k) return;
+    int want = atoi(k), seen = 0;
+    for (int i = 0; i < p->ntrain; i++) {
+        if (p->train[i].kind != INS_WAIT) continue;
+        if (seen++ != want) continue;
+        fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: train stream instruction %d (WAIT event %d on %s) dropped\n", i,
+                p->train[i].event, p->train[i].engine == ENG_HOST ? "host" : "a device engine");
+        memmove(&p->train[i], &p->train[i + 1], (size_t)(p->ntrain - i - 1) * sizeof *p->train);
+        p->ntrain--;
+        return;
+    }
+    fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the train stream has %d WAITs\n", seen);
+}
+
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -93,7 +115,7 @@ int main(int argc, char **argv) {
         {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
         {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
-        {"val-data", required_argument, 0, O_VAL_DATA},
+        {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -117,6 +139,7 @@ int main(int argc, char **argv) {
             break;
         case O_DATA: o.data = optarg; break;
         case O_VAL_DATA: o.val_data = optarg; break;
+        case O_TRACE: o.trace = optarg; break;
         case O_LR:
             errno = 0;
             o.lr = strtod(optarg, &end);
@@ -194,16 +217,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (optind == argc) return usage_error("%s", "no plan given");
-    if (device != DEVICE_CPU) { // the cuda backend is not written yet: a GPU is named, then declined
+    if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which
         char why[512];
-        int gpus = device_cuda_count(why, sizeof why);
-        if (device == DEVICE_CUDA) {
-            if (gpus) fprintf(stderr, "mtrun: --device cuda: this mtrun has no cuda backend yet (%d CUDA device%s found)\n", gpus, gpus == 1 ? "" : "s");
-            else fprintf(stderr, "mtrun: --device cuda: %s\n", why);
+        int gpus = device_cuda_open(&o.cuda_create, why, sizeof why);
+        if (device == DEVICE_CUDA && !gpus) {
+            fprintf(stderr, "mtrun: --device cuda: %s\n", why);
             return 2;
         }
-        fprintf(stdout, "device: cpu (%s)\n", gpus ? "this mtrun has no cuda backend yet" : why);
+        if (device == DEVICE_AUTO) fprintf(stdout, "device: %s (%s)\n", gpus ? "cuda" : "cpu", why);
     }
+    if (o.trace && !o.cuda_create)
+        return usage_error("%s", "--trace times the cuda backend's streams with CUDA events; this run uses the cpu backend");
     if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);
     const char *path = argv[optind];
 
@@ -212,6 +236,7 @@ int main(int argc, char **argv) {
     int rc = 1;
     Plan *p = plan_read(path, &arena, err, sizeof err);
     if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
+    if (p) drop_wait_for_tests(p);
     char *log_path = NULL;
     if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
         size_t n = strlen(path);

@@ -71,9 +71,17 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
     case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;
     case INS_NORM:
-        if (last) store_norm(hs, r->p, in->layer);
+    case INS_UPDATE: {
+        struct timespec t0, t1;
+        if (be->trace_host) clock_gettime(CLOCK_MONOTONIC, &t0);
+        if (in->kind == INS_UPDATE) store_update(hs, r->p, in->layer);
+        else if (last) store_norm(hs, r->p, in->layer);
+        if (be->trace_host) {
+            clock_gettime(CLOCK_MONOTONIC, &t1);
+            be->trace_host(be, in, (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec, (double)t1.tv_sec + 1e-9 * (double)t1.tv_nsec);
+        }
         break;
-    case INS_UPDATE: store_update(hs, r->p, in->layer); break;
+    }
     case INS_RECORD: // the loop fires the event; an asynchronous backend records it on the engine
         if (be->record) be->record(be, in);
         break;

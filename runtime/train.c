@@ -252,7 +252,6 @@ static int open_run(Run *r, char *err, size_t errcap) {
     if (!r->o->reference) {
         ReplayOrder order;
         if (replay_order_parse(getenv("MT_REPLAY_ORDER"), &order, err, errcap) != 0) return -1;
-        if (!(r->be = backend_cpu_create(p, err, errcap))) return -1;
         r->act = malloc(p->host_act_bytes ? (size_t)p->host_act_bytes : 1);
         r->stream_updates = calloc((size_t)r->hs.nseg, 1);
         if (!r->act || !r->stream_updates) {
@@ -260,6 +259,16 @@ static int open_run(Run *r, char *err, size_t errcap) {
             return -1;
         }
         backend_fill_nan(r->act, p->host_act_bytes); // a LOAD of what no SAVE wrote shows in the loss
+        if (r->o->cuda_create) { // the host memory its streams copy from and to, pinned by the backend
+            HostRange pin[2] = {
+                {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
+                 r->hs.wb ? "the bf16 weights" : "the weights"},
+                {r->act, p->host_act_bytes, "the host activation store"}};
+            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, err, errcap))) return -1;
+            if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
+        } else if (!(r->be = backend_cpu_create(p, err, errcap))) {
+            return -1;
+        }
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
                 r->stream_updates[p->train[i].layer + 1] = 1;
@@ -480,7 +489,7 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
             (long long)param_count(g), (long long)g->layers);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
     fprintf(out, "  device   %s; arena %.2f MB, host store %.2f MB, %d optimizer threads\n",
-            r->o->reference ? "none: the reference executor" : "cpu backend", (double)p->arena_bytes / 1e6,
+            r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu", (double)p->arena_bytes / 1e6,
             (double)store_bytes(p) / 1e6, r->o->threads);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);

@@ -6,6 +6,8 @@
 
 #include <stdio.h>
 
+#include "backend.h"
+
 #include "../common/plan.h"
 
 typedef struct TrainOptions {
@@ -29,6 +31,8 @@ typedef struct TrainOptions {
     int keep;
     const char *resume;   // a checkpoint directory to continue from
     int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
+    BackendCudaCreateFn cuda_create; // the cuda backend (device.c); NULL: the cpu backend
+    const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
 } TrainOptions;
 
 // Trains, printing a banner, a line a step and a summary to o->out; the

@@ -246,10 +246,17 @@ template <typename... A, unsigned... I> inline void call(void (*f)(A...), void *
 }
 template <typename... A> constexpr unsigned arity(void (*)(A...)) { return sizeof...(A); }
 template <auto F> void thunk(void **args) { call(F, args, typename MakeIdx<arity(F)>::type()); }
+// Each parameter's size, for a launcher that copies their values (cuLaunchKernel does).
+template <typename... A> struct Sizes {
+    static constexpr unsigned v[sizeof...(A) + 1] = {(unsigned)sizeof(A)..., 0u};
+};
+template <typename... A> constexpr const unsigned *sizes_of(void (*)(A...)) { return Sizes<A...>::v; }
 
 struct Entry {
     const char *name;
     void (*body)(void **);
+    unsigned n;             // parameters
+    const unsigned *size;   // (n) their sizes in bytes
 };
 
 } // namespace mt_emu
@@ -368,14 +375,24 @@ template <int N> static inline void mt_cp_async_wait() {}
 //   MT_EMU_KERNELS_BEGIN MT_EMU_KERNEL(mt_k0_0) ... MT_EMU_KERNELS_END
 //   int mt_emu_launch(name, gx, gy, gz, block, smem, args): 0; -1 for a bad
 //   geometry; -2 for a name not in the table.
+//   int mt_emu_params(name, sizes, cap): the kernel's parameter count, their
+//   sizes in bytes into sizes[0 .. cap); -2 for a name not in the table.
 #define MT_EMU_KERNELS_BEGIN static const mt_emu::Entry mt_emu_table[] = {
-#define MT_EMU_KERNEL(f) {#f, mt_emu::thunk<f>},
+#define MT_EMU_KERNEL(f) {#f, mt_emu::thunk<f>, mt_emu::arity(f), mt_emu::sizes_of(f)},
 #define MT_EMU_KERNELS_END                                                                                            \
     {NULL, NULL}};                                                                                                    \
     extern "C" int mt_emu_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,            \
                                  size_t smem, void **args) {                                                          \
         for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                     \
             if (!strcmp(e->name, name)) return mt_emu::run(dim3(gx, gy, gz), dim3(block), smem, e->body, args);      \
+        return -2;                                                                                                    \
+    }                                                                                                                 \
+    extern "C" int mt_emu_params(const char *name, unsigned *size, int cap) {                                        \
+        for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                     \
+            if (!strcmp(e->name, name)) {                                                                             \
+                for (unsigned i = 0; i < e->n && (int)i < cap; i++) size[i] = e->size[i];                            \
+                return (int)e->n;                                                                                     \
+            }                                                                                                         \
         return -2;                                                                                                    \
     }
 

@@ -1,0 +1,711 @@
+// backend_cuda.c: the cuda backend (backend.h), built into libmt_cuda.so,
+// which mtrun loads with dlopen (device.c), so that mtrun itself starts on
+// machines without libcudart. In the tests the same file is built against
+// the CPU emulation of the CUDA calls it makes (tests/emu/cuda_api_emu.c).
+//
+//   engines   one CUDA stream per engine of the plan; the host engine's
+//             instructions (NORM, UPDATE) run on the replay's host thread,
+//             concurrent with the streams (replay.c, REPLAY_STREAMS)
+//   events    a CUDA event per plan event (cudaEventBlockingSync): a stream
+//             waits on another's with cudaStreamWaitEvent; the host engine
+//             waits with cudaEventSynchronize, which sleeps; a stream waits on
+//             the host engine by its thread not queueing before the host is done
+//   memory    one cudaMalloc: the plan's arena, then a scratch region for each
+//             engine that runs kernels (f64 accumulators of KA_ACC64
+//             arguments, the attention backward's lse and delta), sized from
+//             the plan's kernels at load; nothing else while training runs
+//             (cuBLASLt gets no workspace). The host ranges the streams read
+//             and write (the streamed weights, the activation store) pinned
+//             with cudaHostRegister, or the run is refused up front
+//   kernels   the plan's cubin (cuModuleLoadData) on a GPU of its
+//             architecture, its PTX on a newer one; an older GPU is refused
+//             naming both. Expression kernels by the launch ABI of
+//             compiler/emit_cuda.h; attention by the flash templates
+//             (common/attention.h); GEMMs through cuBLASLt, bf16 or fp32
+//             operands as stored, fp32 accumulation, then the GEMM's epilogue
+//             kernel as a second launch
+//   errors    every CUDA, driver and cuBLASLt call is checked; the first
+//             failure names the call, the plan instruction, its engine and
+//             layer, and every later operation is skipped (finish reports it)
+#include <cublasLt.h>
+#include <cuda.h>
+#include <cuda_runtime_api.h>
+#include <pthread.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
+
+#include "../common/arena.h"
+#include "../common/attention.h"
+#include "../common/bf16.h"
+#include "../common/kir.h"
+#include "backend.h"
+
+enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
+
+typedef struct Kernel { // how one kernel of a part launches
+    CUfunction fn, finish;           // expression kernel and its SYMBOL_finish (NULL: none)
+    int grid, block, smem, finish_grid;
+    CUfunction attn[3];              // attention: fwd, or bwd_dq and bwd_dkdv
+    int attn_smem[3], attn_tc;
+    cublasLtMatmulDesc_t desc;       // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
+    cublasLtMatrixLayout_t la, lb, lc; // B's, A's and C's layouts, in that order of the call
+} Kernel;
+
+typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
+    int32_t engine, kind, layer, index;
+    int64_t bytes;
+    cudaEvent_t t0, t1;      // NULL: a host instruction, at host_t0, host_t1 (seconds after the epoch)
+    double host_t0, host_t1;
+} TraceEvent;
+
+typedef struct Cuda {
+    const Plan *p;
+    Arena karena;
+    KirProgram prog;
+    int bf16;                        // the plan's storage: bf16 (the attention variants' names say so)
+    char name[400];                  // "cuda: NVIDIA H200 (sm_90, the plan's sm_90 cubin)"
+    char *dev;                       // (dev_bytes) the one device allocation
+    int64_t dev_bytes;
+    char *scratch[ENG_COUNT];        // (scratch_bytes) in dev, per engine that runs kernels; NULL for others
+    int64_t scratch_bytes;
+    cudaStream_t stream[ENG_COUNT];
+    cudaEvent_t *event;              // (nevents)
+    CUmodule mod;
+    Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
+    cublasLtHandle_t lt;
+    char *staging[ENG_COUNT];        // pinned, (staging_bytes[e]): COPY_OUT's gradients, LOSS's scalar
+    int64_t staging_bytes[ENG_COUNT];
+    void *pinned[MAX_PINS];          // host ranges registered
+    int npinned;
+    pthread_mutex_t mu;              // the first failure
+    int failed;
+    char err[1024];
+    FILE *trace;                     // --trace: Chrome trace JSON; NULL: none
+    pthread_mutex_t trace_mu;
+    TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
+    int ntev, cap_tev;
+    cudaEvent_t epoch;               // the trace's time zero
+    double epoch_host;               // the host clock then (host_s), for the host engine's instructions
+} Cuda;
+
+static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
+// --trace's tracks, as mtc --trace names them (tid: engine + 1)
+static const char *const TRACK[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
+                                             "host optimizer"};
+static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
+                                            "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE"};
+
+static int engine_of(const Instr *in) { return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE; }
+
+// "train stream instruction 412 (RUN, layer 3) on the compute engine"
+static void where(const Cuda *c, const Instr *in, char *buf, size_t cap) {
+    if (!in) {
+        snprintf(buf, cap, "outside a stream");
+        return;
+    }
+    const Plan *p = c->p;
+    int train = in >= p->train && in < p->train + p->ntrain;
+    long idx = train ? (long)(in - p->train) : (long)(in - p->eval);
+    snprintf(buf, cap, "%s stream instruction %ld (%s, layer %d) on the %s engine", train ? "train" : "eval", idx,
+             in->kind >= 0 && in->kind < INS_COUNT ? KIND[in->kind] : "?", in->layer, ENGINE[engine_of(in)]);
+}
+
+// Keeps the first failure; later operations see c->failed and do nothing.
+static void fail(Cuda *c, const Instr *in, const char *call, const char *why) {
+    char w[256];
+    where(c, in, w, sizeof w);
+    pthread_mutex_lock(&c->mu);
+    if (!c->failed) snprintf(c->err, sizeof c->err, "cuda: %s failed: %s, at %s", call, why, w);
+    c->failed = 1;
+    pthread_mutex_unlock(&c->mu);
+}
+static int failed(Cuda *c) { return __atomic_load_n(&c->failed, __ATOMIC_ACQUIRE); }
+
+static int rt_ok(Cuda *c, const Instr *in, const char *call, cudaError_t e) {
+    if (e == cudaSuccess) return 1;
+    fail(c, in, call, cudaGetErrorString(e));
+    return 0;
+}
+static int cu_ok(Cuda *c, const Instr *in, const char *call, CUresult e) {
+    if (e == CUDA_SUCCESS) return 1;
+    const char *s = NULL;
+    cuGetErrorString(e, &s);
+    fail(c, in, call, s ? s : "unknown CUresult");
+    return 0;
+}
+static int lt_ok(Cuda *c, const Instr *in, const char *call, cublasStatus_t e) {
+    if (e == CUBLAS_STATUS_SUCCESS) return 1;
+    fail(c, in, call, cublasLtGetStatusString(e));
+    return 0;
+}
+#define RT(c, in, call) rt_ok(c, in, #call, call)
+#define CU(c, in, call) cu_ok(c, in, #call, call)
+#define LT(c, in, call) lt_ok(c, in, #call, call)
+
+// ---------------------------------------------------------------- the trace
+
+// Brackets an operation of `in` with timing events on its stream (--trace).
+static int trace_begin(Cuda *c, const Instr *in) {
+    if (!c->trace || !in) return -1;
+    pthread_mutex_lock(&c->trace_mu);
+    int i = -1;
+    if (c->ntev == c->cap_tev) {
+        int cap = c->cap_tev ? 2 * c->cap_tev : 1024;
+        TraceEvent *t = realloc(c->tev, (size_t)cap * sizeof *t);
+        if (t) c->tev = t, c->cap_tev = cap;
+    }
+    if (c->ntev < c->cap_tev) {
+        TraceEvent *t = &c->tev[c->ntev];
+        int train = in >= c->p->train && in < c->p->train + c->p->ntrain;
+        *t = (TraceEvent){engine_of(in), in->kind, in->layer, train ? (int)(in - c->p->train) : (int)(in - c->p->eval),
+                          in->bytes, NULL, NULL, 0, 0};
+        if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess) i = c->ntev++;
+    }
+    pthread_mutex_unlock(&c->trace_mu);
+    if (i >= 0) cudaEventRecord(c->tev[i].t0, c->stream[engine_of(in)]);
+    return i;
+}
+static void trace_end(Cuda *c, const Instr *in, int i) {
+    if (i < 0) return;
+    pthread_mutex_lock(&c->trace_mu);
+    cudaEvent_t t1 = c->tev[i].t1;
+    pthread_mutex_unlock(&c->trace_mu);
+    cudaEventRecord(t1, c->stream[engine_of(in)]);
+}
+// Writes the timed instructions (all engines drained) and forgets them.
+static void trace_flush(Cuda *c) {
+    for (int i = 0; i < c->ntev; i++) {
+        TraceEvent *t = &c->tev[i];
+        float a = (float)(1e3 * t->host_t0), b = (float)(1e3 * t->host_t1);
+        if (!t->t0 || (cudaEventElapsedTime(&a, c->epoch, t->t0) == cudaSuccess &&
+                       cudaEventElapsedTime(&b, c->epoch, t->t1) == cudaSuccess)) {
+            char label[64];
+            if (t->layer >= 0) snprintf(label, sizeof label, "%s L%d", KIND[t->kind], t->layer);
+            else snprintf(label, sizeof label, "%s", KIND[t->kind]);
+            fprintf(c->trace, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
+                    "\"args\": {\"bytes\": %lld, \"instruction\": %d}}", label, t->engine + 1, 1e3 * a, 1e3 * (b - a),
+                    (long long)t->bytes, t->index);
+        }
+        if (t->t0) cudaEventDestroy(t->t0), cudaEventDestroy(t->t1);
+    }
+    c->ntev = 0;
+}
+
+static double host_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// A host engine instruction the replay timed (NORM, UPDATE), on the host track.
+static void cuda_trace_host(Backend *be, const Instr *in, double t0, double t1) {
+    Cuda *c = be->ctx;
+    if (!c->trace || !in) return;
+    pthread_mutex_lock(&c->trace_mu);
+    if (c->ntev == c->cap_tev) {
+        int cap = c->cap_tev ? 2 * c->cap_tev : 1024;
+        TraceEvent *t = realloc(c->tev, (size_t)cap * sizeof *t);
+        if (t) c->tev = t, c->cap_tev = cap;
+    }
+    if (c->ntev < c->cap_tev) {
+        int train = in >= c->p->train && in < c->p->train + c->p->ntrain;
+        c->tev[c->ntev++] = (TraceEvent){engine_of(in), in->kind, in->layer,
+                                         train ? (int)(in - c->p->train) : (int)(in - c->p->eval), in->bytes, NULL, NULL,
+                                         t0 - c->epoch_host, t1 - c->epoch_host};
+    }
+    pthread_mutex_unlock(&c->trace_mu);
+}
+
+// ---------------------------------------------------------------- copies
+
+static cudaStream_t stream_of(Cuda *c, const Instr *in) { return c->stream[engine_of(in)]; }
+
+// The host engine's instructions (and tests' calls) are done when they return.
+static void done_if_host(Cuda *c, const Instr *in) {
+    if (!failed(c) && engine_of(in) == ENG_HOST) RT(c, in, cudaStreamSynchronize(c->stream[ENG_HOST]));
+}
+
+static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (failed(c)) return;
+    int t = trace_begin(c, in);
+    RT(c, in, cudaMemcpyAsync(c->dev + dst, host, (size_t)bytes, cudaMemcpyHostToDevice, stream_of(c, in)));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// Through the engine's pinned staging buffer: the copy, its stream drained
+// (the thread sleeps), then the host adds.
+static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16) {
+    Cuda *c = be->ctx;
+    int e = engine_of(in);
+    if (failed(c)) return;
+    if (bytes > c->staging_bytes[e]) {
+        fail(c, in, "COPY_OUT", "larger than the engine's staging buffer");
+        return;
+    }
+    int t = trace_begin(c, in);
+    if (!RT(c, in, cudaMemcpyAsync(c->staging[e], c->dev + src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream[e])))
+        return;
+    trace_end(c, in, t);
+    if (!RT(c, in, cudaStreamSynchronize(c->stream[e]))) return;
+    if (bf16) {
+        const uint16_t *a = (const uint16_t *)c->staging[e]; // (bytes / 2)
+        for (int64_t i = 0; i < bytes / 2; i++) host[i] += f32_from_bf16(a[i]);
+        return;
+    }
+    const float *a = (const float *)c->staging[e]; // (bytes / 4)
+    for (int64_t i = 0; i < bytes / 4; i++) host[i] += a[i];
+}
+
+static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (failed(c)) return;
+    int t = trace_begin(c, in);
+    RT(c, in, cudaMemcpyAsync(host, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToHost, stream_of(c, in)));
+    trace_end(c, in, t);
+    if (!in) RT(c, in, cudaStreamSynchronize(stream_of(c, in))); // a test reads it at once
+    done_if_host(c, in);
+}
+
+static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (failed(c)) return;
+    int t = trace_begin(c, in);
+    RT(c, in, cudaMemcpyAsync(c->dev + dst, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+static void cuda_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (failed(c)) return;
+    RT(c, in, cudaMemsetAsync(c->dev + dst, 0xff, (size_t)bytes, stream_of(c, in))); // NaN as f32 and as bf16
+    done_if_host(c, in);
+}
+
+static float cuda_read_scalar(Backend *be, const Instr *in, int64_t src) {
+    Cuda *c = be->ctx;
+    int e = engine_of(in);
+    float v = 0.0f / 0.0f;
+    if (failed(c)) return v;
+    if (RT(c, in, cudaMemcpyAsync(c->staging[e], c->dev + src, 4, cudaMemcpyDeviceToHost, c->stream[e])) &&
+        RT(c, in, cudaStreamSynchronize(c->stream[e])))
+        memcpy(&v, c->staging[e], 4);
+    return v;
+}
+
+// ---------------------------------------------------------------- kernels
+
+static char *arg_ptr(const Cuda *c, const KirArg *a, const int64_t *offsets) {
+    return c->dev + offsets[a->node] + a->offset * (a->dtype == KT_BF16 ? 2 : 4);
+}
+
+// Expression kernel i of part: accumulators zeroed, the launch, then its finish kernel.
+static void launch_expr(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
+    const KirKernel *k = &c->prog.parts[part].k[i];
+    const Kernel *kn = &c->kern[part][i];
+    cudaStream_t s = stream_of(c, in);
+    double *acc = (double *)c->scratch[engine_of(in)]; // (kir_acc64_offset(k, nargs))
+    void *ptr[MAX_ARGS], *params[MAX_ARGS], *fin[2 * MAX_ARGS];
+    int64_t nacc = kir_acc64_offset(k, k->nargs);
+    int nf = 0;
+    if (nacc && !RT(c, in, cudaMemsetAsync(acc, 0, (size_t)nacc * 8, s))) return;
+    for (int a = 0; a < k->nargs; a++) {
+        const KirArg *g = &k->args[a];
+        params[a] = &ptr[a];
+        if (g->access & KA_ACC64) {
+            ptr[a] = acc + kir_acc64_offset(k, a);
+            continue;
+        }
+        ptr[a] = arg_ptr(c, g, offsets);
+        if ((g->access & KA_ACC32) && !RT(c, in, cudaMemsetAsync(ptr[a], 0, (size_t)g->numel * 4, s))) return;
+    }
+    if (!CU(c, in, cuLaunchKernel(kn->fn, (unsigned)kn->grid, 1, 1, (unsigned)kn->block, 1, 1, (unsigned)kn->smem, s,
+                                  params, NULL)))
+        return;
+    if (!kn->finish) return;
+    void *dst[MAX_ARGS];
+    for (int a = 0; a < k->nargs; a++)
+        if (k->args[a].access & KA_ACC64) {
+            dst[nf] = arg_ptr(c, &k->args[a], offsets);
+            fin[2 * nf] = &dst[nf], fin[2 * nf + 1] = &ptr[a], nf++;
+        }
+    CU(c, in, cuLaunchKernel(kn->finish, (unsigned)kn->finish_grid, 1, 1, FINISH_THREADS, 1, 1, 0, s, fin, NULL));
+}
+
+static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
+    const KirKernel *k = &c->prog.parts[part].k[i];
+    const Kernel *kn = &c->kern[part][i];
+    const float one = 1.0f, zero = 0.0f;
+    char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets), *B = arg_ptr(c, &k->args[2], offsets);
+    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, NULL, NULL, 0,
+                             stream_of(c, in)));
+}
+
+// The flash templates: forward (no lse kept: the backward recomputes it),
+// backward bwd_dq then bwd_dkdv over the engine's workspace.
+static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
+    const KirKernel *k = &c->prog.parts[part].k[i];
+    const Kernel *kn = &c->kern[part][i];
+    const KirAttn *t = &k->attn;
+    cudaStream_t s = stream_of(c, in);
+    int T = (int)t->T, H = (int)t->H, KVH = (int)t->KVH;
+    int bq = kn->attn_tc ? ATTN_TC_BQ : ATTN_BQ, bk = kn->attn_tc ? ATTN_TC_BK : ATTN_BK;
+    unsigned threads = kn->attn_tc ? ATTN_TC_THREADS : ATTN_THREADS, gq = (unsigned)((T + bq - 1) / bq),
+             gk = (unsigned)((T + bk - 1) / bk), B = (unsigned)t->B;
+    void *nul = NULL;
+    if (k->kind == KK_ATTN) {
+        void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
+             *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets);
+        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH};
+        CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a, NULL));
+        return;
+    }
+    size_t es = k->args[0].dtype == KT_BF16 ? 2 : 4;
+    int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
+    char *out = arg_ptr(c, &k->args[0], offsets); // dq | dk | dv
+    void *DQ = out, *DK = out + (size_t)nq * es, *DV = out + (size_t)(nq + nk) * es, *WS = c->scratch[engine_of(in)];
+    void *DY = arg_ptr(c, &k->args[1], offsets), *Q = arg_ptr(c, &k->args[2], offsets),
+         *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets);
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a_dq, NULL)))
+        CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s, a_dkdv,
+                                 NULL));
+}
+
+static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
+    Cuda *c = be->ctx;
+    if (failed(c)) return;
+    const int64_t *offsets = plan_offsets(c->p, part, part == PART_BLOCK ? frame : 0);
+    const KirSet *set = &c->prog.parts[part];
+    int t = trace_begin(c, in);
+    for (int i = 0; i < set->n && !failed(c); i++) {
+        const KirKernel *k = &set->k[i];
+        if (!kir_is_launched(k) || k->anchor < from || k->anchor >= to) continue;
+        switch (k->kind) {
+        case KK_EXPR: launch_expr(c, in, part, i, offsets); break;
+        case KK_GEMM:
+            if (!(flags & RUN_SKIP_HEAVY)) run_gemm(c, in, part, i, offsets);
+            if (k->gemm.epilogue >= 0 && !failed(c)) launch_expr(c, in, part, k->gemm.epilogue, offsets);
+            break;
+        default:
+            if (!(flags & RUN_SKIP_HEAVY)) run_attn(c, in, part, i, offsets);
+            break;
+        }
+    }
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// ---------------------------------------------------------------- events
+
+static void cuda_record(Backend *be, const Instr *in) {
+    Cuda *c = be->ctx;
+    if (failed(c) || in->engine == ENG_HOST) return; // the host engine's work is done when the replay fires it
+    RT(c, in, cudaEventRecord(c->event[in->event], c->stream[in->engine]));
+}
+
+static void cuda_wait(Backend *be, const Instr *in, int recorder) {
+    Cuda *c = be->ctx;
+    if (failed(c) || recorder == ENG_HOST) return; // its thread queued nothing before the host was done
+    if (in->engine == ENG_HOST) RT(c, in, cudaEventSynchronize(c->event[in->event])); // sleeps (cudaEventBlockingSync)
+    else RT(c, in, cudaStreamWaitEvent(c->stream[in->engine], c->event[in->event], 0));
+}
+
+static int cuda_finish(Backend *be, char *err, size_t errcap) {
+    Cuda *c = be->ctx;
+    for (int e = 0; e < ENG_COUNT; e++)
+        if (!failed(c)) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    if (c->trace && !failed(c)) trace_flush(c);
+    if (!failed(c)) return 0;
+    if (err) snprintf(err, errcap, "%s", c->err);
+    return -1;
+}
+
+// ---------------------------------------------------------------- loading
+
+static void cuda_destroy(Backend *be) {
+    Cuda *c = be->ctx;
+    for (int e = 0; e < ENG_COUNT; e++) {
+        if (c->stream[e]) cudaStreamSynchronize(c->stream[e]), cudaStreamDestroy(c->stream[e]);
+        if (c->staging[e]) cudaFreeHost(c->staging[e]);
+    }
+    if (c->trace) {
+        trace_flush(c);
+        fprintf(c->trace, "\n]}\n");
+        fclose(c->trace);
+    }
+    if (c->epoch) cudaEventDestroy(c->epoch);
+    free(c->tev);
+    for (int i = 0; c->event && i < c->p->nevents; i++)
+        if (c->event[i]) cudaEventDestroy(c->event[i]);
+    free(c->event);
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; c->kern[p] && i < c->prog.parts[p].n; i++) {
+            Kernel *k = &c->kern[p][i];
+            if (k->desc) cublasLtMatmulDescDestroy(k->desc);
+            if (k->la) cublasLtMatrixLayoutDestroy(k->la);
+            if (k->lb) cublasLtMatrixLayoutDestroy(k->lb);
+            if (k->lc) cublasLtMatrixLayoutDestroy(k->lc);
+        }
+    for (int p = 0; p < PART_COUNT; p++) free(c->kern[p]);
+    if (c->lt) cublasLtDestroy(c->lt);
+    if (c->mod) cuModuleUnload(c->mod);
+    for (int i = 0; i < c->npinned; i++) cudaHostUnregister(c->pinned[i]);
+    if (c->dev) cudaFree(c->dev);
+    arena_free(&c->karena);
+    pthread_mutex_destroy(&c->mu);
+    pthread_mutex_destroy(&c->trace_mu);
+    free(c);
+    free(be);
+}
+
+static int refuse(Cuda *c, char *err, size_t errcap) {
+    snprintf(err, errcap, "%s", c->err);
+    return -1;
+}
+
+// Looks up fn in the plan's module and lets it use smem bytes of dynamic shared memory.
+static int get_function(Cuda *c, CUfunction *fn, const char *name, int smem) {
+    if (!CU(c, NULL, cuModuleGetFunction(fn, c->mod, name))) return -1;
+    if (smem > 48 * 1024 && !CU(c, NULL, cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)))
+        return -1;
+    return 0;
+}
+
+// cuBLASLt's view of a row-major GEMM C = op(A) op(B): C^T (N x M, column-
+// major, ld ldc) = op(B)^T op(A)^T, B's buffer first.
+static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
+    const KirGemm *g = &k->gemm;
+    cudaDataType_t t = k->args[0].dtype == KT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
+    if (!LT(c, NULL, cublasLtMatmulDescCreate(&kn->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
+        !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
+        !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
+        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->la, t, (uint64_t)(g->tb ? g->K : g->N), (uint64_t)(g->tb ? g->N : g->K), g->ldb)) ||
+        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lb, t, (uint64_t)(g->ta ? g->M : g->K), (uint64_t)(g->ta ? g->K : g->M), g->lda)) ||
+        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lc, t, (uint64_t)g->N, (uint64_t)g->M, g->ldc)))
+        return -1;
+    if (g->batch > 1) {
+        int32_t n = (int32_t)g->batch;
+        cublasLtMatrixLayout_t l[3] = {kn->la, kn->lb, kn->lc};
+        int64_t stride[3] = {g->stride_b, g->stride_a, g->stride_c};
+        for (int i = 0; i < 3; i++)
+            if (!LT(c, NULL, cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n)) ||
+                !LT(c, NULL, cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
+                                                              &stride[i], sizeof stride[i])))
+                return -1;
+    }
+    return 0;
+}
+
+// Every kernel's functions, launch geometry and GEMM descriptors.
+static int load_kernels(Cuda *c) {
+    for (int p = 0; p < PART_COUNT; p++) {
+        const KirSet *set = &c->prog.parts[p];
+        if (!(c->kern[p] = calloc((size_t)set->n + 1, sizeof(Kernel)))) return -1;
+        for (int i = 0; i < set->n; i++) {
+            const KirKernel *k = &set->k[i];
+            Kernel *kn = &c->kern[p][i];
+            char sym[64], name[160];
+            if (k->nargs > MAX_ARGS) {
+                snprintf(c->err, sizeof c->err, "cuda: kernel %d of part %s has %d arguments; at most %d", i, part_name(p),
+                         k->nargs, MAX_ARGS);
+                return -1;
+            }
+            if (k->kind == KK_GEMM) {
+                if (gemm_layouts(c, kn, k) != 0) return -1;
+                continue;
+            }
+            if (k->kind != KK_EXPR) {
+                const KirAttn *t = &k->attn;
+                char v[64];
+                attn_variant_name(v, sizeof v, c->bf16, (int)t->D, t->causal, (long long)t->window, t->scale, t->softcap);
+                kn->attn_tc = attn_tc_ok(c->bf16, (int)t->D);
+                const char *pre = kn->attn_tc ? "mt_attn_tc" : "mt_attn";
+                int D = (int)t->D, bwd = k->kind == KK_ATTN_BWD;
+                kn->attn_smem[0] = (int)(bwd ? (kn->attn_tc ? attn_tc_smem_dq(D) : attn_smem_dq(D))
+                                             : (kn->attn_tc ? attn_tc_smem_fwd(D) : attn_smem_fwd(D)));
+                kn->attn_smem[1] = (int)(kn->attn_tc ? attn_tc_smem_dkdv(D) : attn_smem_dkdv(D));
+                snprintf(name, sizeof name, "%s_%s_%s", pre, bwd ? "bwd_dq" : "fwd", v);
+                if (get_function(c, &kn->attn[0], name, kn->attn_smem[0]) != 0) return -1;
+                snprintf(name, sizeof name, "%s_bwd_dkdv_%s", pre, v);
+                if (bwd && get_function(c, &kn->attn[1], name, kn->attn_smem[1]) != 0) return -1;
+                continue;
+            }
+            int owner = k->fused_into;
+            if (owner >= 0 && set->k[owner].kind != KK_GEMM) continue; // the cpu's attention helpers
+            kir_symbol(sym, sizeof sym, p, i);
+            snprintf(name, sizeof name, "%s_launch", sym);
+            CUdeviceptr at;
+            size_t bytes;
+            int geom[4]; // grid, block, dynamic shared bytes, finish grid
+            if (!CU(c, NULL, cuModuleGetGlobal(&at, &bytes, c->mod, name)) ||
+                !RT(c, NULL, cudaMemcpy(geom, (void *)(uintptr_t)at, sizeof geom, cudaMemcpyDeviceToHost)))
+                return -1;
+            kn->grid = geom[0], kn->block = geom[1], kn->smem = geom[2], kn->finish_grid = geom[3];
+            if (get_function(c, &kn->fn, sym, kn->smem) != 0) return -1;
+            snprintf(name, sizeof name, "%s_finish", sym);
+            if (kn->finish_grid && get_function(c, &kn->finish, name, 0) != 0) return -1;
+        }
+    }
+    return 0;
+}
+
+// The scratch one engine's kernels need at most, bytes.
+static int64_t scratch_need(const KirProgram *prog) {
+    int64_t need = 256;
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            const KirKernel *k = &prog->parts[p].k[i];
+            int64_t b = k->kind == KK_EXPR ? 8 * kir_acc64_offset(k, k->nargs)
+                        : k->kind == KK_ATTN_BWD ? (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H) : 0;
+            if (b > need) need = b;
+        }
+    return (need + 255) & ~(int64_t)255;
+}
+
+int backend_cuda_devices(char *why, size_t cap);
+int backend_cuda_devices(char *why, size_t cap) {
+    int n = 0;
+    cudaError_t e = cudaGetDeviceCount(&n);
+    if (e != cudaSuccess || n <= 0) {
+        snprintf(why, cap, "no CUDA device (cudaGetDeviceCount: %s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        return 0;
+    }
+    struct cudaDeviceProp prop;
+    if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
+        snprintf(why, cap, "%s, sm_%d%d, %.1f GB", prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / 1e9);
+    else snprintf(why, cap, "%d CUDA device%s", n, n == 1 ? "" : "s");
+    return n;
+}
+
+Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, char *err,
+                             size_t errcap);
+Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, char *err,
+                             size_t errcap) {
+    if (!p->cuda_arch || (!p->cubin_len && !p->ptx_len) || !p->kernels_len) {
+        snprintf(err, errcap, "this plan carries no CUDA kernels (it was compiled for a cpu target); compile it for "
+                 "a GPU target (mtc --target h200, or a profile of this GPU)");
+        return NULL;
+    }
+    Backend *be = calloc(1, sizeof *be);
+    Cuda *c = calloc(1, sizeof *c);
+    if (!be || !c) {
+        free(be), free(c);
+        snprintf(err, errcap, "out of memory");
+        return NULL;
+    }
+    c->p = p;
+    pthread_mutex_init(&c->mu, NULL);
+    pthread_mutex_init(&c->trace_mu, NULL);
+    *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
+                    .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
+                    .read_scalar = cuda_read_scalar, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
+                    .destroy = cuda_destroy};
+    // the host waits by sleeping: no core spins while AdamW needs it
+    cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+    struct cudaDeviceProp prop;
+    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
+        goto fail;
+    int gpu_sm = prop.major * 10 + prop.minor, plan_sm = atoi(p->cuda_arch + 3), ptx = gpu_sm != plan_sm;
+    if (gpu_sm < plan_sm) {
+        snprintf(c->err, sizeof c->err, "the plan's kernels are for %s but this GPU (%s) is sm_%d; compile the plan "
+                 "for a target of this GPU's architecture", p->cuda_arch, prop.name, gpu_sm);
+        goto fail;
+    }
+    if (ptx && !p->ptx_len) {
+        snprintf(c->err, sizeof c->err, "this GPU (%s, sm_%d) is newer than the plan's %s and the plan carries no PTX",
+                 prop.name, gpu_sm, p->cuda_arch);
+        goto fail;
+    }
+    snprintf(c->name, sizeof c->name, "cuda: %s (sm_%d, the plan's %s %s)", prop.name, gpu_sm, p->cuda_arch,
+             ptx ? "PTX" : "cubin");
+    for (int i = 0; i < p->ntrain + p->neval; i++) { // staging for COPY_OUT and LOSS, scratch for RUN, by engine
+        const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
+        int64_t need = in->kind == INS_COPY_OUT ? in->bytes : in->kind == INS_LOSS ? 4 : 0;
+        if (need > c->staging_bytes[in->engine]) c->staging_bytes[in->engine] = need;
+        if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
+    }
+    c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
+    int nnodes[PART_COUNT];
+    for (int pk = 0; pk < PART_COUNT; pk++) nnodes[pk] = p->graph->parts[pk].nodes.n;
+    if (kir_read(&c->prog, p->kernels_bytes, p->kernels_len, nnodes, &c->karena, c->err, sizeof c->err) != 0) goto fail;
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        for (int i = 0; i < c->prog.parts[pk].n; i++)
+            for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++) c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;
+    // one device allocation: the arena, then each kernel-running engine's scratch
+    c->scratch_bytes = scratch_need(&c->prog);
+    int nscratch = 0;
+    for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
+    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255;
+    c->dev_bytes = arena + nscratch * c->scratch_bytes;
+    size_t free_b = 0, total_b = 0;
+    if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
+    if ((size_t)c->dev_bytes > free_b) {
+        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld) but %s has "
+                 "%zu free of %zu; compile the plan for a target with less device memory",
+                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena), prop.name, free_b,
+                 total_b);
+        goto fail;
+    }
+    void *dev = NULL;
+    if (!RT(c, NULL, cudaMalloc(&dev, (size_t)c->dev_bytes))) goto fail;
+    c->dev = dev;
+    for (int e = 0, k = 0; e < ENG_COUNT; e++)
+        if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
+    if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
+    // the host memory the streams read and write: pinned now, or refused
+    for (int i = 0; i < npin && i < MAX_PINS; i++) {
+        if (!pin[i].bytes) continue;
+        cudaError_t e = cudaHostRegister(pin[i].ptr, (size_t)pin[i].bytes, cudaHostRegisterDefault);
+        if (e != cudaSuccess) {
+            snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister: %s",
+                     pin[i].what, (long long)pin[i].bytes, cudaGetErrorString(e));
+            goto fail;
+        }
+        c->pinned[c->npinned++] = pin[i].ptr;
+    }
+    for (int e = 0; e < ENG_COUNT; e++) {
+        void *s = NULL;
+        if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
+            !RT(c, NULL, cudaHostAlloc(&s, (size_t)(c->staging_bytes[e] > 4 ? c->staging_bytes[e] : 4), cudaHostAllocDefault)))
+            goto fail;
+        c->staging[e] = s;
+    }
+    if (!(c->event = calloc((size_t)p->nevents + 1, sizeof *c->event))) goto fail;
+    for (int i = 0; i < p->nevents; i++)
+        if (!RT(c, NULL, cudaEventCreateWithFlags(&c->event[i], cudaEventBlockingSync | cudaEventDisableTiming))) goto fail;
+    // the kernels: the cubin of the plan's architecture, its PTX (NUL-terminated) on a newer GPU
+    char *image = NULL;
+    if (ptx && (image = malloc(p->ptx_len + 1))) memcpy(image, p->ptx, p->ptx_len), image[p->ptx_len] = 0;
+    if (ptx && !image) goto fail;
+    int loaded = CU(c, NULL, cuModuleLoadData(&c->mod, ptx ? (const void *)image : (const void *)p->cubin));
+    free(image);
+    if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) goto fail;
+    if (trace_path) {
+        if (!(c->trace = fopen(trace_path, "w"))) {
+            snprintf(c->err, sizeof c->err, "%s: cannot write the trace", trace_path);
+            goto fail;
+        }
+        fprintf(c->trace, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+        for (int e = 0; e < ENG_COUNT; e++)
+            fprintf(c->trace, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                    e ? ",\n" : "", e + 1, TRACK[e]);
+        if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||
+            !RT(c, NULL, cudaEventSynchronize(c->epoch)))
+            goto fail;
+        c->epoch_host = host_s();
+        be->trace_host = cuda_trace_host;
+    }
+    return be;
+fail:
+    refuse(c, err, errcap);
+    if (!*err) snprintf(err, errcap, "cuda: out of memory");
+    cuda_destroy(be);
+    return NULL;
+}

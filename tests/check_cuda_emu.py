@@ -1,0 +1,178 @@
+#!/usr/bin/env python3
+"""The cuda backend (runtime/backend_cuda.c) on the CPU emulation of CUDA.
+
+usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+       check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+       check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
+
+Plans are compiled for tests/tiny-gpu.target (sm_90, 3.1 MB of device
+memory, --batch 2, --resident 0 but under --remat none: every layer
+streams through the weight slots). Each plan's translation unit (mtc --emit-cuda, the CUDA C that NVRTC
+compiled into the plan) is built for the host with tests/emu/cuda_emu.h and
+its kernel table into a shared object; mtrun --device cuda then loads
+LIBMT_CUDA_EMU (MT_CUDA_BACKEND: the backend linked against
+tests/emu/cuda_api_emu.c), which serves cuModuleLoadData from that object
+(MT_CUDA_EMU_KERNELS).
+
+train: f32 and bf16, every --remat mode: the first 5 losses and a
+  validation loss at step 5 of the cuda backend equal the cpu backend's, f32 within
+  1e-5 and bf16 within 1e-3 relative.
+gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh).
+waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
+  mtrun's test hook, after the plan verifier): at least 10 of them must make
+  the run fail, by a loss off the cpu backend's by more than 1e-3 relative or
+  by a reported error or hang.
+"""
+import hashlib
+import json
+import math
+import os
+import re
+import subprocess
+import sys
+
+REMATS = ("none", "layer", "selective", "offload")
+
+
+def fail(msg, p=None):
+    print("FAIL:", msg)
+    if p is not None:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+    sys.exit(1)
+
+
+def run(args, env=None, timeout=1200):
+    return subprocess.run(args, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+def kernel_table(text):
+    """The names of every entry point of a translation unit: expression and
+    finish kernels, and the three of each attention instantiation."""
+    names = re.findall(r'^extern "C" __global__ void (?:__launch_bounds__\(\d+\) )?(\w+)\(', text, re.M)
+    for m in re.finditer(r'^MT_ATTN_(TC_)?INSTANTIATE(?:_OPT)?\((.*)\)\s*$', text, re.M):
+        name, pre = m.group(2).split(",")[-1].strip(), "mt_attn_tc" if m.group(1) else "mt_attn"
+        names += [f"{pre}_fwd_{name}", f"{pre}_bwd_dq_{name}", f"{pre}_bwd_dkdv_{name}"]
+    return names
+
+
+def build_kernels(cxx, src, cu, work):
+    """The plan's CUDA C for the emulation, one shared object per distinct text."""
+    text = open(cu).read()
+    key = hashlib.sha1(text.encode()).hexdigest()[:16]
+    so = os.path.join(work, f"kernels-{key}.so")
+    if os.path.exists(so):
+        return so
+    names = kernel_table(text)
+    if not names:
+        fail(f"{cu}: no kernels found")
+    emu = os.path.join(work, f"kernels-{key}.cu")
+    with open(emu, "w") as f:
+        f.write('#include "cuda_emu.h"\n' + text.replace("extern __shared__", "extern") + "\nMT_EMU_KERNELS_BEGIN\n")
+        f.write("".join(f"MT_EMU_KERNEL({n})\n" for n in names) + "MT_EMU_KERNELS_END\n")
+    p = run([cxx, "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-I", os.path.join(src, "tests", "emu"),
+             emu, "-o", so + ".tmp"])
+    if p.returncode != 0:
+        fail(f"{emu} does not compile for the emulation", p)
+    os.replace(so + ".tmp", so)
+    return so
+
+
+def compile_plan(mtc, src, work, model, dtype, remat):
+    base = os.path.join(work, f"{dtype}-{remat}")
+    resident = [] if remat == "none" else ["--resident", "0"]  # none keeps every layer resident
+    p = run([mtc, os.path.join(src, model), "--target", os.path.join(src, "tests", "tiny-gpu.target"), "--batch", "2",
+             *resident, "--dtype", dtype, "--remat", remat, "-o", base + ".bin", "--emit-cuda", base + ".cu"])
+    if p.returncode != 0:
+        fail(f"mtc {model} --dtype {dtype} --remat {remat} for tests/tiny-gpu.target", p)
+    return base + ".bin", base + ".cu"
+
+
+def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5):
+    """`steps` steps' losses and a validation loss at the last; None when the run failed (expect_ok False)."""
+    env = dict(os.environ)
+    for k in ("MT_REPLAY_ORDER", "MT_TEST_DROP_WAIT", "MT_CUDA_BACKEND", "MT_CUDA_EMU_KERNELS"):
+        env.pop(k, None)
+    args = [mtrun, plan, "--steps", str(steps), "--seed", "7", "--val-every", str(steps), "--val-batches", "1", "--log", log,
+            "--device", "cpu"]
+    if cuda:
+        if cuda is not True:  # the emulation; True: the GPU
+            env["MT_CUDA_BACKEND"], env["MT_CUDA_EMU_KERNELS"] = cuda
+        args[-1] = "cuda"
+    env.update(extra_env or {})
+    if os.path.exists(log):
+        os.remove(log)
+    p = run(args, env=env, timeout=300)
+    if p.returncode != 0:
+        if expect_ok:
+            fail(f"mtrun {plan} --device {args[-1]} failed (exit {p.returncode})", p)
+        return None, p
+    if cuda and ("device   cuda: " not in p.stdout or (cuda is True) == ("CPU emulation of CUDA" in p.stdout)):
+        fail("mtrun --device cuda did not run on the " + ("GPU" if cuda is True else "emulated cuda backend"), p)
+    with open(log) as f:
+        ms = [json.loads(line) for line in f]
+    got = [m["loss"] for m in ms if "loss" in m] + [m["val_loss"] for m in ms if "val_loss" in m]
+    return got, p
+
+
+def worst_rel(a, b):
+    if len(a) != len(b) or not a:
+        return math.inf
+    return max(abs(x - y) / max(abs(y), 1e-6) if math.isfinite(x) else math.inf for x, y in zip(a, b))
+
+
+def check_train(mtc, mtrun, lib, cxx, src, work, model):
+    for dtype, tol in (("f32", 1e-5), ("bf16", 1e-3)):
+        for remat in REMATS:
+            plan, cu = compile_plan(mtc, src, work, model, dtype, remat)
+            cuda = True if lib == "-" else (lib, build_kernels(cxx, src, cu, work))
+            ref, _ = losses(mtrun, plan, os.path.join(work, "cpu.jsonl"))
+            got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), cuda)
+            sched = re.search(r"plan +\S+: (.*)", p.stdout)
+            e = worst_rel(got, ref)
+            print(f"{model} {dtype} remat {remat} ({sched.group(1) if sched else '?'}): cuda{'' if cuda is True else ' on the emulation'} "
+                  f"{' '.join(f'{x:.6f}' for x in got)}; worst relative difference from the cpu backend {e:.2e} "
+                  f"(tolerance {tol:.0e})")
+            if not e <= tol:
+                fail(f"{model} {dtype} remat {remat}: cuda {got} against cpu {ref}")
+    print("ok")
+
+
+def check_waits(mtc, mtrun, lib, cxx, src, work, model):
+    plan, cu = compile_plan(mtc, src, work, model, "f32", "layer")
+    so = build_kernels(cxx, src, cu, work)
+    ref, _ = losses(mtrun, plan, os.path.join(work, "cpu.jsonl"), steps=3)
+    got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), (lib, so), steps=3)
+    if not worst_rel(got, ref) <= 1e-5:
+        fail(f"the undisturbed run differs: cuda {got} against cpu {ref}")
+    m = re.search(r"MT_TEST_DROP_WAIT: the train stream has (\d+) WAITs",
+                  run([mtrun, plan, "--steps", "0", "--device", "cpu"],
+                      env=dict(os.environ, MT_TEST_DROP_WAIT="-1")).stderr)
+    if not m:
+        fail("mtrun does not count the plan's WAITs under MT_TEST_DROP_WAIT=-1")
+    nwaits, caught = int(m.group(1)), 0
+    for k in range(nwaits):
+        got, p = losses(mtrun, plan, os.path.join(work, "drop.jsonl"), (lib, so),
+                        {"MT_TEST_DROP_WAIT": str(k), "MT_CUDA_EMU_SEED": str(k)}, expect_ok=False, steps=3)
+        if got is None:
+            why = (p.stderr.strip().splitlines() or ["?"])[-1][:160]
+            print(f"WAIT {k}: caught: the run failed: {why}")
+            caught += 1
+        elif not worst_rel(got, ref) <= 1e-3:
+            print(f"WAIT {k}: caught: losses {' '.join(f'{x:.6f}' for x in got)}")
+            caught += 1
+        else:
+            print(f"WAIT {k}: not caught (the losses stay within 1e-3)")
+    print(f"{caught} of {nwaits} WAITs of the train stream caught when dropped (at least 10 needed)")
+    if caught < 10:
+        fail("fewer than 10 dropped WAITs caught")
+    print("ok")
+
+
+def main():
+    what, mtc, mtrun, lib, cxx, src, work, model = sys.argv[1:9]
+    os.makedirs(work, exist_ok=True)
+    {"train": check_train, "gpu": check_train, "waits": check_waits}[what](mtc, mtrun, lib, cxx, src, work, model)
+
+
+if __name__ == "__main__":
+    main()
