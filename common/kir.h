@@ -129,6 +129,14 @@ typedef struct KirGemm {
     int32_t epilogue;           // index of an expression kernel in the set, run on each row block; -1: none
 } KirGemm;
 
+// Rows of C the cpu backend computes per BLAS call when a GEMM has an
+// epilogue (which then runs on those rows while they are in cache): about
+// 1 MB of f32 C, at least 256 rows. The cost model counts the calls alike.
+static inline int64_t kir_gemm_row_block(int64_t N) {
+    int64_t block = ((int64_t)1 << 18) / N;
+    return block < 256 ? 256 : block;
+}
+
 typedef struct KirAttn {
     int64_t B, T, H, KVH, D; // q [B, T, H*D], k and v [B, T, KVH*D]
     int32_t causal;

@@ -47,6 +47,8 @@ static const KeySpec KEYS[] = {
     {"host_memory_bandwidth", KEY_NUMBER, F(host_memory_bandwidth), "bytes/s", 1, 0},
     {"host_cores", KEY_COUNT, F(host_cores), "cores", 1, 0},
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
+    {"gemm_call_s", KEY_NUMBER, F(gemm_call_s), "seconds", 0, 0},
+    {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,
      TARGET_DEFAULT_DUPLEX_EFFICIENCY},

@@ -27,9 +27,27 @@ static double arg_bytes(const KirArg *a) {
     return (double)a->numel * elem * (a->access & KA_ACC32 ? 2.0 : 1.0);
 }
 
-// An expression kernel: its bytes at HBM bandwidth or a few operations an
-// element at the vector rate, whichever is longer, plus a launch. skip_node
-// (a GEMM's output, still in cache for its epilogue) costs nothing.
+// The seconds an expression kernel's statements take on one cpu thread:
+// each runs once a row, or once a column of its loop a row; arithmetic at
+// vector_flops, exp, log, sqrt, sin, cos and pow at transcendental_s each.
+static double cpu_statements_time(const KirKernel *k, const Target *t) {
+    double arith = 0, transcendental = 0;
+    for (int i = 0; i < k->nstmts; i++) {
+        const KirStmt *s = &k->stmts[i];
+        double runs = (double)k->rows * (s->loop ? (double)k->cols[s->loop - 1] : 1.0);
+        switch (s->op) {
+        case KOP_CONST: case KOP_ROW: case KOP_COL: case KOP_LOAD: case KOP_STORE: case KOP_ACC: break; // bytes: by_bytes
+        case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_POW: transcendental += runs; break;
+        default: arith += runs;
+        }
+    }
+    return arith / t->vector_flops + transcendental * t->transcendental_s;
+}
+
+// An expression kernel: its bytes at HBM bandwidth or its arithmetic,
+// whichever is longer, plus a launch: a few operations an element at the
+// vector rate, or on a cpu target its statements (cpu_statements_time).
+// skip_node (a GEMM's output, still in cache for its epilogue) costs nothing.
 static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
     double bytes = 0, elems = 0;
     for (int a = 0; a < k->nargs; a++) {
@@ -38,6 +56,7 @@ static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
         if ((double)k->args[a].numel > elems) elems = (double)k->args[a].numel;
     }
     double by_bytes = bytes / t->hbm_bandwidth, by_flops = elems * 8.0 / t->vector_flops;
+    if (strcmp(t->arch, "cpu") == 0) by_flops = cpu_statements_time(k, t);
     return (by_bytes > by_flops ? by_bytes : by_flops) + (skip_node >= 0 ? 0 : t->kernel_launch_s);
 }
 
@@ -49,14 +68,37 @@ static int attn_kind(const KirKernel *k, const Target *t) {
     return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D) ? ATTN_KIND_TC : ATTN_KIND_FP32;
 }
 
+// What a GEMM or attention kernel costs on a cpu target beyond its FLOPs at
+// the matrix rate, as the cpu backend runs it (runtime/jit.c): a host BLAS
+// call (gemm_call_s) per batch entry, or per row block when an epilogue
+// follows; f32 attention as a composite, per (batch, head) 2 sgemms and a
+// generated softmax over T x T scores forward, 5 sgemms and two passes
+// backward, every score computed, masked or not (the softmax helpers of set
+// priced by their statements).
+static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *t) {
+    if (k->kind == KK_GEMM) {
+        const KirGemm *g = &k->gemm;
+        double calls = g->epilogue >= 0 ? (double)((g->M + kir_gemm_row_block(g->N) - 1) / kir_gemm_row_block(g->N))
+                                        : (double)g->batch;
+        return calls * t->gemm_call_s;
+    }
+    const KirAttn *a = &k->attn;
+    double heads = (double)(a->B * a->H), bwd = k->kind == KK_ATTN ? 0.0 : 1.0, helpers = 0;
+    for (int h = 0; h < 1 + (int)bwd; h++) // the backward recomputes the softmax, then its derivative
+        if (a->helper[h] >= 0) helpers += t->kernel_launch_s + cpu_statements_time(&set->k[a->helper[h]], t);
+    return heads * ((2.0 + 3.0 * bwd) * t->gemm_call_s + helpers);
+}
+
 // A GEMM or attention kernel: its FLOPs at a rate, or its bytes at HBM
 // bandwidth, whichever is longer, plus a launch. The rate: GEMMs at the
 // matrix rate of the storage dtype times gemm_efficiency; attention at
 // matrix_flops_bf16 times the target's fraction for the kernel that runs it
-// (attention_tc_fraction, attention_fp32_fraction), or as a GEMM on a cpu
-// target.
-static double heavy_time(const KirKernel *k, const Target *t) {
-    int bf16 = k->args[0].dtype == KT_BF16;
+// (attention_tc_fraction, attention_fp32_fraction). On a cpu target f32
+// attention is priced as GEMMs over every (query, key) pair plus
+// cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
+// kernel (double sums, one thread), at vector_flops.
+static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
+    int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU)
         matrix = t->matrix_flops_bf16 *
@@ -69,10 +111,13 @@ static double heavy_time(const KirKernel *k, const Target *t) {
         const KirAttn *a = &k->attn;
         double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
+        if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
+        if (cpu && bf16) matrix = t->vector_flops;
         flops = 4.0 * (double)a->B * pairs * (double)(a->H * a->D) * (k->kind == KK_ATTN ? 1.0 : 2.5);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
-    return (by_flops > by_bytes ? by_flops : by_bytes) + t->kernel_launch_s;
+    double overhead = cpu && !(bf16 && k->kind != KK_GEMM) ? cpu_overhead(set, k, t) : 0.0;
+    return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
 }
 
 // Fuses the graph as mtc -o does and prices every launched kernel.
@@ -96,7 +141,7 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
                 kt->light[pk][k->anchor] += expr_time(k, t, -1);
                 continue;
             }
-            double h = heavy_time(k, t);
+            double h = heavy_time(s, k, t);
             kt->heavy[pk][k->anchor] += h;
             if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
             if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) // no separate pass over C

@@ -14,7 +14,13 @@
 //      in cache-sized chunks, several passes a chunk, so that arithmetic and
 //      not memory bounds it (compiler/cost.c already takes the larger of the
 //      FLOP time and the byte time) -> vector_flops.
-//   4. cores (the CPUs this process may run on), RAM (MemTotal, or a smaller
+//   4. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
+//      scores in the tiny examples) called many times, less its FLOPs at the
+//      rate of 2 -> gemm_call_s; a generated kernel's call (a function
+//      pointer on a few elements, as the executor calls one) ->
+//      kernel_launch_s; expf, logf, sinf and cosf over an array in cache, the
+//      mean of the four a call -> transcendental_s. Best of CAL_REPS.
+//   5. cores (the CPUs this process may run on), RAM (MemTotal, or a smaller
 //      cgroup limit).
 //
 // Then writes the profile through a temporary file, checks it with
@@ -53,6 +59,7 @@ typedef struct Measured {
     int copy_threads;
     int gemm_n;            // the sgemm's M = N = K
     int blas_threads;      // OpenBLAS's
+    double small_gemm_s;   // seconds a call of the small sgemm took
     double meminfo_total;  // bytes, MemTotal
     double cgroup_limit;   // bytes, 0 when none or not below MemTotal
     char date[16];         // YYYY-MM-DD, UTC
@@ -239,7 +246,70 @@ static int measure_vector(Measured *m, char *err, size_t errcap) {
     return 0;
 }
 
-// ---- 4. cores and memory
+// ---- 4. per-call overheads
+
+enum { CAL_SMALL_N = 64, CAL_SMALL_K = 16, CAL_SMALL_CALLS = 2000, CAL_KERNEL_CALLS = 1000000, CAL_MATH_N = 1 << 18 };
+
+// What the executor's generated kernels look like to a caller: a pointer to
+// a function over rows of its arguments.
+typedef void (*CalKernel)(float *x, int64_t rows);
+static void cal_kernel(float *x, int64_t rows) {
+    for (int64_t i = 0; i < rows; i++) x[i] = x[i] * 0.999f + 0.001f;
+}
+
+static int measure_overheads(Measured *m, char *err, size_t errcap) {
+    const int n = CAL_SMALL_N, k = CAL_SMALL_K;
+    float *A = malloc((size_t)n * k * 4), *B = malloc((size_t)n * k * 4); // (n, k) each
+    float *C = malloc((size_t)n * n * 4);                                 // (n, n) = A B^T
+    if (!A || !B || !C) {
+        free(A), free(B), free(C);
+        return cal_fail(err, errcap, "cannot allocate the matrices to measure a small sgemm");
+    }
+    for (int i = 0; i < n * k; i++) A[i] = B[i] = (float)(i % 13) * 0.0625f - 0.375f;
+    double best = 1e30;
+    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
+        double t0 = now_s();
+        for (int c = 0; c < CAL_SMALL_CALLS; c++)
+            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
+        double dt = (now_s() - t0) / CAL_SMALL_CALLS;
+        if (r > 0 && dt < best) best = dt;
+    }
+    free(A), free(B), free(C);
+    double work = 2.0 * n * n * k / m->t.matrix_flops_f32;
+    m->small_gemm_s = best;
+    m->t.gemm_call_s = best > work ? best - work : 0.0;
+
+    volatile CalKernel fn = cal_kernel; // volatile: every call is made, through the pointer
+    float x[4] = {1, 1, 1, 1};
+    best = 1e30;
+    for (int r = 0; r <= CAL_REPS; r++) {
+        double t0 = now_s();
+        for (int c = 0; c < CAL_KERNEL_CALLS; c++) fn(x, 4);
+        double dt = (now_s() - t0) / CAL_KERNEL_CALLS;
+        if (r > 0 && dt < best) best = dt;
+    }
+    m->t.kernel_launch_s = best > 1e-9 ? best : 1e-9;
+
+    float *y = malloc((size_t)CAL_MATH_N * 4); // (CAL_MATH_N)
+    if (!y) return cal_fail(err, errcap, "cannot allocate the array to measure exp, log, sin and cos");
+    for (int i = 0; i < CAL_MATH_N; i++) y[i] = 0.5f + (float)(i % 97) * 0.01f;
+    best = 1e30;
+    volatile float sink = 0;
+    for (int r = 0; r <= CAL_REPS; r++) {
+        double t0 = now_s();
+        float s = 0;
+        for (int i = 0; i < CAL_MATH_N; i++) s += expf(y[i]) + logf(y[i]) + sinf(y[i]) + cosf(y[i]);
+        sink += s;
+        double dt = (now_s() - t0) / (4.0 * CAL_MATH_N);
+        if (r > 0 && dt < best) best = dt;
+    }
+    (void)sink;
+    free(y);
+    m->t.transcendental_s = best;
+    return 0;
+}
+
+// ---- 5. cores and memory
 
 // The CPUs this process may run on (a container's or taskset's share),
 // else the online CPUs.
@@ -407,9 +477,20 @@ static int write_profile(FILE *f, const Measured *m) {
                "# (sched_getaffinity).\n", d);
     fprintf(f, "host_cores = %.0f\n\n", t->host_cores);
 
-    fprintf(f, "# set by mtrun --calibrate on %s, not measured: the default. The cpu executor's\n"
-               "# per-kernel overhead is not timed yet.\n", d);
+    fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
+               "# function pointer, on 4 elements), best of %d runs of %d calls.\n", d, CAL_REPS,
+            CAL_KERNEL_CALLS);
     fprintf(f, "kernel_launch_s = %s\n", fmt_num(a, sizeof a, t->kernel_launch_s));
+    fprintf(f, "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm took %s s a call (best of\n"
+               "# %d runs of %d calls), less its FLOPs at matrix_flops_f32: what the cpu backend's\n"
+               "# many small BLAS calls (attention's per head, above all) cost beyond their work.\n",
+            d, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, fmt_num(b, sizeof b, m->small_gemm_s), CAL_REPS,
+            CAL_SMALL_CALLS);
+    fprintf(f, "gemm_call_s = %s\n", fmt_num(a, sizeof a, t->gemm_call_s));
+    fprintf(f, "# measured by mtrun --calibrate on %s: expf, logf, sinf and cosf over %d floats in\n"
+               "# cache on one thread, the mean a call, best of %d: what a generated kernel's exp, log,\n"
+               "# sqrt, sin, cos or pow costs the cpu backend.\n", d, CAL_MATH_N, CAL_REPS);
+    fprintf(f, "transcendental_s = %s\n", fmt_num(a, sizeof a, t->transcendental_s));
     fprintf(f, "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
                "# large sgemm reaches here, not a datasheet peak.\n", d);
     fprintf(f, "gemm_efficiency = 1\n");
@@ -489,11 +570,11 @@ int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t er
     if (measure_copy(&m, available, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
     if (measure_sgemm(&m, err, errcap) != 0) return -1;
     if (measure_vector(&m, err, errcap) != 0) return -1;
+    if (measure_overheads(&m, err, errcap) != 0) return -1;
     m.t.hbm_bandwidth = m.t.host_memory_bandwidth = m.copy_rate;
     m.t.h2d_bandwidth = m.t.d2h_bandwidth = m.copy_rate / 2;
     m.t.link_duplex = 0;
     m.t.matrix_flops_bf16 = m.t.matrix_flops_f32;
-    m.t.kernel_launch_s = TARGET_DEFAULT_KERNEL_LAUNCH_S;
     m.t.gemm_efficiency = 1.0;
 
     if (write_atomically(path, &m, err, errcap) != 0) return -1;
@@ -505,6 +586,9 @@ int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t er
         fprintf(out, "  sgemm   %8.1f GFLOP/s   %dx%dx%d, OpenBLAS %d threads\n", m.t.matrix_flops_f32 / 1e9,
                 m.gemm_n, m.gemm_n, m.gemm_n, m.blas_threads);
         fprintf(out, "  x*a+b   %8.2f GFLOP/s   one thread, in cache\n", m.t.vector_flops / 1e9);
+        fprintf(out, "  calls   %8.2f us        a %dx%dx%d sgemm beyond its FLOPs; %.3f us a kernel call\n",
+                m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
+        fprintf(out, "  expf..  %8.2f ns        one thread, a call\n", m.t.transcendental_s * 1e9);
         fprintf(out, "wrote %s in %.1f s\n", path, now_s() - t0);
     }
     return 0;

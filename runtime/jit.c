@@ -368,8 +368,7 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
     void **args = j->argv;
     bind(e, args, base, offsets);
     double *s = acc_begin(j, e, args);
-    int64_t block = (1 << 18) / g->N;
-    if (block < 256) block = 256;
+    int64_t block = kir_gemm_row_block(g->N);
     for (int64_t r0 = 0; r0 < g->M; r0 += block) {
         int64_t r1 = r0 + block < g->M ? r0 + block : g->M;
         sgemm(g->ta, g->tb, r1 - r0, g->N, g->K, A + (g->ta ? r0 : r0 * g->lda), g->lda, B, g->ldb, 0.0f,

@@ -34,6 +34,8 @@ PLAUSIBLE = {
     "host_memory": (1e8, 1e14),
     "host_cores": (1, 100000),
     "kernel_launch_s": (1e-9, 1e-2),
+    "gemm_call_s": (0, 1e-2),
+    "transcendental_s": (1e-10, 1e-5),
     "gemm_efficiency": (1e-3, 1.0),
 }
 
