@@ -84,9 +84,9 @@ int shape_eq(const Shape *a, const Shape *b) {
 
 char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer) {
     if (!p->in_block) return arena_strdup(a, p->ckpt);
-    const char *prefix = g->block_prefix, *mark = strstr(prefix, "{i}");
-    return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)layer, mark + 3,
-                        p->ckpt);
+    const char *prefix = p->prefix, *mark = strstr(prefix, "{i}");
+    return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)(layer * g->sublayers + p->sublayer),
+                        mark + 3, p->ckpt);
 }
 
 // Writes the attributes an op uses, e.g. " heads=12 causal=1".

@@ -151,8 +151,14 @@ typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
 
 typedef struct Param {
     const char *name; // in the DSL
-    const char *ckpt; // checkpoint name; for block params, with "{i}" in it
+    const char *ckpt; // checkpoint name; for block params, relative to prefix
     int in_block;
+    // Block params: the checkpoint prefix of their block kind, with "{i}"
+    // in it, and which sublayer of the streamed layer they belong to (0 ..
+    // Graph.sublayers - 1); layer l's copy is checkpoint layer l * sublayers
+    // + sublayer. Global params: NULL and 0.
+    const char *prefix;
+    int sublayer;
     Shape shape;
     InitKind init;
     double init_std;   // INIT_NORMAL
@@ -182,9 +188,13 @@ typedef struct TrainConfig {
 typedef struct Graph {
     const char *model_name;
     Part parts[PART_COUNT];
-    const char *block_name;
-    const char *block_prefix; // e.g. "h.{i}."
-    int64_t layers;
+    const char *block_name;   // the block, or the order of block kinds, forward calls
+    const char *block_prefix; // e.g. "h.{i}."; its first kind's under an order
+    int64_t layers;           // streamed layers, each `sublayers` layers of the model
+    // Under an order of block kinds (dsl/README.md), the block part is one
+    // period of the order: sublayers layers of the model, lowered one after
+    // another, each kind with its own params. 1 for a single block.
+    int64_t sublayers;
     PtrVec params;   // of Param*: globals and block params, in declaration order
     PtrVec inputs;   // of ModelInput*: forward's arguments
     TrainConfig train;
@@ -205,8 +215,9 @@ int64_t shape_numel(const Shape *s);
 char *shape_str(const Shape *s, char *buf, size_t cap);
 int shape_eq(const Shape *a, const Shape *b);
 
-// The checkpoint name of a parameter, with "{i}" filled in for layer i
-// (ignored for global parameters). Allocated in a.
+// The checkpoint name of a parameter in streamed layer `layer` (ignored
+// for global parameters): its prefix with "{i}" the model's layer index,
+// layer * sublayers + its sublayer. Allocated in a.
 char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.

@@ -225,6 +225,7 @@ static void write_graph(Buf *b, const Graph *g) {
     put_str(b, g->block_name);
     put_str(b, g->block_prefix);
     put_i64(b, g->layers);
+    put_i64(b, g->sublayers);
     put_u32(b, (uint32_t)g->inputs.n);
     for (int i = 0; i < g->inputs.n; i++) {
         const ModelInput *mi = g->inputs.items[i];
@@ -239,6 +240,8 @@ static void write_graph(Buf *b, const Graph *g) {
         put_str(b, pr->name);
         put_str(b, pr->ckpt);
         put_u32(b, (uint32_t)pr->in_block);
+        put_str(b, pr->in_block ? pr->prefix : "");
+        put_u32(b, (uint32_t)pr->sublayer);
         put_shape(b, &pr->shape);
         put_u32(b, (uint32_t)pr->init);
         put_f64(b, pr->init_std);

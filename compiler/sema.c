@@ -28,9 +28,11 @@ static ConfigEntry *find_config(Sema *S, const char *name) {
     return NULL;
 }
 
+// Inside a block, block parameters are those of the sublayer being lowered.
 static int find_param(Sema *S, const char *name, int in_block) {
     for (int i = 0; i < S->g->params.n; i++) {
         Param *p = S->g->params.items[i];
+        if (in_block && S->in_block && p->sublayer != S->sublayer) continue;
         if (p->in_block == in_block && !strcmp(p->name, name)) return i;
     }
     return -1;
@@ -60,8 +62,8 @@ static int check_fresh(Sema *S, const char *name, Loc loc, const char *what) {
     } else if ((p = find_param(S, name, 0)) >= 0 || (S->in_block && (p = find_param(S, name, 1)) >= 0)) {
         Param *pp = S->g->params.items[p];
         diag_error(S->d, loc, "duplicate name '%s': already a parameter (line %d)", name, pp->loc.line);
-    } else if (S->block && !strcmp(S->block->name, name)) {
-        diag_error(S->d, loc, "duplicate name '%s': already the block (line %d)", name, S->block->loc.line);
+    } else if (S->block_name && !strcmp(S->block_name, name)) {
+        diag_error(S->d, loc, "duplicate name '%s': already the block (line %d)", name, S->block_loc.line);
     } else {
         return 0;
     }
@@ -126,7 +128,7 @@ int num_binary(Sema *S, int op, Loc loc, Num a, Num b, Num *out) {
 // A name used where a constant is needed but which names something else.
 static void not_a_constant(Sema *S, const Expr *e) {
     if (!S->in_block && find_param(S, e->str, 1) >= 0)
-        diag_error(S->d, e->loc, "'%s' is a parameter of block '%s'; only the block can use it", e->str, S->block->name);
+        diag_error(S->d, e->loc, "'%s' is a parameter of block '%s'; only the block can use it", e->str, S->block_name);
     else if (find_param(S, e->str, 0) >= 0 || find_param(S, e->str, 1) >= 0 || find_local(S, e->str))
         diag_error(S->d, e->loc, "'%s' is a tensor; expected a constant number", e->str);
     else if (is_bt(e->str))
@@ -414,7 +416,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     if (check_fresh(S, pd->name, pd->loc, "parameter") != 0) return -1;
     for (int i = 0; i < S->g->params.n; i++) {
         Param *q = S->g->params.items[i];
-        if (q->in_block == in_block && !strcmp(q->ckpt, pd->ckpt)) {
+        if (q->in_block == in_block && q->sublayer == (in_block ? S->sublayer : 0) && !strcmp(q->ckpt, pd->ckpt)) {
             diag_error(S->d, pd->ckpt_loc, "duplicate checkpoint name \"%s\" (parameter '%s', line %d)", pd->ckpt,
                        q->name, q->loc.line);
             return -1;
@@ -427,6 +429,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     Param *p = arena_alloc(S->a, sizeof *p);
     if (!p) return -1;
     *p = (Param){.name = pd->name, .ckpt = pd->ckpt, .in_block = in_block, .loc = pd->loc,
+                 .prefix = in_block ? S->kind_prefix : NULL, .sublayer = in_block ? S->sublayer : 0,
                  .first_use = PART_COUNT, .init = INIT_NORMAL, .init_std = 0.02};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
@@ -518,7 +521,7 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
             diag_error(S->d, e->loc, "'%s' is a global parameter; a block may use only its own parameters and its input",
                        e->str);
             return -1;
-        } else if (S->block && !strcmp(e->str, S->block->name)) {
+        } else if (S->block_name && !strcmp(e->str, S->block_name)) {
             diag_error(S->d, e->loc, "'%s' is the block; call it as %s(x)", e->str, e->str);
             return -1;
         } else {
@@ -555,7 +558,7 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
         return lower_binary(S, e, a, b, out);
     }
     case EXPR_CALL:
-        if (S->block && !strcmp(e->str, S->block->name)) return lower_block_call(S, e, out);
+        if (S->block_name && !strcmp(e->str, S->block_name)) return lower_block_call(S, e, out);
         if (!strcmp(e->str, "sqrt")) { // the constant function
             out->is_num = 1;
             return eval_num(S, e, &out->num);
@@ -585,25 +588,25 @@ int lower_tensor(Sema *S, const Expr *e, Node **out) {
 // ---------------------------------------------------------------- block and forward
 
 int lower_block_call(Sema *S, const Expr *call, Val *out) {
-    const BlockDecl *b = S->block;
+    const char *name = S->block_name;
     if (S->in_block) {
-        diag_error(S->d, call->loc, "block '%s' cannot call itself", b->name);
+        diag_error(S->d, call->loc, "block '%s' cannot call itself", name);
         return -1;
     }
     if (call->items.n != 1 || ((Expr *)call->items.items[0])->kind == EXPR_KWARG) {
-        diag_error(S->d, call->loc, "block '%s' takes 1 argument, its input; got %d", b->name, call->items.n);
+        diag_error(S->d, call->loc, "block '%s' takes 1 argument, its input; got %d", name, call->items.n);
         return -1;
     }
     Node *x;
     if (lower_tensor(S, call->items.items[0], &x) != 0) return -1;
     if (S->block_called) { // checked after the argument, which may call it too
         diag_error(S->d, call->loc, "block '%s' is called twice; forward streams it once, all %lld layers in one call",
-                   b->name, (long long)S->g->layers);
+                   name, (long long)(S->g->layers * S->g->sublayers));
         return -1;
     }
     if (!shape_eq(&x->shape, &S->block_input->shape) || x->dtype != DT_F32) {
         char s1[160], s2[160];
-        diag_error(S->d, call->loc, "shape mismatch: block '%s' takes f32%s, got %s%s", b->name,
+        diag_error(S->d, call->loc, "shape mismatch: block '%s' takes f32%s, got %s%s", name,
                    shape_str(&S->block_input->shape, s1, sizeof s1), dtype_name(x->dtype),
                    shape_str(&x->shape, s2, sizeof s2));
         return -1;
@@ -676,23 +679,9 @@ static Node *lower_stmts(Sema *S, const PtrVec *stmts, Loc end, const char *wher
     return NULL;
 }
 
-static int lower_block(Sema *S) {
-    if (S->m->blocks.n == 0) {
-        diag_error(S->d, S->m->loc, "model '%s' has no block; a model needs one, the streamed layer", S->m->name);
-        return -1;
-    }
-    if (S->m->blocks.n > 1) {
-        const BlockDecl *b2 = S->m->blocks.items[1];
-        diag_error(S->d, b2->loc, "a second block '%s'; a model has one block, the streamed layer", b2->name);
-        return -1;
-    }
-    const BlockDecl *b = S->m->blocks.items[0];
-    Graph *g = S->g;
-    if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
-    S->block = b;
-    g->block_name = b->name;
-    g->block_prefix = b->prefix;
-    if (eval_int(S, b->repeat, 1, "the layer count", &g->layers) != 0) return -1;
+// Lowers block kind b as sublayer `sublayer` of the block part, taking
+// *x (NULL: the part's input, made here) and leaving its output in *x.
+static int lower_kind(Sema *S, const BlockDecl *b, int sublayer, Node **x) {
     const char *mark = strstr(b->prefix, "{i}");
     if (!mark || strstr(mark + 1, "{i}")) {
         diag_error(S->d, b->prefix_loc, "the block's checkpoint prefix must contain {i}, the layer index, once, as \"h.{i}.\"");
@@ -700,6 +689,8 @@ static int lower_block(Sema *S) {
     }
     S->in_block = 1;
     S->part = PART_BLOCK;
+    S->sublayer = sublayer;
+    S->kind_prefix = b->prefix;
     for (int i = 0; i < b->params.n; i++)
         if (lower_param(S, b->params.items[i], 1) != 0) return -1;
     Shape in_shape;
@@ -722,11 +713,19 @@ static int lower_block(Sema *S) {
             return -1;
         }
     }
-    S->block_input = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
-    if (!S->block_input) return -1;
-    S->block_input->src_part = PART_HEAD;
-    S->block_input->name = b->input.name;
-    if (bind_local(S, b->input.name, b->input.loc, S->block_input) != 0) return -1;
+    if (!*x) {
+        S->block_input = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
+        if (!S->block_input) return -1;
+        S->block_input->src_part = PART_HEAD;
+        S->block_input->name = b->input.name;
+        *x = S->block_input;
+    } else if (!shape_eq(&(*x)->shape, &in_shape)) {
+        char s1[160], s2[160];
+        diag_error(S->d, b->input.loc, "block '%s' takes %s, but the kind before it in the order returns %s", b->name,
+                   shape_str(&in_shape, s1, sizeof s1), shape_str(&(*x)->shape, s2, sizeof s2));
+        return -1;
+    }
+    if (bind_local(S, b->input.name, b->input.loc, *x) != 0) return -1;
     const char *where = arena_printf(S->a, "block '%s'", b->name);
     Node *ret = lower_stmts(S, &b->stmts, b->loc, where);
     if (!ret) return -1;
@@ -742,9 +741,136 @@ static int lower_block(Sema *S) {
         Node *in[2] = {ret, zero};
         if (!zero || !(ret = new_node(S, OP_ADD, DT_F32, &in_shape, ret->loc, 2, in))) return -1;
     }
-    g->parts[PART_BLOCK].output = ret;
+    *x = ret;
     S->in_block = 0;
     S->locals = (PtrVec){0};
+    return 0;
+}
+
+static const BlockDecl *find_block(Sema *S, const char *name) {
+    for (int i = 0; i < S->m->blocks.n; i++) {
+        const BlockDecl *b = S->m->blocks.items[i];
+        if (!strcmp(b->name, name)) return b;
+    }
+    return NULL;
+}
+
+// The period of kinds[0, n): the smallest p dividing n with kinds[i] ==
+// kinds[i - p] throughout.
+static int order_period(const BlockDecl **kinds, int n) {
+    for (int p = 1; p < n; p++) {
+        if (n % p) continue;
+        int i = p;
+        while (i < n && kinds[i] == kinds[i - p]) i++;
+        if (i == n) return p;
+    }
+    return n;
+}
+
+// order: "block" IDENT "[" expr "]" "=" "[" IDENT ("," IDENT)* "]" ("*" expr)?
+// The layers follow the order; the block part is one period of it
+// (Graph.sublayers kinds), streamed `layers` times.
+static int lower_order(Sema *S) {
+    const OrderDecl *o = S->m->orders.items[0];
+    Graph *g = S->g;
+    if (S->m->orders.n > 1) {
+        const OrderDecl *o2 = S->m->orders.items[1];
+        diag_error(S->d, o2->loc, "a second order of layers '%s'; a model has one (line %d)", o2->name, o->loc.line);
+        return -1;
+    }
+    if (check_fresh(S, o->name, o->loc, "block order") != 0) return -1;
+    int64_t count, repeat = 1;
+    if (eval_int(S, o->count, 1, "the layer count", &count) != 0) return -1;
+    const Expr *list = o->order;
+    if (list->kind == EXPR_BINARY && list->op == '*') {
+        if (eval_int(S, list->rhs, 1, "the order's repeat count", &repeat) != 0) return -1;
+        list = list->lhs;
+    }
+    if (list->kind != EXPR_LIST || list->items.n == 0) {
+        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2)",
+                   o->name);
+        return -1;
+    }
+    int nlist = list->items.n;
+    if (repeat > INT32_MAX / nlist || nlist * repeat != count) {
+        diag_error(S->d, o->order->loc,
+                   "the order makes %d x %lld layers, but '%s[...]' declares %lld; they must be the same", nlist,
+                   (long long)repeat, o->name, (long long)count);
+        return -1;
+    }
+    const BlockDecl **kinds = arena_alloc(S->a, (size_t)nlist * sizeof *kinds);
+    if (!kinds) return -1;
+    for (int i = 0; i < nlist; i++) {
+        const Expr *e = list->items.items[i];
+        if (e->kind != EXPR_NAME) {
+            diag_error(S->d, e->loc, "the order of layers '%s' lists block kinds by name", o->name);
+            return -1;
+        }
+        if (!(kinds[i] = find_block(S, e->str))) {
+            diag_error(S->d, e->loc, "the order of layers '%s' names '%s', which is not a declared block", o->name,
+                       e->str);
+            return -1;
+        }
+    }
+    for (int i = 0; i < S->m->blocks.n; i++) {
+        const BlockDecl *b = S->m->blocks.items[i];
+        int used = 0;
+        for (int j = 0; j < nlist; j++) used |= kinds[j] == b;
+        if (!used) {
+            diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name, o->name);
+            return -1;
+        }
+        if (b->repeat) {
+            diag_error(S->d, b->repeat->loc, "block '%s' is a kind in the order '%s', which sets the layer count; "
+                       "declare it without one, as block %s \"%s\" (...)", b->name, o->name, b->name, b->prefix);
+            return -1;
+        }
+        if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
+    }
+    int period = order_period(kinds, nlist);
+    g->block_name = o->name;
+    g->block_prefix = kinds[0]->prefix;
+    g->sublayers = period;
+    g->layers = count / period;
+    S->block_name = o->name;
+    S->block_loc = o->loc;
+    Node *x = NULL;
+    for (int s = 0; s < period; s++)
+        if (lower_kind(S, kinds[s], s, &x) != 0) return -1;
+    g->parts[PART_BLOCK].output = x;
+    return 0;
+}
+
+// The block part: one block, or an order of block kinds.
+static int lower_block(Sema *S) {
+    if (S->m->blocks.n == 0) {
+        diag_error(S->d, S->m->loc, "model '%s' has no block; a model needs one, the streamed layer", S->m->name);
+        return -1;
+    }
+    if (S->m->orders.n > 0) return lower_order(S);
+    const BlockDecl *b = S->m->blocks.items[0];
+    if (S->m->blocks.n > 1) {
+        const BlockDecl *b2 = S->m->blocks.items[1];
+        diag_error(S->d, b2->loc, "a second block '%s'; several block kinds need the order of the layers, as "
+                   "block layers[L] = [%s, %s] * (L / 2)", b2->name, b->name, b2->name);
+        return -1;
+    }
+    if (!b->repeat) {
+        diag_error(S->d, b->loc, "block '%s' has no layer count; write it as block %s[L] \"%s\" (...)", b->name,
+                   b->name, b->prefix);
+        return -1;
+    }
+    Graph *g = S->g;
+    if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
+    S->block_name = b->name;
+    S->block_loc = b->loc;
+    g->block_name = b->name;
+    g->block_prefix = b->prefix;
+    g->sublayers = 1;
+    if (eval_int(S, b->repeat, 1, "the layer count", &g->layers) != 0) return -1;
+    Node *x = NULL;
+    if (lower_kind(S, b, 0, &x) != 0) return -1;
+    g->parts[PART_BLOCK].output = x;
     return 0;
 }
 
@@ -787,8 +913,8 @@ static int lower_forward(Sema *S) {
     Node *loss = lower_stmts(S, &f->stmts, f->loc, "forward");
     if (!loss) return -1;
     if (!S->block_called) {
-        diag_error(S->d, f->loc, "forward never calls block '%s'; call it once, as x = %s(x)", S->block->name,
-                   S->block->name);
+        diag_error(S->d, f->loc, "forward never calls block '%s'; call it once, as x = %s(x)", S->block_name,
+                   S->block_name);
         return -1;
     }
     if (loss->shape.rank != 0 || loss->dtype != DT_F32) {

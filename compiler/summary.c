@@ -52,8 +52,12 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
             (long long)t->seq, dtype_name(t->compute));
     fprintf(out, "  %-8s %20s\n", "part", "parameters");
     fprintf(out, "  %-8s %20s\n", "head", grouped(s.head, b1));
-    fprintf(out, "  %-8s %20s  = %lld x %s per layer (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
-            (long long)g->layers, grouped(s.per_layer, b2), g->block_prefix);
+    if (g->sublayers > 1) // an order of block kinds: a streamed layer is one period of it
+        fprintf(out, "  %-8s %20s  = %lld x %s per %lld layers (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
+                (long long)g->layers, grouped(s.per_layer, b2), (long long)g->sublayers, g->block_prefix);
+    else
+        fprintf(out, "  %-8s %20s  = %lld x %s per layer (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
+                (long long)g->layers, grouped(s.per_layer, b2), g->block_prefix);
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
     if (s.tied) fprintf(out, "  (+ %s tied with the head, counted once)", grouped(s.tied, b3));
     fprintf(out, "\n  %-8s %20s\n", "total", grouped(s.total, b1));
@@ -98,8 +102,8 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
     json_str(out, g->block_name);
     fprintf(out, ", \"prefix\": ");
     json_str(out, g->block_prefix);
-    fprintf(out, ", \"layers\": %lld, \"params_per_layer\": %lld, \"params\": %lld}],\n", (long long)g->layers,
-            (long long)s.per_layer, (long long)s.blocks);
+    fprintf(out, ", \"layers\": %lld, \"sublayers\": %lld, \"params_per_layer\": %lld, \"params\": %lld}],\n",
+            (long long)g->layers, (long long)g->sublayers, (long long)s.per_layer, (long long)s.blocks);
     fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param,
             (long long)s.host_bytes);
     // Checkpoint order: head globals, the layers, then tail-only globals.

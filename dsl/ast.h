@@ -81,7 +81,7 @@ typedef struct ArgDecl {
 typedef struct BlockDecl {
     Loc loc;
     const char *name;
-    Expr *repeat;       // how many layers
+    Expr *repeat;       // how many layers; NULL for a kind an order lists
     const char *prefix; // checkpoint prefix with {i}, e.g. "h.{i}."
     Loc prefix_loc;
     ArgDecl input;
@@ -89,6 +89,16 @@ typedef struct BlockDecl {
     PtrVec params;    // of ParamDecl*
     PtrVec stmts;     // of Stmt*
 } BlockDecl;
+
+// `block name[count] = [kind, kind, ...] * repeat`: the order of the
+// model's layers by block kind. order is the expression after '=', an
+// EXPR_LIST of names, or that list '*' a count.
+typedef struct OrderDecl {
+    Loc loc;
+    const char *name;
+    Expr *count; // the layers it declares
+    Expr *order;
+} OrderDecl;
 
 typedef struct ForwardDecl {
     Loc loc;
@@ -107,6 +117,7 @@ typedef struct Model {
     PtrVec configs;  // of Section*
     PtrVec params;   // of ParamDecl*, global
     PtrVec blocks;   // of BlockDecl*
+    PtrVec orders;   // of OrderDecl*
     PtrVec forwards; // of ForwardDecl*
     PtrVec trains;   // of Section*
 } Model;

@@ -76,7 +76,7 @@ static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) 
 %type <param> param_decl
 %type <type> type opt_output
 %type <section> bindings
-%type <expr> opt_init
+%type <expr> opt_init opt_count
 %type <annot> annot
 
 %left '+' '-'
@@ -146,16 +146,28 @@ type
       }
     ;
 
-/* block_decl: "block" IDENT "[" expr "]" STRING "(" IDENT ":" type ")"
-               ("->" type)? "{" (param_decl | stmt | ";")* "}" */
+/* block_decl: "block" IDENT ("[" expr "]")? STRING "(" IDENT ":" type ")"
+               ("->" type)? "{" (param_decl | stmt | ";")* "}"
+             | "block" IDENT "[" expr "]" "=" expr */
 block_decl
-    : "block" IDENT '[' expr ']' STRING '(' IDENT ':' type ')' opt_output '{' {
+    : "block" IDENT opt_count STRING '(' IDENT ':' type ')' opt_output '{' {
           BlockDecl *b = ctx_alloc(ctx, sizeof(BlockDecl));
           if (!b) YYNOMEM;
-          b->loc = @2; b->name = $2; b->repeat = $4; b->prefix = $6; b->prefix_loc = @6;
-          b->input.loc = @8; b->input.name = $8; b->input.type = *$10; b->output = $12;
+          b->loc = @2; b->name = $2; b->repeat = $3; b->prefix = $4; b->prefix_loc = @4;
+          b->input.loc = @6; b->input.name = $6; b->input.type = *$8; b->output = $10;
           ctx_push(ctx, &ctx->model->blocks, b);
       } block_body '}'
+    | "block" IDENT '[' expr ']' '=' expr {
+          OrderDecl *o = ctx_alloc(ctx, sizeof(OrderDecl));
+          if (!o) YYNOMEM;
+          o->loc = @2; o->name = $2; o->count = $4; o->order = $7;
+          ctx_push(ctx, &ctx->model->orders, o);
+      }
+    ;
+
+opt_count
+    : %empty       { $$ = NULL; }
+    | '[' expr ']' { $$ = $2; }
     ;
 
 opt_output

@@ -321,6 +321,8 @@ static int read_params(Rd *r, Graph *g) {
         get_str(r, &pr->name, 0, what);
         get_str(r, &pr->ckpt, 0, what);
         pr->in_block = get_enum(r, 2, what, "in_block");
+        get_str(r, &pr->prefix, 0, what);
+        pr->sublayer = get_enum(r, (int)g->sublayers, what, "sublayer");
         get_shape(r, &pr->shape, what);
         pr->init = (InitKind)get_enum(r, INIT_ONES + 1, what, "init");
         pr->init_std = get_f64(r);
@@ -328,7 +330,11 @@ static int read_params(Rd *r, Graph *g) {
         pr->first_use = (PartKind)get_enum(r, PART_COUNT + 1, what, "first use"); // PART_COUNT: unused
         pr->loc = get_loc(r, what);
         if (r->failed) break;
-        if (pr->shape.rank < 1) rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
+        if (pr->in_block && !strstr(pr->prefix, "{i}"))
+            rd_fail(r, "parameter '%s': its checkpoint prefix \"%s\" has no {i}", pr->name, pr->prefix);
+        else if (!pr->in_block && (pr->prefix[0] || pr->sublayer))
+            rd_fail(r, "global parameter '%s' has a checkpoint prefix or a sublayer", pr->name);
+        else if (pr->shape.rank < 1) rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
         need_real(r, pr->init_std, 0, INFINITY, "a parameter's init std");
     }
     return r->failed ? -1 : 0;
@@ -530,6 +536,7 @@ static int read_graph(Rd *r, Graph *g) {
     get_str(r, &g->block_name, 0, "the block name");
     get_str(r, &g->block_prefix, 0, "the block prefix");
     g->layers = get_i64(r);
+    g->sublayers = get_i64(r);
     if (r->failed) return -1;
     if (!strstr(g->block_prefix, "{i}")) {
         rd_fail(r, "the block prefix \"%s\" has no {i}", g->block_prefix);
@@ -537,6 +544,11 @@ static int read_graph(Rd *r, Graph *g) {
     }
     if (g->layers < 1 || g->layers > INT32_MAX) {
         rd_fail(r, "%lld layers; expected 1..%d", (long long)g->layers, INT32_MAX);
+        return -1;
+    }
+    if (g->sublayers < 1 || g->sublayers > INT32_MAX / g->layers) {
+        rd_fail(r, "%lld sublayers in each of %lld layers; expected 1..%lld", (long long)g->sublayers,
+                (long long)g->layers, (long long)(INT32_MAX / g->layers));
         return -1;
     }
     if (read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;

@@ -47,6 +47,13 @@ EXPECTED = {
         "gpt_neox.layers.0.attention.query_key_value.bias": [2304], "gpt_neox.layers.5.mlp.dense_4h_to_h.weight": [768, 3072],
         "gpt_neox.layers.3.post_attention_layernorm.bias": [768], "gpt_neox.final_layer_norm.weight": [768],
         "embed_out.weight": [50304, 768]}, 12 * 12 + 4),
+    "gemma2-9b.mt": (9_241_705_984, {
+        "model.embed_tokens.weight": [256000, 3584], "model.layers.0.self_attn.q_proj.weight": [4096, 3584],
+        "model.layers.41.self_attn.k_proj.weight": [2048, 3584], "model.layers.40.mlp.down_proj.weight": [3584, 14336],
+        "model.layers.1.pre_feedforward_layernorm.weight": [3584],
+        "model.layers.41.post_feedforward_layernorm.weight": [3584], "model.norm.weight": [3584]}, 42 * 11 + 2),
+    "gemma2-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.3.self_attn.k_proj.weight": [32, 64],
+                              "model.layers.2.post_attention_layernorm.weight": [64]}, 4 * 11 + 2),
     "gpt2-tiny.mt": (None, {"wte.weight": [256, 64], "h.1.mlp.c_fc.weight": [64, 256]}, 2 + 2 * 12 + 2),
     "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.1.self_attn.k_proj.weight": [32, 64]},
                       2 * 9 + 3),

@@ -13,6 +13,11 @@ usage: check_weights.py MTC MTRUN MODE
              loss equals a numpy GPT-2 forward pass
   window     tests/jit/llama-window.mt (sliding window, scale, softcap):
              its first validation loss equals a numpy forward pass
+  gemma2     examples/gemma2-tiny.mt (two block kinds in the order [local,
+             global] * 2): random weights in by checkpoint name come back out
+             under the same names, and the first validation loss equals a
+             numpy forward pass that follows the order (window on even
+             layers), which a swapped order or no window moves
   errors     missing, extra and misshapen tensors and wrong checkpoints are
              refused naming the tensor, both shapes and the file
   bf16       the same random llama-tiny compiled with --dtype bf16: its
@@ -183,6 +188,47 @@ def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None,
     return cross_entropy(r(r(rms(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets, mask)
 
 
+def gemma2_loss(W, kinds, nh, nkv, theta, window, qs, acap, fcap, tokens, targets):
+    """Gemma-2 in float64: kinds[i] is layer i's ("local": sliding window, or
+    "global"); RMSNorm scales by 1 + w; GeGLU with the tanh GELU; the
+    embedding, scaled by sqrt(C), is the LM head; logits capped by fcap."""
+    W = {k: v.astype(np.float64) for k, v in W.items()}
+
+    def rms(x, g):
+        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * (1 + g)
+
+    def rope(x, heads):
+        T, D = x.shape[0], x.shape[1] // heads
+        ang = np.arange(T)[:, None] * theta ** (-2 * np.arange(D // 2) / D)[None, :]
+        cos, sin = np.cos(ang), np.sin(ang)
+        y = x.copy()
+        for h in range(heads):
+            a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
+            y[:, h * D: h * D + D // 2] = a * cos - b * sin
+            y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
+        return y
+
+    def gelu(x):
+        return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
+
+    E = W["model.embed_tokens.weight"]
+    x = E[tokens] * math.sqrt(E.shape[1])
+    for i, kind in enumerate(kinds):
+        p = f"model.layers.{i}."
+        a = rms(x, W[p + "input_layernorm.weight"])
+        q = rope(a @ W[p + "self_attn.q_proj.weight"].T, nh)
+        k = rope(a @ W[p + "self_attn.k_proj.weight"].T, nkv)
+        v = a @ W[p + "self_attn.v_proj.weight"].T
+        o = attention(q, k, v, nh, nkv, window=window if kind == "local" else 0, scale=1 / math.sqrt(qs),
+                      softcap=acap) @ W[p + "self_attn.o_proj.weight"].T
+        x = x + rms(o, W[p + "post_attention_layernorm.weight"])
+        m = rms(x, W[p + "pre_feedforward_layernorm.weight"])
+        f = (gelu(m @ W[p + "mlp.gate_proj.weight"].T) * (m @ W[p + "mlp.up_proj.weight"].T)) @ W[p + "mlp.down_proj.weight"].T
+        x = x + rms(f, W[p + "post_feedforward_layernorm.weight"])
+    logits = rms(x, W["model.norm.weight"]) @ E.T
+    return cross_entropy(fcap * np.tanh(logits / fcap), targets)
+
+
 # ---------------------------------------------------------------- helpers
 
 def plan(mtc, tmp, model, *extra):
@@ -296,6 +342,35 @@ def window(mtc, mtrun, tmp):
     print(f"window: loss {loss:.6f}, numpy {want:.6f}")
 
 
+def gemma2(mtc, mtrun, tmp):
+    """gemma2-tiny: layers 0 and 2 are the local kind, 1 and 3 global. The
+    weights go in and come out by checkpoint name, so each layer's tensors
+    are where the order puts them; numpy's loss follows the same order."""
+    model = "examples/gemma2-tiny.mt"
+    W = llama_tiny_weights(mtc, tmp, np.random.default_rng(5), model)
+    W = {n: (w - 1 if w.ndim == 1 else w) for n, w in W.items()}  # Gemma's norms scale by 1 + w
+    W = {n: (w * 4 if "q_proj" in n or "k_proj" in n else w) for n, w in W.items()}
+    f = os.path.join(tmp, "w.safetensors")
+    write_safetensors(f, [(n, "F32", w) for n, w in W.items()])
+    pl = plan(mtc, tmp, model, "--batch", "1", "--seq", "48")
+    out = os.path.join(tmp, "out.safetensors")
+    loss, p = first_val_loss(mtrun, pl, tmp, "--init", f, "--export", out)
+    if loss is None:
+        return
+    got = read_safetensors(out)
+    check(sorted(got) == sorted(W), "the export names the tensors the model lists")
+    for n in W:
+        check(n in got and np.array_equal(got[n], W[n]), f"{n}: exported as loaded")
+    tokens, targets = val_tokens(48)
+    args = (4, 2, 10000.0, 16, 32, 50.0, 30.0, tokens, targets)
+    want = gemma2_loss(W, ["local", "global"] * 2, *args)
+    check(abs(loss - want) <= 1e-5 * abs(want), f"gemma2-tiny loss {loss} vs numpy {want}")
+    for other_kinds in (["global", "local"] * 2, ["global"] * 4):
+        other = gemma2_loss(W, other_kinds, *args)
+        check(abs(other - want) > 1e-4 * abs(want), f"layers {other_kinds} move numpy's loss ({other} vs {want})")
+    print(f"gemma2: loss {loss:.6f}, numpy {want:.6f} (relative {abs(loss - want) / abs(want):.1e})")
+
+
 def llmc(mtc, mtrun, tmp):
     rng = np.random.default_rng(2)
     L, C, NH, V, Vp, maxT = 12, 768, 12, 50257, 50304, 1024
@@ -384,7 +459,8 @@ def bf16(mtc, mtrun, tmp):
 def main():
     mtc, mtrun, mode = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
-        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors, "bf16": bf16, "window": window}[mode](mtc, mtrun, tmp)
+        {"roundtrip": roundtrip, "fixture": fixture, "llmc": llmc, "errors": errors, "bf16": bf16, "window": window,
+         "gemma2": gemma2}[mode](mtc, mtrun, tmp)
     sys.exit(report())
 
 

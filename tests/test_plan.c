@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 4. For each model given: parse,
+// test_plan: the plan file format, version 5. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -285,6 +285,7 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
     SAME("block name", str_eq(x->block_name, y->block_name));
     SAME("block prefix", str_eq(x->block_prefix, y->block_prefix));
     SAME("layers", x->layers == y->layers);
+    SAME("sublayers", x->sublayers == y->sublayers);
     const TrainConfig *a = &x->train, *b = &y->train;
     SAME("batch", a->batch == b->batch);
     SAME("seq", a->seq == b->seq);
@@ -314,7 +315,8 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
         const Param *p = x->params.items[i], *q = y->params.items[i];
         SAME("a param", str_eq(p->name, q->name) && str_eq(p->ckpt, q->ckpt) && p->in_block == q->in_block &&
                             shape_eq(&p->shape, &q->shape) && p->init == q->init && f64_eq(p->init_std, q->init_std) &&
-                            p->init_given == q->init_given && p->first_use == q->first_use && loc_eq(p->loc, q->loc));
+                            p->init_given == q->init_given && p->first_use == q->first_use && loc_eq(p->loc, q->loc) &&
+                            p->sublayer == q->sublayer && (!p->in_block || str_eq(p->prefix, q->prefix)));
     }
     for (int pk = 0; pk < PART_COUNT; pk++) {
         const Part *p = &x->parts[pk], *q = &y->parts[pk];
@@ -544,11 +546,15 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 4");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 5");
     memcpy(buf, orig, len);
-    st32(buf + 8, 5);
+    st32(buf + 8, 4);
     redo_crcs(buf);
-    expect_refused("version 5", buf, len, "p.plan: plan version 5, this mtrun reads version 4");
+    expect_refused("version 4", buf, len, "p.plan: plan version 4, this mtrun reads version 5");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 6);
+    redo_crcs(buf);
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 5");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -722,6 +728,28 @@ static void damage_fields(Plan *p, const char *path) {
         }
         free(a);
         free(b);
+    }
+    { // the order of block kinds (format 5): sublayers, each block param's sublayer and prefix
+        char want[160];
+        int64_t saved = g->sublayers;
+        g->sublayers = 0;
+        snprintf(want, sizeof want, "section GRAPH: 0 sublayers in each of %lld layers", (long long)g->layers);
+        expect_written_refused("no sublayers", p, path, want);
+        g->sublayers = saved;
+        int k = 0;
+        while (k < g->params.n && !((Param *)g->params.items[k])->in_block) k++;
+        Param *pr = g->params.items[k];
+        int sub = pr->sublayer;
+        pr->sublayer = (int)g->sublayers;
+        snprintf(want, sizeof want, "section GRAPH: parameter %d: sublayer %lld is out of range (0..%lld)", k,
+                 (long long)g->sublayers, (long long)g->sublayers - 1);
+        expect_written_refused("a sublayer out of range", p, path, want);
+        pr->sublayer = sub;
+        const char *prefix = pr->prefix;
+        pr->prefix = "h.";
+        snprintf(want, sizeof want, "section GRAPH: parameter '%s': its checkpoint prefix \"h.\" has no {i}", pr->name);
+        expect_written_refused("a prefix without {i}", p, path, want);
+        pr->prefix = prefix;
     }
     {
         Node *n = node_at(p, PART_TAIL, 1);
