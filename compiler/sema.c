@@ -46,6 +46,15 @@ static Local *find_local(Sema *S, const char *name) {
     return NULL;
 }
 
+// The first block declared as `name`, or NULL.
+static const BlockDecl *find_block(Sema *S, const char *name) {
+    for (int i = 0; i < S->m->blocks.n; i++) {
+        const BlockDecl *b = S->m->blocks.items[i];
+        if (!strcmp(b->name, name)) return b;
+    }
+    return NULL;
+}
+
 static int is_bt(const char *name) { return !strcmp(name, "B") || !strcmp(name, "T"); }
 
 // Reports `name` if it is already taken by a config constant, a parameter or
@@ -559,6 +568,11 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
     }
     case EXPR_CALL:
         if (S->block_name && !strcmp(e->str, S->block_name)) return lower_block_call(S, e, out);
+        if (S->m->orders.n && find_block(S, e->str)) {
+            diag_error(S->d, e->loc, "'%s' is a block kind of the order '%s'; forward calls the order, as x = %s(x)",
+                       e->str, S->block_name, S->block_name);
+            return -1;
+        }
         if (!strcmp(e->str, "sqrt")) { // the constant function
             out->is_num = 1;
             return eval_num(S, e, &out->num);
@@ -747,14 +761,6 @@ static int lower_kind(Sema *S, const BlockDecl *b, int sublayer, Node **x) {
     return 0;
 }
 
-static const BlockDecl *find_block(Sema *S, const char *name) {
-    for (int i = 0; i < S->m->blocks.n; i++) {
-        const BlockDecl *b = S->m->blocks.items[i];
-        if (!strcmp(b->name, name)) return b;
-    }
-    return NULL;
-}
-
 // The period of kinds[0, n): the smallest p dividing n with kinds[i] ==
 // kinds[i - p] throughout.
 static int order_period(const BlockDecl **kinds, int n) {
@@ -813,7 +819,11 @@ static int lower_order(Sema *S) {
         }
     }
     for (int i = 0; i < S->m->blocks.n; i++) {
-        const BlockDecl *b = S->m->blocks.items[i];
+        const BlockDecl *b = S->m->blocks.items[i], *first = find_block(S, b->name);
+        if (first != b) {
+            diag_error(S->d, b->loc, "duplicate block '%s' (line %d)", b->name, first->loc.line);
+            return -1;
+        }
         int used = 0;
         for (int j = 0; j < nlist; j++) used |= kinds[j] == b;
         if (!used) {
