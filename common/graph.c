@@ -133,7 +133,10 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "model %s\n", g->model_name);
     for (int p = 0; p < PART_COUNT; p++) {
         const Part *part = &g->parts[p];
-        if (p == PART_BLOCK)
+        if (p == PART_BLOCK && g->sublayers > 1) // one period of an order of block kinds
+            fprintf(out, "block %s x%lld, %lld layers each \"%s\":\n", g->block_name, (long long)g->layers,
+                    (long long)g->sublayers, g->block_prefix);
+        else if (p == PART_BLOCK)
             fprintf(out, "block %s x%lld \"%s\":\n", g->block_name, (long long)g->layers, g->block_prefix);
         else
             fprintf(out, "%s:\n", part_name((PartKind)p));

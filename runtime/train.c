@@ -485,8 +485,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     const TrainConfig *t = &g->train;
     FILE *out = r->o->out;
     char d[1024];
-    fprintf(out, "mtrun: model %s (%s), %lld parameters, %lld layers\n", g->model_name, p->source_path,
-            (long long)param_count(g), (long long)g->layers);
+    fprintf(out, "mtrun: model %s (%s), %lld parameters, %lld layers", g->model_name, p->source_path,
+            (long long)param_count(g), (long long)(g->layers * g->sublayers));
+    if (g->sublayers > 1) fprintf(out, " streamed %lld at a time (one period of the order)", (long long)g->sublayers);
+    fputc('\n', out);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
     fprintf(out, "  device   %s; arena %.2f MB, host store %.2f MB, %d optimizer threads\n",
             r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu", (double)p->arena_bytes / 1e6,
