@@ -1,11 +1,11 @@
 #!/usr/bin/env python3
 """The cuda backend (runtime/backend_cuda.c) on the CPU emulation of CUDA.
 
-usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
 
-Plans are compiled for tests/tiny-gpu.target (sm_90, 3.1 MB of device
+Plans are compiled for TARGET, by default tests/tiny-gpu.target (sm_90, 3.1 MB of device
 memory, --batch 2, --resident 0 but under --remat none: every layer
 streams through the weight slots). Each plan's translation unit (mtc --emit-cuda, the CUDA C that NVRTC
 compiled into the plan) is built for the host with tests/emu/cuda_emu.h and
@@ -77,13 +77,16 @@ def build_kernels(cxx, src, cu, work):
     return so
 
 
+TARGET = "tests/tiny-gpu.target"  # relative to SRC; the optional last argument
+
+
 def compile_plan(mtc, src, work, model, dtype, remat):
     base = os.path.join(work, f"{dtype}-{remat}")
     resident = [] if remat == "none" else ["--resident", "0"]  # none keeps every layer resident
-    p = run([mtc, os.path.join(src, model), "--target", os.path.join(src, "tests", "tiny-gpu.target"), "--batch", "2",
+    p = run([mtc, os.path.join(src, model), "--target", os.path.join(src, TARGET), "--batch", "2",
              *resident, "--dtype", dtype, "--remat", remat, "-o", base + ".bin", "--emit-cuda", base + ".cu"])
     if p.returncode != 0:
-        fail(f"mtc {model} --dtype {dtype} --remat {remat} for tests/tiny-gpu.target", p)
+        fail(f"mtc {model} --dtype {dtype} --remat {remat} for {TARGET}", p)
     return base + ".bin", base + ".cu"
 
 
@@ -169,7 +172,10 @@ def check_waits(mtc, mtrun, lib, cxx, src, work, model):
 
 
 def main():
+    global TARGET
     what, mtc, mtrun, lib, cxx, src, work, model = sys.argv[1:9]
+    if len(sys.argv) > 9:
+        TARGET = sys.argv[9]
     os.makedirs(work, exist_ok=True)
     {"train": check_train, "gpu": check_train, "waits": check_waits}[what](mtc, mtrun, lib, cxx, src, work, model)
 
