@@ -9,6 +9,7 @@ static const char *const OP_NAMES[] = {
     "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
     "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
     "attention_bwd", "pad", "view", "tanh", "sigmoid", "erf", "exp", "log", "abs", "lt", "le", "eq", "where",
+    "top_k", "moe", "moe_bwd", "load_balance", "load_balance_bwd", "add_loss",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -82,11 +83,23 @@ int shape_eq(const Shape *a, const Shape *b) {
     return 1;
 }
 
-char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer) {
-    if (!p->in_block) return arena_strdup(a, p->ckpt);
+int64_t param_elements(const Param *p) { return strstr(p->ckpt, "{e}") ? p->shape.dims[0] : 1; }
+
+Shape param_element_shape(const Param *p) {
+    Shape s = p->shape;
+    if (!strstr(p->ckpt, "{e}")) return s;
+    s.rank--;
+    for (int i = 0; i < s.rank; i++) s.dims[i] = s.dims[i + 1];
+    return s;
+}
+
+char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element) {
+    const char *ckpt = p->ckpt, *e = strstr(ckpt, "{e}");
+    if (e) ckpt = arena_printf(a, "%.*s%lld%s", (int)(e - ckpt), ckpt, (long long)element, e + 3);
+    if (!ckpt || !p->in_block) return ckpt ? arena_strdup(a, ckpt) : NULL;
     const char *prefix = p->prefix, *mark = strstr(prefix, "{i}");
     return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)(layer * g->sublayers + p->sublayer),
-                        mark + 3, p->ckpt);
+                        mark + 3, ckpt);
 }
 
 // Writes the attributes an op uses, e.g. " heads=12 causal=1".
@@ -121,6 +134,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_PAD: fprintf(out, " axis=%d offset=%lld", n->axis, (long long)n->offset); break;
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
+    case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
     case OP_ATTENTION_BWD:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
                 (long long)n->window, n->scale, n->softcap);

@@ -83,6 +83,17 @@ typedef enum {
     OP_LE,            // a <= b, as OP_LT
     OP_EQ,            // a == b, as OP_LT
     OP_WHERE,         // cond != 0 ? a : b, broadcasting all three (cond, a, b)
+    // Mixture of experts (dsl/README.md), appended likewise.
+    OP_TOP_K,         // x[..., E] -> 1.0 at the top_k largest along the last axis (of equals the lower index
+                      // first), 0.0 elsewhere; no gradient, as the comparisons
+    OP_MOE,           // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F] -> [..., C]:
+                      // each row the sum over experts e whose gate is not 0 of
+                      // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x))
+    OP_MOE_BWD,       // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down]
+    OP_LOAD_BALANCE,  // logits[..., E], mask[..., E] (top_k's) -> f32[]: E * sum_e f_e P_e, f_e the share of
+                      // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
+    OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)
+    OP_ADD_LOSS,      // x, loss f32[] -> x unchanged; loss joins the training objective (its gradient 1)
     OP_COUNT
 } OpKind;
 
@@ -119,6 +130,7 @@ typedef struct Node {
     // tanh(score / softcap) (0: not capped).
     int64_t window;
     double scale, softcap;
+    int top_k;         // OP_TOP_K: how many experts a row selects
 } Node;
 
 // OP_INPUT sources that are not parts.
@@ -215,10 +227,17 @@ int64_t shape_numel(const Shape *s);
 char *shape_str(const Shape *s, char *buf, size_t cap);
 int shape_eq(const Shape *a, const Shape *b);
 
+// How many checkpoint tensors a parameter is: a parameter array (its
+// checkpoint name holds "{e}") dims[0], each of its shape less that axis;
+// any other 1.
+int64_t param_elements(const Param *p);
+// The shape of one of its checkpoint tensors.
+Shape param_element_shape(const Param *p);
 // The checkpoint name of a parameter in streamed layer `layer` (ignored
 // for global parameters): its prefix with "{i}" the model's layer index,
-// layer * sublayers + its sublayer. Allocated in a.
-char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer);
+// layer * sublayers + its sublayer; in an array, "{e}" is `element`
+// (ignored otherwise). Allocated in a.
+char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.
 void graph_dump(FILE *out, const Graph *g, const char *path);

@@ -189,7 +189,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_ARANGE:
     case OP_LT:
     case OP_LE:
-    case OP_EQ: return 0;
+    case OP_EQ:
+    case OP_TOP_K: return 0;
     case OP_TANH:
     case OP_SIGMOID:
     case OP_ERF:
@@ -285,6 +286,20 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return 0;
     }
     case OP_TRANSPOSE: return accumulate(ad, in[0], emit1(ad, OP_TRANSPOSE, &in[0]->shape, loc, dy));
+    case OP_MOE: {
+        int64_t off[6] = {0};
+        for (int i = 0; i < 5; i++) off[i + 1] = off[i] + shape_numel(&in[i]->shape);
+        Node *args[6] = {dy, in[0], in[1], in[2], in[3], in[4]};
+        Node *p = packed(ad, OP_MOE_BWD, off[5], loc, 6, args);
+        for (int i = 0; i < 5; i++)
+            if (accumulate(ad, in[i], view(ad, p, off[i], &in[i]->shape)) != 0) return -1;
+        return 0;
+    }
+    case OP_LOAD_BALANCE: {
+        Node *args[3] = {dy, in[0], in[1]};
+        return accumulate(ad, in[0], emit(ad, OP_LOAD_BALANCE_BWD, &in[0]->shape, loc, 3, args));
+    }
+    case OP_ADD_LOSS: return accumulate(ad, in[0], dy) || accumulate(ad, in[1], constant(ad, 1, loc));
     default: break;
     }
     diag_error(ad->d, loc, "internal error: no gradient rule for %s", op_name(n->op));

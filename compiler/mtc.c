@@ -196,11 +196,27 @@ fail:
     return 1;
 }
 
+// Mixture of experts has a graph, a backward and reference kernels
+// (runtime/kernels.inc) but no fused kernels, costs or schedule yet: a
+// located refusal rather than a plan that cannot run. 0 when g has none.
+static int refuse_moe(const Graph *g, Diag *d) {
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op >= OP_TOP_K && n->op <= OP_ADD_LOSS) {
+                diag_error(d, n->loc, "mixture of experts (%s) runs only in the reference executor so far; mtc cannot "
+                                      "schedule it or write a plan yet", op_name(n->op));
+                return -1;
+            }
+        }
+    return 0;
+}
+
 // The graph for a batch size and a row tiling: sema, tiling, autodiff.
 // NULL after reporting.
 static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    return g && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
+    return g && refuse_moe(g, d) == 0 && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
 }
 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto

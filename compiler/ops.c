@@ -47,6 +47,11 @@ static const OpSpec OP_SPECS[] = {
     {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ},
     {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ},
     {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE},
+    {"router", OP_TOP_K, 1, 1, "top_k softmax normalize",
+     "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K},
+    {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE},
+    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k", "load_balancing_loss(logits, top_k=K)", OP_LOAD_BALANCE},
+    {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
 
@@ -651,6 +656,101 @@ static Node *lower_transpose(Sema *S, const Args *a) {
     return new_node(S, OP_TRANSPOSE, x->dtype, &s, a->call->loc, 1, &x);
 }
 
+// ---------------------------------------------------------------- mixture of experts
+
+// top_k(logits): the 1.0 / 0.0 mask of each row's top_k experts, top_k
+// read from the call and checked against the experts (the last axis).
+static Node *top_k_mask(Sema *S, const Args *a, Node **logits) {
+    int64_t k;
+    if (lower_tensor(S, a->pos[0], logits) != 0 || need_f32(S, a->pos[0], *logits, a->spec->name) ||
+        need_rank(S, a->pos[0], *logits, 1, -1, a->spec->name) || kw_int(S, a, "top_k", 0, 1, &k) != 0)
+        return NULL;
+    int64_t experts = last_dim(*logits);
+    if (k < 1 || k > experts) {
+        const Expr *e = find_kwarg(a->call, "top_k");
+        diag_error(S->d, e->loc, "top_k must be between 1 and the %lld experts (the last axis of the logits), got %lld",
+                   (long long)experts, (long long)k);
+        return NULL;
+    }
+    Node *m = new_node(S, OP_TOP_K, DT_F32, &(*logits)->shape, a->call->loc, 1, logits);
+    if (m) m->top_k = (int)k;
+    return m;
+}
+
+static Node *softmax_last(Sema *S, Node *x, Loc loc) {
+    Node *n = new_node(S, OP_SOFTMAX, DT_F32, &x->shape, loc, 1, &x);
+    if (n) n->axis = x->shape.rank - 1;
+    return n;
+}
+
+// The gates: softmax before the selection, the selected probabilities as
+// they are (Qwen-MoE, DeepSeek-MoE); softmax after it, over the selected
+// logits only (Mixtral). Before with normalize renormalises the selected
+// probabilities to sum 1, which is softmax after: lowered as that.
+static Node *lower_router(Sema *S, const Args *a) {
+    Node *logits, *mask = top_k_mask(S, a, &logits);
+    if (!mask) return NULL;
+    const Expr *e = find_kwarg(a->call, "softmax");
+    int after = 0, normalize;
+    if (e) {
+        const char *w = e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "";
+        after = !strcmp(w, "after");
+        if (!after && strcmp(w, "before")) {
+            diag_error(S->d, e->loc, "softmax must be before or after (the top-k selection)");
+            return NULL;
+        }
+    }
+    if (kw_bool(S, a, "normalize", 0, &normalize) != 0) return NULL;
+    Loc loc = a->call->loc;
+    const Shape *s = &logits->shape;
+    if (!after && !normalize) {
+        Node *in[2] = {softmax_last(S, logits, loc), mask};
+        return in[0] ? new_node(S, OP_MUL, DT_F32, s, loc, 2, in) : NULL;
+    }
+    Node *in[3] = {mask, logits, const_node(S, -1e30, loc)}; // exp of it is 0 in f32 and f64
+    Node *masked = in[2] ? new_node(S, OP_WHERE, DT_F32, s, loc, 3, in) : NULL;
+    return masked ? softmax_last(S, masked, loc) : NULL;
+}
+
+// x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F].
+static Node *lower_moe(Sema *S, const Args *a) {
+    Node *in[5];
+    for (int i = 0; i < 5; i++)
+        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return NULL;
+    Node *x = in[0], *gates = in[1];
+    if (need_rank(S, a->pos[0], x, 1, -1, "moe")) return NULL;
+    Shape rows = x->shape; // gates: x's rows, a column an expert
+    rows.dims[rows.rank - 1] = last_dim(gates);
+    if (!shape_eq(&rows, &gates->shape)) return (void)mismatch(S, a->pos[1]->loc, "moe's gates", &rows, &gates->shape), NULL;
+    int64_t E = last_dim(gates), C = last_dim(x), F = in[2]->shape.rank == 3 ? in[2]->shape.dims[1] : 0;
+    const Shape want[3] = {{3, {E, F, C}}, {3, {E, F, C}}, {3, {E, C, F}}};
+    for (int i = 0; i < 3; i++)
+        if (!shape_eq(&want[i], &in[2 + i]->shape) || !F) {
+            static const char *what[3] = {"moe's w_gate", "moe's w_up", "moe's w_down"};
+            return (void)mismatch(S, a->pos[2 + i]->loc, what[i], &want[i], &in[2 + i]->shape), NULL;
+        }
+    return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
+}
+
+static Node *lower_load_balance(Sema *S, const Args *a) {
+    Node *logits, *mask = top_k_mask(S, a, &logits);
+    Node *in[2] = {logits, mask};
+    return mask ? new_node(S, OP_LOAD_BALANCE, DT_F32, NULL, a->call->loc, 2, in) : NULL;
+}
+
+static Node *lower_add_loss(Sema *S, const Args *a) {
+    Node *in[2];
+    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || need_f32(S, a->pos[0], in[0], "add_loss") ||
+        lower_tensor(S, a->pos[1], &in[1]) != 0 || need_f32(S, a->pos[1], in[1], "add_loss"))
+        return NULL;
+    if (in[1]->shape.rank != 0) {
+        char s1[160];
+        diag_error(S->d, a->pos[1]->loc, "add_loss needs a scalar loss, f32[]; got %s", shape_str(&in[1]->shape, s1, sizeof s1));
+        return NULL;
+    }
+    return new_node(S, OP_ADD_LOSS, DT_F32, &in[0]->shape, a->call->loc, 2, in);
+}
+
 static void unknown_op(Sema *S, const Expr *call) {
     char list[512];
     size_t n = 0;
@@ -696,6 +796,10 @@ int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
     case OP_RESHAPE: n = lower_reshape(S, &a); break;
     case OP_CONCAT: n = lower_concat(S, &a); break;
     case OP_TRANSPOSE: n = lower_transpose(S, &a); break;
+    case OP_TOP_K: n = lower_router(S, &a); break;
+    case OP_MOE: n = lower_moe(S, &a); break;
+    case OP_LOAD_BALANCE: n = lower_load_balance(S, &a); break;
+    case OP_ADD_LOSS: n = lower_add_loss(S, &a); break;
     default: break;
     }
     outs[0] = (Val){.node = n};

@@ -421,6 +421,29 @@ static int lower_init(Sema *S, const Expr *e, Param *p) {
     return -1;
 }
 
+// `param name[count] "....{e}..." [dims]`: shape becomes [count, dims...];
+// the checkpoint name must hold {e}, element e's index, once.
+static int lower_param_array(Sema *S, const ParamDecl *pd, Shape *shape) {
+    int64_t count;
+    if (eval_int(S, pd->count, 1, "a parameter array's length", &count) != 0) return -1;
+    const char *mark = strstr(pd->ckpt, "{e}");
+    if (!mark || strstr(mark + 1, "{e}")) {
+        diag_error(S->d, pd->ckpt_loc,
+                   "the checkpoint name of parameter array '%s' must contain {e}, the element index, once, as "
+                   "\"experts.{e}.w\"", pd->name);
+        return -1;
+    }
+    if (shape->rank == MT_MAX_RANK) {
+        diag_error(S->d, pd->type.loc, "a tensor has at most %d dimensions, this array's elements %d", MT_MAX_RANK,
+                   shape->rank);
+        return -1;
+    }
+    memmove(shape->dims + 1, shape->dims, (size_t)shape->rank * sizeof shape->dims[0]);
+    shape->dims[0] = count;
+    shape->rank++;
+    return 0;
+}
+
 static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     if (check_fresh(S, pd->name, pd->loc, "parameter") != 0) return -1;
     for (int i = 0; i < S->g->params.n; i++) {
@@ -430,6 +453,11 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
                        q->name, q->loc.line);
             return -1;
         }
+    }
+    if (!pd->count && strstr(pd->ckpt, "{e}")) {
+        diag_error(S->d, pd->ckpt_loc, "{e} names an element of a parameter array; declare '%s' as one, as %s[E]",
+                   pd->name, pd->name);
+        return -1;
     }
     if (pd->type.dtype && strcmp(pd->type.dtype, "f32")) {
         diag_error(S->d, pd->type.dtype_loc, "parameters are f32 master weights; '%s' is not allowed here", pd->type.dtype);
@@ -443,6 +471,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
     int rc = eval_shape(S, &pd->type, &p->shape);
+    if (rc == 0 && pd->count) rc = lower_param_array(S, pd, &p->shape);
     S->have_bt = 1;
     if (rc != 0) return -1;
     if (p->shape.rank == 0) {

@@ -115,8 +115,11 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
                 const Param *p = g->params.items[i];
                 int want = pass == 1 ? p->in_block : !p->in_block && (p->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
-                char *name = param_ckpt_name(a, g, p, layer);
-                json_param(out, name ? name : "?", &p->shape, &first);
+                Shape es = param_element_shape(p);
+                for (int64_t e = 0; e < param_elements(p); e++) {
+                    char *name = param_ckpt_name(a, g, p, layer, e);
+                    json_param(out, name ? name : "?", &es, &first);
+                }
             }
         }
     }

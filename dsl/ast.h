@@ -51,10 +51,13 @@ typedef struct Binding {
     Expr *value;
 } Binding;
 
-// `param name "checkpoint.name" [dims] [init = call]`
+// `param name "checkpoint.name" [dims] [init = call]`, or a parameter array
+// `param name[count] "experts.{e}.name" [dims]`: count tensors of [dims],
+// held as one [count, dims...], the checkpoint naming element e with {e}.
 typedef struct ParamDecl {
     Loc loc;
     const char *name;
+    Expr *count; // NULL: not an array
     const char *ckpt; // checkpoint name; in a block, relative to its prefix
     Loc ckpt_loc;
     TypeExpr type;

@@ -117,13 +117,19 @@ bindings
     | bindings ';' { $$ = $1; }
     ;
 
-/* param_decl: "param" IDENT STRING type ("init" "=" expr)? */
+/* param_decl: "param" IDENT ("[" expr "]")? STRING type ("init" "=" expr)? */
 param_decl
     : "param" IDENT STRING type opt_init {
           $$ = ctx_alloc(ctx, sizeof(ParamDecl));
           if (!$$) YYNOMEM;
           $$->loc = @2; $$->name = $2; $$->ckpt = $3; $$->ckpt_loc = @3;
           $$->type = *$4; $$->init = $5;
+      }
+    | "param" IDENT '[' expr ']' STRING type opt_init {
+          $$ = ctx_alloc(ctx, sizeof(ParamDecl));
+          if (!$$) YYNOMEM;
+          $$->loc = @2; $$->name = $2; $$->count = $4; $$->ckpt = $6; $$->ckpt_loc = @6;
+          $$->type = *$7; $$->init = $8;
       }
     ;
 

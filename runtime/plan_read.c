@@ -56,7 +56,8 @@ static const signed char ARITY[] = {
     [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
     [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 4, [OP_PAD] = 1,
     [OP_VIEW] = 1, [OP_TANH] = 1, [OP_SIGMOID] = 1, [OP_ERF] = 1, [OP_EXP] = 1, [OP_LOG] = 1, [OP_ABS] = 1,
-    [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3,
+    [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3, [OP_TOP_K] = 1, [OP_MOE] = 5, [OP_MOE_BWD] = 6,
+    [OP_LOAD_BALANCE] = 2, [OP_LOAD_BALANCE_BWD] = 3, [OP_ADD_LOSS] = 2,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 

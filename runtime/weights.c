@@ -12,7 +12,10 @@
 // How many tensors the model has in a checkpoint: a block param once a layer.
 static int64_t tensor_count(const Graph *g) {
     int64_t k = 0;
-    for (int i = 0; i < g->params.n; i++) k += ((const Param *)g->params.items[i])->in_block ? g->layers : 1;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        k += (prm->in_block ? g->layers : 1) * param_elements(prm);
+    }
     return k;
 }
 
@@ -34,25 +37,27 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
     if (!used) goto done;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
-            const char *name = param_ckpt_name(&a, g, prm, l);
-            const StTensor *t = name ? st_find(&set, name) : NULL;
-            if (!t) {
-                snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path, name ? name : "?",
-                         prm->name);
-                goto done;
+        Shape es = param_element_shape(prm); // one checkpoint tensor's
+        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++)
+            for (int64_t e = 0; e < param_elements(prm); e++) {
+                const char *name = param_ckpt_name(&a, g, prm, l, e);
+                const StTensor *t = name ? st_find(&set, name) : NULL;
+                if (!t) {
+                    snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path,
+                             name ? name : "?", prm->name);
+                    goto done;
+                }
+                int same = t->rank == es.rank;
+                for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == es.dims[d];
+                if (!same) {
+                    char s1[160], s2[160];
+                    snprintf(err, errcap, "%s: tensor \"%s\" is %s in the file but %s in the model", t->file, name,
+                             shape_text(s1, sizeof s1, t->rank, t->shape), shape_str(&es, s2, sizeof s2));
+                    goto done;
+                }
+                st_to_f32(t, hs->w + store_offset(p, i, l) + e * shape_numel(&es));
+                used[t - set.tensors] = 1;
             }
-            int same = t->rank == prm->shape.rank;
-            for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == prm->shape.dims[d];
-            if (!same) {
-                char s1[160], s2[160];
-                snprintf(err, errcap, "%s: tensor \"%s\" is %s in the file but %s in the model", t->file, name,
-                         shape_text(s1, sizeof s1, t->rank, t->shape), shape_str(&prm->shape, s2, sizeof s2));
-                goto done;
-            }
-            st_to_f32(t, hs->w + store_offset(p, i, l));
-            used[t - set.tensors] = 1;
-        }
     }
     for (int k = 0; k < set.n; k++)
         if (!used[k]) {
@@ -94,7 +99,7 @@ static int param_by_hf(const Plan *p, const char *hf, Arena *a) {
     const char *mark = strstr(hf, "{i}");
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        char *name = param_ckpt_name(a, g, prm, 0), *want;
+        char *name = param_ckpt_name(a, g, prm, 0, 0), *want;
         if (mark) want = arena_printf(a, "%.*s0%s", (int)(mark - hf), hf, mark + 3);
         else want = arena_strdup(a, hf);
         if (name && want && !strcmp(name, want) && prm->in_block == (mark != NULL)) return i;
@@ -214,11 +219,14 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                 const Param *prm = g->params.items[i];
                 int want = pass == 1 ? prm->in_block : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
-                StOut *o = &out[k++];
-                if (!(o->name = param_ckpt_name(&a, g, prm, l))) goto oom;
-                o->rank = prm->shape.rank;
-                for (int d = 0; d < o->rank; d++) o->shape[d] = prm->shape.dims[d];
-                o->data = hs->w + store_offset(p, i, l);
+                Shape es = param_element_shape(prm); // one checkpoint tensor's
+                for (int64_t e = 0; e < param_elements(prm); e++) {
+                    StOut *o = &out[k++];
+                    if (!(o->name = param_ckpt_name(&a, g, prm, l, e))) goto oom;
+                    o->rank = es.rank;
+                    for (int d = 0; d < o->rank; d++) o->shape[d] = es.dims[d];
+                    o->data = hs->w + store_offset(p, i, l) + e * shape_numel(&es);
+                }
             }
     rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
     arena_free(&a);

@@ -2,6 +2,7 @@
 // in double precision. For each model given, for each part (head, block,
 // tail), binds random inputs and parameters, takes the objective
 //   J = loss (tail)   or   J = sum(output * R) for a random R (head, block),
+// plus every loss add_loss joins to the objective,
 // runs the backward the compiler appended, and compares every gradient, of
 // every parameter and part input, element by element (up to --samples a
 // tensor, 48 by default) with the fourth-order central difference of J. Fails on any relative error above
@@ -30,12 +31,17 @@ static double uniform(void) { // [0, 1)
 }
 static double normal(void) { return sqrt(-2 * log(1 - uniform())) * cos(6.283185307179586 * uniform()); }
 
+// Plus every loss add_loss joins to the objective (OP_ADD_LOSS's second operand).
 static double objective(PartState *ps, const double *R) {
     const Part *p = ps->part;
     exec_run(ps, 0, p->nfwd);
     const double *out = ps->val[p->output->id];
-    if (!R) return out[0];
     double j = 0;
+    for (int i = 0; i < p->nfwd; i++) {
+        const Node *n = p->nodes.items[i];
+        if (n->op == OP_ADD_LOSS) j += ((const double *)ps->val[n->in[1]->id])[0];
+    }
+    if (!R) return j + out[0];
     for (int64_t i = 0; i < shape_numel(&p->output->shape); i++) j += out[i] * R[i];
     return j;
 }
