@@ -197,14 +197,16 @@ fail:
 }
 
 // Mixture of experts has a graph, a backward and reference kernels
-// (runtime/kernels.inc) but no fused kernels, costs or schedule yet: a
-// located refusal rather than a plan that cannot run. 0 when g has none.
+// (runtime/kernels.inc) but no fused kernels, costs or schedule yet: what
+// needs them (a plan, --explain, --explore, the kernels, CUDA) is refused,
+// located; the graph's own outputs (--summary, --dump-graph) are not. 0 when
+// g has none.
 static int refuse_moe(const Graph *g, Diag *d) {
     for (int pk = 0; pk < PART_COUNT; pk++)
         for (int i = 0; i < g->parts[pk].nodes.n; i++) {
             const Node *n = g->parts[pk].nodes.items[i];
             if (n->op >= OP_TOP_K && n->op <= OP_ADD_LOSS) {
-                diag_error(d, n->loc, "mixture of experts (%s) runs only in the reference executor so far; mtc cannot "
+                if (d) diag_error(d, n->loc, "mixture of experts (%s) runs only in the reference executor so far; mtc cannot "
                                       "schedule it or write a plan yet", op_name(n->op));
                 return -1;
             }
@@ -216,7 +218,7 @@ static int refuse_moe(const Graph *g, Diag *d) {
 // NULL after reporting.
 static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    return g && refuse_moe(g, d) == 0 && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
+    return g && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
 }
 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
@@ -231,6 +233,10 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     SchedResult mine, *best = r ? r : &mine, next;
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
     if (!g || (tile_arg && !r)) return g;
+    if (refuse_moe(g, NULL) != 0) { // the graph alone, or a located refusal when a plan is wanted
+        if (!r) return g;
+        return refuse_moe(g, d), NULL;
+    }
     if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
         best->plan = NULL;
         return g;
@@ -588,6 +594,7 @@ int main(int argc, char **argv) {
     Graph *g = !model ? NULL
                : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, auto_batch == 1, &best)
                             : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);
+    if (g && (want_kernels || cuda_path || want_explain || trace_path) && refuse_moe(g, &diag) != 0) g = NULL;
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);
