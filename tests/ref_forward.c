@@ -1,0 +1,144 @@
+// ref_forward: the forward pass of a model in the reference executor
+// (runtime/exec.c, double precision), from weights in a safetensors file and
+// the model's integer inputs in a raw file, with no plan: for models mtc
+// cannot plan yet (mixture of experts) checked against an independent numpy
+// forward (tests/check_moe.py). Head, then the block once per layer (each
+// layer's weights by checkpoint name), then the tail.
+//
+// usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N]
+//   INPUTS.i32: forward's arguments in order, each its elements as
+//   little-endian int32 (tokens then targets for a language model).
+// Prints "loss L" (the tail's output) and "aux A" (the sum over layers of
+// every loss add_loss joins to the objective); exit 1 on any error.
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/io.h"
+#include "../compiler/passes.h"
+#include "../runtime/exec.h"
+#include "../runtime/safetensors.h"
+
+typedef struct Run {
+    const Graph *g;
+    StSet st;
+    int32_t *inputs;      // (sum of the model inputs' elements) forward's arguments, one after another
+    PartState ps[PART_COUNT];
+    Arena a;              // the parameters' bound buffers
+} Run;
+
+static int fail(const char *what) {
+    fprintf(stderr, "ref_forward: %s\n", what);
+    return 1;
+}
+
+// Binds param node n (a Param of g) for layer `layer` in double.
+static int bind_param(Run *r, PartState *ps, const Node *n, int64_t layer) {
+    const Param *p = r->g->params.items[n->param];
+    Shape es = param_element_shape(p);
+    int64_t each = shape_numel(&es);
+    double *buf = arena_alloc(&r->a, (size_t)shape_numel(&p->shape) * sizeof(double)); // (p's shape)
+    float *f = malloc((size_t)each * sizeof(float));                                  // (one element's)
+    if (!buf || !f) return free(f), fail("out of memory");
+    for (int64_t e = 0; e < param_elements(p); e++) {
+        const char *name = param_ckpt_name(&r->a, r->g, p, layer, e);
+        const StTensor *t = name ? st_find(&r->st, name) : NULL;
+        if (!t || st_numel(t) != each) {
+            fprintf(stderr, "ref_forward: no tensor \"%s\" of %lld elements\n", name ? name : "?", (long long)each);
+            return free(f), 1;
+        }
+        st_to_f32(t, f);
+        for (int64_t k = 0; k < each; k++) buf[e * each + k] = f[k];
+    }
+    free(f);
+    ps->val[n->id] = buf;
+    return 0;
+}
+
+// Binds part pk's params for `layer` and its inputs: model inputs, the
+// head's values, and for the block's input from the head `carried` (the
+// previous layer's output, or the head's on layer 0).
+static int bind_part(Run *r, PartKind pk, int64_t layer, void *carried) {
+    PartState *ps = &r->ps[pk];
+    const Part *part = ps->part;
+    for (int i = 0; i < part->nfwd; i++) {
+        const Node *n = part->nodes.items[i];
+        if (n->op == OP_PARAM && bind_param(r, ps, n, layer) != 0) return 1;
+        if (n->op != OP_INPUT) continue;
+        if (n->src_part == SRC_MODEL_INPUT) {
+            int64_t off = 0;
+            for (int k = 0; k < n->src; k++) off += shape_numel(&((ModelInput *)r->g->inputs.items[k])->shape);
+            ps->val[i] = r->inputs + off;
+        } else if (n->src_part == PART_HEAD) {
+            int head_out = r->g->parts[PART_HEAD].output->id;
+            ps->val[i] = pk == PART_BLOCK && n->src == head_out ? carried : r->ps[PART_HEAD].val[n->src];
+        } else if (n->src_part == PART_BLOCK) {
+            ps->val[i] = carried;
+        } else {
+            return fail("a part input from nowhere");
+        }
+    }
+    return 0;
+}
+
+// The sum of the losses add_loss joins in part pk's last run.
+static double joined_losses(const PartState *ps) {
+    double sum = 0;
+    for (int i = 0; i < ps->part->nfwd; i++) {
+        const Node *n = ps->part->nodes.items[i];
+        if (n->op == OP_ADD_LOSS) sum += ((const double *)ps->val[n->in[1]->id])[0];
+    }
+    return sum;
+}
+
+int main(int argc, char **argv) {
+    if (argc != 4 && argc != 8) return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N]");
+    SemaOptions opt = {0};
+    if (argc == 8) opt.batch = atoll(argv[5]), opt.seq = atoll(argv[7]);
+    char *text, *raw, err[1024];
+    size_t len, rawlen;
+    if (io_read_file(argv[1], &text, &len) != 0 || io_read_file(argv[3], &raw, &rawlen) != 0)
+        return fail("cannot read the model or the inputs");
+    Source src = {.path = argv[1], .text = text, .len = len};
+    Diag diag = {.src = &src, .sink = stderr};
+    Arena arena = {0};
+    Model *m = dsl_parse(&src, &arena, &diag);
+    Graph *g = m ? sema_lower(m, &opt, &arena, &diag) : NULL;
+    if (!g || autodiff(g, &arena, &diag) != 0) return 1; // autodiff sets nfwd
+    Run r = {.g = g, .inputs = (int32_t *)raw};
+    int64_t want = 0;
+    for (int k = 0; k < g->inputs.n; k++) want += shape_numel(&((ModelInput *)g->inputs.items[k])->shape);
+    if ((int64_t)rawlen != want * 4) {
+        fprintf(stderr, "ref_forward: %s holds %zu bytes; the model's inputs are %lld int32\n", argv[3], rawlen,
+                (long long)want);
+        return 1;
+    }
+    if (st_open(&r.st, argv[2], err, sizeof err) != 0) return fail(err);
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        if (exec_init(&r.ps[pk], &g->parts[pk], PREC_F64) != 0) return fail("out of memory");
+    if (bind_part(&r, PART_HEAD, 0, NULL) != 0) return 1;
+    exec_run(&r.ps[PART_HEAD], 0, g->parts[PART_HEAD].nfwd);
+    const Part *block = &g->parts[PART_BLOCK];
+    size_t bytes = (size_t)shape_numel(&block->output->shape) * sizeof(double);
+    double *carried = malloc(bytes), aux = 0; // (the block output's shape)
+    if (!carried) return fail("out of memory");
+    memcpy(carried, r.ps[PART_HEAD].val[g->parts[PART_HEAD].output->id], bytes);
+    for (int64_t l = 0; l < g->layers; l++) {
+        if (bind_part(&r, PART_BLOCK, l, carried) != 0) return 1;
+        exec_run(&r.ps[PART_BLOCK], 0, block->nfwd);
+        aux += joined_losses(&r.ps[PART_BLOCK]);
+        memcpy(carried, r.ps[PART_BLOCK].val[block->output->id], bytes);
+    }
+    if (bind_part(&r, PART_TAIL, 0, carried) != 0) return 1;
+    exec_run(&r.ps[PART_TAIL], 0, g->parts[PART_TAIL].nfwd);
+    aux += joined_losses(&r.ps[PART_HEAD]) + joined_losses(&r.ps[PART_TAIL]);
+    printf("loss %.17g\naux %.17g\n", ((double *)r.ps[PART_TAIL].val[g->parts[PART_TAIL].output->id])[0], aux);
+    for (int pk = 0; pk < PART_COUNT; pk++) exec_free(&r.ps[pk]);
+    free(carried);
+    st_close(&r.st);
+    arena_free(&r.a);
+    arena_free(&arena);
+    free(text);
+    free(raw);
+    return 0;
+}
