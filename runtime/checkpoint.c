@@ -2,7 +2,8 @@
 //
 // Writing streams: the header and a section table with the crc32 fields
 // zero go first, then META and the three arrays straight from the caller's
-// memory (a bounce buffer of CHUNK bytes only on a big-endian host), each
+// memory (a bounce buffer of CHUNK bytes only on a big-endian host, or for
+// arrays that come through a CkptIO, piece by piece), each
 // crc32 computed as it is written; then the table is rewritten in place with
 // the crc32s, the file fsync'ed, renamed and its directory fsync'ed. Reading
 // uses pread into the caller's arrays (or a bounce buffer when an array is
@@ -225,22 +226,28 @@ static int put(Writer *wr, const void *data, size_t len, int64_t off) {
     return 0;
 }
 
-// Writes the n floats at a little-endian, adding them to *crc.
-static int put_floats(Writer *wr, const float *a, int64_t n, uint32_t *crc, unsigned char *bounce) {
+// Writes the n floats of array `array`, from a or through io, little-endian,
+// adding them to *crc. io's failure: EIO, with its message in why.
+static int put_floats(Writer *wr, const float *a, const CkptIO *io, int array, int64_t n, uint32_t *crc,
+                      unsigned char *bounce, char *why, size_t whycap) {
     const unsigned char *p = (const unsigned char *)a;
     uint64_t left = (uint64_t)n * 4;
     while (left > 0) {
         size_t k = left > CHUNK ? CHUNK : (size_t)left;
         const unsigned char *src = p;
-        if (bounce) { // big-endian host
+        if (io) {
+            int64_t off = n - (int64_t)(left / 4);
+            if (io->get(io->ctx, array, off, (int64_t)(k / 4), (float *)bounce, why, whycap) != 0) return EIO;
+            src = bounce;
+        } else if (!host_is_le()) {
             memcpy(bounce, p, k);
-            swap_floats(bounce, k / 4);
             src = bounce;
         }
+        if (!host_is_le()) swap_floats(bounce, k / 4); // big-endian host
         *crc = io_crc32(*crc, src, k);
         int e = put(wr, src, k, -1);
         if (e != 0) return e;
-        p += k;
+        if (!io) p += k;
         left -= k;
     }
     return 0;
@@ -289,11 +296,14 @@ static int64_t abort_after_bytes(void) {
     return v;
 }
 
-// Writes the whole checkpoint to the new file tmp and syncs it. Returns 0 or an errno.
-static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays[3]) {
+// Writes the whole checkpoint to the new file tmp and syncs it, the arrays
+// from memory or through io. Returns 0 or an errno (EIO with a message in
+// why when io failed).
+static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays[3], const CkptIO *io, char *why,
+                      size_t whycap) {
     Writer wr = {.fd = -1, .abort_after = abort_after_bytes()};
     unsigned char *bounce = NULL;
-    if (!host_is_le() && meta->n > 0 && !(bounce = malloc(CHUNK))) return ENOMEM;
+    if ((io || !host_is_le()) && meta->n > 0 && !(bounce = aligned_alloc(64, CHUNK))) return ENOMEM;
     wr.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
     if (wr.fd < 0) {
         int e = errno;
@@ -316,7 +326,8 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
 
     int e = put(&wr, head, TABLE_END, -1);
     if (e == 0) e = put(&wr, mb, META_BYTES, -1);
-    for (int a = 0; a < 3 && e == 0; a++) e = put_floats(&wr, arrays[a], meta->n, &crc[1 + a], bounce);
+    for (int a = 0; a < 3 && e == 0; a++)
+        e = put_floats(&wr, arrays[a], io, a, meta->n, &crc[1 + a], bounce, why, whycap);
     if (e == 0) {
         encode_table(head + HEADER_BYTES, meta->n, crc);
         e = put(&wr, head + HEADER_BYTES, TABLE_BYTES, HEADER_BYTES);
@@ -355,8 +366,8 @@ static int prune(const char *dir, int keep, const char *keep_name, const char *f
     return rc;
 }
 
-int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
-              char *err, size_t errcap) {
+static int save_any(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
+                    const CkptIO *io, char *err, size_t errcap) {
     if (err && errcap) err[0] = 0;
     if (!dir || !*dir) return io_fail(err, errcap, "checkpoint", "no directory to save into");
     if (!meta) return io_fail(err, errcap, dir, "internal error: no checkpoint meta to save");
@@ -364,7 +375,7 @@ int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, c
     if (meta->step < 0) return io_fail(err, errcap, dir, "internal error: checkpoint step %lld", (long long)meta->step);
     if (meta->n < 0 || meta->n > MAX_N)
         return io_fail(err, errcap, dir, "internal error: %lld floats per array to save", (long long)meta->n);
-    if (meta->n > 0 && (!w || !m || !v))
+    if (meta->n > 0 && !io && (!w || !m || !v))
         return io_fail(err, errcap, dir, "internal error: an array to save is missing");
 
     if (mkdir(dir, 0777) == 0) {
@@ -387,10 +398,11 @@ int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, c
         goto done;
     }
     const float *arrays[3] = {w, m, v};
-    int e = write_file(tmp, meta, arrays);
+    char why[512] = "";
+    int e = write_file(tmp, meta, arrays, io, why, sizeof why);
     if (e == 0 && rename(tmp, final) != 0) e = errno;
     if (e != 0) {
-        io_fail(err, errcap, final, "cannot write the checkpoint: %s", strerror(e));
+        io_fail(err, errcap, final, "cannot write the checkpoint: %s", why[0] ? why : strerror(e));
         unlink(tmp); // nothing, or a partial temporary file
         goto done;
     }
@@ -404,6 +416,15 @@ done:
     free(final);
     free(tmp);
     return rc;
+}
+
+int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
+              char *err, size_t errcap) {
+    return save_any(dir, keep, meta, w, m, v, NULL, err, errcap);
+}
+
+int ckpt_save_io(const char *dir, int keep, const CkptMeta *meta, const CkptIO *io, char *err, size_t errcap) {
+    return save_any(dir, keep, meta, NULL, NULL, NULL, io, err, errcap);
 }
 
 // ---------------------------------------------------------------- finding
@@ -458,9 +479,10 @@ static int64_t get(int fd, void *buf, size_t len, uint64_t off) {
 }
 
 // Reads section s into dst (its size bytes), or through bounce when dst is
-// NULL, and checks its crc32. Returns 0, or -1 with a message.
-static int read_section(int fd, const char *path, int s, const Entry *en, void *dst, unsigned char *bounce,
-                        char *err, size_t errcap) {
+// NULL (and through io's put, when given, for an array), and checks its
+// crc32. Returns 0, or -1 with a message.
+static int read_section(int fd, const char *path, int s, const Entry *en, void *dst, const CkptIO *io,
+                        unsigned char *bounce, char *err, size_t errcap) {
     uint32_t crc = io_crc32(0, NULL, 0);
     unsigned char *out = dst;
     for (uint64_t done = 0; done < en->size;) {
@@ -470,10 +492,15 @@ static int read_section(int fd, const char *path, int s, const Entry *en, void *
         if (got < 0) return io_fail(err, errcap, path, "cannot read section %s: %s", SECTION_NAMES[s], strerror(errno));
         if ((size_t)got < k) return io_fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
         crc = io_crc32(crc, to, k);
+        if (io && s > 0) {
+            if (!host_is_le()) swap_floats(to, k / 4);
+            if (io->put(io->ctx, s - 1, (int64_t)(done / 4), (int64_t)(k / 4), (const float *)to, err, errcap) != 0)
+                return -1;
+        }
         done += k;
     }
     if (crc != en->crc) return io_fail(err, errcap, path, "section %s is corrupted (crc32 mismatch)", SECTION_NAMES[s]);
-    if (out && s > 0 && !host_is_le()) swap_floats(out, (size_t)(en->size / 4));
+    if (out && !io && s > 0 && !host_is_le()) swap_floats(out, (size_t)(en->size / 4));
     return 0;
 }
 
@@ -528,8 +555,8 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
     return 0;
 }
 
-static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n, float *arrays[3], char *err,
-                    size_t errcap) {
+static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n, float *arrays[3], const CkptIO *io,
+                    char *err, size_t errcap) {
     struct stat st;
     if (fstat(fd, &st) != 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
     if (!S_ISREG(st.st_mode)) return io_fail(err, errcap, path, "not a regular file");
@@ -537,7 +564,7 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
     if (read_table(fd, path, (uint64_t)st.st_size, e, err, errcap) != 0) return -1;
 
     unsigned char mb[META_BYTES];
-    if (read_section(fd, path, 0, &e[0], mb, NULL, err, errcap) != 0) return -1;
+    if (read_section(fd, path, 0, &e[0], mb, NULL, NULL, err, errcap) != 0) return -1;
     CkptMeta got = {
         .step = (int64_t)ld64(mb),
         .data_pos = (int64_t)ld64(mb + 8),
@@ -566,28 +593,37 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
                     (long long)got.n, (long long)expected_n);
 
     unsigned char *bounce = NULL;
-    if ((!arrays[0] || !arrays[1] || !arrays[2]) && got.n > 0 && !(bounce = malloc(CHUNK)))
+    if ((io || !arrays[0] || !arrays[1] || !arrays[2]) && got.n > 0 && !(bounce = aligned_alloc(64, CHUNK)))
         return io_fail(err, errcap, path, "out of memory while reading the checkpoint");
     int rc = 0;
     for (int s = 1; s < SECTIONS && rc == 0; s++)
-        rc = read_section(fd, path, s, &e[s], arrays[s - 1], bounce, err, errcap);
+        rc = read_section(fd, path, s, &e[s], io ? NULL : arrays[s - 1], io, bounce, err, errcap);
     free(bounce);
     if (rc == 0) *meta = got;
     return rc;
 }
 
-int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v, char *err,
-              size_t errcap) {
+static int read_any(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v,
+                    const CkptIO *io, char *err, size_t errcap) {
     if (err && errcap) err[0] = 0;
     if (!path) return io_fail(err, errcap, "checkpoint", "no checkpoint to read");
     if (!meta) return io_fail(err, errcap, path, "internal error: nowhere to put the checkpoint meta");
     memset(meta, 0, sizeof *meta);
-    if (expected_n < 0 && (w || m || v))
+    if (expected_n < 0 && (w || m || v || io))
         return io_fail(err, errcap, path, "internal error: arrays to read without their expected size");
     int fd = open(path, O_RDONLY | O_CLOEXEC);
     if (fd < 0) return io_fail(err, errcap, path, "cannot open the checkpoint: %s", strerror(errno));
     float *arrays[3] = {w, m, v};
-    int rc = read_all(fd, path, meta, expected_n, arrays, err, errcap);
+    int rc = read_all(fd, path, meta, expected_n, arrays, io, err, errcap);
     close(fd);
     return rc;
+}
+
+int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, float *m, float *v, char *err,
+              size_t errcap) {
+    return read_any(path, meta, expected_n, w, m, v, NULL, err, errcap);
+}
+
+int ckpt_read_io(const char *path, CkptMeta *meta, int64_t expected_n, const CkptIO *io, char *err, size_t errcap) {
+    return read_any(path, meta, expected_n, NULL, NULL, NULL, io, err, errcap);
 }

@@ -78,6 +78,24 @@ typedef struct CkptMeta {
 int ckpt_save(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
               char *err, size_t errcap);
 
+// Arrays that are not whole in memory (the NVMe tier holds the layers'
+// moments, tier.h): get copies floats [off, off + n) of array a (0 w, 1 m,
+// 2 v) into dst, for a save; put copies src into them, for a read. Each
+// returns 0, or -1 with a message in err.
+typedef struct CkptIO {
+    int (*get)(void *ctx, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
+    int (*put)(void *ctx, int array, int64_t off, int64_t n, const float *src, char *err, size_t errcap);
+    void *ctx;
+} CkptIO;
+
+// ckpt_save and ckpt_read with the arrays through io, in pieces of at most
+// 1 << 20 floats in file order (the same file, the same checks, the same
+// fault injection). A failure of io's get fails the save with its message.
+// ckpt_read_io puts each piece before the section's crc32 is checked: on
+// -1 what was put is unspecified.
+int ckpt_save_io(const char *dir, int keep, const CkptMeta *meta, const CkptIO *io, char *err, size_t errcap);
+int ckpt_read_io(const char *path, CkptMeta *meta, int64_t expected_n, const CkptIO *io, char *err, size_t errcap);
+
 // Finds the newest checkpoint in dir: the step-DIGITS.ckpt with the largest
 // step (files under a final name are complete by construction; *.tmp
 // leftovers and other names are ignored; the file is not opened, ckpt_read

@@ -56,6 +56,10 @@ static const char USAGE[] =
     "  --keep K         keep the newest K checkpoints (default 3; an error without --save)\n"
     "  --resume DIR     continue from the newest checkpoint in DIR, written by any plan of the same\n"
     "                   model (another batch, remat, target or tiling); nothing left to do is an error\n"
+    "  --tier-dir DIR   the NVMe tier: every layer's Adam moments in DIR/mtrun.tier (io_uring, O_DIRECT),\n"
+    "                   preallocated at start (too little space is refused), streamed through three\n"
+    "                   staging buffers by the optimizer; scratch, removed at exit, never a checkpoint;\n"
+    "                   results are the same bits as without it\n"
     "  --calibrate      measure this machine and write a target profile; no PLAN\n"
     "  --out FILE       the profile --calibrate writes (default local.target in the current directory,\n"
     "                   where mtc --target local looks first); a file\n"
@@ -102,7 +106,7 @@ static void drop_wait_for_tests(Plan *p) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -116,6 +120,7 @@ int main(int argc, char **argv) {
         {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
+        {"tier-dir", required_argument, 0, O_TIER_DIR},
         {0, 0, 0, 0},
     };
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
@@ -184,6 +189,7 @@ int main(int argc, char **argv) {
             o.keep = (int)v;
             break;
         case O_RESUME: o.resume = optarg; break;
+        case O_TIER_DIR: o.tier_dir = optarg; break;
         case O_CALIBRATE: calibrate = 1; break;
         case O_OUT: calibrate_out = optarg; break;
         case O_HELP: fputs(USAGE, stdout); return 0;

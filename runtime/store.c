@@ -4,6 +4,7 @@
 
 #include "../common/bf16.h"
 #include "../common/storage.h"
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -11,20 +12,35 @@ int64_t store_bytes(const Plan *p) {
     return (p->host_global + p->graph->layers * p->host_layer) * storage_host_bytes_per_param(p->graph->train.compute);
 }
 
+int64_t store_tier_bytes(const Plan *p) { return p->graph->layers * p->host_layer * 8; }
+
 int store_alloc(HostStore *s, const Plan *p) {
+    char ignored[16];
+    return store_alloc_tier(s, p, NULL, ignored, sizeof ignored);
+}
+
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, char *err, size_t errcap) {
     *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = 1 + p->graph->layers, .threads = 1};
+    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, 2, err, errcap))) return -1;
+    snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
+             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
-    if (!s->seg) return -1;
+    if (!s->seg) {
+        store_free(s);
+        return -1;
+    }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = ((size_t)s->n * 4 + 63) & ~(size_t)63;
+    size_t moments = s->tier ? ((size_t)p->host_global * 4 + 63) & ~(size_t)63 : bytes; // the tier holds the layers'
     float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
     for (int i = 0; i < 4; i++) {
-        *arrays[i] = aligned_alloc(64, bytes ? bytes : 64);
+        size_t b = i == 1 || i == 2 ? moments : bytes;
+        *arrays[i] = aligned_alloc(64, b ? b : 64);
         if (!*arrays[i]) {
             store_free(s);
             return -1;
         }
-        memset(*arrays[i], 0, bytes);
+        memset(*arrays[i], 0, b);
     }
     if (p->graph->train.compute == DT_BF16) {
         size_t half = ((size_t)s->n * 2 + 63) & ~(size_t)63;
@@ -44,8 +60,11 @@ void store_free(HostStore *s) {
     free(s->g);
     free(s->wb);
     free(s->seg);
+    tier_close(s->tier);
     *s = (HostStore){0};
 }
+
+const char *store_failed(const HostStore *s) { return s->err[0] ? s->err : NULL; }
 
 int64_t store_offset(const Plan *p, int param, int64_t layer) {
     const Param *prm = p->graph->params.items[param];
@@ -64,16 +83,25 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
 
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
     StoreSegment *seg = &s->seg[layer + 1];
-    if (!seg->pending) return;
+    if (!seg->pending || s->err[0]) return;
     const Graph *g = p->graph;
+    // The segment's moments: in RAM, or the layer's record staged from the tier.
+    float *m = s->m, *v = s->v;
+    int64_t base = 0; // the moments' index of the segment's first float
+    if (s->tier && layer >= 0) {
+        if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
+        v = m + tier_stride(s->tier);
+        base = store_segment(p, layer, &(int64_t){0});
+    }
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         if (prm->in_block != (layer >= 0)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
         int64_t off = store_offset(p, i, layer);
-        adamw_update(s->w + off, s->m + off, s->v + off, s->g + off, s->wb ? s->wb + off : NULL,
+        adamw_update(s->w + off, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
                      shape_numel(&prm->shape), &seg->step, decay, s->threads);
     }
+    if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     int64_t n, off = store_segment(p, layer, &n);
     memset(s->g + off, 0, (size_t)n * sizeof(float));
     seg->pending = 0;
@@ -81,6 +109,34 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
 
 void store_flush(HostStore *s, const Plan *p) {
     for (int64_t l = -1; l < p->graph->layers; l++) store_update(s, p, l);
+}
+
+// Copies floats [off, off + n) of an array between the store and buf, in
+// pieces that lie in one segment: RAM, or a layer's record in the tier.
+static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
+                      size_t errcap) {
+    float *ram = array == 0 ? s->w : array == 1 ? s->m : s->v;
+    while (n > 0) {
+        int64_t layer = off < p->host_global ? -1 : (off - p->host_global) / p->host_layer, count;
+        int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
+        int staged = s->tier && array > 0 && layer >= 0;
+        float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
+        if (!at) return -1;
+        if (staged) at += (array - 1) * tier_stride(s->tier) + (off - start);
+        memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
+        if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
+        off += k, n -= k, buf += k;
+    }
+    return 0;
+}
+
+int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    return store_move(s, p, array, off, n, dst, 1, err, errcap);
+}
+
+int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
+              size_t errcap) {
+    return store_move(s, p, array, off, n, (float *)src, 0, err, errcap);
 }
 
 void store_sync_copy(HostStore *s) {

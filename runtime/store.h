@@ -9,6 +9,7 @@
 
 #include "../common/plan.h"
 #include "adamw.h"
+#include "tier.h"
 
 // The host optimizer's state of one segment (the globals, or one layer).
 typedef struct StoreSegment {
@@ -20,21 +21,36 @@ typedef struct StoreSegment {
 typedef struct HostStore {
     int64_t n;   // elements in each array: host_global + layers * host_layer
     float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device
-    float *m;    // (n) Adam first moments
-    float *v;    // (n) Adam second moments
+    float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
+    float *v;    // (n) Adam second moments; with a tier, (host_global)
     float *g;    // (n) fp32 gradient accumulators
     uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
     // The host optimizer, by segment: seg[0] the globals, seg[1 + l] layer l.
     int64_t nseg; // 1 + layers
     StoreSegment *seg; // (nseg)
     int threads;  // for the optimizer and the norms
+    // The NVMe tier (NULL: none): every layer's m and v, a record per layer
+    // (m at 0, v at tier_stride). Its first failure stops every update and
+    // stays in err until the caller reports it (store_failed).
+    Tier *tier;
+    char err[512];
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
 // alignment padding): storage_host_bytes_per_param per element.
 int64_t store_bytes(const Plan *p);
+// Bytes of the store that a tier holds instead of RAM: every layer's m and v.
+int64_t store_tier_bytes(const Plan *p);
 // Allocates and zeroes the arrays. Returns 0, or -1 out of memory.
 int store_alloc(HostStore *s, const Plan *p);
+// The same with the layers' Adam moments in a tier file in tier_dir (NULL:
+// none, as store_alloc), zeroed. Returns 0, or -1 with a message (out of
+// memory, or the tier refused: no room, no such directory).
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, char *err, size_t errcap);
+// The tier's first failure (a short read or write, naming the file and the
+// layer), or NULL: callers check it after anything that updates, flushes or
+// moves moments, and stop the run with it.
+const char *store_failed(const HostStore *s);
 void store_free(HostStore *s);
 
 // The first float of parameter `param` of layer `layer` (ignored for globals).
@@ -55,6 +71,13 @@ void store_update(HostStore *s, const Plan *p, int64_t layer);
 // Every pending update, in segment order (before validation, checkpoints,
 // export and the end of training).
 void store_flush(HostStore *s, const Plan *p);
+
+// Floats [off, off + n) of array `array` (0 w, 1 m, 2 v) out of the store
+// into dst, or from src into it, wherever they live (RAM or the tier): what
+// checkpoints read and write. Returns 0, or -1 with a message.
+int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
+int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
+              size_t errcap);
 
 // Rounds the whole master into the bf16 copy (a no-op without one): after
 // the master was written other than by AdamW (initialised, loaded, resumed).

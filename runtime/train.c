@@ -86,6 +86,14 @@ typedef struct Run {
     int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
 } Run;
 
+// The store's first failure (the tier's: a short read or write) as the
+// run's error. 0, or -1 with a message.
+static int store_ok(const Run *r, char *err, size_t errcap) {
+    const char *why = store_failed(&r->hs);
+    if (why) snprintf(err, errcap, "%s; the run stops here, its checkpoints as they were", why);
+    return why ? -1 : 0;
+}
+
 // One micro-batch through the plan (or the reference executor): its loss
 // into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
@@ -96,8 +104,9 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     }
     const Plan *p = r->p;
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
-    return backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
-                    : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
+    int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
+                      : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
+    return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
 // Targets that count in a batch: those the mask did not replace by the
@@ -171,6 +180,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         if (r->hs.seg[s].pending && (r->o->reference || !r->stream_updates[s])) store_update(&r->hs, p, s - 1);
         r->hs.seg[s].sq_norm = NAN;
     }
+    if (store_ok(r, err, errcap) != 0) return -1;
     double sum = 0;
     int64_t rows = t->batch * t->seq, total = 0;
     for (int64_t k = 0; k < t->accumulate; k++) {
@@ -183,6 +193,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     int all = total == rows * t->accumulate; // no target masked: the plain mean, bit for bit as before masks
     step_end(r, t_step, lr, all ? 1.0 / (double)t->accumulate : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
+    if (store_ok(r, err, errcap) != 0) return -1;
     *loss = all ? sum / (double)t->accumulate : total ? sum * (double)rows / (double)total : 0;
     return 0;
 }
@@ -198,15 +209,20 @@ static int64_t host_available(void) {
     return (int64_t)kb * 1024;
 }
 
+// The host store's bytes in RAM: all of it, less what the tier holds.
+static int64_t ram_store_bytes(const Run *r) {
+    return store_bytes(r->p) - (r->o->tier_dir ? store_tier_bytes(r->p) : 0);
+}
+
 // Refuses a run whose host store and cpu arena will not fit, before any of
 // it is allocated.
 static int check_host_memory(Run *r, char *err, size_t errcap) {
-    int64_t need = store_bytes(r->p) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
+    int64_t need = ram_store_bytes(r) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     if (have <= 0 || need <= have) return 0;
-    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, Adam moments, gradients%s) "
+    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
              "but this machine has %lld bytes (%.1f GB) available", (long long)need, (double)need / 1e9,
-             r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / 1e9);
+             r->o->tier_dir ? "the globals' " : "", r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / 1e9);
     return -1;
 }
 
@@ -244,10 +260,11 @@ static int open_run(Run *r, char *err, size_t errcap) {
     if (check_host_memory(r, err, errcap) != 0) return -1;
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
-    if (!r->tokens || !r->targets || store_alloc(&r->hs, p) != 0) {
-        snprintf(err, errcap, "cannot allocate the host store (%lld bytes)", (long long)store_bytes(p));
+    if (!r->tokens || !r->targets) {
+        snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -303,7 +320,7 @@ static int log_val(Run *r, int64_t s, double *val, char *err, size_t errcap) {
     *val = NAN;
     if (r->o->val_batches <= 0 || data_val_batches(r->val, t->batch, t->seq) <= 0) return 0;
     store_flush(&r->hs, r->p);
-    if (validate(r, val, err, errcap) != 0) return -1;
+    if (store_ok(r, err, errcap) != 0 || validate(r, val, err, errcap) != 0) return -1;
     if (r->log && isfinite(*val)) {
         fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, *val);
         fflush(r->log);
@@ -340,6 +357,16 @@ static int64_t param_count(const Graph *g) {
     return n;
 }
 
+// A checkpoint's arrays through the store, where some live in the tier.
+static int store_ckpt_get(void *ctx, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    Run *r = ctx;
+    return store_get(&r->hs, r->p, array, off, n, dst, err, errcap);
+}
+static int store_ckpt_put(void *ctx, int array, int64_t off, int64_t n, const float *src, char *err, size_t errcap) {
+    Run *r = ctx;
+    return store_put(&r->hs, r->p, array, off, n, src, err, errcap);
+}
+
 // Continues from the newest checkpoint in o->resume: weights, both Adam
 // moments, step and data position. A checkpoint belongs to the model, not
 // the plan: another plan of the same model (batch, remat, target, tiling)
@@ -365,7 +392,10 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
                  (unsigned long long)meta.seed, (unsigned long long)seed);
         return -1;
     }
-    if (ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0) return -1;
+    CkptIO io = {store_ckpt_get, store_ckpt_put, r};
+    if (r->hs.tier ? ckpt_read_io(path, &meta, r->hs.n, &io, err, errcap) != 0
+                   : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+        return -1;
     r->data.train_pos = meta.data_pos;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
@@ -387,12 +417,16 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
+    if (store_ok(r, err, errcap) != 0) return -1;
     CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
                      .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
                      .accumulate = t->accumulate, .device_limit = p->device_limit};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
-    if (ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0) return -1;
+    CkptIO io = {store_ckpt_get, store_ckpt_put, r};
+    if (r->hs.tier ? ckpt_save_io(r->o->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
+                   : ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+        return -1;
     fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->o->save_dir);
     return 0;
 }
@@ -492,7 +526,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
     fprintf(out, "  device   %s; arena %.2f MB, host store %.2f MB, %d optimizer threads\n",
             r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu", (double)p->arena_bytes / 1e6,
-            (double)store_bytes(p) / 1e6, r->o->threads);
+            (double)ram_store_bytes(r) / 1e6, r->o->threads);
+    if (r->hs.tier)
+        fprintf(out, "  tier     %s: the layers' Adam moments, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
+                tier_path(r->hs.tier), (double)tier_bytes(r->hs.tier) / 1e6);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
@@ -625,6 +662,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         }
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
+    if (store_ok(&r, err, errcap) != 0) goto done;
     if (o->export_path &&
         weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
         goto done;

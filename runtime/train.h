@@ -30,6 +30,7 @@ typedef struct TrainOptions {
     int64_t save_every;
     int keep;
     const char *resume;   // a checkpoint directory to continue from
+    const char *tier_dir; // the NVMe tier: every layer's Adam moments in DIR/mtrun.tier; NULL: all in RAM
     int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
     BackendCudaCreateFn cuda_create; // the cuda backend (device.c); NULL: the cpu backend
     const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
