@@ -302,6 +302,19 @@ float *tier_acquire(Tier *t, int64_t layer, char *err, size_t errcap) {
     return s->buf;
 }
 
+float *tier_acquire_new(Tier *t, int64_t layer, char *err, size_t errcap) {
+    if (t->err[0]) return report(t, err, errcap), NULL;
+    if (layer < 0 || layer >= t->layers) {
+        fail(t, "%s: internal error: layer %lld of %lld", t->path, (long long)layer, (long long)t->layers);
+        return report(t, err, errcap), NULL;
+    }
+    Slot *s = find(t, layer);
+    if (!s && !(s = victim(t, NULL)) && !t->err[0]) fail(t, "%s: internal error: every staging buffer is held", t->path);
+    if (t->err[0] || settle(t, s) != 0) return report(t, err, errcap), NULL;
+    *s = (Slot){.buf = s->buf, .layer = layer, .state = SLOT_HELD, .used = ++t->clock};
+    return s->buf;
+}
+
 int tier_release(Tier *t, int64_t layer, int dirty, char *err, size_t errcap) {
     if (t->err[0]) return report(t, err, errcap);
     Slot *s = find(t, layer);

@@ -60,6 +60,12 @@ const char *tier_path(const Tier *t);
 // and the layer. Returns NULL with a message on any error.
 float *tier_acquire(Tier *t, int64_t layer, char *err, size_t errcap);
 
+// Layer's record for a caller that replaces all of it: a staging buffer,
+// the file not read (its contents unspecified until the caller fills it),
+// nothing prefetched; then tier_release with dirty. NULL with a message on
+// an error.
+float *tier_acquire_new(Tier *t, int64_t layer, char *err, size_t errcap);
+
 // Gives back layer's record; dirty: it changed, write it back (the write
 // runs while the caller goes on). Returns 0, or -1 with a message (a write
 // that completed short or failed, naming the file and the layer).
