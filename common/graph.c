@@ -93,6 +93,8 @@ Shape param_element_shape(const Param *p) {
     return s;
 }
 
+int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_MOE; }
+
 char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element) {
     const char *ckpt = p->ckpt, *e = strstr(ckpt, "{e}");
     if (e) ckpt = arena_printf(a, "%.*s%lld%s", (int)(e - ckpt), ckpt, (long long)element, e + 3);

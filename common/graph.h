@@ -98,6 +98,9 @@ typedef enum {
 } OpKind;
 
 const char *op_name(OpKind op);
+// The ops whose outputs selective recomputation keeps rather than recompute
+// (a run with RUN_SKIP_HEAVY skips them): matmul, attention, moe.
+int op_is_heavy(OpKind op);
 const char *dtype_name(DType t);
 
 typedef enum { PART_HEAD, PART_BLOCK, PART_TAIL, PART_COUNT } PartKind;

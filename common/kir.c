@@ -33,7 +33,7 @@ static const char *const OP_NAMES[] = {
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == KOP_COUNT, "OP_NAMES out of sync with KirOp");
 static const char *const TYPE_NAMES[] = {"f32", "f64", "i32", "i64", "bool", "bf16"};
 _Static_assert(sizeof TYPE_NAMES / sizeof TYPE_NAMES[0] == KT_COUNT, "TYPE_NAMES out of sync with KirType");
-static const char *const KIND_NAMES[] = {"expr", "gemm", "attention", "attention_bwd"};
+static const char *const KIND_NAMES[] = {"expr", "gemm", "attention", "attention_bwd", "node"};
 _Static_assert(sizeof KIND_NAMES / sizeof KIND_NAMES[0] == KK_COUNT, "KIND_NAMES out of sync with KirKind");
 
 const char *kir_op_name(KirOp op) { return (unsigned)op < KOP_COUNT ? OP_NAMES[op] : "?"; }
@@ -41,7 +41,8 @@ const char *kir_type_name(KirType t) { return (unsigned)t < KT_COUNT ? TYPE_NAME
 const char *kir_kind_name(KirKind k) { return (unsigned)k < KK_COUNT ? KIND_NAMES[k] : "?"; }
 
 int kir_is_launched(const KirKernel *k) { return k->anchor >= 0 && k->fused_into < 0; }
-int kir_is_heavy(const KirKernel *k) { return k->kind != KK_EXPR; }
+int kir_is_heavy(const KirKernel *k) { return k->kind == KK_GEMM || k->kind == KK_ATTN || k->kind == KK_ATTN_BWD; }
+int kir_is_plain_op(OpKind op) { return op >= OP_TOP_K && op <= OP_ADD_LOSS; }
 
 int64_t kir_acc64_offset(const KirKernel *k, int arg) {
     int64_t off = 0;
@@ -210,6 +211,9 @@ int kir_check(const KirKernel *k, int nnodes, char *err, size_t cap) {
             return fail(err, cap, "argument %d accumulates into %s", i, TYPE_NAMES[a->dtype]);
     }
     if (k->kind == KK_GEMM) return check_gemm(k, INT32_MAX, err, cap);
+    if (k->kind == KK_NODE) // the runtime matches the arguments to the node's operands (jit.c)
+        return k->nargs >= 2 && k->nnodes == 1 && k->anchor == k->nodes[0] && k->args[0].node == k->anchor
+                   ? 0 : fail(err, cap, "a node kernel is not one node's output and operands");
     if (k->kind != KK_EXPR) return check_attn(k, INT32_MAX, err, cap);
     if (k->rows < 1 || k->rows > INT64_MAX / 16 || k->nloops < 0) return fail(err, cap, "expression rows %lld", (long long)k->rows);
     for (int i = 0; i < k->nloops; i++)

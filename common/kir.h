@@ -26,6 +26,11 @@
 //             composite of library GEMMs per (batch, head) and the helper
 //             expression kernels `helper[]` (softmax, softmax backward) over
 //             T x T scratch.
+//   KK_NODE   one graph node run by its plain kernel (runtime/kernels.inc),
+//             for the ops with no generated kernel yet (mixture of experts:
+//             top_k, moe and its backward, the load-balancing loss, add_loss).
+//             Arguments: the node's output, then its operands in order, whole
+//             (a bf16 one widened to f32 around the call). cpu only.
 //
 // Arguments are graph nodes of the kernel's part, resolved to addresses at
 // call time (the same kernel runs for every layer, at different arena
@@ -90,7 +95,7 @@ typedef enum {
     KOP_COUNT
 } KirOp;
 
-typedef enum { KK_EXPR, KK_GEMM, KK_ATTN, KK_ATTN_BWD, KK_COUNT } KirKind;
+typedef enum { KK_EXPR, KK_GEMM, KK_ATTN, KK_ATTN_BWD, KK_NODE, KK_COUNT } KirKind;
 
 typedef enum {
     KA_READ = 1,      // loaded
@@ -200,6 +205,8 @@ static inline int kir_storage_type(DType t) { return t == DT_I32 ? KT_I32 : t ==
 int kir_is_launched(const KirKernel *k);
 // GEMM and attention kernels: those a selective-recompute run skips (their outputs are kept).
 int kir_is_heavy(const KirKernel *k);
+// Whether the graph ops of k run by their plain kernel (KK_NODE).
+int kir_is_plain_op(OpKind op);
 
 // Doubles of f64 scratch before argument `arg`'s accumulator (KA_ACC64
 // arguments in order); with arg = nargs, the scratch the kernel needs.

@@ -406,7 +406,7 @@ static Label value_of(const Plan *p, const Node *n, int64_t layer) {
     return (Label){.kind = V_NODE, .part = n->part, .node = n->id, .layer = layer};
 }
 
-static int is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
+static int is_heavy(const Node *n) { return op_is_heavy(n->op); }
 
 // A RUN reads every operand of its nodes (of its layer, at its frame's
 // offsets) and writes each node; with RUN_SKIP_HEAVY the matmul and

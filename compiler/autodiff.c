@@ -296,6 +296,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return 0;
     }
     case OP_LOAD_BALANCE: {
+        if (dy->op == OP_CONST) dy = op2(ad, OP_MUL, &dy->shape, loc, dy, constant(ad, 1, loc)); // a buffer, for its kernel
         Node *args[3] = {dy, in[0], in[1]};
         return accumulate(ad, in[0], emit(ad, OP_LOAD_BALANCE_BWD, &in[0]->shape, loc, 3, args));
     }

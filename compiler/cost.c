@@ -120,6 +120,43 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
 }
 
+// The experts a row of moe node n (OP_MOE or OP_MOE_BWD) runs: the top_k of
+// the router its gates come from (a few ops up: a mask times a softmax, or a
+// softmax of the masked logits), or, not found, all of them.
+static int64_t moe_selected(const Node *n) {
+    const Node *gates = n->in[n->op == OP_MOE_BWD ? 2 : 1], *seen[16];
+    int64_t E = gates->shape.dims[gates->shape.rank - 1];
+    int ns = 0;
+    seen[ns++] = gates;
+    for (int i = 0; i < ns; i++) {
+        if (seen[i]->op == OP_TOP_K) return seen[i]->top_k;
+        for (int j = 0; j < seen[i]->nin && ns < 16; j++) seen[ns++] = seen[i]->in[j];
+    }
+    return E;
+}
+
+// A node its plain kernel runs (KK_NODE): moe and its backward as their
+// GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
+// row and expert; the backward recomputes them and takes 6 more) at the
+// matrix rate, with a host BLAS call per expert and GEMM on a cpu target;
+// the rest (top_k, the load-balancing loss, add_loss) by their bytes.
+// *heavy: whether it counts with the GEMMs.
+static double node_time(const Node *n, const KirKernel *k, const Target *t, int *heavy) {
+    int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
+    double bytes = 0;
+    for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
+    *heavy = n->op == OP_MOE || n->op == OP_MOE_BWD;
+    if (!*heavy) return bytes / t->hbm_bandwidth + t->kernel_launch_s;
+    const Shape *x = &n->in[n->op == OP_MOE_BWD]->shape, *w = &n->in[n->op == OP_MOE_BWD ? 3 : 2]->shape;
+    int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
+    double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
+    double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
+    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency;
+    double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
+    double overhead = cpu ? (double)E * passes * t->gemm_call_s : 0.0;
+    return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
+}
+
 // Fuses the graph as mtc -o does and prices every launched kernel.
 static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
     Arena a = {0};
@@ -139,6 +176,12 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
             if (!kir_is_launched(k)) continue;
             if (k->kind == KK_EXPR) {
                 kt->light[pk][k->anchor] += expr_time(k, t, -1);
+                continue;
+            }
+            if (k->kind == KK_NODE) {
+                int heavy;
+                double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &heavy);
+                (heavy ? kt->heavy : kt->light)[pk][k->anchor] += h;
                 continue;
             }
             double h = heavy_time(s, k, t);

@@ -38,7 +38,7 @@ static int node_class(const Node *n) {
     case OP_INPUT: case OP_PARAM: return C_BOUND;
     case OP_CONST: case OP_ARANGE: return C_INLINE;
     case OP_MATMUL: case OP_ATTENTION: case OP_ATTENTION_BWD: return C_HEAVY;
-    default: return C_FUSE;
+    default: return kir_is_plain_op(n->op) ? C_HEAVY : C_FUSE; // a kernel of its own, as the heavy ones
     }
 }
 
@@ -1028,6 +1028,19 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     for (int j = 0; j < n->nin; j++) k->args[j + 1] = node_arg(f, n->in[j], KA_READ);
 }
 
+// A node its plain kernel runs (KK_NODE): its output, then its operands.
+static void lower_node(F *f, const Node *n, KirKernel *k) {
+    k->kind = KK_NODE;
+    k->nargs = n->nin + 1;
+    k->args = arena_alloc(f->a, (size_t)k->nargs * sizeof *k->args);
+    if (!k->args) return ffail(f, n, "out of memory");
+    k->args[0] = node_arg(f, n, KA_WRITE);
+    for (int j = 0; j < n->nin; j++) {
+        if (n->in[j]->op == OP_CONST) return ffail(f, n, "internal error: %s of a constant", op_name(n->op));
+        k->args[j + 1] = node_arg(f, n->in[j], KA_READ);
+    }
+}
+
 // ---------------------------------------------------------------- 3. epilogues
 
 // Whether expression kernel e reads GEMM g's output only at the row it computes.
@@ -1086,6 +1099,10 @@ static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, cha
             set_nodes(&f, k, &i, 1);
             if (n->op == OP_MATMUL) {
                 lower_gemm(&f, n, k);
+                continue;
+            }
+            if (kir_is_plain_op(n->op)) {
+                lower_node(&f, n, k);
                 continue;
             }
             lower_attn(&f, n, k);

@@ -164,6 +164,16 @@ static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p
         fprintf(stderr, "mtc: internal error: %s\n", err);
         return 1;
     }
+    for (int pk = 0; pk < PART_COUNT; pk++) // ops with only a plain kernel (mixture of experts): a cpu plan
+        for (int i = 0; i < kp.parts[pk].n; i++) {
+            const KirKernel *k = &kp.parts[pk].k[i];
+            if (k->kind != KK_NODE) continue;
+            const Node *n = g->parts[pk].nodes.items[k->anchor];
+            fprintf(stderr, "%s:%d:%d: %s: %s has no CUDA kernel yet; %s\n", model_path, n->loc.line, n->loc.col,
+                    cu_path ? "error" : "warning", op_name(n->op),
+                    cu_path ? "no CUDA C written" : "the plan carries no CUDA code and runs on the cpu backend only");
+            return cu_path ? 1 : 0;
+        }
     CudaOptions opt = {.arch = arch, .model_path = model_path};
     CudaSource src;
     if (cu_path) {
@@ -196,24 +206,6 @@ fail:
     return 1;
 }
 
-// Mixture of experts has a graph, a backward and reference kernels
-// (runtime/kernels.inc) but no fused kernels, costs or schedule yet: what
-// needs them (a plan, --explain, --explore, the kernels, CUDA) is refused,
-// located; the graph's own outputs (--summary, --dump-graph) are not. 0 when
-// g has none.
-static int refuse_moe(const Graph *g, Diag *d) {
-    for (int pk = 0; pk < PART_COUNT; pk++)
-        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
-            const Node *n = g->parts[pk].nodes.items[i];
-            if (n->op >= OP_TOP_K && n->op <= OP_ADD_LOSS) {
-                if (d) diag_error(d, n->loc, "mixture of experts (%s) runs only in the reference executor so far; mtc cannot "
-                                      "schedule it or write a plan yet", op_name(n->op));
-                return -1;
-            }
-        }
-    return 0;
-}
-
 // The graph for a batch size and a row tiling: sema, tiling, autodiff.
 // NULL after reporting.
 static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
@@ -233,10 +225,6 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     SchedResult mine, *best = r ? r : &mine, next;
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
     if (!g || (tile_arg && !r)) return g;
-    if (refuse_moe(g, NULL) != 0) { // the graph alone, or a located refusal when a plan is wanted
-        if (!r) return g;
-        return refuse_moe(g, d), NULL;
-    }
     if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
         best->plan = NULL;
         return g;
@@ -594,7 +582,6 @@ int main(int argc, char **argv) {
     Graph *g = !model ? NULL
                : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, auto_batch == 1, &best)
                             : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);
-    if (g && (want_kernels || cuda_path || want_explain || trace_path) && refuse_moe(g, &diag) != 0) g = NULL;
     if (g) {
         rc = 0;
         if (want_dump) graph_dump(stdout, g, path);

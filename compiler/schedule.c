@@ -39,7 +39,7 @@ static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 // Bytes of a node's buffer, by the storage rule (common/storage.h).
 static int64_t node_bytes(DType compute, const Node *n) { return storage_bytes(compute, n); }
 static int is_alias(const Node *n) { return n->op == OP_VIEW || n->op == OP_RESHAPE; }
-static int is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
+static int is_heavy(const Node *n) { return op_is_heavy(n->op); }
 
 static const Node *base_of(const Node *n) {
     while (is_alias(n)) n = n->in[0];

@@ -64,7 +64,7 @@ int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, co
     return 0;
 }
 
-int exec_is_heavy(const Node *n) { return n->op == OP_MATMUL || n->op == OP_ATTENTION; }
+int exec_is_heavy(const Node *n) { return op_is_heavy(n->op); }
 
 void exec_run(PartState *ps, int from, int to) { exec_run_flags(ps, from, to, 0); }
 

@@ -38,7 +38,7 @@ int exec_init_at(PartState *ps, const Part *part, Precision prec, char *base, co
 // Runs nodes [from, to). INPUT and PARAM nodes in that range must be bound.
 void exec_run(PartState *ps, int from, int to);
 
-// exec_run_flags flags. EXEC_SKIP_HEAVY: matmul and attention nodes are not
+// exec_run_flags flags. EXEC_SKIP_HEAVY: matmul, attention and moe nodes are not
 // run; their buffers already hold their values (selective recomputation
 // restored them). Equal to the plan's RUN_SKIP_HEAVY.
 enum { EXEC_SKIP_HEAVY = 1 };

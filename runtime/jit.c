@@ -71,6 +71,17 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                     }
                 }
             }
+            if (k->kind == KK_NODE) { // the plain kernel sizes everything by the node: its arguments must be it
+                const Node *n = k->anchor < part->nodes.n ? part->nodes.items[k->anchor] : NULL;
+                int ok = n && kir_is_plain_op(n->op) && k->nargs == n->nin + 1 && k->args[0].offset == 0 &&
+                         k->args[0].numel == shape_numel(&n->shape);
+                for (int a = 1; ok && a < k->nargs; a++) ok = k->args[a].numel == shape_numel(&n->in[a - 1]->shape);
+                if (!ok) {
+                    snprintf(err, cap, "jit: part %s kernel %d: a node kernel whose arguments are not its node's",
+                             part_name(p), i);
+                    return -1;
+                }
+            }
             if (k->kind == KK_GEMM && k->gemm.epilogue >= 0 && j->prog.parts[p].k[k->gemm.epilogue].rows != k->gemm.M) {
                 snprintf(err, cap, "jit: part %s kernel %d: an epilogue of other rows than its GEMM", part_name(p), i);
                 return -1;
@@ -224,7 +235,8 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
             if (att > j->attn_n) j->attn_n = att;
             if ((size_t)k->nargs > j->argv_n) j->argv_n = (size_t)k->nargs;
             size_t wide = 0; // bf16 GEMM and attention: every argument widened (the output too)
-            for (int a = 0; kir_is_heavy(k) && k->args[0].dtype == KT_BF16 && a < k->nargs; a++) wide += (size_t)k->args[a].numel;
+            for (int a = 0; k->kind != KK_EXPR && k->args[0].dtype == KT_BF16 && a < k->nargs; a++)
+                wide += (size_t)k->args[a].numel;
             if (wide > j->wide_n) j->wide_n = wide;
         }
     j->scratch = malloc((j->scratch_n + 1) * sizeof(double));
@@ -429,11 +441,26 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     narrow_rows(k, base, offsets, out, 0, bwd ? nq + 2 * nk : nq, 1);
 }
 
+// A node by its plain kernel, on f32 operands (bf16 ones widened, the
+// output rounded back).
+static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
+    float *ops[64];
+    if (k->nargs > 64) abort(); // no plain op has more than 6 operands
+    f32_operands(j, k, base, offsets, ops);
+    kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], (void *const *)(ops + 1));
+    narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
+}
+
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
     const KirKernel *k = &j->prog.parts[part].k[i];
     switch (k->kind) {
     case KK_EXPR: run_expr(j, k, j->fn[part][i], base, offsets); break;
     case KK_GEMM: run_gemm(j, part, k, flags, base, offsets); break;
+    case KK_NODE: {
+        const Node *n = j->g->parts[part].nodes.items[k->anchor];
+        if (!((flags & RUN_SKIP_HEAVY) && op_is_heavy(n->op))) run_node(j, part, k, base, offsets);
+        break;
+    }
     default: {
         double t0 = jit_profile ? now_s() : 0;
         if (!(flags & RUN_SKIP_HEAVY)) run_attn(j, part, k, base, offsets);

@@ -3,7 +3,8 @@
 // the host CPU and its features with ORC LLJIT at load (O3: the loop
 // vectoriser), and runs a part's kernels for an INS_RUN: expression kernels
 // through the JIT, GEMMs through cblas (OpenBLAS), attention as a composite
-// of per-(batch, head) GEMMs and generated softmax kernels.
+// of per-(batch, head) GEMMs and generated softmax kernels, node kernels
+// (KK_NODE, mixture of experts) by their plain kernel (kernels.h).
 #ifndef MT_JIT_H
 #define MT_JIT_H
 

@@ -343,6 +343,16 @@ static int read_params(Rd *r, Graph *g) {
 
 // The checks of one node that need only its own part and the graph's
 // inputs and params (what other parts hold is checked after all are read).
+// moe's operands (x, gates, w_gate, w_up, w_down) as its plain kernel reads them.
+static int moe_shapes_ok(Node *const *in) {
+    const Shape *x = &in[0]->shape, *g = &in[1]->shape, *wg = &in[2]->shape, *wu = &in[3]->shape, *wd = &in[4]->shape;
+    if (x->rank < 1 || g->rank != x->rank || wg->rank != 3 || !shape_eq(wg, wu) || wd->rank != 3) return 0;
+    for (int i = 0; i + 1 < x->rank; i++)
+        if (x->dims[i] != g->dims[i]) return 0;
+    int64_t C = x->dims[x->rank - 1], E = g->dims[g->rank - 1];
+    return wg->dims[0] == E && wg->dims[2] == C && wd->dims[0] == E && wd->dims[1] == C && wd->dims[2] == wg->dims[1];
+}
+
 static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     char where[96];
     snprintf(where, sizeof where, "%s node %d (%s)", part_name(pk), n->id, op_name(n->op));
@@ -408,6 +418,34 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
             rd_fail(r, "%s: window %lld, scale %g, softcap %g (each 0 or positive)", where, (long long)n->window,
                     n->scale, n->softcap);
         return;
+    case OP_TOP_K:
+        if (!shape_eq(&n->shape, &n->in[0]->shape) || n->shape.rank < 1 || n->top_k < 1 ||
+            n->top_k > n->shape.dims[n->shape.rank - 1])
+            rd_fail(r, "%s: top %d of %s", where, n->top_k, n->shape.rank ? "a row" : "a scalar");
+        return;
+    case OP_MOE:
+    case OP_MOE_BWD: {
+        Node *const *in = n->in + (n->op == OP_MOE_BWD);
+        int64_t total = 0;
+        for (int j = 0; j < 5; j++) total += shape_numel(&in[j]->shape);
+        int same = n->op == OP_MOE ? shape_eq(&n->shape, &in[0]->shape) : shape_numel(&n->shape) == total &&
+                                                                             shape_eq(&n->in[0]->shape, &in[0]->shape);
+        if (!same || !moe_shapes_ok(in)) rd_fail(r, "%s: operands of inconsistent shapes", where);
+        return;
+    }
+    case OP_LOAD_BALANCE:
+    case OP_LOAD_BALANCE_BWD: {
+        int bwd = n->op == OP_LOAD_BALANCE_BWD;
+        const Shape *l = &n->in[bwd]->shape;
+        if (l->rank < 1 || !shape_eq(l, &n->in[bwd + 1]->shape) || (bwd ? !shape_eq(&n->shape, l) || n->in[0]->shape.rank
+                                                                         : n->shape.rank != 0))
+            rd_fail(r, "%s: operands of inconsistent shapes", where);
+        return;
+    }
+    case OP_ADD_LOSS:
+        if (!shape_eq(&n->shape, &n->in[0]->shape) || n->in[1]->shape.rank != 0)
+            rd_fail(r, "%s: operands of inconsistent shapes", where);
+        return;
     default: return;
     }
 }
@@ -464,6 +502,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->window = get_i64(r);
     n->scale = get_f64(r);
     n->softcap = get_f64(r);
+    n->top_k = get_i32(r);
     if (r->failed) return NULL;
     check_node(r, g, pk, n);
     return r->failed ? NULL : n;

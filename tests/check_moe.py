@@ -11,7 +11,20 @@ coefficient. mt's first loss (ref_forward, float64) must equal numpy's to
 other routings (softmax before the selection without renormalising, and
 the top 1) must move numpy's loss, so the check sees the routing.
 
-usage: check_moe.py MTC REF_FORWARD
+explain: `mtc --explain` of examples/moe/mixtral-8x7b.mt on h200 prices
+the GEMMs and attention of a step (the row without recomputation) within 2%
+of a hand count in which each token runs 2 of the 8 experts (forward, and
+in the backward again, which moe's backward kernel recomputes, then its
+gradients), and the weights
+that cross the link in a step are all 8 experts' (every parameter, in bf16).
+
+plan: `mtc -o` of the tiny Mixtral for a GPU target warns, located, that the
+plan carries no CUDA code (MoE has no CUDA kernels yet), and --emit-cuda
+fails with the same location.
+
+usage: check_moe.py numpy MTC REF_FORWARD
+       check_moe.py explain MTC
+       check_moe.py plan MTC
 """
 import json
 import os
@@ -81,8 +94,57 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K):
     return cross_entropy(rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].T, targets), aux
 
 
+def explain(mtc):
+    model = "examples/moe/mixtral-8x7b.mt"
+    p = run(mtc, model, "--explain", "--json", "--target", "h200")
+    if not check(p.returncode == 0, "mtc --explain mixtral-8x7b", p):
+        return
+    d = json.loads(p.stdout)
+    row = next(r for r in d["policies"] if r["name"] == "none")
+    check(row["recompute_s"] == 0, f"the 'none' row recomputes nothing: {row}")
+    # the hand count, from the published config and targets/h200.target
+    N, C, F, V, L, H, KV, D, E, K = d["batch"] * d["seq"], 4096, 14336, 32000, 32, 32, 8, 128, 8, 2
+    dense = L * (2 * C * C + 2 * C * KV * D + E * C) + V * C  # multiply-adds a token outside the experts
+    experts = L * K * 3 * C * F                               # the K selected experts' three GEMMs
+    # forward and backward (2x); moe's backward also recomputes its experts' forward
+    gemm_flops = 2 * N * (3 * dense + 4 * experts)
+    T = d["seq"]
+    attn_flops = L * 4.0 * d["batch"] * (T * T / 2) * H * D * (1 + 2.5)             # causal; the backward 2.5x
+    hand = gemm_flops / (989e12 * 0.8) + attn_flops / (989e12 * 0.22)
+    got = row["gemm_s"] + row["attention_s"]
+    check(abs(got - hand) <= 0.02 * hand, f"GEMMs + attention {got:.4f} s vs a hand count of {hand:.4f} s")
+    all_experts = json.loads(run(mtc, model, "--json").stdout)["params_total"]
+    selected = all_experts - L * (E - K) * 3 * C * F
+    check(abs(d["bounds"]["in_s"] - all_experts * 2 / 50e9) <= 1e-3 * d["bounds"]["in_s"],
+          f"weights in {d['bounds']['in_s']} s is not {all_experts:,} bf16 parameters at 50 GB/s")
+    print(f"mixtral-8x7b on h200: GEMMs + attention {got:.4f} s, hand count (2 of 8 experts) {hand:.4f} s "
+          f"(relative {abs(got - hand) / hand:.1e}); weights in {d['bounds']['in_s']:.3f} s = all "
+          f"{all_experts:,} parameters (the selected experts' would be {selected:,})")
+
+
+def plan(mtc):
+    model = "examples/moe/mixtral-tiny.mt"
+    with tempfile.TemporaryDirectory() as tmp:
+        p = run(mtc, model, "-o", os.path.join(tmp, "p.bin"))
+        check(p.returncode == 0 and os.path.exists(os.path.join(tmp, "p.bin")), "mtc -o mixtral-tiny for h200", p)
+        want = f"{model}:47:11: warning: top_k has no CUDA kernel yet; the plan carries no CUDA code"
+        check(p.stderr.startswith(want), f"the warning starts {want!r}", p)
+        cu = os.path.join(tmp, "m.cu")
+        p = run(mtc, model, "--emit-cuda", cu)
+        check(p.returncode == 1 and p.stderr.startswith(f"{model}:47:11: error: top_k has no CUDA kernel yet"),
+              "--emit-cuda fails, located", p)
+    print("mixtral-tiny: a cpu plan with a located warning for a GPU target; --emit-cuda refused")
+
+
 def main():
-    mtc, ref = sys.argv[1:3]
+    mode = sys.argv[1]
+    if mode == "explain":
+        explain(sys.argv[2])
+        sys.exit(finish())
+    if mode == "plan":
+        plan(sys.argv[2])
+        sys.exit(finish())
+    mtc, ref = sys.argv[2:4]
     d = json.loads(run(mtc, MODEL, "--json").stdout)
     rng = np.random.default_rng(14)
     W = {t["name"]: (rng.standard_normal(t["shape"]) * (0.3 if len(t["shape"]) == 1 else 0.1) +

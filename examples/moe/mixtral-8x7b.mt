@@ -8,8 +8,8 @@
 # checkpoint; torch Linear weights are stored [out, in], so they multiply
 # transposed.
 #
-# mtc can list this model (--summary, --dump-graph) but not yet plan it:
-# mixture of experts runs only in the reference executor so far.
+# Mixture of experts has no CUDA kernels yet: mtc plans this model for the
+# cpu backend (for a GPU target too, with a warning); --explain prices it.
 model mixtral_8x7b
 
 config {

@@ -2,8 +2,8 @@
 # SwiGLU experts, softmax after the selection, dropless, load-balancing loss
 # 0.02) at widths a CPU trains in seconds, on bytes of text (vocabulary 256).
 #
-# mtc can list this model (--summary, --dump-graph) but not yet plan it:
-# mixture of experts runs only in the reference executor so far.
+# Mixture of experts has no CUDA kernels yet: mtc plans this model for the
+# cpu backend (for a GPU target too, with a warning); --explain prices it.
 model mixtral_tiny
 
 config {

@@ -7,8 +7,8 @@
 # Parameter names are those of the Hugging Face checkpoint; torch Linear
 # weights are stored [out, in], so they multiply transposed.
 #
-# mtc can list this model (--summary, --dump-graph) but not yet plan it:
-# mixture of experts runs only in the reference executor so far.
+# Mixture of experts has no CUDA kernels yet: mtc plans this model for the
+# cpu backend (for a GPU target too, with a warning); --explain prices it.
 model qwen1_5_moe_a2_7b
 
 config {
