@@ -3,7 +3,7 @@
 // (runtime/kernels.inc through exec_run), on fresh random inputs.
 //
 // For each launched kernel (an expression kernel, a GEMM with its
-// epilogue, an attention kernel): every node of the part gets a buffer in
+// epilogue, an attention kernel, a node kernel): every node of the part gets a buffer in
 // two arenas filled with the same random values (f32 in [-1, 1), i32 in
 // [0, min(8, smallest vocabulary)), valid token ids); the JIT runs the kernel in
 // one, exec_run runs the kernel's nodes in the other, and every buffer the
@@ -133,6 +133,23 @@ static int check_model(const char *path, int *compared) {
                refused ? err : "accepted");
         failed += !named;
         k->stmts[last].op = (uint8_t)op;
+        free(bad);
+        break;
+    }
+    // a node kernel (KK_NODE) whose arguments are not its node's is refused at load
+    for (int i = 0; j && i < kp.parts[PART_BLOCK].n; i++) {
+        KirKernel *k = &kp.parts[PART_BLOCK].k[i];
+        if (k->kind != KK_NODE) continue;
+        uint8_t *bad = NULL;
+        size_t bad_len = 0;
+        k->args[1].numel--;
+        Jit *bj = kir_write(&kp, &bad, &bad_len) == 0 ? jit_create(g, bad, bad_len, bc, bc_len, err, sizeof err) : NULL;
+        int named = !bj && strstr(err, "a node kernel whose arguments are not its node's");
+        printf("%s %s: a node kernel with a shortened operand is refused: %s\n", named ? "ok  " : "FAIL", path,
+               bj ? "accepted" : err);
+        failed += !named;
+        k->args[1].numel++;
+        jit_destroy(bj);
         free(bad);
         break;
     }
