@@ -6,8 +6,11 @@ numpy follows Hugging Face's MixtralSparseMoeBlock: the softmax over all
 experts' router logits, the top 2 taken, their weights renormalised to sum
 1, each expert run on the tokens that chose it; and the load-balancing
 loss of the Switch Transformer, E * sum_e f_e P_e, per layer, times the
-coefficient. mt's first loss (ref_forward, float64) must equal numpy's to
-1e-5 relative, and the sum of the layers' auxiliary losses likewise. Two
+coefficient. mt's first loss must equal numpy's to 1e-5 relative: mtrun's
+first validation loss with the weights loaded by name (each expert's
+tensor by its {e} name; exported again, every tensor comes back as loaded),
+and the reference executor's in float64 (ref_forward, which also gives the
+sum of the layers' auxiliary losses, held to numpy's likewise). Two
 other routings (softmax before the selection without renormalising, and
 the top 1) must move numpy's loss, so the check sees the routing.
 
@@ -22,7 +25,7 @@ plan: `mtc -o` of the tiny Mixtral for a GPU target warns, located, that the
 plan carries no CUDA code (MoE has no CUDA kernels yet), and --emit-cuda
 fails with the same location.
 
-usage: check_moe.py numpy MTC REF_FORWARD
+usage: check_moe.py numpy MTC REF_FORWARD MTRUN
        check_moe.py explain MTC
        check_moe.py plan MTC
 """
@@ -35,7 +38,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish, run  # noqa: E402
-from check_weights import attention, cross_entropy, val_tokens, write_safetensors  # noqa: E402
+from check_weights import (attention, cross_entropy, first_val_loss, read_safetensors, val_tokens,  # noqa: E402
+                           write_safetensors)
 
 MODEL = "examples/moe/mixtral-tiny.mt"
 L, NH, NKV, E, K, THETA, AUX, T = 2, 4, 2, 4, 2, 10000.0, 0.02, 48
@@ -144,7 +148,7 @@ def main():
     if mode == "plan":
         plan(sys.argv[2])
         sys.exit(finish())
-    mtc, ref = sys.argv[2:4]
+    mtc, ref, mtrun = sys.argv[2:5]
     d = json.loads(run(mtc, MODEL, "--json").stdout)
     rng = np.random.default_rng(14)
     W = {t["name"]: (rng.standard_normal(t["shape"]) * (0.3 if len(t["shape"]) == 1 else 0.1) +
@@ -157,17 +161,28 @@ def main():
         write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
         np.concatenate([tokens, targets]).astype("<i4").tofile(inf)
         p = run(ref, MODEL, wf, inf, "--batch", "1", "--seq", T)
+        planfile, out = os.path.join(tmp, "p.bin"), os.path.join(tmp, "out.safetensors")
+        q = run(mtc, MODEL, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
+        check(q.returncode == 0, "mtc -o mixtral-tiny", q)
+        plan_loss, q = first_val_loss(mtrun, planfile, tmp, "--init", wf, "--export", out)
+        got_w = read_safetensors(out) if plan_loss is not None else {}
+    check(sorted(got_w) == sorted(W), "the export names the tensors the model lists")
+    for n in W:
+        check(n in got_w and np.array_equal(got_w[n], W[n]), f"{n}: exported as loaded")
     if not check(p.returncode == 0, "ref_forward runs the tiny Mixtral", p):
         sys.exit(finish())
     got = dict(line.split() for line in p.stdout.splitlines())
     loss, aux = float(got["loss"]), float(got["aux"])
     want, want_aux = mixtral_loss(W, tokens, targets)
     check(abs(loss - want) <= 1e-5 * abs(want), f"mixtral-tiny loss {loss} vs numpy {want}")
+    check(plan_loss is not None and abs(plan_loss - want) <= 1e-5 * abs(want),
+          f"mixtral-tiny's plan: first validation loss {plan_loss} vs numpy {want}")
     check(abs(aux - want_aux) <= 1e-5 * abs(want_aux), f"mixtral-tiny auxiliary loss {aux} vs numpy {want_aux}")
     for routing, k in (("before", K), ("mixtral", 1)):
         other, _ = mixtral_loss(W, tokens, targets, routing, k)
         check(abs(other - want) > 1e-4 * abs(want), f"routing {routing}, top {k} moves numpy's loss ({other} vs {want})")
-    print(f"mixtral-tiny: loss {loss:.9f}, numpy {want:.9f} (relative {abs(loss - want) / abs(want):.1e}); "
+    print(f"mixtral-tiny: mtrun {plan_loss}, numpy {want:.9f} (relative {abs(plan_loss - want) / abs(want):.1e}); "
+          f"reference executor {loss:.9f} (relative {abs(loss - want) / abs(want):.1e}); "
           f"auxiliary {aux:.9f}, numpy {want_aux:.9f} (relative {abs(aux - want_aux) / abs(want_aux):.1e})")
     sys.exit(finish())
 
