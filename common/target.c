@@ -56,8 +56,13 @@ static const KeySpec KEYS[] = {
      TARGET_DEFAULT_ATTENTION_TC_FRACTION},
     {"attention_fp32_fraction", KEY_SHARE, F(attention_fp32_fraction), "a share of matrix_flops_bf16", 0,
      TARGET_DEFAULT_ATTENTION_FP32_FRACTION},
+    {"tier_capacity", KEY_NUMBER, F(tier_capacity), "bytes", 0, 0},
+    {"tier_read_bandwidth", KEY_NUMBER, F(tier_read_bandwidth), "bytes/s", 0, 0},
+    {"tier_write_bandwidth", KEY_NUMBER, F(tier_write_bandwidth), "bytes/s", 0, 0},
 };
 #define NKEYS (sizeof KEYS / sizeof KEYS[0])
+// The tier's three keys, last in KEYS: all or none.
+#define KEY_TIER_FIRST (NKEYS - 3)
 
 static const char *const ARCHS[] = {"sm_80", "sm_89", "sm_90", "cpu"};
 #define NARCHS (sizeof ARCHS / sizeof ARCHS[0])
@@ -242,6 +247,10 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
     }
     if (nmissing)
         return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
+    int tier_keys = !!first_line[KEY_TIER_FIRST] + !!first_line[KEY_TIER_FIRST + 1] + !!first_line[KEY_TIER_FIRST + 2];
+    if (tier_keys != 0 && tier_keys != 3)
+        return fail(err, errcap, path, 0, "the NVMe tier needs all three of 'tier_capacity', 'tier_read_bandwidth' and "
+                    "'tier_write_bandwidth', or none");
     return 0;
 }
 

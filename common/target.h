@@ -38,6 +38,10 @@ typedef struct Target {
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
     double attention_fp32_fraction; // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
+    // The NVMe tier (mtrun --tier-dir), optional, all three or none (0: no tier):
+    double tier_capacity;        // bytes of NVMe for the tier
+    double tier_read_bandwidth;  // bytes/s sequential, with O_DIRECT
+    double tier_write_bandwidth; // bytes/s sequential, with O_DIRECT
 } Target;
 
 // Reads a profile into *t. name: a path, or a bare NAME (no '/', no

@@ -221,7 +221,46 @@ static double layer_elems(const Plan *p, int32_t layer) {
 // w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2).
 static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
 
-static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt) {
+const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads"};
+
+// The placement of a host store of global_elems + layers * layer_elems
+// elements and an activation store of act bytes (cost_place's rule).
+static void place_store(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
+                        Placement *pl) {
+    int bf16 = g->train.compute == DT_BF16;
+    double acc = (double)g->train.accumulate, per = (double)storage_host_bytes_per_param(g->train.compute);
+    double layer_params = (double)g->layers * (double)layer_elems;
+    double total = ((double)global_elems + layer_params) * per + (double)act;
+    for (int level = PLACE_RAM; level < PLACE_COUNT; level++) {
+        if (level == PLACE_MASTER && !bf16) continue; // f32 streams the master from RAM
+        if (level > PLACE_RAM && t->tier_capacity <= 0) break;
+        // bytes a layer parameter the tier holds, and reads and writes a step
+        double held = level == PLACE_RAM ? 0 : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
+        double state = held - (level == PLACE_GRADS ? 4.0 : 0); // read and written once by the update
+        double grads = level == PLACE_GRADS ? 4.0 * acc : 0;    // accumulated on the tier each micro-batch
+        *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
+        pl->tier_bytes = (int64_t)(held * layer_params);
+        // three staging records (runtime/tier.h: reading i+1, updating i, writing i-1 back)
+        pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems);
+        pl->tier_read_bytes = (state + grads) * layer_params, pl->tier_write_bytes = (state + grads) * layer_params;
+        if (level > PLACE_RAM)
+            pl->tier_s = pl->tier_read_bytes / t->tier_read_bandwidth + pl->tier_write_bytes / t->tier_write_bandwidth;
+        if ((double)pl->ram_bytes <= t->host_memory && (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
+            return;
+    }
+}
+
+void cost_place(const Plan *p, const Target *t, Placement *pl) {
+    place_store(p->graph, p->host_global, p->host_layer, p->host_act_bytes, t, pl);
+}
+
+// The time of INS_UPDATE of layer (>= 0) beyond AdamW's own: its record's
+// reads and writes on the tier, at the rates they run sequentially.
+static double tier_update_s(const Plan *p, const Placement *pl) {
+    return pl && pl->level > PLACE_RAM && p->graph->layers ? pl->tier_s / (double)p->graph->layers : 0;
+}
+
+static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl) {
     switch ((InsKind)in->kind) {
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
@@ -230,7 +269,11 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY_OUT:
     case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
-    case INS_UPDATE: return layer_elems(p, in->layer) * update_bytes(p->graph->train.compute) / t->host_memory_bandwidth;
+    case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
+        double adamw = layer_elems(p, in->layer) * update_bytes(p->graph->train.compute) / t->host_memory_bandwidth;
+        double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
+        return adamw > tier ? adamw : tier;
+    }
     case INS_NORM: return layer_elems(p, in->layer) * 4.0 / t->host_memory_bandwidth;
     case INS_LOSS:
     case INS_FREE:
@@ -243,8 +286,10 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
 
 int cost_instr_times(const Plan *p, const Target *t, double *dur) {
     KernelTimes kt;
+    Placement pl;
+    cost_place(p, t, &pl);
     int rc = kernel_times(p->graph, t, &kt);
-    for (int i = 0; rc == 0 && i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, &kt);
+    for (int i = 0; rc == 0 && i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, &kt, &pl);
     kernel_times_free(&kt);
     return rc;
 }
@@ -302,8 +347,8 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
     *c = (Cost){.device_peak_bytes = p->arena_bytes};
-    int64_t params = p->host_global + g->layers * p->host_layer; // store elements, each parameter's padding included
-    c->host_bytes = params * storage_host_bytes_per_param(compute) + p->host_act_bytes;
+    cost_place(p, t, &c->place);
+    c->host_bytes = c->place.ram_bytes;
     const Part *block = &g->parts[PART_BLOCK];
     double layer_in_bytes = 0, block_forward_s = 0;
     KernelTimes kt;
@@ -314,7 +359,7 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     }
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        double s = dur[i] = instr_time(p, in, t, &kt);
+        double s = dur[i] = instr_time(p, in, t, &kt, &c->place);
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
@@ -355,7 +400,10 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     // Host memory feeds the link and the optimizer alike: a micro-batch
     // takes at least all the bytes they move there at its bandwidth (the
     // optimizer's time is its bytes at that bandwidth).
-    double link_mem_s = (double)(c->copy_in_bytes + c->copy_out_bytes) / t->host_memory_bandwidth;
+    // The tier's transfers land in and leave from host memory too.
+    double link_mem_s = ((double)(c->copy_in_bytes + c->copy_out_bytes) +
+                         (c->place.tier_read_bytes + c->place.tier_write_bytes) / (double)g->train.accumulate) /
+                        t->host_memory_bandwidth;
     if (strcmp(t->arch, "cpu") != 0) {
         if (first < link_mem_s + c->optimizer_s) first = link_mem_s + c->optimizer_s;
         if (g->train.accumulate > 1 && rest < link_mem_s) rest = link_mem_s;
@@ -387,8 +435,17 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     // every byte on the link is read from or written to host memory, which
     // the optimizer also reads and writes
     b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
+    // the NVMe tier: the least any plan puts there, with no activation store
+    int64_t global_elems = 0, layer_elems = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *pm = g->params.items[i];
+        *(pm->in_block ? &layer_elems : &global_elems) += storage_host_elems_of(shape_numel(&pm->shape));
+    }
+    Placement pl;
+    place_store(g, global_elems, layer_elems, 0, t, &pl);
+    b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
-    double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s};
+    double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s};
     for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
         if (terms[i] > b->physical_s) b->physical_s = terms[i];
     // exact global-norm clipping: no weight of the next step goes in before
@@ -397,7 +454,9 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     // before the last gradient, while the next backward needs every updated
     // weight (through its forward), so the updates and a backward follow
     // each other in every step
-    double exact[] = {b->physical_s, b->in_s + b->out_s, b->update_s + b->backward_s};
+    // (the updates stream the tier's state: each is at least its share of the tier's time)
+    double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
+    double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (exact[i] > b->exact_s) b->exact_s = exact[i];
     return 0;

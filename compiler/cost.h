@@ -10,6 +10,28 @@
 // The flash attention kernels a plan runs (Cost.attention_kinds, bits).
 enum { ATTN_KIND_TC = 1, ATTN_KIND_FP32 = 2, ATTN_KIND_CPU = 4 };
 
+// Where the host store's per-layer state lives: all in RAM, or, when RAM is
+// short and the target has an NVMe tier, some of it there (mtrun --tier-dir):
+// the Adam moments first, then the fp32 master (under bf16 compute only: an
+// f32 plan streams the master itself from RAM), then the gradient
+// accumulators. The globals stay in RAM.
+typedef enum { PLACE_RAM, PLACE_MOMENTS, PLACE_MASTER, PLACE_GRADS, PLACE_COUNT } PlaceLevel;
+extern const char *const PLACE_NAMES[PLACE_COUNT]; // "ram", "moments", "master", "grads"
+
+typedef struct Placement {
+    PlaceLevel level;
+    double ram_per_param, tier_per_param; // host store bytes a layer parameter in RAM and on the tier
+    int64_t ram_bytes;    // host RAM: the store less what the tier holds, the activation store, the tier's staging
+    int64_t tier_bytes;   // the tier file
+    double tier_read_bytes, tier_write_bytes; // a step's
+    double tier_s;        // a step's tier time: its reads then its writes, sequential, at the target's rates
+} Placement;
+
+// The placement of p's host store on t: the first level whose RAM fits
+// t->host_memory and whose tier fits t->tier_capacity (the last level when
+// none fits; PLACE_RAM when everything fits in RAM or t has no tier).
+void cost_place(const Plan *p, const Target *t, Placement *pl);
+
 typedef struct Cost {
     double compute_s;        // device time of every RUN, recompute included
     double gemm_s, attention_s; // of that, the GEMMs' and the attention kernels'
@@ -23,7 +45,8 @@ typedef struct Cost {
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
                              // least the host memory time of its link bytes and optimizer (they share it)
     int64_t device_peak_bytes; // the arena
-    int64_t host_bytes;      // the host store and the host activation store
+    int64_t host_bytes;      // host RAM: the host store (less what the tier holds) and the host activation store
+    Placement place;         // the host store across RAM and the NVMe tier
     double weight_crossings; // how many times a layer's weights cross the link in a step, on average
 } Cost;
 
@@ -46,13 +69,15 @@ typedef struct Bounds {
     double in_s, out_s;   // every weight in once, every gradient out once, at the bytes they stream as
     double host_s;        // the optimizer: AdamW and the gradient norm over every parameter
     double host_memory_s; // host memory feeds both the link and the optimizer: their bytes together
+    double tier_s;        // the NVMe tier's reads and writes, for the least any plan puts there (0: none)
     double physical_s;    // the max of the above (the link's two directions added when it is not duplex)
     double update_s;      // of host_s, AdamW alone (the norm of each gradient can run as it arrives)
     double backward_s;    // of compute_s, the backward alone
     double exact_s;       // and exact global-norm clipping: no update before the step's last gradient,
                           // no backward of the next step before its forward has every updated weight,
                           // so at least in + out (the link cannot overlap the last gradient out with
-                          // the first weight in) and at least update + backward
+                          // the first weight in) and at least update (or the tier, which the updates
+                          // stream) + backward
 } Bounds;
 
 // The bounds of graph g (untiled, as sema and autodiff made it) on t.

@@ -38,10 +38,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
                 dtype_name(g->train.compute));
         fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
-                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g},\n"
+                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
+                     "\"tier_s\": %.6g},\n"
                      " \"policies\": [\n",
                 b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
-                b->backward_s);
+                b->backward_s, b->tier_s);
         for (int i = 0; i < nrows; i++) {
             const SchedResult *r = &rows[i];
             const Cost *c = &r->cost;
@@ -60,12 +61,16 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                          "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
                          "\"link_bytes_per_step\": %.0f, "
                          "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
-                         "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"fits\": %s, \"chosen\": %s",
+                         "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"tier\": \"%s\", "
+                         "\"ram_bytes_per_param\": %.6g, \"tier_bytes_per_param\": %.6g, \"tier_bytes\": %lld, "
+                         "\"tier_s\": %.6g, \"fits\": %s, \"chosen\": %s",
                     c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
                     (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
                     c->compute_s * acc, c->gemm_s * acc, c->attention_s * acc, attention_kernel(c->attention_kinds),
-                    r->fits ? "true" : "false", i == chosen ? "true" : "false");
+                    PLACE_NAMES[c->place.level], c->place.ram_per_param, c->place.tier_per_param,
+                    (long long)c->place.tier_bytes, c->place.tier_s, r->fits ? "true" : "false",
+                    i == chosen ? "true" : "false");
             if (!r->fits) {
                 fprintf(out, ", \"reason\": ");
                 json_str(out, r->why);
@@ -78,11 +83,14 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
             (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
             dtype_name(g->train.compute));
+    char tier[64] = "";
+    if (b->tier_s > 0) snprintf(tier, sizeof tier, ", NVMe tier %.4g", b->tier_s);
+    double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
     fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
-                 "memory %.4g), exact semantics %.4g s (at least weights in + gradients out, %.4g, and AdamW + the "
+                 "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, and AdamW%s + the "
                  "backward, %.4g)\n",
-            b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->exact_s, b->in_s + b->out_s,
-            b->update_s + b->backward_s);
+            b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, tier, b->exact_s,
+            b->in_s + b->out_s, b->tier_s > 0 ? " streaming the tier" : "", update + b->backward_s);
     fprintf(out, "  %-16s %10s %10s %8s %8s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "/phys",
             "/exact", "device GB", "host GB", "link GB/step", "crossings", "schedule");
     for (int i = 0; i < nrows; i++) {
@@ -108,6 +116,21 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 c->compute_s, c->gemm_s, c->attention_s, attention_kernel(c->attention_kinds),
                 c->compute_s - c->gemm_s - c->attention_s, c->recompute_s, c->copy_in_s, c->copy_out_s,
                 c->device_copy_s, c->optimizer_s);
+        const Placement *pl = &c->place;
+        if (pl->level > PLACE_RAM)
+            fprintf(out, "  host store: %.4g bytes a layer parameter in RAM, %.4g on the NVMe tier (%s); RAM %.4g GB of "
+                         "%.4g, tier %.4g GB of %.6g; the tier %.4g s a step (%.4g GB read at %.4g GB/s, %.4g GB "
+                         "written at %.4g GB/s, under the updates) against the step's %.4g s\n",
+                    pl->ram_per_param, pl->tier_per_param,
+                    pl->level == PLACE_MOMENTS ? "the Adam moments"
+                    : pl->level == PLACE_MASTER ? "the Adam moments and the fp32 master"
+                                                : "the Adam moments, the fp32 master where it does not stream, the gradients",
+                    (double)c->host_bytes / 1e9, t->host_memory / 1e9, (double)pl->tier_bytes / 1e9,
+                    t->tier_capacity / 1e9, pl->tier_s, pl->tier_read_bytes / 1e9, t->tier_read_bandwidth / 1e9,
+                    pl->tier_write_bytes / 1e9, t->tier_write_bandwidth / 1e9, c->step_s);
+        else
+            fprintf(out, "  host store: %.4g bytes a layer parameter, all in RAM (%.4g GB of %.4g)\n", pl->ram_per_param,
+                    (double)c->host_bytes / 1e9, t->host_memory / 1e9);
     } else {
         fprintf(out, "  no policy fits %s\n", t->name);
     }

@@ -105,11 +105,14 @@ static char *data_path(const char *data, const char *model_path) {
 }
 
 // The schedule in words as the plan carries it: the scheduler's choice, the
-// target's name and the predicted step time (mtrun's banner and its
-// measured-against-predicted figure read them). NULL: out of memory.
-static const char *schedule_words(Arena *a, const char *chosen, const char *target, double step_s) {
-    char words[512];
-    int n = snprintf(words, sizeof words, "%s target=%s predicted_step_s=%.6g", chosen, target, step_s);
+// target's name, the predicted step time (mtrun's banner and its
+// measured-against-predicted figure read them) and, when the host store
+// needs the NVMe tier, what it puts there (tier=moments|master|grads; mtrun
+// reads it). NULL: out of memory.
+static const char *schedule_words(Arena *a, const char *chosen, const char *target, const Cost *c) {
+    char words[512], tier[32] = "";
+    if (c->place.level > PLACE_RAM) snprintf(tier, sizeof tier, " tier=%s", PLACE_NAMES[c->place.level]);
+    int n = snprintf(words, sizeof words, "%s target=%s predicted_step_s=%.6g%s", chosen, target, c->step_s, tier);
     return arena_strndup(a, words, n < (int)sizeof words ? (size_t)n : sizeof words - 1);
 }
 
@@ -613,7 +616,7 @@ int main(int argc, char **argv) {
                 rc = 1;
             } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, best.plan, NULL, &arena) != 0) {
                 rc = 1;
-            } else if (!(best.plan->schedule = schedule_words(&arena, best.plan->schedule, tgt.name, best.cost.step_s))) {
+            } else if (!(best.plan->schedule = schedule_words(&arena, best.plan->schedule, tgt.name, &best.cost))) {
                 fprintf(stderr, "mtc: error: out of memory\n");
                 rc = 1;
             } else if (write_plan(best.plan, &src, out_path) != 0) {

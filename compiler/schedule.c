@@ -769,8 +769,12 @@ Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, 
 static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
     why[0] = 0;
     if ((double)c->host_bytes > t->host_memory)
-        snprintf(why, cap, "needs %.4g GB of host memory, %s has %.4g GB", (double)c->host_bytes / 1e9, t->name,
+        snprintf(why, cap, "needs %.4g GB of host memory%s, %s has %.4g GB", (double)c->host_bytes / 1e9,
+                 c->place.level > PLACE_RAM ? " with the most it can put on the NVMe tier" : "", t->name,
                  t->host_memory / 1e9);
+    else if ((double)c->place.tier_bytes > t->tier_capacity && c->place.level > PLACE_RAM)
+        snprintf(why, cap, "needs %.4g GB of NVMe tier, %s has %.4g GB", (double)c->place.tier_bytes / 1e9, t->name,
+                 t->tier_capacity / 1e9);
     else if ((double)c->device_peak_bytes > t->device_memory)
         snprintf(why, cap, "needs %.4g GB of device memory, %s has %.4g GB", (double)c->device_peak_bytes / 1e9,
                  t->name, t->device_memory / 1e9);

@@ -209,6 +209,23 @@ static int64_t host_available(void) {
     return (int64_t)kb * 1024;
 }
 
+// What the plan puts on the NVMe tier (its schedule's words: tier=moments,
+// master or grads; mtc --explain says why): NULL when nothing.
+static const char *plan_tier(const Plan *p) {
+    const char *at = p->schedule ? strstr(p->schedule, " tier=") : NULL;
+    return at ? at + strlen(" tier=") : NULL;
+}
+
+// mtrun's tier holds the Adam moments; a plan that puts more there is refused.
+static int check_tier(const Run *r, char *err, size_t errcap) {
+    const char *want = plan_tier(r->p);
+    if (!want || !strncmp(want, "moments", 7)) return 0;
+    snprintf(err, errcap, "the plan puts the fp32 master%s on the NVMe tier (tier=%.*s): mtrun keeps only the Adam "
+             "moments there so far; plan for a target with more host memory", strncmp(want, "grads", 5) ? "" :
+             " and the gradient accumulators", (int)strcspn(want, " "), want);
+    return -1;
+}
+
 // The host store's bytes in RAM: all of it, less what the tier holds.
 static int64_t ram_store_bytes(const Run *r) {
     return store_bytes(r->p) - (r->o->tier_dir ? store_tier_bytes(r->p) : 0);
@@ -221,8 +238,11 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     if (have <= 0 || need <= have) return 0;
     snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
-             "but this machine has %lld bytes (%.1f GB) available", (long long)need, (double)need / 1e9,
-             r->o->tier_dir ? "the globals' " : "", r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have, (double)have / 1e9);
+             "but this machine has %lld bytes (%.1f GB) available%s", (long long)need, (double)need / 1e9,
+             r->o->tier_dir ? "the globals' " : "", r->o->reference ? "" : ", the cpu arena and the host activation store",
+             (long long)have, (double)have / 1e9,
+             plan_tier(r->p) && !r->o->tier_dir ? "; the plan was made with the Adam moments on the NVMe tier: give "
+                                                  "--tier-dir DIR" : "");
     return -1;
 }
 
@@ -257,7 +277,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
             return -1;
         r->val = &r->val_file;
     }
-    if (check_host_memory(r, err, errcap) != 0) return -1;
+    if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     if (!r->tokens || !r->targets) {

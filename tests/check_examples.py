@@ -29,6 +29,10 @@ EXPECTED = {
     "llama3-405b.mt": (405_853_388_800, {
         "model.layers.125.mlp.up_proj.weight": [53248, 16384], "model.layers.0.self_attn.o_proj.weight": [16384, 16384]},
         126 * 9 + 3),
+    "mistral-large-2.mt": (122_610_069_504, {  # Mistral-Large-Instruct-2407's config.json
+        "model.embed_tokens.weight": [32768, 12288], "model.layers.87.self_attn.q_proj.weight": [12288, 12288],
+        "model.layers.0.self_attn.k_proj.weight": [1024, 12288], "model.layers.5.mlp.down_proj.weight": [12288, 28672],
+        "lm_head.weight": [32768, 12288]}, 88 * 9 + 3),
     "qwen2-7b.mt": (7_615_616_512, {
         "model.layers.27.self_attn.q_proj.bias": [3584], "model.layers.0.self_attn.k_proj.bias": [512],
         "model.layers.0.self_attn.o_proj.weight": [3584, 3584], "lm_head.weight": [152064, 3584]}, 28 * 12 + 3),
