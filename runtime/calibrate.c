@@ -22,12 +22,17 @@
 //      mean of the four a call -> transcendental_s. Best of CAL_REPS.
 //   5. cores (the CPUs this process may run on), RAM (MemTotal, or a smaller
 //      cgroup limit).
+//   6. with --tier-dir DIR, the NVMe tier: DIR's free space ->
+//      tier_capacity; CAL_TIER_MB of CAL_TIER_LAYERS records written, then
+//      read, through the tier itself (io_uring, O_DIRECT), best of
+//      CAL_TIER_REPS -> tier_write_bandwidth, tier_read_bandwidth.
 //
 // Then writes the profile through a temporary file, checks it with
 // target_load, and renames it into place.
 #include "calibrate.h"
 #include "../common/io.h"
 #include "../common/target.h"
+#include "tier.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -40,6 +45,7 @@
 #include <string.h>
 #include <sys/mman.h>
 #include <sys/stat.h>
+#include <sys/statvfs.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -49,6 +55,9 @@ enum {
     CAL_FMA_CHUNK = 4096,        // floats of one cache-resident chunk (16 KiB)
     CAL_FMA_PASSES = 32,         // passes over each chunk before the next
     CAL_FMA_N = 4 << 20,         // floats of the element-wise array (16 MiB), a multiple of CAL_FMA_CHUNK
+    CAL_TIER_MB = 512,           // the tier measured: MiB written and read
+    CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS MiB
+    CAL_TIER_REPS = 3,
 };
 
 // What was measured, and how, for the profile's comments and the summary.
@@ -62,6 +71,7 @@ typedef struct Measured {
     double small_gemm_s;   // seconds a call of the small sgemm took
     double meminfo_total;  // bytes, MemTotal
     double cgroup_limit;   // bytes, 0 when none or not below MemTotal
+    const char *tier_dir;  // where the tier was measured (NULL: not)
     char date[16];         // YYYY-MM-DD, UTC
     char host[64];         // the host's name, as a word
 } Measured;
@@ -313,6 +323,43 @@ static int measure_overheads(Measured *m, char *err, size_t errcap) {
 
 // The CPUs this process may run on (a container's or taskset's share),
 // else the online CPUs.
+// The NVMe tier on m->tier_dir's filesystem: its free space, then
+// CAL_TIER_MB through a tier of CAL_TIER_LAYERS records, written then read,
+// best of CAL_TIER_REPS each.
+static int measure_tier(Measured *m, char *err, size_t errcap) {
+    struct statvfs vs;
+    if (statvfs(m->tier_dir, &vs) != 0) return io_fail(err, errcap, m->tier_dir, "cannot stat it: %s", strerror(errno));
+    m->t.tier_capacity = (double)vs.f_bavail * (double)vs.f_frsize;
+    int64_t floats = ((int64_t)CAL_TIER_MB << 20) / CAL_TIER_LAYERS / 4; // one array a record
+    Tier *t = tier_open(m->tier_dir, CAL_TIER_LAYERS, floats, 1, err, errcap);
+    if (!t) return -1;
+    double bytes = (double)tier_bytes(t), best_w = 0, best_r = 0;
+    for (int k = 0; k < CAL_TIER_REPS; k++) {
+        double t0 = now_s();
+        for (int64_t l = 0; l < CAL_TIER_LAYERS; l++) {
+            float *rec = tier_acquire_new(t, l, err, errcap);
+            if (!rec) goto fail;
+            memset(rec, 0, (size_t)tier_stride(t) * 4);
+            if (tier_release(t, l, 1, err, errcap) != 0) goto fail;
+        }
+        if (tier_drain(t, err, errcap) != 0) goto fail;
+        double w = now_s() - t0;
+        t0 = now_s();
+        for (int64_t l = 0; l < CAL_TIER_LAYERS; l++)
+            if (!tier_acquire(t, l, err, errcap) || tier_release(t, l, 0, err, errcap) != 0) goto fail;
+        if (tier_drain(t, err, errcap) != 0) goto fail;
+        double r = now_s() - t0;
+        if (bytes / w > best_w) best_w = bytes / w;
+        if (bytes / r > best_r) best_r = bytes / r;
+    }
+    tier_close(t);
+    m->t.tier_write_bandwidth = best_w, m->t.tier_read_bandwidth = best_r;
+    return 0;
+fail:
+    tier_close(t);
+    return -1;
+}
+
 static int count_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
@@ -494,6 +541,16 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
                "# large sgemm reaches here, not a datasheet peak.\n", d);
     fprintf(f, "gemm_efficiency = 1\n");
+    if (m->tier_dir) {
+        fprintf(f, "\n# measured by mtrun --calibrate on %s: the free space of %s's filesystem.\n", d, m->tier_dir);
+        fprintf(f, "tier_capacity = %.0f\n", t->tier_capacity);
+        fprintf(f, "# measured by mtrun --calibrate on %s: %d MiB read through the NVMe tier in %s\n"
+                   "# (io_uring, O_DIRECT, %d records), best of %d.\n", d, CAL_TIER_MB, m->tier_dir, CAL_TIER_LAYERS,
+                CAL_TIER_REPS);
+        fprintf(f, "tier_read_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_read_bandwidth));
+        fprintf(f, "# measured by mtrun --calibrate on %s: the same bytes written through it first.\n", d);
+        fprintf(f, "tier_write_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_write_bandwidth));
+    }
     return ferror(f);
 }
 
@@ -546,7 +603,7 @@ fail:
     return -1;
 }
 
-int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t errcap) {
+int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out, char *err, size_t errcap) {
     if (may_overwrite(path, err, errcap) != 0) return -1; // before spending the seconds
     double t0 = now_s();
     Measured m = {0};
@@ -571,6 +628,8 @@ int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t er
     if (measure_sgemm(&m, err, errcap) != 0) return -1;
     if (measure_vector(&m, err, errcap) != 0) return -1;
     if (measure_overheads(&m, err, errcap) != 0) return -1;
+    m.tier_dir = tier_dir;
+    if (tier_dir && measure_tier(&m, err, errcap) != 0) return -1;
     m.t.hbm_bandwidth = m.t.host_memory_bandwidth = m.copy_rate;
     m.t.h2d_bandwidth = m.t.d2h_bandwidth = m.copy_rate / 2;
     m.t.link_duplex = 0;
@@ -589,6 +648,10 @@ int calibrate_run(const char *path, int threads, FILE *out, char *err, size_t er
         fprintf(out, "  calls   %8.2f us        a %dx%dx%d sgemm beyond its FLOPs; %.3f us a kernel call\n",
                 m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
         fprintf(out, "  expf..  %8.2f ns        one thread, a call\n", m.t.transcendental_s * 1e9);
+        if (tier_dir)
+            fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %d MiB in %s; %.1f GB free\n",
+                    m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9, CAL_TIER_MB, tier_dir,
+                    m.t.tier_capacity / 1e9);
         fprintf(out, "wrote %s in %.1f s\n", path, now_s() - t0);
     }
     return 0;

@@ -21,7 +21,7 @@
 
 static const char USAGE[] =
     "usage: mtrun PLAN [options]\n"
-    "       mtrun --calibrate [--out FILE] [--threads N]\n"
+    "       mtrun --calibrate [--out FILE] [--threads N] [--tier-dir DIR]\n"
     "\n"
     "Trains the model of a plan written by mtc, streaming it through the device.\n"
     "With --calibrate, measures this machine (cpu backend: memory bandwidth, sgemm and\n"
@@ -59,7 +59,8 @@ static const char USAGE[] =
     "  --tier-dir DIR   the NVMe tier: every layer's Adam moments in DIR/mtrun.tier (io_uring, O_DIRECT),\n"
     "                   preallocated at start (too little space is refused), streamed through three\n"
     "                   staging buffers by the optimizer; scratch, removed at exit, never a checkpoint;\n"
-    "                   results are the same bits as without it\n"
+    "                   results are the same bits as without it; with --calibrate, measures the tier\n"
+    "                   there (free space, sequential read and write rates)\n"
     "  --calibrate      measure this machine and write a target profile; no PLAN\n"
     "  --out FILE       the profile --calibrate writes (default local.target in the current directory,\n"
     "                   where mtc --target local looks first); a file\n"
@@ -212,13 +213,13 @@ int main(int argc, char **argv) {
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
     if (calibrate)
         for (int k = O_STEPS; k <= O_VAL_DATA; k++)
-            if (given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS)
+            if (given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS && k != O_TIER_DIR)
                 return usage_error("--%s trains; --calibrate measures this machine and trains nothing", given[k]);
     if (calibrate) {
         if (optind < argc) return usage_error("--calibrate takes no plan; '%s' is one", argv[optind]);
         char err[1024] = "";
         const char *out = calibrate_out ? calibrate_out : "local.target"; // where mtc --target local looks first
-        if (calibrate_run(out, o.threads, stdout, err, sizeof err) == 0) return 0;
+        if (calibrate_run(out, o.threads, o.tier_dir, stdout, err, sizeof err) == 0) return 0;
         fprintf(stderr, "mtrun: error: %s\n", err);
         return 1;
     }

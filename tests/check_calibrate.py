@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """mtrun --calibrate: it writes a profile that mtc --target accepts, every
 figure positive and plausible, each with a "measured by"/"set by" comment;
-it overwrites its own output but refuses, with exit 1 and the file
+with --tier-dir DIR it measures the NVMe tier there (tier_capacity and
+both bandwidths, the tier file removed after); it overwrites its own output
+but refuses, with exit 1 and the file
 untouched, a file it did not write; it leaves no temporary file; it takes no
 plan and --out only goes with it; without --out it writes local.target in
 the current directory, where mtc --target local looks first.
@@ -95,9 +97,23 @@ def main():
             check(values["device_memory"] == values["host_memory"], "device_memory = host_memory (the arena is host memory)")
             check(values["matrix_flops_bf16"] == values["matrix_flops_f32"], "bf16 rate = f32 rate (no bf16 on cpu)")
 
-        # its own output: overwritten
-        p = run(mtrun, "--calibrate", "--out", out)
-        check(p.returncode == 0 and open(out).read().startswith(MARKER), "a second --calibrate overwrites its own output", p)
+        check(not any(k.startswith("tier_") for k in values), "no tier keys without --tier-dir")
+
+        # its own output: overwritten; with --tier-dir, the NVMe tier measured there
+        tier = os.path.join(t, "tier")
+        os.mkdir(tier)
+        p = run(mtrun, "--calibrate", "--out", out, "--tier-dir", tier)
+        check(p.returncode == 0 and open(out).read().startswith(MARKER) and "tier " in p.stdout,
+              "a second --calibrate, with --tier-dir, overwrites its own output", p)
+        values, comments = parse(out)
+        for k, (lo, hi) in {"tier_capacity": (1e6, 1e16), "tier_read_bandwidth": (1e6, 1e12),
+                            "tier_write_bandwidth": (1e6, 1e12)}.items():
+            check(k in values and lo <= float(values[k]) <= hi and "measured by mtrun --calibrate" in comments[k],
+                  f"{k} = {values.get(k)} measured, within [{lo:g}, {hi:g}]")
+        check(os.listdir(tier) == [], f"the tier file measured is removed: {os.listdir(tier)}")
+        os.rmdir(tier)
+        p = run(mtc, "examples/gpt2-tiny.mt", "--target", out, "--explain")
+        check(p.returncode == 0, "mtc accepts the calibrated profile with its tier", p)
 
         # anyone else's file: refused, untouched
         theirs = os.path.join(t, "theirs.target")
