@@ -226,9 +226,12 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
     return -1;
 }
 
-// The host store's bytes in RAM: all of it, less what the tier holds.
+// The host store's bytes in RAM: all of it, less what the tier holds, plus
+// the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
 static int64_t ram_store_bytes(const Run *r) {
-    return store_bytes(r->p) - (r->o->tier_dir ? store_tier_bytes(r->p) : 0);
+    if (!r->o->tier_dir) return store_bytes(r->p);
+    int64_t record = 2 * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return store_bytes(r->p) - store_tier_bytes(r->p) + TIER_SLOTS * record;
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
