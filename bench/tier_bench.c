@@ -156,8 +156,8 @@ int main(int argc, char **argv) {
     }
     unlink(ddpath);
     tier_close(t);
-    printf("tier_bench: %s, %lld MiB in %lld records of %.1f MiB, %d reps, %d threads\n", dir, (long long)(bytes >> 20),
-           (long long)layers, (double)bytes / (double)layers / (1 << 20), reps, threads);
+    printf("tier_bench: %s, %.1f MB in %lld records of %.1f MB, %d reps, %d threads\n", dir, (double)bytes / 1e6,
+           (long long)layers, (double)bytes / (double)layers / 1e6, reps, threads);
     printf("write: tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tw, reps), median(r_ddw, reps), median(q_w, reps));
     printf("read:  tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tr, reps), median(r_ddr, reps), median(q_r, reps));
     printf("adamw: tier %.4f Gparam/s  ram %.4f Gparam/s  tier/ram %.3f (the tier moves 16 B a parameter: %.2f GB/s)\n",

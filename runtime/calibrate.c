@@ -55,8 +55,8 @@ enum {
     CAL_FMA_CHUNK = 4096,        // floats of one cache-resident chunk (16 KiB)
     CAL_FMA_PASSES = 32,         // passes over each chunk before the next
     CAL_FMA_N = 4 << 20,         // floats of the element-wise array (16 MiB), a multiple of CAL_FMA_CHUNK
-    CAL_TIER_MB = 512,           // the tier measured: MiB written and read
-    CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS MiB
+    CAL_TIER_MB = 512,           // the tier measured: 2^20-byte units written and read (536.9 MB)
+    CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS units
     CAL_TIER_REPS = 3,
 };
 
@@ -544,8 +544,9 @@ static int write_profile(FILE *f, const Measured *m) {
     if (m->tier_dir) {
         fprintf(f, "\n# measured by mtrun --calibrate on %s: the free space of %s's filesystem.\n", d, m->tier_dir);
         fprintf(f, "tier_capacity = %.0f\n", t->tier_capacity);
-        fprintf(f, "# measured by mtrun --calibrate on %s: %d MiB read through the NVMe tier in %s\n"
-                   "# (io_uring, O_DIRECT, %d records), best of %d.\n", d, CAL_TIER_MB, m->tier_dir, CAL_TIER_LAYERS,
+        fprintf(f, "# measured by mtrun --calibrate on %s: %.1f MB read through the NVMe tier in %s\n"
+                   "# (io_uring, O_DIRECT, %d records), best of %d.\n", d, (double)((int64_t)CAL_TIER_MB << 20) / 1e6,
+                m->tier_dir, CAL_TIER_LAYERS,
                 CAL_TIER_REPS);
         fprintf(f, "tier_read_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_read_bandwidth));
         fprintf(f, "# measured by mtrun --calibrate on %s: the same bytes written through it first.\n", d);
@@ -649,8 +650,9 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
         fprintf(out, "  expf..  %8.2f ns        one thread, a call\n", m.t.transcendental_s * 1e9);
         if (tier_dir)
-            fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %d MiB in %s; %.1f GB free\n",
-                    m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9, CAL_TIER_MB, tier_dir,
+            fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %.1f MB in %s; %.1f GB free\n",
+                    m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9,
+                    (double)((int64_t)CAL_TIER_MB << 20) / 1e6, tier_dir,
                     m.t.tier_capacity / 1e9);
         fprintf(out, "wrote %s in %.1f s\n", path, now_s() - t0);
     }
