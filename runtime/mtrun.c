@@ -88,21 +88,40 @@ static int parse_int(const char *s, int64_t min, int64_t *out) {
 // A test hook, not a feature: MT_TEST_DROP_WAIT=K removes the K-th WAIT
 // (from 0) of the verified train stream, so tests/check_cuda_emu.py can show
 // that the cuda backend honours each one (a run without it goes wrong);
-// K = -1 says how many there are. Unset, nothing changes.
-static void drop_wait_for_tests(Plan *p) {
+// K = -1 says how many there are. It also says whether the plan verifier
+// needs the WAIT (one that other WAITs imply cannot change a run), and
+// returns 1 + the index of the work the WAIT waited for (the instruction
+// before the event's RECORD on the recording engine), which the threaded
+// replay then holds back (TrainOptions.test_hold_ins); 0 when unset.
+static int drop_wait_for_tests(Plan *p) {
     const char *k = getenv("MT_TEST_DROP_WAIT");
-    if (!k || !*k) return;
+    if (!k || !*k) return 0;
     int want = atoi(k), seen = 0;
     for (int i = 0; i < p->ntrain; i++) {
         if (p->train[i].kind != INS_WAIT) continue;
         if (seen++ != want) continue;
         fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: train stream instruction %d (WAIT event %d on %s) dropped\n", i,
                 p->train[i].event, p->train[i].engine == ENG_HOST ? "host" : "a device engine");
+        int event = p->train[i].event, record = -1, work = -1;
         memmove(&p->train[i], &p->train[i + 1], (size_t)(p->ntrain - i - 1) * sizeof *p->train);
         p->ntrain--;
-        return;
+        for (int j = 0; j < p->ntrain; j++) // the event's last RECORD before the WAIT, else the stream's last
+            if (p->train[j].kind == INS_RECORD && p->train[j].event == event && (j < i || record < 0 || record >= i))
+                record = j;
+        for (int j = record - 1; j >= 0 && work < 0; j--)
+            if (p->train[j].engine == p->train[record].engine && p->train[j].kind != INS_RECORD &&
+                p->train[j].kind != INS_WAIT)
+                work = j;
+        char err[512];
+        if (plan_verify(p, err, sizeof err) == 0)
+            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier accepts the plan without it (other WAITs imply it)\n");
+        else
+            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier needs it: %s\n", err);
+        if (work >= 0) fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: instruction %d, the work it waited for, held\n", work);
+        return work + 1;
     }
     fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the train stream has %d WAITs\n", seen);
+    return 0;
 }
 
 int main(int argc, char **argv) {
@@ -243,7 +262,7 @@ int main(int argc, char **argv) {
     int rc = 1;
     Plan *p = plan_read(path, &arena, err, sizeof err);
     if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
-    if (p) drop_wait_for_tests(p);
+    if (p) o.test_hold_ins = drop_wait_for_tests(p);
     char *log_path = NULL;
     if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
         size_t n = strlen(path);

@@ -141,7 +141,7 @@ typedef struct EngineThread {
     int max_pause_us; // 0, 40 or 400, drawn per engine: some run ahead of others
 } EngineThread;
 
-enum { HANG_SECONDS = 30 };
+enum { HANG_SECONDS = 30, HOLD_MS = 50 };
 
 static void *engine_main(void *arg) {
     EngineThread *t = arg;
@@ -169,6 +169,8 @@ static void *engine_main(void *arg) {
             execute(E->r, in, E->inputs, E->last, E->loss);
             continue;
         }
+        if (E->r->hold_ins && E->ins == E->r->p->train && E->queue[k] == E->r->hold_ins - 1)
+            nanosleep(&(struct timespec){0, HOLD_MS * 1000000L}, NULL);
         // a random pause before each instruction, so that an event the plan
         // lacks shows as a wrong value rather than passing by luck
         if (t->max_pause_us) {

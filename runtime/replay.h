@@ -51,6 +51,10 @@ typedef struct Replay {
     void (*on_run)(void *ctx, const Instr *in);
     void *on_run_ctx;
     const int *recorder; // (nevents) during replay(): the engine that records each event
+    // A test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the index of the train
+    // stream instruction whose issue the threaded replays hold 50 ms, so that
+    // a consumer that lost its WAIT on it runs first; 0: none.
+    int hold_ins;
 } Replay;
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model

@@ -312,7 +312,8 @@ static int open_run(Run *r, char *err, size_t errcap) {
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
                 r->stream_updates[p->train[i].layer + 1] = 1;
-        r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed};
+        r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed,
+                          .hold_ins = r->o->test_hold_ins};
     }
     if (check_save_dir(r->o, err, errcap) != 0) return -1;
     // a resumed run continues its log; a new run starts one

@@ -9,7 +9,9 @@
 //   streams        a host thread each, running its queue in order, with a
 //                  seeded random pause before each operation (up to 0, 50 or
 //                  500 us, drawn per stream: MT_CUDA_EMU_SEED), so that a
-//                  missing wait shows as a wrong value rather than luck
+//                  missing wait shows as a wrong value rather than luck; a
+//                  copy fills its destination with NaN first and takes at
+//                  least 200 us, so a read that races it reads NaN
 //   events         a record counter and a completion counter: a stream's wait
 //                  holds its thread until the event's record at the time of
 //                  the wait completed; cudaEventSynchronize sleeps likewise
@@ -80,6 +82,7 @@ static int (*emu_params)(const char *, unsigned *, int);
 static size_t device_bytes, device_peak;
 static pthread_mutex_t mem_mu = PTHREAD_MUTEX_INITIALIZER;
 static uint64_t stream_seed;
+enum { COPY_PAUSE_US = 200 }; // the least time a copy's destination holds NaN
 
 static double now_s(void) {
     struct timespec ts;
@@ -130,10 +133,15 @@ static void *stream_main(void *arg) {
         Op *op = s->head;
         s->busy = 1;
         pthread_mutex_unlock(&s->mu);
-        if (s->max_pause_us && op->kind != OP_WAIT) {
-            struct timespec pause = {0, (long)(next_random(&s->rng) % s->max_pause_us) * 1000};
-            nanosleep(&pause, NULL);
-        }
+        // A copy's destination holds NaN from its start to its end (as a real
+        // copy's is half written), and a copy pauses at least COPY_PAUSE_US
+        // there: a reader the plan forgot to order after it reads NaN.
+        int poison = op->kind == OP_COPY && ((const char *)op->dst + op->bytes <= (const char *)op->src ||
+                                             (const char *)op->src + op->bytes <= (const char *)op->dst);
+        if (poison) memset(op->dst, 0xFF, op->bytes);
+        unsigned pause_us = s->max_pause_us ? (unsigned)(next_random(&s->rng) % s->max_pause_us) : 0;
+        if (poison && pause_us < COPY_PAUSE_US) pause_us = COPY_PAUSE_US;
+        if (pause_us && op->kind != OP_WAIT) nanosleep(&(struct timespec){0, (long)pause_us * 1000}, NULL);
         run_op(op);
         pthread_mutex_lock(&s->mu);
         s->head = op->next;
