@@ -38,27 +38,15 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish, run  # noqa: E402
-from check_weights import (attention, cross_entropy, first_val_loss, read_safetensors, val_tokens,  # noqa: E402
-                           write_safetensors)
+from check_weights import (attention, cross_entropy, first_val_loss, read_safetensors, rms_norm as rms,  # noqa: E402
+                           rope_halves, val_tokens, write_safetensors)
 
 MODEL = "examples/moe/mixtral-tiny.mt"
 L, NH, NKV, E, K, THETA, AUX, T = 2, 4, 2, 4, 2, 10000.0, 0.02, 48
 
 
-def rms(x, g):
-    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-5) * g
-
-
 def rope(x, heads):
-    T, D = x.shape[0], x.shape[1] // heads
-    ang = np.arange(T)[:, None] * THETA ** (-2 * np.arange(D // 2) / D)[None, :]
-    cos, sin = np.cos(ang), np.sin(ang)
-    y = x.copy()
-    for h in range(heads):
-        a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
-        y[:, h * D: h * D + D // 2] = a * cos - b * sin
-        y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
-    return y
+    return rope_halves(x, heads, THETA)
 
 
 def mixtral_loss(W, tokens, targets, routing="mixtral", k=K):

@@ -152,6 +152,25 @@ def bf16_round(a):
     return (bf16_bits(np.asarray(a, np.float32)).astype(np.uint32) << 16).view(np.float32).astype(np.float64)
 
 
+def rms_norm(x, g, eps=1e-5):
+    """RMSNorm over the last axis, scaled by g."""
+    return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + eps) * g
+
+
+def rope_halves(x, heads, theta):
+    """Rotary embedding of [T, heads * D] rows, each head's first half
+    rotated against its second (Hugging Face's rotate_half)."""
+    T, D = x.shape[0], x.shape[1] // heads
+    ang = np.arange(T)[:, None] * theta ** (-2 * np.arange(D // 2) / D)[None, :]
+    cos, sin = np.cos(ang), np.sin(ang)
+    y = x.copy()
+    for h in range(heads):
+        a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
+        y[:, h * D: h * D + D // 2] = a * cos - b * sin
+        y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
+    return y
+
+
 def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None,
                **attn):
     """The Llama loss in float64; r is applied where a graph node ends (the
@@ -160,32 +179,21 @@ def llama_loss(W, L, nh, nkv, theta, tokens, targets, r=lambda a: a, mask=None,
     scale and softcap."""
     W = {k: r(v.astype(np.float64)) for k, v in W.items()}
 
-    def rms(x, g):
-        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-5) * g
-
     def rope(x, heads):
-        T, D = x.shape[0], x.shape[1] // heads
-        ang = np.arange(T)[:, None] * theta ** (-2 * np.arange(D // 2) / D)[None, :]
-        cos, sin = np.cos(ang), np.sin(ang)
-        y = x.copy()
-        for h in range(heads):
-            a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
-            y[:, h * D: h * D + D // 2] = a * cos - b * sin
-            y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
-        return y
+        return rope_halves(x, heads, theta)
 
     x = W["model.embed_tokens.weight"][tokens]
     for i in range(L):
         p = f"model.layers.{i}."
-        a = r(rms(x, W[p + "input_layernorm.weight"]))
+        a = r(rms_norm(x, W[p + "input_layernorm.weight"]))
         q = r(rope(r(a @ W[p + "self_attn.q_proj.weight"].T), nh))
         k = r(rope(r(a @ W[p + "self_attn.k_proj.weight"].T), nkv))
         v = r(a @ W[p + "self_attn.v_proj.weight"].T)
         x = r(x + r(r(attention(q, k, v, nh, nkv, **attn)) @ W[p + "self_attn.o_proj.weight"].T))
-        m = r(rms(x, W[p + "post_attention_layernorm.weight"]))
+        m = r(rms_norm(x, W[p + "post_attention_layernorm.weight"]))
         g, u = r(m @ W[p + "mlp.gate_proj.weight"].T), r(m @ W[p + "mlp.up_proj.weight"].T)
         x = r(x + r(r(g / (1 + np.exp(-g)) * u) @ W[p + "mlp.down_proj.weight"].T))
-    return cross_entropy(r(r(rms(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets, mask)
+    return cross_entropy(r(r(rms_norm(x, W["model.norm.weight"])) @ W["lm_head.weight"].T), targets, mask)
 
 
 def gemma2_loss(W, kinds, nh, nkv, theta, window, qs, acap, fcap, tokens, targets):
@@ -195,18 +203,10 @@ def gemma2_loss(W, kinds, nh, nkv, theta, window, qs, acap, fcap, tokens, target
     W = {k: v.astype(np.float64) for k, v in W.items()}
 
     def rms(x, g):
-        return x / np.sqrt((x ** 2).mean(-1, keepdims=True) + 1e-6) * (1 + g)
+        return rms_norm(x, 1 + g, 1e-6)
 
     def rope(x, heads):
-        T, D = x.shape[0], x.shape[1] // heads
-        ang = np.arange(T)[:, None] * theta ** (-2 * np.arange(D // 2) / D)[None, :]
-        cos, sin = np.cos(ang), np.sin(ang)
-        y = x.copy()
-        for h in range(heads):
-            a, b = x[:, h * D: h * D + D // 2], x[:, h * D + D // 2:(h + 1) * D]
-            y[:, h * D: h * D + D // 2] = a * cos - b * sin
-            y[:, h * D + D // 2:(h + 1) * D] = b * cos + a * sin
-        return y
+        return rope_halves(x, heads, theta)
 
     def gelu(x):
         return 0.5 * x * (1 + np.tanh(math.sqrt(2 / math.pi) * (x + 0.044715 * x ** 3)))
