@@ -274,12 +274,16 @@ static void start_read(Tier *t, Slot *s, int64_t layer) {
     pump(t, 0);
 }
 
+// 0 when layer's record may be acquired: no earlier failure, a layer of the file.
+static int acquirable(Tier *t, int64_t layer) {
+    if (t->err[0]) return -1;
+    if (layer < 0 || layer >= t->layers)
+        return fail(t, "%s: internal error: layer %lld of %lld", t->path, (long long)layer, (long long)t->layers);
+    return 0;
+}
+
 float *tier_acquire(Tier *t, int64_t layer, char *err, size_t errcap) {
-    if (t->err[0]) return report(t, err, errcap), NULL;
-    if (layer < 0 || layer >= t->layers) {
-        fail(t, "%s: internal error: layer %lld of %lld", t->path, (long long)layer, (long long)t->layers);
-        return report(t, err, errcap), NULL;
-    }
+    if (acquirable(t, layer) != 0) return report(t, err, errcap), NULL;
     Slot *s = find(t, layer);
     if (s && s->state == SLOT_WRITING) { // its record is current while its write lands: take it back
         if (settle(t, s) != 0) return report(t, err, errcap), NULL;
@@ -303,11 +307,7 @@ float *tier_acquire(Tier *t, int64_t layer, char *err, size_t errcap) {
 }
 
 float *tier_acquire_new(Tier *t, int64_t layer, char *err, size_t errcap) {
-    if (t->err[0]) return report(t, err, errcap), NULL;
-    if (layer < 0 || layer >= t->layers) {
-        fail(t, "%s: internal error: layer %lld of %lld", t->path, (long long)layer, (long long)t->layers);
-        return report(t, err, errcap), NULL;
-    }
+    if (acquirable(t, layer) != 0) return report(t, err, errcap), NULL;
     Slot *s = find(t, layer);
     if (!s && !(s = victim(t, NULL)) && !t->err[0]) fail(t, "%s: internal error: every staging buffer is held", t->path);
     if (t->err[0] || settle(t, s) != 0) return report(t, err, errcap), NULL;
