@@ -2,7 +2,11 @@
 #include "kir_eval.h"
 
 #include <math.h>
+#include <stdio.h>
 #include <stdlib.h>
+#include <string.h>
+
+#include "../common/bf16.h"
 
 // One statement's value: floats of each width and integers (bools as 0/1).
 typedef union Val {
@@ -25,6 +29,7 @@ static Val eval_unary(const KirStmt *s, Val a, int ta) {
     case KOP_SQRT: if (t == KT_F32) r.f = sqrtf(a.f); else r.d = sqrt(a.d); break;
     case KOP_SIN: if (t == KT_F32) r.f = sinf(a.f); else r.d = sin(a.d); break;
     case KOP_COS: if (t == KT_F32) r.f = cosf(a.f); else r.d = cos(a.d); break;
+    case KOP_RBF16: r.f = bf16_round(a.f); break;
     default: { // CVT
         double x = ta == KT_F32 ? a.f : ta == KT_F64 ? a.d : (double)a.i;
         if (t == KT_F32) r.f = ta == KT_F64 ? (float)a.d : ta == KT_F32 ? a.f : (float)a.i;
@@ -119,18 +124,21 @@ void kir_eval(const KirKernel *k, HostArg *args) {
                         else v[j].i = args[s->a].i[b.i];
                         break;
                     case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
+                    case KOP_RBF16:
                         v[j] = eval_unary(s, a, k->stmts[s->a].type);
                         break;
                     case KOP_LT: case KOP_LE: case KOP_EQ: v[j].i = compare(k->stmts[s->a].type, s->op, a, b); break;
                     case KOP_SELECT: v[j] = a.i ? b : c; break;
                     case KOP_RSUM: v[j] = eval_binary(KOP_ADD, t, v[j], a); break;
                     case KOP_RMAX: v[j] = eval_binary(KOP_MAX, t, v[j], a); break;
-                    case KOP_STORE:
-                        if (k->stmts[s->c].type == KT_F32) args[s->a].f[b.i] = c.f;
+                    case KOP_STORE: // a bf16 argument stores the value rounded, as the generated code does
+                        if (k->stmts[s->c].type == KT_F32)
+                            args[s->a].f[b.i] = k->args[s->a].dtype == KT_BF16 ? bf16_round(c.f) : c.f;
                         else args[s->a].i[b.i] = (int32_t)c.i;
                         break;
                     case KOP_ACC:
                         if (k->args[s->a].access & KA_ACC64) args[s->a].acc[b.i] += c.d;
+                        else if (k->args[s->a].dtype == KT_BF16) args[s->a].f[b.i] = bf16_round(args[s->a].f[b.i] + c.f);
                         else args[s->a].f[b.i] += c.f;
                         break;
                     default: v[j] = eval_binary(s->op, t, a, b);
@@ -141,7 +149,10 @@ void kir_eval(const KirKernel *k, HostArg *args) {
     }
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i].access & KA_ACC64)
-            for (int64_t j = 0; j < k->args[i].numel; j++) args[i].f[j] = (float)(args[i].acc[j] / k->args[i].divisor);
+            for (int64_t j = 0; j < k->args[i].numel; j++) {
+                float f = (float)(args[i].acc[j] / k->args[i].divisor);
+                args[i].f[j] = k->args[i].dtype == KT_BF16 ? bf16_round(f) : f;
+            }
     free(v);
 }
 
@@ -149,12 +160,12 @@ void kir_fill_args(const KirKernel *k, HostArg *h, float (*rand)(void)) {
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
         size_t n = (size_t)a->numel;
-        h[i].f = a->dtype == KT_F32 ? calloc(n + 1, 4) : NULL;
+        h[i].f = a->dtype != KT_I32 ? calloc(n + 1, 4) : NULL; // f32, or bf16 values held as f32
         h[i].i = a->dtype == KT_I32 ? calloc(n + 1, 4) : NULL;
         h[i].acc = a->access & KA_ACC64 ? calloc(n + 1, 8) : NULL;
         if (a->access & KA_READ)
             for (size_t j = 0; j < n; j++) {
-                if (h[i].f) h[i].f[j] = rand();
+                if (h[i].f) h[i].f[j] = a->dtype == KT_BF16 ? bf16_round(rand()) : rand();
                 else h[i].i[j] = rand() > 0;
             }
     }
@@ -162,4 +173,46 @@ void kir_fill_args(const KirKernel *k, HostArg *h, float (*rand)(void)) {
 
 void kir_free_args(const KirKernel *k, HostArg *h) {
     for (int i = 0; i < k->nargs; i++) free(h[i].f), free(h[i].i), free(h[i].acc);
+}
+
+size_t kir_arg_bytes(const KirArg *a) {
+    return (size_t)a->numel * (a->access & KA_ACC64 ? 8 : a->dtype == KT_BF16 ? 2 : 4);
+}
+
+size_t kir_arg_out_bytes(const KirArg *a) { return (size_t)a->numel * (a->dtype == KT_BF16 ? 2 : 4); }
+
+void kir_arg_pack(const KirArg *a, const HostArg *h, void *dst) {
+    size_t n = (size_t)a->numel;
+    if (a->access & KA_ACC64) memset(dst, 0, 8 * n);
+    else if (a->dtype == KT_I32) memcpy(dst, h->i, 4 * n);
+    else if (a->dtype == KT_F32) memcpy(dst, h->f, 4 * n);
+    else
+        for (size_t j = 0; j < n; j++) ((uint16_t *)dst)[j] = bf16_from_f32(h->f[j]);
+}
+
+double kir_arg_error(const KirArg *a, const void *got, const HostArg *want) {
+    size_t n = (size_t)a->numel;
+    if (a->dtype == KT_I32) return memcmp(got, want->i, 4 * n) ? INFINITY : 0;
+    double m = 0;
+    for (size_t j = 0; j < n; j++) {
+        float g = a->dtype == KT_BF16 ? f32_from_bf16(((const uint16_t *)got)[j]) : ((const float *)got)[j];
+        double d = fabs((double)g - want->f[j]) / fmax(fabs((double)want->f[j]), 1e-2);
+        if (!(d <= m)) m = d; // NaN sticks
+    }
+    return m;
+}
+
+double kir_arg_tolerance(const KirArg *a) { return a->dtype == KT_BF16 ? 1e-2 : 1e-4; }
+
+int kir_cap_vocab(char *text, long long cap) {
+    for (char *p = text; cap > 0 && (p = strstr(p, "V = ")); p++) {
+        if (p != text && p[-1] != ' ' && p[-1] != '\n') continue;
+        char *num = p + 4, *end;
+        long long v = strtoll(num, &end, 10);
+        if (end == num || v <= cap) return 0;
+        int w = snprintf(num, (size_t)(end - num) + 1, "%lld", cap);
+        memset(num + w, ' ', (size_t)(end - num - w));
+        return 1;
+    }
+    return 0;
 }

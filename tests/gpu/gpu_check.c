@@ -2,7 +2,7 @@
 // Needs a GPU and its driver (libcuda); built with the project everywhere,
 // run by tests/gpu/run.sh only.
 //
-//   gpu_check MODEL.mt...
+//   gpu_check [--seq N] [--vocab N] MODEL.mt...
 //
 // 1. Flash attention (compiler/cuda/attention.cuh, and the tensor-core
 //    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
@@ -10,11 +10,13 @@
 //    backward dq, dk, dv against the reference on random inputs, causal and
 //    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64 and 128,
 //    bf16), lengths that are not multiples of the tiles, f32 and bf16.
-// 2. Every model's fused expression kernels, as cuda_build compiles them into
-//    plans (batch 2, seq 64, f32): each launched with random inputs and its
-//    outputs compared with a plain C interpreter of the same kernel IR
-//    (tests/kir_eval.c, one row and one column at a time, fp32 as fp32 and
-//    f64 as double).
+// 2. Every model's fused expression kernels, as cuda_build compiles them
+//    (batch 2, seq 64, or batch 1 at --seq N with V capped at --vocab N; the
+//    model's storage, f32 or bf16; f64 arithmetic kept in double): each
+//    launched with random inputs and its outputs compared with a plain C
+//    interpreter of the same kernel IR (tests/kir_eval.c, one row and one
+//    column at a time, fp32 as fp32 and f64 as double; relative error 1e-4
+//    for f32 outputs, 1e-2 for bf16, kir_arg_tolerance).
 // 3. Times: flash against the reference at model-sized shapes, and the fused
 //    kernels; both attention kernels at Llama-3-8B's shapes (B 1, T 4096 and
 //    32768, H 32, KVH 8, D 128, causal, bf16), forward + backward, against a
@@ -437,6 +439,10 @@ static void check_attention(const char *arch) {
 
 // ---------------------------------------------------------------- 2. fused kernels
 
+// --seq N: batch 1 at seq N (else batch 2, seq 64); --vocab N: the config's
+// V capped at N (kir_cap_vocab), as emu_check does
+static long long opt_seq, opt_vocab;
+
 static void check_model(const char *path, const char *arch) {
     char *text;
     size_t len;
@@ -448,12 +454,15 @@ static void check_model(const char *path, const char *arch) {
     Source src = {.path = path, .text = text, .len = len};
     Diag diag = {.src = &src, .sink = stdout};
     Arena arena = {0};
-    SemaOptions so = {.batch = 2, .seq = 64};
+    int capped = kir_cap_vocab(text, opt_vocab);
+    SemaOptions so = {.batch = opt_seq ? 1 : 2, .seq = opt_seq ? opt_seq : 64};
     Model *model = dsl_parse(&src, &arena, &diag);
     Graph *g = model ? sema_lower(model, &so, &arena, &diag) : NULL;
     KirProgram prog;
     char err[8192];
-    CudaOptions opt = {.arch = arch, .model_path = path};
+    // exact_f64: the kernel IR's f64 arithmetic in double, as kir_eval does it
+    // (tests/emu/emu_check.c says why)
+    CudaOptions opt = {.arch = arch, .model_path = path, .exact_f64 = 1};
     CudaBinary bin;
     CudaSource cs;
     if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
@@ -478,8 +487,10 @@ static void check_model(const char *path, const char *arch) {
         void **params = calloc((size_t)k->nargs, sizeof *params);
         for (int i = 0; i < k->nargs; i++) {
             const KirArg *a = &k->args[i];
-            size_t bytes = (size_t)a->numel * (a->access & KA_ACC64 ? 8 : 4);
-            d[i] = a->access & KA_ACC64 ? dev_alloc(bytes) : dev_upload(h[i].f ? (void *)h[i].f : (void *)h[i].i, bytes);
+            void *packed = malloc(kir_arg_bytes(a) + 8); // bf16 bits for bf16, scratch zeroed
+            kir_arg_pack(a, &h[i], packed);
+            d[i] = dev_upload(packed, kir_arg_bytes(a));
+            free(packed);
             params[i] = &d[i];
         }
         CUfunction f, fin = NULL;
@@ -493,7 +504,7 @@ static void check_model(const char *path, const char *arch) {
         int nf = 0;
         for (int i = 0; i < k->nargs && nf < 8; i++)
             if (k->args[i].access & KA_ACC64) {
-                dst[nf] = dev_alloc(4 * (size_t)k->args[i].numel);
+                dst[nf] = dev_alloc(4 * (size_t)k->args[i].numel); // f32 or bf16, as the argument
                 fparams[2 * nf] = &dst[nf], fparams[2 * nf + 1] = &d[i], nf++;
             }
         Timer t;
@@ -509,23 +520,15 @@ static void check_model(const char *path, const char *arch) {
         for (int i = 0; i < k->nargs; i++) {
             const KirArg *a = &k->args[i];
             if (!(a->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
-            size_t n = (size_t)a->numel;
-            if (a->dtype == KT_I32) {
-                int32_t *got = malloc(4 * n);
-                CU(cuMemcpyDtoH(got, d[i], 4 * n));
-                if (memcmp(got, h[i].i, 4 * n) != 0) e = INFINITY;
-                free(got);
-                continue;
-            }
-            float *got = malloc(4 * n);
-            CU(cuMemcpyDtoH(got, a->access & KA_ACC64 ? dst[j++] : d[i], 4 * n));
-            double ei = max_rel(got, h[i].f, n, 1e-2);
-            if (!(ei <= e)) e = ei;
+            void *got = malloc(kir_arg_out_bytes(a));
+            CU(cuMemcpyDtoH(got, a->access & KA_ACC64 ? dst[j++] : d[i], kir_arg_out_bytes(a)));
+            double ei = kir_arg_error(a, got, &h[i]);
             free(got);
-        }
-        if (!(e <= 1e-4)) {
-            printf("FAIL %s %s: max rel err %.2e against the kernel IR\n", path, in->symbol, e);
-            failures++;
+            if (!(ei <= kir_arg_tolerance(a))) {
+                printf("FAIL %s %s argument %d: max rel err %.2e against the kernel IR\n", path, in->symbol, i, ei);
+                failures++;
+            }
+            if (!(ei <= e)) e = ei;
         }
         if (!(e <= worst)) worst = e;
         nk++;
@@ -535,7 +538,7 @@ static void check_model(const char *path, const char *arch) {
         free(h), free(d), free(params);
     }
     char what[96];
-    snprintf(what, sizeof what, "%d fused kernels of %s", nk, path);
+    snprintf(what, sizeof what, "%d fused kernels of %s%s", nk, path, capped ? " (V capped)" : "");
     add_row(what, total_ms, -1, worst);
     printf("%-52s max rel err %.2e, NVRTC %.2f s\n", what, worst, bin.seconds);
     cuModuleUnload(m);
@@ -562,7 +565,12 @@ int main(int argc, char **argv) {
     printf("%s, %s, NVRTC %s\n", name, arch, nvrtc_version_str());
 
     check_attention(arch);
-    for (int i = 1; i < argc; i++) check_model(argv[i], arch);
+    int first = 1;
+    for (; first + 1 < argc; first += 2)
+        if (!strcmp(argv[first], "--seq")) opt_seq = atoll(argv[first + 1]);
+        else if (!strcmp(argv[first], "--vocab")) opt_vocab = atoll(argv[first + 1]);
+        else break;
+    for (int i = first; i < argc; i++) check_model(argv[i], arch);
 
     printf("\n%-52s %10s %10s %8s %10s\n", "what", "ms", "ref ms", "speedup", "max err");
     for (int i = 0; i < ntable; i++) {
