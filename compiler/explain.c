@@ -5,6 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../common/trace.h"
+
 static void json_str(FILE *out, const char *s) {
     fputc('"', out);
     for (; *s; s++) {
@@ -136,94 +138,19 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     }
 }
 
-// Tracks are engines, numbered from 1 (Engine + 1).
-
-// What an instruction does, for the trace: "layer 3 forward".
-static void instr_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
-    const Part *part = &p->graph->parts[in->part >= 0 && in->part < PART_COUNT ? in->part : 0];
-    switch ((InsKind)in->kind) {
-    case INS_RUN:
-        if (in->part == PART_BLOCK)
-            snprintf(buf, cap, "layer %d %s", in->layer,
-                     in->from > 0 ? "backward" : in->flags & RUN_SKIP_HEAVY ? "selective recompute" : "forward");
-        else
-            snprintf(buf, cap, "%s %s", part_name((PartKind)in->part),
-                     in->from == 0 && in->to == part->nodes.n ? "forward+backward" : in->from == 0 ? "forward" : "backward");
-        break;
-    case INS_COPY_IN:
-        if (in->layer < 0) snprintf(buf, cap, "global weights in");
-        else snprintf(buf, cap, "layer %d weights in", in->layer);
-        break;
-    case INS_COPY_OUT:
-        if (in->layer < 0) snprintf(buf, cap, "global gradient out");
-        else snprintf(buf, cap, "layer %d gradient out", in->layer);
-        break;
-    case INS_COPY: snprintf(buf, cap, "device copy"); break;
-    case INS_INPUT: snprintf(buf, cap, "batch input %d in", in->input); break;
-    case INS_SAVE: snprintf(buf, cap, "activations out"); break;
-    case INS_LOAD: snprintf(buf, cap, "activations in"); break;
-    case INS_UPDATE:
-        if (in->layer < 0) snprintf(buf, cap, "AdamW globals");
-        else snprintf(buf, cap, "AdamW layer %d", in->layer);
-        break;
-    case INS_NORM:
-        if (in->layer < 0) snprintf(buf, cap, "gradient norm globals");
-        else snprintf(buf, cap, "gradient norm layer %d", in->layer);
-        break;
-    default: snprintf(buf, cap, "%d", in->kind); break;
-    }
-}
-
 int explain_trace(const char *path, const Plan *p, const Target *t, char *err, size_t errcap) {
-    FILE *f = fopen(path, "w");
-    if (!f) {
-        snprintf(err, errcap, "%s: cannot write the trace: %s", path, strerror(errno));
-        return -1;
-    }
-    static const char *const TRACKS[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
-                                                  "host optimizer"};
-    fprintf(f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-    for (int k = 0; k < ENG_COUNT; k++)
-        fprintf(f, "  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}},\n",
-                k + 1, TRACKS[k]);
-    double *start = calloc((size_t)p->ntrain + 1, sizeof *start), *end = calloc((size_t)p->ntrain + 1, sizeof *end);
-    if (!start || !end) {
-        free(start);
-        free(end);
-        fclose(f);
-        remove(path);
-        snprintf(err, errcap, "out of memory");
-        return -1;
-    }
-    double *dur = calloc((size_t)p->ntrain + 1, sizeof *dur);
-    if (!dur || cost_instr_times(p, t, dur) != 0) {
+    double *dur = calloc((size_t)p->ntrain + 1, sizeof *dur), *start = calloc((size_t)p->ntrain + 1, sizeof *start),
+           *end = calloc((size_t)p->ntrain + 1, sizeof *end);
+    if (!dur || !start || !end || cost_instr_times(p, t, dur) != 0) {
         free(dur), free(start), free(end);
-        fclose(f);
-        remove(path);
         snprintf(err, errcap, "out of memory");
         return -1;
     }
     cost_simulate(p, p->train, p->ntrain, t, dur, 1, start, end);
-    free(dur);
-    int first = 1;
-    for (int i = 0; i < p->ntrain; i++) {
-        const Instr *in = &p->train[i];
-        if (end[i] <= start[i]) continue; // events, frees, the loss
-        char label[96];
-        instr_label(p, in, label, sizeof label);
-        fprintf(f, "%s  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
-                   "\"args\": {\"bytes\": %lld, \"instruction\": %d}}", first ? "" : ",\n", label, in->engine + 1,
-                start[i] * 1e6, (end[i] - start[i]) * 1e6, (long long)in->bytes, i);
-        first = 0;
-    }
-    fprintf(f, "\n");
-    free(start);
-    free(end);
-    fprintf(f, "]}\n");
-    if (fclose(f) != 0) {
-        snprintf(err, errcap, "%s: cannot write the trace: %s", path, strerror(errno));
-        remove(path);
-        return -1;
-    }
-    return 0;
+    Trace tr;
+    int rc = trace_open(&tr, path, err, errcap);
+    for (int i = 0; rc == 0 && i < p->ntrain; i++)
+        if (end[i] > start[i]) trace_instr(&tr, p, &p->train[i], start[i], end[i] - start[i]); // not events, frees, the loss
+    free(dur), free(start), free(end);
+    return rc == 0 ? trace_close(&tr, err, errcap) : -1;
 }

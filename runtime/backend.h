@@ -48,8 +48,10 @@ struct Backend {
     // every engine drained; 0, or -1 with the first failure (the call, the
     // instruction, its engine and layer) in err
     int (*finish)(Backend *be, char *err, size_t errcap);
-    // --trace (NULL: not tracing): a host engine instruction ran from t0 to
-    // t1 (CLOCK_MONOTONIC seconds)
+    // --trace (NULL: not tracing): an instruction the replay timed ran from
+    // t0 to t1 (CLOCK_MONOTONIC seconds). The replay times every instruction
+    // of a synchronous backend (the cpu's), and of an asynchronous one only
+    // the host engine's work (NORM, UPDATE): it times its engines' itself.
     void (*trace_host)(Backend *be, const Instr *in, double t0, double t1);
     void (*destroy)(Backend *be);
 };
@@ -59,6 +61,12 @@ struct Backend {
 // copies are memcpy, nodes run through the plain kernels. Every arena byte
 // starts as a quiet NaN. NULL with a message in err.
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap);
+
+// mtrun --trace on the cpu backend: every instruction the replay runs, timed
+// with the host clock, into path as Chrome trace JSON (common/trace.h), on
+// the tracks of mtc --trace; written as it runs, closed by destroy. 0, or -1
+// with a message in err.
+int backend_cpu_trace(Backend *be, const char *path, char *err, size_t errcap);
 
 // Host memory an asynchronous backend reads or writes while its engines run
 // (the streamed weights, the host activation store): the cuda backend pins

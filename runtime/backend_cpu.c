@@ -1,9 +1,12 @@
+#include <pthread.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <time.h>
 
 #include "backend.h"
 #include "../common/bf16.h"
+#include "../common/trace.h"
 #include "exec.h"
 #include "jit.h"
 
@@ -17,6 +20,9 @@ typedef struct Cpu {
     int32_t nframes;
     const Plan *plan;
     Jit *jit;                    // the plan's kernels; NULL: a plan without them runs the plain kernels
+    Trace trace;                 // --trace (tracing: trace.f set), every instruction as the replay timed it
+    double epoch;                // the trace's time zero (CLOCK_MONOTONIC seconds)
+    pthread_mutex_t trace_mu;    // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
 } Cpu;
 
 void backend_fill_nan(void *dst, int64_t bytes) {
@@ -87,10 +93,33 @@ static void cpu_destroy(Backend *be) {
     exec_free(&c->tail);
     jit_destroy(c->jit);
     for (int f = 0; c->frames && f < c->nframes; f++) exec_free(&c->frames[f]);
+    if (c->trace.f) {
+        char err[1200];
+        if (trace_close(&c->trace, err, sizeof err) != 0) fprintf(stderr, "mtrun: %s\n", err);
+        pthread_mutex_destroy(&c->trace_mu);
+    }
     free(c->frames);
     free(c->arena);
     free(c);
     free(be);
+}
+
+static void cpu_trace_host(Backend *be, const Instr *in, double t0, double t1) {
+    Cpu *c = be->ctx;
+    pthread_mutex_lock(&c->trace_mu);
+    trace_instr(&c->trace, c->plan, in, t0 - c->epoch, t1 - t0);
+    pthread_mutex_unlock(&c->trace_mu);
+}
+
+int backend_cpu_trace(Backend *be, const char *path, char *err, size_t errcap) {
+    Cpu *c = be->ctx;
+    if (trace_open(&c->trace, path, err, errcap) != 0) return -1;
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    c->epoch = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    pthread_mutex_init(&c->trace_mu, NULL);
+    be->trace_host = cpu_trace_host;
+    return 0;
 }
 
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {

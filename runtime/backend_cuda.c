@@ -40,6 +40,7 @@
 #include "../common/attention.h"
 #include "../common/bf16.h"
 #include "../common/kir.h"
+#include "../common/trace.h"
 #include "backend.h"
 
 enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
@@ -54,8 +55,7 @@ typedef struct Kernel { // how one kernel of a part launches
 } Kernel;
 
 typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
-    int32_t engine, kind, layer, index;
-    int64_t bytes;
+    const Instr *in;         // of the train stream
     cudaEvent_t t0, t1;      // NULL: a host instruction, at host_t0, host_t1 (seconds after the epoch)
     double host_t0, host_t1;
 } TraceEvent;
@@ -82,7 +82,7 @@ typedef struct Cuda {
     pthread_mutex_t mu;              // the first failure
     int failed;
     char err[1024];
-    FILE *trace;                     // --trace: Chrome trace JSON; NULL: none
+    Trace trace;                     // --trace (tracing: trace.f set)
     pthread_mutex_t trace_mu;
     TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
     int ntev, cap_tev;
@@ -91,9 +91,6 @@ typedef struct Cuda {
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
-// --trace's tracks, as mtc --trace names them (tid: engine + 1)
-static const char *const TRACK[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
-                                             "host optimizer"};
 static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
                                             "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE"};
 
@@ -148,7 +145,7 @@ static int lt_ok(Cuda *c, const Instr *in, const char *call, cublasStatus_t e) {
 
 // Brackets an operation of `in` with timing events on its stream (--trace).
 static int trace_begin(Cuda *c, const Instr *in) {
-    if (!c->trace || !in) return -1;
+    if (!c->trace.f || !in || !trace_in_train(c->p, in)) return -1;
     pthread_mutex_lock(&c->trace_mu);
     int i = -1;
     if (c->ntev == c->cap_tev) {
@@ -158,9 +155,7 @@ static int trace_begin(Cuda *c, const Instr *in) {
     }
     if (c->ntev < c->cap_tev) {
         TraceEvent *t = &c->tev[c->ntev];
-        int train = in >= c->p->train && in < c->p->train + c->p->ntrain;
-        *t = (TraceEvent){engine_of(in), in->kind, in->layer, train ? (int)(in - c->p->train) : (int)(in - c->p->eval),
-                          in->bytes, NULL, NULL, 0, 0};
+        *t = (TraceEvent){in, NULL, NULL, 0, 0};
         if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess) i = c->ntev++;
     }
     pthread_mutex_unlock(&c->trace_mu);
@@ -180,14 +175,8 @@ static void trace_flush(Cuda *c) {
         TraceEvent *t = &c->tev[i];
         float a = (float)(1e3 * t->host_t0), b = (float)(1e3 * t->host_t1);
         if (!t->t0 || (cudaEventElapsedTime(&a, c->epoch, t->t0) == cudaSuccess &&
-                       cudaEventElapsedTime(&b, c->epoch, t->t1) == cudaSuccess)) {
-            char label[64];
-            if (t->layer >= 0) snprintf(label, sizeof label, "%s L%d", KIND[t->kind], t->layer);
-            else snprintf(label, sizeof label, "%s", KIND[t->kind]);
-            fprintf(c->trace, ",\n{\"name\": \"%s\", \"ph\": \"X\", \"pid\": 1, \"tid\": %d, \"ts\": %.3f, \"dur\": %.3f, "
-                    "\"args\": {\"bytes\": %lld, \"instruction\": %d}}", label, t->engine + 1, 1e3 * a, 1e3 * (b - a),
-                    (long long)t->bytes, t->index);
-        }
+                       cudaEventElapsedTime(&b, c->epoch, t->t1) == cudaSuccess))
+            trace_instr(&c->trace, c->p, t->in, 1e-3 * a, 1e-3 * (b - a));
         if (t->t0) cudaEventDestroy(t->t0), cudaEventDestroy(t->t1);
     }
     c->ntev = 0;
@@ -202,19 +191,15 @@ static double host_s(void) {
 // A host engine instruction the replay timed (NORM, UPDATE), on the host track.
 static void cuda_trace_host(Backend *be, const Instr *in, double t0, double t1) {
     Cuda *c = be->ctx;
-    if (!c->trace || !in) return;
+    if (!c->trace.f || !in || !trace_in_train(c->p, in)) return;
     pthread_mutex_lock(&c->trace_mu);
     if (c->ntev == c->cap_tev) {
         int cap = c->cap_tev ? 2 * c->cap_tev : 1024;
         TraceEvent *t = realloc(c->tev, (size_t)cap * sizeof *t);
         if (t) c->tev = t, c->cap_tev = cap;
     }
-    if (c->ntev < c->cap_tev) {
-        int train = in >= c->p->train && in < c->p->train + c->p->ntrain;
-        c->tev[c->ntev++] = (TraceEvent){engine_of(in), in->kind, in->layer,
-                                         train ? (int)(in - c->p->train) : (int)(in - c->p->eval), in->bytes, NULL, NULL,
-                                         t0 - c->epoch_host, t1 - c->epoch_host};
-    }
+    if (c->ntev < c->cap_tev)
+        c->tev[c->ntev++] = (TraceEvent){in, NULL, NULL, t0 - c->epoch_host, t1 - c->epoch_host};
     pthread_mutex_unlock(&c->trace_mu);
 }
 
@@ -420,7 +405,7 @@ static int cuda_finish(Backend *be, char *err, size_t errcap) {
     Cuda *c = be->ctx;
     for (int e = 0; e < ENG_COUNT; e++)
         if (!failed(c)) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
-    if (c->trace && !failed(c)) trace_flush(c);
+    if (c->trace.f && !failed(c)) trace_flush(c);
     if (!failed(c)) return 0;
     if (err) snprintf(err, errcap, "%s", c->err);
     return -1;
@@ -434,10 +419,10 @@ static void cuda_destroy(Backend *be) {
         if (c->stream[e]) cudaStreamSynchronize(c->stream[e]), cudaStreamDestroy(c->stream[e]);
         if (c->staging[e]) cudaFreeHost(c->staging[e]);
     }
-    if (c->trace) {
+    if (c->trace.f) {
+        char err[1200];
         trace_flush(c);
-        fprintf(c->trace, "\n]}\n");
-        fclose(c->trace);
+        if (trace_close(&c->trace, err, sizeof err) != 0) fprintf(stderr, "mtrun: %s\n", err);
     }
     if (c->epoch) cudaEventDestroy(c->epoch);
     free(c->tev);
@@ -688,14 +673,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     free(image);
     if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) goto fail;
     if (trace_path) {
-        if (!(c->trace = fopen(trace_path, "w"))) {
-            snprintf(c->err, sizeof c->err, "%s: cannot write the trace", trace_path);
-            goto fail;
-        }
-        fprintf(c->trace, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
-        for (int e = 0; e < ENG_COUNT; e++)
-            fprintf(c->trace, "%s{\"name\": \"thread_name\", \"ph\": \"M\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
-                    e ? ",\n" : "", e + 1, TRACK[e]);
+        if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) goto fail;
         if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||
             !RT(c, NULL, cudaEventSynchronize(c->epoch)))
             goto fail;

@@ -41,7 +41,8 @@ static const char USAGE[] =
     "                   else cpu; it says which)\n"
     "  --reference      run the unstreamed reference executor instead of the plan\n"
     "  --trace FILE     the measured timeline as Chrome trace JSON, on the tracks of mtc --trace\n"
-    "                   (cuda: CUDA events around every instruction of the GPU's engines)\n"
+    "                   (cuda: CUDA events around every instruction of the GPU's engines; cpu: the\n"
+    "                   host clock around every instruction)\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
     "  --init FILE      start from pretrained weights: safetensors (a file, an index.json, a directory)\n"
@@ -252,9 +253,8 @@ int main(int argc, char **argv) {
         }
         if (device == DEVICE_AUTO) fprintf(stdout, "device: %s (%s)\n", gpus ? "cuda" : "cpu", why);
     }
-    if (o.trace && !o.cuda_create)
-        return usage_error("%s", "--trace times the cuda backend's streams with CUDA events; this run uses the cpu backend");
     if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);
+    if (o.trace && o.reference) return usage_error("%s", "--trace times the plan's streams; --reference runs none");
     const char *path = argv[optind];
 
     char err[1024] = "";

@@ -52,7 +52,7 @@ static uint64_t next_random(uint64_t *state) {
 static const int EAGER[ENG_COUNT] = {ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COMPUTE};
 static const int LAZY[ENG_COUNT] = {ENG_COMPUTE, ENG_HOST, ENG_COPY_OUT, ENG_COPY_IN};
 
-static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
+static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
     Backend *be = r->be;
     HostStore *hs = r->hs;
     switch ((InsKind)in->kind) {
@@ -71,17 +71,10 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
     case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;
     case INS_NORM:
-    case INS_UPDATE: {
-        struct timespec t0, t1;
-        if (be->trace_host) clock_gettime(CLOCK_MONOTONIC, &t0);
+    case INS_UPDATE:
         if (in->kind == INS_UPDATE) store_update(hs, r->p, in->layer);
         else if (last) store_norm(hs, r->p, in->layer);
-        if (be->trace_host) {
-            clock_gettime(CLOCK_MONOTONIC, &t1);
-            be->trace_host(be, in, (double)t0.tv_sec + 1e-9 * (double)t0.tv_nsec, (double)t1.tv_sec + 1e-9 * (double)t1.tv_nsec);
-        }
         break;
-    }
     case INS_RECORD: // the loop fires the event; an asynchronous backend records it on the engine
         if (be->record) be->record(be, in);
         break;
@@ -90,6 +83,24 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
         break;
     case INS_COUNT: break;
     }
+}
+
+static double now_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+}
+
+// One instruction, timed for --trace where the backend asks (backend.h):
+// all of a synchronous backend's, the host engine's work of an asynchronous
+// one; never the events themselves.
+static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
+    Backend *be = r->be;
+    int timed = be->trace_host && in->kind != INS_RECORD && in->kind != INS_WAIT &&
+                (!be->record || in->kind == INS_NORM || in->kind == INS_UPDATE);
+    double t0 = timed ? now_s() : 0;
+    run_instr(r, in, inputs, last, loss);
+    if (timed) be->trace_host(be, in, t0, now_s());
 }
 
 // Says why every engine with instructions left is held.

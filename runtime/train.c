@@ -306,7 +306,8 @@ static int open_run(Run *r, char *err, size_t errcap) {
                 {r->act, p->host_act_bytes, "the host activation store"}};
             if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, err, errcap))) return -1;
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
-        } else if (!(r->be = backend_cpu_create(p, err, errcap))) {
+        } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
+                   (r->o->trace && backend_cpu_trace(r->be, r->o->trace, err, errcap) != 0)) {
             return -1;
         }
         for (int i = 0; i < p->ntrain; i++)

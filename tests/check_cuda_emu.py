@@ -16,7 +16,10 @@ tests/emu/cuda_api_emu.c), which serves cuModuleLoadData from that object
 
 train: f32 and bf16, every --remat mode: the first 5 losses and a
   validation loss at step 5 of the cuda backend equal the cpu backend's, f32 within
-  1e-5 and bf16 within 1e-3 relative.
+  1e-5 and bf16 within 1e-3 relative. The first run (f32, remat none) also
+  writes mtrun --trace, checked against mtc --trace's prediction: the same
+  tracks and names, every predicted instruction timed each step, no overlap
+  on a track (checks.measured_trace_errors).
 gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh).
 waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
   mtrun's test hook, after the plan verifier, which also holds back the work the
@@ -34,6 +37,8 @@ import os
 import re
 import subprocess
 import sys
+
+from checks import measured_trace_errors
 
 REMATS = ("none", "layer", "selective", "offload")
 SEEDS = 1  # runs per dropped WAIT in the waits check (the held producer makes one enough)
@@ -85,24 +90,28 @@ def build_kernels(cxx, src, cu, work):
 TARGET = "tests/tiny-gpu.target"  # relative to SRC; the optional last argument
 
 
+def compile_args(mtc, src, model, dtype, remat):
+    resident = [] if remat == "none" else ["--resident", "0"]  # none keeps every layer resident
+    return [mtc, os.path.join(src, model), "--target", os.path.join(src, TARGET), "--batch", "2",
+            *resident, "--dtype", dtype, "--remat", remat]
+
+
 def compile_plan(mtc, src, work, model, dtype, remat):
     base = os.path.join(work, f"{dtype}-{remat}")
-    resident = [] if remat == "none" else ["--resident", "0"]  # none keeps every layer resident
-    p = run([mtc, os.path.join(src, model), "--target", os.path.join(src, TARGET), "--batch", "2",
-             *resident, "--dtype", dtype, "--remat", remat, "-o", base + ".bin", "--emit-cuda", base + ".cu"])
+    p = run(compile_args(mtc, src, model, dtype, remat) + ["-o", base + ".bin", "--emit-cuda", base + ".cu"])
     if p.returncode != 0:
         fail(f"mtc {model} --dtype {dtype} --remat {remat} for {TARGET}", p)
     return base + ".bin", base + ".cu"
 
 
-def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5, norms=False):
+def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5, norms=False, extra_args=()):
     """`steps` steps' losses and a validation loss at the last (and with norms, each step's gradient norm);
     None when the run failed (expect_ok False)."""
     env = dict(os.environ)
     for k in ("MT_REPLAY_ORDER", "MT_TEST_DROP_WAIT", "MT_CUDA_BACKEND", "MT_CUDA_EMU_KERNELS"):
         env.pop(k, None)
     args = [mtrun, plan, "--steps", str(steps), "--seed", "7", "--val-every", str(steps), "--val-batches", "1", "--log", log,
-            "--device", "cpu"]
+            *extra_args, "--device", "cpu"]
     if cuda:
         if cuda is not True:  # the emulation; True: the GPU
             env["MT_CUDA_BACKEND"], env["MT_CUDA_EMU_KERNELS"] = cuda
@@ -137,7 +146,18 @@ def check_train(mtc, mtrun, lib, cxx, src, work, model):
             plan, cu = compile_plan(mtc, src, work, model, dtype, remat)
             cuda = True if lib == "-" else (lib, build_kernels(cxx, src, cu, work))
             ref, _ = losses(mtrun, plan, os.path.join(work, "cpu.jsonl"))
-            got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), cuda)
+            # the first run also writes the measured trace, checked against mtc --trace's
+            trace = os.path.join(work, "measured.json") if (dtype, remat) == ("f32", REMATS[0]) else None
+            got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), cuda,
+                            extra_args=("--trace", trace) if trace else ())
+            if trace:
+                predicted = os.path.join(work, "predicted.json")
+                q = run(compile_args(mtc, src, model, dtype, REMATS[0]) + ["--trace", predicted])
+                errors = ["mtc --trace failed"] if q.returncode else measured_trace_errors(trace, predicted, 5)
+                print(f"{model}: mtrun --trace on the cuda backend{'' if cuda is True else ' (emulated)'}: "
+                      f"{'as mtc --trace predicts its tracks and names' if not errors else errors}")
+                if errors:
+                    fail(f"{model}: the measured trace: {errors}")
             sched = re.search(r"plan +\S+: (.*)", p.stdout)
             e = worst_rel(got, ref)
             print(f"{model} {dtype} remat {remat} ({sched.group(1) if sched else '?'}): cuda{'' if cuda is True else ' on the emulation'} "

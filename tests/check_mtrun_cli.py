@@ -10,7 +10,7 @@ import os
 import sys
 import tempfile
 
-from checks import check, finish, run
+from checks import check, finish, measured_trace_errors, run
 
 
 def main():
@@ -39,6 +39,19 @@ def main():
                   and "CUDA" in p.stderr and p.stdout == "", "--device cuda with no GPU: one line, exit 2", p)
             p = run(mtrun, plan, "--steps", "1", "--val-batches", "0", "--log", os.path.join(tmp, "a.jsonl"))
             check(p.returncode == 0 and p.stdout.startswith("device: cpu ("), "--device auto says it chose the cpu", p)
+
+        # --trace on the cpu backend: every instruction timed, on mtc --trace's tracks and names
+        measured, predicted = os.path.join(tmp, "measured.json"), os.path.join(tmp, "predicted.json")
+        p = run(mtc, "examples/llama-tiny.mt", "--trace", predicted)
+        check(p.returncode == 0, "mtc --trace", p)
+        p = run(mtrun, plan, "--steps", "3", "--device", "cpu", "--val-batches", "0", "--trace", measured,
+                "--log", os.path.join(tmp, "t.jsonl"))
+        errors = measured_trace_errors(measured, predicted, 3) if p.returncode == 0 else ["mtrun failed"]
+        check(not errors, f"mtrun --trace on the cpu: {errors}", p)
+        p = run(mtrun, plan, "--reference", "--trace", measured)
+        check(p.returncode == 2 and "--reference runs none" in p.stderr, "--trace with --reference: usage error", p)
+        p = run(mtrun, plan, "--steps", "1", "--device", "cpu", "--trace", os.path.join(tmp, "no", "dir", "t.json"))
+        check(p.returncode == 1 and "cannot write the trace" in p.stderr, "--trace into a missing directory", p)
 
         data = open(plan, "rb").read()
         cases = {"trunc.bin": data[: len(data) // 2], "empty.bin": b""}

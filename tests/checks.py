@@ -34,3 +34,40 @@ def finish(summary="checks"):
         print("FAIL:", f)
     print(f"{'FAIL' if failures else 'ok'}: {len(failures)} failed {summary}")
     return 1 if failures else 0
+
+
+def measured_trace_errors(measured, predicted, steps):
+    """What is wrong with mtrun --trace's file `measured` of `steps` steps, against
+    mtc --trace's `predicted` of the same plan: the same named tracks; every
+    instruction the prediction shows, `steps` times, under the prediction's name;
+    each track's events in order without overlap. [] when nothing."""
+    errors = []
+    try:
+        got = json.load(open(measured))["traceEvents"]
+        want = json.load(open(predicted))["traceEvents"]
+    except (OSError, ValueError, KeyError) as e:
+        return [f"the traces do not parse: {e}"]
+    tracks = lambda ev: sorted((e["tid"], e["args"]["name"]) for e in ev if e.get("ph") == "M")
+    if tracks(got) != tracks(want) or len(tracks(got)) != 4:
+        errors.append(f"tracks {tracks(got)} against the prediction's {tracks(want)}")
+    names = {e["args"]["instruction"]: e["name"] for e in want if e.get("ph") == "X"}
+    seen = {}
+    for e in got:
+        if e.get("ph") != "X":
+            continue
+        i = e["args"]["instruction"]
+        seen[i] = seen.get(i, 0) + 1
+        if i in names and e["name"] != names[i]:
+            errors.append(f"instruction {i} is '{e['name']}', the prediction's '{names[i]}'")
+        if not (e["dur"] >= 0 and e["ts"] >= 0):
+            errors.append(f"instruction {i} at {e['ts']} for {e['dur']} us")
+    missing = [i for i in names if seen.get(i) != steps]
+    if missing:
+        errors.append(f"{len(missing)} of the prediction's {len(names)} instructions not timed {steps} times "
+                      f"(first: {missing[0]}, {seen.get(missing[0], 0)} times)")
+    for tid in {e["tid"] for e in got if e.get("ph") == "X"}:
+        ev = sorted((e["ts"], e["dur"]) for e in got if e.get("ph") == "X" and e["tid"] == tid)
+        bad = [k for k in range(1, len(ev)) if ev[k][0] < ev[k - 1][0] + ev[k - 1][1] - 1e-3]
+        if bad:
+            errors.append(f"track {tid}: {len(bad)} events overlap the one before")
+    return errors[:5]

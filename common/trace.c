@@ -1,0 +1,84 @@
+// trace.c: the Chrome trace JSON of trace.h.
+#include "trace.h"
+
+#include <errno.h>
+#include <string.h>
+
+// Tracks are engines, numbered from 1 (Engine + 1).
+static const char *const TRACKS[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
+                                              "host optimizer"};
+
+int trace_open(Trace *t, const char *path, char *err, size_t errcap) {
+    *t = (Trace){0};
+    snprintf(t->path, sizeof t->path, "%s", path);
+    if (!(t->f = fopen(path, "w"))) {
+        snprintf(err, errcap, "%s: cannot write the trace: %s", path, strerror(errno));
+        return -1;
+    }
+    fprintf(t->f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
+    for (int k = 0; k < ENG_COUNT; k++)
+        fprintf(t->f, "%s  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+                k ? ",\n" : "", k + 1, TRACKS[k]);
+    return 0;
+}
+
+int trace_in_train(const Plan *p, const Instr *in) { return in >= p->train && in < p->train + p->ntrain; }
+
+void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
+    const Part *part = &p->graph->parts[in->part >= 0 && in->part < PART_COUNT ? in->part : 0];
+    switch ((InsKind)in->kind) {
+    case INS_RUN:
+        if (in->part == PART_BLOCK)
+            snprintf(buf, cap, "layer %d %s", in->layer,
+                     in->from > 0 ? "backward" : in->flags & RUN_SKIP_HEAVY ? "selective recompute" : "forward");
+        else
+            snprintf(buf, cap, "%s %s", part_name((PartKind)in->part),
+                     in->from == 0 && in->to == part->nodes.n ? "forward+backward" : in->from == 0 ? "forward" : "backward");
+        break;
+    case INS_COPY_IN:
+        if (in->layer < 0) snprintf(buf, cap, "global weights in");
+        else snprintf(buf, cap, "layer %d weights in", in->layer);
+        break;
+    case INS_COPY_OUT:
+        if (in->layer < 0) snprintf(buf, cap, "global gradient out");
+        else snprintf(buf, cap, "layer %d gradient out", in->layer);
+        break;
+    case INS_COPY: snprintf(buf, cap, "device copy"); break;
+    case INS_INPUT: snprintf(buf, cap, "batch input %d in", in->input); break;
+    case INS_SAVE: snprintf(buf, cap, "activations out"); break;
+    case INS_LOAD: snprintf(buf, cap, "activations in"); break;
+    case INS_UPDATE:
+        if (in->layer < 0) snprintf(buf, cap, "AdamW globals");
+        else snprintf(buf, cap, "AdamW layer %d", in->layer);
+        break;
+    case INS_NORM:
+        if (in->layer < 0) snprintf(buf, cap, "gradient norm globals");
+        else snprintf(buf, cap, "gradient norm layer %d", in->layer);
+        break;
+    default: snprintf(buf, cap, "%d", in->kind); break;
+    }
+}
+
+
+void trace_instr(Trace *t, const Plan *p, const Instr *in, double start_s, double dur_s) {
+    if (!trace_in_train(p, in)) return;
+    int index = (int)(in - p->train);
+    char label[96];
+    trace_label(p, in, label, sizeof label);
+    int engine = in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE;
+    fprintf(t->f, ",\n  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
+                  "\"args\": {\"bytes\": %lld, \"instruction\": %d}}",
+            label, engine + 1, start_s * 1e6, dur_s * 1e6, (long long)in->bytes, index);
+    t->events++;
+}
+
+int trace_close(Trace *t, char *err, size_t errcap) {
+    fprintf(t->f, "\n]}\n");
+    int bad = ferror(t->f);
+    if (fclose(t->f) != 0 || bad) {
+        snprintf(err, errcap, "%s: cannot write the trace: %s", t->path, strerror(errno));
+        remove(t->path);
+        return -1;
+    }
+    return 0;
+}
