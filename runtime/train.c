@@ -602,10 +602,13 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
                "\"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
-               "\"predicted_step_s\": %.6g, \"reference\": %s, \"data\": ",
+               "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps, (long long)from,
-            base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false");
+            base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
+            (long long)p->arena_bytes);
+    json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
+    fprintf(f, ", \"data\": ");
     json_str(f, r->data.path);
     fprintf(f, ", \"mask\": ");
     if (r->data.mask_path) json_str(f, r->data.mask_path);
