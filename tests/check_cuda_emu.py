@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cuda backend (runtime/backend_cuda.c) on the CPU emulation of CUDA.
 
-usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET]
+usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
 
@@ -213,6 +213,9 @@ def check_waits(mtc, mtrun, lib, cxx, src, work, model):
 
 def main():
     global TARGET, REMATS
+    for a in [a for a in sys.argv if a.startswith("--remats=")]:  # a subset of the modes
+        REMATS = tuple(a[len("--remats="):].split(","))
+        sys.argv.remove(a)
     what, mtc, mtrun, lib, cxx, src, work, model = sys.argv[1:9]
     if what == "gpu":  # the emulation covers every mode; a GPU's minutes go to one that streams and one that offloads
         REMATS = ("layer", "offload")
