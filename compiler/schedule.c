@@ -781,6 +781,51 @@ static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
     return why[0] == 0;
 }
 
+// Whether a block tensor carries annotation `want` (0: any).
+static int has_annotation(const Graph *g, Annot want) {
+    const Part *block = &g->parts[PART_BLOCK];
+    for (int i = 0; i < block->nfwd; i++) {
+        const Node *n = block->nodes.items[i];
+        if (n->annot && (!want || n->annot == want)) return 1;
+    }
+    return 0;
+}
+
+// Whether choice c does with every annotated block tensor that the backward
+// reads what its annotation says (dsl/README.md, Annotations): keep it on
+// the device in every layer (remat none, every layer resident, or selective
+// for a matmul or attention output it restores); recompute it (layer, or
+// selective for the rest) or offload it to host memory (offload), with no
+// layer resident, so that every streamed layer but the last `slots` at the
+// turn, which the backward finds intact, drops it. The baselines model other
+// systems and take no annotations. 0 with the first contradiction in why.
+static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why, size_t cap) {
+    const Part *block = &g->parts[PART_BLOCK];
+    if (c->policy != POLICY_MT || !has_annotation(g, ANNOT_NONE)) return 1;
+    BlockNeeds need;
+    if (block_needs(block, g->train.compute, a, &need) != 0) return snprintf(why, cap, "out of memory"), 0;
+    for (int i = 0; i < block->nfwd; i++) {
+        const Node *n = block->nodes.items[i], *b = base_of(n);
+        if (!n->annot || b->part != PART_BLOCK || b->id >= block->nfwd || !need.saved[b->id]) continue;
+        int kept = need.kept[b->id], all_resident = c->remat == REMAT_NONE || c->resident == g->layers, ok = 0;
+        // a layer leaves the device: none resident, and more streamed than the backward finds intact
+        int leaves = !c->resident && (c->slots < g->layers || (block->nchunks && c->remat == REMAT_LAYER));
+        switch (n->annot) {
+        case ANNOT_KEEP: ok = all_resident || (c->remat == REMAT_SELECTIVE && kept); break;
+        case ANNOT_RECOMPUTE: ok = leaves && (c->remat == REMAT_LAYER || (c->remat == REMAT_SELECTIVE && !kept)); break;
+        case ANNOT_OFFLOAD: ok = leaves && c->remat == REMAT_OFFLOAD; break;
+        case ANNOT_NONE: ok = 1; break;
+        }
+        if (!ok) {
+            snprintf(why, cap, "remat %s, %d slots, %lld resident layers does not %s '%s' (line %d), as its annotation "
+                     "says", remat_name(c->remat), c->slots, (long long)c->resident, annot_name(n->annot),
+                     n->name ? n->name : "?", n->loc.line);
+            return 0;
+        }
+    }
+    return 1;
+}
+
 // Builds and costs one choice into r; keeps it when it beats *best.
 static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
                       SchedResult *best, char *err, size_t errcap) {
@@ -789,6 +834,7 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const Sch
     if (!r.plan) return -1;
     if (cost_plan(r.plan, t, &r.cost) != 0) return snprintf(err, errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
+    if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
     if (req->seen) req->seen(req->seen_ctx, g, &r);
     int better;
     if (!best->plan) better = 1;
@@ -856,8 +902,12 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                 SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
                 // recomputed chunk by chunk: nothing resident
-                int chunked = tiled && rm == REMAT_LAYER;
-                c.resident = req->resident >= 0 ? req->resident : chunked ? 0 : most_resident(g, t, c, a, err, errcap);
+                // (and none under a recompute or offload annotation: resident layers keep everything)
+                int chunked = tiled && rm == REMAT_LAYER,
+                    dropped = has_annotation(g, ANNOT_RECOMPUTE) || has_annotation(g, ANNOT_OFFLOAD);
+                c.resident = req->resident >= 0 ? req->resident
+                             : chunked || dropped ? 0
+                                                  : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
                 if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
             }
