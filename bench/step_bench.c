@@ -110,8 +110,8 @@ static int contestant_make(Contestant *c, const char *what, const Model *m, Sema
         return -1;
     }
     c->p->kernels_len = kir_len; // (plan and backend are the contestant's own)
-    store_init(&c->hs, c->p, 1);
-    store_sync_copy(&c->hs);
+    store_init(&c->hs, c->p, 1, NULL, 0);
+    store_sync_copy(&c->hs, c->p, NULL, 0);
     c->act = malloc(c->p->host_act_bytes ? (size_t)c->p->host_act_bytes : 1);
     return c->act ? 0 : -1;
 }

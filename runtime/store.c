@@ -12,18 +12,26 @@ int64_t store_bytes(const Plan *p) {
     return (p->host_global + p->graph->layers * p->host_layer) * storage_host_bytes_per_param(p->graph->train.compute);
 }
 
-int64_t store_tier_bytes(const Plan *p) { return p->graph->layers * p->host_layer * 8; }
+int64_t store_tier_bytes(const Plan *p, int master) { return p->graph->layers * p->host_layer * (master ? 12 : 8); }
 
 int store_alloc(HostStore *s, const Plan *p) {
     char ignored[16];
-    return store_alloc_tier(s, p, NULL, ignored, sizeof ignored);
+    return store_alloc_tier(s, p, NULL, 0, ignored, sizeof ignored);
 }
 
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, char *err, size_t errcap) {
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap) {
     *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = 1 + p->graph->layers, .threads = 1};
-    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, 2, err, errcap))) return -1;
+    master = tier_dir && master;
+    if (master && p->graph->train.compute != DT_BF16) {
+        snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
+                 "it is what streams to the device)");
+        return -1;
+    }
+    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, master ? 3 : 2, err, errcap)))
+        return -1;
+    s->tier_master = master;
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
-             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p) : 0)));
+             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p, master) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {
         store_free(s);
@@ -31,10 +39,10 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, char *er
     }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = ((size_t)s->n * 4 + 63) & ~(size_t)63;
-    size_t moments = s->tier ? ((size_t)p->host_global * 4 + 63) & ~(size_t)63 : bytes; // the tier holds the layers'
+    size_t globals = ((size_t)p->host_global * 4 + 63) & ~(size_t)63; // what RAM keeps of what the tier holds
     float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
     for (int i = 0; i < 4; i++) {
-        size_t b = i == 1 || i == 2 ? moments : bytes;
+        size_t b = (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) ? globals : bytes;
         *arrays[i] = aligned_alloc(64, b ? b : 64);
         if (!*arrays[i]) {
             store_free(s);
@@ -85,20 +93,22 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     StoreSegment *seg = &s->seg[layer + 1];
     if (!seg->pending || s->err[0]) return;
     const Graph *g = p->graph;
-    // The segment's moments: in RAM, or the layer's record staged from the tier.
-    float *m = s->m, *v = s->v;
-    int64_t base = 0; // the moments' index of the segment's first float
+    // The segment's moments (and master): in RAM, or the layer's record
+    // staged from the tier.
+    float *m = s->m, *v = s->v, *w = s->w;
+    int64_t base = 0, wbase = 0; // the index in m and v (in w) of the segment's first float
     if (s->tier && layer >= 0) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
         v = m + tier_stride(s->tier);
         base = store_segment(p, layer, &(int64_t){0});
+        if (s->tier_master) w = m + 2 * tier_stride(s->tier), wbase = base;
     }
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         if (prm->in_block != (layer >= 0)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
         int64_t off = store_offset(p, i, layer);
-        adamw_update(s->w + off, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
+        adamw_update(w + off - wbase, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
                      shape_numel(&prm->shape), &seg->step, decay, s->threads);
     }
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
@@ -119,10 +129,10 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
     while (n > 0) {
         int64_t layer = off < p->host_global ? -1 : (off - p->host_global) / p->host_layer, count;
         int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
-        int staged = s->tier && array > 0 && layer >= 0;
+        int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
         if (!at) return -1;
-        if (staged) at += (array - 1) * tier_stride(s->tier) + (off - start);
+        if (staged) at += (array > 0 ? array - 1 : 2) * tier_stride(s->tier) + (off - start); // m, v, w
         memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
         if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
         off += k, n -= k, buf += k;
@@ -139,8 +149,27 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
     return store_move(s, p, array, off, n, (float *)src, 0, err, errcap);
 }
 
-void store_sync_copy(HostStore *s) {
-    for (int64_t i = 0; s->wb && i < s->n; i++) s->wb[i] = bf16_from_f32(s->w[i]);
+// A segment's master for writing or reading it whole: RAM, or its layer's
+// record staged from the tier (then store_release_master). The result is
+// indexed by store offsets (the segment's first float at its offset).
+static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
+    if (!s->tier_master || layer < 0) return s->w;
+    float *rec = tier_acquire(s->tier, layer, err, errcap);
+    return rec ? rec + 2 * tier_stride(s->tier) - store_segment(p, layer, &(int64_t){0}) : NULL;
+}
+static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
+    return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;
+}
+
+int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
+    for (int64_t l = -1; s->wb && l < p->graph->layers; l++) {
+        int64_t n, off = store_segment(p, l, &n);
+        const float *w = store_master(s, p, l, err, errcap);
+        if (!w) return -1;
+        for (int64_t i = off; i < off + n; i++) s->wb[i] = bf16_from_f32(w[i]);
+        if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
+    }
+    return 0;
 }
 
 // splitmix64: a counter-based generator, so every element has its own draw.
@@ -158,18 +187,23 @@ static double normal_at(uint64_t key, int64_t i) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
-void store_init(HostStore *s, const Plan *p, uint64_t seed) {
+int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap) {
     const Graph *g = p->graph;
-    for (int i = 0; i < g->params.n; i++) {
-        const Param *prm = g->params.items[i];
-        int64_t n = shape_numel(&prm->shape);
-        for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++) {
-            float *w = s->w + store_offset(p, i, l);
+    for (int64_t seg = -1; seg < g->layers; seg++) { // the globals, then each layer's segment
+        float *master = store_master(s, p, seg, err, errcap);
+        if (!master) return -1;
+        for (int i = 0; i < g->params.n; i++) {
+            const Param *prm = g->params.items[i];
+            if (prm->in_block != (seg >= 0)) continue;
+            int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg;
+            float *w = master + store_offset(p, i, l);
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             for (int64_t k = 0; k < n; k++)
                 w[k] = prm->init == INIT_ONES ? 1.0f
                      : prm->init == INIT_ZEROS ? 0.0f
                      : (float)(prm->init_std * normal_at(key, k));
         }
+        if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }
+    return 0;
 }

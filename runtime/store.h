@@ -20,7 +20,8 @@ typedef struct StoreSegment {
 
 typedef struct HostStore {
     int64_t n;   // elements in each array: host_global + layers * host_layer
-    float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device
+    float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device;
+                 // with the master on a tier, (host_global): the globals' only
     float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
     float *v;    // (n) Adam second moments; with a tier, (host_global)
     float *g;    // (n) fp32 gradient accumulators
@@ -30,23 +31,28 @@ typedef struct HostStore {
     StoreSegment *seg; // (nseg)
     int threads;  // for the optimizer and the norms
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
-    // (m at 0, v at tier_stride). Its first failure stops every update and
-    // stays in err until the caller reports it (store_failed).
+    // (m at 0, v at tier_stride), and with tier_master its fp32 master too
+    // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams). Its
+    // first failure stops every update and stays in err until the caller
+    // reports it (store_failed).
     Tier *tier;
+    int tier_master;
     char err[512];
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
 // alignment padding): storage_host_bytes_per_param per element.
 int64_t store_bytes(const Plan *p);
-// Bytes of the store that a tier holds instead of RAM: every layer's m and v.
-int64_t store_tier_bytes(const Plan *p);
+// Bytes of the store that a tier holds instead of RAM: every layer's m and v,
+// and with master its fp32 master.
+int64_t store_tier_bytes(const Plan *p, int master);
 // Allocates and zeroes the arrays. Returns 0, or -1 out of memory.
 int store_alloc(HostStore *s, const Plan *p);
-// The same with the layers' Adam moments in a tier file in tier_dir (NULL:
-// none, as store_alloc), zeroed. Returns 0, or -1 with a message (out of
-// memory, or the tier refused: no room, no such directory).
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, char *err, size_t errcap);
+// The same with the layers' Adam moments, and with master their fp32
+// master (bf16 compute only), in a tier file in tier_dir (NULL: none, as
+// store_alloc), zeroed. Returns 0, or -1 with a message (out of memory, or
+// the tier refused: no room, no such directory).
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap);
 // The tier's first failure (a short read or write, naming the file and the
 // layer), or NULL: callers check it after anything that updates, flushes or
 // moves moments, and stop the run with it.
@@ -81,11 +87,13 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
 
 // Rounds the whole master into the bf16 copy (a no-op without one): after
 // the master was written other than by AdamW (initialised, loaded, resumed).
-void store_sync_copy(HostStore *s);
+// Returns 0, or -1 with a message (the tier's).
+int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap);
 
 // Initialises the master weights from seed as each parameter's init says.
 // Each element's value depends only on (seed, parameter, layer, index), not
-// on the order of initialisation or the layout.
-void store_init(HostStore *s, const Plan *p, uint64_t seed);
+// on the order of initialisation or the layout. Returns 0, or -1 with a
+// message (the tier's).
+int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap);
 
 #endif

@@ -216,13 +216,26 @@ static const char *plan_tier(const Plan *p) {
     return at ? at + strlen(" tier=") : NULL;
 }
 
-// mtrun's tier holds the Adam moments; a plan that puts more there is refused.
+// Whether the plan puts the fp32 master on the tier (tier=master).
+static int plan_tier_master(const Plan *p) {
+    const char *want = plan_tier(p);
+    return want && !strncmp(want, "master", 6);
+}
+
+// mtrun's tier holds the Adam moments and, where the plan says so, the fp32
+// master; a plan that puts the gradient accumulators there too is refused.
 static int check_tier(const Run *r, char *err, size_t errcap) {
     const char *want = plan_tier(r->p);
-    if (!want || !strncmp(want, "moments", 7)) return 0;
-    snprintf(err, errcap, "the plan puts the fp32 master%s on the NVMe tier (tier=%.*s): mtrun keeps only the Adam "
-             "moments there so far; plan for a target with more host memory", strncmp(want, "grads", 5) ? "" :
-             " and the gradient accumulators", (int)strcspn(want, " "), want);
+    if (r->o->tier_dir && r->o->export_path && plan_tier_master(r->p)) { // refused now, not after the training
+        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=master) is not supported "
+                 "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
+                 "without the tier");
+        return -1;
+    }
+    if (!want || !strncmp(want, "moments", 7) || !strncmp(want, "master", 6)) return 0;
+    snprintf(err, errcap, "the plan puts the gradient accumulators on the NVMe tier too (tier=%.*s): mtrun keeps the "
+             "Adam moments and the fp32 master there, not the gradients yet; plan for a target with more host memory",
+             (int)strcspn(want, " "), want);
     return -1;
 }
 
@@ -230,8 +243,8 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
 // the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
 static int64_t ram_store_bytes(const Run *r) {
     if (!r->o->tier_dir) return store_bytes(r->p);
-    int64_t record = 2 * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
-    return store_bytes(r->p) - store_tier_bytes(r->p) + TIER_SLOTS * record;
+    int64_t record = (plan_tier_master(r->p) ? 3 : 2) * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return store_bytes(r->p) - store_tier_bytes(r->p, plan_tier_master(r->p)) + TIER_SLOTS * record;
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
@@ -287,7 +300,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, err, errcap) != 0) return -1;
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_master(p), err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -553,8 +566,8 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
             r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu", (double)p->arena_bytes / 1e6,
             (double)ram_store_bytes(r) / 1e6, r->o->threads);
     if (r->hs.tier)
-        fprintf(out, "  tier     %s: the layers' Adam moments, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
-                tier_path(r->hs.tier), (double)tier_bytes(r->hs.tier) / 1e6);
+        fprintf(out, "  tier     %s: the layers' Adam moments%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
+                tier_path(r->hs.tier), r->hs.tier_master ? " and fp32 master" : "", (double)tier_bytes(r->hs.tier) / 1e6);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
@@ -641,11 +654,11 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     const char *every = getenv("MT_PROGRESS_S");
     r.note_every = every && *every ? atof(every) : 10;
     if (!o->reference) r.rp.on_run = note_progress, r.rp.on_run_ctx = &r;
-    store_init(&r.hs, p, seed);
+    if (store_init(&r.hs, p, seed, err, errcap) != 0) goto done;
     if (o->init && weights_load(o->init, p, &r.hs, err, errcap) != 0) goto done;
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
-    store_sync_copy(&r.hs); // the bf16 copy of what was initialised, loaded or resumed
+    if (store_sync_copy(&r.hs, p, err, errcap) != 0) goto done; // the bf16 copy of what was initialised, loaded or resumed
     if (o->resume && done_steps >= steps) {
         snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
                  "give --steps above %lld to train further", o->resume, (long long)done_steps, (long long)steps,

@@ -55,7 +55,17 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
                              shape_text(s1, sizeof s1, t->rank, t->shape), shape_str(&es, s2, sizeof s2));
                     goto done;
                 }
-                st_to_f32(t, hs->w + store_offset(p, i, l) + e * shape_numel(&es));
+                int64_t off = store_offset(p, i, l) + e * shape_numel(&es);
+                if (!hs->tier_master) {
+                    st_to_f32(t, hs->w + off);
+                } else { // the master on the tier: through one tensor's buffer
+                    float *tmp = malloc((size_t)shape_numel(&es) * sizeof(float) + 1);
+                    if (!tmp) goto done;
+                    st_to_f32(t, tmp);
+                    int bad = store_put(hs, p, 0, off, shape_numel(&es), tmp, err, errcap);
+                    free(tmp);
+                    if (bad) goto done;
+                }
                 used[t - set.tensors] = 1;
             }
     }
@@ -169,12 +179,24 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
                 snprintf(err, errcap, "%s: truncated inside \"%s\"", path, LLMC_GPT2[k].hf);
                 goto done;
             }
-            float *w = hs->w + store_offset(p, idx, l);
+            // (want_r * want_c) the tensor as the model holds it: in the store,
+            // or with the master on the tier a buffer put there after
+            float *w = hs->tier_master ? malloc((size_t)(want_r * want_c) * sizeof(float) + 1)
+                                       : hs->w + store_offset(p, idx, l);
+            if (!w) {
+                snprintf(err, errcap, "out of memory");
+                goto done;
+            }
             if (LLMC_GPT2[k].transposed)
                 for (int64_t i = 0; i < r; i++)
                     for (int64_t j = 0; j < c; j++) w[j * r + i] = buf[i * c + j];
             else
                 memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
+            if (hs->tier_master) {
+                int bad = store_put(hs, p, 0, store_offset(p, idx, l), want_r * want_c, w, err, errcap);
+                free(w);
+                if (bad) goto done;
+            }
         }
     }
     if (fgetc(f) != EOF) {
@@ -206,6 +228,11 @@ int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes, char *err,
                    size_t errcap) {
     const Graph *g = p->graph;
+    if (hs->tier_master) {
+        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
+                 "whole model in RAM): save a checkpoint (--save) and export from it in a run without the tier");
+        return -1;
+    }
     Arena a = {0};
     int64_t n = tensor_count(g);
     StOut *out = arena_alloc(&a, (size_t)(n + 1) * sizeof(StOut));

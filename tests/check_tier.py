@@ -2,9 +2,13 @@
 """The NVMe tier (mtrun --tier-dir, runtime/tier.c) on the cpu backend, on a
 file in a temporary directory:
 
-- llama-tiny, gpt2-tiny (fp32 and bf16) and llama-tiny with accumulate = 2
-  train 20 steps with the tier to the same losses and the same checkpoint
-  (weights and both Adam moments, byte for byte) as without it;
+- llama-tiny, gpt2-tiny (fp32 and bf16), llama-tiny with accumulate = 2 and
+  an 8-layer llama-tiny in bf16 planned with the fp32 master on the tier
+  too (tests/tiny-tier-master.target, tier=master) train 20 steps with the
+  tier to the same losses and the same checkpoint (weights and both Adam
+  moments, byte for byte) as without it; the master plan's step 10 resumes
+  both ways, --init into it trains as into RAM, and its --export is refused
+  up front;
 - a checkpoint resumes into either: RAM -> tier and tier -> RAM, 10 + 10
   steps, equal to 20 straight;
 - faults, each leaving the last checkpoint intact and resumable (to the
@@ -50,8 +54,13 @@ def main():
         os.mkdir(tier)
         acc_src = open("examples/llama-tiny.mt").read().replace("  batch = 16", "  batch = 8\n  accumulate = 2")
         open(j("llama-acc.mt"), "w").write(acc_src)
+        # an 8-layer llama-tiny in bf16 that tests/tiny-tier-master.target's host memory plans with the
+        # fp32 master on the tier too (tier=master)
+        l8 = open("examples/llama-tiny.mt").read().replace("  L = 2                # layers", "  L = 8                # layers")
+        open(j("l8.mt"), "w").write(l8)
         plans = {"llama": ["examples/llama-tiny.mt"], "gpt2": ["examples/gpt2-tiny.mt"],
-                 "gpt2-bf16": ["examples/gpt2-tiny.mt", "--dtype", "bf16"], "llama-acc": [j("llama-acc.mt")]}
+                 "gpt2-bf16": ["examples/gpt2-tiny.mt", "--dtype", "bf16"], "llama-acc": [j("llama-acc.mt")],
+                 "l8-master": [j("l8.mt"), "--dtype", "bf16", "--target", "tests/tiny-tier-master.target"]}
         for name, args in plans.items():
             p = run(mtc, *args, "-o", j(name + ".bin"))
             check(p.returncode == 0, f"mtc {name}", p)
@@ -65,6 +74,9 @@ def main():
                     "--tier-dir", tier, *COMMON)
             check(p.returncode == 0 and "tier     " + os.path.join(tier, "mtrun.tier") in p.stdout,
                   f"{name}: 20 steps with the tier, named in the banner", p)
+            if name == "l8-master":
+                check("tier=master" in p.stdout and "Adam moments and fp32 master" in p.stdout,
+                      "l8-master: the plan puts the master on the tier, and mtrun keeps it there", p)
             la, lb = losses(ram + ".jsonl"), losses(tr + ".jsonl")
             check(len(la) == 20 and la == lb, f"{name}: losses bit for bit:\n    {la}\n    {lb}")
             for s in (10, 20):
@@ -90,6 +102,29 @@ def main():
         check(p.returncode == 0, "10 steps with the tier", p)
         p = run(mtrun, plan, "--steps", "20", "--resume", d, "--save", d, "--save-every", "10", "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0 and same(ckpt(d, 20), ckpt(straight, 20)), "a tier checkpoint resumed in RAM", p)
+
+        # the same both ways with the master on the tier
+        for src, dst, tier_first in (("l8-master-ram", "master-ram-to-tier", False), ("l8-master-tier", "master-tier-to-ram", True)):
+            d = j(dst)
+            os.mkdir(d)
+            shutil.copy(ckpt(j(src), 10), d)
+            p = run(mtrun, j("l8-master.bin"), "--steps", "20", "--resume", d, "--save", d, "--save-every", "10",
+                    "--log", j("x.jsonl"), *([] if tier_first else ["--tier-dir", tier]), *COMMON)
+            check(p.returncode == 0 and same(ckpt(d, 20), ckpt(j("l8-master-ram"), 20)),
+                  f"{dst}: step 10 resumes to the straight run's step 20", p)
+        # --init into the master on the tier (a tensor at a time through store_put): the same losses as into RAM
+        p = run(mtrun, j("l8-master.bin"), "--steps", "2", "--export", j("w.safetensors"), "--log", j("x.jsonl"), *COMMON)
+        check(p.returncode == 0, "l8-master: export in RAM", p)
+        for where in ("ram", "tier"):
+            p = run(mtrun, j("l8-master.bin"), "--steps", "3", "--init", j("w.safetensors"), "--log", j(f"init-{where}.jsonl"),
+                    *(["--tier-dir", tier] if where == "tier" else []), *COMMON)
+            check(p.returncode == 0, f"l8-master: --init into {where}", p)
+        a, b = losses(j("init-ram.jsonl")), losses(j("init-tier.jsonl"))
+        check(len(a) == 3 and a == b, f"l8-master: --init into the tier trains as into RAM: {a} {b}")
+        p = run(mtrun, j("l8-master.bin"), "--steps", "1", "--tier-dir", tier, "--export", j("x.safetensors"),
+                "--log", j("x.jsonl"), *COMMON)
+        check(p.returncode == 1 and "--export with the fp32 master on the NVMe tier" in p.stderr
+              and "step " not in p.stdout, "--export with the master on the tier: refused before training", p)
 
         def resumes(d, what):  # the last checkpoint is step 10 and resumes to the straight run's step 20
             check(sorted(os.listdir(d)) == ["step-000000010.ckpt"], f"{what}: step 10 is the last checkpoint: {os.listdir(d)}")

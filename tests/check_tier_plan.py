@@ -13,8 +13,10 @@
   on the tier (2 bytes a layer parameter in RAM, 16 on NVMe); --explain says
   so and gives the tier's time against the step;
 - an 8-layer llama-tiny on tests/tiny-tier-moments.target is written with
-  tier=moments and trains with --tier-dir; on tests/tiny-tier-grads.target
-  with tier=grads, which mtrun refuses (it keeps only the moments there).
+  tier=moments and trains with --tier-dir; in bf16 on
+  tests/tiny-tier-master.target with tier=master, and trains; on
+  tests/tiny-tier-grads.target with tier=grads, which mtrun refuses (it keeps
+  the moments and the master there, not the gradients).
 
 usage: check_tier_plan.py MTC MTRUN    (from the project root)
 """
@@ -75,17 +77,18 @@ def main():
         open(j("l8.mt"), "w").write(src)
         os.mkdir(j("tier"))
         data = os.path.abspath("examples/data/tinyshakespeare.txt")
-        for level in ("moments", "grads"):
+        for level in ("moments", "master", "grads"):
             plan = j(level + ".bin")
-            p = run(mtc, j("l8.mt"), "--target", f"tests/tiny-tier-{level}.target", "-o", plan)
+            dtype = ["--dtype", "bf16"] if level == "master" else []  # f32 streams the master: it stays in RAM
+            p = run(mtc, j("l8.mt"), "--target", f"tests/tiny-tier-{level}.target", *dtype, "-o", plan)
             check(p.returncode == 0, f"mtc on tiny-tier-{level}", p)
             p = run(mtrun, plan, "--steps", "3", "--data", data, "--val-every", "1000", "--val-batches", "1",
                     "--tier-dir", j("tier"), "--log", j("x.jsonl"))
-            if level == "moments":
-                check(p.returncode == 0 and f"tier=moments" in p.stdout and "step      3/3" in p.stdout,
-                      "a tier=moments plan trains with --tier-dir", p)
+            if level != "grads":
+                check(p.returncode == 0 and f"tier={level}" in p.stdout and "step      3/3" in p.stdout,
+                      f"a tier={level} plan trains with --tier-dir", p)
             else:
-                check(p.returncode == 1 and "tier=grads" in p.stderr and "keeps only the Adam moments" in p.stderr,
+                check(p.returncode == 1 and "tier=grads" in p.stderr and "not the gradients yet" in p.stderr,
                       "a tier=grads plan is refused", p)
     return finish("tier plan checks")
 

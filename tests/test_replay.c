@@ -66,7 +66,7 @@ static void batch(const Plan *p, int32_t *tokens, int32_t *targets, int which) {
 // A state with an update pending: the reference's step on batch 0, its
 // norms, every segment pending.
 static void pending_state(const Plan *p, HostStore *hs, const int32_t *const *inputs) {
-    store_init(hs, p, 7);
+    store_init(hs, p, 7, NULL, 0);
     memset(hs->m, 0, (size_t)hs->n * sizeof(float));
     memset(hs->v, 0, (size_t)hs->n * sizeof(float));
     memset(hs->g, 0, (size_t)hs->n * sizeof(float));
