@@ -30,7 +30,8 @@
 //             for the ops with no generated kernel yet (mixture of experts:
 //             top_k, moe and its backward, the load-balancing loss, add_loss).
 //             Arguments: the node's output, then its operands in order, whole
-//             (a bf16 one widened to f32 around the call). cpu only.
+//             (a bf16 one widened to f32 around the call) on the cpu; on
+//             the GPU the kernels of compiler/cuda/moe.cuh.
 //
 // Arguments are graph nodes of the kernel's part, resolved to addresses at
 // call time (the same kernel runs for every layer, at different arena

@@ -753,6 +753,10 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     if (ninst || opt->with_reference) em_text(e, mt_cuda_attention);
     if (ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
     if (opt->with_reference) em_text(e, mt_cuda_attention_ref);
+    int nodes = 0; // mixture of experts: the KK_NODE kernels of compiler/cuda/moe.cuh
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) nodes += prog->parts[p].k[i].kind == KK_NODE;
+    if (nodes) em_text(e, mt_cuda_moe);
     for (int j = 0; j < ninst; j++) {
         const AttnVariant *v = &inst[j];
         char name[64], sc[64], cap[64];
@@ -797,6 +801,11 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                     em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
                        info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
                 em(e, "\n");
+            } else if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's; a comment for the reader
+                const Node *n = g->parts[p].nodes.items[k->anchor];
+                e->cur = NULL;
+                em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/cuda/moe.cuh)\n", p, i, op_name(n->op),
+                   n->op == OP_MOE_BWD ? "moe_bwd_rows, then mt_node_moe_bwd_w" : op_name(n->op));
             } else {
                 AttnVariant v = attn_variant(k, bf16);
                 attn_variant_name(info->symbol, sizeof info->symbol, bf16, v.D, v.causal, v.window, v.scale, v.softcap);

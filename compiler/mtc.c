@@ -167,16 +167,6 @@ static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p
         fprintf(stderr, "mtc: internal error: %s\n", err);
         return 1;
     }
-    for (int pk = 0; pk < PART_COUNT; pk++) // ops with only a plain kernel (mixture of experts): a cpu plan
-        for (int i = 0; i < kp.parts[pk].n; i++) {
-            const KirKernel *k = &kp.parts[pk].k[i];
-            if (k->kind != KK_NODE) continue;
-            const Node *n = g->parts[pk].nodes.items[k->anchor];
-            fprintf(stderr, "%s:%d:%d: %s: %s has no CUDA kernel yet; %s\n", model_path, n->loc.line, n->loc.col,
-                    cu_path ? "error" : "warning", op_name(n->op),
-                    cu_path ? "no CUDA C written" : "the plan carries no CUDA code and runs on the cpu backend only");
-            return cu_path ? 1 : 0;
-        }
     CudaOptions opt = {.arch = arch, .model_path = model_path};
     CudaSource src;
     if (cu_path) {

@@ -362,6 +362,69 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
                                  NULL));
 }
 
+// The geometry of a mixture-of-experts node (KK_NODE): rows, the last axis
+// of x or logits (C or E), experts E and their width F.
+typedef struct NodeDims {
+    long long rows;
+    int C, E, F;
+} NodeDims;
+
+static NodeDims node_dims(const Node *n) {
+    NodeDims d = {0, 0, 0, 0};
+    const Shape *x = n->op == OP_MOE_BWD ? &n->in[1]->shape : &n->in[0]->shape;
+    if (n->op == OP_LOAD_BALANCE_BWD) x = &n->in[1]->shape;
+    if (n->op == OP_ADD_LOSS) return (NodeDims){shape_numel(&n->shape), 1, 0, 0};
+    d.C = (int)x->dims[x->rank - 1], d.rows = shape_numel(x) / d.C, d.E = d.C;
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
+        const Node *w = n->in[n->op == OP_MOE_BWD ? 3 : 2];
+        d.E = (int)w->shape.dims[0], d.F = (int)w->shape.dims[1];
+    }
+    return d;
+}
+
+// The scratch bytes node n's kernels need (compiler/cuda/moe.cuh).
+static int64_t node_scratch(const Node *n) {
+    NodeDims d = node_dims(n);
+    if (n->op == OP_MOE) return d.rows * (d.F + d.C) * 4;
+    if (n->op == OP_MOE_BWD) return d.rows * (2LL * d.C + 3LL * d.E * d.F) * 4;
+    if (n->op == OP_LOAD_BALANCE_BWD) return (int64_t)d.E * 8;
+    return 0;
+}
+
+// A mixture-of-experts node by its kernels of compiler/cuda/moe.cuh, over
+// the engine's scratch; the cpu's plain kernels (kernels.inc) are their reference.
+static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
+    const KirKernel *k = &c->prog.parts[part].k[i];
+    const Kernel *kn = &c->kern[part][i];
+    const Node *n = c->p->graph->parts[part].nodes.items[k->anchor];
+    cudaStream_t s = stream_of(c, in);
+    NodeDims d = node_dims(n);
+    void *ptr[8], *params[16];
+    int np = 0, bf = 0, K = n->top_k;
+    for (int a = 0; a < k->nargs && a < 8; a++) {
+        ptr[a] = arg_ptr(c, &k->args[a], offsets), params[np++] = &ptr[a];
+        bf |= (k->args[a].dtype == KT_BF16) << a;
+    }
+    void *ws = c->scratch[engine_of(in)];
+    unsigned T = 128, rowgrid = (unsigned)d.rows, thr = (unsigned)((d.rows + T - 1) / T);
+    params[np++] = &bf, params[np++] = &d.rows;
+    switch (n->op) {
+    case OP_TOP_K: params[np++] = &d.C, params[np++] = &K; break;
+    case OP_MOE:
+    case OP_MOE_BWD: params[np++] = &d.C, params[np++] = &d.E, params[np++] = &d.F, params[np++] = &ws; break;
+    case OP_LOAD_BALANCE: params[np++] = &d.C; break;
+    case OP_LOAD_BALANCE_BWD: params[np++] = &d.C, params[np++] = &ws; break;
+    default: break;
+    }
+    unsigned grid = n->op == OP_MOE || n->op == OP_MOE_BWD ? rowgrid
+                    : n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD ? 1 : thr;
+    if (!CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, T, 1, 1, 0, s, params, NULL)) || n->op != OP_MOE_BWD) return;
+    // the weights' gradients: out, dy, x, gates, bf, rows, C, E, F, ws
+    void *pw[] = {&ptr[0], &ptr[1], &ptr[2], &ptr[3], &bf, &d.rows, &d.C, &d.E, &d.F, &ws};
+    long long nw = (long long)d.E * d.F * d.C;
+    CU(c, in, cuLaunchKernel(kn->finish, (unsigned)((nw + 255) / 256), 1, 1, 256, 1, 1, 0, s, pw, NULL));
+}
+
 static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
     Cuda *c = be->ctx;
     if (failed(c)) return;
@@ -376,6 +439,10 @@ static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int 
         case KK_GEMM:
             if (!(flags & RUN_SKIP_HEAVY)) run_gemm(c, in, part, i, offsets);
             if (k->gemm.epilogue >= 0 && !failed(c)) launch_expr(c, in, part, k->gemm.epilogue, offsets);
+            break;
+        case KK_NODE:
+            if (!((flags & RUN_SKIP_HEAVY) && op_is_heavy(((const Node *)c->p->graph->parts[part].nodes.items[k->anchor])->op)))
+                run_node(c, in, part, i, offsets);
             break;
         default:
             if (!(flags & RUN_SKIP_HEAVY)) run_attn(c, in, part, i, offsets);
@@ -506,6 +573,13 @@ static int load_kernels(Cuda *c) {
                 if (gemm_layouts(c, kn, k) != 0) return -1;
                 continue;
             }
+            if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's mt_node_<op>
+                const Node *n = c->p->graph->parts[p].nodes.items[k->anchor];
+                snprintf(name, sizeof name, "mt_node_%s%s", op_name(n->op), n->op == OP_MOE_BWD ? "_rows" : "");
+                if (get_function(c, &kn->fn, name, 0) != 0) return -1;
+                if (n->op == OP_MOE_BWD && get_function(c, &kn->finish, "mt_node_moe_bwd_w", 0) != 0) return -1;
+                continue;
+            }
             if (k->kind != KK_EXPR) {
                 const KirAttn *t = &k->attn;
                 char v[64];
@@ -542,13 +616,15 @@ static int load_kernels(Cuda *c) {
 }
 
 // The scratch one engine's kernels need at most, bytes.
-static int64_t scratch_need(const KirProgram *prog) {
+static int64_t scratch_need(const KirProgram *prog, const Graph *g) {
     int64_t need = 256;
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++) {
             const KirKernel *k = &prog->parts[p].k[i];
             int64_t b = k->kind == KK_EXPR ? 8 * kir_acc64_offset(k, k->nargs)
-                        : k->kind == KK_ATTN_BWD ? (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H) : 0;
+                        : k->kind == KK_ATTN_BWD ? (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H)
+                        : k->kind == KK_NODE     ? node_scratch(g->parts[p].nodes.items[k->anchor])
+                                                 : 0;
             if (b > need) need = b;
         }
     return (need + 255) & ~(int64_t)255;
@@ -624,7 +700,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         for (int i = 0; i < c->prog.parts[pk].n; i++)
             for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++) c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;
     // one device allocation: the arena, then each kernel-running engine's scratch
-    c->scratch_bytes = scratch_need(&c->prog);
+    c->scratch_bytes = scratch_need(&c->prog, p->graph);
     int nscratch = 0;
     for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
     int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255;
