@@ -56,22 +56,21 @@ EXPECTED = {
         "model.layers.41.self_attn.k_proj.weight": [2048, 3584], "model.layers.40.mlp.down_proj.weight": [3584, 14336],
         "model.layers.1.pre_feedforward_layernorm.weight": [3584],
         "model.layers.41.post_feedforward_layernorm.weight": [3584], "model.norm.weight": [3584]}, 42 * 11 + 2),
-    # mixture of experts: examples/moe/ until they have CUDA kernels (the
-    # other example tests compile everything in examples/ for GPUs)
-    "moe/mixtral-8x7b.mt": (46_702_792_704, {
+    # mixture of experts
+    "mixtral-8x7b.mt": (46_702_792_704, {
         "model.layers.0.block_sparse_moe.gate.weight": [8, 4096],
         "model.layers.0.block_sparse_moe.experts.0.w1.weight": [14336, 4096],
         "model.layers.31.block_sparse_moe.experts.7.w2.weight": [4096, 14336],
         "model.layers.5.block_sparse_moe.experts.3.w3.weight": [14336, 4096],
         "model.layers.31.self_attn.k_proj.weight": [1024, 4096], "lm_head.weight": [32000, 4096]},
         32 * (6 + 1 + 3 * 8) + 3),
-    "moe/qwen1.5-moe-a2.7b.mt": (14_315_784_192, {
+    "qwen1.5-moe-a2.7b.mt": (14_315_784_192, {
         "model.layers.0.mlp.gate.weight": [60, 2048], "model.layers.23.mlp.experts.59.down_proj.weight": [2048, 1408],
         "model.layers.0.mlp.experts.0.gate_proj.weight": [1408, 2048],
         "model.layers.7.mlp.shared_expert.up_proj.weight": [5632, 2048],
         "model.layers.7.mlp.shared_expert_gate.weight": [1, 2048], "model.layers.3.self_attn.q_proj.bias": [2048],
         "model.embed_tokens.weight": [151936, 2048]}, 24 * (2 + 7 + 1 + 3 * 60 + 3 + 1) + 3),
-    "moe/mixtral-tiny.mt": (None, {"model.layers.1.block_sparse_moe.experts.3.w2.weight": [64, 64],
+    "mixtral-tiny.mt": (None, {"model.layers.1.block_sparse_moe.experts.3.w2.weight": [64, 64],
                                    "model.layers.0.block_sparse_moe.gate.weight": [4, 64]}, 2 * (6 + 1 + 3 * 4) + 3),
     "gemma2-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.3.self_attn.k_proj.weight": [32, 64],
                               "model.layers.2.post_attention_layernorm.weight": [64]}, 4 * 11 + 2),

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""An independent numpy forward of the tiny Mixtral (examples/moe/mixtral-tiny.mt)
+"""An independent numpy forward of the tiny Mixtral (examples/mixtral-tiny.mt)
 against mt's reference executor, from the same random weights and tokens.
 
 numpy follows Hugging Face's MixtralSparseMoeBlock: the softmax over all
@@ -14,7 +14,7 @@ sum of the layers' auxiliary losses, held to numpy's likewise). Two
 other routings (softmax before the selection without renormalising, and
 the top 1) must move numpy's loss, so the check sees the routing.
 
-explain: `mtc --explain` of examples/moe/mixtral-8x7b.mt on h200 prices
+explain: `mtc --explain` of examples/mixtral-8x7b.mt on h200 prices
 the GEMMs and attention of a step (the row without recomputation) within 2%
 of a hand count in which each token runs 2 of the 8 experts (forward, and
 in the backward again, which moe's backward kernel recomputes, then its
@@ -42,7 +42,7 @@ from checks import check, finish, run  # noqa: E402
 from check_weights import (attention, cross_entropy, first_val_loss, read_safetensors, rms_norm as rms,  # noqa: E402
                            rope_halves, val_tokens, write_safetensors)
 
-MODEL = "examples/moe/mixtral-tiny.mt"
+MODEL = "examples/mixtral-tiny.mt"
 L, NH, NKV, E, K, THETA, AUX, T = 2, 4, 2, 4, 2, 10000.0, 0.02, 48
 
 
@@ -88,7 +88,7 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K):
 
 
 def explain(mtc):
-    model = "examples/moe/mixtral-8x7b.mt"
+    model = "examples/mixtral-8x7b.mt"
     p = run(mtc, model, "--explain", "--json", "--target", "h200")
     if not check(p.returncode == 0, "mtc --explain mixtral-8x7b", p):
         return
@@ -116,7 +116,7 @@ def explain(mtc):
 
 
 def plan(mtc):
-    model = "examples/moe/mixtral-tiny.mt"
+    model = "examples/mixtral-tiny.mt"
     with tempfile.TemporaryDirectory() as tmp:
         p = run(mtc, model, "-o", os.path.join(tmp, "p.bin"))
         check(p.returncode == 0 and os.path.exists(os.path.join(tmp, "p.bin")), "mtc -o mixtral-tiny for h200", p)

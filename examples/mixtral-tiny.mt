@@ -62,5 +62,5 @@ train {
   clip = 1.0
   steps = 500
   val_every = 50
-  data = "../data/tinyshakespeare.txt"
+  data = "data/tinyshakespeare.txt"
 }
