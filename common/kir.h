@@ -27,7 +27,7 @@
 //             expression kernels `helper[]` (softmax, softmax backward) over
 //             T x T scratch.
 //   KK_NODE   one graph node run by its plain kernel (runtime/kernels.inc),
-//             for the ops with no generated kernel yet (mixture of experts:
+//             for the ops with no kernel-IR form (mixture of experts:
 //             top_k, moe and its backward, the load-balancing loss, add_loss).
 //             Arguments: the node's output, then its operands in order, whole
 //             (a bf16 one widened to f32 around the call) on the cpu; on
