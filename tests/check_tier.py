@@ -16,7 +16,9 @@ file in a temporary directory:
   (MT_TIER_KILL_AT_WRITE), a short write (MT_TIER_SHORT_WRITE), the tier file
   truncated behind mtrun's back (the process stopped, the file cut, the
   process continued), a full disk at preallocation (a file size limit,
-  RLIMIT_FSIZE, under which fallocate fails as on a full disk);
+  RLIMIT_FSIZE, under which fallocate fails as on a full disk), and too
+  little free space, refused before fallocate (an 8 KiB tmpfs mounted in a
+  private mount namespace with unshare -rm; a note where that is not allowed);
 - the tier file is scratch: removed at exit, and one a killed run left is
   never taken for a checkpoint; a missing --tier-dir and one in use are refused.
 
@@ -189,6 +191,21 @@ def main():
               "a tier that cannot be preallocated is refused up front, naming the bytes and the path", q)
         check(not os.path.exists(path), "the refused tier file is removed")
         resumes(d, "full disk")
+
+        # too little free space, refused by the up-front check before fallocate: --tier-dir on an 8 KiB tmpfs
+        # mounted in a private mount namespace (unshare -rm; where that is not allowed, said and not checked)
+        small = j("small")
+        os.mkdir(small)
+        mount = 'mount -t tmpfs -o size=8k mt-small "$1" || exit 99; shift; exec "$@"'
+        q = subprocess.run(["unshare", "-rm", "sh", "-c", mount, "sh", small, mtrun, plan, "--steps", "2",
+                            "--tier-dir", small, "--log", j("x.jsonl"), *COMMON], capture_output=True, text=True) \
+            if shutil.which("unshare") else subprocess.CompletedProcess([], 99, "", "no unshare")
+        if q.returncode == 99 or "unshare:" in q.stderr:
+            print(f"note: no private tmpfs here (unshare -rm): the free-space refusal is not checked: {q.stderr.strip()}")
+        else:
+            check(q.returncode == 1 and f"{os.path.join(small, 'mtrun.tier')}: the tier needs " in q.stderr
+                  and "its filesystem has 8192 bytes free" in q.stderr,
+                  "too little free space is refused up front, naming the bytes and the path", q)
 
         # refusals
         p = run(mtrun, plan, "--steps", "2", "--tier-dir", j("nowhere"), "--log", j("x.jsonl"), *COMMON)
