@@ -3,6 +3,7 @@
 
 #include <errno.h>
 #include <string.h>
+#include <time.h>
 
 // Tracks are engines, numbered from 1 (Engine + 1).
 static const char *const TRACKS[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
@@ -20,6 +21,12 @@ int trace_open(Trace *t, const char *path, char *err, size_t errcap) {
         fprintf(t->f, "%s  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                 k ? ",\n" : "", k + 1, TRACKS[k]);
     return 0;
+}
+
+double trace_clock_s(void) {
+    struct timespec t;
+    clock_gettime(CLOCK_MONOTONIC, &t);
+    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
 }
 
 int trace_in_train(const Plan *p, const Instr *in) { return in >= p->train && in < p->train + p->ntrain; }
@@ -58,7 +65,6 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     default: snprintf(buf, cap, "%d", in->kind); break;
     }
 }
-
 
 void trace_instr(Trace *t, const Plan *p, const Instr *in, double start_s, double dur_s) {
     if (!trace_in_train(p, in)) return;

@@ -21,6 +21,9 @@ int trace_open(Trace *t, const char *path, char *err, size_t errcap);
 // What an instruction does, for the trace: "layer 3 forward", "AdamW layer 2".
 void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap);
 
+// The clock --trace times with: CLOCK_MONOTONIC, in seconds.
+double trace_clock_s(void);
+
 // Whether in is an instruction of p's train stream: the only ones traced
 // (the eval stream's validation passes are not).
 int trace_in_train(const Plan *p, const Instr *in);

@@ -2,7 +2,6 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <time.h>
 
 #include "backend.h"
 #include "../common/bf16.h"
@@ -114,9 +113,7 @@ static void cpu_trace_host(Backend *be, const Instr *in, double t0, double t1) {
 int backend_cpu_trace(Backend *be, const char *path, char *err, size_t errcap) {
     Cpu *c = be->ctx;
     if (trace_open(&c->trace, path, err, errcap) != 0) return -1;
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    c->epoch = (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
+    c->epoch = trace_clock_s();
     pthread_mutex_init(&c->trace_mu, NULL);
     be->trace_host = cpu_trace_host;
     return 0;

@@ -87,7 +87,7 @@ typedef struct Cuda {
     TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
     int ntev, cap_tev;
     cudaEvent_t epoch;               // the trace's time zero
-    double epoch_host;               // the host clock then (host_s), for the host engine's instructions
+    double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
@@ -180,12 +180,6 @@ static void trace_flush(Cuda *c) {
         if (t->t0) cudaEventDestroy(t->t0), cudaEventDestroy(t->t1);
     }
     c->ntev = 0;
-}
-
-static double host_s(void) {
-    struct timespec ts;
-    clock_gettime(CLOCK_MONOTONIC, &ts);
-    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
 }
 
 // A host engine instruction the replay timed (NORM, UPDATE), on the host track.
@@ -753,7 +747,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||
             !RT(c, NULL, cudaEventSynchronize(c->epoch)))
             goto fail;
-        c->epoch_host = host_s();
+        c->epoch_host = trace_clock_s();
         be->trace_host = cuda_trace_host;
     }
     return be;

@@ -9,6 +9,7 @@
 #include <string.h>
 
 #include "exec.h"
+#include "../common/trace.h"
 #include "../common/bf16.h"
 
 static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
@@ -85,12 +86,6 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
     }
 }
 
-static double now_s(void) {
-    struct timespec t;
-    clock_gettime(CLOCK_MONOTONIC, &t);
-    return (double)t.tv_sec + 1e-9 * (double)t.tv_nsec;
-}
-
 // One instruction, timed for --trace where the backend asks (backend.h):
 // all of a synchronous backend's, the host engine's work of an asynchronous
 // one; never the events themselves.
@@ -98,9 +93,9 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     Backend *be = r->be;
     int timed = be->trace_host && in->kind != INS_RECORD && in->kind != INS_WAIT &&
                 (!be->record || in->kind == INS_NORM || in->kind == INS_UPDATE);
-    double t0 = timed ? now_s() : 0;
+    double t0 = timed ? trace_clock_s() : 0;
     run_instr(r, in, inputs, last, loss);
-    if (timed) be->trace_host(be, in, t0, now_s());
+    if (timed) be->trace_host(be, in, t0, trace_clock_s());
 }
 
 // Says why every engine with instructions left is held.

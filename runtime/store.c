@@ -89,6 +89,12 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     s->seg[layer + 1].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
 }
 
+// Array `array` (0 w, 1 m, 2 v) of a layer's staged record: m at 0, v at
+// one tier_stride, the master (tier_master) at two.
+static float *in_record(const HostStore *s, float *rec, int array) {
+    return rec + (array > 0 ? array - 1 : 2) * tier_stride(s->tier);
+}
+
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
     StoreSegment *seg = &s->seg[layer + 1];
     if (!seg->pending || s->err[0]) return;
@@ -99,9 +105,9 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     int64_t base = 0, wbase = 0; // the index in m and v (in w) of the segment's first float
     if (s->tier && layer >= 0) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
-        v = m + tier_stride(s->tier);
+        v = in_record(s, m, 2);
         base = store_segment(p, layer, &(int64_t){0});
-        if (s->tier_master) w = m + 2 * tier_stride(s->tier), wbase = base;
+        if (s->tier_master) w = in_record(s, m, 0), wbase = base;
     }
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
@@ -132,7 +138,7 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
         if (!at) return -1;
-        if (staged) at += (array > 0 ? array - 1 : 2) * tier_stride(s->tier) + (off - start); // m, v, w
+        if (staged) at = in_record(s, at, array) + (off - start);
         memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
         if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
         off += k, n -= k, buf += k;
@@ -155,7 +161,7 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
 static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
     if (!s->tier_master || layer < 0) return s->w;
     float *rec = tier_acquire(s->tier, layer, err, errcap);
-    return rec ? rec + 2 * tier_stride(s->tier) - store_segment(p, layer, &(int64_t){0}) : NULL;
+    return rec ? in_record(s, rec, 0) - store_segment(p, layer, &(int64_t){0}) : NULL;
 }
 static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
     return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;
