@@ -804,8 +804,11 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
             } else if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's; a comment for the reader
                 const Node *n = g->parts[p].nodes.items[k->anchor];
                 e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/cuda/moe.cuh)\n", p, i, op_name(n->op),
-                   n->op == OP_MOE_BWD ? "moe_bwd_rows, then mt_node_moe_bwd_w" : op_name(n->op));
+                if (n->op == OP_MOE || n->op == OP_MOE_BWD)
+                    em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (compiler/cuda/moe_launch.h)\n", p, i,
+                       op_name(n->op));
+                else
+                    em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
             } else {
                 AttnVariant v = attn_variant(k, bf16);
                 attn_variant_name(info->symbol, sizeof info->symbol, bf16, v.D, v.causal, v.window, v.scale, v.softcap);

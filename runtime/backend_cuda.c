@@ -41,6 +41,7 @@
 #include "../common/bf16.h"
 #include "../common/kir.h"
 #include "../common/trace.h"
+#include "../compiler/cuda/moe_launch.h"
 #include "backend.h"
 
 enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
@@ -73,6 +74,7 @@ typedef struct Cuda {
     cudaStream_t stream[ENG_COUNT];
     cudaEvent_t *event;              // (nevents)
     CUmodule mod;
+    CUfunction moe[MOE_KERNELS];     // compiler/cuda/moe.cuh's grouped kernels (NULL: not loaded)
     Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
     cublasLtHandle_t lt;
     char *staging[ENG_COUNT];        // pinned, (staging_bytes[e]): COPY_OUT's gradients, LOSS's scalar
@@ -376,17 +378,58 @@ static NodeDims node_dims(const Node *n) {
     return d;
 }
 
-// The scratch bytes node n's kernels need (compiler/cuda/moe.cuh).
-static int64_t node_scratch(const Node *n) {
+// The experts a row of moe node n selects at most: the top_k of the router
+// its gates come from (a few ops up, through other parts' outputs), or, not
+// found, all E (as compiler/cost.c's moe_selected, which prices it). A row
+// with more gates != 0 than that gets NaN outputs (compiler/cuda/moe.cuh).
+static int moe_top_k(const Graph *g, const Node *n, int E) {
+    const Node *seen[16];
+    int ns = 0;
+    seen[ns++] = n->in[n->op == OP_MOE_BWD ? 2 : 1];
+    for (int i = 0; i < ns; i++) {
+        const Node *s = seen[i];
+        if (s->op == OP_TOP_K) return s->top_k < E ? s->top_k : E;
+        if (s->op == OP_INPUT && s->src_part >= 0 && s->src_part < PART_COUNT && ns < 16 &&
+            s->src < g->parts[s->src_part].nodes.n)
+            seen[ns++] = g->parts[s->src_part].nodes.items[s->src];
+        for (int j = 0; j < s->nin && ns < 16; j++) seen[ns++] = s->in[j];
+    }
+    return E;
+}
+
+static MoeDims moe_dims(const Graph *g, const Node *n) {
     NodeDims d = node_dims(n);
-    if (n->op == OP_MOE) return d.rows * (d.F + d.C) * 4;
-    if (n->op == OP_MOE_BWD) return d.rows * (2LL * d.C + 3LL * d.E * d.F) * 4;
-    if (n->op == OP_LOAD_BALANCE_BWD) return (int64_t)d.E * 8;
+    return (MoeDims){d.rows, d.C, d.E, d.F, moe_top_k(g, n, d.E)};
+}
+
+// The scratch bytes node n's kernels need (compiler/cuda/moe.cuh): moe and
+// its backward a chunk of rows' routed slots (compiler/cuda/moe_launch.h),
+// independent of the batch beyond MOE_CHUNK_BYTES.
+static int64_t node_scratch(const Graph *g, const Node *n) {
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
+        MoeDims m = moe_dims(g, n);
+        int bwd = n->op == OP_MOE_BWD;
+        return moe_scratch_bytes(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES));
+    }
+    if (n->op == OP_LOAD_BALANCE_BWD) return (int64_t)node_dims(n).E * 8;
     return 0;
 }
 
+typedef struct MoeLaunchCtx {
+    Cuda *c;
+    const Instr *in;
+    cudaStream_t s;
+} MoeLaunchCtx;
+
+static int moe_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params) {
+    MoeLaunchCtx *m = ctx;
+    return CU(m->c, m->in, cuLaunchKernel(m->c->moe[k], gx, gy, 1, MOE_THREADS, 1, 1, 0, m->s, params, NULL)) ? 0 : -1;
+}
+
 // A mixture-of-experts node by its kernels of compiler/cuda/moe.cuh, over
-// the engine's scratch; the cpu's plain kernels (kernels.inc) are their reference.
+// the engine's scratch; the cpu's plain kernels (kernels.inc) are their
+// reference. moe and moe_bwd: the grouped kernels, chunk by chunk
+// (compiler/cuda/moe_launch.h); routing stays on the device.
 static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];
@@ -400,23 +443,27 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
         bf |= (k->args[a].dtype == KT_BF16) << a;
     }
     void *ws = c->scratch[engine_of(in)];
-    unsigned T = 128, rowgrid = (unsigned)d.rows, thr = (unsigned)((d.rows + T - 1) / T);
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
+        int bwd = n->op == OP_MOE_BWD;
+        MoeDims m = moe_dims(c->p->graph, n);
+        MoeLaunchCtx ctx = {c, in, s};
+        // moe's operands y, x, gates, w_gate, w_up, w_down in moe_bwd's places (no dy)
+        void *arg[7] = {ptr[0], bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2], ptr[bwd ? 4 : 3],
+                        ptr[bwd ? 5 : 4], ptr[bwd ? 6 : 5]};
+        int bits = bwd ? bf : (bf & 1) | (bf >> 1) << 2;
+        moe_run(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES), arg, bits, ws, moe_launch, &ctx);
+        return;
+    }
+    unsigned T = 128, thr = (unsigned)((d.rows + T - 1) / T);
     params[np++] = &bf, params[np++] = &d.rows;
     switch (n->op) {
     case OP_TOP_K: params[np++] = &d.C, params[np++] = &K; break;
-    case OP_MOE:
-    case OP_MOE_BWD: params[np++] = &d.C, params[np++] = &d.E, params[np++] = &d.F, params[np++] = &ws; break;
     case OP_LOAD_BALANCE: params[np++] = &d.C; break;
     case OP_LOAD_BALANCE_BWD: params[np++] = &d.C, params[np++] = &ws; break;
     default: break;
     }
-    unsigned grid = n->op == OP_MOE || n->op == OP_MOE_BWD ? rowgrid
-                    : n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD ? 1 : thr;
-    if (!CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, T, 1, 1, 0, s, params, NULL)) || n->op != OP_MOE_BWD) return;
-    // the weights' gradients: out, dy, x, gates, bf, rows, C, E, F, ws
-    void *pw[] = {&ptr[0], &ptr[1], &ptr[2], &ptr[3], &bf, &d.rows, &d.C, &d.E, &d.F, &ws};
-    long long nw = (long long)d.E * d.F * d.C;
-    CU(c, in, cuLaunchKernel(kn->finish, (unsigned)((nw + 255) / 256), 1, 1, 256, 1, 1, 0, s, pw, NULL));
+    unsigned grid = n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD ? 1 : thr;
+    CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, T, 1, 1, 0, s, params, NULL));
 }
 
 static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
@@ -569,9 +616,13 @@ static int load_kernels(Cuda *c) {
             }
             if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's mt_node_<op>
                 const Node *n = c->p->graph->parts[p].nodes.items[k->anchor];
-                snprintf(name, sizeof name, "mt_node_%s%s", op_name(n->op), n->op == OP_MOE_BWD ? "_rows" : "");
+                if (n->op == OP_MOE || n->op == OP_MOE_BWD) { // the grouped kernels (moe_launch.h), once
+                    for (int m = 0; m < MOE_KERNELS && !c->moe[MOE_KERNELS - 1]; m++)
+                        if (get_function(c, &c->moe[m], MOE_KERNEL_NAME[m], 0) != 0) return -1;
+                    continue;
+                }
+                snprintf(name, sizeof name, "mt_node_%s", op_name(n->op));
                 if (get_function(c, &kn->fn, name, 0) != 0) return -1;
-                if (n->op == OP_MOE_BWD && get_function(c, &kn->finish, "mt_node_moe_bwd_w", 0) != 0) return -1;
                 continue;
             }
             if (k->kind != KK_EXPR) {
@@ -617,7 +668,7 @@ static int64_t scratch_need(const KirProgram *prog, const Graph *g) {
             const KirKernel *k = &prog->parts[p].k[i];
             int64_t b = k->kind == KK_EXPR ? 8 * kir_acc64_offset(k, k->nargs)
                         : k->kind == KK_ATTN_BWD ? (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H)
-                        : k->kind == KK_NODE     ? node_scratch(g->parts[p].nodes.items[k->anchor])
+                        : k->kind == KK_NODE     ? node_scratch(g, g->parts[p].nodes.items[k->anchor])
                                                  : 0;
             if (b > need) need = b;
         }

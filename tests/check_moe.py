@@ -23,8 +23,9 @@ that cross the link in a step are all 8 experts' (every parameter, in bf16).
 
 plan: `mtc -o` of the tiny Mixtral for a GPU target plans it with CUDA code
 and no warning, and --emit-cuda writes the mixture-of-experts kernels of
-compiler/cuda/moe.cuh (mt_node_top_k, _moe, _moe_bwd_rows, _moe_bwd_w,
-_load_balance, _load_balance_bwd, _add_loss) into the translation unit.
+compiler/cuda/moe.cuh (mt_node_top_k, _load_balance, _load_balance_bwd,
+_add_loss, and every grouped mt_moe_* kernel compiler/cuda/moe_launch.h
+launches) into the translation unit.
 
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
        check_moe.py explain MTC
@@ -32,6 +33,7 @@ usage: check_moe.py numpy MTC REF_FORWARD MTRUN
 """
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -125,8 +127,13 @@ def plan(mtc):
         p = run(mtc, model, "--emit-cuda", cu)
         check(p.returncode == 0 and os.path.exists(cu), "--emit-cuda of mixtral-tiny", p)
         text = open(cu).read() if os.path.exists(cu) else ""
-        for k in ("top_k", "moe", "moe_bwd_rows", "moe_bwd_w", "load_balance", "load_balance_bwd", "add_loss"):
-            check(f'extern "C" __global__ void mt_node_{k}(' in text, f"mt_node_{k} in the translation unit")
+        names = [f"mt_node_{k}" for k in ("top_k", "load_balance", "load_balance_bwd", "add_loss")]
+        launch = open("compiler/cuda/moe_launch.h").read()
+        table = re.search(r"MOE_KERNEL_NAME\[MOE_KERNELS\] = \{(.*?)\};", launch, re.S)
+        grouped = re.findall(r'"(mt_moe_\w+)"', table.group(1)) if table else []
+        check(len(grouped) >= 13, "moe_launch.h names its grouped kernels")
+        for k in names + grouped:
+            check(f'extern "C" __global__ void {k}(' in text, f"{k} in the translation unit")
     print("mixtral-tiny: a GPU plan with the mixture-of-experts kernels in its CUDA C")
 
 

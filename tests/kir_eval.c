@@ -197,7 +197,7 @@ double kir_arg_error(const KirArg *a, const void *got, const HostArg *want) {
     for (size_t j = 0; j < n; j++) {
         float g = a->dtype == KT_BF16 ? f32_from_bf16(((const uint16_t *)got)[j]) : ((const float *)got)[j];
         double d = fabs((double)g - want->f[j]) / fmax(fabs((double)want->f[j]), 1e-2);
-        if (!(d <= m)) m = d; // NaN sticks
+        if (!(d <= m) && m == m) m = d; // NaN sticks
     }
     return m;
 }

@@ -1,18 +1,21 @@
 // moe.cuh: the mixture-of-experts ops on the GPU (needs the prelude): top_k,
 // moe and its backward, the load-balancing loss and its backward, add_loss.
 // Their plain reference is runtime/kernels.inc (top_k, moe, moe_bwd,
-// load_balance), which the cpu backend runs; these follow it op for op.
+// load_balance), which the cpu backend runs; these follow it op for op
+// (tests/emu/moe_check.c compares moe's with it at odd sizes).
 //
-// First version, for correctness: the experts' matrix products are plain
-// loops, one block per row over the experts whose gate is not 0 (dropless,
-// nothing computed for an unselected expert), not yet grouped GEMMs through
-// cuBLASLt. Routing stays on the device: no host sync.
+// moe and its backward: dropless dispatch, as kernels.inc's. The rows are
+// routed on the device (no host sync) into slots grouped by expert, and
+// each expert's GEMMs run over its own rows only, tiled through shared
+// memory with fp32 accumulation, the grid covering every expert's row tiles
+// at once; nothing is computed for an unselected expert. The launch
+// sequence and the scratch are compiler/cuda/moe_launch.h's.
 //
 // Each kernel takes its node's output and operands as the cpu kernel does,
 // then `bf`: bit a set when argument a (0 the output) is stored as bf16.
 // Workspace `ws` is the engine's scratch of the device allocation
-// (runtime/backend_cuda.c sizes it: moe rows (F + C) floats, moe_bwd rows
-// (2 C + 3 E F) floats, load_balance_bwd E doubles).
+// (runtime/backend_cuda.c sizes it: moe and moe_bwd by moe_launch.h,
+// load_balance_bwd E doubles).
 
 __device__ __forceinline__ float mt_ldv(const void *p, long long i, int bf) {
     return bf ? mt_ld((const bf16 *)p + i) : ((const float *)p)[i];
@@ -40,117 +43,402 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
     }
 }
 
-// y[rows, C] = sum over e with gate != 0 of gate * wd[e] (silu(wg[e] x) * (wu[e] x)).
-// Block r: a [F] and the row's sum [C] in ws + r (F + C).
-extern "C" __global__ void mt_node_moe(void *y, const void *x, const void *gates, const void *wg, const void *wu,
-                                       const void *wd, int bf, long long rows, int C, int E, int F, float *ws) {
-    long long r = blockIdx.x;
-    float *a = ws + r * (F + C), *acc = a + F;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) acc[c] = 0.0f;
-    for (int e = 0; e < E; e++) {
-        float g = mt_ldv(gates, r * E + e, MT_BF(2));
-        if (g == 0.0f) continue; // the same for the whole block
-        for (int f = threadIdx.x; f < F; f += blockDim.x) {
-            float h1 = 0.0f, h3 = 0.0f;
-            long long w = ((long long)e * F + f) * C;
-            for (int c = 0; c < C; c++) {
-                float xc = mt_ldv(x, r * C + c, MT_BF(1));
-                h1 += mt_ldv(wg, w + c, MT_BF(3)) * xc, h3 += mt_ldv(wu, w + c, MT_BF(4)) * xc;
-            }
-            a[f] = mt_silu(h1) * h3;
-        }
-        __syncthreads();
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            float o = 0.0f;
-            long long w = ((long long)e * C + c) * F;
-            for (int f = 0; f < F; f++) o += mt_ldv(wd, w + f, MT_BF(5)) * a[f];
-            acc[c] += g * o;
-        }
-        __syncthreads();
-    }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) mt_stv(y, r * C + c, MT_BF(0), acc[c]);
+// ---------------------------------------------------------------- moe: dropless grouped GEMMs
+//
+// A chunk of rows [r0, r0 + nr) at a time (compiler/cuda/moe_launch.h runs
+// the chunks and sizes them): route the chunk's rows to their experts on the
+// device, run each expert's GEMMs over its own rows only, scatter back by row.
+// Every kernel takes the same parameters (MT_MOE_PARAMS); bf's bits are
+// moe_bwd's order: 0 out, 1 dy, 2 x, 3 gates, 4 w_gate, 5 w_up, 6 w_down
+// (the forward's y is out, its dy NULL). No float atomics: each output
+// element is written by one thread, sums run in a fixed order.
+//
+// route (ints): cnt [E] rows per expert; off [E + 1] where each expert's
+// slots start; tile [E + 1] where its row tiles start (each expert's slots
+// padded to MT_MOE_T); slot_row [nr K] the row of each slot, grouped by
+// expert, by row within one; slot_of [nr, K] the slot of a row's j-th
+// selected expert (j in expert order). A row's selected experts are its
+// first K with gate != 0; a row with more than K gets NaN outputs.
+// ws (floats, S = nr K slots): forward a [S, F], o [S, C]; backward h1 (then
+// dh1) [S, F], h3 (then dh3) [S, F], o (then dx per slot) [S, C].
+
+#define MT_MOE_T 64  // a tile's rows and columns (moe_launch.h's MOE_TILE)
+#define MT_MOE_TK 16 // its reduction depth
+#define MT_MOE_NAN __int_as_float(0x7fc00000)
+#define MT_MOE_PARAMS                                                                                                \
+    void *out, const void *dy, const void *x, const void *gates, const void *wg, const void *wu, const void *wd,      \
+        int bf, long long rows, long long r0, int nr, int C, int E, int F, int K, int acc, int *route, float *ws
+
+struct MtMoeRoute {
+    int *cnt, *off, *tile, *slot_row, *slot_of;
+};
+__device__ __forceinline__ MtMoeRoute mt_moe_route_of(int *route, int E, int nr, int K) {
+    MtMoeRoute t;
+    t.cnt = route, t.off = t.cnt + E, t.tile = t.off + E + 1, t.slot_row = t.tile + E + 1;
+    t.slot_of = t.slot_row + (long long)nr * K;
+    return t;
 }
 
-// moe's backward, rows: out = packed [dx | dgates | dw_gate | dw_up | dw_down];
-// this kernel writes dx and dgates, and leaves each selected expert's a, dh1,
-// dh3 [F] in ws + r (2 C + 3 E F) + 2 C + e 3 F for mt_node_moe_bwd_w.
-extern "C" __global__ void mt_node_moe_bwd_rows(void *out, const void *dy, const void *x, const void *gates,
-                                                const void *wg, const void *wu, const void *wd, int bf, long long rows,
-                                                int C, int E, int F, float *ws) {
-    long long r = blockIdx.x;
-    float *dxa = ws + r * (2LL * C + 3LL * E * F), *o = dxa + C;
-    long long dgates = rows * C;
-    for (int c = threadIdx.x; c < C; c += blockDim.x) dxa[c] = 0.0f;
+// The rank of expert e among row r's experts with gate != 0 (expert order), or -1 when its gate is 0.
+__device__ __forceinline__ int mt_moe_rank(const void *gates, int bfg, long long r, int e, int E) {
+    if (mt_ldv(gates, r * E + e, bfg) == 0.0f) return -1;
+    int j = 0;
+    for (int i = 0; i < e; i++) j += mt_ldv(gates, r * E + i, bfg) != 0.0f;
+    return j;
+}
+
+// Block e (256 threads): cnt[e], the chunk's rows that selected e.
+extern "C" __global__ void mt_moe_count(MT_MOE_PARAMS) {
+    __shared__ int part[256];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    int e = blockIdx.x, n = 0;
+    for (int i = threadIdx.x; i < nr; i += blockDim.x) {
+        int j = mt_moe_rank(gates, MT_BF(3), r0 + i, e, E);
+        n += j >= 0 && j < K;
+    }
+    part[threadIdx.x] = n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int i = 1; i < (int)blockDim.x; i++) n += part[i];
+        t.cnt[e] = n;
+    }
+}
+
+// Block e (256 threads): off[e], tile[e] (and [E] by the last block), then
+// expert e's slots in row order by a block-wide scan over the chunk's rows.
+extern "C" __global__ void mt_moe_route(MT_MOE_PARAMS) {
+    __shared__ int scan[256], base0;
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    int e = blockIdx.x, tid = threadIdx.x;
+    if (tid == 0) {
+        int o = 0, ti = 0;
+        for (int i = 0; i < e; i++) o += t.cnt[i], ti += (t.cnt[i] + MT_MOE_T - 1) / MT_MOE_T;
+        t.off[e] = o, t.tile[e] = ti, base0 = o;
+        if (e == E - 1) t.off[E] = o + t.cnt[e], t.tile[E] = ti + (t.cnt[e] + MT_MOE_T - 1) / MT_MOE_T;
+    }
+    __syncthreads();
+    int base = base0;
+    for (int b = 0; b < nr; b += 256) {
+        int i = b + tid, j = i < nr ? mt_moe_rank(gates, MT_BF(3), r0 + i, e, E) : -1, f = j >= 0 && j < K;
+        scan[tid] = f;
+        __syncthreads();
+        for (int d = 1; d < 256; d *= 2) { // inclusive scan
+            int v = tid >= d ? scan[tid - d] : 0;
+            __syncthreads();
+            scan[tid] += v;
+            __syncthreads();
+        }
+        if (f) {
+            int s = base + scan[tid] - 1;
+            t.slot_row[s] = (int)(r0 + i), t.slot_of[(long long)i * K + j] = s;
+        }
+        base += scan[255];
+        __syncthreads();
+    }
+}
+
+// The expert whose row tiles hold tile ti, or -1 past the last one.
+__device__ __forceinline__ int mt_moe_expert_of_tile(const int *tile, int E, int ti) {
+    if (ti >= tile[E]) return -1;
+    int lo = 0, hi = E; // tile[lo] <= ti < tile[hi]
+    while (hi - lo > 1) {
+        int mid = (lo + hi) / 2;
+        if (tile[mid] <= ti) lo = mid;
+        else hi = mid;
+    }
+    return lo;
+}
+
+// acc[q][i][j] += sum over k < kdim of a(q, ty + 16 i, k) b(q, tx + 16 j, k),
+// q < NQ, for a 64 x 64 tile (256 threads, 16 x 16, 4 x 4 each): the loaders
+// return 0 outside the operands. Shared-memory tiles of depth MT_MOE_TK.
+template <int NQ, class LA, class LB>
+__device__ __forceinline__ void mt_moe_gemm(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
+    __shared__ float As[NQ][MT_MOE_TK][MT_MOE_T + 1], Bs[NQ][MT_MOE_TK][MT_MOE_T + 1];
+    int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TK) {
+        for (int l = threadIdx.x; l < MT_MOE_TK * MT_MOE_T; l += blockDim.x) {
+            int k = l % MT_MOE_TK, i = l / MT_MOE_TK, in = k0 + k < kdim;
+            for (int q = 0; q < NQ; q++) {
+                As[q][k][i] = in ? a(q, i, k0 + k) : 0.0f;
+                Bs[q][k][i] = in ? b(q, i, k0 + k) : 0.0f;
+            }
+        }
+        __syncthreads();
+        for (int k = 0; k < MT_MOE_TK; k++)
+            for (int q = 0; q < NQ; q++) {
+                float av[4], bv[4];
+                for (int i = 0; i < 4; i++) av[i] = As[q][k][ty + 16 * i], bv[i] = Bs[q][k][tx + 16 * i];
+                for (int i = 0; i < 4; i++)
+                    for (int j = 0; j < 4; j++) acc[q][i][j] += av[i] * bv[j];
+            }
+        __syncthreads();
+    }
+}
+
+// A block of routed-row tiles: expert e, its slots [s0, s0 + ns), their rows and gates in rowid, gate.
+struct MtMoeTile {
+    int e, s0, ns;
+};
+__device__ __forceinline__ MtMoeTile mt_moe_tile_of(const MtMoeRoute &t, int E, int *rowid, float *gate,
+                                                    const void *gates, int bfg) {
+    MtMoeTile b;
+    b.e = mt_moe_expert_of_tile(t.tile, E, blockIdx.x);
+    if (b.e < 0) return b;
+    b.s0 = t.off[b.e] + (blockIdx.x - t.tile[b.e]) * MT_MOE_T;
+    b.ns = min(MT_MOE_T, t.off[b.e] + t.cnt[b.e] - b.s0);
+    for (int i = threadIdx.x; i < b.ns; i += blockDim.x) {
+        rowid[i] = t.slot_row[b.s0 + i];
+        gate[i] = mt_ldv(gates, (long long)rowid[i] * E + b.e, bfg);
+    }
+    __syncthreads();
+    return b;
+}
+
+// Row tiles x F tiles: h1 = x_e w_gate[e]^T, h3 = x_e w_up[e]^T over expert e's
+// slots; the forward keeps a = silu(h1) h3, the backward h1 and h3.
+template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS) {
+    __shared__ int rowid[MT_MOE_T];
+    __shared__ float gate[MT_MOE_T];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_tile_of(t, E, rowid, gate, gates, MT_BF(3));
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns;
+    float sum[2][4][4] = {};
+    auto la = [&](int q, int i, int k) { return i < ns ? mt_ldv(x, (long long)rowid[i] * C + k, MT_BF(2)) : 0.0f; };
+    auto lb = [&](int q, int j, int k) {
+        long long w = ((long long)e * F + n0 + j) * C + k;
+        return n0 + j >= F ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
+    };
+    mt_moe_gemm<2>(la, lb, C, sum);
+    long long S = (long long)nr * K;
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int si = threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            if (si >= ns || f >= F) continue;
+            long long at = (long long)(b.s0 + si) * F + f;
+            if (FWD) ws[at] = mt_silu(sum[0][i][j]) * sum[1][i][j];
+            else ws[at] = sum[0][i][j], ws[S * F + at] = sum[1][i][j];
+        }
+}
+extern "C" __global__ void mt_moe_up(MT_MOE_PARAMS) {
+    mt_moe_up_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+extern "C" __global__ void mt_moe_up_bwd(MT_MOE_PARAMS) {
+    mt_moe_up_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+
+// Row tiles x C tiles: o = a w_down[e]^T per slot (a from ws, or silu(h1) h3 in the backward).
+template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARAMS) {
+    __shared__ int rowid[MT_MOE_T];
+    __shared__ float gate[MT_MOE_T];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_tile_of(t, E, rowid, gate, gates, MT_BF(3));
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns, s0 = b.s0;
+    long long S = (long long)nr * K;
+    float sum[1][4][4] = {}, *o = ws + (FWD ? 1 : 2) * S * F;
+    auto la = [&](int, int i, int k) {
+        long long at = (long long)(s0 + i) * F + k;
+        return i >= ns ? 0.0f : FWD ? ws[at] : mt_silu(ws[at]) * ws[S * F + at];
+    };
+    auto lb = [&](int, int j, int k) {
+        return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
+    };
+    mt_moe_gemm<1>(la, lb, F, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int si = threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[0][i][j];
+        }
+}
+extern "C" __global__ void mt_moe_down(MT_MOE_PARAMS) {
+    mt_moe_down_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+extern "C" __global__ void mt_moe_down_bwd(MT_MOE_PARAMS) {
+    mt_moe_down_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+
+// Row r's selected experts with gate != 0 beyond K: its outputs are NaN.
+__device__ __forceinline__ int mt_moe_overflow(const void *gates, int bfg, long long r, int E, int K) {
+    int n = 0;
+    for (int e = 0; e < E; e++) n += mt_ldv(gates, r * E + e, bfg) != 0.0f;
+    return n > K;
+}
+
+// Block i, row r0 + i: y[r] = sum over its selected experts e, in expert
+// order, of gate[r, e] o[slot] (kernels.inc moe's order).
+extern "C" __global__ void mt_moe_combine(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K;
+    const float *o = ws + S * F;
+    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float y = 0.0f;
+        for (int e = 0, j = 0; e < E && j < K; e++) {
+            float g = mt_ldv(gates, r * E + e, MT_BF(3));
+            if (g != 0.0f) y += g * o[(long long)t.slot_of[i * K + j++] * C + c];
+        }
+        mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : y);
+    }
+}
+
+// Block i, row r0 + i: dgates[r, e] = dy[r] . o[slot] (in double) for its
+// selected experts, 0 for the others.
+extern "C" __global__ void mt_moe_dgates(MT_MOE_PARAMS) {
+    __shared__ double part[256];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K, dgates = rows * C;
+    const float *o = ws + 2 * S * F;
+    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
     for (int e = 0; e < E; e++) {
-        float g = mt_ldv(gates, r * E + e, MT_BF(3));
-        float *a = o + C + (long long)e * 3 * F, *dh1 = a + F, *dh3 = dh1 + F;
-        if (g == 0.0f) {
-            if (threadIdx.x == 0) mt_stv(out, dgates + r * E + e, MT_BF(0), 0.0f);
+        int j = mt_moe_rank(gates, MT_BF(3), r, e, E);
+        if (j < 0 || j >= K) { // the same for the whole block
+            if (threadIdx.x == 0) mt_stv(out, dgates + r * E + e, MT_BF(0), bad ? MT_MOE_NAN : 0.0f);
             continue;
         }
-        for (int f = threadIdx.x; f < F; f += blockDim.x) { // the forward again: h1, h3 held in dh1, dh3
-            float h1 = 0.0f, h3 = 0.0f;
-            long long w = ((long long)e * F + f) * C;
-            for (int c = 0; c < C; c++) {
-                float xc = mt_ldv(x, r * C + c, MT_BF(2));
-                h1 += mt_ldv(wg, w + c, MT_BF(4)) * xc, h3 += mt_ldv(wu, w + c, MT_BF(5)) * xc;
-            }
-            a[f] = mt_silu(h1) * h3, dh1[f] = h1, dh3[f] = h3;
-        }
+        const float *os = o + (long long)t.slot_of[i * K + j] * C;
+        double dot = 0;
+        for (int c = threadIdx.x; c < C; c += blockDim.x) dot += (double)mt_ldv(dy, r * C + c, MT_BF(1)) * os[c];
+        part[threadIdx.x] = dot;
         __syncthreads();
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            float s = 0.0f;
-            long long w = ((long long)e * C + c) * F;
-            for (int f = 0; f < F; f++) s += mt_ldv(wd, w + f, MT_BF(6)) * a[f];
-            o[c] = s;
+        for (int d = blockDim.x / 2; d > 0; d /= 2) {
+            if ((int)threadIdx.x < d) part[threadIdx.x] += part[threadIdx.x + d];
+            __syncthreads();
         }
-        __syncthreads();
-        if (threadIdx.x == 0) {
-            double dot = 0;
-            for (int c = 0; c < C; c++) dot += (double)mt_ldv(dy, r * C + c, MT_BF(1)) * o[c];
-            mt_stv(out, dgates + r * E + e, MT_BF(0), (float)dot);
-        }
-        for (int f = threadIdx.x; f < F; f += blockDim.x) {
-            float da = 0.0f;
-            for (int c = 0; c < C; c++)
-                da += g * mt_ldv(dy, r * C + c, MT_BF(1)) * mt_ldv(wd, ((long long)e * C + c) * F + f, MT_BF(6));
-            float h1 = dh1[f], h3 = dh3[f], sg = 1.0f / (1.0f + expf(-h1));
-            dh3[f] = da * mt_silu(h1);
-            dh1[f] = da * h3 * sg * (1.0f + h1 * (1.0f - sg));
-        }
-        __syncthreads();
-        for (int c = threadIdx.x; c < C; c += blockDim.x) {
-            float s = 0.0f;
-            for (int f = 0; f < F; f++) {
-                long long w = ((long long)e * F + f) * C + c;
-                s += dh1[f] * mt_ldv(wg, w, MT_BF(4)) + dh3[f] * mt_ldv(wu, w, MT_BF(5));
-            }
-            dxa[c] += s;
-        }
+        if (threadIdx.x == 0) mt_stv(out, dgates + r * E + e, MT_BF(0), bad ? MT_MOE_NAN : (float)part[0]);
         __syncthreads();
     }
-    for (int c = threadIdx.x; c < C; c += blockDim.x) mt_stv(out, r * C + c, MT_BF(0), dxa[c]);
 }
 
-// moe's backward, weights: one thread an (e, f, c): dw_gate[e, f, c], dw_up[e, f, c]
-// and dw_down[e, c, f], summed over the rows that selected e (mt_node_moe_bwd_rows's ws).
-extern "C" __global__ void mt_node_moe_bwd_w(void *out, const void *dy, const void *x, const void *gates, int bf,
-                                             long long rows, int C, int E, int F, const float *ws) {
-    long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x, n = (long long)E * F * C;
-    if (i >= n) return;
-    int c = (int)(i % C), f = (int)(i / C % F), e = (int)(i / ((long long)C * F));
-    float sg = 0.0f, su = 0.0f, sd = 0.0f;
-    for (long long r = 0; r < rows; r++) {
-        float g = mt_ldv(gates, r * E + e, MT_BF(3));
-        if (g == 0.0f) continue;
-        const float *a = ws + r * (2LL * C + 3LL * E * F) + 2LL * C + (long long)e * 3 * F;
-        float xc = mt_ldv(x, r * C + c, MT_BF(2));
-        sg += a[F + f] * xc, su += a[2 * F + f] * xc, sd += g * mt_ldv(dy, r * C + c, MT_BF(1)) * a[f];
+// Row tiles x F tiles: da = (gate dy) w_down[e] per slot, then in place
+// dh3 = da silu(h1), dh1 = da h3 silu'(h1) (kernels.inc moe_bwd).
+extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
+    __shared__ int rowid[MT_MOE_T];
+    __shared__ float gate[MT_MOE_T];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_tile_of(t, E, rowid, gate, gates, MT_BF(3));
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns;
+    long long S = (long long)nr * K;
+    float sum[1][4][4] = {};
+    auto la = [&](int, int i, int k) {
+        return i < ns ? gate[i] * mt_ldv(dy, (long long)rowid[i] * C + k, MT_BF(1)) : 0.0f;
+    };
+    auto lb = [&](int, int j, int k) {
+        return n0 + j < F ? mt_ldv(wd, ((long long)e * C + k) * F + n0 + j, MT_BF(6)) : 0.0f;
+    };
+    mt_moe_gemm<1>(la, lb, C, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int si = threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            if (si >= ns || f >= F) continue;
+            long long at = (long long)(b.s0 + si) * F + f;
+            float da = sum[0][i][j], h1 = ws[at], h3 = ws[S * F + at], sg = 1.0f / (1.0f + expf(-h1));
+            ws[S * F + at] = da * mt_silu(h1);
+            ws[at] = da * h3 * sg * (1.0f + h1 * (1.0f - sg));
+        }
+}
+
+// Row tiles x C tiles: dx per slot = dh1 w_gate[e] + dh3 w_up[e], into o's place.
+extern "C" __global__ void mt_moe_dx_slots(MT_MOE_PARAMS) {
+    __shared__ int rowid[MT_MOE_T];
+    __shared__ float gate[MT_MOE_T];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_tile_of(t, E, rowid, gate, gates, MT_BF(3));
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns, s0 = b.s0;
+    long long S = (long long)nr * K;
+    float sum[2][4][4] = {}, *o = ws + 2 * S * F;
+    auto la = [&](int q, int i, int k) { return i < ns ? ws[q * S * F + (long long)(s0 + i) * F + k] : 0.0f; };
+    auto lb = [&](int q, int j, int k) {
+        long long w = ((long long)e * F + k) * C + n0 + j;
+        return n0 + j >= C ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
+    };
+    mt_moe_gemm<2>(la, lb, F, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int si = threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[0][i][j] + sum[1][i][j];
+        }
+}
+
+// Block i, row r0 + i: dx[r] = the sum of its selected slots' dx, in expert order.
+extern "C" __global__ void mt_moe_combine_dx(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K;
+    const float *o = ws + 2 * S * F;
+    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
+    for (int c = threadIdx.x; c < C; c += blockDim.x) {
+        float dx = 0.0f;
+        for (int e = 0, j = 0; e < E && j < K; e++)
+            if (mt_ldv(gates, r * E + e, MT_BF(3)) != 0.0f) dx += o[(long long)t.slot_of[i * K + j++] * C + c];
+        mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : dx);
     }
-    long long dwg = rows * C + rows * E, dwu = dwg + n, dwd = dwu + n;
-    mt_stv(out, dwg + i, MT_BF(0), sg);
-    mt_stv(out, dwu + i, MT_BF(0), su);
-    mt_stv(out, dwd + ((long long)e * C + c) * F + f, MT_BF(0), sd);
+}
+
+// A weight gradient's tile: grid (E * tiles of M, tiles of N), expert e =
+// blockIdx.x / tm, its M rows from m0, N columns from n0; reduces over the
+// expert's slots. Stores (acc 0) or adds to (acc 1, a later chunk) out.
+struct MtMoeWTile {
+    int e, m0, n0, s0, ns;
+};
+__device__ __forceinline__ MtMoeWTile mt_moe_wtile(const MtMoeRoute &t, int M) {
+    int tm = (M + MT_MOE_T - 1) / MT_MOE_T;
+    MtMoeWTile w;
+    w.e = blockIdx.x / tm, w.m0 = blockIdx.x % tm * MT_MOE_T, w.n0 = blockIdx.y * MT_MOE_T;
+    w.s0 = t.off[w.e], w.ns = t.cnt[w.e];
+    return w;
+}
+__device__ __forceinline__ void mt_moe_wstore(void *out, long long at, int bf0, int acc, float v) {
+    mt_stv(out, at, bf0, acc ? mt_ldv(out, at, bf0) + v : v);
+}
+
+// dw_down[e] [C, F] = sum over e's slots of (gate dy)^T a, a = silu(h1) h3.
+extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeWTile w = mt_moe_wtile(t, C);
+    long long S = (long long)nr * K, dwd = rows * C + rows * E + 2LL * E * F * C;
+    int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
+    const int *slot_row = t.slot_row;
+    float sum[1][4][4] = {};
+    auto la = [&](int, int i, int k) {
+        long long r = slot_row[s0 + k];
+        return m0 + i < C ? mt_ldv(gates, r * E + e, MT_BF(3)) * mt_ldv(dy, r * C + m0 + i, MT_BF(1)) : 0.0f;
+    };
+    auto lb = [&](int, int j, int k) {
+        long long at = (long long)(s0 + k) * F + n0 + j;
+        return n0 + j < F ? mt_silu(ws[at]) * ws[S * F + at] : 0.0f;
+    };
+    mt_moe_gemm<1>(la, lb, w.ns, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int c = m0 + threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            if (c < C && f < F) mt_moe_wstore(out, dwd + ((long long)e * C + c) * F + f, MT_BF(0), acc, sum[0][i][j]);
+        }
+}
+
+// dw_gate[e], dw_up[e] [F, C] = sum over e's slots of dh1^T x, dh3^T x.
+extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeWTile w = mt_moe_wtile(t, F);
+    long long S = (long long)nr * K, dwg = rows * C + rows * E, n = (long long)E * F * C;
+    int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
+    const int *slot_row = t.slot_row;
+    float sum[2][4][4] = {};
+    auto la = [&](int q, int i, int k) { return m0 + i < F ? ws[q * S * F + (long long)(s0 + k) * F + m0 + i] : 0.0f; };
+    auto lb = [&](int, int j, int k) {
+        return n0 + j < C ? mt_ldv(x, (long long)slot_row[s0 + k] * C + n0 + j, MT_BF(2)) : 0.0f;
+    };
+    mt_moe_gemm<2>(la, lb, w.ns, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++) {
+            int f = m0 + threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            if (f >= F || c >= C) continue;
+            long long at = dwg + ((long long)e * F + f) * C + c;
+            mt_moe_wstore(out, at, MT_BF(0), acc, sum[0][i][j]);
+            mt_moe_wstore(out, n + at, MT_BF(0), acc, sum[1][i][j]);
+        }
 }
 
 // The softmax of row r of logits [rows, E] at j, given its max m and sum s.

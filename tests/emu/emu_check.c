@@ -80,7 +80,7 @@ static double max_rel(const float *a, const float *b, size_t n, double floor) {
     double m = 0;
     for (size_t i = 0; i < n; i++) {
         double d = fabs((double)a[i] - b[i]) / fmax(fabs((double)b[i]), floor);
-        if (!(d <= m)) m = d; // NaN sticks
+        if (!(d <= m) && m == m) m = d; // NaN sticks
     }
     return m;
 }
@@ -89,7 +89,7 @@ static double max_rel_rows(const float *a, const float *b, size_t n, size_t stri
     double m = 0;
     for (size_t r = 0; r + stride <= n; r += stride) {
         double d = max_rel(a + r, b + r, width, floor);
-        if (!(d <= m)) m = d;
+        if (!(d <= m) && m == m) m = d; // NaN sticks
     }
     return m;
 }
@@ -293,7 +293,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
         else memcpy(a, got[i], 4 * (size_t)cnt[i]);
         size_t stride = (size_t)(i < 2 ? H : KVH) * (size_t)D, width = (size_t)(i < 2 ? hq : hk) * (size_t)D;
         err[i] = max_rel_rows(a, want[i], (size_t)cnt[i], stride, width, 1e-1);
-        if (!(err[i] <= worst)) worst = err[i];
+        if (!(err[i] <= worst) && worst == worst) worst = err[i];
     }
     // lse = log sum_j exp(score(q, k_j)) over the visible keys, as runtime/kernels.inc
     double le = 0;
@@ -315,7 +315,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
                 for (int j = j0; j < nj; j++) sum += exp(sc[j] - mx);
                 double want_l = mx + log(sum), got_l = LSE[((long)b * H + h) * T + t];
                 double d = fabs(got_l - want_l) / fmax(fabs(want_l), 1e-1);
-                if (!(d <= le)) le = d;
+                if (!(d <= le) && le == le) le = d;
             }
     err[4] = le;
     void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, rY, rDQ, rDK, rDV};
@@ -427,7 +427,7 @@ static void check_mma(void) {
                 for (int k = 0; k < 16; k++)
                     want += (double)from_bf16(A[w * 256 + r * 16 + k]) * from_bf16(B[w * 128 + k * 8 + c]);
                 double e = fabs(D[w * 128 + r * 8 + c] - want) / fmax(fabs(want), 1e-3);
-                if (!(e <= worst)) worst = e;
+                if (!(e <= worst) && worst == worst) worst = e;
             }
     printf("mma.m16n8k16 bf16 against a plain product, %d warps: max rel err %.2e %s\n", MMA_WARPS, worst,
            worst <= 1e-6 ? "ok" : "FAIL");
@@ -724,7 +724,7 @@ static void check_model(const char *path) {
                 failures++;
             }
             double *w = &worst[a->dtype == KT_BF16];
-            if (!(e <= *w)) *w = e;
+            if (!(e <= *w) && *w == *w) *w = e;
         }
         nk++;
         for (int i = 0; i < k->nargs; i++) free(d[i]);
