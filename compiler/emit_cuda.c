@@ -756,6 +756,7 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     int nodes = 0; // mixture of experts: the KK_NODE kernels of compiler/cuda/moe.cuh
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++) nodes += prog->parts[p].k[i].kind == KK_NODE;
+    if (nodes && !ntc) em_text(e, mt_cuda_mma); // moe.cuh's tensor-core tiles
     if (nodes) em_text(e, mt_cuda_moe);
     for (int j = 0; j < ninst; j++) {
         const AttnVariant *v = &inst[j];

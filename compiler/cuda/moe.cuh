@@ -7,8 +7,9 @@
 // moe and its backward: dropless dispatch, as kernels.inc's. The rows are
 // routed on the device (no host sync) into slots grouped by expert, and
 // each expert's GEMMs run over its own rows only, tiled through shared
-// memory with fp32 accumulation, the grid covering every expert's row tiles
-// at once; nothing is computed for an unselected expert. The launch
+// memory with fp32 accumulation (bf16 plans on the tensor cores), the grid
+// covering every expert's row tiles at once; nothing is computed for an
+// unselected expert. Needs compiler/cuda/mma.cuh before it. The launch
 // sequence and the scratch are compiler/cuda/moe_launch.h's.
 //
 // Each kernel takes its node's output and operands as the cpu kernel does,
@@ -149,11 +150,13 @@ __device__ __forceinline__ int mt_moe_expert_of_tile(const int *tile, int E, int
     return lo;
 }
 
-// acc[q][i][j] += sum over k < kdim of a(q, ty + 16 i, k) b(q, tx + 16 j, k),
-// q < NQ, for a 64 x 64 tile (256 threads, 16 x 16, 4 x 4 each): the loaders
-// return 0 outside the operands. Shared-memory tiles of depth MT_MOE_TK.
+// The plain tile: acc[q][i][j] += sum over k < kdim of a(q, mt_moe_row(0, i,
+// j), k) b(q, mt_moe_col(0, i, j), k), q < NQ, for a 64 x 64 tile (256
+// threads, 16 x 16, 4 x 4 each: rows ty + 16 i, columns tx + 16 j) in fp32
+// on the CUDA cores. The loaders return 0 outside the operands.
+// Shared-memory tiles of depth MT_MOE_TK.
 template <int NQ, class LA, class LB>
-__device__ __forceinline__ void mt_moe_gemm(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
+__device__ __forceinline__ void mt_moe_gemm_fma(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
     __shared__ float As[NQ][MT_MOE_TK][MT_MOE_T + 1], Bs[NQ][MT_MOE_TK][MT_MOE_T + 1];
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TK) {
@@ -174,6 +177,61 @@ __device__ __forceinline__ void mt_moe_gemm(const LA &a, const LB &b, int kdim, 
             }
         __syncthreads();
     }
+}
+
+
+// The same tile on the tensor cores (mt_mma_16816: bf16 operands, fp32
+// accumulation): the loaders' values rounded to bf16 into shared tiles 32
+// deep, k pairs packed in a word (rows padded to 20 words: no bank
+// conflicts on the fragment loads). Warp w computes rows 16 (w / 2) ..
+// + 16, columns 32 (w % 2) .. + 32: four n8 blocks i, acc[q][i][0 .. 4) as
+// mma's C fragment (mt_moe_row(1, i, j), mt_moe_col(1, i, j)).
+#define MT_MOE_TKC 32
+__device__ __forceinline__ mt_u32 mt_moe_pack(float lo, float hi) {
+    return (mt_u32)mt_f32_to_bf16(lo) | (mt_u32)mt_f32_to_bf16(hi) << 16;
+}
+template <int NQ, class LA, class LB>
+__device__ __forceinline__ void mt_moe_gemm_tc(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
+    __shared__ mt_u32 As[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4], Bs[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
+    int r0 = 16 * (warp / 2), c0 = 32 * (warp % 2);
+    for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TKC) {
+        for (int l = threadIdx.x; l < MT_MOE_T * MT_MOE_TKC / 2; l += blockDim.x) {
+            int kp = l % (MT_MOE_TKC / 2), i = l / (MT_MOE_TKC / 2), k = k0 + 2 * kp;
+            for (int q = 0; q < NQ; q++) {
+                As[q][i][kp] = mt_moe_pack(k < kdim ? a(q, i, k) : 0.0f, k + 1 < kdim ? a(q, i, k + 1) : 0.0f);
+                Bs[q][i][kp] = mt_moe_pack(k < kdim ? b(q, i, k) : 0.0f, k + 1 < kdim ? b(q, i, k + 1) : 0.0f);
+            }
+        }
+        __syncthreads();
+        for (int ks = 0; ks < MT_MOE_TKC / 2; ks += 8) // two k16 steps
+            for (int q = 0; q < NQ; q++) {
+                mt_u32 af[4] = {As[q][r0 + g][ks + t], As[q][r0 + g + 8][ks + t], As[q][r0 + g][ks + t + 4],
+                                As[q][r0 + g + 8][ks + t + 4]};
+                for (int i = 0; i < 4; i++) {
+                    mt_u32 bfr[2] = {Bs[q][c0 + 8 * i + g][ks + t], Bs[q][c0 + 8 * i + g][ks + t + 4]};
+                    mt_mma_16816(acc[q][i], af, bfr, acc[q][i]);
+                }
+            }
+        __syncthreads();
+    }
+}
+
+// Where acc[q][i][j] of either tile lies: its row and column in the 64 x 64 tile.
+__device__ __forceinline__ int mt_moe_row(int tc, int i, int j) {
+    return tc ? 16 * (threadIdx.x / 64) + threadIdx.x % 32 / 4 + 8 * (j / 2) : threadIdx.x / 16 + 16 * i;
+}
+__device__ __forceinline__ int mt_moe_col(int tc, int i, int j) {
+    return tc ? 32 * (threadIdx.x / 32 % 2) + 8 * i + 2 * (threadIdx.x % 4) + j % 2 : threadIdx.x % 16 + 16 * j;
+}
+
+// The tensor cores when x and the experts' weights are bf16 (bf's bits 2, 4,
+// 5, 6: a bf16 plan), else fp32 on the CUDA cores. The same for the block.
+__device__ __forceinline__ int mt_moe_tc(int bf) { return (bf & 0x74) == 0x74; }
+template <int NQ, class LA, class LB>
+__device__ __forceinline__ void mt_moe_gemm(int tc, const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
+    if (tc) mt_moe_gemm_tc<NQ>(a, b, kdim, acc);
+    else mt_moe_gemm_fma<NQ>(a, b, kdim, acc);
 }
 
 // A block of routed-row tiles: expert e, its slots [s0, s0 + ns), their rows and gates in rowid, gate.
@@ -204,17 +262,18 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
     MtMoeTile b = mt_moe_tile_of(t, E, rowid, gate, gates, MT_BF(3));
     if (b.e < 0) return;
     int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns;
+    int tc = mt_moe_tc(bf);
     float sum[2][4][4] = {};
     auto la = [&](int q, int i, int k) { return i < ns ? mt_ldv(x, (long long)rowid[i] * C + k, MT_BF(2)) : 0.0f; };
     auto lb = [&](int q, int j, int k) {
         long long w = ((long long)e * F + n0 + j) * C + k;
         return n0 + j >= F ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2>(la, lb, C, sum);
+    mt_moe_gemm<2>(tc, la, lb, C, sum);
     long long S = (long long)nr * K;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int si = threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
             if (FWD) ws[at] = mt_silu(sum[0][i][j]) * sum[1][i][j];
@@ -237,6 +296,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     if (b.e < 0) return;
     int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns, s0 = b.s0;
     long long S = (long long)nr * K;
+    int tc = mt_moe_tc(bf);
     float sum[1][4][4] = {}, *o = ws + (FWD ? 1 : 2) * S * F;
     auto la = [&](int, int i, int k) {
         long long at = (long long)(s0 + i) * F + k;
@@ -245,10 +305,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1>(la, lb, F, sum);
+    mt_moe_gemm<1>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int si = threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
             if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[0][i][j];
         }
 }
@@ -321,6 +381,7 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     if (b.e < 0) return;
     int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns;
     long long S = (long long)nr * K;
+    int tc = mt_moe_tc(bf);
     float sum[1][4][4] = {};
     auto la = [&](int, int i, int k) {
         return i < ns ? gate[i] * mt_ldv(dy, (long long)rowid[i] * C + k, MT_BF(1)) : 0.0f;
@@ -328,10 +389,10 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     auto lb = [&](int, int j, int k) {
         return n0 + j < F ? mt_ldv(wd, ((long long)e * C + k) * F + n0 + j, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1>(la, lb, C, sum);
+    mt_moe_gemm<1>(tc, la, lb, C, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int si = threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
             float da = sum[0][i][j], h1 = ws[at], h3 = ws[S * F + at], sg = 1.0f / (1.0f + expf(-h1));
@@ -349,16 +410,17 @@ extern "C" __global__ void mt_moe_dx_slots(MT_MOE_PARAMS) {
     if (b.e < 0) return;
     int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns, s0 = b.s0;
     long long S = (long long)nr * K;
+    int tc = mt_moe_tc(bf);
     float sum[2][4][4] = {}, *o = ws + 2 * S * F;
     auto la = [&](int q, int i, int k) { return i < ns ? ws[q * S * F + (long long)(s0 + i) * F + k] : 0.0f; };
     auto lb = [&](int q, int j, int k) {
         long long w = ((long long)e * F + k) * C + n0 + j;
         return n0 + j >= C ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2>(la, lb, F, sum);
+    mt_moe_gemm<2>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int si = threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
             if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[0][i][j] + sum[1][i][j];
         }
 }
@@ -401,6 +463,7 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
     long long S = (long long)nr * K, dwd = rows * C + rows * E + 2LL * E * F * C;
     int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
     const int *slot_row = t.slot_row;
+    int tc = mt_moe_tc(bf);
     float sum[1][4][4] = {};
     auto la = [&](int, int i, int k) {
         long long r = slot_row[s0 + k];
@@ -410,10 +473,10 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
         long long at = (long long)(s0 + k) * F + n0 + j;
         return n0 + j < F ? mt_silu(ws[at]) * ws[S * F + at] : 0.0f;
     };
-    mt_moe_gemm<1>(la, lb, w.ns, sum);
+    mt_moe_gemm<1>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int c = m0 + threadIdx.x / 16 + 16 * i, f = n0 + threadIdx.x % 16 + 16 * j;
+            int c = m0 + mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (c < C && f < F) mt_moe_wstore(out, dwd + ((long long)e * C + c) * F + f, MT_BF(0), acc, sum[0][i][j]);
         }
 }
@@ -425,15 +488,16 @@ extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
     long long S = (long long)nr * K, dwg = rows * C + rows * E, n = (long long)E * F * C;
     int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
     const int *slot_row = t.slot_row;
+    int tc = mt_moe_tc(bf);
     float sum[2][4][4] = {};
     auto la = [&](int q, int i, int k) { return m0 + i < F ? ws[q * S * F + (long long)(s0 + k) * F + m0 + i] : 0.0f; };
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(x, (long long)slot_row[s0 + k] * C + n0 + j, MT_BF(2)) : 0.0f;
     };
-    mt_moe_gemm<2>(la, lb, w.ns, sum);
+    mt_moe_gemm<2>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
-            int f = m0 + threadIdx.x / 16 + 16 * i, c = n0 + threadIdx.x % 16 + 16 * j;
+            int f = m0 + mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
             if (f >= F || c >= C) continue;
             long long at = dwg + ((long long)e * F + f) * C + c;
             mt_moe_wstore(out, at, MT_BF(0), acc, sum[0][i][j]);

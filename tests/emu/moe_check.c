@@ -64,7 +64,7 @@ static LaunchFn build(const char *cxx, const char *emu_dir, const char *work_dir
         printf("FAIL cannot write %s\n", cu);
         return NULL;
     }
-    fprintf(f, "#include \"cuda_emu.h\"\n%s\n%s\nMT_EMU_KERNELS_BEGIN\n", mt_cuda_prelude, mt_cuda_moe);
+    fprintf(f, "#include \"cuda_emu.h\"\n%s\n%s\n%s\nMT_EMU_KERNELS_BEGIN\n", mt_cuda_prelude, mt_cuda_mma, mt_cuda_moe);
     for (int k = 0; k < MOE_KERNELS; k++) fprintf(f, "MT_EMU_KERNEL(%s)\n", MOE_KERNEL_NAME[k]);
     fprintf(f, "MT_EMU_KERNELS_END\n");
     fclose(f);
@@ -102,6 +102,9 @@ static const MoeCase CASES[] = {
     {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0},
     {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0},
     {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0},
+    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0},
+    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0},
+    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0},
     {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1},
 };
 
@@ -205,7 +208,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     long long len[] = {(long long)rows * C, (long long)rows * C, (long long)rows * E, dwn, dwn, dwn};
     const char *name[] = {"y", "dx", "dgates", "dw_gate", "dw_up", "dw_down"};
     double tol = bf ? 1e-2 : 1e-5;
-    printf("%-36s rows %3d C %2d E %d F %3d top_k %d%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "");
+    printf("%-40s rows %3d C %2d E %d F %3d top_k %d%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "");
     for (int i = 0; i < 6; i++) {
         double e = i == 0 ? err_of(&y, bf, ref_y, at[i], len[i]) : err_of(&out, bf, ref_out, at[i], len[i]);
         printf(" %s %.1e", name[i], e);
@@ -219,9 +222,9 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
 
 // prelude + moe.cuh with NVRTC for sm_80 and sm_90: every grouped kernel present, none spilling.
 static void check_nvrtc(void) {
-    size_t cap = mt_cuda_prelude_len + mt_cuda_moe_len + 8;
+    size_t cap = mt_cuda_prelude_len + mt_cuda_mma_len + mt_cuda_moe_len + 8;
     char *src = malloc(cap);
-    snprintf(src, cap, "%s\n%s\n", mt_cuda_prelude, mt_cuda_moe);
+    snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_mma, mt_cuda_moe);
     const char *archs[] = {"sm_80", "sm_90"};
     for (int a = 0; a < 2; a++) {
         CudaBinary bin;
