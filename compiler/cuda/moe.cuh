@@ -153,19 +153,21 @@ __device__ __forceinline__ int mt_moe_expert_of_tile(const int *tile, int E, int
 // The plain tile: acc[q][i][j] += sum over k < kdim of a(q, mt_moe_row(0, i,
 // j), k) b(q, mt_moe_col(0, i, j), k), q < NQ, for a 64 x 64 tile (256
 // threads, 16 x 16, 4 x 4 each: rows ty + 16 i, columns tx + 16 j) in fp32
-// on the CUDA cores. The loaders return 0 outside the operands.
-// Shared-memory tiles of depth MT_MOE_TK.
-template <int NQ, class LA, class LB>
+// on the CUDA cores. The loaders return 0 outside the operands. AK (BK):
+// a's (b's) consecutive k lie next to each other in memory, else its
+// consecutive rows (columns) do; consecutive threads load along that
+// direction, so that a warp's loads coalesce. Shared-memory tiles of depth
+// MT_MOE_TK.
+template <int NQ, bool AK, bool BK, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm_fma(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
     __shared__ float As[NQ][MT_MOE_TK][MT_MOE_T + 1], Bs[NQ][MT_MOE_TK][MT_MOE_T + 1];
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TK) {
         for (int l = threadIdx.x; l < MT_MOE_TK * MT_MOE_T; l += blockDim.x) {
-            int k = l % MT_MOE_TK, i = l / MT_MOE_TK, in = k0 + k < kdim;
-            for (int q = 0; q < NQ; q++) {
-                As[q][k][i] = in ? a(q, i, k0 + k) : 0.0f;
-                Bs[q][k][i] = in ? b(q, i, k0 + k) : 0.0f;
-            }
+            int k = AK ? l % MT_MOE_TK : l / MT_MOE_T, i = AK ? l / MT_MOE_TK : l % MT_MOE_T;
+            for (int q = 0; q < NQ; q++) As[q][k][i] = k0 + k < kdim ? a(q, i, k0 + k) : 0.0f;
+            k = BK ? l % MT_MOE_TK : l / MT_MOE_T, i = BK ? l / MT_MOE_TK : l % MT_MOE_T;
+            for (int q = 0; q < NQ; q++) Bs[q][k][i] = k0 + k < kdim ? b(q, i, k0 + k) : 0.0f;
         }
         __syncthreads();
         for (int k = 0; k < MT_MOE_TK; k++)
@@ -185,23 +187,26 @@ __device__ __forceinline__ void mt_moe_gemm_fma(const LA &a, const LB &b, int kd
 // deep, k pairs packed in a word (rows padded to 20 words: no bank
 // conflicts on the fragment loads). Warp w computes rows 16 (w / 2) ..
 // + 16, columns 32 (w % 2) .. + 32: four n8 blocks i, acc[q][i][0 .. 4) as
-// mma's C fragment (mt_moe_row(1, i, j), mt_moe_col(1, i, j)).
+// mma's C fragment (mt_moe_row(1, i, j), mt_moe_col(1, i, j)). AK, BK as
+// above (a thread loads a k pair).
 #define MT_MOE_TKC 32
 __device__ __forceinline__ mt_u32 mt_moe_pack(float lo, float hi) {
     return (mt_u32)mt_f32_to_bf16(lo) | (mt_u32)mt_f32_to_bf16(hi) << 16;
 }
-template <int NQ, class LA, class LB>
+template <int NQ, bool AK, bool BK, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm_tc(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
     __shared__ mt_u32 As[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4], Bs[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int r0 = 16 * (warp / 2), c0 = 32 * (warp % 2);
     for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TKC) {
         for (int l = threadIdx.x; l < MT_MOE_T * MT_MOE_TKC / 2; l += blockDim.x) {
-            int kp = l % (MT_MOE_TKC / 2), i = l / (MT_MOE_TKC / 2), k = k0 + 2 * kp;
-            for (int q = 0; q < NQ; q++) {
+            int kp = AK ? l % (MT_MOE_TKC / 2) : l / MT_MOE_T, i = AK ? l / (MT_MOE_TKC / 2) : l % MT_MOE_T;
+            int k = k0 + 2 * kp;
+            for (int q = 0; q < NQ; q++)
                 As[q][i][kp] = mt_moe_pack(k < kdim ? a(q, i, k) : 0.0f, k + 1 < kdim ? a(q, i, k + 1) : 0.0f);
+            kp = BK ? l % (MT_MOE_TKC / 2) : l / MT_MOE_T, i = BK ? l / (MT_MOE_TKC / 2) : l % MT_MOE_T, k = k0 + 2 * kp;
+            for (int q = 0; q < NQ; q++)
                 Bs[q][i][kp] = mt_moe_pack(k < kdim ? b(q, i, k) : 0.0f, k + 1 < kdim ? b(q, i, k + 1) : 0.0f);
-            }
         }
         __syncthreads();
         for (int ks = 0; ks < MT_MOE_TKC / 2; ks += 8) // two k16 steps
@@ -228,10 +233,10 @@ __device__ __forceinline__ int mt_moe_col(int tc, int i, int j) {
 // The tensor cores when x and the experts' weights are bf16 (bf's bits 2, 4,
 // 5, 6: a bf16 plan), else fp32 on the CUDA cores. The same for the block.
 __device__ __forceinline__ int mt_moe_tc(int bf) { return (bf & 0x74) == 0x74; }
-template <int NQ, class LA, class LB>
+template <int NQ, bool AK, bool BK, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm(int tc, const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
-    if (tc) mt_moe_gemm_tc<NQ>(a, b, kdim, acc);
-    else mt_moe_gemm_fma<NQ>(a, b, kdim, acc);
+    if (tc) mt_moe_gemm_tc<NQ, AK, BK>(a, b, kdim, acc);
+    else mt_moe_gemm_fma<NQ, AK, BK>(a, b, kdim, acc);
 }
 
 // A block of routed-row tiles: expert e, its slots [s0, s0 + ns), their rows and gates in rowid, gate.
@@ -269,7 +274,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
         long long w = ((long long)e * F + n0 + j) * C + k;
         return n0 + j >= F ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2>(tc, la, lb, C, sum);
+    mt_moe_gemm<2, true, true>(tc, la, lb, C, sum);
     long long S = (long long)nr * K;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
@@ -305,7 +310,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1>(tc, la, lb, F, sum);
+    mt_moe_gemm<1, true, true>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
@@ -389,7 +394,7 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     auto lb = [&](int, int j, int k) {
         return n0 + j < F ? mt_ldv(wd, ((long long)e * C + k) * F + n0 + j, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1>(tc, la, lb, C, sum);
+    mt_moe_gemm<1, true, false>(tc, la, lb, C, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
@@ -417,7 +422,7 @@ extern "C" __global__ void mt_moe_dx_slots(MT_MOE_PARAMS) {
         long long w = ((long long)e * F + k) * C + n0 + j;
         return n0 + j >= C ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2>(tc, la, lb, F, sum);
+    mt_moe_gemm<2, true, false>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
@@ -473,7 +478,7 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
         long long at = (long long)(s0 + k) * F + n0 + j;
         return n0 + j < F ? mt_silu(ws[at]) * ws[S * F + at] : 0.0f;
     };
-    mt_moe_gemm<1>(tc, la, lb, w.ns, sum);
+    mt_moe_gemm<1, false, false>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int c = m0 + mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
@@ -494,7 +499,7 @@ extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(x, (long long)slot_row[s0 + k] * C + n0 + j, MT_BF(2)) : 0.0f;
     };
-    mt_moe_gemm<2>(tc, la, lb, w.ns, sum);
+    mt_moe_gemm<2, false, false>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int f = m0 + mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
