@@ -18,9 +18,11 @@ void *arena_alloc(Arena *a, size_t n) {
     ArenaChunk *c = a->head;
     if (!c || c->cap - c->used < n) {
         size_t cap = n > ARENA_CHUNK_BYTES ? n : ARENA_CHUNK_BYTES;
-        c = malloc(sizeof(ArenaChunk) + cap);
-        if (!c) return NULL;
-        c->cap = cap;
+        ArenaChunk **s = &a->spare; // the first spare chunk large enough, else a new one
+        while (*s && (*s)->cap < cap) s = &(*s)->next;
+        if ((c = *s)) *s = c->next;
+        else if ((c = malloc(sizeof(ArenaChunk) + cap))) c->cap = cap;
+        else return NULL;
         c->used = 0;
         c->next = a->head;
         a->head = c;
@@ -53,14 +55,30 @@ char *arena_printf(Arena *a, const char *fmt, ...) {
     return p;
 }
 
-void arena_free(Arena *a) {
-    ArenaChunk *c = a->head;
+static void free_chunks(ArenaChunk *c) {
     while (c) {
         ArenaChunk *next = c->next;
         free(c);
         c = next;
     }
-    a->head = NULL;
+}
+
+void arena_free(Arena *a) {
+    free_chunks(a->head);
+    free_chunks(a->spare);
+    a->head = a->spare = NULL;
+}
+
+ArenaMark arena_mark(const Arena *a) { return (ArenaMark){a->head, a->head ? a->head->used : 0}; }
+
+void arena_release(Arena *a, ArenaMark m) {
+    while (a->head != m.head) {
+        ArenaChunk *c = a->head;
+        a->head = c->next;
+        c->next = a->spare;
+        a->spare = c;
+    }
+    if (a->head) a->head->used = m.used;
 }
 
 int ptrvec_push(Arena *a, PtrVec *v, void *p) {

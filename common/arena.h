@@ -9,8 +9,16 @@
 typedef struct ArenaChunk ArenaChunk;
 
 typedef struct Arena {
-    ArenaChunk *head; // newest chunk first
+    ArenaChunk *head;  // newest chunk first
+    ArenaChunk *spare; // chunks given back by arena_release, reused before new ones
 } Arena;
+
+// A point in an arena's life: arena_release(a, m) gives back everything
+// allocated since arena_mark returned m (the scheduler's trial plans).
+typedef struct ArenaMark {
+    ArenaChunk *head;
+    size_t used;
+} ArenaMark;
 
 // Zeroed memory of n bytes, 16-byte aligned. Returns NULL only when the
 // system is out of memory.
@@ -20,6 +28,8 @@ char *arena_strdup(Arena *a, const char *s);
 char *arena_printf(Arena *a, const char *fmt, ...)
     __attribute__((format(printf, 2, 3)));
 void arena_free(Arena *a);
+ArenaMark arena_mark(const Arena *a);
+void arena_release(Arena *a, ArenaMark m);
 
 // A growable array of pointers whose storage lives in an arena.
 typedef struct PtrVec {

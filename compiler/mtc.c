@@ -37,7 +37,10 @@ static const char USAGE[] =
     "  --target PROFILE target machine profile: a file, or NAME for schedules/NAME.target\n"
     "                   (default: h200)\n"
     "  --remat MODE     what streamed layers keep for the backward: none, layer, selective,\n"
-    "                   offload, or auto (default: the fastest that fits)\n"
+    "                   offload, mixed (per layer: offload some, recompute the rest), or auto\n"
+    "                   (default: the fastest that fits)\n"
+    "  --offload-layers K  a mixed plan: K of the layers that leave the device offload, spread\n"
+    "                   evenly; the rest recompute as --remat layer or selective says (default: chosen)\n"
     "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
     "                   (weights cross three times a step, optimizer after the backward),\n"
     "                   zero3-offload (DeepSpeed ZeRO-3 with CPU offload: weights fetched for the\n"
@@ -416,10 +419,13 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         q.policy = POLICY_MT;
         q.remat = (Remat)rm;
         if (rm == REMAT_NONE) q.resident = -1;
+        if (rm != REMAT_MIXED) q.offloaded = 0; // --offload-layers asks for the mixed row
+        else if (req->offloaded && (req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE)) q.remat = req->remat;
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (req->policy == POLICY_MT && rows[n].fits &&
-            (req->remat == REMAT_AUTO ? chosen < 0 || rows[n].cost.step_s < rows[chosen].cost.step_s
-                                      : rm == (int)req->remat))
+            (req->offloaded           ? rm == REMAT_MIXED
+             : req->remat == REMAT_AUTO ? chosen < 0 || rows[n].cost.step_s < rows[chosen].cost.step_s
+                                        : rm == (int)req->remat))
             chosen = n;
     }
     for (int pol = POLICY_SEQUENTIAL; pol < POLICY_COUNT; pol++, n++) {
@@ -430,7 +436,11 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
     }
     explain_print(stdout, g, t, b, rows, names, n, chosen, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
-        const SchedResult *first = &rows[req->policy == POLICY_MT ? 0 : REMAT_COUNT - 1 + req->policy - POLICY_SEQUENTIAL];
+        int asked = req->offloaded ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
+        int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
+                  : asked == (int)REMAT_AUTO ? 0
+                                             : asked - (int)REMAT_NONE;
+        const SchedResult *first = &rows[row];
         fprintf(stderr, "mtc: error: no schedule of %s fits %s with --policy %s --remat %s (%s: %s)%s\n", g->model_name,
                 t->name, policy_name(req->policy), remat_name(req->remat), names[first - rows], first->why,
                 trace_path ? "; no trace written" : "");
@@ -445,7 +455,7 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -458,6 +468,7 @@ int main(int argc, char **argv) {
         {"dump-kernels", optional_argument, 0, OPT_KERNELS},
         {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
         {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
+        {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
@@ -480,7 +491,7 @@ int main(int argc, char **argv) {
         case OPT_REMAT: {
             int k = REMAT_COUNT;
             while (--k >= 0 && strcmp(optarg, remat_name((Remat)k)) != 0) {}
-            if (k < 0) return usage_error("--remat takes none, layer, selective, offload or auto, not '%s'", optarg);
+            if (k < 0) return usage_error("--remat takes none, layer, selective, offload, mixed or auto, not '%s'", optarg);
             req.remat = (Remat)k;
             break;
         }
@@ -491,6 +502,10 @@ int main(int argc, char **argv) {
             req.policy = (Policy)k;
             break;
         }
+        case OPT_OFFLOAD_LAYERS:
+            if (parse_count(optarg, &req.offloaded))
+                return usage_error("--offload-layers needs a positive number of layers, got '%s'", optarg);
+            break;
         case OPT_SLOTS:
             if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
             req.slots = (int)count;
@@ -542,9 +557,13 @@ int main(int argc, char **argv) {
     if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
         return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
                                  "--explain or --trace");
-    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt))
-        return usage_error("%s", "--remat, --slots, --resident and --checkpoints choose among mt's schedules; the "
-                                 "baseline policies fix their own");
+    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || req.offloaded))
+        return usage_error("%s", "--remat, --offload-layers, --slots, --resident and --checkpoints choose among mt's "
+                                 "schedules; the baseline policies fix their own");
+    if (req.offloaded && req.remat != REMAT_AUTO && req.remat != REMAT_MIXED && req.remat != REMAT_LAYER &&
+        req.remat != REMAT_SELECTIVE)
+        return usage_error("--offload-layers mixes offload into remat layer or selective; --remat %s has no mix",
+                           remat_name(req.remat));
     Target tgt;
     char terr[1024];
     if (target_load(target, &tgt, terr, sizeof terr) != 0) {

@@ -30,6 +30,7 @@
 #include "../common/storage.h"
 
 #include <stdio.h>
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -47,7 +48,7 @@ static const Node *base_of(const Node *n) {
 }
 
 const char *remat_name(Remat r) {
-    static const char *const N[] = {"auto", "none", "layer", "selective", "offload"};
+    static const char *const N[] = {"auto", "none", "layer", "selective", "offload", "mixed"};
     return r >= 0 && r < REMAT_COUNT ? N[r] : "?";
 }
 const char *policy_name(Policy p) {
@@ -271,8 +272,8 @@ typedef struct Builder {
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
     int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
-    int64_t act_layer_bytes; // host activation store bytes per streamed layer
     int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
+    int64_t leaving;         // layers 0 .. leaving-1 leave the device between their forward and backward
     int nframes;
     // (nframes) per frame: the last compute and copy-out events touching it (-1: none)
     int *frame_cmp, *frame_out;
@@ -412,7 +413,29 @@ static int is_intact(const Builder *b, int64_t l) {
 }
 static int64_t slot_addr(const Builder *b, int f) { return b->slot0 + f * b->layer_bytes; }
 static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->frame_bytes; }
-static int64_t act_addr(const Builder *b, int64_t l) { return l * b->act_layer_bytes; }
+
+// Per-layer modes. Of the `leaving` layers, a mixed plan offloads
+// c->offloaded, spread evenly: layer l offloads when floor((l + 1) K / n)
+// passes floor(l K / n). The rest recompute as c->remat says; remat offload
+// offloads them all.
+static int64_t offloads_before(const Builder *b, int64_t l) {
+    if (b->c->remat == REMAT_OFFLOAD) return l;
+    return b->leaving ? l * b->c->offloaded / b->leaving : 0;
+}
+static Remat remat_of(const Builder *b, int64_t l) {
+    return l < b->leaving && offloads_before(b, l + 1) > offloads_before(b, l) ? REMAT_OFFLOAD : b->c->remat;
+}
+// Whether leaving layer l keeps what its backward needs in host memory.
+static int to_host(const Builder *b, int64_t l) { return b->c->ckpt_host || remat_of(b, l) == REMAT_OFFLOAD; }
+// The host activation store: leaving layers in order, an offloaded one
+// taking everything its backward reads, a recomputed one its checkpoint
+// (checkpoints on the host) or nothing.
+static int64_t act_addr(const Builder *b, int64_t l) {
+    int64_t off = offloads_before(b, l), ckpt = b->c->ckpt_host ? align_up(b->x_bytes, ARENA_ALIGN) : 0;
+    return off * b->need->saved_bytes + (l - off) * ckpt;
+}
+// The device checkpoint and keep areas hold the recomputed leaving layers' in order.
+static int64_t recompute_rank(const Builder *b, int64_t l) { return l - offloads_before(b, l); }
 
 // Before a frame takes a new layer: whatever the copy-out engine still
 // reads of the old one is done, then its buffers are poisoned, on engine e.
@@ -427,7 +450,7 @@ static void claim_frame(Builder *b, int f, Engine e) {
 // the recompute (restore 1).
 static void keep_copies(Builder *b, int64_t l, int f, int restore) {
     const Part *block = &b->p->graph->parts[PART_BLOCK];
-    int64_t k = b->keep0 + l * b->keep_bytes;
+    int64_t k = b->keep0 + recompute_rank(b, l) * b->keep_bytes;
     for (int i = 0; i < block->nodes.n; i++)
         if (b->need->kept[i]) {
             const Node *n = block->nodes.items[i];
@@ -463,7 +486,6 @@ static void forward(Builder *b, const int *ev_update, int train) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK];
     const Node *x = part_input_from(block, PART_HEAD);
-    Remat rm = b->c->remat;
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
     copy_in_weights(b, -1, b->globals);
     feed_inputs(b, PART_HEAD);
@@ -483,14 +505,15 @@ static void forward(Builder *b, const int *ev_update, int train) {
         wait_for(b, ENG_COMPUTE, ev_w);
         int64_t xa = addr(p, x, f);
         copy(b, prev, xa, b->x_bytes);
-        int leave = train && !is_resident(b, l) && !is_intact(b, l);
-        if (leave && !b->c->ckpt_host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE))
-            copy(b, xa, b->ckpt0 + l * b->x_bytes, b->x_bytes);
+        int leave = train && l < b->leaving, host = to_host(b, l);
+        Remat rm = remat_of(b, l);
+        if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE))
+            copy(b, xa, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, b->x_bytes);
         run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
         if (leave && rm == REMAT_SELECTIVE) keep_copies(b, l, f, 0);
         copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
-        if (leave && b->c->ckpt_host) {
+        if (leave && host) {
             wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
             if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 0);
             else save(b, xa, act_addr(b, l), b->x_bytes);
@@ -515,12 +538,12 @@ static void backward_layer(Builder *b, int64_t l) {
     const Plan *p = b->p;
     const Part *block = &p->graph->parts[PART_BLOCK];
     const Node *x = part_input_from(block, PART_HEAD);
-    Remat rm = b->c->remat;
+    Remat rm = remat_of(b, l);
     int f = frame_of(b, l);
-    if (!is_resident(b, l) && !is_intact(b, l)) {
+    if (l < b->leaving) {
         wait_for(b, ENG_COPY_IN, b->frame_cmp[f]);
         copy_in_weights(b, l, slot_addr(b, f));
-        int loads = b->c->ckpt_host;
+        int loads = to_host(b, l);
         if (loads) {
             claim_frame(b, f, ENG_COPY_IN);
             if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 1);
@@ -529,7 +552,7 @@ static void backward_layer(Builder *b, int64_t l) {
         int ev_w = record(b, ENG_COPY_IN);
         if (!loads) claim_frame(b, f, ENG_COMPUTE);
         wait_for(b, ENG_COMPUTE, ev_w);
-        if (!b->c->ckpt_host && rm != REMAT_OFFLOAD) copy(b, b->ckpt0 + l * b->x_bytes, addr(p, x, f), b->x_bytes);
+        if (!loads) copy(b, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, addr(p, x, f), b->x_bytes);
         if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
             run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
@@ -574,10 +597,9 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->x_bytes = node_bytes(compute, x);
     b->carry_bytes = align_up(b->x_bytes, ARENA_ALIGN);
     b->keep_bytes = b->need->kept_bytes;
-    int64_t ckpt_layers = 0; // streamed layers the backward will not find intact
-    for (int64_t l = 0; l < b->streamed; l++) ckpt_layers += !is_intact(b, l);
-    b->act_layer_bytes = c->remat == REMAT_OFFLOAD ? b->need->saved_bytes : align_up(b->x_bytes, ARENA_ALIGN);
-    p->host_act_bytes = c->ckpt_host ? ckpt_layers * b->act_layer_bytes : 0;
+    b->leaving = 0; // the streamed layers the backward will not find intact: a prefix
+    while (b->leaving < b->streamed && !is_intact(b, b->leaving)) b->leaving++;
+    p->host_act_bytes = act_addr(b, b->leaving);
 
     int64_t *rel[PART_COUNT], bytes[PART_COUNT];
     for (int pk = 0; pk < PART_COUNT; pk++) {
@@ -618,10 +640,11 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->carry0 = top;
     top += b->carry_bytes;
     b->ckpt0 = top;
-    if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += b->streamed * b->x_bytes;
+    int64_t recomputed = b->streamed - offloads_before(b, b->leaving); // (a leaving prefix, as before: streamed)
+    if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += recomputed * b->x_bytes;
     top = align_up(top, ARENA_ALIGN);
     b->keep0 = top;
-    if (c->remat == REMAT_SELECTIVE) top += b->streamed * b->keep_bytes;
+    if (c->remat == REMAT_SELECTIVE) top += recomputed * b->keep_bytes;
     p->arena_bytes = top;
     p->device_limit = (int64_t)t->device_memory;
 
@@ -687,6 +710,15 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     b.ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
     if (!b.ranges) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL;
+    if (c->offloaded && (c->offloaded < 0 || c->offloaded > b.leaving || b.tiled || c->policy != POLICY_MT ||
+                         (c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE))) {
+        snprintf(err, errcap, "%lld offloaded layers asked, but %s; a mixed plan recomputes (layer or selective) "
+                 "the layers it does not offload, untiled, and offloads at most the %lld that leave the device",
+                 (long long)c->offloaded, b.tiled ? "the block is tiled" : c->policy != POLICY_MT ? "the policy is a baseline"
+                 : c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE ? "the remat mode is not layer or selective"
+                 : "too few layers leave the device", (long long)b.leaving);
+        return NULL;
+    }
     if (layout_only) return p;
     b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
     b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
@@ -748,9 +780,10 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     p->eval = finish(&b, &p->neval);
     if (b.failed) goto oom;
 
-    char name[160];
-    snprintf(name, sizeof name, "policy=%s remat=%s slots=%d resident=%lld checkpoints=%s tile=%d",
-             policy_name(c->policy), remat_name(c->remat), c->slots, (long long)c->resident,
+    char name[192], mix[48] = "";
+    if (c->offloaded) snprintf(mix, sizeof mix, " offloaded=%lld/%lld", (long long)c->offloaded, (long long)b.leaving);
+    snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d",
+             policy_name(c->policy), remat_name(c->remat), mix, c->slots, (long long)c->resident,
              c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
     p->schedule = arena_strndup(a, name, strlen(name));
     if (!p->schedule) goto oom;
@@ -810,15 +843,18 @@ static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why
         int kept = need.kept[b->id], all_resident = c->remat == REMAT_NONE || c->resident == g->layers, ok = 0;
         // a layer leaves the device: none resident, and more streamed than the backward finds intact
         int leaves = !c->resident && (c->slots < g->layers || (block->nchunks && c->remat == REMAT_LAYER));
-        switch (n->annot) {
-        case ANNOT_KEEP: ok = all_resident || (c->remat == REMAT_SELECTIVE && kept); break;
-        case ANNOT_RECOMPUTE: ok = leaves && (c->remat == REMAT_LAYER || (c->remat == REMAT_SELECTIVE && !kept)); break;
+        switch (n->annot) { // (a mixed plan treats the layers it offloads and the rest differently: neither holds)
+        case ANNOT_KEEP: ok = !c->offloaded && (all_resident || (c->remat == REMAT_SELECTIVE && kept)); break;
+        case ANNOT_RECOMPUTE:
+            ok = !c->offloaded && leaves && (c->remat == REMAT_LAYER || (c->remat == REMAT_SELECTIVE && !kept));
+            break;
         case ANNOT_OFFLOAD: ok = leaves && c->remat == REMAT_OFFLOAD; break;
         case ANNOT_NONE: ok = 1; break;
         }
         if (!ok) {
-            snprintf(why, cap, "remat %s, %d slots, %lld resident layers does not %s '%s' (line %d), as its annotation "
-                     "says", remat_name(c->remat), c->slots, (long long)c->resident, annot_name(n->annot),
+            snprintf(why, cap, "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its annotation "
+                     "says", remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots,
+                     (long long)c->resident, annot_name(n->annot),
                      n->name ? n->name : "?", n->loc.line);
             return 0;
         }
@@ -826,10 +862,12 @@ static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why
     return 1;
 }
 
-// Builds and costs one choice into r; keeps it when it beats *best.
-static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
-                      SchedResult *best, char *err, size_t errcap) {
+// Builds and costs one choice; keeps it in *best when it beats it. With
+// step, says its step (INFINITY when it does not fit).
+static int try_choice_step(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
+                           SchedResult *best, double *step, char *err, size_t errcap) {
     SchedResult r = {.choice = *c};
+    ArenaMark mark = arena_mark(a); // a plan that loses, and that no one saw, gives its memory back
     r.plan = schedule_build(g, t, c, a, err, errcap);
     if (!r.plan) return -1;
     if (cost_plan(r.plan, t, &r.cost) != 0) return snprintf(err, errcap, "out of memory while costing a plan"), -1;
@@ -841,7 +879,64 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const Sch
     else if (r.fits != best->fits) better = r.fits;
     else if (r.fits) better = r.cost.step_s < best->cost.step_s;
     else better = r.cost.device_peak_bytes + r.cost.host_bytes < best->cost.device_peak_bytes + best->cost.host_bytes;
+    if (step) *step = r.fits ? r.cost.step_s : INFINITY;
     if (better) *best = r;
+    else if (!req->seen) arena_release(a, mark);
+    return 0;
+}
+
+static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
+                      SchedResult *best, char *err, size_t errcap) {
+    return try_choice_step(g, t, c, req, a, best, NULL, err, errcap);
+}
+
+// Mixed plans of choice c (layer or selective, its slots, checkpoint place
+// and resident layers): the number K of the n leaving layers that offload
+// (1 .. n - 1; or req->offloaded). Offloading a layer trades its recompute
+// for its activations crossing the link twice and taking host memory, so
+// the step falls with K while compute dominates and rises once the link
+// does: a search for the minimum over K (ternary, then the last few in
+// turn), every candidate built and simulated.
+// The search over K: each K built and simulated once.
+typedef struct MixSearch {
+    Graph *g;
+    const Target *t;
+    SchedChoice c;
+    const SchedRequest *req;
+    Arena *a;
+    SchedResult *best;
+    int64_t k[64]; // the K tried
+    double s[64];  // and their steps
+    int n;
+} MixSearch;
+
+static int step_at(MixSearch *x, int64_t k, double *s, char *err, size_t errcap) {
+    for (int i = 0; i < x->n; i++)
+        if (x->k[i] == k) return *s = x->s[i], 0;
+    x->c.offloaded = k;
+    if (try_choice_step(x->g, x->t, &x->c, x->req, x->a, x->best, s, err, errcap) != 0) return -1;
+    if (x->n < 64) x->k[x->n] = k, x->s[x->n++] = *s;
+    return 0;
+}
+
+static int try_mixed(Graph *g, const Target *t, SchedChoice c, const SchedRequest *req, Arena *a, SchedResult *best,
+                     char *err, size_t errcap) {
+    int64_t n = g->layers - c.resident - c.slots;
+    if (req->offloaded) { // asked for: where that many leave the device
+        c.offloaded = req->offloaded;
+        return req->offloaded > n ? 0 : try_choice(g, t, &c, req, a, best, err, errcap);
+    }
+    MixSearch x = {.g = g, .t = t, .c = c, .req = req, .a = a, .best = best};
+    int64_t lo = 1, hi = n - 1;
+    double s1, s2;
+    while (hi - lo > 3) {
+        int64_t m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+        if (step_at(&x, m1, &s1, err, errcap) != 0 || step_at(&x, m2, &s2, err, errcap) != 0) return -1;
+        if (s1 <= s2) hi = m2;
+        else lo = m1;
+    }
+    for (int64_t k = lo; k <= hi; k++)
+        if (step_at(&x, k, &s1, err, errcap) != 0) return -1;
     return 0;
 }
 
@@ -849,16 +944,19 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const Sch
 // frame per resident layer, so two plans give the line.
 static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a, char *err, size_t errcap) {
     c.resident = 0;
+    ArenaMark mark = arena_mark(a); // the layouts are measured, not kept
     Plan *p0 = build(g, t, &c, 1, a, err, errcap);
     if (!p0) return -1;
-    if ((double)p0->arena_bytes > t->device_memory || g->layers == 0) return 0;
     int64_t lo = 0, hi = g->layers; // lo fits
+    if ((double)p0->arena_bytes > t->device_memory) hi = 0;
+    arena_release(a, mark);
     while (lo < hi) {
         c.resident = (lo + hi + 1) / 2;
         Plan *p = build(g, t, &c, 1, a, err, errcap);
         if (!p) return -1;
         if ((double)p->arena_bytes <= t->device_memory) lo = c.resident;
         else hi = c.resident - 1;
+        arena_release(a, mark);
     }
     return lo;
 }
@@ -882,8 +980,29 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
         return 0;
     }
     int tiled = g->parts[PART_BLOCK].nchunks > 0;
+    if (req->offloaded && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
+        req->remat != REMAT_SELECTIVE) {
+        snprintf(err, errcap, "offloaded layers mix offload into remat layer or selective, not %s", remat_name(req->remat));
+        return -1;
+    }
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
         if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
+        if (req->offloaded && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
+            continue; // a mixed plan was asked for
+        if (rm == REMAT_MIXED || req->offloaded) { // per layer: offload some, recompute the rest
+            for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
+                for (int host = 0; host < 2; host++)
+                    for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                        if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat) continue;
+                        if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
+                        if (req->slots && slots != req->slots) continue;
+                        if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host};
+                        c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
+                        if (c.resident < 0 || try_mixed(g, t, c, req, a, best, err, errcap) != 0) return -1;
+                    }
+            continue;
+        }
 
         if (rm == REMAT_NONE) { // every layer resident
             if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
@@ -911,6 +1030,19 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 if (c.resident < 0) return -1;
                 if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
             }
+    }
+    if (req->remat == REMAT_MIXED && !req->offloaded && !best->plan) { // too few layers to mix: the plain plan, refused
+        SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
+        if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
+        best->fits = 0;
+        snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "
+                 "%lld layers stream through at least 1 slot", (long long)L);
+    }
+    if (req->offloaded && !best->plan) {
+        snprintf(err, errcap, "%lld offloaded layers asked, but no plan of the request has that many layers leaving "
+                 "the device (%lld layers, less the resident ones and the slots the backward finds intact)",
+                 (long long)req->offloaded, (long long)L);
+        return -1;
     }
     return 0;
 }

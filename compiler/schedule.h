@@ -16,6 +16,7 @@ typedef enum {
     REMAT_LAYER,     // only the layer's input (a checkpoint); the forward is recomputed
     REMAT_SELECTIVE, // the checkpoint and the matmul and attention outputs; the rest is recomputed
     REMAT_OFFLOAD,   // everything the backward reads goes to host memory and back; nothing recomputed
+    REMAT_MIXED,     // per layer: some streamed layers offload, the rest recompute (layer or selective)
     REMAT_COUNT
 } Remat;
 
@@ -37,7 +38,9 @@ const char *policy_name(Policy p);
 
 typedef struct SchedChoice {
     Policy policy;
-    Remat remat;      // never REMAT_AUTO here
+    Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with offloaded > 0
+    int64_t offloaded; // of the streamed layers that leave the device, how many offload everything instead
+                       // of recomputing (spread evenly over them); 0 with a single mode
     int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
     int64_t resident; // layers at the forward/backward turn that keep weights and activations
     int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
@@ -61,7 +64,8 @@ enum { CKPT_DEVICE = 1, CKPT_HOST = 2 };
 // What the user asked of the search; the rest it chooses.
 typedef struct SchedRequest {
     Policy policy;
-    Remat remat;      // REMAT_AUTO: any
+    Remat remat;      // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers offloaded
+    int64_t offloaded; // 0: any; K > 0: a mixed plan offloading K layers (remat mixed, layer or selective)
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
     int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live

@@ -73,7 +73,7 @@ def main():
     # beats its lower bound; the baselines cross the link 2 and 3 times; the
     # chosen schedule fits and is ahead of megatrain; 405B does not fit the
     # h200 without its NVMe tier (1.5 TB of host memory) and every row says why
-    names = ["none", "layer", "selective", "offload", "sequential", "megatrain", "zero3-offload"]
+    names = ["none", "layer", "selective", "offload", "mixed", "sequential", "megatrain", "zero3-offload"]
     no_tier = os.path.join(os.path.dirname(os.path.abspath(ex)), "tests", "h200-no-tier.target")
     for model, target, fit in [("llama3-8b", "h200", True), ("qwen2-7b", "gh200", True), ("llama3-70b", "h200", True),
                                ("llama3-405b", "h200-no-tier", False)]:

@@ -394,6 +394,20 @@ int main(int argc, char **argv) {
                     if (slots == 2 && resident == 0 && host == 0 && rm == REMAT_SELECTIVE) sel = p;
                     if (slots == 2 && resident == 0 && rm == REMAT_OFFLOAD) off = p;
                 }
+    // mixed plans: K of the leaving layers offloaded, the rest recomputed
+    for (int rm = REMAT_LAYER; rm <= REMAT_SELECTIVE; rm++)
+        for (int host = 0; host <= 1; host++)
+            for (int64_t k = 1; k <= 3; k++) { // 4 layers, 1 slot, none resident: 3 leave the device
+                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = 1, .ckpt_host = host, .offloaded = k};
+                Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
+                snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s with %lld offloaded, checkpoints on %s",
+                         remat_name((Remat)rm), (long long)k, host ? "host" : "device");
+                if (!p) {
+                    printf("FAIL: %s: %s\n", what, err);
+                    failures++;
+                } else
+                    expect_ok(p, what);
+            }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
     else {
         printf("FAIL: no mutations: the plan they start from is refused\n");
