@@ -58,7 +58,8 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 // slots start; tile [E + 1] where its row tiles start (each expert's slots
 // padded to MT_MOE_T); slot_row [nr K] the row of each slot, grouped by
 // expert, by row within one; slot_of [nr, K] the slot of a row's j-th
-// selected expert (j in expert order). A row's selected experts are its
+// selected expert (j in expert order; -1 past its last), whose expert is
+// the one whose off segment holds it. A row's selected experts are its
 // first K with gate != 0; a row with more than K gets NaN outputs.
 // ws (floats, S = nr K slots): forward a [S, F], o [S, C]; backward h1 (then
 // dh1) [S, F], h3 (then dh3) [S, F], o (then dx per slot) [S, C].
@@ -88,11 +89,15 @@ __device__ __forceinline__ int mt_moe_rank(const void *gates, int bfg, long long
     return j;
 }
 
-// Block e (256 threads): cnt[e], the chunk's rows that selected e.
+// Block e (256 threads): cnt[e], the chunk's rows that selected e; all
+// blocks together set slot_of to -1 (a row's unused places).
 extern "C" __global__ void mt_moe_count(MT_MOE_PARAMS) {
     __shared__ int part[256];
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     int e = blockIdx.x, n = 0;
+    for (long long s = (long long)blockIdx.x * blockDim.x + threadIdx.x; s < (long long)nr * K;
+         s += (long long)gridDim.x * blockDim.x)
+        t.slot_of[s] = -1;
     for (int i = threadIdx.x; i < nr; i += blockDim.x) {
         int j = mt_moe_rank(gates, MT_BF(3), r0 + i, e, E);
         n += j >= 0 && j < K;
@@ -138,13 +143,14 @@ extern "C" __global__ void mt_moe_route(MT_MOE_PARAMS) {
     }
 }
 
-// The expert whose row tiles hold tile ti, or -1 past the last one.
-__device__ __forceinline__ int mt_moe_expert_of_tile(const int *tile, int E, int ti) {
-    if (ti >= tile[E]) return -1;
-    int lo = 0, hi = E; // tile[lo] <= ti < tile[hi]
+// The expert whose segment of start [E + 1] (ascending: tile or off) holds
+// x, or -1 past the last one.
+__device__ __forceinline__ int mt_moe_expert_of(const int *start, int E, int x) {
+    if (x >= start[E]) return -1;
+    int lo = 0, hi = E; // start[lo] <= x < start[hi]
     while (hi - lo > 1) {
         int mid = (lo + hi) / 2;
-        if (tile[mid] <= ti) lo = mid;
+        if (start[mid] <= x) lo = mid;
         else hi = mid;
     }
     return lo;
@@ -246,7 +252,7 @@ struct MtMoeTile {
 __device__ __forceinline__ MtMoeTile mt_moe_tile_of(const MtMoeRoute &t, int E, int *rowid, float *gate,
                                                     const void *gates, int bfg) {
     MtMoeTile b;
-    b.e = mt_moe_expert_of_tile(t.tile, E, blockIdx.x);
+    b.e = mt_moe_expert_of(t.tile, E, blockIdx.x);
     if (b.e < 0) return b;
     b.s0 = t.off[b.e] + (blockIdx.x - t.tile[b.e]) * MT_MOE_T;
     b.ns = min(MT_MOE_T, t.off[b.e] + t.cnt[b.e] - b.s0);
@@ -331,38 +337,43 @@ __device__ __forceinline__ int mt_moe_overflow(const void *gates, int bfg, long 
     return n > K;
 }
 
+// Whether row r has more gates != 0 than K (its outputs are then NaN), by
+// thread 0 for the block.
+__device__ __forceinline__ int mt_moe_bad_row(const void *gates, int bfg, long long r, int E, int K) {
+    __shared__ int bad;
+    if (threadIdx.x == 0) bad = mt_moe_overflow(gates, bfg, r, E, K);
+    __syncthreads();
+    return bad;
+}
+
 // Block i, row r0 + i: y[r] = sum over its selected experts e, in expert
-// order, of gate[r, e] o[slot] (kernels.inc moe's order).
+// order (slot_of's), of gate[r, e] o[slot] (kernels.inc moe's order).
 extern "C" __global__ void mt_moe_combine(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K;
     const float *o = ws + S * F;
-    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
+    int bad = mt_moe_bad_row(gates, MT_BF(3), r, E, K);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float y = 0.0f;
-        for (int e = 0, j = 0; e < E && j < K; e++) {
-            float g = mt_ldv(gates, r * E + e, MT_BF(3));
-            if (g != 0.0f) y += g * o[(long long)t.slot_of[i * K + j++] * C + c];
-        }
+        for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++)
+            y += mt_ldv(gates, r * E + mt_moe_expert_of(t.off, E, s), MT_BF(3)) * o[(long long)s * C + c];
         mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : y);
     }
 }
 
 // Block i, row r0 + i: dgates[r, e] = dy[r] . o[slot] (in double) for its
-// selected experts, 0 for the others.
+// selected experts, 0 for the others (written first).
 extern "C" __global__ void mt_moe_dgates(MT_MOE_PARAMS) {
     __shared__ double part[256];
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K, dgates = rows * C;
     const float *o = ws + 2 * S * F;
-    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
-    for (int e = 0; e < E; e++) {
-        int j = mt_moe_rank(gates, MT_BF(3), r, e, E);
-        if (j < 0 || j >= K) { // the same for the whole block
-            if (threadIdx.x == 0) mt_stv(out, dgates + r * E + e, MT_BF(0), bad ? MT_MOE_NAN : 0.0f);
-            continue;
-        }
-        const float *os = o + (long long)t.slot_of[i * K + j] * C;
+    int bad = mt_moe_bad_row(gates, MT_BF(3), r, E, K);
+    for (int e = threadIdx.x; e < E; e += blockDim.x) mt_stv(out, dgates + r * E + e, MT_BF(0), bad ? MT_MOE_NAN : 0.0f);
+    __syncthreads();
+    for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++) { // the same for the whole block
+        int e = mt_moe_expert_of(t.off, E, s);
+        const float *os = o + (long long)s * C;
         double dot = 0;
         for (int c = threadIdx.x; c < C; c += blockDim.x) dot += (double)mt_ldv(dy, r * C + c, MT_BF(1)) * os[c];
         part[threadIdx.x] = dot;
@@ -435,11 +446,10 @@ extern "C" __global__ void mt_moe_combine_dx(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     long long i = blockIdx.x, r = r0 + i, S = (long long)nr * K;
     const float *o = ws + 2 * S * F;
-    int bad = mt_moe_overflow(gates, MT_BF(3), r, E, K);
+    int bad = mt_moe_bad_row(gates, MT_BF(3), r, E, K);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float dx = 0.0f;
-        for (int e = 0, j = 0; e < E && j < K; e++)
-            if (mt_ldv(gates, r * E + e, MT_BF(3)) != 0.0f) dx += o[(long long)t.slot_of[i * K + j++] * C + c];
+        for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++) dx += o[(long long)s * C + c];
         mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : dx);
     }
 }

@@ -10,14 +10,17 @@
 // of the 64-column tile or the 16-deep reduction step, an expert no row
 // selects, every row on one expert (several tiles of one expert), chunks of
 // rows (moe_run's chunking, the weights' gradients summed over chunks), bf16
-// storage, top_k = E, and a row with more gates != 0 than top_k (its outputs
-// must be NaN, the other rows' right). Outputs start as NaN, so an element
-// no kernel writes fails. Error: max |gpu - cpu| / max |cpu| per output
+// storage, top_k = E, rows with fewer gates != 0 than top_k (one, none),
+// and a row with more (its outputs must be NaN, the other rows' right).
+// Outputs start as NaN, so an element no kernel writes fails. Error:
+// max |gpu - cpu| / max |cpu| per output
 // (y; dx, dgates, dw_gate, dw_up, dw_down), at most 1e-5 for f32 and 1e-2
 // for bf16 storage. Then the same translation unit (prelude and moe.cuh)
 // compiled with NVRTC for sm_80 and sm_90, with ptxas's resource report:
 // every mt_moe_* entry point there, none spilling registers (their counts
-// printed). Exit status 0 only when every check passed.
+// printed). And the scratch of mixtral-8x7b's and qwen1.5-moe-a2.7b's layers
+// at batch 16 x 4096 and 4x that: near MOE_CHUNK_BYTES (1 GiB) at both.
+// Exit status 0 only when every check passed.
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -93,19 +96,22 @@ typedef struct MoeCase {
     int chunk;      // rows a chunk (0: all)
     int bf16;       // bf16 storage of every operand and output
     int overfull;   // row 1 gets one gate != 0 more than K
+    int fewer;      // rows 2 and 3 get K - 1 and no gates != 0
 } MoeCase;
 
 static const MoeCase CASES[] = {
-    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0},
-    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0},
-    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0},
-    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0},
-    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0},
-    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0},
-    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0},
-    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0},
-    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0},
-    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1},
+    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0},
+    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0},
+    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0},
+    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0},
+    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0},
+    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0},
+    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0},
+    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0},
+    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0},
+    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0},
+    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1},
+    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1},
 };
 
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
@@ -153,7 +159,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     // gates: K distinct experts a row (never `dead`; all `one`), values in [0.1, 1]; the rest 0
     for (int r = 0; r < rows; r++) {
         float g[64] = {0};
-        int want = K + (t->overfull && r == 1);
+        int want = K + (t->overfull && r == 1) - (t->fewer && r == 2) - (t->fewer && r == 3) * K;
         for (int n = 0; n < want;) {
             int e = t->one >= 0 ? t->one : (int)((frand() + 1.0f) * 0.5f * (float)E) % E;
             if (e == t->dead || g[e] != 0) continue;
@@ -269,6 +275,27 @@ static void check_nvrtc(void) {
     free(src);
 }
 
+// The scratch moe_launch.h asks of the large examples' layers (their C, E,
+// F, K) at batch 16 x 4096 and at 4x that: near MOE_CHUNK_BYTES, whatever
+// the batch (runtime/README.md and dsl/README.md quote these figures).
+static void check_scratch(void) {
+    const struct {
+        const char *name;
+        MoeDims d;
+    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2}}, {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4}}};
+    for (int m = 0; m < 2; m++)
+        for (int x = 1; x <= 4; x *= 4)
+            for (int bwd = 0; bwd < 2; bwd++) {
+                MoeDims d = big[m].d;
+                d.rows *= x;
+                long long chunk = moe_chunk_rows(d, bwd, MOE_CHUNK_BYTES), bytes = moe_scratch_bytes(d, bwd, chunk);
+                int ok = bytes <= MOE_CHUNK_BYTES + (1 << 20) && bytes >= MOE_CHUNK_BYTES / 2;
+                printf("%s %s at %lld rows: chunks of %lld rows, scratch %lld bytes%s\n", big[m].name,
+                       bwd ? "moe_bwd" : "moe", d.rows, chunk, bytes, ok ? "" : " (FAIL: not near MOE_CHUNK_BYTES)");
+                failures += !ok;
+            }
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: moe_check CXX EMU_DIR WORK_DIR\n");
@@ -278,6 +305,7 @@ int main(int argc, char **argv) {
     LaunchFn fn = build(argv[1], argv[2], argv[3]);
     if (!fn) return 1;
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(fn, &CASES[i]);
+    check_scratch();
     check_nvrtc();
     printf("%s\n", failures ? "FAILED" : "ok");
     return failures ? 1 : 0;
