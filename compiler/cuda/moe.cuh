@@ -162,24 +162,27 @@ __device__ __forceinline__ int mt_moe_expert_of(const int *start, int E, int x) 
 // on the CUDA cores. The loaders return 0 outside the operands. AK (BK):
 // a's (b's) consecutive k lie next to each other in memory, else its
 // consecutive rows (columns) do; consecutive threads load along that
-// direction, so that a warp's loads coalesce. Shared-memory tiles of depth
+// direction, so that a warp's loads coalesce. SH: 1 when a is the same for
+// every q (loaded once), 2 when b is. Shared-memory tiles of depth
 // MT_MOE_TK.
-template <int NQ, bool AK, bool BK, class LA, class LB>
+template <int NQ, bool AK, bool BK, int SH, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm_fma(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
-    __shared__ float As[NQ][MT_MOE_TK][MT_MOE_T + 1], Bs[NQ][MT_MOE_TK][MT_MOE_T + 1];
+    constexpr int NA = SH == 1 ? 1 : NQ, NB = SH == 2 ? 1 : NQ;
+    __shared__ float As[NA][MT_MOE_TK][MT_MOE_T + 1], Bs[NB][MT_MOE_TK][MT_MOE_T + 1];
     int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
     for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TK) {
         for (int l = threadIdx.x; l < MT_MOE_TK * MT_MOE_T; l += blockDim.x) {
             int k = AK ? l % MT_MOE_TK : l / MT_MOE_T, i = AK ? l / MT_MOE_TK : l % MT_MOE_T;
-            for (int q = 0; q < NQ; q++) As[q][k][i] = k0 + k < kdim ? a(q, i, k0 + k) : 0.0f;
+            for (int q = 0; q < NA; q++) As[q][k][i] = k0 + k < kdim ? a(q, i, k0 + k) : 0.0f;
             k = BK ? l % MT_MOE_TK : l / MT_MOE_T, i = BK ? l / MT_MOE_TK : l % MT_MOE_T;
-            for (int q = 0; q < NQ; q++) Bs[q][k][i] = k0 + k < kdim ? b(q, i, k0 + k) : 0.0f;
+            for (int q = 0; q < NB; q++) Bs[q][k][i] = k0 + k < kdim ? b(q, i, k0 + k) : 0.0f;
         }
         __syncthreads();
         for (int k = 0; k < MT_MOE_TK; k++)
             for (int q = 0; q < NQ; q++) {
                 float av[4], bv[4];
-                for (int i = 0; i < 4; i++) av[i] = As[q][k][ty + 16 * i], bv[i] = Bs[q][k][tx + 16 * i];
+                for (int i = 0; i < 4; i++)
+                    av[i] = As[NA > 1 ? q : 0][k][ty + 16 * i], bv[i] = Bs[NB > 1 ? q : 0][k][tx + 16 * i];
                 for (int i = 0; i < 4; i++)
                     for (int j = 0; j < 4; j++) acc[q][i][j] += av[i] * bv[j];
             }
@@ -199,28 +202,30 @@ __device__ __forceinline__ void mt_moe_gemm_fma(const LA &a, const LB &b, int kd
 __device__ __forceinline__ mt_u32 mt_moe_pack(float lo, float hi) {
     return (mt_u32)mt_f32_to_bf16(lo) | (mt_u32)mt_f32_to_bf16(hi) << 16;
 }
-template <int NQ, bool AK, bool BK, class LA, class LB>
+template <int NQ, bool AK, bool BK, int SH, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm_tc(const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
-    __shared__ mt_u32 As[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4], Bs[NQ][MT_MOE_T][MT_MOE_TKC / 2 + 4];
+    constexpr int NA = SH == 1 ? 1 : NQ, NB = SH == 2 ? 1 : NQ;
+    __shared__ mt_u32 As[NA][MT_MOE_T][MT_MOE_TKC / 2 + 4], Bs[NB][MT_MOE_T][MT_MOE_TKC / 2 + 4];
     int lane = threadIdx.x % 32, warp = threadIdx.x / 32, g = lane / 4, t = lane % 4;
     int r0 = 16 * (warp / 2), c0 = 32 * (warp % 2);
     for (int k0 = 0; k0 < kdim; k0 += MT_MOE_TKC) {
         for (int l = threadIdx.x; l < MT_MOE_T * MT_MOE_TKC / 2; l += blockDim.x) {
             int kp = AK ? l % (MT_MOE_TKC / 2) : l / MT_MOE_T, i = AK ? l / (MT_MOE_TKC / 2) : l % MT_MOE_T;
             int k = k0 + 2 * kp;
-            for (int q = 0; q < NQ; q++)
+            for (int q = 0; q < NA; q++)
                 As[q][i][kp] = mt_moe_pack(k < kdim ? a(q, i, k) : 0.0f, k + 1 < kdim ? a(q, i, k + 1) : 0.0f);
             kp = BK ? l % (MT_MOE_TKC / 2) : l / MT_MOE_T, i = BK ? l / (MT_MOE_TKC / 2) : l % MT_MOE_T, k = k0 + 2 * kp;
-            for (int q = 0; q < NQ; q++)
+            for (int q = 0; q < NB; q++)
                 Bs[q][i][kp] = mt_moe_pack(k < kdim ? b(q, i, k) : 0.0f, k + 1 < kdim ? b(q, i, k + 1) : 0.0f);
         }
         __syncthreads();
         for (int ks = 0; ks < MT_MOE_TKC / 2; ks += 8) // two k16 steps
             for (int q = 0; q < NQ; q++) {
-                mt_u32 af[4] = {As[q][r0 + g][ks + t], As[q][r0 + g + 8][ks + t], As[q][r0 + g][ks + t + 4],
-                                As[q][r0 + g + 8][ks + t + 4]};
+                int qa = NA > 1 ? q : 0, qb = NB > 1 ? q : 0;
+                mt_u32 af[4] = {As[qa][r0 + g][ks + t], As[qa][r0 + g + 8][ks + t], As[qa][r0 + g][ks + t + 4],
+                                As[qa][r0 + g + 8][ks + t + 4]};
                 for (int i = 0; i < 4; i++) {
-                    mt_u32 bfr[2] = {Bs[q][c0 + 8 * i + g][ks + t], Bs[q][c0 + 8 * i + g][ks + t + 4]};
+                    mt_u32 bfr[2] = {Bs[qb][c0 + 8 * i + g][ks + t], Bs[qb][c0 + 8 * i + g][ks + t + 4]};
                     mt_mma_16816(acc[q][i], af, bfr, acc[q][i]);
                 }
             }
@@ -239,10 +244,10 @@ __device__ __forceinline__ int mt_moe_col(int tc, int i, int j) {
 // The tensor cores when x and the experts' weights are bf16 (bf's bits 2, 4,
 // 5, 6: a bf16 plan), else fp32 on the CUDA cores. The same for the block.
 __device__ __forceinline__ int mt_moe_tc(int bf) { return (bf & 0x74) == 0x74; }
-template <int NQ, bool AK, bool BK, class LA, class LB>
+template <int NQ, bool AK, bool BK, int SH, class LA, class LB>
 __device__ __forceinline__ void mt_moe_gemm(int tc, const LA &a, const LB &b, int kdim, float (&acc)[NQ][4][4]) {
-    if (tc) mt_moe_gemm_tc<NQ, AK, BK>(a, b, kdim, acc);
-    else mt_moe_gemm_fma<NQ, AK, BK>(a, b, kdim, acc);
+    if (tc) mt_moe_gemm_tc<NQ, AK, BK, SH>(a, b, kdim, acc);
+    else mt_moe_gemm_fma<NQ, AK, BK, SH>(a, b, kdim, acc);
 }
 
 // A block of routed-row tiles: expert e, its slots [s0, s0 + ns), their rows and gates in rowid, gate.
@@ -280,7 +285,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
         long long w = ((long long)e * F + n0 + j) * C + k;
         return n0 + j >= F ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2, true, true>(tc, la, lb, C, sum);
+    mt_moe_gemm<2, true, true, 1>(tc, la, lb, C, sum);
     long long S = (long long)nr * K;
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
@@ -316,7 +321,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1, true, true>(tc, la, lb, F, sum);
+    mt_moe_gemm<1, true, true, 0>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
@@ -405,7 +410,7 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     auto lb = [&](int, int j, int k) {
         return n0 + j < F ? mt_ldv(wd, ((long long)e * C + k) * F + n0 + j, MT_BF(6)) : 0.0f;
     };
-    mt_moe_gemm<1, true, false>(tc, la, lb, C, sum);
+    mt_moe_gemm<1, true, false, 0>(tc, la, lb, C, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
@@ -433,7 +438,7 @@ extern "C" __global__ void mt_moe_dx_slots(MT_MOE_PARAMS) {
         long long w = ((long long)e * F + k) * C + n0 + j;
         return n0 + j >= C ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
-    mt_moe_gemm<2, true, false>(tc, la, lb, F, sum);
+    mt_moe_gemm<2, true, false, 0>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int si = mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
@@ -488,7 +493,7 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
         long long at = (long long)(s0 + k) * F + n0 + j;
         return n0 + j < F ? mt_silu(ws[at]) * ws[S * F + at] : 0.0f;
     };
-    mt_moe_gemm<1, false, false>(tc, la, lb, w.ns, sum);
+    mt_moe_gemm<1, false, false, 0>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int c = m0 + mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
@@ -509,7 +514,7 @@ extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(x, (long long)slot_row[s0 + k] * C + n0 + j, MT_BF(2)) : 0.0f;
     };
-    mt_moe_gemm<2, false, false>(tc, la, lb, w.ns, sum);
+    mt_moe_gemm<2, false, false, 2>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int f = m0 + mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
