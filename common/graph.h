@@ -160,6 +160,9 @@ typedef struct Part {
     int nchunks;     // 0: not tiled
     int *chunk_fwd;  // (2 * nchunks)
     int *chunk_bwd;  // (2 * nchunks)
+    // The fused kernels' spans (fuse_spans), computed once by the scheduler:
+    // node i is written from span_first[i] and read at span_anchor[i].
+    int *span_first, *span_anchor; // (nodes.n) or NULL
 } Part;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;

@@ -145,10 +145,9 @@ static int64_t layout_part(const Part *part, DType compute, const unsigned char 
     // A fused kernel (fuse.c) runs at its anchor, reading every argument
     // then, and may write its results from its first node on: node i is
     // written from kstart[i] and reads its operands at kend[i].
-    int *kstart = malloc(((size_t)n + 1) * sizeof *kstart), *kend = malloc(((size_t)n + 1) * sizeof *kend);
+    const int *kstart = part->span_first, *kend = part->span_anchor;
     int64_t total = -1;
     if (!iv || !first || !cur || !slot || !placed || !kstart || !kend) goto done;
-    if (fuse_spans(part, kstart, kend) != 0) goto done;
     int niv = 0, t = 0, out = base_of(part->output)->id;
     for (int i = 0; i < n; i++) first[i] = cur[i] = -1;
     for (int i = 0; i < n; i++) // inputs: throughout
@@ -227,9 +226,21 @@ done:
     free(cur);
     free(slot);
     free(placed);
-    free(kstart);
-    free(kend);
     return total;
+}
+
+// The fused kernels' spans of every part, once per graph (layout_part reads
+// them). Call before any arena_mark whose release could take them.
+static int prepare_spans(Graph *g, Arena *a) {
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        Part *part = &g->parts[pk];
+        if (part->span_first) continue;
+        int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
+            *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
+        if (!first || !anchor || fuse_spans(part, first, anchor) != 0) return -1;
+        part->span_first = first, part->span_anchor = anchor;
+    }
+    return 0;
 }
 
 static int push_range(int *ranges, int n, int from, int to) {
@@ -794,6 +805,7 @@ oom:
 }
 
 Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
+    if (prepare_spans(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), NULL;
     return build(g, t, c, 0, a, err, errcap);
 }
 
@@ -895,8 +907,8 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const Sch
 // (1 .. n - 1; or req->offloaded). Offloading a layer trades its recompute
 // for its activations crossing the link twice and taking host memory, so
 // the step falls with K while compute dominates and rises once the link
-// does: a search for the minimum over K (ternary, then the last few in
-// turn), every candidate built and simulated.
+// does: a search for the minimum over K (golden-section, then the last few
+// in turn), every candidate built and simulated.
 // The search over K: each K built and simulated once.
 typedef struct MixSearch {
     Graph *g;
@@ -929,8 +941,8 @@ static int try_mixed(Graph *g, const Target *t, SchedChoice c, const SchedReques
     MixSearch x = {.g = g, .t = t, .c = c, .req = req, .a = a, .best = best};
     int64_t lo = 1, hi = n - 1;
     double s1, s2;
-    while (hi - lo > 3) {
-        int64_t m1 = lo + (hi - lo) / 3, m2 = hi - (hi - lo) / 3;
+    while (hi - lo > 3) { // golden-section points: one of them is the next round's (tried once)
+        int64_t d = (int64_t)((double)(hi - lo) * 0.381966 + 0.5), m1 = lo + d, m2 = hi - d;
         if (step_at(&x, m1, &s1, err, errcap) != 0 || step_at(&x, m2, &s2, err, errcap) != 0) return -1;
         if (s1 <= s2) hi = m2;
         else lo = m1;
@@ -965,6 +977,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                     size_t errcap) {
     *best = (SchedResult){0};
     int64_t L = g->layers;
+    if (prepare_spans(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     if (req->resident > L) {
         snprintf(err, errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident, (long long)L);
         return -1;
@@ -993,6 +1006,8 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
             for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
                 for (int host = 0; host < 2; host++)
                     for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                        // two slots unless asked: the next layer's weights cross while this one computes
+                        if (!req->slots && slots != 2) continue;
                         if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat) continue;
                         if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
                         if (req->slots && slots != req->slots) continue;
