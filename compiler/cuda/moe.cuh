@@ -1,16 +1,16 @@
-// moe.cuh: the mixture-of-experts ops on the GPU (needs the prelude): top_k,
-// moe and its backward, the load-balancing loss and its backward, add_loss.
-// Their plain reference is runtime/kernels.inc (top_k, moe, moe_bwd,
-// load_balance), which the cpu backend runs; these follow it op for op
-// (tests/emu/moe_check.c compares moe's with it at odd sizes).
+// moe.cuh: the mixture-of-experts ops on the GPU (needs the prelude and
+// mma.cuh): top_k, moe and its backward, the load-balancing loss and its
+// backward, add_loss. Their plain reference is runtime/kernels.inc (top_k,
+// moe, moe_bwd, load_balance), which the cpu backend runs; these follow it
+// op for op (tests/emu/moe_check.c compares moe's with it at odd sizes).
 //
 // moe and its backward: dropless dispatch, as kernels.inc's. The rows are
 // routed on the device (no host sync) into slots grouped by expert, and
 // each expert's GEMMs run over its own rows only, tiled through shared
 // memory with fp32 accumulation (bf16 plans on the tensor cores), the grid
 // covering every expert's row tiles at once; nothing is computed for an
-// unselected expert. Needs compiler/cuda/mma.cuh before it. The launch
-// sequence and the scratch are compiler/cuda/moe_launch.h's.
+// unselected expert. The launch sequence and the scratch are
+// compiler/cuda/moe_launch.h's.
 //
 // Each kernel takes its node's output and operands as the cpu kernel does,
 // then `bf`: bit a set when argument a (0 the output) is stored as bf16.
@@ -65,7 +65,7 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 // dh1) [S, F], h3 (then dh3) [S, F], o (then dx per slot) [S, C].
 
 #define MT_MOE_T 64  // a tile's rows and columns (moe_launch.h's MOE_TILE)
-#define MT_MOE_TK 16 // its reduction depth
+#define MT_MOE_TK 16 // the CUDA-core tile's reduction depth
 #define MT_MOE_NAN __int_as_float(0x7fc00000)
 #define MT_MOE_PARAMS                                                                                                \
     void *out, const void *dy, const void *x, const void *gates, const void *wg, const void *wu, const void *wd,      \
