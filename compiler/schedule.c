@@ -35,6 +35,8 @@
 #include <string.h>
 
 enum { ARENA_ALIGN = 256, MAX_SLOTS = 3 };
+// The megatrain baseline checkpoints every MEGATRAIN_BLOCK-th layer's input.
+enum { MEGATRAIN_BLOCK = 4 };
 
 static int64_t align_up(int64_t v, int64_t a) { return (v + a - 1) / a * a; }
 // Bytes of a node's buffer, by the storage rule (common/storage.h).
@@ -282,6 +284,7 @@ typedef struct Builder {
     int failed;
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
+    int64_t block0; // megatrain: the inputs of one block of MEGATRAIN_BLOCK layers, recomputed ([K, x_bytes])
     int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
     int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
     int64_t leaving;         // layers 0 .. leaving-1 leave the device between their forward and backward
@@ -443,10 +446,18 @@ static int to_host(const Builder *b, int64_t l) { return b->c->ckpt_host || rema
 // (checkpoints on the host) or nothing.
 static int64_t act_addr(const Builder *b, int64_t l) {
     int64_t off = offloads_before(b, l), ckpt = b->c->ckpt_host ? align_up(b->x_bytes, ARENA_ALIGN) : 0;
+    if (b->c->policy == POLICY_MEGATRAIN) return (l + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK * ckpt;
     return off * b->need->saved_bytes + (l - off) * ckpt;
 }
 // The device checkpoint and keep areas hold the recomputed leaving layers' in order.
-static int64_t recompute_rank(const Builder *b, int64_t l) { return l - offloads_before(b, l); }
+static int64_t recompute_rank(const Builder *b, int64_t l) {
+    if (b->c->policy == POLICY_MEGATRAIN) return l / MEGATRAIN_BLOCK;
+    return l - offloads_before(b, l);
+}
+// Whether leaving layer l's forward leaves a checkpoint (megatrain: one a block).
+static int checkpoints(const Builder *b, int64_t l) {
+    return b->c->policy != POLICY_MEGATRAIN || l % MEGATRAIN_BLOCK == 0;
+}
 
 // Before a frame takes a new layer: whatever the copy-out engine still
 // reads of the old one is done, then its buffers are poisoned, on engine e.
@@ -518,13 +529,13 @@ static void forward(Builder *b, const int *ev_update, int train) {
         copy(b, prev, xa, b->x_bytes);
         int leave = train && l < b->leaving, host = to_host(b, l);
         Remat rm = remat_of(b, l);
-        if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE))
+        if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE) && checkpoints(b, l))
             copy(b, xa, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, b->x_bytes);
         run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
         if (leave && rm == REMAT_SELECTIVE) keep_copies(b, l, f, 0);
         copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
-        if (leave && host) {
+        if (leave && host && checkpoints(b, l)) {
             wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
             if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 0);
             else save(b, xa, act_addr(b, l), b->x_bytes);
@@ -567,7 +578,7 @@ static void backward_layer(Builder *b, int64_t l) {
         if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
             run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
-        if (b->c->policy == POLICY_MEGATRAIN || b->c->policy == POLICY_ZERO3) { // the weights cross again for the backward
+        if (b->c->policy == POLICY_ZERO3) { // the weights cross again for the backward
             int ev_r = record(b, ENG_COMPUTE);
             wait_for(b, ENG_COPY_IN, ev_r);
             copy_in_weights(b, l, slot_addr(b, f));
@@ -589,6 +600,61 @@ static void backward_layer(Builder *b, int64_t l) {
     b->frame_out[f] = record(b, ENG_COPY_OUT);
     wait_for(b, ENG_HOST, b->frame_out[f]);
     host_op(b, INS_NORM, l);
+}
+
+// Weights of layer l into frame f once the frame's last users are done;
+// compute waits for them. Returns f.
+static int weights_into_frame(Builder *b, int64_t l, int f) {
+    wait_for(b, ENG_COPY_IN, b->frame_cmp[f]);
+    copy_in_weights(b, l, slot_addr(b, f));
+    int ev_w = record(b, ENG_COPY_IN);
+    claim_frame(b, f, ENG_COMPUTE);
+    wait_for(b, ENG_COMPUTE, ev_w);
+    return f;
+}
+
+// The megatrain baseline's backward of layers [s, e), after MegaTrain's
+// public code: the block's forward recomputed without autograd from its
+// checkpoint, each layer's weights crossing again, its input kept
+// (block0); then layer by layer from the top, the weights crossing a third
+// time, prefetched: layer l takes the frame after its own, so the block's
+// top layer goes in while the recompute's last layer still runs; then the
+// forward again with autograd and the backward. Three forwards and three
+// weight crossings a layer.
+static void backward_block_megatrain(Builder *b, int64_t s, int64_t e) {
+    const Plan *p = b->p;
+    const Part *block = &p->graph->parts[PART_BLOCK];
+    const Node *x = part_input_from(block, PART_HEAD);
+    int64_t in0 = b->block0;
+    if (b->c->ckpt_host) { // the checkpoint back from host memory, once compute is done with the last block's inputs
+        wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
+        load(b, act_addr(b, s), in0, b->x_bytes);
+        wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
+    } else {
+        copy(b, b->ckpt0 + recompute_rank(b, s) * b->x_bytes, in0, b->x_bytes);
+    }
+    for (int64_t l = s; l < e; l++) { // the block recompute, without autograd
+        int f = weights_into_frame(b, l, frame_of(b, l));
+        copy(b, in0 + (l - s) * b->x_bytes, addr(p, x, f), b->x_bytes);
+        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        if (l + 1 < e) copy(b, addr(p, block->output, f), in0 + (l + 1 - s) * b->x_bytes, b->x_bytes);
+        b->frame_cmp[f] = record(b, ENG_COMPUTE);
+    }
+    const Grad *d_x = part_grad_of(block, x);
+    for (int64_t l = e - 1; l >= s; l--) { // the forward with autograd and the backward
+        int f = weights_into_frame(b, l, (frame_of(b, l) + 1) % b->nframes);
+        copy(b, in0 + (l - s) * b->x_bytes, addr(p, x, f), b->x_bytes);
+        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
+        run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+        copy(b, addr(p, d_x->grad, f), b->carry0, b->x_bytes); // to the layer below
+        b->frame_cmp[f] = record(b, ENG_COMPUTE);
+        wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
+        grads_out(b, PART_BLOCK, l, f);
+        b->frame_out[f] = record(b, ENG_COPY_OUT);
+        wait_for(b, ENG_HOST, b->frame_out[f]);
+        host_op(b, INS_NORM, l);
+    }
 }
 
 // Pass 3: the arena. Returns 0, or -1 with a message.
@@ -652,8 +718,11 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     top += b->carry_bytes;
     b->ckpt0 = top;
     int64_t recomputed = b->streamed - offloads_before(b, b->leaving); // (a leaving prefix, as before: streamed)
+    if (c->policy == POLICY_MEGATRAIN) recomputed = (b->streamed + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK;
     if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += recomputed * b->x_bytes;
     top = align_up(top, ARENA_ALIGN);
+    b->block0 = top;
+    if (c->policy == POLICY_MEGATRAIN) top = align_up(top + MEGATRAIN_BLOCK * b->x_bytes, ARENA_ALIGN);
     b->keep0 = top;
     if (c->remat == REMAT_SELECTIVE) top += recomputed * b->keep_bytes;
     p->arena_bytes = top;
@@ -763,7 +832,11 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     int ev_tail_out = record(&b, ENG_COPY_OUT); // the tail's gradients are out: its buffers are free
     for (int f = 0; b.over_frames && f < b.nframes; f++) // they were the frames': their next users wait for it
         b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_tail_out;
-    for (int64_t l = L - 1; l >= 0; l--) backward_layer(&b, l);
+    if (c->policy == POLICY_MEGATRAIN) // block by block from the top
+        for (int64_t s = (L - 1) / MEGATRAIN_BLOCK * MEGATRAIN_BLOCK; s >= 0; s -= MEGATRAIN_BLOCK)
+            backward_block_megatrain(&b, s, s + MEGATRAIN_BLOCK < L ? s + MEGATRAIN_BLOCK : L);
+    else
+        for (int64_t l = L - 1; l >= 0; l--) backward_layer(&b, l);
     // The head's buffers are the tail's (tiled: the frames' too): the tokens
     // again, once nothing reads them any more, and the head's forward again
     // (what it kept is gone), then its backward.
