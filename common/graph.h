@@ -160,9 +160,15 @@ typedef struct Part {
     int nchunks;     // 0: not tiled
     int *chunk_fwd;  // (2 * nchunks)
     int *chunk_bwd;  // (2 * nchunks)
-    // The fused kernels' spans (fuse_spans), computed once by the scheduler:
-    // node i is written from span_first[i] and read at span_anchor[i].
+    // The scheduler's memo, computed once per graph (schedule.c,
+    // prepare_parts): the fused kernels' spans (fuse_spans: node i is
+    // written from span_first[i] and read at span_anchor[i]), and the
+    // part's buffer layouts by timeline (schedule.c's Layout): each node's
+    // byte offset from the part's base (-1 for views, reshapes and params)
+    // and the bytes in all.
     int *span_first, *span_anchor; // (nodes.n) or NULL
+    int64_t *layout_rel[3];        // (nodes.n) or NULL
+    int64_t layout_bytes[3];
 } Part;
 
 typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;

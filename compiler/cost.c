@@ -14,7 +14,7 @@
 // skips them), of which attn[i] attention, light[i] the expression kernels
 // and GEMM epilogues. attn_kinds: the ATTN_KIND_* bits of the attention
 // kernels priced.
-typedef struct KernelTimes {
+typedef struct CostKernels {
     double *heavy[PART_COUNT], *attn[PART_COUNT], *light[PART_COUNT]; // (nodes.n) each
     int attn_kinds;
 } KernelTimes;
@@ -343,7 +343,29 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, co
     return last;
 }
 
+CostKernels *cost_kernels(const Graph *g, const Target *t) {
+    KernelTimes *k = malloc(sizeof *k);
+    if (k && kernel_times(g, t, k) != 0) {
+        kernel_times_free(k);
+        free(k);
+        return NULL;
+    }
+    return k;
+}
+
+void cost_kernels_free(CostKernels *k) {
+    if (k) kernel_times_free(k);
+    free(k);
+}
+
 int cost_plan(const Plan *p, const Target *t, Cost *c) {
+    CostKernels *k = cost_kernels(p->graph, t);
+    int rc = k ? cost_plan_with(p, t, k, c) : -1;
+    cost_kernels_free(k);
+    return rc;
+}
+
+int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
     *c = (Cost){.device_peak_bytes = p->arena_bytes};
@@ -351,12 +373,9 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     c->host_bytes = c->place.ram_bytes;
     const Part *block = &g->parts[PART_BLOCK];
     double layer_in_bytes = 0, block_forward_s = 0;
-    KernelTimes kt;
+    const KernelTimes kt = *k;
     double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
-    if (!dur || kernel_times(g, t, &kt) != 0) {
-        free(dur);
-        return -1;
-    }
+    if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double s = dur[i] = instr_time(p, in, t, &kt, &c->place);
@@ -388,7 +407,6 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
     // Recompute: block forward work beyond one forward a layer.
     c->recompute_s = block_forward_s - (double)g->layers * run_time(&kt, PART_BLOCK, 0, block->nfwd, 0);
     c->attention_kinds = kt.attn_kinds;
-    kernel_times_free(&kt);
     if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
     double wbytes = (double)storage_weight_bytes(compute);
     c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * wbytes) : 0;

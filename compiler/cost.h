@@ -60,6 +60,15 @@ typedef struct Cost {
 // host bandwidth. Returns 0, or -1 out of memory.
 int cost_plan(const Plan *p, const Target *t, Cost *c);
 
+// The kernels' times of a graph on a target (fusion, then each kernel
+// priced): what cost_plan computes first, the same for every plan of the
+// graph, so a search prices them once. NULL out of memory.
+typedef struct CostKernels CostKernels;
+CostKernels *cost_kernels(const Graph *g, const Target *t);
+void cost_kernels_free(CostKernels *k);
+// cost_plan with the kernels' times of p's graph on t.
+int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c);
+
 // What no schedule of a model on a target can beat, whatever it chooses
 // (remat, slots, residency, tiling): two bounds of a step, from the untiled
 // graph.

@@ -231,20 +231,6 @@ done:
     return total;
 }
 
-// The fused kernels' spans of every part, once per graph (layout_part reads
-// them). Call before any arena_mark whose release could take them.
-static int prepare_spans(Graph *g, Arena *a) {
-    for (int pk = 0; pk < PART_COUNT; pk++) {
-        Part *part = &g->parts[pk];
-        if (part->span_first) continue;
-        int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
-            *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
-        if (!first || !anchor || fuse_spans(part, first, anchor) != 0) return -1;
-        part->span_first = first, part->span_anchor = anchor;
-    }
-    return 0;
-}
-
 static int push_range(int *ranges, int n, int from, int to) {
     ranges[2 * n] = from;
     ranges[2 * n + 1] = to;
@@ -268,6 +254,47 @@ static int tiled_order(const Part *part, int *ranges) {
     }
     if (part->output->shape.rank == 0) n = push_range(ranges, n, f[2 * K - 1], part->nfwd); // the loss
     return push_range(ranges, n, b[1], part->nodes.n);
+}
+
+// The timelines a part's buffers are laid out for (Part.layout_rel): the
+// whole part in order (the head, an untiled block, the tail in its own
+// order), the block with selective recomputation's kept outputs alive from
+// the start, or the block tiled: its forward alone, then its chunk-by-chunk
+// order (the tail, when tiled, always runs so).
+typedef enum { LAYOUT_PLAIN, LAYOUT_KEPT, LAYOUT_TILED } Layout;
+
+// The fused kernels' spans and every layout of every part, once per graph.
+// Call before any arena_mark whose release could take them.
+static int prepare_parts(Graph *g, Arena *a) {
+    const Part *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
+    if (block->layout_rel[LAYOUT_PLAIN]) return 0;
+    int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
+    int *ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
+    BlockNeeds need;
+    if (!ranges || block_needs(block, g->train.compute, a, &need) != 0) return -1;
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        Part *part = &g->parts[pk];
+        int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
+            *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
+        if (!first || !anchor || fuse_spans(part, first, anchor) != 0) return -1;
+        part->span_first = first, part->span_anchor = anchor;
+        for (int v = LAYOUT_PLAIN; v <= LAYOUT_TILED; v++) {
+            if (v != LAYOUT_PLAIN && (pk != PART_BLOCK || (v == LAYOUT_TILED && !part->nchunks))) continue;
+            int nr = 1;
+            ranges[0] = 0;
+            ranges[1] = part->nodes.n;
+            if (v == LAYOUT_TILED || (pk == PART_TAIL && part->nchunks)) {
+                ranges[1] = part->nfwd;
+                nr += tiled_order(part, ranges + 2);
+            }
+            int64_t *rel = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int64_t));
+            if (!rel) return -1;
+            part->layout_bytes[v] = layout_part(part, g->train.compute, v == LAYOUT_KEPT ? need.kept : NULL, ranges, nr, rel);
+            if (part->layout_bytes[v] < 0) return -1;
+            part->layout_rel[v] = rel;
+        }
+    }
+    return 0;
 }
 
 // ---------------------------------------------------------------- builder
@@ -678,23 +705,14 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     while (b->leaving < b->streamed && !is_intact(b, b->leaving)) b->leaving++;
     p->host_act_bytes = act_addr(b, b->leaving);
 
-    int64_t *rel[PART_COUNT], bytes[PART_COUNT];
+    // pass 2's layouts (prepare_parts): the block's for this choice's timeline
+    const int64_t *rel[PART_COUNT];
+    int64_t bytes[PART_COUNT];
     for (int pk = 0; pk < PART_COUNT; pk++) {
-        const Part *part = &g->parts[pk];
-        rel[pk] = arena_alloc(b->a, (size_t)(part->nodes.n + 1) * sizeof(int64_t));
-        if (!rel[pk]) return snprintf(err, errcap, "out of memory while scheduling"), -1;
-        // the timeline: the whole part in order, or for a tiled part the
-        // forward alone, then its chunk-by-chunk order
-        int *ranges = b->ranges, nr = 1;
-        ranges[0] = 0;
-        ranges[1] = part->nodes.n;
-        if ((pk == PART_BLOCK && b->tiled) || (pk == PART_TAIL && part->nchunks)) {
-            ranges[1] = part->nfwd;
-            nr += tiled_order(part, ranges + 2);
-        }
-        bytes[pk] = layout_part(part, compute, pk == PART_BLOCK && c->remat == REMAT_SELECTIVE ? b->need->kept : NULL, ranges, nr,
-                                rel[pk]);
-        if (bytes[pk] < 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+        Layout v = pk != PART_BLOCK ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
+                   : c->remat == REMAT_SELECTIVE ? LAYOUT_KEPT : LAYOUT_PLAIN;
+        rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
+        if (!rel[pk]) return snprintf(err, errcap, "internal error: the part's layouts were not prepared"), -1;
     }
     b->frame_bytes = align_up(bytes[PART_BLOCK], ARENA_ALIGN);
 
@@ -878,7 +896,7 @@ oom:
 }
 
 Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
-    if (prepare_spans(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), NULL;
+    if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), NULL;
     return build(g, t, c, 0, a, err, errcap);
 }
 
@@ -947,15 +965,31 @@ static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why
     return 1;
 }
 
+// One search: what it is asked and what it has found.
+typedef struct Search {
+    Graph *g;
+    const Target *t;
+    const SchedRequest *req;
+    Arena *a;
+    const CostKernels *kernels; // the graph's kernels priced on t, once
+    SchedResult *best;
+    char *err;
+    size_t errcap;
+} Search;
+
 // Builds and costs one choice; keeps it in *best when it beats it. With
 // step, says its step (INFINITY when it does not fit).
-static int try_choice_step(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
-                           SchedResult *best, double *step, char *err, size_t errcap) {
-    SchedResult r = {.choice = *c};
+static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
+    Graph *g = x->g;
+    const Target *t = x->t;
+    const SchedRequest *req = x->req;
+    Arena *a = x->a;
+    SchedResult r = {.choice = *c}, *best = x->best;
     ArenaMark mark = arena_mark(a); // a plan that loses, and that no one saw, gives its memory back
-    r.plan = schedule_build(g, t, c, a, err, errcap);
+    r.plan = schedule_build(g, t, c, a, x->err, x->errcap);
     if (!r.plan) return -1;
-    if (cost_plan(r.plan, t, &r.cost) != 0) return snprintf(err, errcap, "out of memory while costing a plan"), -1;
+    if (cost_plan_with(r.plan, t, x->kernels, &r.cost) != 0)
+        return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
     if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
     if (req->seen) req->seen(req->seen_ctx, g, &r);
@@ -970,10 +1004,7 @@ static int try_choice_step(Graph *g, const Target *t, const SchedChoice *c, cons
     return 0;
 }
 
-static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const SchedRequest *req, Arena *a,
-                      SchedResult *best, char *err, size_t errcap) {
-    return try_choice_step(g, t, c, req, a, best, NULL, err, errcap);
-}
+static int try_choice(Search *x, const SchedChoice *c) { return try_choice_step(x, c, NULL); }
 
 // Mixed plans of choice c (layer or selective, its slots, checkpoint place
 // and resident layers): the number K of the n leaving layers that offload
@@ -981,47 +1012,41 @@ static int try_choice(Graph *g, const Target *t, const SchedChoice *c, const Sch
 // for its activations crossing the link twice and taking host memory, so
 // the step falls with K while compute dominates and rises once the link
 // does: a search for the minimum over K (golden-section, then the last few
-// in turn), every candidate built and simulated.
-// The search over K: each K built and simulated once.
+// in turn), every candidate built and simulated once.
 typedef struct MixSearch {
-    Graph *g;
-    const Target *t;
+    Search *x;
     SchedChoice c;
-    const SchedRequest *req;
-    Arena *a;
-    SchedResult *best;
     int64_t k[64]; // the K tried
     double s[64];  // and their steps
     int n;
 } MixSearch;
 
-static int step_at(MixSearch *x, int64_t k, double *s, char *err, size_t errcap) {
-    for (int i = 0; i < x->n; i++)
-        if (x->k[i] == k) return *s = x->s[i], 0;
-    x->c.offloaded = k;
-    if (try_choice_step(x->g, x->t, &x->c, x->req, x->a, x->best, s, err, errcap) != 0) return -1;
-    if (x->n < 64) x->k[x->n] = k, x->s[x->n++] = *s;
+static int step_at(MixSearch *m, int64_t k, double *s) {
+    for (int i = 0; i < m->n; i++)
+        if (m->k[i] == k) return *s = m->s[i], 0;
+    m->c.offloaded = k;
+    if (try_choice_step(m->x, &m->c, s) != 0) return -1;
+    if (m->n < 64) m->k[m->n] = k, m->s[m->n++] = *s;
     return 0;
 }
 
-static int try_mixed(Graph *g, const Target *t, SchedChoice c, const SchedRequest *req, Arena *a, SchedResult *best,
-                     char *err, size_t errcap) {
-    int64_t n = g->layers - c.resident - c.slots;
-    if (req->offloaded) { // asked for: where that many leave the device
-        c.offloaded = req->offloaded;
-        return req->offloaded > n ? 0 : try_choice(g, t, &c, req, a, best, err, errcap);
+static int try_mixed(Search *x, SchedChoice c) {
+    int64_t n = x->g->layers - c.resident - c.slots;
+    if (x->req->offloaded) { // asked for: where that many leave the device
+        c.offloaded = x->req->offloaded;
+        return c.offloaded > n ? 0 : try_choice(x, &c);
     }
-    MixSearch x = {.g = g, .t = t, .c = c, .req = req, .a = a, .best = best};
+    MixSearch m = {.x = x, .c = c};
     int64_t lo = 1, hi = n - 1;
     double s1, s2;
     while (hi - lo > 3) { // golden-section points: one of them is the next round's (tried once)
         int64_t d = (int64_t)((double)(hi - lo) * 0.381966 + 0.5), m1 = lo + d, m2 = hi - d;
-        if (step_at(&x, m1, &s1, err, errcap) != 0 || step_at(&x, m2, &s2, err, errcap) != 0) return -1;
+        if (step_at(&m, m1, &s1) != 0 || step_at(&m, m2, &s2) != 0) return -1;
         if (s1 <= s2) hi = m2;
         else lo = m1;
     }
     for (int64_t k = lo; k <= hi; k++)
-        if (step_at(&x, k, &s1, err, errcap) != 0) return -1;
+        if (step_at(&m, k, &s1) != 0) return -1;
     return 0;
 }
 
@@ -1046,11 +1071,29 @@ static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a,
     return lo;
 }
 
+static int search(Search *x);
+
 int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *best, char *err,
                     size_t errcap) {
     *best = (SchedResult){0};
+    if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+    CostKernels *kernels = cost_kernels(g, t);
+    if (!kernels) return snprintf(err, errcap, "out of memory while costing the kernels"), -1;
+    Search x = {.g = g, .t = t, .req = req, .a = a, .kernels = kernels, .best = best, .err = err, .errcap = errcap};
+    int rc = search(&x);
+    cost_kernels_free(kernels);
+    return rc;
+}
+
+static int search(Search *x) {
+    Graph *g = x->g;
+    const Target *t = x->t;
+    const SchedRequest *req = x->req;
+    Arena *a = x->a;
+    SchedResult *best = x->best;
+    char *err = x->err;
+    size_t errcap = x->errcap;
     int64_t L = g->layers;
-    if (prepare_spans(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     if (req->resident > L) {
         snprintf(err, errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident, (long long)L);
         return -1;
@@ -1061,7 +1104,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
         SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_MEGATRAIN ? 2 : 1};
         for (int host = 0; host < 2; host++) {
             c.ckpt_host = host;
-            if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
+            if (try_choice(x, &c) != 0) return -1;
         }
         return 0;
     }
@@ -1087,7 +1130,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                         if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
                         SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host};
                         c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
-                        if (c.resident < 0 || try_mixed(g, t, c, req, a, best, err, errcap) != 0) return -1;
+                        if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
                     }
             continue;
         }
@@ -1099,7 +1142,7 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                 return -1;
             }
             SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L};
-            if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
+            if (try_choice(x, &c) != 0) return -1;
             continue;
         }
         for (int host = 0; host < 2; host++)
@@ -1116,12 +1159,12 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
                              : chunked || dropped ? 0
                                                   : most_resident(g, t, c, a, err, errcap);
                 if (c.resident < 0) return -1;
-                if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
+                if (try_choice(x, &c) != 0) return -1;
             }
     }
     if (req->remat == REMAT_MIXED && !req->offloaded && !best->plan) { // too few layers to mix: the plain plan, refused
         SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
-        if (try_choice(g, t, &c, req, a, best, err, errcap) != 0) return -1;
+        if (try_choice(x, &c) != 0) return -1;
         best->fits = 0;
         snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "
                  "%lld layers stream through at least 1 slot", (long long)L);
