@@ -8,8 +8,9 @@
 # checkpoint; torch Linear weights are stored [out, in], so they multiply
 # transposed.
 #
-# Mixture of experts has no CUDA kernels yet: mtc plans this model for the
-# cpu backend (for a GPU target too, with a warning); --explain prices it.
+# The cuda backend runs its experts as grouped GEMMs over each expert's rows
+# (compiler/cuda/moe.cuh); --explain prices only the selected experts' FLOPs
+# and streams every expert's weights.
 model mixtral_8x7b
 
 config {

@@ -2,8 +2,9 @@
 # SwiGLU experts, softmax after the selection, dropless, load-balancing loss
 # 0.02) at widths a CPU trains in seconds, on bytes of text (vocabulary 256).
 #
-# Mixture of experts has no CUDA kernels yet: mtc plans this model for the
-# cpu backend (for a GPU target too, with a warning); --explain prices it.
+# The cpu backend runs its experts as BLAS GEMMs over each expert's rows,
+# the cuda backend as grouped GEMMs (compiler/cuda/moe.cuh); --explain
+# prices only the selected experts' FLOPs and streams every expert's weights.
 model mixtral_tiny
 
 config {
