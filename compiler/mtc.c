@@ -212,7 +212,8 @@ static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
 
 // The graph, tiled as --tile says; with auto, the fastest of untiled and
-// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits. With
+// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits (when
+// none fits, the nearest to fitting). With
 // r, *r is the best plan for the graph returned (r->plan NULL, and a
 // message in err, when the scheduler cannot stream it); without r and with
 // a fixed tiling nothing is scheduled. NULL after reporting.
@@ -230,7 +231,11 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
         Graph *tg = lower_tiled(m, opt, k, a, d);
         if (!tg) return NULL;
         if (schedule_search(tg, t, req, a, &next, err, errcap) != 0) break;
-        if (next.fits && (!best->fits || next.cost.step_s < best->cost.step_s * 0.999)) {
+        // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
+        int wins = next.fits ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
+                             : !best->fits && next.plan &&
+                                   (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
+        if (wins) {
             *best = next;
             pick = tg;
         }

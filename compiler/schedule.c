@@ -653,7 +653,9 @@ static void backward_block_megatrain(Builder *b, int64_t s, int64_t e) {
     const Part *block = &p->graph->parts[PART_BLOCK];
     const Node *x = part_input_from(block, PART_HEAD);
     int64_t in0 = b->block0;
-    if (b->c->ckpt_host) { // the checkpoint back from host memory, once compute is done with the last block's inputs
+    if (b->c->ckpt_host) { // the checkpoint back from host memory, once it is saved and compute is done with the
+                           // last block's inputs
+        wait_for(b, ENG_COPY_IN, record(b, ENG_COPY_OUT));
         wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
         load(b, act_addr(b, s), in0, b->x_bytes);
         wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
@@ -965,6 +967,11 @@ static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why
     return 1;
 }
 
+double schedule_overshoot(const Cost *c, const Target *t) {
+    double dev = (double)c->device_peak_bytes / t->device_memory, host = (double)c->host_bytes / t->host_memory;
+    return dev > host ? dev : host;
+}
+
 // One search: what it is asked and what it has found.
 typedef struct Search {
     Graph *g;
@@ -997,7 +1004,7 @@ static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
     if (!best->plan) better = 1;
     else if (r.fits != best->fits) better = r.fits;
     else if (r.fits) better = r.cost.step_s < best->cost.step_s;
-    else better = r.cost.device_peak_bytes + r.cost.host_bytes < best->cost.device_peak_bytes + best->cost.host_bytes;
+    else better = schedule_overshoot(&r.cost, t) < schedule_overshoot(&best->cost, t);
     if (step) *step = r.fits ? r.cost.step_s : INFINITY;
     if (better) *best = r;
     else if (!req->seen) arena_release(a, mark);

@@ -74,9 +74,13 @@ typedef struct SchedRequest {
     void *seen_ctx;
 } SchedRequest;
 
+// How far a plan's memory is from fitting t: the larger of its device and
+// host memory over what t has (at most 1 when both fit).
+double schedule_overshoot(const Cost *c, const Target *t);
+
 // The fastest plan of the request that fits the target's device and host
 // memory. When none fits, r->fits is 0,
-// r->why says what the smallest one needs, and r->plan is that smallest
+// r->why says what the nearest one (schedule_overshoot) needs, and r->plan is that
 // plan. Returns 0, or -1 with a message in err (out of memory, a graph the
 // scheduler cannot stream).
 int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *r, char *err,
