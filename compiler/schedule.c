@@ -579,6 +579,20 @@ static void forward(Builder *b, const int *ev_update, int train) {
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
 }
 
+// After layer l's backward in frame f: the gradient to the layer below
+// (carry), the weight gradients to the host and their norm.
+static void after_backward(Builder *b, int64_t l, int f) {
+    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    const Grad *d_x = part_grad_of(block, part_input_from(block, PART_HEAD));
+    copy(b, addr(b->p, d_x->grad, f), b->carry0, b->x_bytes);
+    b->frame_cmp[f] = record(b, ENG_COMPUTE);
+    wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
+    grads_out(b, PART_BLOCK, l, f);
+    b->frame_out[f] = record(b, ENG_COPY_OUT);
+    wait_for(b, ENG_HOST, b->frame_out[f]);
+    host_op(b, INS_NORM, l);
+}
+
 // The backward of layer l: weights and saved values back where needed,
 // recompute where chosen, the gradient from the layer above in, the
 // backward, the gradient to the layer below out, weight gradients to the
@@ -612,7 +626,6 @@ static void backward_layer(Builder *b, int64_t l) {
             wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
         }
     }
-    const Grad *d_x = part_grad_of(block, x);
     copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
     if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
         int *ranges = b->ranges, nr = tiled_order(block, ranges);
@@ -620,13 +633,7 @@ static void backward_layer(Builder *b, int64_t l) {
     } else {
         run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
     }
-    copy(b, addr(p, d_x->grad, f), b->carry0, b->x_bytes); // to the layer below
-    b->frame_cmp[f] = record(b, ENG_COMPUTE);
-    wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
-    grads_out(b, PART_BLOCK, l, f);
-    b->frame_out[f] = record(b, ENG_COPY_OUT);
-    wait_for(b, ENG_HOST, b->frame_out[f]);
-    host_op(b, INS_NORM, l);
+    after_backward(b, l, f);
 }
 
 // Weights of layer l into frame f once the frame's last users are done;
@@ -669,20 +676,13 @@ static void backward_block_megatrain(Builder *b, int64_t s, int64_t e) {
         if (l + 1 < e) copy(b, addr(p, block->output, f), in0 + (l + 1 - s) * b->x_bytes, b->x_bytes);
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
     }
-    const Grad *d_x = part_grad_of(block, x);
     for (int64_t l = e - 1; l >= s; l--) { // the forward with autograd and the backward
         int f = weights_into_frame(b, l, (frame_of(b, l) + 1) % b->nframes);
         copy(b, in0 + (l - s) * b->x_bytes, addr(p, x, f), b->x_bytes);
         run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
         copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
         run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
-        copy(b, addr(p, d_x->grad, f), b->carry0, b->x_bytes); // to the layer below
-        b->frame_cmp[f] = record(b, ENG_COMPUTE);
-        wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
-        grads_out(b, PART_BLOCK, l, f);
-        b->frame_out[f] = record(b, ENG_COPY_OUT);
-        wait_for(b, ENG_HOST, b->frame_out[f]);
-        host_op(b, INS_NORM, l);
+        after_backward(b, l, f);
     }
 }
 
