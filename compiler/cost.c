@@ -221,6 +221,32 @@ static double layer_elems(const Plan *p, int32_t layer) {
 // w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2).
 static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
 
+// The zero3-offload baseline (schedule.c names it in the plan's schedule,
+// which the plan file carries): what DeepSpeed's code moves beyond mt's plan.
+static int is_zero3(const Plan *p) { return p->schedule && strstr(p->schedule, "policy=zero3-offload") != NULL; }
+
+// DeepSpeed ZeRO-3's host step, per parameter, in host memory bytes
+// (stage3.py step): unscale_and_clip_grads multiplies the fp32 gradients in
+// place (8), DeepSpeedCPUAdam reads w, g, m, v and writes w, m, v
+// (csrc/adam/cpu_adam_impl.cpp Step_AVX: 28), and
+// _reassign_or_swap_out_partitioned_parameters copies the fp32 master into
+// the 16-bit partition (read 4, write 2 under bf16; 4 + 4 under f32). Its
+// gradient norm is taken on the device (partition_grads), not here. At host
+// memory speed: no published DeepSpeedCPUAdam throughput was established.
+static double zero3_update_bytes(DType compute) { return 8.0 + 28.0 + (compute == DT_BF16 ? 6.0 : 8.0); }
+
+// A layer gradient of `bytes` on the device (its storage dtype, elem bytes
+// an element): what ZeRO-3 with offload_optimizer moves over the link for
+// it, in link seconds. stage3.py partition_grads copies the reduced
+// partition into the host's 16-bit grad_partitions_flat_buffer (out), back to
+// the device ("ensure grad buffer is a CUDA buffer", in), then, at the
+// accumulation boundary, the device's .float() of it into the fp32
+// gradient of the offloaded optimizer (out at 4 bytes an element), all on
+// one stream in turn.
+static double zero3_grad_out_s(double bytes, double elem, const Target *t) {
+    return bytes / t->d2h_bandwidth + bytes / t->h2d_bandwidth + bytes * 4.0 / elem / t->d2h_bandwidth;
+}
+
 const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads"};
 
 // The placement of a host store of global_elems + layers * layer_elems
@@ -267,10 +293,14 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_INPUT:
     case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
     case INS_COPY_OUT:
+        if (is_zero3(p)) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
+        return (double)in->bytes / t->d2h_bandwidth;
     case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
-        double adamw = layer_elems(p, in->layer) * update_bytes(p->graph->train.compute) / t->host_memory_bandwidth;
+        DType compute = p->graph->train.compute;
+        double adamw = layer_elems(p, in->layer) * (is_zero3(p) ? zero3_update_bytes(compute) : update_bytes(compute)) /
+                       t->host_memory_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
@@ -397,6 +427,10 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         case INS_SAVE:
             c->copy_out_bytes += in->bytes;
             c->copy_out_s += s;
+            if (in->kind == INS_COPY_OUT && is_zero3(p)) { // the 16-bit copy back in and the fp32 copy out
+                c->copy_in_bytes += in->bytes;
+                c->copy_out_bytes += in->bytes * 4 / (in->flags & XFER_BF16 ? 2 : 4);
+            }
             break;
         case INS_COPY: c->device_copy_s += s; break;
         case INS_UPDATE:

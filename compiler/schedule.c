@@ -619,12 +619,9 @@ static void backward_layer(Builder *b, int64_t l) {
         if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
             run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
-        if (b->c->policy == POLICY_ZERO3) { // the weights cross again for the backward
-            int ev_r = record(b, ENG_COMPUTE);
-            wait_for(b, ENG_COPY_IN, ev_r);
-            copy_in_weights(b, l, slot_addr(b, f));
-            wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
-        }
+        // zero3-offload fetches once for the recompute and the backward: the recompute's fetch
+        // stays live for the backward that follows it (stage3_max_reuse_distance, 1e9 elements
+        // by default, spans a layer: partitioned_param_coordinator.py __params_to_release)
     }
     copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
     if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
@@ -634,6 +631,10 @@ static void backward_layer(Builder *b, int64_t l) {
         run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
     }
     after_backward(b, l, f);
+    // ZeRO-3 with offload_optimizer copies each gradient bucket to the host's fp32 buffer with a
+    // blocking copy_ from the backward's hook (stage3.py partition_grads), so no further backward
+    // is launched until it lands: the next layer's backward waits for this layer's gradients out
+    if (b->c->policy == POLICY_ZERO3) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
 }
 
 // Weights of layer l into frame f once the frame's last users are done;
@@ -850,6 +851,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     wait_for(&b, ENG_COPY_OUT, ev_tail);
     grads_out(&b, PART_TAIL, -1, 0);
     int ev_tail_out = record(&b, ENG_COPY_OUT); // the tail's gradients are out: its buffers are free
+    if (c->policy == POLICY_ZERO3) wait_for(&b, ENG_COMPUTE, ev_tail_out); // (as backward_layer says)
     for (int f = 0; b.over_frames && f < b.nframes; f++) // they were the frames': their next users wait for it
         b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_tail_out;
     if (c->policy == POLICY_MEGATRAIN) // block by block from the top
@@ -1106,9 +1108,14 @@ static int search(Search *x) {
         return -1;
     }
     if (req->policy != POLICY_MT) { // the baselines: fixed shapes
-        // megatrain prefetches into two slots; ZeRO-3 fetches on demand (its prefetch bucket, 5e7
-        // elements by default, is a fraction of one layer of the models it is compared on)
-        SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_MEGATRAIN ? 2 : 1};
+        // megatrain prefetches into two slots. ZeRO-3 too: once its trace is recorded, each
+        // submodule's pre-forward hook queues up to stage3_prefetch_bucket_size (5e7) more elements
+        // on a side stream, up to stage3_max_live_parameters (1e9) live, and the host waits for
+        // that stream before the submodule runs (partitioned_param_coordinator.py fetch_sub_module,
+        // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
+        // computes, as in two slots
+        SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER,
+                         .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2};
         for (int host = 0; host < 2; host++) {
             c.ckpt_host = host;
             if (try_choice(x, &c) != 0) return -1;

@@ -27,9 +27,11 @@ typedef enum {
     POLICY_MEGATRAIN,  // a baseline after the MegaTrain paper's code: weights cross three times
                        // a step (forward, recompute, backward), the optimizer runs after backward
     POLICY_ZERO3,      // a baseline after DeepSpeed ZeRO-3 with CPU offload on one GPU: each layer's
-                       // weights fetched on demand (one slot) by its forward, by the recompute of
-                       // its checkpointed forward and by its backward, a checkpoint per layer, the
-                       // CPU optimizer after the backward with nothing overlapping it
+                       // weights prefetched (two slots) for its forward and once more for the
+                       // recompute of its checkpointed forward and its backward, a checkpoint per
+                       // layer, the backward waiting for each layer's gradients out (priced in
+                       // cost.c as DeepSpeed moves them), the CPU optimizer after the backward with
+                       // nothing overlapping it (schedules/README.md, "The baselines")
     POLICY_COUNT
 } Policy;
 
