@@ -4,7 +4,9 @@
 // headers only. What it models and what it does not: tests/emu/README.md.
 //
 // A launch runs the grid's blocks one after another; a block's threads are
-// fibers (ucontext) on the calling thread, switched only at barriers:
+// fibers on the calling thread (each started on its own stack by ucontext,
+// then switched by _setjmp/_longjmp, which save no signal mask: no system
+// call a switch), switched only at barriers:
 // __syncthreads waits for every live thread of the block, the warp
 // collectives (__shfl*_sync, votes, __syncwarp) for every live lane of the
 // warp. A barrier nobody can leave is reported, and the process aborts.
@@ -15,7 +17,9 @@
 #ifndef MT_CUDA_EMU_H
 #define MT_CUDA_EMU_H
 
+#undef _FORTIFY_SOURCE // its longjmp check refuses a jump to another fiber's stack
 #include <math.h>
+#include <setjmp.h>
 #include <stddef.h>
 #include <stdint.h>
 #include <stdio.h>
@@ -90,8 +94,9 @@ enum { WARP = 32, MAX_THREADS = 1024, STACK = 64 << 10, SMEM_MAX = 232448 }; // 
 enum { READY, AT_BLOCK, AT_WARP, DONE };
 
 struct Fiber {
-    ucontext_t ctx;
-    int state;
+    ucontext_t ctx; // to start it
+    jmp_buf jb;     // where it waits at a barrier
+    int state, started;
 };
 
 // The launch in progress and its block's threads.
@@ -108,7 +113,8 @@ struct Launch {
     // previous collective on set p (it passed the one on set 1-p since)
     uint64_t slot[2][MAX_THREADS];
     int parity[MAX_THREADS]; // (n) the set each thread's next collective uses
-    ucontext_t sched;
+    ucontext_t start;        // a context to copy for each fiber's start (getcontext once)
+    jmp_buf sched;           // the block's round robin
 };
 inline Launch L;
 
@@ -127,8 +133,7 @@ inline void fail(const char *what) {
     abort();
 }
 inline void yield() {
-    Fiber *f = &L.fiber[L.cur];
-    if (swapcontext(&f->ctx, &L.sched) != 0) fail("swapcontext failed");
+    if (!_setjmp(L.fiber[L.cur].jb)) _longjmp(L.sched, 1);
 }
 inline void release(int state, int warp) { // every thread waiting at that barrier may go on
     int lo = state == AT_WARP ? warp * WARP : 0, hi = state == AT_WARP ? min(L.n, lo + WARP) : L.n;
@@ -191,7 +196,8 @@ inline void fiber_main() {
     L.live--, L.warp_live[w]--;
     if (L.at_block && L.at_block == L.live) release(AT_BLOCK, 0);
     if (L.at_warp[w] && L.at_warp[w] == L.warp_live[w]) release(AT_WARP, w);
-} // returns to L.sched through uc_link
+    _longjmp(L.sched, 1); // (never returns: its stack is done)
+}
 
 inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void **args) {
     unsigned n = block.x * block.y * block.z;
@@ -199,7 +205,8 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
         fprintf(stderr, "cuda_emu: bad launch: %u threads, %zu bytes of shared memory\n", n, smem);
         return -1;
     }
-    if (!L.stacks && !(L.stacks = (char *)malloc((size_t)MAX_THREADS * STACK))) return -1;
+    if (!L.stacks && (!(L.stacks = (char *)malloc((size_t)MAX_THREADS * STACK)) || getcontext(&L.start) != 0))
+        return -1;
     L.body = body, L.args = args, L.n = (int)n;
     gridDim = grid, blockDim = block;
     for (unsigned bz = 0; bz < grid.z; bz++)
@@ -212,12 +219,12 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
                     L.warp_live[w] = min((int)WARP, (int)(n - w * WARP)), L.at_warp[w] = 0;
                 for (unsigned i = 0; i < n; i++) {
                     Fiber *f = &L.fiber[i];
-                    getcontext(&f->ctx);
+                    f->ctx = L.start;
                     f->ctx.uc_stack.ss_sp = L.stacks + (size_t)i * STACK;
                     f->ctx.uc_stack.ss_size = STACK;
-                    f->ctx.uc_link = &L.sched;
+                    f->ctx.uc_link = NULL; // fiber_main jumps back itself
                     makecontext(&f->ctx, fiber_main, 0);
-                    f->state = READY, L.parity[i] = 0;
+                    f->state = READY, f->started = 0, L.parity[i] = 0;
                 }
                 // round robin over the ready threads until all are done
                 while (L.live > 0) {
@@ -226,7 +233,13 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
                         if (L.fiber[i].state != READY) continue;
                         L.cur = (int)i;
                         threadIdx = dim3(i % block.x, i / block.x % block.y, i / (block.x * block.y));
-                        if (swapcontext(&L.sched, &L.fiber[i].ctx) != 0) fail("swapcontext failed");
+                        Fiber *f = &L.fiber[i];
+                        if (!_setjmp(L.sched)) { // back here when the fiber waits or ends
+                            if (f->started) _longjmp(f->jb, 1);
+                            f->started = 1;
+                            setcontext(&f->ctx);
+                            fail("setcontext failed");
+                        }
                         ran = 1;
                     }
                     if (!ran) fail("deadlock: threads wait at a barrier that the others never reach");
