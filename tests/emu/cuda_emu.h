@@ -213,7 +213,7 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
         for (unsigned by = 0; by < grid.y; by++)
             for (unsigned bx = 0; bx < grid.x; bx++) {
                 blockIdx = dim3(bx, by, bz);
-                for (size_t i = 0; i < SMEM_MAX / 4; i++) mt_smem[i] = __int_as_float(0x7fc0dead); // poison: NaN
+                for (size_t i = 0; i < (smem + 3) / 4; i++) mt_smem[i] = __int_as_float(0x7fc0dead); // poison: NaN
                 L.live = (int)n, L.at_block = 0;
                 for (unsigned w = 0; w < (n + WARP - 1) / WARP; w++)
                     L.warp_live[w] = min((int)WARP, (int)(n - w * WARP)), L.at_warp[w] = 0;
