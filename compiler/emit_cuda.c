@@ -806,7 +806,7 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                 const Node *n = g->parts[p].nodes.items[k->anchor];
                 e->cur = NULL;
                 if (n->op == OP_MOE || n->op == OP_MOE_BWD)
-                    em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (compiler/cuda/moe_launch.h)\n", p, i,
+                    em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (runtime/moe_launch.h)\n", p, i,
                        op_name(n->op));
                 else
                     em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));

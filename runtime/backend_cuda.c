@@ -41,7 +41,7 @@
 #include "../common/bf16.h"
 #include "../common/kir.h"
 #include "../common/trace.h"
-#include "../compiler/cuda/moe_launch.h"
+#include "moe_launch.h"
 #include "backend.h"
 
 enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
@@ -403,7 +403,7 @@ static MoeDims moe_dims(const Graph *g, const Node *n) {
 }
 
 // The scratch bytes node n's kernels need (compiler/cuda/moe.cuh): moe and
-// its backward a chunk of rows' routed slots (compiler/cuda/moe_launch.h),
+// its backward a chunk of rows' routed slots (runtime/moe_launch.h),
 // independent of the batch beyond MOE_CHUNK_BYTES.
 static int64_t node_scratch(const Graph *g, const Node *n) {
     if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
@@ -429,7 +429,7 @@ static int moe_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **p
 // A mixture-of-experts node by its kernels of compiler/cuda/moe.cuh, over
 // the engine's scratch; the cpu's plain kernels (kernels.inc) are their
 // reference. moe and moe_bwd: the grouped kernels, chunk by chunk
-// (compiler/cuda/moe_launch.h); routing stays on the device.
+// (runtime/moe_launch.h); routing stays on the device.
 static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];

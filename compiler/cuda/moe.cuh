@@ -10,7 +10,7 @@
 // memory with fp32 accumulation (bf16 plans on the tensor cores), the grid
 // covering every expert's row tiles at once; nothing is computed for an
 // unselected expert. The launch sequence and the scratch are
-// compiler/cuda/moe_launch.h's.
+// runtime/moe_launch.h's.
 //
 // Each kernel takes its node's output and operands as the cpu kernel does,
 // then `bf`: bit a set when argument a (0 the output) is stored as bf16.
@@ -46,7 +46,7 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 
 // ---------------------------------------------------------------- moe: dropless grouped GEMMs
 //
-// A chunk of rows [r0, r0 + nr) at a time (compiler/cuda/moe_launch.h runs
+// A chunk of rows [r0, r0 + nr) at a time (runtime/moe_launch.h runs
 // the chunks and sizes them): route the chunk's rows to their experts on the
 // device, run each expert's GEMMs over its own rows only, scatter back by row.
 // Every kernel takes the same parameters (MT_MOE_PARAMS); bf's bits are

@@ -1,6 +1,6 @@
 // moe_check: compiler/cuda/moe.cuh's grouped mixture-of-experts kernels on
 // the CPU emulation of CUDA (tests/emu/cuda_emu.h), run by the launch
-// sequence runtime/backend_cuda.c runs (compiler/cuda/moe_launch.h), against
+// sequence runtime/backend_cuda.c runs (runtime/moe_launch.h), against
 // the cpu backend's plain kernels (runtime/kernels.inc moe and moe_bwd,
 // kernel_run_f32) on the same inputs.
 //
@@ -29,7 +29,7 @@
 #include <string.h>
 
 #include "../../common/graph.h"
-#include "../../compiler/cuda/moe_launch.h"
+#include "../../runtime/moe_launch.h"
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/nvrtc.h"
 #include "../../runtime/kernels.h"
