@@ -738,7 +738,9 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->carry0 = top;
     top += b->carry_bytes;
     b->ckpt0 = top;
-    int64_t recomputed = b->streamed - offloads_before(b, b->leaving); // (a leaving prefix, as before: streamed)
+    // device checkpoints and kept outputs: a place for each streamed layer that does not offload
+    // (recompute_rank; megatrain: one a block of MEGATRAIN_BLOCK layers)
+    int64_t recomputed = b->streamed - offloads_before(b, b->leaving);
     if (c->policy == POLICY_MEGATRAIN) recomputed = (b->streamed + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK;
     if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += recomputed * b->x_bytes;
     top = align_up(top, ARENA_ALIGN);
