@@ -42,6 +42,7 @@
 #include <string.h>
 #include <time.h>
 
+#include "../../common/bf16.h"
 #include "../../common/io.h"
 #include "../../common/attention.h"
 #include "../../compiler/cuda/sources.h"
@@ -62,18 +63,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { // uniform in [-1, 1)
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static uint16_t to_bf16(float f) { // round to nearest even, as the prelude
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 // max |a - b| / max(|b|, floor) over n values
 static double max_rel(const float *a, const float *b, size_t n, double floor) {
@@ -212,7 +201,7 @@ static void *storage(const float *x, long n, int bf16) {
         return o;
     }
     uint16_t *o = malloc(2 * (size_t)n + 2);
-    for (long i = 0; i < n; i++) o[i] = to_bf16(x[i]);
+    for (long i = 0; i < n; i++) o[i] = bf16_from_f32(x[i]);
     return o;
 }
 static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writes shows
@@ -234,8 +223,8 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
     for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
     if (c->bf16) { // the reference sees exactly what the bf16 kernel reads
-        for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(q[i])), dy[i] = from_bf16(to_bf16(dy[i]));
-        for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(k[i])), v[i] = from_bf16(to_bf16(v[i]));
+        for (long i = 0; i < nq; i++) q[i] = bf16_round(q[i]), dy[i] = bf16_round(dy[i]);
+        for (long i = 0; i < nk; i++) k[i] = bf16_round(k[i]), v[i] = bf16_round(v[i]);
     }
     void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nk, c->bf16),
          *DY = storage(dy, nq, c->bf16);
@@ -289,7 +278,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     long cnt[4] = {nq, nq, nk, nk};
     for (int i = 0; i < 4; i++) {
         if (c->bf16)
-            for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(((uint16_t *)got[i])[j]);
+            for (long j = 0; j < cnt[i]; j++) a[j] = f32_from_bf16(((uint16_t *)got[i])[j]);
         else memcpy(a, got[i], 4 * (size_t)cnt[i]);
         size_t stride = (size_t)(i < 2 ? H : KVH) * (size_t)D, width = (size_t)(i < 2 ? hq : hk) * (size_t)D;
         err[i] = max_rel_rows(a, want[i], (size_t)cnt[i], stride, width, 1e-1);
@@ -415,8 +404,8 @@ static void check_mma(void) {
     // mma: A (w, 16, 16), B (w, 16, 8) bf16; C, D (w, 16, 8) fp32
     uint16_t *A = malloc(2 * 256 * MMA_WARPS), *B = malloc(2 * 128 * MMA_WARPS);
     float *C = malloc(4 * 128 * MMA_WARPS), *D = poisoned(4 * 128 * MMA_WARPS);
-    for (int i = 0; i < 256 * MMA_WARPS; i++) A[i] = to_bf16(frand());
-    for (int i = 0; i < 128 * MMA_WARPS; i++) B[i] = to_bf16(frand()), C[i] = frand();
+    for (int i = 0; i < 256 * MMA_WARPS; i++) A[i] = bf16_from_f32(frand());
+    for (int i = 0; i < 128 * MMA_WARPS; i++) B[i] = bf16_from_f32(frand()), C[i] = frand();
     void *a_mma[] = {&D, &A, &B, &C};
     launch(fn, "mt_test_mma", MMA_WARPS / 2, 1, 1, 64, 0, a_mma);
     double worst = 0;
@@ -425,7 +414,7 @@ static void check_mma(void) {
             for (int c = 0; c < 8; c++) {
                 double want = C[w * 128 + r * 8 + c];
                 for (int k = 0; k < 16; k++)
-                    want += (double)from_bf16(A[w * 256 + r * 16 + k]) * from_bf16(B[w * 128 + k * 8 + c]);
+                    want += (double)f32_from_bf16(A[w * 256 + r * 16 + k]) * f32_from_bf16(B[w * 128 + k * 8 + c]);
                 double e = fabs(D[w * 128 + r * 8 + c] - want) / fmax(fabs(want), 1e-3);
                 if (!(e <= worst) && worst == worst) worst = e;
             }

@@ -28,6 +28,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "../../common/bf16.h"
 #include "../../common/graph.h"
 #include "../../runtime/moe_launch.h"
 #include "../../compiler/cuda/sources.h"
@@ -43,18 +44,6 @@ static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void) { // uniform in [-1, 1)
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static uint16_t to_bf16(float f) { // round to nearest even, as the prelude
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 // prelude + moe.cuh compiled with CXX for the emulation into WORK_DIR/moe.so, with a table of moe_launch.h's kernels.
@@ -125,13 +114,13 @@ static Buf buf_new(long long n, int bf16, int random) {
     Buf b = {n, malloc((size_t)n * 4), malloc((size_t)n * (bf16 ? 2 : 4))};
     for (long long i = 0; i < n; i++) {
         float x = random ? frand() : (float)NAN;
-        if (bf16) ((uint16_t *)b.dev)[i] = to_bf16(x), b.v[i] = from_bf16(to_bf16(x));
+        if (bf16) ((uint16_t *)b.dev)[i] = bf16_from_f32(x), b.v[i] = bf16_round(x);
         else ((float *)b.dev)[i] = x, b.v[i] = x;
     }
     return b;
 }
 static float buf_dev(const Buf *b, int bf16, long long i) {
-    return bf16 ? from_bf16(((uint16_t *)b->dev)[i]) : ((float *)b->dev)[i];
+    return bf16 ? f32_from_bf16(((uint16_t *)b->dev)[i]) : ((float *)b->dev)[i];
 }
 static void buf_free(Buf *b) { free(b->v), free(b->dev); }
 
@@ -167,7 +156,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
         }
         for (int e = 0; e < E; e++) {
             long long i = (long long)r * E + e;
-            if (bf) ((uint16_t *)gates.dev)[i] = to_bf16(g[e]), gates.v[i] = from_bf16(to_bf16(g[e]));
+            if (bf) ((uint16_t *)gates.dev)[i] = bf16_from_f32(g[e]), gates.v[i] = bf16_round(g[e]);
             else ((float *)gates.dev)[i] = g[e], gates.v[i] = g[e];
         }
     }
