@@ -19,7 +19,7 @@ typedef struct CudaBinary {
     size_t cubin_len;
     char *ptx;        // (ptx_len) NUL-terminated PTX text, malloc'd; ptx_len excludes the NUL
     size_t ptx_len;
-    double seconds;   // wall time NVRTC took
+    double seconds;   // wall time NVRTC took (or reading the compile cache)
 } CudaBinary;
 
 // Whether arch is one NVRTC can take, spelled sm_XX with XX >= 80 (the
@@ -39,6 +39,10 @@ int nvrtc_arch_ok(const char *arch);
 //       in ORIGIN
 //
 // and *out zeroed. Any warning fails the compile.
+//
+// Compiles are cached: a source NVRTC compiled before, for the same arch
+// with the same NVRTC version, is read back from $MT_CACHE_DIR (default
+// $XDG_CACHE_HOME/mt or ~/.cache/mt; MT_CACHE_DIR=off: no cache) instead.
 int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
                   CudaBinary *out, char *err, size_t errcap);
 
