@@ -2,7 +2,7 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 6, all integers little-endian:
+// File format, version 7, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,7 +21,7 @@
 
 #include "graph.h"
 
-enum { PLAN_VERSION = 6, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 7, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
@@ -55,8 +55,8 @@ typedef enum {
     INS_FREE,     // arena [dst, dst + bytes) holds nothing from here on (the cpu backend fills it with NaN)
     INS_RECORD,   // event `event` fires once everything before it on this engine is done
     INS_WAIT,     // nothing after it on this engine starts before event `event` fired
-    INS_NORM,     // host: the squared norm of layer `layer`'s gradients (-1: the globals), on a step's last micro-batch
-    INS_UPDATE,   // host: the pending AdamW update of layer `layer`'s weights (-1: the globals); zeroes its gradients
+    INS_NORM,     // host: the squared norm of segment `layer`'s gradients, on a step's last micro-batch
+    INS_UPDATE,   // host: the pending AdamW update of segment `layer`'s weights; zeroes its gradients
     INS_COUNT
 } InsKind;
 
@@ -70,7 +70,7 @@ typedef struct Instr {
     int32_t kind;     // InsKind
     int32_t engine;   // Engine
     int32_t part;     // INS_RUN
-    int32_t layer;    // INS_RUN, INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE (-1: global params)
+    int32_t layer;    // INS_RUN; INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE: the host store segment (below)
     int32_t input;    // INS_INPUT
     int32_t from, to; // INS_RUN
     int32_t frame;    // INS_RUN of the block: which frame's offsets (0 for the head and tail)
@@ -88,9 +88,13 @@ typedef struct Plan {
     // CONFIG and GRAPH (the graph holds the TrainConfig)
     Graph *graph;
     // HOST: every array of the host store (master, moments, accumulators,
-    // the bf16 copy) has the same layout in elements: the global segment,
-    // then one segment a layer, each contiguous so that a layer is one copy.
-    int64_t host_global;   // elements in the global segment
+    // the bf16 copy) has the same layout in elements: the global
+    // parameters, then one segment a layer, each contiguous so that a layer
+    // is one copy. The globals are two segments: first those the head reads
+    // (SEG_HEAD), then those only the tail reads (SEG_TAIL: an untied LM
+    // head, the final norm), which the host can update while the layers run.
+    int64_t host_global;   // elements of the global parameters
+    int64_t host_tail;     // of them, the last host_tail elements: the tail's own segment
     int64_t host_layer;    // elements in each layer's segment
     int64_t *param_offset; // (graph->params.n) elements from the start of its segment
     int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
@@ -121,6 +125,25 @@ typedef struct Plan {
     // set by the writer and the reader: crc32 over all sections, naming this plan
     uint32_t plan_crc;
 } Plan;
+
+// Host store segments, as Instr.layer names them: the head's globals, the
+// tail's own globals, then layers 0 .. layers-1. Either global segment may
+// be empty; a plan moves, updates and norms only those that are not.
+enum { SEG_TAIL = -2, SEG_HEAD = -1, SEG_FIRST = SEG_TAIL };
+static inline int64_t plan_segment_base(const Plan *p, int64_t seg) {
+    return seg == SEG_HEAD ? 0 : seg == SEG_TAIL ? p->host_global - p->host_tail : p->host_global + seg * p->host_layer;
+}
+static inline int64_t plan_segment_len(const Plan *p, int64_t seg) {
+    return seg == SEG_HEAD ? p->host_global - p->host_tail : seg == SEG_TAIL ? p->host_tail : p->host_layer;
+}
+// The segment element f of the store lies in.
+static inline int64_t plan_segment_of(const Plan *p, int64_t f) {
+    if (f < p->host_global) return f < p->host_global - p->host_tail ? SEG_HEAD : SEG_TAIL;
+    return p->host_layer > 0 ? (f - p->host_global) / p->host_layer : SEG_HEAD;
+}
+// How many segments there are, and segment seg's index among them (0 .. count-1).
+static inline int64_t plan_segment_count(const Plan *p) { return p->graph->layers - SEG_FIRST; }
+static inline int64_t plan_segment_index(int64_t seg) { return seg - SEG_FIRST; }
 
 // The node offsets a RUN of part pk in frame `frame` uses.
 static inline const int64_t *plan_offsets(const Plan *p, int pk, int frame) {

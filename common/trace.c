@@ -33,6 +33,7 @@ int trace_in_train(const Plan *p, const Instr *in) { return in >= p->train && in
 
 void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     const Part *part = &p->graph->parts[in->part >= 0 && in->part < PART_COUNT ? in->part : 0];
+    const char *glob = in->layer == SEG_TAIL ? "tail" : "head"; // a global segment's name
     switch ((InsKind)in->kind) {
     case INS_RUN:
         if (in->part == PART_BLOCK)
@@ -43,11 +44,11 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
                      in->from == 0 && in->to == part->nodes.n ? "forward+backward" : in->from == 0 ? "forward" : "backward");
         break;
     case INS_COPY_IN:
-        if (in->layer < 0) snprintf(buf, cap, "global weights in");
+        if (in->layer < 0) snprintf(buf, cap, "%s globals in", glob);
         else snprintf(buf, cap, "layer %d weights in", in->layer);
         break;
     case INS_COPY_OUT:
-        if (in->layer < 0) snprintf(buf, cap, "global gradient out");
+        if (in->layer < 0) snprintf(buf, cap, "%s globals gradient out", glob);
         else snprintf(buf, cap, "layer %d gradient out", in->layer);
         break;
     case INS_COPY: snprintf(buf, cap, "device copy"); break;
@@ -55,11 +56,11 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     case INS_SAVE: snprintf(buf, cap, "activations out"); break;
     case INS_LOAD: snprintf(buf, cap, "activations in"); break;
     case INS_UPDATE:
-        if (in->layer < 0) snprintf(buf, cap, "AdamW globals");
+        if (in->layer < 0) snprintf(buf, cap, "AdamW %s globals", glob);
         else snprintf(buf, cap, "AdamW layer %d", in->layer);
         break;
     case INS_NORM:
-        if (in->layer < 0) snprintf(buf, cap, "gradient norm globals");
+        if (in->layer < 0) snprintf(buf, cap, "gradient norm %s globals", glob);
         else snprintf(buf, cap, "gradient norm layer %d", in->layer);
         break;
     default: snprintf(buf, cap, "%d", in->kind); break;

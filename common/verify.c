@@ -135,7 +135,7 @@ typedef struct V {
     const char *stream;
     int32_t *clk;   // (n, ENG_COUNT) vector clocks
     int32_t *pos;   // (n) 1 + the instruction's place in its engine's order
-    int *upd, *nrm; // (layers + 1) the stream's UPDATE and NORM of the globals (0) and each layer (1 + l), or -1
+    int *upd, *nrm; // (segments) the stream's UPDATE and NORM of each host store segment (plan_segment_index), or -1
     Spans arena, act, grads;
     Span *moved; // scratch for copies
     int moved_cap;
@@ -161,7 +161,9 @@ static int before(const V *v, int a, int b) {
 }
 
 static void describe_layer(char *buf, size_t cap, int64_t layer) {
-    if (layer < 0) snprintf(buf, cap, "the globals");
+    if (layer == SEG_HEAD) snprintf(buf, cap, "the head's globals");
+    else if (layer == SEG_TAIL) snprintf(buf, cap, "the tail's globals");
+    else if (layer < 0) snprintf(buf, cap, "the globals");
     else snprintf(buf, cap, "layer %lld", (long long)layer);
 }
 
@@ -197,12 +199,6 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
 
 static int64_t host_floats(const Plan *p) { return p->host_global + p->graph->layers * p->host_layer; }
 
-// The host store segment a float lies in: -1 for the globals, else the layer.
-static int64_t segment_of(const Plan *p, int64_t f) {
-    return f < p->host_global || p->host_layer <= 0 ? -1 : (f - p->host_global) / p->host_layer;
-}
-static int64_t segment_base(const Plan *p, int64_t layer) { return layer < 0 ? 0 : p->host_global + layer * p->host_layer; }
-static int64_t segment_len(const Plan *p, int64_t layer) { return layer < 0 ? p->host_global : p->host_layer; }
 
 static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
     const Plan *p = v->p;
@@ -213,7 +209,7 @@ static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
     case V_WEIGHTS: {
         char ly[32];
         int64_t elem = l->at / weight_bytes(p);
-        describe_layer(ly, sizeof ly, segment_of(p, elem));
+        describe_layer(ly, sizeof ly, plan_segment_of(p, elem));
         snprintf(buf, cap, "%s%s weights from host element %lld", ly, ly[0] == 'l' ? "'s" : "'", (long long)elem);
         break;
     }
@@ -449,7 +445,7 @@ static int verify_run(V *v, int i, const Instr *in) {
 // the NORM reads them.
 static int host_order(V *v, int i, int64_t layer) {
     const Instr *in = &v->ins[i];
-    int u = v->upd[layer + 1], m = v->nrm[layer + 1];
+    int u = v->upd[plan_segment_index(layer)], m = v->nrm[plan_segment_index(layer)];
     char rs[200], us[200], ly[32];
     describe_layer(ly, sizeof ly, layer);
     describe_instr(v, i, rs, sizeof rs);
@@ -562,7 +558,7 @@ static int check_fields(V *v, int i) {
     case INS_COPY_IN:
     case INS_COPY_OUT: {
         int64_t arena = in->kind == INS_COPY_IN ? in->dst : in->src, host = in->kind == INS_COPY_IN ? in->src : in->dst;
-        if (in->layer < -1 || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
         int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
         if (in->flags & ~XFER_BF16) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
         if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
@@ -570,7 +566,7 @@ static int check_fields(V *v, int i) {
         if (in->kind == INS_COPY_IN && elem != weight_bytes(p))
             return fail(v, "%s: weights stream as %s in this plan", d, dtype_name(g->train.compute));
         if (in->bytes % elem != 0 || !range_ok(host, in->bytes / elem, H) ||
-            !range_ok(host - segment_base(p, in->layer), in->bytes / elem, segment_len(p, in->layer)))
+            !range_ok(host - plan_segment_base(p, in->layer), in->bytes / elem, plan_segment_len(p, in->layer)))
             return fail(v, "%s: host elements [%lld, +%lld) are not inside that layer's segment", d, (long long)host,
                         (long long)(in->bytes / elem));
         if (!range_ok(arena, in->bytes, A)) return fail(v, "%s: arena bytes outside the arena", d);
@@ -599,7 +595,7 @@ static int check_fields(V *v, int i) {
     case INS_FREE: return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     case INS_NORM:
     case INS_UPDATE:
-        return in->layer >= -1 && in->layer < g->layers ? 0 : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        return in->layer >= SEG_FIRST && in->layer < g->layers ? 0 : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
     case INS_COUNT: break;
     }
     return 0;
@@ -614,15 +610,15 @@ static int verify_order(V *v) {
     int *rec = malloc((size_t)(nev + 1) * sizeof *rec);
     if (!rec) return oom(v);
     for (int e = 0; e < nev; e++) rec[e] = -1;
-    for (int64_t l = 0; l <= p->graph->layers; l++) v->upd[l] = v->nrm[l] = -1;
+    for (int64_t s = 0; s < plan_segment_count(p); s++) v->upd[s] = v->nrm[s] = -1;
     char a[200], b[200];
     int rc = 0;
     for (int i = 0; i < n && rc == 0; i++) { // events recorded, and the host optimizer's instructions
         const Instr *in = &v->ins[i];
         if ((rc = check_fields(v, i)) != 0) break;
         int *slot = in->kind == INS_RECORD ? &rec[in->event]
-                    : in->kind == INS_UPDATE ? &v->upd[in->layer + 1]
-                    : in->kind == INS_NORM   ? &v->nrm[in->layer + 1]
+                    : in->kind == INS_UPDATE ? &v->upd[plan_segment_index(in->layer)]
+                    : in->kind == INS_NORM   ? &v->nrm[plan_segment_index(in->layer)]
                                              : NULL;
         if (!slot) continue;
         if (*slot >= 0) {
@@ -704,7 +700,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
         }
         case INS_NORM:
         case INS_UPDATE: { // the layer's gradients: NORM reads them, UPDATE reads and zeroes them
-            int64_t lo = segment_base(p, in->layer), hi = lo + segment_len(p, in->layer);
+            int64_t lo = plan_segment_base(p, in->layer), hi = lo + plan_segment_len(p, in->layer);
             rc = read_range(v, &v->grads, i, lo, hi, NULL, "");
             if (rc == 0 && in->kind == INS_UPDATE) rc = write_range(v, &v->grads, i, lo, hi, (Label){.kind = V_GRADS});
             break;
@@ -723,9 +719,8 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     v.arena.name = "arena bytes";
     v.act.name = "host activation store bytes";
     v.grads.name = "host gradient elements";
-    int64_t layers = p->graph->layers;
-    v.upd = malloc((size_t)(layers + 1) * sizeof *v.upd);
-    v.nrm = malloc((size_t)(layers + 1) * sizeof *v.nrm);
+    v.upd = malloc((size_t)plan_segment_count(p) * sizeof *v.upd);
+    v.nrm = malloc((size_t)plan_segment_count(p) * sizeof *v.nrm);
     int rc = v.upd && v.nrm ? 0 : oom(&v);
     if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
     if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");

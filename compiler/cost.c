@@ -212,10 +212,8 @@ static double run_heavy(const KernelTimes *kt, int part, int from, int to, int f
     return s;
 }
 
-// Elements of layer `layer`'s segment of the host store (-1: the globals).
-static double layer_elems(const Plan *p, int32_t layer) {
-    return (double)(layer < 0 ? p->host_global : p->host_layer);
-}
+// Elements of segment `layer` of the host store.
+static double layer_elems(const Plan *p, int32_t layer) { return (double)plan_segment_len(p, layer); }
 
 // Host bytes a parameter's AdamW update moves: reads w, m, v, g (16), writes
 // w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2).

@@ -382,15 +382,24 @@ static void run(Builder *b, PartKind part, int from, int to, int64_t layer, int 
 
 static void host_op(Builder *b, InsKind kind, int64_t layer) { emit(b, kind, ENG_HOST)->layer = (int32_t)layer; }
 
-static void copy_in_weights(Builder *b, int64_t layer, int64_t dst) {
+// Segment seg's weights (a layer's, or SEG_HEAD's or SEG_TAIL's in the
+// globals' region) -> arena dst; nothing for an empty global segment.
+static void copy_in_weights(Builder *b, int64_t seg, int64_t dst) {
     const Plan *p = b->p;
-    Instr *in = emit(b, INS_COPY_IN, ENG_COPY_IN);
-    in->layer = (int32_t)layer;
     DType compute = p->graph->train.compute;
-    in->src = layer < 0 ? 0 : p->host_global + layer * p->host_layer;
-    in->dst = dst;
-    in->bytes = (layer < 0 ? p->host_global : p->host_layer) * storage_weight_bytes(compute);
+    int64_t wbytes = storage_weight_bytes(compute);
+    if (seg < 0 && plan_segment_len(p, seg) == 0) return;
+    Instr *in = emit(b, INS_COPY_IN, ENG_COPY_IN);
+    in->layer = (int32_t)seg;
+    in->src = plan_segment_base(p, seg);
+    in->dst = seg < 0 ? b->globals + in->src * wbytes : dst;
+    in->bytes = plan_segment_len(p, seg) * wbytes;
     in->flags = compute == DT_BF16 ? XFER_BF16 : 0;
+}
+
+// A host optimizer instruction of a global segment, unless it is empty.
+static void global_op(Builder *b, InsKind kind, int64_t seg) {
+    if (plan_segment_len(b->p, seg) > 0) host_op(b, kind, seg);
 }
 
 static void save(Builder *b, int64_t src, int64_t host, int64_t bytes) {
@@ -426,7 +435,9 @@ static void feed_inputs(Builder *b, PartKind pk) {
     }
 }
 
-// Adds a part's parameter gradients into the host accumulators.
+// Adds a part's parameter gradients into the host accumulators: a block's
+// into layer `layer`'s segment, the head's and the tail's into their
+// globals' segments.
 static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
     const Plan *p = b->p;
     const Part *part = &p->graph->parts[pk];
@@ -434,9 +445,10 @@ static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
         const Grad *g = part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
         Instr *in = emit(b, INS_COPY_OUT, ENG_COPY_OUT);
-        in->layer = (int32_t)layer;
+        int64_t at = p->param_offset[g->of->param]; // from its segment's start, or the globals'
+        in->layer = (int32_t)(pk == PART_BLOCK ? layer : plan_segment_of(p, at));
         in->src = addr(p, g->grad, frame);
-        in->dst = (layer < 0 ? 0 : p->host_global + layer * p->host_layer) + p->param_offset[g->of->param];
+        in->dst = (pk == PART_BLOCK ? plan_segment_base(p, layer) : 0) + at;
         DType compute = p->graph->train.compute;
         in->bytes = node_bytes(compute, g->grad);
         in->flags = storage_dtype(compute, g->grad) == DT_BF16 ? XFER_BF16 : 0;
@@ -529,14 +541,15 @@ static void offload_copies(Builder *b, int64_t l, int f, int restore) {
 // previous layer's output, staged in the carry buffer; streamed layers that the backward will not find
 // intact leave a checkpoint (layer, selective), kept matmul and attention
 // outputs (selective) or everything the backward reads (offload).
-// `ev_update[l]` (or -1) is the host update layer l's weights wait for.
+// `ev_update[1 + l]` (or -1) is the host update layer l's weights wait
+// for; [0] the head's globals', [1 + layers] the tail's.
 static void forward(Builder *b, const int *ev_update, int train) {
     const Plan *p = b->p;
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK];
     const Node *x = part_input_from(block, PART_HEAD);
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
-    copy_in_weights(b, -1, b->globals);
+    copy_in_weights(b, SEG_HEAD, 0);
     feed_inputs(b, PART_HEAD);
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
     run(b, PART_HEAD, 0, head->nfwd, -1, 0, 0);
@@ -570,6 +583,9 @@ static void forward(Builder *b, const int *ev_update, int train) {
         }
         prev = b->carry0;
     }
+    // the tail's own globals, updated last, go in behind the last layer's weights
+    wait_for(b, ENG_COPY_IN, ev_update ? ev_update[g->layers + 1] : -1);
+    copy_in_weights(b, SEG_TAIL, 0);
     // the tail's buffers are the head's (tiled: the frames' too, once nothing reads them any more);
     // its inputs go in once the head is done with them
     for (int f = 0; b->over_frames && f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
@@ -794,16 +810,26 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         return NULL;
     }
 
-    // 1. Host store layout: globals, then one segment per layer, each
-    //    parameter aligned to STORE_ALIGN_ELEMS inside its segment.
+    // 1. Host store layout: the globals the head reads, those only the
+    //    tail reads, then one segment per layer, each parameter aligned to
+    //    STORE_ALIGN_ELEMS inside its segment.
     p->param_offset = arena_alloc(a, (size_t)(g->params.n + 1) * sizeof(int64_t));
-    if (!p->param_offset) goto oom;
-    for (int i = 0; i < g->params.n; i++) {
-        const Param *prm = g->params.items[i];
-        int64_t *seg = prm->in_block ? &p->host_layer : &p->host_global;
-        p->param_offset[i] = *seg;
-        *seg += storage_host_elems_of(shape_numel(&prm->shape));
+    unsigned char *head_reads = arena_alloc(a, (size_t)g->params.n + 1); // (params) whether the head reads it
+    if (!p->param_offset || !head_reads) goto oom;
+    memset(head_reads, 0, (size_t)g->params.n + 1);
+    for (int i = 0; i < head->nodes.n; i++) {
+        const Node *n = head->nodes.items[i];
+        if (n->op == OP_PARAM) head_reads[n->param] = 1;
     }
+    for (int pass = 0; pass < 3; pass++) // the head's globals, the tail's, the layer's
+        for (int i = 0; i < g->params.n; i++) {
+            const Param *prm = g->params.items[i];
+            if (pass != (prm->in_block ? 2 : !head_reads[i])) continue;
+            int64_t *seg = prm->in_block ? &p->host_layer : &p->host_global;
+            p->param_offset[i] = *seg;
+            *seg += storage_host_elems_of(shape_numel(&prm->shape));
+            if (pass == 1) p->host_tail += storage_host_elems_of(shape_numel(&prm->shape));
+        }
 
     BlockNeeds need;
     if (block_needs(block, g->train.compute, a, &need) != 0) goto oom;
@@ -827,18 +853,23 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
     if (!b.frame_cmp || !b.frame_out) goto oom;
 
-    // 4. The training stream. The host updates globals then layers in
-    //    forward order, each layer's weights going in right after; the
-    //    megatrain baseline finishes every update before any copy.
+    // 4. The training stream. The host updates the head's globals, the
+    //    layers in forward order and the tail's globals, each segment's
+    //    weights going in right after; the baselines finish every update
+    //    before any copy.
     int64_t L = g->layers;
-    int *ev_update = arena_alloc(a, (size_t)(L + 2) * sizeof(int));
+    int *ev_update = arena_alloc(a, (size_t)(L + 2) * sizeof(int)); // (L + 2) [0] head, [1 + l] layer l, [1 + L] tail
     if (!ev_update) goto oom;
-    for (int64_t l = -1; l < L; l++) {
+    global_op(&b, INS_UPDATE, SEG_HEAD);
+    ev_update[0] = record(&b, ENG_HOST);
+    for (int64_t l = 0; l < L; l++) {
         host_op(&b, INS_UPDATE, l);
         ev_update[l + 1] = record(&b, ENG_HOST);
     }
+    global_op(&b, INS_UPDATE, SEG_TAIL);
+    ev_update[L + 1] = record(&b, ENG_HOST);
     if (c->policy == POLICY_MEGATRAIN || c->policy == POLICY_ZERO3) // the optimizer after the backward, not overlapped
-        for (int64_t l = 0; l <= L; l++) ev_update[l] = ev_update[L];
+        for (int64_t l = 0; l <= L; l++) ev_update[l] = ev_update[L + 1];
     for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;
     forward(&b, ev_update, 1);
     if (tail->nchunks) { // forward and backward chunk by chunk
@@ -853,6 +884,8 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     wait_for(&b, ENG_COPY_OUT, ev_tail);
     grads_out(&b, PART_TAIL, -1, 0);
     int ev_tail_out = record(&b, ENG_COPY_OUT); // the tail's gradients are out: its buffers are free
+    if (p->host_tail) wait_for(&b, ENG_HOST, ev_tail_out);
+    global_op(&b, INS_NORM, SEG_TAIL); // the tail's own globals have all their gradients
     if (c->policy == POLICY_ZERO3) wait_for(&b, ENG_COMPUTE, ev_tail_out); // (as backward_layer says)
     for (int f = 0; b.over_frames && f < b.nframes; f++) // they were the frames': their next users wait for it
         b.frame_cmp[f] = ev_tail, b.frame_out[f] = ev_tail_out;
@@ -877,7 +910,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     wait_for(&b, ENG_COPY_OUT, record(&b, ENG_COMPUTE));
     grads_out(&b, PART_HEAD, -1, 0);
     wait_for(&b, ENG_HOST, record(&b, ENG_COPY_OUT));
-    host_op(&b, INS_NORM, -1);
+    global_op(&b, INS_NORM, SEG_HEAD);
     p->train = finish(&b, &p->ntrain);
 
     // 5. The evaluation stream: forward and loss only.

@@ -614,12 +614,18 @@ static int read_graph(Rd *r, Graph *g) {
 static int read_host(Rd *r, Plan *p) {
     const Graph *g = p->graph;
     p->host_global = get_i64(r);
+    p->host_tail = get_i64(r);
     p->host_layer = get_i64(r);
     int n = get_count(r, 8, "parameter offsets");
     if (r->failed) return -1;
     if (p->host_global < 0 || p->host_layer < 0 || p->host_layer > (MAX_NUMEL - p->host_global) / g->layers) {
         rd_fail(r, "a host store of %lld + %lld x %lld floats is out of range", (long long)p->host_global,
                 (long long)g->layers, (long long)p->host_layer);
+        return -1;
+    }
+    if (p->host_tail < 0 || p->host_tail > p->host_global) {
+        rd_fail(r, "the tail's globals take %lld of the %lld global floats", (long long)p->host_tail,
+                (long long)p->host_global);
         return -1;
     }
     if (n != g->params.n) {
@@ -640,6 +646,12 @@ static int read_host(Rd *r, Plan *p) {
             rd_fail(r, "parameter '%s' at floats [%lld, +%lld) lies outside its %s segment of %lld floats", pr->name,
                     (long long)p->param_offset[i], (long long)shape_numel(&pr->shape), pr->in_block ? "layer" : "global",
                     (long long)seg);
+            return -1;
+        }
+        int64_t first = p->param_offset[i], last = first + shape_numel(&pr->shape) - 1;
+        if (!pr->in_block && shape_numel(&pr->shape) > 0 && plan_segment_of(p, first) != plan_segment_of(p, last)) {
+            rd_fail(r, "global parameter '%s' at floats [%lld, %lld] lies across the head's and the tail's segments",
+                    pr->name, (long long)first, (long long)last);
             return -1;
         }
     }
@@ -742,8 +754,9 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
     case INS_COPY_OUT: {
         int64_t harena = in->kind == INS_COPY_IN ? in->dst : in->src, hhost = in->kind == INS_COPY_IN ? in->src : in->dst;
         int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
-        if (in->layer < -1 || in->layer >= g->layers)
-            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        if (in->layer < SEG_FIRST || in->layer >= g->layers)
+            rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
+                    (long long)g->layers);
         else if (in->flags & ~XFER_BF16) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
         else if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
             rd_fail(r, "%s: a bf16 transfer in a plan that computes in %s", where, dtype_name(g->train.compute));
@@ -811,8 +824,9 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         return;
     case INS_NORM:
     case INS_UPDATE:
-        if (in->layer < -1 || in->layer >= g->layers)
-            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        if (in->layer < SEG_FIRST || in->layer >= g->layers)
+            rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
+                    (long long)g->layers);
         return;
     case INS_COUNT: return;
     }

@@ -20,7 +20,7 @@ int store_alloc(HostStore *s, const Plan *p) {
 }
 
 int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap) {
-    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = 1 + p->graph->layers, .threads = 1};
+    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = plan_segment_count(p), .threads = 1};
     master = tier_dir && master;
     if (master && p->graph->train.compute != DT_BF16) {
         snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
@@ -80,13 +80,19 @@ int64_t store_offset(const Plan *p, int param, int64_t layer) {
 }
 
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
-    *count = layer < 0 ? p->host_global : p->host_layer;
-    return layer < 0 ? 0 : p->host_global + layer * p->host_layer;
+    *count = plan_segment_len(p, layer);
+    return plan_segment_base(p, layer);
+}
+
+// Whether parameter i lies in segment seg (a layer's, or a global one).
+static int in_segment(const Plan *p, int i, int64_t seg) {
+    const Param *prm = p->graph->params.items[i];
+    return prm->in_block ? seg >= 0 : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     int64_t n, off = store_segment(p, layer, &n);
-    s->seg[layer + 1].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
+    s->seg[plan_segment_index(layer)].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
 }
 
 // Array `array` (0 w, 1 m, 2 v) of a layer's staged record: m at 0, v at
@@ -96,7 +102,7 @@ static float *in_record(const HostStore *s, float *rec, int array) {
 }
 
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
-    StoreSegment *seg = &s->seg[layer + 1];
+    StoreSegment *seg = &s->seg[plan_segment_index(layer)];
     if (!seg->pending || s->err[0]) return;
     const Graph *g = p->graph;
     // The segment's moments (and master): in RAM, or the layer's record
@@ -111,7 +117,7 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     }
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        if (prm->in_block != (layer >= 0)) continue;
+        if (!in_segment(p, i, layer)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
         int64_t off = store_offset(p, i, layer);
         adamw_update(w + off - wbase, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
@@ -124,7 +130,7 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
 }
 
 void store_flush(HostStore *s, const Plan *p) {
-    for (int64_t l = -1; l < p->graph->layers; l++) store_update(s, p, l);
+    for (int64_t l = SEG_FIRST; l < p->graph->layers; l++) store_update(s, p, l);
 }
 
 // Copies floats [off, off + n) of an array between the store and buf, in
@@ -133,7 +139,7 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
                       size_t errcap) {
     float *ram = array == 0 ? s->w : array == 1 ? s->m : s->v;
     while (n > 0) {
-        int64_t layer = off < p->host_global ? -1 : (off - p->host_global) / p->host_layer, count;
+        int64_t layer = plan_segment_of(p, off), count;
         int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
@@ -168,7 +174,7 @@ static int store_release_master(HostStore *s, int64_t layer, int dirty, char *er
 }
 
 int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
-    for (int64_t l = -1; s->wb && l < p->graph->layers; l++) {
+    for (int64_t l = SEG_FIRST; s->wb && l < p->graph->layers; l++) {
         int64_t n, off = store_segment(p, l, &n);
         const float *w = store_master(s, p, l, err, errcap);
         if (!w) return -1;
@@ -195,12 +201,12 @@ static double normal_at(uint64_t key, int64_t i) {
 
 int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap) {
     const Graph *g = p->graph;
-    for (int64_t seg = -1; seg < g->layers; seg++) { // the globals, then each layer's segment
+    for (int64_t seg = SEG_FIRST; seg < g->layers; seg++) { // the globals, then each layer's segment
         float *master = store_master(s, p, seg, err, errcap);
         if (!master) return -1;
         for (int i = 0; i < g->params.n; i++) {
             const Param *prm = g->params.items[i];
-            if (prm->in_block != (seg >= 0)) continue;
+            if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg;
             float *w = master + store_offset(p, i, l);
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));

@@ -11,7 +11,7 @@
 #include "adamw.h"
 #include "tier.h"
 
-// The host optimizer's state of one segment (the globals, or one layer).
+// The host optimizer's state of one segment (the head's or the tail's globals, or one layer).
 typedef struct StoreSegment {
     double sq_norm; // its gradients' squared norm on this step (INS_NORM); NAN: not yet
     int pending;    // an update waits for INS_UPDATE (or a flush)
@@ -26,8 +26,9 @@ typedef struct HostStore {
     float *v;    // (n) Adam second moments; with a tier, (host_global)
     float *g;    // (n) fp32 gradient accumulators
     uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
-    // The host optimizer, by segment: seg[0] the globals, seg[1 + l] layer l.
-    int64_t nseg; // 1 + layers
+    // The host optimizer, by segment: seg[plan_segment_index(SEG_TAIL)] the
+    // tail's globals, [.. (SEG_HEAD)] the head's, [.. (l)] layer l.
+    int64_t nseg; // plan_segment_count: 2 + layers
     StoreSegment *seg; // (nseg)
     int threads;  // for the optimizer and the norms
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer

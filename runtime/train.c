@@ -150,7 +150,7 @@ static void step_end(Run *r, int64_t t_step, double lr, double inv, double *norm
     const TrainConfig *t = &p->graph->train;
     double sq = 0;
     for (int64_t s = 0; s < r->hs.nseg; s++) {
-        if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s - 1);
+        if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s + SEG_FIRST);
         sq += r->hs.seg[s].sq_norm;
     }
     *norm = sqrt(sq) * inv;
@@ -177,7 +177,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     // Gradients start the step at zero: an update the train stream does not
     // apply (and zero the gradients of) is applied here, before the stream.
     for (int64_t s = 0; s < r->hs.nseg; s++) {
-        if (r->hs.seg[s].pending && (r->o->reference || !r->stream_updates[s])) store_update(&r->hs, p, s - 1);
+        if (r->hs.seg[s].pending && (r->o->reference || !r->stream_updates[s])) store_update(&r->hs, p, s + SEG_FIRST);
         r->hs.seg[s].sq_norm = NAN;
     }
     if (store_ok(r, err, errcap) != 0) return -1;
@@ -325,7 +325,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         }
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
-                r->stream_updates[p->train[i].layer + 1] = 1;
+                r->stream_updates[plan_segment_index(p->train[i].layer)] = 1;
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed,
                           .hold_ins = r->o->test_hold_ins};
     }

@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 6. For each model given: parse,
+// test_plan: the plan file format, version 7. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -546,15 +546,15 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 6");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 7");
     memcpy(buf, orig, len);
-    st32(buf + 8, 4);
+    st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 4", buf, len, "p.plan: plan version 4, this mtrun reads version 6");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 7");
     memcpy(buf, orig, len);
-    st32(buf + 8, 7);
+    st32(buf + 8, 8);
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 6");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 7");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -851,7 +851,7 @@ static void damage_fields(Plan *p, const char *path) {
         case INS_RECORD: in->event = p->nevents; fault = "event"; break;
         case INS_WAIT: in->event = -1; fault = "event -1"; break;
         case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
-        case INS_UPDATE: in->layer = -2; fault = "layer -2"; break;
+        case INS_UPDATE: in->layer = -3; fault = "segment -3"; break;
         case INS_COUNT: break;
         }
         char ctx[64];

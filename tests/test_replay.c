@@ -77,7 +77,7 @@ static void pending_state(const Plan *p, HostStore *hs, const int32_t *const *in
 
 static void outcome_norms(const Plan *p, HostStore *hs, Outcome *o) {
     for (int64_t s = 0; s < hs->nseg; s++) {
-        store_norm(hs, p, s - 1);
+        store_norm(hs, p, s + SEG_FIRST);
         o->sq[s] = hs->seg[s].sq_norm;
     }
 }
