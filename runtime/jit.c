@@ -2,6 +2,8 @@
 #include "jit.h"
 
 #include <cblas.h>
+#include <dlfcn.h>
+#include <pthread.h>
 #include <llvm-c/BitReader.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
@@ -107,7 +109,89 @@ static int check_args(const Jit *j, char *err, size_t cap) {
     return 0;
 }
 
+// glibc's vector maths (libmvec): exp, log, sin, cos, pow on 2 or 4
+// doubles, 4 or 8 floats at once, within 4 ulp of libm's. Without it each
+// lane of a vectorised exp is a scalar libm call (a softmax row, a SiLU).
+// Offered to the loop vectoriser call by call, as the vector variants
+// LLVM's TLI would list for -vector-library=LIBMVEC-X86, on f32 plans only:
+// bf16 plans keep libm's scalar results, because rounding every node to
+// bf16 turns a last-ulp difference now and then into one of 2^-8, and only
+// the reference executor's arithmetic holds a streamed bf16 replay to its
+// losses to 1e-5. Needs AVX2 and FMA (the 4-double variants) and
+// libmvec.so.1; MT_JIT_LIBMVEC=0 keeps libm's calls everywhere.
+typedef struct VecFn {
+    const char *scalar; // the intrinsic the kernels call
+    int vf, nargs;
+    const char *vector; // libmvec's variant of vf lanes
+} VecFn;
+static const VecFn VEC_FNS[] = {
+    {"llvm.exp.f64", 2, 1, "_ZGVbN2v_exp"},     {"llvm.exp.f64", 4, 1, "_ZGVdN4v_exp"},
+    {"llvm.exp.f32", 4, 1, "_ZGVbN4v_expf"},    {"llvm.exp.f32", 8, 1, "_ZGVdN8v_expf"},
+    {"llvm.log.f64", 2, 1, "_ZGVbN2v_log"},     {"llvm.log.f64", 4, 1, "_ZGVdN4v_log"},
+    {"llvm.log.f32", 4, 1, "_ZGVbN4v_logf"},    {"llvm.log.f32", 8, 1, "_ZGVdN8v_logf"},
+    {"llvm.sin.f64", 2, 1, "_ZGVbN2v_sin"},     {"llvm.sin.f64", 4, 1, "_ZGVdN4v_sin"},
+    {"llvm.sin.f32", 4, 1, "_ZGVbN4v_sinf"},    {"llvm.sin.f32", 8, 1, "_ZGVdN8v_sinf"},
+    {"llvm.cos.f64", 2, 1, "_ZGVbN2v_cos"},     {"llvm.cos.f64", 4, 1, "_ZGVdN4v_cos"},
+    {"llvm.cos.f32", 4, 1, "_ZGVbN4v_cosf"},    {"llvm.cos.f32", 8, 1, "_ZGVdN8v_cosf"},
+    {"llvm.pow.f64", 2, 2, "_ZGVbN2vv_pow"},    {"llvm.pow.f64", 4, 2, "_ZGVdN4vv_pow"},
+    {"llvm.pow.f32", 4, 2, "_ZGVbN4vv_powf"},   {"llvm.pow.f32", 8, 2, "_ZGVdN8vv_powf"},
+};
+enum { NVEC_FNS = sizeof VEC_FNS / sizeof VEC_FNS[0] };
+
+static int vecmath_ok; // the host and the process can run libmvec's variants
+static void vecmath_init(void) {
+    const char *env = getenv("MT_JIT_LIBMVEC");
+    char *feat = LLVMGetHostCPUFeatures();
+    int avx2 = feat && strstr(feat, "+avx2") && strstr(feat, "+fma");
+    LLVMDisposeMessage(feat);
+    vecmath_ok = !(env && !strcmp(env, "0")) && avx2 && dlopen("libmvec.so.1", RTLD_NOW | RTLD_GLOBAL);
+}
+
+// Marks every call of mod to an intrinsic of VEC_FNS with its variants
+// (the "vector-function-abi-variant" attribute the vectoriser reads),
+// declares them and keeps them (llvm.compiler.used) until it has run.
+static void offer_vecmath(LLVMModuleRef mod) {
+    LLVMContextRef cx = LLVMGetModuleContext(mod);
+    LLVMValueRef used[NVEC_FNS];
+    int nused = 0;
+    for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
+        size_t len;
+        const char *name = LLVMGetValueName2(f, &len);
+        if (!LLVMIsDeclaration(f) || strncmp(name, "llvm.", 5) != 0) continue;
+        char variants[512] = "";
+        for (int i = 0; i < NVEC_FNS; i++) {
+            const VecFn *v = &VEC_FNS[i];
+            if (strcmp(v->scalar, name) != 0) continue;
+            LLVMTypeRef fty = LLVMGlobalGetValueType(f), ret = LLVMGetReturnType(fty);
+            LLVMTypeRef vt = LLVMVectorType(ret, (unsigned)v->vf), params[2] = {vt, vt};
+            LLVMValueRef vf = LLVMGetNamedFunction(mod, v->vector);
+            if (!vf) vf = LLVMAddFunction(mod, v->vector, LLVMFunctionType(vt, params, (unsigned)v->nargs, 0));
+            used[nused++] = LLVMConstBitCast(vf, LLVMPointerType(LLVMInt8TypeInContext(cx), 0));
+            size_t at = strlen(variants);
+            snprintf(variants + at, sizeof variants - at, "%s_ZGV_LLVM_N%d%s_%s(%s)", at ? "," : "", v->vf,
+                     v->nargs == 2 ? "vv" : "v", v->scalar, v->vector);
+        }
+        if (!variants[0]) continue;
+        LLVMAttributeRef attr = LLVMCreateStringAttribute(cx, "vector-function-abi-variant", 27, variants,
+                                                          (unsigned)strlen(variants));
+        for (LLVMUseRef u = LLVMGetFirstUse(f); u; u = LLVMGetNextUse(u)) {
+            LLVMValueRef call = LLVMGetUser(u);
+            if (LLVMIsACallInst(call) && LLVMGetCalledValue(call) == f)
+                LLVMAddCallSiteAttribute(call, LLVMAttributeFunctionIndex, attr);
+        }
+    }
+    if (!nused) return;
+    LLVMTypeRef i8p = LLVMPointerType(LLVMInt8TypeInContext(cx), 0);
+    LLVMValueRef keep = LLVMAddGlobal(mod, LLVMArrayType(i8p, (unsigned)nused), "llvm.compiler.used");
+    LLVMSetInitializer(keep, LLVMConstArray(i8p, used, (unsigned)nused));
+    LLVMSetLinkage(keep, LLVMAppendingLinkage);
+    LLVMSetSection(keep, "llvm.metadata");
+}
+
 static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap) {
+    static pthread_once_t vecmath_once = PTHREAD_ONCE_INIT;
+    pthread_once(&vecmath_once, vecmath_init);
+    int vecmath = vecmath_ok && j->g->train.compute != DT_BF16;
     LLVMInitializeNativeTarget();
     LLVMInitializeNativeAsmPrinter();
     LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
@@ -142,6 +226,7 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
         LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
                                 LLVMCreateStringAttribute(cx, "target-features", 15, feat, (unsigned)strlen(feat)));
     }
+    if (vecmath) offer_vecmath(mod);
     opts = LLVMCreatePassBuilderOptions();
     LLVMPassBuilderOptionsSetLoopVectorization(opts, 1);
     LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
@@ -312,9 +397,29 @@ static void call(KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
     if (jit_profile) jit_profile->kernel_s += now_s() - t0, jit_profile->kernel_calls++;
 }
 
+// OpenBLAS threads for a GEMM of macs multiply-adds: one below
+// JIT_GEMM_THREADED_MACS, else the count OpenBLAS started with
+// (OPENBLAS_NUM_THREADS, or the CPUs). A tiny model's GEMMs (llama-tiny's
+// largest, the LM head, is 1024 x 256 x 64 = 2^24) take under a millisecond
+// on one core, where handing half to a second thread costs about what it
+// saves, and each threaded call keeps OpenBLAS's idle worker spinning in
+// sched_yield for its timeout (about 0.1 s): through a whole training run,
+// a second core burnt. OpenBLAS's own cut-off is 2^18.
+#define JIT_GEMM_THREADED_MACS (INT64_C(1) << 25)
+static _Atomic int blas_all, blas_now; // threads OpenBLAS started with; set now (0: not read yet)
+static void blas_threads_for(int64_t macs) {
+    if (!blas_all) blas_all = blas_now = openblas_get_num_threads();
+    int want = macs < JIT_GEMM_THREADED_MACS ? 1 : blas_all;
+    if (want != blas_now) {
+        openblas_set_num_threads(want);
+        blas_now = want;
+    }
+}
+
 static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc) {
     double t0 = jit_profile ? now_s() : 0;
+    blas_threads_for(M * N * K);
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     if (jit_profile) jit_profile->gemm_s += now_s() - t0, jit_profile->gemm_calls++;
