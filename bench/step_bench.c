@@ -29,6 +29,7 @@
 #include "../common/graph.h"
 #include "../compiler/schedule.h"
 #include "../runtime/adamw.h"
+#include "../runtime/blas_core.h"
 #include "../runtime/exec.h"
 #include "../runtime/jit.h"
 #include "../runtime/replay.h"
@@ -163,6 +164,7 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     const char *path = "examples/gpt2.mt";
     SemaOptions opt = {.batch = 4, .seq = 64};
     int steps = 5, compute = 1; // f32

@@ -9,6 +9,7 @@
 #include <string.h>
 #include <unistd.h>
 
+#include "blas_core.h"
 #include "calibrate.h"
 #include "device.h"
 #include "../common/verify.h"
@@ -145,6 +146,7 @@ int main(int argc, char **argv) {
         {"tier-dir", required_argument, 0, O_TIER_DIR},
         {0, 0, 0, 0},
     };
+    mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     TrainOptions o = {.steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
                       .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
