@@ -982,10 +982,23 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
                 c = tanh64(&b, bin(&b, KOP_DIV, x, cst(&b, KT_F64, t->softcap)));
                 x = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), c);
             }
-            if (t->causal) x = sel(&b, cmp(&b, KOP_LE, b.col, b.row), x, cst(&b, KT_F64, -INFINITY));
-            if (t->window) x = sel(&b, cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col), x, cst(&b, KT_F64, -INFINITY));
-            if (pass == 0) mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
-            int e = pass ? un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx)) : 0;
+            // masked scores: -inf in the maximum, and a probability of exactly 0 (what exp(-inf)
+            // gives) without an exp of -inf, which sends vector exp to its slow scalar path
+            int keep[2] = {t->causal ? cmp(&b, KOP_LE, b.col, b.row) : 0,
+                           t->window ? cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col) : 0};
+            if (pass == 0) {
+                for (int m = 0; m < 2; m++)
+                    if (keep[m]) x = sel(&b, keep[m], x, cst(&b, KT_F64, -INFINITY));
+                mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
+            }
+            int e = 0;
+            if (pass) {
+                for (int m = 0; m < 2; m++)
+                    if (keep[m]) x = sel(&b, keep[m], x, mx);
+                e = un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx));
+                for (int m = 0; m < 2; m++)
+                    if (keep[m]) e = sel(&b, keep[m], e, cst(&b, KT_F64, 0));
+            }
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
             if (pass == 2) emit(&b, KOP_STORE, KT_BOOL, s0, idx, f32(&b, bin(&b, KOP_DIV, e, sum)), 0);
             if (pass == 2 && s2)
