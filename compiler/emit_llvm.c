@@ -29,6 +29,7 @@ typedef struct Em {
     char name[64];
     LLVMValueRef fn, *v, *argp, scratch, row;
     LLVMValueRef *phi; // (nstmts) reductions' phis, by statement
+    LLVMValueRef *scope, *noalias; // (nargs) each argument's alias scope, and the scopes it is apart from
     char *err;
     size_t errcap;
     int failed;
@@ -109,6 +110,55 @@ static LLVMValueRef convert(Em *e, LLVMValueRef x, int from, int to) {
     return to == KT_I64 ? LLVMBuildSExt(e->b, x, t, "") : LLVMBuildTrunc(e->b, x, t, "");
 }
 
+// Tags a load or store through argument a with its alias scope (see arg_scopes).
+static LLVMValueRef scoped(Em *e, int a, LLVMValueRef inst) {
+    if (!e->scope[a]) return inst;
+    LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(e->cx, "alias.scope", 11), e->scope[a]);
+    if (e->noalias[a]) LLVMSetMetadata(inst, LLVMGetMDKindIDInContext(e->cx, "noalias", 7), e->noalias[a]);
+    return inst;
+}
+
+// A self-referential metadata node (what makes an alias domain or scope distinct): !{!self, ops...}.
+static LLVMMetadataRef self_node(Em *e, LLVMMetadataRef *ops, int n) {
+    LLVMMetadataRef tmp = LLVMTemporaryMDNode(e->cx, NULL, 0), all[4] = {tmp};
+    for (int i = 0; i < n && i < 3; i++) all[i + 1] = ops[i];
+    LLVMMetadataRef md = LLVMMDNodeInContext2(e->cx, all, (size_t)n + 1);
+    LLVMMetadataReplaceAllUsesWith(tmp, md);
+    return md;
+}
+
+// Whether two arguments can share no element: other nodes (the schedule
+// places buffers that are live at once apart, and every argument of a
+// kernel is live while it runs), or other element ranges of one node.
+static int args_apart(const KirArg *x, const KirArg *y) {
+    if (x->node != y->node) return x->node >= 0 && y->node >= 0;
+    return x->offset + x->numel <= y->offset || y->offset + y->numel <= x->offset;
+}
+
+// One alias scope per argument, each access tagged with its argument's and
+// told apart from every argument it shares no element with: the loop
+// vectoriser then needs no run-time overlap checks, which it cannot build
+// for an access at a computed column (rope's partner element).
+static void arg_scopes(Em *e) {
+    const KirKernel *k = e->k;
+    LLVMMetadataRef name = LLVMMDStringInContext2(e->cx, e->name, strlen(e->name));
+    LLVMMetadataRef domain = self_node(e, &name, 1);
+    LLVMMetadataRef *sc = calloc((size_t)k->nargs + 1, sizeof *sc), *apart = calloc((size_t)k->nargs + 1, sizeof *apart);
+    if (!sc || !apart) {
+        free(sc), free(apart);
+        return; // no tags: LLVM's own checks
+    }
+    for (int a = 0; a < k->nargs; a++) sc[a] = self_node(e, &domain, 1);
+    for (int a = 0; a < k->nargs; a++) {
+        int n = 0;
+        for (int b = 0; b < k->nargs; b++)
+            if (b != a && args_apart(&k->args[a], &k->args[b])) apart[n++] = sc[b];
+        e->scope[a] = LLVMMetadataAsValue(e->cx, LLVMMDNodeInContext2(e->cx, &sc[a], 1));
+        e->noalias[a] = n ? LLVMMetadataAsValue(e->cx, LLVMMDNodeInContext2(e->cx, apart, (size_t)n)) : NULL;
+    }
+    free(sc), free(apart);
+}
+
 static void emit_stmt(Em *e, int i) {
     const KirStmt *s = &e->k->stmts[i];
     LLVMValueRef a = s->a >= 0 && s->a < i ? e->v[s->a] : NULL, bv = s->b >= 0 && s->b < i ? e->v[s->b] : NULL;
@@ -126,7 +176,7 @@ static void emit_stmt(Em *e, int i) {
     case KOP_COL: r = e->v[i]; break; // set when the loop opened
     case KOP_LOAD: {
         int st = e->k->args[s->a].dtype;
-        r = LLVMBuildLoad2(B, type_of(e, st), elem_ptr(e, s->a, bv, 0), "");
+        r = scoped(e, s->a, LLVMBuildLoad2(B, type_of(e, st), elem_ptr(e, s->a, bv, 0), ""));
         if (st == KT_BF16) r = bf16_widen(e, r);
         break;
     }
@@ -168,13 +218,14 @@ static void emit_stmt(Em *e, int i) {
         break;
     }
     case KOP_STORE:
-        LLVMBuildStore(B, e->k->args[s->a].dtype == KT_BF16 ? bf16_bits(e, c) : c, elem_ptr(e, s->a, bv, 0));
+        scoped(e, s->a, LLVMBuildStore(B, e->k->args[s->a].dtype == KT_BF16 ? bf16_bits(e, c) : c, elem_ptr(e, s->a, bv, 0)));
         break;
     case KOP_ACC: {
         int f64 = (e->k->args[s->a].access & KA_ACC64) != 0;
         LLVMValueRef p = elem_ptr(e, s->a, bv, f64);
         LLVMValueRef old = LLVMBuildLoad2(B, f64 ? e->f64 : e->f32, p, "");
-        LLVMBuildStore(B, LLVMBuildFAdd(B, old, c, ""), p);
+        LLVMValueRef st = LLVMBuildStore(B, LLVMBuildFAdd(B, old, c, ""), p);
+        if (!f64) scoped(e, s->a, old), scoped(e, s->a, st); // f64 ones are in the scratch, a noalias parameter
         break;
     }
     default: efail(e, i, "no LLVM lowering for %s", kir_op_name(s->op)); return;
@@ -234,10 +285,13 @@ static void emit_kernel(Em *e, int part, int index) {
     e->v = calloc((size_t)k->nstmts + 1, sizeof *e->v);
     e->phi = calloc((size_t)k->nstmts + 1, sizeof *e->phi);
     e->argp = calloc((size_t)k->nargs + 1, sizeof *e->argp);
-    if (!e->v || !e->phi || !e->argp) {
+    e->scope = calloc((size_t)k->nargs + 1, sizeof *e->scope);
+    e->noalias = calloc((size_t)k->nargs + 1, sizeof *e->noalias);
+    if (!e->v || !e->phi || !e->argp || !e->scope || !e->noalias) {
         efail(e, -1, "out of memory");
         goto out;
     }
+    arg_scopes(e);
     LLVMValueRef args = LLVMGetParam(e->fn, 0), r0 = LLVMGetParam(e->fn, 1), r1 = LLVMGetParam(e->fn, 2);
     e->scratch = LLVMGetParam(e->fn, 3);
     // the argument and scratch pointers never alias what the kernel loads them from
@@ -277,8 +331,8 @@ static void emit_kernel(Em *e, int part, int index) {
     LLVMBuildRetVoid(e->b);
     if (LLVMVerifyFunction(e->fn, LLVMReturnStatusAction)) efail(e, -1, "the generated function does not verify");
 out:
-    free(e->v), free(e->phi), free(e->argp);
-    e->v = e->phi = e->argp = NULL;
+    free(e->v), free(e->phi), free(e->argp), free(e->scope), free(e->noalias);
+    e->v = e->phi = e->argp = e->scope = e->noalias = NULL;
 }
 
 int emit_llvm(const KirProgram *prog, const Graph *g, uint8_t **out, size_t *len, char *err, size_t errcap) {
