@@ -5,6 +5,7 @@
 #include <dlfcn.h>
 #include <pthread.h>
 #include <llvm-c/BitReader.h>
+#include <llvm/Config/llvm-config.h>
 #include <llvm-c/Core.h>
 #include <llvm-c/Error.h>
 #include <llvm-c/LLJIT.h>
@@ -20,6 +21,7 @@
 #include "../common/bf16.h"
 #include "../common/plan.h"
 #include "../common/storage.h"
+#include "jit_cache.h"
 #include "kernels.h"
 
 struct Jit {
@@ -188,31 +190,43 @@ static void offer_vecmath(LLVMModuleRef mod) {
     LLVMSetSection(keep, "llvm.metadata");
 }
 
-static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap) {
-    static pthread_once_t vecmath_once = PTHREAD_ONCE_INIT;
-    pthread_once(&vecmath_once, vecmath_init);
-    int vecmath = vecmath_ok && j->g->train.compute != DT_BF16;
-    LLVMInitializeNativeTarget();
-    LLVMInitializeNativeAsmPrinter();
-    LLVMOrcThreadSafeContextRef tsc = LLVMOrcCreateNewThreadSafeContext();
-    LLVMContextRef cx = LLVMOrcThreadSafeContextGetContext(tsc);
-    LLVMMemoryBufferRef mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)bc, len, "kernels");
-    LLVMModuleRef mod = NULL;
-    int rc = -1;
+// The pass pipeline and code generation compile() runs: part of the cache key.
+static const char *const PIPELINE = "default<O3> loop-vectorize slp-vectorize; codegen aggressive, JIT code model";
+
+// The optimised object code of bitcode bc, from the cache (jit_cache.h) or
+// made here and kept there; NULL on failure (err says why).
+static LLVMMemoryBufferRef compile_object(const uint8_t *bc, size_t len, int vecmath, LLVMContextRef cx, char *err,
+                                          size_t cap) {
     char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
+    const char *dump = getenv("MT_JIT_DUMP"); // the optimised module, to see what the vectoriser did: no cache then
+    JitCacheKey key = jit_cache_key();
+    const char *parts[] = {LLVM_VERSION_STRING, PIPELINE, triple, cpu, feat, vecmath ? "libmvec" : "libm"};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) jit_cache_key_add(&key, parts[i], strlen(parts[i]));
+    jit_cache_key_add(&key, bc, len);
+    char path[4200];
+    int cached = !dump && jit_cache_path(path, sizeof path, &key);
+    size_t objlen = 0;
+    void *obj = cached ? jit_cache_read(path, &objlen) : NULL;
+    LLVMMemoryBufferRef out = NULL, mb = NULL;
+    LLVMModuleRef mod = NULL;
     LLVMTargetMachineRef tm = NULL;
     LLVMPassBuilderOptionsRef opts = NULL;
     LLVMErrorRef e;
+    char *msg = NULL;
+    if (obj) {
+        out = LLVMCreateMemoryBufferWithMemoryRangeCopy(obj, objlen, "kernels.o");
+        free(obj);
+        goto done;
+    }
+    mb = LLVMCreateMemoryBufferWithMemoryRangeCopy((const char *)bc, len, "kernels");
     if (LLVMParseBitcodeInContext2(cx, mb, &mod)) {
         snprintf(err, cap, "jit: the plan's bitcode does not parse");
-        goto out;
+        goto done;
     }
     LLVMTargetRef target;
-    char *msg = NULL;
     if (LLVMGetTargetFromTriple(triple, &target, &msg)) {
         snprintf(err, cap, "jit: no target for %s: %s", triple, msg ? msg : "?");
-        LLVMDisposeMessage(msg);
-        goto out;
+        goto done;
     }
     tm = LLVMCreateTargetMachine(target, triple, cpu, feat, LLVMCodeGenLevelAggressive, LLVMRelocDefault,
                                  LLVMCodeModelJITDefault);
@@ -232,14 +246,42 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
     LLVMPassBuilderOptionsSetSLPVectorization(opts, 1);
     if ((e = LLVMRunPasses(mod, "default<O3>", tm, opts))) {
         set_err(err, cap, "the O3 pipeline failed", e);
-        goto out;
+        goto done;
     }
-    const char *dump = getenv("MT_JIT_DUMP"); // the optimised module, to see what the vectoriser did
     if (dump && LLVMPrintModuleToFile(mod, dump, &msg)) {
         snprintf(err, cap, "jit: cannot write MT_JIT_DUMP=%s: %s", dump, msg ? msg : "?");
-        LLVMDisposeMessage(msg);
-        goto out;
+        goto done;
     }
+    if (LLVMTargetMachineEmitToMemoryBuffer(tm, mod, LLVMObjectFile, &msg, &out)) {
+        snprintf(err, cap, "jit: code generation failed: %s", msg ? msg : "?");
+        out = NULL;
+        goto done;
+    }
+    if (cached) jit_cache_write(path, LLVMGetBufferStart(out), LLVMGetBufferSize(out));
+done:
+    if (msg) LLVMDisposeMessage(msg);
+    if (mod) LLVMDisposeModule(mod);
+    if (mb) LLVMDisposeMemoryBuffer(mb); // the parsed module keeps no reference to it
+    if (opts) LLVMDisposePassBuilderOptions(opts);
+    if (tm) LLVMDisposeTargetMachine(tm);
+    LLVMDisposeMessage(triple);
+    LLVMDisposeMessage(cpu);
+    LLVMDisposeMessage(feat);
+    return out;
+}
+
+static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap) {
+    static pthread_once_t vecmath_once = PTHREAD_ONCE_INIT;
+    pthread_once(&vecmath_once, vecmath_init);
+    int vecmath = vecmath_ok && j->g->train.compute != DT_BF16;
+    LLVMInitializeNativeTarget();
+    LLVMInitializeNativeAsmPrinter();
+    LLVMContextRef cx = LLVMContextCreate();
+    LLVMMemoryBufferRef obj = compile_object(bc, len, vecmath, cx, err, cap);
+    LLVMContextDispose(cx);
+    if (!obj) return -1;
+    int rc = -1;
+    LLVMErrorRef e;
     LLVMOrcLLJITBuilderRef jb = LLVMOrcCreateLLJITBuilder();
     LLVMOrcJITTargetMachineBuilderRef jtmb;
     if ((e = LLVMOrcJITTargetMachineBuilderDetectHost(&jtmb))) {
@@ -260,10 +302,9 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
     }
     LLVMOrcJITDylibRef jd = LLVMOrcLLJITGetMainJITDylib(j->lljit);
     LLVMOrcJITDylibAddGenerator(jd, gen);
-    LLVMOrcThreadSafeModuleRef tsm = LLVMOrcCreateNewThreadSafeModule(mod, tsc);
-    mod = NULL; // owned by the JIT from here
-    if ((e = LLVMOrcLLJITAddLLVMIRModule(j->lljit, jd, tsm))) {
-        LLVMOrcDisposeThreadSafeModule(tsm);
+    e = LLVMOrcLLJITAddObjectFile(j->lljit, jd, obj);
+    obj = NULL; // owned by the JIT from here
+    if (e) {
         set_err(err, cap, "cannot add the kernels", e);
         goto out;
     }
@@ -286,13 +327,7 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
         }
     }
 out:
-    if (mod) LLVMDisposeModule(mod);
-    if (opts) LLVMDisposePassBuilderOptions(opts);
-    if (tm) LLVMDisposeTargetMachine(tm);
-    LLVMDisposeMessage(triple);
-    LLVMDisposeMessage(cpu);
-    LLVMDisposeMessage(feat);
-    LLVMOrcDisposeThreadSafeContext(tsc);
+    if (obj) LLVMDisposeMemoryBuffer(obj);
     return rc;
 }
 
