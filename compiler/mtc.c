@@ -41,6 +41,9 @@ static const char USAGE[] =
     "                   (default: the fastest that fits)\n"
     "  --offload-layers K  a mixed plan: K of the layers that leave the device offload, spread\n"
     "                   evenly; the rest recompute as --remat layer or selective says (default: chosen)\n"
+    "  --selective-layers K  a mixed plan: K of the layers that leave the device keep their input\n"
+    "                   and matmul and attention outputs in host memory and recompute the rest;\n"
+    "                   the others recompute as --remat layer (default: chosen)\n"
     "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
     "                   (weights cross three times a step, optimizer after the backward),\n"
     "                   zero3-offload (DeepSpeed ZeRO-3 with CPU offload: weights fetched for the\n"
@@ -460,7 +463,8 @@ fail:
 
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS };
+           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS,
+           OPT_SELECTIVE_LAYERS };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -474,6 +478,7 @@ int main(int argc, char **argv) {
         {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
         {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
         {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
+        {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
@@ -508,9 +513,17 @@ int main(int argc, char **argv) {
             break;
         }
         case OPT_OFFLOAD_LAYERS:
+        case OPT_SELECTIVE_LAYERS: {
+            const char *flag = c == OPT_OFFLOAD_LAYERS ? "--offload-layers" : "--selective-layers";
+            if (req.offloaded)
+                return usage_error("%s: give one of --offload-layers and --selective-layers, once", flag);
             if (parse_count(optarg, &req.offloaded))
-                return usage_error("--offload-layers needs a positive number of layers, got '%s'", optarg);
+                return usage_error(c == OPT_OFFLOAD_LAYERS ? "--offload-layers needs a positive number of layers, got '%s'"
+                                                           : "--selective-layers needs a positive number of layers, got '%s'",
+                                   optarg);
+            req.mix_selective = c == OPT_SELECTIVE_LAYERS;
             break;
+        }
         case OPT_SLOTS:
             if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
             req.slots = (int)count;
@@ -569,6 +582,8 @@ int main(int argc, char **argv) {
         req.remat != REMAT_SELECTIVE)
         return usage_error("--offload-layers mixes offload into remat layer or selective; --remat %s has no mix",
                            remat_name(req.remat));
+    if (req.mix_selective && req.remat == REMAT_SELECTIVE)
+        return usage_error("%s", "--selective-layers mixes host-kept selective layers into remat layer, not selective");
     Target tgt;
     char terr[1024];
     if (target_load(target, &tgt, terr, sizeof terr) != 0) {

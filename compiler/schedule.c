@@ -467,26 +467,34 @@ static int is_intact(const Builder *b, int64_t l) {
 static int64_t slot_addr(const Builder *b, int f) { return b->slot0 + f * b->layer_bytes; }
 static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->frame_bytes; }
 
-// Per-layer modes. Of the `leaving` layers, a mixed plan offloads
-// c->offloaded, spread evenly: layer l offloads when floor((l + 1) K / n)
-// passes floor(l K / n). The rest recompute as c->remat says; remat offload
-// offloads them all.
+// Per-layer modes. Of the `leaving` layers, a mixed plan picks
+// c->offloaded, spread evenly: layer l is picked when floor((l + 1) K / n)
+// passes floor(l K / n). A picked layer offloads everything its backward
+// reads, or with c->mix_selective keeps its input and its matmul and
+// attention outputs in host memory and recomputes the rest (selective);
+// the others recompute as c->remat says. Remat offload offloads them all.
 static int64_t offloads_before(const Builder *b, int64_t l) {
     if (b->c->remat == REMAT_OFFLOAD) return l;
     return b->leaving ? l * b->c->offloaded / b->leaving : 0;
 }
+static int is_picked(const Builder *b, int64_t l) {
+    return l < b->leaving && offloads_before(b, l + 1) > offloads_before(b, l);
+}
 static Remat remat_of(const Builder *b, int64_t l) {
-    return l < b->leaving && offloads_before(b, l + 1) > offloads_before(b, l) ? REMAT_OFFLOAD : b->c->remat;
+    return !is_picked(b, l) ? b->c->remat : b->c->mix_selective ? REMAT_SELECTIVE : REMAT_OFFLOAD;
 }
 // Whether leaving layer l keeps what its backward needs in host memory.
-static int to_host(const Builder *b, int64_t l) { return b->c->ckpt_host || remat_of(b, l) == REMAT_OFFLOAD; }
-// The host activation store: leaving layers in order, an offloaded one
-// taking everything its backward reads, a recomputed one its checkpoint
-// (checkpoints on the host) or nothing.
+static int to_host(const Builder *b, int64_t l) { return b->c->ckpt_host || is_picked(b, l); }
+// Whether layer l's kept matmul and attention outputs wait in host memory
+// (else in the device keep area).
+static int keeps_on_host(const Builder *b, int64_t l) { return b->c->mix_selective && is_picked(b, l); }
+// The host activation store: leaving layers in order, a picked one taking
+// everything its backward reads (or its checkpoint and kept outputs), a
+// recomputed one its checkpoint (checkpoints on the host) or nothing.
 static int64_t act_addr(const Builder *b, int64_t l) {
-    int64_t off = offloads_before(b, l), ckpt = b->c->ckpt_host ? align_up(b->x_bytes, ARENA_ALIGN) : 0;
+    int64_t off = offloads_before(b, l), x = align_up(b->x_bytes, ARENA_ALIGN), ckpt = b->c->ckpt_host ? x : 0;
     if (b->c->policy == POLICY_MEGATRAIN) return (l + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK * ckpt;
-    return off * b->need->saved_bytes + (l - off) * ckpt;
+    return off * (b->c->mix_selective ? x + b->need->kept_bytes : b->need->saved_bytes) + (l - off) * ckpt;
 }
 // The device checkpoint and keep areas hold the recomputed leaving layers' in order.
 static int64_t recompute_rank(const Builder *b, int64_t l) {
@@ -518,6 +526,23 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
             int64_t nb = node_bytes(b->p->graph->train.compute, n), at = addr(b->p, n, f);
             copy(b, restore ? k : at, restore ? at : k, nb);
             k += align_up(nb, ARENA_ALIGN);
+        }
+}
+
+// A picked layer of a mixed selective plan: its kept matmul and attention
+// outputs go to its place in the host activation store, after its
+// checkpoint, after the forward (restore 0) and come back before the
+// recompute (restore 1).
+static void keep_saves(Builder *b, int64_t l, int f, int restore) {
+    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    int64_t h = act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN);
+    for (int i = 0; i < block->nodes.n; i++)
+        if (b->need->kept[i]) {
+            const Node *n = block->nodes.items[i];
+            int64_t nb = node_bytes(b->p->graph->train.compute, n);
+            if (restore) load(b, h, addr(b->p, n, f), nb);
+            else save(b, addr(b->p, n, f), h, nb);
+            h += align_up(nb, ARENA_ALIGN);
         }
 }
 
@@ -572,13 +597,14 @@ static void forward(Builder *b, const int *ev_update, int train) {
         if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE) && checkpoints(b, l))
             copy(b, xa, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, b->x_bytes);
         run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
-        if (leave && rm == REMAT_SELECTIVE) keep_copies(b, l, f, 0);
+        if (leave && rm == REMAT_SELECTIVE && !keeps_on_host(b, l)) keep_copies(b, l, f, 0);
         copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
         if (leave && host && checkpoints(b, l)) {
             wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
             if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 0);
             else save(b, xa, act_addr(b, l), b->x_bytes);
+            if (keeps_on_host(b, l)) keep_saves(b, l, f, 0);
             b->frame_out[f] = record(b, ENG_COPY_OUT);
         }
         prev = b->carry0;
@@ -627,12 +653,13 @@ static void backward_layer(Builder *b, int64_t l) {
             claim_frame(b, f, ENG_COPY_IN);
             if (rm == REMAT_OFFLOAD) offload_copies(b, l, f, 1);
             else load(b, act_addr(b, l), addr(p, x, f), b->x_bytes);
+            if (keeps_on_host(b, l)) keep_saves(b, l, f, 1);
         }
         int ev_w = record(b, ENG_COPY_IN);
         if (!loads) claim_frame(b, f, ENG_COMPUTE);
         wait_for(b, ENG_COMPUTE, ev_w);
         if (!loads) copy(b, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, addr(p, x, f), b->x_bytes);
-        if (rm == REMAT_SELECTIVE) keep_copies(b, l, f, 1);
+        if (rm == REMAT_SELECTIVE && !keeps_on_host(b, l)) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
             run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
         // zero3-offload fetches once for the recompute and the backward: the recompute's fetch
@@ -729,7 +756,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     int64_t bytes[PART_COUNT];
     for (int pk = 0; pk < PART_COUNT; pk++) {
         Layout v = pk != PART_BLOCK ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
-                   : c->remat == REMAT_SELECTIVE ? LAYOUT_KEPT : LAYOUT_PLAIN;
+                   : c->remat == REMAT_SELECTIVE || c->mix_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
         rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
         if (!rel[pk]) return snprintf(err, errcap, "internal error: the part's layouts were not prepared"), -1;
     }
@@ -848,6 +875,11 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
                  : "too few layers leave the device", (long long)b.leaving);
         return NULL;
     }
+    if (c->mix_selective && c->remat != REMAT_LAYER) {
+        snprintf(err, errcap, "a mixed plan whose picked layers keep their matmul and attention outputs on the host "
+                 "recomputes the others as remat layer, not %s", remat_name(c->remat));
+        return NULL;
+    }
     if (layout_only) return p;
     b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
     b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
@@ -922,7 +954,9 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (b.failed) goto oom;
 
     char name[192], mix[48] = "";
-    if (c->offloaded) snprintf(mix, sizeof mix, " offloaded=%lld/%lld", (long long)c->offloaded, (long long)b.leaving);
+    if (c->offloaded)
+        snprintf(mix, sizeof mix, " %s=%lld/%lld", c->mix_selective ? "selective-offloaded" : "offloaded",
+                 (long long)c->offloaded, (long long)b.leaving);
     snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d",
              policy_name(c->policy), remat_name(c->remat), mix, c->slots, (long long)c->resident,
              c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
@@ -1051,9 +1085,11 @@ static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
 static int try_choice(Search *x, const SchedChoice *c) { return try_choice_step(x, c, NULL); }
 
 // Mixed plans of choice c (layer or selective, its slots, checkpoint place
-// and resident layers): the number K of the n leaving layers that offload
-// (1 .. n - 1; or req->offloaded). Offloading a layer trades its recompute
-// for its activations crossing the link twice and taking host memory, so
+// and resident layers, whether picked layers offload or keep selectively on
+// the host): the number K of the n leaving layers picked (1 .. n - 1, or n
+// for selective keeping; or req->offloaded). Picking a layer trades (some
+// of) its recompute for activations crossing the link twice and taking host
+// memory, so
 // the step falls with K while compute dominates and rises once the link
 // does: a search for the minimum over K (golden-section, then the last few
 // in turn), every candidate built and simulated once.
@@ -1081,7 +1117,7 @@ static int try_mixed(Search *x, SchedChoice c) {
         return c.offloaded > n ? 0 : try_choice(x, &c);
     }
     MixSearch m = {.x = x, .c = c};
-    int64_t lo = 1, hi = n - 1;
+    int64_t lo = 1, hi = c.mix_selective ? n : n - 1; // every layer offloaded is remat offload's plan
     double s1, s2;
     while (hi - lo > 3) { // golden-section points: one of them is the next round's (tried once)
         int64_t d = (int64_t)((double)(hi - lo) * 0.381966 + 0.5), m1 = lo + d, m2 = hi - d;
@@ -1169,18 +1205,23 @@ static int search(Search *x) {
             continue; // a mixed plan was asked for
         if (rm == REMAT_MIXED || req->offloaded) { // per layer: offload some, recompute the rest
             for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
-                for (int host = 0; host < 2; host++)
-                    for (int slots = 1; slots <= MAX_SLOTS; slots++) {
-                        // two slots unless asked: the next layer's weights cross while this one computes
-                        if (!req->slots && slots != 2) continue;
-                        if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat) continue;
-                        if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
-                        if (req->slots && slots != req->slots) continue;
-                        if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host};
-                        c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
-                        if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
-                    }
+                for (int sel = 0; sel < 2; sel++) // picked layers offload, or keep selectively on the host
+                    for (int host = 0; host < 2; host++)
+                        for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                            // two slots unless asked: the next layer's weights cross while this one computes
+                            if (!req->slots && slots != 2) continue;
+                            if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat)
+                                continue;
+                            if (sel != (req->offloaded ? req->mix_selective : sel) || (sel && base != REMAT_LAYER))
+                                continue;
+                            if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
+                            if (req->slots && slots != req->slots) continue;
+                            if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+                            SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots,
+                                             .ckpt_host = host, .mix_selective = sel};
+                            c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
+                            if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
+                        }
             continue;
         }
 

@@ -43,6 +43,8 @@ typedef struct SchedChoice {
     Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with offloaded > 0
     int64_t offloaded; // of the streamed layers that leave the device, how many offload everything instead
                        // of recomputing (spread evenly over them); 0 with a single mode
+    int mix_selective; // those `offloaded` layers instead keep their input and their matmul and attention
+                       // outputs in host memory and recompute the rest (selective); remat is then layer
     int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
     int64_t resident; // layers at the forward/backward turn that keep weights and activations
     int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
@@ -68,6 +70,8 @@ typedef struct SchedRequest {
     Policy policy;
     Remat remat;      // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers offloaded
     int64_t offloaded; // 0: any; K > 0: a mixed plan offloading K layers (remat mixed, layer or selective)
+    int mix_selective; // with offloaded: those K layers keep their matmul and attention outputs on the host
+                       // instead (SchedChoice.mix_selective)
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
     int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live

@@ -63,7 +63,10 @@ def main():
     # the scheduler's flags refuse what they do not know, with exit status 2
     for bad in [["--remat", "some"], ["--policy", "fast"], ["--slots", "4"], ["--slots", "0"], ["--resident", "-1"],
                 ["--checkpoints", "disk"], ["--batch", "many"], ["--policy", "megatrain", "--remat", "layer"],
-                ["--policy", "sequential", "--slots", "2"], ["--tile", "0"], ["--tile", "x"]]:
+                ["--policy", "sequential", "--slots", "2"], ["--tile", "0"], ["--tile", "x"],
+                ["--selective-layers", "0"], ["--selective-layers", "x"], ["--offload-layers", "0"],
+                ["--offload-layers", "1", "--selective-layers", "1"], ["--selective-layers", "1", "--remat", "selective"],
+                ["--selective-layers", "1", "--remat", "offload"], ["--policy", "megatrain", "--selective-layers", "1"]]:
         p = run(mtc, tiny, *bad, "--explain")
         check(p.returncode == 2 and "Try 'mtc --help'" in p.stderr and not p.stdout, f"mtc {' '.join(bad)} refused", p)
     p = run(mtc, tiny, "--resident", "9", "--explain")

@@ -5,11 +5,13 @@ usage: check_mixed.py MTC MTRUN   (run from the project root)
 
 A mixed plan (mtc --remat layer|selective --offload-layers K) offloads K of
 the streamed layers that leave the device, spread evenly, and recomputes the
-rest. For the tiny examples deepened to 6 layers (so that up to 5 leave the
+rest; with --remat layer --selective-layers K those K keep their input and
+their matmul and attention outputs in host memory and recompute the rest of
+their forward (selective) instead. For the tiny examples deepened to 6 layers (so that up to 5 leave the
 device), every K with every slot count, resident count and checkpoint place
 on the tiny test profiles (remat layer) and on h200 (layer and selective),
 at batch 2 (the checkpoint place by turns; K one, and all of the n leaving layers
-but one):
+but one; selective keeping: one, and all n):
 - mtc writes the plan (it verifies every plan it writes) or refuses it as
   not fitting the profile;
 - mtrun replays it in a seeded random order (MT_REPLAY_ORDER=random:SEED;
@@ -70,8 +72,13 @@ def main():
                         # checkpoints on either side by turns; one layer offloaded, and all but one
                         ckpt = ("device", "host")[(slots + resident) % 2]
                         n = LAYERS - resident - slots
-                        for k in sorted({1, n - 1}) if n >= 2 else []:
-                            flags = ["--target", target, "--batch", "2", "--remat", remat, "--offload-layers",
+                        # picked layers offload (one, and all but one), or under remat layer keep their
+                        # input and matmul and attention outputs on the host (one, and all)
+                        mixes = [("--offload-layers", k, "offloaded") for k in sorted({1, n - 1}) if n >= 2]
+                        if remat == "layer":
+                            mixes += [("--selective-layers", k, "selective-offloaded") for k in sorted({1, n}) if n >= 1]
+                        for flag, k, word in mixes:
+                            flags = ["--target", target, "--batch", "2", "--remat", remat, flag,
                                      str(k), "--slots", str(slots), "--resident", str(resident),
                                      "--checkpoints", ckpt]
                             what = f"{os.path.basename(src)} {' '.join(flags)}"
@@ -89,11 +96,13 @@ def main():
                             got, schedule = train(mtrun, plan, log, order=order)
                             if got is None:
                                 continue
-                            check(f"offloaded={k}/" in schedule, f"{what}: the plan is not mixed: {schedule}")
+                            check(f" {word}={k}/" in schedule, f"{what}: the plan is not mixed: {schedule}")
                             check(len(got) == 5 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(got, ref)),
                                   f"{what}, order {order}: losses {got}, reference {ref}")
                             seen.add((os.path.basename(src), schedule))
     check(len(seen) >= 50, f"only {len(seen)} distinct mixed plans ran; at least 50 should")
+    sel = sum("selective-offloaded=" in s for _, s in seen)
+    check(sel >= 20, f"only {sel} distinct plans picked layers to keep selectively on the host; at least 20 should")
     print(f"{len(seen)} distinct mixed plans equal the reference's losses under a random replay order "
           f"({refused} configurations do not fit their profile)")
     return finish()
