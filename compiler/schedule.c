@@ -529,15 +529,16 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
         }
 }
 
-// A picked layer of a mixed selective plan: its kept matmul and attention
-// outputs go to its place in the host activation store, after its
-// checkpoint, after the forward (restore 0) and come back before the
-// recompute (restore 1).
-static void keep_saves(Builder *b, int64_t l, int f, int restore) {
+// A layer's nodes that `which` marks (BlockNeeds.saved or .kept) go to the
+// host activation store from byte h on after the forward (restore 0), and
+// come back before the backward or its recompute (restore 1). Offload moves
+// everything the backward reads, at the layer's place; a picked layer of a
+// mixed selective plan its kept matmul and attention outputs, after its
+// checkpoint.
+static void host_copies(Builder *b, int f, int restore, const unsigned char *which, int64_t h) {
     const Part *block = &b->p->graph->parts[PART_BLOCK];
-    int64_t h = act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN);
     for (int i = 0; i < block->nodes.n; i++)
-        if (b->need->kept[i]) {
+        if (which[i]) {
             const Node *n = block->nodes.items[i];
             int64_t nb = node_bytes(b->p->graph->train.compute, n);
             if (restore) load(b, h, addr(b->p, n, f), nb);
@@ -545,21 +546,11 @@ static void keep_saves(Builder *b, int64_t l, int f, int restore) {
             h += align_up(nb, ARENA_ALIGN);
         }
 }
-
-// Offload: everything layer l's backward reads of its forward goes to the
-// layer's place in the host activation store after the forward (restore 0)
-// and comes back before the backward (restore 1).
 static void offload_copies(Builder *b, int64_t l, int f, int restore) {
-    const Part *block = &b->p->graph->parts[PART_BLOCK];
-    int64_t h = act_addr(b, l);
-    for (int i = 0; i < block->nfwd; i++)
-        if (b->need->saved[i]) {
-            const Node *n = block->nodes.items[i];
-            int64_t nb = node_bytes(b->p->graph->train.compute, n);
-            if (restore) load(b, h, addr(b->p, n, f), nb);
-            else save(b, addr(b->p, n, f), h, nb);
-            h += align_up(nb, ARENA_ALIGN);
-        }
+    host_copies(b, f, restore, b->need->saved, act_addr(b, l));
+}
+static void keep_saves(Builder *b, int64_t l, int f, int restore) {
+    host_copies(b, f, restore, b->need->kept, act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN));
 }
 
 // The forward of the head and every layer. Layer l's input comes from the
