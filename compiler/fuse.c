@@ -978,7 +978,7 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             open_loop(&b, T);
             int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
             int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, t->scale)), c = 0;
-            if (t->softcap > 0) {
+            if (t->softcap > 0 && pass) { // pass 0 takes the maximum of the uncapped scores (below)
                 c = tanh64(&b, bin(&b, KOP_DIV, x, cst(&b, KT_F64, t->softcap)));
                 x = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), c);
             }
@@ -1004,6 +1004,11 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             if (pass == 2 && s2)
                 emit(&b, KOP_STORE, KT_BOOL, s2, idx, f32(&b, bin(&b, KOP_SUB, cst(&b, KT_F64, 1), bin(&b, KOP_MUL, c, c))), 0);
             close_loop(&b);
+            // the capping is increasing, so the capped maximum is the maximum capped: one tanh a
+            // row instead of one a score in a loop that stays scalar (LLVM vectorises no f64
+            // maximum without no-NaN flags). It is only the shift that keeps exp in range.
+            if (pass == 0 && t->softcap > 0)
+                mx = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), tanh64(&b, bin(&b, KOP_DIV, mx, cst(&b, KT_F64, t->softcap))));
         }
     } else {
         open_loop(&b, T);
