@@ -421,8 +421,11 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
         return -1;
     if (meta.model_crc != model_crc(p) || meta.n != r->hs.n) {
         snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this plan's "
-                 "model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it", path,
-                 meta.model, meta.model_crc, (long long)meta.n, p->graph->model_name, model_crc(p), (long long)r->hs.n);
+                 "model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s", path,
+                 meta.model, meta.model_crc, (long long)meta.n, p->graph->model_name, model_crc(p), (long long)r->hs.n,
+                 strcmp(meta.model, p->graph->model_name) ? ""
+                 : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt that "
+                   "wrote it can --export its weights, and --init starts from them)");
         return -1;
     }
     if (meta.seed != seed) {

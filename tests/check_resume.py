@@ -48,6 +48,16 @@ def main():
         p = run(mtrun, other, "--steps", "10", "--resume", j("a"), *common, "--log", j("x.jsonl"))
         check(p.returncode == 1 and "belongs to model 'llama_tiny'" in p.stderr and "this plan's model is 'gpt2_tiny'" in p.stderr,
               "another model's checkpoint is refused naming both", p)
+        # the same model with its host store laid out otherwise (two global params declared the other way round)
+        src = open("examples/llama-tiny.mt").read()
+        swapped = src.replace('param norm "model.norm.weight" [C]\nparam lm_head "lm_head.weight" [V, C]',
+                              'param lm_head "lm_head.weight" [V, C]\nparam norm "model.norm.weight" [C]')
+        check(swapped != src, "examples/llama-tiny.mt no longer declares norm then lm_head")
+        open(j("swapped.mt"), "w").write(swapped.replace('data = "', 'data = "' + os.path.abspath("examples") + "/"))
+        check(run(mtc, j("swapped.mt"), "-o", j("swapped.bin")).returncode == 0, "mtc swapped llama-tiny")
+        p = run(mtrun, j("swapped.bin"), "--steps", "10", "--resume", j("a"), *common, "--log", j("x.jsonl"))
+        check(p.returncode == 1 and "laid out as it was" in p.stderr and "--export" in p.stderr,
+              "the same model laid out otherwise is refused, saying how its weights can move", p)
 
         # a crash while saving step 10 over a directory holding step 5
         for cut in ("100", "5000", "400000"):
