@@ -39,3 +39,14 @@ const char *mt_blas_core_pick(void) {
     now = openblas_get_corename();
     return now ? now : "";
 }
+
+static _Atomic int blas_all, blas_now; // threads OpenBLAS started with; set now (0: not read yet)
+
+void mt_blas_threads_for(long long macs) {
+    if (!blas_all) blas_all = blas_now = openblas_get_num_threads();
+    int want = macs < MT_BLAS_THREADED_MACS ? 1 : blas_all;
+    if (want != blas_now) {
+        openblas_set_num_threads(want);
+        blas_now = want;
+    }
+}

@@ -21,6 +21,7 @@
 #include "../common/bf16.h"
 #include "../common/plan.h"
 #include "../common/storage.h"
+#include "blas_core.h"
 #include "jit_cache.h"
 #include "kernels.h"
 
@@ -432,29 +433,10 @@ static void call(KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
     if (jit_profile) jit_profile->kernel_s += now_s() - t0, jit_profile->kernel_calls++;
 }
 
-// OpenBLAS threads for a GEMM of macs multiply-adds: one below
-// JIT_GEMM_THREADED_MACS, else the count OpenBLAS started with
-// (OPENBLAS_NUM_THREADS, or the CPUs). A tiny model's GEMMs (llama-tiny's
-// largest, the LM head, is 1024 x 256 x 64 = 2^24) take under a millisecond
-// on one core, where handing half to a second thread costs about what it
-// saves, and each threaded call keeps OpenBLAS's idle worker spinning in
-// sched_yield for its timeout (about 0.1 s): through a whole training run,
-// a second core burnt. OpenBLAS's own cut-off is 2^18.
-#define JIT_GEMM_THREADED_MACS (INT64_C(1) << 25)
-static _Atomic int blas_all, blas_now; // threads OpenBLAS started with; set now (0: not read yet)
-static void blas_threads_for(int64_t macs) {
-    if (!blas_all) blas_all = blas_now = openblas_get_num_threads();
-    int want = macs < JIT_GEMM_THREADED_MACS ? 1 : blas_all;
-    if (want != blas_now) {
-        openblas_set_num_threads(want);
-        blas_now = want;
-    }
-}
-
 static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc) {
     double t0 = jit_profile ? now_s() : 0;
-    blas_threads_for(M * N * K);
+    mt_blas_threads_for(M * N * K); // one thread for small ones (blas_core.h)
     cblas_sgemm(CblasRowMajor, ta ? CblasTrans : CblasNoTrans, tb ? CblasTrans : CblasNoTrans, (int)M, (int)N, (int)K,
                 1.0f, A, (int)lda, B, (int)ldb, beta, C, (int)ldc);
     if (jit_profile) jit_profile->gemm_s += now_s() - t0, jit_profile->gemm_calls++;

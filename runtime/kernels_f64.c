@@ -1,5 +1,8 @@
 // The kernels in double, for gradient checks: see kernels.h.
 typedef double real;
 #define KERNEL_RUN kernel_run_f64
-#define GEMM cblas_dgemm
+#include "blas_core.h"
+// one OpenBLAS thread for small GEMMs (blas_core.h)
+#define GEMM(order, ta, tb, M, N, K, ...) \
+    (mt_blas_threads_for((long long)(M) * (N) * (K)), cblas_dgemm(order, ta, tb, M, N, K, __VA_ARGS__))
 #include "kernels.inc"

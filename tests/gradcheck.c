@@ -16,6 +16,7 @@
 
 #include "../common/io.h"
 #include "../common/graph.h"
+#include "../runtime/blas_core.h"
 #include "../runtime/exec.h"
 #include "../compiler/passes.h"
 
@@ -110,6 +111,7 @@ static int check_part(const Graph *g, PartKind pk, const char *path) {
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     int first = 1;
     if (argc > 2 && !strcmp(argv[1], "--samples")) {
         max_samples = atoi(argv[2]);

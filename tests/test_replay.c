@@ -23,6 +23,7 @@
 #include <string.h>
 #include <sys/stat.h>
 
+#include "../runtime/blas_core.h"
 #include "../runtime/plan_read.h"
 #include "../runtime/replay.h"
 
@@ -335,6 +336,7 @@ static void test_threads(const Plan *p) {
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     if (argc < 4) {
         fprintf(stderr, "usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]\n");
         return 2;
