@@ -506,7 +506,20 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     // each other in every step
     // (the updates stream the tier's state: each is at least its share of the tier's time)
     double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
-    double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s};
+    // the turn: the head's parameters' gradients (its backward writes them last) out, their
+    // AdamW, and their weights in before the head's forward, the next step's first kernel
+    const Part *head = &g->parts[PART_HEAD];
+    for (int i = 0; i < head->grads.n; i++) {
+        const Grad *gr = head->grads.items[i];
+        if (gr->of->op == OP_PARAM && gr->grad) b->turn_s += (double)storage_bytes(compute, gr->grad) / t->d2h_bandwidth;
+    }
+    for (int i = 0; i < head->nodes.n; i++) {
+        const Node *n = head->nodes.items[i];
+        if (n->op != OP_PARAM) continue;
+        double e = (double)storage_host_elems_of(shape_numel(&n->shape));
+        b->turn_s += e * update_bytes(compute) / t->host_memory_bandwidth + e * wbytes / t->h2d_bandwidth;
+    }
+    double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s, b->compute_s + b->turn_s};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)
         if (exact[i] > b->exact_s) b->exact_s = exact[i];
     return 0;

@@ -82,11 +82,15 @@ typedef struct Bounds {
     double physical_s;    // the max of the above (the link's two directions added when it is not duplex)
     double update_s;      // of host_s, AdamW alone (the norm of each gradient can run as it arrives)
     double backward_s;    // of compute_s, the backward alone
+    double turn_s;        // the head's weights' gradients out, AdamW and weights in again (below)
     double exact_s;       // and exact global-norm clipping: no update before the step's last gradient,
                           // no backward of the next step before its forward has every updated weight,
                           // so at least in + out (the link cannot overlap the last gradient out with
-                          // the first weight in) and at least update (or the tier, which the updates
-                          // stream) + backward
+                          // the first weight in), at least update (or the tier, which the updates
+                          // stream) + backward, and at least compute + turn: the head's backward
+                          // makes the step's last gradients and its forward needs the next step's
+                          // first weights, so between the two the device waits for those gradients
+                          // out, their update and those weights in
 } Bounds;
 
 // The bounds of graph g (untiled, as sema and autodiff made it) on t.

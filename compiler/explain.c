@@ -41,10 +41,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 dtype_name(g->train.compute));
         fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
                      "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
-                     "\"tier_s\": %.6g},\n"
+                     "\"tier_s\": %.6g, \"turn_s\": %.6g},\n"
                      " \"policies\": [\n",
                 b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
-                b->backward_s, b->tier_s);
+                b->backward_s, b->tier_s, b->turn_s);
         for (int i = 0; i < nrows; i++) {
             const SchedResult *r = &rows[i];
             const Cost *c = &r->cost;
@@ -89,10 +89,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     if (b->tier_s > 0) snprintf(tier, sizeof tier, ", NVMe tier %.4g", b->tier_s);
     double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
     fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
-                 "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, and AdamW%s + the "
-                 "backward, %.4g)\n",
+                 "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, AdamW%s + the "
+                 "backward, %.4g, and compute + the head's gradients out, update and weights in, %.4g)\n",
             b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, tier, b->exact_s,
-            b->in_s + b->out_s, b->tier_s > 0 ? " streaming the tier" : "", update + b->backward_s);
+            b->in_s + b->out_s, b->tier_s > 0 ? " streaming the tier" : "", update + b->backward_s,
+            b->compute_s + b->turn_s);
     fprintf(out, "  %-16s %10s %10s %8s %8s %10s %10s %12s %9s  %s\n", "policy", "step s", "tokens/s", "/phys",
             "/exact", "device GB", "host GB", "link GB/step", "crossings", "schedule");
     for (int i = 0; i < nrows; i++) {

@@ -95,6 +95,7 @@ def main():
               b["exact_s"] >= b["in_s"] + b["out_s"] and b["physical_s"] >= max(b["compute_s"], b["host_s"]) and
               0 < b["update_s"] < b["host_s"] and 0 < b["backward_s"] < b["compute_s"] and
               b["exact_s"] >= (b["update_s"] + b["backward_s"]) * (1 - 1e-5) and  # printed to 6 digits
+              0 < b["turn_s"] and b["exact_s"] >= (b["compute_s"] + b["turn_s"]) * (1 - 1e-5) and
               all(1 <= r["ratio_exact"] <= r["ratio_physical"] for r in rows.values()) and
               all(r["fits"] or "reason" in r for r in rows.values()) and
               rows["sequential"]["weight_crossings"] == 2 and rows["megatrain"]["weight_crossings"] == 3)
