@@ -16,6 +16,7 @@
 
 #include "../common/io.h"
 #include "../compiler/passes.h"
+#include "../runtime/blas_core.h"
 #include "../runtime/exec.h"
 #include "../runtime/safetensors.h"
 
@@ -92,6 +93,7 @@ static double joined_losses(const PartState *ps) {
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     if (argc != 4 && argc != 8) return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N]");
     SemaOptions opt = {0};
     if (argc == 8) opt.batch = atoll(argv[5]), opt.seq = atoll(argv[7]);

@@ -24,6 +24,7 @@
 #include "../compiler/emit_llvm.h"
 #include "../compiler/fuse.h"
 #include "../common/graph.h"
+#include "../runtime/blas_core.h"
 #include "../runtime/exec.h"
 #include "../runtime/jit.h"
 #include "../compiler/passes.h"
@@ -216,6 +217,7 @@ static int check_model(const char *path, int *compared) {
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     int failed = 0, compared = 0;
     for (int a = 1; a < argc; a++) failed += check_model(argv[a], &compared);
     printf("%d kernels compared, %d failed (tolerance %g, max |jit - ref| / max |ref| per buffer)\n", compared, failed, TOL);

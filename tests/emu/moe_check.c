@@ -34,6 +34,7 @@
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/nvrtc.h"
 #include "../../runtime/kernels.h"
+#include "../../runtime/blas_core.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
@@ -286,6 +287,7 @@ static void check_scratch(void) {
 }
 
 int main(int argc, char **argv) {
+    mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     if (argc != 4) {
         fprintf(stderr, "usage: moe_check CXX EMU_DIR WORK_DIR\n");
         return 2;
