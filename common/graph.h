@@ -222,6 +222,8 @@ typedef struct Graph {
     PtrVec params;   // of Param*: globals and block params, in declaration order
     PtrVec inputs;   // of ModelInput*: forward's arguments
     TrainConfig train;
+    int64_t kernel_scratch; // device scratch of an engine that runs the fused kernels (common/scratch.h); the
+                            // scheduler fills it once (0: not yet)
 } Graph;
 
 // Appends a node to part (kind pk) with the given operands. NULL when out of memory.

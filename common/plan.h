@@ -2,7 +2,7 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 7, all integers little-endian:
+// File format, version 8, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,14 +21,14 @@
 
 #include "graph.h"
 
-enum { PLAN_VERSION = 7, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 8, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
     SEC_CONFIG,     // the TrainConfig
     SEC_GRAPH,      // model name, block, inputs, params, the three parts with their backward
     SEC_HOST,       // host store layout, the host activation store
-    SEC_ARENA,      // device arena size, its limit, every node's offset (block nodes once per frame)
+    SEC_ARENA,      // device arena size, kernel scratch, its limit, every node's offset (block nodes once per frame)
     SEC_STREAMS,    // the schedule's name and the instruction streams
     SEC_KERNELS,    // the fused kernels (kernel IR), LLVM bitcode, CUDA cubin and PTX
     SEC_COUNT_PLUS_ONE
@@ -100,6 +100,8 @@ typedef struct Plan {
     int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
     // ARENA
     int64_t arena_bytes;
+    int64_t scratch_bytes; // device scratch of each engine that runs kernels, beside the arena (common/scratch.h:
+                           // plan_device_bytes is all the device memory); 0 for a cpu target
     int64_t device_limit; // bytes of device memory of the target the plan was made for
     int32_t nframes;      // block frames: each a full set of block node offsets
     // Byte offsets, -1 for views and reshapes. Head and tail: (nodes.n).

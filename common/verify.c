@@ -722,6 +722,7 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     v.upd = malloc((size_t)plan_segment_count(p) * sizeof *v.upd);
     v.nrm = malloc((size_t)plan_segment_count(p) * sizeof *v.nrm);
     int rc = v.upd && v.nrm ? 0 : oom(&v);
+    if (rc == 0 && p->scratch_bytes < 0) rc = fail(&v, "kernel scratch of %lld bytes", (long long)p->scratch_bytes);
     if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
     if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");
     free(v.arena.s);

@@ -2,6 +2,7 @@
 
 #include "../common/attention.h"
 #include "fuse.h"
+#include "../common/scratch.h"
 #include "../common/storage.h"
 
 #include <stdlib.h>
@@ -396,7 +397,7 @@ int cost_plan(const Plan *p, const Target *t, Cost *c) {
 int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
-    *c = (Cost){.device_peak_bytes = p->arena_bytes};
+    *c = (Cost){.device_peak_bytes = plan_device_bytes(p)};
     cost_place(p, t, &c->place);
     c->host_bytes = c->place.ram_bytes;
     const Part *block = &g->parts[PART_BLOCK];

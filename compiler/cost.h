@@ -44,7 +44,7 @@ typedef struct Cost {
     double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
                              // least the host memory time of its link bytes and optimizer (they share it)
-    int64_t device_peak_bytes; // the arena
+    int64_t device_peak_bytes; // the arena and the kernels' scratch (plan_device_bytes, common/scratch.h)
     int64_t host_bytes;      // host RAM: the host store (less what the tier holds) and the host activation store
     Placement place;         // the host store across RAM and the NVMe tier
     double weight_crossings; // how many times a layer's weights cross the link in a step, on average

@@ -60,14 +60,16 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
             json_str(out, r->plan ? r->plan->schedule : "");
             fprintf(out, ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"ratio_physical\": %.4f, "
                          "\"ratio_exact\": %.4f, "
-                         "\"device_peak_bytes\": %lld, \"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
+                         "\"device_peak_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
+                         "\"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
                          "\"link_bytes_per_step\": %.0f, "
                          "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
                          "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"tier\": \"%s\", "
                          "\"ram_bytes_per_param\": %.6g, \"tier_bytes_per_param\": %.6g, \"tier_bytes\": %lld, "
                          "\"tier_s\": %.6g, \"fits\": %s, \"chosen\": %s",
                     c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
-                    (long long)c->device_peak_bytes, (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
+                    (long long)c->device_peak_bytes, (long long)r->plan->arena_bytes, (long long)r->plan->scratch_bytes,
+                    (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
                     (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
                     c->compute_s * acc, c->gemm_s * acc, c->attention_s * acc, attention_kernel(c->attention_kinds),
                     PLACE_NAMES[c->place.level], c->place.ram_per_param, c->place.tier_per_param,

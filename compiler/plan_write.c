@@ -27,7 +27,7 @@
 //   HOST     i64 host_global, i64 host_tail, i64 host_layer, u32 count (= params),
 //            count × i64 param offset (floats into its segment),
 //            i64 host_act_bytes
-//   ARENA    i64 arena_bytes, i64 device_limit, i32 nframes; per part: u32
+//   ARENA    i64 arena_bytes, i64 scratch_bytes, i64 device_limit, i32 nframes; per part: u32
 //            count (= its nodes; the block's times nframes), count × i64
 //            byte offset (-1: a view or reshape)
 //   STREAMS  str schedule, i32 nevents; u32 count, train instructions;
@@ -278,6 +278,7 @@ static void write_host(Buf *b, const Plan *p) {
 
 static void write_arena(Buf *b, const Plan *p) {
     put_i64(b, p->arena_bytes);
+    put_i64(b, p->scratch_bytes);
     put_i64(b, p->device_limit);
     put_i32(b, p->nframes);
     for (int pk = 0; pk < PART_COUNT; pk++) {

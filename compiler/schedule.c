@@ -6,7 +6,9 @@
 //      block's layout is one "frame", instantiated once per weight slot
 //   3. device arena: globals, frames (weight slot + buffers), the head and
 //      the tail in one region (their values never live at once),
-//      gradient carries, checkpoints and kept activations
+//      gradient carries, checkpoints and kept activations; on a GPU the
+//      fused kernels' scratch beside it (common/scratch.h), counted in the
+//      device memory every fit and figure uses (plan_device_bytes)
 //   4. the training stream: the previous step's host updates overlapped
 //      with this step's forward (each layer updated just before its weights
 //      go in), the forward with checkpoints or offloads, the tail, the
@@ -27,6 +29,7 @@
 #include "schedule.h"
 
 #include "fuse.h"
+#include "../common/scratch.h"
 #include "../common/storage.h"
 
 #include <stdio.h>
@@ -272,6 +275,15 @@ static int prepare_parts(Graph *g, Arena *a) {
     int *ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
     BlockNeeds need;
     if (!ranges || block_needs(block, g->train.compute, a, &need) != 0) return -1;
+    if (!g->kernel_scratch) { // the fused kernels' device scratch, as mtc -o writes them (mtc.c)
+        Arena ka = {0};
+        KirProgram prog;
+        char err[256];
+        int rc = fuse(g, &ka, &prog, err, sizeof err);
+        if (rc == 0) g->kernel_scratch = program_scratch_bytes(&prog, g);
+        arena_free(&ka);
+        if (rc != 0) return -1;
+    }
     for (int pk = 0; pk < PART_COUNT; pk++) {
         Part *part = &g->parts[pk];
         int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
@@ -783,6 +795,8 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->keep0 = top;
     if (c->remat == REMAT_SELECTIVE) top += recomputed * b->keep_bytes;
     p->arena_bytes = top;
+    // each engine that runs kernels gets their scratch beside the arena on a GPU (the cpu's is host memory)
+    p->scratch_bytes = strncmp(t->arch, "sm_", 3) == 0 ? g->kernel_scratch : 0;
     p->device_limit = (int64_t)t->device_memory;
 
     // Every node's offset: parameters in their weights, the rest at its
@@ -1129,13 +1143,13 @@ static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a,
     Plan *p0 = build(g, t, &c, 1, a, err, errcap);
     if (!p0) return -1;
     int64_t lo = 0, hi = g->layers; // lo fits
-    if ((double)p0->arena_bytes > t->device_memory) hi = 0;
+    if ((double)plan_device_bytes(p0) > t->device_memory) hi = 0;
     arena_release(a, mark);
     while (lo < hi) {
         c.resident = (lo + hi + 1) / 2;
         Plan *p = build(g, t, &c, 1, a, err, errcap);
         if (!p) return -1;
-        if ((double)p->arena_bytes <= t->device_memory) lo = c.resident;
+        if ((double)plan_device_bytes(p) <= t->device_memory) lo = c.resident;
         else hi = c.resident - 1;
         arena_release(a, mark);
     }

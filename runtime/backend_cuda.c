@@ -12,8 +12,11 @@
 //             the host engine by its thread not queueing before the host is done
 //   memory    one cudaMalloc: the plan's arena, then a scratch region for each
 //             engine that runs kernels (f64 accumulators of KA_ACC64
-//             arguments, the attention backward's lse and delta), sized from
-//             the plan's kernels at load; nothing else while training runs
+//             arguments, the attention backward's lse and delta, the MoE
+//             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
+//             counted in the plan's device memory (common/scratch.h); a plan
+//             recording less than its kernels need is refused at load;
+//             nothing else while training runs
 //             (cuBLASLt gets no workspace). The host ranges the streams read
 //             and write (the streamed weights, the activation store) pinned
 //             with cudaHostRegister, or the run is refused up front
@@ -40,6 +43,7 @@
 #include "../common/attention.h"
 #include "../common/bf16.h"
 #include "../common/kir.h"
+#include "../common/scratch.h"
 #include "../common/trace.h"
 #include "moe_launch.h"
 #include "backend.h"
@@ -378,43 +382,6 @@ static NodeDims node_dims(const Node *n) {
     return d;
 }
 
-// The experts a row of moe node n selects at most: the top_k of the router
-// its gates come from (a few ops up, through other parts' outputs), or, not
-// found, all E (as compiler/cost.c's moe_selected, which prices it). A row
-// with more gates != 0 than that gets NaN outputs (compiler/cuda/moe.cuh).
-static int moe_top_k(const Graph *g, const Node *n, int E) {
-    const Node *seen[16];
-    int ns = 0;
-    seen[ns++] = n->in[n->op == OP_MOE_BWD ? 2 : 1];
-    for (int i = 0; i < ns; i++) {
-        const Node *s = seen[i];
-        if (s->op == OP_TOP_K) return s->top_k < E ? s->top_k : E;
-        if (s->op == OP_INPUT && s->src_part >= 0 && s->src_part < PART_COUNT && ns < 16 &&
-            s->src < g->parts[s->src_part].nodes.n)
-            seen[ns++] = g->parts[s->src_part].nodes.items[s->src];
-        for (int j = 0; j < s->nin && ns < 16; j++) seen[ns++] = s->in[j];
-    }
-    return E;
-}
-
-static MoeDims moe_dims(const Graph *g, const Node *n) {
-    NodeDims d = node_dims(n);
-    return (MoeDims){d.rows, d.C, d.E, d.F, moe_top_k(g, n, d.E)};
-}
-
-// The scratch bytes node n's kernels need (compiler/cuda/moe.cuh): moe and
-// its backward a chunk of rows' routed slots (runtime/moe_launch.h),
-// independent of the batch beyond MOE_CHUNK_BYTES.
-static int64_t node_scratch(const Graph *g, const Node *n) {
-    if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
-        MoeDims m = moe_dims(g, n);
-        int bwd = n->op == OP_MOE_BWD;
-        return moe_scratch_bytes(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES));
-    }
-    if (n->op == OP_LOAD_BALANCE_BWD) return (int64_t)node_dims(n).E * 8;
-    return 0;
-}
-
 typedef struct MoeLaunchCtx {
     Cuda *c;
     const Instr *in;
@@ -445,7 +412,7 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     void *ws = c->scratch[engine_of(in)];
     if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
         int bwd = n->op == OP_MOE_BWD;
-        MoeDims m = moe_dims(c->p->graph, n);
+        MoeDims m = moe_node_dims(c->p->graph, n);
         MoeLaunchCtx ctx = {c, in, s};
         // moe's operands y, x, gates, w_gate, w_up, w_down in moe_bwd's places (no dy)
         void *arg[7] = {ptr[0], bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2], ptr[bwd ? 4 : 3],
@@ -660,21 +627,6 @@ static int load_kernels(Cuda *c) {
     return 0;
 }
 
-// The scratch one engine's kernels need at most, bytes.
-static int64_t scratch_need(const KirProgram *prog, const Graph *g) {
-    int64_t need = 256;
-    for (int p = 0; p < PART_COUNT; p++)
-        for (int i = 0; i < prog->parts[p].n; i++) {
-            const KirKernel *k = &prog->parts[p].k[i];
-            int64_t b = k->kind == KK_EXPR ? 8 * kir_acc64_offset(k, k->nargs)
-                        : k->kind == KK_ATTN_BWD ? (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H)
-                        : k->kind == KK_NODE     ? node_scratch(g, g->parts[p].nodes.items[k->anchor])
-                                                 : 0;
-            if (b > need) need = b;
-        }
-    return (need + 255) & ~(int64_t)255;
-}
-
 int backend_cuda_devices(char *why, size_t cap);
 int backend_cuda_devices(char *why, size_t cap) {
     int n = 0;
@@ -744,12 +696,25 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     for (int pk = 0; pk < PART_COUNT; pk++)
         for (int i = 0; i < c->prog.parts[pk].n; i++)
             for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++) c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;
-    // one device allocation: the arena, then each kernel-running engine's scratch
-    c->scratch_bytes = scratch_need(&c->prog, p->graph);
+    // one device allocation: the arena, then each kernel-running engine's
+    // scratch of the size the plan records (common/scratch.h), which mtc
+    // counted in the plan's device memory
+    int64_t need = program_scratch_bytes(&c->prog, p->graph);
+    if (p->scratch_bytes < need) {
+        snprintf(c->err, sizeof c->err, "the plan records %lld bytes of kernel scratch per engine but its kernels need "
+                 "%lld; recompile it with this mtc", (long long)p->scratch_bytes, (long long)need);
+        goto fail;
+    }
+    c->scratch_bytes = p->scratch_bytes;
     int nscratch = 0;
     for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
     int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255;
-    c->dev_bytes = arena + nscratch * c->scratch_bytes;
+    c->dev_bytes = plan_device_bytes(p);
+    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes) {
+        snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d", nscratch,
+                 plan_scratch_engines(p));
+        goto fail;
+    }
     size_t free_b = 0, total_b = 0;
     if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
     if ((size_t)c->dev_bytes > free_b) {

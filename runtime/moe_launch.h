@@ -1,7 +1,8 @@
 // moe_launch.h: how one moe or moe_bwd node runs as compiler/cuda/moe.cuh's
 // grouped kernels: its chunks of rows, the scratch they need, and the launch
 // sequence. Host C, shared by runtime/backend_cuda.c and tests/emu/moe_check.c
-// (which runs it on the emulation against runtime/kernels.inc).
+// (which runs it on the emulation against runtime/kernels.inc). The scratch
+// sizing is common/scratch.h's, which mtc's scheduler counts too.
 //
 // Per chunk of nr rows, S = nr K routed slots (K: the experts a row selects):
 //   mt_moe_count, mt_moe_route   (E blocks)        route the rows on the device
@@ -20,6 +21,8 @@
 #ifndef MT_MOE_LAUNCH_H
 #define MT_MOE_LAUNCH_H
 
+#include "../common/scratch.h" // MoeDims and the scratch of a chunk: moe_scratch_bytes, moe_chunk_rows
+
 enum { MOE_TILE = 64, MOE_THREADS = 256 }; // moe.cuh's MT_MOE_T, its blocks' threads
 
 typedef enum {
@@ -31,30 +34,6 @@ static const char *const MOE_KERNEL_NAME[MOE_KERNELS] = {
     "mt_moe_count",    "mt_moe_route",  "mt_moe_up", "mt_moe_down",  "mt_moe_combine",  "mt_moe_up_bwd",
     "mt_moe_down_bwd", "mt_moe_dgates", "mt_moe_dw_down", "mt_moe_da", "mt_moe_dw_up", "mt_moe_dx_slots",
     "mt_moe_combine_dx"};
-
-// A moe node's geometry: rows of x [rows, C], E experts of width F, K selected a row.
-typedef struct MoeDims {
-    long long rows;
-    int C, E, F, K;
-} MoeDims;
-
-// At most this much scratch for a node's chunk (bytes); fewer rows a chunk when more would be needed.
-#define MOE_CHUNK_BYTES (1LL << 30)
-
-// The scratch of a chunk of nr rows, bytes: floats [S, F + C] (forward) or
-// [S, 2 F + C] (backward), then the route's ints [3 E + 2 + 2 S] (moe.cuh).
-static inline long long moe_floats(MoeDims d, int bwd, long long nr) {
-    return (nr * d.K * ((bwd ? 2LL : 1LL) * d.F + d.C) + 63) / 64 * 64;
-}
-static inline long long moe_scratch_bytes(MoeDims d, int bwd, long long nr) {
-    return 4 * moe_floats(d, bwd, nr) + 4 * (3LL * d.E + 2 + 2 * nr * d.K);
-}
-
-// The rows a chunk holds: all of them when their scratch fits `budget`, else as many as fit (at least one).
-static inline long long moe_chunk_rows(MoeDims d, int bwd, long long budget) {
-    long long per_row = moe_scratch_bytes(d, bwd, 1) - moe_scratch_bytes(d, bwd, 0) + 4, n = budget / per_row;
-    return n >= d.rows ? d.rows : n < 1 ? 1 : n;
-}
 
 // Launches kernel k on a grid (gx, gy) of MOE_THREADS-thread blocks with the
 // 18 parameters of MT_MOE_PARAMS; 0 when queued.

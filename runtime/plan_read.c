@@ -668,10 +668,13 @@ static int read_host(Rd *r, Plan *p) {
 static int read_arena(Rd *r, Plan *p) {
     const Graph *g = p->graph;
     p->arena_bytes = get_i64(r);
+    p->scratch_bytes = get_i64(r);
     p->device_limit = get_i64(r);
     p->nframes = get_i32(r);
     if (r->failed) return -1;
     if (p->arena_bytes < 0) rd_fail(r, "arena of %lld bytes", (long long)p->arena_bytes);
+    else if (p->scratch_bytes < 0 || p->scratch_bytes > ((int64_t)1 << 50) || p->scratch_bytes % 256)
+        rd_fail(r, "kernel scratch of %lld bytes (a multiple of 256 is recorded)", (long long)p->scratch_bytes);
     else if (p->device_limit < 0) rd_fail(r, "a device limit of %lld bytes", (long long)p->device_limit);
     else if (p->nframes < 1 || p->nframes > g->layers + 8)
         rd_fail(r, "%d block frames for %lld layers", p->nframes, (long long)g->layers);

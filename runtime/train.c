@@ -9,6 +9,7 @@
 #include <unistd.h>
 
 #include "../common/io.h"
+#include "../common/scratch.h"
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -565,9 +566,11 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     if (g->sublayers > 1) fprintf(out, " streamed %lld at a time (one period of the order)", (long long)g->sublayers);
     fputc('\n', out);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
-    fprintf(out, "  device   %s; arena %.2f MB, host store %.2f MB, %d optimizer threads\n",
-            r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu", (double)p->arena_bytes / 1e6,
-            (double)ram_store_bytes(r) / 1e6, r->o->threads);
+    fprintf(out, "  device   %s; arena %.2f MB", r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu",
+            (double)p->arena_bytes / 1e6);
+    if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
+        fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
+    fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
     if (r->hs.tier)
         fprintf(out, "  tier     %s: the layers' Adam moments%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
                 tier_path(r->hs.tier), r->hs.tier_master ? " and fp32 master" : "", (double)tier_bytes(r->hs.tier) / 1e6);
@@ -618,11 +621,11 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
                "\"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
-               "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"device\": ",
+               "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps, (long long)from,
             base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
-            (long long)p->arena_bytes);
+            (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
     fprintf(f, ", \"data\": ");
     json_str(f, r->data.path);

@@ -19,7 +19,9 @@ train: f32 and bf16, every --remat mode: the first 5 losses and a
   1e-5 and bf16 within 1e-3 relative. The first run (f32, remat none) also
   writes mtrun --trace, checked against mtc --trace's prediction: the same
   tracks and names, every predicted instruction timed each step, no overlap
-  on a track (checks.measured_trace_errors).
+  on a track (checks.measured_trace_errors). The backend allocates the kernel
+  scratch the plan records (common/scratch.h); that plan with 256 bytes less
+  recorded must be refused naming both figures (exit 1).
 gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh),
   remat layer and offload only.
 waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
@@ -135,6 +137,35 @@ def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5,
     return got, p
 
 
+def with_scratch(plan, out, delta):
+    """A copy of plan whose ARENA section records `delta` bytes more kernel scratch (its crc redone);
+    returns the scratch plan records."""
+    import struct
+    import zlib
+    d = bytearray(open(plan, "rb").read())
+    count = struct.unpack_from("<I", d, 16)[0]
+    for i in range(count):
+        entry = 24 + 24 * i
+        sid, _, off, size = struct.unpack_from("<IIQQ", d, entry)
+        if sid == 5:  # ARENA: i64 arena_bytes, i64 scratch_bytes, ...
+            recorded = struct.unpack_from("<q", d, off + 8)[0]
+            struct.pack_into("<q", d, off + 8, recorded + delta)
+            struct.pack_into("<I", d, entry + 4, zlib.crc32(bytes(d[off:off + size])))
+    open(out, "wb").write(d)
+    return recorded
+
+
+def check_scratch_refused(mtrun, plan, work, cuda):
+    """The backend refuses a plan recording less kernel scratch than its kernels need, by name, no crash."""
+    short = os.path.join(work, "short-scratch.bin")
+    recorded = with_scratch(plan, short, -256)  # the plan records its kernels' need exactly (a multiple of 256)
+    got, p = losses(mtrun, short, os.path.join(work, "short.jsonl"), cuda, expect_ok=False)
+    want = f"the plan records {recorded - 256} bytes of kernel scratch per engine but its kernels need {recorded}"
+    if got is not None or p.returncode != 1 or want not in p.stderr:
+        fail(f"a plan recording {recorded - 256} bytes of kernel scratch: want exit 1 and '{want}'", p)
+    print(f"{plan}: kernel scratch {recorded} bytes a kernel-running engine as recorded; {recorded - 256} refused")
+
+
 def worst_rel(a, b):
     if len(a) != len(b) or not a:
         return math.inf
@@ -151,6 +182,8 @@ def check_train(mtc, mtrun, lib, cxx, src, work, model):
             trace = os.path.join(work, "measured.json") if (dtype, remat) == ("f32", REMATS[0]) else None
             got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), cuda,
                             extra_args=("--trace", trace) if trace else ())
+            if trace:
+                check_scratch_refused(mtrun, plan, work, cuda)
             if trace:
                 predicted = os.path.join(work, "predicted.json")
                 q = run(compile_args(mtc, src, model, dtype, REMATS[0]) + ["--trace", predicted])

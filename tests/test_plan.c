@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 7. For each model given: parse,
+// test_plan: the plan file format, version 8. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -102,6 +102,7 @@ static Plan *hand_plan(Graph *g, Arena *a) {
             }
     }
     p->arena_bytes = top + 8; // a little spare at the end
+    p->scratch_bytes = 4096 + 256; // written and read back as is
     p->device_limit = 2 * p->arena_bytes + 12345;
     p->schedule = "by hand: every kind, four engines, two frames";
     p->nevents = HAND_EVENTS;
@@ -374,6 +375,7 @@ static void compare_plans(const char *ctx, const Plan *x, const Plan *y) {
         SAME("a param offset", x->param_offset[i] == y->param_offset[i]);
     SAME("host_act_bytes", x->host_act_bytes == y->host_act_bytes);
     SAME("arena_bytes", x->arena_bytes == y->arena_bytes);
+    SAME("scratch_bytes", x->scratch_bytes == y->scratch_bytes);
     SAME("device_limit", x->device_limit == y->device_limit);
     SAME("nframes", x->nframes == y->nframes);
     for (int pk = 0; pk < PART_COUNT; pk++) {
@@ -546,15 +548,19 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 7");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 8");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 7");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 8");
     memcpy(buf, orig, len);
-    st32(buf + 8, 8);
+    st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 7");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 8");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 9);
+    redo_crcs(buf);
+    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 8");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -819,6 +825,12 @@ static void damage_fields(Plan *p, const char *path) {
         int64_t saved = p->node_offset[PART_TAIL][i];
         p->node_offset[PART_TAIL][i] = p->arena_bytes;
         expect_written_refused("a node outside the arena", p, path, "section ARENA: tail node");
+        int64_t scratch = p->scratch_bytes;
+        p->scratch_bytes = -256;
+        expect_written_refused("negative kernel scratch", p, path, "section ARENA: kernel scratch of -256 bytes");
+        p->scratch_bytes = 4100;
+        expect_written_refused("kernel scratch not a multiple of 256", p, path, "section ARENA: kernel scratch of 4100 bytes");
+        p->scratch_bytes = scratch;
         p->node_offset[PART_TAIL][i] = -1;
         expect_written_refused("a computed node with no buffer", p, path, "has no buffer");
         p->node_offset[PART_TAIL][i] = saved;

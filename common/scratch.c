@@ -1,0 +1,76 @@
+// scratch.c: the device scratch of a plan's kernels (scratch.h).
+#include "scratch.h"
+
+#include "attention.h"
+
+static int64_t round_256(int64_t v) { return (v + 255) & ~(int64_t)255; }
+
+// The experts a row of moe node n selects at most: the top_k found by
+// walking up from its gates (at most 16 nodes), else E.
+static int moe_top_k(const Graph *g, const Node *n, int E) {
+    const Node *seen[16];
+    int ns = 0;
+    seen[ns++] = n->in[n->op == OP_MOE_BWD ? 2 : 1];
+    for (int i = 0; i < ns; i++) {
+        const Node *s = seen[i];
+        if (s->op == OP_TOP_K) return s->top_k < E ? s->top_k : E;
+        if (s->op == OP_INPUT && s->src_part >= 0 && s->src_part < PART_COUNT && ns < 16 &&
+            s->src < g->parts[s->src_part].nodes.n)
+            seen[ns++] = g->parts[s->src_part].nodes.items[s->src];
+        for (int j = 0; j < s->nin && ns < 16; j++) seen[ns++] = s->in[j];
+    }
+    return E;
+}
+
+MoeDims moe_node_dims(const Graph *g, const Node *n) {
+    int bwd = n->op == OP_MOE_BWD;
+    const Shape *x = &n->in[bwd ? 1 : 0]->shape, *w = &n->in[bwd ? 3 : 2]->shape; // x [rows.., C], w_gate [E, F, C]
+    MoeDims d = {0, 0, 0, 0, 0};
+    d.C = (int)x->dims[x->rank - 1];
+    d.rows = shape_numel(x) / d.C;
+    d.E = (int)w->dims[0], d.F = (int)w->dims[1];
+    d.K = moe_top_k(g, n, d.E);
+    return d;
+}
+
+int64_t kernel_scratch_bytes(const KirKernel *k, const Graph *g, int part) {
+    if (k->kind == KK_EXPR) return 8 * kir_acc64_offset(k, k->nargs);
+    if (k->kind == KK_ATTN_BWD) return (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H);
+    if (k->kind != KK_NODE) return 0;
+    const Node *n = g->parts[part].nodes.items[k->anchor];
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
+        MoeDims m = moe_node_dims(g, n);
+        int bwd = n->op == OP_MOE_BWD;
+        return moe_scratch_bytes(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES));
+    }
+    if (n->op == OP_LOAD_BALANCE_BWD) { // E doubles: its logits' last axis
+        const Shape *l = &n->in[1]->shape;
+        return 8 * l->dims[l->rank - 1];
+    }
+    return 0;
+}
+
+int64_t program_scratch_bytes(const KirProgram *prog, const Graph *g) {
+    int64_t need = 256;
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            int64_t b = kernel_scratch_bytes(&prog->parts[p].k[i], g, p);
+            if (b > need) need = b;
+        }
+    return round_256(need);
+}
+
+int plan_scratch_engines(const Plan *p) {
+    int runs[ENG_COUNT] = {0}, n = 0;
+    runs[ENG_COMPUTE] = 1; // operations outside a stream run there
+    for (int i = 0; i < p->ntrain + p->neval; i++) {
+        const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
+        if (in->kind == INS_RUN && in->engine >= 0 && in->engine < ENG_COUNT) runs[in->engine] = 1;
+    }
+    for (int e = 0; e < ENG_COUNT; e++) n += runs[e];
+    return n;
+}
+
+int64_t plan_device_bytes(const Plan *p) {
+    return round_256(p->arena_bytes) + (int64_t)plan_scratch_engines(p) * p->scratch_bytes;
+}

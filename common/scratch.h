@@ -1,0 +1,74 @@
+// scratch.h: the device scratch a plan's kernels need beside the arena, the
+// one definition mtc's scheduler (compiler/schedule.c: fits, every device
+// figure, the plan's scratch_bytes) and the cuda backend
+// (runtime/backend_cuda.c: what it allocates and checks) both use.
+//
+// Each engine that runs kernels (a RUN instruction's engine, and always the
+// compute engine) gets one scratch region of the plan's scratch_bytes, the
+// most any one kernel of the plan needs:
+//   expression kernels   f64 accumulators of their KA_ACC64 arguments
+//                        (8 x kir_acc64_offset(k, nargs))
+//   attention backward   the flash templates' lse and delta
+//                        (attn_workspace_bytes(B, T, H), common/attention.h)
+//   moe, moe_bwd         a chunk of rows' routed slots (moe_scratch_bytes of
+//                        moe_chunk_rows: compiler/cuda/moe.cuh, at most about
+//                        MOE_CHUNK_BYTES whatever the batch)
+//   load_balance_bwd     E doubles
+// rounded up to 256 bytes, at least 256. The cpu backend keeps its scratch in
+// host memory: plans for a cpu target record none.
+#ifndef MT_SCRATCH_H
+#define MT_SCRATCH_H
+
+#include <stdint.h>
+
+#include "graph.h"
+#include "kir.h"
+#include "plan.h"
+
+// A moe node's geometry: rows of x [rows, C], E experts of width F, K selected a row.
+typedef struct MoeDims {
+    long long rows;
+    int C, E, F, K;
+} MoeDims;
+
+// At most this much scratch for a node's chunk (bytes); fewer rows a chunk when more would be needed.
+#define MOE_CHUNK_BYTES (1LL << 30)
+
+// The scratch of a chunk of nr rows, bytes: floats [S, F + C] (forward) or
+// [S, 2 F + C] (backward), S = nr K routed slots, then the route's ints
+// [3 E + 2 + 2 S] (compiler/cuda/moe.cuh).
+static inline long long moe_floats(MoeDims d, int bwd, long long nr) {
+    return (nr * d.K * ((bwd ? 2LL : 1LL) * d.F + d.C) + 63) / 64 * 64;
+}
+static inline long long moe_scratch_bytes(MoeDims d, int bwd, long long nr) {
+    return 4 * moe_floats(d, bwd, nr) + 4 * (3LL * d.E + 2 + 2 * nr * d.K);
+}
+
+// The rows a chunk holds: all of them when their scratch fits `budget`, else as many as fit (at least one).
+static inline long long moe_chunk_rows(MoeDims d, int bwd, long long budget) {
+    long long per_row = moe_scratch_bytes(d, bwd, 1) - moe_scratch_bytes(d, bwd, 0) + 4, n = budget / per_row;
+    return n >= d.rows ? d.rows : n < 1 ? 1 : n;
+}
+
+// Moe or moe_bwd node n's geometry in graph g; K is the top_k of the router
+// its gates come from (a few ops up, through other parts' outputs), or, not
+// found, all E (as compiler/cost.c's moe_selected, which prices it). A row
+// with more gates != 0 than K gets NaN outputs (compiler/cuda/moe.cuh).
+MoeDims moe_node_dims(const Graph *g, const Node *n);
+
+// The device scratch bytes kernel k of part `part` needs (0: none).
+int64_t kernel_scratch_bytes(const KirKernel *k, const Graph *g, int part);
+
+// The scratch of each kernel-running engine for program prog of graph g:
+// the most any kernel needs, rounded up to 256, at least 256.
+int64_t program_scratch_bytes(const KirProgram *prog, const Graph *g);
+
+// The engines of plan p that get a scratch region: those its RUN
+// instructions are on, and the compute engine always.
+int plan_scratch_engines(const Plan *p);
+
+// All the device memory plan p needs: its arena, rounded up to 256, then
+// each kernel-running engine's p->scratch_bytes.
+int64_t plan_device_bytes(const Plan *p);
+
+#endif
