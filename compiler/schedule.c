@@ -356,11 +356,37 @@ static void wait_for(Builder *b, Engine e, int ev) {
     emit(b, INS_WAIT, e)->event = ev;
 }
 
+// Keeps the WAITs that order something: a WAIT whose event was recorded at
+// a point its engine already follows (through its own order and the WAITs
+// it kept) goes. Vector clocks, in array order, as the verifier computes
+// them; what happens before what is unchanged. Returns the new count.
+static int32_t drop_redundant_waits(Builder *b, Instr *ins, int32_t n) {
+    int32_t (*rec)[ENG_COUNT] = arena_alloc(b->a, (size_t)(b->p->nevents + 1) * sizeof *rec); // (nevents) clocks
+    int32_t cur[ENG_COUNT][ENG_COUNT] = {{0}}; // each engine's clock after its last instruction
+    if (!rec) return b->failed = 1, n;
+    int32_t kept = 0;
+    for (int32_t i = 0; i < n; i++) {
+        const Instr *in = &ins[i];
+        int32_t *c = cur[in->engine];
+        if (in->kind == INS_WAIT) {
+            const int32_t *r = rec[in->event]; // recorded earlier in the array: the builder waits for nothing later
+            int follows = 1;
+            for (int e = 0; e < ENG_COUNT; e++) follows &= c[e] >= r[e];
+            if (follows) continue;
+            for (int e = 0; e < ENG_COUNT; e++) c[e] = c[e] > r[e] ? c[e] : r[e];
+        }
+        c[in->engine]++;
+        if (in->kind == INS_RECORD) memcpy(rec[in->event], c, sizeof rec[0]);
+        ins[kept++] = *in;
+    }
+    return kept;
+}
+
 static Instr *finish(Builder *b, int32_t *n) {
     Instr *out = arena_alloc(b->a, (size_t)(b->ins.n + 1) * sizeof(Instr));
     if (!out) b->failed = 1;
     for (int i = 0; out && i < b->ins.n; i++) out[i] = *(Instr *)b->ins.items[i];
-    *n = b->ins.n;
+    *n = out ? drop_redundant_waits(b, out, b->ins.n) : b->ins.n;
     b->ins = (PtrVec){0};
     return out;
 }
