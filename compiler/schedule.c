@@ -1006,7 +1006,7 @@ Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, 
 
 // ---------------------------------------------------------------- pass 6
 
-static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
+static int fits_target(const Plan *p, const Cost *c, const Target *t, char *why, size_t cap) {
     why[0] = 0;
     if ((double)c->host_bytes > t->host_memory)
         snprintf(why, cap, "needs %.4g GB of host memory%s, %s has %.4g GB", (double)c->host_bytes / 1e9,
@@ -1015,6 +1015,10 @@ static int fits_target(const Cost *c, const Target *t, char *why, size_t cap) {
     else if ((double)c->place.tier_bytes > t->tier_capacity && c->place.level > PLACE_RAM)
         snprintf(why, cap, "needs %.4g GB of NVMe tier, %s has %.4g GB", (double)c->place.tier_bytes / 1e9, t->name,
                  t->tier_capacity / 1e9);
+    else if ((double)c->device_peak_bytes > t->device_memory && p->scratch_bytes > 0)
+        snprintf(why, cap, "needs %.4g GB of device memory (%.4g GB of it the kernels' scratch), %s has %.4g GB",
+                 (double)c->device_peak_bytes / 1e9, (double)(c->device_peak_bytes - p->arena_bytes) / 1e9, t->name,
+                 t->device_memory / 1e9);
     else if ((double)c->device_peak_bytes > t->device_memory)
         snprintf(why, cap, "needs %.4g GB of device memory, %s has %.4g GB", (double)c->device_peak_bytes / 1e9,
                  t->name, t->device_memory / 1e9);
@@ -1099,7 +1103,7 @@ static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
     if (!r.plan) return -1;
     if (cost_plan_with(r.plan, t, x->kernels, &r.cost) != 0)
         return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
-    r.fits = fits_target(&r.cost, t, r.why, sizeof r.why);
+    r.fits = fits_target(r.plan, &r.cost, t, r.why, sizeof r.why);
     if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
     if (req->seen) req->seen(req->seen_ctx, g, &r);
     int better;

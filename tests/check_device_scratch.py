@@ -19,7 +19,7 @@ largest. The f64 accumulators of the expression kernels (column sums of
 
 Then the fit: a copy of h200.target whose device memory is a baseline
 row's arena (one with host checkpoints, its smaller choice) plus half that
-scratch must refuse that row for device memory, and one with arena plus the whole scratch must take it.
+scratch must refuse that row for device memory, naming the scratch, and one with arena plus the whole scratch must take it.
 
 usage: check_device_scratch.py MTC   (run from the repository root)
 """
@@ -99,7 +99,9 @@ def main():
                 if fits:
                     check(got.get("arena_bytes") == rows[name]["arena_bytes"], f"{name} keeps its arena: {got}")
                 else:
-                    check("device memory" in got.get("reason", ""), f"the refusal names device memory: {got}")
+                    want = f"({scratch / 1e9:.4g} GB of it the kernels' scratch)"
+                    check("device memory" in got.get("reason", "") and want in got.get("reason", ""),
+                          f"the refusal names device memory and {want}: {got}")
     return finish("device scratch checks")
 
 
