@@ -5,16 +5,14 @@
 #include <nvrtc.h>
 
 #include <ctype.h>
-#include <errno.h>
 #include <stdarg.h>
+#include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
-#include <dirent.h>
-#include <sys/stat.h>
 #include <time.h>
-#include <unistd.h>
-#include <utime.h>
+
+#include "../common/cache.h"
 
 // How many diagnostics one failure reports; the rest are counted.
 enum { NVRTC_MAX_REPORTED = 8 };
@@ -207,111 +205,35 @@ static int compile(const char *src, const char *name, const char *arch, const ch
     return 0;
 }
 
-// The compile cache. NVRTC's output is a function of its version, the
-// options (fixed here but for the arch), the program's name and its
-// source, so a compile is kept under a 128-bit hash of those, in
-// DIR/nvrtc-HASH.bin:
+// The compile cache (common/cache.h). NVRTC's output is a function of its
+// version, the options (fixed here but for the arch), the program's name and
+// its source: an entry "nvrtc" under their hash, whose blob is
 //
-//     "MTNVRTC1"  magic
-//     u64 x 4     the source's length, the cubin's, the PTX's, a hash of cubin and PTX
-//     cubin, PTX
-//
-// An entry that does not read back whole and with its hash is compiled
-// again and rewritten; entries are written to a temporary file and renamed,
-// so concurrent mtc runs see an entry whole or not at all. A hit touches
-// its entry; past CACHE_MAX_BYTES the least recently used entries go.
-// Failures to read or write the cache are never errors: it only saves time.
+//     u64 x 2     the source's length, the cubin's length
+//     cubin, PTX  (the PTX without its NUL)
 
-enum { CACHE_MAX_ENTRIES = 4096 };
-static const long long CACHE_MAX_BYTES = 1ll << 30;
+static const long long NVRTC_CACHE_MAX_BYTES = 1ll << 30;
 
-typedef struct CacheKey {
-    uint64_t h[2];
-} CacheKey;
-
-// Two independent 64-bit hashes, FNV-1a and a multiply-xorshift, each
-// chained over the parts (NUL-separated).
-static void key_add(CacheKey *k, const void *data, size_t n) {
-    const uint8_t *p = data;
-    for (size_t i = 0; i <= n; i++) {
-        uint8_t c = i < n ? p[i] : 0;
-        k->h[0] = (k->h[0] ^ c) * 0x100000001b3ull;
-        uint64_t x = (k->h[1] ^ c) * 0x9e3779b97f4a7c15ull;
-        k->h[1] = x ^ (x >> 29);
-    }
-}
-
-static CacheKey key_new(void) {
-    return (CacheKey){{0xcbf29ce484222325ull, 0x243f6a8885a308d3ull}};
-}
-
-static uint64_t payload_hash(const CudaBinary *b) {
-    CacheKey k = key_new();
-    key_add(&k, b->cubin, b->cubin_len);
-    key_add(&k, b->ptx, b->ptx_len);
-    return k.h[0] ^ k.h[1];
-}
-
-// The cache folder: $MT_CACHE_DIR ("off": none), else $XDG_CACHE_HOME/mt,
-// else $HOME/.cache/mt; created if missing. 0 when there is none.
-static int cache_dir(char *dir, size_t cap) {
-    const char *env = getenv("MT_CACHE_DIR"), *xdg = getenv("XDG_CACHE_HOME"), *home = getenv("HOME");
-    int n;
-    if (env && *env) {
-        if (!strcmp(env, "off")) return 0;
-        n = snprintf(dir, cap, "%s", env);
-    } else if (xdg && *xdg) {
-        n = snprintf(dir, cap, "%s/mt", xdg);
-    } else if (home && *home) {
-        n = snprintf(dir, cap, "%s/.cache", home);
-        if (n > 0 && (size_t)n < cap) mkdir(dir, 0755);
-        n = snprintf(dir, cap, "%s/.cache/mt", home);
-    } else {
-        return 0;
-    }
-    if (n <= 0 || (size_t)n >= cap - 64) return 0; // room for the entry's name
-    if (mkdir(dir, 0755) != 0 && errno != EEXIST) return 0;
-    return 1;
-}
-
-static int cache_path(char *path, size_t cap, const char *src, const char *name, const char *arch) {
-    char dir[4096];
-    if (!cache_dir(dir, sizeof dir)) return 0;
-    CacheKey k = key_new();
-    const char *version = nvrtc_version_str();
-    key_add(&k, version, strlen(version));
-    key_add(&k, arch, strlen(arch));
-    key_add(&k, name, strlen(name));
-    key_add(&k, src, strlen(src));
-    snprintf(path, cap, "%s/nvrtc-%016llx%016llx.bin", dir, (unsigned long long)k.h[0], (unsigned long long)k.h[1]);
-    return 1;
-}
-
-static const char CACHE_MAGIC[8] = {'M', 'T', 'N', 'V', 'R', 'T', 'C', '1'};
-
-// The entry at path into *out, or -1 when it is missing or not whole.
-static int cache_read(const char *path, size_t src_len, const char *arch, CudaBinary *out) {
+// The cached compile in blob (len bytes) into *out, or -1 when it is not one of src_len.
+static int from_blob(const uint8_t *blob, size_t len, size_t src_len, const char *arch, CudaBinary *out) {
     memset(out, 0, sizeof *out);
-    FILE *f = fopen(path, "rb");
-    if (!f) return -1;
-    char magic[8];
-    uint64_t head[4]; // source length, cubin length, PTX length, payload hash
-    int ok = fread(magic, 1, 8, f) == 8 && !memcmp(magic, CACHE_MAGIC, 8) && fread(head, 8, 4, f) == 4 &&
-             head[0] == src_len && head[1] > 0 && head[1] < (1ull << 31) && head[2] > 0 && head[2] < (1ull << 31);
-    if (ok) {
-        out->cubin = malloc(head[1]);
-        out->ptx = malloc(head[2] + 1);
-        ok = out->cubin && out->ptx && fread(out->cubin, 1, head[1], f) == head[1] &&
-             fread(out->ptx, 1, head[2], f) == head[2] && fgetc(f) == EOF;
+    uint64_t head[2]; // the source's length, the cubin's
+    if (len < sizeof head) return -1;
+    memcpy(head, blob, sizeof head);
+    if (head[0] != src_len || head[1] == 0 || head[1] >= len - sizeof head) return -1;
+    size_t np = len - sizeof head - head[1];
+    out->cubin = malloc(head[1]);
+    out->ptx = malloc(np + 1);
+    if (!out->cubin || !out->ptx) {
+        nvrtc_binary_free(out);
+        return -1;
     }
-    fclose(f);
-    if (ok) {
-        out->ptx[head[2]] = 0;
-        out->cubin_len = head[1];
-        out->ptx_len = head[2];
-        ok = strlen(out->ptx) == out->ptx_len && payload_hash(out) == head[3];
-    }
-    if (!ok) {
+    memcpy(out->cubin, blob + sizeof head, head[1]);
+    memcpy(out->ptx, blob + sizeof head + head[1], np);
+    out->ptx[np] = 0;
+    out->cubin_len = head[1];
+    out->ptx_len = np;
+    if (strlen(out->ptx) != np) {
         nvrtc_binary_free(out);
         return -1;
     }
@@ -319,79 +241,37 @@ static int cache_read(const char *path, size_t src_len, const char *arch, CudaBi
     return 0;
 }
 
-typedef struct CacheEntry {
-    char name[64];
-    time_t used;
-    long long bytes;
-} CacheEntry;
-
-static int older_first(const void *a, const void *b) {
-    time_t x = ((const CacheEntry *)a)->used, y = ((const CacheEntry *)b)->used;
-    return (x > y) - (x < y);
-}
-
-// Removes the least recently used entries of dir until the rest take at
-// most 3/4 of CACHE_MAX_BYTES, once they take more than all of it.
-static void cache_trim(const char *dir) {
-    DIR *d = opendir(dir);
-    if (!d) return;
-    CacheEntry *e = malloc(CACHE_MAX_ENTRIES * sizeof *e); // (CACHE_MAX_ENTRIES) the entries seen
-    int n = 0;
-    long long total = 0;
-    char path[4300];
-    for (struct dirent *de; e && (de = readdir(d)) && n < CACHE_MAX_ENTRIES;) {
-        struct stat st;
-        if (strncmp(de->d_name, "nvrtc-", 6) != 0 || strlen(de->d_name) >= sizeof e->name) continue;
-        snprintf(path, sizeof path, "%.4200s/%.63s", dir, de->d_name);
-        if (stat(path, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        memcpy(e[n].name, de->d_name, strlen(de->d_name) + 1);
-        e[n].used = st.st_mtime;
-        e[n].bytes = (long long)st.st_size;
-        total += e[n++].bytes;
-    }
-    closedir(d);
-    if (e && total > CACHE_MAX_BYTES) {
-        qsort(e, (size_t)n, sizeof *e, older_first);
-        for (int i = 0; i < n && total > CACHE_MAX_BYTES / 4 * 3; i++) {
-            snprintf(path, sizeof path, "%.4200s/%.63s", dir, e[i].name);
-            if (unlink(path) == 0) total -= e[i].bytes;
-        }
-    }
-    free(e);
-}
-
-static void cache_write(const char *path, size_t src_len, const CudaBinary *b) {
-    char tmp[4300];
-    snprintf(tmp, sizeof tmp, "%.4200s.%ld.tmp", path, (long)getpid());
-    FILE *f = fopen(tmp, "wb");
-    if (!f) return;
-    uint64_t head[4] = {src_len, b->cubin_len, b->ptx_len, payload_hash(b)};
-    int ok = fwrite(CACHE_MAGIC, 1, 8, f) == 8 && fwrite(head, 8, 4, f) == 4 &&
-             fwrite(b->cubin, 1, b->cubin_len, f) == b->cubin_len && fwrite(b->ptx, 1, b->ptx_len, f) == b->ptx_len;
-    if (fclose(f) != 0) ok = 0;
-    if (!ok || rename(tmp, path) != 0) {
-        unlink(tmp);
-        return;
-    }
-    char dir[4200];
-    snprintf(dir, sizeof dir, "%s", path);
-    *strrchr(dir, '/') = 0;
-    cache_trim(dir);
+static void cache_keep(const char *path, size_t src_len, const CudaBinary *b) {
+    uint64_t head[2] = {src_len, b->cubin_len};
+    size_t len = sizeof head + b->cubin_len + b->ptx_len;
+    uint8_t *blob = malloc(len); // (len) head, cubin, PTX
+    if (!blob) return;
+    memcpy(blob, head, sizeof head);
+    memcpy(blob + sizeof head, b->cubin, b->cubin_len);
+    memcpy(blob + sizeof head + b->cubin_len, b->ptx, b->ptx_len);
+    cache_write(path, blob, len, NVRTC_CACHE_MAX_BYTES);
+    free(blob);
 }
 
 int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
                   CudaBinary *out, char *err, size_t errcap) {
-    char path[4200];
-    int cached = nvrtc_arch_ok(arch) && cache_path(path, sizeof path, src, name, arch);
+    CacheKey k = cache_key();
+    const char *parts[] = {nvrtc_version_str(), arch, name, src};
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) cache_key_add(&k, parts[i], strlen(parts[i]));
+    char path[4300];
+    int cached = nvrtc_arch_ok(arch) && cache_path(path, sizeof path, "nvrtc", &k);
     double t0 = now_s();
-    if (cached && cache_read(path, strlen(src), arch, out) == 0) {
-        utime(path, NULL); // used now, for cache_trim
+    size_t len = 0;
+    uint8_t *blob = cached ? cache_read(path, &len) : NULL;
+    int hit = blob && from_blob(blob, len, strlen(src), arch, out) == 0;
+    free(blob);
+    if (hit) {
         out->seconds = now_s() - t0;
         if (errcap) err[0] = 0;
         return 0;
     }
     int rc = compile(src, name, arch, origin, norigin, out, NULL, err, errcap);
-    if (rc == 0 && cached) cache_write(path, strlen(src), out);
+    if (rc == 0 && cached) cache_keep(path, strlen(src), out);
     return rc;
 }
 

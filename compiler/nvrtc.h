@@ -40,9 +40,10 @@ int nvrtc_arch_ok(const char *arch);
 //
 // and *out zeroed. Any warning fails the compile.
 //
-// Compiles are cached: a source NVRTC compiled before, for the same arch
-// with the same NVRTC version, is read back from $MT_CACHE_DIR (default
-// $XDG_CACHE_HOME/mt or ~/.cache/mt; MT_CACHE_DIR=off: no cache) instead.
+// Compiles are cached (common/cache.h): a source NVRTC compiled before, for
+// the same arch with the same NVRTC version, is read back from
+// $MT_CACHE_DIR (default $XDG_CACHE_HOME/mt or ~/.cache/mt;
+// MT_CACHE_DIR=off: no cache) instead.
 int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
                   CudaBinary *out, char *err, size_t errcap);
 

@@ -22,7 +22,7 @@
 #include "../common/plan.h"
 #include "../common/storage.h"
 #include "blas_core.h"
-#include "jit_cache.h"
+#include "../common/cache.h"
 #include "kernels.h"
 
 struct Jit {
@@ -192,22 +192,25 @@ static void offer_vecmath(LLVMModuleRef mod) {
 }
 
 // The pass pipeline and code generation compile() runs: part of the cache key.
+static const long long JIT_CACHE_MAX_BYTES = 1ll << 28; // (0.2 to 0.6 s of O3 and code generation a tiny model)
 static const char *const PIPELINE = "default<O3> loop-vectorize slp-vectorize; codegen aggressive, JIT code model";
 
-// The optimised object code of bitcode bc, from the cache (jit_cache.h) or
+// The optimised object code of bitcode bc, from the cache (common/cache.h: an
+// entry "jit" keyed by the bitcode, LLVM's version, the pass pipeline, the
+// host's triple, CPU and features and the vector maths library) or
 // made here and kept there; NULL on failure (err says why).
 static LLVMMemoryBufferRef compile_object(const uint8_t *bc, size_t len, int vecmath, LLVMContextRef cx, char *err,
                                           size_t cap) {
     char *triple = LLVMGetDefaultTargetTriple(), *cpu = LLVMGetHostCPUName(), *feat = LLVMGetHostCPUFeatures();
     const char *dump = getenv("MT_JIT_DUMP"); // the optimised module, to see what the vectoriser did: no cache then
-    JitCacheKey key = jit_cache_key();
+    CacheKey key = cache_key();
     const char *parts[] = {LLVM_VERSION_STRING, PIPELINE, triple, cpu, feat, vecmath ? "libmvec" : "libm"};
-    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) jit_cache_key_add(&key, parts[i], strlen(parts[i]));
-    jit_cache_key_add(&key, bc, len);
+    for (size_t i = 0; i < sizeof parts / sizeof parts[0]; i++) cache_key_add(&key, parts[i], strlen(parts[i]));
+    cache_key_add(&key, bc, len);
     char path[4200];
-    int cached = !dump && jit_cache_path(path, sizeof path, &key);
+    int cached = !dump && cache_path(path, sizeof path, "jit", &key);
     size_t objlen = 0;
-    void *obj = cached ? jit_cache_read(path, &objlen) : NULL;
+    void *obj = cached ? cache_read(path, &objlen) : NULL;
     LLVMMemoryBufferRef out = NULL, mb = NULL;
     LLVMModuleRef mod = NULL;
     LLVMTargetMachineRef tm = NULL;
@@ -258,7 +261,7 @@ static LLVMMemoryBufferRef compile_object(const uint8_t *bc, size_t len, int vec
         out = NULL;
         goto done;
     }
-    if (cached) jit_cache_write(path, LLVMGetBufferStart(out), LLVMGetBufferSize(out));
+    if (cached) cache_write(path, LLVMGetBufferStart(out), LLVMGetBufferSize(out), JIT_CACHE_MAX_BYTES);
 done:
     if (msg) LLVMDisposeMessage(msg);
     if (mod) LLVMDisposeModule(mod);

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mtrun's cache of JIT-compiled kernels (runtime/jit_cache.c) saves time and nothing else.
+"""mtrun's cache of JIT-compiled kernels (runtime/jit.c, common/cache.c) saves time and nothing else.
 
 usage: check_jit_cache.py MTC MTRUN   (run from the project root)
 
@@ -42,7 +42,7 @@ def main():
             return losses(log) if p.returncode == 0 else []
 
         def entries():
-            return sorted(glob.glob(os.path.join(cache, "jit-*.o")))
+            return sorted(glob.glob(os.path.join(cache, "jit-*.bin")))
 
         llama = plan("examples/llama-tiny.mt")
         first = train(llama)
