@@ -8,10 +8,17 @@
 # the table of measured against predicted last (tests/gpu/report.py). About
 # 6 minutes on one H200. Logs, traces and the table go to $OUT when set
 # (else build-gpu/out). Exit status 0 when every stage passed.
+# MT_GPU_PREBUILT=DIR: a machine that cannot build mt (no flex, bison, LLVM
+# or OpenBLAS, and nothing to install them from) takes the build
+# tests/gpu/prebuild.sh made elsewhere: the binaries in DIR, the libraries
+# they load packed in DIR/lib.tar.xz. The build and the NVRTC stage (which
+# the ordinary suite runs with no GPU) are skipped then.
 #   tests/gpu/run.sh
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
 build=${MT_GPU_BUILD:-$root/build-gpu}
+pre=${MT_GPU_PREBUILT:-}
+[ -z "$pre" ] || build=$(cd "$pre" && pwd)
 out=${OUT:-$build/out}
 jobs=$(nproc 2>/dev/null || echo 4)
 cd "$root"
@@ -28,13 +35,21 @@ stage() { # stage NAME COMMAND...: runs it, its output into $out/NAME.log and he
 }
 
 command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "run.sh: nvidia-smi not found; trying the driver anyway"
-git -C "$root" rev-parse HEAD 2>/dev/null | tee "$out/commit.txt"
-stage build sh -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release -DMT_WERROR=ON -DMT_SANITIZERS=OFF -DMT_FUZZ=OFF \
-  && cmake --build '$build' -j$jobs --target mtc mtrun mt_cuda test_cuda gpu_check"
-[ -z "$failed" ] || { echo "run.sh: the build failed ($out/build.log)"; exit 1; }
-
-# every example's kernels compile for sm_80 and sm_90 (no GPU needed; the ordinary suite runs these too)
-stage nvrtc ctest --test-dir "$build" -R '^cuda_(emitter|nvrtc_)' -j"$jobs" --output-on-failure
+if [ -n "$pre" ]; then
+  tee "$out/commit.txt" <"$build/commit.txt"
+  lib=${TMPDIR:-/tmp}/mt-gpu-lib
+  mkdir -p "$lib" && xz -dc "$build/lib.tar.xz" | tar -C "$lib" -xf - || { echo "run.sh: cannot unpack $build/lib.tar.xz"; exit 1; }
+  LD_LIBRARY_PATH=$lib/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  export LD_LIBRARY_PATH
+  echo "== build: prebuilt in $build (tests/gpu/prebuild.sh); the NVRTC stage is the ordinary suite's"
+else
+  git -C "$root" rev-parse HEAD 2>/dev/null | tee "$out/commit.txt"
+  stage build sh -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release -DMT_WERROR=ON -DMT_SANITIZERS=OFF -DMT_FUZZ=OFF \
+    && cmake --build '$build' -j$jobs --target mtc mtrun mt_cuda test_cuda gpu_check"
+  [ -z "$failed" ] || { echo "run.sh: the build failed ($out/build.log)"; exit 1; }
+  # every example's kernels compile for sm_80 and sm_90 (no GPU needed; the ordinary suite runs these too)
+  stage nvrtc ctest --test-dir "$build" -R '^cuda_(emitter|nvrtc_)' -j"$jobs" --output-on-failure
+fi
 # flash attention and the tiny examples' fused kernels on the device; the bf16 GEMM rate
 stage gpu_check timeout 300 "$build/tests/gpu_check" examples/gpt2-tiny.mt examples/llama-tiny.mt
 gemm=$(sed -n 's/^bf16 GEMM (cuBLAS, 8192^3): \([0-9.]*\) TFLOP\/s/\1/p' "$out/gpu_check.log" | head -n 1)
