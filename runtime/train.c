@@ -684,8 +684,9 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
         r.step_t0 = 0;
         double now = now_s(), dt = now - t0, elapsed = now - t_run;
-        if (!isfinite(loss)) {
-            snprintf(err, errcap, "step %lld: the loss is %f; stopping", (long long)s, loss);
+        if (!isfinite(loss) || !isfinite(norm)) { // (AdamW would spread a non-finite gradient into every weight)
+            snprintf(err, errcap, "step %lld: the %s is %f; stopping", (long long)s,
+                     isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? norm : loss);
             goto done;
         }
         if (r.log) { // the log first, flushed: a run killed after a printed step has logged it
