@@ -37,6 +37,8 @@ void kir_arg_pack(const KirArg *a, const HostArg *h, void *dst);
 // A written argument's error: got (the device's copy of a, in a's storage;
 // for a KA_ACC64 argument its finish kernel's output, in a's storage)
 // against the interpreter's want: max |got - want| / max(|want|, 1e-2);
+// an f32 accumulation's (KA_ACC32: atomics, in any order) against
+// max(|want|, 1e-2, the largest |want| of the argument), normwise;
 // i32 exact (0, else infinity). Passes at kir_arg_tolerance: 1e-4 for f32,
 // 1e-2 for bf16 (a rounding either side of a tie is one bf16 ulp, 2^-8 to
 // 2^-7 relative).
