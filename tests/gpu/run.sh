@@ -80,6 +80,7 @@ for spec in llama3.2-1b:16 llama3.2-3b:16; do
   nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$d/memory.txt" 2>/dev/null &
   smi=$!
   stage "run_$m" timeout 240 "$build/mtrun" "$d/plan.bin" --device cuda --steps 4 --val-batches 0 \
+    --data examples/data/tinyshakespeare.txt \
     --log "$d/metrics.jsonl" --trace "$d/trace.json"
   kill $smi 2>/dev/null
   runs="$runs $d"
