@@ -14,7 +14,7 @@ From mtc --trace's predicted timelines (the names are common/trace.c's):
 - gpt2-tiny (tied embedding): the tail's own segment is the final norm
   alone, so its update takes a sliver of the head's;
 - llama3-8b at that size is within 1.10 of the exact-semantics bound
-  (1.045; without the bound's turn term 1.098, and 1.128 when one segment
+  (with the attention rate the profile had then, 1.128 when one segment
   held every global).
 """
 import json
