@@ -71,7 +71,7 @@ done
   grep -E '^(host_memory|host_memory_bandwidth|host_cores) *=' "$out/host.target"
 } >"$out/h200-16g.target"
 runs=""
-for spec in llama3.2-1b:16 llama3.2-3b:16; do
+for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do # (MODEL:BATCH ...: a shorter run)
   m=${spec%%:*} batch=${spec#*:} d="$out/$m"
   mkdir -p "$d"
   cp "examples/$m.mt" "$d/model.mt"
