@@ -34,6 +34,7 @@
 #include "../../common/io.h"
 #include "../../common/target.h"
 #include "../../common/attention.h"
+#include "../../common/bf16.h"
 #include "../../compiler/cuda/sources.h"
 #include "../../compiler/emit_cuda.h"
 #include "../../compiler/fuse.h"
@@ -61,18 +62,6 @@ static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { // uniform in [-1, 1)
     rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
     return (float)((double)(rng >> 11) / 9007199254740992.0 * 2.0 - 1.0);
-}
-static uint16_t to_bf16(float f) { // round to nearest even, as the prelude
-    uint32_t u;
-    memcpy(&u, &f, 4);
-    u += 0x7fffu + ((u >> 16) & 1u);
-    return (uint16_t)(u >> 16);
-}
-static float from_bf16(uint16_t b) {
-    uint32_t u = (uint32_t)b << 16;
-    float f;
-    memcpy(&f, &u, 4);
-    return f;
 }
 
 static CUdeviceptr dev_alloc(size_t bytes) {
@@ -189,21 +178,21 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
     for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
     if (c->bf16) // the reference sees exactly what the bf16 kernel reads
-        for (long i = 0; i < nq; i++) q[i] = from_bf16(to_bf16(q[i])), dy[i] = from_bf16(to_bf16(dy[i]));
+        for (long i = 0; i < nq; i++) q[i] = bf16_round(q[i]), dy[i] = bf16_round(dy[i]);
     if (c->bf16)
-        for (long i = 0; i < nk; i++) k[i] = from_bf16(to_bf16(k[i])), v[i] = from_bf16(to_bf16(v[i]));
+        for (long i = 0; i < nk; i++) k[i] = bf16_round(k[i]), v[i] = bf16_round(v[i]);
     // storage-typed copies for flash, fp32 for the reference
     CUdeviceptr Q, K, V, DY, Y, LSE, WS, DQ, DK, DV;
     CUdeviceptr rQ = dev_upload(q, 4 * nq), rK = dev_upload(k, 4 * nk), rV = dev_upload(v, 4 * nk),
                 rDY = dev_upload(dy, 4 * nq);
     if (c->bf16) {
-        for (long i = 0; i < nq; i++) hb[i] = to_bf16(q[i]);
+        for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(q[i]);
         Q = dev_upload(hb, 2 * nq);
-        for (long i = 0; i < nq; i++) hb[i] = to_bf16(dy[i]);
+        for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(dy[i]);
         DY = dev_upload(hb, 2 * nq);
-        for (long i = 0; i < nk; i++) hb[i] = to_bf16(k[i]);
+        for (long i = 0; i < nk; i++) hb[i] = bf16_from_f32(k[i]);
         K = dev_upload(hb, 2 * nk);
-        for (long i = 0; i < nk; i++) hb[i] = to_bf16(v[i]);
+        for (long i = 0; i < nk; i++) hb[i] = bf16_from_f32(v[i]);
         V = dev_upload(hb, 2 * nk);
     } else {
         Q = rQ, K = rK, V = rV, DY = rDY;
@@ -256,7 +245,7 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     for (int i = 0; i < 4; i++) {
         if (c->bf16) {
             CU(cuMemcpyDtoH(hb, got[i], 2 * cnt[i]));
-            for (long j = 0; j < cnt[i]; j++) a[j] = from_bf16(hb[j]);
+            for (long j = 0; j < cnt[i]; j++) a[j] = f32_from_bf16(hb[j]);
         } else
             CU(cuMemcpyDtoH(a, got[i], 4 * cnt[i]));
         CU(cuMemcpyDtoH(b, want[i], 4 * cnt[i]));
@@ -326,7 +315,7 @@ static void time_attention_llama(CUmodule m) {
             }
             long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
             uint16_t *hb = malloc(2 * (size_t)nq);
-            for (long i = 0; i < nq; i++) hb[i] = to_bf16(frand());
+            for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(frand());
             CUdeviceptr Q = dev_upload(hb, 2 * nq), DY = dev_upload(hb, 2 * nq), K = dev_upload(hb, 2 * nk),
                         V = dev_upload(hb + nk, 2 * nk);
             free(hb);
