@@ -46,6 +46,7 @@ static const KeySpec KEYS[] = {
     {"host_memory", KEY_NUMBER, F(host_memory), "bytes", 1, 0},
     {"host_memory_bandwidth", KEY_NUMBER, F(host_memory_bandwidth), "bytes/s", 1, 0},
     {"host_cores", KEY_COUNT, F(host_cores), "cores", 1, 0},
+    {"host_adamw_bandwidth", KEY_NUMBER, F(host_adamw_bandwidth), "bytes/s", 0, 0}, // left out: host_memory_bandwidth
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
     {"gemm_call_s", KEY_NUMBER, F(gemm_call_s), "seconds", 0, 0},
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
@@ -247,6 +248,7 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
     }
     if (nmissing)
         return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
+    if (t->host_adamw_bandwidth == 0) t->host_adamw_bandwidth = t->host_memory_bandwidth; // left out (fallback 0)
     int tier_keys = !!first_line[KEY_TIER_FIRST] + !!first_line[KEY_TIER_FIRST + 1] + !!first_line[KEY_TIER_FIRST + 2];
     if (tier_keys != 0 && tier_keys != 3)
         return fail(err, errcap, path, 0, "the NVMe tier needs all three of 'tier_capacity', 'tier_read_bandwidth' and "

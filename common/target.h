@@ -29,6 +29,8 @@ typedef struct Target {
     double d2h_bandwidth;        // bytes/s device to host, the same
     double host_memory;          // bytes of host RAM
     double host_memory_bandwidth; // bytes/s, sustained
+    double host_adamw_bandwidth; // bytes/s of the host AdamW update's traffic (compiler/cost.c's update_bytes
+                                 // a parameter) with all host cores, optional: host_memory_bandwidth when left out
     double host_cores;           // a whole number
     int link_duplex;             // 1: both link directions run at full rate at once
     double kernel_launch_s;      // seconds, optional

@@ -217,7 +217,9 @@ static double run_heavy(const KernelTimes *kt, int part, int from, int to, int f
 static double layer_elems(const Plan *p, int32_t layer) { return (double)plan_segment_len(p, layer); }
 
 // Host bytes a parameter's AdamW update moves: reads w, m, v, g (16), writes
-// w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2).
+// w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2), as
+// runtime/store.c's store_update does. They move at the profile's
+// host_adamw_bandwidth, which counts the same bytes.
 static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
 
 // The zero3-offload baseline (schedule.c names it in the plan's schedule,
@@ -230,8 +232,9 @@ static int is_zero3(const Plan *p) { return p->schedule && strstr(p->schedule, "
 // (csrc/adam/cpu_adam_impl.cpp Step_AVX: 28), and
 // _reassign_or_swap_out_partitioned_parameters copies the fp32 master into
 // the 16-bit partition (read 4, write 2 under bf16; 4 + 4 under f32). Its
-// gradient norm is taken on the device (partition_grads), not here. At host
-// memory speed: no published DeepSpeedCPUAdam throughput was established.
+// gradient norm is taken on the device (partition_grads), not here. At mt's
+// AdamW rate (host_adamw_bandwidth): no published DeepSpeedCPUAdam
+// throughput was established.
 static double zero3_update_bytes(DType compute) { return 8.0 + 28.0 + (compute == DT_BF16 ? 6.0 : 8.0); }
 
 // A layer gradient of `bytes` on the device (its storage dtype, elem bytes
@@ -299,7 +302,7 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
         double adamw = layer_elems(p, in->layer) * (is_zero3(p) ? zero3_update_bytes(compute) : update_bytes(compute)) /
-                       t->host_memory_bandwidth;
+                       t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
@@ -469,6 +472,7 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     DType compute = g->train.compute;
     double acc = (double)g->train.accumulate, params = (double)storage_host_elems(g),
            wbytes = (double)storage_weight_bytes(compute), opt_bytes = params * (update_bytes(compute) + 4.0);
+    double norm_s = params * 4.0 / t->host_memory_bandwidth; // the gradient norm reads g
     *b = (Bounds){0};
     for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
         const Part *part = &g->parts[pk];
@@ -481,8 +485,8 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     b->backward_s *= acc;
     b->in_s = params * wbytes / t->h2d_bandwidth;
     b->out_s = params * wbytes / t->d2h_bandwidth;
-    b->host_s = opt_bytes / t->host_memory_bandwidth;
-    b->update_s = params * update_bytes(compute) / t->host_memory_bandwidth;
+    b->update_s = params * update_bytes(compute) / t->host_adamw_bandwidth;
+    b->host_s = b->update_s + norm_s;
     // every byte on the link is read from or written to host memory, which
     // the optimizer also reads and writes
     b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
@@ -518,7 +522,7 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
         const Node *n = head->nodes.items[i];
         if (n->op != OP_PARAM) continue;
         double e = (double)storage_host_elems_of(shape_numel(&n->shape));
-        b->turn_s += e * update_bytes(compute) / t->host_memory_bandwidth + e * wbytes / t->h2d_bandwidth;
+        b->turn_s += e * update_bytes(compute) / t->host_adamw_bandwidth + e * wbytes / t->h2d_bandwidth;
     }
     double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s, b->compute_s + b->turn_s};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

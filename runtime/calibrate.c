@@ -7,6 +7,11 @@
 //      are memcpy, so this one rate gives hbm_bandwidth,
 //      host_memory_bandwidth and (halved: a copy of B bytes moves 2B)
 //      h2d_bandwidth and d2h_bandwidth.
+//   1b. the host AdamW: what runtime/store.c's store_update does a segment,
+//      adamw_update (runtime/adamw.c, with the bf16 copy) on T threads then a
+//      memset of the gradient, over arrays of half the copy buffer each;
+//      34 bytes a parameter as compiler/cost.c counts them, best of CAL_REPS
+//      -> host_adamw_bandwidth.
 //   2. sgemm: cblas_sgemm of a square 1024 or 2048 matrix (the larger when
 //      the smaller runs fast), best of CAL_REPS -> matrix_flops_f32 (and
 //      bf16: the cpu backend has none of its own).
@@ -32,6 +37,7 @@
 #include "calibrate.h"
 #include "../common/io.h"
 #include "../common/target.h"
+#include "adamw.h"
 #include "tier.h"
 
 #include <cblas.h>
@@ -66,6 +72,7 @@ typedef struct Measured {
     double copy_rate;      // bytes/s, read + written
     size_t copy_bytes;     // of each of the two copy buffers
     int copy_threads;
+    int64_t adamw_params;  // the AdamW measured: parameters, on copy_threads threads
     int gemm_n;            // the sgemm's M = N = K
     int blas_threads;      // OpenBLAS's
     double small_gemm_s;   // seconds a call of the small sgemm took
@@ -182,6 +189,52 @@ static int measure_copy(Measured *m, double available, int nt, char *err, size_t
     rc = 0;
 done:
     free(src), free(dst), free(jobs), free(tids);
+    return rc;
+}
+
+// ---- 1b. the host AdamW
+
+// Bytes a parameter of the AdamW measured, as compiler/cost.c's update_bytes
+// counts them under bf16: reads w, m, v, g (16), writes w, m, v (12), the
+// bf16 copy (2) and zeroes g (4).
+#define CAL_ADAMW_BYTES 34.0
+
+// One update of n parameters as store_update does a segment: w, m, v, g (n)
+// fp32, wb (n) bf16. Returns its seconds.
+static double adamw_seconds(float *w, float *mo, float *v, float *g, uint16_t *wb, int64_t n, int64_t t, int nt) {
+    AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = t,
+                      .grad_scale = 1.0f};
+    double t0 = now_s();
+    adamw_update(w, mo, v, g, wb, n, &step, 1, nt);
+    memset(g, 0, (size_t)n * sizeof *g);
+    return now_s() - t0;
+}
+
+// Over n = copy_bytes / 8 parameters (each fp32 array half a copy buffer,
+// well beyond the cache), allocated and zeroed as runtime/store.c does.
+static int measure_adamw(Measured *m, int nt, char *err, size_t errcap) {
+    int64_t n = (int64_t)(m->copy_bytes / 8);
+    float *w = aligned_alloc(64, (size_t)n * 4), *mo = aligned_alloc(64, (size_t)n * 4); // (n) each
+    float *v = aligned_alloc(64, (size_t)n * 4), *g = aligned_alloc(64, (size_t)n * 4);  // (n) each
+    uint16_t *wb = aligned_alloc(64, (size_t)n * 2);                                      // (n) bf16
+    int rc = -1;
+    if (!w || !mo || !v || !g || !wb) {
+        snprintf(err, errcap, "cannot allocate %.1f MB to measure AdamW", (double)n * 18 / 1e6);
+        goto done;
+    }
+    for (int64_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 97), mo[i] = v[i] = 0;
+    memset(wb, 0, (size_t)n * 2);
+    double best = 1e30;
+    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
+        for (int64_t i = 0; i < n; i += 1024) g[i] = 1e-3f; // a gradient that is not all zero
+        double dt = adamw_seconds(w, mo, v, g, wb, n, r + 1, nt);
+        if (r > 0 && dt < best) best = dt;
+    }
+    m->t.host_adamw_bandwidth = CAL_ADAMW_BYTES * (double)n / best;
+    m->adamw_params = n;
+    rc = 0;
+done:
+    free(w), free(mo), free(v), free(g), free(wb);
     return rc;
 }
 
@@ -522,7 +575,14 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "host_memory_bandwidth = %s\n", fmt_num(a, sizeof a, t->host_memory_bandwidth));
     fprintf(f, "# measured by mtrun --calibrate on %s: the CPUs this process may run on\n"
                "# (sched_getaffinity).\n", d);
-    fprintf(f, "host_cores = %.0f\n\n", t->host_cores);
+    fprintf(f, "host_cores = %.0f\n", t->host_cores);
+    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/adamw.c, with\n"
+               "# the bf16 copy) and a memset of the gradient, as runtime/store.c updates a\n"
+               "# segment, on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
+               "# them (%.0f bytes a parameter), best of %d: %.1f GB/s.\n",
+            d, (double)m->adamw_params / 1e6, m->copy_threads, CAL_ADAMW_BYTES, CAL_REPS,
+            t->host_adamw_bandwidth / gb);
+    fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
                "# function pointer, on 4 elements), best of %d runs of %d calls.\n", d, CAL_REPS,
@@ -626,6 +686,7 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
     double available = meminfo("MemAvailable");
     if (!(available > 0) || available > m.t.host_memory) available = m.t.host_memory;
     if (measure_copy(&m, available, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
+    if (measure_adamw(&m, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
     if (measure_sgemm(&m, err, errcap) != 0) return -1;
     if (measure_vector(&m, err, errcap) != 0) return -1;
     if (measure_overheads(&m, err, errcap) != 0) return -1;
@@ -643,6 +704,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.t.host_memory / 1e9);
         fprintf(out, "  memcpy  %8.1f GB/s      read + written, %.1f MB, %d threads (copies in/out: %.1f GB/s)\n",
                 m.copy_rate / 1e9, (double)m.copy_bytes / 1e6, m.copy_threads, m.t.h2d_bandwidth / 1e9);
+        fprintf(out, "  AdamW   %8.1f GB/s      %.0f bytes a parameter, %.1f M parameters, %d threads\n",
+                m.t.host_adamw_bandwidth / 1e9, CAL_ADAMW_BYTES, (double)m.adamw_params / 1e6, m.copy_threads);
         fprintf(out, "  sgemm   %8.1f GFLOP/s   %dx%dx%d, OpenBLAS %d threads\n", m.t.matrix_flops_f32 / 1e9,
                 m.gemm_n, m.gemm_n, m.gemm_n, m.blas_threads);
         fprintf(out, "  x*a+b   %8.2f GFLOP/s   one thread, in cache\n", m.t.vector_flops / 1e9);

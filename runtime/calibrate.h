@@ -1,7 +1,8 @@
 // calibrate.h: mtrun --calibrate, which measures this machine as the cpu
-// backend sees it (memory bandwidth, sgemm and element-wise rates, cores,
-// RAM) and writes a target profile (schedules/README.md) that mtc --target
-// reads, each figure with a comment saying how and when it was measured.
+// backend sees it (memory bandwidth, the AdamW update's rate, sgemm and
+// element-wise rates, cores, RAM) and writes a target profile
+// (schedules/README.md) that mtc --target reads, each figure with a comment
+// saying how and when it was measured.
 #ifndef MT_CALIBRATE_H
 #define MT_CALIBRATE_H
 

@@ -28,6 +28,7 @@ PLAUSIBLE = {
     "device_memory": (1e8, 1e14),
     "hbm_bandwidth": (0.1e9, 10000e9),            # memcpy, bytes read + written
     "host_memory_bandwidth": (0.1e9, 10000e9),
+    "host_adamw_bandwidth": (0.1e9, 10000e9),     # runtime/adamw.c, 34 bytes a parameter
     "h2d_bandwidth": (0.05e9, 5000e9),            # half the memcpy rate
     "d2h_bandwidth": (0.05e9, 5000e9),
     "matrix_flops_f32": (0.1e9, 100000e9),        # sgemm
@@ -66,7 +67,7 @@ def main():
         if not check(p.returncode == 0 and os.path.exists(out), "mtrun --calibrate writes a profile", p):
             return
         check(time.monotonic() - t0 < 60, f"--calibrate takes seconds, not {time.monotonic() - t0:.0f}")
-        check("memcpy" in p.stdout and "sgemm" in p.stdout and out in p.stdout, "a summary on stdout", p)
+        check("memcpy" in p.stdout and "AdamW" in p.stdout and "sgemm" in p.stdout and out in p.stdout, "a summary on stdout", p)
         text = open(out).read()
         check(text.startswith(MARKER), f"the first line is the marker: {text.splitlines()[0]!r}")
 
@@ -96,6 +97,10 @@ def main():
             check(values["h2d_bandwidth"] == values["d2h_bandwidth"], "h2d_bandwidth = d2h_bandwidth (both memcpy)")
             check(values["device_memory"] == values["host_memory"], "device_memory = host_memory (the arena is host memory)")
             check(values["matrix_flops_bf16"] == values["matrix_flops_f32"], "bf16 rate = f32 rate (no bf16 on cpu)")
+        if "host_adamw_bandwidth" in values and "host_memory_bandwidth" in values:
+            # the update is no copy: it streams 7 arrays where memcpy streams 2; far above memcpy is a miscount
+            adamw, copy = float(values["host_adamw_bandwidth"]), float(values["host_memory_bandwidth"])
+            check(adamw < 3 * copy, f"host_adamw_bandwidth {adamw:g} is not far above the memcpy rate {copy:g}")
 
         check(not any(k.startswith("tier_") for k in values), "no tier keys without --tier-dir")
 

@@ -32,8 +32,8 @@ def trace(mtc, tmp, model, *flags):
         return None
     events = [e for e in json.load(open(path))["traceEvents"] if e.get("ph") == "X"]
     first = {}
-    for e in sorted(events, key=lambda e: e["ts"]):  # the first event of each name: start, end
-        first.setdefault(e["name"], (e["ts"], e["ts"] + e["dur"]))
+    for e in sorted(events, key=lambda e: e["ts"]):  # the first event of each name: start, end (ns: ts + dur rounds)
+        first.setdefault(e["name"], (round(e["ts"], 3), round(e["ts"] + e["dur"], 3)))
     return first
 
 

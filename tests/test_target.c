@@ -62,6 +62,7 @@ static void check_sane(const char *file, const Target *t) {
         {"vector_flops", t->vector_flops},         {"h2d_bandwidth", t->h2d_bandwidth},
         {"d2h_bandwidth", t->d2h_bandwidth},       {"host_memory", t->host_memory},
         {"host_memory_bandwidth", t->host_memory_bandwidth}, {"host_cores", t->host_cores},
+        {"host_adamw_bandwidth", t->host_adamw_bandwidth},
         {"kernel_launch_s", t->kernel_launch_s},   {"gemm_efficiency", t->gemm_efficiency},
         {"attention_tc_fraction", t->attention_tc_fraction}, {"attention_fp32_fraction", t->attention_fp32_fraction},
     };
@@ -138,6 +139,13 @@ static void test_figures(void) {
           "h200: kernel_launch_s %g, expected the default 5e-6", h200.kernel_launch_s);
     CHECK(h200.gemm_efficiency == TARGET_DEFAULT_GEMM_EFFICIENCY && h200.gemm_efficiency == 0.8,
           "h200: gemm_efficiency %g, expected the default 0.8", h200.gemm_efficiency);
+    // host_adamw_bandwidth: h200's own figure; left out, the memory's rate
+    CHECK(h200.host_adamw_bandwidth == 345e9 && h200.host_adamw_bandwidth < h200.host_memory_bandwidth,
+          "h200: host_adamw_bandwidth %g, expected 345e9 (below host_memory_bandwidth %g)", h200.host_adamw_bandwidth,
+          h200.host_memory_bandwidth);
+    CHECK(gh200.host_adamw_bandwidth == gh200.host_memory_bandwidth,
+          "gh200 leaves host_adamw_bandwidth out: %g, expected host_memory_bandwidth %g", gh200.host_adamw_bandwidth,
+          gh200.host_memory_bandwidth);
     CHECK(t1.kernel_launch_s == 1e-6 && t1.gemm_efficiency == 0.5, "tiny-1layer: optional keys %g, %g",
           t1.kernel_launch_s, t1.gemm_efficiency);
     CHECK(h200.link_duplex == 1 && t1.link_duplex == 0, "link_duplex: h200 %d, tiny-1layer %d", h200.link_duplex,

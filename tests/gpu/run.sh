@@ -61,14 +61,14 @@ for m in gpt2-tiny llama-tiny; do
 done
 
 # Llama 3.2 1B and 3B streamed: a profile of this machine (h200's GPU, the
-# host as mtrun --calibrate measures it, no NVMe tier) with device memory
-# capped at 16 GB
+# host as mtrun --calibrate measures it, its AdamW rate too, no NVMe tier)
+# with device memory capped at 16 GB
 "$build/mtrun" --calibrate --out "$out/host.target" >"$out/calibrate.log" 2>&1 || failed="$failed calibrate"
 {
-  grep -v -E '^(name|device_memory|host_memory|host_memory_bandwidth|host_cores|tier_[a-z_]*) *=' schedules/h200.target
+  grep -v -E '^(name|device_memory|host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth|tier_[a-z_]*) *=' schedules/h200.target
   echo "name = h200-lent-16g"
   echo "device_memory = 16e9"
-  grep -E '^(host_memory|host_memory_bandwidth|host_cores) *=' "$out/host.target"
+  grep -E '^(host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth) *=' "$out/host.target"
 } >"$out/h200-16g.target"
 runs=""
 for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do # (MODEL:BATCH ...: a shorter run)
