@@ -252,35 +252,44 @@ static double zero3_grad_out_s(double bytes, double elem, const Target *t) {
 const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads"};
 
 // The placement of a host store of global_elems + layers * layer_elems
-// elements and an activation store of act bytes (cost_place's rule).
-static void place_store(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
-                        Placement *pl) {
+// elements and an activation store of act bytes at `level`. Returns 0 when
+// the level is not open to it (f32 streams the master from RAM; no tier).
+static int place_at(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
+                    int level, Placement *pl) {
     int bf16 = g->train.compute == DT_BF16;
     double acc = (double)g->train.accumulate, per = (double)storage_host_bytes_per_param(g->train.compute);
     double layer_params = (double)g->layers * (double)layer_elems;
     double total = ((double)global_elems + layer_params) * per + (double)act;
-    for (int level = PLACE_RAM; level < PLACE_COUNT; level++) {
-        if (level == PLACE_MASTER && !bf16) continue; // f32 streams the master from RAM
-        if (level > PLACE_RAM && t->tier_capacity <= 0) break;
-        // bytes a layer parameter the tier holds, and reads and writes a step
-        double held = level == PLACE_RAM ? 0 : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
-        double state = held - (level == PLACE_GRADS ? 4.0 : 0); // read and written once by the update
-        double grads = level == PLACE_GRADS ? 4.0 * acc : 0;    // accumulated on the tier each micro-batch
-        *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
-        pl->tier_bytes = (int64_t)(held * layer_params);
-        // three staging records (runtime/tier.h: reading i+1, updating i, writing i-1 back)
-        pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems);
-        pl->tier_read_bytes = (state + grads) * layer_params, pl->tier_write_bytes = (state + grads) * layer_params;
-        if (level > PLACE_RAM)
-            pl->tier_s = pl->tier_read_bytes / t->tier_read_bandwidth + pl->tier_write_bytes / t->tier_write_bandwidth;
-        if ((double)pl->ram_bytes <= t->host_memory && (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
-            return;
-    }
+    if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
+    if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
+    // bytes a layer parameter the tier holds, and reads and writes a step
+    double held = level == PLACE_RAM ? 0 : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
+    double state = held - (level == PLACE_GRADS ? 4.0 : 0); // read and written once by the update
+    double grads = level == PLACE_GRADS ? 4.0 * acc : 0;    // accumulated on the tier each micro-batch
+    *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
+    pl->tier_bytes = (int64_t)(held * layer_params);
+    // three staging records (runtime/tier.h: reading i+1, updating i, writing i-1 back)
+    pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems);
+    pl->tier_read_bytes = (state + grads) * layer_params, pl->tier_write_bytes = (state + grads) * layer_params;
+    if (level > PLACE_RAM)
+        pl->tier_s = pl->tier_read_bytes / t->tier_read_bandwidth + pl->tier_write_bytes / t->tier_write_bandwidth;
+    return 1;
 }
 
-void cost_place(const Plan *p, const Target *t, Placement *pl) {
-    place_store(p->graph, p->host_global, p->host_layer, p->host_act_bytes, t, pl);
+// cost_place's rule: the first open level that fits (the last open one when none does).
+static void place_store(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
+                        Placement *pl) {
+    for (int level = PLACE_RAM; level < PLACE_COUNT; level++)
+        if (place_at(g, global_elems, layer_elems, act, t, level, pl) && (double)pl->ram_bytes <= t->host_memory &&
+            (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
+            return;
 }
+
+void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
+    place_store(p->graph, p->host_global, p->host_layer, act, t, pl);
+}
+
+void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }
 
 // The time of INS_UPDATE of layer (>= 0) beyond AdamW's own: its record's
 // reads and writes on the tier, at the rates they run sequentially.
@@ -316,14 +325,28 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     return 0;
 }
 
-int cost_instr_times(const Plan *p, const Target *t, double *dur) {
-    KernelTimes kt;
+void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s) {
+    *update_s = *optimizer_s = 0;
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        if (in->kind != INS_UPDATE && in->kind != INS_NORM) continue;
+        double s = instr_time(p, in, t, NULL, pl); // (the kernels' times price RUNs only)
+        *optimizer_s += s;
+        if (in->kind == INS_UPDATE) *update_s += s;
+    }
+}
+
+void cost_instr_times_with(const Plan *p, const Target *t, const CostKernels *k, double *dur) {
     Placement pl;
     cost_place(p, t, &pl);
-    int rc = kernel_times(p->graph, t, &kt);
-    for (int i = 0; rc == 0 && i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, &kt, &pl);
-    kernel_times_free(&kt);
-    return rc;
+    for (int i = 0; i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, k, &pl);
+}
+
+int cost_instr_times(const Plan *p, const Target *t, double *dur) {
+    CostKernels *k = cost_kernels(p->graph, t);
+    if (k) cost_instr_times_with(p, t, k, dur);
+    cost_kernels_free(k);
+    return k ? 0 : -1;
 }
 
 enum { RES_DEVICE, RES_H2D, RES_D2H, RES_HOST, RES_NONE, RES_COUNT };

@@ -93,6 +93,15 @@ typedef struct Bounds {
                           // out, their update and those weights in
 } Bounds;
 
+// cost_place were p's host activation store act bytes: what a plan of the
+// same store with another mix of picks gets.
+void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl);
+
+// The host's work of p's step under placement pl, as cost_plan_with prices
+// it: the updates (AdamW, and the tier's reads and writes) and, with the
+// gradient norms, all of it (Cost.optimizer_s).
+void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s);
+
 // The bounds of graph g (untiled, as sema and autodiff made it) on t.
 // Returns 0, or -1 out of memory.
 int cost_bounds(const Graph *g, const Target *t, Bounds *b);
@@ -100,6 +109,8 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b);
 // Each instruction of p's training stream's time on its resource into dur
 // (ntrain), as cost_plan prices it. Returns 0, or -1 out of memory.
 int cost_instr_times(const Plan *p, const Target *t, double *dur);
+// The same with the kernels' times of p's graph on t (cost_kernels).
+void cost_instr_times_with(const Plan *p, const Target *t, const CostKernels *k, double *dur);
 
 // Simulates the engines over ins[0, n): each runs its instructions in order,
 // an instruction starting when its engine is free, its WAITs' events have

@@ -39,11 +39,12 @@ static const char USAGE[] =
     "  --remat MODE     what streamed layers keep for the backward: none, layer, selective,\n"
     "                   offload, mixed (per layer: offload some, recompute the rest), or auto\n"
     "                   (default: the fastest that fits)\n"
-    "  --offload-layers K  a mixed plan: K of the layers that leave the device offload, spread\n"
-    "                   evenly; the rest recompute as --remat layer or selective says (default: chosen)\n"
-    "  --selective-layers K  a mixed plan: K of the layers that leave the device keep their input\n"
+    "  --offload-layers K  a mixed plan: K of the layers that leave the device offload everything,\n"
+    "                   spread evenly; the rest recompute as --remat layer or selective says\n"
+    "  --selective-layers S  a mixed plan: S of the layers that leave the device keep their input\n"
     "                   and matmul and attention outputs in host memory and recompute the rest;\n"
-    "                   the others recompute as --remat layer (default: chosen)\n"
+    "                   with --offload-layers, K + S layers are picked (default: both chosen\n"
+    "                   exactly by the search)\n"
     "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
     "                   (weights cross three times a step, optimizer after the backward),\n"
     "                   zero3-offload (DeepSpeed ZeRO-3 with CPU offload: weights fetched for the\n"
@@ -233,7 +234,9 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     for (int64_t k = 2; !tile_arg && k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
         Graph *tg = lower_tiled(m, opt, k, a, d);
         if (!tg) return NULL;
-        if (schedule_search(tg, t, req, a, &next, err, errcap) != 0) break;
+        SchedRequest q = *req;
+        if (best->fits && !q.seen) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
+        if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
         // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
         int wins = next.fits ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
                              : !best->fits && next.plan &&
@@ -427,11 +430,12 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         q.policy = POLICY_MT;
         q.remat = (Remat)rm;
         if (rm == REMAT_NONE) q.resident = -1;
-        if (rm != REMAT_MIXED) q.offloaded = 0; // --offload-layers asks for the mixed row
-        else if (req->offloaded && (req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE)) q.remat = req->remat;
+        int picks = req->offloaded || req->host_selective;
+        if (rm != REMAT_MIXED) q.offloaded = q.host_selective = 0; // picks ask for the mixed row
+        else if (picks && (req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE)) q.remat = req->remat;
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (req->policy == POLICY_MT && rows[n].fits &&
-            (req->offloaded           ? rm == REMAT_MIXED
+            (picks                    ? rm == REMAT_MIXED
              : req->remat == REMAT_AUTO ? chosen < 0 || rows[n].cost.step_s < rows[chosen].cost.step_s
                                         : rm == (int)req->remat))
             chosen = n;
@@ -444,7 +448,7 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
     }
     explain_print(stdout, g, t, b, rows, names, n, chosen, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
-        int asked = req->offloaded ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
+        int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
                   : asked == (int)REMAT_AUTO ? 0
                                              : asked - (int)REMAT_NONE;
@@ -514,14 +518,12 @@ int main(int argc, char **argv) {
         }
         case OPT_OFFLOAD_LAYERS:
         case OPT_SELECTIVE_LAYERS: {
-            const char *flag = c == OPT_OFFLOAD_LAYERS ? "--offload-layers" : "--selective-layers";
-            if (req.offloaded)
-                return usage_error("%s: give one of --offload-layers and --selective-layers, once", flag);
-            if (parse_count(optarg, &req.offloaded))
+            int64_t *k = c == OPT_OFFLOAD_LAYERS ? &req.offloaded : &req.host_selective;
+            if (*k) return usage_error("%s: given twice", c == OPT_OFFLOAD_LAYERS ? "--offload-layers" : "--selective-layers");
+            if (parse_count(optarg, k))
                 return usage_error(c == OPT_OFFLOAD_LAYERS ? "--offload-layers needs a positive number of layers, got '%s'"
                                                            : "--selective-layers needs a positive number of layers, got '%s'",
                                    optarg);
-            req.mix_selective = c == OPT_SELECTIVE_LAYERS;
             break;
         }
         case OPT_SLOTS:
@@ -575,15 +577,14 @@ int main(int argc, char **argv) {
     if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
         return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
                                  "--explain or --trace");
-    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || req.offloaded))
-        return usage_error("%s", "--remat, --offload-layers, --slots, --resident and --checkpoints choose among mt's "
-                                 "schedules; the baseline policies fix their own");
-    if (req.offloaded && req.remat != REMAT_AUTO && req.remat != REMAT_MIXED && req.remat != REMAT_LAYER &&
+    int picks = req.offloaded || req.host_selective;
+    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || picks))
+        return usage_error("%s", "--remat, --offload-layers, --selective-layers, --slots, --resident and --checkpoints "
+                                 "choose among mt's schedules; the baseline policies fix their own");
+    if (picks && req.remat != REMAT_AUTO && req.remat != REMAT_MIXED && req.remat != REMAT_LAYER &&
         req.remat != REMAT_SELECTIVE)
-        return usage_error("--offload-layers mixes offload into remat layer or selective; --remat %s has no mix",
-                           remat_name(req.remat));
-    if (req.mix_selective && req.remat == REMAT_SELECTIVE)
-        return usage_error("%s", "--selective-layers mixes host-kept selective layers into remat layer, not selective");
+        return usage_error("--offload-layers and --selective-layers mix picked layers into remat layer or selective; "
+                           "--remat %s has no mix", remat_name(req.remat));
     Target tgt;
     char terr[1024];
     if (target_load(target, &tgt, terr, sizeof terr) != 0) {

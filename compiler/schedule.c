@@ -327,6 +327,9 @@ typedef struct Builder {
     int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
     int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
     int64_t leaving;         // layers 0 .. leaving-1 leave the device between their forward and backward
+    unsigned char *pick;     // (leaving) each leaving layer's PICK_* (pick_modes)
+    int64_t *act_at;         // (leaving + 1) its place in the host activation store; [leaving] the store's size
+    int64_t *rank;           // (leaving + 1) the recomputed layers before it (device checkpoint and keep places)
     int nframes;
     // (nframes) per frame: the last compute and copy-out events touching it (-1: none)
     int *frame_cmp, *frame_out;
@@ -505,39 +508,65 @@ static int is_intact(const Builder *b, int64_t l) {
 static int64_t slot_addr(const Builder *b, int f) { return b->slot0 + f * b->layer_bytes; }
 static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->frame_bytes; }
 
-// Per-layer modes. Of the `leaving` layers, a mixed plan picks
-// c->offloaded, spread evenly: layer l is picked when floor((l + 1) K / n)
-// passes floor(l K / n). A picked layer offloads everything its backward
-// reads, or with c->mix_selective keeps its input and its matmul and
-// attention outputs in host memory and recomputes the rest (selective);
-// the others recompute as c->remat says. Remat offload offloads them all.
-static int64_t offloads_before(const Builder *b, int64_t l) {
-    if (b->c->remat == REMAT_OFFLOAD) return l;
-    return b->leaving ? l * b->c->offloaded / b->leaving : 0;
+// Per-layer modes (SchedChoice): of the `leaving` layers n, P = offloaded
+// + host_selective are picked, spread evenly: layer l is picked when
+// floor((l + 1) P / n) passes floor(l P / n); the j-th pick offloads when
+// floor((j + 1) K / P) passes floor(j K / P), K = offloaded, and keeps
+// selectively on the host otherwise. Remat offload offloads them all.
+enum { PICK_NONE, PICK_OFFLOAD, PICK_HOST_SELECTIVE };
+
+// The pick of leaving layer l of n with k offloaded and s selective on the
+// host (remat offload: every layer offloads).
+static int pick_at(int64_t l, int64_t n, int64_t k, int64_t s, int all_offload) {
+    int64_t picks = k + s, j = l * picks / n; // the picks before l
+    if (all_offload) return PICK_OFFLOAD;
+    if ((l + 1) * picks / n == j) return PICK_NONE;
+    return (j + 1) * k / picks > j * k / picks ? PICK_OFFLOAD : PICK_HOST_SELECTIVE;
 }
-static int is_picked(const Builder *b, int64_t l) {
-    return l < b->leaving && offloads_before(b, l + 1) > offloads_before(b, l);
+
+// Fills b->pick, b->act_at and b->rank for the leaving layers. -1 out of memory.
+static int pick_modes(Builder *b) {
+    const SchedChoice *c = b->c;
+    int64_t n = b->leaving, recomputed = 0, saved = 0, x = align_up(b->x_bytes, ARENA_ALIGN);
+    b->pick = arena_alloc(b->a, (size_t)(n + 1));
+    b->act_at = arena_alloc(b->a, (size_t)(n + 1) * sizeof(int64_t));
+    b->rank = arena_alloc(b->a, (size_t)(n + 1) * sizeof(int64_t));
+    if (!b->pick || !b->act_at || !b->rank) return -1;
+    for (int64_t l = 0; l < n; l++) {
+        b->pick[l] = (unsigned char)pick_at(l, n, c->offloaded, c->host_selective, c->remat == REMAT_OFFLOAD);
+        b->rank[l] = recomputed;
+        recomputed += b->pick[l] == PICK_NONE;
+        b->act_at[l] = saved;
+        saved += b->pick[l] == PICK_OFFLOAD           ? b->need->saved_bytes
+                 : b->pick[l] == PICK_HOST_SELECTIVE ? x + b->need->kept_bytes
+                 : c->ckpt_host                      ? x
+                                                     : 0;
+    }
+    b->act_at[n] = saved, b->rank[n] = recomputed;
+    return 0;
 }
+static int is_picked(const Builder *b, int64_t l) { return l < b->leaving && b->pick[l] != PICK_NONE; }
 static Remat remat_of(const Builder *b, int64_t l) {
-    return !is_picked(b, l) ? b->c->remat : b->c->mix_selective ? REMAT_SELECTIVE : REMAT_OFFLOAD;
+    return !is_picked(b, l) ? b->c->remat : b->pick[l] == PICK_HOST_SELECTIVE ? REMAT_SELECTIVE : REMAT_OFFLOAD;
 }
 // Whether leaving layer l keeps what its backward needs in host memory.
 static int to_host(const Builder *b, int64_t l) { return b->c->ckpt_host || is_picked(b, l); }
 // Whether layer l's kept matmul and attention outputs wait in host memory
 // (else in the device keep area).
-static int keeps_on_host(const Builder *b, int64_t l) { return b->c->mix_selective && is_picked(b, l); }
-// The host activation store: leaving layers in order, a picked one taking
-// everything its backward reads (or its checkpoint and kept outputs), a
-// recomputed one its checkpoint (checkpoints on the host) or nothing.
+static int keeps_on_host(const Builder *b, int64_t l) { return is_picked(b, l) && b->pick[l] == PICK_HOST_SELECTIVE; }
+// The host activation store: leaving layers in order, an offloading one
+// taking everything its backward reads, a selective one on the host its
+// checkpoint and kept outputs, a recomputed one its checkpoint (checkpoints
+// on the host) or nothing. l <= leaving.
 static int64_t act_addr(const Builder *b, int64_t l) {
-    int64_t off = offloads_before(b, l), x = align_up(b->x_bytes, ARENA_ALIGN), ckpt = b->c->ckpt_host ? x : 0;
+    int64_t ckpt = b->c->ckpt_host ? align_up(b->x_bytes, ARENA_ALIGN) : 0;
     if (b->c->policy == POLICY_MEGATRAIN) return (l + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK * ckpt;
-    return off * (b->c->mix_selective ? x + b->need->kept_bytes : b->need->saved_bytes) + (l - off) * ckpt;
+    return b->act_at[l];
 }
-// The device checkpoint and keep areas hold the recomputed leaving layers' in order.
+// The device checkpoint and keep areas hold the recomputed leaving layers' in order. l <= leaving.
 static int64_t recompute_rank(const Builder *b, int64_t l) {
     if (b->c->policy == POLICY_MEGATRAIN) return l / MEGATRAIN_BLOCK;
-    return l - offloads_before(b, l);
+    return b->rank[l];
 }
 // Whether leaving layer l's forward leaves a checkpoint (megatrain: one a block).
 static int checkpoints(const Builder *b, int64_t l) {
@@ -778,6 +807,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->keep_bytes = b->need->kept_bytes;
     b->leaving = 0; // the streamed layers the backward will not find intact: a prefix
     while (b->leaving < b->streamed && !is_intact(b, b->leaving)) b->leaving++;
+    if (pick_modes(b) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     p->host_act_bytes = act_addr(b, b->leaving);
 
     // pass 2's layouts (prepare_parts): the block's for this choice's timeline
@@ -785,7 +815,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     int64_t bytes[PART_COUNT];
     for (int pk = 0; pk < PART_COUNT; pk++) {
         Layout v = pk != PART_BLOCK ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
-                   : c->remat == REMAT_SELECTIVE || c->mix_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
+                   : c->remat == REMAT_SELECTIVE || c->host_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
         rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
         if (!rel[pk]) return snprintf(err, errcap, "internal error: the part's layouts were not prepared"), -1;
     }
@@ -812,7 +842,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->ckpt0 = top;
     // device checkpoints and kept outputs: a place for each streamed layer that does not offload
     // (recompute_rank; megatrain: one a block of MEGATRAIN_BLOCK layers)
-    int64_t recomputed = b->streamed - offloads_before(b, b->leaving);
+    int64_t recomputed = b->streamed - b->leaving + recompute_rank(b, b->leaving);
     if (c->policy == POLICY_MEGATRAIN) recomputed = (b->streamed + MEGATRAIN_BLOCK - 1) / MEGATRAIN_BLOCK;
     if (!c->ckpt_host && (c->remat == REMAT_LAYER || c->remat == REMAT_SELECTIVE)) top += recomputed * b->x_bytes;
     top = align_up(top, ARENA_ALIGN);
@@ -897,18 +927,16 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     b.ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
     if (!b.ranges) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL;
-    if (c->offloaded && (c->offloaded < 0 || c->offloaded > b.leaving || b.tiled || c->policy != POLICY_MT ||
-                         (c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE))) {
-        snprintf(err, errcap, "%lld offloaded layers asked, but %s; a mixed plan recomputes (layer or selective) "
-                 "the layers it does not offload, untiled, and offloads at most the %lld that leave the device",
-                 (long long)c->offloaded, b.tiled ? "the block is tiled" : c->policy != POLICY_MT ? "the policy is a baseline"
+    int64_t picks = c->offloaded + c->host_selective;
+    if (picks && (c->offloaded < 0 || c->host_selective < 0 || picks > b.leaving || b.tiled || c->policy != POLICY_MT ||
+                  (c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE))) {
+        snprintf(err, errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but %s; a mixed "
+                 "plan recomputes (layer or selective) the layers it does not pick, untiled, and picks at most the %lld "
+                 "that leave the device", (long long)picks, (long long)c->offloaded, (long long)c->host_selective,
+                 b.tiled ? "the block is tiled" : c->policy != POLICY_MT ? "the policy is a baseline"
                  : c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE ? "the remat mode is not layer or selective"
+                 : c->offloaded < 0 || c->host_selective < 0 ? "a count is negative"
                  : "too few layers leave the device", (long long)b.leaving);
-        return NULL;
-    }
-    if (c->mix_selective && c->remat != REMAT_LAYER) {
-        snprintf(err, errcap, "a mixed plan whose picked layers keep their matmul and attention outputs on the host "
-                 "recomputes the others as remat layer, not %s", remat_name(c->remat));
         return NULL;
     }
     if (layout_only) return p;
@@ -984,10 +1012,12 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     p->eval = finish(&b, &p->neval);
     if (b.failed) goto oom;
 
-    char name[192], mix[48] = "";
-    if (c->offloaded)
-        snprintf(mix, sizeof mix, " %s=%lld/%lld", c->mix_selective ? "selective-offloaded" : "offloaded",
-                 (long long)c->offloaded, (long long)b.leaving);
+    char name[256], mix[96] = "";
+    int at = 0;
+    if (c->offloaded) at = snprintf(mix, sizeof mix, " offloaded=%lld/%lld", (long long)c->offloaded, (long long)b.leaving);
+    if (c->host_selective)
+        snprintf(mix + at, sizeof mix - (size_t)at, " selective-offloaded=%lld/%lld", (long long)c->host_selective,
+                 (long long)b.leaving);
     snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d",
              policy_name(c->policy), remat_name(c->remat), mix, c->slots, (long long)c->resident,
              c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
@@ -1090,9 +1120,16 @@ typedef struct Search {
     size_t errcap;
 } Search;
 
-// Builds and costs one choice; keeps it in *best when it beats it. With
-// step, says its step (INFINITY when it does not fit).
-static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
+// What one built choice costs.
+typedef struct Tried {
+    Cost cost;
+    int fits;
+    int64_t host_act_bytes; // its host activation store
+} Tried;
+
+// Builds and costs one choice; with offer, keeps it in *best when it beats
+// it (and shows it to req->seen). With out, says what it costs.
+static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out) {
     Graph *g = x->g;
     const Target *t = x->t;
     const SchedRequest *req = x->req;
@@ -1105,64 +1142,293 @@ static int try_choice_step(Search *x, const SchedChoice *c, double *step) {
         return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(r.plan, &r.cost, t, r.why, sizeof r.why);
     if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
-    if (req->seen) req->seen(req->seen_ctx, g, &r);
+    if (out) *out = (Tried){.cost = r.cost, .fits = r.fits, .host_act_bytes = r.plan->host_act_bytes};
+    if (offer && req->seen) req->seen(req->seen_ctx, g, &r);
     int better;
-    if (!best->plan) better = 1;
+    if (!offer) better = 0;
+    else if (!best->plan) better = 1;
     else if (r.fits != best->fits) better = r.fits;
     else if (r.fits) better = r.cost.step_s < best->cost.step_s;
     else better = schedule_overshoot(&r.cost, t) < schedule_overshoot(&best->cost, t);
-    if (step) *step = r.fits ? r.cost.step_s : INFINITY;
     if (better) *best = r;
-    else if (!req->seen) arena_release(a, mark);
+    else if (!offer || !req->seen) arena_release(a, mark);
     return 0;
 }
 
-static int try_choice(Search *x, const SchedChoice *c) { return try_choice_step(x, c, NULL); }
+static int try_choice(Search *x, const SchedChoice *c) { return try_choice_out(x, c, 1, NULL); }
 
-// Mixed plans of choice c (layer or selective, its slots, checkpoint place
-// and resident layers, whether picked layers offload or keep selectively on
-// the host): the number K of the n leaving layers picked (1 .. n - 1, or n
-// for selective keeping; or req->offloaded). Picking a layer trades (some
-// of) its recompute for activations crossing the link twice and taking host
-// memory, so
-// the step falls with K while compute dominates and rises once the link
-// does: a search for the minimum over K (golden-section, then the last few
-// in turn), every candidate built and simulated once.
-typedef struct MixSearch {
-    Search *x;
-    SchedChoice c;
-    int64_t k[64]; // the K tried
-    double s[64];  // and their steps
-    int n;
-} MixSearch;
+// ---------------------------------------------------------------- mixed plans
 
-static int step_at(MixSearch *m, int64_t k, double *s) {
-    for (int i = 0; i < m->n; i++)
-        if (m->k[i] == k) return *s = m->s[i], 0;
-    m->c.offloaded = k;
-    if (try_choice_step(m->x, &m->c, s) != 0) return -1;
-    if (m->n < 64) m->k[m->n] = k, m->s[m->n++] = *s;
-    return 0;
+// A plan's busy times: each a sum over its instructions, so a linear
+// function of its picks (each picked layer trades its recompute for its
+// copies, the same for every layer of a kind of pick).
+typedef struct Busy {
+    double device;     // RUNs and arena copies
+    double in, out;    // the link, each direction
+    double link_bytes; // what crosses the link, which host memory carries too
+    double device_bytes; // device memory (not a time, but linear in the picks too)
+} Busy;
+
+static Busy busy_of(const Cost *c) {
+    return (Busy){.device = c->compute_s + c->device_copy_s, .in = c->copy_in_s, .out = c->copy_out_s,
+                  .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes), .device_bytes = (double)c->device_peak_bytes};
+}
+
+// u0 + k (uk - u0) + s (us - u0), term by term.
+static Busy busy_at(const Busy *u0, const Busy *uk, const Busy *us, int64_t k, int64_t s) {
+    const double *a = (const double *)u0, *b = (const double *)uk, *c = (const double *)us;
+    Busy u;
+    double *r = (double *)&u;
+    for (size_t i = 0; i < sizeof u / sizeof(double); i++) r[i] = a[i] + (double)k * (b[i] - a[i]) + (double)s * (c[i] - a[i]);
+    return u;
+}
+
+// The host's side of a plan: its placement and work, which follow from its
+// host activation store alone (cost_place_act, cost_host_work).
+typedef struct HostSide {
+    Placement place;
+    double update_s, optimizer_s;
+} HostSide;
+
+// The work follows from the placement's level: priced once a level, in
+// work[level] (update_s < 0: not yet).
+static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide work[PLACE_COUNT]) {
+    HostSide h;
+    cost_place_act(p, t, act, &h.place);
+    HostSide *w = &work[h.place.level];
+    if (w->update_s < 0) cost_host_work(p, t, &h.place, &w->update_s, &w->optimizer_s);
+    h.update_s = w->update_s, h.optimizer_s = w->optimizer_s;
+    return h;
+}
+
+// The least step a plan with busy times u and host side h can take on t,
+// whatever the engines' overlap: cost_plan_with's step is never below it.
+// Each micro-batch takes at least its busiest resource (on a cpu target,
+// everything: one thread), host memory carrying the link's and the tier's
+// bytes; the first also the host's work, and first_min.
+static double floor_step(const Busy *u, const HostSide *h, const Target *t, int64_t accumulate, double first_min) {
+    double first, rest;
+    if (strcmp(t->arch, "cpu") == 0) {
+        rest = u->device + u->in + u->out;
+        first = rest + h->optimizer_s;
+    } else {
+        double link = t->link_duplex ? fmax(u->in, u->out) : u->in + u->out;
+        double tier = (h->place.tier_read_bytes + h->place.tier_write_bytes) / (double)accumulate;
+        double mem = (u->link_bytes + tier) / t->host_memory_bandwidth;
+        rest = fmax(u->device, fmax(link, mem));
+        first = fmax(rest, mem + h->optimizer_s);
+    }
+    return fmax(first, first_min) + (double)(accumulate - 1) * rest;
+}
+
+// A step as chains of waits between the engines, each layer's part in it
+// by its pick: a floor of the simulation that sees what the engines'
+// busy times do not, the layers' copies and compute waiting for each
+// other through the frames.
+//
+// Forward: the host updates the head's globals, then layer after layer
+// (nothing makes it wait). Layer l's weights go in once its update is done,
+// the previous layer's weights are in, and the layer `slots` before it
+// (its frame's last user) has computed; it computes once they are in, the
+// layer before it has computed, and that frame's last saves are out; its
+// own saves follow its compute, one after another. The tail's forward waits
+// for the last layer's, and for the tail's globals, which go in after every
+// update.
+//
+// Backward (leaving layers, from the top): layer l's copies (weights, what
+// it loads) go in once the layer before it on the copy-in engine is in and
+// the layer `slots` above it is done; it computes once they are in and the
+// layer above is done.
+typedef struct LayerTimes {
+    double update;               // the host's update of its weights
+    double in, compute, save;    // forward: weights in, its compute, its saves
+    double back_in, back_compute; // backward: its copies in, its compute (recompute included)
+} LayerTimes;
+
+typedef struct Chains {
+    double head_update, head;  // the head's globals' update; then the head's copies in and forward
+    double tail_update, tail_in; // the tail's globals' update; then its copies in (weights and inputs)
+    double pre;                // the compute engine from the tail's forward to the first leaving layer's backward
+    double post;               // and after the last one's (the head's backward), then the copy-out engine's
+                               // and the host's (its gradients out, their norm)
+    LayerTimes *unpicked;      // (L) every layer with no picks
+    LayerTimes picked[3];      // a leaving layer's by PICK_* (PICK_NONE unused)
+} Chains;
+
+// From plan p (dur: its instructions' times): each layer's times, by the
+// layer each instruction serves (the last COPY_IN or block RUN naming one;
+// the tail's RUN and the head's backward RUN end them), into lt (L), and
+// the rest into *ch.
+static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
+    int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
+    int back = 0, post = 0;
+    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){0};
+    *ch = (Chains){.unpicked = ch->unpicked};
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        double d = dur[i];
+        if (in->kind == INS_UPDATE) {
+            if (in->layer >= 0) lt[in->layer].update += d;
+            else if (in->layer == SEG_HEAD) ch->head_update += d;
+            else ch->tail_update += d;
+            continue;
+        }
+        if (in->kind == INS_RUN && in->part == PART_TAIL && !back) back = 1, cur = L;
+        else if (in->kind == INS_RUN && in->part == PART_HEAD && back) post = 1;
+        else if ((in->kind == INS_COPY_IN && in->layer == SEG_TAIL) || (!back && in->kind == INS_INPUT && cur >= 0))
+            cur = L; // the tail's globals and inputs
+        else if ((in->kind == INS_COPY_IN || (in->kind == INS_RUN && in->part == PART_BLOCK)) && in->layer >= 0)
+            cur = in->layer;
+        int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
+            copy_in = in->engine == ENG_COPY_IN && (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
+            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
+        if (post) ch->post += compute || in->engine == ENG_COPY_OUT || in->kind == INS_NORM ? d : 0;
+        else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
+        else if (!back && cur == L) ch->tail_in += copy_in ? d : 0;
+        else if (!back) lt[cur].in += copy_in ? d : 0, lt[cur].compute += compute ? d : 0, lt[cur].save += save ? d : 0;
+        else if (cur >= leaving) ch->pre += compute ? d : 0;
+        else lt[cur].back_in += copy_in ? d : 0, lt[cur].back_compute += compute ? d : 0;
+    }
+}
+
+// The least step of a plan of n leaving layers picked by (k, s): the end of
+// the backward of the chains above. E, F: (L + slots + 1) scratch.
+static double chain_floor(const Chains *ch, int64_t L, int64_t streamed, int64_t n, int64_t k, int64_t s, int slots,
+                          double *E, double *F) {
+    double upd = ch->head_update, in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
+    double prev = upd + ch->head;                                 // the head's forward done
+    for (int64_t l = 0; l < L; l++) {
+        int pick = l < n ? pick_at(l, n, k, s, 0) : PICK_NONE;
+        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[pick];
+        int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
+        upd += t->update;
+        in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
+        F[l] = fmax(fmax(prev, in_done), reuse ? S[l - slots] : 0) + t->compute;
+        saved = t->save > 0 ? fmax(saved, F[l]) + t->save : saved;
+        S[l] = t->save > 0 ? saved : 0; // (a frame whose last user saved nothing waits for no save)
+        prev = F[l];
+    }
+    double tail_in = fmax(in_done, upd + ch->tail_update) + ch->tail_in, tail = fmax(prev, tail_in);
+    in_done = tail_in;
+    for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail;
+    E[n] = tail + ch->pre;
+    for (int64_t l = n - 1; l >= 0; l--) {
+        int pick = pick_at(l, n, k, s, 0);
+        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[pick];
+        in_done = fmax(in_done, E[l + slots]) + t->back_in;
+        E[l] = fmax(E[l + 1], in_done) + t->back_compute;
+    }
+    return E[0] + ch->post;
+}
+
+// The mixed plans of choice c (layer or selective, its slots, checkpoint
+// place and resident layers): every pair (K offloaded, S selective on the
+// host) of picks among the n layers that leave the device, K + S from 1 to
+// n (all n offloaded is remat offload's plan), or the pair req asks for.
+//
+// An exact search, by branch and bound. Three plans (no picks, one of each
+// kind) give every pair's floor before any is built: its engines' busy
+// times, linear in K and S; its host side, from its host activation store;
+// and its backward's chain of waits. A pair that cannot fit host or device
+// memory is never built; the others are built and simulated in order of
+// their floors until the next floor is no less than the fastest fitting
+// plan found, which no pair left could beat. The result is the fastest of
+// every pair, as building them all finds it (MT_SEARCH_EVERY=1 does, and
+// checks every floor and every skip against the plan it built).
+typedef struct Pair {
+    int64_t k, s;
+    double floor;
+    int cannot_fit; // skipped unless MT_SEARCH_EVERY
+} Pair;
+
+static int by_floor(const void *pa, const void *pb) {
+    const Pair *a = pa, *b = pb;
+    if (a->floor != b->floor) return a->floor < b->floor ? -1 : 1;
+    return a->k != b->k ? (a->k < b->k ? -1 : 1) : (a->s > b->s) - (a->s < b->s);
 }
 
 static int try_mixed(Search *x, SchedChoice c) {
-    int64_t n = x->g->layers - c.resident - c.slots;
-    if (x->req->offloaded) { // asked for: where that many leave the device
-        c.offloaded = x->req->offloaded;
-        return c.offloaded > n ? 0 : try_choice(x, &c);
+    const SchedRequest *req = x->req;
+    const Target *t = x->t;
+    int64_t n = x->g->layers - c.resident - c.slots, accumulate = x->g->train.accumulate;
+    if (req->offloaded || req->host_selective) { // asked for: where that many leave the device
+        c.offloaded = req->offloaded, c.host_selective = req->host_selective;
+        return c.offloaded + c.host_selective > n ? 0 : try_choice(x, &c);
     }
-    MixSearch m = {.x = x, .c = c};
-    int64_t lo = 1, hi = c.mix_selective ? n : n - 1; // every layer offloaded is remat offload's plan
-    double s1, s2;
-    while (hi - lo > 3) { // golden-section points: one of them is the next round's (tried once)
-        int64_t d = (int64_t)((double)(hi - lo) * 0.381966 + 0.5), m1 = lo + d, m2 = hi - d;
-        if (step_at(&m, m1, &s1) != 0 || step_at(&m, m2, &s2) != 0) return -1;
-        if (s1 <= s2) hi = m2;
-        else lo = m1;
+    if (n < 1) return 0;
+    // The probes, in an arena of their own (the search's keeps the plans it offers): no picks, the
+    // last leaving layer offloaded, and it selective on the host.
+    int64_t L = x->g->layers;
+    Arena own = {0};
+    Plan *probe[3] = {0};
+    Cost pc[3];
+    Busy u[3];
+    Chains ch = {0}, one;
+    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
+    Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
+    LayerTimes *lt = arena_alloc(&own, (size_t)(L + 1) * sizeof *lt), *lt0 = arena_alloc(&own, (size_t)(L + 1) * sizeof *lt0);
+    int rc = E && pairs && lt && lt0 ? 0 : -1, oom = rc;
+    for (int i = 0; i < 3 && rc == 0; i++) {
+        SchedChoice pick = c;
+        pick.offloaded = i == PICK_OFFLOAD, pick.host_selective = i == PICK_HOST_SELECTIVE;
+        if (!(probe[i] = schedule_build(x->g, t, &pick, &own, x->err, x->errcap))) {
+            free(E), free(pairs), arena_free(&own);
+            return -1;
+        }
+        double *dur = arena_alloc(&own, ((size_t)probe[i]->ntrain + 1) * sizeof *dur); // (ntrain)
+        if (!dur || cost_plan_with(probe[i], t, x->kernels, &pc[i]) != 0) {
+            rc = oom = -1;
+            break;
+        }
+        cost_instr_times_with(probe[i], t, x->kernels, dur);
+        u[i] = busy_of(&pc[i]);
+        if (i == PICK_NONE) ch.unpicked = lt0, split_layers(probe[i], dur, n, &ch, lt0);
+        else one.unpicked = lt, split_layers(probe[i], dur, n, &one, lt), ch.picked[i] = lt[n - 1];
+        if (i > 0 && (n > 1 || i == PICK_HOST_SELECTIVE)) rc = try_choice(x, &pick); // all n offloaded is remat offload's
     }
-    for (int64_t k = lo; k <= hi; k++)
-        if (step_at(&m, k, &s1) != 0) return -1;
-    return 0;
+    int64_t act0 = probe[0] ? probe[0]->host_act_bytes : 0;
+    int64_t actk = rc == 0 ? probe[1]->host_act_bytes - act0 : 0, acts = rc == 0 ? probe[2]->host_act_bytes - act0 : 0;
+    int every = getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0;
+    HostSide work[PLACE_COUNT];
+    for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
+    size_t np = 0;
+    for (int64_t k = 0; rc == 0 && k <= n; k++)
+        for (int64_t s = 0; k + s <= n; s++) {
+            if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
+            Busy b = busy_at(&u[0], &u[1], &u[2], k, s);
+            HostSide h = host_side(probe[0], t, act0 + k * actk + s * acts, work);
+            // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
+            int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
+                             (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
+                             b.device_bytes > t->device_memory + 1e6;
+            if (cannot_fit && !every) continue;
+            // the first micro-batch's chains (on one thread, a cpu's, the busy times say it all)
+            double chain = strcmp(t->arch, "cpu") != 0 ? chain_floor(&ch, L, L - c.resident, n, k, s, c.slots, E, F) : 0;
+            double floor = floor_step(&b, &h, t, accumulate, chain);
+            pairs[np++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
+        }
+    if (oom) snprintf(x->err, x->errcap, "out of memory while scheduling");
+    if (np) qsort(pairs, np, sizeof *pairs, by_floor);
+    for (size_t i = 0; i < np && rc == 0; i++) {
+        const SchedResult *best = x->best;
+        double beat = best->plan && best->fits ? best->cost.step_s : INFINITY;
+        if (req->beat_s > 0 && req->beat_s < beat) beat = req->beat_s;
+        if (!every && pairs[i].floor >= beat) break;
+        c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
+        Tried tr;
+        rc = try_choice_out(x, &c, 1, &tr);
+        if (rc == 0 && every && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
+            snprintf(x->err, x->errcap, "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
+                     "the host is wrong (floor %.9g s, step %.9g s; store %lld bytes)",
+                     tr.cost.step_s < pairs[i].floor ? "floor" : "skip", (long long)pairs[i].k, (long long)pairs[i].s,
+                     pairs[i].floor, tr.cost.step_s, (long long)tr.host_act_bytes);
+            rc = -1;
+        }
+    }
+    free(E);
+    free(pairs);
+    arena_free(&own);
+    return rc;
 }
 
 // The most resident layers (0 .. L) whose arena fits: the arena grows by a
@@ -1229,34 +1495,31 @@ static int search(Search *x) {
         return 0;
     }
     int tiled = g->parts[PART_BLOCK].nchunks > 0;
-    if (req->offloaded && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
+    int asked = req->offloaded || req->host_selective; // a mixed plan of these picks
+    if (asked && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
         req->remat != REMAT_SELECTIVE) {
-        snprintf(err, errcap, "offloaded layers mix offload into remat layer or selective, not %s", remat_name(req->remat));
+        snprintf(err, errcap, "picked layers mix into remat layer or selective, not %s", remat_name(req->remat));
         return -1;
     }
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
         if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
-        if (req->offloaded && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
+        if (asked && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
             continue; // a mixed plan was asked for
-        if (rm == REMAT_MIXED || req->offloaded) { // per layer: offload some, recompute the rest
+        if (rm == REMAT_MIXED || asked) { // per layer: offload some, keep some selectively on the host, recompute the rest
             for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
-                for (int sel = 0; sel < 2; sel++) // picked layers offload, or keep selectively on the host
-                    for (int host = 0; host < 2; host++)
-                        for (int slots = 1; slots <= MAX_SLOTS; slots++) {
-                            // two slots unless asked: the next layer's weights cross while this one computes
-                            if (!req->slots && slots != 2) continue;
-                            if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat)
-                                continue;
-                            if (sel != (req->offloaded ? req->mix_selective : sel) || (sel && base != REMAT_LAYER))
-                                continue;
-                            if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
-                            if (req->slots && slots != req->slots) continue;
-                            if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                            SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots,
-                                             .ckpt_host = host, .mix_selective = sel};
-                            c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
-                            if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
-                        }
+                for (int host = 0; host < 2; host++)
+                    for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                        // two slots unless asked: the next layer's weights cross while this one computes
+                        if (!req->slots && slots != 2) continue;
+                        if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat)
+                            continue;
+                        if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
+                        if (req->slots && slots != req->slots) continue;
+                        if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host};
+                        c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
+                        if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
+                    }
             continue;
         }
 
@@ -1287,17 +1550,18 @@ static int search(Search *x) {
                 if (try_choice(x, &c) != 0) return -1;
             }
     }
-    if (req->remat == REMAT_MIXED && !req->offloaded && !best->plan) { // too few layers to mix: the plain plan, refused
+    if (req->remat == REMAT_MIXED && !asked && !best->plan) { // too few layers to mix: the plain plan, refused
         SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
         if (try_choice(x, &c) != 0) return -1;
         best->fits = 0;
         snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "
                  "%lld layers stream through at least 1 slot", (long long)L);
     }
-    if (req->offloaded && !best->plan) {
-        snprintf(err, errcap, "%lld offloaded layers asked, but no plan of the request has that many layers leaving "
-                 "the device (%lld layers, less the resident ones and the slots the backward finds intact)",
-                 (long long)req->offloaded, (long long)L);
+    if (asked && !best->plan) {
+        snprintf(err, errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no plan of the "
+                 "request has that many layers leaving the device (%lld layers, less the resident ones and the slots "
+                 "the backward finds intact)", (long long)(req->offloaded + req->host_selective),
+                 (long long)req->offloaded, (long long)req->host_selective, (long long)L);
         return -1;
     }
     return 0;

@@ -40,11 +40,14 @@ const char *policy_name(Policy p);
 
 typedef struct SchedChoice {
     Policy policy;
-    Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with offloaded > 0
-    int64_t offloaded; // of the streamed layers that leave the device, how many offload everything instead
-                       // of recomputing (spread evenly over them); 0 with a single mode
-    int mix_selective; // those `offloaded` layers instead keep their input and their matmul and attention
-                       // outputs in host memory and recompute the rest (selective); remat is then layer
+    Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with picks
+    // Per-layer modes (schedule.c, pick_modes): of the n streamed layers that leave the device,
+    // offloaded + host_selective are picked, spread evenly; of the picks, `offloaded` (spread
+    // evenly among them) offload everything their backward reads, the others keep their input and
+    // their matmul and attention outputs in host memory and recompute the rest (selective on the
+    // host); the layers not picked recompute as remat says. Both 0 with a single mode.
+    int64_t offloaded;
+    int64_t host_selective;
     int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
     int64_t resident; // layers at the forward/backward turn that keep weights and activations
     int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
@@ -68,13 +71,16 @@ enum { CKPT_DEVICE = 1, CKPT_HOST = 2 };
 // What the user asked of the search; the rest it chooses.
 typedef struct SchedRequest {
     Policy policy;
-    Remat remat;      // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers offloaded
-    int64_t offloaded; // 0: any; K > 0: a mixed plan offloading K layers (remat mixed, layer or selective)
-    int mix_selective; // with offloaded: those K layers keep their matmul and attention outputs on the host
-                       // instead (SchedChoice.mix_selective)
+    Remat remat;      // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers picked
+    // A mixed plan of exactly these picks (remat mixed, layer or selective), when either is > 0;
+    // both 0: the search chooses (SchedChoice's fields)
+    int64_t offloaded, host_selective;
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
     int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live
+    // When > 0, plans whose step is not below it are of no use to the caller: the search may leave
+    // out any it can tell will not beat it (mtc's --tile auto, once a tiling's best plan fits).
+    double beat_s;
     // When set, called with every plan the search builds and costs (mtc --explore).
     void (*seen)(void *ctx, const Graph *g, const SchedResult *r);
     void *seen_ctx;

@@ -65,7 +65,7 @@ def main():
                 ["--checkpoints", "disk"], ["--batch", "many"], ["--policy", "megatrain", "--remat", "layer"],
                 ["--policy", "sequential", "--slots", "2"], ["--tile", "0"], ["--tile", "x"],
                 ["--selective-layers", "0"], ["--selective-layers", "x"], ["--offload-layers", "0"],
-                ["--offload-layers", "1", "--selective-layers", "1"], ["--selective-layers", "1", "--remat", "selective"],
+                ["--offload-layers", "1", "--offload-layers", "2"], ["--selective-layers", "1", "--selective-layers", "1"],
                 ["--selective-layers", "1", "--remat", "offload"], ["--policy", "megatrain", "--selective-layers", "1"]]:
         p = run(mtc, tiny, *bad, "--explain")
         check(p.returncode == 2 and "Try 'mtc --help'" in p.stderr and not p.stdout, f"mtc {' '.join(bad)} refused", p)

@@ -3,15 +3,17 @@
 
 usage: check_mixed.py MTC MTRUN   (run from the project root)
 
-A mixed plan (mtc --remat layer|selective --offload-layers K) offloads K of
-the streamed layers that leave the device, spread evenly, and recomputes the
-rest; with --remat layer --selective-layers K those K keep their input and
-their matmul and attention outputs in host memory and recompute the rest of
-their forward (selective) instead. For the tiny examples deepened to 6 layers (so that up to 5 leave the
-device), every K with every slot count, resident count and checkpoint place
-on the tiny test profiles (remat layer) and on h200 (layer and selective),
-at batch 2 (the checkpoint place by turns; K one, and all of the n leaving layers
-but one; selective keeping: one, and all n):
+A mixed plan (mtc --remat layer|selective --offload-layers K
+--selective-layers S) picks K + S of the streamed layers that leave the
+device, spread evenly: K offload everything, S keep their input and their
+matmul and attention outputs in host memory and recompute the rest of their
+forward (selective on the host); the rest recompute as --remat says. For the
+tiny examples deepened to 6 layers (so that up to 5 leave the device), with
+every slot count, resident count and checkpoint place on the tiny test
+profiles (remat layer) and on h200 (layer and selective), at batch 2 (the
+checkpoint place by turns): K one and all n leaving layers but one; S one
+and all n; and K and S together (one offloaded, the others selective on
+the host):
 - mtc writes the plan (it verifies every plan it writes) or refuses it as
   not fitting the profile;
 - mtrun replays it in a seeded random order (MT_REPLAY_ORDER=random:SEED;
@@ -74,13 +76,13 @@ def main():
                         n = LAYERS - resident - slots
                         # picked layers offload (one, and all but one), or under remat layer keep their
                         # input and matmul and attention outputs on the host (one, and all)
-                        mixes = [("--offload-layers", k, "offloaded") for k in sorted({1, n - 1}) if n >= 2]
-                        if remat == "layer":
-                            mixes += [("--selective-layers", k, "selective-offloaded") for k in sorted({1, n}) if n >= 1]
-                        for flag, k, word in mixes:
-                            flags = ["--target", target, "--batch", "2", "--remat", remat, flag,
-                                     str(k), "--slots", str(slots), "--resident", str(resident),
-                                     "--checkpoints", ckpt]
+                        mixes = [(k, 0) for k in sorted({1, n - 1}) if n >= 2]
+                        mixes += [(0, s) for s in sorted({1, n}) if n >= 1]
+                        mixes += [(1, n - 1)] if n >= 2 else []
+                        for k, s in mixes:
+                            picks = (["--offload-layers", str(k)] if k else []) + (["--selective-layers", str(s)] if s else [])
+                            flags = ["--target", target, "--batch", "2", "--remat", remat, *picks,
+                                     "--slots", str(slots), "--resident", str(resident), "--checkpoints", ckpt]
                             what = f"{os.path.basename(src)} {' '.join(flags)}"
                             p = run(mtc, src, *flags, "-o", plan)
                             if p.returncode != 0:
@@ -96,13 +98,18 @@ def main():
                             got, schedule = train(mtrun, plan, log, order=order)
                             if got is None:
                                 continue
-                            check(f" {word}={k}/" in schedule, f"{what}: the plan is not mixed: {schedule}")
+                            words = ([f" offloaded={k}/"] if k else []) + ([f" selective-offloaded={s}/"] if s else [])
+                            check(all(w in schedule for w in words), f"{what}: the plan is not mixed so: {schedule}")
                             check(len(got) == 5 and all(abs(x - y) <= 1e-5 * abs(y) for x, y in zip(got, ref)),
                                   f"{what}, order {order}: losses {got}, reference {ref}")
                             seen.add((os.path.basename(src), schedule))
     check(len(seen) >= 50, f"only {len(seen)} distinct mixed plans ran; at least 50 should")
     sel = sum("selective-offloaded=" in s for _, s in seen)
     check(sel >= 20, f"only {sel} distinct plans picked layers to keep selectively on the host; at least 20 should")
+    both = sum(" offloaded=" in s and "selective-offloaded=" in s for _, s in seen)
+    check(both >= 10, f"only {both} distinct plans picked layers of both kinds; at least 10 should")
+    selbase = sum("remat=selective" in s and "selective-offloaded=" in s for _, s in seen)
+    check(selbase >= 5, f"only {selbase} distinct plans kept selectively on the device and the host; at least 5 should")
     print(f"{len(seen)} distinct mixed plans equal the reference's losses under a random replay order "
           f"({refused} configurations do not fit their profile)")
     return finish()
