@@ -23,7 +23,8 @@ void explore_seen(void *ctx, const Graph *g, const SchedResult *r) {
     x->pts[x->n++] = (ExplorePoint){.batch = g->train.batch, .policy = r->choice.policy, .fits = r->fits,
                                     .tokens_per_s = r->fits && r->cost.step_s > 0 ? tokens / r->cost.step_s : 0,
                                     .device_bytes = (double)r->cost.device_peak_bytes,
-                                    .host_bytes = (double)r->cost.host_bytes, .schedule = r->plan->schedule};
+                                    .host_bytes = (double)r->cost.host_bytes};
+    snprintf(x->pts[x->n - 1].schedule, sizeof x->pts[0].schedule, "%s", r->plan->schedule);
     x->seq = g->train.seq;
 }
 

@@ -17,7 +17,7 @@ typedef struct ExplorePoint {
     int fits;
     double tokens_per_s;          // 0 when it does not fit
     double device_bytes, host_bytes;
-    const char *schedule;         // Plan.schedule, in words
+    char schedule[256];           // Plan.schedule, in words (the plan itself is gone)
 } ExplorePoint;
 
 typedef struct Exploration {

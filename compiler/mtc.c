@@ -235,7 +235,7 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
         Graph *tg = lower_tiled(m, opt, k, a, d);
         if (!tg) return NULL;
         SchedRequest q = *req;
-        if (best->fits && !q.seen) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
+        if (best->fits) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
         if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
         // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
         int wins = next.fits ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999

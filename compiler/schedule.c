@@ -1135,7 +1135,7 @@ static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out
     const SchedRequest *req = x->req;
     Arena *a = x->a;
     SchedResult r = {.choice = *c}, *best = x->best;
-    ArenaMark mark = arena_mark(a); // a plan that loses, and that no one saw, gives its memory back
+    ArenaMark mark = arena_mark(a); // a plan that loses gives its memory back
     r.plan = schedule_build(g, t, c, a, x->err, x->errcap);
     if (!r.plan) return -1;
     if (cost_plan_with(r.plan, t, x->kernels, &r.cost) != 0)
@@ -1151,7 +1151,7 @@ static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out
     else if (r.fits) better = r.cost.step_s < best->cost.step_s;
     else better = schedule_overshoot(&r.cost, t) < schedule_overshoot(&best->cost, t);
     if (better) *best = r;
-    else if (!offer || !req->seen) arena_release(a, mark);
+    else arena_release(a, mark);
     return 0;
 }
 

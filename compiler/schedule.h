@@ -82,6 +82,7 @@ typedef struct SchedRequest {
     // out any it can tell will not beat it (mtc's --tile auto, once a tiling's best plan fits).
     double beat_s;
     // When set, called with every plan the search builds and costs (mtc --explore).
+    // The plan is the search's until the call returns: what the callback keeps, it copies.
     void (*seen)(void *ctx, const Graph *g, const SchedResult *r);
     void *seen_ctx;
 } SchedRequest;
