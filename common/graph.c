@@ -16,7 +16,8 @@ _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out o
 static const char *const DTYPE_NAMES[] = {"f32", "i32", "bf16"};
 _Static_assert(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0] == DT_COUNT, "DTYPE_NAMES out of sync");
 
-static const char *const PART_NAMES[] = {"head", "block", "tail"};
+static const char *const PART_NAMES[] = {"head", "block", "tail", "block1", "block2", "block3",
+                                         "block4", "block5", "block6", "block7"};
 _Static_assert(sizeof PART_NAMES / sizeof PART_NAMES[0] == PART_COUNT, "PART_NAMES out of sync");
 
 const char *annot_name(Annot a) {
@@ -147,7 +148,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
 
 void graph_dump(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "model %s\n", g->model_name);
-    for (int p = 0; p < PART_COUNT; p++) {
+    for (int p = 0; p < graph_nparts(g); p++) {
         const Part *part = &g->parts[p];
         if (p == PART_BLOCK && g->sublayers > 1) // one period of an order of block kinds
             fprintf(out, "block %s x%lld, %lld layers each \"%s\":\n", g->block_name, (long long)g->layers,

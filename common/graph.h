@@ -103,8 +103,16 @@ const char *op_name(OpKind op);
 int op_is_heavy(OpKind op);
 const char *dtype_name(DType t);
 
-typedef enum { PART_HEAD, PART_BLOCK, PART_TAIL, PART_COUNT } PartKind;
+// The parts of a model: the head, the block parts (one per block kind:
+// PART_BLOCK is kind 0's, PART_KIND1 + k - 1 kind k's, k >= 1) and the
+// tail. A graph uses parts 0 .. graph_nparts(g) - 1; the rest stay empty.
+enum { MT_MAX_KINDS = 8 };
+typedef enum { PART_HEAD, PART_BLOCK, PART_TAIL, PART_KIND1, PART_COUNT = PART_KIND1 + MT_MAX_KINDS - 1 } PartKind;
 const char *part_name(PartKind p);
+// The block part of kind k, and the kind of block part pk (-1: pk is not a block part).
+static inline int kind_part(int k) { return k == 0 ? PART_BLOCK : PART_KIND1 + k - 1; }
+static inline int part_kind(int pk) { return pk == PART_BLOCK ? 0 : pk >= PART_KIND1 && pk < PART_COUNT ? pk - PART_KIND1 + 1 : -1; }
+static inline int part_is_block(int pk) { return part_kind(pk) >= 0; }
 
 typedef struct Node {
     OpKind op;
@@ -219,12 +227,22 @@ typedef struct Graph {
     // period of the order: sublayers layers of the model, lowered one after
     // another, each kind with its own params. 1 for a single block.
     int64_t sublayers;
+    // The block kinds (1 for a single block) and each streamed layer's
+    // kind, 0 .. nkinds-1 (layers); its nodes are those of block part
+    // kind_part(kind). Every kind is some layer's.
+    int nkinds;
+    uint8_t *layer_kind;
     PtrVec params;   // of Param*: globals and block params, in declaration order
     PtrVec inputs;   // of ModelInput*: forward's arguments
     TrainConfig train;
     int64_t kernel_scratch; // device scratch of an engine that runs the fused kernels (common/scratch.h); the
                             // scheduler fills it once (0: not yet)
 } Graph;
+
+// The parts graph g uses: the head, the block, the tail and the other kinds' blocks.
+static inline int graph_nparts(const Graph *g) { return PART_KIND1 + g->nkinds - 1; }
+// The block part streamed layer `layer` runs.
+static inline int block_part(const Graph *g, int64_t layer) { return kind_part(g->layer_kind[layer]); }
 
 // Appends a node to part (kind pk) with the given operands. NULL when out of memory.
 Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,

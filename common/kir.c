@@ -342,7 +342,7 @@ int kir_write(const KirProgram *prog, uint8_t **out, size_t *len) {
     Out o = {0};
     put(&o, KIR_MAGIC, 8);
     PUT32(&o, KIR_VERSION);
-    for (int p = 0; p < PART_COUNT; p++) {
+    for (int p = 0; p < prog->nparts; p++) {
         PUT32(&o, prog->parts[p].n);
         for (int i = 0; i < prog->parts[p].n; i++) write_kernel(&o, &prog->parts[p].k[i]);
     }
@@ -447,15 +447,15 @@ static int read_kernel(In *r, KirKernel *k, Arena *a) {
     return 0;
 }
 
-int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, const int *nnodes, Arena *a, char *err,
+int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, int nparts, const int *nnodes, Arena *a, char *err,
              size_t cap) {
-    *prog = (KirProgram){0};
+    *prog = (KirProgram){.nparts = nparts};
     In r = {.p = bytes, .len = len};
     if (len < 12 || memcmp(bytes, KIR_MAGIC, 8) != 0) return fail(err, cap, "kernel IR: bad magic");
     r.pos = 8;
     uint32_t version = (uint32_t)get_le(&r, 4);
     if (version != KIR_VERSION) return fail(err, cap, "kernel IR: version %u, this reader knows %d", version, KIR_VERSION);
-    for (int p = 0; p < PART_COUNT; p++) {
+    for (int p = 0; p < nparts; p++) {
         KirSet *s = &prog->parts[p];
         s->n = get_count(&r, 64);
         s->k = arena_alloc(a, ((size_t)s->n + 1) * sizeof *s->k);

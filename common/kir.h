@@ -190,7 +190,8 @@ typedef struct KirSet {
 
 // Every part's kernels: what the plan's KERNELS section carries.
 typedef struct KirProgram {
-    KirSet parts[PART_COUNT];
+    KirSet parts[PART_COUNT]; // [0, nparts): the graph's parts (graph_nparts); the rest empty
+    int32_t nparts;
 } KirProgram;
 
 const char *kir_op_name(KirOp op);
@@ -223,10 +224,11 @@ int kir_check(const KirKernel *k, int nparts_nodes, char *err, size_t errcap);
 // Serialises prog into bytes malloc'd into *out (little-endian, versioned).
 // Returns 0, or -1 when out of memory.
 int kir_write(const KirProgram *prog, uint8_t **out, size_t *len);
-// Reads what kir_write wrote, validating every field (a plan file is
-// untrusted): counts against the bytes left, enums, operand order and types,
-// node ids against nnodes[part]. Allocates in a. Returns 0, or -1 with err.
-int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, const int *nnodes, Arena *a, char *err,
+// Reads what kir_write wrote for a graph of nparts parts, validating every
+// field (a plan file is untrusted): counts against the bytes left, enums,
+// operand order and types, node ids against nnodes[part]. Allocates in a.
+// Returns 0, or -1 with err.
+int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, int nparts, const int *nnodes, Arena *a, char *err,
              size_t errcap);
 
 // Prints a kernel's statements, one a line (mtc --dump-kernels -v).

@@ -2,7 +2,7 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 8, all integers little-endian:
+// File format, version 9, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,12 +21,12 @@
 
 #include "graph.h"
 
-enum { PLAN_VERSION = 8, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 9, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
     SEC_CONFIG,     // the TrainConfig
-    SEC_GRAPH,      // model name, block, inputs, params, the three parts with their backward
+    SEC_GRAPH,      // model name, block, the layers' kinds, inputs, params, the parts with their backward
     SEC_HOST,       // host store layout, the host activation store
     SEC_ARENA,      // device arena size, kernel scratch, its limit, every node's offset (block nodes once per frame)
     SEC_STREAMS,    // the schedule's name and the instruction streams
@@ -149,7 +149,7 @@ static inline int64_t plan_segment_index(int64_t seg) { return seg - SEG_FIRST; 
 
 // The node offsets a RUN of part pk in frame `frame` uses.
 static inline const int64_t *plan_offsets(const Plan *p, int pk, int frame) {
-    return p->node_offset[pk] + (pk == PART_BLOCK ? (int64_t)frame * p->graph->parts[pk].nodes.n : 0);
+    return p->node_offset[pk] + (part_is_block(pk) ? (int64_t)frame * p->graph->parts[pk].nodes.n : 0);
 }
 
 #endif

@@ -546,13 +546,16 @@ static int check_fields(V *v, int i) {
             return fail(v, "%s: event %d is out of range (the plan has %d)", d, in->event, p->nevents);
         return 0;
     case INS_RUN: {
-        if (in->part < 0 || in->part >= PART_COUNT) return fail(v, "instruction %d: part %d is out of range", i, in->part);
-        int nframes = in->part == PART_BLOCK && p->nframes > 1 ? p->nframes : 1;
+        if (in->part < 0 || in->part >= graph_nparts(g)) return fail(v, "instruction %d: part %d is out of range", i, in->part);
+        int nframes = part_is_block(in->part) && p->nframes > 1 ? p->nframes : 1;
         if (in->frame < 0 || in->frame >= nframes) return fail(v, "%s: the plan has %d frames", d, nframes);
         if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
             return fail(v, "%s: the part has %d nodes", d, g->parts[in->part].nodes.n);
-        if (in->part == PART_BLOCK && (in->layer < 0 || in->layer >= g->layers))
+        if (part_is_block(in->part) && (in->layer < 0 || in->layer >= g->layers))
             return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        if (part_is_block(in->part) && in->part != block_part(g, in->layer))
+            return fail(v, "%s: layer %d is of block kind %d, whose part is %s", d, in->layer, g->layer_kind[in->layer],
+                        part_name((PartKind)block_part(g, in->layer)));
         return 0;
     }
     case INS_COPY_IN:

@@ -1151,8 +1151,8 @@ static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, cha
 }
 
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap) {
-    *prog = (KirProgram){0};
-    for (int pk = 0; pk < PART_COUNT; pk++)
+    *prog = (KirProgram){.nparts = graph_nparts(g)};
+    for (int pk = 0; pk < prog->nparts; pk++)
         if (fuse_part(&g->parts[pk], g->train.compute, a, &prog->parts[pk], err, errcap) != 0) return -1;
     return 0;
 }
@@ -1216,7 +1216,7 @@ static void print_nodes(FILE *out, const Part *part, const KirKernel *k) {
 
 void fuse_dump(FILE *out, const Graph *g, const KirProgram *prog, int verbose) {
     fprintf(out, "model %s kernels\n", g->model_name);
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < prog->nparts; pk++) {
         const Part *part = &g->parts[pk];
         const KirSet *s = &prog->parts[pk];
         for (int bwd = 0; bwd < 2; bwd++) {

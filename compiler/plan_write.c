@@ -11,11 +11,13 @@
 //   CONFIG   i64 batch, seq, steps, accumulate, warmup, val_every, seed;
 //            f64 lr, beta1, beta2, weight_decay, adam_eps, min_lr_frac, clip;
 //            u32 schedule (LrSchedule), u32 compute (DType), optstr data
-//   GRAPH    str model name, str block name, str block prefix, i64 layers;
+//   GRAPH    str model name, str block name, str block prefix, i64 layers,
+//            i64 sublayers; u32 nkinds (block kinds), layers × u8 layer kind;
 //            u32 count, per model input: str name, u32 dtype, shape, loc;
-//            u32 count, per param: str name, str ckpt, u32 in_block, shape,
-//              u32 init, f64 init_std, u32 init_given, u32 first_use, loc;
-//            per part, head, block, tail:
+//            u32 count, per param: str name, str ckpt, u32 in_block, str prefix,
+//              u32 sublayer, shape, u32 init, f64 init_std, u32 init_given,
+//              u32 first_use, loc;
+//            per part, head, block, tail, then kinds 1 .. nkinds-1's blocks:
 //              u32 kind (PartKind), u32 count, per node (its id is its index):
 //                u32 op, u32 dtype, shape, loc, optstr name, u32 annot,
 //                u32 nin, nin × u32 input node ids (same part),
@@ -28,7 +30,7 @@
 //            count × i64 param offset (floats into its segment),
 //            i64 host_act_bytes
 //   ARENA    i64 arena_bytes, i64 scratch_bytes, i64 device_limit, i32 nframes; per part: u32
-//            count (= its nodes; the block's times nframes), count × i64
+//            count (= its nodes; a block part's times nframes), count × i64
 //            byte offset (-1: a view or reshape)
 //   STREAMS  str schedule, i32 nevents; u32 count, train instructions;
 //            u32 count, eval instructions; each i32 kind, engine, part,
@@ -195,7 +197,9 @@ static int in_part(const Part *part, PartKind pk, const Node *n, int none_ok) {
 // op (KERNELS indexes by it); returns -1 on a bad one (a compiler bug),
 // naming it in err.
 static int check_refs(const Graph *g, const char *path, char *err, size_t errcap) {
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    if (g->nkinds < 1 || g->nkinds > MT_MAX_KINDS)
+        return fail(err, errcap, "%s: internal error: %d block kinds (1..%d)", path, g->nkinds, MT_MAX_KINDS);
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
         const char *pn = part_name((PartKind)pk);
         for (int i = 0; i < part->nodes.n; i++) {
@@ -227,6 +231,8 @@ static void write_graph(Buf *b, const Graph *g) {
     put_str(b, g->block_prefix);
     put_i64(b, g->layers);
     put_i64(b, g->sublayers);
+    put_u32(b, (uint32_t)g->nkinds);
+    put_bytes(b, g->layer_kind, (size_t)g->layers); // a byte a layer
     put_u32(b, (uint32_t)g->inputs.n);
     for (int i = 0; i < g->inputs.n; i++) {
         const ModelInput *mi = g->inputs.items[i];
@@ -250,7 +256,7 @@ static void write_graph(Buf *b, const Graph *g) {
         put_u32(b, (uint32_t)pr->first_use);
         put_loc(b, pr->loc);
     }
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
         put_u32(b, (uint32_t)pk);
         put_u32(b, (uint32_t)part->nodes.n);
@@ -281,8 +287,8 @@ static void write_arena(Buf *b, const Plan *p) {
     put_i64(b, p->scratch_bytes);
     put_i64(b, p->device_limit);
     put_i32(b, p->nframes);
-    for (int pk = 0; pk < PART_COUNT; pk++) {
-        int64_t n = (int64_t)p->graph->parts[pk].nodes.n * (pk == PART_BLOCK ? p->nframes : 1);
+    for (int pk = 0; pk < graph_nparts(p->graph); pk++) {
+        int64_t n = (int64_t)p->graph->parts[pk].nodes.n * (part_is_block(pk) ? p->nframes : 1);
         put_u32(b, (uint32_t)n);
         for (int64_t i = 0; i < n; i++) put_i64(b, p->node_offset[pk][i]);
     }
@@ -312,7 +318,7 @@ static void write_instrs(Buf *b, const Instr *ins, int32_t n) {
 static int check_runs(const Graph *g, const Instr *ins, int32_t n) {
     for (int32_t i = 0; i < n; i++) {
         const Instr *in = &ins[i];
-        if (in->kind == INS_RUN && (in->part < 0 || in->part >= PART_COUNT || in->from < 0 || in->from > in->to ||
+        if (in->kind == INS_RUN && (in->part < 0 || in->part >= graph_nparts(g) || in->from < 0 || in->from > in->to ||
                                     in->to > g->parts[in->part].nodes.n))
             return -1;
     }

@@ -284,7 +284,7 @@ static int prepare_parts(Graph *g, Arena *a) {
         arena_free(&ka);
         if (rc != 0) return -1;
     }
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         Part *part = &g->parts[pk];
         int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
             *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
@@ -813,7 +813,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     // pass 2's layouts (prepare_parts): the block's for this choice's timeline
     const int64_t *rel[PART_COUNT];
     int64_t bytes[PART_COUNT];
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         Layout v = pk != PART_BLOCK ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
                    : c->remat == REMAT_SELECTIVE || c->host_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
         rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
@@ -857,7 +857,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
 
     // Every node's offset: parameters in their weights, the rest at its
     // part's base plus its place in the layout; the block once per frame.
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
         int frames = pk == PART_BLOCK ? b->nframes : 1;
         int64_t *off = p->node_offset[pk] = arena_alloc(b->a, (size_t)(part->nodes.n * frames + 1) * sizeof(int64_t));

@@ -990,6 +990,9 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     for (int i = 0; i < m->params.n; i++)
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
     if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0) goto fail;
+    // One kind for now: the block part holds every kind of an order, one period of it.
+    S.g->nkinds = 1;
+    if (!(S.g->layer_kind = arena_alloc(a, (size_t)S.g->layers))) goto oom; // zeroed: every layer kind 0
     return S.g;
 oom:
 fail:

@@ -692,7 +692,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
     int nnodes[PART_COUNT];
     for (int pk = 0; pk < PART_COUNT; pk++) nnodes[pk] = p->graph->parts[pk].nodes.n;
-    if (kir_read(&c->prog, p->kernels_bytes, p->kernels_len, nnodes, &c->karena, c->err, sizeof c->err) != 0) goto fail;
+    if (kir_read(&c->prog, p->kernels_bytes, p->kernels_len, graph_nparts(p->graph), nnodes, &c->karena, c->err, sizeof c->err) != 0) goto fail;
     for (int pk = 0; pk < PART_COUNT; pk++)
         for (int i = 0; i < c->prog.parts[pk].n; i++)
             for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++) c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;

@@ -345,7 +345,7 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     j->g = g;
     int nnodes[PART_COUNT];
     for (int p = 0; p < PART_COUNT; p++) nnodes[p] = g->parts[p].nodes.n;
-    if (kir_read(&j->prog, kir, kir_len, nnodes, &j->arena, err, cap) != 0 || check_args(j, err, cap) != 0 ||
+    if (kir_read(&j->prog, kir, kir_len, graph_nparts(g), nnodes, &j->arena, err, cap) != 0 || check_args(j, err, cap) != 0 ||
         compile(j, bitcode, bitcode_len, err, cap) != 0) {
         jit_destroy(j);
         return NULL;

@@ -328,7 +328,7 @@ static int read_params(Rd *r, Graph *g) {
         pr->init = (InitKind)get_enum(r, INIT_ONES + 1, what, "init");
         pr->init_std = get_f64(r);
         pr->init_given = get_enum(r, 2, what, "init_given");
-        pr->first_use = (PartKind)get_enum(r, PART_COUNT + 1, what, "first use"); // PART_COUNT: unused
+        pr->first_use = (PartKind)get_enum(r, (uint32_t)graph_nparts(g), what, "first use"); // every one is used
         pr->loc = get_loc(r, what);
         if (r->failed) break;
         if (pr->in_block && !strstr(pr->prefix, "{i}"))
@@ -370,13 +370,13 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         const Param *pr = g->params.items[n->param];
         if (!shape_eq(&n->shape, &pr->shape) || n->dtype != DT_F32)
             rd_fail(r, "%s: its shape or dtype is not parameter '%s''s", where, pr->name);
-        else if (pr->in_block && pk != PART_BLOCK)
+        else if (pr->in_block && !part_is_block(pk))
             rd_fail(r, "%s: block parameter '%s' used outside the block", where, pr->name);
         return;
     }
     case OP_INPUT:
-        if (n->src_part < SRC_GRAD_SEED || n->src_part >= PART_COUNT) {
-            rd_fail(r, "%s: source part %d is out of range (-2..%d)", where, n->src_part, PART_COUNT - 1);
+        if (n->src_part < SRC_GRAD_SEED || n->src_part >= graph_nparts(g)) {
+            rd_fail(r, "%s: source part %d is out of range (-2..%d)", where, n->src_part, graph_nparts(g) - 1);
         } else if (n->src_part == SRC_MODEL_INPUT) {
             if (n->src < 0 || n->src >= g->inputs.n) {
                 rd_fail(r, "%s names model input %d; there are %d", where, n->src, g->inputs.n);
@@ -571,6 +571,28 @@ static int read_part(Rd *r, Graph *g, PartKind pk) {
     return r->failed ? -1 : 0;
 }
 
+// The block kinds and each layer's, a byte a layer; every kind some layer's.
+static int read_layer_kinds(Rd *r, Graph *g) {
+    g->nkinds = get_enum(r, MT_MAX_KINDS + 1, "the graph", "block kind count");
+    if (!r->failed && g->nkinds != 1) rd_fail(r, "%d block kinds; this mtrun streams one", g->nkinds);
+    if (!need(r, (size_t)g->layers)) return -1;
+    if (!(g->layer_kind = arena_alloc(r->a, (size_t)g->layers))) {
+        rd_oom(r);
+        return -1;
+    }
+    memcpy(g->layer_kind, r->p + r->pos, (size_t)g->layers);
+    r->pos += (size_t)g->layers;
+    int used[MT_MAX_KINDS] = {0};
+    for (int64_t l = 0; l < g->layers && !r->failed; l++) {
+        if (g->layer_kind[l] >= g->nkinds)
+            rd_fail(r, "layer %lld is of block kind %d; there are %d", (long long)l, g->layer_kind[l], g->nkinds);
+        else used[g->layer_kind[l]] = 1;
+    }
+    for (int k = 0; k < g->nkinds && !r->failed; k++)
+        if (!used[k]) rd_fail(r, "block kind %d is no layer's", k);
+    return r->failed ? -1 : 0;
+}
+
 static int read_graph(Rd *r, Graph *g) {
     get_str(r, &g->model_name, 0, "the model name");
     get_str(r, &g->block_name, 0, "the block name");
@@ -591,11 +613,11 @@ static int read_graph(Rd *r, Graph *g) {
                 (long long)g->layers, (long long)(INT32_MAX / g->layers));
         return -1;
     }
-    if (read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;
-    for (int pk = 0; pk < PART_COUNT; pk++)
+    if (read_layer_kinds(r, g) != 0 || read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;
+    for (int pk = 0; pk < graph_nparts(g); pk++)
         if (read_part(r, g, (PartKind)pk) != 0) return -1;
     // Values taken from other parts: the source node must exist there.
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
         for (int i = 0; i < part->nodes.n; i++) {
             const Node *n = part->nodes.items[i];
@@ -678,14 +700,14 @@ static int read_arena(Rd *r, Plan *p) {
     else if (p->device_limit < 0) rd_fail(r, "a device limit of %lld bytes", (long long)p->device_limit);
     else if (p->nframes < 1 || p->nframes > g->layers + 8)
         rd_fail(r, "%d block frames for %lld layers", p->nframes, (long long)g->layers);
-    for (int pk = 0; pk < PART_COUNT && !r->failed; pk++) {
+    for (int pk = 0; pk < graph_nparts(g) && !r->failed; pk++) {
         const Part *part = &g->parts[pk];
         int n = get_count(r, 8, "node offsets");
         if (r->failed) return -1;
-        int64_t want = (int64_t)part->nodes.n * (pk == PART_BLOCK ? p->nframes : 1);
+        int64_t want = (int64_t)part->nodes.n * (part_is_block(pk) ? p->nframes : 1);
         if (n != want) {
             rd_fail(r, "%d node offsets for the %d nodes of the %s part%s", n, part->nodes.n, part_name((PartKind)pk),
-                    pk == PART_BLOCK ? " in each frame" : "");
+                    part_is_block(pk) ? " in each frame" : "");
             return -1;
         }
         p->node_offset[pk] = arena_alloc(r->a, ((size_t)n + 1) * sizeof(int64_t));
@@ -742,16 +764,19 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
     }
     switch ((InsKind)in->kind) {
     case INS_RUN:
-        if (in->part < 0 || in->part >= PART_COUNT) rd_fail(r, "%s: part %d is out of range", where, in->part);
-        else if (in->frame < 0 || in->frame >= (in->part == PART_BLOCK ? p->nframes : 1))
+        if (in->part < 0 || in->part >= graph_nparts(g)) rd_fail(r, "%s: part %d is out of range", where, in->part);
+        else if (in->frame < 0 || in->frame >= (part_is_block(in->part) ? p->nframes : 1))
             rd_fail(r, "%s: frame %d; the %s part has %d", where, in->frame, part_name((PartKind)in->part),
-                    in->part == PART_BLOCK ? p->nframes : 1);
+                    part_is_block(in->part) ? p->nframes : 1);
         else if (in->flags & ~RUN_SKIP_HEAVY) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
         else if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
             rd_fail(r, "%s: nodes [%d, %d) of the %s part, which has %d", where, in->from, in->to,
                     part_name((PartKind)in->part), g->parts[in->part].nodes.n);
-        else if (in->layer < (in->part == PART_BLOCK ? 0 : -1) || in->layer >= g->layers)
+        else if (in->layer < (part_is_block(in->part) ? 0 : -1) || in->layer >= g->layers)
             rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+        else if (part_is_block(in->part) && in->part != block_part(g, in->layer))
+            rd_fail(r, "%s: layer %d runs the %s part, not its kind's, %s", where, in->layer,
+                    part_name((PartKind)in->part), part_name((PartKind)block_part(g, in->layer)));
         return;
     case INS_COPY_IN:
     case INS_COPY_OUT: {

@@ -45,7 +45,7 @@ static int check_model(const char *path) {
     for (int p = 0; p < PART_COUNT; p++) nnodes[p] = g->parts[p].nodes.n;
     KirProgram back;
     Arena ra = {0};
-    if (kir_read(&back, bytes, n, nnodes, &ra, err, sizeof err) != 0 || kir_write(&back, &again, &n2) != 0 || n2 != n ||
+    if (kir_read(&back, bytes, n, graph_nparts(g), nnodes, &ra, err, sizeof err) != 0 || kir_write(&back, &again, &n2) != 0 || n2 != n ||
         memcmp(again, bytes, n) != 0) {
         printf("FAIL %s: the bytes do not read back to themselves: %s\n", path, err);
         failed++;
@@ -56,7 +56,7 @@ static int check_model(const char *path) {
         uint8_t *t = malloc(cut + 1);
         memcpy(t, bytes, cut);
         err[0] = 0;
-        if (kir_read(&back, t, cut, nnodes, &ra, err, sizeof err) == 0 || !err[0]) {
+        if (kir_read(&back, t, cut, graph_nparts(g), nnodes, &ra, err, sizeof err) == 0 || !err[0]) {
             printf("FAIL %s: %zu of %zu bytes accepted or refused silently\n", path, cut, n);
             failed++;
         }
@@ -71,7 +71,7 @@ static int check_model(const char *path) {
             size_t at = next_u32() % n;
             mut[at] = (uint8_t)(next_u32() % 3 == 0 ? 0xFF : mut[at] ^ (1u << (next_u32() % 8)));
         }
-        if (kir_read(&back, mut, n, nnodes, &ra, err, sizeof err) == 0) {
+        if (kir_read(&back, mut, n, graph_nparts(g), nnodes, &ra, err, sizeof err) == 0) {
             accepted++;
             for (int p = 0; p < PART_COUNT; p++)
                 for (int i = 0; i < back.parts[p].n; i++)
@@ -84,7 +84,7 @@ static int check_model(const char *path) {
     }
     free(mut);
     int fewer[PART_COUNT] = {nnodes[0], nnodes[1] / 2, nnodes[2]};
-    if (kir_read(&back, bytes, n, fewer, &ra, err, sizeof err) == 0) {
+    if (kir_read(&back, bytes, n, graph_nparts(g), fewer, &ra, err, sizeof err) == 0) {
         printf("FAIL %s: kernels naming nodes the graph lacks were accepted\n", path);
         failed++;
     }

@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 8. For each model given: parse,
+// test_plan: the plan file format, version 9. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -287,6 +287,7 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
     SAME("block prefix", str_eq(x->block_prefix, y->block_prefix));
     SAME("layers", x->layers == y->layers);
     SAME("sublayers", x->sublayers == y->sublayers);
+    SAME("block kinds", x->nkinds == y->nkinds && !memcmp(x->layer_kind, y->layer_kind, (size_t)x->layers));
     const TrainConfig *a = &x->train, *b = &y->train;
     SAME("batch", a->batch == b->batch);
     SAME("seq", a->seq == b->seq);
@@ -548,19 +549,23 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 8");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 9");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 8");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 9");
     memcpy(buf, orig, len);
     st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 8");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 9");
     memcpy(buf, orig, len);
-    st32(buf + 8, 9);
+    st32(buf + 8, 8); // before the graph recorded each layer's block kind
     redo_crcs(buf);
-    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 8");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 9");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 10);
+    redo_crcs(buf);
+    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 9");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -756,6 +761,34 @@ static void damage_fields(Plan *p, const char *path) {
         snprintf(want, sizeof want, "section GRAPH: parameter '%s': its checkpoint prefix \"h.\" has no {i}", pr->name);
         expect_written_refused("a prefix without {i}", p, path, want);
         pr->prefix = prefix;
+    }
+    { // the layers' block kinds (format 9): each below nkinds, every kind some layer's
+        char want[160];
+        g->layer_kind[g->layers - 1] = 1;
+        snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind 1; there are 1", (long long)g->layers - 1);
+        expect_written_refused("a layer of a kind past nkinds", p, path, want);
+        g->layer_kind[g->layers - 1] = 0;
+        g->nkinds = MT_MAX_KINDS + 1;
+        char err[512] = "";
+        CHECK(plan_write(p, path, err, sizeof err) == -1 && strstr(err, "internal error: 9 block kinds"),
+              "writing too many block kinds: \"%s\"", err);
+        g->nkinds = 1; // the writer will not write it: patch it in where nkinds 1 and 2 differ
+        unsigned char *one = written(p, path, &alen);
+        g->nkinds = 2;
+        unsigned char *two = written(p, path, &blen);
+        g->nkinds = 1;
+        size_t at = differ_at(one, alen, two, blen);
+        if (at) {
+            st32(one + at, MT_MAX_KINDS + 1);
+            redo_crcs(one);
+            snprintf(want, sizeof want, "block kind count %d is out of range (0..%d)", MT_MAX_KINDS + 1, MT_MAX_KINDS);
+            expect_refused("too many block kinds", one, alen, want);
+            st32(one + at, 0);
+            redo_crcs(one);
+            expect_refused("no block kinds", one, alen, "section GRAPH: 0 block kinds");
+        }
+        free(one);
+        free(two);
     }
     {
         Node *n = node_at(p, PART_TAIL, 1);

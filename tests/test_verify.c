@@ -193,7 +193,7 @@ static int first_op(const Part *block, OpKind op) {
 // layers 2 and 3 still intact in their frames.
 static void mutations(const Plan *base) {
     const Part *block = &base->graph->parts[PART_BLOCK];
-    for (int k = 0; k < 13; k++) {
+    for (int k = 0; k < 14; k++) {
         Mut m;
         mut_init(&m, base);
         Plan *p = &m.p;
@@ -298,6 +298,15 @@ static void mutations(const Plan *base) {
             if (w < 0) { not_applicable("a WAIT for an event never recorded"); break; }
             drop(p, record_of(p, p->train[w].event));
             expect_refused(p, "a WAIT for an event never recorded", PHRASES("instruction", "no instruction records"));
+            break;
+        }
+        case 13: { // the kind table says layer 1 is a second block kind; its RUNs are still the first kind's block
+            Graph g2 = *p->graph;
+            uint8_t kinds[64] = {0};
+            if (g2.layers < 2 || g2.layers > 64) { not_applicable("a RUN of another kind's block"); break; }
+            kinds[1] = 1, g2.nkinds = 2, g2.layer_kind = kinds;
+            p->graph = &g2;
+            expect_refused(p, "a RUN of another kind's block", PHRASES("layer 1", "of block kind 1, whose part is block1"));
             break;
         }
         }
