@@ -281,6 +281,51 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
     return total;
 }
 
+// ---- gradients into the host accumulators
+
+void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16) {
+    if (bf16) {
+        const uint16_t *a = src; // (n)
+        for (int64_t i = 0; i < n; i++) g[i] += f32_from_bf16(a[i]);
+        return;
+    }
+    const float *a = src; // (n)
+    for (int64_t i = 0; i < n; i++) g[i] += a[i];
+}
+
+typedef struct AddJob {
+    float *g;
+    const char *src;
+    int64_t lo, hi; // elements [lo, hi)
+    int bf16;
+} AddJob;
+
+static void *grads_add_thread(void *arg) {
+    const AddJob *j = arg;
+    adamw_grads_add_ref(j->g + j->lo, j->src + j->lo * (j->bf16 ? 2 : 4), j->hi - j->lo, j->bf16);
+    return NULL;
+}
+
+void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthreads) {
+    enum { MAX_THREADS = 16 };
+    int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads < MAX_THREADS ? nthreads : MAX_THREADS);
+    AddJob jobs[MAX_THREADS];
+    pthread_t tids[MAX_THREADS];
+    int started[MAX_THREADS] = {0};
+    int64_t per = (n + nt - 1) / nt;
+    per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS; // whole cache lines of g
+    for (int i = 0; i < nt; i++) {
+        int64_t lo = (int64_t)i * per, hi = lo + per;
+        jobs[i] = (AddJob){g, src, lo < n ? lo : n, hi < n ? hi : n, bf16};
+    }
+    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tids[i], NULL, grads_add_thread, &jobs[i]) == 0;
+    grads_add_thread(&jobs[0]);
+    for (int i = 1; i < nt; i++) {
+        if (started[i]) pthread_join(tids[i], NULL);
+        else grads_add_thread(&jobs[i]);
+    }
+}
+
 // ---- the reference
 
 void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay) {

@@ -50,6 +50,13 @@ void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_o
 enum { ADAMW_NORM_CHUNK = 1 << 16 };
 double adamw_sq_norm(const float *g, int64_t n, int nthreads);
 
+// g[i] += src[i] for i < n, src fp32 or (bf16 set) bf16: a COPY_OUT's
+// gradients added into the host store's accumulators. On up to nthreads
+// threads (inline when n is small); each element's sum is the same whatever
+// nthreads. The plain loop it splits is adamw_grads_add_ref.
+void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthreads);
+void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16);
+
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.
 void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay);

@@ -22,6 +22,7 @@ typedef struct Backend Backend;
 struct Backend {
     const char *name;
     void *ctx;
+    int host_threads; // threads an asynchronous backend's COPY_OUT may add its gradients on (0 or 1: its own)
     // host -> arena [dst, dst + bytes)
     void (*copy_in)(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes);
     // arena [src, src + bytes), fp32 or (bf16 set) bf16, added into host floats

@@ -319,6 +319,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
                  r->hs.wb ? "the bf16 weights" : "the weights"},
                 {r->act, p->host_act_bytes, "the host activation store"}};
             if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, err, errcap))) return -1;
+            r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
         } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
                    (r->o->trace && backend_cpu_trace(r->be, r->o->trace, err, errcap) != 0)) {

@@ -298,6 +298,42 @@ static void test_sq_norm(int64_t n) {
     free(g);
 }
 
+// The gradients' add, threaded, against its plain loop and against a hand
+// sum in double: bit for bit, f32 and bf16, for every thread count.
+static void test_grads_add(int64_t n) {
+    float *g0 = malloc((size_t)(n + 1) * sizeof *g0), *g = malloc((size_t)(n + 1) * sizeof *g),  // (n) accumulators
+        *ref = malloc((size_t)(n + 1) * sizeof *ref), *src = malloc((size_t)(n + 1) * sizeof *src); // (n)
+    uint16_t *src16 = malloc((size_t)(n + 1) * sizeof *src16); // (n)
+    for (int64_t i = 0; i < n; i++) {
+        g0[i] = rng_logscale(-8, 4);
+        src[i] = rng_logscale(-8, 4);
+        src16[i] = bf16_expected(rng_logscale(-8, 4));
+    }
+    for (int bf16 = 0; bf16 < 2; bf16++) {
+        memcpy(ref, g0, (size_t)n * sizeof *g0);
+        adamw_grads_add_ref(ref, bf16 ? (const void *)src16 : (const void *)src, n, bf16);
+        int64_t off = 0; // the plain loop is the sum a float add makes
+        for (int64_t i = 0; i < n && !off; i++) {
+            uint32_t b = (uint32_t)src16[i] << 16;
+            float x;
+            memcpy(&x, &b, 4);
+            if (ref[i] != g0[i] + (bf16 ? x : src[i])) off = i + 1;
+        }
+        if (off) fail("grads_add_ref: an element is not its float sum");
+        for (int threads = 1; threads <= 9; threads += 2) {
+            memcpy(g, g0, (size_t)n * sizeof *g0);
+            g[n] = -1.0f; // past the end: untouched
+            adamw_grads_add(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
+            if (!same_bits(g, ref, n) || g[n] != -1.0f) {
+                char what[96];
+                snprintf(what, sizeof what, "grads_add n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);
+                fail(what);
+            }
+        }
+    }
+    free(g0), free(g), free(ref), free(src), free(src16);
+}
+
 int main(void) {
     test_hand_step();
     test_bf16_rounding();
@@ -308,6 +344,8 @@ int main(void) {
     int64_t norm_sizes[] = {0, 1, 7, ADAMW_NORM_CHUNK + 1, 23 * ADAMW_NORM_CHUNK + 3, 1000003};
     for (int i = 0; i < 6; i++) test_sq_norm(norm_sizes[i]);
     if (adamw_sq_norm(NULL, 0, 4) != 0.0) fail("sq_norm of nothing is not 0");
+    int64_t add_sizes[] = {0, 1, 17, 1000003, 4 * 128 * 1024 + 5}; // several threads' worth, with a tail
+    for (int i = 0; i < 5; i++) test_grads_add(add_sizes[i]);
     adamw_update(NULL, NULL, NULL, NULL, NULL, 0, &STEP_RANDOM, 1, 4); // n 0 touches nothing
     if (failures) {
         printf("test_adamw: %d checks failed\n", failures);
