@@ -26,12 +26,15 @@
 //             composite of library GEMMs per (batch, head) and the helper
 //             expression kernels `helper[]` (softmax, softmax backward) over
 //             T x T scratch.
-//   KK_NODE   one graph node run by its plain kernel (runtime/kernels.inc),
-//             for the ops with no kernel-IR form (mixture of experts:
-//             top_k, moe and its backward, the load-balancing loss, add_loss).
+//   KK_NODE   one graph node of an op with no expression form (mixture of
+//             experts: top_k, moe and its backward, the load-balancing loss,
+//             add_loss), its code written per op from the node's sizes: on
+//             the cpu the LLVM functions of compiler/emit_llvm_node.c (the
+//             plain kernels' loops, moe's expert GEMMs through the JIT's
+//             library GEMM), on the GPU the kernels of compiler/cuda/moe.cuh;
+//             runtime/kernels.inc's plain kernels are their reference.
 //             Arguments: the node's output, then its operands in order, whole
-//             (a bf16 one widened to f32 around the call) on the cpu; on
-//             the GPU the kernels of compiler/cuda/moe.cuh.
+//             (a bf16 one widened to f32 around the call on the cpu).
 //
 // Arguments are graph nodes of the kernel's part, resolved to addresses at
 // call time (the same kernel runs for every layer, at different arena
@@ -207,7 +210,7 @@ static inline int kir_storage_type(DType t) { return t == DT_I32 ? KT_I32 : t ==
 int kir_is_launched(const KirKernel *k);
 // GEMM and attention kernels: those a selective-recompute run skips (their outputs are kept).
 int kir_is_heavy(const KirKernel *k);
-// Whether the graph ops of k run by their plain kernel (KK_NODE).
+// Whether op is one of the node kernels' (KK_NODE), which have no expression form.
 int kir_is_plain_op(OpKind op);
 
 // Doubles of f64 scratch before argument `arg`'s accumulator (KA_ACC64

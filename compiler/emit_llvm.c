@@ -1,5 +1,5 @@
 // emit_llvm.c: kernel IR to LLVM IR (emit_llvm.h). One function per
-// expression kernel:
+// expression kernel (node kernels: emit_llvm_node.c):
 //
 //   entry:   the argument pointers; if r0 >= r1 return
 //   row:     phi row; row-level statements; column loops; row + 1 < r1 ?
@@ -9,6 +9,8 @@
 // A reduction's value after its loop is its last update, which dominates
 // the loop's exit because the body is one block.
 #include "emit_llvm.h"
+
+#include "emit_llvm_node.h"
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitWriter.h>
@@ -354,6 +356,9 @@ int emit_llvm(const KirProgram *prog, const Graph *g, uint8_t **out, size_t *len
         for (int i = 0; i < prog->parts[p].n && !e.failed; i++) {
             e.k = &prog->parts[p].k[i];
             if (e.k->kind == KK_EXPR) emit_kernel(&e, p, i);
+            if (e.k->kind == KK_NODE && emit_llvm_node(e.mod, e.fnty, kir_symbol(e.name, sizeof e.name, p, i),
+                                                       e.part->nodes.items[e.k->anchor], err, errcap) != 0)
+                e.failed = 1;
         }
     }
     int rc = -1;

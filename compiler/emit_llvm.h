@@ -21,7 +21,11 @@
 
 #include "../common/kir.h"
 
-// Emits every expression kernel of prog, verifies the module and writes it
+// Node kernels (KK_NODE: the mixture-of-experts ops, add_loss) have the
+// same ABI, with the arguments common/node_kernel.h describes
+// (emit_llvm_node.c).
+
+// Emits every expression and node kernel of prog, verifies the module and writes it
 // as bitcode into *out (malloc'd, *len bytes). Returns 0, or -1 with a
 // message naming the kernel and the graph op it came from in err.
 int emit_llvm(const KirProgram *prog, const Graph *g, uint8_t **out, size_t *len, char *err, size_t errcap);

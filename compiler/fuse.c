@@ -1046,7 +1046,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     for (int j = 0; j < n->nin; j++) k->args[j + 1] = node_arg(f, n->in[j], KA_READ);
 }
 
-// A node its plain kernel runs (KK_NODE): its output, then its operands.
+// A node kernel (KK_NODE: no expression form): its output, then its operands.
 static void lower_node(F *f, const Node *n, KirKernel *k) {
     k->kind = KK_NODE;
     k->nargs = n->nin + 1;

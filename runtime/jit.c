@@ -21,6 +21,7 @@
 #include "../common/bf16.h"
 #include "../common/plan.h"
 #include "../common/storage.h"
+#include "../common/node_kernel.h"
 #include "blas_core.h"
 #include "../common/cache.h"
 #include "kernels.h"
@@ -29,7 +30,7 @@ struct Jit {
     const Graph *g;
     Arena arena;          // the kernel IR
     KirProgram prog;
-    KirFn *fn[PART_COUNT]; // (prog.parts[p].n) expression kernels' entry points
+    KirFn *fn[PART_COUNT]; // (prog.parts[p].n) expression and node kernels' entry points
     LLVMOrcLLJITRef lljit;
     double *scratch;      // (scratch_n) f64 accumulators
     size_t scratch_n;
@@ -37,8 +38,10 @@ struct Jit {
     size_t attn_n;
     void **argv;          // (argv_n) the running kernel's argument addresses
     size_t argv_n;
-    float *wide;          // (wide_n) bf16 GEMM and attention operands widened to f32, and their f32 results
+    float *wide;          // (wide_n) bf16 GEMM, attention and node operands widened to f32, and their f32 results
     size_t wide_n;
+    double *work;         // (work_n bytes) node kernels' workspace (node_kernel_work_bytes)
+    size_t work_n;
 };
 
 JitProfile *jit_profile;
@@ -76,7 +79,7 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                     }
                 }
             }
-            if (k->kind == KK_NODE) { // the plain kernel sizes everything by the node: its arguments must be it
+            if (k->kind == KK_NODE) { // the node kernel is written for the node's sizes: its arguments must be it
                 const Node *n = k->anchor < part->nodes.n ? part->nodes.items[k->anchor] : NULL;
                 int ok = n && kir_is_plain_op(n->op) && k->nargs == n->nin + 1 && k->args[0].offset == 0 &&
                          k->args[0].numel == shape_numel(&n->shape);
@@ -320,7 +323,7 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
             break;
         }
         for (int i = 0; i < j->prog.parts[p].n; i++) {
-            if (j->prog.parts[p].k[i].kind != KK_EXPR) continue;
+            if (j->prog.parts[p].k[i].kind != KK_EXPR && j->prog.parts[p].k[i].kind != KK_NODE) continue;
             char name[64];
             LLVMOrcExecutorAddress addr = 0;
             if ((e = LLVMOrcLLJITLookup(j->lljit, &addr, kir_symbol(name, sizeof name, p, i))) || !addr) {
@@ -357,8 +360,12 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
             size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T);
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
-            if ((size_t)k->nargs > j->argv_n) j->argv_n = (size_t)k->nargs;
-            size_t wide = 0; // bf16 GEMM and attention: every argument widened (the output too)
+            if ((size_t)k->nargs + 1 > j->argv_n) j->argv_n = (size_t)k->nargs + 1; // a node kernel's GEMM after its arguments
+            if (k->kind == KK_NODE) {
+                size_t work = (size_t)node_kernel_work_bytes(j->g->parts[p].nodes.items[k->anchor]);
+                if (work > j->work_n) j->work_n = work;
+            }
+            size_t wide = 0; // bf16 GEMM, attention and node kernels: every argument widened (the output too)
             for (int a = 0; k->kind != KK_EXPR && k->args[0].dtype == KT_BF16 && a < k->nargs; a++)
                 wide += (size_t)k->args[a].numel;
             if (wide > j->wide_n) j->wide_n = wide;
@@ -367,8 +374,10 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     j->attn = malloc((j->attn_n + 1) * sizeof(float));
     j->argv = malloc((j->argv_n + 1) * sizeof(void *));
     j->wide = malloc((j->wide_n + 1) * sizeof(float));
-    if (!j->scratch || !j->attn || !j->argv || !j->wide) {
-        snprintf(err, cap, "jit: cannot allocate %zu accumulator and %zu attention scratch elements", j->scratch_n, j->attn_n);
+    j->work = malloc(j->work_n + 8);
+    if (!j->scratch || !j->attn || !j->argv || !j->wide || !j->work) {
+        snprintf(err, cap, "jit: cannot allocate %zu accumulator and %zu attention scratch elements, %zu node workspace bytes",
+                 j->scratch_n, j->attn_n, j->work_n);
         jit_destroy(j);
         return NULL;
     }
@@ -384,6 +393,7 @@ void jit_destroy(Jit *j) {
     free(j->attn);
     free(j->argv);
     free(j->wide);
+    free(j->work);
     free(j);
 }
 
@@ -436,6 +446,7 @@ static void call(KirFn fn, void **args, int64_t r0, int64_t r1, double *s) {
     if (jit_profile) jit_profile->kernel_s += now_s() - t0, jit_profile->kernel_calls++;
 }
 
+static NodeSgemm sgemm; // the GEMM node kernels call too (common/node_kernel.h)
 static void sgemm(int ta, int tb, int64_t M, int64_t N, int64_t K, const float *A, int64_t lda, const float *B,
                   int64_t ldb, float beta, float *C, int64_t ldc) {
     double t0 = jit_profile ? now_s() : 0;
@@ -566,13 +577,16 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     narrow_rows(k, base, offsets, out, 0, bwd ? nq + 2 * nk : nq, 1);
 }
 
-// A node by its plain kernel, on f32 operands (bf16 ones widened, the
-// output rounded back).
+// A node by its generated kernel (emit_llvm_node.c), on f32 operands (bf16
+// ones widened, the output rounded back), its GEMMs through sgemm (in the
+// profile's gemm_s; the rest of it in neither figure, as before).
 static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
-    float *ops[64];
-    if (k->nargs > 64) abort(); // no plain op has more than 6 operands
+    float *ops[8];
+    if (k->nargs > 7) abort(); // no node op has more than 6 operands
     f32_operands(j, k, base, offsets, ops);
-    kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], (void *const *)(ops + 1));
+    for (int a = 0; a < k->nargs; a++) j->argv[a] = ops[a];
+    j->argv[k->nargs] = (void *)(uintptr_t)sgemm;
+    j->fn[part][k - j->prog.parts[part].k](j->argv, 0, k->rows, j->work);
     narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
 }
 

@@ -4,7 +4,8 @@
 // vectoriser), and runs a part's kernels for an INS_RUN: expression kernels
 // through the JIT, GEMMs through cblas (OpenBLAS), attention as a composite
 // of per-(batch, head) GEMMs and generated softmax kernels, node kernels
-// (KK_NODE, mixture of experts) by their plain kernel (kernels.h).
+// (KK_NODE, mixture of experts) through the JIT too, their GEMMs through the
+// same cblas call (compiler/emit_llvm_node.c; kernels.h's are their reference).
 #ifndef MT_JIT_H
 #define MT_JIT_H
 
