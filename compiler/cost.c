@@ -136,7 +136,8 @@ static int64_t moe_selected(const Node *n) {
     return E;
 }
 
-// A node its plain kernel runs (KK_NODE): moe and its backward as their
+// A node kernel (KK_NODE; generated on the cpu, compiler/cuda/moe.cuh's on
+// a GPU): moe and its backward as their
 // GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
 // row and expert; the backward recomputes them and takes 6 more) at the
 // matrix rate, with a host BLAS call per expert and GEMM on a cpu target;
