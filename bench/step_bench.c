@@ -6,7 +6,9 @@
 //
 // With --target (a profile from `mtrun --calibrate --out FILE`, measured on
 // this machine), the plan is made for that profile and the bench also
-// prints mtc's predicted step time for it against the measured one.
+// prints mtc's predicted step time for it against the measured one: the
+// median step, as mtrun --calibrate takes its rates' medians, so that on a
+// machine others share both stand for a typical share of it.
 //
 // Prints ms/step and achieved GFLOP/s, counting the GEMM FLOPs of forward
 // and backward once (the recomputed forward is not counted: it is overhead),
@@ -70,6 +72,8 @@ static double sgemm_rate(int M, int N, int K) {
     return best;
 }
 
+enum { STEP_MAX = 1000 }; // timed steps at most
+
 // One plan on its own backend and host store, stepped by the bench.
 typedef struct Contestant {
     const char *what;
@@ -80,6 +84,8 @@ typedef struct Contestant {
     char *act;       // (p->host_act_bytes) the host activation store
     uint8_t *kir, *bc;
     double best, best_fb, best_outside;
+    double step_s[STEP_MAX]; // each timed step's seconds
+    int nsteps;
 } Contestant;
 
 // The graph at compute dtype `compute` (1 f32, 2 bf16), scheduled for tgt,
@@ -158,9 +164,23 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
         for (int o = 0; o < OP_COUNT; o++)
             if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
     }
+    if (k > 0 && c->nsteps < STEP_MAX) c->step_s[c->nsteps++] = dt;
     if (k > 0 && dt < c->best) c->best = dt, c->best_outside = (dt - gemm) / dt;
     if (k > 0 && t1 - t0 < c->best_fb) c->best_fb = t1 - t0;
     return 0;
+}
+
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// The median of c's timed steps.
+static double median_step(const Contestant *c) {
+    double s[STEP_MAX];
+    memcpy(s, c->step_s, (size_t)c->nsteps * sizeof s[0]);
+    qsort(s, (size_t)c->nsteps, sizeof s[0], cmp_double);
+    return c->nsteps % 2 ? s[c->nsteps / 2] : 0.5 * (s[c->nsteps / 2 - 1] + s[c->nsteps / 2]);
 }
 
 int main(int argc, char **argv) {
@@ -177,6 +197,7 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--dtype") && i + 1 < argc) compute = strcmp(argv[++i], "bf16") == 0 ? 2 : 1;
         else path = argv[i];
     }
+    if (steps < 1 || steps > STEP_MAX) steps = steps < 1 ? 1 : STEP_MAX;
     char *text, err[512];
     size_t len;
     if (io_read_file(path, &text, &len) != 0) {
@@ -236,8 +257,10 @@ int main(int argc, char **argv) {
     if (target) {
         Cost c;
         if (cost_plan(c0->p, &tgt, &c) != 0) return 1;
-        printf("predicted for %s (%s): %.1f ms/step; measured %.1f ms; measured/predicted %.2f\n", tgt.name,
-               c0->p->schedule, c.step_s * 1e3, c0->best * 1e3, c0->best / c.step_s);
+        double median = median_step(c0);
+        printf("predicted for %s (%s): %.1f ms/step; measured %.1f ms (the median of %d steps; best %.1f); "
+               "measured/predicted %.2f\n", tgt.name, c0->p->schedule, c.step_s * 1e3, median * 1e3, c0->nsteps,
+               c0->best * 1e3, median / c.step_s);
     }
     for (int c = 0; c < n; c++) contestant_free(&cs[c]);
     arena_free(&a);

@@ -1,36 +1,49 @@
 // calibrate.c: mtrun --calibrate (calibrate.h). Measures, on the cpu backend,
-// in a few seconds:
+// in several seconds:
 //
 //   1. memory bandwidth: T threads each memcpy their slice of a buffer well
-//      beyond the last-level cache, counted as bytes read + bytes written,
-//      best of CAL_REPS. The cpu backend's arena is host memory and its copies
-//      are memcpy, so this one rate gives hbm_bandwidth,
-//      host_memory_bandwidth and (halved: a copy of B bytes moves 2B)
-//      h2d_bandwidth and d2h_bandwidth.
-//   1b. the host AdamW: what runtime/store.c's store_update does a segment,
-//      adamw_update (runtime/adamw.c, with the bf16 copy) on T threads then a
-//      memset of the gradient, over arrays of half the copy buffer each;
-//      34 bytes a parameter as compiler/cost.c counts them, best of CAL_REPS
-//      -> host_adamw_bandwidth.
-//   2. sgemm: cblas_sgemm of a square 1024 or 2048 matrix (the larger when
-//      the smaller runs fast), best of CAL_REPS -> matrix_flops_f32 (and
-//      bf16: the cpu backend has none of its own).
-//   3. element-wise: x = x * a + b on one thread over a large array, swept
+//      beyond the last-level cache, counted as bytes read + bytes written.
+//      The cpu backend's arena is host memory and its copies are memcpy, so
+//      this one rate gives hbm_bandwidth, host_memory_bandwidth and (halved:
+//      a copy of B bytes moves 2B) h2d_bandwidth and d2h_bandwidth.
+//   2. the host AdamW: what runtime/store.c's store_update does a segment,
+//      adamw_update (runtime/adamw.c, with the bf16 copy) on T threads then
+//      a memset of the gradient, over arrays of a quarter of the copy buffer
+//      each; 34 bytes a parameter as compiler/cost.c counts them ->
+//      host_adamw_bandwidth.
+//   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
+//      small's width and 256 tokens (forward, and the backward's two), with
+//      the threads the cpu backend gives a GEMM of that size
+//      (mt_blas_threads_for) -> matrix_flops_f32 (and bf16: the cpu backend
+//      has none of its own).
+//   4. element-wise: x = x * a + b on one thread over a large array, swept
 //      in cache-sized chunks, several passes a chunk, so that arithmetic and
 //      not memory bounds it (compiler/cost.c already takes the larger of the
 //      FLOP time and the byte time) -> vector_flops.
-//   4. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
-//      scores in the tiny examples) called many times, less its FLOPs at the
-//      rate of 2 -> gemm_call_s; a generated kernel's call (a function
-//      pointer on a few elements, as the executor calls one) ->
-//      kernel_launch_s; expf, logf, sinf and cosf over an array in cache, the
-//      mean of the four a call -> transcendental_s. Best of CAL_REPS.
-//   5. cores (the CPUs this process may run on), RAM (MemTotal, or a smaller
+//   5. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
+//      scores in the tiny examples, on one thread as the cpu backend runs
+//      it) called many times, less its FLOPs at the rate of 3 ->
+//      gemm_call_s; a generated kernel's call (a function pointer on a few
+//      elements, as the executor calls one) -> kernel_launch_s; expf, logf,
+//      sinf and cosf over an array in cache, the mean of the four a call ->
+//      transcendental_s.
+//   6. cores (the CPUs this process may run on), RAM (MemTotal, or a smaller
 //      cgroup limit).
-//   6. with --tier-dir DIR, the NVMe tier: DIR's free space ->
+//   7. with --tier-dir DIR, the NVMe tier: DIR's free space ->
 //      tier_capacity; CAL_TIER_MB of CAL_TIER_LAYERS records written, then
 //      read, through the tier itself (io_uring, O_DIRECT), best of
 //      CAL_TIER_REPS -> tier_write_bandwidth, tier_read_bandwidth.
+//
+// 1 to 5 run in CAL_ROUNDS rounds, each round every measurement once, after
+// a round that warms up. Other work on a shared machine comes and goes:
+// interleaved rounds spread each figure's samples over the whole
+// calibration. The rates of 1 to 3, which the long steps of large models
+// spend their time at, are the medians of their rounds: such a step shares
+// the machine as a typical round does, and one slow or lucky round does
+// not decide them. The one-thread figures of 4 and 5, which the short steps
+// of small models spend theirs at, are the best of their rounds: their
+// medians on a busy machine priced those steps 1.3 to 2.3 times what they
+// measured, their best rounds within 25% (bench/README.md).
 //
 // Then writes the profile through a temporary file, checks it with
 // target_load, and renames it into place.
@@ -38,6 +51,7 @@
 #include "../common/io.h"
 #include "../common/target.h"
 #include "adamw.h"
+#include "blas_core.h"
 #include "tier.h"
 
 #include <cblas.h>
@@ -56,26 +70,53 @@
 #include <unistd.h>
 
 enum {
-    CAL_REPS = 5,                // timed runs of each measurement; the best counts
+    CAL_ROUNDS = 7,              // timed rounds of measurements 1 to 5; each figure is the median of its rounds
     CAL_ALIGN = 2 << 20,         // copy buffers start on a 2 MiB boundary, for transparent huge pages
+    CAL_GEMM_T = 256,            // the sgemm: tokens,
+    CAL_GEMM_C = 768,            // width,
+    CAL_GEMM_F = 3072,           // and MLP width (GPT-2 small's)
     CAL_FMA_CHUNK = 4096,        // floats of one cache-resident chunk (16 KiB)
     CAL_FMA_PASSES = 32,         // passes over each chunk before the next
     CAL_FMA_N = 4 << 20,         // floats of the element-wise array (16 MiB), a multiple of CAL_FMA_CHUNK
+    CAL_SMALL_N = 64,            // the small sgemm: n x n x k
+    CAL_SMALL_K = 16,
+    // The per-call measurements' rounds take 10 to 20 ms each, a few of a
+    // scheduler's time slices, so that a round sees the machine's share
+    // as a step of the tiny examples does.
+    CAL_SMALL_CALLS = 8000,      // the small sgemm's calls a round
+    CAL_KERNEL_CALLS = 4000000,  // generated-kernel calls a round
+    CAL_MATH_N = 1 << 18,        // floats expf, logf, sinf and cosf each take, CAL_MATH_PASSES times a round
+    CAL_MATH_PASSES = 4,
     CAL_TIER_MB = 512,           // the tier measured: 2^20-byte units written and read (536.9 MB)
     CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS units
     CAL_TIER_REPS = 3,
 };
 
+// Bytes a parameter of the AdamW measured, as compiler/cost.c's update_bytes
+// counts them under bf16: reads w, m, v, g (16), writes w, m, v (12), the
+// bf16 copy (2) and zeroes g (4).
+#define CAL_ADAMW_BYTES 34.0
+
+// One figure's rounds, and their median.
+typedef struct Figure {
+    double v[CAL_ROUNDS];
+    double median, lo, hi; // of v
+} Figure;
+
 // What was measured, and how, for the profile's comments and the summary.
 typedef struct Measured {
     Target t;
-    double copy_rate;      // bytes/s, read + written
+    Figure copy;           // bytes/s, read + written
+    Figure adamw;          // bytes/s, CAL_ADAMW_BYTES a parameter
+    Figure gemm;           // FLOP/s
+    Figure vector;         // FLOP/s, one thread
+    Figure small_gemm;     // seconds a call of the small sgemm
+    Figure kernel_call;    // seconds a generated kernel's call
+    Figure math;           // seconds an expf, logf, sinf or cosf
     size_t copy_bytes;     // of each of the two copy buffers
-    int copy_threads;
-    int64_t adamw_params;  // the AdamW measured: parameters, on copy_threads threads
-    int gemm_n;            // the sgemm's M = N = K
-    int blas_threads;      // OpenBLAS's
-    double small_gemm_s;   // seconds a call of the small sgemm took
+    int threads;           // of the copy and AdamW
+    int64_t adamw_params;  // the AdamW measured: parameters
+    int blas_threads;      // OpenBLAS's, for the sgemm
     double meminfo_total;  // bytes, MemTotal
     double cgroup_limit;   // bytes, 0 when none or not below MemTotal
     const char *tier_dir;  // where the tier was measured (NULL: not)
@@ -95,13 +136,43 @@ static int cal_fail(char *err, size_t errcap, const char *msg) {
     return -1;
 }
 
-// ---- 1. memory bandwidth
+static int cmp_double(const void *a, const void *b) {
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+// f's median, lowest and highest of its CAL_ROUNDS rounds.
+static void figure_settle(Figure *f) {
+    double s[CAL_ROUNDS];
+    memcpy(s, f->v, sizeof s);
+    qsort(s, CAL_ROUNDS, sizeof s[0], cmp_double);
+    f->median = CAL_ROUNDS % 2 ? s[CAL_ROUNDS / 2] : 0.5 * (s[CAL_ROUNDS / 2 - 1] + s[CAL_ROUNDS / 2]);
+    f->lo = s[0], f->hi = s[CAL_ROUNDS - 1];
+}
+
+// ---- the buffers every round measures with
 
 typedef struct CopyJob {
     int fill;                   // 1: first touch (memset) of the slice; 0: copy it
     size_t lo, hi;              // bytes
     unsigned char *src, *dst;   // (copy_bytes) each
 } CopyJob;
+
+typedef struct Bench {
+    int nt;                      // threads of the copy and AdamW
+    size_t copy_bytes;
+    unsigned char *src, *dst;    // (copy_bytes) each
+    CopyJob *jobs;               // (nt)
+    pthread_t *tids;             // (nt)
+    int64_t n;                   // AdamW's parameters
+    float *w, *m, *v, *g;        // (n) each, fp32
+    uint16_t *wb;                // (n) bf16
+    int64_t step;                // AdamW's step count
+    float *x, *wt, *y, *dx, *dw; // sgemm: x (T, C), wt (C, F), y (T, F), dx (T, C), dw (C, F)
+    float *fma;                  // (CAL_FMA_N)
+    float *sa, *sb, *sc;         // the small sgemm: sa, sb (SMALL_N, SMALL_K), sc (SMALL_N, SMALL_N)
+    float *math;                 // (CAL_MATH_N)
+} Bench;
 
 static void *copy_thread(void *arg) {
     const CopyJob *j = arg;
@@ -141,8 +212,8 @@ static void *big_alloc(size_t n) {
 }
 
 // The bytes of one copy buffer: four times the last-level cache, at least
-// 256 MiB, so that neither buffer stays cached; at most an eighth of the
-// available memory for the two.
+// 256 MiB, so that neither buffer stays cached; at most a sixteenth of the
+// available memory.
 static size_t copy_buffer_bytes(double available) {
     long l3 = sysconf(_SC_LEVEL3_CACHE_SIZE), l2 = sysconf(_SC_LEVEL2_CACHE_SIZE);
     double llc = l3 > 0 ? (double)l3 : l2 > 0 ? (double)l2 : 0;
@@ -152,130 +223,93 @@ static size_t copy_buffer_bytes(double available) {
     return (size_t)(n / CAL_ALIGN) * CAL_ALIGN;
 }
 
-static int measure_copy(Measured *m, double available, int nt, char *err, size_t errcap) {
-    size_t n = copy_buffer_bytes(available);
-    unsigned char *src = big_alloc(n), *dst = big_alloc(n); // (n) each
-    CopyJob *jobs = calloc((size_t)nt, sizeof *jobs);      // (nt)
-    pthread_t *tids = calloc((size_t)nt, sizeof *tids);    // (nt)
-    int rc = -1;
-    if (!src || !dst || !jobs || !tids) {
-        snprintf(err, errcap, "cannot allocate two %.1f MB buffers to measure memory bandwidth", (double)n / 1e6);
-        goto done;
+static void bench_free(Bench *b) {
+    free(b->src), free(b->dst), free(b->jobs), free(b->tids);
+    free(b->w), free(b->m), free(b->v), free(b->g), free(b->wb);
+    free(b->x), free(b->wt), free(b->y), free(b->dx), free(b->dw);
+    free(b->fma), free(b->sa), free(b->sb), free(b->sc), free(b->math);
+    *b = (Bench){0};
+}
+
+// Allocates and fills every buffer: the copy buffers first touched by the
+// threads that copy them; AdamW's arrays allocated and zeroed as
+// runtime/store.c does.
+static int bench_alloc(Bench *b, double available, int nt, char *err, size_t errcap) {
+    const size_t T = CAL_GEMM_T, C = CAL_GEMM_C, F = CAL_GEMM_F;
+    *b = (Bench){.nt = nt, .copy_bytes = copy_buffer_bytes(available)};
+    size_t n = b->copy_bytes;
+    b->n = (int64_t)(n / 16);
+    b->src = big_alloc(n), b->dst = big_alloc(n);
+    b->jobs = calloc((size_t)nt, sizeof *b->jobs), b->tids = calloc((size_t)nt, sizeof *b->tids);
+    b->w = aligned_alloc(64, n / 4), b->m = aligned_alloc(64, n / 4);
+    b->v = aligned_alloc(64, n / 4), b->g = aligned_alloc(64, n / 4), b->wb = aligned_alloc(64, n / 8);
+    b->x = malloc(T * C * 4), b->wt = malloc(C * F * 4), b->y = malloc(T * F * 4);
+    b->dx = malloc(T * C * 4), b->dw = malloc(C * F * 4);
+    b->fma = malloc((size_t)CAL_FMA_N * 4), b->math = malloc((size_t)CAL_MATH_N * 4);
+    b->sa = malloc(CAL_SMALL_N * CAL_SMALL_K * 4), b->sb = malloc(CAL_SMALL_N * CAL_SMALL_K * 4);
+    b->sc = malloc(CAL_SMALL_N * CAL_SMALL_N * 4);
+    if (!b->src || !b->dst || !b->jobs || !b->tids || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x ||
+        !b->wt || !b->y || !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc) {
+        snprintf(err, errcap, "cannot allocate %.1f MB to measure this machine", (double)n * 3.1 / 1e6);
+        bench_free(b);
+        return -1;
     }
     // Slices of whole 4 KiB pages, each first touched by the thread that copies it.
     size_t pages = n / 4096, per = (pages + (size_t)nt - 1) / (size_t)nt;
     for (int i = 0; i < nt; i++) {
         size_t lo = (size_t)i * per, hi = (size_t)(i + 1) * per;
-        jobs[i] = (CopyJob){1, (lo < pages ? lo : pages) * 4096, (hi < pages ? hi : pages) * 4096, src, dst};
+        b->jobs[i] = (CopyJob){1, (lo < pages ? lo : pages) * 4096, (hi < pages ? hi : pages) * 4096, b->src, b->dst};
     }
-    if (copy_run(jobs, tids, nt)) {
-        cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
-        goto done;
+    if (copy_run(b->jobs, b->tids, nt)) {
+        bench_free(b);
+        return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
-    for (int i = 0; i < nt; i++) jobs[i].fill = 0;
-    double best = 1e30;
-    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
-        double t0 = now_s();
-        if (copy_run(jobs, tids, nt)) {
-            cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
-            goto done;
-        }
-        double dt = now_s() - t0;
-        if (r > 0 && dt < best) best = dt;
-    }
-    m->copy_rate = 2.0 * (double)n / best;
-    m->copy_bytes = n;
-    m->copy_threads = nt;
-    rc = 0;
-done:
-    free(src), free(dst), free(jobs), free(tids);
-    return rc;
-}
-
-// ---- 1b. the host AdamW
-
-// Bytes a parameter of the AdamW measured, as compiler/cost.c's update_bytes
-// counts them under bf16: reads w, m, v, g (16), writes w, m, v (12), the
-// bf16 copy (2) and zeroes g (4).
-#define CAL_ADAMW_BYTES 34.0
-
-// One update of n parameters as store_update does a segment: w, m, v, g (n)
-// fp32, wb (n) bf16. Returns its seconds.
-static double adamw_seconds(float *w, float *mo, float *v, float *g, uint16_t *wb, int64_t n, int64_t t, int nt) {
-    AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = t,
-                      .grad_scale = 1.0f};
-    double t0 = now_s();
-    adamw_update(w, mo, v, g, wb, n, &step, 1, nt);
-    memset(g, 0, (size_t)n * sizeof *g);
-    return now_s() - t0;
-}
-
-// Over n = copy_bytes / 8 parameters (each fp32 array half a copy buffer,
-// well beyond the cache), allocated and zeroed as runtime/store.c does.
-static int measure_adamw(Measured *m, int nt, char *err, size_t errcap) {
-    int64_t n = (int64_t)(m->copy_bytes / 8);
-    float *w = aligned_alloc(64, (size_t)n * 4), *mo = aligned_alloc(64, (size_t)n * 4); // (n) each
-    float *v = aligned_alloc(64, (size_t)n * 4), *g = aligned_alloc(64, (size_t)n * 4);  // (n) each
-    uint16_t *wb = aligned_alloc(64, (size_t)n * 2);                                      // (n) bf16
-    int rc = -1;
-    if (!w || !mo || !v || !g || !wb) {
-        snprintf(err, errcap, "cannot allocate %.1f MB to measure AdamW", (double)n * 18 / 1e6);
-        goto done;
-    }
-    for (int64_t i = 0; i < n; i++) w[i] = 0.01f * (float)(i % 97), mo[i] = v[i] = 0;
-    memset(wb, 0, (size_t)n * 2);
-    double best = 1e30;
-    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
-        for (int64_t i = 0; i < n; i += 1024) g[i] = 1e-3f; // a gradient that is not all zero
-        double dt = adamw_seconds(w, mo, v, g, wb, n, r + 1, nt);
-        if (r > 0 && dt < best) best = dt;
-    }
-    m->t.host_adamw_bandwidth = CAL_ADAMW_BYTES * (double)n / best;
-    m->adamw_params = n;
-    rc = 0;
-done:
-    free(w), free(mo), free(v), free(g), free(wb);
-    return rc;
-}
-
-// ---- 2. sgemm
-
-// Seconds of one C = A @ B of n x n matrices, the best of reps.
-static double sgemm_seconds(const float *A, const float *B, float *C, int n, int reps) {
-    double best = 1e30;
-    for (int r = 0; r < reps; r++) {
-        double t0 = now_s();
-        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, n, n, n, 1.0f, A, n, B, n, 0.0f, C, n);
-        double dt = now_s() - t0;
-        if (dt < best) best = dt;
-    }
-    return best;
-}
-
-static int measure_sgemm(Measured *m, char *err, size_t errcap) {
-    const int big = 2048;
-    float *A = malloc((size_t)big * big * 4), *B = malloc((size_t)big * big * 4); // (big, big) each
-    float *C = malloc((size_t)big * big * 4);                                     // (big, big)
-    if (!A || !B || !C) {
-        free(A), free(B), free(C);
-        return cal_fail(err, errcap, "cannot allocate the matrices to measure sgemm");
-    }
-    for (size_t i = 0; i < (size_t)big * big; i++) A[i] = B[i] = (float)(i % 17) * 0.0625f - 0.5f;
-    // A warm-up at 1024 starts OpenBLAS's threads. When it takes under 25 ms
-    // the larger size (8 times the work) takes under 0.2 s a run, and its
-    // rate is nearer what large GEMMs reach; else 1024 keeps this quick.
-    int n = 1024;
-    double warm = sgemm_seconds(A, B, C, n, 1);
-    if (warm < 0.025) n = big;
-    double best = sgemm_seconds(A, B, C, n, CAL_REPS);
-    free(A), free(B), free(C);
-    m->t.matrix_flops_f32 = 2.0 * n * n * (double)n / best;
-    m->gemm_n = n;
-    m->blas_threads = openblas_get_num_threads();
+    for (int i = 0; i < nt; i++) b->jobs[i].fill = 0;
+    memset(b->w, 0, n / 4), memset(b->m, 0, n / 4), memset(b->v, 0, n / 4), memset(b->g, 0, n / 4);
+    memset(b->wb, 0, n / 8);
+    for (int64_t i = 0; i < b->n; i++) b->w[i] = 0.01f * (float)(i % 97);
+    for (size_t i = 0; i < T * C; i++) b->x[i] = (float)(i % 17) * 0.0625f - 0.5f;
+    for (size_t i = 0; i < C * F; i++) b->wt[i] = (float)(i % 13) * 0.0625f - 0.375f;
+    for (size_t i = 0; i < T * F; i++) b->y[i] = (float)(i % 11) * 0.0625f - 0.3f;
+    for (int64_t i = 0; i < CAL_FMA_N; i++) b->fma[i] = (float)(i % 101) * 0.01f;
+    for (int i = 0; i < CAL_SMALL_N * CAL_SMALL_K; i++) b->sa[i] = b->sb[i] = (float)(i % 13) * 0.0625f - 0.375f;
+    for (int i = 0; i < CAL_MATH_N; i++) b->math[i] = 0.5f + (float)(i % 97) * 0.01f;
     return 0;
 }
 
-// ---- 3. element-wise
+// ---- 1. memory bandwidth: bytes/s of one copy, read + written
+
+static double round_copy(Bench *b) {
+    double t0 = now_s();
+    copy_run(b->jobs, b->tids, b->nt); // (threads started once in bench_alloc; a failure here runs on the caller)
+    return 2.0 * (double)b->copy_bytes / (now_s() - t0);
+}
+
+// ---- 2. the host AdamW: bytes/s of one update as store_update does a segment
+
+static double round_adamw(Bench *b) {
+    AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
+                      .t = ++b->step, .grad_scale = 1.0f};
+    for (int64_t i = 0; i < b->n; i += 1024) b->g[i] = 1e-3f; // a gradient that is not all zero
+    double t0 = now_s();
+    adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, 1, b->nt);
+    memset(b->g, 0, (size_t)b->n * sizeof *b->g);
+    return CAL_ADAMW_BYTES * (double)b->n / (now_s() - t0);
+}
+
+// ---- 3. sgemm: FLOP/s of the MLP matmul's forward and backward
+
+static double round_gemm(Bench *b) {
+    const int T = CAL_GEMM_T, C = CAL_GEMM_C, F = CAL_GEMM_F;
+    mt_blas_threads_for((long long)T * C * F); // as the cpu backend calls a GEMM of this size
+    double t0 = now_s();
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, F, C, 1.0f, b->x, C, b->wt, F, 0.0f, b->y, F);
+    cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, F, 1.0f, b->y, F, b->wt, F, 0.0f, b->dx, C);
+    cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, F, T, 1.0f, b->x, C, b->y, F, 0.0f, b->dw, F);
+    return 3.0 * 2.0 * T * C * (double)F / (now_s() - t0);
+}
+
+// ---- 4. element-wise: FLOP/s of x = x * a + b on one thread, in cache
 
 // x = x * 0.999 + 0.001 on each element of x (n floats, a multiple of
 // CAL_FMA_CHUNK), CAL_FMA_PASSES times a chunk. The constant trip count lets
@@ -289,29 +323,25 @@ static void fma_sweep(float *x, int64_t n) {
     }
 }
 
-static int measure_vector(Measured *m, char *err, size_t errcap) {
-    float *x = malloc((size_t)CAL_FMA_N * 4); // (CAL_FMA_N)
-    if (!x) return cal_fail(err, errcap, "cannot allocate the array to measure element-wise work");
-    for (int64_t i = 0; i < CAL_FMA_N; i++) x[i] = (float)(i % 101) * 0.01f;
-    double best = 1e30;
-    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
-        double t0 = now_s();
-        fma_sweep(x, CAL_FMA_N);
-        double dt = now_s() - t0;
-        if (r > 0 && dt < best) best = dt;
-    }
-    // Keep the result observable, so that no sweep can be dropped.
-    volatile float sink = 0;
-    for (int64_t i = 0; i < CAL_FMA_N; i += 4099) sink += x[i];
+static double round_vector(Bench *b) {
+    double t0 = now_s();
+    fma_sweep(b->fma, CAL_FMA_N);
+    double dt = now_s() - t0;
+    volatile float sink = b->fma[CAL_FMA_N / 2]; // the result observable, so that no sweep can be dropped
     (void)sink;
-    free(x);
-    m->t.vector_flops = 2.0 * CAL_FMA_N * (double)CAL_FMA_PASSES / best;
-    return 0;
+    return 2.0 * CAL_FMA_N * (double)CAL_FMA_PASSES / dt;
 }
 
-// ---- 4. per-call overheads
+// ---- 5. per-call overheads: seconds a call
 
-enum { CAL_SMALL_N = 64, CAL_SMALL_K = 16, CAL_SMALL_CALLS = 2000, CAL_KERNEL_CALLS = 1000000, CAL_MATH_N = 1 << 18 };
+static double round_small_gemm(Bench *b) {
+    const int n = CAL_SMALL_N, k = CAL_SMALL_K;
+    mt_blas_threads_for((long long)n * n * k); // one thread, as the cpu backend runs it
+    double t0 = now_s();
+    for (int c = 0; c < CAL_SMALL_CALLS; c++)
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, k, 1.0f, b->sa, k, b->sb, k, 0.0f, b->sc, n);
+    return (now_s() - t0) / CAL_SMALL_CALLS;
+}
 
 // What the executor's generated kernels look like to a caller: a pointer to
 // a function over rows of its arguments.
@@ -320,62 +350,68 @@ static void cal_kernel(float *x, int64_t rows) {
     for (int64_t i = 0; i < rows; i++) x[i] = x[i] * 0.999f + 0.001f;
 }
 
-static int measure_overheads(Measured *m, char *err, size_t errcap) {
-    const int n = CAL_SMALL_N, k = CAL_SMALL_K;
-    float *A = malloc((size_t)n * k * 4), *B = malloc((size_t)n * k * 4); // (n, k) each
-    float *C = malloc((size_t)n * n * 4);                                 // (n, n) = A B^T
-    if (!A || !B || !C) {
-        free(A), free(B), free(C);
-        return cal_fail(err, errcap, "cannot allocate the matrices to measure a small sgemm");
-    }
-    for (int i = 0; i < n * k; i++) A[i] = B[i] = (float)(i % 13) * 0.0625f - 0.375f;
-    double best = 1e30;
-    for (int r = 0; r <= CAL_REPS; r++) { // run 0 warms up
-        double t0 = now_s();
-        for (int c = 0; c < CAL_SMALL_CALLS; c++)
-            cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, n, n, k, 1.0f, A, k, B, k, 0.0f, C, n);
-        double dt = (now_s() - t0) / CAL_SMALL_CALLS;
-        if (r > 0 && dt < best) best = dt;
-    }
-    free(A), free(B), free(C);
-    double work = 2.0 * n * n * k / m->t.matrix_flops_f32;
-    m->small_gemm_s = best;
-    m->t.gemm_call_s = best - work > 1e-9 ? best - work : 1e-9; // a profile's figures are positive
-
+static double round_kernel_call(Bench *b) {
+    (void)b;
     volatile CalKernel fn = cal_kernel; // volatile: every call is made, through the pointer
     float x[4] = {1, 1, 1, 1};
-    best = 1e30;
-    for (int r = 0; r <= CAL_REPS; r++) {
-        double t0 = now_s();
-        for (int c = 0; c < CAL_KERNEL_CALLS; c++) fn(x, 4);
-        double dt = (now_s() - t0) / CAL_KERNEL_CALLS;
-        if (r > 0 && dt < best) best = dt;
-    }
-    m->t.kernel_launch_s = best > 1e-9 ? best : 1e-9;
+    double t0 = now_s();
+    for (int c = 0; c < CAL_KERNEL_CALLS; c++) fn(x, 4);
+    return (now_s() - t0) / CAL_KERNEL_CALLS;
+}
 
-    float *y = malloc((size_t)CAL_MATH_N * 4); // (CAL_MATH_N)
-    if (!y) return cal_fail(err, errcap, "cannot allocate the array to measure exp, log, sin and cos");
-    for (int i = 0; i < CAL_MATH_N; i++) y[i] = 0.5f + (float)(i % 97) * 0.01f;
-    best = 1e30;
-    volatile float sink = 0;
-    for (int r = 0; r <= CAL_REPS; r++) {
-        double t0 = now_s();
-        float s = 0;
+static double round_math(Bench *b) {
+    const float *y = b->math;
+    double t0 = now_s();
+    float s = 0;
+    for (int p = 0; p < CAL_MATH_PASSES; p++)
         for (int i = 0; i < CAL_MATH_N; i++) s += expf(y[i]) + logf(y[i]) + sinf(y[i]) + cosf(y[i]);
-        sink += s;
-        double dt = (now_s() - t0) / (4.0 * CAL_MATH_N);
-        if (r > 0 && dt < best) best = dt;
-    }
+    double dt = now_s() - t0;
+    volatile float sink = s;
     (void)sink;
-    free(y);
-    m->t.transcendental_s = best;
+    return dt / (4.0 * CAL_MATH_PASSES * CAL_MATH_N);
+}
+
+// Measures 1 to 5: a round that warms up, then CAL_ROUNDS rounds of each in
+// turn, the one-thread measurements last in a round (they would share a core
+// with OpenBLAS's spinning worker right after the sgemm); sets every
+// figure's median and the profile's keys from them.
+static int measure_rounds(Measured *m, double available, int nt, char *err, size_t errcap) {
+    Bench b;
+    if (bench_alloc(&b, available, nt, err, errcap) != 0) return -1;
+    struct {
+        Figure *f;
+        double (*round)(Bench *);
+    } what[] = {
+        {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
+        {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
+        {&m->math, round_math}};
+    const int nwhat = (int)(sizeof what / sizeof what[0]);
+    for (int r = -1; r < CAL_ROUNDS; r++) // round -1 warms up
+        for (int i = 0; i < nwhat; i++) {
+            double v = what[i].round(&b);
+            if (r >= 0) what[i].f->v[r] = v;
+        }
+    for (int i = 0; i < nwhat; i++) figure_settle(what[i].f);
+    m->copy_bytes = b.copy_bytes, m->threads = nt, m->adamw_params = b.n;
+    mt_blas_threads_for((long long)CAL_GEMM_T * CAL_GEMM_C * CAL_GEMM_F);
+    m->blas_threads = openblas_get_num_threads();
+    bench_free(&b);
+
+    Target *t = &m->t;
+    t->hbm_bandwidth = t->host_memory_bandwidth = m->copy.median;
+    t->h2d_bandwidth = t->d2h_bandwidth = m->copy.median / 2;
+    t->host_adamw_bandwidth = m->adamw.median;
+    t->matrix_flops_f32 = t->matrix_flops_bf16 = m->gemm.median;
+    t->vector_flops = m->vector.hi; // the one-thread figures: the best round
+    double work = 2.0 * CAL_SMALL_N * CAL_SMALL_N * CAL_SMALL_K / t->matrix_flops_f32;
+    t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9; // figures are positive
+    t->kernel_launch_s = m->kernel_call.lo > 1e-9 ? m->kernel_call.lo : 1e-9;
+    t->transcendental_s = m->math.lo;
     return 0;
 }
 
-// ---- 5. cores and memory
+// ---- 7. the NVMe tier
 
-// The CPUs this process may run on (a container's or taskset's share),
-// else the online CPUs.
 // The NVMe tier on m->tier_dir's filesystem: its free space, then
 // CAL_TIER_MB through a tier of CAL_TIER_LAYERS records, written then read,
 // best of CAL_TIER_REPS each.
@@ -413,6 +449,10 @@ fail:
     return -1;
 }
 
+// ---- 6. cores and memory
+
+// The CPUs this process may run on (a container's or taskset's share),
+// else the online CPUs.
 static int count_cores(void) {
     cpu_set_t set;
     if (sched_getaffinity(0, sizeof set, &set) == 0 && CPU_COUNT(&set) > 0) return CPU_COUNT(&set);
@@ -535,14 +575,17 @@ static int write_profile(FILE *f, const Measured *m) {
                "# arena lives in host memory.\n", d);
     fprintf(f, "device_memory = %.0f\n", t->device_memory);
     fprintf(f, "# measured by mtrun --calibrate on %s: memcpy of a %.1f MB buffer by %d threads,\n"
-               "# each its own slice, bytes read + bytes written, best of %d: %.1f GB/s. The cpu\n"
-               "# backend's \"device\" memory is host RAM.\n",
-            d, (double)m->copy_bytes / 1e6, m->copy_threads, CAL_REPS, m->copy_rate / gb);
+               "# each its own slice, bytes read + bytes written, the median of %d rounds\n"
+               "# (%.1f to %.1f GB/s): %.1f GB/s. The cpu backend's \"device\" memory is host RAM.\n",
+            d, (double)m->copy_bytes / 1e6, m->threads, CAL_ROUNDS, m->copy.lo / gb, m->copy.hi / gb,
+            m->copy.median / gb);
     fprintf(f, "hbm_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->hbm_bandwidth));
 
-    fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm %dx%dx%d (OpenBLAS, %d threads),\n"
-               "# best of %d: %.1f GFLOP/s.\n",
-            d, m->gemm_n, m->gemm_n, m->gemm_n, m->blas_threads, CAL_REPS, t->matrix_flops_f32 / gb);
+    fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm (OpenBLAS, %d threads) of a\n"
+               "# training step's MLP matmul, %d tokens by %d by %d, forward and the backward's\n"
+               "# two, the median of %d rounds (%.1f to %.1f GFLOP/s): %.1f GFLOP/s.\n",
+            d, m->blas_threads, CAL_GEMM_T, CAL_GEMM_C, CAL_GEMM_F, CAL_ROUNDS, m->gemm.lo / gb, m->gemm.hi / gb,
+            t->matrix_flops_f32 / gb);
     fprintf(f, "matrix_flops_f32 = %s\n", fmt_num(a, sizeof a, t->matrix_flops_f32));
     fprintf(f, "# measured by mtrun --calibrate on %s: the f32 sgemm rate above; the cpu backend has\n"
                "# no bf16 GEMM of its own, so bf16 is not measured.\n", d);
@@ -551,13 +594,13 @@ static int write_profile(FILE *f, const Measured *m) {
                "# thread, as the cpu executor runs element-wise kernels, over a %.1f MB array in\n"
                "# %.1f kB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
                "# (compiler/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
-               "# as the kernels are built; best of %d: %.2f GFLOP/s.\n",
-            d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_REPS, t->vector_flops / gb);
+               "# as the kernels are built; the best of %d rounds: %.2f GFLOP/s.\n",
+            d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_ROUNDS, t->vector_flops / gb);
     fprintf(f, "vector_flops = %s\n\n", fmt_num(a, sizeof a, t->vector_flops));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
                "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
-               "# B bytes reads B and writes B.\n", d, m->copy_rate / gb);
+               "# B bytes reads B and writes B.\n", d, m->copy.median / gb);
     fprintf(f, "h2d_bandwidth = %s\n", fmt_num(a, sizeof a, t->h2d_bandwidth));
     fprintf(f, "# measured by mtrun --calibrate on %s: as h2d_bandwidth.\n", d);
     fprintf(f, "d2h_bandwidth = %s\n", fmt_num(a, sizeof a, t->d2h_bandwidth));
@@ -579,27 +622,30 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/adamw.c, with\n"
                "# the bf16 copy) and a memset of the gradient, as runtime/store.c updates a\n"
                "# segment, on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
-               "# them (%.0f bytes a parameter), best of %d: %.1f GB/s.\n",
-            d, (double)m->adamw_params / 1e6, m->copy_threads, CAL_ADAMW_BYTES, CAL_REPS,
-            t->host_adamw_bandwidth / gb);
+               "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
+               "# %.1f GB/s.\n",
+            d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
+            m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
-               "# function pointer, on 4 elements), best of %d runs of %d calls.\n", d, CAL_REPS,
-            CAL_KERNEL_CALLS);
+               "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n", d,
+            CAL_ROUNDS, CAL_KERNEL_CALLS);
     fprintf(f, "kernel_launch_s = %s\n", fmt_num(a, sizeof a, t->kernel_launch_s));
-    fprintf(f, "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm took %s s a call (best of\n"
-               "# %d runs of %d calls), less its FLOPs at matrix_flops_f32: what the cpu backend's\n"
-               "# many small BLAS calls (attention's per head, above all) cost beyond their work.\n",
-            d, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, fmt_num(b, sizeof b, m->small_gemm_s), CAL_REPS,
+    fprintf(f, "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm on one thread took %s s\n"
+               "# a call (the best of %d rounds of %d calls), less its FLOPs at matrix_flops_f32:\n"
+               "# what the cpu backend's many small BLAS calls (attention's per head, above all)\n"
+               "# cost beyond their work.\n",
+            d, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, fmt_num(b, sizeof b, m->small_gemm.lo), CAL_ROUNDS,
             CAL_SMALL_CALLS);
     fprintf(f, "gemm_call_s = %s\n", fmt_num(a, sizeof a, t->gemm_call_s));
     fprintf(f, "# measured by mtrun --calibrate on %s: expf, logf, sinf and cosf over %d floats in\n"
-               "# cache on one thread, the mean a call, best of %d: what a generated kernel's exp, log,\n"
-               "# sqrt, sin, cos or pow costs the cpu backend.\n", d, CAL_MATH_N, CAL_REPS);
+               "# cache (%d passes) on one thread, the mean a call, the best of %d rounds: what a\n"
+               "# generated kernel's exp, log, sqrt, sin, cos or pow costs the cpu backend.\n", d, CAL_MATH_N,
+            CAL_MATH_PASSES, CAL_ROUNDS);
     fprintf(f, "transcendental_s = %s\n", fmt_num(a, sizeof a, t->transcendental_s));
     fprintf(f, "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
-               "# large sgemm reaches here, not a datasheet peak.\n", d);
+               "# training step's sgemm reaches here, not a datasheet peak.\n", d);
     fprintf(f, "gemm_efficiency = 1\n");
     if (m->tier_dir) {
         fprintf(f, "\n# measured by mtrun --calibrate on %s: the free space of %s's filesystem.\n", d, m->tier_dir);
@@ -685,33 +731,31 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
 
     double available = meminfo("MemAvailable");
     if (!(available > 0) || available > m.t.host_memory) available = m.t.host_memory;
-    if (measure_copy(&m, available, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
-    if (measure_adamw(&m, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
-    if (measure_sgemm(&m, err, errcap) != 0) return -1;
-    if (measure_vector(&m, err, errcap) != 0) return -1;
-    if (measure_overheads(&m, err, errcap) != 0) return -1;
+    if (measure_rounds(&m, available, threads > 0 ? threads : 1, err, errcap) != 0) return -1;
     m.tier_dir = tier_dir;
     if (tier_dir && measure_tier(&m, err, errcap) != 0) return -1;
-    m.t.hbm_bandwidth = m.t.host_memory_bandwidth = m.copy_rate;
-    m.t.h2d_bandwidth = m.t.d2h_bandwidth = m.copy_rate / 2;
     m.t.link_duplex = 0;
-    m.t.matrix_flops_bf16 = m.t.matrix_flops_f32;
     m.t.gemm_efficiency = 1.0;
 
     if (write_atomically(path, &m, err, errcap) != 0) return -1;
     if (out) {
         fprintf(out, "calibrated %s (cpu backend): %.0f cores, %.1f GB of RAM\n", m.host, m.t.host_cores,
                 m.t.host_memory / 1e9);
-        fprintf(out, "  memcpy  %8.1f GB/s      read + written, %.1f MB, %d threads (copies in/out: %.1f GB/s)\n",
-                m.copy_rate / 1e9, (double)m.copy_bytes / 1e6, m.copy_threads, m.t.h2d_bandwidth / 1e9);
-        fprintf(out, "  AdamW   %8.1f GB/s      %.0f bytes a parameter, %.1f M parameters, %d threads\n",
-                m.t.host_adamw_bandwidth / 1e9, CAL_ADAMW_BYTES, (double)m.adamw_params / 1e6, m.copy_threads);
-        fprintf(out, "  sgemm   %8.1f GFLOP/s   %dx%dx%d, OpenBLAS %d threads\n", m.t.matrix_flops_f32 / 1e9,
-                m.gemm_n, m.gemm_n, m.gemm_n, m.blas_threads);
-        fprintf(out, "  x*a+b   %8.2f GFLOP/s   one thread, in cache\n", m.t.vector_flops / 1e9);
+        fprintf(out, "%d rounds: medians (lowest to highest), the one-thread figures' best:\n", CAL_ROUNDS);
+        fprintf(out, "  memcpy  %8.1f GB/s      (%.1f to %.1f) read + written, %.1f MB, %d threads\n",
+                m.copy.median / 1e9, m.copy.lo / 1e9, m.copy.hi / 1e9, (double)m.copy_bytes / 1e6, m.threads);
+        fprintf(out, "  AdamW   %8.1f GB/s      (%.1f to %.1f) %.0f bytes a parameter, %.1f M parameters, %d threads\n",
+                m.adamw.median / 1e9, m.adamw.lo / 1e9, m.adamw.hi / 1e9, CAL_ADAMW_BYTES,
+                (double)m.adamw_params / 1e6, m.threads);
+        fprintf(out, "  sgemm   %8.1f GFLOP/s   (%.1f to %.1f) %dx%dx%d and its backward, OpenBLAS %d threads\n",
+                m.gemm.median / 1e9, m.gemm.lo / 1e9, m.gemm.hi / 1e9, CAL_GEMM_T, CAL_GEMM_C, CAL_GEMM_F,
+                m.blas_threads);
+        fprintf(out, "  x*a+b   %8.2f GFLOP/s   (median %.2f) one thread, in cache\n", m.t.vector_flops / 1e9,
+                m.vector.median / 1e9);
         fprintf(out, "  calls   %8.2f us        a %dx%dx%d sgemm beyond its FLOPs; %.3f us a kernel call\n",
                 m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
-        fprintf(out, "  expf..  %8.2f ns        one thread, a call\n", m.t.transcendental_s * 1e9);
+        fprintf(out, "  expf..  %8.2f ns        (median %.2f) one thread, a call\n", m.t.transcendental_s * 1e9,
+                m.math.median * 1e9);
         if (tier_dir)
             fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %.1f MB in %s; %.1f GB free\n",
                     m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9,
