@@ -93,9 +93,13 @@ typedef struct Plan {
     // is one copy. The globals are two segments: first those the head reads
     // (SEG_HEAD), then those only the tail reads (SEG_TAIL: an untied LM
     // head, the final norm), which the host can update while the layers run.
+    // A layer's segment is its block kind's size, host_kind[kind].
     int64_t host_global;   // elements of the global parameters
     int64_t host_tail;     // of them, the last host_tail elements: the tail's own segment
-    int64_t host_layer;    // elements in each layer's segment
+    int64_t host_kind[MT_MAX_KINDS]; // (graph->nkinds) elements in a layer segment of each kind
+    int64_t host_layer;    // the largest kind's: a device weight slot, an NVMe tier record
+    int64_t *layer_base;   // (layers + 1) layer l's segment starts at host_global + layer_base[l];
+                           // layer_base[layers]: all layers' elements (plan_lay_out_layers)
     int64_t *param_offset; // (graph->params.n) elements from the start of its segment
     int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
     // ARENA
@@ -133,15 +137,36 @@ typedef struct Plan {
 // be empty; a plan moves, updates and norms only those that are not.
 enum { SEG_TAIL = -2, SEG_HEAD = -1, SEG_FIRST = SEG_TAIL };
 static inline int64_t plan_segment_base(const Plan *p, int64_t seg) {
-    return seg == SEG_HEAD ? 0 : seg == SEG_TAIL ? p->host_global - p->host_tail : p->host_global + seg * p->host_layer;
+    return seg == SEG_HEAD ? 0 : seg == SEG_TAIL ? p->host_global - p->host_tail : p->host_global + p->layer_base[seg];
 }
 static inline int64_t plan_segment_len(const Plan *p, int64_t seg) {
-    return seg == SEG_HEAD ? p->host_global - p->host_tail : seg == SEG_TAIL ? p->host_tail : p->host_layer;
+    return seg == SEG_HEAD   ? p->host_global - p->host_tail
+           : seg == SEG_TAIL ? p->host_tail
+                             : p->host_kind[p->graph->layer_kind[seg]];
 }
-// The segment element f of the store lies in.
+// Elements in the whole store: the globals and every layer's segment.
+static inline int64_t plan_host_elems(const Plan *p) { return p->host_global + p->layer_base[p->graph->layers]; }
+// The segment element f (below plan_host_elems) of the store lies in.
 static inline int64_t plan_segment_of(const Plan *p, int64_t f) {
     if (f < p->host_global) return f < p->host_global - p->host_tail ? SEG_HEAD : SEG_TAIL;
-    return p->host_layer > 0 ? (f - p->host_global) / p->host_layer : SEG_HEAD;
+    if (p->layer_base[p->graph->layers] == 0) return SEG_HEAD;
+    int64_t lo = 0, hi = p->graph->layers - 1; // the last layer whose segment starts at or before f
+    while (lo < hi) {
+        int64_t mid = (lo + hi + 1) / 2;
+        if (p->host_global + p->layer_base[mid] <= f) lo = mid;
+        else hi = mid - 1;
+    }
+    return lo;
+}
+// Lays out the layer segments from host_kind and the layers' kinds: fills
+// layer_base (allocated, layers + 1) and host_layer.
+static inline void plan_lay_out_layers(Plan *p) {
+    const Graph *g = p->graph;
+    p->host_layer = 0;
+    for (int k = 0; k < g->nkinds; k++)
+        if (p->host_kind[k] > p->host_layer) p->host_layer = p->host_kind[k];
+    p->layer_base[0] = 0;
+    for (int64_t l = 0; l < g->layers; l++) p->layer_base[l + 1] = p->layer_base[l] + p->host_kind[g->layer_kind[l]];
 }
 // How many segments there are, and segment seg's index among them (0 .. count-1).
 static inline int64_t plan_segment_count(const Plan *p) { return p->graph->layers - SEG_FIRST; }

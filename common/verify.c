@@ -197,7 +197,7 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     }
 }
 
-static int64_t host_floats(const Plan *p) { return p->host_global + p->graph->layers * p->host_layer; }
+static int64_t host_floats(const Plan *p) { return plan_host_elems(p); }
 
 
 static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
@@ -389,7 +389,7 @@ static Label input_value(const Plan *p, const Node *n, int64_t layer) {
 }
 
 static int64_t store_float(const Plan *p, const Param *prm, int param, int64_t layer) {
-    return (prm->in_block ? p->host_global + layer * p->host_layer : 0) + p->param_offset[param];
+    return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
 }
 
 // The value node n (a base node) must hold when its part runs for layer.

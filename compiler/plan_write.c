@@ -26,7 +26,7 @@
 //                inverse, f64 eps, f64 theta, i64 window, f64 scale, softcap, i32 top_k;
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
-//   HOST     i64 host_global, i64 host_tail, i64 host_layer, u32 count (= params),
+//   HOST     i64 host_global, i64 host_tail, nkinds × i64 host_kind, u32 count (= params),
 //            count × i64 param offset (floats into its segment),
 //            i64 host_act_bytes
 //   ARENA    i64 arena_bytes, i64 scratch_bytes, i64 device_limit, i32 nframes; per part: u32
@@ -276,7 +276,7 @@ static void write_graph(Buf *b, const Graph *g) {
 static void write_host(Buf *b, const Plan *p) {
     put_i64(b, p->host_global);
     put_i64(b, p->host_tail);
-    put_i64(b, p->host_layer);
+    for (int k = 0; k < p->graph->nkinds; k++) put_i64(b, p->host_kind[k]);
     put_u32(b, (uint32_t)p->graph->params.n);
     for (int i = 0; i < p->graph->params.n; i++) put_i64(b, p->param_offset[i]);
     put_i64(b, p->host_act_bytes);

@@ -913,11 +913,13 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         for (int i = 0; i < g->params.n; i++) {
             const Param *prm = g->params.items[i];
             if (pass != (prm->in_block ? 2 : !head_reads[i])) continue;
-            int64_t *seg = prm->in_block ? &p->host_layer : &p->host_global;
+            int64_t *seg = prm->in_block ? &p->host_kind[0] : &p->host_global; // one block kind
             p->param_offset[i] = *seg;
             *seg += storage_host_elems_of(shape_numel(&prm->shape));
             if (pass == 1) p->host_tail += storage_host_elems_of(shape_numel(&prm->shape));
         }
+    if (!(p->layer_base = arena_alloc(a, (size_t)(g->layers + 1) * sizeof(int64_t)))) goto oom;
+    plan_lay_out_layers(p);
 
     BlockNeeds need;
     if (block_needs(block, g->train.compute, a, &need) != 0) goto oom;

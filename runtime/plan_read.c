@@ -637,14 +637,20 @@ static int read_host(Rd *r, Plan *p) {
     const Graph *g = p->graph;
     p->host_global = get_i64(r);
     p->host_tail = get_i64(r);
-    p->host_layer = get_i64(r);
+    for (int k = 0; k < g->nkinds; k++) p->host_kind[k] = get_i64(r);
     int n = get_count(r, 8, "parameter offsets");
     if (r->failed) return -1;
-    if (p->host_global < 0 || p->host_layer < 0 || p->host_layer > (MAX_NUMEL - p->host_global) / g->layers) {
-        rd_fail(r, "a host store of %lld + %lld x %lld floats is out of range", (long long)p->host_global,
-                (long long)g->layers, (long long)p->host_layer);
+    for (int k = 0; k < g->nkinds; k++)
+        if (p->host_global < 0 || p->host_kind[k] < 0 || p->host_kind[k] > (MAX_NUMEL - p->host_global) / g->layers) {
+            rd_fail(r, "a host store of %lld + %lld x %lld floats (block kind %d) is out of range",
+                    (long long)p->host_global, (long long)g->layers, (long long)p->host_kind[k], k);
+            return -1;
+        }
+    if (!(p->layer_base = arena_alloc(r->a, (size_t)(g->layers + 1) * sizeof(int64_t)))) {
+        rd_oom(r);
         return -1;
     }
+    plan_lay_out_layers(p);
     if (p->host_tail < 0 || p->host_tail > p->host_global) {
         rd_fail(r, "the tail's globals take %lld of the %lld global floats", (long long)p->host_tail,
                 (long long)p->host_global);
@@ -663,7 +669,7 @@ static int read_host(Rd *r, Plan *p) {
         p->param_offset[i] = get_i64(r);
         if (r->failed) return -1;
         const Param *pr = g->params.items[i];
-        int64_t seg = pr->in_block ? p->host_layer : p->host_global;
+        int64_t seg = pr->in_block ? p->host_kind[0] : p->host_global; // one block kind
         if (!range_ok(p->param_offset[i], shape_numel(&pr->shape), seg)) {
             rd_fail(r, "parameter '%s' at floats [%lld, +%lld) lies outside its %s segment of %lld floats", pr->name,
                     (long long)p->param_offset[i], (long long)shape_numel(&pr->shape), pr->in_block ? "layer" : "global",
@@ -746,7 +752,7 @@ static int read_arena(Rd *r, Plan *p) {
 
 static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *stream, int i) {
     const Graph *g = p->graph;
-    int64_t host = p->host_global + g->layers * p->host_layer, A = p->arena_bytes;
+    int64_t host = plan_host_elems(p), A = p->arena_bytes;
     char where[64];
     snprintf(where, sizeof where, "%s instruction %d (%s)", stream, i,
              in->kind >= 0 && in->kind < INS_COUNT ? INS_NAMES[in->kind] : "?");

@@ -9,9 +9,10 @@
 #include <string.h>
 
 int64_t store_bytes(const Plan *p) {
-    return (p->host_global + p->graph->layers * p->host_layer) * storage_host_bytes_per_param(p->graph->train.compute);
+    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute);
 }
 
+// The tier holds a record a layer, each the largest kind's (host_layer).
 int64_t store_tier_bytes(const Plan *p, int master) { return p->graph->layers * p->host_layer * (master ? 12 : 8); }
 
 int store_alloc(HostStore *s, const Plan *p) {
@@ -20,7 +21,7 @@ int store_alloc(HostStore *s, const Plan *p) {
 }
 
 int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap) {
-    *s = (HostStore){.n = p->host_global + p->graph->layers * p->host_layer, .nseg = plan_segment_count(p), .threads = 1};
+    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = 1};
     master = tier_dir && master;
     if (master && p->graph->train.compute != DT_BF16) {
         snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
@@ -76,7 +77,7 @@ const char *store_failed(const HostStore *s) { return s->err[0] ? s->err : NULL;
 
 int64_t store_offset(const Plan *p, int param, int64_t layer) {
     const Param *prm = p->graph->params.items[param];
-    return (prm->in_block ? p->host_global + layer * p->host_layer : 0) + p->param_offset[param];
+    return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
 }
 
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {

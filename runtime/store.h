@@ -19,7 +19,7 @@ typedef struct StoreSegment {
 } StoreSegment;
 
 typedef struct HostStore {
-    int64_t n;   // elements in each array: host_global + layers * host_layer
+    int64_t n;   // elements in each array: plan_host_elems
     float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device;
                  // with the master on a tier, (host_global): the globals' only
     float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only

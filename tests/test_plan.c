@@ -78,10 +78,12 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     p->param_offset = arena_alloc(a, ((size_t)g->params.n + 1) * sizeof(int64_t));
     for (int i = 0; i < g->params.n; i++) {
         const Param *pr = g->params.items[i];
-        int64_t *seg = pr->in_block ? &p->host_layer : &p->host_global;
+        int64_t *seg = pr->in_block ? &p->host_kind[0] : &p->host_global;
         p->param_offset[i] = *seg;
         *seg += shape_numel(&pr->shape);
     }
+    p->layer_base = arena_alloc(a, (size_t)(g->layers + 1) * sizeof(int64_t));
+    plan_lay_out_layers(p);
     p->host_act_bytes = HAND_ACT_BYTES;
     p->nframes = HAND_FRAMES;
     int64_t slot = (p->host_global > p->host_layer ? p->host_global : p->host_layer) * 4, top = slot;
@@ -371,7 +373,8 @@ static void compare_plans(const char *ctx, const Plan *x, const Plan *y) {
     SAME("source crc", x->source_crc == y->source_crc);
     compare_graph(ctx, x->graph, y->graph);
     SAME("host_global", x->host_global == y->host_global);
-    SAME("host_layer", x->host_layer == y->host_layer);
+    SAME("host_layer", x->host_layer == y->host_layer && !memcmp(x->host_kind, y->host_kind, sizeof x->host_kind));
+    SAME("layer_base", !memcmp(x->layer_base, y->layer_base, (size_t)(x->graph->layers + 1) * sizeof(int64_t)));
     for (int i = 0; i < x->graph->params.n && i < y->graph->params.n; i++)
         SAME("a param offset", x->param_offset[i] == y->param_offset[i]);
     SAME("host_act_bytes", x->host_act_bytes == y->host_act_bytes);
@@ -762,8 +765,12 @@ static void damage_fields(Plan *p, const char *path) {
         expect_written_refused("a prefix without {i}", p, path, want);
         pr->prefix = prefix;
     }
-    { // the layers' block kinds (format 9): each below nkinds, every kind some layer's
+    { // the layers' block kinds (format 9): each below nkinds, every kind some layer's; each kind's segment size
         char want[160];
+        int64_t saved = p->host_kind[0];
+        p->host_kind[0] = -1;
+        expect_written_refused("a negative layer segment", p, path, "x -1 floats (block kind 0) is out of range");
+        p->host_kind[0] = saved;
         g->layer_kind[g->layers - 1] = 1;
         snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind 1; there are 1", (long long)g->layers - 1);
         expect_written_refused("a layer of a kind past nkinds", p, path, want);
@@ -878,7 +885,7 @@ static void damage_fields(Plan *p, const char *path) {
         const char *fault = "";
         switch ((InsKind)k) {
         case INS_COPY_IN:
-            in->src = p->host_global + g->layers * p->host_layer;
+            in->src = plan_host_elems(p);
             in->bytes = 4;
             fault = "lie outside the host store of";
             break;

@@ -306,6 +306,7 @@ static void mutations(const Plan *base) {
             if (g2.layers < 2 || g2.layers > 64) { not_applicable("a RUN of another kind's block"); break; }
             kinds[1] = 1, g2.nkinds = 2, g2.layer_kind = kinds;
             p->graph = &g2;
+            p->host_kind[1] = p->host_kind[0]; // the same segments (layer_base)
             expect_refused(p, "a RUN of another kind's block", PHRASES("layer 1", "of block kind 1, whose part is block1"));
             break;
         }
