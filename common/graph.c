@@ -96,13 +96,20 @@ Shape param_element_shape(const Param *p) {
 
 int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_MOE; }
 
+int64_t param_copies(const Graph *g, const Param *p) {
+    if (!p->in_block) return 1;
+    int64_t n = 0;
+    for (int64_t l = 0; l < g->layers; l++) n += param_in_layer(g, p, l);
+    return n;
+}
+
 char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element) {
     const char *ckpt = p->ckpt, *e = strstr(ckpt, "{e}");
     if (e) ckpt = arena_printf(a, "%.*s%lld%s", (int)(e - ckpt), ckpt, (long long)element, e + 3);
     if (!ckpt || !p->in_block) return ckpt ? arena_strdup(a, ckpt) : NULL;
     const char *prefix = p->prefix, *mark = strstr(prefix, "{i}");
-    return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)(layer * g->sublayers + p->sublayer),
-                        mark + 3, ckpt);
+    (void)g;
+    return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)layer, mark + 3, ckpt);
 }
 
 // Writes the attributes an op uses, e.g. " heads=12 causal=1".
@@ -150,10 +157,12 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "model %s\n", g->model_name);
     for (int p = 0; p < graph_nparts(g); p++) {
         const Part *part = &g->parts[p];
-        if (p == PART_BLOCK && g->sublayers > 1) // one period of an order of block kinds
-            fprintf(out, "block %s x%lld, %lld layers each \"%s\":\n", g->block_name, (long long)g->layers,
-                    (long long)g->sublayers, g->block_prefix);
-        else if (p == PART_BLOCK)
+        if (part_is_block(p) && g->nkinds > 1) { // a kind of an order of block kinds
+            int64_t count = 0;
+            for (int64_t l = 0; l < g->layers; l++) count += block_part(g, l) == p;
+            fprintf(out, "block %s kind %d, %lld of %lld layers:\n", g->block_name, part_kind(p), (long long)count,
+                    (long long)g->layers);
+        } else if (p == PART_BLOCK)
             fprintf(out, "block %s x%lld \"%s\":\n", g->block_name, (long long)g->layers, g->block_prefix);
         else
             fprintf(out, "%s:\n", part_name((PartKind)p));

@@ -1,10 +1,13 @@
 // graph.h: the layer graph IR that sema produces and every later stage of mtc
 // consumes, and that the plan carries to mtrun (common/plan.h), so both
-// sides read it; the passes that make it are mtc's (compiler/passes.h). A model is three parts, each a DAG of typed nodes in topological
-// order: the head (embeddings, before the streamed block), the block (one
-// layer, written once, repeated `layers` times with its own weights) and the
-// tail (final norm, LM head, loss). Values that cross parts enter the
-// consuming part through OP_INPUT nodes that name their source.
+// sides read it; the passes that make it are mtc's (compiler/passes.h). A model is parts, each a DAG of typed nodes in topological
+// order: the head (embeddings, before the streamed block), a block part per
+// block kind (one layer, written once, run by every layer of its kind with
+// that layer's own weights) and the tail (final norm, LM head, loss). Values
+// that cross parts enter the consuming part through OP_INPUT nodes that name
+// their source: a block part's input names the head (layer 0 takes the
+// head's output, layer l the output of layer l - 1, whatever its kind), the
+// tail's the last layer's block part.
 #ifndef MT_GRAPH_H
 #define MT_GRAPH_H
 
@@ -186,11 +189,10 @@ typedef struct Param {
     const char *ckpt; // checkpoint name; for block params, relative to prefix
     int in_block;
     // Block params: the checkpoint prefix of their block kind, with "{i}"
-    // in it, and which sublayer of the streamed layer they belong to (0 ..
-    // Graph.sublayers - 1); layer l's copy is checkpoint layer l * sublayers
-    // + sublayer. Global params: NULL and 0.
+    // in it, and that kind (0 .. Graph.nkinds - 1); layer l, of that kind,
+    // has its own copy, checkpoint layer l. Global params: NULL and 0.
     const char *prefix;
-    int sublayer;
+    int kind;
     Shape shape;
     InitKind init;
     double init_std;   // INIT_NORMAL
@@ -222,14 +224,11 @@ typedef struct Graph {
     Part parts[PART_COUNT];
     const char *block_name;   // the block, or the order of block kinds, forward calls
     const char *block_prefix; // e.g. "h.{i}."; its first kind's under an order
-    int64_t layers;           // streamed layers, each `sublayers` layers of the model
-    // Under an order of block kinds (dsl/README.md), the block part is one
-    // period of the order: sublayers layers of the model, lowered one after
-    // another, each kind with its own params. 1 for a single block.
-    int64_t sublayers;
-    // The block kinds (1 for a single block) and each streamed layer's
-    // kind, 0 .. nkinds-1 (layers); its nodes are those of block part
-    // kind_part(kind). Every kind is some layer's.
+    int64_t layers;           // the model's layers, each streamed by itself
+    // The block kinds (1 for a single block; under an order of block kinds,
+    // dsl/README.md, its kinds in the order they first appear) and each
+    // layer's kind, 0 .. nkinds-1 (layers); a layer runs block part
+    // kind_part(kind) with its own weights. Every kind is some layer's.
     int nkinds;
     uint8_t *layer_kind;
     PtrVec params;   // of Param*: globals and block params, in declaration order
@@ -265,9 +264,15 @@ int shape_eq(const Shape *a, const Shape *b);
 int64_t param_elements(const Param *p);
 // The shape of one of its checkpoint tensors.
 Shape param_element_shape(const Param *p);
+// Whether layer `layer` has a copy of p: p is a block parameter of that layer's kind.
+static inline int param_in_layer(const Graph *g, const Param *p, int64_t layer) {
+    return p->in_block && p->kind == g->layer_kind[layer];
+}
+// How many copies of p the model has: one a layer of its kind, or 1 for a global.
+int64_t param_copies(const Graph *g, const Param *p);
 // The checkpoint name of a parameter in streamed layer `layer` (ignored
-// for global parameters): its prefix with "{i}" the model's layer index,
-// layer * sublayers + its sublayer; in an array, "{e}" is `element`
+// for global parameters): its prefix with "{i}" the layer index; in an
+// array, "{e}" is `element`
 // (ignored otherwise). Allocated in a.
 char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element);
 

@@ -69,7 +69,7 @@ static inline int64_t storage_host_elems(const Graph *g) {
     int64_t n = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *p = g->params.items[i];
-        n += storage_host_elems_of(shape_numel(&p->shape)) * (p->in_block ? g->layers : 1);
+        n += storage_host_elems_of(shape_numel(&p->shape)) * param_copies(g, p);
     }
     return n;
 }

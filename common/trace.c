@@ -36,7 +36,7 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     const char *glob = in->layer == SEG_TAIL ? "tail" : "head"; // a global segment's name
     switch ((InsKind)in->kind) {
     case INS_RUN:
-        if (in->part == PART_BLOCK)
+        if (part_is_block(in->part))
             snprintf(buf, cap, "layer %d %s", in->layer,
                      in->from > 0 ? "backward" : in->flags & RUN_SKIP_HEAVY ? "selective recompute" : "forward");
         else

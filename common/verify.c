@@ -180,7 +180,7 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     switch ((InsKind)in->kind) {
     case INS_RUN: {
         char fr[32] = "";
-        if (in->part == PART_BLOCK) snprintf(fr, sizeof fr, " frame %d", in->frame);
+        if (part_is_block(in->part)) snprintf(fr, sizeof fr, " frame %d", in->frame);
         snprintf(buf, cap, "instruction %d (run %s nodes %d..%d%s%s on %s, %s)", i,
                  in->part >= 0 && in->part < PART_COUNT ? part_name((PartKind)in->part) : "?",
                  in->from, in->to - 1, fr, in->flags & RUN_SKIP_HEAVY ? " skipping matmuls and attention" : "", eng,
@@ -369,23 +369,26 @@ static Label input_value(const Plan *p, const Node *n, int64_t layer) {
     const Graph *g = p->graph;
     int64_t off = 0;
     if (n->src_part == SRC_MODEL_INPUT) return (Label){.kind = V_INPUT, .node = n->src};
-    if (n->src_part == SRC_GRAD_SEED) { // d loss / d output of this part
-        PartKind part = n->part == PART_BLOCK && layer == g->layers - 1 ? PART_TAIL : PART_BLOCK;
-        int64_t src_layer = part == PART_TAIL ? -1 : n->part == PART_BLOCK ? layer + 1 : 0;
-        const Node *x = part_input_from(&g->parts[part], part == PART_TAIL ? PART_BLOCK : PART_HEAD);
+    if (n->src_part == SRC_GRAD_SEED) { // d loss / d output of this part: the gradient of what reads it
+        int block = part_is_block(n->part), last = block && layer == g->layers - 1;
+        int part = block && !last ? block_part(g, layer + 1) : PART_TAIL;
+        int64_t src_layer = part == PART_TAIL ? -1 : layer + 1;
+        if (!block) part = block_part(g, 0), src_layer = 0; // the head's: the first layer's
+        const Node *x = part_input_from(&g->parts[part], part == PART_TAIL ? block_part(g, g->layers - 1) : PART_HEAD);
         const Grad *gr = x ? part_grad_of(&g->parts[part], x) : NULL;
         if (!gr || !gr->grad) return (Label){.kind = V_NONE - 1}; // matches nothing: the read is refused
         const Node *b = base_of(p, gr->grad, &off);
         return (Label){.kind = V_NODE, .part = part, .node = b->id, .layer = src_layer, .at = off};
     }
     // a value of another part: the head's output or the previous layer's
-    if (n->part == PART_BLOCK) {
-        const Node *b = base_of(p, layer == 0 ? output_of(p, PART_HEAD) : output_of(p, PART_BLOCK), &off);
-        return (Label){.kind = V_NODE, .part = layer == 0 ? PART_HEAD : PART_BLOCK, .node = b->id,
-                       .layer = layer == 0 ? -1 : layer - 1, .at = off};
+    if (part_is_block(n->part)) {
+        int part = layer == 0 ? PART_HEAD : block_part(g, layer - 1);
+        const Node *b = base_of(p, output_of(p, part), &off);
+        return (Label){.kind = V_NODE, .part = part, .node = b->id, .layer = layer == 0 ? -1 : layer - 1, .at = off};
     }
-    const Node *b = base_of(p, output_of(p, PART_BLOCK), &off); // the tail reads the last layer's output
-    return (Label){.kind = V_NODE, .part = PART_BLOCK, .node = b->id, .layer = g->layers - 1, .at = off};
+    int last = block_part(g, g->layers - 1);
+    const Node *b = base_of(p, output_of(p, last), &off); // the tail reads the last layer's output
+    return (Label){.kind = V_NODE, .part = last, .node = b->id, .layer = g->layers - 1, .at = off};
 }
 
 static int64_t store_float(const Plan *p, const Param *prm, int param, int64_t layer) {
@@ -411,7 +414,7 @@ static int verify_run(V *v, int i, const Instr *in) {
     const Plan *p = v->p;
     const Part *part = &p->graph->parts[in->part];
     const int64_t *offs = plan_offsets(p, in->part, in->frame);
-    int64_t layer = in->part == PART_BLOCK ? in->layer : -1;
+    int64_t layer = part_is_block(in->part) ? in->layer : -1;
     char what[160];
     for (int k = in->from; k < in->to; k++) {
         const Node *n = part->nodes.items[k];
@@ -486,8 +489,9 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
     const Graph *g = p->graph;
     int nframes = p->nframes > 1 ? p->nframes : 1;
     for (int pass = 0; pass < 2; pass++) {
-        for (int pk = 0; pk < PART_COUNT; pk++) {
+        for (int pk = 0; pk < graph_nparts(g); pk++) {
             const Part *part = &g->parts[pk];
+            if (part_is_block(pk) && in->layer >= 0 && pk != block_part(g, in->layer)) continue; // another kind's
             for (int k = 0; k < part->grads.n; k++) {
                 const Grad *gr = part->grads.items[k];
                 if (gr->of->op != OP_PARAM || !gr->grad) continue;
@@ -497,11 +501,11 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                     storage_bytes(g->train.compute, gr->grad) != in->bytes ||
                     (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
                     continue;
-                for (int f = 0; f < (pk == PART_BLOCK ? nframes : 1); f++) {
+                for (int f = 0; f < (part_is_block(pk) ? nframes : 1); f++) {
                     if (addr_of(p, gr->grad, f) != in->src) continue;
                     int64_t off;
                     const Node *b = base_of(p, gr->grad, &off);
-                    Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = pk == PART_BLOCK ? in->layer : -1,
+                    Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = part_is_block(pk) ? in->layer : -1,
                                   .at = off};
                     if (pass == 0 && !holds(&v->arena, in->src, &want)) continue;
                     char what[96];

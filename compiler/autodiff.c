@@ -351,7 +351,7 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
     for (int i = 0; i < nfwd; i++) {
         Node *n = part->nodes.items[i];
         if (n->op != OP_INPUT || n->src_part < 0 || n->dtype != DT_F32 || !ad.adj[i]) continue;
-        if (!(pk == PART_TAIL && n->src_part == PART_BLOCK) && !(pk == PART_BLOCK && n->src_part == PART_HEAD)) {
+        if (!(pk == PART_TAIL && part_is_block(n->src_part)) && !(part_is_block(pk) && n->src_part == PART_HEAD)) {
             diag_error(d, n->loc, "'%s' is used after the block without passing through it; gradients through such "
                                   "values are not supported yet", n->name ? n->name : "this value");
             return -1;
@@ -363,8 +363,11 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
 
 int autodiff(Graph *g, Arena *a, Diag *d) {
     int errors_before = d->nerrors;
-    for (int pk = PART_TAIL; pk >= PART_HEAD; pk--)
-        if (differentiate_part(g, (PartKind)pk, a, d) != 0) {
+    int order[PART_COUNT] = {PART_TAIL}, n = 1; // the tail, every block kind's part, the head
+    for (int k = 0; k < g->nkinds; k++) order[n++] = kind_part(k);
+    order[n++] = PART_HEAD;
+    for (int i = 0; i < n; i++)
+        if (differentiate_part(g, (PartKind)order[i], a, d) != 0) {
             if (d->nerrors == errors_before) diag_error(d, (Loc){0, 0}, "out of memory in autodiff");
             return -1;
         }

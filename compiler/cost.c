@@ -255,11 +255,12 @@ const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads
 // The placement of a host store of global_elems + layers * layer_elems
 // elements and an activation store of act bytes at `level`. Returns 0 when
 // the level is not open to it (f32 streams the master from RAM; no tier).
-static int place_at(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
-                    int level, Placement *pl) {
+// layers_elems: every layer's segment together; layer_elems: the largest (a tier record).
+static int place_at(const Graph *g, int64_t global_elems, int64_t layers_elems, int64_t layer_elems, int64_t act,
+                    const Target *t, int level, Placement *pl) {
     int bf16 = g->train.compute == DT_BF16;
     double acc = (double)g->train.accumulate, per = (double)storage_host_bytes_per_param(g->train.compute);
-    double layer_params = (double)g->layers * (double)layer_elems;
+    double layer_params = (double)layers_elems;
     double total = ((double)global_elems + layer_params) * per + (double)act;
     if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
@@ -278,16 +279,16 @@ static int place_at(const Graph *g, int64_t global_elems, int64_t layer_elems, i
 }
 
 // cost_place's rule: the first open level that fits (the last open one when none does).
-static void place_store(const Graph *g, int64_t global_elems, int64_t layer_elems, int64_t act, const Target *t,
-                        Placement *pl) {
+static void place_store(const Graph *g, int64_t global_elems, int64_t layers_elems, int64_t layer_elems, int64_t act,
+                        const Target *t, Placement *pl) {
     for (int level = PLACE_RAM; level < PLACE_COUNT; level++)
-        if (place_at(g, global_elems, layer_elems, act, t, level, pl) && (double)pl->ram_bytes <= t->host_memory &&
+        if (place_at(g, global_elems, layers_elems, layer_elems, act, t, level, pl) && (double)pl->ram_bytes <= t->host_memory &&
             (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
             return;
 }
 
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
-    place_store(p->graph, p->host_global, p->host_layer, act, t, pl);
+    place_store(p->graph, p->host_global, p->layer_base[p->graph->layers], p->host_layer, act, t, pl);
 }
 
 void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }
@@ -427,7 +428,6 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     *c = (Cost){.device_peak_bytes = plan_device_bytes(p)};
     cost_place(p, t, &c->place);
     c->host_bytes = c->place.ram_bytes;
-    const Part *block = &g->parts[PART_BLOCK];
     double layer_in_bytes = 0, block_forward_s = 0;
     const KernelTimes kt = *k;
     double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
@@ -440,7 +440,8 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
             c->compute_s += s;
             c->gemm_s += run_heavy(&kt, in->part, in->from, in->to, in->flags, 0);
             c->attention_s += run_heavy(&kt, in->part, in->from, in->to, in->flags, 1);
-            if (in->part == PART_BLOCK && in->to <= block->nfwd) block_forward_s += s; // (no block RUN straddles nfwd)
+            if (part_is_block(in->part) && in->to <= g->parts[in->part].nfwd) // (no block RUN straddles nfwd)
+                block_forward_s += s;
             break;
         case INS_COPY_IN:
         case INS_INPUT:
@@ -465,11 +466,13 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         }
     }
     // Recompute: block forward work beyond one forward a layer.
-    c->recompute_s = block_forward_s - (double)g->layers * run_time(&kt, PART_BLOCK, 0, block->nfwd, 0);
+    c->recompute_s = block_forward_s;
+    for (int64_t l = 0; l < g->layers; l++)
+        c->recompute_s -= run_time(&kt, block_part(g, l), 0, g->parts[block_part(g, l)].nfwd, 0);
     c->attention_kinds = kt.attn_kinds;
     if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
     double wbytes = (double)storage_weight_bytes(compute);
-    c->weight_crossings = g->layers && p->host_layer ? layer_in_bytes / ((double)g->layers * (double)p->host_layer * wbytes) : 0;
+    c->weight_crossings = p->layer_base[g->layers] ? layer_in_bytes / ((double)p->layer_base[g->layers] * wbytes) : 0;
     // A step: the first micro-batch does the host's work, the others only
     // wait for what they need of it (nothing: the updates are done).
     double first = cost_simulate(p, p->train, p->ntrain, t, dur, 1, NULL, NULL);
@@ -500,7 +503,8 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     *b = (Bounds){0};
     for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
         const Part *part = &g->parts[pk];
-        double times = pk == PART_BLOCK ? (double)g->layers : 1.0;
+        double times = part_is_block(pk) ? 0.0 : 1.0; // a block part: once for each layer of its kind
+        for (int64_t l = 0; part_is_block(pk) && l < g->layers; l++) times += block_part(g, l) == pk;
         b->compute_s += run_time(&kt, pk, 0, part->nodes.n, 0) * times;
         b->backward_s += run_time(&kt, pk, part->nfwd, part->nodes.n, 0) * times;
     }
@@ -515,13 +519,14 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     // the optimizer also reads and writes
     b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
     // the NVMe tier: the least any plan puts there, with no activation store
-    int64_t global_elems = 0, layer_elems = 0;
+    int64_t global_elems = 0, kind_elems[MT_MAX_KINDS] = {0}, layer_elems = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *pm = g->params.items[i];
-        *(pm->in_block ? &layer_elems : &global_elems) += storage_host_elems_of(shape_numel(&pm->shape));
+        *(pm->in_block ? &kind_elems[pm->kind] : &global_elems) += storage_host_elems_of(shape_numel(&pm->shape));
     }
+    for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
     Placement pl;
-    place_store(g, global_elems, layer_elems, 0, t, &pl);
+    place_store(g, global_elems, storage_host_elems(g) - global_elems, layer_elems, 0, t, &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
     double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s};

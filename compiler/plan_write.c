@@ -11,11 +11,11 @@
 //   CONFIG   i64 batch, seq, steps, accumulate, warmup, val_every, seed;
 //            f64 lr, beta1, beta2, weight_decay, adam_eps, min_lr_frac, clip;
 //            u32 schedule (LrSchedule), u32 compute (DType), optstr data
-//   GRAPH    str model name, str block name, str block prefix, i64 layers,
-//            i64 sublayers; u32 nkinds (block kinds), layers × u8 layer kind;
+//   GRAPH    str model name, str block name, str block prefix, i64 layers;
+//            u32 nkinds (block kinds), layers × u8 layer kind;
 //            u32 count, per model input: str name, u32 dtype, shape, loc;
 //            u32 count, per param: str name, str ckpt, u32 in_block, str prefix,
-//              u32 sublayer, shape, u32 init, f64 init_std, u32 init_given,
+//              u32 kind, shape, u32 init, f64 init_std, u32 init_given,
 //              u32 first_use, loc;
 //            per part, head, block, tail, then kinds 1 .. nkinds-1's blocks:
 //              u32 kind (PartKind), u32 count, per node (its id is its index):
@@ -230,7 +230,6 @@ static void write_graph(Buf *b, const Graph *g) {
     put_str(b, g->block_name);
     put_str(b, g->block_prefix);
     put_i64(b, g->layers);
-    put_i64(b, g->sublayers);
     put_u32(b, (uint32_t)g->nkinds);
     put_bytes(b, g->layer_kind, (size_t)g->layers); // a byte a layer
     put_u32(b, (uint32_t)g->inputs.n);
@@ -248,7 +247,7 @@ static void write_graph(Buf *b, const Graph *g) {
         put_str(b, pr->ckpt);
         put_u32(b, (uint32_t)pr->in_block);
         put_str(b, pr->in_block ? pr->prefix : "");
-        put_u32(b, (uint32_t)pr->sublayer);
+        put_u32(b, (uint32_t)pr->kind);
         put_shape(b, &pr->shape);
         put_u32(b, (uint32_t)pr->init);
         put_f64(b, pr->init_std);

@@ -269,12 +269,11 @@ typedef enum { LAYOUT_PLAIN, LAYOUT_KEPT, LAYOUT_TILED } Layout;
 // The fused kernels' spans and every layout of every part, once per graph.
 // Call before any arena_mark whose release could take them.
 static int prepare_parts(Graph *g, Arena *a) {
-    const Part *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
+    const Part *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL]; // (every block kind is tiled alike)
     if (block->layout_rel[LAYOUT_PLAIN]) return 0;
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
     int *ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
-    BlockNeeds need;
-    if (!ranges || block_needs(block, g->train.compute, a, &need) != 0) return -1;
+    if (!ranges) return -1;
     if (!g->kernel_scratch) { // the fused kernels' device scratch, as mtc -o writes them (mtc.c)
         Arena ka = {0};
         KirProgram prog;
@@ -290,8 +289,10 @@ static int prepare_parts(Graph *g, Arena *a) {
             *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
         if (!first || !anchor || fuse_spans(part, first, anchor) != 0) return -1;
         part->span_first = first, part->span_anchor = anchor;
+        BlockNeeds need = {0};
+        if (part_is_block(pk) && block_needs(part, g->train.compute, a, &need) != 0) return -1;
         for (int v = LAYOUT_PLAIN; v <= LAYOUT_TILED; v++) {
-            if (v != LAYOUT_PLAIN && (pk != PART_BLOCK || (v == LAYOUT_TILED && !part->nchunks))) continue;
+            if (v != LAYOUT_PLAIN && (!part_is_block(pk) || (v == LAYOUT_TILED && !part->nchunks))) continue;
             int nr = 1;
             ranges[0] = 0;
             ranges[1] = part->nodes.n;
@@ -315,7 +316,7 @@ typedef struct Builder {
     Arena *a;
     Plan *p;
     const SchedChoice *c;
-    const BlockNeeds *need;
+    const BlockNeeds *need; // (nkinds) what each block kind's backward needs of its forward
     PtrVec ins; // of Instr*
     int serial; // every instruction on the compute engine; no events
     int tiled;  // the block's backward recomputes and differentiates chunk by chunk (tile.c)
@@ -401,8 +402,12 @@ static int64_t addr(const Plan *p, const Node *n, int frame) {
         if (n->op == OP_VIEW) off += n->offset * elem;
         n = n->in[0];
     }
-    return plan_offsets(p, n->part, n->part == PART_BLOCK ? frame : 0)[n->id] + off;
+    return plan_offsets(p, n->part, part_is_block(n->part) ? frame : 0)[n->id] + off;
 }
+
+// Layer l's block part, and what its backward needs of its forward.
+static const Part *block_of(const Graph *g, int64_t l) { return &g->parts[block_part(g, l)]; }
+static const BlockNeeds *need_of(const Builder *b, int64_t l) { return &b->need[b->p->graph->layer_kind[l]]; }
 
 static void copy(Builder *b, int64_t src, int64_t dst, int64_t bytes) {
     Instr *in = emit(b, INS_COPY, ENG_COMPUTE);
@@ -487,9 +492,9 @@ static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
         if (g->of->op != OP_PARAM || !g->grad) continue;
         Instr *in = emit(b, INS_COPY_OUT, ENG_COPY_OUT);
         int64_t at = p->param_offset[g->of->param]; // from its segment's start, or the globals'
-        in->layer = (int32_t)(pk == PART_BLOCK ? layer : plan_segment_of(p, at));
+        in->layer = (int32_t)(part_is_block(pk) ? layer : plan_segment_of(p, at));
         in->src = addr(p, g->grad, frame);
-        in->dst = (pk == PART_BLOCK ? plan_segment_base(p, layer) : 0) + at;
+        in->dst = (part_is_block(pk) ? plan_segment_base(p, layer) : 0) + at;
         DType compute = p->graph->train.compute;
         in->bytes = node_bytes(compute, g->grad);
         in->flags = storage_dtype(compute, g->grad) == DT_BF16 ? XFER_BF16 : 0;
@@ -537,8 +542,8 @@ static int pick_modes(Builder *b) {
         b->rank[l] = recomputed;
         recomputed += b->pick[l] == PICK_NONE;
         b->act_at[l] = saved;
-        saved += b->pick[l] == PICK_OFFLOAD           ? b->need->saved_bytes
-                 : b->pick[l] == PICK_HOST_SELECTIVE ? x + b->need->kept_bytes
+        saved += b->pick[l] == PICK_OFFLOAD           ? need_of(b, l)->saved_bytes
+                 : b->pick[l] == PICK_HOST_SELECTIVE ? x + need_of(b, l)->kept_bytes
                  : c->ckpt_host                      ? x
                                                      : 0;
     }
@@ -585,10 +590,10 @@ static void claim_frame(Builder *b, int f, Engine e) {
 // l go to its keep area after the forward (restore 0) and come back before
 // the recompute (restore 1).
 static void keep_copies(Builder *b, int64_t l, int f, int restore) {
-    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    const Part *block = block_of(b->p->graph, l);
     int64_t k = b->keep0 + recompute_rank(b, l) * b->keep_bytes;
     for (int i = 0; i < block->nodes.n; i++)
-        if (b->need->kept[i]) {
+        if (need_of(b, l)->kept[i]) {
             const Node *n = block->nodes.items[i];
             int64_t nb = node_bytes(b->p->graph->train.compute, n), at = addr(b->p, n, f);
             copy(b, restore ? k : at, restore ? at : k, nb);
@@ -602,8 +607,8 @@ static void keep_copies(Builder *b, int64_t l, int f, int restore) {
 // everything the backward reads, at the layer's place; a picked layer of a
 // mixed selective plan its kept matmul and attention outputs, after its
 // checkpoint.
-static void host_copies(Builder *b, int f, int restore, const unsigned char *which, int64_t h) {
-    const Part *block = &b->p->graph->parts[PART_BLOCK];
+static void host_copies(Builder *b, int64_t l, int f, int restore, const unsigned char *which, int64_t h) {
+    const Part *block = block_of(b->p->graph, l);
     for (int i = 0; i < block->nodes.n; i++)
         if (which[i]) {
             const Node *n = block->nodes.items[i];
@@ -614,10 +619,10 @@ static void host_copies(Builder *b, int f, int restore, const unsigned char *whi
         }
 }
 static void offload_copies(Builder *b, int64_t l, int f, int restore) {
-    host_copies(b, f, restore, b->need->saved, act_addr(b, l));
+    host_copies(b, l, f, restore, need_of(b, l)->saved, act_addr(b, l));
 }
 static void keep_saves(Builder *b, int64_t l, int f, int restore) {
-    host_copies(b, f, restore, b->need->kept, act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN));
+    host_copies(b, l, f, restore, need_of(b, l)->kept, act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN));
 }
 
 // The forward of the head and every layer. Layer l's input comes from the
@@ -629,8 +634,7 @@ static void keep_saves(Builder *b, int64_t l, int f, int restore) {
 static void forward(Builder *b, const int *ev_update, int train) {
     const Plan *p = b->p;
     const Graph *g = p->graph;
-    const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK];
-    const Node *x = part_input_from(block, PART_HEAD);
+    const Part *head = &g->parts[PART_HEAD];
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
     copy_in_weights(b, SEG_HEAD, 0);
     feed_inputs(b, PART_HEAD);
@@ -641,6 +645,8 @@ static void forward(Builder *b, const int *ev_update, int train) {
     int64_t prev = b->carry0;
     for (int64_t l = 0; l < g->layers; l++) {
         int f = frame_of(b, l);
+        const Part *block = block_of(g, l);
+        const Node *x = part_input_from(block, PART_HEAD);
         // weights in, once the host updated them and the frame's last user is done
         wait_for(b, ENG_COPY_IN, ev_update ? ev_update[l + 1] : -1);
         wait_for(b, ENG_COPY_IN, b->frame_cmp[f]);
@@ -654,7 +660,7 @@ static void forward(Builder *b, const int *ev_update, int train) {
         Remat rm = remat_of(b, l);
         if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE) && checkpoints(b, l))
             copy(b, xa, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, b->x_bytes);
-        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        run(b, block_part(g, l), 0, block->nfwd, l, f, 0);
         if (leave && rm == REMAT_SELECTIVE && !keeps_on_host(b, l)) keep_copies(b, l, f, 0);
         copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
@@ -673,7 +679,7 @@ static void forward(Builder *b, const int *ev_update, int train) {
     // the tail's buffers are the head's (tiled: the frames' too, once nothing reads them any more);
     // its inputs go in once the head is done with them
     for (int f = 0; b->over_frames && f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
-    copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], PART_BLOCK), 0), b->x_bytes);
+    copy(b, prev, addr(p, part_input_from(&g->parts[PART_TAIL], block_part(g, g->layers - 1)), 0), b->x_bytes);
     wait_for(b, ENG_COPY_IN, record(b, ENG_COMPUTE));
     feed_inputs(b, PART_TAIL);
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
@@ -682,12 +688,12 @@ static void forward(Builder *b, const int *ev_update, int train) {
 // After layer l's backward in frame f: the gradient to the layer below
 // (carry), the weight gradients to the host and their norm.
 static void after_backward(Builder *b, int64_t l, int f) {
-    const Part *block = &b->p->graph->parts[PART_BLOCK];
+    const Part *block = block_of(b->p->graph, l);
     const Grad *d_x = part_grad_of(block, part_input_from(block, PART_HEAD));
     copy(b, addr(b->p, d_x->grad, f), b->carry0, b->x_bytes);
     b->frame_cmp[f] = record(b, ENG_COMPUTE);
     wait_for(b, ENG_COPY_OUT, b->frame_cmp[f]);
-    grads_out(b, PART_BLOCK, l, f);
+    grads_out(b, block_part(b->p->graph, l), l, f);
     b->frame_out[f] = record(b, ENG_COPY_OUT);
     wait_for(b, ENG_HOST, b->frame_out[f]);
     host_op(b, INS_NORM, l);
@@ -699,7 +705,8 @@ static void after_backward(Builder *b, int64_t l, int f) {
 // host and their norm.
 static void backward_layer(Builder *b, int64_t l) {
     const Plan *p = b->p;
-    const Part *block = &p->graph->parts[PART_BLOCK];
+    const Part *block = block_of(p->graph, l);
+    PartKind pk = (PartKind)block_part(p->graph, l);
     const Node *x = part_input_from(block, PART_HEAD);
     Remat rm = remat_of(b, l);
     int f = frame_of(b, l);
@@ -719,7 +726,7 @@ static void backward_layer(Builder *b, int64_t l) {
         if (!loads) copy(b, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, addr(p, x, f), b->x_bytes);
         if (rm == REMAT_SELECTIVE && !keeps_on_host(b, l)) keep_copies(b, l, f, 1);
         if (rm != REMAT_OFFLOAD && !b->tiled)
-            run(b, PART_BLOCK, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
+            run(b, pk, 0, block->nfwd, l, f, rm == REMAT_SELECTIVE ? RUN_SKIP_HEAVY : 0);
         // zero3-offload fetches once for the recompute and the backward: the recompute's fetch
         // stays live for the backward that follows it (stage3_max_reuse_distance, 1e9 elements
         // by default, spans a layer: partitioned_param_coordinator.py __params_to_release)
@@ -727,9 +734,9 @@ static void backward_layer(Builder *b, int64_t l) {
     copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
     if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
         int *ranges = b->ranges, nr = tiled_order(block, ranges);
-        for (int r = 0; r < nr; r++) run(b, PART_BLOCK, ranges[2 * r], ranges[2 * r + 1], l, f, 0);
+        for (int r = 0; r < nr; r++) run(b, pk, ranges[2 * r], ranges[2 * r + 1], l, f, 0);
     } else {
-        run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+        run(b, pk, block->nfwd, block->nodes.n, l, f, 0);
     }
     after_backward(b, l, f);
     // ZeRO-3 with offload_optimizer copies each gradient bucket to the host's fp32 buffer with a
@@ -759,8 +766,7 @@ static int weights_into_frame(Builder *b, int64_t l, int f) {
 // weight crossings a layer.
 static void backward_block_megatrain(Builder *b, int64_t s, int64_t e) {
     const Plan *p = b->p;
-    const Part *block = &p->graph->parts[PART_BLOCK];
-    const Node *x = part_input_from(block, PART_HEAD);
+    const Graph *g = p->graph;
     int64_t in0 = b->block0;
     if (b->c->ckpt_host) { // the checkpoint back from host memory, once it is saved and compute is done with the
                            // last block's inputs
@@ -773,17 +779,19 @@ static void backward_block_megatrain(Builder *b, int64_t s, int64_t e) {
     }
     for (int64_t l = s; l < e; l++) { // the block recompute, without autograd
         int f = weights_into_frame(b, l, frame_of(b, l));
-        copy(b, in0 + (l - s) * b->x_bytes, addr(p, x, f), b->x_bytes);
-        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        const Part *block = block_of(g, l);
+        copy(b, in0 + (l - s) * b->x_bytes, addr(p, part_input_from(block, PART_HEAD), f), b->x_bytes);
+        run(b, block_part(g, l), 0, block->nfwd, l, f, 0);
         if (l + 1 < e) copy(b, addr(p, block->output, f), in0 + (l + 1 - s) * b->x_bytes, b->x_bytes);
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
     }
     for (int64_t l = e - 1; l >= s; l--) { // the forward with autograd and the backward
         int f = weights_into_frame(b, l, (frame_of(b, l) + 1) % b->nframes);
-        copy(b, in0 + (l - s) * b->x_bytes, addr(p, x, f), b->x_bytes);
-        run(b, PART_BLOCK, 0, block->nfwd, l, f, 0);
+        const Part *block = block_of(g, l);
+        copy(b, in0 + (l - s) * b->x_bytes, addr(p, part_input_from(block, PART_HEAD), f), b->x_bytes);
+        run(b, block_part(g, l), 0, block->nfwd, l, f, 0);
         copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
-        run(b, PART_BLOCK, block->nfwd, block->nodes.n, l, f, 0);
+        run(b, block_part(g, l), block->nfwd, block->nodes.n, l, f, 0);
         after_backward(b, l, f);
     }
 }
@@ -804,22 +812,26 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     b->layer_bytes = align_up(p->host_layer * wbytes, ARENA_ALIGN);
     b->x_bytes = node_bytes(compute, x);
     b->carry_bytes = align_up(b->x_bytes, ARENA_ALIGN);
-    b->keep_bytes = b->need->kept_bytes;
+    b->keep_bytes = 0; // a keep place holds any kind's kept outputs
+    for (int k = 0; k < g->nkinds; k++)
+        if (b->need[k].kept_bytes > b->keep_bytes) b->keep_bytes = b->need[k].kept_bytes;
     b->leaving = 0; // the streamed layers the backward will not find intact: a prefix
     while (b->leaving < b->streamed && !is_intact(b, b->leaving)) b->leaving++;
     if (pick_modes(b) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
     p->host_act_bytes = act_addr(b, b->leaving);
 
-    // pass 2's layouts (prepare_parts): the block's for this choice's timeline
+    // pass 2's layouts (prepare_parts): the blocks' for this choice's timeline; a frame holds any kind's
     const int64_t *rel[PART_COUNT];
     int64_t bytes[PART_COUNT];
+    b->frame_bytes = 0;
     for (int pk = 0; pk < graph_nparts(g); pk++) {
-        Layout v = pk != PART_BLOCK ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
+        Layout v = !part_is_block(pk) ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
                    : c->remat == REMAT_SELECTIVE || c->host_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
         rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
         if (!rel[pk]) return snprintf(err, errcap, "internal error: the part's layouts were not prepared"), -1;
+        if (part_is_block(pk) && align_up(bytes[pk], ARENA_ALIGN) > b->frame_bytes)
+            b->frame_bytes = align_up(bytes[pk], ARENA_ALIGN);
     }
-    b->frame_bytes = align_up(bytes[PART_BLOCK], ARENA_ALIGN);
 
     int64_t top = 0;
     b->globals = top;
@@ -859,7 +871,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     // part's base plus its place in the layout; the block once per frame.
     for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
-        int frames = pk == PART_BLOCK ? b->nframes : 1;
+        int frames = part_is_block(pk) ? b->nframes : 1;
         int64_t *off = p->node_offset[pk] = arena_alloc(b->a, (size_t)(part->nodes.n * frames + 1) * sizeof(int64_t));
         if (!off) return snprintf(err, errcap, "out of memory while scheduling"), -1;
         int64_t base = pk == PART_HEAD ? b->head0 : b->tail0;
@@ -872,7 +884,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
                     const Param *prm = g->params.items[n->param];
                     *o = (prm->in_block ? slot_addr(b, f) : b->globals) + p->param_offset[n->param] * wbytes;
                 } else
-                    *o = (pk == PART_BLOCK ? frame_addr(b, f) : base) + rel[pk][i];
+                    *o = (part_is_block(pk) ? frame_addr(b, f) : base) + rel[pk][i];
             }
     }
     return 0;
@@ -886,9 +898,16 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (!p) goto oom;
     *p = (Plan){.graph = g};
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
-    const Node *x = part_input_from(block, PART_HEAD), *tail_x = part_input_from(tail, PART_BLOCK);
-    const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL, *d_x = x ? part_grad_of(block, x) : NULL;
-    if (!x || !d_tail_x || !d_tail_x->grad || !d_x || !d_x->grad) {
+    const Node *tail_x = part_input_from(tail, block_part(g, g->layers - 1));
+    const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL;
+    int depends = d_tail_x && d_tail_x->grad;
+    for (int k = 0; k < g->nkinds; k++) { // every kind's output depends on its input
+        const Part *kb = &g->parts[kind_part(k)];
+        const Node *x = part_input_from(kb, PART_HEAD);
+        const Grad *d_x = x ? part_grad_of(kb, x) : NULL;
+        depends &= d_x && d_x->grad;
+    }
+    if (!depends) {
         snprintf(err, errcap, "the loss does not depend on the block's input; nothing to stream");
         return NULL;
     }
@@ -913,7 +932,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
         for (int i = 0; i < g->params.n; i++) {
             const Param *prm = g->params.items[i];
             if (pass != (prm->in_block ? 2 : !head_reads[i])) continue;
-            int64_t *seg = prm->in_block ? &p->host_kind[0] : &p->host_global; // one block kind
+            int64_t *seg = prm->in_block ? &p->host_kind[prm->kind] : &p->host_global;
             p->param_offset[i] = *seg;
             *seg += storage_host_elems_of(shape_numel(&prm->shape));
             if (pass == 1) p->host_tail += storage_host_elems_of(shape_numel(&prm->shape));
@@ -921,9 +940,10 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (!(p->layer_base = arena_alloc(a, (size_t)(g->layers + 1) * sizeof(int64_t)))) goto oom;
     plan_lay_out_layers(p);
 
-    BlockNeeds need;
-    if (block_needs(block, g->train.compute, a, &need) != 0) goto oom;
-    Builder b = {.a = a, .p = p, .c = c, .need = &need, .serial = c->policy == POLICY_SEQUENTIAL,
+    BlockNeeds need[MT_MAX_KINDS];
+    for (int k = 0; k < g->nkinds; k++)
+        if (block_needs(&g->parts[kind_part(k)], g->train.compute, a, &need[k]) != 0) goto oom;
+    Builder b = {.a = a, .p = p, .c = c, .need = need, .serial = c->policy == POLICY_SEQUENTIAL,
                  .tiled = block->nchunks && c->remat == REMAT_LAYER && c->policy == POLICY_MT};
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
     b.ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
@@ -1059,30 +1079,24 @@ static int fits_target(const Plan *p, const Cost *c, const Target *t, char *why,
 
 // Whether a block tensor carries annotation `want` (0: any).
 static int has_annotation(const Graph *g, Annot want) {
-    const Part *block = &g->parts[PART_BLOCK];
-    for (int i = 0; i < block->nfwd; i++) {
-        const Node *n = block->nodes.items[i];
-        if (n->annot && (!want || n->annot == want)) return 1;
+    for (int k = 0; k < g->nkinds; k++) {
+        const Part *block = &g->parts[kind_part(k)];
+        for (int i = 0; i < block->nfwd; i++) {
+            const Node *n = block->nodes.items[i];
+            if (n->annot && (!want || n->annot == want)) return 1;
+        }
     }
     return 0;
 }
 
-// Whether choice c does with every annotated block tensor that the backward
-// reads what its annotation says (dsl/README.md, Annotations): keep it on
-// the device in every layer (remat none, every layer resident, or selective
-// for a matmul or attention output it restores); recompute it (layer, or
-// selective for the rest) or offload it to host memory (offload), with no
-// layer resident, so that every streamed layer but the last `slots` at the
-// turn, which the backward finds intact, drops it. The baselines model other
-// systems and take no annotations. 0 with the first contradiction in why.
-static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why, size_t cap) {
-    const Part *block = &g->parts[PART_BLOCK];
-    if (c->policy != POLICY_MT || !has_annotation(g, ANNOT_NONE)) return 1;
+// annotations_allow for block part pk (one kind's).
+static int kind_annotations_allow(Graph *g, PartKind pk, const SchedChoice *c, Arena *a, char *why, size_t cap) {
+    const Part *block = &g->parts[pk];
     BlockNeeds need;
     if (block_needs(block, g->train.compute, a, &need) != 0) return snprintf(why, cap, "out of memory"), 0;
     for (int i = 0; i < block->nfwd; i++) {
         const Node *n = block->nodes.items[i], *b = base_of(n);
-        if (!n->annot || b->part != PART_BLOCK || b->id >= block->nfwd || !need.saved[b->id]) continue;
+        if (!n->annot || b->part != pk || b->id >= block->nfwd || !need.saved[b->id]) continue;
         int kept = need.kept[b->id], all_resident = c->remat == REMAT_NONE || c->resident == g->layers, ok = 0;
         // a layer leaves the device: none resident, and more streamed than the backward finds intact
         int leaves = !c->resident && (c->slots < g->layers || (block->nchunks && c->remat == REMAT_LAYER));
@@ -1102,6 +1116,21 @@ static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why
             return 0;
         }
     }
+    return 1;
+}
+
+// Whether choice c does with every annotated block tensor that the backward
+// reads what its annotation says (dsl/README.md, Annotations): keep it on
+// the device in every layer (remat none, every layer resident, or selective
+// for a matmul or attention output it restores); recompute it (layer, or
+// selective for the rest) or offload it to host memory (offload), with no
+// layer resident, so that every streamed layer but the last `slots` at the
+// turn, which the backward finds intact, drops it. The baselines model other
+// systems and take no annotations. 0 with the first contradiction in why.
+static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why, size_t cap) {
+    if (c->policy != POLICY_MT || !has_annotation(g, ANNOT_NONE)) return 1;
+    for (int k = 0; k < g->nkinds; k++)
+        if (!kind_annotations_allow(g, (PartKind)kind_part(k), c, a, why, cap)) return 0;
     return 1;
 }
 
@@ -1279,7 +1308,7 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
         else if (in->kind == INS_RUN && in->part == PART_HEAD && back) post = 1;
         else if ((in->kind == INS_COPY_IN && in->layer == SEG_TAIL) || (!back && in->kind == INS_INPUT && cur >= 0))
             cur = L; // the tail's globals and inputs
-        else if ((in->kind == INS_COPY_IN || (in->kind == INS_RUN && in->part == PART_BLOCK)) && in->layer >= 0)
+        else if ((in->kind == INS_COPY_IN || (in->kind == INS_RUN && part_is_block(in->part))) && in->layer >= 0)
             cur = in->layer;
         int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
             copy_in = in->engine == ENG_COPY_IN && (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),

@@ -28,11 +28,11 @@ static ConfigEntry *find_config(Sema *S, const char *name) {
     return NULL;
 }
 
-// Inside a block, block parameters are those of the sublayer being lowered.
+// Inside a block, block parameters are those of the kind being lowered.
 static int find_param(Sema *S, const char *name, int in_block) {
     for (int i = 0; i < S->g->params.n; i++) {
         Param *p = S->g->params.items[i];
-        if (in_block && S->in_block && p->sublayer != S->sublayer) continue;
+        if (in_block && S->in_block && p->kind != S->kind) continue;
         if (p->in_block == in_block && !strcmp(p->name, name)) return i;
     }
     return -1;
@@ -448,7 +448,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     if (check_fresh(S, pd->name, pd->loc, "parameter") != 0) return -1;
     for (int i = 0; i < S->g->params.n; i++) {
         Param *q = S->g->params.items[i];
-        if (q->in_block == in_block && q->sublayer == (in_block ? S->sublayer : 0) && !strcmp(q->ckpt, pd->ckpt)) {
+        if (q->in_block == in_block && q->kind == (in_block ? S->kind : 0) && !strcmp(q->ckpt, pd->ckpt)) {
             diag_error(S->d, pd->ckpt_loc, "duplicate checkpoint name \"%s\" (parameter '%s', line %d)", pd->ckpt,
                        q->name, q->loc.line);
             return -1;
@@ -466,7 +466,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
     Param *p = arena_alloc(S->a, sizeof *p);
     if (!p) return -1;
     *p = (Param){.name = pd->name, .ckpt = pd->ckpt, .in_block = in_block, .loc = pd->loc,
-                 .prefix = in_block ? S->kind_prefix : NULL, .sublayer = in_block ? S->sublayer : 0,
+                 .prefix = in_block ? S->kind_prefix : NULL, .kind = in_block ? S->kind : 0,
                  .first_use = PART_COUNT, .init = INIT_NORMAL, .init_std = 0.02};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
@@ -644,7 +644,7 @@ int lower_block_call(Sema *S, const Expr *call, Val *out) {
     if (lower_tensor(S, call->items.items[0], &x) != 0) return -1;
     if (S->block_called) { // checked after the argument, which may call it too
         diag_error(S->d, call->loc, "block '%s' is called twice; forward streams it once, all %lld layers in one call",
-                   name, (long long)(S->g->layers * S->g->sublayers));
+                   name, (long long)S->g->layers);
         return -1;
     }
     if (!shape_eq(&x->shape, &S->block_input->shape) || x->dtype != DT_F32) {
@@ -655,10 +655,11 @@ int lower_block_call(Sema *S, const Expr *call, Val *out) {
         return -1;
     }
     S->g->parts[PART_HEAD].output = x;
-    S->block_input->src = x->id;
+    for (int k = 0; k < S->g->nkinds; k++) // every kind's input: layer 0's is the head's output
+        part_input_from(&S->g->parts[kind_part(k)], PART_HEAD)->src = x->id;
     S->block_called = 1;
     S->part = PART_TAIL;
-    out->node = import_node(S, S->g->parts[PART_BLOCK].output);
+    out->node = import_node(S, S->g->parts[block_part(S->g, S->g->layers - 1)].output); // the last layer's
     return out->node ? 0 : -1;
 }
 
@@ -689,7 +690,7 @@ static int lower_assign(Sema *S, const Stmt *st) {
         }
         Node *node = vals[i].node;
         if (st->annot) {
-            if (node->op == OP_INPUT || node->op == OP_PARAM || node->op == OP_CONST || node->part != PART_BLOCK) {
+            if (node->op == OP_INPUT || node->op == OP_PARAM || node->op == OP_CONST || !part_is_block(node->part)) {
                 diag_error(S->d, st->loc, "'%s' applies to tensors the block computes; '%s' is not one",
                            annot_name(st->annot), name->str);
                 return -1;
@@ -722,17 +723,17 @@ static Node *lower_stmts(Sema *S, const PtrVec *stmts, Loc end, const char *wher
     return NULL;
 }
 
-// Lowers block kind b as sublayer `sublayer` of the block part, taking
-// *x (NULL: the part's input, made here) and leaving its output in *x.
-static int lower_kind(Sema *S, const BlockDecl *b, int sublayer, Node **x) {
+// Lowers block kind b, kind `kind` of the graph, into its own block part,
+// whose input (made here) takes the model's block shape.
+static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     const char *mark = strstr(b->prefix, "{i}");
     if (!mark || strstr(mark + 1, "{i}")) {
         diag_error(S->d, b->prefix_loc, "the block's checkpoint prefix must contain {i}, the layer index, once, as \"h.{i}.\"");
         return -1;
     }
     S->in_block = 1;
-    S->part = PART_BLOCK;
-    S->sublayer = sublayer;
+    S->part = (PartKind)kind_part(kind);
+    S->kind = kind;
     S->kind_prefix = b->prefix;
     for (int i = 0; i < b->params.n; i++)
         if (lower_param(S, b->params.items[i], 1) != 0) return -1;
@@ -756,19 +757,19 @@ static int lower_kind(Sema *S, const BlockDecl *b, int sublayer, Node **x) {
             return -1;
         }
     }
-    if (!*x) {
-        S->block_input = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
-        if (!S->block_input) return -1;
-        S->block_input->src_part = PART_HEAD;
-        S->block_input->name = b->input.name;
-        *x = S->block_input;
-    } else if (!shape_eq(&(*x)->shape, &in_shape)) {
+    if (S->block_input && !shape_eq(&S->block_input->shape, &in_shape)) {
         char s1[160], s2[160];
-        diag_error(S->d, b->input.loc, "block '%s' takes %s, but the kind before it in the order returns %s", b->name,
-                   shape_str(&in_shape, s1, sizeof s1), shape_str(&(*x)->shape, s2, sizeof s2));
+        diag_error(S->d, b->input.loc, "block '%s' takes %s, but the first kind of the order takes %s; every kind "
+                   "takes and returns the model's block shape", b->name, shape_str(&in_shape, s1, sizeof s1),
+                   shape_str(&S->block_input->shape, s2, sizeof s2));
         return -1;
     }
-    if (bind_local(S, b->input.name, b->input.loc, *x) != 0) return -1;
+    Node *x = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
+    if (!x) return -1;
+    x->src_part = PART_HEAD; // the head's output for layer 0, the layer before's for the others
+    x->name = b->input.name;
+    if (!S->block_input) S->block_input = x;
+    if (bind_local(S, b->input.name, b->input.loc, x) != 0) return -1;
     const char *where = arena_printf(S->a, "block '%s'", b->name);
     Node *ret = lower_stmts(S, &b->stmts, b->loc, where);
     if (!ret) return -1;
@@ -784,27 +785,15 @@ static int lower_kind(Sema *S, const BlockDecl *b, int sublayer, Node **x) {
         Node *in[2] = {ret, zero};
         if (!zero || !(ret = new_node(S, OP_ADD, DT_F32, &in_shape, ret->loc, 2, in))) return -1;
     }
-    *x = ret;
+    S->g->parts[S->part].output = ret;
     S->in_block = 0;
     S->locals = (PtrVec){0};
     return 0;
 }
 
-// The period of kinds[0, n): the smallest p dividing n with kinds[i] ==
-// kinds[i - p] throughout.
-static int order_period(const BlockDecl **kinds, int n) {
-    for (int p = 1; p < n; p++) {
-        if (n % p) continue;
-        int i = p;
-        while (i < n && kinds[i] == kinds[i - p]) i++;
-        if (i == n) return p;
-    }
-    return n;
-}
-
 // order: "block" IDENT "[" expr "]" "=" "[" IDENT ("," IDENT)* "]" ("*" expr)?
-// The layers follow the order; the block part is one period of it
-// (Graph.sublayers kinds), streamed `layers` times.
+// The layers follow the order; each kind, numbered as it first appears in
+// it, is lowered once into its own block part.
 static int lower_order(Sema *S) {
     const OrderDecl *o = S->m->orders.items[0];
     Graph *g = S->g;
@@ -866,17 +855,32 @@ static int lower_order(Sema *S) {
         }
         if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
     }
-    int period = order_period(kinds, nlist);
+    const BlockDecl *kind_decl[MT_MAX_KINDS];
+    int *list_kind = arena_alloc(S->a, (size_t)nlist * sizeof(int)); // (nlist) the kind of each entry of the list
+    if (!list_kind) return -1;
+    g->nkinds = 0;
+    for (int i = 0; i < nlist; i++) {
+        int k = 0;
+        while (k < g->nkinds && kind_decl[k] != kinds[i]) k++;
+        if (k == g->nkinds) {
+            if (k == MT_MAX_KINDS) {
+                diag_error(S->d, ((const Expr *)list->items.items[i])->loc, "the order of layers '%s' has more than %d "
+                           "block kinds", o->name, MT_MAX_KINDS);
+                return -1;
+            }
+            kind_decl[g->nkinds++] = kinds[i];
+        }
+        list_kind[i] = k;
+    }
     g->block_name = o->name;
     g->block_prefix = kinds[0]->prefix;
-    g->sublayers = period;
-    g->layers = count / period;
+    g->layers = count;
+    if (!(g->layer_kind = arena_alloc(S->a, (size_t)count))) return -1;
+    for (int64_t l = 0; l < count; l++) g->layer_kind[l] = (uint8_t)list_kind[l % nlist];
     S->block_name = o->name;
     S->block_loc = o->loc;
-    Node *x = NULL;
-    for (int s = 0; s < period; s++)
-        if (lower_kind(S, kinds[s], s, &x) != 0) return -1;
-    g->parts[PART_BLOCK].output = x;
+    for (int k = 0; k < g->nkinds; k++)
+        if (lower_kind(S, kind_decl[k], k) != 0) return -1;
     return 0;
 }
 
@@ -905,12 +909,10 @@ static int lower_block(Sema *S) {
     S->block_loc = b->loc;
     g->block_name = b->name;
     g->block_prefix = b->prefix;
-    g->sublayers = 1;
     if (eval_int(S, b->repeat, 1, "the layer count", &g->layers) != 0) return -1;
-    Node *x = NULL;
-    if (lower_kind(S, b, 0, &x) != 0) return -1;
-    g->parts[PART_BLOCK].output = x;
-    return 0;
+    g->nkinds = 1;
+    if (!(g->layer_kind = arena_alloc(S->a, (size_t)g->layers))) return -1; // zeroed: every layer kind 0
+    return lower_kind(S, b, 0);
 }
 
 static int lower_forward(Sema *S) {
@@ -990,9 +992,6 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     for (int i = 0; i < m->params.n; i++)
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
     if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0) goto fail;
-    // One kind for now: the block part holds every kind of an order, one period of it.
-    S.g->nkinds = 1;
-    if (!(S.g->layer_kind = arena_alloc(a, (size_t)S.g->layers))) goto oom; // zeroed: every layer kind 0
     return S.g;
 oom:
 fail:

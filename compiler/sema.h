@@ -32,10 +32,10 @@ typedef struct Sema {
     PtrVec locals;        // of Local*: names bound by statements and inputs
     int in_block;         // lowering the block's statements
     const char *kind_prefix; // the checkpoint prefix of the block kind being lowered
-    int sublayer;         // which sublayer of the block part (Graph.sublayers) they are
+    int kind;             // which block kind (Graph.nkinds) they are
     const char *block_name; // what forward calls: the block, or the order of block kinds
     Loc block_loc;
-    Node *block_input;    // the block's OP_INPUT node
+    Node *block_input;    // the block's OP_INPUT node (the first kind's)
     int block_called;
     Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
 } Sema;

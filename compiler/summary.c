@@ -15,15 +15,18 @@ static int used_in(const Graph *g, PartKind part, int param) {
 
 void summary_compute(const Graph *g, Summary *s) {
     *s = (Summary){0};
+    int64_t per_kind[MT_MAX_KINDS] = {0};
     for (int i = 0; i < g->params.n; i++) {
         const Param *p = g->params.items[i];
         int64_t n = shape_numel(&p->shape);
-        if (p->in_block) s->per_layer += n;
+        if (p->in_block) per_kind[p->kind] += n;
         else if (p->first_use == PART_HEAD) s->head += n;
         else s->tail += n;
         if (!p->in_block && p->first_use == PART_HEAD && used_in(g, PART_TAIL, i)) s->tied += n;
     }
-    s->blocks = s->per_layer * g->layers;
+    for (int k = 0; k < g->nkinds; k++)
+        if (per_kind[k] > s->per_layer) s->per_layer = per_kind[k];
+    for (int64_t l = 0; l < g->layers; l++) s->blocks += per_kind[g->layer_kind[l]];
     s->total = s->head + s->blocks + s->tail;
     // the host store's bytes, as mtc's fit check and mtrun count them
     // (common/storage.h): each parameter aligned, at its bytes per parameter
@@ -52,9 +55,9 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
             (long long)t->seq, dtype_name(t->compute));
     fprintf(out, "  %-8s %20s\n", "part", "parameters");
     fprintf(out, "  %-8s %20s\n", "head", grouped(s.head, b1));
-    if (g->sublayers > 1) // an order of block kinds: a streamed layer is one period of it
-        fprintf(out, "  %-8s %20s  = %lld x %s per %lld layers (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
-                (long long)g->layers, grouped(s.per_layer, b2), (long long)g->sublayers, g->block_prefix);
+    if (g->nkinds > 1) // an order of block kinds: each layer streams by itself, its kind's size
+        fprintf(out, "  %-8s %20s  = %lld layers of %d kinds, up to %s per layer (\"%s\")\n", g->block_name,
+                grouped(s.blocks, b1), (long long)g->layers, g->nkinds, grouped(s.per_layer, b2), g->block_prefix);
     else
         fprintf(out, "  %-8s %20s  = %lld x %s per layer (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
                 (long long)g->layers, grouped(s.per_layer, b2), g->block_prefix);
@@ -102,8 +105,8 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
     json_str(out, g->block_name);
     fprintf(out, ", \"prefix\": ");
     json_str(out, g->block_prefix);
-    fprintf(out, ", \"layers\": %lld, \"sublayers\": %lld, \"params_per_layer\": %lld, \"params\": %lld}],\n",
-            (long long)g->layers, (long long)g->sublayers, (long long)s.per_layer, (long long)s.blocks);
+    fprintf(out, ", \"layers\": %lld, \"kinds\": %d, \"params_per_layer\": %lld, \"params\": %lld}],\n",
+            (long long)g->layers, g->nkinds, (long long)s.per_layer, (long long)s.blocks);
     fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param,
             (long long)s.host_bytes);
     // Checkpoint order: head globals, the layers, then tail-only globals.
@@ -113,7 +116,7 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
         for (int64_t layer = 0; layer < (pass == 1 ? g->layers : 1); layer++) {
             for (int i = 0; i < g->params.n; i++) {
                 const Param *p = g->params.items[i];
-                int want = pass == 1 ? p->in_block : !p->in_block && (p->first_use == PART_HEAD) == (pass == 0);
+                int want = pass == 1 ? param_in_layer(g, p, layer) : !p->in_block && (p->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
                 Shape es = param_element_shape(p);
                 for (int64_t e = 0; e < param_elements(p); e++) {

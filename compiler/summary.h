@@ -9,7 +9,7 @@
 #include "../common/graph.h"
 
 typedef struct Summary {
-    int64_t head, tail, per_layer, blocks, total; // parameter counts
+    int64_t head, tail, per_layer, blocks, total; // parameter counts; per_layer: the largest block kind's
     int64_t tied;          // elements of global params used by head and tail both
     int64_t bytes_per_param;
     int64_t host_bytes;

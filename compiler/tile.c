@@ -205,13 +205,14 @@ int tile_rows(Graph *g, int64_t chunks, Arena *a, Diag *d) {
                    (long long)g->train.seq);
         return -1;
     }
-    for (int pk = PART_BLOCK; pk <= PART_TAIL; pk++)
+    for (int pk = PART_BLOCK; pk < graph_nparts(g); pk++) // every block kind's part and the tail
         if (tile_part(g, (PartKind)pk, chunks, a) != 0) {
             diag_error(d, (Loc){0, 0}, "out of memory while tiling");
             return -1;
         }
-    // The tail reads the block's output by its id, which tiling changed.
-    Node *tx = part_input_from(&g->parts[PART_TAIL], PART_BLOCK);
-    if (tx) tx->src = g->parts[PART_BLOCK].output->id;
+    // The tail reads the last layer's output by its id, which tiling changed.
+    int last = block_part(g, g->layers - 1);
+    Node *tx = part_input_from(&g->parts[PART_TAIL], last);
+    if (tx) tx->src = g->parts[last].output->id;
     return 0;
 }

@@ -17,8 +17,8 @@ typedef struct Cpu {
     char *arena;                 // (arena_bytes)
     int64_t arena_bytes;
     PartState head, tail;        // their nodes at their offsets
-    PartState *frames;           // (nframes) the block's nodes at each frame's offsets
-    int32_t nframes;
+    PartState *frames;           // (nkinds, nframes) each block kind's nodes at each frame's offsets
+    int32_t nframes, nkinds;
     const Plan *plan;
     Jit *jit;                    // the plan's kernels; NULL: a plan without them runs the plain kernels
     Trace trace;                 // --trace (tracing: trace.f set), every instruction as the replay timed it
@@ -76,10 +76,11 @@ static void cpu_run(Backend *be, const Instr *in, PartKind part, int from, int t
     (void)in;
     Cpu *c = be->ctx;
     if (c->jit) { // generated kernels and library GEMMs
-        jit_run(c->jit, part, from, to, flags, c->arena, plan_offsets(c->plan, part, part == PART_BLOCK ? frame : 0));
+        jit_run(c->jit, part, from, to, flags, c->arena, plan_offsets(c->plan, part, part_is_block(part) ? frame : 0));
         return;
     }
-    PartState *ps = part == PART_BLOCK ? &c->frames[frame] : part == PART_HEAD ? &c->head : &c->tail;
+    PartState *ps = part_is_block(part) ? &c->frames[part_kind(part) * c->nframes + frame]
+                    : part == PART_HEAD ? &c->head : &c->tail;
     exec_run_flags(ps, from, to, flags);
 }
 
@@ -95,7 +96,7 @@ static void cpu_destroy(Backend *be) {
     exec_free(&c->head);
     exec_free(&c->tail);
     jit_destroy(c->jit);
-    for (int f = 0; c->frames && f < c->nframes; f++) exec_free(&c->frames[f]);
+    for (int f = 0; c->frames && f < c->nkinds * c->nframes; f++) exec_free(&c->frames[f]);
     if (c->trace.f) {
         char err[1200];
         if (trace_close(&c->trace, err, sizeof err) != 0) fprintf(stderr, "mtrun: %s\n", err);
@@ -144,7 +145,7 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     void *arena = NULL;
     // exactly the arena: a read or write past it is a fault under a sanitizer, not a quiet pass
     if (be && c && posix_memalign(&arena, 64, p->arena_bytes ? (size_t)p->arena_bytes : 1) != 0) arena = NULL;
-    if (c) c->frames = calloc((size_t)p->nframes, sizeof(PartState));
+    if (c) c->frames = calloc((size_t)p->graph->nkinds * (size_t)p->nframes, sizeof(PartState));
     if (!be || !c || !arena || !c->frames) {
         snprintf(err, errcap, "cannot allocate the %lld-byte cpu arena", (long long)p->arena_bytes);
         free(arena);
@@ -156,6 +157,7 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     c->arena = arena;
     c->arena_bytes = p->arena_bytes;
     c->nframes = p->nframes;
+    c->nkinds = p->graph->nkinds;
     c->plan = p;
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
     *be = (Backend){.name = "cpu backend", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
@@ -164,8 +166,10 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     const Graph *g = p->graph;
     int ok = exec_init_at(&c->head, &g->parts[PART_HEAD], PREC_F32, c->arena, plan_offsets(p, PART_HEAD, 0)) == 0 &&
              exec_init_at(&c->tail, &g->parts[PART_TAIL], PREC_F32, c->arena, plan_offsets(p, PART_TAIL, 0)) == 0;
-    for (int f = 0; ok && f < p->nframes; f++)
-        ok = exec_init_at(&c->frames[f], &g->parts[PART_BLOCK], PREC_F32, c->arena, plan_offsets(p, PART_BLOCK, f)) == 0;
+    for (int f = 0; ok && f < g->nkinds * p->nframes; f++) {
+        int pk = kind_part(f / p->nframes);
+        ok = exec_init_at(&c->frames[f], &g->parts[pk], PREC_F32, c->arena, plan_offsets(p, pk, f % p->nframes)) == 0;
+    }
     if (!ok) {
         snprintf(err, errcap, "out of memory");
         cpu_destroy(be);

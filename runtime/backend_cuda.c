@@ -434,7 +434,7 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
 static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
     Cuda *c = be->ctx;
     if (failed(c)) return;
-    const int64_t *offsets = plan_offsets(c->p, part, part == PART_BLOCK ? frame : 0);
+    const int64_t *offsets = plan_offsets(c->p, part, part_is_block(part) ? frame : 0);
     const KirSet *set = &c->prog.parts[part];
     int t = trace_begin(c, in);
     for (int i = 0; i < set->n && !failed(c); i++) {

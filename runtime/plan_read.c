@@ -323,7 +323,7 @@ static int read_params(Rd *r, Graph *g) {
         get_str(r, &pr->ckpt, 0, what);
         pr->in_block = get_enum(r, 2, what, "in_block");
         get_str(r, &pr->prefix, 0, what);
-        pr->sublayer = get_enum(r, (int)g->sublayers, what, "sublayer");
+        pr->kind = get_enum(r, (uint32_t)g->nkinds, what, "block kind");
         get_shape(r, &pr->shape, what);
         pr->init = (InitKind)get_enum(r, INIT_ONES + 1, what, "init");
         pr->init_std = get_f64(r);
@@ -333,8 +333,8 @@ static int read_params(Rd *r, Graph *g) {
         if (r->failed) break;
         if (pr->in_block && !strstr(pr->prefix, "{i}"))
             rd_fail(r, "parameter '%s': its checkpoint prefix \"%s\" has no {i}", pr->name, pr->prefix);
-        else if (!pr->in_block && (pr->prefix[0] || pr->sublayer))
-            rd_fail(r, "global parameter '%s' has a checkpoint prefix or a sublayer", pr->name);
+        else if (!pr->in_block && (pr->prefix[0] || pr->kind))
+            rd_fail(r, "global parameter '%s' has a checkpoint prefix or a block kind", pr->name);
         else if (pr->shape.rank < 1) rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
         need_real(r, pr->init_std, 0, INFINITY, "a parameter's init std");
     }
@@ -370,8 +370,8 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         const Param *pr = g->params.items[n->param];
         if (!shape_eq(&n->shape, &pr->shape) || n->dtype != DT_F32)
             rd_fail(r, "%s: its shape or dtype is not parameter '%s''s", where, pr->name);
-        else if (pr->in_block && !part_is_block(pk))
-            rd_fail(r, "%s: block parameter '%s' used outside the block", where, pr->name);
+        else if (pr->in_block && part_kind(pk) != pr->kind)
+            rd_fail(r, "%s: block parameter '%s' of kind %d used outside its kind's block", where, pr->name, pr->kind);
         return;
     }
     case OP_INPUT:
@@ -574,7 +574,7 @@ static int read_part(Rd *r, Graph *g, PartKind pk) {
 // The block kinds and each layer's, a byte a layer; every kind some layer's.
 static int read_layer_kinds(Rd *r, Graph *g) {
     g->nkinds = get_enum(r, MT_MAX_KINDS + 1, "the graph", "block kind count");
-    if (!r->failed && g->nkinds != 1) rd_fail(r, "%d block kinds; this mtrun streams one", g->nkinds);
+    if (!r->failed && g->nkinds < 1) rd_fail(r, "0 block kinds; a model has at least one");
     if (!need(r, (size_t)g->layers)) return -1;
     if (!(g->layer_kind = arena_alloc(r->a, (size_t)g->layers))) {
         rd_oom(r);
@@ -598,7 +598,6 @@ static int read_graph(Rd *r, Graph *g) {
     get_str(r, &g->block_name, 0, "the block name");
     get_str(r, &g->block_prefix, 0, "the block prefix");
     g->layers = get_i64(r);
-    g->sublayers = get_i64(r);
     if (r->failed) return -1;
     if (!strstr(g->block_prefix, "{i}")) {
         rd_fail(r, "the block prefix \"%s\" has no {i}", g->block_prefix);
@@ -606,11 +605,6 @@ static int read_graph(Rd *r, Graph *g) {
     }
     if (g->layers < 1 || g->layers > INT32_MAX) {
         rd_fail(r, "%lld layers; expected 1..%d", (long long)g->layers, INT32_MAX);
-        return -1;
-    }
-    if (g->sublayers < 1 || g->sublayers > INT32_MAX / g->layers) {
-        rd_fail(r, "%lld sublayers in each of %lld layers; expected 1..%lld", (long long)g->sublayers,
-                (long long)g->layers, (long long)(INT32_MAX / g->layers));
         return -1;
     }
     if (read_layer_kinds(r, g) != 0 || read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;
@@ -669,7 +663,7 @@ static int read_host(Rd *r, Plan *p) {
         p->param_offset[i] = get_i64(r);
         if (r->failed) return -1;
         const Param *pr = g->params.items[i];
-        int64_t seg = pr->in_block ? p->host_kind[0] : p->host_global; // one block kind
+        int64_t seg = pr->in_block ? p->host_kind[pr->kind] : p->host_global;
         if (!range_ok(p->param_offset[i], shape_numel(&pr->shape), seg)) {
             rd_fail(r, "parameter '%s' at floats [%lld, +%lld) lies outside its %s segment of %lld floats", pr->name,
                     (long long)p->param_offset[i], (long long)shape_numel(&pr->shape), pr->in_block ? "layer" : "global",

@@ -323,36 +323,40 @@ static void *grad_buffer(const PartState *ps, const Node *of) {
 
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward) {
     const Graph *g = p->graph;
-    const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
+    const Part *head = &g->parts[PART_HEAD], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
     PartState hs_head = {0}, hs_tail = {0}, *layers = calloc((size_t)L, sizeof(PartState));
     // (hs->n) the weights the device would see: the master, or under bf16 its copy widened
     float *w = hs->wb ? malloc((size_t)hs->n * sizeof(float) + 1) : hs->w;
     for (int64_t i = 0; hs->wb && w && i < hs->n; i++) w[i] = f32_from_bf16(hs->wb[i]);
     int ok = w && layers && exec_init(&hs_head, head, PREC_F32) == 0 && exec_init(&hs_tail, tail, PREC_F32) == 0;
-    for (int64_t l = 0; ok && l < L; l++) ok = exec_init(&layers[l], block, PREC_F32) == 0;
+    for (int64_t l = 0; ok && l < L; l++) ok = exec_init(&layers[l], &g->parts[block_part(g, l)], PREC_F32) == 0;
     float loss = NAN;
     if (ok) {
-        const Node *x = part_input_from(block, PART_HEAD), *tx = part_input_from(tail, PART_BLOCK);
+        // layer l runs its kind's block part; the tail takes the last layer's output
+        const Node *tx = part_input_from(tail, block_part(g, L - 1));
         bind_params_inputs(&hs_head, p, w, 0, inputs);
         exec_run(&hs_head, 0, head->nfwd);
         for (int64_t l = 0; l < L; l++) {
+            const Part *block = layers[l].part;
             bind_params_inputs(&layers[l], p, w, l, inputs);
-            layers[l].val[x->id] = l == 0 ? hs_head.val[head->output->id] : layers[l - 1].val[block->output->id];
+            layers[l].val[part_input_from(block, PART_HEAD)->id] =
+                l == 0 ? hs_head.val[head->output->id] : layers[l - 1].val[layers[l - 1].part->output->id];
             exec_run(&layers[l], 0, block->nfwd);
         }
         bind_params_inputs(&hs_tail, p, w, 0, inputs);
-        hs_tail.val[tx->id] = layers[L - 1].val[block->output->id];
+        hs_tail.val[tx->id] = layers[L - 1].val[layers[L - 1].part->output->id];
         exec_run(&hs_tail, 0, backward ? tail->nodes.n : tail->nfwd);
         loss = *(float *)hs_tail.val[tail->output->id];
         if (backward) {
             grads_add(&hs_tail, p, hs, 0);
             void *seed = grad_buffer(&hs_tail, tx);
             for (int64_t l = L - 1; l >= 0; l--) {
+                const Part *block = layers[l].part;
                 layers[l].val[block->grad_seed->id] = seed;
                 exec_run(&layers[l], block->nfwd, block->nodes.n);
                 grads_add(&layers[l], p, hs, l);
-                seed = grad_buffer(&layers[l], x);
+                seed = grad_buffer(&layers[l], part_input_from(block, PART_HEAD));
             }
             hs_head.val[head->grad_seed->id] = seed;
             exec_run(&hs_head, head->nfwd, head->nodes.n);

@@ -88,7 +88,7 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
 // Whether parameter i lies in segment seg (a layer's, or a global one).
 static int in_segment(const Plan *p, int i, int64_t seg) {
     const Param *prm = p->graph->params.items[i];
-    return prm->in_block ? seg >= 0 : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
+    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {

@@ -392,7 +392,7 @@ static int64_t param_count(const Graph *g) {
     int64_t n = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *pm = g->params.items[i];
-        n += shape_numel(&pm->shape) * (pm->in_block ? g->layers : 1);
+        n += shape_numel(&pm->shape) * param_copies(g, pm);
     }
     return n;
 }
@@ -563,8 +563,8 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     FILE *out = r->o->out;
     char d[1024];
     fprintf(out, "mtrun: model %s (%s), %lld parameters, %lld layers", g->model_name, p->source_path,
-            (long long)param_count(g), (long long)(g->layers * g->sublayers));
-    if (g->sublayers > 1) fprintf(out, " streamed %lld at a time (one period of the order)", (long long)g->sublayers);
+            (long long)param_count(g), (long long)g->layers);
+    if (g->nkinds > 1) fprintf(out, " of %d kinds, each streamed by itself", g->nkinds);
     fputc('\n', out);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
     fprintf(out, "  device   %s; arena %.2f MB", r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu",

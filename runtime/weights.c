@@ -14,7 +14,7 @@ static int64_t tensor_count(const Graph *g) {
     int64_t k = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        k += (prm->in_block ? g->layers : 1) * param_elements(prm);
+        k += param_copies(g, prm) * param_elements(prm);
     }
     return k;
 }
@@ -39,7 +39,7 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
         const Param *prm = g->params.items[i];
         Shape es = param_element_shape(prm); // one checkpoint tensor's
         for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++)
-            for (int64_t e = 0; e < param_elements(prm); e++) {
+            for (int64_t e = 0; e < param_elements(prm) && (!prm->in_block || param_in_layer(g, prm, l)); e++) {
                 const char *name = param_ckpt_name(&a, g, prm, l, e);
                 const StTensor *t = name ? st_find(&set, name) : NULL;
                 if (!t) {
@@ -244,7 +244,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
         for (int64_t l = 0; l < (pass == 1 ? g->layers : 1); l++)
             for (int i = 0; i < g->params.n; i++) {
                 const Param *prm = g->params.items[i];
-                int want = pass == 1 ? prm->in_block : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
+                int want = pass == 1 ? param_in_layer(g, prm, l) : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
                 Shape es = param_element_shape(prm); // one checkpoint tensor's
                 for (int64_t e = 0; e < param_elements(prm); e++) {

@@ -72,8 +72,8 @@ static int bind_part(Run *r, PartKind pk, int64_t layer, void *carried) {
             ps->val[i] = r->inputs + off;
         } else if (n->src_part == PART_HEAD) {
             int head_out = r->g->parts[PART_HEAD].output->id;
-            ps->val[i] = pk == PART_BLOCK && n->src == head_out ? carried : r->ps[PART_HEAD].val[n->src];
-        } else if (n->src_part == PART_BLOCK) {
+            ps->val[i] = part_is_block(pk) && n->src == head_out ? carried : r->ps[PART_HEAD].val[n->src];
+        } else if (part_is_block(n->src_part)) {
             ps->val[i] = carried;
         } else {
             return fail("a part input from nowhere");
@@ -116,26 +116,27 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (st_open(&r.st, argv[2], err, sizeof err) != 0) return fail(err);
-    for (int pk = 0; pk < PART_COUNT; pk++)
+    for (int pk = 0; pk < graph_nparts(g); pk++)
         if (exec_init(&r.ps[pk], &g->parts[pk], PREC_F64) != 0) return fail("out of memory");
     if (bind_part(&r, PART_HEAD, 0, NULL) != 0) return 1;
     exec_run(&r.ps[PART_HEAD], 0, g->parts[PART_HEAD].nfwd);
-    const Part *block = &g->parts[PART_BLOCK];
-    size_t bytes = (size_t)shape_numel(&block->output->shape) * sizeof(double);
+    size_t bytes = (size_t)shape_numel(&g->parts[PART_BLOCK].output->shape) * sizeof(double); // every kind's
     double *carried = malloc(bytes), aux = 0; // (the block output's shape)
     if (!carried) return fail("out of memory");
     memcpy(carried, r.ps[PART_HEAD].val[g->parts[PART_HEAD].output->id], bytes);
     for (int64_t l = 0; l < g->layers; l++) {
-        if (bind_part(&r, PART_BLOCK, l, carried) != 0) return 1;
-        exec_run(&r.ps[PART_BLOCK], 0, block->nfwd);
-        aux += joined_losses(&r.ps[PART_BLOCK]);
-        memcpy(carried, r.ps[PART_BLOCK].val[block->output->id], bytes);
+        int pk = block_part(g, l); // its kind's block
+        const Part *block = &g->parts[pk];
+        if (bind_part(&r, (PartKind)pk, l, carried) != 0) return 1;
+        exec_run(&r.ps[pk], 0, block->nfwd);
+        aux += joined_losses(&r.ps[pk]);
+        memcpy(carried, r.ps[pk].val[block->output->id], bytes);
     }
     if (bind_part(&r, PART_TAIL, 0, carried) != 0) return 1;
     exec_run(&r.ps[PART_TAIL], 0, g->parts[PART_TAIL].nfwd);
     aux += joined_losses(&r.ps[PART_HEAD]) + joined_losses(&r.ps[PART_TAIL]);
     printf("loss %.17g\naux %.17g\n", ((double *)r.ps[PART_TAIL].val[g->parts[PART_TAIL].output->id])[0], aux);
-    for (int pk = 0; pk < PART_COUNT; pk++) exec_free(&r.ps[pk]);
+    for (int pk = 0; pk < graph_nparts(g); pk++) exec_free(&r.ps[pk]);
     free(carried);
     st_close(&r.st);
     arena_free(&r.a);

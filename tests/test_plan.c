@@ -78,7 +78,7 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     p->param_offset = arena_alloc(a, ((size_t)g->params.n + 1) * sizeof(int64_t));
     for (int i = 0; i < g->params.n; i++) {
         const Param *pr = g->params.items[i];
-        int64_t *seg = pr->in_block ? &p->host_kind[0] : &p->host_global;
+        int64_t *seg = pr->in_block ? &p->host_kind[pr->kind] : &p->host_global;
         p->param_offset[i] = *seg;
         *seg += shape_numel(&pr->shape);
     }
@@ -87,9 +87,9 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     p->host_act_bytes = HAND_ACT_BYTES;
     p->nframes = HAND_FRAMES;
     int64_t slot = (p->host_global > p->host_layer ? p->host_global : p->host_layer) * 4, top = slot;
-    for (int pk = 0; pk < PART_COUNT; pk++) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];
-        int frames = pk == PART_BLOCK ? p->nframes : 1;
+        int frames = part_is_block(pk) ? p->nframes : 1;
         p->node_offset[pk] = arena_alloc(a, ((size_t)part->nodes.n * (size_t)frames + 1) * sizeof(int64_t));
         for (int f = 0; f < frames; f++)
             for (int i = 0; i < part->nodes.n; i++) {
@@ -119,12 +119,12 @@ static Plan *hand_plan(Graph *g, Arena *a) {
                      .bytes = shape_numel(&((ModelInput *)g->inputs.items[0])->shape) * 4};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_HEAD, .layer = -1, .from = 0, .to = head->nfwd};
     t[n++] = (Instr){.kind = INS_COPY_IN, .engine = ENG_COPY_IN, .layer = last,
-                     .src = p->host_global + last * p->host_layer, .dst = 0, .bytes = p->host_layer * 4};
+                     .src = plan_segment_base(p, last), .dst = 0, .bytes = plan_segment_len(p, last) * 4};
     t[n++] = (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = 0, .from = 0, .to = block->nodes.n};
     t[n++] = (Instr){.kind = INS_SAVE, .engine = ENG_COPY_OUT, .layer = -1, .src = slot, .dst = HAND_SAVE_BYTES,
                      .bytes = HAND_SAVE_BYTES};
-    t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = last, .from = 2, .to = 2, .frame = 1,
+    t[n++] = (Instr){.kind = INS_RUN, .part = block_part(g, last), .layer = last, .from = 2, .to = 2, .frame = 1,
                      .flags = RUN_SKIP_HEAVY};
     t[n++] = (Instr){.kind = INS_LOAD, .engine = ENG_COPY_IN, .layer = -1, .src = 2 * HAND_SAVE_BYTES,
                      .dst = slot + 4, .bytes = HAND_ACT_BYTES - 2 * HAND_SAVE_BYTES};
@@ -134,7 +134,7 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     t[n++] = (Instr){.kind = INS_RECORD, .layer = -1, .event = 1};
     t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_COPY_OUT, .layer = -1, .event = 1};
     t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = 0, .src = 0, .dst = p->host_global,
-                     .bytes = p->host_layer * 4};
+                     .bytes = plan_segment_len(p, 0) * 4};
     t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = -1, .src = 4, .dst = 1, .bytes = 4};
     t[n++] = (Instr){.kind = INS_RECORD, .engine = ENG_COPY_OUT, .layer = -1, .event = HAND_EVENTS - 1};
     t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_HOST, .layer = -1, .event = HAND_EVENTS - 1};
@@ -241,7 +241,7 @@ static void census(Census *c, const Plan *p) {
             if (in->kind >= 0 && in->kind < INS_COUNT) c->kind[in->kind]++;
             if (in->engine >= 0 && in->engine < ENG_COUNT) c->engine[in->engine]++;
             if (in->kind == INS_RUN && (in->flags & RUN_SKIP_HEAVY)) c->skip_heavy++;
-            if (in->kind == INS_RUN && in->part == PART_BLOCK && in->frame > 0) c->later_frame++;
+            if (in->kind == INS_RUN && part_is_block(in->part) && in->frame > 0) c->later_frame++;
         }
 }
 
@@ -288,7 +288,6 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
     SAME("block name", str_eq(x->block_name, y->block_name));
     SAME("block prefix", str_eq(x->block_prefix, y->block_prefix));
     SAME("layers", x->layers == y->layers);
-    SAME("sublayers", x->sublayers == y->sublayers);
     SAME("block kinds", x->nkinds == y->nkinds && !memcmp(x->layer_kind, y->layer_kind, (size_t)x->layers));
     const TrainConfig *a = &x->train, *b = &y->train;
     SAME("batch", a->batch == b->batch);
@@ -320,7 +319,7 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
         SAME("a param", str_eq(p->name, q->name) && str_eq(p->ckpt, q->ckpt) && p->in_block == q->in_block &&
                             shape_eq(&p->shape, &q->shape) && p->init == q->init && f64_eq(p->init_std, q->init_std) &&
                             p->init_given == q->init_given && p->first_use == q->first_use && loc_eq(p->loc, q->loc) &&
-                            p->sublayer == q->sublayer && (!p->in_block || str_eq(p->prefix, q->prefix)));
+                            p->kind == q->kind && (!p->in_block || str_eq(p->prefix, q->prefix)));
     }
     for (int pk = 0; pk < PART_COUNT; pk++) {
         const Part *p = &x->parts[pk], *q = &y->parts[pk];
@@ -743,22 +742,17 @@ static void damage_fields(Plan *p, const char *path) {
         free(a);
         free(b);
     }
-    { // the order of block kinds (format 5): sublayers, each block param's sublayer and prefix
+    { // the order of block kinds (format 9): each block param's kind and prefix
         char want[160];
-        int64_t saved = g->sublayers;
-        g->sublayers = 0;
-        snprintf(want, sizeof want, "section GRAPH: 0 sublayers in each of %lld layers", (long long)g->layers);
-        expect_written_refused("no sublayers", p, path, want);
-        g->sublayers = saved;
         int k = 0;
         while (k < g->params.n && !((Param *)g->params.items[k])->in_block) k++;
         Param *pr = g->params.items[k];
-        int sub = pr->sublayer;
-        pr->sublayer = (int)g->sublayers;
-        snprintf(want, sizeof want, "section GRAPH: parameter %d: sublayer %lld is out of range (0..%lld)", k,
-                 (long long)g->sublayers, (long long)g->sublayers - 1);
-        expect_written_refused("a sublayer out of range", p, path, want);
-        pr->sublayer = sub;
+        int kind = pr->kind;
+        pr->kind = g->nkinds;
+        snprintf(want, sizeof want, "section GRAPH: parameter %d: block kind %d is out of range (0..%d)", k, g->nkinds,
+                 g->nkinds - 1);
+        expect_written_refused("a block kind out of range", p, path, want);
+        pr->kind = kind;
         const char *prefix = pr->prefix;
         pr->prefix = "h.";
         snprintf(want, sizeof want, "section GRAPH: parameter '%s': its checkpoint prefix \"h.\" has no {i}", pr->name);
@@ -771,19 +765,21 @@ static void damage_fields(Plan *p, const char *path) {
         p->host_kind[0] = -1;
         expect_written_refused("a negative layer segment", p, path, "x -1 floats (block kind 0) is out of range");
         p->host_kind[0] = saved;
-        g->layer_kind[g->layers - 1] = 1;
-        snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind 1; there are 1", (long long)g->layers - 1);
+        int nkinds = g->nkinds, last_kind = g->layer_kind[g->layers - 1];
+        g->layer_kind[g->layers - 1] = (uint8_t)nkinds;
+        snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind %d; there are %d", (long long)g->layers - 1,
+                 nkinds, nkinds);
         expect_written_refused("a layer of a kind past nkinds", p, path, want);
-        g->layer_kind[g->layers - 1] = 0;
+        g->layer_kind[g->layers - 1] = (uint8_t)last_kind;
         g->nkinds = MT_MAX_KINDS + 1;
         char err[512] = "";
         CHECK(plan_write(p, path, err, sizeof err) == -1 && strstr(err, "internal error: 9 block kinds"),
               "writing too many block kinds: \"%s\"", err);
-        g->nkinds = 1; // the writer will not write it: patch it in where nkinds 1 and 2 differ
+        g->nkinds = nkinds; // the writer will not write it: patch it in where nkinds and nkinds + 1 differ
         unsigned char *one = written(p, path, &alen);
-        g->nkinds = 2;
+        g->nkinds = nkinds + 1;
         unsigned char *two = written(p, path, &blen);
-        g->nkinds = 1;
+        g->nkinds = nkinds;
         size_t at = differ_at(one, alen, two, blen);
         if (at) {
             st32(one + at, MT_MAX_KINDS + 1);
@@ -821,8 +817,8 @@ static void damage_fields(Plan *p, const char *path) {
     if (inp >= 0) {
         Node *n = node_at(p, PART_TAIL, inp);
         int saved_part = n->src_part, saved_src = n->src;
-        n->src_part = 3;
-        expect_written_refused("src_part 3", p, path, "section GRAPH: tail node");
+        n->src_part = graph_nparts(g);
+        expect_written_refused("src_part past the parts", p, path, "section GRAPH: tail node");
         n->src_part = PART_BLOCK;
         n->src = 100000;
         expect_written_refused("src 100000", p, path, "takes node 100000 of the block part");
@@ -982,16 +978,17 @@ static void damage_fields(Plan *p, const char *path) {
         char fault[96];
         int bf = -1; // a block RUN in a frame above 0
         for (int i = 0; i < p->ntrain && bf < 0; i++)
-            if (p->train[i].kind == INS_RUN && p->train[i].part == PART_BLOCK && p->train[i].frame > 0) bf = i;
+            if (p->train[i].kind == INS_RUN && part_is_block(p->train[i].part) && p->train[i].frame > 0) bf = i;
         int hr = find_ins(p, INS_RUN, PART_HEAD);
         CHECK(bf >= 0 && hr >= 0, "the plan has no block RUN in a later frame, or no head RUN");
         if (bf >= 0 && hr >= 0) {
             Instr saved = p->train[bf];
             p->train[bf].frame = p->nframes;
-            snprintf(fault, sizeof fault, "frame %d; the block part has %d", p->nframes, p->nframes);
+            const char *pn = part_name((PartKind)saved.part);
+            snprintf(fault, sizeof fault, "frame %d; the %s part has %d", p->nframes, pn, p->nframes);
             expect_ins_refused("a frame past nframes", p, path, "train", bf, fault);
             p->train[bf].frame = -1;
-            snprintf(fault, sizeof fault, "frame -1; the block part has %d", p->nframes);
+            snprintf(fault, sizeof fault, "frame -1; the %s part has %d", pn, p->nframes);
             expect_ins_refused("a negative frame", p, path, "train", bf, fault);
             p->train[bf] = saved;
             saved = p->train[hr];
