@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 9. For each model given: parse,
+// test_plan: the plan file format, version 10. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -551,23 +551,27 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 9");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 10");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 9");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 10");
     memcpy(buf, orig, len);
     st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 9");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 10");
     memcpy(buf, orig, len);
     st32(buf + 8, 8); // before the graph recorded each layer's block kind
     redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 9");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 10");
     memcpy(buf, orig, len);
-    st32(buf + 8, 10);
+    st32(buf + 8, 9); // before each kind had its own block part (one period of the order, sublayers)
     redo_crcs(buf);
-    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 9");
+    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 10");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 11);
+    redo_crcs(buf);
+    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 10");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -742,7 +746,7 @@ static void damage_fields(Plan *p, const char *path) {
         free(a);
         free(b);
     }
-    { // the order of block kinds (format 9): each block param's kind and prefix
+    { // the order of block kinds (format 10): each block param's kind and prefix
         char want[160];
         int k = 0;
         while (k < g->params.n && !((Param *)g->params.items[k])->in_block) k++;
@@ -832,6 +836,24 @@ static void damage_fields(Plan *p, const char *path) {
         n->param = g->params.n;
         expect_written_refused("param index out of range", p, path, "section GRAPH: block node");
         n->param = saved;
+    }
+    int prm1 = g->nkinds > 1 ? first_op(p, PART_KIND1, OP_PARAM) : -1;
+    if (prm1 >= 0) { // a kind-1 block node reading kind 0's copy of its parameter (the same name and shape)
+        Node *n = node_at(p, PART_KIND1, prm1);
+        const Param *own = g->params.items[n->param];
+        int saved = n->param, other = -1;
+        for (int i = 0; i < g->params.n && other < 0; i++) {
+            const Param *q = g->params.items[i];
+            if (q->in_block && q->kind == 0 && !strcmp(q->name, own->name)) other = i;
+        }
+        CHECK(other >= 0, "kind 0 has no parameter '%s' to swap in", own->name);
+        if (other >= 0) {
+            n->param = other;
+            char want[160];
+            snprintf(want, sizeof want, "block parameter '%s' of kind 0 used outside its kind's block", own->name);
+            expect_written_refused("another kind's parameter", p, path, want);
+            n->param = saved;
+        }
     }
     {
         Part *part = &g->parts[PART_BLOCK];
