@@ -155,6 +155,23 @@ static int adamw_threads_for(int64_t n, int64_t min_per_thread, int nthreads) {
     return nthreads < 1 ? 1 : nthreads < most ? nthreads : (int)most;
 }
 
+// Runs fn on each of nt jobs, `size` bytes apart from `jobs` on: jobs 1 to
+// nt - 1 on threads of their own, job 0 on the caller, and here too any job
+// whose thread cannot start (or every one when the thread table cannot be
+// allocated). Returns when all are done.
+static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt) {
+    pthread_t *tids = nt > 1 ? malloc((size_t)nt * sizeof *tids) : NULL; // (nt)
+    char *started = nt > 1 ? calloc((size_t)nt, 1) : NULL;               // (nt) 1 where tids[i] runs
+    for (int i = 1; i < nt && tids && started; i++)
+        started[i] = pthread_create(&tids[i], NULL, fn, (char *)jobs + (size_t)i * size) == 0;
+    fn(jobs);
+    for (int i = 1; i < nt; i++) {
+        if (started && started[i]) pthread_join(tids[i], NULL);
+        else fn((char *)jobs + (size_t)i * size);
+    }
+    free(tids), free(started);
+}
+
 void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_out, int64_t n,
                   const AdamWStep *s, int decay, int nthreads) {
     if (n <= 0) return;
@@ -173,11 +190,8 @@ void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_o
     int64_t per = (n + nt - 1) / nt;
     per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS;
 
-    AdamWJob *jobs = malloc((size_t)nt * sizeof *jobs);    // (nt)
-    pthread_t *tids = malloc((size_t)nt * sizeof *tids);   // (nt)
-    char *started = calloc((size_t)nt, sizeof *started);   // (nt) 1 where tids[i] is a running thread
-    if (!jobs || !tids || !started) {
-        free(jobs), free(tids), free(started);
+    AdamWJob *jobs = malloc((size_t)nt * sizeof *jobs); // (nt)
+    if (!jobs) {
         kernel(w, m, v, g, bf16_out, n, c);
         return;
     }
@@ -186,20 +200,10 @@ void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_o
         int64_t hi = i == nt - 1 ? n : head + (int64_t)(i + 1) * per;
         lo = lo < n ? lo : n;
         hi = hi < n ? hi : n;
-        jobs[i] = (AdamWJob){w, m, v, g, bf16_out, lo, hi, c, kernel};
+        jobs[i] = (AdamWJob){w, m, v, g, bf16_out, lo, hi > lo ? hi : lo, c, kernel};
     }
-    // Threads for ranges 1..nt-1, range 0 on the caller; a thread that
-    // cannot start has its range run here instead.
-    for (int i = 1; i < nt; i++)
-        if (jobs[i].lo < jobs[i].hi) started[i] = pthread_create(&tids[i], NULL, adamw_job_thread, &jobs[i]) == 0;
-    adamw_job_run(&jobs[0]);
-    for (int i = 1; i < nt; i++) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else if (jobs[i].lo < jobs[i].hi)
-            adamw_job_run(&jobs[i]);
-    }
-    free(jobs), free(tids), free(started);
+    run_jobs(adamw_job_thread, jobs, sizeof *jobs, nt);
+    free(jobs);
 }
 
 // ---- the squared gradient norm
@@ -252,11 +256,9 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
     int nt = adamw_threads_for(nchunks, 4, nthreads); // at least 4 chunks (1 MiB) a thread
     double *sums = nt > 1 ? malloc((size_t)nchunks * sizeof *sums) : NULL;          // (nchunks)
     NormJob *jobs = nt > 1 ? malloc((size_t)nt * sizeof *jobs) : NULL;              // (nt)
-    pthread_t *tids = nt > 1 ? malloc((size_t)nt * sizeof *tids) : NULL;            // (nt)
-    char *started = nt > 1 ? calloc((size_t)nt, sizeof *started) : NULL;            // (nt)
-    if (nt == 1 || !sums || !jobs || !tids || !started) {
+    if (nt == 1 || !sums || !jobs) {
         // Inline: the same chunk sums, added in the same order.
-        free(sums), free(jobs), free(tids), free(started);
+        free(sums), free(jobs);
         double total = 0.0;
         for (int64_t start = 0; start < n; start += ADAMW_NORM_CHUNK)
             total += adamw_chunk_sq(g + start, n - start < ADAMW_NORM_CHUNK ? n - start : ADAMW_NORM_CHUNK);
@@ -267,17 +269,10 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
         int64_t lo = (int64_t)i * per, hi = lo + per;
         jobs[i] = (NormJob){g, n, lo < nchunks ? lo : nchunks, hi < nchunks ? hi : nchunks, sums};
     }
-    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tids[i], NULL, adamw_norm_thread, &jobs[i]) == 0;
-    adamw_norm_thread(&jobs[0]);
-    for (int i = 1; i < nt; i++) {
-        if (started[i])
-            pthread_join(tids[i], NULL);
-        else
-            adamw_norm_thread(&jobs[i]);
-    }
+    run_jobs(adamw_norm_thread, jobs, sizeof *jobs, nt);
     double total = 0.0;
     for (int64_t k = 0; k < nchunks; k++) total += sums[k];
-    free(sums), free(jobs), free(tids), free(started);
+    free(sums), free(jobs);
     return total;
 }
 
@@ -310,20 +305,13 @@ void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthread
     enum { MAX_THREADS = 16 };
     int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads < MAX_THREADS ? nthreads : MAX_THREADS);
     AddJob jobs[MAX_THREADS];
-    pthread_t tids[MAX_THREADS];
-    int started[MAX_THREADS] = {0};
     int64_t per = (n + nt - 1) / nt;
     per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS; // whole cache lines of g
     for (int i = 0; i < nt; i++) {
         int64_t lo = (int64_t)i * per, hi = lo + per;
         jobs[i] = (AddJob){g, src, lo < n ? lo : n, hi < n ? hi : n, bf16};
     }
-    for (int i = 1; i < nt; i++) started[i] = pthread_create(&tids[i], NULL, grads_add_thread, &jobs[i]) == 0;
-    grads_add_thread(&jobs[0]);
-    for (int i = 1; i < nt; i++) {
-        if (started[i]) pthread_join(tids[i], NULL);
-        else grads_add_thread(&jobs[i]);
-    }
+    run_jobs(grads_add_thread, jobs, sizeof *jobs, nt);
 }
 
 // ---- the reference
