@@ -538,7 +538,11 @@ static int pick_modes(Builder *b) {
     b->rank = arena_alloc(b->a, (size_t)(n + 1) * sizeof(int64_t));
     if (!b->pick || !b->act_at || !b->rank) return -1;
     for (int64_t l = 0; l < n; l++) {
-        b->pick[l] = (unsigned char)pick_at(l, n, c->offloaded, c->host_selective, c->remat == REMAT_OFFLOAD);
+        b->pick[l] = (unsigned char)(c->probe_layer <= 0 ? pick_at(l, n, c->offloaded, c->host_selective,
+                                                                    c->remat == REMAT_OFFLOAD)
+                                     : l != c->probe_layer - 1 ? PICK_NONE
+                                     : c->offloaded          ? PICK_OFFLOAD
+                                                             : PICK_HOST_SELECTIVE);
         b->rank[l] = recomputed;
         recomputed += b->pick[l] == PICK_NONE;
         b->act_at[l] = saved;
@@ -1205,15 +1209,6 @@ static Busy busy_of(const Cost *c) {
                   .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes), .device_bytes = (double)c->device_peak_bytes};
 }
 
-// u0 + k (uk - u0) + s (us - u0), term by term.
-static Busy busy_at(const Busy *u0, const Busy *uk, const Busy *us, int64_t k, int64_t s) {
-    const double *a = (const double *)u0, *b = (const double *)uk, *c = (const double *)us;
-    Busy u;
-    double *r = (double *)&u;
-    for (size_t i = 0; i < sizeof u / sizeof(double); i++) r[i] = a[i] + (double)k * (b[i] - a[i]) + (double)s * (c[i] - a[i]);
-    return u;
-}
-
 // The host's side of a plan: its placement and work, which follow from its
 // host activation store alone (cost_place_act, cost_host_work).
 typedef struct HostSide {
@@ -1283,7 +1278,8 @@ typedef struct Chains {
     double post;               // and after the last one's (the head's backward), then the copy-out engine's
                                // and the host's (its gradients out, their norm)
     LayerTimes *unpicked;      // (L) every layer with no picks
-    LayerTimes picked[3];      // a leaving layer's by PICK_* (PICK_NONE unused)
+    const uint8_t *kind;       // (L) each layer's block kind (Graph.layer_kind)
+    LayerTimes *picked;        // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
 } Chains;
 
 // From plan p (dur: its instructions' times): each layer's times, by the
@@ -1294,7 +1290,7 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
     int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
     int back = 0, post = 0;
     for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){0};
-    *ch = (Chains){.unpicked = ch->unpicked};
+    *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked};
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double d = dur[i];
@@ -1330,7 +1326,7 @@ static double chain_floor(const Chains *ch, int64_t L, int64_t streamed, int64_t
     double prev = upd + ch->head;                                 // the head's forward done
     for (int64_t l = 0; l < L; l++) {
         int pick = l < n ? pick_at(l, n, k, s, 0) : PICK_NONE;
-        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[pick];
+        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick];
         int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
         upd += t->update;
         in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
@@ -1345,7 +1341,7 @@ static double chain_floor(const Chains *ch, int64_t L, int64_t streamed, int64_t
     E[n] = tail + ch->pre;
     for (int64_t l = n - 1; l >= 0; l--) {
         int pick = pick_at(l, n, k, s, 0);
-        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[pick];
+        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick];
         in_done = fmax(in_done, E[l + slots]) + t->back_in;
         E[l] = fmax(E[l + 1], in_done) + t->back_compute;
     }
@@ -1357,10 +1353,11 @@ static double chain_floor(const Chains *ch, int64_t L, int64_t streamed, int64_t
 // host) of picks among the n layers that leave the device, K + S from 1 to
 // n (all n offloaded is remat offload's plan), or the pair req asks for.
 //
-// An exact search, by branch and bound. Three plans (no picks, one of each
-// kind) give every pair's floor before any is built: its engines' busy
-// times, linear in K and S; its host side, from its host activation store;
-// and its backward's chain of waits. A pair that cannot fit host or device
+// An exact search, by branch and bound. Probe plans (no picks; for each
+// block kind, its last leaving layer picked of each kind of pick) give
+// every pair's floor before any is built: its engines' busy times, the
+// unpicked plan's plus what each pick adds; its host side, from its host
+// activation store; and the chains of waits through the frames. A pair that cannot fit host or device
 // memory is never built; the others are built and simulated in order of
 // their floors until the next floor is no less than the fastest fitting
 // plan found, which no pair left could beat. The result is the fastest of
@@ -1387,50 +1384,79 @@ static int try_mixed(Search *x, SchedChoice c) {
         return c.offloaded + c.host_selective > n ? 0 : try_choice(x, &c);
     }
     if (n < 1) return 0;
-    // The probes, in an arena of their own (the search's keeps the plans it offers): no picks, the
-    // last leaving layer offloaded, and it selective on the host.
-    int64_t L = x->g->layers;
+    // The probes, in an arena of their own (the search's keeps the plans it offers): no picks, then for
+    // each block kind its last leaving layer offloaded, and it selective on the host. A picked layer
+    // changes what the plan costs by what its kind and pick make it cost, wherever it lies.
+    Graph *g = x->g;
+    int64_t L = g->layers, nk = g->nkinds;
     Arena own = {0};
-    Plan *probe[3] = {0};
-    Cost pc[3];
-    Busy u[3];
-    Chains ch = {0}, one;
+    Chains ch = {.kind = g->layer_kind}, one = ch;
+    Busy u0 = {0}, *du = arena_alloc(&own, (size_t)(nk * 3) * sizeof *du);            // (nkinds * 3) by kind and pick
+    int64_t *dact = arena_alloc(&own, (size_t)(nk * 3) * sizeof *dact), act0 = 0;      // (nkinds * 3) the same
+    int64_t *last = arena_alloc(&own, (size_t)nk * sizeof *last);                       // (nkinds) -1: none leaves
+    ch.picked = arena_alloc(&own, (size_t)(nk * 3) * sizeof *ch.picked);                // (nkinds * 3)
+    ch.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *ch.unpicked);             // (L)
+    one.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *one.unpicked);           // (L) scratch
     double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
     Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
-    LayerTimes *lt = arena_alloc(&own, (size_t)(L + 1) * sizeof *lt), *lt0 = arena_alloc(&own, (size_t)(L + 1) * sizeof *lt0);
-    int rc = E && pairs && lt && lt0 ? 0 : -1, oom = rc;
-    for (int i = 0; i < 3 && rc == 0; i++) {
-        SchedChoice pick = c;
-        pick.offloaded = i == PICK_OFFLOAD, pick.host_selective = i == PICK_HOST_SELECTIVE;
-        if (!(probe[i] = schedule_build(x->g, t, &pick, &own, x->err, x->errcap))) {
+    Plan *p0 = NULL;
+    int rc = E && pairs && du && dact && last && ch.picked && ch.unpicked && one.unpicked ? 0 : -1, oom = rc;
+    for (int64_t k = 0; rc == 0 && k < nk; k++) last[k] = -1;
+    for (int64_t l = 0; rc == 0 && l < n; l++) last[g->layer_kind[l]] = l;
+    for (int64_t i = 0; rc == 0 && i < 1 + 2 * nk; i++) { // no picks; then kind (i - 1) / 2, pick 1 + (i - 1) % 2
+        int64_t kind = (i - 1) / 2, pick = 1 + (i - 1) % 2;
+        if (i > 0 && last[kind] < 0) continue;
+        SchedChoice one_pick = c;
+        one_pick.offloaded = i > 0 && pick == PICK_OFFLOAD, one_pick.host_selective = i > 0 && pick == PICK_HOST_SELECTIVE;
+        one_pick.probe_layer = i > 0 ? last[kind] + 1 : 0;
+        Plan *p = schedule_build(g, t, &one_pick, &own, x->err, x->errcap);
+        if (!p) {
             free(E), free(pairs), arena_free(&own);
             return -1;
         }
-        double *dur = arena_alloc(&own, ((size_t)probe[i]->ntrain + 1) * sizeof *dur); // (ntrain)
-        if (!dur || cost_plan_with(probe[i], t, x->kernels, &pc[i]) != 0) {
+        Cost pc;
+        double *dur = arena_alloc(&own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
+        if (!dur || cost_plan_with(p, t, x->kernels, &pc) != 0) {
             rc = oom = -1;
             break;
         }
-        cost_instr_times_with(probe[i], t, x->kernels, dur);
-        u[i] = busy_of(&pc[i]);
-        if (i == PICK_NONE) ch.unpicked = lt0, split_layers(probe[i], dur, n, &ch, lt0);
-        else one.unpicked = lt, split_layers(probe[i], dur, n, &one, lt), ch.picked[i] = lt[n - 1];
-        if (i > 0 && (n > 1 || i == PICK_HOST_SELECTIVE)) rc = try_choice(x, &pick); // all n offloaded is remat offload's
+        cost_instr_times_with(p, t, x->kernels, dur);
+        if (i == 0) {
+            p0 = p, u0 = busy_of(&pc), act0 = p->host_act_bytes;
+            split_layers(p, dur, n, &ch, ch.unpicked);
+            continue;
+        }
+        Busy b = busy_of(&pc);
+        const double *bi = (const double *)&b, *b0 = (const double *)&u0;
+        double *d = (double *)&du[kind * 3 + pick];
+        for (size_t j = 0; j < sizeof b / sizeof(double); j++) d[j] = bi[j] - b0[j];
+        dact[kind * 3 + pick] = p->host_act_bytes - act0;
+        split_layers(p, dur, n, &one, one.unpicked);
+        ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
     }
-    int64_t act0 = probe[0] ? probe[0]->host_act_bytes : 0;
-    int64_t actk = rc == 0 ? probe[1]->host_act_bytes - act0 : 0, acts = rc == 0 ? probe[2]->host_act_bytes - act0 : 0;
-    // Layers of several kinds cost differently by the kind a pick lands on, which the floors and the
-    // memory figures (one picked layer's, times K and S) do not follow yet: build every pair.
-    int kinds = x->g->nkinds > 1;
-    int every = kinds || (getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0);
+    for (int pick = PICK_OFFLOAD; rc == 0 && pick <= PICK_HOST_SELECTIVE; pick++) { // the pairs (1, 0) and (0, 1)
+        SchedChoice one_pick = c;
+        one_pick.offloaded = pick == PICK_OFFLOAD, one_pick.host_selective = pick == PICK_HOST_SELECTIVE;
+        if (n > 1 || pick == PICK_HOST_SELECTIVE) rc = try_choice(x, &one_pick); // all n offloaded is remat offload's
+    }
+    int every = getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0;
     HostSide work[PLACE_COUNT];
     for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
     size_t np = 0;
     for (int64_t k = 0; rc == 0 && k <= n; k++)
         for (int64_t s = 0; k + s <= n; s++) {
             if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
-            Busy b = busy_at(&u[0], &u[1], &u[2], k, s);
-            HostSide h = host_side(probe[0], t, act0 + k * actk + s * acts, work);
+            Busy b = u0;
+            int64_t act = act0;
+            for (int64_t l = 0; l < n; l++) { // each pick adds what its kind and pick add
+                int pick = pick_at(l, n, k, s, 0);
+                if (pick == PICK_NONE) continue;
+                const double *d = (const double *)&du[g->layer_kind[l] * 3 + pick];
+                double *bj = (double *)&b;
+                for (size_t j = 0; j < sizeof b / sizeof(double); j++) bj[j] += d[j];
+                act += dact[g->layer_kind[l] * 3 + pick];
+            }
+            HostSide h = host_side(p0, t, act, work);
             // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
             int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
                              (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
@@ -1451,7 +1477,7 @@ static int try_mixed(Search *x, SchedChoice c) {
         c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
         Tried tr;
         rc = try_choice_out(x, &c, 1, &tr);
-        if (rc == 0 && every && !kinds && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
+        if (rc == 0 && every && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
             snprintf(x->err, x->errcap, "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
                      "the host is wrong (floor %.9g s, step %.9g s; store %lld bytes)",
                      tr.cost.step_s < pairs[i].floor ? "floor" : "skip", (long long)pairs[i].k, (long long)pairs[i].s,

@@ -48,6 +48,8 @@ typedef struct SchedChoice {
     // host); the layers not picked recompute as remat says. Both 0 with a single mode.
     int64_t offloaded;
     int64_t host_selective;
+    int64_t probe_layer; // > 0: the mixed search's probe: leaving layer probe_layer - 1 alone is picked, the
+                         // kind of pick offloaded (1) or host_selective (1) says
     int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
     int64_t resident; // layers at the forward/backward turn that keep weights and activations
     int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory

@@ -8,8 +8,9 @@ only the pairs (K offloaded, S selective on the host) whose floor is below
 the fastest plan found, and none that its memory figures say cannot fit.
 With MT_SEARCH_EVERY=1 it builds every pair and fails with an internal
 error if any floor lies above the step it simulates or any skipped pair
-fits. For each case below, on real and tiny models, GPU profiles and the
-cpu, tiers, accumulation and host memory that binds:
+fits. For each case below, on real and tiny models (of one block kind and
+of several), GPU profiles and the cpu, tiers, accumulation and host memory
+that binds:
 - the search with MT_SEARCH_EVERY=1 reports no internal error;
 - `--remat mixed --explain --json`'s mixed row is the same step and the
   same fit either way, and so is `--explain`'s chosen row.
@@ -65,6 +66,11 @@ def main():
             ("examples/llama3.2-3b.mt", "h200", "--batch 32 --seq 4096"),
             ("examples/llama3-70b.mt", "h200", "--batch 4 --seq 4096 --tile 1"),
             ("examples/llama3-70b.mt", "tests/h200-no-tier.target", "--batch 2 --seq 4096 --tile 1"),
+            # several block kinds: a pick costs what its layer's kind makes it cost
+            ("examples/gemma2-9b.mt", "h200", "--batch 8 --seq 8192 --tile 1"),
+            ("examples/gemma2-9b.mt", "tests/h200-ram.target", "--batch 8 --seq 4096 --tile 1"),
+            ("tests/orders/deepseek-tiny.mt", "tests/tiny-gpu.target", "--batch 2"),
+            ("tests/orders/llama-mixed.mt", "tests/tiny-gpu.target", "--batch 1"),
         ]
         for model in tiny:
             for target in ("tests/tiny-gpu.target", "schedules/tiny-2layers.target"):
