@@ -144,6 +144,12 @@ static inline int64_t plan_segment_len(const Plan *p, int64_t seg) {
            : seg == SEG_TAIL ? p->host_tail
                              : p->host_kind[p->graph->layer_kind[seg]];
 }
+// Parameter `param`'s first element in the host store: its offset in its
+// segment, layer `layer`'s for a block parameter (ignored for a global).
+static inline int64_t plan_param_elem(const Plan *p, int param, int64_t layer) {
+    const Param *prm = p->graph->params.items[param];
+    return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
+}
 // Elements in the whole store: the globals and every layer's segment.
 static inline int64_t plan_host_elems(const Plan *p) { return p->host_global + p->layer_base[p->graph->layers]; }
 // The segment element f (below plan_host_elems) of the store lies in.

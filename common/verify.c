@@ -391,16 +391,10 @@ static Label input_value(const Plan *p, const Node *n, int64_t layer) {
     return (Label){.kind = V_NODE, .part = last, .node = b->id, .layer = g->layers - 1, .at = off};
 }
 
-static int64_t store_float(const Plan *p, const Param *prm, int param, int64_t layer) {
-    return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
-}
-
 // The value node n (a base node) must hold when its part runs for layer.
 static Label value_of(const Plan *p, const Node *n, int64_t layer) {
-    if (n->op == OP_PARAM) {
-        const Param *prm = p->graph->params.items[n->param];
-        return (Label){.kind = V_WEIGHTS, .at = store_float(p, prm, n->param, layer < 0 ? 0 : layer) * weight_bytes(p)};
-    }
+    if (n->op == OP_PARAM)
+        return (Label){.kind = V_WEIGHTS, .at = plan_param_elem(p, n->param, layer < 0 ? 0 : layer) * weight_bytes(p)};
     if (n->op == OP_INPUT) return input_value(p, n, layer);
     return (Label){.kind = V_NODE, .part = n->part, .node = n->id, .layer = layer};
 }
@@ -497,7 +491,7 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                 if (gr->of->op != OP_PARAM || !gr->grad) continue;
                 const Param *prm = g->params.items[gr->of->param];
                 if (prm->in_block != (in->layer >= 0) ||
-                    store_float(p, prm, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
+                    plan_param_elem(p, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
                     storage_bytes(g->train.compute, gr->grad) != in->bytes ||
                     (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
                     continue;

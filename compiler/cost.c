@@ -299,20 +299,22 @@ static double tier_update_s(const Plan *p, const Placement *pl) {
     return pl && pl->level > PLACE_RAM && p->graph->layers ? pl->tier_s / (double)p->graph->layers : 0;
 }
 
-static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl) {
+// zero3: is_zero3(p), looked up once a plan.
+static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl,
+                         int zero3) {
     switch ((InsKind)in->kind) {
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
     case INS_INPUT:
     case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
     case INS_COPY_OUT:
-        if (is_zero3(p)) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
+        if (zero3) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
         return (double)in->bytes / t->d2h_bandwidth;
     case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
-        double adamw = layer_elems(p, in->layer) * (is_zero3(p) ? zero3_update_bytes(compute) : update_bytes(compute)) /
+        double adamw = layer_elems(p, in->layer) * (zero3 ? zero3_update_bytes(compute) : update_bytes(compute)) /
                        t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
@@ -329,10 +331,11 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
 
 void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s) {
     *update_s = *optimizer_s = 0;
+    int zero3 = is_zero3(p);
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         if (in->kind != INS_UPDATE && in->kind != INS_NORM) continue;
-        double s = instr_time(p, in, t, NULL, pl); // (the kernels' times price RUNs only)
+        double s = instr_time(p, in, t, NULL, pl, zero3); // (the kernels' times price RUNs only)
         *optimizer_s += s;
         if (in->kind == INS_UPDATE) *update_s += s;
     }
@@ -341,7 +344,8 @@ void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double 
 void cost_instr_times_with(const Plan *p, const Target *t, const CostKernels *k, double *dur) {
     Placement pl;
     cost_place(p, t, &pl);
-    for (int i = 0; i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, k, &pl);
+    int zero3 = is_zero3(p);
+    for (int i = 0; i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, k, &pl, zero3);
 }
 
 int cost_instr_times(const Plan *p, const Target *t, double *dur) {
@@ -431,10 +435,11 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     double layer_in_bytes = 0, block_forward_s = 0;
     const KernelTimes kt = *k;
     double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
+    int zero3 = is_zero3(p);
     if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        double s = dur[i] = instr_time(p, in, t, &kt, &c->place);
+        double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3);
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;
@@ -454,7 +459,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         case INS_SAVE:
             c->copy_out_bytes += in->bytes;
             c->copy_out_s += s;
-            if (in->kind == INS_COPY_OUT && is_zero3(p)) { // the 16-bit copy back in and the fp32 copy out
+            if (in->kind == INS_COPY_OUT && zero3) { // the 16-bit copy back in and the fp32 copy out
                 c->copy_in_bytes += in->bytes;
                 c->copy_out_bytes += in->bytes * 4 / (in->flags & XFER_BF16 ? 2 : 4);
             }

@@ -491,10 +491,9 @@ static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
         const Grad *g = part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
         Instr *in = emit(b, INS_COPY_OUT, ENG_COPY_OUT);
-        int64_t at = p->param_offset[g->of->param]; // from its segment's start, or the globals'
-        in->layer = (int32_t)(part_is_block(pk) ? layer : plan_segment_of(p, at));
+        in->dst = plan_param_elem(p, g->of->param, layer);
+        in->layer = (int32_t)(part_is_block(pk) ? layer : plan_segment_of(p, in->dst));
         in->src = addr(p, g->grad, frame);
-        in->dst = (part_is_block(pk) ? plan_segment_base(p, layer) : 0) + at;
         DType compute = p->graph->train.compute;
         in->bytes = node_bytes(compute, g->grad);
         in->flags = storage_dtype(compute, g->grad) == DT_BF16 ? XFER_BF16 : 0;

@@ -301,7 +301,7 @@ static void bind_params_inputs(PartState *ps, const Plan *p, float *w, int64_t l
     ps->compute = p->graph->train.compute;
     for (int i = 0; i < part->nfwd; i++) {
         const Node *n = part->nodes.items[i];
-        if (n->op == OP_PARAM) ps->val[i] = w + store_offset(p, n->param, layer);
+        if (n->op == OP_PARAM) ps->val[i] = w + plan_param_elem(p, n->param, layer);
         if (n->op == OP_INPUT && n->src_part == SRC_MODEL_INPUT) ps->val[i] = (void *)inputs[n->src];
     }
 }
@@ -310,7 +310,7 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
     for (int i = 0; i < ps->part->grads.n; i++) {
         const Grad *g = ps->part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
-        float *dst = hs->g + store_offset(p, g->of->param, layer);
+        float *dst = hs->g + plan_param_elem(p, g->of->param, layer);
         const float *src = ps->val[g->grad->id];
         for (int64_t k = 0; k < shape_numel(&g->of->shape); k++) dst[k] += src[k];
     }

@@ -75,11 +75,6 @@ void store_free(HostStore *s) {
 
 const char *store_failed(const HostStore *s) { return s->err[0] ? s->err : NULL; }
 
-int64_t store_offset(const Plan *p, int param, int64_t layer) {
-    const Param *prm = p->graph->params.items[param];
-    return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
-}
-
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
     *count = plan_segment_len(p, layer);
     return plan_segment_base(p, layer);
@@ -120,7 +115,7 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         const Param *prm = g->params.items[i];
         if (!in_segment(p, i, layer)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
-        int64_t off = store_offset(p, i, layer);
+        int64_t off = plan_param_elem(p, i, layer);
         adamw_update(w + off - wbase, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
                      shape_numel(&prm->shape), &seg->step, decay, s->threads);
     }
@@ -209,7 +204,7 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             const Param *prm = g->params.items[i];
             if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg;
-            float *w = master + store_offset(p, i, l);
+            float *w = master + plan_param_elem(p, i, l);
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             for (int64_t k = 0; k < n; k++)
                 w[k] = prm->init == INIT_ONES ? 1.0f

@@ -60,9 +60,6 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int mast
 const char *store_failed(const HostStore *s);
 void store_free(HostStore *s);
 
-// The first float of parameter `param` of layer `layer` (ignored for globals).
-int64_t store_offset(const Plan *p, int param, int64_t layer);
-
 // The segment of `layer` (-1: the globals): its first float, its floats.
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 

@@ -55,7 +55,7 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
                              shape_text(s1, sizeof s1, t->rank, t->shape), shape_str(&es, s2, sizeof s2));
                     goto done;
                 }
-                int64_t off = store_offset(p, i, l) + e * shape_numel(&es);
+                int64_t off = plan_param_elem(p, i, l) + e * shape_numel(&es);
                 if (!hs->tier_master) {
                     st_to_f32(t, hs->w + off);
                 } else { // the master on the tier: through one tensor's buffer
@@ -182,7 +182,7 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
             // (want_r * want_c) the tensor as the model holds it: in the store,
             // or with the master on the tier a buffer put there after
             float *w = hs->tier_master ? malloc((size_t)(want_r * want_c) * sizeof(float) + 1)
-                                       : hs->w + store_offset(p, idx, l);
+                                       : hs->w + plan_param_elem(p, idx, l);
             if (!w) {
                 snprintf(err, errcap, "out of memory");
                 goto done;
@@ -193,7 +193,7 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
             else
                 memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
             if (hs->tier_master) {
-                int bad = store_put(hs, p, 0, store_offset(p, idx, l), want_r * want_c, w, err, errcap);
+                int bad = store_put(hs, p, 0, plan_param_elem(p, idx, l), want_r * want_c, w, err, errcap);
                 free(w);
                 if (bad) goto done;
             }
@@ -252,7 +252,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                     if (!(o->name = param_ckpt_name(&a, g, prm, l, e))) goto oom;
                     o->rank = es.rank;
                     for (int d = 0; d < o->rank; d++) o->shape[d] = es.dims[d];
-                    o->data = hs->w + store_offset(p, i, l) + e * shape_numel(&es);
+                    o->data = hs->w + plan_param_elem(p, i, l) + e * shape_numel(&es);
                 }
             }
     rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
