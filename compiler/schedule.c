@@ -1161,9 +1161,9 @@ typedef struct Tried {
     int64_t host_act_bytes; // its host activation store
 } Tried;
 
-// Builds and costs one choice; with offer, keeps it in *best when it beats
-// it (and shows it to req->seen). With out, says what it costs.
-static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out) {
+// Builds and costs one choice, shows it to req->seen and keeps it in *best
+// when it beats it. With out, says what it costs.
+static int try_choice_out(Search *x, const SchedChoice *c, Tried *out) {
     Graph *g = x->g;
     const Target *t = x->t;
     const SchedRequest *req = x->req;
@@ -1177,10 +1177,9 @@ static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out
     r.fits = fits_target(r.plan, &r.cost, t, r.why, sizeof r.why);
     if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
     if (out) *out = (Tried){.cost = r.cost, .fits = r.fits, .host_act_bytes = r.plan->host_act_bytes};
-    if (offer && req->seen) req->seen(req->seen_ctx, g, &r);
+    if (req->seen) req->seen(req->seen_ctx, g, &r);
     int better;
-    if (!offer) better = 0;
-    else if (!best->plan) better = 1;
+    if (!best->plan) better = 1;
     else if (r.fits != best->fits) better = r.fits;
     else if (r.fits) better = r.cost.step_s < best->cost.step_s;
     else better = schedule_overshoot(&r.cost, t) < schedule_overshoot(&best->cost, t);
@@ -1189,7 +1188,7 @@ static int try_choice_out(Search *x, const SchedChoice *c, int offer, Tried *out
     return 0;
 }
 
-static int try_choice(Search *x, const SchedChoice *c) { return try_choice_out(x, c, 1, NULL); }
+static int try_choice(Search *x, const SchedChoice *c) { return try_choice_out(x, c, NULL); }
 
 // ---------------------------------------------------------------- mixed plans
 
@@ -1475,7 +1474,7 @@ static int try_mixed(Search *x, SchedChoice c) {
         if (!every && pairs[i].floor >= beat) break;
         c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
         Tried tr;
-        rc = try_choice_out(x, &c, 1, &tr);
+        rc = try_choice_out(x, &c, &tr);
         if (rc == 0 && every && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
             snprintf(x->err, x->errcap, "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
                      "the host is wrong (floor %.9g s, step %.9g s; store %lld bytes)",
