@@ -392,8 +392,8 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     case OP_VIEW: {
         int64_t have = shape_numel(&n->in[0]->shape), want = shape_numel(&n->shape);
         if (n->offset < 0 || n->offset > have - want)
-            rd_fail(r, "%s: elements [%lld, %lld) lie outside its operand's %lld", where, (long long)n->offset,
-                    (long long)(n->offset + want), (long long)have);
+            rd_fail(r, "%s: elements [%lld, +%lld) lie outside its operand's %lld", where, (long long)n->offset,
+                    (long long)want, (long long)have);
         return;
     }
     case OP_RESHAPE:
@@ -1001,8 +1001,8 @@ static int read_table(Rd *r, Entry e[SECTIONS]) {
             return -1;
         }
         if (en->off > len || en->size > len - en->off) {
-            rd_fail(r, "section %s is truncated (it ends at byte %llu, the file at byte %zu)", name,
-                    (unsigned long long)(en->off + en->size), len);
+            rd_fail(r, "section %s is truncated (it takes bytes [%llu, +%llu), the file ends at byte %zu)", name,
+                    (unsigned long long)en->off, (unsigned long long)en->size, len);
             return -1;
         }
     }
