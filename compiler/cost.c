@@ -329,15 +329,20 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     return 0;
 }
 
-void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s) {
+void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s,
+                    double *updates) {
     *update_s = *optimizer_s = 0;
     int zero3 = is_zero3(p);
+    if (updates)
+        for (int64_t l = 0; l < p->graph->layers + 2; l++) updates[l] = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         if (in->kind != INS_UPDATE && in->kind != INS_NORM) continue;
         double s = instr_time(p, in, t, NULL, pl, zero3); // (the kernels' times price RUNs only)
         *optimizer_s += s;
-        if (in->kind == INS_UPDATE) *update_s += s;
+        if (in->kind != INS_UPDATE) continue;
+        *update_s += s;
+        if (updates) updates[in->layer >= 0 ? in->layer : p->graph->layers + (in->layer == SEG_HEAD ? 0 : 1)] += s;
     }
 }
 

@@ -99,8 +99,10 @@ void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl);
 
 // The host's work of p's step under placement pl, as cost_plan_with prices
 // it: the updates (AdamW, and the tier's reads and writes) and, with the
-// gradient norms, all of it (Cost.optimizer_s).
-void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s);
+// gradient norms, all of it (Cost.optimizer_s). With updates (layers + 2),
+// also each layer's updates, then the head's globals', then the tail's.
+void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s,
+                    double *updates);
 
 // The bounds of graph g (untiled, as sema and autodiff made it) on t.
 // Returns 0, or -1 out of memory.

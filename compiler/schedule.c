@@ -519,13 +519,22 @@ static int64_t frame_addr(const Builder *b, int f) { return b->frame0 + f * b->f
 // selectively on the host otherwise. Remat offload offloads them all.
 enum { PICK_NONE, PICK_OFFLOAD, PICK_HOST_SELECTIVE };
 
-// The pick of leaving layer l of n with k offloaded and s selective on the
-// host (remat offload: every layer offloads).
-static int pick_at(int64_t l, int64_t n, int64_t k, int64_t s, int all_offload) {
-    int64_t picks = k + s, j = l * picks / n; // the picks before l
-    if (all_offload) return PICK_OFFLOAD;
-    if ((l + 1) * picks / n == j) return PICK_NONE;
-    return (j + 1) * k / picks > j * k / picks ? PICK_OFFLOAD : PICK_HOST_SELECTIVE;
+// The picks of n leaving layers with k offloaded and s selective on the
+// host into pick (n), as above; without a division (the mixed search fills
+// one for each of its pairs): rl = l P mod n and rj = j K mod P step on.
+static void fill_picks(uint8_t *pick, int64_t n, int64_t k, int64_t s) {
+    int64_t picks = k + s, rl = 0, rj = 0;
+    for (int64_t l = 0; l < n; l++) {
+        rl += picks; // (P <= n: floor((l + 1) P / n) passes floor(l P / n) by at most 1)
+        if (rl < n) {
+            pick[l] = PICK_NONE;
+            continue;
+        }
+        rl -= n;
+        rj += k;
+        pick[l] = rj >= picks ? PICK_OFFLOAD : PICK_HOST_SELECTIVE;
+        if (rj >= picks) rj -= picks;
+    }
 }
 
 // Fills b->pick, b->act_at and b->rank for the leaving layers. -1 out of memory.
@@ -536,12 +545,12 @@ static int pick_modes(Builder *b) {
     b->act_at = arena_alloc(b->a, (size_t)(n + 1) * sizeof(int64_t));
     b->rank = arena_alloc(b->a, (size_t)(n + 1) * sizeof(int64_t));
     if (!b->pick || !b->act_at || !b->rank) return -1;
+    if (c->probe_layer > 0) { // the probe's one pick
+        memset(b->pick, PICK_NONE, (size_t)n);
+        b->pick[c->probe_layer - 1] = c->offloaded ? PICK_OFFLOAD : PICK_HOST_SELECTIVE;
+    } else if (c->remat == REMAT_OFFLOAD) fill_picks(b->pick, n, n, 0); // every layer offloads
+    else fill_picks(b->pick, n, c->offloaded, c->host_selective);
     for (int64_t l = 0; l < n; l++) {
-        b->pick[l] = (unsigned char)(c->probe_layer <= 0 ? pick_at(l, n, c->offloaded, c->host_selective,
-                                                                    c->remat == REMAT_OFFLOAD)
-                                     : l != c->probe_layer - 1 ? PICK_NONE
-                                     : c->offloaded          ? PICK_OFFLOAD
-                                                             : PICK_HOST_SELECTIVE);
         b->rank[l] = recomputed;
         recomputed += b->pick[l] == PICK_NONE;
         b->act_at[l] = saved;
@@ -1212,16 +1221,21 @@ static Busy busy_of(const Cost *c) {
 typedef struct HostSide {
     Placement place;
     double update_s, optimizer_s;
+    const double *updates; // (layers + 2) each layer's updates, the head's globals', the tail's
 } HostSide;
 
 // The work follows from the placement's level: priced once a level, in
-// work[level] (update_s < 0: not yet).
-static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide work[PLACE_COUNT]) {
+// work[level] (update_s < 0: not yet; updates in arena a). updates NULL: out of memory.
+static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide work[PLACE_COUNT], Arena *a) {
     HostSide h;
     cost_place_act(p, t, act, &h.place);
     HostSide *w = &work[h.place.level];
-    if (w->update_s < 0) cost_host_work(p, t, &h.place, &w->update_s, &w->optimizer_s);
-    h.update_s = w->update_s, h.optimizer_s = w->optimizer_s;
+    if (w->update_s < 0) {
+        double *updates = arena_alloc(a, (size_t)(p->graph->layers + 2) * sizeof *updates); // (layers + 2)
+        cost_host_work(p, t, &h.place, &w->update_s, &w->optimizer_s, updates);
+        w->updates = updates;
+    }
+    h.update_s = w->update_s, h.optimizer_s = w->optimizer_s, h.updates = w->updates;
     return h;
 }
 
@@ -1251,7 +1265,8 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 // other through the frames.
 //
 // Forward: the host updates the head's globals, then layer after layer
-// (nothing makes it wait). Layer l's weights go in once its update is done,
+// (nothing makes it wait), each update priced at the plan's placement (a
+// store that spills onto the NVMe tier updates at the tier's rate). Layer l's weights go in once its update is done,
 // the previous layer's weights are in, and the layer `slots` before it
 // (its frame's last user) has computed; it computes once they are in, the
 // layer before it has computed, and that frame's last saves are out; its
@@ -1264,14 +1279,13 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 // the layer `slots` above it is done; it computes once they are in and the
 // layer above is done.
 typedef struct LayerTimes {
-    double update;               // the host's update of its weights
     double in, compute, save;    // forward: weights in, its compute, its saves
     double back_in, back_compute; // backward: its copies in, its compute (recompute included)
 } LayerTimes;
 
 typedef struct Chains {
-    double head_update, head;  // the head's globals' update; then the head's copies in and forward
-    double tail_update, tail_in; // the tail's globals' update; then its copies in (weights and inputs)
+    double head;               // the head's copies in and forward
+    double tail_in;            // the tail's copies in (weights and inputs)
     double pre;                // the compute engine from the tail's forward to the first leaving layer's backward
     double post;               // and after the last one's (the head's backward), then the copy-out engine's
                                // and the host's (its gradients out, their norm)
@@ -1283,7 +1297,7 @@ typedef struct Chains {
 // From plan p (dur: its instructions' times): each layer's times, by the
 // layer each instruction serves (the last COPY_IN or block RUN naming one;
 // the tail's RUN and the head's backward RUN end them), into lt (L), and
-// the rest into *ch.
+// the rest into *ch; the updates are the placement's (HostSide.updates).
 static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
     int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
     int back = 0, post = 0;
@@ -1292,12 +1306,7 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double d = dur[i];
-        if (in->kind == INS_UPDATE) {
-            if (in->layer >= 0) lt[in->layer].update += d;
-            else if (in->layer == SEG_HEAD) ch->head_update += d;
-            else ch->tail_update += d;
-            continue;
-        }
+        if (in->kind == INS_UPDATE) continue;
         if (in->kind == INS_RUN && in->part == PART_TAIL && !back) back = 1, cur = L;
         else if (in->kind == INS_RUN && in->part == PART_HEAD && back) post = 1;
         else if ((in->kind == INS_COPY_IN && in->layer == SEG_TAIL) || (!back && in->kind == INS_INPUT && cur >= 0))
@@ -1316,30 +1325,30 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
     }
 }
 
-// The least step of a plan of n leaving layers picked by (k, s): the end of
-// the backward of the chains above. E, F: (L + slots + 1) scratch.
-static double chain_floor(const Chains *ch, int64_t L, int64_t streamed, int64_t n, int64_t k, int64_t s, int slots,
-                          double *E, double *F) {
-    double upd = ch->head_update, in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
+// The least step of a plan of n leaving layers picked as pick (n) says,
+// updating as updates (L + 2) says: the end of the backward of the chains
+// above. E, F: (L + slots + 1) scratch.
+static double chain_floor(const Chains *ch, const double *updates, int64_t L, int64_t streamed, int64_t n,
+                          const uint8_t *pick, int slots, double *E, double *F) {
+    double upd = updates[L], in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
     double prev = upd + ch->head;                                 // the head's forward done
     for (int64_t l = 0; l < L; l++) {
-        int pick = l < n ? pick_at(l, n, k, s, 0) : PICK_NONE;
-        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick];
+        int p = l < n ? pick[l] : PICK_NONE;
+        const LayerTimes *t = p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
         int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
-        upd += t->update;
+        upd += updates[l];
         in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
         F[l] = fmax(fmax(prev, in_done), reuse ? S[l - slots] : 0) + t->compute;
         saved = t->save > 0 ? fmax(saved, F[l]) + t->save : saved;
         S[l] = t->save > 0 ? saved : 0; // (a frame whose last user saved nothing waits for no save)
         prev = F[l];
     }
-    double tail_in = fmax(in_done, upd + ch->tail_update) + ch->tail_in, tail = fmax(prev, tail_in);
+    double tail_in = fmax(in_done, upd + updates[L + 1]) + ch->tail_in, tail = fmax(prev, tail_in);
     in_done = tail_in;
     for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail;
     E[n] = tail + ch->pre;
     for (int64_t l = n - 1; l >= 0; l--) {
-        int pick = pick_at(l, n, k, s, 0);
-        const LayerTimes *t = pick == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick];
+        const LayerTimes *t = pick[l] == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick[l]];
         in_done = fmax(in_done, E[l + slots]) + t->back_in;
         E[l] = fmax(E[l + 1], in_done) + t->back_compute;
     }
@@ -1395,10 +1404,11 @@ static int try_mixed(Search *x, SchedChoice c) {
     ch.picked = arena_alloc(&own, (size_t)(nk * 3) * sizeof *ch.picked);                // (nkinds * 3)
     ch.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *ch.unpicked);             // (L)
     one.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *one.unpicked);           // (L) scratch
+    uint8_t *picks = arena_alloc(&own, (size_t)n + 1);                                   // (n) a pair's picks
     double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
     Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
     Plan *p0 = NULL;
-    int rc = E && pairs && du && dact && last && ch.picked && ch.unpicked && one.unpicked ? 0 : -1, oom = rc;
+    int rc = E && pairs && du && dact && last && ch.picked && ch.unpicked && one.unpicked && picks ? 0 : -1, oom = rc;
     for (int64_t k = 0; rc == 0 && k < nk; k++) last[k] = -1;
     for (int64_t l = 0; rc == 0 && l < n; l++) last[g->layer_kind[l]] = l;
     for (int64_t i = 0; rc == 0 && i < 1 + 2 * nk; i++) { // no picks; then kind (i - 1) / 2, pick 1 + (i - 1) % 2
@@ -1446,22 +1456,26 @@ static int try_mixed(Search *x, SchedChoice c) {
             if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
             Busy b = u0;
             int64_t act = act0;
+            fill_picks(picks, n, k, s);
             for (int64_t l = 0; l < n; l++) { // each pick adds what its kind and pick add
-                int pick = pick_at(l, n, k, s, 0);
-                if (pick == PICK_NONE) continue;
-                const double *d = (const double *)&du[g->layer_kind[l] * 3 + pick];
+                if (picks[l] == PICK_NONE) continue;
+                const double *d = (const double *)&du[g->layer_kind[l] * 3 + picks[l]];
                 double *bj = (double *)&b;
                 for (size_t j = 0; j < sizeof b / sizeof(double); j++) bj[j] += d[j];
-                act += dact[g->layer_kind[l] * 3 + pick];
+                act += dact[g->layer_kind[l] * 3 + picks[l]];
             }
-            HostSide h = host_side(p0, t, act, work);
+            HostSide h = host_side(p0, t, act, work, &own);
+            if (!h.updates) {
+                rc = oom = -1;
+                break;
+            }
             // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
             int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
                              (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
                              b.device_bytes > t->device_memory + 1e6;
             if (cannot_fit && !every) continue;
             // the first micro-batch's chains (on one thread, a cpu's, the busy times say it all)
-            double chain = strcmp(t->arch, "cpu") != 0 ? chain_floor(&ch, L, L - c.resident, n, k, s, c.slots, E, F) : 0;
+            double chain = strcmp(t->arch, "cpu") != 0 ? chain_floor(&ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F) : 0;
             double floor = floor_step(&b, &h, t, accumulate, chain);
             pairs[np++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
         }
