@@ -1,5 +1,6 @@
 #!/usr/bin/env python3
-"""The mixed-plan search is exact: it finds what building every pair finds.
+"""The mixed-plan search is exact to its gap: it finds what building every
+pair finds, or a plan at most SEARCH_GAP (0.1%) slower.
 
 usage: check_exact_search.py MTC   (run from the project root)
 
@@ -12,8 +13,9 @@ fits. For each case below, on real and tiny models (of one block kind and
 of several), GPU profiles and the cpu, tiers, accumulation and host memory
 that binds:
 - the search with MT_SEARCH_EVERY=1 reports no internal error;
-- `--remat mixed --explain --json`'s mixed row is the same step and the
-  same fit either way, and so is `--explain`'s chosen row.
+- `--remat mixed --explain --json`'s mixed row fits or not either way, and
+  its step, like `--explain`'s chosen row's, is building every pair's or at
+  most 0.1% above it (never below: that one is the fastest).
 """
 import json
 import os
@@ -53,6 +55,11 @@ def rows(mtc, model, args, env):
     return p.returncode, mixed, chosen
 
 
+def within_gap(step, exact):
+    """step is the exact search's best (exact) or at most SEARCH_GAP above it."""
+    return exact * (1 - 1e-12) <= step <= exact * (1 + 1e-3)
+
+
 def main():
     mtc = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -88,12 +95,14 @@ def main():
                     continue
                 what = f"{os.path.basename(model)} {' '.join(args + remat)}"
                 check(got[0] == want[0], f"{what}: exit {got[0]}, with every pair built {want[0]}")
-                check([m[:2] for m in got[1]] == [m[:2] for m in want[1]],
+                check(len(got[1]) == len(want[1]) and all(g[1] == w[1] and within_gap(g[0], w[0])
+                                                          for g, w in zip(got[1], want[1])),
                       f"{what}: the mixed row {got[1]}, with every pair built {want[1]}")
-                check(got[2] == want[2], f"{what}: chosen {got[2]}, with every pair built {want[2]}")
+                check(got[2] == want[2] or (len(got[2]) == len(want[2]) == 1 and within_gap(got[2][0][0], want[2][0][0])),
+                      f"{what}: chosen {got[2]}, with every pair built {want[2]}")
                 mixes += any(("offloaded=" in m[2]) and m[1] for m in got[1]) and bool(remat)
         check(mixes >= 15, f"only {mixes} cases found a fitting mixed plan; the check needs at least 15")
-    print(f"{len(cases)} cases, {mixes} with a fitting mixed plan: the search finds what building every pair finds")
+    print(f"{len(cases)} cases, {mixes} with a fitting mixed plan: the search finds what building every pair finds, to 0.1%")
     return finish()
 
 
