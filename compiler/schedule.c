@@ -1586,8 +1586,9 @@ static int search(Search *x) {
             for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
                 for (int host = 0; host < 2; host++)
                     for (int slots = 1; slots <= MAX_SLOTS; slots++) {
-                        // two slots unless asked: the next layer's weights cross while this one computes
-                        if (!req->slots && slots != 2) continue;
+                        // two or three slots unless asked: the next layer's weights cross while this one
+                        // computes; a third lets a layer's saves finish while the next two compute
+                        if (!req->slots && slots < 2) continue;
                         if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat)
                             continue;
                         if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
