@@ -346,18 +346,12 @@ void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double 
     }
 }
 
-void cost_instr_times_with(const Plan *p, const Target *t, const CostKernels *k, double *dur) {
-    Placement pl;
-    cost_place(p, t, &pl);
-    int zero3 = is_zero3(p);
-    for (int i = 0; i < p->ntrain; i++) dur[i] = instr_time(p, &p->train[i], t, k, &pl, zero3);
-}
-
 int cost_instr_times(const Plan *p, const Target *t, double *dur) {
     CostKernels *k = cost_kernels(p->graph, t);
-    if (k) cost_instr_times_with(p, t, k, dur);
+    Cost c;
+    int rc = k ? cost_plan_with(p, t, k, &c, dur) : -1;
     cost_kernels_free(k);
-    return k ? 0 : -1;
+    return rc;
 }
 
 enum { RES_DEVICE, RES_H2D, RES_D2H, RES_HOST, RES_NONE, RES_COUNT };
@@ -426,12 +420,12 @@ void cost_kernels_free(CostKernels *k) {
 
 int cost_plan(const Plan *p, const Target *t, Cost *c) {
     CostKernels *k = cost_kernels(p->graph, t);
-    int rc = k ? cost_plan_with(p, t, k, c) : -1;
+    int rc = k ? cost_plan_with(p, t, k, c, NULL) : -1;
     cost_kernels_free(k);
     return rc;
 }
 
-int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c) {
+int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c, double *times) {
     const Graph *g = p->graph;
     DType compute = g->train.compute;
     *c = (Cost){.device_peak_bytes = plan_device_bytes(p)};
@@ -439,7 +433,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     c->host_bytes = c->place.ram_bytes;
     double layer_in_bytes = 0, block_forward_s = 0;
     const KernelTimes kt = *k;
-    double *dur = malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
+    double *dur = times ? times : malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
     int zero3 = is_zero3(p);
     if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
@@ -487,7 +481,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     // wait for what they need of it (nothing: the updates are done).
     double first = cost_simulate(p, p->train, p->ntrain, t, dur, 1, NULL, NULL);
     double rest = g->train.accumulate > 1 ? cost_simulate(p, p->train, p->ntrain, t, dur, 0, NULL, NULL) : 0;
-    free(dur);
+    if (!times) free(dur);
     // Host memory feeds the link and the optimizer alike: a micro-batch
     // takes at least all the bytes they move there at its bandwidth (the
     // optimizer's time is its bytes at that bandwidth).

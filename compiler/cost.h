@@ -66,8 +66,9 @@ int cost_plan(const Plan *p, const Target *t, Cost *c);
 typedef struct CostKernels CostKernels;
 CostKernels *cost_kernels(const Graph *g, const Target *t);
 void cost_kernels_free(CostKernels *k);
-// cost_plan with the kernels' times of p's graph on t.
-int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c);
+// cost_plan with the kernels' times of p's graph on t; with times (ntrain),
+// also each instruction's time on its resource (as cost_instr_times).
+int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c, double *times);
 
 // What no schedule of a model on a target can beat, whatever it chooses
 // (remat, slots, residency, tiling): two bounds of a step, from the untiled
@@ -111,8 +112,6 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b);
 // Each instruction of p's training stream's time on its resource into dur
 // (ntrain), as cost_plan prices it. Returns 0, or -1 out of memory.
 int cost_instr_times(const Plan *p, const Target *t, double *dur);
-// The same with the kernels' times of p's graph on t (cost_kernels).
-void cost_instr_times_with(const Plan *p, const Target *t, const CostKernels *k, double *dur);
 
 // Simulates the engines over ins[0, n): each runs its instructions in order,
 // an instruction starting when its engine is free, its WAITs' events have

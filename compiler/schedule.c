@@ -1181,7 +1181,7 @@ static int try_choice_out(Search *x, const SchedChoice *c, Tried *out) {
     ArenaMark mark = arena_mark(a); // a plan that loses gives its memory back
     r.plan = schedule_build(g, t, c, a, x->err, x->errcap);
     if (!r.plan) return -1;
-    if (cost_plan_with(r.plan, t, x->kernels, &r.cost) != 0)
+    if (cost_plan_with(r.plan, t, x->kernels, &r.cost, NULL) != 0)
         return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
     r.fits = fits_target(r.plan, &r.cost, t, r.why, sizeof r.why);
     if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
@@ -1429,11 +1429,10 @@ static int try_mixed(Search *x, SchedChoice c) {
         }
         Cost pc;
         double *dur = arena_alloc(&own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
-        if (!dur || cost_plan_with(p, t, x->kernels, &pc) != 0) {
+        if (!dur || cost_plan_with(p, t, x->kernels, &pc, dur) != 0) {
             rc = oom = -1;
             break;
         }
-        cost_instr_times_with(p, t, x->kernels, dur);
         if (i == 0) {
             p0 = p, u0 = busy_of(&pc), act0 = p->host_act_bytes;
             split_layers(p, dur, n, &ch, ch.unpicked);
