@@ -428,8 +428,14 @@ static void run(Builder *b, PartKind part, int from, int to, int64_t layer, int 
 
 static void host_op(Builder *b, InsKind kind, int64_t layer) { emit(b, kind, ENG_HOST)->layer = (int32_t)layer; }
 
-// Segment seg's weights (a layer's, or SEG_HEAD's or SEG_TAIL's in the
-// globals' region) -> arena dst; nothing for an empty global segment.
+// Where global segment seg (SEG_HEAD or SEG_TAIL) lies in the arena: the
+// globals' region holds them as the host store does.
+static int64_t globals_addr(const Builder *b, int64_t seg) {
+    return b->globals + plan_segment_base(b->p, seg) * storage_weight_bytes(b->p->graph->train.compute);
+}
+
+// Segment seg's weights (a layer's, or SEG_HEAD's or SEG_TAIL's) -> arena
+// dst; nothing for an empty global segment.
 static void copy_in_weights(Builder *b, int64_t seg, int64_t dst) {
     const Plan *p = b->p;
     DType compute = p->graph->train.compute;
@@ -438,7 +444,7 @@ static void copy_in_weights(Builder *b, int64_t seg, int64_t dst) {
     Instr *in = emit(b, INS_COPY_IN, ENG_COPY_IN);
     in->layer = (int32_t)seg;
     in->src = plan_segment_base(p, seg);
-    in->dst = seg < 0 ? b->globals + in->src * wbytes : dst;
+    in->dst = dst;
     in->bytes = plan_segment_len(p, seg) * wbytes;
     in->flags = compute == DT_BF16 ? XFER_BF16 : 0;
 }
@@ -648,7 +654,7 @@ static void forward(Builder *b, const int *ev_update, int train) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD];
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[0] : -1);
-    copy_in_weights(b, SEG_HEAD, 0);
+    copy_in_weights(b, SEG_HEAD, globals_addr(b, SEG_HEAD));
     feed_inputs(b, PART_HEAD);
     wait_for(b, ENG_COMPUTE, record(b, ENG_COPY_IN));
     run(b, PART_HEAD, 0, head->nfwd, -1, 0, 0);
@@ -687,7 +693,7 @@ static void forward(Builder *b, const int *ev_update, int train) {
     }
     // the tail's own globals, updated last, go in behind the last layer's weights
     wait_for(b, ENG_COPY_IN, ev_update ? ev_update[g->layers + 1] : -1);
-    copy_in_weights(b, SEG_TAIL, 0);
+    copy_in_weights(b, SEG_TAIL, globals_addr(b, SEG_TAIL));
     // the tail's buffers are the head's (tiled: the frames' too, once nothing reads them any more);
     // its inputs go in once the head is done with them
     for (int f = 0; b->over_frames && f < b->nframes; f++) wait_for(b, ENG_COMPUTE, b->frame_out[f]);
