@@ -604,43 +604,33 @@ static void claim_frame(Builder *b, int f, Engine e) {
     free_region(b, e, frame_addr(b, f), b->frame_bytes);
 }
 
-// Selective recomputation: the kept matmul and attention outputs of layer
-// l go to its keep area after the forward (restore 0) and come back before
-// the recompute (restore 1).
-static void keep_copies(Builder *b, int64_t l, int f, int restore) {
-    const Part *block = block_of(b->p->graph, l);
-    int64_t k = b->keep0 + recompute_rank(b, l) * b->keep_bytes;
-    for (int i = 0; i < block->nodes.n; i++)
-        if (need_of(b, l)->kept[i]) {
-            const Node *n = block->nodes.items[i];
-            int64_t nb = node_bytes(b->p->graph->train.compute, n), at = addr(b->p, n, f);
-            copy(b, restore ? k : at, restore ? at : k, nb);
-            k += align_up(nb, ARENA_ALIGN);
-        }
-}
-
-// A layer's nodes that `which` marks (BlockNeeds.saved or .kept) go to the
-// host activation store from byte h on after the forward (restore 0), and
-// come back before the backward or its recompute (restore 1). Offload moves
-// everything the backward reads, at the layer's place; a picked layer of a
-// mixed selective plan its kept matmul and attention outputs, after its
-// checkpoint.
-static void host_copies(Builder *b, int64_t l, int f, int restore, const unsigned char *which, int64_t h) {
+// A layer's nodes that `which` marks (BlockNeeds.saved or .kept) go, one
+// after another from byte `at` on, to the host activation store (host) or
+// the device's keep area after the forward (restore 0), and come back before
+// the backward or its recompute (restore 1). Selective recomputation keeps
+// the matmul and attention outputs on the device; offload moves everything
+// the backward reads to the host, at the layer's place; a picked layer of a
+// mixed selective plan its kept outputs, after its checkpoint.
+static void marked_copies(Builder *b, int64_t l, int f, int restore, const unsigned char *which, int host, int64_t at) {
     const Part *block = block_of(b->p->graph, l);
     for (int i = 0; i < block->nodes.n; i++)
         if (which[i]) {
             const Node *n = block->nodes.items[i];
-            int64_t nb = node_bytes(b->p->graph->train.compute, n);
-            if (restore) load(b, h, addr(b->p, n, f), nb);
-            else save(b, addr(b->p, n, f), h, nb);
-            h += align_up(nb, ARENA_ALIGN);
+            int64_t nb = node_bytes(b->p->graph->train.compute, n), node = addr(b->p, n, f);
+            if (!host) copy(b, restore ? at : node, restore ? node : at, nb);
+            else if (restore) load(b, at, node, nb);
+            else save(b, node, at, nb);
+            at += align_up(nb, ARENA_ALIGN);
         }
 }
+static void keep_copies(Builder *b, int64_t l, int f, int restore) {
+    marked_copies(b, l, f, restore, need_of(b, l)->kept, 0, b->keep0 + recompute_rank(b, l) * b->keep_bytes);
+}
 static void offload_copies(Builder *b, int64_t l, int f, int restore) {
-    host_copies(b, l, f, restore, need_of(b, l)->saved, act_addr(b, l));
+    marked_copies(b, l, f, restore, need_of(b, l)->saved, 1, act_addr(b, l));
 }
 static void keep_saves(Builder *b, int64_t l, int f, int restore) {
-    host_copies(b, l, f, restore, need_of(b, l)->kept, act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN));
+    marked_copies(b, l, f, restore, need_of(b, l)->kept, 1, act_addr(b, l) + align_up(b->x_bytes, ARENA_ALIGN));
 }
 
 // The forward of the head and every layer. Layer l's input comes from the
