@@ -231,6 +231,7 @@ typedef struct Graph {
     // kind_part(kind) with its own weights. Every kind is some layer's.
     int nkinds;
     uint8_t *layer_kind;
+    const char *kind_name[MT_MAX_KINDS]; // each kind's block name, as the DSL declares it (NULL in a plan's graph)
     PtrVec params;   // of Param*: globals and block params, in declaration order
     PtrVec inputs;   // of ModelInput*: forward's arguments
     TrainConfig train;

@@ -734,6 +734,7 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     S->in_block = 1;
     S->part = (PartKind)kind_part(kind);
     S->kind = kind;
+    S->g->kind_name[kind] = b->name;
     S->kind_prefix = b->prefix;
     for (int i = 0; i < b->params.n; i++)
         if (lower_param(S, b->params.items[i], 1) != 0) return -1;

@@ -15,7 +15,7 @@ static int used_in(const Graph *g, PartKind part, int param) {
 
 void summary_compute(const Graph *g, Summary *s) {
     *s = (Summary){0};
-    int64_t per_kind[MT_MAX_KINDS] = {0};
+    int64_t *per_kind = s->per_kind;
     for (int i = 0; i < g->params.n; i++) {
         const Param *p = g->params.items[i];
         int64_t n = shape_numel(&p->shape);
@@ -26,7 +26,10 @@ void summary_compute(const Graph *g, Summary *s) {
     }
     for (int k = 0; k < g->nkinds; k++)
         if (per_kind[k] > s->per_layer) s->per_layer = per_kind[k];
-    for (int64_t l = 0; l < g->layers; l++) s->blocks += per_kind[g->layer_kind[l]];
+    for (int64_t l = 0; l < g->layers; l++) {
+        s->blocks += per_kind[g->layer_kind[l]];
+        s->kind_layers[g->layer_kind[l]]++;
+    }
     s->total = s->head + s->blocks + s->tail;
     // the host store's bytes, as mtc's fit check and mtrun count them
     // (common/storage.h): each parameter aligned, at its bytes per parameter
@@ -55,10 +58,13 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
             (long long)t->seq, dtype_name(t->compute));
     fprintf(out, "  %-8s %20s\n", "part", "parameters");
     fprintf(out, "  %-8s %20s\n", "head", grouped(s.head, b1));
-    if (g->nkinds > 1) // an order of block kinds: each layer streams by itself, its kind's size
-        fprintf(out, "  %-8s %20s  = %lld layers of %d kinds, up to %s per layer (\"%s\")\n", g->block_name,
+    if (g->nkinds > 1) { // an order of block kinds: each layer streams by itself, its kind's size
+        fprintf(out, "  %-8s %20s  = %lld layers of %d kinds, up to %s per layer (\"%s\"):\n", g->block_name,
                 grouped(s.blocks, b1), (long long)g->layers, g->nkinds, grouped(s.per_layer, b2), g->block_prefix);
-    else
+        for (int k = 0; k < g->nkinds; k++)
+            fprintf(out, "  %-8s %20s  = %lld x %s per layer (%s)\n", "", grouped(s.kind_layers[k] * s.per_kind[k], b1),
+                    (long long)s.kind_layers[k], grouped(s.per_kind[k], b2), g->kind_name[k] ? g->kind_name[k] : "?");
+    } else
         fprintf(out, "  %-8s %20s  = %lld x %s per layer (\"%s\")\n", g->block_name, grouped(s.blocks, b1),
                 (long long)g->layers, grouped(s.per_layer, b2), g->block_prefix);
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
@@ -105,8 +111,15 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
     json_str(out, g->block_name);
     fprintf(out, ", \"prefix\": ");
     json_str(out, g->block_prefix);
-    fprintf(out, ", \"layers\": %lld, \"kinds\": %d, \"params_per_layer\": %lld, \"params\": %lld}],\n",
+    fprintf(out, ", \"layers\": %lld, \"kinds\": %d, \"params_per_layer\": %lld, \"params\": %lld, \"by_kind\": [",
             (long long)g->layers, g->nkinds, (long long)s.per_layer, (long long)s.blocks);
+    for (int k = 0; k < g->nkinds; k++) {
+        fprintf(out, "%s{\"name\": ", k ? ", " : "");
+        json_str(out, g->kind_name[k] ? g->kind_name[k] : "?");
+        fprintf(out, ", \"layers\": %lld, \"params_per_layer\": %lld}", (long long)s.kind_layers[k],
+                (long long)s.per_kind[k]);
+    }
+    fprintf(out, "]}],\n");
     fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param,
             (long long)s.host_bytes);
     // Checkpoint order: head globals, the layers, then tail-only globals.

@@ -10,6 +10,7 @@
 
 typedef struct Summary {
     int64_t head, tail, per_layer, blocks, total; // parameter counts; per_layer: the largest block kind's
+    int64_t per_kind[MT_MAX_KINDS], kind_layers[MT_MAX_KINDS]; // each block kind's parameters a layer, and layers
     int64_t tied;          // elements of global params used by head and tail both
     int64_t bytes_per_param;
     int64_t host_bytes;

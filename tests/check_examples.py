@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """Checks `mtc --summary --json` on every bundled example: exact parameter
 counts, checkpoint names and shapes as the original frameworks write them,
-and the host memory arithmetic; with README, that the README's table of
+each block kind's layers and parameters a layer against the checkpoint
+names, and the host memory arithmetic; with README, that the README's table of
 examples gives each one's parameter count as mtc computes it (so the
 README cannot go stale), and that its --tile row says what mtc --help says.
 
@@ -124,6 +125,22 @@ def main():
             errors.append(f"params_total {d['params_total']}, expected {total}")
         if d["params_head"] + d["blocks"][0]["params"] + d["params_tail"] != d["params_total"]:
             errors.append("parts do not add up to the total")
+        # each block kind's layers and parameters a layer (by_kind) against the
+        # checkpoint names: layer i's tensors, by the block prefix, sum to its kind's count
+        blk = d["blocks"][0]
+        kinds = blk.get("by_kind", [])
+        if sum(k["layers"] for k in kinds) != blk["layers"] or \
+                sum(k["layers"] * k["params_per_layer"] for k in kinds) != blk["params"]:
+            errors.append(f"by_kind {kinds} does not add up to {blk['layers']} layers, {blk['params']} parameters")
+        head, tail = blk["prefix"].split("{i}")
+        per_layer = {}
+        for n, shape in params.items():
+            m = re.match(re.escape(head) + r"(\d+)" + re.escape(tail), n)
+            if m:
+                per_layer[int(m.group(1))] = per_layer.get(int(m.group(1)), 0) + eval("*".join(map(str, shape)))
+        want = sorted(k["params_per_layer"] for k in kinds for _ in range(k["layers"]))
+        if sorted(per_layer.values()) != want:
+            errors.append(f"the layers' tensors sum to {sorted(set(per_layer.values()))} a layer; by_kind says {kinds}")
         if len(d["params"]) != ntensors:
             errors.append(f"{len(d['params'])} tensors, expected {ntensors}")
         for n, shape in names.items():
