@@ -78,6 +78,7 @@ typedef struct Run {
     int32_t *tokens, *targets; // (B, T) each
     FILE *log;
     double predicted_s; // the plan's predicted step time on its target (0: not given)
+    int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
     int64_t step;       // the step running, for the progress line
     double step_t0;     // when it started
     double last_note;   // when the progress line was last written
@@ -584,7 +585,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu\n",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate), (long long)t->batch,
             (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
-    if (r->predicted_s > 0) fprintf(out, "  predicted step %.4g s on the plan's target\n", r->predicted_s);
+    if (r->predicted_s > 0)
+        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
+                r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
+                                                   : ", a cpu: not compared with this GPU's steps");
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->o->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept\n",
@@ -657,6 +661,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
     r.predicted_s = predicted_step(p);
+    // a GPU target's plan (CUDA code) is predicted for an asynchronous backend, a cpu target's for the cpu
+    r.compare = !o->reference && r.be && (p->cuda_arch && p->cuda_arch[0]) == (r.be->record != NULL);
     r.passes_per_step = count_passes(p, t->accumulate);
     const char *every = getenv("MT_PROGRESS_S");
     r.note_every = every && *every ? atof(every) : 10;
@@ -699,7 +705,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         char el[32], eta[32], vs[48] = "";
         human_time(el, sizeof el, elapsed);
         human_time(eta, sizeof eta, elapsed / (double)(s - done_steps) * (double)(steps - s));
-        if (r.predicted_s > 0) snprintf(vs, sizeof vs, " (%.3gx predicted)", dt / r.predicted_s);
+        if (r.predicted_s > 0 && r.compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", dt / r.predicted_s);
         fprintf(o->out, "step %6lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
                 (long long)s, (long long)steps, loss, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
         fflush(o->out);

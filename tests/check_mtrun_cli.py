@@ -1,7 +1,9 @@
 #!/usr/bin/env python3
 """mtrun's command line and its refusals: help, version, usage errors (exit
 2), a corrupted, truncated or missing plan and missing or unusable data
-(exit 1, a message naming the problem), and a plan file left untouched.
+(exit 1, a message naming the problem), and a plan file left untouched;
+steps compared with the plan's prediction only on its target's kind of
+machine (GPU or cpu).
 
 usage: check_mtrun_cli.py MTC MTRUN
 """
@@ -52,6 +54,18 @@ def main():
         check(p.returncode == 2 and "--reference runs none" in p.stderr, "--trace with --reference: usage error", p)
         p = run(mtrun, plan, "--steps", "1", "--device", "cpu", "--trace", os.path.join(tmp, "no", "dir", "t.json"))
         check(p.returncode == 1 and "cannot write the trace" in p.stderr, "--trace into a missing directory", p)
+
+        # step times are compared with the plan's prediction only on its target's kind of machine:
+        # an h200 plan on the cpu backend says it does not compare; a cpu target's plan compares
+        p = run(mtrun, plan, "--steps", "2", "--device", "cpu", "--val-batches", "0", "--log", os.path.join(tmp, "c.jsonl"))
+        check(p.returncode == 0 and "a GPU: not compared with this cpu backend's steps" in p.stdout
+              and "x predicted" not in p.stdout, "a GPU plan's steps on the cpu: not compared with its prediction", p)
+        cpu_plan = os.path.join(tmp, "cpu.bin")
+        p = run(mtc, "examples/llama-tiny.mt", "--target", "tiny-2layers", "--batch", "1", "-o", cpu_plan)
+        check(p.returncode == 0, "mtc for a cpu target", p)
+        p = run(mtrun, cpu_plan, "--steps", "2", "--val-batches", "0", "--log", os.path.join(tmp, "d.jsonl"))
+        check(p.returncode == 0 and p.stdout.count("x predicted)") == 2 and "not compared" not in p.stdout,
+              "a cpu target's plan on the cpu: each step against its prediction", p)
 
         data = open(plan, "rb").read()
         cases = {"trunc.bin": data[: len(data) // 2], "empty.bin": b""}
