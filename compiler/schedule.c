@@ -1262,9 +1262,10 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 //
 // Forward: the host updates the head's globals, then layer after layer
 // (nothing makes it wait), each update priced at the plan's placement (a
-// store that spills onto the NVMe tier updates at the tier's rate). Layer l's weights go in once its update is done,
-// the previous layer's weights are in, and the layer `slots` before it
-// (its frame's last user) has computed; it computes once they are in, the
+// store that spills onto the NVMe tier updates at the tier's rate). Layer
+// l's weights go in once its update is done, the previous layer's weights
+// are in, and the layer `slots` before it (its frame's last user) has
+// computed; it computes once they are in, the
 // layer before it has computed, and that frame's last saves are out; its
 // own saves follow its compute, one after another. The tail's forward waits
 // for the last layer's, and for the tail's globals, which go in after every
