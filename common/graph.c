@@ -103,12 +103,11 @@ int64_t param_copies(const Graph *g, const Param *p) {
     return n;
 }
 
-char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element) {
+char *param_ckpt_name(Arena *a, const Param *p, int64_t layer, int64_t element) {
     const char *ckpt = p->ckpt, *e = strstr(ckpt, "{e}");
     if (e) ckpt = arena_printf(a, "%.*s%lld%s", (int)(e - ckpt), ckpt, (long long)element, e + 3);
     if (!ckpt || !p->in_block) return ckpt ? arena_strdup(a, ckpt) : NULL;
     const char *prefix = p->prefix, *mark = strstr(prefix, "{i}");
-    (void)g;
     return arena_printf(a, "%.*s%lld%s%s", (int)(mark - prefix), prefix, (long long)layer, mark + 3, ckpt);
 }
 
@@ -157,12 +156,10 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "model %s\n", g->model_name);
     for (int p = 0; p < graph_nparts(g); p++) {
         const Part *part = &g->parts[p];
-        if (part_is_block(p) && g->nkinds > 1) { // a kind of an order of block kinds
-            int64_t count = 0;
-            for (int64_t l = 0; l < g->layers; l++) count += block_part(g, l) == p;
-            fprintf(out, "block %s kind %d, %lld of %lld layers:\n", g->block_name, part_kind(p), (long long)count,
-                    (long long)g->layers);
-        } else if (p == PART_BLOCK)
+        if (part_is_block(p) && g->nkinds > 1) // a kind of an order of block kinds
+            fprintf(out, "block %s kind %d, %lld of %lld layers:\n", g->block_name, part_kind(p),
+                    (long long)graph_kind_layers(g, part_kind(p)), (long long)g->layers);
+        else if (p == PART_BLOCK)
             fprintf(out, "block %s x%lld \"%s\":\n", g->block_name, (long long)g->layers, g->block_prefix);
         else
             fprintf(out, "%s:\n", part_name((PartKind)p));

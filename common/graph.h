@@ -243,6 +243,12 @@ typedef struct Graph {
 static inline int graph_nparts(const Graph *g) { return PART_KIND1 + g->nkinds - 1; }
 // The block part streamed layer `layer` runs.
 static inline int block_part(const Graph *g, int64_t layer) { return kind_part(g->layer_kind[layer]); }
+// How many layers are of block kind `kind`.
+static inline int64_t graph_kind_layers(const Graph *g, int kind) {
+    int64_t n = 0;
+    for (int64_t l = 0; l < g->layers; l++) n += g->layer_kind[l] == kind;
+    return n;
+}
 
 // Appends a node to part (kind pk) with the given operands. NULL when out of memory.
 Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,
@@ -275,7 +281,7 @@ int64_t param_copies(const Graph *g, const Param *p);
 // for global parameters): its prefix with "{i}" the layer index; in an
 // array, "{e}" is `element`
 // (ignored otherwise). Allocated in a.
-char *param_ckpt_name(Arena *a, const Graph *g, const Param *p, int64_t layer, int64_t element);
+char *param_ckpt_name(Arena *a, const Param *p, int64_t layer, int64_t element);
 
 // Prints the graph, one node a line, for `mtc --dump-graph`.
 void graph_dump(FILE *out, const Graph *g, const char *path);

@@ -197,7 +197,6 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     }
 }
 
-static int64_t host_floats(const Plan *p) { return plan_host_elems(p); }
 
 
 static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
@@ -529,7 +528,7 @@ static int check_fields(V *v, int i) {
     const Instr *in = &v->ins[i];
     const Plan *p = v->p;
     const Graph *g = p->graph;
-    int64_t A = p->arena_bytes, H = host_floats(p);
+    int64_t A = p->arena_bytes, H = plan_host_elems(p);
     if (in->kind < 0 || in->kind >= INS_COUNT) return fail(v, "instruction %d: kind %d is out of range", i, in->kind);
     if (in->engine < 0 || in->engine >= ENG_COUNT)
         return fail(v, "instruction %d (%s): engine %d is out of range (0..%d)", i, INS_NAMES[in->kind], in->engine,

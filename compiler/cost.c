@@ -470,9 +470,11 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         }
     }
     // Recompute: block forward work beyond one forward a layer.
+    double kind_forward_s[MT_MAX_KINDS]; // one forward of a layer of each kind
+    for (int kd = 0; kd < g->nkinds; kd++)
+        kind_forward_s[kd] = run_time(&kt, kind_part(kd), 0, g->parts[kind_part(kd)].nfwd, 0);
     c->recompute_s = block_forward_s;
-    for (int64_t l = 0; l < g->layers; l++)
-        c->recompute_s -= run_time(&kt, block_part(g, l), 0, g->parts[block_part(g, l)].nfwd, 0);
+    for (int64_t l = 0; l < g->layers; l++) c->recompute_s -= kind_forward_s[g->layer_kind[l]];
     c->attention_kinds = kt.attn_kinds;
     if (c->recompute_s < 1e-12 * c->compute_s) c->recompute_s = 0;
     double wbytes = (double)storage_weight_bytes(compute);
@@ -507,8 +509,8 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     *b = (Bounds){0};
     for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
         const Part *part = &g->parts[pk];
-        double times = part_is_block(pk) ? 0.0 : 1.0; // a block part: once for each layer of its kind
-        for (int64_t l = 0; part_is_block(pk) && l < g->layers; l++) times += block_part(g, l) == pk;
+        // a block part: once for each layer of its kind
+        double times = part_is_block(pk) ? (double)graph_kind_layers(g, part_kind(pk)) : 1.0;
         b->compute_s += run_time(&kt, pk, 0, part->nodes.n, 0) * times;
         b->backward_s += run_time(&kt, pk, part->nfwd, part->nodes.n, 0) * times;
     }

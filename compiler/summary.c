@@ -26,9 +26,9 @@ void summary_compute(const Graph *g, Summary *s) {
     }
     for (int k = 0; k < g->nkinds; k++)
         if (per_kind[k] > s->per_layer) s->per_layer = per_kind[k];
-    for (int64_t l = 0; l < g->layers; l++) {
-        s->blocks += per_kind[g->layer_kind[l]];
-        s->kind_layers[g->layer_kind[l]]++;
+    for (int k = 0; k < g->nkinds; k++) {
+        s->kind_layers[k] = graph_kind_layers(g, k);
+        s->blocks += s->kind_layers[k] * per_kind[k];
     }
     s->total = s->head + s->blocks + s->tail;
     // the host store's bytes, as mtc's fit check and mtrun count them
@@ -133,7 +133,7 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
                 if (!want) continue;
                 Shape es = param_element_shape(p);
                 for (int64_t e = 0; e < param_elements(p); e++) {
-                    char *name = param_ckpt_name(a, g, p, layer, e);
+                    char *name = param_ckpt_name(a, p, layer, e);
                     json_param(out, name ? name : "?", &es, &first);
                 }
             }

@@ -40,7 +40,7 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
         Shape es = param_element_shape(prm); // one checkpoint tensor's
         for (int64_t l = 0; l < (prm->in_block ? g->layers : 1); l++)
             for (int64_t e = 0; e < param_elements(prm) && (!prm->in_block || param_in_layer(g, prm, l)); e++) {
-                const char *name = param_ckpt_name(&a, g, prm, l, e);
+                const char *name = param_ckpt_name(&a, prm, l, e);
                 const StTensor *t = name ? st_find(&set, name) : NULL;
                 if (!t) {
                     snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path,
@@ -109,7 +109,7 @@ static int param_by_hf(const Plan *p, const char *hf, Arena *a) {
     const char *mark = strstr(hf, "{i}");
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        char *name = param_ckpt_name(a, g, prm, 0, 0), *want;
+        char *name = param_ckpt_name(a, prm, 0, 0), *want;
         if (mark) want = arena_printf(a, "%.*s0%s", (int)(mark - hf), hf, mark + 3);
         else want = arena_strdup(a, hf);
         if (name && want && !strcmp(name, want) && prm->in_block == (mark != NULL)) return i;
@@ -249,7 +249,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                 Shape es = param_element_shape(prm); // one checkpoint tensor's
                 for (int64_t e = 0; e < param_elements(prm); e++) {
                     StOut *o = &out[k++];
-                    if (!(o->name = param_ckpt_name(&a, g, prm, l, e))) goto oom;
+                    if (!(o->name = param_ckpt_name(&a, prm, l, e))) goto oom;
                     o->rank = es.rank;
                     for (int d = 0; d < o->rank; d++) o->shape[d] = es.dims[d];
                     o->data = hs->w + plan_param_elem(p, i, l) + e * shape_numel(&es);

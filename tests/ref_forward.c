@@ -42,7 +42,7 @@ static int bind_param(Run *r, PartState *ps, const Node *n, int64_t layer) {
     float *f = malloc((size_t)each * sizeof(float));                                  // (one element's)
     if (!buf || !f) return free(f), fail("out of memory");
     for (int64_t e = 0; e < param_elements(p); e++) {
-        const char *name = param_ckpt_name(&r->a, r->g, p, layer, e);
+        const char *name = param_ckpt_name(&r->a, p, layer, e);
         const StTensor *t = name ? st_find(&r->st, name) : NULL;
         if (!t || st_numel(t) != each) {
             fprintf(stderr, "ref_forward: no tensor \"%s\" of %lld elements\n", name ? name : "?", (long long)each);
