@@ -155,21 +155,19 @@ static int adamw_threads_for(int64_t n, int64_t min_per_thread, int nthreads) {
     return nthreads < 1 ? 1 : nthreads < most ? nthreads : (int)most;
 }
 
-// Runs fn on each of nt jobs, `size` bytes apart from `jobs` on: jobs 1 to
-// nt - 1 on threads of their own, job 0 on the caller, and here too any job
-// whose thread cannot start (or every one when the thread table cannot be
-// allocated). Returns when all are done.
-static void run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt) {
+int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt) {
     pthread_t *tids = nt > 1 ? malloc((size_t)nt * sizeof *tids) : NULL; // (nt)
     char *started = nt > 1 ? calloc((size_t)nt, 1) : NULL;               // (nt) 1 where tids[i] runs
     for (int i = 1; i < nt && tids && started; i++)
         started[i] = pthread_create(&tids[i], NULL, fn, (char *)jobs + (size_t)i * size) == 0;
     fn(jobs);
+    int here = 0;
     for (int i = 1; i < nt; i++) {
         if (started && started[i]) pthread_join(tids[i], NULL);
-        else fn((char *)jobs + (size_t)i * size);
+        else fn((char *)jobs + (size_t)i * size), here++;
     }
     free(tids), free(started);
+    return here;
 }
 
 void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_out, int64_t n,

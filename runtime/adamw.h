@@ -16,6 +16,7 @@
 #ifndef MT_ADAMW_H
 #define MT_ADAMW_H
 
+#include <stddef.h>
 #include <stdint.h>
 
 typedef struct AdamWStep {
@@ -56,6 +57,12 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads);
 // nthreads. The plain loop it splits is adamw_grads_add_ref.
 void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthreads);
 void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16);
+
+// The threads the above run on (and mtrun --calibrate's copies): fn on each
+// of nt jobs, `size` bytes apart from `jobs` on; jobs 1 to nt - 1 on threads
+// of their own, job 0 on the caller, and here too any job whose thread cannot
+// start. Returns when all are done: how many jobs 1 to nt - 1 ran here.
+int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt);
 
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.

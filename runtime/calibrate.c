@@ -58,7 +58,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
-#include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -163,7 +162,6 @@ typedef struct Bench {
     size_t copy_bytes;
     unsigned char *src, *dst;    // (copy_bytes) each
     CopyJob *jobs;               // (nt)
-    pthread_t *tids;             // (nt)
     int64_t n;                   // AdamW's parameters
     float *w, *m, *v, *g;        // (n) each, fp32
     uint16_t *wb;                // (n) bf16
@@ -185,21 +183,6 @@ static void *copy_thread(void *arg) {
     return NULL;
 }
 
-// Runs jobs[0..nt) on nt threads (job 0 on the caller) and waits for them.
-// Returns 0, or -1 when a thread cannot start (the jobs that did start are
-// waited for, and the rest run on the caller).
-static int copy_run(CopyJob *jobs, pthread_t *tids, int nt) {
-    int started = 1, rc = 0;
-    for (; started < nt; started++)
-        if (pthread_create(&tids[started], NULL, copy_thread, &jobs[started])) {
-            rc = -1;
-            break;
-        }
-    copy_thread(&jobs[0]);
-    for (int i = started; i < nt; i++) copy_thread(&jobs[i]);
-    for (int i = 1; i < started; i++) pthread_join(tids[i], NULL);
-    return rc;
-}
 
 // n bytes on a huge-page boundary, with transparent huge pages asked for.
 static void *big_alloc(size_t n) {
@@ -224,7 +207,7 @@ static size_t copy_buffer_bytes(double available) {
 }
 
 static void bench_free(Bench *b) {
-    free(b->src), free(b->dst), free(b->jobs), free(b->tids);
+    free(b->src), free(b->dst), free(b->jobs);
     free(b->w), free(b->m), free(b->v), free(b->g), free(b->wb);
     free(b->x), free(b->wt), free(b->y), free(b->dx), free(b->dw);
     free(b->fma), free(b->sa), free(b->sb), free(b->sc), free(b->math);
@@ -240,7 +223,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     size_t n = b->copy_bytes;
     b->n = (int64_t)(n / 16);
     b->src = big_alloc(n), b->dst = big_alloc(n);
-    b->jobs = calloc((size_t)nt, sizeof *b->jobs), b->tids = calloc((size_t)nt, sizeof *b->tids);
+    b->jobs = calloc((size_t)nt, sizeof *b->jobs);
     b->w = aligned_alloc(64, n / 4), b->m = aligned_alloc(64, n / 4);
     b->v = aligned_alloc(64, n / 4), b->g = aligned_alloc(64, n / 4), b->wb = aligned_alloc(64, n / 8);
     b->x = malloc(T * C * 4), b->wt = malloc(C * F * 4), b->y = malloc(T * F * 4);
@@ -248,7 +231,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     b->fma = malloc((size_t)CAL_FMA_N * 4), b->math = malloc((size_t)CAL_MATH_N * 4);
     b->sa = malloc(CAL_SMALL_N * CAL_SMALL_K * 4), b->sb = malloc(CAL_SMALL_N * CAL_SMALL_K * 4);
     b->sc = malloc(CAL_SMALL_N * CAL_SMALL_N * 4);
-    if (!b->src || !b->dst || !b->jobs || !b->tids || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x ||
+    if (!b->src || !b->dst || !b->jobs || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x ||
         !b->wt || !b->y || !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc) {
         snprintf(err, errcap, "cannot allocate %.1f MB to measure this machine", (double)n * 3.1 / 1e6);
         bench_free(b);
@@ -260,7 +243,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         size_t lo = (size_t)i * per, hi = (size_t)(i + 1) * per;
         b->jobs[i] = (CopyJob){1, (lo < pages ? lo : pages) * 4096, (hi < pages ? hi : pages) * 4096, b->src, b->dst};
     }
-    if (copy_run(b->jobs, b->tids, nt)) {
+    if (run_jobs(copy_thread, b->jobs, sizeof *b->jobs, nt)) { // (each slice first touched by its own thread)
         bench_free(b);
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
@@ -281,7 +264,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
 
 static double round_copy(Bench *b) {
     double t0 = now_s();
-    copy_run(b->jobs, b->tids, b->nt); // (threads started once in bench_alloc; a failure here runs on the caller)
+    run_jobs(copy_thread, b->jobs, sizeof *b->jobs, b->nt); // (a thread that cannot start: its job runs here)
     return 2.0 * (double)b->copy_bytes / (now_s() - t0);
 }
 
