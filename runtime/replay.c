@@ -8,6 +8,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "adamw.h"
 #include "exec.h"
 #include "../common/trace.h"
 #include "../common/bf16.h"
@@ -310,9 +311,8 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
     for (int i = 0; i < ps->part->grads.n; i++) {
         const Grad *g = ps->part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
-        float *dst = hs->g + plan_param_elem(p, g->of->param, layer);
-        const float *src = ps->val[g->grad->id];
-        for (int64_t k = 0; k < shape_numel(&g->of->shape); k++) dst[k] += src[k];
+        adamw_grads_add_ref(hs->g + plan_param_elem(p, g->of->param, layer), ps->val[g->grad->id],
+                            shape_numel(&g->of->shape), 0);
     }
 }
 
