@@ -1070,6 +1070,11 @@ Plan *plan_parse(const void *data, size_t len, const char *name, Arena *a, char 
         case SEC_ARENA: rc = read_arena(&r, p); break;
         case SEC_STREAMS:
             if (get_str(&r, &p->schedule, 0, "the schedule's name") != 0) break;
+            p->ranks = get_i32(&r);
+            if (!r.failed && p->ranks < 1) {
+                rd_fail(&r, "%d ranks; at least 1", p->ranks);
+                break;
+            }
             p->nevents = get_i32(&r);
             if (!r.failed && (p->nevents < 0 || (size_t)p->nevents > r.len)) {
                 rd_fail(&r, "%d events", p->nevents);
