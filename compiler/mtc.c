@@ -63,6 +63,9 @@ static const char USAGE[] =
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
     "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
+    "  --ranks N        a plan for one rank of a data-parallel run of N processes (mpirun -np N mtrun\n"
+    "                   PLAN): each trains on its own --batch rows of every global batch of N x batch\n"
+    "                   rows, the gradients summed over the ranks (default 1: one process)\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -468,7 +471,7 @@ fail:
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
            OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS,
-           OPT_SELECTIVE_LAYERS };
+           OPT_SELECTIVE_LAYERS, OPT_RANKS };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -483,13 +486,14 @@ int main(int argc, char **argv) {
         {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
         {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
         {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
+        {"ranks", required_argument, 0, OPT_RANKS},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
     int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0,
         want_explore = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
-    int64_t count;
+    int64_t count, ranks = 1;
     SemaOptions opt = {0};
     opterr = 0;
     int c;
@@ -543,6 +547,10 @@ int main(int argc, char **argv) {
             if (strcmp(optarg, "0") == 0) count = 0;
             else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
             req.resident = count;
+            break;
+        case OPT_RANKS:
+            if (parse_count(optarg, &ranks) || ranks > INT32_MAX)
+                return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
             break;
         case OPT_SEQ:
             if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
@@ -649,7 +657,7 @@ int main(int argc, char **argv) {
             } else if (!(best.plan->schedule = schedule_words(&arena, best.plan->schedule, tgt.name, &best.cost))) {
                 fprintf(stderr, "mtc: error: out of memory\n");
                 rc = 1;
-            } else if (write_plan(best.plan, &src, out_path) != 0) {
+            } else if ((best.plan->ranks = (int32_t)ranks), write_plan(best.plan, &src, out_path) != 0) {
                 rc = 1;
             }
         }

@@ -166,12 +166,25 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
     if (d->nval > d->ntokens) d->nval = d->ntokens;
     d->ntrain = d->ntokens - d->nval;
     d->train_pos = 0;
+    d->rank = 0, d->ranks = 1;
     return 0;
+}
+
+// The rows every rank's batches of B rows make together: ranks*B.
+static int64_t global_rows(const DataSet *d, int64_t B) {
+    int64_t n = d->ranks > 1 ? d->ranks : 1;
+    return B > 0 && B <= INT64_MAX / n ? B * n : -1;
+}
+
+// This rank's rows of the global batch from token pos: rows [rank*B, rank*B + B).
+static int64_t rank_pos(const DataSet *d, int64_t pos, int64_t B, int64_t T) {
+    return pos + (d->ranks > 1 ? (int64_t)d->rank * B * T : 0);
 }
 
 int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t errcap) {
     const char *path = d->path ? d->path : "(no data)";
-    int64_t span = batch_span(B, T);
+    int64_t span = batch_span(global_rows(d, B), T);
+    if (span >= 0 && d->ranks > 1) B *= d->ranks; // the messages give the global batch
     if (span < 0)
         return io_fail(err, errcap, path,
                     "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
@@ -208,19 +221,19 @@ static void fill_zeros(int64_t B, int64_t T, int32_t *tokens, int32_t *targets) 
 }
 
 void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
-    int64_t span = batch_span(B, T);
+    int64_t span = batch_span(global_rows(d, B), T);
     if (span < 0 || d->ntrain < span + 1) { // data_check_batch would have said so
         fill_zeros(B, T, tokens, targets);
         return;
     }
     if (d->train_pos < 0 || d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
-    fill(d, d->train_pos, B, T, tokens, targets);
+    fill(d, rank_pos(d, d->train_pos, B, T), B, T, tokens, targets);
     d->train_pos += span;
     if (d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
 }
 
 int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T) {
-    int64_t span = batch_span(B, T);
+    int64_t span = batch_span(global_rows(d, B), T);
     if (span < 0 || d->nval < span + 1) return 0;
     return (d->nval - 1) / span; // batch k reads [k*span, k*span + span] within the split
 }
@@ -233,7 +246,7 @@ void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *
     }
     int64_t k = i % n;
     if (k < 0) k += n;
-    fill(d, d->ntrain + k * B * T, B, T, tokens, targets);
+    fill(d, rank_pos(d, d->ntrain + k * global_rows(d, B) * T, B, T), B, T, tokens, targets);
 }
 
 void data_close(DataSet *d) {

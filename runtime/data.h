@@ -21,7 +21,8 @@
 //
 // The last val_fraction of the tokens is the validation split, the rest the
 // training split; val_fraction 1 makes the whole file validation data (a
-// separate --val-data file). A batch is B rows of T+1 consecutive tokens, each row
+// separate --val-data file). In a data-parallel run (rank, ranks below) the
+// batch is each rank's slice of a global batch of ranks*B rows. A batch is B rows of T+1 consecutive tokens, each row
 // starting T tokens after the one before (so rows overlap by one token):
 // tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1],
 // which reads B*T+1 tokens from pos.
@@ -66,6 +67,12 @@ typedef struct DataSet {
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
     int64_t train_pos;   // next training token offset within the training split (checkpointed by the caller)
+    // A data-parallel run's part (runtime/dist.h): each batch of B rows the
+    // functions below cut is this rank's rows [rank*B, rank*B + B) of a
+    // global batch of ranks*B rows, cut as one process would cut it, so the
+    // ranks together see the tokens one process sees at batch ranks*B.
+    // data_open sets rank 0 of 1; the caller sets them before data_check_batch.
+    int rank, ranks;
 } DataSet;
 
 // Opens path (and its mask, when there is one); vocab is the model's

@@ -12,6 +12,7 @@
 #include "blas_core.h"
 #include "calibrate.h"
 #include "device.h"
+#include "dist.h"
 #include "../common/verify.h"
 #include "plan_read.h"
 #include "train.h"
@@ -247,6 +248,17 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (optind == argc) return usage_error("%s", "no plan given");
+    Dist dist; // the ranks, where mpirun started this process; rank 0 of 1 otherwise
+    char derr[256];
+    if (dist_open(&dist, &argc, &argv, derr, sizeof derr) != 0) {
+        fprintf(stderr, "mtrun: error: %s\n", derr);
+        return 1;
+    }
+    if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, checkpoints, --export, --trace
+        if (!freopen("/dev/null", "w", stdout)) return 1;
+        o.log_path = "", o.save_dir = o.export_path = o.trace = NULL;
+    }
+    if (dist.mpi) o.dist = &dist;
     if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which
         char why[512];
         int gpus = device_cuda_open(&o.cuda_create, why, sizeof why);
@@ -266,8 +278,15 @@ int main(int argc, char **argv) {
     Plan *p = plan_read(path, &arena, err, sizeof err);
     if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
     if (p) o.test_hold_ins = drop_wait_for_tests(p);
+    if (p && dist_check_plan(&dist, p, err, sizeof err) != 0) { // the same on every rank: rank 0 says it
+        if (dist.rank == 0) fprintf(stderr, "mtrun: error: %s\n", err);
+        arena_free(&arena);
+        dist_close(&dist, 0);
+        return 1;
+    }
     char *log_path = NULL;
-    if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
+    if (p && o.log_path && !*o.log_path) o.log_path = NULL; // (another rank than 0: none)
+    else if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
         size_t n = strlen(path);
         if (n > 4 && !strcmp(path + n - 4, ".bin")) n -= 4;
         log_path = malloc(n + 16);
@@ -276,8 +295,10 @@ int main(int argc, char **argv) {
     }
     if (p && o.save_dir && !o.save_every) o.save_every = p->graph->train.val_every;
     if (p) rc = train_run(p, path, &o, err, sizeof err);
-    if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
+    if (rc && dist.mpi) fprintf(stderr, "mtrun: rank %d of %d: error: %s\n", dist.rank, dist.size, err);
+    else if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
     free(log_path);
     arena_free(&arena);
+    dist_close(&dist, rc); // an error ends every rank: the others may wait for this one in a collective
     return rc;
 }

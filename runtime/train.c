@@ -111,6 +111,9 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
+// The ranks of the run: each micro-batch is one of `ranks` parts of a global one.
+static int run_ranks(const Run *r) { return r->o->dist ? r->o->dist->size : 1; }
+
 // Targets that count in a batch: those the mask did not replace by the
 // ignore index.
 static int64_t counted(const int32_t *targets, int64_t n) { // (n) targets
@@ -134,6 +137,9 @@ static int validate(Run *r, double *val, char *err, size_t errcap) {
         if (micro_batch(r, 0, 1, &loss, err, errcap) != 0) return -1;
         sum += loss;
     }
+    double both[2] = {sum, (double)total}; // over the ranks' parts of each batch, n * ranks parts in all
+    dist_sum_doubles(r->o->dist, both, 2);
+    sum = both[0], total = (int64_t)both[1], n *= run_ranks(r);
     // as a plain mean of the batches' losses when every target counts, the same bits as before masks
     *val = !n ? NAN : total == n * rows ? sum / (double)n : total ? sum * (double)rows / (double)total : 0;
     return 0;
@@ -192,11 +198,19 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
         sum += l;
     }
-    int all = total == rows * t->accumulate; // no target masked: the plain mean, bit for bit as before masks
-    step_end(r, t_step, lr, all ? 1.0 / (double)t->accumulate : total ? (double)rows / (double)total : 0, norm);
+    int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
+    if (run_ranks(r) > 1) { // the gradients, losses and counts summed over the ranks; the norms of the sums
+        dist_sum_floats(r->o->dist, r->hs.g, r->hs.n);
+        for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
+        double both[2] = {sum, (double)total};
+        dist_sum_doubles(r->o->dist, both, 2);
+        sum = both[0], total = (int64_t)both[1];
+    }
+    int all = total == rows * parts; // no target masked: the plain mean, bit for bit as before masks
+    step_end(r, t_step, lr, all ? 1.0 / (double)parts : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
     if (store_ok(r, err, errcap) != 0) return -1;
-    *loss = all ? sum / (double)t->accumulate : total ? sum * (double)rows / (double)total : 0;
+    *loss = all ? sum / (double)parts : total ? sum * (double)rows / (double)total : 0;
     return 0;
 }
 
@@ -279,19 +293,22 @@ static int open_run(Run *r, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     const char *data = r->o->data ? r->o->data : t->data;
+    const Dist *dist = r->o->dist;
     if (check_inputs(p->graph, err, errcap) != 0) return -1;
     if (!data) {
         snprintf(err, errcap, "no training data: give --data FILE or data = \"FILE\" in the model's train section");
         return -1;
     }
     int64_t vocab = model_vocab(p->graph);
-    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0 ||
-        data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
+    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0) return -1;
+    if (dist) r->data.rank = dist->rank, r->data.ranks = dist->size; // this rank's rows of every global batch
+    if (data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
         return -1;
     r->val = &r->data;
     if (r->o->val_data) {
-        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0 ||
-            data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0)
+        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0) return -1;
+        if (dist) r->val_file.rank = dist->rank, r->val_file.ranks = dist->size;
+        if (data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0)
             return -1;
         r->val = &r->val_file;
     }
@@ -495,6 +512,15 @@ static void on_stop_signal(int sig) {
     (void)ignored;
 }
 
+// Whether to stop before the next step: a signal on any rank (each rank's
+// signal arrives when it does; the ranks agree, so all stop after the same step).
+static int agreed_stop(const Run *r) {
+    double any = stop_signal;
+    dist_max_doubles(r->o->dist, &any, 1);
+    if (any && !stop_signal) stop_signal = (sig_atomic_t)any;
+    return any != 0;
+}
+
 // "1h02m", "3m05s", "12.3s"
 static void human_time(char *out, size_t cap, double s) {
     if (!(s >= 0) || s > 1e9) snprintf(out, cap, "?");
@@ -583,12 +609,17 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, "  val data %s\n", d);
     }
     fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu\n",
-            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate), (long long)t->batch,
+            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)t->batch * run_ranks(r),
             (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
     if (r->predicted_s > 0)
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
                                                    : ", a cpu: not compared with this GPU's steps");
+    if (run_ranks(r) > 1)
+        fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients summed "
+                "over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
+                (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->o->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept\n",
@@ -625,10 +656,11 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     fprintf(f, ", \"schedule\": ");
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
-               "\"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
+               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
                "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
-            (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps, (long long)from,
+            (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)steps, (long long)from,
             base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
             (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
@@ -682,15 +714,16 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     log_config(&r, plan_path, steps, done_steps, base_lr, seed);
     double val = NAN, last_val = NAN;
     if (!o->resume && log_val(&r, 0, &last_val, err, errcap) != 0) goto done;
-    double tokens_per_step = (double)(t->batch * t->seq * t->accumulate), t_run = now_s();
+    double tokens_per_step = (double)(t->batch * t->seq * t->accumulate * run_ranks(&r)), t_run = now_s();
     int64_t s = done_steps, saved = done_steps;
-    while (s < steps && !stop_signal) {
+    while (s < steps && !agreed_stop(&r)) {
         s++;
         double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
         r.step = s, r.step_t0 = r.last_note = t0, r.passes_done = 0;
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
         r.step_t0 = 0;
         double now = now_s(), dt = now - t0, elapsed = now - t_run;
+        dist_max_doubles(o->dist, &dt, 1); // the slowest rank's
         if (!isfinite(loss) || !isfinite(norm)) { // (AdamW would spread a non-finite gradient into every weight)
             snprintf(err, errcap, "step %lld: the %s is %f; stopping", (long long)s,
                      isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? norm : loss);
@@ -711,7 +744,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
-        if (o->save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
+        int stopping = agreed_stop(&r); // (on every rank: only rank 0 saves)
+        if (o->save_dir && (s % o->save_every == 0 || s == steps || stopping)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
         }

@@ -7,6 +7,7 @@
 #include <stdio.h>
 
 #include "backend.h"
+#include "dist.h"
 
 #include "../common/plan.h"
 
@@ -34,6 +35,8 @@ typedef struct TrainOptions {
     int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
     BackendCudaCreateFn cuda_create; // the cuda backend (device.c); NULL: the cpu backend
     const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
+    const Dist *dist;     // the ranks of a data-parallel run (dist.h): each trains on its part of every batch, the
+                          // gradients summed over them; NULL: one process
     int test_hold_ins;    // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
                           // issue each threaded replay holds (Replay.hold_ins); 0: none
 } TrainOptions;

@@ -205,6 +205,24 @@ static void test_llmc(void) {
         check_batch("train batch k of 1 x 29", tokens, targets, 1, 29, 29 * k, llmc_token);
     }
     check_i64(d.train_pos, 0, "train_pos after the batch that ends at the split's end");
+
+    // a data-parallel rank's part: rank r of 2 at B=2 reads rows 2r, 2r+1 of the global batch of 4 rows,
+    // the global position advancing by 4 rows, wrapping as one process at B=4 does; validation the same
+    d.ranks = 2;
+    check(data_check_batch(&d, 2, 8, err, sizeof err) == 0, "data_check_batch(2, 8) of 2 ranks: %s", err);
+    check(data_check_batch(&d, 2, 450, err, sizeof err) == -1 && strstr(err, "B=4 x T=450"),
+          "data_check_batch(2, 450) of 2 ranks: '%s' (wants the global batch B=4)", err);
+    for (int r = 0; r < 2; r++) {
+        d.rank = r, d.train_pos = 0;
+        for (int k = 0; k < 29; k++) {
+            data_next_train(&d, 2, T, tokens, targets);
+            check_batch("rank r's rows of global batch k", tokens, targets, 2, T, 32 * (k % 28) + 16 * r, llmc_token);
+        }
+        data_val_batch(&d, 1, 2, T, tokens, targets);
+        check_batch("rank r's rows of validation batch 1", tokens, targets, 2, T, 900 + 32 + 16 * r, llmc_token);
+        check_i64(data_val_batches(&d, 2, T), 3, "data_val_batches(2, 8) of 2 ranks");
+    }
+    d.rank = 0, d.ranks = 1;
     d.train_pos = 32;
 
     // validation: 3 whole batches at 900, 932, 964 (964 + 33 = 997 <= 1000)

@@ -1,0 +1,114 @@
+// dist.c: the ranks of a data-parallel run through MPI (dist.h).
+#include "dist.h"
+
+#include <limits.h>
+#include <mpi.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "../common/io.h"
+
+// Whether an MPI launcher started this process: Open MPI's mpirun, a PMIx
+// server (srun --mpi=pmix, prterun) or a PMI one (srun --mpi=pmi2, MPICH).
+static int launched_by_mpi(void) {
+    static const char *const VARS[] = {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_RANK"};
+    for (size_t i = 0; i < sizeof VARS / sizeof VARS[0]; i++)
+        if (getenv(VARS[i]) && *getenv(VARS[i])) return 1;
+    return 0;
+}
+
+int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
+    *d = (Dist){.rank = 0, .size = 1};
+    if (!launched_by_mpi()) return 0;
+    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+        snprintf(err, errcap, "started by an MPI launcher, but MPI_Init failed");
+        return -1;
+    }
+    d->mpi = 1;
+    MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
+    MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    return 0;
+}
+
+// A crc32 of this mtrun's executable: two builds differ in it.
+static uint32_t build_crc(void) {
+    char *bytes;
+    size_t len;
+    if (io_read_file("/proc/self/exe", &bytes, &len) != 0) return 0;
+    uint32_t c = io_crc32(0, bytes, len);
+    free(bytes);
+    return c;
+}
+
+// What each rank says about itself for the start-up check.
+enum { ID_RANKS, ID_PLAN_CRC, ID_BUILD_CRC, ID_COUNT };
+
+// The ranks whose field f differs from rank 0's, as "rank 2" or "ranks 1, 3"
+// into out; returns the first of them, or -1 when none.
+static int differing(char *out, size_t cap, const uint32_t *ids, int size, int f) { // ids: (size, ID_COUNT)
+    int first = -1, n = 0;
+    for (int r = 1; r < size; r++)
+        if (ids[r * ID_COUNT + f] != ids[f]) n++, first = first < 0 ? r : first;
+    int len = snprintf(out, cap, "%s", n > 1 ? "ranks " : "rank ");
+    for (int r = 1, k = 0; r < size && len > 0 && (size_t)len < cap; r++)
+        if (ids[r * ID_COUNT + f] != ids[f]) len += snprintf(out + len, cap - (size_t)len, "%s%d", k++ ? ", " : "", r);
+    return first;
+}
+
+int dist_check_plan(const Dist *d, const Plan *p, char *err, size_t errcap) {
+    if (!d->mpi) {
+        if (p->ranks == 1) return 0;
+        snprintf(err, errcap, "this plan is one rank of %d (mtc --ranks %d): start it with mpirun -np %d mtrun PLAN, "
+                 "or make a plan for one process (without --ranks)", p->ranks, p->ranks, p->ranks);
+        return -1;
+    }
+    uint32_t mine[ID_COUNT] = {[ID_RANKS] = (uint32_t)p->ranks, [ID_PLAN_CRC] = p->plan_crc, [ID_BUILD_CRC] = build_crc()};
+    uint32_t *ids = malloc((size_t)d->size * sizeof mine); // (size, ID_COUNT)
+    if (!ids) {
+        snprintf(err, errcap, "out of memory comparing the ranks");
+        return -1; // (the caller's dist_close aborts the job: the others may wait in the gather)
+    }
+    MPI_Allgather(mine, ID_COUNT, MPI_UINT32_T, ids, ID_COUNT, MPI_UINT32_T, MPI_COMM_WORLD);
+    char who[256];
+    int r, rc = -1;
+    if ((r = differing(who, sizeof who, ids, d->size, ID_BUILD_CRC)) >= 0)
+        snprintf(err, errcap, "%s of %d run%s another mtrun build than rank 0 (executable crc32 %08x on rank %d, %08x "
+                 "on rank 0): every rank must run the same mtrun", who, d->size, strchr(who, ',') ? "" : "s",
+                 ids[r * ID_COUNT + ID_BUILD_CRC], r, ids[ID_BUILD_CRC]);
+    else if ((r = differing(who, sizeof who, ids, d->size, ID_PLAN_CRC)) >= 0)
+        snprintf(err, errcap, "%s of %d run%s another plan than rank 0 (plan crc32 %08x on rank %d, %08x on rank 0): "
+                 "every rank must run the same plan", who, d->size, strchr(who, ',') ? "" : "s",
+                 ids[r * ID_COUNT + ID_PLAN_CRC], r, ids[ID_PLAN_CRC]);
+    else if ((int)ids[ID_RANKS] != d->size)
+        snprintf(err, errcap, "the plan was made for %u rank%s (mtc --ranks %u) but %d were started: start it with "
+                 "mpirun -np %u, or make a plan with mtc --ranks %d", ids[ID_RANKS], ids[ID_RANKS] == 1 ? "" : "s",
+                 ids[ID_RANKS], d->size, ids[ID_RANKS], d->size);
+    else
+        rc = 0;
+    free(ids);
+    return rc;
+}
+
+void dist_sum_floats(const Dist *d, float *x, int64_t n) {
+    if (!d || !d->mpi || d->size == 1) return;
+    for (int64_t at = 0; at < n; at += INT_MAX / 2) {
+        int64_t k = n - at < INT_MAX / 2 ? n - at : INT_MAX / 2;
+        MPI_Allreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    }
+}
+
+void dist_sum_doubles(const Dist *d, double *x, int n) {
+    if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
+}
+
+void dist_max_doubles(const Dist *d, double *x, int n) {
+    if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
+void dist_close(Dist *d, int status) {
+    if (!d->mpi) return;
+    if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
+    MPI_Finalize();
+    d->mpi = 0;
+}

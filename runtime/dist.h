@@ -1,0 +1,44 @@
+// dist.h: the ranks of a data-parallel run. mtrun started by mpirun (or srun
+// through MPI) is one rank of several, each running the same plan on its own
+// part of every global batch (data.c) with the whole host store, the
+// gradients summed over the ranks before the global norm and AdamW
+// (replicated data parallelism). Started any other way, mtrun is one process
+// and never calls MPI: every function here is then a no-op.
+#ifndef MT_DIST_H
+#define MT_DIST_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#include "../common/plan.h"
+
+typedef struct Dist {
+    int rank, size; // this process's rank and the ranks started (0 and 1 without MPI)
+    int mpi;        // whether MPI is initialised (started by an MPI launcher)
+} Dist;
+
+// Initialises MPI where an MPI launcher started this process (Open MPI's
+// OMPI_COMM_WORLD_SIZE, PMIx's PMIX_RANK or PMI's PMI_RANK in the
+// environment), else fills in one process. 0, or -1 with a message.
+int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap);
+
+// Refuses, on every rank alike, a run whose ranks disagree: a plan made for
+// another number of ranks than were started, ranks given different plans
+// (by the plan's crc) or different mtrun builds (a crc of the executable),
+// naming the ranks and what differs. Without MPI, refuses a plan made for
+// more than one rank. 0, or -1 with the same message on every rank.
+int dist_check_plan(const Dist *d, const Plan *p, char *err, size_t errcap);
+
+// Sums x over the ranks in place (every rank gets the same sum, in the same
+// order of ranks); floats in chunks, so any n.
+void dist_sum_floats(const Dist *d, float *x, int64_t n); // (n)
+void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
+// The largest of each x over the ranks, in place.
+void dist_max_doubles(const Dist *d, double *x, int n);   // (n)
+
+// Ends MPI: with status 0 once every rank is done (MPI_Finalize); otherwise
+// the whole job at once (MPI_Abort), since the other ranks may be waiting in
+// a collective this rank will never join.
+void dist_close(Dist *d, int status);
+
+#endif
