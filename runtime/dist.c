@@ -19,7 +19,7 @@ static int launched_by_mpi(void) {
 }
 
 int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
-    *d = (Dist){.rank = 0, .size = 1};
+    *d = (Dist){.rank = 0, .size = 1, .local = 1};
     if (!launched_by_mpi()) return 0;
     if (MPI_Init(argc, argv) != MPI_SUCCESS) {
         snprintf(err, errcap, "started by an MPI launcher, but MPI_Init failed");
@@ -28,6 +28,11 @@ int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
     d->mpi = 1;
     MPI_Comm_rank(MPI_COMM_WORLD, &d->rank);
     MPI_Comm_size(MPI_COMM_WORLD, &d->size);
+    MPI_Comm node; // the ranks that share this machine's memory
+    if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
+        MPI_Comm_size(node, &d->local);
+        MPI_Comm_free(&node);
+    }
     return 0;
 }
 

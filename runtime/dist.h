@@ -14,6 +14,7 @@
 
 typedef struct Dist {
     int rank, size; // this process's rank and the ranks started (0 and 1 without MPI)
+    int local;      // of them, the ranks on this machine, sharing its memory (1 without MPI)
     int mpi;        // whether MPI is initialised (started by an MPI launcher)
 } Dist;
 

@@ -278,6 +278,8 @@ int main(int argc, char **argv) {
     Plan *p = plan_read(path, &arena, err, sizeof err);
     if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
     if (p) o.test_hold_ins = drop_wait_for_tests(p);
+    const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
+    if (avail && *avail) o.host_available = strtoll(avail, NULL, 10);
     if (p && dist_check_plan(&dist, p, err, sizeof err) != 0) { // the same on every rank: rank 0 says it
         if (dist.rank == 0) fprintf(stderr, "mtrun: error: %s\n", err);
         arena_free(&arena);

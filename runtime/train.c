@@ -264,10 +264,20 @@ static int64_t ram_store_bytes(const Run *r) {
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
-// it is allocated.
+// it is allocated: in a data-parallel run, into this rank's share of the
+// machine's memory (each rank on it holds its own store).
 static int check_host_memory(Run *r, char *err, size_t errcap) {
     int64_t need = ram_store_bytes(r) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
+    int local = r->o->dist ? r->o->dist->local : 1;
+    if (have > 0 && local > 1 && need > have / local) {
+        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its own copy of the host store%s) "
+                 "and %d ranks share this machine's %lld bytes (%.1f GB) available, %lld (%.1f GB) each; start fewer "
+                 "ranks on a machine", (long long)need, (double)need / 1e9, r->o->reference ? "" : ", its cpu arena and "
+                 "host activation store", local, (long long)have, (double)have / 1e9, (long long)(have / local),
+                 (double)(have / local) / 1e9);
+        return -1;
+    }
     if (have <= 0 || need <= have) return 0;
     snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
              "but this machine has %lld bytes (%.1f GB) available%s", (long long)need, (double)need / 1e9,

@@ -22,7 +22,9 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         different plans or different mtrun builds (a copy of mtrun with one
         byte more), and a plan for 2 ranks without mpirun are refused
         at start-up, exit 1, naming the ranks and what differs; a plan of one
-        process without mpirun runs as before; mtc --ranks 0 (or -2, two,
+        process without mpirun runs as before; a store that fits the
+        machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
+        of 2 ranks' half of it is refused, one rank runs; mtc --ranks 0 (or -2, two,
         2^31) is a usage error.
 resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
         process (batch 2 x accumulate 2) and on 4 ranks of batch 1, and both
@@ -163,6 +165,18 @@ def refuse(mtc, mtrun, model, tmp):
         check(p.returncode != 0 and want in p.stderr and p.stderr.count(want) == 1,
               f"{' '.join(map(str, cmd))}: not refused once with '{want}'", p)
         check("step      1/5" not in p.stdout, f"{' '.join(map(str, cmd))}: trained before refusing", p)
+    # a store that fits the machine but not each of 2 ranks' share of it (MT_TEST_HOST_AVAILABLE: mtrun's test hook)
+    p = run(mtrun, one, *TRAIN, env=dict(os.environ, MT_TEST_HOST_AVAILABLE="1000"))
+    need = int(re.search(r"needs (\d+) bytes of host memory", p.stderr).group(1)) if "needs" in p.stderr else 0
+    if check(need > 0, "a plan over MT_TEST_HOST_AVAILABLE=1000 is not refused with the bytes it needs", p):
+        have = need * 3 // 2
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, two, *TRAIN, timeout=120)
+        want = (f"each rank needs {need} bytes of host memory (0.0 GB: its own copy of the host store, its cpu arena "
+                f"and host activation store) and 2 ranks share this machine's {have} bytes")
+        check(p.returncode != 0 and want in p.stderr and "step      1/5" not in p.stdout,
+              f"2 ranks on {have} bytes, each needing {need}: not refused with '{want}'", p)
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "1", mtrun, one, *TRAIN, timeout=120)
+        check(p.returncode == 0, f"one rank on {have} bytes, needing {need}: refused", p)
     for bad in ("0", "-2", "two", "2147483648"):
         p = run(mtc, model, "--ranks", bad, "-o", os.path.join(tmp, "bad.bin"))
         check(p.returncode == 2 and f"--ranks needs a positive number of processes, got '{bad}'" in p.stderr and
