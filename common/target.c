@@ -57,6 +57,12 @@ static const KeySpec KEYS[] = {
      TARGET_DEFAULT_ATTENTION_TC_FRACTION},
     {"attention_fp32_fraction", KEY_SHARE, F(attention_fp32_fraction), "a share of matrix_flops_bf16", 0,
      TARGET_DEFAULT_ATTENTION_FP32_FRACTION},
+    {"gpus_per_node", KEY_COUNT, F(gpus_per_node), "GPUs", 0, 1},
+    {"nodes", KEY_COUNT, F(nodes), "nodes", 0, 1},
+    {"gpu_link_bandwidth", KEY_NUMBER, F(gpu_link_bandwidth), "bytes/s", 0, 0},
+    {"gpu_link_latency_s", KEY_NUMBER, F(gpu_link_latency_s), "seconds", 0, 0},
+    {"node_link_bandwidth", KEY_NUMBER, F(node_link_bandwidth), "bytes/s", 0, 0},
+    {"node_link_latency_s", KEY_NUMBER, F(node_link_latency_s), "seconds", 0, 0},
     {"tier_capacity", KEY_NUMBER, F(tier_capacity), "bytes", 0, 0},
     {"tier_read_bandwidth", KEY_NUMBER, F(tier_read_bandwidth), "bytes/s", 0, 0},
     {"tier_write_bandwidth", KEY_NUMBER, F(tier_write_bandwidth), "bytes/s", 0, 0},
@@ -249,6 +255,12 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
     if (nmissing)
         return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
     if (t->host_adamw_bandwidth == 0) t->host_adamw_bandwidth = t->host_memory_bandwidth; // left out (fallback 0)
+    if (t->gpus_per_node > 1 && t->gpu_link_bandwidth == 0)
+        return fail(err, errcap, path, 0, "%g GPUs a node need 'gpu_link_bandwidth' (bytes/s a direction between two "
+                    "of them)", t->gpus_per_node);
+    if (t->nodes > 1 && t->node_link_bandwidth == 0)
+        return fail(err, errcap, path, 0, "%g nodes need 'node_link_bandwidth' (bytes/s a direction from each GPU to "
+                    "the other nodes)", t->nodes);
     int tier_keys = !!first_line[KEY_TIER_FIRST] + !!first_line[KEY_TIER_FIRST + 1] + !!first_line[KEY_TIER_FIRST + 2];
     if (tier_keys != 0 && tier_keys != 3)
         return fail(err, errcap, path, 0, "the NVMe tier needs all three of 'tier_capacity', 'tier_read_bandwidth' and "

@@ -40,6 +40,16 @@ typedef struct Target {
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
     double attention_fp32_fraction; // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
+    // Several GPUs (README.md, "Scale-out"), optional: `nodes` nodes of gpus_per_node GPUs each, every GPU with
+    // the figures above and its own host link; the host_* figures are a node's, which its GPUs share.
+    double gpus_per_node;        // a whole number, optional (1)
+    double nodes;                // a whole number, optional (1)
+    double gpu_link_bandwidth;   // bytes/s a direction between two GPUs of a node (NVLink), optional (0: none);
+                                 // required with gpus_per_node above 1
+    double gpu_link_latency_s;   // seconds a message between them takes beyond its bytes, optional (0)
+    double node_link_bandwidth;  // bytes/s a direction from each GPU to other nodes (its NIC), optional (0: none);
+                                 // required with nodes above 1
+    double node_link_latency_s;  // seconds, optional (0)
     // The NVMe tier (mtrun --tier-dir), optional, all three or none (0: no tier):
     double tier_capacity;        // bytes of NVMe for the tier
     double tier_read_bandwidth;  // bytes/s sequential, with O_DIRECT

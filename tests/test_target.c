@@ -93,8 +93,8 @@ static void check_sane(const char *file, const Target *t) {
 
 // 1. every shipped profile, by NAME and by path
 static void test_shipped(void) {
-    static const char *const expected[] = {"h200",       "gh200",       "h100-pcie",   "a100-80g",
-                                           "rtx4090",    "tiny-1layer", "tiny-2layers"};
+    static const char *const expected[] = {"h200",    "gh200",       "h100-pcie",    "a100-80g", "rtx4090",
+                                           "h200x8",  "h200x8-su",   "tiny-1layer",  "tiny-2layers"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
         char path[256];
         snprintf(path, sizeof path, "schedules/%s.target", expected[i]);
@@ -118,7 +118,7 @@ static void test_shipped(void) {
         n++;
     }
     closedir(d);
-    CHECK(n >= 7, "only %d profiles loaded from schedules/, expected at least 7", n);
+    CHECK(n >= 9, "only %d profiles loaded from schedules/, expected at least 9", n);
 }
 
 // 2. figures the scheduler's tests and the paper's comparison rely on
@@ -155,6 +155,22 @@ static void test_figures(void) {
           t1.device_memory, t2.device_memory);
     CHECK(t1.device_memory < t2.device_memory, "tiny-1layer's device memory is not below tiny-2layers'");
     CHECK(strcmp(t1.arch, "cpu") == 0 && strcmp(t2.arch, "cpu") == 0, "tiny profiles' arch is not cpu");
+    // several GPUs: h200 is one (the defaults); h200x8 one node of 8 with 2 TB; h200x8-su 32 such nodes
+    Target x8, su;
+    if (load_ok("h200x8", &x8) || load_ok("h200x8-su", &su)) return;
+    CHECK(h200.gpus_per_node == 1 && h200.nodes == 1 && h200.gpu_link_bandwidth == 0 && h200.node_link_bandwidth == 0,
+          "h200: %g GPUs a node, %g nodes, links %g and %g: expected one GPU", h200.gpus_per_node, h200.nodes,
+          h200.gpu_link_bandwidth, h200.node_link_bandwidth);
+    CHECK(x8.gpus_per_node == 8 && x8.nodes == 1 && x8.host_memory == 2e12 && x8.node_link_bandwidth == 0,
+          "h200x8: %g GPUs a node, %g nodes, host memory %g, node link %g", x8.gpus_per_node, x8.nodes,
+          x8.host_memory, x8.node_link_bandwidth);
+    CHECK(x8.gpu_link_bandwidth > 0 && x8.gpu_link_bandwidth <= 450e9 && x8.gpu_link_bandwidth > x8.h2d_bandwidth,
+          "h200x8: NVLink %g a direction: not above PCIe's %g and at most the datasheet's 450e9",
+          x8.gpu_link_bandwidth, x8.h2d_bandwidth);
+    CHECK(su.nodes == 32 && su.gpus_per_node == 8 && su.node_link_bandwidth > 0 && su.node_link_bandwidth <= 50e9 &&
+          su.gpu_link_bandwidth == x8.gpu_link_bandwidth && su.device_memory == h200.device_memory,
+          "h200x8-su: %g nodes of %g, InfiniBand %g a direction (NDR: at most 50e9)", su.nodes, su.gpus_per_node,
+          su.node_link_bandwidth);
 }
 
 // Reads the "# expect: " line of a fixture into buf; 0 or -1.
