@@ -5,6 +5,7 @@ usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16
        check_dist.py MTC MTRUN refuse MODEL.mt
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
+       check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX
 
 equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         against one process at the same global batch, 2 rows x accumulate N
@@ -33,6 +34,12 @@ resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
         saving that step.
 kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
         other rank exit non-zero within 60 s (no hang).
+cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
+        check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
+        (--remat layer, nothing resident: every layer streams): the first 5
+        losses and a validation loss equal the cpu backend's 2 ranks' to 1e-5
+        relative (check_cuda_emu.py's f32 tolerance). Its gradients reach the
+        host's accumulators as the cpu backend's do, so MPI sums them alike.
 Open MPI runs as root here only with --allow-run-as-root, and 4 ranks on 2
 cores only with --oversubscribe.
 """
@@ -282,6 +289,31 @@ def kill(mtc, mtrun, model, tmp):
         job.communicate()
 
 
+def cuda(mtc, mtrun, model, lib, cxx, tmp):
+    from check_cuda_emu import build_kernels  # noqa: E402
+    src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    plan, cu = os.path.join(tmp, "gpu.bin"), os.path.join(tmp, "gpu.cu")
+    p = run(mtc, model, "--target", os.path.join(src, "tests", "tiny-gpu.target"), "--batch", "2", "--ranks", "2",
+            "--remat", "layer", "--resident", "0", "-o", plan, "--emit-cuda", cu)
+    if not check(p.returncode == 0, "mtc for tiny-gpu --ranks 2 failed", p):
+        return
+    kernels = build_kernels(cxx, src, cu, tmp)
+    got = {}
+    for device in ("cpu", "cuda"):
+        log = os.path.join(tmp, device + ".jsonl")
+        env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}"] if device == "cuda" else []
+        p = run(*MPIRUN, *env, "-np", "2", mtrun, plan, *TRAIN[:-1], device, "--log", log, timeout=600)
+        if not check(p.returncode == 0, f"2 ranks on the {device} backend failed", p):
+            return
+        if device == "cuda":
+            check("device   cuda: CPU emulation of CUDA" in p.stdout, "mtrun did not run the emulated cuda backend", p)
+        got[device] = losses(log) + val_losses(log)
+    worst = max((abs(a - b) / abs(a) for a, b in zip(got["cpu"], got["cuda"])), default=1)
+    check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= 1e-5,
+          f"2 ranks: the emulated cuda backend's losses {got['cuda']} against the cpu backend's {got['cpu']}")
+    print(f"2 ranks on the emulated cuda backend: losses within {worst:.3g} of the cpu backend's")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
@@ -291,6 +323,8 @@ def main():
             refuse(mtc, mtrun, model, tmp)
         elif mode == "resume":
             resume(mtc, mtrun, model, tmp)
+        elif mode == "cuda":
+            cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp)
         elif mode == "kill":
             kill(mtc, mtrun, model, tmp)
         else:
