@@ -61,7 +61,54 @@ static int differing(char *out, size_t cap, const uint32_t *ids, int size, int f
     return first;
 }
 
-int dist_check_plan(const Dist *d, const Plan *p, char *err, size_t errcap) {
+// The first line of `mine` that differs from `theirs` (lines of "name=value"),
+// as "NAME=MINE where rank 0 has NAME=THEIRS" into out.
+static void first_difference(char *out, size_t cap, const char *mine, const char *theirs) {
+    while (*mine || *theirs) {
+        size_t a = strcspn(mine, "\n"), b = strcspn(theirs, "\n");
+        if (a != b || memcmp(mine, theirs, a) != 0) {
+            snprintf(out, cap, "%.*s where rank 0 has %.*s", (int)a, mine, (int)b, theirs);
+            return;
+        }
+        mine += a + (mine[a] == '\n'), theirs += b + (theirs[b] == '\n');
+    }
+    snprintf(out, cap, "(no line differs)");
+}
+
+// The ranks' options compared with rank 0's: 0, or -1 with a message
+// naming the ranks that differ and the first difference of the first.
+static int check_options(const Dist *d, const char *options, char *err, size_t errcap) {
+    int len = (int)strlen(options) + 1, *lens = malloc((size_t)d->size * sizeof *lens), *at = NULL;
+    char *all = NULL;
+    int rc = -1;
+    if (!lens) goto oom;
+    MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, MPI_COMM_WORLD);
+    at = malloc((size_t)d->size * sizeof *at);
+    long total = 0;
+    for (int r = 0; at && r < d->size; r++) at[r] = (int)total, total += lens[r];
+    if (!at || total > INT_MAX || !(all = malloc((size_t)total))) goto oom;
+    MPI_Allgatherv(options, len, MPI_CHAR, all, lens, at, MPI_CHAR, MPI_COMM_WORLD);
+    char who[256] = "", what[512] = "";
+    int n = 0, wlen = 0;
+    for (int r = 1; r < d->size; r++) {
+        if (lens[r] == lens[0] && memcmp(all + at[r], all, (size_t)lens[0]) == 0) continue;
+        if (!n) first_difference(what, sizeof what, all + at[r], all);
+        if (wlen >= 0 && (size_t)wlen < sizeof who) wlen += snprintf(who + wlen, sizeof who - (size_t)wlen, "%s%d", n ? ", " : "", r);
+        n++;
+    }
+    if (n)
+        snprintf(err, errcap, "rank%s %s of %d %s started with other options than rank 0 (%s): every rank must train "
+                 "alike", n > 1 ? "s" : "", who, d->size, n > 1 ? "were" : "was", what);
+    rc = n ? -1 : 0;
+    free(lens), free(at), free(all);
+    return rc;
+oom:
+    free(lens), free(at), free(all);
+    snprintf(err, errcap, "out of memory comparing the ranks' options");
+    return -1; // (the caller's dist_close aborts the job: the others may wait in the gather)
+}
+
+int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err, size_t errcap) {
     if (!d->mpi) {
         if (p->ranks == 1) return 0;
         snprintf(err, errcap, "this plan is one rank of %d (mtc --ranks %d): start it with mpirun -np %d mtrun PLAN, "
@@ -92,7 +139,7 @@ int dist_check_plan(const Dist *d, const Plan *p, char *err, size_t errcap) {
     else
         rc = 0;
     free(ids);
-    return rc;
+    return rc == 0 ? check_options(d, options, err, errcap) : rc;
 }
 
 void dist_sum_floats(const Dist *d, float *x, int64_t n) {

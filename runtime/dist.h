@@ -25,10 +25,12 @@ int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap);
 
 // Refuses, on every rank alike, a run whose ranks disagree: a plan made for
 // another number of ranks than were started, ranks given different plans
-// (by the plan's crc) or different mtrun builds (a crc of the executable),
-// naming the ranks and what differs. Without MPI, refuses a plan made for
-// more than one rank. 0, or -1 with the same message on every rank.
-int dist_check_plan(const Dist *d, const Plan *p, char *err, size_t errcap);
+// (by the plan's crc), different mtrun builds (a crc of the executable) or
+// different training options (`options`: lines "name=value" that must be
+// the same on every rank, such as steps=5), naming the ranks and what
+// differs. Without MPI, refuses a plan made for more than one rank. 0, or
+// -1 with the same message on every rank.
+int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err, size_t errcap);
 
 // Sums x over the ranks in place (every rank gets the same sum, in the same
 // order of ranks); floats in chunks, so any n.

@@ -7,6 +7,7 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "blas_core.h"
@@ -126,6 +127,32 @@ static int drop_wait_for_tests(Plan *p) {
     }
     fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the train stream has %d WAITs\n", seen);
     return 0;
+}
+
+// What must be the same on every rank of a data-parallel run, as lines of
+// "name=value" (dist_check_plan compares them): the options that change
+// what is trained or how. The data files by their size too, since each rank
+// opens its own (a file of that path on another machine may differ).
+// malloc'd; NULL out of memory.
+static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *p) {
+    const char *data = o->data ? o->data : p->graph->train.data;
+    char *s = NULL;
+    size_t len = 0;
+    FILE *f = open_memstream(&s, &len);
+    if (!f) return NULL;
+    struct stat st;
+    const char *names[] = {"steps", "lr", "seed", "val-every"};
+    double values[] = {(double)o->steps, o->lr, (double)o->seed, (double)o->val_every}; // < 0: the plan's
+    for (int i = 0; i < 4; i++)
+        if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
+        else fprintf(f, "%s=%.17g\n", names[i], values[i]);
+    fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\n", (long long)o->val_batches, o->reference, (int)device);
+    fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none", data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
+    fprintf(f, "val-data=%s (%lld bytes)\n", o->val_data ? o->val_data : "none",
+            o->val_data && stat(o->val_data, &st) == 0 ? (long long)st.st_size : -1LL);
+    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
+            o->tier_dir ? "given" : "none");
+    return fclose(f) == 0 ? s : (free(s), NULL);
 }
 
 int main(int argc, char **argv) {
@@ -280,12 +307,16 @@ int main(int argc, char **argv) {
     if (p) o.test_hold_ins = drop_wait_for_tests(p);
     const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
     if (avail && *avail) o.host_available = strtoll(avail, NULL, 10);
-    if (p && dist_check_plan(&dist, p, err, sizeof err) != 0) { // the same on every rank: rank 0 says it
+    char *options = p ? rank_options(&o, device, p) : NULL;
+    if (p && !options) snprintf(err, sizeof err, "out of memory"), p = NULL;
+    if (p && dist_check_plan(&dist, p, options, err, sizeof err) != 0) { // the same on every rank: rank 0 says it
+        free(options);
         if (dist.rank == 0) fprintf(stderr, "mtrun: error: %s\n", err);
         arena_free(&arena);
         dist_close(&dist, 0);
         return 1;
     }
+    free(options);
     char *log_path = NULL;
     if (p && o.log_path && !*o.log_path) o.log_path = NULL; // (another rank than 0: none)
     else if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl

@@ -20,8 +20,8 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         second run under mpirun gives the same bits (log and export byte for
         byte).
 refuse: ranks started with a plan for another number of ranks, ranks given
-        different plans or different mtrun builds (a copy of mtrun with one
-        byte more), and a plan for 2 ranks without mpirun are refused
+        different plans, different mtrun builds (a copy of mtrun with one
+        byte more) or different training options (--lr on one rank), and a plan for 2 ranks without mpirun are refused
         at start-up, exit 1, naming the ranks and what differs; a plan of one
         process without mpirun runs as before; a store that fits the
         machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
@@ -162,12 +162,14 @@ def refuse(mtc, mtrun, model, tmp):
          "rank 1 of 2 runs another plan than rank 0"),
         ([mtrun, two], "this plan is one rank of 2 (mtc --ranks 2): start it with mpirun -np 2"),
         ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", rebuilt, two], "rank 1 of 2 runs another mtrun build"),
+        ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", mtrun, two, "--lr", "0.001"],
+         "rank 1 of 2 was started with other options than rank 0 (lr=0.001 where rank 0 has lr=the plan's)"),
     ]
     for cmd, want in cases:
         cmd = [*cmd, *TRAIN]
         if ":" in cmd: # each app context takes its own arguments: the train flags go to both
             k = cmd.index(":")
-            cmd = cmd[:k] + TRAIN + cmd[k:len(cmd) - len(TRAIN)]
+            cmd = cmd[:k] + TRAIN + cmd[k:]
         p = run(*cmd, timeout=120)
         check(p.returncode != 0 and want in p.stderr and p.stderr.count(want) == 1,
               f"{' '.join(map(str, cmd))}: not refused once with '{want}'", p)
