@@ -242,6 +242,12 @@ static int plan_tier_master(const Plan *p) {
 // master; a plan that puts the gradient accumulators there too is refused.
 static int check_tier(const Run *r, char *err, size_t errcap) {
     const char *want = plan_tier(r->p);
+    if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1) { // (tier.c's file is DIR/mtrun.tier, one a directory)
+        snprintf(err, errcap, "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
+                 "tier file in %s; start one rank a machine, or plan without the tier", r->o->dist->local,
+                 r->o->tier_dir);
+        return -1;
+    }
     if (r->o->tier_dir && r->o->export_path && plan_tier_master(r->p)) { // refused now, not after the training
         snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=master) is not supported "
                  "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "

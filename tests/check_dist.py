@@ -25,7 +25,9 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         at start-up, exit 1, naming the ranks and what differs; a plan of one
         process without mpirun runs as before; a store that fits the
         machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
-        of 2 ranks' half of it is refused, one rank runs; mtc --ranks 0 (or -2, two,
+        of 2 ranks' half of it is refused, one rank runs; --tier-dir with
+        2 ranks on one machine is refused (each would need its own tier
+        file); mtc --ranks 0 (or -2, two,
         2^31) is a usage error.
 resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
         process (batch 2 x accumulate 2) and on 4 ranks of batch 1, and both
@@ -186,6 +188,12 @@ def refuse(mtc, mtrun, model, tmp):
               f"2 ranks on {have} bytes, each needing {need}: not refused with '{want}'", p)
         p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "1", mtrun, one, *TRAIN, timeout=120)
         check(p.returncode == 0, f"one rank on {have} bytes, needing {need}: refused", p)
+    # the NVMe tier of 2 ranks on one machine: refused up front, not by the second rank's lock
+    tier = os.path.join(tmp, "tier")
+    os.makedirs(tier)
+    p = run(*MPIRUN, "-np", "2", mtrun, two, *TRAIN, "--tier-dir", tier, timeout=120)
+    check(p.returncode != 0 and "--tier-dir with 2 ranks on this machine is not supported yet" in p.stderr and
+          "locked" not in p.stderr and not os.listdir(tier), "--tier-dir under 2 ranks on one machine: not refused", p)
     for bad in ("0", "-2", "two", "2147483648"):
         p = run(mtc, model, "--ranks", bad, "-o", os.path.join(tmp, "bad.bin"))
         check(p.returncode == 2 and f"--ranks needs a positive number of processes, got '{bad}'" in p.stderr and
