@@ -341,6 +341,31 @@ static int open_run(Run *r, char *err, size_t errcap) {
     return 0;
 }
 
+// Whether the metrics log took everything written to it so far (flushed):
+// a full disk or an I/O error stops the run with a message, never a log
+// silently lost. 0, or -1 with a message.
+static int log_flush(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    errno = 0;
+    if (fflush(r->log) == 0 && !ferror(r->log)) return 0;
+    snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path,
+             errno ? strerror(errno) : "a write failed");
+    return -1;
+}
+
+// Closes the metrics log; a failure of its last writes is the run's error.
+// 0, or -1 with a message.
+static int log_close(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    int rc = log_flush(r, err, errcap);
+    if (fclose(r->log) != 0 && rc == 0) {
+        snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
+        rc = -1;
+    }
+    r->log = NULL;
+    return rc;
+}
+
 static void close_run(Run *r) {
     if (r->be) r->be->destroy(r->be);
     if (r->log) fclose(r->log);
@@ -364,7 +389,7 @@ static int log_val(Run *r, int64_t s, double *val, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0 || validate(r, val, err, errcap) != 0) return -1;
     if (r->log && isfinite(*val)) {
         fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, *val);
-        fflush(r->log);
+        if (log_flush(r, err, errcap) != 0) return -1;
     }
     fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, *val);
     fflush(r->o->out);
@@ -610,12 +635,14 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-// The log's first record of a run (and of each resumed part of it): what it runs.
-static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+// The log's first record of a run (and of each resumed part of it): what it
+// runs. 0, or -1 with a message (the log cannot be written).
+static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed,
+                      char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     FILE *f = r->log;
-    if (!f) return;
+    if (!f) return 0;
     fprintf(f, "{\"config\": {\"model\": ");
     json_str(f, p->graph->model_name);
     fprintf(f, ", \"model_file\": ");
@@ -644,7 +671,7 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     if (r->o->save_dir) json_str(f, r->o->save_dir);
     else fputs("null", f);
     fprintf(f, "}}\n");
-    fflush(f);
+    return log_flush(r, err, errcap);
 }
 
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
@@ -679,7 +706,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         goto done;
     }
     banner(&r, plan_path, steps, done_steps, base_lr, seed);
-    log_config(&r, plan_path, steps, done_steps, base_lr, seed);
+    if (log_config(&r, plan_path, steps, done_steps, base_lr, seed, err, errcap) != 0) goto done;
     double val = NAN, last_val = NAN;
     if (!o->resume && log_val(&r, 0, &last_val, err, errcap) != 0) goto done;
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate), t_run = now_s();
@@ -700,7 +727,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
                            "\"ms\": %.3f, \"elapsed_s\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt,
                     dt * 1e3, elapsed);
-            fflush(r.log);
+            if (log_flush(&r, err, errcap) != 0) goto done;
         }
         char el[32], eta[32], vs[48] = "";
         human_time(el, sizeof el, elapsed);
@@ -721,6 +748,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     if (o->export_path &&
         weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
         goto done;
+    if (log_close(&r, err, errcap) != 0) goto done;
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, now_s() - t_run);
     if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);

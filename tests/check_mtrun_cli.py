@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """mtrun's command line and its refusals: help, version, usage errors (exit
 2), a corrupted, truncated or missing plan and missing or unusable data
-(exit 1, a message naming the problem), and a plan file left untouched;
+(exit 1, a message naming the problem), a metrics log on a full disk
+(/dev/full: exit 1, named), and a plan file left untouched;
 steps compared with the plan's prediction only on its target's kind of
 machine (GPU or cpu).
 
@@ -87,6 +88,13 @@ def main():
         open(tiny, "w").write("too short")
         p = run(mtrun, plan, "--steps", "1", "--data", tiny)
         check(p.returncode == 1 and "tiny.txt" in p.stderr, "data too small for a batch", p)
+
+        # a metrics log that cannot be written (a full disk: /dev/full takes the open, fails every write) is an
+        # error naming it, exit 1, never a log silently lost under "done"
+        if os.path.exists("/dev/full"):
+            p = run(mtrun, plan, "--steps", "2", "--val-batches", "0", "--log", "/dev/full")
+            check(p.returncode == 1 and "/dev/full: cannot write the metrics log: No space left on device" in p.stderr
+                  and "done:" not in p.stdout, "a metrics log on a full disk: an error, exit 1", p)
 
         check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
     sys.exit(finish())
