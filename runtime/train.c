@@ -218,35 +218,38 @@ static const char *plan_tier(const Plan *p) {
     return at ? at + strlen(" tier=") : NULL;
 }
 
-// Whether the plan puts the fp32 master on the tier (tier=master).
-static int plan_tier_master(const Plan *p) {
+// What the plan puts on the tier besides the Adam moments (STORE_TIER_*):
+// tier=master the fp32 master (bf16 compute: with f32 it is what streams),
+// tier=grads the gradients too (and the master under bf16, as mtc counts it).
+static int plan_tier_holds(const Plan *p) {
     const char *want = plan_tier(p);
-    return want && !strncmp(want, "master", 6);
+    int grads = want && !strncmp(want, "grads", 5), bf16 = p->graph->train.compute == DT_BF16;
+    int master = want && (!strncmp(want, "master", 6) || (grads && bf16));
+    return (master ? STORE_TIER_MASTER : 0) | (grads ? STORE_TIER_GRADS : 0);
 }
 
-// mtrun's tier holds the Adam moments and, where the plan says so, the fp32
-// master; a plan that puts the gradient accumulators there too is refused.
+// --export gathers the whole model in RAM: refused up front with the master on the tier.
 static int check_tier(const Run *r, char *err, size_t errcap) {
-    const char *want = plan_tier(r->p);
-    if (r->o->tier_dir && r->o->export_path && plan_tier_master(r->p)) { // refused now, not after the training
-        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=master) is not supported "
+    if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) { // now, not after the training
+        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
                  "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
-                 "without the tier");
+                 "without the tier", (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
         return -1;
     }
-    if (!want || !strncmp(want, "moments", 7) || !strncmp(want, "master", 6)) return 0;
-    snprintf(err, errcap, "the plan puts the gradient accumulators on the NVMe tier too (tier=%.*s): mtrun keeps the "
-             "Adam moments and the fp32 master there, not the gradients yet; plan for a target with more host memory",
-             (int)strcspn(want, " "), want);
-    return -1;
+    return 0;
 }
 
 // The host store's bytes in RAM: all of it, less what the tier holds, plus
 // the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
+// With the gradients on the tier, g's pages are held only while a layer's
+// gradients are being accumulated: counted as one layer's.
 static int64_t ram_store_bytes(const Run *r) {
     if (!r->o->tier_dir) return store_bytes(r->p);
-    int64_t record = (plan_tier_master(r->p) ? 3 : 2) * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
-    return store_bytes(r->p) - store_tier_bytes(r->p, plan_tier_master(r->p)) + TIER_SLOTS * record;
+    int holds = plan_tier_holds(r->p);
+    int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
+    int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return store_bytes(r->p) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
+           (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
@@ -302,7 +305,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_master(p), err, errcap) != 0) return -1;
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -599,8 +602,9 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
     fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
     if (r->hs.tier)
-        fprintf(out, "  tier     %s: the layers' Adam moments%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
-                tier_path(r->hs.tier), r->hs.tier_master ? " and fp32 master" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
+                tier_path(r->hs.tier), r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
+                r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
