@@ -54,7 +54,8 @@ static const char USAGE[] =
     "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR:\n"
     "                   every --save-every steps, the final step, and on SIGINT or SIGTERM (which end\n"
     "                   the run after the step in progress; a second signal ends it at once)\n"
-    "  --save-every N   every N steps (default: every validation; an error without --save)\n"
+    "  --save-every N   every N steps (default: every validation, --val-every's or the model's; an error\n"
+    "                   without --save)\n"
     "  --keep K         keep the newest K checkpoints (default 3; an error without --save)\n"
     "  --resume DIR     continue from the newest checkpoint in DIR, written by any plan of the same\n"
     "                   model (another batch, remat, target or tiling); nothing left to do is an error\n"
@@ -274,7 +275,8 @@ int main(int argc, char **argv) {
         if (log_path) snprintf(log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
         o.log_path = log_path;
     }
-    if (p && o.save_dir && !o.save_every) o.save_every = p->graph->train.val_every;
+    if (p && o.save_dir && !o.save_every) // every validation: --val-every's, else the model's
+        o.save_every = o.val_every > 0 ? o.val_every : p->graph->train.val_every;
     if (p) rc = train_run(p, path, &o, err, sizeof err);
     if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
     free(log_path);

@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checkpoints through mtrun: 10 steps straight and 5 + resume + 5 give
-bit-identical weights and losses; a checkpoint of another plan is refused; a
+bit-identical weights and losses; without --save-every a checkpoint every
+--val-every steps; a checkpoint of another plan is refused; a
 crash in the middle of a save (MT_CKPT_ABORT_AFTER_BYTES) leaves the previous
 checkpoint intact and resumable; a corrupted checkpoint is refused naming the
 file and the section; a plan that will not fit in host memory is refused
@@ -40,6 +41,13 @@ def main():
             check(la == lb and len(la) == 10, f"losses equal bit for bit:\n    {la}\n    {lb}")
         check(sorted(os.path.basename(f) for f in glob.glob(j("a", "*"))) ==
               ["step-000000005.ckpt", "step-000000010.ckpt"], f"checkpoints kept: {os.listdir(j('a'))}")
+
+        # without --save-every, a checkpoint every validation: --val-every's, not the model's (its 50)
+        p = run(mtrun, plan, "--steps", "7", "--save", j("v"), "--keep", "5", "--val-every", "3", "--val-batches", "1",
+                "--log", j("x.jsonl"))
+        check(p.returncode == 0 and sorted(os.listdir(j("v"))) ==
+              ["step-000000003.ckpt", "step-000000006.ckpt", "step-000000007.ckpt"] and "every 3 steps" in p.stdout,
+              f"--save follows --val-every: {os.listdir(j('v')) if os.path.isdir(j('v')) else None}", p)
 
         before = sorted(os.listdir(j("a")))
         p = run(mtrun, plan, "--steps", "10", "--save", j("a"), *common, "--log", j("x.jsonl"))
