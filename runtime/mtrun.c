@@ -4,6 +4,7 @@
 // 0 success, 1 an error in the plan, the data or the run, 2 a usage error.
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -173,8 +174,8 @@ int main(int argc, char **argv) {
         case O_LR:
             errno = 0;
             o.lr = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(o.lr >= 0 && o.lr < 1e3))
-                return usage_error("--lr needs a number >= 0, got '%s'", optarg);
+            if (errno || end == optarg || *end || !(o.lr >= 0 && isfinite(o.lr)))
+                return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
             break;
         case O_SEED:
             if (parse_int(optarg, 0, &o.seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);

@@ -29,7 +29,9 @@ def main():
         p = run(mtrun, "--version")
         check(p.returncode == 0 and p.stdout.startswith("mtrun "), "--version", p)
         for args, msg in [((), "no plan given"), ((plan, "--steps", "x"), "--steps needs an integer"),
-                          ((plan, "--lr", "-1"), "--lr needs a number"), ((plan, "--device", "tpu"), "--device is cpu, cuda or auto"),
+                          ((plan, "--lr", "-1"), "--lr needs a finite number >= 0"),
+                          ((plan, "--lr", "inf"), "--lr needs a finite number >= 0"),
+                          ((plan, "--lr", "nan"), "--lr needs a finite number >= 0"), ((plan, "--device", "tpu"), "--device is cpu, cuda or auto"),
                           ((plan, "--bogus"), "unknown option '--bogus'"), ((plan, plan), "one plan at a time")]:
             p = run(mtrun, *args)
             check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
@@ -42,6 +44,10 @@ def main():
                   and "CUDA" in p.stderr and p.stdout == "", "--device cuda with no GPU: one line, exit 2", p)
             p = run(mtrun, plan, "--steps", "1", "--val-batches", "0", "--log", os.path.join(tmp, "a.jsonl"))
             check(p.returncode == 0 and p.stdout.startswith("device: cpu ("), "--device auto says it chose the cpu", p)
+
+        # any finite learning rate >= 0 is taken, however large (the message's bound is the only one)
+        p = run(mtrun, plan, "--steps", "1", "--lr", "1000", "--val-batches", "0", "--log", os.path.join(tmp, "lr.jsonl"))
+        check(p.returncode == 0 and "lr 1e+03" in p.stdout, "--lr 1000 is taken", p)
 
         # --trace on the cpu backend: every instruction timed, on mtc --trace's tracks and names
         measured, predicted = os.path.join(tmp, "measured.json"), os.path.join(tmp, "predicted.json")
