@@ -505,11 +505,13 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
 
 // ---------------------------------------------------------------- watching a run
 
-// SIGINT and SIGTERM: the first asks the loop to finish the step, save and
-// exit 0; a second ends the process at once (the signal's default action),
-// leaving the checkpoints as they were (a save in progress is a .tmp no
-// reader takes).
+// SIGINT and SIGTERM: the first asks the loop to finish the step, save
+// (with --save) and exit 0; a second ends the process at once (the signal's
+// default action), leaving the checkpoints as they were (a save in progress
+// is a .tmp no reader takes). stop_note says which, set before the handler
+// is installed.
 static volatile sig_atomic_t stop_signal;
+static const char *stop_note;
 
 static void on_stop_signal(int sig) {
     if (stop_signal) {
@@ -518,8 +520,7 @@ static void on_stop_signal(int sig) {
         return;
     }
     stop_signal = sig;
-    static const char msg[] = "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n";
-    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    ssize_t ignored = write(2, stop_note, strlen(stop_note));
     (void)ignored;
 }
 
@@ -685,6 +686,9 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART}, old_int, old_term;
     sigemptyset(&stop.sa_mask);
     stop_signal = 0;
+    stop_note = o->save_dir ? "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n"
+                            : "\nmtrun: finishing this step, then exiting without a checkpoint: no --save (a second "
+                              "signal exits at once)\n";
     sigaction(SIGINT, &stop, &old_int);
     sigaction(SIGTERM, &stop, &old_term);
     if (open_run(&r, err, errcap) != 0) goto done;

@@ -2,7 +2,8 @@
 """mtrun's command line and its refusals: help, version, usage errors (exit
 2), a corrupted, truncated or missing plan and missing or unusable data
 (exit 1, a message naming the problem), a metrics log on a full disk
-(/dev/full: exit 1, named), and a plan file left untouched;
+(/dev/full: exit 1, named), SIGINT without --save (exit 0, saying that
+nothing is saved), and a plan file left untouched;
 steps compared with the plan's prediction only on its target's kind of
 machine (GPU or cpu).
 
@@ -10,6 +11,8 @@ usage: check_mtrun_cli.py MTC MTRUN
 """
 import hashlib
 import os
+import signal
+import subprocess
 import sys
 import tempfile
 
@@ -101,6 +104,18 @@ def main():
             p = run(mtrun, plan, "--steps", "2", "--val-batches", "0", "--log", "/dev/full")
             check(p.returncode == 1 and "/dev/full: cannot write the metrics log: No space left on device" in p.stderr
                   and "done:" not in p.stdout, "a metrics log on a full disk: an error, exit 1", p)
+
+        # SIGINT without --save: the step finishes and the run exits 0, saying that nothing is saved
+        q = subprocess.Popen([mtrun, plan, "--steps", "100000", "--val-batches", "0", "--log", os.path.join(tmp, "i.jsonl")],
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for line in q.stdout:
+            if line.startswith("step      2/"):
+                break
+        q.send_signal(signal.SIGINT)
+        out, errs = q.communicate(timeout=120)
+        check(q.returncode == 0 and "exiting without a checkpoint: no --save" in errs and "saving" not in errs
+              and "stopped by a signal" in out and "checkpoints none" in out,
+              f"SIGINT without --save: exit {q.returncode}, says nothing is saved:\n    stderr {errs!r}\n    {out[-300:]!r}")
 
         check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
     sys.exit(finish())
