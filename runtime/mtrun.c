@@ -32,6 +32,8 @@ static const char USAGE[] =
     "\n"
     "options:\n"
     "  --steps N        optimizer steps (default: the model's train section)\n"
+    "  --schedule-steps N  the steps the learning-rate schedule (warmup, then decay) spans (default: --steps;\n"
+    "                   with --resume, the checkpoint's run's, kept whatever --steps says and said so)\n"
     "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
     "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
     "  --val-data FILE  a separate validation file (the same formats)\n"
@@ -131,7 +133,7 @@ static int drop_wait_for_tests(Plan *p) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -145,12 +147,12 @@ int main(int argc, char **argv) {
         {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
-        {"tier-dir", required_argument, 0, O_TIER_DIR},
+        {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
         {0, 0, 0, 0},
     };
     mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    TrainOptions o = {.steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
+    TrainOptions o = {.steps = -1, .schedule_steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
                       .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
     int64_t v;
     char *end;
@@ -167,6 +169,10 @@ int main(int argc, char **argv) {
         switch (c) {
         case O_STEPS:
             if (parse_int(optarg, 0, &o.steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
+            break;
+        case O_SCHEDULE_STEPS:
+            if (parse_int(optarg, 1, &o.schedule_steps))
+                return usage_error("--schedule-steps needs an integer >= 1, got '%s'", optarg);
             break;
         case O_DATA: o.data = optarg; break;
         case O_VAL_DATA: o.val_data = optarg; break;

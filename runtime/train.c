@@ -86,6 +86,8 @@ typedef struct Run {
     double note_every;  // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
     int64_t passes_done, passes_per_step; // layer passes done in this step, of the step's
     int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
+    int64_t schedule_steps; // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
+    int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
 } Run;
 
 // The store's first failure (the tier's: a short read or write) as the
@@ -469,6 +471,7 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
                    : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
     r->data.train_pos = meta.data_pos;
+    r->ckpt_schedule_steps = meta.schedule_steps;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
         fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position carry over:\n");
@@ -492,7 +495,8 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0) return -1;
     CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
                      .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
-                     .accumulate = t->accumulate, .device_limit = p->device_limit};
+                     .accumulate = t->accumulate, .device_limit = p->device_limit,
+                     .schedule_steps = r->schedule_steps};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
@@ -612,9 +616,11 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         describe_data(d, sizeof d, &r->val_file, "");
         fprintf(out, "  val data %s\n", d);
     }
-    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu\n",
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate), (long long)t->batch,
             (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
+    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fputc('\n', out);
     if (r->predicted_s > 0)
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
@@ -657,10 +663,11 @@ static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from
     fprintf(f, ", \"schedule\": ");
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
-               "\"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
+               "\"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
                "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
-            (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps, (long long)from,
+            (long long)t->accumulate, (long long)(t->batch * t->seq * t->accumulate), (long long)steps,
+            (long long)r->schedule_steps, (long long)from,
             base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
             (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
@@ -677,6 +684,28 @@ static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from
     else fputs("null", f);
     fprintf(f, "}}\n");
     return log_flush(r, err, errcap);
+}
+
+// The steps the learning-rate schedule spans, into r->schedule_steps: part
+// of the run, as its checkpoints keep it. --schedule-steps, else on resume
+// the checkpoint's (whatever --steps says: a resume with more steps keeps
+// the schedule the run had, its end's lr past it, and says so), else
+// --steps.
+static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done) {
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t ckpt = r->o->resume ? r->ckpt_schedule_steps : 0, given = r->o->schedule_steps;
+    r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
+    FILE *out = r->o->out;
+    if (r->o->resume && !ckpt && given <= 0)
+        fprintf(out, "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld steps\n",
+                (long long)steps);
+    else if (r->o->resume && given <= 0 && ckpt != steps)
+        fprintf(out, "  lr schedule: over the checkpoint's run's %lld steps, kept%s (--schedule-steps %lld would span "
+                "this run's)\n", (long long)ckpt, steps > ckpt ? ", its final lr past them" : "", (long long)steps);
+    else if (r->o->resume && given > 0 && ckpt > 0 && given != ckpt)
+        fprintf(out, "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's lr "
+                "%.4g, not %.4g\n", (long long)given, (long long)ckpt, (long long)done + 1,
+                train_lr(t, base_lr, done + 1, given), train_lr(t, base_lr, done + 1, ckpt));
 }
 
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
@@ -707,6 +736,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
     if (store_sync_copy(&r.hs, p, err, errcap) != 0) goto done; // the bf16 copy of what was initialised, loaded or resumed
+    schedule_of_run(&r, steps, base_lr, done_steps);
     if (o->resume && done_steps >= steps) {
         snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
                  "give --steps above %lld to train further", o->resume, (long long)done_steps, (long long)steps,
@@ -721,7 +751,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     int64_t s = done_steps, saved = done_steps;
     while (s < steps && !stop_signal) {
         s++;
-        double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
+        double t0 = now_s(), lr = train_lr(t, base_lr, s, r.schedule_steps), norm, loss;
         r.step = s, r.step_t0 = r.last_note = t0, r.passes_done = 0;
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
         r.step_t0 = 0;

@@ -12,6 +12,7 @@
 
 typedef struct TrainOptions {
     int64_t steps;        // < 0: the plan's train section
+    int64_t schedule_steps; // the steps the learning-rate schedule spans; < 0: steps, or on resume the checkpoint's
     const char *data;     // NULL: the plan's
     const char *val_data; // a separate validation file; NULL: the last 10% of data
     double lr;            // < 0: the plan's
