@@ -616,6 +616,7 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         describe_data(d, sizeof d, &r->val_file, "");
         fprintf(out, "  val data %s\n", d);
     }
+    if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
     fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate), (long long)t->batch,
             (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
@@ -678,6 +679,9 @@ static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from
     else fputs("null", f);
     fprintf(f, ", \"val_data\": ");
     if (r->o->val_data) json_str(f, r->o->val_data);
+    else fputs("null", f);
+    fprintf(f, ", \"init\": "); // the pretrained weights the run started from (null: the seed's)
+    if (r->o->init) json_str(f, r->o->init);
     else fputs("null", f);
     fprintf(f, ", \"save\": ");
     if (r->o->save_dir) json_str(f, r->o->save_dir);

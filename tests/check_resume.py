@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
 """Checkpoints through mtrun: 10 steps straight and 5 + resume + 5 give
-bit-identical weights and losses; without --save-every a checkpoint every
+bit-identical weights and losses; --init's source is in the banner and the
+log; without --save-every a checkpoint every
 --val-every steps; the learning-rate schedule's length is the run's: a
 resume with more steps keeps it (and says so) unless --schedule-steps says
 otherwise, 25 + 5 steps of a 30-step schedule are the straight run, and a
@@ -47,6 +48,14 @@ def main():
             check(la == lb and len(la) == 10, f"losses equal bit for bit:\n    {la}\n    {lb}")
         check(sorted(os.path.basename(f) for f in glob.glob(j("a", "*"))) ==
               ["step-000000005.ckpt", "step-000000010.ckpt"], f"checkpoints kept: {os.listdir(j('a'))}")
+
+        # the --init source is in the banner and the log's config record (null without)
+        p = run(mtrun, plan, "--steps", "1", "--init", j("a.safetensors"), "--log", j("init.jsonl"), *common)
+        cfg = json.loads(open(j("init.jsonl")).readline())["config"] if p.returncode == 0 else {}
+        check(p.returncode == 0 and f"  init     {j('a.safetensors')}\n" in p.stdout and cfg.get("init") == j("a.safetensors"),
+              f"--init named in the banner and the log: {cfg.get('init')}", p)
+        cfg = json.loads(open(j("a.jsonl")).readline())["config"]
+        check("init" in cfg and cfg["init"] is None, f"no --init: the log says null: {cfg}")
 
         # without --save-every, a checkpoint every validation: --val-every's, not the model's (its 50)
         p = run(mtrun, plan, "--steps", "7", "--save", j("v"), "--keep", "5", "--val-every", "3", "--val-batches", "1",
