@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -88,6 +89,8 @@ typedef struct Run {
     int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
     int64_t schedule_steps; // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
     int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
+    const char *save_dir; // where checkpoints go: --save's, or the default beside the log; NULL: none
+    char no_save[600];    // why none, where the default would have saved (for the banner)
 } Run;
 
 // The store's first failure (the tier's: a short read or write) as the
@@ -269,12 +272,30 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     return -1;
 }
 
-// A new run must not prune or replace the checkpoints of another: --save
-// into a directory that holds some is refused unless resuming from it.
-static int check_save_dir(const TrainOptions *o, char *err, size_t errcap) {
+// Where checkpoints go, into r->save_dir. A new run must not prune or
+// replace the checkpoints of another: --save into a directory that holds
+// some is refused unless resuming from it; the default directory beside the
+// log (o->save_default) then saves nothing, and r->no_save says why, as it
+// does for a log that is not a file (/dev/null: nothing beside it). 0, or
+// -1 with a message.
+static int check_save_dir(Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
     char path[4096], ignored[256];
+    struct stat st;
+    r->save_dir = o->save_dir;
+    if (o->save_default && r->log && (fstat(fileno(r->log), &st) != 0 || !S_ISREG(st.st_mode))) {
+        snprintf(r->no_save, sizeof r->no_save, "the log %s is not a file to save beside (--save DIR)", o->log_path);
+        r->save_dir = NULL;
+        return 0;
+    }
     if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
+    if (o->save_default) {
+        snprintf(r->no_save, sizeof r->no_save, "%s holds an earlier run's checkpoints (--resume %s continues it; "
+                 "--save DIR saves this run elsewhere)", o->save_dir, o->save_dir);
+        r->save_dir = NULL;
+        return 0;
+    }
     snprintf(err, errcap, "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
              "another directory", o->save_dir, path, o->save_dir);
     return -1;
@@ -337,13 +358,13 @@ static int open_run(Run *r, char *err, size_t errcap) {
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed,
                           .hold_ins = r->o->test_hold_ins};
     }
-    if (check_save_dir(r->o, err, errcap) != 0) return -1;
+    if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
     // a resumed run continues its log; a new run starts one
     if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
-    return 0;
+    return check_save_dir(r, err, errcap);
 }
 
 // Whether the metrics log took everything written to it so far (flushed):
@@ -500,10 +521,10 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
-    if (r->hs.tier ? ckpt_save_io(r->o->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
-                   : ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+    if (r->hs.tier ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
+                   : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
-    fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->o->save_dir);
+    fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->save_dir);
     return 0;
 }
 
@@ -627,11 +648,12 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
                                                    : ", a cpu: not compared with this GPU's steps");
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
-    if (r->o->save_dir)
-        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept\n",
-                r->o->save_dir, (long long)r->o->save_every, r->o->keep);
+    if (r->save_dir)
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s\n",
+                r->save_dir, (long long)r->o->save_every, r->o->keep,
+                r->o->save_default ? " (beside the log; --no-save: none)" : "");
     else
-        fprintf(out, "  saves    none (--save DIR to checkpoint)\n");
+        fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
     fflush(out);
 }
 
@@ -684,7 +706,7 @@ static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from
     if (r->o->init) json_str(f, r->o->init);
     else fputs("null", f);
     fprintf(f, ", \"save\": ");
-    if (r->o->save_dir) json_str(f, r->o->save_dir);
+    if (r->save_dir) json_str(f, r->save_dir);
     else fputs("null", f);
     fprintf(f, "}}\n");
     return log_flush(r, err, errcap);
@@ -719,12 +741,13 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART}, old_int, old_term;
     sigemptyset(&stop.sa_mask);
     stop_signal = 0;
-    stop_note = o->save_dir ? "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n"
-                            : "\nmtrun: finishing this step, then exiting without a checkpoint: no --save (a second "
-                              "signal exits at once)\n";
+    stop_note = "\nmtrun: finishing this step, then exiting (a second signal exits at once)\n"; // until open_run says
     sigaction(SIGINT, &stop, &old_int);
     sigaction(SIGTERM, &stop, &old_term);
     if (open_run(&r, err, errcap) != 0) goto done;
+    stop_note = r.save_dir ? "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n"
+                           : "\nmtrun: finishing this step, then exiting without a checkpoint: this run saves none, as "
+                             "its banner says (a second signal exits at once)\n";
     int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
@@ -780,7 +803,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
-        if (o->save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
+        if (r.save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
         }
@@ -797,7 +820,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
             stop_signal ? "stopped by a signal" : "done", (long long)(s - done_steps), (long long)done_steps + 1,
             (long long)s, tokens_per_step * (double)(s - done_steps), el, vl, o->log_path ? o->log_path : "none",
-            o->save_dir && saved ? o->save_dir : "none", o->save_dir && saved ? "" : " (--save DIR to keep them)");
+            r.save_dir && saved ? r.save_dir : "none", r.save_dir && saved ? "" : r.save_dir ? " (no step done)"
+                                                      : r.no_save[0] ? " (see the banner)" : " (--no-save)");
     rc = 0;
 done:
     close_run(&r);

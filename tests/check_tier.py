@@ -108,8 +108,8 @@ def main():
                 "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0 and same(ckpt(d, 20), ckpt(straight, 20)), "a RAM checkpoint resumed with the tier", p)
         d = j("tier-to-ram")
-        p = run(mtrun, plan, "--steps", "10", "--save", d, "--save-every", "10", "--tier-dir", tier,
-                "--log", j("x.jsonl"), *COMMON)
+        p = run(mtrun, plan, "--steps", "10", "--schedule-steps", "20", "--save", d, "--save-every", "10",
+                "--tier-dir", tier, "--log", j("x.jsonl"), *COMMON)  # (the first half of a 20-step run)
         check(p.returncode == 0, "10 steps with the tier", p)
         p = run(mtrun, plan, "--steps", "20", "--resume", d, "--save", d, "--save-every", "10", "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0 and same(ckpt(d, 20), ckpt(straight, 20)), "a tier checkpoint resumed in RAM", p)
