@@ -368,11 +368,13 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
 
 // --explore: every plan searched at batch 1, 2, 4, ... while one fits, for
 // mt's policy and each baseline; prints each batch's Pareto frontier and,
-// with plot_path, draws it. Returns 0, or 1 (reported).
+// with plot_path, draws it. Returns 0, or 1 (reported; nothing fits at
+// batch 1 is an error, nothing printed or drawn).
 static int explore(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, const char *plot_path,
                    int json, Arena *a, Diag *d) {
     Exploration x = {.target = t->name};
     int rc = 1;
+    char why[256] = ""; // why mt's plan at batch 1 does not fit
     for (int64_t b = 1; b <= ((int64_t)1 << 20); b *= 2) {
         int mt_fits = 0;
         for (int pol = 0; pol < POLICY_COUNT; pol++) {
@@ -384,11 +386,20 @@ static int explore(const Model *m, SemaOptions *opt, const Target *t, const Sche
             if (!g) goto done;
             x.model = g->model_name;
             if (pol == POLICY_MT) mt_fits = r.fits;
+            if (pol == POLICY_MT && b == 1 && !r.fits) snprintf(why, sizeof why, "%s", r.why);
         }
         if (!mt_fits) break;
     }
     if (x.failed) {
         fprintf(stderr, "mtc: error: out of memory exploring\n");
+        goto done;
+    }
+    int fits = 0;
+    for (int i = 0; i < x.n; i++) fits |= x.pts[i].fits;
+    if (!fits) { // an empty frontier and an empty picture would say nothing
+        fprintf(stderr, "mtc: error: %s does not fit %s at any batch: no schedule of any policy fits at batch 1 (%s); "
+                "nothing to explore%s\n", x.model ? x.model : "the model", t->name, why[0] ? why : "no plan",
+                plot_path ? ", no plot written" : "");
         goto done;
     }
     explore_print(stdout, &x, json);

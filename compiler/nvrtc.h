@@ -43,7 +43,9 @@ int nvrtc_arch_ok(const char *arch);
 // Compiles are cached (common/cache.h): a source NVRTC compiled before, for
 // the same arch with the same NVRTC version, is read back from
 // $MT_CACHE_DIR (default $XDG_CACHE_HOME/mt or ~/.cache/mt;
-// MT_CACHE_DIR=off: no cache) instead.
+// MT_CACHE_DIR=off: no cache) instead. A compile that is not a cache hit
+// prints a line to stderr when it starts (what it compiles: name, arch,
+// lines) and one with its time when it succeeds.
 int nvrtc_compile(const char *src, const char *name, const char *arch, const char *const *origin, int norigin,
                   CudaBinary *out, char *err, size_t errcap);
 

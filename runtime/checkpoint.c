@@ -23,13 +23,14 @@
 #include <zlib.h>
 
 enum {
-    CKPT_VERSION = 2,
+    CKPT_VERSION = 3,  // written; version 2 (no schedule length) is still read
     SECTIONS = 4,      // META, W, M, V
     HEADER_BYTES = 24, // magic, version, endian, count, crc
     ENTRY_BYTES = 24,  // id, crc, offset, size
     TABLE_BYTES = SECTIONS * ENTRY_BYTES,
     TABLE_END = HEADER_BYTES + TABLE_BYTES,
-    META_BYTES = 4 * 8 + 2 * 4 + 8 + 4 * 8 + CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES,
+    META_V2_BYTES = 4 * 8 + 2 * 4 + 8 + 4 * 8 + CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES,
+    META_BYTES = META_V2_BYTES + 8, // version 3: + the schedule's length
     CHUNK = 1 << 22, // bytes per write, pread and crc32 call
 };
 enum { SEC_META = 1, SEC_W, SEC_M, SEC_V };
@@ -268,6 +269,7 @@ static void encode_meta(unsigned char b[META_BYTES], const CkptMeta *m) {
     memset(b + 80, 0, CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES);
     memcpy(b + 80, m->model, strnlen(m->model, CKPT_MODEL_BYTES - 1));
     memcpy(b + 80 + CKPT_MODEL_BYTES, m->schedule, strnlen(m->schedule, CKPT_SCHEDULE_BYTES - 1));
+    store_u64(b + META_V2_BYTES, (uint64_t)m->schedule_steps);
 }
 
 static void encode_table(unsigned char t[TABLE_BYTES], int64_t n, const uint32_t crc[SECTIONS]) {
@@ -505,7 +507,8 @@ static int read_section(int fd, const char *path, int s, const Entry *en, void *
 }
 
 // The header and the section table; fills e[id - 1]. len: the file's size.
-static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS], char *err, size_t errcap) {
+static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS], uint32_t *version_out, char *err,
+                      size_t errcap) {
     unsigned char h[TABLE_END];
     int64_t got = get(fd, h, TABLE_END, 0);
     if (got < 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
@@ -516,13 +519,14 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
                     HEADER_BYTES);
     uint32_t version = ld32(h + 8), endian = ld32(h + 12), count = ld32(h + 16);
     if (endian == OTHER_ENDIAN) return io_fail(err, errcap, path, "written on a machine of the other byte order");
-    if (version != CKPT_VERSION)
-        return io_fail(err, errcap, path, "checkpoint version %u, this mtrun reads version %d", version, CKPT_VERSION);
+    if (version != CKPT_VERSION && version != 2)
+        return io_fail(err, errcap, path, "checkpoint version %u, this mtrun reads versions 2 and %d", version,
+                       CKPT_VERSION);
     if (endian != ENDIAN) return io_fail(err, errcap, path, "bad endianness word 0x%08x", endian);
     if (io_crc32(0, h, 20) != ld32(h + 20)) return io_fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
     if (count != SECTIONS)
-        return io_fail(err, errcap, path, "the section table lists %u sections; a version %d checkpoint has %d", count,
-                    CKPT_VERSION, SECTIONS);
+        return io_fail(err, errcap, path, "the section table lists %u sections; a version %u checkpoint has %d", count,
+                    version, SECTIONS);
     if (got < TABLE_END)
         return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the header and section table (%d)",
                     (long long)got, TABLE_END);
@@ -549,9 +553,11 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
         for (int b = a + 1; b < SECTIONS; b++)
             if (e[a].off < e[b].off + e[b].size && e[b].off < e[a].off + e[a].size && e[a].size && e[b].size)
                 return io_fail(err, errcap, path, "sections %s and %s overlap", SECTION_NAMES[a], SECTION_NAMES[b]);
-    if (e[0].size != META_BYTES)
-        return io_fail(err, errcap, path, "section META has %llu bytes; a version %d checkpoint's has %d",
-                    (unsigned long long)e[0].size, CKPT_VERSION, META_BYTES);
+    int meta_bytes = version == 2 ? META_V2_BYTES : META_BYTES;
+    if (e[0].size != (uint64_t)meta_bytes)
+        return io_fail(err, errcap, path, "section META has %llu bytes; a version %u checkpoint's has %d",
+                    (unsigned long long)e[0].size, version, meta_bytes);
+    *version_out = version;
     return 0;
 }
 
@@ -561,9 +567,10 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
     if (fstat(fd, &st) != 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
     if (!S_ISREG(st.st_mode)) return io_fail(err, errcap, path, "not a regular file");
     Entry e[SECTIONS];
-    if (read_table(fd, path, (uint64_t)st.st_size, e, err, errcap) != 0) return -1;
+    uint32_t version = CKPT_VERSION;
+    if (read_table(fd, path, (uint64_t)st.st_size, e, &version, err, errcap) != 0) return -1;
 
-    unsigned char mb[META_BYTES];
+    unsigned char mb[META_BYTES] = {0};
     if (read_section(fd, path, 0, &e[0], mb, NULL, NULL, err, errcap) != 0) return -1;
     CkptMeta got = {
         .step = (int64_t)ld64(mb),
@@ -577,6 +584,7 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
         .seq = (int64_t)ld64(mb + 56),
         .accumulate = (int64_t)ld64(mb + 64),
         .device_limit = (int64_t)ld64(mb + 72),
+        .schedule_steps = version >= 3 ? (int64_t)ld64(mb + META_V2_BYTES) : 0,
     };
     memcpy(got.model, mb + 80, CKPT_MODEL_BYTES);
     got.model[CKPT_MODEL_BYTES - 1] = 0;

@@ -5,20 +5,21 @@
 // changed when another plan of the same model resumes it), and the fp32
 // master weights and both Adam moments.
 //
-// File format, version 2, all integers and floats little-endian:
+// File format, version 3, all integers and floats little-endian:
 //
-//   header   "MTCKPT\0\0" (8 bytes), u32 version = 2, u32 endian = 0x01020304,
+//   header   "MTCKPT\0\0" (8 bytes), u32 version = 3, u32 endian = 0x01020304,
 //            u32 section count = 4, u32 header crc32 (of the 20 bytes before it)
 //   table    per section: u32 id, u32 crc32 of its bytes, u64 offset, u64 size
 //   sections META (id 1): i64 step, i64 data_pos, u64 seed, u64 rng_state,
 //                         u32 plan_crc, u32 model_crc, i64 n,
 //                         i64 batch, i64 seq, i64 accumulate, i64 device_limit,
 //                         the model's name, NUL-padded (64 bytes),
-//                         the plan's schedule in words, NUL-padded (192 bytes)
-//                         (336 bytes)
+//                         the plan's schedule in words, NUL-padded (192 bytes),
+//                         i64 schedule_steps (344 bytes)
 //            W, M, V (ids 2, 3, 4): n IEEE-754 binary32 each (4n bytes)
 //
-// crc32 is zlib's. The writer puts the table right after the header and the
+// Version 2 is version 3 without schedule_steps (META 336 bytes): read, with
+// schedule_steps 0. crc32 is zlib's. The writer puts the table right after the header and the
 // sections after it in id order; the reader accepts any order inside the
 // file, without overlaps. A checkpoint is DIR/step-%09lld.ckpt (more digits
 // past step 999999999), named by its step.
@@ -49,6 +50,7 @@ typedef struct CkptMeta {
     int64_t n;             // floats in each of w, m, v
     // what the writing plan was, to say what changed when another plan of the model resumes it
     int64_t batch, seq, accumulate, device_limit;
+    int64_t schedule_steps; // the steps the run's learning-rate schedule spans (0: not recorded, version 2)
     char model[CKPT_MODEL_BYTES];       // the model's name, cut to fit, NUL-terminated
     char schedule[CKPT_SCHEDULE_BYTES]; // Plan.schedule, cut to fit, NUL-terminated
 } CkptMeta;

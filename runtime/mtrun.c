@@ -4,6 +4,7 @@
 // 0 success, 1 an error in the plan, the data or the run, 2 a usage error.
 #include <errno.h>
 #include <getopt.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -33,6 +34,8 @@ static const char USAGE[] =
     "\n"
     "options:\n"
     "  --steps N        optimizer steps (default: the model's train section)\n"
+    "  --schedule-steps N  the steps the learning-rate schedule (warmup, then decay) spans (default: --steps;\n"
+    "                   with --resume, the checkpoint's run's, kept whatever --steps says and said so)\n"
     "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
     "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
     "  --val-data FILE  a separate validation file (the same formats)\n"
@@ -53,11 +56,15 @@ static const char USAGE[] =
     "  --export FILE    write the weights as safetensors at the end (names as the model's checkpoint)\n"
     "  --dtype D        bf16 or fp32 (default), for --export (an error without it)\n"
     "  --shard-bytes N  --export shards above N bytes (default 5000000000; an error without --export)\n"
-    "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR:\n"
+    "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR (default:\n"
+    "                   beside the log, LOG less .metrics.jsonl or .jsonl with .ckpt, unless it holds\n"
+    "                   another run's checkpoints or the log is no file: then none, said in the banner):\n"
     "                   every --save-every steps, the final step, and on SIGINT or SIGTERM (which end\n"
     "                   the run after the step in progress; a second signal ends it at once)\n"
-    "  --save-every N   every N steps (default: every validation; an error without --save)\n"
-    "  --keep K         keep the newest K checkpoints (default 3; an error without --save)\n"
+    "  --no-save        no checkpoints\n"
+    "  --save-every N   every N steps (default: every validation, --val-every's or the model's; an error\n"
+    "                   with --no-save)\n"
+    "  --keep K         keep the newest K checkpoints (default 3; an error with --no-save)\n"
     "  --resume DIR     continue from the newest checkpoint in DIR, written by any plan of the same\n"
     "                   model (another batch, remat, target or tiling); nothing left to do is an error\n"
     "  --tier-dir DIR   the NVMe tier: every layer's Adam moments (and fp32 master, where the plan says\n"
@@ -157,7 +164,7 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -171,12 +178,13 @@ int main(int argc, char **argv) {
         {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
-        {"tier-dir", required_argument, 0, O_TIER_DIR},
+        {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
+        {"no-save", no_argument, 0, O_NO_SAVE},
         {0, 0, 0, 0},
     };
     mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    TrainOptions o = {.steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
+    TrainOptions o = {.steps = -1, .schedule_steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
                       .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
     int64_t v;
     char *end;
@@ -194,14 +202,18 @@ int main(int argc, char **argv) {
         case O_STEPS:
             if (parse_int(optarg, 0, &o.steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
             break;
+        case O_SCHEDULE_STEPS:
+            if (parse_int(optarg, 1, &o.schedule_steps))
+                return usage_error("--schedule-steps needs an integer >= 1, got '%s'", optarg);
+            break;
         case O_DATA: o.data = optarg; break;
         case O_VAL_DATA: o.val_data = optarg; break;
         case O_TRACE: o.trace = optarg; break;
         case O_LR:
             errno = 0;
             o.lr = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(o.lr >= 0 && o.lr < 1e3))
-                return usage_error("--lr needs a number >= 0, got '%s'", optarg);
+            if (errno || end == optarg || *end || !(o.lr >= 0 && isfinite(o.lr)))
+                return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
             break;
         case O_SEED:
             if (parse_int(optarg, 0, &o.seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
@@ -233,6 +245,7 @@ int main(int argc, char **argv) {
             if (parse_int(optarg, 1, &o.shard_bytes)) return usage_error("--shard-bytes needs an integer >= 1, got '%s'", optarg);
             break;
         case O_SAVE: o.save_dir = optarg; break;
+        case O_NO_SAVE: break; // (given[O_NO_SAVE])
         case O_SAVE_EVERY:
             if (parse_int(optarg, 1, &o.save_every)) return usage_error("--save-every needs an integer >= 1, got '%s'", optarg);
             break;
@@ -254,12 +267,17 @@ int main(int argc, char **argv) {
     static const struct { int opt, needs; const char *what; } CONTEXT[] = { // opt does nothing without needs
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
-        {O_SAVE_EVERY, O_SAVE, "--save-every sets how often --save writes"},
-        {O_KEEP, O_SAVE, "--keep sets how many checkpoints --save keeps"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
         if (given[CONTEXT[i].opt] && !given[CONTEXT[i].needs])
             return usage_error("%s; without it the flag would do nothing", CONTEXT[i].what);
+    static const struct { int opt; const char *what; } UNSAVED[] = { // opt does nothing with --no-save
+        {O_SAVE, "--save and --no-save contradict each other"},
+        {O_SAVE_EVERY, "--save-every sets how often checkpoints are written; --no-save writes none"},
+        {O_KEEP, "--keep sets how many checkpoints are kept; --no-save writes none"},
+    };
+    for (size_t i = 0; given[O_NO_SAVE] && i < sizeof UNSAVED / sizeof UNSAVED[0]; i++)
+        if (given[UNSAVED[i].opt]) return usage_error("%s", UNSAVED[i].what);
     if (given[O_INIT] && given[O_RESUME])
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
     if (calibrate)
@@ -317,7 +335,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     free(options);
-    char *log_path = NULL;
+    char *log_path = NULL, *save_dir = NULL;
     if (p && o.log_path && !*o.log_path) o.log_path = NULL; // (another rank than 0: none)
     else if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
         size_t n = strlen(path);
@@ -326,11 +344,21 @@ int main(int argc, char **argv) {
         if (log_path) snprintf(log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
         o.log_path = log_path;
     }
-    if (p && o.save_dir && !o.save_every) o.save_every = p->graph->train.val_every;
+    if (p && !o.save_dir && !given[O_NO_SAVE] && o.log_path) { // checkpoints beside the log: LOG.metrics.jsonl -> LOG.ckpt
+        size_t n = strlen(o.log_path);
+        if (n > 14 && !strcmp(o.log_path + n - 14, ".metrics.jsonl")) n -= 14;
+        else if (n > 6 && !strcmp(o.log_path + n - 6, ".jsonl")) n -= 6;
+        save_dir = malloc(n + 6);
+        if (save_dir) snprintf(save_dir, n + 6, "%.*s.ckpt", (int)n, o.log_path);
+        o.save_dir = save_dir, o.save_default = 1;
+    }
+    if (p && o.save_dir && !o.save_every) // every validation: --val-every's, else the model's
+        o.save_every = o.val_every > 0 ? o.val_every : p->graph->train.val_every;
     if (p) rc = train_run(p, path, &o, err, sizeof err);
     if (rc && dist.mpi) fprintf(stderr, "mtrun: rank %d of %d: error: %s\n", dist.rank, dist.size, err);
     else if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
     free(log_path);
+    free(save_dir);
     arena_free(&arena);
     dist_close(&dist, rc); // an error ends every rank: the others may wait for this one in a collective
     return rc;

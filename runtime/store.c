@@ -7,32 +7,61 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
 
 int64_t store_bytes(const Plan *p) {
     return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute);
 }
 
+// The arrays of a layer's tier record: m and v, the master, the gradients.
+static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS); }
+
 // The tier holds a record a layer, each the largest kind's (host_layer).
-int64_t store_tier_bytes(const Plan *p, int master) { return p->graph->layers * p->host_layer * (master ? 12 : 8); }
+int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p->host_layer * 4 * tier_arrays(holds); }
 
 int store_alloc(HostStore *s, const Plan *p) {
     char ignored[16];
     return store_alloc_tier(s, p, NULL, 0, ignored, sizeof ignored);
 }
 
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap) {
+// The gradient accumulators with the gradients on the tier: an anonymous
+// mapping whose pages hold memory only while touched (a layer's, from its
+// first COPY_OUT of a step to its INS_NORM, which moves them to the tier and
+// drops them: store_norm); the pages read as zeros until written.
+static float *grads_map(size_t bytes) {
+    void *at = mmap(NULL, bytes ? bytes : 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    return at == MAP_FAILED ? NULL : at;
+}
+
+// Zeroes floats [off, off + n) of the mapped gradients and gives back the
+// memory of the pages wholly inside (they read as zeros again).
+static void grads_drop(HostStore *s, int64_t off, int64_t n) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)(s->g + off), b = (uintptr_t)(s->g + off + n);
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+        memset(s->g + off, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    memset((void *)a, 0, lo - a);
+    memset((void *)hi, 0, b - hi);
+}
+
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, char *err, size_t errcap) {
     *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = 1};
-    master = tier_dir && master;
+    holds = tier_dir ? holds : 0;
+    int master = !!(holds & STORE_TIER_MASTER);
     if (master && p->graph->train.compute != DT_BF16) {
         snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
                  "it is what streams to the device)");
         return -1;
     }
-    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, master ? 3 : 2, err, errcap)))
+    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, tier_arrays(holds), err, errcap)))
         return -1;
     s->tier_master = master;
+    s->tier_grads = !!(holds & STORE_TIER_GRADS);
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
-             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p, master) : 0)));
+             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {
         store_free(s);
@@ -44,6 +73,13 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int mast
     float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
     for (int i = 0; i < 4; i++) {
         size_t b = (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) ? globals : bytes;
+        if (i == 3 && s->tier_grads) { // all of it mapped, only what is touched held (grads_map)
+            if (!(s->g = grads_map(bytes))) {
+                store_free(s);
+                return -1;
+            }
+            continue;
+        }
         *arrays[i] = aligned_alloc(64, b ? b : 64);
         if (!*arrays[i]) {
             store_free(s);
@@ -66,7 +102,8 @@ void store_free(HostStore *s) {
     free(s->w);
     free(s->m);
     free(s->v);
-    free(s->g);
+    if (s->tier_grads && s->g) munmap(s->g, ((size_t)s->n * 4 + 63) & ~(size_t)63);
+    else free(s->g);
     free(s->wb);
     free(s->seg);
     tier_close(s->tier);
@@ -86,15 +123,24 @@ static int in_segment(const Plan *p, int i, int64_t seg) {
     return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
+// Array `array` (0 w, 1 m, 2 v, 3 g) of a layer's staged record: m at 0,
+// v at one tier_stride, the master (tier_master) at two, the gradients
+// (tier_grads) last.
+static float *in_record(const HostStore *s, float *rec, int array) {
+    int64_t at = array == 3 ? 2 + s->tier_master : array > 0 ? array - 1 : 2;
+    return rec + at * tier_stride(s->tier);
+}
+
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     int64_t n, off = store_segment(p, layer, &n);
     s->seg[plan_segment_index(layer)].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
-}
-
-// Array `array` (0 w, 1 m, 2 v) of a layer's staged record: m at 0, v at
-// one tier_stride, the master (tier_master) at two.
-static float *in_record(const HostStore *s, float *rec, int array) {
-    return rec + (array > 0 ? array - 1 : 2) * tier_stride(s->tier);
+    if (!s->tier_grads || layer < 0 || s->err[0]) return;
+    // The step's gradients are whole: into the layer's record until its update, out of RAM.
+    float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
+    if (!rec) return;
+    memcpy(in_record(s, rec, 3), s->g + off, (size_t)n * sizeof(float));
+    if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
+    grads_drop(s, off, n);
 }
 
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
@@ -103,25 +149,26 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     const Graph *g = p->graph;
     // The segment's moments (and master): in RAM, or the layer's record
     // staged from the tier.
-    float *m = s->m, *v = s->v, *w = s->w;
-    int64_t base = 0, wbase = 0; // the index in m and v (in w) of the segment's first float
+    float *m = s->m, *v = s->v, *w = s->w, *grad = s->g;
+    int64_t base = 0, wbase = 0, gbase = 0; // the index in m and v (in w, in grad) of the segment's first float
     if (s->tier && layer >= 0) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
         v = in_record(s, m, 2);
         base = store_segment(p, layer, &(int64_t){0});
         if (s->tier_master) w = in_record(s, m, 0), wbase = base;
+        if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
     }
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         if (!in_segment(p, i, layer)) continue;
         int decay = prm->shape.rank >= 2; // none on norms and biases
         int64_t off = plan_param_elem(p, i, layer);
-        adamw_update(w + off - wbase, m + off - base, v + off - base, s->g + off, s->wb ? s->wb + off : NULL,
+        adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
                      shape_numel(&prm->shape), &seg->step, decay, s->threads);
     }
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     int64_t n, off = store_segment(p, layer, &n);
-    memset(s->g + off, 0, (size_t)n * sizeof(float));
+    if (grad == s->g) memset(s->g + off, 0, (size_t)n * sizeof(float)); // (the tier's: zeroed and dropped by store_norm)
     seg->pending = 0;
 }
 

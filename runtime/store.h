@@ -33,27 +33,36 @@ typedef struct HostStore {
     int threads;  // for the optimizer and the norms
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
-    // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams). Its
+    // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and
+    // with tier_grads its gradients last, from the step's INS_NORM (which
+    // moves them out of g) to the next step's INS_UPDATE (which reads them
+    // there): g is then a mapping that holds memory only where touched, a
+    // layer's from its first gradient of a step to its INS_NORM (with
+    // accumulate > 1, every layer's for the step's micro-batches). Its
     // first failure stops every update and stays in err until the caller
     // reports it (store_failed).
     Tier *tier;
     int tier_master;
+    int tier_grads;
     char err[512];
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
 // alignment padding): storage_host_bytes_per_param per element.
 int64_t store_bytes(const Plan *p);
+// What a tier holds besides every layer's Adam moments (flags).
+enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,
-// and with master its fp32 master.
-int64_t store_tier_bytes(const Plan *p, int master);
+// and what `holds` says.
+int64_t store_tier_bytes(const Plan *p, int holds);
 // Allocates and zeroes the arrays. Returns 0, or -1 out of memory.
 int store_alloc(HostStore *s, const Plan *p);
-// The same with the layers' Adam moments, and with master their fp32
-// master (bf16 compute only), in a tier file in tier_dir (NULL: none, as
-// store_alloc), zeroed. Returns 0, or -1 with a message (out of memory, or
-// the tier refused: no room, no such directory).
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int master, char *err, size_t errcap);
+// The same with the layers' Adam moments, and what `holds` says (their fp32
+// master, bf16 compute only; their gradients between a step's norm and the
+// next update), in a tier file in tier_dir (NULL: none, as store_alloc),
+// zeroed. Returns 0, or -1 with a message (out of memory, or the tier
+// refused: no room, no such directory).
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, char *err, size_t errcap);
 // The tier's first failure (a short read or write, naming the file and the
 // layer), or NULL: callers check it after anything that updates, flushes or
 // moves moments, and stop the run with it.
@@ -65,7 +74,9 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 
 // The optimizer per segment (layer -1: the globals), what the plan's host
 // instructions do and what the end of a step sets up:
-// INS_NORM: the squared norm of the segment's gradients into seg.sq_norm.
+// INS_NORM: the squared norm of the segment's gradients into seg.sq_norm
+// (after the step's last micro-batch); with tier_grads, a layer's gradients
+// then move to its record and out of RAM.
 void store_norm(HostStore *s, const Plan *p, int64_t layer);
 // INS_UPDATE: applies the segment's pending AdamW update to all its
 // parameters (weight decay on matrices only, none on norms and biases),

@@ -3,6 +3,7 @@
 #include <errno.h>
 #include <math.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <stdlib.h>
 #include <string.h>
 #include <time.h>
@@ -86,6 +87,10 @@ typedef struct Run {
     double note_every;  // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
     int64_t passes_done, passes_per_step; // layer passes done in this step, of the step's
     int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
+    int64_t schedule_steps; // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
+    int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
+    const char *save_dir; // where checkpoints go: --save's, or the default beside the log; NULL: none
+    char no_save[600];    // why none, where the default would have saved (for the banner)
 } Run;
 
 // The store's first failure (the tier's: a short read or write) as the
@@ -232,41 +237,44 @@ static const char *plan_tier(const Plan *p) {
     return at ? at + strlen(" tier=") : NULL;
 }
 
-// Whether the plan puts the fp32 master on the tier (tier=master).
-static int plan_tier_master(const Plan *p) {
+// What the plan puts on the tier besides the Adam moments (STORE_TIER_*):
+// tier=master the fp32 master (bf16 compute: with f32 it is what streams),
+// tier=grads the gradients too (and the master under bf16, as mtc counts it).
+static int plan_tier_holds(const Plan *p) {
     const char *want = plan_tier(p);
-    return want && !strncmp(want, "master", 6);
+    int grads = want && !strncmp(want, "grads", 5), bf16 = p->graph->train.compute == DT_BF16;
+    int master = want && (!strncmp(want, "master", 6) || (grads && bf16));
+    return (master ? STORE_TIER_MASTER : 0) | (grads ? STORE_TIER_GRADS : 0);
 }
 
-// mtrun's tier holds the Adam moments and, where the plan says so, the fp32
-// master; a plan that puts the gradient accumulators there too is refused.
+// --export gathers the whole model in RAM: refused up front with the master on the tier.
 static int check_tier(const Run *r, char *err, size_t errcap) {
-    const char *want = plan_tier(r->p);
     if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1) { // (tier.c's file is DIR/mtrun.tier, one a directory)
         snprintf(err, errcap, "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
                  "tier file in %s; start one rank a machine, or plan without the tier", r->o->dist->local,
                  r->o->tier_dir);
         return -1;
     }
-    if (r->o->tier_dir && r->o->export_path && plan_tier_master(r->p)) { // refused now, not after the training
-        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=master) is not supported "
+    if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) { // now, not after the training
+        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
                  "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
-                 "without the tier");
+                 "without the tier", (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
         return -1;
     }
-    if (!want || !strncmp(want, "moments", 7) || !strncmp(want, "master", 6)) return 0;
-    snprintf(err, errcap, "the plan puts the gradient accumulators on the NVMe tier too (tier=%.*s): mtrun keeps the "
-             "Adam moments and the fp32 master there, not the gradients yet; plan for a target with more host memory",
-             (int)strcspn(want, " "), want);
-    return -1;
+    return 0;
 }
 
 // The host store's bytes in RAM: all of it, less what the tier holds, plus
 // the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
+// With the gradients on the tier, g's pages are held only while a layer's
+// gradients are being accumulated: counted as one layer's.
 static int64_t ram_store_bytes(const Run *r) {
     if (!r->o->tier_dir) return store_bytes(r->p);
-    int64_t record = (plan_tier_master(r->p) ? 3 : 2) * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
-    return store_bytes(r->p) - store_tier_bytes(r->p, plan_tier_master(r->p)) + TIER_SLOTS * record;
+    int holds = plan_tier_holds(r->p);
+    int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
+    int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return store_bytes(r->p) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
+           (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
@@ -294,12 +302,30 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     return -1;
 }
 
-// A new run must not prune or replace the checkpoints of another: --save
-// into a directory that holds some is refused unless resuming from it.
-static int check_save_dir(const TrainOptions *o, char *err, size_t errcap) {
+// Where checkpoints go, into r->save_dir. A new run must not prune or
+// replace the checkpoints of another: --save into a directory that holds
+// some is refused unless resuming from it; the default directory beside the
+// log (o->save_default) then saves nothing, and r->no_save says why, as it
+// does for a log that is not a file (/dev/null: nothing beside it). 0, or
+// -1 with a message.
+static int check_save_dir(Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
     char path[4096], ignored[256];
+    struct stat st;
+    r->save_dir = o->save_dir;
+    if (o->save_default && r->log && (fstat(fileno(r->log), &st) != 0 || !S_ISREG(st.st_mode))) {
+        snprintf(r->no_save, sizeof r->no_save, "the log %s is not a file to save beside (--save DIR)", o->log_path);
+        r->save_dir = NULL;
+        return 0;
+    }
     if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
+    if (o->save_default) {
+        snprintf(r->no_save, sizeof r->no_save, "%s holds an earlier run's checkpoints (--resume %s continues it; "
+                 "--save DIR saves this run elsewhere)", o->save_dir, o->save_dir);
+        r->save_dir = NULL;
+        return 0;
+    }
     snprintf(err, errcap, "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
              "another directory", o->save_dir, path, o->save_dir);
     return -1;
@@ -335,7 +361,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_master(p), err, errcap) != 0) return -1;
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -365,13 +391,38 @@ static int open_run(Run *r, char *err, size_t errcap) {
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed,
                           .hold_ins = r->o->test_hold_ins};
     }
-    if (check_save_dir(r->o, err, errcap) != 0) return -1;
+    if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
     // a resumed run continues its log; a new run starts one
     if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
-    return 0;
+    return check_save_dir(r, err, errcap);
+}
+
+// Whether the metrics log took everything written to it so far (flushed):
+// a full disk or an I/O error stops the run with a message, never a log
+// silently lost. 0, or -1 with a message.
+static int log_flush(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    errno = 0;
+    if (fflush(r->log) == 0 && !ferror(r->log)) return 0;
+    snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path,
+             errno ? strerror(errno) : "a write failed");
+    return -1;
+}
+
+// Closes the metrics log; a failure of its last writes is the run's error.
+// 0, or -1 with a message.
+static int log_close(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    int rc = log_flush(r, err, errcap);
+    if (fclose(r->log) != 0 && rc == 0) {
+        snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
+        rc = -1;
+    }
+    r->log = NULL;
+    return rc;
 }
 
 static void close_run(Run *r) {
@@ -397,7 +448,7 @@ static int log_val(Run *r, int64_t s, double *val, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0 || validate(r, val, err, errcap) != 0) return -1;
     if (r->log && isfinite(*val)) {
         fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, *val);
-        fflush(r->log);
+        if (log_flush(r, err, errcap) != 0) return -1;
     }
     fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, *val);
     fflush(r->o->out);
@@ -474,6 +525,7 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
                    : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
     r->data.train_pos = meta.data_pos;
+    r->ckpt_schedule_steps = meta.schedule_steps;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
         fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position carry over:\n");
@@ -497,24 +549,27 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0) return -1;
     CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
                      .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
-                     .accumulate = t->accumulate, .device_limit = p->device_limit};
+                     .accumulate = t->accumulate, .device_limit = p->device_limit,
+                     .schedule_steps = r->schedule_steps};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
-    if (r->hs.tier ? ckpt_save_io(r->o->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
-                   : ckpt_save(r->o->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+    if (r->hs.tier ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
+                   : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
-    fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->o->save_dir);
+    fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->save_dir);
     return 0;
 }
 
 // ---------------------------------------------------------------- watching a run
 
-// SIGINT and SIGTERM: the first asks the loop to finish the step, save and
-// exit 0; a second ends the process at once (the signal's default action),
-// leaving the checkpoints as they were (a save in progress is a .tmp no
-// reader takes).
+// SIGINT and SIGTERM: the first asks the loop to finish the step, save
+// (with --save) and exit 0; a second ends the process at once (the signal's
+// default action), leaving the checkpoints as they were (a save in progress
+// is a .tmp no reader takes). stop_note says which, set before the handler
+// is installed.
 static volatile sig_atomic_t stop_signal;
+static const char *stop_note;
 
 static void on_stop_signal(int sig) {
     if (stop_signal) {
@@ -523,8 +578,7 @@ static void on_stop_signal(int sig) {
         return;
     }
     stop_signal = sig;
-    static const char msg[] = "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n";
-    ssize_t ignored = write(2, msg, sizeof msg - 1);
+    ssize_t ignored = write(2, stop_note, strlen(stop_note));
     (void)ignored;
 }
 
@@ -616,18 +670,22 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
     fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
     if (r->hs.tier)
-        fprintf(out, "  tier     %s: the layers' Adam moments%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
-                tier_path(r->hs.tier), r->hs.tier_master ? " and fp32 master" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
+                tier_path(r->hs.tier), r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
+                r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
         describe_data(d, sizeof d, &r->val_file, "");
         fprintf(out, "  val data %s\n", d);
     }
-    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu\n",
+    if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
             (long long)t->batch * run_ranks(r),
             (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
+    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fputc('\n', out);
     if (r->predicted_s > 0)
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
@@ -637,11 +695,12 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
                 "over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
-    if (r->o->save_dir)
-        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept\n",
-                r->o->save_dir, (long long)r->o->save_every, r->o->keep);
+    if (r->save_dir)
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s\n",
+                r->save_dir, (long long)r->o->save_every, r->o->keep,
+                r->o->save_default ? " (beside the log; --no-save: none)" : "");
     else
-        fprintf(out, "  saves    none (--save DIR to checkpoint)\n");
+        fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
     fflush(out);
 }
 
@@ -657,12 +716,14 @@ static void json_str(FILE *f, const char *s) {
     fputc('"', f);
 }
 
-// The log's first record of a run (and of each resumed part of it): what it runs.
-static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+// The log's first record of a run (and of each resumed part of it): what it
+// runs. 0, or -1 with a message (the log cannot be written).
+static int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed,
+                      char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     FILE *f = r->log;
-    if (!f) return;
+    if (!f) return 0;
     fprintf(f, "{\"config\": {\"model\": ");
     json_str(f, p->graph->model_name);
     fprintf(f, ", \"model_file\": ");
@@ -672,11 +733,12 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     fprintf(f, ", \"schedule\": ");
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
-               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, "
+               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, \"from_step\": %lld, "
+               "\"lr\": %.9g, \"seed\": %llu, "
                "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)steps, (long long)from,
+            (long long)steps, (long long)r->schedule_steps, (long long)from,
             base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
             (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
@@ -688,11 +750,36 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     fprintf(f, ", \"val_data\": ");
     if (r->o->val_data) json_str(f, r->o->val_data);
     else fputs("null", f);
+    fprintf(f, ", \"init\": "); // the pretrained weights the run started from (null: the seed's)
+    if (r->o->init) json_str(f, r->o->init);
+    else fputs("null", f);
     fprintf(f, ", \"save\": ");
-    if (r->o->save_dir) json_str(f, r->o->save_dir);
+    if (r->save_dir) json_str(f, r->save_dir);
     else fputs("null", f);
     fprintf(f, "}}\n");
-    fflush(f);
+    return log_flush(r, err, errcap);
+}
+
+// The steps the learning-rate schedule spans, into r->schedule_steps: part
+// of the run, as its checkpoints keep it. --schedule-steps, else on resume
+// the checkpoint's (whatever --steps says: a resume with more steps keeps
+// the schedule the run had, its end's lr past it, and says so), else
+// --steps.
+static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done) {
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t ckpt = r->o->resume ? r->ckpt_schedule_steps : 0, given = r->o->schedule_steps;
+    r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
+    FILE *out = r->o->out;
+    if (r->o->resume && !ckpt && given <= 0)
+        fprintf(out, "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld steps\n",
+                (long long)steps);
+    else if (r->o->resume && given <= 0 && ckpt != steps)
+        fprintf(out, "  lr schedule: over the checkpoint's run's %lld steps, kept%s (--schedule-steps %lld would span "
+                "this run's)\n", (long long)ckpt, steps > ckpt ? ", its final lr past them" : "", (long long)steps);
+    else if (r->o->resume && given > 0 && ckpt > 0 && given != ckpt)
+        fprintf(out, "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's lr "
+                "%.4g, not %.4g\n", (long long)given, (long long)ckpt, (long long)done + 1,
+                train_lr(t, base_lr, done + 1, given), train_lr(t, base_lr, done + 1, ckpt));
 }
 
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
@@ -702,9 +789,13 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART}, old_int, old_term;
     sigemptyset(&stop.sa_mask);
     stop_signal = 0;
+    stop_note = "\nmtrun: finishing this step, then exiting (a second signal exits at once)\n"; // until open_run says
     sigaction(SIGINT, &stop, &old_int);
     sigaction(SIGTERM, &stop, &old_term);
     if (open_run(&r, err, errcap) != 0) goto done;
+    stop_note = r.save_dir ? "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n"
+                           : "\nmtrun: finishing this step, then exiting without a checkpoint: this run saves none, as "
+                             "its banner says (a second signal exits at once)\n";
     int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
@@ -720,6 +811,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     int64_t done_steps = o->resume ? resume(&r, seed, err, errcap) : 0;
     if (done_steps < 0) goto done;
     if (store_sync_copy(&r.hs, p, err, errcap) != 0) goto done; // the bf16 copy of what was initialised, loaded or resumed
+    schedule_of_run(&r, steps, base_lr, done_steps);
     if (o->resume && done_steps >= steps) {
         snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
                  "give --steps above %lld to train further", o->resume, (long long)done_steps, (long long)steps,
@@ -727,14 +819,14 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         goto done;
     }
     banner(&r, plan_path, steps, done_steps, base_lr, seed);
-    log_config(&r, plan_path, steps, done_steps, base_lr, seed);
+    if (log_config(&r, plan_path, steps, done_steps, base_lr, seed, err, errcap) != 0) goto done;
     double val = NAN, last_val = NAN;
     if (!o->resume && log_val(&r, 0, &last_val, err, errcap) != 0) goto done;
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate * run_ranks(&r)), t_run = now_s();
     int64_t s = done_steps, saved = done_steps;
     while (s < steps && !agreed_stop(&r)) {
         s++;
-        double t0 = now_s(), lr = train_lr(t, base_lr, s, steps), norm, loss;
+        double t0 = now_s(), lr = train_lr(t, base_lr, s, r.schedule_steps), norm, loss;
         r.step = s, r.step_t0 = r.last_note = t0, r.passes_done = 0;
         if (step(&r, s, lr, &loss, &norm, err, errcap) != 0) goto done;
         r.step_t0 = 0;
@@ -749,7 +841,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
                            "\"ms\": %.3f, \"elapsed_s\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt,
                     dt * 1e3, elapsed);
-            fflush(r.log);
+            if (log_flush(&r, err, errcap) != 0) goto done;
         }
         char el[32], eta[32], vs[48] = "";
         human_time(el, sizeof el, elapsed);
@@ -761,7 +853,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
         int stopping = agreed_stop(&r); // (on every rank: only rank 0 saves)
-        if (o->save_dir && (s % o->save_every == 0 || s == steps || stopping)) {
+        if (r.save_dir && (s % o->save_every == 0 || s == steps || stopping)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
         }
@@ -771,13 +863,15 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     if (o->export_path &&
         weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
         goto done;
+    if (log_close(&r, err, errcap) != 0) goto done;
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, now_s() - t_run);
     if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);
     fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
             stop_signal ? "stopped by a signal" : "done", (long long)(s - done_steps), (long long)done_steps + 1,
             (long long)s, tokens_per_step * (double)(s - done_steps), el, vl, o->log_path ? o->log_path : "none",
-            o->save_dir && saved ? o->save_dir : "none", o->save_dir && saved ? "" : " (--save DIR to keep them)");
+            r.save_dir && saved ? r.save_dir : "none", r.save_dir && saved ? "" : r.save_dir ? " (no step done)"
+                                                      : r.no_save[0] ? " (see the banner)" : " (--no-save)");
     rc = 0;
 done:
     close_run(&r);

@@ -13,6 +13,7 @@
 
 typedef struct TrainOptions {
     int64_t steps;        // < 0: the plan's train section
+    int64_t schedule_steps; // the steps the learning-rate schedule spans; < 0: steps, or on resume the checkpoint's
     const char *data;     // NULL: the plan's
     const char *val_data; // a separate validation file; NULL: the last 10% of data
     double lr;            // < 0: the plan's
@@ -27,7 +28,9 @@ typedef struct TrainOptions {
     const char *export_path; // safetensors to write the weights to at the end; NULL: none
     int export_bf16;
     int64_t shard_bytes;  // export shards above this size
-    const char *save_dir; // checkpoints every save_every steps, the newest `keep` kept
+    const char *save_dir; // checkpoints every save_every steps, the newest `keep` kept; NULL: none
+    int save_default;     // save_dir is the default beside the log, not --save's: where it holds another run's
+                          // checkpoints, or the log is no file, this run saves none and says why
     int64_t save_every;
     int keep;
     const char *resume;   // a checkpoint directory to continue from

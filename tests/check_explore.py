@@ -10,6 +10,8 @@ usage: check_explore.py MTC EXAMPLES_DIR DOCS_DIR
   with both panels' axis labels and units.
 - --plot without --explore, and --explore with --batch, are usage errors
   (exit 2) and write nothing.
+- nothing fits at batch 1 (mistral-large-2 on h200 without its tier): exit
+  1, a message that says why, and no plot written.
 - docs/explore-llama3-8b-h200.svg (the README's picture) is what
   `mtc examples/llama3-8b.mt --target h200 --explore --plot` draws today.
 """
@@ -56,6 +58,11 @@ def main():
             p = run(mtc, f"{ex}/llama-tiny.mt", *flags)
             check(p.returncode == 2 and not os.path.exists(svg + "2") and p.stderr.startswith("mtc: "),
                   f"{' '.join(flags)} is a usage error", p)
+        none = os.path.join(tmp, "none.svg")
+        p = run(mtc, f"{ex}/mistral-large-2.mt", "--target", os.path.join(ex, "..", "tests", "h200-no-tier.target"),
+                "--explore", "--plot", none)
+        check(p.returncode == 1 and "does not fit h200-no-tier at any batch" in p.stderr and "host memory" in p.stderr
+              and p.stdout == "" and not os.path.exists(none), "--explore where nothing fits: exit 1, why, no plot", p)
         fresh = os.path.join(tmp, "readme.svg")
         p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--explore", "--plot", fresh)
         if check(p.returncode == 0, "the README's exploration runs", p):

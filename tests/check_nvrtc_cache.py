@@ -9,12 +9,15 @@ for h200 and:
   rewritten: same inode) and writes the same plan bytes;
 - an entry with a flipped byte, or cut short, is not trusted: the plan is
   the same as the first, and the entry is rewritten whole;
+- the cold compile prints its start (what, for which arch) and its time to
+  stderr, a hit prints nothing;
 - MT_CACHE_DIR=off creates nothing; an unusable folder (a file) is no error;
 - past 1 GiB the least recently used entries go until 3/4 of it is left
   (sparse planted entries, so no disk is spent).
 """
 import glob
 import os
+import re
 import sys
 import tempfile
 
@@ -31,7 +34,10 @@ def main():
             out = os.path.join(tmp, name)
             p = run(mtc, model, "--target", "h200", "--batch", batch, "-o", out, env=env)
             check(p.returncode == 0, f"mtc with MT_CACHE_DIR={cache_dir} failed", p)
+            said.append(p.stderr)
             return open(out, "rb").read() if p.returncode == 0 else b""
+
+        said = []  # each compile's stderr
 
         def entries():
             return sorted(glob.glob(os.path.join(cache, "nvrtc-*.bin")))
@@ -44,6 +50,11 @@ def main():
         inode = os.stat(entry).st_ino
         check(compile_plan("b.bin") == first, "the plan from the cache differs from the compiled one")
         check(os.stat(entry).st_ino == inode, "a cache hit rewrote its entry (was it read?)")
+        # a cold compile says what it compiles when it starts and its time when done; a hit says nothing
+        check(re.search(r"mtc: NVRTC [0-9.]+ compiling mt.cu for sm_90 \([0-9]+ lines of CUDA C, not in the compile "
+                        r"cache\)\.\.\.\nmtc: NVRTC compiled mt.cu for sm_90 in [0-9.]+ s\n", said[0]) is not None,
+              f"a cold compile says so on stderr: {said[0]!r}")
+        check(said[1] == "", f"a cache hit prints nothing: {said[1]!r}")
 
         size = os.path.getsize(entry)
         # a flipped byte in the middle of the payload, in place (same inode)

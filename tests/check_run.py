@@ -101,11 +101,11 @@ def main():
                   "the banner names the data files, their format and tokens", p)
             for word in ("mtrun: model llama_tiny", "parameters", "plan ", "device ", "log ", "tokens (batch"):
                 check(word in out, f"the banner says {word!r}", p)
-            check(all(("elapsed" in l and "eta" in l) for l in out.splitlines() if l.startswith("step") and "/" in l),
+            check(all(("elapsed" in l and "eta" in l) for l in out.splitlines() if re.match(r"step +[0-9]+/", l)),
                   "each step's line has elapsed time and ETA", p)
             last = out.strip().splitlines()[-1]
             check(last.startswith("done: 3 steps") and "tokens in" in last and "final val_loss" in last and
-                  j("l3.jsonl") in last and "checkpoints none" in last, f"the summary line: {last!r}", p)
+                  j("l3.jsonl") in last and "checkpoints " + j("l3.ckpt") in last, f"the summary line: {last!r}", p)
             recs = records(j("l3.jsonl"))
             check("config" in recs[0] and recs[0]["config"]["val_data"] == j("val.bin") and
                   recs[0]["config"]["tokens_per_step"] == 1024, f"the log's first record is the config: {recs[0]}")
@@ -221,7 +221,8 @@ def main():
 
         # 7. flags that do nothing where they are
         for args, what in ((["--dtype", "bf16"], "--dtype"), (["--shard-bytes", "9"], "--shard-bytes"),
-                           (["--save-every", "3"], "--save-every"), (["--keep", "2"], "--keep"),
+                           (["--save-every", "3", "--no-save"], "--save-every"), (["--keep", "2", "--no-save"], "--keep"),
+                           (["--save", j("nowhere"), "--no-save"], "--no-save"),
                            (["--init", "x.safetensors", "--resume", j("fin")], "--init")):
             p = run(mtrun, plan, "--steps", "1", *args)
             check(p.returncode == 2 and what in p.stderr, f"{what} where it does nothing is a usage error", p)

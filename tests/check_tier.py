@@ -4,11 +4,14 @@ file in a temporary directory:
 
 - llama-tiny, gpt2-tiny (fp32 and bf16), llama-tiny with accumulate = 2 and
   an 8-layer llama-tiny in bf16 planned with the fp32 master on the tier
-  too (tests/tiny-tier-master.target, tier=master) train 20 steps with the
+  too (tests/tiny-tier-master.target, tier=master), and the same in bf16
+  and f32 planned with the gradients there too (tests/tiny-tier-grads.target,
+  tier=grads, as llama3-405b on h200 plans) train 20 steps with the
   tier to the same losses and the same checkpoint (weights and both Adam
   moments, byte for byte) as without it; the master plan's step 10 resumes
   both ways, --init into it trains as into RAM, and its --export is refused
-  up front;
+  up front; the grads plan, killed (SIGKILL) during a tier write after step
+  10, resumes to the straight run's step 20;
 - a checkpoint resumes into either: RAM -> tier and tier -> RAM, 10 + 10
   steps, equal to 20 straight;
 - faults, each leaving the last checkpoint intact and resumable (to the
@@ -62,7 +65,9 @@ def main():
         open(j("l8.mt"), "w").write(l8)
         plans = {"llama": ["examples/llama-tiny.mt"], "gpt2": ["examples/gpt2-tiny.mt"],
                  "gpt2-bf16": ["examples/gpt2-tiny.mt", "--dtype", "bf16"], "llama-acc": [j("llama-acc.mt")],
-                 "l8-master": [j("l8.mt"), "--dtype", "bf16", "--target", "tests/tiny-tier-master.target"]}
+                 "l8-master": [j("l8.mt"), "--dtype", "bf16", "--target", "tests/tiny-tier-master.target"],
+                 "l8-grads": [j("l8.mt"), "--dtype", "bf16", "--target", "tests/tiny-tier-grads.target"],
+                 "l8-grads-f32": [j("l8.mt"), "--target", "tests/tiny-tier-grads.target"]}
         for name, args in plans.items():
             p = run(mtc, *args, "-o", j(name + ".bin"))
             check(p.returncode == 0, f"mtc {name}", p)
@@ -79,6 +84,10 @@ def main():
             if name == "l8-master":
                 check("tier=master" in p.stdout and "Adam moments and fp32 master" in p.stdout,
                       "l8-master: the plan puts the master on the tier, and mtrun keeps it there", p)
+            if name.startswith("l8-grads"):
+                kept = "Adam moments, fp32 master and gradients" if name == "l8-grads" else "Adam moments and gradients"
+                check("tier=grads" in p.stdout and kept in p.stdout,
+                      f"{name}: the plan puts the gradients on the tier, and mtrun keeps them there", p)
             la, lb = losses(ram + ".jsonl"), losses(tr + ".jsonl")
             check(len(la) == 20 and la == lb, f"{name}: losses bit for bit:\n    {la}\n    {lb}")
             for s in (10, 20):
@@ -99,8 +108,8 @@ def main():
                 "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0 and same(ckpt(d, 20), ckpt(straight, 20)), "a RAM checkpoint resumed with the tier", p)
         d = j("tier-to-ram")
-        p = run(mtrun, plan, "--steps", "10", "--save", d, "--save-every", "10", "--tier-dir", tier,
-                "--log", j("x.jsonl"), *COMMON)
+        p = run(mtrun, plan, "--steps", "10", "--schedule-steps", "20", "--save", d, "--save-every", "10",
+                "--tier-dir", tier, "--log", j("x.jsonl"), *COMMON)  # (the first half of a 20-step run)
         check(p.returncode == 0, "10 steps with the tier", p)
         p = run(mtrun, plan, "--steps", "20", "--resume", d, "--save", d, "--save-every", "10", "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0 and same(ckpt(d, 20), ckpt(straight, 20)), "a tier checkpoint resumed in RAM", p)
@@ -114,6 +123,22 @@ def main():
                     "--log", j("x.jsonl"), *([] if tier_first else ["--tier-dir", tier]), *COMMON)
             check(p.returncode == 0 and same(ckpt(d, 20), ckpt(j("l8-master-ram"), 20)),
                   f"{dst}: step 10 resumes to the straight run's step 20", p)
+        # the gradients on the tier: killed (SIGKILL) during a tier write after step 10, resumed to the straight
+        # run's step 20 (each step writes every layer's record twice: its gradients at the norm, its update)
+        d = j("grads-kill")
+        os.mkdir(d)
+        shutil.copy(ckpt(j("l8-grads-ram"), 10), d)
+        env = dict(os.environ, MT_TIER_KILL_AT_WRITE="70")
+        p = run(mtrun, j("l8-grads.bin"), "--steps", "20", "--resume", d, "--save", d, "--save-every", "15",
+                "--tier-dir", tier, "--log", j("x.jsonl"), *COMMON, env=env)
+        check(p.returncode == -signal.SIGKILL and "step     12/20" in p.stdout and "step     15/20" not in p.stdout,
+              "l8-grads: killed (SIGKILL) during a tier write in step 12 to 14", p)
+        check(sorted(os.listdir(d)) == ["step-000000010.ckpt"], f"l8-grads: step 10 is the last checkpoint: {os.listdir(d)}")
+        p = run(mtrun, j("l8-grads.bin"), "--steps", "20", "--resume", d, "--save", d, "--save-every", "10",
+                "--tier-dir", tier, "--log", j("x.jsonl"), *COMMON)
+        check(p.returncode == 0 and same(ckpt(d, 20), ckpt(j("l8-grads-ram"), 20)),
+              "l8-grads: step 10 resumes after the kill to the straight run's step 20 in RAM", p)
+
         # --init into the master on the tier (a tensor at a time through store_put): the same losses as into RAM
         p = run(mtrun, j("l8-master.bin"), "--steps", "2", "--export", j("w.safetensors"), "--log", j("x.jsonl"), *COMMON)
         check(p.returncode == 0, "l8-master: export in RAM", p)

@@ -58,7 +58,7 @@ static char *in_work(const char *a, const char *b) {
 }
 
 // The file layout, as checkpoint.h describes it.
-enum { HEADER = 24, ENTRY = 24, TABLE_END = HEADER + 4 * ENTRY, META = 336 };
+enum { HEADER = 24, ENTRY = 24, TABLE_END = HEADER + 4 * ENTRY, META = 344 };
 static const char *const NAMES[4] = {"META", "W", "M", "V"};
 
 static int64_t file_size(int64_t n) { return TABLE_END + META + 12 * n; }
@@ -325,7 +325,7 @@ static void test_damage(const char *src, int64_t n) {
         return;
     }
     // the layout as documented: magic, version, endian, count; the table in id order
-    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 2 && ld32(orig + 12) == 0x01020304u &&
+    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 3 && ld32(orig + 12) == 0x01020304u &&
               ld32(orig + 16) == 4,
           "%s: header differs from checkpoint.h's description", src);
     uint64_t off[4], size[4];
@@ -389,7 +389,7 @@ static void test_damage(const char *src, int64_t n) {
         const char *msg;
     } hdr[] = {
         {0, 0x4b43544e, "not an mt checkpoint (bad magic)"}, // "NTCK"
-        {8, 1, "checkpoint version 1, this mtrun reads version 2"},
+        {8, 1, "checkpoint version 1, this mtrun reads versions 2 and 3"},
         {12, 0x04030201u, "written on a machine of the other byte order"},
         {12, 0x11223344u, "bad endianness word 0x11223344"},
         {20, 0, "the checkpoint header is corrupted (crc32 mismatch)"},

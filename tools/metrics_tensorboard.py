@@ -1,0 +1,98 @@
+#!/usr/bin/env python3
+"""Writes mtrun metrics logs (JSON lines, --log) as TensorBoard event files,
+through TensorBoard's own writer (tensorboard.summary.Writer; pip install
+tensorboard), one run folder per log under OUTDIR, named by the log's file
+name less .metrics.jsonl or .jsonl: every number of a step record under
+train/NAME (loss, lr, grad_norm, tokens_per_s, ms, and whatever else a step
+logs; a list of numbers as train/NAME/0, /1, ...), each validation loss as
+val/loss, at the record's step. Then `tensorboard --logdir OUTDIR`.
+
+A torn last line (a killed run) is skipped with a warning; a log that cannot
+be read, or holds no record, is an error (exit 1).
+
+usage: metrics_tensorboard.py LOG.jsonl [LOG.jsonl ...] -o OUTDIR
+"""
+import argparse
+import json
+import math
+import os
+import sys
+
+
+def records(path):
+    """The log's records, in order; a line that is no JSON record is skipped with a warning."""
+    out = []
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            try:
+                r = json.loads(line)
+            except json.JSONDecodeError:
+                print(f"{path}:{n}: warning: not a JSON record, skipped", file=sys.stderr)
+                continue
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
+def scalars(r):
+    """(tag, value) of every number in a step or validation record."""
+    if "val_loss" in r:
+        return [("val/loss", r["val_loss"])]
+    out = []
+    for k, v in r.items():
+        if k in ("step", "elapsed_s"):
+            continue
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            out.append((f"train/{k}", v))
+        elif isinstance(v, list):
+            out += [(f"train/{k}/{i}", x) for i, x in enumerate(v) if isinstance(x, (int, float))]
+    return out
+
+
+def run_name(path):
+    name = os.path.basename(path)
+    for ext in (".metrics.jsonl", ".jsonl"):
+        if name.endswith(ext) and len(name) > len(ext):
+            return name[: -len(ext)]
+    return name
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("logs", nargs="+")
+    ap.add_argument("-o", "--out", required=True, help="the folder to write the runs' event files into")
+    a = ap.parse_args()
+    try:
+        from tensorboard.summary import Writer
+    except ImportError as e:
+        print(f"metrics_tensorboard.py: error: TensorBoard is not installed ({e}); pip install tensorboard",
+              file=sys.stderr)
+        return 1
+    names = [run_name(p) for p in a.logs]
+    if len(set(names)) != len(names):
+        print(f"metrics_tensorboard.py: error: two logs would be one run folder: {names}", file=sys.stderr)
+        return 1
+    for path, name in zip(a.logs, names):
+        try:
+            recs = records(path)
+        except OSError as e:
+            print(f"metrics_tensorboard.py: error: {path}: {e.strerror}", file=sys.stderr)
+            return 1
+        steps = [r for r in recs if "step" in r]
+        if not steps:
+            print(f"metrics_tensorboard.py: error: {path}: no step or validation record", file=sys.stderr)
+            return 1
+        w = Writer(os.path.join(a.out, name))
+        n = 0
+        for r in steps:
+            for tag, v in scalars(r):
+                if math.isfinite(v):
+                    w.add_scalar(tag, v, int(r["step"]))
+                    n += 1
+        w.close()
+        print(f"{path}: {n} values of {len(steps)} records -> {os.path.join(a.out, name)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
