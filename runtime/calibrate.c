@@ -7,9 +7,9 @@
 //      this one rate gives hbm_bandwidth, host_memory_bandwidth and (halved:
 //      a copy of B bytes moves 2B) h2d_bandwidth and d2h_bandwidth.
 //   2. the host AdamW: what runtime/store.c's store_update does a segment,
-//      adamw_update (runtime/adamw.c, with the bf16 copy) on T threads then
-//      a memset of the gradient, over arrays of a quarter of the copy buffer
-//      each; 34 bytes a parameter as compiler/cost.c counts them ->
+//      adamw_update (runtime/adamw.c, with the bf16 copy and the gradient
+//      zeroed in the same pass) on T threads, over arrays of a quarter of the
+//      copy buffer each; 34 bytes a parameter as compiler/cost.c counts them ->
 //      host_adamw_bandwidth.
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
 //      small's width and 256 tokens (forward, and the backward's two), with
@@ -215,8 +215,8 @@ static void bench_free(Bench *b) {
 }
 
 // Allocates and fills every buffer: the copy buffers first touched by the
-// threads that copy them; AdamW's arrays allocated and zeroed as
-// runtime/store.c does.
+// threads that copy them; AdamW's arrays first touched as runtime/store.c
+// touches its own (adamw_first_touch), on huge pages where the kernel has them.
 static int bench_alloc(Bench *b, double available, int nt, char *err, size_t errcap) {
     const size_t T = CAL_GEMM_T, C = CAL_GEMM_C, F = CAL_GEMM_F;
     *b = (Bench){.nt = nt, .copy_bytes = copy_buffer_bytes(available)};
@@ -224,8 +224,8 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     b->n = (int64_t)(n / 16);
     b->src = big_alloc(n), b->dst = big_alloc(n);
     b->jobs = calloc((size_t)nt, sizeof *b->jobs);
-    b->w = aligned_alloc(64, n / 4), b->m = aligned_alloc(64, n / 4);
-    b->v = aligned_alloc(64, n / 4), b->g = aligned_alloc(64, n / 4), b->wb = aligned_alloc(64, n / 8);
+    b->w = big_alloc(n / 4), b->m = big_alloc(n / 4), b->v = big_alloc(n / 4), b->g = big_alloc(n / 4);
+    b->wb = big_alloc(n / 8);
     b->x = malloc(T * C * 4), b->wt = malloc(C * F * 4), b->y = malloc(T * F * 4);
     b->dx = malloc(T * C * 4), b->dw = malloc(C * F * 4);
     b->fma = malloc((size_t)CAL_FMA_N * 4), b->math = malloc((size_t)CAL_MATH_N * 4);
@@ -248,8 +248,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
     for (int i = 0; i < nt; i++) b->jobs[i].fill = 0;
-    memset(b->w, 0, n / 4), memset(b->m, 0, n / 4), memset(b->v, 0, n / 4), memset(b->g, 0, n / 4);
-    memset(b->wb, 0, n / 8);
+    adamw_first_touch(b->w, b->m, b->v, b->g, b->wb, b->n, nt); // as runtime/store.c touches its arrays
     for (int64_t i = 0; i < b->n; i++) b->w[i] = 0.01f * (float)(i % 97);
     for (size_t i = 0; i < T * C; i++) b->x[i] = (float)(i % 17) * 0.0625f - 0.5f;
     for (size_t i = 0; i < C * F; i++) b->wt[i] = (float)(i % 13) * 0.0625f - 0.375f;
@@ -275,8 +274,7 @@ static double round_adamw(Bench *b) {
                       .t = ++b->step, .grad_scale = 1.0f};
     for (int64_t i = 0; i < b->n; i += 1024) b->g[i] = 1e-3f; // a gradient that is not all zero
     double t0 = now_s();
-    adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, 1, b->nt);
-    memset(b->g, 0, (size_t)b->n * sizeof *b->g);
+    adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, ADAMW_DECAY | ADAMW_ZERO_GRADS, b->nt);
     return CAL_ADAMW_BYTES * (double)b->n / (now_s() - t0);
 }
 
@@ -603,8 +601,8 @@ static int write_profile(FILE *f, const Measured *m) {
                "# (sched_getaffinity).\n", d);
     fprintf(f, "host_cores = %.0f\n", t->host_cores);
     fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/adamw.c, with\n"
-               "# the bf16 copy) and a memset of the gradient, as runtime/store.c updates a\n"
-               "# segment, on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
+               "# the bf16 copy, zeroing the gradient), as runtime/store.c updates a segment,\n"
+               "# on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
                "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
                "# %.1f GB/s.\n",
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,

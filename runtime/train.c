@@ -302,7 +302,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_master(p), err, errcap) != 0) return -1;
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_master(p), r->o->threads, err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
