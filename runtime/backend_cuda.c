@@ -19,7 +19,9 @@
 //             nothing else while training runs
 //             (cuBLASLt gets no workspace). The host ranges the streams read
 //             and write (the streamed weights, the activation store) pinned
-//             with cudaHostRegister, or the run is refused up front
+//             with cudaHostRegister in chunks of at most PIN_CHUNK_BYTES
+//             (r580 drivers fail one call of 512 GiB or more), the time it
+//             took printed, or the run is refused up front
 //   kernels   the plan's cubin (cuModuleLoadData) on a GPU of its
 //             architecture, its PTX on a newer one; an older GPU is refused
 //             naming both. Expression kernels by the launch ABI of
@@ -49,7 +51,12 @@
 #include "adamw.h"
 #include "backend.h"
 
-enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
+enum { MAX_ARGS = 64, FINISH_THREADS = 256 };
+
+// The most one cudaHostRegister pins: 64 GiB. r580 drivers fail a call of
+// 512 GiB or more (llama3-405b's bf16 copy is 810 GB). MT_PIN_CHUNK_BYTES
+// overrides it (the emulation tests, with small plans).
+#define PIN_CHUNK_BYTES ((int64_t)64 << 30)
 
 typedef struct Kernel { // how one kernel of a part launches
     CUfunction fn, finish;           // expression kernel and its SYMBOL_finish (NULL: none)
@@ -84,7 +91,7 @@ typedef struct Cuda {
     cublasLtHandle_t lt;
     char *staging[ENG_COUNT];        // pinned, (staging_bytes[e]): COPY_OUT's gradients, LOSS's scalar
     int64_t staging_bytes[ENG_COUNT];
-    void *pinned[MAX_PINS];          // host ranges registered
+    void **pinned;                   // (npinned) the chunks registered, each a cudaHostRegister
     int npinned;
     pthread_mutex_t mu;              // the first failure
     int failed;
@@ -514,6 +521,7 @@ static void cuda_destroy(Backend *be) {
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->mod) cuModuleUnload(c->mod);
     for (int i = 0; i < c->npinned; i++) cudaHostUnregister(c->pinned[i]);
+    free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
@@ -625,6 +633,50 @@ static int load_kernels(Cuda *c) {
     return 0;
 }
 
+// MT_PIN_CHUNK_BYTES, or PIN_CHUNK_BYTES; whole pages, at least one.
+static int64_t pin_chunk_bytes(void) {
+    const char *s = getenv("MT_PIN_CHUNK_BYTES");
+    int64_t chunk = s && *s ? strtoll(s, NULL, 10) : PIN_CHUNK_BYTES, page = 4096;
+    return chunk < page ? page : chunk / page * page;
+}
+
+// Pins every host range, each in chunks cut at multiples of the chunk size
+// (page boundaries: no page in two chunks), and prints what it pinned and
+// how long that took (pinning hundreds of GB on 4 KiB pages takes minutes).
+// 0, or -1 with a message naming the range, its size and the failed chunk.
+static int pin_ranges(Cuda *c, const HostRange *pin, int npin) {
+    int64_t chunk = pin_chunk_bytes(), total = 0;
+    int calls = 0;
+    for (int i = 0; i < npin; i++)
+        if (pin[i].bytes) calls += (int)(((uintptr_t)pin[i].ptr % (uint64_t)chunk + (uint64_t)pin[i].bytes + (uint64_t)chunk - 1) / (uint64_t)chunk);
+    if (!(c->pinned = calloc((size_t)calls + 1, sizeof *c->pinned))) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    double t0 = trace_clock_s();
+    for (int i = 0; i < npin; i++) {
+        char *at = pin[i].ptr, *end = at + pin[i].bytes;
+        while (at < end) {
+            char *next = (char *)(((uintptr_t)at / (uint64_t)chunk + 1) * (uint64_t)chunk); // the next multiple of chunk
+            if (next > end) next = end;
+            cudaError_t e = cudaHostRegister(at, (size_t)(next - at), cudaHostRegisterDefault);
+            if (e != cudaSuccess) {
+                snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister of "
+                         "%lld bytes at offset %lld: %s", pin[i].what, (long long)pin[i].bytes, (long long)(next - at),
+                         (long long)(at - (char *)pin[i].ptr), cudaGetErrorString(e));
+                return -1;
+            }
+            c->pinned[c->npinned++] = at;
+            at = next;
+        }
+        total += pin[i].bytes;
+    }
+    if (total)
+        printf("cuda: pinned %lld bytes of host memory (%d cudaHostRegister calls of at most %lld bytes) in %.2f s\n",
+               (long long)total, c->npinned, (long long)chunk, trace_clock_s() - t0);
+    return 0;
+}
+
 int backend_cuda_devices(char *why, size_t cap);
 int backend_cuda_devices(char *why, size_t cap) {
     int n = 0;
@@ -728,17 +780,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
-    // the host memory the streams read and write: pinned now, or refused
-    for (int i = 0; i < npin && i < MAX_PINS; i++) {
-        if (!pin[i].bytes) continue;
-        cudaError_t e = cudaHostRegister(pin[i].ptr, (size_t)pin[i].bytes, cudaHostRegisterDefault);
-        if (e != cudaSuccess) {
-            snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister: %s",
-                     pin[i].what, (long long)pin[i].bytes, cudaGetErrorString(e));
-            goto fail;
-        }
-        c->pinned[c->npinned++] = pin[i].ptr;
-    }
+    if (pin_ranges(c, pin, npin) != 0) goto fail; // the host memory the streams read and write: pinned now, or refused
     for (int e = 0; e < ENG_COUNT; e++) {
         void *s = NULL;
         if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||

@@ -5,7 +5,14 @@
 // the toolkit's own headers, so the backend compiles unchanged. What it
 // models and what it does not: tests/emu/README.md.
 //
-//   device memory  host memory (malloc); pinning and registering do nothing
+//   device memory  host memory (malloc); pinning does nothing. Registering
+//                  keeps the ranges, refuses one that shares a page with a
+//                  range registered (cudaErrorHostMemoryAlreadyRegistered)
+//                  or, with MT_CUDA_EMU_PIN_MAX=BYTES, one larger than that
+//                  (as r580 drivers refuse 512 GiB or more), and with
+//                  MT_CUDA_EMU_PIN_LOG=FILE appends "register OFFSET BYTES"
+//                  and "unregister OFFSET" lines to FILE, offsets from the
+//                  first range registered
 //   streams        a host thread each, running its queue in order, with a
 //                  seeded random pause before each operation (up to 0, 50 or
 //                  500 us, drawn per stream: MT_CUDA_EMU_SEED), so that a
@@ -244,13 +251,58 @@ cudaError_t cudaFreeHost(void *p) {
     free(p);
     return cudaSuccess;
 }
+// The registered host ranges, [lo, hi) each, and the log.
+static struct {
+    pthread_mutex_t mu;
+    uintptr_t *lo, *hi; // (n of cap)
+    int n, cap;
+    uintptr_t base;     // the first range registered: the log's offsets are from it
+} pins = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0};
+
+static void pin_log(const char *what, uintptr_t at, size_t bytes) {
+    const char *path = getenv("MT_CUDA_EMU_PIN_LOG");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (!f) return;
+    if (bytes) fprintf(f, "%s %lld %zu\n", what, (long long)(at - pins.base), bytes);
+    else fprintf(f, "%s %lld\n", what, (long long)(at - pins.base));
+    fclose(f);
+}
+
 cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
-    (void)p, (void)bytes, (void)flags;
-    return cudaSuccess;
+    (void)flags;
+    const char *max = getenv("MT_CUDA_EMU_PIN_MAX");
+    if (!p || !bytes || (max && *max && bytes > (size_t)strtoull(max, NULL, 10))) return cudaErrorInvalidValue;
+    uintptr_t page = 4096, lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + bytes + page - 1) / page * page;
+    pthread_mutex_lock(&pins.mu);
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < pins.n && e == cudaSuccess; i++)
+        if (lo < pins.hi[i] && pins.lo[i] < hi) e = cudaErrorHostMemoryAlreadyRegistered;
+    if (e == cudaSuccess && pins.n == pins.cap) {
+        int cap = pins.cap ? 2 * pins.cap : 16;
+        uintptr_t *a = realloc(pins.lo, (size_t)cap * sizeof *a), *b = a ? realloc(pins.hi, (size_t)cap * sizeof *b) : NULL;
+        if (a) pins.lo = a;
+        if (b) pins.hi = b, pins.cap = cap;
+        else e = cudaErrorMemoryAllocation;
+    }
+    if (e == cudaSuccess) {
+        if (!pins.n) pins.base = (uintptr_t)p;
+        pins.lo[pins.n] = lo, pins.hi[pins.n++] = hi;
+        pin_log("register", (uintptr_t)p, bytes);
+    }
+    pthread_mutex_unlock(&pins.mu);
+    return e;
 }
 cudaError_t cudaHostUnregister(void *p) {
-    (void)p;
-    return cudaSuccess;
+    uintptr_t lo = (uintptr_t)p / 4096 * 4096;
+    pthread_mutex_lock(&pins.mu);
+    int i = 0, found;
+    while (i < pins.n && pins.lo[i] != lo) i++;
+    if ((found = i < pins.n)) {
+        pins.lo[i] = pins.lo[pins.n - 1], pins.hi[i] = pins.hi[pins.n - 1], pins.n--;
+        pin_log("unregister", (uintptr_t)p, 0);
+    }
+    pthread_mutex_unlock(&pins.mu);
+    return found ? cudaSuccess : cudaErrorHostMemoryNotRegistered;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     (void)kind;
