@@ -126,6 +126,7 @@ def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5,
     if cuda:
         if cuda is not True:  # the emulation; True: the GPU
             env["MT_CUDA_BACKEND"], env["MT_CUDA_EMU_KERNELS"] = cuda
+        env["MT_POISON_FREE"] = "1"  # freed regions NaN, so a wrong schedule shows (off in production)
         args[-1] = "cuda"
     env.update(extra_env or {})
     if os.path.exists(log):
