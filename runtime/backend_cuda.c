@@ -6,6 +6,9 @@
 //   engines   one CUDA stream per engine of the plan; the host engine's
 //             instructions (NORM, UPDATE) run on the replay's host thread,
 //             concurrent with the streams (replay.c, REPLAY_STREAMS)
+//   threads   each engine thread binds the primary context itself (enter);
+//             a LOSS is copied into a pinned slot and read at finish, no
+//             engine synchronised mid-step for it
 //   events    a CUDA event per plan event (cudaEventBlockingSync): a stream
 //             waits on another's with cudaStreamWaitEvent; the host engine
 //             waits with cudaEventSynchronize, which sleeps; a stream waits on
@@ -97,6 +100,10 @@ typedef struct Cuda {
     int failed;
     char err[1024];
     int poison_free;                 // MT_POISON_FREE=1: FREE fills its region with NaN (cuda_poison)
+    CUcontext cuctx;                 // the device's primary context, which every engine thread binds (enter)
+    float *loss_host;                // pinned, (nloss_cap): LOSS values queued, read at finish
+    float **loss_dst;                // (nloss_cap) where each goes
+    int nloss, nloss_cap;            // queued since the last finish; the plan's LOSS instructions
     Trace trace;                     // --trace (tracing: trace.f set)
     pthread_mutex_t trace_mu;
     TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
@@ -214,6 +221,17 @@ static void cuda_trace_host(Backend *be, const Instr *in, double t0, double t1) 
 
 // ---------------------------------------------------------------- copies
 
+// Every operation starts here: nothing after the first failure; and the
+// calling thread (a replay engine's, which the driver API knows nothing
+// of) binds the device's primary context itself the first time, rather
+// than by whichever runtime call happens to come first on it.
+static int enter(Cuda *c, const Instr *in) {
+    static __thread CUcontext bound;
+    if (failed(c)) return 0;
+    if (bound != c->cuctx && CU(c, in, cuCtxSetCurrent(c->cuctx))) bound = c->cuctx;
+    return !failed(c);
+}
+
 static cudaStream_t stream_of(Cuda *c, const Instr *in) { return c->stream[engine_of(in)]; }
 
 // The host engine's instructions (and tests' calls) are done when they return.
@@ -223,7 +241,7 @@ static void done_if_host(Cuda *c, const Instr *in) {
 
 static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(c->dev + dst, host, (size_t)bytes, cudaMemcpyHostToDevice, stream_of(c, in)));
     trace_end(c, in, t);
@@ -238,7 +256,7 @@ static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *
 static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16) {
     Cuda *c = be->ctx;
     int e = engine_of(in);
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     if (bytes > c->staging_bytes[e]) {
         fail(c, in, "COPY_OUT", "larger than the engine's staging buffer");
         return;
@@ -253,7 +271,7 @@ static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t
 
 static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(host, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToHost, stream_of(c, in)));
     trace_end(c, in, t);
@@ -263,7 +281,7 @@ static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src,
 
 static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(c->dev + dst, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
     trace_end(c, in, t);
@@ -277,20 +295,34 @@ static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, in
 // whole arena) always.
 static void cuda_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c) || (in && !c->poison_free)) return;
+    if ((in && !c->poison_free) || !enter(c, in)) return;
     RT(c, in, cudaMemsetAsync(c->dev + dst, 0xff, (size_t)bytes, stream_of(c, in))); // NaN as f32 and as bf16
     done_if_host(c, in);
 }
 
+// The float at once (tests, outside a stream): the engine drained first.
 static float cuda_read_scalar(Backend *be, const Instr *in, int64_t src) {
     Cuda *c = be->ctx;
     int e = engine_of(in);
     float v = 0.0f / 0.0f;
-    if (failed(c)) return v;
+    if (!enter(c, in)) return v;
     if (RT(c, in, cudaMemcpyAsync(c->staging[e], c->dev + src, 4, cudaMemcpyDeviceToHost, c->stream[e])) &&
         RT(c, in, cudaStreamSynchronize(c->stream[e])))
         memcpy(&v, c->staging[e], 4);
     return v;
+}
+
+// INS_LOSS in a stream: the copy queued into a pinned slot of its own, the
+// value set into *dst at finish, so that no engine stops mid-step for it.
+static void cuda_read_scalar_async(Backend *be, const Instr *in, int64_t src, float *dst) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    pthread_mutex_lock(&c->mu);
+    int k = c->nloss < c->nloss_cap ? c->nloss++ : -1;
+    if (k >= 0) c->loss_dst[k] = dst;
+    pthread_mutex_unlock(&c->mu);
+    if (k < 0) fail(c, in, "LOSS", "more LOSS instructions in one stream than the plan has");
+    else RT(c, in, cudaMemcpyAsync(&c->loss_host[k], c->dev + src, 4, cudaMemcpyDeviceToHost, stream_of(c, in)));
 }
 
 // ---------------------------------------------------------------- kernels
@@ -446,7 +478,7 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
 
 static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     const int64_t *offsets = plan_offsets(c->p, part, part_is_block(part) ? frame : 0);
     const KirSet *set = &c->prog.parts[part];
     int t = trace_begin(c, in);
@@ -476,21 +508,22 @@ static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int 
 
 static void cuda_record(Backend *be, const Instr *in) {
     Cuda *c = be->ctx;
-    if (failed(c) || in->engine == ENG_HOST) return; // the host engine's work is done when the replay fires it
+    if (in->engine == ENG_HOST || !enter(c, in)) return; // the host engine's work is done when the replay fires it
     RT(c, in, cudaEventRecord(c->event[in->event], c->stream[in->engine]));
 }
 
 static void cuda_wait(Backend *be, const Instr *in, int recorder) {
     Cuda *c = be->ctx;
-    if (failed(c) || recorder == ENG_HOST) return; // its thread queued nothing before the host was done
+    if (recorder == ENG_HOST || !enter(c, in)) return; // its thread queued nothing before the host was done
     if (in->engine == ENG_HOST) RT(c, in, cudaEventSynchronize(c->event[in->event])); // sleeps (cudaEventBlockingSync)
     else RT(c, in, cudaStreamWaitEvent(c->stream[in->engine], c->event[in->event], 0));
 }
 
 static int cuda_finish(Backend *be, char *err, size_t errcap) {
     Cuda *c = be->ctx;
-    for (int e = 0; e < ENG_COUNT; e++)
-        if (!failed(c)) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    for (int e = 0; e < ENG_COUNT && enter(c, NULL); e++) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    for (int k = 0; k < c->nloss && !failed(c); k++) *c->loss_dst[k] = c->loss_host[k]; // the LOSSes, in issue order
+    c->nloss = 0;
     if (c->trace.f && !failed(c)) trace_flush(c);
     if (!failed(c)) return 0;
     if (err) snprintf(err, errcap, "%s", c->err);
@@ -512,6 +545,8 @@ static void cuda_destroy(Backend *be) {
     }
     if (c->epoch) cudaEventDestroy(c->epoch);
     free(c->tev);
+    if (c->loss_host) cudaFreeHost(c->loss_host);
+    free(c->loss_dst);
     for (int i = 0; c->event && i < c->p->nevents; i++)
         if (c->event[i]) cudaEventDestroy(c->event[i]);
     free(c->event);
@@ -720,12 +755,13 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     pthread_mutex_init(&c->trace_mu, NULL);
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
                     .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
-                    .read_scalar = cuda_read_scalar, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
+                    .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
                     .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
     cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
     struct cudaDeviceProp prop;
-    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
+    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) ||
+        !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
         goto fail;
     int gpu_sm = prop.major * 10 + prop.minor, plan_sm = atoi(p->cuda_arch + 3), ptx = gpu_sm != plan_sm;
     if (gpu_sm < plan_sm) {
@@ -795,6 +831,13 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
             goto fail;
         c->staging[e] = s;
     }
+    for (int i = 0; i < p->ntrain + p->neval; i++) // a pinned slot per LOSS instruction
+        c->nloss_cap += (i < p->ntrain ? p->train[i].kind : p->eval[i - p->ntrain].kind) == INS_LOSS;
+    void *slots = NULL;
+    if (!RT(c, NULL, cudaHostAlloc(&slots, (size_t)(c->nloss_cap + 1) * sizeof(float), cudaHostAllocDefault)) ||
+        !(c->loss_dst = calloc((size_t)c->nloss_cap + 1, sizeof *c->loss_dst)))
+        goto fail;
+    c->loss_host = slots;
     if (!(c->event = calloc((size_t)p->nevents + 1, sizeof *c->event))) goto fail;
     for (int i = 0; i < p->nevents; i++)
         if (!RT(c, NULL, cudaEventCreateWithFlags(&c->event[i], cudaEventBlockingSync | cudaEventDisableTiming))) goto fail;

@@ -68,7 +68,10 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         be->run(be, in, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
         if (r->on_run) r->on_run(r->on_run_ctx, in);
         break;
-    case INS_LOSS: *loss = be->read_scalar(be, in, in->src); break;
+    case INS_LOSS:
+        if (be->read_scalar_async) be->read_scalar_async(be, in, in->src, loss); // set by finish
+        else *loss = be->read_scalar(be, in, in->src);
+        break;
     case INS_SAVE: be->copy_out(be, in, r->act + in->dst, in->src, in->bytes); break;
     case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
     case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;

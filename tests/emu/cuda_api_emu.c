@@ -22,6 +22,9 @@
 //   events         a record counter and a completion counter: a stream's wait
 //                  holds its thread until the event's record at the time of
 //                  the wait completed; cudaEventSynchronize sleeps likewise
+//   contexts       one primary context, current on a thread once it called
+//                  cudaSetDevice, cudaFree or cuCtxSetCurrent (stricter than
+//                  the runtime); cuLaunchKernel on a thread without it fails
 //   kernels        cuModuleLoadData ignores the image and loads the shared
 //                  object MT_CUDA_EMU_KERNELS names instead: the plan's
 //                  translation unit (mtc --emit-cuda) compiled for the host
@@ -195,7 +198,19 @@ cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// The context current on each thread: the one emulated device's primary
+// context, bound by cudaSetDevice, cudaFree and cuCtxSetCurrent only, which
+// is stricter than the runtime (any runtime call binds it there): a thread
+// that launches a kernel without having bound it fails, as the driver API
+// does on a thread with no current context.
+static struct CUctx_st { int device; } primary_ctx;
+static __thread CUcontext current_ctx;
+
+cudaError_t cudaSetDevice(int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    current_ctx = &primary_ctx;
+    return cudaSuccess;
+}
 cudaError_t cudaSetDeviceFlags(unsigned flags) {
     (void)flags;
     return cudaSuccess;
@@ -235,6 +250,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+    current_ctx = &primary_ctx;
     if (!p) return cudaSuccess;
     char *base = (char *)p - sizeof(size_t) * 2;
     pthread_mutex_lock(&mem_mu);
@@ -421,6 +437,16 @@ struct CUfunc_st {
     char name[160];
 };
 
+CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    *ctx = current_ctx;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    if (ctx && ctx != &primary_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    current_ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGetErrorString(CUresult e, const char **s) {
     *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_NOT_FOUND ? "named symbol not found (emulated)" : "emulated error";
     return CUDA_SUCCESS;
@@ -472,6 +498,7 @@ CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, CUstream s, void **params, void **extra) {
     unsigned sizes[64];
+    if (!current_ctx) return CUDA_ERROR_INVALID_CONTEXT; // this thread never bound the context
     int n = emu_params(f->name, sizes, 64);
     if (n < 0 || n > 64 || extra || by != 1 || bz != 1) return CUDA_ERROR_INVALID_VALUE;
     Op *op = new_op(OP_LAUNCH);
