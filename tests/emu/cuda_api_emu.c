@@ -31,7 +31,8 @@
 //                  with tests/emu/cuda_emu.h and its kernel table; one kernel
 //                  runs at a time (the emulation's block state is global)
 //   cuBLASLt       column-major matmuls of bf16 or f32 operands, served by
-//                  the host BLAS in f32 (bf16 widened, the result rounded)
+//                  the host BLAS in f32 (bf16 widened, the result rounded),
+//                  each with an algorithm its heuristic returned
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda.h>
@@ -633,12 +634,43 @@ static void gemm_run(Op *op) {
     }
 }
 
+// Preferences are kept but not read; the heuristic returns one algorithm,
+// marked, which cublasLtMatmul requires (the backend picks one per GEMM
+// at load, not on every call).
+static const uint64_t EMU_ALGO_MARK = 0x4d54414c474fULL;
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+    return (*pref = calloc(1, sizeof **pref)) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    free(pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t bytes) {
+    (void)attr;
+    return pref && buf && bytes ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int want,
+                                              cublasLtMatmulHeuristicResult_t results[], int *found) {
+    (void)h;
+    if (!desc || !a || !b || !c || !d || !pref || want < 1 || !results || !found) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = EMU_ALGO_MARK;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspace_bytes, cudaStream_t s) {
-    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
+    (void)h, (void)workspace, (void)workspace_bytes;
+    if (!algo || algo->data[0] != EMU_ALGO_MARK) return CUBLAS_STATUS_INVALID_VALUE; // none picked by the heuristic
     Gemm *g = calloc(1, sizeof *g);
     g->d = *(Desc *)desc;
     g->a = *(Layout *)Adesc, g->b = *(Layout *)Bdesc, g->c = *(Layout *)Cdesc, g->dl = *(Layout *)Ddesc;
