@@ -31,10 +31,13 @@ enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array star
 
 // bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
 // pages asked for where the kernel has them; nothing touched yet (the
-// kernel's zero pages). *mapped: the length to unmap. NULL when out of memory.
+// kernel's zero pages). *mapped: the length to unmap. NULL when out of
+// memory (the mapping is not MAP_NORESERVE, so the kernel's overcommit
+// check refuses a store larger than the machine, as malloc did, rather
+// than the first touch meeting the OOM killer).
 static void *store_map(size_t bytes, size_t *mapped) {
     size_t len = (bytes + STORE_HUGE - 1) / STORE_HUGE * STORE_HUGE;
-    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
     if (raw == MAP_FAILED) return NULL;
     size_t lead = (STORE_HUGE - ((uintptr_t)raw & (STORE_HUGE - 1))) & (STORE_HUGE - 1);
     if (lead) munmap(raw, lead);
