@@ -2,9 +2,10 @@
 // (random tensors, odd and tiny sizes, several thread counts, misaligned
 // pointers), its bf16 copy against an independent rounding, the squared
 // gradient norm for determinism across thread counts, the fused zeroing of
-// the gradients (same bits, g exactly zero), the store's first touch, and one
-// step worked by hand. Prints every failed check and returns 1 if there was any.
+// the gradients (same bits, g exactly zero), the store's first touch, two
+// callers of the thread pool at once, and one step worked by hand. Prints every failed check and returns 1 if there was any.
 #include <math.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -390,6 +391,36 @@ static void test_first_touch(int64_t n) {
     }
 }
 
+// Two callers of the pool at once (as the host engine's AdamW and a GPU
+// copy-out engine's adds are): each one's updates, 3 threads, 20 times over,
+// give the bits one thread gives; neither waits forever for the other.
+typedef struct Caller {
+    State s;
+    int64_t n;
+} Caller;
+
+static void *caller_main(void *arg) {
+    Caller *c = arg;
+    for (int r = 0; r < 20; r++)
+        adamw_update(c->s.w, c->s.m, c->s.v, c->s.g, NULL, c->n, &STEP_RANDOM, ADAMW_DECAY, 3);
+    return NULL;
+}
+
+static void test_concurrent_callers(int64_t n) {
+    State old = state_random(n);
+    Caller a = {state_copy(&old), n}, b = {state_copy(&old), n}, want = {state_copy(&old), n};
+    for (int r = 0; r < 20; r++)
+        adamw_update(want.s.w, want.s.m, want.s.v, want.s.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, caller_main, &a) != 0) exit(1);
+    caller_main(&b);
+    pthread_join(tid, NULL);
+    if (!same_bits(a.s.w, want.s.w, n) || !same_bits(b.s.w, want.s.w, n) || !same_bits(a.s.v, want.s.v, n) ||
+        !same_bits(b.s.m, want.s.m, n))
+        fail("two concurrent callers of the pool: not the bits of one thread");
+    state_free(&old), state_free(&a.s), state_free(&b.s), state_free(&want.s);
+}
+
 int main(void) {
     test_hand_step();
     test_bf16_rounding();
@@ -406,6 +437,7 @@ int main(void) {
     int64_t zero_sizes[] = {1, 300, 1000003};
     for (int i = 0; i < 3; i++) test_zero_grads(zero_sizes[i]);
     test_first_touch(1000003);
+    test_concurrent_callers(1000003);
     if (failures) {
         printf("test_adamw: %d checks failed\n", failures);
         return 1;
