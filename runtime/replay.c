@@ -149,7 +149,7 @@ typedef struct Engines {
     double progress_at;       // CLOCK_MONOTONIC seconds: the last time an engine started or finished an instruction
     double stall_s;           // no progress for this long while an engine waits: a hang
     pthread_mutex_t mu;
-    pthread_cond_t cv;        // (CLOCK_MONOTONIC) broadcast on every RECORD, progress and failure
+    pthread_cond_t cv;        // (CLOCK_MONOTONIC) broadcast on every RECORD and failure
     int failed;               // a deadlock or a hang: every engine stops
     char *err;
     size_t errcap;
@@ -248,9 +248,11 @@ static void *engine_main(void *arg) {
         }
         execute(E->r, in, E->inputs, E->last, E->loss);
         pthread_mutex_lock(&E->mu);
-        if (in->kind == INS_RECORD) E->fired[in->event] = 1; // everything before it on this engine has run
-        engines_progress(E);
-        pthread_cond_broadcast(&E->cv); // the waiters' deadlines move on
+        engines_progress(E); // (a waiter whose deadline passes finds it moved on, and waits again)
+        if (in->kind == INS_RECORD) {
+            E->fired[in->event] = 1; // everything before it on this engine has run
+            pthread_cond_broadcast(&E->cv);
+        }
         pthread_mutex_unlock(&E->mu);
     }
     pthread_mutex_lock(&E->mu);
