@@ -9,6 +9,7 @@
 #include <pthread.h>
 #include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -291,9 +292,11 @@ static void pool_grow(int want) {
         } else {
             ok = 0;
         }
-        if (!ok) {
+        if (!ok) { // said once: from now on the jobs of workers that are not there run on their callers
             free(w);
             pool.full = 1;
+            fprintf(stderr, "mt: could start only %d host worker threads of the %d asked for; the others' share of the "
+                    "optimizer runs on the calling threads\n", pool.n, want);
             break;
         }
         pool_pin(tid, pool.n);

@@ -3,9 +3,13 @@
 // pointers), its bf16 copy against an independent rounding, the squared
 // gradient norm for determinism across thread counts, the fused zeroing of
 // the gradients (same bits, g exactly zero), the store's first touch, two
-// callers of the thread pool at once, and one step worked by hand. Prints every failed check and returns 1 if there was any.
+// callers of the thread pool at once, the pool with no thread to be had,
+// and one step worked by hand. Prints every failed check and returns 1 if there was any.
 #include <math.h>
 #include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -421,7 +425,41 @@ static void test_concurrent_callers(int64_t n) {
     state_free(&old), state_free(&a.s), state_free(&b.s), state_free(&want.s);
 }
 
+// The pool's fallback: in a child process whose address space cannot hold
+// another thread's stack (RLIMIT_AS, which binds root too), no worker can
+// start; run_jobs then runs every job on the caller and says so (the
+// count), and the update gives the bits of one thread. First in main: a
+// child forked after workers started would inherit a pool without threads.
+static int count_job(void *arg) { return __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED); }
+static void *count_thread(void *arg) {
+    count_job(*(int **)arg);
+    return NULL;
+}
+
+static void test_no_threads(int64_t n) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        State old = state_random(n), want = state_copy(&old), got = state_copy(&old);
+        adamw_update(want.w, want.m, want.v, want.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        struct rlimit lim = {(rlim_t)pages * 4096 + (1 << 20), (rlim_t)pages * 4096 + (1 << 20)};
+        if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
+        int count = 0, *jobs[4] = {&count, &count, &count, &count};
+        int here = run_jobs(count_thread, jobs, sizeof jobs[0], 4);
+        adamw_update(got.w, got.m, got.v, got.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 4);
+        _exit(here == 3 && count == 4 && same_bits(got.w, want.w, n) && same_bits(got.v, want.v, n) ? 0 : 4);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("no worker thread can start: the jobs do not all run on the caller with the bits of one thread");
+}
+
 int main(void) {
+    test_no_threads(1000003); // before anything starts the pool
     test_hand_step();
     test_bf16_rounding();
     int64_t sizes[] = {1, 7, 1000003};
