@@ -1,10 +1,12 @@
 // adamw_bench.c: adamw_update's memory throughput over a plain copy's, both
 // measured in the same run with the same threads.
 //
-//     adamw_bench [--n N] [--threads T] [--reps R] [--bf16]
+//     adamw_bench [--n N] [--threads T] [--reps R] [--bf16] [--zero]
 //
 // The update's counted bytes: it reads w, m, v, g and writes w, m, v, 28 bytes
-// a parameter (30 with --bf16, which also writes the bf16 copy). The copy: T
+// a parameter (30 with --bf16, which also writes the bf16 copy; 4 more with
+// --zero, which zeroes g in the same pass: --bf16 --zero is what the host
+// store's update does, 34 bytes as compiler/cost.c counts them). The copy: T
 // threads each memcpy their slice of a buffer as large as the update's four
 // arrays (16 bytes a parameter), counted as the bytes read plus the bytes
 // written. A copy's stores must first read each destination line (read for
@@ -117,7 +119,8 @@ static void usage(void) {
                     "  --n        parameters to update (default 67108864: 1 GiB of state)\n"
                     "  --threads  threads for the update and the copy (default: online CPUs)\n"
                     "  --reps     timed runs of each, alternating (default 7)\n"
-                    "  --bf16     also write the bf16 copy of the weights (counted: 30 bytes a parameter)\n");
+                    "  --bf16     also write the bf16 copy of the weights (counted: 30 bytes a parameter)\n"
+                    "  --zero     also zero the gradients in the pass, as the host store does (4 bytes more)\n");
     exit(2);
 }
 
@@ -134,7 +137,7 @@ int main(int argc, char **argv) {
     int64_t n = 64LL << 20;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = ncpu > 0 ? (int)ncpu : 1;
-    int reps = 7, with_bf16 = 0;
+    int reps = 7, with_bf16 = 0, flags = ADAMW_DECAY;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc)
             n = parse_count(argv[++i]);
@@ -144,6 +147,8 @@ int main(int argc, char **argv) {
             reps = (int)parse_count(argv[++i]);
         else if (!strcmp(argv[i], "--bf16"))
             with_bf16 = 1;
+        else if (!strcmp(argv[i], "--zero"))
+            flags |= ADAMW_ZERO_GRADS;
         else
             usage();
     }
@@ -173,7 +178,7 @@ int main(int argc, char **argv) {
 
     AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1,
                       .grad_scale = 1.0f};
-    double update_bytes = (double)n * (with_bf16 ? 30.0 : 28.0);
+    double update_bytes = (double)n * ((with_bf16 ? 30.0 : 28.0) + (flags & ADAMW_ZERO_GRADS ? 4.0 : 0.0));
     double copied_bytes = 2.0 * (double)copy_bytes;
     double *t_update = malloc((size_t)reps * sizeof *t_update); // (reps) seconds
     double *t_copy = malloc((size_t)reps * sizeof *t_copy);     // (reps) seconds
@@ -182,12 +187,12 @@ int main(int argc, char **argv) {
     if (!t_update || !t_copy || !t_norm || !ratios) exit(1);
 
     // One untimed run of each, then reps alternating pairs.
-    adamw_update(w, m, v, g, bf, n, &step, 1, nt);
+    adamw_update(w, m, v, g, bf, n, &step, flags, nt);
     bench_run(jobs, nt);
     for (int r = 0; r < reps; r++) {
         step.t = r + 2;
         double t0 = now_s();
-        adamw_update(w, m, v, g, bf, n, &step, 1, nt);
+        adamw_update(w, m, v, g, bf, n, &step, flags, nt);
         double t1 = now_s();
         bench_run(jobs, nt);
         double t2 = now_s();
@@ -211,9 +216,9 @@ int main(int argc, char **argv) {
     // back-to-back pairs, which holds when the machine's bandwidth shifts
     // during the run (shared hosts do) and a best-of-each ratio would not.
     printf("adamw: %.1f GB/s  copy: %.1f GB/s  ratio %.2f  (median of %d pairs; best rates give %.2f; n=%lld, "
-           "threads=%d%s; checksum %.6g)\n",
+           "threads=%d%s%s; checksum %.6g)\n",
            update_gbs, copy_gbs, ratios[reps / 2], reps, update_gbs / copy_gbs, (long long)n, nt,
-           with_bf16 ? ", with bf16 copy" : "", check);
+           with_bf16 ? ", with bf16 copy" : "", flags & ADAMW_ZERO_GRADS ? ", zeroing g" : "", check);
     printf("sq_norm: %.1f GB/s  (reads g, 4 bytes a parameter; best of %d)\n", 4.0 * (double)n / t_norm[0] / 1e9,
            reps);
 

@@ -7,9 +7,15 @@
 
 #include <math.h>
 #include <pthread.h>
+#include <sched.h>
 #include <stdint.h>
+#include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__)
+#include <immintrin.h>
+#endif
 
 // Without -fno-math-errno GCC must keep a scalar sqrtf call (it may set
 // errno) and the update runs at about half the memory bandwidth.
@@ -19,10 +25,12 @@
 
 enum {
     ADAMW_LINE_FLOATS = 16,           // floats in a 64-byte cache line
-    // Fewer elements than this a thread, and starting the thread costs more
-    // than it saves (starting and joining one costs 50-100 us on a 2-core VM,
-    // about what 128K elements take from memory).
+    // Fewer elements than this a thread, and handing the job to a pool
+    // thread costs more than it saves (waking one and waiting for it costs
+    // some 10-50 us on a 2-core VM; 128K elements take about 100 us from
+    // memory).
     ADAMW_MIN_PER_THREAD = 128 * 1024,
+    ADAMW_BLOCK = 256, // elements of one block of the streaming kernel (its bf16 copy stays in L1)
 };
 
 // The per-step constants of the fast kernel, computed once in double and
@@ -74,50 +82,80 @@ static inline __attribute__((always_inline)) AdamWElem adamw_one(float w, float 
     return e;
 }
 
-// The fast kernel on [0, n) of already offset arrays: w, m, v, g, out (n).
-// The main loops stop at a multiple of 16 so that GCC vectorises them even
-// at -O2, whose cost model takes no loop that would need a scalar epilogue;
-// the tail loops do the last n % 16. The vector loops also need sqrtf free
-// of errno: compile this file with -fno-math-errno.
+// The fast kernel on [0, n) of already offset arrays: w, m, v, g, out (n);
+// zero: g is zeroed as it is read (the step's gradients consumed). The main
+// loops stop at a multiple of 16 so that GCC vectorises them even at -O2,
+// whose cost model takes no loop that would need a scalar epilogue; the
+// tail loops do the last n % 16. The vector loops also need sqrtf free of
+// errno: compile this file with -fno-math-errno.
 static inline __attribute__((always_inline)) void
-adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, const float *restrict g,
-                  uint16_t *restrict out, int64_t n, AdamWConst c) {
+adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, float *restrict g,
+                  uint16_t *restrict out, int64_t n, AdamWConst c, int zero) {
     int64_t n16 = n & ~(int64_t)15;
-    if (out) {
-        for (int64_t i = 0; i < n16; i++) {
-            AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = bf16_from_f32(e.w);
-        }
-        for (int64_t i = n16; i < n; i++) {
-            AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v, out[i] = bf16_from_f32(e.w);
-        }
-    } else {
-        for (int64_t i = 0; i < n16; i++) {
-            AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v;
-        }
-        for (int64_t i = n16; i < n; i++) {
-            AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);
-            w[i] = e.w, m[i] = e.m, v[i] = e.v;
-        }
+#define ADAMW_LOOP(from, to)                                                                                           \
+    for (int64_t i = from; i < to; i++) {                                                                              \
+        AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);                                                           \
+        w[i] = e.w, m[i] = e.m, v[i] = e.v;                                                                            \
+        if (out) out[i] = bf16_from_f32(e.w);                                                                          \
+        if (zero) g[i] = 0.0f;                                                                                         \
     }
+    // one loop per case, so that each vectorises without a branch inside
+    if (out && zero) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
+    else if (out) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
+    else if (zero) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
+    else { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
+#undef ADAMW_LOOP
 }
 
-typedef void (*AdamWKernel)(float *, float *, float *, const float *, uint16_t *, int64_t, AdamWConst);
+typedef void (*AdamWKernel)(float *, float *, float *, float *, uint16_t *, int64_t, AdamWConst, int);
 
 // The kernel compiled for the baseline ISA (SSE2 on x86-64), and on x86-64
 // once more for AVX2, chosen at run time by __builtin_cpu_supports. Neither
 // uses fma, so both give the same bits.
-static void adamw_kernel_base(float *w, float *m, float *v, const float *g, uint16_t *out, int64_t n,
-                              AdamWConst c) {
-    adamw_kernel_body(w, m, v, g, out, n, c);
+static void adamw_kernel_base(float *w, float *m, float *v, float *g, uint16_t *out, int64_t n, AdamWConst c,
+                              int zero) {
+    adamw_kernel_body(w, m, v, g, out, n, c, zero);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
-__attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m, float *v, const float *g,
-                                                              uint16_t *out, int64_t n, AdamWConst c) {
-    adamw_kernel_body(w, m, v, g, out, n, c);
+// The AVX2 kernel streams what it only writes: the zeroed gradients and the
+// bf16 copy go out with non-temporal stores, which skip reading each line
+// before writing it and leave the cache to w, m and v (which are read, so
+// their lines are cached anyway: streaming them too measured half the speed
+// on a 2-core VM). By blocks of ADAMW_BLOCK elements: the update in place,
+// the block's bf16 copy into an L1 buffer, then streamed out. The elements
+// before w's first 64-byte line, the last partial block, and arrays whose
+// alignment differs from w's take the plain loop. The same adamw_one on
+// every element: the same bits as the plain kernel.
+__attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m, float *v, float *g, uint16_t *out,
+                                                              int64_t n, AdamWConst c, int zero) {
+    int64_t head = (int64_t)(((64 - ((uintptr_t)w & 63)) & 63) / sizeof(float)), i = head < n ? head : n;
+    adamw_kernel_body(w, m, v, g, out, i, c, zero);
+    int aligned = !(((uintptr_t)(m + i) | (uintptr_t)(v + i) | (uintptr_t)(g + i)) & 31) &&
+                  (!out || !((uintptr_t)(out + i) & 15));
+    if (aligned && (zero || out)) {
+        uint16_t tb[ADAMW_BLOCK] __attribute__((aligned(64))); // (ADAMW_BLOCK) the block's bf16 copy
+        const __m256 zeros = _mm256_setzero_ps();
+        for (; i + ADAMW_BLOCK <= n; i += ADAMW_BLOCK) {
+            { // (the arrays do not overlap: adamw.h)
+                float *restrict bw = w + i, *restrict bm = m + i, *restrict bv = v + i;
+                const float *restrict bg = g + i;
+                for (int k = 0; k < ADAMW_BLOCK; k++) {
+                    AdamWElem e = adamw_one(bw[k], bm[k], bv[k], bg[k], &c);
+                    bw[k] = e.w, bm[k] = e.m, bv[k] = e.v;
+                }
+            }
+            if (out) {
+                for (int k = 0; k < ADAMW_BLOCK; k++) tb[k] = bf16_from_f32(w[i + k]);
+                for (int k = 0; k < ADAMW_BLOCK; k += 8)
+                    _mm_stream_si128((__m128i *)(out + i + k), _mm_load_si128((const __m128i *)(tb + k)));
+            }
+            if (zero)
+                for (int k = 0; k < ADAMW_BLOCK; k += 8) _mm256_stream_ps(g + i + k, zeros);
+        }
+        _mm_sfence(); // the streamed lines visible before whoever waits for this job goes on
+    }
+    adamw_kernel_body(w + i, m + i, v + i, g + i, out ? out + i : NULL, n - i, c, zero);
 }
 #endif
 
@@ -130,17 +168,25 @@ static AdamWKernel adamw_kernel_pick(void) {
 
 // One thread's share of adamw_update: [lo, hi) of every array.
 typedef struct AdamWJob {
-    float *w, *m, *v;
-    const float *g;
+    float *w, *m, *v, *g;
     uint16_t *out; // NULL: no bf16 copy
     int64_t lo, hi;
     AdamWConst c;
-    AdamWKernel kernel;
+    AdamWKernel kernel; // NULL: first touch, every array's range zeroed (adamw_first_touch)
+    int zero;           // g zeroed as it is read
 } AdamWJob;
 
 static void adamw_job_run(const AdamWJob *j) {
+    size_t k = (size_t)(j->hi - j->lo);
+    if (!j->kernel) { // first touch: each array's range zeroed by the thread that will update it
+        float *a[4] = {j->w, j->m, j->v, j->g};
+        for (int i = 0; i < 4; i++)
+            if (a[i]) memset(a[i] + j->lo, 0, k * sizeof(float));
+        if (j->out) memset(j->out + j->lo, 0, k * sizeof(uint16_t));
+        return;
+    }
     j->kernel(j->w + j->lo, j->m + j->lo, j->v + j->lo, j->g + j->lo, j->out ? j->out + j->lo : NULL,
-              j->hi - j->lo, j->c);
+              j->hi - j->lo, j->c, j->zero);
 }
 
 static void *adamw_job_thread(void *arg) {
@@ -155,53 +201,180 @@ static int adamw_threads_for(int64_t n, int64_t min_per_thread, int nthreads) {
     return nthreads < 1 ? 1 : nthreads < most ? nthreads : (int)most;
 }
 
-int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt) {
-    pthread_t *tids = nt > 1 ? malloc((size_t)nt * sizeof *tids) : NULL; // (nt)
-    char *started = nt > 1 ? calloc((size_t)nt, 1) : NULL;               // (nt) 1 where tids[i] runs
-    for (int i = 1; i < nt && tids && started; i++)
-        started[i] = pthread_create(&tids[i], NULL, fn, (char *)jobs + (size_t)i * size) == 0;
-    fn(jobs);
-    int here = 0;
-    for (int i = 1; i < nt; i++) {
-        if (started && started[i]) pthread_join(tids[i], NULL);
-        else fn((char *)jobs + (size_t)i * size), here++;
+// ---- the pool
+
+// Worker k runs job k + 1 of every run_jobs call, in the order the calls
+// came: so the same thread touches the same range of an array each time
+// (adamw_first_touch, then every update), which on a NUMA machine keeps each
+// page on the node of the core that updates it. Started on first need and
+// never stopped (they sleep on a condition variable between jobs). Each
+// pinned to one of the process's CPUs where there are cores to spare
+// (pool_pin).
+typedef struct PoolTask {
+    void *(*fn)(void *);
+    void *arg;
+    int *left; // (1) the call's jobs not yet done
+    struct PoolTask *next;
+} PoolTask;
+
+typedef struct PoolWorker {
+    pthread_cond_t wake;
+    PoolTask *head, *tail; // its queue
+} PoolWorker;
+
+static struct {
+    pthread_mutex_t mu;
+    pthread_cond_t done; // broadcast when a call's last job finished
+    PoolWorker **w;      // (n of cap), each allocated once and never moved
+    int n, cap;
+    int full;            // a worker could not be started: no more are tried
+} pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
+
+static void *pool_worker_main(void *arg) {
+    PoolWorker *w = arg;
+    pthread_mutex_lock(&pool.mu);
+    for (;;) {
+        while (!w->head) pthread_cond_wait(&w->wake, &pool.mu);
+        PoolTask *t = w->head;
+        w->head = t->next;
+        if (!w->head) w->tail = NULL;
+        pthread_mutex_unlock(&pool.mu);
+        t->fn(t->arg);
+        pthread_mutex_lock(&pool.mu);
+        if (--*t->left == 0) pthread_cond_broadcast(&pool.done);
     }
-    free(tids), free(started);
+    return NULL;
+}
+
+// Pins worker k to a CPU of its own: the process's allowed CPUs from the
+// highest down, keeping the lowest POOL_FREE_CPUS free for the threads that
+// call run_jobs (the replay's engines: the host engine runs AdamW's job 0, a
+// GPU's copy-out engine its adds' job 0) and for the engines that only queue
+// GPU work. Workers beyond that, and every worker on a machine of
+// POOL_FREE_CPUS or fewer CPUs (a shared VM), float.
+enum { POOL_FREE_CPUS = 2 };
+static void pool_pin(pthread_t tid, int k) {
+#ifdef CPU_SET
+    cpu_set_t allowed;
+    if (sched_getaffinity(0, sizeof allowed, &allowed) != 0) return;
+    int ncpu = CPU_COUNT(&allowed), want = ncpu - 1 - k, seen = 0;
+    if (k >= ncpu - POOL_FREE_CPUS) return;
+    for (int cpu = 0; cpu < CPU_SETSIZE; cpu++) {
+        if (!CPU_ISSET(cpu, &allowed) || seen++ != want) continue;
+        cpu_set_t one;
+        CPU_ZERO(&one);
+        CPU_SET(cpu, &one);
+        pthread_setaffinity_np(tid, sizeof one, &one); // best effort: unpinned if refused
+        return;
+    }
+#else
+    (void)tid, (void)k;
+#endif
+}
+
+// Starts workers until there are `want` (under pool.mu); fewer when one cannot start.
+static void pool_grow(int want) {
+    while (pool.n < want && !pool.full) {
+        if (pool.n == pool.cap) {
+            int cap = pool.cap ? 2 * pool.cap : 16;
+            PoolWorker **w = realloc(pool.w, (size_t)cap * sizeof *w);
+            if (!w) break;
+            pool.w = w, pool.cap = cap;
+        }
+        PoolWorker *w = calloc(1, sizeof *w);
+        pthread_t tid;
+        pthread_attr_t attr;
+        int ok = w && pthread_cond_init(&w->wake, NULL) == 0;
+        if (ok && pthread_attr_init(&attr) == 0) {
+            pthread_attr_setdetachstate(&attr, PTHREAD_CREATE_DETACHED);
+            ok = pthread_create(&tid, &attr, pool_worker_main, w) == 0;
+            pthread_attr_destroy(&attr);
+        } else {
+            ok = 0;
+        }
+        if (!ok) { // said once: from now on the jobs of workers that are not there run on their callers
+            free(w);
+            pool.full = 1;
+            fprintf(stderr, "mt: could start only %d host worker threads of the %d asked for; the others' share of the "
+                    "optimizer runs on the calling threads\n", pool.n, want);
+            break;
+        }
+        pool_pin(tid, pool.n);
+        pool.w[pool.n++] = w;
+    }
+}
+
+int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt) {
+    if (nt <= 1) {
+        if (nt == 1) fn(jobs);
+        return 0;
+    }
+    PoolTask *task = malloc((size_t)nt * sizeof *task); // (nt) task[i]: job i, for i >= 1
+    int left = 0, here = 0;
+    pthread_mutex_lock(&pool.mu);
+    if (task) pool_grow(nt - 1);
+    int queued = task ? (nt - 1 < pool.n ? nt - 1 : pool.n) : 0; // jobs 1 .. queued go to workers 0 .. queued - 1
+    for (int i = 1; i <= queued; i++) {
+        PoolWorker *w = pool.w[i - 1];
+        task[i] = (PoolTask){fn, (char *)jobs + (size_t)i * size, &left, NULL};
+        if (w->tail) w->tail->next = &task[i];
+        else w->head = &task[i];
+        w->tail = &task[i];
+        left++;
+        pthread_cond_signal(&w->wake);
+    }
+    pthread_mutex_unlock(&pool.mu);
+    fn(jobs);
+    for (int i = queued + 1; i < nt; i++) fn((char *)jobs + (size_t)i * size), here++; // no worker for them
+    pthread_mutex_lock(&pool.mu);
+    while (left > 0) pthread_cond_wait(&pool.done, &pool.mu);
+    pthread_mutex_unlock(&pool.mu);
+    free(task);
     return here;
 }
 
-void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_out, int64_t n,
-                  const AdamWStep *s, int decay, int nthreads) {
-    if (n <= 0) return;
-    AdamWConst c = adamw_const(s, decay);
-    AdamWKernel kernel = adamw_kernel_pick();
-    int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads);
-    if (nt == 1) {
-        kernel(w, m, v, g, bf16_out, n, c);
-        return;
-    }
-
-    // Range i is [bound(i), bound(i+1)): bound(0) = 0, bound(nt) = n, and
-    // the others are head + i*per, where w + head is the first 64-byte
-    // boundary of w and per a whole number of cache lines.
+// The ranges adamw_update gives its nt threads over n elements of arrays
+// laid out like w: range i is [bound(i), bound(i+1)), bound(0) = 0,
+// bound(nt) = n, and the others head + i*per, where w + head is the first
+// 64-byte boundary of w and per a whole number of cache lines, so threads
+// share no cache line.
+static void adamw_split(const float *w, int64_t n, int nt, int i, int64_t *lo, int64_t *hi) {
     int64_t head = (int64_t)((64 - ((uintptr_t)w & 63)) & 63) / (int64_t)sizeof(float);
     int64_t per = (n + nt - 1) / nt;
     per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS;
+    int64_t a = i == 0 ? 0 : head + (int64_t)i * per, b = i == nt - 1 ? n : head + (int64_t)(i + 1) * per;
+    *lo = a < n ? a : n;
+    *hi = b < n ? (b > *lo ? b : *lo) : n;
+}
 
+// adamw_update and adamw_first_touch: `kernel` (NULL: zero) over the ranges of adamw_split.
+static void adamw_run(float *w, float *m, float *v, float *g, uint16_t *out, int64_t n, AdamWConst c,
+                      AdamWKernel kernel, int zero, int nthreads) {
+    int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads);
     AdamWJob *jobs = malloc((size_t)nt * sizeof *jobs); // (nt)
-    if (!jobs) {
-        kernel(w, m, v, g, bf16_out, n, c);
+    if (nt == 1 || !jobs) {
+        free(jobs);
+        adamw_job_run(&(AdamWJob){w, m, v, g, out, 0, n, c, kernel, zero});
         return;
     }
     for (int i = 0; i < nt; i++) {
-        int64_t lo = i == 0 ? 0 : head + (int64_t)i * per;
-        int64_t hi = i == nt - 1 ? n : head + (int64_t)(i + 1) * per;
-        lo = lo < n ? lo : n;
-        hi = hi < n ? hi : n;
-        jobs[i] = (AdamWJob){w, m, v, g, bf16_out, lo, hi > lo ? hi : lo, c, kernel};
+        jobs[i] = (AdamWJob){w, m, v, g, out, 0, 0, c, kernel, zero};
+        adamw_split(w, n, nt, i, &jobs[i].lo, &jobs[i].hi);
     }
     run_jobs(adamw_job_thread, jobs, sizeof *jobs, nt);
     free(jobs);
+}
+
+void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
+                  int flags, int nthreads) {
+    if (n <= 0) return;
+    adamw_run(w, m, v, g, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
+              (flags & ADAMW_ZERO_GRADS) != 0, nthreads);
+}
+
+void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, int nthreads) {
+    if (n <= 0) return;
+    adamw_run(w, m, v, g, bf16_out, n, (AdamWConst){0}, NULL, 0, nthreads);
 }
 
 // ---- the squared gradient norm

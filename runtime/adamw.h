@@ -1,7 +1,7 @@
 // adamw.h: the host optimizer step, torch.optim.AdamW on fp32 master weights
 // and fp32 Adam moments in host memory. It is bound by memory bandwidth: one
 // pass reads w, m, v, g and writes w, m, v (28 bytes a parameter, 30 with the
-// bf16 copy), so the fast kernel is a single elementwise loop split into
+// bf16 copy, 34 when it also zeroes g as the host store does), so the fast kernel is a single elementwise loop split into
 // contiguous per-thread ranges. bench/adamw_bench.c measures it against a
 // plain memory copy.
 //
@@ -33,16 +33,29 @@ typedef struct AdamWStep {
 //     v[i] = beta2 * v[i] + (1 - beta2) * gg * gg
 //     w[i] = w[i] - lr * weight_decay * w[i]                      (only if decay)
 //                 - lr * (m[i] / (1 - beta1^t)) / (sqrt(v[i] / (1 - beta2^t)) + eps)
-// w, m, v: (n) fp32 master weights and Adam moments; g: (n) fp32 gradients
-// (read only). decay: whether weight decay applies to this tensor (none on
-// norms and biases). bf16_out: when not NULL, (n), also receives the updated
+//     g[i] = 0                                                    (only if ADAMW_ZERO_GRADS)
+// w, m, v: (n) fp32 master weights and Adam moments; g: (n) fp32 gradients,
+// read only unless flags has ADAMW_ZERO_GRADS. flags: ADAMW_DECAY, weight
+// decay applies to this tensor (none on norms and biases; 0 and 1 are no
+// decay and decay); ADAMW_ZERO_GRADS, the gradients are zeroed in the same
+// pass (the step consumed them; store_update's zeroing, fused: no second
+// pass over g). bf16_out: when not NULL, (n), also receives the updated
 // weights rounded to bf16 (round to nearest even; NaN stays a quiet NaN).
-// Uses up to nthreads threads (pthreads; nthreads <= 1 runs inline; fewer
-// threads when n is small). Thread ranges start where w is 64-byte aligned,
-// so threads share no cache line of w, nor of m, v, g when those are laid
-// out like w. The arrays must not overlap.
-void adamw_update(float *w, float *m, float *v, const float *g, uint16_t *bf16_out, int64_t n,
-                  const AdamWStep *s, int decay, int nthreads);
+// The zeroed gradients and the bf16 copy are written with non-temporal
+// stores where the CPU has AVX2 (they are only written; see adamw.c).
+// Uses up to nthreads threads of the pool (run_jobs; nthreads <= 1 runs
+// inline; fewer threads when n is small). Thread ranges start where w is
+// 64-byte aligned, so threads share no cache line of w, nor of m, v, g when
+// those are laid out like w. The arrays must not overlap.
+enum { ADAMW_DECAY = 1, ADAMW_ZERO_GRADS = 2 };
+void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
+                  int flags, int nthreads);
+
+// Zeroes the same arrays (any may be NULL) as adamw_update with the same n
+// and nthreads would update them, each range by the pool thread that will
+// update it: the host store's first touch, which on a NUMA machine places
+// each page on the node of the core that later updates it.
+void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, int nthreads);
 
 // Sum of squares of g, (n), in double precision (for the global gradient
 // norm), multi-threaded and deterministic: g is cut into fixed chunks of
@@ -59,9 +72,15 @@ void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthread
 void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16);
 
 // The threads the above run on (and mtrun --calibrate's copies): fn on each
-// of nt jobs, `size` bytes apart from `jobs` on; jobs 1 to nt - 1 on threads
-// of their own, job 0 on the caller, and here too any job whose thread cannot
-// start. Returns when all are done: how many jobs 1 to nt - 1 ran here.
+// of nt jobs, `size` bytes apart from `jobs` on; job 0 on the caller, job i
+// (i >= 1) on worker i - 1 of one persistent pool of threads, started on
+// first need and reused by every later call (a call costs a wake-up, not a
+// thread's start). Worker k is pinned to a CPU where the process has more
+// than two (the highest first, the lowest two left to the threads that
+// call); the same job index always runs on the same worker. Callers may
+// call concurrently (their jobs queue per worker). Where a worker cannot be
+// started, its jobs run on the caller after job 0. Returns when all are
+// done: how many jobs 1 to nt - 1 ran on the caller.
 int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt);
 
 // The plain reference next to the fast kernel: one loop, double arithmetic,

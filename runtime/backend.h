@@ -39,6 +39,10 @@ struct Backend {
     void (*run)(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags);
     // the float at arena src, once everything before it on in's engine is done
     float (*read_scalar)(Backend *be, const Instr *in, int64_t src);
+    // An asynchronous backend's INS_LOSS (NULL: read_scalar): the float at
+    // arena src, once everything before it on in's engine is done, lands in
+    // *dst by the time finish returns; no engine waits for it mid-step
+    void (*read_scalar_async)(Backend *be, const Instr *in, int64_t src, float *dst);
     // Asynchronous backends only (NULL on the cpu):
     // INS_RECORD `in`: its event fires when its engine's work so far is done
     void (*record)(Backend *be, const Instr *in);

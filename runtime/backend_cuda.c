@@ -6,6 +6,9 @@
 //   engines   one CUDA stream per engine of the plan; the host engine's
 //             instructions (NORM, UPDATE) run on the replay's host thread,
 //             concurrent with the streams (replay.c, REPLAY_STREAMS)
+//   threads   each engine thread binds the primary context itself (enter);
+//             a LOSS is copied into a pinned slot and read at finish, no
+//             engine synchronised mid-step for it
 //   events    a CUDA event per plan event (cudaEventBlockingSync): a stream
 //             waits on another's with cudaStreamWaitEvent; the host engine
 //             waits with cudaEventSynchronize, which sleeps; a stream waits on
@@ -17,9 +20,12 @@
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
 //             nothing else while training runs
-//             (cuBLASLt gets no workspace). The host ranges the streams read
+//             (cuBLASLt gets no workspace; each GEMM's algorithm is picked
+//             once at load, for no workspace). The host ranges the streams read
 //             and write (the streamed weights, the activation store) pinned
-//             with cudaHostRegister, or the run is refused up front
+//             with cudaHostRegister in chunks of at most PIN_CHUNK_BYTES
+//             (r580 drivers fail one call of 512 GiB or more), the time it
+//             took printed, or the run is refused up front
 //   kernels   the plan's cubin (cuModuleLoadData) on a GPU of its
 //             architecture, its PTX on a newer one; an older GPU is refused
 //             naming both. Expression kernels by the launch ABI of
@@ -49,7 +55,12 @@
 #include "adamw.h"
 #include "backend.h"
 
-enum { MAX_ARGS = 64, MAX_PINS = 8, FINISH_THREADS = 256 };
+enum { MAX_ARGS = 64, FINISH_THREADS = 256 };
+
+// The most one cudaHostRegister pins: 64 GiB. r580 drivers fail a call of
+// 512 GiB or more (llama3-405b's bf16 copy is 810 GB). MT_PIN_CHUNK_BYTES
+// overrides it (the emulation tests, with small plans).
+#define PIN_CHUNK_BYTES ((int64_t)64 << 30)
 
 typedef struct Kernel { // how one kernel of a part launches
     CUfunction fn, finish;           // expression kernel and its SYMBOL_finish (NULL: none)
@@ -58,6 +69,7 @@ typedef struct Kernel { // how one kernel of a part launches
     int attn_smem[3], attn_tc;
     cublasLtMatmulDesc_t desc;       // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
     cublasLtMatrixLayout_t la, lb, lc; // B's, A's and C's layouts, in that order of the call
+    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for no workspace
 } Kernel;
 
 typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
@@ -84,11 +96,16 @@ typedef struct Cuda {
     cublasLtHandle_t lt;
     char *staging[ENG_COUNT];        // pinned, (staging_bytes[e]): COPY_OUT's gradients, LOSS's scalar
     int64_t staging_bytes[ENG_COUNT];
-    void *pinned[MAX_PINS];          // host ranges registered
+    void **pinned;                   // (npinned) the chunks registered, each a cudaHostRegister
     int npinned;
     pthread_mutex_t mu;              // the first failure
     int failed;
     char err[1024];
+    int poison_free;                 // MT_POISON_FREE=1: FREE fills its region with NaN (cuda_poison)
+    CUcontext cuctx;                 // the device's primary context, which every engine thread binds (enter)
+    float *loss_host;                // pinned, (nloss_cap): LOSS values queued, read at finish
+    float **loss_dst;                // (nloss_cap) where each goes
+    int nloss, nloss_cap;            // queued since the last finish; the plan's LOSS instructions
     Trace trace;                     // --trace (tracing: trace.f set)
     pthread_mutex_t trace_mu;
     TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
@@ -206,6 +223,17 @@ static void cuda_trace_host(Backend *be, const Instr *in, double t0, double t1) 
 
 // ---------------------------------------------------------------- copies
 
+// Every operation starts here: nothing after the first failure; and the
+// calling thread (a replay engine's, which the driver API knows nothing
+// of) binds the device's primary context itself the first time, rather
+// than by whichever runtime call happens to come first on it.
+static int enter(Cuda *c, const Instr *in) {
+    static __thread CUcontext bound;
+    if (failed(c)) return 0;
+    if (bound != c->cuctx && CU(c, in, cuCtxSetCurrent(c->cuctx))) bound = c->cuctx;
+    return !failed(c);
+}
+
 static cudaStream_t stream_of(Cuda *c, const Instr *in) { return c->stream[engine_of(in)]; }
 
 // The host engine's instructions (and tests' calls) are done when they return.
@@ -215,7 +243,7 @@ static void done_if_host(Cuda *c, const Instr *in) {
 
 static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(c->dev + dst, host, (size_t)bytes, cudaMemcpyHostToDevice, stream_of(c, in)));
     trace_end(c, in, t);
@@ -230,7 +258,7 @@ static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *
 static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16) {
     Cuda *c = be->ctx;
     int e = engine_of(in);
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     if (bytes > c->staging_bytes[e]) {
         fail(c, in, "COPY_OUT", "larger than the engine's staging buffer");
         return;
@@ -245,7 +273,7 @@ static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t
 
 static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(host, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToHost, stream_of(c, in)));
     trace_end(c, in, t);
@@ -255,29 +283,48 @@ static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src,
 
 static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
     RT(c, in, cudaMemcpyAsync(c->dev + dst, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
     trace_end(c, in, t);
     done_if_host(c, in);
 }
 
+// A FREE's region filled with NaN, so that a schedule that reads it after
+// its FREE shows as a NaN loss: only with MT_POISON_FREE=1 (the emulation's
+// tests and tests/gpu set it), since in production it is a memset of every
+// freed byte, 1.5 to 3% of a step. Outside a stream (in NULL: tests, the
+// whole arena) always.
 static void cuda_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if ((in && !c->poison_free) || !enter(c, in)) return;
     RT(c, in, cudaMemsetAsync(c->dev + dst, 0xff, (size_t)bytes, stream_of(c, in))); // NaN as f32 and as bf16
     done_if_host(c, in);
 }
 
+// The float at once (tests, outside a stream): the engine drained first.
 static float cuda_read_scalar(Backend *be, const Instr *in, int64_t src) {
     Cuda *c = be->ctx;
     int e = engine_of(in);
     float v = 0.0f / 0.0f;
-    if (failed(c)) return v;
+    if (!enter(c, in)) return v;
     if (RT(c, in, cudaMemcpyAsync(c->staging[e], c->dev + src, 4, cudaMemcpyDeviceToHost, c->stream[e])) &&
         RT(c, in, cudaStreamSynchronize(c->stream[e])))
         memcpy(&v, c->staging[e], 4);
     return v;
+}
+
+// INS_LOSS in a stream: the copy queued into a pinned slot of its own, the
+// value set into *dst at finish, so that no engine stops mid-step for it.
+static void cuda_read_scalar_async(Backend *be, const Instr *in, int64_t src, float *dst) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    pthread_mutex_lock(&c->mu);
+    int k = c->nloss < c->nloss_cap ? c->nloss++ : -1;
+    if (k >= 0) c->loss_dst[k] = dst;
+    pthread_mutex_unlock(&c->mu);
+    if (k < 0) fail(c, in, "LOSS", "more LOSS instructions in one stream than the plan has");
+    else RT(c, in, cudaMemcpyAsync(&c->loss_host[k], c->dev + src, 4, cudaMemcpyDeviceToHost, stream_of(c, in)));
 }
 
 // ---------------------------------------------------------------- kernels
@@ -324,8 +371,8 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     const Kernel *kn = &c->kern[part][i];
     const float one = 1.0f, zero = 0.0f;
     char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets), *B = arg_ptr(c, &k->args[2], offsets);
-    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, NULL, NULL, 0,
-                             stream_of(c, in)));
+    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo, NULL,
+                             0, stream_of(c, in)));
 }
 
 // The flash templates: forward (no lse kept: the backward recomputes it),
@@ -433,7 +480,7 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
 
 static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
     Cuda *c = be->ctx;
-    if (failed(c)) return;
+    if (!enter(c, in)) return;
     const int64_t *offsets = plan_offsets(c->p, part, part_is_block(part) ? frame : 0);
     const KirSet *set = &c->prog.parts[part];
     int t = trace_begin(c, in);
@@ -463,21 +510,22 @@ static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int 
 
 static void cuda_record(Backend *be, const Instr *in) {
     Cuda *c = be->ctx;
-    if (failed(c) || in->engine == ENG_HOST) return; // the host engine's work is done when the replay fires it
+    if (in->engine == ENG_HOST || !enter(c, in)) return; // the host engine's work is done when the replay fires it
     RT(c, in, cudaEventRecord(c->event[in->event], c->stream[in->engine]));
 }
 
 static void cuda_wait(Backend *be, const Instr *in, int recorder) {
     Cuda *c = be->ctx;
-    if (failed(c) || recorder == ENG_HOST) return; // its thread queued nothing before the host was done
+    if (recorder == ENG_HOST || !enter(c, in)) return; // its thread queued nothing before the host was done
     if (in->engine == ENG_HOST) RT(c, in, cudaEventSynchronize(c->event[in->event])); // sleeps (cudaEventBlockingSync)
     else RT(c, in, cudaStreamWaitEvent(c->stream[in->engine], c->event[in->event], 0));
 }
 
 static int cuda_finish(Backend *be, char *err, size_t errcap) {
     Cuda *c = be->ctx;
-    for (int e = 0; e < ENG_COUNT; e++)
-        if (!failed(c)) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    for (int e = 0; e < ENG_COUNT && enter(c, NULL); e++) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    for (int k = 0; k < c->nloss && !failed(c); k++) *c->loss_dst[k] = c->loss_host[k]; // the LOSSes, in issue order
+    c->nloss = 0;
     if (c->trace.f && !failed(c)) trace_flush(c);
     if (!failed(c)) return 0;
     if (err) snprintf(err, errcap, "%s", c->err);
@@ -499,6 +547,8 @@ static void cuda_destroy(Backend *be) {
     }
     if (c->epoch) cudaEventDestroy(c->epoch);
     free(c->tev);
+    if (c->loss_host) cudaFreeHost(c->loss_host);
+    free(c->loss_dst);
     for (int i = 0; c->event && i < c->p->nevents; i++)
         if (c->event[i]) cudaEventDestroy(c->event[i]);
     free(c->event);
@@ -514,6 +564,7 @@ static void cuda_destroy(Backend *be) {
     if (c->lt) cublasLtDestroy(c->lt);
     if (c->mod) cuModuleUnload(c->mod);
     for (int i = 0; i < c->npinned; i++) cudaHostUnregister(c->pinned[i]);
+    free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
@@ -561,6 +612,27 @@ static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
     return 0;
 }
 
+// A GEMM's algorithm, cuBLASLt's first pick for its shape with no
+// workspace, chosen once here rather than by cublasLtMatmul on every call
+// (which heuristics each call made with no algorithm).
+static int gemm_pick_algo(Cuda *c, Kernel *kn, int part, int i) {
+    cublasLtMatmulPreference_t pref = NULL;
+    cublasLtMatmulHeuristicResult_t best;
+    size_t workspace = 0;
+    int found = 0;
+    int ok = LT(c, NULL, cublasLtMatmulPreferenceCreate(&pref)) &&
+             LT(c, NULL, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                              sizeof workspace)) &&
+             LT(c, NULL, cublasLtMatmulAlgoGetHeuristic(c->lt, kn->desc, kn->la, kn->lb, kn->lc, kn->lc, pref, 1, &best,
+                                                        &found));
+    if (pref) cublasLtMatmulPreferenceDestroy(pref);
+    if (ok && found < 1)
+        snprintf(c->err, sizeof c->err, "cuda: cuBLASLt has no algorithm for GEMM kernel %d of part %s", i, part_name(part));
+    if (!ok || found < 1) return -1;
+    kn->algo = best.algo;
+    return 0;
+}
+
 // Every kernel's functions, launch geometry and GEMM descriptors.
 static int load_kernels(Cuda *c) {
     for (int p = 0; p < PART_COUNT; p++) {
@@ -576,7 +648,7 @@ static int load_kernels(Cuda *c) {
                 return -1;
             }
             if (k->kind == KK_GEMM) {
-                if (gemm_layouts(c, kn, k) != 0) return -1;
+                if (gemm_layouts(c, kn, k) != 0 || gemm_pick_algo(c, kn, p, i) != 0) return -1;
                 continue;
             }
             if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's mt_node_<op>
@@ -625,6 +697,50 @@ static int load_kernels(Cuda *c) {
     return 0;
 }
 
+// MT_PIN_CHUNK_BYTES, or PIN_CHUNK_BYTES; whole pages, at least one.
+static int64_t pin_chunk_bytes(void) {
+    const char *s = getenv("MT_PIN_CHUNK_BYTES");
+    int64_t chunk = s && *s ? strtoll(s, NULL, 10) : PIN_CHUNK_BYTES, page = 4096;
+    return chunk < page ? page : chunk / page * page;
+}
+
+// Pins every host range, each in chunks cut at multiples of the chunk size
+// (page boundaries: no page in two chunks), and prints what it pinned and
+// how long that took (pinning hundreds of GB on 4 KiB pages takes minutes).
+// 0, or -1 with a message naming the range, its size and the failed chunk.
+static int pin_ranges(Cuda *c, const HostRange *pin, int npin) {
+    int64_t chunk = pin_chunk_bytes(), total = 0;
+    int calls = 0;
+    for (int i = 0; i < npin; i++)
+        if (pin[i].bytes) calls += (int)(((uintptr_t)pin[i].ptr % (uint64_t)chunk + (uint64_t)pin[i].bytes + (uint64_t)chunk - 1) / (uint64_t)chunk);
+    if (!(c->pinned = calloc((size_t)calls + 1, sizeof *c->pinned))) {
+        snprintf(c->err, sizeof c->err, "out of memory");
+        return -1;
+    }
+    double t0 = trace_clock_s();
+    for (int i = 0; i < npin; i++) {
+        char *at = pin[i].ptr, *end = at + pin[i].bytes;
+        while (at < end) {
+            char *next = (char *)(((uintptr_t)at / (uint64_t)chunk + 1) * (uint64_t)chunk); // the next multiple of chunk
+            if (next > end) next = end;
+            cudaError_t e = cudaHostRegister(at, (size_t)(next - at), cudaHostRegisterDefault);
+            if (e != cudaSuccess) {
+                snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister of "
+                         "%lld bytes at offset %lld: %s", pin[i].what, (long long)pin[i].bytes, (long long)(next - at),
+                         (long long)(at - (char *)pin[i].ptr), cudaGetErrorString(e));
+                return -1;
+            }
+            c->pinned[c->npinned++] = at;
+            at = next;
+        }
+        total += pin[i].bytes;
+    }
+    if (total)
+        printf("cuda: pinned %lld bytes of host memory (%d cudaHostRegister calls of at most %lld bytes) in %.2f s\n",
+               (long long)total, c->npinned, (long long)chunk, trace_clock_s() - t0);
+    return 0;
+}
+
 int backend_cuda_devices(char *why, size_t cap);
 int backend_cuda_devices(char *why, size_t cap) {
     int n = 0;
@@ -657,16 +773,18 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         return NULL;
     }
     c->p = p;
+    c->poison_free = getenv("MT_POISON_FREE") && !strcmp(getenv("MT_POISON_FREE"), "1");
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->trace_mu, NULL);
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
                     .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
-                    .read_scalar = cuda_read_scalar, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
+                    .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
                     .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
     cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
     struct cudaDeviceProp prop;
-    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
+    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) ||
+        !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
         goto fail;
     int gpu_sm = prop.major * 10 + prop.minor, plan_sm = atoi(p->cuda_arch + 3), ptx = gpu_sm != plan_sm;
     if (gpu_sm < plan_sm) {
@@ -728,17 +846,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
-    // the host memory the streams read and write: pinned now, or refused
-    for (int i = 0; i < npin && i < MAX_PINS; i++) {
-        if (!pin[i].bytes) continue;
-        cudaError_t e = cudaHostRegister(pin[i].ptr, (size_t)pin[i].bytes, cudaHostRegisterDefault);
-        if (e != cudaSuccess) {
-            snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister: %s",
-                     pin[i].what, (long long)pin[i].bytes, cudaGetErrorString(e));
-            goto fail;
-        }
-        c->pinned[c->npinned++] = pin[i].ptr;
-    }
+    if (pin_ranges(c, pin, npin) != 0) goto fail; // the host memory the streams read and write: pinned now, or refused
     for (int e = 0; e < ENG_COUNT; e++) {
         void *s = NULL;
         if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
@@ -746,6 +854,13 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
             goto fail;
         c->staging[e] = s;
     }
+    for (int i = 0; i < p->ntrain + p->neval; i++) // a pinned slot per LOSS instruction
+        c->nloss_cap += (i < p->ntrain ? p->train[i].kind : p->eval[i - p->ntrain].kind) == INS_LOSS;
+    void *slots = NULL;
+    if (!RT(c, NULL, cudaHostAlloc(&slots, (size_t)(c->nloss_cap + 1) * sizeof(float), cudaHostAllocDefault)) ||
+        !(c->loss_dst = calloc((size_t)c->nloss_cap + 1, sizeof *c->loss_dst)))
+        goto fail;
+    c->loss_host = slots;
     if (!(c->event = calloc((size_t)p->nevents + 1, sizeof *c->event))) goto fail;
     for (int i = 0; i < p->nevents; i++)
         if (!RT(c, NULL, cudaEventCreateWithFlags(&c->event[i], cudaEventBlockingSync | cudaEventDisableTiming))) goto fail;

@@ -7,10 +7,14 @@
 //      this one rate gives hbm_bandwidth, host_memory_bandwidth and (halved:
 //      a copy of B bytes moves 2B) h2d_bandwidth and d2h_bandwidth.
 //   2. the host AdamW: what runtime/store.c's store_update does a segment,
-//      adamw_update (runtime/adamw.c, with the bf16 copy) on T threads then
-//      a memset of the gradient, over arrays of a quarter of the copy buffer
-//      each; 34 bytes a parameter as compiler/cost.c counts them ->
-//      host_adamw_bandwidth.
+//      adamw_update (runtime/adamw.c, with the bf16 copy and the gradient
+//      zeroed in the same pass) on T threads, over arrays of a quarter of the
+//      copy buffer each; 34 bytes a parameter as compiler/cost.c counts them ->
+//      host_adamw_bandwidth. And what a GPU's COPY_OUT does on the host after
+//      its copy: adamw_grads_add of bf16 gradients into the fp32
+//      accumulators (runtime/backend_cuda.c) on T threads, 10 bytes a
+//      parameter (read 2 and 4, write 4): reported, and written into the
+//      profile as a comment (no profile key prices it yet).
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
 //      small's width and 256 tokens (forward, and the backward's two), with
 //      the threads the cpu backend gives a GEMM of that size
@@ -95,6 +99,9 @@ enum {
 // counts them under bf16: reads w, m, v, g (16), writes w, m, v (12), the
 // bf16 copy (2) and zeroes g (4).
 #define CAL_ADAMW_BYTES 34.0
+// Bytes a parameter of the gradient add: reads the bf16 gradient (2) and its
+// fp32 accumulator (4), writes the accumulator (4).
+#define CAL_GRADS_ADD_BYTES 10.0
 
 // One figure's rounds, and their median.
 typedef struct Figure {
@@ -107,6 +114,7 @@ typedef struct Measured {
     Target t;
     Figure copy;           // bytes/s, read + written
     Figure adamw;          // bytes/s, CAL_ADAMW_BYTES a parameter
+    Figure grads_add;      // bytes/s, CAL_GRADS_ADD_BYTES a parameter
     Figure gemm;           // FLOP/s
     Figure vector;         // FLOP/s, one thread
     Figure small_gemm;     // seconds a call of the small sgemm
@@ -215,8 +223,8 @@ static void bench_free(Bench *b) {
 }
 
 // Allocates and fills every buffer: the copy buffers first touched by the
-// threads that copy them; AdamW's arrays allocated and zeroed as
-// runtime/store.c does.
+// threads that copy them; AdamW's arrays first touched as runtime/store.c
+// touches its own (adamw_first_touch), on huge pages where the kernel has them.
 static int bench_alloc(Bench *b, double available, int nt, char *err, size_t errcap) {
     const size_t T = CAL_GEMM_T, C = CAL_GEMM_C, F = CAL_GEMM_F;
     *b = (Bench){.nt = nt, .copy_bytes = copy_buffer_bytes(available)};
@@ -224,8 +232,8 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     b->n = (int64_t)(n / 16);
     b->src = big_alloc(n), b->dst = big_alloc(n);
     b->jobs = calloc((size_t)nt, sizeof *b->jobs);
-    b->w = aligned_alloc(64, n / 4), b->m = aligned_alloc(64, n / 4);
-    b->v = aligned_alloc(64, n / 4), b->g = aligned_alloc(64, n / 4), b->wb = aligned_alloc(64, n / 8);
+    b->w = big_alloc(n / 4), b->m = big_alloc(n / 4), b->v = big_alloc(n / 4), b->g = big_alloc(n / 4);
+    b->wb = big_alloc(n / 8);
     b->x = malloc(T * C * 4), b->wt = malloc(C * F * 4), b->y = malloc(T * F * 4);
     b->dx = malloc(T * C * 4), b->dw = malloc(C * F * 4);
     b->fma = malloc((size_t)CAL_FMA_N * 4), b->math = malloc((size_t)CAL_MATH_N * 4);
@@ -248,8 +256,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
     for (int i = 0; i < nt; i++) b->jobs[i].fill = 0;
-    memset(b->w, 0, n / 4), memset(b->m, 0, n / 4), memset(b->v, 0, n / 4), memset(b->g, 0, n / 4);
-    memset(b->wb, 0, n / 8);
+    adamw_first_touch(b->w, b->m, b->v, b->g, b->wb, b->n, nt); // as runtime/store.c touches its arrays
     for (int64_t i = 0; i < b->n; i++) b->w[i] = 0.01f * (float)(i % 97);
     for (size_t i = 0; i < T * C; i++) b->x[i] = (float)(i % 17) * 0.0625f - 0.5f;
     for (size_t i = 0; i < C * F; i++) b->wt[i] = (float)(i % 13) * 0.0625f - 0.375f;
@@ -275,9 +282,16 @@ static double round_adamw(Bench *b) {
                       .t = ++b->step, .grad_scale = 1.0f};
     for (int64_t i = 0; i < b->n; i += 1024) b->g[i] = 1e-3f; // a gradient that is not all zero
     double t0 = now_s();
-    adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, 1, b->nt);
-    memset(b->g, 0, (size_t)b->n * sizeof *b->g);
+    adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, ADAMW_DECAY | ADAMW_ZERO_GRADS, b->nt);
     return CAL_ADAMW_BYTES * (double)b->n / (now_s() - t0);
+}
+
+// The gradient add a GPU's COPY_OUT runs after its copy: bf16 gradients (the
+// bf16 copy's array stands in) added into the fp32 accumulators.
+static double round_grads_add(Bench *b) {
+    double t0 = now_s();
+    adamw_grads_add(b->g, b->wb, b->n, 1, b->nt);
+    return CAL_GRADS_ADD_BYTES * (double)b->n / (now_s() - t0);
 }
 
 // ---- 3. sgemm: FLOP/s of the MLP matmul's forward and backward
@@ -366,6 +380,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
         double (*round)(Bench *);
     } what[] = {
         {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
+        {&m->grads_add, round_grads_add},
         {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
         {&m->math, round_math}};
     const int nwhat = (int)(sizeof what / sizeof what[0]);
@@ -603,13 +618,19 @@ static int write_profile(FILE *f, const Measured *m) {
                "# (sched_getaffinity).\n", d);
     fprintf(f, "host_cores = %.0f\n", t->host_cores);
     fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/adamw.c, with\n"
-               "# the bf16 copy) and a memset of the gradient, as runtime/store.c updates a\n"
-               "# segment, on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
+               "# the bf16 copy, zeroing the gradient), as runtime/store.c updates a segment,\n"
+               "# on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
                "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
                "# %.1f GB/s.\n",
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
+    fprintf(f, "# measured by mtrun --calibrate on %s, not a key: adamw_grads_add (runtime/adamw.c)\n"
+               "# of bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
+               "# host after its copy, by %d threads, %.0f bytes a parameter, the median of\n"
+               "# %d rounds (%.1f to %.1f GB/s): %.1f GB/s.\n\n",
+            d, m->threads, CAL_GRADS_ADD_BYTES, CAL_ROUNDS, m->grads_add.lo / gb, m->grads_add.hi / gb,
+            m->grads_add.median / gb);
 
     fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
                "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n", d,
@@ -730,6 +751,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
         fprintf(out, "  AdamW   %8.1f GB/s      (%.1f to %.1f) %.0f bytes a parameter, %.1f M parameters, %d threads\n",
                 m.adamw.median / 1e9, m.adamw.lo / 1e9, m.adamw.hi / 1e9, CAL_ADAMW_BYTES,
                 (double)m.adamw_params / 1e6, m.threads);
+        fprintf(out, "  grads+  %8.1f GB/s      (%.1f to %.1f) bf16 gradients added, %.0f bytes a parameter, %d threads\n",
+                m.grads_add.median / 1e9, m.grads_add.lo / 1e9, m.grads_add.hi / 1e9, CAL_GRADS_ADD_BYTES, m.threads);
         fprintf(out, "  sgemm   %8.1f GFLOP/s   (%.1f to %.1f) %dx%dx%d and its backward, OpenBLAS %d threads\n",
                 m.gemm.median / 1e9, m.gemm.lo / 1e9, m.gemm.hi / 1e9, CAL_GEMM_T, CAL_GEMM_C, CAL_GEMM_F,
                 m.blas_threads);

@@ -68,7 +68,10 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         be->run(be, in, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
         if (r->on_run) r->on_run(r->on_run_ctx, in);
         break;
-    case INS_LOSS: *loss = be->read_scalar(be, in, in->src); break;
+    case INS_LOSS:
+        if (be->read_scalar_async) be->read_scalar_async(be, in, in->src, loss); // set by finish
+        else *loss = be->read_scalar(be, in, in->src);
+        break;
     case INS_SAVE: be->copy_out(be, in, r->act + in->dst, in->src, in->bytes); break;
     case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
     case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;
@@ -99,14 +102,22 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     if (timed) be->trace_host(be, in, t0, trace_clock_s());
 }
 
-// Says why every engine with instructions left is held.
+// Says why every engine with instructions left is held (stalled_s 0: a
+// deadlock), or (stalled_s > 0) that none made progress for that long, and
+// where each engine with instructions left is.
 static void deadlock(const Instr *ins, int n, const int *queue, const int *start, const int *pc, const char *stream,
-                     char *err, size_t errcap) {
-    size_t used = (size_t)snprintf(err, errcap, "deadlock in the %s stream: every engine with instructions left waits:",
-                                   stream);
+                     double stalled_s, char *err, size_t errcap) {
+    size_t used = stalled_s > 0 ? (size_t)snprintf(err, errcap, "hang in the %s stream: no engine started or finished "
+                                                   "an instruction for %.0f s:", stream, stalled_s)
+                                : (size_t)snprintf(err, errcap, "deadlock in the %s stream: every engine with "
+                                                   "instructions left waits:", stream);
     for (int e = 0; e < ENG_COUNT && used < errcap; e++) {
         if (pc[e] == start[e + 1]) continue;
         int i = queue[pc[e]], ev = ins[i].event, rec = -1;
+        if (ins[i].kind != INS_WAIT) {
+            used += (size_t)snprintf(err + used, errcap - used, " %s in instruction %d;", ENGINE_NAMES[e], i);
+            continue;
+        }
         for (int k = 0; k < n && rec < 0; k++)
             if (ins[k].kind == INS_RECORD && ins[k].event == ev) rec = k;
         if (rec < 0)
@@ -134,9 +145,12 @@ typedef struct Engines {
     const int *queue, *start; // engine e runs ins[queue[start[e] .. start[e + 1])], in order
     int *pc;                  // (ENG_COUNT) each engine's next position in queue
     char *fired;              // (nevents)
+    int waiting[ENG_COUNT];   // the engine is held by a WAIT whose event has not fired
+    double progress_at;       // CLOCK_MONOTONIC seconds: the last time an engine started or finished an instruction
+    double stall_s;           // no progress for this long while an engine waits: a hang
     pthread_mutex_t mu;
-    pthread_cond_t cv;        // broadcast on every RECORD and on a failure
-    int failed;               // a WAIT ran out of time: every engine stops
+    pthread_cond_t cv;        // (CLOCK_MONOTONIC) broadcast on every RECORD and failure
+    int failed;               // a deadlock or a hang: every engine stops
     char *err;
     size_t errcap;
 } Engines;
@@ -148,7 +162,49 @@ typedef struct EngineThread {
     int max_pause_us; // 0, 40 or 400, drawn per engine: some run ahead of others
 } EngineThread;
 
-enum { HANG_SECONDS = 30, HOLD_MS = 50 };
+enum { HOLD_MS = 50 };
+
+double replay_predicted_step_s(const Plan *p) {
+    const char *at = p->schedule ? strstr(p->schedule, "predicted_step_s=") : NULL;
+    return at ? strtod(at + strlen("predicted_step_s="), NULL) : 0;
+}
+
+// The hang limit: hang_s, or the larger of REPLAY_STALL_S and 10 predicted steps.
+static double stall_limit_s(const Replay *r) {
+    double ten = 10 * replay_predicted_step_s(r->p);
+    return r->hang_s > 0 ? r->hang_s : ten > REPLAY_STALL_S ? ten : REPLAY_STALL_S;
+}
+
+static double monotonic_s(void) {
+    struct timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);
+    return (double)ts.tv_sec + 1e-9 * (double)ts.tv_nsec;
+}
+
+// Whether the replay is deadlocked (under E->mu): every engine with
+// instructions left is held by a WAIT whose event has not fired, so no
+// engine is running anything that could fire one.
+static int all_held(const Engines *E) {
+    int left = 0;
+    for (int e = 0; e < ENG_COUNT; e++) {
+        if (E->pc[e] == E->start[e + 1]) continue;
+        const Instr *in = &E->ins[E->queue[E->pc[e]]];
+        if (!E->waiting[e] || in->kind != INS_WAIT || E->fired[in->event]) return 0;
+        left++;
+    }
+    return left > 0;
+}
+
+// Stops every engine with the deadlock message (under E->mu); stalled: it
+// was no engine's progress for stall_s, not every engine held.
+static void engines_fail(Engines *E, int stalled) {
+    E->failed = 1;
+    deadlock(E->ins, E->n, E->queue, E->start, E->pc, E->stream, stalled ? E->stall_s : 0, E->err, E->errcap);
+    pthread_cond_broadcast(&E->cv);
+}
+
+// Progress (under E->mu): an engine started or finished an instruction.
+static void engines_progress(Engines *E) { E->progress_at = monotonic_s(); }
 
 static void *engine_main(void *arg) {
     EngineThread *t = arg;
@@ -158,16 +214,20 @@ static void *engine_main(void *arg) {
         const Instr *in = &E->ins[E->queue[k]];
         pthread_mutex_lock(&E->mu);
         E->pc[e] = k;
-        if (in->kind == INS_WAIT) {
-            struct timespec until;
-            clock_gettime(CLOCK_REALTIME, &until);
-            until.tv_sec += E->r->hang_s > 0 ? E->r->hang_s : HANG_SECONDS;
-            while (!E->fired[in->event] && !E->failed)
-                if (pthread_cond_timedwait(&E->cv, &E->mu, &until) == ETIMEDOUT && !E->fired[in->event] && !E->failed) {
-                    E->failed = 1; // every engine left waits, or this one waits for what never comes
-                    deadlock(E->ins, E->n, E->queue, E->start, E->pc, E->stream, E->err, E->errcap);
-                    pthread_cond_broadcast(&E->cv);
+        engines_progress(E);
+        if (in->kind == INS_WAIT && !E->fired[in->event] && !E->failed) {
+            E->waiting[e] = 1;
+            if (all_held(E)) engines_fail(E, 0); // nothing runs that could fire any of them: at once
+            while (!E->fired[in->event] && !E->failed) {
+                double deadline = E->progress_at + E->stall_s;
+                if (monotonic_s() >= deadline) { // engines may still run, but none has moved for stall_s
+                    engines_fail(E, 1);
+                    break;
                 }
+                struct timespec until = {(time_t)deadline, (long)((deadline - (double)(time_t)deadline) * 1e9)};
+                pthread_cond_timedwait(&E->cv, &E->mu, &until);
+            }
+            E->waiting[e] = 0;
         }
         int stop = E->failed;
         pthread_mutex_unlock(&E->mu);
@@ -176,44 +236,54 @@ static void *engine_main(void *arg) {
             execute(E->r, in, E->inputs, E->last, E->loss);
             continue;
         }
-        if (E->r->hold_ins && E->ins == E->r->p->train && E->queue[k] == E->r->hold_ins - 1)
-            nanosleep(&(struct timespec){0, HOLD_MS * 1000000L}, NULL);
+        if (E->r->hold_ins && E->ins == E->r->p->train && E->queue[k] == E->r->hold_ins - 1) {
+            long ms = E->r->hold_ms > 0 ? E->r->hold_ms : HOLD_MS;
+            nanosleep(&(struct timespec){ms / 1000, ms % 1000 * 1000000L}, NULL);
+        }
         // a random pause before each instruction, so that an event the plan
         // lacks shows as a wrong value rather than passing by luck
         if (t->max_pause_us) {
             struct timespec pause = {0, (long)(next_random(&t->rng) % (uint64_t)t->max_pause_us) * 1000};
             nanosleep(&pause, NULL);
         }
+        execute(E->r, in, E->inputs, E->last, E->loss);
+        pthread_mutex_lock(&E->mu);
+        engines_progress(E); // (a waiter whose deadline passes finds it moved on, and waits again)
         if (in->kind == INS_RECORD) {
-            execute(E->r, in, E->inputs, E->last, E->loss);
-            pthread_mutex_lock(&E->mu);
             E->fired[in->event] = 1; // everything before it on this engine has run
             pthread_cond_broadcast(&E->cv);
-            pthread_mutex_unlock(&E->mu);
-        } else {
-            execute(E->r, in, E->inputs, E->last, E->loss);
         }
+        pthread_mutex_unlock(&E->mu);
     }
     pthread_mutex_lock(&E->mu);
     E->pc[e] = E->start[e + 1];
+    if (!E->failed && all_held(E)) engines_fail(E, 0); // the others wait for what this engine never recorded
     pthread_mutex_unlock(&E->mu);
     return NULL;
 }
 
 // Replays with one thread per engine: real concurrency, events as condition
-// variables, random pauses; a WAIT held HANG_SECONDS (or hang_s) is reported as a hang
-// (the deadlock message, naming every waiting instruction). The cpu
-// backend's operations touch only what their instruction names, so engines
-// that the plan orders correctly never race.
+// variables, random pauses. A deadlock is reported at once, the moment
+// every engine with instructions left is held by a WAIT whose event has not
+// fired; a hang (an instruction that never returns, a device that never
+// finishes) once no engine has started or finished an instruction for
+// stall_limit_s while one waits. Both name every
+// waiting instruction. The cpu backend's operations touch only what their
+// instruction names, so engines that the plan orders correctly never race.
 static int replay_threads(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss,
                           const int *queue, const int *start, char *fired, const char *stream, char *err,
                           size_t errcap) {
     int pc[ENG_COUNT];
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
     Engines E = {.r = r, .ins = ins, .n = n, .inputs = inputs, .last = last, .loss = loss, .stream = stream,
-                 .queue = queue, .start = start, .pc = pc, .fired = fired, .err = err, .errcap = errcap};
+                 .queue = queue, .start = start, .pc = pc, .fired = fired, .err = err, .errcap = errcap,
+                 .progress_at = monotonic_s(), .stall_s = stall_limit_s(r)};
+    pthread_condattr_t ca;
+    pthread_condattr_init(&ca);
+    pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
     pthread_mutex_init(&E.mu, NULL);
-    pthread_cond_init(&E.cv, NULL);
+    pthread_cond_init(&E.cv, &ca);
+    pthread_condattr_destroy(&ca);
     EngineThread t[ENG_COUNT];
     pthread_t tid[ENG_COUNT];
     int started[ENG_COUNT] = {0};
@@ -276,7 +346,7 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
             if (in->kind != INS_WAIT || fired[in->event]) ready[nready++] = e;
         }
         if (nready == 0) {
-            deadlock(ins, n, queue, start, pc, stream, err, errcap);
+            deadlock(ins, n, queue, start, pc, stream, 0, err, errcap);
             goto done;
         }
         int e = r->order.kind == REPLAY_RANDOM ? ready[next_random(&r->rng) % (uint64_t)nready] : ready[0];

@@ -24,8 +24,12 @@
 //   random: a seeded random choice among the runnable engines each time
 //   threads: one thread per engine, truly concurrent, a seeded random pause
 //           before each instruction (up to 0, 40 or 400 us, drawn per engine,
-//           so that some engines run ahead of others); a WAIT held 30 s is
-//           reported as a hang, naming the waiting instructions
+//           so that some engines run ahead of others); a deadlock (every
+//           engine with work left held by a WAIT whose event has not fired)
+//           is reported at once, a hang once no engine has started or
+//           finished an instruction for Replay.hang_s (default
+//           REPLAY_STALL_S) while one waits; both name the waiting
+//           instructions. A WAIT may last as long as the work it waits for.
 //   streams: one thread per engine, no pauses: an asynchronous backend's
 //           default (each thread queues its engine's work on a CUDA stream)
 typedef enum { REPLAY_EAGER, REPLAY_LAZY, REPLAY_RANDOM, REPLAY_THREADS, REPLAY_STREAMS } ReplayOrderKind;
@@ -45,7 +49,9 @@ typedef struct Replay {
     char *act;          // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
     ReplayOrder order;
     uint64_t rng;       // the random order's state, carried from stream to stream
-    int hang_s;         // REPLAY_THREADS: seconds a WAIT may hold before it is a hang (0: 30)
+    int hang_s;         // threads, streams: seconds without any engine's progress while one waits before it is
+                        // a hang (0: REPLAY_STALL_S or 10 predicted steps, the larger); a deadlock is reported
+                        // at once whatever it is
     // Called after each INS_RUN (NULL: not called), so a long step can show
     // how far it is; it must not touch the arena or the store.
     void (*on_run)(void *ctx, const Instr *in);
@@ -55,7 +61,20 @@ typedef struct Replay {
     // stream instruction whose issue the threaded replays hold 50 ms, so that
     // a consumer that lost its WAIT on it runs first; 0: none.
     int hold_ins;
+    int hold_ms;         // how long (0: 50 ms); tests hold an engine longer than a step's WAITs ever were
 } Replay;
+
+// The threaded replays' hang limit: 10 minutes without any engine starting
+// or finishing an instruction. On a GPU a WAIT lasts as long as the work it
+// waits for (llama3-70b at batch 16 predicts a 35.8 s WAIT on the host
+// engine, and an engine's thread blocks inside an instruction while its
+// device works), so the limit is on progress, not on a WAIT's length;
+// real deadlocks do not need it (they are found at once).
+// The limit is the larger of that and 10 times the plan's predicted step.
+enum { REPLAY_STALL_S = 600 };
+
+// The predicted step time the plan carries in its schedule's words (0: none).
+double replay_predicted_step_s(const Plan *p);
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model
 // inputs (inputs[i] is model input i, e.g. tokens then targets); `last`:

@@ -22,15 +22,17 @@ int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p
 
 int store_alloc(HostStore *s, const Plan *p) {
     char ignored[16];
-    return store_alloc_tier(s, p, NULL, 0, ignored, sizeof ignored);
+    return store_alloc_tier(s, p, NULL, 0, 1, ignored, sizeof ignored);
 }
 
 // The gradient accumulators with the gradients on the tier: an anonymous
 // mapping whose pages hold memory only while touched (a layer's, from its
 // first COPY_OUT of a step to its INS_NORM, which moves them to the tier and
 // drops them: store_norm); the pages read as zeros until written.
-static float *grads_map(size_t bytes) {
-    void *at = mmap(NULL, bytes ? bytes : 64, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+// *mapped: the length to unmap.
+static float *grads_map(size_t bytes, size_t *mapped) {
+    void *at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    *mapped = bytes;
     return at == MAP_FAILED ? NULL : at;
 }
 
@@ -47,8 +49,58 @@ static void grads_drop(HostStore *s, int64_t off, int64_t n) {
     memset((void *)hi, 0, b - hi);
 }
 
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, char *err, size_t errcap) {
-    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = 1};
+// Whether parameter i lies in segment seg (a layer's, or a global one).
+static int in_segment(const Plan *p, int i, int64_t seg) {
+    const Param *prm = p->graph->params.items[i];
+    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
+}
+
+enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
+
+// bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
+// pages asked for where the kernel has them; nothing touched yet (the
+// kernel's zero pages). *mapped: the length to unmap. NULL when out of
+// memory (the mapping is not MAP_NORESERVE, so the kernel's overcommit
+// check refuses a store larger than the machine, as malloc did, rather
+// than the first touch meeting the OOM killer).
+static void *store_map(size_t bytes, size_t *mapped) {
+    size_t len = (bytes + STORE_HUGE - 1) / STORE_HUGE * STORE_HUGE;
+    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    size_t lead = (STORE_HUGE - ((uintptr_t)raw & (STORE_HUGE - 1))) & (STORE_HUGE - 1);
+    if (lead) munmap(raw, lead);
+    if (STORE_HUGE - lead) munmap(raw + lead + len, STORE_HUGE - lead);
+#ifdef MADV_HUGEPAGE
+    madvise(raw + lead, len, MADV_HUGEPAGE); // refused where the kernel has none: small pages then
+#endif
+    *mapped = len;
+    return raw + lead;
+}
+
+// The first touch, in parallel: every parameter's range of each array in
+// RAM zeroed by the pool threads that will update it (adamw_first_touch,
+// split as adamw_update splits it), then the padding after each parameter
+// (storage_host_elems_of) on this thread. Before this, the pages are the
+// kernel's zero pages: the values are already zero, and this only places
+// them (on a NUMA machine, on the node of the core that updates them) and
+// pays their page faults now rather than in the first step.
+static void store_first_touch(HostStore *s, const Plan *p) {
+    const Graph *g = p->graph;
+    for (int64_t seg = SEG_FIRST; seg < g->layers; seg++)
+        for (int i = 0; i < g->params.n; i++) {
+            if (!in_segment(p, i, seg)) continue;
+            int64_t off = plan_param_elem(p, i, seg), n = shape_numel(&((const Param *)g->params.items[i])->shape);
+            int ram = !s->tier || seg < 0; // m and v (and a tier master) in RAM
+            float *grads = s->tier_grads && seg >= 0 ? NULL : s->g + off; // (a tier's: touched as they arrive)
+            adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
+                              ram ? s->v + off : NULL, grads, s->wb ? s->wb + off : NULL, n, s->threads);
+            if (grads) memset(grads + n, 0, (size_t)(storage_host_elems_of(n) - n) * sizeof(float));
+        }
+}
+
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
+                     size_t errcap) {
+    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = threads > 1 ? threads : 1};
     holds = tier_dir ? holds : 0;
     int master = !!(holds & STORE_TIER_MASTER);
     if (master && p->graph->train.compute != DT_BF16) {
@@ -68,43 +120,27 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int hold
         return -1;
     }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
-    size_t bytes = ((size_t)s->n * 4 + 63) & ~(size_t)63;
-    size_t globals = ((size_t)p->host_global * 4 + 63) & ~(size_t)63; // what RAM keeps of what the tier holds
-    float **arrays[4] = {&s->w, &s->m, &s->v, &s->g};
-    for (int i = 0; i < 4; i++) {
-        size_t b = (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) ? globals : bytes;
-        if (i == 3 && s->tier_grads) { // all of it mapped, only what is touched held (grads_map)
-            if (!(s->g = grads_map(bytes))) {
-                store_free(s);
-                return -1;
-            }
-            continue;
-        }
-        *arrays[i] = aligned_alloc(64, b ? b : 64);
-        if (!*arrays[i]) {
+    size_t bytes = (size_t)s->n * 4 + 64;
+    size_t globals = (size_t)p->host_global * 4 + 64; // what RAM keeps of what the tier holds
+    void **arrays[5] = {(void **)&s->w, (void **)&s->m, (void **)&s->v, (void **)&s->g, (void **)&s->wb};
+    for (int i = 0; i < 5; i++) {
+        if (i == 4 && p->graph->train.compute != DT_BF16) break; // no bf16 copy
+        size_t b = i == 4 ? (size_t)s->n * 2 + 64
+                 : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) ? globals : bytes;
+        // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
+        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
             store_free(s);
             return -1;
         }
-        memset(*arrays[i], 0, b);
     }
-    if (p->graph->train.compute == DT_BF16) {
-        size_t half = ((size_t)s->n * 2 + 63) & ~(size_t)63;
-        if (!(s->wb = aligned_alloc(64, half ? half : 64))) {
-            store_free(s);
-            return -1;
-        }
-        memset(s->wb, 0, half);
-    }
+    store_first_touch(s, p);
     return 0;
 }
 
 void store_free(HostStore *s) {
-    free(s->w);
-    free(s->m);
-    free(s->v);
-    if (s->tier_grads && s->g) munmap(s->g, ((size_t)s->n * 4 + 63) & ~(size_t)63);
-    else free(s->g);
-    free(s->wb);
+    void *arrays[5] = {s->w, s->m, s->v, s->g, s->wb};
+    for (int i = 0; i < 5; i++)
+        if (arrays[i]) munmap(arrays[i], s->mapped[i]);
     free(s->seg);
     tier_close(s->tier);
     *s = (HostStore){0};
@@ -115,12 +151,6 @@ const char *store_failed(const HostStore *s) { return s->err[0] ? s->err : NULL;
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
     *count = plan_segment_len(p, layer);
     return plan_segment_base(p, layer);
-}
-
-// Whether parameter i lies in segment seg (a layer's, or a global one).
-static int in_segment(const Plan *p, int i, int64_t seg) {
-    const Param *prm = p->graph->params.items[i];
-    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
 // Array `array` (0 w, 1 m, 2 v, 3 g) of a layer's staged record: m at 0,
@@ -158,17 +188,19 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         if (s->tier_master) w = in_record(s, m, 0), wbase = base;
         if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
     }
+    // The gradients are zeroed as AdamW reads them, and the padding after
+    // each parameter (which a COPY_OUT of the device's layout may add into)
+    // here: together the whole segment, as one memset of it would.
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         if (!in_segment(p, i, layer)) continue;
-        int decay = prm->shape.rank >= 2; // none on norms and biases
-        int64_t off = plan_param_elem(p, i, layer);
-        adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
-                     shape_numel(&prm->shape), &seg->step, decay, s->threads);
+        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0; // none on norms and biases
+        int64_t off = plan_param_elem(p, i, layer), n = shape_numel(&prm->shape);
+        adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL, n,
+                     &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
+        if (grad == s->g) memset(s->g + off + n, 0, (size_t)(storage_host_elems_of(n) - n) * sizeof(float));
     }
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
-    int64_t n, off = store_segment(p, layer, &n);
-    if (grad == s->g) memset(s->g + off, 0, (size_t)n * sizeof(float)); // (the tier's: zeroed and dropped by store_norm)
     seg->pending = 0;
 }
 

@@ -30,7 +30,8 @@ typedef struct HostStore {
     // tail's globals, [.. (SEG_HEAD)] the head's, [.. (l)] layer l.
     int64_t nseg; // plan_segment_count: 2 + layers
     StoreSegment *seg; // (nseg)
-    int threads;  // for the optimizer and the norms
+    int threads;  // for the optimizer, the norms and the first touch
+    size_t mapped[5]; // bytes mapped for w, m, v, g, wb (store_free unmaps them)
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
     // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and
@@ -55,14 +56,22 @@ enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,
 // and what `holds` says.
 int64_t store_tier_bytes(const Plan *p, int holds);
-// Allocates and zeroes the arrays. Returns 0, or -1 out of memory.
+// Allocates the arrays zeroed (anonymous mappings on 2 MiB boundaries,
+// transparent huge pages asked for with madvise where the kernel has them),
+// then touches them first in parallel: each parameter's range of every
+// array zeroed by the pool thread that will update it (adamw_first_touch),
+// so that on a NUMA machine each page lies on the node of the core that
+// updates it, and the page faults are paid here, not in the first step.
+// store_alloc: one thread, no tier. Returns 0, or -1 out of memory.
 int store_alloc(HostStore *s, const Plan *p);
-// The same with the layers' Adam moments, and what `holds` says (their fp32
-// master, bf16 compute only; their gradients between a step's norm and the
-// next update), in a tier file in tier_dir (NULL: none, as store_alloc),
-// zeroed. Returns 0, or -1 with a message (out of memory, or the tier
-// refused: no room, no such directory).
-int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, char *err, size_t errcap);
+// The same on `threads` threads (s->threads), with the layers' Adam moments,
+// and what `holds` says (their fp32 master, bf16 compute only; their
+// gradients between a step's norm and the next update, in RAM a mapping
+// that holds memory only where touched), in a tier file in tier_dir (NULL:
+// none, as store_alloc), zeroed. Returns 0, or -1 with a message (out of
+// memory, or the tier refused: no room, no such directory).
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
+                     size_t errcap);
 // The tier's first failure (a short read or write, naming the file and the
 // layer), or NULL: callers check it after anything that updates, flushes or
 // moves moments, and stop the run with it.
@@ -80,7 +89,8 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 void store_norm(HostStore *s, const Plan *p, int64_t layer);
 // INS_UPDATE: applies the segment's pending AdamW update to all its
 // parameters (weight decay on matrices only, none on norms and biases),
-// writing the bf16 copy in the same pass, and zeroes its gradients; nothing
+// writing the bf16 copy and zeroing its gradients in the same pass
+// (ADAMW_ZERO_GRADS; the padding after each parameter zeroed too); nothing
 // when no update is pending.
 void store_update(HostStore *s, const Plan *p, int64_t layer);
 // Every pending update, in segment order (before validation, checkpoints,

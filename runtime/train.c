@@ -361,7 +361,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), err, errcap) != 0) return -1;
+    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -647,12 +647,6 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
-// The predicted step time the plan carries in its schedule's words (0: none).
-static double predicted_step(const Plan *p) {
-    const char *at = p->schedule ? strstr(p->schedule, "predicted_step_s=") : NULL;
-    return at ? strtod(at + strlen("predicted_step_s="), NULL) : 0;
-}
-
 static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
     const Plan *p = r->p;
     const Graph *g = p->graph;
@@ -799,7 +793,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     int64_t steps = o->steps >= 0 ? o->steps : t->steps, val_every = o->val_every > 0 ? o->val_every : t->val_every;
     double base_lr = o->lr >= 0 ? o->lr : t->lr;
     uint64_t seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed);
-    r.predicted_s = predicted_step(p);
+    r.predicted_s = replay_predicted_step_s(p);
     // a GPU target's plan (CUDA code) is predicted for an asynchronous backend, a cpu target's for the cpu
     r.compare = !o->reference && r.be && (p->cuda_arch && p->cuda_arch[0]) == (r.be->record != NULL);
     r.passes_per_step = count_passes(p, t->accumulate);

@@ -3,6 +3,7 @@
 
 usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+       check_cuda_emu.py pin MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
 
 Plans are compiled for TARGET, by default tests/tiny-gpu.target (sm_90, 3.1 MB of device
@@ -32,6 +33,13 @@ waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a t
   train check's f32 tolerance) or by a reported error or hang, in one of SEEDS
   runs with other random pauses. The hook also says which WAITs the verifier
   finds implied by others (no run can catch those).
+pin: (f32, --remat layer, 2 steps) the host ranges pinned in chunks: with the
+  emulated driver refusing a cudaHostRegister over PIN_MAX bytes (as r580
+  refuses 512 GiB) and MT_PIN_CHUNK_BYTES set below it, the run pins each
+  range in chunks of at most that size, contiguous, no page in two, each
+  unregistered at the end, prints the pinning time, and its losses equal the
+  cpu backend's within 1e-5; with the default chunk (64 GiB) the same limit
+  refuses the run up front, naming what could not be pinned (exit 1).
 """
 import hashlib
 import json
@@ -118,6 +126,7 @@ def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5,
     if cuda:
         if cuda is not True:  # the emulation; True: the GPU
             env["MT_CUDA_BACKEND"], env["MT_CUDA_EMU_KERNELS"] = cuda
+        env["MT_POISON_FREE"] = "1"  # freed regions NaN, so a wrong schedule shows (off in production)
         args[-1] = "cuda"
     env.update(extra_env or {})
     if os.path.exists(log):
@@ -248,6 +257,47 @@ def check_waits(mtc, mtrun, lib, cxx, src, work, model):
     print("ok")
 
 
+def check_pin(mtc, mtrun, lib, cxx, src, work, model):
+    plan, cu = compile_plan(mtc, src, work, model, "f32", "layer")
+    so = build_kernels(cxx, src, cu, work)
+    ref, _ = losses(mtrun, plan, os.path.join(work, "cpu.jsonl"), steps=2)
+    log, chunk, limit = os.path.join(work, "pins.log"), 64 << 10, 96 << 10
+    if os.path.exists(log):
+        os.remove(log)
+    got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), (lib, so), steps=2,
+                    extra_env={"MT_CUDA_EMU_PIN_MAX": str(limit), "MT_PIN_CHUNK_BYTES": str(chunk),
+                               "MT_CUDA_EMU_PIN_LOG": log})
+    if not worst_rel(got, ref) <= 1e-5:
+        fail(f"pinned in chunks: cuda {got} against cpu {ref}")
+    pinned = re.search(r"cuda: pinned (\d+) bytes of host memory \((\d+) cudaHostRegister calls of at most "
+                       r"(\d+) bytes\) in [\d.]+ s", p.stdout)
+    if not pinned:
+        fail("the pinning and its time are not printed", p)
+    with open(log) as f:
+        lines = [l.split() for l in f]
+    regs = sorted((int(l[1]), int(l[2])) for l in lines if l[0] == "register")
+    unregs = sorted(int(l[1]) for l in lines if l[0] == "unregister")
+    groups, end = 0, None  # runs of contiguous chunks: one per range
+    for at, n in regs:
+        if n > chunk:
+            fail(f"a cudaHostRegister of {n} bytes, over the chunk of {chunk}")
+        groups += at != end
+        end = at + n
+    total = sum(n for _, n in regs)
+    if unregs != [at for at, _ in regs]:
+        fail(f"registered {len(regs)} chunks, unregistered {len(unregs)}, not the same")
+    if len(regs) != int(pinned.group(2)) or total != int(pinned.group(1)) or int(pinned.group(3)) != chunk or len(regs) < 3:
+        fail(f"{len(regs)} chunks of {total} bytes logged against '{pinned.group(0)}'")
+    print(f"{pinned.group(0)}: {len(regs)} chunks of at most {chunk} bytes in {groups} contiguous ranges, "
+          f"all unregistered; losses {' '.join(f'{x:.6f}' for x in got)} as the cpu backend's")
+    got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), (lib, so), steps=2, expect_ok=False,
+                    extra_env={"MT_CUDA_EMU_PIN_MAX": str(limit)})
+    if got is not None or p.returncode != 1 or "cannot pin" not in p.stderr or "cudaHostRegister" not in p.stderr:
+        fail("a range the driver will not pin in one 64 GiB chunk is not refused up front", p)
+    print(f"refused up front: {p.stderr.strip().splitlines()[-1][:200]}")
+    print("ok")
+
+
 def main():
     global TARGET, REMATS
     for a in [a for a in sys.argv if a.startswith("--remats=")]:  # a subset of the modes
@@ -259,7 +309,7 @@ def main():
     if len(sys.argv) > 9:
         TARGET = sys.argv[9]
     os.makedirs(work, exist_ok=True)
-    {"train": check_train, "gpu": check_train, "waits": check_waits}[what](mtc, mtrun, lib, cxx, src, work, model)
+    {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin}[what](mtc, mtrun, lib, cxx, src, work, model)
 
 
 if __name__ == "__main__":

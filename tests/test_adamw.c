@@ -1,9 +1,15 @@
 // test_adamw.c: the fast AdamW kernel against the double-precision reference
 // (random tensors, odd and tiny sizes, several thread counts, misaligned
 // pointers), its bf16 copy against an independent rounding, the squared
-// gradient norm for determinism across thread counts, and one step worked by
-// hand. Prints every failed check and returns 1 if there was any.
+// gradient norm for determinism across thread counts, the fused zeroing of
+// the gradients (same bits, g exactly zero), the store's first touch, two
+// callers of the thread pool at once, the pool with no thread to be had,
+// and one step worked by hand. Prints every failed check and returns 1 if there was any.
 #include <math.h>
+#include <pthread.h>
+#include <sys/resource.h>
+#include <sys/wait.h>
+#include <unistd.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
@@ -69,9 +75,12 @@ typedef struct State {
     int64_t n;
 } State;
 
+// Each array on a 64-byte boundary, as the host store lays them out, so
+// that the streaming kernel's aligned path runs (test_zero_grads also
+// offsets one array to take the plain path).
 static State state_alloc(int64_t n) {
-    size_t bytes = (size_t)(n > 0 ? n : 1) * sizeof(float);
-    State s = {malloc(bytes), malloc(bytes), malloc(bytes), malloc(bytes), n};
+    size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
+    State s = {aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes), n};
     if (!s.w || !s.m || !s.v || !s.g) {
         printf("out of memory\n");
         exit(1);
@@ -222,7 +231,7 @@ static void test_hand_step(void) {
     for (int decay = 0; decay <= 1; decay++) {
         for (int ref = 0; ref <= 1; ref++) {
             float w[3] = {1.0f, -2.0f, 0.125f}, m[3] = {0.5f, -0.25f, 0.0f}, v[3] = {0.25f, 0.0625f, 0.0f};
-            const float g[3] = {2.0f, 0.5f, 0.0f};
+            float g[3] = {2.0f, 0.5f, 0.0f};
             uint16_t bf[3];
             if (ref)
                 adamw_update_ref(w, m, v, g, 3, &s, decay);
@@ -334,7 +343,123 @@ static void test_grads_add(int64_t n) {
     free(g0), free(g), free(ref), free(src), free(src16);
 }
 
+// ADAMW_ZERO_GRADS: w, m, v and the bf16 copy have the bits of the update
+// without it, for 1, 2 and 3 threads, aligned (the streaming path), one
+// float past a line (every array alike) and with m one float off w (the
+// plain path); g is exactly +0 over [0, n) and untouched past it.
+static void test_zero_grads(int64_t n) {
+    State old = state_random(n + 2);
+    for (int shift = 0; shift < 3; shift++) { // 0 aligned, 1 all one float on, 2 m alone one float on
+        int64_t a = shift == 1, am = shift ? 1 : 0;
+        State want = state_copy(&old);
+        uint16_t *bw = malloc((size_t)(n + 2) * 2), *bz = malloc((size_t)(n + 2) * 2); // (n + 2)
+        if (!bw || !bz) exit(1);
+        adamw_update(want.w + a, want.m + am, want.v + a, want.g + a, bw + a, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+        for (int threads = 1; threads <= 3; threads++) {
+            State got = state_copy(&old);
+            adamw_update(got.w + a, got.m + am, got.v + a, got.g + a, bz + a, n, &STEP_RANDOM,
+                         ADAMW_DECAY | ADAMW_ZERO_GRADS, threads);
+            int zeroed = 1;
+            for (int64_t i = 0; i < n; i++) zeroed &= float_bits(got.g[a + i]) == 0;
+            char what[128];
+            snprintf(what, sizeof what, "zeroing the gradients, n %lld, shift %d, %d threads", (long long)n, shift,
+                     threads);
+            if (!same_bits(got.w, want.w, n + 2) || !same_bits(got.m, want.m, n + 2) ||
+                !same_bits(got.v, want.v, n + 2) || memcmp(bw + a, bz + a, (size_t)n * 2) || !zeroed ||
+                !same_bits(got.g + a + n, old.g + a + n, 2 - a) || (a && got.g[0] != old.g[0]))
+                fail(what);
+            state_free(&got);
+        }
+        free(bw), free(bz);
+        state_free(&want);
+    }
+    state_free(&old);
+}
+
+// adamw_first_touch zeroes exactly [0, n) of each array it is given, for
+// any thread count, and leaves alone what it is not given.
+static void test_first_touch(int64_t n) {
+    for (int threads = 1; threads <= 4; threads += 3) {
+        State s = state_random(n + 1);
+        uint16_t *b = malloc((size_t)(n + 1) * 2); // (n + 1)
+        if (!b) exit(1);
+        memset(b, 0x5a, (size_t)(n + 1) * 2);
+        float keep = s.m[0];
+        adamw_first_touch(s.w, NULL, s.v, s.g, b, n, threads);
+        int ok = s.m[0] == keep && b[n] == 0x5a5a;
+        for (int64_t i = 0; i < n; i++) ok &= s.w[i] == 0 && s.v[i] == 0 && s.g[i] == 0 && b[i] == 0;
+        ok &= s.w[n] != 0 || s.v[n] != 0;
+        if (!ok) fail(threads == 1 ? "first touch, 1 thread" : "first touch, 4 threads");
+        free(b);
+        state_free(&s);
+    }
+}
+
+// Two callers of the pool at once (as the host engine's AdamW and a GPU
+// copy-out engine's adds are): each one's updates, 3 threads, 20 times over,
+// give the bits one thread gives; neither waits forever for the other.
+typedef struct Caller {
+    State s;
+    int64_t n;
+} Caller;
+
+static void *caller_main(void *arg) {
+    Caller *c = arg;
+    for (int r = 0; r < 20; r++)
+        adamw_update(c->s.w, c->s.m, c->s.v, c->s.g, NULL, c->n, &STEP_RANDOM, ADAMW_DECAY, 3);
+    return NULL;
+}
+
+static void test_concurrent_callers(int64_t n) {
+    State old = state_random(n);
+    Caller a = {state_copy(&old), n}, b = {state_copy(&old), n}, want = {state_copy(&old), n};
+    for (int r = 0; r < 20; r++)
+        adamw_update(want.s.w, want.s.m, want.s.v, want.s.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+    pthread_t tid;
+    if (pthread_create(&tid, NULL, caller_main, &a) != 0) exit(1);
+    caller_main(&b);
+    pthread_join(tid, NULL);
+    if (!same_bits(a.s.w, want.s.w, n) || !same_bits(b.s.w, want.s.w, n) || !same_bits(a.s.v, want.s.v, n) ||
+        !same_bits(b.s.m, want.s.m, n))
+        fail("two concurrent callers of the pool: not the bits of one thread");
+    state_free(&old), state_free(&a.s), state_free(&b.s), state_free(&want.s);
+}
+
+// The pool's fallback: in a child process whose address space cannot hold
+// another thread's stack (RLIMIT_AS, which binds root too), no worker can
+// start; run_jobs then runs every job on the caller and says so (the
+// count), and the update gives the bits of one thread. First in main: a
+// child forked after workers started would inherit a pool without threads.
+static int count_job(void *arg) { return __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED); }
+static void *count_thread(void *arg) {
+    count_job(*(int **)arg);
+    return NULL;
+}
+
+static void test_no_threads(int64_t n) {
+    fflush(stdout);
+    pid_t pid = fork();
+    if (pid == 0) {
+        State old = state_random(n), want = state_copy(&old), got = state_copy(&old);
+        adamw_update(want.w, want.m, want.v, want.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+        long pages = 0;
+        FILE *f = fopen("/proc/self/statm", "r");
+        if (!f || fscanf(f, "%ld", &pages) != 1) _exit(3);
+        fclose(f);
+        struct rlimit lim = {(rlim_t)pages * 4096 + (1 << 20), (rlim_t)pages * 4096 + (1 << 20)};
+        if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
+        int count = 0, *jobs[4] = {&count, &count, &count, &count};
+        int here = run_jobs(count_thread, jobs, sizeof jobs[0], 4);
+        adamw_update(got.w, got.m, got.v, got.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 4);
+        _exit(here == 3 && count == 4 && same_bits(got.w, want.w, n) && same_bits(got.v, want.v, n) ? 0 : 4);
+    }
+    int status = 0;
+    if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
+        fail("no worker thread can start: the jobs do not all run on the caller with the bits of one thread");
+}
+
 int main(void) {
+    test_no_threads(1000003); // before anything starts the pool
     test_hand_step();
     test_bf16_rounding();
     int64_t sizes[] = {1, 7, 1000003};
@@ -347,6 +472,10 @@ int main(void) {
     int64_t add_sizes[] = {0, 1, 17, 1000003, 4 * 128 * 1024 + 5}; // several threads' worth, with a tail
     for (int i = 0; i < 5; i++) test_grads_add(add_sizes[i]);
     adamw_update(NULL, NULL, NULL, NULL, NULL, 0, &STEP_RANDOM, 1, 4); // n 0 touches nothing
+    int64_t zero_sizes[] = {1, 300, 1000003};
+    for (int i = 0; i < 3; i++) test_zero_grads(zero_sizes[i]);
+    test_first_touch(1000003);
+    test_concurrent_callers(1000003);
     if (failures) {
         printf("test_adamw: %d checks failed\n", failures);
         return 1;

@@ -13,15 +13,20 @@
 //   layer's weights arrive must show as a wrong loss or wrong gradients
 //   (or wrong squared norms from the stream's INS_NORM).
 // - One thread per engine (test_threads): the same, concurrently, with
-//   random pauses and hangs reported by time.
+//   random pauses; a dropped RECORD is a deadlock reported at once.
+// - --held (test_held): an engine held 31 s inside an instruction that
+//   another engine waits for (longer than the old 30 s hang limit) finishes
+//   with the reference's outcome; held 3 s under a 1 s limit, it is
+//   reported as a hang, naming the held engine.
 //
-// usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]  (from the project root)
+// usage: test_replay MTC WORKDIR [--held] MODEL.mt [MTC FLAGS...]  (from the project root)
 #include <math.h>
 #include <stdint.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 #include "../runtime/blas_core.h"
 #include "../runtime/plan_read.h"
@@ -335,13 +340,89 @@ static void test_threads(const Plan *p) {
     be->destroy(be);
 }
 
+// The index of layer 0's first weight copy on an engine other than
+// compute whose RECORD a compute WAIT waits for; -1 when none.
+static int awaited_copy(const Plan *p) {
+    for (int i = 0; i < p->ntrain; i++) {
+        if (p->train[i].kind != INS_COPY_IN || p->train[i].layer != 0 || p->train[i].engine == ENG_COMPUTE) continue;
+        for (int j = i + 1; j < p->ntrain; j++)
+            if (p->train[j].kind == INS_RECORD && p->train[j].engine == p->train[i].engine)
+                for (int k = 0; k < p->ntrain; k++)
+                    if (p->train[k].kind == INS_WAIT && p->train[k].event == p->train[j].event &&
+                        p->train[k].engine == ENG_COMPUTE)
+                        return i;
+    }
+    return -1;
+}
+
+// A held engine: compute waits on the copy that is held hold_ms inside its
+// instruction, under the given hang limit (0: the default, REPLAY_STALL_S).
+static void held(const Plan *p, Backend *be, HostStore *hs, char *act, int hold, int hold_ms, int hang_s,
+                 const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
+    pending_state(p, hs, in0);
+    Replay r = {.p = p, .be = be, .hs = hs, .act = act, .order = {REPLAY_STREAMS, 1}, .rng = 1, .hang_s = hang_s,
+                .hold_ins = hold + 1, .hold_ms = hold_ms};
+    backend_fill_nan(act, p->host_act_bytes);
+    be->poison(be, NULL, 0, p->arena_bytes);
+    o->rc = replay(&r, p->train, p->ntrain, in1, 1, &o->loss, o->err, sizeof o->err);
+    for (int64_t s = 0; s < hs->nseg; s++) o->by_norm[s] = hs->seg[s].sq_norm;
+    store_flush(hs, p);
+    outcome_norms(p, hs, o);
+}
+
+static void test_held(const Plan *p) {
+    char err[1024];
+    Backend *be = backend_cpu_create(p, err, sizeof err);
+    HostStore hs;
+    char *act = malloc(p->host_act_bytes + 1);
+    int64_t BT = p->graph->train.batch * p->graph->train.seq;
+    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
+    int hold = awaited_copy(p);
+    if (!be || !act || !tok || hold < 0 || store_alloc(&hs, p) != 0) {
+        printf("FAIL: setup: %s\n", !be ? err : hold < 0 ? "no copy that compute waits for" : "out of memory");
+        failures++;
+        return;
+    }
+    batch(p, tok, tgt, 0);
+    batch(p, tok1, tgt1, 1);
+    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
+    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
+    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
+    expected(p, &hs, in0, in1, &want);
+    struct timespec t0, t1;
+    clock_gettime(CLOCK_MONOTONIC, &t0);
+    held(p, be, &hs, act, hold, 31000, 0, in0, in1, &got);
+    clock_gettime(CLOCK_MONOTONIC, &t1);
+    double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
+    CHECK(same(&got, &want, hs.nseg) && s >= 31.0, "instruction %d held 31 s: %s after %.1f s", hold,
+          got.rc ? got.err : "a wrong outcome", s);
+    if (!got.rc) printf("ok   instruction %d (%s) held %.1f s, compute waiting on it: the reference's outcome\n", hold,
+                        replay_engine_name(p->train[hold].engine), s);
+    held(p, be, &hs, act, hold, 3000, 1, in0, in1, &got);
+    char in_held[64];
+    snprintf(in_held, sizeof in_held, "%s in instruction %d;", replay_engine_name(p->train[hold].engine), hold);
+    CHECK(got.rc != 0 && strstr(got.err, "hang") && strstr(got.err, in_held), "held 3 s under a 1 s limit: %s",
+          got.rc ? got.err : "no hang reported");
+    if (got.rc) printf("ok   held 3 s under a 1 s limit: %.200s\n", got.err);
+    free(want.sq);
+    free(got.sq);
+    free(got.by_norm);
+    free(tok);
+    free(act);
+    store_free(&hs);
+    be->destroy(be);
+}
+
 int main(int argc, char **argv) {
     mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     if (argc < 4) {
-        fprintf(stderr, "usage: test_replay MTC WORKDIR MODEL.mt [MTC FLAGS...]\n");
+        fprintf(stderr, "usage: test_replay MTC WORKDIR [--held] MODEL.mt [MTC FLAGS...]\n");
         return 2;
     }
     char cmd[8192], path[4096], err[1024];
+    int held_only = !strcmp(argv[3], "--held");
+    if (held_only && argc < 5) return 2;
+    if (held_only) argv[3] = argv[2], argv[2] = argv[1], argv[1] = argv[0], argv++, argc--; // drop --held
     mkdir(argv[2], 0755);
     snprintf(path, sizeof path, "%s/plan.bin", argv[2]);
     int n = snprintf(cmd, sizeof cmd, "'%s' '%s' -o '%s'", argv[1], argv[3], path);
@@ -358,10 +439,14 @@ int main(int argc, char **argv) {
     }
     printf("plan: %s: %s, %d train instructions, %d events\n", cmd, p->schedule ? p->schedule : "", p->ntrain,
            p->nevents);
-    test_poison(p);
-    test_limit(p);
-    test_orders(p);
-    if (p->nevents) test_threads(p);
+    if (held_only) {
+        test_held(p);
+    } else {
+        test_poison(p);
+        test_limit(p);
+        test_orders(p);
+        if (p->nevents) test_threads(p);
+    }
     arena_free(&a);
     if (failures) printf("%d failures\n", failures);
     return failures ? 1 : 0;

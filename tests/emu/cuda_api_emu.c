@@ -5,7 +5,14 @@
 // the toolkit's own headers, so the backend compiles unchanged. What it
 // models and what it does not: tests/emu/README.md.
 //
-//   device memory  host memory (malloc); pinning and registering do nothing
+//   device memory  host memory (malloc); pinning does nothing. Registering
+//                  keeps the ranges, refuses one that shares a page with a
+//                  range registered (cudaErrorHostMemoryAlreadyRegistered)
+//                  or, with MT_CUDA_EMU_PIN_MAX=BYTES, one larger than that
+//                  (as r580 drivers refuse 512 GiB or more), and with
+//                  MT_CUDA_EMU_PIN_LOG=FILE appends "register OFFSET BYTES"
+//                  and "unregister OFFSET" lines to FILE, offsets from the
+//                  first range registered
 //   streams        a host thread each, running its queue in order, with a
 //                  seeded random pause before each operation (up to 0, 50 or
 //                  500 us, drawn per stream: MT_CUDA_EMU_SEED), so that a
@@ -15,13 +22,17 @@
 //   events         a record counter and a completion counter: a stream's wait
 //                  holds its thread until the event's record at the time of
 //                  the wait completed; cudaEventSynchronize sleeps likewise
+//   contexts       one primary context, current on a thread once it called
+//                  cudaSetDevice, cudaFree or cuCtxSetCurrent (stricter than
+//                  the runtime); cuLaunchKernel on a thread without it fails
 //   kernels        cuModuleLoadData ignores the image and loads the shared
 //                  object MT_CUDA_EMU_KERNELS names instead: the plan's
 //                  translation unit (mtc --emit-cuda) compiled for the host
 //                  with tests/emu/cuda_emu.h and its kernel table; one kernel
 //                  runs at a time (the emulation's block state is global)
 //   cuBLASLt       column-major matmuls of bf16 or f32 operands, served by
-//                  the host BLAS in f32 (bf16 widened, the result rounded)
+//                  the host BLAS in f32 (bf16 widened, the result rounded),
+//                  each with an algorithm its heuristic returned
 #include <cblas.h>
 #include <cublasLt.h>
 #include <cuda.h>
@@ -188,7 +199,19 @@ cudaError_t cudaGetDeviceCount(int *n) {
     *n = 1;
     return cudaSuccess;
 }
-cudaError_t cudaSetDevice(int d) { return d == 0 ? cudaSuccess : cudaErrorInvalidDevice; }
+// The context current on each thread: the one emulated device's primary
+// context, bound by cudaSetDevice, cudaFree and cuCtxSetCurrent only, which
+// is stricter than the runtime (any runtime call binds it there): a thread
+// that launches a kernel without having bound it fails, as the driver API
+// does on a thread with no current context.
+static struct CUctx_st { int device; } primary_ctx;
+static __thread CUcontext current_ctx;
+
+cudaError_t cudaSetDevice(int d) {
+    if (d != 0) return cudaErrorInvalidDevice;
+    current_ctx = &primary_ctx;
+    return cudaSuccess;
+}
 cudaError_t cudaSetDeviceFlags(unsigned flags) {
     (void)flags;
     return cudaSuccess;
@@ -228,6 +251,7 @@ cudaError_t cudaMalloc(void **p, size_t bytes) {
     return cudaSuccess;
 }
 cudaError_t cudaFree(void *p) {
+    current_ctx = &primary_ctx;
     if (!p) return cudaSuccess;
     char *base = (char *)p - sizeof(size_t) * 2;
     pthread_mutex_lock(&mem_mu);
@@ -244,13 +268,58 @@ cudaError_t cudaFreeHost(void *p) {
     free(p);
     return cudaSuccess;
 }
+// The registered host ranges, [lo, hi) each, and the log.
+static struct {
+    pthread_mutex_t mu;
+    uintptr_t *lo, *hi; // (n of cap)
+    int n, cap;
+    uintptr_t base;     // the first range registered: the log's offsets are from it
+} pins = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0};
+
+static void pin_log(const char *what, uintptr_t at, size_t bytes) {
+    const char *path = getenv("MT_CUDA_EMU_PIN_LOG");
+    FILE *f = path && *path ? fopen(path, "a") : NULL;
+    if (!f) return;
+    if (bytes) fprintf(f, "%s %lld %zu\n", what, (long long)(at - pins.base), bytes);
+    else fprintf(f, "%s %lld\n", what, (long long)(at - pins.base));
+    fclose(f);
+}
+
 cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
-    (void)p, (void)bytes, (void)flags;
-    return cudaSuccess;
+    (void)flags;
+    const char *max = getenv("MT_CUDA_EMU_PIN_MAX");
+    if (!p || !bytes || (max && *max && bytes > (size_t)strtoull(max, NULL, 10))) return cudaErrorInvalidValue;
+    uintptr_t page = 4096, lo = (uintptr_t)p / page * page, hi = ((uintptr_t)p + bytes + page - 1) / page * page;
+    pthread_mutex_lock(&pins.mu);
+    cudaError_t e = cudaSuccess;
+    for (int i = 0; i < pins.n && e == cudaSuccess; i++)
+        if (lo < pins.hi[i] && pins.lo[i] < hi) e = cudaErrorHostMemoryAlreadyRegistered;
+    if (e == cudaSuccess && pins.n == pins.cap) {
+        int cap = pins.cap ? 2 * pins.cap : 16;
+        uintptr_t *a = realloc(pins.lo, (size_t)cap * sizeof *a), *b = a ? realloc(pins.hi, (size_t)cap * sizeof *b) : NULL;
+        if (a) pins.lo = a;
+        if (b) pins.hi = b, pins.cap = cap;
+        else e = cudaErrorMemoryAllocation;
+    }
+    if (e == cudaSuccess) {
+        if (!pins.n) pins.base = (uintptr_t)p;
+        pins.lo[pins.n] = lo, pins.hi[pins.n++] = hi;
+        pin_log("register", (uintptr_t)p, bytes);
+    }
+    pthread_mutex_unlock(&pins.mu);
+    return e;
 }
 cudaError_t cudaHostUnregister(void *p) {
-    (void)p;
-    return cudaSuccess;
+    uintptr_t lo = (uintptr_t)p / 4096 * 4096;
+    pthread_mutex_lock(&pins.mu);
+    int i = 0, found;
+    while (i < pins.n && pins.lo[i] != lo) i++;
+    if ((found = i < pins.n)) {
+        pins.lo[i] = pins.lo[pins.n - 1], pins.hi[i] = pins.hi[pins.n - 1], pins.n--;
+        pin_log("unregister", (uintptr_t)p, 0);
+    }
+    pthread_mutex_unlock(&pins.mu);
+    return found ? cudaSuccess : cudaErrorHostMemoryNotRegistered;
 }
 cudaError_t cudaMemcpy(void *dst, const void *src, size_t bytes, enum cudaMemcpyKind kind) {
     (void)kind;
@@ -369,6 +438,16 @@ struct CUfunc_st {
     char name[160];
 };
 
+CUresult cuCtxGetCurrent(CUcontext *ctx) {
+    *ctx = current_ctx;
+    return CUDA_SUCCESS;
+}
+CUresult cuCtxSetCurrent(CUcontext ctx) {
+    if (ctx && ctx != &primary_ctx) return CUDA_ERROR_INVALID_CONTEXT;
+    current_ctx = ctx;
+    return CUDA_SUCCESS;
+}
+
 CUresult cuGetErrorString(CUresult e, const char **s) {
     *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_NOT_FOUND ? "named symbol not found (emulated)" : "emulated error";
     return CUDA_SUCCESS;
@@ -420,6 +499,7 @@ CUresult cuFuncSetAttribute(CUfunction f, CUfunction_attribute a, int v) {
 CUresult cuLaunchKernel(CUfunction f, unsigned gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz,
                         unsigned smem, CUstream s, void **params, void **extra) {
     unsigned sizes[64];
+    if (!current_ctx) return CUDA_ERROR_INVALID_CONTEXT; // this thread never bound the context
     int n = emu_params(f->name, sizes, 64);
     if (n < 0 || n > 64 || extra || by != 1 || bz != 1) return CUDA_ERROR_INVALID_VALUE;
     Op *op = new_op(OP_LAUNCH);
@@ -554,12 +634,43 @@ static void gemm_run(Op *op) {
     }
 }
 
+// Preferences are kept but not read; the heuristic returns one algorithm,
+// marked, which cublasLtMatmul requires (the backend picks one per GEMM
+// at load, not on every call).
+static const uint64_t EMU_ALGO_MARK = 0x4d54414c474fULL;
+cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
+    return (*pref = calloc(1, sizeof **pref)) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
+}
+cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) {
+    free(pref);
+    return CUBLAS_STATUS_SUCCESS;
+}
+cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
+                                                    cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
+                                                    size_t bytes) {
+    (void)attr;
+    return pref && buf && bytes ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+}
+cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
+                                              cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
+                                              cublasLtMatrixLayout_t d, cublasLtMatmulPreference_t pref, int want,
+                                              cublasLtMatmulHeuristicResult_t results[], int *found) {
+    (void)h;
+    if (!desc || !a || !b || !c || !d || !pref || want < 1 || !results || !found) return CUBLAS_STATUS_INVALID_VALUE;
+    memset(&results[0], 0, sizeof results[0]);
+    results[0].algo.data[0] = EMU_ALGO_MARK;
+    results[0].state = CUBLAS_STATUS_SUCCESS;
+    *found = 1;
+    return CUBLAS_STATUS_SUCCESS;
+}
+
 cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, const void *alpha, const void *A,
                               cublasLtMatrixLayout_t Adesc, const void *B, cublasLtMatrixLayout_t Bdesc,
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspace_bytes, cudaStream_t s) {
-    (void)h, (void)algo, (void)workspace, (void)workspace_bytes;
+    (void)h, (void)workspace, (void)workspace_bytes;
+    if (!algo || algo->data[0] != EMU_ALGO_MARK) return CUBLAS_STATUS_INVALID_VALUE; // none picked by the heuristic
     Gemm *g = calloc(1, sizeof *g);
     g->d = *(Desc *)desc;
     g->a = *(Layout *)Adesc, g->b = *(Layout *)Bdesc, g->c = *(Layout *)Cdesc, g->dl = *(Layout *)Ddesc;
