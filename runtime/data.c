@@ -1,6 +1,8 @@
 #include "data.h"
 #include "../common/io.h"
 
+#include <cjson/cJSON.h>
+
 #include <errno.h>
 #include <fcntl.h>
 #include <stdarg.h>
@@ -242,4 +244,105 @@ void data_close(DataSet *d) {
     free(d->path);
     free(d->mask_path);
     *d = (DataSet){0};
+}
+
+char *data_sidecar(const char *path, const char *suffix) {
+    if (!ends_with(path, ".bin")) return NULL;
+    size_t n = strlen(path) - 4, cap = n + strlen(suffix) + 1;
+    char *s = malloc(cap);
+    if (s) snprintf(s, cap, "%.*s%s", (int)n, path, suffix);
+    if (s && access(s, F_OK) != 0) {
+        free(s);
+        s = NULL;
+    }
+    return s;
+}
+
+static int hex_digit(int c) { return c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : -1; }
+
+int data_vocab_open(DataVocab *v, const DataSet *d, int64_t vocab, char *err, size_t errcap) {
+    memset(v, 0, sizeof *v);
+    v->bos = v->eos = v->pad = -1;
+    if (d->format == DATA_TEXT) { // a token is its byte
+        v->n = 256;
+        v->bytes = malloc(256);
+        v->off = malloc(257 * sizeof(int64_t));
+        if (!v->bytes || !v->off) goto oom;
+        for (int i = 0; i <= 256; i++) v->off[i] = i;
+        for (int i = 0; i < 256; i++) v->bytes[i] = (char)i;
+        return 0;
+    }
+    char *path = data_sidecar(d->path, ".vocab.json"), *text = NULL;
+    size_t len;
+    if (!path) {
+        snprintf(err, errcap, "%s: no vocabulary beside it (X.vocab.json, which tools/prepare_data.py writes) to "
+                 "decode samples with", d->path);
+        return -1;
+    }
+    int bad = io_read_file(path, &text, &len);
+    cJSON *j = bad ? NULL : cJSON_ParseWithLength(text, len), *toks = cJSON_GetObjectItemCaseSensitive(j, "tokens");
+    free(text);
+    v->path = path;
+    if (bad || !cJSON_IsArray(toks)) {
+        io_fail(err, errcap, path, "%s", bad ? strerror(bad) : "not JSON with a \"tokens\" array");
+        cJSON_Delete(j);
+        data_vocab_close(v);
+        return -1;
+    }
+    int64_t n = cJSON_GetArraySize(toks), total = 0;
+    const cJSON *t;
+    cJSON_ArrayForEach(t, toks) total += cJSON_IsString(t) ? (int64_t)strlen(t->valuestring) / 2 : 0;
+    v->n = n;
+    v->bytes = malloc((size_t)total + 1);
+    v->off = malloc((size_t)(n + 1) * sizeof(int64_t));
+    if (!v->bytes || !v->off) {
+        cJSON_Delete(j);
+        data_vocab_close(v);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    int64_t i = 0, at = 0;
+    v->off[0] = 0;
+    cJSON_ArrayForEach(t, toks) {
+        const char *h = cJSON_IsString(t) ? t->valuestring : NULL;
+        size_t hn = h ? strlen(h) : 1;
+        for (size_t k = 0; h && k + 1 < hn; k += 2) {
+            int hi = hex_digit(h[k]), lo = hex_digit(h[k + 1]);
+            if (hi < 0 || lo < 0) h = NULL;
+            else v->bytes[at++] = (char)(hi << 4 | lo);
+        }
+        if (!h || hn % 2) {
+            io_fail(err, errcap, path, "token %lld is not a string of hexadecimal byte pairs", (long long)i);
+            cJSON_Delete(j);
+            data_vocab_close(v);
+            return -1;
+        }
+        v->off[++i] = at;
+    }
+    const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    int *ids[3] = {&v->bos, &v->eos, &v->pad};
+    for (int k = 0; k < 3; k++) {
+        const cJSON *id = cJSON_GetObjectItemCaseSensitive(j, keys[k]);
+        if (cJSON_IsNumber(id) && id->valuedouble >= 0 && id->valuedouble < (double)n) *ids[k] = id->valueint;
+    }
+    cJSON_Delete(j);
+    if (n < vocab) { // the model's extra rows (a vocabulary padded to a multiple) decode to nothing
+        int64_t *off = realloc(v->off, (size_t)(vocab + 1) * sizeof(int64_t));
+        if (!off) goto oom;
+        v->off = off;
+        for (int64_t k = n + 1; k <= vocab; k++) off[k] = off[n];
+        v->n = vocab;
+    }
+    return 0;
+oom:
+    data_vocab_close(v);
+    snprintf(err, errcap, "out of memory");
+    return -1;
+}
+
+void data_vocab_close(DataVocab *v) {
+    free(v->path);
+    free(v->bytes);
+    free(v->off);
+    memset(v, 0, sizeof *v);
 }

@@ -93,6 +93,30 @@ void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t 
 void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);
 int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T);  // how many whole batches fit
 
+// X + suffix for a token file X.bin when that file or folder exists
+// (malloc'd), else NULL: what tools/prepare_data.py writes beside the tokens,
+// X.tokenizer/ (the tokenizer's own files, which --export DIR copies) and
+// X.vocab.json (below).
+char *data_sidecar(const char *path, const char *suffix);
+
+// The bytes each token stands for, to print what a model says: for byte
+// text the byte itself; for a token file X.bin the vocabulary
+// X.vocab.json = {"tokens": ["68656c6c6f", ...], "bos_token_id": N or null,
+// "eos_token_id": ..., "pad_token_id": ...}, token i's bytes as hexadecimal
+// pairs (a special token's its text). Token ids from n up to the model's
+// vocabulary decode to nothing.
+typedef struct DataVocab {
+    int64_t n;      // tokens
+    char *bytes;    // (off[n]) every token's bytes, one after another
+    int64_t *off;   // (n + 1) token i is bytes[off[i], off[i + 1])
+    int bos, eos, pad; // -1: not known
+    char *path;     // the vocabulary file (malloc'd); NULL for bytes
+} DataVocab;
+// Opens d's vocabulary, sized to at least `vocab` tokens. 0, or -1 with a
+// message in err (no X.vocab.json beside a token file, or a bad one).
+int data_vocab_open(DataVocab *v, const DataSet *d, int64_t vocab, char *err, size_t errcap);
+void data_vocab_close(DataVocab *v);
+
 // Unmaps the file and zeroes *d.
 void data_close(DataSet *d);
 

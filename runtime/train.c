@@ -15,6 +15,7 @@
 #include "checkpoint.h"
 #include "data.h"
 #include "replay.h"
+#include "sample.h"
 #include "weights.h"
 
 double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
@@ -296,6 +297,15 @@ static int open_run(Run *r, char *err, size_t errcap) {
         r->val = &r->val_file;
     }
     if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
+    if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
+    if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && plan_tier_master(p)) {
+        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which this "
+                 "plan puts on the NVMe tier (tier=master)");
+        return -1;
+    }
+    DataVocab v; // a vocabulary that decodes samples, found before any training
+    if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
+    if (r->o->sample_every) data_vocab_close(&v);
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     if (!r->tokens || !r->targets) {
@@ -647,6 +657,40 @@ static void log_config(Run *r, const char *plan_path, int64_t steps, int64_t fro
     fflush(f);
 }
 
+// --sample-every: continuations of the first half of the first validation
+// row, decoded with the data's vocabulary (sample.h). 0, or -1 with a message.
+static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t errcap) {
+    const TrainConfig *t = &r->p->graph->train;
+    DataVocab v;
+    if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
+    store_flush(&r->hs, r->p); // the weights of step s
+    data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets);
+    int rc = store_ok(r, err, errcap) != 0 ? -1
+             : sample_print(r->o->out, r->p, &r->hs, &v, r->tokens, t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0,
+                            err, errcap);
+    data_vocab_close(&v);
+    return rc;
+}
+
+// --export: a file, or a folder with the configs and the tokenizer that
+// tools/prepare_data.py keeps beside the training tokens (X.tokenizer/, the
+// ids from X.vocab.json). 0, or -1 with a message.
+static int export_weights(Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    char *tokdir = data_sidecar(r->data.path, ".tokenizer"), why[256];
+    DataVocab v = {0};
+    HfTokens ids = {-1, -1, -1};
+    if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
+        ids = (HfTokens){v.bos, v.eos, v.pad};
+    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, err, errcap);
+    if (!rc)
+        fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
+                tokdir ? tokdir : "");
+    data_vocab_close(&v);
+    free(tokdir);
+    return rc;
+}
+
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     const TrainConfig *t = &p->graph->train;
@@ -711,6 +755,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
+        if (o->sample_every && (s % o->sample_every == 0 || s == steps) && print_samples(&r, s, seed, err, errcap) != 0)
+            goto done;
         if (o->save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
@@ -718,9 +764,11 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (store_ok(&r, err, errcap) != 0) goto done;
-    if (o->export_path &&
-        weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
-        goto done;
+    if (o->export_path && export_weights(&r, err, errcap) != 0) goto done;
+    if (o->logits) { // the first validation batch's logits, for a check against another implementation
+        data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets);
+        if (sample_logits_npy(o->logits, p, &r.hs, r.tokens, r.targets, err, errcap) != 0) goto done;
+    }
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, now_s() - t_run);
     if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);

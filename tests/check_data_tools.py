@@ -71,12 +71,29 @@ def main():
         check(head[0] == 20240520 and head[2] == len(toks) and not os.path.exists(j("pre.mask")),
               "a uint16 llm.c token file, no mask")
         check(int((toks == 1).sum()) == 2 and toks[-1] == 1, "the documents are joined by EOS (id 1), one after each")
+        vocab_json = json.load(open(j("pre.vocab.json")))
+        text_back = b"".join(bytes.fromhex(vocab_json["tokens"][x]) for x in toks if x != 1).decode()
+        check("".join(text_back.split()) == "".join(text[:260000].split()) and vocab_json["eos_token_id"] == 1,
+              "pre.vocab.json decodes the tokens back to the text (up to the spaces Metaspace puts before a "
+              "document), and names the EOS")
+        check(os.path.isfile(j("pre.tokenizer", "tokenizer.json")), "the tokenizer is kept beside the tokens")
         plan = j("tiny.bin")
         p = run(mtc, "examples/llama-tiny.mt", "--batch", "2", "--seq", "32", "-o", plan)
         check(p.returncode == 0, "mtc llama-tiny", p)
-        p = run(mtrun, plan, "--data", j("pre.bin"), "--steps", "20", "--val-every", "20", "--log", j("pre.jsonl"))
+        p = run(mtrun, plan, "--data", j("pre.bin"), "--steps", "20", "--val-every", "20", "--log", j("pre.jsonl"),
+                "--sample-every", "20", "--export", j("model"))
         l = losses(j("pre.jsonl")) if p.returncode == 0 else []
         check(p.returncode == 0 and len(l) == 20 and l[-1] < l[0], f"llama-tiny trains on the pretraining file: {l}", p)
+        said = [x for x in p.stdout.splitlines() if x.startswith("sample 20 ")]
+        prompt = said[0].split('" -> "')[0][len('sample 20 greedy: "'):] if said else "?"
+        check(len(said) == 2 and all('" -> "' in x for x in said) and len(prompt) > 10 and
+              prompt.replace("\\n", "\n") in text_back,
+              f"--sample-every decodes the tokens with pre.vocab.json: {said}", p)
+        from transformers import AutoTokenizer
+        check(os.path.isfile(j("model", "tokenizer.json")) and
+              json.load(open(j("model", "generation_config.json"))).get("eos_token_id") == 1 and
+              AutoTokenizer.from_pretrained(j("model"), local_files_only=True).eos_token_id == 1,
+              "--export DIR copies the tokenizer and its EOS into the model folder", p)
 
         # instruction data, both layouts
         with open(j("alpaca.jsonl"), "w") as f:
