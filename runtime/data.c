@@ -209,10 +209,55 @@ static void fill_zeros(int64_t B, int64_t T, int32_t *tokens, int32_t *targets) 
     memset(targets, 0, (size_t)(B * T) * sizeof *targets);
 }
 
+static uint64_t splitmix64(uint64_t *s) {
+    uint64_t z = (*s += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+}
+
+void data_shuffle(DataSet *d, uint64_t seed) {
+    d->shuffle = 1;
+    d->shuffle_seed = seed;
+    d->perm_epoch = -1;
+}
+
+// The order of the W windows in epoch `epoch`: a Fisher-Yates shuffle drawn
+// from (seed, epoch). -1 out of memory.
+static int make_perm(DataSet *d, int64_t W, int64_t T, int64_t epoch) {
+    if (d->perm_epoch == epoch && d->perm_T == T) return 0;
+    if (d->perm_n != W) {
+        free(d->perm);
+        d->perm = malloc((size_t)W * sizeof(int64_t));
+        d->perm_n = d->perm ? W : 0;
+        if (!d->perm) return -1;
+    }
+    uint64_t s = d->shuffle_seed ^ (uint64_t)(epoch + 1) * 0xd1342543de82ef95ull;
+    for (int64_t i = 0; i < W; i++) d->perm[i] = i;
+    for (int64_t i = W - 1; i > 0; i--) {
+        int64_t k = (int64_t)(splitmix64(&s) % (uint64_t)(i + 1)), x = d->perm[i];
+        d->perm[i] = d->perm[k];
+        d->perm[k] = x;
+    }
+    d->perm_epoch = epoch, d->perm_T = T;
+    return 0;
+}
+
 void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
     int64_t span = batch_span(B, T);
     if (span < 0 || d->ntrain < span + 1) { // data_check_batch would have said so
         fill_zeros(B, T, tokens, targets);
+        return;
+    }
+    if (d->shuffle) { // row by row, the next window of this epoch's order
+        int64_t W = (d->ntrain - 1) / T;
+        for (int64_t b = 0; b < B; b++, d->rows_done++) {
+            if (make_perm(d, W, T, d->rows_done / W) != 0) {
+                fill_zeros(B, T, tokens, targets);
+                return;
+            }
+            fill(d, d->perm[d->rows_done % W] * T, 1, T, tokens + b * T, targets + b * T);
+        }
         return;
     }
     if (d->train_pos < 0 || d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
@@ -238,7 +283,21 @@ void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *
     fill(d, d->ntrain + k * B * T, B, T, tokens, targets);
 }
 
+int64_t data_position(const DataSet *d) { return d->shuffle ? -1 - d->rows_done : d->train_pos; }
+
+int data_seek(DataSet *d, int64_t pos, char *err, size_t errcap) {
+    if ((pos < 0) != (d->shuffle != 0)) {
+        snprintf(err, errcap, "the checkpoint was written by a run %s --shuffle; resume it %s it, or the data "
+                 "position means nothing", pos < 0 ? "with" : "without", pos < 0 ? "with" : "without");
+        return -1;
+    }
+    if (pos < 0) d->rows_done = -1 - pos;
+    else d->train_pos = pos;
+    return 0;
+}
+
 void data_close(DataSet *d) {
+    free(d->perm);
     if (d->map) munmap((void *)d->map, d->map_len);
     if (d->mask_map) munmap((void *)d->mask_map, d->mask_len);
     free(d->path);

@@ -66,6 +66,13 @@ typedef struct DataSet {
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
     int64_t train_pos;   // next training token offset within the training split (checkpointed by the caller)
+    // data_shuffle: the training split as W = (ntrain - 1) / T windows of T + 1
+    // tokens (window i from token i*T), every epoch in an order of its own
+    int shuffle;
+    uint64_t shuffle_seed;
+    int64_t rows_done;   // windows taken since the start of the run (checkpointed through data_position)
+    int64_t *perm;       // (perm_n) epoch perm_epoch's order of the windows, for windows of perm_T
+    int64_t perm_n, perm_epoch, perm_T;
 } DataSet;
 
 // Opens path (and its mask, when there is one); vocab is the model's
@@ -87,6 +94,22 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
 // batch would not fit. A train_pos from which the batch itself would not fit (a checkpoint taken
 // with another B or T, say) is taken as 0.
 void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);  // (B, T) each
+
+// From now on data_next_train takes each row from a window of the training
+// split in a seeded random order: the split cut into W = (ntrain - 1) / T
+// windows of T + 1 tokens (window i from token i*T, as the straight loader's
+// rows), each epoch (W rows) a Fisher-Yates permutation of them drawn from
+// seed and the epoch's number, so every window is seen once an epoch, in
+// another order each epoch, the same for the same seed. Validation is not
+// shuffled.
+void data_shuffle(DataSet *d, uint64_t seed);
+
+// Where the training data is, for a checkpoint: train_pos, or with
+// data_shuffle -1 - the windows taken (negative, so that a checkpoint says
+// which it is); data_seek goes back there, refusing a position of the other
+// kind. 0, or -1 with a message.
+int64_t data_position(const DataSet *d);
+int data_seek(DataSet *d, int64_t pos, char *err, size_t errcap);
 
 // The i-th validation batch, the same way from the validation split's start (wrapping modulo the number
 // of whole batches that fit), so validation loss is computed on the same batches every time.

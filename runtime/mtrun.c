@@ -34,6 +34,8 @@ static const char USAGE[] =
     "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
     "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
     "  --val-data FILE  a separate validation file (the same formats)\n"
+    "  --shuffle        take the training rows from the data's windows of seq+1 tokens in a random\n"
+    "                   order, another each epoch, drawn from --seed (a resume keeps the order)\n"
     "  --lr X           peak learning rate\n"
     "  --seed N         seed of the weight initialisation\n"
     "  --val-every N    validation loss every N steps\n"
@@ -139,7 +141,7 @@ static int drop_wait_for_tests(Plan *p) {
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_LOGITS, O_SAMPLE_EVERY, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_LOGITS, O_SAMPLE_EVERY, O_SHUFFLE, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -154,7 +156,7 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
         {"tier-dir", required_argument, 0, O_TIER_DIR}, {"logits", required_argument, 0, O_LOGITS},
-        {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
+        {"sample-every", required_argument, 0, O_SAMPLE_EVERY}, {"shuffle", no_argument, 0, O_SHUFFLE},
         {0, 0, 0, 0},
     };
     mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
@@ -226,6 +228,7 @@ int main(int argc, char **argv) {
         case O_RESUME: o.resume = optarg; break;
         case O_TIER_DIR: o.tier_dir = optarg; break;
         case O_LOGITS: o.logits = optarg; break;
+        case O_SHUFFLE: o.shuffle = 1; break;
         case O_SAMPLE_EVERY:
             if (parse_int(optarg, 1, &o.sample_every)) return usage_error("--sample-every needs an integer >= 1, got '%s'", optarg);
             break;

@@ -296,6 +296,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
             return -1;
         r->val = &r->val_file;
     }
+    if (r->o->shuffle) data_shuffle(&r->data, (uint64_t)(r->o->seed >= 0 ? r->o->seed : t->seed));
     if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
     if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
     if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && plan_tier_master(p)) {
@@ -450,7 +451,11 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     if (r->hs.tier ? ckpt_read_io(path, &meta, r->hs.n, &io, err, errcap) != 0
                    : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
-    r->data.train_pos = meta.data_pos;
+    if (data_seek(&r->data, meta.data_pos, err, errcap) != 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, errcap - n, " (%s)", path);
+        return -1;
+    }
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
         fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position carry over:\n");
@@ -472,7 +477,7 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
     if (store_ok(r, err, errcap) != 0) return -1;
-    CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
+    CkptMeta meta = {.step = step, .data_pos = data_position(&r->data), .seed = seed, .plan_crc = p->plan_crc,
                      .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
                      .accumulate = t->accumulate, .device_limit = p->device_limit};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
@@ -586,7 +591,9 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     if (r->hs.tier)
         fprintf(out, "  tier     %s: the layers' Adam moments%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
                 tier_path(r->hs.tier), r->hs.tier_master ? " and fp32 master" : "", (double)tier_bytes(r->hs.tier) / 1e6);
-    describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
+    describe_data(d, sizeof d, &r->data, r->o->val_data ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
+                                         : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
+                                                         : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
         describe_data(d, sizeof d, &r->val_file, "");

@@ -35,6 +35,7 @@ typedef struct TrainOptions {
     BackendCudaCreateFn cuda_create; // the cuda backend (device.c); NULL: the cpu backend
     const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
     const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy
+    int shuffle;          // the training windows in a seeded random order every epoch (data_shuffle), from seed
     int64_t sample_every; // print continuations of a fixed prompt every N steps (runtime/sample.h); 0: never
     int test_hold_ins;    // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
                           // issue each threaded replay holds (Replay.hold_ins); 0: none

@@ -484,6 +484,68 @@ out:
     free(mask);
 }
 
+// data_shuffle: every epoch takes each window of the training split once,
+// in an order of its own; the same seed the same orders; data_position and
+// data_seek resume the order mid-epoch, and refuse the other kind of position.
+static void test_shuffle(void) {
+    char *path = in_workdir("shuffle.txt"), err[512] = "";
+    FILE *f = fopen(path, "wb"); // byte i is i / 16: window w (from 16 w) starts with byte w
+    for (int i = 0; f && i < 500; i++) fputc(i / 16, f);
+    check(f && fclose(f) == 0, "cannot write %s", path); // 400 training bytes: W = (400 - 1) / 16 = 24 windows
+    enum { B = 3, T = 16, W = 24, ROWS = 3 * W };
+    int64_t start[2][ROWS];  // (seed, row) the window each row came from, by its first token
+    int32_t tokens[B * T], targets[B * T]; // (B, T) each
+    for (int run = 0; run < 2; run++) {
+        DataSet d;
+        if (data_open(&d, path, 256, 0.2, err, sizeof err) != 0) {
+            check(0, "data_open(%s): %s", path, err);
+            break;
+        }
+        data_shuffle(&d, run ? 5 : 4);
+        for (int64_t r = 0; r < ROWS; r += B) {
+            if (r == 30 && run == 0) { // a checkpoint mid-epoch, read back into another DataSet
+                DataSet e;
+                check(data_open(&e, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                data_shuffle(&e, 4);
+                check(data_seek(&e, data_position(&d), err, sizeof err) == 0, "data_seek: %s", err);
+                int32_t t2[B * T], g2[B * T];
+                data_next_train(&d, B, T, tokens, targets);
+                data_next_train(&e, B, T, t2, g2);
+                check(!memcmp(tokens, t2, sizeof t2) && !memcmp(targets, g2, sizeof g2),
+                      "shuffle: the batch after data_seek(data_position()) differs");
+                DataSet straight;
+                check(data_open(&straight, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                check(data_seek(&straight, data_position(&d), err, sizeof err) == -1 && strstr(err, "--shuffle"),
+                      "shuffle: a shuffled position taken by an unshuffled loader");
+                check(data_seek(&e, 48, err, sizeof err) == -1, "shuffle: a straight position taken by a shuffled loader");
+                data_close(&straight);
+                data_close(&e);
+            } else {
+                data_next_train(&d, B, T, tokens, targets);
+            }
+            for (int64_t b = 0; b < B; b++) {
+                int64_t at = -1; // the window whose first byte and the next match the row's
+                for (int64_t w = 0; w < W && at < 0; w++)
+                    if (tokens[b * T] == w && tokens[b * T + T - 1] == w && targets[b * T + T - 1] == w + 1) at = w;
+                start[run][r + b] = at;
+            }
+        }
+        data_close(&d);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int e = 0; e < ROWS / W; e++) {
+            int seen[W] = {0}, ok = 1;
+            for (int64_t i = 0; i < W; i++) {
+                int64_t w = start[run][e * W + i];
+                ok = ok && w >= 0 && !seen[w]++;
+            }
+            check(ok, "shuffle: seed %d's epoch %d does not take every window once", run ? 5 : 4, e);
+        }
+    check(memcmp(start[0], start[0] + W, sizeof(int64_t) * W) != 0, "shuffle: epochs 0 and 1 in the same order");
+    check(memcmp(start[0], start[1], sizeof start[0]) != 0, "shuffle: seeds 4 and 5 give the same order");
+    free(path);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: test_data PYTHON tests/make_llmc_tokens.py WORKDIR\n");
@@ -500,6 +562,7 @@ int main(int argc, char **argv) {
     test_text();
     test_errors();
     test_llama3_and_masks();
+    test_shuffle();
     if (failures) {
         printf("%d check(s) failed\n", failures);
         return 1;
