@@ -86,43 +86,60 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
     return 0;
 }
 
-// X.bin -> X.mask; NULL for other names or out of memory.
-static char *mask_name(const char *path) {
+// X.bin -> X + suffix; NULL for other names or out of memory.
+static char *beside_name(const char *path, const char *suffix) {
     if (!ends_with(path, ".bin")) return NULL;
-    size_t n = strlen(path) - 4;
-    char *m = malloc(n + 6);
-    if (m) snprintf(m, n + 6, "%.*s.mask", (int)n, path);
+    size_t n = strlen(path) - 4, cap = n + strlen(suffix) + 1;
+    char *m = malloc(cap);
+    if (m) snprintf(m, cap, "%.*s%s", (int)n, path, suffix);
     return m;
 }
 
-// The mask of d's tokens, when the file X.mask exists beside X.bin:
-// header as llm.c's (magic, version, count), then count bytes of 0 or 1.
-static int open_mask(DataSet *d, char *err, size_t errcap) {
-    char *mpath = mask_name(d->path);
+// A file of one byte a token beside X.bin, when it exists: the loss mask
+// X.mask or the document starts X.docs (header as llm.c's: magic, version,
+// count; then count bytes of 0 or 1). *flags stays NULL without the file.
+typedef struct ByteFile {
+    const char *suffix, *noun, *what; // ".mask", "mask", "loss mask"
+    int magic, version;
+} ByteFile;
+static const ByteFile MASK_FILE = {".mask", "mask", "loss mask", DATA_MASK_MAGIC, DATA_MASK_VERSION};
+static const ByteFile DOCS_FILE = {".docs", "document starts", "file of document starts", DATA_DOCS_MAGIC,
+                                   DATA_DOCS_VERSION};
+
+static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigned char **map, size_t *len,
+                      const unsigned char **flags, char *err, size_t errcap) {
+    char *mpath = beside_name(d->path, bf->suffix), noun[64], empty[64];
     if (!mpath || access(mpath, F_OK) != 0) {
         free(mpath);
         return 0;
     }
-    d->mask_path = mpath;
-    if (io_map_file(mpath, "mask file", 1, "empty file: no mask", &d->mask_map, &d->mask_len, err, errcap) != 0)
-        return -1;
-    const unsigned char *m = d->mask_map;
-    if (d->mask_len < DATA_LLMC_HEADER_BYTES || le32(m) != DATA_MASK_MAGIC || le32(m + 4) != DATA_MASK_VERSION)
-        return io_fail(err, errcap, mpath, "not a loss mask: it must start with a 1024-byte header of magic %d, "
-                       "version %d (it is the mask of %s because of its name)", DATA_MASK_MAGIC, DATA_MASK_VERSION,
-                       d->path);
-    int64_t count = (int32_t)le32(m + 8), have = (int64_t)d->mask_len - DATA_LLMC_HEADER_BYTES;
+    *path = mpath;
+    snprintf(noun, sizeof noun, "%s file", bf->noun);
+    snprintf(empty, sizeof empty, "empty file: no %s", bf->noun);
+    if (io_map_file(mpath, noun, 1, empty, map, len, err, errcap) != 0) return -1;
+    const unsigned char *m = *map;
+    if (*len < DATA_LLMC_HEADER_BYTES || le32(m) != (uint32_t)bf->magic || le32(m + 4) != (uint32_t)bf->version)
+        return io_fail(err, errcap, mpath, "not a %s: it must start with a 1024-byte header of magic %d, "
+                       "version %d (it is the %s of %s because of its name)", bf->what, bf->magic, bf->version,
+                       bf->noun, d->path);
+    int64_t count = (int32_t)le32(m + 8), have = (int64_t)*len - DATA_LLMC_HEADER_BYTES;
     if (count != d->ntokens || have != count)
-        return io_fail(err, errcap, mpath, "the mask holds %lld entries (header: %lld) but %s holds %lld tokens: "
-                       "they must be equal, one entry a token", (long long)have, (long long)count, d->path,
+        return io_fail(err, errcap, mpath, "the %s holds %lld entries (header: %lld) but %s holds %lld tokens: "
+                       "they must be equal, one entry a token", bf->noun, (long long)have, (long long)count, d->path,
                        (long long)d->ntokens);
-    d->mask = m + DATA_LLMC_HEADER_BYTES;
-    for (int64_t i = 0; i < count; i++) {
-        if (d->mask[i] > 1)
-            return io_fail(err, errcap, mpath, "entry at index %lld (byte %lld) is %d; a mask holds 0 or 1",
-                           (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + i), d->mask[i]);
-        d->nmasked += d->mask[i] == 0;
-    }
+    *flags = m + DATA_LLMC_HEADER_BYTES;
+    for (int64_t i = 0; i < count; i++)
+        if ((*flags)[i] > 1)
+            return io_fail(err, errcap, mpath, "entry at index %lld (byte %lld) is %d; a %s holds 0 or 1",
+                           (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + i), (*flags)[i], bf->noun);
+    return 0;
+}
+
+static int open_mask(DataSet *d, char *err, size_t errcap) {
+    if (open_bytes(d, &MASK_FILE, &d->mask_path, &d->mask_map, &d->mask_len, &d->mask, err, errcap) != 0) return -1;
+    for (int64_t i = 0; d->mask && i < d->ntokens; i++) d->nmasked += d->mask[i] == 0;
+    if (open_bytes(d, &DOCS_FILE, &d->docs_path, &d->docs_map, &d->docs_len, &d->docs, err, errcap) != 0) return -1;
+    for (int64_t i = 0; d->docs && i < d->ntokens; i++) d->ndocs += d->docs[i];
     return 0;
 }
 
@@ -194,19 +211,26 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
     return 0;
 }
 
-// tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1]
+// tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1];
+// seg (NULL: not wanted) each position's segment start in its row
 static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T,
-                 int32_t *tokens, int32_t *targets) { // (B, T) each
+                 int32_t *tokens, int32_t *targets, int32_t *seg) { // (B, T) each
     for (int64_t i = 0; i < B * T; i++) {
         tokens[i] = (int32_t)token_at(d, pos + i);
         targets[i] = d->mask && !d->mask[pos + i + 1] ? DATA_IGNORE : (int32_t)token_at(d, pos + i + 1);
     }
+    for (int64_t b = 0; seg && b < B; b++)
+        for (int64_t t = 0, start = 0; t < T; t++) {
+            if (d->docs && t > 0 && d->docs[pos + b * T + t]) start = t;
+            seg[b * T + t] = (int32_t)start;
+        }
 }
 
-static void fill_zeros(int64_t B, int64_t T, int32_t *tokens, int32_t *targets) { // (B, T) each
+static void fill_zeros(int64_t B, int64_t T, int32_t *tokens, int32_t *targets, int32_t *seg) { // (B, T) each
     if (B <= 0 || T <= 0) return;
     memset(tokens, 0, (size_t)(B * T) * sizeof *tokens);
     memset(targets, 0, (size_t)(B * T) * sizeof *targets);
+    if (seg) memset(seg, 0, (size_t)(B * T) * sizeof *seg);
 }
 
 static uint64_t splitmix64(uint64_t *s) {
@@ -243,25 +267,25 @@ static int make_perm(DataSet *d, int64_t W, int64_t T, int64_t epoch) {
     return 0;
 }
 
-void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
+void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets, int32_t *seg) {
     int64_t span = batch_span(B, T);
     if (span < 0 || d->ntrain < span + 1) { // data_check_batch would have said so
-        fill_zeros(B, T, tokens, targets);
+        fill_zeros(B, T, tokens, targets, seg);
         return;
     }
     if (d->shuffle) { // row by row, the next window of this epoch's order
         int64_t W = (d->ntrain - 1) / T;
         for (int64_t b = 0; b < B; b++, d->rows_done++) {
             if (make_perm(d, W, T, d->rows_done / W) != 0) {
-                fill_zeros(B, T, tokens, targets);
+                fill_zeros(B, T, tokens, targets, seg);
                 return;
             }
-            fill(d, d->perm[d->rows_done % W] * T, 1, T, tokens + b * T, targets + b * T);
+            fill(d, d->perm[d->rows_done % W] * T, 1, T, tokens + b * T, targets + b * T, seg ? seg + b * T : NULL);
         }
         return;
     }
     if (d->train_pos < 0 || d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
-    fill(d, d->train_pos, B, T, tokens, targets);
+    fill(d, d->train_pos, B, T, tokens, targets, seg);
     d->train_pos += span;
     if (d->train_pos > d->ntrain - span - 1) d->train_pos = 0;
 }
@@ -272,15 +296,16 @@ int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T) {
     return (d->nval - 1) / span; // batch k reads [k*span, k*span + span] within the split
 }
 
-void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets) {
+void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+                    int32_t *seg) {
     int64_t n = data_val_batches(d, B, T);
     if (n == 0) {
-        fill_zeros(B, T, tokens, targets);
+        fill_zeros(B, T, tokens, targets, seg);
         return;
     }
     int64_t k = i % n;
     if (k < 0) k += n;
-    fill(d, d->ntrain + k * B * T, B, T, tokens, targets);
+    fill(d, d->ntrain + k * B * T, B, T, tokens, targets, seg);
 }
 
 int64_t data_position(const DataSet *d) { return d->shuffle ? -1 - d->rows_done : d->train_pos; }
@@ -300,16 +325,15 @@ void data_close(DataSet *d) {
     free(d->perm);
     if (d->map) munmap((void *)d->map, d->map_len);
     if (d->mask_map) munmap((void *)d->mask_map, d->mask_len);
+    if (d->docs_map) munmap((void *)d->docs_map, d->docs_len);
+    free(d->docs_path);
     free(d->path);
     free(d->mask_path);
     *d = (DataSet){0};
 }
 
 char *data_sidecar(const char *path, const char *suffix) {
-    if (!ends_with(path, ".bin")) return NULL;
-    size_t n = strlen(path) - 4, cap = n + strlen(suffix) + 1;
-    char *s = malloc(cap);
-    if (s) snprintf(s, cap, "%.*s%s", (int)n, path, suffix);
+    char *s = beside_name(path, suffix);
     if (s && access(s, F_OK) != 0) {
         free(s);
         s = NULL;

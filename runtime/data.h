@@ -11,6 +11,12 @@
 //   - byte-level text: any other file; each byte is a token 0..255, so the
 //     model's vocabulary must hold at least 256 tokens.
 //
+// Document starts go with a token file X.bin when X.docs exists (tools/
+// prepare_data.py writes it): the same header with magic 20241205, version
+// 1 and the token count, then one byte per token, 1 where a document (a
+// conversation) starts. Attention in a row then never crosses a document's
+// start (the segment starts below); the loss mask is unchanged by it.
+//
 // A loss mask goes with a token file X.bin when X.mask exists (tools/
 // prepare_data.py writes both): the same header with magic 20240902, version
 // 1 and the token count, then one byte per token, 1 where that token counts
@@ -41,6 +47,8 @@
 #define DATA_LLMC3_VERSION 7
 #define DATA_MASK_MAGIC 20240902    // mt's loss masks
 #define DATA_MASK_VERSION 1
+#define DATA_DOCS_MAGIC 20241205    // mt's document starts
+#define DATA_DOCS_VERSION 1
 #define DATA_LLMC_HEADER_BYTES 1024 // 256 int32
 #define DATA_IGNORE (-100)          // a target that does not count (PyTorch's ignore_index)
 
@@ -62,6 +70,11 @@ typedef struct DataSet {
     size_t mask_len;
     const unsigned char *mask;  // (ntokens) 1: the token counts as a target; NULL without a mask
     int64_t nmasked;            // tokens the mask excludes
+    char *docs_path;            // the document starts X.docs of X.bin (malloc'd), or NULL: one stream
+    const unsigned char *docs_map; // (docs_len) the whole file
+    size_t docs_len;
+    const unsigned char *docs;  // (ntokens) 1: the token starts a document; NULL without the file
+    int64_t ndocs;              // documents the file starts
     int64_t ntrain;             // tokens [0, ntrain) are the training split
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
@@ -93,7 +106,10 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
 // following each other, as llm.c's loader); advances train_pos by B*T and wraps to 0 when the next
 // batch would not fit. A train_pos from which the batch itself would not fit (a checkpoint taken
 // with another B or T, say) is taken as 0.
-void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);  // (B, T) each
+// seg (NULL: not wanted) gets each position's segment start within its row:
+// the last t' <= t of the row (t' > 0) whose token X.docs marks as a
+// document's first, else 0, for the attention (kernels.h); all 0 without X.docs.
+void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets, int32_t *seg);  // (B, T) each
 
 // From now on data_next_train takes each row from a window of the training
 // split in a seeded random order: the split cut into W = (ntrain - 1) / T
@@ -113,7 +129,8 @@ int data_seek(DataSet *d, int64_t pos, char *err, size_t errcap);
 
 // The i-th validation batch, the same way from the validation split's start (wrapping modulo the number
 // of whole batches that fit), so validation loss is computed on the same batches every time.
-void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);
+void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+                    int32_t *seg);
 int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T);  // how many whole batches fit
 
 // X + suffix for a token file X.bin when that file or folder exists

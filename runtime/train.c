@@ -13,6 +13,7 @@
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "kernels.h"
 #include "data.h"
 #include "replay.h"
 #include "sample.h"
@@ -77,6 +78,7 @@ typedef struct Run {
     DataSet val_file; // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
     int32_t *tokens, *targets; // (B, T) each
+    int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
     FILE *log;
     double predicted_s; // the plan's predicted step time on its target (0: not given)
     int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
@@ -101,6 +103,7 @@ static int store_ok(const Run *r, char *err, size_t errcap) {
 // into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
     const int32_t *inputs[2] = {r->tokens, r->targets};
+    kernel_attention_segments = r->data.docs || r->val->docs ? r->segs : NULL;
     if (r->o->reference) {
         *loss = reference_step(r->p, &r->hs, inputs, backward);
         return 0;
@@ -130,7 +133,7 @@ static int validate(Run *r, double *val, char *err, size_t errcap) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
         float loss;
-        data_val_batch(r->val, i, t->batch, t->seq, r->tokens, r->targets);
+        data_val_batch(r->val, i, t->batch, t->seq, r->tokens, r->targets, r->segs);
         total += counted(r->targets, rows);
         if (micro_batch(r, 0, 1, &loss, err, errcap) != 0) return -1;
         sum += loss;
@@ -188,7 +191,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     int64_t rows = t->batch * t->seq, total = 0;
     for (int64_t k = 0; k < t->accumulate; k++) {
         float l;
-        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
+        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets, r->segs);
         total += counted(r->targets, rows);
         if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
         sum += l;
@@ -297,6 +300,13 @@ static int open_run(Run *r, char *err, size_t errcap) {
         r->val = &r->val_file;
     }
     if (r->o->shuffle) data_shuffle(&r->data, (uint64_t)(r->o->seed >= 0 ? r->o->seed : t->seed));
+    if ((r->data.docs || r->val->docs) && r->o->cuda_create && !r->o->reference) {
+        snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document on the cpu backend "
+                 "and the reference executor; the cuda backend's attention kernels do not take them yet: run with "
+                 "--device cpu, or move the .docs file away to attend across documents",
+                 r->data.docs ? r->data.docs_path : r->val->docs_path);
+        return -1;
+    }
     if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
     if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
     if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && plan_tier_master(p)) {
@@ -309,7 +319,8 @@ static int open_run(Run *r, char *err, size_t errcap) {
     if (r->o->sample_every) data_vocab_close(&v);
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
-    if (!r->tokens || !r->targets) {
+    r->segs = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
+    if (!r->tokens || !r->targets || !r->segs) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
@@ -362,6 +373,8 @@ static void close_run(Run *r) {
     data_close(&r->val_file);
     free(r->tokens);
     free(r->targets);
+    free(r->segs);
+    kernel_attention_segments = NULL;
 }
 
 // Validates (when there are validation batches to use) and logs the loss
@@ -563,6 +576,9 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (d->mask && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
                       100.0 * (double)d->nmasked / (double)d->ntokens);
+    if (d->docs && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocs,
+                      d->docs_path);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
@@ -671,7 +687,8 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     DataVocab v;
     if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
     store_flush(&r->hs, r->p); // the weights of step s
-    data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets);
+    data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
+    kernel_attention_segments = NULL; // the prompt's rows: one text each
     int rc = store_ok(r, err, errcap) != 0 ? -1
              : sample_print(r->o->out, r->p, &r->hs, &v, r->tokens, t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0,
                             err, errcap);
@@ -773,7 +790,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     if (store_ok(&r, err, errcap) != 0) goto done;
     if (o->export_path && export_weights(&r, err, errcap) != 0) goto done;
     if (o->logits) { // the first validation batch's logits, for a check against another implementation
-        data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets);
+        data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
+        kernel_attention_segments = r.data.docs || r.val->docs ? r.segs : NULL;
         if (sample_logits_npy(o->logits, p, &r.hs, r.tokens, r.targets, err, errcap) != 0) goto done;
     }
     char el[32], vl[48] = "no validation";

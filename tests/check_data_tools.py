@@ -9,7 +9,8 @@
   masks; llama-tiny trains on each with mtrun;
 - the mask counts exactly the assistant turns' tokens;
 - the first step's loss on masked data equals numpy's masked mean of the
-  same weights (written as safetensors, loaded with --init);
+  same weights (written as safetensors, loaded with --init), attention kept
+  within each record by the document starts (alpaca.docs);
 - two micro-batches of unequal counted tokens (accumulate = 2) give the loss
   and the update of the one batch holding both;
 - tools/plot_metrics.py draws the logs into a PNG.
@@ -144,10 +145,20 @@ def main():
         B, T = 2, 32
         x = toks[:B * T + 1].astype(np.int64)
         m = mask[1:B * T + 1].astype(np.float64)
+        _, starts = read_file(j("alpaca.docs"), {20241205: "u1"})
+        seg = []  # each position's document start in its row: attention stays within a conversation
+        for b in range(B):
+            s = 0
+            for i in range(T):
+                s = i if i and starts[b * T + i] else s
+                seg.append(s)
+        seg = np.array(seg).reshape(B, T)
+        check(seg.max() > 0 and int(starts.sum()) == 200, f"alpaca.docs marks the 200 records' starts, some inside "
+              f"the first rows: {seg.max(axis=1)}")
         counts = [int(m[b * T:(b + 1) * T].sum()) for b in range(B)]
         check(0 < counts[0] != counts[1] > 0, f"the two rows count unequal tokens: {counts}")
         num = sum(llama_loss(W, 2, 4, 2, 10000.0, x[b * T:(b + 1) * T], x[b * T + 1:(b + 1) * T + 1],
-                             mask=m[b * T:(b + 1) * T]) * counts[b] for b in range(B)) / sum(counts)
+                             mask=m[b * T:(b + 1) * T], segments=seg[b]) * counts[b] for b in range(B)) / sum(counts)
         unmasked = np.mean([llama_loss(W, 2, 4, 2, 10000.0, x[b * T:(b + 1) * T], x[b * T + 1:(b + 1) * T + 1])
                             for b in range(B)])
         for extra in ([], ["--reference"]):

@@ -166,7 +166,7 @@ static void test_llmc(void) {
 
     enum { B = 4, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     // literal values: token i is (7919*i + 11) % 50000
     check(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
     check(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
@@ -175,33 +175,33 @@ static void test_llmc(void) {
           tokens[31], targets[31]);
     check_batch("train batch 0", tokens, targets, B, T, 0, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after one batch");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch 1", tokens, targets, B, T, 32, llmc_token);
     // batches 2..27 start at 64..864; 864 + 33 <= 900, 896 + 33 > 900: wrap
     for (int k = 2; k < 28; k++) {
         check_i64(d.train_pos, 32 * k, "train_pos before a batch");
-        data_next_train(&d, B, T, tokens, targets);
+        data_next_train(&d, B, T, tokens, targets, NULL);
         check_batch("train batch k", tokens, targets, B, T, 32 * k, llmc_token);
     }
     check_i64(d.train_pos, 0, "train_pos after the last batch that fits (wrap)");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch 28 (wrapped)", tokens, targets, B, T, 0, llmc_token);
 
     // resume from a checkpointed position; a position that cannot hold a batch restarts
     d.train_pos = 64;
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from train_pos 64", tokens, targets, B, T, 64, llmc_token);
     d.train_pos = 868; // 868 + 33 > 900
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from a train_pos past the end", tokens, targets, B, T, 0, llmc_token);
     d.train_pos = -5;
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from a negative train_pos", tokens, targets, B, T, 0, llmc_token);
     // a batch that ends exactly at the split's end: B=1, T=29, 899 = 31*29, so batch 30
     // reads tokens 870..899 and is the last before the wrap
     d.train_pos = 0;
     for (int k = 0; k < 31; k++) {
-        data_next_train(&d, 1, 29, tokens, targets);
+        data_next_train(&d, 1, 29, tokens, targets, NULL);
         check_batch("train batch k of 1 x 29", tokens, targets, 1, 29, 29 * k, llmc_token);
     }
     check_i64(d.train_pos, 0, "train_pos after the batch that ends at the split's end");
@@ -216,13 +216,13 @@ static void test_llmc(void) {
     check_i64(data_val_batches(&d, 1, 49), 2, "data_val_batches(1, 49)");
     int64_t starts[] = {900, 932, 964, 900, 932, 964};
     for (int i = 0; i < 6; i++) {
-        data_val_batch(&d, i, B, T, tokens, targets);
+        data_val_batch(&d, i, B, T, tokens, targets, NULL);
         check_batch("val batch i", tokens, targets, B, T, starts[i], llmc_token);
     }
-    data_val_batch(&d, 0, B, T, tokens, targets);
+    data_val_batch(&d, 0, B, T, tokens, targets, NULL);
     check(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
           tokens[0], targets[B * T - 1]);
-    data_val_batch(&d, -1, B, T, tokens, targets);
+    data_val_batch(&d, -1, B, T, tokens, targets, NULL);
     check_batch("val batch -1", tokens, targets, B, T, 964, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after validation (must not move)");
 
@@ -245,9 +245,9 @@ static void test_llmc(void) {
     // and the batch functions write zeros rather than read past the split
     int32_t big_tokens[1001], big_targets[1001]; // (1, 1001) each
     big_tokens[0] = big_targets[0] = -1;
-    data_next_train(&d, 1, 1001, big_tokens, big_targets);
+    data_next_train(&d, 1, 1001, big_tokens, big_targets, NULL);
     check(big_tokens[0] == 0 && big_targets[0] == 0, "an oversized training batch was not zeros");
-    data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets);
+    data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets, NULL);
     check(big_tokens[1000] == 0 && big_targets[1000] == 0, "an oversized validation batch was not zeros");
     data_close(&d);
     check(d.map == NULL && d.path == NULL, "data_close left *d set");
@@ -298,22 +298,22 @@ static void test_text(void) {
     enum { B = 2, T = 16 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
           tokens[0], targets[0], tokens[T]);
     check_batch("text train batch 0", tokens, targets, B, T, 0, text_byte);
     // 12 batches at 0..352 (352 + 33 <= 400), then wrap
     for (int k = 1; k < 12; k++) {
-        data_next_train(&d, B, T, tokens, targets);
+        data_next_train(&d, B, T, tokens, targets, NULL);
         check_batch("text train batch k", tokens, targets, B, T, 32 * k, text_byte);
     }
     check_i64(d.train_pos, 0, "text train_pos after the last batch that fits (wrap)");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("text train batch 12 (wrapped)", tokens, targets, B, T, 0, text_byte);
     check_i64(data_val_batches(&d, B, T), 3, "text data_val_batches(2, 16)");
-    data_val_batch(&d, 2, B, T, tokens, targets);
+    data_val_batch(&d, 2, B, T, tokens, targets, NULL);
     check_batch("text val batch 2", tokens, targets, B, T, 464, text_byte);
-    data_val_batch(&d, 4, B, T, tokens, targets);
+    data_val_batch(&d, 4, B, T, tokens, targets, NULL);
     check_batch("text val batch 4 (wrapped)", tokens, targets, B, T, 432, text_byte);
     data_close(&d);
 
@@ -428,7 +428,7 @@ static void test_llama3_and_masks(void) {
     check_i64(d.nmasked, 334, "l3.bin: tokens the mask excludes (i %% 3 == 0 of 1000)");
     enum { B = 2, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     for (int64_t i = 0; i < B * T; i++) {
         int32_t want = (i + 1) % 3 == 0 ? DATA_IGNORE : llama3_token(i + 1);
         if (tokens[i] != llama3_token(i) || targets[i] != want) {
@@ -438,7 +438,7 @@ static void test_llama3_and_masks(void) {
         }
     }
     check(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
-    data_val_batch(&d, 0, B, T, tokens, targets);
+    data_val_batch(&d, 0, B, T, tokens, targets, NULL);
     check(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
           targets[0], targets[2], DATA_IGNORE);
     data_close(&d);
@@ -449,7 +449,7 @@ static void test_llama3_and_masks(void) {
     check_i64(d.ntrain, 0, "training split with val_fraction 1");
     check_i64(d.nval, 1000, "validation split with val_fraction 1");
     check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch on a validation file: %s", err);
-    data_val_batch(&d, 1, B, T, tokens, targets);
+    data_val_batch(&d, 1, B, T, tokens, targets, NULL);
     check(tokens[0] == llama3_token(16), "val file batch 1 starts with %d, want %d", tokens[0], llama3_token(16));
     data_close(&d);
 
@@ -509,8 +509,8 @@ static void test_shuffle(void) {
                 data_shuffle(&e, 4);
                 check(data_seek(&e, data_position(&d), err, sizeof err) == 0, "data_seek: %s", err);
                 int32_t t2[B * T], g2[B * T];
-                data_next_train(&d, B, T, tokens, targets);
-                data_next_train(&e, B, T, t2, g2);
+                data_next_train(&d, B, T, tokens, targets, NULL);
+                data_next_train(&e, B, T, t2, g2, NULL);
                 check(!memcmp(tokens, t2, sizeof t2) && !memcmp(targets, g2, sizeof g2),
                       "shuffle: the batch after data_seek(data_position()) differs");
                 DataSet straight;
@@ -521,7 +521,7 @@ static void test_shuffle(void) {
                 data_close(&straight);
                 data_close(&e);
             } else {
-                data_next_train(&d, B, T, tokens, targets);
+                data_next_train(&d, B, T, tokens, targets, NULL);
             }
             for (int64_t b = 0; b < B; b++) {
                 int64_t at = -1; // the window whose first byte and the next match the row's

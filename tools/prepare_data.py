@@ -33,6 +33,10 @@ with the model afterwards:
   OUT.tokenizer/   the tokenizer as transformers saves it (tokenizer.json,
                    tokenizer_config.json, its chat template ...); mtrun
                    --export DIR copies these files into the model folder
+  OUT.docs         where each document starts: the mask's header with magic
+                   20241205, then a byte a token, 1 at a document's (a
+                   conversation's) first token; mtrun keeps attention within
+                   each document of a packed row
   OUT.vocab.json   {"tokens": [...], "bos_token_id", "eos_token_id",
                    "pad_token_id"}: each token id's bytes as hexadecimal
                    pairs (a special token's its text), which mtrun
@@ -49,7 +53,7 @@ import sys
 
 import numpy as np
 
-GPT2_MAGIC, LLAMA3_MAGIC, MASK_MAGIC = 20240520, 20240801, 20240902
+GPT2_MAGIC, LLAMA3_MAGIC, MASK_MAGIC, DOCS_MAGIC = 20240520, 20240801, 20240902, 20241205
 
 
 def header(magic, version, count):
@@ -68,10 +72,10 @@ def write_tokens(path, toks, vocab):
     os.replace(tmp, path)
 
 
-def write_mask(path, mask):
+def write_mask(path, mask, magic=MASK_MAGIC):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(header(MASK_MAGIC, 1, len(mask)))
+        f.write(header(magic, 1, len(mask)))
         f.write(np.asarray(mask, dtype=np.uint8).tobytes())
     os.replace(tmp, path)
 
@@ -231,6 +235,7 @@ def main():
         toks = [t for ids, _ in part for t in ids]
         write_tokens(a.out + suffix + ".bin", toks, vocab)
         write_sidecars(a.out + suffix, tok, vocab_hex)
+        write_mask(a.out + suffix + ".docs", [int(i == 0) for ids, _ in part for i in range(len(ids))], DOCS_MAGIC)
         line = f"{a.out}{suffix}.bin: {len(part)} documents, {len(toks)} tokens ({'uint32' if vocab > 65536 else 'uint16'}, vocabulary {vocab})"
         if kind != "text":
             mask = [m for _, ms in part for m in ms]
