@@ -779,8 +779,11 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
-        if (o->sample_every && (s % o->sample_every == 0 || s == steps) && print_samples(&r, s, seed, err, errcap) != 0)
-            goto done;
+        if (o->sample_every && (s % o->sample_every == 0 || s == steps)) { // a sample that fails stops no run
+            char why[512] = "";
+            if (print_samples(&r, s, seed, why, sizeof why) != 0) fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
+            if (store_ok(&r, err, errcap) != 0) goto done;
+        }
         if (o->save_dir && (s % o->save_every == 0 || s == steps || stop_signal)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
