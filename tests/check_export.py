@@ -5,7 +5,9 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
   transformers  llama-tiny, mixtral-tiny and gemma2-tiny train 3 steps and
                 --export DIR: AutoModelForCausalLM loads each folder, and its
                 logits on the first validation batch equal mt's (--logits)
-                to 1e-4 relative to the largest; a model of no family mt can
+                to 1e-4 relative to the largest; so do qwen2-7b and
+                mistral-7b at tiny widths (the other two families, q/k/v
+                biases and a sliding window); a model of no family mt can
                 describe (gpt2-tiny) is refused before it trains
   shards        a folder of shards with model.safetensors.index.json (written
                 by --export --shard-bytes) initialises a run to the same bits
@@ -22,6 +24,7 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
 """
 import json
 import os
+import re
 import sys
 import tempfile
 
@@ -68,6 +71,26 @@ def transformers_(mtc, mtrun, tmp):
               f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
         print(f"{name}: {arch} ({config['model_type']}) loads the export; logits {got.shape}, "
               f"largest difference {err:.2e} of the largest logit")
+    # the other two families, from the 7B examples at tiny widths (Mistral's window 8 under seq 16)
+    for name in ("qwen2-7b", "mistral-7b"):
+        src = open(f"examples/{name}.mt").read()
+        for k, v in {"V": "256", "C": "64", "L": "2", "NH": "4", "NKV": "2", "FFN": "96", "W": "8"}.items():
+            src = re.sub(rf"(\n  {k} = )[^\n#]*", rf"\g<1>{v} ", src)
+        src = src.replace("dtype = bf16", "dtype = f32")
+        open(j(name + ".mt"), "w").write(src)
+        pl = j(name + ".bin")
+        p = run(mtc, j(name + ".mt"), "--batch", "2", "--seq", "16", "--target", "tests/tiny-gpu.target", "-o", pl)
+        check(p.returncode == 0, f"mtc {name} at tiny widths", p)
+        p = run(mtrun, pl, "--data", "examples/data/tinyshakespeare.txt", "--steps", "2", "--val-batches", "1",
+                "--export", j(name), "--logits", j(name), "--log", j("l.jsonl"))
+        check(p.returncode == 0, f"{name}: train, export a folder", p)
+        if p.returncode:
+            continue
+        tokens, want = np.load(j(name + ".tokens.npy")), np.load(j(name + ".logits.npy"))
+        arch, got = hf_logits(j(name), tokens)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        check(got.shape == want.shape and err <= 1e-4, f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
+        print(f"{name} (tiny widths): {arch} loads the export; largest difference {err:.2e} of the largest logit")
     # a model transformers has no config for here is refused before it trains
     pl = plan(mtc, tmp, "gpt2")
     p = run(mtrun, pl, "--steps", "3", "--export", j("gpt2"), "--log", j("g.jsonl"))
