@@ -314,6 +314,11 @@ static int open_run(Run *r, char *err, size_t errcap) {
                  "plan puts on the NVMe tier (tier=master)");
         return -1;
     }
+    if ((r->o->logits || r->o->sample_every) && data_val_batches(r->val, t->batch, t->seq) <= 0) {
+        snprintf(err, errcap, "--logits and --sample-every take the first validation batch (as the logits' batch, "
+                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch, (long long)t->seq);
+        return -1;
+    }
     DataVocab v; // a vocabulary that decodes samples, found before any training
     if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
     if (r->o->sample_every) data_vocab_close(&v);

@@ -78,6 +78,23 @@ def main():
               "pre.vocab.json decodes the tokens back to the text (up to the spaces Metaspace puts before a "
               "document), and names the EOS")
         check(os.path.isfile(j("pre.tokenizer", "tokenizer.json")), "the tokenizer is kept beside the tokens")
+        # a byte-level BPE (GPT-2's byte table) decodes to the same bytes, multi-byte characters included
+        from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+        bl = Tokenizer(models.BPE())
+        bl.pre_tokenizer, bl.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        btext = text[:20000] + " café ☃ naïve"
+        bl.train_from_iterator([btext], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|eos|>"], show_progress=False,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        os.makedirs(j("bltok"))
+        bl.save(j("bltok", "tokenizer.json"))
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|eos|>"},
+                  open(j("bltok", "tokenizer_config.json"), "w"))
+        open(j("bl.txt"), "w").write(btext)
+        p = run(*prep, "--tokenizer", j("bltok"), "--out", j("bl"), j("bl.txt"))
+        _, btoks = read_file(j("bl.bin"), widths) if p.returncode == 0 else (None, [])
+        bv = json.load(open(j("bl.vocab.json"))) if p.returncode == 0 else {"tokens": []}
+        check(p.returncode == 0 and b"".join(bytes.fromhex(bv["tokens"][x]) for x in btoks[:-1]) == btext.encode(),
+              "a byte-level BPE's vocabulary decodes its tokens to the text's bytes", p)
         plan = j("tiny.bin")
         p = run(mtc, "examples/llama-tiny.mt", "--batch", "2", "--seq", "32", "-o", plan)
         check(p.returncode == 0, "mtc llama-tiny", p)
