@@ -335,14 +335,13 @@ int weights_export_check(const char *path, const Plan *p, char *err, size_t errc
     return 0;
 }
 
-// text into dir/name, atomically (a temporary file, fsync, rename). 0, or -1 with a message.
-static int write_text(const char *dir, const char *name, const char *text, char *err, size_t errcap) {
+// len bytes into dir/name, atomically (a temporary file, fsync, rename). 0, or -1 with a message.
+static int write_file(const char *dir, const char *name, const void *data, size_t len, char *err, size_t errcap) {
     char path[4096], tmp[4200];
     snprintf(path, sizeof path, "%s/%s", dir, name);
     snprintf(tmp, sizeof tmp, "%s.tmp", path);
-    FILE *f = fopen(tmp, "w");
-    size_t n = strlen(text);
-    int ok = f && fwrite(text, 1, n, f) == n && fputc('\n', f) != EOF && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
     if (f && fclose(f) != 0) ok = 0;
     if (ok && rename(tmp, path) == 0) return 0;
     int e = errno;
@@ -351,7 +350,24 @@ static int write_text(const char *dir, const char *name, const char *text, char 
     return -1;
 }
 
-// Copies every regular file of src into dir (the tokenizer's files). 0, or -1 with a message.
+// text and a newline into dir/name, atomically. 0, or -1 with a message.
+static int write_text(const char *dir, const char *name, const char *text, char *err, size_t errcap) {
+    size_t n = strlen(text);
+    char *line = malloc(n + 2);
+    if (!line) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    memcpy(line, text, n);
+    line[n] = '\n';
+    int rc = write_file(dir, name, line, n + 1, err, errcap);
+    free(line);
+    return rc;
+}
+
+// Copies every regular file of src into dir, byte for byte (the tokenizer's
+// files: JSON, a chat template, SentencePiece's binary tokenizer.model). 0,
+// or -1 with a message.
 static int copy_files(const char *src, const char *dir, int *copied, char *err, size_t errcap) {
     DIR *d = opendir(src);
     struct dirent *e;
@@ -359,20 +375,16 @@ static int copy_files(const char *src, const char *dir, int *copied, char *err, 
     if (!d) return io_fail(err, errcap, src, "cannot read the tokenizer folder: %s", strerror(errno));
     int rc = 0;
     while (!rc && (e = readdir(d))) {
-        char from[4096], *text = NULL;
+        char from[4096], *bytes = NULL;
         size_t len;
         struct stat st;
         snprintf(from, sizeof from, "%s/%s", src, e->d_name);
         if (e->d_name[0] == '.' || stat(from, &st) != 0 || !S_ISREG(st.st_mode)) continue;
-        int bad = io_read_file(from, &text, &len);
+        int bad = io_read_file(from, &bytes, &len);
         if (bad) rc = io_fail(err, errcap, from, "cannot read: %s", strerror(bad));
-        else if (strlen(text) != len) rc = io_fail(err, errcap, from, "not a text file; the tokenizer's files are");
-        else {
-            while (len && text[len - 1] == '\n') text[--len] = 0; // write_text ends it with one
-            rc = write_text(dir, e->d_name, text, err, errcap);
-            *copied += !rc;
-        }
-        free(text);
+        else rc = write_file(dir, e->d_name, bytes, len, err, errcap);
+        *copied += !rc;
+        free(bytes);
     }
     closedir(d);
     return rc;

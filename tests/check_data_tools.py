@@ -78,6 +78,8 @@ def main():
               "pre.vocab.json decodes the tokens back to the text (up to the spaces Metaspace puts before a "
               "document), and names the EOS")
         check(os.path.isfile(j("pre.tokenizer", "tokenizer.json")), "the tokenizer is kept beside the tokens")
+        sp_model = bytes(range(256)) * 4  # as a SentencePiece tokenizer.model would be: binary, NULs inside
+        open(j("pre.tokenizer", "tokenizer.model"), "wb").write(sp_model)
         # a byte-level BPE (GPT-2's byte table) decodes to the same bytes, multi-byte characters included
         from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
         bl = Tokenizer(models.BPE())
@@ -110,8 +112,9 @@ def main():
         from transformers import AutoTokenizer
         check(os.path.isfile(j("model", "tokenizer.json")) and
               json.load(open(j("model", "generation_config.json"))).get("eos_token_id") == 1 and
-              AutoTokenizer.from_pretrained(j("model"), local_files_only=True).eos_token_id == 1,
-              "--export DIR copies the tokenizer and its EOS into the model folder", p)
+              AutoTokenizer.from_pretrained(j("model"), local_files_only=True).eos_token_id == 1 and
+              open(j("model", "tokenizer.model"), "rb").read() == sp_model,
+              "--export DIR copies the tokenizer (a binary file byte for byte) and its EOS into the model folder", p)
 
         # instruction data, both layouts
         with open(j("alpaca.jsonl"), "w") as f:
