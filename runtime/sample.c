@@ -142,7 +142,8 @@ int sample_print(FILE *out, const Plan *p, HostStore *hs, const DataVocab *v, co
     const TrainConfig *t = &p->graph->train;
     int64_t B = t->batch, T = t->seq;
     if (samples > B - 1) samples = (int)(B - 1); // row 0 greedy, rows 1 .. samples drawn: one forward for all
-    int32_t *tokens = calloc((size_t)(B * T), sizeof(int32_t)), *targets = calloc((size_t)(B * T), sizeof(int32_t));
+    int32_t *tokens = calloc((size_t)(B * T), sizeof(int32_t));  // (B, T) row b: the prompt, then what row b drew
+    int32_t *targets = calloc((size_t)(B * T), sizeof(int32_t)); // (B, T) zeros: the loss is not wanted
     int64_t *len = calloc((size_t)B, sizeof(int64_t));     // (B) tokens each row holds
     uint64_t *rng = calloc((size_t)B, sizeof(uint64_t));   // (B) each row's generator
     int rc = -1;
