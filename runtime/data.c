@@ -103,7 +103,7 @@ typedef struct ByteFile {
     int magic, version;
 } ByteFile;
 static const ByteFile MASK_FILE = {".mask", "mask", "loss mask", DATA_MASK_MAGIC, DATA_MASK_VERSION};
-static const ByteFile DOCS_FILE = {".docs", "document starts", "file of document starts", DATA_DOCS_MAGIC,
+static const ByteFile DOCS_FILE = {".docs", "document map", "map of document starts", DATA_DOCS_MAGIC,
                                    DATA_DOCS_VERSION};
 
 static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigned char **map, size_t *len,

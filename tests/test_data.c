@@ -546,6 +546,66 @@ static void test_shuffle(void) {
     free(path);
 }
 
+// X.docs: each batch position's segment start in its row (the last
+// document start at or before it, past the row's first position, else 0),
+// straight and shuffled; a bad file is refused naming it.
+static void test_docs(void) {
+    char *path = in_workdir("docs.bin"), *dpath = in_workdir("docs.docs"), err[512] = "";
+    enum { N = 200, B = 2, T = 16 };
+    unsigned char hdr[1024] = {0}, flags[N];
+    FILE *f = fopen(path, "wb");
+    int32_t h[3] = {DATA_LLMC_MAGIC, DATA_LLMC_VERSION, N};
+    memcpy(hdr, h, sizeof h);
+    fwrite(hdr, 1, sizeof hdr, f);
+    for (int i = 0; i < N; i++) fputc(i % 256, f), fputc(0, f);
+    fclose(f);
+    for (int i = 0; i < N; i++) flags[i] = i % 7 == 3; // documents start at 3, 10, 17, ...
+    int32_t dh[3] = {DATA_DOCS_MAGIC, DATA_DOCS_VERSION, N};
+    memcpy(hdr, dh, sizeof dh);
+    f = fopen(dpath, "wb");
+    fwrite(hdr, 1, sizeof hdr, f);
+    fwrite(flags, 1, N, f);
+    fclose(f);
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        DataSet d;
+        if (data_open(&d, path, 50257, 0.2, err, sizeof err) != 0) { // 160 training tokens, 40 validation
+            check(0, "data_open(%s): %s", path, err);
+            break;
+        }
+        check(d.docs && d.ndocs == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocs);
+        if (shuffled) data_shuffle(&d, 9);
+        int32_t tokens[B * T], targets[B * T], seg[B * T]; // (B, T) each
+        for (int batch = 0; batch < 5; batch++) {
+            data_next_train(&d, B, T, tokens, targets, seg);
+            for (int b = 0; b < B; b++) {
+                int64_t pos0 = tokens[b * T]; // tokens are their positions (below 256 here)
+                for (int t = 0, want = 0; t < T; t++) {
+                    if (t > 0 && flags[pos0 + t]) want = t;
+                    check(seg[b * T + t] == want, "docs%s: batch %d row %d position %d: segment start %d, want %d",
+                          shuffled ? " shuffled" : "", batch, b, t, seg[b * T + t], want);
+                }
+            }
+        }
+        check(data_val_batches(&d, B, T) == 1, "docs: one validation batch");
+        data_val_batch(&d, 0, B, T, tokens, targets, seg);
+        for (int t = 0, want = 0; t < T; t++) {
+            if (t > 0 && flags[tokens[0] + t]) want = t;
+            check(seg[t] == want, "docs: validation position %d: segment start %d, want %d", t, seg[t], want);
+        }
+        data_close(&d);
+    }
+    f = fopen(dpath, "r+b"); // an entry of 2
+    fseek(f, 1024 + 5, SEEK_SET);
+    fputc(2, f);
+    fclose(f);
+    DataSet bad;
+    check(data_open(&bad, path, 50257, 0.2, err, sizeof err) == -1 && strstr(err, dpath) == err &&
+              strstr(err, "index 5 (byte 1029) is 2; a document map holds 0 or 1"),
+          "docs: an entry of 2 refused naming the .docs file, the index and the byte: '%s'", err);
+    free(path);
+    free(dpath);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: test_data PYTHON tests/make_llmc_tokens.py WORKDIR\n");
@@ -563,6 +623,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_llama3_and_masks();
     test_shuffle();
+    test_docs();
     if (failures) {
         printf("%d check(s) failed\n", failures);
         return 1;
