@@ -11,6 +11,12 @@
 //   - byte-level text: any other file; each byte is a token 0..255, so the
 //     model's vocabulary must hold at least 256 tokens.
 //
+// Document starts go with a token file X.bin when X.docs exists (tools/
+// prepare_data.py writes it): the same header with magic 20241205, version
+// 1 and the token count, then one byte per token, 1 where a document (a
+// conversation) starts. Attention in a row then never crosses a document's
+// start (the segment starts below); the loss mask is unchanged by it.
+//
 // A loss mask goes with a token file X.bin when X.mask exists (tools/
 // prepare_data.py writes both): the same header with magic 20240902, version
 // 1 and the token count, then one byte per token, 1 where that token counts
@@ -42,6 +48,8 @@
 #define DATA_LLMC3_VERSION 7
 #define DATA_MASK_MAGIC 20240902    // mt's loss masks
 #define DATA_MASK_VERSION 1
+#define DATA_DOCS_MAGIC 20241205    // mt's document starts
+#define DATA_DOCS_VERSION 1
 #define DATA_LLMC_HEADER_BYTES 1024 // 256 int32
 #define DATA_IGNORE (-100)          // a target that does not count (PyTorch's ignore_index)
 
@@ -63,6 +71,11 @@ typedef struct DataSet {
     size_t mask_len;
     const unsigned char *mask;  // (ntokens) 1: the token counts as a target; NULL without a mask
     int64_t nmasked;            // tokens the mask excludes
+    char *docs_path;            // the document starts X.docs of X.bin (malloc'd), or NULL: one stream
+    const unsigned char *docs_map; // (docs_len) the whole file
+    size_t docs_len;
+    const unsigned char *docs;  // (ntokens) 1: the token starts a document; NULL without the file
+    int64_t ndocs;              // documents the file starts
     int64_t ntrain;             // tokens [0, ntrain) are the training split
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
@@ -73,6 +86,13 @@ typedef struct DataSet {
     // ranks together see the tokens one process sees at batch ranks*B.
     // data_open sets rank 0 of 1; the caller sets them before data_check_batch.
     int rank, ranks;
+    // data_shuffle: the training split as W = (ntrain - 1) / T windows of T + 1
+    // tokens (window i from token i*T), every epoch in an order of its own
+    int shuffle;
+    uint64_t shuffle_seed;
+    int64_t rows_done;   // windows taken since the start of the run, every rank's (checkpointed through data_position)
+    int64_t *perm;       // (perm_n) epoch perm_epoch's order of the windows, for windows of perm_T
+    int64_t perm_n, perm_epoch, perm_T;
 } DataSet;
 
 // Opens path (and its mask, when there is one); vocab is the model's
@@ -93,12 +113,56 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
 // following each other, as llm.c's loader); advances train_pos by B*T and wraps to 0 when the next
 // batch would not fit. A train_pos from which the batch itself would not fit (a checkpoint taken
 // with another B or T, say) is taken as 0.
-void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);  // (B, T) each
+// seg (NULL: not wanted) gets each position's segment start within its row:
+// the last t' <= t of the row (t' > 0) whose token X.docs marks as a
+// document's first, else 0, for the attention (kernels.h); all 0 without X.docs.
+void data_next_train(DataSet *d, int64_t B, int64_t T, int32_t *tokens, int32_t *targets, int32_t *seg);  // (B, T) each
+
+// From now on data_next_train takes each row from a window of the training
+// split in a seeded random order: the split cut into W = (ntrain - 1) / T
+// windows of T + 1 tokens (window i from token i*T, as the straight loader's
+// rows), each epoch (W rows) a Fisher-Yates permutation of them drawn from
+// seed and the epoch's number, so every window is seen once an epoch, in
+// another order each epoch, the same for the same seed. Validation is not
+// shuffled.
+void data_shuffle(DataSet *d, uint64_t seed);
+
+// Where the training data is, for a checkpoint: train_pos, or with
+// data_shuffle -1 - the windows taken (negative, so that a checkpoint says
+// which it is); data_seek goes back there, refusing a position of the other
+// kind. 0, or -1 with a message.
+int64_t data_position(const DataSet *d);
+int data_seek(DataSet *d, int64_t pos, char *err, size_t errcap);
 
 // The i-th validation batch, the same way from the validation split's start (wrapping modulo the number
 // of whole batches that fit), so validation loss is computed on the same batches every time.
-void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets);
+void data_val_batch(const DataSet *d, int64_t i, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+                    int32_t *seg);
 int64_t data_val_batches(const DataSet *d, int64_t B, int64_t T);  // how many whole batches fit
+
+// X + suffix for a token file X.bin when that file or folder exists
+// (malloc'd), else NULL: what tools/prepare_data.py writes beside the tokens,
+// X.tokenizer/ (the tokenizer's own files, which --export DIR copies) and
+// X.vocab.json (below).
+char *data_sidecar(const char *path, const char *suffix);
+
+// The bytes each token stands for, to print what a model says: for byte
+// text the byte itself; for a token file X.bin the vocabulary
+// X.vocab.json = {"tokens": ["68656c6c6f", ...], "bos_token_id": N or null,
+// "eos_token_id": ..., "pad_token_id": ...}, token i's bytes as hexadecimal
+// pairs (a special token's its text). Token ids from n up to the model's
+// vocabulary decode to nothing.
+typedef struct DataVocab {
+    int64_t n;      // tokens
+    char *bytes;    // (off[n]) every token's bytes, one after another
+    int64_t *off;   // (n + 1) token i is bytes[off[i], off[i + 1])
+    int bos, eos, pad; // -1: not known
+    char *path;     // the vocabulary file (malloc'd); NULL for bytes
+} DataVocab;
+// Opens d's vocabulary, sized to at least `vocab` tokens. 0, or -1 with a
+// message in err (no X.vocab.json beside a token file, or a bad one).
+int data_vocab_open(DataVocab *v, const DataSet *d, int64_t vocab, char *err, size_t errcap);
+void data_vocab_close(DataVocab *v);
 
 // Unmaps the file and zeroes *d.
 void data_close(DataSet *d);

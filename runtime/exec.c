@@ -7,6 +7,7 @@
 #include "../common/storage.h"
 
 ExecProfile *exec_profile;
+const int32_t *kernel_attention_segments;
 
 static double now_s(void) {
     struct timespec ts;

@@ -534,7 +534,8 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
 // the widened operands and round its output: the rounding to bf16 turns the
 // composite's f32 sums into different bf16 values here and there, and only
 // the same arithmetic lets a streamed bf16 replay be held to the reference
-// executor's losses to 1e-5.
+// executor's losses to 1e-5. Rows of packed documents
+// (kernel_attention_segments set) run the plain kernel too, which masks them.
 static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     const KirAttn *t = &k->attn;
     int bwd = k->kind == KK_ATTN_BWD;
@@ -545,7 +546,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
     float *ops[5];
     f32_operands(j, k, base, offsets, ops);
-    if (k->args[0].dtype == KT_BF16) {
+    if (k->args[0].dtype == KT_BF16 || kernel_attention_segments) { // (segments: the plain kernel masks them)
         void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
         kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + 2 * nk : nq, 1);

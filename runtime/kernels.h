@@ -14,4 +14,14 @@
 void kernel_run_f32(const Node *n, void *out, void *const *in);
 void kernel_run_f64(const Node *n, void *out, void *const *in);
 
+// Document boundaries in packed rows (data.h, X.docs), for the causal
+// attention forward and backward: query t of row b sees no key before
+// kernel_attention_segments[b * T + t] (its document's first position in
+// the row), besides the window and causality. NULL (the default): rows are
+// one stream. Set by the training loop around each micro-batch; read by
+// these kernels, the executor and the cpu backend's JIT, which runs its
+// attention through them while it is set (jit.c). Not thread-safe: one
+// batch at a time.
+extern const int32_t *kernel_attention_segments; // (B, T) or NULL
+
 #endif

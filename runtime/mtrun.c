@@ -39,6 +39,8 @@ static const char USAGE[] =
     "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
     "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
     "  --val-data FILE  a separate validation file (the same formats)\n"
+    "  --shuffle        take the training rows from the data's windows of seq+1 tokens in a random\n"
+    "                   order, another each epoch, drawn from --seed (a resume keeps the order)\n"
     "  --lr X           peak learning rate\n"
     "  --seed N         seed of the weight initialisation\n"
     "  --val-every N    validation loss every N steps\n"
@@ -51,9 +53,19 @@ static const char USAGE[] =
     "                   host clock around every instruction)\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
-    "  --init FILE      start from pretrained weights: safetensors (a file, an index.json, a directory)\n"
-    "                   or llm.c's GPT-2 checkpoint\n"
-    "  --export FILE    write the weights as safetensors at the end (names as the model's checkpoint)\n"
+    "  --init PATH      start from pretrained weights: safetensors (a file, an index.json, a folder\n"
+    "                   holding either: per-expert or transformers 5's fused expert names) or llm.c's\n"
+    "                   GPT-2 checkpoint\n"
+    "  --export PATH    write the weights at the end under the model's checkpoint names: PATH.safetensors\n"
+    "                   (sharded with an index above --shard-bytes), or any other PATH a folder that\n"
+    "                   transformers loads: model.safetensors (likewise), config.json,\n"
+    "                   generation_config.json and the tokenizer tools/prepare_data.py kept beside the data\n"
+    "                   (llama, mistral, qwen2, mixtral and gemma2 checkpoint names; others are refused)\n"
+    "  --logits PREFIX  at the end, the first validation batch and the model's logits on it as\n"
+    "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V)\n"
+    "  --sample-every N every N steps and the last, a greedy and two temperature-1 continuations of\n"
+    "                   the first half of the first validation row, seeded by --seed and the step,\n"
+    "                   decoded with the data's vocabulary (bytes, or X.vocab.json beside X.bin)\n"
     "  --dtype D        bf16 or fp32 (default), for --export (an error without it)\n"
     "  --shard-bytes N  --export shards above N bytes (default 5000000000; an error without --export)\n"
     "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR (default:\n"
@@ -153,7 +165,8 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     for (int i = 0; i < 4; i++)
         if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
-    fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\n", (long long)o->val_batches, o->reference, (int)device);
+    fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\n", (long long)o->val_batches, o->reference,
+            (int)device, o->shuffle);
     fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none", data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
     fprintf(f, "val-data=%s (%lld bytes)\n", o->val_data ? o->val_data : "none",
             o->val_data && stat(o->val_data, &st) == 0 ? (long long)st.st_size : -1LL);
@@ -164,7 +177,7 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
 
 int main(int argc, char **argv) {
     enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_VAL_DATA };
+           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_LOGITS, O_SAMPLE_EVERY, O_SHUFFLE, O_VAL_DATA };
     static const struct option LONG[] = {
         {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
         {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
@@ -179,7 +192,8 @@ int main(int argc, char **argv) {
         {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
         {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
         {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
-        {"no-save", no_argument, 0, O_NO_SAVE},
+        {"no-save", no_argument, 0, O_NO_SAVE},          {"logits", required_argument, 0, O_LOGITS},
+        {"sample-every", required_argument, 0, O_SAMPLE_EVERY}, {"shuffle", no_argument, 0, O_SHUFFLE},
         {0, 0, 0, 0},
     };
     mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
@@ -255,6 +269,11 @@ int main(int argc, char **argv) {
             break;
         case O_RESUME: o.resume = optarg; break;
         case O_TIER_DIR: o.tier_dir = optarg; break;
+        case O_LOGITS: o.logits = optarg; break;
+        case O_SHUFFLE: o.shuffle = 1; break;
+        case O_SAMPLE_EVERY:
+            if (parse_int(optarg, 1, &o.sample_every)) return usage_error("--sample-every needs an integer >= 1, got '%s'", optarg);
+            break;
         case O_CALIBRATE: calibrate = 1; break;
         case O_OUT: calibrate_out = optarg; break;
         case O_HELP: fputs(USAGE, stdout); return 0;
@@ -299,9 +318,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mtrun: error: %s\n", derr);
         return 1;
     }
-    if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, checkpoints, --export, --trace
+    if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, checkpoints, --export, --trace,
+                         // --logits and samples
         if (!freopen("/dev/null", "w", stdout)) return 1;
-        o.log_path = "", o.save_dir = o.export_path = o.trace = NULL;
+        o.log_path = "", o.save_dir = o.export_path = o.trace = o.logits = NULL, o.sample_every = 0;
     }
     if (dist.mpi) o.dist = &dist;
     if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which

@@ -391,7 +391,32 @@ static void *grad_buffer(const PartState *ps, const Node *of) {
     return g && g->grad ? ps->val[g->grad->id] : NULL;
 }
 
+// The logits the tail's losses read, into out (B, T, V): each
+// cross_entropy's first operand, placed at the rows its targets are (all of
+// them, or under row tiling the slice of T its targets' OP_SLICE takes).
+static int tail_logits(const PartState *tail, const Graph *g, float *out) {
+    const Part *part = tail->part;
+    int64_t B = g->train.batch, T = g->train.seq, found = 0;
+    for (int i = 0; i < part->nfwd; i++) {
+        const Node *n = part->nodes.items[i], *tg = n->op == OP_CROSS_ENTROPY ? n->in[1] : NULL;
+        if (!tg) continue;
+        int64_t t0 = tg->op == OP_SLICE && tg->axis == 1 ? tg->offset : 0;
+        const Shape *s = &n->in[0]->shape; // (B, Tc, V)
+        if (s->rank != 3 || s->dims[0] != B || t0 + s->dims[1] > T || (tg->op != OP_SLICE && s->dims[1] != T)) return -1;
+        int64_t Tc = s->dims[1], V = s->dims[2];
+        const float *src = tail->val[n->in[0]->id];
+        for (int64_t b = 0; b < B; b++)
+            memcpy(out + (b * T + t0) * V, src + b * Tc * V, (size_t)(Tc * V) * sizeof(float));
+        found += Tc;
+    }
+    return found == T ? 0 : -1;
+}
+
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward) {
+    return reference_run(p, hs, inputs, backward, NULL);
+}
+
+float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
@@ -418,6 +443,7 @@ float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs,
         hs_tail.val[tx->id] = layers[L - 1].val[layers[L - 1].part->output->id];
         exec_run(&hs_tail, 0, backward ? tail->nodes.n : tail->nfwd);
         loss = *(float *)hs_tail.val[tail->output->id];
+        if (logits && tail_logits(&hs_tail, g, logits) != 0) loss = NAN;
         if (backward) {
             grads_add(&hs_tail, p, hs, 0);
             void *seed = grad_buffer(&hs_tail, tx);

@@ -93,5 +93,10 @@ const char *replay_engine_name(int engine);
 // every activation kept, no arena, no recompute; with backward, gradients
 // are added into hs->g. Returns the loss, or NAN when out of memory.
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward);
+// reference_step that also writes the logits the loss reads into logits
+// (B, T, V; NULL: not wanted), for --logits and --sample-every. NAN also
+// when the tail's losses do not read logits of the whole batch (a model
+// whose loss is not one cross_entropy over [B, T, V], or tiled along T).
+float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits);
 
 #endif

@@ -14,8 +14,10 @@
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "kernels.h"
 #include "data.h"
 #include "replay.h"
+#include "sample.h"
 #include "weights.h"
 
 double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
@@ -77,6 +79,7 @@ typedef struct Run {
     DataSet val_file; // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
     int32_t *tokens, *targets; // (B, T) each
+    int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
     FILE *log;
     double predicted_s; // the plan's predicted step time on its target (0: not given)
     int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
@@ -105,6 +108,7 @@ static int store_ok(const Run *r, char *err, size_t errcap) {
 // into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
     const int32_t *inputs[2] = {r->tokens, r->targets};
+    kernel_attention_segments = r->data.docs || r->val->docs ? r->segs : NULL;
     if (r->o->reference) {
         *loss = reference_step(r->p, &r->hs, inputs, backward);
         return 0;
@@ -137,7 +141,7 @@ static int validate(Run *r, double *val, char *err, size_t errcap) {
     double sum = 0;
     for (int64_t i = 0; i < n; i++) {
         float loss;
-        data_val_batch(r->val, i, t->batch, t->seq, r->tokens, r->targets);
+        data_val_batch(r->val, i, t->batch, t->seq, r->tokens, r->targets, r->segs);
         total += counted(r->targets, rows);
         if (micro_batch(r, 0, 1, &loss, err, errcap) != 0) return -1;
         sum += loss;
@@ -198,7 +202,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     int64_t rows = t->batch * t->seq, total = 0;
     for (int64_t k = 0; k < t->accumulate; k++) {
         float l;
-        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets);
+        data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets, r->segs);
         total += counted(r->targets, rows);
         if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
         sum += l;
@@ -354,10 +358,33 @@ static int open_run(Run *r, char *err, size_t errcap) {
             return -1;
         r->val = &r->val_file;
     }
+    if (r->o->shuffle) data_shuffle(&r->data, (uint64_t)(r->o->seed >= 0 ? r->o->seed : t->seed));
+    if ((r->data.docs || r->val->docs) && r->o->cuda_create && !r->o->reference) {
+        snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document on the cpu backend "
+                 "and the reference executor; the cuda backend's attention kernels do not take them yet: run with "
+                 "--device cpu, or move the .docs file away to attend across documents",
+                 r->data.docs ? r->data.docs_path : r->val->docs_path);
+        return -1;
+    }
     if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
+    if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
+    if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
+        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which this "
+                 "plan puts on the NVMe tier (tier=%.*s)", (int)strcspn(plan_tier(p), " "), plan_tier(p));
+        return -1;
+    }
+    if ((r->o->logits || r->o->sample_every) && data_val_batches(r->val, t->batch, t->seq) <= 0) {
+        snprintf(err, errcap, "--logits and --sample-every take the first validation batch (as the logits' batch, "
+                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch, (long long)t->seq);
+        return -1;
+    }
+    DataVocab v; // a vocabulary that decodes samples, found before any training
+    if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
+    if (r->o->sample_every) data_vocab_close(&v);
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
-    if (!r->tokens || !r->targets) {
+    r->segs = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
+    if (!r->tokens || !r->targets || !r->segs) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
@@ -435,6 +462,8 @@ static void close_run(Run *r) {
     data_close(&r->val_file);
     free(r->tokens);
     free(r->targets);
+    free(r->segs);
+    kernel_attention_segments = NULL;
 }
 
 // Validates (when there are validation batches to use) and logs the loss
@@ -524,7 +553,11 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     if (r->hs.tier ? ckpt_read_io(path, &meta, r->hs.n, &io, err, errcap) != 0
                    : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
-    r->data.train_pos = meta.data_pos;
+    if (data_seek(&r->data, meta.data_pos, err, errcap) != 0) {
+        size_t n = strlen(err);
+        snprintf(err + n, errcap - n, " (%s)", path);
+        return -1;
+    }
     r->ckpt_schedule_steps = meta.schedule_steps;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
@@ -547,7 +580,7 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
     if (store_ok(r, err, errcap) != 0) return -1;
-    CkptMeta meta = {.step = step, .data_pos = r->data.train_pos, .seed = seed, .plan_crc = p->plan_crc,
+    CkptMeta meta = {.step = step, .data_pos = data_position(&r->data), .seed = seed, .plan_crc = p->plan_crc,
                      .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
                      .accumulate = t->accumulate, .device_limit = p->device_limit,
                      .schedule_steps = r->schedule_steps};
@@ -644,6 +677,9 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (d->mask && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
                       100.0 * (double)d->nmasked / (double)d->ntokens);
+    if (d->docs && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocs,
+                      d->docs_path);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
@@ -667,7 +703,9 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
                 tier_path(r->hs.tier), r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
-    describe_data(d, sizeof d, &r->data, r->o->val_data ? "" : "; the last 10% validates");
+    describe_data(d, sizeof d, &r->data, r->o->val_data ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
+                                         : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
+                                                         : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
         describe_data(d, sizeof d, &r->val_file, "");
@@ -776,6 +814,41 @@ static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done)
                 train_lr(t, base_lr, done + 1, given), train_lr(t, base_lr, done + 1, ckpt));
 }
 
+// --sample-every: continuations of the first half of the first validation
+// row, decoded with the data's vocabulary (sample.h). 0, or -1 with a message.
+static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t errcap) {
+    const TrainConfig *t = &r->p->graph->train;
+    DataVocab v;
+    if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
+    store_flush(&r->hs, r->p); // the weights of step s
+    data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
+    kernel_attention_segments = NULL; // the prompt's rows: one text each
+    int rc = store_ok(r, err, errcap) != 0 ? -1
+             : sample_print(r->o->out, r->p, &r->hs, &v, r->tokens, t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0,
+                            err, errcap);
+    data_vocab_close(&v);
+    return rc;
+}
+
+// --export: a file, or a folder with the configs and the tokenizer that
+// tools/prepare_data.py keeps beside the training tokens (X.tokenizer/, the
+// ids from X.vocab.json). 0, or -1 with a message.
+static int export_weights(Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    char *tokdir = data_sidecar(r->data.path, ".tokenizer"), why[256];
+    DataVocab v = {0};
+    HfTokens ids = {-1, -1, -1};
+    if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
+        ids = (HfTokens){v.bos, v.eos, v.pad};
+    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, err, errcap);
+    if (!rc)
+        fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
+                tokdir ? tokdir : "");
+    data_vocab_close(&v);
+    free(tokdir);
+    return rc;
+}
+
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     const TrainConfig *t = &p->graph->train;
@@ -846,6 +919,11 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
+        if (o->sample_every && (s % o->sample_every == 0 || s == steps)) { // a sample that fails stops no run
+            char why[512] = "";
+            if (print_samples(&r, s, seed, why, sizeof why) != 0) fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
+            if (store_ok(&r, err, errcap) != 0) goto done;
+        }
         int stopping = agreed_stop(&r); // (on every rank: only rank 0 saves)
         if (r.save_dir && (s % o->save_every == 0 || s == steps || stopping)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
@@ -854,9 +932,12 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (store_ok(&r, err, errcap) != 0) goto done;
-    if (o->export_path &&
-        weights_export(o->export_path, p, &r.hs, o->export_bf16, o->shard_bytes, err, errcap) != 0)
-        goto done;
+    if (o->export_path && export_weights(&r, err, errcap) != 0) goto done;
+    if (o->logits) { // the first validation batch's logits, for a check against another implementation
+        data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
+        kernel_attention_segments = r.data.docs || r.val->docs ? r.segs : NULL;
+        if (sample_logits_npy(o->logits, p, &r.hs, r.tokens, r.targets, err, errcap) != 0) goto done;
+    }
     if (log_close(&r, err, errcap) != 0) goto done;
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, now_s() - t_run);

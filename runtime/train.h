@@ -40,6 +40,9 @@ typedef struct TrainOptions {
     const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
     const Dist *dist;     // the ranks of a data-parallel run (dist.h): each trains on its part of every batch, the
                           // gradients summed over them; NULL: one process
+    const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy
+    int shuffle;          // the training windows in a seeded random order every epoch (data_shuffle), from seed
+    int64_t sample_every; // print continuations of a fixed prompt every N steps (runtime/sample.h); 0: never
     int test_hold_ins;    // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
                           // issue each threaded replay holds (Replay.hold_ins); 0: none
 } TrainOptions;

@@ -5,6 +5,12 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include <dirent.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include "../common/io.h"
+#include "hf_config.h"
 #include "safetensors.h"
 
 // ---------------------------------------------------------------- names
@@ -27,6 +33,78 @@ static char *shape_text(char *buf, size_t cap, int rank, const int64_t *dims) {
 
 // ---------------------------------------------------------------- safetensors
 
+// Transformers 5 renames a few modules when it loads a Hub checkpoint
+// (conversion_mapping.py); a file it saved from a model's state_dict holds
+// the new names. Mixtral's "block_sparse_moe" became "mlp".
+static const struct {
+    const char *hub, *v5;
+} V5_RENAMES[] = {{".block_sparse_moe.", ".mlp."}};
+
+// name with the first `from` replaced by `to`, or NULL when it holds none.
+static char *renamed(Arena *a, const char *name, const char *from, const char *to) {
+    const char *at = strstr(name, from);
+    return at ? arena_printf(a, "%.*s%s%s", (int)(at - name), name, to, at + strlen(from)) : NULL;
+}
+
+// Which operand of an OP_MOE parameter `param` is: 2 w_gate, 3 w_up, 4
+// w_down; 0 when no moe op takes it.
+static int moe_role(const Graph *g, int param) {
+    for (int pk = 0; pk < graph_nparts(g); pk++) {
+        const Part *part = &g->parts[pk];
+        for (int i = 0; i < part->nfwd; i++) {
+            const Node *n = part->nodes.items[i];
+            for (int k = 2; n->op == OP_MOE && k <= 4 && k < n->nin; k++)
+                if (n->in[k]->op == OP_PARAM && n->in[k]->param == param) return k;
+        }
+    }
+    return 0;
+}
+
+// Where transformers 5 keeps expert e of a per-expert parameter
+// "PRE.experts.{e}.NAME" of layer l: the fused tensor
+// "PRE'.experts.gate_up_proj" (E, 2F, C), gate rows [0, F) then up rows
+// [F, 2F) of each expert, or "PRE'.experts.down_proj" (E, C, F), PRE' being
+// PRE renamed as V5_RENAMES says. The tensor found, and *row0 the first row
+// of expert e's slice in it; NULL when the set holds no such tensor.
+static const StTensor *fused_expert(const StSet *set, Arena *a, const Plan *p, int param, int64_t l, int64_t e,
+                                    int64_t *row0) {
+    const Param *prm = p->graph->params.items[param];
+    int role = prm->in_block && param_elements(prm) > 1 ? moe_role(p->graph, param) : 0;
+    char *name = role ? param_ckpt_name(a, prm, l, 0) : NULL;
+    char *cut = name ? strstr(name, ".experts.0.") : NULL;
+    if (!cut) return NULL;
+    cut[strlen(".experts.")] = 0; // "PRE.experts."
+    char *fused = arena_printf(a, "%s%s", name, role == 4 ? "down_proj" : "gate_up_proj");
+    const StTensor *t = fused ? st_find(set, fused) : NULL;
+    for (size_t k = 0; fused && !t && k < sizeof V5_RENAMES / sizeof V5_RENAMES[0]; k++) {
+        char *alt = renamed(a, fused, V5_RENAMES[k].hub, V5_RENAMES[k].v5);
+        if (alt) t = st_find(set, alt);
+    }
+    Shape es = param_element_shape(prm); // (F, C) or (C, F)
+    int64_t E = param_elements(prm), rows = role == 4 ? es.dims[0] : 2 * es.dims[0];
+    if (!t || t->rank != 3 || t->shape[0] != E || t->shape[1] != rows || t->shape[2] != es.dims[1]) return t ? t : NULL;
+    *row0 = e * rows + (role == 3 ? es.dims[0] : 0);
+    return t;
+}
+
+// t converted into the master from element off: in RAM, or with the master
+// on the tier through one tensor's buffer. 0, or -1 with a message.
+static int put_tensor(HostStore *hs, const Plan *p, const StTensor *t, int64_t off, char *err, size_t errcap) {
+    if (!hs->tier_master) {
+        st_to_f32(t, hs->w + off);
+        return 0;
+    }
+    float *tmp = malloc((size_t)st_numel(t) * sizeof(float) + 1); // (numel) the tensor in fp32
+    if (!tmp) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    st_to_f32(t, tmp);
+    int bad = store_put(hs, p, 0, off, st_numel(t), tmp, err, errcap);
+    free(tmp);
+    return bad ? -1 : 0;
+}
+
 static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap) {
     const Graph *g = p->graph;
     StSet set;
@@ -42,10 +120,36 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
             for (int64_t e = 0; e < param_elements(prm) && (!prm->in_block || param_in_layer(g, prm, l)); e++) {
                 const char *name = param_ckpt_name(&a, prm, l, e);
                 const StTensor *t = name ? st_find(&set, name) : NULL;
+                for (size_t k = 0; name && !t && k < sizeof V5_RENAMES / sizeof V5_RENAMES[0]; k++) {
+                    char *alt = renamed(&a, name, V5_RENAMES[k].hub, V5_RENAMES[k].v5);
+                    if (alt && (t = st_find(&set, alt))) name = alt;
+                }
+                int64_t row0 = -1; // >= 0: the tensor is transformers 5's fused experts; e's rows from row0
+                if (!t && (t = fused_expert(&set, &a, p, i, l, e, &row0)) && row0 < 0) {
+                    char s1[160], s2[160];
+                    Shape want = param_element_shape(prm);
+                    snprintf(err, errcap, "%s: tensor \"%s\" is %s in the file; the model's %lld experts of %s (\"%s\") "
+                             "do not fit it as transformers 5 fuses them", t->file, t->name,
+                             shape_text(s1, sizeof s1, t->rank, t->shape), (long long)param_elements(prm),
+                             shape_str(&want, s2, sizeof s2), name);
+                    goto done;
+                }
                 if (!t) {
                     snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path,
                              name ? name : "?", prm->name);
                     goto done;
+                }
+                if (row0 >= 0) { // one expert's rows of the fused tensor: contiguous, (es) as the model holds them
+                    StTensor slice = *t;
+                    int64_t esize = t->nbytes / st_numel(t);
+                    slice.rank = es.rank;
+                    for (int d = 0; d < es.rank; d++) slice.shape[d] = es.dims[d];
+                    slice.data = (const unsigned char *)t->data + row0 * t->shape[2] * esize;
+                    slice.nbytes = shape_numel(&es) * esize;
+                    int64_t off = plan_param_elem(p, i, l) + e * shape_numel(&es);
+                    if (put_tensor(hs, p, &slice, off, err, errcap) != 0) goto done;
+                    used[t - set.tensors] = 1;
+                    continue;
                 }
                 int same = t->rank == es.rank;
                 for (int d = 0; same && d < t->rank; d++) same = t->shape[d] == es.dims[d];
@@ -56,16 +160,7 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
                     goto done;
                 }
                 int64_t off = plan_param_elem(p, i, l) + e * shape_numel(&es);
-                if (!hs->tier_master) {
-                    st_to_f32(t, hs->w + off);
-                } else { // the master on the tier: through one tensor's buffer
-                    float *tmp = malloc((size_t)shape_numel(&es) * sizeof(float) + 1);
-                    if (!tmp) goto done;
-                    st_to_f32(t, tmp);
-                    int bad = store_put(hs, p, 0, off, shape_numel(&es), tmp, err, errcap);
-                    free(tmp);
-                    if (bad) goto done;
-                }
+                if (put_tensor(hs, p, t, off, err, errcap) != 0) goto done;
                 used[t - set.tensors] = 1;
             }
     }
@@ -225,9 +320,105 @@ int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size
     return is_llmc(path) ? load_llmc(path, p, hs, err, errcap) : load_safetensors(path, p, hs, err, errcap);
 }
 
-int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes, char *err,
-                   size_t errcap) {
+// Whether --export names a folder: anything but a FILE.safetensors.
+static int export_is_folder(const char *path) {
+    size_t n = strlen(path), k = strlen(".safetensors");
+    return n < k || strcmp(path + n - k, ".safetensors") != 0;
+}
+
+int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap) {
+    char *config, *generation;
+    if (!export_is_folder(path)) return 0;
+    if (hf_config_json(p, 0, NULL, &config, &generation, err, errcap) != 0) return -1;
+    free(config);
+    free(generation);
+    return 0;
+}
+
+// len bytes into dir/name, atomically (a temporary file, fsync, rename). 0, or -1 with a message.
+static int write_file(const char *dir, const char *name, const void *data, size_t len, char *err, size_t errcap) {
+    char path[4096], tmp[4200];
+    snprintf(path, sizeof path, "%s/%s", dir, name);
+    snprintf(tmp, sizeof tmp, "%s.tmp", path);
+    FILE *f = fopen(tmp, "wb");
+    int ok = f && fwrite(data, 1, len, f) == len && fflush(f) == 0 && fsync(fileno(f)) == 0;
+    if (f && fclose(f) != 0) ok = 0;
+    if (ok && rename(tmp, path) == 0) return 0;
+    int e = errno;
+    unlink(tmp);
+    snprintf(err, errcap, "%s: cannot write: %s", path, strerror(e));
+    return -1;
+}
+
+// text and a newline into dir/name, atomically. 0, or -1 with a message.
+static int write_text(const char *dir, const char *name, const char *text, char *err, size_t errcap) {
+    size_t n = strlen(text);
+    char *line = malloc(n + 2);
+    if (!line) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    memcpy(line, text, n);
+    line[n] = '\n';
+    int rc = write_file(dir, name, line, n + 1, err, errcap);
+    free(line);
+    return rc;
+}
+
+// Copies every regular file of src into dir, byte for byte (the tokenizer's
+// files: JSON, a chat template, SentencePiece's binary tokenizer.model). 0,
+// or -1 with a message.
+static int copy_files(const char *src, const char *dir, int *copied, char *err, size_t errcap) {
+    DIR *d = opendir(src);
+    struct dirent *e;
+    *copied = 0;
+    if (!d) return io_fail(err, errcap, src, "cannot read the tokenizer folder: %s", strerror(errno));
+    int rc = 0;
+    while (!rc && (e = readdir(d))) {
+        char from[4096], *bytes = NULL;
+        size_t len;
+        struct stat st;
+        snprintf(from, sizeof from, "%s/%s", src, e->d_name);
+        if (e->d_name[0] == '.' || stat(from, &st) != 0 || !S_ISREG(st.st_mode)) continue;
+        int bad = io_read_file(from, &bytes, &len);
+        if (bad) rc = io_fail(err, errcap, from, "cannot read: %s", strerror(bad));
+        else rc = write_file(dir, e->d_name, bytes, len, err, errcap);
+        *copied += !rc;
+        free(bytes);
+    }
+    closedir(d);
+    return rc;
+}
+
+// The folder transformers loads: the weights sharded as it shards them,
+// config.json and generation_config.json, and the tokenizer's files.
+static int export_folder(const char *dir, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                         const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap) {
+    char *config = NULL, *generation = NULL, st_path[4096];
+    if (hf_config_json(p, bf16, tok, &config, &generation, err, errcap) != 0) return -1;
+    int rc = -1, copied = 0;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        io_fail(err, errcap, dir, "cannot make the export folder: %s", strerror(errno));
+        goto done;
+    }
+    snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
+    if (weights_export(st_path, p, hs, bf16, shard_bytes, NULL, NULL, err, errcap) != 0 ||
+        write_text(dir, "config.json", config, err, errcap) != 0 ||
+        write_text(dir, "generation_config.json", generation, err, errcap) != 0 ||
+        (tokenizer_dir && copy_files(tokenizer_dir, dir, &copied, err, errcap) != 0))
+        goto done;
+    io_sync_parent_dir(st_path);
+    rc = 0;
+done:
+    free(config);
+    free(generation);
+    return rc;
+}
+
+int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                   const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap) {
     const Graph *g = p->graph;
+    if (export_is_folder(path)) return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, err, errcap);
     if (hs->tier_master) {
         snprintf(err, errcap, "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
                  "whole model in RAM): save a checkpoint (--save) and export from it in a run without the tier");

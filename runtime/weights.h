@@ -6,6 +6,7 @@
 
 #include <stddef.h>
 
+#include "hf_config.h"
 #include "store.h"
 
 // Loads every parameter of the plan's model into the master weights:
@@ -18,9 +19,19 @@
 // shapes and the file. Returns 0, or -1 with a message.
 int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap);
 
-// Writes the master weights as safetensors under the checkpoint names, in
-// bf16 or fp32, sharded as Hugging Face does above shard_bytes.
-int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes, char *err,
-                   size_t errcap);
+// Writes the master weights under the checkpoint names, in bf16 or fp32,
+// sharded as Hugging Face does above shard_bytes. A path ending in
+// ".safetensors" is that file (or its shards and index); any other is a
+// folder transformers' AutoModelForCausalLM loads (made if missing): its
+// model.safetensors (sharded likewise), config.json and
+// generation_config.json (hf_config.h), and every file of tokenizer_dir
+// (NULL: none), with the bos, eos and pad ids of tok (NULL: not known) in
+// both configs.
+int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                   const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap);
+
+// What weights_export would refuse before any training: a folder for a
+// model whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.
+int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap);
 
 #endif

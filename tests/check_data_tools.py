@@ -9,7 +9,8 @@
   masks; llama-tiny trains on each with mtrun;
 - the mask counts exactly the assistant turns' tokens;
 - the first step's loss on masked data equals numpy's masked mean of the
-  same weights (written as safetensors, loaded with --init);
+  same weights (written as safetensors, loaded with --init), attention kept
+  within each record by the document starts (alpaca.docs);
 - two micro-batches of unequal counted tokens (accumulate = 2) give the loss
   and the update of the one batch holding both;
 - tools/plot_metrics.py draws the logs into a PNG.
@@ -71,12 +72,49 @@ def main():
         check(head[0] == 20240520 and head[2] == len(toks) and not os.path.exists(j("pre.mask")),
               "a uint16 llm.c token file, no mask")
         check(int((toks == 1).sum()) == 2 and toks[-1] == 1, "the documents are joined by EOS (id 1), one after each")
+        vocab_json = json.load(open(j("pre.vocab.json")))
+        text_back = b"".join(bytes.fromhex(vocab_json["tokens"][x]) for x in toks if x != 1).decode()
+        check("".join(text_back.split()) == "".join(text[:260000].split()) and vocab_json["eos_token_id"] == 1,
+              "pre.vocab.json decodes the tokens back to the text (up to the spaces Metaspace puts before a "
+              "document), and names the EOS")
+        check(os.path.isfile(j("pre.tokenizer", "tokenizer.json")), "the tokenizer is kept beside the tokens")
+        sp_model = bytes(range(256)) * 4  # as a SentencePiece tokenizer.model would be: binary, NULs inside
+        open(j("pre.tokenizer", "tokenizer.model"), "wb").write(sp_model)
+        # a byte-level BPE (GPT-2's byte table) decodes to the same bytes, multi-byte characters included
+        from tokenizers import Tokenizer, models, pre_tokenizers, decoders, trainers
+        bl = Tokenizer(models.BPE())
+        bl.pre_tokenizer, bl.decoder = pre_tokenizers.ByteLevel(add_prefix_space=False), decoders.ByteLevel()
+        btext = text[:20000] + " café ☃ naïve"
+        bl.train_from_iterator([btext], trainers.BpeTrainer(vocab_size=300, special_tokens=["<|eos|>"], show_progress=False,
+                                                           initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+        os.makedirs(j("bltok"))
+        bl.save(j("bltok", "tokenizer.json"))
+        json.dump({"tokenizer_class": "PreTrainedTokenizerFast", "eos_token": "<|eos|>"},
+                  open(j("bltok", "tokenizer_config.json"), "w"))
+        open(j("bl.txt"), "w").write(btext)
+        p = run(*prep, "--tokenizer", j("bltok"), "--out", j("bl"), j("bl.txt"))
+        _, btoks = read_file(j("bl.bin"), widths) if p.returncode == 0 else (None, [])
+        bv = json.load(open(j("bl.vocab.json"))) if p.returncode == 0 else {"tokens": []}
+        check(p.returncode == 0 and b"".join(bytes.fromhex(bv["tokens"][x]) for x in btoks[:-1]) == btext.encode(),
+              "a byte-level BPE's vocabulary decodes its tokens to the text's bytes", p)
         plan = j("tiny.bin")
         p = run(mtc, "examples/llama-tiny.mt", "--batch", "2", "--seq", "32", "-o", plan)
         check(p.returncode == 0, "mtc llama-tiny", p)
-        p = run(mtrun, plan, "--data", j("pre.bin"), "--steps", "20", "--val-every", "20", "--log", j("pre.jsonl"))
+        p = run(mtrun, plan, "--data", j("pre.bin"), "--steps", "20", "--val-every", "20", "--log", j("pre.jsonl"),
+                "--sample-every", "20", "--export", j("model"))
         l = losses(j("pre.jsonl")) if p.returncode == 0 else []
         check(p.returncode == 0 and len(l) == 20 and l[-1] < l[0], f"llama-tiny trains on the pretraining file: {l}", p)
+        said = [x for x in p.stdout.splitlines() if x.startswith("sample 20 ")]
+        prompt = said[0].split('" -> "')[0][len('sample 20 greedy: "'):] if said else "?"
+        check(len(said) == 2 and all('" -> "' in x for x in said) and len(prompt) > 10 and
+              prompt.replace("\\n", "\n") in text_back,
+              f"--sample-every decodes the tokens with pre.vocab.json: {said}", p)
+        from transformers import AutoTokenizer
+        check(os.path.isfile(j("model", "tokenizer.json")) and
+              json.load(open(j("model", "generation_config.json"))).get("eos_token_id") == 1 and
+              AutoTokenizer.from_pretrained(j("model"), local_files_only=True).eos_token_id == 1 and
+              open(j("model", "tokenizer.model"), "rb").read() == sp_model,
+              "--export DIR copies the tokenizer (a binary file byte for byte) and its EOS into the model folder", p)
 
         # instruction data, both layouts
         with open(j("alpaca.jsonl"), "w") as f:
@@ -127,10 +165,20 @@ def main():
         B, T = 2, 32
         x = toks[:B * T + 1].astype(np.int64)
         m = mask[1:B * T + 1].astype(np.float64)
+        _, starts = read_file(j("alpaca.docs"), {20241205: "u1"})
+        seg = []  # each position's document start in its row: attention stays within a conversation
+        for b in range(B):
+            s = 0
+            for i in range(T):
+                s = i if i and starts[b * T + i] else s
+                seg.append(s)
+        seg = np.array(seg).reshape(B, T)
+        check(seg.max() > 0 and int(starts.sum()) == 200, f"alpaca.docs marks the 200 records' starts, some inside "
+              f"the first rows: {seg.max(axis=1)}")
         counts = [int(m[b * T:(b + 1) * T].sum()) for b in range(B)]
         check(0 < counts[0] != counts[1] > 0, f"the two rows count unequal tokens: {counts}")
         num = sum(llama_loss(W, 2, 4, 2, 10000.0, x[b * T:(b + 1) * T], x[b * T + 1:(b + 1) * T + 1],
-                             mask=m[b * T:(b + 1) * T]) * counts[b] for b in range(B)) / sum(counts)
+                             mask=m[b * T:(b + 1) * T], segments=seg[b]) * counts[b] for b in range(B)) / sum(counts)
         unmasked = np.mean([llama_loss(W, 2, 4, 2, 10000.0, x[b * T:(b + 1) * T], x[b * T + 1:(b + 1) * T + 1])
                             for b in range(B)])
         for extra in ([], ["--reference"]):

@@ -107,12 +107,15 @@ def cross_entropy(logits, targets, mask=None):
     return float(np.mean(each) if mask is None else np.sum(each * mask) / np.sum(mask))
 
 
-def attention(q, k, v, nh, nkv, window=0, scale=None, softcap=0):
-    """Causal; query t sees keys t - window < j <= t when window > 0; scores
-    q.k * scale (default 1/sqrt(D)), then softcap * tanh(s / softcap)."""
+def attention(q, k, v, nh, nkv, window=0, scale=None, softcap=0, segments=None):
+    """Causal; query t sees keys t - window < j <= t when window > 0, and
+    none before segments[t] (its document's start in the row) when given;
+    scores q.k * scale (default 1/sqrt(D)), then softcap * tanh(s / softcap)."""
     T, D = q.shape[0], q.shape[1] // nh
     t, j = np.arange(T)[:, None], np.arange(T)[None, :]
     hidden = (j > t) | ((t - j >= window) if window else False)
+    if segments is not None:
+        hidden = hidden | (j < np.asarray(segments)[:, None])
     out = np.zeros_like(q)
     for h in range(nh):
         g = h // (nh // nkv)

@@ -166,7 +166,7 @@ static void test_llmc(void) {
 
     enum { B = 4, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     // literal values: token i is (7919*i + 11) % 50000
     check(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
     check(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
@@ -175,33 +175,33 @@ static void test_llmc(void) {
           tokens[31], targets[31]);
     check_batch("train batch 0", tokens, targets, B, T, 0, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after one batch");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch 1", tokens, targets, B, T, 32, llmc_token);
     // batches 2..27 start at 64..864; 864 + 33 <= 900, 896 + 33 > 900: wrap
     for (int k = 2; k < 28; k++) {
         check_i64(d.train_pos, 32 * k, "train_pos before a batch");
-        data_next_train(&d, B, T, tokens, targets);
+        data_next_train(&d, B, T, tokens, targets, NULL);
         check_batch("train batch k", tokens, targets, B, T, 32 * k, llmc_token);
     }
     check_i64(d.train_pos, 0, "train_pos after the last batch that fits (wrap)");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch 28 (wrapped)", tokens, targets, B, T, 0, llmc_token);
 
     // resume from a checkpointed position; a position that cannot hold a batch restarts
     d.train_pos = 64;
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from train_pos 64", tokens, targets, B, T, 64, llmc_token);
     d.train_pos = 868; // 868 + 33 > 900
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from a train_pos past the end", tokens, targets, B, T, 0, llmc_token);
     d.train_pos = -5;
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("train batch from a negative train_pos", tokens, targets, B, T, 0, llmc_token);
     // a batch that ends exactly at the split's end: B=1, T=29, 899 = 31*29, so batch 30
     // reads tokens 870..899 and is the last before the wrap
     d.train_pos = 0;
     for (int k = 0; k < 31; k++) {
-        data_next_train(&d, 1, 29, tokens, targets);
+        data_next_train(&d, 1, 29, tokens, targets, NULL);
         check_batch("train batch k of 1 x 29", tokens, targets, 1, 29, 29 * k, llmc_token);
     }
     check_i64(d.train_pos, 0, "train_pos after the batch that ends at the split's end");
@@ -215,10 +215,10 @@ static void test_llmc(void) {
     for (int r = 0; r < 2; r++) {
         d.rank = r, d.train_pos = 0;
         for (int k = 0; k < 29; k++) {
-            data_next_train(&d, 2, T, tokens, targets);
+            data_next_train(&d, 2, T, tokens, targets, NULL);
             check_batch("rank r's rows of global batch k", tokens, targets, 2, T, 32 * (k % 28) + 16 * r, llmc_token);
         }
-        data_val_batch(&d, 1, 2, T, tokens, targets);
+        data_val_batch(&d, 1, 2, T, tokens, targets, NULL);
         check_batch("rank r's rows of validation batch 1", tokens, targets, 2, T, 900 + 32 + 16 * r, llmc_token);
         check_i64(data_val_batches(&d, 2, T), 3, "data_val_batches(2, 8) of 2 ranks");
     }
@@ -234,13 +234,13 @@ static void test_llmc(void) {
     check_i64(data_val_batches(&d, 1, 49), 2, "data_val_batches(1, 49)");
     int64_t starts[] = {900, 932, 964, 900, 932, 964};
     for (int i = 0; i < 6; i++) {
-        data_val_batch(&d, i, B, T, tokens, targets);
+        data_val_batch(&d, i, B, T, tokens, targets, NULL);
         check_batch("val batch i", tokens, targets, B, T, starts[i], llmc_token);
     }
-    data_val_batch(&d, 0, B, T, tokens, targets);
+    data_val_batch(&d, 0, B, T, tokens, targets, NULL);
     check(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
           tokens[0], targets[B * T - 1]);
-    data_val_batch(&d, -1, B, T, tokens, targets);
+    data_val_batch(&d, -1, B, T, tokens, targets, NULL);
     check_batch("val batch -1", tokens, targets, B, T, 964, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after validation (must not move)");
 
@@ -263,9 +263,9 @@ static void test_llmc(void) {
     // and the batch functions write zeros rather than read past the split
     int32_t big_tokens[1001], big_targets[1001]; // (1, 1001) each
     big_tokens[0] = big_targets[0] = -1;
-    data_next_train(&d, 1, 1001, big_tokens, big_targets);
+    data_next_train(&d, 1, 1001, big_tokens, big_targets, NULL);
     check(big_tokens[0] == 0 && big_targets[0] == 0, "an oversized training batch was not zeros");
-    data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets);
+    data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets, NULL);
     check(big_tokens[1000] == 0 && big_targets[1000] == 0, "an oversized validation batch was not zeros");
     data_close(&d);
     check(d.map == NULL && d.path == NULL, "data_close left *d set");
@@ -316,22 +316,22 @@ static void test_text(void) {
     enum { B = 2, T = 16 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
           tokens[0], targets[0], tokens[T]);
     check_batch("text train batch 0", tokens, targets, B, T, 0, text_byte);
     // 12 batches at 0..352 (352 + 33 <= 400), then wrap
     for (int k = 1; k < 12; k++) {
-        data_next_train(&d, B, T, tokens, targets);
+        data_next_train(&d, B, T, tokens, targets, NULL);
         check_batch("text train batch k", tokens, targets, B, T, 32 * k, text_byte);
     }
     check_i64(d.train_pos, 0, "text train_pos after the last batch that fits (wrap)");
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     check_batch("text train batch 12 (wrapped)", tokens, targets, B, T, 0, text_byte);
     check_i64(data_val_batches(&d, B, T), 3, "text data_val_batches(2, 16)");
-    data_val_batch(&d, 2, B, T, tokens, targets);
+    data_val_batch(&d, 2, B, T, tokens, targets, NULL);
     check_batch("text val batch 2", tokens, targets, B, T, 464, text_byte);
-    data_val_batch(&d, 4, B, T, tokens, targets);
+    data_val_batch(&d, 4, B, T, tokens, targets, NULL);
     check_batch("text val batch 4 (wrapped)", tokens, targets, B, T, 432, text_byte);
     data_close(&d);
 
@@ -446,7 +446,7 @@ static void test_llama3_and_masks(void) {
     check_i64(d.nmasked, 334, "l3.bin: tokens the mask excludes (i %% 3 == 0 of 1000)");
     enum { B = 2, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
-    data_next_train(&d, B, T, tokens, targets);
+    data_next_train(&d, B, T, tokens, targets, NULL);
     for (int64_t i = 0; i < B * T; i++) {
         int32_t want = (i + 1) % 3 == 0 ? DATA_IGNORE : llama3_token(i + 1);
         if (tokens[i] != llama3_token(i) || targets[i] != want) {
@@ -456,7 +456,7 @@ static void test_llama3_and_masks(void) {
         }
     }
     check(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
-    data_val_batch(&d, 0, B, T, tokens, targets);
+    data_val_batch(&d, 0, B, T, tokens, targets, NULL);
     check(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
           targets[0], targets[2], DATA_IGNORE);
     data_close(&d);
@@ -467,7 +467,7 @@ static void test_llama3_and_masks(void) {
     check_i64(d.ntrain, 0, "training split with val_fraction 1");
     check_i64(d.nval, 1000, "validation split with val_fraction 1");
     check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch on a validation file: %s", err);
-    data_val_batch(&d, 1, B, T, tokens, targets);
+    data_val_batch(&d, 1, B, T, tokens, targets, NULL);
     check(tokens[0] == llama3_token(16), "val file batch 1 starts with %d, want %d", tokens[0], llama3_token(16));
     data_close(&d);
 
@@ -502,6 +502,153 @@ out:
     free(mask);
 }
 
+// data_shuffle: every epoch takes each window of the training split once,
+// in an order of its own; the same seed the same orders; data_position and
+// data_seek resume the order mid-epoch, and refuse the other kind of position.
+static void test_shuffle(void) {
+    char *path = in_workdir("shuffle.txt"), err[512] = "";
+    FILE *f = fopen(path, "wb"); // byte i is i / 16: window w (from 16 w) starts with byte w
+    for (int i = 0; f && i < 500; i++) fputc(i / 16, f);
+    check(f && fclose(f) == 0, "cannot write %s", path); // 400 training bytes: W = (400 - 1) / 16 = 24 windows
+    enum { B = 3, T = 16, W = 24, ROWS = 3 * W };
+    int64_t start[2][ROWS];  // (seed, row) the window each row came from, by its first token
+    int32_t tokens[B * T], targets[B * T]; // (B, T) each
+    for (int run = 0; run < 2; run++) {
+        DataSet d;
+        if (data_open(&d, path, 256, 0.2, err, sizeof err) != 0) {
+            check(0, "data_open(%s): %s", path, err);
+            break;
+        }
+        data_shuffle(&d, run ? 5 : 4);
+        for (int64_t r = 0; r < ROWS; r += B) {
+            if (r == 30 && run == 0) { // a checkpoint mid-epoch, read back into another DataSet
+                DataSet e;
+                check(data_open(&e, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                data_shuffle(&e, 4);
+                check(data_seek(&e, data_position(&d), err, sizeof err) == 0, "data_seek: %s", err);
+                int32_t t2[B * T], g2[B * T];
+                data_next_train(&d, B, T, tokens, targets, NULL);
+                data_next_train(&e, B, T, t2, g2, NULL);
+                check(!memcmp(tokens, t2, sizeof t2) && !memcmp(targets, g2, sizeof g2),
+                      "shuffle: the batch after data_seek(data_position()) differs");
+                DataSet straight;
+                check(data_open(&straight, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                check(data_seek(&straight, data_position(&d), err, sizeof err) == -1 && strstr(err, "--shuffle"),
+                      "shuffle: a shuffled position taken by an unshuffled loader");
+                check(data_seek(&e, 48, err, sizeof err) == -1, "shuffle: a straight position taken by a shuffled loader");
+                data_close(&straight);
+                data_close(&e);
+            } else {
+                data_next_train(&d, B, T, tokens, targets, NULL);
+            }
+            for (int64_t b = 0; b < B; b++) {
+                int64_t at = -1; // the window whose first byte and the next match the row's
+                for (int64_t w = 0; w < W && at < 0; w++)
+                    if (tokens[b * T] == w && tokens[b * T + T - 1] == w && targets[b * T + T - 1] == w + 1) at = w;
+                start[run][r + b] = at;
+            }
+        }
+        data_close(&d);
+    }
+    for (int run = 0; run < 2; run++)
+        for (int e = 0; e < ROWS / W; e++) {
+            int seen[W] = {0}, ok = 1;
+            for (int64_t i = 0; i < W; i++) {
+                int64_t w = start[run][e * W + i];
+                ok = ok && w >= 0 && !seen[w]++;
+            }
+            check(ok, "shuffle: seed %d's epoch %d does not take every window once", run ? 5 : 4, e);
+        }
+    check(memcmp(start[0], start[0] + W, sizeof(int64_t) * W) != 0, "shuffle: epochs 0 and 1 in the same order");
+    check(memcmp(start[0], start[1], sizeof start[0]) != 0, "shuffle: seeds 4 and 5 give the same order");
+    // a data-parallel run's ranks, shuffled: rank r of 2 at batch B takes rows [rB, rB + B) of each global
+    // batch of 2B rows that one process at batch 2B takes, epoch after epoch
+    DataSet one, rank[2];
+    int ok = data_open(&one, path, 256, 0.2, err, sizeof err) == 0;
+    for (int r = 0; r < 2 && ok; r++) {
+        ok = data_open(&rank[r], path, 256, 0.2, err, sizeof err) == 0;
+        if (ok) rank[r].rank = r, rank[r].ranks = 2, data_shuffle(&rank[r], 4);
+    }
+    check(ok, "data_open(%s): %s", path, err);
+    if (ok) {
+        data_shuffle(&one, 4);
+        int32_t all[2 * B * T], allt[2 * B * T]; // (2B, T) each
+        for (int k = 0; k < ROWS / B; k++) { // past two epochs
+            data_next_train(&one, 2 * B, T, all, allt, NULL);
+            for (int r = 0; r < 2; r++) {
+                data_next_train(&rank[r], B, T, tokens, targets, NULL);
+                check(!memcmp(tokens, all + r * B * T, sizeof tokens) && !memcmp(targets, allt + r * B * T, sizeof targets),
+                      "shuffle: rank %d of 2's rows of global batch %d are not one process's rows [%d, %d)", r, k,
+                      r * B, r * B + B);
+            }
+        }
+        check_i64(data_position(&rank[1]), data_position(&one), "shuffle: a rank's position against one process's");
+        for (int r = 0; r < 2; r++) data_close(&rank[r]);
+        data_close(&one);
+    }
+    free(path);
+}
+
+// X.docs: each batch position's segment start in its row (the last
+// document start at or before it, past the row's first position, else 0),
+// straight and shuffled; a bad file is refused naming it.
+static void test_docs(void) {
+    char *path = in_workdir("docs.bin"), *dpath = in_workdir("docs.docs"), err[512] = "";
+    enum { N = 200, B = 2, T = 16 };
+    unsigned char hdr[1024] = {0}, flags[N];
+    FILE *f = fopen(path, "wb");
+    int32_t h[3] = {DATA_LLMC_MAGIC, DATA_LLMC_VERSION, N};
+    memcpy(hdr, h, sizeof h);
+    fwrite(hdr, 1, sizeof hdr, f);
+    for (int i = 0; i < N; i++) fputc(i % 256, f), fputc(0, f);
+    fclose(f);
+    for (int i = 0; i < N; i++) flags[i] = i % 7 == 3; // documents start at 3, 10, 17, ...
+    int32_t dh[3] = {DATA_DOCS_MAGIC, DATA_DOCS_VERSION, N};
+    memcpy(hdr, dh, sizeof dh);
+    f = fopen(dpath, "wb");
+    fwrite(hdr, 1, sizeof hdr, f);
+    fwrite(flags, 1, N, f);
+    fclose(f);
+    for (int shuffled = 0; shuffled < 2; shuffled++) {
+        DataSet d;
+        if (data_open(&d, path, 50257, 0.2, err, sizeof err) != 0) { // 160 training tokens, 40 validation
+            check(0, "data_open(%s): %s", path, err);
+            break;
+        }
+        check(d.docs && d.ndocs == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocs);
+        if (shuffled) data_shuffle(&d, 9);
+        int32_t tokens[B * T], targets[B * T], seg[B * T]; // (B, T) each
+        for (int batch = 0; batch < 5; batch++) {
+            data_next_train(&d, B, T, tokens, targets, seg);
+            for (int b = 0; b < B; b++) {
+                int64_t pos0 = tokens[b * T]; // tokens are their positions (below 256 here)
+                for (int t = 0, want = 0; t < T; t++) {
+                    if (t > 0 && flags[pos0 + t]) want = t;
+                    check(seg[b * T + t] == want, "docs%s: batch %d row %d position %d: segment start %d, want %d",
+                          shuffled ? " shuffled" : "", batch, b, t, seg[b * T + t], want);
+                }
+            }
+        }
+        check(data_val_batches(&d, B, T) == 1, "docs: one validation batch");
+        data_val_batch(&d, 0, B, T, tokens, targets, seg);
+        for (int t = 0, want = 0; t < T; t++) {
+            if (t > 0 && flags[tokens[0] + t]) want = t;
+            check(seg[t] == want, "docs: validation position %d: segment start %d, want %d", t, seg[t], want);
+        }
+        data_close(&d);
+    }
+    f = fopen(dpath, "r+b"); // an entry of 2
+    fseek(f, 1024 + 5, SEEK_SET);
+    fputc(2, f);
+    fclose(f);
+    DataSet bad;
+    check(data_open(&bad, path, 50257, 0.2, err, sizeof err) == -1 && strstr(err, dpath) == err &&
+              strstr(err, "index 5 (byte 1029) is 2; a document map holds 0 or 1"),
+          "docs: an entry of 2 refused naming the .docs file, the index and the byte: '%s'", err);
+    free(path);
+    free(dpath);
+}
+
 int main(int argc, char **argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: test_data PYTHON tests/make_llmc_tokens.py WORKDIR\n");
@@ -518,6 +665,8 @@ int main(int argc, char **argv) {
     test_text();
     test_errors();
     test_llama3_and_masks();
+    test_shuffle();
+    test_docs();
     if (failures) {
         printf("%d check(s) failed\n", failures);
         return 1;

@@ -28,6 +28,21 @@ See runtime/data.h.
 With --val-fraction F the last F of the documents go to OUT_val.bin (and
 OUT_val.mask), for mtrun --val-data.
 
+Beside the tokens go the tokenizer and its vocabulary, for what mtrun does
+with the model afterwards:
+  OUT.tokenizer/   the tokenizer as transformers saves it (tokenizer.json,
+                   tokenizer_config.json, its chat template ...); mtrun
+                   --export DIR copies these files into the model folder
+  OUT.docs         where each document starts: the mask's header with magic
+                   20241205, then a byte a token, 1 at a document's (a
+                   conversation's) first token; mtrun keeps attention within
+                   each document of a packed row
+  OUT.vocab.json   {"tokens": [...], "bos_token_id", "eos_token_id",
+                   "pad_token_id"}: each token id's bytes as hexadecimal
+                   pairs (a special token's its text), which mtrun
+                   --sample-every decodes with
+(and the same for OUT_val).
+
 usage: prepare_data.py --tokenizer DIR --out PREFIX [--kind auto|text|alpaca|messages]
                        [--val-fraction F] [--train-on-all] INPUT...
 """
@@ -38,7 +53,7 @@ import sys
 
 import numpy as np
 
-GPT2_MAGIC, LLAMA3_MAGIC, MASK_MAGIC = 20240520, 20240801, 20240902
+GPT2_MAGIC, LLAMA3_MAGIC, MASK_MAGIC, DOCS_MAGIC = 20240520, 20240801, 20240902, 20241205
 
 
 def header(magic, version, count):
@@ -57,12 +72,53 @@ def write_tokens(path, toks, vocab):
     os.replace(tmp, path)
 
 
-def write_mask(path, mask):
+def write_mask(path, mask, magic=MASK_MAGIC):
     tmp = path + ".tmp"
     with open(tmp, "wb") as f:
-        f.write(header(MASK_MAGIC, 1, len(mask)))
+        f.write(header(magic, 1, len(mask)))
         f.write(np.asarray(mask, dtype=np.uint8).tobytes())
     os.replace(tmp, path)
+
+
+def token_bytes(tok):
+    """Each token id's bytes: byte-level BPE maps bytes to printable characters
+    (GPT-2's table), SentencePiece writes a space as U+2581 and a byte it has
+    no piece for as <0xNN>; a special token stands for its text."""
+    backend = getattr(tok, "backend_tokenizer", None)
+    byte_level = backend is not None and "ByteLevel" in json.dumps(json.loads(backend.to_str()).get("decoder") or {})
+    if byte_level:  # GPT-2's bytes_to_unicode, inverted
+        bs = list(range(ord("!"), ord("~") + 1)) + list(range(ord("¡"), ord("¬") + 1)) + list(range(ord("®"), ord("ÿ") + 1))
+        cs, n = bs[:], 0
+        for b in range(256):
+            if b not in bs:
+                bs.append(b)
+                cs.append(256 + n)
+                n += 1
+        unbyte = {chr(c): b for b, c in zip(bs, cs)}
+    special = set(tok.all_special_ids)
+    out = []
+    for i, piece in enumerate(tok.convert_ids_to_tokens(list(range(len(tok))))):
+        piece = piece or ""
+        if i in special:
+            raw = piece.encode()
+        elif byte_level and all(ch in unbyte for ch in piece):
+            raw = bytes(unbyte[ch] for ch in piece)
+        elif len(piece) == 6 and piece.startswith("<0x") and piece.endswith(">"):
+            raw = bytes([int(piece[3:5], 16)])
+        else:
+            raw = piece.replace("\u2581", " ").encode()
+        out.append(raw.hex())
+    return out
+
+
+def write_sidecars(out, tok, vocab_hex):
+    """OUT.tokenizer/ (the tokenizer's own files) and OUT.vocab.json."""
+    tok.save_pretrained(out + ".tokenizer")
+    ids = {k: getattr(tok, k, None) for k in ("bos_token_id", "eos_token_id", "pad_token_id")}
+    tmp = out + ".vocab.json.tmp"
+    with open(tmp, "w") as f:
+        json.dump({"tokens": vocab_hex, **ids}, f)
+    os.replace(tmp, out + ".vocab.json")
 
 
 def records(paths):
@@ -169,6 +225,7 @@ def main():
                 sys.exit(f"{where}: error: {e}")
             docs.append((ids + [tok.eos_token_id], mask + [0]))
 
+    vocab_hex = token_bytes(tok)
     nval = int(len(docs) * a.val_fraction + 0.5) if a.val_fraction > 0 else 0
     if nval and nval == len(docs):
         sys.exit(f"prepare_data: error: --val-fraction {a.val_fraction} leaves no training documents of {len(docs)}")
@@ -177,6 +234,8 @@ def main():
             continue
         toks = [t for ids, _ in part for t in ids]
         write_tokens(a.out + suffix + ".bin", toks, vocab)
+        write_sidecars(a.out + suffix, tok, vocab_hex)
+        write_mask(a.out + suffix + ".docs", [int(i == 0) for ids, _ in part for i in range(len(ids))], DOCS_MAGIC)
         line = f"{a.out}{suffix}.bin: {len(part)} documents, {len(toks)} tokens ({'uint32' if vocab > 65536 else 'uint16'}, vocabulary {vocab})"
         if kind != "text":
             mask = [m for _, ms in part for m in ms]

@@ -1,0 +1,183 @@
+#!/usr/bin/env python3
+"""A model folder in and out, checked against transformers itself (torch, CPU).
+
+usage: check_export.py MTC MTRUN MODE     (from the project root)
+  transformers  llama-tiny, mixtral-tiny and gemma2-tiny train 3 steps and
+                --export DIR: AutoModelForCausalLM loads each folder, and its
+                logits on the first validation batch equal mt's (--logits)
+                to 1e-4 relative to the largest; so do qwen2-7b and
+                mistral-7b at tiny widths (the other two families, q/k/v
+                biases and a sliding window); a model of no family mt can
+                describe (gpt2-tiny) is refused before it trains
+  shards        a folder of shards with model.safetensors.index.json (written
+                by --export --shard-bytes) initialises a run to the same bits
+                as the single file it came from, by folder and by index, and
+                the first step's loss is the same
+  fused         transformers 5's own state_dict of a Mixtral (experts fused:
+                mlp.experts.gate_up_proj (E, 2F, C), down_proj (E, C, F),
+                mlp.gate) loads with --init to the same weights as the
+                per-expert Hub names; a fused tensor of the wrong shape is
+                refused naming it
+  samples       --sample-every prints a greedy and two temperature samples of
+                decoded text at the steps asked; the same seed prints the
+                same text twice, another seed other samples
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_weights import read_safetensors  # noqa: E402
+from checks import check, finish, losses, run  # noqa: E402
+
+MODELS = ("llama", "mixtral", "gemma2")
+
+
+def plan(mtc, tmp, name, batch=2):
+    out = os.path.join(tmp, name + ".bin")
+    p = run(mtc, f"examples/{name}-tiny.mt", "--batch", str(batch), "--seq", "32", "-o", out)
+    check(p.returncode == 0, f"mtc {name}-tiny", p)
+    return out
+
+
+def hf_logits(folder, tokens):
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+    from transformers import AutoModelForCausalLM
+    m = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, local_files_only=True).eval()
+    with torch.no_grad():
+        return type(m).__name__, m(torch.tensor(tokens, dtype=torch.long)).logits.numpy()
+
+
+def transformers_(mtc, mtrun, tmp):
+    j = lambda *p: os.path.join(tmp, *p)
+    for name in MODELS:
+        pl = plan(mtc, tmp, name)
+        p = run(mtrun, pl, "--steps", "3", "--export", j(name), "--logits", j(name), "--log", j("l.jsonl"))
+        check(p.returncode == 0 and os.path.isfile(j(name, "config.json")), f"{name}: train, export a folder", p)
+        if p.returncode:
+            continue
+        config = json.load(open(j(name, "config.json")))
+        check(set(os.listdir(j(name))) == {"config.json", "generation_config.json", "model.safetensors"},
+              f"{name}: the folder holds {sorted(os.listdir(j(name)))}")
+        tokens, want = np.load(j(name + ".tokens.npy")), np.load(j(name + ".logits.npy"))
+        arch, got = hf_logits(j(name), tokens)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        check(got.shape == want.shape == (2, 32, 256) and err <= 1e-4,
+              f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
+        print(f"{name}: {arch} ({config['model_type']}) loads the export; logits {got.shape}, "
+              f"largest difference {err:.2e} of the largest logit")
+    # the other two families, from the 7B examples at tiny widths (Mistral's window 8 under seq 16)
+    for name in ("qwen2-7b", "mistral-7b"):
+        src = open(f"examples/{name}.mt").read()
+        for k, v in {"V": "256", "C": "64", "L": "2", "NH": "4", "NKV": "2", "FFN": "96", "W": "8"}.items():
+            src = re.sub(rf"(\n  {k} = )[^\n#]*", rf"\g<1>{v} ", src)
+        src = src.replace("dtype = bf16", "dtype = f32")
+        open(j(name + ".mt"), "w").write(src)
+        pl = j(name + ".bin")
+        p = run(mtc, j(name + ".mt"), "--batch", "2", "--seq", "16", "--target", "tests/tiny-gpu.target", "-o", pl)
+        check(p.returncode == 0, f"mtc {name} at tiny widths", p)
+        p = run(mtrun, pl, "--data", "examples/data/tinyshakespeare.txt", "--steps", "2", "--val-batches", "1",
+                "--export", j(name), "--logits", j(name), "--log", j("l.jsonl"))
+        check(p.returncode == 0, f"{name}: train, export a folder", p)
+        if p.returncode:
+            continue
+        tokens, want = np.load(j(name + ".tokens.npy")), np.load(j(name + ".logits.npy"))
+        arch, got = hf_logits(j(name), tokens)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        check(got.shape == want.shape and err <= 1e-4, f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
+        print(f"{name} (tiny widths): {arch} loads the export; largest difference {err:.2e} of the largest logit")
+    # a model transformers has no config for here is refused before it trains
+    pl = plan(mtc, tmp, "gpt2")
+    p = run(mtrun, pl, "--steps", "3", "--export", j("gpt2"), "--log", j("g.jsonl"))
+    check(p.returncode == 1 and "config.json" in p.stderr and "gpt2_tiny" in p.stderr and "step" not in p.stdout
+          and not os.path.exists(j("gpt2")), "gpt2-tiny --export DIR is refused up front, naming the model", p)
+
+
+def shards(mtc, mtrun, tmp):
+    j = lambda *p: os.path.join(tmp, *p)
+    pl = plan(mtc, tmp, "llama")
+    p = run(mtrun, pl, "--steps", "3", "--export", j("one.safetensors"), "--log", j("l.jsonl"))
+    check(p.returncode == 0, "train and export one file", p)
+    p = run(mtrun, pl, "--steps", "0", "--init", j("one.safetensors"), "--export", j("dir"), "--shard-bytes", "100000",
+            "--log", j("l.jsonl"))
+    files = sorted(os.listdir(j("dir"))) if os.path.isdir(j("dir")) else []
+    shard = [f for f in files if f.startswith("model-")]
+    check(p.returncode == 0 and len(shard) >= 3 and "model.safetensors.index.json" in files
+          and "model.safetensors" not in files, f"a sharded folder: {files}", p)
+    for src in (j("dir"), j("dir", "model.safetensors.index.json")):
+        out = j("back.safetensors")
+        p = run(mtrun, pl, "--steps", "0", "--init", src, "--export", out, "--log", j("l.jsonl"))
+        check(p.returncode == 0 and open(out, "rb").read() == open(j("one.safetensors"), "rb").read(),
+              f"--init {os.path.relpath(src, tmp)} gives the single file's bits", p)
+    got = {}
+    for name, src in (("one", j("one.safetensors")), ("dir", j("dir"))):
+        p = run(mtrun, pl, "--steps", "1", "--init", src, "--log", j(name + ".jsonl"))
+        got[name] = losses(j(name + ".jsonl")) if p.returncode == 0 else []
+    check(len(got["one"]) == 1 and got["one"] == got["dir"], f"the first step's loss, file and folder: {got}")
+    print(f"sharded folder ({len(shard)} shards) initialises to the single file's bits; first loss {got['one']}")
+
+
+def fused(mtc, mtrun, tmp):
+    j = lambda *p: os.path.join(tmp, *p)
+    pl = plan(mtc, tmp, "mixtral")
+    p = run(mtrun, pl, "--steps", "2", "--export", j("hub"), "--log", j("l.jsonl"))
+    check(p.returncode == 0, "train and export mixtral-tiny", p)
+    os.environ.setdefault("TRANSFORMERS_VERBOSITY", "error")
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM
+    sd = AutoModelForCausalLM.from_pretrained(j("hub"), dtype=torch.float32).state_dict()
+    check("model.layers.0.mlp.experts.gate_up_proj" in sd and "model.layers.0.mlp.gate.weight" in sd
+          and not any("block_sparse_moe" in k for k in sd), f"transformers 5 fuses the experts: {sorted(sd)[:8]}")
+    save_file({k: v.contiguous() for k, v in sd.items()}, j("v5.safetensors"), metadata={"format": "pt"})
+    p = run(mtrun, pl, "--steps", "0", "--init", j("v5.safetensors"), "--export", j("back.safetensors"),
+            "--log", j("l.jsonl"))
+    check(p.returncode == 0, "--init from the fused layout", p)
+    if p.returncode == 0:
+        a, b = read_safetensors(j("hub", "model.safetensors")), read_safetensors(j("back.safetensors"))
+        check(a.keys() == b.keys() and all(np.array_equal(a[k], b[k]) for k in a),
+              "the fused layout loads to the per-expert weights, bit for bit")
+    bad = dict(sd)
+    bad["model.layers.1.mlp.experts.gate_up_proj"] = sd["model.layers.1.mlp.experts.gate_up_proj"][:, :64].contiguous()
+    save_file({k: v.contiguous() for k, v in bad.items()}, j("bad.safetensors"), metadata={"format": "pt"})
+    p = run(mtrun, pl, "--steps", "0", "--init", j("bad.safetensors"), "--log", j("l.jsonl"))
+    check(p.returncode == 1 and "model.layers.1.mlp.experts.gate_up_proj" in p.stderr and "[4, 64, 64]" in p.stderr,
+          "a fused tensor of the wrong shape is refused, named with its shape", p)
+    print("transformers 5's fused experts load to the Hub layout's bits")
+
+
+def samples(mtc, mtrun, tmp):
+    j = lambda *p: os.path.join(tmp, *p)
+    pl = plan(mtc, tmp, "llama", batch=4)  # row 0 greedy, rows 1 and 2 the temperature samples
+    outs = []
+    for seed in ("1", "1", "2"):
+        p = run(mtrun, pl, "--steps", "20", "--val-every", "10", "--sample-every", "10", "--seed", seed,
+                "--log", j("l.jsonl"))
+        lines = [l for l in p.stdout.splitlines() if l.startswith("sample ")]
+        check(p.returncode == 0 and len(lines) == 6, f"--sample-every 10 over 20 steps prints 2 x 3 samples", p)
+        outs.append(lines)
+    first = outs[0]
+    check(all(l.split(": ", 1)[0] in ("sample 10 greedy", "sample 10 temp 1", "sample 20 greedy", "sample 20 temp 1")
+              for l in first), f"the samples are labelled by step and kind: {first[:2]}")
+    text = "".join(l.split('" -> "', 1)[1] for l in first if '" -> "' in l)
+    check(len(text) > 40 and sum(c.isalpha() or c == " " for c in text) > len(text) / 2,
+          f"the samples are decoded text: {first[-3:]}")
+    check(outs[0] == outs[1], "the same seed prints the same samples")
+    check(outs[0] != outs[2], "another seed prints other samples")
+    print("\n".join(first[-3:]))
+
+
+def main():
+    mtc, mtrun, mode = sys.argv[1:4]
+    with tempfile.TemporaryDirectory() as tmp:
+        {"transformers": transformers_, "shards": shards, "fused": fused, "samples": samples}[mode](mtc, mtrun, tmp)
+    sys.exit(finish(f"export {mode} checks"))
+
+
+if __name__ == "__main__":
+    main()
