@@ -21,7 +21,7 @@
 
 #include "graph.h"
 
-enum { PLAN_VERSION = 10, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 11, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
