@@ -24,6 +24,9 @@ EXPECTED = {
         "model.layers.31.self_attn.k_proj.weight": [1024, 4096], "model.layers.0.mlp.down_proj.weight": [4096, 14336],
         "model.layers.7.post_attention_layernorm.weight": [4096], "model.norm.weight": [4096],
         "lm_head.weight": [128256, 4096]}, 32 * 9 + 3),
+    "llama3.1-8b.mt": (8_030_261_248, {
+        "model.embed_tokens.weight": [128256, 4096], "model.layers.31.self_attn.k_proj.weight": [1024, 4096],
+        "lm_head.weight": [128256, 4096]}, 32 * 9 + 3),
     "llama3-70b.mt": (70_553_706_496, {
         "model.layers.79.mlp.gate_proj.weight": [28672, 8192], "model.layers.0.self_attn.v_proj.weight": [1024, 8192]},
         80 * 9 + 3),
