@@ -118,8 +118,10 @@ def need(cond, field, value, why):
 
 # ---------------------------------------------------------------- rope
 
-def rope_rule(w, rp, prefix, head_width):
-    """The config constants and the rope keyword text of one rope_parameters dict."""
+def rope_rule(w, rp, prefix, head_width, max_positions=None):
+    """The config constants and the rope keyword text of one rope_parameters dict
+    (max_positions: the config's max_position_embeddings, which yarn and
+    longrope take as factor * original_max_position_embeddings when factor is unset)."""
     kind = rp.get("rope_type", rp.get("type", "default"))
     theta = rp.get("rope_theta", 10000.0)
     tname = "theta" if not prefix else f"{prefix}_theta"
@@ -147,6 +149,8 @@ def rope_rule(w, rp, prefix, head_width):
                   "attention_factor"]:
             if rp.get(f) is not None:
                 kw += f", {f} = {num(rp[f])}"
+        if rp.get("factor") is None and max_positions:
+            kw += f", max_position_embeddings = {num(max_positions)}"
         if rp.get("truncate") is False:
             kw += ", truncate = false"
         known |= {"factor", "original_max_position_embeddings", "beta_fast", "beta_slow", "mscale", "mscale_all_dim",
@@ -156,8 +160,8 @@ def rope_rule(w, rp, prefix, head_width):
         for f in ["factor", "original_max_position_embeddings", "attention_factor"]:
             if rp.get(f) is not None:
                 kw += f", {f} = {num(rp[f])}"
-        if rp.get("factor") is None and rp.get("max_position_embeddings"):
-            kw += f", max_position_embeddings = {num(rp['max_position_embeddings'])}"
+        if rp.get("factor") is None and max_positions:
+            kw += f", max_position_embeddings = {num(max_positions)}"
         for f in ["short_factor", "long_factor"]:
             need(len(rp[f]) == head_width // 2, f"rope_scaling.{f}", f"{len(rp[f])} factors",
                  f"needs one per rotated pair ({head_width // 2})")
@@ -246,7 +250,7 @@ def llama_like(mt, cfg, raw, name):
     rp = dict(cfg.rope_parameters or {})
     prf = rp.get("partial_rotary_factor", 1.0)
     need(prf in (1, 1.0, None), "partial_rotary_factor", prf, "not mapped for this family")
-    rope_kw = rope_rule(w, rp, "", HS)
+    rope_kw = rope_rule(w, rp, "", HS, getattr(cfg, "max_position_embeddings", None))
     if window:
         w.const("W", window, "sliding_window")
     w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")

@@ -1,0 +1,145 @@
+#!/usr/bin/env python3
+"""mt's logits against transformers' own modelling code, one tiny model per
+rope frequency rule.
+
+For each case a tiny model is built with transformers from a config (eager
+attention, f32, random weights), its weights saved as safetensors and its
+config.json written; tools/hf_to_mt.py writes the mt model from that
+config.json; tests/ref_forward runs mt's forward (the reference executor,
+the plain kernels) on the same weights and tokens and writes its logits.
+They must equal transformers' to 1e-5 relative (max |mt - hf| / max |hf|).
+So that the check can fail, the same mt model with rope's scaling taken out
+must miss transformers' logits by more than 1e-3.
+
+  llama3     Llama 3.2 style: tied head, rope_type llama3
+  gemma3     Gemma 3 text: local layers (window, rope_local_base_freq) and a
+             global one (rope_type linear), per-head q/k norms
+  yarn       Qwen3 with rope_type yarn
+  longrope   Phi-3 with rope_type longrope, at a sequence past
+             original_max_position_embeddings (the long factors) and at one
+             within it (the short factors)
+
+usage: check_hf.py REF_FORWARD   (from the project root)
+"""
+import json
+import os
+import subprocess
+import sys
+import tempfile
+
+import numpy as np
+import torch
+from safetensors.torch import save_file
+
+from checks import check, finish
+
+sys.path.insert(0, "tools")
+import hf_to_mt  # noqa: E402
+
+TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+        "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "rms_norm_eps": 1e-6,
+        "max_position_embeddings": 64, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": None}
+
+CASES = {
+    "llama3": ("llama", dict(TINY, tie_word_embeddings=True, rope_theta=10000.0,
+                             rope_scaling={"rope_type": "llama3", "factor": 32.0, "low_freq_factor": 1.0,
+                                           "high_freq_factor": 4.0, "original_max_position_embeddings": 16}),
+               [16]),
+    "gemma3": ("gemma3_text", dict(TINY, num_hidden_layers=3, hidden_activation="gelu_pytorch_tanh",
+                                   query_pre_attn_scalar=16, sliding_window=4, rope_theta=10000.0,
+                                   rope_local_base_freq=100.0, rope_scaling={"rope_type": "linear", "factor": 4.0},
+                                   layer_types=["sliding_attention", "sliding_attention", "full_attention"],
+                                   final_logit_softcapping=None, attn_logit_softcapping=None), [16]),
+    "yarn": ("qwen3", dict(TINY, tie_word_embeddings=False, rope_theta=10000.0,
+                           rope_scaling={"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 8}),
+             [16]),
+    "longrope": ("phi3", dict(TINY, num_key_value_heads=2, tie_word_embeddings=False, rope_theta=10000.0,
+                              original_max_position_embeddings=8,
+                              rope_scaling={"type": "longrope",
+                                            "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
+                                            "long_factor": [1.2, 1.9, 2.8, 4.0, 5.5, 7.3, 9.4, 12.0]}),
+                 [16, 8]),
+}
+
+
+def hf_model(model_type, fields):
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.AutoConfig.for_model(model_type, **fields)
+    cfg._attn_implementation = "eager"
+    torch.manual_seed(7)
+    model = transformers.AutoModelForCausalLM.from_config(cfg, attn_implementation="eager", dtype=torch.float32)
+    gemma = model_type.startswith("gemma")
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:  # norm gains: around 1 (Gemma's (1 + w): around 0)
+                p.copy_((0.0 if gemma else 1.0) + 0.2 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.3)
+    return model.eval()
+
+
+def rel_err(a, b):
+    return float(np.max(np.abs(a - b)) / np.max(np.abs(b)))
+
+
+def mt_logits(ref_forward, model_path, weights, tokens, targets, work):
+    inputs = os.path.join(work, "inputs.i32")
+    np.concatenate([tokens, targets]).astype("<i4").tofile(inputs)
+    out = os.path.join(work, "logits.f64")
+    p = subprocess.run([ref_forward, model_path, weights, inputs, "--batch", "1", "--seq", str(len(tokens)),
+                        "--logits", out], capture_output=True, text=True, timeout=120)
+    if not check(p.returncode == 0, f"ref_forward {model_path}: exit {p.returncode}", p):
+        return None
+    return np.fromfile(out, "<f8")
+
+
+def unscaled(raw):
+    """The same config with rope's scaling taken out (the default rule)."""
+    raw = json.loads(json.dumps(raw))
+    raw.pop("rope_scaling", None)
+    raw.pop("original_max_position_embeddings", None)
+    return raw
+
+
+def main():
+    ref_forward = sys.argv[1]
+    with tempfile.TemporaryDirectory() as tmp:
+        for case, (model_type, fields, seqs) in CASES.items():
+            work = os.path.join(tmp, case)
+            os.makedirs(work)
+            model = hf_model(model_type, fields)
+            weights = os.path.join(work, "model.safetensors")
+            state = {k: v.detach().clone().contiguous() for k, v in model.state_dict().items()}
+            if model.config.tie_word_embeddings:
+                state.pop("lm_head.weight", None)
+            save_file(state, weights)
+            raw = dict(fields, model_type=model_type)
+            paths = {}
+            for label, r in (("scaled", raw), ("unscaled", unscaled(raw))):
+                paths[label] = os.path.join(work, f"{label}.mt")
+                with open(paths[label], "w") as f:
+                    f.write(hf_to_mt.convert(r, f"tiny_{case}"))
+            rng = np.random.default_rng(11)
+            for T in seqs:
+                tokens = rng.integers(0, fields["vocab_size"], T)
+                targets = rng.integers(0, fields["vocab_size"], T)
+                with torch.no_grad():
+                    hf = model(torch.tensor(tokens[None], dtype=torch.long)).logits.double().numpy().reshape(-1)
+                mine = mt_logits(ref_forward, paths["scaled"], weights, tokens, targets, work)
+                plain = mt_logits(ref_forward, paths["unscaled"], weights, tokens, targets, work)
+                if mine is None or plain is None:
+                    continue
+                if not check(mine.shape == hf.shape, f"{case} T={T}: {mine.shape[0]} logits, transformers {hf.shape[0]}"):
+                    continue
+                e, e0 = rel_err(mine, hf), rel_err(plain, hf)
+                check(e <= 1e-5, f"{case} T={T}: mt's logits miss transformers' by {e:.2e} relative (limit 1e-5)")
+                check(e0 > 1e-3, f"{case} T={T}: without the scaling mt's logits miss by only {e0:.2e}; "
+                                 "the case does not test the rule")
+                print(f"{'ok  ' if e <= 1e-5 and e0 > 1e-3 else 'FAIL'} {case} T={T}: logits {e:.2e} relative from "
+                      f"transformers' ({hf.shape[0]} values); without rope scaling {e0:.2e}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
