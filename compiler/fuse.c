@@ -463,6 +463,21 @@ static int elem_operand(KB *b, const Node *n, int j, int col) {
 }
 
 static int f64(KB *b, int x) { return cvt(b, KT_F64, x); }
+
+// Pair ii's frequency rope_freq[ii] (of D/2). A geometric table (the plain
+// rule and linear scaling: rope_freq[0] * theta^(-2ii/D), to 1e-14) is
+// computed so, one pow an element as before the rules; any other (llama3,
+// yarn, longrope) is read through the select tree of its constants.
+static int rope_freq_of(KB *b, const Node *n, int ii, int64_t D) {
+    double f0 = n->rope_freq[0];
+    int geometric = 1;
+    for (int64_t i = 0; i < D / 2 && geometric; i++)
+        geometric = fabs(f0 * pow(n->theta, -2.0 * (double)i / (double)D) - n->rope_freq[i]) <= 1e-14 * n->rope_freq[i];
+    if (!geometric) return f64_table(b, ii, n->rope_freq, 0, D / 2);
+    int expo = bin(b, KOP_DIV, bin(b, KOP_MUL, cst(b, KT_F64, -2.0), f64(b, ii)), cst(b, KT_F64, (double)D));
+    int f = bin(b, KOP_POW, cst(b, KT_F64, n->theta), expo);
+    return f0 == 1 ? f : bin(b, KOP_MUL, cst(b, KT_F64, f0), f);
+}
 static int f32(KB *b, int x) { return cvt(b, KT_F32, x); }
 
 // tanh(u) = 1 - 2 / (1 + e^2u), as the reference computes GELU.
@@ -718,7 +733,7 @@ static int node_val(KB *b, int i, int col) {
             pcol = sel(b, first, bin(b, KOP_ADD, col, ci(b, h2)), bin(b, KOP_SUB, col, ci(b, h2)));
         }
         int t = f64(b, bin(b, KOP_REM, b->row, ci(b, T)));
-        int ang = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, n->inverse ? -1 : 1), t), f64_table(b, ii, n->rope_freq, 0, h2));
+        int ang = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, n->inverse ? -1 : 1), t), rope_freq_of(b, n, ii, D));
         int scale = cst(b, KT_F64, n->rope_scale);
         int c = bin(b, KOP_MUL, scale, un(b, KOP_COS, ang)), sn = bin(b, KOP_MUL, scale, un(b, KOP_SIN, ang));
         int xs = f64(b, val(b, n->in[0], col)), xp = f64(b, val(b, n->in[0], pcol));
