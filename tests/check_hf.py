@@ -9,7 +9,11 @@ config.json; tests/ref_forward runs mt's forward (the reference executor,
 the plain kernels) on the same weights and tokens and writes its logits.
 They must equal transformers' to 1e-5 relative (max |mt - hf| / max |hf|).
 So that the check can fail, the same mt model with rope's scaling taken out
-must miss transformers' logits by more than 1e-3.
+must miss transformers' logits by more than 1e-3. Then the plan: mtc
+compiles the model (f32), mtrun loads the same weights (--init) and its
+first validation loss on the bundled bytes, from the generated kernels
+(the cpu backend's JIT), must equal transformers' loss on the same tokens
+to 1e-5 relative.
 
   llama3     Llama 3.2 style: tied head, rope_type llama3
   gemma3     Gemma 3 text: local layers (window, rope_local_base_freq) and a
@@ -19,7 +23,7 @@ must miss transformers' logits by more than 1e-3.
              original_max_position_embeddings (the long factors) and at one
              within it (the short factors)
 
-usage: check_hf.py REF_FORWARD   (from the project root)
+usage: check_hf.py REF_FORWARD MTC MTRUN   (from the project root)
 """
 import json
 import os
@@ -36,7 +40,8 @@ from checks import check, finish
 sys.path.insert(0, "tools")
 import hf_to_mt  # noqa: E402
 
-TINY = {"vocab_size": 64, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
+DATA = "examples/data/tinyshakespeare.txt"
+TINY = {"vocab_size": 256, "hidden_size": 32, "intermediate_size": 48, "num_hidden_layers": 2,
         "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "rms_norm_eps": 1e-6,
         "max_position_embeddings": 64, "bos_token_id": 0, "eos_token_id": 1, "pad_token_id": None}
 
@@ -94,6 +99,29 @@ def mt_logits(ref_forward, model_path, weights, tokens, targets, work):
     return np.fromfile(out, "<f8")
 
 
+def val_tokens(T):
+    """mtrun's first validation batch of T positions (batch 1): the bytes
+    after the first 90% of the file (tests/check_weights.py's rule)."""
+    raw = open(DATA, "rb").read()
+    ntrain = len(raw) - int(len(raw) * 0.1 + 0.5)
+    x = np.frombuffer(raw[ntrain: ntrain + T + 1], np.uint8).astype(np.int64)
+    return x[:-1], x[1:]
+
+
+def plan_val_loss(mtc, mtrun, model_path, weights, T, work):
+    """mtrun's first validation loss of the model's f32 plan, from weights."""
+    pl, log = os.path.join(work, "plan.bin"), os.path.join(work, "val.jsonl")
+    p = subprocess.run([mtc, model_path, "-o", pl, "--batch", "1", "--seq", str(T), "--dtype", "f32"],
+                       capture_output=True, text=True, timeout=300)
+    if not check(p.returncode == 0, f"mtc {model_path}", p):
+        return None
+    p = subprocess.run([mtrun, pl, "--steps", "0", "--val-batches", "1", "--data", DATA, "--init", weights,
+                        "--log", log], capture_output=True, text=True, timeout=300)
+    if not check(p.returncode == 0, f"mtrun {pl}", p):
+        return None
+    return [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0]
+
+
 def unscaled(raw):
     """The same config with rope's scaling taken out (the default rule)."""
     raw = json.loads(json.dumps(raw))
@@ -103,7 +131,7 @@ def unscaled(raw):
 
 
 def main():
-    ref_forward = sys.argv[1]
+    ref_forward, mtc, mtrun = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
         for case, (model_type, fields, seqs) in CASES.items():
             work = os.path.join(tmp, case)
@@ -138,6 +166,17 @@ def main():
                                  "the case does not test the rule")
                 print(f"{'ok  ' if e <= 1e-5 and e0 > 1e-3 else 'FAIL'} {case} T={T}: logits {e:.2e} relative from "
                       f"transformers' ({hf.shape[0]} values); without rope scaling {e0:.2e}")
+            T = seqs[0]
+            tokens, targets = val_tokens(T)
+            with torch.no_grad():  # the loss over mt's targets (transformers' labels= would shift them again)
+                lg = model(torch.tensor(tokens[None])).logits[0].double()
+                want = float(torch.nn.functional.cross_entropy(lg, torch.tensor(targets)))
+            got = plan_val_loss(mtc, mtrun, paths["scaled"], weights, T, work)
+            if got is not None:
+                e = abs(got - want) / abs(want)
+                if check(e <= 1e-5, f"{case} T={T}: mtrun's loss {got} against transformers' {want} ({e:.2e})"):
+                    print(f"ok   {case} T={T}: mtrun's plan (JIT kernels) loss {got:.6f}, transformers' {want:.6f} "
+                          f"({e:.1e} relative)")
     return finish()
 
 
