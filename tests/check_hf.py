@@ -22,6 +22,10 @@ to 1e-5 relative.
   longrope   Phi-3 with rope_type longrope, at a sequence past
              original_max_position_embeddings (the long factors) and at one
              within it (the short factors)
+  gptj       GPT-J: interleaved pairs (rotate_every_two) on the first
+             rotary_dim features of each head; the model file written here
+             (the tool does not map gptj), checked against the same file
+             with interleaved = false
 
 usage: check_hf.py REF_FORWARD MTC MTRUN   (from the project root)
 """
@@ -64,7 +68,53 @@ CASES = {
                                             "short_factor": [1.0, 1.1, 1.3, 1.6, 2.0, 2.5, 3.1, 3.8],
                                             "long_factor": [1.2, 1.9, 2.8, 4.0, 5.5, 7.3, 9.4, 12.0]}),
                  [16, 8]),
+    "gptj": ("gptj", {"vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2, "rotary_dim": 8,
+                      "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
+                      "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1}, [16]),
 }
+
+GPTJ = """model gptj_tiny
+config { V = 256; C = 32; L = 2; NH = 2; HS = C / NH; ROT = 8; FFN = 4 * C; eps = 1e-5 }
+param wte "transformer.wte.weight" [V, C]
+param lnf_g "transformer.ln_f.weight" [C]
+param lnf_b "transformer.ln_f.bias" [C]
+param head_w "lm_head.weight" [V, C]
+param head_b "lm_head.bias" [V]
+block layers[L] "transformer.h.{i}." (x: [B, T, C]) -> [B, T, C] {
+  param ln_g "ln_1.weight" [C]
+  param ln_b "ln_1.bias" [C]
+  param wq "attn.q_proj.weight" [C, C]
+  param wk "attn.k_proj.weight" [C, C]
+  param wv "attn.v_proj.weight" [C, C]
+  param wo "attn.out_proj.weight" [C, C]
+  param w1 "mlp.fc_in.weight" [FFN, C]
+  param b1 "mlp.fc_in.bias" [FFN]
+  param w2 "mlp.fc_out.weight" [C, FFN]
+  param b2 "mlp.fc_out.bias" [C]
+  h = layernorm(x, ln_g, ln_b, eps = eps)
+  q_rot, q_pass = split(reshape(h @ transpose(wq), [B, T, NH, HS]), [ROT, HS - ROT])
+  k_rot, k_pass = split(reshape(h @ transpose(wk), [B, T, NH, HS]), [ROT, HS - ROT])
+  q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, interleaved = true), [B, T, NH, ROT])
+  k_rot = reshape(rope(reshape(k_rot, [B, T, NH * ROT]), heads = NH, interleaved = true), [B, T, NH, ROT])
+  q = reshape(concat(q_rot, q_pass), [B, T, C])
+  k = reshape(concat(k_rot, k_pass), [B, T, C])
+  a = attention(q, k, h @ transpose(wv), heads = NH) @ transpose(wo)
+  m = gelu(h @ transpose(w1) + b1) @ transpose(w2) + b2
+  return x + a + m
+}
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = layers(embed(wte, tokens))
+  return cross_entropy(layernorm(x, lnf_g, lnf_b, eps = eps) @ transpose(head_w) + head_b, targets)
+}
+train { batch = 1; seq = 16 }
+"""
+
+
+def model_texts(case, raw):
+    """The mt model of a case, and the same without its rope rule."""
+    if case == "gptj":
+        return GPTJ, GPTJ.replace("interleaved = true", "interleaved = false")
+    return hf_to_mt.convert(raw, f"tiny_{case}"), hf_to_mt.convert(unscaled(raw), f"tiny_{case}")
 
 
 def hf_model(model_type, fields):
@@ -144,10 +194,10 @@ def main():
             save_file(state, weights)
             raw = dict(fields, model_type=model_type)
             paths = {}
-            for label, r in (("scaled", raw), ("unscaled", unscaled(raw))):
+            for label, text in zip(("scaled", "unscaled"), model_texts(case, raw)):
                 paths[label] = os.path.join(work, f"{label}.mt")
                 with open(paths[label], "w") as f:
-                    f.write(hf_to_mt.convert(r, f"tiny_{case}"))
+                    f.write(text)
             rng = np.random.default_rng(11)
             for T in seqs:
                 tokens = rng.integers(0, fields["vocab_size"], T)
@@ -162,10 +212,10 @@ def main():
                     continue
                 e, e0 = rel_err(mine, hf), rel_err(plain, hf)
                 check(e <= 1e-5, f"{case} T={T}: mt's logits miss transformers' by {e:.2e} relative (limit 1e-5)")
-                check(e0 > 1e-3, f"{case} T={T}: without the scaling mt's logits miss by only {e0:.2e}; "
+                check(e0 > 1e-3, f"{case} T={T}: without the rule mt's logits miss by only {e0:.2e}; "
                                  "the case does not test the rule")
                 print(f"{'ok  ' if e <= 1e-5 and e0 > 1e-3 else 'FAIL'} {case} T={T}: logits {e:.2e} relative from "
-                      f"transformers' ({hf.shape[0]} values); without rope scaling {e0:.2e}")
+                      f"transformers' ({hf.shape[0]} values); without the rule (scaling, or interleaving) {e0:.2e}")
             T = seqs[0]
             tokens, targets = val_tokens(T)
             with torch.no_grad():  # the loss over mt's targets (transformers' labels= would shift them again)
