@@ -35,7 +35,7 @@ Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, con
     Node *n = arena_alloc(a, sizeof *n);
     if (!n) return NULL;
     *n = (Node){.op = op, .id = part->nodes.n, .part = pk, .dtype = dt, .loc = loc, .nin = nin,
-                .src_part = SRC_MODEL_INPUT, .param = -1};
+                .src_part = SRC_MODEL_INPUT, .param = -1, .rope_scale = 1};
     if (shape) n->shape = *shape;
     if (nin) {
         n->in = arena_alloc(a, (size_t)nin * sizeof(Node *));
@@ -132,7 +132,12 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_RMSNORM:
     case OP_LAYERNORM_BWD:
     case OP_RMSNORM_BWD: fprintf(out, " eps=%g", n->eps); break;
-    case OP_ROPE: fprintf(out, " heads=%d theta=%g%s", n->heads, n->theta, n->inverse ? " inverse" : ""); break;
+    case OP_ROPE:
+        fprintf(out, " heads=%d theta=%g", n->heads, n->theta);
+        if (n->rope_rule) fprintf(out, " %s", n->rope_rule);
+        if (n->rope_scale != 1) fprintf(out, " cos_sin_scale=%.9g", n->rope_scale);
+        fprintf(out, "%s%s", n->rope_interleaved ? " interleaved" : "", n->inverse ? " inverse" : "");
+        break;
     case OP_ATTENTION:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
                 (long long)n->window, n->scale, n->softcap);

@@ -52,7 +52,7 @@ typedef enum {
     OP_GELU,          // tanh approximation, as GPT-2
     OP_SILU,          // x * sigmoid(x)
     OP_SWIGLU,        // silu(gate) * up
-    OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta
+    OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta, rope_*
     OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal, window, scale, softcap
     OP_SOFTMAX,       // along axis
     OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> loss, f32[]: sum over rows whose target is not
@@ -137,6 +137,16 @@ typedef struct Node {
     int64_t offset;    // SLICE
     int heads, kv_heads, causal, trans_a, trans_b;
     int inverse;       // OP_ROPE: rotate backwards (its gradient)
+    // OP_ROPE: pair i of each head (i < D/2) turns by t * rope_freq[i] at
+    // position t, cos and sin scaled by rope_scale (common/rope.h computes
+    // both from the rule); the pairs are (i, i + D/2) (Hugging Face's
+    // rotate_half), or (2i, 2i + 1) when rope_interleaved (GPT-J). rope_rule
+    // names the rule and its fields for the dump (the compiler's; NULL in a
+    // plan read back).
+    const double *rope_freq; // (D/2)
+    double rope_scale;
+    int rope_interleaved;
+    const char *rope_rule;
     int tile;          // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
     double eps, theta;
     // OP_ATTENTION(_BWD): query t sees keys t - window < j <= t (0: all of
@@ -146,6 +156,11 @@ typedef struct Node {
     double scale, softcap;
     int top_k;         // OP_TOP_K: how many experts a row selects
 } Node;
+
+// How many rope frequencies n carries: D/2 for OP_ROPE, 0 for other ops.
+static inline int64_t rope_pairs(const Node *n) {
+    return n->op == OP_ROPE && n->shape.rank == 3 && n->heads > 0 ? n->shape.dims[2] / n->heads / 2 : 0;
+}
 
 // OP_INPUT sources that are not parts.
 enum { SRC_MODEL_INPUT = -1, SRC_GRAD_SEED = -2 };

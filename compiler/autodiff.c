@@ -244,7 +244,11 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_ROPE: { // a rotation; its gradient rotates back
         Node *r = emit1(ad, OP_ROPE, s, loc, dy);
-        if (r) { r->heads = n->heads; r->theta = n->theta; r->inverse = !n->inverse; }
+        if (r) {
+            r->heads = n->heads, r->theta = n->theta, r->inverse = !n->inverse;
+            r->rope_freq = n->rope_freq, r->rope_scale = n->rope_scale, r->rope_interleaved = n->rope_interleaved;
+            r->rope_rule = n->rope_rule;
+        }
         return accumulate(ad, in[0], r);
     }
     case OP_ATTENTION: {

@@ -336,6 +336,13 @@ static int un(KB *b, int op, int x) { return emit(b, op, ty(b, x), x, 0, 0, 0); 
 static int bin(KB *b, int op, int x, int y) { return emit(b, op, ty(b, x), x, y, 0, 0); }
 static int cmp(KB *b, int op, int x, int y) { return emit(b, op, KT_BOOL, x, y, 0, 0); }
 static int sel(KB *b, int c, int x, int y) { return emit(b, KOP_SELECT, ty(b, x), c, x, y, 0); }
+// vals[idx] for an i64 statement idx in [lo, hi), as a balanced tree of
+// selects over f64 constants (the IR has no constant tables).
+static int f64_table(KB *b, int idx, const double *vals, int64_t lo, int64_t hi) {
+    if (hi - lo == 1) return cst(b, KT_F64, vals[lo]);
+    int64_t mid = lo + (hi - lo) / 2;
+    return sel(b, cmp(b, KOP_LT, idx, ci(b, mid)), f64_table(b, idx, vals, lo, mid), f64_table(b, idx, vals, mid, hi));
+}
 static int cvt(KB *b, int type, int x) { return ty(b, x) == type ? x : emit(b, KOP_CVT, type, x, 0, 0, 0); }
 static int clampi(KB *b, int x, int64_t lo, int64_t hi) { return bin(b, KOP_MIN, bin(b, KOP_MAX, x, ci(b, lo)), ci(b, hi)); }
 
@@ -456,6 +463,21 @@ static int elem_operand(KB *b, const Node *n, int j, int col) {
 }
 
 static int f64(KB *b, int x) { return cvt(b, KT_F64, x); }
+
+// Pair ii's frequency rope_freq[ii] (of D/2). A geometric table (the plain
+// rule and linear scaling: rope_freq[0] * theta^(-2ii/D), to 1e-14) is
+// computed so, one pow an element as before the rules; any other (llama3,
+// yarn, longrope) is read through the select tree of its constants.
+static int rope_freq_of(KB *b, const Node *n, int ii, int64_t D) {
+    double f0 = n->rope_freq[0];
+    int geometric = 1;
+    for (int64_t i = 0; i < D / 2 && geometric; i++)
+        geometric = fabs(f0 * pow(n->theta, -2.0 * (double)i / (double)D) - n->rope_freq[i]) <= 1e-14 * n->rope_freq[i];
+    if (!geometric) return f64_table(b, ii, n->rope_freq, 0, D / 2);
+    int expo = bin(b, KOP_DIV, bin(b, KOP_MUL, cst(b, KT_F64, -2.0), f64(b, ii)), cst(b, KT_F64, (double)D));
+    int f = bin(b, KOP_POW, cst(b, KT_F64, n->theta), expo);
+    return f0 == 1 ? f : bin(b, KOP_MUL, cst(b, KT_F64, f0), f);
+}
 static int f32(KB *b, int x) { return cvt(b, KT_F32, x); }
 
 // tanh(u) = 1 - 2 / (1 + e^2u), as the reference computes GELU.
@@ -698,17 +720,22 @@ static int node_val(KB *b, int i, int col) {
         v = sel(b, cmp(b, KOP_EQ, col, s[3]), bin(b, KOP_SUB, o, s[2]), o);
         break;
     }
-    case OP_ROPE: {
+    case OP_ROPE: { // pair ii of each head turns by t * rope_freq[ii], scaled by rope_scale (kernels.inc's rope)
         int64_t T = n->shape.dims[1], W = last_dim(&n->shape), D = W / n->heads, h2 = D / 2;
-        int j = bin(b, KOP_REM, col, ci(b, D));
-        int first = cmp(b, KOP_LT, j, ci(b, h2));
-        int ii = sel(b, first, j, bin(b, KOP_SUB, j, ci(b, h2)));
-        int pcol = sel(b, first, bin(b, KOP_ADD, col, ci(b, h2)), bin(b, KOP_SUB, col, ci(b, h2)));
+        int j = bin(b, KOP_REM, col, ci(b, D)), first, ii, pcol;
+        if (n->rope_interleaved) { // pairs (2ii, 2ii + 1)
+            first = cmp(b, KOP_EQ, bin(b, KOP_REM, j, ci(b, 2)), ci(b, 0));
+            ii = bin(b, KOP_DIV, j, ci(b, 2));
+            pcol = sel(b, first, bin(b, KOP_ADD, col, ci(b, 1)), bin(b, KOP_SUB, col, ci(b, 1)));
+        } else { // pairs (ii, ii + D/2)
+            first = cmp(b, KOP_LT, j, ci(b, h2));
+            ii = sel(b, first, j, bin(b, KOP_SUB, j, ci(b, h2)));
+            pcol = sel(b, first, bin(b, KOP_ADD, col, ci(b, h2)), bin(b, KOP_SUB, col, ci(b, h2)));
+        }
         int t = f64(b, bin(b, KOP_REM, b->row, ci(b, T)));
-        int expo = bin(b, KOP_DIV, bin(b, KOP_MUL, cst(b, KT_F64, -2.0), f64(b, ii)), cst(b, KT_F64, (double)D));
-        int ang = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, n->inverse ? -1 : 1), t),
-                      bin(b, KOP_POW, cst(b, KT_F64, n->theta), expo));
-        int c = un(b, KOP_COS, ang), sn = un(b, KOP_SIN, ang);
+        int ang = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, n->inverse ? -1 : 1), t), rope_freq_of(b, n, ii, D));
+        int scale = cst(b, KT_F64, n->rope_scale);
+        int c = bin(b, KOP_MUL, scale, un(b, KOP_COS, ang)), sn = bin(b, KOP_MUL, scale, un(b, KOP_SIN, ang));
         int xs = f64(b, val(b, n->in[0], col)), xp = f64(b, val(b, n->in[0], pcol));
         int xc = bin(b, KOP_MUL, xs, c), ps = bin(b, KOP_MUL, xp, sn);
         v = f32(b, sel(b, first, bin(b, KOP_SUB, xc, ps), bin(b, KOP_ADD, xc, ps)));

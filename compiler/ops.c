@@ -1,9 +1,12 @@
 // ops.c: the shape and dtype rule of every primitive op of the language,
 // applied while lowering a call to graph nodes. dsl/README.md lists the same
 // rules for users; keep the two in step.
+#include <stddef.h>
 #include <string.h>
 
 #include "sema.h"
+
+#include "../common/rope.h"
 
 typedef struct OpSpec {
     const char *name;
@@ -26,7 +29,12 @@ static const OpSpec OP_SPECS[] = {
     {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU},
     {"silu", OP_SILU, 1, 1, "", "silu(x)", OP_SILU},
     {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)", OP_SWIGLU},
-    {"rope", OP_ROPE, 1, 1, "heads theta", "rope(x, heads=H, theta=10000)", OP_ROPE},
+    {"rope", OP_ROPE, 1, 1,
+     "heads theta scaling factor low_freq_factor high_freq_factor original_max_position_embeddings "
+     "max_position_embeddings beta_fast beta_slow mscale mscale_all_dim attention_factor truncate short_factor "
+     "long_factor interleaved",
+     "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
+     OP_ROPE},
     {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY},
@@ -436,20 +444,145 @@ static int head_width(Sema *S, const Expr *e, const Node *x, int64_t heads, int6
     return 0;
 }
 
+// The config fields of each rope scaling rule (transformers' names); any
+// other field given to rope is an error.
+static const char *const ROPE_FIELDS[ROPE_KINDS] = {
+    [ROPE_DEFAULT] = "",
+    [ROPE_LINEAR] = "factor",
+    [ROPE_LLAMA3] = "factor low_freq_factor high_freq_factor original_max_position_embeddings",
+    [ROPE_YARN] = "factor original_max_position_embeddings max_position_embeddings beta_fast beta_slow mscale "
+                  "mscale_all_dim attention_factor truncate",
+    [ROPE_LONGROPE] = "factor original_max_position_embeddings max_position_embeddings attention_factor short_factor "
+                      "long_factor",
+};
+
+// A list of positive numbers (longrope's factors), in the arena.
+static int kw_number_list(Sema *S, const Expr *e, const char *name, double **out, int64_t *n) {
+    if (e->kind != EXPR_LIST || e->items.n == 0) {
+        diag_error(S->d, e->loc, "%s must be a list of numbers, [f0, f1, ...]", name);
+        return -1;
+    }
+    *n = e->items.n;
+    *out = arena_alloc(S->a, (size_t)*n * sizeof **out);
+    if (!*out) return diag_error(S->d, e->loc, "out of memory"), -1;
+    for (int i = 0; i < e->items.n; i++) {
+        Num v;
+        if (eval_num(S, e->items.items[i], &v) != 0) return -1;
+        (*out)[i] = v.f;
+    }
+    return 0;
+}
+
+// A rule's fields: a number each, or the longrope factor list in use (the
+// long one when the sequence T passes original_max_position_embeddings, as
+// transformers picks for positions past it).
+static int rope_rule_fields(Sema *S, const Args *a, int64_t pairs, RopeRule *r, char **words) {
+    static const struct { const char *name; size_t at; } NUMS[] = {
+        {"factor", offsetof(RopeRule, factor)},
+        {"low_freq_factor", offsetof(RopeRule, low_freq_factor)},
+        {"high_freq_factor", offsetof(RopeRule, high_freq_factor)},
+        {"original_max_position_embeddings", offsetof(RopeRule, original_max)},
+        {"max_position_embeddings", offsetof(RopeRule, max_positions)},
+        {"beta_fast", offsetof(RopeRule, beta_fast)},
+        {"beta_slow", offsetof(RopeRule, beta_slow)},
+        {"mscale", offsetof(RopeRule, mscale)},
+        {"mscale_all_dim", offsetof(RopeRule, mscale_all_dim)},
+        {"attention_factor", offsetof(RopeRule, attention_factor)},
+    };
+    *words = arena_strdup(S->a, rope_kind_name(r->kind));
+    for (size_t i = 0; i < sizeof NUMS / sizeof NUMS[0]; i++) {
+        double *f = (double *)((char *)r + NUMS[i].at);
+        if (kw_float(S, a, NUMS[i].name, 0, f) != 0) return -1;
+        if (*f != 0) *words = arena_printf(S->a, "%s %s=%.17g", *words, NUMS[i].name, *f);
+    }
+    r->truncate = 1;
+    if (kw_bool(S, a, "truncate", 1, &r->truncate) != 0) return -1;
+    if (!r->truncate) *words = arena_printf(S->a, "%s truncate=false", *words);
+    const Expr *sf = find_kwarg(a->call, "short_factor"), *lf = find_kwarg(a->call, "long_factor");
+    if (r->kind == ROPE_LONGROPE) {
+        if (!sf || !lf || !(r->original_max > 0)) {
+            diag_error(S->d, a->call->loc, "longrope scaling needs short_factor=[...], long_factor=[...] and "
+                                           "original_max_position_embeddings=N");
+            return -1;
+        }
+        int use_long = (double)S->T > r->original_max;
+        double *f[2];
+        int64_t n[2];
+        const Expr *list[2] = {sf, lf};
+        for (int k = 0; k < 2; k++) {
+            const char *name = k ? "long_factor" : "short_factor";
+            if (kw_number_list(S, list[k], name, &f[k], &n[k]) != 0) return -1;
+            if (n[k] != pairs) {
+                diag_error(S->d, list[k]->loc, "%s has %lld factors; the rotated heads, %lld wide, have %lld pairs", name,
+                           (long long)n[k], (long long)(2 * pairs), (long long)pairs);
+                return -1;
+            }
+        }
+        r->factors = f[use_long], r->nfactors = pairs;
+        *words = arena_printf(S->a, "%s %s=[", *words, use_long ? "long_factor" : "short_factor");
+        for (int64_t i = 0; i < pairs && *words; i++)
+            *words = arena_printf(S->a, "%s%s%.17g", *words, i ? ", " : "", f[use_long][i]);
+        if (*words) *words = arena_printf(S->a, "%s]", *words);
+    }
+    return *words ? 0 : -1;
+}
+
 static Node *lower_rope(Sema *S, const Args *a) {
     Node *x;
     int64_t heads, d;
     double theta;
+    int interleaved;
     if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "rope") || need_rank(S, a->pos[0], x, 3, 3, "rope"))
         return NULL;
-    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_float(S, a, "theta", 10000.0, &theta) != 0) return NULL;
+    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_float(S, a, "theta", 10000.0, &theta) != 0 ||
+        kw_bool(S, a, "interleaved", 0, &interleaved) != 0)
+        return NULL;
     if (head_width(S, a->pos[0], x, heads, &d) != 0) return NULL;
     if (d % 2) {
         diag_error(S->d, a->pos[0]->loc, "rope needs an even head width, got %lld", (long long)d);
         return NULL;
     }
+    RopeRule r = {.kind = ROPE_DEFAULT, .theta = theta};
+    const Expr *e = find_kwarg(a->call, "scaling");
+    if (e) {
+        const char *w = e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "";
+        r.kind = ROPE_KINDS;
+        for (int k = 0; k < ROPE_KINDS; k++)
+            if (!strcmp(w, k == ROPE_DEFAULT ? "none" : rope_kind_name((RopeKind)k))) r.kind = (RopeKind)k;
+        if (r.kind == ROPE_KINDS) {
+            diag_error(S->d, e->loc, "scaling must be none, linear, llama3, yarn or longrope");
+            return NULL;
+        }
+    }
+    for (int i = 0; i < a->call->items.n; i++) {
+        const Expr *k = a->call->items.items[i];
+        if (k->kind == EXPR_KWARG && !word_in_list("heads theta scaling interleaved", k->str) &&
+            !word_in_list(ROPE_FIELDS[r.kind], k->str)) {
+            diag_error(S->d, k->loc, "%s is not a field of rope scaling %s%s%s", k->str,
+                       r.kind == ROPE_DEFAULT ? "none" : rope_kind_name(r.kind), ROPE_FIELDS[r.kind][0] ? ", which takes " : "",
+                       ROPE_FIELDS[r.kind]);
+            return NULL;
+        }
+    }
+    char *words = NULL;
+    if (r.kind != ROPE_DEFAULT && rope_rule_fields(S, a, d / 2, &r, &words) != 0) return NULL;
+    double *freq = arena_alloc(S->a, (size_t)(d / 2) * sizeof *freq); // (D/2)
+    if (!freq) return NULL;
+    double scale;
+    const char *bad = rope_frequencies(&r, d, freq, &scale);
+    if (bad) {
+        diag_error(S->d, a->call->loc, "%s", bad);
+        return NULL;
+    }
     Node *n = new_node(S, OP_ROPE, DT_F32, &x->shape, a->call->loc, 1, &x);
-    if (n) { n->heads = (int)heads; n->theta = theta; }
+    if (n) {
+        n->heads = (int)heads;
+        n->theta = theta;
+        n->rope_freq = freq;
+        n->rope_scale = scale;
+        n->rope_interleaved = interleaved;
+        n->rope_rule = words;
+    }
     return n;
 }
 

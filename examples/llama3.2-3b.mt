@@ -1,7 +1,7 @@
 # Llama-3.2 3B: RMSNorm, rotary embeddings, grouped-query attention, SwiGLU, LM head tied
 # to the embeddings. Sized for one GPU of the lent kind with the model streamed
 # (tests/gpu/run.sh compiles it for a capped device memory). The published model
-# scales rope's frequencies (rope_type llama3); mt's rope is the plain form.
+# scales rope's frequencies (rope_scaling: rope_type llama3, values of its config.json).
 # Parameter names are those of the Hugging Face checkpoint; torch Linear
 # weights are stored [out, in], so they multiply transposed. rope rotates
 # the two halves of each head, the Hugging Face convention.
@@ -15,7 +15,11 @@ config {
   NKV = 8              # key/value heads (grouped-query attention)
   HS = C / NH          # head width
   FFN = 8192           # SwiGLU hidden width
-  theta = 500000.0
+  theta = 500000.0     # rope_theta
+  rope_factor = 32.0    # rope_scaling (rope_type llama3): factor
+  rope_low = 1.0       # low_freq_factor
+  rope_high = 4.0      # high_freq_factor
+  rope_context = 8192  # original_max_position_embeddings
   eps = 1e-5
 }
 
@@ -34,8 +38,10 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   param w_down "mlp.down_proj.weight" [C, FFN] init = normal(std = 0.02 / sqrt(2 * L))
 
   a = rmsnorm(x, attn_norm, eps = eps)
-  q = rope(a @ transpose(wq), heads = NH, theta = theta)
-  k = rope(a @ transpose(wk), heads = NKV, theta = theta)
+  q = rope(a @ transpose(wq), heads = NH, theta = theta, scaling = llama3, factor = rope_factor,
+           low_freq_factor = rope_low, high_freq_factor = rope_high, original_max_position_embeddings = rope_context)
+  k = rope(a @ transpose(wk), heads = NKV, theta = theta, scaling = llama3, factor = rope_factor,
+           low_freq_factor = rope_low, high_freq_factor = rope_high, original_max_position_embeddings = rope_context)
   v = a @ transpose(wv)
   x = x + attention(q, k, v, heads = NH, kv_heads = NKV, causal = true) @ transpose(wo)
   m = rmsnorm(x, mlp_norm, eps = eps)

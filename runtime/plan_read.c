@@ -503,7 +503,35 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->scale = get_f64(r);
     n->softcap = get_f64(r);
     n->top_k = get_i32(r);
+    n->rope_interleaved = get_i32(r);
+    n->rope_scale = get_f64(r);
+    int pairs = get_count(r, 8, "rope frequencies");
     if (r->failed) return NULL;
+    if (pairs) {
+        double *f = arena_alloc(r->a, (size_t)pairs * sizeof *f); // (D/2)
+        if (!f) {
+            rd_oom(r);
+            return NULL;
+        }
+        for (int i = 0; i < pairs; i++) f[i] = get_f64(r);
+        n->rope_freq = f;
+    }
+    if (r->failed) return NULL;
+    if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
+                            pairs != shape.dims[2] / n->heads / 2
+                      : pairs != 0) {
+        rd_fail(r, "%s (%s): %d rope frequencies for its shape and %d heads", what, op_name(op), pairs, n->heads);
+        return NULL;
+    }
+    for (int i = 0; i < pairs; i++)
+        if (!isfinite(n->rope_freq[i]) || n->rope_freq[i] < 0) {
+            rd_fail(r, "%s (%s): rope frequency %d is %g", what, op_name(op), i, n->rope_freq[i]);
+            return NULL;
+        }
+    if (op == OP_ROPE && (!isfinite(n->rope_scale) || !(n->rope_scale > 0))) {
+        rd_fail(r, "%s (%s): rope scale %g", what, op_name(op), n->rope_scale);
+        return NULL;
+    }
     check_node(r, g, pk, n);
     return r->failed ? NULL : n;
 }

@@ -24,6 +24,23 @@ EXPECTED = {
         "model.layers.31.self_attn.k_proj.weight": [1024, 4096], "model.layers.0.mlp.down_proj.weight": [4096, 14336],
         "model.layers.7.post_attention_layernorm.weight": [4096], "model.norm.weight": [4096],
         "lm_head.weight": [128256, 4096]}, 32 * 9 + 3),
+    "llama3.1-8b.mt": (8_030_261_248, {
+        "model.embed_tokens.weight": [128256, 4096], "model.layers.31.self_attn.k_proj.weight": [1024, 4096],
+        "lm_head.weight": [128256, 4096]}, 32 * 9 + 3),
+    "qwen3-8b.mt": (8_190_735_360, {
+        "model.layers.35.self_attn.q_norm.weight": [128], "model.layers.0.self_attn.k_proj.weight": [1024, 4096],
+        "model.layers.0.mlp.down_proj.weight": [4096, 12288], "lm_head.weight": [151936, 4096]}, 36 * 11 + 3),
+    "qwen3-30b-a3b.mt": (30_532_122_624, {
+        "model.layers.47.mlp.experts.127.down_proj.weight": [2048, 768], "model.layers.0.mlp.gate.weight": [128, 2048],
+        "model.layers.0.self_attn.q_proj.weight": [4096, 2048], "model.layers.3.self_attn.k_norm.weight": [128]},
+        48 * (4 + 2 + 2 + 1 + 3 * 128) + 3),
+    "olmo2-7b.mt": (7_298_617_344, {
+        "model.embed_tokens.weight": [100352, 4096], "model.layers.31.self_attn.q_norm.weight": [4096],
+        "model.layers.0.post_feedforward_layernorm.weight": [4096], "lm_head.weight": [100352, 4096]}, 32 * 11 + 3),
+    "gemma3-4b.mt": (3_880_263_168, {
+        "model.embed_tokens.weight": [262208, 2560], "model.layers.5.self_attn.q_proj.weight": [2048, 2560],
+        "model.layers.33.self_attn.k_norm.weight": [256], "model.layers.0.mlp.down_proj.weight": [2560, 10240]},
+        34 * 13 + 2),
     "llama3-70b.mt": (70_553_706_496, {
         "model.layers.79.mlp.gate_proj.weight": [28672, 8192], "model.layers.0.self_attn.v_proj.weight": [1024, 8192]},
         80 * 9 + 3),

@@ -5,11 +5,14 @@
 // forward (tests/check_moe.py). Head, then the block once per layer (each
 // layer's weights by checkpoint name), then the tail.
 //
-// usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N]
+// usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N] [--logits FILE]
 //   INPUTS.i32: forward's arguments in order, each its elements as
 //   little-endian int32 (tokens then targets for a language model).
 // Prints "loss L" (the tail's output) and "aux A" (the sum over layers of
 // every loss add_loss joins to the objective); exit 1 on any error.
+// --logits FILE writes the loss's first operand (the logits, when the tail
+// ends in cross_entropy) as little-endian f64, row-major (tests/check_hf.py
+// compares them with transformers').
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -94,9 +97,17 @@ static double joined_losses(const PartState *ps) {
 
 int main(int argc, char **argv) {
     mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
-    if (argc != 4 && argc != 8) return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N]");
     SemaOptions opt = {0};
-    if (argc == 8) opt.batch = atoll(argv[5]), opt.seq = atoll(argv[7]);
+    const char *logits_path = NULL;
+    int bad = argc < 4;
+    for (int i = 4; i < argc && !bad; i += 2) {
+        if (i + 1 >= argc) bad = 1;
+        else if (!strcmp(argv[i], "--batch")) opt.batch = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--seq")) opt.seq = atoll(argv[i + 1]);
+        else if (!strcmp(argv[i], "--logits")) logits_path = argv[i + 1];
+        else bad = 1;
+    }
+    if (bad) return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N] [--logits FILE]");
     char *text, *raw, err[1024];
     size_t len, rawlen;
     if (io_read_file(argv[1], &text, &len) != 0 || io_read_file(argv[3], &raw, &rawlen) != 0)
@@ -136,6 +147,13 @@ int main(int argc, char **argv) {
     exec_run(&r.ps[PART_TAIL], 0, g->parts[PART_TAIL].nfwd);
     aux += joined_losses(&r.ps[PART_HEAD]) + joined_losses(&r.ps[PART_TAIL]);
     printf("loss %.17g\naux %.17g\n", ((double *)r.ps[PART_TAIL].val[g->parts[PART_TAIL].output->id])[0], aux);
+    if (logits_path) {
+        const Node *loss = g->parts[PART_TAIL].output, *lg = loss->nin ? loss->in[0] : NULL;
+        FILE *f = lg && loss->op == OP_CROSS_ENTROPY ? fopen(logits_path, "wb") : NULL;
+        size_t n = lg ? (size_t)shape_numel(&lg->shape) : 0; // (the logits' shape)
+        if (!f || fwrite(r.ps[PART_TAIL].val[lg->id], sizeof(double), n, f) != n || fclose(f) != 0)
+            return fail("cannot write the logits (does the tail end in cross_entropy?)");
+    }
     for (int pk = 0; pk < graph_nparts(g); pk++) exec_free(&r.ps[pk]);
     free(carried);
     st_close(&r.st);

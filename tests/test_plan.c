@@ -281,6 +281,10 @@ static void compare_node(const char *ctx, const Node *x, const Node *y) {
     SAME("inverse", x->inverse == y->inverse);
     SAME("eps", f64_eq(x->eps, y->eps));
     SAME("theta", f64_eq(x->theta, y->theta));
+    SAME("rope_interleaved", x->rope_interleaved == y->rope_interleaved);
+    SAME("rope_scale", f64_eq(x->rope_scale, y->rope_scale));
+    int64_t pairs = rope_pairs(x); // rope_freq's (D/2)
+    for (int64_t i = 0; i < pairs; i++) SAME("rope_freq", f64_eq(x->rope_freq[i], y->rope_freq[i]));
 }
 
 static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
@@ -570,7 +574,8 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     redo_crcs(buf);
     expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 11");
     memcpy(buf, orig, len);
-    st32(buf + 8, 10); // before the STREAMS section recorded the ranks (mtc --ranks)
+    st32(buf + 8, 10); // before the STREAMS section recorded the ranks (mtc --ranks) and rope nodes their
+                       // frequencies, cos/sin scale and pair layout
     redo_crcs(buf);
     expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 11");
     memcpy(buf, orig, len);

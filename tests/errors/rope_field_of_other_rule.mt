@@ -1,0 +1,12 @@
+# expect: 6:59: error: low_freq_factor is not a field of rope scaling linear, which takes factor
+model m
+config { V = 16; C = 8; H = 2 }
+param emb "emb" [V, C]
+block h[2] "h.{i}." (x: [B, T, C]) -> [B, T, C] {
+  return rope(x, heads = H, scaling = linear, factor = 8, low_freq_factor = 1)
+}
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = h(embed(emb, tokens))
+  return cross_entropy(x @ transpose(emb), targets)
+}
+train { batch = 2; seq = 4 }
