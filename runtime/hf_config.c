@@ -131,6 +131,25 @@ static void add_float(cJSON *obj, const char *key, double v) {
     cJSON_AddRawToObject(obj, key, buf);
 }
 
+// What of a rope node the config written here cannot say, or NULL: it says
+// rope_type "default", every pair of a head turning at theta^(-2i/D). A
+// scaling rule (linear, llama3, yarn, longrope: the plan carries their
+// frequencies, not the rule), a cos/sin scale, interleaved pairs or partial
+// rotary would load in transformers as another function.
+static const char *rope_unsaid(const Node *rope, int64_t head_dim) {
+    int64_t pairs = rope_pairs(rope);
+    if (pairs * 2 != head_dim) return "its rope turns part of each head (partial rotary)";
+    if (rope->rope_interleaved) return "its rope pairs neighbouring features (interleaved)";
+    if (rope->rope_scale != 1) return "its rope scales cos and sin (a yarn or longrope rule)";
+    for (int64_t i = 0; rope->rope_freq && i < pairs; i++) {
+        double plain = pow(rope->theta, -2.0 * (double)i / (double)head_dim);
+        if (fabs(rope->rope_freq[i] - plain) > 1e-12 * plain)
+            return "its rope frequencies follow a scaling rule (linear, llama3, yarn or longrope), which this "
+                   "export does not write into config.json yet";
+    }
+    return NULL;
+}
+
 int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, char **generation, char *err,
                    size_t errcap) {
     const Graph *g = p->graph;
@@ -172,6 +191,11 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
                          (long long)a->window);
             window = a->window;
         }
+    }
+    for (int64_t l = 0; !why[0] && l < g->layers; l++) { // every layer's rope: what rope_parameters says
+        const Node *r = first_op(g, OP_ROPE, block_part(g, l));
+        const char *unsaid = r ? rope_unsaid(r, head_dim) : "a layer has no rope";
+        if (unsaid) snprintf(why, sizeof why, "layer %lld: %s", (long long)l, unsaid);
     }
     double qscalar = 0;
     if (!why[0] && f != FAM_GEMMA2) {
