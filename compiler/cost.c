@@ -310,7 +310,8 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY_OUT:
         if (zero3) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
         return (double)in->bytes / t->d2h_bandwidth;
-    case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
+    case INS_SAVE:
+    case INS_STAT: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
@@ -364,7 +365,8 @@ static int resource_of(const Instr *in, const Target *t) {
     case INS_INPUT:
     case INS_LOAD: return RES_H2D;
     case INS_COPY_OUT:
-    case INS_SAVE: return t->link_duplex ? RES_D2H : RES_H2D;
+    case INS_SAVE:
+    case INS_STAT: return t->link_duplex ? RES_D2H : RES_H2D;
     case INS_UPDATE:
     case INS_NORM: return RES_HOST;
     default: return RES_NONE;

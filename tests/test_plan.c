@@ -122,6 +122,11 @@ static Plan *hand_plan(Graph *g, Arena *a) {
                      .src = plan_segment_base(p, last), .dst = 0, .bytes = plan_segment_len(p, last) * 4};
     t[n++] = (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = 0, .from = 0, .to = block->nodes.n};
+    int reported = 0; // the block's first node with a buffer of its own, as if its forward reported it
+    while (p->node_offset[PART_BLOCK][reported] < 0) reported++;
+    t[n++] = (Instr){.kind = INS_STAT, .part = PART_BLOCK, .layer = 0, .from = reported,
+                     .src = p->node_offset[PART_BLOCK][reported],
+                     .bytes = shape_numel(&((const Node *)block->nodes.items[reported])->shape) * 4};
     t[n++] = (Instr){.kind = INS_SAVE, .engine = ENG_COPY_OUT, .layer = -1, .src = slot, .dst = HAND_SAVE_BYTES,
                      .bytes = HAND_SAVE_BYTES};
     t[n++] = (Instr){.kind = INS_RUN, .part = block_part(g, last), .layer = last, .from = 2, .to = 2, .frame = 1,
@@ -665,7 +670,7 @@ static int find_ins(const Plan *p, int kind, int part) {
 static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i, const char *fault) {
     const Instr *in = &(strcmp(stream, "train") ? p->eval : p->train)[i];
     static const char *const names[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update"};
+                                        "load", "free", "record", "wait", "norm", "update", "stat"};
     _Static_assert(sizeof names / sizeof names[0] == INS_COUNT, "names out of sync with InsKind");
     char want[200];
     snprintf(want, sizeof want, "section STREAMS: %s instruction %d (%s): ", stream, i,
@@ -931,6 +936,7 @@ static void damage_fields(Plan *p, const char *path) {
         case INS_WAIT: in->event = -1; fault = "event -1"; break;
         case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
         case INS_UPDATE: in->layer = -3; fault = "segment -3"; break;
+        case INS_STAT: in->bytes += 4; fault = "bytes of a node of"; break;
         case INS_COUNT: break;
         }
         char ctx[64];
