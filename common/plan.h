@@ -2,7 +2,7 @@
 // (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 11, all integers little-endian:
+// File format, version 12, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,7 +21,7 @@
 
 #include "graph.h"
 
-enum { PLAN_VERSION = 11, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 12, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
@@ -57,24 +57,27 @@ typedef enum {
     INS_WAIT,     // nothing after it on this engine starts before event `event` fired
     INS_NORM,     // host: the squared norm of segment `layer`'s gradients, on a step's last micro-batch
     INS_UPDATE,   // host: the pending AdamW update of segment `layer`'s weights; zeroes its gradients
+    INS_STAT,     // what layer `layer`'s forward reports (plan_reports): node `from` of part `part` in frame
+                  // `frame`, at arena [src, src + bytes), bf16 with XFER_BF16 -> the stream's host statistics
+                  // buffer bytes [dst, dst + bytes): the loss add_loss joins, or top_k's mask (the load per expert)
     INS_COUNT
 } InsKind;
 
 // Instruction flags. INS_RUN: RUN_SKIP_HEAVY, skip matmul, attention and moe
 // nodes, whose outputs the schedule restored (selective recomputation).
-// INS_COPY_IN, INS_COPY_OUT: XFER_BF16, the device side holds bf16 (the
-// storage rule, common/storage.h, says which).
+// INS_COPY_IN, INS_COPY_OUT, INS_STAT: XFER_BF16, the device side holds
+// bf16 (the storage rule, common/storage.h, says which).
 enum { RUN_SKIP_HEAVY = 1, XFER_BF16 = 2 };
 
 typedef struct Instr {
     int32_t kind;     // InsKind
     int32_t engine;   // Engine
-    int32_t part;     // INS_RUN
-    int32_t layer;    // INS_RUN; INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE: the host store segment (below)
+    int32_t part;     // INS_RUN, INS_STAT
+    int32_t layer;    // INS_RUN, INS_STAT; INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE: the host store segment (below)
     int32_t input;    // INS_INPUT
-    int32_t from, to; // INS_RUN
-    int32_t frame;    // INS_RUN of the block: which frame's offsets (0 for the head and tail)
-    int32_t flags;    // INS_RUN: RUN_SKIP_HEAVY; INS_COPY_IN, INS_COPY_OUT: XFER_BF16
+    int32_t from, to; // INS_RUN; INS_STAT: from is the node
+    int32_t frame;    // INS_RUN of the block, INS_STAT: which frame's offsets (0 for the head and tail)
+    int32_t flags;    // INS_RUN: RUN_SKIP_HEAVY; INS_COPY_IN, INS_COPY_OUT, INS_STAT: XFER_BF16
     int32_t event;    // INS_RECORD, INS_WAIT: 0 .. nevents-1, each recorded once per stream
     int64_t src, dst, bytes;
 } Instr;
@@ -179,6 +182,25 @@ static inline void plan_lay_out_layers(Plan *p) {
 // How many segments there are, and segment seg's index among them (0 .. count-1).
 static inline int64_t plan_segment_count(const Plan *p) { return p->graph->layers - SEG_FIRST; }
 static inline int64_t plan_segment_index(int64_t seg) { return seg - SEG_FIRST; }
+
+// The nodes of a part's forward that the run reports (INS_STAT): the mask
+// of each top_k that routes (read by a node other than the load-balancing
+// loss, whose own top_k of the same logits would count every token twice):
+// its column sums are the load per expert; and every loss add_loss joins
+// (the auxiliary loss). Sets marks[i] (part->nodes.n) to 1 for each, 0
+// elsewhere. The schedule keeps them to the end of a block's forward run and
+// reads them after it; mtrun logs them.
+static inline void plan_report_marks(const Part *part, unsigned char *marks) {
+    for (int i = 0; i < part->nodes.n; i++) marks[i] = 0;
+    for (int i = 0; i < part->nfwd; i++) {
+        const Node *n = part->nodes.items[i];
+        for (int j = 0; j < n->nin; j++) {
+            const Node *m = n->op == OP_ADD_LOSS && j == 1 ? n->in[1] : n->op != OP_LOAD_BALANCE ? n->in[j] : NULL;
+            while (m && (m->op == OP_VIEW || m->op == OP_RESHAPE)) m = m->in[0];
+            if (m && m->part == n->part && (m->op == OP_TOP_K || (n->op == OP_ADD_LOSS && j == 1))) marks[m->id] = 1;
+        }
+    }
+}
 
 // The node offsets a RUN of part pk in frame `frame` uses.
 static inline const int64_t *plan_offsets(const Plan *p, int pk, int frame) {

@@ -36,6 +36,8 @@ typedef struct Target {
     double kernel_launch_s;      // seconds, optional
     double gemm_call_s;          // seconds a host BLAS call costs beyond its FLOPs (cpu targets), optional
     double transcendental_s;     // seconds of one exp, log, sqrt, sin, cos or pow on one thread (cpu targets), optional
+    double attention_plain_flops; // FLOP/s of bf16 attention on a cpu target, the plain kernel on one thread,
+                                  // optional: vector_flops when left out
     double gemm_efficiency;      // in (0, 1], optional
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16

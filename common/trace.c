@@ -55,6 +55,7 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     case INS_INPUT: snprintf(buf, cap, "batch input %d in", in->input); break;
     case INS_SAVE: snprintf(buf, cap, "activations out"); break;
     case INS_LOAD: snprintf(buf, cap, "activations in"); break;
+    case INS_STAT: snprintf(buf, cap, "layer %d statistics out", in->layer); break;
     case INS_UPDATE:
         if (in->layer < 0) snprintf(buf, cap, "AdamW %s globals", glob);
         else snprintf(buf, cap, "AdamW layer %d", in->layer);

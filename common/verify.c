@@ -28,7 +28,7 @@
 #include <string.h>
 
 static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run",    "loss",  "save",
-                                        "load",    "free",     "record", "wait", "norm", "update"};
+                                        "load",    "free",     "record", "wait", "norm", "update", "stat"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 static const char *const ENG_NAMES[] = {"compute", "copy-in", "copy-out", "host"};
 _Static_assert(sizeof ENG_NAMES / sizeof ENG_NAMES[0] == ENG_COUNT, "ENG_NAMES out of sync with Engine");
@@ -596,6 +596,11 @@ static int check_fields(V *v, int i) {
     case INS_NORM:
     case INS_UPDATE:
         return in->layer >= SEG_FIRST && in->layer < g->layers ? 0 : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+    case INS_STAT:
+        if (in->layer < 0 || in->layer >= g->layers || in->part != block_part(g, in->layer) || in->from < 0 ||
+            in->from >= g->parts[in->part].nfwd)
+            return fail(v, "%s: node %d of part %d is not in layer %d's forward", d, in->from, in->part, in->layer);
+        return range_ok(in->src, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     case INS_COUNT: break;
     }
     return 0;
@@ -696,6 +701,11 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
             const Node *b = base_of(p, output_of(p, PART_TAIL), &off);
             Label want = {.kind = V_NODE, .part = PART_TAIL, .node = b->id, .layer = -1, .at = off};
             rc = read_range(v, &v->arena, i, in->src, in->src + 4, &want, "the loss");
+            break;
+        }
+        case INS_STAT: { // what the layer's forward reports: the node's value, as its run left it
+            Label want = {.kind = V_NODE, .part = in->part, .node = in->from, .layer = in->layer};
+            rc = read_range(v, &v->arena, i, in->src, in->src + in->bytes, &want, "a reported value");
             break;
         }
         case INS_NORM:

@@ -97,7 +97,8 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
 // (attention_tc_fraction, attention_fp32_fraction). On a cpu target f32
 // attention is priced as GEMMs over every (query, key) pair plus
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
-// kernel (double sums, one thread), at vector_flops.
+// kernel (double sums, one thread), at attention_plain_flops (mtrun
+// --calibrate measures that kernel), or vector_flops where a profile lacks it.
 static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
     int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
@@ -113,7 +114,7 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
         double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
         if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
-        if (cpu && bf16) matrix = t->vector_flops;
+        if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
         flops = 4.0 * (double)a->B * pairs * (double)(a->H * a->D) * (k->kind == KK_ATTN ? 1.0 : 2.5);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
@@ -310,7 +311,8 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY_OUT:
         if (zero3) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
         return (double)in->bytes / t->d2h_bandwidth;
-    case INS_SAVE: return (double)in->bytes / t->d2h_bandwidth;
+    case INS_SAVE:
+    case INS_STAT: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
@@ -364,7 +366,8 @@ static int resource_of(const Instr *in, const Target *t) {
     case INS_INPUT:
     case INS_LOAD: return RES_H2D;
     case INS_COPY_OUT:
-    case INS_SAVE: return t->link_duplex ? RES_D2H : RES_H2D;
+    case INS_SAVE:
+    case INS_STAT: return t->link_duplex ? RES_D2H : RES_H2D;
     case INS_UPDATE:
     case INS_NORM: return RES_HOST;
     default: return RES_NONE;

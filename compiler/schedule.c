@@ -138,7 +138,8 @@ static int meet(const Interval *iv, const int *first, int a, int b) {
 // loss is read after); gradients live to the end (copied after the
 // backward); kept nodes (selective recomputation saves them after the
 // forward and restores them before the recompute) live from the start to at
-// least the forward's end.
+// least the forward's end; what a block's forward reports (plan_report_marks)
+// lives to the end of the forward's range (it is read after the run).
 static int64_t layout_part(const Part *part, DType compute, const unsigned char *kept, const int *ranges, int nranges,
                            int64_t *rel) {
     int n = part->nodes.n, ticks = 0;
@@ -147,12 +148,14 @@ static int64_t layout_part(const Part *part, DType compute, const unsigned char 
     int *first = malloc(((size_t)n + 1) * sizeof *first), *cur = malloc(((size_t)n + 1) * sizeof *cur);
     Slot *slot = calloc((size_t)n + 1, sizeof *slot);
     Slot **placed = calloc((size_t)n + 1, sizeof *placed);
+    unsigned char *reported = calloc((size_t)n + 1, 1); // (n) what the forward reports: read after its run
     // A fused kernel (fuse.c) runs at its anchor, reading every argument
     // then, and may write its results from its first node on: node i is
     // written from kstart[i] and reads its operands at kend[i].
     const int *kstart = part->span_first, *kend = part->span_anchor;
     int64_t total = -1;
-    if (!iv || !first || !cur || !slot || !placed || !kstart || !kend) goto done;
+    if (!iv || !first || !cur || !slot || !placed || !reported || !kstart || !kend) goto done;
+    if (part_is_block(part->output->part)) plan_report_marks(part, reported);
     int niv = 0, t = 0, out = base_of(part->output)->id;
     for (int i = 0; i < n; i++) first[i] = cur[i] = -1;
     for (int i = 0; i < n; i++) // inputs: throughout
@@ -177,6 +180,8 @@ static int64_t layout_part(const Part *part, DType compute, const unsigned char 
                 if (iv[niv].end < part->nfwd - 1) iv[niv].end = part->nfwd - 1;
             }
             if (i == out) iv[niv].end = part->output->shape.rank == 0 ? ticks : range_end;
+            int fwd_end = base + (to < part->nfwd ? to : part->nfwd) - 1; // the end of this range's forward
+            if (reported[i] && iv[niv].end < fwd_end) iv[niv].end = fwd_end;
             first[i] = cur[i] = niv++;
         }
     }
@@ -231,6 +236,7 @@ done:
     free(cur);
     free(slot);
     free(placed);
+    free(reported);
     return total;
 }
 
@@ -335,6 +341,7 @@ typedef struct Builder {
     // (nframes) per frame: the last compute and copy-out events touching it (-1: none)
     int *frame_cmp, *frame_out;
     int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
+    int64_t stat_bytes; // the stream's host statistics buffer so far (INS_STAT's dst)
 } Builder;
 
 static Instr *emit(Builder *b, InsKind kind, Engine e) {
@@ -424,6 +431,34 @@ static void run(Builder *b, PartKind part, int from, int to, int64_t layer, int 
     in->layer = (int32_t)layer;
     in->frame = frame;
     in->flags = flags;
+}
+
+// What layer l's forward, just run in frame f, reports (plan_report_marks):
+// each value read out on the compute engine, before anything after the run
+// can overwrite it, into the stream's host statistics buffer.
+static void report_stats(Builder *b, int64_t l, int f) {
+    const Part *block = &b->p->graph->parts[block_part(b->p->graph, l)];
+    unsigned char *marks = arena_alloc(b->a, (size_t)block->nodes.n + 1); // (nodes.n)
+    if (!marks) {
+        b->failed = 1;
+        return;
+    }
+    plan_report_marks(block, marks);
+    DType compute = b->p->graph->train.compute;
+    for (int i = 0; i < block->nfwd; i++) {
+        if (!marks[i]) continue;
+        const Node *n = block->nodes.items[i];
+        Instr *in = emit(b, INS_STAT, ENG_COMPUTE);
+        in->part = n->part;
+        in->from = n->id;
+        in->layer = (int32_t)l;
+        in->frame = f;
+        in->src = addr(b->p, n, f);
+        in->bytes = node_bytes(compute, n);
+        in->flags = storage_elem_bytes(compute, n) == 2 ? XFER_BF16 : 0;
+        in->dst = b->stat_bytes;
+        b->stat_bytes += in->bytes;
+    }
 }
 
 static void host_op(Builder *b, InsKind kind, int64_t layer) { emit(b, kind, ENG_HOST)->layer = (int32_t)layer; }
@@ -669,6 +704,7 @@ static void forward(Builder *b, const int *ev_update, int train) {
         if (leave && !host && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE) && checkpoints(b, l))
             copy(b, xa, b->ckpt0 + recompute_rank(b, l) * b->x_bytes, b->x_bytes);
         run(b, block_part(g, l), 0, block->nfwd, l, f, 0);
+        report_stats(b, l, f);
         if (leave && rm == REMAT_SELECTIVE && !keeps_on_host(b, l)) keep_copies(b, l, f, 0);
         copy(b, addr(p, block->output, f), b->carry0, b->x_bytes); // the frame may be the next layer's
         b->frame_cmp[f] = record(b, ENG_COMPUTE);
@@ -1033,6 +1069,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     wait_for(&b, ENG_HOST, record(&b, ENG_COPY_OUT));
     global_op(&b, INS_NORM, SEG_HEAD);
     p->train = finish(&b, &p->ntrain);
+    b.stat_bytes = 0;
 
     // 5. The evaluation stream: forward and loss only.
     for (int f = 0; f < b.nframes; f++) b.frame_cmp[f] = b.frame_out[f] = -1;

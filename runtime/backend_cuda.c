@@ -116,7 +116,7 @@ typedef struct Cuda {
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
 static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
-                                            "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE"};
+                                            "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE", "STAT"};
 
 static int engine_of(const Instr *in) { return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE; }
 

@@ -24,6 +24,10 @@
 //      in cache-sized chunks, several passes a chunk, so that arithmetic and
 //      not memory bounds it (compiler/cost.c already takes the larger of the
 //      FLOP time and the byte time) -> vector_flops.
+//   4b. bf16 attention: the plain kernel (runtime/kernels.inc: double sums,
+//      one thread) that the cpu backend runs a bf16 plan's attention with,
+//      causal, 256 tokens, 4 heads of 64, its FLOPs counted as
+//      compiler/cost.c counts attention's -> attention_plain_flops.
 //   5. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
 //      scores in the tiny examples, on one thread as the cpu backend runs
 //      it) called many times, less its FLOPs at the rate of 3 ->
@@ -56,6 +60,7 @@
 #include "../common/target.h"
 #include "adamw.h"
 #include "blas_core.h"
+#include "kernels.h"
 #include "tier.h"
 
 #include <cblas.h>
@@ -120,6 +125,7 @@ typedef struct Measured {
     Figure small_gemm;     // seconds a call of the small sgemm
     Figure kernel_call;    // seconds a generated kernel's call
     Figure math;           // seconds an expf, logf, sinf or cosf
+    Figure attention;      // FLOP/s of the plain attention kernel, one thread
     size_t copy_bytes;     // of each of the two copy buffers
     int threads;           // of the copy and AdamW
     int64_t adamw_params;  // the AdamW measured: parameters
@@ -329,6 +335,26 @@ static double round_vector(Bench *b) {
     return 2.0 * CAL_FMA_N * (double)CAL_FMA_PASSES / dt;
 }
 
+// ---- 4b. bf16 attention: FLOP/s of the plain kernel, one thread
+
+enum { CAL_ATTN_T = 256, CAL_ATTN_H = 4, CAL_ATTN_D = 64 };
+
+static double round_attention(Bench *b) {
+    (void)b;
+    const int64_t T = CAL_ATTN_T, C = CAL_ATTN_H * CAL_ATTN_D;
+    Node n = {.op = OP_ATTENTION, .dtype = DT_F32, .nin = 3, .heads = CAL_ATTN_H, .kv_heads = CAL_ATTN_H, .causal = 1,
+              .shape = {.rank = 3, .dims = {1, T, C}}};
+    float *qkvy = malloc((size_t)(4 * T * C) * sizeof(float)); // q, k, v, y: (T, C) each
+    if (!qkvy) return 0; // not measured
+    for (int64_t i = 0; i < 3 * T * C; i++) qkvy[i] = (float)(i % 19) * 0.0625f - 0.5f;
+    void *in[3] = {qkvy, qkvy + T * C, qkvy + 2 * T * C};
+    double t0 = now_s();
+    kernel_run_f32(&n, qkvy + 3 * T * C, in);
+    double dt = now_s() - t0;
+    free(qkvy);
+    return 4.0 * (0.5 * (double)T * (double)T) * (double)C / dt; // cost.c's count: causal pairs x 4 x H x D
+}
+
 // ---- 5. per-call overheads: seconds a call
 
 static double round_small_gemm(Bench *b) {
@@ -382,7 +408,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
         {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
         {&m->grads_add, round_grads_add},
         {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
-        {&m->math, round_math}};
+        {&m->math, round_math},         {&m->attention, round_attention}};
     const int nwhat = (int)(sizeof what / sizeof what[0]);
     for (int r = -1; r < CAL_ROUNDS; r++) // round -1 warms up
         for (int i = 0; i < nwhat; i++) {
@@ -405,6 +431,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9; // figures are positive
     t->kernel_launch_s = m->kernel_call.lo > 1e-9 ? m->kernel_call.lo : 1e-9;
     t->transcendental_s = m->math.lo;
+    t->attention_plain_flops = m->attention.hi;
     return 0;
 }
 
@@ -594,7 +621,13 @@ static int write_profile(FILE *f, const Measured *m) {
                "# (compiler/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
                "# as the kernels are built; the best of %d rounds: %.2f GFLOP/s.\n",
             d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_ROUNDS, t->vector_flops / gb);
-    fprintf(f, "vector_flops = %s\n\n", fmt_num(a, sizeof a, t->vector_flops));
+    fprintf(f, "vector_flops = %s\n", fmt_num(a, sizeof a, t->vector_flops));
+    fprintf(f, "# measured by mtrun --calibrate on %s: the plain attention kernel (double sums) on\n"
+               "# ONE thread, as the cpu backend runs a bf16 plan's attention, causal, %d tokens,\n"
+               "# %d heads of %d, FLOPs counted as compiler/cost.c counts attention's; the best of\n"
+               "# %d rounds: %.2f GFLOP/s.\n", d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS,
+            t->attention_plain_flops / gb);
+    fprintf(f, "attention_plain_flops = %s\n\n", fmt_num(a, sizeof a, t->attention_plain_flops));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
                "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
@@ -762,6 +795,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
         fprintf(out, "  expf..  %8.2f ns        (median %.2f) one thread, a call\n", m.t.transcendental_s * 1e9,
                 m.math.median * 1e9);
+        fprintf(out, "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread\n",
+                m.t.attention_plain_flops / 1e9, m.attention.median / 1e9);
         if (tier_dir)
             fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %.1f MB in %s; %.1f GB free\n",
                     m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9,

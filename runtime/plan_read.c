@@ -44,7 +44,7 @@ static const int64_t MAX_NUMEL = INT64_MAX / 16;
 
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
 static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update"};
+                                        "load", "free", "record", "wait", "norm", "update", "stat"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 
 // How many operands each op takes; -1: at least one (concat).
@@ -884,6 +884,33 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
             rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
                     (long long)g->layers);
         return;
+    case INS_STAT: {
+        int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
+        if (in->layer < 0 || in->layer >= g->layers) {
+            rd_fail(r, "%s: layer %d of %lld", where, in->layer, (long long)g->layers);
+            return;
+        }
+        const Part *part = &g->parts[block_part(g, in->layer)];
+        const Node *n = in->part == block_part(g, in->layer) && in->from >= 0 && in->from < part->nfwd
+                            ? part->nodes.items[in->from] : NULL;
+        if (!n || p->node_offset[in->part] == NULL || plan_offsets(p, in->part, 0)[in->from] < 0)
+            rd_fail(r, "%s: node %d of part %d is not a node with a buffer in layer %d's forward", where, in->from,
+                    in->part, in->layer);
+        else if (in->frame < 0 || in->frame >= p->nframes)
+            rd_fail(r, "%s: frame %d; the block has %d", where, in->frame, p->nframes);
+        else if (in->flags & ~XFER_BF16) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
+            rd_fail(r, "%s: a bf16 transfer in a plan that computes in %s", where, dtype_name(g->train.compute));
+        else if (in->bytes != shape_numel(&n->shape) * elem)
+            rd_fail(r, "%s: %lld bytes of a node of %lld elements", where, (long long)in->bytes,
+                    (long long)shape_numel(&n->shape));
+        else if (!range_ok(in->src, in->bytes, A) || in->src % elem != 0)
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) are not whole elements inside the arena of %lld", where,
+                    (long long)in->src, (long long)in->bytes, (long long)A);
+        else if (in->dst < 0 || in->dst > MAX_NUMEL || in->dst % elem != 0)
+            rd_fail(r, "%s: statistics byte %lld", where, (long long)in->dst);
+        return;
+    }
     case INS_COUNT: return;
     }
 }

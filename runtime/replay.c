@@ -72,6 +72,7 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         if (be->read_scalar_async) be->read_scalar_async(be, in, in->src, loss); // set by finish
         else *loss = be->read_scalar(be, in, in->src);
         break;
+    case INS_STAT: be->copy_out(be, in, r->stats + in->dst, in->src, in->bytes); break;
     case INS_SAVE: be->copy_out(be, in, r->act + in->dst, in->src, in->bytes); break;
     case INS_LOAD: be->copy_in(be, in, in->dst, r->act + in->src, in->bytes); break;
     case INS_FREE: be->poison(be, in, in->dst, in->bytes); break;
@@ -363,6 +364,55 @@ done:
     free(queue);
     free(fired);
     return rc;
+}
+
+int64_t replay_stats_bytes(const Instr *ins, int n) {
+    int64_t bytes = 0;
+    for (int i = 0; i < n; i++)
+        if (ins[i].kind == INS_STAT && ins[i].dst + ins[i].bytes > bytes) bytes = ins[i].dst + ins[i].bytes;
+    return bytes;
+}
+
+int64_t replay_experts(const Plan *p, const Instr *ins, int n, int64_t *experts) {
+    int64_t layers = 0;
+    for (int64_t l = 0; l < p->graph->layers; l++) experts[l] = 0;
+    for (int i = 0; i < n; i++) {
+        const Instr *in = &ins[i];
+        if (in->kind != INS_STAT) continue;
+        const Node *nd = p->graph->parts[in->part].nodes.items[in->from];
+        if (nd->op != OP_TOP_K) continue;
+        layers += experts[in->layer] == 0;
+        experts[in->layer] = nd->shape.dims[nd->shape.rank - 1];
+    }
+    return layers;
+}
+
+// Element k of a reported value, as INS_STAT read it (bf16 with XFER_BF16).
+static double stat_at(const Instr *in, const char *stats, int64_t k) {
+    if (in->flags & XFER_BF16) {
+        uint16_t v;
+        memcpy(&v, stats + in->dst + 2 * k, 2);
+        return f32_from_bf16(v);
+    }
+    float v;
+    memcpy(&v, stats + in->dst + 4 * k, 4);
+    return v;
+}
+
+void replay_stats_add(const Plan *p, const Instr *ins, int n, const char *stats, int64_t max_e, double *aux,
+                      double *loads) {
+    for (int i = 0; i < n; i++) {
+        const Instr *in = &ins[i];
+        if (in->kind != INS_STAT) continue;
+        const Node *nd = p->graph->parts[in->part].nodes.items[in->from];
+        if (nd->op != OP_TOP_K) { // a loss add_loss joins
+            if (nd->shape.rank == 0) *aux += stat_at(in, stats, 0);
+            continue;
+        }
+        int64_t E = nd->shape.dims[nd->shape.rank - 1], rows = shape_numel(&nd->shape) / E;
+        for (int64_t r = 0; r < rows; r++) // (rows, E) 1 where the row took the expert, 0 elsewhere
+            for (int64_t e = 0; e < E; e++) loads[in->layer * max_e + e] += stat_at(in, stats, r * E + e) != 0;
+    }
 }
 
 // Points a part's parameter nodes at layer `layer`'s weights as they stream

@@ -56,6 +56,7 @@ typedef struct Replay {
     // how far it is; it must not touch the arena or the store.
     void (*on_run)(void *ctx, const Instr *in);
     void *on_run_ctx;
+    char *stats;         // (replay_stats_bytes of the stream) what its INS_STATs read out: each layer's reports
     const int *recorder; // (nevents) during replay(): the engine that records each event
     // A test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the index of the train
     // stream instruction whose issue the threaded replays hold 50 ms, so that
@@ -85,6 +86,21 @@ double replay_predicted_step_s(const Plan *p);
 // waiting instruction and its event, or an instruction no engine can run.
 int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss, char *err,
            size_t errcap);
+
+// Bytes of the host statistics buffer that stream ins[0, n) writes (INS_STAT).
+int64_t replay_stats_bytes(const Instr *ins, int n);
+
+// The experts of each layer whose forward reports a top_k (plan_report_marks)
+// into experts[l] (layers; 0: none) from stream ins[0, n); returns how many
+// layers have some.
+int64_t replay_experts(const Plan *p, const Instr *ins, int n, int64_t *experts);
+
+// What stream ins[0, n) reported in its statistics buffer `stats`, added up:
+// every loss add_loss joined into *aux, and for layer l the tokens each
+// expert e took (top_k's mask summed over rows) into loads[l * max_e + e],
+// max_e the most experts of a layer.
+void replay_stats_add(const Plan *p, const Instr *ins, int n, const char *stats, int64_t max_e, double *aux,
+                      double *loads);
 
 // Engine names for messages: "compute", "copy-in", "copy-out", "host".
 const char *replay_engine_name(int engine);

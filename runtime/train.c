@@ -75,6 +75,14 @@ typedef struct Run {
     Replay rp;        // the plan's streams on be
     char *act;        // (p->host_act_bytes) the host activation store
     unsigned char *stream_updates; // (hs.nseg) whether the train stream has an INS_UPDATE of that segment
+    // What the plan's forward reports (INS_STAT), for the log: the losses add_loss joins and each MoE layer's
+    // load per expert. reports: whether the train stream has any (not with --reference).
+    char *stats;       // (the larger stream's replay_stats_bytes) where the replay reads them out
+    int reports;
+    int64_t *experts;  // (layers) each layer's experts (0: not a mixture of experts)
+    int64_t max_e;     // the most of any layer
+    double aux;        // the step's: the mean over micro-batches of the joined losses' sum
+    double *loads;     // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
     DataSet data;     // the training data (and its last 10% for validation, without --val-data)
     DataSet val_file; // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
@@ -117,6 +125,7 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                       : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
+    if (rc == 0 && backward && r->reports) replay_stats_add(p, p->train, p->ntrain, r->stats, r->max_e, &r->aux, r->loads);
     return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
@@ -200,6 +209,8 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     if (store_ok(r, err, errcap) != 0) return -1;
     double sum = 0;
     int64_t rows = t->batch * t->seq, total = 0;
+    r->aux = 0;
+    for (int64_t i = 0; r->reports && i < p->graph->layers * r->max_e; i++) r->loads[i] = 0;
     for (int64_t k = 0; k < t->accumulate; k++) {
         float l;
         data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets, r->segs);
@@ -214,7 +225,12 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
         sum = both[0], total = (int64_t)both[1];
+        if (r->reports) {
+            dist_sum_doubles(r->o->dist, &r->aux, 1);
+            dist_sum_doubles(r->o->dist, r->loads, (int)(p->graph->layers * r->max_e));
+        }
     }
+    r->aux /= (double)parts;
     int all = total == rows * parts; // no target masked: the plain mean, bit for bit as before masks
     step_end(r, t_step, lr, all ? 1.0 / (double)parts : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
@@ -395,7 +411,15 @@ static int open_run(Run *r, char *err, size_t errcap) {
         if (replay_order_parse(getenv("MT_REPLAY_ORDER"), &order, err, errcap) != 0) return -1;
         r->act = malloc(p->host_act_bytes ? (size_t)p->host_act_bytes : 1);
         r->stream_updates = calloc((size_t)r->hs.nseg, 1);
-        if (!r->act || !r->stream_updates) {
+        int64_t stat_bytes = replay_stats_bytes(p->train, p->ntrain), eval_bytes = replay_stats_bytes(p->eval, p->neval);
+        r->stats = malloc((size_t)(stat_bytes > eval_bytes ? stat_bytes : eval_bytes) + 1);
+        r->experts = calloc((size_t)p->graph->layers + 1, sizeof *r->experts);
+        r->reports = stat_bytes > 0;
+        if (r->experts) replay_experts(p, p->train, p->ntrain, r->experts);
+        for (int64_t l = 0; r->experts && l < p->graph->layers; l++)
+            if (r->experts[l] > r->max_e) r->max_e = r->experts[l];
+        r->loads = calloc((size_t)(p->graph->layers * r->max_e) + 1, sizeof *r->loads);
+        if (!r->act || !r->stream_updates || !r->stats || !r->experts || !r->loads) {
             snprintf(err, errcap, "cannot allocate the host activation store (%lld bytes)", (long long)p->host_act_bytes);
             return -1;
         }
@@ -415,7 +439,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
                 r->stream_updates[plan_segment_index(p->train[i].layer)] = 1;
-        r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .order = order, .rng = order.seed,
+        r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order, .rng = order.seed,
                           .hold_ins = r->o->test_hold_ins};
     }
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
@@ -458,12 +482,33 @@ static void close_run(Run *r) {
     store_free(&r->hs);
     free(r->act);
     free(r->stream_updates);
+    free(r->stats);
+    free(r->experts);
+    free(r->loads);
     data_close(&r->data);
     data_close(&r->val_file);
     free(r->tokens);
     free(r->targets);
     free(r->segs);
     kernel_attention_segments = NULL;
+}
+
+// The step's reports in its log line, when the plan's forward makes any:
+// "aux_loss" (the mean over micro-batches of the losses add_loss joins,
+// summed over layers) and "expert_load" (per layer, the tokens each expert
+// took in the step; [] for a layer without experts).
+static void log_reports(const Run *r) {
+    if (!r->reports) return;
+    fprintf(r->log, ", \"aux_loss\": %.9g", r->aux);
+    if (!r->max_e) return;
+    fputs(", \"expert_load\": [", r->log);
+    for (int64_t l = 0; l < r->p->graph->layers; l++) {
+        fputs(l ? ", [" : "[", r->log);
+        for (int64_t e = 0; e < r->experts[l]; e++)
+            fprintf(r->log, "%s%.0f", e ? ", " : "", r->loads[l * r->max_e + e]);
+        fputs("]", r->log);
+    }
+    fputs("]", r->log);
 }
 
 // Validates (when there are validation batches to use) and logs the loss
@@ -906,16 +951,20 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         }
         if (r.log) { // the log first, flushed: a run killed after a printed step has logged it
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                           "\"ms\": %.3f, \"elapsed_s\": %.3f}\n", (long long)s, loss, lr, norm, tokens_per_step / dt,
+                           "\"ms\": %.3f, \"elapsed_s\": %.3f", (long long)s, loss, lr, norm, tokens_per_step / dt,
                     dt * 1e3, elapsed);
+            log_reports(&r);
+            fputs("}\n", r.log);
             if (log_flush(&r, err, errcap) != 0) goto done;
         }
         char el[32], eta[32], vs[48] = "";
         human_time(el, sizeof el, elapsed);
         human_time(eta, sizeof eta, elapsed / (double)(s - done_steps) * (double)(steps - s));
         if (r.predicted_s > 0 && r.compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", dt / r.predicted_s);
-        fprintf(o->out, "step %6lld/%lld  loss %.6f  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
-                (long long)s, (long long)steps, loss, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
+        char aux[48] = "";
+        if (r.reports) snprintf(aux, sizeof aux, "  aux %.6f", r.aux);
+        fprintf(o->out, "step %6lld/%lld  loss %.6f%s  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
+                (long long)s, (long long)steps, loss, aux, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;

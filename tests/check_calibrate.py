@@ -6,7 +6,9 @@ both bandwidths, the tier file removed after); it overwrites its own output
 but refuses, with exit 1 and the file
 untouched, a file it did not write; it leaves no temporary file; it takes no
 plan and --out only goes with it; without --out it writes local.target in
-the current directory, where mtc --target local looks first.
+the current directory, where mtc --target local looks first. mtc prices a
+bf16 plan's attention on it at attention_plain_flops (the plain kernel the
+cpu backend runs), and at vector_flops where the profile lacks that key.
 
 usage: check_calibrate.py MTC MTRUN    (from the project root)
 """
@@ -39,6 +41,7 @@ PLAUSIBLE = {
     "kernel_launch_s": (1e-9, 1e-2),
     "gemm_call_s": (0, 1e-2),
     "transcendental_s": (1e-10, 1e-5),
+    "attention_plain_flops": (0.01e9, 10000e9),   # one thread, double sums
     "gemm_efficiency": (1e-3, 1.0),
 }
 
@@ -103,6 +106,23 @@ def main():
             check(adamw < 3 * copy, f"host_adamw_bandwidth {adamw:g} is not far above the memcpy rate {copy:g}")
 
         check(not any(k.startswith("tier_") for k in values), "no tier keys without --tier-dir")
+
+        if all(k in values for k in ("attention_plain_flops", "vector_flops")):
+            # bf16 attention at the plain kernel's measured rate; the same profile less that key: at vector_flops
+            old = os.path.join(t, "old.target")
+            with open(old, "w") as f:
+                f.write("".join(ln for ln in open(out) if not ln.startswith("attention_plain_flops")))
+            att = {}
+            for name, path in (("with", out), ("without", old)):
+                q = run(mtc, "examples/llama-tiny.mt", "--target", path, "--dtype", "bf16", "--batch", "4", "--seq", "64",
+                        "--explain", "--json")
+                if check(q.returncode == 0, f"mtc --explain on the profile {name} attention_plain_flops", q):
+                    att[name] = next(p["attention_s"] for p in json.loads(q.stdout)["policies"] if p.get("chosen"))
+            want = float(values["vector_flops"]) / float(values["attention_plain_flops"])
+            got = att["with"] / att["without"] if len(att) == 2 and att["without"] > 0 else 0
+            check(abs(got - want) <= 0.05 * want, f"bf16 attention priced {got:.3g}x by attention_plain_flops, not "
+                  f"vector_flops / attention_plain_flops = {want:.3g}x")
+            os.remove(old)
 
         # its own output: overwritten; with --tier-dir, the NVMe tier measured there
         tier = os.path.join(t, "tier")

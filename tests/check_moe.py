@@ -27,7 +27,19 @@ compiler/cuda/moe.cuh (mt_node_top_k, _load_balance, _load_balance_bwd,
 _add_loss, and every grouped mt_moe_* kernel runtime/moe_launch.h
 launches) into the translation unit.
 
+stats: what mtrun logs of a mixture of experts on the cpu backend: the
+first step's "aux_loss" (the sum over layers of the losses add_loss
+joins, its weights as loaded) equals numpy's for the tiny Mixtral and the
+reference executor's (ref_forward, float64) for the DeepSeek-style order
+(tests/orders/deepseek-tiny.mt, a dense layer then three of experts), to
+1e-5 relative, and the step's loss the same references'; its
+"expert_load" (per layer, the tokens each expert took) is numpy's count of
+the top 2 for the Mixtral, and for each layer of experts sums to tokens x
+top_k ([] for the dense layer); the step line shows "aux" with the logged
+value.
+
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
+       check_moe.py stats MTC REF_FORWARD MTRUN
        check_moe.py explain MTC
        check_moe.py plan MTC
 """
@@ -41,7 +53,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from checks import check, finish, run  # noqa: E402
-from check_weights import (attention, cross_entropy, first_val_loss, read_safetensors, rms_norm as rms,  # noqa: E402
+from check_weights import (DATA, attention, cross_entropy, first_val_loss, read_safetensors, rms_norm as rms,  # noqa: E402
                            rope_halves, val_tokens, write_safetensors)
 
 MODEL = "examples/mixtral-tiny.mt"
@@ -52,10 +64,11 @@ def rope(x, heads):
     return rope_halves(x, heads, THETA)
 
 
-def mixtral_loss(W, tokens, targets, routing="mixtral", k=K):
+def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
     """The loss and the summed auxiliary loss in float64. routing "mixtral":
     softmax over all, top k, renormalised; "before": the top k's
-    probabilities as they are."""
+    probabilities as they are. loads (a list): each layer's tokens per
+    expert appended."""
     W = {n: w.astype(np.float64) for n, w in W.items()}
     x, aux = W["model.embed_tokens.weight"][tokens], 0.0
     for i in range(L):
@@ -70,6 +83,8 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K):
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # (T, k)
+        if loads is not None:
+            loads.append(np.bincount(top.ravel(), minlength=E).tolist())
         weights = np.take_along_axis(probs, top, -1)
         if routing == "mixtral":
             weights = weights / weights.sum(-1, keepdims=True)
@@ -138,6 +153,72 @@ def plan(mtc):
     print("mixtral-tiny: a GPU plan with the mixture-of-experts kernels in its CUDA C")
 
 
+def random_weights(mtc, model, seed):
+    d = json.loads(run(mtc, model, "--json").stdout)
+    rng = np.random.default_rng(seed)
+    W = {t["name"]: (rng.standard_normal(t["shape"]) * (0.3 if len(t["shape"]) == 1 else 0.1) +
+                     (1.0 if len(t["shape"]) == 1 else 0)).astype(np.float32) for t in d["params"]}
+    # routers 10x larger: sharper choices, so a wrong routing shows clearly
+    return {n: (w * 10 if n.endswith("gate.weight") else w) for n, w in W.items()}
+
+
+def first_step(mtc, mtrun, model, W, tmp, batch, seq, target):
+    """mtrun's first step from weights W on the data's first batch: its log line and its printed step line."""
+    wf, planfile, log = (os.path.join(tmp, n) for n in ("w.safetensors", "p.bin", "l.jsonl"))
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    q = run(mtc, model, "-o", planfile, "--batch", batch, "--seq", seq, "--target", target)
+    if not check(q.returncode == 0, f"mtc -o {model}", q):
+        return None, ""
+    p = run(mtrun, planfile, "--steps", "1", "--device", "cpu", "--data", DATA, "--init", wf, "--log", log,
+            "--no-save", "--val-every", "1000", "--val-batches", "1")
+    if not check(p.returncode == 0, f"mtrun {model}", p):
+        return None, ""
+    steps = [json.loads(line) for line in open(log) if '"loss"' in line]
+    return steps[0], next((line for line in p.stdout.splitlines() if line.startswith("step      1/")), "")
+
+
+def stats(mtc, ref, mtrun):
+    T = 48
+    raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
+    with tempfile.TemporaryDirectory() as tmp:
+        # the tiny Mixtral, batch 1: numpy's loss, auxiliary loss and loads on the first T + 1 bytes
+        W = random_weights(mtc, MODEL, 14)
+        got, line = first_step(mtc, mtrun, MODEL, W, tmp, 1, T, "tiny-2layers")
+        loads = []
+        want, want_aux = mixtral_loss(W, raw[:T], raw[1:T + 1], loads=loads)
+        if check(got is not None and "aux_loss" in got and "expert_load" in got,
+                 f"mixtral-tiny: the step's log line has aux_loss and expert_load: {got}"):
+            check(abs(got["loss"] - want) <= 1e-5 * abs(want), f"mixtral-tiny: step 1 loss {got['loss']} vs numpy {want}")
+            check(abs(got["aux_loss"] - want_aux) <= 1e-5 * abs(want_aux),
+                  f"mixtral-tiny: step 1 aux_loss {got['aux_loss']} vs numpy {want_aux}")
+            check(got["expert_load"] == loads, f"mixtral-tiny: expert_load {got['expert_load']} vs numpy's {loads}")
+            check(all(sum(x) == T * K for x in got["expert_load"]), "mixtral-tiny: each layer's loads sum to T x top_k")
+            check(f"  aux {got['aux_loss']:.6f}  " in line, f"mixtral-tiny: the step line shows aux: {line!r}")
+            print(f"mixtral-tiny: aux_loss {got['aux_loss']:.9f}, numpy {want_aux:.9f}; expert_load {got['expert_load']}")
+        # the DeepSeek-style order, batch 2: the reference executor's loss and auxiliary loss on the first batch
+        order, B = "tests/orders/deepseek-tiny.mt", 2
+        W = random_weights(mtc, order, 15)
+        got, line = first_step(mtc, mtrun, order, W, tmp, B, T, "tiny-1layer")
+        wf, inf = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "inputs.i32")
+        rows = [raw[b * T: b * T + T + 1] for b in range(B)]  # row b of the first batch
+        np.concatenate([np.concatenate([r[:-1] for r in rows]), np.concatenate([r[1:] for r in rows])]).astype("<i4").tofile(inf)
+        p = run(ref, order, wf, inf, "--batch", B, "--seq", T)
+        if check(p.returncode == 0, "ref_forward runs the DeepSeek-style order", p) and \
+                check(got is not None and "aux_loss" in got and "expert_load" in got,
+                      f"deepseek-tiny: the step's log line has aux_loss and expert_load: {got}"):
+            r = dict(line.split() for line in p.stdout.splitlines())
+            loss, aux = float(r["loss"]), float(r["aux"])
+            check(abs(got["loss"] - loss) <= 1e-5 * abs(loss), f"deepseek-tiny: step 1 loss {got['loss']} vs reference {loss}")
+            check(abs(got["aux_loss"] - aux) <= 1e-5 * abs(aux),
+                  f"deepseek-tiny: step 1 aux_loss {got['aux_loss']} vs reference {aux}")
+            load = got["expert_load"]
+            check(len(load) == 4 and load[0] == [] and all(len(x) == E and sum(x) == B * T * K for x in load[1:]),
+                  f"deepseek-tiny: expert_load {load}: [] for the dense layer, {E} experts summing to {B * T * K} "
+                  "for each other")
+            check(f"  aux {got['aux_loss']:.6f}  " in line, f"deepseek-tiny: the step line shows aux: {line!r}")
+            print(f"deepseek-tiny: aux_loss {got['aux_loss']:.9f}, reference {aux:.9f}; expert_load {load}")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "explain":
@@ -147,6 +228,9 @@ def main():
         plan(sys.argv[2])
         sys.exit(finish())
     mtc, ref, mtrun = sys.argv[2:5]
+    if mode == "stats":
+        stats(mtc, ref, mtrun)
+        sys.exit(finish())
     d = json.loads(run(mtc, MODEL, "--json").stdout)
     rng = np.random.default_rng(14)
     W = {t["name"]: (rng.standard_normal(t["shape"]) * (0.3 if len(t["shape"]) == 1 else 0.1) +

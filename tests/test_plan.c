@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 11. For each model given: parse,
+// test_plan: the plan file format, version 12. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -122,6 +122,11 @@ static Plan *hand_plan(Graph *g, Arena *a) {
                      .src = plan_segment_base(p, last), .dst = 0, .bytes = plan_segment_len(p, last) * 4};
     t[n++] = (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = 0, .from = 0, .to = block->nodes.n};
+    int reported = 0; // the block's first node with a buffer of its own, as if its forward reported it
+    while (p->node_offset[PART_BLOCK][reported] < 0) reported++;
+    t[n++] = (Instr){.kind = INS_STAT, .part = PART_BLOCK, .layer = 0, .from = reported,
+                     .src = p->node_offset[PART_BLOCK][reported],
+                     .bytes = shape_numel(&((const Node *)block->nodes.items[reported])->shape) * 4};
     t[n++] = (Instr){.kind = INS_SAVE, .engine = ENG_COPY_OUT, .layer = -1, .src = slot, .dst = HAND_SAVE_BYTES,
                      .bytes = HAND_SAVE_BYTES};
     t[n++] = (Instr){.kind = INS_RUN, .part = block_part(g, last), .layer = last, .from = 2, .to = 2, .frame = 1,
@@ -556,32 +561,36 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 11");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 11");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 11");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 8, 8); // before the graph recorded each layer's block kind
     redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 11");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 8, 9); // before each kind had its own block part (one period of the order, sublayers)
     redo_crcs(buf);
-    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 11");
+    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 8, 10); // before the STREAMS section recorded the ranks (mtc --ranks) and rope nodes their
                        // frequencies, cos/sin scale and pair layout
     redo_crcs(buf);
-    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 11");
+    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 12");
     memcpy(buf, orig, len);
-    st32(buf + 8, 12);
+    st32(buf + 8, 11); // before the streams read out what a layer's forward reports (INS_STAT)
     redo_crcs(buf);
-    expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 11");
+    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 12");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 13);
+    redo_crcs(buf);
+    expect_refused("version 13", buf, len, "p.plan: plan version 13, this mtrun reads version 12");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
@@ -666,7 +675,7 @@ static int find_ins(const Plan *p, int kind, int part) {
 static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i, const char *fault) {
     const Instr *in = &(strcmp(stream, "train") ? p->eval : p->train)[i];
     static const char *const names[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update"};
+                                        "load", "free", "record", "wait", "norm", "update", "stat"};
     _Static_assert(sizeof names / sizeof names[0] == INS_COUNT, "names out of sync with InsKind");
     char want[200];
     snprintf(want, sizeof want, "section STREAMS: %s instruction %d (%s): ", stream, i,
@@ -932,6 +941,7 @@ static void damage_fields(Plan *p, const char *path) {
         case INS_WAIT: in->event = -1; fault = "event -1"; break;
         case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
         case INS_UPDATE: in->layer = -3; fault = "segment -3"; break;
+        case INS_STAT: in->bytes += 4; fault = "bytes of a node of"; break;
         case INS_COUNT: break;
         }
         char ctx[64];

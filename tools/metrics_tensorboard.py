@@ -4,7 +4,9 @@ through TensorBoard's own writer (tensorboard.summary.Writer; pip install
 tensorboard), one run folder per log under OUTDIR, named by the log's file
 name less .metrics.jsonl or .jsonl: every number of a step record under
 train/NAME (loss, lr, grad_norm, tokens_per_s, ms, and whatever else a step
-logs; a list of numbers as train/NAME/0, /1, ...), each validation loss as
+logs; a list of numbers as train/NAME/0, /1, ..., a list of lists as
+train/NAME/I/J: expert_load as train/expert_load/LAYER/EXPERT), each
+validation loss as
 val/loss, at the record's step. Then `tensorboard --logdir OUTDIR`.
 
 A torn last line (a killed run) is skipped with a warning; a log that cannot
@@ -34,19 +36,21 @@ def records(path):
     return out
 
 
+def numbers(tag, v):
+    """(tag, value) of every number in v: itself, or those of a list, nested
+    or not, under tag/index (expert_load: tag/layer/expert)."""
+    if isinstance(v, (int, float)) and not isinstance(v, bool):
+        return [(tag, v)]
+    if isinstance(v, list):
+        return [t for i, x in enumerate(v) for t in numbers(f"{tag}/{i}", x)]
+    return []
+
+
 def scalars(r):
     """(tag, value) of every number in a step or validation record."""
     if "val_loss" in r:
         return [("val/loss", r["val_loss"])]
-    out = []
-    for k, v in r.items():
-        if k in ("step", "elapsed_s"):
-            continue
-        if isinstance(v, (int, float)) and not isinstance(v, bool):
-            out.append((f"train/{k}", v))
-        elif isinstance(v, list):
-            out += [(f"train/{k}/{i}", x) for i, x in enumerate(v) if isinstance(x, (int, float))]
-    return out
+    return [t for k, v in r.items() if k not in ("step", "elapsed_s") for t in numbers(f"train/{k}", v)]
 
 
 def run_name(path):
