@@ -361,6 +361,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s has %d operands; it takes %d", where, n->nin, arity >= 0 ? arity : 1);
         return;
     }
+    if (n->wide != 0 && (n->wide != 1 || n->dtype != DT_F32 || n->op == OP_VIEW || n->op == OP_RESHAPE)) {
+        rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
+        return;
+    }
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
@@ -503,6 +507,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->scale = get_f64(r);
     n->softcap = get_f64(r);
     n->top_k = get_i32(r);
+    n->wide = get_i32(r);
     if (r->failed) return NULL;
     check_node(r, g, pk, n);
     return r->failed ? NULL : n;
