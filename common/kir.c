@@ -78,12 +78,15 @@ static int fits(int64_t numel, int64_t batch, int64_t stride, int64_t extent) {
     return (batch - 1) * stride + extent <= numel;
 }
 
-// GEMM and attention arguments: all f32 or all bf16.
+// GEMM and attention arguments: all f32 or all bf16, but for a GEMM's
+// output, which may be f32 under bf16 operands (a tiled gradient's part,
+// common/storage.h).
 static int same_float_storage(const KirKernel *k) {
-    for (int i = 0; i < k->nargs; i++)
-        if ((k->args[i].dtype != KT_F32 && k->args[i].dtype != KT_BF16) || k->args[i].dtype != k->args[0].dtype ||
-            k->args[i].node < 0)
-            return 0;
+    for (int i = 0; i < k->nargs; i++) {
+        int t = k->args[i].dtype, want = k->args[k->nargs > 1].dtype;
+        if ((t != KT_F32 && t != KT_BF16) || k->args[i].node < 0) return 0;
+        if (t != want && !(i == 0 && k->kind == KK_GEMM && t == KT_F32)) return 0;
+    }
     return 1;
 }
 

@@ -28,12 +28,26 @@ static Node *emit2(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x, Node
     return emit(ad, op, shape, loc, 2, in);
 }
 
+// A partial sum of a tiled part's parameter gradient stays fp32 under bf16
+// (common/storage.h), so that the chunks' parts are summed in fp32 and the
+// last add rounds once, as the untiled GEMM or column sum does. A norm's
+// gain and bias gradients are views of its packed backward, which goes wide
+// whole (its dx still rounded: storage_rounded_elems).
+static void keep_wide(Node *n) {
+    while (n->op == OP_VIEW || n->op == OP_RESHAPE) {
+        n = n->in[0];
+        if (n->op != OP_LAYERNORM_BWD && n->op != OP_RMSNORM_BWD && n->op != OP_VIEW && n->op != OP_RESHAPE) return;
+    }
+    if (n->op != OP_PARAM && n->op != OP_CONST && n->op != OP_INPUT) n->wide = 1;
+}
+
 // Adds g to the gradient of x. Integer values and constants take none.
 static int accumulate(AD *ad, Node *x, Node *g) {
     if (!g) return -1;
     if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
     Node **slot = &ad->adj[x->id];
     if (*slot) {
+        if (ad->part->nchunks > 1 && x->op == OP_PARAM) keep_wide(*slot), keep_wide(g);
         *slot = emit2(ad, OP_ADD, &x->shape, x->loc, *slot, g);
         return *slot ? 0 : -1;
     }

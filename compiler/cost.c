@@ -98,8 +98,9 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
 // attention is priced as GEMMs over every (query, key) pair plus
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
 // kernel (double sums, one thread), at vector_flops.
+// The rate follows the operands' storage (a GEMM's output may be f32 under bf16 ones).
 static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
-    int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
+    int bf16 = k->args[1].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU)
         matrix = t->matrix_flops_bf16 *

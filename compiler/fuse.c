@@ -382,6 +382,7 @@ static int store_type(const F *f, const Node *n) { return kir_storage_type(stora
 // Whether node n's value is rounded to bf16 where it ends: it is stored as
 // bf16, and it is not an op that only moves values already stored as bf16.
 static int rounds_bf16(const F *f, const Node *n) {
+    if (storage_rounded_elems(f->compute, n) && n->wide) return 1; // a wide norm backward's dx
     if (store_type(f, n) != KT_BF16) return 0;
     switch (n->op) {
     case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_TRANSPOSE: case OP_EMBED:

@@ -365,9 +365,9 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
                 size_t work = (size_t)node_kernel_work_bytes(j->g->parts[p].nodes.items[k->anchor]);
                 if (work > j->work_n) j->work_n = work;
             }
-            size_t wide = 0; // bf16 GEMM, attention and node kernels: every argument widened (the output too)
-            for (int a = 0; k->kind != KK_EXPR && k->args[0].dtype == KT_BF16 && a < k->nargs; a++)
-                wide += (size_t)k->args[a].numel;
+            size_t wide = 0; // GEMM, attention and node kernels: every bf16 argument widened (the output too)
+            for (int a = 0; k->kind != KK_EXPR && a < k->nargs; a++)
+                if (k->args[a].dtype == KT_BF16) wide += (size_t)k->args[a].numel;
             if (wide > j->wide_n) j->wide_n = wide;
         }
     j->scratch = malloc((j->scratch_n + 1) * sizeof(double));
@@ -469,9 +469,10 @@ static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int
 }
 
 // Operand pointers of a GEMM or attention kernel as f32: its arguments
-// themselves, or for bf16 storage (every argument alike, kir_check says)
-// the inputs widened into j->wide and the output given room there, to be
-// rounded back (narrow) once computed.
+// themselves, or for bf16 storage (every argument alike, kir_check says,
+// but for a GEMM's output, which may be f32) the inputs widened into j->wide
+// and a bf16 output given room there, to be rounded back (narrow) once
+// computed.
 static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *offsets, float **ops) {
     float *w = j->wide; // (wide_n)
     for (int a = 0; a < k->nargs; a++) {
