@@ -486,6 +486,16 @@ static Node *lower_attention(Sema *S, const Args *a) {
         diag_error(S->d, a->pos[1]->loc, "key heads are %lld wide but query heads %lld", (long long)dk, (long long)d);
         return NULL;
     }
+    for (int i = 0; i < 2; i++) { // a rope that rotated heads of another width than these
+        const Node *r = in[i];
+        int64_t h = i ? kv_heads : heads;
+        if (r->op == OP_ROPE && r->heads != h) {
+            diag_error(S->d, r->loc, "rope splits %s into %d heads of %lld, but the attention it feeds (line %d) "
+                       "reads %lld heads of %lld; write heads = %lld", i ? "the keys" : "the queries", r->heads,
+                       (long long)(last_dim(r) / r->heads), a->call->loc.line, (long long)h, (long long)d, (long long)h);
+            return NULL;
+        }
+    }
     for (int i = 1; i < 3; i++) {
         const Shape *q = &in[0]->shape, *k = &in[i]->shape;
         if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1] || (i == 2 && !shape_eq(k, &in[1]->shape)))

@@ -147,6 +147,123 @@ static void not_a_constant(Sema *S, const Expr *e) {
         diag_error(S->d, e->loc, "undefined name '%s'", e->str);
 }
 
+// The functions of constants, in the config and wherever a constant is
+// expected: sqrt ln log exp pow min max floor ceil abs.
+static const char CONST_FUNCTIONS[] = "sqrt ln log exp pow min max floor ceil abs";
+
+static int is_const_function(const char *name) { return word_in_list(CONST_FUNCTIONS, name); }
+
+// Whether e is a constant expression (literals, config constants, B and T
+// where bound, and operators and constant functions of them), without
+// reporting anything.
+static int is_const_expr(Sema *S, const Expr *e) {
+    switch (e->kind) {
+    case EXPR_INT: case EXPR_FLOAT: return 1;
+    case EXPR_NAME: return find_config(S, e->str) || (S->have_bt && is_bt(e->str));
+    case EXPR_NEG: return is_const_expr(S, e->lhs);
+    case EXPR_BINARY: return is_const_expr(S, e->lhs) && is_const_expr(S, e->rhs);
+    case EXPR_CALL:
+        if (!is_const_function(e->str) || e->items.n == 0) return 0;
+        for (int i = 0; i < e->items.n; i++)
+            if (!is_const_expr(S, e->items.items[i])) return 0;
+        return 1;
+    default: return 0;
+    }
+}
+
+static int num_finite(Sema *S, const Expr *e, double r, Num *out) {
+    if (!isfinite(r)) {
+        diag_error(S->d, e->loc, "%s(...) is not a finite number here", e->str);
+        return -1;
+    }
+    *out = (Num){.f = r};
+    return 0;
+}
+
+// A number that is a whole number, as an integer (floor, ceil).
+static int num_whole(Sema *S, const Expr *e, double r, Num *out) {
+    if (!(r >= -9.2e18 && r <= 9.2e18)) {
+        diag_error(S->d, e->loc, "%s(...) = %g does not fit an integer", e->str, r);
+        return -1;
+    }
+    *out = (Num){.is_int = 1, .i = (int64_t)r, .f = r};
+    return 0;
+}
+
+// A call of a constant function.
+static int eval_call(Sema *S, const Expr *e, Num *out) {
+    const char *f = e->str;
+    if (!is_const_function(f)) {
+        diag_error(S->d, e->loc, "'%s(...)' is not a constant; expected a number (the functions of constants are %s)",
+                   f, "sqrt, ln, log, exp, pow, min, max, floor, ceil and abs");
+        return -1;
+    }
+    int two = !strcmp(f, "pow"), many = !strcmp(f, "min") || !strcmp(f, "max");
+    int n = e->items.n;
+    if (two ? n != 2 : many ? n < 2 : n != 1) {
+        diag_error(S->d, e->loc, "%s takes %s; got %d", f, two ? "two arguments, pow(x, y)" : many ? "two or more numbers" : "one number", n);
+        return -1;
+    }
+    Num x[2];
+    for (int i = 0; i < n; i++) {
+        const Expr *a = e->items.items[i];
+        if (a->kind == EXPR_KWARG) {
+            diag_error(S->d, a->loc, "%s takes positional arguments only", f);
+            return -1;
+        }
+        Num v;
+        if (eval_num(S, a, &v) != 0) return -1;
+        if (i < 2) x[i] = v;
+        if (many && i > 0) { // min, max: integers stay integers
+            int lt = x[0].is_int && v.is_int ? v.i < x[0].i : v.f < x[0].f;
+            int gt = x[0].is_int && v.is_int ? v.i > x[0].i : v.f > x[0].f;
+            int all_int = x[0].is_int && v.is_int;
+            if ((f[1] == 'i' && lt) || (f[1] == 'a' && gt)) x[0] = v;
+            if (!all_int) x[0] = (Num){.f = x[0].f};
+        }
+    }
+    if (many) {
+        *out = x[0];
+        return 0;
+    }
+    double v = x[0].f;
+    if (!strcmp(f, "sqrt") || !strcmp(f, "ln") || !strcmp(f, "log")) {
+        if (f[0] == 's' ? v < 0 : v <= 0) {
+            diag_error(S->d, e->loc, "%s of %s (%g)", f, f[0] == 's' ? "a negative number" : "a number that is not positive", v);
+            return -1;
+        }
+        return num_finite(S, e, f[0] == 's' ? sqrt(v) : log(v), out);
+    }
+    if (!strcmp(f, "exp")) return num_finite(S, e, exp(v), out);
+    if (!strcmp(f, "floor")) return x[0].is_int ? (*out = x[0], 0) : num_whole(S, e, floor(v), out);
+    if (!strcmp(f, "ceil")) return x[0].is_int ? (*out = x[0], 0) : num_whole(S, e, ceil(v), out);
+    if (!strcmp(f, "abs")) {
+        if (!x[0].is_int) return num_finite(S, e, fabs(v), out);
+        if (x[0].i == INT64_MIN) {
+            diag_error(S->d, e->loc, "integer overflow");
+            return -1;
+        }
+        *out = (Num){.is_int = 1, .i = x[0].i < 0 ? -x[0].i : x[0].i, .f = fabs(v)};
+        return 0;
+    }
+    // pow: two integers with a non-negative exponent give an exact integer
+    if (x[0].is_int && x[1].is_int && x[1].i >= 0) {
+        Num r = {.is_int = 1, .i = 1, .f = 1};
+        if (x[0].i == 0 || x[0].i == 1 || x[0].i == -1) // no overflow, however large the exponent
+            r.i = x[1].i == 0 ? 1 : x[0].i == -1 && x[1].i % 2 == 0 ? 1 : x[0].i;
+        else
+            for (int64_t k = 0; k < x[1].i; k++)
+                if (int_op_overflows('*', r.i, x[0].i, &r.i)) {
+                    diag_error(S->d, e->loc, "pow(%lld, %lld) overflows a 64-bit integer (pow(%lld.0, %lld) is a number)",
+                               (long long)x[0].i, (long long)x[1].i, (long long)x[0].i, (long long)x[1].i);
+                    return -1;
+                }
+        *out = (Num){.is_int = 1, .i = r.i, .f = (double)r.i};
+        return 0;
+    }
+    return num_finite(S, e, pow(x[0].f, x[1].f), out);
+}
+
 int eval_num(Sema *S, const Expr *e, Num *out) {
     switch (e->kind) {
     case EXPR_INT: *out = (Num){.is_int = 1, .i = e->ival, .f = (double)e->ival}; return 0;
@@ -177,19 +294,7 @@ int eval_num(Sema *S, const Expr *e, Num *out) {
         if (eval_num(S, e->lhs, &a) != 0 || eval_num(S, e->rhs, &b) != 0) return -1;
         return num_binary(S, e->op, e->loc, a, b, out);
     }
-    case EXPR_CALL:
-        if (!strcmp(e->str, "sqrt") && e->items.n == 1 && ((Expr *)e->items.items[0])->kind != EXPR_KWARG) {
-            Num x;
-            if (eval_num(S, e->items.items[0], &x) != 0) return -1;
-            if (x.f < 0) {
-                diag_error(S->d, e->loc, "sqrt of a negative number (%g)", x.f);
-                return -1;
-            }
-            *out = (Num){.f = sqrt(x.f)};
-            return 0;
-        }
-        diag_error(S->d, e->loc, "'%s(...)' is not a constant; expected a number (sqrt(x) is the one constant function)", e->str);
-        return -1;
+    case EXPR_CALL: return eval_call(S, e, out);
     default: diag_error(S->d, e->loc, "expected a number"); return -1;
     }
 }
@@ -602,7 +707,8 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
                        e->str, S->block_name, S->block_name);
             return -1;
         }
-        if (!strcmp(e->str, "sqrt")) { // the constant function
+        // a function of constants: sqrt, ln, min, ... always; exp, log and abs, also ops, of constants
+        if (is_const_function(e->str) && (!word_in_list("exp log abs", e->str) || is_const_expr(S, e))) {
             out->is_num = 1;
             return eval_num(S, e, &out->num);
         }
@@ -792,7 +898,41 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     return 0;
 }
 
-// order: "block" IDENT "[" expr "]" "=" "[" IDENT ("," IDENT)* "]" ("*" expr)?
+// An order term's layers: [a, b, ...] (n entries) or [a, b, ...] * N, or
+// terms joined with +; *n their count (at most limit), the names written to
+// names when it is not NULL.
+static int order_layers(Sema *S, const OrderDecl *o, const Expr *e, int64_t limit, int64_t *n, const Expr **names) {
+    if (e->kind == EXPR_BINARY && e->op == '+') {
+        int64_t a, b;
+        if (order_layers(S, o, e->lhs, limit, &a, names) != 0 ||
+            order_layers(S, o, e->rhs, limit - a, &b, names ? names + a : NULL) != 0)
+            return -1;
+        *n = a + b;
+        return 0;
+    }
+    int64_t repeat = 1;
+    const Expr *list = e;
+    if (e->kind == EXPR_BINARY && e->op == '*') {
+        if (eval_int(S, e->rhs, 1, "the order's repeat count", &repeat) != 0) return -1;
+        list = e->lhs;
+    }
+    if (list->kind != EXPR_LIST || list->items.n == 0) {
+        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2), "
+                   "or lists joined with +, as [dense] + [moe] * (L - 1)", o->name);
+        return -1;
+    }
+    int nlist = list->items.n;
+    if (repeat > limit / nlist) {
+        diag_error(S->d, e->loc, "the order of layers '%s' makes more than %lld layers", o->name, (long long)INT32_MAX);
+        return -1;
+    }
+    *n = nlist * repeat;
+    for (int64_t i = 0; names && i < *n; i++) names[i] = list->items.items[i % nlist];
+    return 0;
+}
+
+// order: "block" IDENT "[" expr "]" "=" terms joined with +, each
+// "[" IDENT ("," IDENT)* "]" ("*" expr)?
 // The layers follow the order; each kind, numbered as it first appears in
 // it, is lowered once into its own block part.
 static int lower_order(Sema *S) {
@@ -804,29 +944,20 @@ static int lower_order(Sema *S) {
         return -1;
     }
     if (check_fresh(S, o->name, o->loc, "block order") != 0) return -1;
-    int64_t count, repeat = 1;
+    int64_t count, nlist;
     if (eval_int(S, o->count, 1, "the layer count", &count) != 0) return -1;
-    const Expr *list = o->order;
-    if (list->kind == EXPR_BINARY && list->op == '*') {
-        if (eval_int(S, list->rhs, 1, "the order's repeat count", &repeat) != 0) return -1;
-        list = list->lhs;
-    }
-    if (list->kind != EXPR_LIST || list->items.n == 0) {
-        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2)",
-                   o->name);
+    if (order_layers(S, o, o->order, INT32_MAX, &nlist, NULL) != 0) return -1;
+    if (nlist != count) {
+        diag_error(S->d, o->order->loc, "the order makes %lld layers, but '%s[...]' declares %lld; they must be the same",
+                   (long long)nlist, o->name, (long long)count);
         return -1;
     }
-    int nlist = list->items.n;
-    if (repeat > INT32_MAX / nlist || nlist * repeat != count) {
-        diag_error(S->d, o->order->loc,
-                   "the order makes %d x %lld layers, but '%s[...]' declares %lld; they must be the same", nlist,
-                   (long long)repeat, o->name, (long long)count);
-        return -1;
-    }
+    const Expr **names = arena_alloc(S->a, (size_t)count * sizeof *names); // (count) each layer's kind, by name
+    if (!names || order_layers(S, o, o->order, count, &nlist, names) != 0) return -1;
     const BlockDecl **kinds = arena_alloc(S->a, (size_t)nlist * sizeof *kinds);
     if (!kinds) return -1;
-    for (int i = 0; i < nlist; i++) {
-        const Expr *e = list->items.items[i];
+    for (int64_t i = 0; i < nlist; i++) {
+        const Expr *e = names[i];
         if (e->kind != EXPR_NAME) {
             diag_error(S->d, e->loc, "the order of layers '%s' lists block kinds by name", o->name);
             return -1;
@@ -844,7 +975,7 @@ static int lower_order(Sema *S) {
             return -1;
         }
         int used = 0;
-        for (int j = 0; j < nlist; j++) used |= kinds[j] == b;
+        for (int64_t j = 0; j < nlist; j++) used |= kinds[j] == b;
         if (!used) {
             diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name, o->name);
             return -1;
@@ -857,15 +988,15 @@ static int lower_order(Sema *S) {
         if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
     }
     const BlockDecl *kind_decl[MT_MAX_KINDS];
-    int *list_kind = arena_alloc(S->a, (size_t)nlist * sizeof(int)); // (nlist) the kind of each entry of the list
+    int *list_kind = arena_alloc(S->a, (size_t)nlist * sizeof(int)); // (nlist) the kind of each layer
     if (!list_kind) return -1;
     g->nkinds = 0;
-    for (int i = 0; i < nlist; i++) {
+    for (int64_t i = 0; i < nlist; i++) {
         int k = 0;
         while (k < g->nkinds && kind_decl[k] != kinds[i]) k++;
         if (k == g->nkinds) {
             if (k == MT_MAX_KINDS) {
-                diag_error(S->d, ((const Expr *)list->items.items[i])->loc, "the order of layers '%s' has more than %d "
+                diag_error(S->d, names[i]->loc, "the order of layers '%s' has more than %d "
                            "block kinds", o->name, MT_MAX_KINDS);
                 return -1;
             }
@@ -877,7 +1008,7 @@ static int lower_order(Sema *S) {
     g->block_prefix = kinds[0]->prefix;
     g->layers = count;
     if (!(g->layer_kind = arena_alloc(S->a, (size_t)count))) return -1;
-    for (int64_t l = 0; l < count; l++) g->layer_kind[l] = (uint8_t)list_kind[l % nlist];
+    for (int64_t l = 0; l < count; l++) g->layer_kind[l] = (uint8_t)list_kind[l];
     S->block_name = o->name;
     S->block_loc = o->loc;
     for (int k = 0; k < g->nkinds; k++)
@@ -981,6 +1112,49 @@ static int check_params_used(Sema *S) {
     return 0;
 }
 
+// A square weight multiplies either way round, so x @ w and x @ transpose(w)
+// both check. The model's other weights say which layout its checkpoint
+// stores: torch's Linear [out, in] multiplies transposed, GPT-2's Conv1D
+// [in, out] as stored. A square weight multiplied the other way from every
+// non-square one (tables that embed looks up aside: a tied head multiplies
+// its table transposed whatever the layout) is an error.
+static int check_square_layouts(Sema *S) {
+    Graph *g = S->g;
+    unsigned char *use = arena_alloc(S->a, (size_t)g->params.n + 1); // (params) 1 as stored, 2 transposed, 4 a table
+    if (!use) return -1;
+    memset(use, 0, (size_t)g->params.n + 1);
+    for (int pk = 0; pk < graph_nparts(g); pk++)
+        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op == OP_EMBED && n->in[0]->op == OP_PARAM) use[n->in[0]->param] |= 4;
+            if (n->op == OP_MATMUL && !n->trans_a && n->in[1]->op == OP_PARAM && n->in[1]->shape.rank == 2)
+                use[n->in[1]->param] |= n->trans_b ? 2 : 1;
+        }
+    int ways = 0; // how the non-square weights multiply
+    for (int i = 0; i < g->params.n; i++) {
+        const Shape *sh = &((Param *)g->params.items[i])->shape;
+        if (!(use[i] & 4) && sh->rank == 2 && sh->dims[0] != sh->dims[1]) ways |= use[i] & 3;
+    }
+    if (ways != 1 && ways != 2) return 0;
+    for (int pk = 0; pk < graph_nparts(g); pk++)
+        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op != OP_MATMUL || n->trans_a || n->in[1]->op != OP_PARAM || n->in[1]->shape.rank != 2) continue;
+            const Param *p = g->params.items[n->in[1]->param];
+            if (p->shape.dims[0] != p->shape.dims[1] || use[n->in[1]->param] != (ways ^ 3)) continue;
+            if (ways == 2)
+                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                           "of this model multiplies transposed (torch Linear's [out, in] layout): write @ transpose(%s)",
+                           p->name, p->name, p->name, p->name);
+            else
+                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                           "of this model multiplies as stored ([in, out], as GPT-2's Conv1D): write @ %s",
+                           p->name, p->name, p->name, p->name);
+            return -1;
+        }
+    return 0;
+}
+
 Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     int errors_before = d->nerrors;
     Sema S = {.a = a, .d = d, .m = m, .bt_unavailable_in = "the config or train sections"};
@@ -992,7 +1166,8 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     if (lower_config(&S) != 0 || lower_train(&S) != 0 || bind_batch_seq(&S, opt) != 0) goto fail;
     for (int i = 0; i < m->params.n; i++)
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
-    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0) goto fail;
+    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0 || check_square_layouts(&S) != 0)
+        goto fail;
     return S.g;
 oom:
 fail:
