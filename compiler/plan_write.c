@@ -24,7 +24,7 @@
 //                i32 param, i32 src_part, i32 src, f64 value, i32 axis,
 //                i64 offset, i32 heads, kv_heads, causal, trans_a, trans_b,
 //                inverse, f64 eps, f64 theta, i64 window, f64 scale, softcap, i32 top_k,
-//                i32 wide;
+//                i32 wide, i64 padding;
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
 //   HOST     i64 host_global, i64 host_tail, nkinds × i64 host_kind, u32 count (= params),
@@ -175,6 +175,7 @@ static void write_node(Buf *b, const Node *n) {
     put_f64(b, n->softcap);
     put_i32(b, n->top_k);
     put_i32(b, n->wide);
+    put_i64(b, n->padding);
 }
 
 static int fail(char *err, size_t errcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

@@ -365,6 +365,12 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
         return;
     }
+    if (n->padding != 0 &&
+        ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
+         n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
+        rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
+        return;
+    }
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
@@ -508,6 +514,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->softcap = get_f64(r);
     n->top_k = get_i32(r);
     n->wide = get_i32(r);
+    n->padding = get_i64(r);
     if (r->failed) return NULL;
     check_node(r, g, pk, n);
     return r->failed ? NULL : n;
