@@ -236,7 +236,11 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_NEG: return accumulate(ad, in[0], emit1(ad, OP_NEG, s, loc, dy));
     case OP_MATMUL: return matmul_rule(ad, n, dy);
-    case OP_EMBED: return accumulate(ad, in[0], emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]));
+    case OP_EMBED: { // every token's row of dy added into its table row, but the padding row's
+        Node *g = emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]);
+        if (g) g->padding = n->padding;
+        return accumulate(ad, in[0], g);
+    }
     case OP_LAYERNORM:
     case OP_RMSNORM: {
         int64_t nx = shape_numel(s), c = s->dims[s->rank - 1];

@@ -823,7 +823,10 @@ static void store_node(KB *b, int i) {
         int a = arg_of(b, i, 0, numel(n), store_type(f, n), KA_ACC32); // f32: the storage rule keeps it so
         note(b, a, 0, 0);
         int idx = clampi(b, cvt(b, KT_I64, load_flat(b, n->in[1], b->row, 0, 0)), 0, V - 1);
-        emit(b, KOP_ACC, KT_F32, a, bin(b, KOP_ADD, bin(b, KOP_MUL, idx, ci(b, C)), b->col), val(b, n->in[0], b->col), 0);
+        int dy = val(b, n->in[0], b->col);
+        if (n->padding) // the padding row takes none (adds 0)
+            dy = sel(b, cmp(b, KOP_EQ, idx, ci(b, n->padding - 1)), cst(b, KT_F32, 0), dy);
+        emit(b, KOP_ACC, KT_F32, a, bin(b, KOP_ADD, bin(b, KOP_MUL, idx, ci(b, C)), b->col), dy, 0);
         return;
     }
     case OP_LAYERNORM_BWD:

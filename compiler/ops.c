@@ -19,7 +19,7 @@ enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
 
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL},
-    {"embed", OP_EMBED, 2, 2, "", "embed(table, indices)", OP_EMBED},
+    {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED},
     {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE},
     {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM},
     {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM},
@@ -300,9 +300,19 @@ static Node *lower_embed(Sema *S, const Args *a) {
                    (long long)in[1]->shape.dims[0] - 1, (long long)in[0]->shape.dims[0]);
         return NULL;
     }
+    int64_t pad = -1; // the row that takes no gradient (Hugging Face's padding_idx)
+    const Expr *pe = find_kwarg(a->call, "padding_idx");
+    if (kw_int(S, a, "padding_idx", -1, 0, &pad) != 0) return NULL;
+    if (pe && (pad < 0 || pad >= in[0]->shape.dims[0])) {
+        diag_error(S->d, pe->loc, "padding_idx %lld is not a row of the %lld-row table", (long long)pad,
+                   (long long)in[0]->shape.dims[0]);
+        return NULL;
+    }
     Shape out = in[1]->shape;
     out.dims[out.rank++] = in[0]->shape.dims[1];
-    return new_node(S, OP_EMBED, DT_F32, &out, a->call->loc, 2, in);
+    Node *n = new_node(S, OP_EMBED, DT_F32, &out, a->call->loc, 2, in);
+    if (n) n->padding = pad + 1;
+    return n;
 }
 
 static Node *lower_arange(Sema *S, const Args *a) {
