@@ -293,13 +293,15 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         if (g) { g->axis = n->axis; g->offset = n->offset; }
         return accumulate(ad, in[0], g);
     }
-    case OP_CONCAT: {
+    case OP_CONCAT: { // each operand's rows of dy, summed over the axes it broadcast along
         int64_t offset = 0;
         for (int i = 0; i < n->nin; i++) {
-            Node *g = emit1(ad, OP_SLICE, &in[i]->shape, loc, dy);
+            Shape part = *s;
+            part.dims[n->axis] = in[i]->shape.dims[n->axis];
+            Node *g = emit1(ad, OP_SLICE, &part, loc, dy);
             if (g) { g->axis = n->axis; g->offset = offset; }
             offset += in[i]->shape.dims[n->axis];
-            if (accumulate(ad, in[i], g) != 0) return -1;
+            if (accumulate(ad, in[i], sum_to(ad, g, &in[i]->shape)) != 0) return -1;
         }
         return 0;
     }

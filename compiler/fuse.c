@@ -96,7 +96,12 @@ static int operand_rowlocal(const Node *n, int j) {
     case OP_SOFTMAX_BWD: return j < 2 && last_axis(n);
     case OP_CROSS_ENTROPY_BWD: return j == 1;
     case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: return j < 2;
-    case OP_SLICE: case OP_PAD: case OP_CONCAT: return last_axis(n);
+    case OP_SLICE: case OP_PAD: return last_axis(n);
+    case OP_CONCAT: { // an operand broadcast along another axis is read away from the row
+        Shape whole = n->shape;
+        whole.dims[n->axis] = so->dims[n->axis];
+        return last_axis(n) && shape_eq(&whole, so);
+    }
     default: return 0;
     }
 }
@@ -765,7 +770,15 @@ static int node_val(KB *b, int i, int col) {
             int64_t kd = n->in[k]->shape.dims[n->axis];
             int jj = clampi(b, bin(b, KOP_SUB, j, ci(b, off)), 0, kd - 1);
             int x;
-            if (last_axis(n)) {
+            Shape whole = n->shape; // operand k as the output holds it, broadcast along its size-1 axes
+            whole.dims[n->axis] = kd;
+            if (!shape_eq(&whole, &n->in[k]->shape)) {
+                int fv = last_axis(n) ? bin(b, KOP_ADD, bin(b, KOP_MUL, b->row, ci(b, kd)), jj)
+                                      : bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),
+                                            bin(b, KOP_ADD, bin(b, KOP_MUL, jj, ci(b, in)), bin(b, KOP_REM, f, ci(b, in))));
+                int cv = bin(b, KOP_REM, fv, ci(b, last_dim(&whole)));
+                x = load_flat(b, n->in[k], broadcast_index(b, &whole, &n->in[k]->shape, fv, cv), 0, 0);
+            } else if (last_axis(n)) {
                 x = val(b, n->in[k], jj);
             } else {
                 int src = bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),

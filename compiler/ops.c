@@ -653,14 +653,20 @@ static Node *lower_concat(Sema *S, const Args *a) {
     for (int i = 0; i < a->npos; i++)
         if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
     if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
+    // the other axes: equal, or 1 in some operands, which broadcast to the others' size
     Shape s = in[0]->shape;
     for (int i = 1; i < a->npos; i++) {
         const Shape *t = &in[i]->shape;
         int ok = t->rank == s.rank;
-        for (int d = 0; ok && d < s.rank; d++) ok = d == axis || t->dims[d] == s.dims[d];
+        for (int d = 0; ok && d < s.rank; d++) {
+            if (d == axis || t->dims[d] == s.dims[d] || t->dims[d] == 1) continue;
+            if (s.dims[d] == 1) s.dims[d] = t->dims[d];
+            else ok = 0;
+        }
         if (!ok) return (void)mismatch(S, a->pos[i]->loc, "concat", &in[0]->shape, t), NULL;
-        s.dims[axis] += t->dims[axis];
     }
+    s.dims[axis] = 0;
+    for (int i = 0; i < a->npos; i++) s.dims[axis] += in[i]->shape.dims[axis];
     Node *n = new_node(S, OP_CONCAT, DT_F32, &s, a->call->loc, a->npos, in);
     if (n) n->axis = axis;
     return n;
