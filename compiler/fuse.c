@@ -1053,7 +1053,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     if (q->rank != 3 || n->heads < 1 || n->kv_heads < 1) return ffail(f, n, "attention needs q [B, T, H*D]");
     KirAttn *t = &k->attn;
     *t = (KirAttn){.B = q->dims[0], .T = q->dims[1], .H = n->heads, .KVH = n->kv_heads, .D = q->dims[2] / n->heads,
-                   .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
+                   .Dv = n->in[bwd ? 3 : 2]->shape.dims[2] / n->kv_heads, .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
     t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;
     k->nargs = n->nin + 1;

@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 12. For each model given: parse,
+// test_plan: the plan file format, version 13. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -553,35 +553,39 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     memcpy(buf, orig, len);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 12");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 12");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 12");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 8); // before the graph recorded each layer's block kind
     redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 12");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 9); // before each kind had its own block part (one period of the order, sublayers)
     redo_crcs(buf);
-    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 12");
+    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 10); // before a node said whether it is stored wide (a tiled gradient's fp32 partial sum)
     redo_crcs(buf);
-    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 12");
+    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 8, 11); // before an embedding's padding row
     redo_crcs(buf);
-    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 12");
+    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 13");
     memcpy(buf, orig, len);
-    st32(buf + 8, 13);
+    st32(buf + 8, 12); // before the kernel IR's attention carried the value heads' width
     redo_crcs(buf);
-    expect_refused("version 13", buf, len, "p.plan: plan version 13, this mtrun reads version 12");
+    expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 13");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 14);
+    redo_crcs(buf);
+    expect_refused("version 14", buf, len, "p.plan: plan version 14, this mtrun reads version 13");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
