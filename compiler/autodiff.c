@@ -266,9 +266,9 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[0], r);
     }
     case OP_ATTENTION: {
-        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape);
+        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
         Node *args[4] = {dy, in[0], in[1], in[2]};
-        Node *p = packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, loc, 4, args);
+        Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, loc, 4, args);
         if (p) {
             p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
             p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;

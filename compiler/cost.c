@@ -115,7 +115,7 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
         if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
         if (cpu && bf16) matrix = t->vector_flops;
-        flops = 4.0 * (double)a->B * pairs * (double)(a->H * a->D) * (k->kind == KK_ATTN ? 1.0 : 2.5);
+        flops = 4.0 * (double)a->B * pairs * (double)a->H * 0.5 * (double)(a->D + a->Dv) * (k->kind == KK_ATTN ? 1.0 : 2.5);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu && !(bf16 && k->kind != KK_GEMM) ? cpu_overhead(set, k, t) : 0.0;

@@ -491,7 +491,10 @@ static Node *lower_attention(Sema *S, const Args *a) {
         diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
         return NULL;
     }
-    if (head_width(S, a->pos[0], in[0], heads, &d) != 0 || head_width(S, a->pos[1], in[1], kv_heads, &dk) != 0) return NULL;
+    int64_t dv;
+    if (head_width(S, a->pos[0], in[0], heads, &d) != 0 || head_width(S, a->pos[1], in[1], kv_heads, &dk) != 0 ||
+        head_width(S, a->pos[2], in[2], kv_heads, &dv) != 0)
+        return NULL;
     if (d != dk) {
         diag_error(S->d, a->pos[1]->loc, "key heads are %lld wide but query heads %lld", (long long)dk, (long long)d);
         return NULL;
@@ -508,11 +511,12 @@ static Node *lower_attention(Sema *S, const Args *a) {
     }
     for (int i = 1; i < 3; i++) {
         const Shape *q = &in[0]->shape, *k = &in[i]->shape;
-        if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1] || (i == 2 && !shape_eq(k, &in[1]->shape)))
-            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (k and v)",
-                                  i == 1 ? q : &in[1]->shape, k), NULL;
+        if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1])
+            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (q and v)", q, k), NULL;
     }
-    Node *n = new_node(S, OP_ATTENTION, DT_F32, &in[0]->shape, a->call->loc, 3, in);
+    Shape y = in[0]->shape; // heads as wide as v's (DeepSeek's latent attention: q and k 192, v 128)
+    y.dims[2] = heads * dv;
+    Node *n = new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, 3, in);
     if (n) {
         n->heads = (int)heads, n->kv_heads = (int)kv_heads, n->causal = causal;
         n->window = window, n->scale = scale, n->softcap = softcap;
