@@ -10,6 +10,11 @@ its query and key heads, the shared rope key broadcast by concat, the order
   256, bytes) trains 3 steps on the cpu target tiny-1layer, streamed, with
   the unstreamed reference executor's losses to 1e-5, and its gradient
   norm is finite.
+- transformers: that tiny variant (no YaRN, no aux loss) as a
+  DeepseekV2ForCausalLM (its own modelling code, eager attention, fp32) from
+  the same random weights (mt's per-expert tensors stacked into its fused
+  gate_up_proj and down_proj): the loss on the first validation batch (batch
+  1, 16 positions) equals mtc/mtrun's to 1e-5 relative.
 
 usage: check_deepseek_v2_lite.py MTC MTRUN
 Run from the project root.
@@ -91,6 +96,64 @@ def main():
             if not abs(x - y) <= 1e-5 * abs(y):
                 fail(f"streamed {got[0]} against the reference {got[1]}")
         print(f"ok: the tiny variant trains streamed on tiny-1layer with the reference's losses and norms {got[0]}")
+        against_transformers(mtc, mtrun, model, tmp)
+
+
+def against_transformers(mtc, mtrun, model, tmp):
+    import numpy as np
+    import torch
+    from transformers import DeepseekV2Config, DeepseekV2ForCausalLM
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+    from check_weights import val_tokens, write_safetensors
+    T = 16
+    p = run(mtc, model, "--batch", "1", "--seq", T, "--json")
+    if p.returncode != 0:
+        fail("mtc --json (tiny) failed", p)
+    rng = np.random.default_rng(3)
+    W = {q["name"]: (rng.standard_normal(q["shape"]) * 0.2).astype(np.float32) for q in json.loads(p.stdout)["params"]}
+    for n in W:
+        if n.endswith("norm.weight"):
+            W[n] = (1 + 0.1 * rng.standard_normal(W[n].shape)).astype(np.float32)
+    st, plan, log = os.path.join(tmp, "w.safetensors"), os.path.join(tmp, "t.bin"), os.path.join(tmp, "v.jsonl")
+    write_safetensors(st, [(n, "F32", a) for n, a in W.items()])
+    p = run(mtc, model, "--batch", "1", "--seq", T, "--target", "tiny-1layer", "-o", plan)
+    if p.returncode != 0:
+        fail("mtc (tiny, batch 1) failed", p)
+    p = run(mtrun, plan, "--steps", "0", "--val-batches", "1", "--init", st, "--log", log)
+    if p.returncode != 0:
+        fail("mtrun --init failed", p)
+    mt_loss = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0]
+    t = {k: int(v) for k, v in TINY.items()}
+    cfg = DeepseekV2Config(vocab_size=t["V"], hidden_size=t["C"], intermediate_size=t["FFN"],
+                           moe_intermediate_size=t["EFFN"], num_hidden_layers=t["L"], num_attention_heads=t["H"],
+                           num_key_value_heads=t["H"], n_shared_experts=2, n_routed_experts=t["E"],
+                           num_experts_per_tok=t["K"], first_k_dense_replace=1, kv_lora_rank=t["R"], q_lora_rank=None,
+                           qk_nope_head_dim=t["DN"], qk_rope_head_dim=t["DR"], v_head_dim=t["DV"], norm_topk_prob=False,
+                           routed_scaling_factor=1.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                           max_position_embeddings=64, attn_implementation="eager")
+    hf = DeepseekV2ForCausalLM(cfg).float().eval()
+    sd = {}
+    for name in hf.state_dict():
+        m = re.match(r"(model\.layers\.\d+\.mlp\.experts)\.(gate_up_proj|down_proj)$", name)
+        if m:
+            e = range(t["E"])
+            if m.group(2) == "gate_up_proj":
+                sd[name] = np.stack([np.concatenate([W[f"{m.group(1)}.{i}.gate_proj.weight"],
+                                                     W[f"{m.group(1)}.{i}.up_proj.weight"]]) for i in e])
+            else:
+                sd[name] = np.stack([W[f"{m.group(1)}.{i}.down_proj.weight"] for i in e])
+        else:
+            sd[name] = W[name]
+    hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=True)
+    x, y = val_tokens(T)
+    with torch.no_grad():
+        out = hf(torch.from_numpy(x)[None], labels=None)
+        logits = out.logits[0].double()
+        hf_loss = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)))
+    rel = abs(mt_loss - hf_loss) / abs(hf_loss)
+    print(f"transformers DeepseekV2ForCausalLM (eager, fp32) loss {hf_loss:.9g}, mt {mt_loss:.9g}: relative {rel:.2e}")
+    if not rel <= 1e-5:
+        fail(f"mt's loss {mt_loss!r} is not transformers' {hf_loss!r} (relative {rel:.2e})")
 
 
 if __name__ == "__main__":

@@ -13,7 +13,9 @@
 # and 1/sqrt(192); the router's auxiliary loss (seq_aux, alpha 0.001) is left
 # out; and the CUDA flash templates take one head width, so GPU targets
 # refuse its attention (a cpu target runs it). Its parameter count is the
-# checkpoint's, 15,706,484,224 (tests/check_deepseek_v2_lite.py).
+# checkpoint's, 15,706,484,224, and at tiny widths (no YaRN) it gives
+# transformers' DeepseekV2ForCausalLM's loss from the same weights
+# (tests/check_deepseek_v2_lite.py).
 model deepseek_v2_lite
 
 config {
