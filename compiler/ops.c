@@ -63,13 +63,6 @@ typedef struct Args {
     int npos;
 } Args;
 
-int word_in_list(const char *list, const char *w) {
-    size_t n = strlen(w);
-    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
-    return 0;
-}
-
 static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) {
     *a = (Args){.call = call, .spec = spec};
     for (int i = 0; i < call->items.n; i++) {
