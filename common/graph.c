@@ -149,6 +149,10 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
     case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
+    case OP_EMBED:
+    case OP_EMBED_BWD:
+        if (n->padding) fprintf(out, " padding_idx=%lld", (long long)n->padding - 1);
+        break;
     case OP_ATTENTION_BWD:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
                 (long long)n->window, n->scale, n->softcap);

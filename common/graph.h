@@ -155,6 +155,10 @@ typedef struct Node {
     int64_t window;
     double scale, softcap;
     int top_k;         // OP_TOP_K: how many experts a row selects
+    int64_t padding;   // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's
+                       // padding_idx), 0: none
+    int wide;          // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's
+                       // parameter gradient across its chunks, which the last add rounds once
 } Node;
 
 // How many rope frequencies n carries: D/2 for OP_ROPE, 0 for other ops.

@@ -10,7 +10,7 @@
 //   u32 nstmts, per stmt: u8 op, u8 type, u16 loop, i32 a, b, c, node, f64 value,
 //   gemm: i32 ta, tb, i64 M, N, K, batch, lda, ldb, ldc, stride_a, stride_b,
 //     stride_c, i32 epilogue,
-//   attn: i64 B, T, H, KVH, D, i32 causal, i64 window, f64 scale, softcap,
+//   attn: i64 B, T, H, KVH, D, Dv, i32 causal, i64 window, f64 scale, softcap,
 //     i32 helper[2].
 #include "kir.h"
 
@@ -19,7 +19,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-enum { KIR_VERSION = 3, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
+enum { KIR_VERSION = 4, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 1 + 3 * 8 + 8 };
 static const char KIR_MAGIC[8] = "MTKIR\0\0";
 
 static const char *const OP_NAMES[] = {
@@ -78,12 +78,15 @@ static int fits(int64_t numel, int64_t batch, int64_t stride, int64_t extent) {
     return (batch - 1) * stride + extent <= numel;
 }
 
-// GEMM and attention arguments: all f32 or all bf16.
+// GEMM and attention arguments: all f32 or all bf16, but for a GEMM's
+// output, which may be f32 under bf16 operands (a tiled gradient's part,
+// common/storage.h).
 static int same_float_storage(const KirKernel *k) {
-    for (int i = 0; i < k->nargs; i++)
-        if ((k->args[i].dtype != KT_F32 && k->args[i].dtype != KT_BF16) || k->args[i].dtype != k->args[0].dtype ||
-            k->args[i].node < 0)
-            return 0;
+    for (int i = 0; i < k->nargs; i++) {
+        int t = k->args[i].dtype, want = k->args[k->nargs > 1].dtype;
+        if ((t != KT_F32 && t != KT_BF16) || k->args[i].node < 0) return 0;
+        if (t != want && !(i == 0 && k->kind == KK_GEMM && t == KT_F32)) return 0;
+    }
     return 1;
 }
 
@@ -112,13 +115,14 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     int bwd = k->kind == KK_ATTN_BWD;
     if (k->nargs != (bwd ? 5 : 4)) return fail(err, cap, "attention with %d arguments", k->nargs);
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
-        t->D >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 || t->window < 0 || t->window >= LIM ||
+        t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 || t->window < 0 || t->window >= LIM ||
         (t->window && !t->causal) || !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
         return fail(err, cap, "attention with bad geometry");
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
+    int64_t ny = t->B * t->T * t->H * t->Dv, nv = t->B * t->T * t->KVH * t->Dv; // y and dy, v
     const KirArg *a = k->args;
-    if (bwd ? (a[0].numel < nq + 2 * nk || a[1].numel < nq || a[2].numel < nq || a[3].numel < nk || a[4].numel < nk)
-            : (a[0].numel < nq || a[1].numel < nq || a[2].numel < nk || a[3].numel < nk))
+    if (bwd ? (a[0].numel < nq + nk + nv || a[1].numel < ny || a[2].numel < nq || a[3].numel < nk || a[4].numel < nv)
+            : (a[0].numel < ny || a[1].numel < nq || a[2].numel < nk || a[3].numel < nv))
         return fail(err, cap, "attention reaches outside its arguments");
     for (int i = 0; i < 2; i++)
         if (t->helper[i] < -1 || t->helper[i] >= nkernels) return fail(err, cap, "attention helper %d", t->helper[i]);
@@ -328,7 +332,7 @@ static void write_kernel(Out *o, const KirKernel *k) {
     for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) PUT64(o, gv[i]);
     PUT32(o, g->epilogue);
     const KirAttn *t = &k->attn;
-    int64_t tv[] = {t->B, t->T, t->H, t->KVH, t->D};
+    int64_t tv[] = {t->B, t->T, t->H, t->KVH, t->D, t->Dv};
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) PUT64(o, tv[i]);
     PUT32(o, t->causal);
     PUT64(o, t->window);
@@ -436,7 +440,7 @@ static int read_kernel(In *r, KirKernel *k, Arena *a) {
     for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) *gv[i] = get_i64(r);
     g->epilogue = get_i32(r);
     KirAttn *t = &k->attn;
-    int64_t *tv[] = {&t->B, &t->T, &t->H, &t->KVH, &t->D};
+    int64_t *tv[] = {&t->B, &t->T, &t->H, &t->KVH, &t->D, &t->Dv};
     for (size_t i = 0; i < sizeof tv / sizeof tv[0]; i++) *tv[i] = get_i64(r);
     t->causal = get_i32(r);
     t->window = get_i64(r);

@@ -147,7 +147,8 @@ static inline int64_t kir_gemm_row_block(int64_t N) {
 }
 
 typedef struct KirAttn {
-    int64_t B, T, H, KVH, D; // q [B, T, H*D], k and v [B, T, KVH*D]
+    int64_t B, T, H, KVH, D; // q [B, T, H*D], k [B, T, KVH*D], v [B, T, KVH*Dv], y [B, T, H*Dv]
+    int64_t Dv;              // the value heads' width (DeepSeek's latent attention: 128 under q/k's 192)
     int32_t causal;
     int64_t window;          // query t sees keys t - window < j <= t; 0: every key to t (causal) or all
     double scale;            // scores q.k * scale (the graph's default, 1/sqrt(D), resolved)

@@ -16,9 +16,12 @@
 //         node's value is rounded to bf16 where the node ends, even inside
 //         a fused kernel, so fusion and tiling never change a result.
 //         Reductions accumulate in fp32 or wider and round once, at the end.
-//         Stay fp32: scalars (the loss and its seed), and the embedding's
+//         Stay fp32: scalars (the loss and its seed), the embedding's
 //         gradient (OP_EMBED_BWD, a scatter-add of every token's row, which
-//         needs an fp32 accumulator and is that accumulator).
+//         needs an fp32 accumulator and is that accumulator), and a tiled
+//         part's parameter gradient until its chunks are summed (Node.wide:
+//         each chunk's part and the running sum, so that the last add rounds
+//         once, as the untiled GEMM or column sum does).
 //
 // The host store is fp32 (master weights, Adam m and v, gradient
 // accumulators) plus, under bf16, the bf16 copy that streams; AdamW writes
@@ -43,8 +46,19 @@ static inline DType storage_dtype(DType compute, const Node *n) {
     if (compute != DT_BF16) return DT_F32;
     const Node *b = storage_base(n);
     if (b->op == OP_PARAM) return DT_BF16; // weights stream as bf16
-    if (b->shape.rank == 0 || b->op == OP_EMBED_BWD) return DT_F32;
+    if (b->shape.rank == 0 || b->op == OP_EMBED_BWD || b->wide) return DT_F32;
     return DT_BF16;
+}
+
+// How many leading elements of node n's value are rounded to bf16 where it
+// ends: all of a value stored as bf16; of a wide norm backward (its gain's
+// and bias's gradient a tiled part's fp32 partial), the dx before them, which
+// the block's backward reads as every other activation gradient; else none.
+static inline int64_t storage_rounded_elems(DType compute, const Node *n) {
+    if (n->dtype != DT_F32 || compute != DT_BF16) return 0;
+    if (storage_dtype(compute, n) == DT_BF16) return shape_numel(&n->shape);
+    if (n->wide && (n->op == OP_LAYERNORM_BWD || n->op == OP_RMSNORM_BWD)) return shape_numel(&n->in[1]->shape);
+    return 0;
 }
 
 static inline int64_t dtype_bytes(DType t) { return t == DT_BF16 ? 2 : 4; }

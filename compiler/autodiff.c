@@ -28,12 +28,26 @@ static Node *emit2(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x, Node
     return emit(ad, op, shape, loc, 2, in);
 }
 
+// A partial sum of a tiled part's parameter gradient stays fp32 under bf16
+// (common/storage.h), so that the chunks' parts are summed in fp32 and the
+// last add rounds once, as the untiled GEMM or column sum does. A norm's
+// gain and bias gradients are views of its packed backward, which goes wide
+// whole (its dx still rounded: storage_rounded_elems).
+static void keep_wide(Node *n) {
+    while (n->op == OP_VIEW || n->op == OP_RESHAPE) {
+        n = n->in[0];
+        if (n->op != OP_LAYERNORM_BWD && n->op != OP_RMSNORM_BWD && n->op != OP_VIEW && n->op != OP_RESHAPE) return;
+    }
+    if (n->op != OP_PARAM && n->op != OP_CONST && n->op != OP_INPUT) n->wide = 1;
+}
+
 // Adds g to the gradient of x. Integer values and constants take none.
 static int accumulate(AD *ad, Node *x, Node *g) {
     if (!g) return -1;
     if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
     Node **slot = &ad->adj[x->id];
     if (*slot) {
+        if (ad->part->nchunks > 1 && x->op == OP_PARAM) keep_wide(*slot), keep_wide(g);
         *slot = emit2(ad, OP_ADD, &x->shape, x->loc, *slot, g);
         return *slot ? 0 : -1;
     }
@@ -222,7 +236,11 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_NEG: return accumulate(ad, in[0], emit1(ad, OP_NEG, s, loc, dy));
     case OP_MATMUL: return matmul_rule(ad, n, dy);
-    case OP_EMBED: return accumulate(ad, in[0], emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]));
+    case OP_EMBED: { // every token's row of dy added into its table row, but the padding row's
+        Node *g = emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]);
+        if (g) g->padding = n->padding;
+        return accumulate(ad, in[0], g);
+    }
     case OP_LAYERNORM:
     case OP_RMSNORM: {
         int64_t nx = shape_numel(s), c = s->dims[s->rank - 1];
@@ -252,9 +270,9 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[0], r);
     }
     case OP_ATTENTION: {
-        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape);
+        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
         Node *args[4] = {dy, in[0], in[1], in[2]};
-        Node *p = packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, loc, 4, args);
+        Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, loc, 4, args);
         if (p) {
             p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
             p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;
@@ -279,13 +297,15 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         if (g) { g->axis = n->axis; g->offset = n->offset; }
         return accumulate(ad, in[0], g);
     }
-    case OP_CONCAT: {
+    case OP_CONCAT: { // each operand's rows of dy, summed over the axes it broadcast along
         int64_t offset = 0;
         for (int i = 0; i < n->nin; i++) {
-            Node *g = emit1(ad, OP_SLICE, &in[i]->shape, loc, dy);
+            Shape part = *s;
+            part.dims[n->axis] = in[i]->shape.dims[n->axis];
+            Node *g = emit1(ad, OP_SLICE, &part, loc, dy);
             if (g) { g->axis = n->axis; g->offset = offset; }
             offset += in[i]->shape.dims[n->axis];
-            if (accumulate(ad, in[i], g) != 0) return -1;
+            if (accumulate(ad, in[i], sum_to(ad, g, &in[i]->shape)) != 0) return -1;
         }
         return 0;
     }

@@ -99,8 +99,9 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
 // kernel (double sums, one thread), at attention_plain_flops (mtrun
 // --calibrate measures that kernel), or vector_flops where a profile lacks it.
+// The rate follows the operands' storage (a GEMM's output may be f32 under bf16 ones).
 static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
-    int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
+    int bf16 = k->args[1].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU)
         matrix = t->matrix_flops_bf16 *
@@ -115,7 +116,7 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
         if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
         if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
-        flops = 4.0 * (double)a->B * pairs * (double)(a->H * a->D) * (k->kind == KK_ATTN ? 1.0 : 2.5);
+        flops = 4.0 * (double)a->B * pairs * (double)a->H * 0.5 * (double)(a->D + a->Dv) * (k->kind == KK_ATTN ? 1.0 : 2.5);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu && !(bf16 && k->kind != KK_GEMM) ? cpu_overhead(set, k, t) : 0.0;

@@ -723,6 +723,16 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
         for (int i = 0; i < prog->parts[p].n; i++) {
             const KirKernel *k = &prog->parts[p].k[i];
             if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
+            if (k->attn.Dv != k->attn.D) { // the flash templates take one head width for q, k and v
+                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
+                snprintf(err, errcap,
+                         "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has no "
+                         "CUDA kernel yet (the flash templates take one head width); a cpu target runs it (--target local, tiny-1layer)",
+                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col,
+                         (long long)k->attn.D, (long long)k->attn.Dv);
+                cuda_source_free(out);
+                return -1;
+            }
             AttnVariant v = attn_variant(k, bf16);
             int seen = 0;
             for (int j = 0; j < ninst; j++) seen |= attn_variant_eq(&inst[j], &v);

@@ -96,7 +96,12 @@ static int operand_rowlocal(const Node *n, int j) {
     case OP_SOFTMAX_BWD: return j < 2 && last_axis(n);
     case OP_CROSS_ENTROPY_BWD: return j == 1;
     case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: return j < 2;
-    case OP_SLICE: case OP_PAD: case OP_CONCAT: return last_axis(n);
+    case OP_SLICE: case OP_PAD: return last_axis(n);
+    case OP_CONCAT: { // an operand broadcast along another axis is read away from the row
+        Shape whole = n->shape;
+        whole.dims[n->axis] = so->dims[n->axis];
+        return last_axis(n) && shape_eq(&whole, so);
+    }
     default: return 0;
     }
 }
@@ -389,6 +394,7 @@ static int store_type(const F *f, const Node *n) { return kir_storage_type(stora
 // Whether node n's value is rounded to bf16 where it ends: it is stored as
 // bf16, and it is not an op that only moves values already stored as bf16.
 static int rounds_bf16(const F *f, const Node *n) {
+    if (storage_rounded_elems(f->compute, n) && n->wide) return 1; // a wide norm backward's dx
     if (store_type(f, n) != KT_BF16) return 0;
     switch (n->op) {
     case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_TRANSPOSE: case OP_EMBED:
@@ -791,7 +797,15 @@ static int node_val(KB *b, int i, int col) {
             int64_t kd = n->in[k]->shape.dims[n->axis];
             int jj = clampi(b, bin(b, KOP_SUB, j, ci(b, off)), 0, kd - 1);
             int x;
-            if (last_axis(n)) {
+            Shape whole = n->shape; // operand k as the output holds it, broadcast along its size-1 axes
+            whole.dims[n->axis] = kd;
+            if (!shape_eq(&whole, &n->in[k]->shape)) {
+                int fv = last_axis(n) ? bin(b, KOP_ADD, bin(b, KOP_MUL, b->row, ci(b, kd)), jj)
+                                      : bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),
+                                            bin(b, KOP_ADD, bin(b, KOP_MUL, jj, ci(b, in)), bin(b, KOP_REM, f, ci(b, in))));
+                int cv = bin(b, KOP_REM, fv, ci(b, last_dim(&whole)));
+                x = load_flat(b, n->in[k], broadcast_index(b, &whole, &n->in[k]->shape, fv, cv), 0, 0);
+            } else if (last_axis(n)) {
                 x = val(b, n->in[k], jj);
             } else {
                 int src = bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),
@@ -849,7 +863,10 @@ static void store_node(KB *b, int i) {
         int a = arg_of(b, i, 0, numel(n), store_type(f, n), KA_ACC32); // f32: the storage rule keeps it so
         note(b, a, 0, 0);
         int idx = clampi(b, cvt(b, KT_I64, load_flat(b, n->in[1], b->row, 0, 0)), 0, V - 1);
-        emit(b, KOP_ACC, KT_F32, a, bin(b, KOP_ADD, bin(b, KOP_MUL, idx, ci(b, C)), b->col), val(b, n->in[0], b->col), 0);
+        int dy = val(b, n->in[0], b->col);
+        if (n->padding) // the padding row takes none (adds 0)
+            dy = sel(b, cmp(b, KOP_EQ, idx, ci(b, n->padding - 1)), cst(b, KT_F32, 0), dy);
+        emit(b, KOP_ACC, KT_F32, a, bin(b, KOP_ADD, bin(b, KOP_MUL, idx, ci(b, C)), b->col), dy, 0);
         return;
     }
     case OP_LAYERNORM_BWD:
@@ -1063,7 +1080,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     if (q->rank != 3 || n->heads < 1 || n->kv_heads < 1) return ffail(f, n, "attention needs q [B, T, H*D]");
     KirAttn *t = &k->attn;
     *t = (KirAttn){.B = q->dims[0], .T = q->dims[1], .H = n->heads, .KVH = n->kv_heads, .D = q->dims[2] / n->heads,
-                   .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
+                   .Dv = n->in[bwd ? 3 : 2]->shape.dims[2] / n->kv_heads, .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
     t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;
     k->nargs = n->nin + 1;

@@ -22,7 +22,7 @@ enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
 
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL},
-    {"embed", OP_EMBED, 2, 2, "", "embed(table, indices)", OP_EMBED},
+    {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED},
     {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE},
     {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM},
     {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM},
@@ -70,13 +70,6 @@ typedef struct Args {
     const Expr *pos[16];
     int npos;
 } Args;
-
-int word_in_list(const char *list, const char *w) {
-    size_t n = strlen(w);
-    for (const char *p = strstr(list, w); p; p = strstr(p + 1, w))
-        if ((p == list || p[-1] == ' ') && (p[n] == ' ' || p[n] == 0)) return 1;
-    return 0;
-}
 
 static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) {
     *a = (Args){.call = call, .spec = spec};
@@ -308,9 +301,19 @@ static Node *lower_embed(Sema *S, const Args *a) {
                    (long long)in[1]->shape.dims[0] - 1, (long long)in[0]->shape.dims[0]);
         return NULL;
     }
+    int64_t pad = -1; // the row that takes no gradient (Hugging Face's padding_idx)
+    const Expr *pe = find_kwarg(a->call, "padding_idx");
+    if (kw_int(S, a, "padding_idx", -1, 0, &pad) != 0) return NULL;
+    if (pe && (pad < 0 || pad >= in[0]->shape.dims[0])) {
+        diag_error(S->d, pe->loc, "padding_idx %lld is not a row of the %lld-row table", (long long)pad,
+                   (long long)in[0]->shape.dims[0]);
+        return NULL;
+    }
     Shape out = in[1]->shape;
     out.dims[out.rank++] = in[0]->shape.dims[1];
-    return new_node(S, OP_EMBED, DT_F32, &out, a->call->loc, 2, in);
+    Node *n = new_node(S, OP_EMBED, DT_F32, &out, a->call->loc, 2, in);
+    if (n) n->padding = pad + 1;
+    return n;
 }
 
 static Node *lower_arange(Sema *S, const Args *a) {
@@ -614,18 +617,32 @@ static Node *lower_attention(Sema *S, const Args *a) {
         diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
         return NULL;
     }
-    if (head_width(S, a->pos[0], in[0], heads, &d) != 0 || head_width(S, a->pos[1], in[1], kv_heads, &dk) != 0) return NULL;
+    int64_t dv;
+    if (head_width(S, a->pos[0], in[0], heads, &d) != 0 || head_width(S, a->pos[1], in[1], kv_heads, &dk) != 0 ||
+        head_width(S, a->pos[2], in[2], kv_heads, &dv) != 0)
+        return NULL;
     if (d != dk) {
         diag_error(S->d, a->pos[1]->loc, "key heads are %lld wide but query heads %lld", (long long)dk, (long long)d);
         return NULL;
     }
+    for (int i = 0; i < 2; i++) { // a rope that rotated heads of another width than these
+        const Node *r = in[i];
+        int64_t h = i ? kv_heads : heads;
+        if (r->op == OP_ROPE && r->heads != h) {
+            diag_error(S->d, r->loc, "rope splits %s into %d heads of %lld, but the attention it feeds (line %d) "
+                       "reads %lld heads of %lld; write heads = %lld", i ? "the keys" : "the queries", r->heads,
+                       (long long)(last_dim(r) / r->heads), a->call->loc.line, (long long)h, (long long)d, (long long)h);
+            return NULL;
+        }
+    }
     for (int i = 1; i < 3; i++) {
         const Shape *q = &in[0]->shape, *k = &in[i]->shape;
-        if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1] || (i == 2 && !shape_eq(k, &in[1]->shape)))
-            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (k and v)",
-                                  i == 1 ? q : &in[1]->shape, k), NULL;
+        if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1])
+            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (q and v)", q, k), NULL;
     }
-    Node *n = new_node(S, OP_ATTENTION, DT_F32, &in[0]->shape, a->call->loc, 3, in);
+    Shape y = in[0]->shape; // heads as wide as v's (DeepSeek's latent attention: q and k 192, v 128)
+    y.dims[2] = heads * dv;
+    Node *n = new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, 3, in);
     if (n) {
         n->heads = (int)heads, n->kv_heads = (int)kv_heads, n->causal = causal;
         n->window = window, n->scale = scale, n->softcap = softcap;
@@ -766,14 +783,20 @@ static Node *lower_concat(Sema *S, const Args *a) {
     for (int i = 0; i < a->npos; i++)
         if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
     if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
+    // the other axes: equal, or 1 in some operands, which broadcast to the others' size
     Shape s = in[0]->shape;
     for (int i = 1; i < a->npos; i++) {
         const Shape *t = &in[i]->shape;
         int ok = t->rank == s.rank;
-        for (int d = 0; ok && d < s.rank; d++) ok = d == axis || t->dims[d] == s.dims[d];
+        for (int d = 0; ok && d < s.rank; d++) {
+            if (d == axis || t->dims[d] == s.dims[d] || t->dims[d] == 1) continue;
+            if (s.dims[d] == 1) s.dims[d] = t->dims[d];
+            else ok = 0;
+        }
         if (!ok) return (void)mismatch(S, a->pos[i]->loc, "concat", &in[0]->shape, t), NULL;
-        s.dims[axis] += t->dims[axis];
     }
+    s.dims[axis] = 0;
+    for (int i = 0; i < a->npos; i++) s.dims[axis] += in[i]->shape.dims[axis];
     Node *n = new_node(S, OP_CONCAT, DT_F32, &s, a->call->loc, a->npos, in);
     if (n) n->axis = axis;
     return n;

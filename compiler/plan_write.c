@@ -25,7 +25,8 @@
 //                i64 offset, i32 heads, kv_heads, causal, trans_a, trans_b,
 //                inverse, f64 eps, f64 theta, i64 window, f64 scale, softcap, i32 top_k,
 //                i32 rope_interleaved, f64 rope_scale, u32 count (rope: D/2, else 0),
-//                count × f64 rope_freq;
+//                count × f64 rope_freq,
+//                i32 wide, i64 padding;
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
 //   HOST     i64 host_global, i64 host_tail, nkinds × i64 host_kind, u32 count (= params),
@@ -180,6 +181,8 @@ static void write_node(Buf *b, const Node *n) {
     int64_t pairs = rope_pairs(n); // rope_freq's (D/2)
     put_u32(b, (uint32_t)pairs);
     for (int64_t i = 0; i < pairs; i++) put_f64(b, n->rope_freq[i]);
+    put_i32(b, n->wide);
+    put_i64(b, n->padding);
 }
 
 static int fail(char *err, size_t errcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

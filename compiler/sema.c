@@ -1,61 +1,13 @@
-// sema.c: name resolution, config and train evaluation, parameters, and the
-// lowering of block and forward statements to the layer graph. The shape and
-// dtype rules of the ops live in ops.c.
+// sema.c: config and train evaluation, parameters, and the lowering of
+// block and forward statements to the layer graph. The shape and dtype
+// rules of the ops live in ops.c; the lookups, the constant evaluator and
+// the call helpers both use live below them in consts.c.
 #include <math.h>
 #include <string.h>
 
 #include "sema.h"
 
-typedef struct ConfigEntry {
-    const char *name;
-    Num v;
-    Loc loc;
-} ConfigEntry;
-
-typedef struct Local {
-    const char *name;
-    Node *node;
-    Loc loc;
-} Local;
-
 // ---------------------------------------------------------------- names
-
-static ConfigEntry *find_config(Sema *S, const char *name) {
-    for (int i = 0; i < S->config.n; i++) {
-        ConfigEntry *c = S->config.items[i];
-        if (!strcmp(c->name, name)) return c;
-    }
-    return NULL;
-}
-
-// Inside a block, block parameters are those of the kind being lowered.
-static int find_param(Sema *S, const char *name, int in_block) {
-    for (int i = 0; i < S->g->params.n; i++) {
-        Param *p = S->g->params.items[i];
-        if (in_block && S->in_block && p->kind != S->kind) continue;
-        if (p->in_block == in_block && !strcmp(p->name, name)) return i;
-    }
-    return -1;
-}
-
-static Local *find_local(Sema *S, const char *name) {
-    for (int i = 0; i < S->locals.n; i++) {
-        Local *l = S->locals.items[i];
-        if (!strcmp(l->name, name)) return l;
-    }
-    return NULL;
-}
-
-// The first block declared as `name`, or NULL.
-static const BlockDecl *find_block(Sema *S, const char *name) {
-    for (int i = 0; i < S->m->blocks.n; i++) {
-        const BlockDecl *b = S->m->blocks.items[i];
-        if (!strcmp(b->name, name)) return b;
-    }
-    return NULL;
-}
-
-static int is_bt(const char *name) { return !strcmp(name, "B") || !strcmp(name, "T"); }
 
 // Reports `name` if it is already taken by a config constant, a parameter or
 // the block; `what` says what the new definition is.
@@ -77,121 +29,6 @@ static int check_fresh(Sema *S, const char *name, Loc loc, const char *what) {
         return 0;
     }
     return -1;
-}
-
-// ---------------------------------------------------------------- constants
-
-static int int_op_overflows(int op, int64_t a, int64_t b, int64_t *r) {
-    switch (op) {
-    case '+': return __builtin_add_overflow(a, b, r);
-    case '-': return __builtin_sub_overflow(a, b, r);
-    case '*': return __builtin_mul_overflow(a, b, r);
-    default: return 0;
-    }
-}
-
-int num_binary(Sema *S, int op, Loc loc, Num a, Num b, Num *out) {
-    if (op == '@') {
-        diag_error(S->d, loc, "'@' multiplies tensors; both sides here are constants");
-        return -1;
-    }
-    if ((op == '/' || op == '%') && (b.is_int ? b.i == 0 : b.f == 0.0)) {
-        diag_error(S->d, loc, "division by zero");
-        return -1;
-    }
-    if (a.is_int && b.is_int) {
-        int64_t r = 0;
-        if (op == '/' || op == '%') {
-            if (a.i == INT64_MIN && b.i == -1) {
-                diag_error(S->d, loc, "integer overflow");
-                return -1;
-            }
-            if (op == '/' && a.i % b.i != 0) {
-                diag_error(S->d, loc,
-                           "%lld / %lld is not a whole number; integer division must be exact "
-                           "(write %lld.0 / %lld for a fraction)",
-                           (long long)a.i, (long long)b.i, (long long)a.i, (long long)b.i);
-                return -1;
-            }
-            r = op == '/' ? a.i / b.i : a.i % b.i;
-        } else if (int_op_overflows(op, a.i, b.i, &r)) {
-            diag_error(S->d, loc, "integer overflow in %lld %c %lld", (long long)a.i, op, (long long)b.i);
-            return -1;
-        }
-        *out = (Num){.is_int = 1, .i = r, .f = (double)r};
-        return 0;
-    }
-    if (op == '%') {
-        diag_error(S->d, loc, "'%%' needs two integers");
-        return -1;
-    }
-    double r = op == '+' ? a.f + b.f : op == '-' ? a.f - b.f : op == '*' ? a.f * b.f : a.f / b.f;
-    if (!isfinite(r)) {
-        diag_error(S->d, loc, "the result is not a finite number");
-        return -1;
-    }
-    *out = (Num){.is_int = 0, .f = r};
-    return 0;
-}
-
-// A name used where a constant is needed but which names something else.
-static void not_a_constant(Sema *S, const Expr *e) {
-    if (!S->in_block && find_param(S, e->str, 1) >= 0)
-        diag_error(S->d, e->loc, "'%s' is a parameter of block '%s'; only the block can use it", e->str, S->block_name);
-    else if (find_param(S, e->str, 0) >= 0 || find_param(S, e->str, 1) >= 0 || find_local(S, e->str))
-        diag_error(S->d, e->loc, "'%s' is a tensor; expected a constant number", e->str);
-    else if (is_bt(e->str))
-        diag_error(S->d, e->loc, "'%s' (the %s) cannot be used in %s", e->str,
-                   e->str[0] == 'B' ? "batch size" : "sequence length", S->bt_unavailable_in);
-    else
-        diag_error(S->d, e->loc, "undefined name '%s'", e->str);
-}
-
-int eval_num(Sema *S, const Expr *e, Num *out) {
-    switch (e->kind) {
-    case EXPR_INT: *out = (Num){.is_int = 1, .i = e->ival, .f = (double)e->ival}; return 0;
-    case EXPR_FLOAT: *out = (Num){.f = e->fval}; return 0;
-    case EXPR_NAME: {
-        ConfigEntry *c = find_config(S, e->str);
-        if (c) { *out = c->v; return 0; }
-        if (S->have_bt && is_bt(e->str)) {
-            int64_t v = e->str[0] == 'B' ? S->B : S->T;
-            *out = (Num){.is_int = 1, .i = v, .f = (double)v};
-            return 0;
-        }
-        not_a_constant(S, e);
-        return -1;
-    }
-    case EXPR_NEG: {
-        if (eval_num(S, e->lhs, out) != 0) return -1;
-        if (out->is_int && out->i == INT64_MIN) {
-            diag_error(S->d, e->loc, "integer overflow");
-            return -1;
-        }
-        out->i = -out->i;
-        out->f = -out->f;
-        return 0;
-    }
-    case EXPR_BINARY: {
-        Num a, b;
-        if (eval_num(S, e->lhs, &a) != 0 || eval_num(S, e->rhs, &b) != 0) return -1;
-        return num_binary(S, e->op, e->loc, a, b, out);
-    }
-    case EXPR_CALL:
-        if (!strcmp(e->str, "sqrt") && e->items.n == 1 && ((Expr *)e->items.items[0])->kind != EXPR_KWARG) {
-            Num x;
-            if (eval_num(S, e->items.items[0], &x) != 0) return -1;
-            if (x.f < 0) {
-                diag_error(S->d, e->loc, "sqrt of a negative number (%g)", x.f);
-                return -1;
-            }
-            *out = (Num){.f = sqrt(x.f)};
-            return 0;
-        }
-        diag_error(S->d, e->loc, "'%s(...)' is not a constant; expected a number (sqrt(x) is the one constant function)", e->str);
-        return -1;
-    default: diag_error(S->d, e->loc, "expected a number"); return -1;
-    }
 }
 
 static int eval_int(Sema *S, const Expr *e, int64_t min, const char *what, int64_t *out) {
@@ -243,14 +80,6 @@ static int lower_config(Sema *S) {
         }
     }
     return 0;
-}
-
-const Expr *find_kwarg(const Expr *call, const char *name) {
-    for (int i = 0; i < call->items.n; i++) {
-        const Expr *a = call->items.items[i];
-        if (a->kind == EXPR_KWARG && !strcmp(a->str, name)) return a->lhs;
-    }
-    return NULL;
 }
 
 // Checks that call has only keyword arguments, each one of `allowed`
@@ -602,7 +431,8 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
                        e->str, S->block_name, S->block_name);
             return -1;
         }
-        if (!strcmp(e->str, "sqrt")) { // the constant function
+        // a function of constants: sqrt, ln, min, ... always; exp, log and abs, also ops, of constants
+        if (is_const_function(e->str) && (!word_in_list("exp log abs", e->str) || is_const_expr(S, e))) {
             out->is_num = 1;
             return eval_num(S, e, &out->num);
         }
@@ -792,7 +622,41 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     return 0;
 }
 
-// order: "block" IDENT "[" expr "]" "=" "[" IDENT ("," IDENT)* "]" ("*" expr)?
+// An order term's layers: [a, b, ...] (n entries) or [a, b, ...] * N, or
+// terms joined with +; *n their count (at most limit), the names written to
+// names when it is not NULL.
+static int order_layers(Sema *S, const OrderDecl *o, const Expr *e, int64_t limit, int64_t *n, const Expr **names) {
+    if (e->kind == EXPR_BINARY && e->op == '+') {
+        int64_t a, b;
+        if (order_layers(S, o, e->lhs, limit, &a, names) != 0 ||
+            order_layers(S, o, e->rhs, limit - a, &b, names ? names + a : NULL) != 0)
+            return -1;
+        *n = a + b;
+        return 0;
+    }
+    int64_t repeat = 1;
+    const Expr *list = e;
+    if (e->kind == EXPR_BINARY && e->op == '*') {
+        if (eval_int(S, e->rhs, 1, "the order's repeat count", &repeat) != 0) return -1;
+        list = e->lhs;
+    }
+    if (list->kind != EXPR_LIST || list->items.n == 0) {
+        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2), "
+                   "or lists joined with +, as [dense] + [moe] * (L - 1)", o->name);
+        return -1;
+    }
+    int nlist = list->items.n;
+    if (repeat > limit / nlist) {
+        diag_error(S->d, e->loc, "the order of layers '%s' makes more than %lld layers", o->name, (long long)INT32_MAX);
+        return -1;
+    }
+    *n = nlist * repeat;
+    for (int64_t i = 0; names && i < *n; i++) names[i] = list->items.items[i % nlist];
+    return 0;
+}
+
+// order: "block" IDENT "[" expr "]" "=" terms joined with +, each
+// "[" IDENT ("," IDENT)* "]" ("*" expr)?
 // The layers follow the order; each kind, numbered as it first appears in
 // it, is lowered once into its own block part.
 static int lower_order(Sema *S) {
@@ -804,29 +668,20 @@ static int lower_order(Sema *S) {
         return -1;
     }
     if (check_fresh(S, o->name, o->loc, "block order") != 0) return -1;
-    int64_t count, repeat = 1;
+    int64_t count, nlist;
     if (eval_int(S, o->count, 1, "the layer count", &count) != 0) return -1;
-    const Expr *list = o->order;
-    if (list->kind == EXPR_BINARY && list->op == '*') {
-        if (eval_int(S, list->rhs, 1, "the order's repeat count", &repeat) != 0) return -1;
-        list = list->lhs;
-    }
-    if (list->kind != EXPR_LIST || list->items.n == 0) {
-        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2)",
-                   o->name);
+    if (order_layers(S, o, o->order, INT32_MAX, &nlist, NULL) != 0) return -1;
+    if (nlist != count) {
+        diag_error(S->d, o->order->loc, "the order makes %lld layers, but '%s[...]' declares %lld; they must be the same",
+                   (long long)nlist, o->name, (long long)count);
         return -1;
     }
-    int nlist = list->items.n;
-    if (repeat > INT32_MAX / nlist || nlist * repeat != count) {
-        diag_error(S->d, o->order->loc,
-                   "the order makes %d x %lld layers, but '%s[...]' declares %lld; they must be the same", nlist,
-                   (long long)repeat, o->name, (long long)count);
-        return -1;
-    }
+    const Expr **names = arena_alloc(S->a, (size_t)count * sizeof *names); // (count) each layer's kind, by name
+    if (!names || order_layers(S, o, o->order, count, &nlist, names) != 0) return -1;
     const BlockDecl **kinds = arena_alloc(S->a, (size_t)nlist * sizeof *kinds);
     if (!kinds) return -1;
-    for (int i = 0; i < nlist; i++) {
-        const Expr *e = list->items.items[i];
+    for (int64_t i = 0; i < nlist; i++) {
+        const Expr *e = names[i];
         if (e->kind != EXPR_NAME) {
             diag_error(S->d, e->loc, "the order of layers '%s' lists block kinds by name", o->name);
             return -1;
@@ -844,7 +699,7 @@ static int lower_order(Sema *S) {
             return -1;
         }
         int used = 0;
-        for (int j = 0; j < nlist; j++) used |= kinds[j] == b;
+        for (int64_t j = 0; j < nlist; j++) used |= kinds[j] == b;
         if (!used) {
             diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name, o->name);
             return -1;
@@ -857,15 +712,15 @@ static int lower_order(Sema *S) {
         if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
     }
     const BlockDecl *kind_decl[MT_MAX_KINDS];
-    int *list_kind = arena_alloc(S->a, (size_t)nlist * sizeof(int)); // (nlist) the kind of each entry of the list
+    int *list_kind = arena_alloc(S->a, (size_t)nlist * sizeof(int)); // (nlist) the kind of each layer
     if (!list_kind) return -1;
     g->nkinds = 0;
-    for (int i = 0; i < nlist; i++) {
+    for (int64_t i = 0; i < nlist; i++) {
         int k = 0;
         while (k < g->nkinds && kind_decl[k] != kinds[i]) k++;
         if (k == g->nkinds) {
             if (k == MT_MAX_KINDS) {
-                diag_error(S->d, ((const Expr *)list->items.items[i])->loc, "the order of layers '%s' has more than %d "
+                diag_error(S->d, names[i]->loc, "the order of layers '%s' has more than %d "
                            "block kinds", o->name, MT_MAX_KINDS);
                 return -1;
             }
@@ -877,7 +732,7 @@ static int lower_order(Sema *S) {
     g->block_prefix = kinds[0]->prefix;
     g->layers = count;
     if (!(g->layer_kind = arena_alloc(S->a, (size_t)count))) return -1;
-    for (int64_t l = 0; l < count; l++) g->layer_kind[l] = (uint8_t)list_kind[l % nlist];
+    for (int64_t l = 0; l < count; l++) g->layer_kind[l] = (uint8_t)list_kind[l];
     S->block_name = o->name;
     S->block_loc = o->loc;
     for (int k = 0; k < g->nkinds; k++)
@@ -981,6 +836,49 @@ static int check_params_used(Sema *S) {
     return 0;
 }
 
+// A square weight multiplies either way round, so x @ w and x @ transpose(w)
+// both check. The model's other weights say which layout its checkpoint
+// stores: torch's Linear [out, in] multiplies transposed, GPT-2's Conv1D
+// [in, out] as stored. A square weight multiplied the other way from every
+// non-square one (tables that embed looks up aside: a tied head multiplies
+// its table transposed whatever the layout) is an error.
+static int check_square_layouts(Sema *S) {
+    Graph *g = S->g;
+    unsigned char *use = arena_alloc(S->a, (size_t)g->params.n + 1); // (params) 1 as stored, 2 transposed, 4 a table
+    if (!use) return -1;
+    memset(use, 0, (size_t)g->params.n + 1);
+    for (int pk = 0; pk < graph_nparts(g); pk++)
+        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op == OP_EMBED && n->in[0]->op == OP_PARAM) use[n->in[0]->param] |= 4;
+            if (n->op == OP_MATMUL && !n->trans_a && n->in[1]->op == OP_PARAM && n->in[1]->shape.rank == 2)
+                use[n->in[1]->param] |= n->trans_b ? 2 : 1;
+        }
+    int ways = 0; // how the non-square weights multiply
+    for (int i = 0; i < g->params.n; i++) {
+        const Shape *sh = &((Param *)g->params.items[i])->shape;
+        if (!(use[i] & 4) && sh->rank == 2 && sh->dims[0] != sh->dims[1]) ways |= use[i] & 3;
+    }
+    if (ways != 1 && ways != 2) return 0;
+    for (int pk = 0; pk < graph_nparts(g); pk++)
+        for (int i = 0; i < g->parts[pk].nodes.n; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op != OP_MATMUL || n->trans_a || n->in[1]->op != OP_PARAM || n->in[1]->shape.rank != 2) continue;
+            const Param *p = g->params.items[n->in[1]->param];
+            if (p->shape.dims[0] != p->shape.dims[1] || use[n->in[1]->param] != (ways ^ 3)) continue;
+            if (ways == 2)
+                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                           "of this model multiplies transposed (torch Linear's [out, in] layout): write @ transpose(%s)",
+                           p->name, p->name, p->name, p->name);
+            else
+                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                           "of this model multiplies as stored ([in, out], as GPT-2's Conv1D): write @ %s",
+                           p->name, p->name, p->name, p->name);
+            return -1;
+        }
+    return 0;
+}
+
 Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     int errors_before = d->nerrors;
     Sema S = {.a = a, .d = d, .m = m, .bt_unavailable_in = "the config or train sections"};
@@ -992,7 +890,8 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     if (lower_config(&S) != 0 || lower_train(&S) != 0 || bind_batch_seq(&S, opt) != 0) goto fail;
     for (int i = 0; i < m->params.n; i++)
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
-    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0) goto fail;
+    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0 || check_square_layouts(&S) != 0)
+        goto fail;
     return S.g;
 oom:
 fail:

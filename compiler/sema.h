@@ -1,5 +1,6 @@
-// sema.h: state shared by the two halves of sema: sema.c (names, constants,
-// sections, statements) and ops.c (the shape and dtype rule of every op).
+// sema.h: state shared by the three files of sema: consts.c (lookups,
+// constants, call syntax; below the other two, calling neither), sema.c
+// (sections, statements) and ops.c (the shape and dtype rule of every op).
 #ifndef MT_SEMA_H
 #define MT_SEMA_H
 
@@ -39,6 +40,32 @@ typedef struct Sema {
     int block_called;
     Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
 } Sema;
+
+typedef struct ConfigEntry {
+    const char *name;
+    Num v;
+    Loc loc;
+} ConfigEntry;
+
+typedef struct Local {
+    const char *name;
+    Node *node;
+    Loc loc;
+} Local;
+
+// consts.c: lookups, constants and call syntax, below sema.c and ops.c.
+ConfigEntry *find_config(Sema *S, const char *name);
+// Inside a block, block parameters are those of the kind being lowered.
+int find_param(Sema *S, const char *name, int in_block);
+Local *find_local(Sema *S, const char *name);
+// The first block declared as `name`, or NULL.
+const BlockDecl *find_block(Sema *S, const char *name);
+// Whether name is B or T.
+int is_bt(const char *name);
+// Whether name is a function of constants (sqrt, ln, min, ...).
+int is_const_function(const char *name);
+// Whether e is a constant expression, without reporting anything.
+int is_const_expr(Sema *S, const Expr *e);
 
 // The value of keyword argument `name` of a call, or NULL.
 const Expr *find_kwarg(const Expr *call, const char *name);

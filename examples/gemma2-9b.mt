@@ -5,7 +5,9 @@
 # so its weights start at zero), GeGLU with the tanh GELU, and the embedding,
 # tied to the LM head, scaled by sqrt(C). Parameter names are those of the
 # Hugging Face checkpoint; torch Linear weights are stored [out, in], so they
-# multiply transposed. rope rotates the two halves of each head.
+# multiply transposed. rope rotates the two halves of each head. The
+# embedding has padding_idx = 0 (pad_token_id), as nn.Embedding there: the pad
+# row takes no gradient from the lookup (the tied head still reaches it).
 model gemma2_9b
 
 config {
@@ -80,7 +82,7 @@ block global "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
 block layers[L] = [local, global] * (L / 2)
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {
-  x = layers(embed(tok_emb, tokens) * sqrt(C)) # all L layers, streamed by kind
+  x = layers(embed(tok_emb, tokens, padding_idx = 0) * sqrt(C)) # all L layers, streamed by kind; pad token 0 gets no gradient from the lookup
   logits = rmsnorm(x, 1 + norm, eps = eps) @ transpose(tok_emb) # tied LM head
   return cross_entropy(FCAP * tanh(logits / FCAP), targets)     # final soft-capping
 }

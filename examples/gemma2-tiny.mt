@@ -76,7 +76,7 @@ block global "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
 block layers[L] = [local, global] * (L / 2)
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {
-  x = layers(embed(tok_emb, tokens) * sqrt(C)) # all L layers, streamed by kind
+  x = layers(embed(tok_emb, tokens, padding_idx = 0) * sqrt(C)) # all L layers, streamed by kind; pad token 0 gets no gradient from the lookup
   logits = rmsnorm(x, 1 + norm, eps = eps) @ transpose(tok_emb) # tied LM head
   return cross_entropy(FCAP * tanh(logits / FCAP), targets)     # final soft-capping
 }

@@ -590,14 +590,16 @@ static int get_function(Cuda *c, CUfunction *fn, const char *name, int smem) {
 // major, ld ldc) = op(B)^T op(A)^T, B's buffer first.
 static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
     const KirGemm *g = &k->gemm;
-    cudaDataType_t t = k->args[0].dtype == KT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
+    // operands bf16 or f32 alike; the output too, or f32 under bf16 operands (common/kir.h)
+    cudaDataType_t t = k->args[1].dtype == KT_BF16 ? CUDA_R_16BF : CUDA_R_32F,
+                   tc = k->args[0].dtype == KT_BF16 ? CUDA_R_16BF : CUDA_R_32F;
     cublasOperation_t opa = g->tb ? CUBLAS_OP_T : CUBLAS_OP_N, opb = g->ta ? CUBLAS_OP_T : CUBLAS_OP_N;
     if (!LT(c, NULL, cublasLtMatmulDescCreate(&kn->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
         !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
         !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->la, t, (uint64_t)(g->tb ? g->K : g->N), (uint64_t)(g->tb ? g->N : g->K), g->ldb)) ||
         !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lb, t, (uint64_t)(g->ta ? g->M : g->K), (uint64_t)(g->ta ? g->K : g->M), g->lda)) ||
-        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lc, t, (uint64_t)g->N, (uint64_t)g->M, g->ldc)))
+        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lc, tc, (uint64_t)g->N, (uint64_t)g->M, g->ldc)))
         return -1;
     if (g->batch > 1) {
         int32_t n = (int32_t)g->batch;

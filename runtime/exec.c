@@ -82,9 +82,9 @@ void exec_run_flags(PartState *ps, int from, int to, int flags) {
         double t0 = exec_profile ? now_s() : 0;
         if (ps->prec == PREC_F64) kernel_run_f64(n, ps->val[i], in);
         else kernel_run_f32(n, ps->val[i], in);
-        if (ps->prec == PREC_F32 && storage_dtype(ps->compute, n) == DT_BF16) { // stored as bf16: rounded where it ends
+        if (ps->prec == PREC_F32) { // stored as bf16: rounded where it ends (common/storage.h)
             float *v = ps->val[i]; // (numel)
-            for (int64_t k = 0; k < shape_numel(&n->shape); k++) v[k] = bf16_round(v[k]);
+            for (int64_t k = 0; k < storage_rounded_elems(ps->compute, n); k++) v[k] = bf16_round(v[k]);
         }
         if (exec_profile) {
             exec_profile->seconds[n->op] += now_s() - t0;

@@ -365,9 +365,9 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
                 size_t work = (size_t)node_kernel_work_bytes(j->g->parts[p].nodes.items[k->anchor]);
                 if (work > j->work_n) j->work_n = work;
             }
-            size_t wide = 0; // bf16 GEMM, attention and node kernels: every argument widened (the output too)
-            for (int a = 0; k->kind != KK_EXPR && k->args[0].dtype == KT_BF16 && a < k->nargs; a++)
-                wide += (size_t)k->args[a].numel;
+            size_t wide = 0; // GEMM, attention and node kernels: every bf16 argument widened (the output too)
+            for (int a = 0; k->kind != KK_EXPR && a < k->nargs; a++)
+                if (k->args[a].dtype == KT_BF16) wide += (size_t)k->args[a].numel;
             if (wide > j->wide_n) j->wide_n = wide;
         }
     j->scratch = malloc((j->scratch_n + 1) * sizeof(double));
@@ -469,9 +469,10 @@ static void run_expr(Jit *j, const KirKernel *k, KirFn fn, char *base, const int
 }
 
 // Operand pointers of a GEMM or attention kernel as f32: its arguments
-// themselves, or for bf16 storage (every argument alike, kir_check says)
-// the inputs widened into j->wide and the output given room there, to be
-// rounded back (narrow) once computed.
+// themselves, or for bf16 storage (every argument alike, kir_check says,
+// but for a GEMM's output, which may be f32) the inputs widened into j->wide
+// and a bf16 output given room there, to be rounded back (narrow) once
+// computed.
 static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *offsets, float **ops) {
     float *w = j->wide; // (wide_n)
     for (int a = 0; a < k->nargs; a++) {
@@ -540,7 +541,8 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     const KirAttn *t = &k->attn;
     int bwd = k->kind == KK_ATTN_BWD;
     int64_t T = t->T, D = t->D, HD = t->H * D, KD = t->KVH * D, group = t->H / t->KVH;
-    int64_t nq = t->B * T * HD, nk = t->B * T * KD;
+    int64_t Dv = t->Dv, HV = t->H * Dv, KV = t->KVH * Dv; // v and y heads Dv wide
+    int64_t nq = t->B * T * HD, nk = t->B * T * KD, nv = t->B * T * KV;
     float *S = j->attn;       // (T, T) scores, then P
     float *dP = S + T * T;    // (T, T) dP, then dS
     float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
@@ -549,33 +551,33 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     if (k->args[0].dtype == KT_BF16 || kernel_attention_segments) { // (segments: the plain kernel masks them)
         void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
         kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in);
-        narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + 2 * nk : nq, 1);
+        narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
         return;
     }
     float *out = ops[0];
     const float *dy = bwd ? ops[1] : NULL;
     const float *q = ops[bwd + 1], *kk = ops[bwd + 2], *v = ops[bwd + 3];
     float *dq = out, *dk = out + nq, *dv = out + nq + nk;
-    if (bwd) memset(dk, 0, (size_t)(2 * nk) * sizeof(float));
+    if (bwd) memset(dk, 0, (size_t)(nk + nv) * sizeof(float));
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
     void *a0[2] = {S, C}, *a1[3] = {S, dP, C};
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
-            const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KD + (h / group) * D;
+            const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KV + (h / group) * Dv;
             sgemm(0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
             call(f0, a0, 0, T, NULL);
             if (!bwd) {
-                sgemm(0, 0, T, D, T, S, T, vh, KD, 0.0f, out + b * T * HD + h * D, HD);
+                sgemm(0, 0, T, Dv, T, S, T, vh, KV, 0.0f, out + b * T * HV + h * Dv, HV);
                 continue;
             }
-            const float *dyh = dy + b * T * HD + h * D;
-            sgemm(0, 1, T, T, D, dyh, HD, vh, KD, 0.0f, dP, T);
+            const float *dyh = dy + b * T * HV + h * Dv;
+            sgemm(0, 1, T, T, Dv, dyh, HV, vh, KV, 0.0f, dP, T);
             call(f1, a1, 0, T, NULL);
             sgemm(0, 0, T, D, T, dP, T, kh, KD, 0.0f, dq + b * T * HD + h * D, HD);
             sgemm(1, 0, T, D, T, dP, T, qh, HD, 1.0f, dk + b * T * KD + (h / group) * D, KD);
-            sgemm(1, 0, T, D, T, S, T, dyh, HD, 1.0f, dv + b * T * KD + (h / group) * D, KD);
+            sgemm(1, 0, T, Dv, T, S, T, dyh, HV, 1.0f, dv + b * T * KV + (h / group) * Dv, KV);
         }
-    narrow_rows(k, base, offsets, out, 0, bwd ? nq + 2 * nk : nq, 1);
+    narrow_rows(k, base, offsets, out, 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
 }
 
 // A node by its generated kernel (emit_llvm_node.c), on f32 operands (bf16

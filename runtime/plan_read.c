@@ -361,6 +361,16 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s has %d operands; it takes %d", where, n->nin, arity >= 0 ? arity : 1);
         return;
     }
+    if (n->wide != 0 && (n->wide != 1 || n->dtype != DT_F32 || n->op == OP_VIEW || n->op == OP_RESHAPE)) {
+        rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
+        return;
+    }
+    if (n->padding != 0 &&
+        ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
+         n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
+        rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
+        return;
+    }
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
@@ -516,6 +526,8 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
         for (int i = 0; i < pairs; i++) f[i] = get_f64(r);
         n->rope_freq = f;
     }
+    n->wide = get_i32(r);
+    n->padding = get_i64(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

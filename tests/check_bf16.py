@@ -4,6 +4,7 @@
 usage: check_bf16.py MTC MTRUN equal MODEL.mt
        check_bf16.py MTC MTRUN converge MODEL.mt
        check_bf16.py MTC MTRUN plans EXAMPLES_DIR
+       check_bf16.py MTC MTRUN tile MODEL.mt
 
 equal:    MODEL compiled with --dtype bf16 on the tiny profiles, under every
           --remat mode (none where it fits, layer, selective, offload), with
@@ -22,6 +23,12 @@ plans:    MODEL is examples/: llama3-8b at batch 1 on h200 streams each
           --explain's host bytes are the same count (18 bytes a parameter,
           aligned); llama3-70b fits h200's 1.5 TB at every batch --explain
           says it fits, by that count.
+tile:     MODEL compiled with --dtype bf16 at --tile 1, 4 and 32: a tiled
+          parameter's gradient is summed across the chunks in fp32 and
+          rounded once (common/storage.h, Node.wide), so the first 4 losses
+          agree to 5e-7 and the first 3 gradient norms to 2e-6 relative
+          (summed in bf16 a chunk at a time, the norms moved by 1e-5 to 1e-4
+          and the losses by 2e-6 to 5e-6).
 Run from the project root.
 """
 import json
@@ -145,10 +152,33 @@ def plans(mtc, mtrun, ex, tmp):
           f"and activations in 1.5 TB and its NVMe tier")
 
 
+def tile(mtc, mtrun, model, tmp):
+    runs = {}
+    for chunks in ("1", "4", "32"):
+        plan, log = os.path.join(tmp, f"t{chunks}.bin"), os.path.join(tmp, f"t{chunks}.jsonl")
+        p = run(mtc, model, "--dtype", "bf16", "--tile", chunks, "-o", plan)
+        if p.returncode != 0:
+            fail(f"mtc --dtype bf16 --tile {chunks} failed", p)
+        p = run(mtrun, plan, "--steps", "4", "--log", log)
+        if p.returncode != 0:
+            fail(f"mtrun (--tile {chunks}) failed", p)
+        steps = [r for r in metrics(log) if "loss" in r and "step" in r]
+        if len(steps) != 4:
+            fail(f"--tile {chunks}: {len(steps)} step records, not 4")
+        runs[chunks] = ([r["loss"] for r in steps], [r["grad_norm"] for r in steps][:3])
+    base = runs["1"]
+    for chunks, (loss, norm) in runs.items():
+        for what, got, want, tol in (("loss", loss, base[0], 5e-7), ("gradient norm", norm, base[1], 2e-6)):
+            for i, (x, y) in enumerate(zip(got, want)):
+                if not abs(x - y) <= tol * abs(y):
+                    fail(f"--dtype bf16 --tile {chunks}: step {i + 1}: {what} {x!r}, untiled {y!r} (all: {got} vs {want})")
+        print(f"ok: --dtype bf16 --tile {chunks}: losses {loss}, gradient norms {norm}")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
-        {"equal": equal, "converge": converge, "plans": plans}[mode](mtc, mtrun, model, tmp)
+        {"equal": equal, "converge": converge, "plans": plans, "tile": tile}[mode](mtc, mtrun, model, tmp)
 
 
 if __name__ == "__main__":

@@ -4,6 +4,7 @@
 usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py pin MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+       check_cuda_emu.py tile MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
 
 Plans are compiled for TARGET, by default tests/tiny-gpu.target (sm_90, 3.1 MB of device
@@ -23,6 +24,11 @@ train: f32 and bf16, every --remat mode: the first 5 losses and a
   on a track (checks.measured_trace_errors). The backend allocates the kernel
   scratch the plan records (common/scratch.h); that plan with 256 bytes less
   recorded must be refused naming both figures (exit 1).
+tile: bf16, --remat layer, untiled and --tile 4: the tiled plan's GEMMs that
+  write a tiled parameter gradient's fp32 part from bf16 operands (cuBLASLt's
+  C layout f32 under bf16 A and B) run on the emulation, whose losses and
+  gradient norms equal the cpu backend's within 1e-3 (train's bf16
+  tolerance) and the untiled plan's on the emulation within 1e-5.
 gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh),
   remat layer and offload only.
 waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
@@ -312,6 +318,27 @@ def check_pin(mtc, mtrun, lib, cxx, src, work, model):
     if got is not None or p.returncode != 1 or "cannot pin" not in p.stderr or "cudaHostRegister" not in p.stderr:
         fail("a range the driver will not pin in one 64 GiB chunk is not refused up front", p)
     print(f"refused up front: {p.stderr.strip().splitlines()[-1][:200]}")
+def check_tile(mtc, mtrun, lib, cxx, src, work, model):
+    runs = {}
+    for tile in ("1", "4"):
+        base = os.path.join(work, f"bf16-tile{tile}")
+        p = run(compile_args(mtc, src, model, "bf16", "layer") + ["--tile", tile, "-o", base + ".bin",
+                                                                 "--emit-cuda", base + ".cu"])
+        if p.returncode != 0:
+            fail(f"mtc {model} --dtype bf16 --tile {tile} for {TARGET}", p)
+        so = build_kernels(cxx, src, base + ".cu", work)
+        ref, _ = losses(mtrun, base + ".bin", os.path.join(work, "cpu.jsonl"), norms=True)
+        got, _ = losses(mtrun, base + ".bin", os.path.join(work, "cuda.jsonl"), (lib, so), norms=True)
+        e = worst_rel(got, ref)
+        print(f"{model} bf16 --tile {tile}: cuda on the emulation {' '.join(f'{x:.6f}' for x in got)}; "
+              f"worst relative difference from the cpu backend {e:.2e} (tolerance 1e-03)")
+        if not e <= 1e-3:
+            fail(f"--tile {tile}: cuda {got} against cpu {ref}")
+        runs[tile] = got
+    e = worst_rel(runs["4"], runs["1"])
+    print(f"--tile 4 against untiled on the emulation: worst relative difference {e:.2e} (tolerance 1e-05)")
+    if not e <= 1e-5:
+        fail(f"--tile 4 {runs['4']} against untiled {runs['1']} on the emulation")
     print("ok")
 
 
@@ -326,7 +353,7 @@ def main():
     if len(sys.argv) > 9:
         TARGET = sys.argv[9]
     os.makedirs(work, exist_ok=True)
-    {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin}[what](mtc, mtrun, lib, cxx, src, work, model)
+    {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin, "tile": check_tile}[what](mtc, mtrun, lib, cxx, src, work, model)
 
 
 if __name__ == "__main__":

@@ -147,7 +147,7 @@ static void build_attn(Build *b, int bwd, int node, int64_t B, int64_t T, int64_
     if (bwd) arg(b, node - 4, KT_F32, KA_READ, 0, nq);
     arg(b, node - 1, KT_F32, KA_READ, 0, nq), arg(b, node - 2, KT_F32, KA_READ, 0, nk);
     arg(b, node - 3, KT_F32, KA_READ, 0, nk);
-    b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .causal = causal,
+    b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .Dv = D, .causal = causal,
                           .scale = 1.0 / sqrt((double)D), .helper = {-1, -1}};
 }
 

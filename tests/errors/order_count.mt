@@ -1,4 +1,4 @@
-# expect: 13:35: error: the order makes 2 x 3 layers, but 'layers[...]' declares 4; they must be the same
+# expect: 13:35: error: the order makes 6 layers, but 'layers[...]' declares 4; they must be the same
 model m
 config { V = 16; C = 8; H = 2; L = 4 }
 param emb "emb" [V, C]

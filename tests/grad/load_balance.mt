@@ -8,7 +8,7 @@ param emb "emb" [V, C]
 block b[2] "b.{i}." (x: [B, T, C]) -> [B, T, C] {
   param router "gate.weight" [E, C]
   param w "w" [C, C]
-  return add_loss(x @ w, 2.0 * load_balancing_loss(x @ transpose(router), top_k = 1))
+  return add_loss(x @ transpose(w), 2.0 * load_balancing_loss(x @ transpose(router), top_k = 1))
 }
 forward(tokens: i32[B, T], targets: i32[B, T]) {
   x = b(embed(emb, tokens))

@@ -1,7 +1,7 @@
 # A tiny DeepSeek-style model: a dense first layer, then mixture-of-experts
 # layers (top 2 of 4 SwiGLU experts, softmax after the selection,
-# load-balancing loss 0.02), an explicit list of kinds with no repeat:
-# [dense, sparse, sparse, sparse]. Each layer streams by itself with its kind's
+# load-balancing loss 0.02), in lists joined with +: [dense] + [sparse] *
+# (L - 1), the layers [dense, sparse, sparse, sparse]. Each layer streams by itself with its kind's
 # weights; a device weight slot holds the largest kind's (sparse).
 model deepseek_tiny
 
@@ -69,7 +69,7 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   return add_loss(x, aux * load_balancing_loss(logits, top_k = K))
 }
 
-block layers[L] = [dense, sparse, sparse, sparse]
+block layers[L] = [dense] + [sparse] * (L - 1)
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {
   x = layers(embed(tok_emb, tokens))
