@@ -84,7 +84,7 @@ block global "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
 block layers[L] = [local, local, local, local, local, global, local, local, local, local, local, global, local, local, local, local, local, global, local, local, local, local, local, global, local, local, local, local, local, global, local, local, local, local]
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {
-  x = layers(embed(tok_emb, tokens) * sqrt(C)) # all L layers, streamed by kind
+  x = layers(embed(tok_emb, tokens, padding_idx = 0) * sqrt(C)) # all L layers, streamed by kind; pad token 0 gets no gradient from the lookup
   return cross_entropy(rmsnorm(x, 1 + norm, eps = eps) @ transpose(tok_emb), targets) # tied LM head
 }
 

@@ -43,7 +43,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
 }
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {
-  x = layers(embed(tok_emb, tokens)) # all L layers, streamed
+  x = layers(embed(tok_emb, tokens, padding_idx = 100277)) # all L layers, streamed; OLMo-2's pad token gets no gradient from the lookup
   return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose(lm_head), targets)
 }
 

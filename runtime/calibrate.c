@@ -342,8 +342,10 @@ enum { CAL_ATTN_T = 256, CAL_ATTN_H = 4, CAL_ATTN_D = 64 };
 static double round_attention(Bench *b) {
     (void)b;
     const int64_t T = CAL_ATTN_T, C = CAL_ATTN_H * CAL_ATTN_D;
-    Node n = {.op = OP_ATTENTION, .dtype = DT_F32, .nin = 3, .heads = CAL_ATTN_H, .kv_heads = CAL_ATTN_H, .causal = 1,
-              .shape = {.rank = 3, .dims = {1, T, C}}};
+    Node qkv = {.op = OP_INPUT, .dtype = DT_F32, .shape = {.rank = 3, .dims = {1, T, C}}}; // the kernel reads D and Dv off q and v
+    Node *ins[3] = {&qkv, &qkv, &qkv};
+    Node n = {.op = OP_ATTENTION, .dtype = DT_F32, .nin = 3, .in = ins, .heads = CAL_ATTN_H,
+              .kv_heads = CAL_ATTN_H, .causal = 1, .shape = {.rank = 3, .dims = {1, T, C}}};
     float *qkvy = malloc((size_t)(4 * T * C) * sizeof(float)); // q, k, v, y: (T, C) each
     if (!qkvy) return 0; // not measured
     for (int64_t i = 0; i < 3 * T * C; i++) qkvy[i] = (float)(i % 19) * 0.0625f - 0.5f;

@@ -206,6 +206,14 @@ def decoder_sizes(w, cfg, heads_kv=True):
 RESID = "init = normal(std = 0.02 / sqrt(2 * L))"
 
 
+def padding(cfg):
+    """embed's padding_idx: transformers' decoders build their embedding with
+    padding_idx = config.pad_token_id (its class's default where config.json
+    has none: 0 for Gemma), so that row gets no gradient from the lookup."""
+    pad = getattr(cfg, "pad_token_id", None)
+    return f", padding_idx = {pad}" if isinstance(pad, int) and pad >= 0 else ""
+
+
 def llama_like(mt, cfg, raw, name):
     """llama, mistral, qwen2, qwen3, olmo2, phi3, and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
     check_fields(mt, raw)
@@ -369,7 +377,7 @@ def llama_like(mt, cfg, raw, name):
                 P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
     L.append("}\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
-    P("x = layers(embed(tok_emb, tokens)) # all L layers, streamed")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed")
     P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
     L.append("}\n")
     L.append(train(getattr(cfg, "max_position_embeddings", None)))
@@ -450,7 +458,7 @@ def gemma(mt, cfg, raw, name):
         L.append(f"block layers[L] = [{', '.join(kinds)}]\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
     P = lambda s: L.append("  " + s)
-    P("x = layers(embed(tok_emb, tokens) * sqrt(C)) # all L layers, streamed by kind")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * sqrt(C)) # all L layers, streamed by kind")
     if fcap:
         P("logits = rmsnorm(x, 1 + norm, eps = eps) @ transpose(tok_emb) # tied LM head")
         P("return cross_entropy(FCAP * tanh(logits / FCAP), targets)     # final soft-capping")
