@@ -208,15 +208,25 @@ double kir_arg_error(const KirArg *a, const void *got, const HostArg *want) {
 
 double kir_arg_tolerance(const KirArg *a) { return a->dtype == KT_BF16 ? 1e-2 : 1e-4; }
 
+// The number after `key` at p, when at least cap, rewritten as `to` in place
+// (padded with spaces); 1 when rewritten.
+static int cap_number(char *p, const char *key, long long cap, long long to) {
+    char *num = p + strlen(key), *end;
+    long long v = strtoll(num, &end, 10);
+    if (end == num || v < cap) return 0;
+    int w = snprintf(num, (size_t)(end - num) + 1, "%lld", to);
+    memset(num + w, ' ', (size_t)(end - num - w));
+    return 1;
+}
+
 int kir_cap_vocab(char *text, long long cap) {
+    int capped = 0;
     for (char *p = text; cap > 0 && (p = strstr(p, "V = ")); p++) {
         if (p != text && p[-1] != ' ' && p[-1] != '\n') continue;
-        char *num = p + 4, *end;
-        long long v = strtoll(num, &end, 10);
-        if (end == num || v <= cap) return 0;
-        int w = snprintf(num, (size_t)(end - num) + 1, "%lld", cap);
-        memset(num + w, ' ', (size_t)(end - num - w));
-        return 1;
+        capped = cap_number(p, "V = ", cap + 1, cap);
+        break;
     }
-    return 0;
+    for (char *p = text; capped && (p = strstr(p, "padding_idx = ")); p++) // a row of the capped table
+        cap_number(p, "padding_idx = ", cap, cap - 1);
+    return capped;
 }

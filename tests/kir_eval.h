@@ -47,7 +47,8 @@ double kir_arg_tolerance(const KirArg *a);
 
 // The harness's one rewrite of a model's text: its config line `V = n`, where
 // n > cap, becomes `V = cap` in place (padded with spaces), so that tables of
-// V x C fit in a test's memory; 1 when rewritten.
+// V x C fit in a test's memory, and then an embedding's `padding_idx = p`
+// past the capped table `padding_idx = cap - 1`; 1 when rewritten.
 int kir_cap_vocab(char *text, long long cap);
 
 #endif
