@@ -23,9 +23,11 @@ import json
 import math
 import os
 import re
-import subprocess
 import sys
 import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import run  # noqa: E402
 
 MODEL = "tests/models/deepseek-v2-lite.mt"
 TINY = {"V": "256", "C": "32", "L": "3", "H": "2", "DN": "8", "DR": "4", "DV": "6", "R": "16", "FFN": "48",
@@ -37,10 +39,6 @@ def fail(msg, p=None):
     if p is not None:
         print(p.stdout[-3000:], p.stderr[-3000:])
     sys.exit(1)
-
-
-def run(*args):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
 
 
 def main():

@@ -15,7 +15,6 @@ Run from the project root.
 """
 import os
 import struct
-import subprocess
 import sys
 import tempfile
 
@@ -23,6 +22,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_weights import read_safetensors  # noqa: E402
+from checks import run  # noqa: E402
 
 
 def fail(msg, p=None):
@@ -30,10 +30,6 @@ def fail(msg, p=None):
     if p is not None:
         print(p.stdout[-3000:], p.stderr[-3000:])
     sys.exit(1)
-
-
-def run(*args):
-    return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=600)
 
 
 def main():
