@@ -936,7 +936,10 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     if (!o->resume && log_val(&r, 0, &last_val, err, errcap) != 0) goto done;
     double tokens_per_step = (double)(t->batch * t->seq * t->accumulate * run_ranks(&r)), t_run = now_s();
     int64_t s = done_steps, saved = done_steps;
-    while (s < steps && !agreed_stop(&r)) {
+    // Whether to stop: decided once before the steps and once after each, the
+    // same on every rank, so a step that ends in a stop is the step saved.
+    int stopping = agreed_stop(&r);
+    while (s < steps && !stopping) {
         s++;
         double t0 = now_s(), lr = train_lr(t, base_lr, s, r.schedule_steps), norm, loss;
         r.step = s, r.step_t0 = r.last_note = t0, r.passes_done = 0;
@@ -973,7 +976,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
             if (print_samples(&r, s, seed, why, sizeof why) != 0) fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
             if (store_ok(&r, err, errcap) != 0) goto done;
         }
-        int stopping = agreed_stop(&r); // (on every rank: only rank 0 saves)
+        stopping = agreed_stop(&r); // (on every rank: only rank 0 saves)
         if (r.save_dir && (s % o->save_every == 0 || s == steps || stopping)) {
             if (save(&r, s, seed, err, errcap) != 0) goto done;
             saved = s;
