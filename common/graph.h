@@ -141,8 +141,8 @@ typedef struct Node {
     // position t, cos and sin scaled by rope_scale (common/rope.h computes
     // both from the rule); the pairs are (i, i + D/2) (Hugging Face's
     // rotate_half), or (2i, 2i + 1) when rope_interleaved (GPT-J). rope_rule
-    // names the rule and its fields for the dump (the compiler's; NULL in a
-    // plan read back).
+    // names a scaling rule and its fields ("llama3 factor=32 ..."; NULL
+    // under none), for the dump and for --export's rope_parameters.
     const double *rope_freq; // (D/2)
     double rope_scale;
     int rope_interleaved;

@@ -25,7 +25,8 @@
 //                i64 offset, i32 heads, kv_heads, causal, trans_a, trans_b,
 //                inverse, f64 eps, f64 theta, i64 window, f64 scale, softcap, i32 top_k,
 //                i32 rope_interleaved, f64 rope_scale, u32 count (rope: D/2, else 0),
-//                count × f64 rope_freq,
+//                count × f64 rope_freq, str rope_rule (rope under a scaling rule: the rule
+//                and its fields as "llama3 factor=32 ..."; else absent),
 //                i32 wide, i64 padding;
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
@@ -181,6 +182,7 @@ static void write_node(Buf *b, const Node *n) {
     int64_t pairs = rope_pairs(n); // rope_freq's (D/2)
     put_u32(b, (uint32_t)pairs);
     for (int64_t i = 0; i < pairs; i++) put_f64(b, n->rope_freq[i]);
+    put_str(b, n->op == OP_ROPE ? n->rope_rule : NULL); // the rule and its fields (--export's rope_parameters)
     put_i32(b, n->wide);
     put_i64(b, n->padding);
 }

@@ -131,23 +131,54 @@ static void add_float(cJSON *obj, const char *key, double v) {
     cJSON_AddRawToObject(obj, key, buf);
 }
 
-// What of a rope node the config written here cannot say, or NULL: it says
-// rope_type "default", every pair of a head turning at theta^(-2i/D). A
-// scaling rule (linear, llama3, yarn, longrope: the plan carries their
-// frequencies, not the rule), a cos/sin scale, interleaved pairs or partial
-// rotary would load in transformers as another function.
-static const char *rope_unsaid(const Node *rope, int64_t head_dim) {
+// What of a rope node the config written here cannot say, or NULL. It
+// says rope_type "default", every pair of a head turning at
+// theta^(-2i/D), or the rule the plan names (rope_rule: "llama3
+// factor=32 ...", written out by rope_rule_json) with its fields; a
+// longrope rule (the plan keeps only the factors in use), a cos/sin scale
+// not from a named rule, interleaved pairs or partial rotary would load in
+// transformers as another function.
+static const char *rope_unsaid(const Node *rope, const Node *first, int64_t head_dim) {
     int64_t pairs = rope_pairs(rope);
     if (pairs * 2 != head_dim) return "its rope turns part of each head (partial rotary)";
     if (rope->rope_interleaved) return "its rope pairs neighbouring features (interleaved)";
-    if (rope->rope_scale != 1) return "its rope scales cos and sin (a yarn or longrope rule)";
+    if ((rope->rope_rule == NULL) != (first->rope_rule == NULL) ||
+        (rope->rope_rule && strcmp(rope->rope_rule, first->rope_rule)) || rope->theta != first->theta)
+        return "its rope differs from layer 0's (one rope_parameters for every layer)";
+    if (rope->rope_rule && strchr(rope->rope_rule, '['))
+        return "its rope is longrope, whose short and long factors the plan does not both keep";
+    if (rope->rope_rule && strstr(rope->rope_rule, " max_position_embeddings="))
+        return "its rope's factor comes from max_position_embeddings, which config.json gives the sequence length";
+    if (rope->rope_rule) return NULL;
+    if (rope->rope_scale != 1) return "its rope scales cos and sin without a named rule";
     for (int64_t i = 0; rope->rope_freq && i < pairs; i++) {
         double plain = pow(rope->theta, -2.0 * (double)i / (double)head_dim);
         if (fabs(rope->rope_freq[i] - plain) > 1e-12 * plain)
-            return "its rope frequencies follow a scaling rule (linear, llama3, yarn or longrope), which this "
-                   "export does not write into config.json yet";
+            return "its rope frequencies follow a rule the plan does not name";
     }
     return NULL;
+}
+
+// rope_parameters' rule from a rope_rule ("llama3 factor=32
+// low_freq_factor=1 ...", checked by rope_unsaid): rope_type, then each
+// field under its transformers name, the position counts as integers, the
+// flags as booleans, the rest as floats. -1 out of memory.
+static int rope_rule_json(cJSON *rp, const char *rule) {
+    char *words = strdup(rule), *save = NULL;
+    if (!words) return -1;
+    char *w = strtok_r(words, " ", &save);
+    cJSON_AddStringToObject(rp, "rope_type", w ? w : "default");
+    while ((w = strtok_r(NULL, " ", &save))) {
+        char *eq = strchr(w, '=');
+        if (!eq) continue;
+        *eq = 0;
+        const char *v = eq + 1;
+        if (!strcmp(v, "true") || !strcmp(v, "false")) cJSON_AddBoolToObject(rp, w, !strcmp(v, "true"));
+        else if (strstr(w, "position_embeddings")) cJSON_AddNumberToObject(rp, w, strtod(v, NULL));
+        else add_float(rp, w, strtod(v, NULL));
+    }
+    free(words);
+    return 0;
 }
 
 int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, char **generation, char *err,
@@ -194,7 +225,7 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     }
     for (int64_t l = 0; !why[0] && l < g->layers; l++) { // every layer's rope: what rope_parameters says
         const Node *r = first_op(g, OP_ROPE, block_part(g, l));
-        const char *unsaid = r ? rope_unsaid(r, head_dim) : "a layer has no rope";
+        const char *unsaid = r ? rope_unsaid(r, rope, head_dim) : "a layer has no rope";
         if (unsaid) snprintf(why, sizeof why, "layer %lld: %s", (long long)l, unsaid);
     }
     double qscalar = 0;
@@ -234,7 +265,11 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     add_float(c, "rms_norm_eps", norm->eps);
     add_float(c, "rope_theta", rope->theta); // transformers 4's key; 5 reads rope_parameters
     cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");
-    cJSON_AddStringToObject(rp, "rope_type", "default");
+    if (rope_rule_json(rp, rope->rope_rule ? rope->rope_rule : "default") != 0) {
+        cJSON_Delete(c);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
     add_float(rp, "rope_theta", rope->theta);
     cJSON_AddBoolToObject(c, "tie_word_embeddings", param_named(g, "lm_head.weight") == NULL);
     cJSON_AddStringToObject(c, "hidden_act", f == FAM_GEMMA2 ? "gelu_pytorch_tanh" : "silu");

@@ -526,6 +526,11 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
         for (int i = 0; i < pairs; i++) f[i] = get_f64(r);
         n->rope_freq = f;
     }
+    if (get_str(r, &n->rope_rule, 1, "a rope's rule") != 0) return NULL;
+    if (n->rope_rule && op != OP_ROPE) {
+        rd_fail(r, "%s (%s): a rope rule on another op", what, op_name(op));
+        return NULL;
+    }
     n->wide = get_i32(r);
     n->padding = get_i64(r);
     if (r->failed) return NULL;

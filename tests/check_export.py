@@ -8,9 +8,9 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
                 to 1e-4 relative to the largest; so do qwen2-7b and
                 mistral-7b at tiny widths (the other two families, q/k/v
                 biases and a sliding window); a model of no family mt can
-                describe (gpt2-tiny) is refused before it trains, and so is
-                a Llama whose rope scales its frequencies (llama3.2-1b at
-                tiny widths): the config written says rope_type default
+                describe (gpt2-tiny) is refused before it trains; Llama 3.2
+                at tiny widths, whose rope scales its frequencies, exports
+                rope_parameters (rope_type llama3) and loads to mt's logits
   shards        a folder of shards with model.safetensors.index.json (written
                 by --export --shard-bytes) initialises a run to the same bits
                 as the single file it came from, by folder and by index, and
@@ -73,8 +73,9 @@ def transformers_(mtc, mtrun, tmp):
               f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
         print(f"{name}: {arch} ({config['model_type']}) loads the export; logits {got.shape}, "
               f"largest difference {err:.2e} of the largest logit")
-    # the other two families, from the 7B examples at tiny widths (Mistral's window 8 under seq 16)
-    for name in ("qwen2-7b", "mistral-7b"):
+    # the other two families, from the 7B examples at tiny widths (Mistral's window 8 under seq 16), and
+    # Llama 3.2, whose rope scales its frequencies (rope_parameters: rope_type llama3 and its fields)
+    for name in ("qwen2-7b", "mistral-7b", "llama3.2-1b"):
         src = open(f"examples/{name}.mt").read()
         for k, v in {"V": "256", "C": "64", "L": "2", "NH": "4", "NKV": "2", "FFN": "96", "W": "8"}.items():
             src = re.sub(rf"(\n  {k} = )[^\n#]*", rf"\g<1>{v} ", src)
@@ -88,6 +89,11 @@ def transformers_(mtc, mtrun, tmp):
         check(p.returncode == 0, f"{name}: train, export a folder", p)
         if p.returncode:
             continue
+        if name == "llama3.2-1b":
+            rp = json.load(open(j(name, "config.json"))).get("rope_parameters", {})
+            check(rp.get("rope_type") == "llama3" and rp.get("factor") == 32.0 and rp.get("low_freq_factor") == 1.0
+                  and rp.get("high_freq_factor") == 4.0 and rp.get("original_max_position_embeddings") == 8192,
+                  f"{name}: config.json's rope_parameters {rp}")
         tokens, want = np.load(j(name + ".tokens.npy")), np.load(j(name + ".logits.npy"))
         arch, got = hf_logits(j(name), tokens)
         err = float(np.abs(got - want).max() / np.abs(want).max())
@@ -98,19 +104,6 @@ def transformers_(mtc, mtrun, tmp):
     p = run(mtrun, pl, "--steps", "3", "--export", j("gpt2"), "--log", j("g.jsonl"))
     check(p.returncode == 1 and "config.json" in p.stderr and "gpt2_tiny" in p.stderr and "step" not in p.stdout
           and not os.path.exists(j("gpt2")), "gpt2-tiny --export DIR is refused up front, naming the model", p)
-    # a Llama whose rope scales its frequencies (Llama 3.2's llama3 rule) is refused before it trains: the
-    # config.json written here says rope_type default, and transformers would load another function
-    src = open("examples/llama3.2-1b.mt").read()
-    for k, v in {"V": "256", "C": "64", "L": "2", "NH": "4", "NKV": "2", "FFN": "96"}.items():
-        src = re.sub(rf"(\n  {k} = )[^\n#]*", rf"\g<1>{v} ", src)
-    open(j("llama32.mt"), "w").write(src)
-    pl = j("llama32.bin")
-    p = run(mtc, j("llama32.mt"), "--batch", "2", "--seq", "16", "--target", "tests/tiny-gpu.target", "-o", pl)
-    check(p.returncode == 0, "mtc llama3.2-1b at tiny widths", p)
-    p = run(mtrun, pl, "--data", "examples/data/tinyshakespeare.txt", "--steps", "2", "--export", j("llama32"),
-            "--log", j("l32.jsonl"))
-    check(p.returncode == 1 and "scaling rule" in p.stderr and "layer 0" in p.stderr and "step" not in p.stdout
-          and not os.path.exists(j("llama32")), "llama3.2 (rope scaling llama3) --export DIR is refused up front", p)
 
 
 def shards(mtc, mtrun, tmp):

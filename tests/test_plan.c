@@ -287,6 +287,7 @@ static void compare_node(const char *ctx, const Node *x, const Node *y) {
     SAME("eps", f64_eq(x->eps, y->eps));
     SAME("theta", f64_eq(x->theta, y->theta));
     SAME("rope_interleaved", x->rope_interleaved == y->rope_interleaved);
+    SAME("rope_rule", (!x->rope_rule && !y->rope_rule) || (x->rope_rule && y->rope_rule && !strcmp(x->rope_rule, y->rope_rule)));
     SAME("rope_scale", f64_eq(x->rope_scale, y->rope_scale));
     int64_t pairs = rope_pairs(x); // rope_freq's (D/2)
     for (int64_t i = 0; i < pairs; i++) SAME("rope_freq", f64_eq(x->rope_freq[i], y->rope_freq[i]));
