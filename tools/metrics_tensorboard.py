@@ -15,25 +15,12 @@ be read, or holds no record, is an error (exit 1).
 usage: metrics_tensorboard.py LOG.jsonl [LOG.jsonl ...] -o OUTDIR
 """
 import argparse
-import json
 import math
 import os
 import sys
 
-
-def records(path):
-    """The log's records, in order; a line that is no JSON record is skipped with a warning."""
-    out = []
-    with open(path) as f:
-        for n, line in enumerate(f, 1):
-            try:
-                r = json.loads(line)
-            except json.JSONDecodeError:
-                print(f"{path}:{n}: warning: not a JSON record, skipped", file=sys.stderr)
-                continue
-            if isinstance(r, dict):
-                out.append(r)
-    return out
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from plot_metrics import records  # noqa: E402  (the one reader of a metrics log)
 
 
 def numbers(tag, v):

@@ -12,9 +12,11 @@ import os
 import sys
 
 
-def read(path):
-    """steps, losses, val steps, val losses, lrs, config of one log; a torn last line (a killed run) is skipped."""
-    s, loss, vs, val, lr, config = [], [], [], [], [], {}
+def records(path):
+    """The log's records, in order; a line that is no JSON record (a torn last
+    line of a killed run) is skipped with a warning. metrics_tensorboard.py reads
+    logs through it too."""
+    out = []
     with open(path) as f:
         for n, line in enumerate(f, 1):
             try:
@@ -22,15 +24,24 @@ def read(path):
             except json.JSONDecodeError:
                 print(f"{path}:{n}: warning: not a JSON record, skipped", file=sys.stderr)
                 continue
-            if "config" in r:
-                config = r["config"]
-            elif "loss" in r:
-                s.append(r["step"])
-                loss.append(r["loss"])
-                lr.append(r.get("lr"))
-            elif "val_loss" in r:
-                vs.append(r["step"])
-                val.append(r["val_loss"])
+            if isinstance(r, dict):
+                out.append(r)
+    return out
+
+
+def read(path):
+    """steps, losses, val steps, val losses, lrs, config of one log; a torn last line (a killed run) is skipped."""
+    s, loss, vs, val, lr, config = [], [], [], [], [], {}
+    for r in records(path):
+        if "config" in r:
+            config = r["config"]
+        elif "loss" in r:
+            s.append(r["step"])
+            loss.append(r["loss"])
+            lr.append(r.get("lr"))
+        elif "val_loss" in r:
+            vs.append(r["step"])
+            val.append(r["val_loss"])
     return s, loss, vs, val, lr, config
 
 
