@@ -164,3 +164,11 @@ void dist_close(Dist *d, int status) {
     MPI_Finalize();
     d->mpi = 0;
 }
+
+int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi) {
+    int64_t chunk = ranks > 1 ? (len + ranks - 1) / ranks : len;
+    int64_t a = (int64_t)rank * chunk;
+    *lo = a < len ? a : len;
+    *hi = a + chunk < len ? a + chunk : len;
+    return chunk;
+}

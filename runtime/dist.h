@@ -39,6 +39,14 @@ void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
 // The largest of each x over the ranks, in place.
 void dist_max_doubles(const Dist *d, double *x, int n);   // (n)
 
+// The shard of a segment of `len` elements (the head's or tail's globals, or
+// one layer's, as the plan's HOST section lays them out) that rank `rank` of
+// `ranks` owns in a sharded run or writes in a sharded checkpoint: the
+// rank-th of `ranks` chunks of ceil(len / ranks) elements, [*lo, *hi), the
+// last ones short or empty. A collective over a segment moves ranks x chunk
+// elements, the tail past len zero.
+int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi); // returns the chunk
+
 // Ends MPI: with status 0 once every rank is done (MPI_Finalize); otherwise
 // the whole job at once (MPI_Abort), since the other ranks may be waiting in
 // a collective this rank will never join.
