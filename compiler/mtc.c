@@ -204,8 +204,8 @@ static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p
     nvrtc_binary_free(&bin);
     if (cubin && ptx && p->cuda_arch) return 0;
     snprintf(err, sizeof err, "out of memory keeping the cubin");
-fail:
-    fprintf(stderr, "mtc: error: %s\n", err);
+fail: // a located message (FILE:L:C: error: ...) is printed as it is, as diag prints the front end's
+    fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "mtc: error: %s\n", err);
     return 1;
 }
 

@@ -521,7 +521,7 @@ static int log_val(Run *r, int64_t s, double *val, char *err, size_t errcap) {
     store_flush(&r->hs, r->p);
     if (store_ok(r, err, errcap) != 0 || validate(r, val, err, errcap) != 0) return -1;
     if (r->log && isfinite(*val)) {
-        fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.6f}\n", (long long)s, *val);
+        fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)s, *val);
         if (log_flush(r, err, errcap) != 0) return -1;
     }
     fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, *val);

@@ -1,6 +1,6 @@
 # A tiny Llama with an explicit order of layers, one wide layer then three
-# narrow ones (as a first dense layer before MoE layers): the list has no
-# period, so the whole of it is one streamed layer.
+# narrow ones (as a first dense layer before MoE layers): each layer streams
+# as its own kind, the wide one as one copy of its size, then the narrow ones.
 model llama_first_wide
 
 config {
