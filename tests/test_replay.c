@@ -133,6 +133,51 @@ static int same(const Outcome *a, const Outcome *b, int64_t nseg) {
     return 1;
 }
 
+// What every replay test starts from: the cpu backend, a store, the host
+// activations, two batches and the reference's outcome of a micro-batch on
+// them with an update pending (want); got for the replays to fill.
+typedef struct Fixture {
+    Backend *be;
+    HostStore hs;
+    char *act;                         // (host_act_bytes + 1)
+    int32_t *tok;                      // (4, B*T): tokens and targets of batch 0, then of batch 1
+    const int32_t *in0[2], *in1[2];    // batch 0's and batch 1's tokens and targets
+    Outcome want, got;
+} Fixture;
+
+// 0, or -1 after reporting a failure.
+static int fixture_open(Fixture *f, const Plan *p) {
+    char err[1024];
+    memset(f, 0, sizeof *f);
+    f->be = backend_cpu_create(p, err, sizeof err);
+    f->act = malloc(p->host_act_bytes + 1);
+    int64_t BT = p->graph->train.batch * p->graph->train.seq;
+    f->tok = malloc((size_t)BT * 16);
+    if (!f->be || !f->act || !f->tok || store_alloc(&f->hs, p) != 0) {
+        printf("FAIL: setup: %s\n", f->be ? "out of memory" : err);
+        failures++;
+        return -1;
+    }
+    batch(p, f->tok, f->tok + BT, 0);
+    batch(p, f->tok + 2 * BT, f->tok + 3 * BT, 1);
+    f->in0[0] = f->tok, f->in0[1] = f->tok + BT, f->in1[0] = f->tok + 2 * BT, f->in1[1] = f->tok + 3 * BT;
+    f->want.sq = calloc((size_t)f->hs.nseg, sizeof(double));
+    f->got.sq = calloc((size_t)f->hs.nseg, sizeof(double));
+    f->got.by_norm = calloc((size_t)f->hs.nseg, sizeof(double));
+    expected(p, &f->hs, f->in0, f->in1, &f->want);
+    return 0;
+}
+
+static void fixture_close(Fixture *f) {
+    free(f->want.sq);
+    free(f->got.sq);
+    free(f->got.by_norm);
+    free(f->tok);
+    free(f->act);
+    store_free(&f->hs);
+    f->be->destroy(f->be);
+}
+
 static void test_poison(const Plan *p) {
     char err[1024];
     Backend *be = backend_cpu_create(p, err, sizeof err);
@@ -181,32 +226,17 @@ static void drop(const Plan *p, int k, Instr *out) {
 }
 
 static void test_orders(const Plan *p) {
-    char err[1024];
-    Backend *be = backend_cpu_create(p, err, sizeof err);
-    HostStore hs;
-    char *act = malloc(p->host_act_bytes + 1);
-    int64_t BT = p->graph->train.batch * p->graph->train.seq;
-    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
-    if (!be || !act || !tok || store_alloc(&hs, p) != 0) {
-        printf("FAIL: setup: %s\n", be ? "out of memory" : err);
-        failures++;
-        return;
-    }
-    batch(p, tok, tgt, 0);
-    batch(p, tok1, tgt1, 1);
-    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
-    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
-    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
-    expected(p, &hs, in0, in1, &want);
+    Fixture f;
+    if (fixture_open(&f, p) != 0) return;
 
     // the plan as written, under every order
     for (int o = 0; o < ORDERS; o++) {
-        replayed(p, be, &hs, act, p->train, p->ntrain, o, in0, in1, &got);
-        CHECK(same(&got, &want, hs.nseg), "the plan under %s: loss %g (%s), reference %g", ORDER_NAMES[o], got.loss,
-              got.rc ? got.err : "ran", want.loss);
+        replayed(p, f.be, &f.hs, f.act, p->train, p->ntrain, o, f.in0, f.in1, &f.got);
+        CHECK(same(&f.got, &f.want, f.hs.nseg), "the plan under %s: loss %g (%s), reference %g", ORDER_NAMES[o], f.got.loss,
+              f.got.rc ? f.got.err : "ran", f.want.loss);
     }
     printf("ok   with an update pending, the plan's micro-batch equals the reference under every order (loss %.6f)\n",
-           want.loss);
+           f.want.loss);
 
     Instr *mut = malloc((size_t)p->ntrain * sizeof(Instr));
     // a RECORD some WAIT needs, dropped: a deadlock under every order
@@ -217,11 +247,11 @@ static void test_orders(const Plan *p) {
     if (rec >= 0) {
         drop(p, rec, mut);
         for (int o = 0; o < ORDERS; o++) {
-            replayed(p, be, &hs, act, mut, p->ntrain - 1, o, in0, in1, &got);
-            CHECK(got.rc != 0 && strstr(got.err, "deadlock") && strstr(got.err, "instruction") && strstr(got.err, "event"),
-                  "dropped RECORD %d under %s: %s", rec, ORDER_NAMES[o], got.rc ? got.err : "no deadlock reported");
+            replayed(p, f.be, &f.hs, f.act, mut, p->ntrain - 1, o, f.in0, f.in1, &f.got);
+            CHECK(f.got.rc != 0 && strstr(f.got.err, "deadlock") && strstr(f.got.err, "instruction") && strstr(f.got.err, "event"),
+                  "dropped RECORD %d under %s: %s", rec, ORDER_NAMES[o], f.got.rc ? f.got.err : "no deadlock reported");
         }
-        printf("ok   a dropped RECORD deadlocks under every order: %s\n", got.err);
+        printf("ok   a dropped RECORD deadlocks under every order: %s\n", f.got.err);
     } else {
         printf("note: this plan has no events (one engine)\n");
     }
@@ -244,8 +274,8 @@ static void test_orders(const Plan *p) {
         int hit = 0;
         const char *how = "";
         for (int o = 0; o < ORDERS && !hit; o++) {
-            replayed(p, be, &hs, act, mut, p->ntrain - 1, o, in0, in1, &got);
-            hit = !same(&got, &want, hs.nseg);
+            replayed(p, f.be, &f.hs, f.act, mut, p->ntrain - 1, o, f.in0, f.in1, &f.got);
+            hit = !same(&f.got, &f.want, f.hs.nseg);
             how = ORDER_NAMES[o];
         }
         waits++;
@@ -253,7 +283,7 @@ static void test_orders(const Plan *p) {
         if (hit)
             printf("     dropped WAIT %d (%s, event %d): caught under %s (%s)\n", k,
                    replay_engine_name(p->train[k].engine), p->train[k].event, how,
-                   got.rc ? got.err : isfinite(got.loss) && fabsf(got.loss - want.loss) <= 1e-5f * want.loss
+                   f.got.rc ? f.got.err : isfinite(f.got.loss) && fabsf(f.got.loss - f.want.loss) <= 1e-5f * f.want.loss
                                           ? "wrong gradients or norms" : "wrong loss");
         else
             printf("     dropped WAIT %d (%s, event %d): not observable in one micro-batch\n", k,
@@ -265,13 +295,7 @@ static void test_orders(const Plan *p) {
         printf("ok   %d of %d dropped WAITs change the loss or the gradients under some order\n", caught, waits);
     }
     free(mut);
-    free(want.sq);
-    free(got.sq);
-    free(got.by_norm);
-    free(tok);
-    free(act);
-    store_free(&hs);
-    be->destroy(be);
+    fixture_close(&f);
 }
 
 // One thread per engine (MT_REPLAY_ORDER=threads:SEED), as a GPU runs its
@@ -280,28 +304,13 @@ static void test_orders(const Plan *p) {
 // each under up to six seeds, at least 10 of them (or all, in a plan with
 // fewer) show as a wrong loss, wrong gradients or a hang.
 static void test_threads(const Plan *p) {
-    char err[1024];
-    Backend *be = backend_cpu_create(p, err, sizeof err);
-    HostStore hs;
-    char *act = malloc(p->host_act_bytes + 1);
-    int64_t BT = p->graph->train.batch * p->graph->train.seq;
-    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
+    Fixture f;
+    if (fixture_open(&f, p) != 0) return;
     Instr *mut = malloc((size_t)p->ntrain * sizeof(Instr));
-    if (!be || !act || !tok || !mut || store_alloc(&hs, p) != 0) {
-        printf("FAIL: setup: %s\n", be ? "out of memory" : err);
-        failures++;
-        return;
-    }
-    batch(p, tok, tgt, 0);
-    batch(p, tok1, tgt1, 1);
-    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
-    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
-    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
-    expected(p, &hs, in0, in1, &want);
     for (uint64_t seed = 1; seed <= 3; seed++) {
-        threaded(p, be, &hs, act, p->train, p->ntrain, seed, in0, in1, &got);
-        CHECK(same(&got, &want, hs.nseg), "the plan on threads (seed %llu): loss %g (%s), reference %g",
-              (unsigned long long)seed, got.loss, got.rc ? got.err : "ran", want.loss);
+        threaded(p, f.be, &f.hs, f.act, p->train, p->ntrain, seed, f.in0, f.in1, &f.got);
+        CHECK(same(&f.got, &f.want, f.hs.nseg), "the plan on threads (seed %llu): loss %g (%s), reference %g",
+              (unsigned long long)seed, f.got.loss, f.got.rc ? f.got.err : "ran", f.want.loss);
     }
     printf("ok   one thread per engine, three seeds: the reference's loss and gradients\n");
     int rec = -1, waits = 0, caught = 0;
@@ -310,18 +319,18 @@ static void test_threads(const Plan *p) {
             if (p->train[j].kind == INS_WAIT && p->train[j].event == p->train[i].event) rec = i;
     if (rec >= 0) {
         drop(p, rec, mut);
-        threaded(p, be, &hs, act, mut, p->ntrain - 1, 1, in0, in1, &got);
-        CHECK(got.rc != 0 && strstr(got.err, "instruction") && strstr(got.err, "event"),
-              "dropped RECORD %d on threads: %s", rec, got.rc ? got.err : "no hang reported");
-        if (got.rc) printf("ok   a dropped RECORD is reported as a hang: %.160s...\n", got.err);
+        threaded(p, f.be, &f.hs, f.act, mut, p->ntrain - 1, 1, f.in0, f.in1, &f.got);
+        CHECK(f.got.rc != 0 && strstr(f.got.err, "instruction") && strstr(f.got.err, "event"),
+              "dropped RECORD %d on threads: %s", rec, f.got.rc ? f.got.err : "no hang reported");
+        if (f.got.rc) printf("ok   a dropped RECORD is reported as a hang: %.160s...\n", f.got.err);
     }
     for (int k = 0; k < p->ntrain; k++) {
         if (p->train[k].kind != INS_WAIT) continue;
         drop(p, k, mut);
         int hit = 0;
         for (uint64_t seed = 1; seed <= 6 && !hit; seed++) {
-            threaded(p, be, &hs, act, mut, p->ntrain - 1, seed, in0, in1, &got);
-            hit = !same(&got, &want, hs.nseg);
+            threaded(p, f.be, &f.hs, f.act, mut, p->ntrain - 1, seed, f.in0, f.in1, &f.got);
+            hit = !same(&f.got, &f.want, f.hs.nseg);
         }
         waits++;
         caught += hit;
@@ -331,13 +340,7 @@ static void test_threads(const Plan *p) {
     printf("%s   on threads, %d of %d dropped WAITs change the loss, the gradients or hang\n",
            caught >= need ? "ok" : "FAIL", caught, waits);
     free(mut);
-    free(want.sq);
-    free(got.sq);
-    free(got.by_norm);
-    free(tok);
-    free(act);
-    store_free(&hs);
-    be->destroy(be);
+    fixture_close(&f);
 }
 
 // The index of layer 0's first weight copy on an engine other than
@@ -371,46 +374,30 @@ static void held(const Plan *p, Backend *be, HostStore *hs, char *act, int hold,
 }
 
 static void test_held(const Plan *p) {
-    char err[1024];
-    Backend *be = backend_cpu_create(p, err, sizeof err);
-    HostStore hs;
-    char *act = malloc(p->host_act_bytes + 1);
-    int64_t BT = p->graph->train.batch * p->graph->train.seq;
-    int32_t *tok = malloc((size_t)BT * 16), *tgt = tok + BT, *tok1 = tok + 2 * BT, *tgt1 = tok + 3 * BT;
+    Fixture f;
     int hold = awaited_copy(p);
-    if (!be || !act || !tok || hold < 0 || store_alloc(&hs, p) != 0) {
-        printf("FAIL: setup: %s\n", !be ? err : hold < 0 ? "no copy that compute waits for" : "out of memory");
+    if (hold < 0) {
+        printf("FAIL: setup: no copy that compute waits for\n");
         failures++;
         return;
     }
-    batch(p, tok, tgt, 0);
-    batch(p, tok1, tgt1, 1);
-    const int32_t *in0[2] = {tok, tgt}, *in1[2] = {tok1, tgt1};
-    Outcome want = {.sq = calloc((size_t)hs.nseg, sizeof(double))}, got = {.sq = calloc((size_t)hs.nseg, sizeof(double))};
-    got.by_norm = calloc((size_t)hs.nseg, sizeof(double));
-    expected(p, &hs, in0, in1, &want);
+    if (fixture_open(&f, p) != 0) return;
     struct timespec t0, t1;
     clock_gettime(CLOCK_MONOTONIC, &t0);
-    held(p, be, &hs, act, hold, 31000, 0, in0, in1, &got);
+    held(p, f.be, &f.hs, f.act, hold, 31000, 0, f.in0, f.in1, &f.got);
     clock_gettime(CLOCK_MONOTONIC, &t1);
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
-    CHECK(same(&got, &want, hs.nseg) && s >= 31.0, "instruction %d held 31 s: %s after %.1f s", hold,
-          got.rc ? got.err : "a wrong outcome", s);
-    if (!got.rc) printf("ok   instruction %d (%s) held %.1f s, compute waiting on it: the reference's outcome\n", hold,
+    CHECK(same(&f.got, &f.want, f.hs.nseg) && s >= 31.0, "instruction %d held 31 s: %s after %.1f s", hold,
+          f.got.rc ? f.got.err : "a wrong outcome", s);
+    if (!f.got.rc) printf("ok   instruction %d (%s) held %.1f s, compute waiting on it: the reference's outcome\n", hold,
                         replay_engine_name(p->train[hold].engine), s);
-    held(p, be, &hs, act, hold, 3000, 1, in0, in1, &got);
+    held(p, f.be, &f.hs, f.act, hold, 3000, 1, f.in0, f.in1, &f.got);
     char in_held[64];
     snprintf(in_held, sizeof in_held, "%s in instruction %d;", replay_engine_name(p->train[hold].engine), hold);
-    CHECK(got.rc != 0 && strstr(got.err, "hang") && strstr(got.err, in_held), "held 3 s under a 1 s limit: %s",
-          got.rc ? got.err : "no hang reported");
-    if (got.rc) printf("ok   held 3 s under a 1 s limit: %.200s\n", got.err);
-    free(want.sq);
-    free(got.sq);
-    free(got.by_norm);
-    free(tok);
-    free(act);
-    store_free(&hs);
-    be->destroy(be);
+    CHECK(f.got.rc != 0 && strstr(f.got.err, "hang") && strstr(f.got.err, in_held), "held 3 s under a 1 s limit: %s",
+          f.got.rc ? f.got.err : "no hang reported");
+    if (f.got.rc) printf("ok   held 3 s under a 1 s limit: %.200s\n", f.got.err);
+    fixture_close(&f);
 }
 
 int main(int argc, char **argv) {
