@@ -537,6 +537,15 @@ static void check_model(const char *path, const char *arch) {
     free(text);
 }
 
+// The device's free and total memory before this process allocates any
+// (cuMemGetInfo: the context's own share is already taken), the figure a
+// profile's device_memory should carry; run.sh records it in its card table.
+static void print_device_memory(void) {
+    size_t free_b = 0, total_b = 0;
+    CU(cuMemGetInfo(&free_b, &total_b));
+    printf("device memory: free %zu total %zu bytes (cuMemGetInfo, before any allocation)\n", free_b, total_b);
+}
+
 int main(int argc, char **argv) {
     CU(cuInit(0));
     CUdevice dev;
@@ -552,6 +561,7 @@ int main(int argc, char **argv) {
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
     printf("%s, %s, NVRTC %s\n", name, arch, nvrtc_version_str());
+    print_device_memory();
 
     check_attention(arch);
     int first = 1;
