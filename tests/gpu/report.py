@@ -3,6 +3,7 @@
 stage and again at the end; tests/gpu/README.md says what each figure is).
 
 usage: report.py WORK
+       report.py --gemm-shapes MODEL.mt M   (gpu_check's --gemm options for a model's matrix products)
 
 WORK is run.sh's working folder; every input is optional (a stage that did
 not run leaves a dash):
@@ -10,8 +11,9 @@ not run leaves a dash):
   stages.tsv     NAME, STATUS, SECONDS, NOTE a line (tab-separated)
   card.txt       nvidia-smi's name, driver, clocks and power before the runs,
                  and gpu_check's `device memory: free F total T bytes` line
-  gpu_check.log  `bf16 GEMM (cuBLAS, 8192^3): R TFLOP/s` and
+  gpu_check.log  `bf16 GEMM (cuBLAS, 8192^3): R TFLOP/s`,
                  `attention_time key=value...` lines (kernel, D, T, ms, ...)
+                 and `gemm_time M= N= K= ms=` lines (the models' shapes)
   peers.log      tests/gpu/sdpa_peer.py's attention_time lines and
                  tests/gpu/megatrain_peer.py's `megatrain_step` lines
   calibrate.log  mtrun --calibrate's profile (the grads+ rate)
@@ -93,6 +95,31 @@ def gemm_rate(text):
 def config_value(text, name):
     m = re.search(rf"^\s*{name}\s*=\s*([0-9]+)", text or "", re.M)
     return int(m[1]) if m else None
+
+
+def model_gemms(text, M):
+    """A Llama-shaped model's matrix products at M tokens, forward-shaped:
+    (count a step's forward, M, N, K): the query, key and value projection,
+    the output projection, gate and up together, down (each once a layer)
+    and the head (once)."""
+    c = {k: config_value(text, k) for k in ("C", "NH", "NKV", "FFN", "V", "L")}
+    if not all(c.values()):
+        return []
+    C, hs = c["C"], c["C"] // c["NH"]
+    return [(c["L"], M, C + 2 * c["NKV"] * hs, C), (c["L"], M, C, C), (c["L"], M, 2 * c["FFN"], C),
+            (c["L"], M, C, c["FFN"]), (1, M, c["V"], C)]
+
+
+def model_gemm_rate(text, gemm_times):
+    """TFLOP/s of the model's products as gpu_check timed them, weighted by
+    how often a step runs each (None unless every shape was timed)."""
+    flops = ms = 0.0
+    for n, _, N, K in model_gemms(text, 1):
+        t = [g for g in gemm_times if (int(g["N"]), int(g["K"])) == (N, K)]  # at whatever M run.sh gave
+        if not t:
+            return None
+        flops, ms = flops + n * 2 * t[0]["M"] * N * K, ms + n * t[0]["ms"]
+    return flops / (ms * 1e-3) / 1e12 if ms else None
 
 
 def explain_chosen(text):
@@ -277,6 +304,10 @@ def scaled_shares(r, profile, gemm_tflops, attn_tflops):
 # ---------------------------------------------------------------- the tables
 
 def main():
+    if len(sys.argv) == 4 and sys.argv[1] == "--gemm-shapes":
+        shapes = model_gemms(read(sys.argv[2]), int(sys.argv[3]))
+        print(" ".join(f"--gemm {M}x{N}x{K}" for _, M, N, K in shapes))
+        return 0 if shapes else 1
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         print(__doc__, file=sys.stderr)
         return 2
@@ -328,6 +359,7 @@ def main():
             D = int(a["D"])
             mtb[D] = max(mtb.get(D, 0), 4 * 0.5 * 4096 * 4096 * a.get("H", 32) * D * 3.5 / (a["ms"] * 1e-3) / 1e12)
     mega = [keyvals(l) for l in (peers or "").splitlines() if l.startswith("megatrain_step ")]
+    gemms = [keyvals(l) for l in (gck or "").splitlines() if l.startswith("gemm_time ")]
     mega_tok = statistics.median(m["tokens_per_s"] for m in mega[1:]) if len(mega) > 1 else None
     rows = []
     for r in runs:
@@ -351,8 +383,9 @@ def main():
                table(["model", "engine", "busy", "pred", "ratio", "idle", "pred idle"], rows))
     rows = []
     for r in runs:
-        sh = scaled_shares(r, profile, gemm, mtb.get(r.get("head")))
-        rows.append((r.get("model", r["dir"]), fnum(sh and sh["compute"]),
+        mg = model_gemm_rate(read(os.path.join(rd, r["dir"], "model.mt")), gemms)
+        sh = scaled_shares(r, profile, mg or gemm, mtb.get(r.get("head")))
+        rows.append((r.get("model", r["dir"]), fnum(mg, "{:.0f}"), fnum(sh and sh["compute"]),
                      fnum(sh and ratio(sh["attention"], sh["compute"]), "{:.2f}"),
                      fnum(sh and ratio(sh["gemm"], sh["compute"]), "{:.2f}"),
                      fnum(sh and ratio(sh["other"], sh["compute"]), "{:.2f}"), fnum(r.get("copyout")),
@@ -362,7 +395,7 @@ def main():
                      fnum(ratio(r.get("tok_s"), mega_tok), "{:.2f}") if r.get("model") == "llama3_2_1b" else "-"))
     out.append("== where the compute went (shares of the measured compute busy time: mtc's counts at this run's "
                "measured rates), copy-out, start-up, card, and MegaTrain's code at the same batch\n" + table(
-                   ["model", "compute s", "attn", "GEMMs", "rest", "grad DMA s", "add s est", "add gap s",
+                   ["model", "GEMM TFLOP/s", "compute s", "attn", "GEMMs", "rest", "grad DMA s", "add s est", "add gap s",
                     "ready s", "pin s", "SM MHz", "max W", "MegaTrain tok/s", "mt/MegaTrain"], rows))
     print("\n\n".join(out))
     return 0
