@@ -8,7 +8,7 @@ session; the suite runs it on the CPU at tiny shapes (sdpa_peer_cpu).
 
 usage: sdpa_peer.py [--device cuda|cpu] [--D 64,128,256] [--T 2048,...,16384]
                     [--B 1] [--H 32] [--KVH 8] [--reps N] [--check-T N]
-                    [--deadline S] [--perturb X]
+                    [--deadline S] [--perturb X] [--expand]
 
 Each backend is first checked at T --check-T (512) against a float64 reference
 on the same inputs (forward y and dq, dk, dv, normwise relative error under
@@ -20,11 +20,14 @@ backend:
   attention_time kernel=sdpa_flash D=128 T=4096 B=1 H=32 KVH=8 causal=1 ms=1.234 tflops=...
 
 (FLOPs counted as compiler/cost.c and gpu_check count them: 4 B H D a
-visible pair forward, 2.5 times that backward.) A backend that cannot run a
-shape says `attention_skip kernel=... D= T= reason=...`. Shapes left when
+visible pair forward, 2.5 times that backward.) A backend that takes no
+grouped heads runs with the key and value heads repeated, and its kernel
+name says so (sdpa_cudnn+expand); one that cannot run a shape says
+`attention_skip kernel=... D= T= reason=...`. Shapes left when
 --deadline seconds have passed are skipped with a line saying so.
 --perturb X scales the timed backends' outputs by 1+X before the check (a
-test that the check can fail). Exit status 0 when every backend that ran
+test that the check can fail); --expand takes the repeated-heads path on
+every backend (a test of that path). Exit status 0 when every backend that ran
 passed its check, 1 otherwise.
 """
 import argparse
@@ -47,11 +50,17 @@ def inputs(B, H, KVH, T, D, dtype, device, seed):
     return mk(H), mk(KVH), mk(KVH), mk(H)  # q, k, v, dy
 
 
-def fwd_bwd(backend, q, k, v, dy, scale_out=1.0):
-    """y and the gradients of q, k, v for the upstream gradient dy."""
+def fwd_bwd(backend, q, k, v, dy, scale_out=1.0, expand=False):
+    """y and the gradients of q, k, v for the upstream gradient dy. With
+    expand, the key and value heads are repeated to the query heads first
+    (inside the autograd graph) for a backend that takes no grouped heads."""
     q, k, v = (t.detach().requires_grad_() for t in (q, k, v))
+    kk, vv = k, v
+    if expand:
+        rep = q.shape[1] // k.shape[1]
+        kk, vv = k.repeat_interleave(rep, 1), v.repeat_interleave(rep, 1)
     with sdpa_kernel(backend):
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, enable_gqa=True) * scale_out
+        y = F.scaled_dot_product_attention(q, kk, vv, is_causal=True, enable_gqa=not expand) * scale_out
     y.backward(dy)
     return y.detach(), q.grad, k.grad, v.grad
 
@@ -77,19 +86,19 @@ def rel(a, b):
     return float((a - b).norm() / b.norm())
 
 
-def time_ms(backend, q, k, v, dy, reps, device):
+def time_ms(backend, q, k, v, dy, reps, device, expand):
     times = []
     for i in range(reps + 2):  # two warm-up rounds
         if device == "cuda":
             a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
             a.record()
-            fwd_bwd(backend, q, k, v, dy)
+            fwd_bwd(backend, q, k, v, dy, expand=expand)
             b.record()
             torch.cuda.synchronize()
             ms = a.elapsed_time(b)
         else:
             t0 = time.perf_counter()
-            fwd_bwd(backend, q, k, v, dy)
+            fwd_bwd(backend, q, k, v, dy, expand=expand)
             ms = (time.perf_counter() - t0) * 1e3
         if i >= 2:
             times.append(ms)
@@ -108,6 +117,7 @@ def main():
     ap.add_argument("--check-T", type=int, default=512, help="the length of the check against float64")
     ap.add_argument("--deadline", type=float, default=1e9, help="seconds from start after which shapes are skipped")
     ap.add_argument("--perturb", type=float, default=0.0)
+    ap.add_argument("--expand", action="store_true", help="repeat the key and value heads for every backend")
     a = ap.parse_args()
     t_start = time.monotonic()
     dev = a.device
@@ -130,16 +140,22 @@ def main():
         for name, be in BACKENDS:
             if name not in names:
                 continue
-            try:
-                got = fwd_bwd(be, q, k, v, dy, 1.0 + a.perturb)
-            except RuntimeError as e:  # this backend cannot run this shape here
-                print(f"attention_skip kernel={name} D={D} T={Tc} reason={str(e).splitlines()[0][:120]!r}")
+            got, why = None, ""
+            for expand in (True,) if a.expand else (False, True):  # grouped heads as they are, else repeated
+                try:
+                    got = fwd_bwd(be, q, k, v, dy, 1.0 + a.perturb, expand)
+                    break
+                except RuntimeError as e:  # this backend cannot run this shape here
+                    why = str(e).splitlines()[0][:120] if str(e) else type(e).__name__
+            if got is None:
+                print(f"attention_skip kernel={name} D={D} T={Tc} reason={why!r}")
                 continue
             err = max(rel(x, r) for x, r in zip(got, ref))
-            ok[name] = err <= tol
-            print(f"attention_check kernel={name} D={D} T={Tc} rel_err={err:.2e} tol={tol:g} "
-                  f"{'ok' if ok[name] else 'FAIL'}")
-            failed += not ok[name]
+            if err <= tol:
+                ok[name] = expand
+            print(f"attention_check kernel={name}{'+expand' if expand else ''} D={D} T={Tc} rel_err={err:.2e} "
+                  f"tol={tol:g} {'ok' if err <= tol else 'FAIL'}")
+            failed += err > tol
         del ref
         for T in Ts:
             if time.monotonic() - t_start > a.deadline:
@@ -148,14 +164,15 @@ def main():
             q, k, v, dy = inputs(a.B, a.H, a.KVH, T, D, dtype, dev, T + D)
             flops = 4 * 0.5 * T * T * a.B * a.H * D * 3.5
             for name, be in BACKENDS:
-                if not ok.get(name):
+                if name not in ok:
                     continue
+                kernel = name + ("+expand" if ok[name] else "")
                 try:
-                    ms = time_ms(be, q, k, v, dy, a.reps, dev)
+                    ms = time_ms(be, q, k, v, dy, a.reps, dev, ok[name])
                 except RuntimeError as e:
-                    print(f"attention_skip kernel={name} D={D} T={T} reason={str(e).splitlines()[0][:120]!r}")
+                    print(f"attention_skip kernel={kernel} D={D} T={T} reason={str(e).splitlines()[0][:120]!r}")
                     continue
-                print(f"attention_time kernel={name} D={D} T={T} B={a.B} H={a.H} KVH={a.KVH} causal=1 "
+                print(f"attention_time kernel={kernel} D={D} T={T} B={a.B} H={a.H} KVH={a.KVH} causal=1 "
                       f"ms={ms:.4f} tflops={flops / ms / 1e9:.1f}", flush=True)
     return 1 if failed else 0
 
