@@ -361,6 +361,7 @@ def main():
     mega = [keyvals(l) for l in (peers or "").splitlines() if l.startswith("megatrain_step ")]
     gemms = [keyvals(l) for l in (gck or "").splitlines() if l.startswith("gemm_time ")]
     mega_tok = statistics.median(m["tokens_per_s"] for m in mega[1:]) if len(mega) > 1 else None
+    mega_peak = max((m.get("peak_gb", 0) for m in mega), default=None)
     rows = []
     for r in runs:
         rows.append((r.get("model", r["dir"]), r.get("batch", "-"), fnum(r.get("step")), fnum(r.get("pred")),
@@ -392,11 +393,13 @@ def main():
                      fnum(r.get("add_est")), fnum(r.get("add_gap")), fnum(r.get("ready"), "{:.1f}"),
                      fnum(r.get("pin"), "{:.2f}"), fnum(r.get("sm_mhz"), "{:.0f}"), fnum(r.get("watts"), "{:.0f}"),
                      fnum(mega_tok, "{:.0f}") if r.get("model") == "llama3_2_1b" else "-",
-                     fnum(ratio(r.get("tok_s"), mega_tok), "{:.2f}") if r.get("model") == "llama3_2_1b" else "-"))
+                     fnum(ratio(r.get("tok_s"), mega_tok), "{:.2f}") if r.get("model") == "llama3_2_1b" else "-",
+                     fnum(mega_peak, "{:.1f}") if r.get("model") == "llama3_2_1b" else "-"))
     out.append("== where the compute went (shares of the measured compute busy time: mtc's counts at this run's "
                "measured rates), copy-out, start-up, card, and MegaTrain's code at the same batch\n" + table(
                    ["model", "GEMM TFLOP/s", "compute s", "attn", "GEMMs", "rest", "grad DMA s", "add s est", "add gap s",
-                    "ready s", "pin s", "SM MHz", "max W", "MegaTrain tok/s", "mt/MegaTrain"], rows))
+                    "ready s", "pin s", "SM MHz", "max W", "MegaTrain tok/s", "mt/MegaTrain",
+                    "its peak GB"], rows))
     print("\n\n".join(out))
     return 0
 
