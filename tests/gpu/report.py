@@ -293,7 +293,7 @@ def scaled_shares(r, profile, gemm_tflops, attn_tflops):
     ex, comp = r.get("explain"), (r.get("busy") or {}).get("compute")
     if not ex or not comp:
         return None
-    mf, eff = profile_value(profile, "matrix_flops_bf16"), profile_value(profile, "gemm_efficiency") or 0.85
+    mf, eff = profile_value(profile, "matrix_flops_bf16"), profile_value(profile, "gemm_efficiency") or 0.8  # common/target.h's default
     frac = profile_value(profile, "attention_tc_fraction")
     gemm = ex["gemm"] * (mf * eff / (gemm_tflops * 1e12)) if mf and gemm_tflops else None
     attn = ex["attention"] * frac * mf / (attn_tflops * 1e12) if frac and mf and attn_tflops else None

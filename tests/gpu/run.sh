@@ -52,8 +52,8 @@ tables() { python3 tests/gpu/report.py "$work"; }
 pack() { # everything into $out, at most 8 files
   for f in gpu_check.log peers.log; do [ -f "$work/$f" ] && cp "$work/$f" "$out/$f"; done
   [ -f "$work/commit.txt" ] && cp "$work/commit.txt" "$out/commit.txt"
-  tar -C "$work" -cf - runs logs stages.tsv $(cd "$work" && ls card.txt calibrate.log profile.target 2>/dev/null) |
-    xz -1 >"$out/runs.tar.xz"
+  tar -C "$work" --exclude='*.bin' --exclude='*.cu' -cf - runs logs stages.tsv \
+    $(cd "$work" && ls card.txt calibrate.log profile.target 2>/dev/null) | xz -1 >"$out/runs.tar.xz" # no plans: 6 MB each
 }
 
 # stage NAME NEEDS CAP COMMAND...: runs COMMAND (a shell line) with its output
