@@ -3,7 +3,8 @@
 stage and again at the end; tests/gpu/README.md says what each figure is).
 
 usage: report.py WORK
-       report.py --gemm-shapes MODEL.mt M   (gpu_check's --gemm options for a model's matrix products)
+       report.py --gemm-shapes MODEL.mt M TILE,...   (gpu_check's --gemm options: a model's products
+                                                      in micro-batches of M tokens, at each --tile)
 
 WORK is run.sh's working folder; every input is optional (a stage that did
 not run leaves a dash):
@@ -97,28 +98,32 @@ def config_value(text, name):
     return int(m[1]) if m else None
 
 
-def model_gemms(text, M):
-    """A Llama-shaped model's matrix products at M tokens, forward-shaped:
-    (count a step's forward, M, N, K): the query, key and value projection,
-    the output projection, gate and up together, down (each once a layer)
-    and the head (once)."""
+def model_gemms(text, M, tile):
+    """A Llama-shaped model's matrix products in a micro-batch of M tokens,
+    forward-shaped: (count a step's forward, M, N, K). The query, key and
+    value projection takes the whole sequence; the output projection, gate
+    and up together, down (each once a layer) and the head (once) take
+    M / tile rows (mtc --tile: the row-local end of the block and the tail
+    in chunks)."""
     c = {k: config_value(text, k) for k in ("C", "NH", "NKV", "FFN", "V", "L")}
     if not all(c.values()):
         return []
-    C, hs = c["C"], c["C"] // c["NH"]
-    return [(c["L"], M, C + 2 * c["NKV"] * hs, C), (c["L"], M, C, C), (c["L"], M, 2 * c["FFN"], C),
-            (c["L"], M, C, c["FFN"]), (1, M, c["V"], C)]
+    C, hs, m = c["C"], c["C"] // c["NH"], M // tile
+    return [(c["L"], M, C + 2 * c["NKV"] * hs, C), (c["L"], m, C, C), (c["L"], m, 2 * c["FFN"], C),
+            (c["L"], m, C, c["FFN"]), (1, m, c["V"], C)]
 
 
-def model_gemm_rate(text, gemm_times):
-    """TFLOP/s of the model's products as gpu_check timed them, weighted by
-    how often a step runs each (None unless every shape was timed)."""
+def model_gemm_rate(text, gemm_times, M, tile):
+    """TFLOP/s of the model's products as gpu_check timed them (each at the
+    timed M nearest its own), weighted by how often a step runs each (None
+    unless every shape was timed)."""
     flops = ms = 0.0
-    for n, _, N, K in model_gemms(text, 1):
-        t = [g for g in gemm_times if (int(g["N"]), int(g["K"])) == (N, K)]  # at whatever M run.sh gave
+    for n, m, N, K in model_gemms(text, M, tile):
+        t = [g for g in gemm_times if (int(g["N"]), int(g["K"])) == (N, K)]
         if not t:
             return None
-        flops, ms = flops + n * 2 * t[0]["M"] * N * K, ms + n * t[0]["ms"]
+        g = min(t, key=lambda g: abs(g["M"] - m))
+        flops, ms = flops + n * 2 * g["M"] * N * K, ms + n * g["ms"]
     return flops / (ms * 1e-3) / 1e12 if ms else None
 
 
@@ -226,8 +231,10 @@ def one_run(d, gemm_tflops, grads_add_gbs):
     cfg = next((x["config"] for x in lines if "config" in x), None)
     ms = [x["ms"] for x in lines if "ms" in x]
     if cfg:
+        tile = re.search(r"tile=(\d+)", cfg.get("schedule", ""))
         r.update(model=cfg["model"], batch=f"{cfg['batch']}x{cfg['seq']}", pred=cfg["predicted_step_s"],
-                 arena=cfg["arena_bytes"] / 1e9, tokens=cfg["tokens_per_step"])
+                 arena=cfg["arena_bytes"] / 1e9, tokens=cfg["tokens_per_step"], M=cfg["batch"] * cfg["seq"],
+                 tile=int(tile[1]) if tile else 1)
     if cfg and len(ms) >= 2:
         r["step"] = statistics.median(ms[1:]) / 1e3
         r["tok_s"] = cfg["tokens_per_step"] / r["step"]
@@ -304,9 +311,10 @@ def scaled_shares(r, profile, gemm_tflops, attn_tflops):
 # ---------------------------------------------------------------- the tables
 
 def main():
-    if len(sys.argv) == 4 and sys.argv[1] == "--gemm-shapes":
-        shapes = model_gemms(read(sys.argv[2]), int(sys.argv[3]))
-        print(" ".join(f"--gemm {M}x{N}x{K}" for _, M, N, K in shapes))
+    if len(sys.argv) == 5 and sys.argv[1] == "--gemm-shapes":
+        text, M = read(sys.argv[2]), int(sys.argv[3])
+        shapes = {x[1:] for t in sys.argv[4].split(",") for x in model_gemms(text, M, int(t))}
+        print(" ".join(f"--gemm {M}x{N}x{K}" for M, N, K in sorted(shapes)))
         return 0 if shapes else 1
     if len(sys.argv) != 2 or not os.path.isdir(sys.argv[1]):
         print(__doc__, file=sys.stderr)
@@ -384,7 +392,7 @@ def main():
                table(["model", "engine", "busy", "pred", "ratio", "idle", "pred idle"], rows))
     rows = []
     for r in runs:
-        mg = model_gemm_rate(read(os.path.join(rd, r["dir"], "model.mt")), gemms)
+        mg = model_gemm_rate(read(os.path.join(rd, r["dir"], "model.mt")), gemms, r.get("M", 0), r.get("tile", 1))
         sh = scaled_shares(r, profile, mg or gemm, mtb.get(r.get("head")))
         rows.append((r.get("model", r["dir"]), fnum(mg, "{:.0f}"), fnum(sh and sh["compute"]),
                      fnum(sh and ratio(sh["attention"], sh["compute"]), "{:.2f}"),

@@ -115,9 +115,10 @@ nproc; free -g | head -2"
 # ---------------------------------------------------------------- the card's kernels
 # attention against its reference and timed (warmed, repeated: D 64, 128, 256, T 2048 to 16384), the
 # tiny examples' fused kernels, the bf16 GEMM rate, cuMemGetInfo
-# and the streamed models' matrix products at their shapes (M: batch x 4096 in the 4 tiles mtc picks at 16 GB)
+# and the streamed models' matrix products at their shapes (batch x 4096 tokens; the row-local ones in 4 or 8
+# chunks, the --tile mtc picks at 16 GB; the plans are made later, on this machine's calibration)
 gemms=$(for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do
-  python3 tests/gpu/report.py --gemm-shapes "examples/${spec%%:*}.mt" $((${spec#*:} * 4096 / 4)); done | sort -u | tr '\n' ' ')
+  python3 tests/gpu/report.py --gemm-shapes "examples/${spec%%:*}.mt" $((${spec#*:} * 4096)) 4,8; done | tr '\n' ' ')
 stage gpu_check 60 200 "'$bin/tests/gpu_check' $gemms examples/gpt2-tiny.mt examples/llama-tiny.mt | tee '$work/gpu_check.log'"
 grep -h '^device memory:' "$work/gpu_check.log" >>"$work/card.txt" 2>/dev/null
 # PyTorch's attention at the same shapes, each backend
