@@ -108,6 +108,12 @@ else
 fi
 echo "run.sh: binaries of commit $(cat "$work/commit.txt") in $bin; deadline $deadline s${pre:+; prebuilt}"
 smi_q=clocks.sm,clocks.mem,power.draw,memory.used,utilization.gpu
+if [ "$dry" != 1 ] && command -v nvidia-smi >/dev/null; then # the whole session, every second (reading only)
+  nvidia-smi --query-gpu=timestamp,$smi_q,temperature.gpu --format=csv,noheader \
+    -lms 1000 >"$work/logs/smi_session.csv" 2>/dev/null &
+  smi_session=$!
+  trap 'kill $smi_session 2>/dev/null; exec >&- 2>&-; wait $teepid' EXIT
+fi
 stage setup 3 30 "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,\
 power.draw,power.limit,temperature.gpu,memory.total,memory.used --format=csv | tee '$work/card.txt'; \
 nproc; free -g | head -2"
@@ -164,5 +170,6 @@ echo
 echo "== the tables, at $(now) s of $deadline"
 tables | tee "$out/table.txt"
 pack
+ls -l "$out"
 if [ -n "$failed" ]; then echo "FAILED or skipped:$failed (logs in $out/runs.tar.xz)"; exit 1; fi
 echo "ok (everything in $out)"
