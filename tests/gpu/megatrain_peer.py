@@ -12,8 +12,9 @@ train.py loop, offline: the model is transformers' LlamaForCausalLM built
 from Llama 3.2 1B's published configuration (written below: nothing is
 downloaded; random weights, bf16 on the CPU as train.py loads them), wrapped
 in infinity's CPUMasterModel with train.py's defaults (checkpoint every 4
-layers, 12 gradient slabs); each step is forward_and_backward on random
-tokens (every label counted), gradient clipping at 1.0, the optimizer,
+layers, 12 gradient slabs, PyTorch's expandable segments); each step is
+forward_and_backward on random tokens (every label counted), gradient
+clipping at 1.0, the optimizer,
 _sync_params_to_gpu and zero_grad, timed with the host clock as train.py
 times it. What the lent image lacks of MegaTrain's requirements, and what
 runs instead (as train.py itself falls back): flash-attn (so
@@ -57,6 +58,7 @@ def main():
               file=sys.stderr)
         return 1
     sys.path.insert(0, os.path.abspath(a.megatrain))
+    os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as train.py sets it
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
     from infinity import CPUMasterModel, CPUMasterConfig
