@@ -57,6 +57,7 @@ def main():
         print(f"megatrain_peer: {a.megatrain}: no infinity package here (tests/gpu/prebuild.sh carries it)",
               file=sys.stderr)
         return 1
+    sys.dont_write_bytecode = True  # no __pycache__ beside the package (the source tree's stand-in too)
     sys.path.insert(0, os.path.abspath(a.megatrain))
     os.environ.setdefault("PYTORCH_CUDA_ALLOC_CONF", "expandable_segments:True")  # as train.py sets it
     import torch
