@@ -15,9 +15,10 @@
 # memory, read only), gpu_check (attention and the fused kernels against
 # their references, attention's times, the bf16 GEMM rate), sdpa (PyTorch's
 # attention on each backend at gpu_check's shapes), plans (mtrun --calibrate,
-# the profile, mtc for Llama 3.2 1B and 3B under a 16 GB cap), run_1b,
-# megatrain (MegaTrain's code on Llama 3.2 1B at the same batch), run_3b,
-# tiny (gpt2-tiny and llama-tiny on cuda and on cpu, the same losses).
+# the profile, mtc for Llama 3.2 1B and 3B under a 16 GB cap),
+# run_llama3.2-1b, megatrain (MegaTrain's code on Llama 3.2 1B at the same
+# batch), run_llama3.2-3b, tiny_* (gpt2-tiny and llama-tiny on cuda and on
+# cpu, the same losses).
 #
 # MT_GPU_PREBUILT=DIR  the build tests/gpu/prebuild.sh made (the lent machine
 #                      cannot build mt: the documented path); without it, a
