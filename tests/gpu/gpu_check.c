@@ -2,7 +2,7 @@
 // Needs a GPU and its driver (libcuda); built with the project everywhere,
 // run by tests/gpu/run.sh only.
 //
-//   gpu_check [--seq N] [--vocab N] MODEL.mt...
+//   gpu_check [--seq N] [--vocab N] [--gemm MxNxK]... MODEL.mt...
 //
 // 1. Flash attention (compiler/cuda/attention.cuh, and the tensor-core
 //    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
@@ -23,6 +23,9 @@
 //    bf16 GEMM measured with cuBLAS (8192 cubed, fp32 accumulation), with
 //    the attention_*_fraction lines to put into the target profile; the
 //    table comes last. Exit status 0 only when every check passed.
+// 4. Not attention: cuMemGetInfo's free and total at the start, and a bf16
+//    GEMM at each --gemm MxNxK (gemm_time lines; run.sh passes the streamed
+//    models' products).
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <math.h>
@@ -537,6 +540,63 @@ static void check_model(const char *path, const char *arch) {
     free(text);
 }
 
+// A bf16 GEMM of one shape through cuBLAS (C (M, N) = A (M, K) B (K, N),
+// column-major, fp32 accumulation, bf16 out), as the streamed models'
+// matrix products come (--gemm MxNxK, which run.sh passes for the Llama 3.2
+// runs' projections): random operands (never zeros, which run faster), two
+// warm-up calls, then three rounds of five, the median round. One line:
+//   gemm_time M=16384 N=3072 K=2048 ms=0.123 tflops=...
+static void time_gemm_shape(long M, long N, long K) {
+    cublasHandle_t h;
+    if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
+        printf("FAIL cublasCreate\n");
+        failures++;
+        return;
+    }
+    enum { CHUNK = 1 << 22 };
+    uint16_t *hb = malloc(2 * (size_t)CHUNK); // (CHUNK) random bf16, copied over the operands
+    for (long i = 0; i < CHUNK; i++) hb[i] = bf16_from_f32(frand());
+    CUdeviceptr A = dev_alloc(2 * (size_t)(M * K)), B = dev_alloc(2 * (size_t)(K * N)), C = dev_alloc(2 * (size_t)(M * N));
+    for (int o = 0; o < 2; o++) {
+        long n = o ? K * N : M * K;
+        for (long i = 0; i < n; i += CHUNK)
+            CU(cuMemcpyHtoD((o ? B : A) + 2 * (size_t)i, hb, 2 * (size_t)(n - i < CHUNK ? n - i : CHUNK)));
+    }
+    free(hb);
+    const float one = 1, zero = 0;
+    double round_ms[3];
+    int ok = 1;
+    for (int it = -1; it < 3 && ok; it++) { // a warm-up round, then the timed ones
+        Timer t;
+        timer_start(&t);
+        for (int r = 0; r < (it < 0 ? 2 : 5) && ok; r++)
+            ok = cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, (int)M, (int)N, (int)K, &one, (void *)A, CUDA_R_16BF, (int)M,
+                              (void *)B, CUDA_R_16BF, (int)K, &zero, (void *)C, CUDA_R_16BF, (int)M, CUBLAS_COMPUTE_32F,
+                              CUBLAS_GEMM_DEFAULT) == CUBLAS_STATUS_SUCCESS;
+        double ms = timer_stop(&t, 5);
+        if (it >= 0) round_ms[it] = ms;
+    }
+    cublasDestroy(h);
+    cuMemFree(A), cuMemFree(B), cuMemFree(C);
+    if (!ok) {
+        printf("FAIL cublasGemmEx %ldx%ldx%ld\n", M, N, K);
+        failures++;
+        return;
+    }
+    double lo = fmin(round_ms[0], fmin(round_ms[1], round_ms[2])), hi = fmax(round_ms[0], fmax(round_ms[1], round_ms[2]));
+    double med = round_ms[0] + round_ms[1] + round_ms[2] - lo - hi;
+    printf("gemm_time M=%ld N=%ld K=%ld ms=%.4f tflops=%.1f\n", M, N, K, med, 2.0 * M * N * K / (med * 1e-3) / 1e12);
+}
+
+// The device's free and total memory before this process allocates any
+// (cuMemGetInfo: the context's own share is already taken), the figure a
+// profile's device_memory should carry; run.sh records it in its card table.
+static void print_device_memory(void) {
+    size_t free_b = 0, total_b = 0;
+    CU(cuMemGetInfo(&free_b, &total_b));
+    printf("device memory: free %zu total %zu bytes (cuMemGetInfo, before any allocation)\n", free_b, total_b);
+}
+
 int main(int argc, char **argv) {
     CU(cuInit(0));
     CUdevice dev;
@@ -552,14 +612,23 @@ int main(int argc, char **argv) {
     CU(cuDevicePrimaryCtxRetain(&ctx, dev));
     CU(cuCtxSetCurrent(ctx));
     printf("%s, %s, NVRTC %s\n", name, arch, nvrtc_version_str());
+    print_device_memory();
 
     check_attention(arch);
     int first = 1;
+    long M, N, K;
     for (; first + 1 < argc; first += 2)
         if (!strcmp(argv[first], "--seq")) opt_seq = atoll(argv[first + 1]);
         else if (!strcmp(argv[first], "--vocab")) opt_vocab = atoll(argv[first + 1]);
-        else break;
+        else if (!strcmp(argv[first], "--gemm")) {
+            if (sscanf(argv[first + 1], "%ldx%ldx%ld", &M, &N, &K) != 3 || M < 1 || N < 1 || K < 1) {
+                fprintf(stderr, "gpu_check: --gemm %s: expected MxNxK, three positive integers\n", argv[first + 1]);
+                return 2;
+            }
+        } else break;
     for (int i = first; i < argc; i++) check_model(argv[i], arch);
+    for (int i = 1; i + 1 < first; i += 2) // the --gemm shapes, in their order
+        if (!strcmp(argv[i], "--gemm") && sscanf(argv[i + 1], "%ldx%ldx%ld", &M, &N, &K) == 3) time_gemm_shape(M, N, K);
 
     printf("\n%-52s %10s %10s %8s %10s\n", "what", "ms", "ref ms", "speedup", "max err");
     for (int i = 0; i < ntable; i++) {

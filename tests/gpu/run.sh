@@ -1,93 +1,176 @@
-#!/bin/sh
-# tests/gpu/run.sh: the one script for a machine with a GPU (tests/gpu/README.md).
-# Builds mt, runs the NVRTC tests and gpu_check (flash attention and the fused
-# kernels against plain references on the device, with times, and the bf16
-# GEMM rate), trains both tiny examples on cuda and on cpu (f32 and bf16) and
-# compares the losses, then trains llama3.2-1b and llama3.2-3b a few steps
-# with plans compiled for a 16 GB device cap, so that they stream, and prints
-# the table of measured against predicted last (tests/gpu/report.py). About
-# 6 minutes on one H200. Logs, traces and the table go to $OUT when set
-# (else build-gpu/out). Exit status 0 when every stage passed.
-# MT_GPU_PREBUILT=DIR: a machine that cannot build mt (no flex, bison, LLVM
-# or OpenBLAS, and nothing to install them from) takes the build
-# tests/gpu/prebuild.sh made elsewhere: the binaries in DIR, the libraries
-# they load packed in DIR/lib.tar.xz. The build and the NVRTC stage (which
-# the ordinary suite runs with no GPU) are skipped then.
+#!/bin/bash
+# tests/gpu/run.sh: the one prepared session for a lent GPU (tests/gpu/README.md).
+# At most MT_GPU_DEADLINE_S seconds (default 540: 9 minutes) from its start:
+# each stage checks the time left first and is skipped, with a line saying
+# so, when less is left than it needs; a stage that runs gets at most the
+# time left less what the last tables and the packing need. After each stage
+# the tables (tests/gpu/report.py) are printed first, then the end of the
+# stage's log; the tables come again at the end. Everything goes into at most
+# 8 files under $OUT (else $MT_GPU_WORK/out): session.log (all that this
+# prints), table.txt, gpu_check.log, peers.log, runs.tar.xz (the runs'
+# traces, metrics, plans' explanations, nvidia-smi samples, the profile, the
+# stages' logs) and commit.txt. Exit status 0 when every stage ran and passed.
+#
+# The stages, most telling first: setup (the card's clocks, power and
+# memory, read only), gpu_check (attention and the fused kernels against
+# their references, attention's times, the bf16 GEMM rate), sdpa (PyTorch's
+# attention on each backend at gpu_check's shapes), plans (mtrun --calibrate,
+# the profile, mtc for Llama 3.2 1B and 3B under a 16 GB cap),
+# run_llama3.2-1b, megatrain (MegaTrain's code on Llama 3.2 1B at the same
+# batch), run_llama3.2-3b, tiny_* (gpt2-tiny and llama-tiny on cuda and on
+# cpu, the same losses).
+#
+# MT_GPU_PREBUILT=DIR  the build tests/gpu/prebuild.sh made (the lent machine
+#                      cannot build mt: the documented path); without it, a
+#                      machine that can build does so into build-gpu/ first
+# MT_GPU_DRY=1         no GPU: each stage only says what it would run, and
+#                      takes its planned seconds on a clock of its own (the
+#                      suite's gpu_run_dry checks the deadline logic so)
+# MT_GPU_MODELS        "MODEL:BATCH ..." (default llama3.2-1b:16 llama3.2-3b:16)
 #   tests/gpu/run.sh
 set -u
 root=$(cd "$(dirname "$0")/../.." && pwd)
-build=${MT_GPU_BUILD:-$root/build-gpu}
-pre=${MT_GPU_PREBUILT:-}
-[ -z "$pre" ] || build=$(cd "$pre" && pwd)
-out=${OUT:-$build/out}
-jobs=$(nproc 2>/dev/null || echo 4)
 cd "$root"
-mkdir -p "$out"
+deadline=${MT_GPU_DEADLINE_S:-540}
+reserve=15 # seconds kept for the last tables and the packing
+dry=${MT_GPU_DRY:-0}
+pre=${MT_GPU_PREBUILT:-}
+work=${MT_GPU_WORK:-${TMPDIR:-/tmp}/mt-gpu-work}
+out=${OUT:-$work/out}
+rm -rf "$work/runs" "$work/logs" && mkdir -p "$work/runs" "$work/logs" "$out"
+: >"$work/stages.tsv"
+exec > >(tee "$out/session.log") 2>&1
+teepid=$!
+trap 'exec >&- 2>&-; wait $teepid' EXIT # session.log complete before the call returns
+
+t0=$(date +%s)
+fake=0 # the dry run's clock: seconds its stages have taken
+now() { if [ "$dry" = 1 ]; then echo "$fake"; else echo $(($(date +%s) - t0)); fi; }
+left() { echo $((deadline - $(now))); }
 failed=""
-stage() { # stage NAME COMMAND...: runs it, its output into $out/NAME.log and here
-    name=$1
-    shift
-    echo "== $name: $*"
-    t0=$(date +%s)
-    if "$@" >"$out/$name.log" 2>&1; then st=ok; else st="FAILED (exit $?)"; failed="$failed $name"; fi
-    tail -n 25 "$out/$name.log"
-    echo "== $name: $st in $(($(date +%s) - t0)) s"
+
+tables() { python3 tests/gpu/report.py "$work"; }
+pack() { # everything into $out, at most 8 files
+  for f in gpu_check.log peers.log; do [ -f "$work/$f" ] && cp "$work/$f" "$out/$f"; done
+  [ -f "$work/commit.txt" ] && cp "$work/commit.txt" "$out/commit.txt"
+  tar -C "$work" --exclude='*.bin' --exclude='*.cu' -cf - runs logs stages.tsv \
+    $(cd "$work" && ls card.txt calibrate.log profile.target 2>/dev/null) | xz -1 >"$out/runs.tar.xz" # no plans: 6 MB each
 }
 
-command -v nvidia-smi >/dev/null && nvidia-smi -L || echo "run.sh: nvidia-smi not found; trying the driver anyway"
-if [ -n "$pre" ]; then
-  tee "$out/commit.txt" <"$build/commit.txt"
-  lib=${TMPDIR:-/tmp}/mt-gpu-lib
-  mkdir -p "$lib" && xz -dc "$build/lib.tar.xz" | tar -C "$lib" -xf - || { echo "run.sh: cannot unpack $build/lib.tar.xz"; exit 1; }
-  LD_LIBRARY_PATH=$lib/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
-  export LD_LIBRARY_PATH
-  echo "== build: prebuilt in $build (tests/gpu/prebuild.sh); the NVRTC stage is the ordinary suite's"
-else
-  git -C "$root" rev-parse HEAD 2>/dev/null | tee "$out/commit.txt"
-  stage build sh -c "cmake -S '$root' -B '$build' -DCMAKE_BUILD_TYPE=Release -DMT_WERROR=ON -DMT_SANITIZERS=OFF -DMT_FUZZ=OFF \
-    && cmake --build '$build' -j$jobs --target mtc mtrun mt_cuda test_cuda gpu_check"
-  [ -z "$failed" ] || { echo "run.sh: the build failed ($out/build.log)"; exit 1; }
-  # every example's kernels compile for sm_80 and sm_90 (no GPU needed; the ordinary suite runs these too)
-  stage nvrtc ctest --test-dir "$build" -R '^cuda_(emitter|nvrtc_)' -j"$jobs" --output-on-failure
-fi
-# flash attention and the tiny examples' fused kernels on the device; the bf16 GEMM rate
-stage gpu_check timeout 300 "$build/tests/gpu_check" examples/gpt2-tiny.mt examples/llama-tiny.mt
-gemm=$(sed -n 's/^bf16 GEMM (cuBLAS, 8192^3): \([0-9.]*\) TFLOP\/s/\1/p' "$out/gpu_check.log" | head -n 1)
+# stage NAME NEEDS CAP COMMAND...: runs COMMAND (a shell line) with its output
+# in $work/logs/NAME.log, given at most min(CAP, time left - reserve) seconds;
+# skipped when less than NEEDS is left. Then the tables, then the log's end.
+stage() {
+  local name=$1 needs=$2 cap=$3 cmd=$4 have st s0 limit
+  have=$(($(left) - reserve))
+  if [ "$have" -lt "$needs" ]; then
+    echo "== $name: skipped: ${have} s left before the deadline, it needs $needs"
+    printf '%s\tskipped\t0\t%s s left, needs %s\n' "$name" "$have" "$needs" >>"$work/stages.tsv"
+    failed="$failed $name"
+    return 1
+  fi
+  limit=$((cap < have ? cap : have))
+  echo "== $name: (at most $limit s) $cmd"
+  s0=$(now)
+  if [ "$dry" = 1 ]; then
+    echo "dry run: $cmd" >"$work/logs/$name.log"
+    fake=$((fake + needs))
+    st=ok
+  elif timeout -k 5 "$limit" bash -c "set -o pipefail; $cmd" >"$work/logs/$name.log" 2>&1; then
+    st=ok
+  else
+    st=$?
+    [ "$st" = 124 ] || [ "$st" = 137 ] && st="timed out after $limit s" || st="FAILED (exit $st)"
+    failed="$failed $name"
+  fi
+  printf '%s\t%s\t%s\t%s\n' "$name" "$st" "$(($(now) - s0))" "" >>"$work/stages.tsv"
+  tables
+  echo "-- $name: the end of its log"
+  tail -n 12 "$work/logs/$name.log"
+  echo "== $name: $st in $(($(now) - s0)) s, $(left) s left"
+  pack
+  [ "$st" = ok ]
+}
 
-# the tiny examples on cuda and on cpu, f32 and bf16 (remat layer and offload): the same losses
-for m in gpt2-tiny llama-tiny; do
-  stage "train_$m" timeout 300 python3 tests/check_cuda_emu.py gpu "$build/mtc" "$build/mtrun" - - "$root" \
-    "$out/train-$m" "examples/$m.mt"
+# ---------------------------------------------------------------- setup
+if [ -n "$pre" ]; then
+  bin=$(cd "$pre" && pwd)
+  cp "$bin/commit.txt" "$work/commit.txt" 2>/dev/null || echo unknown >"$work/commit.txt"
+  lib=$work/lib
+  if [ "$dry" != 1 ]; then
+    mkdir -p "$lib" && xz -dc "$bin/lib.tar.xz" | tar -C "$lib" -xf - || { echo "run.sh: cannot unpack $bin/lib.tar.xz"; exit 1; }
+  fi
+  export LD_LIBRARY_PATH=$lib/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+else
+  bin=${MT_GPU_BUILD:-$root/build-gpu}
+  git rev-parse HEAD >"$work/commit.txt" 2>/dev/null || echo unknown >"$work/commit.txt"
+  stage build 120 300 "cmake -S '$root' -B '$bin' -DCMAKE_BUILD_TYPE=Release -DMT_WERROR=ON -DMT_SANITIZERS=OFF \
+    -DMT_FUZZ=OFF && cmake --build '$bin' -j$(nproc) --target mtc mtrun mt_cuda gpu_check" || exit 1
+fi
+echo "run.sh: binaries of commit $(cat "$work/commit.txt") in $bin; deadline $deadline s${pre:+; prebuilt}"
+smi_q=clocks.sm,clocks.mem,power.draw,memory.used,utilization.gpu
+if [ "$dry" != 1 ] && command -v nvidia-smi >/dev/null; then # the whole session, every second (reading only)
+  nvidia-smi --query-gpu=timestamp,$smi_q,temperature.gpu --format=csv,noheader \
+    -lms 1000 >"$work/logs/smi_session.csv" 2>/dev/null &
+  smi_session=$!
+  trap 'kill $smi_session 2>/dev/null; exec >&- 2>&-; wait $teepid' EXIT
+fi
+stage setup 3 30 "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,\
+power.draw,power.limit,temperature.gpu,memory.total,memory.used --format=csv | tee '$work/card.txt'; \
+nproc; free -g | head -2"
+
+# ---------------------------------------------------------------- the card's kernels
+# attention against its reference and timed (warmed, repeated: D 64, 128, 256, T 2048 to 16384), the
+# tiny examples' fused kernels, the bf16 GEMM rate, cuMemGetInfo
+# and the streamed models' matrix products at their shapes (batch x 4096 tokens; the row-local ones in 4 or 8
+# chunks, the --tile mtc picks at 16 GB; the plans are made later, on this machine's calibration)
+gemms=$(for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do
+  python3 tests/gpu/report.py --gemm-shapes "examples/${spec%%:*}.mt" $((${spec#*:} * 4096)) 4,8; done | tr '\n' ' ')
+stage gpu_check 60 200 "'$bin/tests/gpu_check' $gemms examples/gpt2-tiny.mt examples/llama-tiny.mt | tee '$work/gpu_check.log'"
+grep -h '^device memory:' "$work/gpu_check.log" >>"$work/card.txt" 2>/dev/null
+# PyTorch's attention at the same shapes, each backend
+stage sdpa 25 90 "python3 -u tests/gpu/sdpa_peer.py --device cuda --deadline 80 | tee -a '$work/peers.log'"
+
+# ---------------------------------------------------------------- Llama 3.2 streamed
+# a profile of this machine: h200's GPU, the host as mtrun --calibrate measures it, device memory capped at 16 GB
+stage plans 30 90 "'$bin/mtrun' --calibrate --out '$work/host.target' | tee '$work/calibrate.log' && \
+{ grep -v -E '^(name|device_memory|host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth|tier_[a-z_]*) *=' \
+schedules/h200.target; echo 'name = h200-lent-16g'; echo 'device_memory = 16e9'; \
+grep -E '^(host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth) *=' '$work/host.target'; } >'$work/profile.target' && \
+for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do m=\${spec%%:*}; b=\${spec#*:}; d='$work/runs/'\$m; \
+mkdir -p \$d && cp examples/\$m.mt \$d/model.mt && '$bin/mtc' examples/\$m.mt --target '$work/profile.target' --batch \$b \
+--seq 4096 --explain -o \$d/plan.bin --trace \$d/predicted.json >\$d/explain.txt 2>&1 || { cat \$d/explain.txt; exit 1; }; \
+grep 'chosen' \$d/explain.txt; done"
+
+# one streamed run: nvidia-smi sampled every 100 ms (reading only), mtrun's lines stamped with the seconds since launch
+run_model() {
+  local d=$work/runs/$1
+  echo "nvidia-smi --query-gpu=$smi_q --format=csv,noheader,nounits -lms 100 >$d/smi.csv 2>/dev/null & smi=\$!; sleep 0.3; \
+stdbuf -oL '$bin/mtrun' $d/plan.bin --device cuda --steps 4 --val-batches 0 --no-save --data examples/data/tinyshakespeare.txt \
+--log $d/metrics.jsonl --trace $d/trace.json 2>&1 | python3 -u -c 'import sys, time
+t0 = time.monotonic()
+for l in sys.stdin: print(f\"{time.monotonic() - t0:.3f} {l}\", end=\"\")' | tee $d/mtrun.log; rc=\$?; kill \$smi; exit \$rc"
+}
+# each model, MegaTrain's code after the first (Llama 3.2 1B) at its batch
+first=1
+for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do
+  m=${spec%%:*}
+  stage "run_$m" $((first ? 40 : 60)) 150 "$(run_model "$m")"
+  [ $first = 1 ] && stage megatrain 60 150 "[ -d '$bin/megatrain/infinity' ] || \
+{ echo 'no MegaTrain in $bin (tests/gpu/prebuild.sh with MEGATRAIN_GIT)'; exit 1; }; python3 -u tests/gpu/megatrain_peer.py \
+--megatrain '$bin/megatrain' --batch ${spec#*:} --seq 4096 --steps 4 | tee -a '$work/peers.log'"
+  first=0
 done
 
-# Llama 3.2 1B and 3B streamed: a profile of this machine (h200's GPU, the
-# host as mtrun --calibrate measures it, its AdamW rate too, no NVMe tier)
-# with device memory capped at 16 GB
-"$build/mtrun" --calibrate --out "$out/host.target" >"$out/calibrate.log" 2>&1 || failed="$failed calibrate"
-{
-  grep -v -E '^(name|device_memory|host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth|tier_[a-z_]*) *=' schedules/h200.target
-  echo "name = h200-lent-16g"
-  echo "device_memory = 16e9"
-  grep -E '^(host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth) *=' "$out/host.target"
-} >"$out/h200-16g.target"
-runs=""
-for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do # (MODEL:BATCH ...: a shorter run)
-  m=${spec%%:*} batch=${spec#*:} d="$out/$m"
-  mkdir -p "$d"
-  cp "examples/$m.mt" "$d/model.mt"
-  stage "plan_$m" "$build/mtc" "examples/$m.mt" --target "$out/h200-16g.target" --batch "$batch" --seq 4096 \
-    --explain -o "$d/plan.bin" --trace "$d/predicted.json"
-  nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits -i 0 -lms 100 >"$d/memory.txt" 2>/dev/null &
-  smi=$!
-  stage "run_$m" timeout 240 "$build/mtrun" "$d/plan.bin" --device cuda --steps 4 --val-batches 0 \
-    --data examples/data/tinyshakespeare.txt \
-    --log "$d/metrics.jsonl" --trace "$d/trace.json"
-  kill $smi 2>/dev/null
-  runs="$runs $d"
+# ---------------------------------------------------------------- the tiny examples, cuda against cpu
+for m in gpt2-tiny llama-tiny; do
+  stage "tiny_$m" 30 90 "python3 tests/check_cuda_emu.py gpu '$bin/mtc' '$bin/mtrun' - - '$root' '$work/logs/train-$m' examples/$m.mt"
 done
 
 echo
-[ -n "$gemm" ] || { gemm=0; failed="$failed gemm_rate"; }
-python3 tests/gpu/report.py "$gemm" $runs | tee "$out/table.txt" || failed="$failed report"
-if [ -n "$failed" ]; then echo "FAILED:$failed (logs in $out)"; exit 1; fi
-echo "ok (logs, traces and table.txt in $out)"
+echo "== the tables, at $(now) s of $deadline"
+tables | tee "$out/table.txt"
+pack
+ls -l "$out"
+if [ -n "$failed" ]; then echo "FAILED or skipped:$failed (logs in $out/runs.tar.xz)"; exit 1; fi
+echo "ok (everything in $out)"
