@@ -31,6 +31,7 @@ int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
     MPI_Comm node; // the ranks that share this machine's memory
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_size(node, &d->local);
+        MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
     }
     return 0;
@@ -156,6 +157,26 @@ void dist_sum_doubles(const Dist *d, double *x, int n) {
 
 void dist_max_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
+char *dist_gather_lines(const Dist *d, const char *mine) {
+    int size = d && d->mpi ? d->size : 1, len = (int)strlen(mine) + 1, *lens = calloc((size_t)size, sizeof *lens);
+    int *at = calloc((size_t)size, sizeof *at);
+    char *all = NULL, *out = NULL;
+    if (lens && at) {
+        if (size > 1) MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, MPI_COMM_WORLD);
+        else lens[0] = len;
+        long total = 0;
+        for (int r = 0; r < size; r++) at[r] = (int)total, total += lens[r];
+        if (total <= INT_MAX && (all = malloc((size_t)total)) && (out = malloc((size_t)total + (size_t)size * 24))) {
+            if (size > 1) MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, at, MPI_CHAR, MPI_COMM_WORLD);
+            else memcpy(all, mine, (size_t)len);
+            size_t k = 0;
+            for (int r = 0; r < size; r++) k += (size_t)sprintf(out + k, "rank %d: %s\n", r, all + at[r]);
+        }
+    }
+    free(lens), free(at), free(all);
+    return out;
 }
 
 void dist_close(Dist *d, int status) {

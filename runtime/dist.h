@@ -15,6 +15,7 @@
 typedef struct Dist {
     int rank, size; // this process's rank and the ranks started (0 and 1 without MPI)
     int local;      // of them, the ranks on this machine, sharing its memory (1 without MPI)
+    int local_rank; // this rank's index among those (0 without MPI): the GPU it picks (modulo the machine's)
     int mpi;        // whether MPI is initialised (started by an MPI launcher)
 } Dist;
 
@@ -38,6 +39,11 @@ void dist_sum_floats(const Dist *d, float *x, int64_t n); // (n)
 void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
 // The largest of each x over the ranks, in place.
 void dist_max_doubles(const Dist *d, double *x, int n);   // (n)
+
+// Every rank's `mine` (a NUL-terminated line), as one malloc'd text of
+// "rank R: LINE" lines in rank order, on every rank (a collective); without
+// MPI "rank 0: LINE". NULL when out of memory.
+char *dist_gather_lines(const Dist *d, const char *mine);
 
 // The shard of a segment of `len` elements (the head's or tail's globals, or
 // one layer's, as the plan's HOST section lays them out) that rank `rank` of

@@ -429,7 +429,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
                 {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
                  r->hs.wb ? "the bf16 weights" : "the weights"},
                 {r->act, p->host_act_bytes, "the host activation store"}};
-            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, err, errcap))) return -1;
+            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, r->o->dist, err, errcap))) return -1;
             r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
         } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
@@ -739,8 +739,17 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     if (g->nkinds > 1) fprintf(out, " of %d kinds, each streamed by itself", g->nkinds);
     fputc('\n', out);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
-    fprintf(out, "  device   %s; arena %.2f MB", r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu",
-            (double)p->arena_bytes / 1e6);
+    const char *dev = r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu";
+    if (run_ranks(r) > 1) { // each rank's (its GPU: its local rank modulo the machine's), a collective
+        char *all = dist_gather_lines(r->o->dist, dev);
+        for (char *line = all, *end; line && *line; line = end + 1) {
+            end = strchr(line, '\n');
+            fprintf(out, "  %s %.*s\n", line == all ? "device  " : "        ", (int)(end - line), line);
+        }
+        free(all);
+        dev = "the ranks' above";
+    }
+    fprintf(out, "  device   %s; arena %.2f MB", dev, (double)p->arena_bytes / 1e6);
     if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
     fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);

@@ -38,7 +38,11 @@ kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
         other rank exit non-zero within 60 s (no hang).
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
-        (--remat layer, nothing resident: every layer streams): the first 5
+        (--remat layer, nothing resident: every layer streams), the emulation
+        pretending 2 devices (MT_CUDA_EMU_DEVICES): each rank runs on the
+        device of its local rank, as the banner says, and opens the ranks'
+        collectives (runtime/comm.c: MPI through host copies, checked by a
+        start-up all-reduce); the first 5
         losses and a validation loss equal the cpu backend's 2 ranks' to 1e-5
         relative (check_cuda_emu.py's f32 tolerance). Its gradients reach the
         host's accumulators as the cpu backend's do, so MPI sums them alike.
@@ -311,12 +315,18 @@ def cuda(mtc, mtrun, model, lib, cxx, tmp):
     got = {}
     for device in ("cpu", "cuda"):
         log = os.path.join(tmp, device + ".jsonl")
-        env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}"] if device == "cuda" else []
+        env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}",
+               "-x", "MT_CUDA_EMU_DEVICES=2"] if device == "cuda" else []
         p = run(*MPIRUN, *env, "-np", "2", mtrun, plan, *TRAIN[:-1], device, "--log", log, timeout=600)
         if not check(p.returncode == 0, f"2 ranks on the {device} backend failed", p):
             return
         if device == "cuda":
-            check("device   cuda: CPU emulation of CUDA" in p.stdout, "mtrun did not run the emulated cuda backend", p)
+            # each rank on its own of the 2 emulated devices (its local rank modulo 2), the banner saying which,
+            # and the ranks' collectives opened (MPI through host copies: the emulation has no NCCL)
+            for r in (0, 1):
+                want = (f"rank {r}: cuda: CPU emulation of CUDA (device {r} of 2, sm_90, the plan's sm_90 cubin), "
+                        "collectives by MPI through host copies")
+                check(want in p.stdout, f"the banner does not say '{want}'", p)
         got[device] = losses(log) + val_losses(log)
     worst = max((abs(a - b) / abs(a) for a, b in zip(got["cpu"], got["cuda"])), default=1)
     check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= 1e-5,
