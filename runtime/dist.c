@@ -159,6 +159,25 @@ void dist_max_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 }
 
+char *dist_bcast_text(const Dist *d, const char *text, int *ok) {
+    int many = d && d->mpi && d->size > 1, root = !many || d->rank == 0;
+    long long len = root && text ? (long long)strlen(text) : -1;
+    if (many) MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    *ok = 1;
+    if (len < 0) return NULL;
+    char *out = malloc((size_t)len + 1);
+    if (root && out) memcpy(out, text, (size_t)len + 1);
+    if (many && out) MPI_Bcast(out, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (many && !out) MPI_Abort(MPI_COMM_WORLD, 1); // (the others wait in the broadcast)
+    *ok = out != NULL;
+    return out;
+}
+
+void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all) {
+    if (d && d->mpi && d->size > 1) MPI_Allgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, MPI_COMM_WORLD);
+    else memcpy(all, mine, (size_t)n * sizeof *mine);
+}
+
 char *dist_gather_lines(const Dist *d, const char *mine) {
     int size = d && d->mpi ? d->size : 1, len = (int)strlen(mine) + 1, *lens = calloc((size_t)size, sizeof *lens);
     int *at = calloc((size_t)size, sizeof *at);
@@ -184,12 +203,4 @@ void dist_close(Dist *d, int status) {
     if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
     d->mpi = 0;
-}
-
-int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi) {
-    int64_t chunk = ranks > 1 ? (len + ranks - 1) / ranks : len;
-    int64_t a = (int64_t)rank * chunk;
-    *lo = a < len ? a : len;
-    *hi = a + chunk < len ? a + chunk : len;
-    return chunk;
 }

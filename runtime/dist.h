@@ -40,6 +40,13 @@ void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
 // The largest of each x over the ranks, in place.
 void dist_max_doubles(const Dist *d, double *x, int n);   // (n)
 
+// Rank 0's text (NULL allowed) on every rank, malloc'd (a collective; a
+// copy without MPI). *ok 0 when out of memory.
+char *dist_bcast_text(const Dist *d, const char *text, int *ok);
+
+// Every rank's n int64s `mine` into all (size, n) in rank order, on every rank.
+void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all);
+
 // Every rank's `mine` (a NUL-terminated line), as one malloc'd text of
 // "rank R: LINE" lines in rank order, on every rank (a collective); without
 // MPI "rank 0: LINE". NULL when out of memory.
@@ -51,7 +58,14 @@ char *dist_gather_lines(const Dist *d, const char *mine);
 // rank-th of `ranks` chunks of ceil(len / ranks) elements, [*lo, *hi), the
 // last ones short or empty. A collective over a segment moves ranks x chunk
 // elements, the tail past len zero.
-int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi); // returns the chunk
+// (Inline: checkpoint.c, which links no MPI, shards by it too.)
+static inline int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi) { // returns the chunk
+    int64_t chunk = ranks > 1 ? (len + ranks - 1) / ranks : len;
+    int64_t a = (int64_t)rank * chunk;
+    *lo = a < len ? a : len;
+    *hi = a + chunk < len ? a + chunk : len;
+    return chunk;
+}
 
 // Ends MPI: with status 0 once every rank is done (MPI_Finalize); otherwise
 // the whole job at once (MPI_Abort), since the other ranks may be waiting in

@@ -29,11 +29,13 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
         2^31) is a usage error.
-resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
-        process (batch 2 x accumulate 2) and on 4 ranks of batch 1, and both
-        continue the straight run's losses 4 to 6 to 1e-6 relative; SIGTERM to
-        rank 1 alone stops both ranks after the same step, exit 0, rank 0
-        saving that step.
+resume: a checkpoint saved by 2 ranks of batch 2 at step 3 (sharded: a
+        manifest and each rank's shard) resumes on one process (batch 2 x
+        accumulate 2) and on 4 ranks of batch 1, and one saved by that one
+        process (a single file) on 2 ranks: all continue the straight run's
+        losses 4 to 6 to 1e-6 relative; SIGTERM to rank 1 alone stops both
+        ranks after the same step, exit 0, the ranks saving that step (its
+        manifest and 2 shards, nothing else).
 kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
         other rank exit non-zero within 60 s (no hang).
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
@@ -227,6 +229,11 @@ def start_long(mtrun, plan, log, extra=()):
     return job, pids
 
 
+def saved_files(step, ranks):
+    """The files of a sharded checkpoint of step by ranks: its manifest and each rank's shard, sorted."""
+    return sorted([f"step-{step:09d}.manifest"] + [f"step-{step:09d}.shard-{r:05d}-of-{ranks:05d}" for r in range(ranks)])
+
+
 def resume(mtc, mtrun, model, tmp):
     plans = {}
     for name, src, flags in (("two", model, ["--batch", "2", "--ranks", "2"]),
@@ -240,12 +247,13 @@ def resume(mtc, mtrun, model, tmp):
     ck, ck3 = os.path.join(tmp, "ck"), os.path.join(tmp, "ck3")
     p = run(*MPIRUN, "-np", "2", mtrun, plans["two"], *steps, "--save", ck, "--save-every", "3", "--log",
             os.path.join(tmp, "straight.jsonl"), timeout=300)
-    if not check(p.returncode == 0 and os.path.exists(os.path.join(ck, "step-000000003.ckpt")),
-                 "2 ranks saving at step 3 and 6 failed", p):
+    if not check(p.returncode == 0 and sorted(os.listdir(ck)) == saved_files(3, 2) + saved_files(6, 2),
+                 f"2 ranks saving at step 3 and 6 failed: {sorted(os.listdir(ck)) if os.path.isdir(ck) else None}", p):
         return
     straight = losses(os.path.join(tmp, "straight.jsonl"))
     os.makedirs(ck3)
-    os.link(os.path.join(ck, "step-000000003.ckpt"), os.path.join(ck3, "step-000000003.ckpt"))
+    for name in saved_files(3, 2):
+        os.link(os.path.join(ck, name), os.path.join(ck3, name))
     for what, cmd in (("one process", [mtrun, plans["one"]]), ("4 ranks", [*MPIRUN, "-np", "4", mtrun, plans["four"]])):
         log = os.path.join(tmp, what.replace(" ", "") + ".jsonl")
         p = run(*cmd, *steps, "--resume", ck3, "--log", log, timeout=300)
@@ -256,6 +264,22 @@ def resume(mtc, mtrun, model, tmp):
         check(len(got) == 3 and worst <= 1e-6,
               f"2 ranks' step 3 resumed on {what}: losses {got}, the straight run's {straight[3:]}")
         print(f"2 ranks' checkpoint of step 3 resumed on {what}: steps 4 to 6 within {worst:.3g} of the straight run")
+    # a single process's checkpoint (one file) resumed on 2 ranks
+    ck1 = os.path.join(tmp, "ck1")
+    p = run(mtrun, plans["one"], *steps, "--save", ck1, "--save-every", "3", "--log",
+            os.path.join(tmp, "single.jsonl"), timeout=300)
+    if check(p.returncode == 0 and os.path.exists(os.path.join(ck1, "step-000000003.ckpt")),
+             "one process saving at step 3 failed", p):
+        os.remove(os.path.join(ck1, "step-000000006.ckpt"))
+        log = os.path.join(tmp, "onetotwo.jsonl")
+        p = run(*MPIRUN, "-np", "2", mtrun, plans["two"], *steps, "--resume", ck1, "--log", log, timeout=300)
+        if check(p.returncode == 0 and "resumed from" in p.stdout, "resuming one process's step 3 on 2 ranks failed", p):
+            got = losses(log)
+            worst = max((abs(a - b) / abs(a) for a, b in zip(straight[3:], got)), default=1)
+            check(len(got) == 3 and worst <= 1e-6,
+                  f"one process's step 3 resumed on 2 ranks: losses {got}, the straight run's {straight[3:]}")
+            print(f"one process's checkpoint of step 3 resumed on 2 ranks: steps 4 to 6 within {worst:.3g} of the "
+                  "straight run")
     # SIGTERM to rank 1 alone: both ranks stop after the same step, rank 0 saves it
     sig = os.path.join(tmp, "sig")
     job, pids = start_long(mtrun, plans["two"], os.path.join(tmp, "sig.jsonl"), ["--save", sig])
@@ -272,7 +296,7 @@ def resume(mtc, mtrun, model, tmp):
         return
     last = len(losses(os.path.join(tmp, "sig.jsonl")))
     saved = sorted(os.listdir(sig)) if os.path.isdir(sig) else []
-    check(job.returncode == 0 and "stopped by a signal" in out and saved == [f"step-{last:09d}.ckpt"],
+    check(job.returncode == 0 and "stopped by a signal" in out and saved == saved_files(last, 2),
           f"SIGTERM to rank 1: exit {job.returncode}, {last} steps logged, saved {saved}; stderr {err[-400:]!r}")
     print(f"SIGTERM to rank 1 of 2: both stopped after step {last}, saved {saved}")
 
