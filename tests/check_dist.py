@@ -36,8 +36,13 @@ resume: a checkpoint saved by 2 ranks of batch 2 at step 3 (sharded: a
         losses 4 to 6 to 1e-6 relative; SIGTERM to rank 1 alone stops both
         ranks after the same step, exit 0, the ranks saving that step (its
         manifest and 2 shards, nothing else).
-kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
-        other rank exit non-zero within 60 s (no hang).
+kill:   kill -9 of one rank of 2 in the middle of a run saving every 2
+        steps: mpirun and the other rank exit non-zero within 60 s (no hang),
+        and the run resumed from the newest manifest gives an uninterrupted
+        run's next 2 losses to 1e-6; a rank that dies 200 bytes into its
+        shard of step 4 (MT_CKPT_ABORT_*) ends the job non-zero with step 2
+        the newest committed, the run resumes from step 2 with the dead
+        run's losses of steps 3 and 4, and its commits clear the leftovers.
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
         (--remat layer, nothing resident: every layer streams), the emulation
@@ -301,13 +306,34 @@ def resume(mtc, mtrun, model, tmp):
     print(f"SIGTERM to rank 1 of 2: both stopped after step {last}, saved {saved}")
 
 
+def newest_manifest(ck):
+    """The step of the newest manifest in ck (0: none)."""
+    steps = [int(n[5:14]) for n in os.listdir(ck) if n.endswith(".manifest")] if os.path.isdir(ck) else []
+    return max(steps, default=0)
+
+
+def resumes_alike(mtrun, plan, ck, tmp, tag, step, ref, first, flags):
+    """2 ranks resumed from ck: 'resumed from' its step-STEP.manifest, and their losses from step first on
+    equal ref's (a list of losses from step first) to 1e-6 relative."""
+    log = os.path.join(tmp, tag + ".jsonl")
+    p = run(*MPIRUN, "-np", "2", mtrun, plan, *flags, "--resume", ck, "--log", log, timeout=300)
+    want = f"resumed from {os.path.join(ck, f'step-{step:09d}.manifest')} at step {step}"
+    if not check(p.returncode == 0 and want in p.stdout, f"{tag}: the resumed run did not say '{want}'", p):
+        return
+    got = losses(log)[first - step - 1:]
+    worst = max((abs(a - b) / abs(a) for a, b in zip(ref, got)), default=1)
+    check(len(got) >= len(ref) > 0 and worst <= 1e-6, f"{tag}: losses from step {first} {got}, want {ref}")
+    print(f"{tag}: resumed from step {step}, steps {first} to {first + len(ref) - 1} within {worst:.3g} of the "
+          "uninterrupted run's")
+
+
 def kill(mtc, mtrun, model, tmp):
     plan = os.path.join(tmp, "two.bin")
     p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", plan)
     if not check(p.returncode == 0, "mtc --ranks 2 failed", p):
         return
-    log = os.path.join(tmp, "kill.jsonl")
-    job, pids = start_long(mtrun, plan, log)
+    log, ck = os.path.join(tmp, "kill.jsonl"), os.path.join(tmp, "ck")
+    job, pids = start_long(mtrun, plan, log, ["--save", ck, "--save-every", "2"])
     if not check(len(pids) == 2 and job.poll() is None, f"the ranks did not start: {pids}"):
         job.kill()
         return
@@ -325,6 +351,33 @@ def kill(mtc, mtrun, model, tmp):
         check(False, "mpirun and the other rank still run 60 s after a rank was killed")
         job.kill() # mpirun, which this test started; its ranks go with it
         job.communicate()
+        return
+    # the run resumes from its last committed step and continues as an uninterrupted run of the same schedule
+    step = newest_manifest(ck)
+    if not check(step >= 2, f"no checkpoint committed before the kill: {os.listdir(ck) if os.path.isdir(ck) else None}"):
+        return
+    flags = ["--steps", str(step + 2), "--schedule-steps", "100000", "--seed", "7", "--val-every", "100000",
+             "--threads", "1", "--device", "cpu"]
+    straight = os.path.join(tmp, "straight.jsonl")
+    p = run(*MPIRUN, "-np", "2", mtrun, plan, *flags, "--no-save", "--log", straight, timeout=300)
+    if check(p.returncode == 0, "the uninterrupted run failed", p):
+        resumes_alike(mtrun, plan, ck, tmp, "kill -9", step, losses(straight)[step:], step + 1, flags)
+    # a rank dying mid-save (MT_CKPT_ABORT_*: rank 1 aborts 200 bytes into its shard of step 4): the job ends
+    # non-zero, step 4 is never committed, and the run resumes from step 2
+    ps, plog = os.path.join(tmp, "ps"), os.path.join(tmp, "partial.jsonl")
+    args = [plan, "--steps", "6", "--seed", "7", "--val-every", "100000", "--threads", "1", "--device", "cpu",
+            "--save", ps, "--save-every", "2", "--log", plog]
+    p = run(*MPIRUN, "-np", "1", mtrun, *args, ":", "-np", "1", "-x", "MT_CKPT_ABORT_STEP=4", "-x",
+            "MT_CKPT_ABORT_AFTER_BYTES=200", mtrun, *args, timeout=120)
+    left = sorted(os.listdir(ps)) if os.path.isdir(ps) else []
+    if check(p.returncode != 0 and newest_manifest(ps) == 2 and "step-000000004.shard-00001-of-00002" not in left,
+             f"rank 1 dying in its shard of step 4: exit {p.returncode}, left {left}", p):
+        print(f"rank 1 of 2 dying mid-save of step 4: exit {p.returncode}, left {left}")
+        done = losses(plog)
+        # (--save ps kept, saving only the final step 6: the step-4 leftovers go at its commit)
+        resumes_alike(mtrun, plan, ps, tmp, "a rank dead mid-save", 2, done[2:4], 3, args[1:-4])
+        left = sorted(os.listdir(ps))
+        check(left == saved_files(2, 2) + saved_files(6, 2), f"after the resumed run's commit {ps} holds {left}")
 
 
 def cuda(mtc, mtrun, model, lib, cxx, tmp):
