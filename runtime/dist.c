@@ -178,6 +178,37 @@ void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all) {
     else memcpy(all, mine, (size_t)n * sizeof *mine);
 }
 
+int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t off, int64_t n, float *dst,
+                       DistGetFn get, void *ctx, char *err, size_t errcap) {
+    if (!d || !d->mpi || d->size == 1) return get(ctx, off, n, dst, err, errcap);
+    int size = d->size, *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
+    const int64_t piece = (int64_t)1 << 26;
+    float *mine = malloc((size_t)(n < piece ? n : piece) * sizeof *mine + 1);
+    int bad = !counts || !displs || !mine, any = 0;
+    if (bad) snprintf(err, errcap, "out of memory gathering a tensor");
+    for (int64_t at = off; at < off + n && !any; at += piece) {
+        int64_t k = off + n - at < piece ? off + n - at : piece, a = at, b = at;
+        for (int r = 0; !bad && r < size; r++) { // rank r's part of [at, at + k): its slice, clipped
+            int64_t lo, hi;
+            dist_shard(seg_len, r, size, &lo, &hi);
+            int64_t x = seg_off + lo > at ? seg_off + lo : at, y = seg_off + hi < at + k ? seg_off + hi : at + k;
+            counts[r] = y > x ? (int)(y - x) : 0, displs[r] = y > x ? (int)(x - at) : 0;
+            if (r == d->rank) a = x, b = y;
+        }
+        if (!bad && b > a && get(ctx, a, b - a, mine, err, errcap) != 0) bad = 1;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); // (before the gather: none waits alone)
+        if (!any) MPI_Gatherv(mine, counts[d->rank], MPI_FLOAT, d->rank == 0 ? dst + (at - off) : NULL, counts, displs,
+                              MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+    if (any) { // which rank failed first, for the others' message
+        int who = bad ? d->rank : size, first = size;
+        MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!bad) snprintf(err, errcap, "rank %d of %d could not read its slice of a tensor (its message says why)", first, size);
+    }
+    free(counts), free(displs), free(mine);
+    return any ? -1 : 0;
+}
+
 char *dist_gather_lines(const Dist *d, const char *mine) {
     int size = d && d->mpi ? d->size : 1, len = (int)strlen(mine) + 1, *lens = calloc((size_t)size, sizeof *lens);
     int *at = calloc((size_t)size, sizeof *at);

@@ -47,6 +47,18 @@ char *dist_bcast_text(const Dist *d, const char *text, int *ok);
 // Every rank's n int64s `mine` into all (size, n) in rank order, on every rank.
 void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all);
 
+// Floats [off, off + n) of one segment of the store (at seg_off, seg_len
+// floats: it holds them all) into dst on rank 0, each from the rank that
+// owns it in a sharded store (dist_shard's slice of the segment), which
+// reads it with get (store offsets; its slice only). A collective, in
+// pieces; dst is written on rank 0 only (NULL elsewhere). Without MPI, get
+// of the whole range. 0 on every rank, or -1 on every rank when one rank's
+// get failed (its message on that rank, "rank R of N could not read its
+// slice" on the others).
+typedef int (*DistGetFn)(void *ctx, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
+int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t off, int64_t n, float *dst,
+                       DistGetFn get, void *ctx, char *err, size_t errcap);
+
 // Every rank's `mine` (a NUL-terminated line), as one malloc'd text of
 // "rank R: LINE" lines in rank order, on every rank (a collective); without
 // MPI "rank 0: LINE". NULL when out of memory.

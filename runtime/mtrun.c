@@ -170,8 +170,8 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none", data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
     fprintf(f, "val-data=%s (%lld bytes)\n", o->val_data ? o->val_data : "none",
             o->val_data && stat(o->val_data, &st) == 0 ? (long long)st.st_size : -1LL);
-    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
-            o->tier_dir ? "given" : "none");
+    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\nexport=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
+            o->tier_dir ? "given" : "none", o->export_path ? "given" : "none"); // (every rank joins the export's gathers)
     return fclose(f) == 0 ? s : (free(s), NULL);
 }
 
@@ -321,7 +321,7 @@ int main(int argc, char **argv) {
     if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, the manifest of each
                          // checkpoint, --export, --trace, --logits and samples (every rank writes its checkpoint shard)
         if (!freopen("/dev/null", "w", stdout)) return 1;
-        o.log_path = "", o.export_path = o.trace = o.logits = NULL, o.sample_every = 0;
+        o.log_path = "", o.trace = o.logits = NULL, o.sample_every = 0; // (--export: each sends its slices)
     }
     if (dist.mpi) o.dist = &dist;
     if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which
