@@ -894,6 +894,12 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
                  plan_scratch_engines(p));
         goto fail;
     }
+    if (dist && dist->mpi && dist->size > 1) { // (before the free memory is read: NCCL's own buffers come off it)
+        if (open_comm(c, dist) != 0) goto fail;
+        char how[64];
+        size_t k = strlen(c->name);
+        snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
+    }
     size_t free_b = 0, total_b = 0;
     if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
     if ((size_t)c->dev_bytes > free_b) {
@@ -910,12 +916,6 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
     if (pin_ranges(c, pin, npin) != 0) goto fail; // the host memory the streams read and write: pinned now, or refused
-    if (dist && dist->mpi && dist->size > 1) {
-        if (open_comm(c, dist) != 0) goto fail;
-        char how[64];
-        size_t k = strlen(c->name);
-        snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
-    }
     for (int e = 0; e < ENG_COUNT; e++) {
         void *s = NULL;
         if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
