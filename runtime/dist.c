@@ -143,14 +143,6 @@ int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err
     return rc == 0 ? check_options(d, options, err, errcap) : rc;
 }
 
-void dist_sum_floats(const Dist *d, float *x, int64_t n) {
-    if (!d || !d->mpi || d->size == 1) return;
-    for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-        int64_t k = n - at < INT_MAX / 2 ? n - at : INT_MAX / 2;
-        MPI_Allreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-}
-
 void dist_sum_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }

@@ -34,8 +34,7 @@ int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap);
 int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err, size_t errcap);
 
 // Sums x over the ranks in place (every rank gets the same sum, in the same
-// order of ranks); floats in chunks, so any n.
-void dist_sum_floats(const Dist *d, float *x, int64_t n); // (n)
+// order of ranks); arrays of floats: comm_all_reduce (comm.h).
 void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
 // The largest of each x over the ranks, in place.
 void dist_max_doubles(const Dist *d, double *x, int n);   // (n)

@@ -14,6 +14,7 @@
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "kernels.h"
 #include "data.h"
 #include "replay.h"
@@ -103,6 +104,7 @@ typedef struct Run {
     const char *save_dir; // where checkpoints go: --save's, or the default beside the log; NULL: none
                           // (rank 0's, every rank's alike: each writes its shard there)
     char *save_dir_agreed; // the malloc'd copy of rank 0's that save_dir points to, with ranks
+    Comm comm;            // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
     char no_save[600];    // why none, where the default would have saved (for the banner)
 } Run;
 
@@ -222,7 +224,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     }
     int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
     if (run_ranks(r) > 1) { // the gradients, losses and counts summed over the ranks; the norms of the sums
-        dist_sum_floats(r->o->dist, r->hs.g, r->hs.n);
+        if (comm_all_reduce(&r->comm, r->hs.g, r->hs.n, COMM_F32, NULL, err, errcap) != 0) return -1;
         for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
@@ -450,7 +452,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
-    if (check_save_dir(r, err, errcap) != 0) return -1;
+    if (check_save_dir(r, err, errcap) != 0 || comm_open(&r->comm, r->o->dist, 0, NULL, err, errcap) != 0) return -1;
     if (run_ranks(r) == 1) return 0;
     int ok; // rank 0 decides where the run saves (its default is beside its log); every rank saves its shard there
     r->save_dir = r->save_dir_agreed = dist_bcast_text(r->o->dist, r->save_dir, &ok);
@@ -498,6 +500,7 @@ static void close_run(Run *r) {
     free(r->targets);
     free(r->segs);
     free(r->save_dir_agreed);
+    comm_close(&r->comm);
     kernel_attention_segments = NULL;
 }
 
