@@ -849,9 +849,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
                 (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->save_dir)
-        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s\n",
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
-                r->o->save_default ? " (beside the log; --no-save: none)" : "");
+                r->o->save_default ? " (beside the log; --no-save: none)" : "",
+                run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
     else
         fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
     fflush(out);
