@@ -814,9 +814,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
             fprintf(out, "  %s %.*s\n", line == all ? "device  " : "        ", (int)(end - line), line);
         }
         free(all);
-        dev = "the ranks' above";
+        fprintf(out, "           each rank: arena %.2f MB", (double)p->arena_bytes / 1e6);
+    } else {
+        fprintf(out, "  device   %s; arena %.2f MB", dev, (double)p->arena_bytes / 1e6);
     }
-    fprintf(out, "  device   %s; arena %.2f MB", dev, (double)p->arena_bytes / 1e6);
     if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
     fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
