@@ -793,6 +793,11 @@ static int open_comm(Cuda *c, const Dist *dist) {
 #else
     int nccl = 0;
 #endif
+    if (nccl && dist->local > c->devices) { // (NCCL refuses two ranks of one communicator on one GPU)
+        snprintf(c->err, sizeof c->err, "cuda: %d ranks on this machine but %d GPU%s: NCCL needs a GPU for each rank; "
+                 "start at most %d ranks a machine", dist->local, c->devices, c->devices == 1 ? "" : "s", c->devices);
+        return -1;
+    }
     CommStaging staging = {comm_to_host, comm_to_buf, c};
     char why[512] = "";
     if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking))) return -1;
