@@ -94,9 +94,9 @@ static char *path_join(const char *dir, const char *name) {
 enum { NAME_FILE, NAME_MANIFEST, NAME_SHARD };
 
 // Whether name is "step-DIGITS.ckpt", "step-DIGITS.manifest" or
-// "step-DIGITS.shard-R-of-N" (*kind), each perhaps with ".tmp" after it
-// (*tmp), with a step that fits an int64; sets *step.
-static int parse_name(const char *name, int64_t *step, int *kind, int *tmp) {
+// "step-DIGITS.shard-R-of-N" (*kind; *of = N), each perhaps with ".tmp"
+// after it (*tmp), with a step that fits an int64; sets *step.
+static int parse_name(const char *name, int64_t *step, int *kind, int *of, int *tmp) {
     if (strncmp(name, "step-", 5) != 0) return 0;
     const char *p = name + 5;
     int64_t s = 0;
@@ -106,9 +106,10 @@ static int parse_name(const char *name, int64_t *step, int *kind, int *tmp) {
         s = s * 10 + (*p - '0');
     }
     int r, n, used = 0;
+    *of = 0;
     if (strncmp(p, ".ckpt", 5) == 0) *kind = NAME_FILE, p += 5;
     else if (strncmp(p, ".manifest", 9) == 0) *kind = NAME_MANIFEST, p += 9;
-    else if (sscanf(p, ".shard-%d-of-%d%n", &r, &n, &used) == 2 && used > 0) *kind = NAME_SHARD, p += used;
+    else if (sscanf(p, ".shard-%d-of-%d%n", &r, &n, &used) == 2 && used > 0) *kind = NAME_SHARD, *of = n, p += used;
     else return 0;
     if (*p == 0) *tmp = 0;
     else if (strcmp(p, ".tmp") == 0) *tmp = 1;
@@ -121,6 +122,7 @@ typedef struct Found {
     char *name; // malloc'd
     int64_t step;
     int kind, tmp;
+    int of; // a shard's: the ranks that wrote its step
 } Found;
 
 // The checkpoint files of dir (parse_name's, .tmp ones too), malloc'd (*count of
@@ -141,8 +143,8 @@ static int list_dir(const char *dir, Found **out, size_t *count) {
             break;
         }
         int64_t step;
-        int kind, tmp;
-        if (!parse_name(de->d_name, &step, &kind, &tmp)) continue;
+        int kind, of, tmp;
+        if (!parse_name(de->d_name, &step, &kind, &of, &tmp)) continue;
         if (n == cap) {
             size_t c = cap ? 2 * cap : 16;
             Found *g = realloc(f, c * sizeof *g);
@@ -160,6 +162,7 @@ static int list_dir(const char *dir, Found **out, size_t *count) {
         }
         f[n].step = step;
         f[n].kind = kind;
+        f[n].of = of;
         f[n].tmp = tmp;
         n++;
     }
@@ -354,6 +357,18 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
     return e;
 }
 
+// A manifest read: its shards' names, sizes and table crcs.
+typedef struct Manifest {
+    int64_t step, n;
+    int ranks, nsegs;
+    CkptSegment *segs;  // (nsegs)
+    char (*names)[80];  // (ranks)
+    int64_t *bytes;     // (ranks)
+    uint32_t *crcs;     // (ranks)
+} Manifest;
+static int manifest_read(const char *path, Manifest *m, char *err, size_t errcap);
+static void manifest_free(Manifest *m);
+
 // Whether f is a committed checkpoint: a whole file, or a manifest.
 static int committed(const Found *f) { return !f->tmp && f->kind != NAME_SHARD; }
 
@@ -378,9 +393,21 @@ static int prune(const char *dir, int keep, int64_t keep_step, const char *final
         for (int k = 0; k < nkept; k++) seen |= kept[k] == f[i].step;
         if (committed(&f[i]) && !seen && (nkept < keep || f[i].step == keep_step)) kept[nkept++] = f[i].step;
     }
-    for (size_t i = 0; kept && i < n; i++) {
+    int *ranks = kept ? calloc((size_t)keep + 1, sizeof *ranks) : NULL; // (nkept) the ranks each kept manifest names
+    for (size_t i = 0; ranks && i < n; i++)
+        for (int k = 0; k < nkept; k++)
+            if (f[i].kind == NAME_MANIFEST && !f[i].tmp && kept[k] == f[i].step) {
+                char *p = path_join(dir, f[i].name), why[16];
+                Manifest m;
+                ranks[k] = p && manifest_read(p, &m, why, sizeof why) == 0 ? m.ranks : -1; // (-1: keep its shards)
+                if (ranks[k] > 0) manifest_free(&m);
+                free(p);
+            }
+    for (size_t i = 0; ranks && i < n; i++) {
         int keep_it = 0;
-        for (int k = 0; k < nkept; k++) keep_it |= !f[i].tmp && kept[k] == f[i].step;
+        for (int k = 0; k < nkept; k++) // a kept step's file or manifest, and the shards its manifest names
+            keep_it |= !f[i].tmp && kept[k] == f[i].step &&
+                       (f[i].kind != NAME_SHARD || ranks[k] < 0 || f[i].of == ranks[k]);
         if (keep_it) continue;
         char *p = path_join(dir, f[i].name);
         if (!p) {
@@ -391,7 +418,8 @@ static int prune(const char *dir, int keep, int64_t keep_step, const char *final
             rc = io_fail(err, errcap, final, "saved, but cannot remove the old %s: %s", p, strerror(errno));
         free(p);
     }
-    free(kept);
+    if (kept && !ranks) rc = io_fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
+    free(kept), free(ranks);
     free_found(f, n);
     return rc;
 }
@@ -853,15 +881,6 @@ done:
     return rc;
 }
 
-// A manifest read: its shards' names, sizes and table crcs.
-typedef struct Manifest {
-    int64_t step, n;
-    int ranks, nsegs;
-    CkptSegment *segs;  // (nsegs)
-    char (*names)[80];  // (ranks)
-    int64_t *bytes;     // (ranks)
-    uint32_t *crcs;     // (ranks)
-} Manifest;
 
 static void manifest_free(Manifest *m) {
     free(m->segs), free(m->names), free(m->bytes), free(m->crcs);

@@ -140,8 +140,9 @@ int ckpt_save_shard(const char *dir, const CkptMeta *meta, const CkptSegment *se
 // Rank 0, after every rank's ckpt_save_shard succeeded: the manifest of
 // meta->step naming the `ranks` shards with their sizes and table crc32s
 // (each rank's), then the pruning of ckpt_save (the newest `keep` committed
-// steps kept, a manifest with its shards; .tmp files and uncommitted shards
-// removed). Returns 0, or -1 with a message.
+// steps kept, a manifest with the shards it names; .tmp files, uncommitted
+// shards and shards of a kept step by another number of ranks removed).
+// Returns 0, or -1 with a message.
 int ckpt_commit_shards(const char *dir, int keep, const CkptMeta *meta, const CkptSegment *segs, int nsegs, int ranks,
                        const int64_t *bytes, const uint32_t *table_crcs, char *err, size_t errcap);
 

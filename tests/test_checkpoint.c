@@ -731,7 +731,10 @@ static void test_sharded(void) {
     other[2].len--, other[3].off--, other[3].len++;
     snprintf(want, sizeof want, "%s: the checkpoint's 6 segments are laid out otherwise than this plan's 6", path);
     check_err(ckpt_load(path, &meta, n, other, NSEGS, NULL, &yio, err, sizeof err), err, want, "another layout");
-    // committing step 6 with keep 2 removes step 2's file and the uncommitted leftovers, keeps 4 and 6
+    // a shard of step 6 by 3 ranks that never committed (an earlier run's), then step 6 committed by 2:
+    check(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s", err);
+    // committing step 6 with keep 2 removes step 2's file and the leftovers (the stray shard of kept step 6
+    // too: its manifest names 2 ranks), keeps 4 and 6
     if (save_sharded(dir, 2, &s6, 2) == 0)
         check_names(dir, "step-000000004.manifest step-000000004.shard-00000-of-00003 "
                          "step-000000004.shard-00001-of-00003 step-000000004.shard-00002-of-00003 "
