@@ -17,6 +17,7 @@
 #include <stddef.h>
 
 #include "../common/plan.h"
+#include "dist.h"
 
 typedef struct Backend Backend;
 struct Backend {
@@ -86,10 +87,12 @@ typedef struct HostRange {
 // looked up by name with dlsym (device.c).
 //   int  backend_cuda_devices(char *why, size_t cap): CUDA devices (0: why)
 //   Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path,
-//                                char *err, size_t errcap)
+//                                const Dist *dist, char *err, size_t errcap)
+// (dist: the ranks, NULL for one process: each rank runs on the GPU of its
+// local rank modulo the machine's, and opens the ranks' collectives, comm.h)
 typedef int (*BackendCudaDevicesFn)(char *why, size_t cap);
 typedef Backend *(*BackendCudaCreateFn)(const Plan *p, const HostRange *pin, int npin, const char *trace_path,
-                                        char *err, size_t errcap);
+                                        const Dist *dist, char *err, size_t errcap);
 
 // Fills bytes at dst with the bytes of quiet-NaN floats (0x7fc00000), as
 // if dst were 4-byte aligned. Shared by the arena and the host activation

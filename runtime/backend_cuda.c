@@ -54,6 +54,7 @@
 #include "moe_launch.h"
 #include "adamw.h"
 #include "backend.h"
+#include "comm.h"
 
 enum { MAX_ARGS = 64, FINISH_THREADS = 256 };
 
@@ -112,6 +113,9 @@ typedef struct Cuda {
     int ntev, cap_tev;
     cudaEvent_t epoch;               // the trace's time zero
     double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
+    int device, devices;             // the GPU this rank runs on (its local rank modulo devices), of the machine's
+    Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
+    cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
@@ -536,6 +540,8 @@ static int cuda_finish(Backend *be, char *err, size_t errcap) {
 
 static void cuda_destroy(Backend *be) {
     Cuda *c = be->ctx;
+    comm_close(&c->comm);
+    if (c->comm_stream) cudaStreamSynchronize(c->comm_stream), cudaStreamDestroy(c->comm_stream);
     for (int e = 0; e < ENG_COUNT; e++) {
         if (c->stream[e]) cudaStreamSynchronize(c->stream[e]), cudaStreamDestroy(c->stream[e]);
         if (c->staging[e]) cudaFreeHost(c->staging[e]);
@@ -758,10 +764,68 @@ int backend_cuda_devices(char *why, size_t cap) {
     return n;
 }
 
-Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, char *err,
-                             size_t errcap);
-Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, char *err,
-                             size_t errcap) {
+// The MPI collectives' way to device buffers where there is no NCCL: a
+// copy after what the stream has queued, waited for.
+static int comm_to_host(void *ctx, void *host, const void *buf, size_t bytes, void *stream, char *err, size_t errcap) {
+    Cuda *c = ctx;
+    if (RT(c, NULL, cudaMemcpyAsync(host, buf, bytes, cudaMemcpyDeviceToHost, stream)) &&
+        RT(c, NULL, cudaStreamSynchronize(stream)))
+        return 0;
+    snprintf(err, errcap, "%s", c->err);
+    return -1;
+}
+static int comm_to_buf(void *ctx, void *buf, const void *host, size_t bytes, void *stream, char *err, size_t errcap) {
+    Cuda *c = ctx;
+    if (RT(c, NULL, cudaMemcpyAsync(buf, host, bytes, cudaMemcpyHostToDevice, stream)) &&
+        RT(c, NULL, cudaStreamSynchronize(stream)))
+        return 0;
+    snprintf(err, errcap, "%s", c->err);
+    return -1;
+}
+
+// The ranks' collectives on the communication stream, checked once at
+// start-up: every rank's device index plus one, summed, must come back as
+// the sum over the ranks (a communicator that does not work fails here,
+// not in the first step). 0, or -1 with a message in c->err.
+static int open_comm(Cuda *c, const Dist *dist) {
+#ifdef MT_HAVE_NCCL
+    int nccl = 1;
+#else
+    int nccl = 0;
+#endif
+    if (nccl && dist->local > c->devices) { // (NCCL refuses two ranks of one communicator on one GPU)
+        snprintf(c->err, sizeof c->err, "cuda: %d ranks on this machine but %d GPU%s: NCCL needs a GPU for each rank; "
+                 "start at most %d ranks a machine", dist->local, c->devices, c->devices == 1 ? "" : "s", c->devices);
+        return -1;
+    }
+    CommStaging staging = {comm_to_host, comm_to_buf, c};
+    char why[512] = "";
+    if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking))) return -1;
+    if (comm_open(&c->comm, dist, nccl, nccl ? NULL : &staging, why, sizeof why) != 0) {
+        snprintf(c->err, sizeof c->err, "cuda: %s", why);
+        return -1;
+    }
+    float *one = NULL, got = 0, want = 0, mine = (float)(c->device + 1);
+    if (!RT(c, NULL, cudaMalloc((void **)&one, sizeof *one))) return -1;
+    int ok = RT(c, NULL, cudaMemcpy(one, &mine, sizeof mine, cudaMemcpyHostToDevice));
+    if (ok && comm_all_reduce(&c->comm, one, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0)
+        snprintf(c->err, sizeof c->err, "cuda: %s", why), ok = 0;
+    ok = ok && RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) &&
+         RT(c, NULL, cudaMemcpy(&got, one, sizeof got, cudaMemcpyDeviceToHost));
+    cudaFree(one);
+    if (!ok) return -1;
+    for (int r = 0; r < dist->size; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
+    if (dist->local == dist->size && got != want) {
+        snprintf(c->err, sizeof c->err, "cuda: the ranks' start-up all-reduce gave %g, not %g", (double)got, (double)want);
+        return -1;
+    }
+    return 0;
+}
+
+Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, const Dist *dist,
+                             char *err, size_t errcap);
+Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, const Dist *dist,
+                             char *err, size_t errcap) {
     if (!p->cuda_arch || (!p->cubin_len && !p->ptx_len) || !p->kernels_len) {
         snprintf(err, errcap, "this plan carries no CUDA kernels (it was compiled for a cpu target); compile it for "
                  "a GPU target (mtc --target h200, or a profile of this GPU)");
@@ -785,8 +849,10 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     // the host waits by sleeping: no core spins while AdamW needs it
     cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
     struct cudaDeviceProp prop;
-    if (!RT(c, NULL, cudaSetDevice(0)) || !RT(c, NULL, cudaFree(NULL)) || !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) ||
-        !RT(c, NULL, cudaGetDeviceProperties(&prop, 0)))
+    if (!RT(c, NULL, cudaGetDeviceCount(&c->devices))) goto fail;
+    c->device = dist && c->devices > 0 ? dist->local_rank % c->devices : 0; // each rank on a machine its own GPU
+    if (!RT(c, NULL, cudaSetDevice(c->device)) || !RT(c, NULL, cudaFree(NULL)) ||
+        !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) || !RT(c, NULL, cudaGetDeviceProperties(&prop, c->device)))
         goto fail;
     int gpu_sm = prop.major * 10 + prop.minor, plan_sm = atoi(p->cuda_arch + 3), ptx = gpu_sm != plan_sm;
     if (gpu_sm < plan_sm) {
@@ -799,8 +865,8 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
                  prop.name, gpu_sm, p->cuda_arch);
         goto fail;
     }
-    snprintf(c->name, sizeof c->name, "cuda: %s (sm_%d, the plan's %s %s)", prop.name, gpu_sm, p->cuda_arch,
-             ptx ? "PTX" : "cubin");
+    snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", prop.name, c->device,
+             c->devices, gpu_sm, p->cuda_arch, ptx ? "PTX" : "cubin");
     for (int i = 0; i < p->ntrain + p->neval; i++) { // staging for COPY_OUT and LOSS, scratch for RUN, by engine
         const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
         int64_t need = in->kind == INS_COPY_OUT ? in->bytes : in->kind == INS_LOSS ? 4 : 0;
@@ -832,6 +898,12 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d", nscratch,
                  plan_scratch_engines(p));
         goto fail;
+    }
+    if (dist && dist->mpi && dist->size > 1) { // (before the free memory is read: NCCL's own buffers come off it)
+        if (open_comm(c, dist) != 0) goto fail;
+        char how[64];
+        size_t k = strlen(c->name);
+        snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
     }
     size_t free_b = 0, total_b = 0;
     if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;

@@ -9,6 +9,7 @@
 // uses pread into the caller's arrays (or a bounce buffer when an array is
 // not wanted), checksumming as it goes.
 #include "checkpoint.h"
+#include "dist.h"
 #include "../common/io.h"
 
 #include <dirent.h>
@@ -88,9 +89,14 @@ static char *path_join(const char *dir, const char *name) {
     return p;
 }
 
-// Whether name is "step-DIGITS.ckpt" (*tmp = 0) or "step-DIGITS.ckpt.tmp"
-// (*tmp = 1), with a step that fits an int64; sets *step.
-static int parse_name(const char *name, int64_t *step, int *tmp) {
+// What a checkpoint directory holds: single-file checkpoints, the
+// manifests of sharded ones, and their shards.
+enum { NAME_FILE, NAME_MANIFEST, NAME_SHARD };
+
+// Whether name is "step-DIGITS.ckpt", "step-DIGITS.manifest" or
+// "step-DIGITS.shard-R-of-N" (*kind; *of = N), each perhaps with ".tmp"
+// after it (*tmp), with a step that fits an int64; sets *step.
+static int parse_name(const char *name, int64_t *step, int *kind, int *of, int *tmp) {
     if (strncmp(name, "step-", 5) != 0) return 0;
     const char *p = name + 5;
     int64_t s = 0;
@@ -99,8 +105,14 @@ static int parse_name(const char *name, int64_t *step, int *tmp) {
         if (s > (INT64_MAX - (*p - '0')) / 10) return 0;
         s = s * 10 + (*p - '0');
     }
-    if (strcmp(p, ".ckpt") == 0) *tmp = 0;
-    else if (strcmp(p, ".ckpt.tmp") == 0) *tmp = 1;
+    int r, n, used = 0;
+    *of = 0;
+    if (strncmp(p, ".ckpt", 5) == 0) *kind = NAME_FILE, p += 5;
+    else if (strncmp(p, ".manifest", 9) == 0) *kind = NAME_MANIFEST, p += 9;
+    else if (sscanf(p, ".shard-%d-of-%d%n", &r, &n, &used) == 2 && used > 0) *kind = NAME_SHARD, *of = n, p += used;
+    else return 0;
+    if (*p == 0) *tmp = 0;
+    else if (strcmp(p, ".tmp") == 0) *tmp = 1;
     else return 0;
     *step = s;
     return 1;
@@ -109,10 +121,11 @@ static int parse_name(const char *name, int64_t *step, int *tmp) {
 typedef struct Found {
     char *name; // malloc'd
     int64_t step;
-    int tmp;
+    int kind, tmp;
+    int of; // a shard's: the ranks that wrote its step
 } Found;
 
-// The step-*.ckpt and step-*.ckpt.tmp files of dir, malloc'd (*count of
+// The checkpoint files of dir (parse_name's, .tmp ones too), malloc'd (*count of
 // them; free each name and the array). Returns 0 or an errno.
 static int list_dir(const char *dir, Found **out, size_t *count) {
     *out = NULL;
@@ -130,8 +143,8 @@ static int list_dir(const char *dir, Found **out, size_t *count) {
             break;
         }
         int64_t step;
-        int tmp;
-        if (!parse_name(de->d_name, &step, &tmp)) continue;
+        int kind, of, tmp;
+        if (!parse_name(de->d_name, &step, &kind, &of, &tmp)) continue;
         if (n == cap) {
             size_t c = cap ? 2 * cap : 16;
             Found *g = realloc(f, c * sizeof *g);
@@ -148,6 +161,8 @@ static int list_dir(const char *dir, Found **out, size_t *count) {
             break;
         }
         f[n].step = step;
+        f[n].kind = kind;
+        f[n].of = of;
         f[n].tmp = tmp;
         n++;
     }
@@ -286,10 +301,11 @@ static void encode_table(unsigned char t[TABLE_BYTES], int64_t n, const uint32_t
 }
 
 // MT_CKPT_ABORT_AFTER_BYTES as a byte count, or -1 when unset or not a
-// non-negative decimal number.
-static int64_t abort_after_bytes(void) {
-    const char *s = getenv("MT_CKPT_ABORT_AFTER_BYTES");
-    if (!s || !*s) return -1;
+// non-negative decimal number, or when MT_CKPT_ABORT_STEP is set to another
+// step than this save's.
+static int64_t abort_after_bytes(int64_t step) {
+    const char *s = getenv("MT_CKPT_ABORT_AFTER_BYTES"), *at = getenv("MT_CKPT_ABORT_STEP");
+    if (!s || !*s || (at && *at && strtoll(at, NULL, 10) != step)) return -1;
     int64_t v = 0;
     for (const char *p = s; *p; p++) {
         if (*p < '0' || *p > '9' || v > (INT64_MAX - (*p - '0')) / 10) return -1;
@@ -301,9 +317,9 @@ static int64_t abort_after_bytes(void) {
 // Writes the whole checkpoint to the new file tmp and syncs it, the arrays
 // from memory or through io. Returns 0 or an errno (EIO with a message in
 // why when io failed).
-static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays[3], const CkptIO *io, char *why,
-                      size_t whycap) {
-    Writer wr = {.fd = -1, .abort_after = abort_after_bytes()};
+static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays[3], const CkptIO *io,
+                      uint32_t *table_crc, char *why, size_t whycap) {
+    Writer wr = {.fd = -1, .abort_after = abort_after_bytes(meta->step)};
     unsigned char *bounce = NULL;
     if ((io || !host_is_le()) && meta->n > 0 && !(bounce = aligned_alloc(64, CHUNK))) return ENOMEM;
     wr.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
@@ -332,6 +348,7 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
         e = put_floats(&wr, arrays[a], io, a, meta->n, &crc[1 + a], bounce, why, whycap);
     if (e == 0) {
         encode_table(head + HEADER_BYTES, meta->n, crc);
+        if (table_crc) *table_crc = io_crc32(0, head + HEADER_BYTES, TABLE_BYTES);
         e = put(&wr, head + HEADER_BYTES, TABLE_BYTES, HEADER_BYTES);
     }
     if (e == 0 && fsync(wr.fd) != 0) e = errno;
@@ -340,21 +357,58 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
     return e;
 }
 
-// Removes the step-*.ckpt beyond the newest keep (never keep_name) and any
-// step-*.ckpt.tmp. Returns 0, or -1 with a message naming final.
-static int prune(const char *dir, int keep, const char *keep_name, const char *final, char *err, size_t errcap) {
+// A manifest read: its shards' names, sizes and table crcs.
+typedef struct Manifest {
+    int64_t step, n;
+    int ranks, nsegs;
+    CkptSegment *segs;  // (nsegs)
+    char (*names)[80];  // (ranks)
+    int64_t *bytes;     // (ranks)
+    uint32_t *crcs;     // (ranks)
+} Manifest;
+static int manifest_read(const char *path, Manifest *m, char *err, size_t errcap);
+static void manifest_free(Manifest *m);
+
+// Whether f is a committed checkpoint: a whole file, or a manifest.
+static int committed(const Found *f) { return !f->tmp && f->kind != NAME_SHARD; }
+
+// Keeps the newest `keep` committed checkpoints (and always keep_step's):
+// removes older ones (a manifest with its shards), every .tmp, and shards
+// that no kept manifest names (a save that never committed: older than the
+// newest committed step, or of a step no rank writes now). Called once
+// every writer of the directory is done. Returns 0, or -1 with a message
+// naming final.
+static int prune(const char *dir, int keep, int64_t keep_step, const char *final, char *err, size_t errcap) {
     Found *f;
     size_t n;
     int e = list_dir(dir, &f, &n);
     if (e != 0)
         return io_fail(err, errcap, final, "saved, but cannot list %s to remove old checkpoints: %s", dir, strerror(e));
     qsort(f, n, sizeof *f, newest_first);
-    int rc = 0, kept = 0;
-    for (size_t i = 0; i < n; i++) {
-        if (!f[i].tmp && (kept < keep || strcmp(f[i].name, keep_name) == 0)) {
-            kept++;
-            continue;
-        }
+    int64_t *kept = malloc((size_t)(keep + 1) * sizeof *kept);
+    int nkept = 0, rc = 0;
+    if (!kept) rc = io_fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
+    for (size_t i = 0; kept && i < n; i++) { // the steps kept, newest first
+        int seen = 0;
+        for (int k = 0; k < nkept; k++) seen |= kept[k] == f[i].step;
+        if (committed(&f[i]) && !seen && (nkept < keep || f[i].step == keep_step)) kept[nkept++] = f[i].step;
+    }
+    int *ranks = kept ? calloc((size_t)keep + 1, sizeof *ranks) : NULL; // (nkept) the ranks each kept manifest names
+    for (size_t i = 0; ranks && i < n; i++)
+        for (int k = 0; k < nkept; k++)
+            if (f[i].kind == NAME_MANIFEST && !f[i].tmp && kept[k] == f[i].step) {
+                char *p = path_join(dir, f[i].name), why[16];
+                Manifest m;
+                ranks[k] = p && manifest_read(p, &m, why, sizeof why) == 0 ? m.ranks : -1; // (-1: keep its shards)
+                if (ranks[k] > 0) manifest_free(&m);
+                free(p);
+            }
+    for (size_t i = 0; ranks && i < n; i++) {
+        int keep_it = 0;
+        for (int k = 0; k < nkept; k++) // a kept step's file or manifest, and the shards its manifest names
+            keep_it |= !f[i].tmp && kept[k] == f[i].step &&
+                       (f[i].kind != NAME_SHARD || ranks[k] < 0 || f[i].of == ranks[k]);
+        if (keep_it) continue;
         char *p = path_join(dir, f[i].name);
         if (!p) {
             rc = io_fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
@@ -364,8 +418,24 @@ static int prune(const char *dir, int keep, const char *keep_name, const char *f
             rc = io_fail(err, errcap, final, "saved, but cannot remove the old %s: %s", p, strerror(errno));
         free(p);
     }
+    if (kept && !ranks) rc = io_fail(err, errcap, final, "saved, but out of memory while removing old checkpoints");
+    free(kept), free(ranks);
     free_found(f, n);
     return rc;
+}
+
+// Creates dir if missing (one level; several ranks may race to). 0, or -1 with a message.
+static int make_dir(const char *dir, char *err, size_t errcap) {
+    if (mkdir(dir, 0777) == 0) {
+        sync_parent_of(dir);
+    } else if (errno == EEXIST) {
+        struct stat st;
+        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
+            return io_fail(err, errcap, dir, "cannot save checkpoints here: not a directory");
+    } else {
+        return io_fail(err, errcap, dir, "cannot create the checkpoint directory: %s", strerror(errno));
+    }
+    return 0;
 }
 
 static int save_any(const char *dir, int keep, const CkptMeta *meta, const float *w, const float *m, const float *v,
@@ -380,15 +450,7 @@ static int save_any(const char *dir, int keep, const CkptMeta *meta, const float
     if (meta->n > 0 && !io && (!w || !m || !v))
         return io_fail(err, errcap, dir, "internal error: an array to save is missing");
 
-    if (mkdir(dir, 0777) == 0) {
-        sync_parent_of(dir);
-    } else if (errno == EEXIST) {
-        struct stat st;
-        if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode))
-            return io_fail(err, errcap, dir, "cannot save checkpoints here: not a directory");
-    } else {
-        return io_fail(err, errcap, dir, "cannot create the checkpoint directory: %s", strerror(errno));
-    }
+    if (make_dir(dir, err, errcap) != 0) return -1;
 
     char name[48], tmpname[64];
     snprintf(name, sizeof name, "step-%09lld.ckpt", (long long)meta->step);
@@ -401,7 +463,7 @@ static int save_any(const char *dir, int keep, const CkptMeta *meta, const float
     }
     const float *arrays[3] = {w, m, v};
     char why[512] = "";
-    int e = write_file(tmp, meta, arrays, io, why, sizeof why);
+    int e = write_file(tmp, meta, arrays, io, NULL, why, sizeof why);
     if (e == 0 && rename(tmp, final) != 0) e = errno;
     if (e != 0) {
         io_fail(err, errcap, final, "cannot write the checkpoint: %s", why[0] ? why : strerror(e));
@@ -413,7 +475,7 @@ static int save_any(const char *dir, int keep, const CkptMeta *meta, const float
         io_fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
         goto done;
     }
-    rc = prune(dir, keep, name, final, err, errcap);
+    rc = prune(dir, keep, meta->step, final, err, errcap);
 done:
     free(final);
     free(tmp);
@@ -441,10 +503,10 @@ int ckpt_latest(const char *dir, char *path, size_t pathcap, char *err, size_t e
     if (e != 0) return io_fail(err, errcap, dir, "cannot read the checkpoint directory: %s", strerror(e));
     const Found *best = NULL;
     for (size_t i = 0; i < n; i++)
-        if (!f[i].tmp && (!best || newest_first(&f[i], best) < 0)) best = &f[i];
+        if (committed(&f[i]) && (!best || newest_first(&f[i], best) < 0)) best = &f[i];
     int rc = 0;
     if (!best) {
-        rc = io_fail(err, errcap, dir, "no checkpoint in it (no step-*.ckpt file)");
+        rc = io_fail(err, errcap, dir, "no checkpoint in it (no step-*.ckpt or step-*.manifest file)");
     } else {
         char *p = path_join(dir, best->name);
         if (!p) rc = io_fail(err, errcap, dir, "out of memory");
@@ -634,4 +696,368 @@ int ckpt_read(const char *path, CkptMeta *meta, int64_t expected_n, float *w, fl
 
 int ckpt_read_io(const char *path, CkptMeta *meta, int64_t expected_n, const CkptIO *io, char *err, size_t errcap) {
     return read_any(path, meta, expected_n, NULL, NULL, NULL, io, err, errcap);
+}
+
+// ---------------------------------------------------------------- sharded checkpoints
+
+// A shard's floats, segment by segment: run k holds segment seg's slice
+// [lo, lo + len) (dist_shard's), store offset global, at shard offset at.
+typedef struct ShardRun {
+    int seg;
+    int64_t lo, len, global, at;
+} ShardRun;
+
+typedef struct Shard {
+    ShardRun *runs; // (nruns)
+    int nruns;
+    int64_t n; // floats in the shard
+} Shard;
+
+// Whether segs tile [0, n) in order. 0, or -1 with a message.
+static int check_segments(const char *what, const CkptSegment *segs, int nsegs, int64_t n, char *err, size_t errcap) {
+    int64_t at = 0;
+    for (int k = 0; k < nsegs; at += segs[k].len, k++)
+        if (segs[k].off != at || segs[k].len < 0)
+            return io_fail(err, errcap, what, "internal error: segment %d at %lld of %lld floats does not follow the "
+                           "last (at %lld)", k, (long long)segs[k].off, (long long)segs[k].len, (long long)at);
+    if (at != n) return io_fail(err, errcap, what, "internal error: the segments hold %lld floats, not %lld", (long long)at,
+                                (long long)n);
+    return 0;
+}
+
+// Rank `rank` of `ranks`'s shard of segs. 0, or -1 out of memory.
+static int shard_layout(Shard *sh, const CkptSegment *segs, int nsegs, int rank, int ranks) {
+    *sh = (Shard){.runs = malloc((size_t)(nsegs + 1) * sizeof *sh->runs)};
+    if (!sh->runs) return -1;
+    for (int k = 0; k < nsegs; k++) {
+        int64_t lo, hi;
+        dist_shard(segs[k].len, rank, ranks, &lo, &hi);
+        if (hi > lo) sh->runs[sh->nruns++] = (ShardRun){k, lo, hi - lo, segs[k].off + lo, sh->n};
+        sh->n += hi - lo;
+    }
+    return 0;
+}
+
+// The runs of a shard that floats [off, off + n) of it span, in order:
+// calls each(ctx, run, first float of the run's, count, floats done before).
+typedef int (*RunPiece)(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err, size_t errcap);
+static int each_piece(const Shard *sh, int64_t off, int64_t n, RunPiece each, void *ctx, char *err, size_t errcap) {
+    int lo = 0, hi = sh->nruns - 1; // the last run starting at or before off
+    while (lo < hi) {
+        int mid = (lo + hi + 1) / 2;
+        if (sh->runs[mid].at <= off) lo = mid;
+        else hi = mid - 1;
+    }
+    int64_t done = 0;
+    for (int r = lo; r < sh->nruns && done < n; r++) {
+        const ShardRun *run = &sh->runs[r];
+        int64_t from = off + done - run->at, k = run->len - from < n - done ? run->len - from : n - done;
+        if (from < 0 || k <= 0) continue;
+        if (each(ctx, run, from, k, done, err, errcap) != 0) return -1;
+        done += k;
+    }
+    return 0;
+}
+
+typedef struct ShardIO {
+    const Shard *sh;
+    const CkptIO *io;
+    int array;
+    float *buf;             // the caller's piece
+    const CkptRange *want;  // (nsegs) what the reader fills of each segment; NULL: everything
+} ShardIO;
+
+static int get_piece(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err, size_t errcap) {
+    ShardIO *s = ctx;
+    return s->io->get(s->io->ctx, s->array, run->global + from, k, s->buf + done, err, errcap);
+}
+static int shard_get(void *ctx, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    ShardIO *s = ctx;
+    s->array = array, s->buf = dst;
+    return each_piece(s->sh, off, n, get_piece, s, err, errcap);
+}
+
+// The part of [lo, lo + k) of segment `seg` the reader wants, put.
+static int put_wanted(const ShardIO *s, int seg, int64_t seg_off, int64_t lo, int64_t k, const float *src, char *err,
+                      size_t errcap) {
+    int64_t a = lo, b = lo + k;
+    if (s->want) {
+        a = a > s->want[seg].lo ? a : s->want[seg].lo;
+        b = b < s->want[seg].hi ? b : s->want[seg].hi;
+    }
+    return b > a ? s->io->put(s->io->ctx, s->array, seg_off + a, b - a, src + (a - lo), err, errcap) : 0;
+}
+static int put_piece(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err, size_t errcap) {
+    ShardIO *s = ctx;
+    return put_wanted(s, run->seg, run->global - run->lo, run->lo + from, k, s->buf + done, err, errcap);
+}
+static int shard_put(void *ctx, int array, int64_t off, int64_t n, const float *src, char *err, size_t errcap) {
+    ShardIO *s = ctx;
+    s->array = array, s->buf = (float *)src;
+    return each_piece(s->sh, off, n, put_piece, s, err, errcap);
+}
+
+static void shard_name(char *out, size_t cap, int64_t step, int rank, int ranks) {
+    snprintf(out, cap, "step-%09lld.shard-%05d-of-%05d", (long long)step, rank, ranks);
+}
+
+// Moves tmp to final and syncs the directory. 0, or -1 with a message (tmp removed).
+static int commit_file(const char *dir, const char *tmp, const char *final, int e, const char *why, char *err,
+                       size_t errcap) {
+    if (e == 0 && rename(tmp, final) != 0) e = errno;
+    if (e != 0) {
+        io_fail(err, errcap, final, "cannot write it: %s", why && why[0] ? why : strerror(e));
+        unlink(tmp);
+        return -1;
+    }
+    if ((e = sync_dir(dir)) != 0) return io_fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
+    return 0;
+}
+
+int ckpt_save_shard(const char *dir, const CkptMeta *meta, const CkptSegment *segs, int nsegs, int rank, int ranks,
+                    const CkptIO *io, int64_t *bytes, uint32_t *table_crc, char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (!dir || !*dir) return io_fail(err, errcap, "checkpoint", "no directory to save into");
+    if (ranks < 1 || rank < 0 || rank >= ranks)
+        return io_fail(err, errcap, dir, "internal error: rank %d of %d", rank, ranks);
+    if (check_segments(dir, segs, nsegs, meta->n, err, errcap) != 0 || make_dir(dir, err, errcap) != 0) return -1;
+    Shard sh;
+    if (shard_layout(&sh, segs, nsegs, rank, ranks) != 0) return io_fail(err, errcap, dir, "out of memory");
+    char name[80], tmpname[96];
+    shard_name(name, sizeof name, meta->step, rank, ranks);
+    snprintf(tmpname, sizeof tmpname, "%s.tmp", name);
+    char *final = path_join(dir, name), *tmp = path_join(dir, tmpname), why[512] = "";
+    int rc = -1;
+    if (!final || !tmp) {
+        io_fail(err, errcap, dir, "out of memory while saving a checkpoint");
+    } else {
+        CkptMeta mine = *meta;
+        mine.n = sh.n; // the shard's floats; the manifest has the store's
+        ShardIO sio = {.sh = &sh, .io = io};
+        CkptIO through = {shard_get, NULL, &sio};
+        int e = write_file(tmp, &mine, (const float *[3]){NULL, NULL, NULL}, &through, table_crc, why, sizeof why);
+        rc = commit_file(dir, tmp, final, e, why, err, errcap);
+        *bytes = TABLE_END + META_BYTES + 12 * sh.n;
+    }
+    free(final), free(tmp), free(sh.runs);
+    return rc;
+}
+
+static const char MANIFEST_MAGIC[] = "mt sharded checkpoint 1\n";
+
+int ckpt_commit_shards(const char *dir, int keep, const CkptMeta *meta, const CkptSegment *segs, int nsegs, int ranks,
+                       const int64_t *bytes, const uint32_t *table_crcs, char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (keep < 1) return io_fail(err, errcap, dir, "--keep must be at least 1, not %d", keep);
+    char name[48], tmpname[64];
+    snprintf(name, sizeof name, "step-%09lld.manifest", (long long)meta->step);
+    snprintf(tmpname, sizeof tmpname, "%s.tmp", name);
+    char *final = path_join(dir, name), *tmp = path_join(dir, tmpname);
+    size_t cap = 256 + (size_t)nsegs * 48 + (size_t)ranks * 96, len = 0;
+    char *text = malloc(cap);
+    int rc = -1;
+    if (!final || !tmp || !text) {
+        io_fail(err, errcap, dir, "out of memory while saving a checkpoint");
+        goto done;
+    }
+    len += (size_t)snprintf(text + len, cap - len, "%sstep %lld\nn %lld\nranks %d\nsegments %d\n", MANIFEST_MAGIC,
+                            (long long)meta->step, (long long)meta->n, ranks, nsegs);
+    for (int k = 0; k < nsegs; k++)
+        len += (size_t)snprintf(text + len, cap - len, "%lld %lld\n", (long long)segs[k].off, (long long)segs[k].len);
+    for (int r = 0; r < ranks; r++) {
+        char shard[80];
+        shard_name(shard, sizeof shard, meta->step, r, ranks);
+        len += (size_t)snprintf(text + len, cap - len, "shard %d %s %lld %08x\n", r, shard, (long long)bytes[r],
+                                table_crcs[r]);
+    }
+    len += (size_t)snprintf(text + len, cap - len, "crc32 %08x\n", io_crc32(0, text, len));
+    Writer wr = {.fd = open(tmp, O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644), .abort_after = -1};
+    int e = wr.fd < 0 ? errno : put(&wr, text, len, -1);
+    if (e == 0 && fsync(wr.fd) != 0) e = errno;
+    if (wr.fd >= 0 && close(wr.fd) != 0 && e == 0) e = errno;
+    if (commit_file(dir, tmp, final, e, NULL, err, errcap) == 0) rc = prune(dir, keep, meta->step, final, err, errcap);
+done:
+    free(final), free(tmp), free(text);
+    return rc;
+}
+
+
+static void manifest_free(Manifest *m) {
+    free(m->segs), free(m->names), free(m->bytes), free(m->crcs);
+    *m = (Manifest){0};
+}
+
+// Reads and checks path (its crc32 line, every field). 0, or -1 with a message.
+static int manifest_read(const char *path, Manifest *m, char *err, size_t errcap) {
+    *m = (Manifest){0};
+    char *text;
+    size_t len;
+    if (io_read_file(path, &text, &len) != 0) return io_fail(err, errcap, path, "cannot read the manifest: %s", strerror(errno));
+    int rc = -1;
+    char *last = len > 1 ? memchr(text, 0, len) : NULL;
+    if (last || len < sizeof MANIFEST_MAGIC || memcmp(text, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1) != 0) {
+        io_fail(err, errcap, path, "not an mt checkpoint manifest");
+        goto done;
+    }
+    text[len - 1] = 0; // (its last newline)
+    last = strrchr(text, '\n');
+    unsigned crc;
+    if (!last || sscanf(last + 1, "crc32 %x", &crc) != 1 || crc != io_crc32(0, text, (size_t)(last + 1 - text))) {
+        io_fail(err, errcap, path, "the manifest is damaged (its crc32 line does not match)");
+        goto done;
+    }
+    char *at = text + sizeof MANIFEST_MAGIC - 1;
+    int used = 0;
+    long long step, n;
+    if (sscanf(at, "step %lld\nn %lld\nranks %d\nsegments %d\n%n", &step, &n, &m->ranks, &m->nsegs, &used) != 4 ||
+        !used || m->ranks < 1 || m->nsegs < 0 || n < 0) {
+        io_fail(err, errcap, path, "the manifest's header is malformed");
+        goto done;
+    }
+    m->step = step, m->n = n, at += used;
+    m->segs = calloc((size_t)m->nsegs + 1, sizeof *m->segs);
+    m->names = calloc((size_t)m->ranks, sizeof *m->names);
+    m->bytes = calloc((size_t)m->ranks, sizeof *m->bytes);
+    m->crcs = calloc((size_t)m->ranks, sizeof *m->crcs);
+    if (!m->segs || !m->names || !m->bytes || !m->crcs) {
+        io_fail(err, errcap, path, "out of memory reading the manifest");
+        goto done;
+    }
+    for (int k = 0; k < m->nsegs; k++, at += used) {
+        long long off, l;
+        if (sscanf(at, "%lld %lld\n%n", &off, &l, &used) != 2 || !used) {
+            io_fail(err, errcap, path, "the manifest's segment %d is malformed", k);
+            goto done;
+        }
+        m->segs[k] = (CkptSegment){off, l};
+    }
+    for (int r = 0; r < m->ranks; r++, at += used) {
+        int rr;
+        long long b;
+        char want[80];
+        shard_name(want, sizeof want, m->step, r, m->ranks);
+        if (sscanf(at, "shard %d %79s %lld %x\n%n", &rr, m->names[r], &b, &crc, &used) != 4 || !used || rr != r ||
+            strcmp(m->names[r], want) != 0) {
+            io_fail(err, errcap, path, "the manifest's shard %d is malformed", r);
+            goto done;
+        }
+        m->bytes[r] = b, m->crcs[r] = crc;
+    }
+    if (check_segments(path, m->segs, m->nsegs, m->n, err, errcap) == 0) rc = 0;
+done:
+    free(text);
+    if (rc != 0) manifest_free(m);
+    return rc;
+}
+
+// The directory of a file's path, malloc'd ("." for a bare name).
+static char *dir_of(const char *path) {
+    const char *slash = strrchr(path, '/');
+    return slash ? strndup(path, slash == path ? 1 : (size_t)(slash - path)) : strdup(".");
+}
+
+// Whether shard file `path` is the one the manifest names: its size and
+// the crc32 of its section table. 0, or -1 with a message.
+static int shard_matches(const char *path, int r, const Manifest *m, char *err, size_t errcap) {
+    struct stat st;
+    if (stat(path, &st) != 0)
+        return io_fail(err, errcap, path, "shard %d of %d of step %lld is missing: %s", r, m->ranks, (long long)m->step,
+                       strerror(errno));
+    if ((int64_t)st.st_size != m->bytes[r])
+        return io_fail(err, errcap, path, "shard %d of %d of step %lld has %lld bytes; the manifest says %lld", r,
+                       m->ranks, (long long)m->step, (long long)st.st_size, (long long)m->bytes[r]);
+    unsigned char t[TABLE_BYTES];
+    int fd = open(path, O_RDONLY | O_CLOEXEC);
+    int64_t got = fd < 0 ? -1 : get(fd, t, TABLE_BYTES, HEADER_BYTES);
+    if (fd >= 0) close(fd);
+    if (got != TABLE_BYTES || io_crc32(0, t, TABLE_BYTES) != m->crcs[r])
+        return io_fail(err, errcap, path, "shard %d of %d of step %lld is not the one its manifest names (section "
+                       "table crc32)", r, m->ranks, (long long)m->step);
+    return 0;
+}
+
+static int load_sharded(const char *path, CkptMeta *meta, int64_t expected_n, const CkptSegment *segs, int nsegs,
+                        const CkptRange *want, const CkptIO *io, char *err, size_t errcap) {
+    Manifest m;
+    if (manifest_read(path, &m, err, errcap) != 0) return -1;
+    char *dir = dir_of(path), *file = NULL;
+    Shard sh = {0};
+    int rc = -1;
+    if (!dir) {
+        io_fail(err, errcap, path, "out of memory");
+        goto done;
+    }
+    if (expected_n >= 0 && m.n != expected_n) {
+        io_fail(err, errcap, path, "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
+                (long long)m.n, (long long)expected_n);
+        goto done;
+    }
+    if (segs && (nsegs != m.nsegs || memcmp(segs, m.segs, (size_t)nsegs * sizeof *segs) != 0)) {
+        io_fail(err, errcap, path, "the checkpoint's %d segments are laid out otherwise than this plan's %d", m.nsegs, nsegs);
+        goto done;
+    }
+    for (int r = 0; r < m.ranks; r++) { // every shard as the manifest names it, before anything is put
+        free(file);
+        if (!(file = path_join(dir, m.names[r]))) goto oom;
+        if (shard_matches(file, r, &m, err, errcap) != 0) goto done;
+    }
+    for (int r = 0; r < m.ranks; r++) {
+        free(sh.runs);
+        if (shard_layout(&sh, m.segs, m.nsegs, r, m.ranks) != 0) goto oom;
+        int needed = r == 0; // (shard 0 always: its META is the checkpoint's)
+        for (int k = 0; io && k < sh.nruns; k++) {
+            const ShardRun *run = &sh.runs[k];
+            needed |= !want || (want[run->seg].lo < run->lo + run->len && run->lo < want[run->seg].hi);
+        }
+        if (!needed) continue;
+        free(file);
+        if (!(file = path_join(dir, m.names[r]))) goto oom;
+        CkptMeta got;
+        ShardIO sio = {.sh = &sh, .io = io, .want = want};
+        CkptIO through = {NULL, shard_put, &sio};
+        if (io ? ckpt_read_io(file, &got, sh.n, &through, err, errcap) != 0
+               : ckpt_read(file, &got, sh.n, NULL, NULL, NULL, err, errcap) != 0)
+            goto done;
+        if (got.step != m.step) {
+            io_fail(err, errcap, file, "holds step %lld; its manifest %s says %lld", (long long)got.step, path,
+                    (long long)m.step);
+            goto done;
+        }
+        if (r == 0) *meta = got, meta->n = m.n;
+    }
+    rc = 0;
+    goto done;
+oom:
+    io_fail(err, errcap, path, "out of memory");
+done:
+    free(dir), free(file), free(sh.runs);
+    manifest_free(&m);
+    if (rc != 0) memset(meta, 0, sizeof *meta);
+    return rc;
+}
+
+static int ends_with(const char *s, const char *tail) {
+    size_t a = strlen(s), b = strlen(tail);
+    return a >= b && strcmp(s + a - b, tail) == 0;
+}
+
+int ckpt_load(const char *path, CkptMeta *meta, int64_t expected_n, const CkptSegment *segs, int nsegs,
+              const CkptRange *want, const CkptIO *io, char *err, size_t errcap) {
+    if (err && errcap) err[0] = 0;
+    if (!path) return io_fail(err, errcap, "checkpoint", "no checkpoint to read");
+    if (io && expected_n < 0) return io_fail(err, errcap, path, "internal error: arrays to read without their expected size");
+    if (ends_with(path, ".manifest")) return load_sharded(path, meta, expected_n, segs, nsegs, want, io, err, errcap);
+    if (!io) return ckpt_read(path, meta, expected_n, NULL, NULL, NULL, err, errcap);
+    if (!want) return ckpt_read_io(path, meta, expected_n, io, err, errcap);
+    // one file, of which the reader wants parts: the whole store as one run
+    if (check_segments(path, segs, nsegs, expected_n, err, errcap) != 0) return -1;
+    ShardRun *runs = malloc((size_t)(nsegs + 1) * sizeof *runs);
+    if (!runs) return io_fail(err, errcap, path, "out of memory");
+    for (int k = 0; k < nsegs; k++) runs[k] = (ShardRun){k, 0, segs[k].len, segs[k].off, segs[k].off};
+    Shard sh = {runs, nsegs, expected_n};
+    ShardIO sio = {.sh = &sh, .io = io, .want = want};
+    CkptIO through = {NULL, shard_put, &sio};
+    int rc = ckpt_read_io(path, meta, expected_n, &through, err, errcap);
+    free(runs);
+    return rc;
 }

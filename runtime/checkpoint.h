@@ -98,10 +98,74 @@ typedef struct CkptIO {
 int ckpt_save_io(const char *dir, int keep, const CkptMeta *meta, const CkptIO *io, char *err, size_t errcap);
 int ckpt_read_io(const char *path, CkptMeta *meta, int64_t expected_n, const CkptIO *io, char *err, size_t errcap);
 
-// Finds the newest checkpoint in dir: the step-DIGITS.ckpt with the largest
-// step (files under a final name are complete by construction; *.tmp
-// leftovers and other names are ignored; the file is not opened, ckpt_read
-// validates it). path receives "DIR/step-%09lld.ckpt", ready for ckpt_read.
+// Sharded checkpoints, the ranks of a data-parallel run (dist.h) saving
+// together: the store is a list of segments (the head's and the tail's
+// globals and each layer's, in store order, tiling [0, n)), and rank r of
+// R writes, of each segment in order, its slice dist_shard(len, r, R) of
+// w, m and v, as one file DIR/step-%09lld.shard-%05d-of-%05d: a checkpoint
+// file as above whose META is the run's but for n, the shard's floats.
+// Once every rank's shard is on disk (its .tmp fsync'ed and renamed), rank
+// 0 writes DIR/step-%09lld.manifest (.tmp, fsync, rename, the directory
+// fsync'ed), a text file that commits the step:
+//
+//   mt sharded checkpoint 1
+//   step S / n N / ranks R / segments K      (one a line)
+//   OFF LEN                                  (K lines: the segments)
+//   shard r NAME BYTES CRC                   (R lines: each shard's file, size
+//                                             and the crc32 of its section table,
+//                                             in hex; that table holds its
+//                                             sections' crc32s)
+//   crc32 CRC                                (of every byte before this line)
+//
+// A step whose manifest is missing was never committed: a rank killed
+// mid-save leaves a shard's .tmp or some shards, which no reader takes
+// (ckpt_latest finds the newest .ckpt or .manifest) and the next commit's
+// pruning removes. Readers check each shard's size and table crc32 against
+// the manifest, then its sections' crc32s as for any checkpoint file.
+typedef struct CkptSegment {
+    int64_t off, len; // floats: where the segment starts in the store, and how many
+} CkptSegment;
+typedef struct CkptRange {
+    int64_t lo, hi; // [lo, hi) of a segment, in its own floats
+} CkptRange;
+
+// Rank `rank` of `ranks`'s shard of step meta->step (meta->n: the whole
+// store's floats, tiled by segs), its floats through io's get (store
+// offsets). Creates DIR if missing. Sets the file's size and the crc32 of
+// its section table, for the manifest. The same fault injection as
+// ckpt_save, and MT_CKPT_ABORT_STEP=S limits it to the save of step S.
+// Returns 0, or -1 with a message (nothing under the shard's name then).
+int ckpt_save_shard(const char *dir, const CkptMeta *meta, const CkptSegment *segs, int nsegs, int rank, int ranks,
+                    const CkptIO *io, int64_t *bytes, uint32_t *table_crc, char *err, size_t errcap);
+// Rank 0, after every rank's ckpt_save_shard succeeded: the manifest of
+// meta->step naming the `ranks` shards with their sizes and table crc32s
+// (each rank's), then the pruning of ckpt_save (the newest `keep` committed
+// steps kept, a manifest with the shards it names; .tmp files, uncommitted
+// shards and shards of a kept step by another number of ranks removed).
+// Returns 0, or -1 with a message.
+int ckpt_commit_shards(const char *dir, int keep, const CkptMeta *meta, const CkptSegment *segs, int nsegs, int ranks,
+                       const int64_t *bytes, const uint32_t *table_crcs, char *err, size_t errcap);
+
+// Reads a checkpoint, a single file (step-*.ckpt, versions 2 and 3) or a
+// sharded one (step-*.manifest, saved by any number of ranks), as
+// ckpt_latest names it: its meta (n the whole store's), and with io, the
+// floats of w, m and v this reader wants, put through io at store offsets:
+// of each segment k of segs (the plan's, which must equal a manifest's),
+// [want[k].lo, want[k].hi) (want NULL: everything), so that a rank of a
+// replicated store fills every segment and a rank of a sharded one its
+// slices. Only the shards that hold wanted floats are read (and shard 0,
+// whose META is the checkpoint's), each checked whole. Refuses n other
+// than expected_n (>= 0; with io it must be given). Returns 0, or -1 with
+// a message naming the file; on -1 *meta is zeroed and what was put is
+// unspecified.
+int ckpt_load(const char *path, CkptMeta *meta, int64_t expected_n, const CkptSegment *segs, int nsegs,
+              const CkptRange *want, const CkptIO *io, char *err, size_t errcap);
+
+// Finds the newest checkpoint in dir: the step-DIGITS.ckpt or
+// step-DIGITS.manifest with the largest step (files under a final name are
+// complete by construction; *.tmp leftovers, shards and other names are
+// ignored; the file is not opened, ckpt_load validates it). path receives
+// "DIR/step-%09lld.ckpt" (or .manifest), ready for ckpt_load.
 // Returns 0, or -1 with a message (no such directory, no checkpoint in it,
 // path too small for the name).
 int ckpt_latest(const char *dir, char *path, size_t pathcap, char *err, size_t errcap);

@@ -31,6 +31,7 @@ int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
     MPI_Comm node; // the ranks that share this machine's memory
     if (MPI_Comm_split_type(MPI_COMM_WORLD, MPI_COMM_TYPE_SHARED, d->rank, MPI_INFO_NULL, &node) == MPI_SUCCESS) {
         MPI_Comm_size(node, &d->local);
+        MPI_Comm_rank(node, &d->local_rank);
         MPI_Comm_free(&node);
     }
     return 0;
@@ -142,14 +143,6 @@ int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err
     return rc == 0 ? check_options(d, options, err, errcap) : rc;
 }
 
-void dist_sum_floats(const Dist *d, float *x, int64_t n) {
-    if (!d || !d->mpi || d->size == 1) return;
-    for (int64_t at = 0; at < n; at += INT_MAX / 2) {
-        int64_t k = n - at < INT_MAX / 2 ? n - at : INT_MAX / 2;
-        MPI_Allreduce(MPI_IN_PLACE, x + at, (int)k, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    }
-}
-
 void dist_sum_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_SUM, MPI_COMM_WORLD);
 }
@@ -158,17 +151,79 @@ void dist_max_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
 }
 
+char *dist_bcast_text(const Dist *d, const char *text, int *ok) {
+    int many = d && d->mpi && d->size > 1, root = !many || d->rank == 0;
+    long long len = root && text ? (long long)strlen(text) : -1;
+    if (many) MPI_Bcast(&len, 1, MPI_LONG_LONG, 0, MPI_COMM_WORLD);
+    *ok = 1;
+    if (len < 0) return NULL;
+    char *out = malloc((size_t)len + 1);
+    if (root && out) memcpy(out, text, (size_t)len + 1);
+    if (many && out) MPI_Bcast(out, (int)len + 1, MPI_CHAR, 0, MPI_COMM_WORLD);
+    if (many && !out) MPI_Abort(MPI_COMM_WORLD, 1); // (the others wait in the broadcast)
+    *ok = out != NULL;
+    return out;
+}
+
+void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all) {
+    if (d && d->mpi && d->size > 1) MPI_Allgather(mine, n, MPI_INT64_T, all, n, MPI_INT64_T, MPI_COMM_WORLD);
+    else memcpy(all, mine, (size_t)n * sizeof *mine);
+}
+
+int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t off, int64_t n, float *dst,
+                       DistGetFn get, void *ctx, char *err, size_t errcap) {
+    if (!d || !d->mpi || d->size == 1) return get(ctx, off, n, dst, err, errcap);
+    int size = d->size, *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
+    const int64_t piece = (int64_t)1 << 26;
+    float *mine = malloc((size_t)(n < piece ? n : piece) * sizeof *mine + 1);
+    int bad = !counts || !displs || !mine, any = 0;
+    if (bad) snprintf(err, errcap, "out of memory gathering a tensor");
+    for (int64_t at = off; at < off + n && !any; at += piece) {
+        int64_t k = off + n - at < piece ? off + n - at : piece, a = at, b = at;
+        for (int r = 0; !bad && r < size; r++) { // rank r's part of [at, at + k): its slice, clipped
+            int64_t lo, hi;
+            dist_shard(seg_len, r, size, &lo, &hi);
+            int64_t x = seg_off + lo > at ? seg_off + lo : at, y = seg_off + hi < at + k ? seg_off + hi : at + k;
+            counts[r] = y > x ? (int)(y - x) : 0, displs[r] = y > x ? (int)(x - at) : 0;
+            if (r == d->rank) a = x, b = y;
+        }
+        if (!bad && b > a && get(ctx, a, b - a, mine, err, errcap) != 0) bad = 1;
+        MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); // (before the gather: none waits alone)
+        if (!any) MPI_Gatherv(mine, counts[d->rank], MPI_FLOAT, d->rank == 0 ? dst + (at - off) : NULL, counts, displs,
+                              MPI_FLOAT, 0, MPI_COMM_WORLD);
+    }
+    if (any) { // which rank failed first, for the others' message
+        int who = bad ? d->rank : size, first = size;
+        MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
+        if (!bad) snprintf(err, errcap, "rank %d of %d could not read its slice of a tensor (its message says why)", first, size);
+    }
+    free(counts), free(displs), free(mine);
+    return any ? -1 : 0;
+}
+
+char *dist_gather_lines(const Dist *d, const char *mine) {
+    int size = d && d->mpi ? d->size : 1, len = (int)strlen(mine) + 1, *lens = calloc((size_t)size, sizeof *lens);
+    int *at = calloc((size_t)size, sizeof *at);
+    char *all = NULL, *out = NULL;
+    if (lens && at) {
+        if (size > 1) MPI_Allgather(&len, 1, MPI_INT, lens, 1, MPI_INT, MPI_COMM_WORLD);
+        else lens[0] = len;
+        long total = 0;
+        for (int r = 0; r < size; r++) at[r] = (int)total, total += lens[r];
+        if (total <= INT_MAX && (all = malloc((size_t)total)) && (out = malloc((size_t)total + (size_t)size * 24))) {
+            if (size > 1) MPI_Allgatherv(mine, len, MPI_CHAR, all, lens, at, MPI_CHAR, MPI_COMM_WORLD);
+            else memcpy(all, mine, (size_t)len);
+            size_t k = 0;
+            for (int r = 0; r < size; r++) k += (size_t)sprintf(out + k, "rank %d: %s\n", r, all + at[r]);
+        }
+    }
+    free(lens), free(at), free(all);
+    return out;
+}
+
 void dist_close(Dist *d, int status) {
     if (!d->mpi) return;
     if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);
     MPI_Finalize();
     d->mpi = 0;
-}
-
-int64_t dist_shard(int64_t len, int rank, int ranks, int64_t *lo, int64_t *hi) {
-    int64_t chunk = ranks > 1 ? (len + ranks - 1) / ranks : len;
-    int64_t a = (int64_t)rank * chunk;
-    *lo = a < len ? a : len;
-    *hi = a + chunk < len ? a + chunk : len;
-    return chunk;
 }

@@ -165,13 +165,13 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     for (int i = 0; i < 4; i++)
         if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
-    fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\n", (long long)o->val_batches, o->reference,
-            (int)device, o->shuffle);
+    fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\nsave-every=%lld\n", (long long)o->val_batches,
+            o->reference, (int)device, o->shuffle, (long long)o->save_every); // (the steps every rank saves its shard)
     fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none", data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
     fprintf(f, "val-data=%s (%lld bytes)\n", o->val_data ? o->val_data : "none",
             o->val_data && stat(o->val_data, &st) == 0 ? (long long)st.st_size : -1LL);
-    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
-            o->tier_dir ? "given" : "none");
+    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\nexport=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
+            o->tier_dir ? "given" : "none", o->export_path ? "given" : "none"); // (every rank joins the export's gathers)
     return fclose(f) == 0 ? s : (free(s), NULL);
 }
 
@@ -318,10 +318,10 @@ int main(int argc, char **argv) {
         fprintf(stderr, "mtrun: error: %s\n", derr);
         return 1;
     }
-    if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, checkpoints, --export, --trace,
-                         // --logits and samples
+    if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, the manifest of each
+                         // checkpoint, --export, --trace, --logits and samples (every rank writes its checkpoint shard)
         if (!freopen("/dev/null", "w", stdout)) return 1;
-        o.log_path = "", o.save_dir = o.export_path = o.trace = o.logits = NULL, o.sample_every = 0;
+        o.log_path = "", o.trace = o.logits = NULL, o.sample_every = 0; // (--export: each sends its slices)
     }
     if (dist.mpi) o.dist = &dist;
     if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which
@@ -372,7 +372,7 @@ int main(int argc, char **argv) {
         if (save_dir) snprintf(save_dir, n + 6, "%.*s.ckpt", (int)n, o.log_path);
         o.save_dir = save_dir, o.save_default = 1;
     }
-    if (p && o.save_dir && !o.save_every) // every validation: --val-every's, else the model's
+    if (p && !o.save_every) // every validation: --val-every's, else the model's (on every rank: each saves its shard)
         o.save_every = o.val_every > 0 ? o.val_every : p->graph->train.val_every;
     if (p) rc = train_run(p, path, &o, err, sizeof err);
     if (rc && dist.mpi) fprintf(stderr, "mtrun: rank %d of %d: error: %s\n", dist.rank, dist.size, err);

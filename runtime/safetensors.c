@@ -661,7 +661,8 @@ static int64_t out_numel(const StOut *t) {
 }
 
 // Writes tensors [f->lo, f->hi) as one safetensors file to f->tmp, synced. Returns 0 or an errno.
-static int write_file(const OutFile *f, const StOut *t, StDtype dtype, unsigned char *chunk, size_t chunk_bytes) {
+static int write_file(const OutFile *f, const StOut *t, StDtype dtype, unsigned char *chunk, size_t chunk_bytes,
+                      char *why, size_t whycap) {
     int esize = DTYPE_BYTES[dtype];
     Buf h = {0};
     buf_str(&h, "{\"__metadata__\":{\"format\":\"pt\"}");
@@ -695,19 +696,21 @@ static int write_file(const OutFile *f, const StOut *t, StDtype dtype, unsigned 
     for (int i = f->lo; i < f->hi && !e; i++) {
         int64_t n = out_numel(&t[i]);
         if (n == 0) continue;
-        if (dtype == ST_F32) {
-            e = write_all(fd, t[i].data, (size_t)n * 4);
-            continue;
-        }
-        for (int64_t at = 0; at < n && !e; at += (int64_t)per) {
+        const float *data = t[i].data;
+        float *filled = NULL; // (n) a tensor that fill gives, only while it is written
+        if (!data && !(data = filled = malloc((size_t)n * sizeof *filled))) e = ENOMEM;
+        else if (filled && t[i].fill(t[i].ctx, &t[i], filled, why, whycap) != 0) e = EIO;
+        else if (dtype == ST_F32) e = write_all(fd, data, (size_t)n * 4);
+        for (int64_t at = 0; dtype != ST_F32 && at < n && !e; at += (int64_t)per) {
             size_t k = n - at < (int64_t)per ? (size_t)(n - at) : per;
             for (size_t j = 0; j < k; j++) {
-                uint16_t b = bf16_from_f32(t[i].data[at + (int64_t)j]);
+                uint16_t b = bf16_from_f32(data[at + (int64_t)j]);
                 chunk[2 * j] = (unsigned char)b;
                 chunk[2 * j + 1] = (unsigned char)(b >> 8);
             }
             e = write_all(fd, chunk, 2 * k);
         }
+        free(filled);
     }
     if (!e && fsync(fd) != 0) e = errno;
     if (close(fd) != 0 && !e) e = errno;
@@ -816,7 +819,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
                 return io_fail(err, errcap, path, "tensor '%s': its size overflows 64 bits", t[i].name);
             numel *= k;
         }
-        if (numel > 0 && !t[i].data) return io_fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
+        if (numel > 0 && !t[i].data && !t[i].fill) return io_fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
         if (numel * esize > INT64_MAX - total) return io_fail(err, errcap, path, "the total size overflows 64 bits");
         total += numel * esize;
     }
@@ -831,6 +834,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
     char *stem = strdup(base);
     int nfiles = 0, index_state = 0, rc = -1, e = 0;
     const char *failed_path = path;
+    char why[512] = ""; // a fill's message
     if (!sorted || !shard_of || !file_of || !chunk || !index || !index_tmp || !stem) {
         io_fail(err, errcap, path, "out of memory");
         goto done;
@@ -892,7 +896,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
     for (int k = 0; k < nfiles && !e; k++) {
         files[k].state = 1;
         failed_path = files[k].path;
-        e = write_file(&files[k], t, dtype, chunk, 1 << 20);
+        e = write_file(&files[k], t, dtype, chunk, 1 << 20, why, sizeof why);
     }
     if (!e && sharded) {
         for (int i = 0; i < n; i++) shard_of[i] = file_of[sorted[i] - t];
@@ -911,7 +915,7 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
         else index_state = 2;
     }
     if (e) {
-        io_fail(err, errcap, failed_path, "cannot write: %s", strerror(e));
+        io_fail(err, errcap, failed_path, "cannot write: %s", why[0] ? why : strerror(e));
         goto done;
     }
     io_sync_parent_dir(path);

@@ -80,6 +80,12 @@ typedef struct StOut {
     int rank;                   // 0 .. ST_MAX_RANK
     int64_t shape[ST_MAX_RANK]; // (rank)
     const float *data;          // (shape product) fp32; may be NULL when the product is 0
+    // or, data NULL: fill writes the tensor's floats into dst (shape product) when the writer reaches
+    // it, one tensor at a time, in the order given (a gather over the ranks: weights.c); 0, or -1
+    // with a message
+    int (*fill)(void *ctx, const struct StOut *t, float *dst, char *err, size_t errcap);
+    void *ctx;
+    int64_t at; // for fill: where the tensor's floats are, in the caller's terms
 } StOut;
 
 // Writes t[0..n) in that order, contiguous from offset 0, as dtype: ST_F32
@@ -106,8 +112,8 @@ typedef struct StOut {
 // nothing of this write is left (no temporary file, no new shard) and -1 is
 // returned with a message. Refused before anything is written: dtype ST_F16,
 // a tensor with no name, the name "__metadata__", a name given twice, a rank
-// out of range, a negative dimension, sizes that overflow, NULL data with
-// elements.
+// out of range, a negative dimension, sizes that overflow, NULL data and
+// no fill with elements.
 int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err,
              size_t errcap);
 

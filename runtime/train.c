@@ -14,6 +14,7 @@
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
+#include "comm.h"
 #include "kernels.h"
 #include "data.h"
 #include "replay.h"
@@ -101,6 +102,9 @@ typedef struct Run {
     int64_t schedule_steps; // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
     int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
     const char *save_dir; // where checkpoints go: --save's, or the default beside the log; NULL: none
+                          // (rank 0's, every rank's alike: each writes its shard there)
+    char *save_dir_agreed; // the malloc'd copy of rank 0's that save_dir points to, with ranks
+    Comm comm;            // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
     char no_save[600];    // why none, where the default would have saved (for the banner)
 } Run;
 
@@ -220,7 +224,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     }
     int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
     if (run_ranks(r) > 1) { // the gradients, losses and counts summed over the ranks; the norms of the sums
-        dist_sum_floats(r->o->dist, r->hs.g, r->hs.n);
+        if (comm_all_reduce(&r->comm, r->hs.g, r->hs.n, COMM_F32, NULL, err, errcap) != 0) return -1;
         for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
@@ -429,7 +433,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
                 {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
                  r->hs.wb ? "the bf16 weights" : "the weights"},
                 {r->act, p->host_act_bytes, "the host activation store"}};
-            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, err, errcap))) return -1;
+            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, r->o->dist, err, errcap))) return -1;
             r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
         } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
@@ -448,7 +452,12 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
-    return check_save_dir(r, err, errcap);
+    if (check_save_dir(r, err, errcap) != 0 || comm_open(&r->comm, r->o->dist, 0, NULL, err, errcap) != 0) return -1;
+    if (run_ranks(r) == 1) return 0;
+    int ok; // rank 0 decides where the run saves (its default is beside its log); every rank saves its shard there
+    r->save_dir = r->save_dir_agreed = dist_bcast_text(r->o->dist, r->save_dir, &ok);
+    if (!ok) snprintf(err, errcap, "out of memory");
+    return ok ? 0 : -1;
 }
 
 // Whether the metrics log took everything written to it so far (flushed):
@@ -490,6 +499,8 @@ static void close_run(Run *r) {
     free(r->tokens);
     free(r->targets);
     free(r->segs);
+    free(r->save_dir_agreed);
+    comm_close(&r->comm);
     kernel_attention_segments = NULL;
 }
 
@@ -566,6 +577,19 @@ static int store_ckpt_put(void *ctx, int array, int64_t off, int64_t n, const fl
     return store_put(&r->hs, r->p, array, off, n, src, err, errcap);
 }
 
+// The store's segments in store order (the head's globals, the tail's,
+// then each layer's), as checkpoints shard them: malloc'd, *n of them.
+static CkptSegment *checkpoint_segments(const Plan *p, int *n) {
+    int64_t layers = p->graph->layers;
+    CkptSegment *segs = malloc((size_t)(layers + 2) * sizeof *segs);
+    for (int64_t k = 0; segs && k < layers + 2; k++) {
+        int64_t seg = k == 0 ? SEG_HEAD : k == 1 ? SEG_TAIL : k - 2;
+        segs[k] = (CkptSegment){plan_segment_base(p, seg), plan_segment_len(p, seg)};
+    }
+    *n = (int)(layers + 2);
+    return segs;
+}
+
 // Continues from the newest checkpoint in o->resume: weights, both Adam
 // moments, step and data position. A checkpoint belongs to the model, not
 // the plan: another plan of the same model (batch, remat, target, tiling)
@@ -578,7 +602,7 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     CkptMeta meta;
     // Whose checkpoint it is, first; then the arrays.
     if (ckpt_latest(r->o->resume, path, sizeof path, err, errcap) != 0 ||
-        ckpt_read(path, &meta, -1, NULL, NULL, NULL, err, errcap) != 0)
+        ckpt_load(path, &meta, -1, NULL, 0, NULL, NULL, err, errcap) != 0)
         return -1;
     if (meta.model_crc != model_crc(p) || meta.n != r->hs.n) {
         snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this plan's "
@@ -595,9 +619,13 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
         return -1;
     }
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
-    if (r->hs.tier ? ckpt_read_io(path, &meta, r->hs.n, &io, err, errcap) != 0
-                   : ckpt_read(path, &meta, r->hs.n, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
-        return -1;
+    int nsegs;
+    CkptSegment *segs = checkpoint_segments(p, &nsegs);
+    // every segment whole (the replicated store), from a file or the shards of any number of ranks
+    int rc = segs ? ckpt_load(path, &meta, r->hs.n, segs, nsegs, NULL, &io, err, errcap) : -1;
+    if (!segs) snprintf(err, errcap, "out of memory");
+    free(segs);
+    if (rc != 0) return -1;
     if (data_seek(&r->data, meta.data_pos, err, errcap) != 0) {
         size_t n = strlen(err);
         snprintf(err + n, errcap - n, " (%s)", path);
@@ -620,6 +648,44 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     return meta.step;
 }
 
+// A save of several ranks: each writes its shard of every segment, and
+// once all are on disk rank 0 commits the step with the manifest. A rank
+// that fails (or is killed) leaves the previous manifest the newest. 0,
+// or -1 with a message (on every rank: the failing rank's own, else which
+// rank failed).
+static int save_sharded(Run *r, const CkptMeta *meta, char *err, size_t errcap) {
+    const Dist *d = r->o->dist;
+    CkptIO io = {store_ckpt_get, store_ckpt_put, r};
+    int nsegs;
+    CkptSegment *segs = checkpoint_segments(r->p, &nsegs);
+    int64_t mine[3] = {-1, 0, 0}, *all = malloc((size_t)d->size * sizeof mine), bytes = 0; // (size, 3): ok, bytes, crc
+    uint32_t crc = 0;
+    if (!segs || !all) snprintf(err, errcap, "out of memory");
+    else if (ckpt_save_shard(r->save_dir, meta, segs, nsegs, d->rank, d->size, &io, &bytes, &crc, err, errcap) == 0)
+        mine[0] = 0, mine[1] = bytes, mine[2] = crc;
+    int64_t scratch[3];
+    dist_gather_i64(d, mine, 3, all ? all : scratch); // (every rank joins; one out of memory then fails alone)
+    int rc = all && mine[0] == 0 ? 0 : -1, failed = -1;
+    for (int k = 0; all && k < d->size && failed < 0; k++)
+        if (all[3 * k] != 0) failed = k;
+    if (rc == 0 && failed >= 0) {
+        snprintf(err, errcap, "rank %d of %d could not write its shard of step %lld (its message says why); step %lld "
+                 "is not saved, the newest checkpoint in %s stays the one to resume", failed, d->size,
+                 (long long)meta->step, (long long)meta->step, r->save_dir);
+        rc = -1;
+    }
+    if (rc == 0 && d->rank == 0) {
+        int64_t *b = malloc((size_t)d->size * sizeof *b);
+        uint32_t *c = malloc((size_t)d->size * sizeof *c);
+        for (int k = 0; b && c && k < d->size; k++) b[k] = all[3 * k + 1], c[k] = (uint32_t)all[3 * k + 2];
+        if (!b || !c) rc = -1, snprintf(err, errcap, "out of memory");
+        else rc = ckpt_commit_shards(r->save_dir, r->o->keep, meta, segs, nsegs, d->size, b, c, err, errcap);
+        free(b), free(c);
+    }
+    free(segs), free(all);
+    return rc;
+}
+
 static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
@@ -632,8 +698,9 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
-    if (r->hs.tier ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
-                   : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+    if (run_ranks(r) > 1 ? save_sharded(r, &meta, err, errcap) != 0
+        : r->hs.tier     ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
+                         : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
     fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->save_dir);
     return 0;
@@ -739,8 +806,18 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     if (g->nkinds > 1) fprintf(out, " of %d kinds, each streamed by itself", g->nkinds);
     fputc('\n', out);
     fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
-    fprintf(out, "  device   %s; arena %.2f MB", r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu",
-            (double)p->arena_bytes / 1e6);
+    const char *dev = r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu";
+    if (run_ranks(r) > 1) { // each rank's (its GPU: its local rank modulo the machine's), a collective
+        char *all = dist_gather_lines(r->o->dist, dev);
+        for (char *line = all, *end; line && *line; line = end + 1) {
+            end = strchr(line, '\n');
+            fprintf(out, "  %s %.*s\n", line == all ? "device  " : "        ", (int)(end - line), line);
+        }
+        free(all);
+        fprintf(out, "           each rank: arena %.2f MB", (double)p->arena_bytes / 1e6);
+    } else {
+        fprintf(out, "  device   %s; arena %.2f MB", dev, (double)p->arena_bytes / 1e6);
+    }
     if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
     fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
@@ -773,9 +850,10 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
                 (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->save_dir)
-        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s\n",
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
-                r->o->save_default ? " (beside the log; --no-save: none)" : "");
+                r->o->save_default ? " (beside the log; --no-save: none)" : "",
+                run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
     else
         fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
     fflush(out);
@@ -885,7 +963,16 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     HfTokens ids = {-1, -1, -1};
     if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
         ids = (HfTokens){v.bos, v.eos, v.pad};
-    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, err, errcap);
+    const char *poison = getenv("MT_TEST_EXPORT_POISON"); // a test hook: this rank's master outside its slices NaN,
+    if (poison && *poison == '1' && run_ranks(r) > 1)       // as a sharded store would not have them
+        for (int64_t k = 0, n = 0, lo, hi; k < r->p->graph->layers + 2; k++) {
+            int64_t seg = k == 0 ? SEG_HEAD : k == 1 ? SEG_TAIL : k - 2, at = store_segment(r->p, seg, &n);
+            dist_shard(n, o->dist->rank, o->dist->size, &lo, &hi);
+            backend_fill_nan(r->hs.w + at, lo * 4);
+            backend_fill_nan(r->hs.w + at + hi, (n - hi) * 4);
+        }
+    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, o->dist, err,
+                            errcap);
     if (!rc)
         fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
                 tokdir ? tokdir : "");

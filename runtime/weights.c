@@ -393,7 +393,7 @@ static int copy_files(const char *src, const char *dir, int *copied, char *err, 
 // The folder transformers loads: the weights sharded as it shards them,
 // config.json and generation_config.json, and the tokenizer's files.
 static int export_folder(const char *dir, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
-                         const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap) {
+                         const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
     char *config = NULL, *generation = NULL, st_path[4096];
     if (hf_config_json(p, bf16, tok, &config, &generation, err, errcap) != 0) return -1;
     int rc = -1, copied = 0;
@@ -402,7 +402,7 @@ static int export_folder(const char *dir, const Plan *p, const HostStore *hs, in
         goto done;
     }
     snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
-    if (weights_export(st_path, p, hs, bf16, shard_bytes, NULL, NULL, err, errcap) != 0 ||
+    if (weights_export(st_path, p, hs, bf16, shard_bytes, NULL, NULL, dist, err, errcap) != 0 ||
         write_text(dir, "config.json", config, err, errcap) != 0 ||
         write_text(dir, "generation_config.json", generation, err, errcap) != 0 ||
         (tokenizer_dir && copy_files(tokenizer_dir, dir, &copied, err, errcap) != 0))
@@ -415,10 +415,34 @@ done:
     return rc;
 }
 
+// A tensor of the export, gathered when the writer reaches it: each float
+// from the rank whose slice of the segment holds it (dist_shard), so that
+// the writer holds one tensor, never the model; this store's floats from
+// its master (RAM: the tier's master is refused up front).
+typedef struct ExportGather {
+    const Dist *dist;
+    const Plan *p;
+    const HostStore *hs;
+} ExportGather;
+static int master_get(void *ctx, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    (void)err, (void)errcap;
+    memcpy(dst, ((const HostStore *)ctx)->w + off, (size_t)n * sizeof *dst);
+    return 0;
+}
+static int gather_tensor(void *ctx, const StOut *t, float *dst, char *err, size_t errcap) {
+    const ExportGather *x = ctx;
+    int64_t n = 1, seg = plan_segment_of(x->p, t->at);
+    for (int d = 0; d < t->rank; d++) n *= t->shape[d];
+    return dist_gather_slices(x->dist, plan_segment_base(x->p, seg), plan_segment_len(x->p, seg), t->at, n, dst,
+                              master_get, (void *)x->hs, err, errcap);
+}
+
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
-                   const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap) {
+                   const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
     const Graph *g = p->graph;
-    if (export_is_folder(path)) return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, err, errcap);
+    int writer = !dist || !dist->mpi || dist->rank == 0; // the others only send their slices
+    if (writer && export_is_folder(path))
+        return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, err, errcap);
     if (hs->tier_master) {
         snprintf(err, errcap, "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
                  "whole model in RAM): save a checkpoint (--save) and export from it in a run without the tier");
@@ -431,6 +455,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
     if (!out) goto oom;
     // Checkpoint order: head globals, the layers, then the tail's.
     int64_t k = 0;
+    ExportGather gather = {dist, p, hs};
     for (int pass = 0; pass < 3; pass++)
         for (int64_t l = 0; l < (pass == 1 ? g->layers : 1); l++)
             for (int i = 0; i < g->params.n; i++) {
@@ -443,10 +468,14 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                     if (!(o->name = param_ckpt_name(&a, prm, l, e))) goto oom;
                     o->rank = es.rank;
                     for (int d = 0; d < o->rank; d++) o->shape[d] = es.dims[d];
-                    o->data = hs->w + plan_param_elem(p, i, l) + e * shape_numel(&es);
+                    o->fill = gather_tensor, o->ctx = &gather, o->at = plan_param_elem(p, i, l) + e * shape_numel(&es);
                 }
             }
-    rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
+    if (writer) rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
+    else { // the writer's fills, in its order (st_write writes the tensors as given)
+        rc = 0;
+        for (int64_t i = 0; i < k && rc == 0; i++) rc = gather_tensor(&gather, &out[i], NULL, err, errcap);
+    }
     arena_free(&a);
     return rc;
 oom:

@@ -7,6 +7,7 @@
 #include <stddef.h>
 
 #include "hf_config.h"
+#include "dist.h"
 #include "store.h"
 
 // Loads every parameter of the plan's model into the master weights:
@@ -26,9 +27,12 @@ int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size
 // model.safetensors (sharded likewise), config.json and
 // generation_config.json (hf_config.h), and every file of tokenizer_dir
 // (NULL: none), with the bos, eos and pad ids of tok (NULL: not known) in
-// both configs.
+// both configs. One tensor at a time: each is gathered when the writer
+// reaches it, from the ranks' slices of its segment (dist_gather_slices;
+// dist NULL: one process), so no rank holds the whole model for it; with
+// ranks, every rank calls this and rank 0 writes.
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
-                   const char *tokenizer_dir, const HfTokens *tok, char *err, size_t errcap);
+                   const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap);
 
 // What weights_export would refuse before any training: a folder for a
 // model whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.

@@ -18,7 +18,10 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         the largest element's is printed too) in f32 and bf16 alike (only
         the order of the gradient sums differs: bitwise at 2 ranks); a
         second run under mpirun gives the same bits (log and export byte for
-        byte).
+        byte). --export gathers each tensor from the ranks' slices
+        (dist_shard): the first run's ranks have NaN outside their own slices
+        when they export (MT_TEST_EXPORT_POISON), and its export equals the
+        second run's byte for byte, and at 2 ranks the one process's.
 refuse: ranks started with a plan for another number of ranks, ranks given
         different plans, different mtrun builds (a copy of mtrun with one
         byte more) or different training options (--lr on one rank), and a plan for 2 ranks without mpirun are refused
@@ -29,16 +32,27 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
         2^31) is a usage error.
-resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
-        process (batch 2 x accumulate 2) and on 4 ranks of batch 1, and both
-        continue the straight run's losses 4 to 6 to 1e-6 relative; SIGTERM to
-        rank 1 alone stops both ranks after the same step, exit 0, rank 0
-        saving that step.
-kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
-        other rank exit non-zero within 60 s (no hang).
+resume: a checkpoint saved by 2 ranks of batch 2 at step 3 (sharded: a
+        manifest and each rank's shard) resumes on one process (batch 2 x
+        accumulate 2) and on 4 ranks of batch 1, and one saved by that one
+        process (a single file) on 2 ranks: all continue the straight run's
+        losses 4 to 6 to 1e-6 relative; SIGTERM to rank 1 alone stops both
+        ranks after the same step, exit 0, the ranks saving that step (its
+        manifest and 2 shards, nothing else).
+kill:   kill -9 of one rank of 2 in the middle of a run saving every 2
+        steps: mpirun and the other rank exit non-zero within 60 s (no hang),
+        and the run resumed from the newest manifest gives an uninterrupted
+        run's next 2 losses to 1e-6; a rank that dies 200 bytes into its
+        shard of step 4 (MT_CKPT_ABORT_*) ends the job non-zero with step 2
+        the newest committed, the run resumes from step 2 with the dead
+        run's losses of steps 3 and 4, and its commits clear the leftovers.
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
-        (--remat layer, nothing resident: every layer streams): the first 5
+        (--remat layer, nothing resident: every layer streams), the emulation
+        pretending 2 devices (MT_CUDA_EMU_DEVICES): each rank runs on the
+        device of its local rank, as the banner says, and opens the ranks'
+        collectives (runtime/comm.c: MPI through host copies, checked by a
+        start-up all-reduce); the first 5
         losses and a validation loss equal the cpu backend's 2 ranks' to 1e-5
         relative (check_cuda_emu.py's f32 tolerance). Its gradients reach the
         host's accumulators as the cpu backend's do, so MPI sums them alike.
@@ -83,9 +97,10 @@ def val_losses(path):
     return [json.loads(line)["val_loss"] for line in open(path) if '"val_loss"' in line]
 
 
-def train(mtrun, plan, tmp, tag, ranks, extra=()):
+def train(mtrun, plan, tmp, tag, ranks, extra=(), mpi_env=()):
     log, out = os.path.join(tmp, tag + ".jsonl"), os.path.join(tmp, tag + ".safetensors")
-    cmd = ([*MPIRUN, "-np", str(ranks)] if ranks else []) + [mtrun, plan, *TRAIN, *extra, "--log", log, "--export", out]
+    cmd = ([*MPIRUN, *mpi_env, "-np", str(ranks)] if ranks else []) + [mtrun, plan, *TRAIN, *extra, "--log", log,
+                                                                        "--export", out]
     p = run(*cmd, timeout=300)
     if not check(p.returncode == 0, f"{tag}: {' '.join(cmd)} failed", p):
         return None
@@ -121,7 +136,9 @@ def equal(mtc, mtrun, model, dtype, tmp):
                 return
         # the ranks' 2 validation batches of 2N rows are one process's first 2N of 2 rows
         ref = train(mtrun, one, tmp, f"one{ranks}", 0, ["--val-batches", str(2 * ranks)])
-        got = train(mtrun, per, tmp, f"np{ranks}", ranks)
+        # --export gathers each tensor from the ranks' slices: each rank's master outside its own slices is NaN
+        # here (MT_TEST_EXPORT_POISON, a test hook), as a sharded store would not hold it
+        got = train(mtrun, per, tmp, f"np{ranks}", ranks, mpi_env=["-x", "MT_TEST_EXPORT_POISON=1"])
         again = train(mtrun, per, tmp, f"np{ranks}-again", ranks)
         if not (ref and got and again):
             continue
@@ -143,7 +160,11 @@ def equal(mtc, mtrun, model, dtype, tmp):
         strip = lambda lines: [{k: v for k, v in json.loads(ln).items() if k not in ("ms", "tokens_per_s", "elapsed_s")}
                                for ln in lines]
         check(strip(same_log) == strip(same_again), f"{what}: a second run logs other losses")
-        check(open(got[1], "rb").read() == open(again[1], "rb").read(), f"{what}: a second run exports other bits")
+        check(open(got[1], "rb").read() == open(again[1], "rb").read(),
+              f"{what}: a second run (its master whole on every rank) exports other bits")
+        if ranks == 2:
+            check(open(got[1], "rb").read() == open(ref[1], "rb").read(),
+                  f"{what}: the export gathered from 2 ranks' slices differs from one process's")
 
 
 def refuse(mtc, mtrun, model, tmp):
@@ -223,6 +244,11 @@ def start_long(mtrun, plan, log, extra=()):
     return job, pids
 
 
+def saved_files(step, ranks):
+    """The files of a sharded checkpoint of step by ranks: its manifest and each rank's shard, sorted."""
+    return sorted([f"step-{step:09d}.manifest"] + [f"step-{step:09d}.shard-{r:05d}-of-{ranks:05d}" for r in range(ranks)])
+
+
 def resume(mtc, mtrun, model, tmp):
     plans = {}
     for name, src, flags in (("two", model, ["--batch", "2", "--ranks", "2"]),
@@ -236,12 +262,13 @@ def resume(mtc, mtrun, model, tmp):
     ck, ck3 = os.path.join(tmp, "ck"), os.path.join(tmp, "ck3")
     p = run(*MPIRUN, "-np", "2", mtrun, plans["two"], *steps, "--save", ck, "--save-every", "3", "--log",
             os.path.join(tmp, "straight.jsonl"), timeout=300)
-    if not check(p.returncode == 0 and os.path.exists(os.path.join(ck, "step-000000003.ckpt")),
-                 "2 ranks saving at step 3 and 6 failed", p):
+    if not check(p.returncode == 0 and sorted(os.listdir(ck)) == saved_files(3, 2) + saved_files(6, 2),
+                 f"2 ranks saving at step 3 and 6 failed: {sorted(os.listdir(ck)) if os.path.isdir(ck) else None}", p):
         return
     straight = losses(os.path.join(tmp, "straight.jsonl"))
     os.makedirs(ck3)
-    os.link(os.path.join(ck, "step-000000003.ckpt"), os.path.join(ck3, "step-000000003.ckpt"))
+    for name in saved_files(3, 2):
+        os.link(os.path.join(ck, name), os.path.join(ck3, name))
     for what, cmd in (("one process", [mtrun, plans["one"]]), ("4 ranks", [*MPIRUN, "-np", "4", mtrun, plans["four"]])):
         log = os.path.join(tmp, what.replace(" ", "") + ".jsonl")
         p = run(*cmd, *steps, "--resume", ck3, "--log", log, timeout=300)
@@ -252,6 +279,22 @@ def resume(mtc, mtrun, model, tmp):
         check(len(got) == 3 and worst <= 1e-6,
               f"2 ranks' step 3 resumed on {what}: losses {got}, the straight run's {straight[3:]}")
         print(f"2 ranks' checkpoint of step 3 resumed on {what}: steps 4 to 6 within {worst:.3g} of the straight run")
+    # a single process's checkpoint (one file) resumed on 2 ranks
+    ck1 = os.path.join(tmp, "ck1")
+    p = run(mtrun, plans["one"], *steps, "--save", ck1, "--save-every", "3", "--log",
+            os.path.join(tmp, "single.jsonl"), timeout=300)
+    if check(p.returncode == 0 and os.path.exists(os.path.join(ck1, "step-000000003.ckpt")),
+             "one process saving at step 3 failed", p):
+        os.remove(os.path.join(ck1, "step-000000006.ckpt"))
+        log = os.path.join(tmp, "onetotwo.jsonl")
+        p = run(*MPIRUN, "-np", "2", mtrun, plans["two"], *steps, "--resume", ck1, "--log", log, timeout=300)
+        if check(p.returncode == 0 and "resumed from" in p.stdout, "resuming one process's step 3 on 2 ranks failed", p):
+            got = losses(log)
+            worst = max((abs(a - b) / abs(a) for a, b in zip(straight[3:], got)), default=1)
+            check(len(got) == 3 and worst <= 1e-6,
+                  f"one process's step 3 resumed on 2 ranks: losses {got}, the straight run's {straight[3:]}")
+            print(f"one process's checkpoint of step 3 resumed on 2 ranks: steps 4 to 6 within {worst:.3g} of the "
+                  "straight run")
     # SIGTERM to rank 1 alone: both ranks stop after the same step, rank 0 saves it
     sig = os.path.join(tmp, "sig")
     job, pids = start_long(mtrun, plans["two"], os.path.join(tmp, "sig.jsonl"), ["--save", sig])
@@ -268,9 +311,30 @@ def resume(mtc, mtrun, model, tmp):
         return
     last = len(losses(os.path.join(tmp, "sig.jsonl")))
     saved = sorted(os.listdir(sig)) if os.path.isdir(sig) else []
-    check(job.returncode == 0 and "stopped by a signal" in out and saved == [f"step-{last:09d}.ckpt"],
+    check(job.returncode == 0 and "stopped by a signal" in out and saved == saved_files(last, 2),
           f"SIGTERM to rank 1: exit {job.returncode}, {last} steps logged, saved {saved}; stderr {err[-400:]!r}")
     print(f"SIGTERM to rank 1 of 2: both stopped after step {last}, saved {saved}")
+
+
+def newest_manifest(ck):
+    """The step of the newest manifest in ck (0: none)."""
+    steps = [int(n[5:14]) for n in os.listdir(ck) if n.endswith(".manifest")] if os.path.isdir(ck) else []
+    return max(steps, default=0)
+
+
+def resumes_alike(mtrun, plan, ck, tmp, tag, step, ref, first, flags):
+    """2 ranks resumed from ck: 'resumed from' its step-STEP.manifest, and their losses from step first on
+    equal ref's (a list of losses from step first) to 1e-6 relative."""
+    log = os.path.join(tmp, tag + ".jsonl")
+    p = run(*MPIRUN, "-np", "2", mtrun, plan, *flags, "--resume", ck, "--log", log, timeout=300)
+    want = f"resumed from {os.path.join(ck, f'step-{step:09d}.manifest')} at step {step}"
+    if not check(p.returncode == 0 and want in p.stdout, f"{tag}: the resumed run did not say '{want}'", p):
+        return
+    got = losses(log)[first - step - 1:]
+    worst = max((abs(a - b) / abs(a) for a, b in zip(ref, got)), default=1)
+    check(len(got) >= len(ref) > 0 and worst <= 1e-6, f"{tag}: losses from step {first} {got}, want {ref}")
+    print(f"{tag}: resumed from step {step}, steps {first} to {first + len(ref) - 1} within {worst:.3g} of the "
+          "uninterrupted run's")
 
 
 def kill(mtc, mtrun, model, tmp):
@@ -278,8 +342,8 @@ def kill(mtc, mtrun, model, tmp):
     p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", plan)
     if not check(p.returncode == 0, "mtc --ranks 2 failed", p):
         return
-    log = os.path.join(tmp, "kill.jsonl")
-    job, pids = start_long(mtrun, plan, log)
+    log, ck = os.path.join(tmp, "kill.jsonl"), os.path.join(tmp, "ck")
+    job, pids = start_long(mtrun, plan, log, ["--save", ck, "--save-every", "2"])
     if not check(len(pids) == 2 and job.poll() is None, f"the ranks did not start: {pids}"):
         job.kill()
         return
@@ -289,14 +353,47 @@ def kill(mtc, mtrun, model, tmp):
         out, err = job.communicate(timeout=60)
         took = time.time() - t0
         check(job.returncode != 0, f"mpirun exited {job.returncode} after a rank was killed")
-        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-                 open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
-        check(not alive, f"ranks {alive} still run after mpirun exited")
-        print(f"kill -9 of one rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in {took:.1f} s")
+        # every rank gone within the 60 s too (one may take a moment to die in the middle of an fsync of its shard)
+        while True:
+            alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                     open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+            if not alive or time.time() > t0 + 60:
+                break
+            time.sleep(0.05)
+        check(not alive, f"ranks {alive} still run 60 s after the kill")
+        print(f"kill -9 of one rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in {took:.1f} s, "
+              f"the ranks gone in {time.time() - t0:.1f} s")
     except subprocess.TimeoutExpired:
         check(False, "mpirun and the other rank still run 60 s after a rank was killed")
         job.kill() # mpirun, which this test started; its ranks go with it
         job.communicate()
+        return
+    # the run resumes from its last committed step and continues as an uninterrupted run of the same schedule
+    step = newest_manifest(ck)
+    if not check(step >= 2, f"no checkpoint committed before the kill: {os.listdir(ck) if os.path.isdir(ck) else None}"):
+        return
+    flags = ["--steps", str(step + 2), "--schedule-steps", "100000", "--seed", "7", "--val-every", "100000",
+             "--threads", "1", "--device", "cpu"]
+    straight = os.path.join(tmp, "straight.jsonl")
+    p = run(*MPIRUN, "-np", "2", mtrun, plan, *flags, "--no-save", "--log", straight, timeout=300)
+    if check(p.returncode == 0, "the uninterrupted run failed", p):
+        resumes_alike(mtrun, plan, ck, tmp, "kill -9", step, losses(straight)[step:], step + 1, flags)
+    # a rank dying mid-save (MT_CKPT_ABORT_*: rank 1 aborts 200 bytes into its shard of step 4): the job ends
+    # non-zero, step 4 is never committed, and the run resumes from step 2
+    ps, plog = os.path.join(tmp, "ps"), os.path.join(tmp, "partial.jsonl")
+    args = [plan, "--steps", "6", "--seed", "7", "--val-every", "100000", "--threads", "1", "--device", "cpu",
+            "--save", ps, "--save-every", "2", "--log", plog]
+    p = run(*MPIRUN, "-np", "1", mtrun, *args, ":", "-np", "1", "-x", "MT_CKPT_ABORT_STEP=4", "-x",
+            "MT_CKPT_ABORT_AFTER_BYTES=200", mtrun, *args, timeout=120)
+    left = sorted(os.listdir(ps)) if os.path.isdir(ps) else []
+    if check(p.returncode != 0 and newest_manifest(ps) == 2 and "step-000000004.shard-00001-of-00002" not in left,
+             f"rank 1 dying in its shard of step 4: exit {p.returncode}, left {left}", p):
+        print(f"rank 1 of 2 dying mid-save of step 4: exit {p.returncode}, left {left}")
+        done = losses(plog)
+        # (--save ps kept, saving only the final step 6: the step-4 leftovers go at its commit)
+        resumes_alike(mtrun, plan, ps, tmp, "a rank dead mid-save", 2, done[2:4], 3, args[1:-4])
+        left = sorted(os.listdir(ps))
+        check(left == saved_files(2, 2) + saved_files(6, 2), f"after the resumed run's commit {ps} holds {left}")
 
 
 def cuda(mtc, mtrun, model, lib, cxx, tmp):
@@ -311,12 +408,18 @@ def cuda(mtc, mtrun, model, lib, cxx, tmp):
     got = {}
     for device in ("cpu", "cuda"):
         log = os.path.join(tmp, device + ".jsonl")
-        env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}"] if device == "cuda" else []
+        env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}",
+               "-x", "MT_CUDA_EMU_DEVICES=2"] if device == "cuda" else []
         p = run(*MPIRUN, *env, "-np", "2", mtrun, plan, *TRAIN[:-1], device, "--log", log, timeout=600)
         if not check(p.returncode == 0, f"2 ranks on the {device} backend failed", p):
             return
         if device == "cuda":
-            check("device   cuda: CPU emulation of CUDA" in p.stdout, "mtrun did not run the emulated cuda backend", p)
+            # each rank on its own of the 2 emulated devices (its local rank modulo 2), the banner saying which,
+            # and the ranks' collectives opened (MPI through host copies: the emulation has no NCCL)
+            for r in (0, 1):
+                want = (f"rank {r}: cuda: CPU emulation of CUDA (device {r} of 2, sm_90, the plan's sm_90 cubin), "
+                        "collectives by MPI through host copies")
+                check(want in p.stdout, f"the banner does not say '{want}'", p)
         got[device] = losses(log) + val_losses(log)
     worst = max((abs(a - b) / abs(a) for a, b in zip(got["cpu"], got["cuda"])), default=1)
     check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= 1e-5,

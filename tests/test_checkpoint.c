@@ -24,6 +24,7 @@
 #include <unistd.h>
 
 #include "../runtime/checkpoint.h"
+#include "../runtime/dist.h"
 
 static int failures;
 static char workdir[4096];
@@ -436,7 +437,7 @@ static void test_no_checkpoint(void) {
     write_file(tmp, "x", 1);
     write_file(txt, "x", 1);
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
-    snprintf(want, sizeof want, "%s: no checkpoint in it (no step-*.ckpt file)", dir);
+    snprintf(want, sizeof want, "%s: no checkpoint in it (no step-*.ckpt or step-*.manifest file)", dir);
     check_err(rc, err, want, "a directory with only a .tmp leftover");
     char *missing = in_work("no-such-dir", NULL);
     rc = ckpt_latest(missing, path, sizeof path, err, sizeof err);
@@ -572,6 +573,198 @@ static void test_crash(int64_t n) {
     free(p4);
 }
 
+// ---------------------------------------------------------------- sharded checkpoints
+
+// A store's arrays behind a CkptIO, as train.c's store is: get copies out,
+// put copies in (and counts the floats put).
+typedef struct Arrays {
+    float *a[3];
+    int64_t put;
+} Arrays;
+static int arrays_get(void *ctx, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    (void)err, (void)errcap;
+    memcpy(dst, ((Arrays *)ctx)->a[array] + off, (size_t)n * 4);
+    return 0;
+}
+static int arrays_put(void *ctx, int array, int64_t off, int64_t n, const float *src, char *err, size_t errcap) {
+    (void)err, (void)errcap;
+    Arrays *x = ctx;
+    memcpy(x->a[array] + off, src, (size_t)n * 4);
+    x->put += n;
+    return 0;
+}
+
+// Segments of awkward lengths: empty, shorter than the ranks, uneven, large.
+enum { NSEGS = 6 };
+static const int64_t SEG_LENS[NSEGS] = {0, 2, 1001, 7, 65536 + 3, 30};
+
+static void segments(CkptSegment *segs, int64_t *n) {
+    *n = 0;
+    for (int k = 0; k < NSEGS; k++) segs[k] = (CkptSegment){*n, SEG_LENS[k]}, *n += SEG_LENS[k];
+}
+
+// Saves st as `ranks` shards in dir and commits it. 0 or -1.
+static int save_sharded(const char *dir, int keep, const State *st, int ranks) {
+    CkptSegment segs[NSEGS];
+    int64_t n, bytes[8];
+    uint32_t crcs[8];
+    segments(segs, &n);
+    Arrays x = {{st->w, st->m, st->v}, 0};
+    CkptIO io = {arrays_get, arrays_put, &x};
+    char err[1024];
+    for (int r = 0; r < ranks; r++) {
+        int rc = ckpt_save_shard(dir, &st->meta, segs, NSEGS, r, ranks, &io, &bytes[r], &crcs[r], err, sizeof err);
+        check(rc == 0, "ckpt_save_shard %d of %d: %s", r, ranks, err);
+        if (rc != 0) return -1;
+    }
+    int rc = ckpt_commit_shards(dir, keep, &st->meta, segs, NSEGS, ranks, bytes, crcs, err, sizeof err);
+    check(rc == 0, "ckpt_commit_shards of %d: %s", ranks, err);
+    return rc;
+}
+
+// Loads path wanting, of each segment, rank `rank` of `ranks`'s slice
+// (ranks 0: everything) into NaN-filled arrays: the wanted floats equal
+// st's bit for bit, every other stays NaN, the meta is st's.
+static void check_loads(const char *path, const State *st, int rank, int ranks, const char *what) {
+    CkptSegment segs[NSEGS];
+    CkptRange want[NSEGS];
+    int64_t n, wanted = 0;
+    segments(segs, &n);
+    for (int k = 0; k < NSEGS; k++) {
+        if (ranks) dist_shard(segs[k].len, rank, ranks, &want[k].lo, &want[k].hi);
+        else want[k] = (CkptRange){0, segs[k].len};
+        wanted += want[k].hi - want[k].lo;
+    }
+    State got = {.w = xmalloc((size_t)n * 4), .m = xmalloc((size_t)n * 4), .v = xmalloc((size_t)n * 4)};
+    uint32_t nan = 0x7fc0dead;
+    for (int64_t i = 0; i < n; i++) memcpy(&got.w[i], &nan, 4), memcpy(&got.m[i], &nan, 4), memcpy(&got.v[i], &nan, 4);
+    Arrays x = {{got.w, got.m, got.v}, 0};
+    CkptIO io = {arrays_get, arrays_put, &x};
+    char err[1024];
+    int rc = ckpt_load(path, &got.meta, n, segs, NSEGS, ranks ? want : NULL, &io, err, sizeof err);
+    check(rc == 0, "%s: ckpt_load %s: %s", what, path, err);
+    if (rc == 0) {
+        check(meta_equal(&got.meta, &st->meta), "%s: the meta differs", what);
+        check(x.put == 3 * wanted, "%s: %lld floats put, want %lld", what, (long long)x.put, (long long)(3 * wanted));
+        const float *a[3] = {st->w, st->m, st->v}, *b[3] = {got.w, got.m, got.v};
+        int64_t bad = -1;
+        for (int k = 0; k < NSEGS; k++)
+            for (int64_t i = 0; i < segs[k].len && bad < 0; i++) {
+                int in = i >= want[k].lo && i < want[k].hi;
+                for (int j = 0; j < 3; j++)
+                    if (memcmp(&b[j][segs[k].off + i], in ? (const void *)&a[j][segs[k].off + i] : (const void *)&nan, 4))
+                        bad = segs[k].off + i;
+            }
+        check(bad < 0, "%s: float %lld is not what it should be", what, (long long)bad);
+    }
+    CkptMeta only;
+    rc = ckpt_load(path, &only, -1, NULL, 0, NULL, NULL, err, sizeof err);
+    check(rc == 0 && meta_equal(&only, &st->meta), "%s: the meta alone: %s", what, err);
+    free_state(&got);
+}
+
+static void test_sharded(void) {
+    char *dir = in_work("shards", NULL), err[1024], path[4096];
+    CkptSegment segs[NSEGS];
+    int64_t n;
+    segments(segs, &n);
+    State s2 = make_state(2, n), s4 = make_state(4, n), s6 = make_state(6, n);
+    // an old single-file checkpoint, then sharded ones: the newest committed step is found, whatever its kind
+    check(save(dir, 5, &s2) == 0, "save step 2");
+    if (save_sharded(dir, 5, &s4, 3) != 0) goto done;
+    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
+          "latest after a sharded step 4: %s %s", path, err);
+    // loads whole and by any other number of ranks' slices, and the single file by slices too
+    check_loads(path, &s4, 0, 0, "3 shards, everything");
+    for (int R = 1; R <= 4; R++)
+        for (int r = 0; r < R; r++) {
+            char what[64];
+            snprintf(what, sizeof what, "3 shards, rank %d of %d's slices", r, R);
+            check_loads(path, &s4, r, R, what);
+        }
+    char *one = in_work("shards", "step-000000002.ckpt");
+    check_loads(one, &s2, 1, 3, "a single file, rank 1 of 3's slices");
+    // an uncommitted step 6 (shards, no manifest): step 4 stays the newest
+    CkptSegment s[NSEGS];
+    segments(s, &n);
+    Arrays x = {{s6.w, s6.m, s6.v}, 0};
+    CkptIO io = {arrays_get, arrays_put, &x};
+    int64_t bytes;
+    uint32_t crc;
+    check(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 0, 2, &io, &bytes, &crc, err, sizeof err) == 0, "shard 0 of step 6: %s", err);
+    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
+          "latest with step 6 uncommitted: %s", path);
+    // a shard missing, cut short, or another of the same size: refused, naming it
+    char *shard = in_work("shards", "step-000000004.shard-00001-of-00003"), *moved = in_work("shards", "moved");
+    char want[8192];
+    float *a = xmalloc((size_t)n * 4), *b = xmalloc((size_t)n * 4), *c = xmalloc((size_t)n * 4);
+    Arrays y = {{a, b, c}, 0};
+    CkptIO yio = {arrays_get, arrays_put, &y};
+    CkptMeta meta;
+    check(rename(shard, moved) == 0, "cannot move a shard");
+    snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is missing: No such file or directory", shard);
+    check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "a missing shard");
+    size_t len;
+    unsigned char *bytes1 = read_whole(moved, &len);
+    write_file(shard, bytes1, len - 4);
+    snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 has %lld bytes; the manifest says %lld", shard,
+             (long long)len - 4, (long long)len);
+    check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "a short shard");
+    bytes1[HEADER + ENTRY + 4] ^= 1; // (section W's crc32 in the table)
+    write_file(shard, bytes1, len);
+    snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is not the one its manifest names (section table crc32)", shard);
+    check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "another shard");
+    free(bytes1);
+    check(rename(moved, shard) == 0, "cannot move the shard back");
+    // the manifest damaged, or laid out otherwise than the plan
+    size_t mlen;
+    unsigned char *man = read_whole(path, &mlen);
+    man[30] ^= 1;
+    char *bad = in_work("shards", "step-000000005.manifest");
+    write_file(bad, man, mlen);
+    snprintf(want, sizeof want, "%s: the manifest is damaged (its crc32 line does not match)", bad);
+    check_err(ckpt_load(bad, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "a damaged manifest");
+    unlink(bad);
+    free(man);
+    CkptSegment other[NSEGS];
+    memcpy(other, segs, sizeof other);
+    other[2].len--, other[3].off--, other[3].len++;
+    snprintf(want, sizeof want, "%s: the checkpoint's 6 segments are laid out otherwise than this plan's 6", path);
+    check_err(ckpt_load(path, &meta, n, other, NSEGS, NULL, &yio, err, sizeof err), err, want, "another layout");
+    // a shard of step 6 by 3 ranks that never committed (an earlier run's), then step 6 committed by 2:
+    check(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s", err);
+    // committing step 6 with keep 2 removes step 2's file and the leftovers (the stray shard of kept step 6
+    // too: its manifest names 2 ranks), keeps 4 and 6
+    if (save_sharded(dir, 2, &s6, 2) == 0)
+        check_names(dir, "step-000000004.manifest step-000000004.shard-00000-of-00003 "
+                         "step-000000004.shard-00001-of-00003 step-000000004.shard-00002-of-00003 "
+                         "step-000000006.manifest step-000000006.shard-00000-of-00002 "
+                         "step-000000006.shard-00001-of-00002", "keep 2 after a sharded step 6");
+    // a crash mid-shard (MT_CKPT_ABORT_STEP limits the fault to step 8's save): no shard under its name, 6 newest
+    State s8 = make_state(8, n);
+    pid_t pid = fork();
+    if (pid == 0) {
+        setenv("MT_CKPT_ABORT_AFTER_BYTES", "500", 1);
+        setenv("MT_CKPT_ABORT_STEP", "8", 1);
+        Arrays z = {{s8.w, s8.m, s8.v}, 0};
+        CkptIO zio = {arrays_get, arrays_put, &z};
+        ckpt_save_shard(dir, &s8.meta, s, NSEGS, 1, 2, &zio, &bytes, &crc, err, sizeof err);
+        _exit(0);
+    }
+    int status;
+    waitpid(pid, &status, 0);
+    char *torn = in_work("shards", "step-000000008.shard-00001-of-00002");
+    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && !exists(torn), "a crash mid-shard: status %d", status);
+    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000006.manifest"),
+          "latest after a crash mid-shard of step 8: %s", path);
+    check_loads(path, &s6, 0, 0, "2 shards of step 6, everything");
+    free(torn), free_state(&s8);
+    free(a), free(b), free(c), free(shard), free(moved), free(bad), free(one);
+done:
+    free_state(&s2), free_state(&s4), free_state(&s6);
+    free(dir);
+}
+
 static void remove_tree(const char *path) {
     DIR *d = opendir(path);
     if (d) {
@@ -610,6 +803,7 @@ int main(int argc, char **argv) {
     test_big_steps();
     test_no_checkpoint();
     test_crash(n);
+    test_sharded();
     if (failures) {
         printf("test_checkpoint: %d failure%s (files left in %s)\n", failures, failures == 1 ? "" : "s", workdir);
         return 1;

@@ -552,7 +552,8 @@ static void test_write_failures(void) {
     reset_dir(dir);
     path = in_work("out/blocked/model.safetensors");
     float v[16] = {1, 2, 3};
-    StOut three[3] = {{"a", 1, {16}, v}, {"b", 1, {16}, v}, {"c", 1, {16}, v}};
+    StOut three[3] = {{.name = "a", .rank = 1, .shape = {16}, .data = v}, {.name = "b", .rank = 1, .shape = {16}, .data = v},
+                      {.name = "c", .rank = 1, .shape = {16}, .data = v}};
     char *block = in_work("out/blocked/model-00002-of-00003.safetensors");
     char *inside = in_work("out/blocked/model-00002-of-00003.safetensors/keep");
     check(mkdir(block, 0755) == 0, "cannot make %s", block);
@@ -579,14 +580,15 @@ static void test_write_failures(void) {
         StDtype dtype;
         const char *phrase;
     } bad[] = {
-        {{{"a", 1, {1}, NULL}}, 1, ST_F32, "tensor 'a' has no data"},
-        {{{"a", 9, {1}, NULL}}, 1, ST_F32, "tensor 'a' has rank 9"},
-        {{{"a", 1, {-2}, NULL}}, 1, ST_F32, "tensor 'a' has dimension 0 = -2 < 0"},
-        {{{NULL, 0, {0}, NULL}}, 1, ST_F32, "tensor 0 has no name"},
-        {{{"__metadata__", 0, {0}, NULL}}, 1, ST_F32, "the header's metadata key"},
-        {{{"a", 0, {0}, NULL}, {"a", 0, {0}, NULL}}, 2, ST_F32, "tensor 'a' is given twice"},
-        {{{"a", 2, {INT64_MAX / 2, 3}, NULL}}, 1, ST_F32, "overflows"},
-        {{{"a", 0, {0}, NULL}}, 1, ST_F16, "cannot write dtype F16"},
+        {{{.name = "a", .rank = 1, .shape = {1}, .data = NULL}}, 1, ST_F32, "tensor 'a' has no data"},
+        {{{.name = "a", .rank = 9, .shape = {1}, .data = NULL}}, 1, ST_F32, "tensor 'a' has rank 9"},
+        {{{.name = "a", .rank = 1, .shape = {-2}, .data = NULL}}, 1, ST_F32, "tensor 'a' has dimension 0 = -2 < 0"},
+        {{{.name = NULL, .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F32, "tensor 0 has no name"},
+        {{{.name = "__metadata__", .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F32, "the header's metadata key"},
+        {{{.name = "a", .rank = 0, .shape = {0}, .data = NULL}, {.name = "a", .rank = 0, .shape = {0}, .data = NULL}}, 2,
+         ST_F32, "tensor 'a' is given twice"},
+        {{{.name = "a", .rank = 2, .shape = {INT64_MAX / 2, 3}, .data = NULL}}, 1, ST_F32, "overflows"},
+        {{{.name = "a", .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F16, "cannot write dtype F16"},
     };
     for (size_t i = 0; i < sizeof bad / sizeof *bad; i++) {
         StOut t[2] = {bad[i].t[0], bad[i].t[1]};

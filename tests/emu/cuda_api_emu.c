@@ -195,8 +195,14 @@ static Op *new_op(OpKind kind) {
 const char *cudaGetErrorString(cudaError_t e) {
     return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulated)" : "emulated error";
 }
+// MT_CUDA_EMU_DEVICES: how many devices the emulation says it has (default
+// 1), all of them the same memory: for each rank's choice of its GPU
+static int emu_devices(void) {
+    const char *s = getenv("MT_CUDA_EMU_DEVICES");
+    return s && atoi(s) > 0 ? atoi(s) : 1;
+}
 cudaError_t cudaGetDeviceCount(int *n) {
-    *n = 1;
+    *n = emu_devices();
     return cudaSuccess;
 }
 // The context current on each thread: the one emulated device's primary
@@ -208,7 +214,7 @@ static struct CUctx_st { int device; } primary_ctx;
 static __thread CUcontext current_ctx;
 
 cudaError_t cudaSetDevice(int d) {
-    if (d != 0) return cudaErrorInvalidDevice;
+    if (d < 0 || d >= emu_devices()) return cudaErrorInvalidDevice;
     current_ctx = &primary_ctx;
     return cudaSuccess;
 }
@@ -222,7 +228,7 @@ static int emu_sm(void) {
     return s && *s ? atoi(s) : 90;
 }
 cudaError_t cudaGetDeviceProperties(struct cudaDeviceProp *prop, int device) {
-    if (device != 0) return cudaErrorInvalidDevice;
+    if (device < 0 || device >= emu_devices()) return cudaErrorInvalidDevice;
     memset(prop, 0, sizeof *prop);
     snprintf(prop->name, sizeof prop->name, "CPU emulation of CUDA");
     prop->major = emu_sm() / 10, prop->minor = emu_sm() % 10;
