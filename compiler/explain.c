@@ -46,10 +46,10 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
                      "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
                      "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
                      "%.6g, \"schedule\": ",
-                i < 0 ? 1 : so->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu,
+                r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu,
                 r->link_bytes, r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
                 r->optimizer_s);
-        json_str(out, r->schedule ? r->schedule : "");
+        json_str(out, r->schedule);
         fprintf(out, ", \"reason\": ");
         json_str(out, r->fits ? "" : r->why);
         fprintf(out, "}%s\n", i + 1 < SCALE_COUNT ? "," : "");
@@ -78,7 +78,7 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
                 r->step_s, r->tokens_per_s, so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0,
                 r->model_flops_per_gpu / 1e12, r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s,
                 r->host_bytes / 1e9, r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s,
-                r->schedule ? r->schedule : "");
+                r->schedule);
         if (!r->fits) fprintf(out, "  %-12s does not fit: %s\n", "", r->why);
     }
     fprintf(out, "  (a step of every rank; link, net (NVLink and network sent), host GB: one rank's; node GB: a node's "

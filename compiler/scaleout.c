@@ -120,7 +120,7 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
     }
     double store = store_bytes(g), tokens = (double)(g->train.batch * g->train.seq) * acc; // a rank's a step
     row->priced = 1;
-    row->schedule = p->schedule;
+    snprintf(row->schedule, sizeof row->schedule, "%s", p->schedule ? p->schedule : "");
     row->step_s = first + (acc - 1) * rest;
     row->tokens_per_s = tokens * N / row->step_s;
     row->model_flops_per_gpu = 6.0 * (double)storage_host_elems(g) * tokens / row->step_s;
@@ -133,46 +133,81 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
     return 0;
 }
 
-// Strategy s at layout l: the fastest rank plan that fits, of mt's remat
-// modes (megatrain: its own schedule), priced as `price` does; when none
-// fits, the fastest of them, with why. Returns 0, or -1 with err.
+// What best_row's search callback keeps: the best priced plan so far.
+typedef struct Best {
+    const Target *t, *rt;
+    int s;
+    Layout l;
+    const CostKernels *k;
+    ScaleRow *row;
+    int row_dev; // *row's plan fits the device
+    char why[256]; // why *row's plan does not fit
+    int failed;
+} Best;
+
+// A plan the search built: priced as strategy s, kept when it beats the best.
+static void best_seen(void *ctx, const Graph *g, const SchedResult *r) {
+    (void)g;
+    Best *b = ctx;
+    ScaleRow cand = {0};
+    if (b->failed || price(r->plan, b->rt, b->t, b->s, b->l, b->k, &cand) != 0) {
+        b->failed = 1;
+        return;
+    }
+    cand.fits = r->fits;
+    int dev = (double)r->cost.device_peak_bytes <= b->rt->device_memory; // while none fits: those that fit the device first
+    const ScaleRow *row = b->row;
+    if (cand.fits ? row->fits && cand.step_s >= row->step_s
+                  : row->fits || (row->priced && (b->row_dev > dev || (b->row_dev == dev && cand.step_s >= row->step_s))))
+        return;
+    *b->row = cand;
+    b->row_dev = dev;
+    snprintf(b->why, sizeof b->why, "%s", r->fits ? "" : r->why);
+}
+
+// Strategy s at layout l: of every plan the search builds for each of mt's
+// remat modes (megatrain: its own schedule) on the rank's share of the node,
+// the fastest that fits, priced as `price` does; when none fits, the fastest
+// that fits the device, with why. MegaTrain's workers share one host: on
+// several nodes, it is priced on one node's GPUs and does not fit. Returns
+// 0, or -1 with err.
 static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleRow *row, char *err, size_t errcap) {
     static const Remat REMATS[] = {REMAT_LAYER, REMAT_SELECTIVE, REMAT_OFFLOAD, REMAT_MIXED, REMAT_NONE};
+    int spans = l.nodes > 1;
+    if (s == SCALE_MEGATRAIN && spans) l = layout_of(t, l.per_node);
     Target rt = rank_target(t, g, s, l);
     CostKernels *k = cost_kernels(g, &rt);
     if (!k) return snprintf(err, errcap, "out of memory"), -1;
     *row = (ScaleRow){0};
+    Best b = {.t = t, .rt = &rt, .s = s, .l = l, .k = k, .row = row, .why = "no plan"};
     int n = s == SCALE_MEGATRAIN ? 1 : (int)(sizeof REMATS / sizeof REMATS[0]), rc = 0;
-    char why[256] = "no plan";
-    int row_dev = 0; // *row's plan fits the device
     for (int i = 0; i < n && rc == 0; i++) {
         SchedRequest q = {.policy = s == SCALE_MEGATRAIN ? POLICY_MEGATRAIN : POLICY_MT,
-                          .remat = s == SCALE_MEGATRAIN ? REMAT_AUTO : REMATS[i], .resident = -1};
+                          .remat = s == SCALE_MEGATRAIN ? REMAT_AUTO : REMATS[i], .resident = -1, .seen = best_seen,
+                          .seen_ctx = &b};
         SchedResult r;
-        if ((rc = schedule_search(g, &rt, &q, a, &r, err, errcap)) != 0 || !r.plan) break;
-        ScaleRow cand = {0};
-        if ((rc = price(r.plan, &rt, t, s, l, k, &cand)) != 0) {
-            snprintf(err, errcap, "out of memory");
-            break;
-        }
-        cand.fits = r.fits;
-        int dev = (double)r.cost.device_peak_bytes <= rt.device_memory; // while none fits: those that fit the device first
-        if (cand.fits ? row->fits && cand.step_s >= row->step_s
-                      : row->fits || (row->priced && (row_dev > dev || (row_dev == dev && cand.step_s >= row->step_s))))
-            continue;
-        *row = cand;
-        row_dev = dev;
-        if (!r.fits) snprintf(why, sizeof why, "%s", r.why);
+        ArenaMark mark = arena_mark(a); // the row keeps no plan
+        rc = schedule_search(g, &rt, &q, a, &r, err, errcap);
+        arena_release(a, mark);
+        if (rc == 0 && b.failed) rc = -1, snprintf(err, errcap, "out of memory");
     }
+    const char *why = b.why;
     cost_kernels_free(k);
     if (rc != 0) return -1;
+    row->ranks = l.ranks;
     double share = t->host_memory / (s == SCALE_MEGATRAIN ? 1 : l.per_node);
     if (!row->priced) {
         snprintf(row->why, sizeof row->why, "%s", why);
-    } else if (s == SCALE_MEGATRAIN && l.nodes > 1) {
-        row->fits = 0;
+    } else if (s == SCALE_MEGATRAIN && spans) {
+        char there[320] = "it fits";
+        if (!row->fits && row->node_host_bytes > t->host_memory)
+            snprintf(there, sizeof there, "its one store of %.4g GB does not fit the node's %.4g GB either",
+                     row->node_host_bytes / 1e9, t->host_memory / 1e9);
+        else if (!row->fits)
+            snprintf(there, sizeof there, "it does not fit either: %s", why);
         snprintf(row->why, sizeof row->why, "MegaTrain's workers share one host's memory (spawned processes, no NCCL): "
-                 "one node of %d GPUs at most", l.per_node);
+                 "one node of %d GPUs at most, priced here, where %s", l.per_node, there);
+        row->fits = 0;
     } else if (l.nodes > (int)t->nodes) {
         row->fits = 0;
         snprintf(row->why, sizeof row->why, "%d ranks need %d nodes of %d GPUs; %s has %g", l.ranks, l.nodes, l.per_node,
@@ -190,13 +225,15 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
 }
 
 // The fewest nodes (of t's) on which a sharded run of every GPU of each fits
-// (0: none): from the nodes whose memory holds the store, upward.
-static int nodes_needed(Graph *g, const Target *t, Arena *a, char *err, size_t errcap) {
+// (0: none): from the nodes whose memory holds the store, upward. known: the
+// sharded row at `ranks` ranks, already predicted.
+static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *known, Arena *a, char *err,
+                        size_t errcap) {
     int gpn = t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1, max = t->nodes >= 1 ? (int)t->nodes : 1;
     int n = (int)ceil(store_bytes(g) / t->host_memory);
     for (n = n < 1 ? 1 : n; n <= max; n++) {
-        ScaleRow r;
-        if (best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0) return -1;
+        ScaleRow r = *known;
+        if (n * gpn != ranks && best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0) return -1;
         if (r.fits) return n;
     }
     return 0;
@@ -234,7 +271,7 @@ static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int str
     if (want_nodes && strcmp(t->arch, "cpu") == 0) { // one machine: its ranks are processes
         o->nodes_needed = o->rows[SCALE_SHARDED].fits, o->ranks_needed = ranks;
     } else if (want_nodes) {
-        int n = nodes_needed(g, t, a, err, errcap);
+        int n = nodes_needed(g, t, ranks, &o->rows[SCALE_SHARDED], a, err, errcap);
         if (n < 0) return -1;
         o->nodes_needed = n;
         o->ranks_needed = n * (t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1);

@@ -28,10 +28,11 @@ extern const char *const SCALE_NAMES[SCALE_COUNT]; // "replicated", "sharded", "
 
 // One strategy at N ranks: one rank's plan and step, and what the run does.
 typedef struct ScaleRow {
+    int ranks;             // the ranks it runs (megatrain: one node's at most)
     int fits;              // device, the rank's share of host memory, the profile's nodes
-    char why[400];         // when it does not fit, or where the strategy has no way to run
+    char why[480];         // when it does not fit, or where the strategy has no way to run
     int priced;            // a plan was found and priced (even when it does not fit)
-    const char *schedule;  // the rank's plan's schedule words
+    char schedule[256];    // the rank's plan's schedule words
     double step_s;         // one optimizer step of the whole run (every rank's step)
     double tokens_per_s;   // of all ranks
     double model_flops_per_gpu; // 6 x parameters x a rank's tokens a step / step_s
@@ -49,15 +50,16 @@ typedef struct ScaleOut {
     ScaleRow one;               // one rank alone on the target (one GPU with a node's host to itself)
     ScaleRow rows[SCALE_COUNT];
     int chosen;                 // SCALE_SHARDED or SCALE_REPLICATED, the faster that fits (-1: neither)
-    char why_chosen[480];
+    char why_chosen[560];
     int nodes_needed;           // the fewest nodes on which a sharded run fits (0: none of the profile's)
     int ranks_needed;           // that many nodes' GPUs
     double store_bytes;         // the whole host store (master, moments, accumulators, bf16 copy)
 } ScaleOut;
 
 // Predicts every strategy for `ranks` ranks of graph g (its batch one
-// rank's) on t; each strategy's rank plan is the fastest of mt's remat modes
-// (megatrain: its own schedule) once priced that way. nodes_needed is
+// rank's) on t; each strategy's rank plan is the fastest, priced that way, of
+// every plan the scheduler's search builds for each of mt's remat modes
+// (megatrain: its own schedule) on the rank's share of the node's memory. nodes_needed is
 // searched only when want_nodes. Returns 0, or -1 with a message in err.
 int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, Arena *a, ScaleOut *out, char *err,
                      size_t errcap);
