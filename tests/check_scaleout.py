@@ -10,6 +10,8 @@ README.md's table of them current:
     (32 GPUs), and 3 nodes (24 ranks) do not hold it;
   - a sharded rank's host memory is within its share of the node, its link
     bytes below one GPU's, MegaTrain's way moves nothing between GPUs;
+  - on a cpu target where both fit, the plan is the faster of sharded and
+    replicated (what --shard auto takes: scaleout_choose);
   - without --ranks, --explain --json has no scaleout.
 usage: check_scaleout.py MTC (from the source tree)"""
 import importlib.util
@@ -74,6 +76,18 @@ d = table.predict(mtc, "llama3-405b", "h200x8-su", 24, 1)
 sh = [x for x in d["scaleout"]["strategies"] if x["name"] == "sharded"][0]
 ok(not sh["fits"] and "host memory" in sh["reason"] and d["scaleout"]["nodes_needed"] == 4,
              "llama3-405b on 3 nodes: sharded does not fit, and still says 4 nodes", sh["reason"] or "it fits")
+
+# a cpu target, where both fit: the plan is the faster (sharded on a tie within 0.1%), sharded holds less
+d = table.predict(mtc, "llama-tiny", "tiny-1layer", 2, 2)
+s = {x["name"]: x for x in d["scaleout"]["strategies"]}
+sh, rep = s["sharded"], s["replicated"]
+faster = "sharded" if sh["step_s"] <= rep["step_s"] * 1.001 else "replicated"
+ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
+   f"llama-tiny on tiny-1layer, 2 ranks: both fit and the plan is the faster, {faster}",
+   f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
+ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"] > 0 and rep["collective_s"] > 0,
+   "llama-tiny, 2 ranks: a sharded rank holds less host memory; both run collectives",
+   f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")
 
 # one process: no scale-out in --explain
 r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],
