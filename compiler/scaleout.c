@@ -41,6 +41,21 @@ static Target rank_target(const Target *t, const Graph *g, int s, Layout l) {
     return rt;
 }
 
+// MegaTrain's host work a step beyond the gradient norm, per parameter, as
+// its examples/sft/train.py steps its CPUMasterModel (infinity/model/
+// cpu_master.py, mp_state.py): DeepSpeed's CPUAdam (reads w, g, m, v,
+// writes w, m, v: 28 bytes, at host_adamw_bandwidth, as the zero3-offload
+// baseline prices it), and at host_memory_bandwidth torch's
+// clip_grad_norm_ scaling the fp32 gradients in place (8), update_shared_flats
+// copying the fp32 master into the workers' bf16 flats (read 4, write 2;
+// f32: 4 and 4), model.zero_grad and the next step's zeroing of the shared
+// gradients before the workers start (4 and 4). All of it on the one main
+// process, none of it overlapping the workers.
+static double megatrain_update_s(const Plan *p, int32_t seg, const Target *t) {
+    double elems = (double)plan_segment_len(p, seg), flats = p->graph->train.compute == DT_BF16 ? 6.0 : 8.0;
+    return elems * 28.0 / t->host_adamw_bandwidth + elems * (8.0 + flats + 8.0) / t->host_memory_bandwidth;
+}
+
 // Prices plan p (searched on rt) as one rank of strategy s: each
 // instruction at its one-GPU price (cost_plan_with) but where the strategy
 // changes it: a sharded rank's weights in are its slice over the link then
@@ -48,7 +63,7 @@ static Target rank_target(const Target *t, const Graph *g, int s, Layout l) {
 // slice; a replicated rank's gradients out are all-reduced first; a rank's
 // AdamW and norms cover its part of the model (1/N sharded) at its share of
 // the node's host (the node's ranks run theirs at once; megatrain's one
-// optimizer has the node). Then the engines are simulated as cost_plan_with
+// optimizer has the node, and does what megatrain_update_s says). Then the engines are simulated as cost_plan_with
 // does, and a micro-batch takes at least the host memory time of every
 // host-side byte of the node's ranks: their links' and the adds of their
 // gradients into the fp32 accumulators (read the copy, read and write the
@@ -97,6 +112,10 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         case INS_SAVE:
         case INS_STAT: link += b; break;
         case INS_UPDATE:
+            if (s == SCALE_MEGATRAIN) dur[i] = megatrain_update_s(p, in->layer, t);
+            else dur[i] *= host_share;
+            opt += dur[i];
+            break;
         case INS_NORM:
             dur[i] *= host_share;
             opt += dur[i];
