@@ -69,7 +69,7 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
     for (int i = -1; i < SCALE_COUNT; i++) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         char name[32];
-        snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i == so->chosen ? " *" : "");
+        snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i >= 0 && i == so->chosen ? " *" : "");
         if (!r->priced) {
             fprintf(out, "  %-12s %9s  (%s)\n", name, "-", r->why);
             continue;
@@ -87,7 +87,9 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
             t->host_memory_bandwidth / 1e9);
     if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
     else fprintf(out, "  the plan: %s\n", so->why_chosen);
-    if (so->nodes_needed > 0)
+    if (so->ranks_needed == 1)
+        fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n", so->store_bytes / 1e9);
+    else if (so->nodes_needed > 0)
         fprintf(out, "  sharded needs %d node%s of %s (%d GPUs): the fewest whose host memory holds every rank's slice "
                      "of the %.4g GB store with its activations\n",
                 so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed, so->store_bytes / 1e9);

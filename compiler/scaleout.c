@@ -194,6 +194,12 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
     static const Remat REMATS[] = {REMAT_LAYER, REMAT_SELECTIVE, REMAT_OFFLOAD, REMAT_MIXED, REMAT_NONE};
     int spans = l.nodes > 1;
     if (s == SCALE_MEGATRAIN && spans) l = layout_of(t, l.per_node);
+    if (l.nodes > (t->nodes >= 1 ? (int)t->nodes : 1)) { // more GPUs than the profile has: nothing to price
+        *row = (ScaleRow){.ranks = l.ranks};
+        snprintf(row->why, sizeof row->why, "%d ranks need %d nodes of %d GPUs; %s has %g", l.ranks, l.nodes,
+                 l.per_node, t->name, t->nodes);
+        return 0;
+    }
     Target rt = rank_target(t, g, s, l);
     CostKernels *k = cost_kernels(g, &rt);
     if (!k) return snprintf(err, errcap, "out of memory"), -1;
@@ -227,10 +233,6 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
         snprintf(row->why, sizeof row->why, "MegaTrain's workers share one host's memory (spawned processes, no NCCL): "
                  "one node of %d GPUs at most, priced here, where %s", l.per_node, there);
         row->fits = 0;
-    } else if (l.nodes > (int)t->nodes) {
-        row->fits = 0;
-        snprintf(row->why, sizeof row->why, "%d ranks need %d nodes of %d GPUs; %s has %g", l.ranks, l.nodes, l.per_node,
-                 t->name, t->nodes);
     } else if (!row->fits && row->host_bytes > share) {
         snprintf(row->why, sizeof row->why, "a rank needs %.4g GB of host memory%s; its share of a node is %.4g GB "
                  "(%.4g GB / %d)", row->host_bytes / 1e9,

@@ -64,6 +64,11 @@ typedef struct ScaleOut {
 int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, Arena *a, ScaleOut *out, char *err,
                      size_t errcap);
 
+// The plans these price are the one-GPU plans schedule_search builds (no
+// collective instructions): each strategy's slices and collectives are put
+// into their prices here. Both run searches of their own (a few seconds for
+// a 70B model): call them before schedule_search, never from inside it.
+//
 // What the scheduler's `--shard auto` uses: SCALE_SHARDED or
 // SCALE_REPLICATED, whichever fits and predicts the shorter step (sharded
 // when both fit within 0.1%, or neither fits: it needs the least memory);

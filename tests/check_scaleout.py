@@ -12,6 +12,7 @@ README.md's table of them current:
     bytes below one GPU's, MegaTrain's way moves nothing between GPUs;
   - on a cpu target where both fit, the plan is the faster of sharded and
     replicated (what --shard auto takes: scaleout_choose);
+  - more ranks than the profile has GPUs are refused, in valid JSON;
   - without --ranks, --explain --json has no scaleout.
 usage: check_scaleout.py MTC (from the source tree)"""
 import importlib.util
@@ -88,6 +89,13 @@ ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
 ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"] > 0 and rep["collective_s"] > 0,
    "llama-tiny, 2 ranks: a sharded rank holds less host memory; both run collectives",
    f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")
+
+# more ranks than a profile has GPUs (h200: one GPU, one node): replicated and sharded say so, nothing is chosen,
+# and the JSON stays JSON (no infinite step)
+d = table.predict(mtc, "llama-tiny", "h200", 2, 2)
+s = {x["name"]: x for x in d["scaleout"]["strategies"]}
+ok(not s["sharded"]["fits"] and "2 nodes" in s["sharded"]["reason"] and not s["replicated"]["fits"]
+   and d["scaleout"]["chosen"] == "", "2 ranks on h200: no room for them, said", json.dumps(d["scaleout"])[:400])
 
 # one process: no scale-out in --explain
 r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],
