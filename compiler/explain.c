@@ -90,9 +90,10 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
     if (so->ranks_needed == 1)
         fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n", so->store_bytes / 1e9);
     else if (so->nodes_needed > 0)
-        fprintf(out, "  sharded needs %d node%s of %s (%d GPUs): the fewest whose host memory holds every rank's slice "
+        fprintf(out, "  sharded needs %d node%s of %s (%d %s): the fewest whose host memory holds every rank's slice "
                      "of the %.4g GB store with its activations\n",
-                so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed, so->store_bytes / 1e9);
+                so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed,
+                strcmp(t->arch, "cpu") == 0 ? "ranks" : "GPUs", so->store_bytes / 1e9);
     else
         fprintf(out, "  sharded fits on none of %s's %g nodes\n", t->name, t->nodes);
 }
