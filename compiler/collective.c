@@ -16,7 +16,8 @@ static double ring_s(double bytes, double n, double bw, double lat) {
 // among g ranks a node on n nodes: across the nodes first (each of the
 // node's g adapters carries 1/g of the buffer), then within the node.
 static double gather_s(const Target *t, double bytes, double g, double n, int cpu) {
-    double intra_bw = cpu ? t->host_memory_bandwidth / (2.0 * g) : t->gpu_link_bandwidth, intra_lat = cpu ? 0 : t->gpu_link_latency_s;
+    double intra_bw = cpu ? t->host_memory_bandwidth / (2.0 * g) : t->gpu_link_bandwidth;
+    double intra_lat = cpu ? 0 : t->gpu_link_latency_s;
     return ring_s(bytes / g, n, t->node_link_bandwidth, t->node_link_latency_s) + ring_s(bytes, g, intra_bw, intra_lat);
 }
 
@@ -32,7 +33,9 @@ double collective_seconds(const Target *t, int kind, double bytes, int ranks) {
     // an all-reduce: reduce-scatter then all-gather, or a tree (a pipelined reduce up and broadcast down:
     // the buffer twice over the slowest link, 2 log2 of the ranks' latencies), the faster
     double lat = nodes > 1 ? t->node_link_latency_s : cpu ? 0 : t->gpu_link_latency_s;
-    double bw = nodes > 1 ? t->node_link_bandwidth : cpu ? t->host_memory_bandwidth / (2.0 * per_node) : t->gpu_link_bandwidth;
+    double bw = nodes > 1 ? t->node_link_bandwidth
+                : cpu     ? t->host_memory_bandwidth / (2.0 * per_node)
+                          : t->gpu_link_bandwidth;
     double tree = 2.0 * bytes / bw + 2.0 * ceil(log2((double)ranks)) * lat;
     return fmin(2.0 * one, tree);
 }

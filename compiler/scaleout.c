@@ -63,11 +63,13 @@ static double megatrain_update_s(const Plan *p, int32_t seg, const Target *t) {
 // slice; a replicated rank's gradients out are all-reduced first; a rank's
 // AdamW and norms cover its part of the model (1/N sharded) at its share of
 // the node's host (the node's ranks run theirs at once; megatrain's one
-// optimizer has the node, and does what megatrain_update_s says). Then the engines are simulated as cost_plan_with
-// does, and a micro-batch takes at least the host memory time of every
-// host-side byte of the node's ranks: their links' and the adds of their
-// gradients into the fp32 accumulators (read the copy, read and write the
-// sum), with a step's optimizer after it.
+// optimizer has the node, and does what megatrain_update_s says). A
+// collective runs inside the copy it belongs to, on its engine (the link
+// counts as busy meanwhile: a little pessimistic). Then the engines are
+// simulated as cost_plan_with does, and a micro-batch takes at least the
+// host memory time of every host-side byte of the node's ranks: their
+// links' and the adds of their gradients into the fp32 accumulators (read
+// the copy, read and write the sum), with a step's optimizer after it.
 static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout l, const CostKernels *k,
                  ScaleRow *row) {
     const Graph *g = p->graph;
@@ -174,11 +176,11 @@ static void best_seen(void *ctx, const Graph *g, const SchedResult *r) {
         return;
     }
     cand.fits = r->fits;
-    int dev = (double)r->cost.device_peak_bytes <= b->rt->device_memory; // while none fits: those that fit the device first
+    // while none fits: those that fit the device first
+    int dev = (double)r->cost.device_peak_bytes <= b->rt->device_memory;
     const ScaleRow *row = b->row;
-    if (cand.fits ? row->fits && cand.step_s >= row->step_s
-                  : row->fits || (row->priced && (b->row_dev > dev || (b->row_dev == dev && cand.step_s >= row->step_s))))
-        return;
+    int slower = cand.step_s >= row->step_s, worse = b->row_dev > dev || (b->row_dev == dev && slower);
+    if (cand.fits ? row->fits && slower : row->fits || (row->priced && worse)) return;
     *b->row = cand;
     b->row_dev = dev;
     snprintf(b->why, sizeof b->why, "%s", r->fits ? "" : r->why);
@@ -254,7 +256,8 @@ static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *kn
     int n = (int)ceil(store_bytes(g) / t->host_memory);
     for (n = n < 1 ? 1 : n; n <= max; n++) {
         ScaleRow r = *known;
-        if (n * gpn != ranks && best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0) return -1;
+        if (n * gpn != ranks && best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0)
+            return -1;
         if (r.fits) return n;
     }
     return 0;
@@ -272,8 +275,8 @@ static void choose(ScaleOut *o) {
         snprintf(o->why_chosen, sizeof o->why_chosen, "replicated does not fit (%s)", re->why);
     } else if (sharded) {
         o->chosen = SCALE_SHARDED;
-        snprintf(o->why_chosen, sizeof o->why_chosen, "its step is %.4g s against replicated's %.4g s (%.2fx)", sh->step_s,
-                 re->step_s, re->step_s / sh->step_s);
+        snprintf(o->why_chosen, sizeof o->why_chosen, "its step is %.4g s against replicated's %.4g s (%.2fx)",
+                 sh->step_s, re->step_s, re->step_s / sh->step_s);
     } else {
         o->chosen = SCALE_REPLICATED;
         snprintf(o->why_chosen, sizeof o->why_chosen, "%s", !sh->fits ? sh->why : "its step is shorter than sharded's");
