@@ -45,10 +45,10 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
         fprintf(out, ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
                      "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
                      "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
-                     "%.6g, \"schedule\": ",
+                     "%.6g, \"bound_s\": %.6g, \"schedule\": ",
                 r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu,
                 r->link_bytes, r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
-                r->optimizer_s);
+                r->optimizer_s, r->bound_s);
         json_str(out, r->schedule);
         fprintf(out, ", \"reason\": ");
         json_str(out, r->fits ? "" : r->why);
@@ -63,9 +63,9 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
                  "host store %.4g GB\n",
             so->ranks, so->per_node, so->nodes, so->nodes == 1 ? "" : "s", t->name, t->gpus_per_node, t->nodes,
             (long long)g->train.batch, so->store_bytes / 1e9);
-    fprintf(out, "  %-12s %9s %10s %8s %11s %10s %10s %8s %10s %10s %9s %9s  %s\n", "strategy", "step s", "tokens/s",
-            "x 1 GPU", "TFLOP/s/GPU", "link GB", "net GB", "coll s", "host GB", "node GB", "hostmem s", "optim s",
-            "rank's schedule");
+    fprintf(out, "  %-12s %9s %7s %10s %8s %11s %10s %10s %8s %10s %10s %9s %9s  %s\n", "strategy", "step s", "/bound",
+            "tokens/s", "x 1 GPU", "TFLOP/s/GPU", "link GB", "net GB", "coll s", "host GB", "node GB", "hostmem s",
+            "optim s", "rank's schedule");
     for (int i = -1; i < SCALE_COUNT; i++) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         char name[32];
@@ -74,14 +74,16 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
             fprintf(out, "  %-12s %9s  (%s)\n", name, "-", r->why);
             continue;
         }
-        fprintf(out, "  %-12s %9.4g %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %9.4g  %s\n", name,
-                r->step_s, r->tokens_per_s, so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0,
+        fprintf(out, "  %-12s %9.4g %7.3f %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %9.4g  %s\n",
+                name, r->step_s, r->bound_s > 0 ? r->step_s / r->bound_s : 0, r->tokens_per_s, so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0,
                 r->model_flops_per_gpu / 1e12, r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s,
                 r->host_bytes / 1e9, r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s,
                 r->schedule);
         if (!r->fits) fprintf(out, "  %-12s does not fit: %s\n", "", r->why);
     }
-    fprintf(out, "  (a step of every rank; link, net (NVLink and network sent), host GB: one rank's; node GB: a node's "
+    fprintf(out, "  (a step of every rank; /bound: against what no schedule of the strategy beats (the bounds above, a "
+                 "rank's share of them, its collectives); link, net (NVLink and network sent), host GB: one rank's; "
+                 "node GB: a node's "
                  "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
                  "its share of the node's host)\n",
             t->host_memory_bandwidth / 1e9);

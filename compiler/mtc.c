@@ -462,7 +462,7 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     ScaleOut so; // --ranks N: the strategies side by side
-    if (ranks > 1 && scaleout_compare(g, t, ranks, 1, a, &so, err, sizeof err) != 0) goto fail;
+    if (ranks > 1 && scaleout_compare(g, t, ranks, 1, b, a, &so, err, sizeof err) != 0) goto fail;
     explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first

@@ -263,6 +263,31 @@ static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *kn
     return 0;
 }
 
+// The one-GPU bounds b as strategy s at layout l changes them: every weight
+// in and every gradient out once a step (a sharded rank's slice, with the
+// whole model's all-gather and reduce-scatter on the same engines; a
+// replicated rank's all-reduce), the host's optimizer and memory at the
+// rank's share of the node (the node's ranks together), the exact-semantics
+// turn of the updates and a backward. MegaTrain's way as replicated without
+// collectives.
+static double bound_of(const Bounds *b, const Graph *g, const Target *t, int s, Layout l) {
+    if (l.ranks == 1 && s != SCALE_MEGATRAIN) return b->exact_s; // one GPU: its bounds as they are (the tier too)
+    double N = l.ranks, f = s == SCALE_SHARDED ? 1.0 / N : 1.0;
+    double share = s == SCALE_SHARDED ? l.per_node / N : s == SCALE_REPLICATED ? l.per_node : 1.0;
+    double weights = (double)storage_host_elems(g) * (double)storage_weight_bytes(g->train.compute);
+    double in = b->in_s * f, out = b->out_s * f;
+    if (s == SCALE_SHARDED) in += collective_seconds(t, COLL_ALL_GATHER, weights, l.ranks);
+    if (s != SCALE_MEGATRAIN) out += collective_seconds(t, s == SCALE_SHARDED ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE,
+                                                        weights, l.ranks);
+    double link = t->link_duplex ? fmax(in, out) : in + out;
+    double host = s == SCALE_MEGATRAIN ? b->host_s : b->host_s * share;
+    // host memory: the links' bytes of every rank of the node, and the optimizer's (megatrain: once)
+    double link_mem = (b->in_s * t->h2d_bandwidth + b->out_s * t->d2h_bandwidth) / t->host_memory_bandwidth;
+    double mem = (link_mem * (s == SCALE_SHARDED ? 1.0 / N : 1.0)) * l.per_node + (b->host_memory_s - link_mem) * share;
+    double turn = (s == SCALE_MEGATRAIN ? b->update_s : b->update_s * share) + b->backward_s;
+    return fmax(fmax(b->compute_s, link), fmax(fmax(host, mem), turn));
+}
+
 // Sharded or replicated, the faster that fits; o->why_chosen says why.
 static void choose(ScaleOut *o) {
     const ScaleRow *sh = &o->rows[SCALE_SHARDED], *re = &o->rows[SCALE_REPLICATED];
@@ -283,14 +308,17 @@ static void choose(ScaleOut *o) {
     }
 }
 
-static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int strategies, Arena *a, ScaleOut *o,
-                   char *err, size_t errcap) {
+static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int strategies, const Bounds *b, Arena *a,
+                   ScaleOut *o, char *err, size_t errcap) {
     Layout l = layout_of(t, ranks);
     *o = (ScaleOut){.ranks = ranks, .per_node = l.per_node, .nodes = l.nodes, .store_bytes = store_bytes(g)};
     if (strategies == SCALE_COUNT && best_row(g, t, SCALE_REPLICATED, layout_of(t, 1), a, &o->one, err, errcap) != 0)
         return -1;
     for (int s = 0; s < strategies; s++)
         if (best_row(g, t, s, l, a, &o->rows[s], err, errcap) != 0) return -1;
+    if (b && o->one.priced) o->one.bound_s = bound_of(b, g, t, SCALE_REPLICATED, layout_of(t, 1));
+    for (int s = 0; b && s < strategies; s++)
+        if (o->rows[s].priced) o->rows[s].bound_s = bound_of(b, g, t, s, layout_of(t, o->rows[s].ranks));
     choose(o);
     if (want_nodes && strcmp(t->arch, "cpu") == 0) { // one machine: its ranks are processes
         o->nodes_needed = o->rows[SCALE_SHARDED].fits, o->ranks_needed = ranks;
@@ -303,14 +331,14 @@ static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int str
     return 0;
 }
 
-int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, Arena *a, ScaleOut *out, char *err,
-                     size_t errcap) {
-    return compare(g, t, ranks, want_nodes, SCALE_COUNT, a, out, err, errcap);
+int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const Bounds *b, Arena *a, ScaleOut *out,
+                     char *err, size_t errcap) {
+    return compare(g, t, ranks, want_nodes, SCALE_COUNT, b, a, out, err, errcap);
 }
 
 int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, size_t whycap) {
     ScaleOut o;
-    if (compare(g, t, ranks, 0, SCALE_SHARDED + 1, a, &o, why, whycap) != 0) return -1;
+    if (compare(g, t, ranks, 0, SCALE_SHARDED + 1, NULL, a, &o, why, whycap) != 0) return -1;
     snprintf(why, whycap, "%s", o.why_chosen);
     return o.chosen < 0 ? SCALE_SHARDED : o.chosen;
 }

@@ -43,6 +43,7 @@ typedef struct ScaleRow {
     double node_host_bytes; // host RAM of one node's ranks together
     double host_memory_s;  // a step's host-side bytes of a node's ranks at host_memory_bandwidth
     double optimizer_s;    // a rank's host optimizer a step at its share of the node's host
+    double bound_s;        // what no schedule of the strategy beats (scaleout_compare with bounds; 0 without)
 } ScaleRow;
 
 typedef struct ScaleOut {
@@ -60,9 +61,14 @@ typedef struct ScaleOut {
 // rank's) on t; each strategy's rank plan is the fastest, priced that way, of
 // every plan the scheduler's search builds for each of mt's remat modes
 // (megatrain: its own schedule) on the rank's share of the node's memory. nodes_needed is
-// searched only when want_nodes. Returns 0, or -1 with a message in err.
-int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, Arena *a, ScaleOut *out, char *err,
-                     size_t errcap);
+// searched only when want_nodes. With b (cost_bounds of g's untiled graph),
+// each row's bound_s: the one-GPU bounds as the strategy changes them (a
+// sharded rank's link 1/N of the weights plus their all-gather and the
+// gradients' reduce-scatter, a replicated rank's gradients all-reduced, the
+// optimizer and host memory at the rank's share of the node). Returns 0, or
+// -1 with a message in err.
+int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const Bounds *b, Arena *a, ScaleOut *out,
+                     char *err, size_t errcap);
 
 // The plans these price are the one-GPU plans schedule_search builds (no
 // collective instructions): each strategy's slices and collectives are put

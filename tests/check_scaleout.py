@@ -10,6 +10,7 @@ README.md's table of them current:
     (32 GPUs), and 3 nodes (24 ranks) do not hold it;
   - a sharded rank's host memory is within its share of the node, its link
     bytes below one GPU's, MegaTrain's way moves nothing between GPUs;
+  - every strategy's predicted step is at or above its bound;
   - on a cpu target where both fit, the plan is the faster of sharded and
     replicated (what --shard auto takes: scaleout_choose);
   - more ranks than the profile has GPUs are refused, in valid JSON;
@@ -56,6 +57,9 @@ for (model, target, ranks, batch), d in results:
                  rep["reason"] or "it fits")
     ok(mega["interconnect_bytes_per_rank"] == 0, f"{what}: MegaTrain's way sums gradients on the host",
                  f"{mega['interconnect_bytes_per_rank']} bytes between GPUs")
+    under = [f"{x['name']} {x['step_s']:.6g} s < {x['bound_s']:.6g} s" for x in so["strategies"]
+             if not (x["bound_s"] > 0 and x["step_s"] >= x["bound_s"] * (1 - 1e-9))]
+    ok(not under, f"{what}: every strategy's step at or above its bound", "; ".join(under))
     if model == "llama3-70b":
         x = sh["tokens_per_s"] / one["tokens_per_s"]
         ok(x >= 6, f"{what}: sharded predicts {x:.2f}x one GPU's tokens/s (at least 6)", f"{x:.2f}x")
@@ -86,6 +90,8 @@ faster = "sharded" if sh["step_s"] <= rep["step_s"] * 1.001 else "replicated"
 ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
    f"llama-tiny on tiny-1layer, 2 ranks: both fit and the plan is the faster, {faster}",
    f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
+under = [x["name"] for x in d["scaleout"]["strategies"] if not (0 < x["bound_s"] <= x["step_s"] * (1 + 1e-9))]
+ok(not under, "llama-tiny, 2 ranks: every strategy's step at or above its bound", ", ".join(under))
 ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"] > 0 and rep["collective_s"] > 0,
    "llama-tiny, 2 ranks: a sharded rank holds less host memory; both run collectives",
    f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")
