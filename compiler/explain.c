@@ -29,8 +29,79 @@ static const char *attention_kernel(int kinds) {
     }
 }
 
+// The scale-out rows, one JSON object (mtc --ranks N --explain --json).
+static void scaleout_json(FILE *out, const ScaleOut *so) {
+    fprintf(out, ",\n \"scaleout\": {\"ranks\": %d, \"ranks_per_node\": %d, \"nodes\": %d, \"store_bytes\": %.0f, "
+                 "\"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ",
+            so->ranks, so->per_node, so->nodes, so->store_bytes, so->nodes_needed, so->ranks_needed);
+    json_str(out, so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "");
+    fprintf(out, ", \"why\": ");
+    json_str(out, so->why_chosen);
+    fprintf(out, ",\n  \"strategies\": [\n");
+    for (int i = -1; i < SCALE_COUNT; i++) {
+        const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
+        fprintf(out, "   {\"name\": ");
+        json_str(out, i < 0 ? "one-gpu" : SCALE_NAMES[i]);
+        fprintf(out, ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
+                     "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
+                     "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
+                     "%.6g, \"bound_s\": %.6g, \"schedule\": ",
+                r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu,
+                r->link_bytes, r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
+                r->optimizer_s, r->bound_s);
+        json_str(out, r->schedule);
+        fprintf(out, ", \"reason\": ");
+        json_str(out, r->fits ? "" : r->why);
+        fprintf(out, "}%s\n", i + 1 < SCALE_COUNT ? "," : "");
+    }
+    fprintf(out, "  ]}");
+}
+
+// The scale-out rows as a table: a step of every rank, each rank's bytes.
+static void scaleout_text(FILE *out, const Graph *g, const Target *t, const ScaleOut *so) {
+    fprintf(out, "  scale-out: %d ranks, %d a node on %d node%s of %s (%g GPUs a node, %g nodes), batch %lld a rank; "
+                 "host store %.4g GB\n",
+            so->ranks, so->per_node, so->nodes, so->nodes == 1 ? "" : "s", t->name, t->gpus_per_node, t->nodes,
+            (long long)g->train.batch, so->store_bytes / 1e9);
+    fprintf(out, "  %-12s %9s %7s %10s %8s %11s %10s %10s %8s %10s %10s %9s %9s  %s\n", "strategy", "step s", "/bound",
+            "tokens/s", "x 1 GPU", "TFLOP/s/GPU", "link GB", "net GB", "coll s", "host GB", "node GB", "hostmem s",
+            "optim s", "rank's schedule");
+    for (int i = -1; i < SCALE_COUNT; i++) {
+        const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
+        char name[32];
+        snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i >= 0 && i == so->chosen ? " *" : "");
+        if (!r->priced) {
+            fprintf(out, "  %-12s %9s  (%s)\n", name, "-", r->why);
+            continue;
+        }
+        fprintf(out, "  %-12s %9.4g %7.3f %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %9.4g  %s\n",
+                name, r->step_s, r->bound_s > 0 ? r->step_s / r->bound_s : 0, r->tokens_per_s, so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0,
+                r->model_flops_per_gpu / 1e12, r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s,
+                r->host_bytes / 1e9, r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s,
+                r->schedule);
+        if (!r->fits) fprintf(out, "  %-12s does not fit: %s\n", "", r->why);
+    }
+    fprintf(out, "  (a step of every rank; /bound: against what no schedule of the strategy beats (the bounds above, a "
+                 "rank's share of them, its collectives); link, net (NVLink and network sent), host GB: one rank's; "
+                 "node GB: a node's "
+                 "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
+                 "its share of the node's host)\n",
+            t->host_memory_bandwidth / 1e9);
+    if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
+    else fprintf(out, "  the plan: %s\n", so->why_chosen);
+    if (so->ranks_needed == 1)
+        fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n", so->store_bytes / 1e9);
+    else if (so->nodes_needed > 0)
+        fprintf(out, "  sharded needs %d node%s of %s (%d %s): the fewest whose host memory holds every rank's slice "
+                     "of the %.4g GB store with its activations\n",
+                so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed,
+                strcmp(t->arch, "cpu") == 0 ? "ranks" : "GPUs", so->store_bytes / 1e9);
+    else
+        fprintf(out, "  sharded fits on none of %s's %g nodes\n", t->name, t->nodes);
+}
+
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
-                   const char *const *names, int nrows, int chosen, int json) {
+                   const char *const *names, int nrows, int chosen, const ScaleOut *so, int json) {
     double acc = (double)g->train.accumulate;
     double tokens = (double)(g->train.batch * g->train.seq) * acc; // a step's
     if (json) {
@@ -81,7 +152,9 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
             }
             fprintf(out, "}%s\n", i + 1 < nrows ? "," : "");
         }
-        fprintf(out, "]}\n");
+        fprintf(out, "]");
+        if (so) scaleout_json(out, so);
+        fprintf(out, "}\n");
         return;
     }
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
@@ -139,6 +212,7 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     } else {
         fprintf(out, "  no policy fits %s\n", t->name);
     }
+    if (so) scaleout_text(out, g, t, so);
 }
 
 int explain_trace(const char *path, const Plan *p, const Target *t, char *err, size_t errcap) {

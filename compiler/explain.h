@@ -6,12 +6,16 @@
 
 #include <stdio.h>
 
+#include "scaleout.h"
 #include "schedule.h"
 
 // One row per searched policy, against the bounds b (cost_bounds of the
-// untiled graph); rows[chosen] is the plan mtc would write.
+// untiled graph); rows[chosen] is the plan mtc would write. With so (mtc
+// --ranks N above 1), then the scale-out strategies side by side: one GPU
+// alone, replicated, sharded and MegaTrain's way (compiler/scaleout.h), which
+// the plan uses and why, and the fewest nodes a sharded run needs.
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
-                   const char *const *names, int nrows, int chosen, int json);
+                   const char *const *names, int nrows, int chosen, const ScaleOut *so, int json);
 
 // Writes the predicted timeline of a step as Chrome trace-event JSON (one
 // track per engine: copy-in, compute, copy-out, host optimizer), which

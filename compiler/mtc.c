@@ -65,7 +65,8 @@ static const char USAGE[] =
     "  --seq N          sequence length (overrides the train section)\n"
     "  --ranks N        a plan for one rank of a data-parallel run of N processes (mpirun -np N mtrun\n"
     "                   PLAN): each trains on its own --batch rows of every global batch of N x batch\n"
-    "                   rows, the gradients summed over the ranks (default 1: one process)\n"
+    "                   rows, the gradients summed over the ranks (default 1: one process); with\n"
+    "                   --explain, replicated, sharded and MegaTrain's way side by side for N ranks\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -431,8 +432,8 @@ static int bounds_of(const Model *m, const SemaOptions *opt, Graph *g, const Tar
     return 0;
 }
 
-static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int json, const char *trace_path,
-                   Arena *a) {
+static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int ranks, int json,
+                   const char *trace_path, Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
     const char *names[ROWS];
@@ -460,7 +461,9 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
-    explain_print(stdout, g, t, b, rows, names, n, chosen, json);
+    ScaleOut so; // --ranks N: the strategies side by side
+    if (ranks > 1 && scaleout_compare(g, t, ranks, 1, b, a, &so, err, sizeof err) != 0) goto fail;
+    explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
@@ -649,7 +652,8 @@ int main(int argc, char **argv) {
         if (want_explain || trace_path) {
             Bounds bounds;
             rc = bounds_of(model, &opt, g, &tgt, &arena, &diag, &bounds);
-            if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_json && want_explain, trace_path, &arena);
+            if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_explain ? (int)ranks : 1, want_json && want_explain, trace_path,
+                                       &arena);
         } else if (want_json) {
             summary_print_json(stdout, g, path, &arena);
         } else if (want_summary) {

@@ -1,0 +1,115 @@
+#!/usr/bin/env python3
+"""The scale-out predictions issue 29 asks of mtc --ranks N --explain, and
+README.md's table of them current:
+  - llama3-70b on one h200x8 node, 8 ranks at batch 1 and 4 a rank (and at
+    batch 1 with two GPUs behind each PCIe uplink, h200x8-shared-pcie): sharded is
+    the plan and fits, predicts at least 6 times one GPU's tokens/s at the same
+    batch a GPU, and more than MegaTrain's way on the same node; replicated
+    does not fit (every rank a whole store in an eighth of the node);
+  - llama3-405b on h200x8-su: a sharded run fits and says it needs 4 nodes
+    (32 GPUs), and 3 nodes (24 ranks) do not hold it;
+  - a sharded rank's host memory is within its share of the node, its link
+    bytes below one GPU's, MegaTrain's way moves nothing between GPUs;
+  - every strategy's predicted step is at or above its bound;
+  - on a cpu target where both fit, the plan is the faster of sharded and
+    replicated (what --shard auto takes: scaleout_choose);
+  - more ranks than the profile has GPUs are refused, in valid JSON;
+  - without --ranks, --explain --json has no scaleout.
+usage: check_scaleout.py MTC (from the source tree)"""
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+
+import checks
+
+mtc = sys.argv[1]
+
+
+def ok(cond, what, detail=""):
+    """checks.check with what was found when it fails; prints what holds."""
+    if cond:
+        print("ok:", what)
+    return checks.check(cond, what if cond else f"{what}: {detail}")
+
+
+spec = importlib.util.spec_from_file_location("scaleout_table", os.path.join("bench", "scaleout_table.py"))
+table = importlib.util.module_from_spec(spec)
+spec.loader.exec_module(table)
+
+results = [(case, table.predict(mtc, *case)) for case in table.CASES]
+ones = {}
+for (model, target, ranks, batch), d in results:
+    so = d["scaleout"]
+    s = {x["name"]: x for x in so["strategies"]}
+    sh, one, mega, rep = s["sharded"], s["one-gpu"], s["megatrain"], s["replicated"]
+    ones.setdefault((model, batch), one)  # a shared PCIe uplink is compared with one GPU that has it to itself
+    one = ones[(model, batch)]
+    what = f"{model} on {target}, {ranks} ranks of batch {batch}"
+    ok(so["chosen"] == "sharded" and sh["fits"], f"{what}: the plan is sharded and fits",
+                 f"chosen {so['chosen']!r}, sharded fits {sh['fits']} ({sh['reason']})")
+    share = 2e12 / 8
+    ok(sh["host_bytes_per_rank"] <= share and sh["node_host_bytes"] <= 2e12,
+                 f"{what}: a sharded rank's host memory within its share of a node",
+                 f"{sh['host_bytes_per_rank'] / 1e9:.4g} GB a rank, {share / 1e9:.4g} GB its share")
+    ok(not rep["fits"] and "host memory" in rep["reason"], f"{what}: replicated does not fit the node's memory",
+                 rep["reason"] or "it fits")
+    ok(mega["interconnect_bytes_per_rank"] == 0, f"{what}: MegaTrain's way sums gradients on the host",
+                 f"{mega['interconnect_bytes_per_rank']} bytes between GPUs")
+    under = [f"{x['name']} {x['step_s']:.6g} s < {x['bound_s']:.6g} s" for x in so["strategies"]
+             if not (x["bound_s"] > 0 and x["step_s"] >= x["bound_s"] * (1 - 1e-9))]
+    ok(not under, f"{what}: every strategy's step at or above its bound", "; ".join(under))
+    if model == "llama3-70b":
+        x = sh["tokens_per_s"] / one["tokens_per_s"]
+        ok(x >= 6, f"{what}: sharded predicts {x:.2f}x one GPU's tokens/s (at least 6)", f"{x:.2f}x")
+        ok(sh["tokens_per_s"] > mega["tokens_per_s"] and mega["fits"],
+                     f"{what}: sharded ahead of MegaTrain's way on the node "
+                     f"({sh['tokens_per_s'] / mega['tokens_per_s']:.2f}x)",
+                     f"sharded {sh['tokens_per_s']:.4g} tokens/s, megatrain {mega['tokens_per_s']:.4g}, fits {mega['fits']}")
+        ok(sh["link_bytes_per_rank"] < one["link_bytes_per_rank"],
+                     f"{what}: a sharded rank's link moves less than one GPU's", "")
+    else:
+        ok(so["nodes_needed"] == 4 and so["ranks_needed"] == 32,
+                     f"{what}: sharded says it needs 4 nodes (32 GPUs)",
+                     f"{so['nodes_needed']} nodes, {so['ranks_needed']} GPUs")
+        ok(not mega["fits"] and mega["ranks"] == 8, f"{what}: MegaTrain's way is one node's, which it does not fit",
+                     mega["reason"])
+
+# three nodes do not hold llama3-405b's store sharded: 7305 GB over 24 ranks is 304 GB a rank, 250 its share
+d = table.predict(mtc, "llama3-405b", "h200x8-su", 24, 1)
+sh = [x for x in d["scaleout"]["strategies"] if x["name"] == "sharded"][0]
+ok(not sh["fits"] and "host memory" in sh["reason"] and d["scaleout"]["nodes_needed"] == 4,
+             "llama3-405b on 3 nodes: sharded does not fit, and still says 4 nodes", sh["reason"] or "it fits")
+
+# a cpu target, where both fit: the plan is the faster (sharded on a tie within 0.1%), sharded holds less
+d = table.predict(mtc, "llama-tiny", "tiny-1layer", 2, 2)
+s = {x["name"]: x for x in d["scaleout"]["strategies"]}
+sh, rep = s["sharded"], s["replicated"]
+faster = "sharded" if sh["step_s"] <= rep["step_s"] * 1.001 else "replicated"
+ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
+   f"llama-tiny on tiny-1layer, 2 ranks: both fit and the plan is the faster, {faster}",
+   f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
+under = [x["name"] for x in d["scaleout"]["strategies"] if not (0 < x["bound_s"] <= x["step_s"] * (1 + 1e-9))]
+ok(not under, "llama-tiny, 2 ranks: every strategy's step at or above its bound", ", ".join(under))
+ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"] > 0 and rep["collective_s"] > 0,
+   "llama-tiny, 2 ranks: a sharded rank holds less host memory; both run collectives",
+   f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")
+
+# more ranks than a profile has GPUs (h200: one GPU, one node): replicated and sharded say so, nothing is chosen,
+# and the JSON stays JSON (no infinite step)
+d = table.predict(mtc, "llama-tiny", "h200", 2, 2)
+s = {x["name"]: x for x in d["scaleout"]["strategies"]}
+ok(not s["sharded"]["fits"] and "2 nodes" in s["sharded"]["reason"] and not s["replicated"]["fits"]
+   and d["scaleout"]["chosen"] == "", "2 ranks on h200: no room for them, said", json.dumps(d["scaleout"])[:400])
+
+# one process: no scale-out in --explain
+r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],
+                   capture_output=True, text=True)
+ok(r.returncode == 0 and "scaleout" not in json.loads(r.stdout), "--explain without --ranks: no scaleout",
+             r.stderr)
+
+# README.md quotes the table as mtc predicts it now
+ok(table.check(table.table(results), "README.md") == 0, "README.md quotes the current scale-out table",
+             "stale")
+sys.exit(checks.finish("scale-out checks"))
