@@ -3,9 +3,10 @@
 # no flex, bison, LLVM 14 or OpenBLAS, and no way to install them):
 #   OUT/mtc, mtrun, libmt_cuda.so, tests/gpu_check   the binaries
 #   OUT/lib.tar.xz      the shared libraries they load that the machine's
-#                       image lacks (all but the C library's, zlib's and
-#                       CUDA's: LLVM 14, OpenBLAS, Open MPI, liburing, cJSON
-#                       and what those load), packed
+#                       image lacks (all but the C library's, zlib's,
+#                       CUDA's and NCCL's, which the image's nvidia-nccl
+#                       wheel has: LLVM 14, OpenBLAS, Open MPI, liburing,
+#                       cJSON and what those load), packed
 #   OUT/megatrain/      MegaTrain's `infinity` package (its Python sources,
 #                       from a git clone given as MEGATRAIN_GIT, a bare or
 #                       work-tree git directory) and its commit, for
@@ -39,7 +40,7 @@ fits 0 # the tree alone
 # the libraries to carry: NAME PATH a line
 libs=$(for b in $bins; do ldd "$build/$b"; done | awk '$3 ~ /^\// {print $1, $3}' | sort -u | while read -r name path; do
   case $name in
-    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++*|libgcc_s*|libz.so*|libcuda.so*|libcudart*|libcublas*|libnvrtc*) ;;
+    libc.so*|libm.so*|libdl.so*|librt.so*|libpthread.so*|libstdc++*|libgcc_s*|libz.so*|libcuda.so*|libcudart*|libcublas*|libnvrtc*|libnccl*) ;;
     *) echo "$name $path" ;;
   esac
 done)

@@ -100,7 +100,9 @@ if [ -n "$pre" ]; then
   if [ "$dry" != 1 ]; then
     mkdir -p "$lib" && xz -dc "$bin/lib.tar.xz" | tar -C "$lib" -xf - || { echo "run.sh: cannot unpack $bin/lib.tar.xz"; exit 1; }
   fi
-  export LD_LIBRARY_PATH=$lib/lib:/usr/local/cuda/lib64${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
+  # NCCL is not carried (218 MB): the image's nvidia-nccl wheel beside PyTorch has it
+  nccl=$(python3 -c 'import nvidia.nccl, os; print(os.path.join(list(nvidia.nccl.__path__)[0], "lib"))' 2>/dev/null)
+  export LD_LIBRARY_PATH=$lib/lib:/usr/local/cuda/lib64${nccl:+:$nccl}${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}
 else
   bin=${MT_GPU_BUILD:-$root/build-gpu}
   git rev-parse HEAD >"$work/commit.txt" 2>/dev/null || echo unknown >"$work/commit.txt"
