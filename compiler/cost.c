@@ -66,7 +66,7 @@ static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
 // attn_tc_ok), or, on a cpu target, the cpu backend's composite.
 static int attn_kind(const KirKernel *k, const Target *t) {
     if (strcmp(t->arch, "cpu") == 0) return ATTN_KIND_CPU;
-    return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D) ? ATTN_KIND_TC : ATTN_KIND_FP32;
+    return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D, (int)k->attn.Dv) ? ATTN_KIND_TC : ATTN_KIND_FP32;
 }
 
 // What a GEMM or attention kernel costs on a cpu target beyond its FLOPs at
