@@ -8,8 +8,8 @@
 //    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
 //    sm_XX with the plain reference (attention_ref.cuh): forward y and
 //    backward dq, dk, dv against the reference on random inputs, causal and
-//    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64 and 128,
-//    bf16), lengths that are not multiples of the tiles, f32 and bf16.
+//    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64, 128 and
+//    256, bf16), lengths that are not multiples of the tiles, f32 and bf16.
 // 2. Every model's fused expression kernels, as cuda_build compiles them
 //    (batch 2, seq 64, or batch 1 at --seq N with V capped at --vocab N; the
 //    model's storage, f32 or bf16; f64 arithmetic kept in double): each
@@ -19,7 +19,8 @@
 //    for f32 outputs, 1e-2 for bf16, kir_arg_tolerance).
 // 3. Times: flash against the reference at model-sized shapes, and the fused
 //    kernels; both attention kernels at Llama-3-8B's shapes (B 1, T 4096 and
-//    32768, H 32, KVH 8, D 128, causal, bf16), forward + backward, against a
+//    32768, H 32, KVH 8, D 128, causal, bf16; the tensor-core one also at D
+//    64 and 256, T 4096), forward + backward, against a
 //    bf16 GEMM measured with cuBLAS (8192 cubed, fp32 accumulation), with
 //    the attention_*_fraction lines to put into the target profile; the
 //    table comes last. Exit status 0 only when every check passed.
@@ -310,13 +311,11 @@ static void time_attention_llama(CUmodule m) {
     char row[96];
     snprintf(row, sizeof row, "cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s", gemm / 1e12);
     add_row(row, 2.0 * 8192.0 * 8192.0 * 8192.0 / gemm * 1e3, -1, 0);
-    for (int tc = 1; tc >= 0; tc--)
-        for (int T = 4096; T <= 32768; T *= 8) {
-            AttnCase c = {1, T, 32, 8, 128, 1, 1, tc};
-            if (!tc && T > 4096) {
-                printf("fp32 attention at T %d: skipped (about half an hour)\n", T);
-                continue;
-            }
+    // (tensor cores, T, D); the fp32 kernel at T 32768 would take about half an hour
+    const int shapes[][3] = {{1, 4096, 128}, {1, 32768, 128}, {1, 4096, 64}, {1, 4096, 256}, {0, 4096, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int tc = shapes[si][0], T = shapes[si][1], D = shapes[si][2];
+            AttnCase c = {1, T, 32, 8, D, 1, 1, tc};
             long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
             uint16_t *hb = malloc(2 * (size_t)nq);
             for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(frand());
@@ -337,18 +336,24 @@ static void time_attention_llama(CUmodule m) {
             void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
             AttnKernels f = attn_kernels(m, &c);
             Timer t;
+            const int reps = tc ? 3 : 1;
+            attn_run(&f, &c, a_fwd, a_dq, a_dkdv); // warm: the module's first launches load it
             timer_start(&t);
-            attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
-            double ms = timer_stop(&t, 1);
+            for (int r = 0; r < reps; r++) attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
+            double ms = timer_stop(&t, reps);
+            // FLOPs counted the standard way (compiler/cost.c): 7 T*T*D units, causal pairs halved
             double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
             double share = flops / (ms * 1e-3) / gemm;
-            printf("%s attention B1 T%d H32/8 D128 causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
-                   tc ? "tensor-core" : "fp32", T, ms, flops / (ms * 1e-3) / 1e12, share,
-                   tc ? (share >= 0.4 ? " (target 0.4 met)" : " (target 0.4 NOT met)") : "");
-            printf("    attention_%s_fraction = %.3f   # measured at T %d: %.3f of cuBLAS's bf16 rate x gemm_efficiency "
-                   "%.2g\n",
-                   tc ? "tc" : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
-            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D128 bf16: %.3f of GEMM", tc ? "tc" : "fp32", T,
+            // issue 26's targets: 0.30 at D 128, 0.25 at D 256 (T 4096)
+            const double target = D > 128 ? 0.25 : 0.30;
+            printf("%s attention B1 T%d H32/8 D%d causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
+                   tc ? "tensor-core" : "fp32", T, D, ms, flops / (ms * 1e-3) / 1e12, share,
+                   tc ? (share >= target ? " (target met)" : " (target NOT met)") : "");
+            printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
+                   "gemm_efficiency %.2g\n",
+                   tc ? (D > 128 ? "tc_wide" : "tc") : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, D, share,
+                   TARGET_DEFAULT_GEMM_EFFICIENCY);
+            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D%d bf16: %.3f of GEMM", tc ? "tc" : "fp32", T, D,
                      share);
             add_row(row, ms, -1, 0);
             CUdeviceptr all[] = {Q, DY, K, V, Y, DQ, DK, DV, LSE, WS};
@@ -361,9 +366,10 @@ static void check_attention(const char *arch) {
         {1, 1, 1, 1, 16, 1, 0, 0},   {2, 37, 4, 2, 16, 1, 0, 0},  {2, 37, 4, 2, 16, 0, 0, 0},  {1, 100, 8, 2, 64, 1, 0, 0},
         {2, 70, 4, 4, 64, 0, 0, 0},  {1, 129, 8, 1, 128, 1, 0, 0}, {1, 64, 4, 2, 128, 0, 0, 0}, {2, 77, 4, 2, 64, 1, 1, 0},
         {1, 130, 8, 2, 128, 1, 1, 0},
-        // tensor cores: GQA 1, 4, 8; D 64, 128; causal and not
+        // tensor cores: GQA 1, 4, 8; D 64, 128, 256; causal and not
         {1, 77, 4, 4, 64, 1, 1, 1},  {2, 150, 4, 1, 64, 0, 1, 1}, {1, 200, 8, 1, 64, 1, 1, 1}, {1, 45, 8, 2, 128, 0, 1, 1},
-        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1},
+        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1}, {1, 77, 4, 2, 256, 1, 1, 1},
+        {1, 130, 8, 2, 256, 0, 1, 1},
     };
     static const AttnCase TIMED[] = {
         {4, 1024, 12, 12, 64, 1, 0, 0}, // GPT-2 small
