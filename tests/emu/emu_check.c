@@ -467,6 +467,38 @@ enum { MMA_WARPS = 6 }; // three blocks of two warps
 // error 1e-6: one fp32 rounding), ldmatrix (after cp.async) bit for bit
 // against the PTX ISA's layouts. The same translation unit must compile with
 // NVRTC for sm_80 and sm_90, warnings included.
+// cvt.rn.bf16x2.f32 as emulated (mt_cvt_bf16x2) against common/bf16.h's
+// round to nearest even, bit for bit: random values, exact ties (the low 16
+// bits 0x8000 over even and odd bf16), values that round up into the next
+// binade and to infinity, zeros, infinities, subnormals.
+static void check_cvt(LaunchFn fn) {
+    enum { N = 4096 };
+    uint32_t bits[N];
+    const uint32_t fixed[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x3f7fffffu, 0x7f7fffffu,
+                              0x7f7f8000u, 0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x00008000u,
+                              0x00018000u, 0x0000ffffu, 0x3f80ffffu, 0x3f807fffu};
+    const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
+    for (int i = 0; i < N; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        bits[i] = i < nfixed ? fixed[i] : (uint32_t)(rng >> 16);
+        if (i >= nfixed && (bits[i] & 0x7f800000u) == 0x7f800000u) bits[i] &= 0xbfffffffu; // no NaN: bf16.h keeps payloads
+        if (i >= nfixed && i % 4 == 0) bits[i] = (bits[i] & 0xffff0000u) | 0x8000u;       // ties
+    }
+    float *x = malloc(4 * N);
+    memcpy(x, bits, 4 * N);
+    uint32_t *out = (uint32_t *)poisoned(4 * N / 2);
+    int n = N;
+    void *a[] = {&out, &x, &n};
+    launch(fn, "mt_test_cvt", N / 2 / 64, 1, 1, 64, 0, a);
+    int bad = 0;
+    for (int i = 0; i < N / 2; i++)
+        bad += out[i] != ((uint32_t)bf16_from_f32(x[2 * i]) | (uint32_t)bf16_from_f32(x[2 * i + 1]) << 16);
+    printf("cvt.rn.bf16x2.f32, %d values (ties, overflow, subnormals): %d pairs off round-to-nearest-even %s\n", N,
+           bad, bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(x), free(out);
+}
+
 static void check_mma(void) {
     char path[1024], *test;
     size_t tlen;
@@ -492,8 +524,8 @@ static void check_mma(void) {
             nvrtc_binary_free(&bin);
         }
     }
-    char names[2][96] = {"mt_test_mma", "mt_test_ldmatrix"};
-    LaunchFn fn = build("mma-test", src, names, 2);
+    char names[3][96] = {"mt_test_mma", "mt_test_ldmatrix", "mt_test_cvt"};
+    LaunchFn fn = build("mma-test", src, names, 3);
     free(src);
     if (!fn) {
         failures++;
@@ -541,6 +573,7 @@ static void check_mma(void) {
            bad ? "FAIL" : "ok");
     failures += bad != 0;
     free(A), free(B), free(C), free(D), free(M), free(out);
+    check_cvt(fn);
 }
 
 // The tensor-core attention kernels for the GPU: every variant a plan can
