@@ -29,19 +29,25 @@ static inline size_t attn_smem_max(int D) {
 // ceil(T/64) blocks by H (fwd, bwd_dq) or ceil(T/attn_tc_bk_dkdv) by KVH
 // (bwd_dkdv) by B, 128 threads. In shared memory, rows of D + 8 and Dv + 8
 // bf16: fwd and bwd_dq a 64-row query block and two stages of
-// attn_tc_bk(D, Dv) keys; bwd_dkdv its keys and two stages of 16 queries
+// attn_tc_bk_fit keys (each kernel at most 99 KiB); bwd_dkdv its keys and two stages of 16 queries
 // (with their lse, delta and document starts) and, when split, the warp
 // pairs' exchange of partial scores. Mirrors MtAttnTcGeo.
-enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BQ_DKDV = 16 };
-static inline int attn_tc_bk(int D, int Dv) { return D > 128 || Dv > 128 ? 32 : 64; }
+enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BQ_DKDV = 16, ATTN_TC_SMEM_CAP = 99 * 1024 };
+static inline size_t attn_tc_fwd_bytes(int D, int Dv, int bk) {
+    return 2 * (size_t)(ATTN_TC_BQ * (D + 8) + 2 * bk * (D + 8 + Dv + 8));
+}
+static inline size_t attn_tc_dq_bytes(int D, int Dv, int bk) { return 2 * (size_t)((ATTN_TC_BQ + 2 * bk) * (D + 8 + Dv + 8)); }
+// Keys per tile of fwd and bwd_dq: 64, 32 at heads over 128, halved while over 99 KiB (sm_86, sm_89).
+static inline int attn_tc_bk_fit(size_t (*bytes)(int, int, int), int D, int Dv) {
+    int bk = D > 128 || Dv > 128 ? 32 : 64;
+    return bytes(D, Dv, bk) <= ATTN_TC_SMEM_CAP ? bk : bytes(D, Dv, bk / 2) <= ATTN_TC_SMEM_CAP ? bk / 2 : bk / 4;
+}
 static inline int attn_tc_split(int D, int Dv) { return D + Dv > 256 ? 2 : 1; }
 static inline int attn_tc_bk_dkdv(int D, int Dv) { return 64 / attn_tc_split(D, Dv); }
 static inline size_t attn_tc_smem_fwd(int D, int Dv) {
-    return 2 * (size_t)(ATTN_TC_BQ * (D + 8) + 2 * attn_tc_bk(D, Dv) * (D + 8 + Dv + 8));
+    return attn_tc_fwd_bytes(D, Dv, attn_tc_bk_fit(attn_tc_fwd_bytes, D, Dv));
 }
-static inline size_t attn_tc_smem_dq(int D, int Dv) {
-    return 2 * (size_t)((ATTN_TC_BQ + 2 * attn_tc_bk(D, Dv)) * (D + 8 + Dv + 8));
-}
+static inline size_t attn_tc_smem_dq(int D, int Dv) { return attn_tc_dq_bytes(D, Dv, attn_tc_bk_fit(attn_tc_dq_bytes, D, Dv)); }
 static inline size_t attn_tc_smem_dkdv(int D, int Dv) {
     return 2 * (size_t)((attn_tc_bk_dkdv(D, Dv) + 2 * ATTN_TC_BQ_DKDV) * (D + 8 + Dv + 8)) +
            3 * 4 * 2 * (size_t)ATTN_TC_BQ_DKDV + (attn_tc_split(D, Dv) > 1 ? 4 * 4 * 32 * 16 : 0);

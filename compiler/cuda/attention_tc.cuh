@@ -32,9 +32,10 @@
 // tolerance (3e-2) by up to 2.3 times.
 //
 // Launch ABI (numbers in common/attention.h: ATTN_TC_*, attn_tc_*), 128 threads each:
-//   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B),        attn_tc_smem_fwd(D, DV) bytes of dynamic shared memory
-//   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B),        attn_tc_smem_dq(D, DV)
-//   mt_attn_tc_bwd_dkdv_NAME grid (ceil(T/BKD), KVH, B),    attn_tc_smem_dkdv(D, DV), BKD = attn_tc_bk_dkdv(D, DV)
+//   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B),     attn_tc_smem_fwd(D, DV) bytes of dynamic shared memory
+//   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B),     attn_tc_smem_dq(D, DV)
+//   mt_attn_tc_bwd_dkdv_NAME grid (ceil(T/BKD), KVH, B),  attn_tc_smem_dkdv(D, DV), BKD = attn_tc_bk_dkdv(D, DV)
+// each at most 99 KiB of shared memory.
 // bwd_dq first (it writes the workspace), then bwd_dkdv, as attention.cuh.
 // q, k, v 16-byte aligned with rows of H*D, KVH*D and KVH*DV elements.
 #define MT_ATTN_TC_THREADS 128
@@ -46,7 +47,15 @@
 template <int D, int DV> struct MtAttnTcGeo {
     static_assert((D % 64 == 0 || D == 192) && D <= 256 && (DV % 64 == 0 || DV == 192) && DV <= 256,
                   "head sizes 64, 128, 192, 256");
-    static constexpr int BK = D > 128 || DV > 128 ? 32 : 64; // keys per tile of fwd and bwd_dq (registers)
+    // keys per tile of fwd (BK) and bwd_dq (BKQ): 64, 32 at heads over 128 (registers), halved
+    // while the block's shared memory exceeds 99 KiB, what sm_86 and sm_89 allow (227 KiB on sm_90)
+    static constexpr int CAP = 99 * 1024;
+    static constexpr int fwd_bytes(int bk) { return 2 * (64 * (D + 8) + 2 * bk * (D + 8 + DV + 8)); }
+    static constexpr int dq_bytes(int bk) { return 2 * (64 + 2 * bk) * (D + 8 + DV + 8); }
+    static constexpr int BK0 = D > 128 || DV > 128 ? 32 : 64;
+    static constexpr int BK = fwd_bytes(BK0) <= CAP ? BK0 : fwd_bytes(BK0 / 2) <= CAP ? BK0 / 2 : BK0 / 4;
+    static constexpr int BKQ = dq_bytes(BK0) <= CAP ? BK0 : dq_bytes(BK0 / 2) <= CAP ? BK0 / 2 : BK0 / 4;
+    static_assert(fwd_bytes(BK) <= CAP && dq_bytes(BKQ) <= CAP, "shared memory over 99 KiB");
     static constexpr int SPLIT = D + DV > 256 ? 2 : 1;        // bwd_dkdv: warps sharing 16 keys, each owning
                                                               // 1/SPLIT of dk's and dv's columns
     static constexpr int BKD = 64 / SPLIT;                     // keys per block of bwd_dkdv
@@ -293,7 +302,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
                                                   const bf16 *v, const bf16 *y, const float *lse_saved, const int *seg,
                                                   int T, int H, int KVH, MtAttnOpt opt) {
     using G = MtAttnTcGeo<D, DV>;
-    constexpr int BQ = MT_ATTN_TC_BQ, BK = G::BK, LDK = G::LDK, LDV = G::LDV, NK = BK / 8, ND = D / 8;
+    constexpr int BQ = MT_ATTN_TC_BQ, BK = G::BKQ, LDK = G::LDK, LDV = G::LDV, NK = BK / 8, ND = D / 8;
     extern __shared__ float mt_smem[];
     bf16 *Qs = (bf16 *)mt_smem;   // (BQ, D + 8)
     bf16 *dYs = Qs + BQ * LDK;    // (BQ, DV + 8)
@@ -541,19 +550,21 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
 // NAME as attn_variant_name_dv() spells it ("bf16_d128_causal", "bf16_d192_v128_causal");
 // arguments as attention.cuh's entry points of the same name plus seg
 // (NULL: no documents) before T; SCALE, SOFTCAP and WINDOW as its MT_ATTN_INSTANTIATE_OPT.
+// At least one block an SM: without it ptxas held bwd_dq at D 128 to 168
+// registers on sm_80 and spilled (cuda_nvrtc_attention_tc).
 #define MT_ATTN_TC_INSTANTIATE(D, CAUSAL, NAME) MT_ATTN_TC_INSTANTIATE_OPT(D, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
 #define MT_ATTN_TC_INSTANTIATE_OPT(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                      \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                                  \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_fwd_##NAME(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seg,       \
                               int T, int H, int KVH) {                                                                \
         mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});            \
     }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                                  \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_bwd_dq_##NAME(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k, const bf16 *v,    \
                                  const bf16 *y, const float *lse, const int *seg, int T, int H, int KVH) {            \
         mt_attn_tc_bwd_dq<D, DV, CAUSAL>(dq, ws, dy, q, k, v, y, lse, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
     }                                                                                                                 \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                                  \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_bwd_dkdv_##NAME(bf16 *dk, bf16 *dv, const float *ws, const bf16 *dy, const bf16 *q,                \
                                    const bf16 *k, const bf16 *v, const int *seg, int T, int H, int KVH) {             \
         mt_attn_tc_bwd_dkdv<D, DV, CAUSAL>(dk, dv, ws, dy, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
