@@ -12,7 +12,7 @@
 #define TARGET_DEFAULT_GEMM_EFFICIENCY 0.8  // share of matrix peak large GEMMs reach
 #define TARGET_DEFAULT_DUPLEX_EFFICIENCY 1.0 // share of each direction's rate kept while both run
 // Flash attention's rate as a share of matrix_flops_bf16, by the kernel a
-// plan runs: the tensor-core kernel (bf16, head size 64 or 128) and the fp32
+// plan runs: the tensor-core kernel (bf16, head sizes 64, 128, 192, 256) and the fp32
 // CUDA-core kernel (the fallback). The defaults are what schedules/h200.target
 // carries, measured on an H200 (schedules/README.md, "Attention").
 #define TARGET_DEFAULT_ATTENTION_TC_FRACTION 0.080
@@ -41,6 +41,9 @@ typedef struct Target {
     double gemm_efficiency;      // in (0, 1], optional
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
+                                    // (query/key and value heads of 128 or less)
+    double attention_tc_wide_fraction; // in (0, 1], optional: the same for heads wider than 128 (192, 256: other
+                                       // tiles); 0 (left out): attention_tc_fraction
     double attention_fp32_fraction; // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
     // Several GPUs (README.md, "Scale-out"), optional: `nodes` nodes of gpus_per_node GPUs each, every GPU with
     // the figures above and its own host link; the host_* figures are a node's, which its GPUs share.

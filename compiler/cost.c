@@ -66,7 +66,7 @@ static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
 // attn_tc_ok), or, on a cpu target, the cpu backend's composite.
 static int attn_kind(const KirKernel *k, const Target *t) {
     if (strcmp(t->arch, "cpu") == 0) return ATTN_KIND_CPU;
-    return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D) ? ATTN_KIND_TC : ATTN_KIND_FP32;
+    return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D, (int)k->attn.Dv) ? ATTN_KIND_TC : ATTN_KIND_FP32;
 }
 
 // What a GEMM or attention kernel costs on a cpu target beyond its FLOPs at
@@ -94,7 +94,8 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
 // bandwidth, whichever is longer, plus a launch. The rate: GEMMs at the
 // matrix rate of the storage dtype times gemm_efficiency; attention at
 // matrix_flops_bf16 times the target's fraction for the kernel that runs it
-// (attention_tc_fraction, attention_fp32_fraction). On a cpu target f32
+// (attention_tc_fraction, attention_tc_wide_fraction for heads over 128,
+// attention_fp32_fraction). On a cpu target f32
 // attention is priced as GEMMs over every (query, key) pair plus
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
 // kernel (double sums, one thread), at attention_plain_flops (mtrun
@@ -103,9 +104,11 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
 static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
     int bf16 = k->args[1].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
-    if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU)
-        matrix = t->matrix_flops_bf16 *
-                 (attn_kind(k, t) == ATTN_KIND_TC ? t->attention_tc_fraction : t->attention_fp32_fraction);
+    if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU) {
+        int wide = k->attn.D > 128 || k->attn.Dv > 128; // attention_tc.cuh's other tiles (MtAttnTcGeo)
+        double tc = wide && t->attention_tc_wide_fraction > 0 ? t->attention_tc_wide_fraction : t->attention_tc_fraction;
+        matrix = t->matrix_flops_bf16 * (attn_kind(k, t) == ATTN_KIND_TC ? tc : t->attention_fp32_fraction);
+    }
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
     if (k->kind == KK_GEMM) {
         const KirGemm *g = &k->gemm;

@@ -684,18 +684,18 @@ void cuda_source_free(CudaSource *s) {
 
 // An attention kernel's variant: which template, head size, mask and options.
 typedef struct AttnVariant {
-    int tc, D, causal;
+    int tc, D, Dv, causal;
     long long window;
     double scale, softcap;
 } AttnVariant;
 
 static AttnVariant attn_variant(const KirKernel *k, int bf16) {
-    AttnVariant v = {attn_tc_ok(bf16, (int)k->attn.D), (int)k->attn.D, k->attn.causal, (long long)k->attn.window,
-                     k->attn.scale, k->attn.softcap};
+    AttnVariant v = {attn_tc_ok(bf16, (int)k->attn.D, (int)k->attn.Dv), (int)k->attn.D, (int)k->attn.Dv, k->attn.causal,
+                     (long long)k->attn.window, k->attn.scale, k->attn.softcap};
     return v;
 }
 static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {
-    return a->tc == b->tc && a->D == b->D && a->causal == b->causal && a->window == b->window &&
+    return a->tc == b->tc && a->D == b->D && a->Dv == b->Dv && a->causal == b->causal && a->window == b->window &&
            (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
 }
 
@@ -715,7 +715,7 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
         for (int i = 0; i < prog->parts[p].n; i++)
             for (int j = 0; j < prog->parts[p].k[i].nargs; j++) bf16 |= prog->parts[p].k[i].args[j].dtype == KT_BF16;
     // attention instantiations: each variant used, once; tensor cores where
-    // attn_tc_ok (bf16, D 64 or 128), else the fp32 template, the fallback
+    // attn_tc_ok (bf16, head sizes 64, 128, 192 or 256), else the fp32 template, the fallback
     enum { MAX_ATTN = 32 };
     AttnVariant inst[MAX_ATTN];
     int ninst = 0, ntc = 0;
@@ -723,11 +723,12 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
         for (int i = 0; i < prog->parts[p].n; i++) {
             const KirKernel *k = &prog->parts[p].k[i];
             if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
-            if (k->attn.Dv != k->attn.D) { // the flash templates take one head width for q, k and v
+            if (k->attn.Dv != k->attn.D && !attn_variant(k, bf16).tc) { // the fp32 template takes one head width
                 const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
                 snprintf(err, errcap,
-                         "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has no "
-                         "CUDA kernel yet (the flash templates take one head width); a cpu target runs it (--target local, tiny-1layer)",
+                         "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has a CUDA "
+                         "kernel only on tensor cores (bf16 storage, head sizes 64, 128, 192 or 256); a cpu target "
+                         "runs it (--target local, tiny-1layer)",
                          opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col,
                          (long long)k->attn.D, (long long)k->attn.Dv);
                 cuda_source_free(out);
@@ -742,7 +743,7 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                 cuda_source_free(out);
                 return -1;
             }
-            size_t need = v.tc ? attn_tc_smem_max(v.D) : attn_smem_max(v.D);
+            size_t need = v.tc ? attn_tc_smem_max(v.D, v.Dv) : attn_smem_max(v.D);
             if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
                 const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
                 snprintf(err, errcap,
@@ -771,8 +772,8 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     for (int j = 0; j < ninst; j++) {
         const AttnVariant *v = &inst[j];
         char name[64], sc[64], cap[64];
-        attn_variant_name(name, sizeof name, bf16, v->D, v->causal, v->window, v->scale, v->softcap);
-        int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale);
+        attn_variant_name_dv(name, sizeof name, bf16, v->D, v->Dv, v->causal, v->window, v->scale, v->softcap);
+        int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale) && v->Dv == v->D;
         if (plain && v->tc) em(e, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", v->D, v->causal ? "true" : "false", name);
         else if (plain)
             em(e, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", bf16 ? "bf16" : "float", v->D, v->causal ? "true" : "false",
@@ -782,8 +783,8 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
             else literal(sc, sizeof sc, KT_F32, v->scale);
             literal(cap, sizeof cap, KT_F32, v->softcap);
             if (v->tc)
-                em(e, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %s, %s, %s, %lld, %s)\n", v->D, v->causal ? "true" : "false", sc,
-                   cap, v->window, name);
+                em(e, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %d, %s, %s, %s, %lld, %s)\n", v->D, v->Dv,
+                   v->causal ? "true" : "false", sc, cap, v->window, name);
             else
                 em(e, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %s, %s, %lld, %s)\n", bf16 ? "bf16" : "float", v->D,
                    v->causal ? "true" : "false", sc, cap, v->window, name);
@@ -822,7 +823,8 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                     em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
             } else {
                 AttnVariant v = attn_variant(k, bf16);
-                attn_variant_name(info->symbol, sizeof info->symbol, bf16, v.D, v.causal, v.window, v.scale, v.softcap);
+                attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale,
+                                     v.softcap);
                 info->attn_tc = v.tc;
                 e->cur = NULL;
                 em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,

@@ -27,10 +27,11 @@
 //     bf16) only accesses it can prove aligned from that.
 // GEMMs emit nothing (cuBLASLt runs them; see CudaKernelInfo.epilogue);
 // attention kernels use a flash template's entry points named by
-// attn_variant_name (common/attention.h): the tensor-core one
-// (attention_tc.cuh) where attn_tc_ok (bf16 storage, head size 64 or 128),
-// else the fp32 one (attention.cuh), the fallback; their ABI is written
-// there. Window, scale and softcap are baked into the instantiation.
+// attn_variant_name_dv (common/attention.h): the tensor-core one
+// (attention_tc.cuh) where attn_tc_ok (bf16 storage, head sizes 64, 128,
+// 192 or 256, value heads of their own width among them), else the fp32 one
+// (attention.cuh), the fallback (value heads as wide as the keys only);
+// their ABI is written there. Window, scale and softcap are baked into the instantiation.
 #ifndef MT_EMIT_CUDA_H
 #define MT_EMIT_CUDA_H
 

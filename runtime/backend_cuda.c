@@ -379,36 +379,42 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
                              0, stream_of(c, in)));
 }
 
-// The flash templates: forward (no lse kept: the backward recomputes it),
-// backward bwd_dq then bwd_dkdv over the engine's workspace.
+// The flash templates: forward (no lse kept: the plan has no tensor for it,
+// so the backward recomputes it), backward bwd_dq then bwd_dkdv over the
+// engine's workspace. The tensor-core kernels take document starts (seg,
+// common/attention.h's convention); none here yet (NULL).
 static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];
     const KirAttn *t = &k->attn;
     cudaStream_t s = stream_of(c, in);
-    int T = (int)t->T, H = (int)t->H, KVH = (int)t->KVH;
-    int bq = kn->attn_tc ? ATTN_TC_BQ : ATTN_BQ, bk = kn->attn_tc ? ATTN_TC_BK : ATTN_BK;
+    int T = (int)t->T, H = (int)t->H, KVH = (int)t->KVH, D = (int)t->D, Dv = (int)t->Dv;
+    int bq = kn->attn_tc ? ATTN_TC_BQ : ATTN_BQ, bk = kn->attn_tc ? attn_tc_bk_dkdv(D, Dv) : ATTN_BK;
     unsigned threads = kn->attn_tc ? ATTN_TC_THREADS : ATTN_THREADS, gq = (unsigned)((T + bq - 1) / bq),
              gk = (unsigned)((T + bk - 1) / bk), B = (unsigned)t->B;
     void *nul = NULL;
     if (k->kind == KK_ATTN) {
         void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
              *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets);
-        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH};
-        CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a, NULL));
+        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH}, *a_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
+        CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
+                                 kn->attn_tc ? a_tc : a, NULL));
         return;
     }
     size_t es = k->args[0].dtype == KT_BF16 ? 2 : 4;
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
-    char *out = arg_ptr(c, &k->args[0], offsets); // dq | dk | dv
+    char *out = arg_ptr(c, &k->args[0], offsets); // dq (B, T, H*D) | dk (B, T, KVH*D) | dv (B, T, KVH*Dv)
     void *DQ = out, *DK = out + (size_t)nq * es, *DV = out + (size_t)(nq + nk) * es, *WS = c->scratch[engine_of(in)];
     void *DY = arg_ptr(c, &k->args[1], offsets), *Q = arg_ptr(c, &k->args[2], offsets),
          *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets);
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a_dq, NULL)))
-        CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s, a_dkdv,
-                                 NULL));
+    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &nul, &T, &H, &KVH};
+    void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
+    if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
+                                 kn->attn_tc ? a_dq_tc : a_dq, NULL)))
+        CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s,
+                                 kn->attn_tc ? a_dkdv_tc : a_dkdv, NULL));
 }
 
 // The geometry of a mixture-of-experts node (KK_NODE): rows, the last axis
@@ -673,13 +679,13 @@ static int load_kernels(Cuda *c) {
             if (k->kind != KK_EXPR) {
                 const KirAttn *t = &k->attn;
                 char v[64];
-                attn_variant_name(v, sizeof v, c->bf16, (int)t->D, t->causal, (long long)t->window, t->scale, t->softcap);
-                kn->attn_tc = attn_tc_ok(c->bf16, (int)t->D);
+                int D = (int)t->D, Dv = (int)t->Dv, bwd = k->kind == KK_ATTN_BWD;
+                attn_variant_name_dv(v, sizeof v, c->bf16, D, Dv, t->causal, (long long)t->window, t->scale, t->softcap);
+                kn->attn_tc = attn_tc_ok(c->bf16, D, Dv);
                 const char *pre = kn->attn_tc ? "mt_attn_tc" : "mt_attn";
-                int D = (int)t->D, bwd = k->kind == KK_ATTN_BWD;
-                kn->attn_smem[0] = (int)(bwd ? (kn->attn_tc ? attn_tc_smem_dq(D) : attn_smem_dq(D))
-                                             : (kn->attn_tc ? attn_tc_smem_fwd(D) : attn_smem_fwd(D)));
-                kn->attn_smem[1] = (int)(kn->attn_tc ? attn_tc_smem_dkdv(D) : attn_smem_dkdv(D));
+                kn->attn_smem[0] = (int)(bwd ? (kn->attn_tc ? attn_tc_smem_dq(D, Dv) : attn_smem_dq(D))
+                                             : (kn->attn_tc ? attn_tc_smem_fwd(D, Dv) : attn_smem_fwd(D)));
+                kn->attn_smem[1] = (int)(kn->attn_tc ? attn_tc_smem_dkdv(D, Dv) : attn_smem_dkdv(D));
                 snprintf(name, sizeof name, "%s_%s_%s", pre, bwd ? "bwd_dq" : "fwd", v);
                 if (get_function(c, &kn->attn[0], name, kn->attn_smem[0]) != 0) return -1;
                 snprintf(name, sizeof name, "%s_bwd_dkdv_%s", pre, v);

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """The cuda backend (runtime/backend_cuda.c) on the CPU emulation of CUDA.
 
-usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B]
+usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B] [--dtypes=A,B]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py pin MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py tile MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
@@ -16,7 +16,7 @@ LIBMT_CUDA_EMU (MT_CUDA_BACKEND: the backend linked against
 tests/emu/cuda_api_emu.c), which serves cuModuleLoadData from that object
 (MT_CUDA_EMU_KERNELS).
 
-train: f32 and bf16, every --remat mode: the first 5 losses and a
+train: f32 and bf16 (or --dtypes), every --remat mode (or --remats): the first 5 losses and a
   validation loss at step 5 of the cuda backend equal the cpu backend's, f32 within
   1e-5 and bf16 within 1e-3 relative. The first run (f32, remat none) also
   writes mtrun --trace, checked against mtc --trace's prediction: the same
@@ -60,6 +60,7 @@ import numpy as np
 from checks import measured_trace_errors
 
 REMATS = ("none", "layer", "selective", "offload")
+DTYPES = ("f32", "bf16")
 SEEDS = 1  # runs per dropped WAIT in the waits check (the held producer makes one enough)
 
 
@@ -204,13 +205,13 @@ def worst_rel(a, b):
 
 
 def check_train(mtc, mtrun, lib, cxx, src, work, model):
-    for dtype, tol in (("f32", 1e-5), ("bf16", 1e-3)):
+    for dtype, tol in [(d, t) for d, t in (("f32", 1e-5), ("bf16", 1e-3)) if d in DTYPES]:
         for remat in REMATS:
             plan, cu = compile_plan(mtc, src, work, model, dtype, remat)
             cuda = True if lib == "-" else (lib, build_kernels(cxx, src, cu, work))
             ref, _ = losses(mtrun, plan, os.path.join(work, "cpu.jsonl"))
             # the first run also writes the measured trace, checked against mtc --trace's
-            trace = os.path.join(work, "measured.json") if (dtype, remat) == ("f32", REMATS[0]) else None
+            trace = os.path.join(work, "measured.json") if (dtype, remat) == (DTYPES[0], REMATS[0]) else None
             got, p = losses(mtrun, plan, os.path.join(work, "cuda.jsonl"), cuda,
                             extra_args=("--trace", trace) if trace else ())
             if trace:
@@ -343,9 +344,12 @@ def check_tile(mtc, mtrun, lib, cxx, src, work, model):
 
 
 def main():
-    global TARGET, REMATS
+    global TARGET, REMATS, DTYPES
     for a in [a for a in sys.argv if a.startswith("--remats=")]:  # a subset of the modes
         REMATS = tuple(a[len("--remats="):].split(","))
+        sys.argv.remove(a)
+    for a in [a for a in sys.argv if a.startswith("--dtypes=")]:  # a subset of f32, bf16
+        DTYPES = tuple(a[len("--dtypes="):].split(","))
         sys.argv.remove(a)
     what, mtc, mtrun, lib, cxx, src, work, model = sys.argv[1:9]
     if what == "gpu":  # the emulation covers every mode; a GPU's minutes go to one that streams and one that offloads

@@ -73,6 +73,10 @@ static void check_sane(const char *file, const Target *t) {
     CHECK(t->attention_fp32_fraction <= t->attention_tc_fraction && t->attention_tc_fraction <= t->gemm_efficiency,
           "%s: attention fractions fp32 %g, tensor-core %g, gemm_efficiency %g out of order", file,
           t->attention_fp32_fraction, t->attention_tc_fraction, t->gemm_efficiency);
+    CHECK(t->attention_tc_wide_fraction == 0 || (t->attention_fp32_fraction <= t->attention_tc_wide_fraction &&
+                                                t->attention_tc_wide_fraction <= t->gemm_efficiency),
+          "%s: attention_tc_wide_fraction %g out of order (fp32 %g, gemm_efficiency %g)", file,
+          t->attention_tc_wide_fraction, t->attention_fp32_fraction, t->gemm_efficiency);
     CHECK(t->link_duplex == 0 || t->link_duplex == 1, "%s: link_duplex %d", file, t->link_duplex);
     // the file's name is the profile's name: "--target h200" finds name = h200
     char want[300];

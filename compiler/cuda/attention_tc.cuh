@@ -1,31 +1,67 @@
 // attention_tc.cuh: flash attention, forward and backward, on tensor cores (bf16 storage,
 // mma.sync m16n8k16 with fp32 accumulation, online softmax in fp32, tiles
-// staged with cp.async and read with ldmatrix; FlashAttention-2's loop
-// order). Same semantics, layouts, lse and backward workspace as
-// attention.cuh (which stays the reference and the fallback: f32 storage, other head
-// sizes). Needs prelude.cuh, mma.cuh and attention.cuh (its constants).
+// staged with cp.async (two stages: the next tile loads while this one is
+// used) and read with ldmatrix; FlashAttention-2's loop order). Same
+// semantics, layouts, lse and backward workspace as attention.cuh (the fp32
+// fallback; attention_ref.cuh is the plain reference both are checked
+// against). Needs prelude.cuh, mma.cuh and attention.cuh (its constants and
+// MtAttnOpt).
 //
-// One block: 64 query rows of one head, four warps of 16 rows each; keys
-// stream through shared memory 64 at a time. Causal: key tiles wholly after
-// the block's last query are skipped; the diagonal tile masks per element.
-// Grouped-query as attention.cuh (query head h reads kv head h / (H / KVH)).
-// The options (scale, soft-capping, sliding window: attention.cuh's
-// MtAttnOpt) as attention.cuh: a window skips whole key tiles before the
-// block's first visible key, and in bwd_dkdv whole query tiles after the
-// last query that sees the block's keys.
+// Head sizes: D (queries, keys) and DV (values, outputs) each 64, 128, 192
+// or 256, not necessarily equal (DeepSeek's 192/128). Grouped-query as
+// attention.cuh (query head h reads kv head h / (H / KVH)); the options
+// (scale, soft-capping, sliding window) as attention.cuh's MtAttnOpt.
 //
-// Launch ABI (numbers in common/attention.h: ATTN_TC_*), 128 threads each:
-//   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B), attn_tc_smem_fwd(D) bytes of dynamic shared memory
-//   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B), attn_tc_smem_dq(D)
-//   mt_attn_tc_bwd_dkdv_NAME grid (ceil(T/64), KVH, B), attn_tc_smem_dkdv(D)
-// bwd_dq first (it writes the workspace), then bwd_dkdv, as attention.cuh;
-// deterministic, no atomics.
-// q, k, v 16-byte aligned with rows of H*D and KVH*D elements (D 64 or 128).
+// Documents (packed rows): seg, when not NULL, is (B, T): seg[b*T + t] the
+// position of the first token of query t's document; key j is visible to t
+// only when j >= seg[b*T + t] (besides causal and window). Key tiles wholly
+// before a query block's smallest seg are skipped.
+//
+// Masks are evaluated only on the tiles that need them (the causal diagonal,
+// a window's edge, a document's start, the end of the rows); every other
+// tile takes the scores as they are. Causal launches the heaviest query
+// blocks (the last rows) first.
+//
+// The work, in T*T*D units of matrix products: forward Q K^T, P V (2);
+// bwd_dq dS K after Q K^T and dY V^T (3); bwd_dkdv Q K^T and dY V^T again,
+// then P^T dY twice and dS^T Q (5): 10, dq deterministic (no atomics). Given
+// no saved lse (y and lse NULL), bwd_dq first recomputes it (Q K^T, dY V^T:
+// 2 more). P in the forward and dS in the backward enter the products as
+// plain bf16, as FlashAttention does; P^T for dv as a bf16 pair (hi, lo:
+// mt_tc_pv_split), which plain bf16 fails emu_attention's elementwise
+// tolerance (3e-2) by up to 2.3 times.
+//
+// Launch ABI (numbers in common/attention.h: ATTN_TC_*, attn_tc_*), 128 threads each:
+//   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B),     attn_tc_smem_fwd(D, DV) bytes of dynamic shared memory
+//   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B),     attn_tc_smem_dq(D, DV)
+//   mt_attn_tc_bwd_dkdv_NAME grid (ceil(T/BKD), KVH, B),  attn_tc_smem_dkdv(D, DV), BKD = attn_tc_bk_dkdv(D, DV)
+// each at most 99 KiB of shared memory.
+// bwd_dq first (it writes the workspace), then bwd_dkdv, as attention.cuh.
+// q, k, v 16-byte aligned with rows of H*D, KVH*D and KVH*DV elements.
 #define MT_ATTN_TC_THREADS 128
-#define MT_ATTN_TC_BQ 64 // query rows per block, 16 per warp
-#define MT_ATTN_TC_BK 64 // keys per tile
+#define MT_ATTN_TC_BQ 64     // query rows per block of fwd and bwd_dq, 16 per warp
 #define MT_ATTN_TC_BQ_DKDV 16 // query rows per tile of bwd_dkdv: with 64 or 32, beside its accumulators
                               // (dk and dv: 128 registers a thread at D 128), registers spill
+
+// The tile sizes of one pair of head widths (common/attention.h mirrors them).
+template <int D, int DV> struct MtAttnTcGeo {
+    static_assert((D % 64 == 0 || D == 192) && D <= 256 && (DV % 64 == 0 || DV == 192) && DV <= 256,
+                  "head sizes 64, 128, 192, 256");
+    // keys per tile of fwd (BK) and bwd_dq (BKQ): 64, 32 at heads over 128 (registers), halved
+    // while the block's shared memory exceeds 99 KiB, what sm_86 and sm_89 allow (227 KiB on sm_90)
+    static constexpr int CAP = 99 * 1024;
+    static constexpr int fwd_bytes(int bk) { return 2 * (64 * (D + 8) + 2 * bk * (D + 8 + DV + 8)); }
+    static constexpr int dq_bytes(int bk) { return 2 * (64 + 2 * bk) * (D + 8 + DV + 8); }
+    static constexpr int BK0 = D > 128 || DV > 128 ? 32 : 64;
+    static constexpr int BK = fwd_bytes(BK0) <= CAP ? BK0 : fwd_bytes(BK0 / 2) <= CAP ? BK0 / 2 : BK0 / 4;
+    static constexpr int BKQ = dq_bytes(BK0) <= CAP ? BK0 : dq_bytes(BK0 / 2) <= CAP ? BK0 / 2 : BK0 / 4;
+    static_assert(fwd_bytes(BK) <= CAP && dq_bytes(BKQ) <= CAP, "shared memory over 99 KiB");
+    static constexpr int SPLIT = D + DV > 256 ? 2 : 1;        // bwd_dkdv: warps sharing 16 keys, each owning
+                                                              // 1/SPLIT of dk's and dv's columns
+    static constexpr int BKD = 64 / SPLIT;                     // keys per block of bwd_dkdv
+    static constexpr int LDK = D + 8, LDV = DV + 8;            // row pitches in shared memory: the pad puts
+                                                              // ldmatrix's rows in other banks
+};
 
 // dst (rows, LD) = rows r0 .. r0 + rows - 1 of base (row stride `stride`),
 // zeros at and past nvalid; 16 bytes per cp.async. The caller commits.
@@ -40,124 +76,36 @@ __device__ __forceinline__ void mt_attn_tc_stage(bf16 *dst, const bf16 *base, lo
     }
 }
 
-__device__ __forceinline__ mt_u32 mt_pack_bf16(float lo, float hi) {
-    return (mt_u32)mt_f32_to_bf16(lo) | ((mt_u32)mt_f32_to_bf16(hi) << 16);
+// The query block a block computes: causal runs the last (heaviest) first.
+template <bool CAUSAL> __device__ __forceinline__ int mt_attn_tc_qblock() {
+    return CAUSAL ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
 }
 
-template <int D, bool CAUSAL>
-__device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                                               int T, int H, int KVH, MtAttnOpt opt) {
-    constexpr int BQ = MT_ATTN_TC_BQ, BK = MT_ATTN_TC_BK, LD = D + 8; // pad: ldmatrix rows hit other banks
-    constexpr int KD = D / 16, NK = BK / 8, ND = D / 8; // k-steps over D, key n-tiles, dim n-tiles
-    extern __shared__ float mt_smem[];
-    bf16 *Qs = (bf16 *)mt_smem; // (BQ, D + 8)
-    bf16 *Ks = Qs + BQ * LD;    // (BK, D + 8)
-    bf16 *Vs = Ks + BK * LD;    // (BK, D + 8)
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ, kvh = h / (H / KVH);
-    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
-    const long qstride = (long)H * D, kstride = (long)KVH * D;
-    const bf16 *qb = q + ((long)b * T * H + h) * D, *kb = k + ((long)b * T * KVH + kvh) * D,
-               *vb = v + ((long)b * T * KVH + kvh) * D;
-
-    mt_attn_tc_stage<D, LD>(Qs, qb, qstride, q0, T, BQ);
-    mt_cp_async_commit();
-    mt_cp_async_wait<0>();
-    __syncthreads();
-    // this warp's 16 query rows as A fragments, one per 16 dims
-    mt_u32 qa[KD][4];
-    #pragma unroll
-    for (int kk = 0; kk < KD; kk++) // matrix j = lane / 8: rows + 8 (j % 2), dims + 8 (j / 2)
-        mt_ldmatrix_x4(qa[kk], Qs + (warp * 16 + lane % 8 + 8 * (lane / 8 % 2)) * LD + kk * 16 + 8 * (lane / 16));
-
-    float o[ND][4]; // (16, D) output rows g and g + 8, dims 8n + 2t, +1
-    float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}; // rows g, g + 8
-    #pragma unroll
-    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
-    const int row0 = q0 + warp * 16 + g; // this lane's rows: row0, row0 + 8
-    const int kend = CAUSAL ? min(T, q0 + BQ) : T;
-    for (int k0 = mt_attn_kstart(opt, q0, BK); k0 < kend; k0 += BK) {
-        __syncthreads(); // the previous tile is consumed
-        mt_attn_tc_stage<D, LD>(Ks, kb, kstride, k0, T, BK);
-        mt_attn_tc_stage<D, LD>(Vs, vb, kstride, k0, T, BK);
-        mt_cp_async_commit();
-        mt_cp_async_wait<0>();
-        __syncthreads();
-        // S = Q K^T: (16, BK) per warp; B[dim][key] = K[key][dim], rows of K as they are
-        float s[NK][4];
-        #pragma unroll
-        for (int n = 0; n < NK; n++) {
-            s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
-            #pragma unroll
-            for (int kk = 0; kk < KD; kk += 2) { // x4: dims 16kk .. 16kk + 31 of keys 8n .. 8n + 7
-                mt_u32 kf[4];
-                mt_ldmatrix_x4(kf, Ks + (n * 8 + lane % 8) * LD + kk * 16 + 8 * (lane / 8));
-                mt_mma_16816(s[n], qa[kk], kf, s[n]);
-                mt_mma_16816(s[n], qa[kk + 1], kf + 2, s[n]);
-            }
-        }
-        // online softmax over this tile, rows g (i = 0) and g + 8 (i = 1)
-        float mt[2] = {m[0], m[1]};
-        #pragma unroll
-        for (int n = 0; n < NK; n++)
-            #pragma unroll
-            for (int e = 0; e < 4; e++) {
-                const int i = e / 2, row = row0 + 8 * i, j = k0 + n * 8 + 2 * t + e % 2;
-                s[n][e] = mt_attn_visible<CAUSAL>(opt, j, row, T) ? mt_attn_score2(opt, s[n][e]) : MT_NEG_INF;
-                mt[i] = fmaxf(mt[i], s[n][e]);
-            }
-        #pragma unroll
-        for (int i = 0; i < 2; i++) { // a row lives in the 4 lanes of a group
-            mt[i] = fmaxf(mt[i], __shfl_xor_sync(MT_FULL_MASK, mt[i], 1));
-            mt[i] = fmaxf(mt[i], __shfl_xor_sync(MT_FULL_MASK, mt[i], 2));
-        }
-        float corr[2], mb[2], ls[2] = {0.0f, 0.0f};
-        #pragma unroll
-        for (int i = 0; i < 2; i++) mb[i] = mt_attn_base(mt[i]), corr[i] = exp2f(m[i] - mb[i]), m[i] = mt[i];
-        mt_u32 pa[NK / 2][4]; // P as A fragments over the keys: n-tiles 2j, 2j + 1 make k-step j
-        #pragma unroll
-        for (int n = 0; n < NK; n++) {
-            float p[4];
-            #pragma unroll
-            for (int e = 0; e < 4; e++) p[e] = exp2f(s[n][e] - mb[e / 2]), ls[e / 2] += p[e];
-            pa[n / 2][2 * (n % 2)] = mt_pack_bf16(p[0], p[1]);
-            pa[n / 2][2 * (n % 2) + 1] = mt_pack_bf16(p[2], p[3]);
-        }
-        #pragma unroll
-        for (int i = 0; i < 2; i++) {
-            ls[i] += __shfl_xor_sync(MT_FULL_MASK, ls[i], 1);
-            ls[i] += __shfl_xor_sync(MT_FULL_MASK, ls[i], 2);
-            l[i] = l[i] * corr[i] + ls[i];
-        }
-        #pragma unroll
-        for (int n = 0; n < ND; n++) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
-        // O += P V; B[key][dim] = V[key][dim]: columns of V, so ldmatrix .trans
-        #pragma unroll
-        for (int n = 0; n < ND; n += 2)
-            #pragma unroll
-            for (int j = 0; j < NK / 2; j++) { // x4: keys 16j + 8 (lane / 8 % 2), dims 8n + 8 (lane / 16)
-                mt_u32 vf[4];
-                mt_ldmatrix_x4_trans(vf, Vs + (j * 16 + lane % 8 + 8 * (lane / 8 % 2)) * LD + n * 8 + 8 * (lane / 16));
-                mt_mma_16816(o[n], pa[j], vf, o[n]);
-                mt_mma_16816(o[n + 1], pa[j], vf + 2, o[n + 1]);
-            }
-    }
-    #pragma unroll
-    for (int i = 0; i < 2; i++) {
-        const int row = row0 + 8 * i;
-        if (row >= T) continue;
-        const float inv = 1.0f / l[i];
-        bf16 *yr = y + ((long)b * T + row) * qstride + (long)h * D;
-        #pragma unroll
-        for (int n = 0; n < ND; n++) mt_st(yr + n * 8 + 2 * t, o[n][2 * i] * inv), mt_st(yr + n * 8 + 2 * t + 1, o[n][2 * i + 1] * inv);
-        if (lse && t == 0) lse[((long)b * H + h) * T + row] = (m[i] + log2f(l[i])) * MT_LN2;
-    }
+// The smallest and largest document start over query rows [q0, q0 + n) of
+// row b that exist (0 and 0 without documents).
+__device__ __forceinline__ void mt_attn_tc_segs(int *lo, int *hi, const int *seg, int b, int T, int q0, int n) {
+    *lo = 0, *hi = 0;
+    if (!seg) return;
+    const int *s = seg + (long)b * T;
+    const int e = min(T, q0 + n);
+    *lo = q0 < e ? s[q0] : 0, *hi = *lo;
+    for (int t = q0 + 1; t < e; t++) *lo = min(*lo, s[t]), *hi = max(*hi, s[t]);
+}
+// Whether every query in [q0, q0 + nq) sees every key in [k0, k0 + nk)
+// (the keys exist, none masked): such a tile needs no mask. seghi: the
+// queries' largest document start. Queries at or past T are not looked at
+// (fwd and bwd_dq store nothing of them; bwd_dkdv checks them itself).
+template <bool CAUSAL>
+__device__ __forceinline__ bool mt_attn_tc_full(const MtAttnOpt &o, int k0, int nk, int q0, int nq, int T, int seghi) {
+    return k0 + nk <= T && (!CAUSAL || k0 + nk - 1 <= q0) &&
+           (o.window == 0 || k0 > q0 + nq - 1 - o.window) && seghi <= k0;
 }
 
-// ---- the backward: the building blocks, per warp
+// ---- the products, per warp
 
 // acc (16, 8 NT) += A (16, D) B^T, A = 16 rows at a, B = 8 NT rows at b, both
-// in shared memory with row pitch LD: Q K^T, dY V^T, K Q^T, V dY^T.
-template <int D, int LD, int NT>
+// in shared memory with row pitches LDA and LDB: Q K^T, dY V^T, K Q^T, V dY^T.
+template <int D, int LDA, int LDB, int NT>
 __device__ __forceinline__ void mt_tc_abt(float acc[NT][4], const bf16 *a, const bf16 *b) {
     const int lane = threadIdx.x % MT_WARP;
     #pragma unroll
@@ -165,11 +113,11 @@ __device__ __forceinline__ void mt_tc_abt(float acc[NT][4], const bf16 *a, const
         mt_u32 af[2][4];
         #pragma unroll
         for (int x = 0; x < 2; x++) // matrix j = lane / 8: rows + 8 (j % 2), dims + 8 (j / 2)
-            mt_ldmatrix_x4(af[x], a + (lane % 8 + 8 * (lane / 8 % 2)) * LD + (kk + x) * 16 + 8 * (lane / 16));
+            mt_ldmatrix_x4(af[x], a + (lane % 8 + 8 * (lane / 8 % 2)) * LDA + (kk + x) * 16 + 8 * (lane / 16));
         #pragma unroll
         for (int n = 0; n < NT; n++) {
             mt_u32 bf[4]; // dims 16 kk .. 16 kk + 31 of rows 8n .. 8n + 7
-            mt_ldmatrix_x4(bf, b + (n * 8 + lane % 8) * LD + kk * 16 + 8 * (lane / 8));
+            mt_ldmatrix_x4(bf, b + (n * 8 + lane % 8) * LDB + kk * 16 + 8 * (lane / 8));
             mt_mma_16816(acc[n], af[0], bf, acc[n]);
             mt_mma_16816(acc[n], af[1], bf + 2, acc[n]);
         }
@@ -190,17 +138,22 @@ __device__ __forceinline__ void mt_tc_pv(float acc[D / 8][4], const mt_u32 pa[KS
             mt_mma_16816(acc[n + 1], pa[j], vf + 2, acc[n + 1]);
         }
 }
-// Accumulator fragments (16, 8 NT) as bf16 A fragments (16, 16 (NT / 2)).
+// Accumulator fragments (16, 8 NT) as bf16 A fragments (16, 16 (NT / 2)),
+// rounded to nearest even by the hardware's conversion.
 template <int NT> __device__ __forceinline__ void mt_tc_to_a(mt_u32 pa[NT / 2][4], const float c[NT][4]) {
     #pragma unroll
     for (int n = 0; n < NT; n++) {
-        pa[n / 2][2 * (n % 2)] = mt_pack_bf16(c[n][0], c[n][1]);
-        pa[n / 2][2 * (n % 2) + 1] = mt_pack_bf16(c[n][2], c[n][3]);
+        pa[n / 2][2 * (n % 2)] = mt_cvt_bf16x2(c[n][0], c[n][1]);
+        pa[n / 2][2 * (n % 2) + 1] = mt_cvt_bf16x2(c[n][2], c[n][3]);
     }
 }
 
 // acc (16, D) += C V for C (16, 8 NT) accumulator fragments (destroyed), in
 // two bf16 passes, C's bf16 rounding then what it left: about 16 bits of C.
+// dv's P^T: with P^T in plain bf16, dv summed over a query group is 3.8e-2
+// to 6.9e-2 off the reference elementwise (relative, floor 0.1: emu_check's
+// measure) at GQA 8 and 2.9e-2 at GQA 1; split, 3.9e-3. dS^T for dk goes in
+// plain (1.3e-2 at worst).
 template <int D, int LD, int NT>
 __device__ __forceinline__ void mt_tc_pv_split(float acc[D / 8][4], float c[NT][4], const bf16 *v) {
     mt_u32 ca[NT / 2][4];
@@ -214,25 +167,129 @@ __device__ __forceinline__ void mt_tc_pv_split(float acc[D / 8][4], float c[NT][
     mt_tc_pv<D, LD, NT / 2>(acc, ca, v);
 }
 
-// Stages key tile k0 of K and V (rows of `stride` elements at kb, vb) into Ks
-// and Vs with the whole block, then this warp's scores: s = Q K^T and
-// dp = dY V^T (16, BK), Q and dY the warp's 16 rows at qw and dyw.
-template <int D, int LD, int NK>
-__device__ __forceinline__ void mt_tc_scores(float s[NK][4], float dp[NK][4], bf16 *Ks, bf16 *Vs, const bf16 *kb,
-                                             const bf16 *vb, long stride, int k0, int T, const bf16 *qw,
-                                             const bf16 *dyw) {
-    __syncthreads(); // the previous tile is consumed
-    mt_attn_tc_stage<D, LD>(Ks, kb, stride, k0, T, MT_ATTN_TC_BK);
-    mt_attn_tc_stage<D, LD>(Vs, vb, stride, k0, T, MT_ATTN_TC_BK);
-    mt_cp_async_commit();
-    mt_cp_async_wait<0>();
+// The K and V pipeline of fwd and bwd_dq: key tile k0 in stage st is
+// wanted; the copy of tile knext (when before kend) into the other stage
+// starts, then tile k0's copy is waited for. Stage s: Ks + s BK LDK, Vs + s BK LDV.
+template <int D, int DV, int BK>
+__device__ __forceinline__ void mt_attn_tc_kv_next(bf16 *Ks, bf16 *Vs, const bf16 *kb, const bf16 *vb, long kstride,
+                                                   long vstride, int knext, int kend, int T, int st) {
+    constexpr int LDK = D + 8, LDV = DV + 8;
+    if (knext < kend) {
+        mt_attn_tc_stage<D, LDK>(Ks + (st ^ 1) * BK * LDK, kb, kstride, knext, T, BK);
+        mt_attn_tc_stage<DV, LDV>(Vs + (st ^ 1) * BK * LDV, vb, vstride, knext, T, BK);
+    }
+    mt_cp_async_commit(); // an empty group past the last tile: the wait below stays right
+    mt_cp_async_wait<1>();
     __syncthreads();
+}
+
+template <int D, int DV, bool CAUSAL>
+__device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
+                                               const int *seg, int T, int H, int KVH, MtAttnOpt opt) {
+    using G = MtAttnTcGeo<D, DV>;
+    constexpr int BQ = MT_ATTN_TC_BQ, BK = G::BK, LDK = G::LDK, LDV = G::LDV, KD = D / 16, NK = BK / 8, ND = DV / 8;
+    constexpr bool QREG = D <= 128; // the warp's Q fragments held in registers (wider: read from shared memory)
+    extern __shared__ float mt_smem[];
+    bf16 *Qs = (bf16 *)mt_smem;   // (BQ, D + 8)
+    bf16 *Ks = Qs + BQ * LDK;     // (2, BK, D + 8): two stages
+    bf16 *Vs = Ks + 2 * BK * LDK; // (2, BK, DV + 8)
+    const int b = blockIdx.z, h = blockIdx.y, q0 = mt_attn_tc_qblock<CAUSAL>() * BQ, kvh = h / (H / KVH);
+    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
+    const long qstride = (long)H * D, kstride = (long)KVH * D, vstride = (long)KVH * DV;
+    const bf16 *qb = q + ((long)b * T * H + h) * D, *kb = k + ((long)b * T * KVH + kvh) * D,
+               *vb = v + ((long)b * T * KVH + kvh) * DV;
+    const int row0 = q0 + warp * 16 + g; // this lane's rows: row0, row0 + 8
+    int seglo, seghi, srow[2];
+    mt_attn_tc_segs(&seglo, &seghi, seg, b, T, q0, BQ);
     #pragma unroll
-    for (int n = 0; n < NK; n++)
+    for (int i = 0; i < 2; i++) srow[i] = seg && row0 + 8 * i < T ? seg[(long)b * T + row0 + 8 * i] : 0;
+    const int kstart = max(mt_attn_kstart(opt, q0, BK), seglo / BK * BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
+
+    mt_attn_tc_stage<D, LDK>(Qs, qb, qstride, q0, T, BQ);
+    mt_cp_async_commit();
+    mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
+    mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+    mt_cp_async_commit();
+    mt_cp_async_wait<1>(); // Q
+    __syncthreads();
+    const bf16 *qw = Qs + warp * 16 * LDK; // this warp's 16 query rows
+    mt_u32 qa[QREG ? KD : 1][4];           // as A fragments, one per 16 dims
+    if constexpr (QREG) {
         #pragma unroll
-        for (int e = 0; e < 4; e++) s[n][e] = 0.0f, dp[n][e] = 0.0f;
-    mt_tc_abt<D, LD, NK>(s, qw, Ks);
-    mt_tc_abt<D, LD, NK>(dp, dyw, Vs);
+        for (int kk = 0; kk < KD; kk++) // matrix j = lane / 8: rows + 8 (j % 2), dims + 8 (j / 2)
+            mt_ldmatrix_x4(qa[kk], qw + (lane % 8 + 8 * (lane / 8 % 2)) * LDK + kk * 16 + 8 * (lane / 16));
+    }
+
+    float o[ND][4]; // (16, DV) output rows g and g + 8, dims 8n + 2t, +1
+    float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}; // rows g, g + 8
+    #pragma unroll
+    for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+    int st = 0;
+    for (int k0 = kstart; k0 < kend; k0 += BK, st ^= 1) {
+        mt_attn_tc_kv_next<D, DV, BK>(Ks, Vs, kb, vb, kstride, vstride, k0 + BK, kend, T, st);
+        const bf16 *Kt = Ks + st * BK * LDK, *Vt = Vs + st * BK * LDV;
+        // S = Q K^T: (16, BK) per warp; B[dim][key] = K[key][dim], rows of K as they are
+        float s[NK][4];
+        #pragma unroll
+        for (int n = 0; n < NK; n++) s[n][0] = s[n][1] = s[n][2] = s[n][3] = 0.0f;
+        if constexpr (QREG) {
+            #pragma unroll
+            for (int n = 0; n < NK; n++)
+                #pragma unroll
+                for (int kk = 0; kk < KD; kk += 2) { // x4: dims 16kk .. 16kk + 31 of keys 8n .. 8n + 7
+                    mt_u32 kf[4];
+                    mt_ldmatrix_x4(kf, Kt + (n * 8 + lane % 8) * LDK + kk * 16 + 8 * (lane / 8));
+                    mt_mma_16816(s[n], qa[kk], kf, s[n]);
+                    mt_mma_16816(s[n], qa[kk + 1], kf + 2, s[n]);
+                }
+        } else mt_tc_abt<D, LDK, LDK, NK>(s, qw, Kt);
+        // online softmax over this tile, rows g (i = 0) and g + 8 (i = 1)
+        const bool full = mt_attn_tc_full<CAUSAL>(opt, k0, BK, q0, BQ, T, seghi);
+        float mx[2] = {m[0], m[1]};
+        #pragma unroll
+        for (int n = 0; n < NK; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) {
+                const int i = e / 2, row = row0 + 8 * i, j = k0 + n * 8 + 2 * t + e % 2;
+                s[n][e] = (full || (mt_attn_visible<CAUSAL>(opt, j, row, T) && j >= srow[i])) ? mt_attn_score2(opt, s[n][e])
+                                                                                             : MT_NEG_INF;
+                mx[i] = fmaxf(mx[i], s[n][e]);
+            }
+        #pragma unroll
+        for (int i = 0; i < 2; i++) { // a row lives in the 4 lanes of a group
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(MT_FULL_MASK, mx[i], 1));
+            mx[i] = fmaxf(mx[i], __shfl_xor_sync(MT_FULL_MASK, mx[i], 2));
+        }
+        float corr[2], mb[2], ls[2] = {0.0f, 0.0f};
+        #pragma unroll
+        for (int i = 0; i < 2; i++) mb[i] = mt_attn_base(mx[i]), corr[i] = exp2f(m[i] - mb[i]), m[i] = mx[i];
+        #pragma unroll
+        for (int n = 0; n < NK; n++)
+            #pragma unroll
+            for (int e = 0; e < 4; e++) s[n][e] = exp2f(s[n][e] - mb[e / 2]), ls[e / 2] += s[n][e];
+        mt_u32 pa[NK / 2][4]; // P as A fragments over the keys: n-tiles 2j, 2j + 1 make k-step j
+        mt_tc_to_a<NK>(pa, s);
+        #pragma unroll
+        for (int i = 0; i < 2; i++) {
+            ls[i] += __shfl_xor_sync(MT_FULL_MASK, ls[i], 1);
+            ls[i] += __shfl_xor_sync(MT_FULL_MASK, ls[i], 2);
+            l[i] = l[i] * corr[i] + ls[i];
+        }
+        #pragma unroll
+        for (int n = 0; n < ND; n++) o[n][0] *= corr[0], o[n][1] *= corr[0], o[n][2] *= corr[1], o[n][3] *= corr[1];
+        mt_tc_pv<DV, LDV, NK / 2>(o, pa, Vt); // O += P V
+        __syncthreads(); // stage st is consumed before the next step's copy refills it
+    }
+    #pragma unroll
+    for (int i = 0; i < 2; i++) {
+        const int row = row0 + 8 * i;
+        if (row >= T) continue;
+        const float inv = 1.0f / l[i];
+        bf16 *yr = y + ((long)b * T + row) * H * DV + (long)h * DV;
+        #pragma unroll
+        for (int n = 0; n < ND; n++) mt_st(yr + n * 8 + 2 * t, o[n][2 * i] * inv), mt_st(yr + n * 8 + 2 * t + 1, o[n][2 * i + 1] * inv);
+        if (lse && t == 0) lse[((long)b * H + h) * T + row] = (m[i] + log2f(l[i])) * MT_LN2;
+    }
 }
 
 // dq, and the workspace for dkdv (lse, then delta = rowsum(dP * P) =
@@ -240,30 +297,36 @@ __device__ __forceinline__ void mt_tc_scores(float s[NK][4], float dp[NK][4], bf
 // given the forward's y and lse it takes them, otherwise a first pass over
 // the keys recomputes them. Per key tile: S = Q K^T, dP = dY V^T,
 // dS = P (dP - delta), dq += dS K. One block: 64 query rows, 16 a warp.
-template <int D, bool CAUSAL>
+template <int D, int DV, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k,
-                                                  const bf16 *v, const bf16 *y, const float *lse_saved, int T, int H,
-                                                  int KVH, MtAttnOpt opt) {
-    constexpr int BQ = MT_ATTN_TC_BQ, BK = MT_ATTN_TC_BK, LD = D + 8, NK = BK / 8, ND = D / 8;
+                                                  const bf16 *v, const bf16 *y, const float *lse_saved, const int *seg,
+                                                  int T, int H, int KVH, MtAttnOpt opt) {
+    using G = MtAttnTcGeo<D, DV>;
+    constexpr int BQ = MT_ATTN_TC_BQ, BK = G::BKQ, LDK = G::LDK, LDV = G::LDV, NK = BK / 8, ND = D / 8;
     extern __shared__ float mt_smem[];
-    bf16 *Qs = (bf16 *)mt_smem; // (BQ, D + 8)
-    bf16 *dYs = Qs + BQ * LD;   // (BQ, D + 8)
-    bf16 *Ks = dYs + BQ * LD;   // (BK, D + 8)
-    bf16 *Vs = Ks + BK * LD;    // (BK, D + 8)
-    const int b = blockIdx.z, h = blockIdx.y, q0 = blockIdx.x * BQ, kvh = h / (H / KVH), B = gridDim.z;
+    bf16 *Qs = (bf16 *)mt_smem;   // (BQ, D + 8)
+    bf16 *dYs = Qs + BQ * LDK;    // (BQ, DV + 8)
+    bf16 *Ks = dYs + BQ * LDV;    // (2, BK, D + 8): two stages
+    bf16 *Vs = Ks + 2 * BK * LDK; // (2, BK, DV + 8)
+    const int b = blockIdx.z, h = blockIdx.y, q0 = mt_attn_tc_qblock<CAUSAL>() * BQ, kvh = h / (H / KVH), B = gridDim.z;
     const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
-    const long qstride = (long)H * D, kstride = (long)KVH * D;
-    const long qoff = ((long)b * T * H + h) * D, koff = ((long)b * T * KVH + kvh) * D;
+    const long qstride = (long)H * D, ystride = (long)H * DV, kstride = (long)KVH * D, vstride = (long)KVH * DV;
+    const bf16 *qb = q + ((long)b * T * H + h) * D, *dyb = dy + ((long)b * T * H + h) * DV,
+               *kb = k + ((long)b * T * KVH + kvh) * D, *vb = v + ((long)b * T * KVH + kvh) * DV;
     float *ws_lse = ws + ((long)b * H + h) * T, *ws_delta = ws + (long)B * H * T + ((long)b * H + h) * T;
-    const bf16 *qw = Qs + warp * 16 * LD, *dyw = dYs + warp * 16 * LD; // this warp's rows
-    const int row0 = q0 + warp * 16 + g;                              // this lane's rows: row0, row0 + 8
+    const bf16 *qw = Qs + warp * 16 * LDK, *dyw = dYs + warp * 16 * LDV; // this warp's rows
+    const int row0 = q0 + warp * 16 + g;                                // this lane's rows: row0, row0 + 8
+    int seglo, seghi, srow[2];
+    mt_attn_tc_segs(&seglo, &seghi, seg, b, T, q0, BQ);
+    #pragma unroll
+    for (int i = 0; i < 2; i++) srow[i] = seg && row0 + 8 * i < T ? seg[(long)b * T + row0 + 8 * i] : 0;
+    const int kstart = max(mt_attn_kstart(opt, q0, BK), seglo / BK * BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
 
-    mt_attn_tc_stage<D, LD>(Qs, q + qoff, qstride, q0, T, BQ);
-    mt_attn_tc_stage<D, LD>(dYs, dy + qoff, qstride, q0, T, BQ);
+    mt_attn_tc_stage<D, LDK>(Qs, qb, qstride, q0, T, BQ);
+    mt_attn_tc_stage<DV, LDV>(dYs, dyb, ystride, q0, T, BQ);
     mt_cp_async_commit();
     mt_cp_async_wait<0>();
     __syncthreads();
-    const int kstart = mt_attn_kstart(opt, q0, BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
     float lse2[2], delta[2]; // rows g, g + 8; lse in log2 units
     if (y && lse_saved) {
         #pragma unroll
@@ -271,8 +334,8 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
             const int row = row0 + 8 * i;
             float u = 0.0f;
             if (row < T)
-                for (int d = t; d < D; d += 4)
-                    u += mt_ld(dyw + (g + 8 * i) * LD + d) * mt_ld(y + qoff + (long)row * qstride + d);
+                for (int d = t; d < DV; d += 4)
+                    u += mt_ld(dyw + (g + 8 * i) * LDV + d) * mt_ld(y + ((long)b * T + row) * ystride + (long)h * DV + d);
             u += __shfl_xor_sync(MT_FULL_MASK, u, 1);
             u += __shfl_xor_sync(MT_FULL_MASK, u, 2);
             delta[i] = u;
@@ -280,24 +343,33 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
         }
     } else {
         float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}, u[2] = {0.0f, 0.0f};
-        for (int k0 = kstart; k0 < kend; k0 += BK) {
-            float s[NK][4], dp[NK][4];
-            mt_tc_scores<D, LD, NK>(s, dp, Ks, Vs, k + koff, v + koff, kstride, k0, T, qw, dyw);
-            float mt[2] = {m[0], m[1]};
+        mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
+        mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+        mt_cp_async_commit();
+        int st = 0;
+        for (int k0 = kstart; k0 < kend; k0 += BK, st ^= 1) {
+            mt_attn_tc_kv_next<D, DV, BK>(Ks, Vs, kb, vb, kstride, vstride, k0 + BK, kend, T, st);
+            float s[NK][4] = {}, dp[NK][4] = {};
+            mt_tc_abt<D, LDK, LDK, NK>(s, qw, Ks + st * BK * LDK);
+            mt_tc_abt<DV, LDV, LDV, NK>(dp, dyw, Vs + st * BK * LDV);
+            const bool full = mt_attn_tc_full<CAUSAL>(opt, k0, BK, q0, BQ, T, seghi);
+            float mx[2] = {m[0], m[1]};
             #pragma unroll
             for (int n = 0; n < NK; n++)
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int i = e / 2, j = k0 + n * 8 + 2 * t + e % 2;
-                    s[n][e] = mt_attn_visible<CAUSAL>(opt, j, row0 + 8 * i, T) ? mt_attn_score2(opt, s[n][e]) : MT_NEG_INF;
-                    mt[i] = fmaxf(mt[i], s[n][e]);
+                    s[n][e] = (full || (mt_attn_visible<CAUSAL>(opt, j, row0 + 8 * i, T) && j >= srow[i]))
+                                  ? mt_attn_score2(opt, s[n][e])
+                                  : MT_NEG_INF;
+                    mx[i] = fmaxf(mx[i], s[n][e]);
                 }
             float ls[2] = {0.0f, 0.0f}, us[2] = {0.0f, 0.0f}, mb[2];
             #pragma unroll
             for (int i = 0; i < 2; i++) {
-                mt[i] = fmaxf(mt[i], __shfl_xor_sync(MT_FULL_MASK, mt[i], 1));
-                mt[i] = fmaxf(mt[i], __shfl_xor_sync(MT_FULL_MASK, mt[i], 2));
-                mb[i] = mt_attn_base(mt[i]);
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(MT_FULL_MASK, mx[i], 1));
+                mx[i] = fmaxf(mx[i], __shfl_xor_sync(MT_FULL_MASK, mx[i], 2));
+                mb[i] = mt_attn_base(mx[i]);
             }
             #pragma unroll
             for (int n = 0; n < NK; n++)
@@ -314,8 +386,9 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
                     us[i] += __shfl_xor_sync(MT_FULL_MASK, us[i], o);
                 }
                 const float corr = exp2f(m[i] - mb[i]);
-                l[i] = l[i] * corr + ls[i], u[i] = u[i] * corr + us[i], m[i] = mt[i];
+                l[i] = l[i] * corr + ls[i], u[i] = u[i] * corr + us[i], m[i] = mx[i];
             }
+            __syncthreads(); // stage st is consumed
         }
         #pragma unroll
         for (int i = 0; i < 2; i++) lse2[i] = m[i] + log2f(l[i]), delta[i] = u[i] / l[i];
@@ -325,122 +398,174 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
         if (row0 + 8 * i < T && t == 0) ws_lse[row0 + 8 * i] = lse2[i] * MT_LN2, ws_delta[row0 + 8 * i] = delta[i];
 
     float acc[ND][4] = {}; // (16, D) dq rows g, g + 8
-    for (int k0 = kstart; k0 < kend; k0 += BK) {
-        float s[NK][4], dp[NK][4];
-        mt_tc_scores<D, LD, NK>(s, dp, Ks, Vs, k + koff, v + koff, kstride, k0, T, qw, dyw);
+    mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
+    mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+    mt_cp_async_commit();
+    int st = 0;
+    for (int k0 = kstart; k0 < kend; k0 += BK, st ^= 1) {
+        mt_attn_tc_kv_next<D, DV, BK>(Ks, Vs, kb, vb, kstride, vstride, k0 + BK, kend, T, st);
+        const bf16 *Kt = Ks + st * BK * LDK;
+        float s[NK][4] = {}, dp[NK][4] = {};
+        mt_tc_abt<D, LDK, LDK, NK>(s, qw, Kt);
+        mt_tc_abt<DV, LDV, LDV, NK>(dp, dyw, Vs + st * BK * LDV);
+        const bool full = mt_attn_tc_full<CAUSAL>(opt, k0, BK, q0, BQ, T, seghi);
         #pragma unroll
         for (int n = 0; n < NK; n++)
             #pragma unroll
             for (int e = 0; e < 4; e++) {
                 const int i = e / 2, j = k0 + n * 8 + 2 * t + e % 2;
                 const float s2 = mt_attn_score2(opt, s[n][e]);
-                const float p = mt_attn_visible<CAUSAL>(opt, j, row0 + 8 * i, T) ? exp2f(s2 - lse2[i]) : 0.0f;
-                s[n][e] = p * (dp[n][e] - delta[i]) * mt_attn_dcap(opt, s2); // dS
+                const bool ok = full || (mt_attn_visible<CAUSAL>(opt, j, row0 + 8 * i, T) && j >= srow[i]);
+                s[n][e] = ok ? exp2f(s2 - lse2[i]) * (dp[n][e] - delta[i]) * mt_attn_dcap(opt, s2) : 0.0f; // dS
             }
         mt_u32 dsa[NK / 2][4];
         mt_tc_to_a<NK>(dsa, s);
-        mt_tc_pv<D, LD, NK / 2>(acc, dsa, Ks);
+        mt_tc_pv<D, LDK, NK / 2>(acc, dsa, Kt);
+        __syncthreads(); // stage st is consumed
     }
     #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int row = row0 + 8 * i;
         if (row >= T) continue;
-        bf16 *o = dq + qoff + (long)row * qstride;
+        bf16 *o = dq + ((long)b * T + row) * qstride + (long)h * D;
         #pragma unroll
         for (int n = 0; n < ND; n++)
             mt_st(o + n * 8 + 2 * t, acc[n][2 * i] * opt.scale), mt_st(o + n * 8 + 2 * t + 1, acc[n][2 * i + 1] * opt.scale);
     }
 }
 
-// dk, dv for 64 keys of one kv head (16 a warp), summed over every query row
-// of every query head in its group in a fixed order (no atomics). Per tile of
-// 16 queries: S^T = K Q^T, dP^T = V dY^T (keys as rows), P^T and
-// dS^T = P^T (dP^T - delta), then dv += P^T dY, dk += dS^T Q.
-template <int D, bool CAUSAL>
+// dk, dv for BKD keys of one kv head, summed over every query row of every
+// query head in its group in a fixed order (no atomics). Warp w owns keys
+// 16 (w / SPLIT) .. + 15 and part w % SPLIT of dk's and dv's columns (SPLIT
+// 2 at wide heads: 128 accumulator registers a thread at most). Per tile of
+// 16 queries (double-buffered with its lse, delta and document starts):
+// S^T = K Q^T, dP^T = V dY^T (keys as rows; with SPLIT 2 each warp of a pair
+// sums its half of the dims and the pair adds through shared memory), P^T
+// and dS^T = P^T (dP^T - delta), then dv += P^T dY, dk += dS^T Q.
+template <int D, int DV, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const float *ws, const bf16 *dy,
-                                                    const bf16 *q, const bf16 *k, const bf16 *v, int T, int H,
-                                                    int KVH, MtAttnOpt opt) {
-    constexpr int BQ = MT_ATTN_TC_BQ_DKDV, BK = MT_ATTN_TC_BK, LD = D + 8, NQ = BQ / 8, ND = D / 8;
+                                                    const bf16 *q, const bf16 *k, const bf16 *v, const int *seg, int T,
+                                                    int H, int KVH, MtAttnOpt opt) {
+    using G = MtAttnTcGeo<D, DV>;
+    constexpr int BQ = MT_ATTN_TC_BQ_DKDV, BKD = G::BKD, SPLIT = G::SPLIT, LDK = G::LDK, LDV = G::LDV, NQ = BQ / 8;
+    constexpr int DH = D / SPLIT, DVH = DV / SPLIT; // this warp's columns of dk and dv
     extern __shared__ float mt_smem[];
-    bf16 *Ks = (bf16 *)mt_smem;     // (BK, D + 8)
-    bf16 *Vs = Ks + BK * LD;        // (BK, D + 8)
-    bf16 *Qs = Vs + BK * LD;        // (BQ, D + 8)
-    bf16 *dYs = Qs + BQ * LD;       // (BQ, D + 8)
-    float *Ls = (float *)(dYs + BQ * LD); // (BQ) lse, log2 units
-    float *Dl = Ls + BQ;                  // (BQ) delta
-    const int b = blockIdx.z, kvh = blockIdx.y, k0 = blockIdx.x * BK, G = H / KVH, B = gridDim.z;
+    bf16 *Ks = (bf16 *)mt_smem;     // (BKD, D + 8)
+    bf16 *Vs = Ks + BKD * LDK;      // (BKD, DV + 8)
+    bf16 *Qs = Vs + BKD * LDV;      // (2, BQ, D + 8): two stages
+    bf16 *dYs = Qs + 2 * BQ * LDK;  // (2, BQ, DV + 8)
+    float *Ls = (float *)(dYs + 2 * BQ * LDV); // (2, BQ) lse, log2 units
+    float *Dl = Ls + 2 * BQ;                   // (2, BQ) delta
+    int *Sg = (int *)(Dl + 2 * BQ);            // (2, BQ) document starts
+    float *Xs = (float *)(Sg + 2 * BQ);        // SPLIT 2: (4 warps, 32 lanes, 16) partial S^T, dP^T
+    const int b = blockIdx.z, kvh = blockIdx.y, k0 = blockIdx.x * BKD, Gq = H / KVH, B = gridDim.z;
     const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
-    const long qstride = (long)H * D, kstride = (long)KVH * D, koff = ((long)b * T * KVH + kvh) * D;
-    const int key0 = k0 + warp * 16 + g, iend = mt_attn_qend(opt, k0 + BK, T); // this lane's keys: key0, key0 + 8
+    const int kg = warp / SPLIT, part = warp % SPLIT;
+    const long qstride = (long)H * D, ystride = (long)H * DV, kstride = (long)KVH * D, vstride = (long)KVH * DV;
+    const long koff = ((long)b * T * KVH + kvh) * D, voff = ((long)b * T * KVH + kvh) * DV;
+    const int key0 = k0 + kg * 16 + g; // this lane's keys: key0, key0 + 8
+    const int istart = CAUSAL ? k0 / BQ * BQ : 0, iend = mt_attn_qend(opt, k0 + BKD, T);
+    const int ntile = iend > istart ? (iend - istart + BQ - 1) / BQ : 0, nstep = Gq * ntile;
 
-    mt_attn_tc_stage<D, LD>(Ks, k + koff, kstride, k0, T, BK);
-    mt_attn_tc_stage<D, LD>(Vs, v + koff, kstride, k0, T, BK);
-    float dka[ND][4] = {}, dva[ND][4] = {}; // (16, D) rows key0, key0 + 8
-    for (int h = kvh * G; h < (kvh + 1) * G; h++) {
-        const long qoff = ((long)b * T * H + h) * D, wrow = ((long)b * H + h) * T;
-        for (int i0 = CAUSAL ? k0 / BQ * BQ : 0; i0 < iend; i0 += BQ) {
-            __syncthreads(); // the previous tile is consumed
-            mt_attn_tc_stage<D, LD>(Qs, q + qoff, qstride, i0, T, BQ);
-            mt_attn_tc_stage<D, LD>(dYs, dy + qoff, qstride, i0, T, BQ);
-            mt_cp_async_commit();
-            if (threadIdx.x < BQ) {
-                const int tq = i0 + threadIdx.x;
-                Ls[threadIdx.x] = tq < T ? ws[wrow + tq] * MT_LOG2E : 0.0f;
-                Dl[threadIdx.x] = tq < T ? ws[(long)B * H * T + wrow + tq] : 0.0f;
-            }
-            mt_cp_async_wait<0>();
-            __syncthreads();
+    // query tile x of the flattened (head, tile) order into stage s
+    auto stage = [&](int x, int s) {
+        const int h = kvh * Gq + x / ntile, i0 = istart + x % ntile * BQ;
+        mt_attn_tc_stage<D, LDK>(Qs + s * BQ * LDK, q + ((long)b * T * H + h) * D, qstride, i0, T, BQ);
+        mt_attn_tc_stage<DV, LDV>(dYs + s * BQ * LDV, dy + ((long)b * T * H + h) * DV, ystride, i0, T, BQ);
+        if (threadIdx.x < BQ) {
+            const int tq = i0 + threadIdx.x;
+            const long w = ((long)b * H + h) * T + tq;
+            Ls[s * BQ + threadIdx.x] = tq < T ? ws[w] * MT_LOG2E : 0.0f;
+            Dl[s * BQ + threadIdx.x] = tq < T ? ws[(long)B * H * T + w] : 0.0f;
+            Sg[s * BQ + threadIdx.x] = seg && tq < T ? seg[(long)b * T + tq] : 0;
+        }
+    };
+    mt_attn_tc_stage<D, LDK>(Ks, k + koff, kstride, k0, T, BKD);
+    mt_attn_tc_stage<DV, LDV>(Vs, v + voff, vstride, k0, T, BKD);
+    if (nstep > 0) stage(0, 0);
+    mt_cp_async_commit();
+    float dka[DH / 8][4] = {}, dva[DVH / 8][4] = {}; // (16, DH), (16, DVH): keys key0, key0 + 8
+    for (int x = 0, st = 0; x < nstep; x++, st ^= 1) {
+        if (x + 1 < nstep) stage(x + 1, st ^ 1);
+        mt_cp_async_commit();
+        mt_cp_async_wait<1>();
+        __syncthreads();
+        const int i0 = istart + x % ntile * BQ;
+        const bf16 *Qt = Qs + st * BQ * LDK, *dYt = dYs + st * BQ * LDV;
+        const float *Lt = Ls + st * BQ, *Dt = Dl + st * BQ;
+        const int *St = Sg + st * BQ;
+        int seglo = St[0], seghi = St[0];
+        for (int r = 1; r < BQ; r++) seglo = min(seglo, St[r]), seghi = max(seghi, St[r]);
+        if (seglo <= k0 + BKD - 1) { // else no query of the tile sees a key of the block
             float s[NQ][4] = {}, dp[NQ][4] = {}; // (16 keys, 16 queries)
-            mt_tc_abt<D, LD, NQ>(s, Ks + warp * 16 * LD, Qs);
-            mt_tc_abt<D, LD, NQ>(dp, Vs + warp * 16 * LD, dYs);
+            mt_tc_abt<DH, LDK, LDK, NQ>(s, Ks + kg * 16 * LDK + part * DH, Qt + part * DH);
+            mt_tc_abt<DVH, LDV, LDV, NQ>(dp, Vs + kg * 16 * LDV + part * DVH, dYt + part * DVH);
+            if (SPLIT > 1) { // the pair's halves of the dims: add the other warp's
+                float *mine = Xs + (warp * MT_WARP + lane) * 16, *other = Xs + ((warp ^ 1) * MT_WARP + lane) * 16;
+                #pragma unroll
+                for (int n = 0; n < NQ; n++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) mine[n * 4 + e] = s[n][e], mine[8 + n * 4 + e] = dp[n][e];
+                __syncthreads();
+                #pragma unroll
+                for (int n = 0; n < NQ; n++)
+                    #pragma unroll
+                    for (int e = 0; e < 4; e++) s[n][e] += other[n * 4 + e], dp[n][e] += other[8 + n * 4 + e];
+            }
+            const bool full = i0 + BQ <= T && mt_attn_tc_full<CAUSAL>(opt, k0, BKD, i0, BQ, T, seghi);
             #pragma unroll
             for (int n = 0; n < NQ; n++)
                 #pragma unroll
                 for (int e = 0; e < 4; e++) {
                     const int j = key0 + 8 * (e / 2), ql = n * 8 + 2 * t + e % 2, tq = i0 + ql;
-                    const bool ok = tq < T && mt_attn_visible<CAUSAL>(opt, j, tq, T);
-                    const float s2 = mt_attn_score2(opt, s[n][e]), p = ok ? exp2f(s2 - Ls[ql]) : 0.0f;
-                    dp[n][e] = p * (dp[n][e] - Dl[ql]) * mt_attn_dcap(opt, s2), s[n][e] = p; // dS^T, P^T
+                    const bool ok = full || (tq < T && mt_attn_visible<CAUSAL>(opt, j, tq, T) && j >= St[ql]);
+                    const float s2 = mt_attn_score2(opt, s[n][e]), p = ok ? exp2f(s2 - Lt[ql]) : 0.0f;
+                    dp[n][e] = p * (dp[n][e] - Dt[ql]) * mt_attn_dcap(opt, s2), s[n][e] = p; // dS^T, P^T
                 }
-            // dv and dk sum over the whole query group: P^T and dS^T go in as
-            // bf16 hi + lo (bf16 alone costs dv 3e-2 relative at GQA 8)
-            mt_tc_pv_split<D, LD, NQ>(dva, s, dYs);
-            mt_tc_pv_split<D, LD, NQ>(dka, dp, Qs);
+            mt_u32 dsa[NQ / 2][4];
+            mt_tc_to_a<NQ>(dsa, dp);
+            mt_tc_pv<DH, LDK, NQ / 2>(dka, dsa, Qt + part * DH);
+            mt_tc_pv_split<DVH, LDV, NQ>(dva, s, dYt + part * DVH);
         }
+        __syncthreads(); // stage st (and Xs) consumed
     }
+    mt_cp_async_wait<0>(); // no tile: K and V were staged all the same
     #pragma unroll
     for (int i = 0; i < 2; i++) {
         const int j = key0 + 8 * i;
         if (j >= T) continue;
-        const long o = koff + (long)j * kstride;
         #pragma unroll
-        for (int n = 0; n < ND; n++)
+        for (int n = 0; n < DH / 8; n++)
             #pragma unroll
-            for (int e = 0; e < 2; e++) {
-                mt_st(dk + o + n * 8 + 2 * t + e, dka[n][2 * i + e] * opt.scale);
-                mt_st(dv + o + n * 8 + 2 * t + e, dva[n][2 * i + e]);
-            }
+            for (int e = 0; e < 2; e++)
+                mt_st(dk + koff + (long)j * kstride + part * DH + n * 8 + 2 * t + e, dka[n][2 * i + e] * opt.scale);
+        #pragma unroll
+        for (int n = 0; n < DVH / 8; n++)
+            #pragma unroll
+            for (int e = 0; e < 2; e++) mt_st(dv + voff + (long)j * vstride + part * DVH + n * 8 + 2 * t + e, dva[n][2 * i + e]);
     }
 }
 
-// One head size, mask and options: extern "C" mt_attn_tc_{fwd,bwd_dq,bwd_dkdv}_NAME,
-// NAME as attn_kernel_name() spells it ("bf16_d128_causal"); arguments as
-// attention.cuh's entry points of the same name, SCALE, SOFTCAP and WINDOW
-// as its MT_ATTN_INSTANTIATE_OPT.
-#define MT_ATTN_TC_INSTANTIATE(D, CAUSAL, NAME) MT_ATTN_TC_INSTANTIATE_OPT(D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
-#define MT_ATTN_TC_INSTANTIATE_OPT(D, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                       \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                               \
-        mt_attn_tc_fwd_##NAME(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, int T, int H,      \
-                              int KVH) {                                                                           \
-        mt_attn_tc_fwd<D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});                  \
-    }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                               \
-        mt_attn_tc_bwd_dq_##NAME(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k, const bf16 *v, \
-                                 const bf16 *y, const float *lse, int T, int H, int KVH) {                         \
-        mt_attn_tc_bwd_dq<D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});   \
-    }                                                                                                              \
-    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS)                                               \
-        mt_attn_tc_bwd_dkdv_##NAME(bf16 *dk, bf16 *dv, const float *ws, const bf16 *dy, const bf16 *q,             \
-                                   const bf16 *k, const bf16 *v, int T, int H, int KVH) {                          \
-        mt_attn_tc_bwd_dkdv<D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});     \
+// One pair of head sizes, mask and options: extern "C" mt_attn_tc_{fwd,bwd_dq,bwd_dkdv}_NAME,
+// NAME as attn_variant_name_dv() spells it ("bf16_d128_causal", "bf16_d192_v128_causal");
+// arguments as attention.cuh's entry points of the same name plus seg
+// (NULL: no documents) before T; SCALE, SOFTCAP and WINDOW as its MT_ATTN_INSTANTIATE_OPT.
+// At least one block an SM: without it ptxas held bwd_dq at D 128 to 168
+// registers on sm_80 and spilled (cuda_nvrtc_attention_tc).
+#define MT_ATTN_TC_INSTANTIATE(D, CAUSAL, NAME) MT_ATTN_TC_INSTANTIATE_OPT(D, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
+#define MT_ATTN_TC_INSTANTIATE_OPT(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                      \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
+        mt_attn_tc_fwd_##NAME(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seg,       \
+                              int T, int H, int KVH) {                                                                \
+        mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});            \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
+        mt_attn_tc_bwd_dq_##NAME(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k, const bf16 *v,    \
+                                 const bf16 *y, const float *lse, const int *seg, int T, int H, int KVH) {            \
+        mt_attn_tc_bwd_dq<D, DV, CAUSAL>(dq, ws, dy, q, k, v, y, lse, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
+    }                                                                                                                 \
+    extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
+        mt_attn_tc_bwd_dkdv_##NAME(bf16 *dk, bf16 *dv, const float *ws, const bf16 *dy, const bf16 *q,                \
+                                   const bf16 *k, const bf16 *v, const int *seg, int T, int H, int KVH) {             \
+        mt_attn_tc_bwd_dkdv<D, DV, CAUSAL>(dk, dv, ws, dy, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
     }

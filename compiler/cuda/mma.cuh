@@ -20,6 +20,9 @@
 // elements 2t and 2t+1. mt_ldmatrix_x4_trans: r[j] = elements (2t, g) and
 // (2t+1, g) of matrix j, i.e. the transpose's row g.
 //
+// mt_cvt_bf16x2(lo, hi): both rounded to bf16 (nearest, ties to even), lo in
+// the low half ("cvt.rn.bf16x2.f32", sm_80): an A fragment's register.
+//
 // mt_cp_async16(dst, src): 16 bytes global -> shared, asynchronously
 // ("cp.async.cg", both 16-byte aligned); mt_cp_async_commit() closes a group
 // of them, mt_cp_async_wait<N>() waits until at most N groups are pending
@@ -46,6 +49,11 @@ __device__ __forceinline__ void mt_ldmatrix_x4_trans(mt_u32 r[4], const void *p)
     asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
                  : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
                  : "r"(s));
+}
+__device__ __forceinline__ mt_u32 mt_cvt_bf16x2(float lo, float hi) {
+    mt_u32 r; // the first source goes to the upper half
+    asm("cvt.rn.bf16x2.f32 %0, %1, %2;\n" : "=r"(r) : "f"(hi), "f"(lo));
+    return r;
 }
 __device__ __forceinline__ void mt_cp_async16(void *dst, const void *src) {
     mt_u32 s = (mt_u32)__cvta_generic_to_shared(dst);

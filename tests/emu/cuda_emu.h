@@ -378,6 +378,18 @@ static inline void mt_ldmatrix_x4_trans(unsigned r[4], const void *p) {
         r[j] = (unsigned)lo | (unsigned)hi << 16;
     }
 }
+// cvt.rn.bf16x2.f32: each rounded to nearest, ties to even (a NaN stays a
+// quiet NaN), lo in the low half.
+static inline unsigned mt_cvt_bf16x2(float lo, float hi) {
+    unsigned r = 0;
+    for (int i = 0; i < 2; i++) {
+        unsigned u = __float_as_uint(i ? hi : lo);
+        if ((u & 0x7fffffffu) > 0x7f800000u) u = (u | 0x00400000u) >> 16;
+        else u = (u + 0x7fffu + ((u >> 16) & 1u)) >> 16;
+        r |= (u & 0xffffu) << (16 * i);
+    }
+    return r;
+}
 // The copy happens at once: a missing wait goes unseen here (README).
 static inline void mt_cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
 static inline void mt_cp_async_commit() {}

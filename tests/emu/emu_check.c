@@ -16,7 +16,9 @@
 //    head sizes 16, 64, 128, lengths no multiple of the tiles, f32 (relative
 //    error 2e-4) and bf16 storage (3e-2), the backward recomputing lse and
 //    taking the forward's. Then the tensor-core version (attention_tc.cuh:
-//    bf16; D 64 and 128; GQA 1, 4, 8): the same, within 3e-2. Both also with
+//    bf16; D 64, 128 and 256, value heads of their own width, documents;
+//    GQA 1, 4, 8): the same, within 3e-2 (host_attention, in double, the
+//    reference where attention_ref.cuh has no such option). Both also with
 //    window, scale and softcap; every lse within 1e-3 of a computation in
 //    double.
 // 2. Each model's translation unit as cuda_emit writes it (the model's own
@@ -139,36 +141,45 @@ static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsi
 
 typedef struct AttnCase {
     int B, T, H, KVH, D, causal, bf16;
-    int tc;              // attention_tc.cuh (bf16, D 64 or 128) instead of attention.cuh
+    int tc;              // attention_tc.cuh (bf16, D 64, 128, 192, 256) instead of attention.cuh
     int window;          // 0: none
     double scale;        // 0: 1/sqrt(D)
     double softcap;      // 0: none
     int group_only;      // run and compare the first kv head's group only (a plan's many heads)
     const char *symbol;  // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
+    int Dv;              // tensor cores: the value heads' width; 0: D
+    int docs;            // tensor cores: documents of lengths docs, docs + 7, docs + 14, ... (seg); 0: none
 } AttnCase;
 
 // attention.cuh: f32 and bf16, head sizes 16, 64, 128
 static const AttnCase CASES[] = {
-    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL}, {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL},
-    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL},
-    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL},
-    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL}, {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL},
-    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL},
+    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
     // the options: windows shorter and longer than a tile (32 keys), an own
     // scale, soft-capping (a cap near the scores' size, so tanh bends them)
-    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL}, {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL},
-    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL}, {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL},
+    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0}, {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0},
+    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0}, {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0},
 };
 // attention_tc.cuh: GQA 1, 4, 8; D 64, 128; causal and not; lengths no
 // multiple of 16 or 64; then the options, windows shorter and longer than a
 // tile (64 keys) and softcaps that bend the scores
 static const AttnCase TC_CASES[] = {
-    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL}, {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL},
-    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL}, {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL},
-    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL}, {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL},
-    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL}, {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL},
-    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL}, {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL},
-    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL},
+    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0},
+    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0}, {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0},
+    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0},
+    // head size 256, value heads of their own width (DeepSeek's 192/128, and
+    // wider than the keys), documents (packed rows: seg), against the host's
+    // reference in double (host_attention)
+    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0},
+    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0}, {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
+    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20}, {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30},
+    {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
@@ -178,16 +189,17 @@ static char *case_name(char *buf, size_t cap, const AttnCase *c) {
         snprintf(buf, cap, "%s", c->symbol);
         return buf;
     }
-    return attn_variant_name(buf, cap, c->bf16, c->D, c->causal, c->window, case_scale(c), c->softcap);
+    return attn_variant_name_dv(buf, cap, c->bf16, c->D, c->Dv ? c->Dv : c->D, c->causal, c->window, case_scale(c),
+                                c->softcap);
 }
 // The instantiation of case c's variant, appended at src + n; returns the new length.
 static int case_instantiate(char *src, size_t cap, int n, const AttnCase *c) {
     char name[64];
     case_name(name, sizeof name, c);
     if (c->tc)
-        return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %s, %.9ef, %.9ef, %d, %s)\n",
-                            c->D, c->causal ? "true" : "false", (double)(float)case_scale(c), (double)(float)c->softcap,
-                            c->window, name);
+        return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %d, %s, %.9ef, %.9ef, %d, %s)\n",
+                            c->D, c->Dv ? c->Dv : c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
+                            (double)(float)c->softcap, c->window, name);
     return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %.9ef, %.9ef, %d, %s)\n",
                         c->bf16 ? "bf16" : "float", c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
                         (double)(float)c->softcap, c->window, name);
@@ -210,31 +222,102 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
     return p;
 }
 
+// The reference of the cases the plain kernels of attention_ref.cuh do not
+// take (value heads of their own width, documents): y, lse, dq, dk, dv in
+// double on the host, as runtime/kernels.inc defines them, seg (B, T) or
+// NULL. Layouts as the kernels': q (B, T, H*D), k (B, T, KVH*D), v
+// (B, T, KVH*Dv), y and dy (B, T, H*Dv), lse (B, H, T).
+static void host_attention(float *y, float *lse, float *dq, float *dk, float *dv, const float *q, const float *k,
+                           const float *v, const float *dy, const int *seg, int B, int T, int H, int KVH, int D,
+                           int Dv, int causal, int window, double scale, double softcap) {
+    double *p = malloc(8 * (size_t)T), *c = malloc(8 * (size_t)T), *acc = calloc((size_t)B * T * KVH * (D + Dv), 8),
+           *dqa = malloc(8 * (size_t)D);
+    for (int b = 0; b < B; b++)
+        for (int h = 0; h < H; h++)
+            for (int t = 0; t < T; t++) {
+                const int kh = h / (H / KVH);
+                const float *qr = q + ((long)(b * T + t) * H + h) * D, *dyr = dy + ((long)(b * T + t) * H + h) * Dv;
+                double mx = -INFINITY, sum = 0, delta = 0;
+                for (int j = 0; j < T; j++) {
+                    int vis = (!causal || j <= t) && (!window || j > t - window) && (!seg || j >= seg[b * T + t]);
+                    p[j] = -INFINITY, c[j] = 1;
+                    if (!vis) continue;
+                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D;
+                    double dot = 0;
+                    for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
+                    p[j] = dot * scale;
+                    if (softcap > 0) c[j] = tanh(p[j] / softcap), p[j] = softcap * c[j], c[j] = 1 - c[j] * c[j];
+                    mx = fmax(mx, p[j]);
+                }
+                for (int j = 0; j < T; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
+                for (int j = 0; j < T; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx) / sum;
+                lse[((long)b * H + h) * T + t] = (float)(mx + log(sum));
+                for (int e = 0; e < Dv; e++) {
+                    double u = 0;
+                    for (int j = 0; j < T; j++) u += p[j] * v[((long)(b * T + j) * KVH + kh) * Dv + e];
+                    y[((long)(b * T + t) * H + h) * Dv + e] = (float)u;
+                    delta += u * dyr[e];
+                }
+                for (int d = 0; d < D; d++) dqa[d] = 0;
+                for (int j = 0; j < T; j++) {
+                    if (p[j] == 0) continue;
+                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D, *vr = v + ((long)(b * T + j) * KVH + kh) * Dv;
+                    double dp = 0, *ak = acc + ((long)(b * T + j) * KVH + kh) * (D + Dv);
+                    for (int e = 0; e < Dv; e++) dp += (double)dyr[e] * vr[e], ak[D + e] += p[j] * dyr[e];
+                    const double ds = p[j] * (dp - delta) * c[j] * scale;
+                    for (int d = 0; d < D; d++) dqa[d] += ds * kr[d], ak[d] += ds * qr[d];
+                }
+                for (int d = 0; d < D; d++) dq[((long)(b * T + t) * H + h) * D + d] = (float)dqa[d];
+            }
+    for (long r = 0; r < (long)B * T * KVH; r++) {
+        for (int d = 0; d < D; d++) dk[r * D + d] = (float)acc[r * (D + Dv) + d];
+        for (int e = 0; e < Dv; e++) dv[r * Dv + e] = (float)acc[r * (D + Dv) + D + e];
+    }
+    free(p), free(c), free(acc), free(dqa);
+}
+
 // Flash forward and backward (case c's template) and the plain reference on
 // random inputs: the worst relative error of y, dq, dk, dv, each in
 // err[0..3], and in err[4] that of lse against a host computation in double;
-// returns the worst of err[0..3].
+// returns the worst of err[0..3]. Cases with value heads of their own width
+// or documents take host_attention as the reference.
 static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
+    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->docs;
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
+    long ny = (long)c->B * c->T * c->H * Dv, nv = (long)c->B * c->T * c->KVH * Dv;
     long nrow = (long)c->B * c->H * c->T;
     size_t es = c->bf16 ? 2 : 4;
-    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk),
-          *dy = malloc(4 * (size_t)nq);
-    for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
-    for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
+    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nv),
+          *dy = malloc(4 * (size_t)ny);
+    for (long i = 0; i < nq; i++) q[i] = frand();
+    for (long i = 0; i < ny; i++) dy[i] = frand();
+    for (long i = 0; i < nk; i++) k[i] = frand();
+    for (long i = 0; i < nv; i++) v[i] = frand();
     if (c->bf16) { // the reference sees exactly what the bf16 kernel reads
-        for (long i = 0; i < nq; i++) q[i] = bf16_round(q[i]), dy[i] = bf16_round(dy[i]);
-        for (long i = 0; i < nk; i++) k[i] = bf16_round(k[i]), v[i] = bf16_round(v[i]);
+        for (long i = 0; i < nq; i++) q[i] = bf16_round(q[i]);
+        for (long i = 0; i < ny; i++) dy[i] = bf16_round(dy[i]);
+        for (long i = 0; i < nk; i++) k[i] = bf16_round(k[i]);
+        for (long i = 0; i < nv; i++) v[i] = bf16_round(v[i]);
     }
-    void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nk, c->bf16),
-         *DY = storage(dy, nq, c->bf16);
-    void *Y = poisoned(es * (size_t)nq), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
-         *DV = poisoned(es * (size_t)nk);
+    // documents: row b's lengths docs + 7 (b + i) for i = 0, 1, ...
+    int *seg = NULL;
+    if (c->docs) {
+        seg = malloc(4 * (size_t)c->B * (size_t)c->T);
+        for (int b = 0; b < c->B; b++)
+            for (int t = 0, start = 0, i = 0; t < c->T; t++) {
+                if (t - start == c->docs + 7 * (b + i)) start = t, i++;
+                seg[b * c->T + t] = start;
+            }
+    }
+    void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nv, c->bf16),
+         *DY = storage(dy, ny, c->bf16), *SEG = seg;
+    void *Y = poisoned(es * (size_t)ny), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
+         *DV = poisoned(es * (size_t)nv);
     float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
     float *P = poisoned(4 * (size_t)nrow * c->T), *C = poisoned(4 * (size_t)nrow * c->T),
-          *DS = poisoned(4 * (size_t)nrow * c->T);
-    float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
-          *rDV = poisoned(4 * (size_t)nk);
+          *DS = poisoned(4 * (size_t)nrow * c->T), *hL = poisoned(4 * (size_t)nrow);
+    float *rY = poisoned(4 * (size_t)ny), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
+          *rDV = poisoned(4 * (size_t)nv);
 
     char name[64], sym[3][96];
     case_name(name, sizeof name, c);
@@ -245,42 +328,52 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     void *nul = NULL;
     int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = c->window;
     double scale = case_scale(c), softcap = c->softcap;
-    int bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, bk = c->tc ? ATTN_TC_BK : ATTN_BK;
+    int bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, bk = c->tc ? attn_tc_bk_dkdv(D, Dv) : ATTN_BK;
     unsigned gq = (unsigned)((T + bq - 1) / bq), gk = (unsigned)((T + bk - 1) / bk);
     unsigned threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
     // group_only: query heads 0 .. H/KVH - 1 and kv head 0 (dkdv reads dq's workspace of the whole group)
     const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH};
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &SEG, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    launch(fn, sym[0], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_fwd(D) : attn_smem_fwd(D), a_fwd);
-    launch(fn, sym[1], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_dq(D) : attn_smem_dq(D), a_dq);
-    launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D) : attn_smem_dkdv(D),
-           a_dkdv);
-    void *r_probs[] = {&P, &C, &q, &k, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
-    void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
-    void *r_ds[] = {&DS, &P, &C, &dy, &v, &B, &T, &H, &KVH, &D};
-    void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D, &scale};
-    void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D, &scale};
-    unsigned rb = 128;
-    launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
-    launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
-    launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
-    launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
-    launch(fn, "mt_ref_attn_dkdv", (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
+    void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &SEG, &T, &H, &KVH};
+    launch(fn, sym[0], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_fwd(D, Dv) : attn_smem_fwd(D),
+           c->tc ? a_fwd_tc : a_fwd);
+    launch(fn, sym[1], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_dq(D, Dv) : attn_smem_dq(D),
+           c->tc ? a_dq_tc : a_dq);
+    launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D, Dv) : attn_smem_dkdv(D),
+           c->tc ? a_dkdv_tc : a_dkdv);
+    if (host)
+        host_attention(rY, hL, rDQ, rDK, rDV, q, k, v, dy, seg, B, T, H, KVH, D, Dv, causal, window, scale, softcap);
+    else {
+        void *r_probs[] = {&P, &C, &q, &k, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
+        void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
+        void *r_ds[] = {&DS, &P, &C, &dy, &v, &B, &T, &H, &KVH, &D};
+        void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D, &scale};
+        void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D, &scale};
+        unsigned rb = 128;
+        launch(fn, "mt_ref_attn_probs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+        launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
+        launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
+        launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
+        launch(fn, "mt_ref_attn_dkdv", (unsigned)((nk + rb - 1) / rb), 1, 1, rb, 0, r_dkdv);
+    }
 
     // compare in fp32 (bf16 outputs widened)
     double worst = 0;
     void *got[4] = {Y, DQ, DK, DV};
-    float *want[4] = {rY, rDQ, rDK, rDV}, *a = malloc(4 * (size_t)nq);
-    long cnt[4] = {nq, nq, nk, nk};
+    float *want[4] = {rY, rDQ, rDK, rDV}, *a = malloc(4 * (size_t)(nq > ny ? nq : ny));
+    long cnt[4] = {ny, nq, nk, nv};
+    int width_of[4] = {Dv, D, D, Dv};
     for (int i = 0; i < 4; i++) {
         if (c->bf16)
             for (long j = 0; j < cnt[i]; j++) a[j] = f32_from_bf16(((uint16_t *)got[i])[j]);
         else memcpy(a, got[i], 4 * (size_t)cnt[i]);
-        size_t stride = (size_t)(i < 2 ? H : KVH) * (size_t)D, width = (size_t)(i < 2 ? hq : hk) * (size_t)D;
+        size_t stride = (size_t)(i < 2 ? H : KVH) * (size_t)width_of[i],
+               width = (size_t)(i < 2 ? hq : hk) * (size_t)width_of[i];
         err[i] = max_rel_rows(a, want[i], (size_t)cnt[i], stride, width, 1e-1);
         if (!(err[i] <= worst) && worst == worst) worst = err[i];
     }
@@ -293,7 +386,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
                 const float *qr = q + ((long)(b * T + t) * H + h) * D;
                 double mx = -INFINITY, sum = 0;
                 int nj = causal ? t + 1 : T, j0 = window && t + 1 > window ? t + 1 - window : 0;
-                for (int j = j0; j < nj; j++) {
+                for (int j = j0; j < nj && !host; j++) {
                     const float *kr = k + ((long)(b * T + j) * KVH + h / (H / KVH)) * D;
                     double dot = 0;
                     for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
@@ -301,13 +394,14 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
                     if (softcap > 0) sc[j] = softcap * tanh(sc[j] / softcap);
                     mx = fmax(mx, sc[j]);
                 }
-                for (int j = j0; j < nj; j++) sum += exp(sc[j] - mx);
-                double want_l = mx + log(sum), got_l = LSE[((long)b * H + h) * T + t];
+                for (int j = j0; j < nj && !host; j++) sum += exp(sc[j] - mx);
+                double want_l = host ? hL[((long)b * H + h) * T + t] : mx + log(sum),
+                       got_l = LSE[((long)b * H + h) * T + t];
                 double d = fabs(got_l - want_l) / fmax(fabs(want_l), 1e-1);
                 if (!(d <= le) && le == le) le = d;
             }
     err[4] = le;
-    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, rY, rDQ, rDK, rDV};
+    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, hL, rY, rDQ, rDK, rDV, seg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return worst;
 }
@@ -324,7 +418,9 @@ static void check_attention(void) {
     const char *refs[] = {"mt_ref_attn_probs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
                           "mt_ref_attn_dkdv"};
     for (int i = 0; i < 5; i++) snprintf(names[nnames++], 96, "%s", refs[i]);
-    for (int i = 0; i < NCASES + NTC; i++) {
+    // MT_EMU_ATTN_FROM=N (while iterating on a kernel): only cases N and later
+    const int from = getenv("MT_EMU_ATTN_FROM") ? atoi(getenv("MT_EMU_ATTN_FROM")) : 0;
+    for (int i = from; i < NCASES + NTC; i++) {
         const AttnCase *c = i < NCASES ? &CASES[i] : &TC_CASES[i - NCASES];
         char name[64], key[80];
         case_name(name, sizeof name, c);
@@ -345,12 +441,14 @@ static void check_attention(void) {
         failures++;
         return;
     }
-    for (int i = 0; i < NCASES + NTC; i++) {
+    for (int i = from; i < NCASES + NTC; i++) {
         const AttnCase *c = i < NCASES ? &CASES[i] : &TC_CASES[i - NCASES];
         double err[5], t0 = seconds(), e = attn_case(fn, c, err), tol = c->bf16 ? 3e-2 : 2e-4;
         char what[128], opts[64] = "";
         if (c->window || c->scale > 0 || c->softcap > 0)
             snprintf(opts, sizeof opts, " window %d scale %g softcap %g", c->window, case_scale(c), c->softcap);
+        if (c->Dv || c->docs)
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d docs %d", c->Dv ? c->Dv : c->D, c->docs);
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
         int ok = e <= tol && err[4] <= 1e-3;
@@ -369,6 +467,38 @@ enum { MMA_WARPS = 6 }; // three blocks of two warps
 // error 1e-6: one fp32 rounding), ldmatrix (after cp.async) bit for bit
 // against the PTX ISA's layouts. The same translation unit must compile with
 // NVRTC for sm_80 and sm_90, warnings included.
+// cvt.rn.bf16x2.f32 as emulated (mt_cvt_bf16x2) against common/bf16.h's
+// round to nearest even, bit for bit: random values, exact ties (the low 16
+// bits 0x8000 over even and odd bf16), values that round up into the next
+// binade and to infinity, zeros, infinities, subnormals.
+static void check_cvt(LaunchFn fn) {
+    enum { N = 4096 };
+    uint32_t bits[N];
+    const uint32_t fixed[] = {0x3f808000u, 0x3f818000u, 0xbf808000u, 0xbf818000u, 0x3f7fffffu, 0x7f7fffffu,
+                              0x7f7f8000u, 0x00000000u, 0x80000000u, 0x7f800000u, 0xff800000u, 0x00008000u,
+                              0x00018000u, 0x0000ffffu, 0x3f80ffffu, 0x3f807fffu};
+    const int nfixed = (int)(sizeof fixed / sizeof fixed[0]);
+    for (int i = 0; i < N; i++) {
+        rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
+        bits[i] = i < nfixed ? fixed[i] : (uint32_t)(rng >> 16);
+        if (i >= nfixed && (bits[i] & 0x7f800000u) == 0x7f800000u) bits[i] &= 0xbfffffffu; // no NaN: bf16.h keeps payloads
+        if (i >= nfixed && i % 4 == 0) bits[i] = (bits[i] & 0xffff0000u) | 0x8000u;       // ties
+    }
+    float *x = malloc(4 * N);
+    memcpy(x, bits, 4 * N);
+    uint32_t *out = (uint32_t *)poisoned(4 * N / 2);
+    int n = N;
+    void *a[] = {&out, &x, &n};
+    launch(fn, "mt_test_cvt", N / 2 / 64, 1, 1, 64, 0, a);
+    int bad = 0;
+    for (int i = 0; i < N / 2; i++)
+        bad += out[i] != ((uint32_t)bf16_from_f32(x[2 * i]) | (uint32_t)bf16_from_f32(x[2 * i + 1]) << 16);
+    printf("cvt.rn.bf16x2.f32, %d values (ties, overflow, subnormals): %d pairs off round-to-nearest-even %s\n", N,
+           bad, bad ? "FAIL" : "ok");
+    failures += bad != 0;
+    free(x), free(out);
+}
+
 static void check_mma(void) {
     char path[1024], *test;
     size_t tlen;
@@ -394,8 +524,8 @@ static void check_mma(void) {
             nvrtc_binary_free(&bin);
         }
     }
-    char names[2][96] = {"mt_test_mma", "mt_test_ldmatrix"};
-    LaunchFn fn = build("mma-test", src, names, 2);
+    char names[3][96] = {"mt_test_mma", "mt_test_ldmatrix", "mt_test_cvt"};
+    LaunchFn fn = build("mma-test", src, names, 3);
     free(src);
     if (!fn) {
         failures++;
@@ -443,10 +573,11 @@ static void check_mma(void) {
            bad ? "FAIL" : "ok");
     failures += bad != 0;
     free(A), free(B), free(C), free(D), free(M), free(out);
+    check_cvt(fn);
 }
 
 // The tensor-core attention kernels for the GPU: every variant a plan can
-// instantiate (head size 64 and 128, causal and not, without options and
+// instantiate (head sizes 64, 128, 256 and 192/128, causal and not, without options and
 // with all of window, scale and softcap) compiles with NVRTC for sm_80 and
 // sm_90, warnings included, and ptxas reports no spills for any of their
 // entry points, forward or backward (emu_check --nvrtc; a test of its own,
@@ -457,10 +588,13 @@ static void check_attention_tc_nvrtc(void) {
     int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_mma,
                      mt_cuda_attention_tc);
     int nvariants = 0;
-    for (int D = 64; D <= 128; D *= 2)
+    const int heads[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}}; // (D, Dv)
+    for (int hs = 0; hs < 4; hs++)
         for (int causal = 0; causal < 2; causal++)
             for (int opts = 0; opts < 2; opts++) {
-                AttnCase c = {1, 1, 1, 1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0, 0, NULL};
+                const int D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
+                AttnCase c = {1, 1, 1, 1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0, 0, NULL,
+                              Dv, 0};
                 n = case_instantiate(src, cap, n, &c);
                 nvariants++;
             }
@@ -498,7 +632,7 @@ static void check_attention_tc_nvrtc(void) {
                 printf("  %s %-60s %3d registers\n", archs[i], fn, regs);
         }
         int ok = entries == 3 * nvariants && !spilling;
-        printf("tensor-core attention, %d variants (D 64 and 128, causal and full, with and without options): NVRTC %s "
+        printf("tensor-core attention, %d variants (D 64, 128, 256 and 192/128, causal and full, with and without options): NVRTC %s "
                "%s, %d entry points, %d spilling (%.1f s)\n",
                nvariants, archs[i], ok ? "ok" : "FAIL", entries, spilling, bin.seconds);
         if (!ok) failures++;
@@ -565,7 +699,8 @@ static void check_plans(char **paths, int npaths) {
             snprintf(syms[j], sizeof syms[j], "%s", in->symbol);
             from[j] = path;
             cases[j] = (AttnCase){1, (int)at->T, (int)at->H, (int)at->KVH, (int)at->D, at->causal, 1, in->attn_tc,
-                                  (int)at->window, at->scale, at->softcap, 1, syms[j]};
+                                  (int)at->window, at->scale, at->softcap, 1, syms[j],
+                                  at->Dv != at->D ? (int)at->Dv : 0, 0};
             if (j == ncases) ncases++;
         }
         // the plan's instantiation lines, each once

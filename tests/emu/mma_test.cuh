@@ -44,3 +44,10 @@ extern "C" __global__ void __launch_bounds__(64) mt_test_ldmatrix(mt_u32 *out, c
     mt_ldmatrix_x4_trans(r, s + lane * 16);
     for (int j = 0; j < 4; j++) out[(w * 32 + lane) * 8 + 4 + j] = r[j];
 }
+
+// cvt.rn.bf16x2.f32 (mt_cvt_bf16x2): x (n) fp32 in pairs, out (n / 2) the
+// packed bf16 of x[2i] (low half) and x[2i + 1] (high half).
+extern "C" __global__ void __launch_bounds__(64) mt_test_cvt(mt_u32 *out, const float *x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (2 * i + 1 < n) out[i] = mt_cvt_bf16x2(x[2 * i], x[2 * i + 1]);
+}

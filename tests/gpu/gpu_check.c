@@ -8,8 +8,8 @@
 //    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
 //    sm_XX with the plain reference (attention_ref.cuh): forward y and
 //    backward dq, dk, dv against the reference on random inputs, causal and
-//    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64 and 128,
-//    bf16), lengths that are not multiples of the tiles, f32 and bf16.
+//    not, grouped-query, head sizes 16, 64, 128 (tensor cores: 64, 128 and
+//    256, bf16), lengths that are not multiples of the tiles, f32 and bf16.
 // 2. Every model's fused expression kernels, as cuda_build compiles them
 //    (batch 2, seq 64, or batch 1 at --seq N with V capped at --vocab N; the
 //    model's storage, f32 or bf16; f64 arithmetic kept in double): each
@@ -18,8 +18,10 @@
 //    column at a time, fp32 as fp32 and f64 as double; relative error 1e-4
 //    for f32 outputs, 1e-2 for bf16, kir_arg_tolerance).
 // 3. Times: flash against the reference at model-sized shapes, and the fused
-//    kernels; both attention kernels at Llama-3-8B's shapes (B 1, T 4096 and
-//    32768, H 32, KVH 8, D 128, causal, bf16), forward + backward, against a
+//    kernels; both attention kernels at Llama-3-8B's shapes (B 1, H 32, KVH
+//    8, causal, bf16: the tensor-core one at D 64, 128 and 256 and T 2048 to
+//    16384, and D 128 T 32768; the fp32 one at D 128 T 4096; one
+//    attention_time line each), forward + backward, against a
 //    bf16 GEMM measured with cuBLAS (8192 cubed, fp32 accumulation), with
 //    the attention_*_fraction lines to put into the target profile; the
 //    table comes last. Exit status 0 only when every check passed.
@@ -152,11 +154,11 @@ static AttnKernels attn_kernels(CUmodule m, const AttnCase *c) {
     const char *pre[3][2] = {{"mt_attn_fwd_", "mt_attn_tc_fwd_"}, {"mt_attn_bwd_dq_", "mt_attn_tc_bwd_dq_"},
                              {"mt_attn_bwd_dkdv_", "mt_attn_tc_bwd_dkdv_"}};
     f.fwd = fn(m, pre[0][c->tc], name), f.dq = fn(m, pre[1][c->tc], name), f.dkdv = fn(m, pre[2][c->tc], name);
-    f.bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, f.bk = c->tc ? ATTN_TC_BK : ATTN_BK;
+    f.bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, f.bk = (unsigned)(c->tc ? attn_tc_bk_dkdv(c->D, c->D) : ATTN_BK);
     f.threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
-    f.smem[0] = (unsigned)(c->tc ? attn_tc_smem_fwd(c->D) : attn_smem_fwd(c->D));
-    f.smem[1] = (unsigned)(c->tc ? attn_tc_smem_dq(c->D) : attn_smem_dq(c->D));
-    f.smem[2] = (unsigned)(c->tc ? attn_tc_smem_dkdv(c->D) : attn_smem_dkdv(c->D));
+    f.smem[0] = (unsigned)(c->tc ? attn_tc_smem_fwd(c->D, c->D) : attn_smem_fwd(c->D));
+    f.smem[1] = (unsigned)(c->tc ? attn_tc_smem_dq(c->D, c->D) : attn_smem_dq(c->D));
+    f.smem[2] = (unsigned)(c->tc ? attn_tc_smem_dkdv(c->D, c->D) : attn_smem_dkdv(c->D));
     CUfunction all[3] = {f.fwd, f.dq, f.dkdv};
     for (int i = 0; i < 3; i++)
         CU(cuFuncSetAttribute(all[i], CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, (int)f.smem[i]));
@@ -212,11 +214,15 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     CUdeviceptr nul = 0;
     int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = 0;
     double scale = 1 / sqrt((double)D), softcap = 0;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
-    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
+    // odd lengths: the backward takes the forward's y and lse instead of recomputing them;
+    // the tensor-core kernels take document starts (none: NULL) before T
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &nul, &T, &H, &KVH};
+    void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void **a_fwd = c->tc ? a_fwd_tc : a_fwd_f, **a_dq = c->tc ? a_dq_tc : a_dq_f, **a_dkdv = c->tc ? a_dkdv_tc : a_dkdv_f;
     void *r_probs[] = {&P, &C, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
     void *r_fwd[] = {&rY, &P, &rV, &B, &T, &H, &KVH, &D};
     void *r_ds[] = {&DS, &P, &C, &rDY, &rV, &B, &T, &H, &KVH, &D};
@@ -294,8 +300,8 @@ static double gemm_rate_bf16(void) {
     return 2.0 * n * (double)n * n / (ms * 1e-3);
 }
 
-// Both attention kernels at Llama-3-8B's shapes, forward + backward (the
-// backward taking the forward's y and lse), against the measured GEMM rate:
+// Both attention kernels at Llama-3-8B's shapes, forward + backward (as the
+// backend runs them: the backward recomputing lse), against the measured GEMM rate:
 // FLOPs as compiler/cost.c counts them (4 B H D a visible pair forward, 2.5
 // times that backward), the achieved share of the GEMM rate (the target:
 // 40% for the tensor-core kernel, recorded, not asserted) and the profile's
@@ -309,13 +315,14 @@ static void time_attention_llama(CUmodule m) {
     char row[96];
     snprintf(row, sizeof row, "cuBLAS bf16 GEMM 8192^3: %.0f TFLOP/s", gemm / 1e12);
     add_row(row, 2.0 * 8192.0 * 8192.0 * 8192.0 / gemm * 1e3, -1, 0);
-    for (int tc = 1; tc >= 0; tc--)
-        for (int T = 4096; T <= 32768; T *= 8) {
-            AttnCase c = {1, T, 32, 8, 128, 1, 1, tc};
-            if (!tc && T > 4096) {
-                printf("fp32 attention at T %d: skipped (about half an hour)\n", T);
-                continue;
-            }
+    // (tensor cores, T, D): the issue's sweep, D 64, 128, 256 at T 2048 to 16384, then T 32768 at D 128;
+    // the fp32 kernel at T 4096 only (at 32768 it would take about half an hour)
+    const int shapes[][3] = {{1, 4096, 128},  {1, 4096, 256},  {1, 4096, 64},  {1, 2048, 64},  {1, 8192, 64},
+                             {1, 16384, 64},  {1, 2048, 128},  {1, 8192, 128}, {1, 16384, 128}, {1, 2048, 256},
+                             {1, 8192, 256},  {1, 16384, 256}, {1, 32768, 128}, {0, 4096, 128}};
+    for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
+            int tc = shapes[si][0], T = shapes[si][1], D = shapes[si][2];
+            AttnCase c = {1, T, 32, 8, D, 1, 1, tc};
             long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
             uint16_t *hb = malloc(2 * (size_t)nq);
             for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(frand());
@@ -325,23 +332,39 @@ static void time_attention_llama(CUmodule m) {
             CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
                         LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
             int H = c.H, KVH = c.KVH;
-            void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
-            void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH};
-            void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+            // as the cuda backend runs them: no lse kept by the forward (the plan has no tensor
+            // for it), so bwd_dq recomputes it; the tensor-core kernels' seg NULL (no documents)
+            CUdeviceptr nul = 0;
+            void *a_fwd_f[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH}, *a_fwd_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
+            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
+            void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &nul, &T, &H, &KVH};
+            void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+            void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
+            void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
             AttnKernels f = attn_kernels(m, &c);
             Timer t;
+            const int reps = tc ? 3 : 1;
+            attn_run(&f, &c, a_fwd, a_dq, a_dkdv); // warm: the module's first launches load it
             timer_start(&t);
-            attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
-            double ms = timer_stop(&t, 1);
+            for (int r = 0; r < reps; r++) attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
+            double ms = timer_stop(&t, reps);
+            // FLOPs counted the standard way (compiler/cost.c): 7 T*T*D units, causal pairs halved
             double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
             double share = flops / (ms * 1e-3) / gemm;
-            printf("%s attention B1 T%d H32/8 D128 causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
-                   tc ? "tensor-core" : "fp32", T, ms, flops / (ms * 1e-3) / 1e12, share,
-                   tc ? (share >= 0.4 ? " (target 0.4 met)" : " (target 0.4 NOT met)") : "");
-            printf("    attention_%s_fraction = %.3f   # measured at T %d: %.3f of cuBLAS's bf16 rate x gemm_efficiency "
-                   "%.2g\n",
-                   tc ? "tc" : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
-            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D128 bf16: %.3f of GEMM", tc ? "tc" : "fp32", T,
+            // issue 26's targets: 0.30 at D 128, 0.25 at D 256 (T 4096)
+            const double target = D > 128 ? 0.25 : 0.30;
+            printf("%s attention B1 T%d H32/8 D%d causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
+                   tc ? "tensor-core" : "fp32", T, D, ms, flops / (ms * 1e-3) / 1e12, share,
+                   tc ? (share >= target ? " (target met)" : " (target NOT met)") : "");
+            // the line tests/gpu/report.py reads (its README, "The lines it reads")
+            printf("attention_time kernel=%s D=%d T=%d B=1 H=32 KVH=8 causal=1 ms=%.3f tflops=%.1f\n",
+                   tc ? "mt_tc" : "mt_fp32", D, T, ms, flops / (ms * 1e-3) / 1e12);
+            if (T == 4096 && D != 64) // the profiles' point
+                printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
+                       "gemm_efficiency %.2g\n",
+                       tc ? (D > 128 ? "tc_wide" : "tc") : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, D, share,
+                       TARGET_DEFAULT_GEMM_EFFICIENCY);
+            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D%d bf16: %.3f of GEMM", tc ? "tc" : "fp32", T, D,
                      share);
             add_row(row, ms, -1, 0);
             CUdeviceptr all[] = {Q, DY, K, V, Y, DQ, DK, DV, LSE, WS};
@@ -354,9 +377,10 @@ static void check_attention(const char *arch) {
         {1, 1, 1, 1, 16, 1, 0, 0},   {2, 37, 4, 2, 16, 1, 0, 0},  {2, 37, 4, 2, 16, 0, 0, 0},  {1, 100, 8, 2, 64, 1, 0, 0},
         {2, 70, 4, 4, 64, 0, 0, 0},  {1, 129, 8, 1, 128, 1, 0, 0}, {1, 64, 4, 2, 128, 0, 0, 0}, {2, 77, 4, 2, 64, 1, 1, 0},
         {1, 130, 8, 2, 128, 1, 1, 0},
-        // tensor cores: GQA 1, 4, 8; D 64, 128; causal and not
+        // tensor cores: GQA 1, 4, 8; D 64, 128, 256; causal and not
         {1, 77, 4, 4, 64, 1, 1, 1},  {2, 150, 4, 1, 64, 0, 1, 1}, {1, 200, 8, 1, 64, 1, 1, 1}, {1, 45, 8, 2, 128, 0, 1, 1},
-        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1},
+        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1}, {1, 77, 4, 2, 256, 1, 1, 1},
+        {1, 130, 8, 2, 256, 0, 1, 1},
     };
     static const AttnCase TIMED[] = {
         {4, 1024, 12, 12, 64, 1, 0, 0}, // GPT-2 small

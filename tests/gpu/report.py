@@ -73,9 +73,10 @@ def keyvals(line):
 
 
 def attention_times(text):
-    """Every attention_time line: {kernel, D, T, ms, ...}. gpu_check's older
-    human line (tensor-core ... T4096 H32/8 D128 ...: X ms) counts too."""
-    rows = []
+    """Every attention_time line: {kernel, D, T, ms, ...}; in a log with none
+    (an older gpu_check), its human lines (tensor-core ... T4096 H32/8 D128
+    ...: X ms) instead."""
+    rows, older = [], []
     for line in (text or "").splitlines():
         if line.startswith("attention_time "):
             kv = keyvals(line)
@@ -83,9 +84,9 @@ def attention_times(text):
                 rows.append(kv)
         m = re.match(r"tensor-core attention B1 T(\d+) H(\d+)/(\d+) D(\d+) causal fwd\+bwd: ([0-9.]+) ms", line)
         if m:
-            rows.append({"kernel": "mt_tc", "T": float(m[1]), "H": float(m[2]), "KVH": float(m[3]),
-                         "D": float(m[4]), "ms": float(m[5])})
-    return rows
+            older.append({"kernel": "mt_tc", "T": float(m[1]), "H": float(m[2]), "KVH": float(m[3]),
+                          "D": float(m[4]), "ms": float(m[5])})
+    return rows or older
 
 
 def gemm_rate(text):
