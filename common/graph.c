@@ -149,6 +149,10 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
     case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
+    case OP_LOAD_BALANCE:
+    case OP_LOAD_BALANCE_BWD:
+        if (n->pooled) fprintf(out, " pooled");
+        break;
     case OP_EMBED:
     case OP_EMBED_BWD:
         if (n->padding) fprintf(out, " padding_idx=%lld", (long long)n->padding - 1);

@@ -159,6 +159,8 @@ typedef struct Node {
                        // padding_idx), 0: none
     int wide;          // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's
                        // parameter gradient across its chunks, which the last add rounds once
+    int pooled;        // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
+                       // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
 } Node;
 
 // How many rope frequencies n carries: D/2 for OP_ROPE, 0 for other ops.
