@@ -58,7 +58,7 @@ static const OpSpec OP_SPECS[] = {
     {"router", OP_TOP_K, 1, 1, "top_k softmax normalize",
      "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K},
     {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE},
-    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k", "load_balancing_loss(logits, top_k=K)", OP_LOAD_BALANCE},
+    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)", OP_LOAD_BALANCE},
     {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
@@ -888,10 +888,38 @@ static Node *lower_moe(Sema *S, const Args *a) {
     return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
 }
 
+// pooled: f and P over every layer's rows of the micro-batch (transformers'
+// Mixtral and Qwen-MoE), which the runtime keeps across the layers
+// (LoadBalancePool): one such loss a block, the same experts in every block.
 static Node *lower_load_balance(Sema *S, const Args *a) {
     Node *logits, *mask = top_k_mask(S, a, &logits);
+    int pooled;
+    if (!mask || kw_bool(S, a, "pooled", 0, &pooled) != 0) return NULL;
+    const Expr *kw = find_kwarg(a->call, "pooled");
+    if (pooled && !S->in_block) {
+        diag_error(S->d, kw->loc, "a pooled load_balancing_loss pools the layers' rows: it belongs in a block");
+        return NULL;
+    }
+    for (int pk = 0; pooled && pk < PART_COUNT; pk++)
+        for (int i = 0; i < S->g->parts[pk].nodes.n; i++) {
+            const Node *o = S->g->parts[pk].nodes.items[i];
+            if (o->op != OP_LOAD_BALANCE || !o->pooled) continue;
+            if (pk == (int)S->part) {
+                diag_error(S->d, kw->loc, "a second pooled load_balancing_loss in this block (the first at line %d); "
+                           "a block has at most one", o->loc.line);
+                return NULL;
+            }
+            if (last_dim(o->in[0]) != last_dim(logits)) {
+                diag_error(S->d, kw->loc, "this pooled load_balancing_loss has %lld experts, the one at line %d %lld; "
+                           "pooled losses pool one set of experts", (long long)last_dim(logits), o->loc.line,
+                           (long long)last_dim(o->in[0]));
+                return NULL;
+            }
+        }
     Node *in[2] = {logits, mask};
-    return mask ? new_node(S, OP_LOAD_BALANCE, DT_F32, NULL, a->call->loc, 2, in) : NULL;
+    Node *n = new_node(S, OP_LOAD_BALANCE, DT_F32, NULL, a->call->loc, 2, in);
+    if (n) n->pooled = pooled;
+    return n;
 }
 
 static Node *lower_add_loss(Sema *S, const Args *a) {
