@@ -96,6 +96,22 @@ Shape param_element_shape(const Param *p) {
 
 int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_MOE; }
 
+int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows) {
+    int64_t E = 0, per_kind[MT_MAX_KINDS] = {0};
+    *layers = *rows = 0;
+    for (int k = 0; k < g->nkinds; k++) {
+        const Part *part = &g->parts[kind_part(k)];
+        for (int i = 0; i < part->nfwd; i++) {
+            const Node *n = part->nodes.items[i];
+            if (n->op != OP_LOAD_BALANCE || !n->pooled) continue;
+            const Shape *s = &n->in[0]->shape;
+            E = s->dims[s->rank - 1], *rows = shape_numel(s) / E, per_kind[k]++;
+        }
+    }
+    for (int64_t l = 0; E && l < g->layers; l++) *layers += per_kind[g->layer_kind[l]];
+    return E;
+}
+
 int64_t param_copies(const Graph *g, const Param *p) {
     if (!p->in_block) return 1;
     int64_t n = 0;
@@ -149,6 +165,10 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
     case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
+    case OP_LOAD_BALANCE:
+    case OP_LOAD_BALANCE_BWD:
+        if (n->pooled) fprintf(out, " pooled");
+        break;
     case OP_EMBED:
     case OP_EMBED_BWD:
         if (n->padding) fprintf(out, " padding_idx=%lld", (long long)n->padding - 1);

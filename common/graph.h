@@ -159,7 +159,23 @@ typedef struct Node {
                        // padding_idx), 0: none
     int wide;          // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's
                        // parameter gradient across its chunks, which the last add rounds once
+    int pooled;        // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
+                       // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
 } Node;
+
+// What a pooled load-balancing loss (Node.pooled) keeps across the layers
+// of a micro-batch, one per stream (the runtime's; device memory on a GPU):
+// layer l's forward writes row l of sums, the counts of its rows' top-k
+// choices per expert, then the sums over its rows of the router's
+// probabilities per expert; the backward reads every row. Rows of layers
+// without one stay 0. Writing a row, not adding to it, lets a recomputed
+// forward run again.
+typedef struct LoadBalancePool {
+    double *sums;   // (layers, 2 E)
+    int64_t layer;  // the layer whose block part runs
+    int64_t layers; // the graph's
+    double rows;    // every pooled row: a layer's rows times the layers with a pooled loss
+} LoadBalancePool;
 
 // How many rope frequencies n carries: D/2 for OP_ROPE, 0 for other ops.
 static inline int64_t rope_pairs(const Node *n) {
@@ -257,6 +273,10 @@ typedef struct Graph {
     int64_t kernel_scratch; // device scratch of an engine that runs the fused kernels (common/scratch.h); the
                             // scheduler fills it once (0: not yet)
 } Graph;
+
+// The experts E of the graph's pooled load-balancing losses (0: none), with
+// the layers that have one and the rows of each into *layers and *rows.
+int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows);
 
 // The parts graph g uses: the head, the block, the tail and the other kinds' blocks.
 static inline int graph_nparts(const Graph *g) { return PART_KIND1 + g->nkinds - 1; }

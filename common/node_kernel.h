@@ -13,7 +13,9 @@
 // (compiler/emit_llvm.h), void mt_k<p>_<i>(void **args, int64_t r0,
 // int64_t r1, double *scratch), with args[0] the node's output, args[1 ..] its
 // operands, all f32 (the JIT widens bf16 ones), args[nargs] a NodeSgemm,
-// the library GEMM the JIT's GEMM kernels call; scratch points at
+// the library GEMM the JIT's GEMM kernels call, args[nargs + 1] the
+// stream's LoadBalancePool (common/graph.h; a pooled load-balancing loss's
+// sums across the layers, its layer set per run); scratch points at
 // node_kernel_work_bytes(node) bytes of workspace; rows r0, r1 unused.
 //
 // C (M, N) = op(A) op(B) + beta C, row-major, op transposing when ta or tb.

@@ -321,8 +321,9 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_LOAD_BALANCE: {
         if (dy->op == OP_CONST) dy = op2(ad, OP_MUL, &dy->shape, loc, dy, constant(ad, 1, loc)); // a buffer, for its kernel
-        Node *args[3] = {dy, in[0], in[1]};
-        return accumulate(ad, in[0], emit(ad, OP_LOAD_BALANCE_BWD, &in[0]->shape, loc, 3, args));
+        Node *args[3] = {dy, in[0], in[1]}, *d = emit(ad, OP_LOAD_BALANCE_BWD, &in[0]->shape, loc, 3, args);
+        if (d) d->pooled = n->pooled;
+        return accumulate(ad, in[0], d);
     }
     case OP_ADD_LOSS: return accumulate(ad, in[0], dy) || accumulate(ad, in[1], constant(ad, 1, loc));
     default: break;

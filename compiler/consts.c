@@ -1,9 +1,11 @@
-// consts.c: what sema.c (sections, statements) and ops.c (the op rules)
-// both stand on, below both and calling neither: the lookups in sema's
-// tables (config constants, parameters, locals, blocks), the compile-time
-// number arithmetic, the functions of constants and the evaluator of
-// constant expressions (eval_num), and the call syntax helpers
-// (find_kwarg, word_in_list).
+// consts.c: what sema.c (expressions, sections, statements) and ops.c (the
+// op rules) both stand on, below both and calling neither: the lookups in
+// sema's tables (config constants, parameters, locals, blocks), the
+// compile-time number arithmetic, the functions of constants and the
+// evaluator of constant expressions (eval_num), the call syntax helpers
+// (find_kwarg, word_in_list) and node construction (new_node, const_node).
+// sema.c lowers an op call's arguments and calls ops.c's rule with them;
+// ops.c calls nothing above consts.c.
 #include <math.h>
 #include <string.h>
 
@@ -285,3 +287,14 @@ int word_in_list(const char *list, const char *w) {
     return 0;
 }
 
+// ---------------------------------------------------------------- nodes
+
+Node *new_node(Sema *S, OpKind op, DType dt, const Shape *shape, Loc loc, int nin, Node **in) {
+    return graph_add_node(S->a, &S->g->parts[S->part], S->part, op, dt, shape, loc, nin, in);
+}
+
+Node *const_node(Sema *S, double v, Loc loc) {
+    Node *n = new_node(S, OP_CONST, DT_F32, NULL, loc, 0, NULL);
+    if (n) n->value = v;
+    return n;
+}

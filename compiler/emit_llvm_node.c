@@ -6,7 +6,8 @@
 //
 // args[0] the node's output, args[1 ..] its operands, all f32 (the JIT
 // widens bf16 ones around the call); args[nargs] the library GEMM the JIT's
-// GEMM kernels call (NodeSgemm); work node_kernel_work_bytes(node) bytes
+// GEMM kernels call (NodeSgemm), args[nargs + 1] the stream's
+// LoadBalancePool; work node_kernel_work_bytes(node) bytes
 // of workspace; r0 and r1 unused (the whole node). Every size is the node's,
 // a constant. The loops are those of the plain kernels (runtime/kernels.inc)
 // in the same order, with the same f32 and f64 arithmetic: on libm's exp the
@@ -296,8 +297,43 @@ static void emit_top_k(Nb *b, const Node *n, LLVMValueRef args) {
     loop_end(b, &lr);
 }
 
+// kernels.inc's load_balance, pooled: f and P (the sums of this layer's
+// rows) become the pooled loss's (see there); *R the pooled rows.
+static void emit_load_balance_pool(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef f, int64_t E, int bwd,
+                                   LLVMValueRef *R) {
+    LLVMValueRef pool = arg(b, args, n->nin + 2, b->i64p), P = at(b, b->f64, f, ci(b, E));
+    LLVMValueRef sums = LLVMBuildLoad2(b->b, b->f64p, LLVMBuildBitCast(b->b, pool, LLVMPointerType(b->f64p, 0), ""), "");
+    LLVMValueRef layer = ld(b, b->i64, pool, ci(b, 1)), layers = ld(b, b->i64, pool, ci(b, 2));
+    *R = ld(b, b->f64, LLVMBuildBitCast(b->b, pool, b->f64p, ""), ci(b, 3));
+    LLVMValueRef own = at(b, b->f64, sums, mul(b, layer, ci(b, 2 * E))); // (2 E) this layer's c, then s
+    LLVMValueRef C = local(b, b->f64, NULL), S = local(b, b->f64, NULL);
+    Loop le, ll;
+    if (!bwd) {
+        LLVMValueRef i = loop_begin(b, &le, ci(b, 0), ci(b, 2 * E));
+        st(b, b->f64, own, i, ld(b, b->f64, f, i));
+        loop_end(b, &le);
+    }
+    LLVMValueRef e = loop_begin(b, &le, ci(b, 0), ci(b, E));
+    set(b, C, cd(b, 0)), set(b, S, cd(b, 0));
+    LLVMValueRef l = loop_begin(b, &ll, ci(b, 0), bwd ? layers : layer), row = at(b, b->f64, sums, mul(b, l, ci(b, 2 * E)));
+    set(b, C, f_add(b, get(b, b->f64, C), ld(b, b->f64, row, e)));
+    set(b, S, f_add(b, get(b, b->f64, S), ld(b, b->f64, row, add(b, e, ci(b, E)))));
+    loop_end(b, &ll);
+    if (bwd) {
+        st(b, b->f64, f, e, f_div(b, get(b, b->f64, C), *R));
+    } else {
+        LLVMValueRef c = ld(b, b->f64, own, e), sv = ld(b, b->f64, own, add(b, e, ci(b, E)));
+        LLVMValueRef v = f_add(b, f_mul(b, c, f_add(b, get(b, b->f64, S), sv)), f_mul(b, sv, get(b, b->f64, C)));
+        st(b, b->f64, f, e, f_div(b, v, *R));
+        st(b, b->f64, P, e, f_div(b, cd(b, 1), *R));
+    }
+    loop_end(b, &le);
+}
+
 // kernels.inc's load_balance: the loss (bwd 0) or dlogits (bwd 1); work holds
-// f, P (E doubles each) and the softmax p (rows x E floats).
+// f, P (E doubles each) and the softmax p (rows x E floats). Pooled, its
+// sums across the layers are the LoadBalancePool at args[nargs + 1]
+// (common/graph.h), read as words: sums, layer, layers, rows.
 static void emit_load_balance(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work, int bwd) {
     const Shape *sl = &n->in[bwd]->shape;
     int64_t E = sl->dims[sl->rank - 1], rows = shape_numel(sl) / E;
@@ -325,10 +361,13 @@ static void emit_load_balance(Nb *b, const Node *n, LLVMValueRef args, LLVMValue
     loop_end(b, &lj);
     j = loop_begin(b, &lj, ci(b, 0), ci(b, E));
     LLVMValueRef mj = wide(b, ld(b, b->f32, mask, add(b, base, j))), pj = wide(b, ld(b, b->f32, pr, j));
-    st(b, b->f64, f, j, f_add(b, ld(b, b->f64, f, j), f_div(b, mj, cd(b, (double)rows))));
-    st(b, b->f64, P, j, f_add(b, ld(b, b->f64, P, j), f_div(b, pj, cd(b, (double)rows))));
+    double norm = n->pooled ? 1.0 : (double)rows; // pooled: the sums, divided once all rows are in
+    st(b, b->f64, f, j, f_add(b, ld(b, b->f64, f, j), f_div(b, mj, cd(b, norm))));
+    st(b, b->f64, P, j, f_add(b, ld(b, b->f64, P, j), f_div(b, pj, cd(b, norm))));
     loop_end(b, &lj);
     loop_end(b, &lr);
+    LLVMValueRef R = cd(b, (double)rows);
+    if (n->pooled) emit_load_balance_pool(b, n, args, f, E, bwd, &R);
     if (!bwd) {
         set(b, sum, cd(b, 0));
         j = loop_begin(b, &lj, ci(b, 0), ci(b, E));
@@ -338,7 +377,7 @@ static void emit_load_balance(Nb *b, const Node *n, LLVMValueRef args, LLVMValue
         return;
     }
     LLVMValueRef dloss = LLVMBuildLoad2(b->b, b->f32, arg(b, args, 1, b->f32p), "");
-    LLVMValueRef scale = f_div(b, f_mul(b, wide(b, dloss), cd(b, (double)E)), cd(b, (double)rows));
+    LLVMValueRef scale = f_div(b, f_mul(b, wide(b, dloss), cd(b, (double)E)), R);
     r = loop_begin(b, &lr, ci(b, 0), ci(b, rows)), base = mul(b, r, ci(b, E));
     pr = at(b, b->f32, p, base);
     set(b, sum, cd(b, 0)); // f . p of the row

@@ -15,64 +15,68 @@ typedef struct OpSpec {
     const char *kwargs;     // allowed keyword arguments, space-separated
     const char *usage;
     OpKind kind; // the graph op it makes; for a family, what this member computes (tanh: OP_TANH)
+    int first_literal; // 1 + the first positional argument the rule reads as written (a constant, a list):
+                       // sema.c lowers those before it (Args.val); 0: every one
 } OpSpec;
 
 // Ops lowered by one rule for a family of graph ops (OpSpec.kind).
 enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
 
 static const OpSpec OP_SPECS[] = {
-    {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL},
-    {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED},
-    {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE},
-    {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM},
-    {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM},
-    {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU},
-    {"silu", OP_SILU, 1, 1, "", "silu(x)", OP_SILU},
-    {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)", OP_SWIGLU},
+    {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL, 0},
+    {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED, 0},
+    {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE, 1},
+    {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM, 0},
+    {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM, 0},
+    {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU, 0},
+    {"silu", OP_SILU, 1, 1, "", "silu(x)", OP_SILU, 0},
+    {"swiglu", OP_SWIGLU, 2, 2, "", "swiglu(gate, up)", OP_SWIGLU, 0},
     {"rope", OP_ROPE, 1, 1,
      "heads theta scaling factor low_freq_factor high_freq_factor original_max_position_embeddings "
      "max_position_embeddings beta_fast beta_slow mscale mscale_all_dim attention_factor truncate short_factor "
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
-     OP_ROPE},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION},
-    {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX},
-    {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY},
-    {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE},
-    {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)", OP_SLICE},
-    {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT},
-    {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE},
-    {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH},
-    {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID},
-    {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF},
-    {"exp", OP_MATHS, 1, 1, "", "exp(x)", OP_EXP},
-    {"log", OP_MATHS, 1, 1, "", "log(x)", OP_LOG},
-    {"abs", OP_MATHS, 1, 1, "", "abs(x)", OP_ABS},
-    {"lt", OP_COMPARE, 2, 2, "", "lt(a, b)", OP_LT},
-    {"le", OP_COMPARE, 2, 2, "", "le(a, b)", OP_LE},
-    {"gt", OP_COMPARE_SWAPPED, 2, 2, "", "gt(a, b)", OP_LT},
-    {"ge", OP_COMPARE_SWAPPED, 2, 2, "", "ge(a, b)", OP_LE},
-    {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ},
-    {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ},
-    {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE},
+     OP_ROPE, 0},
+    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
+    {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
+    {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
+    {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)", OP_SLICE, 2},
+    {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT, 0},
+    {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE, 0},
+    {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH, 0},
+    {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID, 0},
+    {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF, 0},
+    {"exp", OP_MATHS, 1, 1, "", "exp(x)", OP_EXP, 0},
+    {"log", OP_MATHS, 1, 1, "", "log(x)", OP_LOG, 0},
+    {"abs", OP_MATHS, 1, 1, "", "abs(x)", OP_ABS, 0},
+    {"lt", OP_COMPARE, 2, 2, "", "lt(a, b)", OP_LT, 0},
+    {"le", OP_COMPARE, 2, 2, "", "le(a, b)", OP_LE, 0},
+    {"gt", OP_COMPARE_SWAPPED, 2, 2, "", "gt(a, b)", OP_LT, 0},
+    {"ge", OP_COMPARE_SWAPPED, 2, 2, "", "ge(a, b)", OP_LE, 0},
+    {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ, 0},
+    {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ, 0},
+    {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE, 0},
     {"router", OP_TOP_K, 1, 1, "top_k softmax normalize",
-     "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K},
-    {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE},
-    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k", "load_balancing_loss(logits, top_k=K)", OP_LOAD_BALANCE},
-    {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS},
+     "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K, 0},
+    {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE, 0},
+    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)", OP_LOAD_BALANCE, 0},
+    {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS, 0},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
 
-// The arguments of one call, positional and keyword, in source order.
-typedef struct Args {
-    const Expr *call;
-    const OpSpec *spec;
-    const Expr *pos[16];
-    int npos;
-} Args;
 
-static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) {
-    *a = (Args){.call = call, .spec = spec};
+static void unknown_op(Sema *S, const Expr *call);
+
+int ops_collect(Sema *S, const Expr *call, Args *a) {
+    const OpSpec *spec = NULL;
+    for (int i = 0; i < N_OP_SPECS; i++)
+        if (!strcmp(OP_SPECS[i].name, call->str)) spec = &OP_SPECS[i];
+    if (!spec) {
+        unknown_op(S, call);
+        return -1;
+    }
+    *a = (Args){.call = call, .spec = spec, .fold = spec->op == OP_MATMUL};
     for (int i = 0; i < call->items.n; i++) {
         const Expr *e = call->items.items[i];
         if (e->kind == EXPR_KWARG) {
@@ -103,6 +107,17 @@ static int collect_args(Sema *S, const Expr *call, const OpSpec *spec, Args *a) 
                    spec->min_args, a->npos, spec->usage);
         return -1;
     }
+    a->nvals = spec->first_literal ? spec->first_literal - 1 : a->npos;
+    return 0;
+}
+
+// Positional argument i as a tensor (sema.c lowered it).
+static int arg_tensor(Sema *S, const Args *a, int i, Node **out) {
+    if (a->val[i].is_num) {
+        diag_error(S->d, a->pos[i]->loc, "expected a tensor, got the constant %g", a->val[i].num.f);
+        return -1;
+    }
+    *out = a->val[i].node;
     return 0;
 }
 
@@ -198,26 +213,8 @@ static int need_vector(Sema *S, const Expr *e, const Node *w, const Node *x, con
 
 // ---------------------------------------------------------------- per op
 
-// If e is transpose(x), lowers x and sets *trans; otherwise lowers e.
-static int lower_matmul_operand(Sema *S, const Expr *e, Node **out, int *trans) {
-    *trans = 0;
-    if (e->kind == EXPR_CALL && !strcmp(e->str, "transpose") && e->items.n == 1 &&
-        ((Expr *)e->items.items[0])->kind != EXPR_KWARG) {
-        Node *inner;
-        if (lower_tensor(S, e->items.items[0], &inner) != 0) return -1;
-        if (inner->shape.rank >= 2) {
-            *trans = 1;
-            *out = inner;
-            return 0;
-        }
-    }
-    return lower_tensor(S, e, out);
-}
-
-Node *lower_matmul(Sema *S, Loc loc, const Expr *ea, const Expr *eb) {
-    Node *in[2];
-    int ta, tb;
-    if (lower_matmul_operand(S, ea, &in[0], &ta) != 0 || lower_matmul_operand(S, eb, &in[1], &tb) != 0) return NULL;
+Node *lower_matmul(Sema *S, Loc loc, Node *a_node, int ta, Node *b_node, int tb, const Expr *ea, const Expr *eb) {
+    Node *in[2] = {a_node, b_node};
     if (need_f32(S, ea, in[0], "matmul") || need_f32(S, eb, in[1], "matmul")) return NULL;
     if (need_rank(S, ea, in[0], 2, -1, "matmul") || need_rank(S, eb, in[1], 2, -1, "matmul")) return NULL;
     Shape a = in[0]->shape, b = in[1]->shape;
@@ -285,7 +282,7 @@ int lower_binary(Sema *S, const Expr *e, Val a, Val b, Val *out) {
 
 static Node *lower_embed(Sema *S, const Args *a) {
     Node *in[2];
-    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (arg_tensor(S, a, 0, &in[0]) != 0 || arg_tensor(S, a, 1, &in[1]) != 0) return NULL;
     if (need_rank(S, a->pos[0], in[0], 2, 2, "embed's table") || need_f32(S, a->pos[0], in[0], "embed's table"))
         return NULL;
     if (in[1]->dtype != DT_I32) {
@@ -339,7 +336,7 @@ static Node *lower_norm(Sema *S, const Args *a, OpKind op) {
     Node *in[3];
     int n = op == OP_LAYERNORM ? 3 : 2;
     for (int i = 0; i < n; i++)
-        if (lower_tensor(S, a->pos[i], &in[i]) != 0) return NULL;
+        if (arg_tensor(S, a, i, &in[i]) != 0) return NULL;
     if (need_f32(S, a->pos[0], in[0], a->spec->name) || need_rank(S, a->pos[0], in[0], 1, -1, a->spec->name)) return NULL;
     for (int i = 1; i < n; i++)
         if (need_vector(S, a->pos[i], in[i], in[0], a->spec->name) != 0) return NULL;
@@ -353,7 +350,7 @@ static Node *lower_norm(Sema *S, const Args *a, OpKind op) {
 
 static Node *lower_unary(Sema *S, const Args *a, OpKind op) {
     Node *x;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, a->spec->name)) return NULL;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, a->spec->name)) return NULL;
     return new_node(S, op, DT_F32, &x->shape, a->call->loc, 1, &x);
 }
 
@@ -372,7 +369,7 @@ static Node *lower_gelu(Sema *S, const Args *a) {
         }
     }
     Node *x;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "gelu")) return NULL;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "gelu")) return NULL;
     if (!exact) return new_node(S, OP_GELU, DT_F32, &x->shape, a->call->loc, 1, &x);
     const Shape *s = &x->shape;
     Loc loc = a->call->loc;
@@ -388,14 +385,13 @@ static Node *lower_gelu(Sema *S, const Args *a) {
     return in[0] && xphi2 ? new_node(S, OP_MUL, DT_F32, s, loc, 2, in) : NULL;
 }
 
-// An operand of the comparisons and where: a tensor, or a number, which
+// Operand i of the comparisons and where: a tensor, or a number, which
 // becomes a broadcast constant.
-static int lower_operand(Sema *S, const Expr *e, const char *op, Node **out) {
-    Val v;
-    if (lower_expr(S, e, &v) != 0) return -1;
-    *out = v.is_num ? const_node(S, v.num.f, e->loc) : v.node;
+static int arg_operand(Sema *S, const Args *a, int i, const char *op, Node **out) {
+    const Val *v = &a->val[i];
+    *out = v->is_num ? const_node(S, v->num.f, a->pos[i]->loc) : v->node;
     if (!*out) return -1;
-    return need_f32(S, e, *out, op);
+    return need_f32(S, a->pos[i], *out, op);
 }
 
 // The comparisons and where: n operands broadcast together, numpy's way.
@@ -405,7 +401,7 @@ static Node *lower_elementwise(Sema *S, const Args *a, OpKind op, int n) {
     Node *in[3];
     int tensors = 0;
     for (int i = 0; i < n; i++) {
-        if (lower_operand(S, a->pos[i], name, &in[i]) != 0) return NULL;
+        if (arg_operand(S, a, i, name, &in[i]) != 0) return NULL;
         tensors += in[i]->op != OP_CONST;
     }
     if (!tensors) {
@@ -431,7 +427,7 @@ static Node *lower_elementwise(Sema *S, const Args *a, OpKind op, int n) {
 
 static Node *lower_swiglu(Sema *S, const Args *a) {
     Node *in[2];
-    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (arg_tensor(S, a, 0, &in[0]) != 0 || arg_tensor(S, a, 1, &in[1]) != 0) return NULL;
     if (need_f32(S, a->pos[0], in[0], "swiglu") || need_f32(S, a->pos[1], in[1], "swiglu")) return NULL;
     if (!shape_eq(&in[0]->shape, &in[1]->shape)) return (void)mismatch(S, a->call->loc, "swiglu", &in[0]->shape, &in[1]->shape), NULL;
     return new_node(S, OP_SWIGLU, DT_F32, &in[0]->shape, a->call->loc, 2, in);
@@ -535,7 +531,7 @@ static Node *lower_rope(Sema *S, const Args *a) {
     int64_t heads, d;
     double theta;
     int interleaved;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "rope") || need_rank(S, a->pos[0], x, 3, 3, "rope"))
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "rope") || need_rank(S, a->pos[0], x, 3, 3, "rope"))
         return NULL;
     if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_float(S, a, "theta", 10000.0, &theta) != 0 ||
         kw_bool(S, a, "interleaved", 0, &interleaved) != 0)
@@ -592,7 +588,7 @@ static Node *lower_rope(Sema *S, const Args *a) {
 static Node *lower_attention(Sema *S, const Args *a) {
     Node *in[3];
     for (int i = 0; i < 3; i++)
-        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "attention") ||
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "attention") ||
             need_rank(S, a->pos[i], in[i], 3, 3, "attention"))
             return NULL;
     int64_t heads, kv_heads, d, dk;
@@ -653,7 +649,7 @@ static Node *lower_attention(Sema *S, const Args *a) {
 static Node *lower_softmax(Sema *S, const Args *a) {
     Node *x;
     int axis;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_f32(S, a->pos[0], x, "softmax") ||
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "softmax") ||
         need_rank(S, a->pos[0], x, 1, -1, "softmax") || axis_of(S, a, x->shape.rank, &axis) != 0)
         return NULL;
     Node *n = new_node(S, OP_SOFTMAX, DT_F32, &x->shape, a->call->loc, 1, &x);
@@ -663,7 +659,7 @@ static Node *lower_softmax(Sema *S, const Args *a) {
 
 static Node *lower_cross_entropy(Sema *S, const Args *a) {
     Node *in[2];
-    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || lower_tensor(S, a->pos[1], &in[1]) != 0) return NULL;
+    if (arg_tensor(S, a, 0, &in[0]) != 0 || arg_tensor(S, a, 1, &in[1]) != 0) return NULL;
     if (need_f32(S, a->pos[0], in[0], "cross_entropy's logits") || need_rank(S, a->pos[0], in[0], 2, -1, "cross_entropy"))
         return NULL;
     if (in[1]->dtype != DT_I32) {
@@ -681,7 +677,7 @@ static Node *lower_cross_entropy(Sema *S, const Args *a) {
 
 static Node *lower_reshape(Sema *S, const Args *a) {
     Node *x;
-    if (lower_tensor(S, a->pos[0], &x) != 0) return NULL;
+    if (arg_tensor(S, a, 0, &x) != 0) return NULL;
     const Expr *l = a->pos[1];
     if (l->kind != EXPR_LIST || l->items.n == 0 || l->items.n > MT_MAX_RANK) {
         diag_error(S->d, l->loc, "reshape's shape must be a list of 1 to %d dimensions, as [B, T, C]", MT_MAX_RANK);
@@ -715,7 +711,7 @@ static Node *lower_reshape(Sema *S, const Args *a) {
 static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
     Node *x;
     int axis;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_rank(S, a->pos[0], x, 1, -1, "split") ||
+    if (arg_tensor(S, a, 0, &x) != 0 || need_rank(S, a->pos[0], x, 1, -1, "split") ||
         axis_of(S, a, x->shape.rank, &axis) != 0)
         return -1;
     const Expr *how = a->pos[1];
@@ -781,7 +777,7 @@ static Node *lower_concat(Sema *S, const Args *a) {
     Node *in[16];
     int axis = 0;
     for (int i = 0; i < a->npos; i++)
-        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
     if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
     // the other axes: equal, or 1 in some operands, which broadcast to the others' size
     Shape s = in[0]->shape;
@@ -804,7 +800,7 @@ static Node *lower_concat(Sema *S, const Args *a) {
 
 static Node *lower_transpose(Sema *S, const Args *a) {
     Node *x;
-    if (lower_tensor(S, a->pos[0], &x) != 0 || need_rank(S, a->pos[0], x, 2, -1, "transpose")) return NULL;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_rank(S, a->pos[0], x, 2, -1, "transpose")) return NULL;
     Shape s = x->shape;
     int64_t t = s.dims[s.rank - 1];
     s.dims[s.rank - 1] = s.dims[s.rank - 2];
@@ -818,7 +814,7 @@ static Node *lower_transpose(Sema *S, const Args *a) {
 // read from the call and checked against the experts (the last axis).
 static Node *top_k_mask(Sema *S, const Args *a, Node **logits) {
     int64_t k;
-    if (lower_tensor(S, a->pos[0], logits) != 0 || need_f32(S, a->pos[0], *logits, a->spec->name) ||
+    if (arg_tensor(S, a, 0, logits) != 0 || need_f32(S, a->pos[0], *logits, a->spec->name) ||
         need_rank(S, a->pos[0], *logits, 1, -1, a->spec->name) || kw_int(S, a, "top_k", 0, 1, &k) != 0)
         return NULL;
     int64_t experts = last_dim(*logits);
@@ -872,7 +868,7 @@ static Node *lower_router(Sema *S, const Args *a) {
 static Node *lower_moe(Sema *S, const Args *a) {
     Node *in[5];
     for (int i = 0; i < 5; i++)
-        if (lower_tensor(S, a->pos[i], &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return NULL;
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return NULL;
     Node *x = in[0], *gates = in[1];
     if (need_rank(S, a->pos[0], x, 1, -1, "moe")) return NULL;
     Shape rows = x->shape; // gates: x's rows, a column an expert
@@ -888,16 +884,44 @@ static Node *lower_moe(Sema *S, const Args *a) {
     return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
 }
 
+// pooled: f and P over every layer's rows of the micro-batch (transformers'
+// Mixtral and Qwen-MoE), which the runtime keeps across the layers
+// (LoadBalancePool): one such loss a block, the same experts in every block.
 static Node *lower_load_balance(Sema *S, const Args *a) {
     Node *logits, *mask = top_k_mask(S, a, &logits);
+    int pooled;
+    if (!mask || kw_bool(S, a, "pooled", 0, &pooled) != 0) return NULL;
+    const Expr *kw = find_kwarg(a->call, "pooled");
+    if (pooled && !S->in_block) {
+        diag_error(S->d, kw->loc, "a pooled load_balancing_loss pools the layers' rows: it belongs in a block");
+        return NULL;
+    }
+    for (int pk = 0; pooled && pk < PART_COUNT; pk++)
+        for (int i = 0; i < S->g->parts[pk].nodes.n; i++) {
+            const Node *o = S->g->parts[pk].nodes.items[i];
+            if (o->op != OP_LOAD_BALANCE || !o->pooled) continue;
+            if (pk == (int)S->part) {
+                diag_error(S->d, kw->loc, "a second pooled load_balancing_loss in this block (the first at line %d); "
+                           "a block has at most one", o->loc.line);
+                return NULL;
+            }
+            if (last_dim(o->in[0]) != last_dim(logits)) {
+                diag_error(S->d, kw->loc, "this pooled load_balancing_loss has %lld experts, the one at line %d %lld; "
+                           "pooled losses pool one set of experts", (long long)last_dim(logits), o->loc.line,
+                           (long long)last_dim(o->in[0]));
+                return NULL;
+            }
+        }
     Node *in[2] = {logits, mask};
-    return mask ? new_node(S, OP_LOAD_BALANCE, DT_F32, NULL, a->call->loc, 2, in) : NULL;
+    Node *n = new_node(S, OP_LOAD_BALANCE, DT_F32, NULL, a->call->loc, 2, in);
+    if (n) n->pooled = pooled;
+    return n;
 }
 
 static Node *lower_add_loss(Sema *S, const Args *a) {
     Node *in[2];
-    if (lower_tensor(S, a->pos[0], &in[0]) != 0 || need_f32(S, a->pos[0], in[0], "add_loss") ||
-        lower_tensor(S, a->pos[1], &in[1]) != 0 || need_f32(S, a->pos[1], in[1], "add_loss"))
+    if (arg_tensor(S, a, 0, &in[0]) != 0 || need_f32(S, a->pos[0], in[0], "add_loss") ||
+        arg_tensor(S, a, 1, &in[1]) != 0 || need_f32(S, a->pos[1], in[1], "add_loss"))
         return NULL;
     if (in[1]->shape.rank != 0) {
         char s1[160];
@@ -915,16 +939,10 @@ static void unknown_op(Sema *S, const Expr *call) {
     diag_error(S->d, call->loc, "unknown op '%s'; expected one of: %s", call->str, list);
 }
 
-int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
-    const OpSpec *spec = NULL;
-    for (int i = 0; i < N_OP_SPECS; i++)
-        if (!strcmp(OP_SPECS[i].name, call->str)) spec = &OP_SPECS[i];
-    if (!spec) {
-        unknown_op(S, call);
-        return -1;
-    }
-    Args a;
-    if (collect_args(S, call, spec, &a) != 0) return -1;
+int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
+    const Args a = *args;
+    const OpSpec *spec = a.spec;
+    const Expr *call = a.call;
     if (spec->op == OP_SLICE) return lower_split(S, &a, outs, nouts);
     if (nouts != 1) {
         diag_error(S->d, call->loc, "%s makes 1 value but %d names are assigned", spec->name, nouts);
@@ -932,7 +950,7 @@ int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
     }
     Node *n = NULL;
     switch (spec->op) {
-    case OP_MATMUL: n = lower_matmul(S, call->loc, a.pos[0], a.pos[1]); break;
+    case OP_MATMUL: n = lower_matmul(S, call->loc, a.val[0].node, a.trans[0], a.val[1].node, a.trans[1], a.pos[0], a.pos[1]); break;
     case OP_EMBED: n = lower_embed(S, &a); break;
     case OP_ARANGE: n = lower_arange(S, &a); break;
     case OP_LAYERNORM:

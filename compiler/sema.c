@@ -314,16 +314,6 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
 
 // ---------------------------------------------------------------- nodes
 
-Node *new_node(Sema *S, OpKind op, DType dt, const Shape *shape, Loc loc, int nin, Node **in) {
-    return graph_add_node(S->a, &S->g->parts[S->part], S->part, op, dt, shape, loc, nin, in);
-}
-
-Node *const_node(Sema *S, double v, Loc loc) {
-    Node *n = new_node(S, OP_CONST, DT_F32, NULL, loc, 0, NULL);
-    if (n) n->value = v;
-    return n;
-}
-
 // Brings a node of another part (or a model input, part -1) into the
 // current part as an OP_INPUT, once per part.
 static Node *import_node(Sema *S, Node *src) {
@@ -370,6 +360,35 @@ static int bind_local(Sema *S, const char *name, Loc loc, Node *node) {
 
 // ---------------------------------------------------------------- expressions
 
+// An operand of matmul: if e is transpose(x), lowers x and sets *trans;
+// otherwise lowers e.
+static int lower_matmul_operand(Sema *S, const Expr *e, Node **out, int *trans) {
+    *trans = 0;
+    if (e->kind == EXPR_CALL && !strcmp(e->str, "transpose") && e->items.n == 1 &&
+        ((Expr *)e->items.items[0])->kind != EXPR_KWARG) {
+        Node *inner;
+        if (lower_tensor(S, e->items.items[0], &inner) != 0) return -1;
+        if (inner->shape.rank >= 2) {
+            *trans = 1;
+            *out = inner;
+            return 0;
+        }
+    }
+    return lower_tensor(S, e, out);
+}
+
+// A call of an op into nouts values: its arguments lowered here, in order
+// (matmul's operands folding transpose), then the op's rule (ops.c).
+static int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
+    Args a;
+    if (ops_collect(S, call, &a) != 0) return -1;
+    for (int i = 0; i < a.nvals; i++) {
+        int rc = a.fold ? lower_matmul_operand(S, a.pos[i], &a.val[i].node, &a.trans[i]) : lower_expr(S, a.pos[i], &a.val[i]);
+        if (rc != 0) return -1;
+    }
+    return ops_lower(S, &a, outs, nouts);
+}
+
 int lower_expr(Sema *S, const Expr *e, Val *out) {
     *out = (Val){0};
     switch (e->kind) {
@@ -412,8 +431,11 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
         return out->node ? 0 : -1;
     }
     case EXPR_BINARY: {
-        if (e->op == '@') { // operands lowered there, folding transpose(w)
-            out->node = lower_matmul(S, e->loc, e->lhs, e->rhs);
+        if (e->op == '@') { // transpose(w) folds into the GEMM's flags
+            Node *a, *b;
+            int ta, tb;
+            if (lower_matmul_operand(S, e->lhs, &a, &ta) != 0 || lower_matmul_operand(S, e->rhs, &b, &tb) != 0) return -1;
+            out->node = lower_matmul(S, e->loc, a, ta, b, tb, e->lhs, e->rhs);
             return out->node ? 0 : -1;
         }
         Val a, b;

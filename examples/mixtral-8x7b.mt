@@ -4,7 +4,8 @@
 # (Hugging Face computes the softmax over all 8, takes the top 2 and
 # renormalises, which is the same). Dropless: each expert runs on its own
 # tokens only. The load-balancing loss (router_aux_loss_coef 0.02) joins the
-# objective per layer. Parameter names are those of the Hugging Face
+# objective pooled over all layers' tokens, as transformers' Mixtral computes it
+# (pooled = true; per layer is the Switch Transformer's form). Parameter names are those of the Hugging Face
 # checkpoint; torch Linear weights are stored [out, in], so they multiply
 # transposed.
 #
@@ -53,7 +54,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   logits = m @ transpose(router)
   gates = router(logits, top_k = K, softmax = after)
   x = x + moe(m, gates, w_gate, w_up, w_down)
-  return add_loss(x, aux * load_balancing_loss(logits, top_k = K))
+  return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {

@@ -1,6 +1,6 @@
 # A tiny Mixtral for tests: the structure of mixtral-8x7b.mt (top 2 of 4
 # SwiGLU experts, softmax after the selection, dropless, load-balancing loss
-# 0.02) at widths a CPU trains in seconds, on bytes of text (vocabulary 256).
+# 0.02 pooled over the layers as transformers' Mixtral) at widths a CPU trains in seconds, on bytes of text (vocabulary 256).
 #
 # The cpu backend runs its experts as BLAS GEMMs over each expert's rows,
 # the cuda backend as grouped GEMMs (compiler/cuda/moe.cuh); --explain
@@ -47,7 +47,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   logits = m @ transpose(router)
   gates = router(logits, top_k = K, softmax = after)
   x = x + moe(m, gates, w_gate, w_up, w_down)
-  return add_loss(x, aux * load_balancing_loss(logits, top_k = K))
+  return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {

@@ -3,7 +3,8 @@
 # experts (width 1408), 4 chosen per token with the softmax taken over all
 # 60 before the selection and not renormalised (norm_topk_prob false), plus
 # a shared expert (width 5632) that every token runs, scaled by
-# sigmoid(shared_expert_gate(x)). Load-balancing loss coefficient 0.001.
+# sigmoid(shared_expert_gate(x)). Load-balancing loss coefficient 0.001, the loss pooled over
+# all layers' tokens as transformers computes it (pooled = true).
 # Parameter names are those of the Hugging Face checkpoint; torch Linear
 # weights are stored [out, in], so they multiply transposed.
 #
@@ -60,7 +61,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   gates = router(logits, top_k = K, softmax = before)
   shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)
   x = x + moe(m, gates, w_gate, w_up, w_down) + sigmoid(m @ transpose(s_scale)) * shared
-  return add_loss(x, aux * load_balancing_loss(logits, top_k = K))
+  return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {

@@ -1,7 +1,7 @@
 # Qwen3-30B-A3B (Qwen/Qwen3-30B-A3B): Qwen3's attention (per-head q/k RMSNorm, 32 query
 # and 4 key/value heads of 128) and in every layer 8 of 128 SwiGLU experts (768 wide),
 # softmax before the selection, the selected renormalised (norm_topk_prob), load-balancing
-# loss 0.001. 30,532,122,624 parameters.
+# loss 0.001 pooled over all layers' tokens (transformers' form). 30,532,122,624 parameters.
 # Written by tools/hf_to_mt.py from the checkpoint's config.json; names are the
 # checkpoint's, torch Linear weights [out, in] multiply transposed.
 model qwen3_30b_a3b
@@ -48,7 +48,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   logits = m @ transpose(router)
   gates = router(logits, top_k = K, softmax = before, normalize = true)
   x = x + moe(m, gates, w_gate, w_up, w_down)
-  return add_loss(x, aux * load_balancing_loss(logits, top_k = K))
+  return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
 
 forward(tokens: i32[B, T], targets: i32[B, T]) {

@@ -21,6 +21,7 @@ typedef struct Cpu {
     int32_t nframes, nkinds;
     const Plan *plan;
     Jit *jit;                    // the plan's kernels; NULL: a plan without them runs the plain kernels
+    LoadBalancePool pool;        // a pooled load-balancing loss's sums across the layers (sums NULL: none)
     Trace trace;                 // --trace (tracing: trace.f set), every instruction as the replay timed it
     double epoch;                // the trace's time zero (CLOCK_MONOTONIC seconds)
     pthread_mutex_t trace_mu;    // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
@@ -73,14 +74,15 @@ static void cpu_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes)
 
 // The one place nodes execute: the kernel-fusion work swaps this body.
 static void cpu_run(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags) {
-    (void)in;
     Cpu *c = be->ctx;
+    c->pool.layer = part_is_block(part) ? in->layer : 0;
     if (c->jit) { // generated kernels and library GEMMs
         jit_run(c->jit, part, from, to, flags, c->arena, plan_offsets(c->plan, part, part_is_block(part) ? frame : 0));
         return;
     }
     PartState *ps = part_is_block(part) ? &c->frames[part_kind(part) * c->nframes + frame]
                     : part == PART_HEAD ? &c->head : &c->tail;
+    ps->pool = c->pool;
     exec_run_flags(ps, from, to, flags);
 }
 
@@ -104,6 +106,7 @@ static void cpu_destroy(Backend *be) {
     }
     free(c->frames);
     free(c->arena);
+    free(c->pool.sums);
     free(c);
     free(be);
 }
@@ -170,6 +173,9 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
         int pk = kind_part(f / p->nframes);
         ok = exec_init_at(&c->frames[f], &g->parts[pk], PREC_F32, c->arena, plan_offsets(p, pk, f % p->nframes)) == 0;
     }
+    int64_t pooled_layers, pooled_rows, E = graph_pooled_experts(g, &pooled_layers, &pooled_rows);
+    c->pool = (LoadBalancePool){.layers = g->layers, .rows = (double)(pooled_layers * pooled_rows)};
+    if (ok && E && !(c->pool.sums = calloc((size_t)(g->layers * 2 * E), sizeof(double)))) ok = 0;
     if (!ok) {
         snprintf(err, errcap, "out of memory");
         cpu_destroy(be);
@@ -179,5 +185,6 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
         cpu_destroy(be);
         return NULL;
     }
+    if (c->jit) jit_set_pool(c->jit, &c->pool);
     return be;
 }

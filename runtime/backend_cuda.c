@@ -89,6 +89,8 @@ typedef struct Cuda {
     int64_t dev_bytes;
     char *scratch[ENG_COUNT];        // (scratch_bytes) in dev, per engine that runs kernels; NULL for others
     int64_t scratch_bytes;
+    LoadBalancePool pool;            // a pooled load-balancing loss's sums across the layers: device memory of its
+                                     // own (layers * 2 E doubles, a few KiB, outside the plan's count); NULL: none
     cudaStream_t stream[ENG_COUNT];
     cudaEvent_t *event;              // (nevents)
     CUmodule mod;
@@ -478,12 +480,18 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     }
     unsigned T = 128, thr = (unsigned)((d.rows + T - 1) / T);
     params[np++] = &bf, params[np++] = &d.rows;
+    // a load-balancing loss: pooled, then the stream's LoadBalancePool (the layer this run's)
+    int pooled = n->pooled;
+    long long layer = part_is_block(part) ? in->layer : 0, layers = c->pool.layers;
+    double *sums = c->pool.sums, pool_rows = c->pool.rows;
     switch (n->op) {
     case OP_TOP_K: params[np++] = &d.C, params[np++] = &K; break;
     case OP_LOAD_BALANCE: params[np++] = &d.C; break;
     case OP_LOAD_BALANCE_BWD: params[np++] = &d.C, params[np++] = &ws; break;
     default: break;
     }
+    if (n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD)
+        params[np++] = &pooled, params[np++] = &sums, params[np++] = &layer, params[np++] = &layers, params[np++] = &pool_rows;
     unsigned grid = n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD ? 1 : thr;
     CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, T, 1, 1, 0, s, params, NULL));
 }
@@ -578,6 +586,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < c->npinned; i++) cudaHostUnregister(c->pinned[i]);
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
+    if (c->pool.sums) cudaFree(c->pool.sums);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -926,6 +935,15 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
+    int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
+    c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
+    if (pooled_E) { // the rows of layers without one stay 0
+        size_t bytes = (size_t)(p->graph->layers * 2 * pooled_E) * sizeof(double);
+        void *sums = NULL;
+        if (!RT(c, NULL, cudaMalloc(&sums, bytes))) goto fail;
+        c->pool.sums = sums;
+        if (!RT(c, NULL, cudaMemset(sums, 0, bytes))) goto fail;
+    }
     if (pin_ranges(c, pin, npin) != 0) goto fail; // the host memory the streams read and write: pinned now, or refused
     for (int e = 0; e < ENG_COUNT; e++) {
         void *s = NULL;

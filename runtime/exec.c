@@ -78,7 +78,8 @@ void exec_run_flags(PartState *ps, int from, int to, int flags) {
             ps->val[i] = alias_of(ps, n);
             continue;
         }
-        for (int j = 0; j < n->nin && j < 64; j++) in[j] = ps->val[n->in[j]->id];
+        for (int j = 0; j < n->nin && j < 63; j++) in[j] = ps->val[n->in[j]->id];
+        in[n->nin < 63 ? n->nin : 63] = &ps->pool; // what a load-balancing loss reads after its operands
         double t0 = exec_profile ? now_s() : 0;
         if (ps->prec == PREC_F64) kernel_run_f64(n, ps->val[i], in);
         else kernel_run_f32(n, ps->val[i], in);

@@ -305,6 +305,8 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     cJSON *gen = cJSON_CreateObject();
     const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     int ids[3] = {tok ? tok->bos : -1, tok ? tok->eos : -1, tok ? tok->pad : -1};
+    const Node *lookup = first_op(g, OP_EMBED, PART_HEAD); // transformers' decoders take its padding_idx from pad_token_id
+    if (ids[2] < 0 && lookup && lookup->padding) ids[2] = (int)(lookup->padding - 1);
     for (int k = 0; k < 3; k++) {
         if (ids[k] >= 0) {
             cJSON_AddNumberToObject(c, keys[k], ids[k]);

@@ -37,6 +37,7 @@ struct Jit {
     float *attn;          // (attn_n) attention scores, probabilities and their gradients
     size_t attn_n;
     void **argv;          // (argv_n) the running kernel's argument addresses
+    const LoadBalancePool *pool; // a pooled load-balancing loss's (jit_set_pool), or NULL
     size_t argv_n;
     float *wide;          // (wide_n) bf16 GEMM, attention and node operands widened to f32, and their f32 results
     size_t wide_n;
@@ -360,7 +361,7 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
             size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T);
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
-            if ((size_t)k->nargs + 1 > j->argv_n) j->argv_n = (size_t)k->nargs + 1; // a node kernel's GEMM after its arguments
+            if ((size_t)k->nargs + 2 > j->argv_n) j->argv_n = (size_t)k->nargs + 2; // a node kernel's GEMM and pool after its arguments
             if (k->kind == KK_NODE) {
                 size_t work = (size_t)node_kernel_work_bytes(j->g->parts[p].nodes.items[k->anchor]);
                 if (work > j->work_n) j->work_n = work;
@@ -396,6 +397,8 @@ void jit_destroy(Jit *j) {
     free(j->work);
     free(j);
 }
+
+void jit_set_pool(Jit *j, const LoadBalancePool *pool) { j->pool = pool; }
 
 const KirProgram *jit_program(const Jit *j) { return &j->prog; }
 
@@ -589,6 +592,7 @@ static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int
     f32_operands(j, k, base, offsets, ops);
     for (int a = 0; a < k->nargs; a++) j->argv[a] = ops[a];
     j->argv[k->nargs] = (void *)(uintptr_t)sgemm;
+    j->argv[k->nargs + 1] = (void *)j->pool;
     j->fn[part][k - j->prog.parts[part].k](j->argv, 0, k->rows, j->work);
     narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
 }

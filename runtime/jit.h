@@ -38,6 +38,11 @@ void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const in
 // Runs kernel `index` of part by itself (tests).
 void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const int64_t *offsets);
 
+// The stream's sums of a pooled load-balancing loss (common/graph.h), which
+// its node kernels read and write: the caller keeps it and sets its layer
+// before each run of a block part.
+void jit_set_pool(Jit *j, const LoadBalancePool *pool);
+
 // The kernels read from the plan.
 const KirProgram *jit_program(const Jit *j);
 

@@ -7,7 +7,9 @@
 
 #include "../common/graph.h"
 
-// Computes node n into out from its operands' buffers in[0 .. n->nin).
+// Computes node n into out from its operands' buffers in[0 .. n->nin);
+// a load-balancing loss or its backward also reads in[n->nin], the stream's
+// LoadBalancePool (common/graph.h; NULL or unused unless pooled).
 // f32 tensors are float (or double) arrays, i32 tensors int32_t arrays, in
 // row-major order. Not for OP_INPUT, OP_PARAM, OP_VIEW, OP_RESHAPE: those
 // are bound or aliased by the executor.

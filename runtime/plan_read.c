@@ -371,6 +371,11 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
         return;
     }
+    if (n->pooled != 0 && (n->pooled != 1 || (n->op != OP_LOAD_BALANCE && n->op != OP_LOAD_BALANCE_BWD) ||
+                           !part_is_block(pk))) {
+        rd_fail(r, "%s: pooled %d (0, or 1 on a block's load-balancing loss)", where, n->pooled);
+        return;
+    }
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
@@ -533,6 +538,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     }
     n->wide = get_i32(r);
     n->padding = get_i64(r);
+    n->pooled = get_i32(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

@@ -462,11 +462,19 @@ static int tail_logits(const PartState *tail, const Graph *g, float *out) {
     return found == T ? 0 : -1;
 }
 
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward) {
-    return reference_run(p, hs, inputs, backward, NULL);
+static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits,
+                            double *aux);
+
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, double *aux) {
+    return reference_pass(p, hs, inputs, backward, NULL, aux);
 }
 
 float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits) {
+    return reference_pass(p, hs, inputs, backward, logits, NULL);
+}
+
+static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits,
+                            double *aux) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
@@ -476,6 +484,11 @@ float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, 
     for (int64_t i = 0; hs->wb && w && i < hs->n; i++) w[i] = f32_from_bf16(hs->wb[i]);
     int ok = w && layers && exec_init(&hs_head, head, PREC_F32) == 0 && exec_init(&hs_tail, tail, PREC_F32) == 0;
     for (int64_t l = 0; ok && l < L; l++) ok = exec_init(&layers[l], &g->parts[block_part(g, l)], PREC_F32) == 0;
+    int64_t pooled_layers, pooled_rows, E = graph_pooled_experts(g, &pooled_layers, &pooled_rows);
+    double *sums = E ? calloc((size_t)(L * 2 * E), sizeof(double)) : NULL; // (L, 2 E) a pooled loss's
+    if (E && !sums) ok = 0;
+    for (int64_t l = 0; ok && l < L; l++)
+        layers[l].pool = (LoadBalancePool){sums, l, L, (double)(pooled_layers * pooled_rows)};
     float loss = NAN;
     if (ok) {
         // layer l runs its kind's block part; the tail takes the last layer's output
@@ -488,6 +501,10 @@ float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, 
             layers[l].val[part_input_from(block, PART_HEAD)->id] =
                 l == 0 ? hs_head.val[head->output->id] : layers[l - 1].val[layers[l - 1].part->output->id];
             exec_run(&layers[l], 0, block->nfwd);
+            for (int i = 0; aux && i < block->nfwd; i++) { // the losses add_loss joins, as INS_STAT reports them
+                const Node *n = block->nodes.items[i];
+                if (n->op == OP_ADD_LOSS) *aux += *(const float *)layers[l].val[n->in[1]->id];
+            }
         }
         bind_params_inputs(&hs_tail, p, w, 0, inputs);
         hs_tail.val[tx->id] = layers[L - 1].val[layers[L - 1].part->output->id];
@@ -511,6 +528,7 @@ float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, 
     }
     for (int64_t l = 0; layers && l < L; l++) exec_free(&layers[l]);
     free(layers);
+    free(sums);
     if (w != hs->w) free(w);
     exec_free(&hs_head);
     exec_free(&hs_tail);

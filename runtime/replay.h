@@ -107,8 +107,9 @@ const char *replay_engine_name(int engine);
 
 // The oracle: head, every layer and tail run directly on the host store with
 // every activation kept, no arena, no recompute; with backward, gradients
-// are added into hs->g. Returns the loss, or NAN when out of memory.
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward);
+// are added into hs->g. Returns the loss, or NAN when out of memory; adds
+// the losses add_loss joins in the layers into *aux (NULL: not wanted).
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, double *aux);
 // reference_step that also writes the logits the loss reads into logits
 // (B, T, V; NULL: not wanted), for --logits and --sample-every. NAN also
 // when the tail's losses do not read logits of the whole batch (a model

@@ -82,7 +82,8 @@ typedef struct Run {
     int reports;
     int64_t *experts;  // (layers) each layer's experts (0: not a mixture of experts)
     int64_t max_e;     // the most of any layer
-    double aux;        // the step's: the mean over micro-batches of the joined losses' sum
+    double aux;        // the step's: the mean over micro-batches of the joined losses' sum (--reference too)
+    int joins;         // the layers join losses (add_loss): the reported loss is the cross-entropy plus aux
     double *loads;     // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
     DataSet data;     // the training data (and its last 10% for validation, without --val-data)
     DataSet val_file; // --val-data, all of it validation; unused without
@@ -122,7 +123,9 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     const int32_t *inputs[2] = {r->tokens, r->targets};
     kernel_attention_segments = r->data.docs || r->val->docs ? r->segs : NULL;
     if (r->o->reference) {
-        *loss = reference_step(r->p, &r->hs, inputs, backward);
+        double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
+        *loss = reference_step(r->p, &r->hs, inputs, backward, &aux);
+        if (backward) r->aux += aux;
         return 0;
     }
     const Plan *p = r->p;
@@ -229,10 +232,8 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
         sum = both[0], total = (int64_t)both[1];
-        if (r->reports) {
-            dist_sum_doubles(r->o->dist, &r->aux, 1);
-            dist_sum_doubles(r->o->dist, r->loads, (int)(p->graph->layers * r->max_e));
-        }
+        if (r->joins) dist_sum_doubles(r->o->dist, &r->aux, 1);
+        if (r->reports) dist_sum_doubles(r->o->dist, r->loads, (int)(p->graph->layers * r->max_e));
     }
     r->aux /= (double)parts;
     int all = total == rows * parts; // no target masked: the plain mean, bit for bit as before masks
@@ -410,6 +411,10 @@ static int open_run(Run *r, char *err, size_t errcap) {
     }
     if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0) return -1;
     r->hs.threads = r->o->threads;
+    for (int k = 0; k < p->graph->nkinds; k++) {
+        const Part *block = &p->graph->parts[kind_part(k)];
+        for (int i = 0; i < block->nfwd; i++) r->joins |= ((const Node *)block->nodes.items[i])->op == OP_ADD_LOSS;
+    }
     if (!r->o->reference) {
         ReplayOrder order;
         if (replay_order_parse(getenv("MT_REPLAY_ORDER"), &order, err, errcap) != 0) return -1;
@@ -504,14 +509,15 @@ static void close_run(Run *r) {
     kernel_attention_segments = NULL;
 }
 
-// The step's reports in its log line, when the plan's forward makes any:
-// "aux_loss" (the mean over micro-batches of the losses add_loss joins,
-// summed over layers) and "expert_load" (per layer, the tokens each expert
-// took in the step; [] for a layer without experts).
-static void log_reports(const Run *r) {
-    if (!r->reports) return;
-    fprintf(r->log, ", \"aux_loss\": %.9g", r->aux);
-    if (!r->max_e) return;
+// The step's reports in its log line, when the layers join losses:
+// "ce_loss" (the cross-entropy; "loss" is it plus aux_loss, as
+// transformers' loss), "aux_loss" (the mean over micro-batches of the
+// losses add_loss joins, summed over layers) and, from a plan's forward,
+// "expert_load" (per layer, the tokens each expert took in the step; [] for
+// a layer without experts).
+static void log_reports(const Run *r, double ce) {
+    if (r->joins) fprintf(r->log, ", \"ce_loss\": %.9g, \"aux_loss\": %.9g", ce, r->aux);
+    if (!r->reports || !r->max_e) return;
     fputs(", \"expert_load\": [", r->log);
     for (int64_t l = 0; l < r->p->graph->layers; l++) {
         fputs(l ? ", [" : "[", r->log);
@@ -1041,9 +1047,9 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         }
         if (r.log) { // the log first, flushed: a run killed after a printed step has logged it
             fprintf(r.log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                           "\"ms\": %.3f, \"elapsed_s\": %.3f", (long long)s, loss, lr, norm, tokens_per_step / dt,
-                    dt * 1e3, elapsed);
-            log_reports(&r);
+                           "\"ms\": %.3f, \"elapsed_s\": %.3f", (long long)s, loss + r.aux, lr, norm,
+                    tokens_per_step / dt, dt * 1e3, elapsed);
+            log_reports(&r, loss);
             fputs("}\n", r.log);
             if (log_flush(&r, err, errcap) != 0) goto done;
         }
@@ -1051,10 +1057,10 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         human_time(el, sizeof el, elapsed);
         human_time(eta, sizeof eta, elapsed / (double)(s - done_steps) * (double)(steps - s));
         if (r.predicted_s > 0 && r.compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", dt / r.predicted_s);
-        char aux[48] = "";
-        if (r.reports) snprintf(aux, sizeof aux, "  aux %.6f", r.aux);
+        char aux[80] = ""; // loss is the objective: the cross-entropy and the joined losses, labelled
+        if (r.joins) snprintf(aux, sizeof aux, " (ce %.6f + aux %.6f)", loss, r.aux);
         fprintf(o->out, "step %6lld/%lld  loss %.6f%s  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
-                (long long)s, (long long)steps, loss, aux, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
+                (long long)s, (long long)steps, loss + r.aux, aux, lr, norm, tokens_per_step / dt, dt * 1e3, vs, el, eta);
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;

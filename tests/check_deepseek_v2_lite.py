@@ -10,11 +10,14 @@ its query and key heads, the shared rope key broadcast by concat, the order
   256, bytes) trains 3 steps on the cpu target tiny-1layer, streamed, with
   the unstreamed reference executor's losses to 1e-5, and its gradient
   norm is finite.
-- transformers: that tiny variant (no YaRN, no aux loss) as a
-  DeepseekV2ForCausalLM (its own modelling code, eager attention, fp32) from
-  the same random weights (mt's per-expert tensors stacked into its fused
-  gate_up_proj and down_proj): the loss on the first validation batch (batch
-  1, 16 positions) equals mtc/mtrun's to 1e-5 relative.
+- transformers: that tiny variant (its YaRN rope, factor 40 over 4096
+  positions, mscale and mscale_all_dim 0.707, and the softmax scale that
+  folds mscale in; no aux loss) as a DeepseekV2ForCausalLM (its own
+  modelling code, eager attention, fp32) from the same random weights (mt's
+  per-expert tensors stacked into its fused gate_up_proj and down_proj): the
+  loss on the first validation batch (batch 1, 16 positions) equals
+  mtc/mtrun's to 1e-5 relative, and transformers' loss without the YaRN
+  scaling differs from it by more than 1e-3 (so the check sees YaRN).
 
 usage: check_deepseek_v2_lite.py MTC MTRUN
 Run from the project root.
@@ -122,13 +125,31 @@ def against_transformers(mtc, mtrun, model, tmp):
         fail("mtrun --init failed", p)
     mt_loss = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0]
     t = {k: int(v) for k, v in TINY.items()}
+    yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
+            "mscale": 0.707, "mscale_all_dim": 0.707}
+    hf_loss = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, yarn)
+    plain = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, {"rope_type": "default", "rope_theta": 10000.0})
+    rel = abs(mt_loss - hf_loss) / abs(hf_loss)
+    print(f"transformers DeepseekV2ForCausalLM (eager, fp32, YaRN) loss {hf_loss:.9g}, mt {mt_loss:.9g}: relative "
+          f"{rel:.2e}; without YaRN transformers gives {plain:.9g} ({abs(plain - hf_loss) / abs(hf_loss):.2e} off)")
+    if not rel <= 1e-5:
+        fail(f"mt's loss {mt_loss!r} is not transformers' {hf_loss!r} (relative {rel:.2e})")
+    if not abs(plain - hf_loss) > 1e-3 * abs(hf_loss):
+        fail(f"without YaRN transformers' loss {plain!r} is within 1e-3 of {hf_loss!r}: the check does not see YaRN")
+
+
+def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope):
+    """transformers' loss of the tiny variant from weights W on the first validation batch, rope its rope_parameters."""
+    import numpy as np
+    import torch
+    from check_weights import val_tokens
     cfg = DeepseekV2Config(vocab_size=t["V"], hidden_size=t["C"], intermediate_size=t["FFN"],
                            moe_intermediate_size=t["EFFN"], num_hidden_layers=t["L"], num_attention_heads=t["H"],
                            num_key_value_heads=t["H"], n_shared_experts=2, n_routed_experts=t["E"],
                            num_experts_per_tok=t["K"], first_k_dense_replace=1, kv_lora_rank=t["R"], q_lora_rank=None,
                            qk_nope_head_dim=t["DN"], qk_rope_head_dim=t["DR"], v_head_dim=t["DV"], norm_topk_prob=False,
                            routed_scaling_factor=1.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                           max_position_embeddings=64, attn_implementation="eager")
+                           max_position_embeddings=163840, attn_implementation="eager", rope_parameters=rope)
     hf = DeepseekV2ForCausalLM(cfg).float().eval()
     sd = {}
     for name in hf.state_dict():
@@ -147,11 +168,7 @@ def against_transformers(mtc, mtrun, model, tmp):
     with torch.no_grad():
         out = hf(torch.from_numpy(x)[None], labels=None)
         logits = out.logits[0].double()
-        hf_loss = float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)))
-    rel = abs(mt_loss - hf_loss) / abs(hf_loss)
-    print(f"transformers DeepseekV2ForCausalLM (eager, fp32) loss {hf_loss:.9g}, mt {mt_loss:.9g}: relative {rel:.2e}")
-    if not rel <= 1e-5:
-        fail(f"mt's loss {mt_loss!r} is not transformers' {hf_loss!r} (relative {rel:.2e})")
+        return float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)))
 
 
 if __name__ == "__main__":

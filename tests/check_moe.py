@@ -5,7 +5,8 @@ against mt's reference executor, from the same random weights and tokens.
 numpy follows Hugging Face's MixtralSparseMoeBlock: the softmax over all
 experts' router logits, the top 2 taken, their weights renormalised to sum
 1, each expert run on the tokens that chose it; and the load-balancing
-loss of the Switch Transformer, E * sum_e f_e P_e, per layer, times the
+loss E * sum_e f_e P_e with f and P pooled over all layers' rows (the
+model's pooled = true, transformers' load_balancing_loss_func), times the
 coefficient. mt's first loss must equal numpy's to 1e-5 relative: mtrun's
 first validation loss with the weights loaded by name (each expert's
 tensor by its {e} name; exported again, every tensor comes back as loaded),
@@ -38,7 +39,22 @@ the top 2 for the Mixtral, and for each layer of experts sums to tokens x
 top_k ([] for the dense layer); the step line shows "aux" with the logged
 value.
 
+hf: the pooled load-balancing loss against transformers' own Mixtral
+(MixtralForCausalLM, output_router_logits, float64, random weights with
+sharp routers, the tiny Mixtral's sizes): mtrun's first step of the f32
+plan (the JIT's kernels) from those weights on the data's first T bytes
+logs "loss" = transformers' cross-entropy + router_aux_loss_coef x
+load_balancing_loss_func (and "ce_loss", "aux_loss" its parts) to 1e-5
+relative, and its gradient of every layer's router weight equals
+transformers' to 1e-5 relative (max |mt - hf| / max |hf|). mt's gradient
+is read off one AdamW step with betas (0, 0), eps 1e6 and lr 1e12, no
+decay or clipping: the update lr g / (|g| + eps), inverted exactly. So
+that the check can fail, the same model with pooled = false (each layer's
+own loss, summed) must miss transformers' router gradients by more than
+1e-3.
+
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
+       check_moe.py hf MTC REF_FORWARD MTRUN
        check_moe.py stats MTC REF_FORWARD MTRUN
        check_moe.py explain MTC
        check_moe.py plan MTC
@@ -70,7 +86,7 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
     probabilities as they are. loads (a list): each layer's tokens per
     expert appended."""
     W = {n: w.astype(np.float64) for n, w in W.items()}
-    x, aux = W["model.embed_tokens.weight"][tokens], 0.0
+    x, counts, psums = W["model.embed_tokens.weight"][tokens], 0.0, 0.0
     for i in range(L):
         p = f"model.layers.{i}."
         a = rms(x, W[p + "input_layernorm.weight"])
@@ -100,7 +116,9 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
         x = x + out
         chosen = np.zeros_like(probs)
         np.put_along_axis(chosen, top, 1.0, -1)
-        aux += AUX * E * float(np.sum(chosen.mean(0) * probs.mean(0)))
+        counts, psums = counts + chosen.sum(0), psums + probs.sum(0)
+    rows = L * len(tokens)  # pooled over the layers' rows, as transformers' load_balancing_loss_func
+    aux = AUX * E * float(np.sum(counts / rows * (psums / rows)))
     return cross_entropy(rms(x, W["model.norm.weight"]) @ W["lm_head.weight"].T, targets), aux
 
 
@@ -188,12 +206,16 @@ def stats(mtc, ref, mtrun):
         want, want_aux = mixtral_loss(W, raw[:T], raw[1:T + 1], loads=loads)
         if check(got is not None and "aux_loss" in got and "expert_load" in got,
                  f"mixtral-tiny: the step's log line has aux_loss and expert_load: {got}"):
-            check(abs(got["loss"] - want) <= 1e-5 * abs(want), f"mixtral-tiny: step 1 loss {got['loss']} vs numpy {want}")
+            check(abs(got["ce_loss"] - want) <= 1e-5 * abs(want),
+                  f"mixtral-tiny: step 1 ce_loss {got['ce_loss']} vs numpy {want}")
+            check(abs(got["loss"] - (want + want_aux)) <= 1e-5 * abs(want + want_aux),
+                  f"mixtral-tiny: step 1 loss {got['loss']} vs numpy's cross-entropy + aux {want + want_aux}")
             check(abs(got["aux_loss"] - want_aux) <= 1e-5 * abs(want_aux),
                   f"mixtral-tiny: step 1 aux_loss {got['aux_loss']} vs numpy {want_aux}")
             check(got["expert_load"] == loads, f"mixtral-tiny: expert_load {got['expert_load']} vs numpy's {loads}")
             check(all(sum(x) == T * K for x in got["expert_load"]), "mixtral-tiny: each layer's loads sum to T x top_k")
-            check(f"  aux {got['aux_loss']:.6f}  " in line, f"mixtral-tiny: the step line shows aux: {line!r}")
+            check(f" (ce {got['ce_loss']:.6f} + aux {got['aux_loss']:.6f})  " in line,
+                  f"mixtral-tiny: the step line shows ce and aux: {line!r}")
             print(f"mixtral-tiny: aux_loss {got['aux_loss']:.9f}, numpy {want_aux:.9f}; expert_load {got['expert_load']}")
         # the DeepSeek-style order, batch 2: the reference executor's loss and auxiliary loss on the first batch
         order, B = "tests/orders/deepseek-tiny.mt", 2
@@ -208,15 +230,123 @@ def stats(mtc, ref, mtrun):
                       f"deepseek-tiny: the step's log line has aux_loss and expert_load: {got}"):
             r = dict(line.split() for line in p.stdout.splitlines())
             loss, aux = float(r["loss"]), float(r["aux"])
-            check(abs(got["loss"] - loss) <= 1e-5 * abs(loss), f"deepseek-tiny: step 1 loss {got['loss']} vs reference {loss}")
+            check(abs(got["ce_loss"] - loss) <= 1e-5 * abs(loss),
+                  f"deepseek-tiny: step 1 ce_loss {got['ce_loss']} vs reference {loss}")
+            check(abs(got["loss"] - (loss + aux)) <= 1e-5 * abs(loss + aux),
+                  f"deepseek-tiny: step 1 loss {got['loss']} vs reference's cross-entropy + aux {loss + aux}")
             check(abs(got["aux_loss"] - aux) <= 1e-5 * abs(aux),
                   f"deepseek-tiny: step 1 aux_loss {got['aux_loss']} vs reference {aux}")
             load = got["expert_load"]
             check(len(load) == 4 and load[0] == [] and all(len(x) == E and sum(x) == B * T * K for x in load[1:]),
                   f"deepseek-tiny: expert_load {load}: [] for the dense layer, {E} experts summing to {B * T * K} "
                   "for each other")
-            check(f"  aux {got['aux_loss']:.6f}  " in line, f"deepseek-tiny: the step line shows aux: {line!r}")
+            check(f" (ce {got['ce_loss']:.6f} + aux {got['aux_loss']:.6f})  " in line,
+                  f"deepseek-tiny: the step line shows ce and aux: {line!r}")
             print(f"deepseek-tiny: aux_loss {got['aux_loss']:.9f}, reference {aux:.9f}; expert_load {load}")
+
+
+def hf_mixtral(seed):
+    """transformers' tiny Mixtral (examples/mixtral-tiny.mt's sizes), float64, sharp routers."""
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    cfg = transformers.MixtralConfig(vocab_size=256, hidden_size=64, intermediate_size=64, num_hidden_layers=L,
+                                     num_attention_heads=NH, num_key_value_heads=NKV, num_local_experts=E,
+                                     num_experts_per_tok=K, router_aux_loss_coef=AUX, rope_theta=THETA,
+                                     rms_norm_eps=1e-5, max_position_embeddings=64, output_router_logits=True,
+                                     tie_word_embeddings=False, sliding_window=None)
+    cfg._attn_implementation, cfg._experts_implementation = "eager", "eager"  # plain loops, float64
+    torch.manual_seed(seed)
+    model = transformers.MixtralForCausalLM(cfg).double().eval()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if p.dim() == 1:
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.3 if name.endswith("gate.weight") else 0.1)
+    return model
+
+
+def mt_step_grads(mtc, mtrun, text, W, tmp, T):
+    """mtrun's first step of model text from weights W (batch 1, seq T): its log line and the gradient of every
+    tensor, read off an AdamW step of update lr g / (|g| + eps)."""
+    lr, eps = 1e12, 1e6
+    text = text.replace('data = "data/tinyshakespeare.txt"', "")
+    text = text.replace("optimizer = adamw(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1)",
+                        f"optimizer = adamw(betas = (0, 0), weight_decay = 0, eps = {eps:g})")
+    text = text.replace("schedule = cosine(warmup = 20, min_lr = 0.1)", "schedule = constant").replace("clip = 1.0", "clip = 0")
+    if not check("schedule = constant" in text and "eps = " in text and "clip = 0" in text,
+                 "the tiny Mixtral's train section still reads as this check rewrites it"):
+        return None, None
+    model, wf, planfile, log, out = (os.path.join(tmp, n) for n in ("m.mt", "w.safetensors", "p.bin", "l.jsonl", "o"))
+    with open(model, "w") as f:
+        f.write(text)
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers", "--dtype", "f32")
+    if not check(q.returncode == 0, "mtc -o the tiny Mixtral", q):
+        return None, None
+    p = run(mtrun, planfile, "--steps", "1", "--device", "cpu", "--data", DATA, "--init", wf, "--log", log, "--lr",
+            f"{lr:g}", "--no-save", "--val-batches", "0", "--export", out, "--dtype", "fp32")
+    if not check(p.returncode == 0, "mtrun one step of the tiny Mixtral", p):
+        return None, None
+    got = read_safetensors(next(os.path.join(out, n) for n in os.listdir(out) if n.endswith(".safetensors")))
+    grads = {}
+    for n, w in W.items():
+        u = w.astype(np.float64) - got[n].astype(np.float64)  # lr g / (|g| + eps)
+        grads[n] = u * eps / (lr - np.abs(u))
+    return [json.loads(line) for line in open(log) if '"loss"' in line][0], grads
+
+
+def hf(mtc, mtrun):
+    import torch
+    T = 32
+    raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
+    tokens, targets = raw[:T], raw[1:T + 1]  # the first training batch of batch 1 (no --shuffle)
+    model = hf_mixtral(3)
+    W = {}
+    for name, t in model.state_dict().items():  # mt's names: transformers 5 fuses the experts
+        a, name = t.detach().numpy().astype(np.float32), name.replace(".mlp.", ".block_sparse_moe.")
+        if name.endswith("experts.gate_up_proj"):
+            pre = name[: -len("gate_up_proj")]
+            for e in range(E):
+                W[f"{pre}{e}.w1.weight"], W[f"{pre}{e}.w3.weight"] = a[e, :a.shape[1] // 2], a[e, a.shape[1] // 2:]
+        elif name.endswith("experts.down_proj"):
+            for e in range(E):
+                W[f"{name[: -len('down_proj')]}{e}.w2.weight"] = a[e]
+        else:
+            W[name] = a
+    with torch.no_grad():  # the weights mt reads, in float64
+        for name, p in model.named_parameters():
+            p.copy_(p.float().double())
+    out = model(torch.tensor(tokens[None]))
+    ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(targets))
+    want = ce + AUX * out.aux_loss
+    want.backward()
+    routers = {n: p.grad.numpy() for n, p in model.named_parameters() if n.endswith("gate.weight")}
+    text = open(MODEL).read()
+    if not check("pooled = true" in text, f"{MODEL} pools its load-balancing loss"):
+        return
+    with tempfile.TemporaryDirectory() as tmp:
+        got, grads = mt_step_grads(mtc, mtrun, text, W, tmp, T)
+        per_layer = mt_step_grads(mtc, mtrun, text.replace("pooled = true", "pooled = false"), W, tmp, T)[1]
+    if got is None or per_layer is None:
+        return
+    want = float(want.detach())
+    e = abs(got["loss"] - want) / want
+    check(e <= 1e-5, f"mixtral-tiny pooled: step 1 loss {got['loss']} vs transformers' {want} ({e:.1e})")
+    e_aux = abs(got["aux_loss"] - AUX * float(out.aux_loss)) / (AUX * float(out.aux_loss))
+    check(e_aux <= 1e-5, f"aux_loss {got['aux_loss']} vs transformers' {AUX * float(out.aux_loss)} ({e_aux:.1e})")
+    print(f"mixtral-tiny pooled: loss {got['loss']:.9f} (ce {got['ce_loss']:.9f} + aux {got['aux_loss']:.9f}), "
+          f"transformers' {want:.9f} (ce {float(ce):.9f} + {AUX} x {float(out.aux_loss):.9f}): {e:.1e} relative, "
+          f"aux {e_aux:.1e}")
+    for n, g in routers.items():
+        mine = grads[n.replace(".mlp.", ".block_sparse_moe.")]
+        err = float(np.max(np.abs(mine - g)) / np.max(np.abs(g)))
+        err0 = float(np.max(np.abs(per_layer[n.replace(".mlp.", ".block_sparse_moe.")] - g)) / np.max(np.abs(g)))
+        check(err <= 1e-5, f"{n}: mt's gradient misses transformers' by {err:.2e} relative (limit 1e-5)")
+        check(err0 > 1e-3, f"{n}: per layer (pooled = false) the gradient misses by only {err0:.2e}")
+        print(f"{'ok  ' if err <= 1e-5 and err0 > 1e-3 else 'FAIL'} {n}: gradient {err:.2e} relative from "
+              f"transformers'; per layer {err0:.2e}")
 
 
 def main():
@@ -230,6 +360,9 @@ def main():
     mtc, ref, mtrun = sys.argv[2:5]
     if mode == "stats":
         stats(mtc, ref, mtrun)
+        sys.exit(finish())
+    if mode == "hf":
+        hf(mtc, mtrun)
         sys.exit(finish())
     d = json.loads(run(mtc, MODEL, "--json").stdout)
     rng = np.random.default_rng(14)

@@ -133,12 +133,15 @@ int main(int argc, char **argv) {
     exec_run(&r.ps[PART_HEAD], 0, g->parts[PART_HEAD].nfwd);
     size_t bytes = (size_t)shape_numel(&g->parts[PART_BLOCK].output->shape) * sizeof(double); // every kind's
     double *carried = malloc(bytes), aux = 0; // (the block output's shape)
-    if (!carried) return fail("out of memory");
+    int64_t pooled_layers, pooled_rows, E = graph_pooled_experts(g, &pooled_layers, &pooled_rows);
+    double *sums = calloc((size_t)(g->layers * 2 * E) + 1, sizeof(double)); // (layers, 2 E) a pooled loss's
+    if (!carried || !sums) return fail("out of memory");
     memcpy(carried, r.ps[PART_HEAD].val[g->parts[PART_HEAD].output->id], bytes);
     for (int64_t l = 0; l < g->layers; l++) {
         int pk = block_part(g, l); // its kind's block
         const Part *block = &g->parts[pk];
         if (bind_part(&r, (PartKind)pk, l, carried) != 0) return 1;
+        r.ps[pk].pool = (LoadBalancePool){sums, l, g->layers, (double)(pooled_layers * pooled_rows)};
         exec_run(&r.ps[pk], 0, block->nfwd);
         aux += joined_losses(&r.ps[pk]);
         memcpy(carried, r.ps[pk].val[block->output->id], bytes);
@@ -156,6 +159,7 @@ int main(int argc, char **argv) {
     }
     for (int pk = 0; pk < graph_nparts(g); pk++) exec_free(&r.ps[pk]);
     free(carried);
+    free(sums);
     st_close(&r.st);
     arena_free(&r.a);
     arena_free(&arena);

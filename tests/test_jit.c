@@ -107,6 +107,12 @@ static int check_model(const char *path, int *compared) {
         fprintf(stderr, "%s: %s\n", path, err);
         failed = 1;
     }
+    // a pooled load-balancing loss's sums of every layer (nonnegative), the last layer running
+    int64_t pooled_layers = 0, pooled_rows = 0, pooled_E = g ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
+    LoadBalancePool pool = {calloc((size_t)(g ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)), g ? g->layers - 1 : 0,
+                            g ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
+    for (int64_t e = 0; g && e < g->layers * 2 * pooled_E; e++) pool.sums[e] = (double)(next_u32() % 1000);
+    if (j) jit_set_pool(j, &pool);
     // token ids below every vocabulary the model indexes with them
     int64_t ids = 8;
     for (int p = 0; g && p < PART_COUNT; p++)
@@ -188,6 +194,7 @@ static int check_model(const char *path, int *compared) {
             memcpy(R, A, (size_t)total);
             PartState ps;
             if (exec_init_at(&ps, part, PREC_F32, R, off) != 0) abort();
+            ps.pool = pool;
             for (int n = 0; n < part->nodes.n; n++) { // what the kernels inline, the reference reads from memory
                 const Node *nd = part->nodes.items[n];
                 if (nd->op == OP_CONST || nd->op == OP_ARANGE) exec_run(&ps, n, n + 1);
@@ -209,6 +216,7 @@ static int check_model(const char *path, int *compared) {
         free(is_target);
     }
     jit_destroy(j);
+    free(pool.sums);
     free(kir);
     free(bc);
     arena_free(&arena);

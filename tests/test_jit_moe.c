@@ -72,7 +72,7 @@ static double now_s(void) {
 
 static int libm; // MT_JIT_LIBMVEC=0: the JIT's exp is libm's, as the plain kernels'
 
-static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char *path, int *seen) {
+static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char *path, int *seen, LoadBalancePool *pool) {
     const KirKernel *k = &jit_program(j)->parts[p].k[i];
     const Node *n = g->parts[p].nodes.items[k->anchor];
     int64_t *off = calloc((size_t)g->parts[p].nodes.n, sizeof *off), total = 0;
@@ -94,6 +94,7 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
     char *out = A + off[k->args[0].node];
     int obf = k->args[0].dtype == KT_BF16; // a loss stays f32
     for (int64_t e = 0; e < k->args[0].numel; e++) put(out, obf, e, NAN); // poison
+    in[n->nin] = pool; // a load-balancing loss's, after its operands (not freed below)
     kernel_run_f32(n, ref, in);
     jit_run_kernel(j, p, i, 0, A, off);
     double t_jit = 1e30, t_plain = 1e30; // the best of 5 runs each, after the checked ones
@@ -124,7 +125,7 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
            ok ? "ok  " : "FAIL", path, bf ? "bf16" : "f32", part_name(p), i, op_name(n->op), err, tol,
            (long long)k->args[0].numel, 1e3 * t_jit, 1e3 * t_plain);
     seen[0] += n->op == OP_MOE, seen[1] += n->op == OP_MOE_BWD;
-    for (int a = 0; a < 8; a++) free(in[a]);
+    for (int a = 0; a < n->nin; a++) free(in[a]);
     free(ref), free(A), free(off);
     return !ok;
 }
@@ -150,10 +151,17 @@ static int check_model(const char *path, int bf, int *seen) {
             fprintf(stderr, "%s: %s\n", path, err);
         else failed = 0;
     }
+    // a pooled load-balancing loss's sums of every layer (small integers), the last layer running
+    int64_t pooled_layers = 0, pooled_rows = 0, pooled_E = j ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
+    LoadBalancePool pool = {calloc((size_t)(j ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)), j ? g->layers - 1 : 0,
+                            j ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
+    for (int64_t e = 0; j && e < g->layers * 2 * pooled_E; e++) pool.sums[e] = (double)((e * 7919) % 97);
+    if (j) jit_set_pool(j, &pool);
     for (int p = 0; j && p < PART_COUNT; p++)
         for (int i = 0; i < jit_program(j)->parts[p].n; i++)
-            if (jit_program(j)->parts[p].k[i].kind == KK_NODE) failed += check_kernel(j, g, p, i, bf, path, seen);
+            if (jit_program(j)->parts[p].k[i].kind == KK_NODE) failed += check_kernel(j, g, p, i, bf, path, seen, &pool);
     jit_destroy(j);
+    free(pool.sums);
     free(kir), free(bc), free(text);
     arena_free(&arena);
     return failed;

@@ -367,7 +367,7 @@ def llama_like(mt, cfg, raw, name):
                 P("x = x + moe(m, gates, w_gate, w_up, w_down) + sigmoid(m @ transpose(s_scale)) * shared")
             else:
                 P("x = x + moe(m, gates, w_gate, w_up, w_down)")
-            P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K))")
+            P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
         else:
             P("m = rmsnorm(x, mlp_norm, eps = eps)")
             if mt == "phi3":

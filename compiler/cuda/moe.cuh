@@ -533,35 +533,58 @@ __device__ __forceinline__ void mt_row_softmax(const void *l, int bfl, long long
     *m = mx, *s = sum;
 }
 
-// out[] = E sum_e f_e P_e (kernels.inc load_balance): one thread.
+// The counts C and probability sums S per expert of layers [0, to) of a
+// pooled loss's sums (layers, 2 E), at expert e.
+__device__ void mt_pool_sums(const double *sums, long long to, int E, int e, double *C, double *S) {
+    *C = 0, *S = 0;
+    for (long long l = 0; l < to; l++) *C += sums[l * 2 * E + e], *S += sums[l * 2 * E + E + e];
+}
+
+// out[] = E sum_e f_e P_e (kernels.inc load_balance): one thread. pooled:
+// sums, layer, pool_rows are the stream's LoadBalancePool's (common/graph.h):
+// this layer's counts and probability sums go to its row of sums, and out is
+// its share of the pooled loss.
 extern "C" __global__ void mt_node_load_balance(void *out, const void *logits, const void *mask, int bf, long long rows,
-                                                int E) {
+                                                int E, int pooled, double *sums, long long layer, long long layers,
+                                                double pool_rows) {
     if (threadIdx.x || blockIdx.x) return;
-    double total = 0;
+    (void)layers;
+    double total = 0, norm = pooled ? 1.0 : (double)rows, *own = pooled ? sums + layer * 2 * E : NULL;
     for (int e = 0; e < E; e++) {
         double f = 0, P = 0;
         for (long long r = 0; r < rows; r++) {
             float m, s;
             mt_row_softmax(logits, MT_BF(1), r, E, &m, &s);
-            f += (double)mt_ldv(mask, r * E + e, MT_BF(2)) / (double)rows;
-            P += (double)(expf(mt_ldv(logits, r * E + e, MT_BF(1)) - m) / s) / (double)rows;
+            f += (double)mt_ldv(mask, r * E + e, MT_BF(2)) / norm;
+            P += (double)(expf(mt_ldv(logits, r * E + e, MT_BF(1)) - m) / s) / norm;
         }
-        total += f * P;
+        if (pooled) own[e] = f, own[E + e] = P;
+        else total += f * P;
+    }
+    for (int e = 0; pooled && e < E; e++) {
+        double C, S;
+        mt_pool_sums(sums, layer, E, e, &C, &S);
+        total += (own[e] * (S + own[E + e]) + own[E + e] * C) / pool_rows * (1 / pool_rows);
     }
     mt_stv(out, 0, MT_BF(0), (float)((double)E * total));
 }
 
-// dlogits[r, j] = dloss E / rows p_rj (f_j - sum_e f_e p_re): one block, f [E] in ws (doubles).
+// dlogits[r, j] = dloss E / rows p_rj (f_j - sum_e f_e p_re): one block, f [E] in ws (doubles);
+// pooled as mt_node_load_balance.
 extern "C" __global__ void mt_node_load_balance_bwd(void *out, const void *dloss, const void *logits, const void *mask,
-                                                    int bf, long long rows, int E, double *ws) {
+                                                    int bf, long long rows, int E, double *ws, int pooled, double *sums,
+                                                    long long layer, long long layers, double pool_rows) {
+    (void)layer;
     if (threadIdx.x == 0)
         for (int e = 0; e < E; e++) {
-            double f = 0;
-            for (long long r = 0; r < rows; r++) f += (double)mt_ldv(mask, r * E + e, MT_BF(3)) / (double)rows;
+            double f = 0, S;
+            if (pooled) mt_pool_sums(sums, layers, E, e, &f, &S), f /= pool_rows; // every layer's counts
+            else
+                for (long long r = 0; r < rows; r++) f += (double)mt_ldv(mask, r * E + e, MT_BF(3)) / (double)rows;
             ws[e] = f;
         }
     __syncthreads();
-    double scale = (double)mt_ldv(dloss, 0, MT_BF(1)) * (double)E / (double)rows;
+    double scale = (double)mt_ldv(dloss, 0, MT_BF(1)) * (double)E / (pooled ? pool_rows : (double)rows);
     for (long long r = threadIdx.x; r < rows; r += blockDim.x) {
         float m, s;
         mt_row_softmax(logits, MT_BF(2), r, E, &m, &s);

@@ -7,15 +7,15 @@
 # rotated key part, one for all heads, joins each head's own part by
 # concat's broadcasting. Names as in the Hugging Face checkpoint.
 #
-# Not yet the checkpoint's function, and so kept out of examples/: its rope
-# uses YaRN scaling (rope_scaling: factor 40, mscale 0.707), which also
-# scales attention's softmax by mscale^2, where this file has the plain rope
-# and 1/sqrt(192); the router's auxiliary loss (seq_aux, alpha 0.001) is left
-# out; and the CUDA flash templates take one head width, so GPU targets
-# refuse its attention (a cpu target runs it). Its parameter count is the
-# checkpoint's, 15,706,484,224, and at tiny widths (no YaRN) it gives
-# transformers' DeepseekV2ForCausalLM's loss from the same weights
-# (tests/check_deepseek_v2_lite.py).
+# Its rope is the checkpoint's YaRN (rope_scaling: factor 40 over 4096
+# positions, mscale and mscale_all_dim 0.707), and attention's softmax scale
+# 1/sqrt(192) times mscale(40, 0.707)^2, as transformers' DeepseekV2
+# (yarn_apply_mscale). Kept out of examples/ still: the router's auxiliary
+# loss (seq_aux, alpha 0.001) is left out, and the CUDA flash templates take
+# one head width, so GPU targets refuse its attention (a cpu target runs it).
+# Its parameter count is the checkpoint's, 15,706,484,224, and at tiny widths,
+# YaRN included, it gives transformers' DeepseekV2ForCausalLM's loss from the
+# same weights (tests/check_deepseek_v2_lite.py).
 model deepseek_v2_lite
 
 config {
@@ -33,6 +33,10 @@ config {
   EFFN = 1408          # moe_intermediate_size
   SFFN = 2 * EFFN      # n_shared_experts 2, run as one SwiGLU
   theta = 10000.0
+  YF = 40              # rope_scaling factor (YaRN) over
+  YO = 4096            # original_max_position_embeddings
+  YM = 0.707           # mscale = mscale_all_dim
+  MS = 0.1 * YM * ln(YF) + 1 # yarn_get_mscale(YF, mscale_all_dim): the softmax scale's factor, squared
   eps = 1e-6
 }
 
@@ -57,11 +61,13 @@ block dense "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   c, k_pe = split(a @ transpose(wkva), [R, DR])
   k_nope, v = split(reshape(rmsnorm(c, kv_norm, eps = eps) @ transpose(wkvb), [B, T, H, DN + DV]), [DN, DV])
   # rope pairs interleave (x0, x1), (x2, x3), ...: gather each pair's halves, then rotate halves
-  q_pe = rope(reshape(transpose(reshape(q_pe, [B, T, H, DR / 2, 2])), [B, T, H * DR]), heads = H, theta = theta)
-  k_pe = rope(reshape(transpose(reshape(k_pe, [B, T, 1, DR / 2, 2])), [B, T, DR]), heads = 1, theta = theta)
+  q_pe = rope(reshape(transpose(reshape(q_pe, [B, T, H, DR / 2, 2])), [B, T, H * DR]), heads = H, theta = theta, scaling = yarn, factor = YF,
+             original_max_position_embeddings = YO, mscale = YM, mscale_all_dim = YM)
+  k_pe = rope(reshape(transpose(reshape(k_pe, [B, T, 1, DR / 2, 2])), [B, T, DR]), heads = 1, theta = theta, scaling = yarn, factor = YF,
+             original_max_position_embeddings = YO, mscale = YM, mscale_all_dim = YM)
   q = reshape(concat(q_nope, reshape(q_pe, [B, T, H, DR])), [B, T, H * (DN + DR)])
   k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)]) # k_pe shared by the heads
-  x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H) @ transpose(wo)
+  x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = MS * MS / sqrt(DN + DR)) @ transpose(wo)
   m = rmsnorm(x, mlp_norm, eps = eps)
   return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)
 }
@@ -86,11 +92,13 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   q_nope, q_pe = split(reshape(a @ transpose(wq), [B, T, H, DN + DR]), [DN, DR])
   c, k_pe = split(a @ transpose(wkva), [R, DR])
   k_nope, v = split(reshape(rmsnorm(c, kv_norm, eps = eps) @ transpose(wkvb), [B, T, H, DN + DV]), [DN, DV])
-  q_pe = rope(reshape(transpose(reshape(q_pe, [B, T, H, DR / 2, 2])), [B, T, H * DR]), heads = H, theta = theta)
-  k_pe = rope(reshape(transpose(reshape(k_pe, [B, T, 1, DR / 2, 2])), [B, T, DR]), heads = 1, theta = theta)
+  q_pe = rope(reshape(transpose(reshape(q_pe, [B, T, H, DR / 2, 2])), [B, T, H * DR]), heads = H, theta = theta, scaling = yarn, factor = YF,
+             original_max_position_embeddings = YO, mscale = YM, mscale_all_dim = YM)
+  k_pe = rope(reshape(transpose(reshape(k_pe, [B, T, 1, DR / 2, 2])), [B, T, DR]), heads = 1, theta = theta, scaling = yarn, factor = YF,
+             original_max_position_embeddings = YO, mscale = YM, mscale_all_dim = YM)
   q = reshape(concat(q_nope, reshape(q_pe, [B, T, H, DR])), [B, T, H * (DN + DR)])
   k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])
-  x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H) @ transpose(wo)
+  x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = MS * MS / sqrt(DN + DR)) @ transpose(wo)
   m = rmsnorm(x, moe_norm, eps = eps)
   gates = router(m @ transpose(router), top_k = K, softmax = before)
   shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)
