@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 13. For each model given: parse,
+// test_plan: the plan file format, version 14. For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -566,40 +566,44 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     redo_crcs(buf);
     st32(buf + 8, 3);
     redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 13");
+    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 6);
     redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 13");
+    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
     redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 13");
+    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 8); // before the graph recorded each layer's block kind
     redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 13");
+    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 9); // before each kind had its own block part (one period of the order, sublayers)
     redo_crcs(buf);
-    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 13");
+    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 10); // before the ranks (mtc --ranks), rope's frequencies, INS_STAT, wide and padding nodes and
                        // the kernel IR's value-head width
     redo_crcs(buf);
-    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 13");
+    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 11); // 11 and 12: never released (the branches that became 13)
     redo_crcs(buf);
-    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 13");
+    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 8, 12);
     redo_crcs(buf);
-    expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 13");
+    expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 14");
     memcpy(buf, orig, len);
-    st32(buf + 8, 14);
+    st32(buf + 8, 13); // before the sharded store (INS_ALLGATHER, INS_REDUCE_SCATTER, ENG_COMM)
     redo_crcs(buf);
-    expect_refused("version 14", buf, len, "p.plan: plan version 14, this mtrun reads version 13");
+    expect_refused("version 13", buf, len, "p.plan: plan version 13, this mtrun reads version 14");
+    memcpy(buf, orig, len);
+    st32(buf + 8, 15);
+    redo_crcs(buf);
+    expect_refused("version 15", buf, len, "p.plan: plan version 15, this mtrun reads version 14");
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
