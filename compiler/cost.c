@@ -1,5 +1,7 @@
 #include "cost.h"
 
+#include "collective.h"
+
 #include "../common/attention.h"
 #include "fuse.h"
 #include "../common/scratch.h"
@@ -308,10 +310,10 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
     case INS_INPUT:
-    case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
-    case INS_COPY_OUT:
+    case INS_LOAD: return (double)in->bytes / (in->flags & XFER_SHARD ? p->ranks : 1) / t->h2d_bandwidth;
+    case INS_COPY_OUT: // a shard's: of the range, the rank's 1 / ranks on average
         if (zero3) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
-        return (double)in->bytes / t->d2h_bandwidth;
+        return (double)in->bytes / (in->flags & XFER_SHARD ? p->ranks : 1) / t->d2h_bandwidth;
     case INS_SAVE:
     case INS_STAT: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
@@ -323,6 +325,8 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
         return adamw > tier ? adamw : tier;
     }
     case INS_NORM: return layer_elems(p, in->layer) * 4.0 / t->host_memory_bandwidth;
+    case INS_ALLGATHER: return collective_seconds(t, COLLECTIVE_ALLGATHER, (double)in->bytes, p->ranks);
+    case INS_REDUCE_SCATTER: return collective_seconds(t, COLLECTIVE_REDUCE_SCATTER, (double)in->bytes, p->ranks);
     case INS_LOSS:
     case INS_FREE:
     case INS_RECORD:

@@ -66,6 +66,10 @@ static const char USAGE[] =
     "  --ranks N        a plan for one rank of a data-parallel run of N processes (mpirun -np N mtrun\n"
     "                   PLAN): each trains on its own --batch rows of every global batch of N x batch\n"
     "                   rows, the gradients summed over the ranks (default 1: one process)\n"
+    "  --shard on|off|auto  with --ranks: on, each rank holds a 1/N shard of the host store (master,\n"
+    "                   moments, gradients), the weights all-gathered and the gradients reduce-scattered\n"
+    "                   layer by layer on the devices; off, every rank holds all of it (replicated);\n"
+    "                   auto (default): replicated, until the cost model chooses\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -482,7 +486,7 @@ fail:
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
            OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS,
-           OPT_SELECTIVE_LAYERS, OPT_RANKS };
+           OPT_SELECTIVE_LAYERS, OPT_RANKS, OPT_SHARD };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -498,6 +502,7 @@ int main(int argc, char **argv) {
         {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
         {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
         {"ranks", required_argument, 0, OPT_RANKS},
+        {"shard", required_argument, 0, OPT_SHARD},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
@@ -505,6 +510,7 @@ int main(int argc, char **argv) {
         want_explore = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
     int64_t count, ranks = 1;
+    int shard = 0; // --shard on
     SemaOptions opt = {0};
     opterr = 0;
     int c;
@@ -562,6 +568,12 @@ int main(int argc, char **argv) {
         case OPT_RANKS:
             if (parse_count(optarg, &ranks) || ranks > INT32_MAX)
                 return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
+            req.ranks = (int)ranks;
+            break;
+        case OPT_SHARD:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto"))
+                return usage_error("--shard takes on, off or auto, not '%s'", optarg);
+            shard = !strcmp(optarg, "on");
             break;
         case OPT_SEQ:
             if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
@@ -596,6 +608,9 @@ int main(int argc, char **argv) {
     if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
         return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
                                  "--explain or --trace");
+    if (shard && ranks < 2)
+        return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
+    req.shard = shard;
     int picks = req.offloaded || req.host_selective;
     if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || picks))
         return usage_error("%s", "--remat, --offload-layers, --selective-layers, --slots, --resident and --checkpoints "

@@ -114,7 +114,7 @@ typedef struct Cuda {
     double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
 } Cuda;
 
-static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
+static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
 static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
                                             "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE", "STAT"};
 

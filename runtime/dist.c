@@ -21,7 +21,10 @@ static int launched_by_mpi(void) {
 int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
     *d = (Dist){.rank = 0, .size = 1, .local = 1};
     if (!launched_by_mpi()) return 0;
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+    // serialized: a threaded replay calls the collectives from its comm engine's thread, while the main
+    // thread waits for the engines (never two calls at once)
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         snprintf(err, errcap, "started by an MPI launcher, but MPI_Init failed");
         return -1;
     }
@@ -156,6 +159,54 @@ void dist_sum_doubles(const Dist *d, double *x, int n) {
 
 void dist_max_doubles(const Dist *d, double *x, int n) {
     if (d && d->mpi && d->size > 1) MPI_Allreduce(MPI_IN_PLACE, x, n, MPI_DOUBLE, MPI_MAX, MPI_COMM_WORLD);
+}
+
+// A chunk's count as MPI's int, or the job ended with a message.
+static int mpi_count(int64_t n, const char *what) {
+    if (n <= INT_MAX) return (int)n;
+    fprintf(stderr, "mtrun: error: %s of %lld elements: over MPI's int counts, not supported yet\n", what, (long long)n);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+}
+
+void dist_allgather(const Dist *d, void *buf, int64_t chunk_bytes) {
+    if (!d || !d->mpi || d->size == 1) return;
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, mpi_count(chunk_bytes, "an all-gather's chunk"), MPI_BYTE,
+                  MPI_COMM_WORLD);
+}
+
+void dist_reduce_scatter_floats(const Dist *d, float *buf, int64_t chunk) {
+    if (!d || !d->mpi || d->size == 1) return;
+    float *mine = malloc((size_t)chunk * sizeof *mine + 1); // (chunk) the sum's chunk of this rank
+    if (!mine) {
+        fprintf(stderr, "mtrun: error: out of memory for a reduce-scatter of %lld floats\n", (long long)chunk);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return;
+    }
+    MPI_Reduce_scatter_block(buf, mine, mpi_count(chunk, "a reduce-scatter's chunk"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    memcpy(buf + (int64_t)d->rank * chunk, mine, (size_t)chunk * sizeof *mine);
+    free(mine);
+}
+
+void dist_gather_shards(const Dist *d, const float *mine, int64_t len, float *all) {
+    int64_t lo, hi;
+    if (!d || !d->mpi || d->size == 1) { // one process holds it all
+        if (all && all != mine) memcpy(all, mine, (size_t)len * sizeof *all);
+        return;
+    }
+    int *counts = malloc((size_t)d->size * sizeof *counts), *at = malloc((size_t)d->size * sizeof *at);
+    if (!counts || !at) {
+        fprintf(stderr, "mtrun: error: out of memory gathering a segment\n");
+        MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    for (int r = 0; r < d->size; r++) {
+        dist_shard(len, r, d->size, &lo, &hi);
+        counts[r] = mpi_count(hi - lo, "a gathered slice"), at[r] = mpi_count(lo, "a gathered segment");
+    }
+    dist_shard(len, d->rank, d->size, &lo, &hi);
+    MPI_Gatherv(mine, counts[d->rank], MPI_FLOAT, all, counts, at, MPI_FLOAT, 0, MPI_COMM_WORLD);
+    free(counts);
+    free(at);
 }
 
 void dist_close(Dist *d, int status) {

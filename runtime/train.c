@@ -11,6 +11,7 @@
 
 #include "../common/io.h"
 #include "../common/scratch.h"
+#include "../common/storage.h"
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -83,6 +84,7 @@ typedef struct Run {
     int64_t max_e;     // the most of any layer
     double aux;        // the step's: the mean over micro-batches of the joined losses' sum
     double *loads;     // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
+    double *sq_norms;  // (hs.nseg) a sharded plan's: the segments' squared gradient norms, summed over the ranks
     DataSet data;     // the training data (and its last 10% for validation, without --val-data)
     DataSet val_file; // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
@@ -219,9 +221,18 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         sum += l;
     }
     int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
-    if (run_ranks(r) > 1) { // the gradients, losses and counts summed over the ranks; the norms of the sums
-        dist_sum_floats(r->o->dist, r->hs.g, r->hs.n);
-        for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
+    if (run_ranks(r) > 1 && p->sharded) { // each rank's slices' part of every segment's norm, summed over the ranks
+        for (int64_t s = 0; s < r->hs.nseg; s++) {
+            if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s + SEG_FIRST); // (what no INS_NORM computed)
+            r->sq_norms[s] = r->hs.seg[s].sq_norm;
+        }
+        dist_sum_doubles(r->o->dist, r->sq_norms, (int)r->hs.nseg);
+        for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = r->sq_norms[s];
+    }
+    if (run_ranks(r) > 1) { // the gradients (replicated; sharded, the plan's reduce-scatters summed them), losses
+                            // and counts summed over the ranks; the norms of the sums
+        if (!p->sharded) dist_sum_floats(r->o->dist, r->hs.g, r->hs.n);
+        for (int64_t s = 0; !p->sharded && s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
         sum = both[0], total = (int64_t)both[1];
@@ -289,12 +300,34 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
 // With the gradients on the tier, g's pages are held only while a layer's
 // gradients are being accumulated: counted as one layer's.
 static int64_t ram_store_bytes(const Run *r) {
+    if (r->p->sharded) // this rank's slices
+        return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
+               storage_host_bytes_per_param(r->p->graph->train.compute);
     if (!r->o->tier_dir) return store_bytes(r->p);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
     int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
     return store_bytes(r->p) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
+}
+
+// What a sharded plan's run cannot do yet, refused up front: every rank
+// holds only its shard of the store, and these read or write all of it.
+static int check_sharded(const Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    if (!r->p->sharded) return 0;
+    const char *what = o->reference ? "--reference (the host executor reads the whole store)"
+                     : o->tier_dir ? "--tier-dir"
+                     : o->init ? "--init (it loads the whole model into one store)"
+                     : o->resume ? "--resume (sharded checkpoints are not written yet)"
+                     : o->save_dir && !o->save_default ? "--save (sharded checkpoints are not written yet)"
+                     : o->logits || o->sample_every ? "--logits and --sample-every (they run the host executor on the "
+                                                      "whole store)"
+                                                    : NULL;
+    if (!what) return 0;
+    snprintf(err, errcap, "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
+             "shard of the host store; make a replicated plan (mtc --shard off) for it", what);
+    return -1;
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
@@ -305,9 +338,10 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     int local = r->o->dist ? r->o->dist->local : 1;
     if (have > 0 && local > 1 && need > have / local) {
-        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its own copy of the host store%s) "
+        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its %s of the host store%s) "
                  "and %d ranks share this machine's %lld bytes (%.1f GB) available, %lld (%.1f GB) each; start fewer "
-                 "ranks on a machine", (long long)need, (double)need / 1e9, r->o->reference ? "" : ", its cpu arena and "
+                 "ranks on a machine", (long long)need, (double)need / 1e9, r->p->sharded ? "shard" : "own copy",
+                 r->o->reference ? "" : ", its cpu arena and "
                  "host activation store", local, (long long)have, (double)have / 1e9, (long long)(have / local),
                  (double)(have / local) / 1e9);
         return -1;
@@ -335,6 +369,12 @@ static int check_save_dir(Run *r, char *err, size_t errcap) {
     r->save_dir = o->save_dir;
     if (o->save_default && r->log && (fstat(fileno(r->log), &st) != 0 || !S_ISREG(st.st_mode))) {
         snprintf(r->no_save, sizeof r->no_save, "the log %s is not a file to save beside (--save DIR)", o->log_path);
+        r->save_dir = NULL;
+        return 0;
+    }
+    if (o->save_default && r->p->sharded) { // (--save itself is refused: check_sharded)
+        snprintf(r->no_save, sizeof r->no_save, "a sharded plan's checkpoints (each rank its shard, and a manifest) "
+                 "are not written yet");
         r->save_dir = NULL;
         return 0;
     }
@@ -382,7 +422,8 @@ static int open_run(Run *r, char *err, size_t errcap) {
                  r->data.docs ? r->data.docs_path : r->val->docs_path);
         return -1;
     }
-    if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
+    if (check_sharded(r, err, errcap) != 0 || check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0)
+        return -1;
     if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
     if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
         snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which this "
@@ -404,7 +445,13 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0) return -1;
+    if (p->sharded ? store_alloc_shard(&r->hs, p, dist ? dist->rank : 0, r->o->threads, err, errcap) != 0
+                   : store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0)
+        return -1;
+    if (p->sharded && !(r->sq_norms = calloc((size_t)r->hs.nseg, sizeof *r->sq_norms))) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
     r->hs.threads = r->o->threads;
     if (!r->o->reference) {
         ReplayOrder order;
@@ -436,11 +483,16 @@ static int open_run(Run *r, char *err, size_t errcap) {
                    (r->o->trace && backend_cpu_trace(r->be, r->o->trace, err, errcap) != 0)) {
             return -1;
         }
+        if (p->sharded && (!r->be->collective || !r->be->copy_widen)) {
+            snprintf(err, errcap, "the %s backend runs no collectives yet, which a sharded plan needs (mtc --shard on): "
+                     "run it with --device cpu, or make a replicated plan (mtc --shard off)", r->be->name);
+            return -1;
+        }
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
                 r->stream_updates[plan_segment_index(p->train[i].layer)] = 1;
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order, .rng = order.seed,
-                          .hold_ins = r->o->test_hold_ins};
+                          .hold_ins = r->o->test_hold_ins, .dist = dist};
     }
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
     // a resumed run continues its log; a new run starts one
@@ -485,6 +537,7 @@ static void close_run(Run *r) {
     free(r->stats);
     free(r->experts);
     free(r->loads);
+    free(r->sq_norms);
     data_close(&r->data);
     data_close(&r->val_file);
     free(r->tokens);
@@ -767,7 +820,12 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
                                                    : ", a cpu: not compared with this GPU's steps");
-    if (run_ranks(r) > 1)
+    if (run_ranks(r) > 1 && r->p->sharded)
+        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld rows; "
+                "weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the slowest "
+                "rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
+                (long long)t->batch * run_ranks(r));
+    else if (run_ranks(r) > 1)
         fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients summed "
                 "over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
@@ -875,6 +933,36 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     return rc;
 }
 
+// Whether the run exports: rank 0's --export, which a sharded plan's ranks
+// all take part in (the gather), so every rank learns it.
+static int export_agreed(const Run *r) {
+    double want = r->o->export_path != NULL;
+    if (r->p->sharded) dist_max_doubles(r->o->dist, &want, 1);
+    return want > 0;
+}
+
+// A sharded plan's fp32 master gathered from the ranks' slices into
+// whole->w on rank 0, a segment at a time (whole->n: plan_host_elems): for
+// --export, which reads the master of the whole store. A stopgap: rank 0
+// holds the whole master while it exports (an export one tensor at a time,
+// no rank holding the model, is the sharded checkpoints' work). 0, or -1
+// with a message.
+static int gather_master(Run *r, HostStore *whole, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    int root = !r->o->dist || r->o->dist->rank == 0;
+    *whole = (HostStore){.n = plan_host_elems(p)};
+    if (root && !(whole->w = malloc((size_t)whole->n * sizeof(float) + 1))) {
+        snprintf(err, errcap, "out of memory gathering the weights to export (%lld bytes)", (long long)whole->n * 4);
+        return -1; // (the caller's dist_close aborts the job: the others may wait in the gather)
+    }
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        int64_t lo, hi, at = store_slice(&r->hs, p, seg, &lo, &hi);
+        dist_gather_shards(r->o->dist, r->hs.w + at, plan_segment_len(p, seg),
+                           root ? whole->w + plan_segment_base(p, seg) : NULL);
+    }
+    return 0;
+}
+
 // --export: a file, or a folder with the configs and the tokenizer that
 // tools/prepare_data.py keeps beside the training tokens (X.tokenizer/, the
 // ids from X.vocab.json). 0, or -1 with a message.
@@ -885,7 +973,17 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     HfTokens ids = {-1, -1, -1};
     if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
         ids = (HfTokens){v.bos, v.eos, v.pad};
-    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, err, errcap);
+    HostStore whole = {0}; // a sharded plan's master, gathered (rank 0: the whole of it)
+    int rc = r->p->sharded ? gather_master(r, &whole, err, errcap) : 0;
+    if (rc == 0 && o->export_path) // (rank 0's)
+        rc = weights_export(o->export_path, r->p, r->p->sharded ? &whole : &r->hs, o->export_bf16, o->shard_bytes,
+                            tokdir, &ids, err, errcap);
+    free(whole.w);
+    if (!o->export_path) {
+        data_vocab_close(&v);
+        free(tokdir);
+        return rc;
+    }
     if (!rc)
         fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
                 tokdir ? tokdir : "");
@@ -984,7 +1082,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (store_ok(&r, err, errcap) != 0) goto done;
-    if (o->export_path && export_weights(&r, err, errcap) != 0) goto done;
+    if (export_agreed(&r) && export_weights(&r, err, errcap) != 0) goto done;
     if (o->logits) { // the first validation batch's logits, for a check against another implementation
         data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
         kernel_attention_segments = r.data.docs || r.val->docs ? r.segs : NULL;

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Data parallelism under mpirun on the cpu backend (runtime/dist.c).
 
-usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16
+usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANKS,...]]
        check_dist.py MTC MTRUN refuse MODEL.mt
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
@@ -18,7 +18,11 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         the largest element's is printed too) in f32 and bf16 alike (only
         the order of the gradient sums differs: bitwise at 2 ranks); a
         second run under mpirun gives the same bits (log and export byte for
-        byte).
+        byte). Replicated plans by default; sharded (mtc --shard on), each
+        rank holding its shard of the host store, the weights all-gathered and
+        the gradients reduce-scattered in fp32 by the plan's collectives (a
+        bf16 gradient widened exactly first), to the same 1e-6, and the banner
+        says so; RANKS (default 2,4) the rank counts tried.
 refuse: ranks started with a plan for another number of ranks, ranks given
         different plans, different mtrun builds (a copy of mtrun with one
         byte more) or different training options (--lr on one rank), and a plan for 2 ranks without mpirun are refused
@@ -89,7 +93,7 @@ def train(mtrun, plan, tmp, tag, ranks, extra=()):
     p = run(*cmd, timeout=300)
     if not check(p.returncode == 0, f"{tag}: {' '.join(cmd)} failed", p):
         return None
-    return log, out
+    return log, out, p.stdout
 
 
 def rel(a, b):
@@ -110,12 +114,13 @@ def with_accumulate(model, tmp, n):
     return path
 
 
-def equal(mtc, mtrun, model, dtype, tmp):
+def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
     tol = 1e-6
-    for ranks in (2, 4):
+    for ranks in counts:
         one, per = os.path.join(tmp, f"one{ranks}.bin"), os.path.join(tmp, f"ranks{ranks}.bin")
         for plan, src, flags in ((one, with_accumulate(model, tmp, ranks), ["--batch", "2"]),
-                                 (per, model, ["--batch", "2", "--ranks", str(ranks)])):
+                                 (per, model, ["--batch", "2", "--ranks", str(ranks), "--shard",
+                                               "on" if layout == "sharded" else "off"])):
             p = run(mtc, src, "--dtype", dtype, *flags, "-o", plan)
             if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
                 return
@@ -125,8 +130,10 @@ def equal(mtc, mtrun, model, dtype, tmp):
         again = train(mtrun, per, tmp, f"np{ranks}-again", ranks)
         if not (ref and got and again):
             continue
-        what = (f"{os.path.basename(model)} {dtype}, {ranks} ranks of batch 2 against one process of batch 2 x "
-                f"accumulate {ranks}")
+        what = (f"{os.path.basename(model)} {dtype}, {ranks} {layout} ranks of batch 2 against one process of batch 2 "
+                f"x accumulate {ranks}")
+        said = "(sharded)" if layout == "sharded" else "(replicated)"
+        check(said in got[2], f"{what}: the banner does not say {said}", got[2])
         lr, lg = losses(ref[0]), losses(got[0])
         check(len(lr) == 5 and len(lg) == 5, f"{what}: {len(lr)} and {len(lg)} losses logged, not 5")
         worst = max((abs(a - b) / abs(a) for a, b in zip(lr + val_losses(ref[0]), lg + val_losses(got[0]))), default=0)
@@ -328,7 +335,8 @@ def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "equal":
-            equal(mtc, mtrun, model, sys.argv[5], tmp)
+            equal(mtc, mtrun, model, sys.argv[5], tmp, *sys.argv[6:7],
+                  *([tuple(int(n) for n in sys.argv[7].split(","))] if len(sys.argv) > 7 else []))
         elif mode == "refuse":
             refuse(mtc, mtrun, model, tmp)
         elif mode == "resume":
