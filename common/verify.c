@@ -24,8 +24,9 @@
 //   into the segment's weights; a widening COPY (XFER_BF16) moves labels
 //   marked wide, INS_REDUCE_SCATTER marks what it sums as summed, and a
 //   COPY_OUT XFER_SHARD must read the summed gradient of the parameter it
-//   names. Collectives run on ENG_COMM alone, in stream order, so every rank
-//   issues the same ones in the same order.
+//   names. One engine issues every collective of a stream (ENG_COMM; the
+//   sequential policy's one engine), in stream order, so every rank issues
+//   the same ones in the same order.
 #include "verify.h"
 
 #include "../common/storage.h"
@@ -152,6 +153,7 @@ typedef struct V {
     Spans arena, act, grads;
     Span *moved; // scratch for copies
     int moved_cap;
+    int coll;    // the stream's first collective (-1: none yet): every other one must be on its engine
 } V;
 
 static int fail(V *v, const char *fmt, ...) {
@@ -632,8 +634,13 @@ static int check_fields(V *v, int i) {
     case INS_ALLGATHER:
     case INS_REDUCE_SCATTER: {
         if (!p->sharded || p->ranks < 2) return fail(v, "%s: a collective in a plan that is not sharded over ranks", d);
-        if (in->engine != ENG_COMM)
-            return fail(v, "%s: collectives run on the comm engine alone, so that every rank issues them in one order", d);
+        if (v->coll >= 0 && in->engine != v->ins[v->coll].engine) {
+            char first[200];
+            describe_instr(v, v->coll, first, sizeof first);
+            return fail(v, "%s: not on the engine of %s: one engine issues every collective, so that every rank "
+                        "issues them in one order", d, first);
+        }
+        if (v->coll < 0) v->coll = i;
         if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
         int64_t len = plan_segment_len(p, in->layer), chunk = (len + p->ranks - 1) / p->ranks;
         int64_t elem = in->kind == INS_ALLGATHER ? weight_bytes(p) : 4, at = in->kind == INS_ALLGATHER ? in->dst : in->src;
@@ -732,6 +739,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
     v->n = n;
     v->stream = name;
     v->arena.n = v->act.n = v->grads.n = 0;
+    v->coll = -1;
     free(v->clk);
     free(v->pos);
     v->clk = malloc(((size_t)n + 1) * ENG_COUNT * sizeof *v->clk);
