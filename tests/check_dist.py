@@ -29,7 +29,11 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         at start-up, exit 1, naming the ranks and what differs; a plan of one
         process without mpirun runs as before; a store that fits the
         machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
-        of 2 ranks' half of it is refused, one rank runs; --tier-dir with
+        of 2 ranks' half of it is refused, one rank runs; a sharded plan's
+        ranks each need only their shard of the store (less than a
+        replicated rank), said in the refusal, and 2 of them run on twice
+        that where 2 replicated ranks are refused; --save with a sharded plan
+        is refused (sharded checkpoints are not written yet); --tier-dir with
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
         2^31) is a usage error.
@@ -195,6 +199,31 @@ def refuse(mtc, mtrun, model, tmp):
               f"2 ranks on {have} bytes, each needing {need}: not refused with '{want}'", p)
         p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "1", mtrun, one, *TRAIN, timeout=120)
         check(p.returncode == 0, f"one rank on {have} bytes, needing {need}: refused", p)
+    # sharded: each rank counts its shard of the store, not a copy of all of it
+    sharded = os.path.join(tmp, "sharded.bin")
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", "on", "-o", sharded)
+    if check(p.returncode == 0, "mtc --ranks 2 --shard on failed", p):
+        needs = {}
+        for what, plan in (("its shard", sharded), ("its own copy", two)):
+            p = run(*MPIRUN, "-x", "MT_TEST_HOST_AVAILABLE=1000", "-np", "2", mtrun, plan, *TRAIN, timeout=120)
+            m = re.search(r"each rank needs (\d+) bytes of host memory \(0.0 GB: " + what + " of the host store", p.stderr)
+            if check(p.returncode != 0 and m, f"2 ranks ({what}) on 1000 bytes: not refused with the bytes of {what}", p):
+                needs[what] = int(m.group(1))
+        if len(needs) == 2:
+            have = 2 * needs["its shard"]
+            check(needs["its shard"] < needs["its own copy"], f"a sharded rank needs {needs['its shard']} bytes, a "
+                  f"replicated one {needs['its own copy']}: the shard is not smaller")
+            p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, sharded, *TRAIN, timeout=120)
+            check(p.returncode == 0, f"2 sharded ranks on {have} bytes, each needing {needs['its shard']}: refused", p)
+            p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, two, *TRAIN, timeout=120)
+            check(p.returncode != 0 and "its own copy of the host store" in p.stderr,
+                  f"2 replicated ranks on {have} bytes, each needing {needs['its own copy']}: not refused", p)
+            print(f"host memory a rank needs: {needs['its shard']} bytes sharded, {needs['its own copy']} replicated")
+        # what a sharded run cannot do yet is refused up front, not done wrong
+        p = run(*MPIRUN, "-np", "2", mtrun, sharded, *TRAIN, "--save", os.path.join(tmp, "sharded-ck"), timeout=120)
+        want = "--save (sharded checkpoints are not written yet) with a sharded plan (mtc --shard on) is not supported yet"
+        check(p.returncode != 0 and want in p.stderr and not os.path.exists(os.path.join(tmp, "sharded-ck")),
+              f"--save with a sharded plan: not refused with '{want}'", p)
     # the NVMe tier of 2 ranks on one machine: refused up front, not by the second rank's lock
     tier = os.path.join(tmp, "tier")
     os.makedirs(tier)
