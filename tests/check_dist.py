@@ -36,7 +36,7 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         is refused (sharded checkpoints are not written yet); --tier-dir with
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
-        2^31) is a usage error.
+        2^31), --shard on without --ranks and --shard maybe are usage errors.
 resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
         process (batch 2 x accumulate 2) and on 4 ranks of batch 1, and both
         continue the straight run's losses 4 to 6 to 1e-6 relative; SIGTERM to
@@ -234,6 +234,11 @@ def refuse(mtc, mtrun, model, tmp):
         p = run(mtc, model, "--ranks", bad, "-o", os.path.join(tmp, "bad.bin"))
         check(p.returncode == 2 and f"--ranks needs a positive number of processes, got '{bad}'" in p.stderr and
               not os.path.exists(os.path.join(tmp, "bad.bin")), f"mtc --ranks {bad}: not a usage error", p)
+    for flags, want in ((["--shard", "on"], "--shard on shards the host store over the ranks: give --ranks 2 or more"),
+                        (["--ranks", "2", "--shard", "maybe"], "--shard takes on, off or auto, not 'maybe'")):
+        p = run(mtc, model, *flags, "-o", os.path.join(tmp, "bad.bin"))
+        check(p.returncode == 2 and want in p.stderr and not os.path.exists(os.path.join(tmp, "bad.bin")),
+              f"mtc {' '.join(flags)}: not a usage error", p)
     p = run(mtrun, one, *TRAIN, "--log", os.path.join(tmp, "one.jsonl"))
     check(p.returncode == 0 and "ranks" not in p.stdout, "a plan of one process without mpirun: not as before", p)
 
