@@ -6,7 +6,8 @@
 //      block's layout is one "frame", instantiated once per weight slot
 //   3. device arena: globals, frames (weight slot + buffers), the head and
 //      the tail in one region (their values never live at once),
-//      gradient carries, checkpoints and kept activations; on a GPU the
+//      gradient carries, checkpoints and kept activations, a sharded plan's
+//      gradient staging; on a GPU the
 //      fused kernels' scratch beside it (common/scratch.h), counted in the
 //      device memory every fit and figure uses (plan_device_bytes)
 //   4. the training stream: the previous step's host updates overlapped
@@ -26,6 +27,19 @@
 // link once and nothing of theirs is recomputed. The last `slots` streamed
 // layers are still intact in their frames when the backward reaches them,
 // so they too skip the weight copy and the recompute.
+//
+// Sharded plans (SchedChoice.sharded, mtc --shard on). Each rank holds its
+// shard of every segment (dist_shard); a segment's weights go in as the
+// rank's slice (COPY_IN XFER_SHARD) and an INS_ALLGATHER on the comm engine,
+// which the copy-in engine waits for, so everything that waits for a copy-in
+// finds the segment whole; weight slots and the globals' region have room
+// for ranks whole chunks (shard_span). A part's gradients of a segment are
+// copied, widened to fp32, into the gradient staging at the end of the arena
+// (its host layout, the longest segment's shard_span in fp32, one for all:
+// the next segment's copies wait for the last one's COPY_OUTs), reduce-
+// scattered on the comm engine, and this rank's slice of each copied out
+// (COPY_OUT XFER_SHARD), as the replicated plan copies them out. Nothing else
+// changes: the same frames, events and host instructions.
 #include "schedule.h"
 
 #include "fuse.h"
