@@ -24,9 +24,11 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         bf16 gradient widened exactly first), to the same 1e-6, and the banner
         says so; RANKS (default 2,4) the rank counts tried.
 refuse: ranks started with a plan for another number of ranks, ranks given
-        different plans, different mtrun builds (a copy of mtrun with one
-        byte more) or different training options (--lr on one rank), and a plan for 2 ranks without mpirun are refused
-        at start-up, exit 1, naming the ranks and what differs; a plan of one
+        different plans (another seq; a sharded plan beside a replicated
+        one), different mtrun builds (a copy of mtrun with one byte more) or
+        different training options (--lr on one rank), and a plan for 2 ranks
+        without mpirun are refused at start-up, exit 1, naming the ranks and
+        what differs; a plan of one
         process without mpirun runs as before; a store that fits the
         machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
         of 2 ranks' half of it is refused, one rank runs; a sharded plan's
@@ -42,8 +44,9 @@ resume: a checkpoint saved by 2 ranks of batch 2 at step 3 resumes on one
         continue the straight run's losses 4 to 6 to 1e-6 relative; SIGTERM to
         rank 1 alone stops both ranks after the same step, exit 0, rank 0
         saving that step.
-kill:   kill -9 of one rank of 2 in the middle of a run: mpirun and the
-        other rank exit non-zero within 60 s (no hang).
+kill:   kill -9 of one rank of 2 in the middle of a run, replicated and
+        sharded: mpirun and the other rank exit non-zero within 60 s (no
+        hang).
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
         (--remat layer, nothing resident: every layer streams): the first 5
@@ -158,9 +161,10 @@ def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
 
 
 def refuse(mtc, mtrun, model, tmp):
-    two, four, other, one = (os.path.join(tmp, n) for n in ("two.bin", "four.bin", "other.bin", "one.bin"))
+    two, four, other, one, shard2 = (os.path.join(tmp, n) for n in ("two.bin", "four.bin", "other.bin", "one.bin",
+                                                                     "shard2.bin"))
     for plan, flags in ((two, ["--ranks", "2"]), (four, ["--ranks", "4"]), (other, ["--ranks", "2", "--seq", "32"]),
-                        (one, [])):
+                        (one, []), (shard2, ["--ranks", "2", "--shard", "on"])):
         p = run(mtc, model, "--batch", "2", *flags, "-o", plan)
         if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
             return
@@ -175,6 +179,7 @@ def refuse(mtc, mtrun, model, tmp):
          "rank 1 of 2 runs another plan than rank 0"),
         ([mtrun, two], "this plan is one rank of 2 (mtc --ranks 2): start it with mpirun -np 2"),
         ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", rebuilt, two], "rank 1 of 2 runs another mtrun build"),
+        ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", mtrun, shard2], "rank 1 of 2 runs another plan than rank 0"),
         ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", mtrun, two, "--lr", "0.001"],
          "rank 1 of 2 was started with other options than rank 0 (lr=0.001 where rank 0 has lr=the plan's)"),
     ]
@@ -200,30 +205,27 @@ def refuse(mtc, mtrun, model, tmp):
         p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "1", mtrun, one, *TRAIN, timeout=120)
         check(p.returncode == 0, f"one rank on {have} bytes, needing {need}: refused", p)
     # sharded: each rank counts its shard of the store, not a copy of all of it
-    sharded = os.path.join(tmp, "sharded.bin")
-    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", "on", "-o", sharded)
-    if check(p.returncode == 0, "mtc --ranks 2 --shard on failed", p):
-        needs = {}
-        for what, plan in (("its shard", sharded), ("its own copy", two)):
-            p = run(*MPIRUN, "-x", "MT_TEST_HOST_AVAILABLE=1000", "-np", "2", mtrun, plan, *TRAIN, timeout=120)
-            m = re.search(r"each rank needs (\d+) bytes of host memory \(0.0 GB: " + what + " of the host store", p.stderr)
-            if check(p.returncode != 0 and m, f"2 ranks ({what}) on 1000 bytes: not refused with the bytes of {what}", p):
-                needs[what] = int(m.group(1))
-        if len(needs) == 2:
-            have = 2 * needs["its shard"]
-            check(needs["its shard"] < needs["its own copy"], f"a sharded rank needs {needs['its shard']} bytes, a "
-                  f"replicated one {needs['its own copy']}: the shard is not smaller")
-            p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, sharded, *TRAIN, timeout=120)
-            check(p.returncode == 0, f"2 sharded ranks on {have} bytes, each needing {needs['its shard']}: refused", p)
-            p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, two, *TRAIN, timeout=120)
-            check(p.returncode != 0 and "its own copy of the host store" in p.stderr,
-                  f"2 replicated ranks on {have} bytes, each needing {needs['its own copy']}: not refused", p)
-            print(f"host memory a rank needs: {needs['its shard']} bytes sharded, {needs['its own copy']} replicated")
-        # what a sharded run cannot do yet is refused up front, not done wrong
-        p = run(*MPIRUN, "-np", "2", mtrun, sharded, *TRAIN, "--save", os.path.join(tmp, "sharded-ck"), timeout=120)
-        want = "--save (sharded checkpoints are not written yet) with a sharded plan (mtc --shard on) is not supported yet"
-        check(p.returncode != 0 and want in p.stderr and not os.path.exists(os.path.join(tmp, "sharded-ck")),
-              f"--save with a sharded plan: not refused with '{want}'", p)
+    needs = {}
+    for what, plan in (("its shard", shard2), ("its own copy", two)):
+        p = run(*MPIRUN, "-x", "MT_TEST_HOST_AVAILABLE=1000", "-np", "2", mtrun, plan, *TRAIN, timeout=120)
+        m = re.search(r"each rank needs (\d+) bytes of host memory \(0.0 GB: " + what + " of the host store", p.stderr)
+        if check(p.returncode != 0 and m, f"2 ranks ({what}) on 1000 bytes: not refused with the bytes of {what}", p):
+            needs[what] = int(m.group(1))
+    if len(needs) == 2:
+        have = 2 * needs["its shard"]
+        check(needs["its shard"] < needs["its own copy"], f"a sharded rank needs {needs['its shard']} bytes, a "
+              f"replicated one {needs['its own copy']}: the shard is not smaller")
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, shard2, *TRAIN, timeout=120)
+        check(p.returncode == 0, f"2 sharded ranks on {have} bytes, each needing {needs['its shard']}: refused", p)
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, two, *TRAIN, timeout=120)
+        check(p.returncode != 0 and "its own copy of the host store" in p.stderr,
+              f"2 replicated ranks on {have} bytes, each needing {needs['its own copy']}: not refused", p)
+        print(f"host memory a rank needs: {needs['its shard']} bytes sharded, {needs['its own copy']} replicated")
+    # what a sharded run cannot do yet is refused up front, not done wrong
+    p = run(*MPIRUN, "-np", "2", mtrun, shard2, *TRAIN, "--save", os.path.join(tmp, "sharded-ck"), timeout=120)
+    want = "--save (sharded checkpoints are not written yet) with a sharded plan (mtc --shard on) is not supported yet"
+    check(p.returncode != 0 and want in p.stderr and not os.path.exists(os.path.join(tmp, "sharded-ck")),
+          f"--save with a sharded plan: not refused with '{want}'", p)
     # the NVMe tier of 2 ranks on one machine: refused up front, not by the second rank's lock
     tier = os.path.join(tmp, "tier")
     os.makedirs(tier)
@@ -315,29 +317,32 @@ def resume(mtc, mtrun, model, tmp):
 
 
 def kill(mtc, mtrun, model, tmp):
-    plan = os.path.join(tmp, "two.bin")
-    p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", plan)
-    if not check(p.returncode == 0, "mtc --ranks 2 failed", p):
-        return
-    log = os.path.join(tmp, "kill.jsonl")
-    job, pids = start_long(mtrun, plan, log)
-    if not check(len(pids) == 2 and job.poll() is None, f"the ranks did not start: {pids}"):
-        job.kill()
-        return
-    os.kill(pids[1], signal.SIGKILL)
-    t0 = time.time()
-    try:
-        out, err = job.communicate(timeout=60)
-        took = time.time() - t0
-        check(job.returncode != 0, f"mpirun exited {job.returncode} after a rank was killed")
-        alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
-                 open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
-        check(not alive, f"ranks {alive} still run after mpirun exited")
-        print(f"kill -9 of one rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in {took:.1f} s")
-    except subprocess.TimeoutExpired:
-        check(False, "mpirun and the other rank still run 60 s after a rank was killed")
-        job.kill() # mpirun, which this test started; its ranks go with it
-        job.communicate()
+    for shard in ("off", "on"): # a replicated run, then a sharded one (its ranks meet in the plan's collectives)
+        what = "sharded" if shard == "on" else "replicated"
+        plan = os.path.join(tmp, f"two-{what}.bin")
+        p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", shard, "-o", plan)
+        if not check(p.returncode == 0, f"mtc --ranks 2 --shard {shard} failed", p):
+            return
+        log = os.path.join(tmp, f"kill-{what}.jsonl")
+        job, pids = start_long(mtrun, plan, log)
+        if not check(len(pids) == 2 and job.poll() is None, f"the {what} ranks did not start: {pids}"):
+            job.kill()
+            return
+        os.kill(pids[1], signal.SIGKILL)
+        t0 = time.time()
+        try:
+            out, err = job.communicate(timeout=60)
+            took = time.time() - t0
+            check(job.returncode != 0, f"mpirun exited {job.returncode} after a {what} rank was killed")
+            alive = [pid for pid in pids if os.path.exists(f"/proc/{pid}") and
+                     open(f"/proc/{pid}/stat").read().split()[2] != "Z"]
+            check(not alive, f"{what} ranks {alive} still run after mpirun exited")
+            print(f"kill -9 of one {what} rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in "
+                  f"{took:.1f} s")
+        except subprocess.TimeoutExpired:
+            check(False, f"mpirun and the other {what} rank still run 60 s after a rank was killed")
+            job.kill() # mpirun, which this test started; its ranks go with it
+            job.communicate()
 
 
 def cuda(mtc, mtrun, model, lib, cxx, tmp):
