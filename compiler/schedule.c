@@ -998,9 +998,9 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     if (c->policy == POLICY_MEGATRAIN) top = align_up(top + MEGATRAIN_BLOCK * b->x_bytes, ARENA_ALIGN);
     b->keep0 = top;
     if (c->remat == REMAT_SELECTIVE) top += recomputed * b->keep_bytes;
-    top = align_up(top, ARENA_ALIGN);
-    b->gslot = top; // sharded: the longest segment's gradients in fp32, for its reduce-scatter
+    b->gslot = align_up(top, ARENA_ALIGN); // sharded: the longest segment's gradients in fp32, for its reduce-scatter
     if (p->sharded) {
+        top = b->gslot;
         int64_t longest = p->host_layer;
         for (int64_t seg = SEG_FIRST; seg < 0; seg++)
             if (plan_segment_len(p, seg) > longest) longest = plan_segment_len(p, seg);
