@@ -1187,9 +1187,11 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (c->host_selective)
         snprintf(mix + at, sizeof mix - (size_t)at, " selective-offloaded=%lld/%lld", (long long)c->host_selective,
                  (long long)b.leaving);
-    snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d",
+    char shard[48] = ""; // a sharded plan says over how many ranks
+    if (p->sharded) snprintf(shard, sizeof shard, " sharded=%d", p->ranks);
+    snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d%s",
              policy_name(c->policy), remat_name(c->remat), mix, c->slots, (long long)c->resident,
-             c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
+             c->ckpt_host ? "host" : "device", chunks ? chunks : 1, shard);
     p->schedule = arena_strndup(a, name, strlen(name));
     if (!p->schedule) goto oom;
     return p;
