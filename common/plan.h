@@ -38,8 +38,12 @@ typedef enum {
 // instructions in stream order; engines order against each other only
 // through events (INS_RECORD, INS_WAIT). Any kind may sit on any engine (the
 // sequential policy puts everything on ENG_COMPUTE); the cost model charges
-// an instruction by its kind.
-typedef enum { ENG_COMPUTE, ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COUNT } Engine;
+// an instruction by its kind. ENG_COMM runs the collectives of a sharded
+// plan (a communication stream on a GPU), and nothing else runs them: one
+// engine issues them in stream order, so every rank of a run, all replaying
+// one plan (dist_check_plan compares their crcs), issues the same
+// collectives in the same order.
+typedef enum { ENG_COMPUTE, ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COMM, ENG_COUNT } Engine;
 
 typedef enum {
     INS_COPY_IN,  // layer `layer`'s weights as they stream, from element src of the host store: the fp32
@@ -60,14 +64,29 @@ typedef enum {
     INS_STAT,     // what layer `layer`'s forward reports (plan_reports): node `from` of part `part` in frame
                   // `frame`, at arena [src, src + bytes), bf16 with XFER_BF16 -> the stream's host statistics
                   // buffer bytes [dst, dst + bytes): the loss add_loss joins, or top_k's mask (the load per expert)
+    // The collectives of a sharded plan (Plan.sharded), on ENG_COMM, over the plan's ranks. Segment `layer`
+    // of len elements is cut into ranks chunks of chunk = ceil(len / ranks) (dist_shard, runtime/dist.h),
+    // rank r's at element r x chunk of the region; the region is ranks x chunk elements, what lies past len
+    // is padding nobody reads. Both are in place, as NCCL's in-place collectives are.
+    INS_ALLGATHER,      // arena [dst, dst + bytes), segment `layer`'s weights (bytes = ranks x chunk x the weight
+                        // bytes): every rank's chunk, which its COPY_IN XFER_SHARD put at its place, to every rank
+    INS_REDUCE_SCATTER, // arena [src, src + bytes), fp32 (bytes = ranks x chunk x 4), segment `layer`'s gradients
+                        // in its host layout: each rank's chunk of the sum over the ranks lands at its own place
+                        // (the other chunks are left undefined)
     INS_COUNT
 } InsKind;
 
 // Instruction flags. INS_RUN: RUN_SKIP_HEAVY, skip matmul, attention and moe
 // nodes, whose outputs the schedule restored (selective recomputation).
 // INS_COPY_IN, INS_COPY_OUT, INS_STAT: XFER_BF16, the device side holds
-// bf16 (the storage rule, common/storage.h, says which).
-enum { RUN_SKIP_HEAVY = 1, XFER_BF16 = 2 };
+// bf16 (the storage rule, common/storage.h, says which). INS_COPY:
+// XFER_BF16, the source holds bf16, widened into fp32 at dst (bytes: dst's,
+// the fp32 bytes). INS_COPY_IN, INS_COPY_OUT: XFER_SHARD, of the elements the
+// instruction names only those in this rank's shard of segment `layer`
+// (dist_shard) move: COPY_IN's src is the segment's first element and puts
+// the rank's slice [lo, hi) at dst + lo elements; COPY_OUT adds the elements
+// of [dst, dst + bytes / element) that lie in the slice.
+enum { RUN_SKIP_HEAVY = 1, XFER_BF16 = 2, XFER_SHARD = 4 };
 
 typedef struct Instr {
     int32_t kind;     // InsKind
@@ -118,6 +137,9 @@ typedef struct Plan {
     const char *schedule; // what the scheduler chose, in words ("remat=layer slots=2 resident=3 ...")
     int32_t ranks;        // the processes of a data-parallel run (mtc --ranks), each running this plan on its
                           // own part of every batch; 1: one process. 0 in a plan being built is written as 1
+    int32_t sharded;      // 1: each rank owns a 1/ranks shard of every segment of the host store (dist_shard):
+                          // weights go in by COPY_IN XFER_SHARD and INS_ALLGATHER, gradients out by
+                          // INS_REDUCE_SCATTER and COPY_OUT XFER_SHARD; 0: replicated, every rank holds it all
     int32_t nevents;      // events of each stream are numbered 0 .. nevents-1
     Instr *train;  // (ntrain) one micro-batch: the pending update, forward, loss, backward, gradients out
     int32_t ntrain;

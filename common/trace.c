@@ -7,7 +7,7 @@
 
 // Tracks are engines, numbered from 1 (Engine + 1).
 static const char *const TRACKS[ENG_COUNT] = {"compute", "copy-in (host to device)", "copy-out (device to host)",
-                                              "host optimizer"};
+                                              "host optimizer", "collectives (comm)"};
 
 int trace_open(Trace *t, const char *path, char *err, size_t errcap) {
     *t = (Trace){0};

@@ -18,6 +18,15 @@
 //      weights and gradients of a layer follow the optimizer's order:
 //      UPDATE, then the COPY_INs of its new weights and the COPY_OUTs of
 //      this micro-batch's gradients, then NORM.
+//   A sharded plan's collectives are checked as readers and writers too:
+//   COPY_IN XFER_SHARD leaves the rank's shard of a segment's weights
+//   (V_SHARD), which no RUN accepts as weights until INS_ALLGATHER turned it
+//   into the segment's weights; a widening COPY (XFER_BF16) moves labels
+//   marked wide, INS_REDUCE_SCATTER marks what it sums as summed, and a
+//   COPY_OUT XFER_SHARD must read the summed gradient of the parameter it
+//   names. One engine issues every collective of a stream (ENG_COMM; the
+//   sequential policy's one engine), in stream order, so every rank issues
+//   the same ones in the same order.
 #include "verify.h"
 
 #include "../common/storage.h"
@@ -28,12 +37,15 @@
 #include <string.h>
 
 static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run",    "loss",  "save",
-                                        "load",    "free",     "record", "wait", "norm", "update", "stat"};
+                                        "load",    "free",     "record", "wait", "norm", "update", "stat",
+                                        "allgather", "reduce_scatter"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
-static const char *const ENG_NAMES[] = {"compute", "copy-in", "copy-out", "host"};
+static const char *const ENG_NAMES[] = {"compute", "copy-in", "copy-out", "host", "comm"};
 _Static_assert(sizeof ENG_NAMES / sizeof ENG_NAMES[0] == ENG_COUNT, "ENG_NAMES out of sync with Engine");
 
-typedef enum { V_NONE = -1, V_NODE, V_WEIGHTS, V_INPUT, V_FREED, V_GRADS } ValueKind;
+// V_SHARD: this rank's shard of a segment's weights, put in by COPY_IN
+// XFER_SHARD, not yet gathered (`at` as V_WEIGHTS').
+typedef enum { V_NONE = -1, V_NODE, V_WEIGHTS, V_INPUT, V_FREED, V_GRADS, V_SHARD } ValueKind;
 
 // What a range holds. Ranges of one value are linear: `at` is the position
 // of the range's first byte inside the value (bytes into the node's buffer,
@@ -44,6 +56,8 @@ typedef struct Label {
     int64_t layer;  // V_NODE: which layer's value (-1 outside the block)
     int64_t at;
     int origin;     // the instruction that made the value (RUN, COPY_IN, INPUT, FREE); copies keep it
+    int wide;       // a bf16 value widened to fp32 by a COPY XFER_BF16: `at` counts its fp32 bytes (twice the bf16's)
+    int summed;     // summed over the ranks by an INS_REDUCE_SCATTER
 } Label;
 
 typedef struct Span {
@@ -122,7 +136,7 @@ static int spans_put(Spans *a, int64_t lo, int64_t hi, Label l, int writer) {
         memmove(&a->s[i + 1], &a->s[j], (size_t)(a->n - j) * sizeof(Span));
         a->n -= j - i - 1;
     }
-    a->s[i] = (Span){.lo = lo, .hi = hi, .l = l, .writer = writer, .reader = {-1, -1, -1, -1}};
+    a->s[i] = (Span){.lo = lo, .hi = hi, .l = l, .writer = writer, .reader = {-1, -1, -1, -1, -1}};
     return 0;
 }
 
@@ -139,6 +153,7 @@ typedef struct V {
     Spans arena, act, grads;
     Span *moved; // scratch for copies
     int moved_cap;
+    int coll;    // the stream's first collective (-1: none yet): every other one must be on its engine
 } V;
 
 static int fail(V *v, const char *fmt, ...) {
@@ -192,7 +207,13 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     case INS_COPY_IN:
     case INS_COPY_OUT:
     case INS_NORM:
-    case INS_UPDATE: snprintf(buf, cap, "instruction %d (%s on %s, %s)", i, INS_NAMES[in->kind], eng, ly); break;
+    case INS_ALLGATHER:
+    case INS_REDUCE_SCATTER:
+    case INS_UPDATE:
+        snprintf(buf, cap, "instruction %d (%s%s on %s, %s)", i, INS_NAMES[in->kind],
+                 (in->kind == INS_COPY_IN || in->kind == INS_COPY_OUT) && (in->flags & XFER_SHARD) ? " of the shard" : "",
+                 eng, ly);
+        break;
     default: snprintf(buf, cap, "instruction %d (%s on %s)", i, INS_NAMES[in->kind], eng); break;
     }
 }
@@ -212,6 +233,12 @@ static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
         snprintf(buf, cap, "%s%s weights from host element %lld", ly, ly[0] == 'l' ? "'s" : "'", (long long)elem);
         break;
     }
+    case V_SHARD: {
+        char ly[32];
+        describe_layer(ly, sizeof ly, plan_segment_of(p, l->at / weight_bytes(p)));
+        snprintf(buf, cap, "this rank's shard of %s%s weights, not gathered", ly, ly[0] == 'l' ? "'s" : "'");
+        break;
+    }
     case V_INPUT: snprintf(buf, cap, "model input %d", l->node); break;
     case V_FREED:
         describe_instr(v, l->origin, o, sizeof o);
@@ -220,15 +247,17 @@ static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
     case V_GRADS: snprintf(buf, cap, "host gradients"); break;
     case V_NODE: {
         const Node *n = p->graph->parts[l->part].nodes.items[l->node];
-        snprintf(buf, cap, "%s %%%d%s%s of layer %lld", part_name((PartKind)l->part), l->node, n->name ? " " : "",
-                 n->name ? n->name : "", (long long)l->layer);
+        snprintf(buf, cap, "%s%s %%%d%s%s of layer %lld%s", l->wide ? "widened " : "", part_name((PartKind)l->part),
+                 l->node, n->name ? " " : "", n->name ? n->name : "", (long long)l->layer,
+                 l->summed ? ", summed over the ranks" : "");
         break;
     }
     }
 }
 
 static int same_value(const Label *have, const Label *want) {
-    return have->kind == want->kind && have->at == want->at &&
+    return have->kind == want->kind && have->at == want->at && have->wide == want->wide &&
+           have->summed == want->summed &&
            (want->kind != V_NODE ||
             (have->part == want->part && have->node == want->node && have->layer == want->layer)) &&
            (want->kind != V_INPUT || have->node == want->node);
@@ -322,8 +351,12 @@ static int write_range(V *v, Spans *a, int w, int64_t lo, int64_t hi, Label l) {
 }
 
 // Instruction i copies [src, src + bytes) of `from` to dst of `to`: the
-// labels travel, what was never written stays unwritten.
-static int copy_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t dst, int64_t bytes) {
+// labels travel, what was never written stays unwritten. With `widen`, the
+// source is bf16 and lands as fp32: bytes are the source's, the labels
+// stretch to twice their length, marked wide; with `sum`, in place, what is
+// there becomes its sum over the ranks (INS_REDUCE_SCATTER).
+static int move_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t dst, int64_t bytes, int widen,
+                      int sum) {
     if (read_range(v, from, i, src, src + bytes, NULL, "") != 0) return -1;
     int lo = spans_find(from, src), n = 0;
     for (int k = lo; k < from->n && from->s[k].lo < src + bytes; k++) n++;
@@ -334,11 +367,19 @@ static int copy_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t 
         v->moved_cap = n;
     }
     memcpy(v->moved, &from->s[lo], (size_t)n * sizeof(Span));
-    if (check_write(v, to, i, dst, dst + bytes) != 0) return -1;
-    int rc = spans_put(to, dst, dst + bytes, (Label){.kind = V_NONE, .origin = i}, i);
-    for (int k = 0; rc == 0 && k < n; k++)
-        rc = spans_put(to, v->moved[k].lo - src + dst, v->moved[k].hi - src + dst, v->moved[k].l, i);
+    int64_t scale = widen ? 2 : 1;
+    if (check_write(v, to, i, dst, dst + scale * bytes) != 0) return -1;
+    int rc = spans_put(to, dst, dst + scale * bytes, (Label){.kind = V_NONE, .origin = i}, i);
+    for (int k = 0; rc == 0 && k < n; k++) {
+        Label l = v->moved[k].l;
+        if (widen && l.kind != V_NONE) l.at *= 2, l.wide = 1;
+        if (sum && l.kind != V_NONE) l.summed = 1;
+        rc = spans_put(to, (v->moved[k].lo - src) * scale + dst, (v->moved[k].hi - src) * scale + dst, l, i);
+    }
     return rc == 0 ? 0 : oom(v);
+}
+static int copy_range(V *v, int i, Spans *from, int64_t src, Spans *to, int64_t dst, int64_t bytes) {
+    return move_range(v, i, from, src, to, dst, bytes, 0, 0);
 }
 
 // ---------------------------------------------------------------- the graph's values
@@ -489,17 +530,19 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                 const Grad *gr = part->grads.items[k];
                 if (gr->of->op != OP_PARAM || !gr->grad) continue;
                 const Param *prm = g->params.items[gr->of->param];
+                // sharded: the gradient widened to fp32 where it is bf16, summed over the ranks, anywhere
+                int shard = !!(in->flags & XFER_SHARD), bf16 = storage_dtype(g->train.compute, gr->grad) == DT_BF16;
                 if (prm->in_block != (in->layer >= 0) ||
                     plan_param_elem(p, gr->of->param, in->layer < 0 ? 0 : in->layer) != in->dst ||
-                    storage_bytes(g->train.compute, gr->grad) != in->bytes ||
-                    (storage_dtype(g->train.compute, gr->grad) == DT_BF16) != !!(in->flags & XFER_BF16))
+                    (shard ? shape_numel(&prm->shape) * 4 : storage_bytes(g->train.compute, gr->grad)) != in->bytes ||
+                    (bf16 && !shard) != !!(in->flags & XFER_BF16))
                     continue;
-                for (int f = 0; f < (part_is_block(pk) ? nframes : 1); f++) {
-                    if (addr_of(p, gr->grad, f) != in->src) continue;
+                for (int f = 0; f < (part_is_block(pk) && !shard ? nframes : 1); f++) {
+                    if (!shard && addr_of(p, gr->grad, f) != in->src) continue;
                     int64_t off;
                     const Node *b = base_of(p, gr->grad, &off);
                     Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = part_is_block(pk) ? in->layer : -1,
-                                  .at = off};
+                                  .at = off * (shard && bf16 ? 2 : 1), .wide = shard && bf16, .summed = shard};
                     if (pass == 0 && !holds(&v->arena, in->src, &want)) continue;
                     char what[96];
                     snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
@@ -560,7 +603,12 @@ static int check_fields(V *v, int i) {
         int64_t arena = in->kind == INS_COPY_IN ? in->dst : in->src, host = in->kind == INS_COPY_IN ? in->src : in->dst;
         if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
         int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
-        if (in->flags & ~XFER_BF16) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
+        if (in->flags & ~(XFER_BF16 | XFER_SHARD)) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
+        if (!(in->flags & XFER_SHARD) != !p->sharded)
+            return fail(v, "%s: %s in a %s plan", d, in->flags & XFER_SHARD ? "a shard's copy" : "a whole copy",
+                        p->sharded ? "sharded" : "replicated");
+        if (in->kind == INS_COPY_IN && (in->flags & XFER_SHARD) && in->src != plan_segment_base(p, in->layer))
+            return fail(v, "%s: a shard's COPY_IN names its segment from its first element", d);
         if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
             return fail(v, "%s: a bf16 transfer in a plan that computes in %s", d, dtype_name(g->train.compute));
         if (in->kind == INS_COPY_IN && elem != weight_bytes(p))
@@ -572,13 +620,35 @@ static int check_fields(V *v, int i) {
         if (!range_ok(arena, in->bytes, A)) return fail(v, "%s: arena bytes outside the arena", d);
         return 0;
     }
-    case INS_COPY:
-        if (!range_ok(in->src, in->bytes, A) || !range_ok(in->dst, in->bytes, A))
+    case INS_COPY: {
+        if (in->flags & ~XFER_BF16) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
+        int64_t src_bytes = in->flags & XFER_BF16 ? in->bytes / 2 : in->bytes; // widened: bytes are the fp32 ones
+        if ((in->flags & XFER_BF16) && in->bytes % 4 != 0) return fail(v, "%s: %lld fp32 bytes", d, (long long)in->bytes);
+        if (!range_ok(in->src, src_bytes, A) || !range_ok(in->dst, in->bytes, A))
             return fail(v, "%s: arena bytes outside the arena", d);
-        if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + in->bytes)
+        if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + src_bytes)
             return fail(v, "%s: source [%lld, +%lld) and destination %lld overlap", d, (long long)in->src,
-                        (long long)in->bytes, (long long)in->dst);
+                        (long long)src_bytes, (long long)in->dst);
         return 0;
+    }
+    case INS_ALLGATHER:
+    case INS_REDUCE_SCATTER: {
+        if (!p->sharded || p->ranks < 2) return fail(v, "%s: a collective in a plan that is not sharded over ranks", d);
+        if (v->coll >= 0 && in->engine != v->ins[v->coll].engine) {
+            char first[200];
+            describe_instr(v, v->coll, first, sizeof first);
+            return fail(v, "%s: not on the engine of %s: one engine issues every collective, so that every rank "
+                        "issues them in one order", d, first);
+        }
+        if (v->coll < 0) v->coll = i;
+        if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        int64_t len = plan_segment_len(p, in->layer), chunk = (len + p->ranks - 1) / p->ranks;
+        int64_t elem = in->kind == INS_ALLGATHER ? weight_bytes(p) : 4, at = in->kind == INS_ALLGATHER ? in->dst : in->src;
+        if (in->bytes != p->ranks * chunk * elem)
+            return fail(v, "%s: %lld bytes, where %d ranks' chunks of the segment's %lld elements are %lld", d,
+                        (long long)in->bytes, p->ranks, (long long)len, (long long)(p->ranks * chunk * elem));
+        return range_ok(at, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
+    }
     case INS_INPUT:
         if (in->input < 0 || in->input >= g->inputs.n) return fail(v, "%s: model input %d is out of range", d, in->input);
         return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
@@ -611,7 +681,8 @@ static int check_fields(V *v, int i) {
 static int verify_order(V *v) {
     const Plan *p = v->p;
     int n = v->n, nev = p->nevents > 0 ? p->nevents : 0;
-    int last[ENG_COUNT] = {-1, -1, -1, -1}, count[ENG_COUNT] = {0};
+    int last[ENG_COUNT], count[ENG_COUNT] = {0};
+    for (int e = 0; e < ENG_COUNT; e++) last[e] = -1;
     int *rec = malloc((size_t)(nev + 1) * sizeof *rec);
     if (!rec) return oom(v);
     for (int e = 0; e < nev; e++) rec[e] = -1;
@@ -668,6 +739,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
     v->n = n;
     v->stream = name;
     v->arena.n = v->act.n = v->grads.n = 0;
+    v->coll = -1;
     free(v->clk);
     free(v->pos);
     v->clk = malloc(((size_t)n + 1) * ENG_COUNT * sizeof *v->clk);
@@ -680,10 +752,21 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
         switch ((InsKind)in->kind) {
         case INS_COPY_IN:
             rc = host_order(v, i, in->layer);
-            if (rc == 0)
+            if (rc == 0) // sharded: the rank's part of the segment, somewhere in it
                 rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
-                                 (Label){.kind = V_WEIGHTS, .at = in->src * weight_bytes(p), .origin = i});
+                                 (Label){.kind = in->flags & XFER_SHARD ? V_SHARD : V_WEIGHTS,
+                                         .at = in->src * weight_bytes(p), .origin = i});
             break;
+        case INS_ALLGATHER: { // every rank's shard of the segment in, the segment's weights out (padding after)
+            int64_t seg = plan_segment_len(p, in->layer) * weight_bytes(p);
+            Label want = {.kind = V_SHARD, .at = plan_segment_base(p, in->layer) * weight_bytes(p)};
+            rc = read_range(v, &v->arena, i, in->dst, in->dst + seg, &want, "the shard to gather");
+            if (rc == 0) rc = write_range(v, &v->arena, i, in->dst + seg, in->dst + in->bytes, (Label){.kind = V_NONE});
+            if (rc == 0)
+                rc = write_range(v, &v->arena, i, in->dst, in->dst + seg, (Label){.kind = V_WEIGHTS, .at = want.at, .origin = i});
+            break;
+        }
+        case INS_REDUCE_SCATTER: rc = move_range(v, i, &v->arena, in->src, &v->arena, in->src, in->bytes, 0, 1); break;
         case INS_INPUT:
             rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
                              (Label){.kind = V_INPUT, .node = in->input, .origin = i});
@@ -691,7 +774,10 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
         case INS_FREE:
             rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes, (Label){.kind = V_FREED, .origin = i});
             break;
-        case INS_COPY: rc = copy_range(v, i, &v->arena, in->src, &v->arena, in->dst, in->bytes); break;
+        case INS_COPY:
+            rc = move_range(v, i, &v->arena, in->src, &v->arena, in->dst,
+                            in->flags & XFER_BF16 ? in->bytes / 2 : in->bytes, !!(in->flags & XFER_BF16), 0);
+            break;
         case INS_SAVE: rc = copy_range(v, i, &v->arena, in->src, &v->act, in->dst, in->bytes); break;
         case INS_LOAD: rc = copy_range(v, i, &v->act, in->src, &v->arena, in->dst, in->bytes); break;
         case INS_RUN: rc = verify_run(v, i, in); break;

@@ -1,5 +1,7 @@
 #include "cost.h"
 
+#include "collective.h"
+
 #include "../common/attention.h"
 #include "fuse.h"
 #include "../common/scratch.h"
@@ -292,8 +294,12 @@ static void place_store(const Graph *g, int64_t global_elems, int64_t layers_ele
             return;
 }
 
+// A sharded plan's rank holds 1/ranks of every segment (dist_shard's chunks, at most ceil(len / ranks)).
+static int64_t rank_share(const Plan *p, int64_t elems) { return p->sharded ? (elems + p->ranks - 1) / p->ranks : elems; }
+
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
-    place_store(p->graph, p->host_global, p->layer_base[p->graph->layers], p->host_layer, act, t, pl);
+    place_store(p->graph, rank_share(p, p->host_global), rank_share(p, p->layer_base[p->graph->layers]),
+                rank_share(p, p->host_layer), act, t, pl);
 }
 
 void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }
@@ -311,21 +317,23 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
     case INS_INPUT:
-    case INS_LOAD: return (double)in->bytes / t->h2d_bandwidth;
-    case INS_COPY_OUT:
+    case INS_LOAD: return (double)in->bytes / (in->flags & XFER_SHARD ? p->ranks : 1) / t->h2d_bandwidth;
+    case INS_COPY_OUT: // a shard's: of the range, the rank's 1 / ranks on average
         if (zero3) return zero3_grad_out_s((double)in->bytes, in->flags & XFER_BF16 ? 2.0 : 4.0, t);
-        return (double)in->bytes / t->d2h_bandwidth;
+        return (double)in->bytes / (in->flags & XFER_SHARD ? p->ranks : 1) / t->d2h_bandwidth;
     case INS_SAVE:
     case INS_STAT: return (double)in->bytes / t->d2h_bandwidth;
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
-        double adamw = layer_elems(p, in->layer) * (zero3 ? zero3_update_bytes(compute) : update_bytes(compute)) /
-                       t->host_adamw_bandwidth;
+        double adamw = (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
+                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute)) / t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
-    case INS_NORM: return layer_elems(p, in->layer) * 4.0 / t->host_memory_bandwidth;
+    case INS_NORM: return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) * 4.0 / t->host_memory_bandwidth;
+    case INS_ALLGATHER: return collective_seconds(t, COLL_ALL_GATHER, (double)in->bytes, p->ranks);
+    case INS_REDUCE_SCATTER: return collective_seconds(t, COLL_REDUCE_SCATTER, (double)in->bytes, p->ranks);
     case INS_LOSS:
     case INS_FREE:
     case INS_RECORD:
@@ -457,13 +465,13 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         case INS_COPY_IN:
         case INS_INPUT:
         case INS_LOAD:
-            c->copy_in_bytes += in->bytes;
+            c->copy_in_bytes += in->flags & XFER_SHARD ? in->bytes / p->ranks : in->bytes; // (a shard: the rank's)
             c->copy_in_s += s;
             if (in->kind == INS_COPY_IN && in->layer >= 0) layer_in_bytes += (double)in->bytes;
             break;
         case INS_COPY_OUT:
         case INS_SAVE:
-            c->copy_out_bytes += in->bytes;
+            c->copy_out_bytes += in->flags & XFER_SHARD ? in->bytes / p->ranks : in->bytes; // (a shard: the rank's)
             c->copy_out_s += s;
             if (in->kind == INS_COPY_OUT && zero3) { // the 16-bit copy back in and the fp32 copy out
                 c->copy_in_bytes += in->bytes;

@@ -18,6 +18,7 @@
 #include "explain.h"
 #include "explore.h"
 #include "plan_write.h"
+#include "scaleout.h"
 #include "schedule.h"
 #include "../common/verify.h"
 #include "summary.h"
@@ -67,6 +68,10 @@ static const char USAGE[] =
     "                   PLAN): each trains on its own --batch rows of every global batch of N x batch\n"
     "                   rows, the gradients summed over the ranks (default 1: one process); with\n"
     "                   --explain, replicated, sharded and MegaTrain's way side by side for N ranks\n"
+    "  --shard on|off|auto  with --ranks: on, each rank holds a 1/N shard of the host store (master,\n"
+    "                   moments, gradients), the weights all-gathered and the gradients reduce-scattered\n"
+    "                   layer by layer on the devices; off, every rank holds all of it (replicated);\n"
+    "                   auto (default): the one the scale-out model predicts faster (--explain says why)\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
@@ -230,6 +235,17 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     SchedResult mine, *best = r ? r : &mine, next;
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
     if (!g || (tile_arg && !r)) return g;
+    SchedRequest chosen = *req;
+    if (chosen.shard < 0) { // --shard auto: replicated or sharded, whichever the scale-out model predicts faster
+        chosen.shard = 0;   // (compiler/scaleout.c; one process: nothing to shard)
+        int c = chosen.ranks > 1 ? scaleout_choose(g, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
+        if (c < 0) {
+            best->plan = NULL;
+            return g;
+        }
+        chosen.shard = c == SCALE_SHARDED;
+    }
+    req = &chosen;
     if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
         best->plan = NULL;
         return g;
@@ -485,7 +501,7 @@ fail:
 int main(int argc, char **argv) {
     enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
            OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS,
-           OPT_SELECTIVE_LAYERS, OPT_RANKS };
+           OPT_SELECTIVE_LAYERS, OPT_RANKS, OPT_SHARD };
     static const struct option LONG[] = {
         {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
         {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
@@ -501,6 +517,7 @@ int main(int argc, char **argv) {
         {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
         {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
         {"ranks", required_argument, 0, OPT_RANKS},
+        {"shard", required_argument, 0, OPT_SHARD},
         {0, 0, 0, 0},
     };
     const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
@@ -508,6 +525,7 @@ int main(int argc, char **argv) {
         want_explore = 0;
     SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
     int64_t count, ranks = 1;
+    int shard = -1; // --shard: 1 on, 0 off, -1 auto (the scale-out model's choice)
     SemaOptions opt = {0};
     opterr = 0;
     int c;
@@ -565,6 +583,12 @@ int main(int argc, char **argv) {
         case OPT_RANKS:
             if (parse_count(optarg, &ranks) || ranks > INT32_MAX)
                 return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
+            req.ranks = (int)ranks;
+            break;
+        case OPT_SHARD:
+            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto"))
+                return usage_error("--shard takes on, off or auto, not '%s'", optarg);
+            shard = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : -1;
             break;
         case OPT_SEQ:
             if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
@@ -599,6 +623,9 @@ int main(int argc, char **argv) {
     if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
         return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
                                  "--explain or --trace");
+    if (shard == 1 && ranks < 2)
+        return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
+    req.shard = shard;
     int picks = req.offloaded || req.host_selective;
     if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || picks))
         return usage_error("%s", "--remat, --offload-layers, --selective-layers, --slots, --resident and --checkpoints "

@@ -36,7 +36,7 @@
 //   ARENA    i64 arena_bytes, i64 scratch_bytes, i64 device_limit, i32 nframes; per part: u32
 //            count (= its nodes; a block part's times nframes), count × i64
 //            byte offset (-1: a view or reshape)
-//   STREAMS  str schedule, i32 ranks, i32 nevents; u32 count, train instructions;
+//   STREAMS  str schedule, i32 ranks, i32 sharded, i32 nevents; u32 count, train instructions;
 //            u32 count, eval instructions; each i32 kind, engine, part,
 //            layer, input, from, to, frame, flags, event; i64 src, dst, bytes
 //   KERNELS  bytes kernel IR, bytes bitcode, optstr cuda arch, bytes cubin,
@@ -398,6 +398,7 @@ int plan_write(Plan *p, const char *path, char *err, size_t errcap) {
     }
     put_str(&sec[SEC_STREAMS - 1], p->schedule ? p->schedule : "");
     put_i32(&sec[SEC_STREAMS - 1], p->ranks ? p->ranks : 1); // a plan built without --ranks is one process's
+    put_i32(&sec[SEC_STREAMS - 1], p->sharded);
     put_i32(&sec[SEC_STREAMS - 1], p->nevents);
     write_instrs(&sec[SEC_STREAMS - 1], p->train, p->ntrain);
     write_instrs(&sec[SEC_STREAMS - 1], p->eval, p->neval);

@@ -6,7 +6,8 @@
 //      block's layout is one "frame", instantiated once per weight slot
 //   3. device arena: globals, frames (weight slot + buffers), the head and
 //      the tail in one region (their values never live at once),
-//      gradient carries, checkpoints and kept activations; on a GPU the
+//      gradient carries, checkpoints and kept activations, a sharded plan's
+//      gradient staging; on a GPU the
 //      fused kernels' scratch beside it (common/scratch.h), counted in the
 //      device memory every fit and figure uses (plan_device_bytes)
 //   4. the training stream: the previous step's host updates overlapped
@@ -26,6 +27,19 @@
 // link once and nothing of theirs is recomputed. The last `slots` streamed
 // layers are still intact in their frames when the backward reaches them,
 // so they too skip the weight copy and the recompute.
+//
+// Sharded plans (SchedChoice.sharded, mtc --shard on). Each rank holds its
+// shard of every segment (dist_shard); a segment's weights go in as the
+// rank's slice (COPY_IN XFER_SHARD) and an INS_ALLGATHER on the comm engine,
+// which the copy-in engine waits for, so everything that waits for a copy-in
+// finds the segment whole; weight slots and the globals' region have room
+// for ranks whole chunks (shard_span). A part's gradients of a segment are
+// copied, widened to fp32, into the gradient staging at the end of the arena
+// (its host layout, the longest segment's shard_span in fp32, one for all:
+// the next segment's copies wait for the last one's COPY_OUTs), reduce-
+// scattered on the comm engine, and this rank's slice of each copied out
+// (COPY_OUT XFER_SHARD), as the replicated plan copies them out. Nothing else
+// changes: the same frames, events and host instructions.
 #include "schedule.h"
 
 #include "fuse.h"
@@ -342,6 +356,10 @@ typedef struct Builder {
     int *frame_cmp, *frame_out;
     int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
     int64_t stat_bytes; // the stream's host statistics buffer so far (INS_STAT's dst)
+    // Sharded: where the gradients of one segment gather in fp32, in its host layout, to be reduce-scattered
+    // (shard_span of the longest segment), and the event that frees it again (its COPY_OUTs done; -1: free)
+    int64_t gslot;
+    int ev_gslot;
 } Builder;
 
 static Instr *emit(Builder *b, InsKind kind, Engine e) {
@@ -463,14 +481,27 @@ static void report_stats(Builder *b, int64_t l, int f) {
 
 static void host_op(Builder *b, InsKind kind, int64_t layer) { emit(b, kind, ENG_HOST)->layer = (int32_t)layer; }
 
+// The elements a segment of len takes where its collectives run: ranks
+// chunks of ceil(len / ranks) (dist_shard's) in a sharded plan, else len.
+static int64_t shard_span(const Plan *p, int64_t len) {
+    return p->sharded ? p->ranks * ((len + p->ranks - 1) / p->ranks) : len;
+}
+
 // Where global segment seg (SEG_HEAD or SEG_TAIL) lies in the arena: the
-// globals' region holds them as the host store does.
+// globals' region holds them as the host store does, the head's then the
+// tail's; sharded, each with room for its all-gather (shard_span).
 static int64_t globals_addr(const Builder *b, int64_t seg) {
-    return b->globals + plan_segment_base(b->p, seg) * storage_weight_bytes(b->p->graph->train.compute);
+    const Plan *p = b->p;
+    int64_t wbytes = storage_weight_bytes(p->graph->train.compute);
+    if (!p->sharded || seg == SEG_HEAD) return b->globals + plan_segment_base(p, seg) * wbytes;
+    return b->globals + align_up(shard_span(p, plan_segment_len(p, SEG_HEAD)) * wbytes, ARENA_ALIGN);
 }
 
 // Segment seg's weights (a layer's, or SEG_HEAD's or SEG_TAIL's) -> arena
-// dst; nothing for an empty global segment.
+// dst; nothing for an empty global segment. Sharded: this rank's shard,
+// then the all-gather of every rank's on the comm engine, which the copy-in
+// engine waits for, so that whatever waits for the copy-in finds the
+// segment whole.
 static void copy_in_weights(Builder *b, int64_t seg, int64_t dst) {
     const Plan *p = b->p;
     DType compute = p->graph->train.compute;
@@ -481,7 +512,14 @@ static void copy_in_weights(Builder *b, int64_t seg, int64_t dst) {
     in->src = plan_segment_base(p, seg);
     in->dst = dst;
     in->bytes = plan_segment_len(p, seg) * wbytes;
-    in->flags = compute == DT_BF16 ? XFER_BF16 : 0;
+    in->flags = (compute == DT_BF16 ? XFER_BF16 : 0) | (p->sharded ? XFER_SHARD : 0);
+    if (!p->sharded) return;
+    wait_for(b, ENG_COMM, record(b, ENG_COPY_IN));
+    Instr *g = emit(b, INS_ALLGATHER, ENG_COMM);
+    g->layer = (int32_t)seg;
+    g->dst = dst;
+    g->bytes = shard_span(p, plan_segment_len(p, seg)) * wbytes;
+    wait_for(b, ENG_COPY_IN, record(b, ENG_COMM));
 }
 
 // A host optimizer instruction of a global segment, unless it is empty.
@@ -522,12 +560,65 @@ static void feed_inputs(Builder *b, PartKind pk) {
     }
 }
 
+// The host segment of a part's parameter: layer `layer`'s for a block's,
+// the head's or the tail's globals'.
+static int64_t segment_of_param(const Plan *p, PartKind pk, int param, int64_t layer) {
+    return part_is_block(pk) ? layer : plan_segment_of(p, plan_param_elem(p, param, 0));
+}
+
+// Sharded grads_out: per segment the part has gradients of, each gradient
+// (widened to fp32 where it is bf16) to its place in the gradient staging
+// in the segment's host layout, once the staging's last COPY_OUTs are done;
+// the reduce-scatter of the segment on the comm engine; then this rank's
+// slice of each gradient out (COPY_OUT XFER_SHARD).
+static void grads_out_sharded(Builder *b, PartKind pk, int64_t layer, int frame) {
+    const Plan *p = b->p;
+    const Part *part = &p->graph->parts[pk];
+    DType compute = p->graph->train.compute;
+    int block = part_is_block(pk);
+    for (int64_t seg = block ? layer : SEG_TAIL; seg <= (block ? layer : SEG_HEAD); seg++) {
+        int staged = 0;
+        for (int i = 0; i < part->grads.n; i++) { // into the staging
+            const Grad *g = part->grads.items[i];
+            if (g->of->op != OP_PARAM || !g->grad || segment_of_param(p, pk, g->of->param, layer) != seg) continue;
+            if (!staged++) wait_for(b, ENG_COMPUTE, b->ev_gslot);
+            Instr *c = emit(b, INS_COPY, ENG_COMPUTE);
+            c->src = addr(p, g->grad, frame);
+            c->dst = b->gslot + (plan_param_elem(p, g->of->param, layer) - plan_segment_base(p, seg)) * 4;
+            c->bytes = shape_numel(&g->of->shape) * 4;
+            c->flags = storage_dtype(compute, g->grad) == DT_BF16 ? XFER_BF16 : 0;
+        }
+        if (!staged) continue;
+        wait_for(b, ENG_COMM, record(b, ENG_COMPUTE));
+        Instr *rs = emit(b, INS_REDUCE_SCATTER, ENG_COMM);
+        rs->layer = (int32_t)seg;
+        rs->src = b->gslot;
+        rs->bytes = shard_span(p, plan_segment_len(p, seg)) * 4;
+        wait_for(b, ENG_COPY_OUT, record(b, ENG_COMM));
+        for (int i = 0; i < part->grads.n; i++) { // this rank's slice of each out
+            const Grad *g = part->grads.items[i];
+            if (g->of->op != OP_PARAM || !g->grad || segment_of_param(p, pk, g->of->param, layer) != seg) continue;
+            Instr *in = emit(b, INS_COPY_OUT, ENG_COPY_OUT);
+            in->layer = (int32_t)seg;
+            in->dst = plan_param_elem(p, g->of->param, layer);
+            in->src = b->gslot + (in->dst - plan_segment_base(p, seg)) * 4;
+            in->bytes = shape_numel(&g->of->shape) * 4;
+            in->flags = XFER_SHARD;
+        }
+        b->ev_gslot = record(b, ENG_COPY_OUT);
+    }
+}
+
 // Adds a part's parameter gradients into the host accumulators: a block's
 // into layer `layer`'s segment, the head's and the tail's into their
 // globals' segments.
 static void grads_out(Builder *b, PartKind pk, int64_t layer, int frame) {
     const Plan *p = b->p;
     const Part *part = &p->graph->parts[pk];
+    if (p->sharded) {
+        grads_out_sharded(b, pk, layer, frame);
+        return;
+    }
     for (int i = 0; i < part->grads.n; i++) {
         const Grad *g = part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
@@ -853,7 +944,7 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     p->nframes = b->nframes;
     DType compute = g->train.compute;
     int64_t wbytes = storage_weight_bytes(compute);
-    b->layer_bytes = align_up(p->host_layer * wbytes, ARENA_ALIGN);
+    b->layer_bytes = align_up(shard_span(p, p->host_layer) * wbytes, ARENA_ALIGN); // (sharded: room to all-gather)
     b->x_bytes = node_bytes(compute, x);
     b->carry_bytes = align_up(b->x_bytes, ARENA_ALIGN);
     b->keep_bytes = 0; // a keep place holds any kind's kept outputs
@@ -879,7 +970,8 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
 
     int64_t top = 0;
     b->globals = top;
-    top = align_up(top + p->host_global * wbytes, ARENA_ALIGN);
+    top = p->sharded ? globals_addr(b, SEG_TAIL) + shard_span(p, p->host_tail) * wbytes : top + p->host_global * wbytes;
+    top = align_up(top, ARENA_ALIGN);
     b->slot0 = top;
     top += b->nframes * b->layer_bytes;
     b->frame0 = top;
@@ -906,6 +998,14 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
     if (c->policy == POLICY_MEGATRAIN) top = align_up(top + MEGATRAIN_BLOCK * b->x_bytes, ARENA_ALIGN);
     b->keep0 = top;
     if (c->remat == REMAT_SELECTIVE) top += recomputed * b->keep_bytes;
+    b->gslot = align_up(top, ARENA_ALIGN); // sharded: the longest segment's gradients in fp32, for its reduce-scatter
+    if (p->sharded) {
+        top = b->gslot;
+        int64_t longest = p->host_layer;
+        for (int64_t seg = SEG_FIRST; seg < 0; seg++)
+            if (plan_segment_len(p, seg) > longest) longest = plan_segment_len(p, seg);
+        top += align_up(shard_span(p, longest) * 4, ARENA_ALIGN);
+    }
     p->arena_bytes = top;
     // each engine that runs kernels gets their scratch beside the arena on a GPU (the cpu's is host memory)
     p->scratch_bytes = strncmp(t->arch, "sm_", 3) == 0 ? g->kernel_scratch : 0;
@@ -926,7 +1026,9 @@ static int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap) 
                 if (is_alias(n)) *o = -1;
                 else if (n->op == OP_PARAM) {
                     const Param *prm = g->params.items[n->param];
-                    *o = (prm->in_block ? slot_addr(b, f) : b->globals) + p->param_offset[n->param] * wbytes;
+                    int64_t seg = plan_segment_of(p, p->param_offset[n->param]); // (a global's)
+                    *o = prm->in_block ? slot_addr(b, f) + p->param_offset[n->param] * wbytes
+                                       : globals_addr(b, seg) + (p->param_offset[n->param] - plan_segment_base(p, seg)) * wbytes;
                 } else
                     *o = (part_is_block(pk) ? frame_addr(b, f) : base) + rel[pk][i];
             }
@@ -940,7 +1042,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
                    size_t errcap) {
     Plan *p = arena_alloc(a, sizeof *p);
     if (!p) goto oom;
-    *p = (Plan){.graph = g};
+    *p = (Plan){.graph = g, .ranks = c->ranks > 1 ? c->ranks : 1, .sharded = c->ranks > 1 && c->sharded};
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     const Node *tail_x = part_input_from(tail, block_part(g, g->layers - 1));
     const Grad *d_tail_x = tail_x ? part_grad_of(tail, tail_x) : NULL;
@@ -987,7 +1089,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     BlockNeeds need[MT_MAX_KINDS];
     for (int k = 0; k < g->nkinds; k++)
         if (block_needs(&g->parts[kind_part(k)], g->train.compute, a, &need[k]) != 0) goto oom;
-    Builder b = {.a = a, .p = p, .c = c, .need = need, .serial = c->policy == POLICY_SEQUENTIAL,
+    Builder b = {.a = a, .p = p, .c = c, .need = need, .serial = c->policy == POLICY_SEQUENTIAL, .ev_gslot = -1,
                  .tiled = block->nchunks && c->remat == REMAT_LAYER && c->policy == POLICY_MT};
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
     b.ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
@@ -1085,9 +1187,11 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (c->host_selective)
         snprintf(mix + at, sizeof mix - (size_t)at, " selective-offloaded=%lld/%lld", (long long)c->host_selective,
                  (long long)b.leaving);
-    snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d",
+    char shard[48] = ""; // a sharded plan says over how many ranks
+    if (p->sharded) snprintf(shard, sizeof shard, " sharded=%d", p->ranks);
+    snprintf(name, sizeof name, "policy=%s remat=%s%s slots=%d resident=%lld checkpoints=%s tile=%d%s",
              policy_name(c->policy), remat_name(c->remat), mix, c->slots, (long long)c->resident,
-             c->ckpt_host ? "host" : "device", chunks ? chunks : 1);
+             c->ckpt_host ? "host" : "device", chunks ? chunks : 1, shard);
     p->schedule = arena_strndup(a, name, strlen(name));
     if (!p->schedule) goto oom;
     return p;
@@ -1597,7 +1701,7 @@ static int search(Search *x) {
         // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
         // computes, as in two slots
         SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER,
-                         .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2};
+                         .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2, .ranks = req->ranks, .sharded = req->shard > 0};
         for (int host = 0; host < 2; host++) {
             c.ckpt_host = host;
             if (try_choice(x, &c) != 0) return -1;
@@ -1627,7 +1731,8 @@ static int search(Search *x) {
                         if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
                         if (req->slots && slots != req->slots) continue;
                         if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host};
+                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host,
+                                         .ranks = req->ranks, .sharded = req->shard > 0};
                         c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
                         if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
                     }
@@ -1640,7 +1745,8 @@ static int search(Search *x) {
                          (long long)req->resident);
                 return -1;
             }
-            SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L};
+            SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L, .ranks = req->ranks,
+                             .sharded = req->shard > 0};
             if (try_choice(x, &c) != 0) return -1;
             continue;
         }
@@ -1649,7 +1755,8 @@ static int search(Search *x) {
                 if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host};
+                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host,
+                                 .ranks = req->ranks, .sharded = req->shard > 0};
                 // recomputed chunk by chunk: nothing resident
                 // (and none under a recompute or offload annotation: resident layers keep everything)
                 int chunked = tiled && rm == REMAT_LAYER,
@@ -1662,7 +1769,8 @@ static int search(Search *x) {
             }
     }
     if (req->remat == REMAT_MIXED && !asked && !best->plan) { // too few layers to mix: the plain plan, refused
-        SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
+        SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1, .ranks = req->ranks,
+                         .sharded = req->shard > 0};
         if (try_choice(x, &c) != 0) return -1;
         best->fits = 0;
         snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "

@@ -53,6 +53,8 @@ typedef struct SchedChoice {
     int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
     int64_t resident; // layers at the forward/backward turn that keep weights and activations
     int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
+    int ranks;        // the plan is one rank of a data-parallel run of this many (0 or 1: one process)
+    int sharded;      // with ranks > 1: each rank owns a shard of the host store (Plan.sharded), else replicated
 } SchedChoice;
 
 // Builds the plan for one choice (device_limit set from t). Returns NULL
@@ -80,6 +82,9 @@ typedef struct SchedRequest {
     int slots;        // 0: any
     int64_t resident; // -1: the most that fit
     int ckpt;         // 0: either; CKPT_DEVICE or CKPT_HOST: where the checkpoints must live
+    int ranks;        // mtc --ranks: every plan is one rank of this many (0 or 1: one process)
+    int shard;        // with ranks > 1, 1: sharded plans (mtc --shard on); 0: replicated; -1: auto, which mtc
+                      // resolves (scaleout_choose) before the search, else replicated
     // When > 0, plans whose step is not below it are of no use to the caller: the search may leave
     // out any it can tell will not beat it (mtc's --tile auto, once a tiling's best plan fits).
     double beat_s;

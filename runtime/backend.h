@@ -20,6 +20,7 @@
 #include "dist.h"
 
 typedef struct Backend Backend;
+struct Dist;
 struct Backend {
     const char *name;
     void *ctx;
@@ -32,6 +33,14 @@ struct Backend {
     void (*copy_out)(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes);
     // arena -> arena
     void (*copy)(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes);
+    // INS_COPY XFER_BF16: the bf16 values at arena src widened into the fp32 arena [dst, dst + bytes) (bytes the
+    // fp32 ones). NULL: a backend that cannot, which refuses sharded plans (the only ones that ask)
+    void (*copy_widen)(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes);
+    // A sharded plan's collectives on its comm engine, INS_ALLGATHER and INS_REDUCE_SCATTER, in place on the
+    // arena over the ranks of `dist` (runtime/dist.h), as common/plan.h says. NULL: a backend without
+    // collectives, which refuses sharded plans. The cpu backend runs them with MPI on the arena; the cuda
+    // backend's NCCL path (runtime/comm.c) fills this in on its comm stream (ENG_COMM).
+    void (*collective)(Backend *be, const Instr *in, const struct Dist *dist);
     // arena [dst, dst + bytes) holds nothing from now on (quiet NaNs: 0x7fc00000 on the cpu, all ones on cuda)
     void (*poison)(Backend *be, const Instr *in, int64_t dst, int64_t bytes);
     // runs nodes [from, to) of a part at block frame `frame`'s arena offsets

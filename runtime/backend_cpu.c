@@ -6,6 +6,7 @@
 
 #include "adamw.h"
 #include "backend.h"
+#include "dist.h"
 #include "../common/bf16.h"
 #include "../common/trace.h"
 #include "exec.h"
@@ -65,6 +66,25 @@ static void cpu_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, int
     (void)in;
     Cpu *c = be->ctx;
     memmove(c->arena + dst, c->arena + src, (size_t)bytes);
+}
+
+static void cpu_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
+    (void)in;
+    Cpu *c = be->ctx;
+    for (int64_t i = 0; i < bytes / 4; i++) {
+        uint16_t h;
+        memcpy(&h, c->arena + src + 2 * i, 2);
+        float f = f32_from_bf16(h);
+        memcpy(c->arena + dst + 4 * i, &f, 4);
+    }
+}
+
+// The collectives through MPI, in place on the arena (dist.c).
+static void cpu_collective(Backend *be, const Instr *in, const Dist *d) {
+    Cpu *c = be->ctx;
+    int ranks = d && d->size > 0 ? d->size : 1;
+    if (in->kind == INS_ALLGATHER) dist_allgather(d, c->arena + in->dst, in->bytes / ranks);
+    else dist_reduce_scatter_floats(d, (float *)(void *)(c->arena + in->src), in->bytes / 4 / ranks);
 }
 
 static void cpu_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
@@ -164,7 +184,8 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     c->plan = p;
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
     *be = (Backend){.name = "cpu backend", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
-                    .copy_out = cpu_copy_out, .copy = cpu_copy, .poison = cpu_poison, .run = cpu_run,
+                    .copy_out = cpu_copy_out, .copy = cpu_copy, .copy_widen = cpu_copy_widen,
+                    .collective = cpu_collective, .poison = cpu_poison, .run = cpu_run,
                     .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
     const Graph *g = p->graph;
     int ok = exec_init_at(&c->head, &g->parts[PART_HEAD], PREC_F32, c->arena, plan_offsets(p, PART_HEAD, 0)) == 0 &&

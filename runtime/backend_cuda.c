@@ -120,7 +120,7 @@ typedef struct Cuda {
     cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
 } Cuda;
 
-static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
+static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
 static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
                                             "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE", "STAT"};
 

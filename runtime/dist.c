@@ -21,7 +21,10 @@ static int launched_by_mpi(void) {
 int dist_open(Dist *d, int *argc, char ***argv, char *err, size_t errcap) {
     *d = (Dist){.rank = 0, .size = 1, .local = 1};
     if (!launched_by_mpi()) return 0;
-    if (MPI_Init(argc, argv) != MPI_SUCCESS) {
+    // serialized: a threaded replay calls the collectives from its comm engine's thread, while the main
+    // thread waits for the engines (never two calls at once)
+    int provided;
+    if (MPI_Init_thread(argc, argv, MPI_THREAD_SERIALIZED, &provided) != MPI_SUCCESS) {
         snprintf(err, errcap, "started by an MPI launcher, but MPI_Init failed");
         return -1;
     }
@@ -219,6 +222,33 @@ char *dist_gather_lines(const Dist *d, const char *mine) {
     }
     free(lens), free(at), free(all);
     return out;
+}
+
+// A chunk's count as MPI's int, or the job ended with a message.
+static int mpi_count(int64_t n, const char *what) {
+    if (n <= INT_MAX) return (int)n;
+    fprintf(stderr, "mtrun: error: %s of %lld elements: over MPI's int counts, not supported yet\n", what, (long long)n);
+    MPI_Abort(MPI_COMM_WORLD, 1);
+    return 0;
+}
+
+void dist_allgather(const Dist *d, void *buf, int64_t chunk_bytes) {
+    if (!d || !d->mpi || d->size == 1) return;
+    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, mpi_count(chunk_bytes, "an all-gather's chunk"), MPI_BYTE,
+                  MPI_COMM_WORLD);
+}
+
+void dist_reduce_scatter_floats(const Dist *d, float *buf, int64_t chunk) {
+    if (!d || !d->mpi || d->size == 1) return;
+    float *mine = malloc((size_t)chunk * sizeof *mine + 1); // (chunk) the sum's chunk of this rank
+    if (!mine) {
+        fprintf(stderr, "mtrun: error: out of memory for a reduce-scatter of %lld floats\n", (long long)chunk);
+        MPI_Abort(MPI_COMM_WORLD, 1);
+        return;
+    }
+    MPI_Reduce_scatter_block(buf, mine, mpi_count(chunk, "a reduce-scatter's chunk"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
+    memcpy(buf + (int64_t)d->rank * chunk, mine, (size_t)chunk * sizeof *mine);
+    free(mine);
 }
 
 void dist_close(Dist *d, int status) {

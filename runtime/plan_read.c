@@ -44,7 +44,8 @@ static const int64_t MAX_NUMEL = INT64_MAX / 16;
 
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
 static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update", "stat"};
+                                        "load", "free", "record", "wait", "norm", "update", "stat",
+                                        "allgather", "reduce_scatter"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 
 // How many operands each op takes; -1: at least one (concat).
@@ -836,7 +837,10 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         if (in->layer < SEG_FIRST || in->layer >= g->layers)
             rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
                     (long long)g->layers);
-        else if (in->flags & ~XFER_BF16) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if (in->flags & ~(XFER_BF16 | XFER_SHARD)) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if (!(in->flags & XFER_SHARD) != !p->sharded)
+            rd_fail(r, "%s: %s in a %s plan", where, in->flags & XFER_SHARD ? "a shard's copy" : "a whole copy",
+                    p->sharded ? "sharded" : "replicated");
         else if ((in->flags & XFER_BF16) && g->train.compute != DT_BF16)
             rd_fail(r, "%s: a bf16 transfer in a plan that computes in %s", where, dtype_name(g->train.compute));
         else if (in->kind == INS_COPY_IN && g->train.compute == DT_BF16 && !(in->flags & XFER_BF16))
@@ -851,14 +855,36 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
                     (long long)in->bytes, (long long)A);
         return;
     }
-    case INS_COPY:
-        if (!range_ok(in->src, in->bytes, A) || !range_ok(in->dst, in->bytes, A))
+    case INS_COPY: { // XFER_BF16: bf16 widened to fp32, bytes the fp32 ones
+        int64_t from = in->flags & XFER_BF16 ? in->bytes / 2 : in->bytes;
+        if (in->flags & ~XFER_BF16) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if ((in->flags & XFER_BF16) && (in->bytes % 4 != 0 || in->src % 2 != 0 || in->dst % 4 != 0))
+            rd_fail(r, "%s: a widening copy of %lld bytes from %lld to %lld: not whole aligned elements", where,
+                    (long long)in->bytes, (long long)in->src, (long long)in->dst);
+        else if (!range_ok(in->src, from, A) || !range_ok(in->dst, in->bytes, A))
             rd_fail(r, "%s: %lld bytes from %lld to %lld leave the arena of %lld", where, (long long)in->bytes,
                     (long long)in->src, (long long)in->dst, (long long)A);
-        else if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + in->bytes)
+        else if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + from)
             rd_fail(r, "%s: source [%lld, +%lld) and destination %lld overlap", where, (long long)in->src,
-                    (long long)in->bytes, (long long)in->dst);
+                    (long long)from, (long long)in->dst);
         return;
+    }
+    case INS_ALLGATHER:
+    case INS_REDUCE_SCATTER: {
+        int64_t at = in->kind == INS_ALLGATHER ? in->dst : in->src;
+        int64_t elem = in->kind == INS_ALLGATHER ? storage_weight_bytes(g->train.compute) : 4;
+        if (!p->sharded) rd_fail(r, "%s: a collective in a plan that is not sharded", where);
+        else if (in->layer < SEG_FIRST || in->layer >= g->layers)
+            rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
+                    (long long)g->layers);
+        else if (in->bytes != p->ranks * ((plan_segment_len(p, in->layer) + p->ranks - 1) / p->ranks) * elem)
+            rd_fail(r, "%s: %lld bytes, not %d ranks' chunks of segment %d", where, (long long)in->bytes, p->ranks,
+                    in->layer);
+        else if (!range_ok(at, in->bytes, A) || at % elem != 0)
+            rd_fail(r, "%s: arena bytes [%lld, +%lld) are not whole elements inside the arena of %lld", where,
+                    (long long)at, (long long)in->bytes, (long long)A);
+        return;
+    }
     case INS_INPUT: {
         if (in->input < 0 || in->input >= g->inputs.n) {
             rd_fail(r, "%s: model input %d; there are %d", where, in->input, g->inputs.n);
@@ -1151,6 +1177,11 @@ Plan *plan_parse(const void *data, size_t len, const char *name, Arena *a, char 
             p->ranks = get_i32(&r);
             if (!r.failed && p->ranks < 1) {
                 rd_fail(&r, "%d ranks; at least 1", p->ranks);
+                break;
+            }
+            p->sharded = get_i32(&r);
+            if (!r.failed && (p->sharded < 0 || p->sharded > 1 || (p->sharded && p->ranks < 2))) {
+                rd_fail(&r, "sharded is %d with %d ranks; 0, or 1 with at least 2 ranks", p->sharded, p->ranks);
                 break;
             }
             p->nevents = get_i32(&r);

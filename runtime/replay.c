@@ -13,7 +13,7 @@
 #include "../common/trace.h"
 #include "../common/bf16.h"
 
-static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
+static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
 
 const char *replay_engine_name(int engine) {
     return engine >= 0 && engine < ENG_COUNT ? ENGINE_NAMES[engine] : "no engine";
@@ -51,18 +51,45 @@ static uint64_t next_random(uint64_t *state) {
 }
 
 // Engines in the order each fixed order tries them.
-static const int EAGER[ENG_COUNT] = {ENG_COPY_IN, ENG_COPY_OUT, ENG_HOST, ENG_COMPUTE};
-static const int LAZY[ENG_COUNT] = {ENG_COMPUTE, ENG_HOST, ENG_COPY_OUT, ENG_COPY_IN};
+static const int EAGER[ENG_COUNT] = {ENG_COPY_IN, ENG_COMM, ENG_COPY_OUT, ENG_HOST, ENG_COMPUTE};
+static const int LAZY[ENG_COUNT] = {ENG_COMPUTE, ENG_HOST, ENG_COPY_OUT, ENG_COMM, ENG_COPY_IN};
+
+// A sharded plan's COPY_IN XFER_SHARD: this rank's slice of the segment's
+// weights to its place in the segment's arena region; COPY_OUT XFER_SHARD:
+// of the parameter's summed gradients, the elements in this rank's slice.
+static void copy_shard(Replay *r, const Instr *in) {
+    Backend *be = r->be;
+    HostStore *hs = r->hs;
+    int64_t lo, hi, at = store_slice(hs, r->p, in->layer, &lo, &hi), elem = in->flags & XFER_BF16 ? 2 : 4;
+    if (in->kind == INS_COPY_IN) { // src: the segment's first element
+        const void *host = in->flags & XFER_BF16 ? (const void *)(hs->wb + at) : hs->w + at;
+        if (hi > lo) be->copy_in(be, in, in->dst + (lo - in->src) * elem, host, (hi - lo) * elem);
+        return;
+    }
+    int64_t a = in->dst > lo ? in->dst : lo, b = in->dst + in->bytes / elem < hi ? in->dst + in->bytes / elem : hi;
+    if (b > a) be->copy_out_add(be, in, hs->g + at + (a - lo), in->src + (a - in->dst) * elem, (b - a) * elem,
+                                in->flags & XFER_BF16);
+}
 
 static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
     Backend *be = r->be;
     HostStore *hs = r->hs;
     switch ((InsKind)in->kind) {
     case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
-        be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src, in->bytes);
+        if (in->flags & XFER_SHARD) copy_shard(r, in);
+        else be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src,
+                         in->bytes);
         break;
-    case INS_COPY_OUT: be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
-    case INS_COPY: be->copy(be, in, in->dst, in->src, in->bytes); break;
+    case INS_COPY_OUT:
+        if (in->flags & XFER_SHARD) copy_shard(r, in);
+        else be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16);
+        break;
+    case INS_COPY:
+        if (in->flags & XFER_BF16) be->copy_widen(be, in, in->dst, in->src, in->bytes);
+        else be->copy(be, in, in->dst, in->src, in->bytes);
+        break;
+    case INS_ALLGATHER:
+    case INS_REDUCE_SCATTER: be->collective(be, in, r->dist); break;
     case INS_INPUT: be->copy_in(be, in, in->dst, inputs[in->input], in->bytes); break;
     case INS_RUN:
         be->run(be, in, (PartKind)in->part, in->from, in->to, in->frame, in->flags);

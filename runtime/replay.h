@@ -15,6 +15,7 @@
 #define MT_REPLAY_H
 
 #include "backend.h"
+#include "dist.h"
 #include "store.h"
 
 // Which runnable engine goes next.
@@ -46,6 +47,7 @@ typedef struct Replay {
     const Plan *p;
     Backend *be;
     HostStore *hs;      // weights stream in from it, gradients add into it, NORM and UPDATE act on it
+    const Dist *dist;   // the ranks a sharded plan's collectives run over (NULL: one process)
     char *act;          // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
     ReplayOrder order;
     uint64_t rng;       // the random order's state, carried from stream to stream

@@ -4,6 +4,7 @@
 
 #include "../common/bf16.h"
 #include "../common/storage.h"
+#include "dist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -19,6 +20,43 @@ static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !
 
 // The tier holds a record a layer, each the largest kind's (host_layer).
 int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p->host_layer * 4 * tier_arrays(holds); }
+
+int64_t store_shard_elems(const Plan *p, int rank, int ranks) {
+    int64_t n = 0, lo, hi;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+        n += hi - lo;
+    }
+    return n;
+}
+
+int64_t store_slice(const HostStore *s, const Plan *p, int64_t seg, int64_t *lo, int64_t *hi) {
+    int64_t base = plan_segment_base(p, seg), len = plan_segment_len(p, seg);
+    if (!s->shard_at) {
+        *lo = base, *hi = base + len;
+        return base;
+    }
+    dist_shard(len, s->rank, s->ranks, lo, hi);
+    *lo += base, *hi += base;
+    return s->shard_at[plan_segment_index(seg)];
+}
+
+int64_t store_index(const HostStore *s, const Plan *p, int64_t f) {
+    if (!s->shard_at) return f;
+    int64_t lo, hi, at = store_slice(s, p, plan_segment_of(p, f), &lo, &hi);
+    return f >= lo && f < hi ? at + (f - lo) : -1;
+}
+
+// The part [*a, *b) of plan elements [off, off + n) of segment seg that
+// this store holds (may be empty), and the array index of *a.
+static int64_t store_clip(const HostStore *s, const Plan *p, int64_t seg, int64_t off, int64_t n, int64_t *a,
+                          int64_t *b) {
+    int64_t lo, hi, at = store_slice(s, p, seg, &lo, &hi);
+    *a = off > lo ? off : lo;
+    *b = off + n < hi ? off + n : hi;
+    if (*b < *a) *b = *a;
+    return at + (*a - lo);
+}
 
 int store_alloc(HostStore *s, const Plan *p) {
     char ignored[16];
@@ -89,18 +127,52 @@ static void store_first_touch(HostStore *s, const Plan *p) {
     for (int64_t seg = SEG_FIRST; seg < g->layers; seg++)
         for (int i = 0; i < g->params.n; i++) {
             if (!in_segment(p, i, seg)) continue;
-            int64_t off = plan_param_elem(p, i, seg), n = shape_numel(&((const Param *)g->params.items[i])->shape);
+            int64_t n = shape_numel(&((const Param *)g->params.items[i])->shape), a, b, pa, pb;
+            int64_t off = store_clip(s, p, seg, plan_param_elem(p, i, seg), n, &a, &b); // what this store holds of it
+            int64_t pad = store_clip(s, p, seg, plan_param_elem(p, i, seg) + n, storage_host_elems_of(n) - n, &pa, &pb);
             int ram = !s->tier || seg < 0; // m and v (and a tier master) in RAM
             float *grads = s->tier_grads && seg >= 0 ? NULL : s->g + off; // (a tier's: touched as they arrive)
-            adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
-                              ram ? s->v + off : NULL, grads, s->wb ? s->wb + off : NULL, n, s->threads);
-            if (grads) memset(grads + n, 0, (size_t)(storage_host_elems_of(n) - n) * sizeof(float));
+            if (b > a)
+                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
+                                  ram ? s->v + off : NULL, grads, s->wb ? s->wb + off : NULL, b - a, s->threads);
+            if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
         }
 }
 
+static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
+                      char *err, size_t errcap);
+
 int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
                      size_t errcap) {
-    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = threads > 1 ? threads : 1};
+    return store_open(s, p, tier_dir, holds, threads, 0, 1, err, errcap);
+}
+
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap) {
+    if (!p->sharded || rank < 0 || rank >= p->ranks) {
+        snprintf(err, errcap, "internal error: a sharded store of rank %d for a %s plan of %d ranks", rank,
+                 p->sharded ? "sharded" : "replicated", p->ranks);
+        return -1;
+    }
+    return store_open(s, p, NULL, 0, threads, rank, p->ranks, err, errcap);
+}
+
+// The store of rank `rank` of `ranks` (ranks 1: the whole of it).
+static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
+                      char *err, size_t errcap) {
+    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = threads > 1 ? threads : 1,
+                     .rank = rank, .ranks = ranks};
+    if (ranks > 1) { // this rank's slices, one after another
+        if (!(s->shard_at = malloc((size_t)(s->nseg + 1) * sizeof *s->shard_at))) {
+            snprintf(err, errcap, "out of memory laying out the sharded host store");
+            return -1;
+        }
+        s->shard_at[0] = 0;
+        for (int64_t seg = SEG_FIRST, lo, hi; seg < p->graph->layers; seg++) {
+            dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+            s->shard_at[plan_segment_index(seg) + 1] = s->shard_at[plan_segment_index(seg)] + (hi - lo);
+        }
+        s->n = s->shard_at[s->nseg];
+    }
     holds = tier_dir ? holds : 0;
     int master = !!(holds & STORE_TIER_MASTER);
     if (master && p->graph->train.compute != DT_BF16) {
@@ -113,7 +185,8 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int hold
     s->tier_master = master;
     s->tier_grads = !!(holds & STORE_TIER_GRADS);
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
-             (long long)(store_bytes(p) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
+             (long long)(s->shard_at ? s->n * storage_host_bytes_per_param(p->graph->train.compute)
+                                     : store_bytes(p) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {
         store_free(s);
@@ -142,6 +215,7 @@ void store_free(HostStore *s) {
     for (int i = 0; i < 5; i++)
         if (arrays[i]) munmap(arrays[i], s->mapped[i]);
     free(s->seg);
+    free(s->shard_at);
     tier_close(s->tier);
     *s = (HostStore){0};
 }
@@ -162,8 +236,9 @@ static float *in_record(const HostStore *s, float *rec, int array) {
 }
 
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
-    int64_t n, off = store_segment(p, layer, &n);
-    s->seg[plan_segment_index(layer)].sq_norm = adamw_sq_norm(s->g + off, n, s->threads);
+    int64_t n, off = store_segment(p, layer, &n), lo, hi, at = store_slice(s, p, layer, &lo, &hi);
+    // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
+    s->seg[plan_segment_index(layer)].sq_norm = adamw_sq_norm(s->g + at, hi - lo, s->threads);
     if (!s->tier_grads || layer < 0 || s->err[0]) return;
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
@@ -195,10 +270,13 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         const Param *prm = g->params.items[i];
         if (!in_segment(p, i, layer)) continue;
         int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0; // none on norms and biases
-        int64_t off = plan_param_elem(p, i, layer), n = shape_numel(&prm->shape);
-        adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL, n,
-                     &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
-        if (grad == s->g) memset(s->g + off + n, 0, (size_t)(storage_host_elems_of(n) - n) * sizeof(float));
+        int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
+        int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
+        int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        if (b > a)
+            adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
+                         b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
+        if (grad == s->g) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
     }
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     seg->pending = 0;
@@ -216,6 +294,19 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
     while (n > 0) {
         int64_t layer = plan_segment_of(p, off), count;
         int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
+        if (s->shard_at) { // this rank's slice of the segment, or a refusal
+            int64_t a, b, at = store_clip(s, p, layer, off, k, &a, &b);
+            if (a != off || b != off + k) {
+                snprintf(err, errcap, "rank %d of a sharded run holds elements [%lld, %lld) of the host store's "
+                         "segment from %lld, not [%lld, %lld)", s->rank, (long long)(a == b ? 0 : a - start),
+                         (long long)(a == b ? 0 : b - start), (long long)start, (long long)(off - start),
+                         (long long)(off + k - start));
+                return -1;
+            }
+            memcpy(out ? buf : ram + at, out ? ram + at : buf, (size_t)k * sizeof(float));
+            off += k, n -= k, buf += k;
+            continue;
+        }
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
         if (!at) return -1;
@@ -250,10 +341,10 @@ static int store_release_master(HostStore *s, int64_t layer, int dirty, char *er
 
 int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
     for (int64_t l = SEG_FIRST; s->wb && l < p->graph->layers; l++) {
-        int64_t n, off = store_segment(p, l, &n);
+        int64_t lo, hi, at = store_slice(s, p, l, &lo, &hi);
         const float *w = store_master(s, p, l, err, errcap);
         if (!w) return -1;
-        for (int64_t i = off; i < off + n; i++) s->wb[i] = bf16_from_f32(w[i]);
+        for (int64_t i = at; i < at + (hi - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
         if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
     }
     return 0;
@@ -282,10 +373,11 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
         for (int i = 0; i < g->params.n; i++) {
             const Param *prm = g->params.items[i];
             if (!in_segment(p, i, seg)) continue;
-            int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg;
-            float *w = master + plan_param_elem(p, i, l);
+            int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
+            int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
+            float *w = master + at - (a - plan_param_elem(p, i, l)); // w[k]: element k of the parameter
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
-            for (int64_t k = 0; k < n; k++)
+            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
                 w[k] = prm->init == INIT_ONES ? 1.0f
                      : prm->init == INIT_ZEROS ? 0.0f
                      : (float)(prm->init_std * normal_at(key, k));

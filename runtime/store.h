@@ -1,7 +1,8 @@
 // store.h: the host store, the authoritative copy of every parameter and
 // optimizer state. Every array is laid out as the plan's HOST section says
 // (the global segment, then one contiguous segment per layer); what it holds
-// per parameter is the storage rule's (common/storage.h).
+// per parameter is the storage rule's (common/storage.h). A sharded plan's
+// rank holds only its shard of each segment (below: store_slice).
 #ifndef MT_STORE_H
 #define MT_STORE_H
 
@@ -19,7 +20,7 @@ typedef struct StoreSegment {
 } StoreSegment;
 
 typedef struct HostStore {
-    int64_t n;   // elements in each array: plan_host_elems
+    int64_t n;   // elements in each array: plan_host_elems; sharded, this rank's slices' (store_shard_elems)
     float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device;
                  // with the master on a tier, (host_global): the globals' only
     float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
@@ -31,6 +32,14 @@ typedef struct HostStore {
     int64_t nseg; // plan_segment_count: 2 + layers
     StoreSegment *seg; // (nseg)
     int threads;  // for the optimizer, the norms and the first touch
+    // Sharded (store_alloc_shard): rank `rank` of `ranks` holds, of every
+    // segment, only its slice (dist_shard), the slices one after another in
+    // segment order (SEG_TAIL's, SEG_HEAD's, layer 0's, ...): element f of
+    // segment seg's slice [lo, hi) is at index shard_at[plan_segment_index(seg)]
+    // + (f - plan_segment_base(seg) - lo) of every array. NULL: the whole
+    // store, each element at its plan index (rank 0 of 1).
+    int rank, ranks;
+    int64_t *shard_at; // (nseg + 1); [nseg] = n
     size_t mapped[5]; // bytes mapped for w, m, v, g, wb (store_free unmaps them)
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
@@ -81,6 +90,20 @@ void store_free(HostStore *s);
 // The segment of `layer` (-1: the globals): its first float, its floats.
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 
+// The sharded store (Plan.sharded): rank `rank` of p->ranks holds only its
+// slice of every segment (dist_shard), in RAM, no tier. Otherwise as
+// store_alloc_tier without a tier. Returns 0, or -1 with a message.
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap);
+// Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
+int64_t store_shard_elems(const Plan *p, int rank, int ranks);
+// Where this store keeps segment seg (SEG_TAIL, SEG_HEAD or a layer): the
+// plan elements [*lo, *hi) of it that it holds (all of it unless sharded;
+// may be empty), and the array index of *lo, which sharded checkpoints and
+// export read each rank's slice from (s->w + index, ... m, v, g, wb).
+int64_t store_slice(const HostStore *s, const Plan *p, int64_t seg, int64_t *lo, int64_t *hi);
+// The array index of plan element f, or -1 where this store does not hold it.
+int64_t store_index(const HostStore *s, const Plan *p, int64_t f);
+
 // The optimizer per segment (layer -1: the globals), what the plan's host
 // instructions do and what the end of a step sets up:
 // INS_NORM: the squared norm of the segment's gradients into seg.sq_norm
@@ -99,7 +122,8 @@ void store_flush(HostStore *s, const Plan *p);
 
 // Floats [off, off + n) of array `array` (0 w, 1 m, 2 v) out of the store
 // into dst, or from src into it, wherever they live (RAM or the tier): what
-// checkpoints read and write. Returns 0, or -1 with a message.
+// checkpoints read and write (plan elements; a sharded store refuses any it
+// does not hold, naming them). Returns 0, or -1 with a message.
 int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
 int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
               size_t errcap);

@@ -11,6 +11,7 @@
 
 #include "../common/io.h"
 #include "../common/scratch.h"
+#include "../common/storage.h"
 #include "adamw.h"
 #include "backend.h"
 #include "checkpoint.h"
@@ -85,6 +86,7 @@ typedef struct Run {
     double aux;        // the step's: the mean over micro-batches of the joined losses' sum (--reference too)
     int joins;         // the layers join losses (add_loss): the reported loss is the cross-entropy plus aux
     double *loads;     // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
+    double *sq_norms;  // (hs.nseg) a sharded plan's: the segments' squared gradient norms, summed over the ranks
     DataSet data;     // the training data (and its last 10% for validation, without --val-data)
     DataSet val_file; // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
@@ -226,9 +228,18 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         sum += l;
     }
     int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
-    if (run_ranks(r) > 1) { // the gradients, losses and counts summed over the ranks; the norms of the sums
-        if (comm_all_reduce(&r->comm, r->hs.g, r->hs.n, COMM_F32, NULL, err, errcap) != 0) return -1;
-        for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
+    if (run_ranks(r) > 1 && p->sharded) { // each rank's slices' part of every segment's norm, summed over the ranks
+        for (int64_t s = 0; s < r->hs.nseg; s++) {
+            if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s + SEG_FIRST); // (what no INS_NORM computed)
+            r->sq_norms[s] = r->hs.seg[s].sq_norm;
+        }
+        dist_sum_doubles(r->o->dist, r->sq_norms, (int)r->hs.nseg);
+        for (int64_t s = 0; s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = r->sq_norms[s];
+    }
+    if (run_ranks(r) > 1) { // the gradients (replicated; sharded, the plan's reduce-scatters summed them), losses
+                            // and counts summed over the ranks; the norms of the sums
+        if (!p->sharded && comm_all_reduce(&r->comm, r->hs.g, r->hs.n, COMM_F32, NULL, err, errcap) != 0) return -1;
+        for (int64_t s = 0; !p->sharded && s < r->hs.nseg; s++) r->hs.seg[s].sq_norm = NAN;
         double both[2] = {sum, (double)total};
         dist_sum_doubles(r->o->dist, both, 2);
         sum = both[0], total = (int64_t)both[1];
@@ -294,12 +305,32 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
 // With the gradients on the tier, g's pages are held only while a layer's
 // gradients are being accumulated: counted as one layer's.
 static int64_t ram_store_bytes(const Run *r) {
+    if (r->p->sharded) // this rank's slices
+        return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
+               storage_host_bytes_per_param(r->p->graph->train.compute);
     if (!r->o->tier_dir) return store_bytes(r->p);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
     int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
     return store_bytes(r->p) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
+}
+
+// What a sharded plan's run cannot do yet, refused up front: every rank
+// holds only its shard of the store, and these read or write all of it.
+static int check_sharded(const Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    if (!r->p->sharded) return 0;
+    const char *what = o->reference ? "--reference (the host executor reads the whole store)"
+                     : o->tier_dir ? "--tier-dir"
+                     : o->init ? "--init (it loads the whole model into one store)"
+                     : o->logits || o->sample_every ? "--logits and --sample-every (they run the host executor on the "
+                                                      "whole store)"
+                                                    : NULL;
+    if (!what) return 0;
+    snprintf(err, errcap, "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
+             "shard of the host store; make a replicated plan (mtc --shard off) for it", what);
+    return -1;
 }
 
 // Refuses a run whose host store and cpu arena will not fit, before any of
@@ -310,9 +341,10 @@ static int check_host_memory(Run *r, char *err, size_t errcap) {
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     int local = r->o->dist ? r->o->dist->local : 1;
     if (have > 0 && local > 1 && need > have / local) {
-        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its own copy of the host store%s) "
+        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its %s of the host store%s) "
                  "and %d ranks share this machine's %lld bytes (%.1f GB) available, %lld (%.1f GB) each; start fewer "
-                 "ranks on a machine", (long long)need, (double)need / 1e9, r->o->reference ? "" : ", its cpu arena and "
+                 "ranks on a machine", (long long)need, (double)need / 1e9, r->p->sharded ? "shard" : "own copy",
+                 r->o->reference ? "" : ", its cpu arena and "
                  "host activation store", local, (long long)have, (double)have / 1e9, (long long)(have / local),
                  (double)(have / local) / 1e9);
         return -1;
@@ -387,7 +419,8 @@ static int open_run(Run *r, char *err, size_t errcap) {
                  r->data.docs ? r->data.docs_path : r->val->docs_path);
         return -1;
     }
-    if (check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0) return -1;
+    if (check_sharded(r, err, errcap) != 0 || check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0)
+        return -1;
     if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
     if ((r->o->logits || r->o->sample_every) && r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
         snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which this "
@@ -409,7 +442,13 @@ static int open_run(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0) return -1;
+    if (p->sharded ? store_alloc_shard(&r->hs, p, dist ? dist->rank : 0, r->o->threads, err, errcap) != 0
+                   : store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0)
+        return -1;
+    if (p->sharded && !(r->sq_norms = calloc((size_t)r->hs.nseg, sizeof *r->sq_norms))) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
     r->hs.threads = r->o->threads;
     for (int k = 0; k < p->graph->nkinds; k++) {
         const Part *block = &p->graph->parts[kind_part(k)];
@@ -445,11 +484,16 @@ static int open_run(Run *r, char *err, size_t errcap) {
                    (r->o->trace && backend_cpu_trace(r->be, r->o->trace, err, errcap) != 0)) {
             return -1;
         }
+        if (p->sharded && (!r->be->collective || !r->be->copy_widen)) {
+            snprintf(err, errcap, "the %s backend runs no collectives yet, which a sharded plan needs (mtc --shard on): "
+                     "run it with --device cpu, or make a replicated plan (mtc --shard off)", r->be->name);
+            return -1;
+        }
         for (int i = 0; i < p->ntrain; i++)
             if (p->train[i].kind == INS_UPDATE && p->train[i].layer >= -1 && p->train[i].layer < p->graph->layers)
                 r->stream_updates[plan_segment_index(p->train[i].layer)] = 1;
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order, .rng = order.seed,
-                          .hold_ins = r->o->test_hold_ins};
+                          .hold_ins = r->o->test_hold_ins, .dist = dist};
     }
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
     // a resumed run continues its log; a new run starts one
@@ -499,6 +543,7 @@ static void close_run(Run *r) {
     free(r->stats);
     free(r->experts);
     free(r->loads);
+    free(r->sq_norms);
     data_close(&r->data);
     data_close(&r->val_file);
     free(r->tokens);
@@ -610,10 +655,10 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     if (ckpt_latest(r->o->resume, path, sizeof path, err, errcap) != 0 ||
         ckpt_load(path, &meta, -1, NULL, 0, NULL, NULL, err, errcap) != 0)
         return -1;
-    if (meta.model_crc != model_crc(p) || meta.n != r->hs.n) {
+    if (meta.model_crc != model_crc(p) || meta.n != plan_host_elems(p)) {
         snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this plan's "
                  "model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s", path,
-                 meta.model, meta.model_crc, (long long)meta.n, p->graph->model_name, model_crc(p), (long long)r->hs.n,
+                 meta.model, meta.model_crc, (long long)meta.n, p->graph->model_name, model_crc(p), (long long)plan_host_elems(p),
                  strcmp(meta.model, p->graph->model_name) ? ""
                  : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt that "
                    "wrote it can --export its weights, and --init starts from them)");
@@ -627,10 +672,13 @@ static int64_t resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
     int nsegs;
     CkptSegment *segs = checkpoint_segments(p, &nsegs);
-    // every segment whole (the replicated store), from a file or the shards of any number of ranks
-    int rc = segs ? ckpt_load(path, &meta, r->hs.n, segs, nsegs, NULL, &io, err, errcap) : -1;
-    if (!segs) snprintf(err, errcap, "out of memory");
-    free(segs);
+    // every segment whole (a replicated store) or this rank's slice of each (a sharded one), from a file or
+    // the shards of any number of ranks
+    CkptRange *want = p->sharded && segs ? malloc((size_t)nsegs * sizeof *want) : NULL;
+    for (int k = 0; want && k < nsegs; k++) dist_shard(segs[k].len, r->hs.rank, r->hs.ranks, &want[k].lo, &want[k].hi);
+    int rc = segs && (want || !p->sharded) ? ckpt_load(path, &meta, plan_host_elems(p), segs, nsegs, want, &io, err, errcap) : -1;
+    if (!segs || (p->sharded && !want)) snprintf(err, errcap, "out of memory");
+    free(segs), free(want);
     if (rc != 0) return -1;
     if (data_seek(&r->data, meta.data_pos, err, errcap) != 0) {
         size_t n = strlen(err);
@@ -698,7 +746,7 @@ static int save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
     if (store_ok(r, err, errcap) != 0) return -1;
     CkptMeta meta = {.step = step, .data_pos = data_position(&r->data), .seed = seed, .plan_crc = p->plan_crc,
-                     .model_crc = model_crc(p), .n = r->hs.n, .batch = t->batch, .seq = t->seq,
+                     .model_crc = model_crc(p), .n = plan_host_elems(p), .batch = t->batch, .seq = t->seq,
                      .accumulate = t->accumulate, .device_limit = p->device_limit,
                      .schedule_steps = r->schedule_steps};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
@@ -850,7 +898,12 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
                                                    : ", a cpu: not compared with this GPU's steps");
-    if (run_ranks(r) > 1)
+    if (run_ranks(r) > 1 && r->p->sharded)
+        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld rows; "
+                "weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the slowest "
+                "rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
+                (long long)t->batch * run_ranks(r));
+    else if (run_ranks(r) > 1)
         fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients summed "
                 "over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
@@ -959,6 +1012,14 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     return rc;
 }
 
+// Whether the run exports: rank 0's --export, which a sharded plan's ranks
+// all take part in (the gather), so every rank learns it.
+static int export_agreed(const Run *r) {
+    double want = r->o->export_path != NULL;
+    if (r->p->sharded) dist_max_doubles(r->o->dist, &want, 1);
+    return want > 0;
+}
+
 // --export: a file, or a folder with the configs and the tokenizer that
 // tools/prepare_data.py keeps beside the training tokens (X.tokenizer/, the
 // ids from X.vocab.json). 0, or -1 with a message.
@@ -970,7 +1031,7 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
         ids = (HfTokens){v.bos, v.eos, v.pad};
     const char *poison = getenv("MT_TEST_EXPORT_POISON"); // a test hook: this rank's master outside its slices NaN,
-    if (poison && *poison == '1' && run_ranks(r) > 1)       // as a sharded store would not have them
+    if (poison && *poison == '1' && run_ranks(r) > 1 && !r->p->sharded) // as a sharded store has not
         for (int64_t k = 0, n = 0, lo, hi; k < r->p->graph->layers + 2; k++) {
             int64_t seg = k == 0 ? SEG_HEAD : k == 1 ? SEG_TAIL : k - 2, at = store_segment(r->p, seg, &n);
             dist_shard(n, o->dist->rank, o->dist->size, &lo, &hi);
@@ -1077,7 +1138,7 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     }
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (store_ok(&r, err, errcap) != 0) goto done;
-    if (o->export_path && export_weights(&r, err, errcap) != 0) goto done;
+    if (export_agreed(&r) && export_weights(&r, err, errcap) != 0) goto done;
     if (o->logits) { // the first validation batch's logits, for a check against another implementation
         data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
         kernel_attention_segments = r.data.docs || r.val->docs ? r.segs : NULL;

@@ -425,8 +425,14 @@ typedef struct ExportGather {
     const HostStore *hs;
 } ExportGather;
 static int master_get(void *ctx, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
-    (void)err, (void)errcap;
-    memcpy(dst, ((const HostStore *)ctx)->w + off, (size_t)n * sizeof *dst);
+    const ExportGather *x = ctx;
+    int64_t at = store_index(x->hs, x->p, off); // [off, off + n) lies in this rank's slice: contiguous in its store
+    if (at < 0 || (n > 0 && store_index(x->hs, x->p, off + n - 1) != at + n - 1)) {
+        snprintf(err, errcap, "internal error: the store holds no elements %lld to %lld", (long long)off,
+                 (long long)(off + n));
+        return -1;
+    }
+    memcpy(dst, x->hs->w + at, (size_t)n * sizeof *dst);
     return 0;
 }
 static int gather_tensor(void *ctx, const StOut *t, float *dst, char *err, size_t errcap) {
@@ -434,7 +440,7 @@ static int gather_tensor(void *ctx, const StOut *t, float *dst, char *err, size_
     int64_t n = 1, seg = plan_segment_of(x->p, t->at);
     for (int d = 0; d < t->rank; d++) n *= t->shape[d];
     return dist_gather_slices(x->dist, plan_segment_base(x->p, seg), plan_segment_len(x->p, seg), t->at, n, dst,
-                              master_get, (void *)x->hs, err, errcap);
+                              master_get, (void *)x, err, errcap);
 }
 
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,

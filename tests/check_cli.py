@@ -183,7 +183,8 @@ def main():
         alone = all(a[1] <= b[0] + 0.002 for t in tracks.values() for a, b in zip(sorted(t), sorted(t)[1:]))
         spans = sorted(s for t in tracks.values() for s in t)
         overlap = any(a[1] > b[0] + 1 for a, b in zip(spans, spans[1:]))
-        check(names == {"copy-in (host to device)", "compute", "copy-out (device to host)", "host optimizer"} and
+        check(names == {"copy-in (host to device)", "compute", "copy-out (device to host)", "host optimizer",
+                        "collectives (comm)"} and
               len(tracks) == 4 and len(spans) > 32 * 4 and alone and overlap,
               "--trace writes one track per engine, each in order, overlapping each other", p)
         check(any(e.get("name") == "layer 31 backward" for e in ev), "--trace names layers and passes", p)

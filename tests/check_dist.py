@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Data parallelism under mpirun on the cpu backend (runtime/dist.c).
 
-usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16
+usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANKS,...]]
        check_dist.py MTC MTRUN refuse MODEL.mt
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
@@ -21,17 +21,27 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         byte). --export gathers each tensor from the ranks' slices
         (dist_shard): the first run's ranks have NaN outside their own slices
         when they export (MT_TEST_EXPORT_POISON), and its export equals the
-        second run's byte for byte, and at 2 ranks the one process's.
+        second run's byte for byte, and at 2 ranks the one process's. Replicated plans by default; sharded (mtc --shard on), each
+        rank holding its shard of the host store, the weights all-gathered and
+        the gradients reduce-scattered in fp32 by the plan's collectives (a
+        bf16 gradient widened exactly first), to the same 1e-6, and the banner
+        says so; RANKS (default 2,4) the rank counts tried.
 refuse: ranks started with a plan for another number of ranks, ranks given
-        different plans, different mtrun builds (a copy of mtrun with one
-        byte more) or different training options (--lr on one rank), and a plan for 2 ranks without mpirun are refused
-        at start-up, exit 1, naming the ranks and what differs; a plan of one
+        different plans (another seq; a sharded plan beside a replicated
+        one), different mtrun builds (a copy of mtrun with one byte more) or
+        different training options (--lr on one rank), and a plan for 2 ranks
+        without mpirun are refused at start-up, exit 1, naming the ranks and
+        what differs; a plan of one
         process without mpirun runs as before; a store that fits the
         machine's memory (MT_TEST_HOST_AVAILABLE, a test hook) but not each
-        of 2 ranks' half of it is refused, one rank runs; --tier-dir with
+        of 2 ranks' half of it is refused, one rank runs; a sharded plan's
+        ranks each need only their shard of the store (less than a
+        replicated rank), said in the refusal, and 2 of them run on twice
+        that where 2 replicated ranks are refused; --reference with a sharded
+        plan is refused (the host executor reads the whole store); --tier-dir with
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
-        2^31) is a usage error.
+        2^31), --shard on without --ranks and --shard maybe are usage errors.
 resume: a checkpoint saved by 2 ranks of batch 2 at step 3 (sharded: a
         manifest and each rank's shard) resumes on one process (batch 2 x
         accumulate 2) and on 4 ranks of batch 1, and one saved by that one
@@ -40,12 +50,14 @@ resume: a checkpoint saved by 2 ranks of batch 2 at step 3 (sharded: a
         ranks after the same step, exit 0, the ranks saving that step (its
         manifest and 2 shards, nothing else).
 kill:   kill -9 of one rank of 2 in the middle of a run saving every 2
-        steps: mpirun and the other rank exit non-zero within 60 s (no hang),
-        and the run resumed from the newest manifest gives an uninterrupted
-        run's next 2 losses to 1e-6; a rank that dies 200 bytes into its
-        shard of step 4 (MT_CKPT_ABORT_*) ends the job non-zero with step 2
-        the newest committed, the run resumes from step 2 with the dead
-        run's losses of steps 3 and 4, and its commits clear the leftovers.
+        steps, replicated and sharded: mpirun and the other rank exit
+        non-zero within 60 s (no hang), and the run resumed from the newest
+        manifest gives an uninterrupted run's next 2 losses to 1e-6 (a
+        sharded run's ranks reading only their slices of it); a rank of the
+        replicated run that dies 200 bytes into its shard of step 4
+        (MT_CKPT_ABORT_*) ends the job non-zero with step 2 the newest
+        committed, the run resumes from step 2 with the dead run's losses of
+        steps 3 and 4, and its commits clear the leftovers.
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
         (--remat layer, nothing resident: every layer streams), the emulation
@@ -104,7 +116,7 @@ def train(mtrun, plan, tmp, tag, ranks, extra=(), mpi_env=()):
     p = run(*cmd, timeout=300)
     if not check(p.returncode == 0, f"{tag}: {' '.join(cmd)} failed", p):
         return None
-    return log, out
+    return log, out, p.stdout
 
 
 def rel(a, b):
@@ -125,12 +137,13 @@ def with_accumulate(model, tmp, n):
     return path
 
 
-def equal(mtc, mtrun, model, dtype, tmp):
+def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
     tol = 1e-6
-    for ranks in (2, 4):
+    for ranks in counts:
         one, per = os.path.join(tmp, f"one{ranks}.bin"), os.path.join(tmp, f"ranks{ranks}.bin")
         for plan, src, flags in ((one, with_accumulate(model, tmp, ranks), ["--batch", "2"]),
-                                 (per, model, ["--batch", "2", "--ranks", str(ranks)])):
+                                 (per, model, ["--batch", "2", "--ranks", str(ranks), "--shard",
+                                               "on" if layout == "sharded" else "off"])):
             p = run(mtc, src, "--dtype", dtype, *flags, "-o", plan)
             if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
                 return
@@ -142,8 +155,10 @@ def equal(mtc, mtrun, model, dtype, tmp):
         again = train(mtrun, per, tmp, f"np{ranks}-again", ranks)
         if not (ref and got and again):
             continue
-        what = (f"{os.path.basename(model)} {dtype}, {ranks} ranks of batch 2 against one process of batch 2 x "
-                f"accumulate {ranks}")
+        what = (f"{os.path.basename(model)} {dtype}, {ranks} {layout} ranks of batch 2 against one process of batch 2 "
+                f"x accumulate {ranks}")
+        said = "(sharded)" if layout == "sharded" else "(replicated)"
+        check(said in got[2], f"{what}: the banner does not say {said}", got[2])
         lr, lg = losses(ref[0]), losses(got[0])
         check(len(lr) == 5 and len(lg) == 5, f"{what}: {len(lr)} and {len(lg)} losses logged, not 5")
         worst = max((abs(a - b) / abs(a) for a, b in zip(lr + val_losses(ref[0]), lg + val_losses(got[0]))), default=0)
@@ -168,9 +183,11 @@ def equal(mtc, mtrun, model, dtype, tmp):
 
 
 def refuse(mtc, mtrun, model, tmp):
-    two, four, other, one = (os.path.join(tmp, n) for n in ("two.bin", "four.bin", "other.bin", "one.bin"))
-    for plan, flags in ((two, ["--ranks", "2"]), (four, ["--ranks", "4"]), (other, ["--ranks", "2", "--seq", "32"]),
-                        (one, [])):
+    two, four, other, one, shard2 = (os.path.join(tmp, n) for n in ("two.bin", "four.bin", "other.bin", "one.bin",
+                                                                     "shard2.bin"))
+    for plan, flags in ((two, ["--ranks", "2", "--shard", "off"]), (four, ["--ranks", "4", "--shard", "off"]),
+                        (other, ["--ranks", "2", "--shard", "off", "--seq", "32"]),
+                        (one, []), (shard2, ["--ranks", "2", "--shard", "on"])):
         p = run(mtc, model, "--batch", "2", *flags, "-o", plan)
         if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
             return
@@ -185,6 +202,7 @@ def refuse(mtc, mtrun, model, tmp):
          "rank 1 of 2 runs another plan than rank 0"),
         ([mtrun, two], "this plan is one rank of 2 (mtc --ranks 2): start it with mpirun -np 2"),
         ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", rebuilt, two], "rank 1 of 2 runs another mtrun build"),
+        ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", mtrun, shard2], "rank 1 of 2 runs another plan than rank 0"),
         ([*MPIRUN, "-np", "1", mtrun, two, ":", "-np", "1", mtrun, two, "--lr", "0.001"],
          "rank 1 of 2 was started with other options than rank 0 (lr=0.001 where rank 0 has lr=the plan's)"),
     ]
@@ -209,6 +227,27 @@ def refuse(mtc, mtrun, model, tmp):
               f"2 ranks on {have} bytes, each needing {need}: not refused with '{want}'", p)
         p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "1", mtrun, one, *TRAIN, timeout=120)
         check(p.returncode == 0, f"one rank on {have} bytes, needing {need}: refused", p)
+    # sharded: each rank counts its shard of the store, not a copy of all of it
+    needs = {}
+    for what, plan in (("its shard", shard2), ("its own copy", two)):
+        p = run(*MPIRUN, "-x", "MT_TEST_HOST_AVAILABLE=1000", "-np", "2", mtrun, plan, *TRAIN, timeout=120)
+        m = re.search(r"each rank needs (\d+) bytes of host memory \(0.0 GB: " + what + " of the host store", p.stderr)
+        if check(p.returncode != 0 and m, f"2 ranks ({what}) on 1000 bytes: not refused with the bytes of {what}", p):
+            needs[what] = int(m.group(1))
+    if len(needs) == 2:
+        have = 2 * needs["its shard"]
+        check(needs["its shard"] < needs["its own copy"], f"a sharded rank needs {needs['its shard']} bytes, a "
+              f"replicated one {needs['its own copy']}: the shard is not smaller")
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, shard2, *TRAIN, timeout=120)
+        check(p.returncode == 0, f"2 sharded ranks on {have} bytes, each needing {needs['its shard']}: refused", p)
+        p = run(*MPIRUN, "-x", f"MT_TEST_HOST_AVAILABLE={have}", "-np", "2", mtrun, two, *TRAIN, timeout=120)
+        check(p.returncode != 0 and "its own copy of the host store" in p.stderr,
+              f"2 replicated ranks on {have} bytes, each needing {needs['its own copy']}: not refused", p)
+        print(f"host memory a rank needs: {needs['its shard']} bytes sharded, {needs['its own copy']} replicated")
+    # what a sharded run cannot do yet is refused up front, not done wrong
+    p = run(*MPIRUN, "-np", "2", mtrun, shard2, *TRAIN, "--reference", timeout=120)
+    want = "--reference (the host executor reads the whole store) with a sharded plan (mtc --shard on) is not supported yet"
+    check(p.returncode != 0 and want in p.stderr, f"--reference with a sharded plan: not refused with '{want}'", p)
     # the NVMe tier of 2 ranks on one machine: refused up front, not by the second rank's lock
     tier = os.path.join(tmp, "tier")
     os.makedirs(tier)
@@ -219,6 +258,11 @@ def refuse(mtc, mtrun, model, tmp):
         p = run(mtc, model, "--ranks", bad, "-o", os.path.join(tmp, "bad.bin"))
         check(p.returncode == 2 and f"--ranks needs a positive number of processes, got '{bad}'" in p.stderr and
               not os.path.exists(os.path.join(tmp, "bad.bin")), f"mtc --ranks {bad}: not a usage error", p)
+    for flags, want in ((["--shard", "on"], "--shard on shards the host store over the ranks: give --ranks 2 or more"),
+                        (["--ranks", "2", "--shard", "maybe"], "--shard takes on, off or auto, not 'maybe'")):
+        p = run(mtc, model, *flags, "-o", os.path.join(tmp, "bad.bin"))
+        check(p.returncode == 2 and want in p.stderr and not os.path.exists(os.path.join(tmp, "bad.bin")),
+              f"mtc {' '.join(flags)}: not a usage error", p)
     p = run(mtrun, one, *TRAIN, "--log", os.path.join(tmp, "one.jsonl"))
     check(p.returncode == 0 and "ranks" not in p.stdout, "a plan of one process without mpirun: not as before", p)
 
@@ -251,8 +295,8 @@ def saved_files(step, ranks):
 
 def resume(mtc, mtrun, model, tmp):
     plans = {}
-    for name, src, flags in (("two", model, ["--batch", "2", "--ranks", "2"]),
-                             ("four", model, ["--batch", "1", "--ranks", "4"]),
+    for name, src, flags in (("two", model, ["--batch", "2", "--ranks", "2", "--shard", "off"]),
+                             ("four", model, ["--batch", "1", "--ranks", "4", "--shard", "off"]),
                              ("one", with_accumulate(model, tmp, 2), ["--batch", "2"])):
         plans[name] = os.path.join(tmp, name + ".bin")
         p = run(mtc, src, *flags, "-o", plans[name])
@@ -338,11 +382,17 @@ def resumes_alike(mtrun, plan, ck, tmp, tag, step, ref, first, flags):
 
 
 def kill(mtc, mtrun, model, tmp):
-    plan = os.path.join(tmp, "two.bin")
-    p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", plan)
-    if not check(p.returncode == 0, "mtc --ranks 2 failed", p):
+    for shard in ("off", "on"): # a replicated run, then a sharded one (its ranks meet in the plan's collectives)
+        kill_one(mtc, mtrun, model, tmp, shard)
+
+
+def kill_one(mtc, mtrun, model, tmp, shard):
+    what = "sharded" if shard == "on" else "replicated"
+    plan = os.path.join(tmp, f"two-{what}.bin")
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", shard, "-o", plan)
+    if not check(p.returncode == 0, f"mtc --ranks 2 --shard {shard} failed", p):
         return
-    log, ck = os.path.join(tmp, "kill.jsonl"), os.path.join(tmp, "ck")
+    log, ck = os.path.join(tmp, f"kill-{what}.jsonl"), os.path.join(tmp, f"ck-{what}")
     job, pids = start_long(mtrun, plan, log, ["--save", ck, "--save-every", "2"])
     if not check(len(pids) == 2 and job.poll() is None, f"the ranks did not start: {pids}"):
         job.kill()
@@ -361,7 +411,7 @@ def kill(mtc, mtrun, model, tmp):
                 break
             time.sleep(0.05)
         check(not alive, f"ranks {alive} still run 60 s after the kill")
-        print(f"kill -9 of one rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in {took:.1f} s, "
+        print(f"kill -9 of one {what} rank of 2 after {len(losses(log))} steps: mpirun exited {job.returncode} in {took:.1f} s, "
               f"the ranks gone in {time.time() - t0:.1f} s")
     except subprocess.TimeoutExpired:
         check(False, "mpirun and the other rank still run 60 s after a rank was killed")
@@ -374,10 +424,12 @@ def kill(mtc, mtrun, model, tmp):
         return
     flags = ["--steps", str(step + 2), "--schedule-steps", "100000", "--seed", "7", "--val-every", "100000",
              "--threads", "1", "--device", "cpu"]
-    straight = os.path.join(tmp, "straight.jsonl")
+    straight = os.path.join(tmp, f"straight-{what}.jsonl")
     p = run(*MPIRUN, "-np", "2", mtrun, plan, *flags, "--no-save", "--log", straight, timeout=300)
     if check(p.returncode == 0, "the uninterrupted run failed", p):
-        resumes_alike(mtrun, plan, ck, tmp, "kill -9", step, losses(straight)[step:], step + 1, flags)
+        resumes_alike(mtrun, plan, ck, tmp, f"kill -9 ({what})", step, losses(straight)[step:], step + 1, flags)
+    if shard == "on":
+        return
     # a rank dying mid-save (MT_CKPT_ABORT_*: rank 1 aborts 200 bytes into its shard of step 4): the job ends
     # non-zero, step 4 is never committed, and the run resumes from step 2
     ps, plog = os.path.join(tmp, "ps"), os.path.join(tmp, "partial.jsonl")
@@ -431,7 +483,8 @@ def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "equal":
-            equal(mtc, mtrun, model, sys.argv[5], tmp)
+            equal(mtc, mtrun, model, sys.argv[5], tmp, *sys.argv[6:7],
+                  *([tuple(int(n) for n in sys.argv[7].split(","))] if len(sys.argv) > 7 else []))
         elif mode == "refuse":
             refuse(mtc, mtrun, model, tmp)
         elif mode == "resume":

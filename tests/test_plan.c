@@ -180,6 +180,8 @@ static const Variant VARIANTS[] = {
      {.policy = POLICY_MT, .remat = REMAT_OFFLOAD, .slots = 1, .resident = 0}},
     {"-selective", "schedule_search on tiny-1layer at batch 1, mt, remat selective, 1 slot, 0 resident", "tiny-1layer", 1,
      {.policy = POLICY_MT, .remat = REMAT_SELECTIVE, .slots = 1, .resident = 0}},
+    {"-sharded", "schedule_search on tiny-1layer at batch 1, mt, remat layer, 2 slots, one rank of 2, sharded",
+     "tiny-1layer", 1, {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 2, .resident = 0, .ranks = 2, .shard = 1}},
     {"-by-hand", "laid out by hand", NULL, 0, {.policy = POLICY_MT}},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof VARIANTS[0] };
@@ -598,7 +600,7 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     redo_crcs(buf);
     expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 14");
     memcpy(buf, orig, len);
-    st32(buf + 8, 13); // before a load-balancing loss could be pooled over the layers
+    st32(buf + 8, 13); // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
     redo_crcs(buf);
     expect_refused("version 13", buf, len, "p.plan: plan version 13, this mtrun reads version 14");
     memcpy(buf, orig, len);
@@ -689,7 +691,8 @@ static int find_ins(const Plan *p, int kind, int part) {
 static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i, const char *fault) {
     const Instr *in = &(strcmp(stream, "train") ? p->eval : p->train)[i];
     static const char *const names[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update", "stat"};
+                                        "load", "free", "record", "wait", "norm", "update", "stat",
+                                        "allgather", "reduce_scatter"};
     _Static_assert(sizeof names / sizeof names[0] == INS_COUNT, "names out of sync with InsKind");
     char want[200];
     snprintf(want, sizeof want, "section STREAMS: %s instruction %d (%s): ", stream, i,
@@ -928,6 +931,7 @@ static void damage_fields(Plan *p, const char *path) {
     }
     for (int k = 0; k < INS_COUNT; k++) { // break the first instruction of each kind
         int at = find_ins(p, k, -1);
+        if (at < 0 && !p->sharded && (k == INS_ALLGATHER || k == INS_REDUCE_SCATTER)) continue; // a sharded plan's
         if (at < 0) {
             CHECK(0, "the plan has no instruction of kind %d to break", k);
             continue;
@@ -956,6 +960,8 @@ static void damage_fields(Plan *p, const char *path) {
         case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
         case INS_UPDATE: in->layer = -3; fault = "segment -3"; break;
         case INS_STAT: in->bytes += 4; fault = "bytes of a node of"; break;
+        case INS_ALLGATHER: in->bytes += 2; fault = "ranks' chunks of segment"; break;
+        case INS_REDUCE_SCATTER: in->layer = (int32_t)g->layers; fault = "segment"; break;
         case INS_COUNT: break;
         }
         char ctx[64];
@@ -1000,7 +1006,8 @@ static void damage_fields(Plan *p, const char *path) {
         p->train[last] = saved;
         saved = p->eval[0];
         p->eval[0].engine = ENG_COUNT + 100;
-        expect_ins_refused("an eval engine out of range", p, path, "eval", 0, "engine 104 is out of range");
+        snprintf(fault, sizeof fault, "engine %d is out of range", ENG_COUNT + 100);
+        expect_ins_refused("an eval engine out of range", p, path, "eval", 0, fault);
         p->eval[0] = saved;
     }
     // Events: 0 .. nevents-1 on RECORD and WAIT; nevents itself.
@@ -1299,12 +1306,17 @@ int main(int argc, char **argv) {
         // the h200 plan keeps its layers resident, a frame each; streaming on
         // the tiny profile offloads (SAVE/LOAD), frees and, selective, skips
         // heavy nodes; by hand, everything.
-        const Census *h200 = &c[0], *off = &c[1], *sel = &c[2], *hand = &c[3];
+        // (the collectives and their engine: only the sharded plan's)
+        const Census *h200 = &c[0], *off = &c[1], *sel = &c[2], *shard = &c[3], *hand = &c[NVARIANTS - 1];
         for (int e = 0; e < ENG_COUNT; e++)
-            CHECK(h200->engine[e] > 0 && off->engine[e] > 0 && hand->engine[e] > 0,
-                  "%s: engine %d unused in a scheduled or the hand-laid plan", argv[i], e);
+            CHECK(e == ENG_COMM ? shard->engine[e] > 0 && !h200->engine[e] && !off->engine[e] && !hand->engine[e]
+                                : h200->engine[e] > 0 && off->engine[e] > 0 && hand->engine[e] > 0,
+                  "%s: engine %d unused in a scheduled or the hand-laid plan (comm: used outside the sharded plan)",
+                  argv[i], e);
         for (int k = 0; k < INS_COUNT; k++)
-            CHECK(hand->kind[k] > 0, "%s: the hand-laid plan has no instruction of kind %d", argv[i], k);
+            CHECK(k == INS_ALLGATHER || k == INS_REDUCE_SCATTER ? shard->kind[k] > 0 && !hand->kind[k] : hand->kind[k] > 0,
+                  "%s: the %s plan has no instruction of kind %d", argv[i],
+                  k == INS_ALLGATHER || k == INS_REDUCE_SCATTER ? "sharded" : "hand-laid", k);
         CHECK(hand->skip_heavy > 0 && hand->later_frame > 0, "%s: the hand-laid plan has no RUN flags or frame 1", argv[i]);
         static const int STREAMED[] = {INS_SAVE, INS_LOAD, INS_FREE, INS_RECORD, INS_WAIT, INS_NORM, INS_UPDATE};
         for (size_t k = 0; k < sizeof STREAMED / sizeof STREAMED[0]; k++)

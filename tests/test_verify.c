@@ -16,6 +16,14 @@
 // engine out of range, a restored matmul output freed before the RUN that
 // skips matmuls, a dropped SAVE.
 //
+// Sharded plans (2 and 4 ranks, every remat mode and baseline policy; f32:
+// the bf16 ones pass mtc's and mtrun's verifier in dist_sharded_*_bf16) pass; refused: an all-gather dropped (a RUN reads the rank's
+// shard as weights), the comm engine's WAIT for the shard's copy-in
+// dropped, the copy-out's WAIT for the reduce-scatter dropped (a COPY_OUT
+// reads gradients not yet summed), the compute engine's WAIT before
+// reusing the gradient staging dropped, and a collective on another engine
+// than the others.
+//
 // usage: test_verify EXAMPLES_DIR (the profiles are in EXAMPLES_DIR/../schedules)
 #include <stdio.h>
 #include <stdlib.h>
@@ -346,6 +354,50 @@ static void mutations_remat(const Plan *sel, const Plan *off) {
     mut_free(&m);
 }
 
+// Mutations of a sharded plan (llama-tiny, 4 layers, 2 ranks, 2 slots,
+// layer recompute).
+static void mutations_sharded(const Plan *base) {
+    for (int k = 0; k < 5; k++) {
+        Mut m;
+        mut_init(&m, base);
+        Plan *p = &m.p;
+        int at;
+        switch (k) {
+        case 0: // layer 1's all-gather gone: its RUN reads this rank's shard as the layer's weights
+            if ((at = find(p, INS_ALLGATHER, -2, 1, 0)) < 0) { not_applicable("a dropped all-gather"); break; }
+            drop(p, at);
+            expect_refused(p, "a dropped all-gather", PHRASES("run block", "shard of layer 1's weights, not gathered"));
+            break;
+        case 1: // the all-gather no longer waits for the shard's copy-in
+            at = find(p, INS_ALLGATHER, -2, 1, 0);
+            if (at < 0 || (at = wait_before(p, at, ENG_COMM, ENG_COPY_IN)) < 0) { not_applicable("the all-gather's WAIT"); break; }
+            drop(p, at);
+            expect_refused(p, "an all-gather unordered after its copy-in", PHRASES("allgather on comm", "copy_in of the shard"));
+            break;
+        case 2: // the COPY_OUTs no longer wait for the reduce-scatter
+            at = find(p, INS_COPY_OUT, -2, 2, 0);
+            if (at < 0 || (at = wait_before(p, at, ENG_COPY_OUT, ENG_COMM)) < 0) { not_applicable("the copy-out's WAIT"); break; }
+            drop(p, at);
+            expect_refused(p, "a COPY_OUT unordered after the reduce-scatter", PHRASES("copy_out of the shard", "reduce_scatter"));
+            break;
+        case 3: { // layer 2's gradients into the staging before layer 3's COPY_OUTs read it
+            int copy = find(p, INS_REDUCE_SCATTER, -2, 2, 0);
+            while (copy > 0 && p->train[copy].kind != INS_COPY) copy--;
+            if (copy < 0 || (at = wait_before(p, copy, ENG_COMPUTE, ENG_COPY_OUT)) < 0) { not_applicable("the staging's WAIT"); break; }
+            drop(p, at);
+            expect_refused(p, "the gradient staging overwritten before its COPY_OUTs", PHRASES("copy on compute", "copy_out of the shard"));
+            break;
+        }
+        case 4: // one collective on the compute engine: another order of collectives is possible
+            if ((at = find(p, INS_REDUCE_SCATTER, -2, 0, 0)) < 0) { not_applicable("a reduce-scatter"); break; }
+            p->train[at].engine = ENG_COMPUTE;
+            expect_refused(p, "a collective on another engine", PHRASES("one engine issues every collective"));
+            break;
+        }
+        mut_free(&m);
+    }
+}
+
 // ---------------------------------------------------------------- plans that pass
 
 static const char *const POLICIES[] = {"mt", "sequential", "megatrain", "zero3-offload"};
@@ -418,6 +470,30 @@ int main(int argc, char **argv) {
                 } else
                     expect_ok(p, what);
             }
+    // sharded: 2 and 4 ranks, each remat mode and baseline policy
+    Plan *sharded = NULL;
+    for (int ranks = 2; ranks <= 4; ranks += 2)
+        for (int rm = REMAT_LAYER; rm <= REMAT_OFFLOAD; rm++)
+            for (int pol = 0; pol < POLICY_COUNT; pol++) {
+                if (pol != POLICY_MT && rm != REMAT_LAYER) continue;
+                SchedChoice c = {.policy = (Policy)pol, .remat = (Remat)rm, .slots = pol == POLICY_SEQUENTIAL ? 1 : 2,
+                                 .ckpt_host = rm == REMAT_OFFLOAD, .ranks = ranks, .sharded = 1};
+                Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
+                snprintf(what, sizeof what, "llama-tiny, 4 layers, %d sharded ranks, policy %s, remat %s", ranks,
+                         POLICIES[pol], remat_name((Remat)rm));
+                if (!p || !p->sharded) {
+                    printf("FAIL: %s: %s\n", what, p ? "not sharded" : err);
+                    failures++;
+                    continue;
+                }
+                expect_ok(p, what);
+                if (ranks == 2 && rm == REMAT_LAYER && pol == POLICY_MT) sharded = p;
+            }
+    if (sharded && plan_verify(sharded, err, sizeof err) == 0) mutations_sharded(sharded);
+    else {
+        printf("FAIL: no sharded mutations: the plan they start from is refused\n");
+        failures++;
+    }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
     else {
         printf("FAIL: no mutations: the plan they start from is refused\n");
