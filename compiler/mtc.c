@@ -238,7 +238,10 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     SchedRequest chosen = *req;
     if (chosen.shard < 0) { // --shard auto: replicated or sharded, whichever the scale-out model predicts faster
         chosen.shard = 0;   // (compiler/scaleout.c; one process: nothing to shard)
-        int c = chosen.ranks > 1 ? scaleout_choose(g, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
+        // (only for a plan to write: --explain runs the comparison itself), on a graph of its own: its
+        // searches release what they allocate, which must not be what g keeps
+        Graph *probe = chosen.ranks > 1 && r ? lower_tiled(m, opt, 1, a, d) : NULL;
+        int c = probe ? scaleout_choose(probe, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
         if (c < 0) {
             best->plan = NULL;
             return g;
