@@ -15,6 +15,8 @@ typedef struct PartState {
     DType compute; // DT_BF16: the storage rule's rounding (common/storage.h) after each node, in PREC_F32
     void **val;  // (nodes.n) the buffer of each node
     void *owned; // the one allocation behind computed nodes' buffers
+    const int32_t *seg_start; // (B, T) the batch's document starts for its attention (kernels.h), or NULL;
+                              // exec_init and exec_init_at clear it
 } PartState;
 
 // Seconds and calls per op, summed while exec_profile points at one (the

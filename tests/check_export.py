@@ -22,7 +22,11 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
                 refused naming it
   samples       --sample-every prints a greedy and two temperature samples of
                 decoded text at the steps asked; the same seed prints the
-                same text twice, another seed other samples
+                same text twice, another seed other samples; they run the
+                plan's own forward (the eval stream), whose greedy text is
+                the reference executor's (MT_SAMPLE_REFERENCE=1) and whose
+                --logits equal the reference's to 1e-5, f32 and bf16, and
+                with a tiled tail (--tile 4)
 """
 import json
 import os
@@ -178,6 +182,27 @@ def samples(mtc, mtrun, tmp):
     check(outs[0] == outs[1], "the same seed prints the same samples")
     check(outs[0] != outs[2], "another seed prints other samples")
     print("\n".join(first[-3:]))
+    # the plan's forward against the reference executor, on the same weights
+    env = dict(os.environ, MT_SAMPLE_REFERENCE="1")
+    p = run(mtrun, pl, "--steps", "20", "--val-every", "10", "--sample-every", "10", "--seed", "1",
+            "--log", j("l.jsonl"), env=env)
+    ref = [l for l in p.stdout.splitlines() if l.startswith("sample ")]
+    greedy = lambda ls: [l for l in ls if " greedy: " in l]
+    check(p.returncode == 0 and len(greedy(first)) == 2 and greedy(ref) == greedy(first),
+          f"the plan's forward samples the reference executor's greedy text: {greedy(ref)} vs {greedy(first)}", p)
+    for dtype, extra in (("f32", []), ("bf16", []), ("f32", ["--tile", "4"])):
+        out = os.path.join(tmp, f"l{dtype}{len(extra)}.bin")
+        p = run(mtc, "examples/llama-tiny.mt", "--batch", "2", "--seq", "32", "--dtype", dtype, *extra, "-o", out)
+        check(p.returncode == 0, f"mtc llama-tiny --dtype {dtype} {extra}", p)
+        got = {}
+        for how, e in (("plan", None), ("ref", env)):
+            p = run(mtrun, out, "--steps", "3", "--logits", j(how), "--log", j("l.jsonl"), env=e)
+            check(p.returncode == 0, f"{dtype} {extra} --logits through the {how}", p)
+            got[how] = np.load(j(how + ".logits.npy")) if p.returncode == 0 else np.zeros(1)
+        a, b = got["plan"], got["ref"]
+        err = float(np.abs(a - b).max() / np.abs(b).max()) if a.shape == b.shape else 1.0
+        check(err <= 1e-5, f"{dtype} {extra}: the plan's forward's logits equal the reference's: {err:.2e} relative")
+        print(f"{dtype} {' '.join(extra)}: --logits through the plan's forward and the reference executor: {err:.2e}")
 
 
 def main():
