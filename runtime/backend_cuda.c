@@ -112,6 +112,9 @@ typedef struct Cuda {
     int ntev, cap_tev;
     cudaEvent_t epoch;               // the trace's time zero
     double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
+    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts (cudaMalloc'd at
+                                     // the first set_docs that gives some, beside the arena); NULL: none yet
+    void *seg_start;                 // what every attention launch passes as seg_start: docs_dev, or NULL
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host"};
@@ -390,7 +393,7 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     if (k->kind == KK_ATTN) {
         void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
              *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets);
-        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH};
+        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH, &c->seg_start}; // (the tc kernels take no seg_start yet)
         CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a, NULL));
         return;
     }
@@ -400,8 +403,8 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     void *DQ = out, *DK = out + (size_t)nq * es, *DV = out + (size_t)(nq + nk) * es, *WS = c->scratch[engine_of(in)];
     void *DY = arg_ptr(c, &k->args[1], offsets), *Q = arg_ptr(c, &k->args[2], offsets),
          *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets);
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH, &c->seg_start};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
     if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s, a_dq, NULL)))
         CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s, a_dkdv,
                                  NULL));
@@ -534,6 +537,33 @@ static int cuda_finish(Backend *be, char *err, size_t errcap) {
 
 // ---------------------------------------------------------------- loading
 
+// The micro-batch's document starts (backend.h): copied to the device
+// before the stream's engines start (a synchronous copy of B x T ints), so
+// that every attention launch of the stream passes them. The tensor-core
+// kernels (attention_tc.cuh: bf16, head size 64 or 128) take no seg_start
+// yet: a plan that runs them is refused documents.
+static int cuda_set_docs(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
+    Cuda *c = be->ctx;
+    c->seg_start = NULL;
+    if (!seg_start) return 0;
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        for (int i = 0; i < c->prog.parts[pk].n; i++)
+            if ((c->prog.parts[pk].k[i].kind == KK_ATTN || c->prog.parts[pk].k[i].kind == KK_ATTN_BWD) &&
+                c->kern[pk][i].attn_tc) {
+                snprintf(err, errcap, "the cuda backend's tensor-core attention kernels (bf16, head size %lld) do "
+                         "not take document starts yet (the fp32 ones do)", (long long)c->prog.parts[pk].k[i].attn.D);
+                return -1;
+            }
+    size_t bytes = (size_t)(c->p->graph->train.batch * c->p->graph->train.seq) * sizeof(int32_t);
+    if (!enter(c, NULL) || (!c->docs_dev && !RT(c, NULL, cudaMalloc((void **)&c->docs_dev, bytes))) ||
+        !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
+        snprintf(err, errcap, "%s", c->err);
+        return -1;
+    }
+    c->seg_start = c->docs_dev;
+    return 0;
+}
+
 static void cuda_destroy(Backend *be) {
     Cuda *c = be->ctx;
     for (int e = 0; e < ENG_COUNT; e++) {
@@ -566,6 +596,7 @@ static void cuda_destroy(Backend *be) {
     for (int i = 0; i < c->npinned; i++) cudaHostUnregister(c->pinned[i]);
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
+    if (c->docs_dev) cudaFree(c->docs_dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -781,7 +812,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
                     .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
-                    .destroy = cuda_destroy};
+                    .set_docs = cuda_set_docs, .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
     cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
     struct cudaDeviceProp prop;

@@ -250,11 +250,11 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     unsigned threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
     // group_only: query heads 0 .. H/KVH - 1 and kv head 0 (dkdv reads dq's workspace of the whole group)
     const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}; // (the fp32 kernels' seg_start: no documents)
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
     launch(fn, sym[0], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_fwd(D) : attn_smem_fwd(D), a_fwd);
     launch(fn, sym[1], gq, (unsigned)hq, (unsigned)B, threads, c->tc ? attn_tc_smem_dq(D) : attn_smem_dq(D), a_dq);
     launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D) : attn_smem_dkdv(D),

@@ -209,11 +209,11 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     CUdeviceptr nul = 0;
     int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = 0;
     double scale = 1 / sqrt((double)D), softcap = 0;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}; // (the fp32 kernels' seg_start: no documents)
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
     void *r_probs[] = {&P, &C, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
     void *r_fwd[] = {&rY, &P, &rV, &B, &T, &H, &KVH, &D};
     void *r_ds[] = {&DS, &P, &C, &rDY, &rV, &B, &T, &H, &KVH, &D};
@@ -322,9 +322,10 @@ static void time_attention_llama(CUmodule m) {
             CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
                         LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
             int H = c.H, KVH = c.KVH;
-            void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH};
-            void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH};
-            void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+            CUdeviceptr nul = 0; // (the fp32 kernels' seg_start: no documents)
+            void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul};
+            void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH, &nul};
+            void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
             AttnKernels f = attn_kernels(m, &c);
             Timer t;
             timer_start(&t);
