@@ -1,6 +1,8 @@
 #!/bin/sh
 # bench/cpu_predict.sh: the cpu cost model against the cpu backend, in one run.
-# For llama-tiny, gpt2-tiny and GPT-2 small (batch 4, seq 64, f32): calibrates
+# For llama-tiny, gpt2-tiny and GPT-2 small (batch 4, seq 64, f32), and
+# llama-tiny and gpt2-tiny in bf16 (the plain attention kernel and libm's
+# scalar double maths the cpu backend runs bf16 with): calibrates
 # this machine (mtrun --calibrate) right before the model's steps and again
 # right after, so that the prediction sees the machine's share the steps saw
 # on a machine others may be using; plans for the first profile and measures
@@ -37,20 +39,22 @@ calibrate() {
 }
 
 summary=""
-for model in llama-tiny gpt2-tiny gpt2; do
+for run in llama-tiny:f32 gpt2-tiny:f32 gpt2:f32 llama-tiny:bf16 gpt2-tiny:bf16; do
+    model=${run%:*} dtype=${run#*:}
     load=$(busy)
     echo "$model: $load; calibrated before: $(calibrate "$model")"
     steps=21
     [ "$model" = gpt2 ] && steps=5 # its steps take seconds
-    line=$("$build/bench/step_bench" "examples/$model.mt" --target "$dir/$model.target" --steps $steps | grep '^predicted') || exit 1
+    line=$("$build/bench/step_bench" "examples/$model.mt" --target "$dir/$model.target" --steps $steps --dtype $dtype |
+        grep '^predicted') || exit 1
     echo "$model: $line"
     echo "$model: calibrated after: $(calibrate "$model-after")"
-    after=$("$build/mtc" "examples/$model.mt" --target "$dir/$model-after.target" --dtype f32 --batch 4 --seq 64 --explain \
+    after=$("$build/mtc" "examples/$model.mt" --target "$dir/$model-after.target" --dtype $dtype --batch 4 --seq 64 --explain \
         --json | python3 -c 'import json, sys; print(next(p["predicted_step_s"] for p in json.load(sys.stdin)["policies"] if p.get("chosen")) * 1e3)')
     result=$(echo "$line" | awk -v after="$after" '{
         for (i = 1; i < NF; i++) { if ($(i + 1) == "ms/step;") before = $i; if ($i == "measured" && $(i + 2) == "ms") measured = $(i + 1) }
         printf "measured/predicted %.2f (%.1f ms against %.1f and %.1f predicted before and after)", measured / ((before + after) / 2), measured, before, after }')
-    summary="$summary$(printf '%-11s %s; %s' "$model" "$result" "$load")
+    summary="$summary$(printf '%-16s %s; %s' "$model $dtype" "$result" "$load")
 "
 done
 printf '\n%s' "$summary"

@@ -50,6 +50,7 @@ static const KeySpec KEYS[] = {
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
     {"gemm_call_s", KEY_NUMBER, F(gemm_call_s), "seconds", 0, 0},
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
+    {"transcendental_f64_s", KEY_NUMBER, F(transcendental_f64_s), "seconds", 0, 0}, // left out: transcendental_s
     {"attention_plain_flops", KEY_NUMBER, F(attention_plain_flops), "FLOP/s", 0, 0}, // left out: vector_flops
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,

@@ -36,6 +36,8 @@ typedef struct Target {
     double kernel_launch_s;      // seconds, optional
     double gemm_call_s;          // seconds a host BLAS call costs beyond its FLOPs (cpu targets), optional
     double transcendental_s;     // seconds of one exp, log, sqrt, sin, cos or pow on one thread (cpu targets), optional
+    double transcendental_f64_s; // seconds of one libm exp, log, sin, cos or pow in double, scalar, one thread: a bf16
+                                 // plan's f64 maths (rope's angles) on a cpu target, optional (0: transcendental_s)
     double attention_plain_flops; // FLOP/s of bf16 attention on a cpu target, the plain kernel on one thread,
                                   // optional: vector_flops when left out
     double gemm_efficiency;      // in (0, 1], optional

@@ -32,26 +32,34 @@ static double arg_bytes(const KirArg *a) {
 
 // The seconds an expression kernel's statements take on one cpu thread:
 // each runs once a row, or once a column of its loop a row; arithmetic at
-// vector_flops, exp, log, sqrt, sin, cos and pow at transcendental_s each.
-static double cpu_statements_time(const KirKernel *k, const Target *t) {
-    double arith = 0, transcendental = 0;
+// vector_flops, exp, log, sqrt, sin, cos and pow at transcendental_s each;
+// in a bf16 plan (bf16) those in double at transcendental_f64_s where the
+// profile gives it: the cpu backend's JIT keeps libm's scalar double calls
+// there (runtime/jit.c), one a value, where f32 plans get glibc's vector
+// maths (perf of a bf16 llama-tiny step: pow and sincos ~10% of it).
+static double cpu_statements_time(const KirKernel *k, const Target *t, int bf16) {
+    double arith = 0, transcendental = 0, scalar64 = 0;
     for (int i = 0; i < k->nstmts; i++) {
         const KirStmt *s = &k->stmts[i];
         double runs = (double)k->rows * (s->loop ? (double)k->cols[s->loop - 1] : 1.0);
         switch (s->op) {
         case KOP_CONST: case KOP_ROW: case KOP_COL: case KOP_LOAD: case KOP_STORE: case KOP_ACC: break; // bytes: by_bytes
-        case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_POW: transcendental += runs; break;
+        case KOP_EXP: case KOP_LOG: case KOP_SIN: case KOP_COS: case KOP_POW:
+            if (bf16 && s->type == KT_F64 && t->transcendental_f64_s > 0) scalar64 += runs;
+            else transcendental += runs;
+            break;
+        case KOP_SQRT: transcendental += runs; break;
         default: arith += runs;
         }
     }
-    return arith / t->vector_flops + transcendental * t->transcendental_s;
+    return arith / t->vector_flops + transcendental * t->transcendental_s + scalar64 * t->transcendental_f64_s;
 }
 
 // An expression kernel: its bytes at HBM bandwidth or its arithmetic,
 // whichever is longer, plus a launch: a few operations an element at the
 // vector rate, or on a cpu target its statements (cpu_statements_time).
 // skip_node (a GEMM's output, still in cache for its epilogue) costs nothing.
-static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
+static double expr_time(const KirKernel *k, const Target *t, int skip_node, int bf16) {
     double bytes = 0, elems = 0;
     for (int a = 0; a < k->nargs; a++) {
         if (k->args[a].node < 0 || k->args[a].node == skip_node) continue;
@@ -59,7 +67,7 @@ static double expr_time(const KirKernel *k, const Target *t, int skip_node) {
         if ((double)k->args[a].numel > elems) elems = (double)k->args[a].numel;
     }
     double by_bytes = bytes / t->hbm_bandwidth, by_flops = elems * 8.0 / t->vector_flops;
-    if (strcmp(t->arch, "cpu") == 0) by_flops = cpu_statements_time(k, t);
+    if (strcmp(t->arch, "cpu") == 0) by_flops = cpu_statements_time(k, t, bf16);
     return (by_bytes > by_flops ? by_bytes : by_flops) + (skip_node >= 0 ? 0 : t->kernel_launch_s);
 }
 
@@ -88,7 +96,7 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
     const KirAttn *a = &k->attn;
     double heads = (double)(a->B * a->H), bwd = k->kind == KK_ATTN ? 0.0 : 1.0, helpers = 0;
     for (int h = 0; h < 1 + (int)bwd; h++) // the backward recomputes the softmax, then its derivative
-        if (a->helper[h] >= 0) helpers += t->kernel_launch_s + cpu_statements_time(&set->k[a->helper[h]], t);
+        if (a->helper[h] >= 0) helpers += t->kernel_launch_s + cpu_statements_time(&set->k[a->helper[h]], t, 0);
     return heads * ((2.0 + 3.0 * bwd) * t->gemm_call_s + helpers);
 }
 
@@ -184,7 +192,7 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;
             if (k->kind == KK_EXPR) {
-                kt->light[pk][k->anchor] += expr_time(k, t, -1);
+                kt->light[pk][k->anchor] += expr_time(k, t, -1, g->train.compute == DT_BF16);
                 continue;
             }
             if (k->kind == KK_NODE) {
@@ -197,7 +205,8 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
             kt->heavy[pk][k->anchor] += h;
             if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
             if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) // no separate pass over C
-                kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t, k->args[0].node);
+                kt->light[pk][k->anchor] +=
+                    expr_time(&s->k[k->gemm.epilogue], t, k->args[0].node, g->train.compute == DT_BF16);
         }
     }
     arena_free(&a);

@@ -518,10 +518,12 @@ static int rope_rule_fields(Sema *S, const Args *a, int64_t pairs, RopeRule *r, 
             }
         }
         r->factors = f[use_long], r->nfactors = pairs;
-        *words = arena_printf(S->a, "%s %s=[", *words, use_long ? "long_factor" : "short_factor");
-        for (int64_t i = 0; i < pairs && *words; i++)
-            *words = arena_printf(S->a, "%s%s%.17g", *words, i ? ", " : "", f[use_long][i]);
-        if (*words) *words = arena_printf(S->a, "%s]", *words);
+        for (int k = 0; k < 2 && *words; k++) { // both lists, as rope_parameters holds them (--export)
+            *words = arena_printf(S->a, "%s %s=[", *words, k ? "long_factor" : "short_factor");
+            for (int64_t i = 0; i < pairs && *words; i++)
+                *words = arena_printf(S->a, "%s%s%.17g", *words, i ? "," : "", f[k][i]);
+            if (*words) *words = arena_printf(S->a, "%s]", *words);
+        }
     }
     return *words ? 0 : -1;
 }

@@ -47,6 +47,14 @@ struct Backend {
     // (plan_offsets); flags RUN_* (RUN_SKIP_HEAVY: matmul and attention
     // nodes are not run, their buffers already hold their values)
     void (*run)(Backend *be, const Instr *in, PartKind part, int from, int to, int frame, int flags);
+    // The document starts (B, T) of the micro-batch whose stream replays next
+    // (kernels.h: seg_start; data.h, X.docs), or NULL: rows are one stream.
+    // Data like the tokens: replay() passes Replay.seg_start before the
+    // stream's first instruction, and every attention kernel of the stream
+    // takes it as its argument (the cpu's by pointer, the cuda backend's from
+    // its own device copy). 0, or -1 with a message (a backend whose kernels
+    // cannot mask documents).
+    int (*set_docs)(Backend *be, const int32_t *seg_start, char *err, size_t errcap);
     // the float at arena src, once everything before it on in's engine is done
     float (*read_scalar)(Backend *be, const Instr *in, int64_t src);
     // An asynchronous backend's INS_LOSS (NULL: read_scalar): the float at

@@ -118,6 +118,9 @@ typedef struct Cuda {
     int device, devices;             // the GPU this rank runs on (its local rank modulo devices), of the machine's
     Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
     cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
+    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts (cudaMalloc'd at
+                                     // the first set_docs that gives some, beside the arena); NULL: none yet
+    void *seg_start;                 // what every attention launch passes as seg_start: docs_dev, or NULL
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
@@ -398,7 +401,9 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     if (k->kind == KK_ATTN) {
         void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
              *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets);
-        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH}, *a_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
+        // seg_start: the fp32 kernels' last parameter, the tensor-core ones' before T
+        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
+        void *a_tc[] = {&Y, &nul, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
         CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
                                  kn->attn_tc ? a_tc : a, NULL));
         return;
@@ -409,10 +414,10 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     void *DQ = out, *DK = out + (size_t)nq * es, *DV = out + (size_t)(nq + nk) * es, *WS = c->scratch[engine_of(in)];
     void *DY = arg_ptr(c, &k->args[1], offsets), *Q = arg_ptr(c, &k->args[2], offsets),
          *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets);
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
-    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
-    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &nul, &T, &H, &KVH};
-    void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH, &c->seg_start};
+    void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
+    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &c->seg_start, &T, &H, &KVH};
+    void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
     if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
                                  kn->attn_tc ? a_dq_tc : a_dq, NULL)))
         CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s,
@@ -552,6 +557,23 @@ static int cuda_finish(Backend *be, char *err, size_t errcap) {
 
 // ---------------------------------------------------------------- loading
 
+// The micro-batch's document starts (backend.h): copied to the device
+// before the stream's engines start (a synchronous copy of B x T ints), so
+// that every attention launch of the stream passes them.
+static int cuda_set_docs(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
+    Cuda *c = be->ctx;
+    c->seg_start = NULL;
+    if (!seg_start) return 0;
+    size_t bytes = (size_t)(c->p->graph->train.batch * c->p->graph->train.seq) * sizeof(int32_t);
+    if (!enter(c, NULL) || (!c->docs_dev && !RT(c, NULL, cudaMalloc((void **)&c->docs_dev, bytes))) ||
+        !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
+        snprintf(err, errcap, "%s", c->err);
+        return -1;
+    }
+    c->seg_start = c->docs_dev;
+    return 0;
+}
+
 static void cuda_destroy(Backend *be) {
     Cuda *c = be->ctx;
     comm_close(&c->comm);
@@ -587,6 +609,7 @@ static void cuda_destroy(Backend *be) {
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     if (c->pool.sums) cudaFree(c->pool.sums);
+    if (c->docs_dev) cudaFree(c->docs_dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -860,7 +883,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
                     .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
-                    .destroy = cuda_destroy};
+                    .set_docs = cuda_set_docs, .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
     cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
     struct cudaDeviceProp prop;

@@ -125,6 +125,7 @@ typedef struct Measured {
     Figure small_gemm;     // seconds a call of the small sgemm
     Figure kernel_call;    // seconds a generated kernel's call
     Figure math;           // seconds an expf, logf, sinf or cosf
+    Figure math64;         // seconds a scalar double pow, sin, cos or exp
     Figure attention;      // FLOP/s of the plain attention kernel, one thread
     size_t copy_bytes;     // of each of the two copy buffers
     int threads;           // of the copy and AdamW
@@ -384,6 +385,25 @@ static double round_kernel_call(Bench *b) {
     return (now_s() - t0) / CAL_KERNEL_CALLS;
 }
 
+// Scalar double libm as a bf16 plan's generated kernels call it (the JIT
+// offers glibc's vector maths to f32 plans only): rope's pow(theta, -2i/D),
+// and sin and cos of angles t * freq up to a few thousand, and exp; the
+// calls made through volatile pointers, so none is vectorised or folded.
+static double round_math64(Bench *b) {
+    const float *y = b->math;
+    double (*volatile p2)(double, double) = pow, (*volatile s1)(double) = sin, (*volatile c1)(double) = cos,
+                                     (*volatile e1)(double) = exp;
+    double t0 = now_s(), s = 0;
+    for (int i = 0; i < CAL_MATH_N; i++) {
+        double x = (double)y[i], angle = x * 2000.0;
+        s += p2(10000.0, -x) + s1(angle) + c1(angle) + e1(x);
+    }
+    double dt = now_s() - t0;
+    volatile double sink = s;
+    (void)sink;
+    return dt / (4.0 * CAL_MATH_N);
+}
+
 static double round_math(Bench *b) {
     const float *y = b->math;
     double t0 = now_s();
@@ -410,7 +430,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
         {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
         {&m->grads_add, round_grads_add},
         {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
-        {&m->math, round_math},         {&m->attention, round_attention}};
+        {&m->math, round_math},         {&m->math64, round_math64},       {&m->attention, round_attention}};
     const int nwhat = (int)(sizeof what / sizeof what[0]);
     for (int r = -1; r < CAL_ROUNDS; r++) // round -1 warms up
         for (int i = 0; i < nwhat; i++) {
@@ -433,6 +453,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9; // figures are positive
     t->kernel_launch_s = m->kernel_call.lo > 1e-9 ? m->kernel_call.lo : 1e-9;
     t->transcendental_s = m->math.lo;
+    t->transcendental_f64_s = m->math64.lo;
     t->attention_plain_flops = m->attention.hi;
     return 0;
 }
@@ -683,6 +704,11 @@ static int write_profile(FILE *f, const Measured *m) {
                "# generated kernel's exp, log, sqrt, sin, cos or pow costs the cpu backend.\n", d, CAL_MATH_N,
             CAL_MATH_PASSES, CAL_ROUNDS);
     fprintf(f, "transcendental_s = %s\n", fmt_num(a, sizeof a, t->transcendental_s));
+    fprintf(f, "# measured by mtrun --calibrate on %s: libm's scalar double pow, sin and cos (of\n"
+               "# angles up to 3000) and exp over %d values on one thread, the mean a call, the best\n"
+               "# of %d rounds: what a bf16 plan's f64 maths (rope's angles) costs the cpu backend,\n"
+               "# which keeps libm's scalar calls there.\n", d, CAL_MATH_N, CAL_ROUNDS);
+    fprintf(f, "transcendental_f64_s = %s\n", fmt_num(a, sizeof a, t->transcendental_f64_s));
     fprintf(f, "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
                "# training step's sgemm reaches here, not a datasheet peak.\n", d);
     fprintf(f, "gemm_efficiency = 1\n");
@@ -797,6 +823,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.t.gemm_call_s * 1e6, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, m.t.kernel_launch_s * 1e6);
         fprintf(out, "  expf..  %8.2f ns        (median %.2f) one thread, a call\n", m.t.transcendental_s * 1e9,
                 m.math.median * 1e9);
+        fprintf(out, "  pow..   %8.2f ns        (median %.2f) one thread, a scalar double call\n",
+                m.t.transcendental_f64_s * 1e9, m.math64.median * 1e9);
         fprintf(out, "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread\n",
                 m.t.attention_plain_flops / 1e9, m.attention.median / 1e9);
         if (tier_dir)

@@ -19,6 +19,8 @@ typedef struct PartState {
     // the caller points sums at the stream's and sets layer before each run
     // of a block part; left empty, such a loss computes NaN.
     LoadBalancePool pool;
+    const int32_t *seg_start; // (B, T) the batch's document starts for its attention (kernels.h), or NULL;
+                              // exec_init and exec_init_at clear it
 } PartState;
 
 // Seconds and calls per op, summed while exec_profile points at one (the

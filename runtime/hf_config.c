@@ -134,8 +134,7 @@ static void add_float(cJSON *obj, const char *key, double v) {
 // What of a rope node the config written here cannot say, or NULL. It
 // says rope_type "default", every pair of a head turning at
 // theta^(-2i/D), or the rule the plan names (rope_rule: "llama3
-// factor=32 ...", written out by rope_rule_json) with its fields; a
-// longrope rule (the plan keeps only the factors in use), a cos/sin scale
+// factor=32 ...", written out by rope_rule_json) with its fields; a cos/sin scale
 // not from a named rule, interleaved pairs or partial rotary would load in
 // transformers as another function.
 static const char *rope_unsaid(const Node *rope, const Node *first, int64_t head_dim) {
@@ -145,8 +144,6 @@ static const char *rope_unsaid(const Node *rope, const Node *first, int64_t head
     if ((rope->rope_rule == NULL) != (first->rope_rule == NULL) ||
         (rope->rope_rule && strcmp(rope->rope_rule, first->rope_rule)) || rope->theta != first->theta)
         return "its rope differs from layer 0's (one rope_parameters for every layer)";
-    if (rope->rope_rule && strchr(rope->rope_rule, '['))
-        return "its rope is longrope, whose short and long factors the plan does not both keep";
     if (rope->rope_rule && strstr(rope->rope_rule, " max_position_embeddings="))
         return "its rope's factor comes from max_position_embeddings, which config.json gives the sequence length";
     if (rope->rope_rule) return NULL;
@@ -173,7 +170,16 @@ static int rope_rule_json(cJSON *rp, const char *rule) {
         if (!eq) continue;
         *eq = 0;
         const char *v = eq + 1;
-        if (!strcmp(v, "true") || !strcmp(v, "false")) cJSON_AddBoolToObject(rp, w, !strcmp(v, "true"));
+        if (*v == '[') { // longrope's factor lists, "[a,b,...]"
+            cJSON *list = cJSON_AddArrayToObject(rp, w);
+            for (char *e = (char *)v + 1; list && *e && *e != ']';) {
+                char *end;
+                double f = strtod(e, &end);
+                if (end == e) break;
+                cJSON_AddItemToArray(list, cJSON_CreateNumber(f));
+                e = *end == ',' ? end + 1 : end;
+            }
+        } else if (!strcmp(v, "true") || !strcmp(v, "false")) cJSON_AddBoolToObject(rp, w, !strcmp(v, "true"));
         else if (strstr(w, "position_embeddings")) cJSON_AddNumberToObject(rp, w, strtod(v, NULL));
         else add_float(rp, w, strtod(v, NULL));
     }
@@ -271,6 +277,8 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
         return -1;
     }
     add_float(rp, "rope_theta", rope->theta);
+    if (rope->rope_rule && !strncmp(rope->rope_rule, "longrope ", 9) && !cJSON_GetObjectItem(rp, "attention_factor"))
+        add_float(rp, "attention_factor", rope->rope_scale); // the cos/sin scale mt derived, not transformers' guess
     cJSON_AddBoolToObject(c, "tie_word_embeddings", param_named(g, "lm_head.weight") == NULL);
     cJSON_AddStringToObject(c, "hidden_act", f == FAM_GEMMA2 ? "gelu_pytorch_tanh" : "silu");
     cJSON_AddStringToObject(c, "dtype", bf16 ? "bfloat16" : "float32");

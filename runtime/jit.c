@@ -43,6 +43,7 @@ struct Jit {
     size_t wide_n;
     double *work;         // (work_n bytes) node kernels' workspace (node_kernel_work_bytes)
     size_t work_n;
+    const int32_t *seg_start; // (B, T) the batch's document starts (jit_set_docs), or NULL
 };
 
 JitProfile *jit_profile;
@@ -538,8 +539,8 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
 // the widened operands and round its output: the rounding to bf16 turns the
 // composite's f32 sums into different bf16 values here and there, and only
 // the same arithmetic lets a streamed bf16 replay be held to the reference
-// executor's losses to 1e-5. Rows of packed documents
-// (kernel_attention_segments set) run the plain kernel too, which masks them.
+// executor's losses to 1e-5. Rows of packed documents (jit_set_docs) run
+// the plain kernel too, which masks them.
 static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     const KirAttn *t = &k->attn;
     int bwd = k->kind == KK_ATTN_BWD;
@@ -551,9 +552,9 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
     float *ops[5];
     f32_operands(j, k, base, offsets, ops);
-    if (k->args[0].dtype == KT_BF16 || kernel_attention_segments) { // (segments: the plain kernel masks them)
+    if (k->args[0].dtype == KT_BF16 || j->seg_start) { // (documents: the plain kernel masks them)
         void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
-        kernel_run_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in);
+        kernel_run_docs_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in, j->seg_start);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
         return;
     }
@@ -596,6 +597,8 @@ static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int
     j->fn[part][k - j->prog.parts[part].k](j->argv, 0, k->rows, j->work);
     narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
 }
+
+void jit_set_docs(Jit *j, const int32_t *seg_start) { j->seg_start = seg_start; }
 
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
     const KirKernel *k = &j->prog.parts[part].k[i];

@@ -35,6 +35,11 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
 // and attention (their outputs are kept) but still runs GEMM epilogues.
 void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const int64_t *offsets);
 
+// The document starts (B, T) of the batch the next runs see (kernels.h:
+// seg_start), or NULL: rows are one stream. Attention with documents runs
+// the plain kernel, which masks them.
+void jit_set_docs(Jit *j, const int32_t *seg_start);
+
 // Runs kernel `index` of part by itself (tests).
 void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const int64_t *offsets);
 

@@ -16,14 +16,14 @@
 void kernel_run_f32(const Node *n, void *out, void *const *in);
 void kernel_run_f64(const Node *n, void *out, void *const *in);
 
-// Document boundaries in packed rows (data.h, X.docs), for the causal
-// attention forward and backward: query t of row b sees no key before
-// kernel_attention_segments[b * T + t] (its document's first position in
-// the row), besides the window and causality. NULL (the default): rows are
-// one stream. Set by the training loop around each micro-batch; read by
-// these kernels, the executor and the cpu backend's JIT, which runs its
-// attention through them while it is set (jit.c). Not thread-safe: one
-// batch at a time.
-extern const int32_t *kernel_attention_segments; // (B, T) or NULL
+// Document boundaries in packed rows (data.h, X.docs), the attention
+// forward's and backward's argument seg_start (B, T): for query position t
+// of row b, the position of the first token of its document; key j is
+// visible to query t only when j >= seg_start[b * T + t], besides the window
+// and causality. NULL: rows are one stream. The cuda kernels take the same
+// argument (compiler/cuda/attention.cuh). kernel_run_f32 (f64) is
+// kernel_run_docs_f32 (f64) with NULL; other ops ignore it.
+void kernel_run_docs_f32(const Node *n, void *out, void *const *in, const int32_t *seg_start);
+void kernel_run_docs_f64(const Node *n, void *out, void *const *in, const int32_t *seg_start);
 
 #endif

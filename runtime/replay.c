@@ -359,6 +359,11 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     for (int i = 0; i < n; i++) queue[pc[ins[i].engine]++] = i;
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
     r->recorder = recorder;
+    if (r->be->set_docs && r->be->set_docs(r->be, r->seg_start, err, errcap) != 0) goto done;
+    if (!r->be->set_docs && r->seg_start) {
+        snprintf(err, errcap, "the %s has no attention with document starts (X.docs)", r->be->name);
+        goto done;
+    }
     if (r->order.kind == REPLAY_THREADS || r->order.kind == REPLAY_STREAMS) {
         rc = replay_threads(r, ins, n, inputs, last, loss, queue, start, fired, stream, err, errcap);
         goto done;
@@ -489,19 +494,21 @@ static int tail_logits(const PartState *tail, const Graph *g, float *out) {
     return found == T ? 0 : -1;
 }
 
-static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits,
-                            double *aux);
+static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
+                            int backward, float *logits, double *aux);
 
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, double *aux) {
-    return reference_pass(p, hs, inputs, backward, NULL, aux);
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
+                     int backward, double *aux) {
+    return reference_pass(p, hs, inputs, seg_start, backward, NULL, aux);
 }
 
-float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits) {
-    return reference_pass(p, hs, inputs, backward, logits, NULL);
+float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
+                    float *logits) {
+    return reference_pass(p, hs, inputs, seg_start, backward, logits, NULL);
 }
 
-static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits,
-                            double *aux) {
+static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
+                            int backward, float *logits, double *aux) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
@@ -521,6 +528,8 @@ static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *
         // layer l runs its kind's block part; the tail takes the last layer's output
         const Node *tx = part_input_from(tail, block_part(g, L - 1));
         bind_params_inputs(&hs_head, p, w, 0, inputs);
+        hs_head.seg_start = hs_tail.seg_start = seg_start;
+        for (int64_t l = 0; l < L; l++) layers[l].seg_start = seg_start;
         exec_run(&hs_head, 0, head->nfwd);
         for (int64_t l = 0; l < L; l++) {
             const Part *block = layers[l].part;

@@ -65,6 +65,11 @@ typedef struct Replay {
     // a consumer that lost its WAIT on it runs first; 0: none.
     int hold_ins;
     int hold_ms;         // how long (0: 50 ms); tests hold an engine longer than a step's WAITs ever were
+    // The micro-batch's document starts (B, T) (kernels.h: seg_start; data.h,
+    // X.docs) that the next replay() hands its backend (set_docs), or NULL:
+    // rows are one stream. Data like the inputs; the caller keeps it valid
+    // through the replay.
+    const int32_t *seg_start;
 } Replay;
 
 // The threaded replays' hang limit: 10 minutes without any engine starting
@@ -108,14 +113,17 @@ void replay_stats_add(const Plan *p, const Instr *ins, int n, const char *stats,
 const char *replay_engine_name(int engine);
 
 // The oracle: head, every layer and tail run directly on the host store with
-// every activation kept, no arena, no recompute; with backward, gradients
+// every activation kept, no arena, no recompute; seg_start (B, T) the
+// batch's document starts (kernels.h), or NULL; with backward, gradients
 // are added into hs->g. Returns the loss, or NAN when out of memory; adds
 // the losses add_loss joins in the layers into *aux (NULL: not wanted).
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, double *aux);
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
+                     int backward, double *aux);
 // reference_step that also writes the logits the loss reads into logits
 // (B, T, V; NULL: not wanted), for --logits and --sample-every. NAN also
 // when the tail's losses do not read logits of the whole batch (a model
 // whose loss is not one cross_entropy over [B, T, V], or tiled along T).
-float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, int backward, float *logits);
+float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
+                    float *logits);
 
 #endif

@@ -5,6 +5,7 @@
 #include <string.h>
 
 #include "../common/io.h"
+#include "../common/storage.h"
 #include "replay.h"
 
 // One .npy file (format 1.0): descr "<i4" or "<f4", C order, shape (rank).
@@ -29,18 +30,108 @@ static int write_npy(const char *path, const char *descr, const int64_t *shape, 
     return ok ? 0 : io_fail(err, errcap, path, "cannot write");
 }
 
-// The logits of the batch (B, T, V) into a malloc'd buffer; NULL with a message.
-static float *batch_logits(const Plan *p, HostStore *hs, const int32_t *tokens, const int32_t *targets, char *err,
-                           size_t errcap) {
-    const TrainConfig *t = &p->graph->train;
-    const Node *ce = NULL;
+// The logits' width V of the tail's losses (0: no cross_entropy).
+static int64_t logits_width(const Plan *p) {
     const Part *tail = &p->graph->parts[PART_TAIL];
-    for (int i = 0; i < tail->nfwd && !ce; i++)
-        if (((const Node *)tail->nodes.items[i])->op == OP_CROSS_ENTROPY) ce = tail->nodes.items[i];
-    int64_t V = ce ? ce->in[0]->shape.dims[ce->in[0]->shape.rank - 1] : 0;
+    for (int i = 0; i < tail->nfwd; i++) {
+        const Node *n = tail->nodes.items[i];
+        if (n->op == OP_CROSS_ENTROPY) return n->in[0]->shape.dims[n->in[0]->shape.rank - 1];
+    }
+    return 0;
+}
+
+// The plan's own forward over the batch (the eval stream, replayed by rp on
+// the run's backend) with its last instruction that runs, the tail's
+// forward, run here a piece at a time instead: up to and including each
+// cross_entropy, after which the logits it read are copied out of the arena
+// into out (B, T, V), at the rows its targets are (all of them, or under row
+// tiling the slice of T its targets' OP_SLICE takes), as reference_run's
+// tail_logits places them. A later chunk's nodes may reuse an earlier
+// chunk's logits buffer, never before that chunk's loss read it; a plan
+// whose tail overwrites logits before their cross_entropy runs is refused.
+// 0, or -1 with a message.
+static int plan_logits(const Plan *p, Replay *rp, const int32_t *const *inputs, const int32_t *seg_start, float *out,
+                       char *err, size_t errcap) {
+    const Graph *g = p->graph;
+    const Part *tail = &g->parts[PART_TAIL];
+    const int64_t *off = plan_offsets(p, PART_TAIL, 0);
+    DType compute = g->train.compute;
+    int64_t B = g->train.batch, T = g->train.seq, found = 0;
+    int run = -1; // the eval stream's tail forward
+    for (int i = 0; i < p->neval; i++)
+        if (p->eval[i].kind == INS_RUN) run = i;
+    if (run < 0 || p->eval[run].part != PART_TAIL || p->eval[run].from != 0 || p->eval[run].to != tail->nfwd) {
+        snprintf(err, errcap, "the plan's eval stream does not end with the tail's forward");
+        return -1;
+    }
+    float loss;
+    rp->seg_start = seg_start;
+    if (replay(rp, p->eval, run, inputs, 1, &loss, err, errcap) != 0) return -1;
+    Backend *be = rp->be;
+    for (int i = 0, from = 0; i < tail->nfwd; i++) {
+        const Node *n = tail->nodes.items[i], *tg = n->op == OP_CROSS_ENTROPY ? n->in[1] : NULL;
+        if (!tg) continue;
+        const Node *lg = storage_base(n->in[0]);
+        int64_t a = off[lg->id], bytes = storage_bytes(compute, lg);
+        for (int k = lg->id + 1; k <= i; k++) { // nothing between the logits and their loss writes over them
+            const Node *m = tail->nodes.items[k];
+            if (m->op == OP_VIEW || m->op == OP_RESHAPE || off[k] < 0) continue;
+            if (off[k] < a + bytes && a < off[k] + storage_bytes(compute, m)) {
+                snprintf(err, errcap, "the plan's tail writes node %d over the logits (node %d) before its loss reads "
+                         "them; run with --reference", k, lg->id);
+                return -1;
+            }
+        }
+        be->run(be, NULL, PART_TAIL, from, i + 1, 0, 0);
+        from = i + 1;
+        int64_t t0 = tg->op == OP_SLICE && tg->axis == 1 ? tg->offset : 0;
+        const Shape *s = &n->in[0]->shape; // (B, Tc, V)
+        if (s->rank != 3 || s->dims[0] != B || t0 + s->dims[1] > T || (tg->op != OP_SLICE && s->dims[1] != T)) break;
+        int64_t Tc = s->dims[1], V = s->dims[2], count = B * Tc * V, es = storage_elem_bytes(compute, lg);
+        void *buf = malloc((size_t)(count * es)); // (B, Tc, V) as stored: f32 or bf16
+        if (!buf) {
+            snprintf(err, errcap, "out of memory for the logits");
+            return -1;
+        }
+        be->copy_out(be, NULL, buf, a, count * es);
+        if (be->finish && be->finish(be, err, errcap) != 0) {
+            free(buf);
+            return -1;
+        }
+        for (int64_t b = 0; b < B; b++)
+            for (int64_t e = 0; e < Tc * V; e++) {
+                int64_t from_e = b * Tc * V + e;
+                out[(b * T + t0) * V + e] =
+                    es == 2 ? f32_from_bf16(((const uint16_t *)buf)[from_e]) : ((const float *)buf)[from_e];
+            }
+        free(buf);
+        found += Tc;
+    }
+    if (found != T) {
+        snprintf(err, errcap, "the loss does not read logits of the whole batch [B, T, V]");
+        return -1;
+    }
+    return 0;
+}
+
+// The logits of the batch (B, T, V) into a malloc'd buffer: the plan's own
+// forward with rp, the reference executor without (or with
+// MT_SAMPLE_REFERENCE=1, a test's check of the one against the other).
+// NULL with a message.
+static float *batch_logits(const Plan *p, HostStore *hs, Replay *rp, const int32_t *tokens, const int32_t *targets,
+                           const int32_t *seg_start, char *err, size_t errcap) {
+    const TrainConfig *t = &p->graph->train;
+    int64_t V = logits_width(p);
     float *logits = V ? malloc((size_t)(t->batch * t->seq * V) * sizeof(float)) : NULL; // (B, T, V)
     const int32_t *inputs[2] = {tokens, targets};
-    if (!logits || isnan(reference_run(p, hs, inputs, 0, logits))) {
+    const char *ref = getenv("MT_SAMPLE_REFERENCE");
+    if (ref && *ref && strcmp(ref, "0") != 0) rp = NULL;
+    if (logits && rp) {
+        if (plan_logits(p, rp, inputs, seg_start, logits, err, errcap) == 0) return logits;
+        free(logits);
+        return NULL;
+    }
+    if (!logits || isnan(reference_run(p, hs, inputs, seg_start, 0, logits))) {
         snprintf(err, errcap, "%s", !V ? "the model's tail has no cross_entropy to read logits from"
                                    : !logits ? "out of memory for the logits"
                                              : "the forward failed: out of memory, or the loss does not read logits "
@@ -51,19 +142,13 @@ static float *batch_logits(const Plan *p, HostStore *hs, const int32_t *tokens, 
     return logits;
 }
 
-int sample_logits_npy(const char *prefix, const Plan *p, HostStore *hs, const int32_t *tokens,
-                      const int32_t *targets, char *err, size_t errcap) {
+int sample_logits_npy(const char *prefix, const Plan *p, HostStore *hs, Replay *rp, const int32_t *tokens,
+                      const int32_t *targets, const int32_t *seg_start, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
-    float *logits = batch_logits(p, hs, tokens, targets, err, errcap);
+    float *logits = batch_logits(p, hs, rp, tokens, targets, seg_start, err, errcap);
     if (!logits) return -1;
-    const Part *tail = &p->graph->parts[PART_TAIL];
-    int64_t V = 0;
-    for (int i = 0; i < tail->nfwd && !V; i++) {
-        const Node *n = tail->nodes.items[i];
-        if (n->op == OP_CROSS_ENTROPY) V = n->in[0]->shape.dims[n->in[0]->shape.rank - 1];
-    }
     char path[4096];
-    int64_t shape[3] = {t->batch, t->seq, V};
+    int64_t shape[3] = {t->batch, t->seq, logits_width(p)};
     snprintf(path, sizeof path, "%s.tokens.npy", prefix);
     int rc = write_npy(path, "<i4", shape, 2, tokens, 4, err, errcap);
     snprintf(path, sizeof path, "%s.logits.npy", prefix);
@@ -137,8 +222,8 @@ static int put_tokens(FILE *out, const DataVocab *v, const int32_t *tokens, int6
     return 0;
 }
 
-int sample_print(FILE *out, const Plan *p, HostStore *hs, const DataVocab *v, const int32_t *prompt, int64_t n,
-                 uint64_t seed, int64_t step, int samples, double temp, char *err, size_t errcap) {
+int sample_print(FILE *out, const Plan *p, HostStore *hs, Replay *rp, const DataVocab *v, const int32_t *prompt,
+                 int64_t n, uint64_t seed, int64_t step, int samples, double temp, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     int64_t B = t->batch, T = t->seq;
     if (samples > B - 1) samples = (int)(B - 1); // row 0 greedy, rows 1 .. samples drawn: one forward for all
@@ -157,14 +242,9 @@ int sample_print(FILE *out, const Plan *p, HostStore *hs, const DataVocab *v, co
         rng[b] = seed * 0x100000001b3ull ^ (uint64_t)step * 0x9e3779b97f4a7c15ull ^ (uint64_t)b;
     }
     for (int64_t pos = n; pos < T; pos++) { // the next token of every row still going
-        float *logits = batch_logits(p, hs, tokens, targets, err, errcap);
+        float *logits = batch_logits(p, hs, rp, tokens, targets, NULL, err, errcap); // (rows: one text each)
         if (!logits) goto done;
-        int64_t V = v->n; // (the logits' width may exceed the vocabulary file's; those ids decode to nothing)
-        const Part *tail = &p->graph->parts[PART_TAIL];
-        for (int i = 0; i < tail->nfwd; i++) {
-            const Node *nd = tail->nodes.items[i];
-            if (nd->op == OP_CROSS_ENTROPY) V = nd->in[0]->shape.dims[nd->in[0]->shape.rank - 1];
-        }
+        int64_t V = logits_width(p); // (it may exceed the vocabulary file's; those ids decode to nothing)
         for (int64_t b = 0; b <= samples; b++) {
             if (len[b] != pos) continue; // this row ended at an eos
             int32_t tok = pick(logits + (b * T + pos - 1) * V, V, b ? temp : 0, &rng[b]);

@@ -122,15 +122,15 @@ static int store_ok(const Run *r, char *err, size_t errcap) {
 // One micro-batch through the plan (or the reference executor): its loss
 // into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
-    const int32_t *inputs[2] = {r->tokens, r->targets};
-    kernel_attention_segments = r->data.docs || r->val->docs ? r->segs : NULL;
+    const int32_t *inputs[2] = {r->tokens, r->targets}, *docs = r->data.docs || r->val->docs ? r->segs : NULL;
     if (r->o->reference) {
         double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
-        *loss = reference_step(r->p, &r->hs, inputs, backward, &aux);
+        *loss = reference_step(r->p, &r->hs, inputs, docs, backward, &aux);
         if (backward) r->aux += aux;
         return 0;
     }
     const Plan *p = r->p;
+    r->rp.seg_start = docs;
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                       : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
@@ -412,13 +412,6 @@ static int open_run(Run *r, char *err, size_t errcap) {
         r->val = &r->val_file;
     }
     if (r->o->shuffle) data_shuffle(&r->data, (uint64_t)(r->o->seed >= 0 ? r->o->seed : t->seed));
-    if ((r->data.docs || r->val->docs) && r->o->cuda_create && !r->o->reference) {
-        snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document on the cpu backend "
-                 "and the reference executor; the cuda backend's attention kernels do not take them yet: run with "
-                 "--device cpu, or move the .docs file away to attend across documents",
-                 r->data.docs ? r->data.docs_path : r->val->docs_path);
-        return -1;
-    }
     if (check_sharded(r, err, errcap) != 0 || check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0)
         return -1;
     if (r->o->export_path && weights_export_check(r->o->export_path, p, err, errcap) != 0) return -1;
@@ -437,7 +430,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
     if (r->o->sample_every) data_vocab_close(&v);
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
-    r->segs = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
+    r->segs = calloc((size_t)(t->batch * t->seq), sizeof(int32_t));
     if (!r->tokens || !r->targets || !r->segs) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
@@ -494,6 +487,14 @@ static int open_run(Run *r, char *err, size_t errcap) {
                 r->stream_updates[plan_segment_index(p->train[i].layer)] = 1;
         r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order, .rng = order.seed,
                           .hold_ins = r->o->test_hold_ins, .dist = dist};
+        char why[512];
+        if (!r->be->set_docs) snprintf(why, sizeof why, "the %s backend takes none", r->o->cuda_create ? "cuda" : "cpu");
+        if ((r->data.docs || r->val->docs) && (!r->be->set_docs || r->be->set_docs(r->be, r->segs, why, sizeof why) != 0)) {
+            snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document, but %s: run with "
+                     "--device cpu, or move the .docs file away to attend across documents",
+                     r->data.docs ? r->data.docs_path : r->val->docs_path, why);
+            return -1;
+        }
     }
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
     // a resumed run continues its log; a new run starts one
@@ -551,7 +552,6 @@ static void close_run(Run *r) {
     free(r->segs);
     free(r->save_dir_agreed);
     comm_close(&r->comm);
-    kernel_attention_segments = NULL;
 }
 
 // The step's reports in its log line, when the layers join losses:
@@ -1004,10 +1004,9 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
     store_flush(&r->hs, r->p); // the weights of step s
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    kernel_attention_segments = NULL; // the prompt's rows: one text each
     int rc = store_ok(r, err, errcap) != 0 ? -1
-             : sample_print(r->o->out, r->p, &r->hs, &v, r->tokens, t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0,
-                            err, errcap);
+             : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v, r->tokens,
+                            t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0, err, errcap);
     data_vocab_close(&v);
     return rc;
 }
@@ -1141,8 +1140,9 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     if (export_agreed(&r) && export_weights(&r, err, errcap) != 0) goto done;
     if (o->logits) { // the first validation batch's logits, for a check against another implementation
         data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
-        kernel_attention_segments = r.data.docs || r.val->docs ? r.segs : NULL;
-        if (sample_logits_npy(o->logits, p, &r.hs, r.tokens, r.targets, err, errcap) != 0) goto done;
+        if (sample_logits_npy(o->logits, p, &r.hs, o->reference ? NULL : &r.rp, r.tokens, r.targets,
+                              r.data.docs || r.val->docs ? r.segs : NULL, err, errcap) != 0)
+            goto done;
     }
     if (log_close(&r, err, errcap) != 0) goto done;
     char el[32], vl[48] = "no validation";

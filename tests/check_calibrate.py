@@ -41,6 +41,7 @@ PLAUSIBLE = {
     "kernel_launch_s": (1e-9, 1e-2),
     "gemm_call_s": (0, 1e-2),
     "transcendental_s": (1e-10, 1e-5),
+    "transcendental_f64_s": (1e-10, 1e-5),        # scalar double libm
     "attention_plain_flops": (0.01e9, 10000e9),   # one thread, double sums
     "gemm_efficiency": (1e-3, 1.0),
 }
@@ -123,6 +124,38 @@ def main():
             check(abs(got - want) <= 0.05 * want, f"bf16 attention priced {got:.3g}x by attention_plain_flops, not "
                   f"vector_flops / attention_plain_flops = {want:.3g}x")
             os.remove(old)
+
+        if "transcendental_f64_s" in values:
+            # bf16 plans' double maths (llama-tiny's rope above all) at the scalar double rate: a profile whose
+            # transcendental_f64_s is 1 us more predicts a bf16 step slower by its calls x 1 us; an f32 plan's is
+            # not moved, and gpt2-tiny's (no rope) by a tenth of llama-tiny's or less
+            dear = os.path.join(t, "dear.target")
+            with open(dear, "w") as f:
+                f.write("".join(ln if not ln.startswith("transcendental_f64_s") else
+                                f"transcendental_f64_s = {float(values['transcendental_f64_s']) + 1e-6}\n"
+                                for ln in open(out)))
+            step = {}
+            for model in ("llama-tiny", "gpt2-tiny"):
+                for dtype in ("bf16", "f32"):
+                    for name, path in (("measured", out), ("dear", dear)):
+                        q = run(mtc, f"examples/{model}.mt", "--target", path, "--dtype", dtype, "--batch", "4", "--seq",
+                                "64", "--remat", "none", "--explain", "--json")
+                        if check(q.returncode == 0, f"mtc --explain {model} {dtype} on the {name} profile", q):
+                            step[model, dtype, name] = next(p["predicted_step_s"] for p in json.loads(q.stdout)["policies"]
+                                                            if p.get("chosen"))
+            d = {k: step.get((*k, "dear"), 0) - step.get((*k, "measured"), 1) for k in
+                 (("llama-tiny", "bf16"), ("llama-tiny", "f32"), ("gpt2-tiny", "bf16"))}
+            # rope of q and k: B*T*(H+KVH)*D elements (12,288 at batch 4, seq 64), pow, sin and cos each, forward
+            # and backward and the recomputation: some 300,000 calls, 0.3 s at 1 us
+            os.remove(dear)
+            check(0.03 < d["llama-tiny", "bf16"] < 3.0 and abs(d["llama-tiny", "f32"]) < 1e-9
+                  and abs(d["gpt2-tiny", "bf16"]) < 0.1 * d["llama-tiny", "bf16"],
+                  f"transcendental_f64_s prices bf16 plans' double maths: +1 us a call moves llama-tiny bf16 by "
+                  f"{d['llama-tiny', 'bf16'] * 1e3:.2f} ms, f32 by {d['llama-tiny', 'f32']:.2g} s, gpt2-tiny bf16 by "
+                  f"{d['gpt2-tiny', 'bf16']:.2g} s")
+            print(f"transcendental_f64_s + 1 us: gpt2-tiny bf16 {d['gpt2-tiny', 'bf16'] * 1e3:.2f} ms slower, "
+                  f"f32 plans not moved")
+            print(f"transcendental_f64_s + 1 us: llama-tiny bf16 predicted {d['llama-tiny', 'bf16'] * 1e3:.2f} ms slower")
 
         # its own output: overwritten; with --tier-dir, the NVMe tier measured there
         tier = os.path.join(t, "tier")

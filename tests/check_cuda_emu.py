@@ -6,6 +6,7 @@ usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARG
        check_cuda_emu.py pin MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py tile MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
+       check_cuda_emu.py docs MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
 
 Plans are compiled for TARGET, by default tests/tiny-gpu.target (sm_90, 3.1 MB of device
 memory, --batch 2, --resident 0 but under --remat none: every layer
@@ -39,6 +40,8 @@ waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a t
   train check's f32 tolerance) or by a reported error or hang, in one of SEEDS
   runs with other random pauses. The hook also says which WAITs the verifier
   finds implied by others (no run can catch those).
+docs: packed documents (X.docs) through the fp32 flash kernels' seg_start
+  (check_docs says what is held).
 pin: (f32, --remat layer, 2 steps) the host ranges pinned in chunks: with the
   emulated driver refusing a cudaHostRegister over PIN_MAX bytes (as r580
   refuses 512 GiB) and MT_PIN_CHUNK_BYTES set below it, the run pins each
@@ -130,7 +133,7 @@ def losses(mtrun, plan, log, cuda=None, extra_env=None, expect_ok=True, steps=5,
     env = dict(os.environ)
     for k in ("MT_REPLAY_ORDER", "MT_TEST_DROP_WAIT", "MT_CUDA_BACKEND", "MT_CUDA_EMU_KERNELS"):
         env.pop(k, None)
-    args = [mtrun, plan, "--steps", str(steps), "--seed", "7", "--val-every", str(steps), "--val-batches", "1", "--log", log,
+    args = [mtrun, plan, "--steps", str(steps), "--seed", "7", "--val-every", str(max(steps, 1)), "--val-batches", "1", "--log", log,
             *extra_args, "--device", "cpu"]
     if cuda:
         if cuda is not True:  # the emulation; True: the GPU
@@ -184,18 +187,88 @@ def check_scratch_refused(mtrun, plan, work, cuda):
     print(f"{plan}: kernel scratch {recorded} bytes a kernel-running engine as recorded; {recorded - 256} refused")
 
 
-def check_docs_refused(mtrun, plan, work, cuda):
-    """Document starts (X.docs) are refused on the cuda backend, naming the file: its attention kernels do
-    not take them yet (the cpu backend does, tests/check_sft.py)."""
-    base = os.path.join(work, "docs")
-    for suffix, magic, data in ((".bin", 20240520, np.arange(4096) % 200), (".docs", 20241205, np.arange(4096) % 100 == 0)):
-        h = np.zeros(256, "<i4")
-        h[0], h[1], h[2] = magic, 1, len(data)
-        open(base + suffix, "wb").write(h.tobytes() + np.asarray(data, "<u2" if suffix == ".bin" else "u1").tobytes())
-    got, p = losses(mtrun, plan, os.path.join(work, "docs.jsonl"), cuda, expect_ok=False,
-                    extra_args=("--data", base + ".bin"))
-    if got is not None or p.returncode != 1 or base + ".docs" not in p.stderr or "cuda backend" not in p.stderr:
-        fail("a token file with document starts on the cuda backend: want exit 1 naming docs.docs", p)
+def check_docs(mtc, mtrun, lib, cxx, src, work):
+    """Packed documents (X.docs) on the cuda backend: the fp32 flash kernels take seg_start. tests/check_sft.py's
+    packed row (conversations A and B, then filler) gives B's per-token losses of the row holding B alone, read
+    through --logits (the plan's own forward on the backend), f32 to 1e-5, at the start and after 3 steps trained
+    on B (the backward keeps A out of B's gradients); the logits equal the cpu backend's (f32 1e-5, bf16 1e-2);
+    --sample-every's greedy text is the cpu backend's; a bf16 plan whose attention runs the tensor-core kernels
+    (head size 64), which take no seg_start yet, is refused naming the file and why."""
+    from check_sft import token_losses, write_row
+    rng = np.random.default_rng(3)
+    A, B = list(rng.integers(1, 256, 10)), list(rng.integers(1, 256, 17))
+    filler = list(rng.integers(1, 256, 33))
+    j = lambda *p: os.path.join(work, *p)
+    write_row(j("pack"), A + B + filler[:33 - 27], {0, 10, 27}, set(range(11, 27)))
+    write_row(j("alone"), B + filler[:33 - 17], {0, 17}, set(range(1, 17)))
+    for name in ("pack", "alone"):  # bytes, for --sample-every
+        json.dump({"tokens": [bytes([i]).hex() for i in range(256)], "bos_token_id": None, "eos_token_id": None},
+                  open(j(name + ".vocab.json"), "w"))
+    base = [mtc, os.path.join(src, "examples/llama-tiny.mt"), "--target", os.path.join(src, TARGET), "--batch", "1",
+            "--seq", "32", "--resident", "0", "--remat", "layer"]
+
+    def logits(plan, cuda, name, steps, extra=()):
+        got, p = losses(mtrun, plan, j("docs.jsonl"), cuda, steps=steps, extra_args=(
+            "--data", j(name + ".bin"), "--val-data", j(name + ".bin"), "--logits", j("lg"), *extra))
+        return np.load(j("lg.logits.npy")), p
+
+    for dtype, tol in (("f32", 1e-5), ("bf16", 1e-2)):
+        plan = j(f"docs-{dtype}.bin")
+        p = run(base + ["--dtype", dtype, "-o", plan, "--emit-cuda", plan + ".cu"])
+        if p.returncode != 0:
+            fail(f"mtc llama-tiny --dtype {dtype} --batch 1 --seq 32 for {TARGET}", p)
+        cuda = (lib, build_kernels(cxx, src, plan + ".cu", work))
+        got = {}
+        for name in ("pack", "alone"):
+            for steps in (0, 3):
+                extra = ("--sample-every", "3") if (name, steps) == ("pack", 3) else ()
+                lg, p = logits(plan, cuda, name, steps, extra)
+                if "documents" not in p.stdout:
+                    fail(f"{dtype} {name}: the run does not say it keeps attention within documents", p)
+                ref, q = logits(plan, None, name, steps, extra)
+                e = float(np.abs(lg - ref).max() / np.abs(ref).max())
+                print(f"{dtype} {name} {steps} steps: --logits on the emulated cuda backend against the cpu's {e:.2e}")
+                if not e <= tol:
+                    fail(f"{dtype} {name} {steps} steps: the cuda backend's logits off the cpu's by {e:.2e}")
+                if extra:
+                    greedy = lambda out: [l for l in out.splitlines() if " greedy: " in l]
+                    if not greedy(p.stdout) or greedy(p.stdout) != greedy(q.stdout):
+                        fail(f"{dtype}: --sample-every's greedy text on cuda {greedy(p.stdout)} vs cpu {greedy(q.stdout)}")
+                np.save(j("t.logits.npy"), lg)
+                os.replace(j("lg.tokens.npy"), j("t.tokens.npy"))
+                got[name, steps] = token_losses(j("t"))[1]
+        for steps in (0, 3):
+            a, b = got["pack", steps][10:26], got["alone", steps][0:16]  # B's tokens predicting B's next
+            e = float(np.abs(a - b).max() / np.abs(b).max())
+            print(f"{dtype} {steps} steps on the emulated cuda backend: B's 16 per-token losses packed after A and "
+                  f"alone agree to {e:.2e}")
+            if dtype == "f32" and not e <= 1e-5:
+                fail(f"{steps} steps: B packed after A and alone differ by {e:.2e} on the cuda backend")
+    # the tensor-core kernels (bf16, head size 64: one head of llama-tiny's 64) take seg_start too: the run with
+    # document starts gives the cpu backend's losses within bf16's storage rule, and differs from one without them
+    model = j("llama-tiny-d64.mt")
+    text = open(os.path.join(src, "examples/llama-tiny.mt")).read()
+    open(model, "w").write(text.replace("NH = 4 ", "NH = 1 ").replace("NKV = 2 ", "NKV = 1 "))
+    plan = j("docs-tc.bin")
+    p = run(base[:1] + [model] + base[2:] + ["--dtype", "bf16", "-o", plan, "--emit-cuda", plan + ".cu"])
+    if p.returncode != 0:
+        fail("mtc llama-tiny at head size 64, bf16", p)
+    if "MT_ATTN_TC_INSTANTIATE" not in open(plan + ".cu").read():
+        fail("llama-tiny at head size 64, bf16, does not run the tensor-core attention kernels")
+    data = ("--data", j("pack.bin"), "--val-data", j("pack.bin"))
+    kern = (lib, build_kernels(cxx, src, plan + ".cu", work))
+    got, _ = losses(mtrun, plan, j("tc.jsonl"), kern, extra_args=data)
+    want, _ = losses(mtrun, plan, j("tc-cpu.jsonl"), extra_args=data)
+    os.rename(j("pack.docs"), j("pack.docs.away"))
+    across, _ = losses(mtrun, plan, j("tc-across.jsonl"), kern, extra_args=data)
+    os.rename(j("pack.docs.away"), j("pack.docs"))
+    e = worst_rel(got or [], want or [])
+    if not (got and want and e <= 1e-2 and across and worst_rel(across, got) > 1e-3):
+        fail(f"a bf16 plan on the tensor-core attention kernels with document starts: losses {got}, the cpu "
+             f"backend's {want}, without the documents {across}")
+    print(f"bf16 on the tensor-core attention kernels with document starts: the cpu backend's losses to {e:.2e}, "
+          f"{worst_rel(across or [], got or []):.2e} from a run attending across documents")
+    print("ok")
 
 
 def worst_rel(a, b):
@@ -216,7 +289,6 @@ def check_train(mtc, mtrun, lib, cxx, src, work, model):
                             extra_args=("--trace", trace) if trace else ())
             if trace:
                 check_scratch_refused(mtrun, plan, work, cuda)
-                check_docs_refused(mtrun, plan, work, cuda)
             if trace:
                 predicted = os.path.join(work, "predicted.json")
                 q = run(compile_args(mtc, src, model, dtype, REMATS[0]) + ["--trace", predicted])
@@ -357,6 +429,9 @@ def main():
     if len(sys.argv) > 9:
         TARGET = sys.argv[9]
     os.makedirs(work, exist_ok=True)
+    if what == "docs":
+        check_docs(mtc, mtrun, lib, cxx, src, work)
+        return
     {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin, "tile": check_tile}[what](mtc, mtrun, lib, cxx, src, work, model)
 
 

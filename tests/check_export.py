@@ -10,7 +10,9 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
                 biases and a sliding window); a model of no family mt can
                 describe (gpt2-tiny) is refused before it trains; Llama 3.2
                 at tiny widths, whose rope scales its frequencies, exports
-                rope_parameters (rope_type llama3) and loads to mt's logits
+                rope_parameters (rope_type llama3) and loads to mt's logits;
+                llama-tiny under longrope (Phi-3's rule) exports both factor
+                lists and loads to mt's logits past the original context
   shards        a folder of shards with model.safetensors.index.json (written
                 by --export --shard-bytes) initialises a run to the same bits
                 as the single file it came from, by folder and by index, and
@@ -22,7 +24,11 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
                 refused naming it
   samples       --sample-every prints a greedy and two temperature samples of
                 decoded text at the steps asked; the same seed prints the
-                same text twice, another seed other samples
+                same text twice, another seed other samples; they run the
+                plan's own forward (the eval stream), whose greedy text is
+                the reference executor's (MT_SAMPLE_REFERENCE=1) and whose
+                --logits equal the reference's to 1e-5, f32 and bf16, and
+                with a tiled tail (--tile 4)
 """
 import json
 import os
@@ -99,6 +105,32 @@ def transformers_(mtc, mtrun, tmp):
         err = float(np.abs(got - want).max() / np.abs(want).max())
         check(got.shape == want.shape and err <= 1e-4, f"{name}: {arch}'s logits against mt's: {err:.2e} relative")
         print(f"{name} (tiny widths): {arch} loads the export; largest difference {err:.2e} of the largest logit")
+    # longrope (Phi-3's rule) on llama-tiny: both factor lists go into rope_parameters; at seq 32, past
+    # original_max_position_embeddings 16, mt and transformers both turn by the long factors
+    short, long_ = [1.0 + 0.05 * i for i in range(8)], [1.5 + 0.4 * i for i in range(8)]
+    rule = (", scaling = longrope, factor = 2, original_max_position_embeddings = 16, short_factor = ["
+            + ", ".join(map(str, short)) + "], long_factor = [" + ", ".join(map(str, long_)) + "])")
+    src = open("examples/llama-tiny.mt").read().replace("theta = theta)", "theta = theta" + rule)
+    open(j("longrope.mt"), "w").write(src)
+    pl = j("longrope.bin")
+    p = run(mtc, j("longrope.mt"), "--batch", "2", "--seq", "32", "-o", pl)
+    check(p.returncode == 0 and src.count("longrope") == 2, "mtc llama-tiny with longrope", p)
+    p = run(mtrun, pl, "--data", "examples/data/tinyshakespeare.txt", "--steps", "2", "--val-batches", "1",
+            "--export", j("longrope"), "--logits", j("longrope"), "--log", j("l.jsonl"))
+    check(p.returncode == 0, "longrope: train, export a folder", p)
+    if p.returncode == 0:
+        rp = json.load(open(j("longrope", "config.json"))).get("rope_parameters", {})
+        check(rp.get("rope_type") == "longrope" and np.allclose(rp.get("short_factor"), short, rtol=1e-12)
+              and np.allclose(rp.get("long_factor"), long_, rtol=1e-12)
+              and rp.get("original_max_position_embeddings") == 16 and rp.get("factor") == 2.0
+              and abs(rp.get("attention_factor", 0) - (1 + np.log(2) / np.log(16)) ** 0.5) < 1e-9,
+              f"longrope: config.json's rope_parameters {rp}")
+        tokens, want = np.load(j("longrope.tokens.npy")), np.load(j("longrope.logits.npy"))
+        arch, got = hf_logits(j("longrope"), tokens)
+        err = float(np.abs(got - want).max() / np.abs(want).max())
+        check(got.shape == want.shape and err <= 1e-4, f"longrope: {arch}'s logits against mt's: {err:.2e} relative")
+        print(f"longrope (llama-tiny, long factors at seq 32): {arch} loads the export; largest difference {err:.2e} "
+              f"of the largest logit")
     # a model transformers has no config for here is refused before it trains
     pl = plan(mtc, tmp, "gpt2")
     p = run(mtrun, pl, "--steps", "3", "--export", j("gpt2"), "--log", j("g.jsonl"))
@@ -178,6 +210,27 @@ def samples(mtc, mtrun, tmp):
     check(outs[0] == outs[1], "the same seed prints the same samples")
     check(outs[0] != outs[2], "another seed prints other samples")
     print("\n".join(first[-3:]))
+    # the plan's forward against the reference executor, on the same weights
+    env = dict(os.environ, MT_SAMPLE_REFERENCE="1")
+    p = run(mtrun, pl, "--steps", "20", "--val-every", "10", "--sample-every", "10", "--seed", "1",
+            "--log", j("l.jsonl"), env=env)
+    ref = [l for l in p.stdout.splitlines() if l.startswith("sample ")]
+    greedy = lambda ls: [l for l in ls if " greedy: " in l]
+    check(p.returncode == 0 and len(greedy(first)) == 2 and greedy(ref) == greedy(first),
+          f"the plan's forward samples the reference executor's greedy text: {greedy(ref)} vs {greedy(first)}", p)
+    for dtype, extra in (("f32", []), ("bf16", []), ("f32", ["--tile", "4"])):
+        out = os.path.join(tmp, f"l{dtype}{len(extra)}.bin")
+        p = run(mtc, "examples/llama-tiny.mt", "--batch", "2", "--seq", "32", "--dtype", dtype, *extra, "-o", out)
+        check(p.returncode == 0, f"mtc llama-tiny --dtype {dtype} {extra}", p)
+        got = {}
+        for how, e in (("plan", None), ("ref", env)):
+            p = run(mtrun, out, "--steps", "3", "--logits", j(how), "--log", j("l.jsonl"), env=e)
+            check(p.returncode == 0, f"{dtype} {extra} --logits through the {how}", p)
+            got[how] = np.load(j(how + ".logits.npy")) if p.returncode == 0 else np.zeros(1)
+        a, b = got["plan"], got["ref"]
+        err = float(np.abs(a - b).max() / np.abs(b).max()) if a.shape == b.shape else 1.0
+        check(err <= 1e-5, f"{dtype} {extra}: the plan's forward's logits equal the reference's: {err:.2e} relative")
+        print(f"{dtype} {' '.join(extra)}: --logits through the plan's forward and the reference executor: {err:.2e}")
 
 
 def main():

@@ -11,6 +11,9 @@
 // when j <= t (causal) or always, and with a window W only when j > t - W.
 // A window skips whole key tiles before the block's first visible key (and,
 // in bwd_dkdv, query tiles past the last query that sees the block's keys).
+// Packed documents: seg_start (B, T), for query t of row b the position of
+// the first token of its document; key j is visible to query t only when
+// j >= seg_start[b * T + t] as well (NULL: no documents; kernels.h).
 //
 // Layouts: q, y, dq, dy [B, T, H*D]; k, v, dk, dv [B, T, KVH*D]; lse and the
 // backward's workspace rows [B, H, T] (fp32, natural log).
@@ -19,6 +22,7 @@
 //   mt_attn_fwd_NAME      grid (ceil(T/16), H, B), 128 threads, attn_smem_fwd(D) bytes of dynamic shared memory
 //   mt_attn_bwd_dq_NAME   grid (ceil(T/16), H, B), 128 threads, attn_smem_dq(D)
 //   mt_attn_bwd_dkdv_NAME grid (ceil(T/32), KVH, B), 128 threads, attn_smem_dkdv(D)
+// each with seg_start (or NULL) as its last parameter.
 // backward: bwd_dq first (it writes the workspace: lse, then delta =
 // rowsum(dP * P), each (B, H, T) floats), then bwd_dkdv, which reads it.
 // Both write every element of their outputs (no zeroing needed, no atomics:
@@ -70,6 +74,10 @@ __device__ __forceinline__ int mt_attn_kstart(const MtAttnOpt &o, int q0, int bk
 __device__ __forceinline__ int mt_attn_qend(const MtAttnOpt &o, int k1, int T) {
     const long end = (long)k1 - 1 + o.window;
     return o.window > 0 && end < T ? (int)end : T;
+}
+// The first key query t of row b sees by its document (0: none given or t past T).
+__device__ __forceinline__ int mt_attn_doc(const int *seg_start, int b, int t, int T) {
+    return seg_start && t < T ? seg_start[(long)b * T + t] : 0;
 }
 // The base of exp2 for a running maximum m: m, or 0 while a row has seen no
 // visible key (a window's rows meet fully masked tiles first).
@@ -138,7 +146,7 @@ __device__ __forceinline__ void mt_attn_rows_acc(float (&acc)[R][NPL], const flo
 // output dims lane, lane+32, ...
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H,
-                                            int KVH, MtAttnOpt opt) {
+                                            int KVH, MtAttnOpt opt, const int *seg_start) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1, NPL = (D + 31) / 32;
     extern __shared__ float mt_smem[];
     float *Qs = mt_smem;       // (BQ, D)
@@ -153,7 +161,9 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
 
     mt_attn_load<S, D, D>(Qs, qb, qstride, q0, T, BQ, vec);
     float m[R], l[R], acc[R][NPL];
+    int doc[R]; // each row's first key by its document
     for (int r = 0; r < R; r++) {
+        doc[r] = mt_attn_doc(seg_start, b, q0 + warp * R + r, T);
         m[r] = MT_NEG_INF, l[r] = 0.0f;
         for (int i = 0; i < NPL; i++) acc[r][i] = 0.0f;
     }
@@ -174,7 +184,7 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
         float p[R];
         for (int r = 0; r < R; r++) {
             const int t = q0 + warp * R + r;
-            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T) && j >= doc[r];
             const float sv = ok ? mt_attn_score2(opt, s[r]) : MT_NEG_INF;
             const float mnew = fmaxf(m[r], mt_warp_max(sv)), mb = mt_attn_base(mnew);
             p[r] = ok ? exp2f(sv - mb) : 0.0f;
@@ -205,7 +215,7 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v,
                                                const S *y, const float *lse_saved, int T, int H, int KVH,
-                                               MtAttnOpt opt) {
+                                               MtAttnOpt opt, const int *seg_start) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1, NPL = (D + 31) / 32;
     extern __shared__ float mt_smem[];
     float *Qs = mt_smem;        // (BQ, D)
@@ -223,6 +233,8 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
     mt_attn_load<S, D, D>(dYs, dy + qoff, qstride, q0, T, BQ, vec);
     const int kstart = mt_attn_kstart(opt, q0, BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
     float lse2[R], delta[R]; // lse in log2 units
+    int doc[R];              // each row's first key by its document
+    for (int r = 0; r < R; r++) doc[r] = mt_attn_doc(seg_start, b, q0 + warp * R + r, T);
     if (y && lse_saved) {
         __syncthreads();
         for (int r = 0; r < R; r++) {
@@ -247,7 +259,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
             mt_attn_rows_dot2<D, R, LDK>(s, dp, Qs, dYs, Ks, Vs, warp, lane);
             for (int r = 0; r < R; r++) {
                 const int t = q0 + warp * R + r;
-                const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+                const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T) && j >= doc[r];
                 const float sv = ok ? mt_attn_score2(opt, s[r]) : MT_NEG_INF;
                 const float mnew = fmaxf(m[r], mt_warp_max(sv)), mb = mt_attn_base(mnew);
                 const float p = ok ? exp2f(sv - mb) : 0.0f, corr = exp2f(m[r] - mb);
@@ -277,7 +289,7 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
         float ds[R];
         for (int r = 0; r < R; r++) {
             const int t = q0 + warp * R + r;
-            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T);
+            const bool ok = mt_attn_visible<CAUSAL>(opt, j, t, T) && j >= doc[r];
             const float s2 = mt_attn_score2(opt, s[r]), p = ok ? exp2f(s2 - lse2[r]) : 0.0f;
             ds[r] = p * (dp[r] - delta[r]) * mt_attn_dcap(opt, s2);
         }
@@ -300,7 +312,8 @@ __device__ __forceinline__ void mt_attn_bwd_dq(S *dq, float *ws, const S *dy, co
 // each thread accumulates its (key, dim) elements: dv += P^T dy, dk += dS^T q.
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, const S *dy, const S *q, const S *k,
-                                                 const S *v, int T, int H, int KVH, MtAttnOpt opt) {
+                                                 const S *v, int T, int H, int KVH, MtAttnOpt opt,
+                                                 const int *seg_start) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1;
     constexpr int NE = (BK * D + MT_ATTN_THREADS - 1) / MT_ATTN_THREADS; // (key, dim) elements per thread
     extern __shared__ float mt_smem[];
@@ -344,7 +357,7 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
                     s += Qs[il * D + d] * Ks[lane * LDK + d];
                     dp += dYs[il * D + d] * Vs[lane * LDK + d];
                 }
-                const bool ok = t < T && mt_attn_visible<CAUSAL>(opt, j, t, T);
+                const bool ok = t < T && mt_attn_visible<CAUSAL>(opt, j, t, T) && j >= mt_attn_doc(seg_start, b, t, T);
                 const float s2 = mt_attn_score2(opt, s), p = ok ? exp2f(s2 - Ls[il]) : 0.0f;
                 Ps[il * BK + lane] = p;
                 dSs[il * BK + lane] = p * (dp - Dl[il]) * mt_attn_dcap(opt, s2);
@@ -382,16 +395,19 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
 #define MT_ATTN_INSTANTIATE(S, D, CAUSAL, NAME) MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
 #define MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                     \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
-        mt_attn_fwd_##NAME(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H, int KVH) {          \
-        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});                  \
+        mt_attn_fwd_##NAME(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H, int KVH,            \
+                           const int *seg_start) {                                                                 \
+        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}, seg_start);       \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dq_##NAME(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v, const S *y,        \
-                              const float *lse, int T, int H, int KVH) {                                           \
-        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});   \
+                              const float *lse, int T, int H, int KVH, const int *seg_start) {                     \
+        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW},    \
+                                     seg_start);                                                                   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dkdv_##NAME(S *dk, S *dv, const float *ws, const S *dy, const S *q, const S *k, const S *v,     \
-                                int T, int H, int KVH) {                                                           \
-        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});     \
+                                int T, int H, int KVH, const int *seg_start) {                                     \
+        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW},      \
+                                       seg_start);                                                                 \
     }

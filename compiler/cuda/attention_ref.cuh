@@ -5,10 +5,12 @@
 // and dS[B, H, T, T]. The semantics are runtime/kernels.inc's attention and
 // attention_bwd, line for line: score q.k * scale, then softcap * tanh(score
 // / softcap) when softcap > 0; key j visible to query t when j <= t (causal)
-// or always, and with a window W > 0 only when j > t - W; query head h reads
-// kv head h / (H / KVH). Needs prelude.cuh. Never in a plan.
+// or always, and with a window W > 0 only when j > t - W, and with packed
+// documents (mt_ref_attn_probs_docs: seg_start (B, T), the first position of
+// query t's document in its row) only when j >= seg_start[b * T + t]; query
+// head h reads kv head h / (H / KVH). Needs prelude.cuh. Never in a plan.
 //
-// Order: probs, then fwd; for the backward probs, ds, then dq and dkdv.
+// Order: probs (or probs_docs), then fwd; for the backward probs, ds, then dq and dkdv.
 // Layouts as attention.cuh: q, y, dq, dy [B, T, H*D]; k, v, dk, dv [B, T, KVH*D].
 
 // The score of query row qr against key row kr: q.k * scale, soft-capped;
@@ -28,13 +30,15 @@ __device__ double mt_ref_attn_score(const float *qr, const float *kr, int D, dou
 
 // P[b, h, t, :] = softmax over the visible keys of the scores; 0 elsewhere.
 // C[b, h, t, j] = d score / d (q.k * scale) (1 without soft-capping).
-// One thread per (b, h, t).
-extern "C" __global__ void mt_ref_attn_probs(float *P, float *C, const float *q, const float *k, int B, int T, int H,
-                                             int KVH, int D, int causal, int window, double scale, double softcap) {
+// One thread per (b, h, t); seg_start NULL: no documents.
+__device__ void mt_ref_attn_probs_row(float *P, float *C, const float *q, const float *k, const int *seg_start, int B,
+                                      int T, int H, int KVH, int D, int causal, int window, double scale,
+                                      double softcap) {
     long row = (long)blockIdx.x * blockDim.x + threadIdx.x; // (b * H + h) * T + t
     if (row >= (long)B * H * T) return;
     int t = (int)(row % T), h = (int)(row / T % H), b = (int)(row / T / H), kvh = h / (H / KVH);
     int n = causal ? t + 1 : T, j0 = window && t + 1 > window ? t + 1 - window : 0;
+    if (seg_start && seg_start[(long)b * T + t] > j0) j0 = seg_start[(long)b * T + t];
     double mx = -1e300, sum = 0, dc;
     const float *qr = q + ((long)b * T + t) * H * D + (long)h * D;
     float *Pr = P + row * T, *Cr = C + row * T;
@@ -49,6 +53,15 @@ extern "C" __global__ void mt_ref_attn_probs(float *P, float *C, const float *q,
         double sc = mt_ref_attn_score(qr, k + ((long)b * T + j) * KVH * D + (long)kvh * D, D, scale, softcap, &dc);
         Pr[j] = (float)(exp(sc - mx) / sum), Cr[j] = (float)dc;
     }
+}
+extern "C" __global__ void mt_ref_attn_probs(float *P, float *C, const float *q, const float *k, int B, int T, int H,
+                                             int KVH, int D, int causal, int window, double scale, double softcap) {
+    mt_ref_attn_probs_row(P, C, q, k, NULL, B, T, H, KVH, D, causal, window, scale, softcap);
+}
+extern "C" __global__ void mt_ref_attn_probs_docs(float *P, float *C, const float *q, const float *k,
+                                                  const int *seg_start, int B, int T, int H, int KVH, int D, int causal,
+                                                  int window, double scale, double softcap) {
+    mt_ref_attn_probs_row(P, C, q, k, seg_start, B, T, H, KVH, D, causal, window, scale, softcap);
 }
 
 // y[b, t, h*D + d] = sum_j P[b, h, t, j] v[b, j, kvh*D + d]. One thread per element of y.

@@ -217,10 +217,10 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them;
     // the tensor-core kernels take document starts (none: NULL) before T
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
-    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
-    void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH};
+    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &nul, &T, &H, &KVH};
-    void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+    void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
     void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
     void **a_fwd = c->tc ? a_fwd_tc : a_fwd_f, **a_dq = c->tc ? a_dq_tc : a_dq_f, **a_dkdv = c->tc ? a_dkdv_tc : a_dkdv_f;
     void *r_probs[] = {&P, &C, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
@@ -335,10 +335,10 @@ static void time_attention_llama(CUmodule m) {
             // as the cuda backend runs them: no lse kept by the forward (the plan has no tensor
             // for it), so bwd_dq recomputes it; the tensor-core kernels' seg NULL (no documents)
             CUdeviceptr nul = 0;
-            void *a_fwd_f[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH}, *a_fwd_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
-            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH};
+            void *a_fwd_f[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
+            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH, &nul};
             void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &nul, &T, &H, &KVH};
-            void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH};
+            void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
             void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
             void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
             AttnKernels f = attn_kernels(m, &c);
