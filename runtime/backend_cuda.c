@@ -19,9 +19,9 @@
 //             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
-//             nothing else while training runs
-//             (cuBLASLt gets no workspace; each GEMM's algorithm is picked
-//             once at load, for no workspace). The host ranges the streams read
+//             nothing else while training runs; a GEMM's cuBLASLt
+//             workspace is its engine's scratch (gemm_workspace_bytes of it),
+//             its algorithm picked once at load for that workspace. The host ranges the streams read
 //             and write (the streamed weights, the activation store) pinned
 //             with cudaHostRegister in chunks of at most PIN_CHUNK_BYTES
 //             (r580 drivers fail one call of 512 GiB or more), the time it
@@ -69,7 +69,8 @@ typedef struct Kernel { // how one kernel of a part launches
     int attn_smem[3], attn_tc;
     cublasLtMatmulDesc_t desc;       // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
     cublasLtMatrixLayout_t la, lb, lc; // B's, A's and C's layouts, in that order of the call
-    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for no workspace
+    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for its workspace
+    size_t workspace;                // GEMM: cuBLASLt's workspace, bytes at the start of the engine's scratch
 } Kernel;
 
 typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
@@ -371,8 +372,8 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     const Kernel *kn = &c->kern[part][i];
     const float one = 1.0f, zero = 0.0f;
     char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets), *B = arg_ptr(c, &k->args[2], offsets);
-    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo, NULL,
-                             0, stream_of(c, in)));
+    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo,
+                             c->scratch[engine_of(in)], kn->workspace, stream_of(c, in)));
 }
 
 // The flash templates: forward (no lse kept: the backward recomputes it),
@@ -614,13 +615,14 @@ static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
     return 0;
 }
 
-// A GEMM's algorithm, cuBLASLt's first pick for its shape with no
-// workspace, chosen once here rather than by cublasLtMatmul on every call
-// (which heuristics each call made with no algorithm).
-static int gemm_pick_algo(Cuda *c, Kernel *kn, int part, int i) {
+// A GEMM's algorithm, cuBLASLt's first pick for its shape within its
+// workspace (gemm_workspace_bytes, in the engine's scratch, which the plan
+// counts: common/scratch.h), chosen once here rather than by cublasLtMatmul
+// on every call (which heuristics each call made with no algorithm).
+static int gemm_pick_algo(Cuda *c, Kernel *kn, const KirKernel *k, int part, int i) {
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t best;
-    size_t workspace = 0;
+    size_t workspace = (size_t)gemm_workspace_bytes(&k->gemm);
     int found = 0;
     int ok = LT(c, NULL, cublasLtMatmulPreferenceCreate(&pref)) &&
              LT(c, NULL, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -632,6 +634,7 @@ static int gemm_pick_algo(Cuda *c, Kernel *kn, int part, int i) {
         snprintf(c->err, sizeof c->err, "cuda: cuBLASLt has no algorithm for GEMM kernel %d of part %s", i, part_name(part));
     if (!ok || found < 1) return -1;
     kn->algo = best.algo;
+    kn->workspace = workspace;
     return 0;
 }
 
@@ -650,7 +653,7 @@ static int load_kernels(Cuda *c) {
                 return -1;
             }
             if (k->kind == KK_GEMM) {
-                if (gemm_layouts(c, kn, k) != 0 || gemm_pick_algo(c, kn, p, i) != 0) return -1;
+                if (gemm_layouts(c, kn, k) != 0 || gemm_pick_algo(c, kn, k, p, i) != 0) return -1;
                 continue;
             }
             if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's mt_node_<op>
