@@ -61,7 +61,10 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
     case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
         be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src, in->bytes);
         break;
-    case INS_COPY_OUT: be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16); break;
+    case INS_COPY_OUT: // set where the range holds zeros, else added (store_grads_out)
+        be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes,
+                         (in->flags & XFER_BF16 ? GRADS_BF16 : 0) | (store_grads_out(hs, r->p, in) ? GRADS_SET : 0));
+        break;
     case INS_COPY: be->copy(be, in, in->dst, in->src, in->bytes); break;
     case INS_INPUT: be->copy_in(be, in, in->dst, inputs[in->input], in->bytes); break;
     case INS_RUN:
