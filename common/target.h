@@ -31,6 +31,8 @@ typedef struct Target {
     double host_memory_bandwidth; // bytes/s, sustained
     double host_adamw_bandwidth; // bytes/s of the host AdamW update's traffic (compiler/cost.c's update_bytes
                                  // a parameter) with all host cores, optional: host_memory_bandwidth when left out
+    double host_grads_add_bandwidth; // bytes/s of a COPY_OUT's host part on a GPU (compiler/cost.c's
+                                 // grads_host_bytes), optional: host_adamw_bandwidth when left out
     double host_cores;           // a whole number
     int link_duplex;             // 1: both link directions run at full rate at once
     double kernel_launch_s;      // seconds, optional
