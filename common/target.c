@@ -53,6 +53,7 @@ static const KeySpec KEYS[] = {
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
     {"attention_plain_flops", KEY_NUMBER, F(attention_plain_flops), "FLOP/s", 0, 0}, // left out: vector_flops
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
+    {"moe_gemm_efficiency", KEY_SHARE, F(moe_gemm_efficiency), "a share of peak", 0, 0}, // left out: gemm_efficiency
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,
      TARGET_DEFAULT_DUPLEX_EFFICIENCY},
     {"attention_tc_fraction", KEY_SHARE, F(attention_tc_fraction), "a share of matrix_flops_bf16", 0,
@@ -258,6 +259,7 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
         return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
     if (t->host_adamw_bandwidth == 0) t->host_adamw_bandwidth = t->host_memory_bandwidth; // left out (fallback 0)
     if (t->host_grads_add_bandwidth == 0) t->host_grads_add_bandwidth = t->host_adamw_bandwidth; // left out
+    if (t->moe_gemm_efficiency == 0) t->moe_gemm_efficiency = t->gemm_efficiency; // left out
     if (t->gpus_per_node > 1 && t->gpu_link_bandwidth == 0)
         return fail(err, errcap, path, 0, "%g GPUs a node need 'gpu_link_bandwidth' (bytes/s a direction between two "
                     "of them)", t->gpus_per_node);

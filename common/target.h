@@ -41,6 +41,8 @@ typedef struct Target {
     double attention_plain_flops; // FLOP/s of bf16 attention on a cpu target, the plain kernel on one thread,
                                   // optional: vector_flops when left out
     double gemm_efficiency;      // in (0, 1], optional
+    double moe_gemm_efficiency;  // in (0, 1], optional: the MoE grouped kernels' share of peak on a GPU
+                                 // (compiler/cuda/moe.cuh); gemm_efficiency when left out
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
     double attention_fp32_fraction; // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16

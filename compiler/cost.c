@@ -142,7 +142,9 @@ static int64_t moe_selected(const Node *n) {
 // a GPU): moe and its backward as their
 // GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
 // row and expert; the backward recomputes them and takes 6 more) at the
-// matrix rate, with a host BLAS call per expert and GEMM on a cpu target;
+// matrix rate times moe_gemm_efficiency on a GPU (compiler/cuda/moe.cuh's
+// own tiled kernels, not cuBLAS), times gemm_efficiency with a host BLAS
+// call per expert and GEMM on a cpu target (library GEMMs there);
 // the rest (top_k, the load-balancing loss, add_loss) by their bytes.
 // *heavy: whether it counts with the GEMMs.
 static double node_time(const Node *n, const KirKernel *k, const Target *t, int *heavy) {
@@ -155,7 +157,7 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
     double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
-    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency;
+    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu ? (double)E * passes * t->gemm_call_s : 0.0;
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
