@@ -35,6 +35,7 @@ MoeDims moe_node_dims(const Graph *g, const Node *n) {
 
 int64_t kernel_scratch_bytes(const KirKernel *k, const Graph *g, int part) {
     if (k->kind == KK_EXPR) return 8 * kir_acc64_offset(k, k->nargs);
+    if (k->kind == KK_GEMM) return gemm_workspace_bytes(&k->gemm);
     if (k->kind == KK_ATTN_BWD) return (int64_t)attn_workspace_bytes(k->attn.B, k->attn.T, k->attn.H);
     if (k->kind != KK_NODE) return 0;
     const Node *n = g->parts[part].nodes.items[k->anchor];

@@ -14,6 +14,9 @@
 //                        moe_chunk_rows: compiler/cuda/moe.cuh, at most about
 //                        MOE_CHUNK_BYTES whatever the batch)
 //   load_balance_bwd     E doubles
+//   GEMMs                cuBLASLt's workspace (gemm_workspace_bytes): every
+//                        cublasLtMatmul gets the engine's region, and each
+//                        GEMM's algorithm is picked once, at load, for it
 // rounded up to 256 bytes, at least 256. The cpu backend keeps its scratch in
 // host memory: plans for a cpu target record none.
 #ifndef MT_SCRATCH_H
@@ -55,6 +58,18 @@ static inline long long moe_chunk_rows(MoeDims d, int bwd, long long budget) {
 // found, all E (as compiler/cost.c's moe_selected, which prices it). A row
 // with more gates != 0 than K gets NaN outputs (compiler/cuda/moe.cuh).
 MoeDims moe_node_dims(const Graph *g, const Node *n);
+
+// cuBLASLt's workspace for a GEMM, the most its algorithm may use: NVIDIA's
+// recommendation for Hopper, 32 MiB (cuBLAS library guide,
+// cublasSetWorkspace; 4 MiB before Hopper), or, for a GEMM whose output in
+// fp32 is smaller, that much (room for a split-K's fp32 partial output),
+// at least 256 bytes, so that a small model's plan does not grow by 32 MiB.
+// Whether small GEMMs would pick faster algorithms with more is not measured.
+#define GEMM_WORKSPACE_BYTES (32LL << 20)
+static inline int64_t gemm_workspace_bytes(const KirGemm *g) {
+    int64_t out = 4 * g->M * g->N * (g->batch > 1 ? g->batch : 1);
+    return out > GEMM_WORKSPACE_BYTES ? GEMM_WORKSPACE_BYTES : out < 256 ? 256 : out;
+}
 
 // The device scratch bytes kernel k of part `part` needs (0: none).
 int64_t kernel_scratch_bytes(const KirKernel *k, const Graph *g, int part);

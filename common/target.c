@@ -47,12 +47,14 @@ static const KeySpec KEYS[] = {
     {"host_memory_bandwidth", KEY_NUMBER, F(host_memory_bandwidth), "bytes/s", 1, 0},
     {"host_cores", KEY_COUNT, F(host_cores), "cores", 1, 0},
     {"host_adamw_bandwidth", KEY_NUMBER, F(host_adamw_bandwidth), "bytes/s", 0, 0}, // left out: host_memory_bandwidth
+    {"host_grads_add_bandwidth", KEY_NUMBER, F(host_grads_add_bandwidth), "bytes/s", 0, 0}, // left out: AdamW's
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
     {"gemm_call_s", KEY_NUMBER, F(gemm_call_s), "seconds", 0, 0},
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
     {"transcendental_f64_s", KEY_NUMBER, F(transcendental_f64_s), "seconds", 0, 0}, // left out: transcendental_s
     {"attention_plain_flops", KEY_NUMBER, F(attention_plain_flops), "FLOP/s", 0, 0}, // left out: vector_flops
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
+    {"moe_gemm_efficiency", KEY_SHARE, F(moe_gemm_efficiency), "a share of peak", 0, 0}, // left out: gemm_efficiency
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,
      TARGET_DEFAULT_DUPLEX_EFFICIENCY},
     {"attention_tc_fraction", KEY_SHARE, F(attention_tc_fraction), "a share of matrix_flops_bf16", 0,
@@ -258,6 +260,8 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
     if (nmissing)
         return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
     if (t->host_adamw_bandwidth == 0) t->host_adamw_bandwidth = t->host_memory_bandwidth; // left out (fallback 0)
+    if (t->host_grads_add_bandwidth == 0) t->host_grads_add_bandwidth = t->host_adamw_bandwidth; // left out
+    if (t->moe_gemm_efficiency == 0) t->moe_gemm_efficiency = t->gemm_efficiency; // left out
     if (t->gpus_per_node > 1 && t->gpu_link_bandwidth == 0)
         return fail(err, errcap, path, 0, "%g GPUs a node need 'gpu_link_bandwidth' (bytes/s a direction between two "
                     "of them)", t->gpus_per_node);

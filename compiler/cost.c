@@ -155,7 +155,9 @@ static int64_t moe_selected(const Node *n) {
 // a GPU): moe and its backward as their
 // GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
 // row and expert; the backward recomputes them and takes 6 more) at the
-// matrix rate, with a host BLAS call per expert and GEMM on a cpu target;
+// matrix rate times moe_gemm_efficiency on a GPU (compiler/cuda/moe.cuh's
+// own tiled kernels, not cuBLAS), times gemm_efficiency with a host BLAS
+// call per expert and GEMM on a cpu target (library GEMMs there);
 // the rest (top_k, the load-balancing loss, add_loss) by their bytes.
 // *heavy: whether it counts with the GEMMs.
 static double node_time(const Node *n, const KirKernel *k, const Target *t, int *heavy) {
@@ -168,7 +170,7 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
     double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
-    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency;
+    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu ? (double)E * passes * t->gemm_call_s : 0.0;
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
@@ -204,9 +206,14 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
             double h = heavy_time(s, k, t);
             kt->heavy[pk][k->anchor] += h;
             if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
-            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0) // no separate pass over C
-                kt->light[pk][k->anchor] +=
-                    expr_time(&s->k[k->gemm.epilogue], t, k->args[0].node, g->train.compute == DT_BF16);
+            // The epilogue: on a cpu target it runs on each row block of C
+            // while it is in cache (runtime/jit.c), no pass over C; the cuda
+            // backend launches it after the GEMM, a kernel of its own that
+            // reads C back from HBM (cuBLASLt's epilogues are not used).
+            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0)
+                kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t,
+                                                      strcmp(t->arch, "cpu") == 0 ? k->args[0].node : -1,
+                                                      g->train.compute == DT_BF16);
         }
     }
     arena_free(&a);
@@ -238,6 +245,56 @@ static double layer_elems(const Plan *p, int32_t layer) { return (double)plan_se
 // runtime/store.c's store_update does. They move at the profile's
 // host_adamw_bandwidth, which counts the same bytes.
 static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
+
+// Host bytes of a COPY_OUT's host part on a GPU, as the cuda backend's ring
+// runs it (runtime/backend_cuda.c): each gradient read from its pinned slot
+// (2 bytes bf16, 4 fp32) and added into the store's fp32 accumulator (read
+// and write it: 8), or, where the accumulator holds zeros, set (write it:
+// 4; runtime/store.c, store_grads_out). At the profile's
+// host_grads_add_bandwidth, which counts the same bytes (mtrun --calibrate's
+// grads+, 10 bytes a bf16 add).
+static double grads_host_bytes(const Instr *in, int set) {
+    double e = in->flags & XFER_BF16 ? 2.0 : 4.0;
+    return (double)in->bytes / e * (e + (set ? 4.0 : 8.0));
+}
+
+typedef struct OutDst {
+    int64_t dst;
+    int i;
+} OutDst;
+static int out_dst_cmp(const void *a, const void *b) {
+    const OutDst *x = a, *y = b;
+    return x->dst != y->dst ? (x->dst < y->dst ? -1 : 1) : x->i - y->i;
+}
+
+// The COPY_OUTs' times on a GPU: the ring overlaps each piece's copy with
+// the host's add of the one before, so a COPY_OUT takes the longer of its
+// link time and its host part. With one micro-batch a step, the first
+// COPY_OUT of the stream into a parameter sets it, the others (tied
+// weights' second) add; with more, every COPY_OUT is priced as an add (the
+// first micro-batch's sets, cheaper, are not told apart: dur is one a
+// stream). Returns the host bytes of the parts (for host memory's share).
+static double grads_out_times(const Plan *p, const Target *t, double *dur) {
+    if (strncmp(t->arch, "sm_", 3) != 0) return 0; // the cpu backend's add is its copy, priced as one
+    int n = 0;
+    for (int i = 0; i < p->ntrain; i++) n += p->train[i].kind == INS_COPY_OUT;
+    OutDst *o = malloc((size_t)n * sizeof *o + 1);
+    if (!o) return 0;
+    n = 0;
+    for (int i = 0; i < p->ntrain; i++)
+        if (p->train[i].kind == INS_COPY_OUT) o[n++] = (OutDst){p->train[i].dst, i};
+    qsort(o, (size_t)n, sizeof *o, out_dst_cmp);
+    double host_bytes = 0;
+    for (int k = 0; k < n; k++) {
+        const Instr *in = &p->train[o[k].i];
+        int set = p->graph->train.accumulate == 1 && (k == 0 || o[k - 1].dst != o[k].dst);
+        double b = grads_host_bytes(in, set), s = b / t->host_grads_add_bandwidth;
+        if (s > dur[o[k].i]) dur[o[k].i] = s;
+        host_bytes += b;
+    }
+    free(o);
+    return host_bytes;
+}
 
 // The zero3-offload baseline (schedule.c names it in the plan's schedule,
 // which the plan file carries): what DeepSpeed's code moves beyond mt's plan.
@@ -493,6 +550,9 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         default: break;
         }
     }
+    double grads_host = zero3 ? 0 : grads_out_times(p, t, dur); // (zero3's are priced as DeepSpeed moves them)
+    for (int i = 0; i < p->ntrain && grads_host > 0; i++)
+        if (p->train[i].kind == INS_COPY_OUT) c->copy_out_s += dur[i] - (double)p->train[i].bytes / t->d2h_bandwidth;
     // Recompute: block forward work beyond one forward a layer.
     double kind_forward_s[MT_MAX_KINDS]; // one forward of a layer of each kind
     for (int kd = 0; kd < g->nkinds; kd++)
@@ -512,7 +572,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     // takes at least all the bytes they move there at its bandwidth (the
     // optimizer's time is its bytes at that bandwidth).
     // The tier's transfers land in and leave from host memory too.
-    double link_mem_s = ((double)(c->copy_in_bytes + c->copy_out_bytes) +
+    double link_mem_s = ((double)(c->copy_in_bytes + c->copy_out_bytes) + grads_host +
                          (c->place.tier_read_bytes + c->place.tier_write_bytes) / (double)g->train.accumulate) /
                         t->host_memory_bandwidth;
     if (strcmp(t->arch, "cpu") != 0) {

@@ -449,30 +449,35 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
 
 // ---- gradients into the host accumulators
 
-void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16) {
-    if (bf16) {
+void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags) {
+    if (flags & GRADS_BF16) {
         const uint16_t *a = src; // (n)
-        for (int64_t i = 0; i < n; i++) g[i] += f32_from_bf16(a[i]);
+        if (flags & GRADS_SET)
+            for (int64_t i = 0; i < n; i++) g[i] = f32_from_bf16(a[i]);
+        else
+            for (int64_t i = 0; i < n; i++) g[i] += f32_from_bf16(a[i]);
         return;
     }
     const float *a = src; // (n)
-    for (int64_t i = 0; i < n; i++) g[i] += a[i];
+    if (flags & GRADS_SET) memcpy(g, a, (size_t)n * sizeof *g);
+    else
+        for (int64_t i = 0; i < n; i++) g[i] += a[i];
 }
 
 typedef struct AddJob {
     float *g;
     const char *src;
     int64_t lo, hi; // elements [lo, hi)
-    int bf16;
+    int flags;
 } AddJob;
 
 static void *grads_add_thread(void *arg) {
     const AddJob *j = arg;
-    adamw_grads_add_ref(j->g + j->lo, j->src + j->lo * (j->bf16 ? 2 : 4), j->hi - j->lo, j->bf16);
+    adamw_grads_add_ref(j->g + j->lo, j->src + j->lo * (j->flags & GRADS_BF16 ? 2 : 4), j->hi - j->lo, j->flags);
     return NULL;
 }
 
-void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthreads) {
+void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads) {
     enum { MAX_THREADS = 16 };
     int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads < MAX_THREADS ? nthreads : MAX_THREADS);
     AddJob jobs[MAX_THREADS];
@@ -480,7 +485,7 @@ void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthread
     per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS; // whole cache lines of g
     for (int i = 0; i < nt; i++) {
         int64_t lo = (int64_t)i * per, hi = lo + per;
-        jobs[i] = (AddJob){g, src, lo < n ? lo : n, hi < n ? hi : n, bf16};
+        jobs[i] = (AddJob){g, src, lo < n ? lo : n, hi < n ? hi : n, flags};
     }
     run_jobs(grads_add_thread, jobs, sizeof *jobs, nt);
 }

@@ -64,12 +64,15 @@ void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_ou
 enum { ADAMW_NORM_CHUNK = 1 << 16 };
 double adamw_sq_norm(const float *g, int64_t n, int nthreads);
 
-// g[i] += src[i] for i < n, src fp32 or (bf16 set) bf16: a COPY_OUT's
-// gradients added into the host store's accumulators. On up to nthreads
-// threads (inline when n is small); each element's sum is the same whatever
-// nthreads. The plain loop it splits is adamw_grads_add_ref.
-void adamw_grads_add(float *g, const void *src, int64_t n, int bf16, int nthreads);
-void adamw_grads_add_ref(float *g, const void *src, int64_t n, int bf16);
+// g[i] += src[i] for i < n, src fp32 or (flags has GRADS_BF16) bf16: a
+// COPY_OUT's gradients added into the host store's accumulators; with
+// GRADS_SET, g[i] = src[i] (widened), where g holds zeros (store_grads_out:
+// no read of g, 6 bytes an element moved for bf16, not 10). On up to
+// nthreads threads (inline when n is small); each element's sum is the same
+// whatever nthreads. The plain loop it splits is adamw_grads_add_ref.
+enum { GRADS_BF16 = 1, GRADS_SET = 2 };
+void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads);
+void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags);
 
 // The threads the above run on (and mtrun --calibrate's copies): fn on each
 // of nt jobs, `size` bytes apart from `jobs` on; job 0 on the caller, job i

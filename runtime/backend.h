@@ -27,8 +27,9 @@ struct Backend {
     int host_threads; // threads an asynchronous backend's COPY_OUT may add its gradients on (0 or 1: its own)
     // host -> arena [dst, dst + bytes)
     void (*copy_in)(Backend *be, const Instr *in, int64_t dst, const void *host, int64_t bytes);
-    // arena [src, src + bytes), fp32 or (bf16 set) bf16, added into host floats
-    void (*copy_out_add)(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16);
+    // arena [src, src + bytes), fp32 or (flags GRADS_BF16) bf16, added into
+    // host floats, or (GRADS_SET: they hold zeros, store_grads_out) set
+    void (*copy_out_add)(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int flags);
     // arena [src, src + bytes) -> host bytes (the host activation store)
     void (*copy_out)(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes);
     // arena -> arena

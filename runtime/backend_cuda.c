@@ -19,9 +19,9 @@
 //             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
-//             nothing else while training runs
-//             (cuBLASLt gets no workspace; each GEMM's algorithm is picked
-//             once at load, for no workspace). The host ranges the streams read
+//             nothing else while training runs; a GEMM's cuBLASLt
+//             workspace is its engine's scratch (gemm_workspace_bytes of it),
+//             its algorithm picked once at load for that workspace. The host ranges the streams read
 //             and write (the streamed weights, the activation store) pinned
 //             with cudaHostRegister in chunks of at most PIN_CHUNK_BYTES
 //             (r580 drivers fail one call of 512 GiB or more), the time it
@@ -70,8 +70,40 @@ typedef struct Kernel { // how one kernel of a part launches
     int attn_smem[3], attn_tc;
     cublasLtMatmulDesc_t desc;       // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
     cublasLtMatrixLayout_t la, lb, lc; // B's, A's and C's layouts, in that order of the call
-    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for no workspace
+    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for its workspace
+    size_t workspace;                // GEMM: cuBLASLt's workspace, bytes at the start of the engine's scratch
 } Kernel;
+
+// COPY_OUT's gradients on their way into the host store: a ring of
+// RING_SLOTS pinned staging slots, each a piece of at most slot_bytes of
+// one COPY_OUT. The issuing engine queues a piece's copy and an event after
+// it, and goes on (it waits only while every slot holds a piece not yet
+// added); the ring's own thread waits for each piece's event, in order,
+// and adds it into (or sets it in: GRADS_SET) the store's gradients
+// (adamw_grads_add, on up to host_threads threads). So the events the
+// engine records after a COPY_OUT fire when its copy is done, not its add,
+// and compute waits for no add; the host engine, which reads the
+// gradients, drains the ring when it waits on the copy-out engine
+// (cuda_wait), and so does finish.
+enum { RING_SLOTS = 4 };
+#define RING_SLOT_MAX_BYTES ((int64_t)256 << 20)
+typedef struct RingPiece {
+    const Instr *in;
+    float *host;          // (n) where it goes
+    int64_t n;
+    int flags;            // GRADS_BF16, GRADS_SET
+} RingPiece;
+typedef struct GradsRing {
+    char *slot[RING_SLOTS];           // pinned, (slot_bytes) each
+    cudaEvent_t copied[RING_SLOTS];   // recorded after the slot's copy
+    RingPiece piece[RING_SLOTS];      // slot k's piece; slots fill in ring order
+    int64_t slot_bytes;
+    int head, count;                  // the oldest piece's slot, and pieces queued and not yet added
+    int stop, started;
+    pthread_t thread;
+    pthread_mutex_t mu;
+    pthread_cond_t cv;
+} GradsRing;
 
 typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
     const Instr *in;         // of the train stream
@@ -97,8 +129,8 @@ typedef struct Cuda {
     CUfunction moe[MOE_KERNELS];     // compiler/cuda/moe.cuh's grouped kernels (NULL: not loaded)
     Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
     cublasLtHandle_t lt;
-    char *staging[ENG_COUNT];        // pinned, (staging_bytes[e]): COPY_OUT's gradients, LOSS's scalar
-    int64_t staging_bytes[ENG_COUNT];
+    char *staging[ENG_COUNT];        // pinned, 4 bytes: a scalar read at once (cuda_read_scalar)
+    GradsRing ring;                  // COPY_OUT's gradients, added on the host off the copy-out engine
     void **pinned;                   // (npinned) the chunks registered, each a cudaHostRegister
     int npinned;
     pthread_mutex_t mu;              // the first failure
@@ -259,25 +291,67 @@ static void cuda_copy_in(Backend *be, const Instr *in, int64_t dst, const void *
     done_if_host(c, in);
 }
 
-// Through the engine's pinned staging buffer: the copy, its stream drained
-// (the thread sleeps), then the host adds, on up to be->host_threads
-// threads: one thread adds about 10 GB/s of the 10 bytes a bf16 gradient
-// moves (read it, read and write its accumulator), a fifth of the link's
-// rate, which the cost model gives the copy.
-static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int bf16) {
+// The ring's thread: each piece, in order, once its copy is done, into the
+// host store; after a failure it only empties the ring.
+static void *ring_main(void *arg) {
+    Backend *be = arg;
     Cuda *c = be->ctx;
-    int e = engine_of(in);
-    if (!enter(c, in)) return;
-    if (bytes > c->staging_bytes[e]) {
-        fail(c, in, "COPY_OUT", "larger than the engine's staging buffer");
-        return;
+    GradsRing *r = &c->ring;
+    pthread_mutex_lock(&r->mu);
+    for (;;) {
+        while (!r->count && !r->stop) pthread_cond_wait(&r->cv, &r->mu);
+        if (!r->count) break;
+        int k = r->head;
+        RingPiece pc = r->piece[k];
+        pthread_mutex_unlock(&r->mu);
+        if (enter(c, pc.in) && RT(c, pc.in, cudaEventSynchronize(r->copied[k])))
+            adamw_grads_add(pc.host, r->slot[k], pc.n, pc.flags, be->host_threads);
+        pthread_mutex_lock(&r->mu);
+        r->head = (k + 1) % RING_SLOTS, r->count--;
+        pthread_cond_broadcast(&r->cv);
     }
+    pthread_mutex_unlock(&r->mu);
+    return NULL;
+}
+
+// Returns when every piece queued so far is in the host store.
+static void ring_drain(Cuda *c) {
+    GradsRing *r = &c->ring;
+    if (!r->started) return;
+    pthread_mutex_lock(&r->mu);
+    while (r->count) pthread_cond_wait(&r->cv, &r->mu);
+    pthread_mutex_unlock(&r->mu);
+}
+
+// Through the ring (GradsRing): a piece of at most slot_bytes at a time,
+// the engine going on once each is queued. The host's part is what one
+// thread does at about 10 GB/s for a bf16 add (10 bytes an element: read
+// it, read and write its accumulator), 6 bytes for a set; the cost model
+// prices it as the ring runs it (compiler/cost.c, host_grads_add_bandwidth).
+static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int flags) {
+    Cuda *c = be->ctx;
+    GradsRing *r = &c->ring;
+    int e = engine_of(in), es = flags & GRADS_BF16 ? 2 : 4;
+    if (!enter(c, in)) return;
     int t = trace_begin(c, in);
-    if (!RT(c, in, cudaMemcpyAsync(c->staging[e], c->dev + src, (size_t)bytes, cudaMemcpyDeviceToHost, c->stream[e])))
-        return;
+    for (int64_t off = 0; off < bytes && !failed(c);) {
+        int64_t len = bytes - off < r->slot_bytes / es * es ? bytes - off : r->slot_bytes / es * es;
+        pthread_mutex_lock(&r->mu);
+        while (r->count == RING_SLOTS) pthread_cond_wait(&r->cv, &r->mu);
+        int k = (r->head + r->count) % RING_SLOTS;
+        pthread_mutex_unlock(&r->mu);
+        if (!RT(c, in, cudaMemcpyAsync(r->slot[k], c->dev + src + off, (size_t)len, cudaMemcpyDeviceToHost, c->stream[e])) ||
+            !RT(c, in, cudaEventRecord(r->copied[k], c->stream[e])))
+            break;
+        pthread_mutex_lock(&r->mu);
+        r->piece[k] = (RingPiece){in, host + off / es, len / es, flags};
+        r->count++;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        off += len;
+    }
     trace_end(c, in, t);
-    if (!RT(c, in, cudaStreamSynchronize(c->stream[e]))) return;
-    adamw_grads_add(host, c->staging[e], bytes / (bf16 ? 2 : 4), bf16, be->host_threads);
+    if (!in || engine_of(in) == ENG_HOST) ring_drain(c); // done when it returns
 }
 
 static void cuda_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {
@@ -380,8 +454,8 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     const Kernel *kn = &c->kern[part][i];
     const float one = 1.0f, zero = 0.0f;
     char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets), *B = arg_ptr(c, &k->args[2], offsets);
-    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo, NULL,
-                             0, stream_of(c, in)));
+    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo,
+                             c->scratch[engine_of(in)], kn->workspace, stream_of(c, in)));
 }
 
 // The flash templates: forward (no lse kept: the plan has no tensor for it,
@@ -540,13 +614,15 @@ static void cuda_record(Backend *be, const Instr *in) {
 static void cuda_wait(Backend *be, const Instr *in, int recorder) {
     Cuda *c = be->ctx;
     if (recorder == ENG_HOST || !enter(c, in)) return; // its thread queued nothing before the host was done
-    if (in->engine == ENG_HOST) RT(c, in, cudaEventSynchronize(c->event[in->event])); // sleeps (cudaEventBlockingSync)
-    else RT(c, in, cudaStreamWaitEvent(c->stream[in->engine], c->event[in->event], 0));
+    if (in->engine == ENG_HOST) { // sleeps (cudaEventBlockingSync); the gradients it read are added
+        if (RT(c, in, cudaEventSynchronize(c->event[in->event])) && recorder == ENG_COPY_OUT) ring_drain(c);
+    } else RT(c, in, cudaStreamWaitEvent(c->stream[in->engine], c->event[in->event], 0));
 }
 
 static int cuda_finish(Backend *be, char *err, size_t errcap) {
     Cuda *c = be->ctx;
     for (int e = 0; e < ENG_COUNT && enter(c, NULL); e++) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    ring_drain(c);
     for (int k = 0; k < c->nloss && !failed(c); k++) *c->loss_dst[k] = c->loss_host[k]; // the LOSSes, in issue order
     c->nloss = 0;
     if (c->trace.f && !failed(c)) trace_flush(c);
@@ -578,6 +654,19 @@ static void cuda_destroy(Backend *be) {
     Cuda *c = be->ctx;
     comm_close(&c->comm);
     if (c->comm_stream) cudaStreamSynchronize(c->comm_stream), cudaStreamDestroy(c->comm_stream);
+    GradsRing *r = &c->ring;
+    if (r->started) {
+        pthread_mutex_lock(&r->mu);
+        r->stop = 1;
+        pthread_cond_broadcast(&r->cv);
+        pthread_mutex_unlock(&r->mu);
+        pthread_join(r->thread, NULL);
+    }
+    for (int k = 0; k < RING_SLOTS; k++) {
+        if (r->slot[k]) cudaFreeHost(r->slot[k]);
+        if (r->copied[k]) cudaEventDestroy(r->copied[k]);
+    }
+    if (r->started) pthread_mutex_destroy(&r->mu), pthread_cond_destroy(&r->cv);
     for (int e = 0; e < ENG_COUNT; e++) {
         if (c->stream[e]) cudaStreamSynchronize(c->stream[e]), cudaStreamDestroy(c->stream[e]);
         if (c->staging[e]) cudaFreeHost(c->staging[e]);
@@ -658,13 +747,14 @@ static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
     return 0;
 }
 
-// A GEMM's algorithm, cuBLASLt's first pick for its shape with no
-// workspace, chosen once here rather than by cublasLtMatmul on every call
-// (which heuristics each call made with no algorithm).
-static int gemm_pick_algo(Cuda *c, Kernel *kn, int part, int i) {
+// A GEMM's algorithm, cuBLASLt's first pick for its shape within its
+// workspace (gemm_workspace_bytes, in the engine's scratch, which the plan
+// counts: common/scratch.h), chosen once here rather than by cublasLtMatmul
+// on every call (which heuristics each call made with no algorithm).
+static int gemm_pick_algo(Cuda *c, Kernel *kn, const KirKernel *k, int part, int i) {
     cublasLtMatmulPreference_t pref = NULL;
     cublasLtMatmulHeuristicResult_t best;
-    size_t workspace = 0;
+    size_t workspace = (size_t)gemm_workspace_bytes(&k->gemm);
     int found = 0;
     int ok = LT(c, NULL, cublasLtMatmulPreferenceCreate(&pref)) &&
              LT(c, NULL, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
@@ -676,6 +766,7 @@ static int gemm_pick_algo(Cuda *c, Kernel *kn, int part, int i) {
         snprintf(c->err, sizeof c->err, "cuda: cuBLASLt has no algorithm for GEMM kernel %d of part %s", i, part_name(part));
     if (!ok || found < 1) return -1;
     kn->algo = best.algo;
+    kn->workspace = workspace;
     return 0;
 }
 
@@ -694,7 +785,7 @@ static int load_kernels(Cuda *c) {
                 return -1;
             }
             if (k->kind == KK_GEMM) {
-                if (gemm_layouts(c, kn, k) != 0 || gemm_pick_algo(c, kn, p, i) != 0) return -1;
+                if (gemm_layouts(c, kn, k) != 0 || gemm_pick_algo(c, kn, k, p, i) != 0) return -1;
                 continue;
             }
             if (k->kind == KK_NODE) { // compiler/cuda/moe.cuh's mt_node_<op>
@@ -905,10 +996,9 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     }
     snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", prop.name, c->device,
              c->devices, gpu_sm, p->cuda_arch, ptx ? "PTX" : "cubin");
-    for (int i = 0; i < p->ntrain + p->neval; i++) { // staging for COPY_OUT and LOSS, scratch for RUN, by engine
+    for (int i = 0; i < p->ntrain + p->neval; i++) { // the ring's slots for COPY_OUT, scratch for RUN, by engine
         const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
-        int64_t need = in->kind == INS_COPY_OUT ? in->bytes : in->kind == INS_LOSS ? 4 : 0;
-        if (need > c->staging_bytes[in->engine]) c->staging_bytes[in->engine] = need;
+        if (in->kind == INS_COPY_OUT && in->bytes > c->ring.slot_bytes) c->ring.slot_bytes = in->bytes;
         if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
     }
     c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
@@ -971,10 +1061,27 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     for (int e = 0; e < ENG_COUNT; e++) {
         void *s = NULL;
         if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
-            !RT(c, NULL, cudaHostAlloc(&s, (size_t)(c->staging_bytes[e] > 4 ? c->staging_bytes[e] : 4), cudaHostAllocDefault)))
+            !RT(c, NULL, cudaHostAlloc(&s, 4, cudaHostAllocDefault)))
             goto fail;
         c->staging[e] = s;
     }
+    GradsRing *r = &c->ring; // the ring: slots of the largest COPY_OUT, at most RING_SLOT_MAX_BYTES (MT_RING_SLOT_BYTES in tests)
+    const char *rs = getenv("MT_RING_SLOT_BYTES");
+    int64_t slot_max = rs && atoll(rs) >= 4 ? atoll(rs) : RING_SLOT_MAX_BYTES;
+    r->slot_bytes = r->slot_bytes < 4 ? 4 : r->slot_bytes > slot_max ? slot_max : r->slot_bytes;
+    for (int k = 0; k < RING_SLOTS; k++) {
+        void *s = NULL;
+        if (!RT(c, NULL, cudaHostAlloc(&s, (size_t)r->slot_bytes, cudaHostAllocDefault)) ||
+            !RT(c, NULL, cudaEventCreateWithFlags(&r->copied[k], cudaEventBlockingSync | cudaEventDisableTiming)))
+            goto fail;
+        r->slot[k] = s;
+    }
+    if (pthread_mutex_init(&r->mu, NULL) != 0 || pthread_cond_init(&r->cv, NULL) != 0 ||
+        pthread_create(&r->thread, NULL, ring_main, be) != 0) {
+        snprintf(c->err, sizeof c->err, "cuda: cannot start the gradients' ring thread");
+        goto fail;
+    }
+    r->started = 1;
     for (int i = 0; i < p->ntrain + p->neval; i++) // a pinned slot per LOSS instruction
         c->nloss_cap += (i < p->ntrain ? p->train[i].kind : p->eval[i - p->ntrain].kind) == INS_LOSS;
     void *slots = NULL;

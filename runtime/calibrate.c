@@ -13,8 +13,7 @@
 //      host_adamw_bandwidth. And what a GPU's COPY_OUT does on the host after
 //      its copy: adamw_grads_add of bf16 gradients into the fp32
 //      accumulators (runtime/backend_cuda.c) on T threads, 10 bytes a
-//      parameter (read 2 and 4, write 4): reported, and written into the
-//      profile as a comment (no profile key prices it yet).
+//      parameter (read 2 and 4, write 4) -> host_grads_add_bandwidth.
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
 //      small's width and 256 tokens (forward, and the backward's two), with
 //      the threads the cpu backend gives a GEMM of that size
@@ -447,6 +446,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     t->hbm_bandwidth = t->host_memory_bandwidth = m->copy.median;
     t->h2d_bandwidth = t->d2h_bandwidth = m->copy.median / 2;
     t->host_adamw_bandwidth = m->adamw.median;
+    t->host_grads_add_bandwidth = m->grads_add.median;
     t->matrix_flops_f32 = t->matrix_flops_bf16 = m->gemm.median;
     t->vector_flops = m->vector.hi; // the one-thread figures: the best round
     double work = 2.0 * CAL_SMALL_N * CAL_SMALL_N * CAL_SMALL_K / t->matrix_flops_f32;
@@ -681,12 +681,14 @@ static int write_profile(FILE *f, const Measured *m) {
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s, not a key: adamw_grads_add (runtime/adamw.c)\n"
-               "# of bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
-               "# host after its copy, by %d threads, %.0f bytes a parameter, the median of\n"
-               "# %d rounds (%.1f to %.1f GB/s): %.1f GB/s.\n\n",
+    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_grads_add (runtime/adamw.c) of\n"
+               "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
+               "# host after its copy (compiler/cost.c prices it on GPU targets only), by %d\n"
+               "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"
+               "# %.1f GB/s.\n",
             d, m->threads, CAL_GRADS_ADD_BYTES, CAL_ROUNDS, m->grads_add.lo / gb, m->grads_add.hi / gb,
             m->grads_add.median / gb);
+    fprintf(f, "host_grads_add_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_grads_add_bandwidth));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
                "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n", d,

@@ -80,9 +80,11 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         else be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src,
                          in->bytes);
         break;
-    case INS_COPY_OUT:
+    case INS_COPY_OUT: // set where the range holds zeros, else added (store_grads_out); a sharded rank's slice
         if (in->flags & XFER_SHARD) copy_shard(r, in);
-        else be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16);
+        else
+            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes,
+                             (in->flags & XFER_BF16 ? GRADS_BF16 : 0) | (store_grads_out(hs, r->p, in) ? GRADS_SET : 0));
         break;
     case INS_COPY:
         if (in->flags & XFER_BF16) be->copy_widen(be, in, in->dst, in->src, in->bytes);

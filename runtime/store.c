@@ -141,6 +141,59 @@ static void store_first_touch(HostStore *s, const Plan *p) {
 
 static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
                       char *err, size_t errcap);
+// The train stream's COPY_OUTs that set their range (out_first), and how
+// many each segment gets a pass (pass_outs): the first of the stream to
+// touch any of its range, by the copy-out engine's order, which is the
+// stream's. Ranges overlap only where equal (each is a parameter's, tied
+// weights' twice), but any overlap counts: then only the first sets.
+typedef struct OutRange {
+    int64_t lo, hi;
+    int i;
+} OutRange;
+static int out_range_cmp(const void *a, const void *b) {
+    const OutRange *x = a, *y = b;
+    return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : x->i - y->i;
+}
+static int grads_out_plan(HostStore *s, const Plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->ntrain; i++) n += p->train[i].kind == INS_COPY_OUT;
+    OutRange *r = malloc((size_t)n * sizeof *r + 1);
+    if (!(s->out_first = calloc((size_t)p->ntrain + 1, 1)) || !r) {
+        free(r);
+        return -1;
+    }
+    n = 0;
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        if (in->kind != INS_COPY_OUT) continue;
+        s->seg[plan_segment_index(plan_segment_of(p, in->dst))].pass_outs++;
+        r[n++] = (OutRange){in->dst, in->dst + in->bytes / (in->flags & XFER_BF16 ? 2 : 4), i};
+    }
+    qsort(r, (size_t)n, sizeof *r, out_range_cmp);
+    for (int a = 0; a < n;) { // each cluster of overlapping ranges: its first in the stream sets
+        int b = a + 1, first = r[a].i;
+        for (int64_t hi = r[a].hi; b < n && r[b].lo < hi; b++) {
+            if (r[b].hi > hi) hi = r[b].hi;
+            if (r[b].i < first) first = r[b].i;
+        }
+        s->out_first[first] = 1;
+        a = b;
+    }
+    // The copy-out engine's order is the stream's only when it runs them all;
+    // MT_GRADS_ADD_ONLY=1 adds every COPY_OUT, as before (tests compare the two).
+    const char *add_only = getenv("MT_GRADS_ADD_ONLY");
+    for (int i = 0; i < p->ntrain; i++)
+        if ((p->train[i].kind == INS_COPY_OUT && p->train[i].engine != ENG_COPY_OUT) || (add_only && !strcmp(add_only, "1")))
+            memset(s->out_first, 0, (size_t)p->ntrain);
+    free(r);
+    return 0;
+}
+
+int store_grads_out(HostStore *s, const Plan *p, const Instr *in) {
+    if (in < p->train || in >= p->train + p->ntrain || !s->out_first) return 0;
+    StoreSegment *seg = &s->seg[plan_segment_index(plan_segment_of(p, in->dst))];
+    return seg->outs++ < seg->pass_outs && s->out_first[in - p->train];
+}
 
 int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
                      size_t errcap) {
@@ -206,6 +259,10 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
             return -1;
         }
     }
+    if (grads_out_plan(s, p) != 0) {
+        store_free(s);
+        return -1;
+    }
     store_first_touch(s, p);
     return 0;
 }
@@ -216,6 +273,7 @@ void store_free(HostStore *s) {
         if (arrays[i]) munmap(arrays[i], s->mapped[i]);
     free(s->seg);
     free(s->shard_at);
+    free(s->out_first);
     tier_close(s->tier);
     *s = (HostStore){0};
 }
@@ -246,6 +304,7 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     memcpy(in_record(s, rec, 3), s->g + off, (size_t)n * sizeof(float));
     if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     grads_drop(s, off, n);
+    s->seg[plan_segment_index(layer)].outs = 0; // zeros again
 }
 
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
@@ -278,6 +337,7 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
                          b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
         if (grad == s->g) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
     }
+    if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     seg->pending = 0;
 }

@@ -17,6 +17,8 @@ typedef struct StoreSegment {
     double sq_norm; // its gradients' squared norm on this step (INS_NORM); NAN: not yet
     int pending;    // an update waits for INS_UPDATE (or a flush)
     AdamWStep step; // that update: lr, t, the clip and 1/accumulation scale
+    int64_t outs;   // COPY_OUTs into its gradients since they were last zeroed (store_grads_out)
+    int64_t pass_outs; // COPY_OUTs into it in one pass of the train stream (a micro-batch)
 } StoreSegment;
 
 typedef struct HostStore {
@@ -55,6 +57,7 @@ typedef struct HostStore {
     int tier_master;
     int tier_grads;
     char err[512];
+    uint8_t *out_first; // (the plan's ntrain) a COPY_OUT the first of the train stream to write its range
 } HostStore;
 
 // Bytes the store needs for a plan (what --summary calls host memory, plus
@@ -116,6 +119,15 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer);
 // (ADAMW_ZERO_GRADS; the padding after each parameter zeroed too); nothing
 // when no update is pending.
 void store_update(HostStore *s, const Plan *p, int64_t layer);
+// Whether COPY_OUT `in` (of the plan's train stream) may set its range of
+// the gradients rather than add into it, and counts it: when the range
+// holds zeros, which is so when it is the first COPY_OUT of the stream to
+// touch any of its range (in the copy-out engine's order, the stream's) in
+// the first pass since its segment was zeroed (by the update, or by the
+// norm moving a tier's gradients out). 0 + x is x, bit for bit but for
+// the sign of a zero, which no later value sees (AdamW's moments add it to
+// +0 or a nonzero value). Called in the copy-out engine's order.
+int store_grads_out(HostStore *s, const Plan *p, const Instr *in);
 // Every pending update, in segment order (before validation, checkpoints,
 // export and the end of training).
 void store_flush(HostStore *s, const Plan *p);

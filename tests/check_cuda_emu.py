@@ -5,6 +5,7 @@ usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARG
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py pin MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py tile MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
+       check_cuda_emu.py grads MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
        check_cuda_emu.py gpu MTC MTRUN - - SRC WORK MODEL
        check_cuda_emu.py docs MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL
 
@@ -30,6 +31,13 @@ tile: bf16, --remat layer, untiled and --tile 4: the tiled plan's GEMMs that
   C layout f32 under bf16 A and B) run on the emulation, whose losses and
   gradient norms equal the cpu backend's within 1e-3 (train's bf16
   tolerance) and the untiled plan's on the emulation within 1e-5.
+grads: (--remat layer, 3 steps) f32 and bf16, accumulate 1 and 2, on the cpu
+  backend and the emulation: COPY_OUT's gradients set where the store holds
+  zeros (store_grads_out; on the emulation through ring slots of 1000 bytes,
+  MT_RING_SLOT_BYTES, so every gradient goes in pieces) against every one
+  added (MT_GRADS_ADD_ONLY=1, the path before; whole gradients a slot): the
+  same losses, every bit, and the same checkpoint (weights, Adam moments)
+  byte for byte.
 gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh),
   remat layer and offload only.
 waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
@@ -415,6 +423,55 @@ def check_tile(mtc, mtrun, lib, cxx, src, work, model):
     print("ok")
 
 
+def accumulate_copy(src, model, work, acc):
+    """A copy of the model file with accumulate = acc in its train block."""
+    text = open(os.path.join(src, model)).read()
+    text, n = re.subn(r"^train \{\n", f"train {{\n  accumulate = {acc}\n", text, count=1, flags=re.M)
+    if n != 1:
+        fail(f"{model} has no train block to set accumulate in")
+    out = os.path.join(work, f"acc{acc}-" + os.path.basename(model))
+    with open(out, "w") as f:
+        f.write(text)
+    return out
+
+
+def check_grads(mtc, mtrun, lib, cxx, src, work, model):
+    """The gradients set where they hold zeros (store_grads_out) against every
+    COPY_OUT added (MT_GRADS_ADD_ONLY=1, the path before): the same losses
+    (%.9g: every bit of a float) and the same checkpoint (weights and Adam
+    moments) byte for byte, on the cpu backend and the emulation."""
+    data = os.path.join(src, "examples", "data", "tinyshakespeare.txt")  # the model's, which its copy would not find
+    for acc in (1, 2):
+        mfile = accumulate_copy(src, model, work, acc)
+        for dtype in ("f32", "bf16"):
+            base = os.path.join(work, f"grads-{dtype}-acc{acc}")
+            args = compile_args(mtc, src, model, dtype, "layer")
+            args[1] = mfile
+            p = run(args + ["-o", base + ".bin", "--emit-cuda", base + ".cu"])
+            if p.returncode != 0:
+                fail(f"mtc {mfile} --dtype {dtype}", p)
+            so = build_kernels(cxx, src, base + ".cu", work)
+            for device, cuda in (("cpu", None), ("cuda", (lib, so))):
+                got = {}
+                # set: on the emulation through ring slots of 1000 bytes, every gradient in pieces
+                for mode, env in (("set", {"MT_RING_SLOT_BYTES": "1000"}), ("add", {"MT_GRADS_ADD_ONLY": "1"})):
+                    ck = os.path.join(work, f"ck-{dtype}-acc{acc}-{device}-{mode}")
+                    if os.path.isdir(ck):
+                        for f in os.listdir(ck):
+                            os.remove(os.path.join(ck, f))
+                    log = os.path.join(work, f"grads-{device}-{mode}.jsonl")
+                    ls, _ = losses(mtrun, base + ".bin", log, cuda, extra_env=env, steps=3,
+                                   extra_args=("--save", ck, "--data", data))
+                    with open(os.path.join(ck, "step-000000003.ckpt"), "rb") as f:
+                        got[mode] = (ls, f.read())
+                if got["set"][0] != got["add"][0] or got["set"][1] != got["add"][1]:
+                    fail(f"{dtype} accumulate {acc} on {device}: set {got['set'][0]} against added {got['add'][0]}, "
+                         f"checkpoints {'equal' if got['set'][1] == got['add'][1] else 'differ'}")
+                print(f"{dtype} accumulate {acc} on {device}: losses {' '.join(f'{x:.9g}' for x in got['set'][0])} and "
+                      f"the {len(got['set'][1])}-byte checkpoint the same whether gradients are set or added")
+    print("ok")
+
+
 def main():
     global TARGET, REMATS, DTYPES
     for a in [a for a in sys.argv if a.startswith("--remats=")]:  # a subset of the modes
@@ -432,7 +489,8 @@ def main():
     if what == "docs":
         check_docs(mtc, mtrun, lib, cxx, src, work)
         return
-    {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin, "tile": check_tile}[what](mtc, mtrun, lib, cxx, src, work, model)
+    {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin, "tile": check_tile,
+     "grads": check_grads}[what](mtc, mtrun, lib, cxx, src, work, model)
 
 
 if __name__ == "__main__":

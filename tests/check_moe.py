@@ -19,7 +19,8 @@ explain: `mtc --explain` of examples/mixtral-8x7b.mt on h200 prices
 the GEMMs and attention of a step (the row without recomputation) within 2%
 of a hand count in which each token runs 2 of the 8 experts (forward, and
 in the backward again, which moe's backward kernel recomputes, then its
-gradients), and the weights
+gradients; the experts' GEMMs at the profile's moe_gemm_efficiency, the
+rest at cuBLAS's 0.8), and the weights
 that cross the link in a step are all 8 experts' (every parameter, in bf16).
 
 plan: `mtc -o` of the tiny Mixtral for a GPU target plans it with CUDA code
@@ -135,11 +136,13 @@ def explain(mtc):
     dense = L * (2 * C * C + 2 * C * KV * D + E * C) + V * C  # multiply-adds a token outside the experts
     experts = L * K * 3 * C * F                               # the K selected experts' three GEMMs
     # forward and backward (2x); moe's backward also recomputes its experts' forward
-    gemm_flops = 2 * N * (3 * dense + 4 * experts)
     T = d["seq"]
     attn_flops = L * 4.0 * d["batch"] * (T * T / 2) * H * D * (1 + 2.5)             # causal; the backward 2.5x
-    tc = float(re.search(r"^attention_tc_fraction *= *([0-9.e+-]+)", open("schedules/h200.target").read(), re.M).group(1))
-    hand = gemm_flops / (989e12 * 0.8) + attn_flops / (989e12 * tc)
+    h200 = open("schedules/h200.target").read()
+    tc = float(re.search(r"^attention_tc_fraction *= *([0-9.e+-]+)", h200, re.M).group(1))
+    moe = float(re.search(r"^moe_gemm_efficiency *= *([0-9.e+-]+)", h200, re.M).group(1))  # moe.cuh's kernels
+    dense_flops, expert_flops = 2 * N * 3 * dense, 2 * N * 4 * experts
+    hand = dense_flops / (989e12 * 0.8) + expert_flops / (989e12 * moe) + attn_flops / (989e12 * tc)
     got = row["gemm_s"] + row["attention_s"]
     check(abs(got - hand) <= 0.02 * hand, f"GEMMs + attention {got:.4f} s vs a hand count of {hand:.4f} s")
     all_experts = json.loads(run(mtc, model, "--json").stdout)["params_total"]

@@ -62,7 +62,7 @@ static void check_sane(const char *file, const Target *t) {
         {"vector_flops", t->vector_flops},         {"h2d_bandwidth", t->h2d_bandwidth},
         {"d2h_bandwidth", t->d2h_bandwidth},       {"host_memory", t->host_memory},
         {"host_memory_bandwidth", t->host_memory_bandwidth}, {"host_cores", t->host_cores},
-        {"host_adamw_bandwidth", t->host_adamw_bandwidth},
+        {"host_adamw_bandwidth", t->host_adamw_bandwidth}, {"host_grads_add_bandwidth", t->host_grads_add_bandwidth},
         {"kernel_launch_s", t->kernel_launch_s},   {"gemm_efficiency", t->gemm_efficiency},
         {"attention_tc_fraction", t->attention_tc_fraction}, {"attention_fp32_fraction", t->attention_fp32_fraction},
     };

@@ -591,6 +591,8 @@ typedef struct Gemm {
     float alpha, beta;
     const void *A, *B, *C;
     void *D;
+    void *ws;          // (ws_bytes) cuBLASLt's workspace, filled with NaN as the GEMM runs
+    size_t ws_bytes;
 } Gemm;
 
 static float load(const void *p, cudaDataType_t t, int64_t i) {
@@ -638,11 +640,15 @@ static void gemm_run(Op *op) {
             }
         free(A), free(B), free(C);
     }
+    // The algorithm used its workspace: a plan whose workspace overlaps live
+    // data (another kernel's scratch still in use) reads NaN.
+    if (g->ws) memset(g->ws, 0xff, g->ws_bytes);
 }
 
-// Preferences are kept but not read; the heuristic returns one algorithm,
-// marked, which cublasLtMatmul requires (the backend picks one per GEMM
-// at load, not on every call).
+// A preference keeps its maximum workspace (data[0]); the heuristic returns
+// one algorithm, marked, which cublasLtMatmul requires (the backend picks
+// one per GEMM at load, not on every call), and which needs all of that
+// workspace (data[1]): cublasLtMatmul refuses less, and the GEMM fills it.
 static const uint64_t EMU_ALGO_MARK = 0x4d54414c474fULL;
 cublasStatus_t cublasLtMatmulPreferenceCreate(cublasLtMatmulPreference_t *pref) {
     return (*pref = calloc(1, sizeof **pref)) ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_ALLOC_FAILED;
@@ -654,8 +660,12 @@ cublasStatus_t cublasLtMatmulPreferenceDestroy(cublasLtMatmulPreference_t pref) 
 cublasStatus_t cublasLtMatmulPreferenceSetAttribute(cublasLtMatmulPreference_t pref,
                                                     cublasLtMatmulPreferenceAttributes_t attr, const void *buf,
                                                     size_t bytes) {
-    (void)attr;
-    return pref && buf && bytes ? CUBLAS_STATUS_SUCCESS : CUBLAS_STATUS_INVALID_VALUE;
+    if (!pref || !buf || !bytes) return CUBLAS_STATUS_INVALID_VALUE;
+    if (attr == CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES) {
+        if (bytes != sizeof(uint64_t)) return CUBLAS_STATUS_INVALID_VALUE;
+        memcpy(&pref->data[0], buf, sizeof(uint64_t));
+    }
+    return CUBLAS_STATUS_SUCCESS;
 }
 cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, cublasLtMatrixLayout_t a,
                                               cublasLtMatrixLayout_t b, cublasLtMatrixLayout_t c,
@@ -665,6 +675,8 @@ cublasStatus_t cublasLtMatmulAlgoGetHeuristic(cublasLtHandle_t h, cublasLtMatmul
     if (!desc || !a || !b || !c || !d || !pref || want < 1 || !results || !found) return CUBLAS_STATUS_INVALID_VALUE;
     memset(&results[0], 0, sizeof results[0]);
     results[0].algo.data[0] = EMU_ALGO_MARK;
+    results[0].algo.data[1] = pref->data[0];
+    results[0].workspaceSize = (size_t)pref->data[0];
     results[0].state = CUBLAS_STATUS_SUCCESS;
     *found = 1;
     return CUBLAS_STATUS_SUCCESS;
@@ -675,14 +687,16 @@ cublasStatus_t cublasLtMatmul(cublasLtHandle_t h, cublasLtMatmulDesc_t desc, con
                               const void *beta, const void *C, cublasLtMatrixLayout_t Cdesc, void *D,
                               cublasLtMatrixLayout_t Ddesc, const cublasLtMatmulAlgo_t *algo, void *workspace,
                               size_t workspace_bytes, cudaStream_t s) {
-    (void)h, (void)workspace, (void)workspace_bytes;
+    (void)h;
     if (!algo || algo->data[0] != EMU_ALGO_MARK) return CUBLAS_STATUS_INVALID_VALUE; // none picked by the heuristic
+    if (workspace_bytes < algo->data[1] || (algo->data[1] && !workspace)) return CUBLAS_STATUS_INVALID_VALUE;
     Gemm *g = calloc(1, sizeof *g);
     g->d = *(Desc *)desc;
     g->a = *(Layout *)Adesc, g->b = *(Layout *)Bdesc, g->c = *(Layout *)Cdesc, g->dl = *(Layout *)Ddesc;
     memcpy(&g->alpha, alpha, 4);
     memcpy(&g->beta, beta, 4);
     g->A = A, g->B = B, g->C = C, g->D = D;
+    g->ws = algo->data[1] ? workspace : NULL, g->ws_bytes = (size_t)algo->data[1];
     uint64_t k = g->d.ta == CUBLAS_OP_N ? g->a.cols : g->a.rows;
     uint64_t ar = g->d.ta == CUBLAS_OP_N ? g->a.rows : g->a.cols, bc = g->d.tb == CUBLAS_OP_N ? g->b.cols : g->b.rows,
              bk = g->d.tb == CUBLAS_OP_N ? g->b.rows : g->b.cols;
