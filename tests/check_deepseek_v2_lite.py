@@ -16,7 +16,8 @@ its query and key heads, the shared rope key broadcast by concat, the order
   modelling code, eager attention, fp32) from the same random weights (mt's
   per-expert tensors stacked into its fused gate_up_proj and down_proj): the
   loss on the first validation batch (batch 1, 16 positions) equals
-  mtc/mtrun's to 1e-5 relative, and transformers' loss without the YaRN
+  mtc/mtrun's to 1e-5 relative, its logits mtrun's (--logits, the plan's
+  forward) to 1e-5 of the largest, and transformers' loss without the YaRN
   scaling differs from it by more than 1e-3 (so the check sees YaRN).
 
 usage: check_deepseek_v2_lite.py MTC MTRUN
@@ -120,16 +121,27 @@ def against_transformers(mtc, mtrun, model, tmp):
     p = run(mtc, model, "--batch", "1", "--seq", T, "--target", "tiny-1layer", "-o", plan)
     if p.returncode != 0:
         fail("mtc (tiny, batch 1) failed", p)
-    p = run(mtrun, plan, "--steps", "0", "--val-batches", "1", "--init", st, "--log", log)
+    p = run(mtrun, plan, "--steps", "0", "--val-batches", "1", "--init", st, "--log", log, "--logits",
+            os.path.join(tmp, "lg"))
     if p.returncode != 0:
         fail("mtrun --init failed", p)
     mt_loss = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0]
     t = {k: int(v) for k, v in TINY.items()}
     yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
             "mscale": 0.707, "mscale_all_dim": 0.707}
-    hf_loss = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, yarn)
-    plain = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, {"rope_type": "default", "rope_theta": 10000.0})
+    hf_loss, hf_logits = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, yarn)
+    plain, _ = hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T,
+                                {"rope_type": "default", "rope_theta": 10000.0})
     rel = abs(mt_loss - hf_loss) / abs(hf_loss)
+    # the logits of the same batch (mtrun --logits: the plan's forward), relative to the largest
+    x, _ = val_tokens(T)
+    mt_tokens, mt_logits = np.load(os.path.join(tmp, "lg.tokens.npy")), np.load(os.path.join(tmp, "lg.logits.npy"))
+    if mt_tokens.shape != (1, T) or not (mt_tokens[0] == x).all() or mt_logits.shape != (1, T, t["V"]):
+        fail(f"mtrun --logits wrote tokens {mt_tokens.shape} and logits {mt_logits.shape}, not the batch's (1, {T})")
+    lrel = float(np.abs(mt_logits[0] - hf_logits).max() / np.abs(hf_logits).max())
+    print(f"transformers' logits and mt's: largest difference {lrel:.2e} of the largest logit")
+    if not lrel <= 1e-5:
+        fail(f"mt's logits differ from transformers' by {lrel:.2e} of the largest logit (more than 1e-5)")
     print(f"transformers DeepseekV2ForCausalLM (eager, fp32, YaRN) loss {hf_loss:.9g}, mt {mt_loss:.9g}: relative "
           f"{rel:.2e}; without YaRN transformers gives {plain:.9g} ({abs(plain - hf_loss) / abs(hf_loss):.2e} off)")
     if not rel <= 1e-5:
@@ -139,7 +151,8 @@ def against_transformers(mtc, mtrun, model, tmp):
 
 
 def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope):
-    """transformers' loss of the tiny variant from weights W on the first validation batch, rope its rope_parameters."""
+    """transformers' loss and logits (T, V) of the tiny variant from weights W on the first validation batch, rope
+    its rope_parameters."""
     import numpy as np
     import torch
     from check_weights import val_tokens
@@ -168,7 +181,7 @@ def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope):
     with torch.no_grad():
         out = hf(torch.from_numpy(x)[None], labels=None)
         logits = out.logits[0].double()
-        return float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y)))
+        return float(torch.nn.functional.cross_entropy(logits, torch.from_numpy(y))), logits.numpy()
 
 
 if __name__ == "__main__":
