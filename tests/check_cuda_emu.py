@@ -68,18 +68,11 @@ import sys
 
 import numpy as np
 
-from checks import measured_trace_errors
+from checks import fail, measured_trace_errors
 
 REMATS = ("none", "layer", "selective", "offload")
 DTYPES = ("f32", "bf16")
 SEEDS = 1  # runs per dropped WAIT in the waits check (the held producer makes one enough)
-
-
-def fail(msg, p=None):
-    print("FAIL:", msg)
-    if p is not None:
-        print(p.stdout[-3000:], p.stderr[-3000:])
-    sys.exit(1)
 
 
 def run(args, env=None, timeout=1200):

@@ -31,18 +31,11 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import run  # noqa: E402
+from checks import fail, run  # noqa: E402
 
 MODEL = "tests/models/deepseek-v2-lite.mt"
 TINY = {"V": "256", "C": "32", "L": "3", "H": "2", "DN": "8", "DR": "4", "DV": "6", "R": "16", "FFN": "48",
         "E": "4", "K": "2", "EFFN": "16"}
-
-
-def fail(msg, p=None):
-    print("FAIL:", msg)
-    if p is not None:
-        print(p.stdout[-3000:], p.stderr[-3000:])
-    sys.exit(1)
 
 
 def main():

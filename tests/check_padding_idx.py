@@ -36,14 +36,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_weights import read_safetensors, write_safetensors  # noqa: E402
-from checks import run  # noqa: E402
-
-
-def fail(msg, p=None):
-    print("FAIL:", msg)
-    if p is not None:
-        print(p.stdout[-3000:], p.stderr[-3000:])
-    sys.exit(1)
+from checks import fail, run  # noqa: E402
 
 
 def main():

@@ -2,19 +2,30 @@
 
     from checks import check, finish, losses, run
 
-run() runs a command and captures its output; check() records a failed
+run() runs a command and captures its output; fail() stops at a failure
+(for scripts whose later checks need the earlier ones); check() records a failed
 check, with the exit status and the tails of the command's output when one
 is given; finish() prints every failure and one summary line, and returns
 the exit status ctest reads (1 when any check failed).
 """
 import json
 import subprocess
+import sys
 
 failures = []
 
 
 def run(*args, timeout=900, env=None, cwd=None):
     return subprocess.run([str(a) for a in args], capture_output=True, text=True, timeout=timeout, env=env, cwd=cwd)
+
+
+def fail(msg, p=None):
+    """Stops the script at its first failure: the message, and the tails of
+    the command's output when one is given; exit status 1."""
+    print("FAIL:", msg)
+    if p is not None:
+        print(p.stdout[-3000:], p.stderr[-3000:])
+    sys.exit(1)
 
 
 def check(cond, what, p=None):
