@@ -1,5 +1,6 @@
 // scratch.c: the device scratch of a plan's kernels (scratch.h).
 #include "scratch.h"
+#include "storage.h"
 
 #include "attention.h"
 
@@ -25,11 +26,13 @@ static int moe_top_k(const Graph *g, const Node *n, int E) {
 MoeDims moe_node_dims(const Graph *g, const Node *n) {
     int bwd = n->op == OP_MOE_BWD;
     const Shape *x = &n->in[bwd ? 1 : 0]->shape, *w = &n->in[bwd ? 3 : 2]->shape; // x [rows.., C], w_gate [E, F, C]
-    MoeDims d = {0, 0, 0, 0, 0};
+    MoeDims d = {0, 0, 0, 0, 0, 0};
     d.C = (int)x->dims[x->rank - 1];
     d.rows = shape_numel(x) / d.C;
     d.E = (int)w->dims[0], d.F = (int)w->dims[1];
     d.K = moe_top_k(g, n, d.E);
+    DType t = g->train.compute;
+    d.bf16 = storage_dtype(t, n->in[bwd ? 1 : 0]) == DT_BF16 && storage_dtype(t, n->in[bwd ? 3 : 2]) == DT_BF16;
     return d;
 }
 

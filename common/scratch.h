@@ -32,16 +32,23 @@
 typedef struct MoeDims {
     long long rows;
     int C, E, F, K;
+    int bf16; // x and the experts' weights stored in bf16 (the pipelined path's scratch when C, F allow it)
 } MoeDims;
+
+// Whether a node runs compiler/cuda/moe.cuh's pipelined tensor-core path:
+// bf16 operands, C and F multiples of 8 (its 16-byte cp.async loads).
+static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.F % 8 == 0; }
 
 // At most this much scratch for a node's chunk (bytes); fewer rows a chunk when more would be needed.
 #define MOE_CHUNK_BYTES (1LL << 30)
 
 // The scratch of a chunk of nr rows, bytes: floats [S, F + C] (forward) or
-// [S, 2 F + C] (backward), S = nr K routed slots, then the route's ints
-// [3 E + 2 + 2 S] (compiler/cuda/moe.cuh).
+// [S, 2 F + C] (backward), S = nr K routed slots, the pipelined path's
+// backward bf16 [S, 3 F + C] more, then the route's ints [3 E + 2 + 2 S]
+// (compiler/cuda/moe.cuh).
 static inline long long moe_floats(MoeDims d, int bwd, long long nr) {
-    return (nr * d.K * ((bwd ? 2LL : 1LL) * d.F + d.C) + 63) / 64 * 64;
+    long long per_slot = (bwd ? 2LL : 1LL) * d.F + d.C + (bwd && moe_pipelined(d) ? (3LL * d.F + d.C) / 2 : 0);
+    return (nr * d.K * per_slot + 63) / 64 * 64;
 }
 static inline long long moe_scratch_bytes(MoeDims d, int bwd, long long nr) {
     return 4 * moe_floats(d, bwd, nr) + 4 * (3LL * d.E + 2 + 2 * nr * d.K);

@@ -18,22 +18,38 @@
 // padded to MOE_TILE; its size, known on the host without the counts, is the
 // bound (S + E (MOE_TILE - 1)) / MOE_TILE. Later chunks add to the weights'
 // gradients (in their storage type: bf16 rounds once per chunk).
+//
+// A bf16 node whose C and F are multiples of 8 (scratch.h's moe_pipelined)
+// runs the pipelined tensor-core kernels instead (moe.cuh explains why they
+// and not cuBLAS's grouped GEMM), tiles of MOE_TILE_PIPE rows:
+//   forward:  mt_moe_up_pipe, mt_moe_down_pipe, mt_moe_combine
+//   backward: mt_moe_up_bwd_pipe, mt_moe_down_bwd_pipe, mt_moe_dgates,
+//             mt_moe_gather_dy (nr K blocks)  gate dy per slot, bf16
+//             mt_moe_dw_down_pipe, mt_moe_da_pipe, mt_moe_dw_up_pipe,
+//             mt_moe_dx_slots_pipe, mt_moe_combine_dx
 #ifndef MT_MOE_LAUNCH_H
 #define MT_MOE_LAUNCH_H
 
 #include "../common/scratch.h" // MoeDims and the scratch of a chunk: moe_scratch_bytes, moe_chunk_rows
 
-enum { MOE_TILE = 64, MOE_THREADS = 256 }; // moe.cuh's MT_MOE_T, its blocks' threads
+// moe.cuh's MT_MOE_T, MT_MOE_BT and MT_MOE_PIPE; its blocks' threads
+enum { MOE_TILE = 64, MOE_TILE_PIPE = 128, MOE_BF_PIPE = 0x80, MOE_THREADS = 256 };
 
 typedef enum {
     MOE_COUNT, MOE_ROUTE, MOE_UP, MOE_DOWN, MOE_COMBINE, MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES, MOE_DW_DOWN, MOE_DA,
-    MOE_DW_UP, MOE_DX_SLOTS, MOE_COMBINE_DX, MOE_KERNELS
+    MOE_DW_UP, MOE_DX_SLOTS, MOE_COMBINE_DX, MOE_UP_PIPE, MOE_UP_BWD_PIPE, MOE_DOWN_PIPE, MOE_DOWN_BWD_PIPE,
+    MOE_GATHER_DY, MOE_DA_PIPE, MOE_DX_SLOTS_PIPE, MOE_DW_DOWN_PIPE, MOE_DW_UP_PIPE, MOE_KERNELS
 } MoeKernel;
 
 static const char *const MOE_KERNEL_NAME[MOE_KERNELS] = {
     "mt_moe_count",    "mt_moe_route",  "mt_moe_up", "mt_moe_down",  "mt_moe_combine",  "mt_moe_up_bwd",
     "mt_moe_down_bwd", "mt_moe_dgates", "mt_moe_dw_down", "mt_moe_da", "mt_moe_dw_up", "mt_moe_dx_slots",
-    "mt_moe_combine_dx"};
+    "mt_moe_combine_dx", "mt_moe_up_pipe", "mt_moe_up_bwd_pipe", "mt_moe_down_pipe", "mt_moe_down_bwd_pipe",
+    "mt_moe_gather_dy", "mt_moe_da_pipe", "mt_moe_dx_slots_pipe", "mt_moe_dw_down_pipe", "mt_moe_dw_up_pipe"};
+
+// Whether node d with bf16 bits bf runs the pipelined kernels: its scratch
+// was sized for them (moe_pipelined) and x and the weights are bf16.
+static inline int moe_runs_pipelined(MoeDims d, int bf) { return moe_pipelined(d) && (bf & 0x74) == 0x74; }
 
 // Launches kernel k on a grid (gx, gy) of MOE_THREADS-thread blocks with the
 // 18 parameters of MT_MOE_PARAMS; 0 when queued.
@@ -49,27 +65,38 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
     long long rows = d.rows, r0 = 0;
     int C = d.C, E = d.E, F = d.F, K = d.K, acc = 0, nr = 0;
     int *route = NULL;
+    int pipe = moe_runs_pipelined(d, bf);
+    if (pipe) bf |= MOE_BF_PIPE;
     void *params[] = {&out, &dy, &x, &gates, &wg, &wu, &wd, &bf, &rows, &r0, &nr, &C, &E, &F, &K, &acc, &route, &ws};
     static const MoeKernel FWD[] = {MOE_UP, MOE_DOWN, MOE_COMBINE};
     static const MoeKernel BWD[] = {MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES, MOE_DW_DOWN, MOE_DA,
                                     MOE_DW_UP,  MOE_DX_SLOTS, MOE_COMBINE_DX};
-    unsigned ft = (unsigned)((F + MOE_TILE - 1) / MOE_TILE), ct = (unsigned)((C + MOE_TILE - 1) / MOE_TILE);
+    static const MoeKernel FWD_PIPE[] = {MOE_UP_PIPE, MOE_DOWN_PIPE, MOE_COMBINE};
+    static const MoeKernel BWD_PIPE[] = {MOE_UP_BWD_PIPE, MOE_DOWN_BWD_PIPE, MOE_DGATES, MOE_GATHER_DY, MOE_DW_DOWN_PIPE,
+                                         MOE_DA_PIPE,     MOE_DW_UP_PIPE,    MOE_DX_SLOTS_PIPE, MOE_COMBINE_DX};
+    const MoeKernel *seq = pipe ? (bwd ? BWD_PIPE : FWD_PIPE) : bwd ? BWD : FWD;
+    int n = pipe ? (bwd ? 9 : 3) : bwd ? 8 : 3, T = pipe ? MOE_TILE_PIPE : MOE_TILE;
+    unsigned ft = (unsigned)((F + T - 1) / T), ct = (unsigned)((C + T - 1) / T);
+    unsigned fh = (unsigned)((F + T / 2 - 1) / (T / 2)); // the pipelined up's and dw_up's F tiles (64 of gate's, 64 of up's)
     for (; r0 < rows; r0 += nr, acc = 1) {
         nr = (int)(rows - r0 < chunk ? rows - r0 : chunk);
         route = (int *)(ws + moe_floats(d, bwd, nr));
-        unsigned tiles = (unsigned)(((long long)nr * K + (long long)E * (MOE_TILE - 1)) / MOE_TILE);
+        unsigned tiles = (unsigned)(((long long)nr * K + (long long)E * (T - 1)) / T);
         int rc = launch(ctx, MOE_COUNT, (unsigned)E, 1, params);
         if (!rc) rc = launch(ctx, MOE_ROUTE, (unsigned)E, 1, params);
-        int n = bwd ? 8 : 3;
         for (int i = 0; i < n && !rc; i++) {
-            MoeKernel k = bwd ? BWD[i] : FWD[i];
-            unsigned gx = k == MOE_COMBINE || k == MOE_DGATES || k == MOE_COMBINE_DX ? (unsigned)nr
-                          : k == MOE_DW_DOWN                                        ? (unsigned)E * ct
-                          : k == MOE_DW_UP                                          ? (unsigned)E * ft
-                                                                                    : tiles;
-            unsigned gy = k == MOE_UP || k == MOE_UP_BWD || k == MOE_DA || k == MOE_DW_DOWN ? ft
-                          : k == MOE_COMBINE || k == MOE_DGATES || k == MOE_COMBINE_DX ? 1
-                                                                                        : ct;
+            MoeKernel k = seq[i];
+            unsigned gx = tiles, gy = ct;
+            switch (k) {
+            case MOE_COMBINE: case MOE_DGATES: case MOE_COMBINE_DX: gx = (unsigned)nr, gy = 1; break;
+            case MOE_GATHER_DY: gx = (unsigned)nr * (unsigned)K, gy = 1; break;
+            case MOE_DW_DOWN: case MOE_DW_DOWN_PIPE: gx = (unsigned)E * ct, gy = ft; break;
+            case MOE_DW_UP: gx = (unsigned)E * ft; break;
+            case MOE_DW_UP_PIPE: gx = (unsigned)E * fh; break;
+            case MOE_UP: case MOE_UP_BWD: case MOE_DA: case MOE_DA_PIPE: gy = ft; break;
+            case MOE_UP_PIPE: case MOE_UP_BWD_PIPE: gy = fh; break;
+            default: break; // row tiles x C tiles
+            }
             if (tiles == 0 && gx == tiles) continue; // no routed rows: nothing to launch
             rc = launch(ctx, k, gx, gy, params);
         }

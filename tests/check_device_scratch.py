@@ -10,7 +10,9 @@ engine runs kernels). The count: the most of
   moe forward    a chunk of rows' [S, F + C] floats and the route's
                  [3 E + 2 + 2 S] ints, S = rows K, as many rows as fit
                  1 GiB (compiler/cuda/moe.cuh)
-  moe backward   the same with [S, 2 F + C] floats
+  moe backward   the same with [S, 2 F + C] floats, and bf16 [S, 3 F + C]
+                 more on the pipelined path (a bf16 plan, C and F
+                 multiples of 8: this one)
   attention bwd  lse and delta: 2 fp32 [B, NH, T]
   the load-balancing backward's E doubles, and 256
 rounded up to 256; at this batch the MoE chunk (about 1.07 GB) is the
@@ -43,9 +45,10 @@ def config(path):
     return {m.group(1): int(m.group(2)) for m in re.finditer(r"^\s*(\w+)\s*=\s*(\d+)\s*(?:#.*)?$", block, re.M)}
 
 
-def moe_scratch(rows, C, E, F, K, bwd):
+def moe_scratch(rows, C, E, F, K, bwd, pipelined):
     def size(nr):
-        floats = -(-nr * K * ((2 if bwd else 1) * F + C) // 64) * 64
+        per_slot = (2 if bwd else 1) * F + C + ((3 * F + C) // 2 if bwd and pipelined else 0)
+        floats = -(-nr * K * per_slot // 64) * 64
         return 4 * floats + 4 * (3 * E + 2 + 2 * nr * K)
     per_row = size(1) - size(0) + 4
     nr = min(rows, max(1, MOE_CHUNK_BYTES // per_row))
@@ -54,7 +57,8 @@ def moe_scratch(rows, C, E, F, K, bwd):
 
 def expected_scratch(cfg):
     rows, C, E, F, K, NH = B * T, cfg["C"], cfg["E"], cfg["FFN"], cfg["K"], cfg["NH"]
-    need = max(256, moe_scratch(rows, C, E, F, K, 0), moe_scratch(rows, C, E, F, K, 1), 2 * 4 * B * NH * T, 8 * E)
+    pipe = C % 8 == 0 and F % 8 == 0  # the h200 plan trains in bf16
+    need = max(256, moe_scratch(rows, C, E, F, K, 0, pipe), moe_scratch(rows, C, E, F, K, 1, pipe), 2 * 4 * B * NH * T, 8 * E)
     return -(-need // 256) * 256
 
 

@@ -170,7 +170,8 @@ def plan(mtc):
         grouped = re.findall(r'"(mt_moe_\w+)"', table.group(1)) if table else []
         check(len(grouped) >= 13, "moe_launch.h names its grouped kernels")
         for k in names + grouped:
-            check(f'extern "C" __global__ void {k}(' in text, f"{k} in the translation unit")
+            entry = rf'extern "C" __global__ void (?:__launch_bounds__\([\d, ]+\) )?{k}\('
+            check(re.search(entry, text) is not None, f"{k} in the translation unit")
     print("mixtral-tiny: a GPU plan with the mixture-of-experts kernels in its CUDA C")
 
 

@@ -7,9 +7,9 @@
 // moe and its backward: dropless dispatch, as kernels.inc's. The rows are
 // routed on the device (no host sync) into slots grouped by expert, and
 // each expert's GEMMs run over its own rows only, tiled through shared
-// memory with fp32 accumulation (bf16 plans on the tensor cores), the grid
-// covering every expert's row tiles at once; nothing is computed for an
-// unselected expert. The launch sequence and the scratch are
+// memory with fp32 accumulation (bf16 plans on the tensor cores: pipelined
+// 128 x 128 tiles where C and F allow, below), the grid covering every
+// expert's row tiles at once; nothing is computed for an unselected expert. The launch sequence and the scratch are
 // runtime/moe_launch.h's.
 //
 // Each kernel takes its node's output and operands as the cpu kernel does,
@@ -56,7 +56,7 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 //
 // route (ints): cnt [E] rows per expert; off [E + 1] where each expert's
 // slots start; tile [E + 1] where its row tiles start (each expert's slots
-// padded to MT_MOE_T); slot_row [nr K] the row of each slot, grouped by
+// padded to MT_MOE_T, or MT_MOE_BT on the pipelined path); slot_row [nr K] the row of each slot, grouped by
 // expert, by row within one; slot_of [nr, K] the slot of a row's j-th
 // selected expert (j in expert order; -1 past its last), whose expert is
 // the one whose off segment holds it. A row's selected experts are its
@@ -67,9 +67,14 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 #define MT_MOE_T 64  // a tile's rows and columns (moe_launch.h's MOE_TILE)
 #define MT_MOE_TK 16 // the CUDA-core tile's reduction depth
 #define MT_MOE_NAN __int_as_float(0x7fc00000)
+#define MT_MOE_PIPE 0x80 // bf's bit: the pipelined path below (moe_launch.h sets it)
+#define MT_MOE_BT 128    // its tiles' rows and columns (moe_launch.h's MOE_TILE_PIPE)
 #define MT_MOE_PARAMS                                                                                                \
     void *out, const void *dy, const void *x, const void *gates, const void *wg, const void *wu, const void *wd,      \
         int bf, long long rows, long long r0, int nr, int C, int E, int F, int K, int acc, int *route, float *ws
+
+// The rows of a route tile: MT_MOE_BT on the pipelined path, else MT_MOE_T.
+__device__ __forceinline__ int mt_moe_tile_rows(int bf) { return bf & MT_MOE_PIPE ? MT_MOE_BT : MT_MOE_T; }
 
 struct MtMoeRoute {
     int *cnt, *off, *tile, *slot_row, *slot_of;
@@ -117,10 +122,10 @@ extern "C" __global__ void mt_moe_route(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     int e = blockIdx.x, tid = threadIdx.x;
     if (tid == 0) {
-        int o = 0, ti = 0;
-        for (int i = 0; i < e; i++) o += t.cnt[i], ti += (t.cnt[i] + MT_MOE_T - 1) / MT_MOE_T;
+        int o = 0, ti = 0, T = mt_moe_tile_rows(bf);
+        for (int i = 0; i < e; i++) o += t.cnt[i], ti += (t.cnt[i] + T - 1) / T;
         t.off[e] = o, t.tile[e] = ti, base0 = o;
-        if (e == E - 1) t.off[E] = o + t.cnt[e], t.tile[E] = ti + (t.cnt[e] + MT_MOE_T - 1) / MT_MOE_T;
+        if (e == E - 1) t.off[E] = o + t.cnt[e], t.tile[E] = ti + (t.cnt[e] + T - 1) / T;
     }
     __syncthreads();
     int base = base0;
@@ -523,6 +528,315 @@ extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
             mt_moe_wstore(out, at, MT_BF(0), acc, sum[0][i][j]);
             mt_moe_wstore(out, n + at, MT_BF(0), acc, sum[1][i][j]);
         }
+}
+
+// ---------------------------------------------------------------- moe on the pipelined tensor-core path
+//
+// bf16 plans whose C and F are multiples of 8 (moe_launch.h's moe_pipelined;
+// bit MT_MOE_PIPE of bf set) run their eight matrix products on one tile
+// below instead of the 64 x 64 ones above: 128 x 128 output tiles, 256
+// threads (8 warps of 64 x 32; at most 128 registers, so that two blocks
+// share an SM), a reduction 32 deep a stage, two stages
+// loaded by cp.async while the tensor cores (mma.sync bf16, fp32
+// accumulation) work on the other, fragments read by ldmatrix. Why not
+// cuBLAS's cublasGemmGroupedBatchedEx: it takes each group's m, n, k in host
+// arrays, so it needs every expert's row count on the host (a device-to-host
+// sync per moe node, which this path avoids: routing stays on the device) or
+// a fixed capacity per expert (work on padding, and rows over it dropped).
+// Here an expert's row tiles are found on the device (route's tile, 128-row
+// tiles when the bit is set), as the 64-row path finds them.
+//
+// cp.async moves 16 bytes (8 bf16) from global memory, so every operand is
+// bf16 in memory: x and the weights as stored, and the products between
+// the GEMMs in bf16 buffers of ws (the 64-row path rounds them to bf16 on
+// its way into the tensor cores too; what it keeps in fp32, h1, h3 and o,
+// stays fp32 here). ws (floats, S = nr K slots): forward a (bf16) in
+// [0, S F / 2), o [S, C] at S F; backward h1 [S, F], h3 [S, F], o (then dx
+// per slot) [S, C], then bf16 a [S, F], dh1 [S, F], dh3 [S, F], gdy [S, C]
+// (gate dy per slot, rounded as the 64-row path's loader rounds it).
+
+#define MT_MOE_BK 32     // its reduction depth a stage
+#define MT_MOE_LDK (MT_MOE_BK + 8)  // a stage's row in the k-contiguous layout (80 bytes: ldmatrix's rows in other banks)
+#define MT_MOE_LDN (MT_MOE_BT + 8)  // a stage's row in the k-outer layout (272 bytes)
+#define MT_MOE_STAGE (MT_MOE_BT * MT_MOE_LDK) // bf16 a stage of one operand (the larger layout)
+
+// One operand's stage [MT_MOE_BT, MT_MOE_BK] of k0 .. k0 + MT_MOE_BK by cp.async.
+// KC (k contiguous): smem [m][k] (stride MT_MOE_LDK), src(m, k) the address
+// of elements k .. k + 8 of tile row m; else smem [k][m] (stride
+// MT_MOE_LDN), src(k, m) that of tile rows m .. m + 8 at depth k. src
+// returns NULL for zeros (past the operand); k >= kdim is zero here.
+template <bool KC, class SRC>
+__device__ __forceinline__ void mt_moe_stage_load(bf16 *dst, const SRC &src, int k0, int kdim) {
+    for (int l = threadIdx.x; l < MT_MOE_BT * MT_MOE_BK / 8; l += blockDim.x) {
+        int outer = KC ? l / (MT_MOE_BK / 8) : l / (MT_MOE_BT / 8), inner = 8 * (KC ? l % (MT_MOE_BK / 8) : l % (MT_MOE_BT / 8));
+        int k = k0 + (KC ? inner : outer);
+        const bf16 *p = k < kdim ? (KC ? src(outer, k) : src(k, inner)) : NULL;
+        bf16 *d = dst + outer * (KC ? MT_MOE_LDK : MT_MOE_LDN) + inner;
+        if (p) mt_cp_async16(d, p);
+        else ((mt_u32 *)d)[0] = ((mt_u32 *)d)[1] = ((mt_u32 *)d)[2] = ((mt_u32 *)d)[3] = 0;
+    }
+}
+
+// acc += A B^T over k < kdim for the block's 128 x 128 tile: A(m, k) by sa,
+// B(n, k) by sb, AK (BK): A's (B's) layout is k-contiguous (see
+// mt_moe_stage_load). Warp w holds rows 64 (w / 4) + 16 i + .., columns
+// 32 (w % 4) + 8 j + ..: acc[i][j] is mma's C fragment of that m16 x n8 block.
+template <bool AK, bool BK, class SA, class SB>
+__device__ __forceinline__ void mt_moe_mma_tile(const SA &sa, const SB &sb, int kdim, float (&acc)[4][4][4]) {
+    __shared__ __align__(16) bf16 As[2][MT_MOE_STAGE], Bs[2][MT_MOE_STAGE];
+    int lane = threadIdx.x % 32, warp = threadIdx.x / 32, wm = 64 * (warp / 4), wn = 32 * (warp % 4);
+    int li = lane % 8, lj = lane / 8; // ldmatrix: this lane gives row li of matrix lj
+    int nk = (kdim + MT_MOE_BK - 1) / MT_MOE_BK;
+    mt_moe_stage_load<AK>(As[0], sa, 0, kdim);
+    mt_moe_stage_load<BK>(Bs[0], sb, 0, kdim);
+    mt_cp_async_commit();
+    for (int kt = 0; kt < nk; kt++) {
+        if (kt + 1 < nk) {
+            mt_moe_stage_load<AK>(As[(kt + 1) % 2], sa, (kt + 1) * MT_MOE_BK, kdim);
+            mt_moe_stage_load<BK>(Bs[(kt + 1) % 2], sb, (kt + 1) * MT_MOE_BK, kdim);
+        }
+        mt_cp_async_commit(); // an empty group past the last stage: the wait below stays right
+        mt_cp_async_wait<1>();
+        __syncthreads();
+        const bf16 *a = As[kt % 2], *b = Bs[kt % 2];
+        for (int kk = 0; kk < MT_MOE_BK; kk += 16) {
+            mt_u32 af[4][4], bfr[4][2];
+            for (int i = 0; i < 4; i++) {
+                int m = wm + 16 * i;
+                if (AK) mt_ldmatrix_x4(af[i], a + (m + li + 8 * (lj % 2)) * MT_MOE_LDK + kk + 8 * (lj / 2));
+                else mt_ldmatrix_x4_trans(af[i], a + (kk + li + 8 * (lj / 2)) * MT_MOE_LDN + m + 8 * (lj % 2));
+            }
+            for (int p = 0; p < 2; p++) { // n8 blocks 2p and 2p + 1
+                int n = wn + 16 * p;
+                mt_u32 r[4];
+                if (BK) mt_ldmatrix_x4(r, b + (n + li + 8 * (lj / 2)) * MT_MOE_LDK + kk + 8 * (lj % 2));
+                else mt_ldmatrix_x4_trans(r, b + (kk + li + 8 * (lj % 2)) * MT_MOE_LDN + n + 8 * (lj / 2));
+                bfr[2 * p][0] = r[0], bfr[2 * p][1] = r[1], bfr[2 * p + 1][0] = r[2], bfr[2 * p + 1][1] = r[3];
+            }
+            for (int i = 0; i < 4; i++)
+                for (int j = 0; j < 4; j++) mt_mma_16816(acc[i][j], af[i], bfr[j], acc[i][j]);
+        }
+        __syncthreads();
+    }
+}
+
+// Where acc[i][j][v] of mt_moe_mma_tile lies in the tile: its row and column.
+__device__ __forceinline__ int mt_moe_prow(int i, int v) {
+    return 64 * (threadIdx.x / 128) + 16 * i + threadIdx.x % 32 / 4 + 8 * (v / 2);
+}
+__device__ __forceinline__ int mt_moe_pcol(int j, int v) { return 32 * (threadIdx.x / 32 % 4) + 8 * j + 2 * (threadIdx.x % 4) + v % 2; }
+
+// The bf16 buffers of the backward's ws (pipelined path): a, dh1, dh3 [S, F], gdy [S, C].
+struct MtMoeBufs {
+    bf16 *a, *dh1, *dh3, *gdy;
+};
+__device__ __forceinline__ MtMoeBufs mt_moe_bufs(float *ws, long long S, int F, int C) {
+    MtMoeBufs u;
+    u.a = (bf16 *)(ws + 2 * S * F + S * C), u.dh1 = u.a + S * F, u.dh3 = u.dh1 + S * F, u.gdy = u.dh3 + S * F;
+    (void)C;
+    return u;
+}
+
+// Row tiles x 64-wide F tiles: h1 = x_e w_gate[e]^T, h3 = x_e w_up[e]^T over
+// expert e's slots, B's n8 blocks alternating w_gate's and w_up's rows (so
+// that a thread holds h1 and h3 of one element: acc[i][2p] and [2p + 1]);
+// a = silu(h1) h3 to bf16 (the forward's ws, the backward's a), the
+// backward also h1 and h3.
+template <bool FWD> __device__ __forceinline__ void mt_moe_up_pipe_body(MT_MOE_PARAMS) {
+    __shared__ int rowid[MT_MOE_BT];
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    int e = mt_moe_expert_of(t.tile, E, blockIdx.x);
+    if (e < 0) return;
+    int s0 = t.off[e] + (blockIdx.x - t.tile[e]) * MT_MOE_BT, ns = min(MT_MOE_BT, t.off[e] + t.cnt[e] - s0);
+    for (int i = threadIdx.x; i < ns; i += blockDim.x) rowid[i] = t.slot_row[s0 + i];
+    __syncthreads();
+    int n0 = blockIdx.y * (MT_MOE_BT / 2);
+    long long S = (long long)nr * K;
+    auto sa = [&](int m, int k) { return m < ns ? (const bf16 *)x + (long long)rowid[m] * C + k : (const bf16 *)NULL; };
+    auto sb = [&](int n, int k) {
+        int f = n0 + n / 16 * 8 + n % 8;
+        const bf16 *w = (const bf16 *)(n / 8 % 2 ? wu : wg);
+        return f < F ? w + ((long long)e * F + f) * C + k : (const bf16 *)NULL;
+    };
+    float sum[4][4][4] = {};
+    mt_moe_mma_tile<true, true>(sa, sb, C, sum);
+    bf16 *a = FWD ? (bf16 *)ws : mt_moe_bufs(ws, S, F, C).a;
+    for (int i = 0; i < 4; i++)
+        for (int p = 0; p < 2; p++)
+            for (int v = 0; v < 4; v++) {
+                int si = mt_moe_prow(i, v), f = n0 + mt_moe_pcol(2 * p, v) / 16 * 8 + mt_moe_pcol(2 * p, v) % 8;
+                if (si >= ns || f >= F) continue;
+                long long at = (long long)(s0 + si) * F + f;
+                float h1 = sum[i][2 * p][v], h3 = sum[i][2 * p + 1][v];
+                mt_st(a + at, mt_silu(h1) * h3);
+                if (!FWD) ws[at] = h1, ws[S * F + at] = h3;
+            }
+}
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_pipe(MT_MOE_PARAMS) {
+    mt_moe_up_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_bwd_pipe(MT_MOE_PARAMS) {
+    mt_moe_up_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+
+// A block of the pipelined path's row tiles: expert e (-1: none), its slots [s0, s0 + ns).
+__device__ __forceinline__ MtMoeTile mt_moe_pipe_tile(const MtMoeRoute &t, int E) {
+    MtMoeTile b;
+    b.e = mt_moe_expert_of(t.tile, E, blockIdx.x);
+    if (b.e < 0) return b;
+    b.s0 = t.off[b.e] + (blockIdx.x - t.tile[b.e]) * MT_MOE_BT;
+    b.ns = min(MT_MOE_BT, t.off[b.e] + t.cnt[b.e] - b.s0);
+    return b;
+}
+
+// Row tiles x C tiles: o = a w_down[e]^T per slot (the forward's and the backward's ws).
+template <bool FWD> __device__ __forceinline__ void mt_moe_down_pipe_body(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_pipe_tile(t, E);
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_BT, e = b.e, ns = b.ns, s0 = b.s0;
+    long long S = (long long)nr * K;
+    const bf16 *a = FWD ? (const bf16 *)ws : mt_moe_bufs(ws, S, F, C).a;
+    float *o = ws + (FWD ? 1 : 2) * S * F;
+    auto sa = [&](int m, int k) { return m < ns ? a + (long long)(s0 + m) * F + k : (const bf16 *)NULL; };
+    auto sb = [&](int n, int k) {
+        return n0 + n < C ? (const bf16 *)wd + ((long long)e * C + n0 + n) * F + k : (const bf16 *)NULL;
+    };
+    float sum[4][4][4] = {};
+    mt_moe_mma_tile<true, true>(sa, sb, F, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int v = 0; v < 4; v++) {
+                int si = mt_moe_prow(i, v), c = n0 + mt_moe_pcol(j, v);
+                if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[i][j][v];
+            }
+}
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_pipe(MT_MOE_PARAMS) {
+    mt_moe_down_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_bwd_pipe(MT_MOE_PARAMS) {
+    mt_moe_down_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+}
+
+// Block s (grid nr K, those past the routed slots return): gdy[s] = bf16(gate dy[row]).
+extern "C" __global__ void mt_moe_gather_dy(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    int s = blockIdx.x;
+    if (s >= t.off[E]) return;
+    int e = mt_moe_expert_of(t.off, E, s);
+    long long r = t.slot_row[s], S = (long long)nr * K;
+    float g = mt_ldv(gates, r * E + e, MT_BF(3));
+    bf16 *gdy = mt_moe_bufs(ws, S, F, C).gdy + (long long)s * C;
+    for (int c = threadIdx.x; c < C; c += blockDim.x) mt_st(gdy + c, g * mt_ldv(dy, r * C + c, MT_BF(1)));
+}
+
+// Row tiles x F tiles: da = gdy w_down[e] per slot, then dh3 = da silu(h1),
+// dh1 = da h3 silu'(h1) to bf16 (kernels.inc moe_bwd).
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_da_pipe(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_pipe_tile(t, E);
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_BT, e = b.e, ns = b.ns, s0 = b.s0;
+    long long S = (long long)nr * K;
+    MtMoeBufs u = mt_moe_bufs(ws, S, F, C);
+    auto sa = [&](int m, int k) { return m < ns ? u.gdy + (long long)(s0 + m) * C + k : (const bf16 *)NULL; };
+    auto sb = [&](int k, int n) { // w_down[e] [C, F]: k = c, n = f
+        return n0 + n < F ? (const bf16 *)wd + ((long long)e * C + k) * F + n0 + n : (const bf16 *)NULL;
+    };
+    float sum[4][4][4] = {};
+    mt_moe_mma_tile<true, false>(sa, sb, C, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int v = 0; v < 4; v++) {
+                int si = mt_moe_prow(i, v), f = n0 + mt_moe_pcol(j, v);
+                if (si >= ns || f >= F) continue;
+                long long at = (long long)(s0 + si) * F + f;
+                float da = sum[i][j][v], h1 = ws[at], h3 = ws[S * F + at], sg = 1.0f / (1.0f + expf(-h1));
+                mt_st(u.dh3 + at, da * mt_silu(h1));
+                mt_st(u.dh1 + at, da * h3 * sg * (1.0f + h1 * (1.0f - sg)));
+            }
+}
+
+// Row tiles x C tiles: dx per slot = dh1 w_gate[e] + dh3 w_up[e] (one
+// reduction over 2 F: dh1's k, then dh3's), into o's place.
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_dx_slots_pipe(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeTile b = mt_moe_pipe_tile(t, E);
+    if (b.e < 0) return;
+    int n0 = blockIdx.y * MT_MOE_BT, e = b.e, ns = b.ns, s0 = b.s0;
+    long long S = (long long)nr * K;
+    MtMoeBufs u = mt_moe_bufs(ws, S, F, C);
+    auto sa = [&](int m, int k) {
+        return m >= ns ? (const bf16 *)NULL : k < F ? u.dh1 + (long long)(s0 + m) * F + k : u.dh3 + (long long)(s0 + m) * F + k - F;
+    };
+    auto sb = [&](int k, int n) { // w_gate[e], w_up[e] [F, C]: k = f (then F + f), n = c
+        const bf16 *w = (const bf16 *)(k < F ? wg : wu);
+        return n0 + n < C ? w + ((long long)e * F + k % F) * C + n0 + n : (const bf16 *)NULL;
+    };
+    float sum[4][4][4] = {}, *o = ws + 2 * S * F;
+    mt_moe_mma_tile<true, false>(sa, sb, 2 * F, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int v = 0; v < 4; v++) {
+                int si = mt_moe_prow(i, v), c = n0 + mt_moe_pcol(j, v);
+                if (si < ns && c < C) o[(long long)(s0 + si) * C + c] = sum[i][j][v];
+            }
+}
+
+// A weight gradient's tile on the pipelined path: grid (E * tiles of M, tiles of N), as mt_moe_wtile.
+__device__ __forceinline__ MtMoeWTile mt_moe_pipe_wtile(const MtMoeRoute &t, int M, int mt) {
+    int tm = (M + mt - 1) / mt;
+    MtMoeWTile w;
+    w.e = blockIdx.x / tm, w.m0 = blockIdx.x % tm * mt, w.n0 = blockIdx.y * MT_MOE_BT;
+    w.s0 = t.off[w.e], w.ns = t.cnt[w.e];
+    return w;
+}
+
+// dw_down[e] [C, F] = sum over e's slots of gdy^T a.
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_dw_down_pipe(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeWTile w = mt_moe_pipe_wtile(t, C, MT_MOE_BT);
+    long long S = (long long)nr * K, dwd = rows * C + rows * E + 2LL * E * F * C;
+    int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
+    MtMoeBufs u = mt_moe_bufs(ws, S, F, C);
+    auto sa = [&](int k, int m) { return m0 + m < C ? u.gdy + (long long)(s0 + k) * C + m0 + m : (const bf16 *)NULL; };
+    auto sb = [&](int k, int n) { return n0 + n < F ? u.a + (long long)(s0 + k) * F + n0 + n : (const bf16 *)NULL; };
+    float sum[4][4][4] = {};
+    mt_moe_mma_tile<false, false>(sa, sb, w.ns, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int v = 0; v < 4; v++) {
+                int c = m0 + mt_moe_prow(i, v), f = n0 + mt_moe_pcol(j, v);
+                if (c < C && f < F) mt_moe_wstore(out, dwd + ((long long)e * C + c) * F + f, MT_BF(0), acc, sum[i][j][v]);
+            }
+}
+
+// dw_gate[e], dw_up[e] [F, C] = sum over e's slots of dh1^T x, dh3^T x: A's
+// rows 0 .. 64 are dh1's columns m0 .., rows 64 .. 128 dh3's (M tiles 64 wide).
+extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_dw_up_pipe(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    MtMoeWTile w = mt_moe_pipe_wtile(t, F, MT_MOE_BT / 2);
+    long long S = (long long)nr * K, dwg = rows * C + rows * E, n = (long long)E * F * C;
+    int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
+    const int *slot_row = t.slot_row;
+    MtMoeBufs u = mt_moe_bufs(ws, S, F, C);
+    auto sa = [&](int k, int m) {
+        int f = m0 + m % (MT_MOE_BT / 2);
+        return f < F ? (m < MT_MOE_BT / 2 ? u.dh1 : u.dh3) + (long long)(s0 + k) * F + f : (const bf16 *)NULL;
+    };
+    auto sb = [&](int k, int j) {
+        return n0 + j < C ? (const bf16 *)x + (long long)slot_row[s0 + k] * C + n0 + j : (const bf16 *)NULL;
+    };
+    float sum[4][4][4] = {};
+    mt_moe_mma_tile<false, false>(sa, sb, w.ns, sum);
+    for (int i = 0; i < 4; i++)
+        for (int j = 0; j < 4; j++)
+            for (int v = 0; v < 4; v++) {
+                int m = mt_moe_prow(i, v), f = m0 + m % (MT_MOE_BT / 2), c = n0 + mt_moe_pcol(j, v);
+                if (f >= F || c >= C) continue;
+                long long at = dwg + ((long long)e * F + f) * C + c;
+                mt_moe_wstore(out, at + (m < MT_MOE_BT / 2 ? 0 : n), MT_BF(0), acc, sum[i][j][v]);
+            }
 }
 
 // The softmax of row r of logits [rows, E] at j, given its max m and sum s.

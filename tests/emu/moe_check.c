@@ -7,7 +7,10 @@
 //   moe_check CXX EMU_DIR WORK_DIR
 //
 // Cases at odd sizes: rows no multiple of the 64-row tile, widths no multiple
-// of the 64-column tile or the 16-deep reduction step, an expert no row
+// of the 64-column tile or the 16-deep reduction step; bf16 with C and F
+// multiples of 8 on the pipelined path (128-row tiles, 32 deep: several
+// tiles of one expert, k past a stage's end) and the others on the 64-row
+// one; an expert no row
 // selects, every row on one expert (several tiles of one expert), chunks of
 // rows (moe_run's chunking, the weights' gradients summed over chunks), bf16
 // storage, top_k = E, rows with fewer gates != 0 than top_k (one, none),
@@ -102,6 +105,9 @@ static const MoeCase CASES[] = {
     {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0},
     {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1},
     {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1},
+    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0},
+    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0},
+    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0},
 };
 
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
@@ -122,6 +128,10 @@ static Buf buf_new(long long n, int bf16, int random) {
 }
 static float buf_dev(const Buf *b, int bf16, long long i) {
     return bf16 ? f32_from_bf16(((uint16_t *)b->dev)[i]) : ((float *)b->dev)[i];
+}
+static void buf_zero(Buf *b, int bf16, long long i) {
+    if (bf16) ((uint16_t *)b->dev)[i] = 0;
+    else ((float *)b->dev)[i] = 0;
 }
 static void buf_free(Buf *b) { free(b->v), free(b->dev); }
 
@@ -175,7 +185,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     kernel_run_f32(&moe, ref_y, fa);
     kernel_run_f32(&moe_bwd, ref_out, ba);
     // the grouped kernels, chunk by chunk as runtime/backend_cuda.c runs them
-    MoeDims d = {rows, C, E, F, K};
+    MoeDims d = {rows, C, E, F, K, bf};
     int bits = bf ? 0x7f : 0;
     for (int bwd = 0; bwd < 2; bwd++) {
         long long chunk = t->chunk ? t->chunk : moe_chunk_rows(d, bwd, MOE_CHUNK_BYTES);
@@ -195,16 +205,17 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
         if (!nan_ok) printf("FAIL %s: row %lld's outputs are not NaN\n", t->what, skip), failures++;
         for (int c = 0; c < C; c++) {
             ref_y[skip * C + c] = 0, ref_out[skip * C + c] = 0;
-            ((float *)y.dev)[skip * C + c] = 0, ((float *)out.dev)[skip * C + c] = 0; // f32 only
+            buf_zero(&y, bf, skip * C + c), buf_zero(&out, bf, skip * C + c);
         }
-        for (int e = 0; e < E; e++) ((float *)out.dev)[(long long)rows * C + skip * E + e] = ref_out[(long long)rows * C + skip * E + e] = 0;
+        for (int e = 0; e < E; e++) buf_zero(&out, bf, (long long)rows * C + skip * E + e), ref_out[(long long)rows * C + skip * E + e] = 0;
     }
     long long dwn = (long long)E * F * C, at[] = {0, 0, (long long)rows * C, (long long)rows * (C + E),
                                                   (long long)rows * (C + E) + dwn, (long long)rows * (C + E) + 2 * dwn};
     long long len[] = {(long long)rows * C, (long long)rows * C, (long long)rows * E, dwn, dwn, dwn};
     const char *name[] = {"y", "dx", "dgates", "dw_gate", "dw_up", "dw_down"};
     double tol = bf ? 1e-2 : 1e-5;
-    printf("%-40s rows %3d C %2d E %d F %3d top_k %d%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "");
+    printf("%-40s rows %3d C %2d E %d F %3d top_k %d%s%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "",
+           moe_runs_pipelined(d, bits) ? " (pipelined)" : "");
     for (int i = 0; i < 6; i++) {
         double e = i == 0 ? err_of(&y, bf, ref_y, at[i], len[i]) : err_of(&out, bf, ref_out, at[i], len[i]);
         printf(" %s %.1e", name[i], e);
@@ -272,7 +283,7 @@ static void check_scratch(void) {
     const struct {
         const char *name;
         MoeDims d;
-    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2}}, {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4}}};
+    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1}}, {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1}}};
     for (int m = 0; m < 2; m++)
         for (int x = 1; x <= 4; x *= 4)
             for (int bwd = 0; bwd < 2; bwd++) {
