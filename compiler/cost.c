@@ -156,7 +156,9 @@ static int64_t moe_selected(const Node *n) {
 // GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
 // row and expert; the backward recomputes them and takes 6 more) at the
 // matrix rate times moe_gemm_efficiency on a GPU (compiler/cuda/moe.cuh's
-// own tiled kernels, not cuBLAS), times gemm_efficiency with a host BLAS
+// own tiled kernels, not cuBLAS; tests/gpu/gpu_check measures the figure,
+// its moe_time line, and the profiles carry an estimate until a GPU run
+// records it), times gemm_efficiency with a host BLAS
 // call per expert and GEMM on a cpu target (library GEMMs there);
 // the rest (top_k, the load-balancing loss, add_loss) by their bytes.
 // *heavy: whether it counts with the GEMMs.

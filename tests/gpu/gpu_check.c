@@ -28,6 +28,11 @@
 // 4. Not attention: cuMemGetInfo's free and total at the start, and a bf16
 //    GEMM at each --gemm MxNxK (gemm_time lines; run.sh passes the streamed
 //    models' products).
+// 5. Mixture of experts (compiler/cuda/moe.cuh) at Mixtral 8x7B's layer,
+//    4096 tokens: the pipelined kernels' forward + backward against a dense
+//    cuBLAS GEMM of the same FLOPs and against the 64-row kernels (outputs
+//    and time), a moe_time line and the moe_gemm_efficiency to put into
+//    the target profile.
 #include <cublas_v2.h>
 #include <cuda.h>
 #include <math.h>
@@ -46,6 +51,7 @@
 #include "../../common/graph.h"
 #include "../../compiler/nvrtc.h"
 #include "../../compiler/passes.h"
+#include "../../runtime/moe_launch.h"
 #include "../kir_eval.h"
 
 static int failures;
@@ -570,12 +576,12 @@ static void check_model(const char *path, const char *arch) {
 // runs' projections): random operands (never zeros, which run faster), two
 // warm-up calls, then three rounds of five, the median round. One line:
 //   gemm_time M=16384 N=3072 K=2048 ms=0.123 tflops=...
-static void time_gemm_shape(long M, long N, long K) {
+static double gemm_shape_ms(long M, long N, long K) {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
         printf("FAIL cublasCreate\n");
         failures++;
-        return;
+        return -1;
     }
     enum { CHUNK = 1 << 22 };
     uint16_t *hb = malloc(2 * (size_t)CHUNK); // (CHUNK) random bf16, copied over the operands
@@ -605,11 +611,127 @@ static void time_gemm_shape(long M, long N, long K) {
     if (!ok) {
         printf("FAIL cublasGemmEx %ldx%ldx%ld\n", M, N, K);
         failures++;
-        return;
+        return -1;
     }
     double lo = fmin(round_ms[0], fmin(round_ms[1], round_ms[2])), hi = fmax(round_ms[0], fmax(round_ms[1], round_ms[2]));
-    double med = round_ms[0] + round_ms[1] + round_ms[2] - lo - hi;
-    printf("gemm_time M=%ld N=%ld K=%ld ms=%.4f tflops=%.1f\n", M, N, K, med, 2.0 * M * N * K / (med * 1e-3) / 1e12);
+    return round_ms[0] + round_ms[1] + round_ms[2] - lo - hi;
+}
+static void time_gemm_shape(long M, long N, long K) {
+    double med = gemm_shape_ms(M, N, K);
+    if (med > 0)
+        printf("gemm_time M=%ld N=%ld K=%ld ms=%.4f tflops=%.1f\n", M, N, K, med, 2.0 * M * N * K / (med * 1e-3) / 1e12);
+}
+
+// ---------------------------------------------------------------- 5. mixture of experts
+
+// The cuda backend's sequence (runtime/moe_launch.h) over this module's kernels.
+static int moe_gpu_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params) {
+    CUfunction f;
+    CU(cuModuleGetFunction(&f, *(CUmodule *)ctx, MOE_KERNEL_NAME[k]));
+    launch(f, gx, gy, 1, MOE_THREADS, 0, params);
+    return 0;
+}
+
+// moe forward + backward at a Mixtral-like shape (rows tokens, C, E experts
+// of width F, top K; bf16) as the backend runs it, chunks included: the
+// pipelined kernels (compiler/cuda/moe.cuh) timed, then the 64-row ones
+// once, as the reference for their outputs (y, dx, dgates and the first
+// 2^24 of dw_gate; the same routing, so only rounding differs) and their
+// time; and a dense cuBLAS bf16 GEMM of one of the node's products (M the
+// routed slots rows K, N F, K C), in the same run. cost.c counts 3 such
+// products forward and 9 backward; the share of the dense rate they reach
+// times gemm_efficiency is the profile's moe_gemm_efficiency. One line
+// (tests/gpu/report.py reads it):
+//   moe_time rows= C= E= F= K= fwd_ms= bwd_ms= ref_ms= dense_ms= share= err=
+static void time_moe(const char *arch, long long rows, int C, int E, int F, int K) {
+    size_t cap = mt_cuda_prelude_len + mt_cuda_mma_len + mt_cuda_moe_len + 8;
+    char *src = malloc(cap), err[8192];
+    snprintf(src, cap, "%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_mma, mt_cuda_moe);
+    CudaBinary bin;
+    int rc = nvrtc_compile(src, "moe.cu", arch, NULL, 0, &bin, err, sizeof err);
+    free(src);
+    if (rc != 0) {
+        printf("FAIL moe.cuh does not compile for %s:\n%s\n", arch, err);
+        failures++;
+        return;
+    }
+    CUmodule m;
+    CU(cuModuleLoadData(&m, bin.cubin));
+    long long nx = rows * C, nw = (long long)E * F * C, nout = rows * C + rows * E + 3 * nw;
+    enum { CHUNK = 1 << 22 };
+    uint16_t *hb = malloc(2 * (size_t)CHUNK); // (CHUNK) random bf16 at 1/16 scale, copied over the operands
+    for (long i = 0; i < CHUNK; i++) hb[i] = bf16_from_f32(frand() * 0.0625f);
+    CUdeviceptr X = dev_alloc(2 * (size_t)nx), DY = dev_alloc(2 * (size_t)nx), W[3];
+    for (int i = 0; i < 3; i++) W[i] = dev_alloc(2 * (size_t)nw);
+    CUdeviceptr fill[] = {X, DY, W[0], W[1], W[2]};
+    long long len[] = {nx, nx, nw, nw, nw};
+    for (int o = 0; o < 5; o++)
+        for (long long i = 0, step = CHUNK - 1024; i < len[o]; i += step) // each operand from its own offset
+            CU(cuMemcpyHtoD(fill[o] + 2 * (size_t)i, hb + (o * 199) % 1024, 2 * (size_t)(len[o] - i < step ? len[o] - i : step)));
+    free(hb);
+    uint16_t *hg = calloc((size_t)(rows * E), 2); // K distinct experts a row, gates in [0.1, 1]
+    for (long long r = 0; r < rows; r++)
+        for (int n = 0; n < K;) {
+            int e = (int)((frand() + 1.0f) * 0.5f * (float)E) % E;
+            if (hg[r * E + e]) continue;
+            hg[r * E + e] = bf16_from_f32(0.55f + 0.45f * frand()), n++;
+        }
+    CUdeviceptr G = dev_upload(hg, 2 * (size_t)(rows * E)), Y[2], OUT[2];
+    free(hg);
+    double ms[2][2] = {{0}}; // [pipelined, 64-row][fwd, bwd]
+    for (int path = 0; path < 2; path++) {
+        MoeDims d = {rows, C, E, F, K, path == 0};
+        long long chunk[2] = {moe_chunk_rows(d, 0, MOE_CHUNK_BYTES), moe_chunk_rows(d, 1, MOE_CHUNK_BYTES)};
+        long long wsb = moe_scratch_bytes(d, 0, chunk[0]), wb = moe_scratch_bytes(d, 1, chunk[1]);
+        CUdeviceptr WS = dev_alloc((size_t)(wsb > wb ? wsb : wb));
+        Y[path] = dev_alloc(2 * (size_t)nx), OUT[path] = dev_alloc(2 * (size_t)nout);
+        for (int bwd = 0; bwd < 2; bwd++) {
+            void *arg[7] = {(void *)(bwd ? OUT[path] : Y[path]), bwd ? (void *)DY : NULL, (void *)X, (void *)G,
+                            (void *)W[0], (void *)W[1], (void *)W[2]};
+            int reps = path == 0 ? 3 : 1;
+            for (int it = 0; it < 2; it++) { // a warm-up, then the timed run
+                Timer t;
+                timer_start(&t);
+                for (int r = 0; r < (it ? reps : 1); r++)
+                    moe_run(d, bwd, chunk[bwd], arg, 0x7f, (float *)(uintptr_t)WS, moe_gpu_launch, &m);
+                ms[path][bwd] = timer_stop(&t, it ? reps : 1);
+            }
+        }
+        cuMemFree(WS);
+    }
+    // the pipelined outputs against the 64-row ones: y, dx, dgates, the first 2^24 of dw_gate
+    long long ncmp[2] = {nx, rows * C + rows * E + (nw < (1 << 24) ? nw : (1 << 24))};
+    double e = 0;
+    for (int o = 0; o < 2; o++) {
+        uint16_t *a = malloc(2 * (size_t)ncmp[o]), *b = malloc(2 * (size_t)ncmp[o]);
+        float *fa = malloc(4 * (size_t)ncmp[o]), *fb = malloc(4 * (size_t)ncmp[o]);
+        CU(cuMemcpyDtoH(a, o ? OUT[0] : Y[0], 2 * (size_t)ncmp[o]));
+        CU(cuMemcpyDtoH(b, o ? OUT[1] : Y[1], 2 * (size_t)ncmp[o]));
+        double mb = 0;
+        for (long long i = 0; i < ncmp[o]; i++) fa[i] = f32_from_bf16(a[i]), fb[i] = f32_from_bf16(b[i]), mb = fmax(mb, fabs(fb[i]));
+        e = fmax(e, max_rel(fa, fb, (size_t)ncmp[o], mb)); // relative to the largest, as moe_check
+        free(a), free(b), free(fa), free(fb);
+    }
+    double dense = gemm_shape_ms(rows * K, F, C), unit = 2.0 * rows * K * (double)C * F;
+    double pipe = ms[0][0] + ms[0][1], share = dense > 0 ? 12.0 * dense / pipe : 0;
+    printf("moe (mixture of experts) rows %lld C %d E %d F %d top %d bf16: pipelined fwd %.2f ms bwd %.2f ms "
+           "(%.1f TFLOP/s), 64-row tiles %.2f ms, dense cuBLAS %.3f ms a product: %.3f of its rate; "
+           "outputs %.2e apart %s\n",
+           rows, C, E, F, K, ms[0][0], ms[0][1], 12.0 * unit / (pipe * 1e-3) / 1e12, ms[1][0] + ms[1][1], dense, share,
+           e, e <= 2e-2 ? "ok" : "FAIL");
+    if (!(e <= 2e-2)) failures++;
+    printf("moe_time rows=%lld C=%d E=%d F=%d K=%d fwd_ms=%.3f bwd_ms=%.3f ref_ms=%.3f dense_ms=%.4f share=%.3f err=%.2e\n",
+           rows, C, E, F, K, ms[0][0], ms[0][1], ms[1][0] + ms[1][1], dense, share, e);
+    printf("    moe_gemm_efficiency = %.3f   # measured at rows %lld C %d E %d F %d top %d: %.3f of cuBLAS's dense rate "
+           "x gemm_efficiency %.2g\n",
+           share * TARGET_DEFAULT_GEMM_EFFICIENCY, rows, C, E, F, K, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
+    char what[96];
+    snprintf(what, sizeof what, "moe fwd+bwd %lld rows E%d top%d C%d F%d: %.3f of GEMM", rows, E, K, C, F, share);
+    add_row(what, pipe, ms[1][0] + ms[1][1], e);
+    CUdeviceptr all[] = {X, DY, W[0], W[1], W[2], G, Y[0], Y[1], OUT[0], OUT[1]};
+    for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
+    cuModuleUnload(m);
+    nvrtc_binary_free(&bin);
 }
 
 // The device's free and total memory before this process allocates any
@@ -653,6 +775,7 @@ int main(int argc, char **argv) {
     for (int i = first; i < argc; i++) check_model(argv[i], arch);
     for (int i = 1; i + 1 < first; i += 2) // the --gemm shapes, in their order
         if (!strcmp(argv[i], "--gemm") && sscanf(argv[i + 1], "%ldx%ldx%ld", &M, &N, &K) == 3) time_gemm_shape(M, N, K);
+    time_moe(arch, 4096, 4096, 8, 14336, 2); // Mixtral 8x7B's layer at 4096 tokens
 
     printf("\n%-52s %10s %10s %8s %10s\n", "what", "ms", "ref ms", "speedup", "max err");
     for (int i = 0; i < ntable; i++) {

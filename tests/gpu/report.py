@@ -14,7 +14,9 @@ not run leaves a dash):
                  and gpu_check's `device memory: free F total T bytes` line
   gpu_check.log  `bf16 GEMM (cuBLAS, 8192^3): R TFLOP/s`,
                  `attention_time key=value...` lines (kernel, D, T, ms, ...)
-                 and `gemm_time M= N= K= ms=` lines (the models' shapes)
+                 `gemm_time M= N= K= ms=` lines (the models' shapes) and
+                 `moe_time rows= C= E= F= K= fwd_ms= bwd_ms= ref_ms=
+                 dense_ms= share= err=` lines (the MoE kernels)
   peers.log      tests/gpu/sdpa_peer.py's attention_time lines and
                  tests/gpu/megatrain_peer.py's `megatrain_step` lines
   calibrate.log  mtrun --calibrate's profile (the grads+ rate)
@@ -355,6 +357,20 @@ def main():
                      " ".join(f"{a['kernel'].replace('sdpa_', '')}={a['ms']:.3f}" for a in s)))
     out.append("== attention, B 1, H 32/8, causal, bf16, forward + backward (ms)\n" +
                table(["D", "T", "mt ms", "TFLOP/s", "/GEMM", "SDPA best", "ms", "mt/SDPA", "each backend"], rows))
+
+    # mixture of experts: the pipelined kernels against a dense cuBLAS GEMM of the same FLOPs, same run
+    eff = profile_value(read(os.path.join(w, "profile.target")) or "", "gemm_efficiency") or 0.8
+    rows = []
+    for m in [keyvals(l) for l in (gck or "").splitlines() if l.startswith("moe_time ")]:
+        ms = m["fwd_ms"] + m["bwd_ms"]
+        flops = 12 * 2 * m["rows"] * m["K"] * m["C"] * m["F"]  # 3 products forward, 9 backward (compiler/cost.c)
+        rows.append(tuple(str(int(m[k])) for k in ("rows", "E", "K", "C", "F")) + (fnum(m["fwd_ms"]), fnum(m["bwd_ms"]),
+                     fnum(flops / (ms * 1e-3) / 1e12, "{:.1f}"), fnum(m["ref_ms"]), fnum(m["dense_ms"], "{:.4f}"),
+                     fnum(m["share"]), fnum(m["share"] * eff), f"{m['err']:.1e}"))
+    out.append("== mixture of experts, bf16, forward + backward (ms): the pipelined kernels, the 64-row ones, a dense "
+               "cuBLAS product of the same shape; moe_gemm_efficiency = share x gemm_efficiency\n" +
+               table(["rows", "E", "top", "C", "F", "fwd ms", "bwd ms", "TFLOP/s", "64-row ms", "dense ms", "share",
+                      "moe_gemm_eff", "apart"], rows))
 
     # the streamed runs
     cal = read(os.path.join(w, "calibrate.log"))

@@ -123,7 +123,7 @@ nproc; free -g | head -2"
 
 # ---------------------------------------------------------------- the card's kernels
 # attention against its reference and timed (warmed, repeated: D 64, 128, 256, T 2048 to 16384), the
-# tiny examples' fused kernels, the bf16 GEMM rate, cuMemGetInfo
+# tiny examples' fused kernels, the bf16 GEMM rate, cuMemGetInfo, the MoE kernels at Mixtral's layer
 # and the streamed models' matrix products at their shapes (batch x 4096 tokens; the row-local ones in 4 or 8
 # chunks, the --tile mtc picks at 16 GB; the plans are made later, on this machine's calibration)
 gemms=$(for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do
