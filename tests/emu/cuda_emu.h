@@ -115,6 +115,14 @@ struct Launch {
     int parity[MAX_THREADS]; // (n) the set each thread's next collective uses
     ucontext_t start;        // a context to copy for each fiber's start (getcontext once)
     jmp_buf sched;           // the block's round robin
+    // cp.async: each thread's copies not yet landed (16 bytes read at issue,
+    // written at the wait that covers their group) and its committed groups
+    struct CpAsync {
+        void *dst;
+        unsigned char data[16];
+        int group;
+    } *cp[MAX_THREADS];
+    int ncp[MAX_THREADS], cpcap[MAX_THREADS], committed[MAX_THREADS];
 };
 inline Launch L;
 
@@ -225,6 +233,7 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
                     f->ctx.uc_link = NULL; // fiber_main jumps back itself
                     makecontext(&f->ctx, fiber_main, 0);
                     f->state = READY, f->started = 0, L.parity[i] = 0;
+                    L.ncp[i] = 0, L.committed[i] = 0; // copies never waited for are lost, as on the GPU
                 }
                 // round robin over the ready threads until all are done
                 while (L.live > 0) {
@@ -390,10 +399,33 @@ static inline unsigned mt_cvt_bf16x2(float lo, float hi) {
     }
     return r;
 }
-// The copy happens at once: a missing wait goes unseen here (README).
-static inline void mt_cp_async16(void *dst, const void *src) { memcpy(dst, src, 16); }
-static inline void mt_cp_async_commit() {}
-template <int N> static inline void mt_cp_async_wait() {}
+// cp.async: the source is read at once, the destination written only by
+// the mt_cp_async_wait<N> that covers the copy's group (every committed
+// group but the N most recent), so that a read before the wait, or by
+// another thread before a barrier after it, sees the old contents.
+static inline void mt_cp_async16(void *dst, const void *src) {
+    using namespace mt_emu;
+    int t = L.cur;
+    if (L.ncp[t] == L.cpcap[t]) {
+        L.cpcap[t] = L.cpcap[t] ? 2 * L.cpcap[t] : 64;
+        L.cp[t] = (Launch::CpAsync *)realloc(L.cp[t], (size_t)L.cpcap[t] * sizeof *L.cp[t]);
+        if (!L.cp[t]) fail("out of memory for cp.async");
+    }
+    Launch::CpAsync *c = &L.cp[t][L.ncp[t]++];
+    c->dst = dst, c->group = L.committed[t];
+    memcpy(c->data, src, 16);
+}
+static inline void mt_cp_async_commit() { mt_emu::L.committed[mt_emu::L.cur]++; }
+template <int N> static inline void mt_cp_async_wait() {
+    using namespace mt_emu;
+    int t = L.cur, keep = 0;
+    for (int i = 0; i < L.ncp[t]; i++) {
+        Launch::CpAsync *c = &L.cp[t][i];
+        if (c->group < L.committed[t] - N) memcpy(c->dst, c->data, 16);
+        else L.cp[t][keep++] = *c;
+    }
+    L.ncp[t] = keep;
+}
 
 // The kernel table a harness appends after the translation unit, and the
 // one entry point it exports:
