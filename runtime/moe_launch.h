@@ -20,7 +20,8 @@
 // gradients (in their storage type: bf16 rounds once per chunk).
 //
 // A bf16 node whose C and F are multiples of 8 (scratch.h's moe_pipelined)
-// runs the pipelined tensor-core kernels instead (moe.cuh explains why they
+// and whose operands are 16-byte aligned (moe_takes_pipelined) runs the
+// pipelined tensor-core kernels instead (moe.cuh explains why they
 // and not cuBLAS's grouped GEMM), tiles of MOE_TILE_PIPE rows:
 //   forward:  mt_moe_up_pipe, mt_moe_down_pipe, mt_moe_combine
 //   backward: mt_moe_up_bwd_pipe, mt_moe_down_bwd_pipe, mt_moe_dgates,
@@ -29,6 +30,8 @@
 //             mt_moe_dx_slots_pipe, mt_moe_combine_dx
 #ifndef MT_MOE_LAUNCH_H
 #define MT_MOE_LAUNCH_H
+
+#include <stdint.h>
 
 #include "../common/scratch.h" // MoeDims and the scratch of a chunk: moe_scratch_bytes, moe_chunk_rows
 
@@ -47,9 +50,15 @@ static const char *const MOE_KERNEL_NAME[MOE_KERNELS] = {
     "mt_moe_combine_dx", "mt_moe_up_pipe", "mt_moe_up_bwd_pipe", "mt_moe_down_pipe", "mt_moe_down_bwd_pipe",
     "mt_moe_gather_dy", "mt_moe_da_pipe", "mt_moe_dx_slots_pipe", "mt_moe_dw_down_pipe", "mt_moe_dw_up_pipe"};
 
-// Whether node d with bf16 bits bf runs the pipelined kernels: its scratch
-// was sized for them (moe_pipelined) and x and the weights are bf16.
-static inline int moe_runs_pipelined(MoeDims d, int bf) { return moe_pipelined(d) && (bf & 0x74) == 0x74; }
+// Whether moe_run runs node d (bf16 bits bf, operands arg as moe_run's,
+// scratch ws) on the pipelined kernels: its scratch was sized for them
+// (moe_pipelined), x and the weights are bf16, and their cp.async loads
+// find x, the weights and ws 16-byte aligned (C, F multiples of 8 keep the
+// rows so; a view at an odd offset would not be).
+static inline int moe_takes_pipelined(MoeDims d, int bf, void *const arg[7], const float *ws) {
+    uintptr_t base = (uintptr_t)arg[2] | (uintptr_t)arg[4] | (uintptr_t)arg[5] | (uintptr_t)arg[6] | (uintptr_t)ws;
+    return moe_pipelined(d) && (bf & 0x74) == 0x74 && base % 16 == 0;
+}
 
 // Launches kernel k on a grid (gx, gy) of MOE_THREADS-thread blocks with the
 // 18 parameters of MT_MOE_PARAMS; 0 when queued.
@@ -65,7 +74,7 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
     long long rows = d.rows, r0 = 0;
     int C = d.C, E = d.E, F = d.F, K = d.K, acc = 0, nr = 0;
     int *route = NULL;
-    int pipe = moe_runs_pipelined(d, bf);
+    int pipe = moe_takes_pipelined(d, bf, arg, ws);
     if (pipe) bf |= MOE_BF_PIPE;
     void *params[] = {&out, &dy, &x, &gates, &wg, &wu, &wd, &bf, &rows, &r0, &nr, &C, &E, &F, &K, &acc, &route, &ws};
     static const MoeKernel FWD[] = {MOE_UP, MOE_DOWN, MOE_COMBINE};

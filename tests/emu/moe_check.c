@@ -10,7 +10,7 @@
 // of the 64-column tile or the 16-deep reduction step; bf16 with C and F
 // multiples of 8 on the pipelined path (128-row tiles, 32 deep: several
 // tiles of one expert, k past a stage's end) and the others on the 64-row
-// one; an expert no row
+// one, as with x 2 bytes off 16-byte alignment; an expert no row
 // selects, every row on one expert (several tiles of one expert), chunks of
 // rows (moe_run's chunking, the weights' gradients summed over chunks), bf16
 // storage, top_k = E, rows with fewer gates != 0 than top_k (one, none),
@@ -90,24 +90,26 @@ typedef struct MoeCase {
     int bf16;       // bf16 storage of every operand and output
     int overfull;   // row 1 gets one gate != 0 more than K
     int fewer;      // rows 2 and 3 get K - 1 and no gates != 0
+    int misalign;   // x 2 bytes past 16-byte alignment: the 64-row kernels, whatever C and F
 } MoeCase;
 
 static const MoeCase CASES[] = {
-    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0},
-    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0},
-    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0},
-    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0},
-    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0},
-    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0},
-    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0},
-    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0},
-    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0},
-    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0},
-    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1},
-    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1},
-    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0},
-    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0},
-    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0},
+    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0},
+    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0, 0},
+    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0},
+    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0, 0},
+    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0, 0},
+    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0, 0},
+    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0},
+    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0},
+    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0, 0},
+    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0},
+    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1, 0},
+    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1, 0},
+    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0, 0},
+    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0},
+    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0, 0},
+    {"bf16, C and F multiples of 8, x misaligned", 70, 40, 4, 72, 2, -1, -1, 0, 1, 0, 0, 1},
 };
 
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
@@ -115,10 +117,12 @@ typedef struct Buf {
     long long n;
     float *v;   // (n) the values the cpu reads
     void *dev;  // (n) float or uint16_t
+    void *mem;  // what dev lies in (dev itself, or one element before it: misaligned)
 } Buf;
 
 static Buf buf_new(long long n, int bf16, int random) {
-    Buf b = {n, malloc((size_t)n * 4), malloc((size_t)n * (bf16 ? 2 : 4))};
+    Buf b = {n, malloc((size_t)n * 4), malloc((size_t)n * (bf16 ? 2 : 4)), NULL};
+    b.mem = b.dev;
     for (long long i = 0; i < n; i++) {
         float x = random ? frand() : (float)NAN;
         if (bf16) ((uint16_t *)b.dev)[i] = bf16_from_f32(x), b.v[i] = bf16_round(x);
@@ -133,7 +137,15 @@ static void buf_zero(Buf *b, int bf16, long long i) {
     if (bf16) ((uint16_t *)b->dev)[i] = 0;
     else ((float *)b->dev)[i] = 0;
 }
-static void buf_free(Buf *b) { free(b->v), free(b->dev); }
+static void buf_free(Buf *b) { free(b->v), free(b->mem); }
+// b's device copy moved one element (2 or 4 bytes) past malloc's alignment.
+static void buf_misalign(Buf *b, int bf16) {
+    size_t e = bf16 ? 2 : 4;
+    char *m = malloc((size_t)(b->n + 1) * e);
+    memcpy(m + e, b->dev, (size_t)b->n * e);
+    free(b->mem);
+    b->mem = m, b->dev = m + e;
+}
 
 // max |dev - ref| / max |ref| over [from, from + n) of b; NaN when any is NaN.
 static double err_of(const Buf *b, int bf16, const float *ref, long long from, long long n) {
@@ -156,6 +168,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     Buf wd = buf_new((long long)E * C * F, bf, 1), gates = buf_new((long long)rows * E, bf, 1);
     long long nbwd = (long long)rows * C + (long long)rows * E + 3LL * E * F * C;
     Buf y = buf_new((long long)rows * C, bf, 0), out = buf_new(nbwd, bf, 0);
+    if (t->misalign) buf_misalign(&x, bf);
     // gates: K distinct experts a row (never `dead`; all `one`), values in [0.1, 1]; the rest 0
     for (int r = 0; r < rows; r++) {
         float g[64] = {0};
@@ -187,12 +200,14 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     // the grouped kernels, chunk by chunk as runtime/backend_cuda.c runs them
     MoeDims d = {rows, C, E, F, K, bf};
     int bits = bf ? 0x7f : 0;
+    int pipelined = 0;
     for (int bwd = 0; bwd < 2; bwd++) {
         long long chunk = t->chunk ? t->chunk : moe_chunk_rows(d, bwd, MOE_CHUNK_BYTES);
         long long bytes = moe_scratch_bytes(d, bwd, chunk);
         float *ws = malloc((size_t)bytes);
         for (long long i = 0; i < bytes / 4; i++) ws[i] = (float)NAN;
         void *arg[7] = {bwd ? out.dev : y.dev, bwd ? dy.dev : NULL, x.dev, gates.dev, wg.dev, wu.dev, wd.dev};
+        pipelined = moe_takes_pipelined(d, bits, arg, ws);
         if (moe_run(d, bwd, chunk, arg, bits, ws, emu_launch, (void *)(uintptr_t)fn) != 0) failures++;
         free(ws);
     }
@@ -215,7 +230,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     const char *name[] = {"y", "dx", "dgates", "dw_gate", "dw_up", "dw_down"};
     double tol = bf ? 1e-2 : 1e-5;
     printf("%-40s rows %3d C %2d E %d F %3d top_k %d%s%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "",
-           moe_runs_pipelined(d, bits) ? " (pipelined)" : "");
+           pipelined ? " (pipelined)" : "");
     for (int i = 0; i < 6; i++) {
         double e = i == 0 ? err_of(&y, bf, ref_y, at[i], len[i]) : err_of(&out, bf, ref_out, at[i], len[i]);
         printf(" %s %.1e", name[i], e);
