@@ -316,14 +316,14 @@ static int64_t ram_store_bytes(const Run *r) {
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }
 
-// What a sharded plan's run cannot do yet, refused up front: every rank
-// holds only its shard of the store, and these read or write all of it.
+// What a sharded plan's run cannot do, refused up front: every rank holds
+// only its shard of the store, which these read whole or put on a tier.
 static int check_sharded(const Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     if (!r->p->sharded) return 0;
     const char *what = o->reference ? "--reference (the host executor reads the whole store)"
-                     : o->tier_dir ? "--tier-dir"
-                     : o->init ? "--init (it loads the whole model into one store)"
+                     : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
+                                     "store by the ranks)"
                      : o->logits || o->sample_every ? "--logits and --sample-every (they run the host executor on the "
                                                       "whole store)"
                                                     : NULL;

@@ -21,7 +21,10 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         byte). --export gathers each tensor from the ranks' slices
         (dist_shard): the first run's ranks have NaN outside their own slices
         when they export (MT_TEST_EXPORT_POISON), and its export equals the
-        second run's byte for byte, and at 2 ranks the one process's. In f32,
+        second run's byte for byte, and at 2 ranks the one process's.
+        Sharded at 2 ranks, --init of the one process's export (each rank
+        taking its slices of every tensor) continues as the one process does
+        from it, to the same 1e-6. In f32,
         for a model without statistics over a micro-batch's rows (no moe():
         the MoE load-balancing loss is a rank's, as transformers and
         DeepSpeed compute it per forward), also against one process at batch
@@ -194,6 +197,14 @@ def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
         if ranks == 2:
             check(open(got[1], "rb").read() == open(ref[1], "rb").read(),
                   f"{what}: the export gathered from 2 ranks' slices differs from one process's")
+        if layout == "sharded" and ranks == 2:
+            # --init: each rank takes its slices of the file's tensors; from the one process's export, 5 more
+            # steps as the one process takes them from it
+            ref2 = train(mtrun, one, tmp, f"one{ranks}-init", 0, ["--val-batches", str(2 * ranks), "--init", ref[1]])
+            got2 = train(mtrun, per, tmp, f"np{ranks}-init", ranks, ["--init", ref[1]])
+            if ref2 and got2:
+                check(losses(ref2[0])[0] != losses(ref[0])[0], f"{what}: --init {ref[1]} changed no loss")
+                same_as(f"{what}, both from --init", ref2, got2, tol)
         if dtype == "f32" and "moe(" not in open(model).read():
             whole = os.path.join(tmp, f"whole{ranks}.bin")
             p = run(mtc, model, "--dtype", dtype, "--batch", str(2 * ranks), "-o", whole)
