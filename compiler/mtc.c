@@ -60,7 +60,8 @@ static const char USAGE[] =
     "                   policy's best tokens/s by batch\n"
     "  --plot FILE.svg  with --explore, draw both as an SVG picture\n"
     "  --batch N|auto|max  batch size (overrides the train section); auto: the most predicted\n"
-    "                   tokens a second; max: the largest that fits\n"
+    "                   tokens a second; max: the largest that fits (with --ranks and --shard auto, of\n"
+    "                   sharded plans, the layout then chosen at that batch)\n"
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
     "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
@@ -337,9 +338,16 @@ static int try_batch(BatchSearch *s, int64_t b) {
 // the largest itself, then bisected toward the faster side of the best one
 // until its tried neighbours are adjacent. Returns the graph at the chosen
 // batch with its best plan in *r, or NULL (reported).
+//
+// With --shard auto and ranks, the batches are tried sharded (the layout
+// that needs the least host memory) and the layout is chosen once, at the
+// chosen batch (scaleout_choose runs searches of its own).
 static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
                                Diag *d, int fastest, SchedResult *r) {
-    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = req, .a = a, .d = d};
+    SchedRequest q = *req;
+    int choose_after = req->shard < 0 && req->ranks > 1;
+    if (choose_after) q.shard = 1;
+    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = &q, .a = a, .d = d};
     int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
     for (int64_t b = 1; !hi; b *= 2) {
         int k = try_batch(&s, b);
@@ -383,6 +391,20 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
         }
     }
     opt->batch = s.tried[best].batch;
+    if (choose_after) { // sharded or replicated, at this batch
+        char why[1024];
+        Graph *probe = lower_tiled(m, opt, 1, a, d);
+        if (!probe) return NULL;
+        int c = scaleout_choose(probe, t, req->ranks, a, why, sizeof why);
+        if (c < 0) {
+            fprintf(stderr, "mtc: error: %s\n", why);
+            return NULL;
+        }
+        if (c == SCALE_REPLICATED) {
+            q.shard = 0;
+            return lower_at_batch(m, opt, s.tried[best].batch, t, &q, a, d, r);
+        }
+    }
     *r = s.tried[best].r;
     return s.tried[best].g;
 }
