@@ -24,7 +24,9 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         second run's byte for byte, and at 2 ranks the one process's.
         Sharded at 2 ranks, --init of the one process's export (each rank
         taking its slices of every tensor) continues as the one process does
-        from it, to the same 1e-6. In f32,
+        from it, to the same 1e-6, and --logits (rank 0's rows) and
+        --sample-every's text (every rank running the forwards) are the one
+        process's. In f32,
         for a model without statistics over a micro-batch's rows (no moe():
         the MoE load-balancing loss is a rank's, as transformers and
         DeepSpeed compute it per forward), also against one process at batch
@@ -200,11 +202,22 @@ def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
         if layout == "sharded" and ranks == 2:
             # --init: each rank takes its slices of the file's tensors; from the one process's export, 5 more
             # steps as the one process takes them from it
-            ref2 = train(mtrun, one, tmp, f"one{ranks}-init", 0, ["--val-batches", str(2 * ranks), "--init", ref[1]])
-            got2 = train(mtrun, per, tmp, f"np{ranks}-init", ranks, ["--init", ref[1]])
+            # (and --logits and --sample-every: every rank runs the forwards, rank 0 writes and prints)
+            lg = [os.path.join(tmp, f"{n}-logits") for n in ("one", "np")]
+            more = ["--init", ref[1], "--sample-every", "5", "--logits"]
+            ref2 = train(mtrun, one, tmp, f"one{ranks}-init", 0, ["--val-batches", str(2 * ranks), *more, lg[0]])
+            got2 = train(mtrun, per, tmp, f"np{ranks}-init", ranks, [*more, lg[1]])
             if ref2 and got2:
                 check(losses(ref2[0])[0] != losses(ref[0])[0], f"{what}: --init {ref[1]} changed no loss")
                 same_as(f"{what}, both from --init", ref2, got2, tol)
+                a, b = (np.load(x + ".logits.npy") for x in lg)
+                check(a.shape == b.shape and rel(a, b) <= tol and
+                      (np.load(lg[0] + ".tokens.npy") == np.load(lg[1] + ".tokens.npy")).all(),
+                      f"{what}: --logits differ from one process's by {rel(a, b) if a.shape == b.shape else a.shape}")
+                said = [[ln for ln in x[2].splitlines() if ln.startswith("sample ")] for x in (ref2, got2)]
+                check(len(said[0]) == 2 and said[0] == said[1], f"{what}: --sample-every prints {said[1]}, one "
+                      f"process {said[0]}")
+                print(f"{what}: --logits within {rel(a, b):.3g} of one process's, the same samples")
         if dtype == "f32" and "moe(" not in open(model).read():
             whole = os.path.join(tmp, f"whole{ranks}.bin")
             p = run(mtc, model, "--dtype", dtype, "--batch", str(2 * ranks), "-o", whole)
