@@ -7,6 +7,7 @@
 #include "../common/scratch.h"
 #include "../common/storage.h"
 
+#include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
@@ -378,6 +379,19 @@ static double tier_update_s(const Plan *p, const Placement *pl) {
     return pl && pl->level > PLACE_RAM && p->graph->layers ? pl->tier_s / (double)p->graph->layers : 0;
 }
 
+// What train.c sums over the ranks after a step's micro-batches, before
+// any update: a replicated plan's fp32 gradient accumulators, or a sharded
+// plan's squared norms (a double a segment: its reduce-scatters summed the
+// gradients). 0 for one process.
+// (Left out where the ranks cannot reach each other on t: collective_seconds
+// is infinite, and the scale-out comparison says why they do not fit.)
+static double step_sums_s(const Plan *p, const Target *t) {
+    if (p->ranks < 2) return 0;
+    double s = p->sharded ? collective_seconds(t, COLL_ALL_REDUCE, 8.0 * (double)(p->graph->layers + 2), p->ranks)
+                          : collective_seconds(t, COLL_ALL_REDUCE, 4.0 * (double)storage_host_elems(p->graph), p->ranks);
+    return isfinite(s) ? s : 0;
+}
+
 // zero3: is_zero3(p), looked up once a plan.
 static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl,
                          int zero3) {
@@ -581,18 +595,29 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         if (first < link_mem_s + c->optimizer_s) first = link_mem_s + c->optimizer_s;
         if (g->train.accumulate > 1 && rest < link_mem_s) rest = link_mem_s;
     }
-    c->step_s = first + (double)(g->train.accumulate - 1) * rest;
+    c->step_s = first + (double)(g->train.accumulate - 1) * rest + step_sums_s(p, t);
     return 0;
 }
 
-int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
+int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds *b) {
     KernelTimes kt;
     if (kernel_times(g, t, &kt) != 0) return -1;
     DType compute = g->train.compute;
-    double acc = (double)g->train.accumulate, params = (double)storage_host_elems(g),
+    if (ranks < 2) ranks = 1, sharded = 0;
+    // f: a rank's part of the host store: 1 / ranks sharded, else all of it
+    double acc = (double)g->train.accumulate, f = sharded ? 1.0 / ranks : 1.0,
+           params = (double)storage_host_elems(g) * f, all = (double)storage_host_elems(g),
            wbytes = (double)storage_weight_bytes(compute), opt_bytes = params * (update_bytes(compute) + 4.0);
     double norm_s = params * 4.0 / t->host_memory_bandwidth; // the gradient norm reads g
     *b = (Bounds){0};
+    // the ranks' collectives, on their one engine: every weight all-gathered and every gradient
+    // reduce-scattered in fp32 once a step (sharded), or the fp32 gradients all-reduced (replicated)
+    if (sharded)
+        b->comm_s = collective_seconds(t, COLL_ALL_GATHER, all * wbytes, ranks) +
+                    collective_seconds(t, COLL_REDUCE_SCATTER, all * 4.0, ranks);
+    else
+        b->comm_s = collective_seconds(t, COLL_ALL_REDUCE, all * 4.0, ranks);
+    if (!isfinite(b->comm_s)) b->comm_s = 0; // the ranks cannot reach each other on t (as step_sums_s)
     for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
         const Part *part = &g->parts[pk];
         // a block part: once for each layer of its kind
@@ -617,11 +642,13 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
         *(pm->in_block ? &kind_elems[pm->kind] : &global_elems) += storage_host_elems_of(shape_numel(&pm->shape));
     }
     for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
-    Placement pl;
-    place_store(g, global_elems, storage_host_elems(g) - global_elems, layer_elems, 0, t, &pl);
+    Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place_act counts it)
+    int64_t share = sharded ? ranks : 1;
+    place_store(g, (global_elems + share - 1) / share, (storage_host_elems(g) - global_elems + share - 1) / share,
+                (layer_elems + share - 1) / share, 0, t, &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
-    double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s};
+    double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s, b->comm_s};
     for (size_t i = 0; i < sizeof terms / sizeof terms[0]; i++)
         if (terms[i] > b->physical_s) b->physical_s = terms[i];
     // exact global-norm clipping: no weight of the next step goes in before
@@ -637,12 +664,12 @@ int cost_bounds(const Graph *g, const Target *t, Bounds *b) {
     const Part *head = &g->parts[PART_HEAD];
     for (int i = 0; i < head->grads.n; i++) {
         const Grad *gr = head->grads.items[i];
-        if (gr->of->op == OP_PARAM && gr->grad) b->turn_s += (double)storage_bytes(compute, gr->grad) / t->d2h_bandwidth;
+        if (gr->of->op == OP_PARAM && gr->grad) b->turn_s += (double)storage_bytes(compute, gr->grad) * f / t->d2h_bandwidth;
     }
     for (int i = 0; i < head->nodes.n; i++) {
         const Node *n = head->nodes.items[i];
         if (n->op != OP_PARAM) continue;
-        double e = (double)storage_host_elems_of(shape_numel(&n->shape));
+        double e = (double)storage_host_elems_of(shape_numel(&n->shape)) * f;
         b->turn_s += e * update_bytes(compute) / t->host_adamw_bandwidth + e * wbytes / t->h2d_bandwidth;
     }
     double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s, b->compute_s + b->turn_s};

@@ -43,7 +43,9 @@ typedef struct Cost {
     double device_copy_s;    // arena-to-arena copies
     double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
-                             // least the host memory time of its link bytes and optimizer (they share it)
+                             // least the host memory time of its link bytes and optimizer (they share it),
+                             // then, with ranks, what train.c sums over them (the replicated gradients or
+                             // the sharded norms, all-reduced)
     int64_t device_peak_bytes; // the arena and the kernels' scratch (plan_device_bytes, common/scratch.h)
     int64_t host_bytes;      // host RAM: the host store (less what the tier holds) and the host activation store
     Placement place;         // the host store across RAM and the NVMe tier
@@ -80,6 +82,9 @@ typedef struct Bounds {
     double host_s;        // the optimizer: AdamW and the gradient norm over every parameter
     double host_memory_s; // host memory feeds both the link and the optimizer: their bytes together
     double tier_s;        // the NVMe tier's reads and writes, for the least any plan puts there (0: none)
+    double comm_s;        // the ranks' collectives (collective_seconds), on their one engine: sharded, every
+                          // weight all-gathered and every gradient reduce-scattered in fp32; replicated, the
+                          // fp32 gradients all-reduced; once a step (0: one process)
     double physical_s;    // the max of the above (the link's two directions added when it is not duplex)
     double update_s;      // of host_s, AdamW alone (the norm of each gradient can run as it arrives)
     double backward_s;    // of compute_s, the backward alone
@@ -105,9 +110,11 @@ void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl);
 void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s,
                     double *updates);
 
-// The bounds of graph g (untiled, as sema and autodiff made it) on t.
-// Returns 0, or -1 out of memory.
-int cost_bounds(const Graph *g, const Target *t, Bounds *b);
+// The bounds of graph g (untiled, as sema and autodiff made it) on t, for
+// one rank of `ranks` (0 or 1: one process), sharded or replicated: a
+// sharded rank's link, host work, host memory and tier are its 1 / ranks of
+// the store's. Returns 0, or -1 out of memory.
+int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds *b);
 
 // Each instruction of p's training stream's time on its resource into dur
 // (ntrain), as cost_plan prices it. Returns 0, or -1 out of memory.

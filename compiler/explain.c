@@ -35,6 +35,8 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
                  "\"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ",
             so->ranks, so->per_node, so->nodes, so->store_bytes, so->nodes_needed, so->ranks_needed);
     json_str(out, so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "");
+    fprintf(out, ", \"plan\": ");
+    json_str(out, so->plan >= 0 ? SCALE_NAMES[so->plan] : "");
     fprintf(out, ", \"why\": ");
     json_str(out, so->why_chosen);
     fprintf(out, ",\n  \"strategies\": [\n");
@@ -69,7 +71,7 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
     for (int i = -1; i < SCALE_COUNT; i++) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         char name[32];
-        snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i >= 0 && i == so->chosen ? " *" : "");
+        snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i >= 0 && i == so->plan ? " *" : "");
         if (!r->priced) {
             fprintf(out, "  %-12s %9s  (%s)\n", name, "-", r->why);
             continue;
@@ -87,7 +89,11 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
                  "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
                  "its share of the node's host)\n",
             t->host_memory_bandwidth / 1e9);
-    if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
+    if (so->plan >= 0 && so->plan != so->chosen) // --shard on|off
+        fprintf(out, "  the plan: %s, as --shard %s asks; the model's choice: %s%s%s\n", SCALE_NAMES[so->plan],
+                so->plan == SCALE_SHARDED ? "on" : "off", so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "",
+                so->chosen >= 0 ? ", because " : "", so->why_chosen);
+    else if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
     else fprintf(out, "  the plan: %s\n", so->why_chosen);
     if (so->ranks_needed == 1)
         fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n", so->store_bytes / 1e9);
@@ -112,10 +118,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 dtype_name(g->train.compute));
         fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
                      "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
-                     "\"tier_s\": %.6g, \"turn_s\": %.6g},\n"
+                     "\"tier_s\": %.6g, \"comm_s\": %.6g, \"turn_s\": %.6g},\n"
                      " \"policies\": [\n",
                 b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
-                b->backward_s, b->tier_s, b->turn_s);
+                b->backward_s, b->tier_s, b->comm_s, b->turn_s);
         for (int i = 0; i < nrows; i++) {
             const SchedResult *r = &rows[i];
             const Cost *c = &r->cost;
@@ -160,8 +166,9 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,
             (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
             dtype_name(g->train.compute));
-    char tier[64] = "";
-    if (b->tier_s > 0) snprintf(tier, sizeof tier, ", NVMe tier %.4g", b->tier_s);
+    char tier[128] = "";
+    int n = b->tier_s > 0 ? snprintf(tier, sizeof tier, ", NVMe tier %.4g", b->tier_s) : 0;
+    if (b->comm_s > 0) snprintf(tier + n, sizeof tier - (size_t)n, ", collectives %.4g", b->comm_s);
     double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
     fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
                  "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, AdamW%s + the "

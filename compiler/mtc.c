@@ -60,7 +60,8 @@ static const char USAGE[] =
     "                   policy's best tokens/s by batch\n"
     "  --plot FILE.svg  with --explore, draw both as an SVG picture\n"
     "  --batch N|auto|max  batch size (overrides the train section); auto: the most predicted\n"
-    "                   tokens a second; max: the largest that fits\n"
+    "                   tokens a second; max: the largest that fits (with --ranks and --shard auto, of\n"
+    "                   sharded plans, the layout then chosen at that batch)\n"
     "  --tile N|auto    split the row-local end of the block and the tail into N chunks of the\n"
     "                   sequence (long sequences); auto (default): the fastest that fits\n"
     "  --seq N          sequence length (overrides the train section)\n"
@@ -337,9 +338,16 @@ static int try_batch(BatchSearch *s, int64_t b) {
 // the largest itself, then bisected toward the faster side of the best one
 // until its tried neighbours are adjacent. Returns the graph at the chosen
 // batch with its best plan in *r, or NULL (reported).
+//
+// With --shard auto and ranks, the batches are tried sharded (the layout
+// that needs the least host memory) and the layout is chosen once, at the
+// chosen batch (scaleout_choose runs searches of its own).
 static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
                                Diag *d, int fastest, SchedResult *r) {
-    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = req, .a = a, .d = d};
+    SchedRequest q = *req;
+    int choose_after = req->shard < 0 && req->ranks > 1;
+    if (choose_after) q.shard = 1;
+    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = &q, .a = a, .d = d};
     int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
     for (int64_t b = 1; !hi; b *= 2) {
         int k = try_batch(&s, b);
@@ -383,6 +391,20 @@ static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t
         }
     }
     opt->batch = s.tried[best].batch;
+    if (choose_after) { // sharded or replicated, at this batch
+        char why[1024];
+        Graph *probe = lower_tiled(m, opt, 1, a, d);
+        if (!probe) return NULL;
+        int c = scaleout_choose(probe, t, req->ranks, a, why, sizeof why);
+        if (c < 0) {
+            fprintf(stderr, "mtc: error: %s\n", why);
+            return NULL;
+        }
+        if (c == SCALE_REPLICATED) {
+            q.shard = 0;
+            return lower_at_batch(m, opt, s.tried[best].batch, t, &q, a, d, r);
+        }
+    }
     *r = s.tried[best].r;
     return s.tried[best].g;
 }
@@ -435,30 +457,42 @@ done:
     return rc;
 }
 
-// --explain: every remat mode under the mt policy, then the baselines; the
-// chosen row is the user's policy and remat. Returns 0, or 1 (reported).
-// The bounds of the model at g's batch, from its untiled graph (g itself when untiled).
-static int bounds_of(const Model *m, const SemaOptions *opt, Graph *g, const Target *t, Arena *a, Diag *d, Bounds *b) {
-    Graph *untiled = g;
-    if (g->parts[PART_BLOCK].nchunks || g->parts[PART_TAIL].nchunks) {
-        SemaOptions o = *opt;
-        o.batch = g->train.batch;
-        if (!(untiled = lower_tiled(m, &o, 1, a, d))) return 1;
-    }
-    if (cost_bounds(untiled, t, b) != 0) {
-        fprintf(stderr, "mtc: error: out of memory\n");
-        return 1;
-    }
-    return 0;
+// The untiled graph of the model at g's batch (g itself when untiled), which
+// the bounds are of. NULL after reporting.
+static Graph *untiled_of(const Model *m, const SemaOptions *opt, Graph *g, Arena *a, Diag *d) {
+    if (!g->parts[PART_BLOCK].nchunks && !g->parts[PART_TAIL].nchunks) return g;
+    SemaOptions o = *opt;
+    o.batch = g->train.batch;
+    return lower_tiled(m, &o, 1, a, d);
 }
 
-static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int ranks, int json,
+// --explain: every remat mode under the mt policy, then the baselines; the
+// chosen row is the user's policy and remat. With ranks, the scale-out
+// strategies first: under --shard auto the rows are of the layout they
+// choose, as the plan written is. The bounds from untiled, g's untiled
+// graph, for the rows' layout. Returns 0, or 1 (reported).
+static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest *req, int ranks, int json,
                    const char *trace_path, Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
     const char *names[ROWS];
     char err[1024];
     int n = 0, chosen = -1;
+    ScaleOut so; // --ranks N: the strategies side by side
+    SchedRequest layout = *req; // the rows': sharded or replicated, as the plan is
+    Bounds one, bounds;
+    if (ranks > 1) {
+        if (cost_bounds(untiled, t, 1, 0, &one) != 0) goto oom;
+        if (scaleout_compare(g, t, ranks, 1, &one, a, &so, err, sizeof err) != 0) goto fail;
+        // (neither fits under auto: no plan; the rows replicated, as without the comparison)
+        if (layout.shard >= 0 || so.chosen >= 0) {
+            if (layout.shard < 0) layout.shard = so.chosen == SCALE_SHARDED;
+            so.plan = layout.shard > 0 ? SCALE_SHARDED : SCALE_REPLICATED;
+        }
+    }
+    req = &layout;
+    if (cost_bounds(untiled, t, req->ranks, req->ranks > 1 && req->shard > 0, &bounds) != 0) goto oom;
+    const Bounds *b = &bounds;
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++, n++) {
         names[n] = remat_name((Remat)rm);
         SchedRequest q = *req;
@@ -481,8 +515,6 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
-    ScaleOut so; // --ranks N: the strategies side by side
-    if (ranks > 1 && scaleout_compare(g, t, ranks, 1, b, a, &so, err, sizeof err) != 0) goto fail;
     explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
@@ -497,6 +529,8 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
     }
     if (trace_path && explain_trace(trace_path, rows[chosen].plan, t, err, sizeof err) != 0) goto fail;
     return 0;
+oom:
+    snprintf(err, sizeof err, "out of memory");
 fail:
     fprintf(stderr, "mtc: error: %s\n", err);
     return 1;
@@ -681,10 +715,10 @@ int main(int argc, char **argv) {
                                    &arena) != 0)
             rc = 1;
         if (want_explain || trace_path) {
-            Bounds bounds;
-            rc = bounds_of(model, &opt, g, &tgt, &arena, &diag, &bounds);
-            if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_explain ? (int)ranks : 1, want_json && want_explain, trace_path,
-                                       &arena);
+            Graph *untiled = untiled_of(model, &opt, g, &arena, &diag);
+            rc = !untiled ? 1
+                          : explain(g, untiled, &tgt, &req, want_explain ? (int)ranks : 1, want_json && want_explain,
+                                    trace_path, &arena);
         } else if (want_json) {
             summary_print_json(stdout, g, path, &arena);
         } else if (want_summary) {

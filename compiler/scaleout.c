@@ -329,6 +329,7 @@ static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int str
     for (int s = 0; b && s < strategies; s++)
         if (o->rows[s].priced) o->rows[s].bound_s = bound_of(b, g, t, s, layout_of(t, o->rows[s].ranks));
     choose(o, t);
+    o->plan = o->chosen;
     if (want_nodes && strcmp(t->arch, "cpu") == 0) { // one machine: its ranks are processes
         o->nodes_needed = o->rows[SCALE_SHARDED].fits, o->ranks_needed = ranks;
     } else if (want_nodes) {

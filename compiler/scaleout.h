@@ -51,6 +51,8 @@ typedef struct ScaleOut {
     ScaleRow one;               // one rank alone on the target (one GPU with a node's host to itself)
     ScaleRow rows[SCALE_COUNT];
     int chosen;                 // SCALE_SHARDED or SCALE_REPLICATED, the faster that fits (-1: neither)
+    int plan;                   // the layout of the plan explained: `chosen` (scaleout_compare's), or what
+                                // mtc --shard on|off gives
     char why_chosen[560];
     int nodes_needed;           // the fewest nodes on which a sharded run fits (0: none of the profile's)
     int ranks_needed;           // that many nodes' GPUs

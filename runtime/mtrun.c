@@ -321,9 +321,10 @@ int main(int argc, char **argv) {
         return 1;
     }
     if (dist.rank > 0) { // rank 0 speaks for the run: the banner, the steps, the log, the manifest of each
-                         // checkpoint, --export, --trace, --logits and samples (every rank writes its checkpoint shard)
+                         // checkpoint, --export, --trace, --logits and samples (every rank writes its checkpoint
+                         // shard; a sharded plan's ranks all run the forward of --logits and samples, train.c)
         if (!freopen("/dev/null", "w", stdout)) return 1;
-        o.log_path = "", o.trace = o.logits = NULL, o.sample_every = 0; // (--export: each sends its slices)
+        o.log_path = "", o.trace = NULL; // (--export: each sends its slices)
     }
     if (dist.mpi) o.dist = &dist;
     if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which

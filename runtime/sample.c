@@ -146,7 +146,10 @@ int sample_logits_npy(const char *prefix, const Plan *p, HostStore *hs, Replay *
                       const int32_t *targets, const int32_t *seg_start, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     float *logits = batch_logits(p, hs, rp, tokens, targets, seg_start, err, errcap);
-    if (!logits) return -1;
+    if (!logits || !prefix) {
+        free(logits);
+        return logits ? 0 : -1;
+    }
     char path[4096];
     int64_t shape[3] = {t->batch, t->seq, logits_width(p)};
     snprintf(path, sizeof path, "%s.tokens.npy", prefix);

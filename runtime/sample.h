@@ -24,7 +24,9 @@
 // Writes PREFIX.tokens.npy (int32, (B, T)) and PREFIX.logits.npy (float32,
 // (B, T, V)): the batch and the logits of the model's forward on it, its
 // attention kept within the documents seg_start (B, T) says (kernels.h),
-// or NULL. 0, or -1 with a message.
+// or NULL. With prefix NULL, the forward alone, nothing written (a rank
+// other than 0 of a sharded run: its all-gathers take every rank). 0, or
+// -1 with a message.
 int sample_logits_npy(const char *prefix, const Plan *p, HostStore *hs, Replay *rp, const int32_t *tokens,
                       const int32_t *targets, const int32_t *seg_start, char *err, size_t errcap);
 

@@ -138,6 +138,10 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
+// Whether this process speaks for the run (rank 0, or the only one): the
+// others' output goes to /dev/null and they write no --logits.
+static int speaks(const Run *r) { return !r->o->dist || r->o->dist->rank == 0; }
+
 // The ranks of the run: each micro-batch is one of `ranks` parts of a global one.
 static int run_ranks(const Run *r) { return r->o->dist ? r->o->dist->size : 1; }
 
@@ -316,17 +320,15 @@ static int64_t ram_store_bytes(const Run *r) {
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }
 
-// What a sharded plan's run cannot do yet, refused up front: every rank
-// holds only its shard of the store, and these read or write all of it.
+// What a sharded plan's run cannot do, refused up front: every rank holds
+// only its shard of the store, which these read whole or put on a tier.
 static int check_sharded(const Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     if (!r->p->sharded) return 0;
     const char *what = o->reference ? "--reference (the host executor reads the whole store)"
-                     : o->tier_dir ? "--tier-dir"
-                     : o->init ? "--init (it loads the whole model into one store)"
-                     : o->logits || o->sample_every ? "--logits and --sample-every (they run the host executor on the "
-                                                      "whole store)"
-                                                    : NULL;
+                     : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
+                                     "store by the ranks)"
+                                    : NULL;
     if (!what) return 0;
     snprintf(err, errcap, "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
              "shard of the host store; make a replicated plan (mtc --shard off) for it", what);
@@ -1124,7 +1126,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
         fflush(o->out);
         if ((s % val_every == 0 || s == steps) && log_val(&r, s, &val, err, errcap) != 0) goto done;
         if (isfinite(val)) last_val = val;
-        if (o->sample_every && (s % o->sample_every == 0 || s == steps)) { // a sample that fails stops no run
+        if (o->sample_every && (s % o->sample_every == 0 || s == steps) && (speaks(&r) || p->sharded)) {
+            // (a sample that fails stops no run; a sharded plan's every rank runs its forwards, rank 0 prints)
             char why[512] = "";
             if (print_samples(&r, s, seed, why, sizeof why) != 0) fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
             if (store_ok(&r, err, errcap) != 0) goto done;
@@ -1138,9 +1141,10 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     store_flush(&r.hs, p); // the last step's update: training ends with it applied
     if (store_ok(&r, err, errcap) != 0) goto done;
     if (export_agreed(&r) && export_weights(&r, err, errcap) != 0) goto done;
-    if (o->logits) { // the first validation batch's logits, for a check against another implementation
+    if (o->logits && (speaks(&r) || p->sharded)) { // the first validation batch's logits (rank 0's rows), for a
+        // check against another implementation: rank 0 writes them; a sharded plan's every rank runs the forward
         data_val_batch(r.val, 0, t->batch, t->seq, r.tokens, r.targets, r.segs);
-        if (sample_logits_npy(o->logits, p, &r.hs, o->reference ? NULL : &r.rp, r.tokens, r.targets,
+        if (sample_logits_npy(speaks(&r) ? o->logits : NULL, p, &r.hs, o->reference ? NULL : &r.rp, r.tokens, r.targets,
                               r.data.docs || r.val->docs ? r.segs : NULL, err, errcap) != 0)
             goto done;
     }

@@ -87,10 +87,23 @@ static const StTensor *fused_expert(const StSet *set, Arena *a, const Plan *p, i
     return t;
 }
 
-// t converted into the master from element off: in RAM, or with the master
-// on the tier through one tensor's buffer. 0, or -1 with a message.
+// Plan elements [off, off + n) of the master (one parameter's tensor, in
+// one segment) from src into the store: the master on the tier, or in RAM
+// the part of them the store holds (a sharded store: its slice of the
+// segment, perhaps none). 0, or -1 with a message.
+static int put_master(HostStore *hs, const Plan *p, int64_t off, int64_t n, const float *src, char *err,
+                      size_t errcap) {
+    if (hs->tier_master) return store_put(hs, p, 0, off, n, src, err, errcap) ? -1 : 0;
+    int64_t lo, hi, at = store_slice(hs, p, plan_segment_of(p, off), &lo, &hi);
+    int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+    if (b > a) memcpy(hs->w + at + (a - lo), src + (a - off), (size_t)(b - a) * sizeof *src);
+    return 0;
+}
+
+// t converted into the master from element off: in RAM whole, else (the
+// tier, a sharded store) through one tensor's buffer. 0, or -1 with a message.
 static int put_tensor(HostStore *hs, const Plan *p, const StTensor *t, int64_t off, char *err, size_t errcap) {
-    if (!hs->tier_master) {
+    if (!hs->tier_master && !hs->shard_at) {
         st_to_f32(t, hs->w + off);
         return 0;
     }
@@ -100,9 +113,9 @@ static int put_tensor(HostStore *hs, const Plan *p, const StTensor *t, int64_t o
         return -1;
     }
     st_to_f32(t, tmp);
-    int bad = store_put(hs, p, 0, off, st_numel(t), tmp, err, errcap);
+    int bad = put_master(hs, p, off, st_numel(t), tmp, err, errcap);
     free(tmp);
-    return bad ? -1 : 0;
+    return bad;
 }
 
 static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap) {
@@ -275,9 +288,10 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
                 goto done;
             }
             // (want_r * want_c) the tensor as the model holds it: in the store,
-            // or with the master on the tier a buffer put there after
-            float *w = hs->tier_master ? malloc((size_t)(want_r * want_c) * sizeof(float) + 1)
-                                       : hs->w + plan_param_elem(p, idx, l);
+            // or (the master on the tier, a sharded store) a buffer put there after
+            int buffered = hs->tier_master || hs->shard_at;
+            float *w = buffered ? malloc((size_t)(want_r * want_c) * sizeof(float) + 1)
+                                : hs->w + plan_param_elem(p, idx, l);
             if (!w) {
                 snprintf(err, errcap, "out of memory");
                 goto done;
@@ -287,8 +301,8 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
                     for (int64_t j = 0; j < c; j++) w[j * r + i] = buf[i * c + j];
             else
                 memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
-            if (hs->tier_master) {
-                int bad = store_put(hs, p, 0, plan_param_elem(p, idx, l), want_r * want_c, w, err, errcap);
+            if (buffered) {
+                int bad = put_master(hs, p, plan_param_elem(p, idx, l), want_r * want_c, w, err, errcap);
                 free(w);
                 if (bad) goto done;
             }

@@ -17,7 +17,9 @@
 //   tensors renamed to the Hugging Face GPT-2 names, [out, in] matrices
 //   transposed to Conv1D's [in, out], the padded vocabulary rows dropped.
 // A missing, extra or wrongly shaped tensor is an error naming it, both
-// shapes and the file. Returns 0, or -1 with a message.
+// shapes and the file. A sharded store (Plan.sharded) takes only its slice
+// of each tensor: every rank reads the file, one tensor at a time. Returns
+// 0, or -1 with a message.
 int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size_t errcap);
 
 // Writes the master weights under the checkpoint names, in bf16 or fp32,

@@ -21,7 +21,18 @@ equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         byte). --export gathers each tensor from the ranks' slices
         (dist_shard): the first run's ranks have NaN outside their own slices
         when they export (MT_TEST_EXPORT_POISON), and its export equals the
-        second run's byte for byte, and at 2 ranks the one process's. Replicated plans by default; sharded (mtc --shard on), each
+        second run's byte for byte, and at 2 ranks the one process's.
+        Sharded at 2 ranks, --init of the one process's export (each rank
+        taking its slices of every tensor) continues as the one process does
+        from it, to the same 1e-6, and --logits (rank 0's rows) and
+        --sample-every's text (every rank running the forwards) are the one
+        process's. In f32,
+        for a model without statistics over a micro-batch's rows (no moe():
+        the MoE load-balancing loss is a rank's, as transformers and
+        DeepSpeed compute it per forward), also against one process at batch
+        2N, accumulate 1 (the global batch as one micro-batch): the same
+        losses (its 2 validation batches of 2N rows are the ranks' 2 of 2)
+        and weights to the same 1e-6. Replicated plans by default; sharded (mtc --shard on), each
         rank holding its shard of the host store, the weights all-gathered and
         the gradients reduce-scattered in fp32 by the plan's collectives (a
         bf16 gradient widened exactly first), to the same 1e-6, and the banner
@@ -137,6 +148,24 @@ def with_accumulate(model, tmp, n):
     return path
 
 
+def same_as(what, ref, got, tol):
+    """The first 5 losses, the validation losses and the exported weights of run got against run ref
+    (train()'s results), to tol relative."""
+    lr, lg = losses(ref[0]), losses(got[0])
+    check(len(lr) == 5 and len(lg) == 5, f"{what}: {len(lr)} and {len(lg)} losses logged, not 5")
+    vr, vg = val_losses(ref[0]), val_losses(got[0])
+    check(len(vr) == len(vg) >= 1, f"{what}: {len(vr)} and {len(vg)} validation losses logged")
+    worst = max((abs(a - b) / abs(a) for a, b in zip(lr + vr, lg + vg)), default=0)
+    check(worst <= tol, f"{what}: losses differ by {worst:.3g} relative (over {tol:.3g}): {lr} against {lg}")
+    wr, wg = safetensors(ref[1]), safetensors(got[1])
+    check(sorted(wr) == sorted(wg), f"{what}: the exports name other tensors")
+    wworst, wname = max(((rel(wr[k], wg[k]), k) for k in wr if k in wg), default=(0, ""))
+    check(wworst <= tol, f"{what}: weights after 5 steps differ by {wworst:.3g} relative in {wname} (over {tol:.3g})")
+    mworst, mname = max(((rel_max(wr[k], wg[k]), k) for k in wr if k in wg), default=(0, ""))
+    print(f"{what}: losses within {worst:.3g}, weights within {wworst:.3g} relative ({wname}; the largest "
+          f"element's {mworst:.3g} of its tensor's largest, {mname})")
+
+
 def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
     tol = 1e-6
     for ranks in counts:
@@ -159,17 +188,7 @@ def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
                 f"x accumulate {ranks}")
         said = "(sharded)" if layout == "sharded" else "(replicated)"
         check(said in got[2], f"{what}: the banner does not say {said}", got[2])
-        lr, lg = losses(ref[0]), losses(got[0])
-        check(len(lr) == 5 and len(lg) == 5, f"{what}: {len(lr)} and {len(lg)} losses logged, not 5")
-        worst = max((abs(a - b) / abs(a) for a, b in zip(lr + val_losses(ref[0]), lg + val_losses(got[0]))), default=0)
-        check(worst <= tol, f"{what}: losses differ by {worst:.3g} relative (over {tol:.3g}): {lr} against {lg}")
-        wr, wg = safetensors(ref[1]), safetensors(got[1])
-        check(sorted(wr) == sorted(wg), f"{what}: the exports name other tensors")
-        wworst, wname = max(((rel(wr[k], wg[k]), k) for k in wr if k in wg), default=(0, ""))
-        check(wworst <= tol, f"{what}: weights after 5 steps differ by {wworst:.3g} relative in {wname} (over {tol:.3g})")
-        mworst, mname = max(((rel_max(wr[k], wg[k]), k) for k in wr if k in wg), default=(0, ""))
-        print(f"{what}: losses within {worst:.3g}, weights within {wworst:.3g} relative ({wname}; the largest "
-              f"element's {mworst:.3g} of its tensor's largest, {mname})")
+        same_as(what, ref, got, tol)
         same_log = [ln for ln in open(got[0]) if '"loss"' in ln or "val_loss" in ln]
         same_again = [ln for ln in open(again[0]) if '"loss"' in ln or "val_loss" in ln]
         strip = lambda lines: [{k: v for k, v in json.loads(ln).items() if k not in ("ms", "tokens_per_s", "elapsed_s")}
@@ -180,6 +199,34 @@ def equal(mtc, mtrun, model, dtype, tmp, layout="replicated", counts=(2, 4)):
         if ranks == 2:
             check(open(got[1], "rb").read() == open(ref[1], "rb").read(),
                   f"{what}: the export gathered from 2 ranks' slices differs from one process's")
+        if layout == "sharded" and ranks == 2:
+            # --init: each rank takes its slices of the file's tensors; from the one process's export, 5 more
+            # steps as the one process takes them from it
+            # (and --logits and --sample-every: every rank runs the forwards, rank 0 writes and prints)
+            lg = [os.path.join(tmp, f"{n}-logits") for n in ("one", "np")]
+            more = ["--init", ref[1], "--sample-every", "5", "--logits"]
+            ref2 = train(mtrun, one, tmp, f"one{ranks}-init", 0, ["--val-batches", str(2 * ranks), *more, lg[0]])
+            got2 = train(mtrun, per, tmp, f"np{ranks}-init", ranks, [*more, lg[1]])
+            if ref2 and got2:
+                check(losses(ref2[0])[0] != losses(ref[0])[0], f"{what}: --init {ref[1]} changed no loss")
+                same_as(f"{what}, both from --init", ref2, got2, tol)
+                a, b = (np.load(x + ".logits.npy") for x in lg)
+                check(a.shape == b.shape and rel(a, b) <= tol and
+                      (np.load(lg[0] + ".tokens.npy") == np.load(lg[1] + ".tokens.npy")).all(),
+                      f"{what}: --logits differ from one process's by {rel(a, b) if a.shape == b.shape else a.shape}")
+                said = [[ln for ln in x[2].splitlines() if ln.startswith("sample ")] for x in (ref2, got2)]
+                check(len(said[0]) == 2 and said[0] == said[1], f"{what}: --sample-every prints {said[1]}, one "
+                      f"process {said[0]}")
+                print(f"{what}: --logits within {rel(a, b):.3g} of one process's, the same samples")
+        if dtype == "f32" and "moe(" not in open(model).read():
+            whole = os.path.join(tmp, f"whole{ranks}.bin")
+            p = run(mtc, model, "--dtype", dtype, "--batch", str(2 * ranks), "-o", whole)
+            if not check(p.returncode == 0, f"mtc --batch {2 * ranks} failed", p):
+                continue
+            big = train(mtrun, whole, tmp, f"whole{ranks}", 0)
+            if big:
+                same_as(f"{os.path.basename(model)} {dtype}, {ranks} {layout} ranks of batch 2 against one process "
+                        f"of batch {2 * ranks}, accumulate 1", big, got, tol)
 
 
 def refuse(mtc, mtrun, model, tmp):

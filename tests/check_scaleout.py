@@ -13,6 +13,11 @@ README.md's table of them current:
   - every strategy's predicted step is at or above its bound;
   - on a cpu target where both fit, the plan is the faster of sharded and
     replicated (what --shard auto takes: scaleout_choose);
+  - the plan's own bounds (cost_bounds) include its collectives: with
+    llama3-8b sharded over two h200x8-su nodes at seq 256 they are the
+    bound, and every mt row's step is at or above the bounds; the same for
+    the tiny Llama, sharded and replicated, on a cpu target; and the plan:
+    line says the layout --shard on|off gives;
   - more ranks than the profile has GPUs are refused, in valid JSON;
   - without --ranks, --explain --json has no scaleout.
 usage: check_scaleout.py MTC (from the source tree)"""
@@ -96,6 +101,39 @@ d = table.predict(mtc, "llama-tiny", "h200", 2, 2)
 s = {x["name"]: x for x in d["scaleout"]["strategies"]}
 ok(not s["sharded"]["fits"] and "2 nodes" in s["sharded"]["reason"] and not s["replicated"]["fits"]
    and d["scaleout"]["chosen"] == "", "2 ranks on h200: no room for them, said", json.dumps(d["scaleout"])[:400])
+
+# the plan's bounds include its collectives (the comm engine's busy time, cost_bounds): llama3-8b on two
+# h200x8-su nodes at seq 256, sharded, where the all-gathers and reduce-scatters over the network bound the step
+# (before, the bounds were one process's: the whole model over one rank's link, above the sharded plan's step);
+# replicated and sharded llama-tiny on a cpu target: every mt row's step at or above its bounds
+for model, target, ranks, shard, extra in (("llama3-8b", "h200x8-su", 16, "on", ["--seq", "256"]),
+                                           ("llama-tiny", "tiny-1layer", 2, "on", []),
+                                           ("llama-tiny", "tiny-1layer", 2, "off", [])):
+    what = f"{model} on {target}, {ranks} ranks, --shard {shard}"
+    r = subprocess.run([mtc, f"examples/{model}.mt", "--target", target, "--batch", "1", "--ranks", str(ranks),
+                        "--shard", shard, *extra, "--explain", "--json"], capture_output=True, text=True)
+    if not ok(r.returncode == 0, f"{what}: mtc --explain --json", r.stderr):
+        continue
+    d = json.loads(r.stdout)
+    b = d["bounds"]
+    rows = [x for x in d["policies"] if x["name"] in ("none", "layer", "selective", "offload", "mixed")
+            and "predicted_step_s" in x]
+    under = [f"{x['name']} {x['predicted_step_s']:.6g} s" for x in rows
+             if not x["predicted_step_s"] >= max(b["physical_s"], b["exact_s"]) * (1 - 1e-9)]
+    ok(rows and not under, f"{what}: every mt row's step at or above the bounds ({b['physical_s']:.4g} s, of it "
+       f"collectives {b.get('comm_s', 0):.4g} s)", f"{'; '.join(under)} below {b}")
+    ok(b.get("comm_s", 0) > 0 and b["physical_s"] >= b.get("comm_s", 0), f"{what}: the bounds count the collectives",
+       json.dumps(b))
+    if model == "llama3-8b":
+        ok(b["physical_s"] == b.get("comm_s") and b["in_s"] < b.get("comm_s", 0), f"{what}: the collectives bound the step",
+           json.dumps(b))
+    # the plan: line says what the plan is, the --shard given, whatever the model would choose
+    t = subprocess.run([mtc, f"examples/{model}.mt", "--target", target, "--batch", "1", "--ranks", str(ranks),
+                        "--shard", shard, *extra, "--explain"], capture_output=True, text=True)
+    said = [ln for ln in t.stdout.splitlines() if "the plan:" in ln]
+    plan = "sharded" if shard == "on" else "replicated"
+    ok(said and said[0].strip().startswith(f"the plan: {plan}") and d["scaleout"].get("plan") == plan,
+       f"{what}: --explain says the plan is {plan}", f"{said} (JSON plan {d['scaleout'].get('plan')!r})")
 
 # one process: no scale-out in --explain
 r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],
