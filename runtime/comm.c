@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/bf16.h"
+#include "../common/storage.h"
 
 #ifdef MT_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -210,4 +211,18 @@ int comm_all_gather(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream
 }
 int comm_reduce_scatter(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream, char *err, size_t errcap) {
     return collective(c, OP_REDUCE_SCATTER, buf, chunk, t, stream, err, errcap);
+}
+
+int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err,
+                         size_t errcap) {
+    int gather = in->kind == INS_ALLGATHER;
+    int64_t elem = gather ? storage_weight_bytes(p->graph->train.compute) : 4, n = in->bytes / elem / ranks(c);
+    if ((in->kind != INS_ALLGATHER && in->kind != INS_REDUCE_SCATTER) || n * elem * ranks(c) != in->bytes) {
+        snprintf(err, errcap, "comm: internal error: instruction kind %d of %lld bytes is no collective of %d ranks",
+                 in->kind, (long long)in->bytes, ranks(c));
+        return -1;
+    }
+    CommDtype t = elem == 2 ? COMM_BF16 : COMM_F32;
+    return gather ? comm_all_gather(c, arena + in->dst, n, t, stream, err, errcap)
+                  : comm_reduce_scatter(c, arena + in->src, n, t, stream, err, errcap);
 }
