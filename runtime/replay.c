@@ -215,9 +215,12 @@ double replay_predicted_step_s(const Plan *p) {
 }
 
 // The hang limit: hang_s, or the larger of REPLAY_STALL_S and 10 predicted steps.
+// A prediction of inf (a sharded plan for a target with no link between
+// its GPUs prices its collectives so) is no prediction: REPLAY_STALL_S; a
+// deadline of inf would make the waits' timespec garbage, and they spin.
 static double stall_limit_s(const Replay *r) {
     double ten = 10 * replay_predicted_step_s(r->p);
-    return r->hang_s > 0 ? r->hang_s : ten > REPLAY_STALL_S ? ten : REPLAY_STALL_S;
+    return r->hang_s > 0 ? r->hang_s : isfinite(ten) && ten > REPLAY_STALL_S ? ten : REPLAY_STALL_S;
 }
 
 static double monotonic_s(void) {
