@@ -5,7 +5,9 @@
 //
 //   engines   one CUDA stream per engine of the plan; the host engine's
 //             instructions (NORM, UPDATE) run on the replay's host thread,
-//             concurrent with the streams (replay.c, REPLAY_STREAMS)
+//             concurrent with the streams (replay.c, REPLAY_STREAMS); a
+//             sharded plan's collectives on the comm engine's stream, by
+//             NCCL or MPI through host copies (comm.c)
 //   threads   each engine thread binds the primary context itself (enter);
 //             a LOSS is copied into a pinned slot and read at finish, no
 //             engine synchronised mid-step for it
@@ -127,6 +129,7 @@ typedef struct Cuda {
     cudaEvent_t *event;              // (nevents)
     CUmodule mod;
     CUfunction moe[MOE_KERNELS];     // compiler/cuda/moe.cuh's grouped kernels (NULL: not loaded)
+    CUfunction widen;                // the prelude's mt_widen_bf16, for INS_COPY XFER_BF16 (NULL: the plan has none)
     Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
     cublasLtHandle_t lt;
     char *staging[ENG_COUNT];        // pinned, 4 bytes: a scalar read at once (cuda_read_scalar)
@@ -156,8 +159,10 @@ typedef struct Cuda {
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
-static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
-                                            "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE", "STAT"};
+static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY",   "INPUT",     "RUN",
+                                            "LOSS",    "SAVE",     "LOAD",   "FREE",      "RECORD",
+                                            "WAIT",    "NORM",     "UPDATE", "STAT",      "ALLGATHER",
+                                            "REDUCE_SCATTER"};
 
 static int engine_of(const Instr *in) { return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE; }
 
@@ -371,6 +376,49 @@ static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, in
     RT(c, in, cudaMemcpyAsync(c->dev + dst, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
     trace_end(c, in, t);
     done_if_host(c, in);
+}
+
+// INS_COPY XFER_BF16 (a sharded bf16 plan's gradients into the fp32
+// staging its reduce-scatter sums): bytes / 4 bf16 values at src widened
+// exactly into floats at dst by the prelude's mt_widen_bf16
+// (compiler/cuda/prelude.cuh; the cpu backend's cpu_copy_widen is its
+// reference), a grid-stride loop of at most WIDEN_BLOCKS blocks.
+enum { WIDEN_THREADS = 256, WIDEN_BLOCKS = 4096 };
+static void cuda_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    float *d = (float *)(void *)(c->dev + dst); // (n)
+    const void *s = c->dev + src;               // (n) bf16
+    long long n = bytes / 4, blocks = (n + WIDEN_THREADS - 1) / WIDEN_THREADS;
+    void *params[] = {&d, &s, &n};
+    int t = trace_begin(c, in);
+    if (n) CU(c, in, cuLaunchKernel(c->widen, (unsigned)(blocks < WIDEN_BLOCKS ? blocks : WIDEN_BLOCKS), 1, 1,
+                                    WIDEN_THREADS, 1, 1, 0, stream_of(c, in), params, NULL));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// A sharded plan's INS_ALLGATHER and INS_REDUCE_SCATTER, in place on the
+// arena, queued on the instruction's stream (the comm engine's) after what
+// the plan's events made it wait for: NCCL's collectives (comm.c), or
+// without NCCL (the emulation) MPI through host copies, the stream
+// synchronised around them. The ranks are those open_comm opened.
+static int cuda_collective(Backend *be, const Instr *in, const Dist *dist, char *err, size_t errcap) {
+    Cuda *c = be->ctx;
+    (void)dist;
+    char why[600];
+    if (enter(c, in)) {
+        int t = trace_begin(c, in);
+        if (comm_plan_collective(&c->comm, c->p, in, c->dev, stream_of(c, in), why, sizeof why) != 0)
+            fail(c, in, in->kind == INS_ALLGATHER ? "the all-gather" : "the reduce-scatter", why);
+        trace_end(c, in, t);
+        done_if_host(c, in);
+    }
+    if (!failed(c)) return 0;
+    pthread_mutex_lock(&c->mu);
+    snprintf(err, errcap, "%s", c->err);
+    pthread_mutex_unlock(&c->mu);
+    return -1;
 }
 
 // A FREE's region filled with NaN, so that a schedule that reads it after
@@ -972,7 +1020,8 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->trace_mu, NULL);
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
-                    .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
+                    .copy_out = cuda_copy_out, .copy = cuda_copy, .copy_widen = cuda_copy_widen,
+                    .collective = cuda_collective, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
                     .set_docs = cuda_set_docs, .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
@@ -996,10 +1045,12 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     }
     snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", prop.name, c->device,
              c->devices, gpu_sm, p->cuda_arch, ptx ? "PTX" : "cubin");
+    int widen = 0; // the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
     for (int i = 0; i < p->ntrain + p->neval; i++) { // the ring's slots for COPY_OUT, scratch for RUN, by engine
         const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
         if (in->kind == INS_COPY_OUT && in->bytes > c->ring.slot_bytes) c->ring.slot_bytes = in->bytes;
         if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
+        if (in->kind == INS_COPY && (in->flags & XFER_BF16)) widen = 1;
     }
     c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
     int nnodes[PART_COUNT];
@@ -1099,6 +1150,11 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     int loaded = CU(c, NULL, cuModuleLoadData(&c->mod, ptx ? (const void *)image : (const void *)p->cubin));
     free(image);
     if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) goto fail;
+    if (widen && get_function(c, &c->widen, "mt_widen_bf16", 0) != 0) {
+        snprintf(c->err, sizeof c->err, "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
+                 "kernels have no mt_widen_bf16: recompile it with this mtc");
+        goto fail;
+    }
     if (trace_path) {
         if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) goto fail;
         if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||

@@ -5,7 +5,7 @@ usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANK
        check_dist.py MTC MTRUN refuse MODEL.mt
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
-       check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX
+       check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX [f32|bf16 [replicated|sharded]]
 
 equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         against one process at the same global batch, 2 rows x accumulate N
@@ -64,10 +64,13 @@ cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         pretending 2 devices (MT_CUDA_EMU_DEVICES): each rank runs on the
         device of its local rank, as the banner says, and opens the ranks'
         collectives (runtime/comm.c: MPI through host copies, checked by a
-        start-up all-reduce); the first 5
-        losses and a validation loss equal the cpu backend's 2 ranks' to 1e-5
-        relative (check_cuda_emu.py's f32 tolerance). Its gradients reach the
-        host's accumulators as the cpu backend's do, so MPI sums them alike.
+        start-up all-reduce); the first 5 losses and a validation loss equal
+        the cpu backend's 2 ranks' to check_cuda_emu.py's tolerances (f32
+        1e-5, bf16 1e-3 relative), f32 (default) or bf16, replicated
+        (default: its gradients reach the host's accumulators as the cpu
+        backend's do, so MPI sums them alike) or sharded (the plan's
+        all-gathers and reduce-scatters on the cuda backend's comm stream,
+        bf16 gradients widened on the device first; FREE poisons its region).
 Open MPI runs as root here only with --allow-run-as-root, and 4 ranks on 2
 cores only with --oversubscribe.
 """
@@ -448,23 +451,25 @@ def kill_one(mtc, mtrun, model, tmp, shard):
         check(left == saved_files(2, 2) + saved_files(6, 2), f"after the resumed run's commit {ps} holds {left}")
 
 
-def cuda(mtc, mtrun, model, lib, cxx, tmp):
+def cuda(mtc, mtrun, model, lib, cxx, tmp, dtype="f32", layout="replicated"):
     from check_cuda_emu import build_kernels  # noqa: E402
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     plan, cu = os.path.join(tmp, "gpu.bin"), os.path.join(tmp, "gpu.cu")
+    shard = "on" if layout == "sharded" else "off"
     p = run(mtc, model, "--target", os.path.join(src, "tests", "tiny-gpu.target"), "--batch", "2", "--ranks", "2",
-            "--shard", "off", "--remat", "layer", "--resident", "0", "-o", plan, "--emit-cuda", cu)
-    if not check(p.returncode == 0, "mtc for tiny-gpu --ranks 2 failed", p):
+            "--shard", shard, "--dtype", dtype, "--remat", "layer", "--resident", "0", "-o", plan, "--emit-cuda", cu)
+    if not check(p.returncode == 0, f"mtc for tiny-gpu --ranks 2 --shard {shard} --dtype {dtype} failed", p):
         return
     kernels = build_kernels(cxx, src, cu, tmp)
     got = {}
     for device in ("cpu", "cuda"):
         log = os.path.join(tmp, device + ".jsonl")
         env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}",
-               "-x", "MT_CUDA_EMU_DEVICES=2"] if device == "cuda" else []
+               "-x", "MT_CUDA_EMU_DEVICES=2", "-x", "MT_POISON_FREE=1"] if device == "cuda" else []
         p = run(*MPIRUN, *env, "-np", "2", mtrun, plan, *TRAIN[:-1], device, "--log", log, timeout=600)
         if not check(p.returncode == 0, f"2 ranks on the {device} backend failed", p):
             return
+        check(f"({layout})" in p.stdout, f"the {device} backend's banner does not say ({layout})", p)
         if device == "cuda":
             # each rank on its own of the 2 emulated devices (its local rank modulo 2), the banner saying which,
             # and the ranks' collectives opened (MPI through host copies: the emulation has no NCCL)
@@ -473,10 +478,13 @@ def cuda(mtc, mtrun, model, lib, cxx, tmp):
                         "collectives by MPI through host copies")
                 check(want in p.stdout, f"the banner does not say '{want}'", p)
         got[device] = losses(log) + val_losses(log)
+    tol = 1e-5 if dtype == "f32" else 1e-3  # check_cuda_emu.py's tolerances against the cpu backend
     worst = max((abs(a - b) / abs(a) for a, b in zip(got["cpu"], got["cuda"])), default=1)
-    check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= 1e-5,
-          f"2 ranks: the emulated cuda backend's losses {got['cuda']} against the cpu backend's {got['cpu']}")
-    print(f"2 ranks on the emulated cuda backend: losses within {worst:.3g} of the cpu backend's")
+    check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= tol,
+          f"2 {layout} {dtype} ranks: the emulated cuda backend's losses {got['cuda']} against the cpu backend's "
+          f"{got['cpu']} (over {tol:g})")
+    print(f"2 {layout} {dtype} ranks on the emulated cuda backend: losses within {worst:.3g} of the cpu backend's "
+          f"(tolerance {tol:g})")
 
 
 def main():
@@ -490,7 +498,7 @@ def main():
         elif mode == "resume":
             resume(mtc, mtrun, model, tmp)
         elif mode == "cuda":
-            cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp)
+            cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp, *sys.argv[7:9])
         elif mode == "kill":
             kill(mtc, mtrun, model, tmp)
         else:
