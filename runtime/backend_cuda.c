@@ -21,6 +21,8 @@
 //             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
+//             then the document starts (plan_docs_bytes); the card's free
+//             memory read after the ranks' collectives took NCCL's buffers;
 //             nothing else while training runs; a GEMM's cuBLASLt
 //             workspace is its engine's scratch (gemm_workspace_bytes of it),
 //             its algorithm picked once at load for that workspace. The host ranges the streams read
@@ -151,10 +153,11 @@ typedef struct Cuda {
     cudaEvent_t epoch;               // the trace's time zero
     double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
     int device, devices;             // the GPU this rank runs on (its local rank modulo devices), of the machine's
+    size_t comm_bytes;               // the device memory opening the ranks' collectives took (NCCL's buffers)
     Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
     cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
-    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts (cudaMalloc'd at
-                                     // the first set_docs that gives some, beside the arena); NULL: none yet
+    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts: in dev after the
+                                     // scratch, plan_docs_bytes (common/scratch.h)
     void *seg_start;                 // what every attention launch passes as seg_start: docs_dev, or NULL
 } Cuda;
 
@@ -689,8 +692,7 @@ static int cuda_set_docs(Backend *be, const int32_t *seg_start, char *err, size_
     c->seg_start = NULL;
     if (!seg_start) return 0;
     size_t bytes = (size_t)(c->p->graph->train.batch * c->p->graph->train.seq) * sizeof(int32_t);
-    if (!enter(c, NULL) || (!c->docs_dev && !RT(c, NULL, cudaMalloc((void **)&c->docs_dev, bytes))) ||
-        !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
+    if (!enter(c, NULL) || !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
         snprintf(err, errcap, "%s", c->err);
         return -1;
     }
@@ -746,7 +748,6 @@ static void cuda_destroy(Backend *be) {
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     if (c->pool.sums) cudaFree(c->pool.sums);
-    if (c->docs_dev) cudaFree(c->docs_dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -961,9 +962,15 @@ static int comm_to_buf(void *ctx, void *buf, const void *host, size_t bytes, voi
 }
 
 // The ranks' collectives on the communication stream, checked once at
-// start-up: every rank's device index plus one, summed, must come back as
-// the sum over the ranks (a communicator that does not work fails here,
-// not in the first step). 0, or -1 with a message in c->err.
+// start-up, each kind a plan runs: every rank's device index plus one,
+// summed, must come back as the sum over the ranks (an all-reduce), and
+// the ranks' r + 1 all-gathered, then reduce-scattered, must give r + 1
+// everywhere and (r + 1) x ranks in rank r's place (a communicator that
+// does not work fails here, not in the first step). NCCL connects its
+// buffers at a collective's first call, so the device memory all this
+// took, NCCL's own buffers, is known once they ran: c->comm_bytes, which
+// the check of the plan against the card's free memory then sees gone.
+// 0, or -1 with a message in c->err.
 static int open_comm(Cuda *c, const Dist *dist) {
 #ifdef MT_HAVE_NCCL
     int nccl = 1;
@@ -977,25 +984,48 @@ static int open_comm(Cuda *c, const Dist *dist) {
     }
     CommStaging staging = {comm_to_host, comm_to_buf, c};
     char why[512] = "";
-    if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking))) return -1;
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (!RT(c, NULL, cudaMemGetInfo(&free0, &total)) ||
+        !RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking)))
+        return -1;
     if (comm_open(&c->comm, dist, nccl, nccl ? NULL : &staging, why, sizeof why) != 0) {
         snprintf(c->err, sizeof c->err, "cuda: %s", why);
         return -1;
     }
-    float *one = NULL, got = 0, want = 0, mine = (float)(c->device + 1);
-    if (!RT(c, NULL, cudaMalloc((void **)&one, sizeof *one))) return -1;
-    int ok = RT(c, NULL, cudaMemcpy(one, &mine, sizeof mine, cudaMemcpyHostToDevice));
-    if (ok && comm_all_reduce(&c->comm, one, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0)
-        snprintf(c->err, sizeof c->err, "cuda: %s", why), ok = 0;
-    ok = ok && RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) &&
-         RT(c, NULL, cudaMemcpy(&got, one, sizeof got, cudaMemcpyDeviceToHost));
-    cudaFree(one);
-    if (!ok) return -1;
-    for (int r = 0; r < dist->size; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
-    if (dist->local == dist->size && got != want) {
-        snprintf(c->err, sizeof c->err, "cuda: the ranks' start-up all-reduce gave %g, not %g", (double)got, (double)want);
-        return -1;
-    }
+    int n = dist->size, ok = 1;
+    float *buf = NULL, *got = calloc((size_t)n + 1, sizeof *got), want = 0; // (n) on the device and here
+    if (!got || !RT(c, NULL, cudaMalloc((void **)&buf, (size_t)n * sizeof *buf))) ok = 0;
+    else got[0] = (float)(c->device + 1);
+    if (ok && (!RT(c, NULL, cudaMemcpy(buf, got, sizeof *got, cudaMemcpyHostToDevice)) ||
+               comm_all_reduce(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(got, buf, sizeof *got, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    for (int r = 0; r < n; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
+    if (ok && dist->local == n && got[0] != want)
+        snprintf(why, sizeof why, "the ranks' start-up all-reduce gave %g, not %g", (double)got[0], (double)want), ok = 0;
+    float mine = (float)(dist->rank + 1);
+    if (ok && (!RT(c, NULL, cudaMemcpy(buf + dist->rank, &mine, sizeof mine, cudaMemcpyHostToDevice)) ||
+               comm_all_gather(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(got, buf, (size_t)n * sizeof *got, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    for (int r = 0; ok && r < n; r++)
+        if (got[r] != (float)(r + 1))
+            snprintf(why, sizeof why, "the ranks' start-up all-gather gave %g for rank %d, not %d", (double)got[r], r,
+                     r + 1), ok = 0;
+    if (ok && (comm_reduce_scatter(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(&mine, buf + dist->rank, sizeof mine, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    if (ok && mine != (float)((dist->rank + 1) * n))
+        snprintf(why, sizeof why, "the ranks' start-up reduce-scatter gave %g, not %d", (double)mine,
+                 (dist->rank + 1) * n), ok = 0;
+    if (buf) cudaFree(buf);
+    free(got);
+    if (!ok && !failed(c)) snprintf(c->err, sizeof c->err, "cuda: %s", *why ? why : "out of memory");
+    if (!ok || !RT(c, NULL, cudaMemGetInfo(&free1, &total))) return -1;
+    c->comm_bytes = free0 > free1 ? free0 - free1 : 0;
     return 0;
 }
 
@@ -1071,9 +1101,10 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->scratch_bytes = p->scratch_bytes;
     int nscratch = 0;
     for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
-    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255;
+    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255, docs = plan_docs_bytes(p);
     c->dev_bytes = plan_device_bytes(p);
-    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes) {
+    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes + docs ||
+        docs < p->graph->train.batch * p->graph->train.seq * 4) {
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d", nscratch,
                  plan_scratch_engines(p));
         goto fail;
@@ -1083,14 +1114,19 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         char how[64];
         size_t k = strlen(c->name);
         snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
+        k = strlen(c->name);
+        if (c->comm_bytes) snprintf(c->name + k, sizeof c->name - k, " (%.1f MB of device memory)", (double)c->comm_bytes / 1e6);
     }
     size_t free_b = 0, total_b = 0;
     if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
     if ((size_t)c->dev_bytes > free_b) {
-        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld) but %s has "
-                 "%zu free of %zu; compile the plan for a target with less device memory",
-                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena), prop.name, free_b,
-                 total_b);
+        char nccl[160] = "";
+        if (c->comm_bytes)
+            snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
+        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
+                 "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
+                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena - docs),
+                 (long long)docs, prop.name, free_b, total_b, nccl);
         goto fail;
     }
     void *dev = NULL;
@@ -1098,6 +1134,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->dev = dev;
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
+    c->docs_dev = (int *)(void *)(c->dev + arena + nscratch * c->scratch_bytes); // (B, T)
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
     int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
     c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
