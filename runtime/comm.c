@@ -191,12 +191,25 @@ const char *comm_describe(const Comm *c, char *out, size_t cap) {
     return out;
 }
 
+// MT_TEST_COMM_FAIL=K (a test hook, tests/check_dist.py kill): the K-th
+// collective of several ranks this process calls fails, as a failed MPI or
+// NCCL call would, without calling MPI. (Collectives are called one at a
+// time: MPI_THREAD_SERIALIZED.)
+static int test_failure(char *err, size_t errcap) {
+    static long long calls;
+    const char *k = getenv("MT_TEST_COMM_FAIL");
+    if (!k || !*k || ++calls != strtoll(k, NULL, 10)) return 0;
+    snprintf(err, errcap, "comm: collective %lld failed (MT_TEST_COMM_FAIL, a test hook)", calls);
+    return -1;
+}
+
 static int collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err, size_t errcap) {
     if (ranks(c) == 1 || n == 0) return 0;
     if (n < 0) {
         snprintf(err, errcap, "comm: internal error: %lld elements", (long long)n);
         return -1;
     }
+    if (test_failure(err, errcap) != 0) return -1;
 #ifdef MT_HAVE_NCCL
     if (c->nccl) return nccl_collective(c, op, buf, n, t, stream, err, errcap);
 #endif

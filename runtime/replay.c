@@ -77,8 +77,9 @@ static void copy_shard(Replay *r, const Instr *in) {
 static void replay_fail(Replay *r, const Instr *in, const char *why) {
     int none = 0;
     if (__atomic_compare_exchange_n(&r->failed, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
-        snprintf(r->failure, sizeof r->failure, "the collective of segment %d on the %s engine: %s", in->layer,
-                 replay_engine_name(in->engine), why);
+        snprintf(r->failure, sizeof r->failure, "the %s of segment %d on the %s engine: %s",
+                 in->kind == INS_ALLGATHER ? "all-gather" : "reduce-scatter", in->layer, replay_engine_name(in->engine),
+                 why);
 }
 
 static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {

@@ -57,7 +57,9 @@ kill:   kill -9 of one rank of 2 in the middle of a run saving every 2
         replicated run that dies 200 bytes into its shard of step 4
         (MT_CKPT_ABORT_*) ends the job non-zero with step 2 the newest
         committed, the run resumes from step 2 with the dead run's losses of
-        steps 3 and 4, and its commits clear the leftovers.
+        steps 3 and 4, and its commits clear the leftovers. A sharded run's
+        collective that fails on rank 1 (MT_TEST_COMM_FAIL, a test hook)
+        ends the job within 60 s, exit non-zero, naming it; no step logged.
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
         (--remat layer, nothing resident: every layer streams), the emulation
@@ -387,6 +389,24 @@ def resumes_alike(mtrun, plan, ck, tmp, tag, step, ref, first, flags):
 def kill(mtc, mtrun, model, tmp):
     for shard in ("off", "on"): # a replicated run, then a sharded one (its ranks meet in the plan's collectives)
         kill_one(mtc, mtrun, model, tmp, shard)
+    failed_collective(mtc, mtrun, model, tmp)
+
+
+def failed_collective(mtc, mtrun, model, tmp):
+    """A collective of the plan that fails on rank 1 (MT_TEST_COMM_FAIL=5: its 5th, in step 1) ends the job within
+    60 s, exit non-zero, rank 1 naming the collective and why; no step is logged."""
+    plan, log = os.path.join(tmp, "fail-sharded.bin"), os.path.join(tmp, "fail.jsonl")
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", "on", "-o", plan)
+    if not check(p.returncode == 0, "mtc --ranks 2 --shard on failed", p):
+        return
+    args = [plan, "--steps", "3", "--seed", "7", "--threads", "1", "--device", "cpu", "--no-save", "--log", log]
+    t0 = time.time()
+    p = run(*MPIRUN, "-np", "1", mtrun, *args, ":", "-np", "1", "-x", "MT_TEST_COMM_FAIL=5", mtrun, *args, timeout=60)
+    want = "comm: collective 5 failed (MT_TEST_COMM_FAIL, a test hook)"
+    check(p.returncode != 0 and " of segment " in p.stderr and f"on the comm engine: {want}" in p.stderr and
+          not (os.path.exists(log) and losses(log)),
+          f"a failed collective on rank 1: exit {p.returncode}, not ended with '{want}' before a step", p)
+    print(f"a collective failed on rank 1 of 2 (sharded): the job exited {p.returncode} in {time.time() - t0:.1f} s")
 
 
 def kill_one(mtc, mtrun, model, tmp, shard):
