@@ -89,8 +89,18 @@ int64_t program_scratch_bytes(const KirProgram *prog, const Graph *g);
 // instructions are on, and the compute engine always.
 int plan_scratch_engines(const Plan *p);
 
+// A GPU plan's (scratch_bytes > 0) device copy of a micro-batch's document
+// starts (B, T) int32s, which every attention kernel takes (seg_start;
+// data.h, X.docs), rounded up to 256; 0 for a cpu target, whose backend
+// reads them in host memory.
+int64_t plan_docs_bytes(const Plan *p);
+
 // All the device memory plan p needs: its arena, rounded up to 256, then
-// each kernel-running engine's p->scratch_bytes.
+// each kernel-running engine's p->scratch_bytes, then the document starts
+// (plan_docs_bytes). The cuda backend allocates exactly this, once; what
+// NCCL takes for its own buffers it counts against the card at run time
+// (runtime/backend_cuda.c: it depends on NCCL's version, topology and
+// environment, which the plan cannot know).
 int64_t plan_device_bytes(const Plan *p);
 
 #endif

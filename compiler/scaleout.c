@@ -288,19 +288,10 @@ static double bound_of(const Bounds *b, const Graph *g, const Target *t, int s, 
     return fmax(fmax(b->compute_s, link), fmax(fmax(host, mem), turn));
 }
 
-// Sharded or replicated, the faster that fits; o->why_chosen says why. On a
-// GPU target replicated wherever it fits: the cuda backend runs no
-// collectives yet (runtime/backend.h's `collective`), so it refuses sharded
-// plans.
-static void choose(ScaleOut *o, const Target *t) {
+// Sharded or replicated, the faster that fits; o->why_chosen says why.
+static void choose(ScaleOut *o) {
     const ScaleRow *sh = &o->rows[SCALE_SHARDED], *re = &o->rows[SCALE_REPLICATED];
     int sharded = sh->fits && (!re->fits || sh->step_s <= re->step_s * 1.001);
-    if (sharded && re->fits && strncmp(t->arch, "sm_", 3) == 0) {
-        o->chosen = SCALE_REPLICATED;
-        snprintf(o->why_chosen, sizeof o->why_chosen, "the cuda backend runs no collectives yet, which a sharded plan "
-                 "needs (sharded's step would be %.4g s against replicated's %.4g s)", sh->step_s, re->step_s);
-        return;
-    }
     if (!sh->fits && !re->fits) {
         o->chosen = -1;
         snprintf(o->why_chosen, sizeof o->why_chosen, "neither fits: sharded: %s", sh->why);
@@ -328,7 +319,7 @@ static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int str
     if (b && o->one.priced) o->one.bound_s = bound_of(b, g, t, SCALE_REPLICATED, layout_of(t, 1));
     for (int s = 0; b && s < strategies; s++)
         if (o->rows[s].priced) o->rows[s].bound_s = bound_of(b, g, t, s, layout_of(t, o->rows[s].ranks));
-    choose(o, t);
+    choose(o);
     o->plan = o->chosen;
     if (want_nodes && strcmp(t->arch, "cpu") == 0) { // one machine: its ranks are processes
         o->nodes_needed = o->rows[SCALE_SHARDED].fits, o->ranks_needed = ranks;

@@ -38,10 +38,14 @@ struct Backend {
     // fp32 ones). NULL: a backend that cannot, which refuses sharded plans (the only ones that ask)
     void (*copy_widen)(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes);
     // A sharded plan's collectives on its comm engine, INS_ALLGATHER and INS_REDUCE_SCATTER, in place on the
-    // arena over the ranks of `dist` (runtime/dist.h), as common/plan.h says. NULL: a backend without
-    // collectives, which refuses sharded plans. The cpu backend runs them with MPI on the arena; the cuda
-    // backend's NCCL path (runtime/comm.c) fills this in on its comm stream (ENG_COMM).
-    void (*collective)(Backend *be, const Instr *in, const struct Dist *dist);
+    // arena over the ranks of `dist` (runtime/dist.h), as common/plan.h says, both backends through
+    // comm_plan_collective (runtime/comm.h): the cpu backend's with MPI on the arena, the cuda backend's queued
+    // on its comm stream (ENG_COMM) by NCCL, or by MPI through host copies where it has no NCCL (the CPU
+    // emulation). 0, or -1 with a message (a failed MPI or NCCL call, out of memory), after which the replay
+    // issues nothing more of the stream and the run ends: the other ranks may wait in a collective this one
+    // will never join (mtrun's dist_close ends the job). An asynchronous backend also keeps the failure for
+    // finish. NULL: a backend without collectives, which refuses sharded plans.
+    int (*collective)(Backend *be, const Instr *in, const struct Dist *dist, char *err, size_t errcap);
     // arena [dst, dst + bytes) holds nothing from now on (quiet NaNs: 0x7fc00000 on the cpu, all ones on cuda)
     void (*poison)(Backend *be, const Instr *in, int64_t dst, int64_t bytes);
     // runs nodes [from, to) of a part at block frame `frame`'s arena offsets

@@ -6,6 +6,7 @@
 
 #include "adamw.h"
 #include "backend.h"
+#include "comm.h"
 #include "dist.h"
 #include "../common/bf16.h"
 #include "../common/trace.h"
@@ -27,6 +28,7 @@ typedef struct Cpu {
     double epoch;                // the trace's time zero (CLOCK_MONOTONIC seconds)
     pthread_mutex_t trace_mu;    // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
     const int32_t *seg_start;    // (B, T) the micro-batch's document starts (set_docs), or NULL
+    Comm comm;                   // a sharded plan's collectives: MPI on the arena (opened at the first)
 } Cpu;
 
 _Static_assert(sizeof(wchar_t) == 4, "wmemset fills 4-byte words");
@@ -80,12 +82,11 @@ static void cpu_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t sr
     }
 }
 
-// The collectives through MPI, in place on the arena (dist.c).
-static void cpu_collective(Backend *be, const Instr *in, const Dist *d) {
+// The collectives with MPI, in place on the arena (comm.c).
+static int cpu_collective(Backend *be, const Instr *in, const Dist *d, char *err, size_t errcap) {
     Cpu *c = be->ctx;
-    int ranks = d && d->size > 0 ? d->size : 1;
-    if (in->kind == INS_ALLGATHER) dist_allgather(d, c->arena + in->dst, in->bytes / ranks);
-    else dist_reduce_scatter_floats(d, (float *)(void *)(c->arena + in->src), in->bytes / 4 / ranks);
+    if (!c->comm.dist && comm_open(&c->comm, d, 0, NULL, err, errcap) != 0) return -1;
+    return comm_plan_collective(&c->comm, c->plan, in, c->arena, NULL, err, errcap);
 }
 
 static void cpu_poison(Backend *be, const Instr *in, int64_t dst, int64_t bytes) {
@@ -128,6 +129,7 @@ static void cpu_destroy(Backend *be) {
     exec_free(&c->head);
     exec_free(&c->tail);
     jit_destroy(c->jit);
+    comm_close(&c->comm);
     for (int f = 0; c->frames && f < c->nkinds * c->nframes; f++) exec_free(&c->frames[f]);
     if (c->trace.f) {
         char err[1200];

@@ -5,7 +5,9 @@
 //
 //   engines   one CUDA stream per engine of the plan; the host engine's
 //             instructions (NORM, UPDATE) run on the replay's host thread,
-//             concurrent with the streams (replay.c, REPLAY_STREAMS)
+//             concurrent with the streams (replay.c, REPLAY_STREAMS); a
+//             sharded plan's collectives on the comm engine's stream, by
+//             NCCL or MPI through host copies (comm.c)
 //   threads   each engine thread binds the primary context itself (enter);
 //             a LOSS is copied into a pinned slot and read at finish, no
 //             engine synchronised mid-step for it
@@ -19,6 +21,8 @@
 //             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
+//             then the document starts (plan_docs_bytes); the card's free
+//             memory read after the ranks' collectives took NCCL's buffers;
 //             nothing else while training runs; a GEMM's cuBLASLt
 //             workspace is its engine's scratch (gemm_workspace_bytes of it),
 //             its algorithm picked once at load for that workspace. The host ranges the streams read
@@ -127,6 +131,7 @@ typedef struct Cuda {
     cudaEvent_t *event;              // (nevents)
     CUmodule mod;
     CUfunction moe[MOE_KERNELS];     // compiler/cuda/moe.cuh's grouped kernels (NULL: not loaded)
+    CUfunction widen;                // the prelude's mt_widen_bf16, for INS_COPY XFER_BF16 (NULL: the plan has none)
     Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
     cublasLtHandle_t lt;
     char *staging[ENG_COUNT];        // pinned, 4 bytes: a scalar read at once (cuda_read_scalar)
@@ -148,16 +153,19 @@ typedef struct Cuda {
     cudaEvent_t epoch;               // the trace's time zero
     double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
     int device, devices;             // the GPU this rank runs on (its local rank modulo devices), of the machine's
+    size_t comm_bytes;               // the device memory opening the ranks' collectives took (NCCL's buffers)
     Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
     cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
-    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts (cudaMalloc'd at
-                                     // the first set_docs that gives some, beside the arena); NULL: none yet
+    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts: in dev after the
+                                     // scratch, plan_docs_bytes (common/scratch.h)
     void *seg_start;                 // what every attention launch passes as seg_start: docs_dev, or NULL
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
-static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY", "INPUT", "RUN", "LOSS", "SAVE",
-                                            "LOAD", "FREE", "RECORD", "WAIT", "NORM", "UPDATE", "STAT"};
+static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY",   "INPUT",     "RUN",
+                                            "LOSS",    "SAVE",     "LOAD",   "FREE",      "RECORD",
+                                            "WAIT",    "NORM",     "UPDATE", "STAT",      "ALLGATHER",
+                                            "REDUCE_SCATTER"};
 
 static int engine_of(const Instr *in) { return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE; }
 
@@ -371,6 +379,49 @@ static void cuda_copy(Backend *be, const Instr *in, int64_t dst, int64_t src, in
     RT(c, in, cudaMemcpyAsync(c->dev + dst, c->dev + src, (size_t)bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
     trace_end(c, in, t);
     done_if_host(c, in);
+}
+
+// INS_COPY XFER_BF16 (a sharded bf16 plan's gradients into the fp32
+// staging its reduce-scatter sums): bytes / 4 bf16 values at src widened
+// exactly into floats at dst by the prelude's mt_widen_bf16
+// (compiler/cuda/prelude.cuh; the cpu backend's cpu_copy_widen is its
+// reference), a grid-stride loop of at most WIDEN_BLOCKS blocks.
+enum { WIDEN_THREADS = 256, WIDEN_BLOCKS = 4096 };
+static void cuda_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t src, int64_t bytes) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    float *d = (float *)(void *)(c->dev + dst); // (n)
+    const void *s = c->dev + src;               // (n) bf16
+    long long n = bytes / 4, blocks = (n + WIDEN_THREADS - 1) / WIDEN_THREADS;
+    void *params[] = {&d, &s, &n};
+    int t = trace_begin(c, in);
+    if (n) CU(c, in, cuLaunchKernel(c->widen, (unsigned)(blocks < WIDEN_BLOCKS ? blocks : WIDEN_BLOCKS), 1, 1,
+                                    WIDEN_THREADS, 1, 1, 0, stream_of(c, in), params, NULL));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// A sharded plan's INS_ALLGATHER and INS_REDUCE_SCATTER, in place on the
+// arena, queued on the instruction's stream (the comm engine's) after what
+// the plan's events made it wait for: NCCL's collectives (comm.c), or
+// without NCCL (the emulation) MPI through host copies, the stream
+// synchronised around them. The ranks are those open_comm opened.
+static int cuda_collective(Backend *be, const Instr *in, const Dist *dist, char *err, size_t errcap) {
+    Cuda *c = be->ctx;
+    (void)dist;
+    char why[600];
+    if (enter(c, in)) {
+        int t = trace_begin(c, in);
+        if (comm_plan_collective(&c->comm, c->p, in, c->dev, stream_of(c, in), why, sizeof why) != 0)
+            fail(c, in, in->kind == INS_ALLGATHER ? "the all-gather" : "the reduce-scatter", why);
+        trace_end(c, in, t);
+        done_if_host(c, in);
+    }
+    if (!failed(c)) return 0;
+    pthread_mutex_lock(&c->mu);
+    snprintf(err, errcap, "%s", c->err);
+    pthread_mutex_unlock(&c->mu);
+    return -1;
 }
 
 // A FREE's region filled with NaN, so that a schedule that reads it after
@@ -641,8 +692,7 @@ static int cuda_set_docs(Backend *be, const int32_t *seg_start, char *err, size_
     c->seg_start = NULL;
     if (!seg_start) return 0;
     size_t bytes = (size_t)(c->p->graph->train.batch * c->p->graph->train.seq) * sizeof(int32_t);
-    if (!enter(c, NULL) || (!c->docs_dev && !RT(c, NULL, cudaMalloc((void **)&c->docs_dev, bytes))) ||
-        !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
+    if (!enter(c, NULL) || !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
         snprintf(err, errcap, "%s", c->err);
         return -1;
     }
@@ -698,7 +748,6 @@ static void cuda_destroy(Backend *be) {
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     if (c->pool.sums) cudaFree(c->pool.sums);
-    if (c->docs_dev) cudaFree(c->docs_dev);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -913,9 +962,15 @@ static int comm_to_buf(void *ctx, void *buf, const void *host, size_t bytes, voi
 }
 
 // The ranks' collectives on the communication stream, checked once at
-// start-up: every rank's device index plus one, summed, must come back as
-// the sum over the ranks (a communicator that does not work fails here,
-// not in the first step). 0, or -1 with a message in c->err.
+// start-up, each kind a plan runs: every rank's device index plus one,
+// summed, must come back as the sum over the ranks (an all-reduce), and
+// the ranks' r + 1 all-gathered, then reduce-scattered, must give r + 1
+// everywhere and (r + 1) x ranks in rank r's place (a communicator that
+// does not work fails here, not in the first step). NCCL connects its
+// buffers at a collective's first call, so the device memory all this
+// took, NCCL's own buffers, is known once they ran: c->comm_bytes, which
+// the check of the plan against the card's free memory then sees gone.
+// 0, or -1 with a message in c->err.
 static int open_comm(Cuda *c, const Dist *dist) {
 #ifdef MT_HAVE_NCCL
     int nccl = 1;
@@ -929,25 +984,48 @@ static int open_comm(Cuda *c, const Dist *dist) {
     }
     CommStaging staging = {comm_to_host, comm_to_buf, c};
     char why[512] = "";
-    if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking))) return -1;
+    size_t free0 = 0, free1 = 0, total = 0;
+    if (!RT(c, NULL, cudaMemGetInfo(&free0, &total)) ||
+        !RT(c, NULL, cudaStreamCreateWithFlags(&c->comm_stream, cudaStreamNonBlocking)))
+        return -1;
     if (comm_open(&c->comm, dist, nccl, nccl ? NULL : &staging, why, sizeof why) != 0) {
         snprintf(c->err, sizeof c->err, "cuda: %s", why);
         return -1;
     }
-    float *one = NULL, got = 0, want = 0, mine = (float)(c->device + 1);
-    if (!RT(c, NULL, cudaMalloc((void **)&one, sizeof *one))) return -1;
-    int ok = RT(c, NULL, cudaMemcpy(one, &mine, sizeof mine, cudaMemcpyHostToDevice));
-    if (ok && comm_all_reduce(&c->comm, one, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0)
-        snprintf(c->err, sizeof c->err, "cuda: %s", why), ok = 0;
-    ok = ok && RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) &&
-         RT(c, NULL, cudaMemcpy(&got, one, sizeof got, cudaMemcpyDeviceToHost));
-    cudaFree(one);
-    if (!ok) return -1;
-    for (int r = 0; r < dist->size; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
-    if (dist->local == dist->size && got != want) {
-        snprintf(c->err, sizeof c->err, "cuda: the ranks' start-up all-reduce gave %g, not %g", (double)got, (double)want);
-        return -1;
-    }
+    int n = dist->size, ok = 1;
+    float *buf = NULL, *got = calloc((size_t)n + 1, sizeof *got), want = 0; // (n) on the device and here
+    if (!got || !RT(c, NULL, cudaMalloc((void **)&buf, (size_t)n * sizeof *buf))) ok = 0;
+    else got[0] = (float)(c->device + 1);
+    if (ok && (!RT(c, NULL, cudaMemcpy(buf, got, sizeof *got, cudaMemcpyHostToDevice)) ||
+               comm_all_reduce(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(got, buf, sizeof *got, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    for (int r = 0; r < n; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
+    if (ok && dist->local == n && got[0] != want)
+        snprintf(why, sizeof why, "the ranks' start-up all-reduce gave %g, not %g", (double)got[0], (double)want), ok = 0;
+    float mine = (float)(dist->rank + 1);
+    if (ok && (!RT(c, NULL, cudaMemcpy(buf + dist->rank, &mine, sizeof mine, cudaMemcpyHostToDevice)) ||
+               comm_all_gather(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(got, buf, (size_t)n * sizeof *got, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    for (int r = 0; ok && r < n; r++)
+        if (got[r] != (float)(r + 1))
+            snprintf(why, sizeof why, "the ranks' start-up all-gather gave %g for rank %d, not %d", (double)got[r], r,
+                     r + 1), ok = 0;
+    if (ok && (comm_reduce_scatter(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
+               !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
+               !RT(c, NULL, cudaMemcpy(&mine, buf + dist->rank, sizeof mine, cudaMemcpyDeviceToHost))))
+        ok = 0;
+    if (ok && mine != (float)((dist->rank + 1) * n))
+        snprintf(why, sizeof why, "the ranks' start-up reduce-scatter gave %g, not %d", (double)mine,
+                 (dist->rank + 1) * n), ok = 0;
+    if (buf) cudaFree(buf);
+    free(got);
+    if (!ok && !failed(c)) snprintf(c->err, sizeof c->err, "cuda: %s", *why ? why : "out of memory");
+    if (!ok || !RT(c, NULL, cudaMemGetInfo(&free1, &total))) return -1;
+    c->comm_bytes = free0 > free1 ? free0 - free1 : 0;
     return 0;
 }
 
@@ -972,7 +1050,8 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->trace_mu, NULL);
     *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
-                    .copy_out = cuda_copy_out, .copy = cuda_copy, .poison = cuda_poison, .run = cuda_run,
+                    .copy_out = cuda_copy_out, .copy = cuda_copy, .copy_widen = cuda_copy_widen,
+                    .collective = cuda_collective, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
                     .set_docs = cuda_set_docs, .destroy = cuda_destroy};
     // the host waits by sleeping: no core spins while AdamW needs it
@@ -996,10 +1075,12 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     }
     snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", prop.name, c->device,
              c->devices, gpu_sm, p->cuda_arch, ptx ? "PTX" : "cubin");
+    int widen = 0; // the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
     for (int i = 0; i < p->ntrain + p->neval; i++) { // the ring's slots for COPY_OUT, scratch for RUN, by engine
         const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
         if (in->kind == INS_COPY_OUT && in->bytes > c->ring.slot_bytes) c->ring.slot_bytes = in->bytes;
         if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
+        if (in->kind == INS_COPY && (in->flags & XFER_BF16)) widen = 1;
     }
     c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
     int nnodes[PART_COUNT];
@@ -1020,9 +1101,10 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->scratch_bytes = p->scratch_bytes;
     int nscratch = 0;
     for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
-    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255;
+    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255, docs = plan_docs_bytes(p);
     c->dev_bytes = plan_device_bytes(p);
-    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes) {
+    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes + docs ||
+        docs < p->graph->train.batch * p->graph->train.seq * 4) {
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d", nscratch,
                  plan_scratch_engines(p));
         goto fail;
@@ -1032,14 +1114,19 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
         char how[64];
         size_t k = strlen(c->name);
         snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
+        k = strlen(c->name);
+        if (c->comm_bytes) snprintf(c->name + k, sizeof c->name - k, " (%.1f MB of device memory)", (double)c->comm_bytes / 1e6);
     }
     size_t free_b = 0, total_b = 0;
     if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
     if ((size_t)c->dev_bytes > free_b) {
-        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld) but %s has "
-                 "%zu free of %zu; compile the plan for a target with less device memory",
-                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena), prop.name, free_b,
-                 total_b);
+        char nccl[160] = "";
+        if (c->comm_bytes)
+            snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
+        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
+                 "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
+                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena - docs),
+                 (long long)docs, prop.name, free_b, total_b, nccl);
         goto fail;
     }
     void *dev = NULL;
@@ -1047,6 +1134,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->dev = dev;
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
+    c->docs_dev = (int *)(void *)(c->dev + arena + nscratch * c->scratch_bytes); // (B, T)
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
     int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
     c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
@@ -1099,6 +1187,11 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     int loaded = CU(c, NULL, cuModuleLoadData(&c->mod, ptx ? (const void *)image : (const void *)p->cubin));
     free(image);
     if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) goto fail;
+    if (widen && get_function(c, &c->widen, "mt_widen_bf16", 0) != 0) {
+        snprintf(c->err, sizeof c->err, "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
+                 "kernels have no mt_widen_bf16: recompile it with this mtc");
+        goto fail;
+    }
     if (trace_path) {
         if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) goto fail;
         if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||

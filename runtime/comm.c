@@ -10,6 +10,7 @@
 #include <string.h>
 
 #include "../common/bf16.h"
+#include "../common/storage.h"
 
 #ifdef MT_HAVE_NCCL
 #include <cuda_runtime_api.h>
@@ -190,12 +191,25 @@ const char *comm_describe(const Comm *c, char *out, size_t cap) {
     return out;
 }
 
+// MT_TEST_COMM_FAIL=K (a test hook, tests/check_dist.py kill): the K-th
+// collective of several ranks this process calls fails, as a failed MPI or
+// NCCL call would, without calling MPI. (Collectives are called one at a
+// time: MPI_THREAD_SERIALIZED.)
+static int test_failure(char *err, size_t errcap) {
+    static long long calls;
+    const char *k = getenv("MT_TEST_COMM_FAIL");
+    if (!k || !*k || ++calls != strtoll(k, NULL, 10)) return 0;
+    snprintf(err, errcap, "comm: collective %lld failed (MT_TEST_COMM_FAIL, a test hook)", calls);
+    return -1;
+}
+
 static int collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err, size_t errcap) {
     if (ranks(c) == 1 || n == 0) return 0;
     if (n < 0) {
         snprintf(err, errcap, "comm: internal error: %lld elements", (long long)n);
         return -1;
     }
+    if (test_failure(err, errcap) != 0) return -1;
 #ifdef MT_HAVE_NCCL
     if (c->nccl) return nccl_collective(c, op, buf, n, t, stream, err, errcap);
 #endif
@@ -210,4 +224,18 @@ int comm_all_gather(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream
 }
 int comm_reduce_scatter(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream, char *err, size_t errcap) {
     return collective(c, OP_REDUCE_SCATTER, buf, chunk, t, stream, err, errcap);
+}
+
+int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err,
+                         size_t errcap) {
+    int gather = in->kind == INS_ALLGATHER;
+    int64_t elem = gather ? storage_weight_bytes(p->graph->train.compute) : 4, n = in->bytes / elem / ranks(c);
+    if ((in->kind != INS_ALLGATHER && in->kind != INS_REDUCE_SCATTER) || n * elem * ranks(c) != in->bytes) {
+        snprintf(err, errcap, "comm: internal error: instruction kind %d of %lld bytes is no collective of %d ranks",
+                 in->kind, (long long)in->bytes, ranks(c));
+        return -1;
+    }
+    CommDtype t = elem == 2 ? COMM_BF16 : COMM_F32;
+    return gather ? comm_all_gather(c, arena + in->dst, n, t, stream, err, errcap)
+                  : comm_reduce_scatter(c, arena + in->src, n, t, stream, err, errcap);
 }

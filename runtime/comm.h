@@ -62,6 +62,15 @@ int comm_all_gather(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream
 // buffer unspecified afterwards.
 int comm_reduce_scatter(Comm *c, void *buf, int64_t chunk, CommDtype t, void *stream, char *err, size_t errcap);
 
+// A sharded plan's collective instruction `in` (INS_ALLGATHER of a
+// segment's weights, in the plan's weight storage, bf16 or fp32;
+// INS_REDUCE_SCATTER of its fp32 gradients: common/plan.h), in place on
+// the arena that starts at `arena` (host or device memory, as c's
+// implementation reaches it), on `stream`: the one implementation of both
+// backends' `collective` hook (runtime/backend.h). 0, or -1 with a message.
+int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err,
+                         size_t errcap);
+
 // Elements of one MPI call (MT_COMM_PIECE overrides, for tests): larger
 // collectives go in pieces of at most this many elements a rank.
 int64_t comm_piece_elems(void);

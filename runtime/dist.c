@@ -224,33 +224,6 @@ char *dist_gather_lines(const Dist *d, const char *mine) {
     return out;
 }
 
-// A chunk's count as MPI's int, or the job ended with a message.
-static int mpi_count(int64_t n, const char *what) {
-    if (n <= INT_MAX) return (int)n;
-    fprintf(stderr, "mtrun: error: %s of %lld elements: over MPI's int counts, not supported yet\n", what, (long long)n);
-    MPI_Abort(MPI_COMM_WORLD, 1);
-    return 0;
-}
-
-void dist_allgather(const Dist *d, void *buf, int64_t chunk_bytes) {
-    if (!d || !d->mpi || d->size == 1) return;
-    MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, buf, mpi_count(chunk_bytes, "an all-gather's chunk"), MPI_BYTE,
-                  MPI_COMM_WORLD);
-}
-
-void dist_reduce_scatter_floats(const Dist *d, float *buf, int64_t chunk) {
-    if (!d || !d->mpi || d->size == 1) return;
-    float *mine = malloc((size_t)chunk * sizeof *mine + 1); // (chunk) the sum's chunk of this rank
-    if (!mine) {
-        fprintf(stderr, "mtrun: error: out of memory for a reduce-scatter of %lld floats\n", (long long)chunk);
-        MPI_Abort(MPI_COMM_WORLD, 1);
-        return;
-    }
-    MPI_Reduce_scatter_block(buf, mine, mpi_count(chunk, "a reduce-scatter's chunk"), MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
-    memcpy(buf + (int64_t)d->rank * chunk, mine, (size_t)chunk * sizeof *mine);
-    free(mine);
-}
-
 void dist_close(Dist *d, int status) {
     if (!d->mpi) return;
     if (status != 0) MPI_Abort(MPI_COMM_WORLD, status);

@@ -66,14 +66,6 @@ int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t 
 // MPI "rank 0: LINE". NULL when out of memory.
 char *dist_gather_lines(const Dist *d, const char *mine);
 
-// Every rank's chunk of chunk_bytes bytes, at buf + rank x chunk_bytes,
-// to every rank, in place (MPI_Allgather): INS_ALLGATHER on the cpu.
-void dist_allgather(const Dist *d, void *buf, int64_t chunk_bytes); // (size x chunk_bytes)
-// The floats buf (size x chunk) summed over the ranks: this rank's chunk of
-// the sum lands at buf + rank x chunk, the other chunks are left as they
-// were (MPI_Reduce_scatter_block): INS_REDUCE_SCATTER on the cpu.
-void dist_reduce_scatter_floats(const Dist *d, float *buf, int64_t chunk); // (size x chunk)
-
 // The shard of a segment of `len` elements (the head's or tail's globals, or
 // one layer's, as the plan's HOST section lays them out) that rank `rank` of
 // `ranks` owns in a sharded run or writes in a sharded checkpoint: the

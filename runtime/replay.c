@@ -68,7 +68,18 @@ static void copy_shard(Replay *r, const Instr *in) {
     }
     int64_t a = in->dst > lo ? in->dst : lo, b = in->dst + in->bytes / elem < hi ? in->dst + in->bytes / elem : hi;
     if (b > a) be->copy_out_add(be, in, hs->g + at + (a - lo), in->src + (a - in->dst) * elem, (b - a) * elem,
-                                in->flags & XFER_BF16);
+                                in->flags & XFER_BF16 ? GRADS_BF16 : 0);
+}
+
+// The stream's first failure (a collective's): kept once, and from then on
+// the replay issues nothing (execute), so that this rank joins no later
+// collective the others would pair with the wrong one; replay() returns it.
+static void replay_fail(Replay *r, const Instr *in, const char *why) {
+    int none = 0;
+    if (__atomic_compare_exchange_n(&r->failed, &none, 1, 0, __ATOMIC_ACQ_REL, __ATOMIC_ACQUIRE))
+        snprintf(r->failure, sizeof r->failure, "the %s of segment %d on the %s engine: %s",
+                 in->kind == INS_ALLGATHER ? "all-gather" : "reduce-scatter", in->layer, replay_engine_name(in->engine),
+                 why);
 }
 
 static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, int last, float *loss) {
@@ -91,7 +102,11 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         else be->copy(be, in, in->dst, in->src, in->bytes);
         break;
     case INS_ALLGATHER:
-    case INS_REDUCE_SCATTER: be->collective(be, in, r->dist); break;
+    case INS_REDUCE_SCATTER: {
+        char why[sizeof r->failure / 2]; // (with replay_fail's words, within failure)
+        if (be->collective(be, in, r->dist, why, sizeof why) != 0) replay_fail(r, in, why);
+        break;
+    }
     case INS_INPUT: be->copy_in(be, in, in->dst, inputs[in->input], in->bytes); break;
     case INS_RUN:
         be->run(be, in, (PartKind)in->part, in->from, in->to, in->frame, in->flags);
@@ -127,6 +142,7 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
     Backend *be = r->be;
     int timed = be->trace_host && in->kind != INS_RECORD && in->kind != INS_WAIT &&
                 (!be->record || in->kind == INS_NORM || in->kind == INS_UPDATE);
+    if (__atomic_load_n(&r->failed, __ATOMIC_ACQUIRE)) return; // (replay_fail)
     double t0 = timed ? trace_clock_s() : 0;
     run_instr(r, in, inputs, last, loss);
     if (timed) be->trace_host(be, in, t0, trace_clock_s());
@@ -200,9 +216,12 @@ double replay_predicted_step_s(const Plan *p) {
 }
 
 // The hang limit: hang_s, or the larger of REPLAY_STALL_S and 10 predicted steps.
+// A prediction of inf (a sharded plan for a target with no link between
+// its GPUs prices its collectives so) is no prediction: REPLAY_STALL_S; a
+// deadline of inf would make the waits' timespec garbage, and they spin.
 static double stall_limit_s(const Replay *r) {
     double ten = 10 * replay_predicted_step_s(r->p);
-    return r->hang_s > 0 ? r->hang_s : ten > REPLAY_STALL_S ? ten : REPLAY_STALL_S;
+    return r->hang_s > 0 ? r->hang_s : isfinite(ten) && ten > REPLAY_STALL_S ? ten : REPLAY_STALL_S;
 }
 
 static double monotonic_s(void) {
@@ -341,6 +360,7 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     int *recorder = malloc(((size_t)p->nevents + 1) * sizeof(int)); // (nevents) the engine recording each event
     int start[ENG_COUNT + 1] = {0}, pc[ENG_COUNT], rc = -1;
     *loss = NAN;
+    r->failed = 0;
     if (!queue || !fired || !recorder) {
         snprintf(err, errcap, "out of memory replaying the %s stream", stream);
         goto done;
@@ -391,6 +411,7 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     }
     rc = 0;
 done:
+    if (rc == 0 && r->failed) rc = -1, snprintf(err, errcap, "%s", r->failure);
     // an asynchronous backend: every engine drained, and its first failure
     if (r->be->finish && r->be->finish(r->be, rc ? NULL : err, rc ? 0 : errcap) != 0) rc = -1;
     r->recorder = NULL;

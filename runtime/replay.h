@@ -70,6 +70,8 @@ typedef struct Replay {
     // rows are one stream. Data like the inputs; the caller keeps it valid
     // through the replay.
     const int32_t *seg_start;
+    int failed;          // during replay(): an instruction failed (a collective), failure says how; nothing after it
+    char failure[1024];  // is issued
 } Replay;
 
 // The threaded replays' hang limit: 10 minutes without any engine starting
@@ -90,7 +92,8 @@ double replay_predicted_step_s(const Plan *p);
 // instructions compute. Sets *loss to the micro-batch's loss. Returns 0, or
 // -1 with a message in err: a deadlock (every engine with instructions left
 // waits on an event that no runnable instruction can record), naming each
-// waiting instruction and its event, or an instruction no engine can run.
+// waiting instruction and its event, an instruction no engine can run, or a
+// failed collective (Replay.failed: the instructions after it were not issued).
 int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int last, float *loss, char *err,
            size_t errcap);
 

@@ -480,7 +480,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
             return -1;
         }
         if (p->sharded && (!r->be->collective || !r->be->copy_widen)) {
-            snprintf(err, errcap, "the %s backend runs no collectives yet, which a sharded plan needs (mtc --shard on): "
+            snprintf(err, errcap, "the %s backend runs no collectives, which a sharded plan needs (mtc --shard on): "
                      "run it with --device cpu, or make a replicated plan (mtc --shard off)", r->be->name);
             return -1;
         }

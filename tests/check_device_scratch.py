@@ -6,7 +6,8 @@ device memory.
 seq 4096 (untiled): every planned row records scratch_bytes equal to a
 count made here from the model's config alone, and its device_peak_bytes
 is the arena (rounded up to 256) plus that scratch once (only the compute
-engine runs kernels). The count: the most of
+engine runs kernels) plus the device copy of the document starts, B x T
+int32s (common/scratch.h: plan_docs_bytes). The count: the most of
   moe forward    a chunk of rows' [S, F + C] floats and the route's
                  [3 E + 2 + 2 S] ints, S = rows K, as many rows as fit
                  1 GiB (compiler/cuda/moe.cuh)
@@ -21,7 +22,8 @@ largest. The f64 accumulators of the expression kernels (column sums of
 
 Then the fit: a copy of h200.target whose device memory is a baseline
 row's arena (one with host checkpoints, its smaller choice) plus half that
-scratch must refuse that row for device memory, naming the scratch, and one with arena plus the whole scratch must take it.
+scratch must refuse that row for device memory, naming the scratch, and one with arena plus the whole scratch and
+the document starts must take it.
 
 usage: check_device_scratch.py MTC   (run from the repository root)
 """
@@ -73,6 +75,7 @@ def explain(mtc, target, *extra, fits=True):
 def main():
     mtc = sys.argv[1]
     scratch = expected_scratch(config(MODEL))
+    docs = -(-int(B) * int(T) * 4 // 256) * 256  # the (B, T) int32 document starts, rounded up to 256
     print(f"{MODEL} at batch {B} x {T}: kernel scratch {scratch} bytes ({scratch / 1e9:.3f} GB) by this count")
     check(scratch > 10**9, f"the MoE chunk dominates the scratch ({scratch} bytes)")
     rows = explain(mtc, TARGET) or {}
@@ -83,8 +86,9 @@ def main():
         print(f"  {r['name']:14s} arena {r['arena_bytes']:>14d} scratch {r['scratch_bytes']:>12d} "
               f"device {r['device_peak_bytes']:>14d} fits {r['fits']}")
         check(r["scratch_bytes"] == scratch, f"{r['name']}: scratch_bytes {r['scratch_bytes']}, counted {scratch}")
-        check(r["device_peak_bytes"] == arena + scratch,
-              f"{r['name']}: device_peak_bytes {r['device_peak_bytes']} is not arena {arena} + scratch {scratch}")
+        check(r["device_peak_bytes"] == arena + scratch + docs,
+              f"{r['name']}: device_peak_bytes {r['device_peak_bytes']} is not arena {arena} + scratch {scratch} + "
+              f"document starts {docs}")
     # a baseline row with its checkpoints in host memory: the smaller of its two arenas, so
     # that with less device memory it has nothing else to choose
     name = next((n for n in ("sequential", "megatrain", "zero3-offload")
@@ -93,7 +97,7 @@ def main():
         base = open(TARGET).read()
         arena = -(-rows[name]["arena_bytes"] // 256) * 256
         with tempfile.TemporaryDirectory() as tmp:
-            for extra, fits in ((scratch // 2, False), (scratch, True)):
+            for extra, fits in ((scratch // 2, False), (scratch + docs, True)):
                 t = os.path.join(tmp, "h200-cut.target")
                 with open(t, "w") as f:
                     f.write(re.sub(r"(?m)^device_memory = .*$", f"device_memory = {arena + extra}", base))

@@ -5,7 +5,7 @@ usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANK
        check_dist.py MTC MTRUN refuse MODEL.mt
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
-       check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX
+       check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX [f32|bf16 [replicated|sharded]]
 
 equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         against one process at the same global batch, 2 rows x accumulate N
@@ -68,17 +68,22 @@ kill:   kill -9 of one rank of 2 in the middle of a run saving every 2
         replicated run that dies 200 bytes into its shard of step 4
         (MT_CKPT_ABORT_*) ends the job non-zero with step 2 the newest
         committed, the run resumes from step 2 with the dead run's losses of
-        steps 3 and 4, and its commits clear the leftovers.
+        steps 3 and 4, and its commits clear the leftovers. A sharded run's
+        collective that fails on rank 1 (MT_TEST_COMM_FAIL, a test hook)
+        ends the job within 60 s, exit non-zero, naming it; no step logged.
 cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         check_cuda_emu.py runs it) under mpirun -np 2, on tests/tiny-gpu.target
         (--remat layer, nothing resident: every layer streams), the emulation
         pretending 2 devices (MT_CUDA_EMU_DEVICES): each rank runs on the
         device of its local rank, as the banner says, and opens the ranks'
         collectives (runtime/comm.c: MPI through host copies, checked by a
-        start-up all-reduce); the first 5
-        losses and a validation loss equal the cpu backend's 2 ranks' to 1e-5
-        relative (check_cuda_emu.py's f32 tolerance). Its gradients reach the
-        host's accumulators as the cpu backend's do, so MPI sums them alike.
+        start-up all-reduce); the first 5 losses and a validation loss equal
+        the cpu backend's 2 ranks' to check_cuda_emu.py's tolerances (f32
+        1e-5, bf16 1e-3 relative), f32 (default) or bf16, replicated
+        (default: its gradients reach the host's accumulators as the cpu
+        backend's do, so MPI sums them alike) or sharded (the plan's
+        all-gathers and reduce-scatters on the cuda backend's comm stream,
+        bf16 gradients widened on the device first; FREE poisons its region).
 Open MPI runs as root here only with --allow-run-as-root, and 4 ranks on 2
 cores only with --oversubscribe.
 """
@@ -431,6 +436,24 @@ def resumes_alike(mtrun, plan, ck, tmp, tag, step, ref, first, flags):
 def kill(mtc, mtrun, model, tmp):
     for shard in ("off", "on"): # a replicated run, then a sharded one (its ranks meet in the plan's collectives)
         kill_one(mtc, mtrun, model, tmp, shard)
+    failed_collective(mtc, mtrun, model, tmp)
+
+
+def failed_collective(mtc, mtrun, model, tmp):
+    """A collective of the plan that fails on rank 1 (MT_TEST_COMM_FAIL=5: its 5th, in step 1) ends the job within
+    60 s, exit non-zero, rank 1 naming the collective and why; no step is logged."""
+    plan, log = os.path.join(tmp, "fail-sharded.bin"), os.path.join(tmp, "fail.jsonl")
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", "on", "-o", plan)
+    if not check(p.returncode == 0, "mtc --ranks 2 --shard on failed", p):
+        return
+    args = [plan, "--steps", "3", "--seed", "7", "--threads", "1", "--device", "cpu", "--no-save", "--log", log]
+    t0 = time.time()
+    p = run(*MPIRUN, "-np", "1", mtrun, *args, ":", "-np", "1", "-x", "MT_TEST_COMM_FAIL=5", mtrun, *args, timeout=60)
+    want = "comm: collective 5 failed (MT_TEST_COMM_FAIL, a test hook)"
+    check(p.returncode != 0 and " of segment " in p.stderr and f"on the comm engine: {want}" in p.stderr and
+          not (os.path.exists(log) and losses(log)),
+          f"a failed collective on rank 1: exit {p.returncode}, not ended with '{want}' before a step", p)
+    print(f"a collective failed on rank 1 of 2 (sharded): the job exited {p.returncode} in {time.time() - t0:.1f} s")
 
 
 def kill_one(mtc, mtrun, model, tmp, shard):
@@ -495,23 +518,25 @@ def kill_one(mtc, mtrun, model, tmp, shard):
         check(left == saved_files(2, 2) + saved_files(6, 2), f"after the resumed run's commit {ps} holds {left}")
 
 
-def cuda(mtc, mtrun, model, lib, cxx, tmp):
+def cuda(mtc, mtrun, model, lib, cxx, tmp, dtype="f32", layout="replicated"):
     from check_cuda_emu import build_kernels  # noqa: E402
     src = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     plan, cu = os.path.join(tmp, "gpu.bin"), os.path.join(tmp, "gpu.cu")
+    shard = "on" if layout == "sharded" else "off"
     p = run(mtc, model, "--target", os.path.join(src, "tests", "tiny-gpu.target"), "--batch", "2", "--ranks", "2",
-            "--shard", "off", "--remat", "layer", "--resident", "0", "-o", plan, "--emit-cuda", cu)
-    if not check(p.returncode == 0, "mtc for tiny-gpu --ranks 2 failed", p):
+            "--shard", shard, "--dtype", dtype, "--remat", "layer", "--resident", "0", "-o", plan, "--emit-cuda", cu)
+    if not check(p.returncode == 0, f"mtc for tiny-gpu --ranks 2 --shard {shard} --dtype {dtype} failed", p):
         return
     kernels = build_kernels(cxx, src, cu, tmp)
     got = {}
     for device in ("cpu", "cuda"):
         log = os.path.join(tmp, device + ".jsonl")
         env = ["-x", f"MT_CUDA_BACKEND={lib}", "-x", f"MT_CUDA_EMU_KERNELS={kernels}",
-               "-x", "MT_CUDA_EMU_DEVICES=2"] if device == "cuda" else []
+               "-x", "MT_CUDA_EMU_DEVICES=2", "-x", "MT_POISON_FREE=1"] if device == "cuda" else []
         p = run(*MPIRUN, *env, "-np", "2", mtrun, plan, *TRAIN[:-1], device, "--log", log, timeout=600)
         if not check(p.returncode == 0, f"2 ranks on the {device} backend failed", p):
             return
+        check(f"({layout})" in p.stdout, f"the {device} backend's banner does not say ({layout})", p)
         if device == "cuda":
             # each rank on its own of the 2 emulated devices (its local rank modulo 2), the banner saying which,
             # and the ranks' collectives opened (MPI through host copies: the emulation has no NCCL)
@@ -520,10 +545,13 @@ def cuda(mtc, mtrun, model, lib, cxx, tmp):
                         "collectives by MPI through host copies")
                 check(want in p.stdout, f"the banner does not say '{want}'", p)
         got[device] = losses(log) + val_losses(log)
+    tol = 1e-5 if dtype == "f32" else 1e-3  # check_cuda_emu.py's tolerances against the cpu backend
     worst = max((abs(a - b) / abs(a) for a, b in zip(got["cpu"], got["cuda"])), default=1)
-    check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= 1e-5,
-          f"2 ranks: the emulated cuda backend's losses {got['cuda']} against the cpu backend's {got['cpu']}")
-    print(f"2 ranks on the emulated cuda backend: losses within {worst:.3g} of the cpu backend's")
+    check(len(got["cuda"]) == len(got["cpu"]) >= 6 and worst <= tol,
+          f"2 {layout} {dtype} ranks: the emulated cuda backend's losses {got['cuda']} against the cpu backend's "
+          f"{got['cpu']} (over {tol:g})")
+    print(f"2 {layout} {dtype} ranks on the emulated cuda backend: losses within {worst:.3g} of the cpu backend's "
+          f"(tolerance {tol:g})")
 
 
 def main():
@@ -537,7 +565,7 @@ def main():
         elif mode == "resume":
             resume(mtc, mtrun, model, tmp)
         elif mode == "cuda":
-            cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp)
+            cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp, *sys.argv[7:9])
         elif mode == "kill":
             kill(mtc, mtrun, model, tmp)
         else:

@@ -11,8 +11,9 @@ README.md's table of them current:
   - a sharded rank's host memory is within its share of the node, its link
     bytes below one GPU's, MegaTrain's way moves nothing between GPUs;
   - every strategy's predicted step is at or above its bound;
-  - on a cpu target where both fit, the plan is the faster of sharded and
-    replicated (what --shard auto takes: scaleout_choose);
+  - on a cpu target where both fit, and on a GPU target (llama3-8b on
+    h200x8), the plan is the faster of sharded and replicated (what --shard
+    auto takes: scaleout_choose);
   - the plan's own bounds (cost_bounds) include its collectives: with
     llama3-8b sharded over two h200x8-su nodes at seq 256 they are the
     bound, and every mt row's step is at or above the bounds; the same for
@@ -91,6 +92,15 @@ ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
    f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
 under = [x["name"] for x in d["scaleout"]["strategies"] if not (0 < x["bound_s"] <= x["step_s"] * (1 + 1e-9))]
 ok(not under, "llama-tiny, 2 ranks: every strategy's step at or above its bound", ", ".join(under))
+# a GPU target where both fit: the plan is the faster there too, as the cuda backend runs a sharded plan's
+# collectives (llama3-8b on h200x8, 8 ranks of batch 1: sharded 1.72 s a step, replicated 8.94 s; before, a GPU
+# target took replicated wherever it fit)
+d = table.predict(mtc, "llama3-8b", "h200x8", 8, 1)
+s = {x["name"]: x for x in d["scaleout"]["strategies"]}
+sh, rep = s["sharded"], s["replicated"]
+ok(sh["fits"] and rep["fits"] and sh["step_s"] < rep["step_s"] and d["scaleout"]["chosen"] == "sharded",
+   "llama3-8b on h200x8, 8 ranks: both fit and the plan is the faster, sharded",
+   f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
 ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"] > 0 and rep["collective_s"] > 0,
    "llama-tiny, 2 ranks: a sharded rank holds less host memory; both run collectives",
    f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")

@@ -28,6 +28,16 @@ __device__ __forceinline__ unsigned short mt_f32_to_bf16(float f) {
 __device__ __forceinline__ void mt_st(float *p, float v) { *p = v; }
 __device__ __forceinline__ void mt_st(bf16 *p, float v) { p->bits = mt_f32_to_bf16(v); }
 
+// INS_COPY XFER_BF16 on the cuda backend (runtime/backend_cuda.c,
+// cuda_copy_widen): n bf16 values at src widened exactly into n floats at
+// dst, a grid-stride loop (a sharded bf16 plan's gradients into the fp32
+// staging of its reduce-scatter). The cpu backend's cpu_copy_widen is its
+// reference. In every plan's module: mtc does not know which plans shard.
+extern "C" __global__ void mt_widen_bf16(float *dst, const unsigned short *src, long long n) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (long long)gridDim.x * blockDim.x)
+        dst[i] = mt_bf16_to_f32(src[i]);
+}
+
 // Four consecutive elements at p (16-byte aligned for float, 8 for bf16).
 __device__ __forceinline__ float4 mt_ld4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 mt_ld4(const bf16 *p) {
