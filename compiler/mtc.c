@@ -54,7 +54,8 @@ static const char USAGE[] =
     "  --resident N     layers at the forward/backward turn kept on the device (default: the most that fit)\n"
     "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
-    "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
+    "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON (only the\n"
+    "                   file: the table is --explain's)\n"
     "  --explore        every schedule searched at batch 1, 2, 4, ... while one fits: each batch's\n"
     "                   Pareto frontier of tokens/s against device and host memory, and each\n"
     "                   policy's best tokens/s by batch\n"
@@ -452,7 +453,8 @@ static int bounds_of(const Model *m, const SemaOptions *opt, Graph *g, const Tar
     return 0;
 }
 
-static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int ranks, int json,
+// Searches every policy's schedule; prints the table (print), writes the chosen plan's trace (trace_path), or both.
+static int explain(Graph *g, const Target *t, const Bounds *b, const SchedRequest *req, int print, int ranks, int json,
                    const char *trace_path, Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
@@ -482,8 +484,8 @@ static int explain(Graph *g, const Target *t, const Bounds *b, const SchedReques
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     ScaleOut so; // --ranks N: the strategies side by side
-    if (ranks > 1 && scaleout_compare(g, t, ranks, 1, b, a, &so, err, sizeof err) != 0) goto fail;
-    explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
+    if (print && ranks > 1 && scaleout_compare(g, t, ranks, 1, b, a, &so, err, sizeof err) != 0) goto fail;
+    if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
@@ -681,13 +683,14 @@ int main(int argc, char **argv) {
                                    &arena) != 0)
             rc = 1;
         if (want_explain || trace_path) {
-            Bounds bounds;
-            rc = bounds_of(model, &opt, g, &tgt, &arena, &diag, &bounds);
-            if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_explain ? (int)ranks : 1, want_json && want_explain, trace_path,
-                                       &arena);
-        } else if (want_json) {
+            Bounds bounds = {0}; // the table's: --trace alone writes the trace and prints nothing
+            if ((want_explain && bounds_of(model, &opt, g, &tgt, &arena, &diag, &bounds) != 0) ||
+                explain(g, &tgt, &bounds, &req, want_explain, (int)ranks, want_json, trace_path, &arena) != 0)
+                rc = 1;
+        }
+        if (!want_explain && want_json) {
             summary_print_json(stdout, g, path, &arena);
-        } else if (want_summary) {
+        } else if (!want_explain && want_summary) {
             summary_print(stdout, g, path);
         }
         if (out_path && rc == 0) {
