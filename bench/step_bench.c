@@ -229,7 +229,8 @@ int main(int argc, char **argv) {
     int64_t BT = g->train.batch * g->train.seq;
     int32_t *tokens = malloc((size_t)BT * 4), *targets = malloc((size_t)BT * 4);
     for (int64_t i = 0; i < BT; i++) tokens[i] = targets[i] = (int32_t)(i * 7919 % 256);
-    const int32_t *inputs[2] = {tokens, targets};
+    static const float one = 1; // the loss scale (graph.h): every target counts
+    const int32_t *inputs[3] = {tokens, targets, (const int32_t *)(const void *)&one};
 
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +

@@ -55,6 +55,11 @@ Node *part_input_from(const Part *part, int from) {
     return NULL;
 }
 
+int graph_loss_scale_input(const Graph *g) {
+    const Node *seed = g->parts[PART_TAIL].grad_seed;
+    return seed && seed->op == OP_INPUT && seed->src_part == SRC_MODEL_INPUT ? seed->src : -1;
+}
+
 const Grad *part_grad_of(const Part *part, const Node *of) {
     for (int i = 0; i < part->grads.n; i++) {
         const Grad *g = part->grads.items[i];

@@ -198,7 +198,8 @@ typedef struct Part {
     // Filled by autodiff: nodes[0, nfwd) are the forward, the rest the
     // backward, which may read forward nodes.
     int nfwd;
-    Node *grad_seed; // d loss / d output: OP_INPUT from SRC_GRAD_SEED, or 1 in the tail
+    Node *grad_seed; // d loss / d output: OP_INPUT from SRC_GRAD_SEED; in the tail the loss scale (model input
+                     // LOSS_SCALE_INPUT, which mtrun feeds), or in a plan before it the constant 1
     PtrVec grads;    // of Grad*: every parameter node, then differentiable inputs
     // Row tiling (tile.c; the compiler's, not in the plan): chunk c's forward
     // is nodes [chunk_fwd[2c], chunk_fwd[2c+1]), its backward (filled by
@@ -292,6 +293,14 @@ static inline int64_t graph_kind_layers(const Graph *g, int kind) {
 // Appends a node to part (kind pk) with the given operands. NULL when out of memory.
 Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, const Shape *shape, Loc loc, int nin,
                      Node **in);
+
+// The model input the tail's gradient seed reads: d objective / d loss, f32[],
+// fed by mtrun for each micro-batch (the loss mask's weight of the step's
+// cross-entropy beside the losses add_loss joins); autodiff appends it after
+// forward's arguments. Its index in g->inputs, or -1 (no backward yet, or a
+// plan whose seed is the constant 1).
+#define LOSS_SCALE_INPUT "loss_scale"
+int graph_loss_scale_input(const Graph *g);
 
 // The input node of part that carries a value from part `from` (a PartKind,
 // or SRC_MODEL_INPUT, SRC_GRAD_SEED), or NULL.

@@ -51,7 +51,7 @@ typedef enum {
     INS_COPY_OUT, // arena [src, src + bytes), fp32 or with XFER_BF16 bf16 -> added into the host's fp32
                   // gradient accumulators from element dst
     INS_COPY,     // arena [src, ...) -> arena [dst, ...), bytes
-    INS_INPUT,    // model input `input` (the batch's tokens or targets) -> arena [dst, dst + bytes)
+    INS_INPUT,    // model input `input` (the batch's tokens or targets, or the loss scale) -> arena [dst, dst + bytes)
     INS_RUN,      // run nodes [from, to) of part `part` in block frame `frame` for layer `layer`; flags RUN_*
     INS_LOSS,     // the loss scalar at arena src is the micro-batch's loss
     INS_SAVE,     // arena [src, src + bytes) -> host activation store bytes [dst, dst + bytes)

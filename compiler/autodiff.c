@@ -350,9 +350,13 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
     memset(ad.chunk_grads, 0, (size_t)nfwd * sizeof(Node **));
     part->nfwd = nfwd;
     Node *out = part->output;
-    if (pk == PART_TAIL) {
-        part->grad_seed = graph_add_node(a, part, pk, OP_CONST, DT_F32, NULL, out->loc, 0, NULL);
-        if (part->grad_seed) part->grad_seed->value = 1.0;
+    if (pk == PART_TAIL) { // d objective / d loss: the loss scale, a model input mtrun feeds (graph.h)
+        ModelInput *mi = arena_alloc(a, sizeof *mi);
+        if (!mi) return -1;
+        *mi = (ModelInput){.name = LOSS_SCALE_INPUT, .dtype = DT_F32, .loc = out->loc}; // f32[]
+        if (ptrvec_push(a, &g->inputs, mi) != 0) return -1;
+        part->grad_seed = graph_add_node(a, part, pk, OP_INPUT, DT_F32, NULL, out->loc, 0, NULL);
+        if (part->grad_seed) part->grad_seed->src_part = SRC_MODEL_INPUT, part->grad_seed->src = g->inputs.n - 1;
     } else {
         part->grad_seed = graph_add_node(a, part, pk, OP_INPUT, DT_F32, &out->shape, out->loc, 0, NULL);
         if (part->grad_seed) part->grad_seed->src_part = SRC_GRAD_SEED;

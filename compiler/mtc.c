@@ -54,7 +54,8 @@ static const char USAGE[] =
     "  --resident N     layers at the forward/backward turn kept on the device (default: the most that fit)\n"
     "  --checkpoints AT where streamed layers' checkpoints live: device or host (default: chosen)\n"
     "  --explain        every policy's predicted step time on the target against the lower bound\n"
-    "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON\n"
+    "  --trace FILE     the chosen plan's predicted timeline as Chrome trace-event JSON (only the\n"
+    "                   file: the table is --explain's)\n"
     "  --explore        every schedule searched at batch 1, 2, 4, ... while one fits: each batch's\n"
     "                   Pareto frontier of tokens/s against device and host memory, and each\n"
     "                   policy's best tokens/s by batch\n"
@@ -470,9 +471,10 @@ static Graph *untiled_of(const Model *m, const SemaOptions *opt, Graph *g, Arena
 // chosen row is the user's policy and remat. With ranks, the scale-out
 // strategies first: under --shard auto the rows are of the layout they
 // choose, as the plan written is. The bounds from untiled, g's untiled
-// graph, for the rows' layout. Returns 0, or 1 (reported).
-static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest *req, int ranks, int json,
-                   const char *trace_path, Arena *a) {
+// graph, for the rows' layout. Prints the table (print), writes the chosen
+// plan's trace (trace_path), or both. Returns 0, or 1 (reported).
+static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest *req, int print, int ranks,
+                   int json, const char *trace_path, Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
     const char *names[ROWS];
@@ -515,7 +517,7 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
-    explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
+    if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
@@ -715,13 +717,14 @@ int main(int argc, char **argv) {
                                    &arena) != 0)
             rc = 1;
         if (want_explain || trace_path) {
-            Graph *untiled = untiled_of(model, &opt, g, &arena, &diag);
+            Graph *untiled = untiled_of(model, &opt, g, &arena, &diag); // --trace alone: the trace, nothing printed
             rc = !untiled ? 1
-                          : explain(g, untiled, &tgt, &req, want_explain ? (int)ranks : 1, want_json && want_explain,
+                          : explain(g, untiled, &tgt, &req, want_explain, (int)ranks, want_json && want_explain,
                                     trace_path, &arena);
-        } else if (want_json) {
+        }
+        if (!want_explain && want_json) {
             summary_print_json(stdout, g, path, &arena);
-        } else if (want_summary) {
+        } else if (!want_explain && want_summary) {
             summary_print(stdout, g, path);
         }
         if (out_path && rc == 0) {

@@ -547,16 +547,17 @@ static void free_region(Builder *b, Engine e, int64_t dst, int64_t bytes) {
     in->bytes = bytes;
 }
 
-// The model inputs a part reads (tokens, targets) go straight to its nodes.
+// The model inputs a part reads (tokens, targets; the tail's loss scale, its
+// gradient seed) go straight to its nodes.
 static void feed_inputs(Builder *b, PartKind pk) {
     const Part *part = &b->p->graph->parts[pk];
-    for (int i = 0; i < part->nfwd; i++) {
+    for (int i = 0; i < part->nodes.n; i++) {
         const Node *n = part->nodes.items[i];
         if (n->op != OP_INPUT || n->src_part != SRC_MODEL_INPUT) continue;
         Instr *in = emit(b, INS_INPUT, ENG_COPY_IN);
         in->input = n->src;
         in->dst = addr(b->p, n, 0);
-        in->bytes = node_bytes(DT_I32, n);
+        in->bytes = node_bytes(b->p->graph->train.compute, n);
     }
 }
 

@@ -599,7 +599,9 @@ static int read_part(Rd *r, Graph *g, PartKind pk) {
     part->grad_seed = get_node_ref(r, part, part->nfwd, n, 0, pk, "the gradient seed");
     if (r->failed) return -1;
     const Node *seed = part->grad_seed;
-    if (!(seed->op == OP_CONST || (seed->op == OP_INPUT && seed->src_part == SRC_GRAD_SEED))) {
+    int scale = pk == PART_TAIL && seed->op == OP_INPUT && seed->src_part == SRC_MODEL_INPUT && seed->dtype == DT_F32 &&
+                seed->shape.rank == 0; // the loss scale mtrun feeds
+    if (!(seed->op == OP_CONST || scale || (seed->op == OP_INPUT && seed->src_part == SRC_GRAD_SEED))) {
         rd_fail(r, "%s part: the gradient seed, node %d, is a %s", part_name(pk), seed->id, op_name(seed->op));
         return -1;
     }

@@ -471,13 +471,14 @@ void replay_stats_add(const Plan *p, const Instr *ins, int n, const char *stats,
 }
 
 // Points a part's parameter nodes at layer `layer`'s weights as they stream
-// (w: the master, or its bf16 copy widened), and its model inputs at the batch.
+// (w: the master, or its bf16 copy widened), and its model inputs at the batch
+// (the tail's gradient seed, the loss scale, among them).
 static void bind_params_inputs(PartState *ps, const Plan *p, float *w, int64_t layer, const int32_t *const *inputs) {
     const Part *part = ps->part;
     ps->compute = p->graph->train.compute;
-    for (int i = 0; i < part->nfwd; i++) {
+    for (int i = 0; i < part->nodes.n; i++) {
         const Node *n = part->nodes.items[i];
-        if (n->op == OP_PARAM) ps->val[i] = w + plan_param_elem(p, n->param, layer);
+        if (n->op == OP_PARAM && i < part->nfwd) ps->val[i] = w + plan_param_elem(p, n->param, layer);
         if (n->op == OP_INPUT && n->src_part == SRC_MODEL_INPUT) ps->val[i] = (void *)inputs[n->src];
     }
 }

@@ -87,7 +87,8 @@ enum { REPLAY_STALL_S = 600 };
 double replay_predicted_step_s(const Plan *p);
 
 // Replays ins[0, n) (p->train or p->eval) with the micro-batch's model
-// inputs (inputs[i] is model input i, e.g. tokens then targets); `last`:
+// inputs (inputs[i] is model input i's host bytes: tokens, targets, then the
+// loss scale, a float, graph.h); `last`:
 // this is the step's last micro-batch, the only one whose INS_NORM
 // instructions compute. Sets *loss to the micro-batch's loss. Returns 0, or
 // -1 with a message in err: a deadlock (every engine with instructions left

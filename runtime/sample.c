@@ -123,7 +123,8 @@ static float *batch_logits(const Plan *p, HostStore *hs, Replay *rp, const int32
     const TrainConfig *t = &p->graph->train;
     int64_t V = logits_width(p);
     float *logits = V ? malloc((size_t)(t->batch * t->seq * V) * sizeof(float)) : NULL; // (B, T, V)
-    const int32_t *inputs[2] = {tokens, targets};
+    static const float one = 1; // the loss scale (graph.h): a forward reads none
+    const int32_t *inputs[3] = {tokens, targets, (const int32_t *)(const void *)&one};
     const char *ref = getenv("MT_SAMPLE_REFERENCE");
     if (ref && *ref && strcmp(ref, "0") != 0) rp = NULL;
     if (logits && rp) {

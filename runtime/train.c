@@ -57,9 +57,9 @@ static int64_t model_vocab(const Graph *g) {
 }
 
 // Checks that forward takes (tokens, targets), both i32[B, T], which is what
-// mtrun feeds.
+// mtrun feeds, besides the loss scale autodiff adds after them (graph.h).
 static int check_inputs(const Graph *g, char *err, size_t errcap) {
-    int ok = g->inputs.n == 2;
+    int scale = graph_loss_scale_input(g), ok = g->inputs.n == 2 + (scale >= 0) && (scale < 0 || scale == 2);
     for (int i = 0; ok && i < 2; i++) {
         const ModelInput *in = g->inputs.items[i];
         ok = in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dims[0] == g->train.batch &&
@@ -92,6 +92,8 @@ typedef struct Run {
     const DataSet *val; // &data or &val_file
     int32_t *tokens, *targets; // (B, T) each
     int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
+    float loss_scale; // the tail's gradient seed, d objective / d loss (graph.h): 1, or with masked targets
+                      // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
     FILE *log;
     double predicted_s; // the plan's predicted step time on its target (0: not given)
     int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
@@ -122,7 +124,9 @@ static int store_ok(const Run *r, char *err, size_t errcap) {
 // One micro-batch through the plan (or the reference executor): its loss
 // into *loss. `last`: the step's last micro-batch. 0, or -1 with a message.
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
-    const int32_t *inputs[2] = {r->tokens, r->targets}, *docs = r->data.docs || r->val->docs ? r->segs : NULL;
+    // each model input's host bytes (the loss scale's a float)
+    const int32_t *inputs[3] = {r->tokens, r->targets, (const int32_t *)(const void *)&r->loss_scale};
+    const int32_t *docs = r->data.docs || r->val->docs ? r->segs : NULL;
     if (r->o->reference) {
         double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
         *loss = reference_step(r->p, &r->hs, inputs, docs, backward, &aux);
@@ -206,10 +210,16 @@ static void step_end(Run *r, int64_t t_step, double lr, double inv, double *norm
 // (INS_UPDATE) while its forward runs; the reference path applies it at
 // once. 0, or -1 with a message.
 //
-// With a loss mask, the step's loss is the mean over all its counted
-// targets, as one big batch: each micro-batch's loss kernel sums its
-// counted rows / rows, so the step's loss and gradient are the sums over
-// micro-batches times rows / (counted targets of the whole step).
+// With a loss mask, the step's cross-entropy is the mean over all its
+// counted targets, as one big batch: each micro-batch's loss kernel sums its
+// counted rows / rows, so the step's loss is the sum over micro-batches
+// times rows / (counted targets of the whole step). Its gradient gets that
+// weight from the tail's seed (the loss scale, rows x micro-batches /
+// counted, counted before the micro-batches run), and the losses add_loss
+// joins (the MoE load-balancing loss) keep theirs: the mean over
+// micro-batches, as without a mask (transformers' loss with labels -100).
+// A plan whose seed is the constant 1 (an mtc before the loss scale) weighs
+// the whole gradient by rows / counted instead.
 static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
@@ -221,9 +231,23 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     }
     if (store_ok(r, err, errcap) != 0) return -1;
     double sum = 0;
-    int64_t rows = t->batch * t->seq, total = 0;
+    int64_t rows = t->batch * t->seq, total = 0, parts = t->accumulate * run_ranks(r); // micro-batches of every rank
+    int fed = graph_loss_scale_input(p->graph) >= 0;
     r->aux = 0;
     for (int64_t i = 0; r->reports && i < p->graph->layers * r->max_e; i++) r->loads[i] = 0;
+    r->loss_scale = 1;
+    if (fed) { // the step's counted targets, every rank's, before its micro-batches run: the seed's weight
+        int64_t at = data_position(&r->data);
+        double counted_all = 0;
+        for (int64_t k = 0; k < t->accumulate; k++) {
+            data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets, NULL);
+            counted_all += (double)counted(r->targets, rows);
+        }
+        if (data_seek(&r->data, at, err, errcap) != 0) return -1;
+        dist_sum_doubles(r->o->dist, &counted_all, 1);
+        if (counted_all != (double)(rows * parts))
+            r->loss_scale = counted_all ? (float)((double)(rows * parts) / counted_all) : 0;
+    }
     for (int64_t k = 0; k < t->accumulate; k++) {
         float l;
         data_next_train(&r->data, t->batch, t->seq, r->tokens, r->targets, r->segs);
@@ -231,7 +255,6 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         if (micro_batch(r, 1, k == t->accumulate - 1, &l, err, errcap) != 0) return -1;
         sum += l;
     }
-    int64_t parts = t->accumulate * run_ranks(r); // micro-batches of every rank
     if (run_ranks(r) > 1 && p->sharded) { // each rank's slices' part of every segment's norm, summed over the ranks
         for (int64_t s = 0; s < r->hs.nseg; s++) {
             if (isnan(r->hs.seg[s].sq_norm)) store_norm(&r->hs, p, s + SEG_FIRST); // (what no INS_NORM computed)
@@ -252,7 +275,7 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
     }
     r->aux /= (double)parts;
     int all = total == rows * parts; // no target masked: the plain mean, bit for bit as before masks
-    step_end(r, t_step, lr, all ? 1.0 / (double)parts : total ? (double)rows / (double)total : 0, norm);
+    step_end(r, t_step, lr, all || fed ? 1.0 / (double)parts : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
     if (store_ok(r, err, errcap) != 0) return -1;
     *loss = all ? sum / (double)parts : total ? sum * (double)rows / (double)total : 0;
@@ -433,6 +456,7 @@ static int open_run(Run *r, char *err, size_t errcap) {
     r->tokens = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->targets = malloc((size_t)(t->batch * t->seq) * sizeof(int32_t));
     r->segs = calloc((size_t)(t->batch * t->seq), sizeof(int32_t));
+    r->loss_scale = 1;
     if (!r->tokens || !r->targets || !r->segs) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;

@@ -188,6 +188,8 @@ def main():
               len(tracks) == 4 and len(spans) > 32 * 4 and alone and overlap,
               "--trace writes one track per engine, each in order, overlapping each other", p)
         check(any(e.get("name") == "layer 31 backward" for e in ev), "--trace names layers and passes", p)
+        # without --explain, the trace only (it printed the whole explain table)
+        check(p.returncode == 0 and not p.stdout, "--trace alone prints nothing", p)
 
     # the human summary
     p = run(mtc, f"{ex}/gpt2.mt", "--summary")

@@ -6,6 +6,7 @@ usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANK
        check_dist.py MTC MTRUN resume MODEL.mt
        check_dist.py MTC MTRUN kill MODEL.mt
        check_dist.py MTC MTRUN cuda MODEL.mt LIBMT_CUDA_EMU CXX [f32|bf16 [replicated|sharded]]
+       check_dist.py MTC MTRUN tied examples/gpt2-tiny.mt
 
 equal:  MODEL at batch 2 per rank under mpirun -np 2 and -np 4 (mtc --ranks N)
         against one process at the same global batch, 2 rows x accumulate N
@@ -84,6 +85,23 @@ cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         backend's do, so MPI sums them alike) or sharded (the plan's
         all-gathers and reduce-scatters on the cuda backend's comm stream,
         bf16 gradients widened on the device first; FREE poisons its region).
+tied:   why gpt2-tiny's 2 ranks are not `equal` to one process at accumulate
+        2 (f32), and that nothing else differs. Its tied wte gets two
+        gradients a micro-batch, the LM head's (the tail, first) and the
+        lookup's (the head): one process sums ((t0 + h0) + t1) + h1, the ranks
+        (t0 + h0) + (t1 + h1), so after 1 step wte differs in a few elements
+        by an ulp (within 1e-7 of its largest) and every other tensor is the
+        same bits. Those carry into every tensor's later steps within 1e-6,
+        except the key third of each attn.c_attn.bias: its exact gradient is
+        0 (a key bias adds q . b to every score of a query, which the softmax
+        ignores), so what it gets is rounding noise, far below AdamW's eps
+        (1e-8), whose update is then lr g / eps: the noise's differences
+        times lr / eps, some 10^4. After 5 steps the key third is under 1e-3
+        of the query third's size (a real gradient would move it as far),
+        and apart from it the tensor is within 1e-6. An ulp apart in the tied sum is therefore
+        all there is, and it cannot be made exact without holding the LM
+        head's wte gradient on the device until the lookup's is added (a V x C
+        fp32 buffer across the whole backward).
 Open MPI runs as root here only with --allow-run-as-root, and 4 ranks on 2
 cores only with --oversubscribe.
 """
@@ -554,6 +572,40 @@ def cuda(mtc, mtrun, model, lib, cxx, tmp, dtype="f32", layout="replicated"):
           f"(tolerance {tol:g})")
 
 
+def tied(mtc, mtrun, model, tmp):
+    """gpt2-tiny at 2 ranks against one process at accumulate 2 (the module docstring's tied: says why)."""
+    one, per = os.path.join(tmp, "one.bin"), os.path.join(tmp, "ranks.bin")
+    for plan, src, flags in ((one, with_accumulate(model, tmp, 2), []), (per, model, ["--ranks", "2", "--shard", "off"])):
+        p = run(mtc, src, "--dtype", "f32", "--batch", "2", *flags, "-o", plan)
+        if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
+            return
+    for steps in ("1", "5"):
+        extra = ["--steps", steps, "--val-every", steps]
+        ref, got = train(mtrun, one, tmp, "one" + steps, 0, extra), train(mtrun, per, tmp, "np" + steps, 2, extra)
+        if not (ref and got):
+            return
+        wr, wg = safetensors(ref[1]), safetensors(got[1])
+        C = wr["wte.weight"].shape[1]
+        for name in sorted(wr):
+            a, b = wr[name], wg[name]
+            if steps == "1":
+                tol = 1e-7 if name == "wte.weight" else 0.0
+                e = rel_max(a, b)
+                check(e <= tol, f"{model} 1 step: {name} differs by {e:.3g} of its largest element (allowed {tol:g})")
+                continue
+            if name.endswith("attn.c_attn.bias"):  # [q | k | v]: the key third apart
+                q, k = a[:C], a[C:2 * C]
+                size = float(np.linalg.norm(k)) / float(np.linalg.norm(q))
+                check(size <= 1e-3, f"{name}: its key third is {size:.3g} of the query third's size, not noise")
+                a, b = np.concatenate([a[:C], a[2 * C:]]), np.concatenate([b[:C], b[2 * C:]])
+            e = rel(a, b)
+            check(e <= 1e-6, f"{model} 5 steps: {name} differs by {e:.3g} relative (over 1e-6)")
+        diff = {n: rel_max(wr[n], wg[n]) for n in wr}
+        print(f"{model} f32, 2 ranks against accumulate 2, {steps} step(s): tensors differing "
+              f"{sorted(n for n, e in diff.items() if e > 0) if steps == '1' else len([e for e in diff.values() if e])}"
+              f"; largest {max(diff.values()):.3g} of a tensor's largest ({max(diff, key=diff.get)})")
+
+
 def main():
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
@@ -568,6 +620,8 @@ def main():
             cuda(mtc, mtrun, model, sys.argv[5], sys.argv[6], tmp, *sys.argv[7:9])
         elif mode == "kill":
             kill(mtc, mtrun, model, tmp)
+        elif mode == "tied":
+            tied(mtc, mtrun, model, tmp)
         else:
             sys.exit(f"unknown mode {mode}")
     return finish(f"{mode} checks")

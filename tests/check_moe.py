@@ -54,8 +54,18 @@ that the check can fail, the same model with pooled = false (each layer's
 own loss, summed) must miss transformers' router gradients by more than
 1e-3.
 
+hf_masked: the same on a token file with a loss mask (X.bin and X.mask,
+runtime/data.h) that excludes every third target and the first 12, which
+transformers gets as labels -100: the loss (its cross-entropy the mean over
+the counted targets, aux as before) and every router's gradient to 1e-5.
+The cross-entropy's gradient carries the mask's weight (rows / counted) and
+the load-balancing loss's does not: with the weight on the whole gradient
+(mtrun before the loss scale, graph.h) the routers missed by 3.7e-2 and
+8.7e-2.
+
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
        check_moe.py hf MTC REF_FORWARD MTRUN
+       check_moe.py hf_masked MTC REF_FORWARD MTRUN
        check_moe.py stats MTC REF_FORWARD MTRUN
        check_moe.py explain MTC
        check_moe.py plan MTC
@@ -271,9 +281,9 @@ def hf_mixtral(seed):
     return model
 
 
-def mt_step_grads(mtc, mtrun, text, W, tmp, T):
-    """mtrun's first step of model text from weights W (batch 1, seq T): its log line and the gradient of every
-    tensor, read off an AdamW step of update lr g / (|g| + eps)."""
+def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
+    """mtrun's first step of model text from weights W (batch 1, seq T) on data: its log line and the gradient of
+    every tensor, read off an AdamW step of update lr g / (|g| + eps)."""
     lr, eps = 1e12, 1e6
     text = text.replace('data = "data/tinyshakespeare.txt"', "")
     text = text.replace("optimizer = adamw(lr = 3e-3, betas = (0.9, 0.95), weight_decay = 0.1)",
@@ -289,7 +299,7 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T):
     q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers", "--dtype", "f32")
     if not check(q.returncode == 0, "mtc -o the tiny Mixtral", q):
         return None, None
-    p = run(mtrun, planfile, "--steps", "1", "--device", "cpu", "--data", DATA, "--init", wf, "--log", log, "--lr",
+    p = run(mtrun, planfile, "--steps", "1", "--device", "cpu", "--data", data, "--init", wf, "--log", log, "--lr",
             f"{lr:g}", "--no-save", "--val-batches", "0", "--export", out, "--dtype", "fp32")
     if not check(p.returncode == 0, "mtrun one step of the tiny Mixtral", p):
         return None, None
@@ -301,11 +311,29 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T):
     return [json.loads(line) for line in open(log) if '"loss"' in line][0], grads
 
 
-def hf(mtc, mtrun):
+def masked_data(raw, tmp):
+    """The bytes as an llm.c token file X.bin with a loss mask X.mask (runtime/data.h) that excludes the first 12
+    tokens and every third: its path and the mask."""
+    mask = np.ones(len(raw), np.uint8)
+    mask[:12], mask[::3] = 0, 0
+    path = os.path.join(tmp, "masked.bin")
+    for name, magic, body in ((path, 20240520, raw.astype("<u2")), (path[:-4] + ".mask", 20240902, mask)):
+        head = np.zeros(256, "<i4")
+        head[:3] = magic, 1, len(raw)
+        with open(name, "wb") as f:
+            f.write(head.tobytes() + body.tobytes())
+    return path, mask
+
+
+def hf(mtc, mtrun, masked=False):
     import torch
     T = 32
     raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
     tokens, targets = raw[:T], raw[1:T + 1]  # the first training batch of batch 1 (no --shuffle)
+    tmp_data = tempfile.TemporaryDirectory()
+    data, mask = masked_data(raw, tmp_data.name) if masked else (DATA, None)
+    labels = np.where(mask[1:T + 1] == 1, targets, -100) if masked else targets  # a target counts if its token does
+    what = "mixtral-tiny pooled" + (f", {int((labels >= 0).sum())} of {T} targets counted" if masked else "")
     model = hf_mixtral(3)
     W = {}
     for name, t in model.state_dict().items():  # mt's names: transformers 5 fuses the experts
@@ -323,34 +351,36 @@ def hf(mtc, mtrun):
         for name, p in model.named_parameters():
             p.copy_(p.float().double())
     out = model(torch.tensor(tokens[None]))
-    ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(targets))
+    ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(labels), ignore_index=-100)
     want = ce + AUX * out.aux_loss
     want.backward()
     routers = {n: p.grad.numpy() for n, p in model.named_parameters() if n.endswith("gate.weight")}
     text = open(MODEL).read()
     if not check("pooled = true" in text, f"{MODEL} pools its load-balancing loss"):
         return
-    with tempfile.TemporaryDirectory() as tmp:
-        got, grads = mt_step_grads(mtc, mtrun, text, W, tmp, T)
-        per_layer = mt_step_grads(mtc, mtrun, text.replace("pooled = true", "pooled = false"), W, tmp, T)[1]
+    with tempfile.TemporaryDirectory() as tmp, tmp_data:
+        got, grads = mt_step_grads(mtc, mtrun, text, W, tmp, T, data)
+        per_layer = grads if masked else mt_step_grads(mtc, mtrun, text.replace("pooled = true", "pooled = false"),
+                                                       W, tmp, T)[1]
     if got is None or per_layer is None:
         return
     want = float(want.detach())
     e = abs(got["loss"] - want) / want
-    check(e <= 1e-5, f"mixtral-tiny pooled: step 1 loss {got['loss']} vs transformers' {want} ({e:.1e})")
-    e_aux = abs(got["aux_loss"] - AUX * float(out.aux_loss)) / (AUX * float(out.aux_loss))
-    check(e_aux <= 1e-5, f"aux_loss {got['aux_loss']} vs transformers' {AUX * float(out.aux_loss)} ({e_aux:.1e})")
-    print(f"mixtral-tiny pooled: loss {got['loss']:.9f} (ce {got['ce_loss']:.9f} + aux {got['aux_loss']:.9f}), "
-          f"transformers' {want:.9f} (ce {float(ce):.9f} + {AUX} x {float(out.aux_loss):.9f}): {e:.1e} relative, "
+    check(e <= 1e-5, f"{what}: step 1 loss {got['loss']} vs transformers' {want} ({e:.1e})")
+    aux = float(out.aux_loss.detach())
+    e_aux = abs(got["aux_loss"] - AUX * aux) / (AUX * aux)
+    check(e_aux <= 1e-5, f"aux_loss {got['aux_loss']} vs transformers' {AUX * aux} ({e_aux:.1e})")
+    print(f"{what}: loss {got['loss']:.9f} (ce {got['ce_loss']:.9f} + aux {got['aux_loss']:.9f}), "
+          f"transformers' {want:.9f} (ce {float(ce):.9f} + {AUX} x {aux:.9f}): {e:.1e} relative, "
           f"aux {e_aux:.1e}")
     for n, g in routers.items():
         mine = grads[n.replace(".mlp.", ".block_sparse_moe.")]
         err = float(np.max(np.abs(mine - g)) / np.max(np.abs(g)))
         err0 = float(np.max(np.abs(per_layer[n.replace(".mlp.", ".block_sparse_moe.")] - g)) / np.max(np.abs(g)))
-        check(err <= 1e-5, f"{n}: mt's gradient misses transformers' by {err:.2e} relative (limit 1e-5)")
-        check(err0 > 1e-3, f"{n}: per layer (pooled = false) the gradient misses by only {err0:.2e}")
-        print(f"{'ok  ' if err <= 1e-5 and err0 > 1e-3 else 'FAIL'} {n}: gradient {err:.2e} relative from "
-              f"transformers'; per layer {err0:.2e}")
+        check(err <= 1e-5, f"{what}: {n}: mt's gradient misses transformers' by {err:.2e} relative (limit 1e-5)")
+        check(masked or err0 > 1e-3, f"{n}: per layer (pooled = false) the gradient misses by only {err0:.2e}")
+        print(f"{'ok  ' if err <= 1e-5 and (masked or err0 > 1e-3) else 'FAIL'} {what}: {n}: gradient {err:.2e} "
+              f"relative from transformers'" + ("" if masked else f"; per layer {err0:.2e}"))
 
 
 def main():
@@ -365,8 +395,8 @@ def main():
     if mode == "stats":
         stats(mtc, ref, mtrun)
         sys.exit(finish())
-    if mode == "hf":
-        hf(mtc, mtrun)
+    if mode in ("hf", "hf_masked"):
+        hf(mtc, mtrun, mode == "hf_masked")
         sys.exit(finish())
     d = json.loads(run(mtc, MODEL, "--json").stdout)
     rng = np.random.default_rng(14)

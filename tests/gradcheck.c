@@ -1,7 +1,8 @@
 // gradcheck: checks autodiff's gradients against central finite differences
 // in double precision. For each model given, for each part (head, block,
 // tail), binds random inputs and parameters, takes the objective
-//   J = loss (tail)   or   J = sum(output * R) for a random R (head, block),
+//   J = sum(output * R) for a random R (the head's and block's gradient seed,
+//   the tail's loss scale: a scalar),
 // plus every loss add_loss joins to the objective,
 // runs the backward the compiler appended, and compares every gradient, of
 // every parameter and part input, element by element (up to --samples a
@@ -64,7 +65,7 @@ static int check_part(const Graph *g, PartKind pk, const char *path) {
             else ((double *)bound[i])[k] = n->op == OP_PARAM ? 0.5 * normal() + (n->shape.rank == 1) : normal();
         }
         ps.val[i] = bound[i];
-        if (n->op == OP_INPUT && n->src_part == SRC_GRAD_SEED) R = bound[i];
+        if (n == part->grad_seed) R = bound[i]; // a block's d J / d output, the tail's loss scale
     }
     double j0 = objective(&ps, R);
     exec_run(&ps, part->nfwd, part->nodes.n);

@@ -119,8 +119,9 @@ int main(int argc, char **argv) {
     Graph *g = m ? sema_lower(m, &opt, &arena, &diag) : NULL;
     if (!g || autodiff(g, &arena, &diag) != 0) return 1; // autodiff sets nfwd
     Run r = {.g = g, .inputs = (int32_t *)raw};
-    int64_t want = 0;
-    for (int k = 0; k < g->inputs.n; k++) want += shape_numel(&((ModelInput *)g->inputs.items[k])->shape);
+    int64_t want = 0; // forward's arguments (not the loss scale a backward reads)
+    int nargs = g->inputs.n - (graph_loss_scale_input(g) >= 0);
+    for (int k = 0; k < nargs; k++) want += shape_numel(&((ModelInput *)g->inputs.items[k])->shape);
     if ((int64_t)rawlen != want * 4) {
         fprintf(stderr, "ref_forward: %s holds %zu bytes; the model's inputs are %lld int32\n", argv[3], rawlen,
                 (long long)want);

@@ -141,7 +141,7 @@ typedef struct Fixture {
     HostStore hs;
     char *act;                         // (host_act_bytes + 1)
     int32_t *tok;                      // (4, B*T): tokens and targets of batch 0, then of batch 1
-    const int32_t *in0[2], *in1[2];    // batch 0's and batch 1's tokens and targets
+    const int32_t *in0[3], *in1[3];    // batch 0's and batch 1's tokens, targets and loss scale (1)
     Outcome want, got;
 } Fixture;
 
@@ -160,7 +160,9 @@ static int fixture_open(Fixture *f, const Plan *p) {
     }
     batch(p, f->tok, f->tok + BT, 0);
     batch(p, f->tok + 2 * BT, f->tok + 3 * BT, 1);
+    static const float one = 1;
     f->in0[0] = f->tok, f->in0[1] = f->tok + BT, f->in1[0] = f->tok + 2 * BT, f->in1[1] = f->tok + 3 * BT;
+    f->in0[2] = f->in1[2] = (const int32_t *)(const void *)&one;
     f->want.sq = calloc((size_t)f->hs.nseg, sizeof(double));
     f->got.sq = calloc((size_t)f->hs.nseg, sizeof(double));
     f->got.by_norm = calloc((size_t)f->hs.nseg, sizeof(double));

@@ -214,6 +214,31 @@ def padding(cfg):
     return f", padding_idx = {pad}" if isinstance(pad, int) and pad >= 0 else ""
 
 
+def attention_params(P, qd, kd, bias=False, head_norms=False, gain=""):
+    """A decoder layer's attention weights as the checkpoints name them: q, k, v (and their biases), o, and
+    Qwen3's and Gemma 3's per-head q/k norm gains (gain: their init, Gemma's zeros)."""
+    for x, d in (("q", qd), ("k", kd), ("v", kd)):
+        P(f'param w{x} "self_attn.{x}_proj.weight" [{d}, C]')
+        if bias:
+            P(f'param b{x} "self_attn.{x}_proj.bias" [{d}]')
+    P(f'param wo "self_attn.o_proj.weight" [C, {qd}] {RESID}')
+    if head_norms:
+        P(f'param q_norm "self_attn.q_norm.weight" [HS]{gain}')
+        P(f'param k_norm "self_attn.k_norm.weight" [HS]{gain}')
+
+
+def mlp_params(P):
+    """A decoder layer's gated MLP weights (SwiGLU, GeGLU)."""
+    P('param w_gate "mlp.gate_proj.weight" [FFN, C]')
+    P('param w_up "mlp.up_proj.weight" [FFN, C]')
+    P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
+
+
+def head_norm(x, heads, gain):
+    """x [B, T, heads * HS] with each head's HS features normalised (rmsnorm with gain)."""
+    return f"reshape(rmsnorm(reshape({x}, [B, T, {heads}, HS]), {gain}, eps = eps), [B, T, {heads} * HS])"
+
+
 def llama_like(mt, cfg, raw, name):
     """llama, mistral, qwen2, qwen3, olmo2, phi3, and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
     check_fields(mt, raw)
@@ -276,24 +301,12 @@ def llama_like(mt, cfg, raw, name):
     P = lambda s: L.append("  " + s)
     if mt != "olmo2":
         P('param attn_norm "input_layernorm.weight" [C]')
+    qd, kd = ("NH * HS", f"{kvh} * HS") if (gqa or HS * NH != C) else ("C", "C")
     if mt == "phi3":
         P('param wqkv "self_attn.qkv_proj.weight" [(NH + 2 * NKV) * HS, C]')
+        P(f'param wo "self_attn.o_proj.weight" [C, {qd}] {RESID}')
     else:
-        qd, kd = ("NH * HS", f"{kvh} * HS") if (gqa or HS * NH != C) else ("C", "C")
-        P(f'param wq "self_attn.q_proj.weight" [{qd}, C]')
-        if bias:
-            P(f'param bq "self_attn.q_proj.bias" [{qd}]')
-        P(f'param wk "self_attn.k_proj.weight" [{kd}, C]')
-        if bias:
-            P(f'param bk "self_attn.k_proj.bias" [{kd}]')
-        P(f'param wv "self_attn.v_proj.weight" [{kd}, C]')
-        if bias:
-            P(f'param bv "self_attn.v_proj.bias" [{kd}]')
-    od = "NH * HS" if (gqa or HS * NH != C) else "C"
-    P(f'param wo "self_attn.o_proj.weight" [C, {od}] {RESID}')
-    if qk_head_norm:
-        P('param q_norm "self_attn.q_norm.weight" [HS]')
-        P('param k_norm "self_attn.k_norm.weight" [HS]')
+        attention_params(P, qd, kd, bias, qk_head_norm)
     if qk_full_norm:
         P('param q_norm "self_attn.q_norm.weight" [NH * HS]')
         P('param k_norm "self_attn.k_norm.weight" [NKV * HS]')
@@ -323,9 +336,7 @@ def llama_like(mt, cfg, raw, name):
         P('param w_gate_up "mlp.gate_up_proj.weight" [2 * FFN, C]')
         P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
     else:
-        P('param w_gate "mlp.gate_proj.weight" [FFN, C]')
-        P('param w_up "mlp.up_proj.weight" [FFN, C]')
-        P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
+        mlp_params(P)
     L.append("")
     h = "x" if mt == "olmo2" else "a"
     if mt != "olmo2":
@@ -337,8 +348,7 @@ def llama_like(mt, cfg, raw, name):
     else:
         qx, kx = f"{h} @ transpose(wq){b('q')}", f"{h} @ transpose(wk){b('k')}"
     if qk_head_norm:
-        qx = f"reshape(rmsnorm(reshape({qx}, [B, T, NH, HS]), q_norm, eps = eps), [B, T, NH * HS])"
-        kx = f"reshape(rmsnorm(reshape({kx}, [B, T, {kvh}, HS]), k_norm, eps = eps), [B, T, {kvh} * HS])"
+        qx, kx = head_norm(qx, "NH", "q_norm"), head_norm(kx, kvh, "k_norm")
     if qk_full_norm:
         qx, kx = f"rmsnorm({qx}, q_norm, eps = eps)", f"rmsnorm({kx}, k_norm, eps = eps)"
     P(f"q = rope({qx}, heads = NH, {rope_kw})")
@@ -416,25 +426,16 @@ def gemma(mt, cfg, raw, name):
         L.append(f'block {kind} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
         P = lambda s: L.append("  " + s)
         P('param attn_norm "input_layernorm.weight" [C] init = zeros')
-        P('param wq "self_attn.q_proj.weight" [NH * HS, C]')
-        P('param wk "self_attn.k_proj.weight" [NKV * HS, C]')
-        P('param wv "self_attn.v_proj.weight" [NKV * HS, C]')
-        P(f'param wo "self_attn.o_proj.weight" [C, NH * HS] {RESID}')
-        if mt == "gemma3_text":
-            P('param q_norm "self_attn.q_norm.weight" [HS] init = zeros')
-            P('param k_norm "self_attn.k_norm.weight" [HS] init = zeros')
+        attention_params(P, "NH * HS", "NKV * HS", head_norms=mt == "gemma3_text", gain=" init = zeros")
         P('param post_attn_norm "post_attention_layernorm.weight" [C] init = zeros')
         P('param ffn_norm "pre_feedforward_layernorm.weight" [C] init = zeros')
         P('param post_ffn_norm "post_feedforward_layernorm.weight" [C] init = zeros')
-        P('param w_gate "mlp.gate_proj.weight" [FFN, C]')
-        P('param w_up "mlp.up_proj.weight" [FFN, C]')
-        P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
+        mlp_params(P)
         L.append("")
         P("a = rmsnorm(x, 1 + attn_norm, eps = eps)")
         qx, kx = "a @ transpose(wq)", "a @ transpose(wk)"
         if mt == "gemma3_text":
-            qx = f"reshape(rmsnorm(reshape({qx}, [B, T, NH, HS]), 1 + q_norm, eps = eps), [B, T, NH * HS])"
-            kx = f"reshape(rmsnorm(reshape({kx}, [B, T, NKV, HS]), 1 + k_norm, eps = eps), [B, T, NKV * HS])"
+            qx, kx = head_norm(qx, "NH", "1 + q_norm"), head_norm(kx, "NKV", "1 + k_norm")
         P(f"q = rope({qx}, heads = NH, {kw})")
         P(f"k = rope({kx}, heads = NKV, {kw})")
         P("v = a @ transpose(wv)")
