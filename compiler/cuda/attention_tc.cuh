@@ -25,13 +25,14 @@
 // The work, in T*T*D units of matrix products: forward Q K^T, P V (2);
 // bwd_dq dS K after Q K^T and dY V^T (3); bwd_dkdv Q K^T and dY V^T again,
 // then P^T dY and dS^T Q (4): 9, dq deterministic (no atomics; the standard
-// count, with dq by atomics, is 7). Given no saved lse (y and lse NULL),
-// bwd_dq first recomputes it (Q K^T, dY V^T: 2 more). P and dS enter the
-// products as plain bf16, as FlashAttention and PyTorch's SDPA do: each
-// output's largest error against attention in double is at most 1.54 times
-// that of plain bf16 attention (P and dS rounded to bf16) on
-// emu_attention's cases, FlashAttention's own tests' criterion (2 times);
-// dv's equals it.
+// count, with dq by atomics, is 7). The backend passes the forward's y and
+// lse (the plan's attention_lse); given NULL, bwd_dq first recomputes them
+// (Q K^T, dY V^T: 2 more). P and dS enter the products as plain bf16, as
+// FlashAttention and PyTorch's SDPA do: each output's largest error against
+// attention in double is at most 1.54 times that of plain bf16 attention (P
+// and dS rounded to bf16) on emu_attention's cases, FlashAttention's own
+// tests' criterion (2 times); dv's equals it.
+//
 // Launch ABI (numbers in common/attention.h: ATTN_TC_*, attn_tc_*), 128 threads each:
 //   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B),     attn_tc_smem_fwd(D, DV) bytes of dynamic shared memory
 //   mt_attn_tc_bwd_dq_NAME   grid (ceil(T/64), H, B),     attn_tc_smem_dq(D, DV)
