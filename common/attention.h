@@ -60,6 +60,15 @@ static inline size_t attn_tc_smem_max(int D, int Dv) {
     return a > b ? (a > c ? a : c) : (b > c ? b : c);
 }
 
+// The matrix work the GPU kernels (attention_tc.cuh and attention.cuh
+// alike) run, in head dimensions per (query, key) pair (2 FLOPs each), the
+// query/key heads D and the value heads Dv wide: the forward Q K^T, P V; the
+// backward, given the forward's lse and y, bwd_dq Q K^T, dY V^T, dS K and
+// bwd_dkdv Q K^T, dY V^T, P^T dY, dS^T Q (deterministic dq: 9 units of
+// T x T x D forward + backward at D = Dv, against the 7 FlashAttention-2
+// counts with dq by atomics). compiler/cost.c prices it.
+static inline double attn_gpu_head_dims(int bwd, double D, double Dv) { return bwd ? 4 * D + 3 * Dv : D + Dv; }
+
 // The backward's fp32 workspace: lse then delta, each [B, H, T].
 static inline size_t attn_workspace_bytes(long B, long T, long H) { return 2 * 4 * (size_t)(B * H * T); }
 

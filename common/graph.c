@@ -9,7 +9,7 @@ static const char *const OP_NAMES[] = {
     "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
     "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
     "attention_bwd", "pad", "view", "tanh", "sigmoid", "erf", "exp", "log", "abs", "lt", "le", "eq", "where",
-    "top_k", "moe", "moe_bwd", "load_balance", "load_balance_bwd", "add_loss",
+    "top_k", "moe", "moe_bwd", "load_balance", "load_balance_bwd", "add_loss", "attention_lse",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -99,7 +99,7 @@ Shape param_element_shape(const Param *p) {
     return s;
 }
 
-int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_MOE; }
+int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_MOE; }
 
 int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows) {
     int64_t E = 0, per_kind[MT_MAX_KINDS] = {0};
@@ -160,6 +160,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
         fprintf(out, "%s%s", n->rope_interleaved ? " interleaved" : "", n->inverse ? " inverse" : "");
         break;
     case OP_ATTENTION:
+    case OP_ATTENTION_LSE:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
                 (long long)n->window, n->scale, n->softcap);
         break;

@@ -53,7 +53,9 @@ typedef enum {
     OP_SILU,          // x * sigmoid(x)
     OP_SWIGLU,        // silu(gate) * up
     OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta, rope_*
-    OP_ATTENTION,     // q[B, T, H*D], k, v[B, T, KVH*D] -> [B, T, H*D]; heads, kv_heads, causal, window, scale, softcap
+    OP_ATTENTION,     // q[B, T, H*D], k[B, T, KVH*D], v[B, T, KVH*Dv], lse -> [B, T, H*Dv]; heads, kv_heads, causal,
+                      // window, scale, softcap. lse is the OP_ATTENTION_LSE of the same q and k, the node just
+                      // before: one kernel computes both (its gradient flows through q and k alone)
     OP_SOFTMAX,       // along axis
     OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> loss, f32[]: sum over rows whose target is not
                       // GRAPH_IGNORE_TARGET of -log softmax[target], / rows (the mean when none is ignored)
@@ -71,7 +73,8 @@ typedef enum {
     OP_SILU_BWD,      // dy, x -> dx
     OP_SOFTMAX_BWD,   // dy, y (softmax's output) -> dx; axis
     OP_CROSS_ENTROPY_BWD, // dloss[], logits, targets -> dlogits
-    OP_ATTENTION_BWD, // dy, q, k, v -> packed [dq | dk | dv]; heads, kv_heads, causal, window, scale, softcap
+    OP_ATTENTION_BWD, // dy, q, k, v, y, lse (the forward's output and OP_ATTENTION_LSE) -> packed [dq | dk | dv];
+                      // heads, kv_heads, causal, window, scale, softcap
     OP_PAD,           // dy -> zeros of this node's shape with dy at [offset, ...) along axis
     OP_VIEW,          // a slice of a packed buffer: this node's shape at element offset
     // Elementwise maths, appended so that the numbers of the ops above stay
@@ -97,12 +100,16 @@ typedef enum {
                       // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
     OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)
     OP_ADD_LOSS,      // x, loss f32[] -> x unchanged; loss joins the training objective (its gradient 1)
+    // Attention's softmax statistics, appended likewise.
+    OP_ATTENTION_LSE, // q[B, T, H*D], k[B, T, KVH*D] -> f32[B, H, T], stored fp32: log sum_j exp(score(q_t, k_j))
+                      // over the keys query t sees (OP_ATTENTION's attributes and masks); written by the
+                      // attention kernel that reads it (the next node), kept for the backward; no gradient
     OP_COUNT
 } OpKind;
 
 const char *op_name(OpKind op);
 // The ops whose outputs selective recomputation keeps rather than recompute
-// (a run with RUN_SKIP_HEAVY skips them): matmul, attention, moe.
+// (a run with RUN_SKIP_HEAVY skips them): matmul, attention (and its lse), moe.
 int op_is_heavy(OpKind op);
 const char *dtype_name(DType t);
 
@@ -149,7 +156,7 @@ typedef struct Node {
     const char *rope_rule;
     int tile;          // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
     double eps, theta;
-    // OP_ATTENTION(_BWD): query t sees keys t - window < j <= t (0: all of
+    // OP_ATTENTION(_BWD, _LSE): query t sees keys t - window < j <= t (0: all of
     // them to t); scores q.k * scale (0: 1/sqrt(D)), then softcap *
     // tanh(score / softcap) (0: not capped).
     int64_t window;

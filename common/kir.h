@@ -21,7 +21,8 @@
 //             A selective-recompute run (RUN_SKIP_HEAVY) skips the GEMM but
 //             still runs its epilogue over all rows.
 //   KK_ATTN, KK_ATTN_BWD
-//             attention forward / backward of one graph node: causal or not,
+//             attention forward (of two graph nodes: the OP_ATTENTION_LSE and
+//             the OP_ATTENTION that reads it) / backward: causal or not,
 //             grouped-query. On the GPU a flash template; on the cpu a
 //             composite of library GEMMs per (batch, head) and the helper
 //             expression kernels `helper[]` (softmax, softmax backward) over
@@ -155,7 +156,8 @@ typedef struct KirAttn {
     double softcap;          // scores then softcap * tanh(score / softcap); 0: not capped
     int32_t helper[2];       // cpu composite: expression kernels of T rows over scratch: [0] the
                              // softmax of scaled, capped, masked scores in place (arg 0: S, T x T;
-                             // with softcap, arg 1: the capping's derivative C, offset 2*T*T);
+                             // with softcap, arg 1: the capping's derivative C, offset 2*T*T;
+                             // last arg: each row's lse, T floats after S, or after C);
                              // [1] dS = P * (dP - rowsum(P * dP)) * C * scale into dP (arg 0: P,
                              // arg 1: dP, offset T*T in a [2 or 3, T, T] scratch; with softcap
                              // arg 2: C); -1: none
@@ -169,7 +171,8 @@ typedef struct KirKernel {
     int32_t fused_into; // KK_EXPR: the GEMM or attention kernel that runs it, or -1
     int32_t *nodes;    // (nnodes) graph nodes it computes, for --dump-kernels and tests
     int32_t nnodes;
-    KirArg *args;      // (nargs) GEMM: C, A, B; ATTN: y, q, k, v; ATTN_BWD: packed dq|dk|dv, dy, q, k, v
+    KirArg *args;      // (nargs) GEMM: C, A, B; ATTN: y, q, k, v, lse (written: f32 [B, H, T]);
+                       // ATTN_BWD: packed dq|dk|dv, dy, q, k, v, y, lse
     int32_t nargs;
     // KK_EXPR
     int64_t rows;

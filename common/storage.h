@@ -21,7 +21,9 @@
 //         needs an fp32 accumulator and is that accumulator), and a tiled
 //         part's parameter gradient until its chunks are summed (Node.wide:
 //         each chunk's part and the running sum, so that the last add rounds
-//         once, as the untiled GEMM or column sum does).
+//         once, as the untiled GEMM or column sum does), and attention's
+//         softmax statistics (OP_ATTENTION_LSE: the backward's exp(s - lse)
+//         needs them to fp32's precision).
 //
 // The host store is fp32 (master weights, Adam m and v, gradient
 // accumulators) plus, under bf16, the bf16 copy that streams; AdamW writes
@@ -46,7 +48,7 @@ static inline DType storage_dtype(DType compute, const Node *n) {
     if (compute != DT_BF16) return DT_F32;
     const Node *b = storage_base(n);
     if (b->op == OP_PARAM) return DT_BF16; // weights stream as bf16
-    if (b->shape.rank == 0 || b->op == OP_EMBED_BWD || b->wide) return DT_F32;
+    if (b->shape.rank == 0 || b->op == OP_EMBED_BWD || b->op == OP_ATTENTION_LSE || b->wide) return DT_F32;
     return DT_BF16;
 }
 

@@ -15,8 +15,8 @@
 // plan runs: the tensor-core kernel (bf16, head sizes 64, 128, 192, 256) and the fp32
 // CUDA-core kernel (the fallback). The defaults are what schedules/h200.target
 // carries, measured on an H200 (schedules/README.md, "Attention").
-#define TARGET_DEFAULT_ATTENTION_TC_FRACTION 0.080
-#define TARGET_DEFAULT_ATTENTION_FP32_FRACTION 0.007
+#define TARGET_DEFAULT_ATTENTION_TC_FRACTION 0.126
+#define TARGET_DEFAULT_ATTENTION_FP32_FRACTION 0.009
 
 typedef struct Target {
     char name[64], arch[16];     // one word each; arch is sm_80, sm_89, sm_90 or cpu

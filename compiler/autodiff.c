@@ -271,8 +271,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_ATTENTION: {
         int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
-        Node *args[4] = {dy, in[0], in[1], in[2]};
-        Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, loc, 4, args);
+        Node *args[6] = {dy, in[0], in[1], in[2], n, in[3]}; // the forward's y and lse: no softmax recomputed
+        Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, loc, 6, args);
         if (p) {
             p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
             p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;

@@ -101,6 +101,18 @@ static double cpu_overhead(const KirSet *set, const KirKernel *k, const Target *
     return heads * ((2.0 + 3.0 * bwd) * t->gemm_call_s + helpers);
 }
 
+// The matrix work attention kernel k runs as the backend runs it, in head
+// dimensions per (query, key) pair (each 2 FLOPs): on the GPU the flash
+// kernels' (common/attention.h's attn_gpu_head_dims: the backward takes the
+// forward's saved lse and y); the cpu backend's forward likewise, D + Dv,
+// and its backward, which recomputes P whole (composite or plain kernel), S,
+// dP, dS K, dS^T Q and P^T dY: 3 D + 2 Dv.
+static double attn_head_dims(const KirKernel *k, const Target *t) {
+    double D = (double)k->attn.D, Dv = (double)k->attn.Dv;
+    if (k->kind == KK_ATTN_BWD && attn_kind(k, t) == ATTN_KIND_CPU) return 3 * D + 2 * Dv;
+    return attn_gpu_head_dims(k->kind == KK_ATTN_BWD, D, Dv);
+}
+
 // A GEMM or attention kernel: its FLOPs at a rate, or its bytes at HBM
 // bandwidth, whichever is longer, plus a launch. The rate: GEMMs at the
 // matrix rate of the storage dtype times gemm_efficiency; attention at
@@ -130,7 +142,7 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
         if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
         if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
-        flops = 4.0 * (double)a->B * pairs * (double)a->H * 0.5 * (double)(a->D + a->Dv) * (k->kind == KK_ATTN ? 1.0 : 2.5);
+        flops = 2.0 * (double)a->B * pairs * (double)a->H * attn_head_dims(k, t);
     }
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu && !(bf16 && k->kind != KK_GEMM) ? cpu_overhead(set, k, t) : 0.0;

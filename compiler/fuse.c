@@ -37,7 +37,7 @@ static int node_class(const Node *n) {
     case OP_VIEW: case OP_RESHAPE: return C_ALIAS;
     case OP_INPUT: case OP_PARAM: return C_BOUND;
     case OP_CONST: case OP_ARANGE: return C_INLINE;
-    case OP_MATMUL: case OP_ATTENTION: case OP_ATTENTION_BWD: return C_HEAVY;
+    case OP_MATMUL: case OP_ATTENTION: case OP_ATTENTION_BWD: case OP_ATTENTION_LSE: return C_HEAVY;
     default: return kir_is_plain_op(n->op) ? C_HEAVY : C_FUSE; // a kernel of its own, as the heavy ones
     }
 }
@@ -1006,7 +1006,8 @@ static int tanh64(KB *b, int x) {
 
 // The cpu composite's helper: softmax of scaled, capped, masked scores in
 // place (bwd 0; with softcap also the capping's derivative 1 - tanh^2 into
-// the third [T, T] of scratch), or dscores = p * (dp - sum(p * dp)) *
+// the third [T, T] of scratch; then each row's lse into the T floats after),
+// or dscores = p * (dp - sum(p * dp)) *
 // derivative * scale into dp (bwd 1), over [T, T] scratch.
 static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKernel *k) {
     KB b = {.f = f, .gi = -1, .rows = t->T};
@@ -1054,6 +1055,11 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             if (pass == 0 && t->softcap > 0)
                 mx = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), tanh64(&b, bin(&b, KOP_DIV, mx, cst(&b, KT_F64, t->softcap))));
         }
+        // the row's lse, log sum exp(score), into the T floats after the scores' (and C's) scratch
+        int s3 = arg_of(&b, -1, (s2 ? 3 : 2) * T * T, T, KT_F32, KA_WRITE);
+        open_loop(&b, 1);
+        emit(&b, KOP_STORE, KT_BOOL, s3, b.row, f32(&b, bin(&b, KOP_ADD, mx, un(&b, KOP_LOG, sum))), 0);
+        close_loop(&b);
     } else {
         open_loop(&b, T);
         int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
@@ -1088,6 +1094,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     if (!k->args) return ffail(f, n, "out of memory");
     k->args[0] = node_arg(f, n, KA_WRITE);
     for (int j = 0; j < n->nin; j++) k->args[j + 1] = node_arg(f, n->in[j], KA_READ);
+    if (!bwd) k->args[4].access = KA_WRITE; // the forward writes its lse beside y
 }
 
 // A node kernel (KK_NODE: no expression form): its output, then its operands.
@@ -1156,9 +1163,16 @@ static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, cha
         const Node *n = node_at(&f, i);
         int gi = f.group[i];
         if (node_class(n) == C_HEAVY) {
+            if (n->op == OP_ATTENTION_LSE) { // computed by the attention kernel that reads it, the next node
+                const Node *y = i + 1 < f.n ? node_at(&f, i + 1) : NULL;
+                if (!y || y->op != OP_ATTENTION || y->in[3] != n)
+                    ffail(&f, n, "internal error: not read by the attention node after it");
+                continue;
+            }
             KirKernel *k = &ks[nk++];
             *k = (KirKernel){.fused_into = -1};
-            set_nodes(&f, k, &i, 1);
+            int both[2] = {i - 1, i}; // an attention: its lse, then itself
+            set_nodes(&f, k, n->op == OP_ATTENTION ? both : &i, n->op == OP_ATTENTION ? 2 : 1);
             if (n->op == OP_MATMUL) {
                 lower_gemm(&f, n, k);
                 continue;
@@ -1227,9 +1241,9 @@ int fuse_spans(const Part *part, int *kfirst, int *kanchor) {
 
 // ---------------------------------------------------------------- reporting
 
-static int counts_as_op(const Node *n) {
+static int counts_as_op(const Node *n) { // (an attention's lse is part of the attention)
     int c = node_class(n);
-    return c == C_FUSE || c == C_HEAVY;
+    return (c == C_FUSE || c == C_HEAVY) && n->op != OP_ATTENTION_LSE;
 }
 
 FuseCount fuse_count(const Part *part, const KirSet *set, int backward) {

@@ -640,10 +640,15 @@ static Node *lower_attention(Sema *S, const Args *a) {
     }
     Shape y = in[0]->shape; // heads as wide as v's (DeepSeek's latent attention: q and k 192, v 128)
     y.dims[2] = heads * dv;
-    Node *n = new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, 3, in);
-    if (n) {
-        n->heads = (int)heads, n->kv_heads = (int)kv_heads, n->causal = causal;
-        n->window = window, n->scale = scale, n->softcap = softcap;
+    // the softmax statistics first (f32 [B, H, T]), which the attention's kernel writes beside y
+    Shape ls = {.rank = 3, .dims = {in[0]->shape.dims[0], heads, in[0]->shape.dims[1]}};
+    Node *lse = new_node(S, OP_ATTENTION_LSE, DT_F32, &ls, a->call->loc, 2, in);
+    Node *in4[4] = {in[0], in[1], in[2], lse};
+    Node *n = lse ? new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, 4, in4) : NULL;
+    for (int i = 0; i < 2 && n; i++) {
+        Node *m = i ? n : lse;
+        m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
+        m->window = window, m->scale = scale, m->softcap = softcap;
     }
     return n;
 }

@@ -509,10 +509,11 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
                              c->scratch[engine_of(in)], kn->workspace, stream_of(c, in)));
 }
 
-// The flash templates: forward (no lse kept: the plan has no tensor for it,
-// so the backward recomputes it), backward bwd_dq then bwd_dkdv over the
-// engine's workspace. The tensor-core kernels take document starts (seg,
-// common/attention.h's convention); none here yet (NULL).
+// The flash templates: forward (y and its lse, the plan's OP_ATTENTION_LSE
+// tensor, which the backward reads with y: it recomputes no softmax),
+// backward bwd_dq (which writes delta = rowsum(dy * y) and lse into the
+// engine's workspace) then bwd_dkdv. Every kernel takes document starts
+// (seg, common/attention.h's convention): the stream's, or NULL.
 static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];
@@ -522,13 +523,13 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     int bq = kn->attn_tc ? ATTN_TC_BQ : ATTN_BQ, bk = kn->attn_tc ? attn_tc_bk_dkdv(D, Dv) : ATTN_BK;
     unsigned threads = kn->attn_tc ? ATTN_TC_THREADS : ATTN_THREADS, gq = (unsigned)((T + bq - 1) / bq),
              gk = (unsigned)((T + bk - 1) / bk), B = (unsigned)t->B;
-    void *nul = NULL;
     if (k->kind == KK_ATTN) {
         void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
-             *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets);
+             *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets),
+             *L = arg_ptr(c, &k->args[4], offsets);
         // seg_start: the fp32 kernels' last parameter, the tensor-core ones' before T
-        void *a[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
-        void *a_tc[] = {&Y, &nul, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
+        void *a[] = {&Y, &L, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
+        void *a_tc[] = {&Y, &L, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
         CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
                                  kn->attn_tc ? a_tc : a, NULL));
         return;
@@ -538,10 +539,11 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     char *out = arg_ptr(c, &k->args[0], offsets); // dq (B, T, H*D) | dk (B, T, KVH*D) | dv (B, T, KVH*Dv)
     void *DQ = out, *DK = out + (size_t)nq * es, *DV = out + (size_t)(nq + nk) * es, *WS = c->scratch[engine_of(in)];
     void *DY = arg_ptr(c, &k->args[1], offsets), *Q = arg_ptr(c, &k->args[2], offsets),
-         *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets);
-    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH, &c->seg_start};
+         *K = arg_ptr(c, &k->args[3], offsets), *V = arg_ptr(c, &k->args[4], offsets),
+         *Y = arg_ptr(c, &k->args[5], offsets), *L = arg_ptr(c, &k->args[6], offsets);
+    void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &L, &T, &H, &KVH, &c->seg_start};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
-    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &c->seg_start, &T, &H, &KVH};
+    void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &L, &c->seg_start, &T, &H, &KVH};
     void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
     if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
                                  kn->attn_tc ? a_dq_tc : a_dq, NULL)))

@@ -74,8 +74,9 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                 for (int h = 0; h <= bwd; h++) {
                     int hi = k->attn.helper[h];
                     const KirKernel *hk = hi >= 0 ? &j->prog.parts[p].k[hi] : NULL;
-                    if (!hk || hk->nargs != h + 1 + (k->attn.softcap > 0) || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
-                        hk->args[h].numel < k->attn.T * k->attn.T) {
+                    // the softmax: S, (C), lse; its backward: P, dP, (C)
+                    if (!hk || hk->nargs != 2 + (k->attn.softcap > 0) || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
+                        hk->args[h].numel < k->attn.T * (h ? k->attn.T : 1)) {
                         snprintf(err, cap, "jit: part %s kernel %d: attention without its helper kernels", part_name(p), i);
                         return -1;
                     }
@@ -359,7 +360,7 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < j->prog.parts[p].n; i++) {
             const KirKernel *k = &j->prog.parts[p].k[i];
-            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T);
+            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T + k->attn.T);
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
             if ((size_t)k->nargs + 2 > j->argv_n) j->argv_n = (size_t)k->nargs + 2; // a node kernel's GEMM and pool after its arguments
@@ -533,8 +534,9 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
 }
 
 // Attention on the cpu: per (batch, head) S = q k^T, softmax (generated,
-// scaled and masked), y = P v; the backward recomputes P, then dP = dy v^T,
-// dS (generated), dq = dS k, dk += dS^T q, dv += P^T dy, all in f32.
+// scaled and masked; it writes the rows' lse too), y = P v; the backward
+// recomputes P (the saved y and lse unread), then dP = dy v^T, dS
+// (generated), dq = dS k, dk += dS^T q, dv += P^T dy, all in f32.
 // bf16 plans instead run the plain kernel of kernels.inc (double sums) on
 // the widened operands and round its output: the rounding to bf16 turns the
 // composite's f32 sums into different bf16 values here and there, and only
@@ -550,11 +552,14 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *S = j->attn;       // (T, T) scores, then P
     float *dP = S + T * T;    // (T, T) dP, then dS
     float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
-    float *ops[5];
+    float *L = S + (t->softcap > 0 ? 3 : 2) * T * T; // (T) the softmax's rows' lse
+    float *ops[7];
     f32_operands(j, k, base, offsets, ops);
     if (k->args[0].dtype == KT_BF16 || j->seg_start) { // (documents: the plain kernel masks them)
+        const Node *n = j->g->parts[part].nodes.items[k->anchor];
         void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
-        kernel_run_docs_f32(j->g->parts[part].nodes.items[k->anchor], ops[0], in, j->seg_start);
+        if (bwd) kernel_run_docs_f32(n, ops[0], in, j->seg_start);
+        else kernel_attention_docs_f32(n, ops[0], ops[4], in, j->seg_start);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
         return;
     }
@@ -564,13 +569,15 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *dq = out, *dk = out + nq, *dv = out + nq + nk;
     if (bwd) memset(dk, 0, (size_t)(nk + nv) * sizeof(float));
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
-    void *a0[2] = {S, C}, *a1[3] = {S, dP, C};
+    void *a0[3] = {S, t->softcap > 0 ? C : L, L}, *a1[3] = {S, dP, C};
+    float *lse = bwd ? NULL : ops[4]; // (B, H, T)
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KV + (h / group) * Dv;
             sgemm(0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
             call(f0, a0, 0, T, NULL);
             if (!bwd) {
+                memcpy(lse + (b * t->H + h) * T, L, (size_t)T * sizeof(float));
                 sgemm(0, 0, T, Dv, T, S, T, vh, KV, 0.0f, out + b * T * HV + h * Dv, HV);
                 continue;
             }

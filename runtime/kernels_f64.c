@@ -2,6 +2,7 @@
 typedef double real;
 #define KERNEL_RUN kernel_run_f64
 #define KERNEL_RUN_DOCS kernel_run_docs_f64
+#define KERNEL_ATTENTION_DOCS kernel_attention_docs_f64
 #include "blas_core.h"
 // one OpenBLAS thread for small GEMMs (blas_core.h)
 #define GEMM(order, ta, tb, M, N, K, ...) \

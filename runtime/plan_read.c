@@ -52,13 +52,13 @@ _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES o
 static const signed char ARITY[] = {
     [OP_INPUT] = 0, [OP_PARAM] = 0, [OP_CONST] = 0, [OP_ADD] = 2, [OP_SUB] = 2, [OP_MUL] = 2, [OP_DIV] = 2,
     [OP_NEG] = 1, [OP_MATMUL] = 2, [OP_EMBED] = 2, [OP_ARANGE] = 0, [OP_LAYERNORM] = 3, [OP_RMSNORM] = 2,
-    [OP_GELU] = 1, [OP_SILU] = 1, [OP_SWIGLU] = 2, [OP_ROPE] = 1, [OP_ATTENTION] = 3, [OP_SOFTMAX] = 1,
+    [OP_GELU] = 1, [OP_SILU] = 1, [OP_SWIGLU] = 2, [OP_ROPE] = 1, [OP_ATTENTION] = 4, [OP_SOFTMAX] = 1,
     [OP_CROSS_ENTROPY] = 2, [OP_RESHAPE] = 1, [OP_SLICE] = 1, [OP_CONCAT] = -1, [OP_TRANSPOSE] = 1,
     [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
-    [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 4, [OP_PAD] = 1,
+    [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 6, [OP_PAD] = 1,
     [OP_VIEW] = 1, [OP_TANH] = 1, [OP_SIGMOID] = 1, [OP_ERF] = 1, [OP_EXP] = 1, [OP_LOG] = 1, [OP_ABS] = 1,
     [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3, [OP_TOP_K] = 1, [OP_MOE] = 5, [OP_MOE_BWD] = 6,
-    [OP_LOAD_BALANCE] = 2, [OP_LOAD_BALANCE_BWD] = 3, [OP_ADD_LOSS] = 2,
+    [OP_LOAD_BALANCE] = 2, [OP_LOAD_BALANCE_BWD] = 3, [OP_ADD_LOSS] = 2, [OP_ATTENTION_LSE] = 2,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 
@@ -354,6 +354,31 @@ static int moe_shapes_ok(Node *const *in) {
     return wg->dims[0] == E && wg->dims[2] == C && wd->dims[0] == E && wd->dims[1] == C && wd->dims[2] == wg->dims[1];
 }
 
+static int same_attention(const Node *a, const Node *b) {
+    return a->heads == b->heads && a->kv_heads == b->kv_heads && a->causal == b->causal && a->window == b->window &&
+           a->scale == b->scale && a->softcap == b->softcap;
+}
+
+// Whether attention node n (forward, lse or backward) and its softmax
+// statistics are linked as sema and autodiff make them: lse, f32 [B, H, T]
+// of q [B, T, H*D], the node just before the attention that reads it, of
+// its q and k and options; the backward reads that attention and that lse.
+static int attention_linked(const Node *n) {
+    if (n->op == OP_ATTENTION_BWD) {
+        const Node *y = n->in[4];
+        return y->op == OP_ATTENTION && n->in[5] == y->in[3] && n->in[1] == y->in[0] && n->in[2] == y->in[1] &&
+               n->in[3] == y->in[2] && same_attention(n, y);
+    }
+    if (n->op == OP_ATTENTION) {
+        const Node *l = n->in[3];
+        return l->op == OP_ATTENTION_LSE && l->id == n->id - 1 && l->in[0] == n->in[0] && l->in[1] == n->in[1] &&
+               same_attention(n, l);
+    }
+    const Shape *q = &n->in[0]->shape;
+    return n->dtype == DT_F32 && q->rank == 3 && n->shape.rank == 3 && n->shape.dims[0] == q->dims[0] &&
+           n->shape.dims[1] == n->heads && n->shape.dims[2] == q->dims[1];
+}
+
 static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     char where[96];
     snprintf(where, sizeof where, "%s node %d (%s)", part_name(pk), n->id, op_name(n->op));
@@ -426,7 +451,11 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     case OP_ROPE:
     case OP_ATTENTION:
     case OP_ATTENTION_BWD:
-        if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
+    case OP_ATTENTION_LSE:
+        if (n->op != OP_ROPE && !attention_linked(n))
+            rd_fail(r, "%s: not linked to its softmax statistics (an attention reads the attention_lse of its q and "
+                       "k, the node before it, with the same options; its backward reads both)", where);
+        else if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
         else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
             rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
         else if (n->op != OP_ROPE && (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) ||

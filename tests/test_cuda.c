@@ -147,6 +147,8 @@ static void build_attn(Build *b, int bwd, int node, int64_t B, int64_t T, int64_
     if (bwd) arg(b, node - 4, KT_F32, KA_READ, 0, nq);
     arg(b, node - 1, KT_F32, KA_READ, 0, nq), arg(b, node - 2, KT_F32, KA_READ, 0, nk);
     arg(b, node - 3, KT_F32, KA_READ, 0, nk);
+    if (bwd) arg(b, node - 1, KT_F32, KA_READ, 0, nq);             // y
+    arg(b, node - 1, KT_F32, bwd ? KA_READ : KA_WRITE, 0, B * H * T); // lse, stored fp32
     b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .Dv = D, .causal = causal,
                           .scale = 1.0 / sqrt((double)D), .helper = {-1, -1}};
 }
@@ -182,7 +184,8 @@ static void check_handmade(const Graph *g, const char *path) {
         int bf = a;
         for (int i = 0; bf && i < 7; i++) { // bf16 storage, as the storage rule marks float tensors
             for (int j = 0; j < ks[i].nargs; j++)
-                if (ks[i].args[j].dtype == KT_F32 && ks[i].args[j].node >= 0 && !(ks[i].args[j].access & KA_ACC32))
+                if (ks[i].args[j].dtype == KT_F32 && ks[i].args[j].node >= 0 && !(ks[i].args[j].access & KA_ACC32) &&
+                    !((ks[i].kind == KK_ATTN || ks[i].kind == KK_ATTN_BWD) && j == ks[i].nargs - 1)) // (lse)
                     ks[i].args[j].dtype = KT_BF16;
         }
             const char *arch = a ? "sm_90" : "sm_80";

@@ -30,9 +30,12 @@
 // deterministic). Above 48 KiB of shared memory the launcher must raise
 // CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES first.
 //
-// The forward writes lse when given a pointer. The backward recomputes lse
-// and delta in a first pass over the keys (OP_ATTENTION_BWD's operands are
-// dy, q, k, v only); given the forward's y and lse it skips that pass.
+// The forward writes lse when given a pointer. Given the forward's y and
+// lse (a plan's OP_ATTENTION_LSE, which OP_ATTENTION_BWD reads), bwd_dq
+// takes them and computes delta = rowsum(dy * y); given NULL it recomputes
+// both in a first pass over the keys. Matrix work (T x T x head size):
+// forward 2, backward bwd_dq 3 (Q K^T, dY V^T, dS K) and bwd_dkdv 4 (Q K^T,
+// dY V^T, P^T dY, dS^T Q).
 #define MT_ATTN_THREADS 128
 #define MT_ATTN_WARPS 4
 #define MT_ATTN_ROWS 4                            // query rows per warp

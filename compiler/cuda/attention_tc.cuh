@@ -24,12 +24,14 @@
 //
 // The work, in T*T*D units of matrix products: forward Q K^T, P V (2);
 // bwd_dq dS K after Q K^T and dY V^T (3); bwd_dkdv Q K^T and dY V^T again,
-// then P^T dY twice and dS^T Q (5): 10, dq deterministic (no atomics). Given
-// no saved lse (y and lse NULL), bwd_dq first recomputes it (Q K^T, dY V^T:
-// 2 more). P in the forward and dS in the backward enter the products as
-// plain bf16, as FlashAttention does; P^T for dv as a bf16 pair (hi, lo:
-// mt_tc_pv_split), which plain bf16 fails emu_attention's elementwise
-// tolerance (3e-2) by up to 2.3 times.
+// then P^T dY and dS^T Q (4): 9, dq deterministic (no atomics; the standard
+// count, with dq by atomics, is 7). The backend passes the forward's y and
+// lse (the plan's attention_lse); given NULL, bwd_dq first recomputes them
+// (Q K^T, dY V^T: 2 more). P and dS enter the products as plain bf16, as
+// FlashAttention and PyTorch's SDPA do: each output's largest error against
+// attention in double is at most 1.54 times that of plain bf16 attention (P
+// and dS rounded to bf16) on emu_attention's cases, FlashAttention's own
+// tests' criterion (2 times); dv's equals it.
 //
 // Launch ABI (numbers in common/attention.h: ATTN_TC_*, attn_tc_*), 128 threads each:
 //   mt_attn_tc_fwd_NAME      grid (ceil(T/64), H, B),     attn_tc_smem_fwd(D, DV) bytes of dynamic shared memory
@@ -148,25 +150,6 @@ template <int NT> __device__ __forceinline__ void mt_tc_to_a(mt_u32 pa[NT / 2][4
     }
 }
 
-// acc (16, D) += C V for C (16, 8 NT) accumulator fragments (destroyed), in
-// two bf16 passes, C's bf16 rounding then what it left: about 16 bits of C.
-// dv's P^T: with P^T in plain bf16, dv summed over a query group is 3.8e-2
-// to 6.9e-2 off the reference elementwise (relative, floor 0.1: emu_check's
-// measure) at GQA 8 and 2.9e-2 at GQA 1; split, 3.9e-3. dS^T for dk goes in
-// plain (1.3e-2 at worst).
-template <int D, int LD, int NT>
-__device__ __forceinline__ void mt_tc_pv_split(float acc[D / 8][4], float c[NT][4], const bf16 *v) {
-    mt_u32 ca[NT / 2][4];
-    mt_tc_to_a<NT>(ca, c);
-    mt_tc_pv<D, LD, NT / 2>(acc, ca, v);
-    #pragma unroll
-    for (int n = 0; n < NT; n++)
-        #pragma unroll
-        for (int e = 0; e < 4; e++) c[n][e] -= mt_bf16_to_f32(mt_f32_to_bf16(c[n][e]));
-    mt_tc_to_a<NT>(ca, c);
-    mt_tc_pv<D, LD, NT / 2>(acc, ca, v);
-}
-
 // The K and V pipeline of fwd and bwd_dq: key tile k0 in stage st is
 // wanted; the copy of tile knext (when before kend) into the other stage
 // starts, then tile k0's copy is waited for. Stage s: Ks + s BK LDK, Vs + s BK LDV.
@@ -183,6 +166,35 @@ __device__ __forceinline__ void mt_attn_tc_kv_next(bf16 *Ks, bf16 *Vs, const bf1
     __syncthreads();
 }
 
+// The set-up fwd and bwd_dq share: this block's 64 query rows q0 .. q0 + 63
+// of head h (kv head kvh) of batch row b, this lane's rows row0 and row0 + 8
+// (their document starts srow), the bases and row strides of q, k, v and of
+// y / dy (rows of H*DV), and the key tiles of BK it visits, [kstart, kend):
+// none wholly before the window or the queries' earliest document start
+// (seghi: their latest), none past the causal diagonal.
+template <int D, int DV, bool CAUSAL, int BK> struct MtAttnTcBlock {
+    int b, h, kvh, q0, row0, seghi, srow[2], kstart, kend;
+    long qstride, ystride, kstride, vstride;
+    const bf16 *qb, *kb, *vb;
+    __device__ __forceinline__ MtAttnTcBlock(const bf16 *q, const bf16 *k, const bf16 *v, const int *seg, int T,
+                                             int H, int KVH, const MtAttnOpt &opt) {
+        b = blockIdx.z, h = blockIdx.y, q0 = mt_attn_tc_qblock<CAUSAL>() * MT_ATTN_TC_BQ, kvh = h / (H / KVH);
+        row0 = q0 + threadIdx.x / MT_WARP * 16 + threadIdx.x % MT_WARP / 4;
+        qstride = (long)H * D, ystride = (long)H * DV, kstride = (long)KVH * D, vstride = (long)KVH * DV;
+        qb = q + ((long)b * T * H + h) * D, kb = k + ((long)b * T * KVH + kvh) * D, vb = v + ((long)b * T * KVH + kvh) * DV;
+        int seglo;
+        mt_attn_tc_segs(&seglo, &seghi, seg, b, T, q0, MT_ATTN_TC_BQ);
+        #pragma unroll
+        for (int i = 0; i < 2; i++) srow[i] = seg && row0 + 8 * i < T ? seg[(long)b * T + row0 + 8 * i] : 0;
+        kstart = max(mt_attn_kstart(opt, q0, BK), seglo / BK * BK), kend = CAUSAL ? min(T, q0 + MT_ATTN_TC_BQ) : T;
+    }
+    // the first key tile, K and V at kstart, into stage 0 (the caller commits)
+    __device__ __forceinline__ void stage_first_kv(bf16 *Ks, bf16 *Vs, int T) const {
+        mt_attn_tc_stage<D, D + 8>(Ks, kb, kstride, kstart, T, BK);
+        mt_attn_tc_stage<DV, DV + 8>(Vs, vb, vstride, kstart, T, BK);
+    }
+};
+
 template <int D, int DV, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
                                                const int *seg, int T, int H, int KVH, MtAttnOpt opt) {
@@ -193,22 +205,16 @@ __device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *
     bf16 *Qs = (bf16 *)mt_smem;   // (BQ, D + 8)
     bf16 *Ks = Qs + BQ * LDK;     // (2, BK, D + 8): two stages
     bf16 *Vs = Ks + 2 * BK * LDK; // (2, BK, DV + 8)
-    const int b = blockIdx.z, h = blockIdx.y, q0 = mt_attn_tc_qblock<CAUSAL>() * BQ, kvh = h / (H / KVH);
-    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
-    const long qstride = (long)H * D, kstride = (long)KVH * D, vstride = (long)KVH * DV;
-    const bf16 *qb = q + ((long)b * T * H + h) * D, *kb = k + ((long)b * T * KVH + kvh) * D,
-               *vb = v + ((long)b * T * KVH + kvh) * DV;
-    const int row0 = q0 + warp * 16 + g; // this lane's rows: row0, row0 + 8
-    int seglo, seghi, srow[2];
-    mt_attn_tc_segs(&seglo, &seghi, seg, b, T, q0, BQ);
-    #pragma unroll
-    for (int i = 0; i < 2; i++) srow[i] = seg && row0 + 8 * i < T ? seg[(long)b * T + row0 + 8 * i] : 0;
-    const int kstart = max(mt_attn_kstart(opt, q0, BK), seglo / BK * BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
+    const MtAttnTcBlock<D, DV, CAUSAL, BK> blk(q, k, v, seg, T, H, KVH, opt);
+    const int b = blk.b, h = blk.h, q0 = blk.q0, row0 = blk.row0, seghi = blk.seghi, kstart = blk.kstart, kend = blk.kend;
+    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, t = lane % 4;
+    const long kstride = blk.kstride, vstride = blk.vstride;
+    const bf16 *kb = blk.kb, *vb = blk.vb;
+    const int *srow = blk.srow;
 
-    mt_attn_tc_stage<D, LDK>(Qs, qb, qstride, q0, T, BQ);
+    mt_attn_tc_stage<D, LDK>(Qs, blk.qb, blk.qstride, q0, T, BQ);
     mt_cp_async_commit();
-    mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
-    mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+    blk.stage_first_kv(Ks, Vs, T);
     mt_cp_async_commit();
     mt_cp_async_wait<1>(); // Q
     __syncthreads();
@@ -285,7 +291,7 @@ __device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *
         const int row = row0 + 8 * i;
         if (row >= T) continue;
         const float inv = 1.0f / l[i];
-        bf16 *yr = y + ((long)b * T + row) * H * DV + (long)h * DV;
+        bf16 *yr = y + ((long)b * T + row) * blk.ystride + (long)h * DV;
         #pragma unroll
         for (int n = 0; n < ND; n++) mt_st(yr + n * 8 + 2 * t, o[n][2 * i] * inv), mt_st(yr + n * 8 + 2 * t + 1, o[n][2 * i + 1] * inv);
         if (lse && t == 0) lse[((long)b * H + h) * T + row] = (m[i] + log2f(l[i])) * MT_LN2;
@@ -308,22 +314,17 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
     bf16 *dYs = Qs + BQ * LDK;    // (BQ, DV + 8)
     bf16 *Ks = dYs + BQ * LDV;    // (2, BK, D + 8): two stages
     bf16 *Vs = Ks + 2 * BK * LDK; // (2, BK, DV + 8)
-    const int b = blockIdx.z, h = blockIdx.y, q0 = mt_attn_tc_qblock<CAUSAL>() * BQ, kvh = h / (H / KVH), B = gridDim.z;
-    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4;
-    const long qstride = (long)H * D, ystride = (long)H * DV, kstride = (long)KVH * D, vstride = (long)KVH * DV;
-    const bf16 *qb = q + ((long)b * T * H + h) * D, *dyb = dy + ((long)b * T * H + h) * DV,
-               *kb = k + ((long)b * T * KVH + kvh) * D, *vb = v + ((long)b * T * KVH + kvh) * DV;
+    const MtAttnTcBlock<D, DV, CAUSAL, BK> blk(q, k, v, seg, T, H, KVH, opt);
+    const int b = blk.b, h = blk.h, q0 = blk.q0, row0 = blk.row0, seghi = blk.seghi, kstart = blk.kstart, kend = blk.kend;
+    const int lane = threadIdx.x % MT_WARP, warp = threadIdx.x / MT_WARP, g = lane / 4, t = lane % 4, B = gridDim.z;
+    const long qstride = blk.qstride, ystride = blk.ystride, kstride = blk.kstride, vstride = blk.vstride;
+    const bf16 *kb = blk.kb, *vb = blk.vb;
+    const int *srow = blk.srow;
     float *ws_lse = ws + ((long)b * H + h) * T, *ws_delta = ws + (long)B * H * T + ((long)b * H + h) * T;
     const bf16 *qw = Qs + warp * 16 * LDK, *dyw = dYs + warp * 16 * LDV; // this warp's rows
-    const int row0 = q0 + warp * 16 + g;                                // this lane's rows: row0, row0 + 8
-    int seglo, seghi, srow[2];
-    mt_attn_tc_segs(&seglo, &seghi, seg, b, T, q0, BQ);
-    #pragma unroll
-    for (int i = 0; i < 2; i++) srow[i] = seg && row0 + 8 * i < T ? seg[(long)b * T + row0 + 8 * i] : 0;
-    const int kstart = max(mt_attn_kstart(opt, q0, BK), seglo / BK * BK), kend = CAUSAL ? min(T, q0 + BQ) : T;
 
-    mt_attn_tc_stage<D, LDK>(Qs, qb, qstride, q0, T, BQ);
-    mt_attn_tc_stage<DV, LDV>(dYs, dyb, ystride, q0, T, BQ);
+    mt_attn_tc_stage<D, LDK>(Qs, blk.qb, qstride, q0, T, BQ);
+    mt_attn_tc_stage<DV, LDV>(dYs, dy + ((long)b * T * H + h) * DV, ystride, q0, T, BQ);
     mt_cp_async_commit();
     mt_cp_async_wait<0>();
     __syncthreads();
@@ -343,8 +344,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
         }
     } else {
         float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}, u[2] = {0.0f, 0.0f};
-        mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
-        mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+        blk.stage_first_kv(Ks, Vs, T);
         mt_cp_async_commit();
         int st = 0;
         for (int k0 = kstart; k0 < kend; k0 += BK, st ^= 1) {
@@ -398,8 +398,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
         if (row0 + 8 * i < T && t == 0) ws_lse[row0 + 8 * i] = lse2[i] * MT_LN2, ws_delta[row0 + 8 * i] = delta[i];
 
     float acc[ND][4] = {}; // (16, D) dq rows g, g + 8
-    mt_attn_tc_stage<D, LDK>(Ks, kb, kstride, kstart, T, BK);
-    mt_attn_tc_stage<DV, LDV>(Vs, vb, vstride, kstart, T, BK);
+    blk.stage_first_kv(Ks, Vs, T);
     mt_cp_async_commit();
     int st = 0;
     for (int k0 = kstart; k0 < kend; k0 += BK, st ^= 1) {
@@ -522,10 +521,11 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
                     const float s2 = mt_attn_score2(opt, s[n][e]), p = ok ? exp2f(s2 - Lt[ql]) : 0.0f;
                     dp[n][e] = p * (dp[n][e] - Dt[ql]) * mt_attn_dcap(opt, s2), s[n][e] = p; // dS^T, P^T
                 }
-            mt_u32 dsa[NQ / 2][4];
+            mt_u32 dsa[NQ / 2][4], pa[NQ / 2][4];
             mt_tc_to_a<NQ>(dsa, dp);
             mt_tc_pv<DH, LDK, NQ / 2>(dka, dsa, Qt + part * DH);
-            mt_tc_pv_split<DVH, LDV, NQ>(dva, s, dYt + part * DVH);
+            mt_tc_to_a<NQ>(pa, s);
+            mt_tc_pv<DVH, LDV, NQ / 2>(dva, pa, dYt + part * DVH);
         }
         __syncthreads(); // stage st (and Xs) consumed
     }

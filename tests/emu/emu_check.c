@@ -17,7 +17,9 @@
 //    error 2e-4) and bf16 storage (3e-2), the backward recomputing lse and
 //    taking the forward's. Then the tensor-core version (attention_tc.cuh:
 //    bf16; D 64, 128 and 256, value heads of their own width, documents;
-//    GQA 1, 4, 8): the same, within 3e-2 (host_attention, in double, the
+//    GQA 1, 4, 8): the same, judged as FlashAttention's tests judge a bf16
+//    kernel (attention_host.h: at most 2 times plain bf16 attention's error
+//    against attention in double; host_attention, in double, also the
 //    reference where attention_ref.cuh has no such option). Both also with
 //    window, scale and softcap; every lse within 1e-3 of a computation in
 //    double.
@@ -54,6 +56,7 @@
 #include "../../compiler/nvrtc.h"
 #include "../../compiler/passes.h"
 #include "../kir_eval.h"
+#include "attention_host.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
@@ -222,66 +225,12 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
     return p;
 }
 
-// The reference of the cases the plain kernels of attention_ref.cuh do not
-// take (value heads of their own width, documents): y, lse, dq, dk, dv in
-// double on the host, as runtime/kernels.inc defines them, seg (B, T) or
-// NULL. Layouts as the kernels': q (B, T, H*D), k (B, T, KVH*D), v
-// (B, T, KVH*Dv), y and dy (B, T, H*Dv), lse (B, H, T).
-static void host_attention(float *y, float *lse, float *dq, float *dk, float *dv, const float *q, const float *k,
-                           const float *v, const float *dy, const int *seg, int B, int T, int H, int KVH, int D,
-                           int Dv, int causal, int window, double scale, double softcap) {
-    double *p = malloc(8 * (size_t)T), *c = malloc(8 * (size_t)T), *acc = calloc((size_t)B * T * KVH * (D + Dv), 8),
-           *dqa = malloc(8 * (size_t)D);
-    for (int b = 0; b < B; b++)
-        for (int h = 0; h < H; h++)
-            for (int t = 0; t < T; t++) {
-                const int kh = h / (H / KVH);
-                const float *qr = q + ((long)(b * T + t) * H + h) * D, *dyr = dy + ((long)(b * T + t) * H + h) * Dv;
-                double mx = -INFINITY, sum = 0, delta = 0;
-                for (int j = 0; j < T; j++) {
-                    int vis = (!causal || j <= t) && (!window || j > t - window) && (!seg || j >= seg[b * T + t]);
-                    p[j] = -INFINITY, c[j] = 1;
-                    if (!vis) continue;
-                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D;
-                    double dot = 0;
-                    for (int d = 0; d < D; d++) dot += (double)qr[d] * kr[d];
-                    p[j] = dot * scale;
-                    if (softcap > 0) c[j] = tanh(p[j] / softcap), p[j] = softcap * c[j], c[j] = 1 - c[j] * c[j];
-                    mx = fmax(mx, p[j]);
-                }
-                for (int j = 0; j < T; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
-                for (int j = 0; j < T; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx) / sum;
-                lse[((long)b * H + h) * T + t] = (float)(mx + log(sum));
-                for (int e = 0; e < Dv; e++) {
-                    double u = 0;
-                    for (int j = 0; j < T; j++) u += p[j] * v[((long)(b * T + j) * KVH + kh) * Dv + e];
-                    y[((long)(b * T + t) * H + h) * Dv + e] = (float)u;
-                    delta += u * dyr[e];
-                }
-                for (int d = 0; d < D; d++) dqa[d] = 0;
-                for (int j = 0; j < T; j++) {
-                    if (p[j] == 0) continue;
-                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D, *vr = v + ((long)(b * T + j) * KVH + kh) * Dv;
-                    double dp = 0, *ak = acc + ((long)(b * T + j) * KVH + kh) * (D + Dv);
-                    for (int e = 0; e < Dv; e++) dp += (double)dyr[e] * vr[e], ak[D + e] += p[j] * dyr[e];
-                    const double ds = p[j] * (dp - delta) * c[j] * scale;
-                    for (int d = 0; d < D; d++) dqa[d] += ds * kr[d], ak[d] += ds * qr[d];
-                }
-                for (int d = 0; d < D; d++) dq[((long)(b * T + t) * H + h) * D + d] = (float)dqa[d];
-            }
-    for (long r = 0; r < (long)B * T * KVH; r++) {
-        for (int d = 0; d < D; d++) dk[r * D + d] = (float)acc[r * (D + Dv) + d];
-        for (int e = 0; e < Dv; e++) dv[r * Dv + e] = (float)acc[r * (D + Dv) + D + e];
-    }
-    free(p), free(c), free(acc), free(dqa);
-}
-
 // Flash forward and backward (case c's template) and the plain reference on
 // random inputs: the worst relative error of y, dq, dk, dv, each in
 // err[0..3], and in err[4] that of lse against a host computation in double;
 // returns the worst of err[0..3]. Cases with value heads of their own width
 // or documents take host_attention as the reference.
-static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
+static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->docs;
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long ny = (long)c->B * c->T * c->H * Dv, nv = (long)c->B * c->T * c->KVH * Dv;
@@ -347,7 +296,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
     launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D, Dv) : attn_smem_dkdv(D),
            c->tc ? a_dkdv_tc : a_dkdv);
     if (host)
-        host_attention(rY, hL, rDQ, rDK, rDV, q, k, v, dy, seg, B, T, H, KVH, D, Dv, causal, window, scale, softcap);
+        host_attention(rY, hL, rDQ, rDK, rDV, q, k, v, dy, seg, B, T, H, KVH, D, Dv, causal, window, scale, softcap, 0);
     else {
         void *r_probs[] = {&P, &C, &q, &k, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
         void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
@@ -401,9 +350,39 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[5]) {
                 if (!(d <= le) && le == le) le = d;
             }
     err[4] = le;
+    // tensor cores, as FlashAttention's tests judge a kernel (attention_host.h): err[5..8] each output's
+    // largest error against the reference in double over plain bf16 attention's; err[9] plain bf16's
+    // own elementwise error of dv (the measure above)
+    for (int i = 5; i < 10; i++) err[i] = 0;
+    if (c->tc) {
+        const float *outs[4];
+        float *wide = malloc(4 * (size_t)(ny + nq + nk + nv));
+        long off = 0;
+        for (int i = 0; i < 4; i++) {
+            for (long j = 0; j < cnt[i]; j++) wide[off + j] = f32_from_bf16(((uint16_t *)got[i])[j]);
+            outs[i] = wide + off, off += cnt[i];
+        }
+        AttnHostCase hc = {B, T, H, KVH, D, Dv, causal, window, scale, softcap, seg, hq, hk};
+        attn_fair_ratios(&hc, outs, q, k, v, dy, err + 5, &err[9]);
+        free(wide);
+    }
     void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, hL, rY, rDQ, rDK, rDV, seg};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return worst;
+}
+
+// Whether a case passes: lse within 1e-3 always; the fp32 kernel's outputs
+// within 2e-4 (f32) or 3e-2 (bf16) of the reference elementwise (|a - b| /
+// max(|b|, 0.1)); the tensor-core kernel's, as FlashAttention's tests judge
+// theirs (attn_fair_ratios), at most 2 times plain bf16 attention's error.
+// Plain bf16 P^T for dv fails the elementwise measure (plain bf16 attention
+// itself does, by as much: err[9]): the values near 0 it divides by 0.1.
+static int attn_case_ok(const AttnCase *c, double e, const double err[10]) {
+    if (!(err[4] <= 1e-3)) return 0;
+    if (!c->tc) return e <= (c->bf16 ? 3e-2 : 2e-4);
+    for (int i = 5; i < 9; i++)
+        if (!(err[i] <= 2.0)) return 0;
+    return 1;
 }
 
 static void check_attention(void) {
@@ -443,7 +422,7 @@ static void check_attention(void) {
     }
     for (int i = from; i < NCASES + NTC; i++) {
         const AttnCase *c = i < NCASES ? &CASES[i] : &TC_CASES[i - NCASES];
-        double err[5], t0 = seconds(), e = attn_case(fn, c, err), tol = c->bf16 ? 3e-2 : 2e-4;
+        double err[10], t0 = seconds(), e = attn_case(fn, c, err);
         char what[128], opts[64] = "";
         if (c->window || c->scale > 0 || c->softcap > 0)
             snprintf(opts, sizeof opts, " window %d scale %g softcap %g", c->window, case_scale(c), c->softcap);
@@ -451,9 +430,12 @@ static void check_attention(void) {
             snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d docs %d", c->Dv ? c->Dv : c->D, c->docs);
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
-        int ok = e <= tol && err[4] <= 1e-3;
+        int ok = attn_case_ok(c, e, err);
         printf("%-60s max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s (%.1f s)\n", what, e, err[0],
                err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
+        if (c->tc)
+            printf("%-60s max abs err / plain bf16's: y %.2f dq %.2f dk %.2f dv %.2f (plain bf16's dv %.1e)\n", "",
+                   err[5], err[6], err[7], err[8], err[9]);
         if (!ok) failures++;
     }
 }
@@ -740,12 +722,14 @@ static void check_plans(char **paths, int npaths) {
     }
     for (int i = 0; i < ncases; i++) {
         const AttnCase *c = &cases[i];
-        double err[5], t0 = seconds(), e = attn_case(fn, c, err);
-        int ok = e <= 3e-2 && err[4] <= 1e-3;
+        double err[10], t0 = seconds(), e = attn_case(fn, c, err);
+        int ok = attn_case_ok(c, e, err);
         printf("%s: %s %s T%d H%d/%d (heads 0..%d) max rel err %.2e (y %.1e dq %.1e dk %.1e dv %.1e lse %.1e) %s "
                "(%.1f s)\n",
                from[i], c->tc ? "mt_attn_tc_*" : "mt_attn_* (fp32 fallback)", c->symbol, c->T, c->H, c->KVH,
                c->H / c->KVH - 1, e, err[0], err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
+        if (c->tc)
+            printf("    max abs err / plain bf16's: y %.2f dq %.2f dk %.2f dv %.2f\n", err[5], err[6], err[7], err[8]);
         if (!ok) failures++;
     }
 }

@@ -53,6 +53,7 @@
 #include "../../compiler/passes.h"
 #include "../../runtime/moe_launch.h"
 #include "../kir_eval.h"
+#include "../emu/attention_host.h"
 
 static int failures;
 
@@ -180,7 +181,11 @@ static void attn_run(const AttnKernels *f, const AttnCase *c, void **a_fwd, void
 
 // Runs flash forward and backward and the reference on random inputs;
 // returns the worst relative error of y, dq, dk, dv. reps > 0: also times them.
-static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_ms, double *ref_ms) {
+// The tensor-core kernel's: with fair, the worst of attn_fair_ratios
+// (tests/emu/attention_host.h: at most 2 passes) into *fair, and the
+// relative error returned normwise (max |a - b| / max |b|), which plain bf16
+// P^T for dv passes where the elementwise measure does not.
+static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_ms, double *ref_ms, double *fair) {
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long nrow = (long)c->B * c->H * c->T;
     size_t es = c->bf16 ? 2 : 4;
@@ -256,16 +261,30 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     double worst = 0;
     CUdeviceptr got[4] = {Y, DQ, DK, DV}, want[4] = {rY, rDQ, rDK, rDV};
     long cnt[4] = {nq, nq, nk, nk};
-    float *a = malloc(4 * (size_t)nq + 4 * (size_t)nk), *b = malloc(4 * (size_t)nq + 4 * (size_t)nk);
-    for (int i = 0; i < 4; i++) {
+    float *a = malloc(4 * (size_t)(2 * nq + 2 * nk)), *b = malloc(4 * (size_t)nq + 4 * (size_t)nk);
+    const float *outs[4];
+    for (int i = 0, off = 0; i < 4; off += (int)cnt[i], i++) {
+        float *o = a + off;
+        outs[i] = o;
         if (c->bf16) {
             CU(cuMemcpyDtoH(hb, got[i], 2 * cnt[i]));
-            for (long j = 0; j < cnt[i]; j++) a[j] = f32_from_bf16(hb[j]);
+            for (long j = 0; j < cnt[i]; j++) o[j] = f32_from_bf16(hb[j]);
         } else
-            CU(cuMemcpyDtoH(a, got[i], 4 * cnt[i]));
+            CU(cuMemcpyDtoH(o, got[i], 4 * cnt[i]));
         CU(cuMemcpyDtoH(b, want[i], 4 * cnt[i]));
-        double e = max_rel(a, b, (size_t)cnt[i], 1e-1);
+        double e = max_rel(o, b, (size_t)cnt[i], 1e-1);
+        if (c->tc) { // normwise
+            double mb = 0;
+            for (long j = 0; j < cnt[i]; j++) mb = fmax(mb, fabs((double)b[j]));
+            e = max_abs_rows(o, b, (size_t)cnt[i], (size_t)cnt[i], (size_t)cnt[i]) / fmax(mb, 1e-30);
+        }
         if (!(e <= worst)) worst = e;
+    }
+    if (c->tc && fair) {
+        double r[4], plain_dv;
+        AttnHostCase hc = {c->B, c->T, c->H, c->KVH, c->D, c->D, c->causal, 0, 1 / sqrt((double)c->D), 0, NULL, c->H, c->KVH};
+        attn_fair_ratios(&hc, outs, q, k, v, dy, r, &plain_dv);
+        *fair = fmax(fmax(r[0], r[1]), fmax(r[2], r[3]));
     }
     free(a), free(b), free(q), free(k), free(v), free(dy), free(hb);
     CUdeviceptr all[] = {Y, LSE, WS, DQ, DK, DV, P, DS, C, rY, rDQ, rDK, rDV, rQ, rK, rV, rDY};
@@ -307,11 +326,12 @@ static double gemm_rate_bf16(void) {
 }
 
 // Both attention kernels at Llama-3-8B's shapes, forward + backward (as the
-// backend runs them: the backward recomputing lse), against the measured GEMM rate:
-// FLOPs as compiler/cost.c counts them (4 B H D a visible pair forward, 2.5
-// times that backward), the achieved share of the GEMM rate (the target:
-// 40% for the tensor-core kernel, recorded, not asserted) and the profile's
-// attention_*_fraction = that share * gemm_efficiency (its figures are
+// backend runs them: the backward taking the forward's y and lse), against
+// the measured GEMM rate: FLOPs counted the standard way (7 T x T x D units,
+// causal pairs halved), the achieved share of the GEMM rate (issue 26's
+// targets, recorded, not asserted), and the profile's attention_*_fraction:
+// the share of the work the kernels run (attn_gpu_head_dims' 9 units, what
+// compiler/cost.c counts) times gemm_efficiency (the profile's figures are
 // shares of matrix_flops_bf16, whose gemm_efficiency share the GEMMs reach).
 // The fp32 kernel at T 32768 would take about half an hour: skipped.
 static void time_attention_llama(CUmodule m) {
@@ -338,12 +358,12 @@ static void time_attention_llama(CUmodule m) {
             CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
                         LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
             int H = c.H, KVH = c.KVH;
-            // as the cuda backend runs them: no lse kept by the forward (the plan has no tensor
-            // for it), so bwd_dq recomputes it; the tensor-core kernels' seg NULL (no documents)
+            // as the cuda backend runs them: the forward keeps its lse (the plan's attention_lse),
+            // which bwd_dq takes with y; the tensor-core kernels' seg NULL (no documents)
             CUdeviceptr nul = 0;
-            void *a_fwd_f[] = {&Y, &nul, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &nul, &Q, &K, &V, &nul, &T, &H, &KVH};
-            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &T, &H, &KVH, &nul};
-            void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &nul, &nul, &nul, &T, &H, &KVH};
+            void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH, &nul};
+            void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &nul, &T, &H, &KVH};
             void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
             void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
             void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
@@ -368,7 +388,7 @@ static void time_attention_llama(CUmodule m) {
             if (T == 4096 && D != 64) // the profiles' point
                 printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
                        "gemm_efficiency %.2g\n",
-                       tc ? (D > 128 ? "tc_wide" : "tc") : "fp32", share * TARGET_DEFAULT_GEMM_EFFICIENCY, T, D, share,
+                       tc ? (D > 128 ? "tc_wide" : "tc") : "fp32", share * (attn_gpu_head_dims(0, 1, 1) + attn_gpu_head_dims(1, 1, 1)) / 7 * TARGET_DEFAULT_GEMM_EFFICIENCY, T, D, share,
                        TARGET_DEFAULT_GEMM_EFFICIENCY);
             snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D%d bf16: %.3f of GEMM", tc ? "tc" : "fp32", T, D,
                      share);
@@ -434,18 +454,22 @@ static void check_attention(const char *arch) {
     CU(cuModuleLoadData(&m, bin.cubin));
     for (size_t i = 0; i < counts[0]; i++) {
         const AttnCase *c = &CASES[i];
-        double e = attn_case(m, c, 0, NULL, NULL);
+        double fair = 0, e = attn_case(m, c, 0, NULL, NULL, &fair);
         double tol = c->bf16 ? 3e-2 : 2e-4;
+        int ok = e <= tol && fair <= 2.0;
         char what[96];
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
-        printf("%-52s max rel err %.2e %s\n", what, e, e <= tol ? "ok" : "FAIL");
-        if (!(e <= tol)) failures++;
+        if (c->tc)
+            printf("%-52s max rel err %.2e (normwise), %.2f of plain bf16's %s\n", what, e, fair, ok ? "ok" : "FAIL");
+        else
+            printf("%-52s max rel err %.2e %s\n", what, e, ok ? "ok" : "FAIL");
+        if (!ok) failures++;
     }
     for (size_t i = 0; i < counts[1]; i++) {
         const AttnCase *c = &TIMED[i];
         double fms = 0, rms = 0;
-        double e = attn_case(m, c, 5, &fms, &rms);
+        double e = attn_case(m, c, 5, &fms, &rms, NULL);
         double tol = c->bf16 ? 3e-2 : 1e-3;
         if (!(e <= tol)) printf("FAIL timed case %d: max rel err %.2e\n", (int)i, e), failures++;
         char what[96];

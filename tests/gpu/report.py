@@ -299,14 +299,17 @@ def scaled_shares(r, profile, gemm_tflops, attn_tflops):
     session measured (the GEMMs: matrix_flops_bf16 x gemm_efficiency against
     cuBLAS's 8192^3 rate; attention: attention_tc_fraction x
     matrix_flops_bf16 against gpu_check's mt kernel at the model's head size,
-    T 4096), next to the measured compute busy time."""
+    T 4096, on the 9 units of work it runs), next to the measured compute
+    busy time."""
     ex, comp = r.get("explain"), (r.get("busy") or {}).get("compute")
     if not ex or not comp:
         return None
     mf, eff = profile_value(profile, "matrix_flops_bf16"), profile_value(profile, "gemm_efficiency") or 0.8  # common/target.h's default
     frac = profile_value(profile, "attention_tc_fraction")
     gemm = ex["gemm"] * (mf * eff / (gemm_tflops * 1e12)) if mf and gemm_tflops else None
-    attn = ex["attention"] * frac * mf / (attn_tflops * 1e12) if frac and mf and attn_tflops else None
+    # gpu_check counts 7 T x T x D units (the standard way), the cost model the 9 the kernels run
+    # (common/attention.h's attn_gpu_head_dims): its rate on those is 9 / 7 times the line's
+    attn = ex["attention"] * frac * mf / (attn_tflops * 1e12 * 9 / 7) if frac and mf and attn_tflops else None
     return {"gemm": gemm, "attention": attn, "other": comp - (gemm or 0) - (attn or 0)
             if gemm is not None and attn is not None else None, "compute": comp}
 
