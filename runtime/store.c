@@ -134,7 +134,7 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             float *grads = s->tier_grads && seg >= 0 ? NULL : s->g + off; // (a tier's: touched as they arrive)
             if (b > a)
                 adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
-                                  ram ? s->v + off : NULL, grads, s->wb ? s->wb + off : NULL, b - a, s->threads);
+                                  ram ? s->v + off : NULL, grads, NULL, s->wb ? s->wb + off : NULL, b - a, s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
         }
 }
