@@ -686,9 +686,9 @@ int main(int argc, char **argv) {
             if (rc == 0) rc = explain(g, &tgt, &bounds, &req, want_explain ? (int)ranks : 1, want_json && want_explain, trace_path,
                                        &arena);
         } else if (want_json) {
-            summary_print_json(stdout, g, path, &arena);
+            summary_print_json(stdout, g, (int)ranks, path, &arena);
         } else if (want_summary) {
-            summary_print(stdout, g, path);
+            summary_print(stdout, g, (int)ranks, path);
         }
         if (out_path && rc == 0) {
             if (!best.plan) {
