@@ -260,7 +260,8 @@ static int plan_grads_bf16(const Plan *p, const Placement *pl) {
 // runs it (runtime/backend_cuda.c): each gradient read from its pinned slot
 // (2 bytes bf16, 4 fp32) and added into the store's fp32 accumulator (read
 // and write it: 8), or, where the accumulator holds zeros, set (write it:
-// 4; runtime/store.c, store_grads_out). At the profile's
+// 4; runtime/store.c, store_grads_out; bf16 only: an fp32 set is the copy
+// itself, straight into the pinned store, runtime/replay.c). At the profile's
 // host_grads_add_bandwidth, which counts the same bytes (mtrun --calibrate's
 // grads+, 10 bytes a bf16 add).
 static double grads_host_bytes(const Instr *in, int set) {
@@ -283,8 +284,8 @@ static int out_dst_cmp(const void *a, const void *b) {
 // COPY_OUT of the stream into a parameter sets it, the others (tied
 // weights' second) add; with more, every COPY_OUT is priced as an add (the
 // first micro-batch's sets, cheaper, are not told apart: dur is one a
-// stream). A layer's bf16 gradients (plan_grads_bf16) have no host part:
-// the copy lands in the store's pinned bf16 array. Returns the host bytes
+// stream). A layer's bf16 gradients (plan_grads_bf16) and an fp32 set have
+// no host part: the copy lands in the store's pinned arrays. Returns the host bytes
 // of the parts (for host memory's share).
 static double grads_out_times(const Plan *p, const Target *t, const Placement *pl, double *dur) {
     if (strncmp(t->arch, "sm_", 3) != 0) return 0; // the cpu backend's add is its copy, priced as one
@@ -302,6 +303,7 @@ static double grads_out_times(const Plan *p, const Target *t, const Placement *p
         const Instr *in = &p->train[o[k].i];
         if (grads_bf16 && in->dst >= p->host_global) continue;
         int set = p->graph->train.accumulate == 1 && (k == 0 || o[k - 1].dst != o[k].dst);
+        if (set && !(in->flags & XFER_BF16)) continue; // an fp32 set is the copy itself, into the pinned store
         double b = grads_host_bytes(in, set), s = b / t->host_grads_add_bandwidth;
         if (s > dur[o[k].i]) dur[o[k].i] = s;
         host_bytes += b;

@@ -84,9 +84,12 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         if (in->flags & XFER_SHARD) copy_shard(r, in);
         else if (store_grads_bf16_at(hs, in->dst)) // a layer's bf16 gradients, set once a step: a plain copy
             be->copy_out(be, in, store_grads_bf16_at(hs, in->dst), in->src, in->bytes);
+        else if (!store_grads_out(hs, r->p, in))
+            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16 ? GRADS_BF16 : 0);
+        else if (in->flags & XFER_BF16) // into zeros: bf16 widened; fp32 a plain copy (no pass on the host)
+            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, GRADS_BF16 | GRADS_SET);
         else
-            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes,
-                             (in->flags & XFER_BF16 ? GRADS_BF16 : 0) | (store_grads_out(hs, r->p, in) ? GRADS_SET : 0));
+            be->copy_out(be, in, hs->g + in->dst, in->src, in->bytes);
         break;
     case INS_COPY:
         if (in->flags & XFER_BF16) be->copy_widen(be, in, in->dst, in->src, in->bytes);

@@ -466,12 +466,15 @@ static int open_run(Run *r, char *err, size_t errcap) {
         }
         backend_fill_nan(r->act, p->host_act_bytes); // a LOAD of what no SAVE wrote shows in the loss
         if (r->o->cuda_create) { // the host memory its streams copy from and to, pinned by the backend
-            HostRange pin[3] = {
+            // (and the gradients that a COPY_OUT's copy lands in: a layer's bf16 ones, fp32 ones set where they
+            // hold zeros; not a tier's, a mapping that holds only what is touched)
+            HostRange pin[4] = {
                 {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
                  r->hs.wb ? "the bf16 weights" : "the weights"},
                 {r->act, p->host_act_bytes, "the host activation store"},
-                {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}}; // (COPY_OUT's DMA lands there)
-            if (!(r->be = r->o->cuda_create(p, pin, r->hs.gb ? 3 : 2, r->o->trace, r->o->dist, err, errcap))) return -1;
+                {r->hs.g, r->hs.tier_grads ? 0 : (r->hs.gb ? r->hs.gb_from : r->hs.n) * 4, "the fp32 gradients"},
+                {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}};
+            if (!(r->be = r->o->cuda_create(p, pin, r->hs.gb ? 4 : 3, r->o->trace, r->o->dist, err, errcap))) return -1;
             r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
         } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
