@@ -432,7 +432,16 @@ static inline __attribute__((always_inline)) double chunk_sq_body(const float *r
 #undef SQ_AT
 }
 static double adamw_chunk_sq(const float *g, int64_t n) { return chunk_sq_body(g, NULL, n); }
-static double adamw_chunk_sq_bf16(const uint16_t *gb, int64_t n) { return chunk_sq_body(NULL, gb, n); }
+// The chunk of bf16 values: widened into wide (n floats, a thread's, which
+// stays in its cache) by a loop the compiler vectorises, then summed as an
+// fp32 chunk, the same additions; without wide, summed as they are (the
+// same sums, about half as fast: the widening inside the sums does not
+// vectorise).
+static double adamw_chunk_sq_bf16(const uint16_t *gb, int64_t n, float *wide) {
+    if (!wide) return chunk_sq_body(NULL, gb, n);
+    for (int64_t i = 0; i < n; i++) wide[i] = f32_from_bf16(gb[i]);
+    return adamw_chunk_sq(wide, n);
+}
 
 // One thread's share of adamw_sq_norm: chunks [lo, hi).
 typedef struct NormJob {
@@ -445,11 +454,13 @@ typedef struct NormJob {
 
 static void *adamw_norm_thread(void *arg) {
     const NormJob *j = arg;
+    float *wide = j->gb && j->hi > j->lo ? malloc(ADAMW_NORM_CHUNK * sizeof *wide) : NULL; // (ADAMW_NORM_CHUNK)
     for (int64_t k = j->lo; k < j->hi; k++) {
         int64_t start = k * ADAMW_NORM_CHUNK;
         int64_t len = j->n - start < ADAMW_NORM_CHUNK ? j->n - start : ADAMW_NORM_CHUNK;
-        j->sums[k] = j->gb ? adamw_chunk_sq_bf16(j->gb + start, len) : adamw_chunk_sq(j->g + start, len);
+        j->sums[k] = j->gb ? adamw_chunk_sq_bf16(j->gb + start, len, wide) : adamw_chunk_sq(j->g + start, len);
     }
+    free(wide);
     return NULL;
 }
 
@@ -464,10 +475,12 @@ static double sq_norm(const float *g, const uint16_t *gb, int64_t n, int nthread
         // Inline: the same chunk sums, added in the same order.
         free(sums), free(jobs);
         double total = 0.0;
+        float *wide = gb ? malloc((size_t)(n < ADAMW_NORM_CHUNK ? n : ADAMW_NORM_CHUNK) * sizeof *wide) : NULL;
         for (int64_t start = 0; start < n; start += ADAMW_NORM_CHUNK) {
             int64_t len = n - start < ADAMW_NORM_CHUNK ? n - start : ADAMW_NORM_CHUNK;
-            total += gb ? adamw_chunk_sq_bf16(gb + start, len) : adamw_chunk_sq(g + start, len);
+            total += gb ? adamw_chunk_sq_bf16(gb + start, len, wide) : adamw_chunk_sq(g + start, len);
         }
+        free(wide);
         return total;
     }
     int64_t per = (nchunks + nt - 1) / nt;
