@@ -1,20 +1,24 @@
 // adamw_bench.c: adamw_update's memory throughput over a plain copy's, both
 // measured in the same run with the same threads.
 //
-//     adamw_bench [--n N] [--threads T] [--reps R] [--bf16] [--zero]
+//     adamw_bench [--n N] [--threads T] [--reps R] [--bf16] [--zero | --grads-bf16]
 //
 // The update's counted bytes: it reads w, m, v, g and writes w, m, v, 28 bytes
 // a parameter (30 with --bf16, which also writes the bf16 copy; 4 more with
 // --zero, which zeroes g in the same pass: --bf16 --zero is what the host
-// store's update does, 34 bytes as compiler/cost.c counts them). The copy: T
-// threads each memcpy their slice of a buffer as large as the update's four
-// arrays (16 bytes a parameter), counted as the bytes read plus the bytes
+// store's update does, 34 bytes as compiler/cost.c counts them). With
+// --grads-bf16 the gradients are bf16 and only read (adamw_update_bf16_grads,
+// the host store's layers' with one micro-batch a step): 26 bytes, 28 with
+// --bf16, as compiler/cost.c counts them. The copy: T threads each memcpy
+// their slice of a buffer as large as the update's four arrays (16 bytes a
+// parameter, 14 with --grads-bf16), counted as the bytes read plus the bytes
 // written. A copy's stores must first read each destination line (read for
 // ownership) unless memcpy streams them, while the update writes only lines it
 // has just read, so a good update moves its counted bytes at least as fast as
 // a copy does: the printed ratio should be 1.0 or more. The runs alternate,
 // update then copy; each rate printed is the best of R, the ratio the median
-// over the R pairs. A second line gives adamw_sq_norm's read rate over g.
+// over the R pairs. A second line gives adamw_sq_norm's read rate over g
+// (adamw_sq_norm_bf16's with --grads-bf16).
 #include <errno.h>
 #include <pthread.h>
 #include <stdint.h>
@@ -67,7 +71,8 @@ typedef enum { JOB_FILL_STATE, JOB_FILL_COPY, JOB_COPY } JobKind;
 typedef struct BenchJob {
     JobKind kind;
     int64_t lo, hi;        // elements for JOB_FILL_STATE, bytes otherwise
-    float *w, *m, *v, *g;  // (n) each
+    float *w, *m, *v, *g;  // (n) each; g NULL with bf16 gradients
+    uint16_t *gb;          // (n) the bf16 gradients, or NULL
     unsigned char *src;    // (copy_bytes)
     unsigned char *dst;    // (copy_bytes)
 } BenchJob;
@@ -79,7 +84,8 @@ static void *bench_thread(void *arg) {
         for (int64_t i = j->lo; i < j->hi; i++) {
             // moderate values that stay normal over many steps
             j->w[i] = 0.5f + (float)(i % 1021) * 1e-3f;
-            j->g[i] = (float)(i % 7 - 3) * 1e-2f + 1e-3f;
+            if (j->g) j->g[i] = (float)(i % 7 - 3) * 1e-2f + 1e-3f;
+            if (j->gb) j->gb[i] = (uint16_t)(0x3c00u + (uint16_t)(i % 7)); // about 0.0078, never zero
             j->m[i] = 0.0f;
             j->v[i] = 0.0f;
         }
@@ -115,12 +121,14 @@ static int cmp_double(const void *a, const void *b) {
 }
 
 static void usage(void) {
-    fprintf(stderr, "usage: adamw_bench [--n PARAMS] [--threads T] [--reps R] [--bf16]\n"
+    fprintf(stderr, "usage: adamw_bench [--n PARAMS] [--threads T] [--reps R] [--bf16] [--zero | --grads-bf16]\n"
                     "  --n        parameters to update (default 67108864: 1 GiB of state)\n"
                     "  --threads  threads for the update and the copy (default: online CPUs)\n"
                     "  --reps     timed runs of each, alternating (default 7)\n"
                     "  --bf16     also write the bf16 copy of the weights (counted: 30 bytes a parameter)\n"
-                    "  --zero     also zero the gradients in the pass, as the host store does (4 bytes more)\n");
+                    "  --zero     also zero the gradients in the pass, as the host store does (4 bytes more)\n"
+                    "  --grads-bf16  bf16 gradients, only read (2 bytes, not 4), as the host store's layers' with\n"
+                    "             one micro-batch a step\n");
     exit(2);
 }
 
@@ -137,7 +145,7 @@ int main(int argc, char **argv) {
     int64_t n = 64LL << 20;
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
     int nt = ncpu > 0 ? (int)ncpu : 1;
-    int reps = 7, with_bf16 = 0, flags = ADAMW_DECAY;
+    int reps = 7, with_bf16 = 0, grads_bf16 = 0, flags = ADAMW_DECAY;
     for (int i = 1; i < argc; i++) {
         if (!strcmp(argv[i], "--n") && i + 1 < argc)
             n = parse_count(argv[++i]);
@@ -149,21 +157,25 @@ int main(int argc, char **argv) {
             with_bf16 = 1;
         else if (!strcmp(argv[i], "--zero"))
             flags |= ADAMW_ZERO_GRADS;
+        else if (!strcmp(argv[i], "--grads-bf16"))
+            grads_bf16 = 1;
         else
             usage();
     }
+    if (grads_bf16 && (flags & ADAMW_ZERO_GRADS)) usage(); // (bf16 gradients are never zeroed)
 
     float *w = bench_alloc((size_t)n * 4), *m = bench_alloc((size_t)n * 4); // (n) each
-    float *v = bench_alloc((size_t)n * 4), *g = bench_alloc((size_t)n * 4); // (n) each
+    float *v = bench_alloc((size_t)n * 4), *g = grads_bf16 ? NULL : bench_alloc((size_t)n * 4); // (n) each
+    uint16_t *gb = grads_bf16 ? bench_alloc((size_t)n * 2) : NULL;           // (n)
     uint16_t *bf = with_bf16 ? bench_alloc((size_t)n * 2) : NULL;            // (n)
-    int64_t copy_bytes = 16 * n;                                             // the update's four arrays
+    int64_t copy_bytes = (grads_bf16 ? 14 : 16) * n;                         // the update's four arrays
     unsigned char *src = bench_alloc((size_t)copy_bytes), *dst = bench_alloc((size_t)copy_bytes);
 
     // First touch by the threads that will use each page.
     BenchJob *jobs = calloc((size_t)nt, sizeof *jobs); // (nt)
     if (!jobs) exit(1);
     for (int i = 0; i < nt; i++) {
-        jobs[i] = (BenchJob){JOB_FILL_STATE, 0, 0, w, m, v, g, src, dst};
+        jobs[i] = (BenchJob){JOB_FILL_STATE, 0, 0, w, m, v, g, gb, src, dst};
         bench_range(n, nt, i, &jobs[i].lo, &jobs[i].hi);
     }
     bench_run(jobs, nt);
@@ -178,7 +190,8 @@ int main(int argc, char **argv) {
 
     AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1,
                       .grad_scale = 1.0f};
-    double update_bytes = (double)n * ((with_bf16 ? 30.0 : 28.0) + (flags & ADAMW_ZERO_GRADS ? 4.0 : 0.0));
+    double update_bytes = (double)n * ((with_bf16 ? 30.0 : 28.0) + (flags & ADAMW_ZERO_GRADS ? 4.0 : 0.0) -
+                                       (grads_bf16 ? 2.0 : 0.0));
     double copied_bytes = 2.0 * (double)copy_bytes;
     double *t_update = malloc((size_t)reps * sizeof *t_update); // (reps) seconds
     double *t_copy = malloc((size_t)reps * sizeof *t_copy);     // (reps) seconds
@@ -187,16 +200,18 @@ int main(int argc, char **argv) {
     if (!t_update || !t_copy || !t_norm || !ratios) exit(1);
 
     // One untimed run of each, then reps alternating pairs.
-    adamw_update(w, m, v, g, bf, n, &step, flags, nt);
+    if (gb) adamw_update_bf16_grads(w, m, v, gb, bf, n, &step, flags, nt);
+    else adamw_update(w, m, v, g, bf, n, &step, flags, nt);
     bench_run(jobs, nt);
     for (int r = 0; r < reps; r++) {
         step.t = r + 2;
         double t0 = now_s();
-        adamw_update(w, m, v, g, bf, n, &step, flags, nt);
+        if (gb) adamw_update_bf16_grads(w, m, v, gb, bf, n, &step, flags, nt);
+        else adamw_update(w, m, v, g, bf, n, &step, flags, nt);
         double t1 = now_s();
         bench_run(jobs, nt);
         double t2 = now_s();
-        volatile double norm = adamw_sq_norm(g, n, nt);
+        volatile double norm = gb ? adamw_sq_norm_bf16(gb, n, nt) : adamw_sq_norm(g, n, nt);
         (void)norm;
         t_update[r] = t1 - t0;
         t_copy[r] = t2 - t1;
@@ -216,13 +231,14 @@ int main(int argc, char **argv) {
     // back-to-back pairs, which holds when the machine's bandwidth shifts
     // during the run (shared hosts do) and a best-of-each ratio would not.
     printf("adamw: %.1f GB/s  copy: %.1f GB/s  ratio %.2f  (median of %d pairs; best rates give %.2f; n=%lld, "
-           "threads=%d%s%s; checksum %.6g)\n",
+           "threads=%d%s%s%s; checksum %.6g)\n",
            update_gbs, copy_gbs, ratios[reps / 2], reps, update_gbs / copy_gbs, (long long)n, nt,
-           with_bf16 ? ", with bf16 copy" : "", flags & ADAMW_ZERO_GRADS ? ", zeroing g" : "", check);
-    printf("sq_norm: %.1f GB/s  (reads g, 4 bytes a parameter; best of %d)\n", 4.0 * (double)n / t_norm[0] / 1e9,
-           reps);
+           with_bf16 ? ", with bf16 copy" : "", flags & ADAMW_ZERO_GRADS ? ", zeroing g" : "",
+           grads_bf16 ? ", bf16 gradients" : "", check);
+    printf("sq_norm: %.1f GB/s  (reads g, %d bytes a parameter; best of %d)\n",
+           (grads_bf16 ? 2.0 : 4.0) * (double)n / t_norm[0] / 1e9, grads_bf16 ? 2 : 4, reps);
 
     free(t_update), free(t_copy), free(t_norm), free(ratios), free(jobs);
-    free(w), free(m), free(v), free(g), free(bf), free(src), free(dst);
+    free(w), free(m), free(v), free(g), free(gb), free(bf), free(src), free(dst);
     return 0;
 }

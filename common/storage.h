@@ -27,7 +27,8 @@
 //
 // The host store is fp32 (master weights, Adam m and v, gradient
 // accumulators) plus, under bf16, the bf16 copy that streams; AdamW writes
-// that copy in the same pass as the update.
+// that copy in the same pass as the update. Under bf16 with one micro-batch
+// a step the layers' gradients are bf16 instead (storage_grads_bf16).
 #ifndef MT_STORAGE_H
 #define MT_STORAGE_H
 
@@ -90,8 +91,57 @@ static inline int64_t storage_host_elems(const Graph *g) {
     return n;
 }
 
-// Host store bytes per parameter: fp32 master 4, Adam m and v 8, fp32
-// gradient accumulator 4, and under bf16 the 2-byte copy that streams.
+// Host store bytes per parameter with an fp32 gradient accumulator: fp32
+// master 4, Adam m and v 8, gradients 4, and under bf16 the 2-byte copy
+// that streams. Where the gradients are bf16 (storage_grads_bf16), a layer
+// parameter takes 2 bytes less: storage_host_bytes counts both.
 static inline int64_t storage_host_bytes_per_param(DType compute) { return 16 + (compute == DT_BF16 ? 2 : 0); }
+
+// Whether the host store holds the layers' gradients as bf16 (2 bytes a
+// parameter) rather than in fp32 accumulators (4): with bf16 compute, one
+// micro-batch a step, one rank (ranks sum fp32 gradients), the gradients
+// not on the NVMe tier (tier_grads: its records keep fp32 ones), and every
+// block parameter's gradient leaving the device once a pass, as bf16. Then
+// each COPY_OUT into a layer sets its range, once a step, and the norm and
+// AdamW read the bf16 values widened: the bits an fp32 accumulator that
+// started at zero held (0 + x is x), without the widen and with no zeroing.
+// The globals keep fp32 accumulators (the embedding's gradient is an fp32
+// scatter-add; tied weights get two gradients, the second added).
+static inline int storage_grads_bf16(const Graph *g, int ranks, int tier_grads) {
+    if (g->train.compute != DT_BF16 || g->train.accumulate != 1 || ranks != 1 || tier_grads) return 0;
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        if (!part_is_block(pk)) continue;
+        const PtrVec *gr = &g->parts[pk].grads;
+        for (int i = 0; i < gr->n; i++) {
+            const Grad *a = gr->items[i];
+            if (a->of->op != OP_PARAM || !a->grad) continue;
+            if (storage_dtype(DT_BF16, a->grad) != DT_BF16) return 0;
+            for (int qk = pk; qk < PART_COUNT; qk++) // a second gradient of the same parameter: added, so fp32
+                for (int j = qk == pk ? i + 1 : 0; part_is_block(qk) && j < g->parts[qk].grads.n; j++) {
+                    const Grad *b = g->parts[qk].grads.items[j];
+                    if (b->of->op == OP_PARAM && b->grad && b->of->param == a->of->param) return 0;
+                }
+        }
+    }
+    return 1;
+}
+
+// Elements of the host store's global parameters (the head's and the
+// tail's segments), the rest being the layers'.
+static inline int64_t storage_host_global_elems(const Graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *p = g->params.items[i];
+        if (!p->in_block) n += storage_host_elems_of(shape_numel(&p->shape));
+    }
+    return n;
+}
+
+// Host store bytes: storage_host_bytes_per_param an element, less 2 a layer
+// element where the layers' gradients are bf16 (grads_bf16).
+static inline int64_t storage_host_bytes(const Graph *g, int grads_bf16) {
+    int64_t all = storage_host_elems(g);
+    return all * storage_host_bytes_per_param(g->train.compute) - (grads_bf16 ? 2 * (all - storage_host_global_elems(g)) : 0);
+}
 
 #endif

@@ -257,15 +257,26 @@ static double layer_elems(const Plan *p, int32_t layer) { return (double)plan_se
 
 // Host bytes a parameter's AdamW update moves: reads w, m, v, g (16), writes
 // w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2), as
-// runtime/store.c's store_update does. They move at the profile's
-// host_adamw_bandwidth, which counts the same bytes.
-static double update_bytes(DType compute) { return 32.0 + (compute == DT_BF16 ? 2.0 : 0.0); }
+// runtime/store.c's store_update does; with bf16 gradients (grads_bf16, a
+// layer's: common/storage.h, storage_grads_bf16) reads 2 of g and zeroes
+// nothing, 28. They move at the profile's host_adamw_bandwidth, which
+// counts the same bytes.
+static double update_bytes(DType compute, int grads_bf16) {
+    return grads_bf16 ? 28.0 : 32.0 + (compute == DT_BF16 ? 2.0 : 0.0);
+}
+
+// Whether plan p's store holds the layers' gradients as bf16 at placement
+// pl (NULL: in RAM), as runtime/store.c decides it: not with them on the tier.
+static int plan_grads_bf16(const Plan *p, const Placement *pl) {
+    return storage_grads_bf16(p->graph, p->ranks, pl && pl->level == PLACE_GRADS);
+}
 
 // Host bytes of a COPY_OUT's host part on a GPU, as the cuda backend's ring
 // runs it (runtime/backend_cuda.c): each gradient read from its pinned slot
 // (2 bytes bf16, 4 fp32) and added into the store's fp32 accumulator (read
 // and write it: 8), or, where the accumulator holds zeros, set (write it:
-// 4; runtime/store.c, store_grads_out). At the profile's
+// 4; runtime/store.c, store_grads_out; bf16 only: an fp32 set is the copy
+// itself, straight into the pinned store, runtime/replay.c). At the profile's
 // host_grads_add_bandwidth, which counts the same bytes (mtrun --calibrate's
 // grads+, 10 bytes a bf16 add).
 static double grads_host_bytes(const Instr *in, int set) {
@@ -288,8 +299,10 @@ static int out_dst_cmp(const void *a, const void *b) {
 // COPY_OUT of the stream into a parameter sets it, the others (tied
 // weights' second) add; with more, every COPY_OUT is priced as an add (the
 // first micro-batch's sets, cheaper, are not told apart: dur is one a
-// stream). Returns the host bytes of the parts (for host memory's share).
-static double grads_out_times(const Plan *p, const Target *t, double *dur) {
+// stream). A layer's bf16 gradients (plan_grads_bf16) and an fp32 set have
+// no host part: the copy lands in the store's pinned arrays. Returns the host bytes
+// of the parts (for host memory's share).
+static double grads_out_times(const Plan *p, const Target *t, const Placement *pl, double *dur) {
     if (strncmp(t->arch, "sm_", 3) != 0) return 0; // the cpu backend's add is its copy, priced as one
     int n = 0;
     for (int i = 0; i < p->ntrain; i++) n += p->train[i].kind == INS_COPY_OUT;
@@ -300,9 +313,12 @@ static double grads_out_times(const Plan *p, const Target *t, double *dur) {
         if (p->train[i].kind == INS_COPY_OUT) o[n++] = (OutDst){p->train[i].dst, i};
     qsort(o, (size_t)n, sizeof *o, out_dst_cmp);
     double host_bytes = 0;
+    int grads_bf16 = plan_grads_bf16(p, pl);
     for (int k = 0; k < n; k++) {
         const Instr *in = &p->train[o[k].i];
+        if (grads_bf16 && in->dst >= p->host_global) continue;
         int set = p->graph->train.accumulate == 1 && (k == 0 || o[k - 1].dst != o[k].dst);
+        if (set && !(in->flags & XFER_BF16)) continue; // an fp32 set is the copy itself, into the pinned store
         double b = grads_host_bytes(in, set), s = b / t->host_grads_add_bandwidth;
         if (s > dur[o[k].i]) dur[o[k].i] = s;
         host_bytes += b;
@@ -344,12 +360,14 @@ const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads
 // elements and an activation store of act bytes at `level`. Returns 0 when
 // the level is not open to it (f32 streams the master from RAM; no tier).
 // layers_elems: every layer's segment together; layer_elems: the largest (a tier record).
-static int place_at(const Graph *g, int64_t global_elems, int64_t layers_elems, int64_t layer_elems, int64_t act,
-                    const Target *t, int level, Placement *pl) {
+// ranks: of the run (the layers' gradients are bf16 only with one: storage_grads_bf16).
+static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
+                    int64_t act, const Target *t, int level, Placement *pl) {
     int bf16 = g->train.compute == DT_BF16;
-    double acc = (double)g->train.accumulate, per = (double)storage_host_bytes_per_param(g->train.compute);
+    double acc = (double)g->train.accumulate, per_global = (double)storage_host_bytes_per_param(g->train.compute);
+    double per = per_global - (storage_grads_bf16(g, ranks, level == PLACE_GRADS) ? 2.0 : 0.0); // a layer parameter's
     double layer_params = (double)layers_elems;
-    double total = ((double)global_elems + layer_params) * per + (double)act;
+    double total = (double)global_elems * per_global + layer_params * per + (double)act;
     if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
     // bytes a layer parameter the tier holds, and reads and writes a step
@@ -367,10 +385,11 @@ static int place_at(const Graph *g, int64_t global_elems, int64_t layers_elems, 
 }
 
 // cost_place's rule: the first open level that fits (the last open one when none does).
-static void place_store(const Graph *g, int64_t global_elems, int64_t layers_elems, int64_t layer_elems, int64_t act,
-                        const Target *t, Placement *pl) {
+static void place_store(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
+                        int64_t act, const Target *t, Placement *pl) {
     for (int level = PLACE_RAM; level < PLACE_COUNT; level++)
-        if (place_at(g, global_elems, layers_elems, layer_elems, act, t, level, pl) && (double)pl->ram_bytes <= t->host_memory &&
+        if (place_at(g, ranks, global_elems, layers_elems, layer_elems, act, t, level, pl) &&
+            (double)pl->ram_bytes <= t->host_memory &&
             (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
             return;
 }
@@ -379,7 +398,7 @@ static void place_store(const Graph *g, int64_t global_elems, int64_t layers_ele
 static int64_t rank_share(const Plan *p, int64_t elems) { return p->sharded ? (elems + p->ranks - 1) / p->ranks : elems; }
 
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
-    place_store(p->graph, rank_share(p, p->host_global), rank_share(p, p->layer_base[p->graph->layers]),
+    place_store(p->graph, p->ranks, rank_share(p, p->host_global), rank_share(p, p->layer_base[p->graph->layers]),
                 rank_share(p, p->host_layer), act, t, pl);
 }
 
@@ -420,12 +439,15 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
+        int grads_bf16 = in->layer >= 0 && plan_grads_bf16(p, pl);
         double adamw = (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
-                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute)) / t->host_adamw_bandwidth;
+                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) / t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
-    case INS_NORM: return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) * 4.0 / t->host_memory_bandwidth;
+    case INS_NORM: // reads g: 4 bytes a parameter, 2 of a layer's bf16 gradients
+        return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
+               (in->layer >= 0 && plan_grads_bf16(p, pl) ? 2.0 : 4.0) / t->host_memory_bandwidth;
     case INS_ALLGATHER: return collective_seconds(t, COLL_ALL_GATHER, (double)in->bytes, p->ranks);
     case INS_REDUCE_SCATTER: return collective_seconds(t, COLL_REDUCE_SCATTER, (double)in->bytes, p->ranks);
     case INS_LOSS:
@@ -578,7 +600,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         default: break;
         }
     }
-    double grads_host = zero3 ? 0 : grads_out_times(p, t, dur); // (zero3's are priced as DeepSpeed moves them)
+    double grads_host = zero3 ? 0 : grads_out_times(p, t, &c->place, dur); // (zero3's are priced as DeepSpeed moves them)
     for (int i = 0; i < p->ntrain && grads_host > 0; i++)
         if (p->train[i].kind == INS_COPY_OUT) c->copy_out_s += dur[i] - (double)p->train[i].bytes / t->d2h_bandwidth;
     // Recompute: block forward work beyond one forward a layer.
@@ -616,11 +638,17 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     if (kernel_times(g, t, &kt) != 0) return -1;
     DType compute = g->train.compute;
     if (ranks < 2) ranks = 1, sharded = 0;
-    // f: a rank's part of the host store: 1 / ranks sharded, else all of it
-    double acc = (double)g->train.accumulate, f = sharded ? 1.0 / ranks : 1.0,
-           params = (double)storage_host_elems(g) * f, all = (double)storage_host_elems(g),
-           wbytes = (double)storage_weight_bytes(compute), opt_bytes = params * (update_bytes(compute) + 4.0);
-    double norm_s = params * 4.0 / t->host_memory_bandwidth; // the gradient norm reads g
+    // f: a rank's part of the host store: 1 / ranks sharded, else all of it; a
+    // layer's gradients bf16 only in one process's store (ranks sum fp32 ones)
+    int grads_bf16 = storage_grads_bf16(g, ranks, 0);
+    double acc = (double)g->train.accumulate, f = sharded ? 1.0 / ranks : 1.0, all = (double)storage_host_elems(g),
+           params = all * f, globals = (double)storage_host_global_elems(g) * f,
+           wbytes = (double)storage_weight_bytes(compute);
+    // AdamW's bytes, and the gradient norm's, which reads g (a layer's bf16 gradients: 2 bytes)
+    double update_all = globals * update_bytes(compute, 0) + (params - globals) * update_bytes(compute, grads_bf16);
+    double norm_bytes = globals * 4.0 + (params - globals) * (grads_bf16 ? 2.0 : 4.0);
+    double opt_bytes = update_all + norm_bytes;
+    double norm_s = norm_bytes / t->host_memory_bandwidth;
     *b = (Bounds){0};
     // the ranks' collectives, on their one engine: every weight all-gathered and every gradient
     // reduce-scattered in fp32 once a step (sharded), or the fp32 gradients all-reduced (replicated)
@@ -642,7 +670,7 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     b->backward_s *= acc;
     b->in_s = params * wbytes / t->h2d_bandwidth;
     b->out_s = params * wbytes / t->d2h_bandwidth;
-    b->update_s = params * update_bytes(compute) / t->host_adamw_bandwidth;
+    b->update_s = update_all / t->host_adamw_bandwidth;
     b->host_s = b->update_s + norm_s;
     // every byte on the link is read from or written to host memory, which
     // the optimizer also reads and writes
@@ -656,7 +684,7 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
     Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place_act counts it)
     int64_t share = sharded ? ranks : 1;
-    place_store(g, (global_elems + share - 1) / share, (storage_host_elems(g) - global_elems + share - 1) / share,
+    place_store(g, ranks, (global_elems + share - 1) / share, (storage_host_elems(g) - global_elems + share - 1) / share,
                 (layer_elems + share - 1) / share, 0, t, &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
@@ -682,7 +710,7 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
         const Node *n = head->nodes.items[i];
         if (n->op != OP_PARAM) continue;
         double e = (double)storage_host_elems_of(shape_numel(&n->shape)) * f;
-        b->turn_s += e * update_bytes(compute) / t->host_adamw_bandwidth + e * wbytes / t->h2d_bandwidth;
+        b->turn_s += e * update_bytes(compute, 0) / t->host_adamw_bandwidth + e * wbytes / t->h2d_bandwidth;
     }
     double exact[] = {b->physical_s, b->in_s + b->out_s, update + b->backward_s, b->compute_s + b->turn_s};
     for (size_t i = 0; i < sizeof exact / sizeof exact[0]; i++)

@@ -723,9 +723,9 @@ int main(int argc, char **argv) {
                                     trace_path, &arena);
         }
         if (!want_explain && want_json) {
-            summary_print_json(stdout, g, path, &arena);
+            summary_print_json(stdout, g, (int)ranks, path, &arena);
         } else if (!want_explain && want_summary) {
-            summary_print(stdout, g, path);
+            summary_print(stdout, g, (int)ranks, path);
         }
         if (out_path && rc == 0) {
             if (!best.plan) {

@@ -22,10 +22,10 @@ static Layout layout_of(const Target *t, int ranks) {
     return l;
 }
 
-// The whole host store of g: master, moments, accumulators and the bf16 copy.
-static double store_bytes(const Graph *g) {
-    return (double)storage_host_elems(g) * (double)storage_host_bytes_per_param(g->train.compute);
-}
+// The whole host store of g: master, moments, accumulators and the bf16
+// copy, with fp32 gradients, as several ranks keep them (they sum them;
+// common/storage.h, storage_grads_bf16).
+static double store_bytes(const Graph *g) { return (double)storage_host_bytes(g, 0); }
 
 // The profile one rank's plan is searched on. The search counts a whole
 // store against host_memory, so a sharded rank's share of the node is given
@@ -209,9 +209,11 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
     Best b = {.t = t, .rt = &rt, .s = s, .l = l, .k = k, .row = row, .why = "no plan"};
     int n = s == SCALE_MEGATRAIN ? 1 : (int)(sizeof REMATS / sizeof REMATS[0]), rc = 0;
     for (int i = 0; i < n && rc == 0; i++) {
+        // (ranks: a plan of one of l.ranks, replicated, whose gradients stay fp32 (common/storage.h,
+        // storage_grads_bf16) as every strategy of several ranks keeps them; `price` prices it as s)
         SchedRequest q = {.policy = s == SCALE_MEGATRAIN ? POLICY_MEGATRAIN : POLICY_MT,
                           .remat = s == SCALE_MEGATRAIN ? REMAT_AUTO : REMATS[i], .resident = -1, .seen = best_seen,
-                          .seen_ctx = &b};
+                          .seen_ctx = &b, .ranks = l.ranks};
         SchedResult r;
         ArenaMark mark = arena_mark(a); // the row keeps no plan
         rc = schedule_search(g, &rt, &q, a, &r, err, errcap);

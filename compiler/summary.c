@@ -13,7 +13,7 @@ static int used_in(const Graph *g, PartKind part, int param) {
     return 0;
 }
 
-void summary_compute(const Graph *g, Summary *s) {
+void summary_compute(const Graph *g, int ranks, Summary *s) {
     *s = (Summary){0};
     int64_t *per_kind = s->per_kind;
     for (int i = 0; i < g->params.n; i++) {
@@ -32,9 +32,12 @@ void summary_compute(const Graph *g, Summary *s) {
     }
     s->total = s->head + s->blocks + s->tail;
     // the host store's bytes, as mtc's fit check and mtrun count them
-    // (common/storage.h): each parameter aligned, at its bytes per parameter
-    s->bytes_per_param = storage_host_bytes_per_param(g->train.compute);
-    s->host_bytes = storage_host_elems(g) * s->bytes_per_param;
+    // (common/storage.h): each parameter aligned, at its bytes per parameter,
+    // a layer's 2 less where the layers' gradients are bf16
+    s->grads_bf16 = storage_grads_bf16(g, ranks, 0);
+    s->global_bytes_per_param = storage_host_bytes_per_param(g->train.compute);
+    s->bytes_per_param = s->global_bytes_per_param - (s->grads_bf16 ? 2 : 0);
+    s->host_bytes = storage_host_bytes(g, s->grads_bf16);
 }
 
 // 1234567 -> "1,234,567"
@@ -49,9 +52,9 @@ static const char *grouped(int64_t v, char *buf) {
     return buf;
 }
 
-void summary_print(FILE *out, const Graph *g, const char *path) {
+void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
     Summary s;
-    summary_compute(g, &s);
+    summary_compute(g, ranks, &s);
     char b1[40], b2[40], b3[40];
     const TrainConfig *t = &g->train;
     fprintf(out, "model %s (%s): batch %lld, seq %lld, compute %s\n", g->model_name, path, (long long)t->batch,
@@ -70,9 +73,12 @@ void summary_print(FILE *out, const Graph *g, const char *path) {
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
     if (s.tied) fprintf(out, "  (+ %s tied with the head, counted once)", grouped(s.tied, b3));
     fprintf(out, "\n  %-8s %20s\n", "total", grouped(s.total, b1));
-    fprintf(out, "  host memory %s bytes (%.2f GB): %lld B/param = fp32 master 4 + Adam m, v 8 + fp32 grads 4%s\n",
+    fprintf(out, "  host memory %s bytes (%.2f GB): %lld B/param = fp32 master 4 + Adam m, v 8 + %s%s%s\n",
             grouped(s.host_bytes, b1), (double)s.host_bytes / 1e9, (long long)s.bytes_per_param,
-            t->compute == DT_BF16 ? " + bf16 copy 2" : " (the master streams as the f32 copy)");
+            s.grads_bf16 ? "bf16 grads 2" : "fp32 grads 4",
+            t->compute == DT_BF16 ? " + bf16 copy 2" : " (the master streams as the f32 copy)",
+            s.grads_bf16 ? " (one micro-batch a step: the layers' gradients land as bf16; the globals' stay fp32, 18 "
+                           "B/param)" : "");
 }
 
 static void json_str(FILE *out, const char *s) {
@@ -95,9 +101,9 @@ static void json_param(FILE *out, const char *name, const Shape *shape, int *fir
     *first = 0;
 }
 
-void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
+void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, Arena *a) {
     Summary s;
-    summary_compute(g, &s);
+    summary_compute(g, ranks, &s);
     fprintf(out, "{\n  \"model\": ");
     json_str(out, g->model_name);
     fprintf(out, ",\n  \"file\": ");
@@ -120,8 +126,9 @@ void summary_print_json(FILE *out, const Graph *g, const char *path, Arena *a) {
                 (long long)s.per_kind[k]);
     }
     fprintf(out, "]}],\n");
-    fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param,
-            (long long)s.host_bytes);
+    fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes_per_global_param\": %lld,\n  \"host_grads_bf16\": %s,\n"
+            "  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param, (long long)s.global_bytes_per_param,
+            s.grads_bf16 ? "true" : "false", (long long)s.host_bytes);
     // Checkpoint order: head globals, the layers, then tail-only globals.
     fprintf(out, "  \"params\": [");
     int first = 1;

@@ -83,38 +83,43 @@ static inline __attribute__((always_inline)) AdamWElem adamw_one(float w, float 
 }
 
 // The fast kernel on [0, n) of already offset arrays: w, m, v, g, out (n);
-// zero: g is zeroed as it is read (the step's gradients consumed). The main
+// zero: g is zeroed as it is read (the step's gradients consumed); gb not
+// NULL: the gradients are gb's bf16 values widened (g unused, nothing
+// zeroed: adamw_update_bf16_grads). The main
 // loops stop at a multiple of 16 so that GCC vectorises them even at -O2,
 // whose cost model takes no loop that would need a scalar epilogue; the
 // tail loops do the last n % 16. The vector loops also need sqrtf free of
 // errno: compile this file with -fno-math-errno.
 static inline __attribute__((always_inline)) void
 adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, float *restrict g,
-                  uint16_t *restrict out, int64_t n, AdamWConst c, int zero) {
+                  const uint16_t *restrict gb, uint16_t *restrict out, int64_t n, AdamWConst c, int zero) {
     int64_t n16 = n & ~(int64_t)15;
-#define ADAMW_LOOP(from, to)                                                                                           \
+#define ADAMW_LOOP(from, to, grad)                                                                                     \
     for (int64_t i = from; i < to; i++) {                                                                              \
-        AdamWElem e = adamw_one(w[i], m[i], v[i], g[i], &c);                                                           \
+        AdamWElem e = adamw_one(w[i], m[i], v[i], grad, &c);                                                           \
         w[i] = e.w, m[i] = e.m, v[i] = e.v;                                                                            \
         if (out) out[i] = bf16_from_f32(e.w);                                                                          \
-        if (zero) g[i] = 0.0f;                                                                                         \
+        if (zero && !gb) g[i] = 0.0f;                                                                                  \
     }
     // one loop per case, so that each vectorises without a branch inside
-    if (out && zero) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
-    else if (out) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
-    else if (zero) { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
-    else { ADAMW_LOOP(0, n16) ADAMW_LOOP(n16, n) }
+    if (gb && out) { ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i])) }
+    else if (gb) { ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i])) }
+    else if (out && zero) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
+    else if (out) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
+    else if (zero) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
+    else { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
 #undef ADAMW_LOOP
 }
 
-typedef void (*AdamWKernel)(float *, float *, float *, float *, uint16_t *, int64_t, AdamWConst, int);
+typedef void (*AdamWKernel)(float *, float *, float *, float *, const uint16_t *, uint16_t *, int64_t, AdamWConst,
+                            int);
 
 // The kernel compiled for the baseline ISA (SSE2 on x86-64), and on x86-64
 // once more for AVX2, chosen at run time by __builtin_cpu_supports. Neither
 // uses fma, so both give the same bits.
-static void adamw_kernel_base(float *w, float *m, float *v, float *g, uint16_t *out, int64_t n, AdamWConst c,
-                              int zero) {
-    adamw_kernel_body(w, m, v, g, out, n, c, zero);
+static void adamw_kernel_base(float *w, float *m, float *v, float *g, const uint16_t *gb, uint16_t *out, int64_t n,
+                              AdamWConst c, int zero) {
+    adamw_kernel_body(w, m, v, g, gb, out, n, c, zero);
 }
 
 #if defined(__x86_64__) && defined(__GNUC__)
@@ -126,12 +131,15 @@ static void adamw_kernel_base(float *w, float *m, float *v, float *g, uint16_t *
 // the block's bf16 copy into an L1 buffer, then streamed out. The elements
 // before w's first 64-byte line, the last partial block, and arrays whose
 // alignment differs from w's take the plain loop. The same adamw_one on
-// every element: the same bits as the plain kernel.
-__attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m, float *v, float *g, uint16_t *out,
-                                                              int64_t n, AdamWConst c, int zero) {
+// every element: the same bits as the plain kernel. bf16 gradients (gb) are
+// read a block at a time, widened, and never zeroed.
+__attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m, float *v, float *g,
+                                                              const uint16_t *gb, uint16_t *out, int64_t n,
+                                                              AdamWConst c, int zero) {
     int64_t head = (int64_t)(((64 - ((uintptr_t)w & 63)) & 63) / sizeof(float)), i = head < n ? head : n;
-    adamw_kernel_body(w, m, v, g, out, i, c, zero);
-    int aligned = !(((uintptr_t)(m + i) | (uintptr_t)(v + i) | (uintptr_t)(g + i)) & 31) &&
+    adamw_kernel_body(w, m, v, g, gb, out, i, c, zero);
+    if (gb) zero = 0;
+    int aligned = !(((uintptr_t)(m + i) | (uintptr_t)(v + i)) & 31) && (gb || !((uintptr_t)(g + i) & 31)) &&
                   (!out || !((uintptr_t)(out + i) & 15));
     if (aligned && (zero || out)) {
         uint16_t tb[ADAMW_BLOCK] __attribute__((aligned(64))); // (ADAMW_BLOCK) the block's bf16 copy
@@ -139,10 +147,18 @@ __attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m
         for (; i + ADAMW_BLOCK <= n; i += ADAMW_BLOCK) {
             { // (the arrays do not overlap: adamw.h)
                 float *restrict bw = w + i, *restrict bm = m + i, *restrict bv = v + i;
-                const float *restrict bg = g + i;
-                for (int k = 0; k < ADAMW_BLOCK; k++) {
-                    AdamWElem e = adamw_one(bw[k], bm[k], bv[k], bg[k], &c);
-                    bw[k] = e.w, bm[k] = e.m, bv[k] = e.v;
+                if (gb) {
+                    const uint16_t *restrict bg = gb + i;
+                    for (int k = 0; k < ADAMW_BLOCK; k++) {
+                        AdamWElem e = adamw_one(bw[k], bm[k], bv[k], f32_from_bf16(bg[k]), &c);
+                        bw[k] = e.w, bm[k] = e.m, bv[k] = e.v;
+                    }
+                } else {
+                    const float *restrict bg = g + i;
+                    for (int k = 0; k < ADAMW_BLOCK; k++) {
+                        AdamWElem e = adamw_one(bw[k], bm[k], bv[k], bg[k], &c);
+                        bw[k] = e.w, bm[k] = e.m, bv[k] = e.v;
+                    }
                 }
             }
             if (out) {
@@ -155,7 +171,7 @@ __attribute__((target("avx2"))) static void adamw_kernel_avx2(float *w, float *m
         }
         _mm_sfence(); // the streamed lines visible before whoever waits for this job goes on
     }
-    adamw_kernel_body(w + i, m + i, v + i, g + i, out ? out + i : NULL, n - i, c, zero);
+    adamw_kernel_body(w + i, m + i, v + i, gb ? NULL : g + i, gb ? gb + i : NULL, out ? out + i : NULL, n - i, c, zero);
 }
 #endif
 
@@ -169,6 +185,7 @@ static AdamWKernel adamw_kernel_pick(void) {
 // One thread's share of adamw_update: [lo, hi) of every array.
 typedef struct AdamWJob {
     float *w, *m, *v, *g;
+    const uint16_t *gb; // not NULL: the gradients as bf16 (g NULL)
     uint16_t *out; // NULL: no bf16 copy
     int64_t lo, hi;
     AdamWConst c;
@@ -182,11 +199,12 @@ static void adamw_job_run(const AdamWJob *j) {
         float *a[4] = {j->w, j->m, j->v, j->g};
         for (int i = 0; i < 4; i++)
             if (a[i]) memset(a[i] + j->lo, 0, k * sizeof(float));
+        if (j->gb) memset((uint16_t *)j->gb + j->lo, 0, k * sizeof(uint16_t)); // (the store's own array)
         if (j->out) memset(j->out + j->lo, 0, k * sizeof(uint16_t));
         return;
     }
-    j->kernel(j->w + j->lo, j->m + j->lo, j->v + j->lo, j->g + j->lo, j->out ? j->out + j->lo : NULL,
-              j->hi - j->lo, j->c, j->zero);
+    j->kernel(j->w + j->lo, j->m + j->lo, j->v + j->lo, j->g ? j->g + j->lo : NULL, j->gb ? j->gb + j->lo : NULL,
+              j->out ? j->out + j->lo : NULL, j->hi - j->lo, j->c, j->zero);
 }
 
 static void *adamw_job_thread(void *arg) {
@@ -348,17 +366,17 @@ static void adamw_split(const float *w, int64_t n, int nt, int i, int64_t *lo, i
 }
 
 // adamw_update and adamw_first_touch: `kernel` (NULL: zero) over the ranges of adamw_split.
-static void adamw_run(float *w, float *m, float *v, float *g, uint16_t *out, int64_t n, AdamWConst c,
-                      AdamWKernel kernel, int zero, int nthreads) {
+static void adamw_run(float *w, float *m, float *v, float *g, const uint16_t *gb, uint16_t *out, int64_t n,
+                      AdamWConst c, AdamWKernel kernel, int zero, int nthreads) {
     int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads);
     AdamWJob *jobs = malloc((size_t)nt * sizeof *jobs); // (nt)
     if (nt == 1 || !jobs) {
         free(jobs);
-        adamw_job_run(&(AdamWJob){w, m, v, g, out, 0, n, c, kernel, zero});
+        adamw_job_run(&(AdamWJob){w, m, v, g, gb, out, 0, n, c, kernel, zero});
         return;
     }
     for (int i = 0; i < nt; i++) {
-        jobs[i] = (AdamWJob){w, m, v, g, out, 0, 0, c, kernel, zero};
+        jobs[i] = (AdamWJob){w, m, v, g, gb, out, 0, 0, c, kernel, zero};
         adamw_split(w, n, nt, i, &jobs[i].lo, &jobs[i].hi);
     }
     run_jobs(adamw_job_thread, jobs, sizeof *jobs, nt);
@@ -368,13 +386,20 @@ static void adamw_run(float *w, float *m, float *v, float *g, uint16_t *out, int
 void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
                   int flags, int nthreads) {
     if (n <= 0) return;
-    adamw_run(w, m, v, g, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
+    adamw_run(w, m, v, g, NULL, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
               (flags & ADAMW_ZERO_GRADS) != 0, nthreads);
 }
 
-void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, int nthreads) {
+void adamw_update_bf16_grads(float *w, float *m, float *v, const uint16_t *g, uint16_t *bf16_out, int64_t n,
+                             const AdamWStep *s, int flags, int nthreads) {
     if (n <= 0) return;
-    adamw_run(w, m, v, g, bf16_out, n, (AdamWConst){0}, NULL, 0, nthreads);
+    adamw_run(w, m, v, NULL, g, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(), 0, nthreads);
+}
+
+void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *gb, uint16_t *bf16_out, int64_t n,
+                       int nthreads) {
+    if (n <= 0) return;
+    adamw_run(w, m, v, g, gb, bf16_out, n, (AdamWConst){0}, NULL, 0, nthreads);
 }
 
 // ---- the squared gradient norm
@@ -384,28 +409,44 @@ void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_ou
 // one stream: 1.5x the speed of a single stream on a 2-core VM), each with
 // two running sums, for even and odd i (lanes the compiler may vectorise but
 // not reorder). The eight sums are combined in a fixed order, then the tail.
-static double adamw_chunk_sq(const float *restrict g, int64_t n) {
+// gb not NULL: the values are gb's bf16 ones widened (g unused), the same
+// sums as of an fp32 copy of them.
+static inline __attribute__((always_inline)) double chunk_sq_body(const float *restrict g,
+                                                                  const uint16_t *restrict gb, int64_t n) {
+#define SQ_AT(i) (gb ? (double)f32_from_bf16(gb[i]) * (double)f32_from_bf16(gb[i]) : (double)g[i] * (double)g[i])
     int64_t q = n / 8 * 2; // elements per quarter, even
-    const float *g0 = g, *g1 = g + q, *g2 = g + 2 * q, *g3 = g + 3 * q;
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
     for (int64_t i = 0; i < q; i += 2) {
-        a0 += (double)g0[i] * (double)g0[i];
-        a1 += (double)g0[i + 1] * (double)g0[i + 1];
-        a2 += (double)g1[i] * (double)g1[i];
-        a3 += (double)g1[i + 1] * (double)g1[i + 1];
-        a4 += (double)g2[i] * (double)g2[i];
-        a5 += (double)g2[i + 1] * (double)g2[i + 1];
-        a6 += (double)g3[i] * (double)g3[i];
-        a7 += (double)g3[i + 1] * (double)g3[i + 1];
+        a0 += SQ_AT(i);
+        a1 += SQ_AT(i + 1);
+        a2 += SQ_AT(q + i);
+        a3 += SQ_AT(q + i + 1);
+        a4 += SQ_AT(2 * q + i);
+        a5 += SQ_AT(2 * q + i + 1);
+        a6 += SQ_AT(3 * q + i);
+        a7 += SQ_AT(3 * q + i + 1);
     }
     double sum = ((a0 + a1) + (a2 + a3)) + ((a4 + a5) + (a6 + a7));
-    for (int64_t i = 4 * q; i < n; i++) sum += (double)g[i] * (double)g[i];
+    for (int64_t i = 4 * q; i < n; i++) sum += SQ_AT(i);
     return sum;
+#undef SQ_AT
+}
+static double adamw_chunk_sq(const float *g, int64_t n) { return chunk_sq_body(g, NULL, n); }
+// The chunk of bf16 values: widened into wide (n floats, a thread's, which
+// stays in its cache) by a loop the compiler vectorises, then summed as an
+// fp32 chunk, the same additions; without wide, summed as they are (the
+// same sums, about half as fast: the widening inside the sums does not
+// vectorise).
+static double adamw_chunk_sq_bf16(const uint16_t *gb, int64_t n, float *wide) {
+    if (!wide) return chunk_sq_body(NULL, gb, n);
+    for (int64_t i = 0; i < n; i++) wide[i] = f32_from_bf16(gb[i]);
+    return adamw_chunk_sq(wide, n);
 }
 
 // One thread's share of adamw_sq_norm: chunks [lo, hi).
 typedef struct NormJob {
     const float *g;
+    const uint16_t *gb; // not NULL: the values as bf16 (g NULL)
     int64_t n;      // elements of g
     int64_t lo, hi; // chunk indices
     double *sums;   // (nchunks) the sum of chunk k goes to sums[k]
@@ -413,15 +454,18 @@ typedef struct NormJob {
 
 static void *adamw_norm_thread(void *arg) {
     const NormJob *j = arg;
+    float *wide = j->gb && j->hi > j->lo ? malloc(ADAMW_NORM_CHUNK * sizeof *wide) : NULL; // (ADAMW_NORM_CHUNK)
     for (int64_t k = j->lo; k < j->hi; k++) {
         int64_t start = k * ADAMW_NORM_CHUNK;
         int64_t len = j->n - start < ADAMW_NORM_CHUNK ? j->n - start : ADAMW_NORM_CHUNK;
-        j->sums[k] = adamw_chunk_sq(j->g + start, len);
+        j->sums[k] = j->gb ? adamw_chunk_sq_bf16(j->gb + start, len, wide) : adamw_chunk_sq(j->g + start, len);
     }
+    free(wide);
     return NULL;
 }
 
-double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
+// adamw_sq_norm of g, or (gb not NULL) of gb's values.
+static double sq_norm(const float *g, const uint16_t *gb, int64_t n, int nthreads) {
     if (n <= 0) return 0.0;
     int64_t nchunks = (n + ADAMW_NORM_CHUNK - 1) / ADAMW_NORM_CHUNK;
     int nt = adamw_threads_for(nchunks, 4, nthreads); // at least 4 chunks (1 MiB) a thread
@@ -431,19 +475,39 @@ double adamw_sq_norm(const float *g, int64_t n, int nthreads) {
         // Inline: the same chunk sums, added in the same order.
         free(sums), free(jobs);
         double total = 0.0;
-        for (int64_t start = 0; start < n; start += ADAMW_NORM_CHUNK)
-            total += adamw_chunk_sq(g + start, n - start < ADAMW_NORM_CHUNK ? n - start : ADAMW_NORM_CHUNK);
+        float *wide = gb ? malloc((size_t)(n < ADAMW_NORM_CHUNK ? n : ADAMW_NORM_CHUNK) * sizeof *wide) : NULL;
+        for (int64_t start = 0; start < n; start += ADAMW_NORM_CHUNK) {
+            int64_t len = n - start < ADAMW_NORM_CHUNK ? n - start : ADAMW_NORM_CHUNK;
+            total += gb ? adamw_chunk_sq_bf16(gb + start, len, wide) : adamw_chunk_sq(g + start, len);
+        }
+        free(wide);
         return total;
     }
     int64_t per = (nchunks + nt - 1) / nt;
     for (int i = 0; i < nt; i++) {
         int64_t lo = (int64_t)i * per, hi = lo + per;
-        jobs[i] = (NormJob){g, n, lo < nchunks ? lo : nchunks, hi < nchunks ? hi : nchunks, sums};
+        jobs[i] = (NormJob){g, gb, n, lo < nchunks ? lo : nchunks, hi < nchunks ? hi : nchunks, sums};
     }
     run_jobs(adamw_norm_thread, jobs, sizeof *jobs, nt);
     double total = 0.0;
     for (int64_t k = 0; k < nchunks; k++) total += sums[k];
     free(sums), free(jobs);
+    return total;
+}
+
+double adamw_sq_norm(const float *g, int64_t n, int nthreads) { return sq_norm(g, NULL, n, nthreads); }
+double adamw_sq_norm_bf16(const uint16_t *g, int64_t n, int nthreads) { return sq_norm(NULL, g, n, nthreads); }
+
+double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n) {
+    double total = 0.0;
+    for (int64_t start = 0; start < n; start += ADAMW_NORM_CHUNK) { // the same chunks, each summed in one loop
+        double sum = 0.0;
+        for (int64_t i = start; i < n && i < start + ADAMW_NORM_CHUNK; i++) {
+            double x = gb ? (double)f32_from_bf16(gb[i]) : (double)g[i];
+            sum += x * x;
+        }
+        total += sum;
+    }
     return total;
 }
 
@@ -492,11 +556,13 @@ void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthrea
 
 // ---- the reference
 
-void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay) {
+// adamw_update_ref of g, or (gb not NULL) of gb's bf16 values.
+static void update_ref(float *w, float *m, float *v, const float *g, const uint16_t *gb, int64_t n, const AdamWStep *s,
+                       int decay) {
     double lr = s->lr, b1 = s->beta1, b2 = s->beta2, eps = s->eps, wd = s->weight_decay;
     double bc1 = 1.0 - pow(b1, (double)s->t), bc2 = 1.0 - pow(b2, (double)s->t);
     for (int64_t i = 0; i < n; i++) {
-        double gg = (double)g[i] * s->grad_scale;
+        double gg = (double)(gb ? f32_from_bf16(gb[i]) : g[i]) * s->grad_scale;
         double mi = b1 * m[i] + (1.0 - b1) * gg;
         double vi = b2 * v[i] + (1.0 - b2) * gg * gg;
         double mhat = mi / bc1, vhat = vi / bc2;
@@ -507,4 +573,13 @@ void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, c
         v[i] = (float)vi;
         w[i] = (float)wi;
     }
+}
+
+void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay) {
+    update_ref(w, m, v, g, NULL, n, s, decay);
+}
+
+void adamw_update_bf16_grads_ref(float *w, float *m, float *v, const uint16_t *g, int64_t n, const AdamWStep *s,
+                                 int decay) {
+    update_ref(w, m, v, NULL, g, n, s, decay);
 }

@@ -50,12 +50,23 @@ typedef struct AdamWStep {
 enum { ADAMW_DECAY = 1, ADAMW_ZERO_GRADS = 2 };
 void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
                   int flags, int nthreads);
+// The same update with the gradients g (n) as bf16 (the host store's
+// layers' gradients with one micro-batch a step, common/storage.h
+// storage_grads_bf16): each widened exactly, so the result is adamw_update's
+// on an fp32 copy of g, bit for bit. g is only read: a COPY_OUT sets it
+// whole every step, so nothing zeroes it (flags: ADAMW_DECAY only). 28
+// bytes a parameter with the bf16 copy (reads w, m, v and 2 of g, writes w,
+// m, v and the copy), not 34. Its plain reference: adamw_update_bf16_grads_ref.
+void adamw_update_bf16_grads(float *w, float *m, float *v, const uint16_t *g, uint16_t *bf16_out, int64_t n,
+                             const AdamWStep *s, int flags, int nthreads);
 
 // Zeroes the same arrays (any may be NULL) as adamw_update with the same n
 // and nthreads would update them, each range by the pool thread that will
 // update it: the host store's first touch, which on a NUMA machine places
-// each page on the node of the core that later updates it.
-void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, int nthreads);
+// each page on the node of the core that later updates it. gb: bf16
+// gradients (adamw_update_bf16_grads).
+void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *gb, uint16_t *bf16_out, int64_t n,
+                       int nthreads);
 
 // Sum of squares of g, (n), in double precision (for the global gradient
 // norm), multi-threaded and deterministic: g is cut into fixed chunks of
@@ -63,6 +74,12 @@ void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *bf16_ou
 // chunk sums are added in order, so the result does not depend on nthreads.
 enum { ADAMW_NORM_CHUNK = 1 << 16 };
 double adamw_sq_norm(const float *g, int64_t n, int nthreads);
+// The same of bf16 values g (n), widened: adamw_sq_norm of an fp32 copy, bit for bit.
+double adamw_sq_norm_bf16(const uint16_t *g, int64_t n, int nthreads);
+// The plain reference of both: g's values, or (gb not NULL) gb's, squared
+// and summed in double in one loop a chunk (another order of additions:
+// equal to the fast ones within rounding, not bit for bit).
+double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n);
 
 // g[i] += src[i] for i < n, src fp32 or (flags has GRADS_BF16) bf16: a
 // COPY_OUT's gradients added into the host store's accumulators; with
@@ -89,5 +106,7 @@ int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt);
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.
 void adamw_update_ref(float *w, float *m, float *v, const float *g, int64_t n, const AdamWStep *s, int decay);
+void adamw_update_bf16_grads_ref(float *w, float *m, float *v, const uint16_t *g, int64_t n, const AdamWStep *s,
+                                 int decay);
 
 #endif

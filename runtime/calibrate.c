@@ -262,7 +262,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
     for (int i = 0; i < nt; i++) b->jobs[i].fill = 0;
-    adamw_first_touch(b->w, b->m, b->v, b->g, b->wb, b->n, nt); // as runtime/store.c touches its arrays
+    adamw_first_touch(b->w, b->m, b->v, b->g, NULL, b->wb, b->n, nt); // as runtime/store.c touches its arrays
     for (int64_t i = 0; i < b->n; i++) b->w[i] = 0.01f * (float)(i % 97);
     for (size_t i = 0; i < T * C; i++) b->x[i] = (float)(i % 17) * 0.0625f - 0.5f;
     for (size_t i = 0; i < C * F; i++) b->wt[i] = (float)(i % 13) * 0.0625f - 0.375f;

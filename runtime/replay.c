@@ -93,9 +93,14 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
         break;
     case INS_COPY_OUT: // set where the range holds zeros, else added (store_grads_out); a sharded rank's slice
         if (in->flags & XFER_SHARD) copy_shard(r, in);
+        else if (store_grads_bf16_at(hs, in->dst)) // a layer's bf16 gradients, set once a step: a plain copy
+            be->copy_out(be, in, store_grads_bf16_at(hs, in->dst), in->src, in->bytes);
+        else if (!store_grads_out(hs, r->p, in))
+            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16 ? GRADS_BF16 : 0);
+        else if (in->flags & XFER_BF16) // into zeros: bf16 widened; fp32 a plain copy (no pass on the host)
+            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, GRADS_BF16 | GRADS_SET);
         else
-            be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes,
-                             (in->flags & XFER_BF16 ? GRADS_BF16 : 0) | (store_grads_out(hs, r->p, in) ? GRADS_SET : 0));
+            be->copy_out(be, in, hs->g + in->dst, in->src, in->bytes);
         break;
     case INS_COPY:
         if (in->flags & XFER_BF16) be->copy_widen(be, in, in->dst, in->src, in->bytes);
@@ -487,8 +492,13 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
     for (int i = 0; i < ps->part->grads.n; i++) {
         const Grad *g = ps->part->grads.items[i];
         if (g->of->op != OP_PARAM || !g->grad) continue;
-        adamw_grads_add_ref(hs->g + plan_param_elem(p, g->of->param, layer), ps->val[g->grad->id],
-                            shape_numel(&g->of->shape), 0);
+        int64_t at = plan_param_elem(p, g->of->param, layer), n = shape_numel(&g->of->shape);
+        uint16_t *gb = store_grads_bf16_at(hs, at);
+        const float *v = ps->val[g->grad->id]; // (n) rounded to bf16 where the storage rule stores it so
+        if (gb) // a layer's bf16 gradient, set once a step (HostStore.gb): exact
+            for (int64_t k = 0; k < n; k++) gb[k] = bf16_from_f32(v[k]);
+        else
+            adamw_grads_add_ref(hs->g + at, v, n, 0);
     }
 }
 

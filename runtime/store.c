@@ -11,8 +11,14 @@
 #include <sys/mman.h>
 #include <unistd.h>
 
-int64_t store_bytes(const Plan *p) {
-    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute);
+int store_grads_bf16(const Plan *p, int holds) {
+    const char *add_only = getenv("MT_GRADS_ADD_ONLY");
+    return storage_grads_bf16(p->graph, p->ranks, !!(holds & STORE_TIER_GRADS)) && !(add_only && !strcmp(add_only, "1"));
+}
+
+int64_t store_bytes(const Plan *p, int holds) {
+    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute) -
+           (store_grads_bf16(p, holds) ? 2 * (plan_host_elems(p) - p->host_global) : 0);
 }
 
 // The arrays of a layer's tier record: m and v, the master, the gradients.
@@ -131,11 +137,14 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             int64_t off = store_clip(s, p, seg, plan_param_elem(p, i, seg), n, &a, &b); // what this store holds of it
             int64_t pad = store_clip(s, p, seg, plan_param_elem(p, i, seg) + n, storage_host_elems_of(n) - n, &pa, &pb);
             int ram = !s->tier || seg < 0; // m and v (and a tier master) in RAM
-            float *grads = s->tier_grads && seg >= 0 ? NULL : s->g + off; // (a tier's: touched as they arrive)
+            uint16_t *gb = store_grads_bf16_at(s, off), *gb_pad = store_grads_bf16_at(s, pad); // (s->n: unsharded)
+            // (a tier's: touched as they arrive)
+            float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
             if (b > a)
                 adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
-                                  ram ? s->v + off : NULL, grads, s->wb ? s->wb + off : NULL, b - a, s->threads);
+                                  ram ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a, s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
+            if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
         }
 }
 
@@ -177,6 +186,13 @@ static int grads_out_plan(HostStore *s, const Plan *p) {
             if (r[b].i < first) first = r[b].i;
         }
         s->out_first[first] = 1;
+        // bf16 gradients are set, never added: one COPY_OUT of bf16 a range a pass (storage_grads_bf16 says
+        // so of the graph; a plan that disagrees is a compiler bug)
+        for (int k = a; s->gb && k < b; k++)
+            if (r[k].lo >= s->gb_from && (b - a != 1 || !(p->train[r[k].i].flags & XFER_BF16))) {
+                free(r);
+                return -2;
+            }
         a = b;
     }
     // The copy-out engine's order is the stream's only when it runs them all;
@@ -190,6 +206,7 @@ static int grads_out_plan(HostStore *s, const Plan *p) {
 }
 
 int store_grads_out(HostStore *s, const Plan *p, const Instr *in) {
+    if (store_grads_bf16_at(s, in->dst)) return 1; // set once a step (HostStore.gb)
     if (in < p->train || in >= p->train + p->ntrain || !s->out_first) return 0;
     StoreSegment *seg = &s->seg[plan_segment_index(plan_segment_of(p, in->dst))];
     return seg->outs++ < seg->pass_outs && s->out_first[in - p->train];
@@ -237,9 +254,11 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
         return -1;
     s->tier_master = master;
     s->tier_grads = !!(holds & STORE_TIER_GRADS);
+    int bf16_grads = ranks == 1 && store_grads_bf16(p, holds); // the layers' gradients as bf16 (gb)
+    s->gb_from = p->host_global;
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
              (long long)(s->shard_at ? s->n * storage_host_bytes_per_param(p->graph->train.compute)
-                                     : store_bytes(p) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
+                                     : store_bytes(p, holds) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {
         store_free(s);
@@ -247,19 +266,26 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = (size_t)s->n * 4 + 64;
-    size_t globals = (size_t)p->host_global * 4 + 64; // what RAM keeps of what the tier holds
-    void **arrays[5] = {(void **)&s->w, (void **)&s->m, (void **)&s->v, (void **)&s->g, (void **)&s->wb};
-    for (int i = 0; i < 5; i++) {
-        if (i == 4 && p->graph->train.compute != DT_BF16) break; // no bf16 copy
-        size_t b = i == 4 ? (size_t)s->n * 2 + 64
-                 : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) ? globals : bytes;
+    size_t globals = (size_t)p->host_global * 4 + 64; // what RAM keeps of what the tier holds; the fp32 gradients beside gb
+    void **arrays[6] = {(void **)&s->w, (void **)&s->m, (void **)&s->v, (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
+    for (int i = 0; i < 6; i++) {
+        if ((i == 4 && p->graph->train.compute != DT_BF16) || (i == 5 && !bf16_grads)) continue; // no bf16 copy, no gb
+        size_t b = i == 4   ? (size_t)s->n * 2 + 64
+                 : i == 5   ? (size_t)(s->n - s->gb_from) * 2 + 64
+                 : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
+                                                                                                            : bytes;
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
         if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
             store_free(s);
             return -1;
         }
+        s->bytes += (int64_t)b - 64;
     }
-    if (grads_out_plan(s, p) != 0) {
+    int rc = grads_out_plan(s, p);
+    if (rc != 0) {
+        if (rc == -2)
+            snprintf(err, errcap, "internal error: the plan copies a layer's gradient out other than once a step as "
+                     "bf16, where the store holds the layers' gradients as bf16 (common/storage.h: storage_grads_bf16)");
         store_free(s);
         return -1;
     }
@@ -268,8 +294,8 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
 }
 
 void store_free(HostStore *s) {
-    void *arrays[5] = {s->w, s->m, s->v, s->g, s->wb};
-    for (int i = 0; i < 5; i++)
+    void *arrays[6] = {s->w, s->m, s->v, s->g, s->wb, s->gb};
+    for (int i = 0; i < 6; i++)
         if (arrays[i]) munmap(arrays[i], s->mapped[i]);
     free(s->seg);
     free(s->shard_at);
@@ -296,7 +322,9 @@ static float *in_record(const HostStore *s, float *rec, int array) {
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     int64_t n, off = store_segment(p, layer, &n), lo, hi, at = store_slice(s, p, layer, &lo, &hi);
     // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
-    s->seg[plan_segment_index(layer)].sq_norm = adamw_sq_norm(s->g + at, hi - lo, s->threads);
+    const uint16_t *gb = store_grads_bf16_at(s, at);
+    s->seg[plan_segment_index(layer)].sq_norm =
+        gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads) : adamw_sq_norm(s->g + at, hi - lo, s->threads);
     if (!s->tier_grads || layer < 0 || s->err[0]) return;
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
@@ -332,10 +360,14 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
-        if (b > a)
+        const uint16_t *gb = grad == s->g ? store_grads_bf16_at(s, off) : NULL; // set by COPY_OUT: not zeroed
+        if (b > a && gb)
+            adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
+                                    b - a, &seg->step, decay, s->threads);
+        else if (b > a)
             adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
                          b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
-        if (grad == s->g) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
+        if (grad == s->g && !gb) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
     }
     if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;

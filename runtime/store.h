@@ -27,8 +27,16 @@ typedef struct HostStore {
                  // with the master on a tier, (host_global): the globals' only
     float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
     float *v;    // (n) Adam second moments; with a tier, (host_global)
-    float *g;    // (n) fp32 gradient accumulators
+    float *g;    // (n) fp32 gradient accumulators; with gb, (gb_from): the globals' only
     uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
+    // The layers' gradients as bf16 where the plan allows it (store_grads_bf16:
+    // bf16 compute, one micro-batch a step, one rank, not on the tier): (n -
+    // gb_from), plan element f's at gb[f - gb_from] (store_grads_bf16_at),
+    // gb_from = host_global. Each COPY_OUT sets its range once a step; the
+    // norm and AdamW read them widened (the bits of an fp32 accumulator that
+    // started at zero); nothing zeroes them. NULL: every gradient in g.
+    uint16_t *gb;
+    int64_t gb_from;
     // The host optimizer, by segment: seg[plan_segment_index(SEG_TAIL)] the
     // tail's globals, [.. (SEG_HEAD)] the head's, [.. (l)] layer l.
     int64_t nseg; // plan_segment_count: 2 + layers
@@ -42,7 +50,9 @@ typedef struct HostStore {
     // store, each element at its plan index (rank 0 of 1).
     int rank, ranks;
     int64_t *shard_at; // (nseg + 1); [nseg] = n
-    size_t mapped[5]; // bytes mapped for w, m, v, g, wb (store_free unmaps them)
+    size_t mapped[6]; // bytes mapped for w, m, v, g, wb, gb (store_free unmaps them)
+    int64_t bytes;    // bytes asked for of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
+                      // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole)
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
     // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and
@@ -60,9 +70,20 @@ typedef struct HostStore {
     uint8_t *out_first; // (the plan's ntrain) a COPY_OUT the first of the train stream to write its range
 } HostStore;
 
-// Bytes the store needs for a plan (what --summary calls host memory, plus
-// alignment padding): storage_host_bytes_per_param per element.
-int64_t store_bytes(const Plan *p);
+// Whether the store of a plan holds the layers' gradients as bf16
+// (common/storage.h, storage_grads_bf16; holds: what a tier takes, below).
+// MT_GRADS_ADD_ONLY=1, the tests' switch to the path before, keeps them all
+// in fp32 accumulators, every COPY_OUT added.
+int store_grads_bf16(const Plan *p, int holds);
+// Bytes the store needs for a plan, the tier's arrays counted as in RAM
+// (what --summary calls host memory, plus alignment padding): per element
+// storage_host_bytes_per_param, 2 less a layer's where store_grads_bf16
+// (common/storage.h, storage_host_bytes). holds: what a tier takes (below).
+int64_t store_bytes(const Plan *p, int holds);
+// Plan element f's bf16 gradient (HostStore.gb), or NULL: an fp32 accumulator at g + f.
+static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f) {
+    return s->gb && f >= s->gb_from ? s->gb + (f - s->gb_from) : NULL;
+}
 // What a tier holds besides every layer's Adam moments (flags).
 enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,

@@ -335,11 +335,11 @@ static int64_t ram_store_bytes(const Run *r) {
     if (r->p->sharded) // this rank's slices
         return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
                storage_host_bytes_per_param(r->p->graph->train.compute);
-    if (!r->o->tier_dir) return store_bytes(r->p);
+    if (!r->o->tier_dir) return store_bytes(r->p, 0);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
     int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
-    return store_bytes(r->p) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
+    return store_bytes(r->p, holds) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }
 
@@ -492,11 +492,15 @@ static int open_run(Run *r, char *err, size_t errcap) {
         }
         backend_fill_nan(r->act, p->host_act_bytes); // a LOAD of what no SAVE wrote shows in the loss
         if (r->o->cuda_create) { // the host memory its streams copy from and to, pinned by the backend
-            HostRange pin[2] = {
+            // (and the gradients that a COPY_OUT's copy lands in: a layer's bf16 ones, fp32 ones set where they
+            // hold zeros; not a tier's, a mapping that holds only what is touched)
+            HostRange pin[4] = {
                 {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
                  r->hs.wb ? "the bf16 weights" : "the weights"},
-                {r->act, p->host_act_bytes, "the host activation store"}};
-            if (!(r->be = r->o->cuda_create(p, pin, 2, r->o->trace, r->o->dist, err, errcap))) return -1;
+                {r->act, p->host_act_bytes, "the host activation store"},
+                {r->hs.g, r->hs.tier_grads ? 0 : (r->hs.gb ? r->hs.gb_from : r->hs.n) * 4, "the fp32 gradients"},
+                {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}};
+            if (!(r->be = r->o->cuda_create(p, pin, r->hs.gb ? 4 : 3, r->o->trace, r->o->dist, err, errcap))) return -1;
             r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
             if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order.kind = REPLAY_STREAMS;
         } else if (!(r->be = backend_cpu_create(p, err, errcap)) ||
@@ -900,7 +904,8 @@ static void banner(Run *r, const char *plan_path, int64_t steps, int64_t from, d
     }
     if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
-    fprintf(out, ", host store %.2f MB, %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6, r->o->threads);
+    fprintf(out, ", host store %.2f MB (%lld bytes allocated%s), %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6,
+            (long long)r->hs.bytes, r->hs.gb ? "; the layers' gradients bf16" : "", r->o->threads);
     if (r->hs.tier)
         fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
                 tier_path(r->hs.tier), r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",

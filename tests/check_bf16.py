@@ -20,8 +20,9 @@ plans:    MODEL is examples/: llama3-8b at batch 1 on h200 streams each
           layer's weights at 2 bytes a parameter (--trace), its bf16 plan
           needs at most 0.55 x the device memory of the f32 plan of the same
           schedule (every layer resident, and the most streamed), and --summary's host bytes, the fit check and
-          --explain's host bytes are the same count (18 bytes a parameter,
-          aligned); llama3-70b fits h200's 1.5 TB at every batch --explain
+          --explain's host bytes are the same count (18 bytes a global
+          parameter, 16 a layer's, whose gradients are bf16 at one micro-batch
+          a step, aligned); llama3-70b fits h200's 1.5 TB at every batch --explain
           says it fits, by that count.
 tile:     MODEL compiled with --dtype bf16 at --tile 1, 4 and 32: a tiled
           parameter's gradient is summed across the chunks in fp32 and
@@ -98,8 +99,11 @@ def plans(mtc, mtrun, ex, tmp):
     m8 = f"{ex}/llama3-8b.mt"
     summary = mtc_json(mtc, m8, "--json")
     per_layer = summary["blocks"][0]["params"] // summary["blocks"][0]["layers"]
-    if summary["compute_dtype"] != "bf16" or summary["host_bytes_per_param"] != 18:
-        fail(f"llama3-8b.mt: compute {summary['compute_dtype']}, {summary['host_bytes_per_param']} host bytes a parameter")
+    if summary["compute_dtype"] != "bf16" or (summary["host_bytes_per_param"], summary["host_bytes_per_global_param"],
+                                              summary["host_grads_bf16"]) != (16, 18, True):
+        fail(f"llama3-8b.mt: compute {summary['compute_dtype']}, {summary['host_bytes_per_param']} host bytes a layer "
+             f"parameter, {summary['host_bytes_per_global_param']} a global one, bf16 gradients "
+             f"{summary['host_grads_bf16']}")
     # the weight copy of a streamed layer: 2 bytes a parameter
     trace = os.path.join(tmp, "t.json")
     p = run(mtc, m8, "--target", "h200", "--batch", "1", "--remat", "layer", "--slots", "2", "--resident", "0",

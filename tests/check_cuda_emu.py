@@ -34,10 +34,15 @@ tile: bf16, --remat layer, untiled and --tile 4: the tiled plan's GEMMs that
 grads: (--remat layer, 3 steps) f32 and bf16, accumulate 1 and 2, on the cpu
   backend and the emulation: COPY_OUT's gradients set where the store holds
   zeros (store_grads_out; on the emulation through ring slots of 1000 bytes,
-  MT_RING_SLOT_BYTES, so every gradient goes in pieces) against every one
-  added (MT_GRADS_ADD_ONLY=1, the path before; whole gradients a slot): the
-  same losses, every bit, and the same checkpoint (weights, Adam moments)
-  byte for byte.
+  MT_RING_SLOT_BYTES, so every gradient goes in pieces), and under bf16 with
+  accumulate 1 a layer's copied into the store's bf16 gradients that the
+  norm and AdamW read directly (storage_grads_bf16), against every one
+  added into fp32 accumulators (MT_GRADS_ADD_ONLY=1, the path before; whole
+  gradients a slot): the same losses, every bit, and the same checkpoint
+  (weights, Adam moments) byte for byte. And the host store's bytes: mtc
+  --summary's host_bytes and what mtrun's store allocates (its banner) are
+  18 (bf16) or 16 (f32) a padded parameter, 2 less a layer's for bf16 at
+  accumulate 1, and 18 or 16 for all of them under MT_GRADS_ADD_ONLY=1.
 gpu: train's comparison with the cuda backend on the GPU (tests/gpu/run.sh),
   remat layer and offload only.
 waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a time (MT_TEST_DROP_WAIT,
@@ -428,6 +433,27 @@ def accumulate_copy(src, model, work, acc):
     return out
 
 
+def padded_elems(summary):
+    """The host store's elements of the globals and of the layers (each tensor padded to 16), from mtc
+    --summary --json's checkpoint names: a layer's by the block prefix."""
+    head, tail = summary["blocks"][0]["prefix"].split("{i}")
+    elems = [0, 0]
+    for prm in summary["params"]:
+        n = 1
+        for d in prm["shape"]:
+            n *= d
+        elems[bool(re.match(re.escape(head) + r"\d+" + re.escape(tail), prm["name"]))] += (n + 15) // 16 * 16
+    return elems
+
+
+def allocated(p):
+    """The bytes mtrun's host store allocated, from its banner."""
+    m = re.search(r"host store [\d.]+ MB \((\d+) bytes allocated", p.stdout)
+    if not m:
+        fail("mtrun's banner does not say the bytes its host store allocated", p)
+    return int(m.group(1))
+
+
 def check_grads(mtc, mtrun, lib, cxx, src, work, model):
     """The gradients set where they hold zeros (store_grads_out) against every
     COPY_OUT added (MT_GRADS_ADD_ONLY=1, the path before): the same losses
@@ -444,6 +470,18 @@ def check_grads(mtc, mtrun, lib, cxx, src, work, model):
             if p.returncode != 0:
                 fail(f"mtc {mfile} --dtype {dtype}", p)
             so = build_kernels(cxx, src, base + ".cu", work)
+            p = run([mtc, mfile, "--dtype", dtype, "--summary", "--json"])
+            if p.returncode != 0:
+                fail(f"mtc {mfile} --dtype {dtype} --summary --json", p)
+            summary = json.loads(p.stdout)
+            glob, layers = padded_elems(summary)
+            per = 18 if dtype == "bf16" else 16
+            per_layer = per - 2 if dtype == "bf16" and acc == 1 else per
+            want = {"set": glob * per + layers * per_layer, "add": (glob + layers) * per}
+            if summary["host_bytes"] != want["set"] or summary["host_bytes_per_param"] != per_layer:
+                fail(f"{dtype} accumulate {acc}: mtc --summary says {summary['host_bytes']} host bytes, "
+                     f"{summary['host_bytes_per_param']} a layer parameter; want {want['set']}: {per} x {glob} global "
+                     f"and {per_layer} x {layers} layer elements")
             for device, cuda in (("cpu", None), ("cuda", (lib, so))):
                 got = {}
                 # set: on the emulation through ring slots of 1000 bytes, every gradient in pieces
@@ -453,15 +491,20 @@ def check_grads(mtc, mtrun, lib, cxx, src, work, model):
                         for f in os.listdir(ck):
                             os.remove(os.path.join(ck, f))
                     log = os.path.join(work, f"grads-{device}-{mode}.jsonl")
-                    ls, _ = losses(mtrun, base + ".bin", log, cuda, extra_env=env, steps=3,
+                    ls, p = losses(mtrun, base + ".bin", log, cuda, extra_env=env, steps=3,
                                    extra_args=("--save", ck, "--data", data))
+                    if allocated(p) != want[mode]:
+                        fail(f"{dtype} accumulate {acc} on {device}, {mode}: the host store allocated {allocated(p)} "
+                             f"bytes, not {want[mode]}", p)
                     with open(os.path.join(ck, "step-000000003.ckpt"), "rb") as f:
                         got[mode] = (ls, f.read())
                 if got["set"][0] != got["add"][0] or got["set"][1] != got["add"][1]:
                     fail(f"{dtype} accumulate {acc} on {device}: set {got['set'][0]} against added {got['add'][0]}, "
                          f"checkpoints {'equal' if got['set'][1] == got['add'][1] else 'differ'}")
                 print(f"{dtype} accumulate {acc} on {device}: losses {' '.join(f'{x:.9g}' for x in got['set'][0])} and "
-                      f"the {len(got['set'][1])}-byte checkpoint the same whether gradients are set or added")
+                      f"the {len(got['set'][1])}-byte checkpoint the same whether gradients are set or added; host "
+                      f"store {want['set']} bytes planned and allocated ({want['add']} with fp32 gradients added: "
+                      f"{want['add'] - want['set']} less, {(want['add'] - want['set']) / layers:g} a layer element)")
     print("ok")
 
 

@@ -164,11 +164,19 @@ def main():
             if params.get(n) != shape:
                 errors.append(f"{n}: {params.get(n)}, expected {shape}")
         # fp32 master, m, v, gradients (16) + the bf16 copy that streams (2),
-        # each tensor's elements padded to a multiple of 16 in the host store
+        # each tensor's elements padded to a multiple of 16 in the host store;
+        # a layer's gradients bf16 (2 bytes less) where host_grads_bf16 says
+        # (bf16 compute, one micro-batch a step: common/storage.h)
         per = 4 + 8 + 4 + (2 if d["compute_dtype"] == "bf16" else 0)
-        padded = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for s in params.values())
-        if d["host_bytes"] != padded * per:
-            errors.append(f"host_bytes {d['host_bytes']} is not {per} x {padded} padded parameters")
+        per_layer = per - (2 if d["host_grads_bf16"] else 0)
+        if d["host_grads_bf16"] and d["compute_dtype"] != "bf16":
+            errors.append("bf16 gradients in the host store of an f32 plan")
+        padded = {False: 0, True: 0}  # global, layer
+        for n, shape in params.items():
+            padded[bool(re.match(re.escape(head) + r"\d+" + re.escape(tail), n))] += (eval("*".join(map(str, shape))) + 15) // 16 * 16
+        if d["host_bytes"] != padded[False] * per + padded[True] * per_layer or d["host_bytes_per_param"] != per_layer:
+            errors.append(f"host_bytes {d['host_bytes']} is not {per} x {padded[False]} global and {per_layer} x "
+                          f"{padded[True]} layer padded parameters")
         if readme is not None and name in readme and readme[name] != d["params_total"]:
             errors.append(f"the README says {readme[name]:,} parameters, mtc counts {d['params_total']:,}")
         print(("FAIL " if errors else "ok   ") + f"{name}: {d['params_total']:,} parameters")

@@ -2,7 +2,8 @@
 // (random tensors, odd and tiny sizes, several thread counts, misaligned
 // pointers), its bf16 copy against an independent rounding, the squared
 // gradient norm for determinism across thread counts, the fused zeroing of
-// the gradients (same bits, g exactly zero), the store's first touch, two
+// the gradients (same bits, g exactly zero), bf16 gradients read directly
+// (the bits of their fp32 widening), the store's first touch, two
 // callers of the thread pool at once, the pool with no thread to be had,
 // and one step worked by hand. Prints every failed check and returns 1 if there was any.
 #include <math.h>
@@ -376,6 +377,67 @@ static void test_zero_grads(int64_t n) {
     state_free(&old);
 }
 
+// bf16 gradients (adamw_update_bf16_grads, the host store's layers' with one
+// micro-batch a step): w, m, v and the bf16 copy have the bits of
+// adamw_update on the gradients widened to fp32, for 1, 2 and 3 threads,
+// aligned (the streaming path), one element past a line (every array) and
+// with g one element off w (the plain path); g is only read; the update is
+// within the reference's tolerance of its plain reference
+// (adamw_update_bf16_grads_ref); adamw_sq_norm_bf16 has adamw_sq_norm's bits
+// of the widened values and is near its plain reference; the first touch
+// zeroes exactly [0, n) of the bf16 gradients.
+static void test_bf16_grads(int64_t n) {
+    State old = state_random(n + 2);
+    uint16_t *g16 = malloc((size_t)(n + 2) * 2), *g16_old = malloc((size_t)(n + 2) * 2); // (n + 2)
+    if (!g16 || !g16_old) exit(1);
+    for (int64_t i = 0; i < n + 2; i++) {
+        g16[i] = bf16_expected(old.g[i]);
+        uint32_t b = (uint32_t)g16[i] << 16;
+        memcpy(&old.g[i], &b, 4); // the fp32 accumulator holds the bf16 value, as 0 + x leaves it
+    }
+    memcpy(g16_old, g16, (size_t)(n + 2) * 2);
+    for (int shift = 0; shift < 3; shift++) { // 0 aligned, 1 all one element on, 2 g alone one element on
+        int64_t a = shift == 1, ag = shift ? 1 : 0;
+        State want = state_copy(&old);
+        uint16_t *bw = malloc((size_t)(n + 2) * 2), *bz = malloc((size_t)(n + 2) * 2); // (n + 2)
+        if (!bw || !bz) exit(1);
+        adamw_update(want.w + a, want.m + a, want.v + a, want.g + ag, bw + a, n, &STEP_RANDOM, ADAMW_DECAY, 1);
+        for (int threads = 1; threads <= 3; threads++) {
+            State got = state_copy(&old);
+            adamw_update_bf16_grads(got.w + a, got.m + a, got.v + a, g16 + ag, bz + a, n, &STEP_RANDOM, ADAMW_DECAY,
+                                    threads);
+            char what[128];
+            snprintf(what, sizeof what, "bf16 gradients, n %lld, shift %d, %d threads", (long long)n, shift, threads);
+            if (!same_bits(got.w, want.w, n + 2) || !same_bits(got.m, want.m, n + 2) ||
+                !same_bits(got.v, want.v, n + 2) || memcmp(bw + a, bz + a, (size_t)n * 2) ||
+                memcmp(g16, g16_old, (size_t)(n + 2) * 2))
+                fail(what);
+            state_free(&got);
+        }
+        free(bw), free(bz);
+        state_free(&want);
+    }
+    State ref = state_copy(&old), fast = state_copy(&old);
+    adamw_update_bf16_grads_ref(ref.w, ref.m, ref.v, g16, n, &STEP_RANDOM, 1);
+    adamw_update_bf16_grads(fast.w, fast.m, fast.v, g16, NULL, n, &STEP_RANDOM, 1, 3);
+    fast.n = ref.n = n;
+    if (!compare_states("bf16 gradients against their reference", &old, &fast, &ref, &STEP_RANDOM, 1))
+        fail("bf16 gradients against their reference");
+    double f32 = adamw_sq_norm(old.g, n, 1), one = adamw_sq_norm_bf16(g16, n, 1), five = adamw_sq_norm_bf16(g16, n, 5);
+    if (memcmp(&f32, &one, sizeof one) || memcmp(&f32, &five, sizeof five)) fail("sq_norm of bf16 gradients: other bits");
+    if (!close_rel(one, adamw_sq_norm_ref(NULL, g16, n), 0.0, 1e-12) ||
+        !close_rel(adamw_sq_norm(old.g, n, 2), adamw_sq_norm_ref(old.g, NULL, n), 0.0, 1e-12))
+        fail("sq_norm against its plain reference");
+    memset(g16, 0x5a, (size_t)(n + 2) * 2);
+    adamw_first_touch(NULL, NULL, NULL, NULL, g16, NULL, n, 3);
+    int zeroed = g16[n] == 0x5a5a;
+    for (int64_t i = 0; i < n; i++) zeroed &= g16[i] == 0;
+    if (!zeroed) fail("first touch of bf16 gradients");
+    state_free(&ref), state_free(&fast);
+    free(g16), free(g16_old);
+    state_free(&old);
+}
+
 // adamw_first_touch zeroes exactly [0, n) of each array it is given, for
 // any thread count, and leaves alone what it is not given.
 static void test_first_touch(int64_t n) {
@@ -385,7 +447,7 @@ static void test_first_touch(int64_t n) {
         if (!b) exit(1);
         memset(b, 0x5a, (size_t)(n + 1) * 2);
         float keep = s.m[0];
-        adamw_first_touch(s.w, NULL, s.v, s.g, b, n, threads);
+        adamw_first_touch(s.w, NULL, s.v, s.g, NULL, b, n, threads);
         int ok = s.m[0] == keep && b[n] == 0x5a5a;
         for (int64_t i = 0; i < n; i++) ok &= s.w[i] == 0 && s.v[i] == 0 && s.g[i] == 0 && b[i] == 0;
         ok &= s.w[n] != 0 || s.v[n] != 0;
@@ -475,6 +537,8 @@ int main(void) {
     int64_t zero_sizes[] = {1, 300, 1000003};
     for (int i = 0; i < 3; i++) test_zero_grads(zero_sizes[i]);
     test_first_touch(1000003);
+    int64_t bf16_sizes[] = {1, 300, 1000003};
+    for (int i = 0; i < 3; i++) test_bf16_grads(bf16_sizes[i]);
     test_concurrent_callers(1000003);
     if (failures) {
         printf("test_adamw: %d checks failed\n", failures);
