@@ -176,6 +176,41 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
 }
 
+// Launched kernel i of part pk's set s, priced: *heavy its GEMM, attention
+// or MoE time (a RUN_SKIP_HEAVY run skips it), of which *attn attention's,
+// and *light the rest (an expression kernel, a GEMM's epilogue).
+static void kernel_price(const Graph *g, int pk, const KirSet *s, int i, const Target *t, double *heavy, double *attn,
+                         double *light) {
+    const KirKernel *k = &s->k[i];
+    int bf16 = g->train.compute == DT_BF16;
+    *heavy = *attn = *light = 0;
+    if (k->kind == KK_EXPR) {
+        *light = expr_time(k, t, -1, bf16);
+        return;
+    }
+    if (k->kind == KK_NODE) {
+        int is_heavy;
+        double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &is_heavy);
+        *(is_heavy ? heavy : light) = h;
+        return;
+    }
+    *heavy = heavy_time(s, k, t);
+    if (k->kind != KK_GEMM) *attn = *heavy;
+    // The epilogue: on a cpu target it runs on each row block of C
+    // while it is in cache (runtime/jit.c), no pass over C; the cuda
+    // backend launches it after the GEMM, a kernel of its own that
+    // reads C back from HBM (cuBLASLt's epilogues are not used).
+    if (k->kind == KK_GEMM && k->gemm.epilogue >= 0)
+        *light = expr_time(&s->k[k->gemm.epilogue], t, strcmp(t->arch, "cpu") == 0 ? k->args[0].node : -1, bf16);
+}
+
+double cost_kernel_s(const Graph *g, int part, const KirSet *s, int i, const Target *t) {
+    double heavy, attn, light;
+    if (!kir_is_launched(&s->k[i])) return 0;
+    kernel_price(g, part, s, i, t, &heavy, &attn, &light);
+    return heavy + light;
+}
+
 // Fuses the graph as mtc -o does and prices every launched kernel.
 static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
     Arena a = {0};
@@ -193,27 +228,12 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
         for (int i = 0; i < s->n && rc == 0; i++) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;
-            if (k->kind == KK_EXPR) {
-                kt->light[pk][k->anchor] += expr_time(k, t, -1, g->train.compute == DT_BF16);
-                continue;
-            }
-            if (k->kind == KK_NODE) {
-                int heavy;
-                double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &heavy);
-                (heavy ? kt->heavy : kt->light)[pk][k->anchor] += h;
-                continue;
-            }
-            double h = heavy_time(s, k, t);
-            kt->heavy[pk][k->anchor] += h;
-            if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
-            // The epilogue: on a cpu target it runs on each row block of C
-            // while it is in cache (runtime/jit.c), no pass over C; the cuda
-            // backend launches it after the GEMM, a kernel of its own that
-            // reads C back from HBM (cuBLASLt's epilogues are not used).
-            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0)
-                kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t,
-                                                      strcmp(t->arch, "cpu") == 0 ? k->args[0].node : -1,
-                                                      g->train.compute == DT_BF16);
+            double heavy, attn, light;
+            kernel_price(g, pk, s, i, t, &heavy, &attn, &light);
+            kt->heavy[pk][k->anchor] += heavy;
+            kt->attn[pk][k->anchor] += attn;
+            kt->light[pk][k->anchor] += light;
+            if (k->kind != KK_GEMM && k->kind != KK_EXPR && k->kind != KK_NODE) kt->attn_kinds |= attn_kind(k, t);
         }
     }
     arena_free(&a);

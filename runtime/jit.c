@@ -602,6 +602,7 @@ void jit_set_docs(Jit *j, const int32_t *seg_start) { j->seg_start = seg_start; 
 
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
     const KirKernel *k = &j->prog.parts[part].k[i];
+    double t0 = jit_profile && jit_profile->kernel_s_of[part] ? now_s() : 0;
     switch (k->kind) {
     case KK_EXPR: run_expr(j, k, j->fn[part][i], base, offsets); break;
     case KK_GEMM: run_gemm(j, part, k, flags, base, offsets); break;
@@ -611,12 +612,13 @@ void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_
         break;
     }
     default: {
-        double t0 = jit_profile ? now_s() : 0;
+        double a0 = jit_profile ? now_s() : 0;
         if (!(flags & RUN_SKIP_HEAVY)) run_attn(j, part, k, base, offsets);
-        if (jit_profile) jit_profile->attn_s += now_s() - t0;
+        if (jit_profile) jit_profile->attn_s += now_s() - a0;
         break;
     }
     }
+    if (jit_profile && jit_profile->kernel_s_of[part]) jit_profile->kernel_s_of[part][i] += now_s() - t0;
 }
 
 void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const int64_t *offsets) {

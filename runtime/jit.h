@@ -18,10 +18,13 @@ typedef struct Jit Jit;
 
 // Seconds spent in library GEMMs (attention's included) and in generated
 // kernels, summed while jit_profile points at one (bench/step_bench.c sets
-// it; NULL, the default, costs nothing).
+// it; NULL, the default, costs nothing). With kernel_s_of[part] given, also
+// each launched kernel's whole time (operands widened and rounded,
+// epilogue, attention's helpers included) at its index in the part's set.
 typedef struct JitProfile {
     double gemm_s, kernel_s, attn_s; // attn_s: whole attention kernels, their GEMMs included
     int64_t gemm_calls, kernel_calls;
+    double *kernel_s_of[PART_COUNT]; // (prog.parts[p].n) each, optional
 } JitProfile;
 extern JitProfile *jit_profile;
 
