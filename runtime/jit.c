@@ -409,12 +409,10 @@ static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
     return base + offsets[a->node] + a->offset * (a->dtype == KT_BF16 ? 2 : 4);
 }
 
-// dst (n) = the floats bf16 src (n) holds.
-static void widen(float *dst, const uint16_t *src, int64_t n) {
+void jit_widen(float *dst, const uint16_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = f32_from_bf16(src[i]);
 }
-// dst (n) = src (n) rounded to bf16.
-static void narrow(uint16_t *dst, const float *src, int64_t n) {
+void jit_narrow(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
@@ -486,7 +484,7 @@ static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *
             continue;
         }
         ops[a] = w;
-        if (a > 0) widen(w, p, k->args[a].numel);
+        if (a > 0) jit_widen(w, p, k->args[a].numel);
         w += k->args[a].numel;
     }
 }
@@ -495,7 +493,7 @@ static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *
 static void narrow_rows(const KirKernel *k, char *base, const int64_t *offsets, const float *out, int64_t r0,
                         int64_t r1, int64_t n) {
     if (k->args[0].dtype != KT_BF16) return;
-    narrow((uint16_t *)arg_ptr(&k->args[0], base, offsets) + r0 * n, out + r0 * n, (r1 - r0) * n);
+    jit_narrow((uint16_t *)arg_ptr(&k->args[0], base, offsets) + r0 * n, out + r0 * n, (r1 - r0) * n);
 }
 
 // C = op(A) @ op(B), with the epilogue run on each block of rows while it is in cache.

@@ -43,6 +43,12 @@ void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const in
 // the plain kernel, which masks them.
 void jit_set_docs(Jit *j, const int32_t *seg_start);
 
+// What a bf16 plan's GEMM, attention and node kernels do around their f32
+// work (mtrun --calibrate times them): dst (n) = the floats bf16 src (n)
+// holds; dst (n) = src (n) rounded to bf16.
+void jit_widen(float *dst, const uint16_t *src, int64_t n);
+void jit_narrow(uint16_t *dst, const float *src, int64_t n);
+
 // Runs kernel `index` of part by itself (tests).
 void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const int64_t *offsets);
 
