@@ -29,7 +29,8 @@ busy() {
     printf ', load %s' "$(cut -d' ' -f1 /proc/loadavg)"
 }
 
-# calibrate NAME: the profile $dir/NAME.target; prints its memcpy and sgemm rates.
+# calibrate NAME: the profile $dir/NAME.target; prints its memcpy and sgemm rates
+# (sgemm1: on one thread, which a tiny model's GEMMs run at).
 calibrate() {
     (cd "$dir" && "$OLDPWD/$build/mtrun" --calibrate --out "$1.target") >"$dir/$1.log" || {
         cat "$dir/$1.log"

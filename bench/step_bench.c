@@ -83,6 +83,8 @@ typedef struct Contestant {
     HostStore hs;
     char *act;       // (p->host_act_bytes) the host activation store
     uint8_t *kir, *bc;
+    KirProgram kp;            // the fused kernels (unless plain)
+    double *kernel_s[PART_COUNT]; // (steps, kp.parts[p].n) each kernel's seconds in each timed step (STEP_BENCH_KERNELS)
     double best, best_fb, best_outside;
     double step_s[STEP_MAX]; // each timed step's seconds
     int nsteps;
@@ -102,11 +104,11 @@ static int contestant_make(Contestant *c, const char *what, const Model *m, Sema
         return -1;
     }
     c->p = r.plan;
-    KirProgram kp;
+    KirProgram *kp = &c->kp;
     size_t kir_len = 0, bc_len = 0;
     if (!plain) { // the fused kernels and their bitcode, as mtc -o puts them in the plan
-        if (fuse(c->g, a, &kp, err, sizeof err) != 0 || kir_write(&kp, &c->kir, &kir_len) != 0 ||
-            emit_llvm(&kp, c->g, &c->bc, &bc_len, err, sizeof err) != 0) {
+        if (fuse(c->g, a, kp, err, sizeof err) != 0 || kir_write(kp, &c->kir, &kir_len) != 0 ||
+            emit_llvm(kp, c->g, &c->bc, &bc_len, err, sizeof err) != 0) {
             fprintf(stderr, "step_bench: %s: %s\n", what, err);
             return -1;
         }
@@ -129,6 +131,7 @@ static void contestant_free(Contestant *c) {
     free(c->kir);
     free(c->bc);
     free(c->act);
+    for (int p = 0; p < PART_COUNT; p++) free(c->kernel_s[p]);
 }
 
 // One training step of c: the replay, then AdamW over every parameter
@@ -141,6 +144,8 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
                    .t = k + 1};
     prof = (ExecProfile){0};
     jprof = (JitProfile){0};
+    for (int p = 0; p < PART_COUNT && k > 0 && c->kernel_s[p]; p++) // (step 0 warms up)
+        jprof.kernel_s_of[p] = c->kernel_s[p] + (size_t)(k - 1) * (size_t)c->kp.parts[p].n;
     exec_profile = &prof;
     jit_profile = &jprof;
     double t0 = now_s();
@@ -181,6 +186,41 @@ static double median_step(const Contestant *c) {
     memcpy(s, c->step_s, (size_t)c->nsteps * sizeof s[0]);
     qsort(s, (size_t)c->nsteps, sizeof s[0], cmp_double);
     return c->nsteps % 2 ? s[c->nsteps / 2] : 0.5 * (s[c->nsteps / 2 - 1] + s[c->nsteps / 2]);
+}
+
+// STEP_BENCH_KERNELS=1 with --target: each launched kernel's measured
+// milliseconds a step (the median of the timed steps; every run of it in the
+// step, recompute included) against cost_kernel_s's price times its runs a
+// step, by part; then each kind of kernel's sums.
+static void print_kernels(const Contestant *c, const Target *t, int steps) {
+    double kind_m[KK_COUNT] = {0}, kind_p[KK_COUNT] = {0};
+    printf("kernels of the %s step: measured against predicted, ms a step (runs a step)\n", c->what);
+    for (int p = 0; p < graph_nparts(c->g); p++) {
+        const KirSet *s = &c->kp.parts[p];
+        for (int i = 0; i < s->n; i++) {
+            const KirKernel *k = &s->k[i];
+            if (!kir_is_launched(k)) continue;
+            int runs = 0; // the train stream's RUNs over this kernel's anchor
+            for (int r = 0; r < c->p->ntrain; r++) {
+                const Instr *in = &c->p->train[r];
+                if (in->kind == INS_RUN && in->part == p && k->anchor >= in->from && k->anchor < in->to &&
+                    !((in->flags & RUN_SKIP_HEAVY) && kir_is_heavy(k)))
+                    runs++;
+            }
+            double v[STEP_MAX];
+            for (int st = 0; st < steps; st++) v[st] = c->kernel_s[p][(size_t)st * (size_t)s->n + (size_t)i];
+            qsort(v, (size_t)steps, sizeof v[0], cmp_double);
+            double m = steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]), pr = runs * cost_kernel_s(c->g, p, s, i, t);
+            const Node *n = c->g->parts[p].nodes.items[k->anchor];
+            printf("  %-6s %3d %-9s %-18s %2d  %8.3f %8.3f  %5.2f\n", part_name(p), i, kir_kind_name((KirKind)k->kind),
+                   op_name(n->op), runs, m * 1e3, pr * 1e3, pr > 0 ? m / pr : 0);
+            kind_m[k->kind] += m, kind_p[k->kind] += pr;
+        }
+    }
+    for (int kd = 0; kd < KK_COUNT; kd++)
+        if (kind_m[kd] > 0 || kind_p[kd] > 0)
+            printf("  all %-9s %8.3f ms measured %8.3f predicted  %5.2f\n", kir_kind_name((KirKind)kd), kind_m[kd] * 1e3,
+                   kind_p[kd] * 1e3, kind_p[kd] > 0 ? kind_m[kd] / kind_p[kd] : 0);
 }
 
 int main(int argc, char **argv) {
@@ -235,6 +275,8 @@ int main(int argc, char **argv) {
     const Part *head = &g->parts[PART_HEAD], *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
                    (double)g->layers * gemm_flops(block, 0, block->nodes.n);
+    for (int p = 0; p < PART_COUNT && getenv("STEP_BENCH_KERNELS") && cs[MAIN].kir; p++)
+        if (!(cs[MAIN].kernel_s[p] = calloc((size_t)steps * (size_t)cs[MAIN].kp.parts[p].n + 1, sizeof(double)))) return 1;
     for (int k = 0; k <= steps; k++) // step 0 warms up; the contestants in turn
         for (int c = 0; c < n; c++)
             if (contestant_step(&cs[c], inputs, k, getenv("STEP_BENCH_OPS") && k == steps) != 0) return 1;
@@ -255,6 +297,7 @@ int main(int argc, char **argv) {
     if (n > PLAIN)
         printf("f32 plan on the plain reference kernels, stepped in turn: %.1f ms/step; generated/reference time "
                "(f32) %.2f\n", cs[PLAIN].best * 1e3, cs[compute == 2 ? OTHER : MAIN].best / cs[PLAIN].best);
+    if (target && getenv("STEP_BENCH_KERNELS") && c0->kir) print_kernels(c0, &tgt, steps);
     if (target) {
         Cost c;
         if (cost_plan(c0->p, &tgt, &c) != 0) return 1;

@@ -147,6 +147,12 @@ static inline int64_t kir_gemm_row_block(int64_t N) {
     return block < 256 ? 256 : block;
 }
 
+// The cpu backend's BLAS calls of fewer multiply-adds than this run on one
+// OpenBLAS thread, the others on all of them (runtime/blas_core.c, which
+// says why); the cost model prices the one-thread calls at the profile's
+// gemm_one_thread_flops.
+#define MT_BLAS_THREADED_MACS (1ll << 25)
+
 typedef struct KirAttn {
     int64_t B, T, H, KVH, D; // q [B, T, H*D], k [B, T, KVH*D], v [B, T, KVH*Dv], y [B, T, H*Dv]
     int64_t Dv;              // the value heads' width (DeepSeek's latent attention: 128 under q/k's 192)

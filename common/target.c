@@ -53,6 +53,8 @@ static const KeySpec KEYS[] = {
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
     {"transcendental_f64_s", KEY_NUMBER, F(transcendental_f64_s), "seconds", 0, 0}, // left out: transcendental_s
     {"attention_plain_flops", KEY_NUMBER, F(attention_plain_flops), "FLOP/s", 0, 0}, // left out: vector_flops
+    {"gemm_one_thread_flops", KEY_NUMBER, F(gemm_one_thread_flops), "FLOP/s", 0, 0}, // left out: the matrix rate
+    {"bf16_convert_s", KEY_NUMBER, F(bf16_convert_s), "seconds", 0, 0},
     {"gemm_efficiency", KEY_SHARE, F(gemm_efficiency), "a share of peak", 0, TARGET_DEFAULT_GEMM_EFFICIENCY},
     {"moe_gemm_efficiency", KEY_SHARE, F(moe_gemm_efficiency), "a share of peak", 0, 0}, // left out: gemm_efficiency
     {"duplex_efficiency", KEY_SHARE, F(duplex_efficiency), "a share of each direction's rate", 0,

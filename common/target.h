@@ -42,6 +42,10 @@ typedef struct Target {
                                  // plan's f64 maths (rope's angles) on a cpu target, optional (0: transcendental_s)
     double attention_plain_flops; // FLOP/s of bf16 attention on a cpu target, the plain kernel on one thread,
                                   // optional: vector_flops when left out
+    double gemm_one_thread_flops; // FLOP/s of an sgemm on one thread (cpu targets: the cpu backend's calls under
+                                  // MT_BLAS_THREADED_MACS), optional: the matrix rate when left out
+    double bf16_convert_s;        // seconds to widen a bf16 element to f32 or round one back, one thread (cpu
+                                  // targets: a bf16 plan's GEMM, attention and node operands), optional (0)
     double gemm_efficiency;      // in (0, 1], optional
     double moe_gemm_efficiency;  // in (0, 1], optional: the MoE grouped kernels' share of peak on a GPU
                                  // (compiler/cuda/moe.cuh); gemm_efficiency when left out

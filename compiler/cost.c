@@ -80,6 +80,28 @@ static int attn_kind(const KirKernel *k, const Target *t) {
     return attn_tc_ok(k->args[0].dtype == KT_BF16, (int)k->attn.D, (int)k->attn.Dv) ? ATTN_KIND_TC : ATTN_KIND_FP32;
 }
 
+// On a cpu target, the FLOP/s of a GEMM whose BLAS calls each take macs
+// multiply-adds: under MT_BLAS_THREADED_MACS the cpu backend runs them on one
+// thread (runtime/blas_core.c), at gemm_one_thread_flops where the profile
+// gives it; else matrix, the rate of every thread.
+static double cpu_gemm_rate(const Target *t, double macs, double matrix) {
+    return macs < (double)MT_BLAS_THREADED_MACS && t->gemm_one_thread_flops > 0
+               ? t->gemm_one_thread_flops * t->gemm_efficiency
+               : matrix;
+}
+
+// On a cpu target, what a bf16 plan's GEMM, attention or node kernel spends
+// converting: the cpu backend widens every bf16 input to f32 before the
+// library or plain kernel runs and rounds a bf16 output back after
+// (runtime/jit.c's f32_operands and narrow_rows), each element at
+// bf16_convert_s (mtrun --calibrate times those loops).
+static double cpu_convert_time(const KirKernel *k, const Target *t) {
+    double elems = 0;
+    for (int a = 0; a < k->nargs; a++)
+        if (k->args[a].dtype == KT_BF16) elems += (double)k->args[a].numel;
+    return elems * t->bf16_convert_s;
+}
+
 // What a GEMM or attention kernel costs on a cpu target beyond its FLOPs at
 // the matrix rate, as the cpu backend runs it (runtime/jit.c): a host BLAS
 // call (gemm_call_s) per batch entry, or per row block when an epilogue
@@ -115,18 +137,26 @@ static double attn_head_dims(const KirKernel *k, const Target *t) {
 
 // A GEMM or attention kernel: its FLOPs at a rate, or its bytes at HBM
 // bandwidth, whichever is longer, plus a launch. The rate: GEMMs at the
-// matrix rate of the storage dtype times gemm_efficiency; attention at
+// matrix rate of the storage dtype times gemm_efficiency (on a cpu target,
+// calls the backend runs on one thread at cpu_gemm_rate's); attention at
 // matrix_flops_bf16 times the target's fraction for the kernel that runs it
 // (attention_tc_fraction, attention_tc_wide_fraction for heads over 128,
 // attention_fp32_fraction). On a cpu target f32
 // attention is priced as GEMMs over every (query, key) pair plus
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
-// kernel (double sums, one thread), at attention_plain_flops (mtrun
-// --calibrate measures that kernel), or vector_flops where a profile lacks it.
+// kernel (double sums, one thread), its FLOPs at attention_plain_flops
+// (vector_flops where a profile lacks it) and, forward and backward alike,
+// libm's scalar double exp once a scored (query, key) pair at
+// transcendental_f64_s: at llama-tiny's head size (16) a pair's exp is about
+// a quarter of its time, at 64 a tenth, so one rate for both priced the
+// small heads 1.3 times too fast (mtrun --calibrate measures the kernel at
+// 64 and takes the exps out of the rate it writes).
+// A bf16 kernel on a cpu target adds its conversions (cpu_convert_time).
 // The rate follows the operands' storage (a GEMM's output may be f32 under bf16 ones).
 static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t) {
     int bf16 = k->args[1].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * t->gemm_efficiency, flops, bytes = 0;
+    double exps = 0; // the plain kernel's scalar double exps (cpu, bf16 attention)
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU) {
         int wide = k->attn.D > 128 || k->attn.Dv > 128; // attention_tc.cuh's other tiles (MtAttnTcGeo)
         double tc = wide && t->attention_tc_wide_fraction > 0 ? t->attention_tc_wide_fraction : t->attention_tc_fraction;
@@ -136,16 +166,22 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
     if (k->kind == KK_GEMM) {
         const KirGemm *g = &k->gemm;
         flops = 2.0 * (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
+        int64_t rows = g->epilogue >= 0 && kir_gemm_row_block(g->N) < g->M ? kir_gemm_row_block(g->N) : g->M; // a call's
+        if (cpu) matrix = cpu_gemm_rate(t, (double)rows * (double)g->N * (double)g->K, matrix);
     } else {
         const KirAttn *a = &k->attn;
         double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
         if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
         if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
+        if (cpu && !bf16) matrix = cpu_gemm_rate(t, T * T * (double)(a->D > a->Dv ? a->D : a->Dv), matrix); // a head's
         if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
         flops = 2.0 * (double)a->B * pairs * (double)a->H * attn_head_dims(k, t);
+        if (cpu && bf16) exps = (double)a->B * (double)a->H * pairs;
     }
-    double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
+    double exp64 = t->transcendental_f64_s > 0 ? t->transcendental_f64_s : t->transcendental_s;
+    double by_flops = flops / matrix + exps * exp64, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu && !(bf16 && k->kind != KK_GEMM) ? cpu_overhead(set, k, t) : 0.0;
+    if (cpu) overhead += cpu_convert_time(k, t);
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
 }
 
@@ -172,23 +208,59 @@ static int64_t moe_selected(const Node *n) {
 // own tiled kernels, not cuBLAS; tests/gpu/gpu_check measures the figure,
 // its moe_time line, and the profiles carry an estimate until a GPU run
 // records it), times gemm_efficiency with a host BLAS
-// call per expert and GEMM on a cpu target (library GEMMs there);
+// call per expert and GEMM on a cpu target (library GEMMs there, and a
+// bf16 plan's conversions, cpu_convert_time);
 // the rest (top_k, the load-balancing loss, add_loss) by their bytes.
 // *heavy: whether it counts with the GEMMs.
 static double node_time(const Node *n, const KirKernel *k, const Target *t, int *heavy) {
     int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
-    double bytes = 0;
+    double bytes = 0, convert = cpu ? cpu_convert_time(k, t) : 0.0;
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
     *heavy = n->op == OP_MOE || n->op == OP_MOE_BWD;
-    if (!*heavy) return bytes / t->hbm_bandwidth + t->kernel_launch_s;
+    if (!*heavy) return bytes / t->hbm_bandwidth + convert + t->kernel_launch_s;
     const Shape *x = &n->in[n->op == OP_MOE_BWD]->shape, *w = &n->in[n->op == OP_MOE_BWD ? 3 : 2]->shape;
     int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
     double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
-    double overhead = cpu ? (double)E * passes * t->gemm_call_s : 0.0;
+    double overhead = cpu ? (double)E * passes * t->gemm_call_s + convert : 0.0;
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
+}
+
+// Launched kernel i of part pk's set s, priced: *heavy its GEMM, attention
+// or MoE time (a RUN_SKIP_HEAVY run skips it), of which *attn attention's,
+// and *light the rest (an expression kernel, a GEMM's epilogue).
+static void kernel_price(const Graph *g, int pk, const KirSet *s, int i, const Target *t, double *heavy, double *attn,
+                         double *light) {
+    const KirKernel *k = &s->k[i];
+    int bf16 = g->train.compute == DT_BF16;
+    *heavy = *attn = *light = 0;
+    if (k->kind == KK_EXPR) {
+        *light = expr_time(k, t, -1, bf16);
+        return;
+    }
+    if (k->kind == KK_NODE) {
+        int is_heavy;
+        double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &is_heavy);
+        *(is_heavy ? heavy : light) = h;
+        return;
+    }
+    *heavy = heavy_time(s, k, t);
+    if (k->kind != KK_GEMM) *attn = *heavy;
+    // The epilogue: on a cpu target it runs on each row block of C
+    // while it is in cache (runtime/jit.c), no pass over C; the cuda
+    // backend launches it after the GEMM, a kernel of its own that
+    // reads C back from HBM (cuBLASLt's epilogues are not used).
+    if (k->kind == KK_GEMM && k->gemm.epilogue >= 0)
+        *light = expr_time(&s->k[k->gemm.epilogue], t, strcmp(t->arch, "cpu") == 0 ? k->args[0].node : -1, bf16);
+}
+
+double cost_kernel_s(const Graph *g, int part, const KirSet *s, int i, const Target *t) {
+    double heavy, attn, light;
+    if (!kir_is_launched(&s->k[i])) return 0;
+    kernel_price(g, part, s, i, t, &heavy, &attn, &light);
+    return heavy + light;
 }
 
 // Fuses the graph as mtc -o does and prices every launched kernel.
@@ -208,27 +280,12 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
         for (int i = 0; i < s->n && rc == 0; i++) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;
-            if (k->kind == KK_EXPR) {
-                kt->light[pk][k->anchor] += expr_time(k, t, -1, g->train.compute == DT_BF16);
-                continue;
-            }
-            if (k->kind == KK_NODE) {
-                int heavy;
-                double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &heavy);
-                (heavy ? kt->heavy : kt->light)[pk][k->anchor] += h;
-                continue;
-            }
-            double h = heavy_time(s, k, t);
-            kt->heavy[pk][k->anchor] += h;
-            if (k->kind != KK_GEMM) kt->attn[pk][k->anchor] += h, kt->attn_kinds |= attn_kind(k, t);
-            // The epilogue: on a cpu target it runs on each row block of C
-            // while it is in cache (runtime/jit.c), no pass over C; the cuda
-            // backend launches it after the GEMM, a kernel of its own that
-            // reads C back from HBM (cuBLASLt's epilogues are not used).
-            if (k->kind == KK_GEMM && k->gemm.epilogue >= 0)
-                kt->light[pk][k->anchor] += expr_time(&s->k[k->gemm.epilogue], t,
-                                                      strcmp(t->arch, "cpu") == 0 ? k->args[0].node : -1,
-                                                      g->train.compute == DT_BF16);
+            double heavy, attn, light;
+            kernel_price(g, pk, s, i, t, &heavy, &attn, &light);
+            kt->heavy[pk][k->anchor] += heavy;
+            kt->attn[pk][k->anchor] += attn;
+            kt->light[pk][k->anchor] += light;
+            if (k->kind != KK_GEMM && k->kind != KK_EXPR && k->kind != KK_NODE) kt->attn_kinds |= attn_kind(k, t);
         }
     }
     arena_free(&a);

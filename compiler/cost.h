@@ -4,6 +4,7 @@
 #ifndef MT_COST_H
 #define MT_COST_H
 
+#include "../common/kir.h"
 #include "../common/plan.h"
 #include "../common/target.h"
 
@@ -71,6 +72,12 @@ void cost_kernels_free(CostKernels *k);
 // cost_plan with the kernels' times of p's graph on t; with times (ntrain),
 // also each instruction's time on its resource (as cost_instr_times).
 int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c, double *times);
+
+// The seconds launched kernel i of part's fused set s (compiler/fuse.c) of
+// graph g takes on t, as cost_plan prices it (its epilogue included); 0 for
+// a kernel not launched (a helper, an epilogue). bench/step_bench.c sets it
+// beside each kernel's measured time.
+double cost_kernel_s(const Graph *g, int part, const KirSet *s, int i, const Target *t);
 
 // What no schedule of a model on a target can beat, whatever it chooses
 // (remat, slots, residency, tiling): two bounds of a step, from the untiled

@@ -8,6 +8,8 @@
 // call. Returns OpenBLAS's core name afterwards ("" when it has none).
 const char *mt_blas_core_pick(void);
 
+#include "../common/kir.h" // MT_BLAS_THREADED_MACS
+
 // OpenBLAS threads for a GEMM of macs multiply-adds: one below
 // MT_BLAS_THREADED_MACS, else the count OpenBLAS started with
 // (OPENBLAS_NUM_THREADS, or the CPUs). A tiny model's GEMMs (llama-tiny's
@@ -17,5 +19,4 @@ const char *mt_blas_core_pick(void);
 // sched_yield for its timeout (about 0.1 s): through a whole training run,
 // a second core burnt. OpenBLAS's own cut-off is 2^18. Threads split a
 // GEMM's rows and columns, never its sums: results do not change.
-#define MT_BLAS_THREADED_MACS (1ll << 25)
 void mt_blas_threads_for(long long macs);

@@ -26,10 +26,19 @@
 //   4b. bf16 attention: the plain kernel (runtime/kernels.inc: double sums,
 //      one thread) that the cpu backend runs a bf16 plan's attention with,
 //      causal, 256 tokens, 4 heads of 64, its FLOPs counted as
-//      compiler/cost.c counts attention's -> attention_plain_flops.
+//      compiler/cost.c counts attention's, over its time less its exps (one
+//      a scored pair) at 5's transcendental_f64_s, which cost.c prices
+//      apart -> attention_plain_flops.
+//   4c. one-thread sgemm: the three GEMMs of a tiny model's MLP matmul
+//      (llama-tiny's: 256 tokens, width 64, MLP width 176) on one thread, as
+//      the cpu backend runs every GEMM under MT_BLAS_THREADED_MACS
+//      multiply-adds -> gemm_one_thread_flops.
+//   4d. bf16 conversions: runtime/jit.c's own loops (jit_widen, jit_narrow)
+//      over a tiny model's activation (256 x 256) in cache, the mean an
+//      element of the two -> bf16_convert_s.
 //   5. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
 //      scores in the tiny examples, on one thread as the cpu backend runs
-//      it) called many times, less its FLOPs at the rate of 3 ->
+//      it) called many times, less its FLOPs at the rate of 4c ->
 //      gemm_call_s; a generated kernel's call (a function pointer on a few
 //      elements, as the executor calls one) -> kernel_launch_s; expf, logf,
 //      sinf and cosf over an array in cache, the mean of the four a call ->
@@ -59,6 +68,7 @@
 #include "../common/target.h"
 #include "adamw.h"
 #include "blas_core.h"
+#include "jit.h"
 #include "kernels.h"
 #include "tier.h"
 
@@ -94,6 +104,12 @@ enum {
     CAL_KERNEL_CALLS = 4000000,  // generated-kernel calls a round
     CAL_MATH_N = 1 << 18,        // floats expf, logf, sinf and cosf each take, CAL_MATH_PASSES times a round
     CAL_MATH_PASSES = 4,
+    CAL_GEMM1_T = 256,           // the one-thread sgemm: tokens,
+    CAL_GEMM1_C = 64,            // width,
+    CAL_GEMM1_F = 176,           // and MLP width (llama-tiny's)
+    CAL_GEMM1_REPS = 64,         // its three GEMMs' repeats a round
+    CAL_CONVERT_N = 256 * 256,   // elements widened and rounded (a tiny model's activation, in cache)
+    CAL_CONVERT_REPS = 64,       // a round
     CAL_TIER_MB = 512,           // the tier measured: 2^20-byte units written and read (536.9 MB)
     CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS units
     CAL_TIER_REPS = 3,
@@ -125,7 +141,9 @@ typedef struct Measured {
     Figure kernel_call;    // seconds a generated kernel's call
     Figure math;           // seconds an expf, logf, sinf or cosf
     Figure math64;         // seconds a scalar double pow, sin, cos or exp
-    Figure attention;      // FLOP/s of the plain attention kernel, one thread
+    Figure attention;      // seconds of the plain attention kernel, one thread
+    Figure gemm1;          // FLOP/s of the tiny sgemm, one thread
+    Figure convert;        // seconds a bf16 element widened or rounded, one thread
     size_t copy_bytes;     // of each of the two copy buffers
     int threads;           // of the copy and AdamW
     int64_t adamw_params;  // the AdamW measured: parameters
@@ -184,6 +202,8 @@ typedef struct Bench {
     float *fma;                  // (CAL_FMA_N)
     float *sa, *sb, *sc;         // the small sgemm: sa, sb (SMALL_N, SMALL_K), sc (SMALL_N, SMALL_N)
     float *math;                 // (CAL_MATH_N)
+    float *cf;                   // (CAL_CONVERT_N) the conversions' f32 side
+    uint16_t *cb;                // (CAL_CONVERT_N) and bf16 side
 } Bench;
 
 static void *copy_thread(void *arg) {
@@ -225,6 +245,7 @@ static void bench_free(Bench *b) {
     free(b->w), free(b->m), free(b->v), free(b->g), free(b->wb);
     free(b->x), free(b->wt), free(b->y), free(b->dx), free(b->dw);
     free(b->fma), free(b->sa), free(b->sb), free(b->sc), free(b->math);
+    free(b->cf), free(b->cb);
     *b = (Bench){0};
 }
 
@@ -245,8 +266,9 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     b->fma = malloc((size_t)CAL_FMA_N * 4), b->math = malloc((size_t)CAL_MATH_N * 4);
     b->sa = malloc(CAL_SMALL_N * CAL_SMALL_K * 4), b->sb = malloc(CAL_SMALL_N * CAL_SMALL_K * 4);
     b->sc = malloc(CAL_SMALL_N * CAL_SMALL_N * 4);
+    b->cf = malloc((size_t)CAL_CONVERT_N * 4), b->cb = malloc((size_t)CAL_CONVERT_N * 2);
     if (!b->src || !b->dst || !b->jobs || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x ||
-        !b->wt || !b->y || !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc) {
+        !b->wt || !b->y || !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc || !b->cf || !b->cb) {
         snprintf(err, errcap, "cannot allocate %.1f MB to measure this machine", (double)n * 3.1 / 1e6);
         bench_free(b);
         return -1;
@@ -270,6 +292,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     for (int64_t i = 0; i < CAL_FMA_N; i++) b->fma[i] = (float)(i % 101) * 0.01f;
     for (int i = 0; i < CAL_SMALL_N * CAL_SMALL_K; i++) b->sa[i] = b->sb[i] = (float)(i % 13) * 0.0625f - 0.375f;
     for (int i = 0; i < CAL_MATH_N; i++) b->math[i] = 0.5f + (float)(i % 97) * 0.01f;
+    for (int i = 0; i < CAL_CONVERT_N; i++) b->cf[i] = (float)(i % 89) * 0.0137f - 0.6f;
     return 0;
 }
 
@@ -354,7 +377,42 @@ static double round_attention(Bench *b) {
     kernel_run_f32(&n, qkvy + 3 * T * C, in);
     double dt = now_s() - t0;
     free(qkvy);
-    return 4.0 * (0.5 * (double)T * (double)T) * (double)C / dt; // cost.c's count: causal pairs x 4 x H x D
+    return dt;
+}
+
+// The plain kernel's FLOP/s as compiler/cost.c prices it from the best
+// round's seconds: cost.c's count (causal pairs x 4 x H x D) over the time
+// left when its exps (one a pair, libm's scalar double exp) are taken at
+// exp64_s each; at least the rate with them in.
+static double attention_rate(double seconds, double exp64_s) {
+    double pairs = 0.5 * (double)CAL_ATTN_T * (double)CAL_ATTN_T, flops = 4.0 * pairs * CAL_ATTN_H * CAL_ATTN_D;
+    double arith = seconds - pairs * CAL_ATTN_H * exp64_s;
+    return flops / (arith > 0.5 * seconds ? arith : seconds);
+}
+
+// ---- 4c. one-thread sgemm: FLOP/s of a tiny model's MLP matmul and its backward
+
+static double round_gemm_one_thread(Bench *b) {
+    const int T = CAL_GEMM1_T, C = CAL_GEMM1_C, F = CAL_GEMM1_F; // in the large sgemm's buffers, packed
+    mt_blas_threads_for((long long)T * C * F); // one thread, as the cpu backend runs it
+    double t0 = now_s();
+    for (int r = 0; r < CAL_GEMM1_REPS; r++) {
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, F, C, 1.0f, b->x, C, b->wt, F, 0.0f, b->y, F);
+        cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasTrans, T, C, F, 1.0f, b->y, F, b->wt, F, 0.0f, b->dx, C);
+        cblas_sgemm(CblasRowMajor, CblasTrans, CblasNoTrans, C, F, T, 1.0f, b->x, C, b->y, F, 0.0f, b->dw, F);
+    }
+    return CAL_GEMM1_REPS * 3.0 * 2.0 * T * C * (double)F / (now_s() - t0);
+}
+
+// ---- 4d. bf16 conversions: seconds an element, widened or rounded
+
+static double round_convert(Bench *b) {
+    double t0 = now_s();
+    for (int r = 0; r < CAL_CONVERT_REPS; r++) {
+        jit_narrow(b->cb, b->cf, CAL_CONVERT_N);
+        jit_widen(b->cf, b->cb, CAL_CONVERT_N); // (the values settle on bf16 ones: no NaN, no overflow)
+    }
+    return (now_s() - t0) / (2.0 * CAL_CONVERT_REPS * CAL_CONVERT_N);
 }
 
 // ---- 5. per-call overheads: seconds a call
@@ -429,7 +487,8 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
         {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
         {&m->grads_add, round_grads_add},
         {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
-        {&m->math, round_math},         {&m->math64, round_math64},       {&m->attention, round_attention}};
+        {&m->math, round_math},         {&m->math64, round_math64},       {&m->attention, round_attention},
+        {&m->gemm1, round_gemm_one_thread}, {&m->convert, round_convert}};
     const int nwhat = (int)(sizeof what / sizeof what[0]);
     for (int r = -1; r < CAL_ROUNDS; r++) // round -1 warms up
         for (int i = 0; i < nwhat; i++) {
@@ -449,12 +508,14 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     t->host_grads_add_bandwidth = m->grads_add.median;
     t->matrix_flops_f32 = t->matrix_flops_bf16 = m->gemm.median;
     t->vector_flops = m->vector.hi; // the one-thread figures: the best round
-    double work = 2.0 * CAL_SMALL_N * CAL_SMALL_N * CAL_SMALL_K / t->matrix_flops_f32;
+    t->gemm_one_thread_flops = m->gemm1.hi;
+    t->bf16_convert_s = m->convert.lo;
+    double work = 2.0 * CAL_SMALL_N * CAL_SMALL_N * CAL_SMALL_K / t->gemm_one_thread_flops; // (on one thread too)
     t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9; // figures are positive
     t->kernel_launch_s = m->kernel_call.lo > 1e-9 ? m->kernel_call.lo : 1e-9;
     t->transcendental_s = m->math.lo;
     t->transcendental_f64_s = m->math64.lo;
-    t->attention_plain_flops = m->attention.hi;
+    t->attention_plain_flops = attention_rate(m->attention.lo, t->transcendental_f64_s);
     return 0;
 }
 
@@ -647,10 +708,21 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "vector_flops = %s\n", fmt_num(a, sizeof a, t->vector_flops));
     fprintf(f, "# measured by mtrun --calibrate on %s: the plain attention kernel (double sums) on\n"
                "# ONE thread, as the cpu backend runs a bf16 plan's attention, causal, %d tokens,\n"
-               "# %d heads of %d, FLOPs counted as compiler/cost.c counts attention's; the best of\n"
-               "# %d rounds: %.2f GFLOP/s.\n", d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS,
+               "# %d heads of %d, FLOPs counted as compiler/cost.c counts attention's, the time less\n"
+               "# its exps (one a scored pair) at transcendental_f64_s, which cost.c adds apart; the\n"
+               "# best of %d rounds: %.2f GFLOP/s.\n", d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS,
             t->attention_plain_flops / gb);
-    fprintf(f, "attention_plain_flops = %s\n\n", fmt_num(a, sizeof a, t->attention_plain_flops));
+    fprintf(f, "attention_plain_flops = %s\n", fmt_num(a, sizeof a, t->attention_plain_flops));
+    fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm on ONE thread, as the cpu backend\n"
+               "# runs every GEMM under %lld multiply-adds, of a tiny model's MLP matmul, %d tokens by\n"
+               "# %d by %d, forward and the backward's two; the best of %d rounds: %.1f GFLOP/s.\n",
+            d, MT_BLAS_THREADED_MACS, CAL_GEMM1_T, CAL_GEMM1_C, CAL_GEMM1_F, CAL_ROUNDS, t->gemm_one_thread_flops / gb);
+    fprintf(f, "gemm_one_thread_flops = %s\n", fmt_num(a, sizeof a, t->gemm_one_thread_flops));
+    fprintf(f, "# measured by mtrun --calibrate on %s: runtime/jit.c's loops that widen a bf16 plan's\n"
+               "# GEMM, attention and node operands to f32 and round their results back, over %d\n"
+               "# elements in cache on ONE thread, the mean an element; the best of %d rounds.\n",
+            d, CAL_CONVERT_N, CAL_ROUNDS);
+    fprintf(f, "bf16_convert_s = %s\n\n", fmt_num(a, sizeof a, t->bf16_convert_s));
 
     fprintf(f, "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
                "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
@@ -695,7 +767,7 @@ static int write_profile(FILE *f, const Measured *m) {
             CAL_ROUNDS, CAL_KERNEL_CALLS);
     fprintf(f, "kernel_launch_s = %s\n", fmt_num(a, sizeof a, t->kernel_launch_s));
     fprintf(f, "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm on one thread took %s s\n"
-               "# a call (the best of %d rounds of %d calls), less its FLOPs at matrix_flops_f32:\n"
+               "# a call (the best of %d rounds of %d calls), less its FLOPs at gemm_one_thread_flops:\n"
                "# what the cpu backend's many small BLAS calls (attention's per head, above all)\n"
                "# cost beyond their work.\n",
             d, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, fmt_num(b, sizeof b, m->small_gemm.lo), CAL_ROUNDS,
@@ -827,8 +899,12 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.math.median * 1e9);
         fprintf(out, "  pow..   %8.2f ns        (median %.2f) one thread, a scalar double call\n",
                 m.t.transcendental_f64_s * 1e9, m.math64.median * 1e9);
-        fprintf(out, "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread\n",
-                m.t.attention_plain_flops / 1e9, m.attention.median / 1e9);
+        fprintf(out, "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread, its exps apart\n",
+                m.t.attention_plain_flops / 1e9, attention_rate(m.attention.median, m.t.transcendental_f64_s) / 1e9);
+        fprintf(out, "  sgemm1  %8.1f GFLOP/s   (median %.1f) %dx%dx%d and its backward, one thread\n",
+                m.t.gemm_one_thread_flops / 1e9, m.gemm1.median / 1e9, CAL_GEMM1_T, CAL_GEMM1_C, CAL_GEMM1_F);
+        fprintf(out, "  bf16<>  %8.3f ns        (median %.3f) an element widened or rounded, one thread\n",
+                m.t.bf16_convert_s * 1e9, m.convert.median * 1e9);
         if (tier_dir)
             fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %.1f MB in %s; %.1f GB free\n",
                     m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9,

@@ -410,12 +410,10 @@ static void *arg_ptr(const KirArg *a, char *base, const int64_t *offsets) {
     return base + offsets[a->node] + a->offset * (a->dtype == KT_BF16 ? 2 : 4);
 }
 
-// dst (n) = the floats bf16 src (n) holds.
-static void widen(float *dst, const uint16_t *src, int64_t n) {
+void jit_widen(float *dst, const uint16_t *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = f32_from_bf16(src[i]);
 }
-// dst (n) = src (n) rounded to bf16.
-static void narrow(uint16_t *dst, const float *src, int64_t n) {
+void jit_narrow(uint16_t *dst, const float *src, int64_t n) {
     for (int64_t i = 0; i < n; i++) dst[i] = bf16_from_f32(src[i]);
 }
 
@@ -487,7 +485,7 @@ static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *
             continue;
         }
         ops[a] = w;
-        if (a > 0) widen(w, p, k->args[a].numel);
+        if (a > 0) jit_widen(w, p, k->args[a].numel);
         w += k->args[a].numel;
     }
 }
@@ -496,7 +494,7 @@ static void f32_operands(Jit *j, const KirKernel *k, char *base, const int64_t *
 static void narrow_rows(const KirKernel *k, char *base, const int64_t *offsets, const float *out, int64_t r0,
                         int64_t r1, int64_t n) {
     if (k->args[0].dtype != KT_BF16) return;
-    narrow((uint16_t *)arg_ptr(&k->args[0], base, offsets) + r0 * n, out + r0 * n, (r1 - r0) * n);
+    jit_narrow((uint16_t *)arg_ptr(&k->args[0], base, offsets) + r0 * n, out + r0 * n, (r1 - r0) * n);
 }
 
 // C = op(A) @ op(B), with the epilogue run on each block of rows while it is in cache.
@@ -609,6 +607,7 @@ void jit_set_docs(Jit *j, const int32_t *seg_start) { j->seg_start = seg_start; 
 
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
     const KirKernel *k = &j->prog.parts[part].k[i];
+    double t0 = jit_profile && jit_profile->kernel_s_of[part] ? now_s() : 0;
     switch (k->kind) {
     case KK_EXPR: run_expr(j, k, j->fn[part][i], base, offsets); break;
     case KK_GEMM: run_gemm(j, part, k, flags, base, offsets); break;
@@ -618,12 +617,13 @@ void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_
         break;
     }
     default: {
-        double t0 = jit_profile ? now_s() : 0;
+        double a0 = jit_profile ? now_s() : 0;
         if (!(flags & RUN_SKIP_HEAVY)) run_attn(j, part, k, base, offsets);
-        if (jit_profile) jit_profile->attn_s += now_s() - t0;
+        if (jit_profile) jit_profile->attn_s += now_s() - a0;
         break;
     }
     }
+    if (jit_profile && jit_profile->kernel_s_of[part]) jit_profile->kernel_s_of[part][i] += now_s() - t0;
 }
 
 void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const int64_t *offsets) {

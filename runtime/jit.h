@@ -18,10 +18,13 @@ typedef struct Jit Jit;
 
 // Seconds spent in library GEMMs (attention's included) and in generated
 // kernels, summed while jit_profile points at one (bench/step_bench.c sets
-// it; NULL, the default, costs nothing).
+// it; NULL, the default, costs nothing). With kernel_s_of[part] given, also
+// each launched kernel's whole time (operands widened and rounded,
+// epilogue, attention's helpers included) at its index in the part's set.
 typedef struct JitProfile {
     double gemm_s, kernel_s, attn_s; // attn_s: whole attention kernels, their GEMMs included
     int64_t gemm_calls, kernel_calls;
+    double *kernel_s_of[PART_COUNT]; // (prog.parts[p].n) each, optional
 } JitProfile;
 extern JitProfile *jit_profile;
 
@@ -39,6 +42,12 @@ void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const in
 // seg_start), or NULL: rows are one stream. Attention with documents runs
 // the plain kernel, which masks them.
 void jit_set_docs(Jit *j, const int32_t *seg_start);
+
+// What a bf16 plan's GEMM, attention and node kernels do around their f32
+// work (mtrun --calibrate times them): dst (n) = the floats bf16 src (n)
+// holds; dst (n) = src (n) rounded to bf16.
+void jit_widen(float *dst, const uint16_t *src, int64_t n);
+void jit_narrow(uint16_t *dst, const float *src, int64_t n);
 
 // Runs kernel `index` of part by itself (tests).
 void jit_run_kernel(Jit *j, int part, int index, int flags, char *base, const int64_t *offsets);

@@ -8,7 +8,11 @@ untouched, a file it did not write; it leaves no temporary file; it takes no
 plan and --out only goes with it; without --out it writes local.target in
 the current directory, where mtc --target local looks first. mtc prices a
 bf16 plan's attention on it at attention_plain_flops (the plain kernel the
-cpu backend runs), and at vector_flops where the profile lacks that key.
+cpu backend runs; its exps at transcendental_f64_s apart), and at
+vector_flops where the profile lacks that key; bf16 plans' double maths at
+transcendental_f64_s; GEMMs under MT_BLAS_THREADED_MACS multiply-adds at
+gemm_one_thread_flops, and only those; bf16 plans' conversions at
+bf16_convert_s, and only bf16 plans'.
 
 usage: check_calibrate.py MTC MTRUN    (from the project root)
 """
@@ -43,7 +47,9 @@ PLAUSIBLE = {
     "gemm_call_s": (0, 1e-2),
     "transcendental_s": (1e-10, 1e-5),
     "transcendental_f64_s": (1e-10, 1e-5),        # scalar double libm
-    "attention_plain_flops": (0.01e9, 10000e9),   # one thread, double sums
+    "attention_plain_flops": (0.01e9, 10000e9),   # one thread, double sums, exps apart
+    "gemm_one_thread_flops": (0.1e9, 100000e9),   # sgemm on one thread, a tiny model's shape
+    "bf16_convert_s": (1e-12, 1e-6),              # an element widened or rounded
     "gemm_efficiency": (1e-3, 1.0),
 }
 
@@ -109,13 +115,32 @@ def main():
 
         check(not any(k.startswith("tier_") for k in values), "no tier keys without --tier-dir")
 
+        def variant(name, change):
+            """out with its keys' lines changed: change(key, line) -> the new line, or None to drop it."""
+            path = os.path.join(t, name + ".target")
+            with open(path, "w") as f:
+                for ln in open(out):
+                    k = ln.split("=")[0].strip() if "=" in ln and not ln.startswith("#") else None
+                    new = change(k, ln) if k else ln
+                    f.write(new if new is not None else "")
+            return path
+
+        def step_s(model, dtype, path, what="predicted_step_s"):
+            q = run(mtc, f"examples/{model}.mt", "--target", path, "--dtype", dtype, "--batch", "4", "--seq", "64",
+                    "--remat", "none", "--explain", "--json")
+            if not check(q.returncode == 0, f"mtc --explain {model} {dtype} on {os.path.basename(path)}", q):
+                return 0
+            return next(p[what] for p in json.loads(q.stdout)["policies"] if p.get("chosen"))
+
         if all(k in values for k in ("attention_plain_flops", "vector_flops")):
             # bf16 attention at the plain kernel's measured rate; the same profile less that key: at vector_flops
-            old = os.path.join(t, "old.target")
-            with open(old, "w") as f:
-                f.write("".join(ln for ln in open(out) if not ln.startswith("attention_plain_flops")))
+            # (both with its exps and conversions all but free, so that its FLOPs alone tell the two apart)
+            tiny = {"transcendental_f64_s": "1e-15", "bf16_convert_s": "1e-15"}
+            withk = variant("with", lambda k, ln: f"{k} = {tiny[k]}\n" if k in tiny else ln)
+            old = variant("old", lambda k, ln: None if k == "attention_plain_flops" else
+                          f"{k} = {tiny[k]}\n" if k in tiny else ln)
             att = {}
-            for name, path in (("with", out), ("without", old)):
+            for name, path in (("with", withk), ("without", old)):
                 q = run(mtc, "examples/llama-tiny.mt", "--target", path, "--dtype", "bf16", "--batch", "4", "--seq", "64",
                         "--explain", "--json")
                 if check(q.returncode == 0, f"mtc --explain on the profile {name} attention_plain_flops", q):
@@ -125,11 +150,36 @@ def main():
             check(abs(got - want) <= 0.05 * want, f"bf16 attention priced {got:.3g}x by attention_plain_flops, not "
                   f"vector_flops / attention_plain_flops = {want:.3g}x")
             os.remove(old)
+            os.remove(withk)
+
+        for key, bump, moves in (("gemm_one_thread_flops", 0.5, ("llama-tiny", "f32")),
+                                 ("bf16_convert_s", 2.0, ("llama-tiny", "bf16"))):
+            # a tiny model's GEMMs run on one thread: halving that rate slows its predicted step (f32 and bf16
+            # alike), and GPT-2 small's MLP GEMMs, threaded, are not priced by it (its step moves less than a
+            # tenth as much, relatively); the bf16 conversions move bf16 plans only
+            if key not in values:
+                continue
+            changed = variant(key, lambda k, ln: f"{k} = {float(values[k]) * bump}\n" if k == key else ln)
+            rel = {}
+            for model, dtype in (("llama-tiny", "f32"), ("llama-tiny", "bf16"), ("gpt2", "f32")):
+                a, b = step_s(model, dtype, out), step_s(model, dtype, changed)
+                rel[model, dtype] = b / a - 1 if a > 0 else 0
+            os.remove(changed)
+            if key == "gemm_one_thread_flops":
+                check(rel["llama-tiny", "f32"] > 0.02 and rel["llama-tiny", "bf16"] > 0.01 and
+                      0 <= rel["gpt2", "f32"] < 0.1 * rel["llama-tiny", "f32"],
+                      f"{key} x {bump} moves llama-tiny f32 by {rel['llama-tiny', 'f32']:+.1%}, bf16 by "
+                      f"{rel['llama-tiny', 'bf16']:+.1%}, GPT-2 small f32 by {rel['gpt2', 'f32']:+.2%}")
+            else:
+                check(rel["llama-tiny", "bf16"] > 0.005 and rel["llama-tiny", "f32"] == 0 and rel["gpt2", "f32"] == 0,
+                      f"{key} x {bump} moves llama-tiny bf16 by {rel['llama-tiny', 'bf16']:+.2%}, f32 plans by "
+                      f"{rel['llama-tiny', 'f32']:+.2%} and {rel['gpt2', 'f32']:+.2%}")
 
         if "transcendental_f64_s" in values:
             # bf16 plans' double maths (llama-tiny's rope above all) at the scalar double rate: a profile whose
             # transcendental_f64_s is 1 us more predicts a bf16 step slower by its calls x 1 us; an f32 plan's is
-            # not moved, and gpt2-tiny's (no rope) by a tenth of llama-tiny's or less
+            # not moved; gpt2-tiny's (no rope) by its attention's exps alone, one a scored (query, key) pair:
+            # B x H x T^2 / 2 = 32,768 a run, a forward and a backward a layer (--remat none), 2 layers
             dear = os.path.join(t, "dear.target")
             with open(dear, "w") as f:
                 f.write("".join(ln if not ln.startswith("transcendental_f64_s") else
@@ -149,13 +199,14 @@ def main():
             # rope of q and k: B*T*(H+KVH)*D elements (12,288 at batch 4, seq 64), pow, sin and cos each, forward
             # and backward and the recomputation: some 300,000 calls, 0.3 s at 1 us
             os.remove(dear)
-            check(0.03 < d["llama-tiny", "bf16"] < 3.0 and abs(d["llama-tiny", "f32"]) < 1e-9
-                  and abs(d["gpt2-tiny", "bf16"]) < 0.1 * d["llama-tiny", "bf16"],
+            pairs = 4 * 4 * 64 * 64 / 2 * 4
+            check(0.03 < d["llama-tiny", "bf16"] - d["gpt2-tiny", "bf16"] < 3.0 and abs(d["llama-tiny", "f32"]) < 1e-9
+                  and abs(d["gpt2-tiny", "bf16"] - pairs * 1e-6) < 0.01 * pairs * 1e-6,
                   f"transcendental_f64_s prices bf16 plans' double maths: +1 us a call moves llama-tiny bf16 by "
                   f"{d['llama-tiny', 'bf16'] * 1e3:.2f} ms, f32 by {d['llama-tiny', 'f32']:.2g} s, gpt2-tiny bf16 by "
                   f"{d['gpt2-tiny', 'bf16']:.2g} s")
-            print(f"transcendental_f64_s + 1 us: gpt2-tiny bf16 {d['gpt2-tiny', 'bf16'] * 1e3:.2f} ms slower, "
-                  f"f32 plans not moved")
+            print(f"transcendental_f64_s + 1 us: gpt2-tiny bf16 {d['gpt2-tiny', 'bf16'] * 1e3:.2f} ms slower "
+                  f"({pairs:.0f} attention exps), f32 plans not moved")
             print(f"transcendental_f64_s + 1 us: llama-tiny bf16 predicted {d['llama-tiny', 'bf16'] * 1e3:.2f} ms slower")
 
         # its own output: overwritten; with --tier-dir, the NVMe tier measured there
