@@ -149,7 +149,10 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
     exec_profile = &prof;
     jit_profile = &jprof;
     double t0 = now_s();
-    memset(c->hs.g, 0, (size_t)c->hs.n * 4);
+    // the fp32 gradients the store holds: all of them, or the globals' beside
+    // the layers' bf16 ones (gb, which each COPY_OUT sets whole: not zeroed)
+    int64_t nf = c->hs.gb ? c->hs.gb_from : c->hs.n;
+    memset(c->hs.g, 0, (size_t)nf * 4);
     float loss;
     Replay rp = {.p = c->p, .be = c->be, .hs = &c->hs, .act = c->act};
     if (replay(&rp, c->p->train, c->p->ntrain, inputs, 1, &loss, err, sizeof err) != 0) {
@@ -157,7 +160,10 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
         return -1;
     }
     double t1 = now_s();
-    adamw_update(c->hs.w, c->hs.m, c->hs.v, c->hs.g, c->hs.wb, c->hs.n, &s, 1, 2);
+    adamw_update(c->hs.w, c->hs.m, c->hs.v, c->hs.g, c->hs.wb, nf, &s, 1, 2);
+    if (c->hs.gb) // as store_update: the layers' updates read their bf16 gradients
+        adamw_update_bf16_grads(c->hs.w + nf, c->hs.m + nf, c->hs.v + nf, c->hs.gb, c->hs.wb ? c->hs.wb + nf : NULL,
+                                c->hs.n - nf, &s, 1, 2);
     double dt = now_s() - t0;
     exec_profile = NULL;
     jit_profile = NULL;
