@@ -563,54 +563,29 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     st32(entry_of(buf, SEC_HOST), SEC_ARENA);
     redo_crcs(buf);
     expect_refused("a section listed twice", buf, len, "section ARENA is listed twice");
-    // Header faults.
-    memcpy(buf, orig, len);
-    st32(buf + 8, 3);
-    redo_crcs(buf);
-    st32(buf + 8, 3);
-    redo_crcs(buf);
-    expect_refused("version 3", buf, len, "p.plan: plan version 3, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 6);
-    redo_crcs(buf);
-    expect_refused("version 6", buf, len, "p.plan: plan version 6, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 7); // before the ARENA section recorded the kernels' scratch
-    redo_crcs(buf);
-    expect_refused("version 7", buf, len, "p.plan: plan version 7, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 8); // before the graph recorded each layer's block kind
-    redo_crcs(buf);
-    expect_refused("version 8", buf, len, "p.plan: plan version 8, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 9); // before each kind had its own block part (one period of the order, sublayers)
-    redo_crcs(buf);
-    expect_refused("version 9", buf, len, "p.plan: plan version 9, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 10); // before the ranks (mtc --ranks), rope's frequencies, INS_STAT, wide and padding nodes and
-                       // the kernel IR's value-head width
-    redo_crcs(buf);
-    expect_refused("version 10", buf, len, "p.plan: plan version 10, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 11); // 11 and 12: never released (the branches that became 13)
-    redo_crcs(buf);
-    expect_refused("version 11", buf, len, "p.plan: plan version 11, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 12);
-    redo_crcs(buf);
-    expect_refused("version 12", buf, len, "p.plan: plan version 12, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 13); // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
-    redo_crcs(buf);
-    expect_refused("version 13", buf, len, "p.plan: plan version 13, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 14); // before attention's saved softmax statistics (OP_ATTENTION_LSE)
-    redo_crcs(buf);
-    expect_refused("version 14", buf, len, "p.plan: plan version 14, this mtrun reads version 15");
-    memcpy(buf, orig, len);
-    st32(buf + 8, 16);
-    redo_crcs(buf);
-    expect_refused("version 16", buf, len, "p.plan: plan version 16, this mtrun reads version 15");
+    // Header faults: every version this mtrun does not read, with what each
+    // lacked, and the next one.
+    static const uint32_t refused[] = {
+        3,  6,
+        7,  // before the ARENA section recorded the kernels' scratch
+        8,  // before the graph recorded each layer's block kind
+        9,  // before each kind had its own block part (one period of the order, sublayers)
+        10, // before the ranks (mtc --ranks), rope's frequencies, INS_STAT, wide and padding nodes and the
+            // kernel IR's value-head width
+        11, 12, // never released (the branches that became 13)
+        13, // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
+        14, // before attention's saved softmax statistics (OP_ATTENTION_LSE)
+        16,
+    };
+    for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
+        char version[32], message[96];
+        snprintf(version, sizeof version, "version %u", refused[k]);
+        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 15", refused[k]);
+        memcpy(buf, orig, len);
+        st32(buf + 8, refused[k]);
+        redo_crcs(buf);
+        expect_refused(version, buf, len, message);
+    }
     memcpy(buf, orig, len);
     st32(buf + 12, 0x04030201u);
     redo_crcs(buf);
