@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "adamw.h"
+#include "runtime/adamw.h"
 
 enum { BENCH_ALIGN = 2 << 20 }; // buffers start on a 2 MiB boundary, for transparent huge pages
 

@@ -23,7 +23,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/bf16.h"
+#include "common/bf16.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -25,17 +25,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/io.h"
-#include "../compiler/emit_llvm.h"
-#include "../compiler/fuse.h"
-#include "../common/graph.h"
-#include "../compiler/schedule.h"
-#include "../runtime/adamw.h"
-#include "../runtime/blas_core.h"
-#include "../runtime/exec.h"
-#include "../runtime/jit.h"
-#include "../runtime/replay.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "compiler/emit_llvm.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "compiler/schedule.h"
+#include "runtime/adamw.h"
+#include "runtime/blas_core.h"
+#include "runtime/exec.h"
+#include "runtime/jit.h"
+#include "runtime/replay.h"
+#include "compiler/passes.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -30,8 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "adamw.h"
-#include "tier.h"
+#include "runtime/adamw.h"
+#include "runtime/tier.h"
 
 enum { DD_BLOCK = 1 << 20, MAX_REPS = 64 };
 

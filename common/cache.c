@@ -1,5 +1,5 @@
 // cache.c: compiled code kept on disk between runs (cache.h).
-#include "cache.h"
+#include "common/cache.h"
 
 #include <dirent.h>
 #include <errno.h>

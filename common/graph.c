@@ -1,5 +1,5 @@
 // graph.c: names, shape helpers and the text dump of the layer graph.
-#include "graph.h"
+#include "common/graph.h"
 
 #include <string.h>
 

@@ -14,8 +14,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "arena.h"
-#include "diag.h"
+#include "common/arena.h"
+#include "common/diag.h"
 
 enum { MT_MAX_RANK = 8 };
 

@@ -12,7 +12,7 @@
 //     stride_c, i32 epilogue,
 //   attn: i64 B, T, H, KVH, D, Dv, i32 causal, i64 window, f64 scale, softcap,
 //     i32 helper[2].
-#include "kir.h"
+#include "common/kir.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -54,8 +54,8 @@
 #include <stdint.h>
 #include <stdio.h>
 
-#include "../common/arena.h"
-#include "graph.h"
+#include "common/arena.h"
+#include "common/graph.h"
 
 // Value types of statements; KT_BF16 is a storage type only (of arguments,
 // by the storage rule of common/storage.h): a load of a bf16 argument gives

@@ -6,7 +6,7 @@
 
 #include <stdint.h>
 
-#include "graph.h"
+#include "common/graph.h"
 
 // The generated node kernels (KK_NODE: the mixture-of-experts ops,
 // add_loss; compiler/emit_llvm_node.c) have the expression kernels' ABI

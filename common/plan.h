@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "graph.h"
+#include "common/graph.h"
 
 enum { PLAN_VERSION = 15, PLAN_ENDIAN = 0x01020304 };
 

@@ -2,7 +2,7 @@
 #include <math.h>
 #include <stddef.h>
 
-#include "rope.h"
+#include "common/rope.h"
 
 const char *rope_kind_name(RopeKind k) {
     static const char *names[ROPE_KINDS] = {"default", "linear", "llama3", "yarn", "longrope"};

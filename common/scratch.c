@@ -1,8 +1,8 @@
 // scratch.c: the device scratch of a plan's kernels (scratch.h).
-#include "scratch.h"
-#include "storage.h"
+#include "common/scratch.h"
+#include "common/storage.h"
 
-#include "attention.h"
+#include "common/attention.h"
 
 static int64_t round_256(int64_t v) { return (v + 255) & ~(int64_t)255; }
 

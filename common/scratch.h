@@ -24,9 +24,9 @@
 
 #include <stdint.h>
 
-#include "graph.h"
-#include "kir.h"
-#include "plan.h"
+#include "common/graph.h"
+#include "common/kir.h"
+#include "common/plan.h"
 
 // A moe node's geometry: rows of x [rows, C], E experts of width F, K selected a row.
 typedef struct MoeDims {

@@ -34,8 +34,8 @@
 
 #include <stdint.h>
 
-#include "graph.h"
-#include "bf16.h"
+#include "common/graph.h"
+#include "common/bf16.h"
 
 // The node whose buffer n's value lives in (views and reshapes alias their operand).
 static inline const Node *storage_base(const Node *n) {

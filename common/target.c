@@ -1,7 +1,7 @@
 // target.c: reads a target profile (target.h; the format is documented in
 // schedules/README.md). One pass over the lines; the first error ends it.
-#include "target.h"
-#include "../common/io.h"
+#include "common/target.h"
+#include "common/io.h"
 
 #include <math.h>
 #include <stdarg.h>

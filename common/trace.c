@@ -1,5 +1,5 @@
 // trace.c: the Chrome trace JSON of trace.h.
-#include "trace.h"
+#include "common/trace.h"
 
 #include <errno.h>
 #include <string.h>

@@ -7,7 +7,7 @@
 
 #include <stdio.h>
 
-#include "plan.h"
+#include "common/plan.h"
 
 typedef struct Trace {
     FILE *f;

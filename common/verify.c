@@ -27,9 +27,9 @@
 //   names. One engine issues every collective of a stream (ENG_COMM; the
 //   sequential policy's one engine), in stream order, so every rank issues
 //   the same ones in the same order.
-#include "verify.h"
+#include "common/verify.h"
 
-#include "../common/storage.h"
+#include "common/storage.h"
 
 #include <stdarg.h>
 #include <stdio.h>

@@ -11,7 +11,7 @@
 
 #include <stddef.h>
 
-#include "../common/plan.h"
+#include "common/plan.h"
 
 // Returns 0, or -1 with a message naming the instructions involved.
 int plan_verify(const Plan *p, char *err, size_t errcap);

@@ -5,8 +5,8 @@
 // tail -> block (layer L-1 .. 0) -> head.
 #include <string.h>
 
-#include "../common/graph.h"
-#include "passes.h"
+#include "common/graph.h"
+#include "compiler/passes.h"
 
 typedef struct AD {
     Arena *a;

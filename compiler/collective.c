@@ -1,4 +1,4 @@
-#include "collective.h"
+#include "compiler/collective.h"
 
 #include <math.h>
 #include <string.h>

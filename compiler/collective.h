@@ -8,7 +8,7 @@
 #ifndef MT_COLLECTIVE_H
 #define MT_COLLECTIVE_H
 
-#include "../common/target.h"
+#include "common/target.h"
 
 // `bytes` is the whole buffer every rank ends with: an all-gather's output
 // (each rank contributes bytes / ranks), a reduce-scatter's input (each

@@ -9,7 +9,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sema.h"
+#include "compiler/sema.h"
 
 // ---------------------------------------------------------------- names
 

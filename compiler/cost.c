@@ -1,11 +1,11 @@
-#include "cost.h"
+#include "compiler/cost.h"
 
-#include "collective.h"
+#include "compiler/collective.h"
 
-#include "../common/attention.h"
-#include "fuse.h"
-#include "../common/scratch.h"
-#include "../common/storage.h"
+#include "common/attention.h"
+#include "compiler/fuse.h"
+#include "common/scratch.h"
+#include "common/storage.h"
 
 #include <math.h>
 #include <stdlib.h>

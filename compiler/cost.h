@@ -4,9 +4,9 @@
 #ifndef MT_COST_H
 #define MT_COST_H
 
-#include "../common/kir.h"
-#include "../common/plan.h"
-#include "../common/target.h"
+#include "common/kir.h"
+#include "common/plan.h"
+#include "common/target.h"
 
 // The flash attention kernels a plan runs (Cost.attention_kinds, bits).
 enum { ATTN_KIND_TC = 1, ATTN_KIND_FP32 = 2, ATTN_KIND_CPU = 4 };

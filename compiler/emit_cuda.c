@@ -20,7 +20,7 @@
 // Every statement becomes one `const` line of C, named v<statement>
 // (v<statement>_<u> for column u of four), so that NVRTC's line numbers map
 // back to statements and through them to graph nodes.
-#include "emit_cuda.h"
+#include "compiler/emit_cuda.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -28,8 +28,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/attention.h"
-#include "cuda/sources.h"
+#include "common/attention.h"
+#include "compiler/cuda/sources.h"
 
 // ---------------------------------------------------------------- output with a per-line origin
 

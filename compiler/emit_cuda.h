@@ -37,9 +37,9 @@
 
 #include <stddef.h>
 
-#include "../common/graph.h"
-#include "../common/kir.h"
-#include "nvrtc.h"
+#include "common/graph.h"
+#include "common/kir.h"
+#include "compiler/nvrtc.h"
 
 typedef struct CudaOptions {
     const char *arch;       // "sm_90"

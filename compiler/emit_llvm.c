@@ -8,9 +8,9 @@
 //
 // A reduction's value after its loop is its last update, which dominates
 // the loop's exit because the body is one block.
-#include "emit_llvm.h"
+#include "compiler/emit_llvm.h"
 
-#include "emit_llvm_node.h"
+#include "compiler/emit_llvm_node.h"
 
 #include <llvm-c/Analysis.h>
 #include <llvm-c/BitWriter.h>

@@ -19,7 +19,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/kir.h"
+#include "common/kir.h"
 
 // Node kernels (KK_NODE: the mixture-of-experts ops, add_loss) have the
 // same ABI, with the arguments common/node_kernel.h describes

@@ -18,14 +18,14 @@
 //
 // Loop counters and accumulators live in allocas of the entry block, which
 // the O3 pipeline promotes to registers.
-#include "emit_llvm_node.h"
+#include "compiler/emit_llvm_node.h"
 
 #include <llvm-c/Analysis.h>
 #include <math.h>
 #include <stdio.h>
 #include <string.h>
 
-#include "../common/node_kernel.h"
+#include "common/node_kernel.h"
 
 typedef struct Nb {
     LLVMContextRef cx;

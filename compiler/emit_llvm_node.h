@@ -5,7 +5,7 @@
 
 #include <llvm-c/Core.h>
 
-#include "emit_llvm.h"
+#include "compiler/emit_llvm.h"
 
 // Adds function `name` of type fnty (the kernels' ABI) computing node n to
 // mod. Returns 0, or -1 with a message naming the kernel and op in err.

@@ -1,11 +1,11 @@
-#include "explain.h"
+#include "compiler/explain.h"
 
 #include <errno.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/trace.h"
+#include "common/trace.h"
 
 static void json_str(FILE *out, const char *s) {
     fputc('"', out);

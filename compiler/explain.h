@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "scaleout.h"
-#include "schedule.h"
+#include "compiler/scaleout.h"
+#include "compiler/schedule.h"
 
 // One row per searched policy, against the bounds b (cost_bounds of the
 // untiled graph); rows[chosen] is the plan mtc would write. With so (mtc

@@ -1,6 +1,6 @@
 // explore.c: the Pareto frontier of the searched schedules, printed and
 // drawn (explore.h).
-#include "explore.h"
+#include "compiler/explore.h"
 
 #include <errno.h>
 #include <math.h>

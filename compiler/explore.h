@@ -8,7 +8,7 @@
 
 #include <stdio.h>
 
-#include "schedule.h"
+#include "compiler/schedule.h"
 
 // One costed plan.
 typedef struct ExplorePoint {

@@ -19,9 +19,9 @@
 // Every lowering mirrors the precision of the reference kernel in
 // runtime/kernels.inc: f32 elementwise math, f64 row statistics and
 // accumulators, in the same order of operations.
-#include "fuse.h"
+#include "compiler/fuse.h"
 
-#include "../common/storage.h"
+#include "common/storage.h"
 
 #include <math.h>
 #include <stdarg.h>

@@ -16,8 +16,8 @@
 
 #include <stdio.h>
 
-#include "../common/graph.h"
-#include "../common/kir.h"
+#include "common/graph.h"
+#include "common/kir.h"
 
 // Builds the kernels of every part into prog, allocated in a. Returns 0, or
 // -1 with a message naming the node it could not lower in err.

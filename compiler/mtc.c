@@ -8,21 +8,21 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/io.h"
+#include "common/io.h"
 #include <zlib.h>
 
-#include "../common/graph.h"
-#include "fuse.h"
-#include "emit_llvm.h"
-#include "emit_cuda.h"
-#include "explain.h"
-#include "explore.h"
-#include "plan_write.h"
-#include "scaleout.h"
-#include "schedule.h"
-#include "../common/verify.h"
-#include "summary.h"
-#include "passes.h"
+#include "common/graph.h"
+#include "compiler/fuse.h"
+#include "compiler/emit_llvm.h"
+#include "compiler/emit_cuda.h"
+#include "compiler/explain.h"
+#include "compiler/explore.h"
+#include "compiler/plan_write.h"
+#include "compiler/scaleout.h"
+#include "compiler/schedule.h"
+#include "common/verify.h"
+#include "compiler/summary.h"
+#include "compiler/passes.h"
 
 #ifndef MT_VERSION
 #define MT_VERSION "0.0.0"

@@ -3,7 +3,7 @@
 // without the CUDA toolkit (MT_HAVE_NVRTC undefined: CMake found none, or
 // -DMT_CUDA=OFF), every compile fails saying so; the rest (cache, messages)
 // is the same.
-#include "nvrtc.h"
+#include "compiler/nvrtc.h"
 
 #ifdef MT_HAVE_NVRTC
 #include <nvrtc.h>
@@ -17,7 +17,7 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/cache.h"
+#include "common/cache.h"
 
 // How many diagnostics one failure reports; the rest are counted.
 enum { NVRTC_MAX_REPORTED = 8 };

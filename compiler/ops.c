@@ -4,9 +4,9 @@
 #include <stddef.h>
 #include <string.h>
 
-#include "sema.h"
+#include "compiler/sema.h"
 
-#include "../common/rope.h"
+#include "common/rope.h"
 
 typedef struct OpSpec {
     const char *name;

@@ -5,8 +5,8 @@
 #ifndef MT_PASSES_H
 #define MT_PASSES_H
 
-#include "../common/graph.h"
-#include "../dsl/ast.h"
+#include "common/graph.h"
+#include "dsl/ast.h"
 
 // Rewrites the row-local end of the block and the tail into `chunks` copies
 // over T/chunks positions each, before autodiff (tile.c). chunks <= 1: no

@@ -53,9 +53,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "plan_write.h"
+#include "compiler/plan_write.h"
 
-#include "../common/io.h"
+#include "common/io.h"
 
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char MAGIC[8] = "MTPLAN\0";

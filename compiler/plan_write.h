@@ -5,7 +5,7 @@
 
 #include <stddef.h>
 
-#include "../common/plan.h"
+#include "common/plan.h"
 
 // Writes p to path atomically (a temporary file, fsync, rename) and sets
 // p->plan_crc. Returns 0, or -1 with a message in err and no file at path.

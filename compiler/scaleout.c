@@ -1,12 +1,12 @@
-#include "scaleout.h"
+#include "compiler/scaleout.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/storage.h"
-#include "collective.h"
+#include "common/storage.h"
+#include "compiler/collective.h"
 
 const char *const SCALE_NAMES[SCALE_COUNT] = {"replicated", "sharded", "megatrain"};
 

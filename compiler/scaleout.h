@@ -21,7 +21,7 @@
 
 #include <stddef.h>
 
-#include "schedule.h"
+#include "compiler/schedule.h"
 
 typedef enum { SCALE_REPLICATED, SCALE_SHARDED, SCALE_MEGATRAIN, SCALE_COUNT } ScaleStrategy;
 extern const char *const SCALE_NAMES[SCALE_COUNT]; // "replicated", "sharded", "megatrain"

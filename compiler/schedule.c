@@ -40,11 +40,11 @@
 // scattered on the comm engine, and this rank's slice of each copied out
 // (COPY_OUT XFER_SHARD), as the replicated plan copies them out. Nothing else
 // changes: the same frames, events and host instructions.
-#include "schedule.h"
+#include "compiler/schedule.h"
 
-#include "fuse.h"
-#include "../common/scratch.h"
-#include "../common/storage.h"
+#include "compiler/fuse.h"
+#include "common/scratch.h"
+#include "common/storage.h"
 
 #include <stdio.h>
 #include <math.h>

@@ -5,9 +5,9 @@
 #ifndef MT_SCHEDULE_H
 #define MT_SCHEDULE_H
 
-#include "../common/plan.h"
-#include "cost.h"
-#include "../common/target.h"
+#include "common/plan.h"
+#include "compiler/cost.h"
+#include "common/target.h"
 
 // What a streamed layer keeps for its backward.
 typedef enum {

@@ -5,7 +5,7 @@
 #include <math.h>
 #include <string.h>
 
-#include "sema.h"
+#include "compiler/sema.h"
 
 // ---------------------------------------------------------------- names
 

@@ -6,7 +6,7 @@
 #ifndef MT_SEMA_H
 #define MT_SEMA_H
 
-#include "passes.h"
+#include "compiler/passes.h"
 
 // A compile-time number: config values, literals, op attributes.
 typedef struct Num {

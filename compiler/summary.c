@@ -1,6 +1,6 @@
-#include "summary.h"
+#include "compiler/summary.h"
 
-#include "../common/storage.h"
+#include "common/storage.h"
 
 #include <string.h>
 

@@ -6,7 +6,7 @@
 
 #include <stdio.h>
 
-#include "../common/graph.h"
+#include "common/graph.h"
 
 typedef struct Summary {
     int64_t head, tail, per_layer, blocks, total; // parameter counts; per_layer: the largest block kind's

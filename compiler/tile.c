@@ -15,8 +15,8 @@
 // (one chunk's logits, one chunk's MLP activations) are ever live.
 #include <string.h>
 
-#include "../common/graph.h"
-#include "passes.h"
+#include "common/graph.h"
+#include "compiler/passes.h"
 
 // Whether `in` broadcasts into a row-shaped node without depending on the
 // row: a parameter, a constant, or anything with fewer dims than the rows' T

@@ -6,9 +6,9 @@
 
 #include <stdint.h>
 
-#include "../common/arena.h"
-#include "../common/diag.h"
-#include "../common/graph.h" // Annot
+#include "common/arena.h"
+#include "common/diag.h"
+#include "common/graph.h" // Annot
 
 typedef enum {
     EXPR_INT,    // ival

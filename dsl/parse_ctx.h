@@ -2,7 +2,7 @@
 #ifndef MT_PARSE_CTX_H
 #define MT_PARSE_CTX_H
 
-#include "ast.h"
+#include "dsl/ast.h"
 
 typedef struct ParseCtx {
     Arena *arena;

@@ -11,7 +11,7 @@
 %parse-param {ParseCtx *ctx}
 
 %code requires {
-#include "parse_ctx.h"
+#include "dsl/parse_ctx.h"
 typedef void *yyscan_t;
 }
 

@@ -1,9 +1,9 @@
 // adamw.c: the host AdamW step (see adamw.h): a fast elementwise kernel
 // split over threads, the deterministic squared gradient norm, and the plain
 // double-precision reference the tests hold the kernel to.
-#include "adamw.h"
+#include "runtime/adamw.h"
 
-#include "../common/bf16.h"
+#include "common/bf16.h"
 
 #include <math.h>
 #include <pthread.h>

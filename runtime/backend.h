@@ -16,8 +16,8 @@
 
 #include <stddef.h>
 
-#include "../common/plan.h"
-#include "dist.h"
+#include "common/plan.h"
+#include "runtime/dist.h"
 
 typedef struct Backend Backend;
 struct Dist;

@@ -4,14 +4,14 @@
 #include <string.h>
 #include <wchar.h>
 
-#include "adamw.h"
-#include "backend.h"
-#include "comm.h"
-#include "dist.h"
-#include "../common/bf16.h"
-#include "../common/trace.h"
-#include "exec.h"
-#include "jit.h"
+#include "runtime/adamw.h"
+#include "runtime/backend.h"
+#include "runtime/comm.h"
+#include "runtime/dist.h"
+#include "common/bf16.h"
+#include "common/trace.h"
+#include "runtime/exec.h"
+#include "runtime/jit.h"
 
 _Static_assert((int)EXEC_SKIP_HEAVY == (int)RUN_SKIP_HEAVY, "exec and plan skip flags agree");
 

@@ -49,16 +49,16 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/arena.h"
-#include "../common/attention.h"
-#include "../common/bf16.h"
-#include "../common/kir.h"
-#include "../common/scratch.h"
-#include "../common/trace.h"
-#include "moe_launch.h"
-#include "adamw.h"
-#include "backend.h"
-#include "comm.h"
+#include "common/arena.h"
+#include "common/attention.h"
+#include "common/bf16.h"
+#include "common/kir.h"
+#include "common/scratch.h"
+#include "common/trace.h"
+#include "runtime/moe_launch.h"
+#include "runtime/adamw.h"
+#include "runtime/backend.h"
+#include "runtime/comm.h"
 
 enum { MAX_ARGS = 64, FINISH_THREADS = 256 };
 

@@ -9,7 +9,7 @@
 // exported by DYNAMIC_ARCH builds and looked up, so that another build
 // simply keeps its kernels). A kernel set only changes how a GEMM's sums
 // are blocked: results move by rounding, alike for every GEMM of the run.
-#include "blas_core.h"
+#include "runtime/blas_core.h"
 
 #include <cblas.h>
 #include <dlfcn.h>

@@ -8,7 +8,7 @@
 // call. Returns OpenBLAS's core name afterwards ("" when it has none).
 const char *mt_blas_core_pick(void);
 
-#include "../common/kir.h" // MT_BLAS_THREADED_MACS
+#include "common/kir.h" // MT_BLAS_THREADED_MACS
 
 // OpenBLAS threads for a GEMM of macs multiply-adds: one below
 // MT_BLAS_THREADED_MACS, else the count OpenBLAS started with

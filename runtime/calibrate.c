@@ -63,14 +63,14 @@
 //
 // Then writes the profile through a temporary file, checks it with
 // target_load, and renames it into place.
-#include "calibrate.h"
-#include "../common/io.h"
-#include "../common/target.h"
-#include "adamw.h"
-#include "blas_core.h"
-#include "jit.h"
-#include "kernels.h"
-#include "tier.h"
+#include "runtime/calibrate.h"
+#include "common/io.h"
+#include "common/target.h"
+#include "runtime/adamw.h"
+#include "runtime/blas_core.h"
+#include "runtime/jit.h"
+#include "runtime/kernels.h"
+#include "runtime/tier.h"
 
 #include <cblas.h>
 #include <errno.h>

@@ -8,9 +8,9 @@
 // the crc32s, the file fsync'ed, renamed and its directory fsync'ed. Reading
 // uses pread into the caller's arrays (or a bounce buffer when an array is
 // not wanted), checksumming as it goes.
-#include "checkpoint.h"
-#include "dist.h"
-#include "../common/io.h"
+#include "runtime/checkpoint.h"
+#include "runtime/dist.h"
+#include "common/io.h"
 
 #include <dirent.h>
 #include <errno.h>

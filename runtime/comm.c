@@ -1,7 +1,7 @@
 // comm.c: the collectives of comm.h, by NCCL (built with MT_HAVE_NCCL: the
 // cuda backend's) or by MPI on host memory (the cpu backend's, and the cuda
 // backend's through host copies where it has no NCCL, as on the emulation).
-#include "comm.h"
+#include "runtime/comm.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -9,8 +9,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/bf16.h"
-#include "../common/storage.h"
+#include "common/bf16.h"
+#include "common/storage.h"
 
 #ifdef MT_HAVE_NCCL
 #include <cuda_runtime_api.h>

@@ -21,7 +21,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "dist.h"
+#include "runtime/dist.h"
 
 typedef enum { COMM_F32, COMM_BF16 } CommDtype;
 

@@ -1,5 +1,5 @@
-#include "data.h"
-#include "../common/io.h"
+#include "runtime/data.h"
+#include "common/io.h"
 
 #include <cjson/cJSON.h>
 

@@ -1,5 +1,5 @@
 // device.c: the CUDA driver and the cuda backend, found through dlopen (device.h).
-#include "device.h"
+#include "runtime/device.h"
 
 #include <dlfcn.h>
 #include <limits.h>

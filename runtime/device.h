@@ -6,7 +6,7 @@
 
 #include <stddef.h>
 
-#include "backend.h"
+#include "runtime/backend.h"
 
 typedef enum { DEVICE_AUTO, DEVICE_CPU, DEVICE_CUDA } DeviceKind;
 

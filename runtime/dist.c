@@ -1,5 +1,5 @@
 // dist.c: the ranks of a data-parallel run through MPI (dist.h).
-#include "dist.h"
+#include "runtime/dist.h"
 
 #include <limits.h>
 #include <mpi.h>
@@ -7,7 +7,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
+#include "common/io.h"
 
 // Whether an MPI launcher started this process: Open MPI's mpirun, a PMIx
 // server (srun --mpi=pmix, prterun) or a PMI one (srun --mpi=pmi2, MPICH).

@@ -13,7 +13,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/plan.h"
+#include "common/plan.h"
 
 typedef struct Dist {
     int rank, size; // this process's rank and the ranks started (0 and 1 without MPI)

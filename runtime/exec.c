@@ -1,10 +1,10 @@
-#include "exec.h"
+#include "runtime/exec.h"
 
 #include <stdlib.h>
 #include <time.h>
 
-#include "kernels.h"
-#include "../common/storage.h"
+#include "runtime/kernels.h"
+#include "common/storage.h"
 
 ExecProfile *exec_profile;
 

@@ -5,7 +5,7 @@
 #ifndef MT_EXEC_H
 #define MT_EXEC_H
 
-#include "../common/graph.h"
+#include "common/graph.h"
 
 typedef enum { PREC_F32, PREC_F64 } Precision;
 

@@ -1,4 +1,4 @@
-#include "hf_config.h"
+#include "runtime/hf_config.h"
 
 #include <cjson/cJSON.h>
 #include <math.h>

@@ -15,7 +15,7 @@
 
 #include <stddef.h>
 
-#include "../common/plan.h"
+#include "common/plan.h"
 
 typedef struct HfTokens {
     int bos, eos, pad; // token ids for the configs; -1: not known

@@ -1,5 +1,5 @@
 // jit.c: loading and running the plan's kernels on the cpu (jit.h).
-#include "jit.h"
+#include "runtime/jit.h"
 
 #include <cblas.h>
 #include <dlfcn.h>
@@ -18,13 +18,13 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/bf16.h"
-#include "../common/plan.h"
-#include "../common/storage.h"
-#include "../common/node_kernel.h"
-#include "blas_core.h"
-#include "../common/cache.h"
-#include "kernels.h"
+#include "common/bf16.h"
+#include "common/plan.h"
+#include "common/storage.h"
+#include "common/node_kernel.h"
+#include "runtime/blas_core.h"
+#include "common/cache.h"
+#include "runtime/kernels.h"
 
 struct Jit {
     const Graph *g;

@@ -12,7 +12,7 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../common/kir.h"
+#include "common/kir.h"
 
 typedef struct Jit Jit;
 

@@ -5,7 +5,7 @@
 #ifndef MT_KERNELS_H
 #define MT_KERNELS_H
 
-#include "../common/graph.h"
+#include "common/graph.h"
 
 // Computes node n into out from its operands' buffers in[0 .. n->nin);
 // a load-balancing loss or its backward also reads in[n->nin], the stream's

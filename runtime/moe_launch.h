@@ -33,7 +33,7 @@
 
 #include <stdint.h>
 
-#include "../common/scratch.h" // MoeDims and the scratch of a chunk: moe_scratch_bytes, moe_chunk_rows
+#include "common/scratch.h" // MoeDims and the scratch of a chunk: moe_scratch_bytes, moe_chunk_rows
 
 // moe.cuh's MT_MOE_T, MT_MOE_BT and MT_MOE_PIPE; its blocks' threads
 enum { MOE_TILE = 64, MOE_TILE_PIPE = 128, MOE_BF_PIPE = 0x80, MOE_THREADS = 256 };

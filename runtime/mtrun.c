@@ -11,13 +11,13 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "blas_core.h"
-#include "calibrate.h"
-#include "device.h"
-#include "dist.h"
-#include "../common/verify.h"
-#include "plan_read.h"
-#include "train.h"
+#include "runtime/blas_core.h"
+#include "runtime/calibrate.h"
+#include "runtime/device.h"
+#include "runtime/dist.h"
+#include "common/verify.h"
+#include "runtime/plan_read.h"
+#include "runtime/train.h"
 
 #ifndef MT_VERSION
 #define MT_VERSION "0.0.0"

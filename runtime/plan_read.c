@@ -10,7 +10,7 @@
 // and the first error; a read past the end fails with "section X is
 // truncated" and returns zeros, and every value is checked before it indexes
 // or sizes anything.
-#include "plan_read.h"
+#include "runtime/plan_read.h"
 
 #include <math.h>
 #include <stdarg.h>
@@ -19,8 +19,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../common/io.h"
-#include "../common/storage.h"
+#include "common/io.h"
+#include "common/storage.h"
 
 enum {
     SECTIONS = SEC_COUNT_PLUS_ONE - 1,

@@ -7,8 +7,8 @@
 
 #include <stddef.h>
 
-#include "../common/arena.h"
-#include "../common/plan.h"
+#include "common/arena.h"
+#include "common/plan.h"
 
 // Reads and validates the plan at path. Everything returned lives in a.
 // Returns NULL with a message naming the file (and the section, where the

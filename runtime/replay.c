@@ -1,4 +1,4 @@
-#include "replay.h"
+#include "runtime/replay.h"
 
 #include <errno.h>
 #include <pthread.h>
@@ -8,10 +8,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adamw.h"
-#include "exec.h"
-#include "../common/trace.h"
-#include "../common/bf16.h"
+#include "runtime/adamw.h"
+#include "runtime/exec.h"
+#include "common/trace.h"
+#include "common/bf16.h"
 
 static const char *const ENGINE_NAMES[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
 

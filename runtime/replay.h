@@ -14,9 +14,9 @@
 #ifndef MT_REPLAY_H
 #define MT_REPLAY_H
 
-#include "backend.h"
-#include "dist.h"
-#include "store.h"
+#include "runtime/backend.h"
+#include "runtime/dist.h"
+#include "runtime/store.h"
 
 // Which runnable engine goes next.
 //   eager:  copy-in, copy-out, host, then compute: copies and the optimizer

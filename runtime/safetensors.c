@@ -1,6 +1,6 @@
-#include "safetensors.h"
-#include "../common/io.h"
-#include "../common/bf16.h"
+#include "runtime/safetensors.h"
+#include "common/io.h"
+#include "common/bf16.h"
 
 #include <cjson/cJSON.h>
 #include <dirent.h>

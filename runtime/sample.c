@@ -1,12 +1,12 @@
-#include "sample.h"
+#include "runtime/sample.h"
 
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../common/storage.h"
-#include "replay.h"
+#include "common/io.h"
+#include "common/storage.h"
+#include "runtime/replay.h"
 
 // One .npy file (format 1.0): descr "<i4" or "<f4", C order, shape (rank).
 static int write_npy(const char *path, const char *descr, const int64_t *shape, int rank, const void *data,

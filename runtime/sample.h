@@ -17,9 +17,9 @@
 
 #include <stdio.h>
 
-#include "data.h"
-#include "replay.h"
-#include "store.h"
+#include "runtime/data.h"
+#include "runtime/replay.h"
+#include "runtime/store.h"
 
 // Writes PREFIX.tokens.npy (int32, (B, T)) and PREFIX.logits.npy (float32,
 // (B, T, V)): the batch and the logits of the model's forward on it, its

@@ -1,10 +1,10 @@
-#include "store.h"
+#include "runtime/store.h"
 
 #include <math.h>
 
-#include "../common/bf16.h"
-#include "../common/storage.h"
-#include "dist.h"
+#include "common/bf16.h"
+#include "common/storage.h"
+#include "runtime/dist.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>

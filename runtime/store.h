@@ -8,9 +8,9 @@
 
 #include <stdint.h>
 
-#include "../common/plan.h"
-#include "adamw.h"
-#include "tier.h"
+#include "common/plan.h"
+#include "runtime/adamw.h"
+#include "runtime/tier.h"
 
 // The host optimizer's state of one segment (the head's or the tail's globals, or one layer).
 typedef struct StoreSegment {

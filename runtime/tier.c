@@ -8,7 +8,7 @@
 // and still current in the buffer; empty once written, so that the file,
 // not the staging, carries the state from one step to the next). pump() submits what the reading and writing slots still have to
 // send, TIER_DEPTH requests at most in flight, and reaps completions.
-#include "tier.h"
+#include "runtime/tier.h"
 
 #include <errno.h>
 #include <fcntl.h>

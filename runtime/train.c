@@ -1,4 +1,4 @@
-#include "train.h"
+#include "runtime/train.h"
 
 #include <errno.h>
 #include <math.h>
@@ -9,18 +9,18 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "../common/io.h"
-#include "../common/scratch.h"
-#include "../common/storage.h"
-#include "adamw.h"
-#include "backend.h"
-#include "checkpoint.h"
-#include "comm.h"
-#include "kernels.h"
-#include "data.h"
-#include "replay.h"
-#include "sample.h"
-#include "weights.h"
+#include "common/io.h"
+#include "common/scratch.h"
+#include "common/storage.h"
+#include "runtime/adamw.h"
+#include "runtime/backend.h"
+#include "runtime/checkpoint.h"
+#include "runtime/comm.h"
+#include "runtime/kernels.h"
+#include "runtime/data.h"
+#include "runtime/replay.h"
+#include "runtime/sample.h"
+#include "runtime/weights.h"
 
 double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
     if (t->warmup > 0 && step <= t->warmup) return base * (double)step / (double)t->warmup;

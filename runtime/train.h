@@ -6,10 +6,10 @@
 
 #include <stdio.h>
 
-#include "backend.h"
-#include "dist.h"
+#include "runtime/backend.h"
+#include "runtime/dist.h"
 
-#include "../common/plan.h"
+#include "common/plan.h"
 
 typedef struct TrainOptions {
     int64_t steps;        // < 0: the plan's train section

@@ -1,4 +1,4 @@
-#include "weights.h"
+#include "runtime/weights.h"
 
 #include <errno.h>
 #include <stdio.h>
@@ -9,9 +9,9 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "../common/io.h"
-#include "hf_config.h"
-#include "safetensors.h"
+#include "common/io.h"
+#include "runtime/hf_config.h"
+#include "runtime/safetensors.h"
 
 // ---------------------------------------------------------------- names
 

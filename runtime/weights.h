@@ -6,9 +6,9 @@
 
 #include <stddef.h>
 
-#include "hf_config.h"
-#include "dist.h"
-#include "store.h"
+#include "runtime/hf_config.h"
+#include "runtime/dist.h"
+#include "runtime/store.h"
 
 // Loads every parameter of the plan's model into the master weights:
 // - Hugging Face safetensors: a file, a sharded set's index.json, or a

@@ -15,11 +15,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../common/graph.h"
-#include "../runtime/blas_core.h"
-#include "../runtime/exec.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "common/graph.h"
+#include "runtime/blas_core.h"
+#include "runtime/exec.h"
+#include "compiler/passes.h"
 
 static int max_samples = 48; // elements checked a tensor; --samples N
 static const double TOLERANCE = 1e-6, STEP = 1e-4;

@@ -1,12 +1,12 @@
 // kir_eval.c: the kernel IR interpreter of kir_eval.h.
-#include "kir_eval.h"
+#include "tests/kir_eval.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/bf16.h"
+#include "common/bf16.h"
 
 // One statement's value: floats of each width and integers (bools as 0/1).
 typedef union Val {

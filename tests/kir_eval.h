@@ -8,7 +8,7 @@
 
 #include <stdint.h>
 
-#include "../common/kir.h"
+#include "common/kir.h"
 
 // One kernel argument's host data.
 typedef struct HostArg {

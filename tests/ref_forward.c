@@ -17,11 +17,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../compiler/passes.h"
-#include "../runtime/blas_core.h"
-#include "../runtime/exec.h"
-#include "../runtime/safetensors.h"
+#include "common/io.h"
+#include "compiler/passes.h"
+#include "runtime/blas_core.h"
+#include "runtime/exec.h"
+#include "runtime/safetensors.h"
 
 typedef struct Run {
     const Graph *g;

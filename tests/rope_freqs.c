@@ -13,7 +13,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/rope.h"
+#include "common/rope.h"
 
 int main(int argc, char **argv) {
     if (argc < 4) return fprintf(stderr, "usage: rope_freqs KIND DIM THETA [FIELD=VALUE ...]\n"), 2;

@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "adamw.h"
+#include "runtime/adamw.h"
 
 static int failures;
 

@@ -23,8 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runtime/checkpoint.h"
-#include "../runtime/dist.h"
+#include "runtime/checkpoint.h"
+#include "runtime/dist.h"
 
 static int failures;
 static char workdir[4096];

@@ -4,7 +4,7 @@
 // NVLink), a cpu target (host memory), and what costs nothing.
 //
 // Usage: test_collective PROJECT_ROOT. Prints each failure; returns 1 on any.
-#include "../compiler/collective.h"
+#include "compiler/collective.h"
 
 #include <math.h>
 #include <stdio.h>

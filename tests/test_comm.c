@@ -12,8 +12,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/bf16.h"
-#include "../runtime/comm.h"
+#include "common/bf16.h"
+#include "runtime/comm.h"
 
 static int failures;
 

@@ -22,10 +22,10 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "../common/io.h"
-#include "../compiler/cost.h"
-#include "../compiler/fuse.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "compiler/cost.h"
+#include "compiler/fuse.h"
+#include "compiler/passes.h"
 
 static int failures, checked;
 

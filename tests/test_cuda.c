@@ -19,11 +19,11 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../compiler/emit_cuda.h"
-#include "../compiler/fuse.h"
-#include "../common/graph.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "compiler/emit_cuda.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "compiler/passes.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                               \

@@ -16,7 +16,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runtime/data.h"
+#include "runtime/data.h"
 
 static int failures;
 static const char *python, *writer, *workdir;

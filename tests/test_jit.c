@@ -19,15 +19,15 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../common/plan.h"
-#include "../compiler/emit_llvm.h"
-#include "../compiler/fuse.h"
-#include "../common/graph.h"
-#include "../runtime/blas_core.h"
-#include "../runtime/exec.h"
-#include "../runtime/jit.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "common/plan.h"
+#include "compiler/emit_llvm.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "runtime/blas_core.h"
+#include "runtime/exec.h"
+#include "runtime/jit.h"
+#include "compiler/passes.h"
 
 static const double TOL = 1e-6;
 

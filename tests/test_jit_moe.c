@@ -27,15 +27,15 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/bf16.h"
-#include "../common/io.h"
-#include "../common/storage.h"
-#include "../compiler/emit_llvm.h"
-#include "../compiler/fuse.h"
-#include "../compiler/passes.h"
-#include "../runtime/blas_core.h"
-#include "../runtime/jit.h"
-#include "../runtime/kernels.h"
+#include "common/bf16.h"
+#include "common/io.h"
+#include "common/storage.h"
+#include "compiler/emit_llvm.h"
+#include "compiler/fuse.h"
+#include "compiler/passes.h"
+#include "runtime/blas_core.h"
+#include "runtime/jit.h"
+#include "runtime/kernels.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double uniform(void) { // [-1, 1)

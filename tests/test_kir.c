@@ -10,10 +10,10 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../common/io.h"
-#include "../compiler/fuse.h"
-#include "../common/graph.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "compiler/passes.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint32_t next_u32(void) {

@@ -37,12 +37,12 @@
 #include <unistd.h>
 #include <zlib.h>
 
-#include "../common/io.h"
-#include "../common/plan.h"
-#include "../compiler/plan_write.h"
-#include "../compiler/schedule.h"
-#include "../runtime/plan_read.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "common/plan.h"
+#include "compiler/plan_write.h"
+#include "compiler/schedule.h"
+#include "runtime/plan_read.h"
+#include "compiler/passes.h"
 
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};

@@ -28,9 +28,9 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "../runtime/blas_core.h"
-#include "../runtime/plan_read.h"
-#include "../runtime/replay.h"
+#include "runtime/blas_core.h"
+#include "runtime/plan_read.h"
+#include "runtime/replay.h"
 
 static int failures;
 

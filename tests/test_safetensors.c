@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "../runtime/safetensors.h"
+#include "runtime/safetensors.h"
 
 static int failures;
 static const char *python, *writer, *workdir;

@@ -6,7 +6,7 @@
 //     # expect: phrase           the error is "FILE: error: phrase..." (the whole file)
 //
 // Usage: test_target PROJECT_ROOT. Prints each failure; returns 1 on any.
-#include "../common/target.h"
+#include "common/target.h"
 
 #include <dirent.h>
 #include <stdarg.h>

@@ -30,10 +30,10 @@
 #include <string.h>
 #include <time.h>
 
-#include "../common/io.h"
-#include "../compiler/schedule.h"
-#include "../common/verify.h"
-#include "../compiler/passes.h"
+#include "common/io.h"
+#include "compiler/schedule.h"
+#include "common/verify.h"
+#include "compiler/passes.h"
 
 static int failures, verified;
 static char examples[4096], schedules[4096];

@@ -8,7 +8,7 @@
 #include <math.h>
 #include <stdlib.h>
 
-#include "../../common/bf16.h"
+#include "common/bf16.h"
 
 // The reference of the cases the plain kernels of attention_ref.cuh do not
 // take (value heads of their own width, documents): y, lse, dq, dk, dv in

@@ -20,9 +20,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/attention.h"
-#include "../../common/bf16.h"
-#include "../../compiler/cuda/sources.h"
+#include "common/attention.h"
+#include "common/bf16.h"
+#include "compiler/cuda/sources.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);

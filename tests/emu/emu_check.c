@@ -46,17 +46,17 @@
 #include <string.h>
 #include <time.h>
 
-#include "../../common/bf16.h"
-#include "../../common/io.h"
-#include "../../common/attention.h"
-#include "../../compiler/cuda/sources.h"
-#include "../../compiler/emit_cuda.h"
-#include "../../compiler/fuse.h"
-#include "../../common/graph.h"
-#include "../../compiler/nvrtc.h"
-#include "../../compiler/passes.h"
-#include "../kir_eval.h"
-#include "attention_host.h"
+#include "common/bf16.h"
+#include "common/io.h"
+#include "common/attention.h"
+#include "compiler/cuda/sources.h"
+#include "compiler/emit_cuda.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "compiler/nvrtc.h"
+#include "compiler/passes.h"
+#include "tests/kir_eval.h"
+#include "tests/emu/attention_host.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);

@@ -31,13 +31,13 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/bf16.h"
-#include "../../common/graph.h"
-#include "../../runtime/moe_launch.h"
-#include "../../compiler/cuda/sources.h"
-#include "../../compiler/nvrtc.h"
-#include "../../runtime/kernels.h"
-#include "../../runtime/blas_core.h"
+#include "common/bf16.h"
+#include "common/graph.h"
+#include "runtime/moe_launch.h"
+#include "compiler/cuda/sources.h"
+#include "compiler/nvrtc.h"
+#include "runtime/kernels.h"
+#include "runtime/blas_core.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);

@@ -4,8 +4,8 @@
 #include <stddef.h>
 #include <stdint.h>
 
-#include "../../common/graph.h"
-#include "../../compiler/passes.h"
+#include "common/graph.h"
+#include "compiler/passes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

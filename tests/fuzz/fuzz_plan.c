@@ -26,8 +26,8 @@
 #include <string.h>
 #include <zlib.h>
 
-#include "../../common/io.h"
-#include "../../runtime/plan_read.h"
+#include "common/io.h"
+#include "runtime/plan_read.h"
 
 int LLVMFuzzerInitialize(int *argc, char ***argv);
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);

@@ -41,19 +41,19 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "../../common/io.h"
-#include "../../common/target.h"
-#include "../../common/attention.h"
-#include "../../common/bf16.h"
-#include "../../compiler/cuda/sources.h"
-#include "../../compiler/emit_cuda.h"
-#include "../../compiler/fuse.h"
-#include "../../common/graph.h"
-#include "../../compiler/nvrtc.h"
-#include "../../compiler/passes.h"
-#include "../../runtime/moe_launch.h"
-#include "../kir_eval.h"
-#include "../emu/attention_host.h"
+#include "common/io.h"
+#include "common/target.h"
+#include "common/attention.h"
+#include "common/bf16.h"
+#include "compiler/cuda/sources.h"
+#include "compiler/emit_cuda.h"
+#include "compiler/fuse.h"
+#include "common/graph.h"
+#include "compiler/nvrtc.h"
+#include "compiler/passes.h"
+#include "runtime/moe_launch.h"
+#include "tests/kir_eval.h"
+#include "tests/emu/attention_host.h"
 
 static int failures;
 
