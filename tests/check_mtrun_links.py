@@ -43,9 +43,10 @@ def main():
         for name, syms in libs.items():
             if sym in syms:
                 bad.append(f"{name} links {stage}: {sym} is defined in it")
-    for path in sorted(glob.glob(os.path.join(src, "runtime", "*.[ch]")) + glob.glob(os.path.join(src, "runtime", "*.inc"))):
+    runtime = os.path.join(src, "runtime", "**")
+    for path in sorted(glob.glob(os.path.join(runtime, "*.[ch]"), recursive=True) + glob.glob(os.path.join(runtime, "*.inc"), recursive=True)):
         for n, line in enumerate(open(path), 1):
-            if re.match(r'\s*#\s*include\s+"\.\./(compiler|dsl)/', line):
+            if re.match(r'\s*#\s*include\s+"(\.\./)*(compiler|dsl)/', line):
                 bad.append(f"{os.path.relpath(path, src)}:{n}: {line.strip()}")
     for b in bad:
         print("FAIL:", b)
