@@ -6,10 +6,10 @@
 // The update's counted bytes: it reads w, m, v, g and writes w, m, v, 28 bytes
 // a parameter (30 with --bf16, which also writes the bf16 copy; 4 more with
 // --zero, which zeroes g in the same pass: --bf16 --zero is what the host
-// store's update does, 34 bytes as compiler/cost.c counts them). With
+// store's update does, 34 bytes as compiler/schedule/cost.c counts them). With
 // --grads-bf16 the gradients are bf16 and only read (adamw_update_bf16_grads,
 // the host store's layers' with one micro-batch a step): 26 bytes, 28 with
-// --bf16, as compiler/cost.c counts them. The copy: T threads each memcpy
+// --bf16, as compiler/schedule/cost.c counts them. The copy: T threads each memcpy
 // their slice of a buffer as large as the update's four arrays (16 bytes a
 // parameter, 14 with --grads-bf16), counted as the bytes read plus the bytes
 // written. A copy's stores must first read each destination line (read for
@@ -29,7 +29,7 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/adamw.h"
+#include "runtime/store/adamw.h"
 
 enum { BENCH_ALIGN = 2 << 20 }; // buffers start on a 2 MiB boundary, for transparent huge pages
 

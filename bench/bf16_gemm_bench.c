@@ -4,7 +4,7 @@
 // 64) and its LM head's:
 //   sgemm   cblas_sgemm on the same values already in fp32 (no bf16 at all)
 //   widen   A and B widened to fp32 in scratch, cblas_sgemm, C rounded to bf16
-//           (what runtime/jit.c does)
+//           (what runtime/backend/jit.c does)
 //   sbgemm  OpenBLAS's cblas_sbgemm (bf16 A and B, fp32 C), C rounded to bf16,
 //           when the OpenBLAS loaded exports it (looked up at run time:
 //           Debian's 0.3.21 declares it in cblas.h but is built without it)

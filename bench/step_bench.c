@@ -26,16 +26,16 @@
 #include <time.h>
 
 #include "common/io.h"
-#include "compiler/emit_llvm.h"
-#include "compiler/fuse.h"
+#include "compiler/emit/emit_llvm.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/schedule.h"
-#include "runtime/adamw.h"
-#include "runtime/blas_core.h"
-#include "runtime/exec.h"
-#include "runtime/jit.h"
+#include "compiler/schedule/schedule.h"
+#include "runtime/store/adamw.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/exec.h"
+#include "runtime/backend/jit.h"
 #include "runtime/replay.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 static double now_s(void) {
     struct timespec ts;

@@ -1,4 +1,4 @@
-// tier_bench.c: the NVMe tier (runtime/tier.c) against a plain sequential
+// tier_bench.c: the NVMe tier (runtime/store/tier.c) against a plain sequential
 // dd-style copy of the same bytes on the same disk, and AdamW through the
 // tier against AdamW in RAM, all measured in the same run.
 //
@@ -30,8 +30,8 @@
 #include <time.h>
 #include <unistd.h>
 
-#include "runtime/adamw.h"
-#include "runtime/tier.h"
+#include "runtime/store/adamw.h"
+#include "runtime/store/tier.h"
 
 enum { DD_BLOCK = 1 << 20, MAX_REPS = 64 };
 

@@ -1,4 +1,4 @@
-// attention.h: the launch geometry of compiler/cuda/attention.cuh's and attention_tc.cuh's kernels, for host code
+// attention.h: the launch geometry of compiler/emit/cuda/attention.cuh's and attention_tc.cuh's kernels, for host code
 // (the cuda backend, tests/gpu) and for cuda_build's checks. Plain C; the
 // numbers must match the MT_ATTN_* macros of attention.cuh.
 #ifndef MT_CUDA_ATTENTION_H
@@ -66,7 +66,7 @@ static inline size_t attn_tc_smem_max(int D, int Dv) {
 // backward, given the forward's lse and y, bwd_dq Q K^T, dY V^T, dS K and
 // bwd_dkdv Q K^T, dY V^T, P^T dY, dS^T Q (deterministic dq: 9 units of
 // T x T x D forward + backward at D = Dv, against the 7 FlashAttention-2
-// counts with dq by atomics). compiler/cost.c prices it.
+// counts with dq by atomics). compiler/schedule/cost.c prices it.
 static inline double attn_gpu_head_dims(int bwd, double D, double Dv) { return bwd ? 4 * D + 3 * Dv : D + Dv; }
 
 // The backward's fp32 workspace: lse then delta, each [B, H, T].

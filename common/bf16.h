@@ -1,7 +1,7 @@
 // bf16.h: bfloat16 bits to and from float, the one rounding every part of
 // mt uses (the host optimizer's streaming copy, exports, the cpu backend's
 // stores, the reference executor). The kernel emitters generate the same
-// operations (compiler/emit_llvm.c, compiler/emit_cuda.c).
+// operations (compiler/emit/emit_llvm.c, compiler/emit/emit_cuda.c).
 #ifndef MT_BF16_H
 #define MT_BF16_H
 

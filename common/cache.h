@@ -1,6 +1,6 @@
 // cache.h: compiled code kept on disk between runs, for mtc (NVRTC's
-// cubin and PTX, compiler/nvrtc.c) and mtrun (the JIT's object code,
-// runtime/jit.c).
+// cubin and PTX, compiler/emit/nvrtc.c) and mtrun (the JIT's object code,
+// runtime/backend/jit.c).
 //
 // An entry is one blob kept under a 128-bit hash of everything that
 // decides it (the caller's key), in DIR/KIND-HASH.bin:

@@ -1,6 +1,6 @@
 // graph.h: the layer graph IR that sema produces and every later stage of mtc
 // consumes, and that the plan carries to mtrun (common/plan.h), so both
-// sides read it; the passes that make it are mtc's (compiler/passes.h). A model is parts, each a DAG of typed nodes in topological
+// sides read it; the passes that make it are mtc's (compiler/front/passes.h). A model is parts, each a DAG of typed nodes in topological
 // order: the head (embeddings, before the streamed block), a block part per
 // block kind (one layer, written once, run by every layer of its kind with
 // that layer's own weights) and the tail (final norm, LM head, loss). Values

@@ -30,10 +30,10 @@
 //   KK_NODE   one graph node of an op with no expression form (mixture of
 //             experts: top_k, moe and its backward, the load-balancing loss,
 //             add_loss), its code written per op from the node's sizes: on
-//             the cpu the LLVM functions of compiler/emit_llvm_node.c (the
+//             the cpu the LLVM functions of compiler/emit/emit_llvm_node.c (the
 //             plain kernels' loops, moe's expert GEMMs through the JIT's
-//             library GEMM), on the GPU the kernels of compiler/cuda/moe.cuh;
-//             runtime/kernels.inc's plain kernels are their reference.
+//             library GEMM), on the GPU the kernels of compiler/emit/cuda/moe.cuh;
+//             runtime/backend/kernels.inc's plain kernels are their reference.
 //             Arguments: the node's output, then its operands in order, whole
 //             (a bf16 one widened to f32 around the call on the cpu).
 //
@@ -148,7 +148,7 @@ static inline int64_t kir_gemm_row_block(int64_t N) {
 }
 
 // The cpu backend's BLAS calls of fewer multiply-adds than this run on one
-// OpenBLAS thread, the others on all of them (runtime/blas_core.c, which
+// OpenBLAS thread, the others on all of them (runtime/backend/blas_core.c, which
 // says why); the cost model prices the one-thread calls at the profile's
 // gemm_one_thread_flops.
 #define MT_BLAS_THREADED_MACS (1ll << 25)
@@ -190,8 +190,8 @@ typedef struct KirKernel {
     KirAttn attn;
 } KirKernel;
 
-// An expression kernel compiled for the cpu (compiler/emit_llvm.c emits it,
-// runtime/jit.c calls it): rows [r0, r1), args[j] argument j's first
+// An expression kernel compiled for the cpu (compiler/emit/emit_llvm.c emits it,
+// runtime/backend/jit.c calls it): rows [r0, r1), args[j] argument j's first
 // element, KA_ACC64 accumulators in scratch at kir_acc64_offset.
 typedef void (*KirFn)(void **args, int64_t r0, int64_t r1, double *scratch);
 

@@ -1,5 +1,5 @@
-// node_kernel.h: what the cpu backend (runtime/jit.c) hands the node
-// kernels the LLVM emitter writes (compiler/emit_llvm_node.c): the GEMM they
+// node_kernel.h: what the cpu backend (runtime/backend/jit.c) hands the node
+// kernels the LLVM emitter writes (compiler/emit/emit_llvm_node.c): the GEMM they
 // call and the size of their workspace.
 #ifndef MT_NODE_KERNEL_H
 #define MT_NODE_KERNEL_H
@@ -9,8 +9,8 @@
 #include "common/graph.h"
 
 // The generated node kernels (KK_NODE: the mixture-of-experts ops,
-// add_loss; compiler/emit_llvm_node.c) have the expression kernels' ABI
-// (compiler/emit_llvm.h), void mt_k<p>_<i>(void **args, int64_t r0,
+// add_loss; compiler/emit/emit_llvm_node.c) have the expression kernels' ABI
+// (compiler/emit/emit_llvm.h), void mt_k<p>_<i>(void **args, int64_t r0,
 // int64_t r1, double *scratch), with args[0] the node's output, args[1 ..] its
 // operands, all f32 (the JIT widens bf16 ones), args[nargs] a NodeSgemm,
 // the library GEMM the JIT's GEMM kernels call, args[nargs + 1] the

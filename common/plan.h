@@ -1,5 +1,5 @@
 // plan.h: the contract between mtc and mtrun. mtc builds a Plan in memory
-// (compiler/schedule.c) and writes it (compiler/plan_write.c); mtrun reads and
+// (compiler/schedule/schedule.c) and writes it (compiler/emit/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
 // File format, version 15, all integers little-endian:
@@ -65,7 +65,7 @@ typedef enum {
                   // `frame`, at arena [src, src + bytes), bf16 with XFER_BF16 -> the stream's host statistics
                   // buffer bytes [dst, dst + bytes): the loss add_loss joins, or top_k's mask (the load per expert)
     // The collectives of a sharded plan (Plan.sharded), on ENG_COMM, over the plan's ranks. Segment `layer`
-    // of len elements is cut into ranks chunks of chunk = ceil(len / ranks) (dist_shard, runtime/dist.h),
+    // of len elements is cut into ranks chunks of chunk = ceil(len / ranks) (dist_shard, runtime/dist/dist.h),
     // rank r's at element r x chunk of the region; the region is ranks x chunk elements, what lies past len
     // is padding nobody reads. Both are in place, as NCCL's in-place collectives are.
     INS_ALLGATHER,      // arena [dst, dst + bytes), segment `layer`'s weights (bytes = ranks x chunk x the weight

@@ -1,7 +1,7 @@
 // scratch.h: the device scratch a plan's kernels need beside the arena, the
-// one definition mtc's scheduler (compiler/schedule.c: fits, every device
+// one definition mtc's scheduler (compiler/schedule/schedule.c: fits, every device
 // figure, the plan's scratch_bytes) and the cuda backend
-// (runtime/backend_cuda.c: what it allocates and checks) both use.
+// (runtime/backend/backend_cuda.c: what it allocates and checks) both use.
 //
 // Each engine that runs kernels (a RUN instruction's engine, and always the
 // compute engine) gets one scratch region of the plan's scratch_bytes, the
@@ -11,7 +11,7 @@
 //   attention backward   the flash templates' lse and delta
 //                        (attn_workspace_bytes(B, T, H), common/attention.h)
 //   moe, moe_bwd         a chunk of rows' routed slots (moe_scratch_bytes of
-//                        moe_chunk_rows: compiler/cuda/moe.cuh, at most about
+//                        moe_chunk_rows: compiler/emit/cuda/moe.cuh, at most about
 //                        MOE_CHUNK_BYTES whatever the batch)
 //   load_balance_bwd     E doubles
 //   GEMMs                cuBLASLt's workspace (gemm_workspace_bytes): every
@@ -35,7 +35,7 @@ typedef struct MoeDims {
     int bf16; // x and the experts' weights stored in bf16 (the pipelined path's scratch when C, F allow it)
 } MoeDims;
 
-// Whether a node runs compiler/cuda/moe.cuh's pipelined tensor-core path:
+// Whether a node runs compiler/emit/cuda/moe.cuh's pipelined tensor-core path:
 // bf16 operands, C and F multiples of 8 (its 16-byte cp.async loads).
 static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.F % 8 == 0; }
 
@@ -45,7 +45,7 @@ static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.
 // The scratch of a chunk of nr rows, bytes: floats [S, F + C] (forward) or
 // [S, 2 F + C] (backward), S = nr K routed slots, the pipelined path's
 // backward bf16 [S, 3 F + C] more, then the route's ints [3 E + 2 + 2 S]
-// (compiler/cuda/moe.cuh).
+// (compiler/emit/cuda/moe.cuh).
 static inline long long moe_floats(MoeDims d, int bwd, long long nr) {
     long long per_slot = (bwd ? 2LL : 1LL) * d.F + d.C + (bwd && moe_pipelined(d) ? (3LL * d.F + d.C) / 2 : 0);
     return (nr * d.K * per_slot + 63) / 64 * 64;
@@ -62,8 +62,8 @@ static inline long long moe_chunk_rows(MoeDims d, int bwd, long long budget) {
 
 // Moe or moe_bwd node n's geometry in graph g; K is the top_k of the router
 // its gates come from (a few ops up, through other parts' outputs), or, not
-// found, all E (as compiler/cost.c's moe_selected, which prices it). A row
-// with more gates != 0 than K gets NaN outputs (compiler/cuda/moe.cuh).
+// found, all E (as compiler/schedule/cost.c's moe_selected, which prices it). A row
+// with more gates != 0 than K gets NaN outputs (compiler/emit/cuda/moe.cuh).
 MoeDims moe_node_dims(const Graph *g, const Node *n);
 
 // cuBLASLt's workspace for a GEMM, the most its algorithm may use: NVIDIA's
@@ -99,7 +99,7 @@ int64_t plan_docs_bytes(const Plan *p);
 // each kernel-running engine's p->scratch_bytes, then the document starts
 // (plan_docs_bytes). The cuda backend allocates exactly this, once; what
 // NCCL takes for its own buffers it counts against the card at run time
-// (runtime/backend_cuda.c: it depends on NCCL's version, topology and
+// (runtime/backend/backend_cuda.c: it depends on NCCL's version, topology and
 // environment, which the plan cannot know).
 int64_t plan_device_bytes(const Plan *p);
 

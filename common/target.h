@@ -29,9 +29,9 @@ typedef struct Target {
     double d2h_bandwidth;        // bytes/s device to host, the same
     double host_memory;          // bytes of host RAM
     double host_memory_bandwidth; // bytes/s, sustained
-    double host_adamw_bandwidth; // bytes/s of the host AdamW update's traffic (compiler/cost.c's update_bytes
+    double host_adamw_bandwidth; // bytes/s of the host AdamW update's traffic (compiler/schedule/cost.c's update_bytes
                                  // a parameter) with all host cores, optional: host_memory_bandwidth when left out
-    double host_grads_add_bandwidth; // bytes/s of a COPY_OUT's host part on a GPU (compiler/cost.c's
+    double host_grads_add_bandwidth; // bytes/s of a COPY_OUT's host part on a GPU (compiler/schedule/cost.c's
                                  // grads_host_bytes), optional: host_adamw_bandwidth when left out
     double host_cores;           // a whole number
     int link_duplex;             // 1: both link directions run at full rate at once
@@ -48,7 +48,7 @@ typedef struct Target {
                                   // targets: a bf16 plan's GEMM, attention and node operands), optional (0)
     double gemm_efficiency;      // in (0, 1], optional
     double moe_gemm_efficiency;  // in (0, 1], optional: the MoE grouped kernels' share of peak on a GPU
-                                 // (compiler/cuda/moe.cuh); gemm_efficiency when left out
+                                 // (compiler/emit/cuda/moe.cuh); gemm_efficiency when left out
     double duplex_efficiency;    // in (0, 1], optional: each link direction's rate while the other runs too
     double attention_tc_fraction;   // in (0, 1], optional: tensor-core flash attention's FLOP/s / matrix_flops_bf16
                                     // (query/key and value heads of 128 or less)

@@ -12,17 +12,17 @@
 #include <zlib.h>
 
 #include "common/graph.h"
-#include "compiler/fuse.h"
-#include "compiler/emit_llvm.h"
-#include "compiler/emit_cuda.h"
-#include "compiler/explain.h"
-#include "compiler/explore.h"
-#include "compiler/plan_write.h"
-#include "compiler/scaleout.h"
-#include "compiler/schedule.h"
+#include "compiler/fuse/fuse.h"
+#include "compiler/emit/emit_llvm.h"
+#include "compiler/emit/emit_cuda.h"
+#include "compiler/report/explain.h"
+#include "compiler/report/explore.h"
+#include "compiler/emit/plan_write.h"
+#include "compiler/schedule/scaleout.h"
+#include "compiler/schedule/schedule.h"
 #include "common/verify.h"
-#include "compiler/summary.h"
-#include "compiler/passes.h"
+#include "compiler/report/summary.h"
+#include "compiler/front/passes.h"
 
 #ifndef MT_VERSION
 #define MT_VERSION "0.0.0"
@@ -240,7 +240,7 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
     if (!g || (tile_arg && !r)) return g;
     SchedRequest chosen = *req;
     if (chosen.shard < 0) { // --shard auto: replicated or sharded, whichever the scale-out model predicts faster
-        chosen.shard = 0;   // (compiler/scaleout.c; one process: nothing to shard)
+        chosen.shard = 0;   // (compiler/schedule/scaleout.c; one process: nothing to shard)
         // (only for a plan to write: --explain runs the comparison itself), on a graph of its own: its
         // searches release what they allocate, which must not be what g keeps
         Graph *probe = chosen.ranks > 1 && r ? lower_tiled(m, opt, 1, a, d) : NULL;

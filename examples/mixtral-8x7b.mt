@@ -10,7 +10,7 @@
 # transposed.
 #
 # The cuda backend runs its experts as grouped GEMMs over each expert's rows
-# (compiler/cuda/moe.cuh); --explain prices only the selected experts' FLOPs
+# (compiler/emit/cuda/moe.cuh); --explain prices only the selected experts' FLOPs
 # and streams every expert's weights.
 model mixtral_8x7b
 

@@ -3,7 +3,7 @@
 # 0.02 pooled over the layers as transformers' Mixtral) at widths a CPU trains in seconds, on bytes of text (vocabulary 256).
 #
 # The cpu backend runs its experts as BLAS GEMMs over each expert's rows,
-# the cuda backend as grouped GEMMs (compiler/cuda/moe.cuh); --explain
+# the cuda backend as grouped GEMMs (compiler/emit/cuda/moe.cuh); --explain
 # prices only the selected experts' FLOPs and streams every expert's weights.
 model mixtral_tiny
 

@@ -9,7 +9,7 @@
 # weights are stored [out, in], so they multiply transposed.
 #
 # The cuda backend runs its experts as grouped GEMMs over each expert's rows
-# (compiler/cuda/moe.cuh); --explain prices only the selected experts' FLOPs
+# (compiler/emit/cuda/moe.cuh); --explain prices only the selected experts' FLOPs
 # and streams every expert's weights.
 model qwen1_5_moe_a2_7b
 

@@ -6,13 +6,13 @@
 //      The cpu backend's arena is host memory and its copies are memcpy, so
 //      this one rate gives hbm_bandwidth, host_memory_bandwidth and (halved:
 //      a copy of B bytes moves 2B) h2d_bandwidth and d2h_bandwidth.
-//   2. the host AdamW: what runtime/store.c's store_update does a segment,
-//      adamw_update (runtime/adamw.c, with the bf16 copy and the gradient
+//   2. the host AdamW: what runtime/store/store.c's store_update does a segment,
+//      adamw_update (runtime/store/adamw.c, with the bf16 copy and the gradient
 //      zeroed in the same pass) on T threads, over arrays of a quarter of the
-//      copy buffer each; 34 bytes a parameter as compiler/cost.c counts them ->
+//      copy buffer each; 34 bytes a parameter as compiler/schedule/cost.c counts them ->
 //      host_adamw_bandwidth. And what a GPU's COPY_OUT does on the host after
 //      its copy: adamw_grads_add of bf16 gradients into the fp32
-//      accumulators (runtime/backend_cuda.c) on T threads, 10 bytes a
+//      accumulators (runtime/backend/backend_cuda.c) on T threads, 10 bytes a
 //      parameter (read 2 and 4, write 4) -> host_grads_add_bandwidth.
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
 //      small's width and 256 tokens (forward, and the backward's two), with
@@ -21,19 +21,19 @@
 //      has none of its own).
 //   4. element-wise: x = x * a + b on one thread over a large array, swept
 //      in cache-sized chunks, several passes a chunk, so that arithmetic and
-//      not memory bounds it (compiler/cost.c already takes the larger of the
+//      not memory bounds it (compiler/schedule/cost.c already takes the larger of the
 //      FLOP time and the byte time) -> vector_flops.
-//   4b. bf16 attention: the plain kernel (runtime/kernels.inc: double sums,
+//   4b. bf16 attention: the plain kernel (runtime/backend/kernels.inc: double sums,
 //      one thread) that the cpu backend runs a bf16 plan's attention with,
 //      causal, 256 tokens, 4 heads of 64, its FLOPs counted as
-//      compiler/cost.c counts attention's, over its time less its exps (one
+//      compiler/schedule/cost.c counts attention's, over its time less its exps (one
 //      a scored pair) at 5's transcendental_f64_s, which cost.c prices
 //      apart -> attention_plain_flops.
 //   4c. one-thread sgemm: the three GEMMs of a tiny model's MLP matmul
 //      (llama-tiny's: 256 tokens, width 64, MLP width 176) on one thread, as
 //      the cpu backend runs every GEMM under MT_BLAS_THREADED_MACS
 //      multiply-adds -> gemm_one_thread_flops.
-//   4d. bf16 conversions: runtime/jit.c's own loops (jit_widen, jit_narrow)
+//   4d. bf16 conversions: runtime/backend/jit.c's own loops (jit_widen, jit_narrow)
 //      over a tiny model's activation (256 x 256) in cache, the mean an
 //      element of the two -> bf16_convert_s.
 //   5. per-call overheads: a small sgemm (64 x 64 x 16, an attention head's
@@ -66,11 +66,11 @@
 #include "runtime/calibrate.h"
 #include "common/io.h"
 #include "common/target.h"
-#include "runtime/adamw.h"
-#include "runtime/blas_core.h"
-#include "runtime/jit.h"
-#include "runtime/kernels.h"
-#include "runtime/tier.h"
+#include "runtime/store/adamw.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/jit.h"
+#include "runtime/backend/kernels.h"
+#include "runtime/store/tier.h"
 
 #include <cblas.h>
 #include <errno.h>
@@ -115,7 +115,7 @@ enum {
     CAL_TIER_REPS = 3,
 };
 
-// Bytes a parameter of the AdamW measured, as compiler/cost.c's update_bytes
+// Bytes a parameter of the AdamW measured, as compiler/schedule/cost.c's update_bytes
 // counts them under bf16: reads w, m, v, g (16), writes w, m, v (12), the
 // bf16 copy (2) and zeroes g (4).
 #define CAL_ADAMW_BYTES 34.0
@@ -250,7 +250,7 @@ static void bench_free(Bench *b) {
 }
 
 // Allocates and fills every buffer: the copy buffers first touched by the
-// threads that copy them; AdamW's arrays first touched as runtime/store.c
+// threads that copy them; AdamW's arrays first touched as runtime/store/store.c
 // touches its own (adamw_first_touch), on huge pages where the kernel has them.
 static int bench_alloc(Bench *b, double available, int nt, char *err, size_t errcap) {
     const size_t T = CAL_GEMM_T, C = CAL_GEMM_C, F = CAL_GEMM_F;
@@ -284,7 +284,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
     for (int i = 0; i < nt; i++) b->jobs[i].fill = 0;
-    adamw_first_touch(b->w, b->m, b->v, b->g, NULL, b->wb, b->n, nt); // as runtime/store.c touches its arrays
+    adamw_first_touch(b->w, b->m, b->v, b->g, NULL, b->wb, b->n, nt); // as runtime/store/store.c touches its arrays
     for (int64_t i = 0; i < b->n; i++) b->w[i] = 0.01f * (float)(i % 97);
     for (size_t i = 0; i < T * C; i++) b->x[i] = (float)(i % 17) * 0.0625f - 0.5f;
     for (size_t i = 0; i < C * F; i++) b->wt[i] = (float)(i % 13) * 0.0625f - 0.375f;
@@ -380,7 +380,7 @@ static double round_attention(Bench *b) {
     return dt;
 }
 
-// The plain kernel's FLOP/s as compiler/cost.c prices it from the best
+// The plain kernel's FLOP/s as compiler/schedule/cost.c prices it from the best
 // round's seconds: cost.c's count (causal pairs x 4 x H x D) over the time
 // left when its exps (one a pair, libm's scalar double exp) are taken at
 // exp64_s each; at least the rate with them in.
@@ -702,13 +702,13 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# measured by mtrun --calibrate on %s: x = x * a + b (2 FLOPs an element) on ONE\n"
                "# thread, as the cpu executor runs element-wise kernels, over a %.1f MB array in\n"
                "# %.1f kB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
-               "# (compiler/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
+               "# (compiler/schedule/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
                "# as the kernels are built; the best of %d rounds: %.2f GFLOP/s.\n",
             d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_ROUNDS, t->vector_flops / gb);
     fprintf(f, "vector_flops = %s\n", fmt_num(a, sizeof a, t->vector_flops));
     fprintf(f, "# measured by mtrun --calibrate on %s: the plain attention kernel (double sums) on\n"
                "# ONE thread, as the cpu backend runs a bf16 plan's attention, causal, %d tokens,\n"
-               "# %d heads of %d, FLOPs counted as compiler/cost.c counts attention's, the time less\n"
+               "# %d heads of %d, FLOPs counted as compiler/schedule/cost.c counts attention's, the time less\n"
                "# its exps (one a scored pair) at transcendental_f64_s, which cost.c adds apart; the\n"
                "# best of %d rounds: %.2f GFLOP/s.\n", d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS,
             t->attention_plain_flops / gb);
@@ -718,7 +718,7 @@ static int write_profile(FILE *f, const Measured *m) {
                "# %d by %d, forward and the backward's two; the best of %d rounds: %.1f GFLOP/s.\n",
             d, MT_BLAS_THREADED_MACS, CAL_GEMM1_T, CAL_GEMM1_C, CAL_GEMM1_F, CAL_ROUNDS, t->gemm_one_thread_flops / gb);
     fprintf(f, "gemm_one_thread_flops = %s\n", fmt_num(a, sizeof a, t->gemm_one_thread_flops));
-    fprintf(f, "# measured by mtrun --calibrate on %s: runtime/jit.c's loops that widen a bf16 plan's\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: runtime/backend/jit.c's loops that widen a bf16 plan's\n"
                "# GEMM, attention and node operands to f32 and round their results back, over %d\n"
                "# elements in cache on ONE thread, the mean an element; the best of %d rounds.\n",
             d, CAL_CONVERT_N, CAL_ROUNDS);
@@ -745,17 +745,17 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# measured by mtrun --calibrate on %s: the CPUs this process may run on\n"
                "# (sched_getaffinity).\n", d);
     fprintf(f, "host_cores = %.0f\n", t->host_cores);
-    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/adamw.c, with\n"
-               "# the bf16 copy, zeroing the gradient), as runtime/store.c updates a segment,\n"
-               "# on %.1f M parameters by %d threads, counted as compiler/cost.c counts\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/store/adamw.c, with\n"
+               "# the bf16 copy, zeroing the gradient), as runtime/store/store.c updates a segment,\n"
+               "# on %.1f M parameters by %d threads, counted as compiler/schedule/cost.c counts\n"
                "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
                "# %.1f GB/s.\n",
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_grads_add (runtime/adamw.c) of\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_grads_add (runtime/store/adamw.c) of\n"
                "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
-               "# host after its copy (compiler/cost.c prices it on GPU targets only), by %d\n"
+               "# host after its copy (compiler/schedule/cost.c prices it on GPU targets only), by %d\n"
                "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"
                "# %.1f GB/s.\n",
             d, m->threads, CAL_GRADS_ADD_BYTES, CAL_ROUNDS, m->grads_add.lo / gb, m->grads_add.hi / gb,

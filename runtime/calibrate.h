@@ -15,7 +15,7 @@
 
 // Measures the machine, using threads threads (>= 1) for the memory copy (and,
 // when tier_dir is not NULL, the NVMe tier on the filesystem of tier_dir: its
-// free space and sequential write and read rates through runtime/tier.c), and
+// free space and sequential write and read rates through runtime/store/tier.c), and
 // writes the profile to path atomically (a temporary file beside it, fsync'ed,
 // checked with target_load, renamed over path, the directory fsync'ed). A
 // short summary goes to out (NULL: none). Returns 0, or -1 with one message

@@ -80,7 +80,7 @@ typedef struct DataSet {
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open
     int64_t train_pos;   // next training token offset within the training split (checkpointed by the caller)
-    // A data-parallel run's part (runtime/dist.h): each batch of B rows the
+    // A data-parallel run's part (runtime/dist/dist.h): each batch of B rows the
     // functions below cut is this rank's rows [rank*B, rank*B + B) of a
     // global batch of ranks*B rows, cut as one process would cut it, so the
     // ranks together see the tokens one process sees at batch ranks*B.

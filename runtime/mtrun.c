@@ -11,10 +11,10 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include "runtime/blas_core.h"
+#include "runtime/backend/blas_core.h"
 #include "runtime/calibrate.h"
-#include "runtime/device.h"
-#include "runtime/dist.h"
+#include "runtime/backend/device.h"
+#include "runtime/dist/dist.h"
 #include "common/verify.h"
 #include "runtime/plan_read.h"
 #include "runtime/train.h"

@@ -1,4 +1,4 @@
-// plan_read.c: reads the plan file that compiler/plan_write.c writes (the
+// plan_read.c: reads the plan file that compiler/emit/plan_write.c writes (the
 // byte layout of each section is listed there, field by field) and validates
 // all of it before returning: the header, the section table, each section's
 // crc32, then every field, every enum, every node id, every host and arena

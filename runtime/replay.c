@@ -8,8 +8,8 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/adamw.h"
-#include "runtime/exec.h"
+#include "runtime/store/adamw.h"
+#include "runtime/backend/exec.h"
 #include "common/trace.h"
 #include "common/bf16.h"
 

@@ -14,9 +14,9 @@
 #ifndef MT_REPLAY_H
 #define MT_REPLAY_H
 
-#include "runtime/backend.h"
-#include "runtime/dist.h"
-#include "runtime/store.h"
+#include "runtime/backend/backend.h"
+#include "runtime/dist/dist.h"
+#include "runtime/store/store.h"
 
 // Which runnable engine goes next.
 //   eager:  copy-in, copy-out, host, then compute: copies and the optimizer

@@ -19,7 +19,7 @@
 
 #include "runtime/data.h"
 #include "runtime/replay.h"
-#include "runtime/store.h"
+#include "runtime/store/store.h"
 
 // Writes PREFIX.tokens.npy (int32, (B, T)) and PREFIX.logits.npy (float32,
 // (B, T, V)): the batch and the logits of the model's forward on it, its

@@ -12,15 +12,15 @@
 #include "common/io.h"
 #include "common/scratch.h"
 #include "common/storage.h"
-#include "runtime/adamw.h"
-#include "runtime/backend.h"
-#include "runtime/checkpoint.h"
-#include "runtime/comm.h"
-#include "runtime/kernels.h"
+#include "runtime/store/adamw.h"
+#include "runtime/backend/backend.h"
+#include "runtime/store/checkpoint.h"
+#include "runtime/dist/comm.h"
+#include "runtime/backend/kernels.h"
 #include "runtime/data.h"
 #include "runtime/replay.h"
 #include "runtime/sample.h"
-#include "runtime/weights.h"
+#include "runtime/model_io/weights.h"
 
 double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) {
     if (t->warmup > 0 && step <= t->warmup) return base * (double)step / (double)t->warmup;

@@ -6,8 +6,8 @@
 
 #include <stdio.h>
 
-#include "runtime/backend.h"
-#include "runtime/dist.h"
+#include "runtime/backend/backend.h"
+#include "runtime/dist/dist.h"
 
 #include "common/plan.h"
 

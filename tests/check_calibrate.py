@@ -34,7 +34,7 @@ PLAUSIBLE = {
     "device_memory": (1e8, 1e14),
     "hbm_bandwidth": (0.1e9, 10000e9),            # memcpy, bytes read + written
     "host_memory_bandwidth": (0.1e9, 10000e9),
-    "host_adamw_bandwidth": (0.1e9, 10000e9),     # runtime/adamw.c, 34 bytes a parameter
+    "host_adamw_bandwidth": (0.1e9, 10000e9),     # runtime/store/adamw.c, 34 bytes a parameter
     "host_grads_add_bandwidth": (0.1e9, 10000e9), # adamw_grads_add of bf16, 10 bytes a parameter
     "h2d_bandwidth": (0.05e9, 5000e9),            # half the memcpy rate
     "d2h_bandwidth": (0.05e9, 5000e9),

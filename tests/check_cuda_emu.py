@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The cuda backend (runtime/backend_cuda.c) on the CPU emulation of CUDA.
+"""The cuda backend (runtime/backend/backend_cuda.c) on the CPU emulation of CUDA.
 
 usage: check_cuda_emu.py train MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL [TARGET] [--remats=A,B] [--dtypes=A,B]
        check_cuda_emu.py waits MTC MTRUN LIBMT_CUDA_EMU CXX SRC WORK MODEL

@@ -10,7 +10,7 @@ engine runs kernels) plus the device copy of the document starts, B x T
 int32s (common/scratch.h: plan_docs_bytes). The count: the most of
   moe forward    a chunk of rows' [S, F + C] floats and the route's
                  [3 E + 2 + 2 S] ints, S = rows K, as many rows as fit
-                 1 GiB (compiler/cuda/moe.cuh)
+                 1 GiB (compiler/emit/cuda/moe.cuh)
   moe backward   the same with [S, 2 F + C] floats, and bf16 [S, 3 F + C]
                  more on the pipelined path (a bf16 plan, C and F
                  multiples of 8: this one)

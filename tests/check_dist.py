@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Data parallelism under mpirun on the cpu backend (runtime/dist.c).
+"""Data parallelism under mpirun on the cpu backend (runtime/dist/dist.c).
 
 usage: check_dist.py MTC MTRUN equal MODEL.mt f32|bf16 [replicated|sharded [RANKS,...]]
        check_dist.py MTC MTRUN refuse MODEL.mt
@@ -77,7 +77,7 @@ cuda:   the cuda backend on the CPU emulation of CUDA (tests/emu, as
         (--remat layer, nothing resident: every layer streams), the emulation
         pretending 2 devices (MT_CUDA_EMU_DEVICES): each rank runs on the
         device of its local rank, as the banner says, and opens the ranks'
-        collectives (runtime/comm.c: MPI through host copies, checked by a
+        collectives (runtime/dist/comm.c: MPI through host copies, checked by a
         start-up all-reduce); the first 5 losses and a validation loss equal
         the cpu backend's 2 ranks' to check_cuda_emu.py's tolerances (f32
         1e-5, bf16 1e-3 relative), f32 (default) or bf16, replicated

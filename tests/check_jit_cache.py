@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mtrun's cache of JIT-compiled kernels (runtime/jit.c, common/cache.c) saves time and nothing else.
+"""mtrun's cache of JIT-compiled kernels (runtime/backend/jit.c, common/cache.c) saves time and nothing else.
 
 usage: check_jit_cache.py MTC MTRUN   (run from the project root)
 

@@ -25,8 +25,8 @@ that cross the link in a step are all 8 experts' (every parameter, in bf16).
 
 plan: `mtc -o` of the tiny Mixtral for a GPU target plans it with CUDA code
 and no warning, and --emit-cuda writes the mixture-of-experts kernels of
-compiler/cuda/moe.cuh (mt_node_top_k, _load_balance, _load_balance_bwd,
-_add_loss, and every grouped mt_moe_* kernel runtime/moe_launch.h
+compiler/emit/cuda/moe.cuh (mt_node_top_k, _load_balance, _load_balance_bwd,
+_add_loss, and every grouped mt_moe_* kernel runtime/backend/moe_launch.h
 launches) into the translation unit.
 
 stats: what mtrun logs of a mixture of experts on the cpu backend: the
@@ -176,7 +176,7 @@ def plan(mtc):
         check(p.returncode == 0 and os.path.exists(cu), "--emit-cuda of mixtral-tiny", p)
         text = open(cu).read() if os.path.exists(cu) else ""
         names = [f"mt_node_{k}" for k in ("top_k", "load_balance", "load_balance_bwd", "add_loss")]
-        launch = open("runtime/moe_launch.h").read()
+        launch = open("runtime/backend/moe_launch.h").read()
         table = re.search(r"MOE_KERNEL_NAME\[MOE_KERNELS\] = \{(.*?)\};", launch, re.S)
         grouped = re.findall(r'"(mt_moe_\w+)"', table.group(1)) if table else []
         check(len(grouped) >= 13, "moe_launch.h names its grouped kernels")

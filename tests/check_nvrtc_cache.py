@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""mtc's NVRTC compile cache (compiler/nvrtc.c) saves time and nothing else.
+"""mtc's NVRTC compile cache (compiler/emit/nvrtc.c) saves time and nothing else.
 
 usage: check_nvrtc_cache.py MTC   (run from the project root)
 

@@ -40,7 +40,7 @@ def losses(path):
 
 
 def ckpt_arrays(path):
-    """A checkpoint's W, M and V sections (runtime/checkpoint.c: a 24-byte
+    """A checkpoint's W, M and V sections (runtime/store/checkpoint.c: a 24-byte
     header, then 4 table entries of u32 id, u32 crc, u64 offset, u64 size)."""
     b = open(path, "rb").read()
     check(b[:8] == b"MTCKPT\0\0", f"{path} is a checkpoint")

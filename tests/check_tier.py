@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The NVMe tier (mtrun --tier-dir, runtime/tier.c) on the cpu backend, on a
+"""The NVMe tier (mtrun --tier-dir, runtime/store/tier.c) on the cpu backend, on a
 file in a temporary directory:
 
 - llama-tiny, gpt2-tiny (fp32 and bf16), llama-tiny with accumulate = 2 and

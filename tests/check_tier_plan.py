@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""The scheduler's NVMe tier (compiler/cost.c, cost_place): placement, cost,
+"""The scheduler's NVMe tier (compiler/schedule/cost.c, cost_place): placement, cost,
 --explain and the plan's tier word:
 
 - mistral-large-2 (122.6B, bf16 with one micro-batch a step: 16 bytes a

@@ -17,9 +17,9 @@
 
 #include "common/io.h"
 #include "common/graph.h"
-#include "runtime/blas_core.h"
-#include "runtime/exec.h"
-#include "compiler/passes.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/exec.h"
+#include "compiler/front/passes.h"
 
 static int max_samples = 48; // elements checked a tensor; --samples N
 static const double TOLERANCE = 1e-6, STEP = 1e-4;

@@ -1,5 +1,5 @@
 // ref_forward: the forward pass of a model in the reference executor
-// (runtime/exec.c, double precision), from weights in a safetensors file and
+// (runtime/backend/exec.c, double precision), from weights in a safetensors file and
 // the model's integer inputs in a raw file, with no plan: for models mtc
 // cannot plan yet (mixture of experts) checked against an independent numpy
 // forward (tests/check_moe.py). Head, then the block once per layer (each
@@ -18,10 +18,10 @@
 #include <string.h>
 
 #include "common/io.h"
-#include "compiler/passes.h"
-#include "runtime/blas_core.h"
-#include "runtime/exec.h"
-#include "runtime/safetensors.h"
+#include "compiler/front/passes.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/exec.h"
+#include "runtime/model_io/safetensors.h"
 
 typedef struct Run {
     const Graph *g;

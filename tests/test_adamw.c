@@ -16,7 +16,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "runtime/adamw.h"
+#include "runtime/store/adamw.h"
 
 static int failures;
 

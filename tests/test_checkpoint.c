@@ -1,4 +1,4 @@
-// test_checkpoint: runtime/checkpoint.c. Saves, prunes to --keep, reads back
+// test_checkpoint: runtime/store/checkpoint.c. Saves, prunes to --keep, reads back
 // to the same bits (NaN payloads, -0, denormals included), finds the newest;
 // refuses every kind of damage with a message naming the file and the
 // section; and, crashing a child mid-save with MT_CKPT_ABORT_AFTER_BYTES at
@@ -23,8 +23,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/checkpoint.h"
-#include "runtime/dist.h"
+#include "runtime/store/checkpoint.h"
+#include "runtime/dist/dist.h"
 
 static int failures;
 static char workdir[4096];

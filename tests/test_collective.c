@@ -1,10 +1,10 @@
-// test_collective.c: the collectives' prices (compiler/collective.c) against
+// test_collective.c: the collectives' prices (compiler/schedule/collective.c) against
 // the ring arithmetic written out by hand from the shipped profiles' figures:
 // one node of h200x8 (NVLink), 4 and 32 nodes of h200x8-su (InfiniBand then
 // NVLink), a cpu target (host memory), and what costs nothing.
 //
 // Usage: test_collective PROJECT_ROOT. Prints each failure; returns 1 on any.
-#include "compiler/collective.h"
+#include "compiler/schedule/collective.h"
 
 #include <math.h>
 #include <stdio.h>

@@ -1,4 +1,4 @@
-// test_comm: runtime/comm.c's MPI implementation under mpirun -np N (and as
+// test_comm: runtime/dist/comm.c's MPI implementation under mpirun -np N (and as
 // one process without MPI, where every collective leaves the buffer as it
 // is). all-reduce, all-gather and reduce-scatter, fp32 and bf16, in one
 // piece and in pieces of 7 elements (MT_COMM_PIECE), on host buffers and
@@ -13,7 +13,7 @@
 #include <string.h>
 
 #include "common/bf16.h"
-#include "runtime/comm.h"
+#include "runtime/dist/comm.h"
 
 static int failures;
 

@@ -1,6 +1,6 @@
-// test_cost_cpu: what compiler/cost.c prices a cpu target's GEMM and
+// test_cost_cpu: what compiler/schedule/cost.c prices a cpu target's GEMM and
 // attention kernels at, against the cpu backend's way of running them
-// (runtime/jit.c), on a fixed profile written here (no timing):
+// (runtime/backend/jit.c), on a fixed profile written here (no timing):
 //
 // - a GEMM whose BLAS calls each take fewer than MT_BLAS_THREADED_MACS
 //   multiply-adds runs on one thread: its FLOPs at gemm_one_thread_flops
@@ -23,9 +23,9 @@
 #include <unistd.h>
 
 #include "common/io.h"
-#include "compiler/cost.h"
-#include "compiler/fuse.h"
-#include "compiler/passes.h"
+#include "compiler/schedule/cost.h"
+#include "compiler/fuse/fuse.h"
+#include "compiler/front/passes.h"
 
 static int failures, checked;
 

@@ -20,10 +20,10 @@
 #include <string.h>
 
 #include "common/io.h"
-#include "compiler/emit_cuda.h"
-#include "compiler/fuse.h"
+#include "compiler/emit/emit_cuda.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 static int failures;
 #define CHECK(cond, ...)                                                                                               \

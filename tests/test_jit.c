@@ -1,6 +1,6 @@
 // test_jit: every JIT kernel of every part (head, block, tail; forward and
 // backward) of each model given, against the reference kernels
-// (runtime/kernels.inc through exec_run), on fresh random inputs.
+// (runtime/backend/kernels.inc through exec_run), on fresh random inputs.
 //
 // For each launched kernel (an expression kernel, a GEMM with its
 // epilogue, an attention kernel, a node kernel): every node of the part gets a buffer in
@@ -21,13 +21,13 @@
 
 #include "common/io.h"
 #include "common/plan.h"
-#include "compiler/emit_llvm.h"
-#include "compiler/fuse.h"
+#include "compiler/emit/emit_llvm.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "runtime/blas_core.h"
-#include "runtime/exec.h"
-#include "runtime/jit.h"
-#include "compiler/passes.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/exec.h"
+#include "runtime/backend/jit.h"
+#include "compiler/front/passes.h"
 
 static const double TOL = 1e-6;
 

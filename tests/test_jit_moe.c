@@ -1,6 +1,6 @@
 // test_jit_moe: the JIT's generated node kernels (KK_NODE: top_k, moe,
-// moe_bwd, load_balance and its backward, add_loss; compiler/emit_llvm_node.c)
-// against the plain kernels (runtime/kernels.inc) they replace, for each
+// moe_bwd, load_balance and its backward, add_loss; compiler/emit/emit_llvm_node.c)
+// against the plain kernels (runtime/backend/kernels.inc) they replace, for each
 // model given, with f32 and with bf16 storage.
 //
 // Each node kernel of every part runs on fresh random operands in [-1, 1)
@@ -30,12 +30,12 @@
 #include "common/bf16.h"
 #include "common/io.h"
 #include "common/storage.h"
-#include "compiler/emit_llvm.h"
-#include "compiler/fuse.h"
-#include "compiler/passes.h"
-#include "runtime/blas_core.h"
-#include "runtime/jit.h"
-#include "runtime/kernels.h"
+#include "compiler/emit/emit_llvm.h"
+#include "compiler/fuse/fuse.h"
+#include "compiler/front/passes.h"
+#include "runtime/backend/blas_core.h"
+#include "runtime/backend/jit.h"
+#include "runtime/backend/kernels.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static double uniform(void) { // [-1, 1)

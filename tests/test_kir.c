@@ -11,9 +11,9 @@
 #include <string.h>
 
 #include "common/io.h"
-#include "compiler/fuse.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint32_t next_u32(void) {

@@ -39,10 +39,10 @@
 
 #include "common/io.h"
 #include "common/plan.h"
-#include "compiler/plan_write.h"
-#include "compiler/schedule.h"
+#include "compiler/emit/plan_write.h"
+#include "compiler/schedule/schedule.h"
 #include "runtime/plan_read.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};

@@ -28,7 +28,7 @@
 #include <sys/stat.h>
 #include <time.h>
 
-#include "runtime/blas_core.h"
+#include "runtime/backend/blas_core.h"
 #include "runtime/plan_read.h"
 #include "runtime/replay.h"
 

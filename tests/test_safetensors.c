@@ -1,4 +1,4 @@
-// test_safetensors: runtime/safetensors.c against fixtures written by
+// test_safetensors: runtime/model_io/safetensors.c against fixtures written by
 // tests/make_safetensors.py, an independent writer (Python's struct, json).
 // Opens every good fixture (F32, BF16 and F16 with every bit pattern, a
 // directory, a sharded set by its index and by its directory) and checks
@@ -24,7 +24,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
-#include "runtime/safetensors.h"
+#include "runtime/model_io/safetensors.h"
 
 static int failures;
 static const char *python, *writer, *workdir;

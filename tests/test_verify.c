@@ -31,9 +31,9 @@
 #include <time.h>
 
 #include "common/io.h"
-#include "compiler/schedule.h"
+#include "compiler/schedule/schedule.h"
 #include "common/verify.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 static int failures, verified;
 static char examples[4096], schedules[4096];

@@ -12,7 +12,7 @@
 
 // The reference of the cases the plain kernels of attention_ref.cuh do not
 // take (value heads of their own width, documents): y, lse, dq, dk, dv in
-// double on the host, as runtime/kernels.inc defines them, seg (B, T) or
+// double on the host, as runtime/backend/kernels.inc defines them, seg (B, T) or
 // NULL. Layouts as the kernels': q (B, T, H*D), k (B, T, KVH*D), v
 // (B, T, KVH*Dv), y and dy (B, T, H*Dv), lse (B, H, T). With bf16_p, the
 // plain bf16 attention FlashAttention's tests hold a kernel to (PyTorch's

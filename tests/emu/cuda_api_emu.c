@@ -1,5 +1,5 @@
 // cuda_api_emu.c: the CUDA runtime, driver and cuBLASLt calls that
-// runtime/backend_cuda.c makes, emulated on the CPU for tests (the build
+// runtime/backend/backend_cuda.c makes, emulated on the CPU for tests (the build
 // links a second copy of the backend, libmt_cuda_emu.so, against this
 // instead of libcudart, libcuda and libcublasLt). Types and names come from
 // the toolkit's own headers, so the backend compiles unchanged. What it

@@ -1,5 +1,5 @@
 // cuda_emu.h: just enough of CUDA to run the CUDA C that mtc generates (the
-// translation unit NVRTC compiles: compiler/cuda/*.cuh and emit_cuda.c's
+// translation unit NVRTC compiles: compiler/emit/cuda/*.cuh and emit_cuda.c's
 // kernels) on the host, for tests. C++ (g++ or clang++, -std=c++17), libc
 // headers only. What it models and what it does not: tests/emu/README.md.
 //
@@ -325,7 +325,7 @@ template <typename T> static inline T atomicAdd(T *p, T v) {
     return old;
 }
 
-// ---- compiler/cuda/mma.cuh's wrappers, as the PTX ISA defines them per lane
+// ---- compiler/emit/cuda/mma.cuh's wrappers, as the PTX ISA defines them per lane
 // (the layouts are written in mma.cuh). Each needs the whole warp.
 #define MT_CUDA_EMU 1
 namespace mt_emu {

@@ -1,7 +1,7 @@
-// docs_check: the fp32 flash attention of compiler/cuda/attention.cuh with
+// docs_check: the fp32 flash attention of compiler/emit/cuda/attention.cuh with
 // packed documents (seg_start (B, T): for query t of row b the first
 // position of its document; key j visible only when j >= seg_start[b * T +
-// t]; runtime/kernels.h) against its plain reference (attention_ref.cuh's
+// t]; runtime/backend/kernels.h) against its plain reference (attention_ref.cuh's
 // mt_ref_attn_probs_docs), both on the CPU emulation of CUDA
 // (tests/emu/cuda_emu.h): forward y and lse, backward dq, dk, dv (the
 // backward recomputing lse, and at odd lengths taking the forward's y and
@@ -9,7 +9,7 @@
 // tolerances); causal and not, grouped-query, a window, scale and softcap;
 // rows cut into random documents, a row starting inside one (its first
 // start 0), documents of one token. Every lse within 1e-3 of a computation
-// in double with runtime/kernels.inc's semantics. And the documents matter:
+// in double with runtime/backend/kernels.inc's semantics. And the documents matter:
 // the same kernels given NULL differ from the reference by more than 1e-2.
 //
 //   docs_check CXX EMU_DIR WORK_DIR
@@ -22,7 +22,7 @@
 
 #include "common/attention.h"
 #include "common/bf16.h"
-#include "compiler/cuda/sources.h"
+#include "compiler/emit/cuda/sources.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
@@ -147,7 +147,7 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
         if (!(err[i] <= worst) && worst == worst) worst = err[i];
         free(a);
     }
-    // lse = log sum_j exp(score) over the keys query t sees, in double (runtime/kernels.inc's attn_probs)
+    // lse = log sum_j exp(score) over the keys query t sees, in double (runtime/backend/kernels.inc's attn_probs)
     double le = 0;
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)

@@ -6,11 +6,11 @@
 //   emu_check CXX EMU_DIR WORK_DIR            (0 and 1 below)
 //   emu_check CXX EMU_DIR WORK_DIR [--seq N] [--vocab N] MODEL.mt...  (2 below)
 //
-// 0. The tensor-core and cp.async wrappers of compiler/cuda/mma.cuh, over
+// 0. The tensor-core and cp.async wrappers of compiler/emit/cuda/mma.cuh, over
 //    every lane's fragment (tests/emu/mma_test.cuh), against a plain matrix
 //    product and the PTX ISA's layouts; the same kernels compile with NVRTC
 //    for sm_80 and sm_90.
-// 1. Flash attention (compiler/cuda/attention.cuh) against its plain
+// 1. Flash attention (compiler/emit/cuda/attention.cuh) against its plain
 //    reference (attention_ref.cuh), both run on the emulation: forward y,
 //    backward dq, dk, dv on random inputs; causal and not, grouped-query,
 //    head sizes 16, 64, 128, lengths no multiple of the tiles, f32 (relative
@@ -35,7 +35,7 @@
 //   emu_check CXX EMU_DIR WORK_DIR --plans MODEL.mt...   (3: check_plans)
 //   emu_check --nvrtc
 //
-// compiles the tensor-core attention (compiler/cuda/attention_tc.cuh), every
+// compiles the tensor-core attention (compiler/emit/cuda/attention_tc.cuh), every
 // variant a plan can instantiate, with NVRTC for sm_80 and sm_90 instead,
 // and fails on any register spill ptxas reports.
 #include <dlfcn.h>
@@ -49,12 +49,12 @@
 #include "common/bf16.h"
 #include "common/io.h"
 #include "common/attention.h"
-#include "compiler/cuda/sources.h"
-#include "compiler/emit_cuda.h"
-#include "compiler/fuse.h"
+#include "compiler/emit/cuda/sources.h"
+#include "compiler/emit/emit_cuda.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/nvrtc.h"
-#include "compiler/passes.h"
+#include "compiler/emit/nvrtc.h"
+#include "compiler/front/passes.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
 
@@ -326,7 +326,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
         err[i] = max_rel_rows(a, want[i], (size_t)cnt[i], stride, width, 1e-1);
         if (!(err[i] <= worst) && worst == worst) worst = err[i];
     }
-    // lse = log sum_j exp(score(q, k_j)) over the visible keys, as runtime/kernels.inc
+    // lse = log sum_j exp(score(q, k_j)) over the visible keys, as runtime/backend/kernels.inc
     double le = 0;
     double *sc = malloc(8 * (size_t)T);
     for (int b = 0; b < B; b++)
@@ -444,7 +444,7 @@ static void check_attention(void) {
 
 enum { MMA_WARPS = 6 }; // three blocks of two warps
 
-// compiler/cuda/mma.cuh's wrappers driven over every lane by
+// compiler/emit/cuda/mma.cuh's wrappers driven over every lane by
 // tests/emu/mma_test.cuh: mma against a plain product in double (relative
 // error 1e-6: one fp32 rounding), ldmatrix (after cp.async) bit for bit
 // against the PTX ISA's layouts. The same translation unit must compile with

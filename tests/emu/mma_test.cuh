@@ -1,4 +1,4 @@
-// mma_test.cuh: kernels that drive each wrapper of compiler/cuda/mma.cuh over
+// mma_test.cuh: kernels that drive each wrapper of compiler/emit/cuda/mma.cuh over
 // every lane's fragment, for emu_check (on the emulation, against a plain
 // matrix product on the host) and for NVRTC (sm_80, sm_90: the inline PTX
 // compiles). Needs prelude.cuh and mma.cuh. One warp per problem: warp w of

@@ -1,7 +1,7 @@
-// moe_check: compiler/cuda/moe.cuh's grouped mixture-of-experts kernels on
+// moe_check: compiler/emit/cuda/moe.cuh's grouped mixture-of-experts kernels on
 // the CPU emulation of CUDA (tests/emu/cuda_emu.h), run by the launch
-// sequence runtime/backend_cuda.c runs (runtime/moe_launch.h), against
-// the cpu backend's plain kernels (runtime/kernels.inc moe and moe_bwd,
+// sequence runtime/backend/backend_cuda.c runs (runtime/backend/moe_launch.h), against
+// the cpu backend's plain kernels (runtime/backend/kernels.inc moe and moe_bwd,
 // kernel_run_f32) on the same inputs.
 //
 //   moe_check CXX EMU_DIR WORK_DIR
@@ -33,11 +33,11 @@
 
 #include "common/bf16.h"
 #include "common/graph.h"
-#include "runtime/moe_launch.h"
-#include "compiler/cuda/sources.h"
-#include "compiler/nvrtc.h"
-#include "runtime/kernels.h"
-#include "runtime/blas_core.h"
+#include "runtime/backend/moe_launch.h"
+#include "compiler/emit/cuda/sources.h"
+#include "compiler/emit/nvrtc.h"
+#include "runtime/backend/kernels.h"
+#include "runtime/backend/blas_core.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
@@ -197,7 +197,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     void *fa[] = {x.v, gates.v, wg.v, wu.v, wd.v}, *ba[] = {dy.v, x.v, gates.v, wg.v, wu.v, wd.v};
     kernel_run_f32(&moe, ref_y, fa);
     kernel_run_f32(&moe_bwd, ref_out, ba);
-    // the grouped kernels, chunk by chunk as runtime/backend_cuda.c runs them
+    // the grouped kernels, chunk by chunk as runtime/backend/backend_cuda.c runs them
     MoeDims d = {rows, C, E, F, K, bf};
     int bits = bf ? 0x7f : 0;
     int pipelined = 0;

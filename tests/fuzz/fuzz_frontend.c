@@ -5,7 +5,7 @@
 #include <stdint.h>
 
 #include "common/graph.h"
-#include "compiler/passes.h"
+#include "compiler/front/passes.h"
 
 int LLVMFuzzerTestOneInput(const uint8_t *data, size_t size);
 

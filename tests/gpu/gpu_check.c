@@ -4,7 +4,7 @@
 //
 //   gpu_check [--seq N] [--vocab N] [--gemm MxNxK]... MODEL.mt...
 //
-// 1. Flash attention (compiler/cuda/attention.cuh, and the tensor-core
+// 1. Flash attention (compiler/emit/cuda/attention.cuh, and the tensor-core
 //    attention_tc.cuh), compiled by mt's NVRTC wrapper for this device's
 //    sm_XX with the plain reference (attention_ref.cuh): forward y and
 //    backward dq, dk, dv against the reference on random inputs, causal and
@@ -28,7 +28,7 @@
 // 4. Not attention: cuMemGetInfo's free and total at the start, and a bf16
 //    GEMM at each --gemm MxNxK (gemm_time lines; run.sh passes the streamed
 //    models' products).
-// 5. Mixture of experts (compiler/cuda/moe.cuh) at Mixtral 8x7B's layer,
+// 5. Mixture of experts (compiler/emit/cuda/moe.cuh) at Mixtral 8x7B's layer,
 //    4096 tokens: the pipelined kernels' forward + backward against a dense
 //    cuBLAS GEMM of the same FLOPs and against the 64-row kernels (outputs
 //    and time), a moe_time line and the moe_gemm_efficiency to put into
@@ -45,13 +45,13 @@
 #include "common/target.h"
 #include "common/attention.h"
 #include "common/bf16.h"
-#include "compiler/cuda/sources.h"
-#include "compiler/emit_cuda.h"
-#include "compiler/fuse.h"
+#include "compiler/emit/cuda/sources.h"
+#include "compiler/emit/emit_cuda.h"
+#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/nvrtc.h"
-#include "compiler/passes.h"
-#include "runtime/moe_launch.h"
+#include "compiler/emit/nvrtc.h"
+#include "compiler/front/passes.h"
+#include "runtime/backend/moe_launch.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
 
@@ -331,7 +331,7 @@ static double gemm_rate_bf16(void) {
 // causal pairs halved), the achieved share of the GEMM rate (issue 26's
 // targets, recorded, not asserted), and the profile's attention_*_fraction:
 // the share of the work the kernels run (attn_gpu_head_dims' 9 units, what
-// compiler/cost.c counts) times gemm_efficiency (the profile's figures are
+// compiler/schedule/cost.c counts) times gemm_efficiency (the profile's figures are
 // shares of matrix_flops_bf16, whose gemm_efficiency share the GEMMs reach).
 // The fp32 kernel at T 32768 would take about half an hour: skipped.
 static void time_attention_llama(CUmodule m) {
@@ -374,7 +374,7 @@ static void time_attention_llama(CUmodule m) {
             timer_start(&t);
             for (int r = 0; r < reps; r++) attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
             double ms = timer_stop(&t, reps);
-            // FLOPs counted the standard way (compiler/cost.c): 7 T*T*D units, causal pairs halved
+            // FLOPs counted the standard way (compiler/schedule/cost.c): 7 T*T*D units, causal pairs halved
             double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
             double share = flops / (ms * 1e-3) / gemm;
             // issue 26's targets: 0.30 at D 128, 0.25 at D 256 (T 4096)
@@ -648,7 +648,7 @@ static void time_gemm_shape(long M, long N, long K) {
 
 // ---------------------------------------------------------------- 5. mixture of experts
 
-// The cuda backend's sequence (runtime/moe_launch.h) over this module's kernels.
+// The cuda backend's sequence (runtime/backend/moe_launch.h) over this module's kernels.
 static int moe_gpu_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params) {
     CUfunction f;
     CU(cuModuleGetFunction(&f, *(CUmodule *)ctx, MOE_KERNEL_NAME[k]));
@@ -658,7 +658,7 @@ static int moe_gpu_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void
 
 // moe forward + backward at a Mixtral-like shape (rows tokens, C, E experts
 // of width F, top K; bf16) as the backend runs it, chunks included: the
-// pipelined kernels (compiler/cuda/moe.cuh) timed, then the 64-row ones
+// pipelined kernels (compiler/emit/cuda/moe.cuh) timed, then the 64-row ones
 // once, as the reference for their outputs (y, dx, dgates and the first
 // 2^24 of dw_gate; the same routing, so only rounding differs) and their
 // time; and a dense cuBLAS bf16 GEMM of one of the node's products (M the

@@ -366,7 +366,7 @@ def main():
     rows = []
     for m in [keyvals(l) for l in (gck or "").splitlines() if l.startswith("moe_time ")]:
         ms = m["fwd_ms"] + m["bwd_ms"]
-        flops = 12 * 2 * m["rows"] * m["K"] * m["C"] * m["F"]  # 3 products forward, 9 backward (compiler/cost.c)
+        flops = 12 * 2 * m["rows"] * m["K"] * m["C"] * m["F"]  # 3 products forward, 9 backward (compiler/schedule/cost.c)
         rows.append(tuple(str(int(m[k])) for k in ("rows", "E", "K", "C", "F")) + (fnum(m["fwd_ms"]), fnum(m["bwd_ms"]),
                      fnum(flops / (ms * 1e-3) / 1e12, "{:.1f}"), fnum(m["ref_ms"]), fnum(m["dense_ms"], "{:.4f}"),
                      fnum(m["share"]), fnum(m["share"] * eff), f"{m['err']:.1e}"))

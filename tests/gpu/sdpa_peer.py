@@ -19,7 +19,7 @@ backend:
 
   attention_time kernel=sdpa_flash D=128 T=4096 B=1 H=32 KVH=8 causal=1 ms=1.234 tflops=...
 
-(FLOPs counted as compiler/cost.c and gpu_check count them: 4 B H D a
+(FLOPs counted as compiler/schedule/cost.c and gpu_check count them: 4 B H D a
 visible pair forward, 2.5 times that backward.) A backend that takes no
 grouped heads runs with the key and value heads repeated, and its kernel
 name says so (sdpa_cudnn+expand); one that cannot run a shape says

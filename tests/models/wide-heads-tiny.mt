@@ -1,7 +1,7 @@
 # Attention with heads wider than 128 and value heads of their own width
 # (DeepSeek's latent attention: 192 wide for queries and keys, 128 for
 # values), grouped-query, at tiny widths otherwise: the tensor-core flash
-# attention's D 192 / Dv 128 variant (compiler/cuda/attention_tc.cuh) run
+# attention's D 192 / Dv 128 variant (compiler/emit/cuda/attention_tc.cuh) run
 # by the cuda backend on the emulation (cuda_emu_train_wide-heads-tiny,
 # bf16 only: f32 storage has no CUDA kernel for value heads of their own
 # width). seq 70: query blocks and key tiles past the first, one part-full.

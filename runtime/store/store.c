@@ -1,0 +1,480 @@
+#include "runtime/store/store.h"
+
+#include <math.h>
+
+#include "common/bf16.h"
+#include "common/storage.h"
+#include "runtime/dist/dist.h"
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
+int store_grads_bf16(const Plan *p, int holds) {
+    const char *add_only = getenv("MT_GRADS_ADD_ONLY");
+    return storage_grads_bf16(p->graph, p->ranks, !!(holds & STORE_TIER_GRADS)) && !(add_only && !strcmp(add_only, "1"));
+}
+
+int64_t store_bytes(const Plan *p, int holds) {
+    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute) -
+           (store_grads_bf16(p, holds) ? 2 * (plan_host_elems(p) - p->host_global) : 0);
+}
+
+// The arrays of a layer's tier record: m and v, the master, the gradients.
+static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS); }
+
+// The tier holds a record a layer, each the largest kind's (host_layer).
+int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p->host_layer * 4 * tier_arrays(holds); }
+
+int64_t store_shard_elems(const Plan *p, int rank, int ranks) {
+    int64_t n = 0, lo, hi;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+        n += hi - lo;
+    }
+    return n;
+}
+
+int64_t store_slice(const HostStore *s, const Plan *p, int64_t seg, int64_t *lo, int64_t *hi) {
+    int64_t base = plan_segment_base(p, seg), len = plan_segment_len(p, seg);
+    if (!s->shard_at) {
+        *lo = base, *hi = base + len;
+        return base;
+    }
+    dist_shard(len, s->rank, s->ranks, lo, hi);
+    *lo += base, *hi += base;
+    return s->shard_at[plan_segment_index(seg)];
+}
+
+int64_t store_index(const HostStore *s, const Plan *p, int64_t f) {
+    if (!s->shard_at) return f;
+    int64_t lo, hi, at = store_slice(s, p, plan_segment_of(p, f), &lo, &hi);
+    return f >= lo && f < hi ? at + (f - lo) : -1;
+}
+
+// The part [*a, *b) of plan elements [off, off + n) of segment seg that
+// this store holds (may be empty), and the array index of *a.
+static int64_t store_clip(const HostStore *s, const Plan *p, int64_t seg, int64_t off, int64_t n, int64_t *a,
+                          int64_t *b) {
+    int64_t lo, hi, at = store_slice(s, p, seg, &lo, &hi);
+    *a = off > lo ? off : lo;
+    *b = off + n < hi ? off + n : hi;
+    if (*b < *a) *b = *a;
+    return at + (*a - lo);
+}
+
+int store_alloc(HostStore *s, const Plan *p) {
+    char ignored[16];
+    return store_alloc_tier(s, p, NULL, 0, 1, ignored, sizeof ignored);
+}
+
+// The gradient accumulators with the gradients on the tier: an anonymous
+// mapping whose pages hold memory only while touched (a layer's, from its
+// first COPY_OUT of a step to its INS_NORM, which moves them to the tier and
+// drops them: store_norm); the pages read as zeros until written.
+// *mapped: the length to unmap.
+static float *grads_map(size_t bytes, size_t *mapped) {
+    void *at = mmap(NULL, bytes, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS | MAP_NORESERVE, -1, 0);
+    *mapped = bytes;
+    return at == MAP_FAILED ? NULL : at;
+}
+
+// Zeroes floats [off, off + n) of the mapped gradients and gives back the
+// memory of the pages wholly inside (they read as zeros again).
+static void grads_drop(HostStore *s, int64_t off, int64_t n) {
+    uintptr_t page = (uintptr_t)sysconf(_SC_PAGESIZE), a = (uintptr_t)(s->g + off), b = (uintptr_t)(s->g + off + n);
+    uintptr_t lo = (a + page - 1) / page * page, hi = b / page * page;
+    if (hi <= lo || madvise((void *)lo, hi - lo, MADV_DONTNEED) != 0) {
+        memset(s->g + off, 0, (size_t)n * sizeof(float));
+        return;
+    }
+    memset((void *)a, 0, lo - a);
+    memset((void *)hi, 0, b - hi);
+}
+
+// Whether parameter i lies in segment seg (a layer's, or a global one).
+static int in_segment(const Plan *p, int i, int64_t seg) {
+    const Param *prm = p->graph->params.items[i];
+    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
+}
+
+enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
+
+// bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
+// pages asked for where the kernel has them; nothing touched yet (the
+// kernel's zero pages). *mapped: the length to unmap. NULL when out of
+// memory (the mapping is not MAP_NORESERVE, so the kernel's overcommit
+// check refuses a store larger than the machine, as malloc did, rather
+// than the first touch meeting the OOM killer).
+static void *store_map(size_t bytes, size_t *mapped) {
+    size_t len = (bytes + STORE_HUGE - 1) / STORE_HUGE * STORE_HUGE;
+    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    if (raw == MAP_FAILED) return NULL;
+    size_t lead = (STORE_HUGE - ((uintptr_t)raw & (STORE_HUGE - 1))) & (STORE_HUGE - 1);
+    if (lead) munmap(raw, lead);
+    if (STORE_HUGE - lead) munmap(raw + lead + len, STORE_HUGE - lead);
+#ifdef MADV_HUGEPAGE
+    madvise(raw + lead, len, MADV_HUGEPAGE); // refused where the kernel has none: small pages then
+#endif
+    *mapped = len;
+    return raw + lead;
+}
+
+// The first touch, in parallel: every parameter's range of each array in
+// RAM zeroed by the pool threads that will update it (adamw_first_touch,
+// split as adamw_update splits it), then the padding after each parameter
+// (storage_host_elems_of) on this thread. Before this, the pages are the
+// kernel's zero pages: the values are already zero, and this only places
+// them (on a NUMA machine, on the node of the core that updates them) and
+// pays their page faults now rather than in the first step.
+static void store_first_touch(HostStore *s, const Plan *p) {
+    const Graph *g = p->graph;
+    for (int64_t seg = SEG_FIRST; seg < g->layers; seg++)
+        for (int i = 0; i < g->params.n; i++) {
+            if (!in_segment(p, i, seg)) continue;
+            int64_t n = shape_numel(&((const Param *)g->params.items[i])->shape), a, b, pa, pb;
+            int64_t off = store_clip(s, p, seg, plan_param_elem(p, i, seg), n, &a, &b); // what this store holds of it
+            int64_t pad = store_clip(s, p, seg, plan_param_elem(p, i, seg) + n, storage_host_elems_of(n) - n, &pa, &pb);
+            int ram = !s->tier || seg < 0; // m and v (and a tier master) in RAM
+            uint16_t *gb = store_grads_bf16_at(s, off), *gb_pad = store_grads_bf16_at(s, pad); // (s->n: unsharded)
+            // (a tier's: touched as they arrive)
+            float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
+            if (b > a)
+                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
+                                  ram ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a, s->threads);
+            if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
+            if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
+        }
+}
+
+static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
+                      char *err, size_t errcap);
+// The train stream's COPY_OUTs that set their range (out_first), and how
+// many each segment gets a pass (pass_outs): the first of the stream to
+// touch any of its range, by the copy-out engine's order, which is the
+// stream's. Ranges overlap only where equal (each is a parameter's, tied
+// weights' twice), but any overlap counts: then only the first sets.
+typedef struct OutRange {
+    int64_t lo, hi;
+    int i;
+} OutRange;
+static int out_range_cmp(const void *a, const void *b) {
+    const OutRange *x = a, *y = b;
+    return x->lo != y->lo ? (x->lo < y->lo ? -1 : 1) : x->i - y->i;
+}
+static int grads_out_plan(HostStore *s, const Plan *p) {
+    int n = 0;
+    for (int i = 0; i < p->ntrain; i++) n += p->train[i].kind == INS_COPY_OUT;
+    OutRange *r = malloc((size_t)n * sizeof *r + 1);
+    if (!(s->out_first = calloc((size_t)p->ntrain + 1, 1)) || !r) {
+        free(r);
+        return -1;
+    }
+    n = 0;
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        if (in->kind != INS_COPY_OUT) continue;
+        s->seg[plan_segment_index(plan_segment_of(p, in->dst))].pass_outs++;
+        r[n++] = (OutRange){in->dst, in->dst + in->bytes / (in->flags & XFER_BF16 ? 2 : 4), i};
+    }
+    qsort(r, (size_t)n, sizeof *r, out_range_cmp);
+    for (int a = 0; a < n;) { // each cluster of overlapping ranges: its first in the stream sets
+        int b = a + 1, first = r[a].i;
+        for (int64_t hi = r[a].hi; b < n && r[b].lo < hi; b++) {
+            if (r[b].hi > hi) hi = r[b].hi;
+            if (r[b].i < first) first = r[b].i;
+        }
+        s->out_first[first] = 1;
+        // bf16 gradients are set, never added: one COPY_OUT of bf16 a range a pass (storage_grads_bf16 says
+        // so of the graph; a plan that disagrees is a compiler bug)
+        for (int k = a; s->gb && k < b; k++)
+            if (r[k].lo >= s->gb_from && (b - a != 1 || !(p->train[r[k].i].flags & XFER_BF16))) {
+                free(r);
+                return -2;
+            }
+        a = b;
+    }
+    // The copy-out engine's order is the stream's only when it runs them all;
+    // MT_GRADS_ADD_ONLY=1 adds every COPY_OUT, as before (tests compare the two).
+    const char *add_only = getenv("MT_GRADS_ADD_ONLY");
+    for (int i = 0; i < p->ntrain; i++)
+        if ((p->train[i].kind == INS_COPY_OUT && p->train[i].engine != ENG_COPY_OUT) || (add_only && !strcmp(add_only, "1")))
+            memset(s->out_first, 0, (size_t)p->ntrain);
+    free(r);
+    return 0;
+}
+
+int store_grads_out(HostStore *s, const Plan *p, const Instr *in) {
+    if (store_grads_bf16_at(s, in->dst)) return 1; // set once a step (HostStore.gb)
+    if (in < p->train || in >= p->train + p->ntrain || !s->out_first) return 0;
+    StoreSegment *seg = &s->seg[plan_segment_index(plan_segment_of(p, in->dst))];
+    return seg->outs++ < seg->pass_outs && s->out_first[in - p->train];
+}
+
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
+                     size_t errcap) {
+    return store_open(s, p, tier_dir, holds, threads, 0, 1, err, errcap);
+}
+
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap) {
+    if (!p->sharded || rank < 0 || rank >= p->ranks) {
+        snprintf(err, errcap, "internal error: a sharded store of rank %d for a %s plan of %d ranks", rank,
+                 p->sharded ? "sharded" : "replicated", p->ranks);
+        return -1;
+    }
+    return store_open(s, p, NULL, 0, threads, rank, p->ranks, err, errcap);
+}
+
+// The store of rank `rank` of `ranks` (ranks 1: the whole of it).
+static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
+                      char *err, size_t errcap) {
+    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = threads > 1 ? threads : 1,
+                     .rank = rank, .ranks = ranks};
+    if (ranks > 1) { // this rank's slices, one after another
+        if (!(s->shard_at = malloc((size_t)(s->nseg + 1) * sizeof *s->shard_at))) {
+            snprintf(err, errcap, "out of memory laying out the sharded host store");
+            return -1;
+        }
+        s->shard_at[0] = 0;
+        for (int64_t seg = SEG_FIRST, lo, hi; seg < p->graph->layers; seg++) {
+            dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+            s->shard_at[plan_segment_index(seg) + 1] = s->shard_at[plan_segment_index(seg)] + (hi - lo);
+        }
+        s->n = s->shard_at[s->nseg];
+    }
+    holds = tier_dir ? holds : 0;
+    int master = !!(holds & STORE_TIER_MASTER);
+    if (master && p->graph->train.compute != DT_BF16) {
+        snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
+                 "it is what streams to the device)");
+        return -1;
+    }
+    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, tier_arrays(holds), err, errcap)))
+        return -1;
+    s->tier_master = master;
+    s->tier_grads = !!(holds & STORE_TIER_GRADS);
+    int bf16_grads = ranks == 1 && store_grads_bf16(p, holds); // the layers' gradients as bf16 (gb)
+    s->gb_from = p->host_global;
+    snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
+             (long long)(s->shard_at ? s->n * storage_host_bytes_per_param(p->graph->train.compute)
+                                     : store_bytes(p, holds) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
+    s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
+    if (!s->seg) {
+        store_free(s);
+        return -1;
+    }
+    for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
+    size_t bytes = (size_t)s->n * 4 + 64;
+    size_t globals = (size_t)p->host_global * 4 + 64; // what RAM keeps of what the tier holds; the fp32 gradients beside gb
+    void **arrays[6] = {(void **)&s->w, (void **)&s->m, (void **)&s->v, (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
+    for (int i = 0; i < 6; i++) {
+        if ((i == 4 && p->graph->train.compute != DT_BF16) || (i == 5 && !bf16_grads)) continue; // no bf16 copy, no gb
+        size_t b = i == 4   ? (size_t)s->n * 2 + 64
+                 : i == 5   ? (size_t)(s->n - s->gb_from) * 2 + 64
+                 : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
+                                                                                                            : bytes;
+        // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
+        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
+            store_free(s);
+            return -1;
+        }
+        s->bytes += (int64_t)b - 64;
+    }
+    int rc = grads_out_plan(s, p);
+    if (rc != 0) {
+        if (rc == -2)
+            snprintf(err, errcap, "internal error: the plan copies a layer's gradient out other than once a step as "
+                     "bf16, where the store holds the layers' gradients as bf16 (common/storage.h: storage_grads_bf16)");
+        store_free(s);
+        return -1;
+    }
+    store_first_touch(s, p);
+    return 0;
+}
+
+void store_free(HostStore *s) {
+    void *arrays[6] = {s->w, s->m, s->v, s->g, s->wb, s->gb};
+    for (int i = 0; i < 6; i++)
+        if (arrays[i]) munmap(arrays[i], s->mapped[i]);
+    free(s->seg);
+    free(s->shard_at);
+    free(s->out_first);
+    tier_close(s->tier);
+    *s = (HostStore){0};
+}
+
+const char *store_failed(const HostStore *s) { return s->err[0] ? s->err : NULL; }
+
+int64_t store_segment(const Plan *p, int64_t layer, int64_t *count) {
+    *count = plan_segment_len(p, layer);
+    return plan_segment_base(p, layer);
+}
+
+// Array `array` (0 w, 1 m, 2 v, 3 g) of a layer's staged record: m at 0,
+// v at one tier_stride, the master (tier_master) at two, the gradients
+// (tier_grads) last.
+static float *in_record(const HostStore *s, float *rec, int array) {
+    int64_t at = array == 3 ? 2 + s->tier_master : array > 0 ? array - 1 : 2;
+    return rec + at * tier_stride(s->tier);
+}
+
+void store_norm(HostStore *s, const Plan *p, int64_t layer) {
+    int64_t n, off = store_segment(p, layer, &n), lo, hi, at = store_slice(s, p, layer, &lo, &hi);
+    // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
+    const uint16_t *gb = store_grads_bf16_at(s, at);
+    s->seg[plan_segment_index(layer)].sq_norm =
+        gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads) : adamw_sq_norm(s->g + at, hi - lo, s->threads);
+    if (!s->tier_grads || layer < 0 || s->err[0]) return;
+    // The step's gradients are whole: into the layer's record until its update, out of RAM.
+    float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
+    if (!rec) return;
+    memcpy(in_record(s, rec, 3), s->g + off, (size_t)n * sizeof(float));
+    if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
+    grads_drop(s, off, n);
+    s->seg[plan_segment_index(layer)].outs = 0; // zeros again
+}
+
+void store_update(HostStore *s, const Plan *p, int64_t layer) {
+    StoreSegment *seg = &s->seg[plan_segment_index(layer)];
+    if (!seg->pending || s->err[0]) return;
+    const Graph *g = p->graph;
+    // The segment's moments (and master): in RAM, or the layer's record
+    // staged from the tier.
+    float *m = s->m, *v = s->v, *w = s->w, *grad = s->g;
+    int64_t base = 0, wbase = 0, gbase = 0; // the index in m and v (in w, in grad) of the segment's first float
+    if (s->tier && layer >= 0) {
+        if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
+        v = in_record(s, m, 2);
+        base = store_segment(p, layer, &(int64_t){0});
+        if (s->tier_master) w = in_record(s, m, 0), wbase = base;
+        if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
+    }
+    // The gradients are zeroed as AdamW reads them, and the padding after
+    // each parameter (which a COPY_OUT of the device's layout may add into)
+    // here: together the whole segment, as one memset of it would.
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (!in_segment(p, i, layer)) continue;
+        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0; // none on norms and biases
+        int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
+        int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
+        int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        const uint16_t *gb = grad == s->g ? store_grads_bf16_at(s, off) : NULL; // set by COPY_OUT: not zeroed
+        if (b > a && gb)
+            adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
+                                    b - a, &seg->step, decay, s->threads);
+        else if (b > a)
+            adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
+                         b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
+        if (grad == s->g && !gb) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
+    }
+    if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
+    if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
+    seg->pending = 0;
+}
+
+void store_flush(HostStore *s, const Plan *p) {
+    for (int64_t l = SEG_FIRST; l < p->graph->layers; l++) store_update(s, p, l);
+}
+
+// Copies floats [off, off + n) of an array between the store and buf, in
+// pieces that lie in one segment: RAM, or a layer's record in the tier.
+static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
+                      size_t errcap) {
+    float *ram = array == 0 ? s->w : array == 1 ? s->m : s->v;
+    while (n > 0) {
+        int64_t layer = plan_segment_of(p, off), count;
+        int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
+        if (s->shard_at) { // this rank's slice of the segment, or a refusal
+            int64_t a, b, at = store_clip(s, p, layer, off, k, &a, &b);
+            if (a != off || b != off + k) {
+                snprintf(err, errcap, "rank %d of a sharded run holds elements [%lld, %lld) of the host store's "
+                         "segment from %lld, not [%lld, %lld)", s->rank, (long long)(a == b ? 0 : a - start),
+                         (long long)(a == b ? 0 : b - start), (long long)start, (long long)(off - start),
+                         (long long)(off + k - start));
+                return -1;
+            }
+            memcpy(out ? buf : ram + at, out ? ram + at : buf, (size_t)k * sizeof(float));
+            off += k, n -= k, buf += k;
+            continue;
+        }
+        int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
+        float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
+        if (!at) return -1;
+        if (staged) at = in_record(s, at, array) + (off - start);
+        memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
+        if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
+        off += k, n -= k, buf += k;
+    }
+    return 0;
+}
+
+int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
+    return store_move(s, p, array, off, n, dst, 1, err, errcap);
+}
+
+int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
+              size_t errcap) {
+    return store_move(s, p, array, off, n, (float *)src, 0, err, errcap);
+}
+
+// A segment's master for writing or reading it whole: RAM, or its layer's
+// record staged from the tier (then store_release_master). The result is
+// indexed by store offsets (the segment's first float at its offset).
+static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
+    if (!s->tier_master || layer < 0) return s->w;
+    float *rec = tier_acquire(s->tier, layer, err, errcap);
+    return rec ? in_record(s, rec, 0) - store_segment(p, layer, &(int64_t){0}) : NULL;
+}
+static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
+    return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;
+}
+
+int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
+    for (int64_t l = SEG_FIRST; s->wb && l < p->graph->layers; l++) {
+        int64_t lo, hi, at = store_slice(s, p, l, &lo, &hi);
+        const float *w = store_master(s, p, l, err, errcap);
+        if (!w) return -1;
+        for (int64_t i = at; i < at + (hi - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
+        if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
+    }
+    return 0;
+}
+
+// splitmix64: a counter-based generator, so every element has its own draw.
+static uint64_t mix(uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+}
+
+// A standard normal for element i of stream `key` (Box-Muller on two draws).
+static double normal_at(uint64_t key, int64_t i) {
+    uint64_t r1 = mix(key ^ mix((uint64_t)i * 2)), r2 = mix(key ^ mix((uint64_t)i * 2 + 1));
+    double u1 = ((double)(r1 >> 11) + 0.5) / 9007199254740992.0, u2 = (double)(r2 >> 11) / 9007199254740992.0;
+    return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
+}
+
+int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap) {
+    const Graph *g = p->graph;
+    for (int64_t seg = SEG_FIRST; seg < g->layers; seg++) { // the globals, then each layer's segment
+        float *master = store_master(s, p, seg, err, errcap);
+        if (!master) return -1;
+        for (int i = 0; i < g->params.n; i++) {
+            const Param *prm = g->params.items[i];
+            if (!in_segment(p, i, seg)) continue;
+            int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
+            int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
+            float *w = master + at - (a - plan_param_elem(p, i, l)); // w[k]: element k of the parameter
+            uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
+            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
+                w[k] = prm->init == INIT_ONES ? 1.0f
+                     : prm->init == INIT_ZEROS ? 0.0f
+                     : (float)(prm->init_std * normal_at(key, k));
+        }
+        if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
+    }
+    return 0;
+}

@@ -1,0 +1,175 @@
+// store.h: the host store, the authoritative copy of every parameter and
+// optimizer state. Every array is laid out as the plan's HOST section says
+// (the global segment, then one contiguous segment per layer); what it holds
+// per parameter is the storage rule's (common/storage.h). A sharded plan's
+// rank holds only its shard of each segment (below: store_slice).
+#ifndef MT_STORE_H
+#define MT_STORE_H
+
+#include <stdint.h>
+
+#include "common/plan.h"
+#include "runtime/store/adamw.h"
+#include "runtime/store/tier.h"
+
+// The host optimizer's state of one segment (the head's or the tail's globals, or one layer).
+typedef struct StoreSegment {
+    double sq_norm; // its gradients' squared norm on this step (INS_NORM); NAN: not yet
+    int pending;    // an update waits for INS_UPDATE (or a flush)
+    AdamWStep step; // that update: lr, t, the clip and 1/accumulation scale
+    int64_t outs;   // COPY_OUTs into its gradients since they were last zeroed (store_grads_out)
+    int64_t pass_outs; // COPY_OUTs into it in one pass of the train stream (a micro-batch)
+} StoreSegment;
+
+typedef struct HostStore {
+    int64_t n;   // elements in each array: plan_host_elems; sharded, this rank's slices' (store_shard_elems)
+    float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device;
+                 // with the master on a tier, (host_global): the globals' only
+    float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
+    float *v;    // (n) Adam second moments; with a tier, (host_global)
+    float *g;    // (n) fp32 gradient accumulators; with gb, (gb_from): the globals' only
+    uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
+    // The layers' gradients as bf16 where the plan allows it (store_grads_bf16:
+    // bf16 compute, one micro-batch a step, one rank, not on the tier): (n -
+    // gb_from), plan element f's at gb[f - gb_from] (store_grads_bf16_at),
+    // gb_from = host_global. Each COPY_OUT sets its range once a step; the
+    // norm and AdamW read them widened (the bits of an fp32 accumulator that
+    // started at zero); nothing zeroes them. NULL: every gradient in g.
+    uint16_t *gb;
+    int64_t gb_from;
+    // The host optimizer, by segment: seg[plan_segment_index(SEG_TAIL)] the
+    // tail's globals, [.. (SEG_HEAD)] the head's, [.. (l)] layer l.
+    int64_t nseg; // plan_segment_count: 2 + layers
+    StoreSegment *seg; // (nseg)
+    int threads;  // for the optimizer, the norms and the first touch
+    // Sharded (store_alloc_shard): rank `rank` of `ranks` holds, of every
+    // segment, only its slice (dist_shard), the slices one after another in
+    // segment order (SEG_TAIL's, SEG_HEAD's, layer 0's, ...): element f of
+    // segment seg's slice [lo, hi) is at index shard_at[plan_segment_index(seg)]
+    // + (f - plan_segment_base(seg) - lo) of every array. NULL: the whole
+    // store, each element at its plan index (rank 0 of 1).
+    int rank, ranks;
+    int64_t *shard_at; // (nseg + 1); [nseg] = n
+    size_t mapped[6]; // bytes mapped for w, m, v, g, wb, gb (store_free unmaps them)
+    int64_t bytes;    // bytes asked for of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
+                      // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole)
+    // The NVMe tier (NULL: none): every layer's m and v, a record per layer
+    // (m at 0, v at tier_stride), and with tier_master its fp32 master too
+    // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and
+    // with tier_grads its gradients last, from the step's INS_NORM (which
+    // moves them out of g) to the next step's INS_UPDATE (which reads them
+    // there): g is then a mapping that holds memory only where touched, a
+    // layer's from its first gradient of a step to its INS_NORM (with
+    // accumulate > 1, every layer's for the step's micro-batches). Its
+    // first failure stops every update and stays in err until the caller
+    // reports it (store_failed).
+    Tier *tier;
+    int tier_master;
+    int tier_grads;
+    char err[512];
+    uint8_t *out_first; // (the plan's ntrain) a COPY_OUT the first of the train stream to write its range
+} HostStore;
+
+// Whether the store of a plan holds the layers' gradients as bf16
+// (common/storage.h, storage_grads_bf16; holds: what a tier takes, below).
+// MT_GRADS_ADD_ONLY=1, the tests' switch to the path before, keeps them all
+// in fp32 accumulators, every COPY_OUT added.
+int store_grads_bf16(const Plan *p, int holds);
+// Bytes the store needs for a plan, the tier's arrays counted as in RAM
+// (what --summary calls host memory, plus alignment padding): per element
+// storage_host_bytes_per_param, 2 less a layer's where store_grads_bf16
+// (common/storage.h, storage_host_bytes). holds: what a tier takes (below).
+int64_t store_bytes(const Plan *p, int holds);
+// Plan element f's bf16 gradient (HostStore.gb), or NULL: an fp32 accumulator at g + f.
+static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f) {
+    return s->gb && f >= s->gb_from ? s->gb + (f - s->gb_from) : NULL;
+}
+// What a tier holds besides every layer's Adam moments (flags).
+enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
+// Bytes of the store that a tier holds instead of RAM: every layer's m and v,
+// and what `holds` says.
+int64_t store_tier_bytes(const Plan *p, int holds);
+// Allocates the arrays zeroed (anonymous mappings on 2 MiB boundaries,
+// transparent huge pages asked for with madvise where the kernel has them),
+// then touches them first in parallel: each parameter's range of every
+// array zeroed by the pool thread that will update it (adamw_first_touch),
+// so that on a NUMA machine each page lies on the node of the core that
+// updates it, and the page faults are paid here, not in the first step.
+// store_alloc: one thread, no tier. Returns 0, or -1 out of memory.
+int store_alloc(HostStore *s, const Plan *p);
+// The same on `threads` threads (s->threads), with the layers' Adam moments,
+// and what `holds` says (their fp32 master, bf16 compute only; their
+// gradients between a step's norm and the next update, in RAM a mapping
+// that holds memory only where touched), in a tier file in tier_dir (NULL:
+// none, as store_alloc), zeroed. Returns 0, or -1 with a message (out of
+// memory, or the tier refused: no room, no such directory).
+int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, char *err,
+                     size_t errcap);
+// The tier's first failure (a short read or write, naming the file and the
+// layer), or NULL: callers check it after anything that updates, flushes or
+// moves moments, and stop the run with it.
+const char *store_failed(const HostStore *s);
+void store_free(HostStore *s);
+
+// The segment of `layer` (-1: the globals): its first float, its floats.
+int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
+
+// The sharded store (Plan.sharded): rank `rank` of p->ranks holds only its
+// slice of every segment (dist_shard), in RAM, no tier. Otherwise as
+// store_alloc_tier without a tier. Returns 0, or -1 with a message.
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap);
+// Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
+int64_t store_shard_elems(const Plan *p, int rank, int ranks);
+// Where this store keeps segment seg (SEG_TAIL, SEG_HEAD or a layer): the
+// plan elements [*lo, *hi) of it that it holds (all of it unless sharded;
+// may be empty), and the array index of *lo, which sharded checkpoints and
+// export read each rank's slice from (s->w + index, ... m, v, g, wb).
+int64_t store_slice(const HostStore *s, const Plan *p, int64_t seg, int64_t *lo, int64_t *hi);
+// The array index of plan element f, or -1 where this store does not hold it.
+int64_t store_index(const HostStore *s, const Plan *p, int64_t f);
+
+// The optimizer per segment (layer -1: the globals), what the plan's host
+// instructions do and what the end of a step sets up:
+// INS_NORM: the squared norm of the segment's gradients into seg.sq_norm
+// (after the step's last micro-batch); with tier_grads, a layer's gradients
+// then move to its record and out of RAM.
+void store_norm(HostStore *s, const Plan *p, int64_t layer);
+// INS_UPDATE: applies the segment's pending AdamW update to all its
+// parameters (weight decay on matrices only, none on norms and biases),
+// writing the bf16 copy and zeroing its gradients in the same pass
+// (ADAMW_ZERO_GRADS; the padding after each parameter zeroed too); nothing
+// when no update is pending.
+void store_update(HostStore *s, const Plan *p, int64_t layer);
+// Whether COPY_OUT `in` (of the plan's train stream) may set its range of
+// the gradients rather than add into it, and counts it: when the range
+// holds zeros, which is so when it is the first COPY_OUT of the stream to
+// touch any of its range (in the copy-out engine's order, the stream's) in
+// the first pass since its segment was zeroed (by the update, or by the
+// norm moving a tier's gradients out). 0 + x is x, bit for bit but for
+// the sign of a zero, which no later value sees (AdamW's moments add it to
+// +0 or a nonzero value). Called in the copy-out engine's order.
+int store_grads_out(HostStore *s, const Plan *p, const Instr *in);
+// Every pending update, in segment order (before validation, checkpoints,
+// export and the end of training).
+void store_flush(HostStore *s, const Plan *p);
+
+// Floats [off, off + n) of array `array` (0 w, 1 m, 2 v) out of the store
+// into dst, or from src into it, wherever they live (RAM or the tier): what
+// checkpoints read and write (plan elements; a sharded store refuses any it
+// does not hold, naming them). Returns 0, or -1 with a message.
+int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
+int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
+              size_t errcap);
+
+// Rounds the whole master into the bf16 copy (a no-op without one): after
+// the master was written other than by AdamW (initialised, loaded, resumed).
+// Returns 0, or -1 with a message (the tier's).
+int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap);
+
+// Initialises the master weights from seed as each parameter's init says.
+// Each element's value depends only on (seed, parameter, layer, index), not
+// on the order of initialisation or the layout. Returns 0, or -1 with a
+// message (the tier's).
+int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap);
+
+#endif
