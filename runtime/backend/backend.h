@@ -86,7 +86,8 @@ struct Backend {
 
 // The cpu backend: the arena is one host buffer of exactly p->arena_bytes,
 // refused when that exceeds the target's device memory p->device_limit;
-// copies are memcpy, nodes run through the plain kernels. Every arena byte
+// copies are memcpy, nodes run through the plan's JIT-compiled kernels
+// (jit.h), or the plain kernels (kernels.h) of a plan without them. Every arena byte
 // starts as a quiet NaN. NULL with a message in err.
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap);
 

@@ -1,7 +1,8 @@
 // tier.h: the NVMe tier, a second host tier for optimizer state: one scratch
 // file, DIR/mtrun.tier, holding a record per layer (the layer's Adam moments,
-// m then v), each record contiguous and each array in it padded to 4096
-// bytes, so that a layer is one O_DIRECT transfer.
+// m then v, and with the plan's tier=master or tier=grads its fp32 master or
+// its gradients too: store.c, tier_arrays), each record contiguous and each
+// array in it padded to 4096 bytes, so that a layer is one O_DIRECT transfer.
 //
 // I/O goes through io_uring (liburing) with O_DIRECT (buffered where the
 // filesystem refuses O_DIRECT, as tmpfs does), in TIER_BLOCK requests, up to
