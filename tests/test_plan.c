@@ -638,14 +638,15 @@ static unsigned char *written(Plan *p, const char *path, size_t *len) {
     return (unsigned char *)data;
 }
 
-// The first byte after the section table where a and b differ (same
-// lengths), or 0.
-static size_t differ_at(const unsigned char *a, size_t alen, const unsigned char *b, size_t blen) {
-    size_t at = HEADER_BYTES + SECTIONS * ENTRY_BYTES;
-    if (!a || !b || alen != blen) return 0;
-    while (at < alen && a[at] == b[at]) at++;
-    CHECK(at < alen, "the two plans are the same");
-    return at < alen ? at : 0;
+// The first byte after the section table where a and b differ, in the
+// bytes both have (one more block kind makes a longer plan), or 0 after a
+// failed check: a plan missing, or none of those bytes differing (equal,
+// empty or truncated plans) leave nothing to patch.
+static size_t differ_at(const char *what, const unsigned char *a, size_t alen, const unsigned char *b, size_t blen) {
+    size_t at = HEADER_BYTES + SECTIONS * ENTRY_BYTES, len = alen < blen ? alen : blen;
+    if (!CHECK(a && b, "%s: a plan to compare was not written", what)) return 0;
+    while (at < len && a[at] == b[at]) at++;
+    return CHECK(at < len, "%s: the two plans do not differ after the section table", what) ? at : 0;
 }
 
 // The first train instruction of kind (and of part, where part >= 0), or -1.
@@ -720,7 +721,7 @@ static void damage_fields(Plan *p, const char *path) {
             n->in[0] = node_at(p, PART_BLOCK, 1);
             unsigned char *b = written(p, path, &blen);
             n->in[0] = saved;
-            size_t at = differ_at(a, alen, b, blen);
+            size_t at = differ_at("a forward reference", a, alen, b, blen);
             if (at) {
                 st32(a + at, (uint32_t)k + 2);
                 redo_crcs(a);
@@ -740,7 +741,7 @@ static void damage_fields(Plan *p, const char *path) {
         n->op = OP_SUB;
         unsigned char *b = written(p, path, &blen);
         n->op = saved;
-        size_t at = differ_at(a, alen, b, blen);
+        size_t at = differ_at("an op out of range", a, alen, b, blen);
         if (at) {
             st32(a + at, 200);
             redo_crcs(a);
@@ -789,7 +790,7 @@ static void damage_fields(Plan *p, const char *path) {
         g->nkinds = nkinds + 1;
         unsigned char *two = written(p, path, &blen);
         g->nkinds = nkinds;
-        size_t at = differ_at(one, alen, two, blen);
+        size_t at = differ_at("too many block kinds", one, alen, two, blen);
         if (at) {
             st32(one + at, MT_MAX_KINDS + 1);
             redo_crcs(one);
