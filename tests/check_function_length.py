@@ -6,9 +6,10 @@ usage: check_function_length.py ROOT [--list]
 Reads every .c, .h and .inc file under ROOT's common/, dsl/, compiler/,
 runtime/ and bench/ (tests/ is left out: a test may be one long list of
 checks). A function is found as the code writes it (K&R): a header at the
-top level with its parameter list, `{` at the end of its last line, and the
-body up to the matching `}`. Its length is the lines from that `{` to that
-`}`, both counted. A switch table is a function whose body is mostly the
+top level with its parameter list, then `{`, and the body up to the
+matching `}`, with comments, strings and preprocessor lines left out of the
+count of braces. Its length is the lines from that `{` to that `}`, both
+counted. A switch table is a function whose body is mostly the
 case labels of one switch (an op's or a kind's table): it may be longer.
 So may the functions of ALLOWED, each with its reason. Prints each function
 over the limit and exits 1 if there is any; --list prints every function

@@ -69,7 +69,8 @@ static void check_all(Comm *c, const Dist *d, CommDtype t, const char *how) {
     if (comm_all_gather(c, buf, chunk, t, NULL, err, sizeof err) != 0) FAIL("%s", err);
     snprintf(what, sizeof what, "all-gather %s %s", tn, how);
     for (int64_t i = 0; i < n; i++)
-        if (get(buf, t, i) != value((int)(i / chunk), i)) wrong_element(what, me, i, get(buf, t, i), value((int)(i / chunk), i));
+        if (get(buf, t, i) != value((int)(i / chunk), i))
+            wrong_element(what, me, i, get(buf, t, i), value((int)(i / chunk), i));
     // reduce-scatter: this rank's chunk of the sum
     for (int64_t i = 0; i < n; i++) set(buf, t, i, value(me, i));
     if (comm_reduce_scatter(c, buf, chunk, t, NULL, err, sizeof err) != 0) FAIL("%s", err);

@@ -141,8 +141,7 @@ int main(void) {
         FAIL("%d tiny-model GEMMs were priced as threaded", threaded);
     }
     if (check_model("examples/gpt2.mt", 1, &t) == 0) {
-        FAIL("GPT-2 small has no GEMM of %lld multiply-adds or more without an epilogue",
-                MT_BLAS_THREADED_MACS);
+        FAIL("GPT-2 small has no GEMM of %lld multiply-adds or more without an epilogue", MT_BLAS_THREADED_MACS);
     }
     CHECK(checked > 0, "no kernel price was compared");
     printf("test_cost_cpu: %d kernel prices checked\n", checked);

@@ -106,8 +106,8 @@ static void check_batch(const char *what, const int32_t *tokens, const int32_t *
             int64_t i = b * T + t;
             if (tokens[i] != x(pos + i) || targets[i] != x(pos + i + 1)) {
                 FAIL("%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d",
-                      what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
-                      x(pos + i), x(pos + i + 1));
+                     what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
+                     x(pos + i), x(pos + i + 1));
                 return;
             }
         }
@@ -438,7 +438,7 @@ static void test_llama3_and_masks(void) {
         int32_t want = (i + 1) % 3 == 0 ? DATA_IGNORE : llama3_token(i + 1);
         if (tokens[i] != llama3_token(i) || targets[i] != want) {
             FAIL("l3 masked batch at %lld: token %d target %d, want %d %d", (long long)i, tokens[i], targets[i],
-                  llama3_token(i), want);
+                 llama3_token(i), want);
             break;
         }
     }

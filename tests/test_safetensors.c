@@ -186,7 +186,7 @@ static int check_tensor(FILE *ex, const StSet *s, int k, const char *set_path) {
         for (int64_t i = 0; i < n; i++)
             if (bits_of(f[i]) != want[i] && bad++ < 5)
                 FAIL("%s: tensor '%s' element %lld is %08x, want %08x", set_path, name, (long long)i,
-                      bits_of(f[i]), want[i]);
+                     bits_of(f[i]), want[i]);
         CHECK(bad == 0, "%s: tensor '%s': %lld of %lld values wrong", set_path, name, (long long)bad, (long long)n);
         CHECK(f[n] == 12345.0f, "%s: st_to_f32 wrote past tensor '%s'", set_path, name);
         keep(t, f, want16, n);
@@ -333,7 +333,7 @@ static void check_written(const char *path, StDtype dtype, const char *what) {
                 uint16_t h = (uint16_t)(p[2 * k] | p[2 * k + 1] << 8);
                 if (h != g->bf16[k] && bad++ < 5)
                     FAIL("%s: tensor '%s' element %lld (fp32 %08x) is bf16 %04x, want %04x", what, t->name,
-                          (long long)k, bits_of(g->out.data[k]), h, g->bf16[k]);
+                         (long long)k, bits_of(g->out.data[k]), h, g->bf16[k]);
             }
         }
         CHECK(bad == 0, "%s: tensor '%s': %lld values wrong", what, t->name, (long long)bad);

@@ -820,7 +820,7 @@ static void check_model(const char *path) {
             double e = kir_arg_error(a, a->access & KA_ACC64 ? dst[j++] : d[i], &h[i]);
             if (!(e <= kir_arg_tolerance(a))) {
                 FAIL("%s %s argument %d (%s): max rel err %.2e against the kernel IR", path, in->symbol, i,
-                       a->dtype == KT_BF16 ? "bf16" : a->dtype == KT_I32 ? "i32" : "f32", e);
+                     a->dtype == KT_BF16 ? "bf16" : a->dtype == KT_I32 ? "i32" : "f32", e);
             }
             double *w = &worst[a->dtype == KT_BF16];
             if (!(e <= *w) && *w == *w) *w = e;
