@@ -17,13 +17,7 @@
 #include <string.h>
 
 #include "runtime/store/adamw.h"
-
-static int failures;
-
-static void fail(const char *what) {
-    printf("FAIL: %s\n", what);
-    failures++;
-}
+#include "tests/check.h"
 
 // splitmix64: a fixed seed gives the same tensors on every machine.
 static uint64_t rng_state = 0x2545F4914F6CDD1DULL;
@@ -168,14 +162,14 @@ static void test_against_ref(int64_t n) {
 
         char label[96];
         snprintf(label, sizeof label, "n=%lld decay=%d nthreads=1", (long long)n, decay);
-        if (!compare_states(label, &old, &one, &ref, &STEP_RANDOM, decay)) fail(label);
+        if (!compare_states(label, &old, &one, &ref, &STEP_RANDOM, decay)) FAIL("%s", label);
         snprintf(label, sizeof label, "n=%lld decay=%d nthreads=3", (long long)n, decay);
-        if (!compare_states(label, &old, &three, &ref, &STEP_RANDOM, decay)) fail(label);
+        if (!compare_states(label, &old, &three, &ref, &STEP_RANDOM, decay)) FAIL("%s", label);
         if (!same_bits(one.w, three.w, n) || !same_bits(one.m, three.m, n) || !same_bits(one.v, three.v, n)) {
             snprintf(label, sizeof label, "n=%lld decay=%d: nthreads 1 and 3 differ in bits", (long long)n, decay);
-            fail(label);
+            FAIL("%s", label);
         }
-        if (!same_bits(old.g, one.g, n)) fail("adamw_update wrote to g");
+        if (!same_bits(old.g, one.g, n)) FAIL("adamw_update wrote to g");
         int64_t bad_bf = 0;
         for (int64_t i = 0; i < n; i++)
             if (!bf16_matches(three.w[i], bf[i]) && bad_bf++ < 5)
@@ -183,7 +177,7 @@ static void test_against_ref(int64_t n) {
                        bf[i], bf16_expected(three.w[i]));
         if (bad_bf) {
             snprintf(label, sizeof label, "n=%lld decay=%d: bf16_out is not w rounded", (long long)n, decay);
-            fail(label);
+            FAIL("%s", label);
         }
         free(bf);
         state_free(&ref), state_free(&one), state_free(&three);
@@ -200,9 +194,9 @@ static void test_misaligned(int64_t n) {
     adamw_update(a.w + 1, a.m + 1, a.v + 1, a.g + 1, NULL, n, &STEP_RANDOM, 1, 1);
     adamw_update(b.w + 1, b.m + 1, b.v + 1, b.g + 1, NULL, n, &STEP_RANDOM, 1, 3);
     if (!same_bits(a.w, b.w, n + 1) || !same_bits(a.m, b.m, n + 1) || !same_bits(a.v, b.v, n + 1))
-        fail("misaligned arrays: nthreads 1 and 3 differ");
+        FAIL("misaligned arrays: nthreads 1 and 3 differ");
     if (a.w[0] != old.w[0] || a.m[0] != old.m[0] || a.v[0] != old.v[0])
-        fail("misaligned arrays: the element before the range was written");
+        FAIL("misaligned arrays: the element before the range was written");
     state_free(&old), state_free(&a), state_free(&b);
 }
 
@@ -244,9 +238,9 @@ static void test_hand_step(void) {
                     printf("  hand step (%s, decay=%d) element %d: w %.9g m %.9g v %.9g, expected %.9g %.9g %.9g\n",
                            ref ? "reference" : "fast", decay, i, w[i], m[i], v[i], w_want[decay][i], m_want[i],
                            v_want[i]);
-                    fail("hand-computed step");
+                    FAIL("hand-computed step");
                 }
-                if (!ref && !bf16_matches(w[i], bf[i])) fail("hand-computed step: bf16_out");
+                if (!ref && !bf16_matches(w[i], bf[i])) FAIL("hand-computed step: bf16_out");
             }
         }
     }
@@ -281,7 +275,7 @@ static void test_bf16_rounding(void) {
         int ok = i < NPAT - 2 ? bf[i] == want[i] && bf16_matches(w[i], bf[i]) : bf16_matches(w[i], bf[i]);
         if (!ok) {
             printf("  bf16 of bits 0x%08x: got 0x%04x\n", patterns[i], bf[i]);
-            fail("bf16 rounding of a chosen value");
+            FAIL("bf16 rounding of a chosen value");
         }
     }
 }
@@ -299,11 +293,11 @@ static void test_sq_norm(int64_t n) {
     if (memcmp(&one, &two, sizeof one) || memcmp(&one, &five, sizeof one)) {
         snprintf(label, sizeof label, "sq_norm n=%lld: %.17g %.17g %.17g for nthreads 1, 2, 5", (long long)n, one, two,
                  five);
-        fail(label);
+        FAIL("%s", label);
     }
     if (!close_rel(one, plain, 0.0, 1e-12)) {
         snprintf(label, sizeof label, "sq_norm n=%lld: %.17g, a plain loop gives %.17g", (long long)n, one, plain);
-        fail(label);
+        FAIL("%s", label);
     }
     free(g);
 }
@@ -329,7 +323,7 @@ static void test_grads_add(int64_t n) {
             memcpy(&x, &b, 4);
             if (ref[i] != g0[i] + (bf16 ? x : src[i])) off = i + 1;
         }
-        if (off) fail("grads_add_ref: an element is not its float sum");
+        if (off) FAIL("grads_add_ref: an element is not its float sum");
         for (int threads = 1; threads <= 9; threads += 2) {
             memcpy(g, g0, (size_t)n * sizeof *g0);
             g[n] = -1.0f; // past the end: untouched
@@ -337,7 +331,7 @@ static void test_grads_add(int64_t n) {
             if (!same_bits(g, ref, n) || g[n] != -1.0f) {
                 char what[96];
                 snprintf(what, sizeof what, "grads_add n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);
-                fail(what);
+                FAIL("%s", what);
             }
         }
     }
@@ -368,7 +362,7 @@ static void test_zero_grads(int64_t n) {
             if (!same_bits(got.w, want.w, n + 2) || !same_bits(got.m, want.m, n + 2) ||
                 !same_bits(got.v, want.v, n + 2) || memcmp(bw + a, bz + a, (size_t)n * 2) || !zeroed ||
                 !same_bits(got.g + a + n, old.g + a + n, 2 - a) || (a && got.g[0] != old.g[0]))
-                fail(what);
+                FAIL("%s", what);
             state_free(&got);
         }
         free(bw), free(bz);
@@ -411,7 +405,7 @@ static void test_bf16_grads(int64_t n) {
             if (!same_bits(got.w, want.w, n + 2) || !same_bits(got.m, want.m, n + 2) ||
                 !same_bits(got.v, want.v, n + 2) || memcmp(bw + a, bz + a, (size_t)n * 2) ||
                 memcmp(g16, g16_old, (size_t)(n + 2) * 2))
-                fail(what);
+                FAIL("%s", what);
             state_free(&got);
         }
         free(bw), free(bz);
@@ -422,17 +416,17 @@ static void test_bf16_grads(int64_t n) {
     adamw_update_bf16_grads(fast.w, fast.m, fast.v, g16, NULL, n, &STEP_RANDOM, 1, 3);
     fast.n = ref.n = n;
     if (!compare_states("bf16 gradients against their reference", &old, &fast, &ref, &STEP_RANDOM, 1))
-        fail("bf16 gradients against their reference");
+        FAIL("bf16 gradients against their reference");
     double f32 = adamw_sq_norm(old.g, n, 1), one = adamw_sq_norm_bf16(g16, n, 1), five = adamw_sq_norm_bf16(g16, n, 5);
-    if (memcmp(&f32, &one, sizeof one) || memcmp(&f32, &five, sizeof five)) fail("sq_norm of bf16 gradients: other bits");
+    if (memcmp(&f32, &one, sizeof one) || memcmp(&f32, &five, sizeof five)) FAIL("sq_norm of bf16 gradients: other bits");
     if (!close_rel(one, adamw_sq_norm_ref(NULL, g16, n), 0.0, 1e-12) ||
         !close_rel(adamw_sq_norm(old.g, n, 2), adamw_sq_norm_ref(old.g, NULL, n), 0.0, 1e-12))
-        fail("sq_norm against its plain reference");
+        FAIL("sq_norm against its plain reference");
     memset(g16, 0x5a, (size_t)(n + 2) * 2);
     adamw_first_touch(NULL, NULL, NULL, NULL, g16, NULL, n, 3);
     int zeroed = g16[n] == 0x5a5a;
     for (int64_t i = 0; i < n; i++) zeroed &= g16[i] == 0;
-    if (!zeroed) fail("first touch of bf16 gradients");
+    if (!zeroed) FAIL("first touch of bf16 gradients");
     state_free(&ref), state_free(&fast);
     free(g16), free(g16_old);
     state_free(&old);
@@ -451,7 +445,7 @@ static void test_first_touch(int64_t n) {
         int ok = s.m[0] == keep && b[n] == 0x5a5a;
         for (int64_t i = 0; i < n; i++) ok &= s.w[i] == 0 && s.v[i] == 0 && s.g[i] == 0 && b[i] == 0;
         ok &= s.w[n] != 0 || s.v[n] != 0;
-        if (!ok) fail(threads == 1 ? "first touch, 1 thread" : "first touch, 4 threads");
+        if (!ok) FAIL("%s", threads == 1 ? "first touch, 1 thread" : "first touch, 4 threads");
         free(b);
         state_free(&s);
     }
@@ -483,7 +477,7 @@ static void test_concurrent_callers(int64_t n) {
     pthread_join(tid, NULL);
     if (!same_bits(a.s.w, want.s.w, n) || !same_bits(b.s.w, want.s.w, n) || !same_bits(a.s.v, want.s.v, n) ||
         !same_bits(b.s.m, want.s.m, n))
-        fail("two concurrent callers of the pool: not the bits of one thread");
+        FAIL("two concurrent callers of the pool: not the bits of one thread");
     state_free(&old), state_free(&a.s), state_free(&b.s), state_free(&want.s);
 }
 
@@ -517,7 +511,7 @@ static void test_no_threads(int64_t n) {
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0)
-        fail("no worker thread can start: the jobs do not all run on the caller with the bits of one thread");
+        FAIL("no worker thread can start: the jobs do not all run on the caller with the bits of one thread");
 }
 
 int main(void) {
@@ -530,7 +524,7 @@ int main(void) {
     // none, tiny, one chunk and a bit, several chunks for 5 threads with a tail
     int64_t norm_sizes[] = {0, 1, 7, ADAMW_NORM_CHUNK + 1, 23 * ADAMW_NORM_CHUNK + 3, 1000003};
     for (int i = 0; i < 6; i++) test_sq_norm(norm_sizes[i]);
-    if (adamw_sq_norm(NULL, 0, 4) != 0.0) fail("sq_norm of nothing is not 0");
+    if (adamw_sq_norm(NULL, 0, 4) != 0.0) FAIL("sq_norm of nothing is not 0");
     int64_t add_sizes[] = {0, 1, 17, 1000003, 4 * 128 * 1024 + 5}; // several threads' worth, with a tail
     for (int i = 0; i < 5; i++) test_grads_add(add_sizes[i]);
     adamw_update(NULL, NULL, NULL, NULL, NULL, 0, &STEP_RANDOM, 1, 4); // n 0 touches nothing
@@ -540,10 +534,7 @@ int main(void) {
     int64_t bf16_sizes[] = {1, 300, 1000003};
     for (int i = 0; i < 3; i++) test_bf16_grads(bf16_sizes[i]);
     test_concurrent_callers(1000003);
-    if (failures) {
-        printf("test_adamw: %d checks failed\n", failures);
-        return 1;
-    }
+    if (check_failures) return check_summary("test_adamw");
     printf("test_adamw: all checks passed\n");
     return 0;
 }

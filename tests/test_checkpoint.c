@@ -14,7 +14,6 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <signal.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -25,21 +24,9 @@
 
 #include "runtime/store/checkpoint.h"
 #include "runtime/dist/dist.h"
+#include "tests/check.h"
 
-static int failures;
 static char workdir[4096];
-
-__attribute__((format(printf, 2, 3)))
-static void check(int ok, const char *fmt, ...) {
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures++;
-}
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -127,7 +114,7 @@ static int meta_equal(const CkptMeta *a, const CkptMeta *b) {
 static int save(const char *dir, int keep, const State *st) {
     char err[1024];
     int rc = ckpt_save(dir, keep, &st->meta, st->w, st->m, st->v, err, sizeof err);
-    check(rc == 0, "ckpt_save %s step %lld: %s", dir, (long long)st->meta.step, err);
+    CHECK(rc == 0, "ckpt_save %s step %lld: %s", dir, (long long)st->meta.step, err);
     return rc;
 }
 
@@ -137,18 +124,18 @@ static void check_reads_back(const char *path, const State *st) {
     int64_t n = st->meta.n;
     State got = {.w = xmalloc((size_t)n * 4), .m = xmalloc((size_t)n * 4), .v = xmalloc((size_t)n * 4)};
     int rc = ckpt_read(path, &got.meta, n, got.w, got.m, got.v, err, sizeof err);
-    check(rc == 0, "ckpt_read %s: %s", path, err);
+    CHECK(rc == 0, "ckpt_read %s: %s", path, err);
     if (rc == 0) {
-        check(meta_equal(&got.meta, &st->meta), "%s: meta differs from what was saved", path);
-        check(memcmp(got.w, st->w, (size_t)n * 4) == 0, "%s: W differs from what was saved", path);
-        check(memcmp(got.m, st->m, (size_t)n * 4) == 0, "%s: M differs from what was saved", path);
-        check(memcmp(got.v, st->v, (size_t)n * 4) == 0, "%s: V differs from what was saved", path);
+        CHECK(meta_equal(&got.meta, &st->meta), "%s: meta differs from what was saved", path);
+        CHECK(memcmp(got.w, st->w, (size_t)n * 4) == 0, "%s: W differs from what was saved", path);
+        CHECK(memcmp(got.m, st->m, (size_t)n * 4) == 0, "%s: M differs from what was saved", path);
+        CHECK(memcmp(got.v, st->v, (size_t)n * 4) == 0, "%s: V differs from what was saved", path);
     }
     CkptMeta only;
     rc = ckpt_read(path, &only, -1, NULL, NULL, NULL, err, sizeof err);
-    check(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s: rc %d %s", path, rc, err);
+    CHECK(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s: rc %d %s", path, rc, err);
     rc = ckpt_read(path, &only, n, NULL, NULL, NULL, err, sizeof err);
-    check(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s with n: rc %d %s", path, rc, err);
+    CHECK(rc == 0 && meta_equal(&only, &st->meta), "meta-only ckpt_read %s with n: rc %d %s", path, rc, err);
     free_state(&got);
 }
 
@@ -177,7 +164,7 @@ static char *list_names(const char *dir) {
 
 static void check_names(const char *dir, const char *want, const char *when) {
     char *got = list_names(dir);
-    check(strcmp(got, want) == 0, "%s: %s holds '%s', want '%s'", when, dir, got, want);
+    CHECK(strcmp(got, want) == 0, "%s: %s holds '%s', want '%s'", when, dir, got, want);
     free(got);
 }
 
@@ -188,13 +175,13 @@ static int exists(const char *path) {
 
 static void write_file(const char *path, const void *data, size_t len) {
     FILE *f = fopen(path, "wb");
-    check(f && fwrite(data, 1, len, f) == len && fclose(f) == 0, "cannot write %s", path);
+    CHECK(f && fwrite(data, 1, len, f) == len && fclose(f) == 0, "cannot write %s", path);
 }
 
 static unsigned char *read_whole(const char *path, size_t *len) {
     FILE *f = fopen(path, "rb");
     if (!f) {
-        check(0, "cannot open %s", path);
+        FAIL("cannot open %s", path);
         *len = 0;
         return xmalloc(1);
     }
@@ -202,15 +189,15 @@ static unsigned char *read_whole(const char *path, size_t *len) {
     long n = ftell(f);
     fseek(f, 0, SEEK_SET);
     unsigned char *d = xmalloc((size_t)n);
-    check(fread(d, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
+    CHECK(fread(d, 1, (size_t)n, f) == (size_t)n, "cannot read %s", path);
     fclose(f);
     *len = (size_t)n;
     return d;
 }
 
 static void check_err(int rc, const char *err, const char *want, const char *what) {
-    check(rc == -1, "%s: accepted (rc %d), want the refusal '%s'", what, rc, want);
-    if (rc == -1) check(strcmp(err, want) == 0, "%s: message '%s', want '%s'", what, err, want);
+    CHECK(rc == -1, "%s: accepted (rc %d), want the refusal '%s'", what, rc, want);
+    if (rc == -1) CHECK(strcmp(err, want) == 0, "%s: message '%s', want '%s'", what, err, want);
 }
 
 // Reads the damaged file at path (with arrays and meta-only) and wants msg
@@ -223,7 +210,7 @@ static void check_refused(const char *path, int64_t n, const char *msg, const ch
     int rc = ckpt_read(path, &meta, n, a, b, c, err, sizeof err);
     check_err(rc, err, want, what);
     CkptMeta zero = {0};
-    check(rc == 0 || memcmp(&meta, &zero, sizeof meta) == 0, "%s: meta not zeroed on refusal", what);
+    CHECK(rc == 0 || memcmp(&meta, &zero, sizeof meta) == 0, "%s: meta not zeroed on refusal", what);
     char what2[512];
     snprintf(what2, sizeof what2, "%s (meta only)", what);
     rc = ckpt_read(path, &meta, -1, NULL, NULL, NULL, err, sizeof err);
@@ -247,11 +234,11 @@ static void test_keep_and_latest(int64_t n) {
     check_reads_back(p2, &st[1]);
     check_reads_back(p3, &st[2]);
     struct stat sb;
-    check(stat(p3, &sb) == 0 && sb.st_size == file_size(n), "%s: %lld bytes, want %lld", p3, (long long)sb.st_size,
+    CHECK(stat(p3, &sb) == 0 && sb.st_size == file_size(n), "%s: %lld bytes, want %lld", p3, (long long)sb.st_size,
           (long long)file_size(n));
 
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
-    check(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest %s: rc %d path '%s' err '%s', want %s", dir, rc, path, err, p3);
+    CHECK(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest %s: rc %d path '%s' err '%s', want %s", dir, rc, path, err, p3);
 
     // leftovers and other names are ignored
     char *tmp9 = in_work("keep", "step-000000009.ckpt.tmp"), *bak = in_work("keep", "step-000000010.ckpt.bak");
@@ -260,11 +247,11 @@ static void test_keep_and_latest(int64_t n) {
     write_file(bak, "x", 1);
     write_file(other, "x", 1);
     rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
-    check(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest with a .tmp leftover: rc %d path '%s' err '%s', want %s", rc,
+    CHECK(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest with a .tmp leftover: rc %d path '%s' err '%s', want %s", rc,
           path, err, p3);
     char small[8];
     rc = ckpt_latest(dir, small, sizeof small, err, sizeof err);
-    check(rc == -1 && strstr(err, "does not fit in 8 bytes"), "ckpt_latest into 8 bytes: rc %d '%s'", rc, err);
+    CHECK(rc == -1 && strstr(err, "does not fit in 8 bytes"), "ckpt_latest into 8 bytes: rc %d '%s'", rc, err);
 
     // saving step 3 again replaces it; the next save removes the leftover
     // .tmp and keeps 2 by step number, leaving other names alone
@@ -297,7 +284,7 @@ static void test_big_steps(void) {
     check_names(dir, "step-1000000001.ckpt", "keep=1 after step 1000000001");
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
     char *want = in_work("big", "step-1000000001.ckpt");
-    check(rc == 0 && strcmp(path, want) == 0, "ckpt_latest: '%s' (%s), want %s", path, err, want);
+    CHECK(rc == 0 && strcmp(path, want) == 0, "ckpt_latest: '%s' (%s), want %s", path, err, want);
     check_reads_back(want, &c);
     free(want);
     free_state(&a);
@@ -307,10 +294,10 @@ static void test_big_steps(void) {
     // n = 0: no arrays at all
     CkptMeta z = {.step = 7, .seed = 1, .n = 0}, got;
     rc = ckpt_save(dir, 1, &z, NULL, NULL, NULL, err, sizeof err);
-    check(rc == 0, "ckpt_save n=0: %s", err);
+    CHECK(rc == 0, "ckpt_save n=0: %s", err);
     char *p = in_work("big", "step-000000007.ckpt");
     rc = ckpt_read(p, &got, 0, NULL, NULL, NULL, err, sizeof err);
-    check(rc == 0 && meta_equal(&got, &z), "ckpt_read n=0: rc %d %s", rc, err);
+    CHECK(rc == 0 && meta_equal(&got, &z), "ckpt_read n=0: rc %d %s", rc, err);
     free(p);
     free(dir);
 }
@@ -319,14 +306,14 @@ static void test_damage(const char *src, int64_t n) {
     char *path = in_work("damage.ckpt", NULL);
     size_t len;
     unsigned char *orig = read_whole(src, &len);
-    check((int64_t)len == file_size(n), "%s: %zu bytes, want %lld", src, len, (long long)file_size(n));
+    CHECK((int64_t)len == file_size(n), "%s: %zu bytes, want %lld", src, len, (long long)file_size(n));
     if ((int64_t)len != file_size(n)) {
         free(orig);
         free(path);
         return;
     }
     // the layout as documented: magic, version, endian, count; the table in id order
-    check(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 3 && ld32(orig + 12) == 0x01020304u &&
+    CHECK(memcmp(orig, "MTCKPT\0\0", 8) == 0 && ld32(orig + 8) == 3 && ld32(orig + 12) == 0x01020304u &&
               ld32(orig + 16) == 4,
           "%s: header differs from checkpoint.h's description", src);
     uint64_t off[4], size[4];
@@ -334,14 +321,14 @@ static void test_damage(const char *src, int64_t n) {
         const unsigned char *e = orig + HEADER + s * ENTRY;
         off[s] = ld64(e + 8);
         size[s] = ld64(e + 16);
-        check(ld32(e) == (uint32_t)s + 1, "table entry %d has id %u", s, ld32(e));
+        CHECK(ld32(e) == (uint32_t)s + 1, "table entry %d has id %u", s, ld32(e));
     }
-    check(off[0] == TABLE_END && size[0] == META && off[1] == TABLE_END + META && size[1] == (uint64_t)n * 4 &&
+    CHECK(off[0] == TABLE_END && size[0] == META && off[1] == TABLE_END + META && size[1] == (uint64_t)n * 4 &&
               off[2] == off[1] + size[1] && off[3] == off[2] + size[2] && size[3] == (uint64_t)n * 4,
           "%s: section offsets and sizes differ from checkpoint.h's description", src);
-    check(ld64(orig + off[0]) == 3 && (int64_t)ld64(orig + off[0] + 40) == n, "%s: META's step or n is not where documented", src);
+    CHECK(ld64(orig + off[0]) == 3 && (int64_t)ld64(orig + off[0] + 40) == n, "%s: META's step or n is not where documented", src);
     // W[0] is the NaN 0x7fc12345, stored little-endian
-    check(ld32(orig + off[1]) == 0x7fc12345u, "%s: W[0] is 0x%08x, want 0x7fc12345", src, ld32(orig + off[1]));
+    CHECK(ld32(orig + off[1]) == 0x7fc12345u, "%s: W[0] is 0x%08x, want 0x7fc12345", src, ld32(orig + off[1]));
 
     unsigned char *d = xmalloc(len);
     char what[256], msg[256];
@@ -415,7 +402,7 @@ static void test_damage(const char *src, int64_t n) {
     rc = ckpt_read(path, &meta, n + 1, NULL, NULL, NULL, err, sizeof err);
     check_err(rc, err, want, "expected_n = n + 1 (meta only)");
     rc = ckpt_read(path, &meta, -1, a, b, c, err, sizeof err);
-    check(rc == -1 && strstr(err, "expected size"), "arrays with expected_n -1: rc %d '%s'", rc, err);
+    CHECK(rc == -1 && strstr(err, "expected size"), "arrays with expected_n -1: rc %d '%s'", rc, err);
     free(a);
     free(b);
     free(c);
@@ -433,7 +420,7 @@ static void test_damage(const char *src, int64_t n) {
 static void test_no_checkpoint(void) {
     char *dir = in_work("empty", NULL), *tmp = in_work("empty", "step-000000001.ckpt.tmp");
     char *txt = in_work("empty", "notes.txt"), err[1024], path[4096], want[4200];
-    check(mkdir(dir, 0777) == 0, "mkdir %s: %s", dir, strerror(errno));
+    CHECK(mkdir(dir, 0777) == 0, "mkdir %s: %s", dir, strerror(errno));
     write_file(tmp, "x", 1);
     write_file(txt, "x", 1);
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
@@ -497,7 +484,7 @@ static int save_in_child(const char *dir, int keep, const State *st, int64_t lim
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid) {
-        check(0, "fork or waitpid failed: %s", strerror(errno));
+        FAIL("fork or waitpid failed: %s", strerror(errno));
         return -1;
     }
     return status;
@@ -508,11 +495,11 @@ static void check_step3_survives(const char *dir, const State *st3, const char *
     char err[1024], path[4096];
     char *p3 = in_work("crash", "step-000000003.ckpt"), *p4 = in_work("crash", "step-000000004.ckpt");
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
-    check(rc == 0 && strcmp(path, p3) == 0, "%s: ckpt_latest gives '%s' (%s), want %s", when, path, err, p3);
-    check(!exists(p4), "%s: %s exists", when, p4);
-    int before = failures;
+    CHECK(rc == 0 && strcmp(path, p3) == 0, "%s: ckpt_latest gives '%s' (%s), want %s", when, path, err, p3);
+    CHECK(!exists(p4), "%s: %s exists", when, p4);
+    int before = check_failures;
     check_reads_back(p3, st3);
-    if (failures != before) printf("  (%s)\n", when);
+    if (check_failures != before) printf("  (%s)\n", when);
     free(p3);
     free(p4);
 }
@@ -541,18 +528,18 @@ static void test_crash(int64_t n) {
     for (size_t i = 0; i < sizeof cases / sizeof *cases; i++) {
         snprintf(when, sizeof when, "abort after %lld bytes, %s", (long long)cases[i].at, cases[i].where);
         int status = save_in_child(dir, 2, &st4, cases[i].at, 0);
-        check(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: the child did not die by SIGABRT (status 0x%x)",
+        CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT, "%s: the child did not die by SIGABRT (status 0x%x)",
               when, status);
         check_step3_survives(dir, &st3, when);
         // the crash left the .tmp as far as it got: the fault injection counts as documented
         struct stat sb;
         int64_t want = cases[i].at < size ? cases[i].at : size;
-        check(stat(tmp4, &sb) == 0 && sb.st_size == want, "%s: the leftover .tmp has %lld bytes, want %lld", when,
+        CHECK(stat(tmp4, &sb) == 0 && sb.st_size == want, "%s: the leftover .tmp has %lld bytes, want %lld", when,
               exists(tmp4) ? (long long)sb.st_size : -1LL, (long long)want);
     }
     // one byte more than a save writes: no abort; the leftover .tmp goes
     int status = save_in_child(dir, 2, &st4, size + 97, 0);
-    check(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abort after %lld bytes: the save did not complete (status 0x%x)",
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abort after %lld bytes: the save did not complete (status 0x%x)",
           (long long)(size + 97), status);
     check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a completed save after the crashes");
     check_reads_back(p4, &st4);
@@ -561,7 +548,7 @@ static void test_crash(int64_t n) {
     // the new name, the others untouched
     State st5 = make_state(5, n);
     status = save_in_child(dir, 2, &st5, -1, size / 2);
-    check(WIFEXITED(status) && WEXITSTATUS(status) == 2, "a save past RLIMIT_FSIZE: status 0x%x, want exit 2 (refused: File too large)", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "a save past RLIMIT_FSIZE: status 0x%x, want exit 2 (refused: File too large)", status);
     check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a failed save");
     check_reads_back(p4, &st4);
 
@@ -614,11 +601,11 @@ static int save_sharded(const char *dir, int keep, const State *st, int ranks) {
     char err[1024];
     for (int r = 0; r < ranks; r++) {
         int rc = ckpt_save_shard(dir, &st->meta, segs, NSEGS, r, ranks, &io, &bytes[r], &crcs[r], err, sizeof err);
-        check(rc == 0, "ckpt_save_shard %d of %d: %s", r, ranks, err);
+        CHECK(rc == 0, "ckpt_save_shard %d of %d: %s", r, ranks, err);
         if (rc != 0) return -1;
     }
     int rc = ckpt_commit_shards(dir, keep, &st->meta, segs, NSEGS, ranks, bytes, crcs, err, sizeof err);
-    check(rc == 0, "ckpt_commit_shards of %d: %s", ranks, err);
+    CHECK(rc == 0, "ckpt_commit_shards of %d: %s", ranks, err);
     return rc;
 }
 
@@ -642,10 +629,10 @@ static void check_loads(const char *path, const State *st, int rank, int ranks, 
     CkptIO io = {arrays_get, arrays_put, &x};
     char err[1024];
     int rc = ckpt_load(path, &got.meta, n, segs, NSEGS, ranks ? want : NULL, &io, err, sizeof err);
-    check(rc == 0, "%s: ckpt_load %s: %s", what, path, err);
+    CHECK(rc == 0, "%s: ckpt_load %s: %s", what, path, err);
     if (rc == 0) {
-        check(meta_equal(&got.meta, &st->meta), "%s: the meta differs", what);
-        check(x.put == 3 * wanted, "%s: %lld floats put, want %lld", what, (long long)x.put, (long long)(3 * wanted));
+        CHECK(meta_equal(&got.meta, &st->meta), "%s: the meta differs", what);
+        CHECK(x.put == 3 * wanted, "%s: %lld floats put, want %lld", what, (long long)x.put, (long long)(3 * wanted));
         const float *a[3] = {st->w, st->m, st->v}, *b[3] = {got.w, got.m, got.v};
         int64_t bad = -1;
         for (int k = 0; k < NSEGS; k++)
@@ -655,11 +642,11 @@ static void check_loads(const char *path, const State *st, int rank, int ranks, 
                     if (memcmp(&b[j][segs[k].off + i], in ? (const void *)&a[j][segs[k].off + i] : (const void *)&nan, 4))
                         bad = segs[k].off + i;
             }
-        check(bad < 0, "%s: float %lld is not what it should be", what, (long long)bad);
+        CHECK(bad < 0, "%s: float %lld is not what it should be", what, (long long)bad);
     }
     CkptMeta only;
     rc = ckpt_load(path, &only, -1, NULL, 0, NULL, NULL, err, sizeof err);
-    check(rc == 0 && meta_equal(&only, &st->meta), "%s: the meta alone: %s", what, err);
+    CHECK(rc == 0 && meta_equal(&only, &st->meta), "%s: the meta alone: %s", what, err);
     free_state(&got);
 }
 
@@ -670,9 +657,9 @@ static void test_sharded(void) {
     segments(segs, &n);
     State s2 = make_state(2, n), s4 = make_state(4, n), s6 = make_state(6, n);
     // an old single-file checkpoint, then sharded ones: the newest committed step is found, whatever its kind
-    check(save(dir, 5, &s2) == 0, "save step 2");
+    CHECK(save(dir, 5, &s2) == 0, "save step 2");
     if (save_sharded(dir, 5, &s4, 3) != 0) goto done;
-    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
+    CHECK(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
           "latest after a sharded step 4: %s %s", path, err);
     // loads whole and by any other number of ranks' slices, and the single file by slices too
     check_loads(path, &s4, 0, 0, "3 shards, everything");
@@ -691,8 +678,8 @@ static void test_sharded(void) {
     CkptIO io = {arrays_get, arrays_put, &x};
     int64_t bytes;
     uint32_t crc;
-    check(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 0, 2, &io, &bytes, &crc, err, sizeof err) == 0, "shard 0 of step 6: %s", err);
-    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
+    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 0, 2, &io, &bytes, &crc, err, sizeof err) == 0, "shard 0 of step 6: %s", err);
+    CHECK(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
           "latest with step 6 uncommitted: %s", path);
     // a shard missing, cut short, or another of the same size: refused, naming it
     char *shard = in_work("shards", "step-000000004.shard-00001-of-00003"), *moved = in_work("shards", "moved");
@@ -701,7 +688,7 @@ static void test_sharded(void) {
     Arrays y = {{a, b, c}, 0};
     CkptIO yio = {arrays_get, arrays_put, &y};
     CkptMeta meta;
-    check(rename(shard, moved) == 0, "cannot move a shard");
+    CHECK(rename(shard, moved) == 0, "cannot move a shard");
     snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is missing: No such file or directory", shard);
     check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "a missing shard");
     size_t len;
@@ -715,7 +702,7 @@ static void test_sharded(void) {
     snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is not the one its manifest names (section table crc32)", shard);
     check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "another shard");
     free(bytes1);
-    check(rename(moved, shard) == 0, "cannot move the shard back");
+    CHECK(rename(moved, shard) == 0, "cannot move the shard back");
     // the manifest damaged, or laid out otherwise than the plan
     size_t mlen;
     unsigned char *man = read_whole(path, &mlen);
@@ -732,7 +719,7 @@ static void test_sharded(void) {
     snprintf(want, sizeof want, "%s: the checkpoint's 6 segments are laid out otherwise than this plan's 6", path);
     check_err(ckpt_load(path, &meta, n, other, NSEGS, NULL, &yio, err, sizeof err), err, want, "another layout");
     // a shard of step 6 by 3 ranks that never committed (an earlier run's), then step 6 committed by 2:
-    check(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s", err);
+    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s", err);
     // committing step 6 with keep 2 removes step 2's file and the leftovers (the stray shard of kept step 6
     // too: its manifest names 2 ranks), keeps 4 and 6
     if (save_sharded(dir, 2, &s6, 2) == 0)
@@ -754,8 +741,8 @@ static void test_sharded(void) {
     int status;
     waitpid(pid, &status, 0);
     char *torn = in_work("shards", "step-000000008.shard-00001-of-00002");
-    check(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && !exists(torn), "a crash mid-shard: status %d", status);
-    check(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000006.manifest"),
+    CHECK(WIFSIGNALED(status) && WTERMSIG(status) == SIGABRT && !exists(torn), "a crash mid-shard: status %d", status);
+    CHECK(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000006.manifest"),
           "latest after a crash mid-shard of step 8: %s", path);
     check_loads(path, &s6, 0, 0, "2 shards of step 6, everything");
     free(torn), free_state(&s8);
@@ -804,9 +791,9 @@ int main(int argc, char **argv) {
     test_no_checkpoint();
     test_crash(n);
     test_sharded();
-    if (failures) {
-        printf("test_checkpoint: %d failure%s (files left in %s)\n", failures, failures == 1 ? "" : "s", workdir);
-        return 1;
+    if (check_failures) {
+        printf("test_checkpoint: files left in %s\n", workdir);
+        return check_summary("test_checkpoint");
     }
     remove_tree(workdir);
     printf("test_checkpoint: all passed\n");

@@ -5,25 +5,20 @@
 //
 // Usage: test_collective PROJECT_ROOT. Prints each failure; returns 1 on any.
 #include "compiler/schedule/collective.h"
+#include "tests/check.h"
 
 #include <math.h>
 #include <stdio.h>
 #include <unistd.h>
 
-static int failures;
-
 static void near(const char *what, double got, double want) {
-    if (!(fabs(got - want) <= 1e-9 * fabs(want))) {
-        fprintf(stderr, "FAIL: %s: %.9g s, expected %.9g s\n", what, got, want);
-        failures++;
-    }
+    CHECK(fabs(got - want) <= 1e-9 * fabs(want), "%s: %.9g s, expected %.9g s", what, got, want);
 }
 
 static int load(const char *name, Target *t) {
     char err[1024];
     if (target_load(name, t, err, sizeof err) == 0) return 0;
-    fprintf(stderr, "FAIL: %s\n", err);
-    failures++;
+    FAIL("%s", err);
     return -1;
 }
 
@@ -59,13 +54,12 @@ int main(int argc, char **argv) {
     near("no bytes", collective_seconds(&x8, COLL_ALL_GATHER, 0, 8) + 1, 1);
     // a node's GPUs with no link between them, or nodes without a network: no way to run it
     if (!isinf(collective_seconds(&x8, COLL_ALL_GATHER, B, 16))) {
-        fprintf(stderr, "FAIL: 16 ranks on h200x8 (one node, no network) priced as possible\n");
-        failures++;
+        FAIL("16 ranks on h200x8 (one node, no network) priced as possible");
     }
     // a rank's bytes on its links
     near("all-gather bytes", collective_rank_bytes(COLL_ALL_GATHER, B, 8), 7.0 / 8.0 * B);
     near("all-reduce bytes", collective_rank_bytes(COLL_ALL_REDUCE, B, 8), 2 * 7.0 / 8.0 * B);
-    if (failures) return 1;
+    if (check_failures) return check_summary("test_collective");
     printf("ok: collectives priced as the ring and tree arithmetic says\n");
     return 0;
 }

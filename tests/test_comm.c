@@ -14,11 +14,12 @@
 
 #include "common/bf16.h"
 #include "runtime/dist/comm.h"
+#include "tests/check.h"
 
-static int failures;
-
-static void fail(const char *what, int rank, int64_t i, double got, double want) {
-    if (failures++ < 10) fprintf(stderr, "test_comm: rank %d: %s: element %lld is %g, not %g\n", rank, what, (long long)i, got, want);
+// One wrong element: the first 10 are named.
+static void wrong_element(const char *what, int rank, int64_t i, double got, double want) {
+    if (check_failures >= 10) check_failures++;
+    else FAIL("rank %d: %s: element %lld is %g, not %g", rank, what, (long long)i, got, want);
 }
 
 typedef struct Fake { // the "device" the staging calls copy from and to
@@ -56,28 +57,29 @@ static void check_all(Comm *c, const Dist *d, CommDtype t, const char *how) {
     const char *tn = t == COMM_BF16 ? "bf16" : "fp32";
     // all-reduce
     for (int64_t i = 0; i < n; i++) set(buf, t, i, value(me, i));
-    if (comm_all_reduce(c, buf, n, t, NULL, err, sizeof err) != 0) fprintf(stderr, "%s\n", err), failures++;
+    if (comm_all_reduce(c, buf, n, t, NULL, err, sizeof err) != 0) FAIL("%s", err);
     snprintf(what, sizeof what, "all-reduce %s %s", tn, how);
     for (int64_t i = 0; i < n; i++) {
         double want = 0;
         for (int r = 0; r < R; r++) want += value(r, i);
-        if (get(buf, t, i) != want) fail(what, me, i, get(buf, t, i), want);
+        if (get(buf, t, i) != want) wrong_element(what, me, i, get(buf, t, i), want);
     }
     // all-gather: only this rank's chunk is set, the rest NaN
     for (int64_t i = 0; i < n; i++) set(buf, t, i, i / chunk == me ? value(me, i) : NAN);
-    if (comm_all_gather(c, buf, chunk, t, NULL, err, sizeof err) != 0) fprintf(stderr, "%s\n", err), failures++;
+    if (comm_all_gather(c, buf, chunk, t, NULL, err, sizeof err) != 0) FAIL("%s", err);
     snprintf(what, sizeof what, "all-gather %s %s", tn, how);
     for (int64_t i = 0; i < n; i++)
-        if (get(buf, t, i) != value((int)(i / chunk), i)) fail(what, me, i, get(buf, t, i), value((int)(i / chunk), i));
+        if (get(buf, t, i) != value((int)(i / chunk), i))
+            wrong_element(what, me, i, get(buf, t, i), value((int)(i / chunk), i));
     // reduce-scatter: this rank's chunk of the sum
     for (int64_t i = 0; i < n; i++) set(buf, t, i, value(me, i));
-    if (comm_reduce_scatter(c, buf, chunk, t, NULL, err, sizeof err) != 0) fprintf(stderr, "%s\n", err), failures++;
+    if (comm_reduce_scatter(c, buf, chunk, t, NULL, err, sizeof err) != 0) FAIL("%s", err);
     snprintf(what, sizeof what, "reduce-scatter %s %s", tn, how);
     for (int64_t i = me * chunk; i < (me + 1) * chunk; i++) {
         double want = 0;
         for (int r = 0; r < R; r++) want += R > 1 ? value(r, i) : 0;
         if (R == 1) want = value(0, i);
-        if (get(buf, t, i) != want) fail(what, me, i, get(buf, t, i), want);
+        if (get(buf, t, i) != want) wrong_element(what, me, i, get(buf, t, i), want);
     }
     free(buf);
 }
@@ -106,25 +108,23 @@ int main(int argc, char **argv) {
     }
     int want_copies = d.size > 1 ? 2 * 3 * 2 * 2 : 0; // (to and back) x collectives x dtypes x piece sizes
     if (fake.copies != want_copies) {
-        fprintf(stderr, "test_comm: rank %d: %d staging copies, not %d\n", d.rank, fake.copies, want_copies);
-        failures++;
+        FAIL("rank %d: %d staging copies, not %d", d.rank, fake.copies, want_copies);
     }
     // one rank of NCCL from a build without it is refused, never silently MPI
     Comm nccl;
     int no_nccl = comm_open(&nccl, &d, 1, NULL, err, sizeof err);
     if (d.size > 1 && (no_nccl == 0 || !strstr(err, "NCCL asked for, but this build has none"))) {
-        fprintf(stderr, "test_comm: rank %d: NCCL asked of the host build: '%s'\n", d.rank, err);
-        failures++;
+        FAIL("rank %d: NCCL asked of the host build: '%s'", d.rank, err);
     }
     if (no_nccl == 0) comm_close(&nccl);
     char how[64], how_staged[64];
     if (d.rank == 0)
         printf("test_comm: %d rank%s, comm %s and %s: %s\n", d.size, d.size == 1 ? "" : "s",
                comm_describe(&host, how, sizeof how), comm_describe(&staged, how_staged, sizeof how_staged),
-               failures ? "FAILED" : "ok");
+               check_failures ? "FAILED" : "ok");
     comm_close(&host);
     comm_close(&staged);
-    double any = failures;
+    double any = check_failures;
     dist_max_doubles(&d, &any, 1);
     dist_close(&d, 0);
     return any ? 1 : 0;

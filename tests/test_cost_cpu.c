@@ -26,8 +26,9 @@
 #include "compiler/schedule/cost.h"
 #include "compiler/fuse/fuse.h"
 #include "compiler/front/passes.h"
+#include "tests/check.h"
 
-static int failures, checked;
+static int checked; // kernel prices compared
 
 // The profile every price below is computed from.
 static const char *const PROFILE =
@@ -48,9 +49,8 @@ static const char *const PROFILE =
 
 static void expect(double got, double want, const char *what, int part, int i) {
     checked++;
-    if (fabs(got - want) <= 1e-9 * fabs(want)) return;
-    fprintf(stderr, "FAIL: %s: part %d kernel %d priced %.6g s, not %.6g s\n", what, part, i, got, want);
-    failures++;
+    CHECK(fabs(got - want) <= 1e-9 * fabs(want), "%s: part %d kernel %d priced %.6g s, not %.6g s", what, part, i, got,
+          want);
 }
 
 // Bytes and bf16 elements of k's arguments, as the cost model and the backend count them.
@@ -72,8 +72,7 @@ static int check_model(const char *path, int compute, const Target *t) {
     char *text, err[512];
     size_t len;
     if (io_read_file(path, &text, &len) != 0) {
-        fprintf(stderr, "FAIL: cannot read %s\n", path);
-        failures++;
+        FAIL("cannot read %s", path);
         return 0;
     }
     Source src = {.path = path, .text = text, .len = len};
@@ -85,8 +84,7 @@ static int check_model(const char *path, int compute, const Target *t) {
     KirProgram prog;
     int threaded = 0;
     if (!g || autodiff(g, &a, &d) != 0 || fuse(g, &a, &prog, err, sizeof err) != 0) {
-        fprintf(stderr, "FAIL: %s: cannot compile it\n", path);
-        failures++;
+        FAIL("%s: cannot compile it", path);
         goto out;
     }
     for (int p = 0; p < graph_nparts(g); p++) {
@@ -97,8 +95,7 @@ static int check_model(const char *path, int compute, const Target *t) {
             double bytes, bf16, got = cost_kernel_s(g, p, s, i, t);
             args_of(k, &bytes, &bf16);
             if (compute == 1 && bf16 > 0) {
-                fprintf(stderr, "FAIL: %s f32: kernel %d of part %d has bf16 arguments\n", path, i, p);
-                failures++;
+                FAIL("%s f32: kernel %d of part %d has bf16 arguments", path, i, p);
             }
             if (k->kind == KK_GEMM && k->gemm.epilogue < 0) {
                 const KirGemm *gm = &k->gemm;
@@ -141,14 +138,12 @@ int main(void) {
     int threaded = check_model("examples/llama-tiny.mt", 2, &t) + check_model("examples/llama-tiny.mt", 1, &t) +
                    check_model("examples/gpt2-tiny.mt", 2, &t);
     if (threaded != 0) {
-        fprintf(stderr, "FAIL: %d tiny-model GEMMs were priced as threaded\n", threaded);
-        failures++;
+        FAIL("%d tiny-model GEMMs were priced as threaded", threaded);
     }
     if (check_model("examples/gpt2.mt", 1, &t) == 0) {
-        fprintf(stderr, "FAIL: GPT-2 small has no GEMM of %lld multiply-adds or more without an epilogue\n",
-                MT_BLAS_THREADED_MACS);
-        failures++;
+        FAIL("GPT-2 small has no GEMM of %lld multiply-adds or more without an epilogue", MT_BLAS_THREADED_MACS);
     }
-    printf("test_cost_cpu: %d kernel prices checked, %d failures\n", checked, failures);
-    return failures != 0;
+    CHECK(checked > 0, "no kernel price was compared");
+    printf("test_cost_cpu: %d kernel prices checked\n", checked);
+    return check_summary("test_cost_cpu");
 }

@@ -24,17 +24,7 @@
 #include "compiler/fuse/fuse.h"
 #include "common/graph.h"
 #include "compiler/front/passes.h"
-
-static int failures;
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            failures++;                                                                                                \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-        }                                                                                                              \
-    } while (0)
+#include "tests/check.h"
 
 // ---------------------------------------------------------------- hand-built kernels
 
@@ -155,8 +145,7 @@ static void build_attn(Build *b, int bwd, int node, int64_t B, int64_t T, int64_
 
 static int find_str(const char *hay, const char *needle, const char *what) {
     if (strstr(hay, needle)) return 1;
-    printf("FAIL: the %s message lacks \"%s\":\n%s\n", what, needle, hay);
-    failures++;
+    FAIL("the %s message lacks \"%s\":\n%s", what, needle, hay);
     return 0;
 }
 
@@ -264,8 +253,7 @@ int main(int argc, char **argv) {
         char *text;
         size_t len;
         if (io_read_file(argv[m], &text, &len) != 0) {
-            printf("FAIL: cannot read %s\n", argv[m]);
-            failures++;
+            FAIL("cannot read %s", argv[m]);
             continue;
         }
         Source src = {.path = argv[m], .text = text, .len = len};
@@ -277,11 +265,9 @@ int main(int argc, char **argv) {
         KirProgram prog;
         char err[8192];
         if (!g || autodiff(g, &arena, &diag) != 0) {
-            printf("FAIL: %s does not compile\n", argv[m]);
-            failures++;
+            FAIL("%s does not compile", argv[m]);
         } else if (fuse(g, &arena, &prog, err, sizeof err) != 0) {
-            printf("FAIL: %s: fuse: %s\n", argv[m], err);
-            failures++;
+            FAIL("%s: fuse: %s", argv[m], err);
         } else {
             if (emitter) check_handmade(g, argv[m]);
             for (int run = 0; !emitter && run < 2 + bf16; run++) { // sm_80, sm_90, and bf16 for sm_90
@@ -290,8 +276,7 @@ int main(int argc, char **argv) {
                     if (g->train.compute != want) { // the kernels of the other storage
                         g->train.compute = want;
                         if (fuse(g, &arena, &prog, err, sizeof err) != 0) {
-                            printf("FAIL: %s: fuse (%s): %s\n", argv[m], bf ? "bf16" : "f32", err);
-                            failures++;
+                            FAIL("%s: fuse (%s): %s", argv[m], bf ? "bf16" : "f32", err);
                             continue;
                         }
                     }
@@ -299,8 +284,7 @@ int main(int argc, char **argv) {
                     CudaBinary bin;
                     CudaSource cs;
                     if (cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
-                        printf("FAIL: %s, %s, %s:\n%s\n", argv[m], opt.arch, bf ? "bf16" : "f32", err);
-                        failures++;
+                        FAIL("%s, %s, %s:\n%s", argv[m], opt.arch, bf ? "bf16" : "f32", err);
                         continue;
                     }
                     printf("%-28s %-6s %-5s %8d %8d %9.2f %9.0f\n", argv[m], opt.arch, bf ? "bf16" : "f32", cs.nexpr,
@@ -312,6 +296,6 @@ int main(int argc, char **argv) {
         arena_free(&arena);
         free(text);
     }
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", check_failures ? "FAILED" : "ok");
+    return check_summary("test_cuda");
 }

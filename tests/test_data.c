@@ -8,7 +8,6 @@
 // Prints each failure and exits 1 if there was any.
 #include <errno.h>
 #include <math.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -17,24 +16,12 @@
 #include <unistd.h>
 
 #include "runtime/data.h"
+#include "tests/check.h"
 
-static int failures;
 static const char *python, *writer, *workdir;
 
-__attribute__((format(printf, 2, 3)))
-static void check(int ok, const char *fmt, ...) {
-    if (ok) return;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures++;
-}
-
 static void check_i64(int64_t got, int64_t want, const char *what) {
-    check(got == want, "%s: got %lld, want %lld", what, (long long)got, (long long)want);
+    CHECK(got == want, "%s: got %lld, want %lld", what, (long long)got, (long long)want);
 }
 
 // the fixture's formulas, computed here on their own
@@ -73,12 +60,12 @@ static int make_fixture(const char *out, const char *args) {
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        check(0, "fixture writer '%s %s %s %s' failed (status %d)", python, writer, out, args, status);
+        FAIL("fixture writer '%s %s %s %s' failed (status %d)", python, writer, out, args, status);
         return -1;
     }
     struct stat st;
     if (stat(out, &st) != 0) {
-        check(0, "fixture writer did not write %s", out);
+        FAIL("fixture writer did not write %s", out);
         return -1;
     }
     return 0;
@@ -87,11 +74,11 @@ static int make_fixture(const char *out, const char *args) {
 static void write_bytes(const char *path, int64_t n) {
     FILE *f = fopen(path, "wb");
     if (!f) {
-        check(0, "cannot write %s: %s", path, strerror(errno));
+        FAIL("cannot write %s: %s", path, strerror(errno));
         return;
     }
     for (int64_t i = 0; i < n; i++) fputc(text_byte(i), f);
-    check(fclose(f) == 0, "cannot write %s", path);
+    CHECK(fclose(f) == 0, "cannot write %s", path);
 }
 
 static unsigned char *slurp(const char *path, long *len) {
@@ -118,9 +105,9 @@ static void check_batch(const char *what, const int32_t *tokens, const int32_t *
         for (int64_t t = 0; t < T; t++) {
             int64_t i = b * T + t;
             if (tokens[i] != x(pos + i) || targets[i] != x(pos + i + 1)) {
-                check(0, "%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d",
-                      what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
-                      x(pos + i), x(pos + i + 1));
+                FAIL("%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d",
+                     what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
+                     x(pos + i), x(pos + i + 1));
                 return;
             }
         }
@@ -130,10 +117,10 @@ static void check_error(const char *path, int64_t vocab, double val_fraction, co
     DataSet d;
     char err[512] = "";
     int rc = data_open(&d, path, vocab, val_fraction, err, sizeof err);
-    check(rc == -1, "data_open(%s, V=%lld, %g) returned %d, want -1", path, (long long)vocab, val_fraction, rc);
-    check(strstr(err, path) == err, "message for %s does not start with the file name: '%s'", path, err);
-    check(strstr(err, phrase) != NULL, "message for %s lacks '%s': '%s'", path, phrase, err);
-    check(d.map == NULL && d.path == NULL && d.ntokens == 0, "failed data_open(%s) left *d set", path);
+    CHECK(rc == -1, "data_open(%s, V=%lld, %g) returned %d, want -1", path, (long long)vocab, val_fraction, rc);
+    CHECK(strstr(err, path) == err, "message for %s does not start with the file name: '%s'", path, err);
+    CHECK(strstr(err, phrase) != NULL, "message for %s lacks '%s': '%s'", path, phrase, err);
+    CHECK(d.map == NULL && d.path == NULL && d.ntokens == 0, "failed data_open(%s) left *d set", path);
     if (rc == 0) data_close(&d);
 }
 
@@ -152,26 +139,26 @@ static void test_llmc(void) {
     DataSet d;
     char err[512] = "";
     if (data_open(&d, path, 50257, 0.1, err, sizeof err) != 0) {
-        check(0, "data_open(%s): %s", path, err);
+        FAIL("data_open(%s): %s", path, err);
         free(before);
         free(path);
         return;
     }
-    check(d.format == DATA_LLMC, "tokens.bin: not read as an llm.c token file");
+    CHECK(d.format == DATA_LLMC, "tokens.bin: not read as an llm.c token file");
     check_i64(d.ntokens, 1000, "tokens.bin: ntokens");
     check_i64(d.ntrain, 900, "tokens.bin: training split");
     check_i64(d.nval, 100, "tokens.bin: validation split");
     check_i64(d.train_pos, 0, "tokens.bin: train_pos after open");
-    check(data_check_batch(&d, 4, 8, err, sizeof err) == 0, "data_check_batch(4, 8): %s", err);
+    CHECK(data_check_batch(&d, 4, 8, err, sizeof err) == 0, "data_check_batch(4, 8): %s", err);
 
     enum { B = 4, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     data_next_train(&d, B, T, tokens, targets, NULL);
     // literal values: token i is (7919*i + 11) % 50000
-    check(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
-    check(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
-    check(targets[T - 1] == tokens[T], "row 0's last target %d is not row 1's first token %d", targets[T - 1], tokens[T]);
-    check(tokens[31] == 45500 && targets[31] == 3419, "last of first batch %d -> %d, want 45500 -> 3419 (tokens 31, 32)",
+    CHECK(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
+    CHECK(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
+    CHECK(targets[T - 1] == tokens[T], "row 0's last target %d is not row 1's first token %d", targets[T - 1], tokens[T]);
+    CHECK(tokens[31] == 45500 && targets[31] == 3419, "last of first batch %d -> %d, want 45500 -> 3419 (tokens 31, 32)",
           tokens[31], targets[31]);
     check_batch("train batch 0", tokens, targets, B, T, 0, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after one batch");
@@ -209,8 +196,8 @@ static void test_llmc(void) {
     // a data-parallel rank's part: rank r of 2 at B=2 reads rows 2r, 2r+1 of the global batch of 4 rows,
     // the global position advancing by 4 rows, wrapping as one process at B=4 does; validation the same
     d.ranks = 2;
-    check(data_check_batch(&d, 2, 8, err, sizeof err) == 0, "data_check_batch(2, 8) of 2 ranks: %s", err);
-    check(data_check_batch(&d, 2, 450, err, sizeof err) == -1 && strstr(err, "B=4 x T=450"),
+    CHECK(data_check_batch(&d, 2, 8, err, sizeof err) == 0, "data_check_batch(2, 8) of 2 ranks: %s", err);
+    CHECK(data_check_batch(&d, 2, 450, err, sizeof err) == -1 && strstr(err, "B=4 x T=450"),
           "data_check_batch(2, 450) of 2 ranks: '%s' (wants the global batch B=4)", err);
     for (int r = 0; r < 2; r++) {
         d.rank = r, d.train_pos = 0;
@@ -238,52 +225,52 @@ static void test_llmc(void) {
         check_batch("val batch i", tokens, targets, B, T, starts[i], llmc_token);
     }
     data_val_batch(&d, 0, B, T, tokens, targets, NULL);
-    check(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
+    CHECK(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
           tokens[0], targets[B * T - 1]);
     data_val_batch(&d, -1, B, T, tokens, targets, NULL);
     check_batch("val batch -1", tokens, targets, B, T, 964, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after validation (must not move)");
 
     // a split too small for one batch; the boundaries exactly
-    check(data_check_batch(&d, 1, 99, err, sizeof err) == 0, "data_check_batch(1, 99): %s", err);
+    CHECK(data_check_batch(&d, 1, 99, err, sizeof err) == 0, "data_check_batch(1, 99): %s", err);
     err[0] = 0;
-    check(data_check_batch(&d, 1, 100, err, sizeof err) == -1, "data_check_batch(1, 100) passed with 100 validation tokens");
-    check(strstr(err, path) == err && strstr(err, "validation split holds 100 tokens") && strstr(err, "B*T+1 = 101"),
+    CHECK(data_check_batch(&d, 1, 100, err, sizeof err) == -1, "data_check_batch(1, 100) passed with 100 validation tokens");
+    CHECK(strstr(err, path) == err && strstr(err, "validation split holds 100 tokens") && strstr(err, "B*T+1 = 101"),
           "message for a validation split too small: '%s'", err);
     err[0] = 0;
-    check(data_check_batch(&d, 1, 900, err, sizeof err) == -1, "data_check_batch(1, 900) passed with 900 training tokens");
-    check(strstr(err, path) == err && strstr(err, "training split holds 900 tokens") && strstr(err, "B*T+1 = 901"),
+    CHECK(data_check_batch(&d, 1, 900, err, sizeof err) == -1, "data_check_batch(1, 900) passed with 900 training tokens");
+    CHECK(strstr(err, path) == err && strstr(err, "training split holds 900 tokens") && strstr(err, "B*T+1 = 901"),
           "message for a training split too small: '%s'", err);
     err[0] = 0;
-    check(data_check_batch(&d, 0, 8, err, sizeof err) == -1 && strstr(err, "must be positive"),
+    CHECK(data_check_batch(&d, 0, 8, err, sizeof err) == -1 && strstr(err, "must be positive"),
           "data_check_batch(0, 8): '%s'", err);
     err[0] = 0;
-    check(data_check_batch(&d, INT64_MAX / 2, 4, err, sizeof err) == -1 && strstr(err, "must be positive"),
+    CHECK(data_check_batch(&d, INT64_MAX / 2, 4, err, sizeof err) == -1 && strstr(err, "must be positive"),
           "data_check_batch with an overflowing B*T: '%s'", err);
     // and the batch functions write zeros rather than read past the split
     int32_t big_tokens[1001], big_targets[1001]; // (1, 1001) each
     big_tokens[0] = big_targets[0] = -1;
     data_next_train(&d, 1, 1001, big_tokens, big_targets, NULL);
-    check(big_tokens[0] == 0 && big_targets[0] == 0, "an oversized training batch was not zeros");
+    CHECK(big_tokens[0] == 0 && big_targets[0] == 0, "an oversized training batch was not zeros");
     data_val_batch(&d, 0, 1, 1001, big_tokens, big_targets, NULL);
-    check(big_tokens[1000] == 0 && big_targets[1000] == 0, "an oversized validation batch was not zeros");
+    CHECK(big_tokens[1000] == 0 && big_targets[1000] == 0, "an oversized validation batch was not zeros");
     data_close(&d);
-    check(d.map == NULL && d.path == NULL, "data_close left *d set");
+    CHECK(d.map == NULL && d.path == NULL, "data_close left *d set");
     data_close(&d); // harmless twice
 
     // with no validation split the training split is the whole file
-    check(data_open(&d, path, 50257, 0, err, sizeof err) == 0, "data_open(%s, val 0): %s", path, err);
+    CHECK(data_open(&d, path, 50257, 0, err, sizeof err) == 0, "data_open(%s, val 0): %s", path, err);
     check_i64(d.ntrain, 1000, "training split with val_fraction 0");
     check_i64(d.nval, 0, "validation split with val_fraction 0");
     check_i64(data_val_batches(&d, 1, 1), 0, "data_val_batches with no validation split");
-    check(data_check_batch(&d, 1, 999, err, sizeof err) == 0, "data_check_batch(1, 999), val 0: %s", err);
-    check(data_check_batch(&d, 1, 1000, err, sizeof err) == -1, "data_check_batch(1, 1000) passed with 1000 tokens");
+    CHECK(data_check_batch(&d, 1, 999, err, sizeof err) == 0, "data_check_batch(1, 999), val 0: %s", err);
+    CHECK(data_check_batch(&d, 1, 1000, err, sizeof err) == -1, "data_check_batch(1, 1000) passed with 1000 tokens");
     data_close(&d);
-    check(data_open(&d, path, 50257, 0.15, err, sizeof err) == 0, "data_open(%s, val 0.15): %s", path, err);
+    CHECK(data_open(&d, path, 50257, 0.15, err, sizeof err) == 0, "data_open(%s, val 0.15): %s", path, err);
     check_i64(d.nval, 150, "validation split with val_fraction 0.15");
     check_i64(d.ntrain, 850, "training split with val_fraction 0.15");
     data_close(&d);
-    check(data_open(&d, path, 50257, 0.1236, err, sizeof err) == 0, "data_open(%s, val 0.1236): %s", path, err);
+    CHECK(data_open(&d, path, 50257, 0.1236, err, sizeof err) == 0, "data_open(%s, val 0.1236): %s", path, err);
     check_i64(d.nval, 124, "validation split with val_fraction 0.1236 (123.6 tokens, rounded)");
     data_close(&d);
 
@@ -291,8 +278,8 @@ static void test_llmc(void) {
     long len1;
     unsigned char *after = slurp(path, &len1);
     stat(path, &st1);
-    check(before && after && len0 == len1 && memcmp(before, after, (size_t)len0) == 0, "%s changed", path);
-    check(st0.st_mtime == st1.st_mtime && st0.st_size == st1.st_size, "%s: size or mtime changed", path);
+    CHECK(before && after && len0 == len1 && memcmp(before, after, (size_t)len0) == 0, "%s changed", path);
+    CHECK(st0.st_mtime == st1.st_mtime && st0.st_size == st1.st_size, "%s: size or mtime changed", path);
     free(before);
     free(after);
     free(path);
@@ -305,19 +292,19 @@ static void test_text(void) {
     DataSet d;
     char err[512] = "";
     if (data_open(&d, path, 256, 0.2, err, sizeof err) != 0) {
-        check(0, "data_open(%s): %s", path, err);
+        FAIL("data_open(%s): %s", path, err);
         free(path);
         return;
     }
-    check(d.format == DATA_TEXT, "text.txt: not read as bytes");
+    CHECK(d.format == DATA_TEXT, "text.txt: not read as bytes");
     check_i64(d.ntokens, 500, "text.txt: ntokens");
     check_i64(d.ntrain, 400, "text.txt: training split");
     check_i64(d.nval, 100, "text.txt: validation split");
     enum { B = 2, T = 16 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
-    check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
+    CHECK(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
     data_next_train(&d, B, T, tokens, targets, NULL);
-    check(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
+    CHECK(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
           tokens[0], targets[0], tokens[T]);
     check_batch("text train batch 0", tokens, targets, B, T, 0, text_byte);
     // 12 batches at 0..352 (352 + 33 <= 400), then wrap
@@ -335,7 +322,7 @@ static void test_text(void) {
     check_batch("text val batch 4 (wrapped)", tokens, targets, B, T, 432, text_byte);
     data_close(&d);
 
-    check(data_open(&d, path, 50257, 0.2, err, sizeof err) == 0, "data_open(%s, V=50257): %s", path, err);
+    CHECK(data_open(&d, path, 50257, 0.2, err, sizeof err) == 0, "data_open(%s, V=50257): %s", path, err);
     data_close(&d);
     check_error(path, 255, 0.1, "vocabulary V=255 is smaller than 256");
     check_error(path, 255, 0.1, "give an llm.c token file");
@@ -373,10 +360,10 @@ static void test_errors(void) {
             } else { // 1000 tokens, 900 for training: B=8, T=128 needs 1025
                 DataSet d;
                 char err[512] = "";
-                check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
+                CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
                 err[0] = 0;
-                check(data_check_batch(&d, 8, 128, err, sizeof err) == -1, "a batch of 8 x 128 fits in 900 tokens?");
-                check(strstr(err, path) == err && strstr(err, "training split holds 900 tokens but one batch of B=8 x T=128 needs B*T+1 = 1025"),
+                CHECK(data_check_batch(&d, 8, 128, err, sizeof err) == -1, "a batch of 8 x 128 fits in 900 tokens?");
+                CHECK(strstr(err, path) == err && strstr(err, "training split holds 900 tokens but one batch of B=8 x T=128 needs B*T+1 = 1025"),
                       "message for a file too small for a batch: '%s'", err);
                 data_close(&d);
             }
@@ -388,7 +375,7 @@ static void test_errors(void) {
     if (make_fixture(path, "--count 1000 --set 77=50256") == 0) {
         DataSet d;
         char err[512] = "";
-        check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s) with token 50256 < V: %s", path, err);
+        CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s) with token 50256 < V: %s", path, err);
         data_close(&d);
     }
     free(path);
@@ -397,8 +384,8 @@ static void test_errors(void) {
     if (make_fixture(path, "--count 100") == 0) {
         DataSet d;
         char err[512] = "";
-        check(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
-        check(d.format == DATA_LLMC && d.ntokens == 100, "tokens.dat not read as an llm.c token file of 100 tokens");
+        CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
+        CHECK(d.format == DATA_LLMC && d.ntokens == 100, "tokens.dat not read as an llm.c token file of 100 tokens");
         data_close(&d);
         check_error(path, 256, 0.1, "token at index 1 (byte 1026) is 7930"); // V=256 < 7930
     }
@@ -437,12 +424,12 @@ static void test_llama3_and_masks(void) {
     DataSet d;
     char err[512] = "";
     if (data_open(&d, path, 128256, 0.1, err, sizeof err) != 0) {
-        check(0, "data_open(%s): %s", path, err);
+        FAIL("data_open(%s): %s", path, err);
         goto out;
     }
-    check(d.format == DATA_LLMC3, "l3.bin: not read as a Llama-3 token file");
+    CHECK(d.format == DATA_LLMC3, "l3.bin: not read as a Llama-3 token file");
     check_i64(d.ntokens, 1000, "l3.bin: ntokens");
-    check(d.mask != NULL && d.mask_path && strcmp(d.mask_path, mask) == 0, "l3.bin: its mask %s was not found", mask);
+    CHECK(d.mask != NULL && d.mask_path && strcmp(d.mask_path, mask) == 0, "l3.bin: its mask %s was not found", mask);
     check_i64(d.nmasked, 334, "l3.bin: tokens the mask excludes (i %% 3 == 0 of 1000)");
     enum { B = 2, T = 8 };
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
@@ -450,46 +437,46 @@ static void test_llama3_and_masks(void) {
     for (int64_t i = 0; i < B * T; i++) {
         int32_t want = (i + 1) % 3 == 0 ? DATA_IGNORE : llama3_token(i + 1);
         if (tokens[i] != llama3_token(i) || targets[i] != want) {
-            check(0, "l3 masked batch at %lld: token %d target %d, want %d %d", (long long)i, tokens[i], targets[i],
-                  llama3_token(i), want);
+            FAIL("l3 masked batch at %lld: token %d target %d, want %d %d", (long long)i, tokens[i], targets[i],
+                 llama3_token(i), want);
             break;
         }
     }
-    check(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
+    CHECK(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
     data_val_batch(&d, 0, B, T, tokens, targets, NULL);
-    check(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
+    CHECK(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
           targets[0], targets[2], DATA_IGNORE);
     data_close(&d);
-    check(d.mask == NULL && d.mask_path == NULL, "data_close left the mask set");
+    CHECK(d.mask == NULL && d.mask_path == NULL, "data_close left the mask set");
 
     // the whole file as validation data (--val-data)
-    check(data_open(&d, path, 128256, 1, err, sizeof err) == 0, "data_open(%s, val 1): %s", path, err);
+    CHECK(data_open(&d, path, 128256, 1, err, sizeof err) == 0, "data_open(%s, val 1): %s", path, err);
     check_i64(d.ntrain, 0, "training split with val_fraction 1");
     check_i64(d.nval, 1000, "validation split with val_fraction 1");
-    check(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch on a validation file: %s", err);
+    CHECK(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch on a validation file: %s", err);
     data_val_batch(&d, 1, B, T, tokens, targets, NULL);
-    check(tokens[0] == llama3_token(16), "val file batch 1 starts with %d, want %d", tokens[0], llama3_token(16));
+    CHECK(tokens[0] == llama3_token(16), "val file batch 1 starts with %d, want %d", tokens[0], llama3_token(16));
     data_close(&d);
 
     // masks that do not fit their token file
     snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-count 999", mask);
     if (make_fixture(path, args) == 0) {
         err[0] = 0;
-        check(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1 && d.map == NULL, "a mask one short was taken");
-        check(strstr(err, mask) == err && strstr(err, "the mask holds 999 entries (header: 999) but") &&
+        CHECK(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1 && d.map == NULL, "a mask one short was taken");
+        CHECK(strstr(err, mask) == err && strstr(err, "the mask holds 999 entries (header: 999) but") &&
               strstr(err, "l3.bin holds 1000 tokens"), "message for a mask one short: '%s'", err);
     }
     snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-set 17=2", mask);
     if (make_fixture(path, args) == 0) {
         err[0] = 0;
-        check(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1, "a mask holding a 2 was taken");
-        check(strstr(err, mask) == err && strstr(err, "entry at index 17 (byte 1041) is 2"), "message for a bad mask entry: '%s'", err);
+        CHECK(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1, "a mask holding a 2 was taken");
+        CHECK(strstr(err, mask) == err && strstr(err, "entry at index 17 (byte 1041) is 2"), "message for a bad mask entry: '%s'", err);
     }
     // and a uint16 file can carry a mask too
     char *p16 = in_workdir("m16.bin"), *m16 = in_workdir("m16.mask");
     snprintf(args, sizeof args, "--count 100 --mask-out %s", m16);
     if (make_fixture(p16, args) == 0) {
-        check(data_open(&d, p16, 50257, 0.1, err, sizeof err) == 0 && d.mask && d.format == DATA_LLMC,
+        CHECK(data_open(&d, p16, 50257, 0.1, err, sizeof err) == 0 && d.mask && d.format == DATA_LLMC,
               "data_open(%s) with a mask: %s", p16, err);
         data_close(&d);
     }
@@ -509,33 +496,33 @@ static void test_shuffle(void) {
     char *path = in_workdir("shuffle.txt"), err[512] = "";
     FILE *f = fopen(path, "wb"); // byte i is i / 16: window w (from 16 w) starts with byte w
     for (int i = 0; f && i < 500; i++) fputc(i / 16, f);
-    check(f && fclose(f) == 0, "cannot write %s", path); // 400 training bytes: W = (400 - 1) / 16 = 24 windows
+    CHECK(f && fclose(f) == 0, "cannot write %s", path); // 400 training bytes: W = (400 - 1) / 16 = 24 windows
     enum { B = 3, T = 16, W = 24, ROWS = 3 * W };
     int64_t start[2][ROWS];  // (seed, row) the window each row came from, by its first token
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     for (int run = 0; run < 2; run++) {
         DataSet d;
         if (data_open(&d, path, 256, 0.2, err, sizeof err) != 0) {
-            check(0, "data_open(%s): %s", path, err);
+            FAIL("data_open(%s): %s", path, err);
             break;
         }
         data_shuffle(&d, run ? 5 : 4);
         for (int64_t r = 0; r < ROWS; r += B) {
             if (r == 30 && run == 0) { // a checkpoint mid-epoch, read back into another DataSet
                 DataSet e;
-                check(data_open(&e, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                CHECK(data_open(&e, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
                 data_shuffle(&e, 4);
-                check(data_seek(&e, data_position(&d), err, sizeof err) == 0, "data_seek: %s", err);
+                CHECK(data_seek(&e, data_position(&d), err, sizeof err) == 0, "data_seek: %s", err);
                 int32_t t2[B * T], g2[B * T];
                 data_next_train(&d, B, T, tokens, targets, NULL);
                 data_next_train(&e, B, T, t2, g2, NULL);
-                check(!memcmp(tokens, t2, sizeof t2) && !memcmp(targets, g2, sizeof g2),
+                CHECK(!memcmp(tokens, t2, sizeof t2) && !memcmp(targets, g2, sizeof g2),
                       "shuffle: the batch after data_seek(data_position()) differs");
                 DataSet straight;
-                check(data_open(&straight, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
-                check(data_seek(&straight, data_position(&d), err, sizeof err) == -1 && strstr(err, "--shuffle"),
+                CHECK(data_open(&straight, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
+                CHECK(data_seek(&straight, data_position(&d), err, sizeof err) == -1 && strstr(err, "--shuffle"),
                       "shuffle: a shuffled position taken by an unshuffled loader");
-                check(data_seek(&e, 48, err, sizeof err) == -1, "shuffle: a straight position taken by a shuffled loader");
+                CHECK(data_seek(&e, 48, err, sizeof err) == -1, "shuffle: a straight position taken by a shuffled loader");
                 data_close(&straight);
                 data_close(&e);
             } else {
@@ -557,10 +544,10 @@ static void test_shuffle(void) {
                 int64_t w = start[run][e * W + i];
                 ok = ok && w >= 0 && !seen[w]++;
             }
-            check(ok, "shuffle: seed %d's epoch %d does not take every window once", run ? 5 : 4, e);
+            CHECK(ok, "shuffle: seed %d's epoch %d does not take every window once", run ? 5 : 4, e);
         }
-    check(memcmp(start[0], start[0] + W, sizeof(int64_t) * W) != 0, "shuffle: epochs 0 and 1 in the same order");
-    check(memcmp(start[0], start[1], sizeof start[0]) != 0, "shuffle: seeds 4 and 5 give the same order");
+    CHECK(memcmp(start[0], start[0] + W, sizeof(int64_t) * W) != 0, "shuffle: epochs 0 and 1 in the same order");
+    CHECK(memcmp(start[0], start[1], sizeof start[0]) != 0, "shuffle: seeds 4 and 5 give the same order");
     // a data-parallel run's ranks, shuffled: rank r of 2 at batch B takes rows [rB, rB + B) of each global
     // batch of 2B rows that one process at batch 2B takes, epoch after epoch
     DataSet one, rank[2];
@@ -569,7 +556,7 @@ static void test_shuffle(void) {
         ok = data_open(&rank[r], path, 256, 0.2, err, sizeof err) == 0;
         if (ok) rank[r].rank = r, rank[r].ranks = 2, data_shuffle(&rank[r], 4);
     }
-    check(ok, "data_open(%s): %s", path, err);
+    CHECK(ok, "data_open(%s): %s", path, err);
     if (ok) {
         data_shuffle(&one, 4);
         int32_t all[2 * B * T], allt[2 * B * T]; // (2B, T) each
@@ -577,7 +564,7 @@ static void test_shuffle(void) {
             data_next_train(&one, 2 * B, T, all, allt, NULL);
             for (int r = 0; r < 2; r++) {
                 data_next_train(&rank[r], B, T, tokens, targets, NULL);
-                check(!memcmp(tokens, all + r * B * T, sizeof tokens) && !memcmp(targets, allt + r * B * T, sizeof targets),
+                CHECK(!memcmp(tokens, all + r * B * T, sizeof tokens) && !memcmp(targets, allt + r * B * T, sizeof targets),
                       "shuffle: rank %d of 2's rows of global batch %d are not one process's rows [%d, %d)", r, k,
                       r * B, r * B + B);
             }
@@ -612,10 +599,10 @@ static void test_docs(void) {
     for (int shuffled = 0; shuffled < 2; shuffled++) {
         DataSet d;
         if (data_open(&d, path, 50257, 0.2, err, sizeof err) != 0) { // 160 training tokens, 40 validation
-            check(0, "data_open(%s): %s", path, err);
+            FAIL("data_open(%s): %s", path, err);
             break;
         }
-        check(d.docs && d.ndocs == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocs);
+        CHECK(d.docs && d.ndocs == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocs);
         if (shuffled) data_shuffle(&d, 9);
         int32_t tokens[B * T], targets[B * T], seg[B * T]; // (B, T) each
         for (int batch = 0; batch < 5; batch++) {
@@ -624,16 +611,16 @@ static void test_docs(void) {
                 int64_t pos0 = tokens[b * T]; // tokens are their positions (below 256 here)
                 for (int t = 0, want = 0; t < T; t++) {
                     if (t > 0 && flags[pos0 + t]) want = t;
-                    check(seg[b * T + t] == want, "docs%s: batch %d row %d position %d: segment start %d, want %d",
+                    CHECK(seg[b * T + t] == want, "docs%s: batch %d row %d position %d: segment start %d, want %d",
                           shuffled ? " shuffled" : "", batch, b, t, seg[b * T + t], want);
                 }
             }
         }
-        check(data_val_batches(&d, B, T) == 1, "docs: one validation batch");
+        CHECK(data_val_batches(&d, B, T) == 1, "docs: one validation batch");
         data_val_batch(&d, 0, B, T, tokens, targets, seg);
         for (int t = 0, want = 0; t < T; t++) {
             if (t > 0 && flags[tokens[0] + t]) want = t;
-            check(seg[t] == want, "docs: validation position %d: segment start %d, want %d", t, seg[t], want);
+            CHECK(seg[t] == want, "docs: validation position %d: segment start %d, want %d", t, seg[t], want);
         }
         data_close(&d);
     }
@@ -642,7 +629,7 @@ static void test_docs(void) {
     fputc(2, f);
     fclose(f);
     DataSet bad;
-    check(data_open(&bad, path, 50257, 0.2, err, sizeof err) == -1 && strstr(err, dpath) == err &&
+    CHECK(data_open(&bad, path, 50257, 0.2, err, sizeof err) == -1 && strstr(err, dpath) == err &&
               strstr(err, "index 5 (byte 1029) is 2; a document map holds 0 or 1"),
           "docs: an entry of 2 refused naming the .docs file, the index and the byte: '%s'", err);
     free(path);
@@ -667,10 +654,7 @@ int main(int argc, char **argv) {
     test_llama3_and_masks();
     test_shuffle();
     test_docs();
-    if (failures) {
-        printf("%d check(s) failed\n", failures);
-        return 1;
-    }
+    if (check_failures) return check_summary("test_data");
     printf("ok: data loading, batches, splits and errors\n");
     return 0;
 }

@@ -43,21 +43,11 @@
 #include "compiler/schedule/schedule.h"
 #include "runtime/plan_read.h"
 #include "compiler/front/passes.h"
+#include "tests/check.h"
 
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
 
-static int failures;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL %s:%d: ", __FILE__, __LINE__);                                                                \
-            printf(__VA_ARGS__);                                                                                       \
-            printf("\n");                                                                                              \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
 
 // ---------------------------------------------------------------- building plans
 
@@ -618,7 +608,7 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
 static void expect_written_refused(const char *ctx, Plan *p, const char *path, const char *want) {
     char err[512];
     if (plan_write(p, path, err, sizeof err) != 0) {
-        CHECK(0, "%s: plan_write: %s", ctx, err);
+        FAIL("%s: plan_write: %s", ctx, err);
         return;
     }
     Arena a = {0};
@@ -642,20 +632,21 @@ static unsigned char *written(Plan *p, const char *path, size_t *len) {
     char err[512], *data = NULL;
     *len = 0;
     if (plan_write(p, path, err, sizeof err) != 0 || io_read_file(path, &data, len) != 0) {
-        CHECK(0, "writing %s: %s", path, err);
+        FAIL("writing %s: %s", path, err);
         return NULL;
     }
     return (unsigned char *)data;
 }
 
-// The first byte after the section table where a and b differ (same
-// lengths), or 0.
-static size_t differ_at(const unsigned char *a, size_t alen, const unsigned char *b, size_t blen) {
-    size_t at = HEADER_BYTES + SECTIONS * ENTRY_BYTES;
-    if (!a || !b || alen != blen) return 0;
-    while (at < alen && a[at] == b[at]) at++;
-    CHECK(at < alen, "the two plans are the same");
-    return at < alen ? at : 0;
+// The first byte after the section table where a and b differ, in the
+// bytes both have (one more block kind makes a longer plan), or 0 after a
+// failed check: a plan missing, or none of those bytes differing (equal,
+// empty or truncated plans) leave nothing to patch.
+static size_t differ_at(const char *what, const unsigned char *a, size_t alen, const unsigned char *b, size_t blen) {
+    size_t at = HEADER_BYTES + SECTIONS * ENTRY_BYTES, len = alen < blen ? alen : blen;
+    if (!CHECK(a && b, "%s: a plan to compare was not written", what)) return 0;
+    while (at < len && a[at] == b[at]) at++;
+    return CHECK(at < len, "%s: the two plans do not differ after the section table", what) ? at : 0;
 }
 
 // The first train instruction of kind (and of part, where part >= 0), or -1.
@@ -678,7 +669,7 @@ static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const
              in->kind >= 0 && in->kind < INS_COUNT ? names[in->kind] : "?");
     char err[512];
     if (plan_write(p, path, err, sizeof err) != 0) {
-        CHECK(0, "%s: plan_write: %s", ctx, err);
+        FAIL("%s: plan_write: %s", ctx, err);
         return;
     }
     Arena a = {0};
@@ -694,7 +685,7 @@ static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const
 static void expect_written_accepted(const char *ctx, Plan *p, const char *path) {
     char err[512];
     if (plan_write(p, path, err, sizeof err) != 0) {
-        CHECK(0, "%s: plan_write: %s", ctx, err);
+        FAIL("%s: plan_write: %s", ctx, err);
         return;
     }
     Arena a = {0};
@@ -730,7 +721,7 @@ static void damage_fields(Plan *p, const char *path) {
             n->in[0] = node_at(p, PART_BLOCK, 1);
             unsigned char *b = written(p, path, &blen);
             n->in[0] = saved;
-            size_t at = differ_at(a, alen, b, blen);
+            size_t at = differ_at("a forward reference", a, alen, b, blen);
             if (at) {
                 st32(a + at, (uint32_t)k + 2);
                 redo_crcs(a);
@@ -750,7 +741,7 @@ static void damage_fields(Plan *p, const char *path) {
         n->op = OP_SUB;
         unsigned char *b = written(p, path, &blen);
         n->op = saved;
-        size_t at = differ_at(a, alen, b, blen);
+        size_t at = differ_at("an op out of range", a, alen, b, blen);
         if (at) {
             st32(a + at, 200);
             redo_crcs(a);
@@ -799,7 +790,7 @@ static void damage_fields(Plan *p, const char *path) {
         g->nkinds = nkinds + 1;
         unsigned char *two = written(p, path, &blen);
         g->nkinds = nkinds;
-        size_t at = differ_at(one, alen, two, blen);
+        size_t at = differ_at("too many block kinds", one, alen, two, blen);
         if (at) {
             st32(one + at, MT_MAX_KINDS + 1);
             redo_crcs(one);
@@ -912,7 +903,7 @@ static void damage_fields(Plan *p, const char *path) {
         int at = find_ins(p, k, -1);
         if (at < 0 && !p->sharded && (k == INS_ALLGATHER || k == INS_REDUCE_SCATTER)) continue; // a sharded plan's
         if (at < 0) {
-            CHECK(0, "the plan has no instruction of kind %d to break", k);
+            FAIL("the plan has no instruction of kind %d to break", k);
             continue;
         }
         Instr *in = &p->train[at], saved = *in;
@@ -1015,7 +1006,7 @@ static void damage_fields(Plan *p, const char *path) {
             expect_written_refused("ranks -1", p, path, "section STREAMS: -1 ranks; at least 1");
             p->ranks = 0;
         } else {
-            CHECK(0, "the plan has no RECORD or WAIT to break");
+            FAIL("the plan has no RECORD or WAIT to break");
         }
     }
     // Frames and flags of RUN.
@@ -1160,12 +1151,12 @@ static int exists(const char *path) {
 // Builds, writes, reads back, compares and damages one plan of model;
 // adds what it holds to c.
 static void round_trip(const char *model, const char *work, const Variant *v, Census *c) {
-    int failures_before = failures, by_hand = !v->target;
+    int failures_before = check_failures, by_hand = !v->target;
     Arena a = {0};
     char *text = NULL;
     Plan *p = build(model, &a, v, &text);
     if (!p) {
-        failures++;
+        check_failures++;
         arena_free(&a);
         free(text);
         return;
@@ -1178,7 +1169,7 @@ static void round_trip(const char *model, const char *work, const Variant *v, Ce
     CHECK(p->nframes >= 1, "%s: %d frames", ctx, p->nframes);
     p->plan_crc = 0;
     if (plan_write(p, path, err, sizeof err) != 0) {
-        CHECK(0, "%s: plan_write: %s", ctx, err);
+        FAIL("%s: plan_write: %s", ctx, err);
     } else {
         char tmp[4200];
         snprintf(tmp, sizeof tmp, "%s.tmp", path);
@@ -1197,7 +1188,7 @@ static void round_trip(const char *model, const char *work, const Variant *v, Ce
             io_read_file(path2, &d2, &l2) == 0)
             CHECK(l1 == l2 && !memcmp(d1, d2, l1), "%s: writing the plan read back gives other bytes", ctx);
         else if (q)
-            CHECK(0, "%s: rewriting the plan read back failed: %s", ctx, err);
+            FAIL("%s: rewriting the plan read back failed: %s", ctx, err);
         unlink(path2);
         arena_free(&b);
         if (d1) {
@@ -1214,19 +1205,19 @@ static void round_trip(const char *model, const char *work, const Variant *v, Ce
         }
         free(d1);
         free(d2);
-        printf("%s %s: %s\n", failures > failures_before ? "FAIL" : "ok  ", ctx, path);
+        printf("%s %s: %s\n", check_failures > failures_before ? "FAIL" : "ok  ", ctx, path);
     }
     arena_free(&a);
     free(text);
 }
 
 static void failed_writes(const char *model, const char *work) {
-    int failures_before = failures;
+    int failures_before = check_failures;
     Arena a = {0};
     char *text = NULL;
     Plan *p = build(model, &a, &VARIANTS[NVARIANTS - 1], &text);
     if (!p) {
-        failures++;
+        check_failures++;
         free(text);
         arena_free(&a);
         return;
@@ -1263,7 +1254,7 @@ static void failed_writes(const char *model, const char *work) {
     arena_free(&b);
     arena_free(&a);
     free(text);
-    printf("%s failed writes and reads\n", failures > failures_before ? "FAIL" : "ok  ");
+    printf("%s failed writes and reads\n", check_failures > failures_before ? "FAIL" : "ok  ");
 }
 
 int main(int argc, char **argv) {
@@ -1305,6 +1296,5 @@ int main(int argc, char **argv) {
         CHECK(h200->later_frame > 0, "%s: the h200 plan (resident layers, a frame each) uses frame 0 only", argv[i]);
     }
     failed_writes(argv[2], work);
-    if (failures) printf("FAIL test_plan: %d checks failed\n", failures);
-    return failures ? 1 : 0;
+    return check_summary("test_plan");
 }

@@ -31,17 +31,7 @@
 #include "runtime/backend/blas_core.h"
 #include "runtime/plan_read.h"
 #include "runtime/replay.h"
-
-static int failures;
-
-#define CHECK(cond, ...)                                                                                               \
-    do {                                                                                                               \
-        if (!(cond)) {                                                                                                 \
-            printf("FAIL: " __VA_ARGS__);                                                                              \
-            printf("\n");                                                                                              \
-            failures++;                                                                                                \
-        }                                                                                                              \
-    } while (0)
+#include "tests/check.h"
 
 static int is_qnan(const void *p) {
     uint32_t u;
@@ -154,8 +144,7 @@ static int fixture_open(Fixture *f, const Plan *p) {
     int64_t BT = p->graph->train.batch * p->graph->train.seq;
     f->tok = malloc((size_t)BT * 16);
     if (!f->be || !f->act || !f->tok || store_alloc(&f->hs, p) != 0) {
-        printf("FAIL: setup: %s\n", f->be ? "out of memory" : err);
-        failures++;
+        FAIL("setup: %s", f->be ? "out of memory" : err);
         return -1;
     }
     batch(p, f->tok, f->tok + BT, 0);
@@ -207,7 +196,7 @@ static void test_poison(const Plan *p) {
     CHECK(!memcmp(bytes, want, sizeof want), "backend_fill_nan of 7 bytes at an odd address");
     store_free(&hs);
     be->destroy(be);
-    if (!failures) printf("ok   FREE poisons exactly its region with quiet NaNs; the arena starts as NaN\n");
+    if (!check_failures) printf("ok   FREE poisons exactly its region with quiet NaNs; the arena starts as NaN\n");
 }
 
 static void test_limit(const Plan *p) {
@@ -379,8 +368,7 @@ static void test_held(const Plan *p) {
     Fixture f;
     int hold = awaited_copy(p);
     if (hold < 0) {
-        printf("FAIL: setup: no copy that compute waits for\n");
-        failures++;
+        FAIL("setup: no copy that compute waits for");
         return;
     }
     if (fixture_open(&f, p) != 0) return;
@@ -437,6 +425,5 @@ int main(int argc, char **argv) {
         if (p->nevents) test_threads(p);
     }
     arena_free(&a);
-    if (failures) printf("%d failures\n", failures);
-    return failures ? 1 : 0;
+    return check_summary("test_replay");
 }

@@ -25,22 +25,9 @@
 #include <unistd.h>
 
 #include "runtime/model_io/safetensors.h"
+#include "tests/check.h"
 
-static int failures;
 static const char *python, *writer, *workdir;
-
-__attribute__((format(printf, 2, 3)))
-static int check(int ok, const char *fmt, ...) {
-    if (ok) return 1;
-    va_list ap;
-    va_start(ap, fmt);
-    printf("FAIL: ");
-    vprintf(fmt, ap);
-    printf("\n");
-    va_end(ap);
-    failures++;
-    return 0;
-}
 
 static void *xmalloc(size_t n) {
     void *p = malloc(n ? n : 1);
@@ -101,7 +88,7 @@ static int make_fixtures(void) {
     }
     int status = 0;
     if (pid < 0 || waitpid(pid, &status, 0) != pid || !WIFEXITED(status) || WEXITSTATUS(status) != 0) {
-        check(0, "fixture writer '%s %s %s' failed (status %d)", python, writer, workdir, status);
+        FAIL("fixture writer '%s %s %s' failed (status %d)", python, writer, workdir, status);
         return -1;
     }
     return 0;
@@ -132,7 +119,7 @@ static int ngot;
 static void keep(const StTensor *t, const float *f32, const uint16_t *bf16, int64_t numel) {
     for (int i = 0; i < ngot; i++)
         if (strcmp(got[i].out.name, t->name) == 0) return; // the sharded set is opened twice
-    if (!check(ngot < 64, "more than 64 tensors in the fixtures")) return;
+    if (!CHECK(ngot < 64, "more than 64 tensors in the fixtures")) return;
     Got *g = &got[ngot++];
     g->out.name = strdup(t->name);
     g->out.rank = t->rank;
@@ -155,42 +142,42 @@ static int check_tensor(FILE *ex, const StSet *s, int k, const char *set_path) {
     int rank;
     int64_t shape[ST_MAX_RANK] = {0}, numel = 1, n;
     if (fscanf(ex, " tensor %255s %255s %15s %d", name, file, dt, &rank) != 4 || rank < 0 || rank > ST_MAX_RANK)
-        return check(0, "expected.txt: a bad tensor record in %s", set_path), -1;
+        return FAIL("expected.txt: a bad tensor record in %s", set_path), -1;
     for (int i = 0; i < rank; i++) {
         long long v;
-        if (fscanf(ex, "%lld", &v) != 1) return check(0, "expected.txt: bad shape"), -1;
+        if (fscanf(ex, "%lld", &v) != 1) return FAIL("expected.txt: bad shape"), -1;
         shape[i] = v;
         numel *= v;
     }
     long long nl;
-    if (fscanf(ex, "%lld", &nl) != 1 || nl != numel) return check(0, "expected.txt: bad count for %s", name), -1;
+    if (fscanf(ex, "%lld", &nl) != 1 || nl != numel) return FAIL("expected.txt: bad count for %s", name), -1;
     n = nl;
     uint32_t *want = xmalloc((size_t)n * 4);
     uint16_t *want16 = xmalloc((size_t)n * 2);
     for (int64_t i = 0; i < n; i++) {
         unsigned v;
-        if (fscanf(ex, "%x", &v) != 1) return check(0, "expected.txt: values of %s", name), -1;
+        if (fscanf(ex, "%x", &v) != 1) return FAIL("expected.txt: values of %s", name), -1;
         want[i] = v;
     }
     long long nb;
-    if (fscanf(ex, " bf16 %lld", &nb) != 1 || nb != n) return check(0, "expected.txt: bf16 of %s", name), -1;
+    if (fscanf(ex, " bf16 %lld", &nb) != 1 || nb != n) return FAIL("expected.txt: bf16 of %s", name), -1;
     for (int64_t i = 0; i < n; i++) {
         unsigned v;
-        if (fscanf(ex, "%x", &v) != 1) return check(0, "expected.txt: bf16 values of %s", name), -1;
+        if (fscanf(ex, "%x", &v) != 1) return FAIL("expected.txt: bf16 values of %s", name), -1;
         want16[i] = (uint16_t)v;
     }
 
     const StTensor *t = st_find(s, name);
-    if (check(t != NULL, "%s: st_find('%s') found nothing", set_path, name)) {
-        check(k < s->n && &s->tensors[k] == t, "%s: tensor '%s' is not at position %d (file, then offset order)",
+    if (CHECK(t != NULL, "%s: st_find('%s') found nothing", set_path, name)) {
+        CHECK(k < s->n && &s->tensors[k] == t, "%s: tensor '%s' is not at position %d (file, then offset order)",
               set_path, name, k);
-        check(ends_with(t->file, file), "%s: tensor '%s' is in %s, want %s", set_path, name, t->file, file);
-        check(t->dtype == dtype_of(dt), "%s: tensor '%s' dtype %s, want %s", set_path, name, st_dtype_name(t->dtype), dt);
-        check(t->rank == rank && memcmp(t->shape, shape, sizeof shape) == 0, "%s: tensor '%s' has the wrong shape",
+        CHECK(ends_with(t->file, file), "%s: tensor '%s' is in %s, want %s", set_path, name, t->file, file);
+        CHECK(t->dtype == dtype_of(dt), "%s: tensor '%s' dtype %s, want %s", set_path, name, st_dtype_name(t->dtype), dt);
+        CHECK(t->rank == rank && memcmp(t->shape, shape, sizeof shape) == 0, "%s: tensor '%s' has the wrong shape",
               set_path, name);
-        check(st_numel(t) == n, "%s: tensor '%s' st_numel %lld, want %lld", set_path, name, (long long)st_numel(t),
+        CHECK(st_numel(t) == n, "%s: tensor '%s' st_numel %lld, want %lld", set_path, name, (long long)st_numel(t),
               (long long)n);
-        check(t->nbytes == n * (t->dtype == ST_F32 ? 4 : 2), "%s: tensor '%s' nbytes %lld", set_path, name,
+        CHECK(t->nbytes == n * (t->dtype == ST_F32 ? 4 : 2), "%s: tensor '%s' nbytes %lld", set_path, name,
               (long long)t->nbytes);
         float *f = xmalloc((size_t)n * 4 + 4);
         f[n] = 12345.0f; // st_to_f32 must write n floats, no more
@@ -198,10 +185,10 @@ static int check_tensor(FILE *ex, const StSet *s, int k, const char *set_path) {
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++)
             if (bits_of(f[i]) != want[i] && bad++ < 5)
-                check(0, "%s: tensor '%s' element %lld is %08x, want %08x", set_path, name, (long long)i,
-                      bits_of(f[i]), want[i]);
-        check(bad == 0, "%s: tensor '%s': %lld of %lld values wrong", set_path, name, (long long)bad, (long long)n);
-        check(f[n] == 12345.0f, "%s: st_to_f32 wrote past tensor '%s'", set_path, name);
+                FAIL("%s: tensor '%s' element %lld is %08x, want %08x", set_path, name, (long long)i,
+                     bits_of(f[i]), want[i]);
+        CHECK(bad == 0, "%s: tensor '%s': %lld of %lld values wrong", set_path, name, (long long)bad, (long long)n);
+        CHECK(f[n] == 12345.0f, "%s: st_to_f32 wrote past tensor '%s'", set_path, name);
         keep(t, f, want16, n);
         free(f);
     }
@@ -214,7 +201,7 @@ static void test_good(void) {
     char *exp = in_work("fixtures/expected.txt");
     FILE *ex = fopen(exp, "r");
     free(exp);
-    if (!check(ex != NULL, "no expected.txt from the fixture writer")) return;
+    if (!CHECK(ex != NULL, "no expected.txt from the fixture writer")) return;
     char rel[256];
     int n, sets = 0;
     while (fscanf(ex, " open %255s %d", rel, &n) == 2) {
@@ -223,16 +210,16 @@ static void test_good(void) {
         char err[512] = "";
         StSet s;
         int rc = st_open(&s, path, err, sizeof err);
-        check(rc == 0, "st_open(%s) failed: %s", path, err);
-        if (rc == 0) check(s.n == n, "%s: %d tensors, want %d", path, s.n, n);
+        CHECK(rc == 0, "st_open(%s) failed: %s", path, err);
+        if (rc == 0) CHECK(s.n == n, "%s: %d tensors, want %d", path, s.n, n);
         for (int k = 0; k < n; k++)
             if (check_tensor(ex, &s, k, path) != 0) break;
-        check(st_find(&s, "no such tensor") == NULL, "%s: st_find found a tensor that is not there", path);
+        CHECK(st_find(&s, "no such tensor") == NULL, "%s: st_find found a tensor that is not there", path);
         st_close(&s);
-        check(s.tensors == NULL && s.n == 0 && s.files == NULL, "st_close did not zero the set");
+        CHECK(s.tensors == NULL && s.n == 0 && s.files == NULL, "st_close did not zero the set");
         free(path);
     }
-    check(sets == 6, "expected.txt lists %d sets, want 6", sets);
+    CHECK(sets == 6, "expected.txt lists %d sets, want 6", sets);
     fclose(ex);
 }
 
@@ -288,16 +275,16 @@ static void test_bad(void) {
         StSet s;
         int rc = st_open(&s, path, err, sizeof err);
         size_t k = strlen(file);
-        check(rc == -1, "%s: st_open returned %d, want -1", path, rc);
-        check(strncmp(err, file, k) == 0 && strncmp(err + k, ": ", 2) == 0,
+        CHECK(rc == -1, "%s: st_open returned %d, want -1", path, rc);
+        CHECK(strncmp(err, file, k) == 0 && strncmp(err + k, ": ", 2) == 0,
               "%s: the message does not start with '%s: ': %s", cases[i].open, file, err);
-        check(strstr(err, cases[i].phrase) != NULL, "%s: the message does not say '%s': %s", cases[i].open,
+        CHECK(strstr(err, cases[i].phrase) != NULL, "%s: the message does not say '%s': %s", cases[i].open,
               cases[i].phrase, err);
         for (size_t j = 0; j < sizeof more / sizeof *more; j++)
             if (strcmp(more[j][0], cases[i].open) == 0)
-                check(strstr(err, more[j][1]) != NULL, "%s: the message does not say '%s': %s", cases[i].open,
+                CHECK(strstr(err, more[j][1]) != NULL, "%s: the message does not say '%s': %s", cases[i].open,
                       more[j][1], err);
-        check(s.n == 0 && s.tensors == NULL && s.files == NULL && s.by_name == NULL, "%s: the set is not zeroed",
+        CHECK(s.n == 0 && s.tensors == NULL && s.files == NULL && s.by_name == NULL, "%s: the set is not zeroed",
               cases[i].open);
         st_close(&s); // harmless after a failure
         if (getenv("TEST_SAFETENSORS_VERBOSE")) printf("refused: %s\n", err);
@@ -309,7 +296,7 @@ static void test_bad(void) {
     memset(small, 'x', sizeof small);
     char *path = in_work("fixtures/bad/i64.safetensors");
     StSet s;
-    check(st_open(&s, path, small, 8) == -1 && strlen(small) == 7 && small[8] == 'x', "a short err buffer is overrun");
+    CHECK(st_open(&s, path, small, 8) == -1 && strlen(small) == 7 && small[8] == 'x', "a short err buffer is overrun");
     free(path);
 }
 
@@ -322,17 +309,17 @@ static StOut outs[64];
 static void check_written(const char *path, StDtype dtype, const char *what) {
     StSet s;
     char err[512] = "";
-    if (!check(st_open(&s, path, err, sizeof err) == 0, "%s: reading back %s: %s", what, path, err)) return;
-    check(s.n == ngot, "%s: %d tensors read back, want %d", what, s.n, ngot);
+    if (!CHECK(st_open(&s, path, err, sizeof err) == 0, "%s: reading back %s: %s", what, path, err)) return;
+    CHECK(s.n == ngot, "%s: %d tensors read back, want %d", what, s.n, ngot);
     for (int i = 0; i < ngot && i < s.n; i++) {
         const StTensor *t = &s.tensors[i];
         const Got *g = &got[i];
-        if (!check(strcmp(t->name, g->out.name) == 0, "%s: tensor %d is '%s', want '%s'", what, i, t->name,
+        if (!CHECK(strcmp(t->name, g->out.name) == 0, "%s: tensor %d is '%s', want '%s'", what, i, t->name,
                    g->out.name))
             continue;
-        check(t->dtype == dtype && t->rank == g->out.rank && memcmp(t->shape, g->out.shape, sizeof t->shape) == 0,
+        CHECK(t->dtype == dtype && t->rank == g->out.rank && memcmp(t->shape, g->out.shape, sizeof t->shape) == 0,
               "%s: tensor '%s' has the wrong dtype or shape", what, t->name);
-        check(st_numel(t) == g->numel, "%s: tensor '%s' numel", what, t->name);
+        CHECK(st_numel(t) == g->numel, "%s: tensor '%s' numel", what, t->name);
         if (st_numel(t) != g->numel) continue;
         int64_t bad = 0;
         const unsigned char *p = t->data;
@@ -341,15 +328,15 @@ static void check_written(const char *path, StDtype dtype, const char *what) {
                 uint32_t u, want = bits_of(g->out.data[k]);
                 memcpy(&u, p + 4 * k, 4);
                 if (u != want && bad++ < 5)
-                    check(0, "%s: tensor '%s' element %lld is %08x, want %08x", what, t->name, (long long)k, u, want);
+                    FAIL("%s: tensor '%s' element %lld is %08x, want %08x", what, t->name, (long long)k, u, want);
             } else {
                 uint16_t h = (uint16_t)(p[2 * k] | p[2 * k + 1] << 8);
                 if (h != g->bf16[k] && bad++ < 5)
-                    check(0, "%s: tensor '%s' element %lld (fp32 %08x) is bf16 %04x, want %04x", what, t->name,
-                          (long long)k, bits_of(g->out.data[k]), h, g->bf16[k]);
+                    FAIL("%s: tensor '%s' element %lld (fp32 %08x) is bf16 %04x, want %04x", what, t->name,
+                         (long long)k, bits_of(g->out.data[k]), h, g->bf16[k]);
             }
         }
-        check(bad == 0, "%s: tensor '%s': %lld values wrong", what, t->name, (long long)bad);
+        CHECK(bad == 0, "%s: tensor '%s': %lld values wrong", what, t->name, (long long)bad);
     }
     st_close(&s);
 }
@@ -357,24 +344,24 @@ static void check_written(const char *path, StDtype dtype, const char *what) {
 // The header of a written file: size a multiple of 8, metadata first, spaces after the JSON.
 static void check_header(const char *path) {
     FILE *f = fopen(path, "rb");
-    if (!check(f != NULL, "cannot read %s", path)) return;
+    if (!CHECK(f != NULL, "cannot read %s", path)) return;
     unsigned char b[8];
     uint64_t n = 0;
     if (fread(b, 1, 8, f) == 8)
         for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-    check(n > 0 && n % 8 == 0 && n < 1 << 20, "%s: header size %llu is not a multiple of 8", path, (unsigned long long)n);
+    CHECK(n > 0 && n % 8 == 0 && n < 1 << 20, "%s: header size %llu is not a multiple of 8", path, (unsigned long long)n);
     if (n > 0 && n < 1 << 20) {
         char *h = xmalloc(n + 1);
         size_t got_n = fread(h, 1, n, f);
         h[got_n] = '\0';
         const char *meta = "{\"__metadata__\":{\"format\":\"pt\"}";
-        check(strncmp(h, meta, strlen(meta)) == 0, "%s: the header does not start with %s: %.60s", path, meta, h);
+        CHECK(strncmp(h, meta, strlen(meta)) == 0, "%s: the header does not start with %s: %.60s", path, meta, h);
         char *end = strrchr(h, '}');
         int spaces = 1;
         for (char *p = end ? end + 1 : h; *p; p++) spaces &= *p == ' ';
-        check(end && spaces && (size_t)(h + got_n - end - 1) < 8, "%s: the header is not padded with spaces", path);
+        CHECK(end && spaces && (size_t)(h + got_n - end - 1) < 8, "%s: the header is not padded with spaces", path);
         cJSON *j = cJSON_ParseWithLength(h, got_n);
-        check(j != NULL, "%s: the header is not JSON", path);
+        CHECK(j != NULL, "%s: the header is not JSON", path);
         cJSON_Delete(j);
         free(h);
     }
@@ -398,28 +385,28 @@ static void test_write_single(void) {
     char err[512] = "", ls[4096];
     char *dir = in_work("out/single"), *path = in_work("out/single/model.safetensors");
     reset_dir(dir);
-    check(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == 0, "st_write F32: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == 0, "st_write F32: %s", err);
     list_dir(dir, ls, sizeof ls);
-    check(strcmp(ls, "model.safetensors") == 0, "after an F32 write the directory holds '%s'", ls);
+    CHECK(strcmp(ls, "model.safetensors") == 0, "after an F32 write the directory holds '%s'", ls);
     check_header(path);
     check_written(path, ST_F32, "F32 write");
     check_written(dir, ST_F32, "F32 write, by directory");
 
-    check(st_write(path, outs, ngot, ST_BF16, 0, err, sizeof err) == 0, "st_write BF16: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_BF16, 0, err, sizeof err) == 0, "st_write BF16: %s", err);
     list_dir(dir, ls, sizeof ls);
-    check(strcmp(ls, "model.safetensors") == 0, "after a BF16 write the directory holds '%s'", ls);
+    CHECK(strcmp(ls, "model.safetensors") == 0, "after a BF16 write the directory holds '%s'", ls);
     check_header(path);
     check_written(path, ST_BF16, "BF16 write");
 
     // a shard size the data fits in: one plain file
-    check(st_write(path, outs, ngot, ST_F32, 1 << 30, err, sizeof err) == 0, "st_write with a big shard size: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_F32, 1 << 30, err, sizeof err) == 0, "st_write with a big shard size: %s", err);
     list_dir(dir, ls, sizeof ls);
-    check(strcmp(ls, "model.safetensors") == 0, "a write that fits one shard left '%s'", ls);
+    CHECK(strcmp(ls, "model.safetensors") == 0, "a write that fits one shard left '%s'", ls);
 
     // no tensors: just the metadata
-    check(st_write(path, NULL, 0, ST_F32, 0, err, sizeof err) == 0, "st_write of no tensors: %s", err);
+    CHECK(st_write(path, NULL, 0, ST_F32, 0, err, sizeof err) == 0, "st_write of no tensors: %s", err);
     StSet s;
-    check(st_open(&s, path, err, sizeof err) == 0 && s.n == 0, "reading back no tensors: %s", err);
+    CHECK(st_open(&s, path, err, sizeof err) == 0 && s.n == 0, "reading back no tensors: %s", err);
     st_close(&s);
     check_header(path);
     free(dir);
@@ -443,7 +430,7 @@ static void test_write_sharded(void) {
         size += nb;
         total += nb;
     }
-    check(nshards >= 4, "the fixtures give only %d shards", nshards);
+    CHECK(nshards >= 4, "the fixtures give only %d shards", nshards);
     // stale files a sharded write must remove: a plain model.safetensors, shards of another count
     FILE *f = fopen(path, "w");
     if (f) fclose(f);
@@ -454,23 +441,23 @@ static void test_write_sharded(void) {
     f = fopen(keep_me, "w");
     if (f) fclose(f);
 
-    check(st_write(path, outs, ngot, ST_F32, shard_bytes, err, sizeof err) == 0, "sharded st_write: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_F32, shard_bytes, err, sizeof err) == 0, "sharded st_write: %s", err);
     char want[4096] = "";
     size_t at = 0;
     for (int k = 1; k <= nshards; k++)
         at += (size_t)snprintf(want + at, sizeof want - at, "model-%05d-of-%05d.safetensors ", k, nshards);
     snprintf(want + at, sizeof want - at, "model.safetensors.index.json other-00001-of-00002.safetensors");
     list_dir(dir, ls, sizeof ls);
-    check(strcmp(ls, want) == 0, "after a sharded write the directory holds\n  '%s', want\n  '%s'", ls, want);
-    check(!exists(path), "a sharded write left model.safetensors");
-    check(exists(keep_me), "a sharded write removed a file of another stem");
+    CHECK(strcmp(ls, want) == 0, "after a sharded write the directory holds\n  '%s', want\n  '%s'", ls, want);
+    CHECK(!exists(path), "a sharded write left model.safetensors");
+    CHECK(exists(keep_me), "a sharded write removed a file of another stem");
     check_written(index, ST_F32, "sharded write, by index");
     StSet set;
-    if (check(st_open(&set, index, err, sizeof err) == 0, "reading %s: %s", index, err)) {
+    if (CHECK(st_open(&set, index, err, sizeof err) == 0, "reading %s: %s", index, err)) {
         for (int i = 0; i < ngot && i < set.n; i++) {
             char name[64];
             snprintf(name, sizeof name, "/model-%05d-of-%05d.safetensors", shard_of[i], nshards);
-            check(ends_with(set.tensors[i].file, name), "tensor '%s' is in %s, want shard %d of %d",
+            CHECK(ends_with(set.tensors[i].file, name), "tensor '%s' is in %s, want shard %d of %d",
                   set.tensors[i].name, set.tensors[i].file, shard_of[i], nshards);
         }
     }
@@ -481,10 +468,10 @@ static void test_write_sharded(void) {
     for (int k = 1; k <= nshards; k++) {
         char *shard = in_work("out/sharded/model-%05d-of-%05d.safetensors", k, nshards);
         StSet s;
-        if (check(st_open(&s, shard, err, sizeof err) == 0, "reading shard %s: %s", shard, err)) {
+        if (CHECK(st_open(&s, shard, err, sizeof err) == 0, "reading shard %s: %s", shard, err)) {
             int64_t bytes = 0;
             for (int i = 0; i < s.n; i++) bytes += s.tensors[i].nbytes;
-            check(s.n >= 1 && (bytes <= shard_bytes || s.n == 1), "%s: %d tensors, %lld bytes", shard, s.n,
+            CHECK(s.n >= 1 && (bytes <= shard_bytes || s.n == 1), "%s: %d tensors, %lld bytes", shard, s.n,
                   (long long)bytes);
             check_header(shard);
         }
@@ -501,25 +488,25 @@ static void test_write_sharded(void) {
     cJSON *j = cJSON_Parse(text);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "metadata"), "total_size");
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
-    check(cJSON_IsNumber(ts) && ts->valuedouble == (double)total, "the index's total_size is not %lld", (long long)total);
-    check(cJSON_GetArraySize(wm) == ngot, "the index's weight_map has %d entries, want %d", cJSON_GetArraySize(wm), ngot);
+    CHECK(cJSON_IsNumber(ts) && ts->valuedouble == (double)total, "the index's total_size is not %lld", (long long)total);
+    CHECK(cJSON_GetArraySize(wm) == ngot, "the index's weight_map has %d entries, want %d", cJSON_GetArraySize(wm), ngot);
     const cJSON *prev = NULL;
     for (const cJSON *e = wm ? wm->child : NULL; e; prev = e, e = e->next)
-        check(!prev || strcmp(prev->string, e->string) < 0, "the weight_map is not sorted: '%s' before '%s'",
+        CHECK(!prev || strcmp(prev->string, e->string) < 0, "the weight_map is not sorted: '%s' before '%s'",
               prev ? prev->string : "", e->string);
-    check(strncmp(text, "{\n  \"metadata\": {\n    \"total_size\": ", 36) == 0 && len > 0 && text[len - 1] == '\n',
+    CHECK(strncmp(text, "{\n  \"metadata\": {\n    \"total_size\": ", 36) == 0 && len > 0 && text[len - 1] == '\n',
           "the index is not laid out as transformers writes it:\n%s", text);
     cJSON_Delete(j);
     free(text);
 
     // BF16, sharded
-    check(st_write(path, outs, ngot, ST_BF16, shard_bytes / 2, err, sizeof err) == 0, "sharded BF16 st_write: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_BF16, shard_bytes / 2, err, sizeof err) == 0, "sharded BF16 st_write: %s", err);
     check_written(index, ST_BF16, "sharded BF16 write");
 
     // back to one file: the index and the shards go
-    check(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == 0, "st_write after a sharded one: %s", err);
+    CHECK(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == 0, "st_write after a sharded one: %s", err);
     list_dir(dir, ls, sizeof ls);
-    check(strcmp(ls, "model.safetensors other-00001-of-00002.safetensors") == 0,
+    CHECK(strcmp(ls, "model.safetensors other-00001-of-00002.safetensors") == 0,
           "a single-file write over a sharded one left '%s'", ls);
     check_written(dir, ST_F32, "single-file write over a sharded one");
     free(dir);
@@ -536,14 +523,14 @@ static void test_write_failures(void) {
     // into a missing directory, plain and sharded
     char *missing = in_work("out/missing"), *path = in_work("out/missing/model.safetensors");
     list_dir(out, before, sizeof before);
-    check(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == -1, "a write into a missing directory succeeded");
-    check(strncmp(err, path, strlen(path)) == 0 && strstr(err, "No such file or directory"),
+    CHECK(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == -1, "a write into a missing directory succeeded");
+    CHECK(strncmp(err, path, strlen(path)) == 0 && strstr(err, "No such file or directory"),
           "a write into a missing directory says: %s", err);
-    check(st_write(path, outs, ngot, ST_BF16, 64, err, sizeof err) == -1, "a sharded write into a missing directory succeeded");
-    check(strstr(err, "out/missing/model-00001-of-") && strstr(err, "No such file or directory"),
+    CHECK(st_write(path, outs, ngot, ST_BF16, 64, err, sizeof err) == -1, "a sharded write into a missing directory succeeded");
+    CHECK(strstr(err, "out/missing/model-00001-of-") && strstr(err, "No such file or directory"),
           "a sharded write into a missing directory says: %s", err);
     list_dir(out, after, sizeof after);
-    check(!exists(missing) && strcmp(before, after) == 0, "a failed write changed %s: '%s' -> '%s'", out, before, after);
+    CHECK(!exists(missing) && strcmp(before, after) == 0, "a failed write changed %s: '%s' -> '%s'", out, before, after);
     free(missing);
     free(path);
 
@@ -556,19 +543,19 @@ static void test_write_failures(void) {
                       {.name = "c", .rank = 1, .shape = {16}, .data = v}};
     char *block = in_work("out/blocked/model-00002-of-00003.safetensors");
     char *inside = in_work("out/blocked/model-00002-of-00003.safetensors/keep");
-    check(mkdir(block, 0755) == 0, "cannot make %s", block);
+    CHECK(mkdir(block, 0755) == 0, "cannot make %s", block);
     FILE *f = fopen(inside, "w");
     if (f) fclose(f);
-    check(st_write(path, three, 3, ST_F32, 64, err, sizeof err) == -1, "a write over a directory succeeded");
-    check(strncmp(err, block, strlen(block)) == 0 && strstr(err, "cannot write"),
+    CHECK(st_write(path, three, 3, ST_F32, 64, err, sizeof err) == -1, "a write over a directory succeeded");
+    CHECK(strncmp(err, block, strlen(block)) == 0 && strstr(err, "cannot write"),
           "a blocked rename says: %s", err);
     list_dir(dir, after, sizeof after);
-    check(strcmp(after, "model-00002-of-00003.safetensors") == 0, "a failed sharded write left '%s'", after);
+    CHECK(strcmp(after, "model-00002-of-00003.safetensors") == 0, "a failed sharded write left '%s'", after);
     // the same for one file: the path is a directory
     char *target = in_work("out/blocked/model-00002-of-00003.safetensors");
-    check(st_write(target, three, 3, ST_F32, 0, err, sizeof err) == -1, "a write over a directory succeeded");
+    CHECK(st_write(target, three, 3, ST_F32, 0, err, sizeof err) == -1, "a write over a directory succeeded");
     list_dir(dir, after, sizeof after);
-    check(strcmp(after, "model-00002-of-00003.safetensors") == 0, "a failed single write left '%s'", after);
+    CHECK(strcmp(after, "model-00002-of-00003.safetensors") == 0, "a failed single write left '%s'", after);
     unlink(inside);
     rmdir(block);
 
@@ -594,11 +581,11 @@ static void test_write_failures(void) {
         StOut t[2] = {bad[i].t[0], bad[i].t[1]};
         for (int k = 0; k < 2; k++)
             if (t[k].rank == 0 && t[k].name) t[k].data = &one;
-        check(st_write(path, t, bad[i].n, bad[i].dtype, 0, err, sizeof err) == -1 &&
+        CHECK(st_write(path, t, bad[i].n, bad[i].dtype, 0, err, sizeof err) == -1 &&
                   strncmp(err, path, strlen(path)) == 0 && strstr(err, bad[i].phrase),
               "bad write %zu: want '%s', got: %s", i, bad[i].phrase, err);
         list_dir(dir, after, sizeof after);
-        check(after[0] == '\0', "a refused write left '%s'", after);
+        CHECK(after[0] == '\0', "a refused write left '%s'", after);
     }
     free(target);
     free(block);
@@ -621,7 +608,7 @@ int main(int argc, char **argv) {
     test_good();
     test_bad();
     for (int i = 0; i < ngot; i++) outs[i] = got[i].out;
-    check(ngot == 13, "%d distinct tensors read from the fixtures, want 13", ngot);
+    CHECK(ngot == 13, "%d distinct tensors read from the fixtures, want 13", ngot);
     test_write_single();
     test_write_sharded();
     test_write_failures();
@@ -630,10 +617,7 @@ int main(int argc, char **argv) {
         free((float *)got[i].out.data);
         free(got[i].bf16);
     }
-    if (failures) {
-        printf("%d failure%s\n", failures, failures == 1 ? "" : "s");
-        return 1;
-    }
+    if (check_failures) return check_summary("test_safetensors");
     printf("safetensors: all checks passed\n");
     return 0;
 }

@@ -9,24 +9,12 @@
 #include "common/target.h"
 
 #include <dirent.h>
-#include <stdarg.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
 #include <unistd.h>
 
-static int failures;
-
-static void failf(const char *fmt, ...) __attribute__((format(printf, 1, 2)));
-static void failf(const char *fmt, ...) {
-    va_list ap;
-    va_start(ap, fmt);
-    fprintf(stderr, "FAIL: ");
-    vfprintf(stderr, fmt, ap);
-    fprintf(stderr, "\n");
-    va_end(ap);
-    failures++;
-}
+#include "tests/check.h"
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -40,16 +28,11 @@ static int load_ok(const char *name, Target *t) {
     char err[2048];
     memset(t, 0, sizeof *t);
     if (target_load(name, t, err, sizeof err) != 0) {
-        failf("%s: refused: %s", name, err);
+        FAIL("%s: refused: %s", name, err);
         return -1;
     }
     return 0;
 }
-
-#define CHECK(cond, ...)                                                                                              \
-    do {                                                                                                              \
-        if (!(cond)) failf(__VA_ARGS__);                                                                              \
-    } while (0)
 
 // The checks every profile passes, real or test machine.
 static void check_sane(const char *file, const Target *t) {
@@ -108,7 +91,7 @@ static void test_shipped(void) {
     }
     DIR *d = opendir("schedules");
     if (!d) {
-        failf("cannot open schedules/");
+        FAIL("cannot open schedules/");
         return;
     }
     int n = 0;
@@ -193,7 +176,7 @@ static int read_expectation(const char *path, char *buf, size_t cap) {
 static void test_bad_fixtures(void) {
     DIR *d = opendir("tests/targets");
     if (!d) {
-        failf("cannot open tests/targets/");
+        FAIL("cannot open tests/targets/");
         return;
     }
     int n = 0;
@@ -203,7 +186,7 @@ static void test_bad_fixtures(void) {
         char path[600], expect[1024], want[2048], err[2048];
         snprintf(path, sizeof path, "tests/targets/%s", e->d_name);
         if (read_expectation(path, expect, sizeof expect) != 0) {
-            failf("%s: no '# expect: ' first line", path);
+            FAIL("%s: no '# expect: ' first line", path);
             continue;
         }
         // "LINE: phrase" or a whole-file "phrase"
@@ -218,7 +201,7 @@ static void test_bad_fixtures(void) {
         err[0] = 0;
         int rc = target_load(path, &t, err, sizeof err);
         if (rc == 0) {
-            failf("%s: accepted, expected '%s'", path, want);
+            FAIL("%s: accepted, expected '%s'", path, want);
             continue;
         }
         CHECK(rc == -1, "%s: returned %d, not -1", path, rc);
@@ -245,7 +228,7 @@ static void test_unreadable(void) {
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err[0] = 0;
         if (target_load(cases[i].name, &t, err, sizeof err) == 0)
-            failf("%s: loaded, expected a refusal", cases[i].name);
+            FAIL("%s: loaded, expected a refusal", cases[i].name);
         else
             CHECK(starts_with(err, cases[i].want), "%s:\n  got      '%s'\n  expected '%s...'", cases[i].name, err,
                   cases[i].want);
@@ -271,10 +254,7 @@ int main(int argc, char **argv) {
     test_figures();
     test_bad_fixtures();
     test_unreadable();
-    if (failures) {
-        fprintf(stderr, "test_target: %d failure%s\n", failures, failures == 1 ? "" : "s");
-        return 1;
-    }
+    if (check_failures) return check_summary("test_target");
     printf("test_target: ok\n");
     return 0;
 }

@@ -34,8 +34,9 @@
 #include "compiler/schedule/schedule.h"
 #include "common/verify.h"
 #include "compiler/front/passes.h"
+#include "tests/check.h"
 
-static int failures, verified;
+static int verified; // plans verified
 static char examples[4096], schedules[4096];
 
 // The graph of a model, with its layer count replaced when layers > 0.
@@ -63,8 +64,7 @@ static int load_target(const char *name, Target *t) {
     char path[8192], err[1024];
     snprintf(path, sizeof path, "%s/%s.target", schedules, name);
     if (target_load(path, t, err, sizeof err) == 0) return 0;
-    printf("FAIL: %s\n", err);
-    failures++;
+    FAIL("%s", err);
     return -1;
 }
 
@@ -76,8 +76,7 @@ static double expect_ok(const Plan *p, const char *what) {
     double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
     verified++;
     if (rc != 0) {
-        printf("FAIL: %s (%s): %s\n", what, p->schedule ? p->schedule : "?", err);
-        failures++;
+        FAIL("%s (%s): %s", what, p->schedule ? p->schedule : "?", err);
     }
     return s;
 }
@@ -169,14 +168,12 @@ static void move(Plan *p, int from, int to) {
 static void expect_refused(const Plan *p, const char *what, const char *const *phrases) {
     char err[2048] = "";
     if (plan_verify(p, err, sizeof err) == 0) {
-        printf("FAIL: %s was accepted\n", what);
-        failures++;
+        FAIL("%s was accepted", what);
         return;
     }
     for (int k = 0; phrases[k]; k++)
         if (!strstr(err, phrases[k])) {
-            printf("FAIL: %s: the message lacks \"%s\":\n  %s\n", what, phrases[k], err);
-            failures++;
+            FAIL("%s: the message lacks \"%s\":\n  %s", what, phrases[k], err);
             return;
         }
     printf("ok   %s: %s\n", what, err);
@@ -185,8 +182,7 @@ static void expect_refused(const Plan *p, const char *what, const char *const *p
 #define PHRASES(...) ((const char *const[]){__VA_ARGS__, NULL})
 
 static void not_applicable(const char *what) {
-    printf("FAIL: %s: the plan has no such instructions any more (adjust the test)\n", what);
-    failures++;
+    FAIL("%s: the plan has no such instructions any more (adjust the test)", what);
 }
 
 // The first block node of the forward with op (its id), or -1.
@@ -410,13 +406,11 @@ static double check_search(Graph *g, const Target *t, Policy pol, Remat rm, cons
     char err[1024], what[256];
     snprintf(what, sizeof what, "%s on %s, policy %s, remat %s", model, t->name, POLICIES[pol], remat_name(rm));
     if (schedule_search(g, t, &req, a, &r, err, sizeof err) != 0) {
-        printf("FAIL: %s: %s\n", what, err);
-        failures++;
+        FAIL("%s: %s", what, err);
         return 0;
     }
     if (!r.plan) {
-        printf("FAIL: %s: no plan at all\n", what);
-        failures++;
+        FAIL("%s: no plan at all", what);
         return 0;
     }
     return expect_ok(r.plan, what);
@@ -447,8 +441,7 @@ int main(int argc, char **argv) {
                     snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s, %d slots, %d resident, checkpoints on %s",
                              remat_name((Remat)rm), slots, resident, c.ckpt_host ? "host" : "device");
                     if (!p) {
-                        printf("FAIL: %s: %s\n", what, err);
-                        failures++;
+                        FAIL("%s: %s", what, err);
                         continue;
                     }
                     expect_ok(p, what);
@@ -465,8 +458,7 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s with %lld offloaded, checkpoints on %s",
                          remat_name((Remat)rm), (long long)k, host ? "host" : "device");
                 if (!p) {
-                    printf("FAIL: %s: %s\n", what, err);
-                    failures++;
+                    FAIL("%s: %s", what, err);
                 } else
                     expect_ok(p, what);
             }
@@ -482,8 +474,7 @@ int main(int argc, char **argv) {
                 snprintf(what, sizeof what, "llama-tiny, 4 layers, %d sharded ranks, policy %s, remat %s", ranks,
                          POLICIES[pol], remat_name((Remat)rm));
                 if (!p || !p->sharded) {
-                    printf("FAIL: %s: %s\n", what, p ? "not sharded" : err);
-                    failures++;
+                    FAIL("%s: %s", what, p ? "not sharded" : err);
                     continue;
                 }
                 expect_ok(p, what);
@@ -491,19 +482,16 @@ int main(int argc, char **argv) {
             }
     if (sharded && plan_verify(sharded, err, sizeof err) == 0) mutations_sharded(sharded);
     else {
-        printf("FAIL: no sharded mutations: the plan they start from is refused\n");
-        failures++;
+        FAIL("no sharded mutations: the plan they start from is refused");
     }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
     else {
-        printf("FAIL: no mutations: the plan they start from is refused\n");
-        failures++;
+        FAIL("no mutations: the plan they start from is refused");
     }
     if (sel && off && plan_verify(sel, err, sizeof err) == 0 && plan_verify(off, err, sizeof err) == 0)
         mutations_remat(sel, off);
     else {
-        printf("FAIL: no selective or offload mutations: the plans they start from are refused\n");
-        failures++;
+        FAIL("no selective or offload mutations: the plans they start from are refused");
     }
     arena_free(&a);
 
@@ -518,8 +506,7 @@ int main(int argc, char **argv) {
             Target t;
             Graph *tg = load_graph(TINY[i], 0, &b);
             if (!tg) {
-                printf("FAIL: %s does not compile\n", TINY[i]);
-                failures++;
+                FAIL("%s does not compile", TINY[i]);
             } else if (load_target(TINY_T[j], &t) == 0) {
                 for (int rm = REMAT_AUTO; rm < REMAT_COUNT; rm++) check_search(tg, &t, POLICY_MT, (Remat)rm, TINY[i], &b);
                 check_search(tg, &t, POLICY_SEQUENTIAL, REMAT_AUTO, TINY[i], &b);
@@ -534,21 +521,19 @@ int main(int argc, char **argv) {
             Target t;
             Graph *lg = load_graph(LARGE[i], 0, &b);
             if (!lg) {
-                printf("FAIL: %s does not compile\n", LARGE[i]);
-                failures++;
+                FAIL("%s does not compile", LARGE[i]);
             } else if (load_target(LARGE_T[j], &t) == 0) {
                 for (int pol = 0; pol < POLICY_COUNT; pol++) {
                     double s = check_search(lg, &t, (Policy)pol, REMAT_AUTO, LARGE[i], &b);
                     if (s > slowest) slowest = s;
                     if (!strcmp(LARGE[i], "llama3-405b") && s > 1.0) {
-                        printf("FAIL: llama3-405b on %s (%s) took %.3f s to verify\n", t.name, POLICIES[pol], s);
-                        failures++;
+                        FAIL("llama3-405b on %s (%s) took %.3f s to verify", t.name, POLICIES[pol], s);
                     }
                 }
             }
             arena_free(&b);
         }
     printf("%d plans verified; the slowest large one took %.3f s of CPU\n", verified, slowest);
-    printf("%s: %d failures\n", failures ? "FAIL" : "ok", failures);
-    return failures ? 1 : 0;
+    printf("%s: %d failures\n", check_failures ? "FAIL" : "ok", check_failures);
+    return check_summary("test_verify");
 }

@@ -23,11 +23,10 @@
 #include "common/attention.h"
 #include "common/bf16.h"
 #include "compiler/emit/cuda/sources.h"
+#include "tests/check.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
-
-static int failures;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static uint64_t next(void) {
@@ -63,8 +62,7 @@ static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsi
                    void **args) {
     int rc = fn(name, gx, gy, gz, block, smem, args);
     if (rc != 0) {
-        printf("FAIL launch of %s: %s\n", name, rc == -2 ? "not in the kernel table" : "bad geometry");
-        failures++;
+        FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry");
     }
 }
 
@@ -246,9 +244,9 @@ int main(int argc, char **argv) {
         printf("%s %s B %d T %d H %d KVH %d: y %.1e dq %.1e dk %.1e dv %.1e lse %.1e (tolerance %.0e); without the "
                "documents %.2f\n", ok ? "ok  " : "FAIL", names[i], c->B, c->T, c->H, c->KVH, err[0], err[1], err[2],
                err[3], err[4], tol, without);
-        failures += !ok;
+        check_failures += !ok;
         free(seg);
     }
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", check_failures ? "FAILED" : "ok");
+    return check_summary("docs_check");
 }

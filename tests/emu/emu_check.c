@@ -57,12 +57,12 @@
 #include "compiler/front/passes.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
+#include "tests/check.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
 
 static const char *cxx, *emu_dir, *work_dir;
-static int failures;
 
 static uint64_t rng = 0x9e3779b97f4a7c15ull;
 static float frand(void) { // uniform in [-1, 1)
@@ -135,8 +135,7 @@ static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsi
                    void **args) {
     int rc = fn(name, gx, gy, gz, block, smem, args);
     if (rc != 0) {
-        printf("FAIL launch of %s: %s\n", name, rc == -2 ? "not in the kernel table" : "bad geometry");
-        failures++;
+        FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry");
     }
 }
 
@@ -417,7 +416,7 @@ static void check_attention(void) {
     LaunchFn fn = build("flash-attention", src, names, nnames);
     free(src);
     if (!fn) {
-        failures++;
+        check_failures++;
         return;
     }
     for (int i = from; i < NCASES + NTC; i++) {
@@ -436,7 +435,7 @@ static void check_attention(void) {
         if (c->tc)
             printf("%-60s max abs err / plain bf16's: y %.2f dq %.2f dk %.2f dv %.2f (plain bf16's dv %.1e)\n", "",
                    err[5], err[6], err[7], err[8], err[9]);
-        if (!ok) failures++;
+        if (!ok) check_failures++;
     }
 }
 
@@ -477,7 +476,7 @@ static void check_cvt(LaunchFn fn) {
         bad += out[i] != ((uint32_t)bf16_from_f32(x[2 * i]) | (uint32_t)bf16_from_f32(x[2 * i + 1]) << 16);
     printf("cvt.rn.bf16x2.f32, %d values (ties, overflow, subnormals): %d pairs off round-to-nearest-even %s\n", N,
            bad, bad ? "FAIL" : "ok");
-    failures += bad != 0;
+    check_failures += bad != 0;
     free(x), free(out);
 }
 
@@ -486,8 +485,7 @@ static void check_mma(void) {
     size_t tlen;
     snprintf(path, sizeof path, "%s/mma_test.cuh", emu_dir);
     if (io_read_file(path, &test, &tlen) != 0) {
-        printf("FAIL cannot read %s\n", path);
-        failures++;
+        FAIL("cannot read %s", path);
         return;
     }
     size_t cap = mt_cuda_prelude_len + mt_cuda_mma_len + tlen + 16;
@@ -499,8 +497,7 @@ static void check_mma(void) {
         CudaBinary bin;
         char err[8192];
         if (nvrtc_compile(src, "mma_test.cu", archs[i], NULL, 0, &bin, err, sizeof err) != 0) {
-            printf("FAIL the tensor-core wrappers do not compile with NVRTC for %s:\n%s\n", archs[i], err);
-            failures++;
+            FAIL("the tensor-core wrappers do not compile with NVRTC for %s:\n%s", archs[i], err);
         } else {
             printf("tensor-core wrappers: NVRTC %s ok (%.1f s)\n", archs[i], bin.seconds);
             nvrtc_binary_free(&bin);
@@ -510,7 +507,7 @@ static void check_mma(void) {
     LaunchFn fn = build("mma-test", src, names, 3);
     free(src);
     if (!fn) {
-        failures++;
+        check_failures++;
         return;
     }
     // mma: A (w, 16, 16), B (w, 16, 8) bf16; C, D (w, 16, 8) fp32
@@ -532,7 +529,7 @@ static void check_mma(void) {
             }
     printf("mma.m16n8k16 bf16 against a plain product, %d warps: max rel err %.2e %s\n", MMA_WARPS, worst,
            worst <= 1e-6 ? "ok" : "FAIL");
-    if (!(worst <= 1e-6)) failures++;
+    if (!(worst <= 1e-6)) check_failures++;
 
     // ldmatrix: M (w, 4, 8, 8) bf16 -> out (w, 32, 8) registers
     uint16_t *M = malloc(2 * 256 * MMA_WARPS);
@@ -553,7 +550,7 @@ static void check_mma(void) {
             }
     printf("ldmatrix.x4 and .x4.trans after cp.async, %d warps: %d registers wrong %s\n", MMA_WARPS, bad,
            bad ? "FAIL" : "ok");
-    failures += bad != 0;
+    check_failures += bad != 0;
     free(A), free(B), free(C), free(D), free(M), free(out);
     check_cvt(fn);
 }
@@ -585,8 +582,7 @@ static void check_attention_tc_nvrtc(void) {
         CudaBinary bin;
         char err[8192], *info = NULL;
         if (nvrtc_compile_report(src, "attention_tc.cu", archs[i], &bin, &info, err, sizeof err) != 0) {
-            printf("FAIL the tensor-core attention does not compile with NVRTC for %s:\n%s\n", archs[i], err);
-            failures++;
+            FAIL("the tensor-core attention does not compile with NVRTC for %s:\n%s", archs[i], err);
             continue;
         }
         // "ptxas info    : Function properties for NAME" then "N bytes stack
@@ -617,7 +613,7 @@ static void check_attention_tc_nvrtc(void) {
         printf("tensor-core attention, %d variants (D 64, 128, 256 and 192/128, causal and full, with and without options): NVRTC %s "
                "%s, %d entry points, %d spilling (%.1f s)\n",
                nvariants, archs[i], ok ? "ok" : "FAIL", entries, spilling, bin.seconds);
-        if (!ok) failures++;
+        if (!ok) check_failures++;
         free(info);
         nvrtc_binary_free(&bin);
     }
@@ -643,8 +639,7 @@ static void check_plans(char **paths, int npaths) {
         char *text;
         size_t len;
         if (io_read_file(path, &text, &len) != 0) {
-            printf("FAIL cannot read %s\n", path);
-            failures++;
+            FAIL("cannot read %s", path);
             continue;
         }
         Source src = {.path = path, .text = text, .len = len};
@@ -663,8 +658,7 @@ static void check_plans(char **paths, int npaths) {
         CudaSource cs = {0};
         if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
             cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
-            printf("FAIL %s does not build: %s\n", path, err);
-            failures++;
+            FAIL("%s does not build: %s", path, err);
             arena_free(&arena);
             free(text);
             continue;
@@ -693,7 +687,7 @@ static void check_plans(char **paths, int npaths) {
             if (!strstr(lines, line) && nlines + strlen(line) + 1 < (1 << 16))
                 memcpy(lines + nlines, line, strlen(line) + 1), nlines += strlen(line);
         }
-        if (nattn == 0) printf("FAIL %s: no attention kernel in its plan\n", path), failures++;
+        if (nattn == 0) FAIL("%s: no attention kernel in its plan", path);
         cuda_source_free(&cs);
         arena_free(&arena);
         free(text);
@@ -717,7 +711,7 @@ static void check_plans(char **paths, int npaths) {
     LaunchFn fn = build("plans-attention", src, names, nnames);
     free(src), free(names), free(lines);
     if (!fn) {
-        failures++;
+        check_failures++;
         return;
     }
     for (int i = 0; i < ncases; i++) {
@@ -730,7 +724,7 @@ static void check_plans(char **paths, int npaths) {
                c->H / c->KVH - 1, e, err[0], err[1], err[2], err[3], err[4], ok ? "ok" : "FAIL", seconds() - t0);
         if (c->tc)
             printf("    max abs err / plain bf16's: y %.2f dq %.2f dk %.2f dv %.2f\n", err[5], err[6], err[7], err[8]);
-        if (!ok) failures++;
+        if (!ok) check_failures++;
     }
 }
 
@@ -745,8 +739,7 @@ static void check_model(const char *path) {
     char *text;
     size_t len;
     if (io_read_file(path, &text, &len) != 0) {
-        printf("FAIL cannot read %s\n", path);
-        failures++;
+        FAIL("cannot read %s", path);
         return;
     }
     int capped = kir_cap_vocab(text, opt_vocab);
@@ -765,8 +758,7 @@ static void check_model(const char *path) {
     CudaSource cs = {0};
     if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
         cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
-        printf("FAIL %s does not build: %s\n", path, err);
-        failures++;
+        FAIL("%s does not build: %s", path, err);
         arena_free(&arena);
         free(text);
         return;
@@ -827,9 +819,8 @@ static void check_model(const char *path) {
             if (!(a->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
             double e = kir_arg_error(a, a->access & KA_ACC64 ? dst[j++] : d[i], &h[i]);
             if (!(e <= kir_arg_tolerance(a))) {
-                printf("FAIL %s %s argument %d (%s): max rel err %.2e against the kernel IR\n", path, in->symbol, i,
-                       a->dtype == KT_BF16 ? "bf16" : a->dtype == KT_I32 ? "i32" : "f32", e);
-                failures++;
+                FAIL("%s %s argument %d (%s): max rel err %.2e against the kernel IR", path, in->symbol, i,
+                     a->dtype == KT_BF16 ? "bf16" : a->dtype == KT_I32 ? "i32" : "f32", e);
             }
             double *w = &worst[a->dtype == KT_BF16];
             if (!(e <= *w) && *w == *w) *w = e;
@@ -840,8 +831,8 @@ static void check_model(const char *path) {
         kir_free_args(k, h);
         free(h), free(d), free(params);
     }
-    if (fn && nk == 0) printf("FAIL %s: no fused kernels\n", path), failures++;
-    if (!fn) failures++;
+    if (fn && nk == 0) FAIL("%s: no fused kernels", path);
+    if (!fn) check_failures++;
     printf("%d fused kernels of %s", nk, path);
     if (opt_seq) printf(" (batch 1, seq %lld%s)", (long long)opt_seq, capped ? ", V capped" : "");
     printf(" on the emulation: max rel err f32 %.2e, bf16 %.2e (%.1f s)\n", worst[0], worst[1], seconds() - t0);
@@ -853,8 +844,8 @@ static void check_model(const char *path) {
 int main(int argc, char **argv) {
     if (argc == 2 && !strcmp(argv[1], "--nvrtc")) {
         check_attention_tc_nvrtc();
-        printf("%s\n", failures ? "FAILED" : "ok");
-        return failures ? 1 : 0;
+        printf("%s\n", check_failures ? "FAILED" : "ok");
+        return check_summary("emu_check");
     }
     if (argc < 4) {
         fprintf(stderr, "usage: emu_check CXX EMU_DIR WORK_DIR [MODEL.mt...]\n       emu_check CXX EMU_DIR WORK_DIR "
@@ -872,6 +863,6 @@ int main(int argc, char **argv) {
     else if (argc == 4) check_mma(), check_attention();
     else
         for (int i = first; i < argc; i++) check_model(argv[i]);
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", check_failures ? "FAILED" : "ok");
+    return check_summary("emu_check");
 }

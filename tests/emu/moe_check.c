@@ -38,11 +38,10 @@
 #include "compiler/emit/nvrtc.h"
 #include "runtime/backend/kernels.h"
 #include "runtime/backend/blas_core.h"
+#include "tests/check.h"
 
 typedef int (*LaunchFn)(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                         void **args);
-
-static int failures;
 
 static uint64_t rng = 0x2545f4914f6cdd1dull;
 static float frand(void) { // uniform in [-1, 1)
@@ -208,7 +207,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
         for (long long i = 0; i < bytes / 4; i++) ws[i] = (float)NAN;
         void *arg[7] = {bwd ? out.dev : y.dev, bwd ? dy.dev : NULL, x.dev, gates.dev, wg.dev, wu.dev, wd.dev};
         pipelined = moe_takes_pipelined(d, bits, arg, ws);
-        if (moe_run(d, bwd, chunk, arg, bits, ws, emu_launch, (void *)(uintptr_t)fn) != 0) failures++;
+        if (moe_run(d, bwd, chunk, arg, bits, ws, emu_launch, (void *)(uintptr_t)fn) != 0) check_failures++;
         free(ws);
     }
     // the overfull row's outputs are NaN; the rest are compared with it left out
@@ -217,7 +216,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
         int nan_ok = 1;
         for (int c = 0; c < C; c++)
             nan_ok &= isnan(buf_dev(&y, bf, skip * C + c)) && isnan(buf_dev(&out, bf, skip * C + c));
-        if (!nan_ok) printf("FAIL %s: row %lld's outputs are not NaN\n", t->what, skip), failures++;
+        if (!nan_ok) FAIL("%s: row %lld's outputs are not NaN", t->what, skip);
         for (int c = 0; c < C; c++) {
             ref_y[skip * C + c] = 0, ref_out[skip * C + c] = 0;
             buf_zero(&y, bf, skip * C + c), buf_zero(&out, bf, skip * C + c);
@@ -234,7 +233,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     for (int i = 0; i < 6; i++) {
         double e = i == 0 ? err_of(&y, bf, ref_y, at[i], len[i]) : err_of(&out, bf, ref_out, at[i], len[i]);
         printf(" %s %.1e", name[i], e);
-        if (!(e <= tol)) failures++, printf(" (FAIL > %.0e)", tol);
+        if (!(e <= tol)) check_failures++, printf(" (FAIL > %.0e)", tol);
     }
     printf("\n");
     free(ref_y), free(ref_out);
@@ -252,8 +251,7 @@ static void check_nvrtc(void) {
         CudaBinary bin;
         char err[8192], *info = NULL, fn[128] = "?";
         if (nvrtc_compile_report(src, "moe.cu", archs[a], &bin, &info, err, sizeof err) != 0) {
-            printf("FAIL moe.cuh does not compile with NVRTC for %s:\n%s\n", archs[a], err);
-            failures++;
+            FAIL("moe.cuh does not compile with NVRTC for %s:\n%s", archs[a], err);
             continue;
         }
         // "ptxas info    : Function properties for NAME", then "N bytes stack
@@ -284,7 +282,7 @@ static void check_nvrtc(void) {
         for (int k = 0; k < MOE_KERNELS; k++) n += seen[k];
         printf("moe.cuh's grouped kernels: NVRTC %s %s, %d of %d entry points, %d spilling (%.1f s)\n", archs[a],
                n == MOE_KERNELS && !spilling ? "ok" : "FAIL", n, MOE_KERNELS, spilling, bin.seconds);
-        if (n != MOE_KERNELS || spilling) failures++;
+        if (n != MOE_KERNELS || spilling) check_failures++;
         free(info);
         nvrtc_binary_free(&bin);
     }
@@ -308,7 +306,7 @@ static void check_scratch(void) {
                 int ok = bytes <= MOE_CHUNK_BYTES + (1 << 20) && bytes >= MOE_CHUNK_BYTES / 2;
                 printf("%s %s at %lld rows: chunks of %lld rows, scratch %lld bytes%s\n", big[m].name,
                        bwd ? "moe_bwd" : "moe", d.rows, chunk, bytes, ok ? "" : " (FAIL: not near MOE_CHUNK_BYTES)");
-                failures += !ok;
+                check_failures += !ok;
             }
 }
 
@@ -324,6 +322,6 @@ int main(int argc, char **argv) {
     for (size_t i = 0; i < sizeof CASES / sizeof CASES[0]; i++) check_case(fn, &CASES[i]);
     check_scratch();
     check_nvrtc();
-    printf("%s\n", failures ? "FAILED" : "ok");
-    return failures ? 1 : 0;
+    printf("%s\n", check_failures ? "FAILED" : "ok");
+    return check_summary("moe_check");
 }

@@ -54,8 +54,7 @@
 #include "runtime/backend/moe_launch.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
-
-static int failures;
+#include "tests/check.h"
 
 #define CU(call)                                                                                                       \
     do {                                                                                                               \
@@ -300,8 +299,7 @@ static double gemm_rate_bf16(void) {
     const int n = 8192, reps = 10;
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-        printf("FAIL cublasCreate\n");
-        failures++;
+        FAIL("cublasCreate");
         return 0;
     }
     CUdeviceptr A = dev_alloc(2 * (size_t)n * n), B = dev_alloc(2 * (size_t)n * n), C = dev_alloc(2 * (size_t)n * n);
@@ -314,8 +312,7 @@ static double gemm_rate_bf16(void) {
             if (cublasGemmEx(h, CUBLAS_OP_N, CUBLAS_OP_N, n, n, n, &one, (void *)A, CUDA_R_16BF, n, (void *)B,
                              CUDA_R_16BF, n, &zero, (void *)C, CUDA_R_16BF, n, CUBLAS_COMPUTE_32F,
                              CUBLAS_GEMM_DEFAULT) != CUBLAS_STATUS_SUCCESS) {
-                printf("FAIL cublasGemmEx\n");
-                failures++;
+                FAIL("cublasGemmEx");
                 break;
             }
         ms = timer_stop(&t, reps);
@@ -444,8 +441,7 @@ static void check_attention(const char *arch) {
     CudaBinary bin;
     char err[8192];
     if (nvrtc_compile(src, "attention.cu", arch, NULL, 0, &bin, err, sizeof err) != 0) {
-        printf("FAIL attention does not compile for %s:\n%s\n", arch, err);
-        failures++;
+        FAIL("attention does not compile for %s:\n%s", arch, err);
         free(src);
         return;
     }
@@ -464,14 +460,14 @@ static void check_attention(const char *arch) {
             printf("%-52s max rel err %.2e (normwise), %.2f of plain bf16's %s\n", what, e, fair, ok ? "ok" : "FAIL");
         else
             printf("%-52s max rel err %.2e %s\n", what, e, ok ? "ok" : "FAIL");
-        if (!ok) failures++;
+        if (!ok) check_failures++;
     }
     for (size_t i = 0; i < counts[1]; i++) {
         const AttnCase *c = &TIMED[i];
         double fms = 0, rms = 0;
         double e = attn_case(m, c, 5, &fms, &rms, NULL);
         double tol = c->bf16 ? 3e-2 : 1e-3;
-        if (!(e <= tol)) printf("FAIL timed case %d: max rel err %.2e\n", (int)i, e), failures++;
+        if (!(e <= tol)) FAIL("timed case %d: max rel err %.2e", (int)i, e);
         char what[96];
         snprintf(what, sizeof what, "attn%s fwd+bwd B%d T%d H%d/%d D%d %s", c->tc ? " tc" : "", c->B, c->T, c->H,
                  c->KVH, c->D, c->bf16 ? "bf16" : "f32");
@@ -493,8 +489,7 @@ static void check_model(const char *path, const char *arch) {
     char *text;
     size_t len;
     if (io_read_file(path, &text, &len) != 0) {
-        printf("FAIL cannot read %s\n", path);
-        failures++;
+        FAIL("cannot read %s", path);
         return;
     }
     Source src = {.path = path, .text = text, .len = len};
@@ -513,8 +508,7 @@ static void check_model(const char *path, const char *arch) {
     CudaSource cs;
     if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
         cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
-        printf("FAIL %s does not build: %s\n", path, err);
-        failures++;
+        FAIL("%s does not build: %s", path, err);
         arena_free(&arena);
         free(text);
         return;
@@ -571,8 +565,7 @@ static void check_model(const char *path, const char *arch) {
             double ei = kir_arg_error(a, got, &h[i]);
             free(got);
             if (!(ei <= kir_arg_tolerance(a))) {
-                printf("FAIL %s %s argument %d: max rel err %.2e against the kernel IR\n", path, in->symbol, i, ei);
-                failures++;
+                FAIL("%s %s argument %d: max rel err %.2e against the kernel IR", path, in->symbol, i, ei);
             }
             if (!(ei <= e)) e = ei;
         }
@@ -603,8 +596,7 @@ static void check_model(const char *path, const char *arch) {
 static double gemm_shape_ms(long M, long N, long K) {
     cublasHandle_t h;
     if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) {
-        printf("FAIL cublasCreate\n");
-        failures++;
+        FAIL("cublasCreate");
         return -1;
     }
     enum { CHUNK = 1 << 22 };
@@ -633,8 +625,7 @@ static double gemm_shape_ms(long M, long N, long K) {
     cublasDestroy(h);
     cuMemFree(A), cuMemFree(B), cuMemFree(C);
     if (!ok) {
-        printf("FAIL cublasGemmEx %ldx%ldx%ld\n", M, N, K);
-        failures++;
+        FAIL("cublasGemmEx %ldx%ldx%ld", M, N, K);
         return -1;
     }
     double lo = fmin(round_ms[0], fmin(round_ms[1], round_ms[2])), hi = fmax(round_ms[0], fmax(round_ms[1], round_ms[2]));
@@ -675,8 +666,7 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
     int rc = nvrtc_compile(src, "moe.cu", arch, NULL, 0, &bin, err, sizeof err);
     free(src);
     if (rc != 0) {
-        printf("FAIL moe.cuh does not compile for %s:\n%s\n", arch, err);
-        failures++;
+        FAIL("moe.cuh does not compile for %s:\n%s", arch, err);
         return;
     }
     CUmodule m;
@@ -743,7 +733,7 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
            "outputs %.2e apart %s\n",
            rows, C, E, F, K, ms[0][0], ms[0][1], 12.0 * unit / (pipe * 1e-3) / 1e12, ms[1][0] + ms[1][1], dense, share,
            e, e <= 2e-2 ? "ok" : "FAIL");
-    if (!(e <= 2e-2)) failures++;
+    if (!(e <= 2e-2)) check_failures++;
     printf("moe_time rows=%lld C=%d E=%d F=%d K=%d fwd_ms=%.3f bwd_ms=%.3f ref_ms=%.3f dense_ms=%.4f share=%.3f err=%.2e\n",
            rows, C, E, F, K, ms[0][0], ms[0][1], ms[1][0] + ms[1][1], dense, share, e);
     printf("    moe_gemm_efficiency = %.3f   # measured at rows %lld C %d E %d F %d top %d: %.3f of cuBLAS's dense rate "
@@ -808,7 +798,7 @@ int main(int argc, char **argv) {
             printf("%-52s %10.3f %10.3f %7.1fx %10.2e\n", r->what, r->ms, r->ref_ms, r->ref_ms / r->ms, r->err);
         else printf("%-52s %10.3f %10s %8s %10.2e\n", r->what, r->ms, "-", "-", r->err);
     }
-    printf("%s\n", failures ? "FAILED" : "ok");
+    printf("%s\n", check_failures ? "FAILED" : "ok");
     cuDevicePrimaryCtxRelease(dev);
-    return failures ? 1 : 0;
+    return check_summary("gpu_check");
 }
