@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """mtc's scale-out predictions (mtc --ranks N --explain --json) as the table
-README.md's "Scale-out" section quotes: for llama3-70b on one 8xH200 node and
+docs/scaleout.md quotes: for llama3-70b on one 8xH200 node and
 llama3-405b on nodes of it, one GPU alone, replicated, sharded and MegaTrain's
 way side by side.
 
@@ -12,7 +12,7 @@ import json
 import subprocess
 import sys
 
-# (model, target, ranks, batch a rank) of the rows README.md quotes
+# (model, target, ranks, batch a rank) of the rows docs/scaleout.md quotes
 # (h200x8-shared-pcie: the what-if of two GPUs behind one PCIe uplink; its "x one GPU" is against h200x8's one GPU,
 # which has the uplink to itself)
 CASES = [("llama3-70b", "h200x8", 8, 1), ("llama3-70b", "h200x8-shared-pcie", 8, 1), ("llama3-70b", "h200x8", 8, 4),

@@ -12,7 +12,7 @@ usage: check_explore.py MTC EXAMPLES_DIR DOCS_DIR
   (exit 2) and write nothing.
 - nothing fits at batch 1 (mistral-large-2 on h200 without its tier): exit
   1, a message that says why, and no plot written.
-- docs/explore-llama3-8b-h200.svg (the README's picture) is what
+- docs/explore-llama3-8b-h200.svg (docs/scheduler.md's picture) is what
   `mtc examples/llama3-8b.mt --target h200 --explore --plot` draws today.
 """
 import json
@@ -65,7 +65,7 @@ def main():
               and p.stdout == "" and not os.path.exists(none), "--explore where nothing fits: exit 1, why, no plot", p)
         fresh = os.path.join(tmp, "readme.svg")
         p = run(mtc, f"{ex}/llama3-8b.mt", "--target", "h200", "--explore", "--plot", fresh)
-        if check(p.returncode == 0, "the README's exploration runs", p):
+        if check(p.returncode == 0, "docs/scheduler.md's exploration runs", p):
             check(open(fresh, "rb").read() == open(os.path.join(docs, "explore-llama3-8b-h200.svg"), "rb").read(),
                   "docs/explore-llama3-8b-h200.svg is stale: regenerate it with "
                   "mtc examples/llama3-8b.mt --target h200 --explore --plot docs/explore-llama3-8b-h200.svg")

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """The scale-out predictions issue 29 asks of mtc --ranks N --explain, and
-README.md's table of them current:
+docs/scaleout.md's table of them current:
   - llama3-70b on one h200x8 node, 8 ranks at batch 1 and 4 a rank (and at
     batch 1 with two GPUs behind each PCIe uplink, h200x8-shared-pcie): sharded is
     the plan and fits, predicts at least 6 times one GPU's tokens/s at the same
@@ -151,7 +151,7 @@ r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "-
 ok(r.returncode == 0 and "scaleout" not in json.loads(r.stdout), "--explain without --ranks: no scaleout",
              r.stderr)
 
-# README.md quotes the table as mtc predicts it now
-ok(table.check(table.table(results), "README.md") == 0, "README.md quotes the current scale-out table",
+# docs/scaleout.md quotes the table as mtc predicts it now
+ok(table.check(table.table(results), "docs/scaleout.md") == 0, "docs/scaleout.md quotes the current scale-out table",
              "stale")
 sys.exit(checks.finish("scale-out checks"))

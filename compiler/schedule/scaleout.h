@@ -1,5 +1,5 @@
 // scaleout.h: what a data-parallel run of N ranks of one plan each predicts,
-// three ways (README.md, "Scale-out"), from the one-GPU cost model
+// three ways (docs/scaleout.md), from the one-GPU cost model
 // (compiler/schedule/cost.c) and the collectives' prices (compiler/schedule/collective.h):
 //   replicated: every rank holds the whole host store, streams every layer
 //     over its own host link, all-reduces the gradients on the devices and
