@@ -159,7 +159,7 @@ static int compile(const char *src, const char *name, const char *arch, const ch
     (void)src, (void)name, (void)origin, (void)norigin, (void)now_s, (void)report_log, (void)split_ptxas_info;
     msg_add(&m, "this mtc was built without the CUDA toolkit, so it has no NVRTC to compile the kernels of a plan for "
             "a GPU target (%s); plan for a cpu target (mtrun --calibrate, then --target local), or build mt with the "
-            "toolkit (README.md says how to get it)", arch);
+            "toolkit (Debian's nvidia-cuda-toolkit, or NVIDIA's installer in /usr/local/cuda)", arch);
     return -1;
 #else
     char archopt[32];
