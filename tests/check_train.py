@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Trains the tiny examples with mtc + mtrun and checks what issue 3 promises.
 
-usage: check_train.py MTC MTRUN equal|converge|accumulate MODEL.mt
+usage: check_train.py MTC MTRUN equal|converge|accumulate MODEL.mt [--orders=A,B]
        check_train.py MTC MTRUN matrix MODEL.mt TARGET|default [short]
 
 equal:    the losses of the first 5 steps through the plan (cpu backend,
@@ -71,8 +71,9 @@ def losses_of(mtrun, plan, log, extra=(), order=None):
     return [m["loss"] for m in metrics(log) if "loss" in m] + [m["val_loss"] for m in metrics(log) if "val_loss" in m]
 
 
-def check_equal(mtrun, plan, tmp, what, orders=ORDERS):
-    """The plan's 5 losses under every order equal the reference's; returns them."""
+def check_equal(mtrun, plan, tmp, what, orders=None):
+    """The plan's 5 losses under every order (ORDERS by default) equal the reference's; returns them."""
+    orders = orders or ORDERS
     ref = losses_of(mtrun, plan, os.path.join(tmp, "ref.jsonl"), ["--reference"])
     if len(ref) < 5 or not all(math.isfinite(x) for x in ref):
         fail(f"{what}: the reference gave {ref}")
@@ -195,6 +196,10 @@ def tile(mtc, mtrun, model, tmp):
 
 
 def main():
+    global ORDERS
+    for a in [a for a in sys.argv if a.startswith("--orders=")]:  # other orders (threads:SEED) for equal
+        ORDERS = tuple(a[len("--orders="):].split(","))
+        sys.argv.remove(a)
     mtc, mtrun, mode, model = sys.argv[1:5]
     with tempfile.TemporaryDirectory() as tmp:
         if mode == "matrix":

@@ -216,23 +216,33 @@ static int lt_ok(Cuda *c, const Instr *in, const char *call, cublasStatus_t e) {
 
 // ---------------------------------------------------------------- the trace
 
-// Brackets an operation of `in` with timing events on its stream (--trace).
-static int trace_begin(Cuda *c, const Instr *in) {
-    if (!c->trace.f || !in || !trace_in_train(c->p, in)) return -1;
-    pthread_mutex_lock(&c->trace_mu);
-    int i = -1;
+// The next free trace event, the array grown when full; NULL when it cannot
+// grow. The caller holds trace_mu: another engine's thread may move the
+// array, so no pointer into it outlives the lock.
+static TraceEvent *trace_push(Cuda *c) {
     if (c->ntev == c->cap_tev) {
         int cap = c->cap_tev ? 2 * c->cap_tev : 1024;
         TraceEvent *t = realloc(c->tev, (size_t)cap * sizeof *t);
         if (t) c->tev = t, c->cap_tev = cap;
     }
-    if (c->ntev < c->cap_tev) {
-        TraceEvent *t = &c->tev[c->ntev];
+    return c->ntev < c->cap_tev ? &c->tev[c->ntev] : NULL;
+}
+
+// Brackets an operation of `in` with timing events on its stream (--trace).
+// The start event is read under the lock, like trace_end's end event.
+static int trace_begin(Cuda *c, const Instr *in) {
+    if (!c->trace.f || !in || !trace_in_train(c->p, in)) return -1;
+    pthread_mutex_lock(&c->trace_mu);
+    int i = -1;
+    cudaEvent_t t0 = NULL;
+    TraceEvent *t = trace_push(c);
+    if (t) {
         *t = (TraceEvent){in, NULL, NULL, 0, 0};
-        if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess) i = c->ntev++;
+        if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess)
+            i = c->ntev++, t0 = t->t0;
     }
     pthread_mutex_unlock(&c->trace_mu);
-    if (i >= 0) cudaEventRecord(c->tev[i].t0, c->stream[engine_of(in)]);
+    if (i >= 0) cudaEventRecord(t0, c->stream[engine_of(in)]);
     return i;
 }
 static void trace_end(Cuda *c, const Instr *in, int i) {
@@ -260,13 +270,8 @@ static void cuda_trace_host(Backend *be, const Instr *in, double t0, double t1) 
     Cuda *c = be->ctx;
     if (!c->trace.f || !in || !trace_in_train(c->p, in)) return;
     pthread_mutex_lock(&c->trace_mu);
-    if (c->ntev == c->cap_tev) {
-        int cap = c->cap_tev ? 2 * c->cap_tev : 1024;
-        TraceEvent *t = realloc(c->tev, (size_t)cap * sizeof *t);
-        if (t) c->tev = t, c->cap_tev = cap;
-    }
-    if (c->ntev < c->cap_tev)
-        c->tev[c->ntev++] = (TraceEvent){in, NULL, NULL, t0 - c->epoch_host, t1 - c->epoch_host};
+    TraceEvent *t = trace_push(c);
+    if (t) *t = (TraceEvent){in, NULL, NULL, t0 - c->epoch_host, t1 - c->epoch_host}, c->ntev++;
     pthread_mutex_unlock(&c->trace_mu);
 }
 

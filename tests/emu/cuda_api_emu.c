@@ -437,11 +437,13 @@ cudaError_t cudaEventElapsedTime(float *ms, cudaEvent_t a, cudaEvent_t b) {
 
 // ---------------------------------------------------------------- driver API: the kernels
 
-struct CUmod_st {
-    void *so;
-};
 struct CUfunc_st {
     char name[160];
+    struct CUfunc_st *next; // the module's other functions
+};
+struct CUmod_st {
+    void *so;
+    struct CUfunc_st *funcs; // owned by the module, freed with it, as CUDA's are
 };
 
 CUresult cuCtxGetCurrent(CUcontext *ctx) {
@@ -478,15 +480,20 @@ CUresult cuModuleLoadData(CUmodule *out, const void *image) {
     return CUDA_SUCCESS;
 }
 CUresult cuModuleUnload(CUmodule m) {
+    while (m->funcs) {
+        struct CUfunc_st *f = m->funcs;
+        m->funcs = f->next;
+        free(f);
+    }
     free(m); // the shared object stays: streams may still name its kernels
     return CUDA_SUCCESS;
 }
 CUresult cuModuleGetFunction(CUfunction *out, CUmodule m, const char *name) {
     unsigned sizes[1];
-    (void)m;
     if (emu_params(name, sizes, 0) < 0) return CUDA_ERROR_NOT_FOUND;
     struct CUfunc_st *f = calloc(1, sizeof *f);
     snprintf(f->name, sizeof f->name, "%s", name);
+    f->next = m->funcs, m->funcs = f;
     *out = f;
     return CUDA_SUCCESS;
 }
