@@ -240,6 +240,8 @@ static int trace_begin(Cuda *c, const Instr *in) {
         *t = (TraceEvent){in, NULL, NULL, 0, 0};
         if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess)
             i = c->ntev++, t0 = t->t0;
+        else if (t->t0) // the second failed: the first is not kept
+            cudaEventDestroy(t->t0);
     }
     pthread_mutex_unlock(&c->trace_mu);
     if (i >= 0) cudaEventRecord(t0, c->stream[engine_of(in)]);
@@ -1038,6 +1040,199 @@ static int open_comm(Cuda *c, const Dist *dist) {
 
 Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, const Dist *dist,
                              char *err, size_t errcap);
+// What backend_cuda_create learns of the GPU and the plan on the way.
+typedef struct {
+    struct cudaDeviceProp prop;
+    int ptx;        // 1: the plan's PTX, for a GPU newer than its cubin
+    int widen;      // 1: the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
+    int nscratch;   // engines that run kernels, each with its scratch
+    int64_t arena;  // the arena's bytes, rounded up to 256
+    int64_t docs;   // the document starts' bytes after the scratch
+} CudaOpen;
+
+// The GPU of this rank, and whether it can run the plan's kernels.
+static int open_device(Cuda *c, const Dist *dist, CudaOpen *o) {
+    const Plan *p = c->p;
+    // the host waits by sleeping: no core spins while AdamW needs it
+    cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
+    if (!RT(c, NULL, cudaGetDeviceCount(&c->devices))) return -1;
+    c->device = dist && c->devices > 0 ? dist->local_rank % c->devices : 0; // each rank on a machine its own GPU
+    if (!RT(c, NULL, cudaSetDevice(c->device)) || !RT(c, NULL, cudaFree(NULL)) ||
+        !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) || !RT(c, NULL, cudaGetDeviceProperties(&o->prop, c->device)))
+        return -1;
+    int gpu_sm = o->prop.major * 10 + o->prop.minor, plan_sm = atoi(p->cuda_arch + 3);
+    o->ptx = gpu_sm != plan_sm;
+    if (gpu_sm < plan_sm) {
+        snprintf(c->err, sizeof c->err, "the plan's kernels are for %s but this GPU (%s) is sm_%d; compile the plan "
+                 "for a target of this GPU's architecture", p->cuda_arch, o->prop.name, gpu_sm);
+        return -1;
+    }
+    if (o->ptx && !p->ptx_len) {
+        snprintf(c->err, sizeof c->err, "this GPU (%s, sm_%d) is newer than the plan's %s and the plan carries no PTX",
+                 o->prop.name, gpu_sm, p->cuda_arch);
+        return -1;
+    }
+    snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", o->prop.name, c->device,
+             c->devices, gpu_sm, p->cuda_arch, o->ptx ? "PTX" : "cubin");
+    return 0;
+}
+
+// What the plan's instructions and kernel IR ask of the backend: the ring's
+// slot for COPY_OUT, which engines run kernels, bf16 widening, bf16 kernels.
+static int read_plan_needs(Cuda *c, CudaOpen *o) {
+    const Plan *p = c->p;
+    for (int i = 0; i < p->ntrain + p->neval; i++) {
+        const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
+        if (in->kind == INS_COPY_OUT && in->bytes > c->ring.slot_bytes) c->ring.slot_bytes = in->bytes;
+        if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
+        if (in->kind == INS_COPY && (in->flags & XFER_BF16)) o->widen = 1;
+    }
+    c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
+    int nnodes[PART_COUNT];
+    for (int pk = 0; pk < PART_COUNT; pk++) nnodes[pk] = p->graph->parts[pk].nodes.n;
+    if (kir_read(&c->prog, p->kernels_bytes, p->kernels_len, graph_nparts(p->graph), nnodes, &c->karena, c->err,
+                 sizeof c->err) != 0)
+        return -1;
+    for (int pk = 0; pk < PART_COUNT; pk++)
+        for (int i = 0; i < c->prog.parts[pk].n; i++)
+            for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++)
+                c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;
+    return 0;
+}
+
+// One device allocation: the arena, then each kernel-running engine's
+// scratch of the size the plan records (common/scratch.h), which mtc
+// counted in the plan's device memory, then the document starts. The
+// ranks' collectives open first: NCCL's own buffers come off the free memory.
+static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
+    const Plan *p = c->p;
+    int64_t need = program_scratch_bytes(&c->prog, p->graph);
+    if (p->scratch_bytes < need) {
+        snprintf(c->err, sizeof c->err, "the plan records %lld bytes of kernel scratch per engine but its kernels need "
+                 "%lld; recompile it with this mtc", (long long)p->scratch_bytes, (long long)need);
+        return -1;
+    }
+    c->scratch_bytes = p->scratch_bytes;
+    for (int e = 0; e < ENG_COUNT; e++) o->nscratch += c->scratch[e] != NULL;
+    o->arena = (p->arena_bytes + 255) & ~(int64_t)255, o->docs = plan_docs_bytes(p);
+    c->dev_bytes = plan_device_bytes(p);
+    if (o->nscratch != plan_scratch_engines(p) || c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->docs ||
+        o->docs < p->graph->train.batch * p->graph->train.seq * 4) {
+        snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d",
+                 o->nscratch, plan_scratch_engines(p));
+        return -1;
+    }
+    if (dist && dist->mpi && dist->size > 1) {
+        if (open_comm(c, dist) != 0) return -1;
+        char how[64];
+        size_t k = strlen(c->name);
+        snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
+        k = strlen(c->name);
+        if (c->comm_bytes)
+            snprintf(c->name + k, sizeof c->name - k, " (%.1f MB of device memory)", (double)c->comm_bytes / 1e6);
+    }
+    size_t free_b = 0, total_b = 0;
+    if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) return -1;
+    if ((size_t)c->dev_bytes > free_b) {
+        char nccl[160] = "";
+        if (c->comm_bytes)
+            snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
+        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
+                 "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
+                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - o->arena - o->docs),
+                 (long long)o->docs, o->prop.name, free_b, total_b, nccl);
+        return -1;
+    }
+    void *dev = NULL;
+    if (!RT(c, NULL, cudaMalloc(&dev, (size_t)c->dev_bytes))) return -1;
+    c->dev = dev;
+    for (int e = 0, k = 0; e < ENG_COUNT; e++)
+        if (c->scratch[e]) c->scratch[e] = c->dev + o->arena + (k++) * c->scratch_bytes;
+    c->docs_dev = (int *)(void *)(c->dev + o->arena + o->nscratch * c->scratch_bytes); // (B, T)
+    if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) return -1; // nothing written yet reads as NaN
+    int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
+    c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
+    if (pooled_E) { // the rows of layers without one stay 0
+        size_t bytes = (size_t)(p->graph->layers * 2 * pooled_E) * sizeof(double);
+        void *sums = NULL;
+        if (!RT(c, NULL, cudaMalloc(&sums, bytes))) return -1;
+        c->pool.sums = sums;
+        if (!RT(c, NULL, cudaMemset(sums, 0, bytes))) return -1;
+    }
+    return 0;
+}
+
+// The engines' streams and staging words, the gradients' ring and its
+// thread, the LOSS instructions' pinned slots, the plan's events.
+static int open_streams(Cuda *c, Backend *be) {
+    const Plan *p = c->p;
+    for (int e = 0; e < ENG_COUNT; e++) {
+        void *s = NULL;
+        if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
+            !RT(c, NULL, cudaHostAlloc(&s, 4, cudaHostAllocDefault)))
+            return -1;
+        c->staging[e] = s;
+    }
+    GradsRing *r = &c->ring; // slots of the largest COPY_OUT, at most RING_SLOT_MAX_BYTES (MT_RING_SLOT_BYTES in tests)
+    const char *rs = getenv("MT_RING_SLOT_BYTES");
+    int64_t slot_max = rs && atoll(rs) >= 4 ? atoll(rs) : RING_SLOT_MAX_BYTES;
+    r->slot_bytes = r->slot_bytes < 4 ? 4 : r->slot_bytes > slot_max ? slot_max : r->slot_bytes;
+    for (int k = 0; k < RING_SLOTS; k++) {
+        void *s = NULL;
+        if (!RT(c, NULL, cudaHostAlloc(&s, (size_t)r->slot_bytes, cudaHostAllocDefault)) ||
+            !RT(c, NULL, cudaEventCreateWithFlags(&r->copied[k], cudaEventBlockingSync | cudaEventDisableTiming)))
+            return -1;
+        r->slot[k] = s;
+    }
+    if (pthread_mutex_init(&r->mu, NULL) != 0 || pthread_cond_init(&r->cv, NULL) != 0 ||
+        pthread_create(&r->thread, NULL, ring_main, be) != 0) {
+        snprintf(c->err, sizeof c->err, "cuda: cannot start the gradients' ring thread");
+        return -1;
+    }
+    r->started = 1;
+    for (int i = 0; i < p->ntrain + p->neval; i++) // a pinned slot per LOSS instruction
+        c->nloss_cap += (i < p->ntrain ? p->train[i].kind : p->eval[i - p->ntrain].kind) == INS_LOSS;
+    void *slots = NULL;
+    if (!RT(c, NULL, cudaHostAlloc(&slots, (size_t)(c->nloss_cap + 1) * sizeof(float), cudaHostAllocDefault)) ||
+        !(c->loss_dst = calloc((size_t)c->nloss_cap + 1, sizeof *c->loss_dst)))
+        return -1;
+    c->loss_host = slots;
+    if (!(c->event = calloc((size_t)p->nevents + 1, sizeof *c->event))) return -1;
+    for (int i = 0; i < p->nevents; i++)
+        if (!RT(c, NULL, cudaEventCreateWithFlags(&c->event[i], cudaEventBlockingSync | cudaEventDisableTiming)))
+            return -1;
+    return 0;
+}
+
+// The kernels: the cubin of the plan's architecture, its PTX (NUL-terminated)
+// on a newer GPU; cuBLASLt.
+static int load_module(Cuda *c, const CudaOpen *o) {
+    const Plan *p = c->p;
+    char *image = NULL;
+    if (o->ptx && (image = malloc(p->ptx_len + 1))) memcpy(image, p->ptx, p->ptx_len), image[p->ptx_len] = 0;
+    if (o->ptx && !image) return -1;
+    int loaded = CU(c, NULL, cuModuleLoadData(&c->mod, o->ptx ? (const void *)image : (const void *)p->cubin));
+    free(image);
+    if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) return -1;
+    if (o->widen && get_function(c, &c->widen, "mt_widen_bf16", 0) != 0) {
+        snprintf(c->err, sizeof c->err, "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
+                 "kernels have no mt_widen_bf16: recompile it with this mtc");
+        return -1;
+    }
+    return 0;
+}
+
+// --trace: the file, and the epoch every timing event is measured from.
+static int open_trace(Cuda *c, Backend *be, const char *trace_path) {
+    if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) return -1;
+    if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||
+        !RT(c, NULL, cudaEventSynchronize(c->epoch)))
+        return -1;
+    c->epoch_host = trace_clock_s();
+    be->trace_host = cuda_trace_host;
+    return 0;
+}
+
 Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, const Dist *dist,
                              char *err, size_t errcap) {
     if (!p->cuda_arch || (!p->cubin_len && !p->ptx_len) || !p->kernels_len) {
@@ -1061,154 +1256,11 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
                     .collective = cuda_collective, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
                     .set_docs = cuda_set_docs, .destroy = cuda_destroy};
-    // the host waits by sleeping: no core spins while AdamW needs it
-    cudaSetDeviceFlags(cudaDeviceScheduleBlockingSync);
-    struct cudaDeviceProp prop;
-    if (!RT(c, NULL, cudaGetDeviceCount(&c->devices))) goto fail;
-    c->device = dist && c->devices > 0 ? dist->local_rank % c->devices : 0; // each rank on a machine its own GPU
-    if (!RT(c, NULL, cudaSetDevice(c->device)) || !RT(c, NULL, cudaFree(NULL)) ||
-        !CU(c, NULL, cuCtxGetCurrent(&c->cuctx)) || !RT(c, NULL, cudaGetDeviceProperties(&prop, c->device)))
-        goto fail;
-    int gpu_sm = prop.major * 10 + prop.minor, plan_sm = atoi(p->cuda_arch + 3), ptx = gpu_sm != plan_sm;
-    if (gpu_sm < plan_sm) {
-        snprintf(c->err, sizeof c->err, "the plan's kernels are for %s but this GPU (%s) is sm_%d; compile the plan "
-                 "for a target of this GPU's architecture", p->cuda_arch, prop.name, gpu_sm);
-        goto fail;
-    }
-    if (ptx && !p->ptx_len) {
-        snprintf(c->err, sizeof c->err, "this GPU (%s, sm_%d) is newer than the plan's %s and the plan carries no PTX",
-                 prop.name, gpu_sm, p->cuda_arch);
-        goto fail;
-    }
-    snprintf(c->name, sizeof c->name, "cuda: %s (device %d of %d, sm_%d, the plan's %s %s)", prop.name, c->device,
-             c->devices, gpu_sm, p->cuda_arch, ptx ? "PTX" : "cubin");
-    int widen = 0; // the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
-    for (int i = 0; i < p->ntrain + p->neval; i++) { // the ring's slots for COPY_OUT, scratch for RUN, by engine
-        const Instr *in = i < p->ntrain ? &p->train[i] : &p->eval[i - p->ntrain];
-        if (in->kind == INS_COPY_OUT && in->bytes > c->ring.slot_bytes) c->ring.slot_bytes = in->bytes;
-        if (in->kind == INS_RUN) c->scratch[in->engine] = c->name; // marked: this engine runs kernels
-        if (in->kind == INS_COPY && (in->flags & XFER_BF16)) widen = 1;
-    }
-    c->scratch[ENG_COMPUTE] = c->name; // (operations outside a stream run there)
-    int nnodes[PART_COUNT];
-    for (int pk = 0; pk < PART_COUNT; pk++) nnodes[pk] = p->graph->parts[pk].nodes.n;
-    if (kir_read(&c->prog, p->kernels_bytes, p->kernels_len, graph_nparts(p->graph), nnodes, &c->karena, c->err, sizeof c->err) != 0) goto fail;
-    for (int pk = 0; pk < PART_COUNT; pk++)
-        for (int i = 0; i < c->prog.parts[pk].n; i++)
-            for (int a = 0; a < c->prog.parts[pk].k[i].nargs; a++) c->bf16 |= c->prog.parts[pk].k[i].args[a].dtype == KT_BF16;
-    // one device allocation: the arena, then each kernel-running engine's
-    // scratch of the size the plan records (common/scratch.h), which mtc
-    // counted in the plan's device memory
-    int64_t need = program_scratch_bytes(&c->prog, p->graph);
-    if (p->scratch_bytes < need) {
-        snprintf(c->err, sizeof c->err, "the plan records %lld bytes of kernel scratch per engine but its kernels need "
-                 "%lld; recompile it with this mtc", (long long)p->scratch_bytes, (long long)need);
-        goto fail;
-    }
-    c->scratch_bytes = p->scratch_bytes;
-    int nscratch = 0;
-    for (int e = 0; e < ENG_COUNT; e++) nscratch += c->scratch[e] != NULL;
-    int64_t arena = (p->arena_bytes + 255) & ~(int64_t)255, docs = plan_docs_bytes(p);
-    c->dev_bytes = plan_device_bytes(p);
-    if (nscratch != plan_scratch_engines(p) || c->dev_bytes != arena + nscratch * c->scratch_bytes + docs ||
-        docs < p->graph->train.batch * p->graph->train.seq * 4) {
-        snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d", nscratch,
-                 plan_scratch_engines(p));
-        goto fail;
-    }
-    if (dist && dist->mpi && dist->size > 1) { // (before the free memory is read: NCCL's own buffers come off it)
-        if (open_comm(c, dist) != 0) goto fail;
-        char how[64];
-        size_t k = strlen(c->name);
-        snprintf(c->name + k, sizeof c->name - k, ", collectives by %s", comm_describe(&c->comm, how, sizeof how));
-        k = strlen(c->name);
-        if (c->comm_bytes) snprintf(c->name + k, sizeof c->name - k, " (%.1f MB of device memory)", (double)c->comm_bytes / 1e6);
-    }
-    size_t free_b = 0, total_b = 0;
-    if (!RT(c, NULL, cudaMemGetInfo(&free_b, &total_b))) goto fail;
-    if ((size_t)c->dev_bytes > free_b) {
-        char nccl[160] = "";
-        if (c->comm_bytes)
-            snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
-        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
-                 "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
-                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - arena - docs),
-                 (long long)docs, prop.name, free_b, total_b, nccl);
-        goto fail;
-    }
-    void *dev = NULL;
-    if (!RT(c, NULL, cudaMalloc(&dev, (size_t)c->dev_bytes))) goto fail;
-    c->dev = dev;
-    for (int e = 0, k = 0; e < ENG_COUNT; e++)
-        if (c->scratch[e]) c->scratch[e] = c->dev + arena + (k++) * c->scratch_bytes;
-    c->docs_dev = (int *)(void *)(c->dev + arena + nscratch * c->scratch_bytes); // (B, T)
-    if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) goto fail; // nothing written yet reads as NaN
-    int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
-    c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
-    if (pooled_E) { // the rows of layers without one stay 0
-        size_t bytes = (size_t)(p->graph->layers * 2 * pooled_E) * sizeof(double);
-        void *sums = NULL;
-        if (!RT(c, NULL, cudaMalloc(&sums, bytes))) goto fail;
-        c->pool.sums = sums;
-        if (!RT(c, NULL, cudaMemset(sums, 0, bytes))) goto fail;
-    }
-    if (pin_ranges(c, pin, npin) != 0) goto fail; // the host memory the streams read and write: pinned now, or refused
-    for (int e = 0; e < ENG_COUNT; e++) {
-        void *s = NULL;
-        if (!RT(c, NULL, cudaStreamCreateWithFlags(&c->stream[e], cudaStreamNonBlocking)) ||
-            !RT(c, NULL, cudaHostAlloc(&s, 4, cudaHostAllocDefault)))
-            goto fail;
-        c->staging[e] = s;
-    }
-    GradsRing *r = &c->ring; // the ring: slots of the largest COPY_OUT, at most RING_SLOT_MAX_BYTES (MT_RING_SLOT_BYTES in tests)
-    const char *rs = getenv("MT_RING_SLOT_BYTES");
-    int64_t slot_max = rs && atoll(rs) >= 4 ? atoll(rs) : RING_SLOT_MAX_BYTES;
-    r->slot_bytes = r->slot_bytes < 4 ? 4 : r->slot_bytes > slot_max ? slot_max : r->slot_bytes;
-    for (int k = 0; k < RING_SLOTS; k++) {
-        void *s = NULL;
-        if (!RT(c, NULL, cudaHostAlloc(&s, (size_t)r->slot_bytes, cudaHostAllocDefault)) ||
-            !RT(c, NULL, cudaEventCreateWithFlags(&r->copied[k], cudaEventBlockingSync | cudaEventDisableTiming)))
-            goto fail;
-        r->slot[k] = s;
-    }
-    if (pthread_mutex_init(&r->mu, NULL) != 0 || pthread_cond_init(&r->cv, NULL) != 0 ||
-        pthread_create(&r->thread, NULL, ring_main, be) != 0) {
-        snprintf(c->err, sizeof c->err, "cuda: cannot start the gradients' ring thread");
-        goto fail;
-    }
-    r->started = 1;
-    for (int i = 0; i < p->ntrain + p->neval; i++) // a pinned slot per LOSS instruction
-        c->nloss_cap += (i < p->ntrain ? p->train[i].kind : p->eval[i - p->ntrain].kind) == INS_LOSS;
-    void *slots = NULL;
-    if (!RT(c, NULL, cudaHostAlloc(&slots, (size_t)(c->nloss_cap + 1) * sizeof(float), cudaHostAllocDefault)) ||
-        !(c->loss_dst = calloc((size_t)c->nloss_cap + 1, sizeof *c->loss_dst)))
-        goto fail;
-    c->loss_host = slots;
-    if (!(c->event = calloc((size_t)p->nevents + 1, sizeof *c->event))) goto fail;
-    for (int i = 0; i < p->nevents; i++)
-        if (!RT(c, NULL, cudaEventCreateWithFlags(&c->event[i], cudaEventBlockingSync | cudaEventDisableTiming))) goto fail;
-    // the kernels: the cubin of the plan's architecture, its PTX (NUL-terminated) on a newer GPU
-    char *image = NULL;
-    if (ptx && (image = malloc(p->ptx_len + 1))) memcpy(image, p->ptx, p->ptx_len), image[p->ptx_len] = 0;
-    if (ptx && !image) goto fail;
-    int loaded = CU(c, NULL, cuModuleLoadData(&c->mod, ptx ? (const void *)image : (const void *)p->cubin));
-    free(image);
-    if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) goto fail;
-    if (widen && get_function(c, &c->widen, "mt_widen_bf16", 0) != 0) {
-        snprintf(c->err, sizeof c->err, "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
-                 "kernels have no mt_widen_bf16: recompile it with this mtc");
-        goto fail;
-    }
-    if (trace_path) {
-        if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) goto fail;
-        if (!RT(c, NULL, cudaEventCreate(&c->epoch)) || !RT(c, NULL, cudaEventRecord(c->epoch, c->stream[ENG_COMPUTE])) ||
-            !RT(c, NULL, cudaEventSynchronize(c->epoch)))
-            goto fail;
-        c->epoch_host = trace_clock_s();
-        be->trace_host = cuda_trace_host;
-    }
-    return be;
-fail:
+    CudaOpen o = {0};
+    if (open_device(c, dist, &o) == 0 && read_plan_needs(c, &o) == 0 && alloc_device(c, dist, &o) == 0 &&
+        pin_ranges(c, pin, npin) == 0 && // the host memory the streams read and write: pinned now, or refused
+        open_streams(c, be) == 0 && load_module(c, &o) == 0 && (!trace_path || open_trace(c, be, trace_path) == 0))
+        return be;
     refuse(c, err, errcap);
     if (!*err) snprintf(err, errcap, "cuda: out of memory");
     cuda_destroy(be);
