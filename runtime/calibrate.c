@@ -67,6 +67,7 @@
 #include "common/io.h"
 #include "common/target.h"
 #include "runtime/store/adamw.h"
+#include "runtime/store/pool.h"
 #include "runtime/backend/blas_core.h"
 #include "runtime/backend/jit.h"
 #include "runtime/backend/kernels.h"
@@ -279,7 +280,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         size_t lo = (size_t)i * per, hi = (size_t)(i + 1) * per;
         b->jobs[i] = (CopyJob){1, (lo < pages ? lo : pages) * 4096, (hi < pages ? hi : pages) * 4096, b->src, b->dst};
     }
-    if (run_jobs(copy_thread, b->jobs, sizeof *b->jobs, nt)) { // (each slice first touched by its own thread)
+    if (pool_run(copy_thread, b->jobs, sizeof *b->jobs, nt)) { // (each slice first touched by its own thread)
         bench_free(b);
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
@@ -300,7 +301,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
 
 static double round_copy(Bench *b) {
     double t0 = now_s();
-    run_jobs(copy_thread, b->jobs, sizeof *b->jobs, b->nt); // (a thread that cannot start: its job runs here)
+    pool_run(copy_thread, b->jobs, sizeof *b->jobs, b->nt); // (a thread that cannot start: its job runs here)
     return 2.0 * (double)b->copy_bytes / (now_s() - t0);
 }
 

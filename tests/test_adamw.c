@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "runtime/store/adamw.h"
+#include "runtime/store/pool.h"
 
 static int failures;
 
@@ -489,7 +490,7 @@ static void test_concurrent_callers(int64_t n) {
 
 // The pool's fallback: in a child process whose address space cannot hold
 // another thread's stack (RLIMIT_AS, which binds root too), no worker can
-// start; run_jobs then runs every job on the caller and says so (the
+// start; pool_run then runs every job on the caller and says so (the
 // count), and the update gives the bits of one thread. First in main: a
 // child forked after workers started would inherit a pool without threads.
 static int count_job(void *arg) { return __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED); }
@@ -511,7 +512,7 @@ static void test_no_threads(int64_t n) {
         struct rlimit lim = {(rlim_t)pages * 4096 + (1 << 20), (rlim_t)pages * 4096 + (1 << 20)};
         if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
         int count = 0, *jobs[4] = {&count, &count, &count, &count};
-        int here = run_jobs(count_thread, jobs, sizeof jobs[0], 4);
+        int here = pool_run(count_thread, jobs, sizeof jobs[0], 4);
         adamw_update(got.w, got.m, got.v, got.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 4);
         _exit(here == 3 && count == 4 && same_bits(got.w, want.w, n) && same_bits(got.v, want.v, n) ? 0 : 4);
     }

@@ -43,7 +43,7 @@ typedef struct AdamWStep {
 // weights rounded to bf16 (round to nearest even; NaN stays a quiet NaN).
 // The zeroed gradients and the bf16 copy are written with non-temporal
 // stores where the CPU has AVX2 (they are only written; see adamw.c).
-// Uses up to nthreads threads of the pool (run_jobs; nthreads <= 1 runs
+// Uses up to nthreads threads of the pool (pool.h; nthreads <= 1 runs
 // inline; fewer threads when n is small). Thread ranges start where w is
 // 64-byte aligned, so threads share no cache line of w, nor of m, v, g when
 // those are laid out like w. The arrays must not overlap.
@@ -90,18 +90,6 @@ double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n);
 enum { GRADS_BF16 = 1, GRADS_SET = 2 };
 void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads);
 void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags);
-
-// The threads the above run on (and mtrun --calibrate's copies): fn on each
-// of nt jobs, `size` bytes apart from `jobs` on; job 0 on the caller, job i
-// (i >= 1) on worker i - 1 of one persistent pool of threads, started on
-// first need and reused by every later call (a call costs a wake-up, not a
-// thread's start). Worker k is pinned to a CPU where the process has more
-// than two (the highest first, the lowest two left to the threads that
-// call); the same job index always runs on the same worker. Callers may
-// call concurrently (their jobs queue per worker). Where a worker cannot be
-// started, its jobs run on the caller after job 0. Returns when all are
-// done: how many jobs 1 to nt - 1 ran on the caller.
-int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt);
 
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.
