@@ -11,7 +11,7 @@
 //      zeroed in the same pass) on T threads, over arrays of a quarter of the
 //      copy buffer each; 34 bytes a parameter as compiler/schedule/cost.c counts them ->
 //      host_adamw_bandwidth. And what a GPU's COPY_OUT does on the host after
-//      its copy: adamw_grads_add of bf16 gradients into the fp32
+//      its copy: grads_accumulate of bf16 gradients into the fp32
 //      accumulators (runtime/backend/backend_cuda.c) on T threads, 10 bytes a
 //      parameter (read 2 and 4, write 4) -> host_grads_add_bandwidth.
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
@@ -320,7 +320,7 @@ static double round_adamw(Bench *b) {
 // bf16 copy's array stands in) added into the fp32 accumulators.
 static double round_grads_add(Bench *b) {
     double t0 = now_s();
-    adamw_grads_add(b->g, b->wb, b->n, 1, b->nt);
+    grads_accumulate(b->g, b->wb, b->n, 1, b->nt);
     return CAL_GRADS_ADD_BYTES * (double)b->n / (now_s() - t0);
 }
 
@@ -754,7 +754,7 @@ static int write_profile(FILE *f, const Measured *m) {
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_grads_add (runtime/store/adamw.c) of\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: grads_accumulate (runtime/store/adamw.c) of\n"
                "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
                "# host after its copy (compiler/schedule/cost.c prices it on GPU targets only), by %d\n"
                "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"

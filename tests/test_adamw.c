@@ -322,7 +322,7 @@ static void test_grads_add(int64_t n) {
     }
     for (int bf16 = 0; bf16 < 2; bf16++) {
         memcpy(ref, g0, (size_t)n * sizeof *g0);
-        adamw_grads_add_ref(ref, bf16 ? (const void *)src16 : (const void *)src, n, bf16);
+        grads_accumulate_ref(ref, bf16 ? (const void *)src16 : (const void *)src, n, bf16);
         int64_t off = 0; // the plain loop is the sum a float add makes
         for (int64_t i = 0; i < n && !off; i++) {
             uint32_t b = (uint32_t)src16[i] << 16;
@@ -334,7 +334,7 @@ static void test_grads_add(int64_t n) {
         for (int threads = 1; threads <= 9; threads += 2) {
             memcpy(g, g0, (size_t)n * sizeof *g0);
             g[n] = -1.0f; // past the end: untouched
-            adamw_grads_add(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
+            grads_accumulate(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
             if (!same_bits(g, ref, n) || g[n] != -1.0f) {
                 char what[96];
                 snprintf(what, sizeof what, "grads_add n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);

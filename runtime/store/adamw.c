@@ -379,7 +379,7 @@ double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n) {
 
 // ---- gradients into the host accumulators
 
-void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags) {
+void grads_accumulate_ref(float *g, const void *src, int64_t n, int flags) {
     if (flags & GRADS_BF16) {
         const uint16_t *a = src; // (n)
         if (flags & GRADS_SET)
@@ -394,30 +394,30 @@ void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags) {
         for (int64_t i = 0; i < n; i++) g[i] += a[i];
 }
 
-typedef struct AddJob {
+typedef struct AccumulateJob {
     float *g;
     const char *src;
     int64_t lo, hi; // elements [lo, hi)
     int flags;
-} AddJob;
+} AccumulateJob;
 
-static void *grads_add_thread(void *arg) {
-    const AddJob *j = arg;
-    adamw_grads_add_ref(j->g + j->lo, j->src + j->lo * (j->flags & GRADS_BF16 ? 2 : 4), j->hi - j->lo, j->flags);
+static void *grads_accumulate_thread(void *arg) {
+    const AccumulateJob *j = arg;
+    grads_accumulate_ref(j->g + j->lo, j->src + j->lo * (j->flags & GRADS_BF16 ? 2 : 4), j->hi - j->lo, j->flags);
     return NULL;
 }
 
-void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads) {
+void grads_accumulate(float *g, const void *src, int64_t n, int flags, int nthreads) {
     enum { MAX_THREADS = 16 };
     int nt = adamw_threads_for(n, ADAMW_MIN_PER_THREAD, nthreads < MAX_THREADS ? nthreads : MAX_THREADS);
-    AddJob jobs[MAX_THREADS];
+    AccumulateJob jobs[MAX_THREADS];
     int64_t per = (n + nt - 1) / nt;
     per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS; // whole cache lines of g
     for (int i = 0; i < nt; i++) {
         int64_t lo = (int64_t)i * per, hi = lo + per;
-        jobs[i] = (AddJob){g, src, lo < n ? lo : n, hi < n ? hi : n, flags};
+        jobs[i] = (AccumulateJob){g, src, lo < n ? lo : n, hi < n ? hi : n, flags};
     }
-    pool_run(grads_add_thread, jobs, sizeof *jobs, nt);
+    pool_run(grads_accumulate_thread, jobs, sizeof *jobs, nt);
 }
 
 // ---- the reference

@@ -1,9 +1,9 @@
 // adamw.h: the host optimizer step, torch.optim.AdamW on fp32 master weights
 // and fp32 Adam moments in host memory. It is bound by memory bandwidth: one
 // pass reads w, m, v, g and writes w, m, v (28 bytes a parameter, 30 with the
-// bf16 copy, 34 when it also zeroes g as the host store does), so the fast kernel is a single elementwise loop split into
-// contiguous per-thread ranges. bench/adamw_bench.c measures it against a
-// plain memory copy.
+// bf16 copy, 34 when it also zeroes g as the host store does), so the fast
+// kernel is a single elementwise loop split into contiguous per-thread
+// ranges. bench/adamw_bench.c measures it against a plain memory copy.
 //
 // Determinism: every element is computed by the same sequence of IEEE float
 // operations whatever the thread count, vector width or range split, so the
@@ -86,10 +86,10 @@ double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n);
 // GRADS_SET, g[i] = src[i] (widened), where g holds zeros (store_grads_out:
 // no read of g, 6 bytes an element moved for bf16, not 10). On up to
 // nthreads threads (inline when n is small); each element's sum is the same
-// whatever nthreads. The plain loop it splits is adamw_grads_add_ref.
+// whatever nthreads. The plain loop it splits is grads_accumulate_ref.
 enum { GRADS_BF16 = 1, GRADS_SET = 2 };
-void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads);
-void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags);
+void grads_accumulate(float *g, const void *src, int64_t n, int flags, int nthreads);
+void grads_accumulate_ref(float *g, const void *src, int64_t n, int flags);
 
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.
