@@ -17,6 +17,8 @@
 #include "runtime/store/store.h"
 #include "runtime/train.h"
 
+// One training run: its plan and options, its store, backend and replay,
+// its data and batch, and what the loop, the log and the saves keep of it.
 typedef struct Run {
     const Plan *p;
     const TrainOptions *o;
@@ -61,6 +63,7 @@ typedef struct Run {
     char no_save[600];    // why none, where the default would have saved (for the banner)
 } Run;
 
+// The monotonic clock, in seconds.
 static inline double now_s(void) {
     struct timespec ts;
     clock_gettime(CLOCK_MONOTONIC, &ts);

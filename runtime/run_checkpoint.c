@@ -69,7 +69,8 @@ int64_t run_resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     // the shards of any number of ranks
     CkptRange *want = p->sharded && segs ? malloc((size_t)nsegs * sizeof *want) : NULL;
     for (int k = 0; want && k < nsegs; k++) dist_shard(segs[k].len, r->hs.rank, r->hs.ranks, &want[k].lo, &want[k].hi);
-    int rc = segs && (want || !p->sharded) ? ckpt_load(path, &meta, plan_host_elems(p), segs, nsegs, want, &io, err, errcap) : -1;
+    int rc = segs && (want || !p->sharded)
+                 ? ckpt_load(path, &meta, plan_host_elems(p), segs, nsegs, want, &io, err, errcap) : -1;
     if (!segs || (p->sharded && !want)) snprintf(err, errcap, "out of memory");
     free(segs), free(want);
     if (rc != 0) return -1;
@@ -81,11 +82,12 @@ int64_t run_resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     r->ckpt_schedule_steps = meta.schedule_steps;
     fprintf(r->o->out, "resumed from %s at step %lld\n", path, (long long)meta.step);
     if (meta.plan_crc != p->plan_crc) { // the same model under another plan: say what changed
-        fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position carry over:\n");
+        fprintf(r->o->out, "  written by another plan of this model; weights, Adam moments, step and data position "
+                           "carry over:\n");
         if (meta.batch != t->batch || meta.seq != t->seq || meta.accumulate != t->accumulate)
-            fprintf(r->o->out, "  batch %lld x seq %lld x accumulate %lld -> %lld x %lld x %lld\n", (long long)meta.batch,
-                    (long long)meta.seq, (long long)meta.accumulate, (long long)t->batch, (long long)t->seq,
-                    (long long)t->accumulate);
+            fprintf(r->o->out, "  batch %lld x seq %lld x accumulate %lld -> %lld x %lld x %lld\n",
+                    (long long)meta.batch, (long long)meta.seq, (long long)meta.accumulate, (long long)t->batch,
+                    (long long)t->seq, (long long)t->accumulate);
         if (strncmp(meta.schedule, p->schedule, CKPT_SCHEDULE_BYTES - 1))
             fprintf(r->o->out, "  schedule %s\n        -> %s\n", meta.schedule, p->schedule);
         if (meta.device_limit != p->device_limit)

@@ -39,7 +39,9 @@ int check_inputs(const Graph *g, char *err, size_t errcap) {
         ok = in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dims[0] == g->train.batch &&
              in->shape.dims[1] == g->train.seq;
     }
-    if (!ok) snprintf(err, errcap, "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes other inputs");
+    if (!ok)
+        snprintf(err, errcap, "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
+                 "other inputs");
     return ok ? 0 : -1;
 }
 
@@ -79,7 +81,8 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
                  r->o->tier_dir);
         return -1;
     }
-    if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) { // now, not after the training
+    // now, not after the training
+    if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) {
         snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
                  "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
                  "without the tier", (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
@@ -138,7 +141,8 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
     if (have <= 0 || need <= have) return 0;
     snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
              "but this machine has %lld bytes (%.1f GB) available%s", (long long)need, (double)need / 1e9,
-             r->o->tier_dir ? "the globals' " : "", r->o->reference ? "" : ", the cpu arena and the host activation store",
+             r->o->tier_dir ? "the globals' " : "",
+             r->o->reference ? "" : ", the cpu arena and the host activation store",
              (long long)have, (double)have / 1e9,
              plan_tier(r->p) && !r->o->tier_dir ? "; the plan was made with the Adam moments on the NVMe tier: give "
                                                   "--tier-dir DIR" : "");
@@ -183,13 +187,14 @@ static int check_forward_flags(const Run *r, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     if (!r->o->logits && !r->o->sample_every) return 0;
     if (r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
-        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which this "
-                 "plan puts on the NVMe tier (tier=%.*s)", (int)strcspn(plan_tier(p), " "), plan_tier(p));
+        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which "
+                 "this plan puts on the NVMe tier (tier=%.*s)", (int)strcspn(plan_tier(p), " "), plan_tier(p));
         return -1;
     }
     if (data_val_batches(r->val, t->batch, t->seq) <= 0) {
         snprintf(err, errcap, "--logits and --sample-every take the first validation batch (as the logits' batch, "
-                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch, (long long)t->seq);
+                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch,
+                 (long long)t->seq);
         return -1;
     }
     DataVocab v; // a vocabulary that decodes samples, found before any training
@@ -217,9 +222,9 @@ int check_backend(const Run *r, char *err, size_t errcap) {
 int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint64_t seed, char *err, size_t errcap) {
     const Plan *p = r->p;
     if (meta->model_crc != model_crc(p) || meta->n != plan_host_elems(p)) {
-        snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this plan's "
-                 "model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s", path,
-                 meta->model, meta->model_crc, (long long)meta->n, p->graph->model_name, model_crc(p),
+        snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this "
+                 "plan's model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s",
+                 path, meta->model, meta->model_crc, (long long)meta->n, p->graph->model_name, model_crc(p),
                  (long long)plan_host_elems(p), strcmp(meta->model, p->graph->model_name) ? ""
                  : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt that "
                    "wrote it can --export its weights, and --init starts from them)");

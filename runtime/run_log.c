@@ -103,11 +103,13 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
     }
     if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
         fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
-    fprintf(out, ", host store %.2f MB (%lld bytes allocated%s), %d optimizer threads\n", (double)ram_store_bytes(r) / 1e6,
-            (long long)r->hs.bytes, r->hs.gb ? "; the layers' gradients bf16" : "", r->o->threads);
+    fprintf(out, ", host store %.2f MB (%lld bytes allocated%s), %d optimizer threads\n",
+            (double)ram_store_bytes(r) / 1e6, (long long)r->hs.bytes, r->hs.gb ? "; the layers' gradients bf16" : "",
+            r->o->threads);
     if (r->hs.tier)
-        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a checkpoint)\n",
-                tier_path(r->hs.tier), r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
+        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a "
+                "checkpoint)\n", tier_path(r->hs.tier),
+                r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
     describe_data(d, sizeof d, &r->data, r->o->val_data ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
                                          : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
@@ -129,13 +131,13 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
                                                    : ", a cpu: not compared with this GPU's steps");
     if (run_ranks(r) > 1 && r->p->sharded)
-        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld rows; "
-                "weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the slowest "
-                "rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
+        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
+                "rows; weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the "
+                "slowest rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
     else if (run_ranks(r) > 1)
-        fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients summed "
-                "over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
+        fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
+                "summed over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->save_dir)
@@ -177,9 +179,9 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     fprintf(f, ", \"schedule\": ");
     json_str(f, p->schedule);
     fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
-               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, \"from_step\": %lld, "
-               "\"lr\": %.9g, \"seed\": %llu, "
-               "\"predicted_step_s\": %.6g, \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
+               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, "
+               "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": %.6g, \"reference\": %s, "
+               "\"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
             (long long)steps, (long long)r->schedule_steps, (long long)from,

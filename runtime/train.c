@@ -41,7 +41,8 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                       : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
-    if (rc == 0 && backward && r->reports) replay_stats_add(p, p->train, p->ntrain, r->stats, r->max_e, &r->aux, r->loads);
+    if (rc == 0 && backward && r->reports)
+        replay_stats_add(p, p->train, p->ntrain, r->stats, r->max_e, &r->aux, r->loads);
     return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
@@ -313,8 +314,8 @@ static int open_replay(Run *r, char *err, size_t errcap) {
         return -1;
     }
     if (check_backend(r, err, errcap) != 0) return -1;
-    r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order, .rng = order.seed,
-                      .hold_ins = r->o->test_hold_ins, .dist = r->o->dist};
+    r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order,
+                     .rng = order.seed, .hold_ins = r->o->test_hold_ins, .dist = r->o->dist};
     return open_docs(r, err, errcap);
 }
 
@@ -417,14 +418,14 @@ static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done)
     r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
     FILE *out = r->o->out;
     if (r->o->resume && !ckpt && given <= 0)
-        fprintf(out, "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld steps\n",
-                (long long)steps);
+        fprintf(out, "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld "
+                "steps\n", (long long)steps);
     else if (r->o->resume && given <= 0 && ckpt != steps)
         fprintf(out, "  lr schedule: over the checkpoint's run's %lld steps, kept%s (--schedule-steps %lld would span "
                 "this run's)\n", (long long)ckpt, steps > ckpt ? ", its final lr past them" : "", (long long)steps);
     else if (r->o->resume && given > 0 && ckpt > 0 && given != ckpt)
-        fprintf(out, "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's lr "
-                "%.4g, not %.4g\n", (long long)given, (long long)ckpt, (long long)done + 1,
+        fprintf(out, "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's "
+                "lr %.4g, not %.4g\n", (long long)given, (long long)ckpt, (long long)done + 1,
                 train_lr(t, base_lr, done + 1, given), train_lr(t, base_lr, done + 1, ckpt));
 }
 
