@@ -492,6 +492,7 @@ typedef struct Loop {
     int stopping;             // the ranks agreed to stop (a signal)
 } Loop;
 
+// The loop before its first step: the flags, else the plan's train section.
 static Loop loop_of_run(const TrainOptions *o, const TrainConfig *t) {
     return (Loop){.steps = o->steps >= 0 ? o->steps : t->steps,
                   .val_every = o->val_every > 0 ? o->val_every : t->val_every,
