@@ -11,7 +11,7 @@
 //      zeroed in the same pass) on T threads, over arrays of a quarter of the
 //      copy buffer each; 34 bytes a parameter as compiler/schedule/cost.c counts them ->
 //      host_adamw_bandwidth. And what a GPU's COPY_OUT does on the host after
-//      its copy: adamw_grads_add of bf16 gradients into the fp32
+//      its copy: grads_accumulate of bf16 gradients into the fp32
 //      accumulators (runtime/backend/backend_cuda.c) on T threads, 10 bytes a
 //      parameter (read 2 and 4, write 4) -> host_grads_add_bandwidth.
 //   3. sgemm: the three GEMMs of a training step's MLP matmul at GPT-2
@@ -67,6 +67,7 @@
 #include "common/io.h"
 #include "common/target.h"
 #include "runtime/store/adamw.h"
+#include "runtime/store/pool.h"
 #include "runtime/backend/blas_core.h"
 #include "runtime/backend/jit.h"
 #include "runtime/backend/kernels.h"
@@ -279,7 +280,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
         size_t lo = (size_t)i * per, hi = (size_t)(i + 1) * per;
         b->jobs[i] = (CopyJob){1, (lo < pages ? lo : pages) * 4096, (hi < pages ? hi : pages) * 4096, b->src, b->dst};
     }
-    if (run_jobs(copy_thread, b->jobs, sizeof *b->jobs, nt)) { // (each slice first touched by its own thread)
+    if (pool_run(copy_thread, b->jobs, sizeof *b->jobs, nt)) { // (each slice first touched by its own thread)
         bench_free(b);
         return cal_fail(err, errcap, "cannot start threads to measure memory bandwidth");
     }
@@ -300,7 +301,7 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
 
 static double round_copy(Bench *b) {
     double t0 = now_s();
-    run_jobs(copy_thread, b->jobs, sizeof *b->jobs, b->nt); // (a thread that cannot start: its job runs here)
+    pool_run(copy_thread, b->jobs, sizeof *b->jobs, b->nt); // (a thread that cannot start: its job runs here)
     return 2.0 * (double)b->copy_bytes / (now_s() - t0);
 }
 
@@ -319,7 +320,7 @@ static double round_adamw(Bench *b) {
 // bf16 copy's array stands in) added into the fp32 accumulators.
 static double round_grads_add(Bench *b) {
     double t0 = now_s();
-    adamw_grads_add(b->g, b->wb, b->n, 1, b->nt);
+    grads_accumulate(b->g, b->wb, b->n, 1, b->nt);
     return CAL_GRADS_ADD_BYTES * (double)b->n / (now_s() - t0);
 }
 
@@ -753,7 +754,7 @@ static int write_profile(FILE *f, const Measured *m) {
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_grads_add (runtime/store/adamw.c) of\n"
+    fprintf(f, "# measured by mtrun --calibrate on %s: grads_accumulate (runtime/store/adamw.c) of\n"
                "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
                "# host after its copy (compiler/schedule/cost.c prices it on GPU targets only), by %d\n"
                "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"

@@ -140,10 +140,12 @@ static int drop_wait_for_tests(Plan *p) {
                 work = j;
         char err[512];
         if (plan_verify(p, err, sizeof err) == 0)
-            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier accepts the plan without it (other WAITs imply it)\n");
+            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier accepts the plan without it (other WAITs "
+                    "imply it)\n");
         else
             fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier needs it: %s\n", err);
-        if (work >= 0) fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: instruction %d, the work it waited for, held\n", work);
+        if (work >= 0)
+            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: instruction %d, the work it waited for, held\n", work);
         return work + 1;
     }
     fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the train stream has %d WAITs\n", seen);
@@ -169,150 +171,274 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
     fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\nsave-every=%lld\n", (long long)o->val_batches,
             o->reference, (int)device, o->shuffle, (long long)o->save_every); // (the steps every rank saves its shard)
-    fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none", data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
+    fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none",
+            data && stat(data, &st) == 0 ? (long long)st.st_size : -1LL);
     fprintf(f, "val-data=%s (%lld bytes)\n", o->val_data ? o->val_data : "none",
             o->val_data && stat(o->val_data, &st) == 0 ? (long long)st.st_size : -1LL);
-    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\nexport=%s\n", o->init ? o->init : "none", o->resume ? o->resume : "none",
-            o->tier_dir ? "given" : "none", o->export_path ? "given" : "none"); // (every rank joins the export's gathers)
+    fprintf(f, "init=%s\nresume=%s\ntier-dir=%s\nexport=%s\n", o->init ? o->init : "none",
+            o->resume ? o->resume : "none", o->tier_dir ? "given" : "none",
+            o->export_path ? "given" : "none"); // (every rank joins the export's gathers)
     return fclose(f) == 0 ? s : (free(s), NULL);
 }
 
-int main(int argc, char **argv) {
-    enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-           O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP, O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_LOGITS, O_SAMPLE_EVERY, O_SHUFFLE, O_VAL_DATA };
-    static const struct option LONG[] = {
-        {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
-        {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
-        {"val-every", required_argument, 0, O_VAL_EVERY}, {"val-batches", required_argument, 0, O_VAL_BATCHES},
-        {"device", required_argument, 0, O_DEVICE},     {"reference", no_argument, 0, O_REFERENCE},
-        {"threads", required_argument, 0, O_THREADS},   {"log", required_argument, 0, O_LOG},
-        {"init", required_argument, 0, O_INIT},         {"export", required_argument, 0, O_EXPORT},
-        {"dtype", required_argument, 0, O_DTYPE},       {"shard-bytes", required_argument, 0, O_SHARD},
-        {"save", required_argument, 0, O_SAVE},         {"save-every", required_argument, 0, O_SAVE_EVERY},
-        {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
-        {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
-        {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
-        {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
-        {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
-        {"no-save", no_argument, 0, O_NO_SAVE},          {"logits", required_argument, 0, O_LOGITS},
-        {"sample-every", required_argument, 0, O_SAMPLE_EVERY}, {"shuffle", no_argument, 0, O_SHUFFLE},
-        {0, 0, 0, 0},
-    };
-    mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
-    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    TrainOptions o = {.steps = -1, .schedule_steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
-                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3};
+enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
+       O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP,
+       O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_LOGITS, O_SAMPLE_EVERY, O_SHUFFLE, O_VAL_DATA };
+static const struct option LONG[] = {
+    {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
+    {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
+    {"val-every", required_argument, 0, O_VAL_EVERY}, {"val-batches", required_argument, 0, O_VAL_BATCHES},
+    {"device", required_argument, 0, O_DEVICE},     {"reference", no_argument, 0, O_REFERENCE},
+    {"threads", required_argument, 0, O_THREADS},   {"log", required_argument, 0, O_LOG},
+    {"init", required_argument, 0, O_INIT},         {"export", required_argument, 0, O_EXPORT},
+    {"dtype", required_argument, 0, O_DTYPE},       {"shard-bytes", required_argument, 0, O_SHARD},
+    {"save", required_argument, 0, O_SAVE},         {"save-every", required_argument, 0, O_SAVE_EVERY},
+    {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
+    {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
+    {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
+    {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
+    {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
+    {"no-save", no_argument, 0, O_NO_SAVE},          {"logits", required_argument, 0, O_LOGITS},
+    {"sample-every", required_argument, 0, O_SAMPLE_EVERY}, {"shuffle", no_argument, 0, O_SHUFFLE},
+    {0, 0, 0, 0},
+};
+
+// The command line, parsed.
+typedef struct Args {
+    TrainOptions o;
+    DeviceKind device;
+    int calibrate;
+    const char *calibrate_out;
+    const char *given[O_VAL_DATA + 1]; // the options given, by id: a flag that does nothing where it is is an error
+} Args;
+
+// One option c (with optarg) into a. -1, or the exit status: 2 a usage
+// error, 0 after --help or --version.
+static int parse_option(Args *a, int c, char **argv) {
+    TrainOptions *o = &a->o;
     int64_t v;
     char *end;
-    int calibrate = 0;
-    DeviceKind device = DEVICE_AUTO;
-    const char *calibrate_out = NULL;
-    const char *given[O_VAL_DATA + 1] = {0}; // the options given, by id: a flag that does nothing where it is is an error
-    opterr = 0;
-    int c;
-    int li = -1;
-    while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
-        if (c >= O_STEPS && c <= O_VAL_DATA && li >= 0) given[c] = LONG[li].name;
-        li = -1;
-        switch (c) {
-        case O_STEPS:
-            if (parse_int(optarg, 0, &o.steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
-            break;
-        case O_SCHEDULE_STEPS:
-            if (parse_int(optarg, 1, &o.schedule_steps))
-                return usage_error("--schedule-steps needs an integer >= 1, got '%s'", optarg);
-            break;
-        case O_DATA: o.data = optarg; break;
-        case O_VAL_DATA: o.val_data = optarg; break;
-        case O_TRACE: o.trace = optarg; break;
-        case O_LR:
-            errno = 0;
-            o.lr = strtod(optarg, &end);
-            if (errno || end == optarg || *end || !(o.lr >= 0 && isfinite(o.lr)))
-                return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
-            break;
-        case O_SEED:
-            if (parse_int(optarg, 0, &o.seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
-            break;
-        case O_VAL_EVERY:
-            if (parse_int(optarg, 1, &o.val_every)) return usage_error("--val-every needs an integer >= 1, got '%s'", optarg);
-            break;
-        case O_VAL_BATCHES:
-            if (parse_int(optarg, 0, &o.val_batches)) return usage_error("--val-batches needs an integer >= 0, got '%s'", optarg);
-            break;
-        case O_DEVICE:
-            if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
-                return usage_error("--device is cpu, cuda or auto, not '%s'", optarg);
-            device = !strcmp(optarg, "cpu") ? DEVICE_CPU : !strcmp(optarg, "cuda") ? DEVICE_CUDA : DEVICE_AUTO;
-            break;
-        case O_REFERENCE: o.reference = 1; break;
-        case O_THREADS:
-            if (parse_int(optarg, 1, &v) || v > 1024) return usage_error("--threads needs an integer from 1 to 1024, got '%s'", optarg);
-            o.threads = (int)v;
-            break;
-        case O_LOG: o.log_path = optarg; break;
-        case O_INIT: o.init = optarg; break;
-        case O_EXPORT: o.export_path = optarg; break;
-        case O_DTYPE:
-            if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32")) return usage_error("--dtype is bf16 or fp32, not '%s'", optarg);
-            o.export_bf16 = !strcmp(optarg, "bf16");
-            break;
-        case O_SHARD:
-            if (parse_int(optarg, 1, &o.shard_bytes)) return usage_error("--shard-bytes needs an integer >= 1, got '%s'", optarg);
-            break;
-        case O_SAVE: o.save_dir = optarg; break;
-        case O_NO_SAVE: break; // (given[O_NO_SAVE])
-        case O_SAVE_EVERY:
-            if (parse_int(optarg, 1, &o.save_every)) return usage_error("--save-every needs an integer >= 1, got '%s'", optarg);
-            break;
-        case O_KEEP:
-            if (parse_int(optarg, 1, &v) || v > 1000000) return usage_error("--keep needs an integer >= 1, got '%s'", optarg);
-            o.keep = (int)v;
-            break;
-        case O_RESUME: o.resume = optarg; break;
-        case O_TIER_DIR: o.tier_dir = optarg; break;
-        case O_LOGITS: o.logits = optarg; break;
-        case O_SHUFFLE: o.shuffle = 1; break;
-        case O_SAMPLE_EVERY:
-            if (parse_int(optarg, 1, &o.sample_every)) return usage_error("--sample-every needs an integer >= 1, got '%s'", optarg);
-            break;
-        case O_CALIBRATE: calibrate = 1; break;
-        case O_OUT: calibrate_out = optarg; break;
-        case O_HELP: fputs(USAGE, stdout); return 0;
-        case O_VERSION: printf("mtrun %s\n", MT_VERSION); return 0;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
+    switch (c) {
+    case O_STEPS:
+        if (parse_int(optarg, 0, &o->steps)) return usage_error("--steps needs an integer >= 0, got '%s'", optarg);
+        break;
+    case O_SCHEDULE_STEPS:
+        if (parse_int(optarg, 1, &o->schedule_steps))
+            return usage_error("--schedule-steps needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_DATA: o->data = optarg; break;
+    case O_VAL_DATA: o->val_data = optarg; break;
+    case O_TRACE: o->trace = optarg; break;
+    case O_LR:
+        errno = 0;
+        o->lr = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(o->lr >= 0 && isfinite(o->lr)))
+            return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_SEED:
+        if (parse_int(optarg, 0, &o->seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
+        break;
+    case O_VAL_EVERY:
+        if (parse_int(optarg, 1, &o->val_every))
+            return usage_error("--val-every needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_VAL_BATCHES:
+        if (parse_int(optarg, 0, &o->val_batches))
+            return usage_error("--val-batches needs an integer >= 0, got '%s'", optarg);
+        break;
+    case O_DEVICE:
+        if (strcmp(optarg, "cpu") && strcmp(optarg, "cuda") && strcmp(optarg, "auto"))
+            return usage_error("--device is cpu, cuda or auto, not '%s'", optarg);
+        a->device = !strcmp(optarg, "cpu") ? DEVICE_CPU : !strcmp(optarg, "cuda") ? DEVICE_CUDA : DEVICE_AUTO;
+        break;
+    case O_REFERENCE: o->reference = 1; break;
+    case O_THREADS:
+        if (parse_int(optarg, 1, &v) || v > 1024)
+            return usage_error("--threads needs an integer from 1 to 1024, got '%s'", optarg);
+        o->threads = (int)v;
+        break;
+    case O_LOG: o->log_path = optarg; break;
+    case O_INIT: o->init = optarg; break;
+    case O_EXPORT: o->export_path = optarg; break;
+    case O_DTYPE:
+        if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
+            return usage_error("--dtype is bf16 or fp32, not '%s'", optarg);
+        o->export_bf16 = !strcmp(optarg, "bf16");
+        break;
+    case O_SHARD:
+        if (parse_int(optarg, 1, &o->shard_bytes))
+            return usage_error("--shard-bytes needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_SAVE: o->save_dir = optarg; break;
+    case O_NO_SAVE: break; // (given[O_NO_SAVE])
+    case O_SAVE_EVERY:
+        if (parse_int(optarg, 1, &o->save_every))
+            return usage_error("--save-every needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_KEEP:
+        if (parse_int(optarg, 1, &v) || v > 1000000)
+            return usage_error("--keep needs an integer >= 1, got '%s'", optarg);
+        o->keep = (int)v;
+        break;
+    case O_RESUME: o->resume = optarg; break;
+    case O_TIER_DIR: o->tier_dir = optarg; break;
+    case O_LOGITS: o->logits = optarg; break;
+    case O_SHUFFLE: o->shuffle = 1; break;
+    case O_SAMPLE_EVERY:
+        if (parse_int(optarg, 1, &o->sample_every))
+            return usage_error("--sample-every needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_CALIBRATE: a->calibrate = 1; break;
+    case O_OUT: a->calibrate_out = optarg; break;
+    case O_HELP: fputs(USAGE, stdout); return 0;
+    case O_VERSION: printf("mtrun %s\n", MT_VERSION); return 0;
+    case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+    default: return usage_error("unknown option '%s'", argv[optind - 1]);
     }
-    if (calibrate_out && !calibrate) return usage_error("%s", "--out goes with --calibrate");
+    return -1;
+}
+
+// The options that do nothing where they are given: each a usage error
+// (2); -1 when there are none.
+static int check_option_context(const Args *a) {
+    if (a->calibrate_out && !a->calibrate) return usage_error("%s", "--out goes with --calibrate");
     static const struct { int opt, needs; const char *what; } CONTEXT[] = { // opt does nothing without needs
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
-        if (given[CONTEXT[i].opt] && !given[CONTEXT[i].needs])
+        if (a->given[CONTEXT[i].opt] && !a->given[CONTEXT[i].needs])
             return usage_error("%s; without it the flag would do nothing", CONTEXT[i].what);
     static const struct { int opt; const char *what; } UNSAVED[] = { // opt does nothing with --no-save
         {O_SAVE, "--save and --no-save contradict each other"},
         {O_SAVE_EVERY, "--save-every sets how often checkpoints are written; --no-save writes none"},
         {O_KEEP, "--keep sets how many checkpoints are kept; --no-save writes none"},
     };
-    for (size_t i = 0; given[O_NO_SAVE] && i < sizeof UNSAVED / sizeof UNSAVED[0]; i++)
-        if (given[UNSAVED[i].opt]) return usage_error("%s", UNSAVED[i].what);
-    if (given[O_INIT] && given[O_RESUME])
+    for (size_t i = 0; a->given[O_NO_SAVE] && i < sizeof UNSAVED / sizeof UNSAVED[0]; i++)
+        if (a->given[UNSAVED[i].opt]) return usage_error("%s", UNSAVED[i].what);
+    if (a->given[O_INIT] && a->given[O_RESUME])
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
-    if (calibrate)
-        for (int k = O_STEPS; k <= O_VAL_DATA; k++)
-            if (given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS && k != O_TIER_DIR)
-                return usage_error("--%s trains; --calibrate measures this machine and trains nothing", given[k]);
-    if (calibrate) {
-        if (optind < argc) return usage_error("--calibrate takes no plan; '%s' is one", argv[optind]);
-        char err[1024] = "";
-        const char *out = calibrate_out ? calibrate_out : "local.target"; // where mtc --target local looks first
-        if (calibrate_run(out, o.threads, o.tier_dir, stdout, err, sizeof err) == 0) return 0;
-        fprintf(stderr, "mtrun: error: %s\n", err);
+    for (int k = O_STEPS; a->calibrate && k <= O_VAL_DATA; k++)
+        if (a->given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS && k != O_TIER_DIR)
+            return usage_error("--%s trains; --calibrate measures this machine and trains nothing", a->given[k]);
+    return -1;
+}
+
+// The command line into a, checked. -1, or the exit status (as parse_option's).
+static int parse_args(Args *a, int argc, char **argv) {
+    long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
+    *a = (Args){.o = {.steps = -1, .schedule_steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
+                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3},
+                .device = DEVICE_AUTO};
+    opterr = 0;
+    int c, li = -1;
+    while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
+        if (c >= O_STEPS && c <= O_VAL_DATA && li >= 0) a->given[c] = LONG[li].name;
+        li = -1;
+        int rc = parse_option(a, c, argv);
+        if (rc >= 0) return rc;
+    }
+    return check_option_context(a);
+}
+
+// mtrun --calibrate: measures this machine and writes its target profile.
+static int calibrate_main(const Args *a, int argc, char **argv) {
+    if (optind < argc) return usage_error("--calibrate takes no plan; '%s' is one", argv[optind]);
+    char err[1024] = "";
+    const char *out = a->calibrate_out ? a->calibrate_out : "local.target"; // where mtc --target local looks first
+    if (calibrate_run(out, a->o.threads, a->o.tier_dir, stdout, err, sizeof err) == 0) return 0;
+    fprintf(stderr, "mtrun: error: %s\n", err);
+    return 1;
+}
+
+// The cuda backend where a GPU is to be had (--device auto says which), into
+// a->o.cuda_create. -1, or the exit status: 2 where --device cuda finds none.
+static int open_device(Args *a) {
+    if (a->device == DEVICE_CPU) return -1;
+    char why[512];
+    int gpus = device_cuda_open(&a->o.cuda_create, why, sizeof why);
+    if (a->device == DEVICE_CUDA && !gpus) {
+        fprintf(stderr, "mtrun: --device cuda: %s\n", why);
+        return 2;
+    }
+    if (a->device == DEVICE_AUTO) fprintf(stdout, "device: %s (%s)\n", gpus ? "cuda" : "cpu", why);
+    return -1;
+}
+
+// The plan at path, verified, into *plan, with the test hooks applied to
+// a->o. 0; 1 with a message in err; 2 where the ranks' plans or options
+// differ (dist_check_plan: every rank learns it, rank 0 says it).
+static int read_plan(const char *path, Args *a, const Dist *dist, Arena *arena, Plan **plan, char *err, size_t errcap) {
+    TrainOptions *o = &a->o;
+    Plan *p = plan_read(path, arena, err, errcap);
+    if (p && plan_verify(p, err, errcap) != 0) p = NULL; // a plan whose reads see wrong values never runs
+    if (p) o->test_hold_ins = drop_wait_for_tests(p);
+    const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
+    if (avail && *avail) o->host_available = strtoll(avail, NULL, 10);
+    char *options = p ? rank_options(o, a->device, p) : NULL;
+    if (p && !options) snprintf(err, errcap, "out of memory"), p = NULL;
+    int differs = p && dist_check_plan(dist, p, options, err, errcap) != 0;
+    free(options);
+    *plan = differs ? NULL : p;
+    return differs ? 2 : p ? 0 : 1;
+}
+
+// The metrics log and the checkpoints' directory, where not given: beside
+// the plan, PLAN.bin -> PLAN.metrics.jsonl, and beside the log,
+// LOG.metrics.jsonl -> LOG.ckpt (with --no-save, none). The malloc'd paths
+// into *log_path and *save_dir. A rank other than 0 (log_path "") logs
+// nothing.
+static void default_paths(Args *a, const char *path, char **log_path, char **save_dir) {
+    TrainOptions *o = &a->o;
+    if (o->log_path && !*o->log_path) o->log_path = NULL;
+    else if (!o->log_path) {
+        size_t n = strlen(path);
+        if (n > 4 && !strcmp(path + n - 4, ".bin")) n -= 4;
+        *log_path = malloc(n + 16);
+        if (*log_path) snprintf(*log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
+        o->log_path = *log_path;
+    }
+    if (!o->save_dir && !a->given[O_NO_SAVE] && o->log_path) {
+        size_t n = strlen(o->log_path);
+        if (n > 14 && !strcmp(o->log_path + n - 14, ".metrics.jsonl")) n -= 14;
+        else if (n > 6 && !strcmp(o->log_path + n - 6, ".jsonl")) n -= 6;
+        *save_dir = malloc(n + 6);
+        if (*save_dir) snprintf(*save_dir, n + 6, "%.*s.ckpt", (int)n, o->log_path);
+        o->save_dir = *save_dir, o->save_default = 1;
+    }
+}
+
+// The plan at path trained, on this process's rank. 0, or 1 with a message.
+static int train_plan(Args *a, const char *path, Dist *dist) {
+    TrainOptions *o = &a->o;
+    char err[1024] = "", *log_path = NULL, *save_dir = NULL;
+    Arena arena = {0};
+    Plan *p;
+    int rc = read_plan(path, a, dist, &arena, &p, err, sizeof err);
+    if (rc == 2) {
+        if (dist->rank == 0) fprintf(stderr, "mtrun: error: %s\n", err);
+        arena_free(&arena);
+        dist_close(dist, 0);
         return 1;
     }
+    if (p) {
+        default_paths(a, path, &log_path, &save_dir);
+        if (!o->save_every) // every validation: --val-every's, else the model's (on every rank: each saves its shard)
+            o->save_every = o->val_every > 0 ? o->val_every : p->graph->train.val_every;
+        rc = train_run(p, path, o, err, sizeof err);
+    }
+    if (rc && dist->mpi) fprintf(stderr, "mtrun: rank %d of %d: error: %s\n", dist->rank, dist->size, err);
+    else if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
+    free(log_path);
+    free(save_dir);
+    arena_free(&arena);
+    dist_close(dist, rc); // an error ends every rank: the others may wait for this one in a collective
+    return rc;
+}
+
+// mtrun PLAN: trains, as one rank of the run where mpirun started it.
+static int train_main(Args *a, int argc, char **argv) {
+    TrainOptions *o = &a->o;
     if (optind == argc) return usage_error("%s", "no plan given");
     Dist dist; // the ranks, where mpirun started this process; rank 0 of 1 otherwise
     char derr[256];
@@ -324,65 +450,20 @@ int main(int argc, char **argv) {
                          // checkpoint, --export, --trace, --logits and samples (every rank writes its checkpoint
                          // shard; a sharded plan's ranks all run the forward of --logits and samples, train.c)
         if (!freopen("/dev/null", "w", stdout)) return 1;
-        o.log_path = "", o.trace = NULL; // (--export: each sends its slices)
+        o->log_path = "", o->trace = NULL; // (--export: each sends its slices)
     }
-    if (dist.mpi) o.dist = &dist;
-    if (device != DEVICE_CPU) { // the cuda backend where a GPU is to be had; --device auto says which
-        char why[512];
-        int gpus = device_cuda_open(&o.cuda_create, why, sizeof why);
-        if (device == DEVICE_CUDA && !gpus) {
-            fprintf(stderr, "mtrun: --device cuda: %s\n", why);
-            return 2;
-        }
-        if (device == DEVICE_AUTO) fprintf(stdout, "device: %s (%s)\n", gpus ? "cuda" : "cpu", why);
-    }
+    if (dist.mpi) o->dist = &dist;
+    int rc = open_device(a);
+    if (rc >= 0) return rc;
     if (argc - optind > 1) return usage_error("one plan at a time; '%s' is a second", argv[optind + 1]);
-    if (o.trace && o.reference) return usage_error("%s", "--trace times the plan's streams; --reference runs none");
-    const char *path = argv[optind];
+    if (o->trace && o->reference) return usage_error("%s", "--trace times the plan's streams; --reference runs none");
+    return train_plan(a, argv[optind], &dist);
+}
 
-    char err[1024] = "";
-    Arena arena = {0};
-    int rc = 1;
-    Plan *p = plan_read(path, &arena, err, sizeof err);
-    if (p && plan_verify(p, err, sizeof err) != 0) p = NULL; // a plan whose reads see wrong values never runs
-    if (p) o.test_hold_ins = drop_wait_for_tests(p);
-    const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
-    if (avail && *avail) o.host_available = strtoll(avail, NULL, 10);
-    char *options = p ? rank_options(&o, device, p) : NULL;
-    if (p && !options) snprintf(err, sizeof err, "out of memory"), p = NULL;
-    if (p && dist_check_plan(&dist, p, options, err, sizeof err) != 0) { // the same on every rank: rank 0 says it
-        free(options);
-        if (dist.rank == 0) fprintf(stderr, "mtrun: error: %s\n", err);
-        arena_free(&arena);
-        dist_close(&dist, 0);
-        return 1;
-    }
-    free(options);
-    char *log_path = NULL, *save_dir = NULL;
-    if (p && o.log_path && !*o.log_path) o.log_path = NULL; // (another rank than 0: none)
-    else if (p && !o.log_path) { // PLAN.bin -> PLAN.metrics.jsonl
-        size_t n = strlen(path);
-        if (n > 4 && !strcmp(path + n - 4, ".bin")) n -= 4;
-        log_path = malloc(n + 16);
-        if (log_path) snprintf(log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
-        o.log_path = log_path;
-    }
-    if (p && !o.save_dir && !given[O_NO_SAVE] && o.log_path) { // checkpoints beside the log: LOG.metrics.jsonl -> LOG.ckpt
-        size_t n = strlen(o.log_path);
-        if (n > 14 && !strcmp(o.log_path + n - 14, ".metrics.jsonl")) n -= 14;
-        else if (n > 6 && !strcmp(o.log_path + n - 6, ".jsonl")) n -= 6;
-        save_dir = malloc(n + 6);
-        if (save_dir) snprintf(save_dir, n + 6, "%.*s.ckpt", (int)n, o.log_path);
-        o.save_dir = save_dir, o.save_default = 1;
-    }
-    if (p && !o.save_every) // every validation: --val-every's, else the model's (on every rank: each saves its shard)
-        o.save_every = o.val_every > 0 ? o.val_every : p->graph->train.val_every;
-    if (p) rc = train_run(p, path, &o, err, sizeof err);
-    if (rc && dist.mpi) fprintf(stderr, "mtrun: rank %d of %d: error: %s\n", dist.rank, dist.size, err);
-    else if (rc) fprintf(stderr, "mtrun: error: %s\n", err);
-    free(log_path);
-    free(save_dir);
-    arena_free(&arena);
-    dist_close(&dist, rc); // an error ends every rank: the others may wait for this one in a collective
-    return rc;
+int main(int argc, char **argv) {
+    mt_blas_core_pick(); // before the first GEMM: OpenBLAS's kernels for this CPU
+    Args a;
+    int rc = parse_args(&a, argc, argv);
+    if (rc >= 0) return rc;
+    return a.calibrate ? calibrate_main(&a, argc, argv) : train_main(&a, argc, argv);
 }

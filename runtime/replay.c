@@ -498,7 +498,7 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
         if (gb) // a layer's bf16 gradient, set once a step (HostStore.gb): exact
             for (int64_t k = 0; k < n; k++) gb[k] = bf16_from_f32(v[k]);
         else
-            adamw_grads_add_ref(hs->g + at, v, n, 0);
+            grads_accumulate_ref(hs->g + at, v, n, 0);
     }
 }
 

@@ -1,6 +1,8 @@
 // train.h: the training loop of mtrun: data, micro-batches through the plan
 // (or the reference executor), global-norm clipping, the AdamW step on the
-// host, validation, the progress line and the metrics log.
+// host, validation, the progress line and the metrics log. train.c holds
+// the loop, run_checks.c the checks before it, run_log.c what it says and
+// run_checkpoint.c its saves; run.h their shared state.
 #ifndef MT_TRAIN_H
 #define MT_TRAIN_H
 

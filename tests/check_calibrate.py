@@ -35,7 +35,7 @@ PLAUSIBLE = {
     "hbm_bandwidth": (0.1e9, 10000e9),            # memcpy, bytes read + written
     "host_memory_bandwidth": (0.1e9, 10000e9),
     "host_adamw_bandwidth": (0.1e9, 10000e9),     # runtime/store/adamw.c, 34 bytes a parameter
-    "host_grads_add_bandwidth": (0.1e9, 10000e9), # adamw_grads_add of bf16, 10 bytes a parameter
+    "host_grads_add_bandwidth": (0.1e9, 10000e9), # grads_accumulate of bf16, 10 bytes a parameter
     "h2d_bandwidth": (0.05e9, 5000e9),            # half the memcpy rate
     "d2h_bandwidth": (0.05e9, 5000e9),
     "matrix_flops_f32": (0.1e9, 100000e9),        # sgemm

@@ -17,6 +17,7 @@
 #include <string.h>
 
 #include "runtime/store/adamw.h"
+#include "runtime/store/pool.h"
 #include "tests/check.h"
 
 // splitmix64: a fixed seed gives the same tensors on every machine.
@@ -304,7 +305,7 @@ static void test_sq_norm(int64_t n) {
 
 // The gradients' add, threaded, against its plain loop and against a hand
 // sum in double: bit for bit, f32 and bf16, for every thread count.
-static void test_grads_add(int64_t n) {
+static void test_grads_accumulate(int64_t n) {
     float *g0 = malloc((size_t)(n + 1) * sizeof *g0), *g = malloc((size_t)(n + 1) * sizeof *g),  // (n) accumulators
         *ref = malloc((size_t)(n + 1) * sizeof *ref), *src = malloc((size_t)(n + 1) * sizeof *src); // (n)
     uint16_t *src16 = malloc((size_t)(n + 1) * sizeof *src16); // (n)
@@ -315,7 +316,7 @@ static void test_grads_add(int64_t n) {
     }
     for (int bf16 = 0; bf16 < 2; bf16++) {
         memcpy(ref, g0, (size_t)n * sizeof *g0);
-        adamw_grads_add_ref(ref, bf16 ? (const void *)src16 : (const void *)src, n, bf16);
+        grads_accumulate_ref(ref, bf16 ? (const void *)src16 : (const void *)src, n, bf16);
         int64_t off = 0; // the plain loop is the sum a float add makes
         for (int64_t i = 0; i < n && !off; i++) {
             uint32_t b = (uint32_t)src16[i] << 16;
@@ -323,14 +324,14 @@ static void test_grads_add(int64_t n) {
             memcpy(&x, &b, 4);
             if (ref[i] != g0[i] + (bf16 ? x : src[i])) off = i + 1;
         }
-        if (off) FAIL("grads_add_ref: an element is not its float sum");
+        if (off) FAIL("grads_accumulate_ref: an element is not its float sum");
         for (int threads = 1; threads <= 9; threads += 2) {
             memcpy(g, g0, (size_t)n * sizeof *g0);
             g[n] = -1.0f; // past the end: untouched
-            adamw_grads_add(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
+            grads_accumulate(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
             if (!same_bits(g, ref, n) || g[n] != -1.0f) {
                 char what[96];
-                snprintf(what, sizeof what, "grads_add n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);
+                snprintf(what, sizeof what, "grads_accumulate n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);
                 FAIL("%s", what);
             }
         }
@@ -483,7 +484,7 @@ static void test_concurrent_callers(int64_t n) {
 
 // The pool's fallback: in a child process whose address space cannot hold
 // another thread's stack (RLIMIT_AS, which binds root too), no worker can
-// start; run_jobs then runs every job on the caller and says so (the
+// start; pool_run then runs every job on the caller and says so (the
 // count), and the update gives the bits of one thread. First in main: a
 // child forked after workers started would inherit a pool without threads.
 static int count_job(void *arg) { return __atomic_add_fetch((int *)arg, 1, __ATOMIC_RELAXED); }
@@ -505,7 +506,7 @@ static void test_no_threads(int64_t n) {
         struct rlimit lim = {(rlim_t)pages * 4096 + (1 << 20), (rlim_t)pages * 4096 + (1 << 20)};
         if (setrlimit(RLIMIT_AS, &lim) != 0) _exit(3);
         int count = 0, *jobs[4] = {&count, &count, &count, &count};
-        int here = run_jobs(count_thread, jobs, sizeof jobs[0], 4);
+        int here = pool_run(count_thread, jobs, sizeof jobs[0], 4);
         adamw_update(got.w, got.m, got.v, got.g, NULL, n, &STEP_RANDOM, ADAMW_DECAY, 4);
         _exit(here == 3 && count == 4 && same_bits(got.w, want.w, n) && same_bits(got.v, want.v, n) ? 0 : 4);
     }
@@ -526,7 +527,7 @@ int main(void) {
     for (int i = 0; i < 6; i++) test_sq_norm(norm_sizes[i]);
     if (adamw_sq_norm(NULL, 0, 4) != 0.0) FAIL("sq_norm of nothing is not 0");
     int64_t add_sizes[] = {0, 1, 17, 1000003, 4 * 128 * 1024 + 5}; // several threads' worth, with a tail
-    for (int i = 0; i < 5; i++) test_grads_add(add_sizes[i]);
+    for (int i = 0; i < 5; i++) test_grads_accumulate(add_sizes[i]);
     adamw_update(NULL, NULL, NULL, NULL, NULL, 0, &STEP_RANDOM, 1, 4); // n 0 touches nothing
     int64_t zero_sizes[] = {1, 300, 1000003};
     for (int i = 0; i < 3; i++) test_zero_grads(zero_sizes[i]);

@@ -57,7 +57,7 @@ static void cpu_copy_in(Backend *be, const Instr *in, int64_t dst, const void *h
 
 static void cpu_copy_out_add(Backend *be, const Instr *in, float *host, int64_t src, int64_t bytes, int flags) {
     (void)in; // one thread does every engine's work (the cost model's cpu)
-    adamw_grads_add_ref(host, ((Cpu *)be->ctx)->arena + src, bytes / (flags & GRADS_BF16 ? 2 : 4), flags);
+    grads_accumulate_ref(host, ((Cpu *)be->ctx)->arena + src, bytes / (flags & GRADS_BF16 ? 2 : 4), flags);
 }
 
 static void cpu_copy_out(Backend *be, const Instr *in, void *host, int64_t src, int64_t bytes) {

@@ -84,7 +84,7 @@ typedef struct Kernel { // how one kernel of a part launches
 // it, and goes on (it waits only while every slot holds a piece not yet
 // added); the ring's own thread waits for each piece's event, in order,
 // and adds it into (or sets it in: GRADS_SET) the store's gradients
-// (adamw_grads_add, on up to host_threads threads). So the events the
+// (grads_accumulate, on up to host_threads threads). So the events the
 // engine records after a COPY_OUT fire when its copy is done, not its add,
 // and compute waits for no add; the host engine, which reads the
 // gradients, drains the ring when it waits on the copy-out engine
@@ -320,7 +320,7 @@ static void *ring_main(void *arg) {
         RingPiece pc = r->piece[k];
         pthread_mutex_unlock(&r->mu);
         if (enter(c, pc.in) && RT(c, pc.in, cudaEventSynchronize(r->copied[k])))
-            adamw_grads_add(pc.host, r->slot[k], pc.n, pc.flags, be->host_threads);
+            grads_accumulate(pc.host, r->slot[k], pc.n, pc.flags, be->host_threads);
         pthread_mutex_lock(&r->mu);
         r->head = (k + 1) % RING_SLOTS, r->count--;
         pthread_cond_broadcast(&r->cv);

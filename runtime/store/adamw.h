@@ -1,9 +1,9 @@
 // adamw.h: the host optimizer step, torch.optim.AdamW on fp32 master weights
 // and fp32 Adam moments in host memory. It is bound by memory bandwidth: one
 // pass reads w, m, v, g and writes w, m, v (28 bytes a parameter, 30 with the
-// bf16 copy, 34 when it also zeroes g as the host store does), so the fast kernel is a single elementwise loop split into
-// contiguous per-thread ranges. bench/adamw_bench.c measures it against a
-// plain memory copy.
+// bf16 copy, 34 when it also zeroes g as the host store does), so the fast
+// kernel is a single elementwise loop split into contiguous per-thread
+// ranges. bench/adamw_bench.c measures it against a plain memory copy.
 //
 // Determinism: every element is computed by the same sequence of IEEE float
 // operations whatever the thread count, vector width or range split, so the
@@ -43,7 +43,7 @@ typedef struct AdamWStep {
 // weights rounded to bf16 (round to nearest even; NaN stays a quiet NaN).
 // The zeroed gradients and the bf16 copy are written with non-temporal
 // stores where the CPU has AVX2 (they are only written; see adamw.c).
-// Uses up to nthreads threads of the pool (run_jobs; nthreads <= 1 runs
+// Uses up to nthreads threads of the pool (pool.h; nthreads <= 1 runs
 // inline; fewer threads when n is small). Thread ranges start where w is
 // 64-byte aligned, so threads share no cache line of w, nor of m, v, g when
 // those are laid out like w. The arrays must not overlap.
@@ -86,22 +86,10 @@ double adamw_sq_norm_ref(const float *g, const uint16_t *gb, int64_t n);
 // GRADS_SET, g[i] = src[i] (widened), where g holds zeros (store_grads_out:
 // no read of g, 6 bytes an element moved for bf16, not 10). On up to
 // nthreads threads (inline when n is small); each element's sum is the same
-// whatever nthreads. The plain loop it splits is adamw_grads_add_ref.
+// whatever nthreads. The plain loop it splits is grads_accumulate_ref.
 enum { GRADS_BF16 = 1, GRADS_SET = 2 };
-void adamw_grads_add(float *g, const void *src, int64_t n, int flags, int nthreads);
-void adamw_grads_add_ref(float *g, const void *src, int64_t n, int flags);
-
-// The threads the above run on (and mtrun --calibrate's copies): fn on each
-// of nt jobs, `size` bytes apart from `jobs` on; job 0 on the caller, job i
-// (i >= 1) on worker i - 1 of one persistent pool of threads, started on
-// first need and reused by every later call (a call costs a wake-up, not a
-// thread's start). Worker k is pinned to a CPU where the process has more
-// than two (the highest first, the lowest two left to the threads that
-// call); the same job index always runs on the same worker. Callers may
-// call concurrently (their jobs queue per worker). Where a worker cannot be
-// started, its jobs run on the caller after job 0. Returns when all are
-// done: how many jobs 1 to nt - 1 ran on the caller.
-int run_jobs(void *(*fn)(void *), void *jobs, size_t size, int nt);
+void grads_accumulate(float *g, const void *src, int64_t n, int flags, int nthreads);
+void grads_accumulate_ref(float *g, const void *src, int64_t n, int flags);
 
 // The plain reference next to the fast kernel: one loop, double arithmetic,
 // no threads. Same arguments as adamw_update, without the bf16 copy.

@@ -377,7 +377,9 @@ def main():
 
     # the streamed runs
     cal = read(os.path.join(w, "calibrate.log"))
-    ga = re.search(r"adamw_grads_add.*?: ([0-9.]+) GB/s", (cal or "").replace("\n# ", " "), re.S)
+    # the host add's rate (adamw_grads_add: its name before grads_accumulate, as in the fixture's log)
+    ga = re.search(r"(?:grads_accumulate|adamw_grads_add).*?: ([0-9.]+) GB/s", (cal or "").replace("\n# ", " "),
+                   re.S)
     profile = read(os.path.join(w, "profile.target")) or ""
     runs = []
     rd = os.path.join(w, "runs")

@@ -1,0 +1,247 @@
+// run_checks.c: what a training run must satisfy before it starts, each
+// refused with a message that says what to do: the plan's inputs, the
+// data, the flags together (sharding, the NVMe tier, --export, --logits,
+// --sample-every), the host memory, where checkpoints go and the
+// checkpoint a run resumes. Also what the run's memory comes to.
+#include <string.h>
+#include <sys/stat.h>
+
+#include "common/storage.h"
+#include "runtime/run.h"
+#include "runtime/store/checkpoint.h"
+#include "runtime/model_io/weights.h"
+
+// The vocabulary the data must fit: the rows of every embedding table the
+// model inputs index, and the width of every loss's logits.
+int64_t model_vocab(const Graph *g) {
+    int64_t v = INT64_MAX;
+    for (int pk = 0; pk < PART_COUNT; pk++) {
+        const Part *part = &g->parts[pk];
+        for (int i = 0; i < part->nfwd; i++) {
+            const Node *n = part->nodes.items[i];
+            if (n->op == OP_EMBED && n->in[1]->op == OP_INPUT && n->in[1]->src_part == SRC_MODEL_INPUT)
+                v = n->in[0]->shape.dims[0] < v ? n->in[0]->shape.dims[0] : v;
+            if (n->op == OP_CROSS_ENTROPY) {
+                const Shape *s = &n->in[0]->shape;
+                v = s->dims[s->rank - 1] < v ? s->dims[s->rank - 1] : v;
+            }
+        }
+    }
+    return v;
+}
+
+// Checks that forward takes (tokens, targets), both i32[B, T], which is what
+// mtrun feeds, besides the loss scale autodiff adds after them (graph.h).
+int check_inputs(const Graph *g, char *err, size_t errcap) {
+    int scale = graph_loss_scale_input(g), ok = g->inputs.n == 2 + (scale >= 0) && (scale < 0 || scale == 2);
+    for (int i = 0; ok && i < 2; i++) {
+        const ModelInput *in = g->inputs.items[i];
+        ok = in->dtype == DT_I32 && in->shape.rank == 2 && in->shape.dims[0] == g->train.batch &&
+             in->shape.dims[1] == g->train.seq;
+    }
+    if (!ok)
+        snprintf(err, errcap, "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
+                 "other inputs");
+    return ok ? 0 : -1;
+}
+
+// MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
+static int64_t host_available(void) {
+    FILE *f = fopen("/proc/meminfo", "r");
+    char line[256];
+    long long kb = 0;
+    while (f && fgets(line, sizeof line, f))
+        if (sscanf(line, "MemAvailable: %lld kB", &kb) == 1) break;
+    if (f) fclose(f);
+    return (int64_t)kb * 1024;
+}
+
+// What the plan puts on the NVMe tier (its schedule's words: tier=moments,
+// master or grads; mtc --explain says why): NULL when nothing.
+static const char *plan_tier(const Plan *p) {
+    const char *at = p->schedule ? strstr(p->schedule, " tier=") : NULL;
+    return at ? at + strlen(" tier=") : NULL;
+}
+
+// What the plan puts on the tier besides the Adam moments (STORE_TIER_*):
+// tier=master the fp32 master (bf16 compute: with f32 it is what streams),
+// tier=grads the gradients too (and the master under bf16, as mtc counts it).
+int plan_tier_holds(const Plan *p) {
+    const char *want = plan_tier(p);
+    int grads = want && !strncmp(want, "grads", 5), bf16 = p->graph->train.compute == DT_BF16;
+    int master = want && (!strncmp(want, "master", 6) || (grads && bf16));
+    return (master ? STORE_TIER_MASTER : 0) | (grads ? STORE_TIER_GRADS : 0);
+}
+
+// --export gathers the whole model in RAM: refused up front with the master on the tier.
+static int check_tier(const Run *r, char *err, size_t errcap) {
+    if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1) { // (tier.c's file is DIR/mtrun.tier, one a directory)
+        snprintf(err, errcap, "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
+                 "tier file in %s; start one rank a machine, or plan without the tier", r->o->dist->local,
+                 r->o->tier_dir);
+        return -1;
+    }
+    // now, not after the training
+    if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) {
+        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
+                 "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
+                 "without the tier", (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
+        return -1;
+    }
+    return 0;
+}
+
+// The host store's bytes in RAM: all of it, less what the tier holds, plus
+// the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
+// With the gradients on the tier, g's pages are held only while a layer's
+// gradients are being accumulated: counted as one layer's.
+int64_t ram_store_bytes(const Run *r) {
+    if (r->p->sharded) // this rank's slices
+        return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
+               storage_host_bytes_per_param(r->p->graph->train.compute);
+    if (!r->o->tier_dir) return store_bytes(r->p, 0);
+    int holds = plan_tier_holds(r->p);
+    int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
+    int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return store_bytes(r->p, holds) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
+           (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
+}
+
+// What a sharded plan's run cannot do, refused up front: every rank holds
+// only its shard of the store, which these read whole or put on a tier.
+static int check_sharded(const Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    if (!r->p->sharded) return 0;
+    const char *what = o->reference ? "--reference (the host executor reads the whole store)"
+                     : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
+                                     "store by the ranks)"
+                                    : NULL;
+    if (!what) return 0;
+    snprintf(err, errcap, "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
+             "shard of the host store; make a replicated plan (mtc --shard off) for it", what);
+    return -1;
+}
+
+// Refuses a run whose host store and cpu arena will not fit, before any of
+// it is allocated: in a data-parallel run, into this rank's share of the
+// machine's memory (each rank on it holds its own store).
+static int check_host_memory(const Run *r, char *err, size_t errcap) {
+    int64_t need = ram_store_bytes(r) + (r->o->reference ? 0 : r->p->arena_bytes + r->p->host_act_bytes);
+    int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
+    int local = r->o->dist ? r->o->dist->local : 1;
+    if (have > 0 && local > 1 && need > have / local) {
+        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its %s of the host store%s) "
+                 "and %d ranks share this machine's %lld bytes (%.1f GB) available, %lld (%.1f GB) each; start fewer "
+                 "ranks on a machine", (long long)need, (double)need / 1e9, r->p->sharded ? "shard" : "own copy",
+                 r->o->reference ? "" : ", its cpu arena and "
+                 "host activation store", local, (long long)have, (double)have / 1e9, (long long)(have / local),
+                 (double)(have / local) / 1e9);
+        return -1;
+    }
+    if (have <= 0 || need <= have) return 0;
+    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
+             "but this machine has %lld bytes (%.1f GB) available%s", (long long)need, (double)need / 1e9,
+             r->o->tier_dir ? "the globals' " : "",
+             r->o->reference ? "" : ", the cpu arena and the host activation store",
+             (long long)have, (double)have / 1e9,
+             plan_tier(r->p) && !r->o->tier_dir ? "; the plan was made with the Adam moments on the NVMe tier: give "
+                                                  "--tier-dir DIR" : "");
+    return -1;
+}
+
+// Where checkpoints go, into r->save_dir. A new run must not prune or
+// replace the checkpoints of another: --save into a directory that holds
+// some is refused unless resuming from it; the default directory beside the
+// log (o->save_default) then saves nothing, and r->no_save says why, as it
+// does for a log that is not a file (/dev/null: nothing beside it). 0, or
+// -1 with a message.
+int check_save_dir(Run *r, char *err, size_t errcap) {
+    const TrainOptions *o = r->o;
+    char path[4096], ignored[256];
+    struct stat st;
+    r->save_dir = o->save_dir;
+    if (o->save_default && r->log && (fstat(fileno(r->log), &st) != 0 || !S_ISREG(st.st_mode))) {
+        snprintf(r->no_save, sizeof r->no_save, "the log %s is not a file to save beside (--save DIR)", o->log_path);
+        r->save_dir = NULL;
+        return 0;
+    }
+    if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
+    if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
+    if (o->save_default) {
+        snprintf(r->no_save, sizeof r->no_save, "%s holds an earlier run's checkpoints (--resume %s continues it; "
+                 "--save DIR saves this run elsewhere)", o->save_dir, o->save_dir);
+        r->save_dir = NULL;
+        return 0;
+    }
+    snprintf(err, errcap, "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
+             "another directory", o->save_dir, path, o->save_dir);
+    return -1;
+}
+
+// --logits and --sample-every run the forward on the host from the fp32
+// master, on the first validation batch: refused with the master on the
+// tier or without such a batch, and --sample-every without a vocabulary
+// to decode the samples with. 0, or -1 with a message.
+static int check_forward_flags(const Run *r, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    if (!r->o->logits && !r->o->sample_every) return 0;
+    if (r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
+        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which "
+                 "this plan puts on the NVMe tier (tier=%.*s)", (int)strcspn(plan_tier(p), " "), plan_tier(p));
+        return -1;
+    }
+    if (data_val_batches(r->val, t->batch, t->seq) <= 0) {
+        snprintf(err, errcap, "--logits and --sample-every take the first validation batch (as the logits' batch, "
+                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch,
+                 (long long)t->seq);
+        return -1;
+    }
+    DataVocab v; // a vocabulary that decodes samples, found before any training
+    if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
+    if (r->o->sample_every) data_vocab_close(&v);
+    return 0;
+}
+
+int check_flags(const Run *r, char *err, size_t errcap) {
+    if (check_sharded(r, err, errcap) != 0 || check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0)
+        return -1;
+    if (r->o->export_path && weights_export_check(r->o->export_path, r->p, err, errcap) != 0) return -1;
+    return check_forward_flags(r, err, errcap);
+}
+
+int check_backend(const Run *r, char *err, size_t errcap) {
+    if (!r->p->sharded || (r->be->collective && r->be->copy_widen)) return 0;
+    snprintf(err, errcap, "the %s backend runs no collectives, which a sharded plan needs (mtc --shard on): "
+             "run it with --device cpu, or make a replicated plan (mtc --shard off)", r->be->name);
+    return -1;
+}
+
+// A checkpoint belongs to the model, not the plan: another plan of the same
+// model (batch, remat, target, tiling) resumes it.
+int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint64_t seed, char *err, size_t errcap) {
+    const Plan *p = r->p;
+    if (meta->model_crc != model_crc(p) || meta->n != plan_host_elems(p)) {
+        snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this "
+                 "plan's model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s",
+                 path, meta->model, meta->model_crc, (long long)meta->n, p->graph->model_name, model_crc(p),
+                 (long long)plan_host_elems(p), strcmp(meta->model, p->graph->model_name) ? ""
+                 : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt that "
+                   "wrote it can --export its weights, and --init starts from them)");
+        return -1;
+    }
+    if (meta->seed != seed) {
+        snprintf(err, errcap, "%s: written by a run with seed %llu, this run's is %llu", path,
+                 (unsigned long long)meta->seed, (unsigned long long)seed);
+        return -1;
+    }
+    return 0;
+}
+
+int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap) {
+    if (!r->o->resume || done < steps) return 0;
+    snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
+             "give --steps above %lld to train further", r->o->resume, (long long)done, (long long)steps,
+             (long long)done);
+    return -1;
+}

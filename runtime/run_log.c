@@ -1,0 +1,303 @@
+// run_log.c: what a training run says: the banner, the progress line of a
+// step and the line a step ends with, the metrics log (JSON lines: a config
+// record, a record a step and a validation loss), and the summary at its end.
+#include <errno.h>
+#include <math.h>
+#include <stdlib.h>
+#include <string.h>
+
+#include "common/scratch.h"
+#include "runtime/run.h"
+
+// The parameters of the model: every tensor, block tensors once per layer.
+static int64_t param_count(const Graph *g) {
+    int64_t n = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *pm = g->params.items[i];
+        n += shape_numel(&pm->shape) * param_copies(g, pm);
+    }
+    return n;
+}
+
+// "1h02m", "3m05s", "12.3s"
+static void human_time(char *out, size_t cap, double s) {
+    if (!(s >= 0) || s > 1e9) snprintf(out, cap, "?");
+    else if (s < 60) snprintf(out, cap, "%.1fs", s);
+    else if (s < 3600) snprintf(out, cap, "%dm%02ds", (int)(s / 60), (int)s % 60);
+    else snprintf(out, cap, "%dh%02dm", (int)(s / 3600), (int)(s / 60) % 60);
+}
+
+// A layer pass: the kernel runs of one layer (or of the head and tail,
+// layer -1) one after another in the compute stream: a layer's forward, its
+// recompute, its backward, once a micro-batch. *layer carries the layer of the
+// pass running across calls; returns 1 when `in` starts a new pass.
+static int starts_pass(int32_t *layer, const Instr *in) {
+    if (in->kind != INS_RUN || in->layer == *layer) return 0;
+    *layer = in->layer;
+    return 1;
+}
+
+// The layer passes of a step: the train stream's, once a micro-batch.
+static int64_t count_passes(const Plan *p, int accumulate) {
+    int64_t n = 0;
+    for (int a = 0; a < accumulate; a++) {
+        int32_t layer = INT32_MIN; // (as micro_batch starts each)
+        for (int i = 0; i < p->ntrain; i++) n += starts_pass(&layer, &p->train[i]);
+    }
+    return n;
+}
+
+// After each kernel run of a step: every 10 s, how many of the step's layer
+// passes are done.
+static void note_progress(void *ctx, const Instr *in) {
+    Run *r = ctx;
+    if (!r->step_t0) return; // validation, not a step
+    r->passes_done += starts_pass(&r->pass_layer, in);
+    double now = now_s();
+    if (now - r->last_note < r->note_every) return;
+    r->last_note = now;
+    char el[32];
+    human_time(el, sizeof el, now - r->step_t0);
+    fprintf(r->o->out, "  step %lld: %lld of %lld layer passes (%.0f%%), %s in\n", (long long)r->step,
+            (long long)r->passes_done, (long long)r->passes_per_step,
+            100.0 * (double)r->passes_done / (double)(r->passes_per_step ? r->passes_per_step : 1), el);
+    fflush(r->o->out);
+}
+
+// "PATH (N tokens, FORMAT[, mask M: K% of targets ignored])"
+static void describe_data(char *out, size_t cap, const DataSet *d, const char *split) {
+    static const char *const FORMAT[] = {[DATA_TEXT] = "bytes", [DATA_LLMC] = "llm.c uint16 tokens",
+                                         [DATA_LLMC3] = "llm.c Llama-3 uint32 tokens"};
+    int n = snprintf(out, cap, "%s (%lld tokens, %s%s", d->path, (long long)d->ntokens, FORMAT[d->format], split);
+    if (d->mask && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
+                      100.0 * (double)d->nmasked / (double)d->ntokens);
+    if (d->docs && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocs,
+                      d->docs_path);
+    if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
+}
+
+void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+    const Plan *p = r->p;
+    const Graph *g = p->graph;
+    const TrainConfig *t = &g->train;
+    FILE *out = r->o->out;
+    char d[1024];
+    fprintf(out, "mtrun: model %s (%s), %lld parameters, %lld layers", g->model_name, p->source_path,
+            (long long)param_count(g), (long long)g->layers);
+    if (g->nkinds > 1) fprintf(out, " of %d kinds, each streamed by itself", g->nkinds);
+    fputc('\n', out);
+    fprintf(out, "  plan     %s: %s\n", plan_path, p->schedule);
+    const char *dev = r->o->reference ? "none: the reference executor" : r->be ? r->be->name : "cpu";
+    if (run_ranks(r) > 1) { // each rank's (its GPU: its local rank modulo the machine's), a collective
+        char *all = dist_gather_lines(r->o->dist, dev);
+        for (char *line = all, *end; line && *line; line = end + 1) {
+            end = strchr(line, '\n');
+            fprintf(out, "  %s %.*s\n", line == all ? "device  " : "        ", (int)(end - line), line);
+        }
+        free(all);
+        fprintf(out, "           each rank: arena %.2f MB", (double)p->arena_bytes / 1e6);
+    } else {
+        fprintf(out, "  device   %s; arena %.2f MB", dev, (double)p->arena_bytes / 1e6);
+    }
+    if (p->scratch_bytes) // a GPU plan's: each kernel-running engine's beside the arena (common/scratch.h)
+        fprintf(out, " + kernel scratch %d x %.2f MB", plan_scratch_engines(p), (double)p->scratch_bytes / 1e6);
+    fprintf(out, ", host store %.2f MB (%lld bytes allocated%s), %d optimizer threads\n",
+            (double)ram_store_bytes(r) / 1e6, (long long)r->hs.bytes, r->hs.gb ? "; the layers' gradients bf16" : "",
+            r->o->threads);
+    if (r->hs.tier)
+        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a "
+                "checkpoint)\n", tier_path(r->hs.tier),
+                r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
+                r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+    describe_data(d, sizeof d, &r->data, r->o->val_data ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
+                                         : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
+                                                         : "; the last 10% validates");
+    fprintf(out, "  data     %s\n", d);
+    if (r->o->val_data) {
+        describe_data(d, sizeof d, &r->val_file, "");
+        fprintf(out, "  val data %s\n", d);
+    }
+    if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
+            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)t->batch * run_ranks(r),
+            (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
+    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fputc('\n', out);
+    if (r->predicted_s > 0)
+        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
+                r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
+                                                   : ", a cpu: not compared with this GPU's steps");
+    if (run_ranks(r) > 1 && r->p->sharded)
+        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
+                "rows; weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the "
+                "slowest rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
+                (long long)t->batch * run_ranks(r));
+    else if (run_ranks(r) > 1)
+        fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
+                "summed over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
+                (long long)t->batch * run_ranks(r));
+    fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
+    if (r->save_dir)
+        fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
+                r->save_dir, (long long)r->o->save_every, r->o->keep,
+                r->o->save_default ? " (beside the log; --no-save: none)" : "",
+                run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
+    else
+        fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
+    fflush(out);
+}
+
+// A JSON string of s (quotes and backslashes escaped; control bytes as \u00XX).
+static void json_str(FILE *f, const char *s) {
+    fputc('"', f);
+    for (; s && *s; s++) {
+        unsigned char c = (unsigned char)*s;
+        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
+        else if (c < 0x20) fprintf(f, "\\u%04x", c);
+        else fputc(c, f);
+    }
+    fputc('"', f);
+}
+
+// The log's first record of a run (and of each resumed part of it): what it
+// runs. 0, or -1 with a message (the log cannot be written).
+int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed,
+               char *err, size_t errcap) {
+    const Plan *p = r->p;
+    const TrainConfig *t = &p->graph->train;
+    FILE *f = r->log;
+    if (!f) return 0;
+    fprintf(f, "{\"config\": {\"model\": ");
+    json_str(f, p->graph->model_name);
+    fprintf(f, ", \"model_file\": ");
+    json_str(f, p->source_path);
+    fprintf(f, ", \"plan\": ");
+    json_str(f, plan_path);
+    fprintf(f, ", \"schedule\": ");
+    json_str(f, p->schedule);
+    fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
+               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, "
+               "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": %.6g, \"reference\": %s, "
+               "\"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
+            (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
+            (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)steps, (long long)r->schedule_steps, (long long)from,
+            base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
+            (long long)p->arena_bytes, (long long)p->scratch_bytes);
+    json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
+    fprintf(f, ", \"data\": ");
+    json_str(f, r->data.path);
+    fprintf(f, ", \"mask\": ");
+    if (r->data.mask_path) json_str(f, r->data.mask_path);
+    else fputs("null", f);
+    fprintf(f, ", \"val_data\": ");
+    if (r->o->val_data) json_str(f, r->o->val_data);
+    else fputs("null", f);
+    fprintf(f, ", \"init\": "); // the pretrained weights the run started from (null: the seed's)
+    if (r->o->init) json_str(f, r->o->init);
+    else fputs("null", f);
+    fprintf(f, ", \"save\": ");
+    if (r->save_dir) json_str(f, r->save_dir);
+    else fputs("null", f);
+    fprintf(f, "}}\n");
+    return log_flush(r, err, errcap);
+}
+
+// Whether the metrics log took everything written to it so far (flushed):
+// a full disk or an I/O error stops the run with a message, never a log
+// silently lost. 0, or -1 with a message.
+int log_flush(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    errno = 0;
+    if (fflush(r->log) == 0 && !ferror(r->log)) return 0;
+    snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path,
+             errno ? strerror(errno) : "a write failed");
+    return -1;
+}
+
+// Closes the metrics log; a failure of its last writes is the run's error.
+// 0, or -1 with a message.
+int log_close(Run *r, char *err, size_t errcap) {
+    if (!r->log) return 0;
+    int rc = log_flush(r, err, errcap);
+    if (fclose(r->log) != 0 && rc == 0) {
+        snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
+        rc = -1;
+    }
+    r->log = NULL;
+    return rc;
+}
+
+// The step's reports in its log line, when the layers join losses:
+// "ce_loss" (the cross-entropy; "loss" is it plus aux_loss, as
+// transformers' loss), "aux_loss" (the mean over micro-batches of the
+// losses add_loss joins, summed over layers) and, from a plan's forward,
+// "expert_load" (per layer, the tokens each expert took in the step; [] for
+// a layer without experts).
+static void log_reports(const Run *r, double ce) {
+    if (r->joins) fprintf(r->log, ", \"ce_loss\": %.9g, \"aux_loss\": %.9g", ce, r->aux);
+    if (!r->reports || !r->max_e) return;
+    fputs(", \"expert_load\": [", r->log);
+    for (int64_t l = 0; l < r->p->graph->layers; l++) {
+        fputs(l ? ", [" : "[", r->log);
+        for (int64_t e = 0; e < r->experts[l]; e++)
+            fprintf(r->log, "%s%.0f", e ? ", " : "", r->loads[l * r->max_e + e]);
+        fputs("]", r->log);
+    }
+    fputs("]", r->log);
+}
+
+void log_progress_init(Run *r) {
+    const char *every = getenv("MT_PROGRESS_S");
+    r->note_every = every && *every ? atof(every) : 10;
+    r->passes_per_step = count_passes(r->p, r->p->graph->train.accumulate);
+    if (!r->o->reference) r->rp.on_run = note_progress, r->rp.on_run_ctx = r;
+}
+
+int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
+    double tokens = (double)tokens_per_step(r);
+    if (r->log) { // the log first, flushed: a run killed after a printed step has logged it
+        fprintf(r->log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
+                        "\"ms\": %.3f, \"elapsed_s\": %.3f", (long long)d->step, d->loss + r->aux, d->lr, d->norm,
+                tokens / d->dt, d->dt * 1e3, d->elapsed);
+        log_reports(r, d->loss);
+        fputs("}\n", r->log);
+        if (log_flush(r, err, errcap) != 0) return -1;
+    }
+    char el[32], eta[32], vs[48] = "";
+    human_time(el, sizeof el, d->elapsed);
+    human_time(eta, sizeof eta, d->elapsed / (double)(d->step - d->from) * (double)(d->steps - d->step));
+    if (r->predicted_s > 0 && r->compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", d->dt / r->predicted_s);
+    char aux[80] = ""; // loss is the objective: the cross-entropy and the joined losses, labelled
+    if (r->joins) snprintf(aux, sizeof aux, " (ce %.6f + aux %.6f)", d->loss, r->aux);
+    fprintf(r->o->out, "step %6lld/%lld  loss %.6f%s  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
+            (long long)d->step, (long long)d->steps, d->loss + r->aux, aux, d->lr, d->norm, tokens / d->dt,
+            d->dt * 1e3, vs, el, eta);
+    fflush(r->o->out);
+    return 0;
+}
+
+int log_val_loss(Run *r, int64_t s, double val, char *err, size_t errcap) {
+    if (r->log && isfinite(val)) {
+        fprintf(r->log, "{\"step\": %lld, \"val_loss\": %.9g}\n", (long long)s, val);
+        if (log_flush(r, err, errcap) != 0) return -1;
+    }
+    fprintf(r->o->out, "step %6lld  val_loss %.4f\n", (long long)s, val);
+    fflush(r->o->out);
+    return 0;
+}
+
+void log_summary(const Run *r, int stopped, int64_t from, int64_t s, int64_t saved, double last_val, double seconds) {
+    const TrainOptions *o = r->o;
+    char el[32], vl[48] = "no validation";
+    human_time(el, sizeof el, seconds);
+    if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);
+    fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
+            stopped ? "stopped by a signal" : "done", (long long)(s - from), (long long)from + 1, (long long)s,
+            (double)tokens_per_step(r) * (double)(s - from), el, vl, o->log_path ? o->log_path : "none",
+            r->save_dir && saved ? r->save_dir : "none", r->save_dir && saved ? "" : r->save_dir ? " (no step done)"
+                                                      : r->no_save[0] ? " (see the banner)" : " (--no-save)");
+}
