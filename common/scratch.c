@@ -75,10 +75,10 @@ int plan_scratch_engines(const Plan *p) {
     return n;
 }
 
-int64_t plan_docs_bytes(const Plan *p) {
+int64_t plan_doc_starts_bytes(const Plan *p) {
     return p->scratch_bytes ? round_256(p->graph->train.batch * p->graph->train.seq * 4) : 0;
 }
 
 int64_t plan_device_bytes(const Plan *p) {
-    return round_256(p->arena_bytes) + (int64_t)plan_scratch_engines(p) * p->scratch_bytes + plan_docs_bytes(p);
+    return round_256(p->arena_bytes) + (int64_t)plan_scratch_engines(p) * p->scratch_bytes + plan_doc_starts_bytes(p);
 }

@@ -93,11 +93,11 @@ int plan_scratch_engines(const Plan *p);
 // starts (B, T) int32s, which every attention kernel takes (seg_start;
 // data.h, X.docs), rounded up to 256; 0 for a cpu target, whose backend
 // reads them in host memory.
-int64_t plan_docs_bytes(const Plan *p);
+int64_t plan_doc_starts_bytes(const Plan *p);
 
 // All the device memory plan p needs: its arena, rounded up to 256, then
 // each kernel-running engine's p->scratch_bytes, then the document starts
-// (plan_docs_bytes). The cuda backend allocates exactly this, once; what
+// (plan_doc_starts_bytes). The cuda backend allocates exactly this, once; what
 // NCCL takes for its own buffers it counts against the card at run time
 // (runtime/backend/backend_cuda.c: it depends on NCCL's version, topology and
 // environment, which the plan cannot know).

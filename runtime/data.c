@@ -103,7 +103,7 @@ typedef struct ByteFile {
     int magic, version;
 } ByteFile;
 static const ByteFile MASK_FILE = {".mask", "mask", "loss mask", DATA_MASK_MAGIC, DATA_MASK_VERSION};
-static const ByteFile DOCS_FILE = {".docs", "document map", "map of document starts", DATA_DOCS_MAGIC,
+static const ByteFile DOC_STARTS_FILE = {".docs", "document map", "map of document starts", DATA_DOCS_MAGIC,
                                    DATA_DOCS_VERSION};
 
 static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigned char **map, size_t *len,
@@ -138,8 +138,8 @@ static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigne
 static int open_mask(DataSet *d, char *err, size_t errcap) {
     if (open_bytes(d, &MASK_FILE, &d->mask_path, &d->mask_map, &d->mask_len, &d->mask, err, errcap) != 0) return -1;
     for (int64_t i = 0; d->mask && i < d->ntokens; i++) d->nmasked += d->mask[i] == 0;
-    if (open_bytes(d, &DOCS_FILE, &d->docs_path, &d->docs_map, &d->docs_len, &d->docs, err, errcap) != 0) return -1;
-    for (int64_t i = 0; d->docs && i < d->ntokens; i++) d->ndocs += d->docs[i];
+    if (open_bytes(d, &DOC_STARTS_FILE, &d->doc_starts_path, &d->doc_starts_map, &d->doc_starts_len, &d->doc_starts, err, errcap) != 0) return -1;
+    for (int64_t i = 0; d->doc_starts && i < d->ntokens; i++) d->ndocuments += d->doc_starts[i];
     return 0;
 }
 
@@ -234,7 +234,7 @@ static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T,
     }
     for (int64_t b = 0; seg && b < B; b++)
         for (int64_t t = 0, start = 0; t < T; t++) {
-            if (d->docs && t > 0 && d->docs[pos + b * T + t]) start = t;
+            if (d->doc_starts && t > 0 && d->doc_starts[pos + b * T + t]) start = t;
             seg[b * T + t] = (int32_t)start;
         }
 }
@@ -340,8 +340,8 @@ void data_close(DataSet *d) {
     free(d->perm);
     if (d->map) munmap((void *)d->map, d->map_len);
     if (d->mask_map) munmap((void *)d->mask_map, d->mask_len);
-    if (d->docs_map) munmap((void *)d->docs_map, d->docs_len);
-    free(d->docs_path);
+    if (d->doc_starts_map) munmap((void *)d->doc_starts_map, d->doc_starts_len);
+    free(d->doc_starts_path);
     free(d->path);
     free(d->mask_path);
     *d = (DataSet){0};

@@ -71,11 +71,11 @@ typedef struct DataSet {
     size_t mask_len;
     const unsigned char *mask;  // (ntokens) 1: the token counts as a target; NULL without a mask
     int64_t nmasked;            // tokens the mask excludes
-    char *docs_path;            // the document starts X.docs of X.bin (malloc'd), or NULL: one stream
-    const unsigned char *docs_map; // (docs_len) the whole file
-    size_t docs_len;
-    const unsigned char *docs;  // (ntokens) 1: the token starts a document; NULL without the file
-    int64_t ndocs;              // documents the file starts
+    char *doc_starts_path;            // the document starts X.docs of X.bin (malloc'd), or NULL: one stream
+    const unsigned char *doc_starts_map; // (doc_starts_len) the whole file
+    size_t doc_starts_len;
+    const unsigned char *doc_starts;  // (ntokens) 1: the token starts a document; NULL without the file
+    int64_t ndocuments;              // documents the file starts
     int64_t ntrain;             // tokens [0, ntrain) are the training split
     int64_t nval;               // tokens [ntrain, ntokens) the validation split; 0 when val_fraction is 0
     double val_fraction;        // as given to data_open

@@ -386,8 +386,8 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     for (int i = 0; i < n; i++) queue[pc[ins[i].engine]++] = i;
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
     r->recorder = recorder;
-    if (r->be->set_docs && r->be->set_docs(r->be, r->seg_start, err, errcap) != 0) goto done;
-    if (!r->be->set_docs && r->seg_start) {
+    if (r->be->set_doc_starts && r->be->set_doc_starts(r->be, r->seg_start, err, errcap) != 0) goto done;
+    if (!r->be->set_doc_starts && r->seg_start) {
         snprintf(err, errcap, "the %s has no attention with document starts (X.docs)", r->be->name);
         goto done;
     }

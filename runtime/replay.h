@@ -66,7 +66,7 @@ typedef struct Replay {
     int hold_ins;
     int hold_ms;         // how long (0: 50 ms); tests hold an engine longer than a step's WAITs ever were
     // The micro-batch's document starts (B, T) (kernels.h: seg_start; data.h,
-    // X.docs) that the next replay() hands its backend (set_docs), or NULL:
+    // X.docs) that the next replay() hands its backend (set_doc_starts), or NULL:
     // rows are one stream. Data like the inputs; the caller keeps it valid
     // through the replay.
     const int32_t *seg_start;

@@ -72,9 +72,9 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (d->mask && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
                       100.0 * (double)d->nmasked / (double)d->ntokens);
-    if (d->docs && n > 0 && (size_t)n < cap)
-        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocs,
-                      d->docs_path);
+    if (d->doc_starts && n > 0 && (size_t)n < cap)
+        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocuments,
+                      d->doc_starts_path);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 

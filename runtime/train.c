@@ -29,15 +29,15 @@ double train_lr(const TrainConfig *t, double base, int64_t step, int64_t steps) 
 static int micro_batch(Run *r, int backward, int last, float *loss, char *err, size_t errcap) {
     // each model input's host bytes (the loss scale's a float)
     const int32_t *inputs[3] = {r->tokens, r->targets, (const int32_t *)(const void *)&r->loss_scale};
-    const int32_t *docs = r->data.docs || r->val->docs ? r->segs : NULL;
+    const int32_t *doc_starts = r->data.doc_starts || r->val->doc_starts ? r->segs : NULL;
     if (r->o->reference) {
         double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
-        *loss = reference_step(r->p, &r->hs, inputs, docs, backward, &aux);
+        *loss = reference_step(r->p, &r->hs, inputs, doc_starts, backward, &aux);
         if (backward) r->aux += aux;
         return 0;
     }
     const Plan *p = r->p;
-    r->rp.seg_start = docs;
+    r->rp.seg_start = doc_starts;
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                       : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
@@ -288,13 +288,13 @@ static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
 
 // Gives the backend the batch's document starts (X.docs), where the data
 // has them. 0, or -1 with a message.
-static int open_docs(Run *r, char *err, size_t errcap) {
+static int open_doc_starts(Run *r, char *err, size_t errcap) {
     char why[512];
-    if (!r->be->set_docs) snprintf(why, sizeof why, "the %s backend takes none", r->o->cuda_create ? "cuda" : "cpu");
-    if ((r->data.docs || r->val->docs) && (!r->be->set_docs || r->be->set_docs(r->be, r->segs, why, sizeof why) != 0)) {
+    if (!r->be->set_doc_starts) snprintf(why, sizeof why, "the %s backend takes none", r->o->cuda_create ? "cuda" : "cpu");
+    if ((r->data.doc_starts || r->val->doc_starts) && (!r->be->set_doc_starts || r->be->set_doc_starts(r->be, r->segs, why, sizeof why) != 0)) {
         snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document, but %s: run with "
                  "--device cpu, or move the .docs file away to attend across documents",
-                 r->data.docs ? r->data.docs_path : r->val->docs_path, why);
+                 r->data.doc_starts ? r->data.doc_starts_path : r->val->doc_starts_path, why);
         return -1;
     }
     return 0;
@@ -316,7 +316,7 @@ static int open_replay(Run *r, char *err, size_t errcap) {
     if (check_backend(r, err, errcap) != 0) return -1;
     r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order,
                      .rng = order.seed, .hold_ins = r->o->test_hold_ins, .dist = r->o->dist};
-    return open_docs(r, err, errcap);
+    return open_doc_starts(r, err, errcap);
 }
 
 // The metrics log (a resumed run continues its log; a new run starts one),
@@ -588,7 +588,7 @@ static int write_logits(Run *r, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
     return sample_logits_npy(speaks(r) ? r->o->logits : NULL, r->p, &r->hs, r->o->reference ? NULL : &r->rp, r->tokens,
-                             r->targets, r->data.docs || r->val->docs ? r->segs : NULL, err, errcap);
+                             r->targets, r->data.doc_starts || r->val->doc_starts ? r->segs : NULL, err, errcap);
 }
 
 // After the steps: the last update applied, --export, --logits, the log

@@ -54,7 +54,7 @@ waits: (f32, --remat layer, 3 steps) the train stream's WAITs dropped one at a t
   runs with other random pauses. The hook also says which WAITs the verifier
   finds implied by others (no run can catch those).
 docs: packed documents (X.docs) through the fp32 flash kernels' seg_start
-  (check_docs says what is held).
+  (check_doc_starts says what is held).
 pin: (f32, --remat layer, 2 steps) the host ranges pinned in chunks: with the
   emulated driver refusing a cudaHostRegister over PIN_MAX bytes (as r580
   refuses 512 GiB) and MT_PIN_CHUNK_BYTES set below it, the run pins each
@@ -193,7 +193,7 @@ def check_scratch_refused(mtrun, plan, work, cuda):
     print(f"{plan}: kernel scratch {recorded} bytes a kernel-running engine as recorded; {recorded - 256} refused")
 
 
-def check_docs(mtc, mtrun, lib, cxx, src, work):
+def check_doc_starts(mtc, mtrun, lib, cxx, src, work):
     """Packed documents (X.docs) on the cuda backend: the fp32 flash kernels take seg_start. tests/check_sft.py's
     packed row (conversations A and B, then filler) gives B's per-token losses of the row holding B alone, read
     through --logits (the plan's own forward on the backend), f32 to 1e-5, at the start and after 3 steps trained
@@ -523,7 +523,7 @@ def main():
         TARGET = sys.argv[9]
     os.makedirs(work, exist_ok=True)
     if what == "docs":
-        check_docs(mtc, mtrun, lib, cxx, src, work)
+        check_doc_starts(mtc, mtrun, lib, cxx, src, work)
         return
     {"train": check_train, "gpu": check_train, "waits": check_waits, "pin": check_pin, "tile": check_tile,
      "grads": check_grads}[what](mtc, mtrun, lib, cxx, src, work, model)

@@ -7,7 +7,7 @@ seq 4096 (untiled): every planned row records scratch_bytes equal to a
 count made here from the model's config alone, and its device_peak_bytes
 is the arena (rounded up to 256) plus that scratch once (only the compute
 engine runs kernels) plus the device copy of the document starts, B x T
-int32s (common/scratch.h: plan_docs_bytes). The count: the most of
+int32s (common/scratch.h: plan_doc_starts_bytes). The count: the most of
   moe forward    a chunk of rows' [S, F + C] floats and the route's
                  [3 E + 2 + 2 S] ints, S = rows K, as many rows as fit
                  1 GiB (compiler/emit/cuda/moe.cuh)

@@ -579,7 +579,7 @@ static void test_shuffle(void) {
 // X.docs: each batch position's segment start in its row (the last
 // document start at or before it, past the row's first position, else 0),
 // straight and shuffled; a bad file is refused naming it.
-static void test_docs(void) {
+static void test_doc_starts(void) {
     char *path = in_workdir("docs.bin"), *dpath = in_workdir("docs.docs"), err[512] = "";
     enum { N = 200, B = 2, T = 16 };
     unsigned char hdr[1024] = {0}, flags[N];
@@ -602,7 +602,7 @@ static void test_docs(void) {
             FAIL("data_open(%s): %s", path, err);
             break;
         }
-        CHECK(d.docs && d.ndocs == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocs);
+        CHECK(d.doc_starts && d.ndocuments == (N - 3 + 6) / 7, "docs: %lld documents read", (long long)d.ndocuments);
         if (shuffled) data_shuffle(&d, 9);
         int32_t tokens[B * T], targets[B * T], seg[B * T]; // (B, T) each
         for (int batch = 0; batch < 5; batch++) {
@@ -653,7 +653,7 @@ int main(int argc, char **argv) {
     test_errors();
     test_llama3_and_masks();
     test_shuffle();
-    test_docs();
+    test_doc_starts();
     if (check_failures) return check_summary("test_data");
     printf("ok: data loading, batches, splits and errors\n");
     return 0;

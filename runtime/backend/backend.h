@@ -59,7 +59,7 @@ struct Backend {
     // takes it as its argument (the cpu's by pointer, the cuda backend's from
     // its own device copy). 0, or -1 with a message (a backend whose kernels
     // cannot mask documents).
-    int (*set_docs)(Backend *be, const int32_t *seg_start, char *err, size_t errcap);
+    int (*set_doc_starts)(Backend *be, const int32_t *seg_start, char *err, size_t errcap);
     // the float at arena src, once everything before it on in's engine is done
     float (*read_scalar)(Backend *be, const Instr *in, int64_t src);
     // An asynchronous backend's INS_LOSS (NULL: read_scalar): the float at

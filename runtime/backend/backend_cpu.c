@@ -27,7 +27,7 @@ typedef struct Cpu {
     Trace trace;                 // --trace (tracing: trace.f set), every instruction as the replay timed it
     double epoch;                // the trace's time zero (CLOCK_MONOTONIC seconds)
     pthread_mutex_t trace_mu;    // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
-    const int32_t *seg_start;    // (B, T) the micro-batch's document starts (set_docs), or NULL
+    const int32_t *seg_start;    // (B, T) the micro-batch's document starts (set_doc_starts), or NULL
     Comm comm;                   // a sharded plan's collectives: MPI on the arena (opened at the first)
 } Cpu;
 
@@ -109,11 +109,11 @@ static void cpu_run(Backend *be, const Instr *in, PartKind part, int from, int t
     exec_run_flags(ps, from, to, flags);
 }
 
-static int cpu_set_docs(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
+static int cpu_set_doc_starts(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
     (void)err, (void)errcap;
     Cpu *c = be->ctx;
     c->seg_start = seg_start;
-    if (c->jit) jit_set_docs(c->jit, seg_start);
+    if (c->jit) jit_set_doc_starts(c->jit, seg_start);
     return 0;
 }
 
@@ -197,7 +197,7 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
     *be = (Backend){.name = "cpu backend", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
                     .copy_out = cpu_copy_out, .copy = cpu_copy, .copy_widen = cpu_copy_widen,
-                    .collective = cpu_collective, .poison = cpu_poison, .run = cpu_run, .set_docs = cpu_set_docs,
+                    .collective = cpu_collective, .poison = cpu_poison, .run = cpu_run, .set_doc_starts = cpu_set_doc_starts,
                     .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
     const Graph *g = p->graph;
     int ok = exec_init_at(&c->head, &g->parts[PART_HEAD], PREC_F32, c->arena, plan_offsets(p, PART_HEAD, 0)) == 0 &&

@@ -21,7 +21,7 @@
 //             grouped GEMMs' chunk), of the plan's scratch_bytes, which mtc
 //             counted in the plan's device memory (common/scratch.h); a plan
 //             recording less than its kernels need is refused at load;
-//             then the document starts (plan_docs_bytes); the card's free
+//             then the document starts (plan_doc_starts_bytes); the card's free
 //             memory read after the ranks' collectives took NCCL's buffers;
 //             nothing else while training runs; a GEMM's cuBLASLt
 //             workspace is its engine's scratch (gemm_workspace_bytes of it),
@@ -156,9 +156,9 @@ typedef struct Cuda {
     size_t comm_bytes;               // the device memory opening the ranks' collectives took (NCCL's buffers)
     Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
     cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
-    int *docs_dev;                   // (B, T) the device copy of the micro-batch's document starts: in dev after the
-                                     // scratch, plan_docs_bytes (common/scratch.h)
-    void *seg_start;                 // what every attention launch passes as seg_start: docs_dev, or NULL
+    int *doc_starts_dev;                   // (B, T) the device copy of the micro-batch's document starts: in dev after the
+                                     // scratch, plan_doc_starts_bytes (common/scratch.h)
+    void *seg_start;                 // what every attention launch passes as seg_start: doc_starts_dev, or NULL
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
@@ -696,16 +696,16 @@ static int cuda_finish(Backend *be, char *err, size_t errcap) {
 // The micro-batch's document starts (backend.h): copied to the device
 // before the stream's engines start (a synchronous copy of B x T ints), so
 // that every attention launch of the stream passes them.
-static int cuda_set_docs(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
+static int cuda_set_doc_starts(Backend *be, const int32_t *seg_start, char *err, size_t errcap) {
     Cuda *c = be->ctx;
     c->seg_start = NULL;
     if (!seg_start) return 0;
     size_t bytes = (size_t)(c->p->graph->train.batch * c->p->graph->train.seq) * sizeof(int32_t);
-    if (!enter(c, NULL) || !RT(c, NULL, cudaMemcpy(c->docs_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
+    if (!enter(c, NULL) || !RT(c, NULL, cudaMemcpy(c->doc_starts_dev, seg_start, bytes, cudaMemcpyHostToDevice))) {
         snprintf(err, errcap, "%s", c->err);
         return -1;
     }
-    c->seg_start = c->docs_dev;
+    c->seg_start = c->doc_starts_dev;
     return 0;
 }
 
@@ -1047,7 +1047,7 @@ typedef struct {
     int widen;      // 1: the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
     int nscratch;   // engines that run kernels, each with its scratch
     int64_t arena;  // the arena's bytes, rounded up to 256
-    int64_t docs;   // the document starts' bytes after the scratch
+    int64_t doc_starts;   // the document starts' bytes after the scratch
 } CudaOpen;
 
 // The GPU of this rank, and whether it can run the plan's kernels.
@@ -1114,10 +1114,10 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
     }
     c->scratch_bytes = p->scratch_bytes;
     for (int e = 0; e < ENG_COUNT; e++) o->nscratch += c->scratch[e] != NULL;
-    o->arena = (p->arena_bytes + 255) & ~(int64_t)255, o->docs = plan_docs_bytes(p);
+    o->arena = (p->arena_bytes + 255) & ~(int64_t)255, o->doc_starts = plan_doc_starts_bytes(p);
     c->dev_bytes = plan_device_bytes(p);
-    if (o->nscratch != plan_scratch_engines(p) || c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->docs ||
-        o->docs < p->graph->train.batch * p->graph->train.seq * 4) {
+    if (o->nscratch != plan_scratch_engines(p) || c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->doc_starts ||
+        o->doc_starts < p->graph->train.batch * p->graph->train.seq * 4) {
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d",
                  o->nscratch, plan_scratch_engines(p));
         return -1;
@@ -1139,8 +1139,8 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
             snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
         snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
                  "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
-                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - o->arena - o->docs),
-                 (long long)o->docs, o->prop.name, free_b, total_b, nccl);
+                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - o->arena - o->doc_starts),
+                 (long long)o->doc_starts, o->prop.name, free_b, total_b, nccl);
         return -1;
     }
     void *dev = NULL;
@@ -1148,7 +1148,7 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
     c->dev = dev;
     for (int e = 0, k = 0; e < ENG_COUNT; e++)
         if (c->scratch[e]) c->scratch[e] = c->dev + o->arena + (k++) * c->scratch_bytes;
-    c->docs_dev = (int *)(void *)(c->dev + o->arena + o->nscratch * c->scratch_bytes); // (B, T)
+    c->doc_starts_dev = (int *)(void *)(c->dev + o->arena + o->nscratch * c->scratch_bytes); // (B, T)
     if (!RT(c, NULL, cudaMemset(c->dev, 0xff, (size_t)c->dev_bytes))) return -1; // nothing written yet reads as NaN
     int64_t pooled_layers, pooled_rows, pooled_E = graph_pooled_experts(p->graph, &pooled_layers, &pooled_rows);
     c->pool = (LoadBalancePool){.layers = p->graph->layers, .rows = (double)(pooled_layers * pooled_rows)};
@@ -1255,7 +1255,7 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
                     .copy_out = cuda_copy_out, .copy = cuda_copy, .copy_widen = cuda_copy_widen,
                     .collective = cuda_collective, .poison = cuda_poison, .run = cuda_run,
                     .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
-                    .set_docs = cuda_set_docs, .destroy = cuda_destroy};
+                    .set_doc_starts = cuda_set_doc_starts, .destroy = cuda_destroy};
     CudaOpen o = {0};
     if (open_device(c, dist, &o) == 0 && read_plan_needs(c, &o) == 0 && alloc_device(c, dist, &o) == 0 &&
         pin_ranges(c, pin, npin) == 0 && // the host memory the streams read and write: pinned now, or refused

@@ -80,8 +80,8 @@ void exec_run_flags(PartState *ps, int from, int to, int flags) {
         for (int j = 0; j < n->nin && j < 63; j++) in[j] = ps->val[n->in[j]->id];
         in[n->nin < 63 ? n->nin : 63] = &ps->pool; // what a load-balancing loss reads after its operands
         double t0 = exec_profile ? now_s() : 0;
-        if (ps->prec == PREC_F64) kernel_run_docs_f64(n, ps->val[i], in, ps->seg_start);
-        else kernel_run_docs_f32(n, ps->val[i], in, ps->seg_start);
+        if (ps->prec == PREC_F64) kernel_run_doc_starts_f64(n, ps->val[i], in, ps->seg_start);
+        else kernel_run_doc_starts_f32(n, ps->val[i], in, ps->seg_start);
         if (ps->prec == PREC_F32) { // stored as bf16: rounded where it ends (common/storage.h)
             float *v = ps->val[i]; // (numel)
             for (int64_t k = 0; k < storage_rounded_elems(ps->compute, n); k++) v[k] = bf16_round(v[k]);

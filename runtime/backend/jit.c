@@ -43,7 +43,7 @@ struct Jit {
     size_t wide_n;
     double *work;         // (work_n bytes) node kernels' workspace (node_kernel_work_bytes)
     size_t work_n;
-    const int32_t *seg_start; // (B, T) the batch's document starts (jit_set_docs), or NULL
+    const int32_t *seg_start; // (B, T) the batch's document starts (jit_set_doc_starts), or NULL
 };
 
 JitProfile *jit_profile;
@@ -539,7 +539,7 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
 // the widened operands and round its output: the rounding to bf16 turns the
 // composite's f32 sums into different bf16 values here and there, and only
 // the same arithmetic lets a streamed bf16 replay be held to the reference
-// executor's losses to 1e-5. Rows of packed documents (jit_set_docs) run
+// executor's losses to 1e-5. Rows of packed documents (jit_set_doc_starts) run
 // the plain kernel too, which masks them.
 static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     const KirAttn *t = &k->attn;
@@ -556,8 +556,8 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     if (k->args[0].dtype == KT_BF16 || j->seg_start) { // (documents: the plain kernel masks them)
         const Node *n = j->g->parts[part].nodes.items[k->anchor];
         void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
-        if (bwd) kernel_run_docs_f32(n, ops[0], in, j->seg_start);
-        else kernel_attention_docs_f32(n, ops[0], ops[4], in, j->seg_start);
+        if (bwd) kernel_run_doc_starts_f32(n, ops[0], in, j->seg_start);
+        else kernel_attention_doc_starts_f32(n, ops[0], ops[4], in, j->seg_start);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
         return;
     }
@@ -603,7 +603,7 @@ static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int
     narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
 }
 
-void jit_set_docs(Jit *j, const int32_t *seg_start) { j->seg_start = seg_start; }
+void jit_set_doc_starts(Jit *j, const int32_t *seg_start) { j->seg_start = seg_start; }
 
 void jit_run_kernel(Jit *j, int part, int i, int flags, char *base, const int64_t *offsets) {
     const KirKernel *k = &j->prog.parts[part].k[i];

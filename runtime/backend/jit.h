@@ -41,7 +41,7 @@ void jit_run(Jit *j, int part, int from, int to, int flags, char *base, const in
 // The document starts (B, T) of the batch the next runs see (kernels.h:
 // seg_start), or NULL: rows are one stream. Attention with documents runs
 // the plain kernel, which masks them.
-void jit_set_docs(Jit *j, const int32_t *seg_start);
+void jit_set_doc_starts(Jit *j, const int32_t *seg_start);
 
 // What a bf16 plan's GEMM, attention and node kernels do around their f32
 // work (mtrun --calibrate times them): dst (n) = the floats bf16 src (n)

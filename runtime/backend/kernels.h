@@ -22,14 +22,14 @@ void kernel_run_f64(const Node *n, void *out, void *const *in);
 // visible to query t only when j >= seg_start[b * T + t], besides the window
 // and causality. NULL: rows are one stream. The cuda kernels take the same
 // argument (compiler/emit/cuda/attention.cuh). kernel_run_f32 (f64) is
-// kernel_run_docs_f32 (f64) with NULL; other ops ignore it.
-void kernel_run_docs_f32(const Node *n, void *out, void *const *in, const int32_t *seg_start);
-void kernel_run_docs_f64(const Node *n, void *out, void *const *in, const int32_t *seg_start);
+// kernel_run_doc_starts_f32 (f64) with NULL; other ops ignore it.
+void kernel_run_doc_starts_f32(const Node *n, void *out, void *const *in, const int32_t *seg_start);
+void kernel_run_doc_starts_f64(const Node *n, void *out, void *const *in, const int32_t *seg_start);
 
 // An attention node's output y and its softmax statistics lse (the
 // OP_ATTENTION_LSE it reads, f32 [B, H, T]) in one pass, from in = q, k, v:
 // what one attention kernel computes. kernel_run_* computes each node alone.
-void kernel_attention_docs_f32(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
-void kernel_attention_docs_f64(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
+void kernel_attention_doc_starts_f32(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
+void kernel_attention_doc_starts_f64(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
 
 #endif

@@ -1,8 +1,8 @@
 // The kernels in float: see kernels.h.
 typedef float real;
 #define KERNEL_RUN kernel_run_f32
-#define KERNEL_RUN_DOCS kernel_run_docs_f32
-#define KERNEL_ATTENTION_DOCS kernel_attention_docs_f32
+#define KERNEL_RUN_DOC_STARTS kernel_run_doc_starts_f32
+#define KERNEL_ATTENTION_DOC_STARTS kernel_attention_doc_starts_f32
 #include "runtime/backend/blas_core.h"
 // one OpenBLAS thread for small GEMMs (blas_core.h)
 #define GEMM(order, ta, tb, M, N, K, ...) \

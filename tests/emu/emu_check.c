@@ -150,7 +150,7 @@ typedef struct AttnCase {
     int group_only;      // run and compare the first kv head's group only (a plan's many heads)
     const char *symbol;  // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
     int Dv;              // tensor cores: the value heads' width; 0: D
-    int docs;            // tensor cores: documents of lengths docs, docs + 7, docs + 14, ... (seg); 0: none
+    int doc_len;         // tensor cores: documents of lengths doc_len, doc_len + 7, doc_len + 14, ... (seg); 0: none
 } AttnCase;
 
 // attention.cuh: f32 and bf16, head sizes 16, 64, 128
@@ -230,7 +230,7 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
 // returns the worst of err[0..3]. Cases with value heads of their own width
 // or documents take host_attention as the reference.
 static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
-    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->docs;
+    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->doc_len;
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long ny = (long)c->B * c->T * c->H * Dv, nv = (long)c->B * c->T * c->KVH * Dv;
     long nrow = (long)c->B * c->H * c->T;
@@ -247,13 +247,13 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
         for (long i = 0; i < nk; i++) k[i] = bf16_round(k[i]);
         for (long i = 0; i < nv; i++) v[i] = bf16_round(v[i]);
     }
-    // documents: row b's lengths docs + 7 (b + i) for i = 0, 1, ...
+    // documents: row b's lengths doc_len + 7 (b + i) for i = 0, 1, ...
     int *seg = NULL;
-    if (c->docs) {
+    if (c->doc_len) {
         seg = malloc(4 * (size_t)c->B * (size_t)c->T);
         for (int b = 0; b < c->B; b++)
             for (int t = 0, start = 0, i = 0; t < c->T; t++) {
-                if (t - start == c->docs + 7 * (b + i)) start = t, i++;
+                if (t - start == c->doc_len + 7 * (b + i)) start = t, i++;
                 seg[b * c->T + t] = start;
             }
     }
@@ -425,8 +425,8 @@ static void check_attention(void) {
         char what[128], opts[64] = "";
         if (c->window || c->scale > 0 || c->softcap > 0)
             snprintf(opts, sizeof opts, " window %d scale %g softcap %g", c->window, case_scale(c), c->softcap);
-        if (c->Dv || c->docs)
-            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d docs %d", c->Dv ? c->Dv : c->D, c->docs);
+        if (c->Dv || c->doc_len)
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d documents from %d", c->Dv ? c->Dv : c->D, c->doc_len);
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
         int ok = attn_case_ok(c, e, err);

@@ -6,7 +6,7 @@
 // attention_bwd, line for line: score q.k * scale, then softcap * tanh(score
 // / softcap) when softcap > 0; key j visible to query t when j <= t (causal)
 // or always, and with a window W > 0 only when j > t - W, and with packed
-// documents (mt_ref_attn_probs_docs: seg_start (B, T), the first position of
+// documents (mt_ref_attn_probs_doc_starts: seg_start (B, T), the first position of
 // query t's document in its row) only when j >= seg_start[b * T + t]; query
 // head h reads kv head h / (H / KVH). Needs prelude.cuh. Never in a plan.
 //
@@ -58,7 +58,7 @@ extern "C" __global__ void mt_ref_attn_probs(float *P, float *C, const float *q,
                                              int KVH, int D, int causal, int window, double scale, double softcap) {
     mt_ref_attn_probs_row(P, C, q, k, NULL, B, T, H, KVH, D, causal, window, scale, softcap);
 }
-extern "C" __global__ void mt_ref_attn_probs_docs(float *P, float *C, const float *q, const float *k,
+extern "C" __global__ void mt_ref_attn_probs_doc_starts(float *P, float *C, const float *q, const float *k,
                                                   const int *seg_start, int B, int T, int H, int KVH, int D, int causal,
                                                   int window, double scale, double softcap) {
     mt_ref_attn_probs_row(P, C, q, k, seg_start, B, T, H, KVH, D, causal, window, scale, softcap);

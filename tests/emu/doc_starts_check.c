@@ -1,8 +1,8 @@
-// docs_check: the fp32 flash attention of compiler/emit/cuda/attention.cuh with
+// doc_starts_check: the fp32 flash attention of compiler/emit/cuda/attention.cuh with
 // packed documents (seg_start (B, T): for query t of row b the first
 // position of its document; key j visible only when j >= seg_start[b * T +
 // t]; runtime/backend/kernels.h) against its plain reference (attention_ref.cuh's
-// mt_ref_attn_probs_docs), both on the CPU emulation of CUDA
+// mt_ref_attn_probs_doc_starts), both on the CPU emulation of CUDA
 // (tests/emu/cuda_emu.h): forward y and lse, backward dq, dk, dv (the
 // backward recomputing lse, and at odd lengths taking the forward's y and
 // lse); f32 storage within 2e-4 relative, bf16 within 3e-2 (emu_check's
@@ -12,7 +12,7 @@
 // in double with runtime/backend/kernels.inc's semantics. And the documents matter:
 // the same kernels given NULL differ from the reference by more than 1e-2.
 //
-//   docs_check CXX EMU_DIR WORK_DIR
+//   doc_starts_check CXX EMU_DIR WORK_DIR
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -130,7 +130,7 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
     void *r_dq[] = {&rDQ, &DS, &k, &B, &T, &H, &KVH, &D, &scale};
     void *r_dkdv[] = {&rDK, &rDV, &P, &DS, &q, &dy, &B, &T, &H, &KVH, &D, &scale};
     unsigned rb = 128;
-    launch(fn, "mt_ref_attn_probs_docs", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
+    launch(fn, "mt_ref_attn_probs_doc_starts", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_probs);
     launch(fn, "mt_ref_attn_fwd", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_fwd);
     launch(fn, "mt_ref_attn_ds", (unsigned)((nrow + rb - 1) / rb), 1, 1, rb, 0, r_ds);
     launch(fn, "mt_ref_attn_dq", (unsigned)((nq + rb - 1) / rb), 1, 1, rb, 0, r_dq);
@@ -175,7 +175,7 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
 
 int main(int argc, char **argv) {
     if (argc != 4) {
-        fprintf(stderr, "usage: docs_check CXX EMU_DIR WORK_DIR\n");
+        fprintf(stderr, "usage: doc_starts_check CXX EMU_DIR WORK_DIR\n");
         return 2;
     }
     const char *cxx = argv[1], *emu_dir = argv[2], *work = argv[3];
@@ -207,7 +207,7 @@ int main(int argc, char **argv) {
                 names[i]);
     }
     fprintf(f, "MT_EMU_KERNELS_BEGIN\n");
-    const char *refs[] = {"mt_ref_attn_probs_docs", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq", "mt_ref_attn_dkdv"};
+    const char *refs[] = {"mt_ref_attn_probs_doc_starts", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq", "mt_ref_attn_dkdv"};
     for (int i = 0; i < 5; i++) fprintf(f, "MT_EMU_KERNEL(%s)\n", refs[i]);
     for (int i = 0; i < NCASES; i++)
         fprintf(f, "MT_EMU_KERNEL(mt_attn_fwd_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dq_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dkdv_%s)\n",
@@ -248,5 +248,5 @@ int main(int argc, char **argv) {
         free(seg);
     }
     printf("%s\n", check_failures ? "FAILED" : "ok");
-    return check_summary("docs_check");
+    return check_summary("doc_starts_check");
 }
