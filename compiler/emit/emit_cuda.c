@@ -388,82 +388,114 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     }
 }
 
-static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInfo *info) {
-    Emitter *e = &c->e;
-    const KirKernel *k = &set->k[ki];
+// What the sections of an expression kernel share: its launch shape and
+// what the analyses found of its statements and column loops.
+typedef struct Expr {
+    const KirKernel *k;
+    int part;
     char sym[32];
-    kir_symbol(sym, sizeof sym, part, ki);
-    snprintf(info->symbol, sizeof info->symbol, "%s", sym);
-    const char *korigin = keep(e, "kernel %s", sym);
+    const char *origin;    // the kernel's own lines' origin
+    int block, group, rpb; // threads, threads per row, rows per block
+    int has_red;           // a row reduction (RSUM, RMAX)
+    int nacc64;            // arguments accumulated in double, divided out by SYMBOL_finish
+    Aff *af;               // (nstmts) each statement's form in the column (analyse)
+    int *vec;              // (nloops + 1) whether loop l runs four columns a thread
+    unsigned char *live;   // (nstmts * 4) whether statement i's column u is used (liveness)
+    int *nu;               // (nloops + 1) loop l's iterations a thread, unrolled; 0: not unrolled
+    int *cache_of;         // (nstmts) the earlier load whose registers a load reads; -1: none
+    unsigned char *rowdep; // (nstmts) whether the statement's value depends on the row
+    unsigned char *colacc; // (nstmts) whether an ACC adds into column accumulators
+} Expr;
 
-    // geometry
+static void expr_free(Expr *x) {
+    free(x->af);
+    free(x->vec);
+    free(x->live);
+    free(x->nu);
+    free(x->cache_of);
+    free(x->rowdep);
+    free(x->colacc);
+}
+
+// x's arrays, zeroed (cache_of is filled by expr_analyse). -1 out of memory.
+static int expr_alloc(Expr *x) {
+    const KirKernel *k = x->k;
+    x->af = calloc((size_t)k->nstmts + 1, sizeof *x->af);
+    x->vec = calloc((size_t)k->nloops + 1, sizeof *x->vec);
+    x->live = calloc((size_t)k->nstmts * 4 + 4, 1);
+    x->nu = calloc((size_t)k->nloops + 1, sizeof *x->nu);
+    x->cache_of = malloc(((size_t)k->nstmts + 1) * sizeof *x->cache_of);
+    x->rowdep = calloc((size_t)k->nstmts + 1, 1);
+    x->colacc = calloc((size_t)k->nstmts + 1, 1);
+    return x->af && x->vec && x->live && x->nu && x->cache_of && x->rowdep && x->colacc ? 0 : -1;
+}
+
+// The launch shape, by the widest column loop: threads, threads per row and
+// rows per block; the grid covers the rows (up to 2^20 blocks, rows beyond
+// stride through it).
+static void expr_geometry(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
     int64_t maxcols = 0;
     for (int l = 0; l < k->nloops; l++) maxcols = k->cols[l] > maxcols ? k->cols[l] : maxcols;
-    int block, group, rpb; // threads, threads per row, rows per block
-    if (k->nloops == 0) block = 256, group = 1, rpb = 256;
-    else if (maxcols <= 512) block = 128, group = 32, rpb = 4;
+    if (k->nloops == 0) x->block = 256, x->group = 1, x->rpb = 256;
+    else if (maxcols <= 512) x->block = 128, x->group = 32, x->rpb = 4;
     else {
-        block = maxcols <= 4096 ? 256 : maxcols <= 16384 ? 512 : 1024;
-        group = block, rpb = 1;
+        x->block = maxcols <= 4096 ? 256 : maxcols <= 16384 ? 512 : 1024;
+        x->group = x->block, x->rpb = 1;
     }
-    int64_t grid = (k->rows + rpb - 1) / rpb;
+    int64_t grid = (k->rows + x->rpb - 1) / x->rpb;
     if (grid > 1 << 20) grid = 1 << 20; // rows beyond stride through the grid
-    info->grid = (int)grid, info->block = block, info->smem = 0;
+    info->grid = (int)grid, info->block = x->block, info->smem = 0;
+}
 
-    Aff *af = calloc((size_t)k->nstmts + 1, sizeof *af);
-    int *vec = calloc((size_t)k->nloops + 1, sizeof *vec);
-    if (!af || !vec) {
-        e->oom = 1;
-        free(af), free(vec);
-        return;
-    }
-    analyse(k, af);
-    int has_red = 0, nacc64 = 0;
-    for (int l = 1; l <= k->nloops; l++) vec[l] = loop_vectorises(k, af, l), info->vectorised |= vec[l];
-    for (int i = 0; i < k->nstmts; i++) has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
-    unsigned char *live = calloc((size_t)k->nstmts * 4 + 4, 1);
-    int *nu = calloc((size_t)k->nloops + 1, sizeof *nu), *cache_of = malloc(((size_t)k->nstmts + 1) * sizeof *cache_of);
-    if (!live || !nu || !cache_of) {
-        e->oom = 1;
-        free(af), free(vec), free(live), free(nu), free(cache_of);
-        return;
-    }
+// Which loops vectorise, which loops unroll, which loads read an earlier
+// loop's registers, and which values are used.
+static void expr_analyse(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
+    analyse(k, x->af);
+    for (int l = 1; l <= k->nloops; l++) x->vec[l] = loop_vectorises(k, x->af, l), info->vectorised |= x->vec[l];
+    for (int i = 0; i < k->nstmts; i++) x->has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
     // loops each thread runs at most 8 times are unrolled (counted), and may
     // keep loads in registers for later loops of the same shape
     enum { MAX_CACHED = 8 };
     for (int l = 1; l <= k->nloops; l++) {
-        int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1], it = (n + group - 1) / group;
-        nu[l] = group > 1 && it <= MAX_CACHED ? (int)it : 0;
+        int64_t n = x->vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1], it = (n + x->group - 1) / x->group;
+        x->nu[l] = x->group > 1 && it <= MAX_CACHED ? (int)it : 0;
     }
+    const int *nu = x->nu, *vec = x->vec;
     for (int j = 0; j < k->nstmts; j++) {
         const KirStmt *s = &k->stmts[j];
-        cache_of[j] = -1;
+        x->cache_of[j] = -1;
         if (s->op != KOP_LOAD || !s->loop || !nu[s->loop] || (k->args[s->a].access & (KA_WRITE | KA_ACC32 | KA_ACC64)))
             continue;
-        for (int i = 0; i < j && cache_of[j] < 0; i++) {
+        for (int i = 0; i < j && x->cache_of[j] < 0; i++) {
             const KirStmt *p = &k->stmts[i];
             if (p->op == KOP_LOAD && p->loop && p->loop < s->loop && nu[p->loop] == nu[s->loop] &&
                 vec[p->loop] == vec[s->loop] && k->cols[p->loop - 1] == k->cols[s->loop - 1] && p->a == s->a &&
                 p->type == s->type && same_expr(k, p->b, s->b, 0))
-                cache_of[j] = cache_of[i] >= 0 ? cache_of[i] : i;
+                x->cache_of[j] = x->cache_of[i] >= 0 ? x->cache_of[i] : i;
         }
     }
-    liveness(k, af, vec, cache_of, live);
-    // Column accumulators: an ACC in an unrolled loop whose index depends on
-    // the column only (bias and norm-weight gradients: sums over rows) adds
-    // into registers across the rows a thread visits, and into memory once
-    // after its last row; the grid shrinks so that each group visits several
-    // rows. Anything else accumulates atomically where it happens.
-    unsigned char *rowdep = calloc((size_t)k->nstmts + 1, 1), *colacc = calloc((size_t)k->nstmts + 1, 1);
+    liveness(k, x->af, vec, x->cache_of, x->live);
+}
+
+// Column accumulators: an ACC in an unrolled loop whose index depends on
+// the column only (bias and norm-weight gradients: sums over rows) adds
+// into registers across the rows a thread visits, and into memory once
+// after its last row; the grid shrinks so that each group visits several
+// rows. Anything else accumulates atomically where it happens. Then the
+// finishing kernel's grid, over the largest double accumulator.
+static void expr_accumulators(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
+    unsigned char *rowdep = x->rowdep, *colacc = x->colacc;
     int ncolacc = 0;
-    if (!rowdep || !colacc) e->oom = 1;
-    for (int i = 0; rowdep && colacc && i < k->nstmts; i++) {
+    for (int i = 0; i < k->nstmts; i++) {
         const KirStmt *s = &k->stmts[i];
         switch (s->op) {
         case KOP_CONST: case KOP_COL: break;
         case KOP_ROW: case KOP_LOAD: case KOP_RSUM: case KOP_RMAX: rowdep[i] = 1; break;
         case KOP_STORE: case KOP_ACC:
-            colacc[i] = s->op == KOP_ACC && s->loop && nu[s->loop] && !rowdep[s->b];
+            colacc[i] = s->op == KOP_ACC && s->loop && x->nu[s->loop] && !rowdep[s->b];
             ncolacc += colacc[i];
             break;
         default:
@@ -475,161 +507,245 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     if (ncolacc && info->grid > COLACC_GRID) info->grid = COLACC_GRID;
     int64_t finish_n = 0;
     for (int i = 0; i < k->nargs; i++)
-        if (k->args[i].access & KA_ACC64) nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
-    info->finish_grid = nacc64 ? (int)((finish_n + 255) / 256 < 65536 ? (finish_n + 255) / 256 : 65536) : 0;
+        if (k->args[i].access & KA_ACC64)
+            x->nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
+    info->finish_grid = x->nacc64 ? (int)((finish_n + 255) / 256 < 65536 ? (finish_n + 255) / 256 : 65536) : 0;
+}
 
-    // signature
-    e->cur = korigin;
+// The kernel's comment, launch constant and signature, its column
+// accumulators, and the head of the row loop.
+static void emit_expr_head(Ctx *c, const Expr *x, const CudaKernelInfo *info) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const char *sym = x->sym;
+    int block = x->block, group = x->group;
+    e->cur = x->origin;
     em(e, "\n// %s: %d ops, %lld rows", sym, k->nnodes, (long long)k->rows);
-    for (int l = 0; l < k->nloops; l++) em(e, "%s%lld%s", l ? ", " : " x [", (long long)k->cols[l], vec[l + 1] ? "/4" : "");
+    for (int l = 0; l < k->nloops; l++)
+        em(e, "%s%lld%s", l ? ", " : " x [", (long long)k->cols[l], x->vec[l + 1] ? "/4" : "");
     em(e, "%s; %s\n", k->nloops ? "]" : "",
        group == 1 ? "a thread per row" : group == 32 ? "a warp per row" : "a block per row");
     em(e, "extern \"C\" __constant__ int %s_launch[4] = {%d, %d, 0, %d};\n", sym, info->grid, block, info->finish_grid);
     em(e, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, sym);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
-        const char *st = a->access & KA_ACC64 ? "double" : a->dtype == KT_I32 ? "int" : cuda_arg_bf16(a) ? "bf16" : "float";
+        const char *st = a->access & KA_ACC64 ? "double"
+                         : a->dtype == KT_I32     ? "int"
+                         : cuda_arg_bf16(a)       ? "bf16"
+                                                  : "float";
         em(e, "%s%s%s *a%d", i ? ", " : "", (a->access & ~KA_ROWLOCAL) == KA_READ ? "const " : "", st, i);
     }
     em(e, ") {\n");
-    if (group > 32 && has_red) em(e, "    __shared__ double mt_red[32];\n");
+    if (group > 32 && x->has_red) em(e, "    __shared__ double mt_red[32];\n");
     for (int i = 0; i < k->nstmts; i++)
-        if (colacc[i]) { // sums and where they go (-1: nowhere yet)
-            int w = vec[k->stmts[i].loop] ? 4 : 1, n = nu[k->stmts[i].loop] * w;
+        if (x->colacc[i]) { // sums and where they go (-1: nowhere yet)
+            int w = x->vec[k->stmts[i].loop] ? 4 : 1, n = x->nu[k->stmts[i].loop] * w;
             int dbl = (k->args[k->stmts[i].a].access & KA_ACC64) && c->opt->exact_f64; // a few rows: fp32 is enough
             em(e, "    %s v%d_acc[%d] = {};\n    long long v%d_at[%d];\n", dbl ? "double" : "float", i, n, i, n);
             em(e, "    for (int q = 0; q < %d; q++) v%d_at[q] = -1;\n", n, i);
         }
     if (group == 1)
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; row += (long long)gridDim.x * %d) {\n",
-           block, (long long)k->rows, block);
+        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; "
+              "row += (long long)gridDim.x * %d) {\n", block, (long long)k->rows, block);
     else {
         em(e, "    const int tid = threadIdx.x %% %d;\n", group);
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; row += (long long)gridDim.x * %d) {\n",
-           rpb, group, (long long)k->rows, rpb);
+        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; "
+              "row += (long long)gridDim.x * %d) {\n", x->rpb, group, (long long)k->rows, x->rpb);
     }
+}
 
-    // statements, column loop by column loop
+// Closes column loop l, then reduces its live totals over the group.
+static void close_column_loop(Ctx *c, const Expr *x, int l, int *prev_node) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    e->cur = x->origin;
+    em(e, "        }\n");
+    for (int j = 0; j < k->nstmts; j++) {
+        const KirStmt *s = &k->stmts[j];
+        if (s->loop != l || (s->op != KOP_RSUM && s->op != KOP_RMAX) || !x->live[4 * j]) continue;
+        const char *fn = s->op == KOP_RSUM ? "sum" : "max";
+        e->cur = node_origin(c, x->sym, x->part, s->node), *prev_node = -2;
+        if (x->group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
+        else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(eff(c, s->type)));
+    }
+}
+
+// The identity of a running maximum of type et.
+static const char *max_identity(int et) {
+    return et == KT_F32   ? "__int_as_float(0xff800000)"
+           : et == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)"
+           : et == KT_I32 ? "(int)0x80000000"
+                          : "(long long)0x8000000000000000ULL";
+}
+
+// Opens column loop l, whose statements start at i: its totals first,
+// registers for the loads later loops reuse, then the loop's head.
+static void open_column_loop(Ctx *c, const Expr *x, int l, int i) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const unsigned char *live = x->live;
+    e->cur = x->origin;
+    for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
+        const KirStmt *s = &k->stmts[j];
+        if (!live[4 * j]) continue;
+        const int et = eff(c, s->type);
+        if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(et), j);
+        if (s->op == KOP_RMAX) em(e, "        %s v%d = %s;\n", ctype(et), j, max_identity(et));
+    }
+    int64_t n = x->vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1];
+    int w = x->vec[l] ? 4 : 1, group = x->group;
+    for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) { // registers for later loops
+        int used = 0;
+        for (int q = j + 1; q < k->nstmts; q++)
+            used |= x->cache_of[q] == j && (live[4 * q] | live[4 * q + 1] | live[4 * q + 2] | live[4 * q + 3]);
+        if (used) em(e, "        %s v%d_r[%d][%d];\n", ctype(k->stmts[j].type), j, x->nu[l], w);
+    }
+    if (x->nu[l]) {
+        em(e, "#pragma unroll\n        for (int mt_it = 0; mt_it < %d; mt_it++) {\n", x->nu[l]);
+        em(e, "            const long long mt_c = tid + (long long)mt_it * %d;\n", group);
+        em(e, "            if (mt_c >= %lldLL) break;\n", (long long)n);
+    } else if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
+    else em(e, "        for (long long mt_c = tid; mt_c < %lldLL; mt_c += %d) {\n", (long long)n, group);
+}
+
+// A vector load or store of statement i: four columns at once.
+static void emit_vector_access(Ctx *c, const Expr *x, int i) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const KirStmt *s = &k->stmts[i];
+    const unsigned char *live = x->live;
+    char idx[48], v4[4][48];
+    val(idx, sizeof idx, k, s->b, 0);
+    if (s->op == KOP_LOAD) {
+        static const char XYZW[] = "xyzw";
+        if (live[4 * i] | live[4 * i + 1] | live[4 * i + 2] | live[4 * i + 3])
+            em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
+        for (int u = 0; u < 4; u++)
+            if (live[4 * i + u]) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
+    } else {
+        for (int u = 0; u < 4; u++) val(v4[u], sizeof v4[u], k, s->c, u);
+        em(e, "            mt_st4(a%d + %s, mt_pack4(%s, %s, %s, %s));\n", s->a, idx, v4[0], v4[1], v4[2], v4[3]);
+    }
+}
+
+// Statement i of column loop l (0: row level), w columns at once: into
+// column accumulators, from an earlier loop's registers, as a vector
+// access, or one line a live column; then into registers for later loops.
+static void emit_expr_stmt(Ctx *c, const Expr *x, int i, int l) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const KirStmt *s = &k->stmts[i];
+    const unsigned char *live = x->live;
+    int w = l && x->vec[l] ? 4 : 1;
+    if (x->colacc[i]) {
+        const char *at = (k->args[s->a].access & KA_ACC64) && c->opt->exact_f64 ? "double" : "float";
+        for (int u = 0; u < w; u++) {
+            char ix[48], vv[48];
+            val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
+            em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i,
+               w, u, at, vv, i, w, u, ix);
+        }
+    } else if (x->cache_of[i] >= 0) { // a load an earlier loop already made
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u])
+                em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, x->cache_of[i], u);
+    } else if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, x->af, s)) {
+        emit_vector_access(c, x, i);
+    } else {
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, x->group);
+    }
+    int provides = 0;
+    for (int q = i + 1; q < k->nstmts; q++) provides |= x->cache_of[q] == i;
+    if (provides && x->cache_of[i] < 0)
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u]) em(e, "            v%d_r[mt_it][%d] = v%d_%d;\n", i, u, i, u);
+}
+
+// The statements, column loop by column loop; the test hook's error or
+// warning after the first statement of the kernel it names.
+static void emit_expr_body(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
     c->inject_count++;
     int cur = 0, injected = 0, prev_node = -2;
     for (int i = 0; i <= k->nstmts; i++) {
         int l = i < k->nstmts ? k->stmts[i].loop : 0;
-        if (l != cur && cur != 0) { // close loop `cur`, then reduce its totals over the group
-            e->cur = korigin;
-            em(e, "        }\n");
-            for (int j = 0; j < k->nstmts; j++) {
-                const KirStmt *s = &k->stmts[j];
-                if (s->loop != cur || (s->op != KOP_RSUM && s->op != KOP_RMAX) || !live[4 * j]) continue;
-                const char *fn = s->op == KOP_RSUM ? "sum" : "max";
-                e->cur = node_origin(c, sym, part, s->node), prev_node = -2;
-                if (group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
-                else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(eff(c, s->type)));
-            }
-        }
+        if (l != cur && cur != 0) close_column_loop(c, x, cur, &prev_node);
         if (i == k->nstmts) break;
-        if (l != cur && l != 0) { // open loop l: its totals first
-            e->cur = korigin;
-            for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
-                const KirStmt *s = &k->stmts[j];
-                if (!live[4 * j]) continue;
-                const int et = eff(c, s->type);
-                if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(et), j);
-                if (s->op == KOP_RMAX)
-                    em(e, "        %s v%d = %s;\n", ctype(et), j,
-                       et == KT_F32 ? "__int_as_float(0xff800000)" : et == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)" : et == KT_I32 ? "(int)0x80000000" : "(long long)0x8000000000000000ULL");
-            }
-            int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1];
-            int w = vec[l] ? 4 : 1;
-            for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) { // registers for later loops
-                int used = 0;
-                for (int q = j + 1; q < k->nstmts; q++) used |= cache_of[q] == j && (live[4 * q] | live[4 * q + 1] | live[4 * q + 2] | live[4 * q + 3]);
-                if (used) em(e, "        %s v%d_r[%d][%d];\n", ctype(k->stmts[j].type), j, nu[l], w);
-            }
-            if (nu[l]) {
-                em(e, "#pragma unroll\n        for (int mt_it = 0; mt_it < %d; mt_it++) {\n", nu[l]);
-                em(e, "            const long long mt_c = tid + (long long)mt_it * %d;\n", group);
-                em(e, "            if (mt_c >= %lldLL) break;\n", (long long)n);
-            } else if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
-            else em(e, "        for (long long mt_c = tid; mt_c < %lldLL; mt_c += %d) {\n", (long long)n, group);
-        }
+        if (l != cur && l != 0) open_column_loop(c, x, l, i);
         cur = l;
         const KirStmt *s = &k->stmts[i];
-        if (s->node != prev_node) e->cur = node_origin(c, sym, part, s->node), prev_node = s->node;
-        int w = l && vec[l] ? 4 : 1;
-        char idx[48], v4[4][48];
-        if (colacc[i]) {
-            const char *at = (k->args[s->a].access & KA_ACC64) && c->opt->exact_f64 ? "double" : "float";
-            for (int u = 0; u < w; u++) {
-                char ix[48], vv[48];
-                val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
-                em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i, w, u,
-                   at, vv, i, w, u, ix);
-            }
-        } else if (cache_of[i] >= 0) { // a load an earlier loop already made
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u])
-                    em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, cache_of[i], u);
-        } else if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s)) {
-            val(idx, sizeof idx, k, s->b, 0);
-            if (s->op == KOP_LOAD) {
-                static const char XYZW[] = "xyzw";
-                if (live[4 * i] | live[4 * i + 1] | live[4 * i + 2] | live[4 * i + 3])
-                    em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
-                for (int u = 0; u < 4; u++)
-                    if (live[4 * i + u]) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
-            } else {
-                for (int u = 0; u < 4; u++) val(v4[u], sizeof v4[u], k, s->c, u);
-                em(e, "            mt_st4(a%d + %s, mt_pack4(%s, %s, %s, %s));\n", s->a, idx, v4[0], v4[1], v4[2], v4[3]);
-            }
-        } else {
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, group);
-        }
-        int provides = 0;
-        for (int q = i + 1; q < k->nstmts; q++) provides |= cache_of[q] == i;
-        if (provides && cache_of[i] < 0)
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u]) em(e, "            v%d_r[mt_it][%d] = v%d_%d;\n", i, u, i, u);
+        if (s->node != prev_node) e->cur = node_origin(c, x->sym, x->part, s->node), prev_node = s->node;
+        emit_expr_stmt(c, x, i, l);
         if (!injected && (c->opt->inject_error == c->inject_count || c->opt->inject_warning == c->inject_count)) {
             injected = 1;
             if (c->opt->inject_error == c->inject_count) em(e, "        mt_no_such_function(%d);\n", i);
             else em(e, "        int mt_unused_%d;\n", i);
         }
     }
-    e->cur = korigin;
+}
+
+// The row loop's end, the column accumulators into memory, the kernel's end.
+static void emit_expr_tail(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    e->cur = x->origin;
     em(e, "    }\n");
     for (int i = 0; i < k->nstmts; i++)
-        if (colacc[i]) {
-            int n = nu[k->stmts[i].loop] * (vec[k->stmts[i].loop] ? 4 : 1);
-            e->cur = node_origin(c, sym, part, k->stmts[i].node);
-            em(e, "    for (int q = 0; q < %d; q++)\n        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n", n, i,
-               k->stmts[i].a, i, k->args[k->stmts[i].a].access & KA_ACC64 ? "double" : "float", i);
+        if (x->colacc[i]) {
+            const KirStmt *s = &k->stmts[i];
+            int n = x->nu[s->loop] * (x->vec[s->loop] ? 4 : 1);
+            e->cur = node_origin(c, x->sym, x->part, s->node);
+            em(e, "    for (int q = 0; q < %d; q++)\n"
+                  "        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n",
+               n, i, s->a, i, k->args[s->a].access & KA_ACC64 ? "double" : "float", i);
         }
-    e->cur = korigin;
+    e->cur = x->origin;
     em(e, "}\n");
+}
 
-    if (nacc64) { // SYMBOL_finish: dst = scratch / divisor
-        em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", sym);
-        int j = 0;
-        for (int i = 0; i < k->nargs; i++)
-            if (k->args[i].access & KA_ACC64)
-                em(e, "%s%s *d%d, const double *s%d", j++ ? ", " : "", k->args[i].dtype == KT_BF16 ? "bf16" : "float", i, i);
-        em(e, ") {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
-        for (int i = 0; i < k->nargs; i++)
-            if (k->args[i].access & KA_ACC64) {
-                char lit[64];
-                em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) mt_st(d%d + j, (float)(s%d[j] / %s));\n",
-                   (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
-            }
-        em(e, "}\n");
+// SYMBOL_finish, for the arguments accumulated in double: dst = scratch / divisor.
+static void emit_expr_finish(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", x->sym);
+    int j = 0;
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64) {
+            const char *dst = k->args[i].dtype == KT_BF16 ? "bf16" : "float";
+            em(e, "%s%s *d%d, const double *s%d", j++ ? ", " : "", dst, i, i);
+        }
+    em(e, ") {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64) {
+            char lit[64];
+            em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) "
+                  "mt_st(d%d + j, (float)(s%d[j] / %s));\n",
+               (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
+        }
+    em(e, "}\n");
+}
+
+// Expression kernel ki of part `part`, and its launch into info.
+static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInfo *info) {
+    Expr x = {.k = &set->k[ki], .part = part};
+    kir_symbol(x.sym, sizeof x.sym, part, ki);
+    snprintf(info->symbol, sizeof info->symbol, "%s", x.sym);
+    x.origin = keep(&c->e, "kernel %s", x.sym);
+    expr_geometry(&x, info);
+    if (expr_alloc(&x) != 0) {
+        c->e.oom = 1;
+        expr_free(&x);
+        return;
     }
-    free(af);
-    free(vec);
-    free(live);
-    free(nu);
-    free(cache_of);
-    free(rowdep);
-    free(colacc);
+    expr_analyse(&x, info);
+    expr_accumulators(&x, info);
+    emit_expr_head(c, &x, info);
+    emit_expr_body(c, &x);
+    emit_expr_tail(c, &x);
+    if (x.nacc64) emit_expr_finish(c, &x);
+    expr_free(&x);
 }
 
 // ---------------------------------------------------------------- GEMM epilogues
