@@ -331,104 +331,120 @@ static int by_floor(const void *pa, const void *pb) {
     return a->k != b->k ? (a->k < b->k ? -1 : 1) : (a->s > b->s) - (a->s < b->s);
 }
 
-static int try_mixed(Search *x, SchedChoice c) {
-    const SchedRequest *req = x->req;
-    const Target *t = x->t;
-    int64_t n = x->g->layers - c.resident - c.slots, accumulate = x->g->train.accumulate;
-    if (req->offloaded || req->host_selective) { // asked for: where that many leave the device
-        c.offloaded = req->offloaded, c.host_selective = req->host_selective;
-        return c.offloaded + c.host_selective > n ? 0 : try_choice(x, &c);
-    }
-    if (n < 1) return 0;
-    // The probes, in an arena of their own (the search's keeps the plans it offers): no picks, then for
-    // each block kind its last leaving layer offloaded, and it selective on the host. A picked layer
-    // changes what the plan costs by what its kind and pick make it cost, wherever it lies.
+// What the probe plans of a mixed search found (try_mixed): the plan with
+// no picks, and what a pick of each kind of block adds to it.
+typedef struct Probes {
+    Arena own;           // the probes' plans and these arrays (the search's arena keeps the plans it offers)
+    Plan *p0;            // the plan with no picks
+    Chains ch;           // its chains; ch.picked: a picked layer's, by kind and pick
+    Busy u0, *du;        // its busy times; (nkinds * 3) what a pick adds, by kind and pick
+    int64_t act0, *dact; // its host activation store; (nkinds * 3) what a pick adds, the same
+} Probes;
+
+static int out_of_memory(Search *x) {
+    snprintf(x->err, x->errcap, "out of memory while scheduling");
+    return -1;
+}
+
+// The probes of choice c with n leaving layers, into pr: no picks, then for
+// each block kind its last leaving layer offloaded, and it selective on the
+// host. A picked layer changes what the plan costs by what its kind and
+// pick make it cost, wherever it lies. 0, or -1 with a message.
+static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
     Graph *g = x->g;
     int64_t L = g->layers, nk = g->nkinds;
-    Arena own = {0};
-    Chains ch = {.kind = g->layer_kind}, one = ch;
-    Busy u0 = {0}, *du = arena_alloc(&own, (size_t)(nk * 3) * sizeof *du);            // (nkinds * 3) by kind and pick
-    int64_t *dact = arena_alloc(&own, (size_t)(nk * 3) * sizeof *dact), act0 = 0;      // (nkinds * 3) the same
-    int64_t *last = arena_alloc(&own, (size_t)nk * sizeof *last);                       // (nkinds) -1: none leaves
-    ch.picked = arena_alloc(&own, (size_t)(nk * 3) * sizeof *ch.picked);                // (nkinds * 3)
-    ch.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *ch.unpicked);             // (L)
-    one.unpicked = arena_alloc(&own, (size_t)(L + 1) * sizeof *one.unpicked);           // (L) scratch
-    uint8_t *picks = arena_alloc(&own, (size_t)n + 1);                                   // (n) a pair's picks
-    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
-    Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
-    Plan *p0 = NULL;
-    int rc = E && pairs && du && dact && last && ch.picked && ch.unpicked && one.unpicked && picks ? 0 : -1, oom = rc;
-    for (int64_t k = 0; rc == 0 && k < nk; k++) last[k] = -1;
-    for (int64_t l = 0; rc == 0 && l < n; l++) last[g->layer_kind[l]] = l;
-    for (int64_t i = 0; rc == 0 && i < 1 + 2 * nk; i++) { // no picks; then kind (i - 1) / 2, pick 1 + (i - 1) % 2
+    Arena *own = &pr->own;
+    Chains one = {.kind = g->layer_kind};
+    pr->ch = one;
+    pr->du = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->du);
+    pr->dact = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->dact);
+    int64_t *last = arena_alloc(own, (size_t)nk * sizeof *last); // (nkinds) -1: none leaves
+    pr->ch.picked = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->ch.picked);
+    pr->ch.unpicked = arena_alloc(own, (size_t)(L + 1) * sizeof *pr->ch.unpicked);
+    one.unpicked = arena_alloc(own, (size_t)(L + 1) * sizeof *one.unpicked); // (L) scratch
+    if (!pr->du || !pr->dact || !last || !pr->ch.picked || !pr->ch.unpicked || !one.unpicked) return out_of_memory(x);
+    for (int64_t k = 0; k < nk; k++) last[k] = -1;
+    for (int64_t l = 0; l < n; l++) last[g->layer_kind[l]] = l;
+    for (int64_t i = 0; i < 1 + 2 * nk; i++) { // no picks; then kind (i - 1) / 2, pick 1 + (i - 1) % 2
         int64_t kind = (i - 1) / 2, pick = 1 + (i - 1) % 2;
         if (i > 0 && last[kind] < 0) continue;
         SchedChoice one_pick = c;
-        one_pick.offloaded = i > 0 && pick == PICK_OFFLOAD, one_pick.host_selective = i > 0 && pick == PICK_HOST_SELECTIVE;
+        one_pick.offloaded = i > 0 && pick == PICK_OFFLOAD;
+        one_pick.host_selective = i > 0 && pick == PICK_HOST_SELECTIVE;
         one_pick.probe_layer = i > 0 ? last[kind] + 1 : 0;
-        Plan *p = schedule_build(g, t, &one_pick, &own, x->err, x->errcap);
-        if (!p) {
-            free(E), free(pairs), arena_free(&own);
-            return -1;
-        }
+        Plan *p = schedule_build(g, x->t, &one_pick, own, x->err, x->errcap);
+        if (!p) return -1;
         Cost pc;
-        double *dur = arena_alloc(&own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
-        if (!dur || cost_plan_with(p, t, x->kernels, &pc, dur) != 0) {
-            rc = oom = -1;
-            break;
-        }
+        double *dur = arena_alloc(own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
+        if (!dur || cost_plan_with(p, x->t, x->kernels, &pc, dur) != 0) return out_of_memory(x);
         if (i == 0) {
-            p0 = p, u0 = busy_of(&pc), act0 = p->host_act_bytes;
-            split_layers(p, dur, n, &ch, ch.unpicked);
+            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes;
+            split_layers(p, dur, n, &pr->ch, pr->ch.unpicked);
             continue;
         }
         Busy b = busy_of(&pc);
-        const double *bi = (const double *)&b, *b0 = (const double *)&u0;
-        double *d = (double *)&du[kind * 3 + pick];
+        const double *bi = (const double *)&b, *b0 = (const double *)&pr->u0;
+        double *d = (double *)&pr->du[kind * 3 + pick];
         for (size_t j = 0; j < sizeof b / sizeof(double); j++) d[j] = bi[j] - b0[j];
-        dact[kind * 3 + pick] = p->host_act_bytes - act0;
+        pr->dact[kind * 3 + pick] = p->host_act_bytes - pr->act0;
         split_layers(p, dur, n, &one, one.unpicked);
-        ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
+        pr->ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
     }
-    for (int pick = PICK_OFFLOAD; rc == 0 && pick <= PICK_HOST_SELECTIVE; pick++) { // the pairs (1, 0) and (0, 1)
-        SchedChoice one_pick = c;
-        one_pick.offloaded = pick == PICK_OFFLOAD, one_pick.host_selective = pick == PICK_HOST_SELECTIVE;
-        if (n > 1 || pick == PICK_HOST_SELECTIVE) rc = try_choice(x, &one_pick); // all n offloaded is remat offload's
-    }
-    int every = getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0;
+    return 0;
+}
+
+// The floor of every pair (k offloaded, s selective on the host) of c's n
+// leaving layers but the plans built already (the unmixed plan, the pairs
+// (1, 0) and (0, 1), remat offload's), from the probes pr, into pairs
+// (*np of them); those that cannot fit host or device memory only with
+// every (MT_SEARCH_EVERY). 0, or -1 with a message.
+static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int every, Pair *pairs, size_t *np) {
+    const Graph *g = x->g;
+    const Target *t = x->t;
+    int64_t L = g->layers, accumulate = g->train.accumulate;
+    uint8_t *picks = arena_alloc(&pr->own, (size_t)n + 1); // (n) a pair's picks
+    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
+    if (!picks || !E) return free(E), out_of_memory(x);
     HostSide work[PLACE_COUNT];
     for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
-    size_t np = 0;
-    for (int64_t k = 0; rc == 0 && k <= n; k++)
+    for (int64_t k = 0; k <= n; k++)
         for (int64_t s = 0; k + s <= n; s++) {
             if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
-            Busy b = u0;
-            int64_t act = act0;
+            Busy b = pr->u0;
+            int64_t act = pr->act0;
             fill_picks(picks, n, k, s);
             for (int64_t l = 0; l < n; l++) { // each pick adds what its kind and pick add
                 if (picks[l] == PICK_NONE) continue;
-                const double *d = (const double *)&du[g->layer_kind[l] * 3 + picks[l]];
+                const double *d = (const double *)&pr->du[g->layer_kind[l] * 3 + picks[l]];
                 double *bj = (double *)&b;
                 for (size_t j = 0; j < sizeof b / sizeof(double); j++) bj[j] += d[j];
-                act += dact[g->layer_kind[l] * 3 + picks[l]];
+                act += pr->dact[g->layer_kind[l] * 3 + picks[l]];
             }
-            HostSide h = host_side(p0, t, act, work, &own);
-            if (!h.updates) {
-                rc = oom = -1;
-                break;
-            }
+            HostSide h = host_side(pr->p0, t, act, work, &pr->own);
+            if (!h.updates) return free(E), out_of_memory(x);
             // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
             int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
                              (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
                              b.device_bytes > t->device_memory + 1e6;
             if (cannot_fit && !every) continue;
             // the first micro-batch's chains (on one thread, a cpu's, the busy times say it all)
-            double chain = strcmp(t->arch, "cpu") != 0 ? chain_floor(&ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F) : 0;
+            double chain = strcmp(t->arch, "cpu") != 0
+                               ? chain_floor(&pr->ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F)
+                               : 0;
             double floor = floor_step(&b, &h, t, accumulate, chain);
-            pairs[np++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
+            pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
         }
-    if (oom) snprintf(x->err, x->errcap, "out of memory while scheduling");
-    if (np) qsort(pairs, np, sizeof *pairs, by_floor);
+    free(E);
+    return 0;
+}
+
+// Builds the pairs of c in order of their floors until none left could
+// beat the fastest fitting plan (or req->beat_s) by more than SEARCH_GAP;
+// with every, all of them, each checked against its floor and its skip.
+// 0, or -1 with a message.
+static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, int every) {
+    const SchedRequest *req = x->req;
+    int rc = 0;
     for (size_t i = 0; i < np && rc == 0; i++) {
         const SchedResult *best = x->best;
         double beat = best->plan && best->fits ? best->cost.step_s : INFINITY;
@@ -445,9 +461,35 @@ static int try_mixed(Search *x, SchedChoice c) {
             rc = -1;
         }
     }
-    free(E);
+    return rc;
+}
+
+// The mixed plans of choice c, by branch and bound (above): the probes, the
+// pairs (1, 0) and (0, 1), every other pair's floor, then the pairs in
+// order of their floors. 0, or -1 with a message.
+static int try_mixed(Search *x, SchedChoice c) {
+    const SchedRequest *req = x->req;
+    int64_t n = x->g->layers - c.resident - c.slots;
+    if (req->offloaded || req->host_selective) { // asked for: where that many leave the device
+        c.offloaded = req->offloaded, c.host_selective = req->host_selective;
+        return c.offloaded + c.host_selective > n ? 0 : try_choice(x, &c);
+    }
+    if (n < 1) return 0;
+    Probes pr = {0};
+    Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
+    size_t np = 0;
+    int rc = pairs ? probe_picks(x, c, n, &pr) : out_of_memory(x);
+    for (int pick = PICK_OFFLOAD; rc == 0 && pick <= PICK_HOST_SELECTIVE; pick++) { // the pairs (1, 0) and (0, 1)
+        SchedChoice one_pick = c;
+        one_pick.offloaded = pick == PICK_OFFLOAD, one_pick.host_selective = pick == PICK_HOST_SELECTIVE;
+        if (n > 1 || pick == PICK_HOST_SELECTIVE) rc = try_choice(x, &one_pick); // all n offloaded is remat offload's
+    }
+    int every = getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0;
+    if (rc == 0) rc = floor_pairs(x, c, n, &pr, every, pairs, &np);
+    if (rc == 0 && np) qsort(pairs, np, sizeof *pairs, by_floor);
+    if (rc == 0) rc = build_pairs(x, c, pairs, np, every);
     free(pairs);
-    arena_free(&own);
+    arena_free(&pr.own);
     return rc;
 }
 
