@@ -64,8 +64,8 @@ static int kind_annotations_allow(Graph *g, PartKind pk, const SchedChoice *c, A
         case ANNOT_NONE: ok = 1; break;
         }
         if (!ok) {
-            snprintf(why, cap, "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its annotation "
-                     "says", remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots,
+            snprintf(why, cap, "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its "
+                     "annotation says", remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots,
                      (long long)c->resident, annot_name(n->annot),
                      n->name ? n->name : "?", n->loc.line);
             return 0;
@@ -156,7 +156,8 @@ typedef struct Busy {
 
 static Busy busy_of(const Cost *c) {
     return (Busy){.device = c->compute_s + c->device_copy_s, .in = c->copy_in_s, .out = c->copy_out_s,
-                  .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes), .device_bytes = (double)c->device_peak_bytes};
+                  .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes),
+                  .device_bytes = (double)c->device_peak_bytes};
 }
 
 // The host's side of a plan: its placement and work, which follow from its
@@ -258,7 +259,8 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
         else if ((in->kind == INS_COPY_IN || (in->kind == INS_RUN && part_is_block(in->part))) && in->layer >= 0)
             cur = in->layer;
         int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
-            copy_in = in->engine == ENG_COPY_IN && (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
+            copy_in = in->engine == ENG_COPY_IN &&
+                      (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
             save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
         if (post) ch->post += compute || in->engine == ENG_COPY_OUT || in->kind == INS_NORM ? d : 0;
         else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
@@ -403,7 +405,8 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
     const Target *t = x->t;
     int64_t L = g->layers, accumulate = g->train.accumulate;
     uint8_t *picks = arena_alloc(&pr->own, (size_t)n + 1); // (n) a pair's picks
-    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL; // (L + slots + 1)
+    // E, F: (L + slots + 1) chain_floor's scratch
+    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL;
     if (!picks || !E) return free(E), out_of_memory(x);
     HostSide work[PLACE_COUNT];
     for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
@@ -514,94 +517,91 @@ static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a,
     return lo;
 }
 
-static int search(Search *x) {
-    Graph *g = x->g;
-    const Target *t = x->t;
+// The baselines: fixed shapes, with checkpoints on the device and on the host.
+static int search_baseline(Search *x) {
     const SchedRequest *req = x->req;
-    Arena *a = x->a;
-    SchedResult *best = x->best;
-    char *err = x->err;
-    size_t errcap = x->errcap;
-    int64_t L = g->layers;
-    if (req->resident > L) {
-        snprintf(err, errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident, (long long)L);
-        return -1;
+    // megatrain prefetches into two slots. ZeRO-3 too: once its trace is recorded, each
+    // submodule's pre-forward hook queues up to stage3_prefetch_bucket_size (5e7) more elements
+    // on a side stream, up to stage3_max_live_parameters (1e9) live, and the host waits for
+    // that stream before the submodule runs (partitioned_param_coordinator.py fetch_sub_module,
+    // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
+    // computes, as in two slots
+    SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2,
+                     .ranks = req->ranks, .sharded = req->shard > 0};
+    for (int host = 0; host < 2; host++) {
+        c.ckpt_host = host;
+        if (try_choice(x, &c) != 0) return -1;
     }
-    if (req->policy != POLICY_MT) { // the baselines: fixed shapes
-        // megatrain prefetches into two slots. ZeRO-3 too: once its trace is recorded, each
-        // submodule's pre-forward hook queues up to stage3_prefetch_bucket_size (5e7) more elements
-        // on a side stream, up to stage3_max_live_parameters (1e9) live, and the host waits for
-        // that stream before the submodule runs (partitioned_param_coordinator.py fetch_sub_module,
-        // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
-        // computes, as in two slots
-        SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER,
-                         .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2, .ranks = req->ranks, .sharded = req->shard > 0};
-        for (int host = 0; host < 2; host++) {
-            c.ckpt_host = host;
-            if (try_choice(x, &c) != 0) return -1;
-        }
-        return 0;
-    }
-    int tiled = g->parts[PART_BLOCK].nchunks > 0;
-    int asked = req->offloaded || req->host_selective; // a mixed plan of these picks
-    if (asked && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
-        req->remat != REMAT_SELECTIVE) {
-        snprintf(err, errcap, "picked layers mix into remat layer or selective, not %s", remat_name(req->remat));
-        return -1;
-    }
-    for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
-        if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
-        if (asked && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
-            continue; // a mixed plan was asked for
-        if (rm == REMAT_MIXED || asked) { // per layer: offload some, keep some selectively on the host, recompute the rest
-            for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
-                for (int host = 0; host < 2; host++)
-                    for (int slots = 1; slots <= MAX_SLOTS; slots++) {
-                        // two or three slots unless asked: the next layer's weights cross while this one
-                        // computes; a third lets a layer's saves finish while the next two compute
-                        if (!req->slots && slots < 2) continue;
-                        if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat)
-                            continue;
-                        if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
-                        if (req->slots && slots != req->slots) continue;
-                        if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                        SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host,
-                                         .ranks = req->ranks, .sharded = req->shard > 0};
-                        c.resident = req->resident >= 0 ? req->resident : most_resident(g, t, c, a, err, errcap);
-                        if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
-                    }
-            continue;
-        }
+    return 0;
+}
 
-        if (rm == REMAT_NONE) { // every layer resident
-            if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
-                snprintf(err, errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
-                         (long long)req->resident);
-                return -1;
-            }
-            SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L, .ranks = req->ranks,
-                             .sharded = req->shard > 0};
-            if (try_choice(x, &c) != 0) return -1;
-            continue;
-        }
+// Per layer: offload some, keep some selectively on the host, recompute the
+// rest (layer or selective), for every slot count and checkpoint place asked.
+static int search_mixed(Search *x, int tiled) {
+    const SchedRequest *req = x->req;
+    for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
         for (int host = 0; host < 2; host++)
             for (int slots = 1; slots <= MAX_SLOTS; slots++) {
-                if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
+                // two or three slots unless asked: the next layer's weights cross while this one
+                // computes; a third lets a layer's saves finish while the next two compute
+                if (!req->slots && slots < 2) continue;
+                if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat) continue;
+                if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .ckpt_host = host,
+                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host,
                                  .ranks = req->ranks, .sharded = req->shard > 0};
-                // recomputed chunk by chunk: nothing resident
-                // (and none under a recompute or offload annotation: resident layers keep everything)
-                int chunked = tiled && rm == REMAT_LAYER,
-                    dropped = has_annotation(g, ANNOT_RECOMPUTE) || has_annotation(g, ANNOT_OFFLOAD);
-                c.resident = req->resident >= 0 ? req->resident
-                             : chunked || dropped ? 0
-                                                  : most_resident(g, t, c, a, err, errcap);
-                if (c.resident < 0) return -1;
-                if (try_choice(x, &c) != 0) return -1;
+                c.resident = req->resident >= 0 ? req->resident : most_resident(x->g, x->t, c, x->a, x->err, x->errcap);
+                if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
             }
+    return 0;
+}
+
+// Remat none: every layer resident.
+static int search_all_resident(Search *x) {
+    const SchedRequest *req = x->req;
+    int64_t L = x->g->layers;
+    if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
+        snprintf(x->err, x->errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
+                 (long long)req->resident);
+        return -1;
     }
+    SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L, .ranks = req->ranks,
+                     .sharded = req->shard > 0};
+    return try_choice(x, &c) != 0 ? -1 : 0;
+}
+
+// Remat mode rm (layer, selective, offload) for every slot count and
+// checkpoint place asked, with the most resident layers that fit.
+static int search_streamed(Search *x, Remat rm, int tiled) {
+    const SchedRequest *req = x->req;
+    Graph *g = x->g;
+    for (int host = 0; host < 2; host++)
+        for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+            if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
+            if (req->slots && slots != req->slots) continue;
+            if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+            SchedChoice c = {.policy = POLICY_MT, .remat = rm, .slots = slots, .ckpt_host = host,
+                             .ranks = req->ranks, .sharded = req->shard > 0};
+            // recomputed chunk by chunk: nothing resident
+            // (and none under a recompute or offload annotation: resident layers keep everything)
+            int chunked = tiled && rm == REMAT_LAYER,
+                dropped = has_annotation(g, ANNOT_RECOMPUTE) || has_annotation(g, ANNOT_OFFLOAD);
+            c.resident = req->resident >= 0 ? req->resident
+                         : chunked || dropped ? 0
+                                              : most_resident(g, x->t, c, x->a, x->err, x->errcap);
+            if (c.resident < 0) return -1;
+            if (try_choice(x, &c) != 0) return -1;
+        }
+    return 0;
+}
+
+// After the modes: remat mixed with too few layers to mix offers the plain
+// plan, refused; picks asked that no plan has room for are an error.
+static int search_refusals(Search *x, int asked) {
+    const SchedRequest *req = x->req;
+    SchedResult *best = x->best;
+    int64_t L = x->g->layers;
     if (req->remat == REMAT_MIXED && !asked && !best->plan) { // too few layers to mix: the plain plan, refused
         SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1, .ranks = req->ranks,
                          .sharded = req->shard > 0};
@@ -611,13 +611,43 @@ static int search(Search *x) {
                  "%lld layers stream through at least 1 slot", (long long)L);
     }
     if (asked && !best->plan) {
-        snprintf(err, errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no plan of the "
-                 "request has that many layers leaving the device (%lld layers, less the resident ones and the slots "
-                 "the backward finds intact)", (long long)(req->offloaded + req->host_selective),
+        snprintf(x->err, x->errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no "
+                 "plan of the request has that many layers leaving the device (%lld layers, less the resident ones "
+                 "and the slots the backward finds intact)", (long long)(req->offloaded + req->host_selective),
                  (long long)req->offloaded, (long long)req->host_selective, (long long)L);
         return -1;
     }
     return 0;
+}
+
+// The search of x's request: the baselines' fixed shapes, or mt's remat
+// modes as asked, the fastest that fits into x->best. 0, or -1 with a message.
+static int search(Search *x) {
+    const SchedRequest *req = x->req;
+    int64_t L = x->g->layers;
+    if (req->resident > L) {
+        snprintf(x->err, x->errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident,
+                 (long long)L);
+        return -1;
+    }
+    if (req->policy != POLICY_MT) return search_baseline(x);
+    int tiled = x->g->parts[PART_BLOCK].nchunks > 0;
+    int asked = req->offloaded || req->host_selective; // a mixed plan of these picks
+    if (asked && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
+        req->remat != REMAT_SELECTIVE) {
+        snprintf(x->err, x->errcap, "picked layers mix into remat layer or selective, not %s", remat_name(req->remat));
+        return -1;
+    }
+    for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
+        if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
+        if (asked && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
+            continue; // a mixed plan was asked for
+        int rc = rm == REMAT_MIXED || asked ? search_mixed(x, tiled)
+                 : rm == REMAT_NONE         ? search_all_resident(x)
+                                            : search_streamed(x, (Remat)rm, tiled);
+        if (rc != 0) return -1;
+    }
+    return search_refusals(x, asked);
 }
 
 int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *best, char *err,
