@@ -815,78 +815,83 @@ static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {
            (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
 }
 
-int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
-              size_t errcap) {
-    memset(out, 0, sizeof *out);
-    Ctx c = {.e = {.s = out}, .opt = opt, .g = g};
-    Emitter *e = &c.e;
-    int total = 0;
-    for (int p = 0; p < PART_COUNT; p++) total += prog->parts[p].n;
-    out->info = calloc((size_t)total + 1, sizeof *out->info);
-    if (!out->info) goto oom;
-
-    // the plan's storage (the storage rule marks every float tensor alike)
+// Whether the plan stores bf16 (the storage rule marks every float tensor alike).
+static int program_bf16(const KirProgram *prog) {
     int bf16 = 0;
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++)
             for (int j = 0; j < prog->parts[p].k[i].nargs; j++) bf16 |= prog->parts[p].k[i].args[j].dtype == KT_BF16;
-    // attention instantiations: each variant used, once; tensor cores where
-    // attn_tc_ok (bf16, head sizes 64, 128, 192 or 256), else the fp32 template, the fallback
-    enum { MAX_ATTN = 32 };
-    AttnVariant inst[MAX_ATTN];
-    int ninst = 0, ntc = 0;
-    for (int p = 0; p < PART_COUNT; p++)
-        for (int i = 0; i < prog->parts[p].n; i++) {
-            const KirKernel *k = &prog->parts[p].k[i];
-            if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
-            if (k->attn.Dv != k->attn.D && !attn_variant(k, bf16).tc) { // the fp32 template takes one head width
-                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
-                snprintf(err, errcap,
-                         "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has a CUDA "
-                         "kernel only on tensor cores (bf16 storage, head sizes 64, 128, 192 or 256); a cpu target "
-                         "runs it (--target local, tiny-1layer)",
-                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col,
-                         (long long)k->attn.D, (long long)k->attn.Dv);
-                cuda_source_free(out);
-                return -1;
-            }
-            AttnVariant v = attn_variant(k, bf16);
-            int seen = 0;
-            for (int j = 0; j < ninst; j++) seen |= attn_variant_eq(&inst[j], &v);
-            if (seen) continue;
-            if (ninst == MAX_ATTN) {
-                snprintf(err, errcap, "more than %d attention variants in one plan", MAX_ATTN);
-                cuda_source_free(out);
-                return -1;
-            }
-            size_t need = v.tc ? attn_tc_smem_max(v.D, v.Dv) : attn_smem_max(v.D);
-            if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
-                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
-                snprintf(err, errcap,
-                         "%s:%d:%d: error: attention with head size %d needs %zu bytes of shared memory; %s allows %zu "
-                         "(and the template stops at 256)",
-                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col, v.D, need,
-                         opt->arch, arch_smem_limit(opt->arch));
-                cuda_source_free(out);
-                return -1;
-            }
-            inst[ninst++] = v, ntc += v.tc;
-        }
+    return bf16;
+}
 
+// The attention instantiations a program needs.
+enum { MAX_ATTN = 32 };
+typedef struct AttnSet {
+    AttnVariant inst[MAX_ATTN]; // (n) each variant used, once
+    int n, ntc;                 // variants, of them on tensor cores
+} AttnSet;
+
+// The node kernel k of part p is anchored at (its first when none): where its errors point.
+static const Node *anchor_node(const Graph *g, int p, const KirKernel *k) {
+    return g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
+}
+
+// Attention kernel k (anchored in part p) into s: tensor cores where
+// attn_tc_ok (bf16, head sizes 64, 128, 192 or 256), else the fp32
+// template, the fallback. 0, or -1 with a message (what no CUDA kernel of
+// mt's runs).
+static int add_attention(AttnSet *s, const KirKernel *k, int p, const Graph *g, const CudaOptions *opt, int bf16,
+                         char *err, size_t errcap) {
+    const char *model = opt->model_path ? opt->model_path : "<model>";
+    AttnVariant v = attn_variant(k, bf16);
+    if (k->attn.Dv != k->attn.D && !v.tc) { // the fp32 template takes one head width
+        snprintf(err, errcap,
+                 "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has a CUDA "
+                 "kernel only on tensor cores (bf16 storage, head sizes 64, 128, 192 or 256); a cpu target "
+                 "runs it (--target local, tiny-1layer)",
+                 model, anchor_node(g, p, k)->loc.line, anchor_node(g, p, k)->loc.col, (long long)k->attn.D,
+                 (long long)k->attn.Dv);
+        return -1;
+    }
+    for (int j = 0; j < s->n; j++)
+        if (attn_variant_eq(&s->inst[j], &v)) return 0;
+    if (s->n == MAX_ATTN) {
+        snprintf(err, errcap, "more than %d attention variants in one plan", MAX_ATTN);
+        return -1;
+    }
+    size_t need = v.tc ? attn_tc_smem_max(v.D, v.Dv) : attn_smem_max(v.D);
+    if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
+        snprintf(err, errcap,
+                 "%s:%d:%d: error: attention with head size %d needs %zu bytes of shared memory; %s allows %zu "
+                 "(and the template stops at 256)",
+                 model, anchor_node(g, p, k)->loc.line, anchor_node(g, p, k)->loc.col, v.D, need, opt->arch,
+                 arch_smem_limit(opt->arch));
+        return -1;
+    }
+    s->inst[s->n++] = v, s->ntc += v.tc;
+    return 0;
+}
+
+// The head of the source: what it is, the embedded .cuh files it needs.
+static void emit_prelude(Emitter *e, const KirProgram *prog, const CudaOptions *opt, int bf16, const AttnSet *s) {
     e->cur = NULL;
     em(e, "// generated by mtc for %s (%s storage); kernel IR -> CUDA C, see compiler/emit/emit_cuda.c\n", opt->arch,
        bf16 ? "bf16" : "f32");
     em_text(e, mt_cuda_prelude);
-    if (ninst || opt->with_reference) em_text(e, mt_cuda_attention);
-    if (ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
+    if (s->n || opt->with_reference) em_text(e, mt_cuda_attention);
+    if (s->ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
     if (opt->with_reference) em_text(e, mt_cuda_attention_ref);
     int nodes = 0; // mixture of experts: the KK_NODE kernels of compiler/emit/cuda/moe.cuh
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++) nodes += prog->parts[p].k[i].kind == KK_NODE;
-    if (nodes && !ntc) em_text(e, mt_cuda_mma); // moe.cuh's tensor-core tiles
+    if (nodes && !s->ntc) em_text(e, mt_cuda_mma); // moe.cuh's tensor-core tiles
     if (nodes) em_text(e, mt_cuda_moe);
-    for (int j = 0; j < ninst; j++) {
-        const AttnVariant *v = &inst[j];
+}
+
+// One instantiation of the attention templates for each variant in s.
+static void emit_attention_instances(Emitter *e, int bf16, const AttnSet *s) {
+    for (int j = 0; j < s->n; j++) {
+        const AttnVariant *v = &s->inst[j];
         char name[64], sc[64], cap[64];
         attn_variant_name_dv(name, sizeof name, bf16, v->D, v->Dv, v->causal, v->window, v->scale, v->softcap);
         int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale) && v->Dv == v->D;
@@ -906,8 +911,45 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                    v->causal ? "true" : "false", sc, cap, v->window, name);
         }
     }
-    out->nattn = ninst;
+}
 
+// GEMM i of part p, cuBLASLt's: a comment for the reader of --emit-cuda.
+static void emit_gemm_comment(Emitter *e, const KirSet *set, int p, int i, CudaKernelInfo *info) {
+    const KirKernel *k = &set->k[i];
+    info->epilogue = gemm_epilogue(set, k);
+    const KirGemm *gm = &k->gemm;
+    e->cur = NULL;
+    em(e, "\n// mt_k%d_%d: cuBLASLt GEMM %lldx%lldx%lld%s%s batch %lld", p, i, (long long)gm->M, (long long)gm->N,
+       (long long)gm->K, gm->ta ? " A^T" : "", gm->tb ? " B^T" : "", (long long)gm->batch);
+    if (gm->epilogue >= 0)
+        em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
+           info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
+    em(e, "\n");
+}
+
+// Node kernel i of part p, compiler/emit/cuda/moe.cuh's: a comment for the reader.
+static void emit_node_comment(Emitter *e, const Graph *g, const KirKernel *k, int p, int i) {
+    const Node *n = g->parts[p].nodes.items[k->anchor];
+    e->cur = NULL;
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD)
+        em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (runtime/backend/moe_launch.h)\n", p, i,
+           op_name(n->op));
+    else em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/emit/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
+}
+
+// Attention kernel i of part p: its instantiation's symbol into info, and a comment.
+static void emit_attention_comment(Emitter *e, const KirKernel *k, int p, int i, int bf16, CudaKernelInfo *info) {
+    AttnVariant v = attn_variant(k, bf16);
+    attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale, v.softcap);
+    info->attn_tc = v.tc;
+    e->cur = NULL;
+    em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,
+       k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T, (long long)k->attn.H,
+       (long long)k->attn.KVH, v.tc ? "tc_" : "", k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}", info->symbol);
+}
+
+// Every kernel of every part, each with its entry in out->info.
+static void emit_kernels(Ctx *c, const KirProgram *prog, int bf16, CudaSource *out) {
     for (int p = 0; p < PART_COUNT; p++) {
         const KirSet *set = &prog->parts[p];
         for (int i = 0; i < set->n; i++) {
@@ -917,41 +959,44 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
             if (k->kind == KK_EXPR) {
                 int owner = k->fused_into;
                 if (owner >= 0 && owner < set->n && set->k[owner].kind != KK_GEMM) continue; // cpu attention helpers
-                emit_expr(&c, set, p, i, info);
+                emit_expr(c, set, p, i, info);
                 out->nexpr++;
-            } else if (k->kind == KK_GEMM) { // cuBLASLt's; a comment for the reader of --emit-cuda
-                info->epilogue = gemm_epilogue(set, k);
-                const KirGemm *gm = &k->gemm;
-                e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: cuBLASLt GEMM %lldx%lldx%lld%s%s batch %lld", p, i, (long long)gm->M,
-                   (long long)gm->N, (long long)gm->K, gm->ta ? " A^T" : "", gm->tb ? " B^T" : "", (long long)gm->batch);
-                if (gm->epilogue >= 0)
-                    em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
-                       info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
-                em(e, "\n");
-            } else if (k->kind == KK_NODE) { // compiler/emit/cuda/moe.cuh's; a comment for the reader
-                const Node *n = g->parts[p].nodes.items[k->anchor];
-                e->cur = NULL;
-                if (n->op == OP_MOE || n->op == OP_MOE_BWD)
-                    em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (runtime/backend/moe_launch.h)\n", p, i,
-                       op_name(n->op));
-                else
-                    em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/emit/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
+            } else if (k->kind == KK_GEMM) {
+                emit_gemm_comment(&c->e, set, p, i, info);
+            } else if (k->kind == KK_NODE) {
+                emit_node_comment(&c->e, c->g, k, p, i);
             } else {
-                AttnVariant v = attn_variant(k, bf16);
-                attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale,
-                                     v.softcap);
-                info->attn_tc = v.tc;
-                e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,
-                   k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T,
-                   (long long)k->attn.H, (long long)k->attn.KVH, v.tc ? "tc_" : "",
-                   k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}", info->symbol);
+                emit_attention_comment(&c->e, k, p, i, bf16, info);
             }
             out->ninfo++;
         }
     }
-    if (e->oom) goto oom;
+}
+
+int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
+              size_t errcap) {
+    memset(out, 0, sizeof *out);
+    Ctx c = {.e = {.s = out}, .opt = opt, .g = g};
+    int total = 0;
+    for (int p = 0; p < PART_COUNT; p++) total += prog->parts[p].n;
+    out->info = calloc((size_t)total + 1, sizeof *out->info);
+    if (!out->info) goto oom;
+    int bf16 = program_bf16(prog);
+    AttnSet attn = {.n = 0};
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            const KirKernel *k = &prog->parts[p].k[i];
+            if ((k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) &&
+                add_attention(&attn, k, p, g, opt, bf16, err, errcap) != 0) {
+                cuda_source_free(out);
+                return -1;
+            }
+        }
+    emit_prelude(&c.e, prog, opt, bf16, &attn);
+    emit_attention_instances(&c.e, bf16, &attn);
+    out->nattn = attn.n;
+    emit_kernels(&c, prog, bf16, out);
+    if (c.e.oom) goto oom;
     return 0;
 oom:
     snprintf(err, errcap, "out of memory generating CUDA C");
