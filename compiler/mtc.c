@@ -159,7 +159,8 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
     uint8_t *kir = NULL, *bc = NULL;
     size_t kir_len = 0, bc_len = 0;
     int rc = -1;
-    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 || emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
+    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 ||
+        emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
         fprintf(stderr, "mtc: internal error: %s\n", err);
     } else if (kir_write(&kp, &kir, &kir_len) != 0) {
         fprintf(stderr, "mtc: error: out of memory\n");
@@ -264,9 +265,10 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
         if (best->fits) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
         if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
         // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
-        int wins = next.fits ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
-                             : !best->fits && next.plan &&
-                                   (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
+        int wins = next.fits
+                       ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
+                       : !best->fits && next.plan &&
+                             (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
         if (wins) {
             *best = next;
             pick = tg;
@@ -422,7 +424,9 @@ static int explore(const Model *m, SemaOptions *opt, const Target *t, const Sche
     for (int64_t b = 1; b <= ((int64_t)1 << 20); b *= 2) {
         int mt_fits = 0;
         for (int pol = 0; pol < POLICY_COUNT; pol++) {
-            SchedRequest q = pol == POLICY_MT ? *req : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
+            SchedRequest q = pol == POLICY_MT
+                                 ? *req
+                                 : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
             q.seen = explore_seen;
             q.seen_ctx = &x;
             SchedResult r;
@@ -519,7 +523,8 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
     }
     if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
-        int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
+        // the row asked for, or the first
+        int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat;
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
                   : asked == (int)REMAT_AUTO ? 0
                                              : asked - (int)REMAT_NONE;

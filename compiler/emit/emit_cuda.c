@@ -148,7 +148,8 @@ static char *literal(char *buf, size_t cap, int t, double v) {
         uint64_t u;
         memcpy(&u, &v, 8);
         snprintf(buf, cap, "%.17g", v);
-        if (!isfinite(v) || strtod(buf, NULL) != v) snprintf(buf, cap, "__longlong_as_double(0x%016llxLL)", (unsigned long long)u);
+        if (!isfinite(v) || strtod(buf, NULL) != v)
+            snprintf(buf, cap, "__longlong_as_double(0x%016llxLL)", (unsigned long long)u);
         else if (!strpbrk(buf, ".e")) snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
     }
     return buf;
@@ -183,7 +184,8 @@ static void analyse(const KirKernel *k, Aff *af) {
         case KOP_RSUM:
         case KOP_RMAX: r.colc = 0; break;
         case KOP_CVT:
-            if ((s->type == KT_I32 || s->type == KT_I64) && (k->stmts[s->a].type == KT_I32 || k->stmts[s->a].type == KT_I64))
+            if ((s->type == KT_I32 || s->type == KT_I64) &&
+                (k->stmts[s->a].type == KT_I32 || k->stmts[s->a].type == KT_I64))
                 r = a;
             else r.colc = a.colc == 0 ? 0 : 2;
             break;
@@ -1009,7 +1011,8 @@ int cuda_build(const KirProgram *prog, const Graph *g, const CudaOptions *opt, C
     memset(out, 0, sizeof *out);
     if (src) memset(src, 0, sizeof *src);
     if (!nvrtc_arch_ok(opt->arch)) {
-        snprintf(err, errcap, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX", opt->arch);
+        snprintf(err, errcap, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX",
+                 opt->arch);
         return -1;
     }
     CudaSource s;
