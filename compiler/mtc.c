@@ -159,7 +159,8 @@ static int write_plan(Plan *p, const Source *src, const char *path) {
     uint8_t *kir = NULL, *bc = NULL;
     size_t kir_len = 0, bc_len = 0;
     int rc = -1;
-    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 || emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
+    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 ||
+        emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
         fprintf(stderr, "mtc: internal error: %s\n", err);
     } else if (kir_write(&kp, &kir, &kir_len) != 0) {
         fprintf(stderr, "mtc: error: out of memory\n");
@@ -264,9 +265,10 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
         if (best->fits) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
         if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
         // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
-        int wins = next.fits ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
-                             : !best->fits && next.plan &&
-                                   (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
+        int wins = next.fits
+                       ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
+                       : !best->fits && next.plan &&
+                             (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
         if (wins) {
             *best = next;
             pick = tg;
@@ -422,7 +424,9 @@ static int explore(const Model *m, SemaOptions *opt, const Target *t, const Sche
     for (int64_t b = 1; b <= ((int64_t)1 << 20); b *= 2) {
         int mt_fits = 0;
         for (int pol = 0; pol < POLICY_COUNT; pol++) {
-            SchedRequest q = pol == POLICY_MT ? *req : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
+            SchedRequest q = pol == POLICY_MT
+                                 ? *req
+                                 : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
             q.seen = explore_seen;
             q.seen_ctx = &x;
             SchedResult r;
@@ -519,7 +523,8 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
     }
     if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
-        int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat; // the row asked for, or the first
+        // the row asked for, or the first
+        int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat;
         int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
                   : asked == (int)REMAT_AUTO ? 0
                                              : asked - (int)REMAT_NONE;
@@ -538,218 +543,288 @@ fail:
     return 1;
 }
 
-int main(int argc, char **argv) {
-    enum { OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-           OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA, OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS,
-           OPT_SELECTIVE_LAYERS, OPT_RANKS, OPT_SHARD };
-    static const struct option LONG[] = {
-        {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
-        {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
-        {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
-        {"explain", no_argument, 0, OPT_EXPLAIN},     {"trace", required_argument, 0, OPT_TRACE},
-        {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
-        {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
-        {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
-        {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
-        {"dump-kernels", optional_argument, 0, OPT_KERNELS},
-        {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
-        {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
-        {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
-        {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
-        {"ranks", required_argument, 0, OPT_RANKS},
-        {"shard", required_argument, 0, OPT_SHARD},
-        {0, 0, 0, 0},
-    };
-    const char *out_path = NULL, *target = "h200", *trace_path = NULL, *cuda_path = NULL, *plot_path = NULL;
-    int want_summary = 0, want_json = 0, want_dump = 0, want_explain = 0, auto_batch = 0, want_kernels = 0,
-        want_explore = 0;
-    SchedRequest req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1};
-    int64_t count, ranks = 1;
-    int shard = -1; // --shard: 1 on, 0 off, -1 auto (the scale-out model's choice)
-    SemaOptions opt = {0};
+enum {
+    OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
+    OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA,
+    OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS, OPT_SELECTIVE_LAYERS, OPT_RANKS, OPT_SHARD
+};
+
+static const struct option LONG_OPTIONS[] = {
+    {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
+    {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
+    {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
+    {"explain", no_argument, 0, OPT_EXPLAIN},     {"trace", required_argument, 0, OPT_TRACE},
+    {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
+    {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
+    {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
+    {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
+    {"dump-kernels", optional_argument, 0, OPT_KERNELS},
+    {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
+    {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
+    {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
+    {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
+    {"ranks", required_argument, 0, OPT_RANKS},
+    {"shard", required_argument, 0, OPT_SHARD},
+    {0, 0, 0, 0},
+};
+
+// What the command line asks (--tile goes to tile_arg).
+typedef struct Args {
+    const char *path; // the model file
+    const char *out_path, *target, *trace_path, *cuda_path, *plot_path;
+    int want_summary, want_json, want_dump, want_explain, want_explore;
+    int want_kernels; // --dump-kernels: 1, =full: 2
+    int auto_batch;   // --batch auto: 1, max: 2
+    SchedRequest req;
+    int64_t ranks;
+    int shard; // --shard: 1 on, 0 off, -1 auto (the scale-out model's choice)
+    SemaOptions opt;
+} Args;
+
+// parse_option's and parse_args's answer when mtc goes on; else theirs is
+// the exit status.
+enum { ARGS_OK = -1 };
+
+// The value of option c (getopt_long's, in optarg) into *a: ARGS_OK, 2 for
+// a usage error (reported), or 0 after --help or --version.
+static int parse_option(Args *a, int c, char **argv) {
+    int64_t count;
+    switch (c) {
+    case 'o': a->out_path = optarg; break;
+    case OPT_TARGET: a->target = optarg; break;
+    case OPT_BATCH:
+        a->auto_batch = strcmp(optarg, "auto") == 0 ? 1 : strcmp(optarg, "max") == 0 ? 2 : 0;
+        if (!a->auto_batch && parse_count(optarg, &a->opt.batch))
+            return usage_error("--batch needs a positive integer, 'auto' or 'max', got '%s'", optarg);
+        break;
+    case OPT_REMAT: {
+        int k = REMAT_COUNT;
+        while (--k >= 0 && strcmp(optarg, remat_name((Remat)k)) != 0) {}
+        if (k < 0) return usage_error("--remat takes none, layer, selective, offload, mixed or auto, not '%s'", optarg);
+        a->req.remat = (Remat)k;
+        break;
+    }
+    case OPT_POLICY: {
+        int k = POLICY_COUNT;
+        while (--k >= 0 && strcmp(optarg, policy_name((Policy)k)) != 0) {}
+        if (k < 0) return usage_error("--policy takes mt, sequential, megatrain or zero3-offload, not '%s'", optarg);
+        a->req.policy = (Policy)k;
+        break;
+    }
+    case OPT_OFFLOAD_LAYERS:
+    case OPT_SELECTIVE_LAYERS: {
+        int offload = c == OPT_OFFLOAD_LAYERS;
+        int64_t *k = offload ? &a->req.offloaded : &a->req.host_selective;
+        if (*k) return usage_error("%s: given twice", offload ? "--offload-layers" : "--selective-layers");
+        if (parse_count(optarg, k))
+            return usage_error(offload ? "--offload-layers needs a positive number of layers, got '%s'"
+                                       : "--selective-layers needs a positive number of layers, got '%s'",
+                               optarg);
+        break;
+    }
+    case OPT_SLOTS:
+        if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
+        a->req.slots = (int)count;
+        break;
+    case OPT_TILE:
+        if (strcmp(optarg, "auto") == 0) tile_arg = 0;
+        else if (parse_count(optarg, &tile_arg))
+            return usage_error("--tile needs a positive integer or 'auto', got '%s'", optarg);
+        break;
+    case OPT_CKPT:
+        if (strcmp(optarg, "device") && strcmp(optarg, "host"))
+            return usage_error("--checkpoints takes device or host, not '%s'", optarg);
+        a->req.ckpt = strcmp(optarg, "host") == 0 ? CKPT_HOST : CKPT_DEVICE;
+        break;
+    case OPT_RESIDENT:
+        if (strcmp(optarg, "0") == 0) count = 0;
+        else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
+        a->req.resident = count;
+        break;
+    case OPT_RANKS:
+        if (parse_count(optarg, &a->ranks) || a->ranks > INT32_MAX)
+            return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
+        a->req.ranks = (int)a->ranks;
+        break;
+    case OPT_SHARD:
+        if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto"))
+            return usage_error("--shard takes on, off or auto, not '%s'", optarg);
+        a->shard = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : -1;
+        break;
+    case OPT_SEQ:
+        if (parse_count(optarg, &a->opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
+        break;
+    case OPT_DTYPE:
+        if (strcmp(optarg, "f32") && strcmp(optarg, "bf16"))
+            return usage_error("--dtype takes f32 or bf16, not '%s'", optarg);
+        a->opt.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
+        break;
+    case OPT_SUMMARY: a->want_summary = 1; break;
+    case OPT_JSON: a->want_json = 1; break;
+    case OPT_DUMP: a->want_dump = 1; break;
+    case OPT_KERNELS:
+        if (optarg && strcmp(optarg, "full") != 0)
+            return usage_error("--dump-kernels takes =full or nothing, not '%s'", optarg);
+        a->want_kernels = optarg ? 2 : 1;
+        break;
+    case OPT_EMIT_CUDA: a->cuda_path = optarg; break;
+    case OPT_EXPLAIN: a->want_explain = 1; break;
+    case OPT_EXPLORE: a->want_explore = 1; break;
+    case OPT_PLOT: a->plot_path = optarg; break;
+    case OPT_TRACE: a->trace_path = optarg; break;
+    case OPT_HELP: fputs(USAGE, stdout); return 0;
+    case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
+    case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
+    default: return usage_error("unknown option '%s'", argv[optind - 1]);
+    }
+    return ARGS_OK;
+}
+
+// The options that contradict each other; --shard into the request.
+// ARGS_OK, or 2 (reported).
+static int check_args(Args *a) {
+    const SchedRequest *req = &a->req;
+    if (a->plot_path && !a->want_explore)
+        return usage_error("%s", "--plot draws what --explore finds; give --explore too");
+    if (a->want_explore && (a->auto_batch || a->opt.batch || a->out_path || a->want_explain || a->trace_path))
+        return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
+                                 "--explain or --trace");
+    if (a->shard == 1 && a->ranks < 2)
+        return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
+    a->req.shard = a->shard;
+    int picks = req->offloaded || req->host_selective;
+    int chooses = req->remat != REMAT_AUTO || req->slots || req->resident >= 0 || req->ckpt || picks;
+    if (req->policy != POLICY_MT && chooses)
+        return usage_error("%s", "--remat, --offload-layers, --selective-layers, --slots, --resident and --checkpoints "
+                                 "choose among mt's schedules; the baseline policies fix their own");
+    if (picks && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
+        req->remat != REMAT_SELECTIVE)
+        return usage_error("--offload-layers and --selective-layers mix picked layers into remat layer or selective; "
+                           "--remat %s has no mix", remat_name(req->remat));
+    return ARGS_OK;
+}
+
+// The command line into *a: ARGS_OK, or the exit status (reported).
+static int parse_args(int argc, char **argv, Args *a) {
+    *a = (Args){.target = "h200", .req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1}, .ranks = 1,
+                .shard = -1};
     opterr = 0;
     int c;
-    while ((c = getopt_long(argc, argv, ":o:", LONG, NULL)) != -1) {
-        switch (c) {
-        case 'o': out_path = optarg; break;
-        case OPT_TARGET: target = optarg; break;
-        case OPT_BATCH:
-            auto_batch = strcmp(optarg, "auto") == 0 ? 1 : strcmp(optarg, "max") == 0 ? 2 : 0;
-            if (!auto_batch && parse_count(optarg, &opt.batch))
-                return usage_error("--batch needs a positive integer, 'auto' or 'max', got '%s'", optarg);
-            break;
-        case OPT_REMAT: {
-            int k = REMAT_COUNT;
-            while (--k >= 0 && strcmp(optarg, remat_name((Remat)k)) != 0) {}
-            if (k < 0) return usage_error("--remat takes none, layer, selective, offload, mixed or auto, not '%s'", optarg);
-            req.remat = (Remat)k;
-            break;
-        }
-        case OPT_POLICY: {
-            int k = POLICY_COUNT;
-            while (--k >= 0 && strcmp(optarg, policy_name((Policy)k)) != 0) {}
-            if (k < 0) return usage_error("--policy takes mt, sequential, megatrain or zero3-offload, not '%s'", optarg);
-            req.policy = (Policy)k;
-            break;
-        }
-        case OPT_OFFLOAD_LAYERS:
-        case OPT_SELECTIVE_LAYERS: {
-            int64_t *k = c == OPT_OFFLOAD_LAYERS ? &req.offloaded : &req.host_selective;
-            if (*k) return usage_error("%s: given twice", c == OPT_OFFLOAD_LAYERS ? "--offload-layers" : "--selective-layers");
-            if (parse_count(optarg, k))
-                return usage_error(c == OPT_OFFLOAD_LAYERS ? "--offload-layers needs a positive number of layers, got '%s'"
-                                                           : "--selective-layers needs a positive number of layers, got '%s'",
-                                   optarg);
-            break;
-        }
-        case OPT_SLOTS:
-            if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
-            req.slots = (int)count;
-            break;
-        case OPT_TILE:
-            if (strcmp(optarg, "auto") == 0) tile_arg = 0;
-            else if (parse_count(optarg, &tile_arg)) return usage_error("--tile needs a positive integer or 'auto', got '%s'", optarg);
-            break;
-        case OPT_CKPT:
-            if (strcmp(optarg, "device") && strcmp(optarg, "host"))
-                return usage_error("--checkpoints takes device or host, not '%s'", optarg);
-            req.ckpt = strcmp(optarg, "host") == 0 ? CKPT_HOST : CKPT_DEVICE;
-            break;
-        case OPT_RESIDENT:
-            if (strcmp(optarg, "0") == 0) count = 0;
-            else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
-            req.resident = count;
-            break;
-        case OPT_RANKS:
-            if (parse_count(optarg, &ranks) || ranks > INT32_MAX)
-                return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
-            req.ranks = (int)ranks;
-            break;
-        case OPT_SHARD:
-            if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto"))
-                return usage_error("--shard takes on, off or auto, not '%s'", optarg);
-            shard = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : -1;
-            break;
-        case OPT_SEQ:
-            if (parse_count(optarg, &opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
-            break;
-        case OPT_DTYPE:
-            if (strcmp(optarg, "f32") && strcmp(optarg, "bf16")) return usage_error("--dtype takes f32 or bf16, not '%s'", optarg);
-            opt.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
-            break;
-        case OPT_SUMMARY: want_summary = 1; break;
-        case OPT_JSON: want_json = 1; break;
-        case OPT_DUMP: want_dump = 1; break;
-        case OPT_KERNELS:
-            if (optarg && strcmp(optarg, "full") != 0) return usage_error("--dump-kernels takes =full or nothing, not '%s'", optarg);
-            want_kernels = optarg ? 2 : 1;
-            break;
-        case OPT_EMIT_CUDA: cuda_path = optarg; break;
-        case OPT_EXPLAIN: want_explain = 1; break;
-        case OPT_EXPLORE: want_explore = 1; break;
-        case OPT_PLOT: plot_path = optarg; break;
-        case OPT_TRACE: trace_path = optarg; break;
-        case OPT_HELP: fputs(USAGE, stdout); return 0;
-        case OPT_VERSION: printf("mtc %s\n", MT_VERSION); return 0;
-        case ':': return usage_error("option '%s' needs a value", argv[optind - 1]);
-        default: return usage_error("unknown option '%s'", argv[optind - 1]);
-        }
+    while ((c = getopt_long(argc, argv, ":o:", LONG_OPTIONS, NULL)) != -1) {
+        int rc = parse_option(a, c, argv);
+        if (rc != ARGS_OK) return rc;
     }
     if (optind == argc) return usage_error("%s", "no model file given");
     if (argc - optind > 1) return usage_error("one model file at a time; '%s' is a second", argv[optind + 1]);
-    const char *path = argv[optind];
+    a->path = argv[optind];
+    return check_args(a);
+}
 
-    if (plot_path && !want_explore) return usage_error("%s", "--plot draws what --explore finds; give --explore too");
-    if (want_explore && (auto_batch || opt.batch || out_path || want_explain || trace_path))
-        return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
-                                 "--explain or --trace");
-    if (shard == 1 && ranks < 2)
-        return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
-    req.shard = shard;
-    int picks = req.offloaded || req.host_selective;
-    if (req.policy != POLICY_MT && (req.remat != REMAT_AUTO || req.slots || req.resident >= 0 || req.ckpt || picks))
-        return usage_error("%s", "--remat, --offload-layers, --selective-layers, --slots, --resident and --checkpoints "
-                                 "choose among mt's schedules; the baseline policies fix their own");
-    if (picks && req.remat != REMAT_AUTO && req.remat != REMAT_MIXED && req.remat != REMAT_LAYER &&
-        req.remat != REMAT_SELECTIVE)
-        return usage_error("--offload-layers and --selective-layers mix picked layers into remat layer or selective; "
-                           "--remat %s has no mix", remat_name(req.remat));
+// --dump-graph, --dump-kernels and --emit-cuda of graph g. Returns 0, or 1
+// (reported).
+static int graph_outputs(const Args *a, Graph *g, const Target *t, Arena *arena) {
+    int rc = 0;
+    if (a->want_dump) graph_dump(stdout, g, a->path);
+    if (a->want_kernels) {
+        KirProgram kp;
+        char kerr[1024];
+        if (fuse(g, arena, &kp, kerr, sizeof kerr) == 0) fuse_dump(stdout, g, &kp, a->want_kernels == 2);
+        else fprintf(stderr, "mtc: internal error: %s\n", kerr), rc = 1;
+    }
+    const char *arch = strncmp(t->arch, "sm_", 3) == 0 ? t->arch : "sm_90";
+    if (a->cuda_path && cuda_code(g, arch, a->path, NULL, a->cuda_path, arena) != 0) rc = 1;
+    return rc;
+}
+
+// -o: the plan best (serr: why there is none), compiled for a GPU target
+// and written. Returns 0, or 1 (reported).
+static int plan_output(const Args *a, Graph *g, const Target *t, SchedResult *best, const char *serr,
+                       const Source *src, Arena *arena) {
+    if (!best->plan) {
+        fprintf(stderr, "mtc: error: %s\n", serr);
+        return 1;
+    }
+    if (!best->fits) {
+        fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name, t->name,
+                policy_name(a->req.policy), remat_name(a->req.remat), best->why);
+        return 1;
+    }
+    if (strncmp(t->arch, "sm_", 3) == 0 && cuda_code(g, t->arch, a->path, best->plan, NULL, arena) != 0) return 1;
+    if (!(best->plan->schedule = schedule_words(arena, best->plan->schedule, t->name, &best->cost))) {
+        fprintf(stderr, "mtc: error: out of memory\n");
+        return 1;
+    }
+    best->plan->ranks = (int32_t)a->ranks;
+    return write_plan(best->plan, src, a->out_path) != 0 ? 1 : 0;
+}
+
+// What was asked of graph g, the model's lowered (best: the plan -o writes,
+// serr: why there is none): the dumps, --explain or --trace, the summary,
+// the plan. Returns the exit status (reported).
+static int outputs(Args *a, const Model *model, Graph *g, const Target *t, SchedResult *best, const char *serr,
+                   const Source *src, Arena *arena, Diag *diag) {
+    int rc = graph_outputs(a, g, t, arena);
+    if (a->want_explain || a->trace_path) { // (--trace alone: the trace, nothing printed)
+        Graph *untiled = untiled_of(model, &a->opt, g, arena, diag);
+        rc = !untiled ? 1
+                      : explain(g, untiled, t, &a->req, a->want_explain, (int)a->ranks, a->want_json && a->want_explain,
+                                a->trace_path, arena);
+    }
+    if (!a->want_explain && a->want_json) {
+        summary_print_json(stdout, g, (int)a->ranks, a->path, arena);
+    } else if (!a->want_explain && a->want_summary) {
+        summary_print(stdout, g, (int)a->ranks, a->path);
+    }
+    if (a->out_path && rc == 0) rc = plan_output(a, g, t, best, serr, src, arena);
+    if (fflush(stdout) != 0) {
+        fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
+        rc = 1;
+    }
+    return rc;
+}
+
+// The stages in order on the model in src: parse, then --explore, or the
+// graph at the batch asked (and its best plan) and the outputs. Returns the
+// exit status (reported).
+static int compile(Args *a, const Target *t, const Source *src) {
+    Diag diag = {.src = src, .sink = stderr};
+    Arena arena = {0};
+    int rc = 1;
+    Model *model = dsl_parse(src, &arena, &diag);
+    SchedResult best = {0}; // the plan -o writes
+    char serr[1024] = "";
+    if (model && a->want_explore) {
+        rc = explore(model, &a->opt, t, &a->req, a->plot_path, a->want_json, &arena, &diag);
+    } else if (model) {
+        SchedResult *want = a->out_path ? &best : NULL;
+        int fastest = a->auto_batch == 1;
+        Graph *g = a->auto_batch ? lower_auto_batch(model, &a->opt, t, &a->req, &arena, &diag, fastest, &best)
+                                 : lower(model, &a->opt, t, &a->req, &arena, &diag, want, serr, sizeof serr);
+        if (g) rc = outputs(a, model, g, t, &best, serr, src, &arena, &diag);
+    }
+    arena_free(&arena);
+    return rc;
+}
+
+int main(int argc, char **argv) {
+    Args a;
+    int rc = parse_args(argc, argv, &a);
+    if (rc != ARGS_OK) return rc;
     Target tgt;
     char terr[1024];
-    if (target_load(target, &tgt, terr, sizeof terr) != 0) {
+    if (target_load(a.target, &tgt, terr, sizeof terr) != 0) {
         fprintf(stderr, "%s\n", terr);
         return 1;
     }
-
     char *text;
     size_t len;
-    int err = io_read_file(path, &text, &len);
+    int err = io_read_file(a.path, &text, &len);
     if (err) {
-        fprintf(stderr, "%s: error: cannot read the model: %s\n", path, strerror(err));
+        fprintf(stderr, "%s: error: cannot read the model: %s\n", a.path, strerror(err));
         return 1;
     }
-    Source src = {.path = path, .text = text, .len = len};
-    Diag diag = {.src = &src, .sink = stderr};
-    Arena arena = {0};
-    int rc = 1;
-    Model *model = dsl_parse(&src, &arena, &diag);
-    SchedResult best = {0}; // the plan -o writes
-    char serr[1024] = "";
-    if (model && want_explore) {
-        rc = explore(model, &opt, &tgt, &req, plot_path, want_json, &arena, &diag);
-        arena_free(&arena);
-        free(text);
-        return rc;
-    }
-    Graph *g = !model ? NULL
-               : auto_batch ? lower_auto_batch(model, &opt, &tgt, &req, &arena, &diag, auto_batch == 1, &best)
-                            : lower(model, &opt, &tgt, &req, &arena, &diag, out_path ? &best : NULL, serr, sizeof serr);
-    if (g) {
-        rc = 0;
-        if (want_dump) graph_dump(stdout, g, path);
-        if (want_kernels) {
-            KirProgram kp;
-            char kerr[1024];
-            if (fuse(g, &arena, &kp, kerr, sizeof kerr) == 0) fuse_dump(stdout, g, &kp, want_kernels == 2);
-            else fprintf(stderr, "mtc: internal error: %s\n", kerr), rc = 1;
-        }
-        if (cuda_path && cuda_code(g, strncmp(tgt.arch, "sm_", 3) == 0 ? tgt.arch : "sm_90", path, NULL, cuda_path,
-                                   &arena) != 0)
-            rc = 1;
-        if (want_explain || trace_path) {
-            Graph *untiled = untiled_of(model, &opt, g, &arena, &diag); // --trace alone: the trace, nothing printed
-            rc = !untiled ? 1
-                          : explain(g, untiled, &tgt, &req, want_explain, (int)ranks, want_json && want_explain,
-                                    trace_path, &arena);
-        }
-        if (!want_explain && want_json) {
-            summary_print_json(stdout, g, (int)ranks, path, &arena);
-        } else if (!want_explain && want_summary) {
-            summary_print(stdout, g, (int)ranks, path);
-        }
-        if (out_path && rc == 0) {
-            if (!best.plan) {
-                fprintf(stderr, "mtc: error: %s\n", serr);
-                rc = 1;
-            } else if (!best.fits) {
-                fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name,
-                        tgt.name, policy_name(req.policy), remat_name(req.remat), best.why);
-                rc = 1;
-            } else if (strncmp(tgt.arch, "sm_", 3) == 0 && cuda_code(g, tgt.arch, path, best.plan, NULL, &arena) != 0) {
-                rc = 1;
-            } else if (!(best.plan->schedule = schedule_words(&arena, best.plan->schedule, tgt.name, &best.cost))) {
-                fprintf(stderr, "mtc: error: out of memory\n");
-                rc = 1;
-            } else if ((best.plan->ranks = (int32_t)ranks), write_plan(best.plan, &src, out_path) != 0) {
-                rc = 1;
-            }
-        }
-        if (fflush(stdout) != 0) {
-            fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
-            rc = 1;
-        }
-    }
-    arena_free(&arena);
+    Source src = {.path = a.path, .text = text, .len = len};
+    rc = compile(&a, &tgt, &src);
     free(text);
     return rc;
 }

@@ -4,7 +4,7 @@ pair finds, or a plan at most SEARCH_GAP (0.1%) slower.
 
 usage: check_exact_search.py MTC   (run from the project root)
 
-mtc's mixed search (compiler/schedule/schedule.c, try_mixed) builds and simulates
+mtc's mixed search (compiler/schedule/search.c, try_mixed) builds and simulates
 only the pairs (K offloaded, S selective on the host) whose floor is below
 the fastest plan found, and none that its memory figures say cannot fit.
 With MT_SEARCH_EVERY=1 it builds every pair and fails with an internal

@@ -148,7 +148,8 @@ static char *literal(char *buf, size_t cap, int t, double v) {
         uint64_t u;
         memcpy(&u, &v, 8);
         snprintf(buf, cap, "%.17g", v);
-        if (!isfinite(v) || strtod(buf, NULL) != v) snprintf(buf, cap, "__longlong_as_double(0x%016llxLL)", (unsigned long long)u);
+        if (!isfinite(v) || strtod(buf, NULL) != v)
+            snprintf(buf, cap, "__longlong_as_double(0x%016llxLL)", (unsigned long long)u);
         else if (!strpbrk(buf, ".e")) snprintf(buf + strlen(buf), cap - strlen(buf), ".0");
     }
     return buf;
@@ -183,7 +184,8 @@ static void analyse(const KirKernel *k, Aff *af) {
         case KOP_RSUM:
         case KOP_RMAX: r.colc = 0; break;
         case KOP_CVT:
-            if ((s->type == KT_I32 || s->type == KT_I64) && (k->stmts[s->a].type == KT_I32 || k->stmts[s->a].type == KT_I64))
+            if ((s->type == KT_I32 || s->type == KT_I64) &&
+                (k->stmts[s->a].type == KT_I32 || k->stmts[s->a].type == KT_I64))
                 r = a;
             else r.colc = a.colc == 0 ? 0 : 2;
             break;
@@ -388,82 +390,114 @@ static void emit_stmt(Ctx *c, const KirKernel *k, int i, int u, int vec, int gro
     }
 }
 
-static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInfo *info) {
-    Emitter *e = &c->e;
-    const KirKernel *k = &set->k[ki];
+// What the sections of an expression kernel share: its launch shape and
+// what the analyses found of its statements and column loops.
+typedef struct Expr {
+    const KirKernel *k;
+    int part;
     char sym[32];
-    kir_symbol(sym, sizeof sym, part, ki);
-    snprintf(info->symbol, sizeof info->symbol, "%s", sym);
-    const char *korigin = keep(e, "kernel %s", sym);
+    const char *origin;    // the kernel's own lines' origin
+    int block, group, rpb; // threads, threads per row, rows per block
+    int has_red;           // a row reduction (RSUM, RMAX)
+    int nacc64;            // arguments accumulated in double, divided out by SYMBOL_finish
+    Aff *af;               // (nstmts) each statement's form in the column (analyse)
+    int *vec;              // (nloops + 1) whether loop l runs four columns a thread
+    unsigned char *live;   // (nstmts * 4) whether statement i's column u is used (liveness)
+    int *nu;               // (nloops + 1) loop l's iterations a thread, unrolled; 0: not unrolled
+    int *cache_of;         // (nstmts) the earlier load whose registers a load reads; -1: none
+    unsigned char *rowdep; // (nstmts) whether the statement's value depends on the row
+    unsigned char *colacc; // (nstmts) whether an ACC adds into column accumulators
+} Expr;
 
-    // geometry
+static void expr_free(Expr *x) {
+    free(x->af);
+    free(x->vec);
+    free(x->live);
+    free(x->nu);
+    free(x->cache_of);
+    free(x->rowdep);
+    free(x->colacc);
+}
+
+// x's arrays, zeroed (cache_of is filled by expr_analyse). -1 out of memory.
+static int expr_alloc(Expr *x) {
+    const KirKernel *k = x->k;
+    x->af = calloc((size_t)k->nstmts + 1, sizeof *x->af);
+    x->vec = calloc((size_t)k->nloops + 1, sizeof *x->vec);
+    x->live = calloc((size_t)k->nstmts * 4 + 4, 1);
+    x->nu = calloc((size_t)k->nloops + 1, sizeof *x->nu);
+    x->cache_of = malloc(((size_t)k->nstmts + 1) * sizeof *x->cache_of);
+    x->rowdep = calloc((size_t)k->nstmts + 1, 1);
+    x->colacc = calloc((size_t)k->nstmts + 1, 1);
+    return x->af && x->vec && x->live && x->nu && x->cache_of && x->rowdep && x->colacc ? 0 : -1;
+}
+
+// The launch shape, by the widest column loop: threads, threads per row and
+// rows per block; the grid covers the rows (up to 2^20 blocks, rows beyond
+// stride through it).
+static void expr_geometry(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
     int64_t maxcols = 0;
     for (int l = 0; l < k->nloops; l++) maxcols = k->cols[l] > maxcols ? k->cols[l] : maxcols;
-    int block, group, rpb; // threads, threads per row, rows per block
-    if (k->nloops == 0) block = 256, group = 1, rpb = 256;
-    else if (maxcols <= 512) block = 128, group = 32, rpb = 4;
+    if (k->nloops == 0) x->block = 256, x->group = 1, x->rpb = 256;
+    else if (maxcols <= 512) x->block = 128, x->group = 32, x->rpb = 4;
     else {
-        block = maxcols <= 4096 ? 256 : maxcols <= 16384 ? 512 : 1024;
-        group = block, rpb = 1;
+        x->block = maxcols <= 4096 ? 256 : maxcols <= 16384 ? 512 : 1024;
+        x->group = x->block, x->rpb = 1;
     }
-    int64_t grid = (k->rows + rpb - 1) / rpb;
+    int64_t grid = (k->rows + x->rpb - 1) / x->rpb;
     if (grid > 1 << 20) grid = 1 << 20; // rows beyond stride through the grid
-    info->grid = (int)grid, info->block = block, info->smem = 0;
+    info->grid = (int)grid, info->block = x->block, info->smem = 0;
+}
 
-    Aff *af = calloc((size_t)k->nstmts + 1, sizeof *af);
-    int *vec = calloc((size_t)k->nloops + 1, sizeof *vec);
-    if (!af || !vec) {
-        e->oom = 1;
-        free(af), free(vec);
-        return;
-    }
-    analyse(k, af);
-    int has_red = 0, nacc64 = 0;
-    for (int l = 1; l <= k->nloops; l++) vec[l] = loop_vectorises(k, af, l), info->vectorised |= vec[l];
-    for (int i = 0; i < k->nstmts; i++) has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
-    unsigned char *live = calloc((size_t)k->nstmts * 4 + 4, 1);
-    int *nu = calloc((size_t)k->nloops + 1, sizeof *nu), *cache_of = malloc(((size_t)k->nstmts + 1) * sizeof *cache_of);
-    if (!live || !nu || !cache_of) {
-        e->oom = 1;
-        free(af), free(vec), free(live), free(nu), free(cache_of);
-        return;
-    }
+// Which loops vectorise, which loops unroll, which loads read an earlier
+// loop's registers, and which values are used.
+static void expr_analyse(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
+    analyse(k, x->af);
+    for (int l = 1; l <= k->nloops; l++) x->vec[l] = loop_vectorises(k, x->af, l), info->vectorised |= x->vec[l];
+    for (int i = 0; i < k->nstmts; i++) x->has_red |= k->stmts[i].op == KOP_RSUM || k->stmts[i].op == KOP_RMAX;
     // loops each thread runs at most 8 times are unrolled (counted), and may
     // keep loads in registers for later loops of the same shape
     enum { MAX_CACHED = 8 };
     for (int l = 1; l <= k->nloops; l++) {
-        int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1], it = (n + group - 1) / group;
-        nu[l] = group > 1 && it <= MAX_CACHED ? (int)it : 0;
+        int64_t n = x->vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1], it = (n + x->group - 1) / x->group;
+        x->nu[l] = x->group > 1 && it <= MAX_CACHED ? (int)it : 0;
     }
+    const int *nu = x->nu, *vec = x->vec;
     for (int j = 0; j < k->nstmts; j++) {
         const KirStmt *s = &k->stmts[j];
-        cache_of[j] = -1;
+        x->cache_of[j] = -1;
         if (s->op != KOP_LOAD || !s->loop || !nu[s->loop] || (k->args[s->a].access & (KA_WRITE | KA_ACC32 | KA_ACC64)))
             continue;
-        for (int i = 0; i < j && cache_of[j] < 0; i++) {
+        for (int i = 0; i < j && x->cache_of[j] < 0; i++) {
             const KirStmt *p = &k->stmts[i];
             if (p->op == KOP_LOAD && p->loop && p->loop < s->loop && nu[p->loop] == nu[s->loop] &&
                 vec[p->loop] == vec[s->loop] && k->cols[p->loop - 1] == k->cols[s->loop - 1] && p->a == s->a &&
                 p->type == s->type && same_expr(k, p->b, s->b, 0))
-                cache_of[j] = cache_of[i] >= 0 ? cache_of[i] : i;
+                x->cache_of[j] = x->cache_of[i] >= 0 ? x->cache_of[i] : i;
         }
     }
-    liveness(k, af, vec, cache_of, live);
-    // Column accumulators: an ACC in an unrolled loop whose index depends on
-    // the column only (bias and norm-weight gradients: sums over rows) adds
-    // into registers across the rows a thread visits, and into memory once
-    // after its last row; the grid shrinks so that each group visits several
-    // rows. Anything else accumulates atomically where it happens.
-    unsigned char *rowdep = calloc((size_t)k->nstmts + 1, 1), *colacc = calloc((size_t)k->nstmts + 1, 1);
+    liveness(k, x->af, vec, x->cache_of, x->live);
+}
+
+// Column accumulators: an ACC in an unrolled loop whose index depends on
+// the column only (bias and norm-weight gradients: sums over rows) adds
+// into registers across the rows a thread visits, and into memory once
+// after its last row; the grid shrinks so that each group visits several
+// rows. Anything else accumulates atomically where it happens. Then the
+// finishing kernel's grid, over the largest double accumulator.
+static void expr_accumulators(Expr *x, CudaKernelInfo *info) {
+    const KirKernel *k = x->k;
+    unsigned char *rowdep = x->rowdep, *colacc = x->colacc;
     int ncolacc = 0;
-    if (!rowdep || !colacc) e->oom = 1;
-    for (int i = 0; rowdep && colacc && i < k->nstmts; i++) {
+    for (int i = 0; i < k->nstmts; i++) {
         const KirStmt *s = &k->stmts[i];
         switch (s->op) {
         case KOP_CONST: case KOP_COL: break;
         case KOP_ROW: case KOP_LOAD: case KOP_RSUM: case KOP_RMAX: rowdep[i] = 1; break;
         case KOP_STORE: case KOP_ACC:
-            colacc[i] = s->op == KOP_ACC && s->loop && nu[s->loop] && !rowdep[s->b];
+            colacc[i] = s->op == KOP_ACC && s->loop && x->nu[s->loop] && !rowdep[s->b];
             ncolacc += colacc[i];
             break;
         default:
@@ -475,161 +509,245 @@ static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInf
     if (ncolacc && info->grid > COLACC_GRID) info->grid = COLACC_GRID;
     int64_t finish_n = 0;
     for (int i = 0; i < k->nargs; i++)
-        if (k->args[i].access & KA_ACC64) nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
-    info->finish_grid = nacc64 ? (int)((finish_n + 255) / 256 < 65536 ? (finish_n + 255) / 256 : 65536) : 0;
+        if (k->args[i].access & KA_ACC64)
+            x->nacc64++, finish_n = k->args[i].numel > finish_n ? k->args[i].numel : finish_n;
+    info->finish_grid = x->nacc64 ? (int)((finish_n + 255) / 256 < 65536 ? (finish_n + 255) / 256 : 65536) : 0;
+}
 
-    // signature
-    e->cur = korigin;
+// The kernel's comment, launch constant and signature, its column
+// accumulators, and the head of the row loop.
+static void emit_expr_head(Ctx *c, const Expr *x, const CudaKernelInfo *info) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const char *sym = x->sym;
+    int block = x->block, group = x->group;
+    e->cur = x->origin;
     em(e, "\n// %s: %d ops, %lld rows", sym, k->nnodes, (long long)k->rows);
-    for (int l = 0; l < k->nloops; l++) em(e, "%s%lld%s", l ? ", " : " x [", (long long)k->cols[l], vec[l + 1] ? "/4" : "");
+    for (int l = 0; l < k->nloops; l++)
+        em(e, "%s%lld%s", l ? ", " : " x [", (long long)k->cols[l], x->vec[l + 1] ? "/4" : "");
     em(e, "%s; %s\n", k->nloops ? "]" : "",
        group == 1 ? "a thread per row" : group == 32 ? "a warp per row" : "a block per row");
     em(e, "extern \"C\" __constant__ int %s_launch[4] = {%d, %d, 0, %d};\n", sym, info->grid, block, info->finish_grid);
     em(e, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, sym);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
-        const char *st = a->access & KA_ACC64 ? "double" : a->dtype == KT_I32 ? "int" : cuda_arg_bf16(a) ? "bf16" : "float";
+        const char *st = a->access & KA_ACC64 ? "double"
+                         : a->dtype == KT_I32     ? "int"
+                         : cuda_arg_bf16(a)       ? "bf16"
+                                                  : "float";
         em(e, "%s%s%s *a%d", i ? ", " : "", (a->access & ~KA_ROWLOCAL) == KA_READ ? "const " : "", st, i);
     }
     em(e, ") {\n");
-    if (group > 32 && has_red) em(e, "    __shared__ double mt_red[32];\n");
+    if (group > 32 && x->has_red) em(e, "    __shared__ double mt_red[32];\n");
     for (int i = 0; i < k->nstmts; i++)
-        if (colacc[i]) { // sums and where they go (-1: nowhere yet)
-            int w = vec[k->stmts[i].loop] ? 4 : 1, n = nu[k->stmts[i].loop] * w;
+        if (x->colacc[i]) { // sums and where they go (-1: nowhere yet)
+            int w = x->vec[k->stmts[i].loop] ? 4 : 1, n = x->nu[k->stmts[i].loop] * w;
             int dbl = (k->args[k->stmts[i].a].access & KA_ACC64) && c->opt->exact_f64; // a few rows: fp32 is enough
             em(e, "    %s v%d_acc[%d] = {};\n    long long v%d_at[%d];\n", dbl ? "double" : "float", i, n, i, n);
             em(e, "    for (int q = 0; q < %d; q++) v%d_at[q] = -1;\n", n, i);
         }
     if (group == 1)
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; row += (long long)gridDim.x * %d) {\n",
-           block, (long long)k->rows, block);
+        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; "
+              "row += (long long)gridDim.x * %d) {\n", block, (long long)k->rows, block);
     else {
         em(e, "    const int tid = threadIdx.x %% %d;\n", group);
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; row += (long long)gridDim.x * %d) {\n",
-           rpb, group, (long long)k->rows, rpb);
+        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; "
+              "row += (long long)gridDim.x * %d) {\n", x->rpb, group, (long long)k->rows, x->rpb);
     }
+}
 
-    // statements, column loop by column loop
+// Closes column loop l, then reduces its live totals over the group.
+static void close_column_loop(Ctx *c, const Expr *x, int l, int *prev_node) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    e->cur = x->origin;
+    em(e, "        }\n");
+    for (int j = 0; j < k->nstmts; j++) {
+        const KirStmt *s = &k->stmts[j];
+        if (s->loop != l || (s->op != KOP_RSUM && s->op != KOP_RMAX) || !x->live[4 * j]) continue;
+        const char *fn = s->op == KOP_RSUM ? "sum" : "max";
+        e->cur = node_origin(c, x->sym, x->part, s->node), *prev_node = -2;
+        if (x->group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
+        else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(eff(c, s->type)));
+    }
+}
+
+// The identity of a running maximum of type et.
+static const char *max_identity(int et) {
+    return et == KT_F32   ? "__int_as_float(0xff800000)"
+           : et == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)"
+           : et == KT_I32 ? "(int)0x80000000"
+                          : "(long long)0x8000000000000000ULL";
+}
+
+// Opens column loop l, whose statements start at i: its totals first,
+// registers for the loads later loops reuse, then the loop's head.
+static void open_column_loop(Ctx *c, const Expr *x, int l, int i) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const unsigned char *live = x->live;
+    e->cur = x->origin;
+    for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
+        const KirStmt *s = &k->stmts[j];
+        if (!live[4 * j]) continue;
+        const int et = eff(c, s->type);
+        if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(et), j);
+        if (s->op == KOP_RMAX) em(e, "        %s v%d = %s;\n", ctype(et), j, max_identity(et));
+    }
+    int64_t n = x->vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1];
+    int w = x->vec[l] ? 4 : 1, group = x->group;
+    for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) { // registers for later loops
+        int used = 0;
+        for (int q = j + 1; q < k->nstmts; q++)
+            used |= x->cache_of[q] == j && (live[4 * q] | live[4 * q + 1] | live[4 * q + 2] | live[4 * q + 3]);
+        if (used) em(e, "        %s v%d_r[%d][%d];\n", ctype(k->stmts[j].type), j, x->nu[l], w);
+    }
+    if (x->nu[l]) {
+        em(e, "#pragma unroll\n        for (int mt_it = 0; mt_it < %d; mt_it++) {\n", x->nu[l]);
+        em(e, "            const long long mt_c = tid + (long long)mt_it * %d;\n", group);
+        em(e, "            if (mt_c >= %lldLL) break;\n", (long long)n);
+    } else if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
+    else em(e, "        for (long long mt_c = tid; mt_c < %lldLL; mt_c += %d) {\n", (long long)n, group);
+}
+
+// A vector load or store of statement i: four columns at once.
+static void emit_vector_access(Ctx *c, const Expr *x, int i) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const KirStmt *s = &k->stmts[i];
+    const unsigned char *live = x->live;
+    char idx[48], v4[4][48];
+    val(idx, sizeof idx, k, s->b, 0);
+    if (s->op == KOP_LOAD) {
+        static const char XYZW[] = "xyzw";
+        if (live[4 * i] | live[4 * i + 1] | live[4 * i + 2] | live[4 * i + 3])
+            em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
+        for (int u = 0; u < 4; u++)
+            if (live[4 * i + u]) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
+    } else {
+        for (int u = 0; u < 4; u++) val(v4[u], sizeof v4[u], k, s->c, u);
+        em(e, "            mt_st4(a%d + %s, mt_pack4(%s, %s, %s, %s));\n", s->a, idx, v4[0], v4[1], v4[2], v4[3]);
+    }
+}
+
+// Statement i of column loop l (0: row level), w columns at once: into
+// column accumulators, from an earlier loop's registers, as a vector
+// access, or one line a live column; then into registers for later loops.
+static void emit_expr_stmt(Ctx *c, const Expr *x, int i, int l) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    const KirStmt *s = &k->stmts[i];
+    const unsigned char *live = x->live;
+    int w = l && x->vec[l] ? 4 : 1;
+    if (x->colacc[i]) {
+        const char *at = (k->args[s->a].access & KA_ACC64) && c->opt->exact_f64 ? "double" : "float";
+        for (int u = 0; u < w; u++) {
+            char ix[48], vv[48];
+            val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
+            em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i,
+               w, u, at, vv, i, w, u, ix);
+        }
+    } else if (x->cache_of[i] >= 0) { // a load an earlier loop already made
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u])
+                em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, x->cache_of[i], u);
+    } else if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, x->af, s)) {
+        emit_vector_access(c, x, i);
+    } else {
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, x->group);
+    }
+    int provides = 0;
+    for (int q = i + 1; q < k->nstmts; q++) provides |= x->cache_of[q] == i;
+    if (provides && x->cache_of[i] < 0)
+        for (int u = 0; u < w; u++)
+            if (live[4 * i + u]) em(e, "            v%d_r[mt_it][%d] = v%d_%d;\n", i, u, i, u);
+}
+
+// The statements, column loop by column loop; the test hook's error or
+// warning after the first statement of the kernel it names.
+static void emit_expr_body(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
     c->inject_count++;
     int cur = 0, injected = 0, prev_node = -2;
     for (int i = 0; i <= k->nstmts; i++) {
         int l = i < k->nstmts ? k->stmts[i].loop : 0;
-        if (l != cur && cur != 0) { // close loop `cur`, then reduce its totals over the group
-            e->cur = korigin;
-            em(e, "        }\n");
-            for (int j = 0; j < k->nstmts; j++) {
-                const KirStmt *s = &k->stmts[j];
-                if (s->loop != cur || (s->op != KOP_RSUM && s->op != KOP_RMAX) || !live[4 * j]) continue;
-                const char *fn = s->op == KOP_RSUM ? "sum" : "max";
-                e->cur = node_origin(c, sym, part, s->node), prev_node = -2;
-                if (group == 32) em(e, "        v%d = mt_warp_%s(v%d);\n", j, fn, j);
-                else em(e, "        v%d = mt_block_%s(v%d, (%s *)mt_red);\n", j, fn, j, ctype(eff(c, s->type)));
-            }
-        }
+        if (l != cur && cur != 0) close_column_loop(c, x, cur, &prev_node);
         if (i == k->nstmts) break;
-        if (l != cur && l != 0) { // open loop l: its totals first
-            e->cur = korigin;
-            for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) {
-                const KirStmt *s = &k->stmts[j];
-                if (!live[4 * j]) continue;
-                const int et = eff(c, s->type);
-                if (s->op == KOP_RSUM) em(e, "        %s v%d = 0;\n", ctype(et), j);
-                if (s->op == KOP_RMAX)
-                    em(e, "        %s v%d = %s;\n", ctype(et), j,
-                       et == KT_F32 ? "__int_as_float(0xff800000)" : et == KT_F64 ? "-__longlong_as_double(0x7ff0000000000000LL)" : et == KT_I32 ? "(int)0x80000000" : "(long long)0x8000000000000000ULL");
-            }
-            int64_t n = vec[l] ? k->cols[l - 1] / 4 : k->cols[l - 1];
-            int w = vec[l] ? 4 : 1;
-            for (int j = i; j < k->nstmts && k->stmts[j].loop == l; j++) { // registers for later loops
-                int used = 0;
-                for (int q = j + 1; q < k->nstmts; q++) used |= cache_of[q] == j && (live[4 * q] | live[4 * q + 1] | live[4 * q + 2] | live[4 * q + 3]);
-                if (used) em(e, "        %s v%d_r[%d][%d];\n", ctype(k->stmts[j].type), j, nu[l], w);
-            }
-            if (nu[l]) {
-                em(e, "#pragma unroll\n        for (int mt_it = 0; mt_it < %d; mt_it++) {\n", nu[l]);
-                em(e, "            const long long mt_c = tid + (long long)mt_it * %d;\n", group);
-                em(e, "            if (mt_c >= %lldLL) break;\n", (long long)n);
-            } else if (group == 1) em(e, "        for (long long mt_c = 0; mt_c < %lldLL; mt_c++) {\n", (long long)n);
-            else em(e, "        for (long long mt_c = tid; mt_c < %lldLL; mt_c += %d) {\n", (long long)n, group);
-        }
+        if (l != cur && l != 0) open_column_loop(c, x, l, i);
         cur = l;
         const KirStmt *s = &k->stmts[i];
-        if (s->node != prev_node) e->cur = node_origin(c, sym, part, s->node), prev_node = s->node;
-        int w = l && vec[l] ? 4 : 1;
-        char idx[48], v4[4][48];
-        if (colacc[i]) {
-            const char *at = (k->args[s->a].access & KA_ACC64) && c->opt->exact_f64 ? "double" : "float";
-            for (int u = 0; u < w; u++) {
-                char ix[48], vv[48];
-                val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
-                em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i, w, u,
-                   at, vv, i, w, u, ix);
-            }
-        } else if (cache_of[i] >= 0) { // a load an earlier loop already made
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u])
-                    em(e, "            const %s v%d_%d = v%d_r[mt_it][%d];\n", ctype(s->type), i, u, cache_of[i], u);
-        } else if (w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s)) {
-            val(idx, sizeof idx, k, s->b, 0);
-            if (s->op == KOP_LOAD) {
-                static const char XYZW[] = "xyzw";
-                if (live[4 * i] | live[4 * i + 1] | live[4 * i + 2] | live[4 * i + 3])
-                    em(e, "            const auto v%d_q = mt_ld4(a%d + %s);\n", i, s->a, idx);
-                for (int u = 0; u < 4; u++)
-                    if (live[4 * i + u]) em(e, "            const %s v%d_%d = v%d_q.%c;\n", ctype(s->type), i, u, i, XYZW[u]);
-            } else {
-                for (int u = 0; u < 4; u++) val(v4[u], sizeof v4[u], k, s->c, u);
-                em(e, "            mt_st4(a%d + %s, mt_pack4(%s, %s, %s, %s));\n", s->a, idx, v4[0], v4[1], v4[2], v4[3]);
-            }
-        } else {
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u]) emit_stmt(c, k, i, u, w == 4, group);
-        }
-        int provides = 0;
-        for (int q = i + 1; q < k->nstmts; q++) provides |= cache_of[q] == i;
-        if (provides && cache_of[i] < 0)
-            for (int u = 0; u < w; u++)
-                if (live[4 * i + u]) em(e, "            v%d_r[mt_it][%d] = v%d_%d;\n", i, u, i, u);
+        if (s->node != prev_node) e->cur = node_origin(c, x->sym, x->part, s->node), prev_node = s->node;
+        emit_expr_stmt(c, x, i, l);
         if (!injected && (c->opt->inject_error == c->inject_count || c->opt->inject_warning == c->inject_count)) {
             injected = 1;
             if (c->opt->inject_error == c->inject_count) em(e, "        mt_no_such_function(%d);\n", i);
             else em(e, "        int mt_unused_%d;\n", i);
         }
     }
-    e->cur = korigin;
+}
+
+// The row loop's end, the column accumulators into memory, the kernel's end.
+static void emit_expr_tail(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    e->cur = x->origin;
     em(e, "    }\n");
     for (int i = 0; i < k->nstmts; i++)
-        if (colacc[i]) {
-            int n = nu[k->stmts[i].loop] * (vec[k->stmts[i].loop] ? 4 : 1);
-            e->cur = node_origin(c, sym, part, k->stmts[i].node);
-            em(e, "    for (int q = 0; q < %d; q++)\n        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n", n, i,
-               k->stmts[i].a, i, k->args[k->stmts[i].a].access & KA_ACC64 ? "double" : "float", i);
+        if (x->colacc[i]) {
+            const KirStmt *s = &k->stmts[i];
+            int n = x->nu[s->loop] * (x->vec[s->loop] ? 4 : 1);
+            e->cur = node_origin(c, x->sym, x->part, s->node);
+            em(e, "    for (int q = 0; q < %d; q++)\n"
+                  "        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n",
+               n, i, s->a, i, k->args[s->a].access & KA_ACC64 ? "double" : "float", i);
         }
-    e->cur = korigin;
+    e->cur = x->origin;
     em(e, "}\n");
+}
 
-    if (nacc64) { // SYMBOL_finish: dst = scratch / divisor
-        em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", sym);
-        int j = 0;
-        for (int i = 0; i < k->nargs; i++)
-            if (k->args[i].access & KA_ACC64)
-                em(e, "%s%s *d%d, const double *s%d", j++ ? ", " : "", k->args[i].dtype == KT_BF16 ? "bf16" : "float", i, i);
-        em(e, ") {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
-        for (int i = 0; i < k->nargs; i++)
-            if (k->args[i].access & KA_ACC64) {
-                char lit[64];
-                em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) mt_st(d%d + j, (float)(s%d[j] / %s));\n",
-                   (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
-            }
-        em(e, "}\n");
+// SYMBOL_finish, for the arguments accumulated in double: dst = scratch / divisor.
+static void emit_expr_finish(Ctx *c, const Expr *x) {
+    Emitter *e = &c->e;
+    const KirKernel *k = x->k;
+    em(e, "extern \"C\" __global__ void __launch_bounds__(256) %s_finish(", x->sym);
+    int j = 0;
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64) {
+            const char *dst = k->args[i].dtype == KT_BF16 ? "bf16" : "float";
+            em(e, "%s%s *d%d, const double *s%d", j++ ? ", " : "", dst, i, i);
+        }
+    em(e, ") {\n    const long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x;\n");
+    for (int i = 0; i < k->nargs; i++)
+        if (k->args[i].access & KA_ACC64) {
+            char lit[64];
+            em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) "
+                  "mt_st(d%d + j, (float)(s%d[j] / %s));\n",
+               (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
+        }
+    em(e, "}\n");
+}
+
+// Expression kernel ki of part `part`, and its launch into info.
+static void emit_expr(Ctx *c, const KirSet *set, int part, int ki, CudaKernelInfo *info) {
+    Expr x = {.k = &set->k[ki], .part = part};
+    kir_symbol(x.sym, sizeof x.sym, part, ki);
+    snprintf(info->symbol, sizeof info->symbol, "%s", x.sym);
+    x.origin = keep(&c->e, "kernel %s", x.sym);
+    expr_geometry(&x, info);
+    if (expr_alloc(&x) != 0) {
+        c->e.oom = 1;
+        expr_free(&x);
+        return;
     }
-    free(af);
-    free(vec);
-    free(live);
-    free(nu);
-    free(cache_of);
-    free(rowdep);
-    free(colacc);
+    expr_analyse(&x, info);
+    expr_accumulators(&x, info);
+    emit_expr_head(c, &x, info);
+    emit_expr_body(c, &x);
+    emit_expr_tail(c, &x);
+    if (x.nacc64) emit_expr_finish(c, &x);
+    expr_free(&x);
 }
 
 // ---------------------------------------------------------------- GEMM epilogues
@@ -699,78 +817,83 @@ static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {
            (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
 }
 
-int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
-              size_t errcap) {
-    memset(out, 0, sizeof *out);
-    Ctx c = {.e = {.s = out}, .opt = opt, .g = g};
-    Emitter *e = &c.e;
-    int total = 0;
-    for (int p = 0; p < PART_COUNT; p++) total += prog->parts[p].n;
-    out->info = calloc((size_t)total + 1, sizeof *out->info);
-    if (!out->info) goto oom;
-
-    // the plan's storage (the storage rule marks every float tensor alike)
+// Whether the plan stores bf16 (the storage rule marks every float tensor alike).
+static int program_bf16(const KirProgram *prog) {
     int bf16 = 0;
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++)
             for (int j = 0; j < prog->parts[p].k[i].nargs; j++) bf16 |= prog->parts[p].k[i].args[j].dtype == KT_BF16;
-    // attention instantiations: each variant used, once; tensor cores where
-    // attn_tc_ok (bf16, head sizes 64, 128, 192 or 256), else the fp32 template, the fallback
-    enum { MAX_ATTN = 32 };
-    AttnVariant inst[MAX_ATTN];
-    int ninst = 0, ntc = 0;
-    for (int p = 0; p < PART_COUNT; p++)
-        for (int i = 0; i < prog->parts[p].n; i++) {
-            const KirKernel *k = &prog->parts[p].k[i];
-            if (k->kind != KK_ATTN && k->kind != KK_ATTN_BWD) continue;
-            if (k->attn.Dv != k->attn.D && !attn_variant(k, bf16).tc) { // the fp32 template takes one head width
-                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
-                snprintf(err, errcap,
-                         "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has a CUDA "
-                         "kernel only on tensor cores (bf16 storage, head sizes 64, 128, 192 or 256); a cpu target "
-                         "runs it (--target local, tiny-1layer)",
-                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col,
-                         (long long)k->attn.D, (long long)k->attn.Dv);
-                cuda_source_free(out);
-                return -1;
-            }
-            AttnVariant v = attn_variant(k, bf16);
-            int seen = 0;
-            for (int j = 0; j < ninst; j++) seen |= attn_variant_eq(&inst[j], &v);
-            if (seen) continue;
-            if (ninst == MAX_ATTN) {
-                snprintf(err, errcap, "more than %d attention variants in one plan", MAX_ATTN);
-                cuda_source_free(out);
-                return -1;
-            }
-            size_t need = v.tc ? attn_tc_smem_max(v.D, v.Dv) : attn_smem_max(v.D);
-            if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
-                const Node *n = g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
-                snprintf(err, errcap,
-                         "%s:%d:%d: error: attention with head size %d needs %zu bytes of shared memory; %s allows %zu "
-                         "(and the template stops at 256)",
-                         opt->model_path ? opt->model_path : "<model>", n->loc.line, n->loc.col, v.D, need,
-                         opt->arch, arch_smem_limit(opt->arch));
-                cuda_source_free(out);
-                return -1;
-            }
-            inst[ninst++] = v, ntc += v.tc;
-        }
+    return bf16;
+}
 
+// The attention instantiations a program needs.
+enum { MAX_ATTN = 32 };
+typedef struct AttnSet {
+    AttnVariant inst[MAX_ATTN]; // (n) each variant used, once
+    int n, ntc;                 // variants, of them on tensor cores
+} AttnSet;
+
+// The node kernel k of part p is anchored at (its first when none): where its errors point.
+static const Node *anchor_node(const Graph *g, int p, const KirKernel *k) {
+    return g->parts[p].nodes.items[k->anchor >= 0 ? k->anchor : 0];
+}
+
+// Attention kernel k (anchored in part p) into s: tensor cores where
+// attn_tc_ok (bf16, head sizes 64, 128, 192 or 256), else the fp32
+// template, the fallback. 0, or -1 with a message (what no CUDA kernel of
+// mt's runs).
+static int add_attention(AttnSet *s, const KirKernel *k, int p, const Graph *g, const CudaOptions *opt, int bf16,
+                         char *err, size_t errcap) {
+    const char *model = opt->model_path ? opt->model_path : "<model>";
+    AttnVariant v = attn_variant(k, bf16);
+    if (k->attn.Dv != k->attn.D && !v.tc) { // the fp32 template takes one head width
+        snprintf(err, errcap,
+                 "%s:%d:%d: error: attention with query and key heads %lld wide but value heads %lld has a CUDA "
+                 "kernel only on tensor cores (bf16 storage, head sizes 64, 128, 192 or 256); a cpu target "
+                 "runs it (--target local, tiny-1layer)",
+                 model, anchor_node(g, p, k)->loc.line, anchor_node(g, p, k)->loc.col, (long long)k->attn.D,
+                 (long long)k->attn.Dv);
+        return -1;
+    }
+    for (int j = 0; j < s->n; j++)
+        if (attn_variant_eq(&s->inst[j], &v)) return 0;
+    if (s->n == MAX_ATTN) {
+        snprintf(err, errcap, "more than %d attention variants in one plan", MAX_ATTN);
+        return -1;
+    }
+    size_t need = v.tc ? attn_tc_smem_max(v.D, v.Dv) : attn_smem_max(v.D);
+    if (v.D > 256 || need > arch_smem_limit(opt->arch)) {
+        snprintf(err, errcap,
+                 "%s:%d:%d: error: attention with head size %d needs %zu bytes of shared memory; %s allows %zu "
+                 "(and the template stops at 256)",
+                 model, anchor_node(g, p, k)->loc.line, anchor_node(g, p, k)->loc.col, v.D, need, opt->arch,
+                 arch_smem_limit(opt->arch));
+        return -1;
+    }
+    s->inst[s->n++] = v, s->ntc += v.tc;
+    return 0;
+}
+
+// The head of the source: what it is, the embedded .cuh files it needs.
+static void emit_prelude(Emitter *e, const KirProgram *prog, const CudaOptions *opt, int bf16, const AttnSet *s) {
     e->cur = NULL;
     em(e, "// generated by mtc for %s (%s storage); kernel IR -> CUDA C, see compiler/emit/emit_cuda.c\n", opt->arch,
        bf16 ? "bf16" : "f32");
     em_text(e, mt_cuda_prelude);
-    if (ninst || opt->with_reference) em_text(e, mt_cuda_attention);
-    if (ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
+    if (s->n || opt->with_reference) em_text(e, mt_cuda_attention);
+    if (s->ntc) em_text(e, mt_cuda_mma), em_text(e, mt_cuda_attention_tc);
     if (opt->with_reference) em_text(e, mt_cuda_attention_ref);
     int nodes = 0; // mixture of experts: the KK_NODE kernels of compiler/emit/cuda/moe.cuh
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < prog->parts[p].n; i++) nodes += prog->parts[p].k[i].kind == KK_NODE;
-    if (nodes && !ntc) em_text(e, mt_cuda_mma); // moe.cuh's tensor-core tiles
+    if (nodes && !s->ntc) em_text(e, mt_cuda_mma); // moe.cuh's tensor-core tiles
     if (nodes) em_text(e, mt_cuda_moe);
-    for (int j = 0; j < ninst; j++) {
-        const AttnVariant *v = &inst[j];
+}
+
+// One instantiation of the attention templates for each variant in s.
+static void emit_attention_instances(Emitter *e, int bf16, const AttnSet *s) {
+    for (int j = 0; j < s->n; j++) {
+        const AttnVariant *v = &s->inst[j];
         char name[64], sc[64], cap[64];
         attn_variant_name_dv(name, sizeof name, bf16, v->D, v->Dv, v->causal, v->window, v->scale, v->softcap);
         int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale) && v->Dv == v->D;
@@ -790,8 +913,45 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
                    v->causal ? "true" : "false", sc, cap, v->window, name);
         }
     }
-    out->nattn = ninst;
+}
 
+// GEMM i of part p, cuBLASLt's: a comment for the reader of --emit-cuda.
+static void emit_gemm_comment(Emitter *e, const KirSet *set, int p, int i, CudaKernelInfo *info) {
+    const KirKernel *k = &set->k[i];
+    info->epilogue = gemm_epilogue(set, k);
+    const KirGemm *gm = &k->gemm;
+    e->cur = NULL;
+    em(e, "\n// mt_k%d_%d: cuBLASLt GEMM %lldx%lldx%lld%s%s batch %lld", p, i, (long long)gm->M, (long long)gm->N,
+       (long long)gm->K, gm->ta ? " A^T" : "", gm->tb ? " B^T" : "", (long long)gm->batch);
+    if (gm->epilogue >= 0)
+        em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
+           info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
+    em(e, "\n");
+}
+
+// Node kernel i of part p, compiler/emit/cuda/moe.cuh's: a comment for the reader.
+static void emit_node_comment(Emitter *e, const Graph *g, const KirKernel *k, int p, int i) {
+    const Node *n = g->parts[p].nodes.items[k->anchor];
+    e->cur = NULL;
+    if (n->op == OP_MOE || n->op == OP_MOE_BWD)
+        em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (runtime/backend/moe_launch.h)\n", p, i,
+           op_name(n->op));
+    else em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/emit/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
+}
+
+// Attention kernel i of part p: its instantiation's symbol into info, and a comment.
+static void emit_attention_comment(Emitter *e, const KirKernel *k, int p, int i, int bf16, CudaKernelInfo *info) {
+    AttnVariant v = attn_variant(k, bf16);
+    attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale, v.softcap);
+    info->attn_tc = v.tc;
+    e->cur = NULL;
+    em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,
+       k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T, (long long)k->attn.H,
+       (long long)k->attn.KVH, v.tc ? "tc_" : "", k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}", info->symbol);
+}
+
+// Every kernel of every part, each with its entry in out->info.
+static void emit_kernels(Ctx *c, const KirProgram *prog, int bf16, CudaSource *out) {
     for (int p = 0; p < PART_COUNT; p++) {
         const KirSet *set = &prog->parts[p];
         for (int i = 0; i < set->n; i++) {
@@ -801,41 +961,44 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
             if (k->kind == KK_EXPR) {
                 int owner = k->fused_into;
                 if (owner >= 0 && owner < set->n && set->k[owner].kind != KK_GEMM) continue; // cpu attention helpers
-                emit_expr(&c, set, p, i, info);
+                emit_expr(c, set, p, i, info);
                 out->nexpr++;
-            } else if (k->kind == KK_GEMM) { // cuBLASLt's; a comment for the reader of --emit-cuda
-                info->epilogue = gemm_epilogue(set, k);
-                const KirGemm *gm = &k->gemm;
-                e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: cuBLASLt GEMM %lldx%lldx%lld%s%s batch %lld", p, i, (long long)gm->M,
-                   (long long)gm->N, (long long)gm->K, gm->ta ? " A^T" : "", gm->tb ? " B^T" : "", (long long)gm->batch);
-                if (gm->epilogue >= 0)
-                    em(e, "; then mt_k%d_%d%s%s", p, gm->epilogue, info->epilogue ? ", or instead " : "",
-                       info->epilogue ? cuda_epilogue_name(info->epilogue) : "");
-                em(e, "\n");
-            } else if (k->kind == KK_NODE) { // compiler/emit/cuda/moe.cuh's; a comment for the reader
-                const Node *n = g->parts[p].nodes.items[k->anchor];
-                e->cur = NULL;
-                if (n->op == OP_MOE || n->op == OP_MOE_BWD)
-                    em(e, "\n// mt_k%d_%d: %s by the grouped mt_moe_* kernels (runtime/backend/moe_launch.h)\n", p, i,
-                       op_name(n->op));
-                else
-                    em(e, "\n// mt_k%d_%d: %s by mt_node_%s (compiler/emit/cuda/moe.cuh)\n", p, i, op_name(n->op), op_name(n->op));
+            } else if (k->kind == KK_GEMM) {
+                emit_gemm_comment(&c->e, set, p, i, info);
+            } else if (k->kind == KK_NODE) {
+                emit_node_comment(&c->e, c->g, k, p, i);
             } else {
-                AttnVariant v = attn_variant(k, bf16);
-                attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale,
-                                     v.softcap);
-                info->attn_tc = v.tc;
-                e->cur = NULL;
-                em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,
-                   k->kind == KK_ATTN ? "forward" : "backward", (long long)k->attn.B, (long long)k->attn.T,
-                   (long long)k->attn.H, (long long)k->attn.KVH, v.tc ? "tc_" : "",
-                   k->kind == KK_ATTN ? "fwd" : "bwd_{dq,dkdv}", info->symbol);
+                emit_attention_comment(&c->e, k, p, i, bf16, info);
             }
             out->ninfo++;
         }
     }
-    if (e->oom) goto oom;
+}
+
+int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
+              size_t errcap) {
+    memset(out, 0, sizeof *out);
+    Ctx c = {.e = {.s = out}, .opt = opt, .g = g};
+    int total = 0;
+    for (int p = 0; p < PART_COUNT; p++) total += prog->parts[p].n;
+    out->info = calloc((size_t)total + 1, sizeof *out->info);
+    if (!out->info) goto oom;
+    int bf16 = program_bf16(prog);
+    AttnSet attn = {.n = 0};
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            const KirKernel *k = &prog->parts[p].k[i];
+            if ((k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) &&
+                add_attention(&attn, k, p, g, opt, bf16, err, errcap) != 0) {
+                cuda_source_free(out);
+                return -1;
+            }
+        }
+    emit_prelude(&c.e, prog, opt, bf16, &attn);
+    emit_attention_instances(&c.e, bf16, &attn);
+    out->nattn = attn.n;
+    emit_kernels(&c, prog, bf16, out);
+    if (c.e.oom) goto oom;
     return 0;
 oom:
     snprintf(err, errcap, "out of memory generating CUDA C");
@@ -848,7 +1011,8 @@ int cuda_build(const KirProgram *prog, const Graph *g, const CudaOptions *opt, C
     memset(out, 0, sizeof *out);
     if (src) memset(src, 0, sizeof *src);
     if (!nvrtc_arch_ok(opt->arch)) {
-        snprintf(err, errcap, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX", opt->arch);
+        snprintf(err, errcap, "unknown CUDA architecture '%s'; expected sm_80, sm_89, sm_90 or a newer sm_XX",
+                 opt->arch);
         return -1;
     }
     CudaSource s;

@@ -3,7 +3,7 @@
 // (common/target.h: NVLink between the GPUs of a node, the network adapters
 // between nodes, host memory on a cpu target), as NCCL's ring and tree run
 // them, hierarchically when the ranks span nodes. The scheduler prices the
-// collective instructions of a plan with it (compiler/schedule/schedule.c) and the
+// collective instructions of a plan with it (compiler/schedule/cost.c) and the
 // scale-out comparison its strategies (compiler/schedule/scaleout.c).
 #ifndef MT_COLLECTIVE_H
 #define MT_COLLECTIVE_H

@@ -25,7 +25,7 @@ static Layout layout_of(const Target *t, int ranks) {
 // The whole host store of g: master, moments, accumulators and the bf16
 // copy, with fp32 gradients, as several ranks keep them (they sum them;
 // common/storage.h, storage_grads_bf16).
-static double store_bytes(const Graph *g) { return (double)storage_host_bytes(g, 0); }
+static double host_store_bytes(const Graph *g) { return (double)storage_host_bytes(g, 0); }
 
 // The profile one rank's plan is searched on. The search counts a whole
 // store against host_memory, so a sharded rank's share of the node is given
@@ -36,7 +36,7 @@ static double store_bytes(const Graph *g) { return (double)storage_host_bytes(g,
 static Target rank_target(const Target *t, const Graph *g, int s, Layout l) {
     Target rt = *t;
     if (l.ranks > 1) rt.tier_capacity = rt.tier_read_bandwidth = rt.tier_write_bandwidth = 0;
-    if (s == SCALE_SHARDED) rt.host_memory = t->host_memory / l.per_node + store_bytes(g) * (1.0 - 1.0 / l.ranks);
+    if (s == SCALE_SHARDED) rt.host_memory = t->host_memory / l.per_node + host_store_bytes(g) * (1.0 - 1.0 / l.ranks);
     else if (s == SCALE_REPLICATED) rt.host_memory = t->host_memory / l.per_node;
     return rt;
 }
@@ -139,7 +139,7 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         double cs = collective_seconds(t, COLL_ALL_REDUCE, 8.0, l.ranks);
         first += cs, coll += cs / acc, net += collective_rank_bytes(COLL_ALL_REDUCE, 8.0, l.ranks) / acc;
     }
-    double store = store_bytes(g), tokens = (double)(g->train.batch * g->train.seq) * acc; // a rank's a step
+    double store = host_store_bytes(g), tokens = (double)(g->train.batch * g->train.seq) * acc; // a rank's a step
     row->priced = 1;
     snprintf(row->schedule, sizeof row->schedule, "%s", p->schedule ? p->schedule : "");
     row->step_s = first + (acc - 1) * rest;
@@ -255,7 +255,7 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
 static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *known, Arena *a, char *err,
                         size_t errcap) {
     int gpn = t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1, max = t->nodes >= 1 ? (int)t->nodes : 1;
-    int n = (int)ceil(store_bytes(g) / t->host_memory);
+    int n = (int)ceil(host_store_bytes(g) / t->host_memory);
     for (n = n < 1 ? 1 : n; n <= max; n++) {
         ScaleRow r = *known;
         if (n * gpn != ranks && best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0)
@@ -313,7 +313,7 @@ static void choose(ScaleOut *o) {
 static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int strategies, const Bounds *b, Arena *a,
                    ScaleOut *o, char *err, size_t errcap) {
     Layout l = layout_of(t, ranks);
-    *o = (ScaleOut){.ranks = ranks, .per_node = l.per_node, .nodes = l.nodes, .store_bytes = store_bytes(g)};
+    *o = (ScaleOut){.ranks = ranks, .per_node = l.per_node, .nodes = l.nodes, .store_bytes = host_store_bytes(g)};
     if (strategies == SCALE_COUNT && best_row(g, t, SCALE_REPLICATED, layout_of(t, 1), a, &o->one, err, errcap) != 0)
         return -1;
     for (int s = 0; s < strategies; s++)

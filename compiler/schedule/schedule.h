@@ -41,7 +41,7 @@ const char *policy_name(Policy p);
 typedef struct SchedChoice {
     Policy policy;
     Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with picks
-    // Per-layer modes (schedule.c, pick_modes): of the n streamed layers that leave the device,
+    // Per-layer modes (layout.c, pick_modes): of the n streamed layers that leave the device,
     // offloaded + host_selective are picked, spread evenly; of the picks, `offloaded` (spread
     // evenly among them) offload everything their backward reads, the others keep their input and
     // their matmul and attention outputs in host memory and recompute the rest (selective on the

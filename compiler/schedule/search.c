@@ -1,0 +1,663 @@
+// search.c: the scheduler's pass 6 (schedule.c lists them): the search.
+// For each remat mode, slot count and checkpoint place, the most resident
+// layers that fit, costed by the engine simulation of cost.c; the mixed
+// plans by branch and bound over their floors; the fastest plan that fits
+// wins.
+#include "compiler/schedule/schedule_internal.h"
+
+#include "common/scratch.h"
+
+#include <math.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+
+// Whether plan p, which costs c, fits t's memories; else why says what it needs.
+static int fits_target(const Plan *p, const Cost *c, const Target *t, char *why, size_t cap) {
+    why[0] = 0;
+    if ((double)c->host_bytes > t->host_memory)
+        snprintf(why, cap, "needs %.4g GB of host memory%s, %s has %.4g GB", (double)c->host_bytes / 1e9,
+                 c->place.level > PLACE_RAM ? " with the most it can put on the NVMe tier" : "", t->name,
+                 t->host_memory / 1e9);
+    else if ((double)c->place.tier_bytes > t->tier_capacity && c->place.level > PLACE_RAM)
+        snprintf(why, cap, "needs %.4g GB of NVMe tier, %s has %.4g GB", (double)c->place.tier_bytes / 1e9, t->name,
+                 t->tier_capacity / 1e9);
+    else if ((double)c->device_peak_bytes > t->device_memory && p->scratch_bytes > 0)
+        snprintf(why, cap, "needs %.4g GB of device memory (%.4g GB of it the kernels' scratch), %s has %.4g GB",
+                 (double)c->device_peak_bytes / 1e9, (double)(c->device_peak_bytes - p->arena_bytes) / 1e9, t->name,
+                 t->device_memory / 1e9);
+    else if ((double)c->device_peak_bytes > t->device_memory)
+        snprintf(why, cap, "needs %.4g GB of device memory, %s has %.4g GB", (double)c->device_peak_bytes / 1e9,
+                 t->name, t->device_memory / 1e9);
+    return why[0] == 0;
+}
+
+// Whether a block tensor carries annotation `want` (0: any).
+static int has_annotation(const Graph *g, Annot want) {
+    for (int k = 0; k < g->nkinds; k++) {
+        const Part *block = &g->parts[kind_part(k)];
+        for (int i = 0; i < block->nfwd; i++) {
+            const Node *n = block->nodes.items[i];
+            if (n->annot && (!want || n->annot == want)) return 1;
+        }
+    }
+    return 0;
+}
+
+// annotations_allow for block part pk (one kind's).
+static int kind_annotations_allow(Graph *g, PartKind pk, const SchedChoice *c, Arena *a, char *why, size_t cap) {
+    const Part *block = &g->parts[pk];
+    BlockNeeds need;
+    if (block_needs(block, g->train.compute, a, &need) != 0) return snprintf(why, cap, "out of memory"), 0;
+    for (int i = 0; i < block->nfwd; i++) {
+        const Node *n = block->nodes.items[i], *b = base_of(n);
+        if (!n->annot || b->part != pk || b->id >= block->nfwd || !need.saved[b->id]) continue;
+        int kept = need.kept[b->id], all_resident = c->remat == REMAT_NONE || c->resident == g->layers, ok = 0;
+        // a layer leaves the device: none resident, and more streamed than the backward finds intact
+        int leaves = !c->resident && (c->slots < g->layers || (block->nchunks && c->remat == REMAT_LAYER));
+        switch (n->annot) { // (a mixed plan treats the layers it offloads and the rest differently: neither holds)
+        case ANNOT_KEEP: ok = !c->offloaded && (all_resident || (c->remat == REMAT_SELECTIVE && kept)); break;
+        case ANNOT_RECOMPUTE:
+            ok = !c->offloaded && leaves && (c->remat == REMAT_LAYER || (c->remat == REMAT_SELECTIVE && !kept));
+            break;
+        case ANNOT_OFFLOAD: ok = leaves && c->remat == REMAT_OFFLOAD; break;
+        case ANNOT_NONE: ok = 1; break;
+        }
+        if (!ok) {
+            snprintf(why, cap, "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its "
+                     "annotation says", remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots,
+                     (long long)c->resident, annot_name(n->annot),
+                     n->name ? n->name : "?", n->loc.line);
+            return 0;
+        }
+    }
+    return 1;
+}
+
+// Whether choice c does with every annotated block tensor that the backward
+// reads what its annotation says (dsl/README.md, Annotations): keep it on
+// the device in every layer (remat none, every layer resident, or selective
+// for a matmul or attention output it restores); recompute it (layer, or
+// selective for the rest) or offload it to host memory (offload), with no
+// layer resident, so that every streamed layer but the last `slots` at the
+// turn, which the backward finds intact, drops it. The baselines model other
+// systems and take no annotations. 0 with the first contradiction in why.
+static int annotations_allow(Graph *g, const SchedChoice *c, Arena *a, char *why, size_t cap) {
+    if (c->policy != POLICY_MT || !has_annotation(g, ANNOT_NONE)) return 1;
+    for (int k = 0; k < g->nkinds; k++)
+        if (!kind_annotations_allow(g, (PartKind)kind_part(k), c, a, why, cap)) return 0;
+    return 1;
+}
+
+double schedule_overshoot(const Cost *c, const Target *t) {
+    double dev = (double)c->device_peak_bytes / t->device_memory, host = (double)c->host_bytes / t->host_memory;
+    return dev > host ? dev : host;
+}
+
+// One search: what it is asked and what it has found.
+typedef struct Search {
+    Graph *g;
+    const Target *t;
+    const SchedRequest *req;
+    Arena *a;
+    const CostKernels *kernels; // the graph's kernels priced on t, once
+    SchedResult *best;
+    char *err;
+    size_t errcap;
+} Search;
+
+// What one built choice costs.
+typedef struct Tried {
+    Cost cost;
+    int fits;
+    int64_t host_act_bytes; // its host activation store
+} Tried;
+
+// Builds and costs one choice, shows it to req->seen and keeps it in *best
+// when it beats it. With out, says what it costs.
+static int try_choice_out(Search *x, const SchedChoice *c, Tried *out) {
+    Graph *g = x->g;
+    const Target *t = x->t;
+    const SchedRequest *req = x->req;
+    Arena *a = x->a;
+    SchedResult r = {.choice = *c}, *best = x->best;
+    ArenaMark mark = arena_mark(a); // a plan that loses gives its memory back
+    r.plan = schedule_build(g, t, c, a, x->err, x->errcap);
+    if (!r.plan) return -1;
+    if (cost_plan_with(r.plan, t, x->kernels, &r.cost, NULL) != 0)
+        return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
+    r.fits = fits_target(r.plan, &r.cost, t, r.why, sizeof r.why);
+    if (r.fits) r.fits = annotations_allow(g, c, a, r.why, sizeof r.why);
+    if (out) *out = (Tried){.cost = r.cost, .fits = r.fits, .host_act_bytes = r.plan->host_act_bytes};
+    if (req->seen) req->seen(req->seen_ctx, g, &r);
+    int better;
+    if (!best->plan) better = 1;
+    else if (r.fits != best->fits) better = r.fits;
+    else if (r.fits) better = r.cost.step_s < best->cost.step_s;
+    else better = schedule_overshoot(&r.cost, t) < schedule_overshoot(&best->cost, t);
+    if (better) *best = r;
+    else arena_release(a, mark);
+    return 0;
+}
+
+static int try_choice(Search *x, const SchedChoice *c) { return try_choice_out(x, c, NULL); }
+
+// ---------------------------------------------------------------- mixed plans
+
+// A plan's busy times: each a sum over its instructions, so a linear
+// function of its picks (each picked layer trades its recompute for its
+// copies, the same for every layer of a kind of pick).
+typedef struct Busy {
+    double device;     // RUNs and arena copies
+    double in, out;    // the link, each direction
+    double link_bytes; // what crosses the link, which host memory carries too
+    double device_bytes; // device memory (not a time, but linear in the picks too)
+} Busy;
+
+static Busy busy_of(const Cost *c) {
+    return (Busy){.device = c->compute_s + c->device_copy_s, .in = c->copy_in_s, .out = c->copy_out_s,
+                  .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes),
+                  .device_bytes = (double)c->device_peak_bytes};
+}
+
+// The host's side of a plan: its placement and work, which follow from its
+// host activation store alone (cost_place_act, cost_host_work).
+typedef struct HostSide {
+    Placement place;
+    double update_s, optimizer_s;
+    const double *updates; // (layers + 2) each layer's updates, the head's globals', the tail's
+} HostSide;
+
+// The work follows from the placement's level: priced once a level, in
+// work[level] (update_s < 0: not yet; updates in arena a). updates NULL: out of memory.
+static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide work[PLACE_COUNT], Arena *a) {
+    HostSide h;
+    cost_place_act(p, t, act, &h.place);
+    HostSide *w = &work[h.place.level];
+    if (w->update_s < 0) {
+        double *updates = arena_alloc(a, (size_t)(p->graph->layers + 2) * sizeof *updates); // (layers + 2)
+        cost_host_work(p, t, &h.place, &w->update_s, &w->optimizer_s, updates);
+        w->updates = updates;
+    }
+    h.update_s = w->update_s, h.optimizer_s = w->optimizer_s, h.updates = w->updates;
+    return h;
+}
+
+// The least step a plan with busy times u and host side h can take on t,
+// whatever the engines' overlap: cost_plan_with's step is never below it.
+// Each micro-batch takes at least its busiest resource (on a cpu target,
+// everything: one thread), host memory carrying the link's and the tier's
+// bytes; the first also the host's work, and first_min.
+static double floor_step(const Busy *u, const HostSide *h, const Target *t, int64_t accumulate, double first_min) {
+    double first, rest;
+    if (strcmp(t->arch, "cpu") == 0) {
+        rest = u->device + u->in + u->out;
+        first = rest + h->optimizer_s;
+    } else {
+        double link = t->link_duplex ? fmax(u->in, u->out) : u->in + u->out;
+        double tier = (h->place.tier_read_bytes + h->place.tier_write_bytes) / (double)accumulate;
+        double mem = (u->link_bytes + tier) / t->host_memory_bandwidth;
+        rest = fmax(u->device, fmax(link, mem));
+        first = fmax(rest, mem + h->optimizer_s);
+    }
+    return fmax(first, first_min) + (double)(accumulate - 1) * rest;
+}
+
+// A step as chains of waits between the engines, each layer's part in it
+// by its pick: a floor of the simulation that sees what the engines'
+// busy times do not, the layers' copies and compute waiting for each
+// other through the frames.
+//
+// Forward: the host updates the head's globals, then layer after layer
+// (nothing makes it wait), each update priced at the plan's placement (a
+// store that spills onto the NVMe tier updates at the tier's rate). Layer
+// l's weights go in once its update is done, the previous layer's weights
+// are in, and the layer `slots` before it (its frame's last user) has
+// computed; it computes once they are in, the
+// layer before it has computed, and that frame's last saves are out; its
+// own saves follow its compute, one after another. The tail's forward waits
+// for the last layer's, and for the tail's globals, which go in after every
+// update.
+//
+// Backward (leaving layers, from the top): layer l's copies (weights, what
+// it loads) go in once the layer before it on the copy-in engine is in and
+// the layer `slots` above it is done; it computes once they are in and the
+// layer above is done.
+typedef struct LayerTimes {
+    double in, compute, save;    // forward: weights in, its compute, its saves
+    double back_in, back_compute; // backward: its copies in, its compute (recompute included)
+} LayerTimes;
+
+typedef struct Chains {
+    double head;               // the head's copies in and forward
+    double tail_in;            // the tail's copies in (weights and inputs)
+    double pre;                // the compute engine from the tail's forward to the first leaving layer's backward
+    double post;               // and after the last one's (the head's backward), then the copy-out engine's
+                               // and the host's (its gradients out, their norm)
+    LayerTimes *unpicked;      // (L) every layer with no picks
+    const uint8_t *kind;       // (L) each layer's block kind (Graph.layer_kind)
+    LayerTimes *picked;        // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
+} Chains;
+
+// From plan p (dur: its instructions' times): each layer's times, by the
+// layer each instruction serves (the last COPY_IN or block RUN naming one;
+// the tail's RUN and the head's backward RUN end them), into lt (L), and
+// the rest into *ch; the updates are the placement's (HostSide.updates).
+static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
+    int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
+    int back = 0, post = 0;
+    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){0};
+    *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked};
+    for (int i = 0; i < p->ntrain; i++) {
+        const Instr *in = &p->train[i];
+        double d = dur[i];
+        if (in->kind == INS_UPDATE) continue;
+        if (in->kind == INS_RUN && in->part == PART_TAIL && !back) back = 1, cur = L;
+        else if (in->kind == INS_RUN && in->part == PART_HEAD && back) post = 1;
+        else if ((in->kind == INS_COPY_IN && in->layer == SEG_TAIL) || (!back && in->kind == INS_INPUT && cur >= 0))
+            cur = L; // the tail's globals and inputs
+        else if ((in->kind == INS_COPY_IN || (in->kind == INS_RUN && part_is_block(in->part))) && in->layer >= 0)
+            cur = in->layer;
+        int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
+            copy_in = in->engine == ENG_COPY_IN &&
+                      (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
+            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
+        if (post) ch->post += compute || in->engine == ENG_COPY_OUT || in->kind == INS_NORM ? d : 0;
+        else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
+        else if (!back && cur == L) ch->tail_in += copy_in ? d : 0;
+        else if (!back) lt[cur].in += copy_in ? d : 0, lt[cur].compute += compute ? d : 0, lt[cur].save += save ? d : 0;
+        else if (cur >= leaving) ch->pre += compute ? d : 0;
+        else lt[cur].back_in += copy_in ? d : 0, lt[cur].back_compute += compute ? d : 0;
+    }
+}
+
+// The least step of a plan of n leaving layers picked as pick (n) says,
+// updating as updates (L + 2) says: the end of the backward of the chains
+// above. E, F: (L + slots + 1) scratch.
+static double chain_floor(const Chains *ch, const double *updates, int64_t L, int64_t streamed, int64_t n,
+                          const uint8_t *pick, int slots, double *E, double *F) {
+    double upd = updates[L], in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
+    double prev = upd + ch->head;                                 // the head's forward done
+    for (int64_t l = 0; l < L; l++) {
+        int p = l < n ? pick[l] : PICK_NONE;
+        const LayerTimes *t = p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
+        int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
+        upd += updates[l];
+        in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
+        F[l] = fmax(fmax(prev, in_done), reuse ? S[l - slots] : 0) + t->compute;
+        saved = t->save > 0 ? fmax(saved, F[l]) + t->save : saved;
+        S[l] = t->save > 0 ? saved : 0; // (a frame whose last user saved nothing waits for no save)
+        prev = F[l];
+    }
+    double tail_in = fmax(in_done, upd + updates[L + 1]) + ch->tail_in, tail = fmax(prev, tail_in);
+    in_done = tail_in;
+    for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail;
+    E[n] = tail + ch->pre;
+    for (int64_t l = n - 1; l >= 0; l--) {
+        const LayerTimes *t = pick[l] == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick[l]];
+        in_done = fmax(in_done, E[l + slots]) + t->back_in;
+        E[l] = fmax(E[l + 1], in_done) + t->back_compute;
+    }
+    return E[0] + ch->post;
+}
+
+// The mixed plans of choice c (layer or selective, its slots, checkpoint
+// place and resident layers): every pair (K offloaded, S selective on the
+// host) of picks among the n layers that leave the device, K + S from 1 to
+// n (all n offloaded is remat offload's plan), or the pair req asks for.
+//
+// An exact search, by branch and bound. Probe plans (no picks; for each
+// block kind, its last leaving layer picked of each kind of pick) give
+// every pair's floor before any is built: its engines' busy times, the
+// unpicked plan's plus what each pick adds; its host side, from its host
+// activation store; and the chains of waits through the frames. A pair that cannot fit host or device
+// memory is never built; the others are built and simulated in order of
+// their floors until no pair left could beat the fastest fitting plan found
+// by more than SEARCH_GAP (its floor is at least that plan's step / (1 +
+// SEARCH_GAP)). The result is within SEARCH_GAP of the fastest of every
+// pair, as building them all finds it (MT_SEARCH_EVERY=1 does, and checks
+// every floor and every skip against the plan it built). Without the gap,
+// a flat optimum builds nearly every pair: mistral-large-2's 7,000 of
+// them for --explain, their floors within 0.13% of the best step.
+#define SEARCH_GAP 1e-3
+
+typedef struct Pair {
+    int64_t k, s;
+    double floor;
+    int cannot_fit; // skipped unless MT_SEARCH_EVERY
+} Pair;
+
+static int by_floor(const void *pa, const void *pb) {
+    const Pair *a = pa, *b = pb;
+    if (a->floor != b->floor) return a->floor < b->floor ? -1 : 1;
+    return a->k != b->k ? (a->k < b->k ? -1 : 1) : (a->s > b->s) - (a->s < b->s);
+}
+
+// What the probe plans of a mixed search found (try_mixed): the plan with
+// no picks, and what a pick of each kind of block adds to it.
+typedef struct Probes {
+    Arena own;           // the probes' plans and these arrays (the search's arena keeps the plans it offers)
+    Plan *p0;            // the plan with no picks
+    Chains ch;           // its chains; ch.picked: a picked layer's, by kind and pick
+    Busy u0, *du;        // its busy times; (nkinds * 3) what a pick adds, by kind and pick
+    int64_t act0, *dact; // its host activation store; (nkinds * 3) what a pick adds, the same
+} Probes;
+
+static int out_of_memory(Search *x) {
+    snprintf(x->err, x->errcap, "out of memory while scheduling");
+    return -1;
+}
+
+// The probes of choice c with n leaving layers, into pr: no picks, then for
+// each block kind its last leaving layer offloaded, and it selective on the
+// host. A picked layer changes what the plan costs by what its kind and
+// pick make it cost, wherever it lies. 0, or -1 with a message.
+static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
+    Graph *g = x->g;
+    int64_t L = g->layers, nk = g->nkinds;
+    Arena *own = &pr->own;
+    Chains one = {.kind = g->layer_kind};
+    pr->ch = one;
+    pr->du = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->du);
+    pr->dact = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->dact);
+    int64_t *last = arena_alloc(own, (size_t)nk * sizeof *last); // (nkinds) -1: none leaves
+    pr->ch.picked = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->ch.picked);
+    pr->ch.unpicked = arena_alloc(own, (size_t)(L + 1) * sizeof *pr->ch.unpicked);
+    one.unpicked = arena_alloc(own, (size_t)(L + 1) * sizeof *one.unpicked); // (L) scratch
+    if (!pr->du || !pr->dact || !last || !pr->ch.picked || !pr->ch.unpicked || !one.unpicked) return out_of_memory(x);
+    for (int64_t k = 0; k < nk; k++) last[k] = -1;
+    for (int64_t l = 0; l < n; l++) last[g->layer_kind[l]] = l;
+    for (int64_t i = 0; i < 1 + 2 * nk; i++) { // no picks; then kind (i - 1) / 2, pick 1 + (i - 1) % 2
+        int64_t kind = (i - 1) / 2, pick = 1 + (i - 1) % 2;
+        if (i > 0 && last[kind] < 0) continue;
+        SchedChoice one_pick = c;
+        one_pick.offloaded = i > 0 && pick == PICK_OFFLOAD;
+        one_pick.host_selective = i > 0 && pick == PICK_HOST_SELECTIVE;
+        one_pick.probe_layer = i > 0 ? last[kind] + 1 : 0;
+        Plan *p = schedule_build(g, x->t, &one_pick, own, x->err, x->errcap);
+        if (!p) return -1;
+        Cost pc;
+        double *dur = arena_alloc(own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
+        if (!dur || cost_plan_with(p, x->t, x->kernels, &pc, dur) != 0) return out_of_memory(x);
+        if (i == 0) {
+            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes;
+            split_layers(p, dur, n, &pr->ch, pr->ch.unpicked);
+            continue;
+        }
+        Busy b = busy_of(&pc);
+        const double *bi = (const double *)&b, *b0 = (const double *)&pr->u0;
+        double *d = (double *)&pr->du[kind * 3 + pick];
+        for (size_t j = 0; j < sizeof b / sizeof(double); j++) d[j] = bi[j] - b0[j];
+        pr->dact[kind * 3 + pick] = p->host_act_bytes - pr->act0;
+        split_layers(p, dur, n, &one, one.unpicked);
+        pr->ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
+    }
+    return 0;
+}
+
+// The floor of every pair (k offloaded, s selective on the host) of c's n
+// leaving layers but the plans built already (the unmixed plan, the pairs
+// (1, 0) and (0, 1), remat offload's), from the probes pr, into pairs
+// (*np of them); those that cannot fit host or device memory only with
+// every (MT_SEARCH_EVERY). 0, or -1 with a message.
+static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int every, Pair *pairs, size_t *np) {
+    const Graph *g = x->g;
+    const Target *t = x->t;
+    int64_t L = g->layers, accumulate = g->train.accumulate;
+    uint8_t *picks = arena_alloc(&pr->own, (size_t)n + 1); // (n) a pair's picks
+    // E, F: (L + slots + 1) chain_floor's scratch
+    double *E = malloc((size_t)(L + c.slots + 2) * 2 * sizeof *E), *F = E ? E + L + c.slots + 2 : NULL;
+    if (!picks || !E) return free(E), out_of_memory(x);
+    HostSide work[PLACE_COUNT];
+    for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
+    for (int64_t k = 0; k <= n; k++)
+        for (int64_t s = 0; k + s <= n; s++) {
+            if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
+            Busy b = pr->u0;
+            int64_t act = pr->act0;
+            fill_picks(picks, n, k, s);
+            for (int64_t l = 0; l < n; l++) { // each pick adds what its kind and pick add
+                if (picks[l] == PICK_NONE) continue;
+                const double *d = (const double *)&pr->du[g->layer_kind[l] * 3 + picks[l]];
+                double *bj = (double *)&b;
+                for (size_t j = 0; j < sizeof b / sizeof(double); j++) bj[j] += d[j];
+                act += pr->dact[g->layer_kind[l] * 3 + picks[l]];
+            }
+            HostSide h = host_side(pr->p0, t, act, work, &pr->own);
+            if (!h.updates) return free(E), out_of_memory(x);
+            // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
+            int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
+                             (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
+                             b.device_bytes > t->device_memory + 1e6;
+            if (cannot_fit && !every) continue;
+            // the first micro-batch's chains (on one thread, a cpu's, the busy times say it all)
+            double chain = strcmp(t->arch, "cpu") != 0
+                               ? chain_floor(&pr->ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F)
+                               : 0;
+            double floor = floor_step(&b, &h, t, accumulate, chain);
+            pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
+        }
+    free(E);
+    return 0;
+}
+
+// Builds the pairs of c in order of their floors until none left could
+// beat the fastest fitting plan (or req->beat_s) by more than SEARCH_GAP;
+// with every, all of them, each checked against its floor and its skip.
+// 0, or -1 with a message.
+static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, int every) {
+    const SchedRequest *req = x->req;
+    int rc = 0;
+    for (size_t i = 0; i < np && rc == 0; i++) {
+        const SchedResult *best = x->best;
+        double beat = best->plan && best->fits ? best->cost.step_s : INFINITY;
+        if (req->beat_s > 0 && req->beat_s < beat) beat = req->beat_s;
+        if (!every && pairs[i].floor * (1 + SEARCH_GAP) >= beat) break;
+        c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
+        Tried tr;
+        rc = try_choice_out(x, &c, &tr);
+        if (rc == 0 && every && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
+            snprintf(x->err, x->errcap, "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
+                     "the host is wrong (floor %.9g s, step %.9g s; store %lld bytes)",
+                     tr.cost.step_s < pairs[i].floor ? "floor" : "skip", (long long)pairs[i].k, (long long)pairs[i].s,
+                     pairs[i].floor, tr.cost.step_s, (long long)tr.host_act_bytes);
+            rc = -1;
+        }
+    }
+    return rc;
+}
+
+// The mixed plans of choice c, by branch and bound (above): the probes, the
+// pairs (1, 0) and (0, 1), every other pair's floor, then the pairs in
+// order of their floors. 0, or -1 with a message.
+static int try_mixed(Search *x, SchedChoice c) {
+    const SchedRequest *req = x->req;
+    int64_t n = x->g->layers - c.resident - c.slots;
+    if (req->offloaded || req->host_selective) { // asked for: where that many leave the device
+        c.offloaded = req->offloaded, c.host_selective = req->host_selective;
+        return c.offloaded + c.host_selective > n ? 0 : try_choice(x, &c);
+    }
+    if (n < 1) return 0;
+    Probes pr = {0};
+    Pair *pairs = malloc((size_t)(n + 2) * (size_t)(n + 2) * sizeof *pairs); // ((n + 1)(n + 2) / 2)
+    size_t np = 0;
+    int rc = pairs ? probe_picks(x, c, n, &pr) : out_of_memory(x);
+    for (int pick = PICK_OFFLOAD; rc == 0 && pick <= PICK_HOST_SELECTIVE; pick++) { // the pairs (1, 0) and (0, 1)
+        SchedChoice one_pick = c;
+        one_pick.offloaded = pick == PICK_OFFLOAD, one_pick.host_selective = pick == PICK_HOST_SELECTIVE;
+        if (n > 1 || pick == PICK_HOST_SELECTIVE) rc = try_choice(x, &one_pick); // all n offloaded is remat offload's
+    }
+    int every = getenv("MT_SEARCH_EVERY") && strcmp(getenv("MT_SEARCH_EVERY"), "1") == 0;
+    if (rc == 0) rc = floor_pairs(x, c, n, &pr, every, pairs, &np);
+    if (rc == 0 && np) qsort(pairs, np, sizeof *pairs, by_floor);
+    if (rc == 0) rc = build_pairs(x, c, pairs, np, every);
+    free(pairs);
+    arena_free(&pr.own);
+    return rc;
+}
+
+// The most resident layers (0 .. L) whose arena fits: the arena grows by a
+// frame per resident layer, so two plans give the line.
+static int64_t most_resident(Graph *g, const Target *t, SchedChoice c, Arena *a, char *err, size_t errcap) {
+    c.resident = 0;
+    ArenaMark mark = arena_mark(a); // the layouts are measured, not kept
+    Plan *p0 = schedule_lay_out(g, t, &c, a, err, errcap);
+    if (!p0) return -1;
+    int64_t lo = 0, hi = g->layers; // lo fits
+    if ((double)plan_device_bytes(p0) > t->device_memory) hi = 0;
+    arena_release(a, mark);
+    while (lo < hi) {
+        c.resident = (lo + hi + 1) / 2;
+        Plan *p = schedule_lay_out(g, t, &c, a, err, errcap);
+        if (!p) return -1;
+        if ((double)plan_device_bytes(p) <= t->device_memory) lo = c.resident;
+        else hi = c.resident - 1;
+        arena_release(a, mark);
+    }
+    return lo;
+}
+
+// The baselines: fixed shapes, with checkpoints on the device and on the host.
+static int search_baseline(Search *x) {
+    const SchedRequest *req = x->req;
+    // megatrain prefetches into two slots. ZeRO-3 too: once its trace is recorded, each
+    // submodule's pre-forward hook queues up to stage3_prefetch_bucket_size (5e7) more elements
+    // on a side stream, up to stage3_max_live_parameters (1e9) live, and the host waits for
+    // that stream before the submodule runs (partitioned_param_coordinator.py fetch_sub_module,
+    // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
+    // computes, as in two slots
+    SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2,
+                     .ranks = req->ranks, .sharded = req->shard > 0};
+    for (int host = 0; host < 2; host++) {
+        c.ckpt_host = host;
+        if (try_choice(x, &c) != 0) return -1;
+    }
+    return 0;
+}
+
+// Per layer: offload some, keep some selectively on the host, recompute the
+// rest (layer or selective), for every slot count and checkpoint place asked.
+static int search_mixed(Search *x, int tiled) {
+    const SchedRequest *req = x->req;
+    for (int base = REMAT_LAYER; base <= REMAT_SELECTIVE; base++)
+        for (int host = 0; host < 2; host++)
+            for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+                // two or three slots unless asked: the next layer's weights cross while this one
+                // computes; a third lets a layer's saves finish while the next two compute
+                if (!req->slots && slots < 2) continue;
+                if ((req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE) && base != (int)req->remat) continue;
+                if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
+                if (req->slots && slots != req->slots) continue;
+                if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host,
+                                 .ranks = req->ranks, .sharded = req->shard > 0};
+                c.resident = req->resident >= 0 ? req->resident : most_resident(x->g, x->t, c, x->a, x->err, x->errcap);
+                if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
+            }
+    return 0;
+}
+
+// Remat none: every layer resident.
+static int search_all_resident(Search *x) {
+    const SchedRequest *req = x->req;
+    int64_t L = x->g->layers;
+    if (req->resident >= 0 && req->resident != L && req->remat == REMAT_NONE) {
+        snprintf(x->err, x->errcap, "--remat none keeps every layer resident; --resident %lld contradicts it",
+                 (long long)req->resident);
+        return -1;
+    }
+    SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L, .ranks = req->ranks,
+                     .sharded = req->shard > 0};
+    return try_choice(x, &c) != 0 ? -1 : 0;
+}
+
+// Remat mode rm (layer, selective, offload) for every slot count and
+// checkpoint place asked, with the most resident layers that fit.
+static int search_streamed(Search *x, Remat rm, int tiled) {
+    const SchedRequest *req = x->req;
+    Graph *g = x->g;
+    for (int host = 0; host < 2; host++)
+        for (int slots = 1; slots <= MAX_SLOTS; slots++) {
+            if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
+            if (req->slots && slots != req->slots) continue;
+            if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
+            SchedChoice c = {.policy = POLICY_MT, .remat = rm, .slots = slots, .ckpt_host = host,
+                             .ranks = req->ranks, .sharded = req->shard > 0};
+            // recomputed chunk by chunk: nothing resident
+            // (and none under a recompute or offload annotation: resident layers keep everything)
+            int chunked = tiled && rm == REMAT_LAYER,
+                dropped = has_annotation(g, ANNOT_RECOMPUTE) || has_annotation(g, ANNOT_OFFLOAD);
+            c.resident = req->resident >= 0 ? req->resident
+                         : chunked || dropped ? 0
+                                              : most_resident(g, x->t, c, x->a, x->err, x->errcap);
+            if (c.resident < 0) return -1;
+            if (try_choice(x, &c) != 0) return -1;
+        }
+    return 0;
+}
+
+// After the modes: remat mixed with too few layers to mix offers the plain
+// plan, refused; picks asked that no plan has room for are an error.
+static int search_refusals(Search *x, int asked) {
+    const SchedRequest *req = x->req;
+    SchedResult *best = x->best;
+    int64_t L = x->g->layers;
+    if (req->remat == REMAT_MIXED && !asked && !best->plan) { // too few layers to mix: the plain plan, refused
+        SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1, .ranks = req->ranks,
+                         .sharded = req->shard > 0};
+        if (try_choice(x, &c) != 0) return -1;
+        best->fits = 0;
+        snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "
+                 "%lld layers stream through at least 1 slot", (long long)L);
+    }
+    if (asked && !best->plan) {
+        snprintf(x->err, x->errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no "
+                 "plan of the request has that many layers leaving the device (%lld layers, less the resident ones "
+                 "and the slots the backward finds intact)", (long long)(req->offloaded + req->host_selective),
+                 (long long)req->offloaded, (long long)req->host_selective, (long long)L);
+        return -1;
+    }
+    return 0;
+}
+
+// The search of x's request: the baselines' fixed shapes, or mt's remat
+// modes as asked, the fastest that fits into x->best. 0, or -1 with a message.
+static int search(Search *x) {
+    const SchedRequest *req = x->req;
+    int64_t L = x->g->layers;
+    if (req->resident > L) {
+        snprintf(x->err, x->errcap, "%lld resident layers asked; the model has %lld", (long long)req->resident,
+                 (long long)L);
+        return -1;
+    }
+    if (req->policy != POLICY_MT) return search_baseline(x);
+    int tiled = x->g->parts[PART_BLOCK].nchunks > 0;
+    int asked = req->offloaded || req->host_selective; // a mixed plan of these picks
+    if (asked && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
+        req->remat != REMAT_SELECTIVE) {
+        snprintf(x->err, x->errcap, "picked layers mix into remat layer or selective, not %s", remat_name(req->remat));
+        return -1;
+    }
+    for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++) {
+        if (req->remat != REMAT_AUTO && rm != (int)req->remat) continue;
+        if (asked && rm != REMAT_MIXED && !((int)req->remat == rm && (rm == REMAT_LAYER || rm == REMAT_SELECTIVE)))
+            continue; // a mixed plan was asked for
+        int rc = rm == REMAT_MIXED || asked ? search_mixed(x, tiled)
+                 : rm == REMAT_NONE         ? search_all_resident(x)
+                                            : search_streamed(x, (Remat)rm, tiled);
+        if (rc != 0) return -1;
+    }
+    return search_refusals(x, asked);
+}
+
+int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a, SchedResult *best, char *err,
+                    size_t errcap) {
+    *best = (SchedResult){0};
+    if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+    CostKernels *kernels = cost_kernels(g, t);
+    if (!kernels) return snprintf(err, errcap, "out of memory while costing the kernels"), -1;
+    Search x = {.g = g, .t = t, .req = req, .a = a, .kernels = kernels, .best = best, .err = err, .errcap = errcap};
+    int rc = search(&x);
+    cost_kernels_free(kernels);
+    return rc;
+}
