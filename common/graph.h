@@ -214,10 +214,10 @@ typedef struct Part {
     int nchunks;     // 0: not tiled
     int *chunk_fwd;  // (2 * nchunks)
     int *chunk_bwd;  // (2 * nchunks)
-    // The scheduler's memo, computed once per graph (schedule.c,
+    // The scheduler's memo, computed once per graph (compiler/schedule/layout.c,
     // prepare_parts): the fused kernels' spans (fuse_spans: node i is
     // written from span_first[i] and read at span_anchor[i]), and the
-    // part's buffer layouts by timeline (schedule.c's Layout): each node's
+    // part's buffer layouts by timeline (compiler/schedule/schedule_internal.h's Layout): each node's
     // byte offset from the part's base (-1 for views, reshapes and params)
     // and the bytes in all.
     int *span_first, *span_anchor; // (nodes.n) or NULL
