@@ -70,11 +70,11 @@ typedef enum { JOB_FILL_STATE, JOB_FILL_COPY, JOB_COPY } JobKind;
 
 typedef struct BenchJob {
     JobKind kind;
-    int64_t lo, hi;        // elements for JOB_FILL_STATE, bytes otherwise
-    float *w, *m, *v, *g;  // (n) each; g NULL with bf16 gradients
-    uint16_t *gb;          // (n) the bf16 gradients, or NULL
-    unsigned char *src;    // (copy_bytes)
-    unsigned char *dst;    // (copy_bytes)
+    int64_t lo, hi;       // elements for JOB_FILL_STATE, bytes otherwise
+    float *w, *m, *v, *g; // (n) each; g NULL with bf16 gradients
+    uint16_t *gb;         // (n) the bf16 gradients, or NULL
+    unsigned char *src;   // (copy_bytes)
+    unsigned char *dst;   // (copy_bytes)
 } BenchJob;
 
 static void *bench_thread(void *arg) {
@@ -94,9 +94,7 @@ static void *bench_thread(void *arg) {
         memset(j->src + j->lo, 1, (size_t)(j->hi - j->lo));
         memset(j->dst + j->lo, 2, (size_t)(j->hi - j->lo));
         break;
-    case JOB_COPY:
-        memcpy(j->dst + j->lo, j->src + j->lo, (size_t)(j->hi - j->lo));
-        break;
+    case JOB_COPY: memcpy(j->dst + j->lo, j->src + j->lo, (size_t)(j->hi - j->lo)); break;
     }
     return NULL;
 }
@@ -147,28 +145,21 @@ int main(int argc, char **argv) {
     int nt = ncpu > 0 ? (int)ncpu : 1;
     int reps = 7, with_bf16 = 0, grads_bf16 = 0, flags = ADAMW_DECAY;
     for (int i = 1; i < argc; i++) {
-        if (!strcmp(argv[i], "--n") && i + 1 < argc)
-            n = parse_count(argv[++i]);
-        else if (!strcmp(argv[i], "--threads") && i + 1 < argc)
-            nt = (int)parse_count(argv[++i]);
-        else if (!strcmp(argv[i], "--reps") && i + 1 < argc)
-            reps = (int)parse_count(argv[++i]);
-        else if (!strcmp(argv[i], "--bf16"))
-            with_bf16 = 1;
-        else if (!strcmp(argv[i], "--zero"))
-            flags |= ADAMW_ZERO_GRADS;
-        else if (!strcmp(argv[i], "--grads-bf16"))
-            grads_bf16 = 1;
-        else
-            usage();
+        if (!strcmp(argv[i], "--n") && i + 1 < argc) n = parse_count(argv[++i]);
+        else if (!strcmp(argv[i], "--threads") && i + 1 < argc) nt = (int)parse_count(argv[++i]);
+        else if (!strcmp(argv[i], "--reps") && i + 1 < argc) reps = (int)parse_count(argv[++i]);
+        else if (!strcmp(argv[i], "--bf16")) with_bf16 = 1;
+        else if (!strcmp(argv[i], "--zero")) flags |= ADAMW_ZERO_GRADS;
+        else if (!strcmp(argv[i], "--grads-bf16")) grads_bf16 = 1;
+        else usage();
     }
     if (grads_bf16 && (flags & ADAMW_ZERO_GRADS)) usage(); // (bf16 gradients are never zeroed)
 
-    float *w = bench_alloc((size_t)n * 4), *m = bench_alloc((size_t)n * 4); // (n) each
+    float *w = bench_alloc((size_t)n * 4), *m = bench_alloc((size_t)n * 4);                     // (n) each
     float *v = bench_alloc((size_t)n * 4), *g = grads_bf16 ? NULL : bench_alloc((size_t)n * 4); // (n) each
-    uint16_t *gb = grads_bf16 ? bench_alloc((size_t)n * 2) : NULL;           // (n)
-    uint16_t *bf = with_bf16 ? bench_alloc((size_t)n * 2) : NULL;            // (n)
-    int64_t copy_bytes = (grads_bf16 ? 14 : 16) * n;                         // the update's four arrays
+    uint16_t *gb = grads_bf16 ? bench_alloc((size_t)n * 2) : NULL;                              // (n)
+    uint16_t *bf = with_bf16 ? bench_alloc((size_t)n * 2) : NULL;                               // (n)
+    int64_t copy_bytes = (grads_bf16 ? 14 : 16) * n; // the update's four arrays
     unsigned char *src = bench_alloc((size_t)copy_bytes), *dst = bench_alloc((size_t)copy_bytes);
 
     // First touch by the threads that will use each page.
@@ -188,8 +179,8 @@ int main(int argc, char **argv) {
     bench_run(jobs, nt);
     for (int i = 0; i < nt; i++) jobs[i].kind = JOB_COPY;
 
-    AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1,
-                      .grad_scale = 1.0f};
+    AdamWStep step =
+        {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1.0f};
     double update_bytes = (double)n * ((with_bf16 ? 30.0 : 28.0) + (flags & ADAMW_ZERO_GRADS ? 4.0 : 0.0) -
                                        (grads_bf16 ? 2.0 : 0.0));
     double copied_bytes = 2.0 * (double)copy_bytes;

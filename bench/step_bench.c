@@ -81,10 +81,11 @@ typedef struct Contestant {
     Plan *p;
     Backend *be;
     HostStore hs;
-    char *act;       // (p->host_act_bytes) the host activation store
+    char *act; // (p->host_act_bytes) the host activation store
     uint8_t *kir, *bc;
-    KirProgram kp;            // the fused kernels (unless plain)
-    double *kernel_s[PART_COUNT]; // (steps, kp.parts[p].n) each kernel's seconds in each timed step (STEP_BENCH_KERNELS)
+    KirProgram kp; // the fused kernels (unless plain)
+    double
+        *kernel_s[PART_COUNT]; // (steps, kp.parts[p].n) each kernel's seconds in each timed step (STEP_BENCH_KERNELS)
     double best, best_fb, best_outside;
     double step_s[STEP_MAX]; // each timed step's seconds
     int nsteps;
@@ -140,8 +141,8 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
     static ExecProfile prof;
     static JitProfile jprof;
     char err[512];
-    AdamWStep s = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1,
-                   .t = k + 1};
+    AdamWStep s =
+        {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .grad_scale = 1, .t = k + 1};
     prof = (ExecProfile){0};
     jprof = (JitProfile){0};
     for (int p = 0; p < PART_COUNT && k > 0 && c->kernel_s[p]; p++) // (step 0 warms up)
@@ -173,7 +174,9 @@ static int contestant_step(Contestant *c, const int32_t *const *inputs, int k, i
                (long long)jprof.gemm_calls, jprof.gemm_s * 1e3, (long long)jprof.kernel_calls, jprof.kernel_s * 1e3,
                jprof.attn_s * 1e3);
         for (int o = 0; o < OP_COUNT; o++)
-            if (prof.calls[o]) printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o], prof.seconds[o] * 1e3);
+            if (prof.calls[o])
+                printf("  %-18s %7lld calls %8.1f ms\n", op_name((OpKind)o), (long long)prof.calls[o],
+                       prof.seconds[o] * 1e3);
     }
     if (k > 0 && c->nsteps < STEP_MAX) c->step_s[c->nsteps++] = dt;
     if (k > 0 && dt < c->best) c->best = dt, c->best_outside = (dt - gemm) / dt;
@@ -216,7 +219,8 @@ static void print_kernels(const Contestant *c, const Target *t, int steps) {
             double v[STEP_MAX];
             for (int st = 0; st < steps; st++) v[st] = c->kernel_s[p][(size_t)st * (size_t)s->n + (size_t)i];
             qsort(v, (size_t)steps, sizeof v[0], cmp_double);
-            double m = steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]), pr = runs * cost_kernel_s(c->g, p, s, i, t);
+            double m = steps % 2 ? v[steps / 2] : 0.5 * (v[steps / 2 - 1] + v[steps / 2]),
+                   pr = runs * cost_kernel_s(c->g, p, s, i, t);
             const Node *n = c->g->parts[p].nodes.items[k->anchor];
             printf("  %-6s %3d %-9s %-18s %2d  %8.3f %8.3f  %5.2f\n", part_name(p), i, kir_kind_name((KirKind)k->kind),
                    op_name(n->op), runs, m * 1e3, pr * 1e3, pr > 0 ? m / pr : 0);
@@ -225,8 +229,8 @@ static void print_kernels(const Contestant *c, const Target *t, int steps) {
     }
     for (int kd = 0; kd < KK_COUNT; kd++)
         if (kind_m[kd] > 0 || kind_p[kd] > 0)
-            printf("  all %-9s %8.3f ms measured %8.3f predicted  %5.2f\n", kir_kind_name((KirKind)kd), kind_m[kd] * 1e3,
-                   kind_p[kd] * 1e3, kind_p[kd] > 0 ? kind_m[kd] / kind_p[kd] : 0);
+            printf("  all %-9s %8.3f ms measured %8.3f predicted  %5.2f\n", kir_kind_name((KirKind)kd),
+                   kind_m[kd] * 1e3, kind_p[kd] * 1e3, kind_p[kd] > 0 ? kind_m[kd] / kind_p[kd] : 0);
 }
 
 int main(int argc, char **argv) {
@@ -267,9 +271,9 @@ int main(int argc, char **argv) {
     if (contestant_make(&cs[n++], compute == 2 ? "bf16" : "f32", m, opt, compute, plain_only && compute == 1, &tgt,
                         &req, &a, &d) != 0)
         return 1;
-    if (!plain_only && (contestant_make(&cs[n++], compute == 2 ? "f32" : "bf16", m, opt, 3 - compute, 0, &tgt, &req,
-                                        &a, &d) != 0 ||
-                        contestant_make(&cs[n++], "f32, plain kernels", m, opt, 1, 1, &tgt, &req, &a, &d) != 0))
+    if (!plain_only &&
+        (contestant_make(&cs[n++], compute == 2 ? "f32" : "bf16", m, opt, 3 - compute, 0, &tgt, &req, &a, &d) != 0 ||
+         contestant_make(&cs[n++], "f32, plain kernels", m, opt, 1, 1, &tgt, &req, &a, &d) != 0))
         return 1;
     Graph *g = cs[MAIN].g;
     int64_t BT = g->train.batch * g->train.seq;
@@ -282,7 +286,8 @@ int main(int argc, char **argv) {
     double flops = gemm_flops(head, 0, head->nodes.n) + gemm_flops(tail, 0, tail->nodes.n) +
                    (double)g->layers * gemm_flops(block, 0, block->nodes.n);
     for (int p = 0; p < PART_COUNT && getenv("STEP_BENCH_KERNELS") && cs[MAIN].kir; p++)
-        if (!(cs[MAIN].kernel_s[p] = calloc((size_t)steps * (size_t)cs[MAIN].kp.parts[p].n + 1, sizeof(double)))) return 1;
+        if (!(cs[MAIN].kernel_s[p] = calloc((size_t)steps * (size_t)cs[MAIN].kp.parts[p].n + 1, sizeof(double))))
+            return 1;
     for (int k = 0; k <= steps; k++) // step 0 warms up; the contestants in turn
         for (int c = 0; c < n; c++)
             if (contestant_step(&cs[c], inputs, k, getenv("STEP_BENCH_OPS") && k == steps) != 0) return 1;
@@ -290,10 +295,11 @@ int main(int argc, char **argv) {
     int64_t C = g->parts[PART_BLOCK].output->shape.dims[2];
     double sgemm = sgemm_rate((int)BT, (int)(4 * C), (int)C), achieved = flops / c0->best / 1e9;
     printf("%s (%s) batch %lld seq %lld: %.1f ms/step (forward+backward %.1f ms, optimizer %.1f ms), %.1f GFLOP/s "
-           "(%.2f GFLOP a step)\n", g->model_name, c0->what, (long long)g->train.batch, (long long)g->train.seq,
-           c0->best * 1e3, c0->best_fb * 1e3, (c0->best - c0->best_fb) * 1e3, achieved, flops / 1e9);
-    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included; %s)\n",
-           100 * c0->best_outside, c0->kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
+           "(%.2f GFLOP a step)\n",
+           g->model_name, c0->what, (long long)g->train.batch, (long long)g->train.seq, c0->best * 1e3,
+           c0->best_fb * 1e3, (c0->best - c0->best_fb) * 1e3, achieved, flops / 1e9);
+    printf("time outside GEMMs: %.0f%% of the step (optimizer and copies included; %s)\n", 100 * c0->best_outside,
+           c0->kir ? "generated kernels through the JIT" : "the reference kernels, STEP_BENCH_REFERENCE");
     printf("sgemm %dx%dx%d: %.1f GFLOP/s   step/sgemm ratio %.2f\n", (int)BT, (int)(4 * C), (int)C, sgemm,
            achieved / sgemm);
     if (n > OTHER)
@@ -302,15 +308,16 @@ int main(int argc, char **argv) {
                compute == 2 ? c0->best / cs[OTHER].best : cs[OTHER].best / c0->best);
     if (n > PLAIN)
         printf("f32 plan on the plain reference kernels, stepped in turn: %.1f ms/step; generated/reference time "
-               "(f32) %.2f\n", cs[PLAIN].best * 1e3, cs[compute == 2 ? OTHER : MAIN].best / cs[PLAIN].best);
+               "(f32) %.2f\n",
+               cs[PLAIN].best * 1e3, cs[compute == 2 ? OTHER : MAIN].best / cs[PLAIN].best);
     if (target && getenv("STEP_BENCH_KERNELS") && c0->kir) print_kernels(c0, &tgt, steps);
     if (target) {
         Cost c;
         if (cost_plan(c0->p, &tgt, &c) != 0) return 1;
         double median = median_step(c0);
         printf("predicted for %s (%s): %.1f ms/step; measured %.1f ms (the median of %d steps; best %.1f); "
-               "measured/predicted %.2f\n", tgt.name, c0->p->schedule, c.step_s * 1e3, median * 1e3, c0->nsteps,
-               c0->best * 1e3, median / c.step_s);
+               "measured/predicted %.2f\n",
+               tgt.name, c0->p->schedule, c.step_s * 1e3, median * 1e3, c0->nsteps, c0->best * 1e3, median / c.step_s);
     }
     for (int c = 0; c < n; c++) contestant_free(&cs[c]);
     arena_free(&a);

@@ -93,8 +93,10 @@ int main(int argc, char **argv) {
         }
     }
     if (mb < 1 || layers < 1 || reps < 1 || reps > MAX_REPS || threads < 1 || (mb << 20) / layers / 8 < 1024) {
-        fprintf(stderr, "tier_bench: --mb, --layers, --reps (1..%d), --threads must be positive, and each layer "
-                        "at least 8 KiB\n", MAX_REPS);
+        fprintf(stderr,
+                "tier_bench: --mb, --layers, --reps (1..%d), --threads must be positive, and each layer "
+                "at least 8 KiB\n",
+                MAX_REPS);
         return 2;
     }
     int64_t n = (mb << 20) / layers / 8 / 1024 * 1024; // parameters a layer: m and v, 4096-aligned each
@@ -108,8 +110,10 @@ int main(int argc, char **argv) {
     float *m = aligned_alloc(64, (size_t)(layers * n) * 4), *v = aligned_alloc(64, (size_t)(layers * n) * 4); // (L*n)
     if (!buf || !w || !g || !m || !v) die("memory", "cannot allocate the buffers");
     memset(buf, 0x5a, DD_BLOCK);
-    for (int64_t i = 0; i < layers * n; i++) w[i] = 0.01f * (float)(i % 97), g[i] = 1e-3f * (float)(i % 89), m[i] = v[i] = 0;
-    AdamWStep st = {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
+    for (int64_t i = 0; i < layers * n; i++)
+        w[i] = 0.01f * (float)(i % 97), g[i] = 1e-3f * (float)(i % 89), m[i] = v[i] = 0;
+    AdamWStep st =
+        {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
 
     double r_ddw[MAX_REPS], r_ddr[MAX_REPS], r_tw[MAX_REPS], r_tr[MAX_REPS], r_ar[MAX_REPS], r_at[MAX_REPS];
     double q_w[MAX_REPS], q_r[MAX_REPS], q_a[MAX_REPS];
@@ -158,8 +162,10 @@ int main(int argc, char **argv) {
     tier_close(t);
     printf("tier_bench: %s, %.1f MB in %lld records of %.1f MB, %d reps, %d threads\n", dir, (double)bytes / 1e6,
            (long long)layers, (double)bytes / (double)layers / 1e6, reps, threads);
-    printf("write: tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tw, reps), median(r_ddw, reps), median(q_w, reps));
-    printf("read:  tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tr, reps), median(r_ddr, reps), median(q_r, reps));
+    printf("write: tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tw, reps), median(r_ddw, reps),
+           median(q_w, reps));
+    printf("read:  tier %.3f GB/s  dd %.3f GB/s  tier/dd %.2f\n", median(r_tr, reps), median(r_ddr, reps),
+           median(q_r, reps));
     printf("adamw: tier %.4f Gparam/s  ram %.4f Gparam/s  tier/ram %.3f (the tier moves 16 B a parameter: %.2f GB/s)\n",
            median(r_at, reps), median(r_ar, reps), median(q_a, reps), 16 * median(r_at, reps));
     free(buf), free(w), free(g), free(m), free(v);

@@ -36,7 +36,9 @@ enum { ATTN_TC_THREADS = 128, ATTN_TC_BQ = 64, ATTN_TC_BQ_DKDV = 16, ATTN_TC_SME
 static inline size_t attn_tc_fwd_bytes(int D, int Dv, int bk) {
     return 2 * (size_t)(ATTN_TC_BQ * (D + 8) + 2 * bk * (D + 8 + Dv + 8));
 }
-static inline size_t attn_tc_dq_bytes(int D, int Dv, int bk) { return 2 * (size_t)((ATTN_TC_BQ + 2 * bk) * (D + 8 + Dv + 8)); }
+static inline size_t attn_tc_dq_bytes(int D, int Dv, int bk) {
+    return 2 * (size_t)((ATTN_TC_BQ + 2 * bk) * (D + 8 + Dv + 8));
+}
 // Keys per tile of fwd and bwd_dq: 64, 32 at heads over 128, halved while over 99 KiB (sm_86, sm_89).
 static inline int attn_tc_bk_fit(size_t (*bytes)(int, int, int), int D, int Dv) {
     int bk = D > 128 || Dv > 128 ? 32 : 64;
@@ -47,7 +49,9 @@ static inline int attn_tc_bk_dkdv(int D, int Dv) { return 64 / attn_tc_split(D, 
 static inline size_t attn_tc_smem_fwd(int D, int Dv) {
     return attn_tc_fwd_bytes(D, Dv, attn_tc_bk_fit(attn_tc_fwd_bytes, D, Dv));
 }
-static inline size_t attn_tc_smem_dq(int D, int Dv) { return attn_tc_dq_bytes(D, Dv, attn_tc_bk_fit(attn_tc_dq_bytes, D, Dv)); }
+static inline size_t attn_tc_smem_dq(int D, int Dv) {
+    return attn_tc_dq_bytes(D, Dv, attn_tc_bk_fit(attn_tc_dq_bytes, D, Dv));
+}
 static inline size_t attn_tc_smem_dkdv(int D, int Dv) {
     return 2 * (size_t)((attn_tc_bk_dkdv(D, Dv) + 2 * ATTN_TC_BQ_DKDV) * (D + 8 + Dv + 8)) +
            3 * 4 * 2 * (size_t)ATTN_TC_BQ_DKDV + (attn_tc_split(D, Dv) > 1 ? 4 * 4 * 32 * 16 : 0);
@@ -89,7 +93,8 @@ static inline char *attn_variant_name_dv(char *buf, size_t cap, int bf16, int D,
         unsigned u;
     } s = {(float)scale}, c = {(float)softcap};
     if (window > 0 && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "_w%lld", window);
-    if (!attn_default_scale(D, scale) && n > 0 && (size_t)n < cap) n += snprintf(buf + n, cap - (size_t)n, "_s%08x", s.u);
+    if (!attn_default_scale(D, scale) && n > 0 && (size_t)n < cap)
+        n += snprintf(buf + n, cap - (size_t)n, "_s%08x", s.u);
     if (softcap > 0 && n > 0 && (size_t)n < cap) snprintf(buf + n, cap - (size_t)n, "_c%08x", c.u);
     return buf;
 }

@@ -4,20 +4,66 @@
 #include <string.h>
 
 static const char *const OP_NAMES[] = {
-    "input", "param", "const", "add", "sub", "mul", "div", "neg", "matmul", "embed",
-    "arange", "layernorm", "rmsnorm", "gelu", "silu", "swiglu", "rope", "attention",
-    "softmax", "cross_entropy", "reshape", "slice", "concat", "transpose", "sum_to", "embed_bwd",
-    "layernorm_bwd", "rmsnorm_bwd", "gelu_bwd", "silu_bwd", "softmax_bwd", "cross_entropy_bwd",
-    "attention_bwd", "pad", "view", "tanh", "sigmoid", "erf", "exp", "log", "abs", "lt", "le", "eq", "where",
-    "top_k", "moe", "moe_bwd", "load_balance", "load_balance_bwd", "add_loss", "attention_lse",
+    "input",
+    "param",
+    "const",
+    "add",
+    "sub",
+    "mul",
+    "div",
+    "neg",
+    "matmul",
+    "embed",
+    "arange",
+    "layernorm",
+    "rmsnorm",
+    "gelu",
+    "silu",
+    "swiglu",
+    "rope",
+    "attention",
+    "softmax",
+    "cross_entropy",
+    "reshape",
+    "slice",
+    "concat",
+    "transpose",
+    "sum_to",
+    "embed_bwd",
+    "layernorm_bwd",
+    "rmsnorm_bwd",
+    "gelu_bwd",
+    "silu_bwd",
+    "softmax_bwd",
+    "cross_entropy_bwd",
+    "attention_bwd",
+    "pad",
+    "view",
+    "tanh",
+    "sigmoid",
+    "erf",
+    "exp",
+    "log",
+    "abs",
+    "lt",
+    "le",
+    "eq",
+    "where",
+    "top_k",
+    "moe",
+    "moe_bwd",
+    "load_balance",
+    "load_balance_bwd",
+    "add_loss",
+    "attention_lse",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
 static const char *const DTYPE_NAMES[] = {"f32", "i32", "bf16"};
 _Static_assert(sizeof DTYPE_NAMES / sizeof DTYPE_NAMES[0] == DT_COUNT, "DTYPE_NAMES out of sync");
 
-static const char *const PART_NAMES[] = {"head", "block", "tail", "block1", "block2", "block3",
-                                         "block4", "block5", "block6", "block7"};
+static const char *const PART_NAMES[] = {"head",   "block",  "tail",   "block1", "block2",
+                                         "block3", "block4", "block5", "block6", "block7"};
 _Static_assert(sizeof PART_NAMES / sizeof PART_NAMES[0] == PART_COUNT, "PART_NAMES out of sync");
 
 const char *annot_name(Annot a) {
@@ -34,8 +80,15 @@ Node *graph_add_node(Arena *a, Part *part, PartKind pk, OpKind op, DType dt, con
                      Node **in) {
     Node *n = arena_alloc(a, sizeof *n);
     if (!n) return NULL;
-    *n = (Node){.op = op, .id = part->nodes.n, .part = pk, .dtype = dt, .loc = loc, .nin = nin,
-                .src_part = SRC_MODEL_INPUT, .param = -1, .rope_scale = 1};
+    *n = (Node){.op = op,
+                .id = part->nodes.n,
+                .part = pk,
+                .dtype = dt,
+                .loc = loc,
+                .nin = nin,
+                .src_part = SRC_MODEL_INPUT,
+                .param = -1,
+                .rope_scale = 1};
     if (shape) n->shape = *shape;
     if (nin) {
         n->in = arena_alloc(a, (size_t)nin * sizeof(Node *));
@@ -136,12 +189,9 @@ char *param_ckpt_name(Arena *a, const Param *p, int64_t layer, int64_t element) 
 static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     switch (n->op) {
     case OP_INPUT:
-        if (n->src_part == SRC_GRAD_SEED)
-            fprintf(out, " grad_seed");
-        else if (n->src_part == SRC_MODEL_INPUT)
-            fprintf(out, " %s", ((ModelInput *)g->inputs.items[n->src])->name);
-        else
-            fprintf(out, " %s.%%%d", part_name((PartKind)n->src_part), n->src);
+        if (n->src_part == SRC_GRAD_SEED) fprintf(out, " grad_seed");
+        else if (n->src_part == SRC_MODEL_INPUT) fprintf(out, " %s", ((ModelInput *)g->inputs.items[n->src])->name);
+        else fprintf(out, " %s.%%%d", part_name((PartKind)n->src_part), n->src);
         break;
     case OP_PARAM: fprintf(out, " %s", ((Param *)g->params.items[n->param])->name); break;
     case OP_CONST: fprintf(out, " %g", n->value); break;
@@ -161,8 +211,8 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
         break;
     case OP_ATTENTION:
     case OP_ATTENTION_LSE:
-        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
-                (long long)n->window, n->scale, n->softcap);
+        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
+                n->causal, (long long)n->window, n->scale, n->softcap);
         break;
     case OP_SOFTMAX:
     case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
@@ -180,8 +230,8 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
         if (n->padding) fprintf(out, " padding_idx=%lld", (long long)n->padding - 1);
         break;
     case OP_ATTENTION_BWD:
-        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads, n->causal,
-                (long long)n->window, n->scale, n->softcap);
+        fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
+                n->causal, (long long)n->window, n->scale, n->softcap);
         break;
     default: break;
     }
@@ -196,8 +246,7 @@ void graph_dump(FILE *out, const Graph *g, const char *path) {
                     (long long)graph_kind_layers(g, part_kind(p)), (long long)g->layers);
         else if (p == PART_BLOCK)
             fprintf(out, "block %s x%lld \"%s\":\n", g->block_name, (long long)g->layers, g->block_prefix);
-        else
-            fprintf(out, "%s:\n", part_name((PartKind)p));
+        else fprintf(out, "%s:\n", part_name((PartKind)p));
         for (int i = 0; i < part->nodes.n; i++) {
             const Node *n = part->nodes.items[i];
             char shape[160];

@@ -1,13 +1,11 @@
 // graph.h: the layer graph IR that sema produces and every later stage of mtc
 // consumes, and that the plan carries to mtrun (common/plan.h), so both
-// sides read it; the passes that make it are mtc's (compiler/front/passes.h). A model is parts, each a DAG of typed nodes in topological
-// order: the head (embeddings, before the streamed block), a block part per
-// block kind (one layer, written once, run by every layer of its kind with
-// that layer's own weights) and the tail (final norm, LM head, loss). Values
-// that cross parts enter the consuming part through OP_INPUT nodes that name
-// their source: a block part's input names the head (layer 0 takes the
-// head's output, layer l the output of layer l - 1, whatever its kind), the
-// tail's the last layer's block part.
+// sides read it; the passes that make it are mtc's (compiler/front/passes.h). A model is parts, each a DAG of typed
+// nodes in topological order: the head (embeddings, before the streamed block), a block part per block kind (one layer,
+// written once, run by every layer of its kind with that layer's own weights) and the tail (final norm, LM head, loss).
+// Values that cross parts enter the consuming part through OP_INPUT nodes that name their source: a block part's input
+// names the head (layer 0 takes the head's output, layer l the output of layer l - 1, whatever its kind), the tail's
+// the last layer's block part.
 #ifndef MT_GRAPH_H
 #define MT_GRAPH_H
 
@@ -65,41 +63,41 @@ typedef enum {
     OP_TRANSPOSE,     // swaps the last two axes
     // Backward ops, appended by autodiff. Ops with several results write
     // them packed into one flat buffer, read back through OP_VIEW.
-    OP_SUM_TO,        // dy -> its sum over the axes broadcasting added, to this node's shape
-    OP_EMBED_BWD,     // dy[..., C], idx -> dtable[V, C] (scatter-add)
-    OP_LAYERNORM_BWD, // dy, x, g -> packed [dx (x's size) | dg (C) | db (C)]
-    OP_RMSNORM_BWD,   // dy, x, g -> packed [dx | dg]
-    OP_GELU_BWD,      // dy, x -> dx
-    OP_SILU_BWD,      // dy, x -> dx
-    OP_SOFTMAX_BWD,   // dy, y (softmax's output) -> dx; axis
+    OP_SUM_TO,            // dy -> its sum over the axes broadcasting added, to this node's shape
+    OP_EMBED_BWD,         // dy[..., C], idx -> dtable[V, C] (scatter-add)
+    OP_LAYERNORM_BWD,     // dy, x, g -> packed [dx (x's size) | dg (C) | db (C)]
+    OP_RMSNORM_BWD,       // dy, x, g -> packed [dx | dg]
+    OP_GELU_BWD,          // dy, x -> dx
+    OP_SILU_BWD,          // dy, x -> dx
+    OP_SOFTMAX_BWD,       // dy, y (softmax's output) -> dx; axis
     OP_CROSS_ENTROPY_BWD, // dloss[], logits, targets -> dlogits
-    OP_ATTENTION_BWD, // dy, q, k, v, y, lse (the forward's output and OP_ATTENTION_LSE) -> packed [dq | dk | dv];
-                      // heads, kv_heads, causal, window, scale, softcap
-    OP_PAD,           // dy -> zeros of this node's shape with dy at [offset, ...) along axis
-    OP_VIEW,          // a slice of a packed buffer: this node's shape at element offset
+    OP_ATTENTION_BWD,     // dy, q, k, v, y, lse (the forward's output and OP_ATTENTION_LSE) -> packed [dq | dk | dv];
+                          // heads, kv_heads, causal, window, scale, softcap
+    OP_PAD,               // dy -> zeros of this node's shape with dy at [offset, ...) along axis
+    OP_VIEW,              // a slice of a packed buffer: this node's shape at element offset
     // Elementwise maths, appended so that the numbers of the ops above stay
     // as plans have them. Their gradients are written with forward ops.
-    OP_TANH,          // tanh(a)
-    OP_SIGMOID,       // 1 / (1 + exp(-a))
-    OP_ERF,           // erf(a)
-    OP_EXP,           // exp(a)
-    OP_LOG,           // log(a), natural
-    OP_ABS,           // |a|
-    OP_LT,            // a < b, broadcasting: 1.0 where true, 0.0 elsewhere
-    OP_LE,            // a <= b, as OP_LT
-    OP_EQ,            // a == b, as OP_LT
-    OP_WHERE,         // cond != 0 ? a : b, broadcasting all three (cond, a, b)
+    OP_TANH,    // tanh(a)
+    OP_SIGMOID, // 1 / (1 + exp(-a))
+    OP_ERF,     // erf(a)
+    OP_EXP,     // exp(a)
+    OP_LOG,     // log(a), natural
+    OP_ABS,     // |a|
+    OP_LT,      // a < b, broadcasting: 1.0 where true, 0.0 elsewhere
+    OP_LE,      // a <= b, as OP_LT
+    OP_EQ,      // a == b, as OP_LT
+    OP_WHERE,   // cond != 0 ? a : b, broadcasting all three (cond, a, b)
     // Mixture of experts (dsl/README.md), appended likewise.
-    OP_TOP_K,         // x[..., E] -> 1.0 at the top_k largest along the last axis (of equals the lower index
-                      // first), 0.0 elsewhere; no gradient, as the comparisons
-    OP_MOE,           // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F] -> [..., C]:
-                      // each row the sum over experts e whose gate is not 0 of
-                      // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x))
-    OP_MOE_BWD,       // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down]
-    OP_LOAD_BALANCE,  // logits[..., E], mask[..., E] (top_k's) -> f32[]: E * sum_e f_e P_e, f_e the share of
-                      // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
+    OP_TOP_K,            // x[..., E] -> 1.0 at the top_k largest along the last axis (of equals the lower index
+                         // first), 0.0 elsewhere; no gradient, as the comparisons
+    OP_MOE,              // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F] -> [..., C]:
+                         // each row the sum over experts e whose gate is not 0 of
+                         // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x))
+    OP_MOE_BWD,          // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down]
+    OP_LOAD_BALANCE,     // logits[..., E], mask[..., E] (top_k's) -> f32[]: E * sum_e f_e P_e, f_e the share of
+                         // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
     OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)
-    OP_ADD_LOSS,      // x, loss f32[] -> x unchanged; loss joins the training objective (its gradient 1)
+    OP_ADD_LOSS,         // x, loss f32[] -> x unchanged; loss joins the training objective (its gradient 1)
     // Attention's softmax statistics, appended likewise.
     OP_ATTENTION_LSE, // q[B, T, H*D], k[B, T, KVH*D] -> f32[B, H, T], stored fp32: log sum_j exp(score(q_t, k_j))
                       // over the keys query t sees (OP_ATTENTION's attributes and masks); written by the
@@ -121,12 +119,14 @@ typedef enum { PART_HEAD, PART_BLOCK, PART_TAIL, PART_KIND1, PART_COUNT = PART_K
 const char *part_name(PartKind p);
 // The block part of kind k, and the kind of block part pk (-1: pk is not a block part).
 static inline int kind_part(int k) { return k == 0 ? PART_BLOCK : PART_KIND1 + k - 1; }
-static inline int part_kind(int pk) { return pk == PART_BLOCK ? 0 : pk >= PART_KIND1 && pk < PART_COUNT ? pk - PART_KIND1 + 1 : -1; }
+static inline int part_kind(int pk) {
+    return pk == PART_BLOCK ? 0 : pk >= PART_KIND1 && pk < PART_COUNT ? pk - PART_KIND1 + 1 : -1;
+}
 static inline int part_is_block(int pk) { return part_kind(pk) >= 0; }
 
 typedef struct Node {
     OpKind op;
-    int id;        // index in its part
+    int id; // index in its part
     PartKind part;
     DType dtype;
     Shape shape;
@@ -136,14 +136,14 @@ typedef struct Node {
     struct Node **in; // (nin) operands
     int nin;
     // Attributes; which ones an op uses is listed in the OpKind comments.
-    int param;         // OP_PARAM: index into Graph.params
-    int src_part;      // OP_INPUT: PartKind of the source, or -1 for a model input
-    int src;           // OP_INPUT: node id in src_part, or model input index
-    double value;      // OP_CONST
-    int axis;          // SLICE, CONCAT, SOFTMAX (non-negative)
-    int64_t offset;    // SLICE
+    int param;      // OP_PARAM: index into Graph.params
+    int src_part;   // OP_INPUT: PartKind of the source, or -1 for a model input
+    int src;        // OP_INPUT: node id in src_part, or model input index
+    double value;   // OP_CONST
+    int axis;       // SLICE, CONCAT, SOFTMAX (non-negative)
+    int64_t offset; // SLICE
     int heads, kv_heads, causal, trans_a, trans_b;
-    int inverse;       // OP_ROPE: rotate backwards (its gradient)
+    int inverse; // OP_ROPE: rotate backwards (its gradient)
     // OP_ROPE: pair i of each head (i < D/2) turns by t * rope_freq[i] at
     // position t, cos and sin scaled by rope_scale (common/rope.h computes
     // both from the rule); the pairs are (i, i + D/2) (Hugging Face's
@@ -154,20 +154,20 @@ typedef struct Node {
     double rope_scale;
     int rope_interleaved;
     const char *rope_rule;
-    int tile;          // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
+    int tile; // OP_SLICE made by tile.c: chunk tile-1 of its input's rows (0: not one); the compiler's only
     double eps, theta;
     // OP_ATTENTION(_BWD, _LSE): query t sees keys t - window < j <= t (0: all of
     // them to t); scores q.k * scale (0: 1/sqrt(D)), then softcap *
     // tanh(score / softcap) (0: not capped).
     int64_t window;
     double scale, softcap;
-    int top_k;         // OP_TOP_K: how many experts a row selects
-    int64_t padding;   // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's
-                       // padding_idx), 0: none
-    int wide;          // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's
-                       // parameter gradient across its chunks, which the last add rounds once
-    int pooled;        // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
-                       // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
+    int top_k;       // OP_TOP_K: how many experts a row selects
+    int64_t padding; // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's
+                     // padding_idx), 0: none
+    int wide;        // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's
+                     // parameter gradient across its chunks, which the last add rounds once
+    int pooled;      // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
+                     // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
 } Node;
 
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers
@@ -199,9 +199,9 @@ typedef struct Grad {
 } Grad;
 
 typedef struct Part {
-    PtrVec nodes;  // of Node*, in topological order
-    Node *output;  // what the part produces: block output, loss; the head's
-                   // output is the block's input
+    PtrVec nodes; // of Node*, in topological order
+    Node *output; // what the part produces: block output, loss; the head's
+                  // output is the block's input
     // Filled by autodiff: nodes[0, nfwd) are the forward, the rest the
     // backward, which may read forward nodes.
     int nfwd;
@@ -211,9 +211,9 @@ typedef struct Part {
     // Row tiling (tile.c; the compiler's, not in the plan): chunk c's forward
     // is nodes [chunk_fwd[2c], chunk_fwd[2c+1]), its backward (filled by
     // autodiff) nodes [chunk_bwd[2c], chunk_bwd[2c+1]).
-    int nchunks;     // 0: not tiled
-    int *chunk_fwd;  // (2 * nchunks)
-    int *chunk_bwd;  // (2 * nchunks)
+    int nchunks;    // 0: not tiled
+    int *chunk_fwd; // (2 * nchunks)
+    int *chunk_bwd; // (2 * nchunks)
     // The scheduler's memo, computed once per graph (compiler/schedule/layout.c,
     // prepare_parts): the fused kernels' spans (fuse_spans: node i is
     // written from span_first[i] and read at span_anchor[i]), and the
@@ -238,8 +238,8 @@ typedef struct Param {
     int kind;
     Shape shape;
     InitKind init;
-    double init_std;   // INIT_NORMAL
-    int init_given;    // written in the source; otherwise chosen by use
+    double init_std; // INIT_NORMAL
+    int init_given;  // written in the source; otherwise chosen by use
     PartKind first_use;
     Loc loc;
 } Param;
@@ -275,8 +275,8 @@ typedef struct Graph {
     int nkinds;
     uint8_t *layer_kind;
     const char *kind_name[MT_MAX_KINDS]; // each kind's block name, as the DSL declares it (NULL in a plan's graph)
-    PtrVec params;   // of Param*: globals and block params, in declaration order
-    PtrVec inputs;   // of ModelInput*: forward's arguments
+    PtrVec params;                       // of Param*: globals and block params, in declaration order
+    PtrVec inputs;                       // of ModelInput*: forward's arguments
     TrainConfig train;
     int64_t kernel_scratch; // device scratch of an engine that runs the fused kernels (common/scratch.h); the
                             // scheduler fills it once (0: not yet)

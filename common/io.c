@@ -28,7 +28,11 @@ int io_read_file(const char *path, char **data, size_t *len) {
         n += fread(buf + n, 1, cap - n, f);
         if (n < cap) break;
         char *bigger = realloc(buf, cap * 2);
-        if (!bigger) { free(buf); buf = NULL; break; }
+        if (!bigger) {
+            free(buf);
+            buf = NULL;
+            break;
+        }
         buf = bigger;
         cap *= 2;
     }
@@ -71,8 +75,8 @@ int io_map_file(const char *path, const char *noun, size_t min_size, const char 
         close(fd);
         if (S_ISDIR(st.st_mode)) return io_fail(err, errcap, path, "is a directory, not a %s", noun);
         if (!S_ISREG(st.st_mode))
-            return io_fail(err, errcap, path, "is not a regular file (a %s is mapped, so it cannot be a pipe or a device)",
-                           noun);
+            return io_fail(err, errcap, path,
+                           "is not a regular file (a %s is mapped, so it cannot be a pipe or a device)", noun);
         if ((uint64_t)st.st_size < min_size) return io_fail(err, errcap, path, "%s", too_small);
         return io_fail(err, errcap, path, "too large to map on this machine");
     }

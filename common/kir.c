@@ -23,12 +23,12 @@ enum { KIR_VERSION = 4, STMT_BYTES = 1 + 1 + 2 + 4 * 4 + 8, ARG_BYTES = 4 + 1 + 
 static const char KIR_MAGIC[8] = "MTKIR\0\0";
 
 static const char *const OP_NAMES[] = {
-    [KOP_CONST] = "const", [KOP_ROW] = "row",   [KOP_COL] = "col",       [KOP_LOAD] = "load", [KOP_NEG] = "neg",
-    [KOP_EXP] = "exp",     [KOP_LOG] = "log",   [KOP_SQRT] = "sqrt",     [KOP_SIN] = "sin",   [KOP_COS] = "cos",
-    [KOP_CVT] = "cvt",     [KOP_RBF16] = "rbf16", [KOP_ADD] = "add",   [KOP_SUB] = "sub",       [KOP_MUL] = "mul",   [KOP_DIV] = "div",
-    [KOP_REM] = "rem",     [KOP_MIN] = "min",   [KOP_MAX] = "max",       [KOP_POW] = "pow",   [KOP_LT] = "lt",
-    [KOP_LE] = "le",       [KOP_EQ] = "eq",     [KOP_SELECT] = "select", [KOP_RSUM] = "rsum", [KOP_RMAX] = "rmax",
-    [KOP_STORE] = "store", [KOP_ACC] = "acc",
+    [KOP_CONST] = "const", [KOP_ROW] = "row",     [KOP_COL] = "col",   [KOP_LOAD] = "load",     [KOP_NEG] = "neg",
+    [KOP_EXP] = "exp",     [KOP_LOG] = "log",     [KOP_SQRT] = "sqrt", [KOP_SIN] = "sin",       [KOP_COS] = "cos",
+    [KOP_CVT] = "cvt",     [KOP_RBF16] = "rbf16", [KOP_ADD] = "add",   [KOP_SUB] = "sub",       [KOP_MUL] = "mul",
+    [KOP_DIV] = "div",     [KOP_REM] = "rem",     [KOP_MIN] = "min",   [KOP_MAX] = "max",       [KOP_POW] = "pow",
+    [KOP_LT] = "lt",       [KOP_LE] = "le",       [KOP_EQ] = "eq",     [KOP_SELECT] = "select", [KOP_RSUM] = "rsum",
+    [KOP_RMAX] = "rmax",   [KOP_STORE] = "store", [KOP_ACC] = "acc",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == KOP_COUNT, "OP_NAMES out of sync with KirOp");
 static const char *const TYPE_NAMES[] = {"f32", "f64", "i32", "i64", "bool", "bf16"};
@@ -97,8 +97,8 @@ static int check_gemm(const KirKernel *k, int nkernels, char *err, size_t cap) {
     const KirGemm *g = &k->gemm;
     const int64_t LIM = (int64_t)1 << 31;
     if (k->nargs != 3) return fail(err, cap, "gemm with %d arguments, not 3", k->nargs);
-    if (g->M < 1 || g->N < 1 || g->K < 1 || g->M >= LIM || g->N >= LIM || g->K >= LIM || g->batch < 1 ||
-        g->ta < 0 || g->ta > 1 || g->tb < 0 || g->tb > 1)
+    if (g->M < 1 || g->N < 1 || g->K < 1 || g->M >= LIM || g->N >= LIM || g->K >= LIM || g->batch < 1 || g->ta < 0 ||
+        g->ta > 1 || g->tb < 0 || g->tb > 1)
         return fail(err, cap, "gemm with bad sizes %lldx%lldx%lld batch %lld", (long long)g->M, (long long)g->N,
                     (long long)g->K, (long long)g->batch);
     int64_t ra = g->ta ? g->K : g->M, ca = g->ta ? g->M : g->K, rb = g->tb ? g->N : g->K, cb = g->tb ? g->K : g->N;
@@ -118,8 +118,9 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     int bwd = k->kind == KK_ATTN_BWD;
     if (k->nargs != (bwd ? 7 : 5)) return fail(err, cap, "attention with %d arguments", k->nargs);
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
-        t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 || t->window < 0 || t->window >= LIM ||
-        (t->window && !t->causal) || !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
+        t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 ||
+        t->window < 0 || t->window >= LIM || (t->window && !t->causal) || !(t->scale > 0) || isinf(t->scale) ||
+        !(t->softcap >= 0) || isinf(t->softcap))
         return fail(err, cap, "attention with bad geometry");
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
     int64_t ny = t->B * t->T * t->H * t->Dv, nv = t->B * t->T * t->KVH * t->Dv; // y and dy, v
@@ -145,12 +146,23 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
     if (s->loop > k->nloops) return BAD("statement %d: loop %d of %d", i, s->loop, k->nloops);
     int nops = 0;
     switch (op) {
-    case KOP_CONST: case KOP_ROW: case KOP_COL: nops = 0; break;
+    case KOP_CONST:
+    case KOP_ROW:
+    case KOP_COL: nops = 0; break;
     case KOP_LOAD: nops = 0; break;
-    case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-    case KOP_RBF16: case KOP_RSUM: case KOP_RMAX: nops = 1; break;
+    case KOP_NEG:
+    case KOP_EXP:
+    case KOP_LOG:
+    case KOP_SQRT:
+    case KOP_SIN:
+    case KOP_COS:
+    case KOP_CVT:
+    case KOP_RBF16:
+    case KOP_RSUM:
+    case KOP_RMAX: nops = 1; break;
     case KOP_SELECT: nops = 3; break;
-    case KOP_STORE: case KOP_ACC: nops = 0; break;
+    case KOP_STORE:
+    case KOP_ACC: nops = 0; break;
     default: nops = 2; break;
     }
     int32_t ops[3] = {s->a, s->b, s->c};
@@ -160,7 +172,8 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
     if (op == KOP_STORE || op == KOP_ACC) first = 1, last = 3;
     for (int j = first; j < last; j++) {
         int32_t o = ops[j];
-        if (o < 0 || o >= i) return BAD("statement %d (%s): operand %d is not an earlier statement", i, OP_NAMES[op], o);
+        if (o < 0 || o >= i)
+            return BAD("statement %d (%s): operand %d is not an earlier statement", i, OP_NAMES[op], o);
         if (!has_value(S[o].op)) return BAD("statement %d: operand %d has no value", i, o);
         if (S[o].loop && S[o].loop != s->loop && S[o].op != KOP_RSUM && S[o].op != KOP_RMAX)
             return BAD("statement %d: uses element %d of another column loop", i, o);
@@ -186,17 +199,21 @@ static int check_stmt(const KirKernel *k, int i, char *err, size_t cap) {
     case KOP_ROW: return t != KT_I64 ? BAD("statement %d: row is i64", i) : 0;
     case KOP_COL: return t != KT_I64 || !s->loop ? BAD("statement %d: col is i64, in a column loop", i) : 0;
     case KOP_NEG: return t != ta || t == KT_BOOL ? BAD("statement %d: neg types", i) : 0;
-    case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS:
-        return t != ta || !is_float(t) ? BAD("statement %d: %s of a non-float", i, OP_NAMES[op]) : 0;
+    case KOP_EXP:
+    case KOP_LOG:
+    case KOP_SQRT:
+    case KOP_SIN:
+    case KOP_COS: return t != ta || !is_float(t) ? BAD("statement %d: %s of a non-float", i, OP_NAMES[op]) : 0;
     case KOP_CVT: return t == KT_BOOL || ta == KT_BOOL ? BAD("statement %d: cvt of bool", i) : 0;
     case KOP_RBF16: return t != KT_F32 || ta != KT_F32 ? BAD("statement %d: rbf16 of a non-f32", i) : 0;
-    case KOP_RSUM: case KOP_RMAX:
+    case KOP_RSUM:
+    case KOP_RMAX:
         if (!s->loop || S[s->a].loop != s->loop) return BAD("statement %d: reduction outside its operand's loop", i);
         return t != ta || t == KT_BOOL ? BAD("statement %d: reduction types", i) : 0;
-    case KOP_SELECT:
-        return ta != KT_BOOL || tb != t || tc != t ? BAD("statement %d: select types", i) : 0;
-    case KOP_LT: case KOP_LE: case KOP_EQ:
-        return ta != tb || ta == KT_BOOL || t != KT_BOOL ? BAD("statement %d: compare types", i) : 0;
+    case KOP_SELECT: return ta != KT_BOOL || tb != t || tc != t ? BAD("statement %d: select types", i) : 0;
+    case KOP_LT:
+    case KOP_LE:
+    case KOP_EQ: return ta != tb || ta == KT_BOOL || t != KT_BOOL ? BAD("statement %d: compare types", i) : 0;
     case KOP_REM: return !is_int(t) || ta != t || tb != t ? BAD("statement %d: rem types", i) : 0;
     case KOP_POW: return !is_float(t) || ta != t || tb != t ? BAD("statement %d: pow types", i) : 0;
     default: return ta != t || tb != t || t == KT_BOOL ? BAD("statement %d: %s types", i, OP_NAMES[op]) : 0;
@@ -213,9 +230,9 @@ int kir_check(const KirKernel *k, int nnodes, char *err, size_t cap) {
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
         if (a->node < -1 || a->node >= nnodes || (a->dtype != KT_F32 && a->dtype != KT_BF16 && a->dtype != KT_I32) ||
-            (a->node < 0 && a->dtype != KT_F32) || a->offset < 0 ||
-            a->numel < 0 || a->numel > INT64_MAX / 16 || a->offset > INT64_MAX / 16 || a->row_stride < 0 ||
-            (a->access & ~31) || !(a->divisor > 0) || !isfinite(a->divisor))
+            (a->node < 0 && a->dtype != KT_F32) || a->offset < 0 || a->numel < 0 || a->numel > INT64_MAX / 16 ||
+            a->offset > INT64_MAX / 16 || a->row_stride < 0 || (a->access & ~31) || !(a->divisor > 0) ||
+            !isfinite(a->divisor))
             return fail(err, cap, "argument %d is malformed", i);
         if (((a->access & KA_ACC32) && a->dtype != KT_F32) || ((a->access & KA_ACC64) && a->dtype == KT_I32))
             return fail(err, cap, "argument %d accumulates into %s", i, TYPE_NAMES[a->dtype]);
@@ -223,11 +240,14 @@ int kir_check(const KirKernel *k, int nnodes, char *err, size_t cap) {
     if (k->kind == KK_GEMM) return check_gemm(k, INT32_MAX, err, cap);
     if (k->kind == KK_NODE) // the runtime matches the arguments to the node's operands (jit.c)
         return k->nargs >= 2 && k->nnodes == 1 && k->anchor == k->nodes[0] && k->args[0].node == k->anchor
-                   ? 0 : fail(err, cap, "a node kernel is not one node's output and operands");
+                   ? 0
+                   : fail(err, cap, "a node kernel is not one node's output and operands");
     if (k->kind != KK_EXPR) return check_attn(k, INT32_MAX, err, cap);
-    if (k->rows < 1 || k->rows > INT64_MAX / 16 || k->nloops < 0) return fail(err, cap, "expression rows %lld", (long long)k->rows);
+    if (k->rows < 1 || k->rows > INT64_MAX / 16 || k->nloops < 0)
+        return fail(err, cap, "expression rows %lld", (long long)k->rows);
     for (int i = 0; i < k->nloops; i++)
-        if (k->cols[i] < 1 || k->cols[i] > INT64_MAX / 16) return fail(err, cap, "loop %d has %lld columns", i + 1, (long long)k->cols[i]);
+        if (k->cols[i] < 1 || k->cols[i] > INT64_MAX / 16)
+            return fail(err, cap, "loop %d has %lld columns", i + 1, (long long)k->cols[i]);
     int last_loop = 0, cur = 0;
     for (int i = 0; i < k->nstmts; i++) {
         int l = k->stmts[i].loop;
@@ -249,7 +269,8 @@ static int check_set(const KirSet *s, char *err, size_t cap) {
         if (k->kind == KK_GEMM) refs[0] = k->gemm.epilogue;
         if (k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) refs[0] = k->attn.helper[0], refs[1] = k->attn.helper[1];
         for (int j = 0; j < 2; j++) {
-            if (refs[j] < -1 || refs[j] >= s->n) return fail(err, cap, "kernel %d refers to kernel %d of %d", i, refs[j], s->n);
+            if (refs[j] < -1 || refs[j] >= s->n)
+                return fail(err, cap, "kernel %d refers to kernel %d of %d", i, refs[j], s->n);
             if (refs[j] >= 0 && (s->k[refs[j]].kind != KK_EXPR || s->k[refs[j]].fused_into != i))
                 return fail(err, cap, "kernel %d refers to kernel %d, which is not its expression kernel", i, refs[j]);
         }
@@ -442,7 +463,8 @@ static int read_kernel(In *r, KirKernel *k, Arena *a) {
     KirGemm *g = &k->gemm;
     g->ta = get_i32(r);
     g->tb = get_i32(r);
-    int64_t *gv[] = {&g->M, &g->N, &g->K, &g->batch, &g->lda, &g->ldb, &g->ldc, &g->stride_a, &g->stride_b, &g->stride_c};
+    int64_t *gv[] = {&g->M,   &g->N,   &g->K,        &g->batch,    &g->lda,
+                     &g->ldb, &g->ldc, &g->stride_a, &g->stride_b, &g->stride_c};
     for (size_t i = 0; i < sizeof gv / sizeof gv[0]; i++) *gv[i] = get_i64(r);
     g->epilogue = get_i32(r);
     KirAttn *t = &k->attn;
@@ -464,7 +486,8 @@ int kir_read(KirProgram *prog, const uint8_t *bytes, size_t len, int nparts, con
     if (len < 12 || memcmp(bytes, KIR_MAGIC, 8) != 0) return fail(err, cap, "kernel IR: bad magic");
     r.pos = 8;
     uint32_t version = (uint32_t)get_le(&r, 4);
-    if (version != KIR_VERSION) return fail(err, cap, "kernel IR: version %u, this reader knows %d", version, KIR_VERSION);
+    if (version != KIR_VERSION)
+        return fail(err, cap, "kernel IR: version %u, this reader knows %d", version, KIR_VERSION);
     for (int p = 0; p < nparts; p++) {
         KirSet *s = &prog->parts[p];
         s->n = get_count(&r, 64);
@@ -492,21 +515,32 @@ void kir_print_kernel(FILE *out, const KirKernel *k, int index) {
     fputc('\n', out);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
-        fprintf(out, "    arg%d = %%%d+%lld %s[%lld]%s%s%s%s\n", i, a->node, (long long)a->offset, TYPE_NAMES[a->dtype % KT_COUNT],
-                (long long)a->numel, a->access & KA_READ ? " read" : "", a->access & KA_WRITE ? " write" : "",
-                a->access & (KA_ACC32 | KA_ACC64) ? " acc" : "", a->access & KA_ROWLOCAL ? " rowlocal" : "");
+        fprintf(out, "    arg%d = %%%d+%lld %s[%lld]%s%s%s%s\n", i, a->node, (long long)a->offset,
+                TYPE_NAMES[a->dtype % KT_COUNT], (long long)a->numel, a->access & KA_READ ? " read" : "",
+                a->access & KA_WRITE ? " write" : "", a->access & (KA_ACC32 | KA_ACC64) ? " acc" : "",
+                a->access & KA_ROWLOCAL ? " rowlocal" : "");
     }
     for (int i = 0; i < k->nstmts; i++) {
         const KirStmt *s = &k->stmts[i];
-        fprintf(out, "    %*s$%d = %s %s", 2 * s->loop, "", i, TYPE_NAMES[s->type % KT_COUNT], OP_NAMES[s->op % KOP_COUNT]);
+        fprintf(out, "    %*s$%d = %s %s", 2 * s->loop, "", i, TYPE_NAMES[s->type % KT_COUNT],
+                OP_NAMES[s->op % KOP_COUNT]);
         switch (s->op) {
         case KOP_CONST: fprintf(out, " %.17g", s->value); break;
-        case KOP_ROW: case KOP_COL: break;
+        case KOP_ROW:
+        case KOP_COL: break;
         case KOP_LOAD: fprintf(out, " arg%d[$%d]", s->a, s->b); break;
-        case KOP_STORE: case KOP_ACC: fprintf(out, " arg%d[$%d], $%d", s->a, s->b, s->c); break;
+        case KOP_STORE:
+        case KOP_ACC: fprintf(out, " arg%d[$%d], $%d", s->a, s->b, s->c); break;
         case KOP_SELECT: fprintf(out, " $%d, $%d, $%d", s->a, s->b, s->c); break;
-        case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-        case KOP_RSUM: case KOP_RMAX: fprintf(out, " $%d", s->a); break;
+        case KOP_NEG:
+        case KOP_EXP:
+        case KOP_LOG:
+        case KOP_SQRT:
+        case KOP_SIN:
+        case KOP_COS:
+        case KOP_CVT:
+        case KOP_RSUM:
+        case KOP_RMAX: fprintf(out, " $%d", s->a); break;
         default: fprintf(out, " $%d, $%d", s->a, s->b); break;
         }
         fprintf(out, "  # %%%d\n", s->node);

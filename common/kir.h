@@ -70,12 +70,12 @@ typedef enum {
     KOP_LOAD,  // arg[a] at element index b (i64); type f32 or i32, the argument's value type (kir_value_type)
     // unary, operand a, same type unless said
     KOP_NEG,
-    KOP_EXP,  // floats
-    KOP_LOG,  // floats
-    KOP_SQRT, // floats
-    KOP_SIN,  // floats
-    KOP_COS,  // floats
-    KOP_CVT,  // a converted to this statement's type (floats round to nearest, ints to floats exactly)
+    KOP_EXP,   // floats
+    KOP_LOG,   // floats
+    KOP_SQRT,  // floats
+    KOP_SIN,   // floats
+    KOP_COS,   // floats
+    KOP_CVT,   // a converted to this statement's type (floats round to nearest, ints to floats exactly)
     KOP_RBF16, // f32: a rounded to the nearest bf16 value, to nearest even (the storage rule's rounding)
     // binary, operands a and b of one type, result that type unless said
     KOP_ADD,
@@ -85,10 +85,10 @@ typedef enum {
     KOP_REM, // ints only, b > 0 always
     KOP_MIN,
     KOP_MAX,
-    KOP_POW, // floats
-    KOP_LT,  // -> bool
-    KOP_LE,  // -> bool
-    KOP_EQ,  // -> bool
+    KOP_POW,    // floats
+    KOP_LT,     // -> bool
+    KOP_LE,     // -> bool
+    KOP_EQ,     // -> bool
     KOP_SELECT, // a (bool) ? b : c
     // reductions: a is an element value of the same column loop; the
     // statement is the row's total, usable only after its loop
@@ -123,20 +123,20 @@ typedef struct KirArg {
 } KirArg;
 
 typedef struct KirStmt {
-    uint8_t op;     // KirOp
-    uint8_t type;   // KirType of the value (KT_BOOL for effects, ignored)
-    uint16_t loop;  // 0: row level; k >= 1: inside column loop k
+    uint8_t op;      // KirOp
+    uint8_t type;    // KirType of the value (KT_BOOL for effects, ignored)
+    uint16_t loop;   // 0: row level; k >= 1: inside column loop k
     int32_t a, b, c; // operand statements; for LOAD, STORE, ACC `a` is an argument index
-    int32_t node;   // the graph node this lowers, for messages
-    double value;   // KOP_CONST
+    int32_t node;    // the graph node this lowers, for messages
+    double value;    // KOP_CONST
 } KirStmt;
 
 typedef struct KirGemm {
-    int32_t ta, tb;             // transposes of A and B
+    int32_t ta, tb; // transposes of A and B
     int64_t M, N, K, batch;
-    int64_t lda, ldb, ldc;      // leading dimensions, row-major
+    int64_t lda, ldb, ldc;                // leading dimensions, row-major
     int64_t stride_a, stride_b, stride_c; // elements between batches (stride_b 0: one B for all)
-    int32_t epilogue;           // index of an expression kernel in the set, run on each row block; -1: none
+    int32_t epilogue;                     // index of an expression kernel in the set, run on each row block; -1: none
 } KirGemm;
 
 // Rows of C the cpu backend computes per BLAS call when a GEMM has an
@@ -157,34 +157,34 @@ typedef struct KirAttn {
     int64_t B, T, H, KVH, D; // q [B, T, H*D], k [B, T, KVH*D], v [B, T, KVH*Dv], y [B, T, H*Dv]
     int64_t Dv;              // the value heads' width (DeepSeek's latent attention: 128 under q/k's 192)
     int32_t causal;
-    int64_t window;          // query t sees keys t - window < j <= t; 0: every key to t (causal) or all
-    double scale;            // scores q.k * scale (the graph's default, 1/sqrt(D), resolved)
-    double softcap;          // scores then softcap * tanh(score / softcap); 0: not capped
-    int32_t helper[2];       // cpu composite: expression kernels of T rows over scratch: [0] the
-                             // softmax of scaled, capped, masked scores in place (arg 0: S, T x T;
-                             // with softcap, arg 1: the capping's derivative C, offset 2*T*T;
-                             // last arg: each row's lse, T floats after S, or after C);
-                             // [1] dS = P * (dP - rowsum(P * dP)) * C * scale into dP (arg 0: P,
-                             // arg 1: dP, offset T*T in a [2 or 3, T, T] scratch; with softcap
-                             // arg 2: C); -1: none
+    int64_t window;    // query t sees keys t - window < j <= t; 0: every key to t (causal) or all
+    double scale;      // scores q.k * scale (the graph's default, 1/sqrt(D), resolved)
+    double softcap;    // scores then softcap * tanh(score / softcap); 0: not capped
+    int32_t helper[2]; // cpu composite: expression kernels of T rows over scratch: [0] the
+                       // softmax of scaled, capped, masked scores in place (arg 0: S, T x T;
+                       // with softcap, arg 1: the capping's derivative C, offset 2*T*T;
+                       // last arg: each row's lse, T floats after S, or after C);
+                       // [1] dS = P * (dP - rowsum(P * dP)) * C * scale into dP (arg 0: P,
+                       // arg 1: dP, offset T*T in a [2 or 3, T, T] scratch; with softcap
+                       // arg 2: C); -1: none
 } KirAttn;
 
 typedef struct KirKernel {
-    uint8_t kind;      // KirKind
-    int32_t anchor;    // last graph node it computes: an INS_RUN over [from, to) runs it
-                       // when from <= anchor < to; -1 for helpers and epilogues
-    int32_t first;     // first graph node it computes (its operands are live from here on)
+    uint8_t kind;       // KirKind
+    int32_t anchor;     // last graph node it computes: an INS_RUN over [from, to) runs it
+                        // when from <= anchor < to; -1 for helpers and epilogues
+    int32_t first;      // first graph node it computes (its operands are live from here on)
     int32_t fused_into; // KK_EXPR: the GEMM or attention kernel that runs it, or -1
-    int32_t *nodes;    // (nnodes) graph nodes it computes, for --dump-kernels and tests
+    int32_t *nodes;     // (nnodes) graph nodes it computes, for --dump-kernels and tests
     int32_t nnodes;
-    KirArg *args;      // (nargs) GEMM: C, A, B; ATTN: y, q, k, v, lse (written: f32 [B, H, T]);
-                       // ATTN_BWD: packed dq|dk|dv, dy, q, k, v, y, lse
+    KirArg *args; // (nargs) GEMM: C, A, B; ATTN: y, q, k, v, lse (written: f32 [B, H, T]);
+                  // ATTN_BWD: packed dq|dk|dv, dy, q, k, v, y, lse
     int32_t nargs;
     // KK_EXPR
     int64_t rows;
-    int64_t *cols;     // (nloops) columns of loop k+1
+    int64_t *cols; // (nloops) columns of loop k+1
     int32_t nloops;
-    KirStmt *stmts;    // (nstmts)
+    KirStmt *stmts; // (nstmts)
     int32_t nstmts;
     KirGemm gemm;
     KirAttn attn;

@@ -89,11 +89,11 @@ typedef enum {
 enum { RUN_SKIP_HEAVY = 1, XFER_BF16 = 2, XFER_SHARD = 4 };
 
 typedef struct Instr {
-    int32_t kind;     // InsKind
-    int32_t engine;   // Engine
-    int32_t part;     // INS_RUN, INS_STAT
-    int32_t layer;    // INS_RUN, INS_STAT; INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE: the host store segment (below)
-    int32_t input;    // INS_INPUT
+    int32_t kind;   // InsKind
+    int32_t engine; // Engine
+    int32_t part;   // INS_RUN, INS_STAT
+    int32_t layer; // INS_RUN, INS_STAT; INS_COPY_IN, INS_COPY_OUT, INS_NORM, INS_UPDATE: the host store segment (below)
+    int32_t input; // INS_INPUT
     int32_t from, to; // INS_RUN; INS_STAT: from is the node
     int32_t frame;    // INS_RUN of the block, INS_STAT: which frame's offsets (0 for the head and tail)
     int32_t flags;    // INS_RUN: RUN_SKIP_HEAVY; INS_COPY_IN, INS_COPY_OUT, INS_STAT: XFER_BF16
@@ -116,20 +116,20 @@ typedef struct Plan {
     // (SEG_HEAD), then those only the tail reads (SEG_TAIL: an untied LM
     // head, the final norm), which the host can update while the layers run.
     // A layer's segment is its block kind's size, host_kind[kind].
-    int64_t host_global;   // elements of the global parameters
-    int64_t host_tail;     // of them, the last host_tail elements: the tail's own segment
+    int64_t host_global;             // elements of the global parameters
+    int64_t host_tail;               // of them, the last host_tail elements: the tail's own segment
     int64_t host_kind[MT_MAX_KINDS]; // (graph->nkinds) elements in a layer segment of each kind
-    int64_t host_layer;    // the largest kind's: a device weight slot, an NVMe tier record
-    int64_t *layer_base;   // (layers + 1) layer l's segment starts at host_global + layer_base[l];
-                           // layer_base[layers]: all layers' elements (plan_lay_out_layers)
-    int64_t *param_offset; // (graph->params.n) elements from the start of its segment
-    int64_t host_act_bytes; // the host activation store: offloaded checkpoints and activations
+    int64_t host_layer;              // the largest kind's: a device weight slot, an NVMe tier record
+    int64_t *layer_base;             // (layers + 1) layer l's segment starts at host_global + layer_base[l];
+                                     // layer_base[layers]: all layers' elements (plan_lay_out_layers)
+    int64_t *param_offset;           // (graph->params.n) elements from the start of its segment
+    int64_t host_act_bytes;          // the host activation store: offloaded checkpoints and activations
     // ARENA
     int64_t arena_bytes;
     int64_t scratch_bytes; // device scratch of each engine that runs kernels, beside the arena (common/scratch.h:
                            // plan_device_bytes is all the device memory); 0 for a cpu target
-    int64_t device_limit; // bytes of device memory of the target the plan was made for
-    int32_t nframes;      // block frames: each a full set of block node offsets
+    int64_t device_limit;  // bytes of device memory of the target the plan was made for
+    int32_t nframes;       // block frames: each a full set of block node offsets
     // Byte offsets, -1 for views and reshapes. Head and tail: (nodes.n).
     // Block: (nframes, nodes.n), frame-major; plan_offsets() picks a frame.
     int64_t *node_offset[PART_COUNT];
@@ -141,19 +141,19 @@ typedef struct Plan {
                           // weights go in by COPY_IN XFER_SHARD and INS_ALLGATHER, gradients out by
                           // INS_REDUCE_SCATTER and COPY_OUT XFER_SHARD; 0: replicated, every rank holds it all
     int32_t nevents;      // events of each stream are numbered 0 .. nevents-1
-    Instr *train;  // (ntrain) one micro-batch: the pending update, forward, loss, backward, gradients out
+    Instr *train;         // (ntrain) one micro-batch: the pending update, forward, loss, backward, gradients out
     int32_t ntrain;
-    Instr *eval;   // (neval) forward and loss only, for validation
+    Instr *eval; // (neval) forward and loss only, for validation
     int32_t neval;
     // KERNELS (empty when absent)
     const uint8_t *kernels_bytes; // (kernels_len) the kernel IR of every part (common/kir.h)
     size_t kernels_len;
-    const uint8_t *bitcode;       // (bitcode_len) LLVM bitcode of the cpu kernels
+    const uint8_t *bitcode; // (bitcode_len) LLVM bitcode of the cpu kernels
     size_t bitcode_len;
-    const char *cuda_arch;        // "sm_90", or NULL: no CUDA code
-    const uint8_t *cubin;         // (cubin_len)
+    const char *cuda_arch; // "sm_90", or NULL: no CUDA code
+    const uint8_t *cubin;  // (cubin_len)
     size_t cubin_len;
-    const char *ptx;              // (ptx_len)
+    const char *ptx; // (ptx_len)
     size_t ptx_len;
     // set by the writer and the reader: crc32 over all sections, naming this plan
     uint32_t plan_crc;

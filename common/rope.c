@@ -41,7 +41,7 @@ const char *rope_frequencies(const RopeRule *r, int64_t dim, double *inv_freq, d
         for (int64_t i = 0; i < half; i++) {
             double f = inv_freq[i], wavelen = 2 * M_PI / f;
             if (wavelen > low_wavelen) {
-                inv_freq[i] = f / factor; // long wavelengths: interpolated
+                inv_freq[i] = f / factor;           // long wavelengths: interpolated
             } else if (!(wavelen < high_wavelen)) { // between: smoothed from one to the other
                 double smooth = (old / wavelen - lo) / (hi - lo);
                 inv_freq[i] = (1 - smooth) * f / factor + smooth * f;
@@ -65,12 +65,10 @@ const char *rope_frequencies(const RopeRule *r, int64_t dim, double *inv_freq, d
             double extrapolate = 1 - ramp; // 1: the pair keeps its frequency, 0: interpolated by factor
             inv_freq[i] = inv_freq[i] / factor * (1 - extrapolate) + inv_freq[i] * extrapolate;
         }
-        if (r->attention_factor > 0)
-            *scale = r->attention_factor;
+        if (r->attention_factor > 0) *scale = r->attention_factor;
         else if (r->mscale > 0 && r->mscale_all_dim > 0)
             *scale = yarn_mscale(factor, r->mscale) / yarn_mscale(factor, r->mscale_all_dim);
-        else
-            *scale = yarn_mscale(factor, 1);
+        else *scale = yarn_mscale(factor, 1);
         return NULL;
     }
     case ROPE_LONGROPE: {
@@ -80,10 +78,8 @@ const char *rope_frequencies(const RopeRule *r, int64_t dim, double *inv_freq, d
             if (!(r->factors[i] > 0)) return "longrope's factors must be positive";
             inv_freq[i] /= r->factors[i];
         }
-        if (r->attention_factor > 0)
-            *scale = r->attention_factor;
-        else if (factor > 1)
-            *scale = sqrt(1 + log(factor) / log(r->original_max));
+        if (r->attention_factor > 0) *scale = r->attention_factor;
+        else if (factor > 1) *scale = sqrt(1 + log(factor) / log(r->original_max));
         return NULL;
     }
     case ROPE_KINDS: break;

@@ -23,12 +23,12 @@ typedef struct RopeRule {
     double low_freq_factor;  // llama3
     double high_freq_factor; // llama3
     double original_max;     // original_max_position_embeddings: llama3, yarn, longrope
-    double max_positions;    // max_position_embeddings: yarn, longrope: factor = this / original_max when factor is unset
-    double beta_fast, beta_slow;    // yarn (0: 32 and 1)
-    double mscale, mscale_all_dim;  // yarn: attention_factor = mscale(factor, mscale) / mscale(factor, mscale_all_dim)
-    double attention_factor; // yarn, longrope: the cos/sin scale (0: derived from factor)
-    int truncate;            // yarn: floor/ceil the correction range (transformers' default true)
-    const double *factors;   // longrope: the per-pair factors in use (short_factor or long_factor), (nfactors)
+    double max_positions; // max_position_embeddings: yarn, longrope: factor = this / original_max when factor is unset
+    double beta_fast, beta_slow;   // yarn (0: 32 and 1)
+    double mscale, mscale_all_dim; // yarn: attention_factor = mscale(factor, mscale) / mscale(factor, mscale_all_dim)
+    double attention_factor;       // yarn, longrope: the cos/sin scale (0: derived from factor)
+    int truncate;                  // yarn: floor/ceil the correction range (transformers' default true)
+    const double *factors;         // longrope: the per-pair factors in use (short_factor or long_factor), (nfactors)
     int64_t nfactors;
 } RopeRule;
 

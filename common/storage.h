@@ -67,7 +67,9 @@ static inline int64_t storage_rounded_elems(DType compute, const Node *n) {
 static inline int64_t dtype_bytes(DType t) { return t == DT_BF16 ? 2 : 4; }
 
 // Bytes of one element of n, and of all of it.
-static inline int64_t storage_elem_bytes(DType compute, const Node *n) { return dtype_bytes(storage_dtype(compute, n)); }
+static inline int64_t storage_elem_bytes(DType compute, const Node *n) {
+    return dtype_bytes(storage_dtype(compute, n));
+}
 static inline int64_t storage_bytes(DType compute, const Node *n) {
     return shape_numel(&n->shape) * storage_elem_bytes(compute, n);
 }
@@ -141,7 +143,8 @@ static inline int64_t storage_host_global_elems(const Graph *g) {
 // element where the layers' gradients are bf16 (grads_bf16).
 static inline int64_t storage_host_bytes(const Graph *g, int grads_bf16) {
     int64_t all = storage_host_elems(g);
-    return all * storage_host_bytes_per_param(g->train.compute) - (grads_bf16 ? 2 * (all - storage_host_global_elems(g)) : 0);
+    return all * storage_host_bytes_per_param(g->train.compute) -
+           (grads_bf16 ? 2 * (all - storage_host_global_elems(g)) : 0);
 }
 
 #endif

@@ -23,10 +23,10 @@ typedef enum KeyKind {
 typedef struct KeySpec {
     const char *key;
     KeyKind kind;
-    size_t offset;      // of the field in Target
-    const char *unit;   // for messages
+    size_t offset;    // of the field in Target
+    const char *unit; // for messages
     int required;
-    double fallback;    // the value of an optional key left out
+    double fallback; // the value of an optional key left out
 } KeySpec;
 
 #define F(field) offsetof(Target, field)
@@ -51,7 +51,7 @@ static const KeySpec KEYS[] = {
     {"kernel_launch_s", KEY_NUMBER, F(kernel_launch_s), "seconds", 0, TARGET_DEFAULT_KERNEL_LAUNCH_S},
     {"gemm_call_s", KEY_NUMBER, F(gemm_call_s), "seconds", 0, 0},
     {"transcendental_s", KEY_NUMBER, F(transcendental_s), "seconds", 0, 0},
-    {"transcendental_f64_s", KEY_NUMBER, F(transcendental_f64_s), "seconds", 0, 0}, // left out: transcendental_s
+    {"transcendental_f64_s", KEY_NUMBER, F(transcendental_f64_s), "seconds", 0, 0},  // left out: transcendental_s
     {"attention_plain_flops", KEY_NUMBER, F(attention_plain_flops), "FLOP/s", 0, 0}, // left out: vector_flops
     {"gemm_one_thread_flops", KEY_NUMBER, F(gemm_one_thread_flops), "FLOP/s", 0, 0}, // left out: the matrix rate
     {"bf16_convert_s", KEY_NUMBER, F(bf16_convert_s), "seconds", 0, 0},
@@ -90,8 +90,7 @@ static int fail(char *err, size_t errcap, const char *path, int line, const char
     __attribute__((format(printf, 5, 6)));
 static int fail(char *err, size_t errcap, const char *path, int line, const char *fmt, ...) {
     if (!err || errcap == 0) return -1;
-    int n = line > 0 ? snprintf(err, errcap, "%s:%d: error: ", path, line)
-                     : snprintf(err, errcap, "%s: error: ", path);
+    int n = line > 0 ? snprintf(err, errcap, "%s:%d: error: ", path, line) : snprintf(err, errcap, "%s: error: ", path);
     if (n >= 0 && (size_t)n < errcap) {
         va_list ap;
         va_start(ap, fmt);
@@ -110,8 +109,8 @@ static void trim(const char **s, const char **e) {
 }
 
 static int is_word_char(char c) {
-    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-           c == '-' || c == '.' || c == '+';
+    return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' || c == '-' ||
+           c == '.' || c == '+';
 }
 
 static int is_key_char(char c) { return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '_'; }
@@ -259,20 +258,24 @@ static int parse_profile(const char *path, const char *text, size_t len, Target 
         }
         nmissing++;
     }
-    if (nmissing)
-        return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
+    if (nmissing) return fail(err, errcap, path, 0, "missing required key%s %s", nmissing > 1 ? "s" : "", missing);
     if (t->host_adamw_bandwidth == 0) t->host_adamw_bandwidth = t->host_memory_bandwidth; // left out (fallback 0)
     if (t->host_grads_add_bandwidth == 0) t->host_grads_add_bandwidth = t->host_adamw_bandwidth; // left out
-    if (t->moe_gemm_efficiency == 0) t->moe_gemm_efficiency = t->gemm_efficiency; // left out
+    if (t->moe_gemm_efficiency == 0) t->moe_gemm_efficiency = t->gemm_efficiency;                // left out
     if (t->gpus_per_node > 1 && t->gpu_link_bandwidth == 0)
-        return fail(err, errcap, path, 0, "%g GPUs a node need 'gpu_link_bandwidth' (bytes/s a direction between two "
-                    "of them)", t->gpus_per_node);
+        return fail(err, errcap, path, 0,
+                    "%g GPUs a node need 'gpu_link_bandwidth' (bytes/s a direction between two "
+                    "of them)",
+                    t->gpus_per_node);
     if (t->nodes > 1 && t->node_link_bandwidth == 0)
-        return fail(err, errcap, path, 0, "%g nodes need 'node_link_bandwidth' (bytes/s a direction from each GPU to "
-                    "the other nodes)", t->nodes);
+        return fail(err, errcap, path, 0,
+                    "%g nodes need 'node_link_bandwidth' (bytes/s a direction from each GPU to "
+                    "the other nodes)",
+                    t->nodes);
     int tier_keys = !!first_line[KEY_TIER_FIRST] + !!first_line[KEY_TIER_FIRST + 1] + !!first_line[KEY_TIER_FIRST + 2];
     if (tier_keys != 0 && tier_keys != 3)
-        return fail(err, errcap, path, 0, "the NVMe tier needs all three of 'tier_capacity', 'tier_read_bandwidth' and "
+        return fail(err, errcap, path, 0,
+                    "the NVMe tier needs all three of 'tier_capacity', 'tier_read_bandwidth' and "
                     "'tier_write_bandwidth', or none");
     return 0;
 }
@@ -292,7 +295,8 @@ static int is_bare_name(const char *name) {
 int target_load(const char *name, Target *t, char *err, size_t errcap) {
     int bare = is_bare_name(name);
     char *path = NULL;
-    if (bare) { // NAME.target here (where mtrun --calibrate writes), schedules/NAME.target here, else in the profiles mt was built with
+    if (bare) { // NAME.target here (where mtrun --calibrate writes), schedules/NAME.target here, else in the profiles
+                // mt was built with
         size_t cap = strlen(name) + strlen(MT_SCHEDULES_DIR) + sizeof "schedules/.target";
         path = malloc(cap);
         if (!path) return fail(err, errcap, name, 0, "out of memory");
@@ -305,11 +309,12 @@ int target_load(const char *name, Target *t, char *err, size_t errcap) {
     size_t len;
     int rc = io_read_file(shown, &text, &len);
     if (rc != 0) {
-        if (bare) snprintf(path, strlen(name) + strlen(MT_SCHEDULES_DIR) + sizeof "schedules/.target",
-                           "schedules/%s.target", name); // name what the user's NAME means here
+        if (bare)
+            snprintf(path, strlen(name) + strlen(MT_SCHEDULES_DIR) + sizeof "schedules/.target", "schedules/%s.target",
+                     name); // name what the user's NAME means here
         fail(err, errcap, shown, 0, "cannot read the target profile: %s%s", strerror(rc),
-             bare ? " (a bare NAME means NAME.target or schedules/NAME.target in the current directory, or "
-                    MT_SCHEDULES_DIR "/NAME.target)"
+             bare ? " (a bare NAME means NAME.target or schedules/NAME.target in the current directory, "
+                    "or " MT_SCHEDULES_DIR "/NAME.target)"
                   : "");
         free(path);
         return -1;

@@ -18,7 +18,8 @@ int trace_open(Trace *t, const char *path, char *err, size_t errcap) {
     }
     fprintf(t->f, "{\"displayTimeUnit\": \"ms\", \"traceEvents\": [\n");
     for (int k = 0; k < ENG_COUNT; k++)
-        fprintf(t->f, "%s  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
+        fprintf(t->f,
+                "%s  {\"ph\": \"M\", \"name\": \"thread_name\", \"pid\": 1, \"tid\": %d, \"args\": {\"name\": \"%s\"}}",
                 k ? ",\n" : "", k + 1, TRACKS[k]);
     return 0;
 }
@@ -38,10 +39,14 @@ void trace_label(const Plan *p, const Instr *in, char *buf, size_t cap) {
     case INS_RUN:
         if (part_is_block(in->part))
             snprintf(buf, cap, "layer %d %s", in->layer,
-                     in->from > 0 ? "backward" : in->flags & RUN_SKIP_HEAVY ? "selective recompute" : "forward");
+                     in->from > 0                 ? "backward"
+                     : in->flags & RUN_SKIP_HEAVY ? "selective recompute"
+                                                  : "forward");
         else
             snprintf(buf, cap, "%s %s", part_name((PartKind)in->part),
-                     in->from == 0 && in->to == part->nodes.n ? "forward+backward" : in->from == 0 ? "forward" : "backward");
+                     in->from == 0 && in->to == part->nodes.n ? "forward+backward"
+                     : in->from == 0                          ? "forward"
+                                                              : "backward");
         break;
     case INS_COPY_IN:
         if (in->layer < 0) snprintf(buf, cap, "%s globals in", glob);
@@ -74,8 +79,9 @@ void trace_instr(Trace *t, const Plan *p, const Instr *in, double start_s, doubl
     char label[96];
     trace_label(p, in, label, sizeof label);
     int engine = in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE;
-    fprintf(t->f, ",\n  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
-                  "\"args\": {\"bytes\": %lld, \"instruction\": %d}}",
+    fprintf(t->f,
+            ",\n  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
+            "\"args\": {\"bytes\": %lld, \"instruction\": %d}}",
             label, engine + 1, start_s * 1e6, dur_s * 1e6, (long long)in->bytes, index);
     t->events++;
 }

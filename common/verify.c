@@ -36,9 +36,9 @@
 #include <stdlib.h>
 #include <string.h>
 
-static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run",    "loss",  "save",
-                                        "load",    "free",     "record", "wait", "norm", "update", "stat",
-                                        "allgather", "reduce_scatter"};
+static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy",      "input",         "run",  "loss",
+                                        "save",    "load",     "free",      "record",        "wait", "norm",
+                                        "update",  "stat",     "allgather", "reduce_scatter"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 static const char *const ENG_NAMES[] = {"compute", "copy-in", "copy-out", "host", "comm"};
 _Static_assert(sizeof ENG_NAMES / sizeof ENG_NAMES[0] == ENG_COUNT, "ENG_NAMES out of sync with Engine");
@@ -55,9 +55,9 @@ typedef struct Label {
     int part, node; // V_NODE; V_INPUT: node is the input's index
     int64_t layer;  // V_NODE: which layer's value (-1 outside the block)
     int64_t at;
-    int origin;     // the instruction that made the value (RUN, COPY_IN, INPUT, FREE); copies keep it
-    int wide;       // a bf16 value widened to fp32 by a COPY XFER_BF16: `at` counts its fp32 bytes (twice the bf16's)
-    int summed;     // summed over the ranks by an INS_REDUCE_SCATTER
+    int origin; // the instruction that made the value (RUN, COPY_IN, INPUT, FREE); copies keep it
+    int wide;   // a bf16 value widened to fp32 by a COPY XFER_BF16: `at` counts its fp32 bytes (twice the bf16's)
+    int summed; // summed over the ranks by an INS_REDUCE_SCATTER
 } Label;
 
 typedef struct Span {
@@ -153,7 +153,7 @@ typedef struct V {
     Spans arena, act, grads;
     Span *moved; // scratch for copies
     int moved_cap;
-    int coll;    // the stream's first collective (-1: none yet): every other one must be on its engine
+    int coll; // the stream's first collective (-1: none yet): every other one must be on its engine
 } V;
 
 static int fail(V *v, const char *fmt, ...) {
@@ -197,13 +197,14 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
         char fr[32] = "";
         if (part_is_block(in->part)) snprintf(fr, sizeof fr, " frame %d", in->frame);
         snprintf(buf, cap, "instruction %d (run %s nodes %d..%d%s%s on %s, %s)", i,
-                 in->part >= 0 && in->part < PART_COUNT ? part_name((PartKind)in->part) : "?",
-                 in->from, in->to - 1, fr, in->flags & RUN_SKIP_HEAVY ? " skipping matmuls and attention" : "", eng,
-                 ly);
+                 in->part >= 0 && in->part < PART_COUNT ? part_name((PartKind)in->part) : "?", in->from, in->to - 1, fr,
+                 in->flags & RUN_SKIP_HEAVY ? " skipping matmuls and attention" : "", eng, ly);
         break;
     }
     case INS_RECORD:
-    case INS_WAIT: snprintf(buf, cap, "instruction %d (%s event %d on %s)", i, INS_NAMES[in->kind], in->event, eng); break;
+    case INS_WAIT:
+        snprintf(buf, cap, "instruction %d (%s event %d on %s)", i, INS_NAMES[in->kind], in->event, eng);
+        break;
     case INS_COPY_IN:
     case INS_COPY_OUT:
     case INS_NORM:
@@ -211,14 +212,13 @@ static void describe_instr(const V *v, int i, char *buf, size_t cap) {
     case INS_REDUCE_SCATTER:
     case INS_UPDATE:
         snprintf(buf, cap, "instruction %d (%s%s on %s, %s)", i, INS_NAMES[in->kind],
-                 (in->kind == INS_COPY_IN || in->kind == INS_COPY_OUT) && (in->flags & XFER_SHARD) ? " of the shard" : "",
+                 (in->kind == INS_COPY_IN || in->kind == INS_COPY_OUT) && (in->flags & XFER_SHARD) ? " of the shard"
+                                                                                                   : "",
                  eng, ly);
         break;
     default: snprintf(buf, cap, "instruction %d (%s on %s)", i, INS_NAMES[in->kind], eng); break;
     }
 }
-
-
 
 static void describe_label(const V *v, const Label *l, char *buf, size_t cap) {
     const Plan *p = v->p;
@@ -310,7 +310,8 @@ static int read_range(V *v, Spans *a, int r, int64_t lo, int64_t hi, const Label
             describe_instr(v, r, rs, sizeof rs);
             describe_instr(v, s->writer, ws, sizeof ws);
             describe_label(v, &s->l, hl, sizeof hl);
-            return fail(v, "%s reads %s [%lld, %lld) holding %s, written by %s: no event orders the write before the read",
+            return fail(v,
+                        "%s reads %s [%lld, %lld) holding %s, written by %s: no event orders the write before the read",
                         rs, a->name, (long long)s->lo, (long long)s->hi, hl, ws);
         }
         s->reader[v->ins[r].engine] = r;
@@ -335,7 +336,9 @@ static int check_write(V *v, Spans *a, int w, int64_t lo, int64_t hi) {
         describe_label(v, &s->l, hl, sizeof hl);
         if (other >= 0) {
             describe_instr(v, other, os, sizeof os);
-            return fail(v, "%s overwrites %s [%lld, %lld) holding %s, which %s reads: no event orders the read before the overwrite",
+            return fail(v,
+                        "%s overwrites %s [%lld, %lld) holding %s, which %s reads: no event orders the read before the "
+                        "overwrite",
                         ws, a->name, (long long)s->lo, (long long)s->hi, hl, os);
         }
         describe_instr(v, s->writer, os, sizeof os);
@@ -488,8 +491,7 @@ static int host_order(V *v, int i, int64_t layer) {
     describe_instr(v, i, rs, sizeof rs);
     if (u > i) {
         describe_instr(v, u, us, sizeof us);
-        if (in->kind == INS_COPY_IN)
-            return fail(v, "%s reads %s's host weights before %s updates them", rs, ly, us);
+        if (in->kind == INS_COPY_IN) return fail(v, "%s reads %s's host weights before %s updates them", rs, ly, us);
         return fail(v, "%s adds %s's gradients before %s consumes and zeroes the previous ones", rs, ly, us);
     }
     if (u >= 0 && !before(v, u, i)) {
@@ -541,8 +543,13 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                     if (!shard && addr_of(p, gr->grad, f) != in->src) continue;
                     int64_t off;
                     const Node *b = base_of(p, gr->grad, &off);
-                    Label want = {.kind = V_NODE, .part = pk, .node = b->id, .layer = part_is_block(pk) ? in->layer : -1,
-                                  .at = off * (shard && bf16 ? 2 : 1), .wide = shard && bf16, .summed = shard};
+                    Label want = {.kind = V_NODE,
+                                  .part = pk,
+                                  .node = b->id,
+                                  .layer = part_is_block(pk) ? in->layer : -1,
+                                  .at = off * (shard && bf16 ? 2 : 1),
+                                  .wide = shard && bf16,
+                                  .summed = shard};
                     if (pass == 0 && !holds(&v->arena, in->src, &want)) continue;
                     char what[96];
                     snprintf(what, sizeof what, "the gradient of '%s'", prm->name);
@@ -550,7 +557,8 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
                         host_order(v, i, in->layer) != 0)
                         return -1;
                     // an add: after the previous add or the update's zeroing, and after any read since
-                    return write_range(v, &v->grads, i, in->dst, in->dst + shape_numel(&prm->shape), (Label){.kind = V_GRADS});
+                    return write_range(v, &v->grads, i, in->dst, in->dst + shape_numel(&prm->shape),
+                                       (Label){.kind = V_GRADS});
                 }
             }
         }
@@ -563,7 +571,9 @@ static int verify_copy_out(V *v, int i, const Instr *in) {
 
 // ---------------------------------------------------------------- pass 1: fields and order
 
-static int range_ok(int64_t off, int64_t len, int64_t cap) { return off >= 0 && len >= 0 && off <= cap && len <= cap - off; }
+static int range_ok(int64_t off, int64_t len, int64_t cap) {
+    return off >= 0 && len >= 0 && off <= cap && len <= cap - off;
+}
 
 // The fields an instruction uses are in range (mtrun's reader checks them
 // too; mtc's own plans are checked here).
@@ -586,7 +596,8 @@ static int check_fields(V *v, int i) {
             return fail(v, "%s: event %d is out of range (the plan has %d)", d, in->event, p->nevents);
         return 0;
     case INS_RUN: {
-        if (in->part < 0 || in->part >= graph_nparts(g)) return fail(v, "instruction %d: part %d is out of range", i, in->part);
+        if (in->part < 0 || in->part >= graph_nparts(g))
+            return fail(v, "instruction %d: part %d is out of range", i, in->part);
         int nframes = part_is_block(in->part) && p->nframes > 1 ? p->nframes : 1;
         if (in->frame < 0 || in->frame >= nframes) return fail(v, "%s: the plan has %d frames", d, nframes);
         if (in->from < 0 || in->from > in->to || in->to > g->parts[in->part].nodes.n)
@@ -601,7 +612,8 @@ static int check_fields(V *v, int i) {
     case INS_COPY_IN:
     case INS_COPY_OUT: {
         int64_t arena = in->kind == INS_COPY_IN ? in->dst : in->src, host = in->kind == INS_COPY_IN ? in->src : in->dst;
-        if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        if (in->layer < SEG_FIRST || in->layer >= g->layers)
+            return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
         int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
         if (in->flags & ~(XFER_BF16 | XFER_SHARD)) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
         if (!(in->flags & XFER_SHARD) != !p->sharded)
@@ -623,7 +635,8 @@ static int check_fields(V *v, int i) {
     case INS_COPY: {
         if (in->flags & ~XFER_BF16) return fail(v, "%s: unknown flags 0x%x", d, (unsigned)in->flags);
         int64_t src_bytes = in->flags & XFER_BF16 ? in->bytes / 2 : in->bytes; // widened: bytes are the fp32 ones
-        if ((in->flags & XFER_BF16) && in->bytes % 4 != 0) return fail(v, "%s: %lld fp32 bytes", d, (long long)in->bytes);
+        if ((in->flags & XFER_BF16) && in->bytes % 4 != 0)
+            return fail(v, "%s: %lld fp32 bytes", d, (long long)in->bytes);
         if (!range_ok(in->src, src_bytes, A) || !range_ok(in->dst, in->bytes, A))
             return fail(v, "%s: arena bytes outside the arena", d);
         if (in->bytes > 0 && in->src < in->dst + in->bytes && in->dst < in->src + src_bytes)
@@ -637,20 +650,25 @@ static int check_fields(V *v, int i) {
         if (v->coll >= 0 && in->engine != v->ins[v->coll].engine) {
             char first[200];
             describe_instr(v, v->coll, first, sizeof first);
-            return fail(v, "%s: not on the engine of %s: one engine issues every collective, so that every rank "
-                        "issues them in one order", d, first);
+            return fail(v,
+                        "%s: not on the engine of %s: one engine issues every collective, so that every rank "
+                        "issues them in one order",
+                        d, first);
         }
         if (v->coll < 0) v->coll = i;
-        if (in->layer < SEG_FIRST || in->layer >= g->layers) return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        if (in->layer < SEG_FIRST || in->layer >= g->layers)
+            return fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
         int64_t len = plan_segment_len(p, in->layer), chunk = (len + p->ranks - 1) / p->ranks;
-        int64_t elem = in->kind == INS_ALLGATHER ? weight_bytes(p) : 4, at = in->kind == INS_ALLGATHER ? in->dst : in->src;
+        int64_t elem = in->kind == INS_ALLGATHER ? weight_bytes(p) : 4,
+                at = in->kind == INS_ALLGATHER ? in->dst : in->src;
         if (in->bytes != p->ranks * chunk * elem)
             return fail(v, "%s: %lld bytes, where %d ranks' chunks of the segment's %lld elements are %lld", d,
                         (long long)in->bytes, p->ranks, (long long)len, (long long)(p->ranks * chunk * elem));
         return range_ok(at, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     }
     case INS_INPUT:
-        if (in->input < 0 || in->input >= g->inputs.n) return fail(v, "%s: model input %d is out of range", d, in->input);
+        if (in->input < 0 || in->input >= g->inputs.n)
+            return fail(v, "%s: model input %d is out of range", d, in->input);
         return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     case INS_LOSS: return range_ok(in->src, 4, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     case INS_SAVE:
@@ -665,7 +683,9 @@ static int check_fields(V *v, int i) {
     case INS_FREE: return range_ok(in->dst, in->bytes, A) ? 0 : fail(v, "%s: arena bytes outside the arena", d);
     case INS_NORM:
     case INS_UPDATE:
-        return in->layer >= SEG_FIRST && in->layer < g->layers ? 0 : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
+        return in->layer >= SEG_FIRST && in->layer < g->layers
+                   ? 0
+                   : fail(v, "%s: the model has %lld layers", d, (long long)g->layers);
     case INS_STAT:
         if (in->layer < 0 || in->layer >= g->layers || in->part != block_part(g, in->layer) || in->from < 0 ||
             in->from >= g->parts[in->part].nfwd)
@@ -692,7 +712,7 @@ static int verify_order(V *v) {
     for (int i = 0; i < n && rc == 0; i++) { // events recorded, and the host optimizer's instructions
         const Instr *in = &v->ins[i];
         if ((rc = check_fields(v, i)) != 0) break;
-        int *slot = in->kind == INS_RECORD ? &rec[in->event]
+        int *slot = in->kind == INS_RECORD   ? &rec[in->event]
                     : in->kind == INS_UPDATE ? &v->upd[plan_segment_index(in->layer)]
                     : in->kind == INS_NORM   ? &v->nrm[plan_segment_index(in->layer)]
                                              : NULL;
@@ -716,7 +736,9 @@ static int verify_order(V *v) {
                 if (r < 0) rc = fail(v, "%s waits for an event no instruction records", b);
                 else {
                     describe_instr(v, r, a, sizeof a);
-                    rc = fail(v, "%s waits for an event recorded later, by %s: the array order must be one the engines can run in",
+                    rc = fail(v,
+                              "%s waits for an event recorded later, by %s: the array order must be one the engines "
+                              "can run in",
                               b, a);
                 }
                 break;
@@ -755,7 +777,8 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
             if (rc == 0) // sharded: the rank's part of the segment, somewhere in it
                 rc = write_range(v, &v->arena, i, in->dst, in->dst + in->bytes,
                                  (Label){.kind = in->flags & XFER_SHARD ? V_SHARD : V_WEIGHTS,
-                                         .at = in->src * weight_bytes(p), .origin = i});
+                                         .at = in->src * weight_bytes(p),
+                                         .origin = i});
             break;
         case INS_ALLGATHER: { // every rank's shard of the segment in, the segment's weights out (padding after)
             int64_t seg = plan_segment_len(p, in->layer) * weight_bytes(p);
@@ -763,7 +786,8 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
             rc = read_range(v, &v->arena, i, in->dst, in->dst + seg, &want, "the shard to gather");
             if (rc == 0) rc = write_range(v, &v->arena, i, in->dst + seg, in->dst + in->bytes, (Label){.kind = V_NONE});
             if (rc == 0)
-                rc = write_range(v, &v->arena, i, in->dst, in->dst + seg, (Label){.kind = V_WEIGHTS, .at = want.at, .origin = i});
+                rc = write_range(v, &v->arena, i, in->dst, in->dst + seg,
+                                 (Label){.kind = V_WEIGHTS, .at = want.at, .origin = i});
             break;
         }
         case INS_REDUCE_SCATTER: rc = move_range(v, i, &v->arena, in->src, &v->arena, in->src, in->bytes, 0, 1); break;

@@ -234,8 +234,8 @@ static int64_t tile_arg; // --tile: chunks, or 0 for auto
 // r, *r is the best plan for the graph returned (r->plan NULL, and a
 // message in err, when the scheduler cannot stream it); without r and with
 // a fixed tiling nothing is scheduled. NULL after reporting.
-static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
-                    Diag *d, SchedResult *r, char *err, size_t errcap) {
+static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a, Diag *d,
+                    SchedResult *r, char *err, size_t errcap) {
     SchedResult mine, *best = r ? r : &mine, next;
     Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
     if (!g || (tile_arg && !r)) return g;
@@ -445,8 +445,10 @@ static int explore(const Model *m, SemaOptions *opt, const Target *t, const Sche
     int fits = 0;
     for (int i = 0; i < x.n; i++) fits |= x.pts[i].fits;
     if (!fits) { // an empty frontier and an empty picture would say nothing
-        fprintf(stderr, "mtc: error: %s does not fit %s at any batch: no schedule of any policy fits at batch 1 (%s); "
-                "nothing to explore%s\n", x.model ? x.model : "the model", t->name, why[0] ? why : "no plan",
+        fprintf(stderr,
+                "mtc: error: %s does not fit %s at any batch: no schedule of any policy fits at batch 1 (%s); "
+                "nothing to explore%s\n",
+                x.model ? x.model : "the model", t->name, why[0] ? why : "no plan",
                 plot_path ? ", no plot written" : "");
         goto done;
     }
@@ -477,14 +479,14 @@ static Graph *untiled_of(const Model *m, const SemaOptions *opt, Graph *g, Arena
 // choose, as the plan written is. The bounds from untiled, g's untiled
 // graph, for the rows' layout. Prints the table (print), writes the chosen
 // plan's trace (trace_path), or both. Returns 0, or 1 (reported).
-static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest *req, int print, int ranks,
-                   int json, const char *trace_path, Arena *a) {
+static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest *req, int print, int ranks, int json,
+                   const char *trace_path, Arena *a) {
     enum { ROWS = REMAT_COUNT - 1 + POLICY_COUNT - 1 };
     SchedResult rows[ROWS];
     const char *names[ROWS];
     char err[1024];
     int n = 0, chosen = -1;
-    ScaleOut so; // --ranks N: the strategies side by side
+    ScaleOut so;                // --ranks N: the strategies side by side
     SchedRequest layout = *req; // the rows': sharded or replicated, as the plan is
     Bounds one, bounds;
     if (ranks > 1) {
@@ -510,7 +512,7 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
         else if (picks && (req->remat == REMAT_LAYER || req->remat == REMAT_SELECTIVE)) q.remat = req->remat;
         if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (req->policy == POLICY_MT && rows[n].fits &&
-            (picks                    ? rm == REMAT_MIXED
+            (picks                      ? rm == REMAT_MIXED
              : req->remat == REMAT_AUTO ? chosen < 0 || rows[n].cost.step_s < rows[chosen].cost.step_s
                                         : rm == (int)req->remat))
             chosen = n;
@@ -525,7 +527,7 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         // the row asked for, or the first
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat;
-        int row = req->policy != POLICY_MT ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
+        int row = req->policy != POLICY_MT   ? (int)REMAT_COUNT - 1 + (int)req->policy - (int)POLICY_SEQUENTIAL
                   : asked == (int)REMAT_AUTO ? 0
                                              : asked - (int)REMAT_NONE;
         const SchedResult *first = &rows[row];
@@ -544,23 +546,55 @@ fail:
 }
 
 enum {
-    OPT_TARGET = 256, OPT_BATCH, OPT_SEQ, OPT_SUMMARY, OPT_JSON, OPT_DUMP, OPT_EXPLAIN, OPT_TRACE, OPT_HELP,
-    OPT_VERSION, OPT_REMAT, OPT_POLICY, OPT_SLOTS, OPT_RESIDENT, OPT_CKPT, OPT_TILE, OPT_KERNELS, OPT_EMIT_CUDA,
-    OPT_DTYPE, OPT_EXPLORE, OPT_PLOT, OPT_OFFLOAD_LAYERS, OPT_SELECTIVE_LAYERS, OPT_RANKS, OPT_SHARD
+    OPT_TARGET = 256,
+    OPT_BATCH,
+    OPT_SEQ,
+    OPT_SUMMARY,
+    OPT_JSON,
+    OPT_DUMP,
+    OPT_EXPLAIN,
+    OPT_TRACE,
+    OPT_HELP,
+    OPT_VERSION,
+    OPT_REMAT,
+    OPT_POLICY,
+    OPT_SLOTS,
+    OPT_RESIDENT,
+    OPT_CKPT,
+    OPT_TILE,
+    OPT_KERNELS,
+    OPT_EMIT_CUDA,
+    OPT_DTYPE,
+    OPT_EXPLORE,
+    OPT_PLOT,
+    OPT_OFFLOAD_LAYERS,
+    OPT_SELECTIVE_LAYERS,
+    OPT_RANKS,
+    OPT_SHARD
 };
 
 static const struct option LONG_OPTIONS[] = {
-    {"target", required_argument, 0, OPT_TARGET}, {"batch", required_argument, 0, OPT_BATCH},
-    {"seq", required_argument, 0, OPT_SEQ},       {"summary", no_argument, 0, OPT_SUMMARY},
-    {"json", no_argument, 0, OPT_JSON},           {"dump-graph", no_argument, 0, OPT_DUMP},
-    {"explain", no_argument, 0, OPT_EXPLAIN},     {"trace", required_argument, 0, OPT_TRACE},
-    {"help", no_argument, 0, OPT_HELP},           {"version", no_argument, 0, OPT_VERSION},
-    {"remat", required_argument, 0, OPT_REMAT},   {"policy", required_argument, 0, OPT_POLICY},
-    {"slots", required_argument, 0, OPT_SLOTS},   {"resident", required_argument, 0, OPT_RESIDENT},
-    {"checkpoints", required_argument, 0, OPT_CKPT}, {"tile", required_argument, 0, OPT_TILE},
+    {"target", required_argument, 0, OPT_TARGET},
+    {"batch", required_argument, 0, OPT_BATCH},
+    {"seq", required_argument, 0, OPT_SEQ},
+    {"summary", no_argument, 0, OPT_SUMMARY},
+    {"json", no_argument, 0, OPT_JSON},
+    {"dump-graph", no_argument, 0, OPT_DUMP},
+    {"explain", no_argument, 0, OPT_EXPLAIN},
+    {"trace", required_argument, 0, OPT_TRACE},
+    {"help", no_argument, 0, OPT_HELP},
+    {"version", no_argument, 0, OPT_VERSION},
+    {"remat", required_argument, 0, OPT_REMAT},
+    {"policy", required_argument, 0, OPT_POLICY},
+    {"slots", required_argument, 0, OPT_SLOTS},
+    {"resident", required_argument, 0, OPT_RESIDENT},
+    {"checkpoints", required_argument, 0, OPT_CKPT},
+    {"tile", required_argument, 0, OPT_TILE},
     {"dump-kernels", optional_argument, 0, OPT_KERNELS},
-    {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA}, {"dtype", required_argument, 0, OPT_DTYPE},
-    {"explore", no_argument, 0, OPT_EXPLORE},     {"plot", required_argument, 0, OPT_PLOT},
+    {"emit-cuda", required_argument, 0, OPT_EMIT_CUDA},
+    {"dtype", required_argument, 0, OPT_DTYPE},
+    {"explore", no_argument, 0, OPT_EXPLORE},
+    {"plot", required_argument, 0, OPT_PLOT},
     {"offload-layers", required_argument, 0, OPT_OFFLOAD_LAYERS},
     {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
     {"ranks", required_argument, 0, OPT_RANKS},
@@ -700,13 +734,16 @@ static int check_args(Args *a) {
     if (picks && req->remat != REMAT_AUTO && req->remat != REMAT_MIXED && req->remat != REMAT_LAYER &&
         req->remat != REMAT_SELECTIVE)
         return usage_error("--offload-layers and --selective-layers mix picked layers into remat layer or selective; "
-                           "--remat %s has no mix", remat_name(req->remat));
+                           "--remat %s has no mix",
+                           remat_name(req->remat));
     return ARGS_OK;
 }
 
 // The command line into *a: ARGS_OK, or the exit status (reported).
 static int parse_args(int argc, char **argv, Args *a) {
-    *a = (Args){.target = "h200", .req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1}, .ranks = 1,
+    *a = (Args){.target = "h200",
+                .req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1},
+                .ranks = 1,
                 .shard = -1};
     opterr = 0;
     int c;
@@ -738,8 +775,8 @@ static int graph_outputs(const Args *a, Graph *g, const Target *t, Arena *arena)
 
 // -o: the plan best (serr: why there is none), compiled for a GPU target
 // and written. Returns 0, or 1 (reported).
-static int plan_output(const Args *a, Graph *g, const Target *t, SchedResult *best, const char *serr,
-                       const Source *src, Arena *arena) {
+static int plan_output(const Args *a, Graph *g, const Target *t, SchedResult *best, const char *serr, const Source *src,
+                       Arena *arena) {
     if (!best->plan) {
         fprintf(stderr, "mtc: error: %s\n", serr);
         return 1;

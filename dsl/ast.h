@@ -57,7 +57,7 @@ typedef struct Binding {
 typedef struct ParamDecl {
     Loc loc;
     const char *name;
-    Expr *count; // NULL: not an array
+    Expr *count;      // NULL: not an array
     const char *ckpt; // checkpoint name; in a block, relative to its prefix
     Loc ckpt_loc;
     TypeExpr type;
@@ -124,7 +124,6 @@ typedef struct Model {
     PtrVec forwards; // of ForwardDecl*
     PtrVec trains;   // of Section*
 } Model;
-
 
 // Parses src into a Model. Returns NULL after reporting at least one error
 // through d. Never prints or exits by itself.

@@ -8,10 +8,10 @@ typedef struct ParseCtx {
     Arena *arena;
     Diag *diag;
     Model *model;
-    int line, col;      // where the scanner stands
-    Loc comment_start;  // of the block comment being skipped
+    int line, col;          // where the scanner stands
+    Loc comment_start;      // of the block comment being skipped
     const char *last_token; // text of the token last scanned, for messages
-    int oom;            // an allocation failed
+    int oom;                // an allocation failed
 } ParseCtx;
 
 // Arena helpers that remember an allocation failure instead of crashing.

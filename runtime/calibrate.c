@@ -88,31 +88,31 @@
 #include <unistd.h>
 
 enum {
-    CAL_ROUNDS = 7,              // timed rounds of measurements 1 to 5; each figure is the median of its rounds
-    CAL_ALIGN = 2 << 20,         // copy buffers start on a 2 MiB boundary, for transparent huge pages
-    CAL_GEMM_T = 256,            // the sgemm: tokens,
-    CAL_GEMM_C = 768,            // width,
-    CAL_GEMM_F = 3072,           // and MLP width (GPT-2 small's)
-    CAL_FMA_CHUNK = 4096,        // floats of one cache-resident chunk (16 KiB)
-    CAL_FMA_PASSES = 32,         // passes over each chunk before the next
-    CAL_FMA_N = 4 << 20,         // floats of the element-wise array (16 MiB), a multiple of CAL_FMA_CHUNK
-    CAL_SMALL_N = 64,            // the small sgemm: n x n x k
+    CAL_ROUNDS = 7,       // timed rounds of measurements 1 to 5; each figure is the median of its rounds
+    CAL_ALIGN = 2 << 20,  // copy buffers start on a 2 MiB boundary, for transparent huge pages
+    CAL_GEMM_T = 256,     // the sgemm: tokens,
+    CAL_GEMM_C = 768,     // width,
+    CAL_GEMM_F = 3072,    // and MLP width (GPT-2 small's)
+    CAL_FMA_CHUNK = 4096, // floats of one cache-resident chunk (16 KiB)
+    CAL_FMA_PASSES = 32,  // passes over each chunk before the next
+    CAL_FMA_N = 4 << 20,  // floats of the element-wise array (16 MiB), a multiple of CAL_FMA_CHUNK
+    CAL_SMALL_N = 64,     // the small sgemm: n x n x k
     CAL_SMALL_K = 16,
     // The per-call measurements' rounds take 10 to 20 ms each, a few of a
     // scheduler's time slices, so that a round sees the machine's share
     // as a step of the tiny examples does.
-    CAL_SMALL_CALLS = 8000,      // the small sgemm's calls a round
-    CAL_KERNEL_CALLS = 4000000,  // generated-kernel calls a round
-    CAL_MATH_N = 1 << 18,        // floats expf, logf, sinf and cosf each take, CAL_MATH_PASSES times a round
+    CAL_SMALL_CALLS = 8000,     // the small sgemm's calls a round
+    CAL_KERNEL_CALLS = 4000000, // generated-kernel calls a round
+    CAL_MATH_N = 1 << 18,       // floats expf, logf, sinf and cosf each take, CAL_MATH_PASSES times a round
     CAL_MATH_PASSES = 4,
-    CAL_GEMM1_T = 256,           // the one-thread sgemm: tokens,
-    CAL_GEMM1_C = 64,            // width,
-    CAL_GEMM1_F = 176,           // and MLP width (llama-tiny's)
-    CAL_GEMM1_REPS = 64,         // its three GEMMs' repeats a round
-    CAL_CONVERT_N = 256 * 256,   // elements widened and rounded (a tiny model's activation, in cache)
-    CAL_CONVERT_REPS = 64,       // a round
-    CAL_TIER_MB = 512,           // the tier measured: 2^20-byte units written and read (536.9 MB)
-    CAL_TIER_LAYERS = 16,        // in records of CAL_TIER_MB / CAL_TIER_LAYERS units
+    CAL_GEMM1_T = 256,         // the one-thread sgemm: tokens,
+    CAL_GEMM1_C = 64,          // width,
+    CAL_GEMM1_F = 176,         // and MLP width (llama-tiny's)
+    CAL_GEMM1_REPS = 64,       // its three GEMMs' repeats a round
+    CAL_CONVERT_N = 256 * 256, // elements widened and rounded (a tiny model's activation, in cache)
+    CAL_CONVERT_REPS = 64,     // a round
+    CAL_TIER_MB = 512,         // the tier measured: 2^20-byte units written and read (536.9 MB)
+    CAL_TIER_LAYERS = 16,      // in records of CAL_TIER_MB / CAL_TIER_LAYERS units
     CAL_TIER_REPS = 3,
 };
 
@@ -133,27 +133,27 @@ typedef struct Figure {
 // What was measured, and how, for the profile's comments and the summary.
 typedef struct Measured {
     Target t;
-    Figure copy;           // bytes/s, read + written
-    Figure adamw;          // bytes/s, CAL_ADAMW_BYTES a parameter
-    Figure grads_add;      // bytes/s, CAL_GRADS_ADD_BYTES a parameter
-    Figure gemm;           // FLOP/s
-    Figure vector;         // FLOP/s, one thread
-    Figure small_gemm;     // seconds a call of the small sgemm
-    Figure kernel_call;    // seconds a generated kernel's call
-    Figure math;           // seconds an expf, logf, sinf or cosf
-    Figure math64;         // seconds a scalar double pow, sin, cos or exp
-    Figure attention;      // seconds of the plain attention kernel, one thread
-    Figure gemm1;          // FLOP/s of the tiny sgemm, one thread
-    Figure convert;        // seconds a bf16 element widened or rounded, one thread
-    size_t copy_bytes;     // of each of the two copy buffers
-    int threads;           // of the copy and AdamW
-    int64_t adamw_params;  // the AdamW measured: parameters
-    int blas_threads;      // OpenBLAS's, for the sgemm
-    double meminfo_total;  // bytes, MemTotal
-    double cgroup_limit;   // bytes, 0 when none or not below MemTotal
-    const char *tier_dir;  // where the tier was measured (NULL: not)
-    char date[16];         // YYYY-MM-DD, UTC
-    char host[64];         // the host's name, as a word
+    Figure copy;          // bytes/s, read + written
+    Figure adamw;         // bytes/s, CAL_ADAMW_BYTES a parameter
+    Figure grads_add;     // bytes/s, CAL_GRADS_ADD_BYTES a parameter
+    Figure gemm;          // FLOP/s
+    Figure vector;        // FLOP/s, one thread
+    Figure small_gemm;    // seconds a call of the small sgemm
+    Figure kernel_call;   // seconds a generated kernel's call
+    Figure math;          // seconds an expf, logf, sinf or cosf
+    Figure math64;        // seconds a scalar double pow, sin, cos or exp
+    Figure attention;     // seconds of the plain attention kernel, one thread
+    Figure gemm1;         // FLOP/s of the tiny sgemm, one thread
+    Figure convert;       // seconds a bf16 element widened or rounded, one thread
+    size_t copy_bytes;    // of each of the two copy buffers
+    int threads;          // of the copy and AdamW
+    int64_t adamw_params; // the AdamW measured: parameters
+    int blas_threads;     // OpenBLAS's, for the sgemm
+    double meminfo_total; // bytes, MemTotal
+    double cgroup_limit;  // bytes, 0 when none or not below MemTotal
+    const char *tier_dir; // where the tier was measured (NULL: not)
+    char date[16];        // YYYY-MM-DD, UTC
+    char host[64];        // the host's name, as a word
 } Measured;
 
 static double now_s(void) {
@@ -185,13 +185,13 @@ static void figure_settle(Figure *f) {
 // ---- the buffers every round measures with
 
 typedef struct CopyJob {
-    int fill;                   // 1: first touch (memset) of the slice; 0: copy it
-    size_t lo, hi;              // bytes
-    unsigned char *src, *dst;   // (copy_bytes) each
+    int fill;                 // 1: first touch (memset) of the slice; 0: copy it
+    size_t lo, hi;            // bytes
+    unsigned char *src, *dst; // (copy_bytes) each
 } CopyJob;
 
 typedef struct Bench {
-    int nt;                      // threads of the copy and AdamW
+    int nt; // threads of the copy and AdamW
     size_t copy_bytes;
     unsigned char *src, *dst;    // (copy_bytes) each
     CopyJob *jobs;               // (nt)
@@ -217,7 +217,6 @@ static void *copy_thread(void *arg) {
     }
     return NULL;
 }
-
 
 // n bytes on a huge-page boundary, with transparent huge pages asked for.
 static void *big_alloc(size_t n) {
@@ -268,8 +267,8 @@ static int bench_alloc(Bench *b, double available, int nt, char *err, size_t err
     b->sa = malloc(CAL_SMALL_N * CAL_SMALL_K * 4), b->sb = malloc(CAL_SMALL_N * CAL_SMALL_K * 4);
     b->sc = malloc(CAL_SMALL_N * CAL_SMALL_N * 4);
     b->cf = malloc((size_t)CAL_CONVERT_N * 4), b->cb = malloc((size_t)CAL_CONVERT_N * 2);
-    if (!b->src || !b->dst || !b->jobs || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x ||
-        !b->wt || !b->y || !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc || !b->cf || !b->cb) {
+    if (!b->src || !b->dst || !b->jobs || !b->w || !b->m || !b->v || !b->g || !b->wb || !b->x || !b->wt || !b->y ||
+        !b->dx || !b->dw || !b->fma || !b->math || !b->sa || !b->sb || !b->sc || !b->cf || !b->cb) {
         snprintf(err, errcap, "cannot allocate %.1f MB to measure this machine", (double)n * 3.1 / 1e6);
         bench_free(b);
         return -1;
@@ -308,8 +307,13 @@ static double round_copy(Bench *b) {
 // ---- 2. the host AdamW: bytes/s of one update as store_update does a segment
 
 static double round_adamw(Bench *b) {
-    AdamWStep step = {.lr = 1e-4f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f,
-                      .t = ++b->step, .grad_scale = 1.0f};
+    AdamWStep step = {.lr = 1e-4f,
+                      .beta1 = 0.9f,
+                      .beta2 = 0.95f,
+                      .eps = 1e-8f,
+                      .weight_decay = 0.1f,
+                      .t = ++b->step,
+                      .grad_scale = 1.0f};
     for (int64_t i = 0; i < b->n; i += 1024) b->g[i] = 1e-3f; // a gradient that is not all zero
     double t0 = now_s();
     adamw_update(b->w, b->m, b->v, b->g, b->wb, b->n, &step, ADAMW_DECAY | ADAMW_ZERO_GRADS, b->nt);
@@ -366,12 +370,20 @@ enum { CAL_ATTN_T = 256, CAL_ATTN_H = 4, CAL_ATTN_D = 64 };
 static double round_attention(Bench *b) {
     (void)b;
     const int64_t T = CAL_ATTN_T, C = CAL_ATTN_H * CAL_ATTN_D;
-    Node qkv = {.op = OP_INPUT, .dtype = DT_F32, .shape = {.rank = 3, .dims = {1, T, C}}}; // the kernel reads D and Dv off q and v
+    Node qkv = {.op = OP_INPUT,
+                .dtype = DT_F32,
+                .shape = {.rank = 3, .dims = {1, T, C}}}; // the kernel reads D and Dv off q and v
     Node *ins[3] = {&qkv, &qkv, &qkv};
-    Node n = {.op = OP_ATTENTION, .dtype = DT_F32, .nin = 3, .in = ins, .heads = CAL_ATTN_H,
-              .kv_heads = CAL_ATTN_H, .causal = 1, .shape = {.rank = 3, .dims = {1, T, C}}};
+    Node n = {.op = OP_ATTENTION,
+              .dtype = DT_F32,
+              .nin = 3,
+              .in = ins,
+              .heads = CAL_ATTN_H,
+              .kv_heads = CAL_ATTN_H,
+              .causal = 1,
+              .shape = {.rank = 3, .dims = {1, T, C}}};
     float *qkvy = malloc((size_t)(4 * T * C) * sizeof(float)); // q, k, v, y: (T, C) each
-    if (!qkvy) return 0; // not measured
+    if (!qkvy) return 0;                                       // not measured
     for (int64_t i = 0; i < 3 * T * C; i++) qkvy[i] = (float)(i % 19) * 0.0625f - 0.5f;
     void *in[3] = {qkvy, qkvy + T * C, qkvy + 2 * T * C};
     double t0 = now_s();
@@ -395,7 +407,7 @@ static double attention_rate(double seconds, double exp64_s) {
 
 static double round_gemm_one_thread(Bench *b) {
     const int T = CAL_GEMM1_T, C = CAL_GEMM1_C, F = CAL_GEMM1_F; // in the large sgemm's buffers, packed
-    mt_blas_threads_for((long long)T * C * F); // one thread, as the cpu backend runs it
+    mt_blas_threads_for((long long)T * C * F);                   // one thread, as the cpu backend runs it
     double t0 = now_s();
     for (int r = 0; r < CAL_GEMM1_REPS; r++) {
         cblas_sgemm(CblasRowMajor, CblasNoTrans, CblasNoTrans, T, F, C, 1.0f, b->x, C, b->wt, F, 0.0f, b->y, F);
@@ -450,7 +462,7 @@ static double round_kernel_call(Bench *b) {
 static double round_math64(Bench *b) {
     const float *y = b->math;
     double (*volatile p2)(double, double) = pow, (*volatile s1)(double) = sin, (*volatile c1)(double) = cos,
-                                     (*volatile e1)(double) = exp;
+                                  (*volatile e1)(double) = exp;
     double t0 = now_s(), s = 0;
     for (int i = 0; i < CAL_MATH_N; i++) {
         double x = (double)y[i], angle = x * 2000.0;
@@ -484,12 +496,18 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     struct {
         Figure *f;
         double (*round)(Bench *);
-    } what[] = {
-        {&m->gemm, round_gemm},         {&m->copy, round_copy},           {&m->adamw, round_adamw},
-        {&m->grads_add, round_grads_add},
-        {&m->vector, round_vector},     {&m->small_gemm, round_small_gemm}, {&m->kernel_call, round_kernel_call},
-        {&m->math, round_math},         {&m->math64, round_math64},       {&m->attention, round_attention},
-        {&m->gemm1, round_gemm_one_thread}, {&m->convert, round_convert}};
+    } what[] = {{&m->gemm, round_gemm},
+                {&m->copy, round_copy},
+                {&m->adamw, round_adamw},
+                {&m->grads_add, round_grads_add},
+                {&m->vector, round_vector},
+                {&m->small_gemm, round_small_gemm},
+                {&m->kernel_call, round_kernel_call},
+                {&m->math, round_math},
+                {&m->math64, round_math64},
+                {&m->attention, round_attention},
+                {&m->gemm1, round_gemm_one_thread},
+                {&m->convert, round_convert}};
     const int nwhat = (int)(sizeof what / sizeof what[0]);
     for (int r = -1; r < CAL_ROUNDS; r++) // round -1 warms up
         for (int i = 0; i < nwhat; i++) {
@@ -512,7 +530,7 @@ static int measure_rounds(Measured *m, double available, int nt, char *err, size
     t->gemm_one_thread_flops = m->gemm1.hi;
     t->bf16_convert_s = m->convert.lo;
     double work = 2.0 * CAL_SMALL_N * CAL_SMALL_N * CAL_SMALL_K / t->gemm_one_thread_flops; // (on one thread too)
-    t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9; // figures are positive
+    t->gemm_call_s = m->small_gemm.lo - work > 1e-9 ? m->small_gemm.lo - work : 1e-9;       // figures are positive
     t->kernel_launch_s = m->kernel_call.lo > 1e-9 ? m->kernel_call.lo : 1e-9;
     t->transcendental_s = m->math.lo;
     t->transcendental_f64_s = m->math64.lo;
@@ -627,10 +645,8 @@ static void profile_name(const char *path, char *out, size_t cap) {
     if (n > suffix && !strcmp(base + n - suffix, ".target")) n -= suffix;
     int ok = n > 0 && n < cap;
     for (size_t i = 0; ok && i < n; i++) ok = is_word_char(base[i]);
-    if (ok)
-        snprintf(out, cap, "%.*s", (int)n, base);
-    else
-        host_word(out, cap);
+    if (ok) snprintf(out, cap, "%.*s", (int)n, base);
+    else host_word(out, cap);
 }
 
 // ---- the file
@@ -647,8 +663,9 @@ static int may_overwrite(const char *path, char *err, size_t errcap) {
     int ours = fgets(line, sizeof line, f) && !strncmp(line, CALIBRATE_MARKER, strlen(CALIBRATE_MARKER));
     fclose(f);
     if (!ours)
-        return io_fail(err, errcap, path, "exists and was not written by mtrun --calibrate; not overwriting it "
-                                          "(remove it or give another --out)");
+        return io_fail(err, errcap, path,
+                       "exists and was not written by mtrun --calibrate; not overwriting it "
+                       "(remove it or give another --out)");
     return 0;
 }
 
@@ -658,10 +675,8 @@ static const char *fmt_num(char *buf, size_t cap, double v) {
     int e = v > 0 ? (int)floor(log10(v) / 3.0) * 3 : 0;
     double mant = v / pow(10.0, e);
     if (mant >= 999.95) mant /= 1000.0, e += 3; // rounding to 4 digits reached 1000
-    if (e == 0)
-        snprintf(buf, cap, "%.4g", mant);
-    else
-        snprintf(buf, cap, "%.4ge%d", mant, e);
+    if (e == 0) snprintf(buf, cap, "%.4g", mant);
+    else snprintf(buf, cap, "%.4ge%d", mant, e);
     return buf;
 }
 
@@ -675,59 +690,73 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "# Run it again to refresh the figures; it overwrites a file that starts with\n"
                "# the line above and refuses any other. Units: bytes, bytes/s, FLOP/s, seconds.\n"
                "# Format: schedules/README.md.\n\n");
-    fprintf(f, "# set by mtrun --calibrate on %s: the file's name, by convention, or the host's\n"
-               "# when the file's is not a word (the host is %s).\n", d, m->host);
+    fprintf(f,
+            "# set by mtrun --calibrate on %s: the file's name, by convention, or the host's\n"
+            "# when the file's is not a word (the host is %s).\n",
+            d, m->host);
     fprintf(f, "name = %s\n", t->name);
     fprintf(f, "# set by mtrun --calibrate on %s: the cpu backend (the cuda backend is not written yet).\n", d);
     fprintf(f, "arch = cpu\n\n");
 
-    fprintf(f, "# measured by mtrun --calibrate on %s: host_memory below; the cpu backend's\n"
-               "# arena lives in host memory.\n", d);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: host_memory below; the cpu backend's\n"
+            "# arena lives in host memory.\n",
+            d);
     fprintf(f, "device_memory = %.0f\n", t->device_memory);
-    fprintf(f, "# measured by mtrun --calibrate on %s: memcpy of a %.1f MB buffer by %d threads,\n"
-               "# each its own slice, bytes read + bytes written, the median of %d rounds\n"
-               "# (%.1f to %.1f GB/s): %.1f GB/s. The cpu backend's \"device\" memory is host RAM.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: memcpy of a %.1f MB buffer by %d threads,\n"
+            "# each its own slice, bytes read + bytes written, the median of %d rounds\n"
+            "# (%.1f to %.1f GB/s): %.1f GB/s. The cpu backend's \"device\" memory is host RAM.\n",
             d, (double)m->copy_bytes / 1e6, m->threads, CAL_ROUNDS, m->copy.lo / gb, m->copy.hi / gb,
             m->copy.median / gb);
     fprintf(f, "hbm_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->hbm_bandwidth));
 
-    fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm (OpenBLAS, %d threads) of a\n"
-               "# training step's MLP matmul, %d tokens by %d by %d, forward and the backward's\n"
-               "# two, the median of %d rounds (%.1f to %.1f GFLOP/s): %.1f GFLOP/s.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: cblas_sgemm (OpenBLAS, %d threads) of a\n"
+            "# training step's MLP matmul, %d tokens by %d by %d, forward and the backward's\n"
+            "# two, the median of %d rounds (%.1f to %.1f GFLOP/s): %.1f GFLOP/s.\n",
             d, m->blas_threads, CAL_GEMM_T, CAL_GEMM_C, CAL_GEMM_F, CAL_ROUNDS, m->gemm.lo / gb, m->gemm.hi / gb,
             t->matrix_flops_f32 / gb);
     fprintf(f, "matrix_flops_f32 = %s\n", fmt_num(a, sizeof a, t->matrix_flops_f32));
-    fprintf(f, "# measured by mtrun --calibrate on %s: the f32 sgemm rate above; the cpu backend has\n"
-               "# no bf16 GEMM of its own, so bf16 is not measured.\n", d);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: the f32 sgemm rate above; the cpu backend has\n"
+            "# no bf16 GEMM of its own, so bf16 is not measured.\n",
+            d);
     fprintf(f, "matrix_flops_bf16 = %s\n", fmt_num(a, sizeof a, t->matrix_flops_bf16));
-    fprintf(f, "# measured by mtrun --calibrate on %s: x = x * a + b (2 FLOPs an element) on ONE\n"
-               "# thread, as the cpu executor runs element-wise kernels, over a %.1f MB array in\n"
-               "# %.1f kB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
-               "# (compiler/schedule/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
-               "# as the kernels are built; the best of %d rounds: %.2f GFLOP/s.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: x = x * a + b (2 FLOPs an element) on ONE\n"
+            "# thread, as the cpu executor runs element-wise kernels, over a %.1f MB array in\n"
+            "# %.1f kB chunks, %d passes a chunk so that arithmetic and not memory bounds it\n"
+            "# (compiler/schedule/cost.c bounds a kernel by hbm_bandwidth separately); plain C at -O2,\n"
+            "# as the kernels are built; the best of %d rounds: %.2f GFLOP/s.\n",
             d, CAL_FMA_N * 4 / 1e6, CAL_FMA_CHUNK * 4 / 1e3, CAL_FMA_PASSES, CAL_ROUNDS, t->vector_flops / gb);
     fprintf(f, "vector_flops = %s\n", fmt_num(a, sizeof a, t->vector_flops));
-    fprintf(f, "# measured by mtrun --calibrate on %s: the plain attention kernel (double sums) on\n"
-               "# ONE thread, as the cpu backend runs a bf16 plan's attention, causal, %d tokens,\n"
-               "# %d heads of %d, FLOPs counted as compiler/schedule/cost.c counts attention's, the time less\n"
-               "# its exps (one a scored pair) at transcendental_f64_s, which cost.c adds apart; the\n"
-               "# best of %d rounds: %.2f GFLOP/s.\n", d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS,
-            t->attention_plain_flops / gb);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: the plain attention kernel (double sums) on\n"
+            "# ONE thread, as the cpu backend runs a bf16 plan's attention, causal, %d tokens,\n"
+            "# %d heads of %d, FLOPs counted as compiler/schedule/cost.c counts attention's, the time less\n"
+            "# its exps (one a scored pair) at transcendental_f64_s, which cost.c adds apart; the\n"
+            "# best of %d rounds: %.2f GFLOP/s.\n",
+            d, CAL_ATTN_T, CAL_ATTN_H, CAL_ATTN_D, CAL_ROUNDS, t->attention_plain_flops / gb);
     fprintf(f, "attention_plain_flops = %s\n", fmt_num(a, sizeof a, t->attention_plain_flops));
-    fprintf(f, "# measured by mtrun --calibrate on %s: cblas_sgemm on ONE thread, as the cpu backend\n"
-               "# runs every GEMM under %lld multiply-adds, of a tiny model's MLP matmul, %d tokens by\n"
-               "# %d by %d, forward and the backward's two; the best of %d rounds: %.1f GFLOP/s.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: cblas_sgemm on ONE thread, as the cpu backend\n"
+            "# runs every GEMM under %lld multiply-adds, of a tiny model's MLP matmul, %d tokens by\n"
+            "# %d by %d, forward and the backward's two; the best of %d rounds: %.1f GFLOP/s.\n",
             d, MT_BLAS_THREADED_MACS, CAL_GEMM1_T, CAL_GEMM1_C, CAL_GEMM1_F, CAL_ROUNDS, t->gemm_one_thread_flops / gb);
     fprintf(f, "gemm_one_thread_flops = %s\n", fmt_num(a, sizeof a, t->gemm_one_thread_flops));
-    fprintf(f, "# measured by mtrun --calibrate on %s: runtime/backend/jit.c's loops that widen a bf16 plan's\n"
-               "# GEMM, attention and node operands to f32 and round their results back, over %d\n"
-               "# elements in cache on ONE thread, the mean an element; the best of %d rounds.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: runtime/backend/jit.c's loops that widen a bf16 plan's\n"
+            "# GEMM, attention and node operands to f32 and round their results back, over %d\n"
+            "# elements in cache on ONE thread, the mean an element; the best of %d rounds.\n",
             d, CAL_CONVERT_N, CAL_ROUNDS);
     fprintf(f, "bf16_convert_s = %s\n\n", fmt_num(a, sizeof a, t->bf16_convert_s));
 
-    fprintf(f, "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
-               "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
-               "# B bytes reads B and writes B.\n", d, m->copy.median / gb);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
+            "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
+            "# B bytes reads B and writes B.\n",
+            d, m->copy.median / gb);
     fprintf(f, "h2d_bandwidth = %s\n", fmt_num(a, sizeof a, t->h2d_bandwidth));
     fprintf(f, "# measured by mtrun --calibrate on %s: as h2d_bandwidth.\n", d);
     fprintf(f, "d2h_bandwidth = %s\n", fmt_num(a, sizeof a, t->d2h_bandwidth));
@@ -735,65 +764,79 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "link_duplex = false\n\n");
 
     if (m->cgroup_limit > 0)
-        fprintf(f, "# measured by mtrun --calibrate on %s: this process's cgroup memory limit, below\n"
-                   "# MemTotal of /proc/meminfo (%s bytes).\n", d, fmt_num(b, sizeof b, m->meminfo_total));
-    else
-        fprintf(f, "# measured by mtrun --calibrate on %s: MemTotal of /proc/meminfo.\n", d);
+        fprintf(f,
+                "# measured by mtrun --calibrate on %s: this process's cgroup memory limit, below\n"
+                "# MemTotal of /proc/meminfo (%s bytes).\n",
+                d, fmt_num(b, sizeof b, m->meminfo_total));
+    else fprintf(f, "# measured by mtrun --calibrate on %s: MemTotal of /proc/meminfo.\n", d);
     fprintf(f, "host_memory = %.0f\n", t->host_memory);
-    fprintf(f, "# measured by mtrun --calibrate on %s: the memcpy rate above, bytes read + written\n"
-               "# (STREAM counts the same way).\n", d);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: the memcpy rate above, bytes read + written\n"
+            "# (STREAM counts the same way).\n",
+            d);
     fprintf(f, "host_memory_bandwidth = %s\n", fmt_num(a, sizeof a, t->host_memory_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s: the CPUs this process may run on\n"
-               "# (sched_getaffinity).\n", d);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: the CPUs this process may run on\n"
+            "# (sched_getaffinity).\n",
+            d);
     fprintf(f, "host_cores = %.0f\n", t->host_cores);
-    fprintf(f, "# measured by mtrun --calibrate on %s: adamw_update (runtime/store/adamw.c, with\n"
-               "# the bf16 copy, zeroing the gradient), as runtime/store/store.c updates a segment,\n"
-               "# on %.1f M parameters by %d threads, counted as compiler/schedule/cost.c counts\n"
-               "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
-               "# %.1f GB/s.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: adamw_update (runtime/store/adamw.c, with\n"
+            "# the bf16 copy, zeroing the gradient), as runtime/store/store.c updates a segment,\n"
+            "# on %.1f M parameters by %d threads, counted as compiler/schedule/cost.c counts\n"
+            "# them (%.0f bytes a parameter), the median of %d rounds (%.1f to %.1f GB/s):\n"
+            "# %.1f GB/s.\n",
             d, (double)m->adamw_params / 1e6, m->threads, CAL_ADAMW_BYTES, CAL_ROUNDS, m->adamw.lo / gb,
             m->adamw.hi / gb, t->host_adamw_bandwidth / gb);
     fprintf(f, "host_adamw_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_adamw_bandwidth));
-    fprintf(f, "# measured by mtrun --calibrate on %s: grads_accumulate (runtime/store/adamw.c) of\n"
-               "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
-               "# host after its copy (compiler/schedule/cost.c prices it on GPU targets only), by %d\n"
-               "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"
-               "# %.1f GB/s.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: grads_accumulate (runtime/store/adamw.c) of\n"
+            "# bf16 gradients into fp32 accumulators, what a GPU's COPY_OUT does on the\n"
+            "# host after its copy (compiler/schedule/cost.c prices it on GPU targets only), by %d\n"
+            "# threads, %.0f bytes a parameter, the median of %d rounds (%.1f to %.1f GB/s):\n"
+            "# %.1f GB/s.\n",
             d, m->threads, CAL_GRADS_ADD_BYTES, CAL_ROUNDS, m->grads_add.lo / gb, m->grads_add.hi / gb,
             m->grads_add.median / gb);
     fprintf(f, "host_grads_add_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_grads_add_bandwidth));
 
-    fprintf(f, "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
-               "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n", d,
-            CAL_ROUNDS, CAL_KERNEL_CALLS);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
+            "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n",
+            d, CAL_ROUNDS, CAL_KERNEL_CALLS);
     fprintf(f, "kernel_launch_s = %s\n", fmt_num(a, sizeof a, t->kernel_launch_s));
-    fprintf(f, "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm on one thread took %s s\n"
-               "# a call (the best of %d rounds of %d calls), less its FLOPs at gemm_one_thread_flops:\n"
-               "# what the cpu backend's many small BLAS calls (attention's per head, above all)\n"
-               "# cost beyond their work.\n",
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: a %dx%dx%d sgemm on one thread took %s s\n"
+            "# a call (the best of %d rounds of %d calls), less its FLOPs at gemm_one_thread_flops:\n"
+            "# what the cpu backend's many small BLAS calls (attention's per head, above all)\n"
+            "# cost beyond their work.\n",
             d, CAL_SMALL_N, CAL_SMALL_N, CAL_SMALL_K, fmt_num(b, sizeof b, m->small_gemm.lo), CAL_ROUNDS,
             CAL_SMALL_CALLS);
     fprintf(f, "gemm_call_s = %s\n", fmt_num(a, sizeof a, t->gemm_call_s));
-    fprintf(f, "# measured by mtrun --calibrate on %s: expf, logf, sinf and cosf over %d floats in\n"
-               "# cache (%d passes) on one thread, the mean a call, the best of %d rounds: what a\n"
-               "# generated kernel's exp, log, sqrt, sin, cos or pow costs the cpu backend.\n", d, CAL_MATH_N,
-            CAL_MATH_PASSES, CAL_ROUNDS);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: expf, logf, sinf and cosf over %d floats in\n"
+            "# cache (%d passes) on one thread, the mean a call, the best of %d rounds: what a\n"
+            "# generated kernel's exp, log, sqrt, sin, cos or pow costs the cpu backend.\n",
+            d, CAL_MATH_N, CAL_MATH_PASSES, CAL_ROUNDS);
     fprintf(f, "transcendental_s = %s\n", fmt_num(a, sizeof a, t->transcendental_s));
-    fprintf(f, "# measured by mtrun --calibrate on %s: libm's scalar double pow, sin and cos (of\n"
-               "# angles up to 3000) and exp over %d values on one thread, the mean a call, the best\n"
-               "# of %d rounds: what a bf16 plan's f64 maths (rope's angles) costs the cpu backend,\n"
-               "# which keeps libm's scalar calls there.\n", d, CAL_MATH_N, CAL_ROUNDS);
+    fprintf(f,
+            "# measured by mtrun --calibrate on %s: libm's scalar double pow, sin and cos (of\n"
+            "# angles up to 3000) and exp over %d values on one thread, the mean a call, the best\n"
+            "# of %d rounds: what a bf16 plan's f64 maths (rope's angles) costs the cpu backend,\n"
+            "# which keeps libm's scalar calls there.\n",
+            d, CAL_MATH_N, CAL_ROUNDS);
     fprintf(f, "transcendental_f64_s = %s\n", fmt_num(a, sizeof a, t->transcendental_f64_s));
-    fprintf(f, "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
-               "# training step's sgemm reaches here, not a datasheet peak.\n", d);
+    fprintf(f,
+            "# set by mtrun --calibrate on %s: 1, as matrix_flops_f32 is already the rate a\n"
+            "# training step's sgemm reaches here, not a datasheet peak.\n",
+            d);
     fprintf(f, "gemm_efficiency = 1\n");
     if (m->tier_dir) {
         fprintf(f, "\n# measured by mtrun --calibrate on %s: the free space of %s's filesystem.\n", d, m->tier_dir);
         fprintf(f, "tier_capacity = %.0f\n", t->tier_capacity);
-        fprintf(f, "# measured by mtrun --calibrate on %s: %.1f MB read through the NVMe tier in %s\n"
-                   "# (io_uring, O_DIRECT, %d records), best of %d.\n", d, (double)((int64_t)CAL_TIER_MB << 20) / 1e6,
-                m->tier_dir, CAL_TIER_LAYERS,
-                CAL_TIER_REPS);
+        fprintf(f,
+                "# measured by mtrun --calibrate on %s: %.1f MB read through the NVMe tier in %s\n"
+                "# (io_uring, O_DIRECT, %d records), best of %d.\n",
+                d, (double)((int64_t)CAL_TIER_MB << 20) / 1e6, m->tier_dir, CAL_TIER_LAYERS, CAL_TIER_REPS);
         fprintf(f, "tier_read_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_read_bandwidth));
         fprintf(f, "# measured by mtrun --calibrate on %s: the same bytes written through it first.\n", d);
         fprintf(f, "tier_write_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_write_bandwidth));
@@ -856,7 +899,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
     Measured m = {0};
     time_t now = time(NULL);
     struct tm tm;
-    if (!gmtime_r(&now, &tm) || !strftime(m.date, sizeof m.date, "%Y-%m-%d", &tm)) snprintf(m.date, sizeof m.date, "unknown");
+    if (!gmtime_r(&now, &tm) || !strftime(m.date, sizeof m.date, "%Y-%m-%d", &tm))
+        snprintf(m.date, sizeof m.date, "unknown");
     host_word(m.host, sizeof m.host);
     profile_name(path, m.t.name, sizeof m.t.name);
     snprintf(m.t.arch, sizeof m.t.arch, "cpu");
@@ -885,9 +929,10 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
         fprintf(out, "  memcpy  %8.1f GB/s      (%.1f to %.1f) read + written, %.1f MB, %d threads\n",
                 m.copy.median / 1e9, m.copy.lo / 1e9, m.copy.hi / 1e9, (double)m.copy_bytes / 1e6, m.threads);
         fprintf(out, "  AdamW   %8.1f GB/s      (%.1f to %.1f) %.0f bytes a parameter, %.1f M parameters, %d threads\n",
-                m.adamw.median / 1e9, m.adamw.lo / 1e9, m.adamw.hi / 1e9, CAL_ADAMW_BYTES,
-                (double)m.adamw_params / 1e6, m.threads);
-        fprintf(out, "  grads+  %8.1f GB/s      (%.1f to %.1f) bf16 gradients added, %.0f bytes a parameter, %d threads\n",
+                m.adamw.median / 1e9, m.adamw.lo / 1e9, m.adamw.hi / 1e9, CAL_ADAMW_BYTES, (double)m.adamw_params / 1e6,
+                m.threads);
+        fprintf(out,
+                "  grads+  %8.1f GB/s      (%.1f to %.1f) bf16 gradients added, %.0f bytes a parameter, %d threads\n",
                 m.grads_add.median / 1e9, m.grads_add.lo / 1e9, m.grads_add.hi / 1e9, CAL_GRADS_ADD_BYTES, m.threads);
         fprintf(out, "  sgemm   %8.1f GFLOP/s   (%.1f to %.1f) %dx%dx%d and its backward, OpenBLAS %d threads\n",
                 m.gemm.median / 1e9, m.gemm.lo / 1e9, m.gemm.hi / 1e9, CAL_GEMM_T, CAL_GEMM_C, CAL_GEMM_F,
@@ -900,7 +945,8 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
                 m.math.median * 1e9);
         fprintf(out, "  pow..   %8.2f ns        (median %.2f) one thread, a scalar double call\n",
                 m.t.transcendental_f64_s * 1e9, m.math64.median * 1e9);
-        fprintf(out, "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread, its exps apart\n",
+        fprintf(out,
+                "  attn    %8.2f GFLOP/s   (median %.2f) bf16's plain attention kernel, one thread, its exps apart\n",
                 m.t.attention_plain_flops / 1e9, attention_rate(m.attention.median, m.t.transcendental_f64_s) / 1e9);
         fprintf(out, "  sgemm1  %8.1f GFLOP/s   (median %.1f) %dx%dx%d and its backward, one thread\n",
                 m.t.gemm_one_thread_flops / 1e9, m.gemm1.median / 1e9, CAL_GEMM1_T, CAL_GEMM1_C, CAL_GEMM1_F);
@@ -909,8 +955,7 @@ int calibrate_run(const char *path, int threads, const char *tier_dir, FILE *out
         if (tier_dir)
             fprintf(out, "  tier    %8.2f GB/s      read, %.2f GB/s written, %.1f MB in %s; %.1f GB free\n",
                     m.t.tier_read_bandwidth / 1e9, m.t.tier_write_bandwidth / 1e9,
-                    (double)((int64_t)CAL_TIER_MB << 20) / 1e6, tier_dir,
-                    m.t.tier_capacity / 1e9);
+                    (double)((int64_t)CAL_TIER_MB << 20) / 1e6, tier_dir, m.t.tier_capacity / 1e9);
         fprintf(out, "wrote %s in %.1f s\n", path, now_s() - t0);
     }
     return 0;

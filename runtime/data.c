@@ -13,7 +13,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-
 static uint32_t le32(const unsigned char *p) {
     return (uint32_t)p[0] | (uint32_t)p[1] << 8 | (uint32_t)p[2] << 16 | (uint32_t)p[3] << 24;
 }
@@ -47,30 +46,29 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
     uint32_t magic = len >= 4 ? le32(m) : 0;
     if (len >= 4 && magic != DATA_LLMC_MAGIC && magic != DATA_LLMC3_MAGIC)
         return io_fail(err, errcap, path,
-                    "not an llm.c token file: the magic number at byte 0 is %u, expected %d (GPT-2, uint16 tokens) "
-                    "or %d (Llama-3, uint32 tokens) (%s; to train on the raw bytes of a file, give it another name)",
-                    magic, DATA_LLMC_MAGIC, DATA_LLMC3_MAGIC, why);
+                       "not an llm.c token file: the magic number at byte 0 is %u, expected %d (GPT-2, uint16 tokens) "
+                       "or %d (Llama-3, uint32 tokens) (%s; to train on the raw bytes of a file, give it another name)",
+                       magic, DATA_LLMC_MAGIC, DATA_LLMC3_MAGIC, why);
     if (len < DATA_LLMC_HEADER_BYTES)
         return io_fail(err, errcap, path,
-                    "too short for an llm.c token file: %zu bytes, but the header alone is %d (%s)",
-                    len, DATA_LLMC_HEADER_BYTES, why);
+                       "too short for an llm.c token file: %zu bytes, but the header alone is %d (%s)", len,
+                       DATA_LLMC_HEADER_BYTES, why);
     int wide = magic == DATA_LLMC3_MAGIC, width = wide ? 4 : 2;
     int32_t version = (int32_t)le32(m + 4), count = (int32_t)le32(m + 8);
     int32_t want_version = wide ? DATA_LLMC3_VERSION : DATA_LLMC_VERSION;
     if (version != want_version)
         return io_fail(err, errcap, path,
-                    "unsupported llm.c token file version %d at byte 4, expected %d for magic %u (%s tokens)",
-                    version, want_version, magic, wide ? "uint32" : "uint16");
-    if (count < 0)
-        return io_fail(err, errcap, path, "the llm.c header's token count %d (byte 8) is negative", count);
+                       "unsupported llm.c token file version %d at byte 4, expected %d for magic %u (%s tokens)",
+                       version, want_version, magic, wide ? "uint32" : "uint16");
+    if (count < 0) return io_fail(err, errcap, path, "the llm.c header's token count %d (byte 8) is negative", count);
     int64_t want = DATA_LLMC_HEADER_BYTES + width * (int64_t)count;
     if ((int64_t)len != want) {
         int64_t have = (int64_t)len - DATA_LLMC_HEADER_BYTES;
         return io_fail(err, errcap, path,
-                    "the header says %d tokens (%lld bytes after the %d-byte header) but the file "
-                    "has %lld bytes after it: %s",
-                    count, (long long)(want - DATA_LLMC_HEADER_BYTES), DATA_LLMC_HEADER_BYTES,
-                    (long long)have, (int64_t)len < want ? "truncated" : "trailing bytes");
+                       "the header says %d tokens (%lld bytes after the %d-byte header) but the file "
+                       "has %lld bytes after it: %s",
+                       count, (long long)(want - DATA_LLMC_HEADER_BYTES), DATA_LLMC_HEADER_BYTES, (long long)have,
+                       (int64_t)len < want ? "truncated" : "trailing bytes");
     }
     if (count == 0) return io_fail(err, errcap, path, "the llm.c header says 0 tokens: no data");
     d->format = wide ? DATA_LLMC3 : DATA_LLMC;
@@ -80,8 +78,9 @@ static int open_llmc(DataSet *d, const char *path, int64_t vocab, char *err, siz
         int64_t t = token_at(d, i);
         if (t >= vocab)
             return io_fail(err, errcap, path,
-                        "token at index %lld (byte %lld) is %lld, not below the model's vocabulary size %lld",
-                        (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + width * i), (long long)t, (long long)vocab);
+                           "token at index %lld (byte %lld) is %lld, not below the model's vocabulary size %lld",
+                           (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + width * i), (long long)t,
+                           (long long)vocab);
     }
     return 0;
 }
@@ -104,7 +103,7 @@ typedef struct ByteFile {
 } ByteFile;
 static const ByteFile MASK_FILE = {".mask", "mask", "loss mask", DATA_MASK_MAGIC, DATA_MASK_VERSION};
 static const ByteFile DOC_STARTS_FILE = {".docs", "document map", "map of document starts", DATA_DOCS_MAGIC,
-                                   DATA_DOCS_VERSION};
+                                         DATA_DOCS_VERSION};
 
 static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigned char **map, size_t *len,
                       const unsigned char **flags, char *err, size_t errcap) {
@@ -119,26 +118,30 @@ static int open_bytes(DataSet *d, const ByteFile *bf, char **path, const unsigne
     if (io_map_file(mpath, noun, 1, empty, map, len, err, errcap) != 0) return -1;
     const unsigned char *m = *map;
     if (*len < DATA_LLMC_HEADER_BYTES || le32(m) != (uint32_t)bf->magic || le32(m + 4) != (uint32_t)bf->version)
-        return io_fail(err, errcap, mpath, "not a %s: it must start with a 1024-byte header of magic %d, "
-                       "version %d (it is the %s of %s because of its name)", bf->what, bf->magic, bf->version,
-                       bf->noun, d->path);
+        return io_fail(err, errcap, mpath,
+                       "not a %s: it must start with a 1024-byte header of magic %d, "
+                       "version %d (it is the %s of %s because of its name)",
+                       bf->what, bf->magic, bf->version, bf->noun, d->path);
     int64_t count = (int32_t)le32(m + 8), have = (int64_t)*len - DATA_LLMC_HEADER_BYTES;
     if (count != d->ntokens || have != count)
-        return io_fail(err, errcap, mpath, "the %s holds %lld entries (header: %lld) but %s holds %lld tokens: "
-                       "they must be equal, one entry a token", bf->noun, (long long)have, (long long)count, d->path,
-                       (long long)d->ntokens);
+        return io_fail(err, errcap, mpath,
+                       "the %s holds %lld entries (header: %lld) but %s holds %lld tokens: "
+                       "they must be equal, one entry a token",
+                       bf->noun, (long long)have, (long long)count, d->path, (long long)d->ntokens);
     *flags = m + DATA_LLMC_HEADER_BYTES;
     for (int64_t i = 0; i < count; i++)
         if ((*flags)[i] > 1)
-            return io_fail(err, errcap, mpath, "entry at index %lld (byte %lld) is %d; a %s holds 0 or 1",
-                           (long long)i, (long long)(DATA_LLMC_HEADER_BYTES + i), (*flags)[i], bf->noun);
+            return io_fail(err, errcap, mpath, "entry at index %lld (byte %lld) is %d; a %s holds 0 or 1", (long long)i,
+                           (long long)(DATA_LLMC_HEADER_BYTES + i), (*flags)[i], bf->noun);
     return 0;
 }
 
 static int open_mask(DataSet *d, char *err, size_t errcap) {
     if (open_bytes(d, &MASK_FILE, &d->mask_path, &d->mask_map, &d->mask_len, &d->mask, err, errcap) != 0) return -1;
     for (int64_t i = 0; d->mask && i < d->ntokens; i++) d->nmasked += d->mask[i] == 0;
-    if (open_bytes(d, &DOC_STARTS_FILE, &d->doc_starts_path, &d->doc_starts_map, &d->doc_starts_len, &d->doc_starts, err, errcap) != 0) return -1;
+    if (open_bytes(d, &DOC_STARTS_FILE, &d->doc_starts_path, &d->doc_starts_map, &d->doc_starts_len, &d->doc_starts,
+                   err, errcap) != 0)
+        return -1;
     for (int64_t i = 0; d->doc_starts && i < d->ntokens; i++) d->ndocuments += d->doc_starts[i];
     return 0;
 }
@@ -146,9 +149,9 @@ static int open_mask(DataSet *d, char *err, size_t errcap) {
 static int open_text(DataSet *d, const char *path, int64_t vocab, char *err, size_t errcap) {
     if (vocab < 256)
         return io_fail(err, errcap, path,
-                    "the model's vocabulary V=%lld is smaller than 256, so a text file (read as "
-                    "bytes, each a token 0..255) cannot be used; give an llm.c token file",
-                    (long long)vocab);
+                       "the model's vocabulary V=%lld is smaller than 256, so a text file (read as "
+                       "bytes, each a token 0..255) cannot be used; give an llm.c token file",
+                       (long long)vocab);
     d->format = DATA_TEXT;
     d->toks = d->map;
     d->ntokens = (int64_t)d->map_len;
@@ -173,7 +176,8 @@ int data_open(DataSet *d, const char *path, int64_t vocab, double val_fraction, 
         return io_fail(err, errcap, path, "out of memory");
     }
 
-    int llmc = ends_with(path, ".bin") || (len >= 4 && (le32(d->map) == DATA_LLMC_MAGIC || le32(d->map) == DATA_LLMC3_MAGIC));
+    int llmc = ends_with(path, ".bin") ||
+               (len >= 4 && (le32(d->map) == DATA_LLMC_MAGIC || le32(d->map) == DATA_LLMC3_MAGIC));
     if ((llmc ? open_llmc : open_text)(d, path, vocab, err, errcap) != 0 || open_mask(d, err, errcap) != 0) {
         data_close(d);
         return -1;
@@ -206,28 +210,28 @@ int data_check_batch(const DataSet *d, int64_t B, int64_t T, char *err, size_t e
     if (span >= 0 && d->ranks > 1) B *= d->ranks; // the messages give the global batch
     if (span < 0)
         return io_fail(err, errcap, path,
-                    "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
-                    "must fit in 64 bits",
-                    (long long)B, (long long)T);
+                       "the batch size B=%lld and sequence length T=%lld must be positive and B*T+1 "
+                       "must fit in 64 bits",
+                       (long long)B, (long long)T);
     if (d->val_fraction < 1 && d->ntrain < span + 1)
         return io_fail(err, errcap, path,
-                    "the training split holds %lld tokens but one batch of B=%lld x T=%lld needs "
-                    "B*T+1 = %lld (the file holds %lld tokens, %lld of them for validation)",
-                    (long long)d->ntrain, (long long)B, (long long)T, (long long)(span + 1),
-                    (long long)d->ntokens, (long long)d->nval);
+                       "the training split holds %lld tokens but one batch of B=%lld x T=%lld needs "
+                       "B*T+1 = %lld (the file holds %lld tokens, %lld of them for validation)",
+                       (long long)d->ntrain, (long long)B, (long long)T, (long long)(span + 1), (long long)d->ntokens,
+                       (long long)d->nval);
     if (d->val_fraction > 0 && d->nval < span + 1)
         return io_fail(err, errcap, path,
-                    "the validation split holds %lld tokens (val_fraction %g of %lld) but one batch "
-                    "of B=%lld x T=%lld needs B*T+1 = %lld",
-                    (long long)d->nval, d->val_fraction, (long long)d->ntokens, (long long)B,
-                    (long long)T, (long long)(span + 1));
+                       "the validation split holds %lld tokens (val_fraction %g of %lld) but one batch "
+                       "of B=%lld x T=%lld needs B*T+1 = %lld",
+                       (long long)d->nval, d->val_fraction, (long long)d->ntokens, (long long)B, (long long)T,
+                       (long long)(span + 1));
     return 0;
 }
 
 // tokens[b*T + t] = x[pos + b*T + t], targets[b*T + t] = x[pos + b*T + t + 1];
 // seg (NULL: not wanted) each position's segment start in its row
-static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T,
-                 int32_t *tokens, int32_t *targets, int32_t *seg) { // (B, T) each
+static void fill(const DataSet *d, int64_t pos, int64_t B, int64_t T, int32_t *tokens, int32_t *targets,
+                 int32_t *seg) { // (B, T) each
     for (int64_t i = 0; i < B * T; i++) {
         tokens[i] = (int32_t)token_at(d, pos + i);
         targets[i] = d->mask && !d->mask[pos + i + 1] ? DATA_IGNORE : (int32_t)token_at(d, pos + i + 1);
@@ -327,8 +331,10 @@ int64_t data_position(const DataSet *d) { return d->shuffle ? -1 - d->rows_done 
 
 int data_seek(DataSet *d, int64_t pos, char *err, size_t errcap) {
     if ((pos < 0) != (d->shuffle != 0)) {
-        snprintf(err, errcap, "the checkpoint was written by a run %s --shuffle; resume it %s it, or the data "
-                 "position means nothing", pos < 0 ? "with" : "without", pos < 0 ? "with" : "without");
+        snprintf(err, errcap,
+                 "the checkpoint was written by a run %s --shuffle; resume it %s it, or the data "
+                 "position means nothing",
+                 pos < 0 ? "with" : "without", pos < 0 ? "with" : "without");
         return -1;
     }
     if (pos < 0) d->rows_done = -1 - pos;
@@ -373,8 +379,10 @@ int data_vocab_open(DataVocab *v, const DataSet *d, int64_t vocab, char *err, si
     char *path = data_sidecar(d->path, ".vocab.json"), *text = NULL;
     size_t len;
     if (!path) {
-        snprintf(err, errcap, "%s: no vocabulary beside it (X.vocab.json, which tools/prepare_data.py writes) to "
-                 "decode samples with", d->path);
+        snprintf(err, errcap,
+                 "%s: no vocabulary beside it (X.vocab.json, which tools/prepare_data.py writes) to "
+                 "decode samples with",
+                 d->path);
         return -1;
     }
     int bad = io_read_file(path, &text, &len);

@@ -141,9 +141,8 @@ static int drop_wait_for_tests(Plan *p) {
         char err[512];
         if (plan_verify(p, err, sizeof err) == 0)
             fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier accepts the plan without it (other WAITs "
-                    "imply it)\n");
-        else
-            fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier needs it: %s\n", err);
+                            "imply it)\n");
+        else fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: the verifier needs it: %s\n", err);
         if (work >= 0)
             fprintf(stderr, "mtrun: MT_TEST_DROP_WAIT: instruction %d, the work it waited for, held\n", work);
         return work + 1;
@@ -181,25 +180,69 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     return fclose(f) == 0 ? s : (free(s), NULL);
 }
 
-enum { O_STEPS = 256, O_DATA, O_LR, O_SEED, O_VAL_EVERY, O_VAL_BATCHES, O_DEVICE, O_REFERENCE, O_THREADS, O_LOG,
-       O_INIT, O_EXPORT, O_DTYPE, O_SHARD, O_SAVE, O_SAVE_EVERY, O_KEEP, O_RESUME, O_CALIBRATE, O_OUT, O_HELP,
-       O_VERSION, O_TRACE, O_TIER_DIR, O_SCHEDULE_STEPS, O_NO_SAVE, O_LOGITS, O_SAMPLE_EVERY, O_SHUFFLE, O_VAL_DATA };
+enum {
+    O_STEPS = 256,
+    O_DATA,
+    O_LR,
+    O_SEED,
+    O_VAL_EVERY,
+    O_VAL_BATCHES,
+    O_DEVICE,
+    O_REFERENCE,
+    O_THREADS,
+    O_LOG,
+    O_INIT,
+    O_EXPORT,
+    O_DTYPE,
+    O_SHARD,
+    O_SAVE,
+    O_SAVE_EVERY,
+    O_KEEP,
+    O_RESUME,
+    O_CALIBRATE,
+    O_OUT,
+    O_HELP,
+    O_VERSION,
+    O_TRACE,
+    O_TIER_DIR,
+    O_SCHEDULE_STEPS,
+    O_NO_SAVE,
+    O_LOGITS,
+    O_SAMPLE_EVERY,
+    O_SHUFFLE,
+    O_VAL_DATA
+};
 static const struct option LONG[] = {
-    {"steps", required_argument, 0, O_STEPS},       {"data", required_argument, 0, O_DATA},
-    {"lr", required_argument, 0, O_LR},             {"seed", required_argument, 0, O_SEED},
-    {"val-every", required_argument, 0, O_VAL_EVERY}, {"val-batches", required_argument, 0, O_VAL_BATCHES},
-    {"device", required_argument, 0, O_DEVICE},     {"reference", no_argument, 0, O_REFERENCE},
-    {"threads", required_argument, 0, O_THREADS},   {"log", required_argument, 0, O_LOG},
-    {"init", required_argument, 0, O_INIT},         {"export", required_argument, 0, O_EXPORT},
-    {"dtype", required_argument, 0, O_DTYPE},       {"shard-bytes", required_argument, 0, O_SHARD},
-    {"save", required_argument, 0, O_SAVE},         {"save-every", required_argument, 0, O_SAVE_EVERY},
-    {"keep", required_argument, 0, O_KEEP},         {"resume", required_argument, 0, O_RESUME},
-    {"calibrate", no_argument, 0, O_CALIBRATE},     {"out", required_argument, 0, O_OUT},
-    {"help", no_argument, 0, O_HELP},               {"version", no_argument, 0, O_VERSION},
-    {"val-data", required_argument, 0, O_VAL_DATA}, {"trace", required_argument, 0, O_TRACE},
-    {"tier-dir", required_argument, 0, O_TIER_DIR}, {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
-    {"no-save", no_argument, 0, O_NO_SAVE},          {"logits", required_argument, 0, O_LOGITS},
-    {"sample-every", required_argument, 0, O_SAMPLE_EVERY}, {"shuffle", no_argument, 0, O_SHUFFLE},
+    {"steps", required_argument, 0, O_STEPS},
+    {"data", required_argument, 0, O_DATA},
+    {"lr", required_argument, 0, O_LR},
+    {"seed", required_argument, 0, O_SEED},
+    {"val-every", required_argument, 0, O_VAL_EVERY},
+    {"val-batches", required_argument, 0, O_VAL_BATCHES},
+    {"device", required_argument, 0, O_DEVICE},
+    {"reference", no_argument, 0, O_REFERENCE},
+    {"threads", required_argument, 0, O_THREADS},
+    {"log", required_argument, 0, O_LOG},
+    {"init", required_argument, 0, O_INIT},
+    {"export", required_argument, 0, O_EXPORT},
+    {"dtype", required_argument, 0, O_DTYPE},
+    {"shard-bytes", required_argument, 0, O_SHARD},
+    {"save", required_argument, 0, O_SAVE},
+    {"save-every", required_argument, 0, O_SAVE_EVERY},
+    {"keep", required_argument, 0, O_KEEP},
+    {"resume", required_argument, 0, O_RESUME},
+    {"calibrate", no_argument, 0, O_CALIBRATE},
+    {"out", required_argument, 0, O_OUT},
+    {"help", no_argument, 0, O_HELP},
+    {"version", no_argument, 0, O_VERSION},
+    {"val-data", required_argument, 0, O_VAL_DATA},
+    {"trace", required_argument, 0, O_TRACE},
+    {"tier-dir", required_argument, 0, O_TIER_DIR},
+    {"schedule-steps", required_argument, 0, O_SCHEDULE_STEPS},
+    {"no-save", no_argument, 0, O_NO_SAVE},
+    {"logits", required_argument, 0, O_LOGITS},
+    {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
+    {"shuffle", no_argument, 0, O_SHUFFLE},
     {0, 0, 0, 0},
 };
 
@@ -302,14 +345,22 @@ static int parse_option(Args *a, int c, char **argv) {
 // (2); -1 when there are none.
 static int check_option_context(const Args *a) {
     if (a->calibrate_out && !a->calibrate) return usage_error("%s", "--out goes with --calibrate");
-    static const struct { int opt, needs; const char *what; } CONTEXT[] = { // opt does nothing without needs
+    static const struct {
+        int opt, needs;
+        const char *what;
+    } CONTEXT[] = {
+        // opt does nothing without needs
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
         if (a->given[CONTEXT[i].opt] && !a->given[CONTEXT[i].needs])
             return usage_error("%s; without it the flag would do nothing", CONTEXT[i].what);
-    static const struct { int opt; const char *what; } UNSAVED[] = { // opt does nothing with --no-save
+    static const struct {
+        int opt;
+        const char *what;
+    } UNSAVED[] = {
+        // opt does nothing with --no-save
         {O_SAVE, "--save and --no-save contradict each other"},
         {O_SAVE_EVERY, "--save-every sets how often checkpoints are written; --no-save writes none"},
         {O_KEEP, "--keep sets how many checkpoints are kept; --no-save writes none"},
@@ -327,8 +378,16 @@ static int check_option_context(const Args *a) {
 // The command line into a, checked. -1, or the exit status (as parse_option's).
 static int parse_args(Args *a, int argc, char **argv) {
     long ncpu = sysconf(_SC_NPROCESSORS_ONLN);
-    *a = (Args){.o = {.steps = -1, .schedule_steps = -1, .lr = -1, .seed = -1, .val_every = -1, .val_batches = 10,
-                      .threads = ncpu > 0 ? (int)ncpu : 1, .out = stdout, .shard_bytes = 5000000000, .keep = 3},
+    *a = (Args){.o = {.steps = -1,
+                      .schedule_steps = -1,
+                      .lr = -1,
+                      .seed = -1,
+                      .val_every = -1,
+                      .val_batches = 10,
+                      .threads = ncpu > 0 ? (int)ncpu : 1,
+                      .out = stdout,
+                      .shard_bytes = 5000000000,
+                      .keep = 3},
                 .device = DEVICE_AUTO};
     opterr = 0;
     int c, li = -1;

@@ -29,7 +29,9 @@ enum {
     TABLE_END = HEADER_BYTES + SECTIONS * ENTRY_BYTES,
     // The fewest bytes an item of each list can take, to refuse counts the
     // section cannot hold before allocating for them.
-    SHAPE_MIN = 4, LOC_BYTES = 8, STR_MIN = 4,
+    SHAPE_MIN = 4,
+    LOC_BYTES = 8,
+    STR_MIN = 4,
     INPUT_MIN = STR_MIN + 4 + SHAPE_MIN + LOC_BYTES,
     PARAM_MIN = 2 * STR_MIN + 4 + SHAPE_MIN + 4 + 8 + 4 + 4 + LOC_BYTES,
     NODE_MIN = 4 + 4 + SHAPE_MIN + LOC_BYTES + STR_MIN + 4 + 4 + 3 * 4 + 8 + 4 + 8 + 6 * 4 + 2 * 8,
@@ -43,22 +45,65 @@ static const uint32_t ABSENT = 0xFFFFFFFFu, OTHER_ENDIAN = 0x04030201u;
 static const int64_t MAX_NUMEL = INT64_MAX / 16;
 
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
-static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update", "stat",
-                                        "allgather", "reduce_scatter"};
+static const char *const INS_NAMES[] = {"copy_in", "copy_out", "copy",      "input",         "run",  "loss",
+                                        "save",    "load",     "free",      "record",        "wait", "norm",
+                                        "update",  "stat",     "allgather", "reduce_scatter"};
 _Static_assert(sizeof INS_NAMES / sizeof INS_NAMES[0] == INS_COUNT, "INS_NAMES out of sync with InsKind");
 
 // How many operands each op takes; -1: at least one (concat).
 static const signed char ARITY[] = {
-    [OP_INPUT] = 0, [OP_PARAM] = 0, [OP_CONST] = 0, [OP_ADD] = 2, [OP_SUB] = 2, [OP_MUL] = 2, [OP_DIV] = 2,
-    [OP_NEG] = 1, [OP_MATMUL] = 2, [OP_EMBED] = 2, [OP_ARANGE] = 0, [OP_LAYERNORM] = 3, [OP_RMSNORM] = 2,
-    [OP_GELU] = 1, [OP_SILU] = 1, [OP_SWIGLU] = 2, [OP_ROPE] = 1, [OP_ATTENTION] = 4, [OP_SOFTMAX] = 1,
-    [OP_CROSS_ENTROPY] = 2, [OP_RESHAPE] = 1, [OP_SLICE] = 1, [OP_CONCAT] = -1, [OP_TRANSPOSE] = 1,
-    [OP_SUM_TO] = 1, [OP_EMBED_BWD] = 2, [OP_LAYERNORM_BWD] = 3, [OP_RMSNORM_BWD] = 3, [OP_GELU_BWD] = 2,
-    [OP_SILU_BWD] = 2, [OP_SOFTMAX_BWD] = 2, [OP_CROSS_ENTROPY_BWD] = 3, [OP_ATTENTION_BWD] = 6, [OP_PAD] = 1,
-    [OP_VIEW] = 1, [OP_TANH] = 1, [OP_SIGMOID] = 1, [OP_ERF] = 1, [OP_EXP] = 1, [OP_LOG] = 1, [OP_ABS] = 1,
-    [OP_LT] = 2, [OP_LE] = 2, [OP_EQ] = 2, [OP_WHERE] = 3, [OP_TOP_K] = 1, [OP_MOE] = 5, [OP_MOE_BWD] = 6,
-    [OP_LOAD_BALANCE] = 2, [OP_LOAD_BALANCE_BWD] = 3, [OP_ADD_LOSS] = 2, [OP_ATTENTION_LSE] = 2,
+    [OP_INPUT] = 0,
+    [OP_PARAM] = 0,
+    [OP_CONST] = 0,
+    [OP_ADD] = 2,
+    [OP_SUB] = 2,
+    [OP_MUL] = 2,
+    [OP_DIV] = 2,
+    [OP_NEG] = 1,
+    [OP_MATMUL] = 2,
+    [OP_EMBED] = 2,
+    [OP_ARANGE] = 0,
+    [OP_LAYERNORM] = 3,
+    [OP_RMSNORM] = 2,
+    [OP_GELU] = 1,
+    [OP_SILU] = 1,
+    [OP_SWIGLU] = 2,
+    [OP_ROPE] = 1,
+    [OP_ATTENTION] = 4,
+    [OP_SOFTMAX] = 1,
+    [OP_CROSS_ENTROPY] = 2,
+    [OP_RESHAPE] = 1,
+    [OP_SLICE] = 1,
+    [OP_CONCAT] = -1,
+    [OP_TRANSPOSE] = 1,
+    [OP_SUM_TO] = 1,
+    [OP_EMBED_BWD] = 2,
+    [OP_LAYERNORM_BWD] = 3,
+    [OP_RMSNORM_BWD] = 3,
+    [OP_GELU_BWD] = 2,
+    [OP_SILU_BWD] = 2,
+    [OP_SOFTMAX_BWD] = 2,
+    [OP_CROSS_ENTROPY_BWD] = 3,
+    [OP_ATTENTION_BWD] = 6,
+    [OP_PAD] = 1,
+    [OP_VIEW] = 1,
+    [OP_TANH] = 1,
+    [OP_SIGMOID] = 1,
+    [OP_ERF] = 1,
+    [OP_EXP] = 1,
+    [OP_LOG] = 1,
+    [OP_ABS] = 1,
+    [OP_LT] = 2,
+    [OP_LE] = 2,
+    [OP_EQ] = 2,
+    [OP_WHERE] = 3,
+    [OP_TOP_K] = 1,
+    [OP_MOE] = 5,
+    [OP_MOE_BWD] = 6,
+    [OP_LOAD_BALANCE] = 2,
+    [OP_LOAD_BALANCE_BWD] = 3,
+    [OP_ADD_LOSS] = 2,
+    [OP_ATTENTION_LSE] = 2,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 
@@ -218,7 +263,6 @@ static int get_enum(Rd *r, uint32_t count, const char *where, const char *field)
     return (int)v;
 }
 
-
 // [off, off + bytes) inside [0, cap)
 static int range_ok(int64_t off, int64_t bytes, int64_t cap) {
     return off >= 0 && bytes >= 0 && off <= cap && bytes <= cap - off;
@@ -336,7 +380,8 @@ static int read_params(Rd *r, Graph *g) {
             rd_fail(r, "parameter '%s': its checkpoint prefix \"%s\" has no {i}", pr->name, pr->prefix);
         else if (!pr->in_block && (pr->prefix[0] || pr->kind))
             rd_fail(r, "global parameter '%s' has a checkpoint prefix or a block kind", pr->name);
-        else if (pr->shape.rank < 1) rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
+        else if (pr->shape.rank < 1)
+            rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
         need_real(r, pr->init_std, 0, INFINITY, "a parameter's init std");
     }
     return r->failed ? -1 : 0;
@@ -391,14 +436,13 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
         return;
     }
-    if (n->padding != 0 &&
-        ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
-         n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
+    if (n->padding != 0 && ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
+                            n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
         rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
         return;
     }
-    if (n->pooled != 0 && (n->pooled != 1 || (n->op != OP_LOAD_BALANCE && n->op != OP_LOAD_BALANCE_BWD) ||
-                           !part_is_block(pk))) {
+    if (n->pooled != 0 &&
+        (n->pooled != 1 || (n->op != OP_LOAD_BALANCE && n->op != OP_LOAD_BALANCE_BWD) || !part_is_block(pk))) {
         rd_fail(r, "%s: pooled %d (0, or 1 on a block's load-balancing loss)", where, n->pooled);
         return;
     }
@@ -446,20 +490,23 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     case OP_CONCAT:
     case OP_SOFTMAX:
     case OP_SOFTMAX_BWD:
-        if (n->axis < 0 || n->axis >= n->shape.rank) rd_fail(r, "%s: axis %d of a rank %d tensor", where, n->axis, n->shape.rank);
+        if (n->axis < 0 || n->axis >= n->shape.rank)
+            rd_fail(r, "%s: axis %d of a rank %d tensor", where, n->axis, n->shape.rank);
         return;
     case OP_ROPE:
     case OP_ATTENTION:
     case OP_ATTENTION_BWD:
     case OP_ATTENTION_LSE:
         if (n->op != OP_ROPE && !attention_linked(n))
-            rd_fail(r, "%s: not linked to its softmax statistics (an attention reads the attention_lse of its q and "
-                       "k, the node before it, with the same options; its backward reads both)", where);
+            rd_fail(r,
+                    "%s: not linked to its softmax statistics (an attention reads the attention_lse of its q and "
+                    "k, the node before it, with the same options; its backward reads both)",
+                    where);
         else if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
         else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
             rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
-        else if (n->op != OP_ROPE && (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) ||
-                                      isinf(n->softcap)))
+        else if (n->op != OP_ROPE &&
+                 (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) || isinf(n->softcap)))
             rd_fail(r, "%s: window %lld, scale %g, softcap %g (each 0 or positive)", where, (long long)n->window,
                     n->scale, n->softcap);
         return;
@@ -473,8 +520,8 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         Node *const *in = n->in + (n->op == OP_MOE_BWD);
         int64_t total = 0;
         for (int j = 0; j < 5; j++) total += shape_numel(&in[j]->shape);
-        int same = n->op == OP_MOE ? shape_eq(&n->shape, &in[0]->shape) : shape_numel(&n->shape) == total &&
-                                                                             shape_eq(&n->in[0]->shape, &in[0]->shape);
+        int same = n->op == OP_MOE ? shape_eq(&n->shape, &in[0]->shape)
+                                   : shape_numel(&n->shape) == total && shape_eq(&n->in[0]->shape, &in[0]->shape);
         if (!same || !moe_shapes_ok(in)) rd_fail(r, "%s: operands of inconsistent shapes", where);
         return;
     }
@@ -482,8 +529,8 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     case OP_LOAD_BALANCE_BWD: {
         int bwd = n->op == OP_LOAD_BALANCE_BWD;
         const Shape *l = &n->in[bwd]->shape;
-        if (l->rank < 1 || !shape_eq(l, &n->in[bwd + 1]->shape) || (bwd ? !shape_eq(&n->shape, l) || n->in[0]->shape.rank
-                                                                         : n->shape.rank != 0))
+        if (l->rank < 1 || !shape_eq(l, &n->in[bwd + 1]->shape) ||
+            (bwd ? !shape_eq(&n->shape, l) || n->in[0]->shape.rank : n->shape.rank != 0))
             rd_fail(r, "%s: operands of inconsistent shapes", where);
         return;
     }
@@ -595,8 +642,8 @@ static Node *get_node_ref(Rd *r, const Part *part, int lo, int hi, int may_be_no
     if (r->failed) return NULL;
     if (id == -1 && may_be_none) return NULL;
     if (id < lo || id >= hi) {
-        rd_fail(r, "%s part: %s is node %d; expected %s%d..%d", part_name(pk), what, id, may_be_none ? "-1 or " : "", lo,
-                hi - 1);
+        rd_fail(r, "%s part: %s is node %d; expected %s%d..%d", part_name(pk), what, id, may_be_none ? "-1 or " : "",
+                lo, hi - 1);
         return NULL;
     }
     return part->nodes.items[id];
@@ -749,8 +796,8 @@ static int read_host(Rd *r, Plan *p) {
         int64_t seg = pr->in_block ? p->host_kind[pr->kind] : p->host_global;
         if (!range_ok(p->param_offset[i], shape_numel(&pr->shape), seg)) {
             rd_fail(r, "parameter '%s' at floats [%lld, +%lld) lies outside its %s segment of %lld floats", pr->name,
-                    (long long)p->param_offset[i], (long long)shape_numel(&pr->shape), pr->in_block ? "layer" : "global",
-                    (long long)seg);
+                    (long long)p->param_offset[i], (long long)shape_numel(&pr->shape),
+                    pr->in_block ? "layer" : "global", (long long)seg);
             return -1;
         }
         int64_t first = p->param_offset[i], last = first + shape_numel(&pr->shape) - 1;
@@ -811,8 +858,8 @@ static int read_arena(Rd *r, Plan *p) {
             }
             if (!range_ok(off, storage_bytes(g->train.compute, nd), p->arena_bytes)) {
                 rd_fail(r, "%s node %d (%s) at bytes [%lld, +%lld) lies outside the arena of %lld bytes",
-                        part_name((PartKind)pk), i, op_name(nd->op), (long long)off, (long long)storage_bytes(g->train.compute, nd),
-                        (long long)p->arena_bytes);
+                        part_name((PartKind)pk), i, op_name(nd->op), (long long)off,
+                        (long long)storage_bytes(g->train.compute, nd), (long long)p->arena_bytes);
                 return -1;
             }
             if (off % storage_elem_bytes(g->train.compute, nd) != 0) {
@@ -863,12 +910,14 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         return;
     case INS_COPY_IN:
     case INS_COPY_OUT: {
-        int64_t harena = in->kind == INS_COPY_IN ? in->dst : in->src, hhost = in->kind == INS_COPY_IN ? in->src : in->dst;
+        int64_t harena = in->kind == INS_COPY_IN ? in->dst : in->src,
+                hhost = in->kind == INS_COPY_IN ? in->src : in->dst;
         int64_t elem = in->flags & XFER_BF16 ? 2 : 4;
         if (in->layer < SEG_FIRST || in->layer >= g->layers)
             rd_fail(r, "%s: segment %d of %lld layers and the head's (-1) and tail's (-2) globals", where, in->layer,
                     (long long)g->layers);
-        else if (in->flags & ~(XFER_BF16 | XFER_SHARD)) rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
+        else if (in->flags & ~(XFER_BF16 | XFER_SHARD))
+            rd_fail(r, "%s: unknown flags 0x%x", where, (unsigned)in->flags);
         else if (!(in->flags & XFER_SHARD) != !p->sharded)
             rd_fail(r, "%s: %s in a %s plan", where, in->flags & XFER_SHARD ? "a shard's copy" : "a whole copy",
                     p->sharded ? "sharded" : "replicated");
@@ -877,7 +926,8 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         else if (in->kind == INS_COPY_IN && g->train.compute == DT_BF16 && !(in->flags & XFER_BF16))
             rd_fail(r, "%s: bf16 plans stream their weights as bf16", where);
         else if (in->bytes % elem != 0)
-            rd_fail(r, "%s: %lld bytes is not whole %s elements", where, (long long)in->bytes, elem == 2 ? "bf16" : "fp32");
+            rd_fail(r, "%s: %lld bytes is not whole %s elements", where, (long long)in->bytes,
+                    elem == 2 ? "bf16" : "fp32");
         else if (!range_ok(hhost, in->bytes / elem, host))
             rd_fail(r, "%s: host elements [%lld, +%lld) lie outside the host store of %lld", where, (long long)hhost,
                     (long long)(in->bytes / elem), (long long)host);
@@ -933,7 +983,8 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
     }
     case INS_LOSS:
         if (!range_ok(in->src, 4, A))
-            rd_fail(r, "%s: the loss at byte %lld lies outside the arena of %lld", where, (long long)in->src, (long long)A);
+            rd_fail(r, "%s: the loss at byte %lld lies outside the arena of %lld", where, (long long)in->src,
+                    (long long)A);
         else if (in->src % 4 != 0)
             rd_fail(r, "%s: the loss at byte %lld is not aligned to a float", where, (long long)in->src);
         return;
@@ -972,7 +1023,8 @@ static void check_instr(Rd *r, const Plan *p, const Instr *in, const char *strea
         }
         const Part *part = &g->parts[block_part(g, in->layer)];
         const Node *n = in->part == block_part(g, in->layer) && in->from >= 0 && in->from < part->nfwd
-                            ? part->nodes.items[in->from] : NULL;
+                            ? part->nodes.items[in->from]
+                            : NULL;
         if (!n || p->node_offset[in->part] == NULL || plan_offsets(p, in->part, 0)[in->from] < 0)
             rd_fail(r, "%s: node %d of part %d is not a node with a buffer in layer %d's forward", where, in->from,
                     in->part, in->layer);
@@ -1189,13 +1241,19 @@ Plan *plan_parse(const void *data, size_t len, const char *name, Arena *a, char 
     p->graph = g;
     // In the order each section's checks need: GRAPH before what refers to
     // its nodes and params, STREAMS after HOST and ARENA, KERNELS last.
-    static const int ORDER[SECTIONS] = {SEC_SOURCE, SEC_GRAPH, SEC_CONFIG, SEC_HOST, SEC_ARENA, SEC_STREAMS, SEC_KERNELS};
+    static const int ORDER[SECTIONS] = {SEC_SOURCE, SEC_GRAPH,   SEC_CONFIG, SEC_HOST,
+                                        SEC_ARENA,  SEC_STREAMS, SEC_KERNELS};
     uLong plan_crc = crc32(0L, Z_NULL, 0);
     for (int k = 0; k < SECTIONS; k++) {
         int id = ORDER[k];
         const Entry *en = &e[id - 1];
-        Rd r = {.p = file.p + en->off, .len = (size_t)en->size, .file = name, .sec = SECTION_NAMES[id - 1],
-                .err = err, .errcap = errcap, .a = a};
+        Rd r = {.p = file.p + en->off,
+                .len = (size_t)en->size,
+                .file = name,
+                .sec = SECTION_NAMES[id - 1],
+                .err = err,
+                .errcap = errcap,
+                .a = a};
         int rc = 0;
         switch ((SectionId)id) {
         case SEC_SOURCE: rc = read_source(&r, p); break;

@@ -67,8 +67,9 @@ static void copy_shard(Replay *r, const Instr *in) {
         return;
     }
     int64_t a = in->dst > lo ? in->dst : lo, b = in->dst + in->bytes / elem < hi ? in->dst + in->bytes / elem : hi;
-    if (b > a) be->copy_out_add(be, in, hs->g + at + (a - lo), in->src + (a - in->dst) * elem, (b - a) * elem,
-                                in->flags & XFER_BF16 ? GRADS_BF16 : 0);
+    if (b > a)
+        be->copy_out_add(be, in, hs->g + at + (a - lo), in->src + (a - in->dst) * elem, (b - a) * elem,
+                         in->flags & XFER_BF16 ? GRADS_BF16 : 0);
 }
 
 // The stream's first failure (a collective's): kept once, and from then on
@@ -88,8 +89,9 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
     switch ((InsKind)in->kind) {
     case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
         if (in->flags & XFER_SHARD) copy_shard(r, in);
-        else be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src,
-                         in->bytes);
+        else
+            be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src,
+                        in->bytes);
         break;
     case INS_COPY_OUT: // set where the range holds zeros, else added (store_grads_out); a sharded rank's slice
         if (in->flags & XFER_SHARD) copy_shard(r, in);
@@ -99,8 +101,7 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
             be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, in->flags & XFER_BF16 ? GRADS_BF16 : 0);
         else if (in->flags & XFER_BF16) // into zeros: bf16 widened; fp32 a plain copy (no pass on the host)
             be->copy_out_add(be, in, hs->g + in->dst, in->src, in->bytes, GRADS_BF16 | GRADS_SET);
-        else
-            be->copy_out(be, in, hs->g + in->dst, in->src, in->bytes);
+        else be->copy_out(be, in, hs->g + in->dst, in->src, in->bytes);
         break;
     case INS_COPY:
         if (in->flags & XFER_BF16) be->copy_widen(be, in, in->dst, in->src, in->bytes);
@@ -158,10 +159,14 @@ static void execute(Replay *r, const Instr *in, const int32_t *const *inputs, in
 // where each engine with instructions left is.
 static void deadlock(const Instr *ins, int n, const int *queue, const int *start, const int *pc, const char *stream,
                      double stalled_s, char *err, size_t errcap) {
-    size_t used = stalled_s > 0 ? (size_t)snprintf(err, errcap, "hang in the %s stream: no engine started or finished "
-                                                   "an instruction for %.0f s:", stream, stalled_s)
-                                : (size_t)snprintf(err, errcap, "deadlock in the %s stream: every engine with "
-                                                   "instructions left waits:", stream);
+    size_t used = stalled_s > 0 ? (size_t)snprintf(err, errcap,
+                                                   "hang in the %s stream: no engine started or finished "
+                                                   "an instruction for %.0f s:",
+                                                   stream, stalled_s)
+                                : (size_t)snprintf(err, errcap,
+                                                   "deadlock in the %s stream: every engine with "
+                                                   "instructions left waits:",
+                                                   stream);
     for (int e = 0; e < ENG_COUNT && used < errcap; e++) {
         if (pc[e] == start[e + 1]) continue;
         int i = queue[pc[e]], ev = ins[i].event, rec = -1;
@@ -172,12 +177,15 @@ static void deadlock(const Instr *ins, int n, const int *queue, const int *start
         for (int k = 0; k < n && rec < 0; k++)
             if (ins[k].kind == INS_RECORD && ins[k].event == ev) rec = k;
         if (rec < 0)
-            used += (size_t)snprintf(err + used, errcap - used, " %s at instruction %d (WAIT event %d, which no "
-                                     "instruction records);", ENGINE_NAMES[e], i, ev);
+            used += (size_t)snprintf(err + used, errcap - used,
+                                     " %s at instruction %d (WAIT event %d, which no "
+                                     "instruction records);",
+                                     ENGINE_NAMES[e], i, ev);
         else
-            used += (size_t)snprintf(err + used, errcap - used, " %s at instruction %d (WAIT event %d, recorded by "
-                                     "instruction %d on %s, not yet reached);", ENGINE_NAMES[e], i, ev, rec,
-                                     replay_engine_name(ins[rec].engine));
+            used += (size_t)snprintf(err + used, errcap - used,
+                                     " %s at instruction %d (WAIT event %d, recorded by "
+                                     "instruction %d on %s, not yet reached);",
+                                     ENGINE_NAMES[e], i, ev, rec, replay_engine_name(ins[rec].engine));
     }
 }
 
@@ -200,8 +208,8 @@ typedef struct Engines {
     double progress_at;       // CLOCK_MONOTONIC seconds: the last time an engine started or finished an instruction
     double stall_s;           // no progress for this long while an engine waits: a hang
     pthread_mutex_t mu;
-    pthread_cond_t cv;        // (CLOCK_MONOTONIC) broadcast on every RECORD and failure
-    int failed;               // a deadlock or a hang: every engine stops
+    pthread_cond_t cv; // (CLOCK_MONOTONIC) broadcast on every RECORD and failure
+    int failed;        // a deadlock or a hang: every engine stops
     char *err;
     size_t errcap;
 } Engines;
@@ -329,9 +337,21 @@ static int replay_threads(Replay *r, const Instr *ins, int n, const int32_t *con
                           size_t errcap) {
     int pc[ENG_COUNT];
     for (int e = 0; e < ENG_COUNT; e++) pc[e] = start[e];
-    Engines E = {.r = r, .ins = ins, .n = n, .inputs = inputs, .last = last, .loss = loss, .stream = stream,
-                 .queue = queue, .start = start, .pc = pc, .fired = fired, .err = err, .errcap = errcap,
-                 .progress_at = monotonic_s(), .stall_s = stall_limit_s(r)};
+    Engines E = {.r = r,
+                 .ins = ins,
+                 .n = n,
+                 .inputs = inputs,
+                 .last = last,
+                 .loss = loss,
+                 .stream = stream,
+                 .queue = queue,
+                 .start = start,
+                 .pc = pc,
+                 .fired = fired,
+                 .err = err,
+                 .errcap = errcap,
+                 .progress_at = monotonic_s(),
+                 .stall_s = stall_limit_s(r)};
     pthread_condattr_t ca;
     pthread_condattr_init(&ca);
     pthread_condattr_setclock(&ca, CLOCK_MONOTONIC);
@@ -361,7 +381,7 @@ int replay(Replay *r, const Instr *ins, int n, const int32_t *const *inputs, int
     const Plan *p = r->p;
     const char *stream = ins == p->train ? "train" : ins == p->eval ? "eval" : "given";
     int *queue = malloc(((size_t)n + 1) * sizeof(int)); // (n) instruction indices, grouped by engine in stream order
-    char *fired = calloc((size_t)p->nevents + 1, 1);     // (nevents)
+    char *fired = calloc((size_t)p->nevents + 1, 1);    // (nevents)
     int *recorder = malloc(((size_t)p->nevents + 1) * sizeof(int)); // (nevents) the engine recording each event
     int start[ENG_COUNT + 1] = {0}, pc[ENG_COUNT], rc = -1;
     *loss = NAN;
@@ -495,10 +515,9 @@ static void grads_add(const PartState *ps, const Plan *p, HostStore *hs, int64_t
         int64_t at = plan_param_elem(p, g->of->param, layer), n = shape_numel(&g->of->shape);
         uint16_t *gb = store_grads_bf16_at(hs, at);
         const float *v = ps->val[g->grad->id]; // (n) rounded to bf16 where the storage rule stores it so
-        if (gb) // a layer's bf16 gradient, set once a step (HostStore.gb): exact
+        if (gb)                                // a layer's bf16 gradient, set once a step (HostStore.gb): exact
             for (int64_t k = 0; k < n; k++) gb[k] = bf16_from_f32(v[k]);
-        else
-            grads_accumulate_ref(hs->g + at, v, n, 0);
+        else grads_accumulate_ref(hs->g + at, v, n, 0);
     }
 }
 
@@ -518,7 +537,8 @@ static int tail_logits(const PartState *tail, const Graph *g, float *out) {
         if (!tg) continue;
         int64_t t0 = tg->op == OP_SLICE && tg->axis == 1 ? tg->offset : 0;
         const Shape *s = &n->in[0]->shape; // (B, Tc, V)
-        if (s->rank != 3 || s->dims[0] != B || t0 + s->dims[1] > T || (tg->op != OP_SLICE && s->dims[1] != T)) return -1;
+        if (s->rank != 3 || s->dims[0] != B || t0 + s->dims[1] > T || (tg->op != OP_SLICE && s->dims[1] != T))
+            return -1;
         int64_t Tc = s->dims[1], V = s->dims[2];
         const float *src = tail->val[n->in[0]->id];
         for (int64_t b = 0; b < B; b++)
@@ -531,8 +551,8 @@ static int tail_logits(const PartState *tail, const Graph *g, float *out) {
 static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
                             int backward, float *logits, double *aux);
 
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
-                     int backward, double *aux) {
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
+                     double *aux) {
     return reference_pass(p, hs, inputs, seg_start, backward, NULL, aux);
 }
 

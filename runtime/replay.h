@@ -46,14 +46,14 @@ int replay_order_parse(const char *s, ReplayOrder *o, char *err, size_t errcap);
 typedef struct Replay {
     const Plan *p;
     Backend *be;
-    HostStore *hs;      // weights stream in from it, gradients add into it, NORM and UPDATE act on it
-    const Dist *dist;   // the ranks a sharded plan's collectives run over (NULL: one process)
-    char *act;          // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
+    HostStore *hs;    // weights stream in from it, gradients add into it, NORM and UPDATE act on it
+    const Dist *dist; // the ranks a sharded plan's collectives run over (NULL: one process)
+    char *act;        // (p->host_act_bytes) the host activation store of INS_SAVE and INS_LOAD
     ReplayOrder order;
-    uint64_t rng;       // the random order's state, carried from stream to stream
-    int hang_s;         // threads, streams: seconds without any engine's progress while one waits before it is
-                        // a hang (0: REPLAY_STALL_S or 10 predicted steps, the larger); a deadlock is reported
-                        // at once whatever it is
+    uint64_t rng; // the random order's state, carried from stream to stream
+    int hang_s;   // threads, streams: seconds without any engine's progress while one waits before it is
+                  // a hang (0: REPLAY_STALL_S or 10 predicted steps, the larger); a deadlock is reported
+                  // at once whatever it is
     // Called after each INS_RUN (NULL: not called), so a long step can show
     // how far it is; it must not touch the arena or the store.
     void (*on_run)(void *ctx, const Instr *in);
@@ -64,14 +64,14 @@ typedef struct Replay {
     // stream instruction whose issue the threaded replays hold 50 ms, so that
     // a consumer that lost its WAIT on it runs first; 0: none.
     int hold_ins;
-    int hold_ms;         // how long (0: 50 ms); tests hold an engine longer than a step's WAITs ever were
+    int hold_ms; // how long (0: 50 ms); tests hold an engine longer than a step's WAITs ever were
     // The micro-batch's document starts (B, T) (kernels.h: seg_start; data.h,
     // X.docs) that the next replay() hands its backend (set_doc_starts), or NULL:
     // rows are one stream. Data like the inputs; the caller keeps it valid
     // through the replay.
     const int32_t *seg_start;
-    int failed;          // during replay(): an instruction failed (a collective), failure says how; nothing after it
-    char failure[1024];  // is issued
+    int failed;         // during replay(): an instruction failed (a collective), failure says how; nothing after it
+    char failure[1024]; // is issued
 } Replay;
 
 // The threaded replays' hang limit: 10 minutes without any engine starting
@@ -121,8 +121,8 @@ const char *replay_engine_name(int engine);
 // batch's document starts (kernels.h), or NULL; with backward, gradients
 // are added into hs->g. Returns the loss, or NAN when out of memory; adds
 // the losses add_loss joins in the layers into *aux (NULL: not wanted).
-float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
-                     int backward, double *aux);
+float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
+                     double *aux);
 // reference_step that also writes the logits the loss reads into logits
 // (B, T, V; NULL: not wanted), for --logits and --sample-every. NAN also
 // when the tail's losses do not read logits of the whole batch (a model

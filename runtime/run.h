@@ -24,26 +24,26 @@ typedef struct Run {
     const TrainOptions *o;
     HostStore hs;
     Backend *be;
-    Replay rp;        // the plan's streams on be
-    char *act;        // (p->host_act_bytes) the host activation store
+    Replay rp;                     // the plan's streams on be
+    char *act;                     // (p->host_act_bytes) the host activation store
     unsigned char *stream_updates; // (hs.nseg) whether the train stream has an INS_UPDATE of that segment
     // What the plan's forward reports (INS_STAT), for the log: the losses add_loss joins and each MoE layer's
     // load per expert. reports: whether the train stream has any (not with --reference).
-    char *stats;       // (the larger stream's replay_stats_bytes) where the replay reads them out
+    char *stats; // (the larger stream's replay_stats_bytes) where the replay reads them out
     int reports;
-    int64_t *experts;  // (layers) each layer's experts (0: not a mixture of experts)
-    int64_t max_e;     // the most of any layer
-    double aux;        // the step's: the mean over micro-batches of the joined losses' sum (--reference too)
-    int joins;         // the layers join losses (add_loss): the reported loss is the cross-entropy plus aux
-    double *loads;     // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
-    double *sq_norms;  // (hs.nseg) a sharded plan's: the segments' squared gradient norms, summed over the ranks
-    DataSet data;     // the training data (and its last 10% for validation, without --val-data)
-    DataSet val_file; // --val-data, all of it validation; unused without
+    int64_t *experts;   // (layers) each layer's experts (0: not a mixture of experts)
+    int64_t max_e;      // the most of any layer
+    double aux;         // the step's: the mean over micro-batches of the joined losses' sum (--reference too)
+    int joins;          // the layers join losses (add_loss): the reported loss is the cross-entropy plus aux
+    double *loads;      // (layers, max_e) the step's tokens each expert took (every micro-batch's, every rank's)
+    double *sq_norms;   // (hs.nseg) a sharded plan's: the segments' squared gradient norms, summed over the ranks
+    DataSet data;       // the training data (and its last 10% for validation, without --val-data)
+    DataSet val_file;   // --val-data, all of it validation; unused without
     const DataSet *val; // &data or &val_file
     int32_t *tokens, *targets; // (B, T) each
     int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
-    float loss_scale; // the tail's gradient seed, d objective / d loss (graph.h): 1, or with masked targets
-                      // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
+    float loss_scale;          // the tail's gradient seed, d objective / d loss (graph.h): 1, or with masked targets
+                               // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
     FILE *log;
     double predicted_s; // the plan's predicted step time on its target (0: not given)
     int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
@@ -51,16 +51,16 @@ typedef struct Run {
     double step_t0;     // when it started
     double last_note;   // when the progress line was last written
     // (step_t0 is 0 outside a step)
-    double note_every;  // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
+    double note_every;                    // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
     int64_t passes_done, passes_per_step; // layer passes done in this step, of the step's
-    int32_t pass_layer; // the layer of the pass running (INT32_MIN before a micro-batch's first)
-    int64_t schedule_steps; // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
+    int32_t pass_layer;                   // the layer of the pass running (INT32_MIN before a micro-batch's first)
+    int64_t schedule_steps;      // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
     int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
-    const char *save_dir; // where checkpoints go: --save's, or the default beside the log; NULL: none
-                          // (rank 0's, every rank's alike: each writes its shard there)
-    char *save_dir_agreed; // the malloc'd copy of rank 0's that save_dir points to, with ranks
-    Comm comm;            // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
-    char no_save[600];    // why none, where the default would have saved (for the banner)
+    const char *save_dir;        // where checkpoints go: --save's, or the default beside the log; NULL: none
+                                 // (rank 0's, every rank's alike: each writes its shard there)
+    char *save_dir_agreed;       // the malloc'd copy of rank 0's that save_dir points to, with ranks
+    Comm comm;                   // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
+    char no_save[600];           // why none, where the default would have saved (for the banner)
 } Run;
 
 // The monotonic clock, in seconds.
@@ -141,8 +141,8 @@ void log_progress_init(Run *r);
 void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed);
 
 // The log's first record of a run (and of each resumed part of it). 0, or -1 with a message.
-int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed,
-               char *err, size_t errcap);
+int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,
+               size_t errcap);
 
 // A step's log record (flushed first) and its line. 0, or -1 with a message.
 int log_step(Run *r, const StepDone *d, char *err, size_t errcap);

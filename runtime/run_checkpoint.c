@@ -70,7 +70,8 @@ int64_t run_resume(Run *r, uint64_t seed, char *err, size_t errcap) {
     CkptRange *want = p->sharded && segs ? malloc((size_t)nsegs * sizeof *want) : NULL;
     for (int k = 0; want && k < nsegs; k++) dist_shard(segs[k].len, r->hs.rank, r->hs.ranks, &want[k].lo, &want[k].hi);
     int rc = segs && (want || !p->sharded)
-                 ? ckpt_load(path, &meta, plan_host_elems(p), segs, nsegs, want, &io, err, errcap) : -1;
+                 ? ckpt_load(path, &meta, plan_host_elems(p), segs, nsegs, want, &io, err, errcap)
+                 : -1;
     if (!segs || (p->sharded && !want)) snprintf(err, errcap, "out of memory");
     free(segs), free(want);
     if (rc != 0) return -1;
@@ -118,9 +119,10 @@ static int save_sharded(Run *r, const CkptMeta *meta, char *err, size_t errcap) 
     for (int k = 0; all && k < d->size && failed < 0; k++)
         if (all[3 * k] != 0) failed = k;
     if (rc == 0 && failed >= 0) {
-        snprintf(err, errcap, "rank %d of %d could not write its shard of step %lld (its message says why); step %lld "
-                 "is not saved, the newest checkpoint in %s stays the one to resume", failed, d->size,
-                 (long long)meta->step, (long long)meta->step, r->save_dir);
+        snprintf(err, errcap,
+                 "rank %d of %d could not write its shard of step %lld (its message says why); step %lld "
+                 "is not saved, the newest checkpoint in %s stays the one to resume",
+                 failed, d->size, (long long)meta->step, (long long)meta->step, r->save_dir);
         rc = -1;
     }
     if (rc == 0 && d->rank == 0) {
@@ -140,9 +142,16 @@ int run_save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
     if (store_ok(r, err, errcap) != 0) return -1;
-    CkptMeta meta = {.step = step, .data_pos = data_position(&r->data), .seed = seed, .plan_crc = p->plan_crc,
-                     .model_crc = model_crc(p), .n = plan_host_elems(p), .batch = t->batch, .seq = t->seq,
-                     .accumulate = t->accumulate, .device_limit = p->device_limit,
+    CkptMeta meta = {.step = step,
+                     .data_pos = data_position(&r->data),
+                     .seed = seed,
+                     .plan_crc = p->plan_crc,
+                     .model_crc = model_crc(p),
+                     .n = plan_host_elems(p),
+                     .batch = t->batch,
+                     .seq = t->seq,
+                     .accumulate = t->accumulate,
+                     .device_limit = p->device_limit,
                      .schedule_steps = r->schedule_steps};
     snprintf(meta.model, sizeof meta.model, "%s", p->graph->model_name);
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);

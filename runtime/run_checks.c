@@ -40,7 +40,8 @@ int check_inputs(const Graph *g, char *err, size_t errcap) {
              in->shape.dims[1] == g->train.seq;
     }
     if (!ok)
-        snprintf(err, errcap, "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
+        snprintf(err, errcap,
+                 "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
                  "other inputs");
     return ok ? 0 : -1;
 }
@@ -76,16 +77,19 @@ int plan_tier_holds(const Plan *p) {
 // --export gathers the whole model in RAM: refused up front with the master on the tier.
 static int check_tier(const Run *r, char *err, size_t errcap) {
     if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1) { // (tier.c's file is DIR/mtrun.tier, one a directory)
-        snprintf(err, errcap, "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
-                 "tier file in %s; start one rank a machine, or plan without the tier", r->o->dist->local,
-                 r->o->tier_dir);
+        snprintf(err, errcap,
+                 "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
+                 "tier file in %s; start one rank a machine, or plan without the tier",
+                 r->o->dist->local, r->o->tier_dir);
         return -1;
     }
     // now, not after the training
     if (r->o->tier_dir && r->o->export_path && (plan_tier_holds(r->p) & STORE_TIER_MASTER)) {
-        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
+        snprintf(err, errcap,
+                 "--export with the fp32 master on the NVMe tier (the plan's tier=%.*s) is not supported "
                  "yet: it would gather the whole model in RAM; save a checkpoint (--save) and export from it in a run "
-                 "without the tier", (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
+                 "without the tier",
+                 (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
         return -1;
     }
     return 0;
@@ -112,13 +116,15 @@ int64_t ram_store_bytes(const Run *r) {
 static int check_sharded(const Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     if (!r->p->sharded) return 0;
-    const char *what = o->reference ? "--reference (the host executor reads the whole store)"
-                     : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
-                                     "store by the ranks)"
-                                    : NULL;
+    const char *what = o->reference  ? "--reference (the host executor reads the whole store)"
+                       : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
+                                       "store by the ranks)"
+                                     : NULL;
     if (!what) return 0;
-    snprintf(err, errcap, "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
-             "shard of the host store; make a replicated plan (mtc --shard off) for it", what);
+    snprintf(err, errcap,
+             "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "
+             "shard of the host store; make a replicated plan (mtc --shard off) for it",
+             what);
     return -1;
 }
 
@@ -130,22 +136,27 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
     int64_t have = r->o->host_available > 0 ? r->o->host_available : host_available();
     int local = r->o->dist ? r->o->dist->local : 1;
     if (have > 0 && local > 1 && need > have / local) {
-        snprintf(err, errcap, "each rank needs %lld bytes of host memory (%.1f GB: its %s of the host store%s) "
+        snprintf(err, errcap,
+                 "each rank needs %lld bytes of host memory (%.1f GB: its %s of the host store%s) "
                  "and %d ranks share this machine's %lld bytes (%.1f GB) available, %lld (%.1f GB) each; start fewer "
-                 "ranks on a machine", (long long)need, (double)need / 1e9, r->p->sharded ? "shard" : "own copy",
-                 r->o->reference ? "" : ", its cpu arena and "
-                 "host activation store", local, (long long)have, (double)have / 1e9, (long long)(have / local),
-                 (double)(have / local) / 1e9);
+                 "ranks on a machine",
+                 (long long)need, (double)need / 1e9, r->p->sharded ? "shard" : "own copy",
+                 r->o->reference ? ""
+                                 : ", its cpu arena and "
+                                   "host activation store",
+                 local, (long long)have, (double)have / 1e9, (long long)(have / local), (double)(have / local) / 1e9);
         return -1;
     }
     if (have <= 0 || need <= have) return 0;
-    snprintf(err, errcap, "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
-             "but this machine has %lld bytes (%.1f GB) available%s", (long long)need, (double)need / 1e9,
-             r->o->tier_dir ? "the globals' " : "",
-             r->o->reference ? "" : ", the cpu arena and the host activation store",
-             (long long)have, (double)have / 1e9,
+    snprintf(err, errcap,
+             "the plan needs %lld bytes of host memory (%.1f GB: weights, %sAdam moments, gradients%s) "
+             "but this machine has %lld bytes (%.1f GB) available%s",
+             (long long)need, (double)need / 1e9, r->o->tier_dir ? "the globals' " : "",
+             r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have,
+             (double)have / 1e9,
              plan_tier(r->p) && !r->o->tier_dir ? "; the plan was made with the Adam moments on the NVMe tier: give "
-                                                  "--tier-dir DIR" : "");
+                                                  "--tier-dir DIR"
+                                                : "");
     return -1;
 }
 
@@ -168,13 +179,17 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
     if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
     if (o->save_default) {
-        snprintf(r->no_save, sizeof r->no_save, "%s holds an earlier run's checkpoints (--resume %s continues it; "
-                 "--save DIR saves this run elsewhere)", o->save_dir, o->save_dir);
+        snprintf(r->no_save, sizeof r->no_save,
+                 "%s holds an earlier run's checkpoints (--resume %s continues it; "
+                 "--save DIR saves this run elsewhere)",
+                 o->save_dir, o->save_dir);
         r->save_dir = NULL;
         return 0;
     }
-    snprintf(err, errcap, "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
-             "another directory", o->save_dir, path, o->save_dir);
+    snprintf(err, errcap,
+             "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
+             "another directory",
+             o->save_dir, path, o->save_dir);
     return -1;
 }
 
@@ -187,14 +202,17 @@ static int check_forward_flags(const Run *r, char *err, size_t errcap) {
     const TrainConfig *t = &p->graph->train;
     if (!r->o->logits && !r->o->sample_every) return 0;
     if (r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
-        snprintf(err, errcap, "--logits and --sample-every run the forward on the host from the fp32 master, which "
-                 "this plan puts on the NVMe tier (tier=%.*s)", (int)strcspn(plan_tier(p), " "), plan_tier(p));
+        snprintf(err, errcap,
+                 "--logits and --sample-every run the forward on the host from the fp32 master, which "
+                 "this plan puts on the NVMe tier (tier=%.*s)",
+                 (int)strcspn(plan_tier(p), " "), plan_tier(p));
         return -1;
     }
     if (data_val_batches(r->val, t->batch, t->seq) <= 0) {
-        snprintf(err, errcap, "--logits and --sample-every take the first validation batch (as the logits' batch, "
-                 "as the prompt); %s has none of %lld x %lld tokens", r->val->path, (long long)t->batch,
-                 (long long)t->seq);
+        snprintf(err, errcap,
+                 "--logits and --sample-every take the first validation batch (as the logits' batch, "
+                 "as the prompt); %s has none of %lld x %lld tokens",
+                 r->val->path, (long long)t->batch, (long long)t->seq);
         return -1;
     }
     DataVocab v; // a vocabulary that decodes samples, found before any training
@@ -212,8 +230,10 @@ int check_flags(const Run *r, char *err, size_t errcap) {
 
 int check_backend(const Run *r, char *err, size_t errcap) {
     if (!r->p->sharded || (r->be->collective && r->be->copy_widen)) return 0;
-    snprintf(err, errcap, "the %s backend runs no collectives, which a sharded plan needs (mtc --shard on): "
-             "run it with --device cpu, or make a replicated plan (mtc --shard off)", r->be->name);
+    snprintf(err, errcap,
+             "the %s backend runs no collectives, which a sharded plan needs (mtc --shard on): "
+             "run it with --device cpu, or make a replicated plan (mtc --shard off)",
+             r->be->name);
     return -1;
 }
 
@@ -222,12 +242,16 @@ int check_backend(const Run *r, char *err, size_t errcap) {
 int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint64_t seed, char *err, size_t errcap) {
     const Plan *p = r->p;
     if (meta->model_crc != model_crc(p) || meta->n != plan_host_elems(p)) {
-        snprintf(err, errcap, "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this "
+        snprintf(err, errcap,
+                 "%s: this checkpoint belongs to model '%s' (parameters crc %08x, %lld floats); this "
                  "plan's model is '%s' (crc %08x, %lld floats): a checkpoint resumes only the model that wrote it%s",
                  path, meta->model, meta->model_crc, (long long)meta->n, p->graph->model_name, model_crc(p),
-                 (long long)plan_host_elems(p), strcmp(meta->model, p->graph->model_name) ? ""
-                 : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt that "
-                   "wrote it can --export its weights, and --init starts from them)");
+                 (long long)plan_host_elems(p),
+                 strcmp(meta->model, p->graph->model_name)
+                     ? ""
+                     : ", laid out as it was (an edited model, or a store laid out by another version of mt: the mt "
+                       "that "
+                       "wrote it can --export its weights, and --init starts from them)");
         return -1;
     }
     if (meta->seed != seed) {
@@ -240,8 +264,9 @@ int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint6
 
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap) {
     if (!r->o->resume || done < steps) return 0;
-    snprintf(err, errcap, "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
-             "give --steps above %lld to train further", r->o->resume, (long long)done, (long long)steps,
-             (long long)done);
+    snprintf(err, errcap,
+             "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
+             "give --steps above %lld to train further",
+             r->o->resume, (long long)done, (long long)steps, (long long)done);
     return -1;
 }

@@ -66,15 +66,15 @@ static void note_progress(void *ctx, const Instr *in) {
 
 // "PATH (N tokens, FORMAT[, mask M: K% of targets ignored])"
 static void describe_data(char *out, size_t cap, const DataSet *d, const char *split) {
-    static const char *const FORMAT[] = {[DATA_TEXT] = "bytes", [DATA_LLMC] = "llm.c uint16 tokens",
-                                         [DATA_LLMC3] = "llm.c Llama-3 uint32 tokens"};
+    static const char *const FORMAT[] =
+        {[DATA_TEXT] = "bytes", [DATA_LLMC] = "llm.c uint16 tokens", [DATA_LLMC3] = "llm.c Llama-3 uint32 tokens"};
     int n = snprintf(out, cap, "%s (%lld tokens, %s%s", d->path, (long long)d->ntokens, FORMAT[d->format], split);
     if (d->mask && n > 0 && (size_t)n < cap)
         n += snprintf(out + n, cap - (size_t)n, "; mask %s: %.1f%% of targets ignored", d->mask_path,
                       100.0 * (double)d->nmasked / (double)d->ntokens);
     if (d->doc_starts && n > 0 && (size_t)n < cap)
-        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each", (long long)d->ndocuments,
-                      d->doc_starts_path);
+        n += snprintf(out + n, cap - (size_t)n, "; %lld documents (%s): attention within each",
+                      (long long)d->ndocuments, d->doc_starts_path);
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
@@ -107,13 +107,16 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
             (double)ram_store_bytes(r) / 1e6, (long long)r->hs.bytes, r->hs.gb ? "; the layers' gradients bf16" : "",
             r->o->threads);
     if (r->hs.tier)
-        fprintf(out, "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a "
-                "checkpoint)\n", tier_path(r->hs.tier),
+        fprintf(out,
+                "  tier     %s: the layers' Adam moments%s%s, %.2f MB (scratch, removed at exit; not a "
+                "checkpoint)\n",
+                tier_path(r->hs.tier),
                 r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
-    describe_data(d, sizeof d, &r->data, r->o->val_data ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
-                                         : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
-                                                         : "; the last 10% validates");
+    describe_data(d, sizeof d, &r->data,
+                  r->o->val_data  ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
+                  : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
+                                  : "; the last 10% validates");
     fprintf(out, "  data     %s\n", d);
     if (r->o->val_data) {
         describe_data(d, sizeof d, &r->val_file, "");
@@ -122,31 +125,34 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
     if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
     fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)t->batch * run_ranks(r),
-            (long long)t->seq, (long long)t->accumulate, base_lr, (unsigned long long)seed);
+            (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
+            (unsigned long long)seed);
     if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
     fputc('\n', out);
     if (r->predicted_s > 0)
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
-                r->compare ? "" : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
-                                                   : ", a cpu: not compared with this GPU's steps");
+                r->compare        ? ""
+                : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
+                                  : ", a cpu: not compared with this GPU's steps");
     if (run_ranks(r) > 1 && r->p->sharded)
-        fprintf(out, "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
+        fprintf(out,
+                "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
                 "rows; weights all-gathered and gradients reduce-scattered layer by layer (sharded); times are the "
-                "slowest rank's\n", run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
+                "slowest rank's\n",
+                run_ranks(r), run_ranks(r), (double)ram_store_bytes(r) / 1e9, (long long)t->batch,
                 (long long)t->batch * run_ranks(r));
     else if (run_ranks(r) > 1)
-        fprintf(out, "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
-                "summed over the ranks (replicated); times are the slowest rank's\n", run_ranks(r), (long long)t->batch,
-                (long long)t->batch * run_ranks(r));
+        fprintf(out,
+                "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
+                "summed over the ranks (replicated); times are the slowest rank's\n",
+                run_ranks(r), (long long)t->batch, (long long)t->batch * run_ranks(r));
     fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
     if (r->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
                 r->o->save_default ? " (beside the log; --no-save: none)" : "",
                 run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
-    else
-        fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
+    else fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
     fflush(out);
 }
 
@@ -164,8 +170,8 @@ static void json_str(FILE *f, const char *s) {
 
 // The log's first record of a run (and of each resumed part of it): what it
 // runs. 0, or -1 with a message (the log cannot be written).
-int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed,
-               char *err, size_t errcap) {
+int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,
+               size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
     FILE *f = r->log;
@@ -178,15 +184,15 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     json_str(f, plan_path);
     fprintf(f, ", \"schedule\": ");
     json_str(f, p->schedule);
-    fprintf(f, ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
-               "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, "
-               "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": %.6g, \"reference\": %s, "
-               "\"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
+    fprintf(f,
+            ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
+            "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, "
+            "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": %.6g, \"reference\": %s, "
+            "\"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)steps, (long long)r->schedule_steps, (long long)from,
-            base_lr, (unsigned long long)seed, r->predicted_s, r->o->reference ? "true" : "false",
-            (long long)p->arena_bytes, (long long)p->scratch_bytes);
+            (long long)steps, (long long)r->schedule_steps, (long long)from, base_lr, (unsigned long long)seed,
+            r->predicted_s, r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
     fprintf(f, ", \"data\": ");
     json_str(f, r->data.path);
@@ -260,9 +266,10 @@ void log_progress_init(Run *r) {
 int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     double tokens = (double)tokens_per_step(r);
     if (r->log) { // the log first, flushed: a run killed after a printed step has logged it
-        fprintf(r->log, "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                        "\"ms\": %.3f, \"elapsed_s\": %.3f", (long long)d->step, d->loss + r->aux, d->lr, d->norm,
-                tokens / d->dt, d->dt * 1e3, d->elapsed);
+        fprintf(r->log,
+                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
+                "\"ms\": %.3f, \"elapsed_s\": %.3f",
+                (long long)d->step, d->loss + r->aux, d->lr, d->norm, tokens / d->dt, d->dt * 1e3, d->elapsed);
         log_reports(r, d->loss);
         fputs("}\n", r->log);
         if (log_flush(r, err, errcap) != 0) return -1;
@@ -274,8 +281,8 @@ int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     char aux[80] = ""; // loss is the objective: the cross-entropy and the joined losses, labelled
     if (r->joins) snprintf(aux, sizeof aux, " (ce %.6f + aux %.6f)", d->loss, r->aux);
     fprintf(r->o->out, "step %6lld/%lld  loss %.6f%s  lr %.3e  norm %.4f  %.0f tok/s  %.1f ms%s  elapsed %s  eta %s\n",
-            (long long)d->step, (long long)d->steps, d->loss + r->aux, aux, d->lr, d->norm, tokens / d->dt,
-            d->dt * 1e3, vs, el, eta);
+            (long long)d->step, (long long)d->steps, d->loss + r->aux, aux, d->lr, d->norm, tokens / d->dt, d->dt * 1e3,
+            vs, el, eta);
     fflush(r->o->out);
     return 0;
 }
@@ -298,6 +305,9 @@ void log_summary(const Run *r, int stopped, int64_t from, int64_t s, int64_t sav
     fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
             stopped ? "stopped by a signal" : "done", (long long)(s - from), (long long)from + 1, (long long)s,
             (double)tokens_per_step(r) * (double)(s - from), el, vl, o->log_path ? o->log_path : "none",
-            r->save_dir && saved ? r->save_dir : "none", r->save_dir && saved ? "" : r->save_dir ? " (no step done)"
-                                                      : r->no_save[0] ? " (see the banner)" : " (--no-save)");
+            r->save_dir && saved ? r->save_dir : "none",
+            r->save_dir && saved ? ""
+            : r->save_dir        ? " (no step done)"
+            : r->no_save[0]      ? " (see the banner)"
+                                 : " (--no-save)");
 }

@@ -9,8 +9,8 @@
 #include "runtime/replay.h"
 
 // One .npy file (format 1.0): descr "<i4" or "<f4", C order, shape (rank).
-static int write_npy(const char *path, const char *descr, const int64_t *shape, int rank, const void *data,
-                     size_t elem, char *err, size_t errcap) {
+static int write_npy(const char *path, const char *descr, const int64_t *shape, int rank, const void *data, size_t elem,
+                     char *err, size_t errcap) {
     char dict[256];
     int n = snprintf(dict, sizeof dict, "{'descr': '%s', 'fortran_order': False, 'shape': (", descr);
     int64_t count = 1;
@@ -22,7 +22,8 @@ static int write_npy(const char *path, const char *descr, const int64_t *shape, 
     int hlen = (n + 1 + 10 + 63) / 64 * 64 - 10; // the header padded with spaces, ending in '\n', to 64 bytes
     memset(dict + n, ' ', (size_t)(hlen - n - 1));
     dict[hlen - 1] = '\n';
-    unsigned char pre[10] = {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
+    unsigned char pre[10] =
+        {0x93, 'N', 'U', 'M', 'P', 'Y', 1, 0, (unsigned char)(hlen & 0xff), (unsigned char)(hlen >> 8)};
     FILE *f = fopen(path, "wb");
     int ok = f && fwrite(pre, 1, 10, f) == 10 && fwrite(dict, 1, (size_t)hlen, f) == (size_t)hlen &&
              fwrite(data, elem, (size_t)count, f) == (size_t)count;
@@ -77,8 +78,10 @@ static int plan_logits(const Plan *p, Replay *rp, const int32_t *const *inputs, 
             const Node *m = tail->nodes.items[k];
             if (m->op == OP_VIEW || m->op == OP_RESHAPE || off[k] < 0) continue;
             if (off[k] < a + bytes && a < off[k] + storage_bytes(compute, m)) {
-                snprintf(err, errcap, "the plan's tail writes node %d over the logits (node %d) before its loss reads "
-                         "them; run with --reference", k, lg->id);
+                snprintf(err, errcap,
+                         "the plan's tail writes node %d over the logits (node %d) before its loss reads "
+                         "them; run with --reference",
+                         k, lg->id);
                 return -1;
             }
         }
@@ -101,8 +104,8 @@ static int plan_logits(const Plan *p, Replay *rp, const int32_t *const *inputs, 
         for (int64_t b = 0; b < B; b++)
             for (int64_t e = 0; e < Tc * V; e++) {
                 int64_t from_e = b * Tc * V + e;
-                out[(b * T + t0) * V + e] =
-                    es == 2 ? f32_from_bf16(((const uint16_t *)buf)[from_e]) : ((const float *)buf)[from_e];
+                out[(b * T + t0) * V + e] = es == 2 ? f32_from_bf16(((const uint16_t *)buf)[from_e])
+                                                    : ((const float *)buf)[from_e];
             }
         free(buf);
         found += Tc;
@@ -133,10 +136,11 @@ static float *batch_logits(const Plan *p, HostStore *hs, Replay *rp, const int32
         return NULL;
     }
     if (!logits || isnan(reference_run(p, hs, inputs, seg_start, 0, logits))) {
-        snprintf(err, errcap, "%s", !V ? "the model's tail has no cross_entropy to read logits from"
-                                   : !logits ? "out of memory for the logits"
-                                             : "the forward failed: out of memory, or the loss does not read logits "
-                                               "of the whole batch [B, T, V]");
+        snprintf(err, errcap, "%s",
+                 !V        ? "the model's tail has no cross_entropy to read logits from"
+                 : !logits ? "out of memory for the logits"
+                           : "the forward failed: out of memory, or the loss does not read logits "
+                             "of the whole batch [B, T, V]");
         free(logits);
         return NULL;
     }
@@ -233,8 +237,8 @@ int sample_print(FILE *out, const Plan *p, HostStore *hs, Replay *rp, const Data
     if (samples > B - 1) samples = (int)(B - 1); // row 0 greedy, rows 1 .. samples drawn: one forward for all
     int32_t *tokens = calloc((size_t)(B * T), sizeof(int32_t));  // (B, T) row b: the prompt, then what row b drew
     int32_t *targets = calloc((size_t)(B * T), sizeof(int32_t)); // (B, T) zeros: the loss is not wanted
-    int64_t *len = calloc((size_t)B, sizeof(int64_t));     // (B) tokens each row holds
-    uint64_t *rng = calloc((size_t)B, sizeof(uint64_t));   // (B) each row's generator
+    int64_t *len = calloc((size_t)B, sizeof(int64_t));           // (B) tokens each row holds
+    uint64_t *rng = calloc((size_t)B, sizeof(uint64_t));         // (B) each row's generator
     int rc = -1;
     if (!tokens || !targets || !len || !rng) {
         snprintf(err, errcap, "out of memory");

@@ -96,8 +96,13 @@ static void step_end(Run *r, int64_t t_step, double lr, double inv, double *norm
     *norm = sqrt(sq) * inv;
     double scale = inv;
     if (t->clip > 0 && *norm > t->clip) scale *= t->clip / *norm;
-    AdamWStep s = {.lr = (float)lr, .beta1 = (float)t->beta1, .beta2 = (float)t->beta2, .eps = (float)t->adam_eps,
-                   .weight_decay = (float)t->weight_decay, .t = t_step, .grad_scale = (float)scale};
+    AdamWStep s = {.lr = (float)lr,
+                   .beta1 = (float)t->beta1,
+                   .beta2 = (float)t->beta2,
+                   .eps = (float)t->adam_eps,
+                   .weight_decay = (float)t->weight_decay,
+                   .t = t_step,
+                   .grad_scale = (float)scale};
     for (int64_t i = 0; i < r->hs.nseg; i++) r->hs.seg[i] = (StoreSegment){.sq_norm = NAN, .pending = 1, .step = s};
 }
 
@@ -192,14 +197,12 @@ static int open_data(Run *r, char *err, size_t errcap) {
     int64_t vocab = model_vocab(r->p->graph);
     if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0) return -1;
     if (dist) r->data.rank = dist->rank, r->data.ranks = dist->size; // this rank's rows of every global batch
-    if (data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0)
-        return -1;
+    if (data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0) return -1;
     r->val = &r->data;
     if (r->o->val_data) {
         if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0) return -1;
         if (dist) r->val_file.rank = dist->rank, r->val_file.ranks = dist->size;
-        if (data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0)
-            return -1;
+        if (data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0) return -1;
         r->val = &r->val_file;
     }
     if (r->o->shuffle) data_shuffle(&r->data, (uint64_t)(r->o->seed >= 0 ? r->o->seed : t->seed));
@@ -274,12 +277,12 @@ static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
     const Plan *p = r->p;
     // (and the gradients that a COPY_OUT's copy lands in: a layer's bf16 ones, fp32 ones set where they
     // hold zeros; not a tier's, a mapping that holds only what is touched)
-    HostRange pin[4] = {
-        {r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
-         r->hs.wb ? "the bf16 weights" : "the weights"},
-        {r->act, p->host_act_bytes, "the host activation store"},
-        {r->hs.g, r->hs.tier_grads ? 0 : (r->hs.gb ? r->hs.gb_from : r->hs.n) * 4, "the fp32 gradients"},
-        {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}};
+    HostRange pin[4] = {{r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
+                         r->hs.wb ? "the bf16 weights" : "the weights"},
+                        {r->act, p->host_act_bytes, "the host activation store"},
+                        {r->hs.g, r->hs.tier_grads ? 0 : (r->hs.gb ? r->hs.gb_from : r->hs.n) * 4,
+                         "the fp32 gradients"},
+                        {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}};
     if (!(r->be = r->o->cuda_create(p, pin, r->hs.gb ? 4 : 3, r->o->trace, r->o->dist, err, errcap))) return -1;
     r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
     if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order->kind = REPLAY_STREAMS;
@@ -290,9 +293,12 @@ static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
 // has them. 0, or -1 with a message.
 static int open_doc_starts(Run *r, char *err, size_t errcap) {
     char why[512];
-    if (!r->be->set_doc_starts) snprintf(why, sizeof why, "the %s backend takes none", r->o->cuda_create ? "cuda" : "cpu");
-    if ((r->data.doc_starts || r->val->doc_starts) && (!r->be->set_doc_starts || r->be->set_doc_starts(r->be, r->segs, why, sizeof why) != 0)) {
-        snprintf(err, errcap, "%s: document starts (X.docs) keep attention within each document, but %s: run with "
+    if (!r->be->set_doc_starts)
+        snprintf(why, sizeof why, "the %s backend takes none", r->o->cuda_create ? "cuda" : "cpu");
+    if ((r->data.doc_starts || r->val->doc_starts) &&
+        (!r->be->set_doc_starts || r->be->set_doc_starts(r->be, r->segs, why, sizeof why) != 0)) {
+        snprintf(err, errcap,
+                 "%s: document starts (X.docs) keep attention within each document, but %s: run with "
                  "--device cpu, or move the .docs file away to attend across documents",
                  r->data.doc_starts ? r->data.doc_starts_path : r->val->doc_starts_path, why);
         return -1;
@@ -314,8 +320,15 @@ static int open_replay(Run *r, char *err, size_t errcap) {
         return -1;
     }
     if (check_backend(r, err, errcap) != 0) return -1;
-    r->rp = (Replay){.p = p, .be = r->be, .hs = &r->hs, .act = r->act, .stats = r->stats, .order = order,
-                     .rng = order.seed, .hold_ins = r->o->test_hold_ins, .dist = r->o->dist};
+    r->rp = (Replay){.p = p,
+                     .be = r->be,
+                     .hs = &r->hs,
+                     .act = r->act,
+                     .stats = r->stats,
+                     .order = order,
+                     .rng = order.seed,
+                     .hold_ins = r->o->test_hold_ins,
+                     .dist = r->o->dist};
     return open_doc_starts(r, err, errcap);
 }
 
@@ -418,15 +431,21 @@ static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done)
     r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
     FILE *out = r->o->out;
     if (r->o->resume && !ckpt && given <= 0)
-        fprintf(out, "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld "
-                "steps\n", (long long)steps);
+        fprintf(out,
+                "  lr schedule: the checkpoint (version 2) does not record its run's; over this run's %lld "
+                "steps\n",
+                (long long)steps);
     else if (r->o->resume && given <= 0 && ckpt != steps)
-        fprintf(out, "  lr schedule: over the checkpoint's run's %lld steps, kept%s (--schedule-steps %lld would span "
-                "this run's)\n", (long long)ckpt, steps > ckpt ? ", its final lr past them" : "", (long long)steps);
+        fprintf(out,
+                "  lr schedule: over the checkpoint's run's %lld steps, kept%s (--schedule-steps %lld would span "
+                "this run's)\n",
+                (long long)ckpt, steps > ckpt ? ", its final lr past them" : "", (long long)steps);
     else if (r->o->resume && given > 0 && ckpt > 0 && given != ckpt)
-        fprintf(out, "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's "
-                "lr %.4g, not %.4g\n", (long long)given, (long long)ckpt, (long long)done + 1,
-                train_lr(t, base_lr, done + 1, given), train_lr(t, base_lr, done + 1, ckpt));
+        fprintf(out,
+                "  lr schedule: over %lld steps (--schedule-steps), the checkpoint's run's was %lld: step %lld's "
+                "lr %.4g, not %.4g\n",
+                (long long)given, (long long)ckpt, (long long)done + 1, train_lr(t, base_lr, done + 1, given),
+                train_lr(t, base_lr, done + 1, ckpt));
 }
 
 // --sample-every: continuations of the first half of the first validation
@@ -437,9 +456,10 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
     store_flush(&r->hs, r->p); // the weights of step s
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    int rc = store_ok(r, err, errcap) != 0 ? -1
-             : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v, r->tokens,
-                            t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0, err, errcap);
+    int rc = store_ok(r, err, errcap) != 0
+                 ? -1
+                 : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v, r->tokens,
+                                t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0, err, errcap);
     data_vocab_close(&v);
     return rc;
 }
@@ -485,19 +505,21 @@ typedef struct Loop {
     int64_t steps, val_every; // the run's last step; validation every val_every steps
     double base_lr;
     uint64_t seed;
-    int64_t from;             // the step the run starts after (the resumed checkpoint's; 0)
-    int64_t s, saved;         // the last step done, the last step saved
-    double val, last_val;     // the last validation loss (NAN: none), the last finite one
-    double t_run;             // when the steps started
-    int stopping;             // the ranks agreed to stop (a signal)
+    int64_t from;         // the step the run starts after (the resumed checkpoint's; 0)
+    int64_t s, saved;     // the last step done, the last step saved
+    double val, last_val; // the last validation loss (NAN: none), the last finite one
+    double t_run;         // when the steps started
+    int stopping;         // the ranks agreed to stop (a signal)
 } Loop;
 
 // The loop before its first step: the flags, else the plan's train section.
 static Loop loop_of_run(const TrainOptions *o, const TrainConfig *t) {
     return (Loop){.steps = o->steps >= 0 ? o->steps : t->steps,
                   .val_every = o->val_every > 0 ? o->val_every : t->val_every,
-                  .base_lr = o->lr >= 0 ? o->lr : t->lr, .seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed),
-                  .val = NAN, .last_val = NAN};
+                  .base_lr = o->lr >= 0 ? o->lr : t->lr,
+                  .seed = (uint64_t)(o->seed >= 0 ? o->seed : t->seed),
+                  .val = NAN,
+                  .last_val = NAN};
 }
 
 // Installs the stop on SIGINT and SIGTERM, the handlers it replaces into old[2].
@@ -548,13 +570,19 @@ static int timed_step(Run *r, Loop *l, char *err, size_t errcap) {
     if (step(r, s, lr, &loss, &norm, err, errcap) != 0) return -1;
     r->step_t0 = 0;
     double now = now_s(), dt = now - t0;
-    dist_max_doubles(r->o->dist, &dt, 1); // the slowest rank's
+    dist_max_doubles(r->o->dist, &dt, 1);     // the slowest rank's
     if (!isfinite(loss) || !isfinite(norm)) { // (AdamW would spread a non-finite gradient into every weight)
         snprintf(err, errcap, "step %lld: the %s is %f; stopping", (long long)s,
                  isfinite(loss) ? "gradient norm" : "loss", isfinite(loss) ? norm : loss);
         return -1;
     }
-    StepDone d = {.step = s, .steps = l->steps, .from = l->from, .loss = loss, .lr = lr, .norm = norm, .dt = dt,
+    StepDone d = {.step = s,
+                  .steps = l->steps,
+                  .from = l->from,
+                  .loss = loss,
+                  .lr = lr,
+                  .norm = norm,
+                  .dt = dt,
                   .elapsed = now - l->t_run};
     return log_step(r, &d, err, errcap);
 }

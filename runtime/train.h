@@ -14,19 +14,19 @@
 #include "common/plan.h"
 
 typedef struct TrainOptions {
-    int64_t steps;        // < 0: the plan's train section
-    int64_t schedule_steps; // the steps the learning-rate schedule spans; < 0: steps, or on resume the checkpoint's
-    const char *data;     // NULL: the plan's
-    const char *val_data; // a separate validation file; NULL: the last 10% of data
-    double lr;            // < 0: the plan's
-    int64_t seed;         // < 0: the plan's
-    int64_t val_every;    // < 0: the plan's
-    int64_t val_batches;  // batches averaged for a validation loss
-    int threads;          // for the optimizer
-    int reference;        // run the unstreamed reference executor instead of the plan
-    const char *log_path; // metrics, JSON lines; NULL: none
-    FILE *out;            // the progress lines
-    const char *init;     // pretrained weights to start from (safetensors or llm.c); NULL: the seed's
+    int64_t steps;           // < 0: the plan's train section
+    int64_t schedule_steps;  // the steps the learning-rate schedule spans; < 0: steps, or on resume the checkpoint's
+    const char *data;        // NULL: the plan's
+    const char *val_data;    // a separate validation file; NULL: the last 10% of data
+    double lr;               // < 0: the plan's
+    int64_t seed;            // < 0: the plan's
+    int64_t val_every;       // < 0: the plan's
+    int64_t val_batches;     // batches averaged for a validation loss
+    int threads;             // for the optimizer
+    int reference;           // run the unstreamed reference executor instead of the plan
+    const char *log_path;    // metrics, JSON lines; NULL: none
+    FILE *out;               // the progress lines
+    const char *init;        // pretrained weights to start from (safetensors or llm.c); NULL: the seed's
     const char *export_path; // safetensors to write the weights to at the end; NULL: none
     int export_bf16;
     int64_t shard_bytes;  // export shards above this size
@@ -35,11 +35,11 @@ typedef struct TrainOptions {
                           // checkpoints, or the log is no file, this run saves none and says why
     int64_t save_every;
     int keep;
-    const char *resume;   // a checkpoint directory to continue from
-    const char *tier_dir; // the NVMe tier: every layer's Adam moments in DIR/mtrun.tier; NULL: all in RAM
-    int64_t host_available; // bytes of host memory the run may use; 0: what the machine reports
+    const char *resume;              // a checkpoint directory to continue from
+    const char *tier_dir;            // the NVMe tier: every layer's Adam moments in DIR/mtrun.tier; NULL: all in RAM
+    int64_t host_available;          // bytes of host memory the run may use; 0: what the machine reports
     BackendCudaCreateFn cuda_create; // the cuda backend (device.c); NULL: the cpu backend
-    const char *trace;    // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
+    const char *trace;               // the cuda backend's measured timeline, Chrome trace JSON; NULL: none
     const Dist *dist;     // the ranks of a data-parallel run (dist.h): each trains on its part of every batch, the
                           // gradients summed over them; NULL: one process
     const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy

@@ -14,8 +14,8 @@
 
 static int check_failures;
 
-__attribute__((format(printf, 4, 5)))
-static inline int check_at(const char *file, int line, int ok, const char *fmt, ...) {
+__attribute__((format(printf, 4, 5))) static inline int check_at(const char *file, int line, int ok, const char *fmt,
+                                                                 ...) {
     if (ok) return 1;
     va_list ap;
     va_start(ap, fmt);

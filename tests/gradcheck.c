@@ -92,15 +92,16 @@ static int check_part(const Graph *g, PartKind pk, const char *path) {
             checked++;
             if (err > TOLERANCE) {
                 if (failed < 5)
-                    printf("FAIL %s: %s part, d J / d %s[%lld]: autodiff %.10g, finite differences %.10g (rel err %.2g)\n",
+                    printf("FAIL %s: %s part, d J / d %s[%lld]: autodiff %.10g, finite differences %.10g (rel err "
+                           "%.2g)\n",
                            path, part_name(pk), gr->of->name ? gr->of->name : "input", (long long)k, a, fd, err);
                 failed++;
             }
         }
         free(analytic);
     }
-    printf("%s %s: %s part, %d gradient elements, worst relative error %.2g (J = %.6g)\n", failed ? "FAIL" : "ok  ", path,
-           part_name(pk), checked, worst, j0);
+    printf("%s %s: %s part, %d gradient elements, worst relative error %.2g (J = %.6g)\n", failed ? "FAIL" : "ok  ",
+           path, part_name(pk), checked, worst, j0);
     if (checked == 0 && pk != PART_HEAD) {
         printf("FAIL %s: %s part has no gradients to check\n", path, part_name(pk));
         failed++;

@@ -24,11 +24,26 @@ static Val eval_unary(const KirStmt *s, Val a, int ta) {
         else if (t == KT_F64) r.d = -a.d;
         else r.i = -a.i;
         break;
-    case KOP_EXP: if (t == KT_F32) r.f = expf(a.f); else r.d = exp(a.d); break;
-    case KOP_LOG: if (t == KT_F32) r.f = logf(a.f); else r.d = log(a.d); break;
-    case KOP_SQRT: if (t == KT_F32) r.f = sqrtf(a.f); else r.d = sqrt(a.d); break;
-    case KOP_SIN: if (t == KT_F32) r.f = sinf(a.f); else r.d = sin(a.d); break;
-    case KOP_COS: if (t == KT_F32) r.f = cosf(a.f); else r.d = cos(a.d); break;
+    case KOP_EXP:
+        if (t == KT_F32) r.f = expf(a.f);
+        else r.d = exp(a.d);
+        break;
+    case KOP_LOG:
+        if (t == KT_F32) r.f = logf(a.f);
+        else r.d = log(a.d);
+        break;
+    case KOP_SQRT:
+        if (t == KT_F32) r.f = sqrtf(a.f);
+        else r.d = sqrt(a.d);
+        break;
+    case KOP_SIN:
+        if (t == KT_F32) r.f = sinf(a.f);
+        else r.d = sin(a.d);
+        break;
+    case KOP_COS:
+        if (t == KT_F32) r.f = cosf(a.f);
+        else r.d = cos(a.d);
+        break;
     case KOP_RBF16: r.f = bf16_round(a.f); break;
     default: { // CVT
         double x = ta == KT_F32 ? a.f : ta == KT_F64 ? a.d : (double)a.i;
@@ -123,11 +138,17 @@ void kir_eval(const KirKernel *k, HostArg *args) {
                         if (t == KT_F32) v[j].f = args[s->a].f[b.i];
                         else v[j].i = args[s->a].i[b.i];
                         break;
-                    case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-                    case KOP_RBF16:
-                        v[j] = eval_unary(s, a, k->stmts[s->a].type);
-                        break;
-                    case KOP_LT: case KOP_LE: case KOP_EQ: v[j].i = compare(k->stmts[s->a].type, s->op, a, b); break;
+                    case KOP_NEG:
+                    case KOP_EXP:
+                    case KOP_LOG:
+                    case KOP_SQRT:
+                    case KOP_SIN:
+                    case KOP_COS:
+                    case KOP_CVT:
+                    case KOP_RBF16: v[j] = eval_unary(s, a, k->stmts[s->a].type); break;
+                    case KOP_LT:
+                    case KOP_LE:
+                    case KOP_EQ: v[j].i = compare(k->stmts[s->a].type, s->op, a, b); break;
                     case KOP_SELECT: v[j] = a.i ? b : c; break;
                     case KOP_RSUM: v[j] = eval_binary(KOP_ADD, t, v[j], a); break;
                     case KOP_RMAX: v[j] = eval_binary(KOP_MAX, t, v[j], a); break;
@@ -138,7 +159,8 @@ void kir_eval(const KirKernel *k, HostArg *args) {
                         break;
                     case KOP_ACC:
                         if (k->args[s->a].access & KA_ACC64) args[s->a].acc[b.i] += c.d;
-                        else if (k->args[s->a].dtype == KT_BF16) args[s->a].f[b.i] = bf16_round(args[s->a].f[b.i] + c.f);
+                        else if (k->args[s->a].dtype == KT_BF16)
+                            args[s->a].f[b.i] = bf16_round(args[s->a].f[b.i] + c.f);
                         else args[s->a].f[b.i] += c.f;
                         break;
                     default: v[j] = eval_binary(s->op, t, a, b);

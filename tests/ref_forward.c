@@ -26,9 +26,9 @@
 typedef struct Run {
     const Graph *g;
     StSet st;
-    int32_t *inputs;      // (sum of the model inputs' elements) forward's arguments, one after another
+    int32_t *inputs; // (sum of the model inputs' elements) forward's arguments, one after another
     PartState ps[PART_COUNT];
-    Arena a;              // the parameters' bound buffers
+    Arena a; // the parameters' bound buffers
 } Run;
 
 static int fail(const char *what) {
@@ -42,7 +42,7 @@ static int bind_param(Run *r, PartState *ps, const Node *n, int64_t layer) {
     Shape es = param_element_shape(p);
     int64_t each = shape_numel(&es);
     double *buf = arena_alloc(&r->a, (size_t)shape_numel(&p->shape) * sizeof(double)); // (p's shape)
-    float *f = malloc((size_t)each * sizeof(float));                                  // (one element's)
+    float *f = malloc((size_t)each * sizeof(float));                                   // (one element's)
     if (!buf || !f) return free(f), fail("out of memory");
     for (int64_t e = 0; e < param_elements(p); e++) {
         const char *name = param_ckpt_name(&r->a, p, layer, e);
@@ -107,7 +107,8 @@ int main(int argc, char **argv) {
         else if (!strcmp(argv[i], "--logits")) logits_path = argv[i + 1];
         else bad = 1;
     }
-    if (bad) return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N] [--logits FILE]");
+    if (bad)
+        return fail("usage: ref_forward MODEL.mt WEIGHTS.safetensors INPUTS.i32 [--batch N --seq N] [--logits FILE]");
     char *text, *raw, err[1024];
     size_t len, rawlen;
     if (io_read_file(argv[1], &text, &len) != 0 || io_read_file(argv[3], &raw, &rawlen) != 0)

@@ -22,14 +22,22 @@ int main(int argc, char **argv) {
         if (!strcmp(argv[1], rope_kind_name((RopeKind)k))) r.kind = (RopeKind)k;
     int64_t dim = atoll(argv[2]);
     double *factors = calloc((size_t)dim, sizeof *factors), *freq = calloc((size_t)dim, sizeof *freq); // (dim)
-    if (r.kind == ROPE_KINDS || dim < 2 || !factors || !freq) return fprintf(stderr, "rope_freqs: bad kind or dim\n"), 2;
-    static const struct { const char *name; size_t at; } F[] = {
-        {"factor", offsetof(RopeRule, factor)}, {"low_freq_factor", offsetof(RopeRule, low_freq_factor)},
+    if (r.kind == ROPE_KINDS || dim < 2 || !factors || !freq)
+        return fprintf(stderr, "rope_freqs: bad kind or dim\n"), 2;
+    static const struct {
+        const char *name;
+        size_t at;
+    } F[] = {
+        {"factor", offsetof(RopeRule, factor)},
+        {"low_freq_factor", offsetof(RopeRule, low_freq_factor)},
         {"high_freq_factor", offsetof(RopeRule, high_freq_factor)},
         {"original_max_position_embeddings", offsetof(RopeRule, original_max)},
-        {"max_position_embeddings", offsetof(RopeRule, max_positions)}, {"beta_fast", offsetof(RopeRule, beta_fast)},
-        {"beta_slow", offsetof(RopeRule, beta_slow)}, {"mscale", offsetof(RopeRule, mscale)},
-        {"mscale_all_dim", offsetof(RopeRule, mscale_all_dim)}, {"attention_factor", offsetof(RopeRule, attention_factor)},
+        {"max_position_embeddings", offsetof(RopeRule, max_positions)},
+        {"beta_fast", offsetof(RopeRule, beta_fast)},
+        {"beta_slow", offsetof(RopeRule, beta_slow)},
+        {"mscale", offsetof(RopeRule, mscale)},
+        {"mscale_all_dim", offsetof(RopeRule, mscale_all_dim)},
+        {"attention_factor", offsetof(RopeRule, attention_factor)},
     };
     for (int i = 4; i < argc; i++) {
         char *eq = strchr(argv[i], '=');

@@ -76,7 +76,8 @@ typedef struct State {
 // offsets one array to take the plain path).
 static State state_alloc(int64_t n) {
     size_t bytes = ((size_t)(n > 0 ? n : 1) * sizeof(float) + 63) & ~(size_t)63;
-    State s = {aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes), n};
+    State s = {aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes), aligned_alloc(64, bytes),
+               n};
     if (!s.w || !s.m || !s.v || !s.g) {
         printf("out of memory\n");
         exit(1);
@@ -102,9 +103,7 @@ static State state_copy(const State *a) {
     return s;
 }
 
-static void state_free(State *s) {
-    free(s->w), free(s->m), free(s->v), free(s->g);
-}
+static void state_free(State *s) { free(s->w), free(s->m), free(s->v), free(s->g); }
 
 // |a - b| within rel of scale, scale at least max(|a|, |b|), plus a floor
 // far below any value the tests use.
@@ -119,8 +118,8 @@ static int close_rel(double a, double b, double scale, double rel) {
 // for w; beta1*m and (1-beta1)*gg for m): where the terms nearly cancel, the
 // result is small but its float rounding is that of the terms, and no fp32
 // kernel can do better than a few ulps of those.
-static int compare_states(const char *label, const State *old, const State *f, const State *r,
-                          const AdamWStep *s, int decay) {
+static int compare_states(const char *label, const State *old, const State *f, const State *r, const AdamWStep *s,
+                          int decay) {
     double lr = s->lr, b1 = s->beta1, b2 = s->beta2;
     double bc1 = 1.0 - pow(b1, (double)s->t), bc2 = 1.0 - pow(b2, (double)s->t);
     int64_t bad = 0;
@@ -145,8 +144,8 @@ static int same_bits(const float *a, const float *b, int64_t n) {
     return n == 0 || memcmp(a, b, (size_t)n * sizeof *a) == 0;
 }
 
-static const AdamWStep STEP_RANDOM = {
-    .lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 7, .grad_scale = 0.37f};
+static const AdamWStep STEP_RANDOM =
+    {.lr = 1e-3f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 7, .grad_scale = 0.37f};
 
 // The fast kernel against the reference on n random elements, with nthreads
 // 1 and 3 (which must agree to the bit), with and without decay, and its bf16
@@ -218,8 +217,13 @@ static void test_misaligned(int64_t n) {
 //   element 2: w 0.125, m 0, v 0, g 0 -> m 0, v 0, update 0
 //     w = 0.125 - 0.25*0.5*0.125 = 0.109375   (no decay: 0.125)
 static void test_hand_step(void) {
-    const AdamWStep s = {
-        .lr = 0.25f, .beta1 = 0.75f, .beta2 = 0.875f, .eps = 0.0625f, .weight_decay = 0.5f, .t = 2, .grad_scale = 0.5f};
+    const AdamWStep s = {.lr = 0.25f,
+                         .beta1 = 0.75f,
+                         .beta2 = 0.875f,
+                         .eps = 0.0625f,
+                         .weight_decay = 0.5f,
+                         .t = 2,
+                         .grad_scale = 0.5f};
     const double m_want[3] = {0.625, -0.125, 0.0};
     const double v_want[3] = {0.34375, 0.0625, 0.0};
     const double w_want[2][3] = {{0.7195712668243249, -1.876612808066105, 0.125},
@@ -229,10 +233,8 @@ static void test_hand_step(void) {
             float w[3] = {1.0f, -2.0f, 0.125f}, m[3] = {0.5f, -0.25f, 0.0f}, v[3] = {0.25f, 0.0625f, 0.0f};
             float g[3] = {2.0f, 0.5f, 0.0f};
             uint16_t bf[3];
-            if (ref)
-                adamw_update_ref(w, m, v, g, 3, &s, decay);
-            else
-                adamw_update(w, m, v, g, bf, 3, &s, decay, 2);
+            if (ref) adamw_update_ref(w, m, v, g, 3, &s, decay);
+            else adamw_update(w, m, v, g, bf, 3, &s, decay, 2);
             for (int i = 0; i < 3; i++) {
                 if (!close_rel(w[i], w_want[decay][i], 0.0, 1e-6) || !close_rel(m[i], m_want[i], 0.0, 1e-6) ||
                     !close_rel(v[i], v_want[i], 0.0, 1e-6)) {
@@ -265,8 +267,8 @@ static void test_bf16_rounding(void) {
         0xFF800001u, // signalling NaN, negative: must stay a NaN
     };
     enum { NPAT = sizeof patterns / sizeof patterns[0] };
-    const AdamWStep s = {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f, .t = 1,
-                         .grad_scale = 1.0f};
+    const AdamWStep s =
+        {.lr = 0.0f, .beta1 = 0.9f, .beta2 = 0.999f, .eps = 1e-8f, .weight_decay = 0.0f, .t = 1, .grad_scale = 1.0f};
     float w[NPAT], m[NPAT] = {0}, v[NPAT] = {0}, g[NPAT] = {0};
     uint16_t bf[NPAT];
     for (int i = 0; i < NPAT; i++) memcpy(&w[i], &patterns[i], sizeof w[i]);
@@ -306,8 +308,9 @@ static void test_sq_norm(int64_t n) {
 // The gradients' add, threaded, against its plain loop and against a hand
 // sum in double: bit for bit, f32 and bf16, for every thread count.
 static void test_grads_accumulate(int64_t n) {
-    float *g0 = malloc((size_t)(n + 1) * sizeof *g0), *g = malloc((size_t)(n + 1) * sizeof *g),  // (n) accumulators
-        *ref = malloc((size_t)(n + 1) * sizeof *ref), *src = malloc((size_t)(n + 1) * sizeof *src); // (n)
+    float *g0 = malloc((size_t)(n + 1) * sizeof *g0), *g = malloc((size_t)(n + 1) * sizeof *g), // (n) accumulators
+                                                          *ref = malloc((size_t)(n + 1) * sizeof *ref),
+          *src = malloc((size_t)(n + 1) * sizeof *src);        // (n)
     uint16_t *src16 = malloc((size_t)(n + 1) * sizeof *src16); // (n)
     for (int64_t i = 0; i < n; i++) {
         g0[i] = rng_logscale(-8, 4);
@@ -331,7 +334,8 @@ static void test_grads_accumulate(int64_t n) {
             grads_accumulate(g, bf16 ? (const void *)src16 : (const void *)src, n, bf16, threads);
             if (!same_bits(g, ref, n) || g[n] != -1.0f) {
                 char what[96];
-                snprintf(what, sizeof what, "grads_accumulate n %lld, %s, %d threads", (long long)n, bf16 ? "bf16" : "f32", threads);
+                snprintf(what, sizeof what, "grads_accumulate n %lld, %s, %d threads", (long long)n,
+                         bf16 ? "bf16" : "f32", threads);
                 FAIL("%s", what);
             }
         }
@@ -419,7 +423,8 @@ static void test_bf16_grads(int64_t n) {
     if (!compare_states("bf16 gradients against their reference", &old, &fast, &ref, &STEP_RANDOM, 1))
         FAIL("bf16 gradients against their reference");
     double f32 = adamw_sq_norm(old.g, n, 1), one = adamw_sq_norm_bf16(g16, n, 1), five = adamw_sq_norm_bf16(g16, n, 5);
-    if (memcmp(&f32, &one, sizeof one) || memcmp(&f32, &five, sizeof five)) FAIL("sq_norm of bf16 gradients: other bits");
+    if (memcmp(&f32, &one, sizeof one) || memcmp(&f32, &five, sizeof five))
+        FAIL("sq_norm of bf16 gradients: other bits");
     if (!close_rel(one, adamw_sq_norm_ref(NULL, g16, n), 0.0, 1e-12) ||
         !close_rel(adamw_sq_norm(old.g, n, 2), adamw_sq_norm_ref(old.g, NULL, n), 0.0, 1e-12))
         FAIL("sq_norm against its plain reference");
@@ -462,8 +467,7 @@ typedef struct Caller {
 
 static void *caller_main(void *arg) {
     Caller *c = arg;
-    for (int r = 0; r < 20; r++)
-        adamw_update(c->s.w, c->s.m, c->s.v, c->s.g, NULL, c->n, &STEP_RANDOM, ADAMW_DECAY, 3);
+    for (int r = 0; r < 20; r++) adamw_update(c->s.w, c->s.m, c->s.v, c->s.g, NULL, c->n, &STEP_RANDOM, ADAMW_DECAY, 3);
     return NULL;
 }
 

@@ -84,10 +84,19 @@ static void fill(float *a, int64_t n, int64_t step, int which) {
 
 static State make_state(int64_t step, int64_t n) {
     State st = {
-        .meta = {.step = step, .data_pos = 1000003 * step + 7, .seed = 0x0123456789abcdefull,
-                 .rng_state = 0xfedcba9876543210ull ^ (uint64_t)step, .plan_crc = 0xdeadbeefu,
-                 .model_crc = 0x80000001u + (uint32_t)step, .n = n, .batch = 4, .seq = 64 + step,
-                 .accumulate = 2, .device_limit = 1 << 30, .model = "tiny", .schedule = "remat=layer slots=2"},
+        .meta = {.step = step,
+                 .data_pos = 1000003 * step + 7,
+                 .seed = 0x0123456789abcdefull,
+                 .rng_state = 0xfedcba9876543210ull ^ (uint64_t)step,
+                 .plan_crc = 0xdeadbeefu,
+                 .model_crc = 0x80000001u + (uint32_t)step,
+                 .n = n,
+                 .batch = 4,
+                 .seq = 64 + step,
+                 .accumulate = 2,
+                 .device_limit = 1 << 30,
+                 .model = "tiny",
+                 .schedule = "remat=layer slots=2"},
         .w = xmalloc((size_t)n * 4),
         .m = xmalloc((size_t)n * 4),
         .v = xmalloc((size_t)n * 4),
@@ -238,7 +247,8 @@ static void test_keep_and_latest(int64_t n) {
           (long long)file_size(n));
 
     int rc = ckpt_latest(dir, path, sizeof path, err, sizeof err);
-    CHECK(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest %s: rc %d path '%s' err '%s', want %s", dir, rc, path, err, p3);
+    CHECK(rc == 0 && strcmp(path, p3) == 0, "ckpt_latest %s: rc %d path '%s' err '%s', want %s", dir, rc, path, err,
+          p3);
 
     // leftovers and other names are ignored
     char *tmp9 = in_work("keep", "step-000000009.ckpt.tmp"), *bak = in_work("keep", "step-000000010.ckpt.bak");
@@ -326,7 +336,8 @@ static void test_damage(const char *src, int64_t n) {
     CHECK(off[0] == TABLE_END && size[0] == META && off[1] == TABLE_END + META && size[1] == (uint64_t)n * 4 &&
               off[2] == off[1] + size[1] && off[3] == off[2] + size[2] && size[3] == (uint64_t)n * 4,
           "%s: section offsets and sizes differ from checkpoint.h's description", src);
-    CHECK(ld64(orig + off[0]) == 3 && (int64_t)ld64(orig + off[0] + 40) == n, "%s: META's step or n is not where documented", src);
+    CHECK(ld64(orig + off[0]) == 3 && (int64_t)ld64(orig + off[0] + 40) == n,
+          "%s: META's step or n is not where documented", src);
     // W[0] is the NaN 0x7fc12345, stored little-endian
     CHECK(ld32(orig + off[1]) == 0x7fc12345u, "%s: W[0] is 0x%08x, want 0x7fc12345", src, ld32(orig + off[1]));
 
@@ -477,7 +488,8 @@ static int save_in_child(const char *dir, int keep, const State *st, int64_t lim
         char err[1024];
         int rc = ckpt_save(dir, keep, &st->meta, st->w, st->m, st->v, err, sizeof err);
         if (rc == 0) _exit(0);
-        if (fsize_limit > 0 && strstr(err, "step-000000005.ckpt: cannot write the checkpoint: File too large")) _exit(2);
+        if (fsize_limit > 0 && strstr(err, "step-000000005.ckpt: cannot write the checkpoint: File too large"))
+            _exit(2);
         printf("child: ckpt_save: %s\n", err);
         fflush(stdout);
         _exit(4);
@@ -539,8 +551,8 @@ static void test_crash(int64_t n) {
     }
     // one byte more than a save writes: no abort; the leftover .tmp goes
     int status = save_in_child(dir, 2, &st4, size + 97, 0);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0, "abort after %lld bytes: the save did not complete (status 0x%x)",
-          (long long)(size + 97), status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 0,
+          "abort after %lld bytes: the save did not complete (status 0x%x)", (long long)(size + 97), status);
     check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a completed save after the crashes");
     check_reads_back(p4, &st4);
 
@@ -548,7 +560,8 @@ static void test_crash(int64_t n) {
     // the new name, the others untouched
     State st5 = make_state(5, n);
     status = save_in_child(dir, 2, &st5, -1, size / 2);
-    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2, "a save past RLIMIT_FSIZE: status 0x%x, want exit 2 (refused: File too large)", status);
+    CHECK(WIFEXITED(status) && WEXITSTATUS(status) == 2,
+          "a save past RLIMIT_FSIZE: status 0x%x, want exit 2 (refused: File too large)", status);
     check_names(dir, "step-000000003.ckpt step-000000004.ckpt", "a failed save");
     check_reads_back(p4, &st4);
 
@@ -639,7 +652,8 @@ static void check_loads(const char *path, const State *st, int rank, int ranks, 
             for (int64_t i = 0; i < segs[k].len && bad < 0; i++) {
                 int in = i >= want[k].lo && i < want[k].hi;
                 for (int j = 0; j < 3; j++)
-                    if (memcmp(&b[j][segs[k].off + i], in ? (const void *)&a[j][segs[k].off + i] : (const void *)&nan, 4))
+                    if (memcmp(&b[j][segs[k].off + i], in ? (const void *)&a[j][segs[k].off + i] : (const void *)&nan,
+                               4))
                         bad = segs[k].off + i;
             }
         CHECK(bad < 0, "%s: float %lld is not what it should be", what, (long long)bad);
@@ -678,7 +692,8 @@ static void test_sharded(void) {
     CkptIO io = {arrays_get, arrays_put, &x};
     int64_t bytes;
     uint32_t crc;
-    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 0, 2, &io, &bytes, &crc, err, sizeof err) == 0, "shard 0 of step 6: %s", err);
+    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 0, 2, &io, &bytes, &crc, err, sizeof err) == 0,
+          "shard 0 of step 6: %s", err);
     CHECK(ckpt_latest(dir, path, sizeof path, err, sizeof err) == 0 && strstr(path, "step-000000004.manifest"),
           "latest with step 6 uncommitted: %s", path);
     // a shard missing, cut short, or another of the same size: refused, naming it
@@ -699,7 +714,8 @@ static void test_sharded(void) {
     check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "a short shard");
     bytes1[HEADER + ENTRY + 4] ^= 1; // (section W's crc32 in the table)
     write_file(shard, bytes1, len);
-    snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is not the one its manifest names (section table crc32)", shard);
+    snprintf(want, sizeof want, "%s: shard 1 of 3 of step 4 is not the one its manifest names (section table crc32)",
+             shard);
     check_err(ckpt_load(path, &meta, n, segs, NSEGS, NULL, &yio, err, sizeof err), err, want, "another shard");
     free(bytes1);
     CHECK(rename(moved, shard) == 0, "cannot move the shard back");
@@ -719,14 +735,17 @@ static void test_sharded(void) {
     snprintf(want, sizeof want, "%s: the checkpoint's 6 segments are laid out otherwise than this plan's 6", path);
     check_err(ckpt_load(path, &meta, n, other, NSEGS, NULL, &yio, err, sizeof err), err, want, "another layout");
     // a shard of step 6 by 3 ranks that never committed (an earlier run's), then step 6 committed by 2:
-    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s", err);
+    CHECK(ckpt_save_shard(dir, &s6.meta, s, NSEGS, 2, 3, &io, &bytes, &crc, err, sizeof err) == 0, "stray shard: %s",
+          err);
     // committing step 6 with keep 2 removes step 2's file and the leftovers (the stray shard of kept step 6
     // too: its manifest names 2 ranks), keeps 4 and 6
     if (save_sharded(dir, 2, &s6, 2) == 0)
-        check_names(dir, "step-000000004.manifest step-000000004.shard-00000-of-00003 "
-                         "step-000000004.shard-00001-of-00003 step-000000004.shard-00002-of-00003 "
-                         "step-000000006.manifest step-000000006.shard-00000-of-00002 "
-                         "step-000000006.shard-00001-of-00002", "keep 2 after a sharded step 6");
+        check_names(dir,
+                    "step-000000004.manifest step-000000004.shard-00000-of-00003 "
+                    "step-000000004.shard-00001-of-00003 step-000000004.shard-00002-of-00003 "
+                    "step-000000006.manifest step-000000006.shard-00000-of-00002 "
+                    "step-000000006.shard-00001-of-00002",
+                    "keep 2 after a sharded step 6");
     // a crash mid-shard (MT_CKPT_ABORT_STEP limits the fault to step 8's save): no shard under its name, 6 newest
     State s8 = make_state(8, n);
     pid_t pid = fork();

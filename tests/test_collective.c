@@ -36,7 +36,8 @@ int main(int argc, char **argv) {
     near("reduce-scatter, 8 GPUs of h200x8", collective_seconds(&x8, COLL_REDUCE_SCATTER, B, 8), ring8);
     near("all-reduce, 8 GPUs of h200x8 (ring)", collective_seconds(&x8, COLL_ALL_REDUCE, B, 8), 2 * ring8);
     // a small all-reduce takes the tree: 2 log2(8) latencies and the bytes twice
-    near("all-reduce of 8 bytes, 8 GPUs (tree)", collective_seconds(&x8, COLL_ALL_REDUCE, 8, 8), 2 * 8 / 360e9 + 6 * 5e-6);
+    near("all-reduce of 8 bytes, 8 GPUs (tree)", collective_seconds(&x8, COLL_ALL_REDUCE, 8, 8),
+         2 * 8 / 360e9 + 6 * 5e-6);
     // fewer ranks than a node's GPUs: a ring of those
     near("all-gather, 2 GPUs", collective_seconds(&x8, COLL_ALL_GATHER, B, 2), 0.5 * B / 360e9 + 5e-6);
     // 32 ranks on 4 nodes: each GPU's adapter carries 1/8 of the buffer around a ring of 4 nodes at 45 GB/s,
@@ -45,8 +46,7 @@ int main(int argc, char **argv) {
     near("all-gather, 4 nodes of 8", collective_seconds(&su, COLL_ALL_GATHER, B, 32), hier);
     near("all-reduce, 4 nodes of 8", collective_seconds(&su, COLL_ALL_REDUCE, B, 32), 2 * hier);
     // 12 ranks: a node of 8 and one of 4, laid as 8 a node on 2 nodes
-    near("all-gather, 12 ranks", collective_seconds(&su, COLL_ALL_GATHER, B, 12),
-         0.5 * (B / 8) / 45e9 + 10e-6 + ring8);
+    near("all-gather, 12 ranks", collective_seconds(&su, COLL_ALL_GATHER, B, 12), 0.5 * (B / 8) / 45e9 + 10e-6 + ring8);
     // a cpu target: 4 processes of one machine; each receives 3/4 of the buffer, written and read in its memory
     near("all-gather, 4 cpu ranks", collective_seconds(&cpu, COLL_ALL_GATHER, 1e6, 4), 2.0 * 3 * 1e6 / 20e9);
     // nothing to do

@@ -107,9 +107,7 @@ int main(int argc, char **argv) {
         }
     }
     int want_copies = d.size > 1 ? 2 * 3 * 2 * 2 : 0; // (to and back) x collectives x dtypes x piece sizes
-    if (fake.copies != want_copies) {
-        FAIL("rank %d: %d staging copies, not %d", d.rank, fake.copies, want_copies);
-    }
+    if (fake.copies != want_copies) { FAIL("rank %d: %d staging copies, not %d", d.rank, fake.copies, want_copies); }
     // one rank of NCCL from a build without it is refused, never silently MPI
     Comm nccl;
     int no_nccl = comm_open(&nccl, &d, 1, NULL, err, sizeof err);

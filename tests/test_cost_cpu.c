@@ -94,9 +94,7 @@ static int check_model(const char *path, int compute, const Target *t) {
             if (!kir_is_launched(k)) continue;
             double bytes, bf16, got = cost_kernel_s(g, p, s, i, t);
             args_of(k, &bytes, &bf16);
-            if (compute == 1 && bf16 > 0) {
-                FAIL("%s f32: kernel %d of part %d has bf16 arguments", path, i, p);
-            }
+            if (compute == 1 && bf16 > 0) { FAIL("%s f32: kernel %d of part %d has bf16 arguments", path, i, p); }
             if (k->kind == KK_GEMM && k->gemm.epilogue < 0) {
                 const KirGemm *gm = &k->gemm;
                 double macs = (double)gm->M * (double)gm->N * (double)gm->K, rate = ONE_THREAD;
@@ -137,9 +135,7 @@ int main(void) {
     }
     int threaded = check_model("examples/llama-tiny.mt", 2, &t) + check_model("examples/llama-tiny.mt", 1, &t) +
                    check_model("examples/gpt2-tiny.mt", 2, &t);
-    if (threaded != 0) {
-        FAIL("%d tiny-model GEMMs were priced as threaded", threaded);
-    }
+    if (threaded != 0) { FAIL("%d tiny-model GEMMs were priced as threaded", threaded); }
     if (check_model("examples/gpt2.mt", 1, &t) == 0) {
         FAIL("GPT-2 small has no GEMM of %lld multiply-adds or more without an epilogue", MT_BLAS_THREADED_MACS);
     }

@@ -2,7 +2,8 @@
 //
 //   test_cuda [--emitter] [--bf16] MODEL.mt...
 //
-// 1. (--emitter, on the model's graph, instead of 3) Hand-built kernels of the kernel IR that cover every emitter path (a
+// 1. (--emitter, on the model's graph, instead of 3) Hand-built kernels of the kernel IR that cover every emitter path
+// (a
 //    block per row with float4 loops, a warp per row with scalar loops and
 //    reductions, a thread per row, f64 accumulation and its finish kernel,
 //    a GEMM with a bias epilogue, attention forward and backward) compile
@@ -47,8 +48,12 @@ static void begin(Build *b, int kind, int64_t rows, int node) {
     b->nodes[0] = node, b->k.nnodes = 1;
 }
 static int arg(Build *b, int node, int dtype, int access, int64_t offset, int64_t numel) {
-    b->args[b->k.nargs] = (KirArg){.node = node, .dtype = (uint8_t)dtype, .access = (uint8_t)access,
-                                   .offset = offset, .numel = numel, .divisor = 1};
+    b->args[b->k.nargs] = (KirArg){.node = node,
+                                   .dtype = (uint8_t)dtype,
+                                   .access = (uint8_t)access,
+                                   .offset = offset,
+                                   .numel = numel,
+                                   .divisor = 1};
     return b->k.nargs++;
 }
 static int loop(Build *b, int64_t cols) {
@@ -57,8 +62,14 @@ static int loop(Build *b, int64_t cols) {
 }
 static int st(Build *b, int op, int type, int lp, int a, int bb, int c, double value, int node) {
     if (b->k.nstmts == MAXS) abort();
-    b->st[b->k.nstmts] = (KirStmt){.op = (uint8_t)op, .type = (uint8_t)type, .loop = (uint16_t)lp, .a = a, .b = bb,
-                                   .c = c, .node = node, .value = value};
+    b->st[b->k.nstmts] = (KirStmt){.op = (uint8_t)op,
+                                   .type = (uint8_t)type,
+                                   .loop = (uint16_t)lp,
+                                   .a = a,
+                                   .b = bb,
+                                   .c = c,
+                                   .node = node,
+                                   .value = value};
     return b->k.nstmts++;
 }
 #define K(op, t, l, a, b2) st(b, KOP_##op, KT_##t, l, a, b2, -1, 0, node)
@@ -106,7 +117,8 @@ static void build_silu(Build *b, int node, int64_t n) {
     begin(b, KK_EXPR, n, node);
     int x = arg(b, node - 1, KT_F32, KA_READ, 0, n), y = arg(b, node, KT_F32, KA_WRITE, 0, n);
     int row = K(ROW, I64, 0, -1, -1), xv = K(LOAD, F32, 0, x, row);
-    int one = CONST(F32, 0, 1.0), s = K(DIV, F32, 0, one, K(ADD, F32, 0, one, K(EXP, F32, 0, K(NEG, F32, 0, xv, -1), -1)));
+    int one = CONST(F32, 0, 1.0),
+        s = K(DIV, F32, 0, one, K(ADD, F32, 0, one, K(EXP, F32, 0, K(NEG, F32, 0, xv, -1), -1)));
     int inf = CONST(F32, 0, 1.0 / 0.0), v = K(MIN, F32, 0, K(MUL, F32, 0, xv, s), inf);
     st(b, KOP_STORE, KT_BOOL, 0, y, row, v, 0, node);
 }
@@ -137,10 +149,17 @@ static void build_attn(Build *b, int bwd, int node, int64_t B, int64_t T, int64_
     if (bwd) arg(b, node - 4, KT_F32, KA_READ, 0, nq);
     arg(b, node - 1, KT_F32, KA_READ, 0, nq), arg(b, node - 2, KT_F32, KA_READ, 0, nk);
     arg(b, node - 3, KT_F32, KA_READ, 0, nk);
-    if (bwd) arg(b, node - 1, KT_F32, KA_READ, 0, nq);             // y
+    if (bwd) arg(b, node - 1, KT_F32, KA_READ, 0, nq);                // y
     arg(b, node - 1, KT_F32, bwd ? KA_READ : KA_WRITE, 0, B * H * T); // lse, stored fp32
-    b->k.attn = (KirAttn){.B = B, .T = T, .H = H, .KVH = KVH, .D = D, .Dv = D, .causal = causal,
-                          .scale = 1.0 / sqrt((double)D), .helper = {-1, -1}};
+    b->k.attn = (KirAttn){.B = B,
+                          .T = T,
+                          .H = H,
+                          .KVH = KVH,
+                          .D = D,
+                          .Dv = D,
+                          .causal = causal,
+                          .scale = 1.0 / sqrt((double)D),
+                          .helper = {-1, -1}};
 }
 
 static int find_str(const char *hay, const char *needle, const char *what) {
@@ -177,34 +196,39 @@ static void check_handmade(const Graph *g, const char *path) {
                     !((ks[i].kind == KK_ATTN || ks[i].kind == KK_ATTN_BWD) && j == ks[i].nargs - 1)) // (lse)
                     ks[i].args[j].dtype = KT_BF16;
         }
-            const char *arch = a ? "sm_90" : "sm_80";
-            CudaOptions opt = {.arch = arch, .model_path = path, .exact_f64 = !a};
-            CudaBinary bin;
-            CudaSource src;
-            char err[8192];
-            int rc = cuda_build(&prog, g, &opt, &bin, &src, err, sizeof err);
-            CHECK(rc == 0, "hand-built kernels, %s, %s: %s", arch, bf ? "bf16" : "f32", err);
-            if (rc) {
-                cuda_source_free(&src);
-                continue;
-            }
-            CHECK(bin.cubin_len > 0 && bin.ptx_len > 0 && strstr(bin.ptx, ".target sm_") != NULL, "no cubin or PTX");
-            CHECK(src.nexpr == 4 && src.nattn == 2, "%d expression kernels, %d attention variants", src.nexpr, src.nattn);
-            for (int i = 0; i < src.ninfo; i++) {
-                const CudaKernelInfo *in = &src.info[i];
-                if (in->index == 0) CHECK(in->vectorised && in->block == 256, "the norm kernel: vec %d block %d", in->vectorised, in->block);
-                if (in->index == 1) CHECK(!in->vectorised && in->block == 128 && in->finish_grid == 1, "the loss kernel");
-                if (in->index == 3) CHECK(in->epilogue == CUDA_EPI_BIAS, "the GEMM's epilogue: %s", cuda_epilogue_name(in->epilogue));
-                if (in->index == 5) CHECK(!strcmp(in->symbol, bf ? "bf16_d16_causal" : "f32_d16_causal"), "attention %s", in->symbol);
-            }
-            CHECK(strstr(src.text, bf ? "bf16 *a2" : "float *a2") != NULL, "storage type of the norm's output");
-            // the norm's second loop reads x from the first loop's registers: one pass over memory
-            CHECK(strstr(src.text, "= v5_r[mt_it][3];") != NULL, "the norm kernel reloads x");
-            // f64 arithmetic stays double only when asked
-            CHECK((strstr(src.text, "double v6_0 = (double)v5_0;") != NULL) == !a, "f64 statements in %s", a ? "fp32" : "double");
+        const char *arch = a ? "sm_90" : "sm_80";
+        CudaOptions opt = {.arch = arch, .model_path = path, .exact_f64 = !a};
+        CudaBinary bin;
+        CudaSource src;
+        char err[8192];
+        int rc = cuda_build(&prog, g, &opt, &bin, &src, err, sizeof err);
+        CHECK(rc == 0, "hand-built kernels, %s, %s: %s", arch, bf ? "bf16" : "f32", err);
+        if (rc) {
             cuda_source_free(&src);
-            nvrtc_binary_free(&bin);
+            continue;
         }
+        CHECK(bin.cubin_len > 0 && bin.ptx_len > 0 && strstr(bin.ptx, ".target sm_") != NULL, "no cubin or PTX");
+        CHECK(src.nexpr == 4 && src.nattn == 2, "%d expression kernels, %d attention variants", src.nexpr, src.nattn);
+        for (int i = 0; i < src.ninfo; i++) {
+            const CudaKernelInfo *in = &src.info[i];
+            if (in->index == 0)
+                CHECK(in->vectorised && in->block == 256, "the norm kernel: vec %d block %d", in->vectorised,
+                      in->block);
+            if (in->index == 1) CHECK(!in->vectorised && in->block == 128 && in->finish_grid == 1, "the loss kernel");
+            if (in->index == 3)
+                CHECK(in->epilogue == CUDA_EPI_BIAS, "the GEMM's epilogue: %s", cuda_epilogue_name(in->epilogue));
+            if (in->index == 5)
+                CHECK(!strcmp(in->symbol, bf ? "bf16_d16_causal" : "f32_d16_causal"), "attention %s", in->symbol);
+        }
+        CHECK(strstr(src.text, bf ? "bf16 *a2" : "float *a2") != NULL, "storage type of the norm's output");
+        // the norm's second loop reads x from the first loop's registers: one pass over memory
+        CHECK(strstr(src.text, "= v5_r[mt_it][3];") != NULL, "the norm kernel reloads x");
+        // f64 arithmetic stays double only when asked
+        CHECK((strstr(src.text, "double v6_0 = (double)v5_0;") != NULL) == !a, "f64 statements in %s",
+              a ? "fp32" : "double");
+        cuda_source_free(&src);
+        nvrtc_binary_free(&bin);
+    }
 
     // a line that does not compile, and one that only warns: both fail, naming
     // line, kernel and op (without the attention kernels, which take most of NVRTC's time)
@@ -271,27 +295,27 @@ int main(int argc, char **argv) {
         } else {
             if (emitter) check_handmade(g, argv[m]);
             for (int run = 0; !emitter && run < 2 + bf16; run++) { // sm_80, sm_90, and bf16 for sm_90
-                    int bf = run == 2, a = run > 0;
-                    DType want = bf ? DT_BF16 : DT_F32;
-                    if (g->train.compute != want) { // the kernels of the other storage
-                        g->train.compute = want;
-                        if (fuse(g, &arena, &prog, err, sizeof err) != 0) {
-                            FAIL("%s: fuse (%s): %s", argv[m], bf ? "bf16" : "f32", err);
-                            continue;
-                        }
-                    }
-                    CudaOptions opt = {.arch = a ? "sm_90" : "sm_80", .model_path = argv[m]};
-                    CudaBinary bin;
-                    CudaSource cs;
-                    if (cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
-                        FAIL("%s, %s, %s:\n%s", argv[m], opt.arch, bf ? "bf16" : "f32", err);
+                int bf = run == 2, a = run > 0;
+                DType want = bf ? DT_BF16 : DT_F32;
+                if (g->train.compute != want) { // the kernels of the other storage
+                    g->train.compute = want;
+                    if (fuse(g, &arena, &prog, err, sizeof err) != 0) {
+                        FAIL("%s: fuse (%s): %s", argv[m], bf ? "bf16" : "f32", err);
                         continue;
                     }
-                    printf("%-28s %-6s %-5s %8d %8d %9.2f %9.0f\n", argv[m], opt.arch, bf ? "bf16" : "f32", cs.nexpr,
-                           cs.nattn, bin.seconds, (double)bin.cubin_len / 1024);
-                    cuda_source_free(&cs);
-                    nvrtc_binary_free(&bin);
                 }
+                CudaOptions opt = {.arch = a ? "sm_90" : "sm_80", .model_path = argv[m]};
+                CudaBinary bin;
+                CudaSource cs;
+                if (cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
+                    FAIL("%s, %s, %s:\n%s", argv[m], opt.arch, bf ? "bf16" : "f32", err);
+                    continue;
+                }
+                printf("%-28s %-6s %-5s %8d %8d %9.2f %9.0f\n", argv[m], opt.arch, bf ? "bf16" : "f32", cs.nexpr,
+                       cs.nattn, bin.seconds, (double)bin.cubin_len / 1024);
+                cuda_source_free(&cs);
+                nvrtc_binary_free(&bin);
+            }
         }
         arena_free(&arena);
         free(text);

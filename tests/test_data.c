@@ -99,15 +99,14 @@ static unsigned char *slurp(const char *path, long *len) {
 }
 
 // tokens[b*T + t] == x(pos + b*T + t), targets[b*T + t] == x(pos + b*T + t + 1)
-static void check_batch(const char *what, const int32_t *tokens, const int32_t *targets,
-                        int64_t B, int64_t T, int64_t pos, int32_t (*x)(int64_t)) {
+static void check_batch(const char *what, const int32_t *tokens, const int32_t *targets, int64_t B, int64_t T,
+                        int64_t pos, int32_t (*x)(int64_t)) {
     for (int64_t b = 0; b < B; b++)
         for (int64_t t = 0; t < T; t++) {
             int64_t i = b * T + t;
             if (tokens[i] != x(pos + i) || targets[i] != x(pos + i + 1)) {
-                FAIL("%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d",
-                     what, (long long)pos, (long long)b, (long long)t, tokens[i], targets[i],
-                     x(pos + i), x(pos + i + 1));
+                FAIL("%s (from token %lld): at b=%lld t=%lld got token %d target %d, want %d %d", what, (long long)pos,
+                     (long long)b, (long long)t, tokens[i], targets[i], x(pos + i), x(pos + i + 1));
                 return;
             }
         }
@@ -157,9 +156,10 @@ static void test_llmc(void) {
     // literal values: token i is (7919*i + 11) % 50000
     CHECK(tokens[0] == 11 && targets[0] == 7930, "first batch starts %d -> %d, want 11 -> 7930", tokens[0], targets[0]);
     CHECK(tokens[T] == 13363, "row 1 starts with %d, want 13363 (token 8)", tokens[T]);
-    CHECK(targets[T - 1] == tokens[T], "row 0's last target %d is not row 1's first token %d", targets[T - 1], tokens[T]);
-    CHECK(tokens[31] == 45500 && targets[31] == 3419, "last of first batch %d -> %d, want 45500 -> 3419 (tokens 31, 32)",
-          tokens[31], targets[31]);
+    CHECK(targets[T - 1] == tokens[T], "row 0's last target %d is not row 1's first token %d", targets[T - 1],
+          tokens[T]);
+    CHECK(tokens[31] == 45500 && targets[31] == 3419,
+          "last of first batch %d -> %d, want 45500 -> 3419 (tokens 31, 32)", tokens[31], targets[31]);
     check_batch("train batch 0", tokens, targets, B, T, 0, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after one batch");
     data_next_train(&d, B, T, tokens, targets, NULL);
@@ -225,8 +225,8 @@ static void test_llmc(void) {
         check_batch("val batch i", tokens, targets, B, T, starts[i], llmc_token);
     }
     data_val_batch(&d, 0, B, T, tokens, targets, NULL);
-    CHECK(tokens[0] == 27111 && targets[B * T - 1] == 30519, "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)",
-          tokens[0], targets[B * T - 1]);
+    CHECK(tokens[0] == 27111 && targets[B * T - 1] == 30519,
+          "val batch 0 runs %d .. %d, want 27111 .. 30519 (tokens 900, 932)", tokens[0], targets[B * T - 1]);
     data_val_batch(&d, -1, B, T, tokens, targets, NULL);
     check_batch("val batch -1", tokens, targets, B, T, 964, llmc_token);
     check_i64(d.train_pos, 32, "train_pos after validation (must not move)");
@@ -234,11 +234,13 @@ static void test_llmc(void) {
     // a split too small for one batch; the boundaries exactly
     CHECK(data_check_batch(&d, 1, 99, err, sizeof err) == 0, "data_check_batch(1, 99): %s", err);
     err[0] = 0;
-    CHECK(data_check_batch(&d, 1, 100, err, sizeof err) == -1, "data_check_batch(1, 100) passed with 100 validation tokens");
+    CHECK(data_check_batch(&d, 1, 100, err, sizeof err) == -1,
+          "data_check_batch(1, 100) passed with 100 validation tokens");
     CHECK(strstr(err, path) == err && strstr(err, "validation split holds 100 tokens") && strstr(err, "B*T+1 = 101"),
           "message for a validation split too small: '%s'", err);
     err[0] = 0;
-    CHECK(data_check_batch(&d, 1, 900, err, sizeof err) == -1, "data_check_batch(1, 900) passed with 900 training tokens");
+    CHECK(data_check_batch(&d, 1, 900, err, sizeof err) == -1,
+          "data_check_batch(1, 900) passed with 900 training tokens");
     CHECK(strstr(err, path) == err && strstr(err, "training split holds 900 tokens") && strstr(err, "B*T+1 = 901"),
           "message for a training split too small: '%s'", err);
     err[0] = 0;
@@ -304,8 +306,8 @@ static void test_text(void) {
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     CHECK(data_check_batch(&d, B, T, err, sizeof err) == 0, "data_check_batch(2, 16): %s", err);
     data_next_train(&d, B, T, tokens, targets, NULL);
-    CHECK(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215, "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215",
-          tokens[0], targets[0], tokens[T]);
+    CHECK(tokens[0] == 7 && targets[0] == 20 && tokens[T] == 215,
+          "text batch 0 starts %d -> %d, row 1 %d; want 7 -> 20, 215", tokens[0], targets[0], tokens[T]);
     check_batch("text train batch 0", tokens, targets, B, T, 0, text_byte);
     // 12 batches at 0..352 (352 + 33 <= 400), then wrap
     for (int k = 1; k < 12; k++) {
@@ -336,20 +338,27 @@ static void test_errors(void) {
         int64_t vocab;
         const char *phrase;
     } cases[] = {
-        {"bad_magic.bin", "--count 100 --magic 20240521", 50257, "not an llm.c token file: the magic number at byte 0 is 20240521"},
+        {"bad_magic.bin", "--count 100 --magic 20240521", 50257,
+         "not an llm.c token file: the magic number at byte 0 is 20240521"},
         {"bad_version.bin", "--count 100 --version 2", 50257, "unsupported llm.c token file version 2"},
-        {"truncated.bin", "--count 100 --truncate 1", 50257, "the header says 100 tokens (200 bytes after the 1024-byte header) but the file has 199"},
+        {"truncated.bin", "--count 100 --truncate 1", 50257,
+         "the header says 100 tokens (200 bytes after the 1024-byte header) but the file has 199"},
         {"trailing.bin", "--count 100 --extra 2", 50257, "trailing bytes"},
         {"miscount.bin", "--count 100 --header-count 99", 50257, "the header says 99 tokens"},
         {"negative.bin", "--count 100 --header-count -1", 50257, "token count -1 (byte 8) is negative"},
         {"short.bin", "--count 0 --truncate 24", 50257, "too short for an llm.c token file: 1000 bytes"},
         {"short.dat", "--count 0 --truncate 24", 50257, "starts with llm.c's magic number"},
         {"no_tokens.bin", "--count 0", 50257, "says 0 tokens"},
-        {"big_token.bin", "--count 1000 --set 77=50257", 50257, "token at index 77 (byte 1178) is 50257, not below the model's vocabulary size 50257"},
-        {"l3_bad_version.bin", "--count 100 --magic 20240801 --version 1", 128256, "version 1 at byte 4, expected 7 for magic 20240801 (uint32 tokens)"},
-        {"l3_truncated.bin", "--count 100 --magic 20240801 --version 7 --truncate 2", 128256, "the header says 100 tokens (400 bytes after the 1024-byte header) but the file has 398"},
-        {"l3_big_token.bin", "--count 1000 --magic 20240801 --version 7 --mod 128256 --set 5=128256", 128256, "token at index 5 (byte 1044) is 128256, not below the model's vocabulary size 128256"},
-        {"l3_huge_token.bin", "--count 100 --magic 20240801 --version 7 --set 3=4294967295", 128256, "token at index 3 (byte 1036) is"},
+        {"big_token.bin", "--count 1000 --set 77=50257", 50257,
+         "token at index 77 (byte 1178) is 50257, not below the model's vocabulary size 50257"},
+        {"l3_bad_version.bin", "--count 100 --magic 20240801 --version 1", 128256,
+         "version 1 at byte 4, expected 7 for magic 20240801 (uint32 tokens)"},
+        {"l3_truncated.bin", "--count 100 --magic 20240801 --version 7 --truncate 2", 128256,
+         "the header says 100 tokens (400 bytes after the 1024-byte header) but the file has 398"},
+        {"l3_big_token.bin", "--count 1000 --magic 20240801 --version 7 --mod 128256 --set 5=128256", 128256,
+         "token at index 5 (byte 1044) is 128256, not below the model's vocabulary size 128256"},
+        {"l3_huge_token.bin", "--count 100 --magic 20240801 --version 7 --set 3=4294967295", 128256,
+         "token at index 3 (byte 1036) is"},
         {"tiny.bin", "--count 1000", 50257, "training split holds"}, // checked with B, T below
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
@@ -363,7 +372,9 @@ static void test_errors(void) {
                 CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s): %s", path, err);
                 err[0] = 0;
                 CHECK(data_check_batch(&d, 8, 128, err, sizeof err) == -1, "a batch of 8 x 128 fits in 900 tokens?");
-                CHECK(strstr(err, path) == err && strstr(err, "training split holds 900 tokens but one batch of B=8 x T=128 needs B*T+1 = 1025"),
+                CHECK(strstr(err, path) == err &&
+                          strstr(err,
+                                 "training split holds 900 tokens but one batch of B=8 x T=128 needs B*T+1 = 1025"),
                       "message for a file too small for a batch: '%s'", err);
                 data_close(&d);
             }
@@ -375,7 +386,8 @@ static void test_errors(void) {
     if (make_fixture(path, "--count 1000 --set 77=50256") == 0) {
         DataSet d;
         char err[512] = "";
-        CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s) with token 50256 < V: %s", path, err);
+        CHECK(data_open(&d, path, 50257, 0.1, err, sizeof err) == 0, "data_open(%s) with token 50256 < V: %s", path,
+              err);
         data_close(&d);
     }
     free(path);
@@ -444,8 +456,8 @@ static void test_llama3_and_masks(void) {
     }
     CHECK(tokens[9] == 71282, "l3 token 9 is %d, want 71282 (past uint16)", tokens[9]);
     data_val_batch(&d, 0, B, T, tokens, targets, NULL);
-    CHECK(targets[0] == 80950 && targets[2] == DATA_IGNORE, "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)",
-          targets[0], targets[2], DATA_IGNORE);
+    CHECK(targets[0] == 80950 && targets[2] == DATA_IGNORE,
+          "l3 val batch: targets %d %d, want 80950 (token 901) %d (903)", targets[0], targets[2], DATA_IGNORE);
     data_close(&d);
     CHECK(d.mask == NULL && d.mask_path == NULL, "data_close left the mask set");
 
@@ -459,18 +471,22 @@ static void test_llama3_and_masks(void) {
     data_close(&d);
 
     // masks that do not fit their token file
-    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-count 999", mask);
+    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-count 999",
+             mask);
     if (make_fixture(path, args) == 0) {
         err[0] = 0;
         CHECK(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1 && d.map == NULL, "a mask one short was taken");
         CHECK(strstr(err, mask) == err && strstr(err, "the mask holds 999 entries (header: 999) but") &&
-              strstr(err, "l3.bin holds 1000 tokens"), "message for a mask one short: '%s'", err);
+                  strstr(err, "l3.bin holds 1000 tokens"),
+              "message for a mask one short: '%s'", err);
     }
-    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-set 17=2", mask);
+    snprintf(args, sizeof args, "--count 1000 --magic 20240801 --version 7 --mod 128256 --mask-out %s --mask-set 17=2",
+             mask);
     if (make_fixture(path, args) == 0) {
         err[0] = 0;
         CHECK(data_open(&d, path, 128256, 0.1, err, sizeof err) == -1, "a mask holding a 2 was taken");
-        CHECK(strstr(err, mask) == err && strstr(err, "entry at index 17 (byte 1041) is 2"), "message for a bad mask entry: '%s'", err);
+        CHECK(strstr(err, mask) == err && strstr(err, "entry at index 17 (byte 1041) is 2"),
+              "message for a bad mask entry: '%s'", err);
     }
     // and a uint16 file can carry a mask too
     char *p16 = in_workdir("m16.bin"), *m16 = in_workdir("m16.mask");
@@ -498,7 +514,7 @@ static void test_shuffle(void) {
     for (int i = 0; f && i < 500; i++) fputc(i / 16, f);
     CHECK(f && fclose(f) == 0, "cannot write %s", path); // 400 training bytes: W = (400 - 1) / 16 = 24 windows
     enum { B = 3, T = 16, W = 24, ROWS = 3 * W };
-    int64_t start[2][ROWS];  // (seed, row) the window each row came from, by its first token
+    int64_t start[2][ROWS];                // (seed, row) the window each row came from, by its first token
     int32_t tokens[B * T], targets[B * T]; // (B, T) each
     for (int run = 0; run < 2; run++) {
         DataSet d;
@@ -522,7 +538,8 @@ static void test_shuffle(void) {
                 CHECK(data_open(&straight, path, 256, 0.2, err, sizeof err) == 0, "reopen: %s", err);
                 CHECK(data_seek(&straight, data_position(&d), err, sizeof err) == -1 && strstr(err, "--shuffle"),
                       "shuffle: a shuffled position taken by an unshuffled loader");
-                CHECK(data_seek(&e, 48, err, sizeof err) == -1, "shuffle: a straight position taken by a shuffled loader");
+                CHECK(data_seek(&e, 48, err, sizeof err) == -1,
+                      "shuffle: a straight position taken by a shuffled loader");
                 data_close(&straight);
                 data_close(&e);
             } else {
@@ -560,11 +577,12 @@ static void test_shuffle(void) {
     if (ok) {
         data_shuffle(&one, 4);
         int32_t all[2 * B * T], allt[2 * B * T]; // (2B, T) each
-        for (int k = 0; k < ROWS / B; k++) { // past two epochs
+        for (int k = 0; k < ROWS / B; k++) {     // past two epochs
             data_next_train(&one, 2 * B, T, all, allt, NULL);
             for (int r = 0; r < 2; r++) {
                 data_next_train(&rank[r], B, T, tokens, targets, NULL);
-                CHECK(!memcmp(tokens, all + r * B * T, sizeof tokens) && !memcmp(targets, allt + r * B * T, sizeof targets),
+                CHECK(!memcmp(tokens, all + r * B * T, sizeof tokens) &&
+                          !memcmp(targets, allt + r * B * T, sizeof targets),
                       "shuffle: rank %d of 2's rows of global batch %d are not one process's rows [%d, %d)", r, k,
                       r * B, r * B + B);
             }

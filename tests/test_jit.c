@@ -52,7 +52,8 @@ static double compare(const KirSet *s, const KirKernel *k, const char *jit, cons
     for (int a = 0; a < k->nargs; a++) {
         const KirArg *g = &k->args[a];
         if (g->node < 0 || !(g->access & (KA_WRITE | KA_ACC32 | KA_ACC64))) continue;
-        const float *x = (const float *)(jit + off[g->node]) + g->offset, *y = (const float *)(ref + off[g->node]) + g->offset;
+        const float *x = (const float *)(jit + off[g->node]) + g->offset,
+                    *y = (const float *)(ref + off[g->node]) + g->offset;
         double diff = 0, mag = 0;
         for (int64_t i = 0; i < g->numel; i++) {
             double d = fabs((double)x[i] - (double)y[i]);
@@ -63,7 +64,8 @@ static double compare(const KirSet *s, const KirKernel *k, const char *jit, cons
         if (getenv("TEST_JIT_DEBUG") && e > TOL)
             for (int64_t i = 0; i < g->numel; i++)
                 if (fabs((double)x[i] - (double)y[i]) > TOL * mag) {
-                    fprintf(stderr, "  first bad element %lld of %lld: jit %g ref %g\n", (long long)i, (long long)g->numel, x[i], y[i]);
+                    fprintf(stderr, "  first bad element %lld of %lld: jit %g ref %g\n", (long long)i,
+                            (long long)g->numel, x[i], y[i]);
                     break;
                 }
         if (!(e <= w)) {
@@ -108,9 +110,10 @@ static int check_model(const char *path, int *compared) {
         failed = 1;
     }
     // a pooled load-balancing loss's sums of every layer (nonnegative), the last layer running
-    int64_t pooled_layers = 0, pooled_rows = 0, pooled_E = g ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
-    LoadBalancePool pool = {calloc((size_t)(g ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)), g ? g->layers - 1 : 0,
-                            g ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
+    int64_t pooled_layers = 0, pooled_rows = 0,
+            pooled_E = g ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
+    LoadBalancePool pool = {calloc((size_t)(g ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)),
+                            g ? g->layers - 1 : 0, g ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
     for (int64_t e = 0; g && e < g->layers * 2 * pooled_E; e++) pool.sums[e] = (double)(next_u32() % 1000);
     if (j) jit_set_pool(j, &pool);
     // token ids below every vocabulary the model indexes with them
@@ -118,9 +121,11 @@ static int check_model(const char *path, int *compared) {
     for (int p = 0; g && p < PART_COUNT; p++)
         for (int i = 0; i < g->parts[p].nodes.n; i++) {
             const Node *n = g->parts[p].nodes.items[i];
-            int64_t v = n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->op == OP_EMBED_BWD ? n->shape.dims[0]
-                        : n->op == OP_CROSS_ENTROPY ? n->in[0]->shape.dims[n->in[0]->shape.rank - 1]
-                        : n->op == OP_CROSS_ENTROPY_BWD ? n->shape.dims[n->shape.rank - 1] : ids;
+            int64_t v = n->op == OP_EMBED               ? n->in[0]->shape.dims[0]
+                        : n->op == OP_EMBED_BWD         ? n->shape.dims[0]
+                        : n->op == OP_CROSS_ENTROPY     ? n->in[0]->shape.dims[n->in[0]->shape.rank - 1]
+                        : n->op == OP_CROSS_ENTROPY_BWD ? n->shape.dims[n->shape.rank - 1]
+                                                        : ids;
             if (v < ids) ids = v;
         }
     // an emitter failure names the kernel and the op its statement came from
@@ -228,6 +233,7 @@ int main(int argc, char **argv) {
     mt_blas_core_pick(); // OpenBLAS's kernels for this CPU, as mtrun picks them
     int failed = 0, compared = 0;
     for (int a = 1; a < argc; a++) failed += check_model(argv[a], &compared);
-    printf("%d kernels compared, %d failed (tolerance %g, max |jit - ref| / max |ref| per buffer)\n", compared, failed, TOL);
+    printf("%d kernels compared, %d failed (tolerance %g, max |jit - ref| / max |ref| per buffer)\n", compared, failed,
+           TOL);
     return failed || !compared;
 }

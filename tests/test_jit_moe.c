@@ -43,7 +43,9 @@ static double uniform(void) { // [-1, 1)
     return (double)(rng >> 11) / 4503599627370496.0 - 1.0;
 }
 
-static float get(const char *p, int bf, int64_t i) { return bf ? f32_from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i]; }
+static float get(const char *p, int bf, int64_t i) {
+    return bf ? f32_from_bf16(((const uint16_t *)p)[i]) : ((const float *)p)[i];
+}
 static void put(char *p, int bf, int64_t i, float v) {
     if (bf) ((uint16_t *)p)[i] = bf16_from_f32(v);
     else ((float *)p)[i] = v;
@@ -72,7 +74,8 @@ static double now_s(void) {
 
 static int libm; // MT_JIT_LIBMVEC=0: the JIT's exp is libm's, as the plain kernels'
 
-static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char *path, int *seen, LoadBalancePool *pool) {
+static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char *path, int *seen,
+                        LoadBalancePool *pool) {
     const KirKernel *k = &jit_program(j)->parts[p].k[i];
     const Node *n = g->parts[p].nodes.items[k->anchor];
     int64_t *off = calloc((size_t)g->parts[p].nodes.n, sizeof *off), total = 0;
@@ -87,17 +90,18 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
         char *buf = A + off[k->args[a].node];
         int abf = k->args[a].dtype == KT_BF16;
         fill_operand(n, a - 1, buf, abf);
-        float *w = aligned_alloc(64, ((size_t)k->args[a].numel * sizeof(float) + 63) & ~(size_t)63); // (operand numel) widened
+        float *w = aligned_alloc(64, ((size_t)k->args[a].numel * sizeof(float) + 63) &
+                                         ~(size_t)63); // (operand numel) widened
         for (int64_t e = 0; e < k->args[a].numel; e++) w[e] = get(buf, abf, e);
         in[a - 1] = w;
     }
     char *out = A + off[k->args[0].node];
-    int obf = k->args[0].dtype == KT_BF16; // a loss stays f32
+    int obf = k->args[0].dtype == KT_BF16;                                // a loss stays f32
     for (int64_t e = 0; e < k->args[0].numel; e++) put(out, obf, e, NAN); // poison
     in[n->nin] = pool; // a load-balancing loss's, after its operands (not freed below)
     kernel_run_f32(n, ref, in);
     jit_run_kernel(j, p, i, 0, A, off);
-    double t_jit = 1e30, t_plain = 1e30; // the best of 5 runs each, after the checked ones
+    double t_jit = 1e30, t_plain = 1e30;      // the best of 5 runs each, after the checked ones
     char *again = malloc((size_t)total + 64); // (total) bytes: the arguments, for timing runs that overwrite
     float *ref2 = malloc((size_t)k->args[0].numel * sizeof(float)); // (output numel)
     memcpy(again, A, (size_t)total);
@@ -114,7 +118,7 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
     double diff = 0, mag = 0;
     for (int64_t e = 0; e < k->args[0].numel; e++) {
         double want = obf ? bf16_round(ref[e]) : ref[e], d = fabs((double)get(out, obf, e) - want);
-        if (!(d <= diff)) diff = d; // NaN wins
+        if (!(d <= diff)) diff = d;                // NaN wins
         if (d > 0 && getenv("TEST_JIT_MOE_DEBUG")) // every differing element
             fprintf(stderr, "  element %lld: jit %.9g ref %.9g\n", (long long)e, get(out, obf, e), want);
         if (fabs(want) > mag) mag = fabs(want);
@@ -147,19 +151,22 @@ static int check_model(const char *path, int bf, int *seen) {
     if (g && autodiff(g, &arena, &diag) == 0) {
         g->train.compute = bf ? DT_BF16 : DT_F32;
         if (fuse(g, &arena, &kp, err, sizeof err) != 0 || kir_write(&kp, &kir, &kir_len) != 0 ||
-            emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0 || !(j = jit_create(g, kir, kir_len, bc, bc_len, err, sizeof err)))
+            emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0 ||
+            !(j = jit_create(g, kir, kir_len, bc, bc_len, err, sizeof err)))
             fprintf(stderr, "%s: %s\n", path, err);
         else failed = 0;
     }
     // a pooled load-balancing loss's sums of every layer (small integers), the last layer running
-    int64_t pooled_layers = 0, pooled_rows = 0, pooled_E = j ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
-    LoadBalancePool pool = {calloc((size_t)(j ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)), j ? g->layers - 1 : 0,
-                            j ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
+    int64_t pooled_layers = 0, pooled_rows = 0,
+            pooled_E = j ? graph_pooled_experts(g, &pooled_layers, &pooled_rows) : 0;
+    LoadBalancePool pool = {calloc((size_t)(j ? g->layers * 2 * pooled_E : 0) + 1, sizeof(double)),
+                            j ? g->layers - 1 : 0, j ? g->layers : 0, (double)(pooled_layers * pooled_rows)};
     for (int64_t e = 0; j && e < g->layers * 2 * pooled_E; e++) pool.sums[e] = (double)((e * 7919) % 97);
     if (j) jit_set_pool(j, &pool);
     for (int p = 0; j && p < PART_COUNT; p++)
         for (int i = 0; i < jit_program(j)->parts[p].n; i++)
-            if (jit_program(j)->parts[p].k[i].kind == KK_NODE) failed += check_kernel(j, g, p, i, bf, path, seen, &pool);
+            if (jit_program(j)->parts[p].k[i].kind == KK_NODE)
+                failed += check_kernel(j, g, p, i, bf, path, seen, &pool);
     jit_destroy(j);
     free(pool.sums);
     free(kir), free(bc), free(text);

@@ -38,15 +38,16 @@ static int check_model(const char *path) {
     uint8_t *bytes = NULL, *again = NULL;
     size_t n = 0, n2 = 0;
     int failed = 0, nnodes[PART_COUNT], accepted = 0;
-    if (!g || autodiff(g, &a, &diag) != 0 || fuse(g, &a, &kp, err, sizeof err) != 0 || kir_write(&kp, &bytes, &n) != 0) {
+    if (!g || autodiff(g, &a, &diag) != 0 || fuse(g, &a, &kp, err, sizeof err) != 0 ||
+        kir_write(&kp, &bytes, &n) != 0) {
         fprintf(stderr, "%s: cannot fuse\n", path);
         return 1;
     }
     for (int p = 0; p < PART_COUNT; p++) nnodes[p] = g->parts[p].nodes.n;
     KirProgram back;
     Arena ra = {0};
-    if (kir_read(&back, bytes, n, graph_nparts(g), nnodes, &ra, err, sizeof err) != 0 || kir_write(&back, &again, &n2) != 0 || n2 != n ||
-        memcmp(again, bytes, n) != 0) {
+    if (kir_read(&back, bytes, n, graph_nparts(g), nnodes, &ra, err, sizeof err) != 0 ||
+        kir_write(&back, &again, &n2) != 0 || n2 != n || memcmp(again, bytes, n) != 0) {
         printf("FAIL %s: the bytes do not read back to themselves: %s\n", path, err);
         failed++;
     }

@@ -48,7 +48,6 @@
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
 static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH", "HOST", "ARENA", "STREAMS", "KERNELS"};
 
-
 // ---------------------------------------------------------------- building plans
 
 // The test's own layout: parameters packed in their segments, a weight slot
@@ -59,7 +58,8 @@ static const char *const SECTION_NAMES[SECTIONS] = {"SOURCE", "CONFIG", "GRAPH",
 enum { HAND_FRAMES = 2, HAND_EVENTS = 3, HAND_ACT_BYTES = 1024, HAND_SAVE_BYTES = 256 };
 static const uint8_t HAND_KIR[] = "KIR\x01 the kernel IR, as bytes nobody checks here\x00\xff";
 static const uint8_t HAND_BITCODE[] = "BC\xc0\xde\x35\x14\x00\x00 bitcode";
-static const uint8_t HAND_CUBIN[] = "\x7f" "ELF\x02\x01\x01 a cubin";
+static const uint8_t HAND_CUBIN[] = "\x7f"
+                                    "ELF\x02\x01\x01 a cubin";
 static const char HAND_PTX[] = ".version 8.0\n.target sm_90\n.address_size 64\n";
 
 static Plan *hand_plan(Graph *g, Arena *a) {
@@ -93,7 +93,7 @@ static Plan *hand_plan(Graph *g, Arena *a) {
                 }
             }
     }
-    p->arena_bytes = top + 8; // a little spare at the end
+    p->arena_bytes = top + 8;      // a little spare at the end
     p->scratch_bytes = 4096 + 256; // written and read back as is
     p->device_limit = 2 * p->arena_bytes + 12345;
     p->schedule = "by hand: every kind, four engines, two frames";
@@ -102,33 +102,66 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     Instr *t = arena_alloc(a, 32 * sizeof *t);
     int n = 0;
     int32_t last = (int32_t)g->layers - 1;
-    t[n++] = (Instr){.kind = INS_COPY_IN, .engine = ENG_COPY_IN, .layer = -1, .src = 0, .dst = 0, .bytes = p->host_global * 4};
+    t[n++] = (Instr){.kind = INS_COPY_IN,
+                     .engine = ENG_COPY_IN,
+                     .layer = -1,
+                     .src = 0,
+                     .dst = 0,
+                     .bytes = p->host_global * 4};
     t[n++] = (Instr){.kind = INS_RECORD, .engine = ENG_COPY_IN, .layer = -1, .event = 0};
     t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_COMPUTE, .layer = -1, .event = 0};
-    t[n++] = (Instr){.kind = INS_INPUT, .layer = -1, .input = 0, .dst = slot,
+    t[n++] = (Instr){.kind = INS_INPUT,
+                     .layer = -1,
+                     .input = 0,
+                     .dst = slot,
                      .bytes = shape_numel(&((ModelInput *)g->inputs.items[0])->shape) * 4};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_HEAD, .layer = -1, .from = 0, .to = head->nfwd};
-    t[n++] = (Instr){.kind = INS_COPY_IN, .engine = ENG_COPY_IN, .layer = last,
-                     .src = plan_segment_base(p, last), .dst = 0, .bytes = plan_segment_len(p, last) * 4};
-    t[n++] = (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
+    t[n++] = (Instr){.kind = INS_COPY_IN,
+                     .engine = ENG_COPY_IN,
+                     .layer = last,
+                     .src = plan_segment_base(p, last),
+                     .dst = 0,
+                     .bytes = plan_segment_len(p, last) * 4};
+    t[n++] =
+        (Instr){.kind = INS_COPY, .layer = -1, .src = slot, .dst = 0, .bytes = slot < top - slot ? slot : top - slot};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_BLOCK, .layer = 0, .from = 0, .to = block->nodes.n};
     int reported = 0; // the block's first node with a buffer of its own, as if its forward reported it
     while (p->node_offset[PART_BLOCK][reported] < 0) reported++;
-    t[n++] = (Instr){.kind = INS_STAT, .part = PART_BLOCK, .layer = 0, .from = reported,
+    t[n++] = (Instr){.kind = INS_STAT,
+                     .part = PART_BLOCK,
+                     .layer = 0,
+                     .from = reported,
                      .src = p->node_offset[PART_BLOCK][reported],
                      .bytes = shape_numel(&((const Node *)block->nodes.items[reported])->shape) * 4};
-    t[n++] = (Instr){.kind = INS_SAVE, .engine = ENG_COPY_OUT, .layer = -1, .src = slot, .dst = HAND_SAVE_BYTES,
+    t[n++] = (Instr){.kind = INS_SAVE,
+                     .engine = ENG_COPY_OUT,
+                     .layer = -1,
+                     .src = slot,
+                     .dst = HAND_SAVE_BYTES,
                      .bytes = HAND_SAVE_BYTES};
-    t[n++] = (Instr){.kind = INS_RUN, .part = block_part(g, last), .layer = last, .from = 2, .to = 2, .frame = 1,
+    t[n++] = (Instr){.kind = INS_RUN,
+                     .part = block_part(g, last),
+                     .layer = last,
+                     .from = 2,
+                     .to = 2,
+                     .frame = 1,
                      .flags = RUN_SKIP_HEAVY};
-    t[n++] = (Instr){.kind = INS_LOAD, .engine = ENG_COPY_IN, .layer = -1, .src = 2 * HAND_SAVE_BYTES,
-                     .dst = slot + 4, .bytes = HAND_ACT_BYTES - 2 * HAND_SAVE_BYTES};
+    t[n++] = (Instr){.kind = INS_LOAD,
+                     .engine = ENG_COPY_IN,
+                     .layer = -1,
+                     .src = 2 * HAND_SAVE_BYTES,
+                     .dst = slot + 4,
+                     .bytes = HAND_ACT_BYTES - 2 * HAND_SAVE_BYTES};
     t[n++] = (Instr){.kind = INS_RUN, .part = PART_TAIL, .layer = -1, .from = 0, .to = tail->nodes.n};
     t[n++] = (Instr){.kind = INS_LOSS, .layer = -1, .src = p->node_offset[PART_TAIL][tail->output->id]};
     t[n++] = (Instr){.kind = INS_FREE, .layer = -1, .dst = slot, .bytes = HAND_SAVE_BYTES};
     t[n++] = (Instr){.kind = INS_RECORD, .layer = -1, .event = 1};
     t[n++] = (Instr){.kind = INS_WAIT, .engine = ENG_COPY_OUT, .layer = -1, .event = 1};
-    t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = 0, .src = 0, .dst = p->host_global,
+    t[n++] = (Instr){.kind = INS_COPY_OUT,
+                     .engine = ENG_COPY_OUT,
+                     .layer = 0,
+                     .src = 0,
+                     .dst = p->host_global,
                      .bytes = plan_segment_len(p, 0) * 4};
     t[n++] = (Instr){.kind = INS_COPY_OUT, .engine = ENG_COPY_OUT, .layer = -1, .src = 4, .dst = 1, .bytes = 4};
     t[n++] = (Instr){.kind = INS_RECORD, .engine = ENG_COPY_OUT, .layer = -1, .event = HAND_EVENTS - 1};
@@ -164,14 +197,26 @@ typedef struct Variant {
 } Variant;
 
 static const Variant VARIANTS[] = {
-    {"", "schedule_search on h200, mt, remat auto", "h200", 0,
+    {"",
+     "schedule_search on h200, mt, remat auto",
+     "h200",
+     0,
      {.policy = POLICY_MT, .remat = REMAT_AUTO, .slots = 0, .resident = -1}},
-    {"-offload", "schedule_search on tiny-1layer at batch 1, mt, remat offload, 1 slot, 0 resident", "tiny-1layer", 1,
+    {"-offload",
+     "schedule_search on tiny-1layer at batch 1, mt, remat offload, 1 slot, 0 resident",
+     "tiny-1layer",
+     1,
      {.policy = POLICY_MT, .remat = REMAT_OFFLOAD, .slots = 1, .resident = 0}},
-    {"-selective", "schedule_search on tiny-1layer at batch 1, mt, remat selective, 1 slot, 0 resident", "tiny-1layer", 1,
+    {"-selective",
+     "schedule_search on tiny-1layer at batch 1, mt, remat selective, 1 slot, 0 resident",
+     "tiny-1layer",
+     1,
      {.policy = POLICY_MT, .remat = REMAT_SELECTIVE, .slots = 1, .resident = 0}},
-    {"-sharded", "schedule_search on tiny-1layer at batch 1, mt, remat layer, 2 slots, one rank of 2, sharded",
-     "tiny-1layer", 1, {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 2, .resident = 0, .ranks = 2, .shard = 1}},
+    {"-sharded",
+     "schedule_search on tiny-1layer at batch 1, mt, remat layer, 2 slots, one rank of 2, sharded",
+     "tiny-1layer",
+     1,
+     {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 2, .resident = 0, .ranks = 2, .shard = 1}},
     {"-by-hand", "laid out by hand", NULL, 0, {.policy = POLICY_MT}},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof VARIANTS[0] };
@@ -279,7 +324,8 @@ static void compare_node(const char *ctx, const Node *x, const Node *y) {
     SAME("eps", f64_eq(x->eps, y->eps));
     SAME("theta", f64_eq(x->theta, y->theta));
     SAME("rope_interleaved", x->rope_interleaved == y->rope_interleaved);
-    SAME("rope_rule", (!x->rope_rule && !y->rope_rule) || (x->rope_rule && y->rope_rule && !strcmp(x->rope_rule, y->rope_rule)));
+    SAME("rope_rule",
+         (!x->rope_rule && !y->rope_rule) || (x->rope_rule && y->rope_rule && !strcmp(x->rope_rule, y->rope_rule)));
     SAME("rope_scale", f64_eq(x->rope_scale, y->rope_scale));
     int64_t pairs = rope_pairs(x); // rope_freq's (D/2)
     for (int64_t i = 0; i < pairs; i++) SAME("rope_freq", f64_eq(x->rope_freq[i], y->rope_freq[i]));
@@ -351,9 +397,9 @@ static void compare_instrs(const char *ctx, const Instr *x, int nx, const Instr 
     SAME("instruction count", nx == ny);
     for (int i = 0; i < nx && i < ny; i++)
         CHECK(x[i].kind == y[i].kind && x[i].engine == y[i].engine && x[i].part == y[i].part &&
-                  x[i].layer == y[i].layer && x[i].input == y[i].input && x[i].from == y[i].from && x[i].to == y[i].to &&
-                  x[i].frame == y[i].frame && x[i].flags == y[i].flags && x[i].event == y[i].event &&
-                  x[i].src == y[i].src && x[i].dst == y[i].dst && x[i].bytes == y[i].bytes,
+                  x[i].layer == y[i].layer && x[i].input == y[i].input && x[i].from == y[i].from &&
+                  x[i].to == y[i].to && x[i].frame == y[i].frame && x[i].flags == y[i].flags &&
+                  x[i].event == y[i].event && x[i].src == y[i].src && x[i].dst == y[i].dst && x[i].bytes == y[i].bytes,
               "%s: instruction %d differs after the round trip", ctx, i);
 }
 
@@ -480,7 +526,10 @@ static void damage_blobs(const char *model, const Plan *p, const unsigned char *
     const struct {
         uint64_t at;
         const char *name;
-    } blobs[] = {{k.kir, "the kernel IR"}, {k.bitcode, "the LLVM bitcode"}, {k.cubin, "the CUDA cubin"}, {k.ptx, "the PTX"}};
+    } blobs[] = {{k.kir, "the kernel IR"},
+                 {k.bitcode, "the LLVM bitcode"},
+                 {k.cubin, "the CUDA cubin"},
+                 {k.ptx, "the PTX"}};
     for (size_t i = 0; i < sizeof blobs / sizeof blobs[0]; i++)
         for (int huge = 0; huge <= 1; huge++) {
             memcpy(buf, orig, len);
@@ -492,7 +541,8 @@ static void damage_blobs(const char *model, const Plan *p, const unsigned char *
             st64(buf + off + blobs[i].at, past);
             redo_crcs(buf);
             char ctx[800], want[200];
-            snprintf(ctx, sizeof ctx, "%s: %s's length %s the section", model, blobs[i].name, huge ? "far past" : "1 past");
+            snprintf(ctx, sizeof ctx, "%s: %s's length %s the section", model, blobs[i].name,
+                     huge ? "far past" : "1 past");
             snprintf(want, sizeof want, "section KERNELS: %s of %llu bytes runs past the section's end", blobs[i].name,
                      (unsigned long long)past);
             expect_refused(ctx, buf, len, want);
@@ -528,7 +578,8 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         snprintf(ctx, sizeof ctx, "%s: %s one byte short", model, SECTION_NAMES[id - 1]);
         snprintf(want, sizeof want, "section %s is truncated", SECTION_NAMES[id - 1]);
         if (id == SEC_KERNELS && p->ptx_len) // the last field is the PTX's bytes, one of them now missing
-            snprintf(want, sizeof want, "section KERNELS: the PTX of %zu bytes runs past the section's end", p->ptx_len);
+            snprintf(want, sizeof want, "section KERNELS: the PTX of %zu bytes runs past the section's end",
+                     p->ptx_len);
         expect_refused(ctx, buf, len, want);
         // ... and one byte long: a byte nobody reads.
         if (id == SEC_KERNELS) { // the last section: grow it into a byte past the end
@@ -556,13 +607,15 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
     // Header faults: every version this mtrun does not read, with what each
     // lacked, and the next one.
     static const uint32_t refused[] = {
-        3,  6,
+        3,
+        6,
         7,  // before the ARENA section recorded the kernels' scratch
         8,  // before the graph recorded each layer's block kind
         9,  // before each kind had its own block part (one period of the order, sublayers)
         10, // before the ranks (mtc --ranks), rope's frequencies, INS_STAT, wide and padding nodes and the
             // kernel IR's value-head width
-        11, 12, // never released (the branches that became 13)
+        11,
+        12, // never released (the branches that became 13)
         13, // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
         14, // before attention's saved softmax statistics (OP_ATTENTION_LSE)
         16,
@@ -658,11 +711,12 @@ static int find_ins(const Plan *p, int kind, int part) {
 
 // Writes p and expects the reader to refuse instruction i of stream,
 // naming the section, the stream, the instruction and its kind, and fault.
-static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i, const char *fault) {
+static void expect_ins_refused(const char *ctx, Plan *p, const char *path, const char *stream, int i,
+                               const char *fault) {
     const Instr *in = &(strcmp(stream, "train") ? p->eval : p->train)[i];
-    static const char *const names[] = {"copy_in", "copy_out", "copy", "input", "run", "loss", "save",
-                                        "load", "free", "record", "wait", "norm", "update", "stat",
-                                        "allgather", "reduce_scatter"};
+    static const char *const names[] = {"copy_in", "copy_out", "copy",      "input",         "run",  "loss",
+                                        "save",    "load",     "free",      "record",        "wait", "norm",
+                                        "update",  "stat",     "allgather", "reduce_scatter"};
     _Static_assert(sizeof names / sizeof names[0] == INS_COUNT, "names out of sync with InsKind");
     char want[200];
     snprintf(want, sizeof want, "section STREAMS: %s instruction %d (%s): ", stream, i,
@@ -712,8 +766,8 @@ static void damage_fields(Plan *p, const char *path) {
             char err[512] = "", want[128];
             n->in[0] = node_at(p, PART_BLOCK, k + 2);
             snprintf(want, sizeof want, "internal error: operand 0 of block node %d is not an earlier node", k);
-            CHECK(plan_write(p, path, err, sizeof err) == -1 && strstr(err, want), "writing a forward reference: \"%s\"",
-                  err);
+            CHECK(plan_write(p, path, err, sizeof err) == -1 && strstr(err, want),
+                  "writing a forward reference: \"%s\"", err);
             // The writer will not write one, so patch it in: the operand's
             // bytes are where writing operand 0 and then 1 differs.
             n->in[0] = node_at(p, PART_BLOCK, 0);
@@ -725,8 +779,9 @@ static void damage_fields(Plan *p, const char *path) {
             if (at) {
                 st32(a + at, (uint32_t)k + 2);
                 redo_crcs(a);
-                snprintf(want, sizeof want, "section GRAPH: block node %d (%s): operand 0 is node %d, not an earlier node",
-                         k, op_name(n->op), k + 2);
+                snprintf(want, sizeof want,
+                         "section GRAPH: block node %d (%s): operand 0 is node %d, not an earlier node", k,
+                         op_name(n->op), k + 2);
                 expect_refused("a forward reference", a, alen, want);
             }
             free(a);
@@ -777,8 +832,8 @@ static void damage_fields(Plan *p, const char *path) {
         p->host_kind[0] = saved;
         int nkinds = g->nkinds, last_kind = g->layer_kind[g->layers - 1];
         g->layer_kind[g->layers - 1] = (uint8_t)nkinds;
-        snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind %d; there are %d", (long long)g->layers - 1,
-                 nkinds, nkinds);
+        snprintf(want, sizeof want, "section GRAPH: layer %lld is of block kind %d; there are %d",
+                 (long long)g->layers - 1, nkinds, nkinds);
         expect_written_refused("a layer of a kind past nkinds", p, path, want);
         g->layer_kind[g->layers - 1] = (uint8_t)last_kind;
         g->nkinds = MT_MAX_KINDS + 1;
@@ -807,7 +862,8 @@ static void damage_fields(Plan *p, const char *path) {
         Node *n = node_at(p, PART_TAIL, 1);
         DType saved = n->dtype;
         n->dtype = DT_COUNT;
-        expect_written_refused("a dtype out of range", p, path, "section GRAPH: tail node 1: dtype 3 is out of range (0..2)");
+        expect_written_refused("a dtype out of range", p, path,
+                               "section GRAPH: tail node 1: dtype 3 is out of range (0..2)");
         n->dtype = saved;
     }
     {
@@ -893,7 +949,8 @@ static void damage_fields(Plan *p, const char *path) {
         p->scratch_bytes = -256;
         expect_written_refused("negative kernel scratch", p, path, "section ARENA: kernel scratch of -256 bytes");
         p->scratch_bytes = 4100;
-        expect_written_refused("kernel scratch not a multiple of 256", p, path, "section ARENA: kernel scratch of 4100 bytes");
+        expect_written_refused("kernel scratch not a multiple of 256", p, path,
+                               "section ARENA: kernel scratch of 4100 bytes");
         p->scratch_bytes = scratch;
         p->node_offset[PART_TAIL][i] = -1;
         expect_written_refused("a computed node with no buffer", p, path, "has no buffer");
@@ -914,24 +971,66 @@ static void damage_fields(Plan *p, const char *path) {
             in->bytes = 4;
             fault = "lie outside the host store of";
             break;
-        case INS_COPY_OUT: in->dst = -1; fault = "host elements [-1, "; break;
-        case INS_COPY: in->dst = p->arena_bytes - in->bytes + 1; fault = "leave the arena of"; break;
-        case INS_INPUT: in->input = g->inputs.n; fault = "model input"; break;
-        case INS_RUN: in->layer = (int32_t)g->layers; fault = "layer"; break;
-        case INS_LOSS: in->src = p->arena_bytes - 2; fault = "lies outside the arena"; break;
+        case INS_COPY_OUT:
+            in->dst = -1;
+            fault = "host elements [-1, ";
+            break;
+        case INS_COPY:
+            in->dst = p->arena_bytes - in->bytes + 1;
+            fault = "leave the arena of";
+            break;
+        case INS_INPUT:
+            in->input = g->inputs.n;
+            fault = "model input";
+            break;
+        case INS_RUN:
+            in->layer = (int32_t)g->layers;
+            fault = "layer";
+            break;
+        case INS_LOSS:
+            in->src = p->arena_bytes - 2;
+            fault = "lies outside the arena";
+            break;
         case INS_SAVE:
             in->dst = p->host_act_bytes - in->bytes + 1;
             fault = "host activation bytes";
             break;
-        case INS_LOAD: in->src = p->host_act_bytes; fault = "host activation bytes"; break;
-        case INS_FREE: in->bytes = 6; fault = "are not whole floats"; break;
-        case INS_RECORD: in->event = p->nevents; fault = "event"; break;
-        case INS_WAIT: in->event = -1; fault = "event -1"; break;
-        case INS_NORM: in->layer = (int32_t)g->layers; fault = "layer"; break;
-        case INS_UPDATE: in->layer = -3; fault = "segment -3"; break;
-        case INS_STAT: in->bytes += 4; fault = "bytes of a node of"; break;
-        case INS_ALLGATHER: in->bytes += 2; fault = "ranks' chunks of segment"; break;
-        case INS_REDUCE_SCATTER: in->layer = (int32_t)g->layers; fault = "segment"; break;
+        case INS_LOAD:
+            in->src = p->host_act_bytes;
+            fault = "host activation bytes";
+            break;
+        case INS_FREE:
+            in->bytes = 6;
+            fault = "are not whole floats";
+            break;
+        case INS_RECORD:
+            in->event = p->nevents;
+            fault = "event";
+            break;
+        case INS_WAIT:
+            in->event = -1;
+            fault = "event -1";
+            break;
+        case INS_NORM:
+            in->layer = (int32_t)g->layers;
+            fault = "layer";
+            break;
+        case INS_UPDATE:
+            in->layer = -3;
+            fault = "segment -3";
+            break;
+        case INS_STAT:
+            in->bytes += 4;
+            fault = "bytes of a node of";
+            break;
+        case INS_ALLGATHER:
+            in->bytes += 2;
+            fault = "ranks' chunks of segment";
+            break;
+        case INS_REDUCE_SCATTER:
+            in->layer = (int32_t)g->layers;
+            fault = "segment";
+            break;
         case INS_COUNT: break;
         }
         char ctx[64];
@@ -957,7 +1056,8 @@ static void damage_fields(Plan *p, const char *path) {
                  INS_COUNT - 1);
         expect_written_refused("an instruction kind out of range", p, path, want);
         p->train[0].kind = -1;
-        snprintf(want, sizeof want, "section STREAMS: train instruction 0: kind -1 is out of range (0..%d)", INS_COUNT - 1);
+        snprintf(want, sizeof want, "section STREAMS: train instruction 0: kind -1 is out of range (0..%d)",
+                 INS_COUNT - 1);
         expect_written_refused("a negative instruction kind", p, path, want);
         p->train[0] = saved;
     }
@@ -1088,7 +1188,8 @@ static void damage_fields(Plan *p, const char *path) {
             p->train[fr].dst = p->arena_bytes;
             expect_ins_refused("a FREE past the arena", p, path, "train", fr, "are not whole floats inside the arena");
             p->train[fr].dst = -4;
-            expect_ins_refused("a FREE before the arena", p, path, "train", fr, "are not whole floats inside the arena");
+            expect_ins_refused("a FREE before the arena", p, path, "train", fr,
+                               "are not whole floats inside the arena");
             p->train[fr] = saved;
         }
     }
@@ -1187,8 +1288,7 @@ static void round_trip(const char *model, const char *work, const Variant *v, Ce
         if (q && plan_write(q, path2, err, sizeof err) == 0 && io_read_file(path, &d1, &l1) == 0 &&
             io_read_file(path2, &d2, &l2) == 0)
             CHECK(l1 == l2 && !memcmp(d1, d2, l1), "%s: writing the plan read back gives other bytes", ctx);
-        else if (q)
-            FAIL("%s: rewriting the plan read back failed: %s", ctx, err);
+        else if (q) FAIL("%s: rewriting the plan read back failed: %s", ctx, err);
         unlink(path2);
         arena_free(&b);
         if (d1) {
@@ -1284,13 +1384,16 @@ int main(int argc, char **argv) {
                   "%s: engine %d unused in a scheduled or the hand-laid plan (comm: used outside the sharded plan)",
                   argv[i], e);
         for (int k = 0; k < INS_COUNT; k++)
-            CHECK(k == INS_ALLGATHER || k == INS_REDUCE_SCATTER ? shard->kind[k] > 0 && !hand->kind[k] : hand->kind[k] > 0,
+            CHECK(k == INS_ALLGATHER || k == INS_REDUCE_SCATTER ? shard->kind[k] > 0 && !hand->kind[k]
+                                                                : hand->kind[k] > 0,
                   "%s: the %s plan has no instruction of kind %d", argv[i],
                   k == INS_ALLGATHER || k == INS_REDUCE_SCATTER ? "sharded" : "hand-laid", k);
-        CHECK(hand->skip_heavy > 0 && hand->later_frame > 0, "%s: the hand-laid plan has no RUN flags or frame 1", argv[i]);
+        CHECK(hand->skip_heavy > 0 && hand->later_frame > 0, "%s: the hand-laid plan has no RUN flags or frame 1",
+              argv[i]);
         static const int STREAMED[] = {INS_SAVE, INS_LOAD, INS_FREE, INS_RECORD, INS_WAIT, INS_NORM, INS_UPDATE};
         for (size_t k = 0; k < sizeof STREAMED / sizeof STREAMED[0]; k++)
-            CHECK(off->kind[STREAMED[k]] > 0, "%s: the offload plan has no instruction of kind %d", argv[i], STREAMED[k]);
+            CHECK(off->kind[STREAMED[k]] > 0, "%s: the offload plan has no instruction of kind %d", argv[i],
+                  STREAMED[k]);
         CHECK(h200->kind[INS_RECORD] > 0 && h200->kind[INS_WAIT] > 0, "%s: the h200 plan has no events", argv[i]);
         CHECK(sel->skip_heavy > 0, "%s: the selective plan has no RUN_SKIP_HEAVY", argv[i]);
         CHECK(h200->later_frame > 0, "%s: the h200 plan (resident layers, a frame each) uses frame 0 only", argv[i]);

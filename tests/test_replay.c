@@ -43,7 +43,7 @@ static int is_qnan(const void *p) {
 typedef struct Outcome {
     int rc;
     float loss;
-    double *sq; // (nseg)
+    double *sq;      // (nseg)
     double *by_norm; // (nseg) what the stream's INS_NORM computed; NAN: none ran
     char err[2048];
 } Outcome;
@@ -67,7 +67,8 @@ static void pending_state(const Plan *p, HostStore *hs, const int32_t *const *in
     memset(hs->v, 0, (size_t)hs->n * sizeof(float));
     memset(hs->g, 0, (size_t)hs->n * sizeof(float));
     reference_step(p, hs, inputs, NULL, 1, NULL);
-    AdamWStep s = {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
+    AdamWStep s =
+        {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
     for (int64_t i = 0; i < hs->nseg; i++) hs->seg[i] = (StoreSegment){.sq_norm = NAN, .pending = 1, .step = s};
 }
 
@@ -129,9 +130,9 @@ static int same(const Outcome *a, const Outcome *b, int64_t nseg) {
 typedef struct Fixture {
     Backend *be;
     HostStore hs;
-    char *act;                         // (host_act_bytes + 1)
-    int32_t *tok;                      // (4, B*T): tokens and targets of batch 0, then of batch 1
-    const int32_t *in0[3], *in1[3];    // batch 0's and batch 1's tokens, targets and loss scale (1)
+    char *act;                      // (host_act_bytes + 1)
+    int32_t *tok;                   // (4, B*T): tokens and targets of batch 0, then of batch 1
+    const int32_t *in0[3], *in1[3]; // batch 0's and batch 1's tokens, targets and loss scale (1)
     Outcome want, got;
 } Fixture;
 
@@ -191,8 +192,8 @@ static void test_poison(const Plan *p) {
     unsigned char bytes[16];
     memset(bytes, 0xAB, sizeof bytes);
     backend_fill_nan(bytes + 1, 7);
-    static const unsigned char want[16] = {0xAB, 0x00, 0x00, 0xc0, 0x7f, 0x00, 0x00, 0xc0, 0xAB, 0xAB, 0xAB, 0xAB,
-                                           0xAB, 0xAB, 0xAB, 0xAB};
+    static const unsigned char want[16] = {0xAB, 0x00, 0x00, 0xc0, 0x7f, 0x00, 0x00, 0xc0,
+                                           0xAB, 0xAB, 0xAB, 0xAB, 0xAB, 0xAB, 0xAB, 0xAB};
     CHECK(!memcmp(bytes, want, sizeof want), "backend_fill_nan of 7 bytes at an odd address");
     store_free(&hs);
     be->destroy(be);
@@ -223,8 +224,8 @@ static void test_orders(const Plan *p) {
     // the plan as written, under every order
     for (int o = 0; o < ORDERS; o++) {
         replayed(p, f.be, &f.hs, f.act, p->train, p->ntrain, o, f.in0, f.in1, &f.got);
-        CHECK(same(&f.got, &f.want, f.hs.nseg), "the plan under %s: loss %g (%s), reference %g", ORDER_NAMES[o], f.got.loss,
-              f.got.rc ? f.got.err : "ran", f.want.loss);
+        CHECK(same(&f.got, &f.want, f.hs.nseg), "the plan under %s: loss %g (%s), reference %g", ORDER_NAMES[o],
+              f.got.loss, f.got.rc ? f.got.err : "ran", f.want.loss);
     }
     printf("ok   with an update pending, the plan's micro-batch equals the reference under every order (loss %.6f)\n",
            f.want.loss);
@@ -239,7 +240,8 @@ static void test_orders(const Plan *p) {
         drop(p, rec, mut);
         for (int o = 0; o < ORDERS; o++) {
             replayed(p, f.be, &f.hs, f.act, mut, p->ntrain - 1, o, f.in0, f.in1, &f.got);
-            CHECK(f.got.rc != 0 && strstr(f.got.err, "deadlock") && strstr(f.got.err, "instruction") && strstr(f.got.err, "event"),
+            CHECK(f.got.rc != 0 && strstr(f.got.err, "deadlock") && strstr(f.got.err, "instruction") &&
+                      strstr(f.got.err, "event"),
                   "dropped RECORD %d under %s: %s", rec, ORDER_NAMES[o], f.got.rc ? f.got.err : "no deadlock reported");
         }
         printf("ok   a dropped RECORD deadlocks under every order: %s\n", f.got.err);
@@ -274,8 +276,10 @@ static void test_orders(const Plan *p) {
         if (hit)
             printf("     dropped WAIT %d (%s, event %d): caught under %s (%s)\n", k,
                    replay_engine_name(p->train[k].engine), p->train[k].event, how,
-                   f.got.rc ? f.got.err : isfinite(f.got.loss) && fabsf(f.got.loss - f.want.loss) <= 1e-5f * f.want.loss
-                                          ? "wrong gradients or norms" : "wrong loss");
+                   f.got.rc ? f.got.err
+                   : isfinite(f.got.loss) && fabsf(f.got.loss - f.want.loss) <= 1e-5f * f.want.loss
+                       ? "wrong gradients or norms"
+                       : "wrong loss");
         else
             printf("     dropped WAIT %d (%s, event %d): not observable in one micro-batch\n", k,
                    replay_engine_name(p->train[k].engine), p->train[k].event);
@@ -354,8 +358,15 @@ static int awaited_copy(const Plan *p) {
 static void held(const Plan *p, Backend *be, HostStore *hs, char *act, int hold, int hold_ms, int hang_s,
                  const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
     pending_state(p, hs, in0);
-    Replay r = {.p = p, .be = be, .hs = hs, .act = act, .order = {REPLAY_STREAMS, 1}, .rng = 1, .hang_s = hang_s,
-                .hold_ins = hold + 1, .hold_ms = hold_ms};
+    Replay r = {.p = p,
+                .be = be,
+                .hs = hs,
+                .act = act,
+                .order = {REPLAY_STREAMS, 1},
+                .rng = 1,
+                .hang_s = hang_s,
+                .hold_ins = hold + 1,
+                .hold_ms = hold_ms};
     backend_fill_nan(act, p->host_act_bytes);
     be->poison(be, NULL, 0, p->arena_bytes);
     o->rc = replay(&r, p->train, p->ntrain, in1, 1, &o->loss, o->err, sizeof o->err);
@@ -379,8 +390,9 @@ static void test_held(const Plan *p) {
     double s = (double)(t1.tv_sec - t0.tv_sec) + 1e-9 * (double)(t1.tv_nsec - t0.tv_nsec);
     CHECK(same(&f.got, &f.want, f.hs.nseg) && s >= 31.0, "instruction %d held 31 s: %s after %.1f s", hold,
           f.got.rc ? f.got.err : "a wrong outcome", s);
-    if (!f.got.rc) printf("ok   instruction %d (%s) held %.1f s, compute waiting on it: the reference's outcome\n", hold,
-                        replay_engine_name(p->train[hold].engine), s);
+    if (!f.got.rc)
+        printf("ok   instruction %d (%s) held %.1f s, compute waiting on it: the reference's outcome\n", hold,
+               replay_engine_name(p->train[hold].engine), s);
     held(p, f.be, &f.hs, f.act, hold, 3000, 1, f.in0, f.in1, &f.got);
     char in_held[64];
     snprintf(in_held, sizeof in_held, "%s in instruction %d;", replay_engine_name(p->train[hold].engine), hold);

@@ -57,9 +57,7 @@ static int exists(const char *path) {
 }
 
 // The names in dir, sorted, separated by spaces ("" for an empty or missing directory).
-static int name_cmp(const void *a, const void *b) {
-    return strcmp(*(char *const *)a, *(char *const *)b);
-}
+static int name_cmp(const void *a, const void *b) { return strcmp(*(char *const *)a, *(char *const *)b); }
 static void list_dir(const char *dir, char *out, size_t cap) {
     char *names[256];
     int n = 0;
@@ -109,8 +107,8 @@ static uint32_t bits_of(float f) {
 
 // every tensor read, converted to fp32, for the writing tests
 typedef struct Got {
-    StOut out;            // name and data malloc'd
-    uint16_t *bf16;       // (numel) what BF16 writing must give, from the fixture writer
+    StOut out;      // name and data malloc'd
+    uint16_t *bf16; // (numel) what BF16 writing must give, from the fixture writer
     int64_t numel;
 } Got;
 static Got got[64];
@@ -172,7 +170,8 @@ static int check_tensor(FILE *ex, const StSet *s, int k, const char *set_path) {
         CHECK(k < s->n && &s->tensors[k] == t, "%s: tensor '%s' is not at position %d (file, then offset order)",
               set_path, name, k);
         CHECK(ends_with(t->file, file), "%s: tensor '%s' is in %s, want %s", set_path, name, t->file, file);
-        CHECK(t->dtype == dtype_of(dt), "%s: tensor '%s' dtype %s, want %s", set_path, name, st_dtype_name(t->dtype), dt);
+        CHECK(t->dtype == dtype_of(dt), "%s: tensor '%s' dtype %s, want %s", set_path, name, st_dtype_name(t->dtype),
+              dt);
         CHECK(t->rank == rank && memcmp(t->shape, shape, sizeof shape) == 0, "%s: tensor '%s' has the wrong shape",
               set_path, name);
         CHECK(st_numel(t) == n, "%s: tensor '%s' st_numel %lld, want %lld", set_path, name, (long long)st_numel(t),
@@ -185,8 +184,8 @@ static int check_tensor(FILE *ex, const StSet *s, int k, const char *set_path) {
         int64_t bad = 0;
         for (int64_t i = 0; i < n; i++)
             if (bits_of(f[i]) != want[i] && bad++ < 5)
-                FAIL("%s: tensor '%s' element %lld is %08x, want %08x", set_path, name, (long long)i,
-                     bits_of(f[i]), want[i]);
+                FAIL("%s: tensor '%s' element %lld is %08x, want %08x", set_path, name, (long long)i, bits_of(f[i]),
+                     want[i]);
         CHECK(bad == 0, "%s: tensor '%s': %lld of %lld values wrong", set_path, name, (long long)bad, (long long)n);
         CHECK(f[n] == 12345.0f, "%s: st_to_f32 wrote past tensor '%s'", set_path, name);
         keep(t, f, want16, n);
@@ -227,17 +226,20 @@ static void test_good(void) {
 
 static void test_bad(void) {
     static const struct {
-        const char *open;    // under fixtures/bad/
-        const char *file;    // the file the message must start with, under fixtures/bad/
-        const char *phrase;  // and what it must say
+        const char *open;   // under fixtures/bad/
+        const char *file;   // the file the message must start with, under fixtures/bad/
+        const char *phrase; // and what it must say
     } cases[] = {
-        {"truncated.safetensors", "truncated.safetensors", "tensor 'w': data_offsets [0, 24] run past the end of the data buffer (14 bytes"},
+        {"truncated.safetensors", "truncated.safetensors",
+         "tensor 'w': data_offsets [0, 24] run past the end of the data buffer (14 bytes"},
         {"short.safetensors", "short.safetensors", "too short for a safetensors file"},
-        {"header_past_end.safetensors", "header_past_end.safetensors", "the header size 1000 runs past the end of the file"},
+        {"header_past_end.safetensors", "header_past_end.safetensors",
+         "the header size 1000 runs past the end of the file"},
         {"bad_json.safetensors", "bad_json.safetensors", "is not valid JSON"},
         {"trailing_json.safetensors", "trailing_json.safetensors", "is not valid JSON"},
         {"i64.safetensors", "i64.safetensors", "tensor 'ids': dtype I64 is not supported"},
-        {"shape_mismatch.safetensors", "shape_mismatch.safetensors", "tensor 'w': shape [2, 3] of F32 is 24 bytes, but data_offsets [0, 20] hold 20"},
+        {"shape_mismatch.safetensors", "shape_mismatch.safetensors",
+         "tensor 'w': shape [2, 3] of F32 is 24 bytes, but data_offsets [0, 20] hold 20"},
         {"overlap.safetensors", "overlap.safetensors", "tensors 'a' (data_offsets [0, 16]) and 'b' ([8, 24]) overlap"},
         {"dup_in_header.safetensors", "dup_in_header.safetensors", "tensor 'w' appears twice in the header"},
         {"not_object.safetensors", "not_object.safetensors", "the header is not a JSON object"},
@@ -257,13 +259,15 @@ static void test_bad(void) {
         {"missing_shard", "missing_shard/model.safetensors.index.json",
          "model-00002-of-00002.safetensors, which cannot be opened: No such file or directory"},
         {"wrong_shard", "wrong_shard/model.safetensors.index.json", "the weight_map puts tensor 'x' in "},
-        {"not_in_index", "not_in_index/model-00001-of-00002.safetensors", "tensor 'y' is not in the weight_map of the index"},
+        {"not_in_index", "not_in_index/model-00001-of-00002.safetensors",
+         "tensor 'y' is not in the weight_map of the index"},
         {"absent_tensor", "absent_tensor/model.safetensors.index.json", "tensor 'z' in "},
         {"slash_shard", "slash_shard/model.safetensors.index.json", "is not the file name of a shard"},
         {"empty_dir", "empty_dir", "neither model.safetensors nor model.safetensors.index.json"},
         {"broken.index.json", "broken.index.json", "the index is not valid JSON"},
     };
-    static const char *const more[][2] = { // second phrases where one is not enough
+    static const char *const more[][2] = {
+        // second phrases where one is not enough
         {"dup_shards", "model-00001-of-00002.safetensors"},
         {"missing_shard/model.safetensors.index.json", "which cannot be opened"},
         {"wrong_shard", "but it is in "},
@@ -349,7 +353,8 @@ static void check_header(const char *path) {
     uint64_t n = 0;
     if (fread(b, 1, 8, f) == 8)
         for (int i = 7; i >= 0; i--) n = n << 8 | b[i];
-    CHECK(n > 0 && n % 8 == 0 && n < 1 << 20, "%s: header size %llu is not a multiple of 8", path, (unsigned long long)n);
+    CHECK(n > 0 && n % 8 == 0 && n < 1 << 20, "%s: header size %llu is not a multiple of 8", path,
+          (unsigned long long)n);
     if (n > 0 && n < 1 << 20) {
         char *h = xmalloc(n + 1);
         size_t got_n = fread(h, 1, n, f);
@@ -488,8 +493,10 @@ static void test_write_sharded(void) {
     cJSON *j = cJSON_Parse(text);
     const cJSON *ts = cJSON_GetObjectItemCaseSensitive(cJSON_GetObjectItemCaseSensitive(j, "metadata"), "total_size");
     const cJSON *wm = cJSON_GetObjectItemCaseSensitive(j, "weight_map");
-    CHECK(cJSON_IsNumber(ts) && ts->valuedouble == (double)total, "the index's total_size is not %lld", (long long)total);
-    CHECK(cJSON_GetArraySize(wm) == ngot, "the index's weight_map has %d entries, want %d", cJSON_GetArraySize(wm), ngot);
+    CHECK(cJSON_IsNumber(ts) && ts->valuedouble == (double)total, "the index's total_size is not %lld",
+          (long long)total);
+    CHECK(cJSON_GetArraySize(wm) == ngot, "the index's weight_map has %d entries, want %d", cJSON_GetArraySize(wm),
+          ngot);
     const cJSON *prev = NULL;
     for (const cJSON *e = wm ? wm->child : NULL; e; prev = e, e = e->next)
         CHECK(!prev || strcmp(prev->string, e->string) < 0, "the weight_map is not sorted: '%s' before '%s'",
@@ -526,11 +533,13 @@ static void test_write_failures(void) {
     CHECK(st_write(path, outs, ngot, ST_F32, 0, err, sizeof err) == -1, "a write into a missing directory succeeded");
     CHECK(strncmp(err, path, strlen(path)) == 0 && strstr(err, "No such file or directory"),
           "a write into a missing directory says: %s", err);
-    CHECK(st_write(path, outs, ngot, ST_BF16, 64, err, sizeof err) == -1, "a sharded write into a missing directory succeeded");
+    CHECK(st_write(path, outs, ngot, ST_BF16, 64, err, sizeof err) == -1,
+          "a sharded write into a missing directory succeeded");
     CHECK(strstr(err, "out/missing/model-00001-of-") && strstr(err, "No such file or directory"),
           "a sharded write into a missing directory says: %s", err);
     list_dir(out, after, sizeof after);
-    CHECK(!exists(missing) && strcmp(before, after) == 0, "a failed write changed %s: '%s' -> '%s'", out, before, after);
+    CHECK(!exists(missing) && strcmp(before, after) == 0, "a failed write changed %s: '%s' -> '%s'", out, before,
+          after);
     free(missing);
     free(path);
 
@@ -539,7 +548,8 @@ static void test_write_failures(void) {
     reset_dir(dir);
     path = in_work("out/blocked/model.safetensors");
     float v[16] = {1, 2, 3};
-    StOut three[3] = {{.name = "a", .rank = 1, .shape = {16}, .data = v}, {.name = "b", .rank = 1, .shape = {16}, .data = v},
+    StOut three[3] = {{.name = "a", .rank = 1, .shape = {16}, .data = v},
+                      {.name = "b", .rank = 1, .shape = {16}, .data = v},
                       {.name = "c", .rank = 1, .shape = {16}, .data = v}};
     char *block = in_work("out/blocked/model-00002-of-00003.safetensors");
     char *inside = in_work("out/blocked/model-00002-of-00003.safetensors/keep");
@@ -547,8 +557,7 @@ static void test_write_failures(void) {
     FILE *f = fopen(inside, "w");
     if (f) fclose(f);
     CHECK(st_write(path, three, 3, ST_F32, 64, err, sizeof err) == -1, "a write over a directory succeeded");
-    CHECK(strncmp(err, block, strlen(block)) == 0 && strstr(err, "cannot write"),
-          "a blocked rename says: %s", err);
+    CHECK(strncmp(err, block, strlen(block)) == 0 && strstr(err, "cannot write"), "a blocked rename says: %s", err);
     list_dir(dir, after, sizeof after);
     CHECK(strcmp(after, "model-00002-of-00003.safetensors") == 0, "a failed sharded write left '%s'", after);
     // the same for one file: the path is a directory
@@ -572,8 +581,10 @@ static void test_write_failures(void) {
         {{{.name = "a", .rank = 1, .shape = {-2}, .data = NULL}}, 1, ST_F32, "tensor 'a' has dimension 0 = -2 < 0"},
         {{{.name = NULL, .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F32, "tensor 0 has no name"},
         {{{.name = "__metadata__", .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F32, "the header's metadata key"},
-        {{{.name = "a", .rank = 0, .shape = {0}, .data = NULL}, {.name = "a", .rank = 0, .shape = {0}, .data = NULL}}, 2,
-         ST_F32, "tensor 'a' is given twice"},
+        {{{.name = "a", .rank = 0, .shape = {0}, .data = NULL}, {.name = "a", .rank = 0, .shape = {0}, .data = NULL}},
+         2,
+         ST_F32,
+         "tensor 'a' is given twice"},
         {{{.name = "a", .rank = 2, .shape = {INT64_MAX / 2, 3}, .data = NULL}}, 1, ST_F32, "overflows"},
         {{{.name = "a", .rank = 0, .shape = {0}, .data = NULL}}, 1, ST_F16, "cannot write dtype F16"},
     };

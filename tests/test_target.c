@@ -40,14 +40,22 @@ static void check_sane(const char *file, const Target *t) {
         const char *key;
         double v;
     } positive[] = {
-        {"device_memory", t->device_memory},       {"hbm_bandwidth", t->hbm_bandwidth},
-        {"matrix_flops_f32", t->matrix_flops_f32}, {"matrix_flops_bf16", t->matrix_flops_bf16},
-        {"vector_flops", t->vector_flops},         {"h2d_bandwidth", t->h2d_bandwidth},
-        {"d2h_bandwidth", t->d2h_bandwidth},       {"host_memory", t->host_memory},
-        {"host_memory_bandwidth", t->host_memory_bandwidth}, {"host_cores", t->host_cores},
-        {"host_adamw_bandwidth", t->host_adamw_bandwidth}, {"host_grads_add_bandwidth", t->host_grads_add_bandwidth},
-        {"kernel_launch_s", t->kernel_launch_s},   {"gemm_efficiency", t->gemm_efficiency},
-        {"attention_tc_fraction", t->attention_tc_fraction}, {"attention_fp32_fraction", t->attention_fp32_fraction},
+        {"device_memory", t->device_memory},
+        {"hbm_bandwidth", t->hbm_bandwidth},
+        {"matrix_flops_f32", t->matrix_flops_f32},
+        {"matrix_flops_bf16", t->matrix_flops_bf16},
+        {"vector_flops", t->vector_flops},
+        {"h2d_bandwidth", t->h2d_bandwidth},
+        {"d2h_bandwidth", t->d2h_bandwidth},
+        {"host_memory", t->host_memory},
+        {"host_memory_bandwidth", t->host_memory_bandwidth},
+        {"host_cores", t->host_cores},
+        {"host_adamw_bandwidth", t->host_adamw_bandwidth},
+        {"host_grads_add_bandwidth", t->host_grads_add_bandwidth},
+        {"kernel_launch_s", t->kernel_launch_s},
+        {"gemm_efficiency", t->gemm_efficiency},
+        {"attention_tc_fraction", t->attention_tc_fraction},
+        {"attention_fp32_fraction", t->attention_fp32_fraction},
     };
     for (size_t i = 0; i < sizeof positive / sizeof positive[0]; i++)
         CHECK(positive[i].v > 0, "%s: %s = %g, not positive", file, positive[i].key, positive[i].v);
@@ -57,7 +65,7 @@ static void check_sane(const char *file, const Target *t) {
           "%s: attention fractions fp32 %g, tensor-core %g, gemm_efficiency %g out of order", file,
           t->attention_fp32_fraction, t->attention_tc_fraction, t->gemm_efficiency);
     CHECK(t->attention_tc_wide_fraction == 0 || (t->attention_fp32_fraction <= t->attention_tc_wide_fraction &&
-                                                t->attention_tc_wide_fraction <= t->gemm_efficiency),
+                                                 t->attention_tc_wide_fraction <= t->gemm_efficiency),
           "%s: attention_tc_wide_fraction %g out of order (fp32 %g, gemm_efficiency %g)", file,
           t->attention_tc_wide_fraction, t->attention_fp32_fraction, t->gemm_efficiency);
     CHECK(t->link_duplex == 0 || t->link_duplex == 1, "%s: link_duplex %d", file, t->link_duplex);
@@ -80,8 +88,8 @@ static void check_sane(const char *file, const Target *t) {
 
 // 1. every shipped profile, by NAME and by path
 static void test_shipped(void) {
-    static const char *const expected[] = {"h200",    "gh200",       "h100-pcie",    "a100-80g", "rtx4090",
-                                           "h200x8",  "h200x8-su",   "tiny-1layer",  "tiny-2layers"};
+    static const char *const expected[] = {"h200",   "gh200",     "h100-pcie",   "a100-80g",    "rtx4090",
+                                           "h200x8", "h200x8-su", "tiny-1layer", "tiny-2layers"};
     for (size_t i = 0; i < sizeof expected / sizeof expected[0]; i++) {
         char path[256];
         snprintf(path, sizeof path, "schedules/%s.target", expected[i]);
@@ -149,13 +157,13 @@ static void test_figures(void) {
           "h200: %g GPUs a node, %g nodes, links %g and %g: expected one GPU", h200.gpus_per_node, h200.nodes,
           h200.gpu_link_bandwidth, h200.node_link_bandwidth);
     CHECK(x8.gpus_per_node == 8 && x8.nodes == 1 && x8.host_memory == 2e12 && x8.node_link_bandwidth == 0,
-          "h200x8: %g GPUs a node, %g nodes, host memory %g, node link %g", x8.gpus_per_node, x8.nodes,
-          x8.host_memory, x8.node_link_bandwidth);
+          "h200x8: %g GPUs a node, %g nodes, host memory %g, node link %g", x8.gpus_per_node, x8.nodes, x8.host_memory,
+          x8.node_link_bandwidth);
     CHECK(x8.gpu_link_bandwidth > 0 && x8.gpu_link_bandwidth <= 450e9 && x8.gpu_link_bandwidth > x8.h2d_bandwidth,
-          "h200x8: NVLink %g a direction: not above PCIe's %g and at most the datasheet's 450e9",
-          x8.gpu_link_bandwidth, x8.h2d_bandwidth);
+          "h200x8: NVLink %g a direction: not above PCIe's %g and at most the datasheet's 450e9", x8.gpu_link_bandwidth,
+          x8.h2d_bandwidth);
     CHECK(su.nodes == 32 && su.gpus_per_node == 8 && su.node_link_bandwidth > 0 && su.node_link_bandwidth <= 50e9 &&
-          su.gpu_link_bandwidth == x8.gpu_link_bandwidth && su.device_memory == h200.device_memory,
+              su.gpu_link_bandwidth == x8.gpu_link_bandwidth && su.device_memory == h200.device_memory,
           "h200x8-su: %g nodes of %g, InfiniBand %g a direction (NDR: at most 50e9)", su.nodes, su.gpus_per_node,
           su.node_link_bandwidth);
 }
@@ -193,8 +201,7 @@ static void test_bad_fixtures(void) {
         size_t digits = strspn(expect, "0123456789");
         if (digits > 0 && expect[digits] == ':')
             snprintf(want, sizeof want, "%s:%.*s: error: %s", path, (int)digits, expect, expect + digits + 2);
-        else
-            snprintf(want, sizeof want, "%s: error: %s", path, expect);
+        else snprintf(want, sizeof want, "%s: error: %s", path, expect);
         Target t;
         memset(&t, 0x5a, sizeof t);
         Target before = t;
@@ -219,16 +226,16 @@ static void test_unreadable(void) {
     struct {
         const char *name, *want;
     } cases[] = {
-        {"no-such-machine", "schedules/no-such-machine.target: error: cannot read the target profile: No such file "
-                            "or directory (a bare NAME means NAME.target or schedules/NAME.target in the current directory"},
+        {"no-such-machine",
+         "schedules/no-such-machine.target: error: cannot read the target profile: No such file "
+         "or directory (a bare NAME means NAME.target or schedules/NAME.target in the current directory"},
         {"tests/targets/no-such.target",
          "tests/targets/no-such.target: error: cannot read the target profile: No such file or directory"},
         {"tests/targets", "tests/targets: error: cannot read the target profile: Is a directory"},
     };
     for (size_t i = 0; i < sizeof cases / sizeof cases[0]; i++) {
         err[0] = 0;
-        if (target_load(cases[i].name, &t, err, sizeof err) == 0)
-            FAIL("%s: loaded, expected a refusal", cases[i].name);
+        if (target_load(cases[i].name, &t, err, sizeof err) == 0) FAIL("%s: loaded, expected a refusal", cases[i].name);
         else
             CHECK(starts_with(err, cases[i].want), "%s:\n  got      '%s'\n  expected '%s...'", cases[i].name, err,
                   cases[i].want);

@@ -17,12 +17,10 @@
 // skips matmuls, a dropped SAVE.
 //
 // Sharded plans (2 and 4 ranks, every remat mode and baseline policy; f32:
-// the bf16 ones pass mtc's and mtrun's verifier in dist_sharded_*_bf16) pass; refused: an all-gather dropped (a RUN reads the rank's
-// shard as weights), the comm engine's WAIT for the shard's copy-in
-// dropped, the copy-out's WAIT for the reduce-scatter dropped (a COPY_OUT
-// reads gradients not yet summed), the compute engine's WAIT before
-// reusing the gradient staging dropped, and a collective on another engine
-// than the others.
+// the bf16 ones pass mtc's and mtrun's verifier in dist_sharded_*_bf16) pass; refused: an all-gather dropped (a RUN
+// reads the rank's shard as weights), the comm engine's WAIT for the shard's copy-in dropped, the copy-out's WAIT for
+// the reduce-scatter dropped (a COPY_OUT reads gradients not yet summed), the compute engine's WAIT before reusing the
+// gradient staging dropped, and a collective on another engine than the others.
 //
 // usage: test_verify EXAMPLES_DIR (the profiles are in EXAMPLES_DIR/../schedules)
 #include <stdio.h>
@@ -75,9 +73,7 @@ static double expect_ok(const Plan *p, const char *what) {
     int rc = plan_verify(p, err, sizeof err);
     double s = (double)(clock() - t0) / CLOCKS_PER_SEC;
     verified++;
-    if (rc != 0) {
-        FAIL("%s (%s): %s", what, p->schedule ? p->schedule : "?", err);
-    }
+    if (rc != 0) { FAIL("%s (%s): %s", what, p->schedule ? p->schedule : "?", err); }
     return s;
 }
 
@@ -204,7 +200,10 @@ static void mutations(const Plan *base) {
         switch (k) {
         case 0: { // (1) the compute engine no longer waits for layer 0's weights before its recompute
             int run = find_run(p, 0, 0, 1), w = run >= 0 ? wait_before(p, run, ENG_COMPUTE, ENG_COPY_IN) : -1;
-            if (w < 0) { not_applicable("a dropped event"); break; }
+            if (w < 0) {
+                not_applicable("a dropped event");
+                break;
+            }
             drop(p, w);
             expect_refused(p, "a dropped event (compute's WAIT for a weight copy)",
                            PHRASES("instruction", "copy_in on copy-in, layer 0", "no event orders"));
@@ -212,7 +211,10 @@ static void mutations(const Plan *base) {
         }
         case 1: { // (2) the first matmul's output moved onto the norm it reads, which later matmuls read too
             int norm = first_op(block, OP_RMSNORM), mm = first_op(block, OP_MATMUL);
-            if (norm < 0 || mm < 0) { not_applicable("an overlapping arena region"); break; }
+            if (norm < 0 || mm < 0) {
+                not_applicable("an overlapping arena region");
+                break;
+            }
             m.block[mm] = m.block[norm] + 64;
             expect_refused(p, "an overlapping arena region", PHRASES("instruction", "holds block %", "run block"));
             break;
@@ -220,7 +222,10 @@ static void mutations(const Plan *base) {
         case 2: { // (3) layer 2's weights copied into frame 0 before layer 0's forward reads the slot
             int in2 = find(p, INS_COPY_IN, ENG_COPY_IN, 2, 0), run0 = find_run(p, 0, 0, 0);
             int w = in2 >= 0 ? wait_before(p, in2, ENG_COPY_IN, ENG_HOST) : -1; // for layer 2's update: comes along
-            if (w < 0 || run0 < 0 || run0 > w) { not_applicable("a too-early weight overwrite"); break; }
+            if (w < 0 || run0 < 0 || run0 > w) {
+                not_applicable("a too-early weight overwrite");
+                break;
+            }
             move(p, w, run0);
             move(p, in2, run0 + 1);
             expect_refused(p, "a too-early weight overwrite (moved)",
@@ -228,8 +233,12 @@ static void mutations(const Plan *base) {
             break;
         }
         case 3: { // (3) the same, by dropping the copy-in engine's WAIT for layer 0's forward
-            int in2 = find(p, INS_COPY_IN, ENG_COPY_IN, 2, 0), w = in2 >= 0 ? wait_before(p, in2, ENG_COPY_IN, ENG_COMPUTE) : -1;
-            if (w < 0) { not_applicable("a too-early weight overwrite"); break; }
+            int in2 = find(p, INS_COPY_IN, ENG_COPY_IN, 2, 0),
+                w = in2 >= 0 ? wait_before(p, in2, ENG_COPY_IN, ENG_COMPUTE) : -1;
+            if (w < 0) {
+                not_applicable("a too-early weight overwrite");
+                break;
+            }
             drop(p, w);
             expect_refused(p, "a too-early weight overwrite (its WAIT dropped)",
                            PHRASES("copy_in on copy-in, layer 2", "overwrites", "no event orders"));
@@ -237,18 +246,29 @@ static void mutations(const Plan *base) {
         }
         case 4: { // (4) the first norm's output of layer 3 freed before its backward reads it
             int bwd = find_run(p, 3, block->nfwd, 0), norm = first_op(block, OP_RMSNORM);
-            if (bwd < 0 || norm < 0) { not_applicable("a read of a freed region"); break; }
+            if (bwd < 0 || norm < 0) {
+                not_applicable("a read of a freed region");
+                break;
+            }
             const Node *n = block->nodes.items[norm];
             int frame = p->train[bwd].frame;
-            insert(p, bwd, (Instr){.kind = INS_FREE, .engine = ENG_COMPUTE, .layer = -1, .event = -1,
-                                   .dst = plan_offsets(p, PART_BLOCK, frame)[norm],
-                                   .bytes = shape_numel(&n->shape) * 4});
-            expect_refused(p, "a read of a freed region", PHRASES("freed by instruction", "free on compute", "run block"));
+            insert(p, bwd,
+                   (Instr){.kind = INS_FREE,
+                           .engine = ENG_COMPUTE,
+                           .layer = -1,
+                           .event = -1,
+                           .dst = plan_offsets(p, PART_BLOCK, frame)[norm],
+                           .bytes = shape_numel(&n->shape) * 4});
+            expect_refused(p, "a read of a freed region",
+                           PHRASES("freed by instruction", "free on compute", "run block"));
             break;
         }
         case 5: { // (5) layer 1's weights copied in before the host updates them
             int u = find(p, INS_UPDATE, -2, 1, 0), in1 = find(p, INS_COPY_IN, -2, 1, 0);
-            if (u < 0 || in1 < 0) { not_applicable("a COPY_IN before its UPDATE"); break; }
+            if (u < 0 || in1 < 0) {
+                not_applicable("a COPY_IN before its UPDATE");
+                break;
+            }
             move(p, u, in1 + 1);
             expect_refused(p, "a COPY_IN before its UPDATE (moved)",
                            PHRASES("copy_in on copy-in, layer 1", "before", "update on host, layer 1"));
@@ -256,7 +276,10 @@ static void mutations(const Plan *base) {
         }
         case 6: { // (5) the same, by dropping the copy-in engine's WAIT for the update
             int in1 = find(p, INS_COPY_IN, -2, 1, 0), w = in1 >= 0 ? wait_before(p, in1, ENG_COPY_IN, ENG_HOST) : -1;
-            if (w < 0) { not_applicable("a COPY_IN before its UPDATE"); break; }
+            if (w < 0) {
+                not_applicable("a COPY_IN before its UPDATE");
+                break;
+            }
             drop(p, w);
             expect_refused(p, "a COPY_IN before its UPDATE (its WAIT dropped)",
                            PHRASES("copy_in on copy-in, layer 1", "update on host, layer 1", "no event orders"));
@@ -264,14 +287,21 @@ static void mutations(const Plan *base) {
         }
         case 7: { // layer 3's norm before its gradients are out
             int nrm = find(p, INS_NORM, -2, 3, 0), out = find(p, INS_COPY_OUT, -2, 3, 0);
-            if (nrm < 0 || out < 0) { not_applicable("a NORM before its COPY_OUTs"); break; }
+            if (nrm < 0 || out < 0) {
+                not_applicable("a NORM before its COPY_OUTs");
+                break;
+            }
             move(p, nrm, out);
-            expect_refused(p, "a NORM before its COPY_OUTs", PHRASES("copy_out on copy-out, layer 3", "norm on host, layer 3"));
+            expect_refused(p, "a NORM before its COPY_OUTs",
+                           PHRASES("copy_out on copy-out, layer 3", "norm on host, layer 3"));
             break;
         }
         case 8: { // a second add into layer 3's gradients, on compute, unordered with the copy-out engine's
             int out = find(p, INS_COPY_OUT, -2, 3, 0);
-            if (out < 0) { not_applicable("two unordered COPY_OUTs"); break; }
+            if (out < 0) {
+                not_applicable("two unordered COPY_OUTs");
+                break;
+            }
             Instr dup = p->train[out];
             dup.engine = ENG_COMPUTE;
             insert(p, out + 1, dup);
@@ -281,14 +311,20 @@ static void mutations(const Plan *base) {
         }
         case 9: { // a WAIT before its RECORD
             int w = find(p, INS_WAIT, ENG_COMPUTE, -2, 2), r = w >= 0 ? record_of(p, p->train[w].event) : -1;
-            if (r < 0) { not_applicable("a WAIT before its RECORD"); break; }
+            if (r < 0) {
+                not_applicable("a WAIT before its RECORD");
+                break;
+            }
             move(p, r, w + 1);
             expect_refused(p, "a WAIT before its RECORD", PHRASES("instruction", "recorded later"));
             break;
         }
         case 10: { // an event recorded twice
             int r = find(p, INS_RECORD, -2, -2, 3);
-            if (r < 0) { not_applicable("an event recorded twice"); break; }
+            if (r < 0) {
+                not_applicable("an event recorded twice");
+                break;
+            }
             insert(p, r + 1, p->train[r]);
             expect_refused(p, "an event recorded twice", PHRASES("instruction", "repeats"));
             break;
@@ -299,7 +335,10 @@ static void mutations(const Plan *base) {
             break;
         case 12: { // a WAIT on an event no one records
             int w = find(p, INS_WAIT, -2, -2, 0);
-            if (w < 0) { not_applicable("a WAIT for an event never recorded"); break; }
+            if (w < 0) {
+                not_applicable("a WAIT for an event never recorded");
+                break;
+            }
             drop(p, record_of(p, p->train[w].event));
             expect_refused(p, "a WAIT for an event never recorded", PHRASES("instruction", "no instruction records"));
             break;
@@ -307,11 +346,15 @@ static void mutations(const Plan *base) {
         case 13: { // the kind table says layer 1 is a second block kind; its RUNs are still the first kind's block
             Graph g2 = *p->graph;
             uint8_t kinds[64] = {0};
-            if (g2.layers < 2 || g2.layers > 64) { not_applicable("a RUN of another kind's block"); break; }
+            if (g2.layers < 2 || g2.layers > 64) {
+                not_applicable("a RUN of another kind's block");
+                break;
+            }
             kinds[1] = 1, g2.nkinds = 2, g2.layer_kind = kinds;
             p->graph = &g2;
             p->host_kind[1] = p->host_kind[0]; // the same segments (layer_base)
-            expect_refused(p, "a RUN of another kind's block", PHRASES("layer 1", "of block kind 1, whose part is block1"));
+            expect_refused(p, "a RUN of another kind's block",
+                           PHRASES("layer 1", "of block kind 1, whose part is block1"));
             break;
         }
         }
@@ -333,9 +376,13 @@ static void mutations_remat(const Plan *sel, const Plan *off) {
     if (run < 0 || mm < 0) not_applicable("a freed restored matmul output");
     else {
         const Node *n = block->nodes.items[mm];
-        insert(p, run, (Instr){.kind = INS_FREE, .engine = ENG_COMPUTE, .layer = -1, .event = -1,
-                               .dst = plan_offsets(p, PART_BLOCK, p->train[run].frame)[mm],
-                               .bytes = shape_numel(&n->shape) * 4});
+        insert(p, run,
+               (Instr){.kind = INS_FREE,
+                       .engine = ENG_COMPUTE,
+                       .layer = -1,
+                       .event = -1,
+                       .dst = plan_offsets(p, PART_BLOCK, p->train[run].frame)[mm],
+                       .bytes = shape_numel(&n->shape) * 4});
         expect_refused(p, "a freed restored matmul output", PHRASES("skipping matmuls", "the restored %", "freed by"));
     }
     mut_free(&m);
@@ -360,32 +407,50 @@ static void mutations_sharded(const Plan *base) {
         int at;
         switch (k) {
         case 0: // layer 1's all-gather gone: its RUN reads this rank's shard as the layer's weights
-            if ((at = find(p, INS_ALLGATHER, -2, 1, 0)) < 0) { not_applicable("a dropped all-gather"); break; }
+            if ((at = find(p, INS_ALLGATHER, -2, 1, 0)) < 0) {
+                not_applicable("a dropped all-gather");
+                break;
+            }
             drop(p, at);
             expect_refused(p, "a dropped all-gather", PHRASES("run block", "shard of layer 1's weights, not gathered"));
             break;
         case 1: // the all-gather no longer waits for the shard's copy-in
             at = find(p, INS_ALLGATHER, -2, 1, 0);
-            if (at < 0 || (at = wait_before(p, at, ENG_COMM, ENG_COPY_IN)) < 0) { not_applicable("the all-gather's WAIT"); break; }
+            if (at < 0 || (at = wait_before(p, at, ENG_COMM, ENG_COPY_IN)) < 0) {
+                not_applicable("the all-gather's WAIT");
+                break;
+            }
             drop(p, at);
-            expect_refused(p, "an all-gather unordered after its copy-in", PHRASES("allgather on comm", "copy_in of the shard"));
+            expect_refused(p, "an all-gather unordered after its copy-in",
+                           PHRASES("allgather on comm", "copy_in of the shard"));
             break;
         case 2: // the COPY_OUTs no longer wait for the reduce-scatter
             at = find(p, INS_COPY_OUT, -2, 2, 0);
-            if (at < 0 || (at = wait_before(p, at, ENG_COPY_OUT, ENG_COMM)) < 0) { not_applicable("the copy-out's WAIT"); break; }
+            if (at < 0 || (at = wait_before(p, at, ENG_COPY_OUT, ENG_COMM)) < 0) {
+                not_applicable("the copy-out's WAIT");
+                break;
+            }
             drop(p, at);
-            expect_refused(p, "a COPY_OUT unordered after the reduce-scatter", PHRASES("copy_out of the shard", "reduce_scatter"));
+            expect_refused(p, "a COPY_OUT unordered after the reduce-scatter",
+                           PHRASES("copy_out of the shard", "reduce_scatter"));
             break;
         case 3: { // layer 2's gradients into the staging before layer 3's COPY_OUTs read it
             int copy = find(p, INS_REDUCE_SCATTER, -2, 2, 0);
             while (copy > 0 && p->train[copy].kind != INS_COPY) copy--;
-            if (copy < 0 || (at = wait_before(p, copy, ENG_COMPUTE, ENG_COPY_OUT)) < 0) { not_applicable("the staging's WAIT"); break; }
+            if (copy < 0 || (at = wait_before(p, copy, ENG_COMPUTE, ENG_COPY_OUT)) < 0) {
+                not_applicable("the staging's WAIT");
+                break;
+            }
             drop(p, at);
-            expect_refused(p, "the gradient staging overwritten before its COPY_OUTs", PHRASES("copy on compute", "copy_out of the shard"));
+            expect_refused(p, "the gradient staging overwritten before its COPY_OUTs",
+                           PHRASES("copy on compute", "copy_out of the shard"));
             break;
         }
         case 4: // one collective on the compute engine: another order of collectives is possible
-            if ((at = find(p, INS_REDUCE_SCATTER, -2, 0, 0)) < 0) { not_applicable("a reduce-scatter"); break; }
+            if ((at = find(p, INS_REDUCE_SCATTER, -2, 0, 0)) < 0) {
+                not_applicable("a reduce-scatter");
+                break;
+            }
             p->train[at].engine = ENG_COMPUTE;
             expect_refused(p, "a collective on another engine", PHRASES("one engine issues every collective"));
             break;
@@ -435,10 +500,14 @@ int main(int argc, char **argv) {
         for (int slots = 1; slots <= 3; slots++)
             for (int resident = 0; resident <= 1; resident++)
                 for (int host = 0; host <= 1; host++) {
-                    SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = slots, .resident = resident,
+                    SchedChoice c = {.policy = POLICY_MT,
+                                     .remat = (Remat)rm,
+                                     .slots = slots,
+                                     .resident = resident,
                                      .ckpt_host = host || rm == REMAT_OFFLOAD};
                     Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
-                    snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s, %d slots, %d resident, checkpoints on %s",
+                    snprintf(what, sizeof what,
+                             "llama-tiny, 4 layers, remat %s, %d slots, %d resident, checkpoints on %s",
                              remat_name((Remat)rm), slots, resident, c.ckpt_host ? "host" : "device");
                     if (!p) {
                         FAIL("%s: %s", what, err);
@@ -453,14 +522,17 @@ int main(int argc, char **argv) {
     for (int rm = REMAT_LAYER; rm <= REMAT_SELECTIVE; rm++)
         for (int host = 0; host <= 1; host++)
             for (int64_t k = 1; k <= 3; k++) { // 4 layers, 1 slot, none resident: 3 leave the device
-                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)rm, .slots = 1, .ckpt_host = host, .offloaded = k};
+                SchedChoice c = {.policy = POLICY_MT,
+                                 .remat = (Remat)rm,
+                                 .slots = 1,
+                                 .ckpt_host = host,
+                                 .offloaded = k};
                 Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
                 snprintf(what, sizeof what, "llama-tiny, 4 layers, remat %s with %lld offloaded, checkpoints on %s",
                          remat_name((Remat)rm), (long long)k, host ? "host" : "device");
                 if (!p) {
                     FAIL("%s: %s", what, err);
-                } else
-                    expect_ok(p, what);
+                } else expect_ok(p, what);
             }
     // sharded: 2 and 4 ranks, each remat mode and baseline policy
     Plan *sharded = NULL;
@@ -468,8 +540,12 @@ int main(int argc, char **argv) {
         for (int rm = REMAT_LAYER; rm <= REMAT_OFFLOAD; rm++)
             for (int pol = 0; pol < POLICY_COUNT; pol++) {
                 if (pol != POLICY_MT && rm != REMAT_LAYER) continue;
-                SchedChoice c = {.policy = (Policy)pol, .remat = (Remat)rm, .slots = pol == POLICY_SEQUENTIAL ? 1 : 2,
-                                 .ckpt_host = rm == REMAT_OFFLOAD, .ranks = ranks, .sharded = 1};
+                SchedChoice c = {.policy = (Policy)pol,
+                                 .remat = (Remat)rm,
+                                 .slots = pol == POLICY_SEQUENTIAL ? 1 : 2,
+                                 .ckpt_host = rm == REMAT_OFFLOAD,
+                                 .ranks = ranks,
+                                 .sharded = 1};
                 Plan *p = schedule_build(g, &tiny, &c, &a, err, sizeof err);
                 snprintf(what, sizeof what, "llama-tiny, 4 layers, %d sharded ranks, policy %s, remat %s", ranks,
                          POLICIES[pol], remat_name((Remat)rm));
@@ -481,23 +557,17 @@ int main(int argc, char **argv) {
                 if (ranks == 2 && rm == REMAT_LAYER && pol == POLICY_MT) sharded = p;
             }
     if (sharded && plan_verify(sharded, err, sizeof err) == 0) mutations_sharded(sharded);
-    else {
-        FAIL("no sharded mutations: the plan they start from is refused");
-    }
+    else { FAIL("no sharded mutations: the plan they start from is refused"); }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
-    else {
-        FAIL("no mutations: the plan they start from is refused");
-    }
+    else { FAIL("no mutations: the plan they start from is refused"); }
     if (sel && off && plan_verify(sel, err, sizeof err) == 0 && plan_verify(off, err, sizeof err) == 0)
         mutations_remat(sel, off);
-    else {
-        FAIL("no selective or offload mutations: the plans they start from are refused");
-    }
+    else { FAIL("no selective or offload mutations: the plans they start from are refused"); }
     arena_free(&a);
 
     // the search's plans: tiny examples everywhere, the large ones on the real targets
     static const char *const TINY[] = {"gpt2-tiny", "llama-tiny"}, *const LARGE[] = {"gpt2", "llama3-8b", "qwen2-7b",
-                                                                                      "llama3-70b", "llama3-405b"};
+                                                                                     "llama3-70b", "llama3-405b"};
     static const char *const TINY_T[] = {"tiny-1layer", "tiny-2layers", "h200", "rtx4090"},
                              *const LARGE_T[] = {"h200", "gh200", "rtx4090"};
     for (size_t i = 0; i < 2; i++)
@@ -508,7 +578,8 @@ int main(int argc, char **argv) {
             if (!tg) {
                 FAIL("%s does not compile", TINY[i]);
             } else if (load_target(TINY_T[j], &t) == 0) {
-                for (int rm = REMAT_AUTO; rm < REMAT_COUNT; rm++) check_search(tg, &t, POLICY_MT, (Remat)rm, TINY[i], &b);
+                for (int rm = REMAT_AUTO; rm < REMAT_COUNT; rm++)
+                    check_search(tg, &t, POLICY_MT, (Remat)rm, TINY[i], &b);
                 check_search(tg, &t, POLICY_SEQUENTIAL, REMAT_AUTO, TINY[i], &b);
                 check_search(tg, &t, POLICY_MEGATRAIN, REMAT_AUTO, TINY[i], &b);
             }

@@ -251,15 +251,26 @@ static void liveness(const KirKernel *k, const Aff *af, const int *vec, const in
             if (!live[4 * i + u]) continue;
             int ops[3] = {-1, -1, -1};
             switch (s->op) {
-            case KOP_CONST: case KOP_ROW: case KOP_COL: break;
+            case KOP_CONST:
+            case KOP_ROW:
+            case KOP_COL: break;
             case KOP_LOAD:
                 if (cache_of[i] >= 0) live[4 * cache_of[i] + u] = 1; // read from the first loop's registers
                 else ops[1] = s->b;
                 break;
-            case KOP_STORE: case KOP_ACC: ops[1] = s->b, ops[2] = s->c; break;
+            case KOP_STORE:
+            case KOP_ACC: ops[1] = s->b, ops[2] = s->c; break;
             case KOP_SELECT: ops[0] = s->a, ops[1] = s->b, ops[2] = s->c; break;
-            case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-            case KOP_RBF16: case KOP_RSUM: case KOP_RMAX: ops[0] = s->a; break;
+            case KOP_NEG:
+            case KOP_EXP:
+            case KOP_LOG:
+            case KOP_SQRT:
+            case KOP_SIN:
+            case KOP_COS:
+            case KOP_CVT:
+            case KOP_RBF16:
+            case KOP_RSUM:
+            case KOP_RMAX: ops[0] = s->a; break;
             default: ops[0] = s->a, ops[1] = s->b;
             }
             int vec_access = w == 4 && (s->op == KOP_LOAD || s->op == KOP_STORE) && contiguous(k, af, s);
@@ -298,10 +309,18 @@ static int same_expr(const KirKernel *k, int i, int j, int depth) {
     case KOP_ROW:
     case KOP_COL: return 1;
     case KOP_LOAD: return a->a == b->a && same_expr(k, a->b, b->b, depth + 1);
-    case KOP_RSUM: case KOP_RMAX: case KOP_STORE: case KOP_ACC: return 0;
-    case KOP_NEG: case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: case KOP_CVT:
-    case KOP_RBF16:
-        return same_expr(k, a->a, b->a, depth + 1);
+    case KOP_RSUM:
+    case KOP_RMAX:
+    case KOP_STORE:
+    case KOP_ACC: return 0;
+    case KOP_NEG:
+    case KOP_EXP:
+    case KOP_LOG:
+    case KOP_SQRT:
+    case KOP_SIN:
+    case KOP_COS:
+    case KOP_CVT:
+    case KOP_RBF16: return same_expr(k, a->a, b->a, depth + 1);
     case KOP_SELECT:
         return same_expr(k, a->a, b->a, depth + 1) && same_expr(k, a->b, b->b, depth + 1) &&
                same_expr(k, a->c, b->c, depth + 1);
@@ -494,9 +513,14 @@ static void expr_accumulators(Expr *x, CudaKernelInfo *info) {
     for (int i = 0; i < k->nstmts; i++) {
         const KirStmt *s = &k->stmts[i];
         switch (s->op) {
-        case KOP_CONST: case KOP_COL: break;
-        case KOP_ROW: case KOP_LOAD: case KOP_RSUM: case KOP_RMAX: rowdep[i] = 1; break;
-        case KOP_STORE: case KOP_ACC:
+        case KOP_CONST:
+        case KOP_COL: break;
+        case KOP_ROW:
+        case KOP_LOAD:
+        case KOP_RSUM:
+        case KOP_RMAX: rowdep[i] = 1; break;
+        case KOP_STORE:
+        case KOP_ACC:
             colacc[i] = s->op == KOP_ACC && s->loop && x->nu[s->loop] && !rowdep[s->b];
             ncolacc += colacc[i];
             break;
@@ -526,15 +550,17 @@ static void emit_expr_head(Ctx *c, const Expr *x, const CudaKernelInfo *info) {
     for (int l = 0; l < k->nloops; l++)
         em(e, "%s%lld%s", l ? ", " : " x [", (long long)k->cols[l], x->vec[l + 1] ? "/4" : "");
     em(e, "%s; %s\n", k->nloops ? "]" : "",
-       group == 1 ? "a thread per row" : group == 32 ? "a warp per row" : "a block per row");
+       group == 1    ? "a thread per row"
+       : group == 32 ? "a warp per row"
+                     : "a block per row");
     em(e, "extern \"C\" __constant__ int %s_launch[4] = {%d, %d, 0, %d};\n", sym, info->grid, block, info->finish_grid);
     em(e, "extern \"C\" __global__ void __launch_bounds__(%d) %s(", block, sym);
     for (int i = 0; i < k->nargs; i++) {
         const KirArg *a = &k->args[i];
         const char *st = a->access & KA_ACC64 ? "double"
-                         : a->dtype == KT_I32     ? "int"
-                         : cuda_arg_bf16(a)       ? "bf16"
-                                                  : "float";
+                         : a->dtype == KT_I32 ? "int"
+                         : cuda_arg_bf16(a)   ? "bf16"
+                                              : "float";
         em(e, "%s%s%s *a%d", i ? ", " : "", (a->access & ~KA_ROWLOCAL) == KA_READ ? "const " : "", st, i);
     }
     em(e, ") {\n");
@@ -547,12 +573,16 @@ static void emit_expr_head(Ctx *c, const Expr *x, const CudaKernelInfo *info) {
             em(e, "    for (int q = 0; q < %d; q++) v%d_at[q] = -1;\n", n, i);
         }
     if (group == 1)
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; "
-              "row += (long long)gridDim.x * %d) {\n", block, (long long)k->rows, block);
+        em(e,
+           "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x; row < %lldLL; "
+           "row += (long long)gridDim.x * %d) {\n",
+           block, (long long)k->rows, block);
     else {
         em(e, "    const int tid = threadIdx.x %% %d;\n", group);
-        em(e, "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; "
-              "row += (long long)gridDim.x * %d) {\n", x->rpb, group, (long long)k->rows, x->rpb);
+        em(e,
+           "    for (long long row = (long long)blockIdx.x * %d + threadIdx.x / %d; row < %lldLL; "
+           "row += (long long)gridDim.x * %d) {\n",
+           x->rpb, group, (long long)k->rows, x->rpb);
     }
 }
 
@@ -644,8 +674,8 @@ static void emit_expr_stmt(Ctx *c, const Expr *x, int i, int l) {
         for (int u = 0; u < w; u++) {
             char ix[48], vv[48];
             val(ix, sizeof ix, k, s->b, u), val(vv, sizeof vv, k, s->c, u);
-            em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i,
-               w, u, at, vv, i, w, u, ix);
+            em(e, "            v%d_acc[mt_it * %d + %d] += (%s)%s;\n            v%d_at[mt_it * %d + %d] = %s;\n", i, w,
+               u, at, vv, i, w, u, ix);
         }
     } else if (x->cache_of[i] >= 0) { // a load an earlier loop already made
         for (int u = 0; u < w; u++)
@@ -699,8 +729,9 @@ static void emit_expr_tail(Ctx *c, const Expr *x) {
             const KirStmt *s = &k->stmts[i];
             int n = x->nu[s->loop] * (x->vec[s->loop] ? 4 : 1);
             e->cur = node_origin(c, x->sym, x->part, s->node);
-            em(e, "    for (int q = 0; q < %d; q++)\n"
-                  "        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n",
+            em(e,
+               "    for (int q = 0; q < %d; q++)\n"
+               "        if (v%d_at[q] >= 0) atomicAdd(a%d + v%d_at[q], (%s)v%d_acc[q]);\n",
                n, i, s->a, i, k->args[s->a].access & KA_ACC64 ? "double" : "float", i);
         }
     e->cur = x->origin;
@@ -722,8 +753,9 @@ static void emit_expr_finish(Ctx *c, const Expr *x) {
     for (int i = 0; i < k->nargs; i++)
         if (k->args[i].access & KA_ACC64) {
             char lit[64];
-            em(e, "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) "
-                  "mt_st(d%d + j, (float)(s%d[j] / %s));\n",
+            em(e,
+               "    for (long long j = i; j < %lldLL; j += (long long)gridDim.x * blockDim.x) "
+               "mt_st(d%d + j, (float)(s%d[j] / %s));\n",
                (long long)k->args[i].numel, i, i, literal(lit, sizeof lit, KT_F64, k->args[i].divisor));
         }
     em(e, "}\n");
@@ -772,7 +804,10 @@ static CudaEpilogue gemm_epilogue(const KirSet *set, const KirKernel *g) {
             break;
         case KOP_ADD: adds += s->type == KT_F32; break;
         case KOP_STORE: stores++; break;
-        case KOP_ROW: case KOP_COL: case KOP_CONST: case KOP_CVT: break;
+        case KOP_ROW:
+        case KOP_COL:
+        case KOP_CONST:
+        case KOP_CVT: break;
         case KOP_MUL: other += s->type == KT_F32; break;
         default: other++;
         }
@@ -808,8 +843,13 @@ typedef struct AttnVariant {
 } AttnVariant;
 
 static AttnVariant attn_variant(const KirKernel *k, int bf16) {
-    AttnVariant v = {attn_tc_ok(bf16, (int)k->attn.D, (int)k->attn.Dv), (int)k->attn.D, (int)k->attn.Dv, k->attn.causal,
-                     (long long)k->attn.window, k->attn.scale, k->attn.softcap};
+    AttnVariant v = {attn_tc_ok(bf16, (int)k->attn.D, (int)k->attn.Dv),
+                     (int)k->attn.D,
+                     (int)k->attn.Dv,
+                     k->attn.causal,
+                     (long long)k->attn.window,
+                     k->attn.scale,
+                     k->attn.softcap};
     return v;
 }
 static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {

@@ -72,14 +72,14 @@ typedef struct CudaKernelInfo {
 } CudaKernelInfo;
 
 typedef struct CudaSource {
-    char *text;           // (len) NUL-terminated, malloc'd
+    char *text; // (len) NUL-terminated, malloc'd
     size_t len;
-    const char **origin;  // (nlines) per line, NULL or "kernel mt_k1_3: op rmsnorm at m.mt:4:9", malloc'd
+    const char **origin; // (nlines) per line, NULL or "kernel mt_k1_3: op rmsnorm at m.mt:4:9", malloc'd
     int nlines;
     CudaKernelInfo *info; // (ninfo) one per emitted or recorded kernel, malloc'd
     int ninfo;
-    int nexpr, nattn;     // expression kernels emitted, attention instantiations
-    char **strings;       // (nstrings) what origin points into, malloc'd
+    int nexpr, nattn; // expression kernels emitted, attention instantiations
+    char **strings;   // (nstrings) what origin points into, malloc'd
     int nstrings;
 } CudaSource;
 

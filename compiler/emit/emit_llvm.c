@@ -30,7 +30,7 @@ typedef struct Em {
     const Part *part;
     char name[64];
     LLVMValueRef fn, *v, *argp, scratch, row;
-    LLVMValueRef *phi; // (nstmts) reductions' phis, by statement
+    LLVMValueRef *phi;             // (nstmts) reductions' phis, by statement
     LLVMValueRef *scope, *noalias; // (nargs) each argument's alias scope, and the scopes it is apart from
     char *err;
     size_t errcap;
@@ -75,7 +75,8 @@ static LLVMValueRef intrinsic(Em *e, const char *name, int t, LLVMValueRef *args
 // The element pointer of argument a at index idx (f64 scratch for KA_ACC64 accumulators).
 static LLVMValueRef elem_ptr(Em *e, int a, LLVMValueRef idx, int scratch) {
     if (scratch) {
-        LLVMValueRef off = LLVMBuildAdd(e->b, idx, LLVMConstInt(e->i64, (unsigned long long)kir_acc64_offset(e->k, a), 0), "");
+        LLVMValueRef off = LLVMBuildAdd(e->b, idx,
+                                        LLVMConstInt(e->i64, (unsigned long long)kir_acc64_offset(e->k, a), 0), "");
         return LLVMBuildGEP2(e->b, e->f64, e->scratch, &off, 1, "");
     }
     LLVMTypeRef et = type_of(e, e->k->args[a].dtype);
@@ -106,7 +107,8 @@ static LLVMValueRef bf16_bits(Em *e, LLVMValueRef x) {
 static LLVMValueRef convert(Em *e, LLVMValueRef x, int from, int to) {
     LLVMTypeRef t = type_of(e, to);
     if (from == to) return x;
-    if (is_fp(from) && is_fp(to)) return to == KT_F64 ? LLVMBuildFPExt(e->b, x, t, "") : LLVMBuildFPTrunc(e->b, x, t, "");
+    if (is_fp(from) && is_fp(to))
+        return to == KT_F64 ? LLVMBuildFPExt(e->b, x, t, "") : LLVMBuildFPTrunc(e->b, x, t, "");
     if (is_fp(to)) return LLVMBuildSIToFP(e->b, x, t, "");
     if (is_fp(from)) return LLVMBuildFPToSI(e->b, x, t, "");
     return to == KT_I64 ? LLVMBuildSExt(e->b, x, t, "") : LLVMBuildTrunc(e->b, x, t, "");
@@ -145,7 +147,8 @@ static void arg_scopes(Em *e) {
     const KirKernel *k = e->k;
     LLVMMetadataRef name = LLVMMDStringInContext2(e->cx, e->name, strlen(e->name));
     LLVMMetadataRef domain = self_node(e, &name, 1);
-    LLVMMetadataRef *sc = calloc((size_t)k->nargs + 1, sizeof *sc), *apart = calloc((size_t)k->nargs + 1, sizeof *apart);
+    LLVMMetadataRef *sc = calloc((size_t)k->nargs + 1, sizeof *sc),
+                    *apart = calloc((size_t)k->nargs + 1, sizeof *apart);
     if (!sc || !apart) {
         free(sc), free(apart);
         return; // no tags: LLVM's own checks
@@ -172,7 +175,8 @@ static void emit_stmt(Em *e, int i) {
                                        [KOP_SIN] = "llvm.sin", [KOP_COS] = "llvm.cos", [KOP_POW] = "llvm.pow"};
     switch (s->op) {
     case KOP_CONST:
-        r = fp ? LLVMConstReal(type_of(e, t), s->value) : LLVMConstInt(type_of(e, t), (unsigned long long)(long long)s->value, 1);
+        r = fp ? LLVMConstReal(type_of(e, t), s->value)
+               : LLVMConstInt(type_of(e, t), (unsigned long long)(long long)s->value, 1);
         break;
     case KOP_ROW: r = e->row; break;
     case KOP_COL: r = e->v[i]; break; // set when the loop opened
@@ -184,7 +188,11 @@ static void emit_stmt(Em *e, int i) {
     }
     case KOP_RBF16: r = bf16_widen(e, bf16_bits(e, a)); break;
     case KOP_NEG: r = fp ? LLVMBuildFNeg(B, a, "") : LLVMBuildNeg(B, a, ""); break;
-    case KOP_EXP: case KOP_LOG: case KOP_SQRT: case KOP_SIN: case KOP_COS: r = intrinsic(e, MATH[s->op], t, &a, 1); break;
+    case KOP_EXP:
+    case KOP_LOG:
+    case KOP_SQRT:
+    case KOP_SIN:
+    case KOP_COS: r = intrinsic(e, MATH[s->op], t, &a, 1); break;
     case KOP_POW: {
         LLVMValueRef xs[2] = {a, bv};
         r = intrinsic(e, MATH[s->op], t, xs, 2);
@@ -204,23 +212,30 @@ static void emit_stmt(Em *e, int i) {
         r = LLVMBuildSelect(B, cmp, a, bv, "");
         break;
     }
-    case KOP_LT: case KOP_LE: case KOP_EQ: {
+    case KOP_LT:
+    case KOP_LE:
+    case KOP_EQ: {
         int tt = e->k->stmts[s->a].type;
         if (is_fp(tt))
-            r = LLVMBuildFCmp(B, s->op == KOP_LT ? LLVMRealOLT : s->op == KOP_LE ? LLVMRealOLE : LLVMRealOEQ, a, bv, "");
-        else
-            r = LLVMBuildICmp(B, s->op == KOP_LT ? LLVMIntSLT : s->op == KOP_LE ? LLVMIntSLE : LLVMIntEQ, a, bv, "");
+            r = LLVMBuildFCmp(B,
+                              s->op == KOP_LT   ? LLVMRealOLT
+                              : s->op == KOP_LE ? LLVMRealOLE
+                                                : LLVMRealOEQ,
+                              a, bv, "");
+        else r = LLVMBuildICmp(B, s->op == KOP_LT ? LLVMIntSLT : s->op == KOP_LE ? LLVMIntSLE : LLVMIntEQ, a, bv, "");
         break;
     }
     case KOP_SELECT: r = LLVMBuildSelect(B, a, bv, c, ""); break;
     case KOP_RSUM: r = fp ? LLVMBuildFAdd(B, e->phi[i], a, "") : LLVMBuildAdd(B, e->phi[i], a, ""); break;
     case KOP_RMAX: { // acc = x > acc ? x : acc, as the reference
-        LLVMValueRef gt = fp ? LLVMBuildFCmp(B, LLVMRealOGT, a, e->phi[i], "") : LLVMBuildICmp(B, LLVMIntSGT, a, e->phi[i], "");
+        LLVMValueRef gt = fp ? LLVMBuildFCmp(B, LLVMRealOGT, a, e->phi[i], "")
+                             : LLVMBuildICmp(B, LLVMIntSGT, a, e->phi[i], "");
         r = LLVMBuildSelect(B, gt, a, e->phi[i], "");
         break;
     }
     case KOP_STORE:
-        scoped(e, s->a, LLVMBuildStore(B, e->k->args[s->a].dtype == KT_BF16 ? bf16_bits(e, c) : c, elem_ptr(e, s->a, bv, 0)));
+        scoped(e, s->a,
+               LLVMBuildStore(B, e->k->args[s->a].dtype == KT_BF16 ? bf16_bits(e, c) : c, elem_ptr(e, s->a, bv, 0)));
         break;
     case KOP_ACC: {
         int f64 = (e->k->args[s->a].access & KA_ACC64) != 0;
@@ -250,8 +265,10 @@ static void emit_loop(Em *e, int i, int end, int loop) {
             LLVMTypeRef t = type_of(e, s->type);
             e->phi[j] = LLVMBuildPhi(e->b, t, "acc");
             LLVMValueRef init = s->op == KOP_RSUM ? (is_fp(s->type) ? LLVMConstReal(t, 0) : LLVMConstInt(t, 0, 0))
-                                : is_fp(s->type) ? LLVMConstReal(t, -INFINITY)
-                                                 : LLVMConstInt(t, (unsigned long long)(s->type == KT_I32 ? INT32_MIN : INT64_MIN), 1);
+                                : is_fp(s->type)
+                                    ? LLVMConstReal(t, -INFINITY)
+                                    : LLVMConstInt(t, (unsigned long long)(s->type == KT_I32 ? INT32_MIN : INT64_MIN),
+                                                   1);
             LLVMAddIncoming(e->phi[j], &init, &pre, 1);
         }
         if (s->op == KOP_COL) e->v[j] = col;
@@ -264,7 +281,8 @@ static void emit_loop(Em *e, int i, int end, int loop) {
     LLVMAddIncoming(col, &next, &latch, 1);
     for (int j = i; j < end; j++)
         if (k->stmts[j].op == KOP_RSUM || k->stmts[j].op == KOP_RMAX) LLVMAddIncoming(e->phi[j], &e->v[j], &latch, 1);
-    LLVMValueRef more = LLVMBuildICmp(e->b, LLVMIntSLT, next, LLVMConstInt(e->i64, (unsigned long long)k->cols[loop - 1], 0), "");
+    LLVMValueRef more = LLVMBuildICmp(e->b, LLVMIntSLT, next,
+                                      LLVMConstInt(e->i64, (unsigned long long)k->cols[loop - 1], 0), "");
     LLVMValueRef br = LLVMBuildCondBr(e->b, more, body, done);
     int sums = 0;
     for (int j = i; j < end; j++) sums |= k->stmts[j].op == KOP_RSUM && is_fp(k->stmts[j].type);

@@ -60,9 +60,15 @@ static LLVMValueRef local(Nb *b, LLVMTypeRef t, LLVMValueRef init) {
 static LLVMValueRef get(Nb *b, LLVMTypeRef t, LLVMValueRef var) { return LLVMBuildLoad2(b->b, t, var, ""); }
 static void set(Nb *b, LLVMValueRef var, LLVMValueRef v) { LLVMBuildStore(b->b, v, var); }
 
-static LLVMValueRef at(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) { return LLVMBuildGEP2(b->b, t, p, &i, 1, ""); }
-static LLVMValueRef ld(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) { return LLVMBuildLoad2(b->b, t, at(b, t, p, i), ""); }
-static void st(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i, LLVMValueRef v) { LLVMBuildStore(b->b, v, at(b, t, p, i)); }
+static LLVMValueRef at(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) {
+    return LLVMBuildGEP2(b->b, t, p, &i, 1, "");
+}
+static LLVMValueRef ld(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i) {
+    return LLVMBuildLoad2(b->b, t, at(b, t, p, i), "");
+}
+static void st(Nb *b, LLVMTypeRef t, LLVMValueRef p, LLVMValueRef i, LLVMValueRef v) {
+    LLVMBuildStore(b->b, v, at(b, t, p, i));
+}
 static LLVMValueRef add(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildAdd(b->b, x, y, ""); }
 static LLVMValueRef mul(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildMul(b->b, x, y, ""); }
 static LLVMValueRef f_add(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildFAdd(b->b, x, y, ""); }
@@ -130,8 +136,18 @@ static LLVMValueRef silu(Nb *b, LLVMValueRef h) { return f_div(b, h, one_plus_ex
 // C (M, N) = op(A) op(B) + beta C through the library GEMM; M may be a value.
 static void gemm(Nb *b, int ta, int tb, LLVMValueRef M, LLVMValueRef N, LLVMValueRef K, LLVMValueRef A, int64_t lda,
                  LLVMValueRef B, int64_t ldb, double beta, LLVMValueRef C, int64_t ldc) {
-    LLVMValueRef a[12] = {LLVMConstInt(b->i32, (unsigned long long)ta, 0), LLVMConstInt(b->i32, (unsigned long long)tb, 0),
-                          M, N, K, A, ci(b, lda), B, ci(b, ldb), cf(b, beta), C, ci(b, ldc)};
+    LLVMValueRef a[12] = {LLVMConstInt(b->i32, (unsigned long long)ta, 0),
+                          LLVMConstInt(b->i32, (unsigned long long)tb, 0),
+                          M,
+                          N,
+                          K,
+                          A,
+                          ci(b, lda),
+                          B,
+                          ci(b, ldb),
+                          cf(b, beta),
+                          C,
+                          ci(b, ldc)};
     LLVMBuildCall2(b->b, b->gemm_ty, b->gemm, a, 12, "");
 }
 
@@ -192,7 +208,8 @@ static void moe_setup(Nb *b, Moe *m, const Node *n, LLVMValueRef args, LLVMValue
     const Shape *sx = &n->in[bwd]->shape, *sw = &n->in[bwd + 2]->shape;
     m->C = sx->dims[sx->rank - 1], m->rows = shape_numel(sx) / m->C, m->E = sw->dims[0], m->F = sw->dims[1];
     m->x = arg(b, args, 1 + bwd, b->f32p), m->gates = arg(b, args, 2 + bwd, b->f32p);
-    m->wg = arg(b, args, 3 + bwd, b->f32p), m->wu = arg(b, args, 4 + bwd, b->f32p), m->wd = arg(b, args, 5 + bwd, b->f32p);
+    m->wg = arg(b, args, 3 + bwd, b->f32p), m->wu = arg(b, args, 4 + bwd, b->f32p),
+    m->wd = arg(b, args, 5 + bwd, b->f32p);
     m->row = LLVMBuildBitCast(b->b, work, b->i64p, "");
     LLVMValueRef fw = LLVMBuildBitCast(b->b, work, b->f32p, "");
     int64_t o = 2 * m->rows; // past the row indices
@@ -216,7 +233,8 @@ static void emit_moe(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work)
     LLVMValueRef g = ld(b, b->f32, m.gates, add(b, mul(b, r, ci(b, m.E)), e));
     LLVMValueRef c = loop_begin(b, &lc, ci(b, 0), ci(b, m.C));
     LLVMValueRef yi = add(b, mul(b, r, ci(b, m.C)), c);
-    st(b, b->f32, y, yi, f_add(b, ld(b, b->f32, y, yi), f_mul(b, g, ld(b, b->f32, m.o, add(b, mul(b, i, ci(b, m.C)), c)))));
+    st(b, b->f32, y, yi,
+       f_add(b, ld(b, b->f32, y, yi), f_mul(b, g, ld(b, b->f32, m.o, add(b, mul(b, i, ci(b, m.C)), c)))));
     loop_end(b, &lc);
     loop_end(b, &li);
     if_end(b, done);
@@ -229,7 +247,7 @@ static void emit_moe_bwd(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef w
     moe_setup(b, &m, n, args, work, 1);
     int64_t R = m.rows, C = m.C, E = m.E, F = m.F, o = 2 * R + R * (2 * C + 3 * F);
     LLVMValueRef fw = LLVMBuildBitCast(b->b, work, b->f32p, "");
-    LLVMValueRef dO = carve(b, fw, &o, R * C), dxe = carve(b, fw, &o, R * C); // [n, C]
+    LLVMValueRef dO = carve(b, fw, &o, R * C), dxe = carve(b, fw, &o, R * C);                                // [n, C]
     LLVMValueRef da = carve(b, fw, &o, R * F), dh1 = carve(b, fw, &o, R * F), dh3 = carve(b, fw, &o, R * F); // [n, F]
     LLVMValueRef out = arg(b, args, 0, b->f32p), dy = arg(b, args, 1, b->f32p);
     int64_t og = R * C, owg = og + R * E, owu = owg + E * F * C, owd = owu + E * F * C; // dx at 0
@@ -302,7 +320,8 @@ static void emit_top_k(Nb *b, const Node *n, LLVMValueRef args) {
 static void emit_load_balance_pool(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef f, int64_t E, int bwd,
                                    LLVMValueRef *R) {
     LLVMValueRef pool = arg(b, args, n->nin + 2, b->i64p), P = at(b, b->f64, f, ci(b, E));
-    LLVMValueRef sums = LLVMBuildLoad2(b->b, b->f64p, LLVMBuildBitCast(b->b, pool, LLVMPointerType(b->f64p, 0), ""), "");
+    LLVMValueRef sums = LLVMBuildLoad2(b->b, b->f64p, LLVMBuildBitCast(b->b, pool, LLVMPointerType(b->f64p, 0), ""),
+                                       "");
     LLVMValueRef layer = ld(b, b->i64, pool, ci(b, 1)), layers = ld(b, b->i64, pool, ci(b, 2));
     *R = ld(b, b->f64, LLVMBuildBitCast(b->b, pool, b->f64p, ""), ci(b, 3));
     LLVMValueRef own = at(b, b->f64, sums, mul(b, layer, ci(b, 2 * E))); // (2 E) this layer's c, then s
@@ -315,7 +334,8 @@ static void emit_load_balance_pool(Nb *b, const Node *n, LLVMValueRef args, LLVM
     }
     LLVMValueRef e = loop_begin(b, &le, ci(b, 0), ci(b, E));
     set(b, C, cd(b, 0)), set(b, S, cd(b, 0));
-    LLVMValueRef l = loop_begin(b, &ll, ci(b, 0), bwd ? layers : layer), row = at(b, b->f64, sums, mul(b, l, ci(b, 2 * E)));
+    LLVMValueRef l = loop_begin(b, &ll, ci(b, 0), bwd ? layers : layer),
+                 row = at(b, b->f64, sums, mul(b, l, ci(b, 2 * E)));
     set(b, C, f_add(b, get(b, b->f64, C), ld(b, b->f64, row, e)));
     set(b, S, f_add(b, get(b, b->f64, S), ld(b, b->f64, row, add(b, e, ci(b, E)))));
     loop_end(b, &ll);
@@ -337,7 +357,8 @@ static void emit_load_balance_pool(Nb *b, const Node *n, LLVMValueRef args, LLVM
 static void emit_load_balance(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work, int bwd) {
     const Shape *sl = &n->in[bwd]->shape;
     int64_t E = sl->dims[sl->rank - 1], rows = shape_numel(sl) / E;
-    LLVMValueRef out = arg(b, args, 0, b->f32p), logits = arg(b, args, 1 + bwd, b->f32p), mask = arg(b, args, 2 + bwd, b->f32p);
+    LLVMValueRef out = arg(b, args, 0, b->f32p), logits = arg(b, args, 1 + bwd, b->f32p),
+                 mask = arg(b, args, 2 + bwd, b->f32p);
     LLVMValueRef f = LLVMBuildBitCast(b->b, work, b->f64p, ""), P = at(b, b->f64, f, ci(b, E));
     LLVMValueRef p = LLVMBuildBitCast(b->b, at(b, b->f64, f, ci(b, 2 * E)), b->f32p, "");
     LLVMValueRef mx = local(b, b->f64, NULL), sum = local(b, b->f64, NULL);
@@ -385,7 +406,8 @@ static void emit_load_balance(Nb *b, const Node *n, LLVMValueRef args, LLVMValue
     set(b, sum, f_add(b, get(b, b->f64, sum), f_mul(b, ld(b, b->f64, f, j), wide(b, ld(b, b->f32, pr, j)))));
     loop_end(b, &lj);
     j = loop_begin(b, &lj, ci(b, 0), ci(b, E));
-    LLVMValueRef v = f_mul(b, f_mul(b, scale, wide(b, ld(b, b->f32, pr, j))), f_sub(b, ld(b, b->f64, f, j), get(b, b->f64, sum)));
+    LLVMValueRef v = f_mul(b, f_mul(b, scale, wide(b, ld(b, b->f32, pr, j))),
+                           f_sub(b, ld(b, b->f64, f, j), get(b, b->f64, sum)));
     st(b, b->f32, out, add(b, base, j), narrow(b, v));
     loop_end(b, &lj);
     loop_end(b, &lr);
@@ -405,7 +427,8 @@ int emit_llvm_node(LLVMModuleRef mod, LLVMTypeRef fnty, const char *name, const 
     b->f32 = LLVMFloatTypeInContext(b->cx), b->f64 = LLVMDoubleTypeInContext(b->cx);
     b->i32 = LLVMInt32TypeInContext(b->cx), b->i64 = LLVMInt64TypeInContext(b->cx);
     b->f32p = LLVMPointerType(b->f32, 0), b->f64p = LLVMPointerType(b->f64, 0), b->i64p = LLVMPointerType(b->i64, 0);
-    LLVMTypeRef gp[12] = {b->i32, b->i32, b->i64, b->i64, b->i64, b->f32p, b->i64, b->f32p, b->i64, b->f32, b->f32p, b->i64};
+    LLVMTypeRef gp[12] = {b->i32, b->i32,  b->i64, b->i64, b->i64,  b->f32p,
+                          b->i64, b->f32p, b->i64, b->f32, b->f32p, b->i64};
     b->gemm_ty = LLVMFunctionType(LLVMVoidTypeInContext(b->cx), gp, 12, 0);
     b->fn = LLVMAddFunction(mod, name, fnty);
     b->b = LLVMCreateBuilderInContext(b->cx);
@@ -425,7 +448,8 @@ int emit_llvm_node(LLVMModuleRef mod, LLVMTypeRef fnty, const char *name, const 
     }
     LLVMBuildRetVoid(b->b);
     if (rc == 0 && LLVMVerifyFunction(b->fn, LLVMReturnStatusAction))
-        rc = -1, snprintf(err, errcap, "llvm: kernel %s (%s): the generated function does not verify", name, op_name(n->op));
+        rc = -1,
+        snprintf(err, errcap, "llvm: kernel %s (%s): the generated function does not verify", name, op_name(n->op));
     LLVMDisposeBuilder(b->b);
     return rc;
 }

@@ -39,8 +39,7 @@ static void msg_add(Msg *m, const char *fmt, ...) {
 }
 
 int nvrtc_arch_ok(const char *arch) {
-    if (strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3]) || !isdigit((unsigned char)arch[4]))
-        return 0;
+    if (strncmp(arch, "sm_", 3) != 0 || !isdigit((unsigned char)arch[3]) || !isdigit((unsigned char)arch[4])) return 0;
     for (const char *p = arch + 5; *p; p++)
         if (!isalnum((unsigned char)*p)) return 0; // sm_90a
     return atoi(arch + 3) >= 80 && strlen(arch) < sizeof(((CudaBinary *)0)->arch);
@@ -157,9 +156,11 @@ static int compile(const char *src, const char *name, const char *arch, const ch
     }
 #ifndef MT_HAVE_NVRTC
     (void)src, (void)name, (void)origin, (void)norigin, (void)now_s, (void)report_log, (void)split_ptxas_info;
-    msg_add(&m, "this mtc was built without the CUDA toolkit, so it has no NVRTC to compile the kernels of a plan for "
+    msg_add(&m,
+            "this mtc was built without the CUDA toolkit, so it has no NVRTC to compile the kernels of a plan for "
             "a GPU target (%s); plan for a cpu target (mtrun --calibrate, then --target local), or build mt with the "
-            "toolkit (Debian's nvidia-cuda-toolkit, or NVIDIA's installer in /usr/local/cuda)", arch);
+            "toolkit (Debian's nvidia-cuda-toolkit, or NVIDIA's installer in /usr/local/cuda)",
+            arch);
     return -1;
 #else
     char archopt[32];

@@ -14,12 +14,12 @@
 #include <stdint.h>
 
 typedef struct CudaBinary {
-    char arch[16];    // "sm_90"
-    uint8_t *cubin;   // (cubin_len) ELF for arch, malloc'd
+    char arch[16];  // "sm_90"
+    uint8_t *cubin; // (cubin_len) ELF for arch, malloc'd
     size_t cubin_len;
-    char *ptx;        // (ptx_len) NUL-terminated PTX text, malloc'd; ptx_len excludes the NUL
+    char *ptx; // (ptx_len) NUL-terminated PTX text, malloc'd; ptx_len excludes the NUL
     size_t ptx_len;
-    double seconds;   // wall time NVRTC took (or reading the compile cache)
+    double seconds; // wall time NVRTC took (or reading the compile cache)
 } CudaBinary;
 
 // Whether arch is one NVRTC can take, spelled sm_XX with XX >= 80 (the

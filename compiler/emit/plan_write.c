@@ -74,11 +74,17 @@ static void put_bytes(Buf *b, const void *src, size_t n) {
     if (n > b->cap - b->len) {
         size_t cap = b->cap ? b->cap : 4096;
         while (n > cap - b->len) {
-            if (cap > SIZE_MAX / 2) { b->failed = 1; return; }
+            if (cap > SIZE_MAX / 2) {
+                b->failed = 1;
+                return;
+            }
             cap *= 2;
         }
         unsigned char *d = realloc(b->data, cap);
-        if (!d) { b->failed = 1; return; }
+        if (!d) {
+            b->failed = 1;
+            return;
+        }
         b->data = d;
         b->cap = cap;
     }
@@ -87,7 +93,8 @@ static void put_bytes(Buf *b, const void *src, size_t n) {
 }
 
 static void put_u32(Buf *b, uint32_t v) {
-    unsigned char s[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16), (unsigned char)(v >> 24)};
+    unsigned char s[4] = {(unsigned char)v, (unsigned char)(v >> 8), (unsigned char)(v >> 16),
+                          (unsigned char)(v >> 24)};
     put_bytes(b, s, 4);
 }
 static void put_u64(Buf *b, uint64_t v) {
@@ -102,7 +109,10 @@ static void put_f64(Buf *b, double v) {
     put_u64(b, bits);
 }
 static void put_strn(Buf *b, const char *s, size_t n) {
-    if (n >= ABSENT) { b->failed = 1; return; }
+    if (n >= ABSENT) {
+        b->failed = 1;
+        return;
+    }
     put_u32(b, (uint32_t)n);
     put_bytes(b, s, n);
 }
@@ -119,7 +129,6 @@ static void put_loc(Buf *b, Loc l) {
     put_i32(b, l.col);
 }
 static void put_id(Buf *b, const Node *n) { put_i32(b, n ? n->id : -1); }
-
 
 static void write_source(Buf *b, Plan *p) {
     const char *text = p->source ? p->source : "";
@@ -223,11 +232,13 @@ static int check_refs(const Graph *g, const char *path, char *err, size_t errcap
                 return fail(err, errcap, "%s: internal error: %s node %d has op %d", path, pn, i, (int)n->op);
             for (int j = 0; j < n->nin; j++)
                 if (!in_part(part, (PartKind)pk, n->in[j], 0) || n->in[j]->id >= i)
-                    return fail(err, errcap, "%s: internal error: operand %d of %s node %d is not an earlier node of its part",
-                                path, j, pn, i);
+                    return fail(err, errcap,
+                                "%s: internal error: operand %d of %s node %d is not an earlier node of its part", path,
+                                j, pn, i);
         }
         if (!in_part(part, (PartKind)pk, part->output, 1) || !in_part(part, (PartKind)pk, part->grad_seed, 1))
-            return fail(err, errcap, "%s: internal error: the %s part's output or gradient seed is not one of its nodes", path, pn);
+            return fail(err, errcap,
+                        "%s: internal error: the %s part's output or gradient seed is not one of its nodes", path, pn);
         for (int i = 0; i < part->grads.n; i++) {
             const Grad *gr = part->grads.items[i];
             if (!in_part(part, (PartKind)pk, gr->of, 0) || !in_part(part, (PartKind)pk, gr->grad, 1))

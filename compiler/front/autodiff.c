@@ -13,7 +13,7 @@ typedef struct AD {
     Diag *d;
     Part *part;
     PartKind pk;
-    Node **adj; // (nfwd) the gradient of each forward node so far, or NULL
+    Node **adj;          // (nfwd) the gradient of each forward node so far, or NULL
     Node ***chunk_grads; // (nfwd) of a tiled part's sliced values: each chunk's gradient, (nchunks)
 } AD;
 
@@ -69,13 +69,17 @@ static Node *matmul(AD *ad, Node *x, Node *y, int ta, int tb, Loc loc) {
     s.dims[r - 2] = ta ? x->shape.dims[r - 1] : x->shape.dims[r - 2];
     s.dims[r - 1] = tb ? y->shape.dims[y->shape.rank - 2] : y->shape.dims[y->shape.rank - 1];
     Node *n = emit2(ad, OP_MATMUL, &s, loc, x, y);
-    if (n) { n->trans_a = ta; n->trans_b = tb; }
+    if (n) {
+        n->trans_a = ta;
+        n->trans_b = tb;
+    }
     return n;
 }
 
 // [..., M, K] -> [(...) * M, K]
 static Node *flatten2(AD *ad, Node *x) {
-    Shape s = {.rank = 2, .dims = {shape_numel(&x->shape) / x->shape.dims[x->shape.rank - 1], x->shape.dims[x->shape.rank - 1]}};
+    Shape s = {.rank = 2,
+               .dims = {shape_numel(&x->shape) / x->shape.dims[x->shape.rank - 1], x->shape.dims[x->shape.rank - 1]}};
     return emit1(ad, OP_RESHAPE, &s, x->loc, x);
 }
 
@@ -85,7 +89,8 @@ static int matmul_rule(AD *ad, Node *n, Node *dy) {
     Node *A = n->in[0], *B = n->in[1];
     int ta = n->trans_a, tb = n->trans_b;
     if (ta && A->shape.rank > 2) {
-        diag_error(ad->d, n->loc, "gradient of a batched transpose(a) @ b is not supported; transpose the other operand");
+        diag_error(ad->d, n->loc,
+                   "gradient of a batched transpose(a) @ b is not supported; transpose the other operand");
         return -1;
     }
     Node *dA = ta ? matmul(ad, B, dy, tb, 1, n->loc) : matmul(ad, dy, B, 0, !tb, n->loc);
@@ -163,7 +168,7 @@ static Node *maths_derivative(AD *ad, Node *n) {
     Loc loc = n->loc;
     Node *x = n->in[0];
     switch (n->op) {
-    case OP_TANH: return op2(ad, OP_SUB, s, loc, constant(ad, 1, loc), op2(ad, OP_MUL, s, loc, n, n)); // 1 - y^2
+    case OP_TANH: return op2(ad, OP_SUB, s, loc, constant(ad, 1, loc), op2(ad, OP_MUL, s, loc, n, n));    // 1 - y^2
     case OP_SIGMOID: return op2(ad, OP_MUL, s, loc, n, op2(ad, OP_SUB, s, loc, constant(ad, 1, loc), n)); // y (1 - y)
     case OP_EXP: return n;
     case OP_LOG: return op2(ad, OP_DIV, s, loc, constant(ad, 1, loc), x);
@@ -213,7 +218,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_ABS: return accumulate(ad, in[0], op2(ad, OP_MUL, s, loc, dy, maths_derivative(ad, n)));
     case OP_WHERE: return where_rule(ad, n, dy);
     case OP_ADD:
-        return accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) || accumulate(ad, in[1], sum_to(ad, dy, &in[1]->shape));
+        return accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) ||
+               accumulate(ad, in[1], sum_to(ad, dy, &in[1]->shape));
     case OP_SUB: {
         if (accumulate(ad, in[0], sum_to(ad, dy, &in[0]->shape)) != 0) return -1;
         if (in[1]->op == OP_CONST) return 0;
@@ -223,7 +229,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_MUL:
         for (int i = 0; i < 2; i++) {
             if (in[i]->op == OP_CONST) continue;
-            if (accumulate(ad, in[i], sum_to(ad, emit2(ad, OP_MUL, s, loc, dy, in[1 - i]), &in[i]->shape)) != 0) return -1;
+            if (accumulate(ad, in[i], sum_to(ad, emit2(ad, OP_MUL, s, loc, dy, in[1 - i]), &in[i]->shape)) != 0)
+                return -1;
         }
         return 0;
     case OP_DIV: { // d(a/b) = da / b - (a/b) db / b
@@ -294,7 +301,10 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_SLICE: {
         if (n->tile) return tile_slice_rule(ad, n, dy);
         Node *g = emit1(ad, OP_PAD, &in[0]->shape, loc, dy);
-        if (g) { g->axis = n->axis; g->offset = n->offset; }
+        if (g) {
+            g->axis = n->axis;
+            g->offset = n->offset;
+        }
         return accumulate(ad, in[0], g);
     }
     case OP_CONCAT: { // each operand's rows of dy, summed over the axes it broadcast along
@@ -303,7 +313,10 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
             Shape part = *s;
             part.dims[n->axis] = in[i]->shape.dims[n->axis];
             Node *g = emit1(ad, OP_SLICE, &part, loc, dy);
-            if (g) { g->axis = n->axis; g->offset = offset; }
+            if (g) {
+                g->axis = n->axis;
+                g->offset = offset;
+            }
             offset += in[i]->shape.dims[n->axis];
             if (accumulate(ad, in[i], sum_to(ad, g, &in[i]->shape)) != 0) return -1;
         }
@@ -320,7 +333,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return 0;
     }
     case OP_LOAD_BALANCE: {
-        if (dy->op == OP_CONST) dy = op2(ad, OP_MUL, &dy->shape, loc, dy, constant(ad, 1, loc)); // a buffer, for its kernel
+        if (dy->op == OP_CONST)
+            dy = op2(ad, OP_MUL, &dy->shape, loc, dy, constant(ad, 1, loc)); // a buffer, for its kernel
         Node *args[3] = {dy, in[0], in[1]}, *d = emit(ad, OP_LOAD_BALANCE_BWD, &in[0]->shape, loc, 3, args);
         if (d) d->pooled = n->pooled;
         return accumulate(ad, in[0], d);
@@ -381,8 +395,10 @@ static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
         Node *n = part->nodes.items[i];
         if (n->op != OP_INPUT || n->src_part < 0 || n->dtype != DT_F32 || !ad.adj[i]) continue;
         if (!(pk == PART_TAIL && part_is_block(n->src_part)) && !(part_is_block(pk) && n->src_part == PART_HEAD)) {
-            diag_error(d, n->loc, "'%s' is used after the block without passing through it; gradients through such "
-                                  "values are not supported yet", n->name ? n->name : "this value");
+            diag_error(d, n->loc,
+                       "'%s' is used after the block without passing through it; gradients through such "
+                       "values are not supported yet",
+                       n->name ? n->name : "this value");
             return -1;
         }
         if (add_grad(&ad, n) != 0) return -1;

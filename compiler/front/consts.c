@@ -114,8 +114,7 @@ static void not_a_constant(Sema *S, const Expr *e) {
     else if (is_bt(e->str))
         diag_error(S->d, e->loc, "'%s' (the %s) cannot be used in %s", e->str,
                    e->str[0] == 'B' ? "batch size" : "sequence length", S->bt_unavailable_in);
-    else
-        diag_error(S->d, e->loc, "undefined name '%s'", e->str);
+    else diag_error(S->d, e->loc, "undefined name '%s'", e->str);
 }
 
 // The functions of constants, in the config and wherever a constant is
@@ -129,7 +128,8 @@ int is_const_function(const char *name) { return word_in_list(CONST_FUNCTIONS, n
 // reporting anything.
 int is_const_expr(Sema *S, const Expr *e) {
     switch (e->kind) {
-    case EXPR_INT: case EXPR_FLOAT: return 1;
+    case EXPR_INT:
+    case EXPR_FLOAT: return 1;
     case EXPR_NAME: return find_config(S, e->str) || (S->have_bt && is_bt(e->str));
     case EXPR_NEG: return is_const_expr(S, e->lhs);
     case EXPR_BINARY: return is_const_expr(S, e->lhs) && is_const_expr(S, e->rhs);
@@ -172,7 +172,11 @@ static int eval_call(Sema *S, const Expr *e, Num *out) {
     int two = !strcmp(f, "pow"), many = !strcmp(f, "min") || !strcmp(f, "max");
     int n = e->items.n;
     if (two ? n != 2 : many ? n < 2 : n != 1) {
-        diag_error(S->d, e->loc, "%s takes %s; got %d", f, two ? "two arguments, pow(x, y)" : many ? "two or more numbers" : "one number", n);
+        diag_error(S->d, e->loc, "%s takes %s; got %d", f,
+                   two    ? "two arguments, pow(x, y)"
+                   : many ? "two or more numbers"
+                          : "one number",
+                   n);
         return -1;
     }
     Num x[2];
@@ -200,7 +204,8 @@ static int eval_call(Sema *S, const Expr *e, Num *out) {
     double v = x[0].f;
     if (!strcmp(f, "sqrt") || !strcmp(f, "ln") || !strcmp(f, "log")) {
         if (f[0] == 's' ? v < 0 : v <= 0) {
-            diag_error(S->d, e->loc, "%s of %s (%g)", f, f[0] == 's' ? "a negative number" : "a number that is not positive", v);
+            diag_error(S->d, e->loc, "%s of %s (%g)", f,
+                       f[0] == 's' ? "a negative number" : "a number that is not positive", v);
             return -1;
         }
         return num_finite(S, e, f[0] == 's' ? sqrt(v) : log(v), out);
@@ -225,7 +230,8 @@ static int eval_call(Sema *S, const Expr *e, Num *out) {
         else
             for (int64_t k = 0; k < x[1].i; k++)
                 if (int_op_overflows('*', r.i, x[0].i, &r.i)) {
-                    diag_error(S->d, e->loc, "pow(%lld, %lld) overflows a 64-bit integer (pow(%lld.0, %lld) is a number)",
+                    diag_error(S->d, e->loc,
+                               "pow(%lld, %lld) overflows a 64-bit integer (pow(%lld.0, %lld) is a number)",
                                (long long)x[0].i, (long long)x[1].i, (long long)x[0].i, (long long)x[1].i);
                     return -1;
                 }
@@ -241,7 +247,10 @@ int eval_num(Sema *S, const Expr *e, Num *out) {
     case EXPR_FLOAT: *out = (Num){.f = e->fval}; return 0;
     case EXPR_NAME: {
         ConfigEntry *c = find_config(S, e->str);
-        if (c) { *out = c->v; return 0; }
+        if (c) {
+            *out = c->v;
+            return 0;
+        }
         if (S->have_bt && is_bt(e->str)) {
             int64_t v = e->str[0] == 'B' ? S->B : S->T;
             *out = (Num){.is_int = 1, .i = v, .f = (double)v};

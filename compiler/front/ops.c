@@ -10,11 +10,11 @@
 
 typedef struct OpSpec {
     const char *name;
-    int op; // an OpKind, or one of the families below
+    int op;                 // an OpKind, or one of the families below
     int min_args, max_args; // positional arguments; max -1: any number
     const char *kwargs;     // allowed keyword arguments, space-separated
     const char *usage;
-    OpKind kind; // the graph op it makes; for a family, what this member computes (tanh: OP_TANH)
+    OpKind kind;       // the graph op it makes; for a family, what this member computes (tanh: OP_TANH)
     int first_literal; // 1 + the first positional argument the rule reads as written (a constant, a list):
                        // sema.c lowers those before it (Args.val); 0: every one
 } OpSpec;
@@ -37,7 +37,8 @@ static const OpSpec OP_SPECS[] = {
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
      OP_ROPE, 0},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap", "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap",
+     "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
@@ -60,11 +61,11 @@ static const OpSpec OP_SPECS[] = {
     {"router", OP_TOP_K, 1, 1, "top_k softmax normalize",
      "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K, 0},
     {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE, 0},
-    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)", OP_LOAD_BALANCE, 0},
+    {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
+     OP_LOAD_BALANCE, 0},
     {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS, 0},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
-
 
 static void unknown_op(Sema *S, const Expr *call);
 
@@ -82,9 +83,11 @@ int ops_collect(Sema *S, const Expr *call, Args *a) {
         if (e->kind == EXPR_KWARG) {
             if (!word_in_list(spec->kwargs, e->str)) {
                 if (spec->kwargs[0])
-                    diag_error(S->d, e->loc, "unknown argument '%s' to %s; expected %s", e->str, spec->name, spec->kwargs);
+                    diag_error(S->d, e->loc, "unknown argument '%s' to %s; expected %s", e->str, spec->name,
+                               spec->kwargs);
                 else
-                    diag_error(S->d, e->loc, "unknown argument '%s' to %s, which takes none by name", e->str, spec->name);
+                    diag_error(S->d, e->loc, "unknown argument '%s' to %s, which takes none by name", e->str,
+                               spec->name);
                 return -1;
             }
             for (int j = 0; j < i; j++) {
@@ -191,14 +194,16 @@ static int need_rank(Sema *S, const Expr *e, const Node *n, int min, int max, co
     if (min == max)
         diag_error(S->d, e->loc, "%s needs a tensor of rank %d; got %s", op, min, shape_str(&n->shape, s, sizeof s));
     else
-        diag_error(S->d, e->loc, "%s needs a tensor of rank %d or more; got %s", op, min, shape_str(&n->shape, s, sizeof s));
+        diag_error(S->d, e->loc, "%s needs a tensor of rank %d or more; got %s", op, min,
+                   shape_str(&n->shape, s, sizeof s));
     return -1;
 }
 
 // Reports a mismatch between two shapes, naming both.
 static int mismatch(Sema *S, Loc loc, const char *what, const Shape *a, const Shape *b) {
     char s1[160], s2[160];
-    diag_error(S->d, loc, "shape mismatch in %s: %s and %s", what, shape_str(a, s1, sizeof s1), shape_str(b, s2, sizeof s2));
+    diag_error(S->d, loc, "shape mismatch in %s: %s and %s", what, shape_str(a, s1, sizeof s1),
+               shape_str(b, s2, sizeof s2));
     return -1;
 }
 
@@ -218,8 +223,16 @@ Node *lower_matmul(Sema *S, Loc loc, Node *a_node, int ta, Node *b_node, int tb,
     if (need_f32(S, ea, in[0], "matmul") || need_f32(S, eb, in[1], "matmul")) return NULL;
     if (need_rank(S, ea, in[0], 2, -1, "matmul") || need_rank(S, eb, in[1], 2, -1, "matmul")) return NULL;
     Shape a = in[0]->shape, b = in[1]->shape;
-    if (ta) { int64_t t = a.dims[a.rank - 1]; a.dims[a.rank - 1] = a.dims[a.rank - 2]; a.dims[a.rank - 2] = t; }
-    if (tb) { int64_t t = b.dims[b.rank - 1]; b.dims[b.rank - 1] = b.dims[b.rank - 2]; b.dims[b.rank - 2] = t; }
+    if (ta) {
+        int64_t t = a.dims[a.rank - 1];
+        a.dims[a.rank - 1] = a.dims[a.rank - 2];
+        a.dims[a.rank - 2] = t;
+    }
+    if (tb) {
+        int64_t t = b.dims[b.rank - 1];
+        b.dims[b.rank - 1] = b.dims[b.rank - 2];
+        b.dims[b.rank - 2] = t;
+    }
     char s1[160], s2[160];
     int64_t k_a = a.dims[a.rank - 1], k_b = b.dims[b.rank - 2];
     if (k_a != k_b) {
@@ -239,7 +252,10 @@ Node *lower_matmul(Sema *S, Loc loc, Node *a_node, int ta, Node *b_node, int tb,
     Shape out = a;
     out.dims[out.rank - 1] = b.dims[b.rank - 1];
     Node *n = new_node(S, OP_MATMUL, DT_F32, &out, loc, 2, in);
-    if (n) { n->trans_a = ta; n->trans_b = tb; }
+    if (n) {
+        n->trans_a = ta;
+        n->trans_b = tb;
+    }
     return n;
 }
 
@@ -337,7 +353,8 @@ static Node *lower_norm(Sema *S, const Args *a, OpKind op) {
     int n = op == OP_LAYERNORM ? 3 : 2;
     for (int i = 0; i < n; i++)
         if (arg_tensor(S, a, i, &in[i]) != 0) return NULL;
-    if (need_f32(S, a->pos[0], in[0], a->spec->name) || need_rank(S, a->pos[0], in[0], 1, -1, a->spec->name)) return NULL;
+    if (need_f32(S, a->pos[0], in[0], a->spec->name) || need_rank(S, a->pos[0], in[0], 1, -1, a->spec->name))
+        return NULL;
     for (int i = 1; i < n; i++)
         if (need_vector(S, a->pos[i], in[i], in[0], a->spec->name) != 0) return NULL;
     gain_init(S, in[1]);
@@ -408,7 +425,11 @@ static Node *lower_elementwise(Sema *S, const Args *a, OpKind op, int n) {
         diag_error(S->d, a->call->loc, "%s needs at least one tensor operand", name);
         return NULL;
     }
-    if (a->spec->op == OP_COMPARE_SWAPPED) { Node *t = in[0]; in[0] = in[1]; in[1] = t; }
+    if (a->spec->op == OP_COMPARE_SWAPPED) {
+        Node *t = in[0];
+        in[0] = in[1];
+        in[1] = t;
+    }
     Shape s = in[0]->shape;
     for (int i = 1; i < n; i++) {
         Shape t;
@@ -429,7 +450,8 @@ static Node *lower_swiglu(Sema *S, const Args *a) {
     Node *in[2];
     if (arg_tensor(S, a, 0, &in[0]) != 0 || arg_tensor(S, a, 1, &in[1]) != 0) return NULL;
     if (need_f32(S, a->pos[0], in[0], "swiglu") || need_f32(S, a->pos[1], in[1], "swiglu")) return NULL;
-    if (!shape_eq(&in[0]->shape, &in[1]->shape)) return (void)mismatch(S, a->call->loc, "swiglu", &in[0]->shape, &in[1]->shape), NULL;
+    if (!shape_eq(&in[0]->shape, &in[1]->shape))
+        return (void)mismatch(S, a->call->loc, "swiglu", &in[0]->shape, &in[1]->shape), NULL;
     return new_node(S, OP_SWIGLU, DT_F32, &in[0]->shape, a->call->loc, 2, in);
 }
 
@@ -476,7 +498,10 @@ static int kw_number_list(Sema *S, const Expr *e, const char *name, double **out
 // long one when the sequence T passes original_max_position_embeddings, as
 // transformers picks for positions past it).
 static int rope_rule_fields(Sema *S, const Args *a, int64_t pairs, RopeRule *r, char **words) {
-    static const struct { const char *name; size_t at; } NUMS[] = {
+    static const struct {
+        const char *name;
+        size_t at;
+    } NUMS[] = {
         {"factor", offsetof(RopeRule, factor)},
         {"low_freq_factor", offsetof(RopeRule, low_freq_factor)},
         {"high_freq_factor", offsetof(RopeRule, high_freq_factor)},
@@ -500,8 +525,9 @@ static int rope_rule_fields(Sema *S, const Args *a, int64_t pairs, RopeRule *r, 
     const Expr *sf = find_kwarg(a->call, "short_factor"), *lf = find_kwarg(a->call, "long_factor");
     if (r->kind == ROPE_LONGROPE) {
         if (!sf || !lf || !(r->original_max > 0)) {
-            diag_error(S->d, a->call->loc, "longrope scaling needs short_factor=[...], long_factor=[...] and "
-                                           "original_max_position_embeddings=N");
+            diag_error(S->d, a->call->loc,
+                       "longrope scaling needs short_factor=[...], long_factor=[...] and "
+                       "original_max_position_embeddings=N");
             return -1;
         }
         int use_long = (double)S->T > r->original_max;
@@ -512,8 +538,8 @@ static int rope_rule_fields(Sema *S, const Args *a, int64_t pairs, RopeRule *r, 
             const char *name = k ? "long_factor" : "short_factor";
             if (kw_number_list(S, list[k], name, &f[k], &n[k]) != 0) return -1;
             if (n[k] != pairs) {
-                diag_error(S->d, list[k]->loc, "%s has %lld factors; the rotated heads, %lld wide, have %lld pairs", name,
-                           (long long)n[k], (long long)(2 * pairs), (long long)pairs);
+                diag_error(S->d, list[k]->loc, "%s has %lld factors; the rotated heads, %lld wide, have %lld pairs",
+                           name, (long long)n[k], (long long)(2 * pairs), (long long)pairs);
                 return -1;
             }
         }
@@ -560,8 +586,8 @@ static Node *lower_rope(Sema *S, const Args *a) {
         if (k->kind == EXPR_KWARG && !word_in_list("heads theta scaling interleaved", k->str) &&
             !word_in_list(ROPE_FIELDS[r.kind], k->str)) {
             diag_error(S->d, k->loc, "%s is not a field of rope scaling %s%s%s", k->str,
-                       r.kind == ROPE_DEFAULT ? "none" : rope_kind_name(r.kind), ROPE_FIELDS[r.kind][0] ? ", which takes " : "",
-                       ROPE_FIELDS[r.kind]);
+                       r.kind == ROPE_DEFAULT ? "none" : rope_kind_name(r.kind),
+                       ROPE_FIELDS[r.kind][0] ? ", which takes " : "", ROPE_FIELDS[r.kind]);
             return NULL;
         }
     }
@@ -612,7 +638,8 @@ static Node *lower_attention(Sema *S, const Args *a) {
         return NULL;
     }
     if (kv_heads < 1 || heads % kv_heads != 0) {
-        diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads, (long long)kv_heads);
+        diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of kv_heads=%lld", (long long)heads,
+                   (long long)kv_heads);
         return NULL;
     }
     int64_t dv;
@@ -627,16 +654,19 @@ static Node *lower_attention(Sema *S, const Args *a) {
         const Node *r = in[i];
         int64_t h = i ? kv_heads : heads;
         if (r->op == OP_ROPE && r->heads != h) {
-            diag_error(S->d, r->loc, "rope splits %s into %d heads of %lld, but the attention it feeds (line %d) "
-                       "reads %lld heads of %lld; write heads = %lld", i ? "the keys" : "the queries", r->heads,
-                       (long long)(last_dim(r) / r->heads), a->call->loc.line, (long long)h, (long long)d, (long long)h);
+            diag_error(S->d, r->loc,
+                       "rope splits %s into %d heads of %lld, but the attention it feeds (line %d) "
+                       "reads %lld heads of %lld; write heads = %lld",
+                       i ? "the keys" : "the queries", r->heads, (long long)(last_dim(r) / r->heads), a->call->loc.line,
+                       (long long)h, (long long)d, (long long)h);
             return NULL;
         }
     }
     for (int i = 1; i < 3; i++) {
         const Shape *q = &in[0]->shape, *k = &in[i]->shape;
         if (k->dims[0] != q->dims[0] || k->dims[1] != q->dims[1])
-            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (q and v)", q, k), NULL;
+            return (void)mismatch(S, a->pos[i]->loc, i == 1 ? "attention (q and k)" : "attention (q and v)", q, k),
+                   NULL;
     }
     Shape y = in[0]->shape; // heads as wide as v's (DeepSeek's latent attention: q and k 192, v 128)
     y.dims[2] = heads * dv;
@@ -667,7 +697,8 @@ static Node *lower_softmax(Sema *S, const Args *a) {
 static Node *lower_cross_entropy(Sema *S, const Args *a) {
     Node *in[2];
     if (arg_tensor(S, a, 0, &in[0]) != 0 || arg_tensor(S, a, 1, &in[1]) != 0) return NULL;
-    if (need_f32(S, a->pos[0], in[0], "cross_entropy's logits") || need_rank(S, a->pos[0], in[0], 2, -1, "cross_entropy"))
+    if (need_f32(S, a->pos[0], in[0], "cross_entropy's logits") ||
+        need_rank(S, a->pos[0], in[0], 2, -1, "cross_entropy"))
         return NULL;
     if (in[1]->dtype != DT_I32) {
         diag_error(S->d, a->pos[1]->loc, "cross_entropy's targets must be i32, got %s", dtype_name(in[1]->dtype));
@@ -676,8 +707,10 @@ static Node *lower_cross_entropy(Sema *S, const Args *a) {
     Shape want = in[0]->shape;
     want.rank--;
     if (!shape_eq(&want, &in[1]->shape))
-        return (void)mismatch(S, a->pos[1]->loc, "cross_entropy (targets must be the logits' shape without the vocabulary axis)",
-                              &want, &in[1]->shape), NULL;
+        return (void)mismatch(S, a->pos[1]->loc,
+                              "cross_entropy (targets must be the logits' shape without the vocabulary axis)", &want,
+                              &in[1]->shape),
+               NULL;
     Shape scalar = {0};
     return new_node(S, OP_CROSS_ENTROPY, DT_F32, &scalar, a->call->loc, 2, in);
 }
@@ -697,7 +730,10 @@ static Node *lower_reshape(Sema *S, const Args *a) {
         const Expr *d = l->items.items[i];
         Num n;
         if (eval_num(S, d, &n) != 0) return NULL;
-        if (n.is_int && n.i == -1 && infer < 0) { infer = i; continue; }
+        if (n.is_int && n.i == -1 && infer < 0) {
+            infer = i;
+            continue;
+        }
         if (!n.is_int || n.i < 1 || __builtin_mul_overflow(known, n.i, &known)) {
             diag_error(S->d, d->loc, "a dimension must be a positive integer (or one -1 to infer it)");
             return NULL;
@@ -734,7 +770,8 @@ static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
             Num v;
             if (eval_num(S, how->items.items[i], &v) != 0) return -1;
             if (!v.is_int || v.i < 1 || v.i > dim) {
-                diag_error(S->d, ((Expr *)how->items.items[i])->loc, "a part size must be a positive integer up to %lld", (long long)dim);
+                diag_error(S->d, ((Expr *)how->items.items[i])->loc,
+                           "a part size must be a positive integer up to %lld", (long long)dim);
                 return -1;
             }
             sizes[i] = v.i;
@@ -761,9 +798,9 @@ static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
     }
     if (n != nouts) {
         if (nouts == 1)
-            diag_error(S->d, a->call->loc, "split makes %d values; assign them to %d names, as a, b = split(...)", n, n);
-        else
-            diag_error(S->d, a->call->loc, "split makes %d values but %d names are assigned", n, nouts);
+            diag_error(S->d, a->call->loc, "split makes %d values; assign them to %d names, as a, b = split(...)", n,
+                       n);
+        else diag_error(S->d, a->call->loc, "split makes %d values but %d names are assigned", n, nouts);
         return -1;
     }
     int64_t offset = 0;
@@ -880,7 +917,8 @@ static Node *lower_moe(Sema *S, const Args *a) {
     if (need_rank(S, a->pos[0], x, 1, -1, "moe")) return NULL;
     Shape rows = x->shape; // gates: x's rows, a column an expert
     rows.dims[rows.rank - 1] = last_dim(gates);
-    if (!shape_eq(&rows, &gates->shape)) return (void)mismatch(S, a->pos[1]->loc, "moe's gates", &rows, &gates->shape), NULL;
+    if (!shape_eq(&rows, &gates->shape))
+        return (void)mismatch(S, a->pos[1]->loc, "moe's gates", &rows, &gates->shape), NULL;
     int64_t E = last_dim(gates), C = last_dim(x), F = in[2]->shape.rank == 3 ? in[2]->shape.dims[1] : 0;
     const Shape want[3] = {{3, {E, F, C}}, {3, {E, F, C}}, {3, {E, C, F}}};
     for (int i = 0; i < 3; i++)
@@ -908,14 +946,17 @@ static Node *lower_load_balance(Sema *S, const Args *a) {
             const Node *o = S->g->parts[pk].nodes.items[i];
             if (o->op != OP_LOAD_BALANCE || !o->pooled) continue;
             if (pk == (int)S->part) {
-                diag_error(S->d, kw->loc, "a second pooled load_balancing_loss in this block (the first at line %d); "
-                           "a block has at most one", o->loc.line);
+                diag_error(S->d, kw->loc,
+                           "a second pooled load_balancing_loss in this block (the first at line %d); "
+                           "a block has at most one",
+                           o->loc.line);
                 return NULL;
             }
             if (last_dim(o->in[0]) != last_dim(logits)) {
-                diag_error(S->d, kw->loc, "this pooled load_balancing_loss has %lld experts, the one at line %d %lld; "
-                           "pooled losses pool one set of experts", (long long)last_dim(logits), o->loc.line,
-                           (long long)last_dim(o->in[0]));
+                diag_error(S->d, kw->loc,
+                           "this pooled load_balancing_loss has %lld experts, the one at line %d %lld; "
+                           "pooled losses pool one set of experts",
+                           (long long)last_dim(logits), o->loc.line, (long long)last_dim(o->in[0]));
                 return NULL;
             }
         }
@@ -932,7 +973,8 @@ static Node *lower_add_loss(Sema *S, const Args *a) {
         return NULL;
     if (in[1]->shape.rank != 0) {
         char s1[160];
-        diag_error(S->d, a->pos[1]->loc, "add_loss needs a scalar loss, f32[]; got %s", shape_str(&in[1]->shape, s1, sizeof s1));
+        diag_error(S->d, a->pos[1]->loc, "add_loss needs a scalar loss, f32[]; got %s",
+                   shape_str(&in[1]->shape, s1, sizeof s1));
         return NULL;
     }
     return new_node(S, OP_ADD_LOSS, DT_F32, &in[0]->shape, a->call->loc, 2, in);
@@ -957,7 +999,9 @@ int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
     }
     Node *n = NULL;
     switch (spec->op) {
-    case OP_MATMUL: n = lower_matmul(S, call->loc, a.val[0].node, a.trans[0], a.val[1].node, a.trans[1], a.pos[0], a.pos[1]); break;
+    case OP_MATMUL:
+        n = lower_matmul(S, call->loc, a.val[0].node, a.trans[0], a.val[1].node, a.trans[1], a.pos[0], a.pos[1]);
+        break;
     case OP_EMBED: n = lower_embed(S, &a); break;
     case OP_ARANGE: n = lower_arange(S, &a); break;
     case OP_LAYERNORM:

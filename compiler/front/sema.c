@@ -15,9 +15,8 @@ static int check_fresh(Sema *S, const char *name, Loc loc, const char *what) {
     ConfigEntry *c;
     int p;
     if (is_bt(name)) {
-        diag_error(S->d, loc, "'%s' is the %s, set by the train section or --%s; a %s needs another name",
-                   name, name[0] == 'B' ? "batch size" : "sequence length",
-                   name[0] == 'B' ? "batch" : "seq", what);
+        diag_error(S->d, loc, "'%s' is the %s, set by the train section or --%s; a %s needs another name", name,
+                   name[0] == 'B' ? "batch size" : "sequence length", name[0] == 'B' ? "batch" : "seq", what);
     } else if ((c = find_config(S, name))) {
         diag_error(S->d, loc, "duplicate name '%s': already a config constant (line %d)", name, c->loc.line);
     } else if ((p = find_param(S, name, 0)) >= 0 || (S->in_block && (p = find_param(S, name, 1)) >= 0)) {
@@ -119,7 +118,8 @@ static int eval_float_kw(Sema *S, const Expr *call, const char *name, double min
 
 static int lower_optimizer(Sema *S, const Expr *e, TrainConfig *t) {
     if (e->kind != EXPR_CALL || strcmp(e->str, "adamw")) {
-        diag_error(S->d, e->loc, "unknown optimizer; expected adamw(lr=..., betas=(b1, b2), weight_decay=..., eps=...)");
+        diag_error(S->d, e->loc,
+                   "unknown optimizer; expected adamw(lr=..., betas=(b1, b2), weight_decay=..., eps=...)");
         return -1;
     }
     if (check_kwargs_only(S, e, "lr betas weight_decay eps") != 0) return -1;
@@ -150,7 +150,8 @@ static int lower_schedule(Sema *S, const Expr *e, TrainConfig *t) {
     else if (!strcmp(name, "linear")) t->schedule = SCHED_LINEAR;
     else if (!strcmp(name, "constant")) t->schedule = SCHED_CONSTANT;
     else {
-        diag_error(S->d, e->loc, "unknown lr schedule; expected cosine(warmup=N, min_lr=F), linear(...) or constant(warmup=N)");
+        diag_error(S->d, e->loc,
+                   "unknown lr schedule; expected cosine(warmup=N, min_lr=F), linear(...) or constant(warmup=N)");
         return -1;
     }
     if (e->kind != EXPR_CALL) return 0;
@@ -162,9 +163,19 @@ static int lower_schedule(Sema *S, const Expr *e, TrainConfig *t) {
 
 static int lower_train(Sema *S) {
     TrainConfig *t = &S->g->train;
-    *t = (TrainConfig){.steps = 1000, .accumulate = 1, .val_every = 100, .seed = 1337, .lr = 3e-4,
-                       .beta1 = 0.9, .beta2 = 0.95, .weight_decay = 0.1, .adam_eps = 1e-8,
-                       .min_lr_frac = 0.1, .clip = 1.0, .schedule = SCHED_COSINE, .compute = DT_F32};
+    *t = (TrainConfig){.steps = 1000,
+                       .accumulate = 1,
+                       .val_every = 100,
+                       .seed = 1337,
+                       .lr = 3e-4,
+                       .beta1 = 0.9,
+                       .beta2 = 0.95,
+                       .weight_decay = 0.1,
+                       .adam_eps = 1e-8,
+                       .min_lr_frac = 0.1,
+                       .clip = 1.0,
+                       .schedule = SCHED_COSINE,
+                       .compute = DT_F32};
     static const char *const KEYS = "batch seq steps accumulate val_every seed optimizer schedule clip data dtype";
     PtrVec seen = {0};
     for (int s = 0; s < S->m->trains.n; s++) {
@@ -238,8 +249,14 @@ static int bind_batch_seq(Sema *S, const SemaOptions *opt) {
 static int lower_init(Sema *S, const Expr *e, Param *p) {
     const char *name = e->kind == EXPR_CALL || e->kind == EXPR_NAME ? e->str : "";
     p->init_given = 1;
-    if (!strcmp(name, "zeros") && e->kind == EXPR_NAME) { p->init = INIT_ZEROS; return 0; }
-    if (!strcmp(name, "ones") && e->kind == EXPR_NAME) { p->init = INIT_ONES; return 0; }
+    if (!strcmp(name, "zeros") && e->kind == EXPR_NAME) {
+        p->init = INIT_ZEROS;
+        return 0;
+    }
+    if (!strcmp(name, "ones") && e->kind == EXPR_NAME) {
+        p->init = INIT_ONES;
+        return 0;
+    }
     if (!strcmp(name, "normal") && e->kind == EXPR_CALL) {
         if (check_kwargs_only(S, e, "std") != 0) return -1;
         p->init = INIT_NORMAL;
@@ -259,7 +276,8 @@ static int lower_param_array(Sema *S, const ParamDecl *pd, Shape *shape) {
     if (!mark || strstr(mark + 1, "{e}")) {
         diag_error(S->d, pd->ckpt_loc,
                    "the checkpoint name of parameter array '%s' must contain {e}, the element index, once, as "
-                   "\"experts.{e}.w\"", pd->name);
+                   "\"experts.{e}.w\"",
+                   pd->name);
         return -1;
     }
     if (shape->rank == MT_MAX_RANK) {
@@ -289,14 +307,21 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
         return -1;
     }
     if (pd->type.dtype && strcmp(pd->type.dtype, "f32")) {
-        diag_error(S->d, pd->type.dtype_loc, "parameters are f32 master weights; '%s' is not allowed here", pd->type.dtype);
+        diag_error(S->d, pd->type.dtype_loc, "parameters are f32 master weights; '%s' is not allowed here",
+                   pd->type.dtype);
         return -1;
     }
     Param *p = arena_alloc(S->a, sizeof *p);
     if (!p) return -1;
-    *p = (Param){.name = pd->name, .ckpt = pd->ckpt, .in_block = in_block, .loc = pd->loc,
-                 .prefix = in_block ? S->kind_prefix : NULL, .kind = in_block ? S->kind : 0,
-                 .first_use = PART_COUNT, .init = INIT_NORMAL, .init_std = 0.02};
+    *p = (Param){.name = pd->name,
+                 .ckpt = pd->ckpt,
+                 .in_block = in_block,
+                 .loc = pd->loc,
+                 .prefix = in_block ? S->kind_prefix : NULL,
+                 .kind = in_block ? S->kind : 0,
+                 .first_use = PART_COUNT,
+                 .init = INIT_NORMAL,
+                 .init_std = 0.02};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
     int rc = eval_shape(S, &pd->type, &p->shape);
@@ -383,7 +408,8 @@ static int lower_op_call(Sema *S, const Expr *call, Val *outs, int nouts) {
     Args a;
     if (ops_collect(S, call, &a) != 0) return -1;
     for (int i = 0; i < a.nvals; i++) {
-        int rc = a.fold ? lower_matmul_operand(S, a.pos[i], &a.val[i].node, &a.trans[i]) : lower_expr(S, a.pos[i], &a.val[i]);
+        int rc = a.fold ? lower_matmul_operand(S, a.pos[i], &a.val[i].node, &a.trans[i])
+                        : lower_expr(S, a.pos[i], &a.val[i]);
         if (rc != 0) return -1;
     }
     return ops_lower(S, &a, outs, nouts);
@@ -393,9 +419,7 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
     *out = (Val){0};
     switch (e->kind) {
     case EXPR_INT:
-    case EXPR_FLOAT:
-        out->is_num = 1;
-        return eval_num(S, e, &out->num);
+    case EXPR_FLOAT: out->is_num = 1; return eval_num(S, e, &out->num);
     case EXPR_NAME: {
         Local *l = find_local(S, e->str);
         int p;
@@ -404,8 +428,8 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
         } else if ((p = find_param(S, e->str, S->in_block)) >= 0) {
             out->node = param_node(S, p, e->loc);
         } else if (S->in_block && find_param(S, e->str, 0) >= 0) {
-            diag_error(S->d, e->loc, "'%s' is a global parameter; a block may use only its own parameters and its input",
-                       e->str);
+            diag_error(S->d, e->loc,
+                       "'%s' is a global parameter; a block may use only its own parameters and its input", e->str);
             return -1;
         } else if (S->block_name && !strcmp(e->str, S->block_name)) {
             diag_error(S->d, e->loc, "'%s' is the block; call it as %s(x)", e->str, e->str);
@@ -434,7 +458,8 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
         if (e->op == '@') { // transpose(w) folds into the GEMM's flags
             Node *a, *b;
             int ta, tb;
-            if (lower_matmul_operand(S, e->lhs, &a, &ta) != 0 || lower_matmul_operand(S, e->rhs, &b, &tb) != 0) return -1;
+            if (lower_matmul_operand(S, e->lhs, &a, &ta) != 0 || lower_matmul_operand(S, e->rhs, &b, &tb) != 0)
+                return -1;
             out->node = lower_matmul(S, e->loc, a, ta, b, tb, e->lhs, e->rhs);
             return out->node ? 0 : -1;
         }
@@ -580,7 +605,8 @@ static Node *lower_stmts(Sema *S, const PtrVec *stmts, Loc end, const char *wher
 static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     const char *mark = strstr(b->prefix, "{i}");
     if (!mark || strstr(mark + 1, "{i}")) {
-        diag_error(S->d, b->prefix_loc, "the block's checkpoint prefix must contain {i}, the layer index, once, as \"h.{i}.\"");
+        diag_error(S->d, b->prefix_loc,
+                   "the block's checkpoint prefix must contain {i}, the layer index, once, as \"h.{i}.\"");
         return -1;
     }
     S->in_block = 1;
@@ -612,9 +638,10 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     }
     if (S->block_input && !shape_eq(&S->block_input->shape, &in_shape)) {
         char s1[160], s2[160];
-        diag_error(S->d, b->input.loc, "block '%s' takes %s, but the first kind of the order takes %s; every kind "
-                   "takes and returns the model's block shape", b->name, shape_str(&in_shape, s1, sizeof s1),
-                   shape_str(&S->block_input->shape, s2, sizeof s2));
+        diag_error(S->d, b->input.loc,
+                   "block '%s' takes %s, but the first kind of the order takes %s; every kind "
+                   "takes and returns the model's block shape",
+                   b->name, shape_str(&in_shape, s1, sizeof s1), shape_str(&S->block_input->shape, s2, sizeof s2));
         return -1;
     }
     Node *x = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
@@ -629,8 +656,9 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     if (!shape_eq(&ret->shape, &in_shape)) {
         const Stmt *last = b->stmts.items[b->stmts.n - 1];
         char s1[160], s2[160];
-        diag_error(S->d, last->value->loc, "block '%s' returns %s but its input is %s; a block must return its input's shape",
-                   b->name, shape_str(&ret->shape, s1, sizeof s1), shape_str(&in_shape, s2, sizeof s2));
+        diag_error(S->d, last->value->loc,
+                   "block '%s' returns %s but its input is %s; a block must return its input's shape", b->name,
+                   shape_str(&ret->shape, s1, sizeof s1), shape_str(&in_shape, s2, sizeof s2));
         return -1;
     }
     if (ret->op == OP_INPUT) { // keep the output a node of this part
@@ -663,8 +691,10 @@ static int order_layers(Sema *S, const OrderDecl *o, const Expr *e, int64_t limi
         list = e->lhs;
     }
     if (list->kind != EXPR_LIST || list->items.n == 0) {
-        diag_error(S->d, list->loc, "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2), "
-                   "or lists joined with +, as [dense] + [moe] * (L - 1)", o->name);
+        diag_error(S->d, list->loc,
+                   "the order of layers '%s' is a list of block kinds, as [local, global] * (L / 2), "
+                   "or lists joined with +, as [dense] + [moe] * (L - 1)",
+                   o->name);
         return -1;
     }
     int nlist = list->items.n;
@@ -694,8 +724,9 @@ static int lower_order(Sema *S) {
     if (eval_int(S, o->count, 1, "the layer count", &count) != 0) return -1;
     if (order_layers(S, o, o->order, INT32_MAX, &nlist, NULL) != 0) return -1;
     if (nlist != count) {
-        diag_error(S->d, o->order->loc, "the order makes %lld layers, but '%s[...]' declares %lld; they must be the same",
-                   (long long)nlist, o->name, (long long)count);
+        diag_error(S->d, o->order->loc,
+                   "the order makes %lld layers, but '%s[...]' declares %lld; they must be the same", (long long)nlist,
+                   o->name, (long long)count);
         return -1;
     }
     const Expr **names = arena_alloc(S->a, (size_t)count * sizeof *names); // (count) each layer's kind, by name
@@ -723,12 +754,15 @@ static int lower_order(Sema *S) {
         int used = 0;
         for (int64_t j = 0; j < nlist; j++) used |= kinds[j] == b;
         if (!used) {
-            diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name, o->name);
+            diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name,
+                       o->name);
             return -1;
         }
         if (b->repeat) {
-            diag_error(S->d, b->repeat->loc, "block '%s' is a kind in the order '%s', which sets the layer count; "
-                       "declare it without one, as block %s \"%s\" (...)", b->name, o->name, b->name, b->prefix);
+            diag_error(S->d, b->repeat->loc,
+                       "block '%s' is a kind in the order '%s', which sets the layer count; "
+                       "declare it without one, as block %s \"%s\" (...)",
+                       b->name, o->name, b->name, b->prefix);
             return -1;
         }
         if (check_fresh(S, b->name, b->loc, "block") != 0) return -1;
@@ -742,8 +776,10 @@ static int lower_order(Sema *S) {
         while (k < g->nkinds && kind_decl[k] != kinds[i]) k++;
         if (k == g->nkinds) {
             if (k == MT_MAX_KINDS) {
-                diag_error(S->d, names[i]->loc, "the order of layers '%s' has more than %d "
-                           "block kinds", o->name, MT_MAX_KINDS);
+                diag_error(S->d, names[i]->loc,
+                           "the order of layers '%s' has more than %d "
+                           "block kinds",
+                           o->name, MT_MAX_KINDS);
                 return -1;
             }
             kind_decl[g->nkinds++] = kinds[i];
@@ -772,8 +808,10 @@ static int lower_block(Sema *S) {
     const BlockDecl *b = S->m->blocks.items[0];
     if (S->m->blocks.n > 1) {
         const BlockDecl *b2 = S->m->blocks.items[1];
-        diag_error(S->d, b2->loc, "a second block '%s'; several block kinds need the order of the layers, as "
-                   "block layers[L] = [%s, %s] * (L / 2)", b2->name, b->name, b2->name);
+        diag_error(S->d, b2->loc,
+                   "a second block '%s'; several block kinds need the order of the layers, as "
+                   "block layers[L] = [%s, %s] * (L / 2)",
+                   b2->name, b->name, b2->name);
         return -1;
     }
     if (!b->repeat) {
@@ -795,10 +833,10 @@ static int lower_block(Sema *S) {
 
 static int lower_forward(Sema *S) {
     if (S->m->forwards.n != 1) {
-        if (S->m->forwards.n == 0)
-            diag_error(S->d, S->m->loc, "model '%s' has no forward(...) section", S->m->name);
+        if (S->m->forwards.n == 0) diag_error(S->d, S->m->loc, "model '%s' has no forward(...) section", S->m->name);
         else
-            diag_error(S->d, ((ForwardDecl *)S->m->forwards.items[1])->loc, "a second forward section; a model has one");
+            diag_error(S->d, ((ForwardDecl *)S->m->forwards.items[1])->loc,
+                       "a second forward section; a model has one");
         return -1;
     }
     const ForwardDecl *f = S->m->forwards.items[0];
@@ -820,8 +858,15 @@ static int lower_forward(Sema *S) {
         }
         if (eval_shape(S, &ad->type, &mi->shape) != 0 || ptrvec_push(S->a, &g->inputs, mi) != 0) return -1;
         Node *stand_in = &S->model_inputs[i];
-        *stand_in = (Node){.op = OP_INPUT, .id = i, .part = (PartKind)-1, .dtype = mi->dtype, .shape = mi->shape,
-                           .loc = ad->loc, .name = ad->name, .src_part = -1, .src = i};
+        *stand_in = (Node){.op = OP_INPUT,
+                           .id = i,
+                           .part = (PartKind)-1,
+                           .dtype = mi->dtype,
+                           .shape = mi->shape,
+                           .loc = ad->loc,
+                           .name = ad->name,
+                           .src_part = -1,
+                           .src = i};
         if (find_local(S, ad->name)) {
             diag_error(S->d, ad->loc, "duplicate name '%s': already an input", ad->name);
             return -1;
@@ -889,11 +934,14 @@ static int check_square_layouts(Sema *S) {
             const Param *p = g->params.items[n->in[1]->param];
             if (p->shape.dims[0] != p->shape.dims[1] || use[n->in[1]->param] != (ways ^ 3)) continue;
             if (ways == 2)
-                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
-                           "of this model multiplies transposed (torch Linear's [out, in] layout): write @ transpose(%s)",
+                diag_error(S->d, n->loc,
+                           "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                           "of this model multiplies transposed (torch Linear's [out, in] layout): write @ "
+                           "transpose(%s)",
                            p->name, p->name, p->name, p->name);
             else
-                diag_error(S->d, n->loc, "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
+                diag_error(S->d, n->loc,
+                           "'%s' is square, so @ %s and @ transpose(%s) both fit; every other weight "
                            "of this model multiplies as stored ([in, out], as GPT-2's Conv1D): write @ %s",
                            p->name, p->name, p->name, p->name);
             return -1;

@@ -27,20 +27,20 @@ typedef struct Sema {
     Diag *d;
     const Model *m;
     Graph *g;
-    PtrVec config;        // of ConfigEntry*
-    int have_bt;          // B and T are bound
+    PtrVec config;                 // of ConfigEntry*
+    int have_bt;                   // B and T are bound
     const char *bt_unavailable_in; // where B and T cannot be used, for messages
     int64_t B, T;
-    PartKind part;        // the part statements are appended to
-    PtrVec locals;        // of Local*: names bound by statements and inputs
-    int in_block;         // lowering the block's statements
+    PartKind part;           // the part statements are appended to
+    PtrVec locals;           // of Local*: names bound by statements and inputs
+    int in_block;            // lowering the block's statements
     const char *kind_prefix; // the checkpoint prefix of the block kind being lowered
-    int kind;             // which block kind (Graph.nkinds) they are
-    const char *block_name; // what forward calls: the block, or the order of block kinds
+    int kind;                // which block kind (Graph.nkinds) they are
+    const char *block_name;  // what forward calls: the block, or the order of block kinds
     Loc block_loc;
-    Node *block_input;    // the block's OP_INPUT node (the first kind's)
+    Node *block_input; // the block's OP_INPUT node (the first kind's)
     int block_called;
-    Node *model_inputs;   // (g->inputs.n) stand-ins for forward's arguments
+    Node *model_inputs; // (g->inputs.n) stand-ins for forward's arguments
 } Sema;
 
 typedef struct ConfigEntry {
@@ -93,8 +93,8 @@ typedef struct Args {
     const struct OpSpec *spec;
     const Expr *pos[16];
     int npos;
-    int nvals;   // pos[0, nvals) are values, lowered by the caller into val; the rest the rule reads as written
-    int fold;    // matmul: an operand written transpose(w) is lowered as w with trans set (the GEMM's flag)
+    int nvals; // pos[0, nvals) are values, lowered by the caller into val; the rest the rule reads as written
+    int fold;  // matmul: an operand written transpose(w) is lowered as w with trans set (the GEMM's flag)
     Val val[16];
     int trans[16];
 } Args;

@@ -44,8 +44,16 @@ static int row_local(const Node *n, int64_t T, const Node *output) {
     case OP_GELU:
     case OP_SILU:
     case OP_SWIGLU:
-    case OP_TANH: case OP_SIGMOID: case OP_ERF: case OP_EXP: case OP_LOG: case OP_ABS:
-    case OP_LT: case OP_LE: case OP_EQ: case OP_WHERE:
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_ERF:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_ABS:
+    case OP_LT:
+    case OP_LE:
+    case OP_EQ:
+    case OP_WHERE:
     case OP_LAYERNORM:
     case OP_RMSNORM:
         for (int i = 0; i < n->nin; i++)

@@ -34,10 +34,16 @@ enum { C_ALIAS, C_BOUND, C_INLINE, C_HEAVY, C_FUSE };
 
 static int node_class(const Node *n) {
     switch (n->op) {
-    case OP_VIEW: case OP_RESHAPE: return C_ALIAS;
-    case OP_INPUT: case OP_PARAM: return C_BOUND;
-    case OP_CONST: case OP_ARANGE: return C_INLINE;
-    case OP_MATMUL: case OP_ATTENTION: case OP_ATTENTION_BWD: case OP_ATTENTION_LSE: return C_HEAVY;
+    case OP_VIEW:
+    case OP_RESHAPE: return C_ALIAS;
+    case OP_INPUT:
+    case OP_PARAM: return C_BOUND;
+    case OP_CONST:
+    case OP_ARANGE: return C_INLINE;
+    case OP_MATMUL:
+    case OP_ATTENTION:
+    case OP_ATTENTION_BWD:
+    case OP_ATTENTION_LSE: return C_HEAVY;
     default: return kir_is_plain_op(n->op) ? C_HEAVY : C_FUSE; // a kernel of its own, as the heavy ones
     }
 }
@@ -55,15 +61,11 @@ static void around_axis(const Shape *s, int axis, int64_t *outer, int64_t *dim, 
 
 // Softmax along an axis that is not the last: its own kernel, rows being
 // (outer, inner) pairs and columns the axis.
-static int is_axis_softmax(const Node *n) {
-    return (n->op == OP_SOFTMAX || n->op == OP_SOFTMAX_BWD) && !last_axis(n);
-}
+static int is_axis_softmax(const Node *n) { return (n->op == OP_SOFTMAX || n->op == OP_SOFTMAX_BWD) && !last_axis(n); }
 
 // Nodes whose result is accumulated across rows: only complete once their
 // kernel is done, so nothing in the same kernel may read them.
-static int is_acc(const Node *n) {
-    return n->op == OP_SUM_TO || n->op == OP_EMBED_BWD || n->op == OP_CROSS_ENTROPY;
-}
+static int is_acc(const Node *n) { return n->op == OP_SUM_TO || n->op == OP_EMBED_BWD || n->op == OP_CROSS_ENTROPY; }
 
 // The rows x cols a node's kernel iterates.
 static void iter_space(const Node *n, int64_t *rows, int64_t *cols) {
@@ -87,16 +89,39 @@ static int operand_rowlocal(const Node *n, int j) {
     const Shape *so = &n->in[j]->shape;
     int same = shape_numel(so) == numel(n) && last_dim(so) == last_dim(&n->shape);
     switch (n->op) {
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: case OP_NEG: case OP_GELU: case OP_SILU: case OP_SWIGLU:
-    case OP_GELU_BWD: case OP_SILU_BWD: case OP_TANH: case OP_SIGMOID: case OP_ERF: case OP_EXP: case OP_LOG:
-    case OP_ABS: case OP_LT: case OP_LE: case OP_EQ: case OP_WHERE: return same;
-    case OP_LAYERNORM: case OP_RMSNORM: case OP_ROPE: case OP_CROSS_ENTROPY: case OP_SUM_TO: case OP_EMBED_BWD:
-        return j == 0;
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV:
+    case OP_NEG:
+    case OP_GELU:
+    case OP_SILU:
+    case OP_SWIGLU:
+    case OP_GELU_BWD:
+    case OP_SILU_BWD:
+    case OP_TANH:
+    case OP_SIGMOID:
+    case OP_ERF:
+    case OP_EXP:
+    case OP_LOG:
+    case OP_ABS:
+    case OP_LT:
+    case OP_LE:
+    case OP_EQ:
+    case OP_WHERE: return same;
+    case OP_LAYERNORM:
+    case OP_RMSNORM:
+    case OP_ROPE:
+    case OP_CROSS_ENTROPY:
+    case OP_SUM_TO:
+    case OP_EMBED_BWD: return j == 0;
     case OP_SOFTMAX: return j == 0 && last_axis(n);
     case OP_SOFTMAX_BWD: return j < 2 && last_axis(n);
     case OP_CROSS_ENTROPY_BWD: return j == 1;
-    case OP_LAYERNORM_BWD: case OP_RMSNORM_BWD: return j < 2;
-    case OP_SLICE: case OP_PAD: return last_axis(n);
+    case OP_LAYERNORM_BWD:
+    case OP_RMSNORM_BWD: return j < 2;
+    case OP_SLICE:
+    case OP_PAD: return last_axis(n);
     case OP_CONCAT: { // an operand broadcast along another axis is read away from the row
         Shape whole = n->shape;
         whole.dims[n->axis] = so->dims[n->axis];
@@ -117,16 +142,16 @@ typedef struct Group {
 
 typedef struct F {
     const Part *part;
-    DType compute;  // the storage rule's compute dtype: which values are stored (and rounded) as bf16
+    DType compute; // the storage rule's compute dtype: which values are stored (and rounded) as bf16
     Arena *a;
     int n;
-    int *root;      // (n) node after following views and reshapes
-    int64_t *roff;  // (n) element offset into root
-    int *group;     // (n) group of a computing node, or -1
-    int **cons;     // (n) consumers of each root, through aliases
-    int *ncons;     // (n)
-    uint8_t *keep;  // (n) read outside the part
-    Group *groups;  // (ngroups)
+    int *root;     // (n) node after following views and reshapes
+    int64_t *roff; // (n) element offset into root
+    int *group;    // (n) group of a computing node, or -1
+    int **cons;    // (n) consumers of each root, through aliases
+    int *ncons;    // (n)
+    uint8_t *keep; // (n) read outside the part
+    Group *groups; // (ngroups)
     int ngroups, capgroups;
     char *err;
     size_t errcap;
@@ -215,7 +240,8 @@ static int run_segment(const Part *part, int i) {
     const int *r = bwd ? part->chunk_bwd : part->chunk_fwd;
     int seg = 0;
     for (int c = 0; c < K; c++) {
-        int lo = r[2 * c] < r[2 * c + 1] ? r[2 * c] : r[2 * c + 1], hi = r[2 * c] < r[2 * c + 1] ? r[2 * c + 1] : r[2 * c];
+        int lo = r[2 * c] < r[2 * c + 1] ? r[2 * c] : r[2 * c + 1],
+            hi = r[2 * c] < r[2 * c + 1] ? r[2 * c + 1] : r[2 * c];
         if (i >= lo && i < hi) seg = 1 + c;
         else if (i >= hi && (bwd ? c == 0 : c == K - 1)) seg = K + 1; // after the chunks
     }
@@ -310,19 +336,19 @@ typedef struct Memo {
 
 typedef struct KB {
     F *f;
-    int gi;             // the group lowered, -1 for helpers
+    int gi; // the group lowered, -1 for helpers
     int64_t rows;
     KirStmt *st;
     int nst, capst;
     KirArg *args;
     int nargs, capargs;
-    uint8_t *rl;        // (nargs) every access so far is row-local
+    uint8_t *rl; // (nargs) every access so far is row-local
     int caprl;
     int64_t *cols;
     int nloops, caploops;
     Memo *memo;
     int nmemo, capmemo;
-    int (*stat)[4];     // (f->n) row statistics of reduction nodes
+    int (*stat)[4]; // (f->n) row statistics of reduction nodes
     int loop, row, col, node;
     const Node *axis_map; // an axis softmax: its (row, col) -> flat element map
 } KB;
@@ -330,8 +356,14 @@ typedef struct KB {
 static int emit(KB *b, int op, int type, int x, int y, int z, double v) {
     b->st = grow(b->f, b->st, &b->capst, b->nst + 1, sizeof *b->st);
     if (b->f->failed) return 0;
-    b->st[b->nst] = (KirStmt){.op = (uint8_t)op, .type = (uint8_t)type, .loop = (uint16_t)b->loop, .a = x, .b = y,
-                              .c = z, .node = b->node, .value = v};
+    b->st[b->nst] = (KirStmt){.op = (uint8_t)op,
+                              .type = (uint8_t)type,
+                              .loop = (uint16_t)b->loop,
+                              .a = x,
+                              .b = y,
+                              .c = z,
+                              .node = b->node,
+                              .value = v};
     return b->nst++;
 }
 static int cst(KB *b, int type, double v) { return emit(b, KOP_CONST, type, 0, 0, 0, v); }
@@ -349,7 +381,9 @@ static int f64_table(KB *b, int idx, const double *vals, int64_t lo, int64_t hi)
     return sel(b, cmp(b, KOP_LT, idx, ci(b, mid)), f64_table(b, idx, vals, lo, mid), f64_table(b, idx, vals, mid, hi));
 }
 static int cvt(KB *b, int type, int x) { return ty(b, x) == type ? x : emit(b, KOP_CVT, type, x, 0, 0, 0); }
-static int clampi(KB *b, int x, int64_t lo, int64_t hi) { return bin(b, KOP_MIN, bin(b, KOP_MAX, x, ci(b, lo)), ci(b, hi)); }
+static int clampi(KB *b, int x, int64_t lo, int64_t hi) {
+    return bin(b, KOP_MIN, bin(b, KOP_MAX, x, ci(b, lo)), ci(b, hi));
+}
 
 static void open_loop(KB *b, int64_t cols) {
     b->cols = grow(b->f, b->cols, &b->caploops, b->nloops + 1, sizeof *b->cols);
@@ -373,8 +407,13 @@ static int arg_of(KB *b, int node, int64_t off, int64_t count, int dtype, int ac
     b->args = grow(b->f, b->args, &b->capargs, b->nargs + 1, sizeof *b->args);
     b->rl = grow(b->f, b->rl, &b->caprl, b->nargs + 1, 1);
     if (b->f->failed) return 0;
-    b->args[b->nargs] = (KirArg){.node = node, .dtype = (uint8_t)dtype, .access = (uint8_t)access, .offset = off,
-                                 .numel = count, .row_stride = -1, .divisor = 1};
+    b->args[b->nargs] = (KirArg){.node = node,
+                                 .dtype = (uint8_t)dtype,
+                                 .access = (uint8_t)access,
+                                 .offset = off,
+                                 .numel = count,
+                                 .row_stride = -1,
+                                 .divisor = 1};
     b->rl[b->nargs] = 1;
     return b->nargs++;
 }
@@ -397,7 +436,11 @@ static int rounds_bf16(const F *f, const Node *n) {
     if (storage_rounded_elems(f->compute, n) && n->wide) return 1; // a wide norm backward's dx
     if (store_type(f, n) != KT_BF16) return 0;
     switch (n->op) {
-    case OP_SLICE: case OP_PAD: case OP_CONCAT: case OP_TRANSPOSE: case OP_EMBED:
+    case OP_SLICE:
+    case OP_PAD:
+    case OP_CONCAT:
+    case OP_TRANSPOSE:
+    case OP_EMBED:
         for (int j = 0; j < n->nin; j++)
             if (n->in[j]->dtype == DT_F32 && store_type(f, n->in[j]) != KT_BF16) return 1;
         return 0;
@@ -423,7 +466,8 @@ static int flat_index(KB *b, int64_t cols, int col) {
         int64_t o, d, in;
         around_axis(&b->axis_map->shape, b->axis_map->axis, &o, &d, &in);
         int base = bin(b, KOP_MUL, bin(b, KOP_DIV, b->row, ci(b, in)), ci(b, d * in));
-        return bin(b, KOP_ADD, bin(b, KOP_ADD, base, bin(b, KOP_MUL, col, ci(b, in))), bin(b, KOP_REM, b->row, ci(b, in)));
+        return bin(b, KOP_ADD, bin(b, KOP_ADD, base, bin(b, KOP_MUL, col, ci(b, in))),
+                   bin(b, KOP_REM, b->row, ci(b, in)));
     }
     return bin(b, KOP_ADD, bin(b, KOP_MUL, b->row, ci(b, cols)), col);
 }
@@ -507,9 +551,10 @@ static int poly(KB *b, int u, const double *c, int n) {
 // erfcc (fractional error below 1.2e-7), the sign put back. Within f32's
 // rounding of the C library's erf, which the reference kernel calls.
 static int erf_by_exp(KB *b, int x) {
-    static const double TAYLOR[] = {1.0, -1.0 / 3, 1.0 / 10, -1.0 / 42, 1.0 / 216, -1.0 / 1320, 1.0 / 9360, -1.0 / 75600};
-    static const double ERFC[] = {-1.26551223, 1.00002368, 0.37409196, 0.09678418, -0.18628806,
-                                  0.27886807, -1.13520398, 1.48851587, -0.82215223, 0.17087277};
+    static const double TAYLOR[] = {1.0,       -1.0 / 3,    1.0 / 10,   -1.0 / 42,
+                                    1.0 / 216, -1.0 / 1320, 1.0 / 9360, -1.0 / 75600};
+    static const double ERFC[] = {-1.26551223, 1.00002368,  0.37409196, 0.09678418,  -0.18628806,
+                                  0.27886807,  -1.13520398, 1.48851587, -0.82215223, 0.17087277};
     int one = cst(b, KT_F64, 1), x2 = bin(b, KOP_MUL, x, x);
     int series = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F64, 1.1283791670955126), x), poly(b, x2, TAYLOR, 8));
     int ax = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
@@ -560,8 +605,8 @@ static void prepare_stats(KB *b, int i) {
         int var = emit(b, KOP_RSUM, KT_F64, bin(b, KOP_MUL, d, d), 0, 0, 0);
         close_loop(b);
         int rstd = bin(b, KOP_DIV, cst(b, KT_F64, 1),
-                       un(b, KOP_SQRT, bin(b, KOP_ADD, bin(b, KOP_DIV, var, cst(b, KT_F64, (double)C)),
-                                           cst(b, KT_F64, n->eps))));
+                       un(b, KOP_SQRT,
+                          bin(b, KOP_ADD, bin(b, KOP_DIV, var, cst(b, KT_F64, (double)C)), cst(b, KT_F64, n->eps))));
         s[0] = mean, s[1] = rstd;
         if (!bwd) return;
         open_loop(b, C);
@@ -580,7 +625,8 @@ static void prepare_stats(KB *b, int i) {
         int mx = emit(b, KOP_RMAX, KT_F64, f64(b, val(b, n->in[0], b->col)), 0, 0, 0);
         close_loop(b);
         open_loop(b, C);
-        int sum = emit(b, KOP_RSUM, KT_F64, un(b, KOP_EXP, bin(b, KOP_SUB, f64(b, val(b, n->in[0], b->col)), mx)), 0, 0, 0);
+        int sum = emit(b, KOP_RSUM, KT_F64, un(b, KOP_EXP, bin(b, KOP_SUB, f64(b, val(b, n->in[0], b->col)), mx)), 0, 0,
+                       0);
         close_loop(b);
         s[0] = mx, s[1] = sum;
         return;
@@ -615,7 +661,7 @@ static void prepare_stats(KB *b, int i) {
             return;
         }
         int scale = bin(b, KOP_DIV, f64(b, load_flat(b, n->in[0], ci(b, 0), 0, 0)), cst(b, KT_F64, (double)rows));
-        s[1] = f32(b, lse);   // shift
+        s[1] = f32(b, lse);                                                           // shift
         s[2] = sel(b, target_ignored(b, n->in[2]), cst(b, KT_F32, 0), f32(b, scale)); // sc, and the target's subtrahend
         s[3] = target_of(b, n->in[2], C);
         return;
@@ -635,7 +681,10 @@ static int node_val(KB *b, int i, int col) {
     switch (n->op) {
     case OP_CONST: v = cst(b, dtype_of(n), n->value); break;
     case OP_ARANGE: v = cvt(b, KT_I32, flat_index(b, last_dim(&n->shape), col)); break;
-    case OP_ADD: case OP_SUB: case OP_MUL: case OP_DIV: {
+    case OP_ADD:
+    case OP_SUB:
+    case OP_MUL:
+    case OP_DIV: {
         static const int OPS[] = {[OP_ADD] = KOP_ADD, [OP_SUB] = KOP_SUB, [OP_MUL] = KOP_MUL, [OP_DIV] = KOP_DIV};
         v = bin(b, OPS[n->op], elem_operand(b, n, 0, col), elem_operand(b, n, 1, col));
         break;
@@ -643,7 +692,8 @@ static int node_val(KB *b, int i, int col) {
     case OP_NEG: v = un(b, KOP_NEG, val(b, n->in[0], col)); break;
     case OP_TANH: { // in f64, where 1 - 2 / (1 + e^2x) loses nothing near 0 that f32 keeps
         int x = f64(b, val(b, n->in[0], col)), one = cst(b, KT_F64, 1), two = cst(b, KT_F64, 2);
-        v = f32(b, bin(b, KOP_SUB, one, bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x))))));
+        v = f32(b, bin(b, KOP_SUB, one,
+                       bin(b, KOP_DIV, two, bin(b, KOP_ADD, one, un(b, KOP_EXP, bin(b, KOP_MUL, two, x))))));
         break;
     }
     case OP_SIGMOID: {
@@ -659,7 +709,9 @@ static int node_val(KB *b, int i, int col) {
         v = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
         break;
     }
-    case OP_LT: case OP_LE: case OP_EQ: {
+    case OP_LT:
+    case OP_LE:
+    case OP_EQ: {
         static const int OPS[] = {[OP_LT] = KOP_LT, [OP_LE] = KOP_LE, [OP_EQ] = KOP_EQ};
         v = indicator(b, cmp(b, OPS[n->op], elem_operand(b, n, 0, col), elem_operand(b, n, 1, col)));
         break;
@@ -671,7 +723,8 @@ static int node_val(KB *b, int i, int col) {
     }
     case OP_GELU: {
         int x = val(b, n->in[0], col);
-        int inner = bin(b, KOP_ADD, x, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, (float)0.044715), x), x), x));
+        int inner = bin(b, KOP_ADD, x,
+                        bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, (float)0.044715), x), x), x));
         int t = tanh_by_exp(b, bin(b, KOP_MUL, cst(b, KT_F32, (float)GELU_S), inner));
         v = bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, 0.5), x), bin(b, KOP_ADD, cst(b, KT_F32, 1), t));
         break;
@@ -687,9 +740,11 @@ static int node_val(KB *b, int i, int col) {
         int dy = val(b, n->in[0], col), x = val(b, n->in[1], col);
         int sc = cst(b, KT_F32, (float)GELU_S), c = cst(b, KT_F32, (float)0.044715), half = cst(b, KT_F32, 0.5),
             one = cst(b, KT_F32, 1);
-        int t = tanh_by_exp(b, bin(b, KOP_MUL, sc, bin(b, KOP_ADD, x, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, c, x), x), x))));
+        int t = tanh_by_exp(b, bin(b, KOP_MUL, sc,
+                                   bin(b, KOP_ADD, x, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, c, x), x), x))));
         int d1 = bin(b, KOP_MUL, half, bin(b, KOP_ADD, one, t));
-        int d2 = bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, half, x), bin(b, KOP_SUB, one, bin(b, KOP_MUL, t, t))), sc);
+        int d2 = bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, half, x), bin(b, KOP_SUB, one, bin(b, KOP_MUL, t, t))),
+                     sc);
         int d3 = bin(b, KOP_ADD, one, bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_MUL, cst(b, KT_F32, 3), c), x), x));
         v = bin(b, KOP_MUL, dy, bin(b, KOP_ADD, d1, bin(b, KOP_MUL, d2, d3)));
         break;
@@ -697,13 +752,15 @@ static int node_val(KB *b, int i, int col) {
     case OP_SILU_BWD: {
         int dy = val(b, n->in[0], col), x = val(b, n->in[1], col), one = cst(b, KT_F32, 1);
         int sg = bin(b, KOP_DIV, one, bin(b, KOP_ADD, one, un(b, KOP_EXP, un(b, KOP_NEG, x))));
-        v = bin(b, KOP_MUL, dy, bin(b, KOP_MUL, sg, bin(b, KOP_ADD, one, bin(b, KOP_MUL, x, bin(b, KOP_SUB, one, sg)))));
+        v = bin(b, KOP_MUL, dy,
+                bin(b, KOP_MUL, sg, bin(b, KOP_ADD, one, bin(b, KOP_MUL, x, bin(b, KOP_SUB, one, sg)))));
         break;
     }
     case OP_LAYERNORM:
     case OP_RMSNORM: {
         int x = f64(b, val(b, n->in[0], col));
-        int y = bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_SUB, x, s[0]), s[1]), f64(b, load_flat(b, n->in[1], col, 0, 0)));
+        int y = bin(b, KOP_MUL, bin(b, KOP_MUL, bin(b, KOP_SUB, x, s[0]), s[1]),
+                    f64(b, load_flat(b, n->in[1], col, 0, 0)));
         if (n->op == OP_LAYERNORM) y = bin(b, KOP_ADD, y, f64(b, load_flat(b, n->in[2], col, 0, 0)));
         v = f32(b, y);
         break;
@@ -719,7 +776,8 @@ static int node_val(KB *b, int i, int col) {
         v = f32(b, bin(b, KOP_DIV, un(b, KOP_EXP, bin(b, KOP_SUB, f64(b, val(b, n->in[0], col)), s[0])), s[1]));
         break;
     case OP_SOFTMAX_BWD:
-        v = f32(b, bin(b, KOP_MUL, f64(b, val(b, n->in[1], col)), bin(b, KOP_SUB, f64(b, val(b, n->in[0], col)), s[0])));
+        v = f32(b,
+                bin(b, KOP_MUL, f64(b, val(b, n->in[1], col)), bin(b, KOP_SUB, f64(b, val(b, n->in[0], col)), s[0])));
         break;
     case OP_CROSS_ENTROPY_BWD: {
         int o = bin(b, KOP_MUL, s[2], un(b, KOP_EXP, bin(b, KOP_SUB, val(b, n->in[1], col), s[1])));
@@ -800,9 +858,10 @@ static int node_val(KB *b, int i, int col) {
             Shape whole = n->shape; // operand k as the output holds it, broadcast along its size-1 axes
             whole.dims[n->axis] = kd;
             if (!shape_eq(&whole, &n->in[k]->shape)) {
-                int fv = last_axis(n) ? bin(b, KOP_ADD, bin(b, KOP_MUL, b->row, ci(b, kd)), jj)
-                                      : bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),
-                                            bin(b, KOP_ADD, bin(b, KOP_MUL, jj, ci(b, in)), bin(b, KOP_REM, f, ci(b, in))));
+                int fv = last_axis(n)
+                             ? bin(b, KOP_ADD, bin(b, KOP_MUL, b->row, ci(b, kd)), jj)
+                             : bin(b, KOP_ADD, bin(b, KOP_MUL, bin(b, KOP_DIV, f, ci(b, d * in)), ci(b, kd * in)),
+                                   bin(b, KOP_ADD, bin(b, KOP_MUL, jj, ci(b, in)), bin(b, KOP_REM, f, ci(b, in))));
                 int cv = bin(b, KOP_REM, fv, ci(b, last_dim(&whole)));
                 x = load_flat(b, n->in[k], broadcast_index(b, &whole, &n->in[k]->shape, fv, cv), 0, 0);
             } else if (last_axis(n)) {
@@ -974,8 +1033,12 @@ static void lower_group(F *f, int gi, KirKernel *k, int (*stat)[4]) {
 }
 
 static KirArg node_arg(const F *f, const Node *o, int access) {
-    return (KirArg){.node = f->root[o->id], .dtype = (uint8_t)store_type(f, o), .access = (uint8_t)access,
-                    .offset = f->roff[o->id], .numel = shape_numel(&o->shape), .divisor = 1};
+    return (KirArg){.node = f->root[o->id],
+                    .dtype = (uint8_t)store_type(f, o),
+                    .access = (uint8_t)access,
+                    .offset = f->roff[o->id],
+                    .numel = shape_numel(&o->shape),
+                    .divisor = 1};
 }
 
 static void lower_gemm(F *f, const Node *n, KirKernel *k) {
@@ -987,8 +1050,19 @@ static void lower_gemm(F *f, const Node *n, KirKernel *k) {
     int64_t batch = shape_numel(sc) / (M * N);
     int shared_b = sb->rank == 2;
     if (shared_b && !ta) M *= batch, batch = 1;
-    *g = (KirGemm){.ta = ta, .tb = tb, .M = M, .N = N, .K = K, .batch = batch, .lda = ta ? M : K, .ldb = tb ? K : N,
-                   .ldc = N, .stride_a = M * K, .stride_b = shared_b ? 0 : K * N, .stride_c = M * N, .epilogue = -1};
+    *g = (KirGemm){.ta = ta,
+                   .tb = tb,
+                   .M = M,
+                   .N = N,
+                   .K = K,
+                   .batch = batch,
+                   .lda = ta ? M : K,
+                   .ldb = tb ? K : N,
+                   .ldc = N,
+                   .stride_a = M * K,
+                   .stride_b = shared_b ? 0 : K * N,
+                   .stride_c = M * N,
+                   .epilogue = -1};
     k->kind = KK_GEMM;
     k->nargs = 3;
     k->args = arena_alloc(f->a, 3 * sizeof *k->args);
@@ -1022,7 +1096,8 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
         for (int pass = 0; pass < 3; pass++) {
             open_loop(&b, T);
             int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
-            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, t->scale)), c = 0;
+            int x = bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), cst(&b, KT_F64, t->scale)),
+                c = 0;
             if (t->softcap > 0 && pass) { // pass 0 takes the maximum of the uncapped scores (below)
                 c = tanh64(&b, bin(&b, KOP_DIV, x, cst(&b, KT_F64, t->softcap)));
                 x = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), c);
@@ -1047,13 +1122,15 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
             if (pass == 2) emit(&b, KOP_STORE, KT_BOOL, s0, idx, f32(&b, bin(&b, KOP_DIV, e, sum)), 0);
             if (pass == 2 && s2)
-                emit(&b, KOP_STORE, KT_BOOL, s2, idx, f32(&b, bin(&b, KOP_SUB, cst(&b, KT_F64, 1), bin(&b, KOP_MUL, c, c))), 0);
+                emit(&b, KOP_STORE, KT_BOOL, s2, idx,
+                     f32(&b, bin(&b, KOP_SUB, cst(&b, KT_F64, 1), bin(&b, KOP_MUL, c, c))), 0);
             close_loop(&b);
             // the capping is increasing, so the capped maximum is the maximum capped: one tanh a
             // row instead of one a score in a loop that stays scalar (LLVM vectorises no f64
             // maximum without no-NaN flags). It is only the shift that keeps exp in range.
             if (pass == 0 && t->softcap > 0)
-                mx = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap), tanh64(&b, bin(&b, KOP_DIV, mx, cst(&b, KT_F64, t->softcap))));
+                mx = bin(&b, KOP_MUL, cst(&b, KT_F64, t->softcap),
+                         tanh64(&b, bin(&b, KOP_DIV, mx, cst(&b, KT_F64, t->softcap))));
         }
         // the row's lse, log sum exp(score), into the T floats after the scores' (and C's) scratch
         int s3 = arg_of(&b, -1, (s2 ? 3 : 2) * T * T, T, KT_F32, KA_WRITE);
@@ -1065,11 +1142,13 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
         int idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
         int dot = emit(&b, KOP_RSUM, KT_F64,
                        bin(&b, KOP_MUL, f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)),
-                           f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0))), 0, 0, 0);
+                           f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0))),
+                       0, 0, 0);
         close_loop(&b);
         open_loop(&b, T);
         idx = bin(&b, KOP_ADD, bin(&b, KOP_MUL, b.row, ci(&b, T)), b.col);
-        int p = f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)), dp = f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0));
+        int p = f64(&b, emit(&b, KOP_LOAD, KT_F32, s0, idx, 0, 0)),
+            dp = f64(&b, emit(&b, KOP_LOAD, KT_F32, s1, idx, 0, 0));
         int g = bin(&b, KOP_MUL, bin(&b, KOP_MUL, p, bin(&b, KOP_SUB, dp, dot)), cst(&b, KT_F64, t->scale));
         if (s2) g = bin(&b, KOP_MUL, g, f64(&b, emit(&b, KOP_LOAD, KT_F32, s2, idx, 0, 0)));
         emit(&b, KOP_STORE, KT_BOOL, s1, idx, f32(&b, g), 0);
@@ -1085,8 +1164,16 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
     const Shape *q = &n->in[bwd ? 1 : 0]->shape;
     if (q->rank != 3 || n->heads < 1 || n->kv_heads < 1) return ffail(f, n, "attention needs q [B, T, H*D]");
     KirAttn *t = &k->attn;
-    *t = (KirAttn){.B = q->dims[0], .T = q->dims[1], .H = n->heads, .KVH = n->kv_heads, .D = q->dims[2] / n->heads,
-                   .Dv = n->in[bwd ? 3 : 2]->shape.dims[2] / n->kv_heads, .causal = n->causal, .window = n->window, .softcap = n->softcap, .helper = {-1, -1}};
+    *t = (KirAttn){.B = q->dims[0],
+                   .T = q->dims[1],
+                   .H = n->heads,
+                   .KVH = n->kv_heads,
+                   .D = q->dims[2] / n->heads,
+                   .Dv = n->in[bwd ? 3 : 2]->shape.dims[2] / n->kv_heads,
+                   .causal = n->causal,
+                   .window = n->window,
+                   .softcap = n->softcap,
+                   .helper = {-1, -1}};
     t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;
     k->nargs = n->nin + 1;
@@ -1120,11 +1207,13 @@ static int fits_epilogue(const KirKernel *g, const KirKernel *e) {
     for (int i = 0; i < e->nargs; i++) {
         const KirArg *a = &e->args[i];
         if (a->node == g->args[0].node) {
-            if (a->offset != 0 || !(a->access & KA_ROWLOCAL) || a->row_stride != m->N || (a->access & ~(KA_READ | KA_ROWLOCAL)))
+            if (a->offset != 0 || !(a->access & KA_ROWLOCAL) || a->row_stride != m->N ||
+                (a->access & ~(KA_READ | KA_ROWLOCAL)))
                 return 0;
             reads = 1;
         }
-        if ((a->access & ~(KA_READ | KA_ROWLOCAL)) && (a->node == g->args[1].node || a->node == g->args[2].node)) return 0;
+        if ((a->access & ~(KA_READ | KA_ROWLOCAL)) && (a->node == g->args[1].node || a->node == g->args[2].node))
+            return 0;
     }
     return reads;
 }
@@ -1150,7 +1239,7 @@ static void pass_epilogues(F *f, KirSet *s) {
 static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, char *err, size_t errcap) {
     F f = {.part = part, .compute = compute, .a = a, .n = part->nodes.n, .err = err, .errcap = errcap};
     *out = (KirSet){0};
-    int (*stat)[4] = NULL;
+    int(*stat)[4] = NULL;
     if (setup(&f) != 0) ffail(&f, NULL, "out of memory");
     if (!f.failed) pass_group(&f);
     // kernels in anchor order; attention kernels followed by their helpers
@@ -1296,8 +1385,9 @@ void fuse_dump(FILE *out, const Graph *g, const KirProgram *prog, int verbose) {
                 }
             }
             FuseCount c = fuse_count(part, s, bwd);
-            fprintf(out, "  count %s %s: ops %d gemm_ops %d non_gemm_ops %d kernels %d gemm_kernels %d "
-                         "non_gemm_kernels %d epilogues %d\n",
+            fprintf(out,
+                    "  count %s %s: ops %d gemm_ops %d non_gemm_ops %d kernels %d gemm_kernels %d "
+                    "non_gemm_kernels %d epilogues %d\n",
                     part_name(pk), bwd ? "backward" : "forward", c.ops, c.gemm_ops, c.ops - c.gemm_ops, c.kernels,
                     c.gemm_kernels, c.kernels - c.gemm_kernels, c.epilogues);
         }

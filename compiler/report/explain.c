@@ -31,8 +31,9 @@ static const char *attention_kernel(int kinds) {
 
 // The scale-out rows, one JSON object (mtc --ranks N --explain --json).
 static void scaleout_json(FILE *out, const ScaleOut *so) {
-    fprintf(out, ",\n \"scaleout\": {\"ranks\": %d, \"ranks_per_node\": %d, \"nodes\": %d, \"store_bytes\": %.0f, "
-                 "\"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ",
+    fprintf(out,
+            ",\n \"scaleout\": {\"ranks\": %d, \"ranks_per_node\": %d, \"nodes\": %d, \"store_bytes\": %.0f, "
+            "\"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ",
             so->ranks, so->per_node, so->nodes, so->store_bytes, so->nodes_needed, so->ranks_needed);
     json_str(out, so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "");
     fprintf(out, ", \"plan\": ");
@@ -44,12 +45,13 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         fprintf(out, "   {\"name\": ");
         json_str(out, i < 0 ? "one-gpu" : SCALE_NAMES[i]);
-        fprintf(out, ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
-                     "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
-                     "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
-                     "%.6g, \"bound_s\": %.6g, \"schedule\": ",
-                r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu,
-                r->link_bytes, r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
+        fprintf(out,
+                ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
+                "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
+                "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
+                "%.6g, \"bound_s\": %.6g, \"schedule\": ",
+                r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu, r->link_bytes,
+                r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
                 r->optimizer_s, r->bound_s);
         json_str(out, r->schedule);
         fprintf(out, ", \"reason\": ");
@@ -61,8 +63,9 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
 
 // The scale-out rows as a table: a step of every rank, each rank's bytes.
 static void scaleout_text(FILE *out, const Graph *g, const Target *t, const ScaleOut *so) {
-    fprintf(out, "  scale-out: %d ranks, %d a node on %d node%s of %s (%g GPUs a node, %g nodes), batch %lld a rank; "
-                 "host store %.4g GB\n",
+    fprintf(out,
+            "  scale-out: %d ranks, %d a node on %d node%s of %s (%g GPUs a node, %g nodes), batch %lld a rank; "
+            "host store %.4g GB\n",
             so->ranks, so->per_node, so->nodes, so->nodes == 1 ? "" : "s", t->name, t->gpus_per_node, t->nodes,
             (long long)g->train.batch, so->store_bytes / 1e9);
     fprintf(out, "  %-12s %9s %7s %10s %8s %11s %10s %10s %8s %10s %10s %9s %9s  %s\n", "strategy", "step s", "/bound",
@@ -77,17 +80,18 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
             continue;
         }
         fprintf(out, "  %-12s %9.4g %7.3f %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %9.4g  %s\n",
-                name, r->step_s, r->bound_s > 0 ? r->step_s / r->bound_s : 0, r->tokens_per_s, so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0,
-                r->model_flops_per_gpu / 1e12, r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s,
-                r->host_bytes / 1e9, r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s,
-                r->schedule);
+                name, r->step_s, r->bound_s > 0 ? r->step_s / r->bound_s : 0, r->tokens_per_s,
+                so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0, r->model_flops_per_gpu / 1e12,
+                r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s, r->host_bytes / 1e9,
+                r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s, r->schedule);
         if (!r->fits) fprintf(out, "  %-12s does not fit: %s\n", "", r->why);
     }
-    fprintf(out, "  (a step of every rank; /bound: against what no schedule of the strategy beats (the bounds above, a "
-                 "rank's share of them, its collectives); link, net (NVLink and network sent), host GB: one rank's; "
-                 "node GB: a node's "
-                 "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
-                 "its share of the node's host)\n",
+    fprintf(out,
+            "  (a step of every rank; /bound: against what no schedule of the strategy beats (the bounds above, a "
+            "rank's share of them, its collectives); link, net (NVLink and network sent), host GB: one rank's; "
+            "node GB: a node's "
+            "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
+            "its share of the node's host)\n",
             t->host_memory_bandwidth / 1e9);
     if (so->plan >= 0 && so->plan != so->chosen) // --shard on|off
         fprintf(out, "  the plan: %s, as --shard %s asks; the model's choice: %s%s%s\n", SCALE_NAMES[so->plan],
@@ -96,14 +100,15 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
     else if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
     else fprintf(out, "  the plan: %s\n", so->why_chosen);
     if (so->ranks_needed == 1)
-        fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n", so->store_bytes / 1e9);
+        fprintf(out, "  one GPU alone holds the %.4g GB store: a single rank needs no sharding\n",
+                so->store_bytes / 1e9);
     else if (so->nodes_needed > 0)
-        fprintf(out, "  sharded needs %d node%s of %s (%d %s): the fewest whose host memory holds every rank's slice "
-                     "of the %.4g GB store with its activations\n",
+        fprintf(out,
+                "  sharded needs %d node%s of %s (%d %s): the fewest whose host memory holds every rank's slice "
+                "of the %.4g GB store with its activations\n",
                 so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed,
                 strcmp(t->arch, "cpu") == 0 ? "ranks" : "GPUs", so->store_bytes / 1e9);
-    else
-        fprintf(out, "  sharded fits on none of %s's %g nodes\n", t->name, t->nodes);
+    else fprintf(out, "  sharded fits on none of %s's %g nodes\n", t->name, t->nodes);
 }
 
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
@@ -116,10 +121,11 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
         fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"compute_dtype\": \"%s\",\n",
                 (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
                 dtype_name(g->train.compute));
-        fprintf(out, " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
-                     "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
-                     "\"tier_s\": %.6g, \"comm_s\": %.6g, \"turn_s\": %.6g},\n"
-                     " \"policies\": [\n",
+        fprintf(out,
+                " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
+                "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
+                "\"tier_s\": %.6g, \"comm_s\": %.6g, \"turn_s\": %.6g},\n"
+                " \"policies\": [\n",
                 b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
                 b->backward_s, b->tier_s, b->comm_s, b->turn_s);
         for (int i = 0; i < nrows; i++) {
@@ -135,15 +141,16 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
             }
             fprintf(out, ", \"schedule\": ");
             json_str(out, r->plan ? r->plan->schedule : "");
-            fprintf(out, ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"ratio_physical\": %.4f, "
-                         "\"ratio_exact\": %.4f, "
-                         "\"device_peak_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
-                         "\"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
-                         "\"link_bytes_per_step\": %.0f, "
-                         "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
-                         "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"tier\": \"%s\", "
-                         "\"ram_bytes_per_param\": %.6g, \"tier_bytes_per_param\": %.6g, \"tier_bytes\": %lld, "
-                         "\"tier_s\": %.6g, \"fits\": %s, \"chosen\": %s",
+            fprintf(out,
+                    ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"ratio_physical\": %.4f, "
+                    "\"ratio_exact\": %.4f, "
+                    "\"device_peak_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
+                    "\"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
+                    "\"link_bytes_per_step\": %.0f, "
+                    "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
+                    "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"tier\": \"%s\", "
+                    "\"ram_bytes_per_param\": %.6g, \"tier_bytes_per_param\": %.6g, \"tier_bytes\": %lld, "
+                    "\"tier_s\": %.6g, \"fits\": %s, \"chosen\": %s",
                     c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
                     (long long)c->device_peak_bytes, (long long)r->plan->arena_bytes, (long long)r->plan->scratch_bytes,
                     (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
@@ -170,9 +177,10 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
     int n = b->tier_s > 0 ? snprintf(tier, sizeof tier, ", NVMe tier %.4g", b->tier_s) : 0;
     if (b->comm_s > 0) snprintf(tier + n, sizeof tier - (size_t)n, ", collectives %.4g", b->comm_s);
     double update = b->update_s > b->tier_s ? b->update_s : b->tier_s;
-    fprintf(out, "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
-                 "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, AdamW%s + the "
-                 "backward, %.4g, and compute + the head's gradients out, update and weights in, %.4g)\n",
+    fprintf(out,
+            "  bounds: physical %.4g s (compute %.4g, weights in %.4g, gradients out %.4g, optimizer %.4g, host "
+            "memory %.4g%s), exact semantics %.4g s (at least weights in + gradients out, %.4g, AdamW%s + the "
+            "backward, %.4g, and compute + the head's gradients out, update and weights in, %.4g)\n",
             b->physical_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, tier, b->exact_s,
             b->in_s + b->out_s, b->tier_s > 0 ? " streaming the tier" : "", update + b->backward_s,
             b->compute_s + b->turn_s);
@@ -188,34 +196,38 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
         char name[64];
         snprintf(name, sizeof name, "%s%s", names[i], i == chosen ? " *" : "");
         fprintf(out, "  %-16s %10.4g %10.4g %8.3f %8.3f %10.4g %10.4g %12.4g %9.2f  %s\n", name, c->step_s,
-                tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s, (double)c->device_peak_bytes / 1e9,
-                (double)c->host_bytes / 1e9, (double)(c->copy_in_bytes + c->copy_out_bytes) * acc / 1e9,
-                c->weight_crossings, r->plan ? r->plan->schedule : "");
+                tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
+                (double)c->device_peak_bytes / 1e9, (double)c->host_bytes / 1e9,
+                (double)(c->copy_in_bytes + c->copy_out_bytes) * acc / 1e9, c->weight_crossings,
+                r->plan ? r->plan->schedule : "");
         if (!r->fits) fprintf(out, "  %-16s does not fit: %s\n", "", r->why);
     }
     if (chosen >= 0) {
         const Cost *c = &rows[chosen].cost;
-        fprintf(out, "  chosen (*): compute %.4g s (GEMMs %.4g, attention %.4g on the %s kernel, other %.4g; recompute "
-                     "%.4g), copy in %.4g s, copy out %.4g s, device copies %.4g s, host optimizer %.4g s per "
-                     "micro-batch\n",
+        fprintf(out,
+                "  chosen (*): compute %.4g s (GEMMs %.4g, attention %.4g on the %s kernel, other %.4g; recompute "
+                "%.4g), copy in %.4g s, copy out %.4g s, device copies %.4g s, host optimizer %.4g s per "
+                "micro-batch\n",
                 c->compute_s, c->gemm_s, c->attention_s, attention_kernel(c->attention_kinds),
                 c->compute_s - c->gemm_s - c->attention_s, c->recompute_s, c->copy_in_s, c->copy_out_s,
                 c->device_copy_s, c->optimizer_s);
         const Placement *pl = &c->place;
         if (pl->level > PLACE_RAM)
-            fprintf(out, "  host store: %.4g bytes a layer parameter in RAM, %.4g on the NVMe tier (%s); RAM %.4g GB of "
-                         "%.4g, tier %.4g GB of %.6g; the tier %.4g s a step (%.4g GB read at %.4g GB/s, %.4g GB "
-                         "written at %.4g GB/s, under the updates) against the step's %.4g s\n",
+            fprintf(out,
+                    "  host store: %.4g bytes a layer parameter in RAM, %.4g on the NVMe tier (%s); RAM %.4g GB of "
+                    "%.4g, tier %.4g GB of %.6g; the tier %.4g s a step (%.4g GB read at %.4g GB/s, %.4g GB "
+                    "written at %.4g GB/s, under the updates) against the step's %.4g s\n",
                     pl->ram_per_param, pl->tier_per_param,
                     pl->level == PLACE_MOMENTS ? "the Adam moments"
-                    : pl->level == PLACE_MASTER ? "the Adam moments and the fp32 master"
-                                                : "the Adam moments, the fp32 master where it does not stream, the gradients",
+                    : pl->level == PLACE_MASTER
+                        ? "the Adam moments and the fp32 master"
+                        : "the Adam moments, the fp32 master where it does not stream, the gradients",
                     (double)c->host_bytes / 1e9, t->host_memory / 1e9, (double)pl->tier_bytes / 1e9,
                     t->tier_capacity / 1e9, pl->tier_s, pl->tier_read_bytes / 1e9, t->tier_read_bandwidth / 1e9,
                     pl->tier_write_bytes / 1e9, t->tier_write_bandwidth / 1e9, c->step_s);
         else
-            fprintf(out, "  host store: %.4g bytes a layer parameter, all in RAM (%.4g GB of %.4g)\n", pl->ram_per_param,
-                    (double)c->host_bytes / 1e9, t->host_memory / 1e9);
+            fprintf(out, "  host store: %.4g bytes a layer parameter, all in RAM (%.4g GB of %.4g)\n",
+                    pl->ram_per_param, (double)c->host_bytes / 1e9, t->host_memory / 1e9);
     } else {
         fprintf(out, "  no policy fits %s\n", t->name);
     }
@@ -234,7 +246,8 @@ int explain_trace(const char *path, const Plan *p, const Target *t, char *err, s
     Trace tr;
     int rc = trace_open(&tr, path, err, errcap);
     for (int i = 0; rc == 0 && i < p->ntrain; i++)
-        if (end[i] > start[i]) trace_instr(&tr, p, &p->train[i], start[i], end[i] - start[i]); // not events, frees, the loss
+        if (end[i] > start[i])
+            trace_instr(&tr, p, &p->train[i], start[i], end[i] - start[i]); // not events, frees, the loss
     free(dur), free(start), free(end);
     return rc == 0 ? trace_close(&tr, err, errcap) : -1;
 }

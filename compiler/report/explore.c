@@ -20,7 +20,9 @@ void explore_seen(void *ctx, const Graph *g, const SchedResult *r) {
         x->pts = p, x->cap = cap;
     }
     double tokens = (double)(g->train.batch * g->train.seq * g->train.accumulate);
-    x->pts[x->n++] = (ExplorePoint){.batch = g->train.batch, .policy = r->choice.policy, .fits = r->fits,
+    x->pts[x->n++] = (ExplorePoint){.batch = g->train.batch,
+                                    .policy = r->choice.policy,
+                                    .fits = r->fits,
                                     .tokens_per_s = r->fits && r->cost.step_s > 0 ? tokens / r->cost.step_s : 0,
                                     .device_bytes = (double)r->cost.device_peak_bytes,
                                     .host_bytes = (double)r->cost.host_bytes};
@@ -68,7 +70,8 @@ static int batches(const Exploration *x, int64_t *b) {
 static double best_of(const Exploration *x, Policy pol, int64_t b) {
     double best = 0;
     for (int i = 0; i < x->n; i++)
-        if (x->pts[i].policy == pol && x->pts[i].batch == b && x->pts[i].tokens_per_s > best) best = x->pts[i].tokens_per_s;
+        if (x->pts[i].policy == pol && x->pts[i].batch == b && x->pts[i].tokens_per_s > best)
+            best = x->pts[i].tokens_per_s;
     return best;
 }
 
@@ -93,11 +96,14 @@ void explore_print(FILE *out, const Exploration *x, int json) {
         return;
     }
     int nb = batches(x, b);
-    if (json) fprintf(out, "{\"model\": \"%s\", \"target\": \"%s\", \"seq\": %lld, \"batches\": [\n", x->model, x->target,
-                      (long long)x->seq);
-    else fprintf(out, "model %s on %s, seq %lld: the Pareto frontier of the searched schedules at each batch\n"
-                      "(predicted tokens a second against device and host memory; %d plans costed)\n",
-                 x->model, x->target, (long long)x->seq, x->n);
+    if (json)
+        fprintf(out, "{\"model\": \"%s\", \"target\": \"%s\", \"seq\": %lld, \"batches\": [\n", x->model, x->target,
+                (long long)x->seq);
+    else
+        fprintf(out,
+                "model %s on %s, seq %lld: the Pareto frontier of the searched schedules at each batch\n"
+                "(predicted tokens a second against device and host memory; %d plans costed)\n",
+                x->model, x->target, (long long)x->seq, x->n);
     for (int k = 0; k < nb; k++) {
         int nf = frontier(x, b[k], idx);
         if (json) fprintf(out, "  {\"batch\": %lld, \"frontier\": [", (long long)b[k]);
@@ -105,7 +111,9 @@ void explore_print(FILE *out, const Exploration *x, int json) {
         for (int i = 0; i < nf; i++) {
             const ExplorePoint *p = &x->pts[idx[i]];
             if (json)
-                fprintf(out, "%s{\"tokens_per_s\": %.6g, \"device_bytes\": %.0f, \"host_bytes\": %.0f, \"schedule\": \"%s\"}",
+                fprintf(out,
+                        "%s{\"tokens_per_s\": %.6g, \"device_bytes\": %.0f, \"host_bytes\": %.0f, \"schedule\": "
+                        "\"%s\"}",
                         i ? ", " : "", p->tokens_per_s, p->device_bytes, p->host_bytes, p->schedule);
             else
                 fprintf(out, "  %12.4g tokens/s  %9.4g GB device  %9.4g GB host  %s\n", p->tokens_per_s,
@@ -144,8 +152,8 @@ static double tick_step(double hi) {
 }
 
 typedef struct Panel {
-    double x0, y0, w, h;   // the plot area, in pixels (y0 at the top)
-    double xmax, ymax;     // data ranges from 0 (x as given: the right panel passes positions)
+    double x0, y0, w, h; // the plot area, in pixels (y0 at the top)
+    double xmax, ymax;   // data ranges from 0 (x as given: the right panel passes positions)
 } Panel;
 
 static double px(const Panel *p, double x) { return p->x0 + p->w * x / p->xmax; }
@@ -166,12 +174,14 @@ static void axes(FILE *f, const Panel *p, const char *xlabel, const char *ylabel
     }
     fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\">%s</text>\n", p->x0 + p->w / 2,
             p->y0 + p->h + 34, xlabel);
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f %.1f)\">%s</text>\n",
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"12\" text-anchor=\"middle\" transform=\"rotate(-90 %.1f "
+            "%.1f)\">%s</text>\n",
             p->x0 - 48, p->y0 + p->h / 2, p->x0 - 48, p->y0 + p->h / 2, ylabel);
 }
 
-static const char *const COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b", "#e377c2",
-                                     "#7f7f7f", "#bcbd22", "#17becf"};
+static const char *const COLORS[] = {"#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd",
+                                     "#8c564b", "#e377c2", "#7f7f7f", "#bcbd22", "#17becf"};
 enum { NCOLORS = sizeof COLORS / sizeof COLORS[0] };
 
 int explore_svg(const char *path, const Exploration *x, char *err, size_t errcap) {
@@ -195,8 +205,10 @@ int explore_svg(const char *path, const Exploration *x, char *err, size_t errcap
     fprintf(f, "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
                "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"1000\" height=\"470\" viewBox=\"0 0 1000 470\" "
                "font-family=\"sans-serif\">\n<rect width=\"1000\" height=\"470\" fill=\"white\"/>\n");
-    fprintf(f, "<text x=\"500\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">%s on %s, sequence %lld: predicted "
-               "tokens a second</text>\n", x->model, x->target, (long long)x->seq);
+    fprintf(f,
+            "<text x=\"500\" y=\"22\" font-size=\"15\" text-anchor=\"middle\">%s on %s, sequence %lld: predicted "
+            "tokens a second</text>\n",
+            x->model, x->target, (long long)x->seq);
 
     // left: every fitting mt plan, and each batch's frontier joined
     Panel L = {.x0 = 80, .y0 = 50, .w = 380, .h = 330, .xmax = dmax, .ymax = tmax};
@@ -207,8 +219,8 @@ int explore_svg(const char *path, const Exploration *x, char *err, size_t errcap
                 L.y0 + L.h + 16, v);
     for (int i = 0; i < x->n; i++)
         if (x->pts[i].fits && x->pts[i].policy == POLICY_MT)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2\" fill=\"#bbb\"/>\n", px(&L, x->pts[i].device_bytes / 1e9),
-                    py(&L, x->pts[i].tokens_per_s));
+            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"2\" fill=\"#bbb\"/>\n",
+                    px(&L, x->pts[i].device_bytes / 1e9), py(&L, x->pts[i].tokens_per_s));
     for (int k = 0; k < nb; k++) {
         int nf = frontier(x, b[k], idx);
         if (!nf) continue;
@@ -230,16 +242,19 @@ int explore_svg(const char *path, const Exploration *x, char *err, size_t errcap
         }
         fprintf(f, "%.1f,%.1f\"/>\n", px(&L, dmax), py(&L, best));
         for (int i = 0; i < nf; i++)
-            fprintf(f, "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>batch %lld: %s, %.4g tokens/s, "
-                       "%.4g GB device, %.4g GB host</title></circle>\n",
+            fprintf(f,
+                    "<circle cx=\"%.1f\" cy=\"%.1f\" r=\"3\" fill=\"%s\"><title>batch %lld: %s, %.4g tokens/s, "
+                    "%.4g GB device, %.4g GB host</title></circle>\n",
                     px(&L, x->pts[idx[i]].device_bytes / 1e9), py(&L, x->pts[idx[i]].tokens_per_s), c, (long long)b[k],
                     x->pts[idx[i]].schedule, x->pts[idx[i]].tokens_per_s, x->pts[idx[i]].device_bytes / 1e9,
                     x->pts[idx[i]].host_bytes / 1e9);
         fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"11\" fill=\"%s\" text-anchor=\"end\">batch %lld</text>\n",
                 L.x0 + L.w - 4, L.y0 + L.h - 8 - 14 * (nb - 1 - k), c, (long long)b[k]);
     }
-    fprintf(f, "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#777\">grey: every plan that fits; dots: each "
-               "batch's frontier (tokens/s, device and host memory); line: the most tokens/s within a device memory</text>\n",
+    fprintf(f,
+            "<text x=\"%.1f\" y=\"%.1f\" font-size=\"10\" fill=\"#777\">grey: every plan that fits; dots: each "
+            "batch's frontier (tokens/s, device and host memory); line: the most tokens/s within a device "
+            "memory</text>\n",
             L.x0, L.y0 + L.h + 50);
 
     // right: each policy's best at each batch where any fits (batches evenly spaced)

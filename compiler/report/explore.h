@@ -15,9 +15,9 @@ typedef struct ExplorePoint {
     int64_t batch;
     Policy policy;
     int fits;
-    double tokens_per_s;          // 0 when it does not fit
+    double tokens_per_s; // 0 when it does not fit
     double device_bytes, host_bytes;
-    char schedule[256];           // Plan.schedule, in words (the plan itself is gone)
+    char schedule[256]; // Plan.schedule, in words (the plan itself is gone)
 } ExplorePoint;
 
 typedef struct Exploration {
@@ -25,7 +25,7 @@ typedef struct Exploration {
     int64_t seq;
     ExplorePoint *pts; // (n) in the order they were costed
     int n, cap;
-    int failed;        // out of memory: points were lost
+    int failed; // out of memory: points were lost
 } Exploration;
 
 // A SchedRequest.seen hook: adds r (costed on g) to the Exploration at ctx.

@@ -78,7 +78,8 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
             s.grads_bf16 ? "bf16 grads 2" : "fp32 grads 4",
             t->compute == DT_BF16 ? " + bf16 copy 2" : " (the master streams as the f32 copy)",
             s.grads_bf16 ? " (one micro-batch a step: the layers' gradients land as bf16; the globals' stay fp32, 18 "
-                           "B/param)" : "");
+                           "B/param)"
+                         : "");
 }
 
 static void json_str(FILE *out, const char *s) {
@@ -126,9 +127,11 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
                 (long long)s.per_kind[k]);
     }
     fprintf(out, "]}],\n");
-    fprintf(out, "  \"host_bytes_per_param\": %lld,\n  \"host_bytes_per_global_param\": %lld,\n  \"host_grads_bf16\": %s,\n"
-            "  \"host_bytes\": %lld,\n", (long long)s.bytes_per_param, (long long)s.global_bytes_per_param,
-            s.grads_bf16 ? "true" : "false", (long long)s.host_bytes);
+    fprintf(out,
+            "  \"host_bytes_per_param\": %lld,\n  \"host_bytes_per_global_param\": %lld,\n  \"host_grads_bf16\": %s,\n"
+            "  \"host_bytes\": %lld,\n",
+            (long long)s.bytes_per_param, (long long)s.global_bytes_per_param, s.grads_bf16 ? "true" : "false",
+            (long long)s.host_bytes);
     // Checkpoint order: head globals, the layers, then tail-only globals.
     fprintf(out, "  \"params\": [");
     int first = 1;
@@ -136,7 +139,8 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
         for (int64_t layer = 0; layer < (pass == 1 ? g->layers : 1); layer++) {
             for (int i = 0; i < g->params.n; i++) {
                 const Param *p = g->params.items[i];
-                int want = pass == 1 ? param_in_layer(g, p, layer) : !p->in_block && (p->first_use == PART_HEAD) == (pass == 0);
+                int want = pass == 1 ? param_in_layer(g, p, layer)
+                                     : !p->in_block && (p->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
                 Shape es = param_element_shape(p);
                 for (int64_t e = 0; e < param_elements(p); e++) {

@@ -44,8 +44,17 @@ static double cpu_statements_time(const KirKernel *k, const Target *t, int bf16)
         const KirStmt *s = &k->stmts[i];
         double runs = (double)k->rows * (s->loop ? (double)k->cols[s->loop - 1] : 1.0);
         switch (s->op) {
-        case KOP_CONST: case KOP_ROW: case KOP_COL: case KOP_LOAD: case KOP_STORE: case KOP_ACC: break; // bytes: by_bytes
-        case KOP_EXP: case KOP_LOG: case KOP_SIN: case KOP_COS: case KOP_POW:
+        case KOP_CONST:
+        case KOP_ROW:
+        case KOP_COL:
+        case KOP_LOAD:
+        case KOP_STORE:
+        case KOP_ACC: break; // bytes: by_bytes
+        case KOP_EXP:
+        case KOP_LOG:
+        case KOP_SIN:
+        case KOP_COS:
+        case KOP_POW:
             if (bf16 && s->type == KT_F64 && t->transcendental_f64_s > 0) scalar64 += runs;
             else transcendental += runs;
             break;
@@ -159,20 +168,23 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
     double exps = 0; // the plain kernel's scalar double exps (cpu, bf16 attention)
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU) {
         int wide = k->attn.D > 128 || k->attn.Dv > 128; // attention_tc.cuh's other tiles (MtAttnTcGeo)
-        double tc = wide && t->attention_tc_wide_fraction > 0 ? t->attention_tc_wide_fraction : t->attention_tc_fraction;
+        double tc = wide && t->attention_tc_wide_fraction > 0 ? t->attention_tc_wide_fraction
+                                                              : t->attention_tc_fraction;
         matrix = t->matrix_flops_bf16 * (attn_kind(k, t) == ATTN_KIND_TC ? tc : t->attention_fp32_fraction);
     }
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
     if (k->kind == KK_GEMM) {
         const KirGemm *g = &k->gemm;
         flops = 2.0 * (double)g->M * (double)g->N * (double)g->K * (double)g->batch;
-        int64_t rows = g->epilogue >= 0 && kir_gemm_row_block(g->N) < g->M ? kir_gemm_row_block(g->N) : g->M; // a call's
+        int64_t rows = g->epilogue >= 0 && kir_gemm_row_block(g->N) < g->M ? kir_gemm_row_block(g->N)
+                                                                           : g->M; // a call's
         if (cpu) matrix = cpu_gemm_rate(t, (double)rows * (double)g->N * (double)g->K, matrix);
     } else {
         const KirAttn *a = &k->attn;
         double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
-        if (a->window && a->window < a->T) pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
-        if (cpu && !bf16) pairs = T * T;                                        // the composite scores every pair
+        if (a->window && a->window < a->T)
+            pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
+        if (cpu && !bf16) pairs = T * T;       // the composite scores every pair
         if (cpu && !bf16) matrix = cpu_gemm_rate(t, T * T * (double)(a->D > a->Dv ? a->D : a->Dv), matrix); // a head's
         if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
         flops = 2.0 * (double)a->B * pairs * (double)a->H * attn_head_dims(k, t);
@@ -222,7 +234,8 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
     double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
-    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) * (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
+    double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) *
+                    (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
     double overhead = cpu ? (double)E * passes * t->gemm_call_s + convert : 0.0;
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
@@ -428,7 +441,9 @@ static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t lay
     if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
     // bytes a layer parameter the tier holds, and reads and writes a step
-    double held = level == PLACE_RAM ? 0 : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
+    double held = level == PLACE_RAM
+                      ? 0
+                      : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
     double state = held - (level == PLACE_GRADS ? 4.0 : 0); // read and written once by the update
     double grads = level == PLACE_GRADS ? 4.0 * acc : 0;    // accumulated on the tier each micro-batch
     *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
@@ -452,7 +467,9 @@ static void place_store(const Graph *g, int ranks, int64_t global_elems, int64_t
 }
 
 // A sharded plan's rank holds 1/ranks of every segment (dist_shard's chunks, at most ceil(len / ranks)).
-static int64_t rank_share(const Plan *p, int64_t elems) { return p->sharded ? (elems + p->ranks - 1) / p->ranks : elems; }
+static int64_t rank_share(const Plan *p, int64_t elems) {
+    return p->sharded ? (elems + p->ranks - 1) / p->ranks : elems;
+}
 
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
     place_store(p->graph, p->ranks, rank_share(p, p->host_global), rank_share(p, p->layer_base[p->graph->layers]),
@@ -475,8 +492,9 @@ static double tier_update_s(const Plan *p, const Placement *pl) {
 // is infinite, and the scale-out comparison says why they do not fit.)
 static double step_sums_s(const Plan *p, const Target *t) {
     if (p->ranks < 2) return 0;
-    double s = p->sharded ? collective_seconds(t, COLL_ALL_REDUCE, 8.0 * (double)(p->graph->layers + 2), p->ranks)
-                          : collective_seconds(t, COLL_ALL_REDUCE, 4.0 * (double)storage_host_elems(p->graph), p->ranks);
+    double s = p->sharded
+                   ? collective_seconds(t, COLL_ALL_REDUCE, 8.0 * (double)(p->graph->layers + 2), p->ranks)
+                   : collective_seconds(t, COLL_ALL_REDUCE, 4.0 * (double)storage_host_elems(p->graph), p->ranks);
     return isfinite(s) ? s : 0;
 }
 
@@ -498,7 +516,8 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
         DType compute = p->graph->train.compute;
         int grads_bf16 = in->layer >= 0 && plan_grads_bf16(p, pl);
         double adamw = (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
-                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) / t->host_adamw_bandwidth;
+                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) /
+                       t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
@@ -621,7 +640,8 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     c->host_bytes = c->place.ram_bytes;
     double layer_in_bytes = 0, block_forward_s = 0;
     const KernelTimes kt = *k;
-    double *dur = times ? times : malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
+    double *dur = times ? times
+                        : malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
     int zero3 = is_zero3(p);
     if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
@@ -657,7 +677,8 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         default: break;
         }
     }
-    double grads_host = zero3 ? 0 : grads_out_times(p, t, &c->place, dur); // (zero3's are priced as DeepSpeed moves them)
+    double grads_host = zero3 ? 0
+                              : grads_out_times(p, t, &c->place, dur); // (zero3's are priced as DeepSpeed moves them)
     for (int i = 0; i < p->ntrain && grads_host > 0; i++)
         if (p->train[i].kind == INS_COPY_OUT) c->copy_out_s += dur[i] - (double)p->train[i].bytes / t->d2h_bandwidth;
     // Recompute: block forward work beyond one forward a layer.
@@ -712,9 +733,8 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     if (sharded)
         b->comm_s = collective_seconds(t, COLL_ALL_GATHER, all * wbytes, ranks) +
                     collective_seconds(t, COLL_REDUCE_SCATTER, all * 4.0, ranks);
-    else
-        b->comm_s = collective_seconds(t, COLL_ALL_REDUCE, all * 4.0, ranks);
-    if (!isfinite(b->comm_s)) b->comm_s = 0; // the ranks cannot reach each other on t (as step_sums_s)
+    else b->comm_s = collective_seconds(t, COLL_ALL_REDUCE, all * 4.0, ranks);
+    if (!isfinite(b->comm_s)) b->comm_s = 0;  // the ranks cannot reach each other on t (as step_sums_s)
     for (int pk = 0; pk < PART_COUNT; pk++) { // one forward and one backward of every part, every layer
         const Part *part = &g->parts[pk];
         // a block part: once for each layer of its kind
@@ -741,8 +761,9 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
     Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place_act counts it)
     int64_t share = sharded ? ranks : 1;
-    place_store(g, ranks, (global_elems + share - 1) / share, (storage_host_elems(g) - global_elems + share - 1) / share,
-                (layer_elems + share - 1) / share, 0, t, &pl);
+    place_store(g, ranks, (global_elems + share - 1) / share,
+                (storage_host_elems(g) - global_elems + share - 1) / share, (layer_elems + share - 1) / share, 0, t,
+                &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
     double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s, b->comm_s};
@@ -761,7 +782,8 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     const Part *head = &g->parts[PART_HEAD];
     for (int i = 0; i < head->grads.n; i++) {
         const Grad *gr = head->grads.items[i];
-        if (gr->of->op == OP_PARAM && gr->grad) b->turn_s += (double)storage_bytes(compute, gr->grad) * f / t->d2h_bandwidth;
+        if (gr->of->op == OP_PARAM && gr->grad)
+            b->turn_s += (double)storage_bytes(compute, gr->grad) * f / t->d2h_bandwidth;
     }
     for (int i = 0; i < head->nodes.n; i++) {
         const Node *n = head->nodes.items[i];

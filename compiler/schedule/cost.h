@@ -22,10 +22,10 @@ extern const char *const PLACE_NAMES[PLACE_COUNT]; // "ram", "moments", "master"
 typedef struct Placement {
     PlaceLevel level;
     double ram_per_param, tier_per_param; // host store bytes a layer parameter in RAM and on the tier
-    int64_t ram_bytes;    // host RAM: the store less what the tier holds, the activation store, the tier's staging
-    int64_t tier_bytes;   // the tier file
+    int64_t ram_bytes;  // host RAM: the store less what the tier holds, the activation store, the tier's staging
+    int64_t tier_bytes; // the tier file
     double tier_read_bytes, tier_write_bytes; // a step's
-    double tier_s;        // a step's tier time: its reads then its writes, sequential, at the target's rates
+    double tier_s; // a step's tier time: its reads then its writes, sequential, at the target's rates
 } Placement;
 
 // The placement of p's host store on t: the first level whose RAM fits
@@ -34,23 +34,23 @@ typedef struct Placement {
 void cost_place(const Plan *p, const Target *t, Placement *pl);
 
 typedef struct Cost {
-    double compute_s;        // device time of every RUN, recompute included
-    double gemm_s, attention_s; // of that, the GEMMs' and the attention kernels'
-    int attention_kinds;     // ATTN_KIND_* bits: which attention kernels run (tensor-core, the fp32
-                             // fallback, the cpu backend's), each priced at its own rate
-    double recompute_s;      // of that, forward work done a second time
+    double compute_s;             // device time of every RUN, recompute included
+    double gemm_s, attention_s;   // of that, the GEMMs' and the attention kernels'
+    int attention_kinds;          // ATTN_KIND_* bits: which attention kernels run (tensor-core, the fp32
+                                  // fallback, the cpu backend's), each priced at its own rate
+    double recompute_s;           // of that, forward work done a second time
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
-    double device_copy_s;    // arena-to-arena copies
-    double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
-    double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
-                             // least the host memory time of its link bytes and optimizer (they share it),
-                             // then, with ranks, what train.c sums over them (the replicated gradients or
-                             // the sharded norms, all-reduced)
+    double device_copy_s; // arena-to-arena copies
+    double optimizer_s;   // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
+    double step_s;        // predicted step: the simulated engines, `accumulate` micro-batches, each at
+                          // least the host memory time of its link bytes and optimizer (they share it),
+                          // then, with ranks, what train.c sums over them (the replicated gradients or
+                          // the sharded norms, all-reduced)
     int64_t device_peak_bytes; // the arena and the kernels' scratch (plan_device_bytes, common/scratch.h)
-    int64_t host_bytes;      // host RAM: the host store (less what the tier holds) and the host activation store
-    Placement place;         // the host store across RAM and the NVMe tier
-    double weight_crossings; // how many times a layer's weights cross the link in a step, on average
+    int64_t host_bytes;        // host RAM: the host store (less what the tier holds) and the host activation store
+    Placement place;           // the host store across RAM and the NVMe tier
+    double weight_crossings;   // how many times a layer's weights cross the link in a step, on average
 } Cost;
 
 // Predicts an optimizer step of p's training stream on t: device work from

@@ -88,7 +88,6 @@ static int by_size(const void *a, const void *b) {
     return x->node - y->node;
 }
 
-
 // Whether any interval of node a meets any of node b.
 static int meet(const Interval *iv, const int *first, int a, int b) {
     for (int i = first[a]; i >= 0; i = iv[i].next)
@@ -318,7 +317,7 @@ static int pick_modes(Builder *b) {
         b->rank[l] = recomputed;
         recomputed += b->pick[l] == PICK_NONE;
         b->act_at[l] = saved;
-        saved += b->pick[l] == PICK_OFFLOAD           ? need_of(b, l)->saved_bytes
+        saved += b->pick[l] == PICK_OFFLOAD          ? need_of(b, l)->saved_bytes
                  : b->pick[l] == PICK_HOST_SELECTIVE ? x + need_of(b, l)->kept_bytes
                  : c->ckpt_host                      ? x
                                                      : 0;
@@ -362,8 +361,10 @@ static int choose_layouts(Builder *b, const int64_t **rel, int64_t *bytes) {
     const SchedChoice *c = b->c;
     b->frame_bytes = 0;
     for (int pk = 0; pk < graph_nparts(g); pk++) {
-        Layout v = !part_is_block(pk) ? LAYOUT_PLAIN : b->tiled ? LAYOUT_TILED
-                   : c->remat == REMAT_SELECTIVE || c->host_selective ? LAYOUT_KEPT : LAYOUT_PLAIN;
+        Layout v = !part_is_block(pk)                                 ? LAYOUT_PLAIN
+                   : b->tiled                                         ? LAYOUT_TILED
+                   : c->remat == REMAT_SELECTIVE || c->host_selective ? LAYOUT_KEPT
+                                                                      : LAYOUT_PLAIN;
         rel[pk] = g->parts[pk].layout_rel[v], bytes[pk] = g->parts[pk].layout_bytes[v];
         if (!rel[pk]) return -1;
         if (part_is_block(pk) && align_up(bytes[pk], ARENA_ALIGN) > b->frame_bytes)
@@ -445,8 +446,7 @@ static int place_nodes(Builder *b, const int64_t **rel) {
                     int64_t at = p->param_offset[n->param], seg = plan_segment_of(p, at); // (a global's)
                     *o = prm->in_block ? slot_addr(b, f) + at * wbytes
                                        : globals_addr(b, seg) + (at - plan_segment_base(p, seg)) * wbytes;
-                } else
-                    *o = (part_is_block(pk) ? frame_addr(b, f) : base) + rel[pk][i];
+                } else *o = (part_is_block(pk) ? frame_addr(b, f) : base) + rel[pk][i];
             }
     }
     return 0;

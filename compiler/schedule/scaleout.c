@@ -161,7 +161,7 @@ typedef struct Best {
     Layout l;
     const CostKernels *k;
     ScaleRow *row;
-    int row_dev; // *row's plan fits the device
+    int row_dev;   // *row's plan fits the device
     char why[256]; // why *row's plan does not fit
     int failed;
 } Best;
@@ -212,8 +212,11 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
         // (ranks: a plan of one of l.ranks, replicated, whose gradients stay fp32 (common/storage.h,
         // storage_grads_bf16) as every strategy of several ranks keeps them; `price` prices it as s)
         SchedRequest q = {.policy = s == SCALE_MEGATRAIN ? POLICY_MEGATRAIN : POLICY_MT,
-                          .remat = s == SCALE_MEGATRAIN ? REMAT_AUTO : REMATS[i], .resident = -1, .seen = best_seen,
-                          .seen_ctx = &b, .ranks = l.ranks};
+                          .remat = s == SCALE_MEGATRAIN ? REMAT_AUTO : REMATS[i],
+                          .resident = -1,
+                          .seen = best_seen,
+                          .seen_ctx = &b,
+                          .ranks = l.ranks};
         SchedResult r;
         ArenaMark mark = arena_mark(a); // the row keeps no plan
         rc = schedule_search(g, &rt, &q, a, &r, err, errcap);
@@ -232,16 +235,20 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
         if (!row->fits && row->node_host_bytes > t->host_memory)
             snprintf(there, sizeof there, "its one store of %.4g GB does not fit the node's %.4g GB either",
                      row->node_host_bytes / 1e9, t->host_memory / 1e9);
-        else if (!row->fits)
-            snprintf(there, sizeof there, "it does not fit either: %s", why);
-        snprintf(row->why, sizeof row->why, "MegaTrain's workers share one host's memory (spawned processes, no NCCL): "
-                 "one node of %d GPUs at most, priced here, where %s", l.per_node, there);
+        else if (!row->fits) snprintf(there, sizeof there, "it does not fit either: %s", why);
+        snprintf(row->why, sizeof row->why,
+                 "MegaTrain's workers share one host's memory (spawned processes, no NCCL): "
+                 "one node of %d GPUs at most, priced here, where %s",
+                 l.per_node, there);
         row->fits = 0;
     } else if (!row->fits && row->host_bytes > share) {
-        snprintf(row->why, sizeof row->why, "a rank needs %.4g GB of host memory%s; its share of a node is %.4g GB "
-                 "(%.4g GB / %d)", row->host_bytes / 1e9,
-                 s == SCALE_SHARDED ? " (its 1/N of the store and its activation store)"
-                 : s == SCALE_REPLICATED ? " (the whole store and its activation store)" : "",
+        snprintf(row->why, sizeof row->why,
+                 "a rank needs %.4g GB of host memory%s; its share of a node is %.4g GB "
+                 "(%.4g GB / %d)",
+                 row->host_bytes / 1e9,
+                 s == SCALE_SHARDED      ? " (its 1/N of the store and its activation store)"
+                 : s == SCALE_REPLICATED ? " (the whole store and its activation store)"
+                                         : "",
                  share / 1e9, t->host_memory / 1e9, s == SCALE_MEGATRAIN ? 1 : l.per_node);
     } else if (!row->fits) {
         snprintf(row->why, sizeof row->why, "%s", why);
@@ -279,8 +286,8 @@ static double bound_of(const Bounds *b, const Graph *g, const Target *t, int s, 
     double weights = (double)storage_host_elems(g) * (double)storage_weight_bytes(g->train.compute);
     double in = b->in_s * f, out = b->out_s * f;
     if (s == SCALE_SHARDED) in += collective_seconds(t, COLL_ALL_GATHER, weights, l.ranks);
-    if (s != SCALE_MEGATRAIN) out += collective_seconds(t, s == SCALE_SHARDED ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE,
-                                                        weights, l.ranks);
+    if (s != SCALE_MEGATRAIN)
+        out += collective_seconds(t, s == SCALE_SHARDED ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, weights, l.ranks);
     double link = t->link_duplex ? fmax(in, out) : in + out;
     double host = s == SCALE_MEGATRAIN ? b->host_s : b->host_s * share;
     // host memory: the links' bytes of every rank of the node, and the optimizer's (megatrain: once)

@@ -28,35 +28,35 @@ extern const char *const SCALE_NAMES[SCALE_COUNT]; // "replicated", "sharded", "
 
 // One strategy at N ranks: one rank's plan and step, and what the run does.
 typedef struct ScaleRow {
-    int ranks;             // the ranks it runs (megatrain: one node's at most)
-    int fits;              // device, the rank's share of host memory, the profile's nodes
-    char why[480];         // when it does not fit, or where the strategy has no way to run
-    int priced;            // a plan was found and priced (even when it does not fit)
-    char schedule[256];    // the rank's plan's schedule words
-    double step_s;         // one optimizer step of the whole run (every rank's step)
-    double tokens_per_s;   // of all ranks
+    int ranks;                  // the ranks it runs (megatrain: one node's at most)
+    int fits;                   // device, the rank's share of host memory, the profile's nodes
+    char why[480];              // when it does not fit, or where the strategy has no way to run
+    int priced;                 // a plan was found and priced (even when it does not fit)
+    char schedule[256];         // the rank's plan's schedule words
+    double step_s;              // one optimizer step of the whole run (every rank's step)
+    double tokens_per_s;        // of all ranks
     double model_flops_per_gpu; // 6 x parameters x a rank's tokens a step / step_s
-    double link_bytes;     // a rank's host link bytes a step (both directions)
-    double interconnect_bytes; // a rank's bytes sent over NVLink and the network a step
-    double collective_s;   // a rank's collectives' time a step (on the copy engines, overlapping compute)
-    double host_bytes;     // host RAM of one rank (megatrain: its share of the one shared store)
-    double node_host_bytes; // host RAM of one node's ranks together
-    double host_memory_s;  // a step's host-side bytes of a node's ranks at host_memory_bandwidth
-    double optimizer_s;    // a rank's host optimizer a step at its share of the node's host
-    double bound_s;        // what no schedule of the strategy beats (scaleout_compare with bounds; 0 without)
+    double link_bytes;          // a rank's host link bytes a step (both directions)
+    double interconnect_bytes;  // a rank's bytes sent over NVLink and the network a step
+    double collective_s;        // a rank's collectives' time a step (on the copy engines, overlapping compute)
+    double host_bytes;          // host RAM of one rank (megatrain: its share of the one shared store)
+    double node_host_bytes;     // host RAM of one node's ranks together
+    double host_memory_s;       // a step's host-side bytes of a node's ranks at host_memory_bandwidth
+    double optimizer_s;         // a rank's host optimizer a step at its share of the node's host
+    double bound_s;             // what no schedule of the strategy beats (scaleout_compare with bounds; 0 without)
 } ScaleRow;
 
 typedef struct ScaleOut {
     int ranks, per_node, nodes; // ranks a node (min(ranks, gpus_per_node); all on a cpu target), nodes used
     ScaleRow one;               // one rank alone on the target (one GPU with a node's host to itself)
     ScaleRow rows[SCALE_COUNT];
-    int chosen;                 // SCALE_SHARDED or SCALE_REPLICATED, the faster that fits (-1: neither)
-    int plan;                   // the layout of the plan explained: `chosen` (scaleout_compare's), or what
-                                // mtc --shard on|off gives
+    int chosen; // SCALE_SHARDED or SCALE_REPLICATED, the faster that fits (-1: neither)
+    int plan;   // the layout of the plan explained: `chosen` (scaleout_compare's), or what
+                // mtc --shard on|off gives
     char why_chosen[560];
-    int nodes_needed;           // the fewest nodes on which a sharded run fits (0: none of the profile's)
-    int ranks_needed;           // that many nodes' GPUs
-    double store_bytes;         // the whole host store (master, moments, accumulators, bf16 copy)
+    int nodes_needed;   // the fewest nodes on which a sharded run fits (0: none of the profile's)
+    int ranks_needed;   // that many nodes' GPUs
+    double store_bytes; // the whole host store (master, moments, accumulators, bf16 copy)
 } ScaleOut;
 
 // Predicts every strategy for `ranks` ranks of graph g (its batch one

@@ -96,14 +96,17 @@ static int check_picks(const Builder *b, char *err, size_t errcap) {
     int64_t picks = c->offloaded + c->host_selective;
     if (picks && (c->offloaded < 0 || c->host_selective < 0 || picks > b->leaving || b->tiled ||
                   c->policy != POLICY_MT || (c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE))) {
-        snprintf(err, errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but %s; a "
+        snprintf(err, errcap,
+                 "%lld picked layers asked (%lld offloaded, %lld selective on the host), but %s; a "
                  "mixed plan recomputes (layer or selective) the layers it does not pick, untiled, and picks at most "
                  "the %lld that leave the device",
                  (long long)picks, (long long)c->offloaded, (long long)c->host_selective,
-                 b->tiled ? "the block is tiled" : c->policy != POLICY_MT ? "the policy is a baseline"
+                 b->tiled                                                 ? "the block is tiled"
+                 : c->policy != POLICY_MT                                 ? "the policy is a baseline"
                  : c->remat != REMAT_LAYER && c->remat != REMAT_SELECTIVE ? "the remat mode is not layer or selective"
-                 : c->offloaded < 0 || c->host_selective < 0 ? "a count is negative"
-                 : "too few layers leave the device", (long long)b->leaving);
+                 : c->offloaded < 0 || c->host_selective < 0              ? "a count is negative"
+                                                                          : "too few layers leave the device",
+                 (long long)b->leaving);
         return -1;
     }
     return 0;
@@ -146,7 +149,12 @@ static int begin(Builder *b, Plan *p, const SchedChoice *c, BlockNeeds *need, Ar
     const Part *block = &g->parts[PART_BLOCK], *tail = &g->parts[PART_TAIL];
     for (int k = 0; k < g->nkinds; k++)
         if (block_needs(&g->parts[kind_part(k)], g->train.compute, a, &need[k]) != 0) return -1;
-    *b = (Builder){.a = a, .p = p, .c = c, .need = need, .serial = c->policy == POLICY_SEQUENTIAL, .ev_gslot = -1,
+    *b = (Builder){.a = a,
+                   .p = p,
+                   .c = c,
+                   .need = need,
+                   .serial = c->policy == POLICY_SEQUENTIAL,
+                   .ev_gslot = -1,
                    .tiled = block->nchunks && c->remat == REMAT_LAYER && c->policy == POLICY_MT};
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
     b->ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
@@ -161,7 +169,7 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     Builder b;
     if (check_choice(g, c, err, errcap) != 0) return NULL;
     Plan *p = new_plan(g, c, a);
-    if (!p || lay_out_host_store(p, a) != 0) goto oom;       // 1
+    if (!p || lay_out_host_store(p, a) != 0) goto oom; // 1
     if (begin(&b, p, c, need, a) != 0) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL; // 3
     if (check_picks(&b, err, errcap) != 0) return NULL;

@@ -40,7 +40,7 @@ const char *policy_name(Policy p);
 
 typedef struct SchedChoice {
     Policy policy;
-    Remat remat;      // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with picks
+    Remat remat; // never REMAT_AUTO or REMAT_MIXED here: a mixed plan is layer or selective with picks
     // Per-layer modes (layout.c, pick_modes): of the n streamed layers that leave the device,
     // offloaded + host_selective are picked, spread evenly; of the picks, `offloaded` (spread
     // evenly among them) offload everything their backward reads, the others keep their input and
@@ -50,11 +50,11 @@ typedef struct SchedChoice {
     int64_t host_selective;
     int64_t probe_layer; // > 0: the mixed search's probe: leaving layer probe_layer - 1 alone is picked, the
                          // kind of pick offloaded (1) or host_selective (1) says
-    int slots;        // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
-    int64_t resident; // layers at the forward/backward turn that keep weights and activations
-    int ckpt_host;    // streamed layers' checkpoints (or offloaded activations) live in host memory
-    int ranks;        // the plan is one rank of a data-parallel run of this many (0 or 1: one process)
-    int sharded;      // with ranks > 1: each rank owns a shard of the host store (Plan.sharded), else replicated
+    int slots;           // frames the streamed layers rotate through (weight slot + buffers): 1 to 3
+    int64_t resident;    // layers at the forward/backward turn that keep weights and activations
+    int ckpt_host;       // streamed layers' checkpoints (or offloaded activations) live in host memory
+    int ranks;           // the plan is one rank of a data-parallel run of this many (0 or 1: one process)
+    int sharded;         // with ranks > 1: each rank owns a shard of the host store (Plan.sharded), else replicated
 } SchedChoice;
 
 // Builds the plan for one choice (device_limit set from t). Returns NULL
@@ -75,7 +75,7 @@ enum { CKPT_DEVICE = 1, CKPT_HOST = 2 };
 // What the user asked of the search; the rest it chooses.
 typedef struct SchedRequest {
     Policy policy;
-    Remat remat;      // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers picked
+    Remat remat; // REMAT_AUTO: any; REMAT_MIXED: layer or selective with some layers picked
     // A mixed plan of exactly these picks (remat mixed, layer or selective), when either is > 0;
     // both 0: the search chooses (SchedChoice's fields)
     int64_t offloaded, host_selective;

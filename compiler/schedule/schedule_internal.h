@@ -67,25 +67,25 @@ typedef struct Builder {
     Plan *p;
     const SchedChoice *c;
     const BlockNeeds *need; // (nkinds) what each block kind's backward needs of its forward
-    PtrVec ins; // of Instr*
-    int serial; // every instruction on the compute engine; no events
-    int tiled;  // the block's backward recomputes and differentiates chunk by chunk (tile.c)
-    int over_frames; // the head's and the tail's shared buffers lie over the frames'
-                     // (nothing in a frame outlives its layer)
+    PtrVec ins;             // of Instr*
+    int serial;             // every instruction on the compute engine; no events
+    int tiled;              // the block's backward recomputes and differentiates chunk by chunk (tile.c)
+    int over_frames;        // the head's and the tail's shared buffers lie over the frames'
+                            // (nothing in a frame outlives its layer)
     int failed;
     // arena regions (pass 3)
     int64_t globals, slot0, frame0, head0, tail0, carry0, ckpt0, keep0;
     int64_t block0; // megatrain: the inputs of one block of MEGATRAIN_BLOCK layers, recomputed ([K, x_bytes])
     int64_t layer_bytes, frame_bytes, x_bytes, carry_bytes, keep_bytes;
-    int64_t streamed;        // layers 0 .. streamed-1 rotate through the slots
-    int64_t leaving;         // layers 0 .. leaving-1 leave the device between their forward and backward
-    unsigned char *pick;     // (leaving) each leaving layer's PICK_* (pick_modes)
-    int64_t *act_at;         // (leaving + 1) its place in the host activation store; [leaving] the store's size
-    int64_t *rank;           // (leaving + 1) the recomputed layers before it (device checkpoint and keep places)
+    int64_t streamed;    // layers 0 .. streamed-1 rotate through the slots
+    int64_t leaving;     // layers 0 .. leaving-1 leave the device between their forward and backward
+    unsigned char *pick; // (leaving) each leaving layer's PICK_* (pick_modes)
+    int64_t *act_at;     // (leaving + 1) its place in the host activation store; [leaving] the store's size
+    int64_t *rank;       // (leaving + 1) the recomputed layers before it (device checkpoint and keep places)
     int nframes;
     // (nframes) per frame: the last compute and copy-out events touching it (-1: none)
     int *frame_cmp, *frame_out;
-    int *ranges; // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
+    int *ranges;        // (2 * (2 * chunks + 4)) a tiled part's run order, tiled_order()
     int64_t stat_bytes; // the stream's host statistics buffer so far (INS_STAT's dst)
     // Sharded: where the gradients of one segment gather in fp32, in its host layout, to be reduce-scattered
     // (shard_span of the longest segment), and the event that frees it again (its COPY_OUTs done; -1: free)

@@ -64,10 +64,11 @@ static int kind_annotations_allow(Graph *g, PartKind pk, const SchedChoice *c, A
         case ANNOT_NONE: ok = 1; break;
         }
         if (!ok) {
-            snprintf(why, cap, "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its "
-                     "annotation says", remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots,
-                     (long long)c->resident, annot_name(n->annot),
-                     n->name ? n->name : "?", n->loc.line);
+            snprintf(why, cap,
+                     "remat %s%s, %d slots, %lld resident layers does not %s '%s' (line %d), as its "
+                     "annotation says",
+                     remat_name(c->remat), c->offloaded ? " mixed with offload" : "", c->slots, (long long)c->resident,
+                     annot_name(n->annot), n->name ? n->name : "?", n->loc.line);
             return 0;
         }
     }
@@ -148,14 +149,16 @@ static int try_choice(Search *x, const SchedChoice *c) { return try_choice_out(x
 // function of its picks (each picked layer trades its recompute for its
 // copies, the same for every layer of a kind of pick).
 typedef struct Busy {
-    double device;     // RUNs and arena copies
-    double in, out;    // the link, each direction
-    double link_bytes; // what crosses the link, which host memory carries too
+    double device;       // RUNs and arena copies
+    double in, out;      // the link, each direction
+    double link_bytes;   // what crosses the link, which host memory carries too
     double device_bytes; // device memory (not a time, but linear in the picks too)
 } Busy;
 
 static Busy busy_of(const Cost *c) {
-    return (Busy){.device = c->compute_s + c->device_copy_s, .in = c->copy_in_s, .out = c->copy_out_s,
+    return (Busy){.device = c->compute_s + c->device_copy_s,
+                  .in = c->copy_in_s,
+                  .out = c->copy_out_s,
                   .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes),
                   .device_bytes = (double)c->device_peak_bytes};
 }
@@ -224,19 +227,19 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 // the layer `slots` above it is done; it computes once they are in and the
 // layer above is done.
 typedef struct LayerTimes {
-    double in, compute, save;    // forward: weights in, its compute, its saves
+    double in, compute, save;     // forward: weights in, its compute, its saves
     double back_in, back_compute; // backward: its copies in, its compute (recompute included)
 } LayerTimes;
 
 typedef struct Chains {
-    double head;               // the head's copies in and forward
-    double tail_in;            // the tail's copies in (weights and inputs)
-    double pre;                // the compute engine from the tail's forward to the first leaving layer's backward
-    double post;               // and after the last one's (the head's backward), then the copy-out engine's
-                               // and the host's (its gradients out, their norm)
-    LayerTimes *unpicked;      // (L) every layer with no picks
-    const uint8_t *kind;       // (L) each layer's block kind (Graph.layer_kind)
-    LayerTimes *picked;        // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
+    double head;          // the head's copies in and forward
+    double tail_in;       // the tail's copies in (weights and inputs)
+    double pre;           // the compute engine from the tail's forward to the first leaving layer's backward
+    double post;          // and after the last one's (the head's backward), then the copy-out engine's
+                          // and the host's (its gradients out, their norm)
+    LayerTimes *unpicked; // (L) every layer with no picks
+    const uint8_t *kind;  // (L) each layer's block kind (Graph.layer_kind)
+    LayerTimes *picked;   // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
 } Chains;
 
 // From plan p (dur: its instructions' times): each layer's times, by the
@@ -277,7 +280,7 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
 static double chain_floor(const Chains *ch, const double *updates, int64_t L, int64_t streamed, int64_t n,
                           const uint8_t *pick, int slots, double *E, double *F) {
     double upd = updates[L], in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
-    double prev = upd + ch->head;                                 // the head's forward done
+    double prev = upd + ch->head;                            // the head's forward done
     for (int64_t l = 0; l < L; l++) {
         int p = l < n ? pick[l] : PICK_NONE;
         const LayerTimes *t = p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
@@ -457,7 +460,8 @@ static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, i
         Tried tr;
         rc = try_choice_out(x, &c, &tr);
         if (rc == 0 && every && (tr.cost.step_s < pairs[i].floor || (tr.fits && pairs[i].cannot_fit))) {
-            snprintf(x->err, x->errcap, "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
+            snprintf(x->err, x->errcap,
+                     "internal error: the mixed search's %s of %lld offloaded and %lld selective on "
                      "the host is wrong (floor %.9g s, step %.9g s; store %lld bytes)",
                      tr.cost.step_s < pairs[i].floor ? "floor" : "skip", (long long)pairs[i].k, (long long)pairs[i].s,
                      pairs[i].floor, tr.cost.step_s, (long long)tr.host_act_bytes);
@@ -526,8 +530,11 @@ static int search_baseline(Search *x) {
     // that stream before the submodule runs (partitioned_param_coordinator.py fetch_sub_module,
     // partition_parameters.py NoGatherHandle): the next layer's weights cross while this one
     // computes, as in two slots
-    SchedChoice c = {.policy = req->policy, .remat = REMAT_LAYER, .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2,
-                     .ranks = req->ranks, .sharded = req->shard > 0};
+    SchedChoice c = {.policy = req->policy,
+                     .remat = REMAT_LAYER,
+                     .slots = req->policy == POLICY_SEQUENTIAL ? 1 : 2,
+                     .ranks = req->ranks,
+                     .sharded = req->shard > 0};
     for (int host = 0; host < 2; host++) {
         c.ckpt_host = host;
         if (try_choice(x, &c) != 0) return -1;
@@ -549,8 +556,12 @@ static int search_mixed(Search *x, int tiled) {
                 if (tiled && base == REMAT_LAYER) continue; // a tiled backward recomputes every layer
                 if (req->slots && slots != req->slots) continue;
                 if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-                SchedChoice c = {.policy = POLICY_MT, .remat = (Remat)base, .slots = slots, .ckpt_host = host,
-                                 .ranks = req->ranks, .sharded = req->shard > 0};
+                SchedChoice c = {.policy = POLICY_MT,
+                                 .remat = (Remat)base,
+                                 .slots = slots,
+                                 .ckpt_host = host,
+                                 .ranks = req->ranks,
+                                 .sharded = req->shard > 0};
                 c.resident = req->resident >= 0 ? req->resident : most_resident(x->g, x->t, c, x->a, x->err, x->errcap);
                 if (c.resident < 0 || try_mixed(x, c) != 0) return -1;
             }
@@ -566,7 +577,11 @@ static int search_all_resident(Search *x) {
                  (long long)req->resident);
         return -1;
     }
-    SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_NONE, .slots = 1, .resident = L, .ranks = req->ranks,
+    SchedChoice c = {.policy = POLICY_MT,
+                     .remat = REMAT_NONE,
+                     .slots = 1,
+                     .resident = L,
+                     .ranks = req->ranks,
                      .sharded = req->shard > 0};
     return try_choice(x, &c) != 0 ? -1 : 0;
 }
@@ -581,13 +596,17 @@ static int search_streamed(Search *x, Remat rm, int tiled) {
             if (rm == REMAT_OFFLOAD && !host) continue; // offload means host memory
             if (req->slots && slots != req->slots) continue;
             if (req->ckpt && host != (req->ckpt == CKPT_HOST)) continue;
-            SchedChoice c = {.policy = POLICY_MT, .remat = rm, .slots = slots, .ckpt_host = host,
-                             .ranks = req->ranks, .sharded = req->shard > 0};
+            SchedChoice c = {.policy = POLICY_MT,
+                             .remat = rm,
+                             .slots = slots,
+                             .ckpt_host = host,
+                             .ranks = req->ranks,
+                             .sharded = req->shard > 0};
             // recomputed chunk by chunk: nothing resident
             // (and none under a recompute or offload annotation: resident layers keep everything)
             int chunked = tiled && rm == REMAT_LAYER,
                 dropped = has_annotation(g, ANNOT_RECOMPUTE) || has_annotation(g, ANNOT_OFFLOAD);
-            c.resident = req->resident >= 0 ? req->resident
+            c.resident = req->resident >= 0   ? req->resident
                          : chunked || dropped ? 0
                                               : most_resident(g, x->t, c, x->a, x->err, x->errcap);
             if (c.resident < 0) return -1;
@@ -603,18 +622,25 @@ static int search_refusals(Search *x, int asked) {
     SchedResult *best = x->best;
     int64_t L = x->g->layers;
     if (req->remat == REMAT_MIXED && !asked && !best->plan) { // too few layers to mix: the plain plan, refused
-        SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1, .ranks = req->ranks,
+        SchedChoice c = {.policy = POLICY_MT,
+                         .remat = REMAT_LAYER,
+                         .slots = 1,
+                         .ranks = req->ranks,
                          .sharded = req->shard > 0};
         if (try_choice(x, &c) != 0) return -1;
         best->fits = 0;
-        snprintf(best->why, sizeof best->why, "no mix: a mixed plan needs at least 2 layers leaving the device, and "
-                 "%lld layers stream through at least 1 slot", (long long)L);
+        snprintf(best->why, sizeof best->why,
+                 "no mix: a mixed plan needs at least 2 layers leaving the device, and "
+                 "%lld layers stream through at least 1 slot",
+                 (long long)L);
     }
     if (asked && !best->plan) {
-        snprintf(x->err, x->errcap, "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no "
+        snprintf(x->err, x->errcap,
+                 "%lld picked layers asked (%lld offloaded, %lld selective on the host), but no "
                  "plan of the request has that many layers leaving the device (%lld layers, less the resident ones "
-                 "and the slots the backward finds intact)", (long long)(req->offloaded + req->host_selective),
-                 (long long)req->offloaded, (long long)req->host_selective, (long long)L);
+                 "and the slots the backward finds intact)",
+                 (long long)(req->offloaded + req->host_selective), (long long)req->offloaded,
+                 (long long)req->host_selective, (long long)L);
         return -1;
     }
     return 0;

@@ -35,7 +35,7 @@ static void wait_for(Builder *b, Engine e, int ev) {
 // it kept) goes. Vector clocks, in array order, as the verifier computes
 // them; what happens before what is unchanged. Returns the new count.
 static int32_t drop_redundant_waits(Builder *b, Instr *ins, int32_t n) {
-    int32_t (*rec)[ENG_COUNT] = arena_alloc(b->a, (size_t)(b->p->nevents + 1) * sizeof *rec); // (nevents) clocks
+    int32_t(*rec)[ENG_COUNT] = arena_alloc(b->a, (size_t)(b->p->nevents + 1) * sizeof *rec); // (nevents) clocks
     int32_t cur[ENG_COUNT][ENG_COUNT] = {{0}}; // each engine's clock after its last instruction
     if (!rec) return b->failed = 1, n;
     int32_t kept = 0;
@@ -74,7 +74,6 @@ static int64_t addr(const Plan *p, const Node *n, int frame) {
     }
     return plan_offsets(p, n->part, part_is_block(n->part) ? frame : 0)[n->id] + off;
 }
-
 
 static void copy(Builder *b, int64_t src, int64_t dst, int64_t bytes) {
     Instr *in = emit(b, INS_COPY, ENG_COMPUTE);
@@ -406,7 +405,7 @@ static void backward_layer(Builder *b, int64_t l) {
         // by default, spans a layer: partitioned_param_coordinator.py __params_to_release)
     }
     copy(b, b->carry0, addr(p, block->grad_seed, f), b->x_bytes); // the gradient from the layer above
-    if (b->tiled && !is_resident(b, l)) { // recompute and backward, chunk by chunk
+    if (b->tiled && !is_resident(b, l)) {                         // recompute and backward, chunk by chunk
         int *ranges = b->ranges, nr = tiled_order(block, ranges);
         for (int r = 0; r < nr; r++) run(b, pk, ranges[2 * r], ranges[2 * r + 1], l, f, 0);
     } else {

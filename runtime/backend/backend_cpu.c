@@ -16,19 +16,19 @@
 _Static_assert((int)EXEC_SKIP_HEAVY == (int)RUN_SKIP_HEAVY, "exec and plan skip flags agree");
 
 typedef struct Cpu {
-    char *arena;                 // (arena_bytes)
+    char *arena; // (arena_bytes)
     int64_t arena_bytes;
-    PartState head, tail;        // their nodes at their offsets
-    PartState *frames;           // (nkinds, nframes) each block kind's nodes at each frame's offsets
+    PartState head, tail; // their nodes at their offsets
+    PartState *frames;    // (nkinds, nframes) each block kind's nodes at each frame's offsets
     int32_t nframes, nkinds;
     const Plan *plan;
-    Jit *jit;                    // the plan's kernels; NULL: a plan without them runs the plain kernels
-    LoadBalancePool pool;        // a pooled load-balancing loss's sums across the layers (sums NULL: none)
-    Trace trace;                 // --trace (tracing: trace.f set), every instruction as the replay timed it
-    double epoch;                // the trace's time zero (CLOCK_MONOTONIC seconds)
-    pthread_mutex_t trace_mu;    // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
-    const int32_t *seg_start;    // (B, T) the micro-batch's document starts (set_doc_starts), or NULL
-    Comm comm;                   // a sharded plan's collectives: MPI on the arena (opened at the first)
+    Jit *jit;                 // the plan's kernels; NULL: a plan without them runs the plain kernels
+    LoadBalancePool pool;     // a pooled load-balancing loss's sums across the layers (sums NULL: none)
+    Trace trace;              // --trace (tracing: trace.f set), every instruction as the replay timed it
+    double epoch;             // the trace's time zero (CLOCK_MONOTONIC seconds)
+    pthread_mutex_t trace_mu; // engines on threads (MT_REPLAY_ORDER=threads:SEED) trace at once
+    const int32_t *seg_start; // (B, T) the micro-batch's document starts (set_doc_starts), or NULL
+    Comm comm;                // a sharded plan's collectives: MPI on the arena (opened at the first)
 } Cpu;
 
 _Static_assert(sizeof(wchar_t) == 4, "wmemset fills 4-byte words");
@@ -103,7 +103,8 @@ static void cpu_run(Backend *be, const Instr *in, PartKind part, int from, int t
         return;
     }
     PartState *ps = part_is_block(part) ? &c->frames[part_kind(part) * c->nframes + frame]
-                    : part == PART_HEAD ? &c->head : &c->tail;
+                    : part == PART_HEAD ? &c->head
+                                        : &c->tail;
     ps->pool = c->pool;
     ps->seg_start = c->seg_start;
     exec_run_flags(ps, from, to, flags);
@@ -161,13 +162,16 @@ int backend_cpu_trace(Backend *be, const char *path, char *err, size_t errcap) {
 
 Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     if (p->device_limit > 0 && p->arena_bytes > p->device_limit) {
-        snprintf(err, errcap, "the plan's device arena is %lld bytes (%.1f MB) but its target has %lld bytes (%.1f MB) "
-                 "of device memory; recompile it for this target", (long long)p->arena_bytes,
-                 (double)p->arena_bytes / 1e6, (long long)p->device_limit, (double)p->device_limit / 1e6);
+        snprintf(err, errcap,
+                 "the plan's device arena is %lld bytes (%.1f MB) but its target has %lld bytes (%.1f MB) "
+                 "of device memory; recompile it for this target",
+                 (long long)p->arena_bytes, (double)p->arena_bytes / 1e6, (long long)p->device_limit,
+                 (double)p->device_limit / 1e6);
         return NULL;
     }
     if (p->graph->train.compute == DT_BF16 && !p->kernels_len) {
-        snprintf(err, errcap, "this bf16 plan carries no kernels; the cpu backend runs bf16 only through the plan's own "
+        snprintf(err, errcap,
+                 "this bf16 plan carries no kernels; the cpu backend runs bf16 only through the plan's own "
                  "kernels (recompile it with mtc)");
         return NULL;
     }
@@ -195,10 +199,19 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
     c->nkinds = p->graph->nkinds;
     c->plan = p;
     backend_fill_nan(c->arena, p->arena_bytes); // nothing written yet: a read of it shows in the loss
-    *be = (Backend){.name = "cpu backend", .ctx = c, .copy_in = cpu_copy_in, .copy_out_add = cpu_copy_out_add,
-                    .copy_out = cpu_copy_out, .copy = cpu_copy, .copy_widen = cpu_copy_widen,
-                    .collective = cpu_collective, .poison = cpu_poison, .run = cpu_run, .set_doc_starts = cpu_set_doc_starts,
-                    .read_scalar = cpu_read_scalar, .destroy = cpu_destroy};
+    *be = (Backend){.name = "cpu backend",
+                    .ctx = c,
+                    .copy_in = cpu_copy_in,
+                    .copy_out_add = cpu_copy_out_add,
+                    .copy_out = cpu_copy_out,
+                    .copy = cpu_copy,
+                    .copy_widen = cpu_copy_widen,
+                    .collective = cpu_collective,
+                    .poison = cpu_poison,
+                    .run = cpu_run,
+                    .set_doc_starts = cpu_set_doc_starts,
+                    .read_scalar = cpu_read_scalar,
+                    .destroy = cpu_destroy};
     const Graph *g = p->graph;
     int ok = exec_init_at(&c->head, &g->parts[PART_HEAD], PREC_F32, c->arena, plan_offsets(p, PART_HEAD, 0)) == 0 &&
              exec_init_at(&c->tail, &g->parts[PART_TAIL], PREC_F32, c->arena, plan_offsets(p, PART_TAIL, 0)) == 0;
@@ -214,7 +227,8 @@ Backend *backend_cpu_create(const Plan *p, char *err, size_t errcap) {
         cpu_destroy(be);
         return NULL;
     }
-    if (p->kernels_len && !(c->jit = jit_create(g, p->kernels_bytes, p->kernels_len, p->bitcode, p->bitcode_len, err, errcap))) {
+    if (p->kernels_len &&
+        !(c->jit = jit_create(g, p->kernels_bytes, p->kernels_len, p->bitcode, p->bitcode_len, err, errcap))) {
         cpu_destroy(be);
         return NULL;
     }

@@ -67,15 +67,15 @@ enum { MAX_ARGS = 64, FINISH_THREADS = 256 };
 // overrides it (the emulation tests, with small plans).
 #define PIN_CHUNK_BYTES ((int64_t)64 << 30)
 
-typedef struct Kernel { // how one kernel of a part launches
-    CUfunction fn, finish;           // expression kernel and its SYMBOL_finish (NULL: none)
+typedef struct Kernel {    // how one kernel of a part launches
+    CUfunction fn, finish; // expression kernel and its SYMBOL_finish (NULL: none)
     int grid, block, smem, finish_grid;
-    CUfunction attn[3];              // attention: fwd, or bwd_dq and bwd_dkdv
+    CUfunction attn[3]; // attention: fwd, or bwd_dq and bwd_dkdv
     int attn_smem[3], attn_tc;
-    cublasLtMatmulDesc_t desc;       // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
+    cublasLtMatmulDesc_t desc;         // GEMM: C^T = op(B)^T op(A)^T in cuBLASLt's column-major terms
     cublasLtMatrixLayout_t la, lb, lc; // B's, A's and C's layouts, in that order of the call
-    cublasLtMatmulAlgo_t algo;       // GEMM: chosen once at load (gemm_pick_algo), for its workspace
-    size_t workspace;                // GEMM: cuBLASLt's workspace, bytes at the start of the engine's scratch
+    cublasLtMatmulAlgo_t algo;         // GEMM: chosen once at load (gemm_pick_algo), for its workspace
+    size_t workspace;                  // GEMM: cuBLASLt's workspace, bytes at the start of the engine's scratch
 } Kernel;
 
 // COPY_OUT's gradients on their way into the host store: a ring of
@@ -93,16 +93,16 @@ enum { RING_SLOTS = 4 };
 #define RING_SLOT_MAX_BYTES ((int64_t)256 << 20)
 typedef struct RingPiece {
     const Instr *in;
-    float *host;          // (n) where it goes
+    float *host; // (n) where it goes
     int64_t n;
-    int flags;            // GRADS_BF16, GRADS_SET
+    int flags; // GRADS_BF16, GRADS_SET
 } RingPiece;
 typedef struct GradsRing {
-    char *slot[RING_SLOTS];           // pinned, (slot_bytes) each
-    cudaEvent_t copied[RING_SLOTS];   // recorded after the slot's copy
-    RingPiece piece[RING_SLOTS];      // slot k's piece; slots fill in ring order
+    char *slot[RING_SLOTS];         // pinned, (slot_bytes) each
+    cudaEvent_t copied[RING_SLOTS]; // recorded after the slot's copy
+    RingPiece piece[RING_SLOTS];    // slot k's piece; slots fill in ring order
     int64_t slot_bytes;
-    int head, count;                  // the oldest piece's slot, and pieces queued and not yet added
+    int head, count; // the oldest piece's slot, and pieces queued and not yet added
     int stop, started;
     pthread_t thread;
     pthread_mutex_t mu;
@@ -110,8 +110,8 @@ typedef struct GradsRing {
 } GradsRing;
 
 typedef struct TraceEvent { // --trace: one instruction between two CUDA events (timing ones), or host times
-    const Instr *in;         // of the train stream
-    cudaEvent_t t0, t1;      // NULL: a host instruction, at host_t0, host_t1 (seconds after the epoch)
+    const Instr *in;        // of the train stream
+    cudaEvent_t t0, t1;     // NULL: a host instruction, at host_t0, host_t1 (seconds after the epoch)
     double host_t0, host_t1;
 } TraceEvent;
 
@@ -119,55 +119,56 @@ typedef struct Cuda {
     const Plan *p;
     Arena karena;
     KirProgram prog;
-    int bf16;                        // the plan's storage: bf16 (the attention variants' names say so)
-    char name[400];                  // "cuda: NVIDIA H200 (sm_90, the plan's sm_90 cubin)"
-    char *dev;                       // (dev_bytes) the one device allocation
+    int bf16;       // the plan's storage: bf16 (the attention variants' names say so)
+    char name[400]; // "cuda: NVIDIA H200 (sm_90, the plan's sm_90 cubin)"
+    char *dev;      // (dev_bytes) the one device allocation
     int64_t dev_bytes;
-    char *scratch[ENG_COUNT];        // (scratch_bytes) in dev, per engine that runs kernels; NULL for others
+    char *scratch[ENG_COUNT]; // (scratch_bytes) in dev, per engine that runs kernels; NULL for others
     int64_t scratch_bytes;
-    LoadBalancePool pool;            // a pooled load-balancing loss's sums across the layers: device memory of its
-                                     // own (layers * 2 E doubles, a few KiB, outside the plan's count); NULL: none
+    LoadBalancePool pool; // a pooled load-balancing loss's sums across the layers: device memory of its
+                          // own (layers * 2 E doubles, a few KiB, outside the plan's count); NULL: none
     cudaStream_t stream[ENG_COUNT];
-    cudaEvent_t *event;              // (nevents)
+    cudaEvent_t *event; // (nevents)
     CUmodule mod;
-    CUfunction moe[MOE_KERNELS];     // compiler/emit/cuda/moe.cuh's grouped kernels (NULL: not loaded)
-    CUfunction widen;                // the prelude's mt_widen_bf16, for INS_COPY XFER_BF16 (NULL: the plan has none)
-    Kernel *kern[PART_COUNT];        // (prog.parts[p].n)
+    CUfunction moe[MOE_KERNELS]; // compiler/emit/cuda/moe.cuh's grouped kernels (NULL: not loaded)
+    CUfunction widen;            // the prelude's mt_widen_bf16, for INS_COPY XFER_BF16 (NULL: the plan has none)
+    Kernel *kern[PART_COUNT];    // (prog.parts[p].n)
     cublasLtHandle_t lt;
-    char *staging[ENG_COUNT];        // pinned, 4 bytes: a scalar read at once (cuda_read_scalar)
-    GradsRing ring;                  // COPY_OUT's gradients, added on the host off the copy-out engine
-    void **pinned;                   // (npinned) the chunks registered, each a cudaHostRegister
+    char *staging[ENG_COUNT]; // pinned, 4 bytes: a scalar read at once (cuda_read_scalar)
+    GradsRing ring;           // COPY_OUT's gradients, added on the host off the copy-out engine
+    void **pinned;            // (npinned) the chunks registered, each a cudaHostRegister
     int npinned;
-    pthread_mutex_t mu;              // the first failure
+    pthread_mutex_t mu; // the first failure
     int failed;
     char err[1024];
-    int poison_free;                 // MT_POISON_FREE=1: FREE fills its region with NaN (cuda_poison)
-    CUcontext cuctx;                 // the device's primary context, which every engine thread binds (enter)
-    float *loss_host;                // pinned, (nloss_cap): LOSS values queued, read at finish
-    float **loss_dst;                // (nloss_cap) where each goes
-    int nloss, nloss_cap;            // queued since the last finish; the plan's LOSS instructions
-    Trace trace;                     // --trace (tracing: trace.f set)
+    int poison_free;      // MT_POISON_FREE=1: FREE fills its region with NaN (cuda_poison)
+    CUcontext cuctx;      // the device's primary context, which every engine thread binds (enter)
+    float *loss_host;     // pinned, (nloss_cap): LOSS values queued, read at finish
+    float **loss_dst;     // (nloss_cap) where each goes
+    int nloss, nloss_cap; // queued since the last finish; the plan's LOSS instructions
+    Trace trace;          // --trace (tracing: trace.f set)
     pthread_mutex_t trace_mu;
-    TraceEvent *tev;                 // (ntev of cap_tev) instructions timed since the last finish
+    TraceEvent *tev; // (ntev of cap_tev) instructions timed since the last finish
     int ntev, cap_tev;
-    cudaEvent_t epoch;               // the trace's time zero
-    double epoch_host;               // the host clock then (trace_clock_s), for the host engine's instructions
-    int device, devices;             // the GPU this rank runs on (its local rank modulo devices), of the machine's
-    size_t comm_bytes;               // the device memory opening the ranks' collectives took (NCCL's buffers)
-    Comm comm;                       // the ranks' collectives (comm.h): NCCL, or MPI through host copies
-    cudaStream_t comm_stream;        // where they are queued (NULL with one rank)
-    int *doc_starts_dev;                   // (B, T) the device copy of the micro-batch's document starts: in dev after the
-                                     // scratch, plan_doc_starts_bytes (common/scratch.h)
-    void *seg_start;                 // what every attention launch passes as seg_start: doc_starts_dev, or NULL
+    cudaEvent_t epoch;        // the trace's time zero
+    double epoch_host;        // the host clock then (trace_clock_s), for the host engine's instructions
+    int device, devices;      // the GPU this rank runs on (its local rank modulo devices), of the machine's
+    size_t comm_bytes;        // the device memory opening the ranks' collectives took (NCCL's buffers)
+    Comm comm;                // the ranks' collectives (comm.h): NCCL, or MPI through host copies
+    cudaStream_t comm_stream; // where they are queued (NULL with one rank)
+    int *doc_starts_dev;      // (B, T) the device copy of the micro-batch's document starts: in dev after the
+                              // scratch, plan_doc_starts_bytes (common/scratch.h)
+    void *seg_start;          // what every attention launch passes as seg_start: doc_starts_dev, or NULL
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
-static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY",   "INPUT",     "RUN",
-                                            "LOSS",    "SAVE",     "LOAD",   "FREE",      "RECORD",
-                                            "WAIT",    "NORM",     "UPDATE", "STAT",      "ALLGATHER",
-                                            "REDUCE_SCATTER"};
+static const char *const KIND[INS_COUNT] = {"COPY_IN", "COPY_OUT", "COPY",      "INPUT",         "RUN",  "LOSS",
+                                            "SAVE",    "LOAD",     "FREE",      "RECORD",        "WAIT", "NORM",
+                                            "UPDATE",  "STAT",     "ALLGATHER", "REDUCE_SCATTER"};
 
-static int engine_of(const Instr *in) { return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE; }
+static int engine_of(const Instr *in) {
+    return in && in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE;
+}
 
 // "train stream instruction 412 (RUN, layer 3) on the compute engine"
 static void where(const Cuda *c, const Instr *in, char *buf, size_t cap) {
@@ -238,8 +239,7 @@ static int trace_begin(Cuda *c, const Instr *in) {
     TraceEvent *t = trace_push(c);
     if (t) {
         *t = (TraceEvent){in, NULL, NULL, 0, 0};
-        if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess)
-            i = c->ntev++, t0 = t->t0;
+        if (cudaEventCreate(&t->t0) == cudaSuccess && cudaEventCreate(&t->t1) == cudaSuccess) i = c->ntev++, t0 = t->t0;
         else if (t->t0) // the second failed: the first is not kept
             cudaEventDestroy(t->t0);
     }
@@ -355,7 +355,8 @@ static void cuda_copy_out_add(Backend *be, const Instr *in, float *host, int64_t
         while (r->count == RING_SLOTS) pthread_cond_wait(&r->cv, &r->mu);
         int k = (r->head + r->count) % RING_SLOTS;
         pthread_mutex_unlock(&r->mu);
-        if (!RT(c, in, cudaMemcpyAsync(r->slot[k], c->dev + src + off, (size_t)len, cudaMemcpyDeviceToHost, c->stream[e])) ||
+        if (!RT(c, in,
+                cudaMemcpyAsync(r->slot[k], c->dev + src + off, (size_t)len, cudaMemcpyDeviceToHost, c->stream[e])) ||
             !RT(c, in, cudaEventRecord(r->copied[k], c->stream[e])))
             break;
         pthread_mutex_lock(&r->mu);
@@ -402,8 +403,10 @@ static void cuda_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t s
     long long n = bytes / 4, blocks = (n + WIDEN_THREADS - 1) / WIDEN_THREADS;
     void *params[] = {&d, &s, &n};
     int t = trace_begin(c, in);
-    if (n) CU(c, in, cuLaunchKernel(c->widen, (unsigned)(blocks < WIDEN_BLOCKS ? blocks : WIDEN_BLOCKS), 1, 1,
-                                    WIDEN_THREADS, 1, 1, 0, stream_of(c, in), params, NULL));
+    if (n)
+        CU(c, in,
+           cuLaunchKernel(c->widen, (unsigned)(blocks < WIDEN_BLOCKS ? blocks : WIDEN_BLOCKS), 1, 1, WIDEN_THREADS, 1,
+                          1, 0, stream_of(c, in), params, NULL));
     trace_end(c, in, t);
     done_if_host(c, in);
 }
@@ -494,8 +497,9 @@ static void launch_expr(Cuda *c, const Instr *in, int part, int i, const int64_t
         ptr[a] = arg_ptr(c, g, offsets);
         if ((g->access & KA_ACC32) && !RT(c, in, cudaMemsetAsync(ptr[a], 0, (size_t)g->numel * 4, s))) return;
     }
-    if (!CU(c, in, cuLaunchKernel(kn->fn, (unsigned)kn->grid, 1, 1, (unsigned)kn->block, 1, 1, (unsigned)kn->smem, s,
-                                  params, NULL)))
+    if (!CU(c, in,
+            cuLaunchKernel(kn->fn, (unsigned)kn->grid, 1, 1, (unsigned)kn->block, 1, 1, (unsigned)kn->smem, s, params,
+                           NULL)))
         return;
     if (!kn->finish) return;
     void *dst[MAX_ARGS];
@@ -511,9 +515,11 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];
     const float one = 1.0f, zero = 0.0f;
-    char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets), *B = arg_ptr(c, &k->args[2], offsets);
-    LT(c, in, cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo,
-                             c->scratch[engine_of(in)], kn->workspace, stream_of(c, in)));
+    char *C = arg_ptr(c, &k->args[0], offsets), *A = arg_ptr(c, &k->args[1], offsets),
+         *B = arg_ptr(c, &k->args[2], offsets);
+    LT(c, in,
+       cublasLtMatmul(c->lt, kn->desc, &one, B, kn->la, A, kn->lb, &zero, C, kn->lc, C, kn->lc, &kn->algo,
+                      c->scratch[engine_of(in)], kn->workspace, stream_of(c, in)));
 }
 
 // The flash templates: forward (y and its lse, the plan's OP_ATTENTION_LSE
@@ -537,8 +543,9 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
         // seg_start: the fp32 kernels' last parameter, the tensor-core ones' before T
         void *a[] = {&Y, &L, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
         void *a_tc[] = {&Y, &L, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
-        CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
-                                 kn->attn_tc ? a_tc : a, NULL));
+        CU(c, in,
+           cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
+                          kn->attn_tc ? a_tc : a, NULL));
         return;
     }
     size_t es = k->args[0].dtype == KT_BF16 ? 2 : 4;
@@ -552,10 +559,12 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &L, &c->seg_start, &T, &H, &KVH};
     void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
-    if (CU(c, in, cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
-                                 kn->attn_tc ? a_dq_tc : a_dq, NULL)))
-        CU(c, in, cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s,
-                                 kn->attn_tc ? a_dkdv_tc : a_dkdv, NULL));
+    if (CU(c, in,
+           cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
+                          kn->attn_tc ? a_dq_tc : a_dq, NULL)))
+        CU(c, in,
+           cuLaunchKernel(kn->attn[1], gk, (unsigned)KVH, B, threads, 1, 1, (unsigned)kn->attn_smem[1], s,
+                          kn->attn_tc ? a_dkdv_tc : a_dkdv, NULL));
 }
 
 // The geometry of a mixture-of-experts node (KK_NODE): rows, the last axis
@@ -611,8 +620,8 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
         MoeDims m = moe_node_dims(c->p->graph, n);
         MoeLaunchCtx ctx = {c, in, s};
         // moe's operands y, x, gates, w_gate, w_up, w_down in moe_bwd's places (no dy)
-        void *arg[7] = {ptr[0], bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2], ptr[bwd ? 4 : 3],
-                        ptr[bwd ? 5 : 4], ptr[bwd ? 6 : 5]};
+        void *arg[7] = {ptr[0],           bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2],
+                        ptr[bwd ? 4 : 3], ptr[bwd ? 5 : 4],    ptr[bwd ? 6 : 5]};
         int bits = bwd ? bf : (bf & 1) | (bf >> 1) << 2;
         moe_run(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES), arg, bits, ws, moe_launch, &ctx);
         return;
@@ -630,7 +639,8 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     default: break;
     }
     if (n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD)
-        params[np++] = &pooled, params[np++] = &sums, params[np++] = &layer, params[np++] = &layers, params[np++] = &pool_rows;
+        params[np++] = &pooled, params[np++] = &sums, params[np++] = &layer, params[np++] = &layers,
+        params[np++] = &pool_rows;
     unsigned grid = n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD ? 1 : thr;
     CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, T, 1, 1, 0, s, params, NULL));
 }
@@ -651,7 +661,8 @@ static void cuda_run(Backend *be, const Instr *in, PartKind part, int from, int 
             if (k->gemm.epilogue >= 0 && !failed(c)) launch_expr(c, in, part, k->gemm.epilogue, offsets);
             break;
         case KK_NODE:
-            if (!((flags & RUN_SKIP_HEAVY) && op_is_heavy(((const Node *)c->p->graph->parts[part].nodes.items[k->anchor])->op)))
+            if (!((flags & RUN_SKIP_HEAVY) &&
+                  op_is_heavy(((const Node *)c->p->graph->parts[part].nodes.items[k->anchor])->op)))
                 run_node(c, in, part, i, offsets);
             break;
         default:
@@ -772,7 +783,8 @@ static int refuse(Cuda *c, char *err, size_t errcap) {
 // Looks up fn in the plan's module and lets it use smem bytes of dynamic shared memory.
 static int get_function(Cuda *c, CUfunction *fn, const char *name, int smem) {
     if (!CU(c, NULL, cuModuleGetFunction(fn, c->mod, name))) return -1;
-    if (smem > 48 * 1024 && !CU(c, NULL, cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)))
+    if (smem > 48 * 1024 &&
+        !CU(c, NULL, cuFuncSetAttribute(*fn, CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES, smem)))
         return -1;
     return 0;
 }
@@ -788,8 +800,12 @@ static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
     if (!LT(c, NULL, cublasLtMatmulDescCreate(&kn->desc, CUBLAS_COMPUTE_32F, CUDA_R_32F)) ||
         !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSA, &opa, sizeof opa)) ||
         !LT(c, NULL, cublasLtMatmulDescSetAttribute(kn->desc, CUBLASLT_MATMUL_DESC_TRANSB, &opb, sizeof opb)) ||
-        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->la, t, (uint64_t)(g->tb ? g->K : g->N), (uint64_t)(g->tb ? g->N : g->K), g->ldb)) ||
-        !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lb, t, (uint64_t)(g->ta ? g->M : g->K), (uint64_t)(g->ta ? g->K : g->M), g->lda)) ||
+        !LT(c, NULL,
+            cublasLtMatrixLayoutCreate(&kn->la, t, (uint64_t)(g->tb ? g->K : g->N), (uint64_t)(g->tb ? g->N : g->K),
+                                       g->ldb)) ||
+        !LT(c, NULL,
+            cublasLtMatrixLayoutCreate(&kn->lb, t, (uint64_t)(g->ta ? g->M : g->K), (uint64_t)(g->ta ? g->K : g->M),
+                                       g->lda)) ||
         !LT(c, NULL, cublasLtMatrixLayoutCreate(&kn->lc, tc, (uint64_t)g->N, (uint64_t)g->M, g->ldc)))
         return -1;
     if (g->batch > 1) {
@@ -797,9 +813,11 @@ static int gemm_layouts(Cuda *c, Kernel *kn, const KirKernel *k) {
         cublasLtMatrixLayout_t l[3] = {kn->la, kn->lb, kn->lc};
         int64_t stride[3] = {g->stride_b, g->stride_a, g->stride_c};
         for (int i = 0; i < 3; i++)
-            if (!LT(c, NULL, cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n)) ||
-                !LT(c, NULL, cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET,
-                                                              &stride[i], sizeof stride[i])))
+            if (!LT(c, NULL,
+                    cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_BATCH_COUNT, &n, sizeof n)) ||
+                !LT(c, NULL,
+                    cublasLtMatrixLayoutSetAttribute(l[i], CUBLASLT_MATRIX_LAYOUT_STRIDED_BATCH_OFFSET, &stride[i],
+                                                     sizeof stride[i])))
                 return -1;
     }
     return 0;
@@ -815,13 +833,16 @@ static int gemm_pick_algo(Cuda *c, Kernel *kn, const KirKernel *k, int part, int
     size_t workspace = (size_t)gemm_workspace_bytes(&k->gemm);
     int found = 0;
     int ok = LT(c, NULL, cublasLtMatmulPreferenceCreate(&pref)) &&
-             LT(c, NULL, cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
-                                                              sizeof workspace)) &&
-             LT(c, NULL, cublasLtMatmulAlgoGetHeuristic(c->lt, kn->desc, kn->la, kn->lb, kn->lc, kn->lc, pref, 1, &best,
-                                                        &found));
+             LT(c, NULL,
+                cublasLtMatmulPreferenceSetAttribute(pref, CUBLASLT_MATMUL_PREF_MAX_WORKSPACE_BYTES, &workspace,
+                                                     sizeof workspace)) &&
+             LT(c, NULL,
+                cublasLtMatmulAlgoGetHeuristic(c->lt, kn->desc, kn->la, kn->lb, kn->lc, kn->lc, pref, 1, &best,
+                                               &found));
     if (pref) cublasLtMatmulPreferenceDestroy(pref);
     if (ok && found < 1)
-        snprintf(c->err, sizeof c->err, "cuda: cuBLASLt has no algorithm for GEMM kernel %d of part %s", i, part_name(part));
+        snprintf(c->err, sizeof c->err, "cuda: cuBLASLt has no algorithm for GEMM kernel %d of part %s", i,
+                 part_name(part));
     if (!ok || found < 1) return -1;
     kn->algo = best.algo;
     kn->workspace = workspace;
@@ -838,8 +859,8 @@ static int load_kernels(Cuda *c) {
             Kernel *kn = &c->kern[p][i];
             char sym[64], name[160];
             if (k->nargs > MAX_ARGS) {
-                snprintf(c->err, sizeof c->err, "cuda: kernel %d of part %s has %d arguments; at most %d", i, part_name(p),
-                         k->nargs, MAX_ARGS);
+                snprintf(c->err, sizeof c->err, "cuda: kernel %d of part %s has %d arguments; at most %d", i,
+                         part_name(p), k->nargs, MAX_ARGS);
                 return -1;
             }
             if (k->kind == KK_GEMM) {
@@ -861,7 +882,8 @@ static int load_kernels(Cuda *c) {
                 const KirAttn *t = &k->attn;
                 char v[64];
                 int D = (int)t->D, Dv = (int)t->Dv, bwd = k->kind == KK_ATTN_BWD;
-                attn_variant_name_dv(v, sizeof v, c->bf16, D, Dv, t->causal, (long long)t->window, t->scale, t->softcap);
+                attn_variant_name_dv(v, sizeof v, c->bf16, D, Dv, t->causal, (long long)t->window, t->scale,
+                                     t->softcap);
                 kn->attn_tc = attn_tc_ok(c->bf16, D, Dv);
                 const char *pre = kn->attn_tc ? "mt_attn_tc" : "mt_attn";
                 kn->attn_smem[0] = (int)(bwd ? (kn->attn_tc ? attn_tc_smem_dq(D, Dv) : attn_smem_dq(D))
@@ -907,7 +929,9 @@ static int pin_ranges(Cuda *c, const HostRange *pin, int npin) {
     int64_t chunk = pin_chunk_bytes(), total = 0;
     int calls = 0;
     for (int i = 0; i < npin; i++)
-        if (pin[i].bytes) calls += (int)(((uintptr_t)pin[i].ptr % (uint64_t)chunk + (uint64_t)pin[i].bytes + (uint64_t)chunk - 1) / (uint64_t)chunk);
+        if (pin[i].bytes)
+            calls += (int)(((uintptr_t)pin[i].ptr % (uint64_t)chunk + (uint64_t)pin[i].bytes + (uint64_t)chunk - 1) /
+                           (uint64_t)chunk);
     if (!(c->pinned = calloc((size_t)calls + 1, sizeof *c->pinned))) {
         snprintf(c->err, sizeof c->err, "out of memory");
         return -1;
@@ -916,12 +940,15 @@ static int pin_ranges(Cuda *c, const HostRange *pin, int npin) {
     for (int i = 0; i < npin; i++) {
         char *at = pin[i].ptr, *end = at + pin[i].bytes;
         while (at < end) {
-            char *next = (char *)(((uintptr_t)at / (uint64_t)chunk + 1) * (uint64_t)chunk); // the next multiple of chunk
+            char *next = (char *)(((uintptr_t)at / (uint64_t)chunk + 1) *
+                                  (uint64_t)chunk); // the next multiple of chunk
             if (next > end) next = end;
             cudaError_t e = cudaHostRegister(at, (size_t)(next - at), cudaHostRegisterDefault);
             if (e != cudaSuccess) {
-                snprintf(c->err, sizeof c->err, "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister of "
-                         "%lld bytes at offset %lld: %s", pin[i].what, (long long)pin[i].bytes, (long long)(next - at),
+                snprintf(c->err, sizeof c->err,
+                         "cannot pin %s (%lld bytes) for the GPU's copies: cudaHostRegister of "
+                         "%lld bytes at offset %lld: %s",
+                         pin[i].what, (long long)pin[i].bytes, (long long)(next - at),
                          (long long)(at - (char *)pin[i].ptr), cudaGetErrorString(e));
                 return -1;
             }
@@ -941,12 +968,14 @@ int backend_cuda_devices(char *why, size_t cap) {
     int n = 0;
     cudaError_t e = cudaGetDeviceCount(&n);
     if (e != cudaSuccess || n <= 0) {
-        snprintf(why, cap, "no CUDA device (cudaGetDeviceCount: %s)", e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
+        snprintf(why, cap, "no CUDA device (cudaGetDeviceCount: %s)",
+                 e != cudaSuccess ? cudaGetErrorString(e) : "0 devices");
         return 0;
     }
     struct cudaDeviceProp prop;
     if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess)
-        snprintf(why, cap, "%s, sm_%d%d, %.1f GB", prop.name, prop.major, prop.minor, (double)prop.totalGlobalMem / 1e9);
+        snprintf(why, cap, "%s, sm_%d%d, %.1f GB", prop.name, prop.major, prop.minor,
+                 (double)prop.totalGlobalMem / 1e9);
     else snprintf(why, cap, "%d CUDA device%s", n, n == 1 ? "" : "s");
     return n;
 }
@@ -987,8 +1016,10 @@ static int open_comm(Cuda *c, const Dist *dist) {
     int nccl = 0;
 #endif
     if (nccl && dist->local > c->devices) { // (NCCL refuses two ranks of one communicator on one GPU)
-        snprintf(c->err, sizeof c->err, "cuda: %d ranks on this machine but %d GPU%s: NCCL needs a GPU for each rank; "
-                 "start at most %d ranks a machine", dist->local, c->devices, c->devices == 1 ? "" : "s", c->devices);
+        snprintf(c->err, sizeof c->err,
+                 "cuda: %d ranks on this machine but %d GPU%s: NCCL needs a GPU for each rank; "
+                 "start at most %d ranks a machine",
+                 dist->local, c->devices, c->devices == 1 ? "" : "s", c->devices);
         return -1;
     }
     CommStaging staging = {comm_to_host, comm_to_buf, c};
@@ -1012,7 +1043,8 @@ static int open_comm(Cuda *c, const Dist *dist) {
         ok = 0;
     for (int r = 0; r < n; r++) want += (float)(r % c->devices + 1); // (every rank's device; one machine)
     if (ok && dist->local == n && got[0] != want)
-        snprintf(why, sizeof why, "the ranks' start-up all-reduce gave %g, not %g", (double)got[0], (double)want), ok = 0;
+        snprintf(why, sizeof why, "the ranks' start-up all-reduce gave %g, not %g", (double)got[0], (double)want),
+            ok = 0;
     float mine = (float)(dist->rank + 1);
     if (ok && (!RT(c, NULL, cudaMemcpy(buf + dist->rank, &mine, sizeof mine, cudaMemcpyHostToDevice)) ||
                comm_all_gather(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
@@ -1022,14 +1054,16 @@ static int open_comm(Cuda *c, const Dist *dist) {
     for (int r = 0; ok && r < n; r++)
         if (got[r] != (float)(r + 1))
             snprintf(why, sizeof why, "the ranks' start-up all-gather gave %g for rank %d, not %d", (double)got[r], r,
-                     r + 1), ok = 0;
+                     r + 1),
+                ok = 0;
     if (ok && (comm_reduce_scatter(&c->comm, buf, 1, COMM_F32, c->comm_stream, why, sizeof why) != 0 ||
                !RT(c, NULL, cudaStreamSynchronize(c->comm_stream)) ||
                !RT(c, NULL, cudaMemcpy(&mine, buf + dist->rank, sizeof mine, cudaMemcpyDeviceToHost))))
         ok = 0;
     if (ok && mine != (float)((dist->rank + 1) * n))
         snprintf(why, sizeof why, "the ranks' start-up reduce-scatter gave %g, not %d", (double)mine,
-                 (dist->rank + 1) * n), ok = 0;
+                 (dist->rank + 1) * n),
+            ok = 0;
     if (buf) cudaFree(buf);
     free(got);
     if (!ok && !failed(c)) snprintf(c->err, sizeof c->err, "cuda: %s", *why ? why : "out of memory");
@@ -1043,11 +1077,11 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
 // What backend_cuda_create learns of the GPU and the plan on the way.
 typedef struct {
     struct cudaDeviceProp prop;
-    int ptx;        // 1: the plan's PTX, for a GPU newer than its cubin
-    int widen;      // 1: the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
-    int nscratch;   // engines that run kernels, each with its scratch
-    int64_t arena;  // the arena's bytes, rounded up to 256
-    int64_t doc_starts;   // the document starts' bytes after the scratch
+    int ptx;            // 1: the plan's PTX, for a GPU newer than its cubin
+    int widen;          // 1: the plan widens bf16 in the arena (INS_COPY XFER_BF16): its module's mt_widen_bf16
+    int nscratch;       // engines that run kernels, each with its scratch
+    int64_t arena;      // the arena's bytes, rounded up to 256
+    int64_t doc_starts; // the document starts' bytes after the scratch
 } CudaOpen;
 
 // The GPU of this rank, and whether it can run the plan's kernels.
@@ -1063,8 +1097,10 @@ static int open_device(Cuda *c, const Dist *dist, CudaOpen *o) {
     int gpu_sm = o->prop.major * 10 + o->prop.minor, plan_sm = atoi(p->cuda_arch + 3);
     o->ptx = gpu_sm != plan_sm;
     if (gpu_sm < plan_sm) {
-        snprintf(c->err, sizeof c->err, "the plan's kernels are for %s but this GPU (%s) is sm_%d; compile the plan "
-                 "for a target of this GPU's architecture", p->cuda_arch, o->prop.name, gpu_sm);
+        snprintf(c->err, sizeof c->err,
+                 "the plan's kernels are for %s but this GPU (%s) is sm_%d; compile the plan "
+                 "for a target of this GPU's architecture",
+                 p->cuda_arch, o->prop.name, gpu_sm);
         return -1;
     }
     if (o->ptx && !p->ptx_len) {
@@ -1108,15 +1144,18 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
     const Plan *p = c->p;
     int64_t need = program_scratch_bytes(&c->prog, p->graph);
     if (p->scratch_bytes < need) {
-        snprintf(c->err, sizeof c->err, "the plan records %lld bytes of kernel scratch per engine but its kernels need "
-                 "%lld; recompile it with this mtc", (long long)p->scratch_bytes, (long long)need);
+        snprintf(c->err, sizeof c->err,
+                 "the plan records %lld bytes of kernel scratch per engine but its kernels need "
+                 "%lld; recompile it with this mtc",
+                 (long long)p->scratch_bytes, (long long)need);
         return -1;
     }
     c->scratch_bytes = p->scratch_bytes;
     for (int e = 0; e < ENG_COUNT; e++) o->nscratch += c->scratch[e] != NULL;
     o->arena = (p->arena_bytes + 255) & ~(int64_t)255, o->doc_starts = plan_doc_starts_bytes(p);
     c->dev_bytes = plan_device_bytes(p);
-    if (o->nscratch != plan_scratch_engines(p) || c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->doc_starts ||
+    if (o->nscratch != plan_scratch_engines(p) ||
+        c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->doc_starts ||
         o->doc_starts < p->graph->train.batch * p->graph->train.seq * 4) {
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d",
                  o->nscratch, plan_scratch_engines(p));
@@ -1137,10 +1176,12 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
         char nccl[160] = "";
         if (c->comm_bytes)
             snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
-        snprintf(c->err, sizeof c->err, "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
+        snprintf(c->err, sizeof c->err,
+                 "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
                  "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
-                 (long long)c->dev_bytes, (long long)p->arena_bytes, (long long)(c->dev_bytes - o->arena - o->doc_starts),
-                 (long long)o->doc_starts, o->prop.name, free_b, total_b, nccl);
+                 (long long)c->dev_bytes, (long long)p->arena_bytes,
+                 (long long)(c->dev_bytes - o->arena - o->doc_starts), (long long)o->doc_starts, o->prop.name, free_b,
+                 total_b, nccl);
         return -1;
     }
     void *dev = NULL;
@@ -1215,7 +1256,8 @@ static int load_module(Cuda *c, const CudaOpen *o) {
     free(image);
     if (!loaded || !LT(c, NULL, cublasLtCreate(&c->lt)) || load_kernels(c) != 0) return -1;
     if (o->widen && get_function(c, &c->widen, "mt_widen_bf16", 0) != 0) {
-        snprintf(c->err, sizeof c->err, "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
+        snprintf(c->err, sizeof c->err,
+                 "this plan widens bf16 gradients on the device (a sharded bf16 plan) but its "
                  "kernels have no mt_widen_bf16: recompile it with this mtc");
         return -1;
     }
@@ -1236,7 +1278,8 @@ static int open_trace(Cuda *c, Backend *be, const char *trace_path) {
 Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, const char *trace_path, const Dist *dist,
                              char *err, size_t errcap) {
     if (!p->cuda_arch || (!p->cubin_len && !p->ptx_len) || !p->kernels_len) {
-        snprintf(err, errcap, "this plan carries no CUDA kernels (it was compiled for a cpu target); compile it for "
+        snprintf(err, errcap,
+                 "this plan carries no CUDA kernels (it was compiled for a cpu target); compile it for "
                  "a GPU target (mtc --target h200, or a profile of this GPU)");
         return NULL;
     }
@@ -1251,11 +1294,23 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     c->poison_free = getenv("MT_POISON_FREE") && !strcmp(getenv("MT_POISON_FREE"), "1");
     pthread_mutex_init(&c->mu, NULL);
     pthread_mutex_init(&c->trace_mu, NULL);
-    *be = (Backend){.name = c->name, .ctx = c, .copy_in = cuda_copy_in, .copy_out_add = cuda_copy_out_add,
-                    .copy_out = cuda_copy_out, .copy = cuda_copy, .copy_widen = cuda_copy_widen,
-                    .collective = cuda_collective, .poison = cuda_poison, .run = cuda_run,
-                    .read_scalar = cuda_read_scalar, .read_scalar_async = cuda_read_scalar_async, .record = cuda_record, .wait = cuda_wait, .finish = cuda_finish,
-                    .set_doc_starts = cuda_set_doc_starts, .destroy = cuda_destroy};
+    *be = (Backend){.name = c->name,
+                    .ctx = c,
+                    .copy_in = cuda_copy_in,
+                    .copy_out_add = cuda_copy_out_add,
+                    .copy_out = cuda_copy_out,
+                    .copy = cuda_copy,
+                    .copy_widen = cuda_copy_widen,
+                    .collective = cuda_collective,
+                    .poison = cuda_poison,
+                    .run = cuda_run,
+                    .read_scalar = cuda_read_scalar,
+                    .read_scalar_async = cuda_read_scalar_async,
+                    .record = cuda_record,
+                    .wait = cuda_wait,
+                    .finish = cuda_finish,
+                    .set_doc_starts = cuda_set_doc_starts,
+                    .destroy = cuda_destroy};
     CudaOpen o = {0};
     if (open_device(c, dist, &o) == 0 && read_plan_needs(c, &o) == 0 && alloc_device(c, dist, &o) == 0 &&
         pin_ranges(c, pin, npin) == 0 && // the host memory the streams read and write: pinned now, or refused

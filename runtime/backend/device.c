@@ -20,8 +20,10 @@ int device_cuda_count(char *why, size_t cap) {
     int (*count)(int *) = (int (*)(int *))dlsym(lib, "cuDeviceGetCount");
     int n = 0, rc;
     if (!init || !count) snprintf(why, cap, "libcuda.so.1 lacks cuInit or cuDeviceGetCount");
-    else if ((rc = init(0)) != 0) snprintf(why, cap, "cuInit failed with CUresult %d (no GPU, or its driver is not loaded)", rc);
-    else if ((rc = count(&n)) != 0 || n <= 0) snprintf(why, cap, "the CUDA driver reports no device (CUresult %d)", rc), n = 0;
+    else if ((rc = init(0)) != 0)
+        snprintf(why, cap, "cuInit failed with CUresult %d (no GPU, or its driver is not loaded)", rc);
+    else if ((rc = count(&n)) != 0 || n <= 0)
+        snprintf(why, cap, "the CUDA driver reports no device (CUresult %d)", rc), n = 0;
     dlclose(lib);
     return n;
 }

@@ -36,7 +36,8 @@ int exec_init(PartState *ps, const Part *part, Precision prec) {
     size_t total = 0;
     for (int i = 0; i < n; i++) {
         const Node *nd = part->nodes.items[i];
-        if (!is_alias(nd) && !is_bound(nd)) total += ((size_t)shape_numel(&nd->shape) * exec_elem_size(nd, prec) + 63) & ~(size_t)63;
+        if (!is_alias(nd) && !is_bound(nd))
+            total += ((size_t)shape_numel(&nd->shape) * exec_elem_size(nd, prec) + 63) & ~(size_t)63;
     }
     ps->owned = aligned_alloc(64, total ? total : 64);
     if (!ps->owned) {
@@ -83,7 +84,7 @@ void exec_run_flags(PartState *ps, int from, int to, int flags) {
         if (ps->prec == PREC_F64) kernel_run_doc_starts_f64(n, ps->val[i], in, ps->seg_start);
         else kernel_run_doc_starts_f32(n, ps->val[i], in, ps->seg_start);
         if (ps->prec == PREC_F32) { // stored as bf16: rounded where it ends (common/storage.h)
-            float *v = ps->val[i]; // (numel)
+            float *v = ps->val[i];  // (numel)
             for (int64_t k = 0; k < storage_rounded_elems(ps->compute, n); k++) v[k] = bf16_round(v[k]);
         }
         if (exec_profile) {

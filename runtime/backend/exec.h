@@ -13,8 +13,8 @@ typedef struct PartState {
     const Part *part;
     Precision prec;
     DType compute; // DT_BF16: the storage rule's rounding (common/storage.h) after each node, in PREC_F32
-    void **val;  // (nodes.n) the buffer of each node
-    void *owned; // the one allocation behind computed nodes' buffers
+    void **val;    // (nodes.n) the buffer of each node
+    void *owned;   // the one allocation behind computed nodes' buffers
     // A pooled load-balancing loss's sums across the layers (common/graph.h):
     // the caller points sums at the stream's and sets layer before each run
     // of a block part; left empty, such a loss computes NaN.

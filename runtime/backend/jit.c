@@ -28,20 +28,20 @@
 
 struct Jit {
     const Graph *g;
-    Arena arena;          // the kernel IR
+    Arena arena; // the kernel IR
     KirProgram prog;
     KirFn *fn[PART_COUNT]; // (prog.parts[p].n) expression and node kernels' entry points
     LLVMOrcLLJITRef lljit;
-    double *scratch;      // (scratch_n) f64 accumulators
+    double *scratch; // (scratch_n) f64 accumulators
     size_t scratch_n;
-    float *attn;          // (attn_n) attention scores, probabilities and their gradients
+    float *attn; // (attn_n) attention scores, probabilities and their gradients
     size_t attn_n;
-    void **argv;          // (argv_n) the running kernel's argument addresses
+    void **argv;                 // (argv_n) the running kernel's argument addresses
     const LoadBalancePool *pool; // a pooled load-balancing loss's (jit_set_pool), or NULL
     size_t argv_n;
-    float *wide;          // (wide_n) bf16 GEMM, attention and node operands widened to f32, and their f32 results
+    float *wide; // (wide_n) bf16 GEMM, attention and node operands widened to f32, and their f32 results
     size_t wide_n;
-    double *work;         // (work_n bytes) node kernels' workspace (node_kernel_work_bytes)
+    double *work; // (work_n bytes) node kernels' workspace (node_kernel_work_bytes)
     size_t work_n;
     const int32_t *seg_start; // (B, T) the batch's document starts (jit_set_doc_starts), or NULL
 };
@@ -75,9 +75,11 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                     int hi = k->attn.helper[h];
                     const KirKernel *hk = hi >= 0 ? &j->prog.parts[p].k[hi] : NULL;
                     // the softmax: S, (C), lse; its backward: P, dP, (C)
-                    if (!hk || hk->nargs != 2 + (k->attn.softcap > 0) || hk->rows != k->attn.T || hk->args[0].numel < k->attn.T * k->attn.T ||
+                    if (!hk || hk->nargs != 2 + (k->attn.softcap > 0) || hk->rows != k->attn.T ||
+                        hk->args[0].numel < k->attn.T * k->attn.T ||
                         hk->args[h].numel < k->attn.T * (h ? k->attn.T : 1)) {
-                        snprintf(err, cap, "jit: part %s kernel %d: attention without its helper kernels", part_name(p), i);
+                        snprintf(err, cap, "jit: part %s kernel %d: attention without its helper kernels", part_name(p),
+                                 i);
                         return -1;
                     }
                 }
@@ -101,15 +103,18 @@ static int check_args(const Jit *j, char *err, size_t cap) {
                 const KirArg *g = &k->args[a];
                 if (g->node < 0) {
                     if (k->fused_into < 0 || j->prog.parts[p].k[k->fused_into].kind == KK_GEMM) {
-                        snprintf(err, cap, "jit: part %s kernel %d: scratch argument outside an attention helper", part_name(p), i);
+                        snprintf(err, cap, "jit: part %s kernel %d: scratch argument outside an attention helper",
+                                 part_name(p), i);
                         return -1;
                     }
                     continue;
                 }
                 const Node *n = part->nodes.items[g->node];
                 int elem = kir_storage_type(storage_dtype(j->g->train.compute, n));
-                if (n->op == OP_VIEW || n->op == OP_RESHAPE || elem != g->dtype || g->offset + g->numel > shape_numel(&n->shape)) {
-                    snprintf(err, cap, "jit: part %s kernel %d argument %d reaches outside node %%%d", part_name(p), i, a, g->node);
+                if (n->op == OP_VIEW || n->op == OP_RESHAPE || elem != g->dtype ||
+                    g->offset + g->numel > shape_numel(&n->shape)) {
+                    snprintf(err, cap, "jit: part %s kernel %d argument %d reaches outside node %%%d", part_name(p), i,
+                             a, g->node);
                     return -1;
                 }
             }
@@ -134,16 +139,16 @@ typedef struct VecFn {
     const char *vector; // libmvec's variant of vf lanes
 } VecFn;
 static const VecFn VEC_FNS[] = {
-    {"llvm.exp.f64", 2, 1, "_ZGVbN2v_exp"},     {"llvm.exp.f64", 4, 1, "_ZGVdN4v_exp"},
-    {"llvm.exp.f32", 4, 1, "_ZGVbN4v_expf"},    {"llvm.exp.f32", 8, 1, "_ZGVdN8v_expf"},
-    {"llvm.log.f64", 2, 1, "_ZGVbN2v_log"},     {"llvm.log.f64", 4, 1, "_ZGVdN4v_log"},
-    {"llvm.log.f32", 4, 1, "_ZGVbN4v_logf"},    {"llvm.log.f32", 8, 1, "_ZGVdN8v_logf"},
-    {"llvm.sin.f64", 2, 1, "_ZGVbN2v_sin"},     {"llvm.sin.f64", 4, 1, "_ZGVdN4v_sin"},
-    {"llvm.sin.f32", 4, 1, "_ZGVbN4v_sinf"},    {"llvm.sin.f32", 8, 1, "_ZGVdN8v_sinf"},
-    {"llvm.cos.f64", 2, 1, "_ZGVbN2v_cos"},     {"llvm.cos.f64", 4, 1, "_ZGVdN4v_cos"},
-    {"llvm.cos.f32", 4, 1, "_ZGVbN4v_cosf"},    {"llvm.cos.f32", 8, 1, "_ZGVdN8v_cosf"},
-    {"llvm.pow.f64", 2, 2, "_ZGVbN2vv_pow"},    {"llvm.pow.f64", 4, 2, "_ZGVdN4vv_pow"},
-    {"llvm.pow.f32", 4, 2, "_ZGVbN4vv_powf"},   {"llvm.pow.f32", 8, 2, "_ZGVdN8vv_powf"},
+    {"llvm.exp.f64", 2, 1, "_ZGVbN2v_exp"},   {"llvm.exp.f64", 4, 1, "_ZGVdN4v_exp"},
+    {"llvm.exp.f32", 4, 1, "_ZGVbN4v_expf"},  {"llvm.exp.f32", 8, 1, "_ZGVdN8v_expf"},
+    {"llvm.log.f64", 2, 1, "_ZGVbN2v_log"},   {"llvm.log.f64", 4, 1, "_ZGVdN4v_log"},
+    {"llvm.log.f32", 4, 1, "_ZGVbN4v_logf"},  {"llvm.log.f32", 8, 1, "_ZGVdN8v_logf"},
+    {"llvm.sin.f64", 2, 1, "_ZGVbN2v_sin"},   {"llvm.sin.f64", 4, 1, "_ZGVdN4v_sin"},
+    {"llvm.sin.f32", 4, 1, "_ZGVbN4v_sinf"},  {"llvm.sin.f32", 8, 1, "_ZGVdN8v_sinf"},
+    {"llvm.cos.f64", 2, 1, "_ZGVbN2v_cos"},   {"llvm.cos.f64", 4, 1, "_ZGVdN4v_cos"},
+    {"llvm.cos.f32", 4, 1, "_ZGVbN4v_cosf"},  {"llvm.cos.f32", 8, 1, "_ZGVdN8v_cosf"},
+    {"llvm.pow.f64", 2, 2, "_ZGVbN2vv_pow"},  {"llvm.pow.f64", 4, 2, "_ZGVdN4vv_pow"},
+    {"llvm.pow.f32", 4, 2, "_ZGVbN4vv_powf"}, {"llvm.pow.f32", 8, 2, "_ZGVdN8vv_powf"},
 };
 enum { NVEC_FNS = sizeof VEC_FNS / sizeof VEC_FNS[0] };
 
@@ -246,7 +251,8 @@ static LLVMMemoryBufferRef compile_object(const uint8_t *bc, size_t len, int vec
     LLVMDisposeTargetData(td);
     for (LLVMValueRef f = LLVMGetFirstFunction(mod); f; f = LLVMGetNextFunction(f)) {
         if (LLVMIsDeclaration(f)) continue;
-        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex, LLVMCreateStringAttribute(cx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
+        LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
+                                LLVMCreateStringAttribute(cx, "target-cpu", 10, cpu, (unsigned)strlen(cpu)));
         LLVMAddAttributeAtIndex(f, LLVMAttributeFunctionIndex,
                                 LLVMCreateStringAttribute(cx, "target-features", 15, feat, (unsigned)strlen(feat)));
     }
@@ -306,7 +312,8 @@ static int compile(Jit *j, const uint8_t *bc, size_t len, char *err, size_t cap)
         goto out;
     }
     LLVMOrcDefinitionGeneratorRef gen; // expf, logf, sin, cos, pow: the process's libm
-    if ((e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j->lljit), NULL, NULL))) {
+    if ((e = LLVMOrcCreateDynamicLibrarySearchGeneratorForProcess(&gen, LLVMOrcLLJITGetGlobalPrefix(j->lljit), NULL,
+                                                                  NULL))) {
         set_err(err, cap, "cannot resolve the process's symbols", e);
         goto out;
     }
@@ -351,8 +358,8 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     j->g = g;
     int nnodes[PART_COUNT];
     for (int p = 0; p < PART_COUNT; p++) nnodes[p] = g->parts[p].nodes.n;
-    if (kir_read(&j->prog, kir, kir_len, graph_nparts(g), nnodes, &j->arena, err, cap) != 0 || check_args(j, err, cap) != 0 ||
-        compile(j, bitcode, bitcode_len, err, cap) != 0) {
+    if (kir_read(&j->prog, kir, kir_len, graph_nparts(g), nnodes, &j->arena, err, cap) != 0 ||
+        check_args(j, err, cap) != 0 || compile(j, bitcode, bitcode_len, err, cap) != 0) {
         jit_destroy(j);
         return NULL;
     }
@@ -360,10 +367,14 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     for (int p = 0; p < PART_COUNT; p++)
         for (int i = 0; i < j->prog.parts[p].n; i++) {
             const KirKernel *k = &j->prog.parts[p].k[i];
-            size_t acc = (size_t)kir_acc64_offset(k, k->nargs), att = k->kind == KK_EXPR || k->kind == KK_GEMM ? 0 : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T + k->attn.T);
+            size_t acc = (size_t)kir_acc64_offset(k, k->nargs),
+                   att = k->kind == KK_EXPR || k->kind == KK_GEMM
+                             ? 0
+                             : (size_t)((k->attn.softcap > 0 ? 3 : 2) * k->attn.T * k->attn.T + k->attn.T);
             if (acc > j->scratch_n) j->scratch_n = acc;
             if (att > j->attn_n) j->attn_n = att;
-            if ((size_t)k->nargs + 2 > j->argv_n) j->argv_n = (size_t)k->nargs + 2; // a node kernel's GEMM and pool after its arguments
+            if ((size_t)k->nargs + 2 > j->argv_n)
+                j->argv_n = (size_t)k->nargs + 2; // a node kernel's GEMM and pool after its arguments
             if (k->kind == KK_NODE) {
                 size_t work = (size_t)node_kernel_work_bytes(j->g->parts[p].nodes.items[k->anchor]);
                 if (work > j->work_n) j->work_n = work;
@@ -379,7 +390,8 @@ Jit *jit_create(const Graph *g, const uint8_t *kir, size_t kir_len, const uint8_
     j->wide = malloc((j->wide_n + 1) * sizeof(float));
     j->work = malloc(j->work_n + 8);
     if (!j->scratch || !j->attn || !j->argv || !j->wide || !j->work) {
-        snprintf(err, cap, "jit: cannot allocate %zu accumulator and %zu attention scratch elements, %zu node workspace bytes",
+        snprintf(err, cap,
+                 "jit: cannot allocate %zu accumulator and %zu attention scratch elements, %zu node workspace bytes",
                  j->scratch_n, j->attn_n, j->work_n);
         jit_destroy(j);
         return NULL;
@@ -547,9 +559,9 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     int64_t T = t->T, D = t->D, HD = t->H * D, KD = t->KVH * D, group = t->H / t->KVH;
     int64_t Dv = t->Dv, HV = t->H * Dv, KV = t->KVH * Dv; // v and y heads Dv wide
     int64_t nq = t->B * T * HD, nk = t->B * T * KD, nv = t->B * T * KV;
-    float *S = j->attn;       // (T, T) scores, then P
-    float *dP = S + T * T;    // (T, T) dP, then dS
-    float *C = dP + T * T;    // (T, T) with softcap: the capping's derivative
+    float *S = j->attn;                              // (T, T) scores, then P
+    float *dP = S + T * T;                           // (T, T) dP, then dS
+    float *C = dP + T * T;                           // (T, T) with softcap: the capping's derivative
     float *L = S + (t->softcap > 0 ? 3 : 2) * T * T; // (T) the softmax's rows' lse
     float *ops[7];
     f32_operands(j, k, base, offsets, ops);
@@ -571,7 +583,8 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *lse = bwd ? NULL : ops[4]; // (B, H, T)
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
-            const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D, *vh = v + b * T * KV + (h / group) * Dv;
+            const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D,
+                        *vh = v + b * T * KV + (h / group) * Dv;
             sgemm(0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
             call(f0, a0, 0, T, NULL);
             if (!bwd) {

@@ -5,6 +5,6 @@ typedef float real;
 #define KERNEL_ATTENTION_DOC_STARTS kernel_attention_doc_starts_f32
 #include "runtime/backend/blas_core.h"
 // one OpenBLAS thread for small GEMMs (blas_core.h)
-#define GEMM(order, ta, tb, M, N, K, ...) \
+#define GEMM(order, ta, tb, M, N, K, ...)                                                                              \
     (mt_blas_threads_for((long long)(M) * (N) * (K)), cblas_sgemm(order, ta, tb, M, N, K, __VA_ARGS__))
 #include "runtime/backend/kernels.inc"

@@ -39,16 +39,37 @@
 enum { MOE_TILE = 64, MOE_TILE_PIPE = 128, MOE_BF_PIPE = 0x80, MOE_THREADS = 256 };
 
 typedef enum {
-    MOE_COUNT, MOE_ROUTE, MOE_UP, MOE_DOWN, MOE_COMBINE, MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES, MOE_DW_DOWN, MOE_DA,
-    MOE_DW_UP, MOE_DX_SLOTS, MOE_COMBINE_DX, MOE_UP_PIPE, MOE_UP_BWD_PIPE, MOE_DOWN_PIPE, MOE_DOWN_BWD_PIPE,
-    MOE_GATHER_DY, MOE_DA_PIPE, MOE_DX_SLOTS_PIPE, MOE_DW_DOWN_PIPE, MOE_DW_UP_PIPE, MOE_KERNELS
+    MOE_COUNT,
+    MOE_ROUTE,
+    MOE_UP,
+    MOE_DOWN,
+    MOE_COMBINE,
+    MOE_UP_BWD,
+    MOE_DOWN_BWD,
+    MOE_DGATES,
+    MOE_DW_DOWN,
+    MOE_DA,
+    MOE_DW_UP,
+    MOE_DX_SLOTS,
+    MOE_COMBINE_DX,
+    MOE_UP_PIPE,
+    MOE_UP_BWD_PIPE,
+    MOE_DOWN_PIPE,
+    MOE_DOWN_BWD_PIPE,
+    MOE_GATHER_DY,
+    MOE_DA_PIPE,
+    MOE_DX_SLOTS_PIPE,
+    MOE_DW_DOWN_PIPE,
+    MOE_DW_UP_PIPE,
+    MOE_KERNELS
 } MoeKernel;
 
-static const char *const MOE_KERNEL_NAME[MOE_KERNELS] = {
-    "mt_moe_count",    "mt_moe_route",  "mt_moe_up", "mt_moe_down",  "mt_moe_combine",  "mt_moe_up_bwd",
-    "mt_moe_down_bwd", "mt_moe_dgates", "mt_moe_dw_down", "mt_moe_da", "mt_moe_dw_up", "mt_moe_dx_slots",
-    "mt_moe_combine_dx", "mt_moe_up_pipe", "mt_moe_up_bwd_pipe", "mt_moe_down_pipe", "mt_moe_down_bwd_pipe",
-    "mt_moe_gather_dy", "mt_moe_da_pipe", "mt_moe_dx_slots_pipe", "mt_moe_dw_down_pipe", "mt_moe_dw_up_pipe"};
+static const char *const MOE_KERNEL_NAME[MOE_KERNELS] =
+    {"mt_moe_count",        "mt_moe_route",         "mt_moe_up",         "mt_moe_down",    "mt_moe_combine",
+     "mt_moe_up_bwd",       "mt_moe_down_bwd",      "mt_moe_dgates",     "mt_moe_dw_down", "mt_moe_da",
+     "mt_moe_dw_up",        "mt_moe_dx_slots",      "mt_moe_combine_dx", "mt_moe_up_pipe", "mt_moe_up_bwd_pipe",
+     "mt_moe_down_pipe",    "mt_moe_down_bwd_pipe", "mt_moe_gather_dy",  "mt_moe_da_pipe", "mt_moe_dx_slots_pipe",
+     "mt_moe_dw_down_pipe", "mt_moe_dw_up_pipe"};
 
 // Whether moe_run runs node d (bf16 bits bf, operands arg as moe_run's,
 // scratch ws) on the pipelined kernels: its scratch was sized for them
@@ -68,8 +89,8 @@ typedef int (*MoeLaunchFn)(void *ctx, MoeKernel k, unsigned gx, unsigned gy, voi
 // arg: moe_bwd's operands (out, dy, x, gates, w_gate, w_up, w_down; the
 // forward's y as out, dy NULL), bf their bf16 bits in that order. 0, or the
 // first launch's failure.
-static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7], int bf, float *ws, MoeLaunchFn launch,
-                          void *ctx) {
+static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7], int bf, float *ws,
+                          MoeLaunchFn launch, void *ctx) {
     void *out = arg[0], *dy = arg[1], *x = arg[2], *gates = arg[3], *wg = arg[4], *wu = arg[5], *wd = arg[6];
     long long rows = d.rows, r0 = 0;
     int C = d.C, E = d.E, F = d.F, K = d.K, acc = 0, nr = 0;
@@ -78,15 +99,17 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
     if (pipe) bf |= MOE_BF_PIPE;
     void *params[] = {&out, &dy, &x, &gates, &wg, &wu, &wd, &bf, &rows, &r0, &nr, &C, &E, &F, &K, &acc, &route, &ws};
     static const MoeKernel FWD[] = {MOE_UP, MOE_DOWN, MOE_COMBINE};
-    static const MoeKernel BWD[] = {MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES, MOE_DW_DOWN, MOE_DA,
-                                    MOE_DW_UP,  MOE_DX_SLOTS, MOE_COMBINE_DX};
+    static const MoeKernel BWD[] = {MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES,   MOE_DW_DOWN,
+                                    MOE_DA,     MOE_DW_UP,    MOE_DX_SLOTS, MOE_COMBINE_DX};
     static const MoeKernel FWD_PIPE[] = {MOE_UP_PIPE, MOE_DOWN_PIPE, MOE_COMBINE};
-    static const MoeKernel BWD_PIPE[] = {MOE_UP_BWD_PIPE, MOE_DOWN_BWD_PIPE, MOE_DGATES, MOE_GATHER_DY, MOE_DW_DOWN_PIPE,
-                                         MOE_DA_PIPE,     MOE_DW_UP_PIPE,    MOE_DX_SLOTS_PIPE, MOE_COMBINE_DX};
+    static const MoeKernel BWD_PIPE[] = {MOE_UP_BWD_PIPE, MOE_DOWN_BWD_PIPE, MOE_DGATES,
+                                         MOE_GATHER_DY,   MOE_DW_DOWN_PIPE,  MOE_DA_PIPE,
+                                         MOE_DW_UP_PIPE,  MOE_DX_SLOTS_PIPE, MOE_COMBINE_DX};
     const MoeKernel *seq = pipe ? (bwd ? BWD_PIPE : FWD_PIPE) : bwd ? BWD : FWD;
     int n = pipe ? (bwd ? 9 : 3) : bwd ? 8 : 3, T = pipe ? MOE_TILE_PIPE : MOE_TILE;
     unsigned ft = (unsigned)((F + T - 1) / T), ct = (unsigned)((C + T - 1) / T);
-    unsigned fh = (unsigned)((F + T / 2 - 1) / (T / 2)); // the pipelined up's and dw_up's F tiles (64 of gate's, 64 of up's)
+    unsigned fh = (unsigned)((F + T / 2 - 1) /
+                             (T / 2)); // the pipelined up's and dw_up's F tiles (64 of gate's, 64 of up's)
     for (; r0 < rows; r0 += nr, acc = 1) {
         nr = (int)(rows - r0 < chunk ? rows - r0 : chunk);
         route = (int *)(ws + moe_floats(d, bwd, nr));
@@ -97,13 +120,20 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
             MoeKernel k = seq[i];
             unsigned gx = tiles, gy = ct;
             switch (k) {
-            case MOE_COMBINE: case MOE_DGATES: case MOE_COMBINE_DX: gx = (unsigned)nr, gy = 1; break;
+            case MOE_COMBINE:
+            case MOE_DGATES:
+            case MOE_COMBINE_DX: gx = (unsigned)nr, gy = 1; break;
             case MOE_GATHER_DY: gx = (unsigned)nr * (unsigned)K, gy = 1; break;
-            case MOE_DW_DOWN: case MOE_DW_DOWN_PIPE: gx = (unsigned)E * ct, gy = ft; break;
+            case MOE_DW_DOWN:
+            case MOE_DW_DOWN_PIPE: gx = (unsigned)E * ct, gy = ft; break;
             case MOE_DW_UP: gx = (unsigned)E * ft; break;
             case MOE_DW_UP_PIPE: gx = (unsigned)E * fh; break;
-            case MOE_UP: case MOE_UP_BWD: case MOE_DA: case MOE_DA_PIPE: gy = ft; break;
-            case MOE_UP_PIPE: case MOE_UP_BWD_PIPE: gy = fh; break;
+            case MOE_UP:
+            case MOE_UP_BWD:
+            case MOE_DA:
+            case MOE_DA_PIPE: gy = ft; break;
+            case MOE_UP_PIPE:
+            case MOE_UP_BWD_PIPE: gy = fh; break;
             default: break; // row tiles x C tiles
             }
             if (tiles == 0 && gx == tiles) continue; // no routed rows: nothing to launch

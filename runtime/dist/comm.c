@@ -64,9 +64,11 @@ static const char *op_call(int op) {
 static int mpi_blocks(const Comm *c, int op, unsigned char *h, int64_t k, CommDtype t) {
     size_t es = elem_bytes(t);
     int rank = c->dist->rank;
-    if (op == OP_ALL_GATHER) return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, (int)k, mpi_type(t), MPI_COMM_WORLD);
+    if (op == OP_ALL_GATHER)
+        return MPI_Allgather(MPI_IN_PLACE, 0, MPI_DATATYPE_NULL, h, (int)k, mpi_type(t), MPI_COMM_WORLD);
     int rc = MPI_Reduce_scatter_block(MPI_IN_PLACE, h, (int)k, mpi_type(t), mpi_sum(t), MPI_COMM_WORLD);
-    if (rc == MPI_SUCCESS && rank) memcpy(h + (size_t)rank * (size_t)k * es, h, (size_t)k * es); // (its sum lands first)
+    if (rc == MPI_SUCCESS && rank)
+        memcpy(h + (size_t)rank * (size_t)k * es, h, (size_t)k * es); // (its sum lands first)
     return rc;
 }
 
@@ -81,12 +83,14 @@ static int mpi_host(const Comm *c, int op, unsigned char *h, int64_t n, CommDtyp
     else if (op != OP_ALL_REDUCE) {
         unsigned char *tmp = malloc((size_t)size * (size_t)piece * es); // (ranks, piece)
         if (!tmp) {
-            snprintf(err, errcap, "comm: out of memory for %lld bytes of pieces", (long long)(size * piece * (int64_t)es));
+            snprintf(err, errcap, "comm: out of memory for %lld bytes of pieces",
+                     (long long)(size * piece * (int64_t)es));
             return -1;
         }
         for (int64_t at = 0; at < n && rc == MPI_SUCCESS; at += piece) {
             int64_t k = n - at < piece ? n - at : piece;
-            for (int r = 0; r < size; r++) memcpy(tmp + (size_t)(r * k) * es, h + (size_t)(r * n + at) * es, (size_t)k * es);
+            for (int r = 0; r < size; r++)
+                memcpy(tmp + (size_t)(r * k) * es, h + (size_t)(r * n + at) * es, (size_t)k * es);
             rc = mpi_blocks(c, op, tmp, k, t);
             for (int r = 0; r < size && rc == MPI_SUCCESS; r++)
                 if (op == OP_ALL_GATHER || r == c->dist->rank)
@@ -102,8 +106,7 @@ static int mpi_host(const Comm *c, int op, unsigned char *h, int64_t n, CommDtyp
 }
 
 // The MPI implementation: straight on host buffers, else through the staging copy.
-static int mpi_collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err,
-                          size_t errcap) {
+static int mpi_collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err, size_t errcap) {
     int64_t total = op == OP_ALL_REDUCE ? n : n * ranks(c); // elements in buf
     size_t bytes = (size_t)total * elem_bytes(t);
     if (!c->staging.to_host) return mpi_host(c, op, buf, n, t, err, errcap);
@@ -142,8 +145,7 @@ static int nccl_open(Comm *c, char *err, size_t errcap) {
     return 0;
 }
 
-static int nccl_collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err,
-                           size_t errcap) {
+static int nccl_collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, void *stream, char *err, size_t errcap) {
     ncclDataType_t type = t == COMM_BF16 ? ncclBfloat16 : ncclFloat32;
     ncclComm_t comm = c->nccl_comm;
     char *mine = (char *)buf + (size_t)c->dist->rank * (size_t)n * elem_bytes(t);
@@ -152,7 +154,8 @@ static int nccl_collective(Comm *c, int op, void *buf, int64_t n, CommDtype t, v
         return nccl_ok(ncclAllReduce(buf, buf, (size_t)n, type, ncclSum, comm, s), "ncclAllReduce", err, errcap) - 1;
     if (op == OP_ALL_GATHER)
         return nccl_ok(ncclAllGather(mine, buf, (size_t)n, type, comm, s), "ncclAllGather", err, errcap) - 1;
-    return nccl_ok(ncclReduceScatter(buf, mine, (size_t)n, type, ncclSum, comm, s), "ncclReduceScatter", err, errcap) - 1;
+    return nccl_ok(ncclReduceScatter(buf, mine, (size_t)n, type, ncclSum, comm, s), "ncclReduceScatter", err, errcap) -
+           1;
 }
 #endif
 
@@ -226,8 +229,7 @@ int comm_reduce_scatter(Comm *c, void *buf, int64_t chunk, CommDtype t, void *st
     return collective(c, OP_REDUCE_SCATTER, buf, chunk, t, stream, err, errcap);
 }
 
-int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err,
-                         size_t errcap) {
+int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err, size_t errcap) {
     int gather = in->kind == INS_ALLGATHER;
     int64_t elem = gather ? storage_weight_bytes(p->graph->train.compute) : 4, n = in->bytes / elem / ranks(c);
     if ((in->kind != INS_ALLGATHER && in->kind != INS_REDUCE_SCATTER) || n * elem * ranks(c) != in->bytes) {

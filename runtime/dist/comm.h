@@ -68,8 +68,7 @@ int comm_reduce_scatter(Comm *c, void *buf, int64_t chunk, CommDtype t, void *st
 // the arena that starts at `arena` (host or device memory, as c's
 // implementation reaches it), on `stream`: the one implementation of both
 // backends' `collective` hook (runtime/backend/backend.h). 0, or -1 with a message.
-int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err,
-                         size_t errcap);
+int comm_plan_collective(Comm *c, const Plan *p, const Instr *in, char *arena, void *stream, char *err, size_t errcap);
 
 // Elements of one MPI call (MT_COMM_PIECE overrides, for tests): larger
 // collectives go in pieces of at most this many elements a rank.

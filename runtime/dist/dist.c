@@ -97,12 +97,15 @@ static int check_options(const Dist *d, const char *options, char *err, size_t e
     for (int r = 1; r < d->size; r++) {
         if (lens[r] == lens[0] && memcmp(all + at[r], all, (size_t)lens[0]) == 0) continue;
         if (!n) first_difference(what, sizeof what, all + at[r], all);
-        if (wlen >= 0 && (size_t)wlen < sizeof who) wlen += snprintf(who + wlen, sizeof who - (size_t)wlen, "%s%d", n ? ", " : "", r);
+        if (wlen >= 0 && (size_t)wlen < sizeof who)
+            wlen += snprintf(who + wlen, sizeof who - (size_t)wlen, "%s%d", n ? ", " : "", r);
         n++;
     }
     if (n)
-        snprintf(err, errcap, "rank%s %s of %d %s started with other options than rank 0 (%s): every rank must train "
-                 "alike", n > 1 ? "s" : "", who, d->size, n > 1 ? "were" : "was", what);
+        snprintf(err, errcap,
+                 "rank%s %s of %d %s started with other options than rank 0 (%s): every rank must train "
+                 "alike",
+                 n > 1 ? "s" : "", who, d->size, n > 1 ? "were" : "was", what);
     rc = n ? -1 : 0;
     free(lens), free(at), free(all);
     return rc;
@@ -115,11 +118,14 @@ oom:
 int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err, size_t errcap) {
     if (!d->mpi) {
         if (p->ranks == 1) return 0;
-        snprintf(err, errcap, "this plan is one rank of %d (mtc --ranks %d): start it with mpirun -np %d mtrun PLAN, "
-                 "or make a plan for one process (without --ranks)", p->ranks, p->ranks, p->ranks);
+        snprintf(err, errcap,
+                 "this plan is one rank of %d (mtc --ranks %d): start it with mpirun -np %d mtrun PLAN, "
+                 "or make a plan for one process (without --ranks)",
+                 p->ranks, p->ranks, p->ranks);
         return -1;
     }
-    uint32_t mine[ID_COUNT] = {[ID_RANKS] = (uint32_t)p->ranks, [ID_PLAN_CRC] = p->plan_crc, [ID_BUILD_CRC] = build_crc()};
+    uint32_t mine[ID_COUNT] =
+        {[ID_RANKS] = (uint32_t)p->ranks, [ID_PLAN_CRC] = p->plan_crc, [ID_BUILD_CRC] = build_crc()};
     uint32_t *ids = malloc((size_t)d->size * sizeof mine); // (size, ID_COUNT)
     if (!ids) {
         snprintf(err, errcap, "out of memory comparing the ranks");
@@ -129,19 +135,21 @@ int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err
     char who[256];
     int r, rc = -1;
     if ((r = differing(who, sizeof who, ids, d->size, ID_BUILD_CRC)) >= 0)
-        snprintf(err, errcap, "%s of %d run%s another mtrun build than rank 0 (executable crc32 %08x on rank %d, %08x "
-                 "on rank 0): every rank must run the same mtrun", who, d->size, strchr(who, ',') ? "" : "s",
-                 ids[r * ID_COUNT + ID_BUILD_CRC], r, ids[ID_BUILD_CRC]);
+        snprintf(err, errcap,
+                 "%s of %d run%s another mtrun build than rank 0 (executable crc32 %08x on rank %d, %08x "
+                 "on rank 0): every rank must run the same mtrun",
+                 who, d->size, strchr(who, ',') ? "" : "s", ids[r * ID_COUNT + ID_BUILD_CRC], r, ids[ID_BUILD_CRC]);
     else if ((r = differing(who, sizeof who, ids, d->size, ID_PLAN_CRC)) >= 0)
-        snprintf(err, errcap, "%s of %d run%s another plan than rank 0 (plan crc32 %08x on rank %d, %08x on rank 0): "
-                 "every rank must run the same plan", who, d->size, strchr(who, ',') ? "" : "s",
-                 ids[r * ID_COUNT + ID_PLAN_CRC], r, ids[ID_PLAN_CRC]);
+        snprintf(err, errcap,
+                 "%s of %d run%s another plan than rank 0 (plan crc32 %08x on rank %d, %08x on rank 0): "
+                 "every rank must run the same plan",
+                 who, d->size, strchr(who, ',') ? "" : "s", ids[r * ID_COUNT + ID_PLAN_CRC], r, ids[ID_PLAN_CRC]);
     else if ((int)ids[ID_RANKS] != d->size)
-        snprintf(err, errcap, "the plan was made for %u rank%s (mtc --ranks %u) but %d were started: start it with "
-                 "mpirun -np %u, or make a plan with mtc --ranks %d", ids[ID_RANKS], ids[ID_RANKS] == 1 ? "" : "s",
-                 ids[ID_RANKS], d->size, ids[ID_RANKS], d->size);
-    else
-        rc = 0;
+        snprintf(err, errcap,
+                 "the plan was made for %u rank%s (mtc --ranks %u) but %d were started: start it with "
+                 "mpirun -np %u, or make a plan with mtc --ranks %d",
+                 ids[ID_RANKS], ids[ID_RANKS] == 1 ? "" : "s", ids[ID_RANKS], d->size, ids[ID_RANKS], d->size);
+    else rc = 0;
     free(ids);
     return rc == 0 ? check_options(d, options, err, errcap) : rc;
 }
@@ -176,7 +184,8 @@ void dist_gather_i64(const Dist *d, const int64_t *mine, int n, int64_t *all) {
 int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t off, int64_t n, float *dst,
                        DistGetFn get, void *ctx, char *err, size_t errcap) {
     if (!d || !d->mpi || d->size == 1) return get(ctx, off, n, dst, err, errcap);
-    int size = d->size, *counts = malloc((size_t)size * sizeof *counts), *displs = malloc((size_t)size * sizeof *displs);
+    int size = d->size, *counts = malloc((size_t)size * sizeof *counts),
+        *displs = malloc((size_t)size * sizeof *displs);
     const int64_t piece = (int64_t)1 << 26;
     float *mine = malloc((size_t)(n < piece ? n : piece) * sizeof *mine + 1);
     int bad = !counts || !displs || !mine, any = 0;
@@ -192,13 +201,16 @@ int dist_gather_slices(const Dist *d, int64_t seg_off, int64_t seg_len, int64_t 
         }
         if (!bad && b > a && get(ctx, a, b - a, mine, err, errcap) != 0) bad = 1;
         MPI_Allreduce(&bad, &any, 1, MPI_INT, MPI_MAX, MPI_COMM_WORLD); // (before the gather: none waits alone)
-        if (!any) MPI_Gatherv(mine, counts[d->rank], MPI_FLOAT, d->rank == 0 ? dst + (at - off) : NULL, counts, displs,
-                              MPI_FLOAT, 0, MPI_COMM_WORLD);
+        if (!any)
+            MPI_Gatherv(mine, counts[d->rank], MPI_FLOAT, d->rank == 0 ? dst + (at - off) : NULL, counts, displs,
+                        MPI_FLOAT, 0, MPI_COMM_WORLD);
     }
     if (any) { // which rank failed first, for the others' message
         int who = bad ? d->rank : size, first = size;
         MPI_Allreduce(&who, &first, 1, MPI_INT, MPI_MIN, MPI_COMM_WORLD);
-        if (!bad) snprintf(err, errcap, "rank %d of %d could not read its slice of a tensor (its message says why)", first, size);
+        if (!bad)
+            snprintf(err, errcap, "rank %d of %d could not read its slice of a tensor (its message says why)", first,
+                     size);
     }
     free(counts), free(displs), free(mine);
     return any ? -1 : 0;

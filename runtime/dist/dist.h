@@ -38,9 +38,9 @@ int dist_check_plan(const Dist *d, const Plan *p, const char *options, char *err
 
 // Sums x over the ranks in place (every rank gets the same sum, in the same
 // order of ranks); arrays of floats: comm_all_reduce (comm.h).
-void dist_sum_doubles(const Dist *d, double *x, int n);   // (n)
+void dist_sum_doubles(const Dist *d, double *x, int n); // (n)
 // The largest of each x over the ranks, in place.
-void dist_max_doubles(const Dist *d, double *x, int n);   // (n)
+void dist_max_doubles(const Dist *d, double *x, int n); // (n)
 
 // Rank 0's text (NULL allowed) on every rank, malloc'd (a collective; a
 // copy without MPI). *ok 0 when out of memory.

@@ -14,29 +14,34 @@ static const struct {
     const char *arch, *type;
     const char *layer[16]; // NULL-terminated
 } FAMILIES[] = {
-    [FAM_LLAMA] = {"LlamaForCausalLM", "llama",
+    [FAM_LLAMA] = {"LlamaForCausalLM",
+                   "llama",
                    {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                     "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
                     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}},
-    [FAM_MISTRAL] = {"MistralForCausalLM", "mistral",
+    [FAM_MISTRAL] = {"MistralForCausalLM",
+                     "mistral",
                      {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                       "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
                       "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}},
-    [FAM_QWEN2] = {"Qwen2ForCausalLM", "qwen2",
+    [FAM_QWEN2] = {"Qwen2ForCausalLM",
+                   "qwen2",
                    {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.q_proj.bias",
                     "self_attn.k_proj.weight", "self_attn.k_proj.bias", "self_attn.v_proj.weight",
                     "self_attn.v_proj.bias", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
                     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}},
-    [FAM_MIXTRAL] = {"MixtralForCausalLM", "mixtral",
+    [FAM_MIXTRAL] = {"MixtralForCausalLM",
+                     "mixtral",
                      {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                       "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
                       "block_sparse_moe.gate.weight", "block_sparse_moe.experts.{e}.w1.weight",
                       "block_sparse_moe.experts.{e}.w2.weight", "block_sparse_moe.experts.{e}.w3.weight"}},
-    [FAM_GEMMA2] = {"Gemma2ForCausalLM", "gemma2",
+    [FAM_GEMMA2] = {"Gemma2ForCausalLM",
+                    "gemma2",
                     {"input_layernorm.weight", "self_attn.q_proj.weight", "self_attn.k_proj.weight",
                      "self_attn.v_proj.weight", "self_attn.o_proj.weight", "post_attention_layernorm.weight",
-                     "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight",
-                     "mlp.gate_proj.weight", "mlp.up_proj.weight", "mlp.down_proj.weight"}},
+                     "pre_feedforward_layernorm.weight", "post_feedforward_layernorm.weight", "mlp.gate_proj.weight",
+                     "mlp.up_proj.weight", "mlp.down_proj.weight"}},
 };
 static const char *const GLOBALS[] = {"model.embed_tokens.weight", "model.norm.weight", "?lm_head.weight"};
 static const char LAYER_PREFIX[] = "model.layers.{i}.";
@@ -195,20 +200,21 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     const Node *att = first_op(g, OP_ATTENTION, -1), *rope = first_op(g, OP_ROPE, -1),
                *norm = first_op(g, OP_RMSNORM, -1);
     Family f = param_named(g, "block_sparse_moe.experts.{e}.w1.weight") ? FAM_MIXTRAL
-               : param_named(g, "pre_feedforward_layernorm.weight") ? FAM_GEMMA2
-               : param_named(g, "self_attn.q_proj.bias")            ? FAM_QWEN2
-               : att && att->window > 0                            ? FAM_MISTRAL
-                                                                   : FAM_LLAMA;
-    const Param *ffn = param_named(g, f == FAM_MIXTRAL ? "block_sparse_moe.experts.{e}.w1.weight" : "mlp.gate_proj.weight");
+               : param_named(g, "pre_feedforward_layernorm.weight")     ? FAM_GEMMA2
+               : param_named(g, "self_attn.q_proj.bias")                ? FAM_QWEN2
+               : att && att->window > 0                                 ? FAM_MISTRAL
+                                                                        : FAM_LLAMA;
+    const Param *ffn = param_named(g, f == FAM_MIXTRAL ? "block_sparse_moe.experts.{e}.w1.weight"
+                                                       : "mlp.gate_proj.weight");
     const Node *topk = first_op(g, OP_TOP_K, -1);
     int64_t experts = f == FAM_MIXTRAL && ffn ? param_elements(ffn) : 0;
     char why[512] = "";
-    if (!emb || !q || !att || !rope || !norm || !ffn || emb->shape.rank != 2 || q->shape.rank != 2 ||
-        att->heads < 1 || q->shape.dims[0] % att->heads)
-        snprintf(why, sizeof why, "it lacks the embedding, query projection, attention, rope, RMSNorm or MLP of "
+    if (!emb || !q || !att || !rope || !norm || !ffn || emb->shape.rank != 2 || q->shape.rank != 2 || att->heads < 1 ||
+        q->shape.dims[0] % att->heads)
+        snprintf(why, sizeof why,
+                 "it lacks the embedding, query projection, attention, rope, RMSNorm or MLP of "
                  "the Hugging Face decoders mt can describe");
-    else
-        names_match(g, f, experts, why, sizeof why);
+    else names_match(g, f, experts, why, sizeof why);
     if (!why[0] && f == FAM_MIXTRAL && !topk) snprintf(why, sizeof why, "its experts have no top_k router");
     int64_t head_dim = why[0] ? 0 : q->shape.dims[0] / att->heads;
     // every layer's attention: the same heads; a window, scale and soft cap the family's config can say
@@ -218,8 +224,10 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
         const Node *a = first_op(g, OP_ATTENTION, block_part(g, l));
         if (!a || a->heads != att->heads || a->kv_heads != att->kv_heads || a->softcap != att->softcap ||
             a->scale != att->scale || !a->causal) {
-            snprintf(why, sizeof why, "layer %lld's attention differs from layer 0's in heads, scale or soft cap, "
-                     "or is not causal", (long long)l);
+            snprintf(why, sizeof why,
+                     "layer %lld's attention differs from layer 0's in heads, scale or soft cap, "
+                     "or is not causal",
+                     (long long)l);
             break;
         }
         if (a->window > 0) {
@@ -236,7 +244,8 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     }
     double qscalar = 0;
     if (!why[0] && f != FAM_GEMMA2) {
-        if (att->softcap != 0) snprintf(why, sizeof why, "its attention is soft-capped, which a %s config cannot say", FAMILIES[f].type);
+        if (att->softcap != 0)
+            snprintf(why, sizeof why, "its attention is soft-capped, which a %s config cannot say", FAMILIES[f].type);
         else if (att->scale != 0 && fabs(att->scale * sqrt((double)head_dim) - 1) > 1e-12)
             snprintf(why, sizeof why, "its attention scale %g is not 1/sqrt(head_dim), which a %s config cannot say",
                      att->scale, FAMILIES[f].type);
@@ -244,16 +253,20 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
             snprintf(why, sizeof why, "%d of its %lld layers use a sliding window, which a %s config cannot say",
                      windowed_layers, (long long)g->layers, FAMILIES[f].type);
         else if (windowed_layers && f != FAM_MISTRAL && f != FAM_MIXTRAL && f != FAM_QWEN2)
-            snprintf(why, sizeof why, "its layers use a sliding window, which a %s config cannot say", FAMILIES[f].type);
+            snprintf(why, sizeof why, "its layers use a sliding window, which a %s config cannot say",
+                     FAMILIES[f].type);
     } else if (!why[0]) {
         qscalar = att->scale > 0 ? 1 / (att->scale * att->scale) : (double)head_dim;
         if (fabs(qscalar - round(qscalar)) > 1e-6 * qscalar)
-            snprintf(why, sizeof why, "its attention scale %g is not 1/sqrt of a whole query_pre_attn_scalar", att->scale);
+            snprintf(why, sizeof why, "its attention scale %g is not 1/sqrt of a whole query_pre_attn_scalar",
+                     att->scale);
     }
     if (why[0]) {
-        snprintf(err, errcap, "--export DIR writes a folder transformers loads, with config.json; model '%s' is not "
+        snprintf(err, errcap,
+                 "--export DIR writes a folder transformers loads, with config.json; model '%s' is not "
                  "one mt can describe (llama, mistral, qwen2, mixtral or gemma2 by their checkpoint names, "
-                 "\"model.layers.{i}.\" ...): %s. Export to a FILE.safetensors instead", g->model_name, why);
+                 "\"model.layers.{i}.\" ...): %s. Export to a FILE.safetensors instead",
+                 g->model_name, why);
         return -1;
     }
 
@@ -313,7 +326,8 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     cJSON *gen = cJSON_CreateObject();
     const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
     int ids[3] = {tok ? tok->bos : -1, tok ? tok->eos : -1, tok ? tok->pad : -1};
-    const Node *lookup = first_op(g, OP_EMBED, PART_HEAD); // transformers' decoders take its padding_idx from pad_token_id
+    const Node *lookup = first_op(g, OP_EMBED,
+                                  PART_HEAD); // transformers' decoders take its padding_idx from pad_token_id
     if (ids[2] < 0 && lookup && lookup->padding) ids[2] = (int)(lookup->padding - 1);
     for (int k = 0; k < 3; k++) {
         if (ids[k] >= 0) {

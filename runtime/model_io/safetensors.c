@@ -20,15 +20,12 @@
 
 #define MAX_JSON_INT 9007199254740992.0 // 2^53: every integer up to it is exact in a double
 
-
 static const char *const DTYPE_NAMES[] = {[ST_F32] = "F32", [ST_BF16] = "BF16", [ST_F16] = "F16"};
 static const int DTYPE_BYTES[] = {[ST_F32] = 4, [ST_BF16] = 2, [ST_F16] = 2};
 _Static_assert(sizeof DTYPE_NAMES / sizeof *DTYPE_NAMES == ST_F16 + 1, "a name for every StDtype");
 _Static_assert(sizeof DTYPE_BYTES / sizeof *DTYPE_BYTES == ST_F16 + 1, "a size for every StDtype");
 
-const char *st_dtype_name(StDtype d) {
-    return (unsigned)d <= ST_F16 ? DTYPE_NAMES[d] : "?";
-}
+const char *st_dtype_name(StDtype d) { return (unsigned)d <= ST_F16 ? DTYPE_NAMES[d] : "?"; }
 
 static int ends_with(const char *s, const char *suffix) {
     size_t n = strlen(s), k = strlen(suffix);
@@ -146,12 +143,12 @@ static int read_entry(StTensor *t, const cJSON *e, const char *name, const unsig
         if (strcmp(dt->valuestring, DTYPE_NAMES[d]) == 0) dtype = d;
     if (dtype < 0)
         return io_fail(err, errcap, path, "tensor '%s': dtype %s is not supported (only F32, BF16 and F16 are)", name,
-                    dt->valuestring);
+                       dt->valuestring);
     if (!cJSON_IsArray(sh)) return io_fail(err, errcap, path, "tensor '%s': no \"shape\" array", name);
     int rank = cJSON_GetArraySize(sh);
     if (rank > ST_MAX_RANK)
         return io_fail(err, errcap, path, "tensor '%s': rank %d, more than the %d dimensions mt supports", name, rank,
-                    ST_MAX_RANK);
+                       ST_MAX_RANK);
     t->dtype = (StDtype)dtype;
     t->rank = rank;
     int64_t numel = 1;
@@ -165,26 +162,26 @@ static int read_entry(StTensor *t, const cJSON *e, const char *name, const unsig
     char sbuf[256];
     if (overflow || numel > INT64_MAX / DTYPE_BYTES[dtype])
         return io_fail(err, errcap, path, "tensor '%s': shape %s is too large: its size overflows 64 bits", name,
-                    shape_text(sbuf, sizeof sbuf, t->shape, rank));
+                       shape_text(sbuf, sizeof sbuf, t->shape, rank));
     t->nbytes = numel * DTYPE_BYTES[dtype];
     int64_t begin, end;
     if (!cJSON_IsArray(off) || cJSON_GetArraySize(off) != 2 || json_count(cJSON_GetArrayItem(off, 0), &begin) != 0 ||
         json_count(cJSON_GetArrayItem(off, 1), &end) != 0)
         return io_fail(err, errcap, path, "tensor '%s': \"data_offsets\" is not [BEGIN, END], two integers in 0..2^53",
-                    name);
+                       name);
     if (begin > end)
         return io_fail(err, errcap, path, "tensor '%s': data_offsets [%lld, %lld] end before they begin", name,
-                    (long long)begin, (long long)end);
+                       (long long)begin, (long long)end);
     if (end - begin != t->nbytes)
         return io_fail(err, errcap, path,
-                    "tensor '%s': shape %s of %s is %lld bytes, but data_offsets [%lld, %lld] hold %lld", name,
-                    shape_text(sbuf, sizeof sbuf, t->shape, rank), DTYPE_NAMES[dtype], (long long)t->nbytes,
-                    (long long)begin, (long long)end, (long long)(end - begin));
+                       "tensor '%s': shape %s of %s is %lld bytes, but data_offsets [%lld, %lld] hold %lld", name,
+                       shape_text(sbuf, sizeof sbuf, t->shape, rank), DTYPE_NAMES[dtype], (long long)t->nbytes,
+                       (long long)begin, (long long)end, (long long)(end - begin));
     if (end > data_len)
         return io_fail(err, errcap, path,
-                    "tensor '%s': data_offsets [%lld, %lld] run past the end of the data buffer (%lld bytes after "
-                    "the header): the file is truncated or the header wrong",
-                    name, (long long)begin, (long long)end, (long long)data_len);
+                       "tensor '%s': data_offsets [%lld, %lld] run past the end of the data buffer (%lld bytes after "
+                       "the header): the file is truncated or the header wrong",
+                       name, (long long)begin, (long long)end, (long long)data_len);
     t->data = data + begin;
     return 0;
 }
@@ -217,19 +214,19 @@ static int load_file(StSet *s, int *cap, const char *path, char *err, size_t err
     uint64_t hlen = le64(f->map);
     if (hlen > len - 8)
         return io_fail(err, errcap, path,
-                    "the header size %llu runs past the end of the file (%zu bytes, so at most %zu bytes of header)",
-                    (unsigned long long)hlen, len, len - 8);
+                       "the header size %llu runs past the end of the file (%zu bytes, so at most %zu bytes of header)",
+                       (unsigned long long)hlen, len, len - 8);
     const unsigned char *text = f->map + 8;
     const unsigned char *nul = memchr(text, '\0', (size_t)hlen);
     if (nul)
         return io_fail(err, errcap, path, "the header (%llu bytes) holds a NUL byte at its byte %lld: not JSON",
-                    (unsigned long long)hlen, (long long)(nul - text));
+                       (unsigned long long)hlen, (long long)(nul - text));
     int64_t at;
     cJSON *root = parse_json(text, (size_t)hlen, &at);
     if (!root) {
         if (at < 0) return io_fail(err, errcap, path, "out of memory");
         return io_fail(err, errcap, path, "the header (%llu bytes) is not valid JSON: the error is at its byte %lld",
-                    (unsigned long long)hlen, (long long)at);
+                       (unsigned long long)hlen, (long long)at);
     }
     int rc = 0;
     const unsigned char *data = text + hlen;
@@ -291,7 +288,7 @@ static int finish_set(StSet *s, char *err, size_t errcap) {
         if (a->file == b->file)
             return io_fail(err, errcap, b->file, "tensor '%s' appears twice in the header (a duplicate name)", b->name);
         return io_fail(err, errcap, b->file, "tensor '%s' is also in %s (a duplicate name across shards)", b->name,
-                    a->file);
+                       a->file);
     }
     // each file's tensors are together and in offset order; empty ones overlap nothing
     const StTensor *last = NULL; // the nonempty tensor ending furthest in the current file
@@ -305,9 +302,10 @@ static int finish_set(StSet *s, char *err, size_t errcap) {
             const unsigned char *zero = NULL;
             for (int k = 0; k < s->nfiles; k++)
                 if (s->files[k].path == t->file) zero = s->files[k].map + 8 + le64(s->files[k].map);
-            return io_fail(err, errcap, t->file, "tensors '%s' (data_offsets [%lld, %lld]) and '%s' ([%lld, %lld]) overlap",
-                        last->name, (long long)(base - zero), (long long)(base - zero + last->nbytes), t->name,
-                        (long long)(p - zero), (long long)(p - zero + t->nbytes));
+            return io_fail(err, errcap, t->file,
+                           "tensors '%s' (data_offsets [%lld, %lld]) and '%s' ([%lld, %lld]) overlap", last->name,
+                           (long long)(base - zero), (long long)(base - zero + last->nbytes), t->name,
+                           (long long)(p - zero), (long long)(p - zero + t->nbytes));
         }
         if (!last || (const unsigned char *)last->data + last->nbytes < p + t->nbytes) last = t;
     }
@@ -365,9 +363,9 @@ static int read_all(const char *path, unsigned char **out, size_t *len) {
 }
 
 typedef struct Entry {
-    const char *name;   // inside the parsed index
-    const char *shard;  // the weight_map's file name
-    int file;           // index into StSet.files
+    const char *name;  // inside the parsed index
+    const char *shard; // the weight_map's file name
+    int file;          // index into StSet.files
 } Entry;
 
 static int entry_by_name(const void *a, const void *b) {
@@ -428,8 +426,8 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
     for (const cJSON *kv = wm->child; kv; kv = kv->next, k++) {
         if (!cJSON_IsString(kv) || kv->valuestring[0] == '\0' || strchr(kv->valuestring, '/')) {
             io_fail(err, errcap, path,
-                 "the weight_map entry for tensor '%s' is not the file name of a shard in the index's directory",
-                 kv->string);
+                    "the weight_map entry for tensor '%s' is not the file name of a shard in the index's directory",
+                    kv->string);
             goto done;
         }
         ent[k] = (Entry){.name = kv->string, .shard = kv->valuestring, .file = -1};
@@ -459,7 +457,7 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
         struct stat st;
         if (stat(shard_path, &st) != 0) {
             io_fail(err, errcap, path, "the weight_map puts tensor '%s' in shard %s, which cannot be opened: %s",
-                 by_shard[i]->name, shard_path, strerror(errno));
+                    by_shard[i]->name, shard_path, strerror(errno));
             goto done;
         }
         if (load_file(s, &cap, shard_path, err, errcap) != 0) goto done;
@@ -472,19 +470,20 @@ static int open_index(StSet *s, const char *path, char *err, size_t errcap) {
         const StTensor *t = st_find(s, ent[i].name);
         const char *want = s->files[ent[i].file].path;
         if (!t) {
-            io_fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, which does not hold it", ent[i].name, want);
+            io_fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, which does not hold it", ent[i].name,
+                    want);
             goto done;
         }
         if (t->file != want) {
             io_fail(err, errcap, path, "the weight_map puts tensor '%s' in %s, but it is in %s", ent[i].name, want,
-                 t->file);
+                    t->file);
             goto done;
         }
     }
     for (int i = 0; i < s->n; i++)
         if (!find_entry(ent, n, s->tensors[i].name)) {
             io_fail(err, errcap, s->tensors[i].file, "tensor '%s' is not in the weight_map of the index %s",
-                 s->tensors[i].name, path);
+                    s->tensors[i].name, path);
             goto done;
         }
     rc = 0;
@@ -514,7 +513,8 @@ int st_open(StSet *s, const char *path, char *err, size_t errcap) {
         } else if (stat(index, &st) == 0) {
             rc = open_index(s, index, err, errcap);
         } else {
-            io_fail(err, errcap, path, "the directory holds neither model.safetensors nor model.safetensors.index.json");
+            io_fail(err, errcap, path,
+                    "the directory holds neither model.safetensors nor model.safetensors.index.json");
         }
     } else if (ends_with(path, ".json")) {
         rc = open_index(s, path, err, errcap);
@@ -528,9 +528,7 @@ int st_open(StSet *s, const char *path, char *err, size_t errcap) {
     return rc;
 }
 
-static int name_cmp(const void *key, const void *elem) {
-    return strcmp(key, (*(const StTensor *const *)elem)->name);
-}
+static int name_cmp(const void *key, const void *elem) { return strcmp(key, (*(const StTensor *const *)elem)->name); }
 
 const StTensor *st_find(const StSet *s, const char *name) {
     if (!s->by_name || s->n == 0) return NULL;
@@ -538,16 +536,14 @@ const StTensor *st_find(const StSet *s, const char *name) {
     return p ? *p : NULL;
 }
 
-int64_t st_numel(const StTensor *t) {
-    return t->nbytes / DTYPE_BYTES[t->dtype];
-}
+int64_t st_numel(const StTensor *t) { return t->nbytes / DTYPE_BYTES[t->dtype]; }
 
 // f16 bits to f32 bits, exactly
 static uint32_t f16_to_f32_bits(uint16_t h) {
     uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = h >> 10 & 0x1f, man = h & 0x3ff;
-    if (exp == 0x1f) return sign | 0x7f800000u | man << 13;           // inf, nan (payload kept)
-    if (exp != 0) return sign | (exp + 127 - 15) << 23 | man << 13;   // normal
-    if (man == 0) return sign;                                         // +-0
+    if (exp == 0x1f) return sign | 0x7f800000u | man << 13;         // inf, nan (payload kept)
+    if (exp != 0) return sign | (exp + 127 - 15) << 23 | man << 13; // normal
+    if (man == 0) return sign;                                      // +-0
     int top = 9; // subnormal man * 2^-24: normalise on its highest set bit
     while (!(man >> top & 1)) top--;
     return sign | (uint32_t)(top - 24 + 127) << 23 | (man << (23 - top) & 0x7fffff);
@@ -582,9 +578,9 @@ void st_close(StSet *s) {
 // ---------------------------------------------------------------- writing
 
 typedef struct Buf {
-    char *p;     // (cap) text so far: len bytes
+    char *p; // (cap) text so far: len bytes
     size_t len, cap;
-    int failed;  // out of memory: the rest is dropped
+    int failed; // out of memory: the rest is dropped
 } Buf;
 
 static void buf_add(Buf *b, const char *s, size_t n) {
@@ -605,12 +601,9 @@ static void buf_add(Buf *b, const char *s, size_t n) {
     b->p[b->len] = '\0';
 }
 
-static void buf_str(Buf *b, const char *s) {
-    buf_add(b, s, strlen(s));
-}
+static void buf_str(Buf *b, const char *s) { buf_add(b, s, strlen(s)); }
 
-__attribute__((format(printf, 2, 3)))
-static void buf_printf(Buf *b, const char *fmt, ...) {
+__attribute__((format(printf, 2, 3))) static void buf_printf(Buf *b, const char *fmt, ...) {
     char tmp[128];
     va_list ap;
     va_start(ap, fmt);
@@ -637,10 +630,10 @@ static void buf_json_str(Buf *b, const char *s) {
 }
 
 typedef struct OutFile {
-    char *path;  // final name (malloc'd)
-    char *tmp;   // path + ".tmp" (malloc'd)
-    int lo, hi;  // tensors [lo, hi) of the caller's array
-    int state;   // 0: nothing on disk, 1: tmp written, 2: renamed to path
+    char *path; // final name (malloc'd)
+    char *tmp;  // path + ".tmp" (malloc'd)
+    int lo, hi; // tensors [lo, hi) of the caller's array
+    int state;  // 0: nothing on disk, 1: tmp written, 2: renamed to path
 } OutFile;
 
 static int write_all(int fd, const void *data, size_t len) {
@@ -718,8 +711,8 @@ static int write_file(const OutFile *f, const StOut *t, StDtype dtype, unsigned 
 }
 
 // The index, as transformers writes it: json.dumps(..., indent=2, sort_keys=True) + "\n".
-static int write_index(const char *tmp, const StOut *const *sorted, int n, const int *shard_of,
-                       const OutFile *files, int64_t total) {
+static int write_index(const char *tmp, const StOut *const *sorted, int n, const int *shard_of, const OutFile *files,
+                       int64_t total) {
     Buf b = {0};
     buf_printf(&b, "{\n  \"metadata\": {\n    \"total_size\": %lld\n  },\n  \"weight_map\": {", (long long)total);
     for (int i = 0; i < n; i++) {
@@ -797,8 +790,7 @@ static char *with_suffix(const char *s, const char *suffix) {
     return p;
 }
 
-int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err,
-             size_t errcap) {
+int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err, size_t errcap) {
     if (dtype != ST_F32 && dtype != ST_BF16)
         return io_fail(err, errcap, path, "cannot write dtype %s: only F32 and BF16 are written", st_dtype_name(dtype));
     if (n < 0 || (n > 0 && !t)) return io_fail(err, errcap, path, "no tensors to write (n = %d)", n);
@@ -810,24 +802,27 @@ int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t sha
             return io_fail(err, errcap, path, "tensor %d is named \"__metadata__\", the header's metadata key", i);
         if (t[i].rank < 0 || t[i].rank > ST_MAX_RANK)
             return io_fail(err, errcap, path, "tensor '%s' has rank %d; 0..%d are allowed", t[i].name, t[i].rank,
-                        ST_MAX_RANK);
+                           ST_MAX_RANK);
         int64_t numel = 1;
         for (int d = 0; d < t[i].rank; d++) {
             int64_t k = t[i].shape[d];
-            if (k < 0) return io_fail(err, errcap, path, "tensor '%s' has dimension %d = %lld < 0", t[i].name, d, (long long)k);
+            if (k < 0)
+                return io_fail(err, errcap, path, "tensor '%s' has dimension %d = %lld < 0", t[i].name, d,
+                               (long long)k);
             if (k != 0 && numel > INT64_MAX / esize / k)
                 return io_fail(err, errcap, path, "tensor '%s': its size overflows 64 bits", t[i].name);
             numel *= k;
         }
-        if (numel > 0 && !t[i].data && !t[i].fill) return io_fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
+        if (numel > 0 && !t[i].data && !t[i].fill)
+            return io_fail(err, errcap, path, "tensor '%s' has no data", t[i].name);
         if (numel * esize > INT64_MAX - total) return io_fail(err, errcap, path, "the total size overflows 64 bits");
         total += numel * esize;
     }
 
     const StOut **sorted = malloc(((size_t)n + 1) * sizeof *sorted);
-    int *shard_of = malloc(((size_t)n + 1) * sizeof *shard_of);  // (n) for sorted[i]
-    int *file_of = malloc(((size_t)n + 1) * sizeof *file_of);    // (n) for t[i]
-    unsigned char *chunk = malloc(1 << 20);                      // (1 MiB) bf16 conversion buffer
+    int *shard_of = malloc(((size_t)n + 1) * sizeof *shard_of); // (n) for sorted[i]
+    int *file_of = malloc(((size_t)n + 1) * sizeof *file_of);   // (n) for t[i]
+    unsigned char *chunk = malloc(1 << 20);                     // (1 MiB) bf16 conversion buffer
     OutFile *files = NULL;
     char *index = with_suffix(path, ".index.json"), *index_tmp = with_suffix(path, ".index.json.tmp");
     const char *base = path + dir_len(path);

@@ -24,7 +24,7 @@
 typedef enum StDtype { ST_F32, ST_BF16, ST_F16 } StDtype;
 
 typedef struct StTensor {
-    const char *name;           // owned by the set
+    const char *name; // owned by the set
     StDtype dtype;
     int rank;                   // 0 (a scalar: one element) .. ST_MAX_RANK
     int64_t shape[ST_MAX_RANK]; // (rank) the rest zero
@@ -34,17 +34,17 @@ typedef struct StTensor {
 } StTensor;
 
 typedef struct StFile {
-    char *path;                 // as opened (malloc'd); StTensor.file points here
-    const unsigned char *map;   // (map_len) the whole file, PROT_READ, MAP_PRIVATE
+    char *path;               // as opened (malloc'd); StTensor.file points here
+    const unsigned char *map; // (map_len) the whole file, PROT_READ, MAP_PRIVATE
     size_t map_len;
 } StFile;
 
 typedef struct StSet {
-    StTensor *tensors;          // (n) file by file (shards in name order), each file's in data-offset order
+    StTensor *tensors; // (n) file by file (shards in name order), each file's in data-offset order
     int n;
-    StFile *files;              // (nfiles) one, or the index's shards
+    StFile *files; // (nfiles) one, or the index's shards
     int nfiles;
-    const StTensor **by_name;   // (n) the tensors sorted by name, for st_find
+    const StTensor **by_name; // (n) the tensors sorted by name, for st_find
 } StSet;
 
 // path: a .safetensors file, an index (a name ending in ".json"; its shards
@@ -114,8 +114,7 @@ typedef struct StOut {
 // a tensor with no name, the name "__metadata__", a name given twice, a rank
 // out of range, a negative dimension, sizes that overflow, NULL data and
 // no fill with elements.
-int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err,
-             size_t errcap);
+int st_write(const char *path, const StOut *t, int n, StDtype dtype, int64_t shard_bytes, char *err, size_t errcap);
 
 // "F32", "BF16", "F16".
 const char *st_dtype_name(StDtype d);

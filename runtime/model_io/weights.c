@@ -36,9 +36,7 @@ static char *shape_text(char *buf, size_t cap, int rank, const int64_t *dims) {
 // Transformers 5 renames a few modules when it loads a Hub checkpoint
 // (conversion_mapping.py); a file it saved from a model's state_dict holds
 // the new names. Mixtral's "block_sparse_moe" became "mlp".
-static const struct {
-    const char *hub, *v5;
-} V5_RENAMES[] = {{".block_sparse_moe.", ".mlp."}};
+static const struct { const char *hub, *v5; } V5_RENAMES[] = {{".block_sparse_moe.", ".mlp."}};
 
 // name with the first `from` replaced by `to`, or NULL when it holds none.
 static char *renamed(Arena *a, const char *name, const char *from, const char *to) {
@@ -141,15 +139,16 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
                 if (!t && (t = fused_expert(&set, &a, p, i, l, e, &row0)) && row0 < 0) {
                     char s1[160], s2[160];
                     Shape want = param_element_shape(prm);
-                    snprintf(err, errcap, "%s: tensor \"%s\" is %s in the file; the model's %lld experts of %s (\"%s\") "
-                             "do not fit it as transformers 5 fuses them", t->file, t->name,
-                             shape_text(s1, sizeof s1, t->rank, t->shape), (long long)param_elements(prm),
-                             shape_str(&want, s2, sizeof s2), name);
+                    snprintf(err, errcap,
+                             "%s: tensor \"%s\" is %s in the file; the model's %lld experts of %s (\"%s\") "
+                             "do not fit it as transformers 5 fuses them",
+                             t->file, t->name, shape_text(s1, sizeof s1, t->rank, t->shape),
+                             (long long)param_elements(prm), shape_str(&want, s2, sizeof s2), name);
                     goto done;
                 }
                 if (!t) {
-                    snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path,
-                             name ? name : "?", prm->name);
+                    snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path, name ? name : "?",
+                             prm->name);
                     goto done;
                 }
                 if (row0 >= 0) { // one expert's rows of the fused tensor: contiguous, (es) as the model holds them
@@ -203,11 +202,21 @@ static const struct {
     const char *hf;
     int per_layer, transposed;
 } LLMC_GPT2[] = {
-    {"wte.weight", 0, 0},          {"wpe.weight", 0, 0},           {"h.{i}.ln_1.weight", 1, 0},
-    {"h.{i}.ln_1.bias", 1, 0},     {"h.{i}.attn.c_attn.weight", 1, 1}, {"h.{i}.attn.c_attn.bias", 1, 0},
-    {"h.{i}.attn.c_proj.weight", 1, 1}, {"h.{i}.attn.c_proj.bias", 1, 0}, {"h.{i}.ln_2.weight", 1, 0},
-    {"h.{i}.ln_2.bias", 1, 0},     {"h.{i}.mlp.c_fc.weight", 1, 1}, {"h.{i}.mlp.c_fc.bias", 1, 0},
-    {"h.{i}.mlp.c_proj.weight", 1, 1}, {"h.{i}.mlp.c_proj.bias", 1, 0}, {"ln_f.weight", 0, 0},
+    {"wte.weight", 0, 0},
+    {"wpe.weight", 0, 0},
+    {"h.{i}.ln_1.weight", 1, 0},
+    {"h.{i}.ln_1.bias", 1, 0},
+    {"h.{i}.attn.c_attn.weight", 1, 1},
+    {"h.{i}.attn.c_attn.bias", 1, 0},
+    {"h.{i}.attn.c_proj.weight", 1, 1},
+    {"h.{i}.attn.c_proj.bias", 1, 0},
+    {"h.{i}.ln_2.weight", 1, 0},
+    {"h.{i}.ln_2.bias", 1, 0},
+    {"h.{i}.mlp.c_fc.weight", 1, 1},
+    {"h.{i}.mlp.c_fc.bias", 1, 0},
+    {"h.{i}.mlp.c_proj.weight", 1, 1},
+    {"h.{i}.mlp.c_proj.bias", 1, 0},
+    {"ln_f.weight", 0, 0},
     {"ln_f.bias", 0, 0},
 };
 
@@ -246,8 +255,9 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
     }
     int64_t maxT = h[2], V = h[3], L = h[4], C = h[6], Vp = h[7];
     if (maxT < 1 || V < 1 || L < 1 || C < 1 || Vp < V || h[5] < 1) {
-        snprintf(err, errcap, "%s: the header's model sizes are not valid (T %lld, V %lld, L %lld, C %lld, padded V %lld)",
-                 path, (long long)maxT, (long long)V, (long long)L, (long long)C, (long long)Vp);
+        snprintf(err, errcap,
+                 "%s: the header's model sizes are not valid (T %lld, V %lld, L %lld, C %lld, padded V %lld)", path,
+                 (long long)maxT, (long long)V, (long long)L, (long long)C, (long long)Vp);
         goto done;
     }
     if (L != g->layers) {
@@ -299,8 +309,7 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
             if (LLMC_GPT2[k].transposed)
                 for (int64_t i = 0; i < r; i++)
                     for (int64_t j = 0; j < c; j++) w[j * r + i] = buf[i * c + j];
-            else
-                memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
+            else memcpy(w, buf, (size_t)(want_r * want_c) * sizeof(float)); // drops the padded rows of wte
             if (buffered) {
                 int bad = put_master(hs, p, plan_param_elem(p, idx, l), want_r * want_c, w, err, errcap);
                 free(w);
@@ -464,7 +473,8 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
     if (writer && export_is_folder(path))
         return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, err, errcap);
     if (hs->tier_master) {
-        snprintf(err, errcap, "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
+        snprintf(err, errcap,
+                 "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
                  "whole model in RAM): save a checkpoint (--save) and export from it in a run without the tier");
         return -1;
     }
@@ -480,7 +490,8 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
         for (int64_t l = 0; l < (pass == 1 ? g->layers : 1); l++)
             for (int i = 0; i < g->params.n; i++) {
                 const Param *prm = g->params.items[i];
-                int want = pass == 1 ? param_in_layer(g, prm, l) : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
+                int want = pass == 1 ? param_in_layer(g, prm, l)
+                                     : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
                 if (!want) continue;
                 Shape es = param_element_shape(prm); // one checkpoint tensor's
                 for (int64_t e = 0; e < param_elements(prm); e++) {

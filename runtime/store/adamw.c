@@ -22,7 +22,7 @@
 #endif
 
 enum {
-    ADAMW_LINE_FLOATS = 16,           // floats in a 64-byte cache line
+    ADAMW_LINE_FLOATS = 16, // floats in a 64-byte cache line
     // Fewer elements than this a thread, and handing the job to a pool
     // thread costs more than it saves (waking one and waiting for it costs
     // some 10-50 us on a 2-core VM; 128K elements take about 100 us from
@@ -88,9 +88,10 @@ static inline __attribute__((always_inline)) AdamWElem adamw_one(float w, float 
 // whose cost model takes no loop that would need a scalar epilogue; the
 // tail loops do the last n % 16. The vector loops also need sqrtf free of
 // errno: compile this file with -fno-math-errno.
-static inline __attribute__((always_inline)) void
-adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, float *restrict g,
-                  const uint16_t *restrict gb, uint16_t *restrict out, int64_t n, AdamWConst c, int zero) {
+static inline __attribute__((always_inline)) void adamw_kernel_body(float *restrict w, float *restrict m,
+                                                                    float *restrict v, float *restrict g,
+                                                                    const uint16_t *restrict gb, uint16_t *restrict out,
+                                                                    int64_t n, AdamWConst c, int zero) {
     int64_t n16 = n & ~(int64_t)15;
 #define ADAMW_LOOP(from, to, grad)                                                                                     \
     for (int64_t i = from; i < to; i++) {                                                                              \
@@ -100,17 +101,23 @@ adamw_kernel_body(float *restrict w, float *restrict m, float *restrict v, float
         if (zero && !gb) g[i] = 0.0f;                                                                                  \
     }
     // one loop per case, so that each vectorises without a branch inside
-    if (gb && out) { ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i])) }
-    else if (gb) { ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i])) }
-    else if (out && zero) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
-    else if (out) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
-    else if (zero) { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
-    else { ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i]) }
+    if (gb && out) {
+        ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i]))
+    } else if (gb) {
+        ADAMW_LOOP(0, n16, f32_from_bf16(gb[i])) ADAMW_LOOP(n16, n, f32_from_bf16(gb[i]))
+    } else if (out && zero) {
+        ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i])
+    } else if (out) {
+        ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i])
+    } else if (zero) {
+        ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i])
+    } else {
+        ADAMW_LOOP(0, n16, g[i]) ADAMW_LOOP(n16, n, g[i])
+    }
 #undef ADAMW_LOOP
 }
 
-typedef void (*AdamWKernel)(float *, float *, float *, float *, const uint16_t *, uint16_t *, int64_t, AdamWConst,
-                            int);
+typedef void (*AdamWKernel)(float *, float *, float *, float *, const uint16_t *, uint16_t *, int64_t, AdamWConst, int);
 
 // The kernel compiled for the baseline ISA (SSE2 on x86-64), and on x86-64
 // once more for AVX2, chosen at run time by __builtin_cpu_supports. Neither
@@ -184,7 +191,7 @@ static AdamWKernel adamw_kernel_pick(void) {
 typedef struct AdamWJob {
     float *w, *m, *v, *g;
     const uint16_t *gb; // not NULL: the gradients as bf16 (g NULL)
-    uint16_t *out; // NULL: no bf16 copy
+    uint16_t *out;      // NULL: no bf16 copy
     int64_t lo, hi;
     AdamWConst c;
     AdamWKernel kernel; // NULL: first touch, every array's range zeroed (adamw_first_touch)
@@ -249,8 +256,8 @@ static void adamw_run(float *w, float *m, float *v, float *g, const uint16_t *gb
     free(jobs);
 }
 
-void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
-                  int flags, int nthreads) {
+void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s, int flags,
+                  int nthreads) {
     if (n <= 0) return;
     adamw_run(w, m, v, g, NULL, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
               (flags & ADAMW_ZERO_GRADS) != 0, nthreads);
@@ -277,8 +284,8 @@ void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *gb, uin
 // not reorder). The eight sums are combined in a fixed order, then the tail.
 // gb not NULL: the values are gb's bf16 ones widened (g unused), the same
 // sums as of an fp32 copy of them.
-static inline __attribute__((always_inline)) double chunk_sq_body(const float *restrict g,
-                                                                  const uint16_t *restrict gb, int64_t n) {
+static inline __attribute__((always_inline)) double chunk_sq_body(const float *restrict g, const uint16_t *restrict gb,
+                                                                  int64_t n) {
 #define SQ_AT(i) (gb ? (double)f32_from_bf16(gb[i]) * (double)f32_from_bf16(gb[i]) : (double)g[i] * (double)g[i])
     int64_t q = n / 8 * 2; // elements per quarter, even
     double a0 = 0, a1 = 0, a2 = 0, a3 = 0, a4 = 0, a5 = 0, a6 = 0, a7 = 0;
@@ -313,9 +320,9 @@ static double adamw_chunk_sq_bf16(const uint16_t *gb, int64_t n, float *wide) {
 typedef struct NormJob {
     const float *g;
     const uint16_t *gb; // not NULL: the values as bf16 (g NULL)
-    int64_t n;      // elements of g
-    int64_t lo, hi; // chunk indices
-    double *sums;   // (nchunks) the sum of chunk k goes to sums[k]
+    int64_t n;          // elements of g
+    int64_t lo, hi;     // chunk indices
+    double *sums;       // (nchunks) the sum of chunk k goes to sums[k]
 } NormJob;
 
 static void *adamw_norm_thread(void *arg) {
@@ -334,9 +341,9 @@ static void *adamw_norm_thread(void *arg) {
 static double sq_norm(const float *g, const uint16_t *gb, int64_t n, int nthreads) {
     if (n <= 0) return 0.0;
     int64_t nchunks = (n + ADAMW_NORM_CHUNK - 1) / ADAMW_NORM_CHUNK;
-    int nt = adamw_threads_for(nchunks, 4, nthreads); // at least 4 chunks (1 MiB) a thread
-    double *sums = nt > 1 ? malloc((size_t)nchunks * sizeof *sums) : NULL;          // (nchunks)
-    NormJob *jobs = nt > 1 ? malloc((size_t)nt * sizeof *jobs) : NULL;              // (nt)
+    int nt = adamw_threads_for(nchunks, 4, nthreads);                      // at least 4 chunks (1 MiB) a thread
+    double *sums = nt > 1 ? malloc((size_t)nchunks * sizeof *sums) : NULL; // (nchunks)
+    NormJob *jobs = nt > 1 ? malloc((size_t)nt * sizeof *jobs) : NULL;     // (nt)
     if (nt == 1 || !sums || !jobs) {
         // Inline: the same chunk sums, added in the same order.
         free(sums), free(jobs);

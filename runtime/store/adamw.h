@@ -20,11 +20,11 @@
 #include <stdint.h>
 
 typedef struct AdamWStep {
-    float lr;            // learning rate of this step (the schedule is applied by the caller)
+    float lr; // learning rate of this step (the schedule is applied by the caller)
     float beta1, beta2, eps;
-    float weight_decay;  // decoupled, as torch.optim.AdamW: w -= lr * weight_decay * w
-    int64_t t;           // 1-based step count, for bias correction
-    float grad_scale;    // multiplies every gradient first (global-norm clipping and 1/accumulation)
+    float weight_decay; // decoupled, as torch.optim.AdamW: w -= lr * weight_decay * w
+    int64_t t;          // 1-based step count, for bias correction
+    float grad_scale;   // multiplies every gradient first (global-norm clipping and 1/accumulation)
 } AdamWStep;
 
 // Updates n parameters in place, for i in [0, n):
@@ -48,8 +48,8 @@ typedef struct AdamWStep {
 // 64-byte aligned, so threads share no cache line of w, nor of m, v, g when
 // those are laid out like w. The arrays must not overlap.
 enum { ADAMW_DECAY = 1, ADAMW_ZERO_GRADS = 2 };
-void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s,
-                  int flags, int nthreads);
+void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s, int flags,
+                  int nthreads);
 // The same update with the gradients g (n) as bf16 (the host store's
 // layers' gradients with one micro-batch a step, common/storage.h
 // storage_grads_bf16): each widened exactly, so the result is adamw_update's

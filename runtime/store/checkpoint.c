@@ -32,7 +32,7 @@ enum {
     TABLE_END = HEADER_BYTES + TABLE_BYTES,
     META_V2_BYTES = 4 * 8 + 2 * 4 + 8 + 4 * 8 + CKPT_MODEL_BYTES + CKPT_SCHEDULE_BYTES,
     META_BYTES = META_V2_BYTES + 8, // version 3: + the schedule's length
-    CHUNK = 1 << 22, // bytes per write, pread and crc32 call
+    CHUNK = 1 << 22,                // bytes per write, pread and crc32 call
 };
 enum { SEC_META = 1, SEC_W, SEC_M, SEC_V };
 static const char MAGIC[8] = "MTCKPT\0";
@@ -40,7 +40,6 @@ static const char *const SECTION_NAMES[SECTIONS] = {"META", "W", "M", "V"};
 static const uint32_t ENDIAN = 0x01020304u, OTHER_ENDIAN = 0x04030201u;
 // n above this would overflow the file's offsets (three arrays of 4n bytes)
 static const int64_t MAX_N = (INT64_MAX - TABLE_END - META_BYTES) / 12;
-
 
 static void store_u32(unsigned char *d, uint32_t v) {
     for (int i = 0; i < 4; i++) d[i] = (unsigned char)(v >> (8 * i));
@@ -71,7 +70,6 @@ static void swap_floats(unsigned char *p, size_t n) {
         p[2] = t;
     }
 }
-
 
 // ---------------------------------------------------------------- names
 
@@ -361,10 +359,10 @@ static int write_file(const char *tmp, const CkptMeta *meta, const float *arrays
 typedef struct Manifest {
     int64_t step, n;
     int ranks, nsegs;
-    CkptSegment *segs;  // (nsegs)
-    char (*names)[80];  // (ranks)
-    int64_t *bytes;     // (ranks)
-    uint32_t *crcs;     // (ranks)
+    CkptSegment *segs; // (nsegs)
+    char (*names)[80]; // (ranks)
+    int64_t *bytes;    // (ranks)
+    uint32_t *crcs;    // (ranks)
 } Manifest;
 static int manifest_read(const char *path, Manifest *m, char *err, size_t errcap);
 static void manifest_free(Manifest *m);
@@ -575,23 +573,25 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
     int64_t got = get(fd, h, TABLE_END, 0);
     if (got < 0) return io_fail(err, errcap, path, "cannot read the checkpoint: %s", strerror(errno));
     if (got == 0) return io_fail(err, errcap, path, "empty file; not an mt checkpoint");
-    if (memcmp(h, MAGIC, got < 8 ? (size_t)got : 8) != 0) return io_fail(err, errcap, path, "not an mt checkpoint (bad magic)");
+    if (memcmp(h, MAGIC, got < 8 ? (size_t)got : 8) != 0)
+        return io_fail(err, errcap, path, "not an mt checkpoint (bad magic)");
     if (got < HEADER_BYTES)
-        return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the checkpoint header (%d)", (long long)got,
-                    HEADER_BYTES);
+        return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the checkpoint header (%d)",
+                       (long long)got, HEADER_BYTES);
     uint32_t version = ld32(h + 8), endian = ld32(h + 12), count = ld32(h + 16);
     if (endian == OTHER_ENDIAN) return io_fail(err, errcap, path, "written on a machine of the other byte order");
     if (version != CKPT_VERSION && version != 2)
         return io_fail(err, errcap, path, "checkpoint version %u, this mtrun reads versions 2 and %d", version,
                        CKPT_VERSION);
     if (endian != ENDIAN) return io_fail(err, errcap, path, "bad endianness word 0x%08x", endian);
-    if (io_crc32(0, h, 20) != ld32(h + 20)) return io_fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
+    if (io_crc32(0, h, 20) != ld32(h + 20))
+        return io_fail(err, errcap, path, "the checkpoint header is corrupted (crc32 mismatch)");
     if (count != SECTIONS)
         return io_fail(err, errcap, path, "the section table lists %u sections; a version %u checkpoint has %d", count,
-                    version, SECTIONS);
+                       version, SECTIONS);
     if (got < TABLE_END)
         return io_fail(err, errcap, path, "truncated: %lld bytes, shorter than the header and section table (%d)",
-                    (long long)got, TABLE_END);
+                       (long long)got, TABLE_END);
     int seen[SECTIONS] = {0};
     for (int i = 0; i < SECTIONS; i++) {
         const unsigned char *t = h + HEADER_BYTES + (size_t)i * ENTRY_BYTES;
@@ -607,7 +607,7 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
     for (int s = 0; s < SECTIONS; s++) { // in id order, so a file cut short names its first missing section
         if (e[s].off < TABLE_END)
             return io_fail(err, errcap, path, "section %s starts at byte %llu, inside the header and section table",
-                        SECTION_NAMES[s], (unsigned long long)e[s].off);
+                           SECTION_NAMES[s], (unsigned long long)e[s].off);
         if (e[s].off > len || e[s].size > len - e[s].off)
             return io_fail(err, errcap, path, "section %s is truncated", SECTION_NAMES[s]);
     }
@@ -618,7 +618,7 @@ static int read_table(int fd, const char *path, uint64_t len, Entry e[SECTIONS],
     int meta_bytes = version == 2 ? META_V2_BYTES : META_BYTES;
     if (e[0].size != (uint64_t)meta_bytes)
         return io_fail(err, errcap, path, "section META has %llu bytes; a version %u checkpoint's has %d",
-                    (unsigned long long)e[0].size, version, meta_bytes);
+                       (unsigned long long)e[0].size, version, meta_bytes);
     *version_out = version;
     return 0;
 }
@@ -657,10 +657,11 @@ static int read_all(int fd, const char *path, CkptMeta *meta, int64_t expected_n
     for (int s = 1; s < SECTIONS; s++)
         if (e[s].size != (uint64_t)got.n * 4)
             return io_fail(err, errcap, path, "section %s has %llu bytes; META's n = %lld floats needs %lld",
-                        SECTION_NAMES[s], (unsigned long long)e[s].size, (long long)got.n, (long long)got.n * 4);
+                           SECTION_NAMES[s], (unsigned long long)e[s].size, (long long)got.n, (long long)got.n * 4);
     if (expected_n >= 0 && got.n != expected_n)
-        return io_fail(err, errcap, path, "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
-                    (long long)got.n, (long long)expected_n);
+        return io_fail(err, errcap, path,
+                       "the checkpoint holds %lld floats per array, the model has %lld (another model?)",
+                       (long long)got.n, (long long)expected_n);
 
     unsigned char *bounce = NULL;
     if ((io || !arrays[0] || !arrays[1] || !arrays[2]) && got.n > 0 && !(bounce = aligned_alloc(64, CHUNK)))
@@ -718,10 +719,13 @@ static int check_segments(const char *what, const CkptSegment *segs, int nsegs, 
     int64_t at = 0;
     for (int k = 0; k < nsegs; at += segs[k].len, k++)
         if (segs[k].off != at || segs[k].len < 0)
-            return io_fail(err, errcap, what, "internal error: segment %d at %lld of %lld floats does not follow the "
-                           "last (at %lld)", k, (long long)segs[k].off, (long long)segs[k].len, (long long)at);
-    if (at != n) return io_fail(err, errcap, what, "internal error: the segments hold %lld floats, not %lld", (long long)at,
-                                (long long)n);
+            return io_fail(err, errcap, what,
+                           "internal error: segment %d at %lld of %lld floats does not follow the "
+                           "last (at %lld)",
+                           k, (long long)segs[k].off, (long long)segs[k].len, (long long)at);
+    if (at != n)
+        return io_fail(err, errcap, what, "internal error: the segments hold %lld floats, not %lld", (long long)at,
+                       (long long)n);
     return 0;
 }
 
@@ -740,7 +744,8 @@ static int shard_layout(Shard *sh, const CkptSegment *segs, int nsegs, int rank,
 
 // The runs of a shard that floats [off, off + n) of it span, in order:
 // calls each(ctx, run, first float of the run's, count, floats done before).
-typedef int (*RunPiece)(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err, size_t errcap);
+typedef int (*RunPiece)(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err,
+                        size_t errcap);
 static int each_piece(const Shard *sh, int64_t off, int64_t n, RunPiece each, void *ctx, char *err, size_t errcap) {
     int lo = 0, hi = sh->nruns - 1; // the last run starting at or before off
     while (lo < hi) {
@@ -763,8 +768,8 @@ typedef struct ShardIO {
     const Shard *sh;
     const CkptIO *io;
     int array;
-    float *buf;             // the caller's piece
-    const CkptRange *want;  // (nsegs) what the reader fills of each segment; NULL: everything
+    float *buf;            // the caller's piece
+    const CkptRange *want; // (nsegs) what the reader fills of each segment; NULL: everything
 } ShardIO;
 
 static int get_piece(void *ctx, const ShardRun *run, int64_t from, int64_t k, int64_t done, char *err, size_t errcap) {
@@ -810,7 +815,8 @@ static int commit_file(const char *dir, const char *tmp, const char *final, int 
         unlink(tmp);
         return -1;
     }
-    if ((e = sync_dir(dir)) != 0) return io_fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
+    if ((e = sync_dir(dir)) != 0)
+        return io_fail(err, errcap, final, "written, but cannot sync its directory: %s", strerror(e));
     return 0;
 }
 
@@ -881,7 +887,6 @@ done:
     return rc;
 }
 
-
 static void manifest_free(Manifest *m) {
     free(m->segs), free(m->names), free(m->bytes), free(m->crcs);
     *m = (Manifest){0};
@@ -892,7 +897,8 @@ static int manifest_read(const char *path, Manifest *m, char *err, size_t errcap
     *m = (Manifest){0};
     char *text;
     size_t len;
-    if (io_read_file(path, &text, &len) != 0) return io_fail(err, errcap, path, "cannot read the manifest: %s", strerror(errno));
+    if (io_read_file(path, &text, &len) != 0)
+        return io_fail(err, errcap, path, "cannot read the manifest: %s", strerror(errno));
     int rc = -1;
     char *last = len > 1 ? memchr(text, 0, len) : NULL;
     if (last || len < sizeof MANIFEST_MAGIC || memcmp(text, MANIFEST_MAGIC, sizeof MANIFEST_MAGIC - 1) != 0) {
@@ -971,8 +977,10 @@ static int shard_matches(const char *path, int r, const Manifest *m, char *err, 
     int64_t got = fd < 0 ? -1 : get(fd, t, TABLE_BYTES, HEADER_BYTES);
     if (fd >= 0) close(fd);
     if (got != TABLE_BYTES || io_crc32(0, t, TABLE_BYTES) != m->crcs[r])
-        return io_fail(err, errcap, path, "shard %d of %d of step %lld is not the one its manifest names (section "
-                       "table crc32)", r, m->ranks, (long long)m->step);
+        return io_fail(err, errcap, path,
+                       "shard %d of %d of step %lld is not the one its manifest names (section "
+                       "table crc32)",
+                       r, m->ranks, (long long)m->step);
     return 0;
 }
 
@@ -993,7 +1001,8 @@ static int load_sharded(const char *path, CkptMeta *meta, int64_t expected_n, co
         goto done;
     }
     if (segs && (nsegs != m.nsegs || memcmp(segs, m.segs, (size_t)nsegs * sizeof *segs) != 0)) {
-        io_fail(err, errcap, path, "the checkpoint's %d segments are laid out otherwise than this plan's %d", m.nsegs, nsegs);
+        io_fail(err, errcap, path, "the checkpoint's %d segments are laid out otherwise than this plan's %d", m.nsegs,
+                nsegs);
         goto done;
     }
     for (int r = 0; r < m.ranks; r++) { // every shard as the manifest names it, before anything is put
@@ -1045,7 +1054,8 @@ int ckpt_load(const char *path, CkptMeta *meta, int64_t expected_n, const CkptSe
               const CkptRange *want, const CkptIO *io, char *err, size_t errcap) {
     if (err && errcap) err[0] = 0;
     if (!path) return io_fail(err, errcap, "checkpoint", "no checkpoint to read");
-    if (io && expected_n < 0) return io_fail(err, errcap, path, "internal error: arrays to read without their expected size");
+    if (io && expected_n < 0)
+        return io_fail(err, errcap, path, "internal error: arrays to read without their expected size");
     if (ends_with(path, ".manifest")) return load_sharded(path, meta, expected_n, segs, nsegs, want, io, err, errcap);
     if (!io) return ckpt_read(path, meta, expected_n, NULL, NULL, NULL, err, errcap);
     if (!want) return ckpt_read_io(path, meta, expected_n, io, err, errcap);

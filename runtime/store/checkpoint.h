@@ -41,16 +41,16 @@
 enum { CKPT_MODEL_BYTES = 64, CKPT_SCHEDULE_BYTES = 192 };
 
 typedef struct CkptMeta {
-    int64_t step;          // optimizer steps done (>= 0; it names the file)
-    int64_t data_pos;      // the data loader's training position (DataSet.train_pos)
-    uint64_t seed;         // the run's seed
-    uint64_t rng_state;    // the run's RNG state (reserved; written and read back as given)
-    uint32_t plan_crc;     // the plan that wrote it (Plan.plan_crc)
-    uint32_t model_crc;    // the model it belongs to: its parameters' names, shapes and host layout
-    int64_t n;             // floats in each of w, m, v
+    int64_t step;       // optimizer steps done (>= 0; it names the file)
+    int64_t data_pos;   // the data loader's training position (DataSet.train_pos)
+    uint64_t seed;      // the run's seed
+    uint64_t rng_state; // the run's RNG state (reserved; written and read back as given)
+    uint32_t plan_crc;  // the plan that wrote it (Plan.plan_crc)
+    uint32_t model_crc; // the model it belongs to: its parameters' names, shapes and host layout
+    int64_t n;          // floats in each of w, m, v
     // what the writing plan was, to say what changed when another plan of the model resumes it
     int64_t batch, seq, accumulate, device_limit;
-    int64_t schedule_steps; // the steps the run's learning-rate schedule spans (0: not recorded, version 2)
+    int64_t schedule_steps;             // the steps the run's learning-rate schedule spans (0: not recorded, version 2)
     char model[CKPT_MODEL_BYTES];       // the model's name, cut to fit, NUL-terminated
     char schedule[CKPT_SCHEDULE_BYTES]; // Plan.schedule, cut to fit, NUL-terminated
 } CkptMeta;

@@ -31,7 +31,7 @@ static struct {
     pthread_cond_t done; // broadcast when a call's last job finished
     PoolWorker **w;      // (n of cap), each allocated once and never moved
     int n, cap;
-    int full;            // a worker could not be started: no more are tried
+    int full; // a worker could not be started: no more are tried
 } pool = {PTHREAD_MUTEX_INITIALIZER, PTHREAD_COND_INITIALIZER, NULL, 0, 0, 0};
 
 static void *pool_worker_main(void *arg) {
@@ -99,8 +99,10 @@ static void pool_grow(int want) {
         if (!ok) { // said once: from now on the jobs of workers that are not there run on their callers
             free(w);
             pool.full = 1;
-            fprintf(stderr, "mt: could start only %d host worker threads of the %d asked for; the others' share of the "
-                    "optimizer runs on the calling threads\n", pool.n, want);
+            fprintf(stderr,
+                    "mt: could start only %d host worker threads of the %d asked for; the others' share of the "
+                    "optimizer runs on the calling threads\n",
+                    pool.n, want);
             break;
         }
         pool_pin(tid, pool.n);

@@ -13,7 +13,8 @@
 
 int store_grads_bf16(const Plan *p, int holds) {
     const char *add_only = getenv("MT_GRADS_ADD_ONLY");
-    return storage_grads_bf16(p->graph, p->ranks, !!(holds & STORE_TIER_GRADS)) && !(add_only && !strcmp(add_only, "1"));
+    return storage_grads_bf16(p->graph, p->ranks, !!(holds & STORE_TIER_GRADS)) &&
+           !(add_only && !strcmp(add_only, "1"));
 }
 
 int64_t store_bytes(const Plan *p, int holds) {
@@ -96,7 +97,8 @@ static void grads_drop(HostStore *s, int64_t off, int64_t n) {
 // Whether parameter i lies in segment seg (a layer's, or a global one).
 static int in_segment(const Plan *p, int i, int64_t seg) {
     const Param *prm = p->graph->params.items[i];
-    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg) : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
+    return prm->in_block ? seg >= 0 && param_in_layer(p->graph, prm, seg)
+                         : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
 enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
@@ -199,7 +201,8 @@ static int grads_out_plan(HostStore *s, const Plan *p) {
     // MT_GRADS_ADD_ONLY=1 adds every COPY_OUT, as before (tests compare the two).
     const char *add_only = getenv("MT_GRADS_ADD_ONLY");
     for (int i = 0; i < p->ntrain; i++)
-        if ((p->train[i].kind == INS_COPY_OUT && p->train[i].engine != ENG_COPY_OUT) || (add_only && !strcmp(add_only, "1")))
+        if ((p->train[i].kind == INS_COPY_OUT && p->train[i].engine != ENG_COPY_OUT) ||
+            (add_only && !strcmp(add_only, "1")))
             memset(s->out_first, 0, (size_t)p->ntrain);
     free(r);
     return 0;
@@ -229,8 +232,11 @@ int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *
 // The store of rank `rank` of `ranks` (ranks 1: the whole of it).
 static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int holds, int threads, int rank, int ranks,
                       char *err, size_t errcap) {
-    *s = (HostStore){.n = plan_host_elems(p), .nseg = plan_segment_count(p), .threads = threads > 1 ? threads : 1,
-                     .rank = rank, .ranks = ranks};
+    *s = (HostStore){.n = plan_host_elems(p),
+                     .nseg = plan_segment_count(p),
+                     .threads = threads > 1 ? threads : 1,
+                     .rank = rank,
+                     .ranks = ranks};
     if (ranks > 1) { // this rank's slices, one after another
         if (!(s->shard_at = malloc((size_t)(s->nseg + 1) * sizeof *s->shard_at))) {
             snprintf(err, errcap, "out of memory laying out the sharded host store");
@@ -246,7 +252,8 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     holds = tier_dir ? holds : 0;
     int master = !!(holds & STORE_TIER_MASTER);
     if (master && p->graph->train.compute != DT_BF16) {
-        snprintf(err, errcap, "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
+        snprintf(err, errcap,
+                 "the fp32 master can live on the NVMe tier only under bf16 compute (with f32 compute "
                  "it is what streams to the device)");
         return -1;
     }
@@ -266,14 +273,16 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = (size_t)s->n * 4 + 64;
-    size_t globals = (size_t)p->host_global * 4 + 64; // what RAM keeps of what the tier holds; the fp32 gradients beside gb
-    void **arrays[6] = {(void **)&s->w, (void **)&s->m, (void **)&s->v, (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
+    size_t globals = (size_t)p->host_global * 4 +
+                     64; // what RAM keeps of what the tier holds; the fp32 gradients beside gb
+    void **arrays[6] = {(void **)&s->w, (void **)&s->m,  (void **)&s->v,
+                        (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
     for (int i = 0; i < 6; i++) {
         if ((i == 4 && p->graph->train.compute != DT_BF16) || (i == 5 && !bf16_grads)) continue; // no bf16 copy, no gb
         size_t b = i == 4   ? (size_t)s->n * 2 + 64
-                 : i == 5   ? (size_t)(s->n - s->gb_from) * 2 + 64
-                 : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
-                                                                                                            : bytes;
+                   : i == 5 ? (size_t)(s->n - s->gb_from) * 2 + 64
+                   : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
+                                                                                                             : bytes;
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
         if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
             store_free(s);
@@ -284,8 +293,10 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     int rc = grads_out_plan(s, p);
     if (rc != 0) {
         if (rc == -2)
-            snprintf(err, errcap, "internal error: the plan copies a layer's gradient out other than once a step as "
-                     "bf16, where the store holds the layers' gradients as bf16 (common/storage.h: storage_grads_bf16)");
+            snprintf(err, errcap,
+                     "internal error: the plan copies a layer's gradient out other than once a step as "
+                     "bf16, where the store holds the layers' gradients as bf16 (common/storage.h: "
+                     "storage_grads_bf16)");
         store_free(s);
         return -1;
     }
@@ -323,8 +334,8 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     int64_t n, off = store_segment(p, layer, &n), lo, hi, at = store_slice(s, p, layer, &lo, &hi);
     // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
     const uint16_t *gb = store_grads_bf16_at(s, at);
-    s->seg[plan_segment_index(layer)].sq_norm =
-        gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads) : adamw_sq_norm(s->g + at, hi - lo, s->threads);
+    s->seg[plan_segment_index(layer)].sq_norm = gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads)
+                                                   : adamw_sq_norm(s->g + at, hi - lo, s->threads);
     if (!s->tier_grads || layer < 0 || s->err[0]) return;
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
@@ -365,8 +376,8 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
             adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
                                     b - a, &seg->step, decay, s->threads);
         else if (b > a)
-            adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase, s->wb ? s->wb + off : NULL,
-                         b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
+            adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase,
+                         s->wb ? s->wb + off : NULL, b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
         if (grad == s->g && !gb) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
     }
     if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
@@ -389,10 +400,11 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
         if (s->shard_at) { // this rank's slice of the segment, or a refusal
             int64_t a, b, at = store_clip(s, p, layer, off, k, &a, &b);
             if (a != off || b != off + k) {
-                snprintf(err, errcap, "rank %d of a sharded run holds elements [%lld, %lld) of the host store's "
-                         "segment from %lld, not [%lld, %lld)", s->rank, (long long)(a == b ? 0 : a - start),
-                         (long long)(a == b ? 0 : b - start), (long long)start, (long long)(off - start),
-                         (long long)(off + k - start));
+                snprintf(err, errcap,
+                         "rank %d of a sharded run holds elements [%lld, %lld) of the host store's "
+                         "segment from %lld, not [%lld, %lld)",
+                         s->rank, (long long)(a == b ? 0 : a - start), (long long)(a == b ? 0 : b - start),
+                         (long long)start, (long long)(off - start), (long long)(off + k - start));
                 return -1;
             }
             memcpy(out ? buf : ram + at, out ? ram + at : buf, (size_t)k * sizeof(float));
@@ -467,12 +479,12 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
             int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
-            float *w = master + at - (a - plan_param_elem(p, i, l)); // w[k]: element k of the parameter
+            float *w = master + at - (a - plan_param_elem(p, i, l));                 // w[k]: element k of the parameter
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
-                w[k] = prm->init == INIT_ONES ? 1.0f
-                     : prm->init == INIT_ZEROS ? 0.0f
-                     : (float)(prm->init_std * normal_at(key, k));
+                w[k] = prm->init == INIT_ONES    ? 1.0f
+                       : prm->init == INIT_ZEROS ? 0.0f
+                                                 : (float)(prm->init_std * normal_at(key, k));
         }
         if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }

@@ -14,20 +14,20 @@
 
 // The host optimizer's state of one segment (the head's or the tail's globals, or one layer).
 typedef struct StoreSegment {
-    double sq_norm; // its gradients' squared norm on this step (INS_NORM); NAN: not yet
-    int pending;    // an update waits for INS_UPDATE (or a flush)
-    AdamWStep step; // that update: lr, t, the clip and 1/accumulation scale
-    int64_t outs;   // COPY_OUTs into its gradients since they were last zeroed (store_grads_out)
+    double sq_norm;    // its gradients' squared norm on this step (INS_NORM); NAN: not yet
+    int pending;       // an update waits for INS_UPDATE (or a flush)
+    AdamWStep step;    // that update: lr, t, the clip and 1/accumulation scale
+    int64_t outs;      // COPY_OUTs into its gradients since they were last zeroed (store_grads_out)
     int64_t pass_outs; // COPY_OUTs into it in one pass of the train stream (a micro-batch)
 } StoreSegment;
 
 typedef struct HostStore {
-    int64_t n;   // elements in each array: plan_host_elems; sharded, this rank's slices' (store_shard_elems)
-    float *w;    // (n) fp32 master weights; with f32 compute, also what streams to the device;
-                 // with the master on a tier, (host_global): the globals' only
-    float *m;    // (n) Adam first moments; with a tier, (host_global): the globals' only
-    float *v;    // (n) Adam second moments; with a tier, (host_global)
-    float *g;    // (n) fp32 gradient accumulators; with gb, (gb_from): the globals' only
+    int64_t n;    // elements in each array: plan_host_elems; sharded, this rank's slices' (store_shard_elems)
+    float *w;     // (n) fp32 master weights; with f32 compute, also what streams to the device;
+                  // with the master on a tier, (host_global): the globals' only
+    float *m;     // (n) Adam first moments; with a tier, (host_global): the globals' only
+    float *v;     // (n) Adam second moments; with a tier, (host_global)
+    float *g;     // (n) fp32 gradient accumulators; with gb, (gb_from): the globals' only
     uint16_t *wb; // (n) with bf16 compute, the bf16 copy of w that streams (AdamW writes it); else NULL
     // The layers' gradients as bf16 where the plan allows it (store_grads_bf16:
     // bf16 compute, one micro-batch a step, one rank, not on the tier): (n -
@@ -39,9 +39,9 @@ typedef struct HostStore {
     int64_t gb_from;
     // The host optimizer, by segment: seg[plan_segment_index(SEG_TAIL)] the
     // tail's globals, [.. (SEG_HEAD)] the head's, [.. (l)] layer l.
-    int64_t nseg; // plan_segment_count: 2 + layers
+    int64_t nseg;      // plan_segment_count: 2 + layers
     StoreSegment *seg; // (nseg)
-    int threads;  // for the optimizer, the norms and the first touch
+    int threads;       // for the optimizer, the norms and the first touch
     // Sharded (store_alloc_shard): rank `rank` of `ranks` holds, of every
     // segment, only its slice (dist_shard), the slices one after another in
     // segment order (SEG_TAIL's, SEG_HEAD's, layer 0's, ...): element f of
@@ -50,9 +50,9 @@ typedef struct HostStore {
     // store, each element at its plan index (rank 0 of 1).
     int rank, ranks;
     int64_t *shard_at; // (nseg + 1); [nseg] = n
-    size_t mapped[6]; // bytes mapped for w, m, v, g, wb, gb (store_free unmaps them)
-    int64_t bytes;    // bytes asked for of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
-                      // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole)
+    size_t mapped[6];  // bytes mapped for w, m, v, g, wb, gb (store_free unmaps them)
+    int64_t bytes;     // bytes asked for of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
+                       // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole)
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
     // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and

@@ -6,8 +6,8 @@
 // read, or given back unchanged), held (the caller's, between tier_acquire
 // and tier_release) or writing (its record is on the way back to the file
 // and still current in the buffer; empty once written, so that the file,
-// not the staging, carries the state from one step to the next). pump() submits what the reading and writing slots still have to
-// send, TIER_DEPTH requests at most in flight, and reaps completions.
+// not the staging, carries the state from one step to the next). pump() submits what the reading and writing slots
+// still have to send, TIER_DEPTH requests at most in flight, and reaps completions.
 #include "runtime/store/tier.h"
 
 #include <errno.h>
@@ -26,12 +26,12 @@
 typedef enum { SLOT_EMPTY, SLOT_READING, SLOT_READY, SLOT_HELD, SLOT_WRITING } SlotState;
 
 typedef struct Slot {
-    float *buf;       // (arrays * stride) one layer's record
-    int64_t layer;    // the record it holds (-1: none)
+    float *buf;    // (arrays * stride) one layer's record
+    int64_t layer; // the record it holds (-1: none)
     SlotState state;
-    int64_t next;     // reading or writing: bytes of the record submitted so far
-    int inflight;     // requests of this slot in flight
-    uint64_t used;    // when last acquired, for choosing a slot to reuse
+    int64_t next;  // reading or writing: bytes of the record submitted so far
+    int inflight;  // requests of this slot in flight
+    uint64_t used; // when last acquired, for choosing a slot to reuse
 } Slot;
 
 typedef struct Request {
@@ -42,7 +42,7 @@ typedef struct Request {
 struct Tier {
     char *path;
     int fd;
-    int direct;          // opened with O_DIRECT
+    int direct; // opened with O_DIRECT
     struct io_uring ring;
     int ring_ok;
     int64_t layers, floats, stride, record; // record: bytes per layer
@@ -50,9 +50,9 @@ struct Tier {
     Request req[TIER_DEPTH];
     int inflight;
     uint64_t clock;
-    int64_t writes;      // write requests submitted, for fault injection
+    int64_t writes;            // write requests submitted, for fault injection
     int64_t short_at, kill_at; // MT_TIER_SHORT_WRITE, MT_TIER_KILL_AT_WRITE (0: off)
-    char err[512];       // the first failure; every later call returns it
+    char err[512];             // the first failure; every later call returns it
 };
 
 static int fail(Tier *t, const char *fmt, ...) {
@@ -259,12 +259,13 @@ static Slot *victim(Tier *t, const Slot *keep) {
 static int intact(Tier *t, int64_t layer) {
     struct stat st;
     int64_t need = t->layers * t->record;
-    if (fstat(t->fd, &st) != 0) return fail(t, "%s: layer %lld: cannot stat the tier file: %s", t->path,
-                                            (long long)layer, strerror(errno));
+    if (fstat(t->fd, &st) != 0)
+        return fail(t, "%s: layer %lld: cannot stat the tier file: %s", t->path, (long long)layer, strerror(errno));
     if ((int64_t)st.st_size != need || (int64_t)st.st_blocks * 512 < need)
-        return fail(t, "%s: layer %lld: the tier file is %lld bytes with %lld allocated, not the %lld mtrun "
-                    "preallocated: truncated or changed behind mtrun's back", t->path, (long long)layer,
-                    (long long)st.st_size, (long long)st.st_blocks * 512, (long long)need);
+        return fail(t,
+                    "%s: layer %lld: the tier file is %lld bytes with %lld allocated, not the %lld mtrun "
+                    "preallocated: truncated or changed behind mtrun's back",
+                    t->path, (long long)layer, (long long)st.st_size, (long long)st.st_blocks * 512, (long long)need);
     return 0;
 }
 
@@ -309,7 +310,8 @@ float *tier_acquire(Tier *t, int64_t layer, char *err, size_t errcap) {
 float *tier_acquire_new(Tier *t, int64_t layer, char *err, size_t errcap) {
     if (acquirable(t, layer) != 0) return report(t, err, errcap), NULL;
     Slot *s = find(t, layer);
-    if (!s && !(s = victim(t, NULL)) && !t->err[0]) fail(t, "%s: internal error: every staging buffer is held", t->path);
+    if (!s && !(s = victim(t, NULL)) && !t->err[0])
+        fail(t, "%s: internal error: every staging buffer is held", t->path);
     if (t->err[0] || settle(t, s) != 0) return report(t, err, errcap), NULL;
     *s = (Slot){.buf = s->buf, .layer = layer, .state = SLOT_HELD, .used = ++t->clock};
     return s->buf;

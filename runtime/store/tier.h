@@ -32,10 +32,10 @@
 #include <stdint.h>
 
 enum {
-    TIER_ALIGN = 4096,       // every array in a record starts and ends on it
-    TIER_BLOCK = 1 << 20,    // bytes per read or write request
-    TIER_DEPTH = 32,         // requests in flight
-    TIER_SLOTS = 3,          // staging buffers: reading i+1, updating i, writing i-1
+    TIER_ALIGN = 4096,    // every array in a record starts and ends on it
+    TIER_BLOCK = 1 << 20, // bytes per read or write request
+    TIER_DEPTH = 32,      // requests in flight
+    TIER_SLOTS = 3,       // staging buffers: reading i+1, updating i, writing i-1
 };
 
 typedef struct Tier Tier;

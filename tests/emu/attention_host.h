@@ -20,10 +20,10 @@
 // P^T dY, dS where it enters dS K and dS^T Q, and y, dq, dk, dv rounded to
 // bf16 at the end; the rest in double.
 static inline void host_attention(float *y, float *lse, float *dq, float *dk, float *dv, const float *q, const float *k,
-                           const float *v, const float *dy, const int *seg, int B, int T, int H, int KVH, int D,
-                           int Dv, int causal, int window, double scale, double softcap, int bf16_p) {
-    double *p = malloc(8 * (size_t)T), *pb = malloc(8 * (size_t)T), *c = malloc(8 * (size_t)T), *acc = calloc((size_t)B * T * KVH * (D + Dv), 8),
-           *dqa = malloc(8 * (size_t)D);
+                                  const float *v, const float *dy, const int *seg, int B, int T, int H, int KVH, int D,
+                                  int Dv, int causal, int window, double scale, double softcap, int bf16_p) {
+    double *p = malloc(8 * (size_t)T), *pb = malloc(8 * (size_t)T), *c = malloc(8 * (size_t)T),
+           *acc = calloc((size_t)B * T * KVH * (D + Dv), 8), *dqa = malloc(8 * (size_t)D);
     for (int b = 0; b < B; b++)
         for (int h = 0; h < H; h++)
             for (int t = 0; t < T; t++) {
@@ -55,7 +55,8 @@ static inline void host_attention(float *y, float *lse, float *dq, float *dk, fl
                 for (int d = 0; d < D; d++) dqa[d] = 0;
                 for (int j = 0; j < T; j++) {
                     if (p[j] == 0) continue;
-                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D, *vr = v + ((long)(b * T + j) * KVH + kh) * Dv;
+                    const float *kr = k + ((long)(b * T + j) * KVH + kh) * D,
+                                *vr = v + ((long)(b * T + j) * KVH + kh) * Dv;
                     double dp = 0, *ak = acc + ((long)(b * T + j) * KVH + kh) * (D + Dv);
                     for (int e = 0; e < Dv; e++) dp += (double)dyr[e] * vr[e], ak[D + e] += pr[j] * dyr[e];
                     double ds = p[j] * (dp - delta) * c[j];
@@ -113,10 +114,10 @@ static inline void attn_fair_ratios(const AttnHostCase *c, const float *const ou
         long m = i < 4 ? n[i] : nl;
         x[i] = malloc(4 * (size_t)m + 4), p[i] = malloc(4 * (size_t)m + 4);
     }
-    host_attention(x[0], x[4], x[1], x[2], x[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv,
-                   c->causal, c->window, c->scale, c->softcap, 0);
-    host_attention(p[0], p[4], p[1], p[2], p[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv,
-                   c->causal, c->window, c->scale, c->softcap, 1);
+    host_attention(x[0], x[4], x[1], x[2], x[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv, c->causal,
+                   c->window, c->scale, c->softcap, 0);
+    host_attention(p[0], p[4], p[1], p[2], p[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv, c->causal,
+                   c->window, c->scale, c->softcap, 1);
     int width[4] = {c->Dv, c->D, c->D, c->Dv};
     for (int i = 0; i < 4; i++) {
         size_t stride = (size_t)(i < 2 ? c->H : c->KVH) * (size_t)width[i],

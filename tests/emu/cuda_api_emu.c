@@ -70,11 +70,11 @@ typedef struct Op {
     const char *name;
     unsigned grid[3], block;
     size_t smem;
-    void **args;   // (nargs) pointers into params
-    char *params;  // the parameter values, copied at launch
+    void **args;  // (nargs) pointers into params
+    char *params; // the parameter values, copied at launch
     // OP_GEMM
     void (*gemm)(struct Op *);
-    void *g;       // its closure
+    void *g; // its closure
 } Op;
 
 struct CUstream_st {
@@ -193,7 +193,9 @@ static Op *new_op(OpKind kind) {
 // ---------------------------------------------------------------- runtime API
 
 const char *cudaGetErrorString(cudaError_t e) {
-    return e == cudaSuccess ? "no error" : e == cudaErrorMemoryAllocation ? "out of memory (emulated)" : "emulated error";
+    return e == cudaSuccess                 ? "no error"
+           : e == cudaErrorMemoryAllocation ? "out of memory (emulated)"
+                                            : "emulated error";
 }
 // MT_CUDA_EMU_DEVICES: how many devices the emulation says it has (default
 // 1), all of them the same memory: for each rank's choice of its GPU
@@ -279,7 +281,7 @@ static struct {
     pthread_mutex_t mu;
     uintptr_t *lo, *hi; // (n of cap)
     int n, cap;
-    uintptr_t base;     // the first range registered: the log's offsets are from it
+    uintptr_t base; // the first range registered: the log's offsets are from it
 } pins = {PTHREAD_MUTEX_INITIALIZER, NULL, NULL, 0, 0, 0};
 
 static void pin_log(const char *what, uintptr_t at, size_t bytes) {
@@ -302,7 +304,8 @@ cudaError_t cudaHostRegister(void *p, size_t bytes, unsigned flags) {
         if (lo < pins.hi[i] && pins.lo[i] < hi) e = cudaErrorHostMemoryAlreadyRegistered;
     if (e == cudaSuccess && pins.n == pins.cap) {
         int cap = pins.cap ? 2 * pins.cap : 16;
-        uintptr_t *a = realloc(pins.lo, (size_t)cap * sizeof *a), *b = a ? realloc(pins.hi, (size_t)cap * sizeof *b) : NULL;
+        uintptr_t *a = realloc(pins.lo, (size_t)cap * sizeof *a),
+                  *b = a ? realloc(pins.hi, (size_t)cap * sizeof *b) : NULL;
         if (a) pins.lo = a;
         if (b) pins.hi = b, pins.cap = cap;
         else e = cudaErrorMemoryAllocation;
@@ -457,13 +460,16 @@ CUresult cuCtxSetCurrent(CUcontext ctx) {
 }
 
 CUresult cuGetErrorString(CUresult e, const char **s) {
-    *s = e == CUDA_SUCCESS ? "no error" : e == CUDA_ERROR_NOT_FOUND ? "named symbol not found (emulated)" : "emulated error";
+    *s = e == CUDA_SUCCESS           ? "no error"
+         : e == CUDA_ERROR_NOT_FOUND ? "named symbol not found (emulated)"
+                                     : "emulated error";
     return CUDA_SUCCESS;
 }
 CUresult cuModuleLoadData(CUmodule *out, const void *image) {
     const char *path = getenv("MT_CUDA_EMU_KERNELS");
     if (!image || !path || !*path) {
-        fprintf(stderr, "cuda_api_emu: cuModuleLoadData needs MT_CUDA_EMU_KERNELS, the plan's kernels built for the host\n");
+        fprintf(stderr,
+                "cuda_api_emu: cuModuleLoadData needs MT_CUDA_EMU_KERNELS, the plan's kernels built for the host\n");
         return CUDA_ERROR_INVALID_IMAGE;
     }
     void *so = dlopen(path, RTLD_NOW | RTLD_LOCAL);
@@ -471,7 +477,8 @@ CUresult cuModuleLoadData(CUmodule *out, const void *image) {
         fprintf(stderr, "cuda_api_emu: %s\n", dlerror());
         return CUDA_ERROR_INVALID_IMAGE;
     }
-    emu_launch = (int (*)(const char *, unsigned, unsigned, unsigned, unsigned, size_t, void **))(uintptr_t)dlsym(so, "mt_emu_launch");
+    emu_launch = (int (*)(const char *, unsigned, unsigned, unsigned, unsigned, size_t, void **))(
+        uintptr_t)dlsym(so, "mt_emu_launch");
     emu_params = (int (*)(const char *, unsigned *, int))(uintptr_t)dlsym(so, "mt_emu_params");
     if (!emu_launch || !emu_params) return CUDA_ERROR_INVALID_IMAGE;
     struct CUmod_st *m = calloc(1, sizeof *m);
@@ -544,7 +551,9 @@ typedef struct Desc {
     cublasOperation_t ta, tb;
 } Desc;
 
-const char *cublasLtGetStatusString(cublasStatus_t s) { return s == CUBLAS_STATUS_SUCCESS ? "success" : "emulated failure"; }
+const char *cublasLtGetStatusString(cublasStatus_t s) {
+    return s == CUBLAS_STATUS_SUCCESS ? "success" : "emulated failure";
+}
 cublasStatus_t cublasLtCreate(cublasLtHandle_t *h) {
     *h = calloc(1, sizeof **h);
     return CUBLAS_STATUS_SUCCESS;
@@ -598,7 +607,7 @@ typedef struct Gemm {
     float alpha, beta;
     const void *A, *B, *C;
     void *D;
-    void *ws;          // (ws_bytes) cuBLASLt's workspace, filled with NaN as the GEMM runs
+    void *ws; // (ws_bytes) cuBLASLt's workspace, filled with NaN as the GEMM runs
     size_t ws_bytes;
 } Gemm;
 
@@ -617,7 +626,7 @@ static void store(void *p, cudaDataType_t t, int64_t i, float v) {
     uint32_t u;
     memcpy(&u, &v, 4);
     if ((u & 0x7fffffffu) > 0x7f800000u) u = 0x7fc00000u; // NaN stays NaN
-    else u += 0x7fffu + ((u >> 16) & 1u);             // round to nearest even, as common/bf16.h
+    else u += 0x7fffu + ((u >> 16) & 1u);                 // round to nearest even, as common/bf16.h
     ((uint16_t *)p)[i] = (uint16_t)(u >> 16);
 }
 // A matrix of layout l (column-major, rows x cols, ld) at batch b, widened to f32 (rows x cols, ld rows).
@@ -625,7 +634,8 @@ static float *widen(const void *p, const Layout *l, int b) {
     float *w = malloc((size_t)(l->rows * l->cols) * 4 + 4);
     int64_t base = (int64_t)b * l->stride;
     for (uint64_t j = 0; j < l->cols; j++)
-        for (uint64_t i = 0; i < l->rows; i++) w[j * l->rows + i] = load(p, l->type, base + (int64_t)(j * (uint64_t)l->ld + i));
+        for (uint64_t i = 0; i < l->rows; i++)
+            w[j * l->rows + i] = load(p, l->type, base + (int64_t)(j * (uint64_t)l->ld + i));
     return w;
 }
 

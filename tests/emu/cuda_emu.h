@@ -66,12 +66,36 @@ static inline uint2 make_uint2(unsigned a, unsigned b) { return {a, b}; }
 static inline uint4 make_uint4(unsigned a, unsigned b, unsigned c, unsigned d) { return {a, b, c, d}; }
 
 // bit casts
-static inline float __uint_as_float(unsigned u) { float f; memcpy(&f, &u, 4); return f; }
-static inline float __int_as_float(int u) { float f; memcpy(&f, &u, 4); return f; }
-static inline unsigned __float_as_uint(float f) { unsigned u; memcpy(&u, &f, 4); return u; }
-static inline int __float_as_int(float f) { int u; memcpy(&u, &f, 4); return u; }
-static inline double __longlong_as_double(long long u) { double f; memcpy(&f, &u, 8); return f; }
-static inline long long __double_as_longlong(double f) { long long u; memcpy(&u, &f, 8); return u; }
+static inline float __uint_as_float(unsigned u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline float __int_as_float(int u) {
+    float f;
+    memcpy(&f, &u, 4);
+    return f;
+}
+static inline unsigned __float_as_uint(float f) {
+    unsigned u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline int __float_as_int(float f) {
+    int u;
+    memcpy(&u, &f, 4);
+    return u;
+}
+static inline double __longlong_as_double(long long u) {
+    double f;
+    memcpy(&f, &u, 8);
+    return f;
+}
+static inline long long __double_as_longlong(double f) {
+    long long u;
+    memcpy(&u, &f, 8);
+    return u;
+}
 
 // CUDA's integer min and max (device code calls them unqualified)
 static inline int min(int a, int b) { return a < b ? a : b; }
@@ -104,9 +128,9 @@ struct Launch {
     void (*body)(void **args);
     void **args;
     Fiber fiber[MAX_THREADS];
-    char *stacks;          // (MAX_THREADS, STACK)
-    int n, cur;            // threads in the block, the one running
-    int live, at_block;    // not DONE; waiting at __syncthreads
+    char *stacks;       // (MAX_THREADS, STACK)
+    int n, cur;         // threads in the block, the one running
+    int live, at_block; // not DONE; waiting at __syncthreads
     int warp_live[MAX_THREADS / WARP], at_warp[MAX_THREADS / WARP];
     // (2, n) each lane's word for the warp collectives, two sets used in turn:
     // a lane writes set p only after every lane of its warp has left the
@@ -121,7 +145,7 @@ struct Launch {
         void *dst;
         unsigned char data[16];
         int group;
-    } *cp[MAX_THREADS];
+    } * cp[MAX_THREADS];
     int ncp[MAX_THREADS], cpcap[MAX_THREADS], committed[MAX_THREADS];
 };
 inline Launch L;
@@ -136,8 +160,7 @@ alignas(16) inline float mt_smem[mt_emu::SMEM_MAX / 4];
 namespace mt_emu {
 
 inline void fail(const char *what) {
-    fprintf(stderr, "cuda_emu: %s (block %u,%u,%u thread %u)\n", what, blockIdx.x, blockIdx.y, blockIdx.z,
-            threadIdx.x);
+    fprintf(stderr, "cuda_emu: %s (block %u,%u,%u thread %u)\n", what, blockIdx.x, blockIdx.y, blockIdx.z, threadIdx.x);
     abort();
 }
 inline void yield() {
@@ -260,9 +283,7 @@ inline int run(dim3 grid, dim3 block, size_t smem, void (*body)(void **), void *
 // Unpacks cuLaunchKernel-style arguments (args[i] points at parameter i).
 template <unsigned... I> struct Idx {};
 template <unsigned N, unsigned... I> struct MakeIdx : MakeIdx<N - 1, N - 1, I...> {};
-template <unsigned... I> struct MakeIdx<0, I...> {
-    typedef Idx<I...> type;
-};
+template <unsigned... I> struct MakeIdx<0, I...> { typedef Idx<I...> type; };
 template <typename... A, unsigned... I> inline void call(void (*f)(A...), void **args, Idx<I...>) {
     f(*(A *)args[I]...);
 }
@@ -277,8 +298,8 @@ template <typename... A> constexpr const unsigned *sizes_of(void (*)(A...)) { re
 struct Entry {
     const char *name;
     void (*body)(void **);
-    unsigned n;             // parameters
-    const unsigned *size;   // (n) their sizes in bytes
+    unsigned n;           // parameters
+    const unsigned *size; // (n) their sizes in bytes
 };
 
 } // namespace mt_emu
@@ -436,21 +457,23 @@ template <int N> static inline void mt_cp_async_wait() {
 //   sizes in bytes into sizes[0 .. cap); -2 for a name not in the table.
 #define MT_EMU_KERNELS_BEGIN static const mt_emu::Entry mt_emu_table[] = {
 #define MT_EMU_KERNEL(f) {#f, mt_emu::thunk<f>, mt_emu::arity(f), mt_emu::sizes_of(f)},
-#define MT_EMU_KERNELS_END                                                                                            \
-    {NULL, NULL}};                                                                                                    \
-    extern "C" int mt_emu_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block,            \
-                                 size_t smem, void **args) {                                                          \
-        for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                     \
-            if (!strcmp(e->name, name)) return mt_emu::run(dim3(gx, gy, gz), dim3(block), smem, e->body, args);      \
-        return -2;                                                                                                    \
-    }                                                                                                                 \
-    extern "C" int mt_emu_params(const char *name, unsigned *size, int cap) {                                        \
-        for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                     \
-            if (!strcmp(e->name, name)) {                                                                             \
-                for (unsigned i = 0; i < e->n && (int)i < cap; i++) size[i] = e->size[i];                            \
-                return (int)e->n;                                                                                     \
-            }                                                                                                         \
-        return -2;                                                                                                    \
+#define MT_EMU_KERNELS_END                                                                                             \
+    { NULL, NULL }                                                                                                     \
+    }                                                                                                                  \
+    ;                                                                                                                  \
+    extern "C" int mt_emu_launch(const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem, \
+                                 void **args) {                                                                        \
+        for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                      \
+            if (!strcmp(e->name, name)) return mt_emu::run(dim3(gx, gy, gz), dim3(block), smem, e->body, args);        \
+        return -2;                                                                                                     \
+    }                                                                                                                  \
+    extern "C" int mt_emu_params(const char *name, unsigned *size, int cap) {                                          \
+        for (const mt_emu::Entry *e = mt_emu_table; e->name; e++)                                                      \
+            if (!strcmp(e->name, name)) {                                                                              \
+                for (unsigned i = 0; i < e->n && (int)i < cap; i++) size[i] = e->size[i];                              \
+                return (int)e->n;                                                                                      \
+            }                                                                                                          \
+        return -2;                                                                                                     \
     }
 
 #endif

@@ -51,7 +51,7 @@ typedef struct Case {
 } Case;
 
 static const Case CASES[] = {
-    {2, 70, 4, 2, 16, 1, 0, 0, 0, 0},    {2, 37, 4, 1, 16, 0, 0, 0, 0, 0},  {1, 100, 4, 1, 64, 1, 1, 0, 0, 0},
+    {2, 70, 4, 2, 16, 1, 0, 0, 0, 0},      {2, 37, 4, 1, 16, 0, 0, 0, 0, 0},  {1, 100, 4, 1, 64, 1, 1, 0, 0, 0},
     {2, 90, 2, 2, 16, 1, 0, 20, 0.3, 0.5}, {1, 67, 4, 4, 128, 1, 0, 0, 0, 0},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0] };
@@ -61,9 +61,7 @@ static double case_scale(const Case *c) { return c->scale > 0 ? c->scale : 1 / s
 static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                    void **args) {
     int rc = fn(name, gx, gy, gz, block, smem, args);
-    if (rc != 0) {
-        FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry");
-    }
+    if (rc != 0) { FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry"); }
 }
 
 static void *storage(const float *x, long n, int bf16) { // x as stored: floats, or bf16
@@ -94,7 +92,8 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
                        double err[5]) {
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D, nrow = (long)c->B * c->H * c->T;
     size_t es = c->bf16 ? 2 : 4;
-    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk), *dy = malloc(4 * (size_t)nq);
+    float *q = malloc(4 * (size_t)nq), *k = malloc(4 * (size_t)nk), *v = malloc(4 * (size_t)nk),
+          *dy = malloc(4 * (size_t)nq);
     for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
     for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
     if (c->bf16) { // the reference sees what the bf16 kernel reads
@@ -106,7 +105,8 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
     void *Y = poisoned(es * (size_t)nq), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
          *DV = poisoned(es * (size_t)nk);
     float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
-    float *P = poisoned(4 * (size_t)nrow * c->T), *C = poisoned(4 * (size_t)nrow * c->T), *DS = poisoned(4 * (size_t)nrow * c->T);
+    float *P = poisoned(4 * (size_t)nrow * c->T), *C = poisoned(4 * (size_t)nrow * c->T),
+          *DS = poisoned(4 * (size_t)nrow * c->T);
     float *rY = poisoned(4 * (size_t)nq), *rDQ = poisoned(4 * (size_t)nq), *rDK = poisoned(4 * (size_t)nk),
           *rDV = poisoned(4 * (size_t)nk);
     char sym[3][128];
@@ -207,10 +207,12 @@ int main(int argc, char **argv) {
                 names[i]);
     }
     fprintf(f, "MT_EMU_KERNELS_BEGIN\n");
-    const char *refs[] = {"mt_ref_attn_probs_doc_starts", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq", "mt_ref_attn_dkdv"};
+    const char *refs[] = {"mt_ref_attn_probs_doc_starts", "mt_ref_attn_fwd", "mt_ref_attn_ds", "mt_ref_attn_dq",
+                          "mt_ref_attn_dkdv"};
     for (int i = 0; i < 5; i++) fprintf(f, "MT_EMU_KERNEL(%s)\n", refs[i]);
     for (int i = 0; i < NCASES; i++)
-        fprintf(f, "MT_EMU_KERNEL(mt_attn_fwd_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dq_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dkdv_%s)\n",
+        fprintf(f,
+                "MT_EMU_KERNEL(mt_attn_fwd_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dq_%s)\nMT_EMU_KERNEL(mt_attn_bwd_dkdv_%s)\n",
                 names[i], names[i], names[i]);
     fprintf(f, "MT_EMU_KERNELS_END\n");
     fclose(f);
@@ -242,8 +244,9 @@ int main(int argc, char **argv) {
         double without = run_case(fn, c, names[i], seg, NULL, errn); // the kernels not told: must differ
         int ok = worst <= tol && err[4] <= 1e-3 && without > 1e-2;
         printf("%s %s B %d T %d H %d KVH %d: y %.1e dq %.1e dk %.1e dv %.1e lse %.1e (tolerance %.0e); without the "
-               "documents %.2f\n", ok ? "ok  " : "FAIL", names[i], c->B, c->T, c->H, c->KVH, err[0], err[1], err[2],
-               err[3], err[4], tol, without);
+               "documents %.2f\n",
+               ok ? "ok  " : "FAIL", names[i], c->B, c->T, c->H, c->KVH, err[0], err[1], err[2], err[3], err[4], tol,
+               without);
         check_failures += !ok;
         free(seg);
     }

@@ -134,53 +134,65 @@ static LaunchFn build(const char *name, const char *text, char (*names)[96], int
 static void launch(LaunchFn fn, const char *name, unsigned gx, unsigned gy, unsigned gz, unsigned block, size_t smem,
                    void **args) {
     int rc = fn(name, gx, gy, gz, block, smem, args);
-    if (rc != 0) {
-        FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry");
-    }
+    if (rc != 0) { FAIL("launch of %s: %s", name, rc == -2 ? "not in the kernel table" : "bad geometry"); }
 }
 
 // ---------------------------------------------------------------- 1. attention
 
 typedef struct AttnCase {
     int B, T, H, KVH, D, causal, bf16;
-    int tc;              // attention_tc.cuh (bf16, D 64, 128, 192, 256) instead of attention.cuh
-    int window;          // 0: none
-    double scale;        // 0: 1/sqrt(D)
-    double softcap;      // 0: none
-    int group_only;      // run and compare the first kv head's group only (a plan's many heads)
-    const char *symbol;  // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
-    int Dv;              // tensor cores: the value heads' width; 0: D
-    int doc_len;         // tensor cores: documents of lengths doc_len, doc_len + 7, doc_len + 14, ... (seg); 0: none
+    int tc;             // attention_tc.cuh (bf16, D 64, 128, 192, 256) instead of attention.cuh
+    int window;         // 0: none
+    double scale;       // 0: 1/sqrt(D)
+    double softcap;     // 0: none
+    int group_only;     // run and compare the first kv head's group only (a plan's many heads)
+    const char *symbol; // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
+    int Dv;             // tensor cores: the value heads' width; 0: D
+    int doc_len;        // tensor cores: documents of lengths doc_len, doc_len + 7, doc_len + 14, ... (seg); 0: none
 } AttnCase;
 
 // attention.cuh: f32 and bf16, head sizes 16, 64, 128
 static const AttnCase CASES[] = {
-    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0}, {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
     {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
     // the options: windows shorter and longer than a tile (32 keys), an own
     // scale, soft-capping (a cap near the scores' size, so tanh bends them)
-    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0}, {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0},
-    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0}, {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0},
+    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0},
+    {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0},
+    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0},
 };
 // attention_tc.cuh: GQA 1, 4, 8; D 64, 128; causal and not; lengths no
 // multiple of 16 or 64; then the options, windows shorter and longer than a
 // tile (64 keys) and softcaps that bend the scores
 static const AttnCase TC_CASES[] = {
-    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0},
-    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0}, {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0},
+    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0},
+    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0},
+    {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0},
     {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0},
     // head size 256, value heads of their own width (DeepSeek's 192/128, and
     // wider than the keys), documents (packed rows: seg), against the host's
     // reference in double (host_attention)
-    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0}, {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0},
-    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0}, {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
-    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20}, {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30},
+    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0},
+    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
+    {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
+    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20},
+    {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30},
     {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
@@ -283,7 +295,8 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH};
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
+         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH};
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &SEG, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
@@ -426,7 +439,8 @@ static void check_attention(void) {
         if (c->window || c->scale > 0 || c->softcap > 0)
             snprintf(opts, sizeof opts, " window %d scale %g softcap %g", c->window, case_scale(c), c->softcap);
         if (c->Dv || c->doc_len)
-            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d documents from %d", c->Dv ? c->Dv : c->D, c->doc_len);
+            snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d documents from %d", c->Dv ? c->Dv : c->D,
+                     c->doc_len);
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
         int ok = attn_case_ok(c, e, err);
@@ -462,8 +476,9 @@ static void check_cvt(LaunchFn fn) {
     for (int i = 0; i < N; i++) {
         rng ^= rng << 13, rng ^= rng >> 7, rng ^= rng << 17;
         bits[i] = i < nfixed ? fixed[i] : (uint32_t)(rng >> 16);
-        if (i >= nfixed && (bits[i] & 0x7f800000u) == 0x7f800000u) bits[i] &= 0xbfffffffu; // no NaN: bf16.h keeps payloads
-        if (i >= nfixed && i % 4 == 0) bits[i] = (bits[i] & 0xffff0000u) | 0x8000u;       // ties
+        if (i >= nfixed && (bits[i] & 0x7f800000u) == 0x7f800000u)
+            bits[i] &= 0xbfffffffu;                                                 // no NaN: bf16.h keeps payloads
+        if (i >= nfixed && i % 4 == 0) bits[i] = (bits[i] & 0xffff0000u) | 0x8000u; // ties
     }
     float *x = malloc(4 * N);
     memcpy(x, bits, 4 * N);
@@ -474,8 +489,8 @@ static void check_cvt(LaunchFn fn) {
     int bad = 0;
     for (int i = 0; i < N / 2; i++)
         bad += out[i] != ((uint32_t)bf16_from_f32(x[2 * i]) | (uint32_t)bf16_from_f32(x[2 * i + 1]) << 16);
-    printf("cvt.rn.bf16x2.f32, %d values (ties, overflow, subnormals): %d pairs off round-to-nearest-even %s\n", N,
-           bad, bad ? "FAIL" : "ok");
+    printf("cvt.rn.bf16x2.f32, %d values (ties, overflow, subnormals): %d pairs off round-to-nearest-even %s\n", N, bad,
+           bad ? "FAIL" : "ok");
     check_failures += bad != 0;
     free(x), free(out);
 }
@@ -572,8 +587,8 @@ static void check_attention_tc_nvrtc(void) {
         for (int causal = 0; causal < 2; causal++)
             for (int opts = 0; opts < 2; opts++) {
                 const int D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
-                AttnCase c = {1, 1, 1, 1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0, 0, NULL,
-                              Dv, 0};
+                AttnCase c = {1, 1,    1,  1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0,
+                              0, NULL, Dv, 0};
                 n = case_instantiate(src, cap, n, &c);
                 nvariants++;
             }
@@ -597,11 +612,12 @@ static void check_attention_tc_nvrtc(void) {
                 continue;
             }
             long stack, st, ld;
-            if (sscanf(p + strcspn(p, "0123456789\n"), "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads",
-                       &stack, &st, &ld) == 3) {
+            if (sscanf(p + strcspn(p, "0123456789\n"),
+                       "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads", &stack, &st, &ld) == 3) {
                 if (strncmp(fn, "mt_attn_tc_", 11) != 0) continue;
                 entries++;
-                if (st || ld) printf("FAIL %s %s: %ld bytes spill stores, %ld bytes spill loads\n", archs[i], fn, st, ld);
+                if (st || ld)
+                    printf("FAIL %s %s: %ld bytes spill stores, %ld bytes spill loads\n", archs[i], fn, st, ld);
                 spilling += st || ld;
             }
             int regs;
@@ -610,7 +626,8 @@ static void check_attention_tc_nvrtc(void) {
                 printf("  %s %-60s %3d registers\n", archs[i], fn, regs);
         }
         int ok = entries == 3 * nvariants && !spilling;
-        printf("tensor-core attention, %d variants (D 64, 128, 256 and 192/128, causal and full, with and without options): NVRTC %s "
+        printf("tensor-core attention, %d variants (D 64, 128, 256 and 192/128, causal and full, with and without "
+               "options): NVRTC %s "
                "%s, %d entry points, %d spilling (%.1f s)\n",
                nvariants, archs[i], ok ? "ok" : "FAIL", entries, spilling, bin.seconds);
         if (!ok) check_failures++;
@@ -674,9 +691,21 @@ static void check_plans(char **paths, int npaths) {
             if (j == MAX_PLAN_CASES || (j < ncases && cases[j].H / cases[j].KVH <= at->H / at->KVH)) continue;
             snprintf(syms[j], sizeof syms[j], "%s", in->symbol);
             from[j] = path;
-            cases[j] = (AttnCase){1, (int)at->T, (int)at->H, (int)at->KVH, (int)at->D, at->causal, 1, in->attn_tc,
-                                  (int)at->window, at->scale, at->softcap, 1, syms[j],
-                                  at->Dv != at->D ? (int)at->Dv : 0, 0};
+            cases[j] = (AttnCase){1,
+                                  (int)at->T,
+                                  (int)at->H,
+                                  (int)at->KVH,
+                                  (int)at->D,
+                                  at->causal,
+                                  1,
+                                  in->attn_tc,
+                                  (int)at->window,
+                                  at->scale,
+                                  at->softcap,
+                                  1,
+                                  syms[j],
+                                  at->Dv != at->D ? (int)at->Dv : 0,
+                                  0};
             if (j == ncases) ncases++;
         }
         // the plan's instantiation lines, each once
@@ -764,7 +793,7 @@ static void check_model(const char *path) {
         return;
     }
     // the kernel table: every expression kernel and its finish kernel
-    char (*names)[96] = calloc(2 * (size_t)cs.ninfo + 1, sizeof *names);
+    char(*names)[96] = calloc(2 * (size_t)cs.ninfo + 1, sizeof *names);
     int nnames = 0;
     for (int i = 0; i < cs.ninfo; i++) {
         const CudaKernelInfo *in = &cs.info[i];
@@ -820,7 +849,10 @@ static void check_model(const char *path) {
             double e = kir_arg_error(a, a->access & KA_ACC64 ? dst[j++] : d[i], &h[i]);
             if (!(e <= kir_arg_tolerance(a))) {
                 FAIL("%s %s argument %d (%s): max rel err %.2e against the kernel IR", path, in->symbol, i,
-                     a->dtype == KT_BF16 ? "bf16" : a->dtype == KT_I32 ? "i32" : "f32", e);
+                     a->dtype == KT_BF16  ? "bf16"
+                     : a->dtype == KT_I32 ? "i32"
+                                          : "f32",
+                     e);
             }
             double *w = &worst[a->dtype == KT_BF16];
             if (!(e <= *w) && *w == *w) *w = e;

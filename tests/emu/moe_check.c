@@ -59,7 +59,8 @@ static LaunchFn build(const char *cxx, const char *emu_dir, const char *work_dir
         printf("FAIL cannot write %s\n", cu);
         return NULL;
     }
-    fprintf(f, "#include \"cuda_emu.h\"\n%s\n%s\n%s\nMT_EMU_KERNELS_BEGIN\n", mt_cuda_prelude, mt_cuda_mma, mt_cuda_moe);
+    fprintf(f, "#include \"cuda_emu.h\"\n%s\n%s\n%s\nMT_EMU_KERNELS_BEGIN\n", mt_cuda_prelude, mt_cuda_mma,
+            mt_cuda_moe);
     for (int k = 0; k < MOE_KERNELS; k++) fprintf(f, "MT_EMU_KERNEL(%s)\n", MOE_KERNEL_NAME[k]);
     fprintf(f, "MT_EMU_KERNELS_END\n");
     fclose(f);
@@ -76,20 +77,22 @@ static LaunchFn build(const char *cxx, const char *emu_dir, const char *work_dir
 
 static int emu_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params) {
     int rc = ((LaunchFn)(uintptr_t)ctx)(MOE_KERNEL_NAME[k], gx, gy, 1, MOE_THREADS, 0, params);
-    if (rc) printf("FAIL launch of %s (%u, %u): %s\n", MOE_KERNEL_NAME[k], gx, gy, rc == -2 ? "not in the table" : "bad geometry");
+    if (rc)
+        printf("FAIL launch of %s (%u, %u): %s\n", MOE_KERNEL_NAME[k], gx, gy,
+               rc == -2 ? "not in the table" : "bad geometry");
     return rc;
 }
 
 typedef struct MoeCase {
     const char *what;
     int rows, C, E, F, K;
-    int dead;       // an expert no row selects (-1: none)
-    int one;        // every row on this expert (K 1; -1: random routing)
-    int chunk;      // rows a chunk (0: all)
-    int bf16;       // bf16 storage of every operand and output
-    int overfull;   // row 1 gets one gate != 0 more than K
-    int fewer;      // rows 2 and 3 get K - 1 and no gates != 0
-    int misalign;   // x 2 bytes past 16-byte alignment: the 64-row kernels, whatever C and F
+    int dead;     // an expert no row selects (-1: none)
+    int one;      // every row on this expert (K 1; -1: random routing)
+    int chunk;    // rows a chunk (0: all)
+    int bf16;     // bf16 storage of every operand and output
+    int overfull; // row 1 gets one gate != 0 more than K
+    int fewer;    // rows 2 and 3 get K - 1 and no gates != 0
+    int misalign; // x 2 bytes past 16-byte alignment: the 64-row kernels, whatever C and F
 } MoeCase;
 
 static const MoeCase CASES[] = {
@@ -114,9 +117,9 @@ static const MoeCase CASES[] = {
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
 typedef struct Buf {
     long long n;
-    float *v;   // (n) the values the cpu reads
-    void *dev;  // (n) float or uint16_t
-    void *mem;  // what dev lies in (dev itself, or one element before it: misaligned)
+    float *v;  // (n) the values the cpu reads
+    void *dev; // (n) float or uint16_t
+    void *mem; // what dev lies in (dev itself, or one element before it: misaligned)
 } Buf;
 
 static Buf buf_new(long long n, int bf16, int random) {
@@ -221,10 +224,15 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
             ref_y[skip * C + c] = 0, ref_out[skip * C + c] = 0;
             buf_zero(&y, bf, skip * C + c), buf_zero(&out, bf, skip * C + c);
         }
-        for (int e = 0; e < E; e++) buf_zero(&out, bf, (long long)rows * C + skip * E + e), ref_out[(long long)rows * C + skip * E + e] = 0;
+        for (int e = 0; e < E; e++)
+            buf_zero(&out, bf, (long long)rows * C + skip * E + e), ref_out[(long long)rows * C + skip * E + e] = 0;
     }
-    long long dwn = (long long)E * F * C, at[] = {0, 0, (long long)rows * C, (long long)rows * (C + E),
-                                                  (long long)rows * (C + E) + dwn, (long long)rows * (C + E) + 2 * dwn};
+    long long dwn = (long long)E * F * C, at[] = {0,
+                                                  0,
+                                                  (long long)rows * C,
+                                                  (long long)rows * (C + E),
+                                                  (long long)rows * (C + E) + dwn,
+                                                  (long long)rows * (C + E) + 2 * dwn};
     long long len[] = {(long long)rows * C, (long long)rows * C, (long long)rows * E, dwn, dwn, dwn};
     const char *name[] = {"y", "dx", "dgates", "dw_gate", "dw_up", "dw_down"};
     double tol = bf ? 1e-2 : 1e-5;
@@ -269,10 +277,12 @@ static void check_nvrtc(void) {
             }
             long stack, st, ld;
             int regs;
-            if (at >= 0 && sscanf(p + strcspn(p, "0123456789\n"), "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads",
-                                  &stack, &st, &ld) == 3) {
+            if (at >= 0 &&
+                sscanf(p + strcspn(p, "0123456789\n"),
+                       "%ld bytes stack frame, %ld bytes spill stores, %ld bytes spill loads", &stack, &st, &ld) == 3) {
                 seen[at] = 1;
-                if (st || ld) printf("FAIL %s %s: %ld bytes spill stores, %ld bytes spill loads\n", archs[a], fn, st, ld);
+                if (st || ld)
+                    printf("FAIL %s %s: %ld bytes spill stores, %ld bytes spill loads\n", archs[a], fn, st, ld);
                 spilling += st || ld;
             }
             if (at >= 0 && (q = strstr(p, "Used ")) && q < p + len && sscanf(q, "Used %d registers", &regs) == 1)
@@ -296,7 +306,8 @@ static void check_scratch(void) {
     const struct {
         const char *name;
         MoeDims d;
-    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1}}, {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1}}};
+    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1}},
+               {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1}}};
     for (int m = 0; m < 2; m++)
         for (int x = 1; x <= 4; x *= 4)
             for (int bwd = 0; bwd < 2; bwd++) {

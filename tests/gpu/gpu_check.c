@@ -62,7 +62,7 @@
         if (r_ != CUDA_SUCCESS) {                                                                                      \
             const char *s_ = NULL;                                                                                     \
             cuGetErrorString(r_, &s_);                                                                                 \
-            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_ ? s_ : "?");                             \
+            fprintf(stderr, "%s:%d: %s: %s\n", __FILE__, __LINE__, #call, s_ ? s_ : "?");                              \
             exit(1);                                                                                                   \
         }                                                                                                              \
     } while (0)
@@ -157,7 +157,8 @@ static AttnKernels attn_kernels(CUmodule m, const AttnCase *c) {
     char name[48];
     attn_kernel_name(name, sizeof name, c->bf16, c->D, c->causal);
     AttnKernels f;
-    const char *pre[3][2] = {{"mt_attn_fwd_", "mt_attn_tc_fwd_"}, {"mt_attn_bwd_dq_", "mt_attn_tc_bwd_dq_"},
+    const char *pre[3][2] = {{"mt_attn_fwd_", "mt_attn_tc_fwd_"},
+                             {"mt_attn_bwd_dq_", "mt_attn_tc_bwd_dq_"},
                              {"mt_attn_bwd_dkdv_", "mt_attn_tc_bwd_dkdv_"}};
     f.fwd = fn(m, pre[0][c->tc], name), f.dq = fn(m, pre[1][c->tc], name), f.dkdv = fn(m, pre[2][c->tc], name);
     f.bq = c->tc ? ATTN_TC_BQ : ATTN_BQ, f.bk = (unsigned)(c->tc ? attn_tc_bk_dkdv(c->D, c->D) : ATTN_BK);
@@ -172,7 +173,8 @@ static AttnKernels attn_kernels(CUmodule m, const AttnCase *c) {
 }
 // Forward, then the backward's two kernels, with their arguments.
 static void attn_run(const AttnKernels *f, const AttnCase *c, void **a_fwd, void **a_dq, void **a_dkdv) {
-    unsigned gq = (unsigned)((c->T + (int)f->bq - 1) / (int)f->bq), gk = (unsigned)((c->T + (int)f->bk - 1) / (int)f->bk);
+    unsigned gq = (unsigned)((c->T + (int)f->bq - 1) / (int)f->bq),
+             gk = (unsigned)((c->T + (int)f->bk - 1) / (int)f->bk);
     launch(f->fwd, gq, (unsigned)c->H, (unsigned)c->B, f->threads, f->smem[0], a_fwd);
     launch(f->dq, gq, (unsigned)c->H, (unsigned)c->B, f->threads, f->smem[1], a_dq);
     launch(f->dkdv, gk, (unsigned)c->KVH, (unsigned)c->B, f->threads, f->smem[2], a_dkdv);
@@ -188,7 +190,8 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long nrow = (long)c->B * c->H * c->T;
     size_t es = c->bf16 ? 2 : 4;
-    float *q = calloc((size_t)nq, 4), *k = calloc((size_t)nk, 4), *v = calloc((size_t)nk, 4), *dy = calloc((size_t)nq, 4);
+    float *q = calloc((size_t)nq, 4), *k = calloc((size_t)nk, 4), *v = calloc((size_t)nk, 4),
+          *dy = calloc((size_t)nq, 4);
     uint16_t *hb = malloc(2 * (size_t)(nq > nk ? nq : nk));
     for (long i = 0; i < nq; i++) q[i] = frand(), dy[i] = frand();
     for (long i = 0; i < nk; i++) k[i] = frand(), v[i] = frand();
@@ -220,19 +223,22 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
 
     AttnKernels f = attn_kernels(m, c);
     CUfunction rprobs = fn(m, "mt_ref_attn_probs", ""), rfwd = fn(m, "mt_ref_attn_fwd", ""),
-               rds = fn(m, "mt_ref_attn_ds", ""), rdq = fn(m, "mt_ref_attn_dq", ""), rdkdv = fn(m, "mt_ref_attn_dkdv", "");
+               rds = fn(m, "mt_ref_attn_ds", ""), rdq = fn(m, "mt_ref_attn_dq", ""),
+               rdkdv = fn(m, "mt_ref_attn_dkdv", "");
     CUdeviceptr nul = 0;
     int T = c->T, H = c->H, KVH = c->KVH, B = c->B, D = c->D, causal = c->causal, window = 0;
     double scale = 1 / sqrt((double)D), softcap = 0;
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them;
     // the tensor-core kernels take document starts (none: NULL) before T
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
-    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
+         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
     void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &nul, &T, &H, &KVH};
     void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
     void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
-    void **a_fwd = c->tc ? a_fwd_tc : a_fwd_f, **a_dq = c->tc ? a_dq_tc : a_dq_f, **a_dkdv = c->tc ? a_dkdv_tc : a_dkdv_f;
+    void **a_fwd = c->tc ? a_fwd_tc : a_fwd_f, **a_dq = c->tc ? a_dq_tc : a_dq_f,
+         **a_dkdv = c->tc ? a_dkdv_tc : a_dkdv_f;
     void *r_probs[] = {&P, &C, &rQ, &rK, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
     void *r_fwd[] = {&rY, &P, &rV, &B, &T, &H, &KVH, &D};
     void *r_ds[] = {&DS, &P, &C, &rDY, &rV, &B, &T, &H, &KVH, &D};
@@ -268,8 +274,7 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
         if (c->bf16) {
             CU(cuMemcpyDtoH(hb, got[i], 2 * cnt[i]));
             for (long j = 0; j < cnt[i]; j++) o[j] = f32_from_bf16(hb[j]);
-        } else
-            CU(cuMemcpyDtoH(o, got[i], 4 * cnt[i]));
+        } else CU(cuMemcpyDtoH(o, got[i], 4 * cnt[i]));
         CU(cuMemcpyDtoH(b, want[i], 4 * cnt[i]));
         double e = max_rel(o, b, (size_t)cnt[i], 1e-1);
         if (c->tc) { // normwise
@@ -281,7 +286,8 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     }
     if (c->tc && fair) {
         double r[4], plain_dv;
-        AttnHostCase hc = {c->B, c->T, c->H, c->KVH, c->D, c->D, c->causal, 0, 1 / sqrt((double)c->D), 0, NULL, c->H, c->KVH};
+        AttnHostCase hc = {c->B, c->T, c->H, c->KVH, c->D, c->D, c->causal, 0, 1 / sqrt((double)c->D),
+                           0,    NULL, c->H, c->KVH};
         attn_fair_ratios(&hc, outs, q, k, v, dy, r, &plain_dv);
         *fair = fmax(fmax(r[0], r[1]), fmax(r[2], r[3]));
     }
@@ -340,69 +346,83 @@ static void time_attention_llama(CUmodule m) {
     add_row(row, 2.0 * 8192.0 * 8192.0 * 8192.0 / gemm * 1e3, -1, 0);
     // (tensor cores, T, D): the issue's sweep, D 64, 128, 256 at T 2048 to 16384, then T 32768 at D 128;
     // the fp32 kernel at T 4096 only (at 32768 it would take about half an hour)
-    const int shapes[][3] = {{1, 4096, 128},  {1, 4096, 256},  {1, 4096, 64},  {1, 2048, 64},  {1, 8192, 64},
-                             {1, 16384, 64},  {1, 2048, 128},  {1, 8192, 128}, {1, 16384, 128}, {1, 2048, 256},
-                             {1, 8192, 256},  {1, 16384, 256}, {1, 32768, 128}, {0, 4096, 128}};
+    const int shapes[][3] = {{1, 4096, 128}, {1, 4096, 256},  {1, 4096, 64},   {1, 2048, 64},   {1, 8192, 64},
+                             {1, 16384, 64}, {1, 2048, 128},  {1, 8192, 128},  {1, 16384, 128}, {1, 2048, 256},
+                             {1, 8192, 256}, {1, 16384, 256}, {1, 32768, 128}, {0, 4096, 128}};
     for (size_t si = 0; si < sizeof shapes / sizeof shapes[0]; si++) {
-            int tc = shapes[si][0], T = shapes[si][1], D = shapes[si][2];
-            AttnCase c = {1, T, 32, 8, D, 1, 1, tc};
-            long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
-            uint16_t *hb = malloc(2 * (size_t)nq);
-            for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(frand());
-            CUdeviceptr Q = dev_upload(hb, 2 * nq), DY = dev_upload(hb, 2 * nq), K = dev_upload(hb, 2 * nk),
-                        V = dev_upload(hb + nk, 2 * nk);
-            free(hb);
-            CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
-                        LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
-            int H = c.H, KVH = c.KVH;
-            // as the cuda backend runs them: the forward keeps its lse (the plan's attention_lse),
-            // which bwd_dq takes with y; the tensor-core kernels' seg NULL (no documents)
-            CUdeviceptr nul = 0;
-            void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul}, *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
-            void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH, &nul};
-            void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &nul, &T, &H, &KVH};
-            void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
-            void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
-            void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
-            AttnKernels f = attn_kernels(m, &c);
-            Timer t;
-            const int reps = tc ? 3 : 1;
-            attn_run(&f, &c, a_fwd, a_dq, a_dkdv); // warm: the module's first launches load it
-            timer_start(&t);
-            for (int r = 0; r < reps; r++) attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
-            double ms = timer_stop(&t, reps);
-            // FLOPs counted the standard way (compiler/schedule/cost.c): 7 T*T*D units, causal pairs halved
-            double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
-            double share = flops / (ms * 1e-3) / gemm;
-            // issue 26's targets: 0.30 at D 128, 0.25 at D 256 (T 4096)
-            const double target = D > 128 ? 0.25 : 0.30;
-            printf("%s attention B1 T%d H32/8 D%d causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
-                   tc ? "tensor-core" : "fp32", T, D, ms, flops / (ms * 1e-3) / 1e12, share,
-                   tc ? (share >= target ? " (target met)" : " (target NOT met)") : "");
-            // the line tests/gpu/report.py reads (its README, "The lines it reads")
-            printf("attention_time kernel=%s D=%d T=%d B=1 H=32 KVH=8 causal=1 ms=%.3f tflops=%.1f\n",
-                   tc ? "mt_tc" : "mt_fp32", D, T, ms, flops / (ms * 1e-3) / 1e12);
-            if (T == 4096 && D != 64) // the profiles' point
-                printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
-                       "gemm_efficiency %.2g\n",
-                       tc ? (D > 128 ? "tc_wide" : "tc") : "fp32", share * (attn_gpu_head_dims(0, 1, 1) + attn_gpu_head_dims(1, 1, 1)) / 7 * TARGET_DEFAULT_GEMM_EFFICIENCY, T, D, share,
-                       TARGET_DEFAULT_GEMM_EFFICIENCY);
-            snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D%d bf16: %.3f of GEMM", tc ? "tc" : "fp32", T, D,
-                     share);
-            add_row(row, ms, -1, 0);
-            CUdeviceptr all[] = {Q, DY, K, V, Y, DQ, DK, DV, LSE, WS};
-            for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
-        }
+        int tc = shapes[si][0], T = shapes[si][1], D = shapes[si][2];
+        AttnCase c = {1, T, 32, 8, D, 1, 1, tc};
+        long nq = (long)T * c.H * c.D, nk = (long)T * c.KVH * c.D;
+        uint16_t *hb = malloc(2 * (size_t)nq);
+        for (long i = 0; i < nq; i++) hb[i] = bf16_from_f32(frand());
+        CUdeviceptr Q = dev_upload(hb, 2 * nq), DY = dev_upload(hb, 2 * nq), K = dev_upload(hb, 2 * nk),
+                    V = dev_upload(hb + nk, 2 * nk);
+        free(hb);
+        CUdeviceptr Y = dev_alloc(2 * nq), DQ = dev_alloc(2 * nq), DK = dev_alloc(2 * nk), DV = dev_alloc(2 * nk),
+                    LSE = dev_alloc(4 * (size_t)c.H * T), WS = dev_alloc(attn_workspace_bytes(1, T, c.H));
+        int H = c.H, KVH = c.KVH;
+        // as the cuda backend runs them: the forward keeps its lse (the plan's attention_lse),
+        // which bwd_dq takes with y; the tensor-core kernels' seg NULL (no documents)
+        CUdeviceptr nul = 0;
+        void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
+             *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+        void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH, &nul};
+        void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &nul, &T, &H, &KVH};
+        void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
+        void *a_dkdv_tc[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &nul, &T, &H, &KVH};
+        void **a_fwd = tc ? a_fwd_tc : a_fwd_f, **a_dq = tc ? a_dq_tc : a_dq_f, **a_dkdv = tc ? a_dkdv_tc : a_dkdv_f;
+        AttnKernels f = attn_kernels(m, &c);
+        Timer t;
+        const int reps = tc ? 3 : 1;
+        attn_run(&f, &c, a_fwd, a_dq, a_dkdv); // warm: the module's first launches load it
+        timer_start(&t);
+        for (int r = 0; r < reps; r++) attn_run(&f, &c, a_fwd, a_dq, a_dkdv);
+        double ms = timer_stop(&t, reps);
+        // FLOPs counted the standard way (compiler/schedule/cost.c): 7 T*T*D units, causal pairs halved
+        double pairs = 0.5 * (double)T * T, flops = 4.0 * pairs * c.H * c.D * 3.5;
+        double share = flops / (ms * 1e-3) / gemm;
+        // issue 26's targets: 0.30 at D 128, 0.25 at D 256 (T 4096)
+        const double target = D > 128 ? 0.25 : 0.30;
+        printf("%s attention B1 T%d H32/8 D%d causal fwd+bwd: %.1f ms, %.1f TFLOP/s, %.3f of the GEMM rate%s\n",
+               tc ? "tensor-core" : "fp32", T, D, ms, flops / (ms * 1e-3) / 1e12, share,
+               tc ? (share >= target ? " (target met)" : " (target NOT met)") : "");
+        // the line tests/gpu/report.py reads (its README, "The lines it reads")
+        printf("attention_time kernel=%s D=%d T=%d B=1 H=32 KVH=8 causal=1 ms=%.3f tflops=%.1f\n",
+               tc ? "mt_tc" : "mt_fp32", D, T, ms, flops / (ms * 1e-3) / 1e12);
+        if (T == 4096 && D != 64) // the profiles' point
+            printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
+                   "gemm_efficiency %.2g\n",
+                   tc ? (D > 128 ? "tc_wide" : "tc") : "fp32",
+                   share * (attn_gpu_head_dims(0, 1, 1) + attn_gpu_head_dims(1, 1, 1)) / 7 *
+                       TARGET_DEFAULT_GEMM_EFFICIENCY,
+                   T, D, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
+        snprintf(row, sizeof row, "attn %s fwd+bwd B1 T%d H32/8 D%d bf16: %.3f of GEMM", tc ? "tc" : "fp32", T, D,
+                 share);
+        add_row(row, ms, -1, 0);
+        CUdeviceptr all[] = {Q, DY, K, V, Y, DQ, DK, DV, LSE, WS};
+        for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) cuMemFree(all[i]);
+    }
 }
 
 static void check_attention(const char *arch) {
     static const AttnCase CASES[] = {
-        {1, 1, 1, 1, 16, 1, 0, 0},   {2, 37, 4, 2, 16, 1, 0, 0},  {2, 37, 4, 2, 16, 0, 0, 0},  {1, 100, 8, 2, 64, 1, 0, 0},
-        {2, 70, 4, 4, 64, 0, 0, 0},  {1, 129, 8, 1, 128, 1, 0, 0}, {1, 64, 4, 2, 128, 0, 0, 0}, {2, 77, 4, 2, 64, 1, 1, 0},
+        {1, 1, 1, 1, 16, 1, 0, 0},
+        {2, 37, 4, 2, 16, 1, 0, 0},
+        {2, 37, 4, 2, 16, 0, 0, 0},
+        {1, 100, 8, 2, 64, 1, 0, 0},
+        {2, 70, 4, 4, 64, 0, 0, 0},
+        {1, 129, 8, 1, 128, 1, 0, 0},
+        {1, 64, 4, 2, 128, 0, 0, 0},
+        {2, 77, 4, 2, 64, 1, 1, 0},
         {1, 130, 8, 2, 128, 1, 1, 0},
         // tensor cores: GQA 1, 4, 8; D 64, 128, 256; causal and not
-        {1, 77, 4, 4, 64, 1, 1, 1},  {2, 150, 4, 1, 64, 0, 1, 1}, {1, 200, 8, 1, 64, 1, 1, 1}, {1, 45, 8, 2, 128, 0, 1, 1},
-        {1, 300, 8, 1, 128, 1, 1, 1}, {2, 129, 32, 8, 128, 1, 1, 1}, {1, 77, 4, 2, 256, 1, 1, 1},
+        {1, 77, 4, 4, 64, 1, 1, 1},
+        {2, 150, 4, 1, 64, 0, 1, 1},
+        {1, 200, 8, 1, 64, 1, 1, 1},
+        {1, 45, 8, 2, 128, 0, 1, 1},
+        {1, 300, 8, 1, 128, 1, 1, 1},
+        {2, 129, 32, 8, 128, 1, 1, 1},
+        {1, 77, 4, 2, 256, 1, 1, 1},
         {1, 130, 8, 2, 256, 0, 1, 1},
     };
     static const AttnCase TIMED[] = {
@@ -458,8 +478,7 @@ static void check_attention(const char *arch) {
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32");
         if (c->tc)
             printf("%-52s max rel err %.2e (normwise), %.2f of plain bf16's %s\n", what, e, fair, ok ? "ok" : "FAIL");
-        else
-            printf("%-52s max rel err %.2e %s\n", what, e, ok ? "ok" : "FAIL");
+        else printf("%-52s max rel err %.2e %s\n", what, e, ok ? "ok" : "FAIL");
         if (!ok) check_failures++;
     }
     for (size_t i = 0; i < counts[1]; i++) {
@@ -602,7 +621,8 @@ static double gemm_shape_ms(long M, long N, long K) {
     enum { CHUNK = 1 << 22 };
     uint16_t *hb = malloc(2 * (size_t)CHUNK); // (CHUNK) random bf16, copied over the operands
     for (long i = 0; i < CHUNK; i++) hb[i] = bf16_from_f32(frand());
-    CUdeviceptr A = dev_alloc(2 * (size_t)(M * K)), B = dev_alloc(2 * (size_t)(K * N)), C = dev_alloc(2 * (size_t)(M * N));
+    CUdeviceptr A = dev_alloc(2 * (size_t)(M * K)), B = dev_alloc(2 * (size_t)(K * N)),
+                C = dev_alloc(2 * (size_t)(M * N));
     for (int o = 0; o < 2; o++) {
         long n = o ? K * N : M * K;
         for (long i = 0; i < n; i += CHUNK)
@@ -628,13 +648,15 @@ static double gemm_shape_ms(long M, long N, long K) {
         FAIL("cublasGemmEx %ldx%ldx%ld", M, N, K);
         return -1;
     }
-    double lo = fmin(round_ms[0], fmin(round_ms[1], round_ms[2])), hi = fmax(round_ms[0], fmax(round_ms[1], round_ms[2]));
+    double lo = fmin(round_ms[0], fmin(round_ms[1], round_ms[2])),
+           hi = fmax(round_ms[0], fmax(round_ms[1], round_ms[2]));
     return round_ms[0] + round_ms[1] + round_ms[2] - lo - hi;
 }
 static void time_gemm_shape(long M, long N, long K) {
     double med = gemm_shape_ms(M, N, K);
     if (med > 0)
-        printf("gemm_time M=%ld N=%ld K=%ld ms=%.4f tflops=%.1f\n", M, N, K, med, 2.0 * M * N * K / (med * 1e-3) / 1e12);
+        printf("gemm_time M=%ld N=%ld K=%ld ms=%.4f tflops=%.1f\n", M, N, K, med,
+               2.0 * M * N * K / (med * 1e-3) / 1e12);
 }
 
 // ---------------------------------------------------------------- 5. mixture of experts
@@ -681,7 +703,8 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
     long long len[] = {nx, nx, nw, nw, nw};
     for (int o = 0; o < 5; o++)
         for (long long i = 0, step = CHUNK - 1024; i < len[o]; i += step) // each operand from its own offset
-            CU(cuMemcpyHtoD(fill[o] + 2 * (size_t)i, hb + (o * 199) % 1024, 2 * (size_t)(len[o] - i < step ? len[o] - i : step)));
+            CU(cuMemcpyHtoD(fill[o] + 2 * (size_t)i, hb + (o * 199) % 1024,
+                            2 * (size_t)(len[o] - i < step ? len[o] - i : step)));
     free(hb);
     uint16_t *hg = calloc((size_t)(rows * E), 2); // K distinct experts a row, gates in [0.1, 1]
     for (long long r = 0; r < rows; r++)
@@ -700,8 +723,13 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
         CUdeviceptr WS = dev_alloc((size_t)(wsb > wb ? wsb : wb));
         Y[path] = dev_alloc(2 * (size_t)nx), OUT[path] = dev_alloc(2 * (size_t)nout);
         for (int bwd = 0; bwd < 2; bwd++) {
-            void *arg[7] = {(void *)(bwd ? OUT[path] : Y[path]), bwd ? (void *)DY : NULL, (void *)X, (void *)G,
-                            (void *)W[0], (void *)W[1], (void *)W[2]};
+            void *arg[7] = {(void *)(bwd ? OUT[path] : Y[path]),
+                            bwd ? (void *)DY : NULL,
+                            (void *)X,
+                            (void *)G,
+                            (void *)W[0],
+                            (void *)W[1],
+                            (void *)W[2]};
             int reps = path == 0 ? 3 : 1;
             for (int it = 0; it < 2; it++) { // a warm-up, then the timed run
                 Timer t;
@@ -722,7 +750,8 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
         CU(cuMemcpyDtoH(a, o ? OUT[0] : Y[0], 2 * (size_t)ncmp[o]));
         CU(cuMemcpyDtoH(b, o ? OUT[1] : Y[1], 2 * (size_t)ncmp[o]));
         double mb = 0;
-        for (long long i = 0; i < ncmp[o]; i++) fa[i] = f32_from_bf16(a[i]), fb[i] = f32_from_bf16(b[i]), mb = fmax(mb, fabs(fb[i]));
+        for (long long i = 0; i < ncmp[o]; i++)
+            fa[i] = f32_from_bf16(a[i]), fb[i] = f32_from_bf16(b[i]), mb = fmax(mb, fabs(fb[i]));
         e = fmax(e, max_rel(fa, fb, (size_t)ncmp[o], mb)); // relative to the largest, as moe_check
         free(a), free(b), free(fa), free(fb);
     }
@@ -734,9 +763,11 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
            rows, C, E, F, K, ms[0][0], ms[0][1], 12.0 * unit / (pipe * 1e-3) / 1e12, ms[1][0] + ms[1][1], dense, share,
            e, e <= 2e-2 ? "ok" : "FAIL");
     if (!(e <= 2e-2)) check_failures++;
-    printf("moe_time rows=%lld C=%d E=%d F=%d K=%d fwd_ms=%.3f bwd_ms=%.3f ref_ms=%.3f dense_ms=%.4f share=%.3f err=%.2e\n",
+    printf("moe_time rows=%lld C=%d E=%d F=%d K=%d fwd_ms=%.3f bwd_ms=%.3f ref_ms=%.3f dense_ms=%.4f share=%.3f "
+           "err=%.2e\n",
            rows, C, E, F, K, ms[0][0], ms[0][1], ms[1][0] + ms[1][1], dense, share, e);
-    printf("    moe_gemm_efficiency = %.3f   # measured at rows %lld C %d E %d F %d top %d: %.3f of cuBLAS's dense rate "
+    printf("    moe_gemm_efficiency = %.3f   # measured at rows %lld C %d E %d F %d top %d: %.3f of cuBLAS's dense "
+           "rate "
            "x gemm_efficiency %.2g\n",
            share * TARGET_DEFAULT_GEMM_EFFICIENCY, rows, C, E, F, K, share, TARGET_DEFAULT_GEMM_EFFICIENCY);
     char what[96];
