@@ -681,23 +681,12 @@ static const char *fmt_num(char *buf, size_t cap, double v) {
 }
 
 // Writes the profile to f. Returns ferror(f).
-static int write_profile(FILE *f, const Measured *m) {
+// The device: memory, memory bandwidth.
+static void write_device(FILE *f, const Measured *m) {
     const Target *t = &m->t;
     const char *d = m->date;
-    char a[32], b[32];
+    char a[32];
     double gb = 1e9;
-    fprintf(f, "%s on %s: the cpu backend on host %s.\n", CALIBRATE_MARKER, d, m->host);
-    fprintf(f, "# Run it again to refresh the figures; it overwrites a file that starts with\n"
-               "# the line above and refuses any other. Units: bytes, bytes/s, FLOP/s, seconds.\n"
-               "# Format: schedules/README.md.\n\n");
-    fprintf(f,
-            "# set by mtrun --calibrate on %s: the file's name, by convention, or the host's\n"
-            "# when the file's is not a word (the host is %s).\n",
-            d, m->host);
-    fprintf(f, "name = %s\n", t->name);
-    fprintf(f, "# set by mtrun --calibrate on %s: the cpu backend (the cuda backend is not written yet).\n", d);
-    fprintf(f, "arch = cpu\n\n");
-
     fprintf(f,
             "# measured by mtrun --calibrate on %s: host_memory below; the cpu backend's\n"
             "# arena lives in host memory.\n",
@@ -710,7 +699,14 @@ static int write_profile(FILE *f, const Measured *m) {
             d, (double)m->copy_bytes / 1e6, m->threads, CAL_ROUNDS, m->copy.lo / gb, m->copy.hi / gb,
             m->copy.median / gb);
     fprintf(f, "hbm_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->hbm_bandwidth));
+}
 
+// The compute rates: GEMMs, element-wise, attention, small GEMMs, bf16 conversions.
+static void write_rates(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    char a[32];
+    double gb = 1e9;
     fprintf(f,
             "# measured by mtrun --calibrate on %s: cblas_sgemm (OpenBLAS, %d threads) of a\n"
             "# training step's MLP matmul, %d tokens by %d by %d, forward and the backward's\n"
@@ -751,7 +747,14 @@ static int write_profile(FILE *f, const Measured *m) {
             "# elements in cache on ONE thread, the mean an element; the best of %d rounds.\n",
             d, CAL_CONVERT_N, CAL_ROUNDS);
     fprintf(f, "bf16_convert_s = %s\n\n", fmt_num(a, sizeof a, t->bf16_convert_s));
+}
 
+// The link: the cpu backend's copies are memcpy within host RAM.
+static void write_link(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    char a[32];
+    double gb = 1e9;
     fprintf(f,
             "# measured by mtrun --calibrate on %s: half the memcpy rate above (%.1f GB/s):\n"
             "# the cpu backend's copies in and out are memcpy within host RAM, and copying\n"
@@ -762,7 +765,14 @@ static int write_profile(FILE *f, const Measured *m) {
     fprintf(f, "d2h_bandwidth = %s\n", fmt_num(a, sizeof a, t->d2h_bandwidth));
     fprintf(f, "# set by mtrun --calibrate on %s: both directions share one memory bus.\n", d);
     fprintf(f, "link_duplex = false\n\n");
+}
 
+// The host: memory, its bandwidth, cores, AdamW and the gradients' accumulation.
+static void write_host(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    char a[32], b[32];
+    double gb = 1e9;
     if (m->cgroup_limit > 0)
         fprintf(f,
                 "# measured by mtrun --calibrate on %s: this process's cgroup memory limit, below\n"
@@ -798,7 +808,13 @@ static int write_profile(FILE *f, const Measured *m) {
             d, m->threads, CAL_GRADS_ADD_BYTES, CAL_ROUNDS, m->grads_add.lo / gb, m->grads_add.hi / gb,
             m->grads_add.median / gb);
     fprintf(f, "host_grads_add_bandwidth = %s\n\n", fmt_num(a, sizeof a, t->host_grads_add_bandwidth));
+}
 
+// What each call costs beyond its work: launches, small GEMMs, maths.
+static void write_costs(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    char a[32], b[32];
     fprintf(f,
             "# measured by mtrun --calibrate on %s: a call of a generated kernel (through a\n"
             "# function pointer, on 4 elements), the best of %d rounds of %d calls.\n",
@@ -830,6 +846,13 @@ static int write_profile(FILE *f, const Measured *m) {
             "# training step's sgemm reaches here, not a datasheet peak.\n",
             d);
     fprintf(f, "gemm_efficiency = 1\n");
+}
+
+// The NVMe tier, where one was measured.
+static void write_tier(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    char a[32];
     if (m->tier_dir) {
         fprintf(f, "\n# measured by mtrun --calibrate on %s: the free space of %s's filesystem.\n", d, m->tier_dir);
         fprintf(f, "tier_capacity = %.0f\n", t->tier_capacity);
@@ -841,6 +864,28 @@ static int write_profile(FILE *f, const Measured *m) {
         fprintf(f, "# measured by mtrun --calibrate on %s: the same bytes written through it first.\n", d);
         fprintf(f, "tier_write_bandwidth = %s\n", fmt_num(a, sizeof a, t->tier_write_bandwidth));
     }
+}
+
+static int write_profile(FILE *f, const Measured *m) {
+    const Target *t = &m->t;
+    const char *d = m->date;
+    fprintf(f, "%s on %s: the cpu backend on host %s.\n", CALIBRATE_MARKER, d, m->host);
+    fprintf(f, "# Run it again to refresh the figures; it overwrites a file that starts with\n"
+               "# the line above and refuses any other. Units: bytes, bytes/s, FLOP/s, seconds.\n"
+               "# Format: schedules/README.md.\n\n");
+    fprintf(f,
+            "# set by mtrun --calibrate on %s: the file's name, by convention, or the host's\n"
+            "# when the file's is not a word (the host is %s).\n",
+            d, m->host);
+    fprintf(f, "name = %s\n", t->name);
+    fprintf(f, "# set by mtrun --calibrate on %s: the cpu backend (the cuda backend is not written yet).\n", d);
+    fprintf(f, "arch = cpu\n\n");
+    write_device(f, m);
+    write_rates(f, m);
+    write_link(f, m);
+    write_host(f, m);
+    write_costs(f, m);
+    write_tier(f, m);
     return ferror(f);
 }
 

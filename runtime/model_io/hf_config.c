@@ -192,31 +192,39 @@ static int rope_rule_json(cJSON *rp, const char *rule) {
     return 0;
 }
 
-int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, char **generation, char *err,
-                   size_t errcap) {
-    const Graph *g = p->graph;
-    *config = *generation = NULL;
-    const Param *emb = param_named(g, "model.embed_tokens.weight"), *q = param_named(g, "self_attn.q_proj.weight");
-    const Node *att = first_op(g, OP_ATTENTION, -1), *rope = first_op(g, OP_ROPE, -1),
-               *norm = first_op(g, OP_RMSNORM, -1);
-    Family f = param_named(g, "block_sparse_moe.experts.{e}.w1.weight") ? FAM_MIXTRAL
-               : param_named(g, "pre_feedforward_layernorm.weight")     ? FAM_GEMMA2
-               : param_named(g, "self_attn.q_proj.bias")                ? FAM_QWEN2
-               : att && att->window > 0                                 ? FAM_MISTRAL
-                                                                        : FAM_LLAMA;
-    const Param *ffn = param_named(g, f == FAM_MIXTRAL ? "block_sparse_moe.experts.{e}.w1.weight"
-                                                       : "mlp.gate_proj.weight");
-    const Node *topk = first_op(g, OP_TOP_K, -1);
-    int64_t experts = f == FAM_MIXTRAL && ffn ? param_elements(ffn) : 0;
-    char why[512] = "";
+// What of a graph a Hugging Face config says, found and checked.
+typedef struct {
+    Family f;
+    const Param *emb, *ffn;               // the embedding; the MLP's first weight (an expert's, for Mixtral)
+    const Node *att, *rope, *norm, *topk; // layer 0's attention and rope, the first RMSNorm, the router
+    int64_t experts, head_dim, window;    // window: the layers' sliding window, or 0
+    int windowed_layers;
+    double qscalar; // Gemma 2's query_pre_attn_scalar
+} HfModel;
+
+// Fills h from g, or says in why what a config of the family cannot say.
+static void describe_model(const Graph *g, HfModel *h, char *why, size_t whycap) {
+    const Param *emb = h->emb = param_named(g, "model.embed_tokens.weight"),
+                *q = param_named(g, "self_attn.q_proj.weight");
+    const Node *att = h->att = first_op(g, OP_ATTENTION, -1), *rope = h->rope = first_op(g, OP_ROPE, -1),
+               *norm = h->norm = first_op(g, OP_RMSNORM, -1);
+    Family f = h->f = param_named(g, "block_sparse_moe.experts.{e}.w1.weight") ? FAM_MIXTRAL
+                      : param_named(g, "pre_feedforward_layernorm.weight")     ? FAM_GEMMA2
+                      : param_named(g, "self_attn.q_proj.bias")                ? FAM_QWEN2
+                      : att && att->window > 0                                 ? FAM_MISTRAL
+                                                                               : FAM_LLAMA;
+    const Param *ffn = h->ffn = param_named(g, f == FAM_MIXTRAL ? "block_sparse_moe.experts.{e}.w1.weight"
+                                                                : "mlp.gate_proj.weight");
+    const Node *topk = h->topk = first_op(g, OP_TOP_K, -1);
+    int64_t experts = h->experts = f == FAM_MIXTRAL && ffn ? param_elements(ffn) : 0;
     if (!emb || !q || !att || !rope || !norm || !ffn || emb->shape.rank != 2 || q->shape.rank != 2 || att->heads < 1 ||
         q->shape.dims[0] % att->heads)
-        snprintf(why, sizeof why,
+        snprintf(why, whycap,
                  "it lacks the embedding, query projection, attention, rope, RMSNorm or MLP of "
                  "the Hugging Face decoders mt can describe");
-    else names_match(g, f, experts, why, sizeof why);
-    if (!why[0] && f == FAM_MIXTRAL && !topk) snprintf(why, sizeof why, "its experts have no top_k router");
-    int64_t head_dim = why[0] ? 0 : q->shape.dims[0] / att->heads;
+    else names_match(g, f, experts, why, whycap);
+    if (!why[0] && f == FAM_MIXTRAL && !topk) snprintf(why, whycap, "its experts have no top_k router");
+    int64_t head_dim = h->head_dim = why[0] ? 0 : q->shape.dims[0] / att->heads;
     // every layer's attention: the same heads; a window, scale and soft cap the family's config can say
     int64_t window = 0;
     int windowed_layers = 0;
@@ -224,7 +232,7 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
         const Node *a = first_op(g, OP_ATTENTION, block_part(g, l));
         if (!a || a->heads != att->heads || a->kv_heads != att->kv_heads || a->softcap != att->softcap ||
             a->scale != att->scale || !a->causal) {
-            snprintf(why, sizeof why,
+            snprintf(why, whycap,
                      "layer %lld's attention differs from layer 0's in heads, scale or soft cap, "
                      "or is not causal",
                      (long long)l);
@@ -232,7 +240,7 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
         }
         if (a->window > 0) {
             if (windowed_layers++ && a->window != window)
-                snprintf(why, sizeof why, "its layers use two sliding windows (%lld, %lld)", (long long)window,
+                snprintf(why, whycap, "its layers use two sliding windows (%lld, %lld)", (long long)window,
                          (long long)a->window);
             window = a->window;
         }
@@ -240,27 +248,86 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     for (int64_t l = 0; !why[0] && l < g->layers; l++) { // every layer's rope: what rope_parameters says
         const Node *r = first_op(g, OP_ROPE, block_part(g, l));
         const char *unsaid = r ? rope_unsaid(r, rope, head_dim) : "a layer has no rope";
-        if (unsaid) snprintf(why, sizeof why, "layer %lld: %s", (long long)l, unsaid);
+        if (unsaid) snprintf(why, whycap, "layer %lld: %s", (long long)l, unsaid);
     }
-    double qscalar = 0;
     if (!why[0] && f != FAM_GEMMA2) {
         if (att->softcap != 0)
-            snprintf(why, sizeof why, "its attention is soft-capped, which a %s config cannot say", FAMILIES[f].type);
+            snprintf(why, whycap, "its attention is soft-capped, which a %s config cannot say", FAMILIES[f].type);
         else if (att->scale != 0 && fabs(att->scale * sqrt((double)head_dim) - 1) > 1e-12)
-            snprintf(why, sizeof why, "its attention scale %g is not 1/sqrt(head_dim), which a %s config cannot say",
+            snprintf(why, whycap, "its attention scale %g is not 1/sqrt(head_dim), which a %s config cannot say",
                      att->scale, FAMILIES[f].type);
         else if (windowed_layers && windowed_layers != g->layers)
-            snprintf(why, sizeof why, "%d of its %lld layers use a sliding window, which a %s config cannot say",
+            snprintf(why, whycap, "%d of its %lld layers use a sliding window, which a %s config cannot say",
                      windowed_layers, (long long)g->layers, FAMILIES[f].type);
         else if (windowed_layers && f != FAM_MISTRAL && f != FAM_MIXTRAL && f != FAM_QWEN2)
-            snprintf(why, sizeof why, "its layers use a sliding window, which a %s config cannot say",
-                     FAMILIES[f].type);
+            snprintf(why, whycap, "its layers use a sliding window, which a %s config cannot say", FAMILIES[f].type);
     } else if (!why[0]) {
-        qscalar = att->scale > 0 ? 1 / (att->scale * att->scale) : (double)head_dim;
-        if (fabs(qscalar - round(qscalar)) > 1e-6 * qscalar)
-            snprintf(why, sizeof why, "its attention scale %g is not 1/sqrt of a whole query_pre_attn_scalar",
-                     att->scale);
+        h->qscalar = att->scale > 0 ? 1 / (att->scale * att->scale) : (double)head_dim;
+        if (fabs(h->qscalar - round(h->qscalar)) > 1e-6 * h->qscalar)
+            snprintf(why, whycap, "its attention scale %g is not 1/sqrt of a whole query_pre_attn_scalar", att->scale);
     }
+    h->window = window, h->windowed_layers = windowed_layers;
+}
+
+// The keys only some families' configs have: sliding windows, experts, Gemma 2's.
+static void add_family_keys(cJSON *c, const Graph *g, const HfModel *h) {
+    if (h->f == FAM_MISTRAL || h->f == FAM_MIXTRAL || h->f == FAM_QWEN2) {
+        if (h->window) cJSON_AddNumberToObject(c, "sliding_window", (double)h->window);
+        else cJSON_AddNullToObject(c, "sliding_window");
+        if (h->f == FAM_QWEN2) cJSON_AddBoolToObject(c, "use_sliding_window", h->window > 0);
+    }
+    if (h->f == FAM_MIXTRAL) {
+        double aux = 0;
+        for (int pk = 0; pk < graph_nparts(g) && !(aux > 0); pk++) aux = const_factor(g, pk, OP_LOAD_BALANCE);
+        cJSON_AddNumberToObject(c, "num_local_experts", (double)h->experts);
+        cJSON_AddNumberToObject(c, "num_experts_per_tok", h->topk->top_k);
+        add_float(c, "router_aux_loss_coef", aux > 0 ? aux : 0);
+    }
+    if (h->f == FAM_GEMMA2) {
+        double fcap = const_factor(g, PART_TAIL, OP_TANH);
+        cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
+        cJSON_AddNumberToObject(c, "query_pre_attn_scalar", round(h->qscalar));
+        if (h->att->softcap > 0) add_float(c, "attn_logit_softcapping", h->att->softcap);
+        else cJSON_AddNullToObject(c, "attn_logit_softcapping");
+        if (fcap > 0) add_float(c, "final_logit_softcapping", fcap);
+        else cJSON_AddNullToObject(c, "final_logit_softcapping");
+        cJSON_AddNumberToObject(c, "sliding_window", (double)(h->window ? h->window : g->train.seq));
+        cJSON *types = cJSON_AddArrayToObject(c, "layer_types");
+        for (int64_t l = 0; l < g->layers; l++) {
+            const Node *a = first_op(g, OP_ATTENTION, block_part(g, l));
+            cJSON_AddItemToArray(types, cJSON_CreateString(a->window > 0 ? "sliding_attention" : "full_attention"));
+        }
+    }
+}
+
+// bos, eos and pad in both files (null in config.json where unknown).
+static void add_token_ids(cJSON *c, cJSON *gen, const Graph *g, const HfTokens *tok) {
+    const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
+    int ids[3] = {tok ? tok->bos : -1, tok ? tok->eos : -1, tok ? tok->pad : -1};
+    const Node *lookup = first_op(g, OP_EMBED,
+                                  PART_HEAD); // transformers' decoders take its padding_idx from pad_token_id
+    if (ids[2] < 0 && lookup && lookup->padding) ids[2] = (int)(lookup->padding - 1);
+    for (int k = 0; k < 3; k++) {
+        if (ids[k] >= 0) {
+            cJSON_AddNumberToObject(c, keys[k], ids[k]);
+            cJSON_AddNumberToObject(gen, keys[k], ids[k]);
+        } else {
+            cJSON_AddNullToObject(c, keys[k]);
+        }
+    }
+}
+
+int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, char **generation, char *err,
+                   size_t errcap) {
+    const Graph *g = p->graph;
+    *config = *generation = NULL;
+    HfModel h = {0};
+    char why[512] = "";
+    describe_model(g, &h, why, sizeof why);
+    const Param *emb = h.emb, *ffn = h.ffn;
+    const Node *att = h.att, *rope = h.rope, *norm = h.norm;
+    Family f = h.f;
+    int64_t head_dim = h.head_dim;
     if (why[0]) {
         snprintf(err, errcap,
                  "--export DIR writes a folder transformers loads, with config.json; model '%s' is not "
@@ -296,47 +363,9 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     cJSON_AddStringToObject(c, "hidden_act", f == FAM_GEMMA2 ? "gelu_pytorch_tanh" : "silu");
     cJSON_AddStringToObject(c, "dtype", bf16 ? "bfloat16" : "float32");
     cJSON_AddStringToObject(c, "torch_dtype", bf16 ? "bfloat16" : "float32"); // transformers 4's key
-    if (f == FAM_MISTRAL || f == FAM_MIXTRAL || f == FAM_QWEN2) {
-        if (window) cJSON_AddNumberToObject(c, "sliding_window", (double)window);
-        else cJSON_AddNullToObject(c, "sliding_window");
-        if (f == FAM_QWEN2) cJSON_AddBoolToObject(c, "use_sliding_window", window > 0);
-    }
-    if (f == FAM_MIXTRAL) {
-        double aux = 0;
-        for (int pk = 0; pk < graph_nparts(g) && !(aux > 0); pk++) aux = const_factor(g, pk, OP_LOAD_BALANCE);
-        cJSON_AddNumberToObject(c, "num_local_experts", (double)experts);
-        cJSON_AddNumberToObject(c, "num_experts_per_tok", topk->top_k);
-        add_float(c, "router_aux_loss_coef", aux > 0 ? aux : 0);
-    }
-    if (f == FAM_GEMMA2) {
-        double fcap = const_factor(g, PART_TAIL, OP_TANH);
-        cJSON_AddStringToObject(c, "hidden_activation", "gelu_pytorch_tanh");
-        cJSON_AddNumberToObject(c, "query_pre_attn_scalar", round(qscalar));
-        if (att->softcap > 0) add_float(c, "attn_logit_softcapping", att->softcap);
-        else cJSON_AddNullToObject(c, "attn_logit_softcapping");
-        if (fcap > 0) add_float(c, "final_logit_softcapping", fcap);
-        else cJSON_AddNullToObject(c, "final_logit_softcapping");
-        cJSON_AddNumberToObject(c, "sliding_window", (double)(window ? window : g->train.seq));
-        cJSON *types = cJSON_AddArrayToObject(c, "layer_types");
-        for (int64_t l = 0; l < g->layers; l++) {
-            const Node *a = first_op(g, OP_ATTENTION, block_part(g, l));
-            cJSON_AddItemToArray(types, cJSON_CreateString(a->window > 0 ? "sliding_attention" : "full_attention"));
-        }
-    }
+    add_family_keys(c, g, &h);
     cJSON *gen = cJSON_CreateObject();
-    const char *keys[3] = {"bos_token_id", "eos_token_id", "pad_token_id"};
-    int ids[3] = {tok ? tok->bos : -1, tok ? tok->eos : -1, tok ? tok->pad : -1};
-    const Node *lookup = first_op(g, OP_EMBED,
-                                  PART_HEAD); // transformers' decoders take its padding_idx from pad_token_id
-    if (ids[2] < 0 && lookup && lookup->padding) ids[2] = (int)(lookup->padding - 1);
-    for (int k = 0; k < 3; k++) {
-        if (ids[k] >= 0) {
-            cJSON_AddNumberToObject(c, keys[k], ids[k]);
-            cJSON_AddNumberToObject(gen, keys[k], ids[k]);
-        } else {
-            cJSON_AddNullToObject(c, keys[k]);
-        }
-    }
+    add_token_ids(c, gen, g, tok);
     cJSON_AddStringToObject(c, "exported_by", "mt");
     *config = cJSON_Print(c);
     *generation = cJSON_Print(gen);
