@@ -177,7 +177,7 @@ def plan(mtc):
         text = open(cu).read() if os.path.exists(cu) else ""
         names = [f"mt_node_{k}" for k in ("top_k", "load_balance", "load_balance_bwd", "add_loss")]
         launch = open("runtime/backend/moe_launch.h").read()
-        table = re.search(r"MOE_KERNEL_NAME\[MOE_KERNELS\] = \{(.*?)\};", launch, re.S)
+        table = re.search(r"MOE_KERNEL_NAME\[MOE_KERNELS\]\s*=\s*\{(.*?)\};", launch, re.S)
         grouped = re.findall(r'"(mt_moe_\w+)"', table.group(1)) if table else []
         check(len(grouped) >= 13, "moe_launch.h names its grouped kernels")
         for k in names + grouped:
