@@ -823,6 +823,13 @@ static int outputs(Args *a, const Model *model, Graph *g, const Target *t, Sched
 // The stages in order on the model in src: parse, then --explore, or the
 // graph at the batch asked (and its best plan) and the outputs. Returns the
 // exit status (reported).
+// --summary and --json alone ask nothing of a schedule: the differentiated
+// graph answers them, so no search runs (tiling and the search change no
+// parameter, and the host bytes follow from the graph and --ranks alone).
+static int needs_schedule(const Args *a) {
+    return a->out_path || a->want_explain || a->trace_path || a->auto_batch || a->want_dump || a->want_kernels ||
+           a->cuda_path || !(a->want_summary || a->want_json);
+}
 static int compile(Args *a, const Target *t, const Source *src) {
     Diag diag = {.src = src, .sink = stderr};
     Arena arena = {0};
@@ -835,8 +842,9 @@ static int compile(Args *a, const Target *t, const Source *src) {
     } else if (model) {
         SchedResult *want = a->out_path ? &best : NULL;
         int fastest = a->auto_batch == 1;
-        Graph *g = a->auto_batch ? lower_auto_batch(model, &a->opt, t, &a->req, &arena, &diag, fastest, &best)
-                                 : lower(model, &a->opt, t, &a->req, &arena, &diag, want, serr, sizeof serr);
+        Graph *g = !needs_schedule(a) ? lower_tiled(model, &a->opt, tile_arg ? tile_arg : 1, &arena, &diag)
+                   : a->auto_batch    ? lower_auto_batch(model, &a->opt, t, &a->req, &arena, &diag, fastest, &best)
+                                      : lower(model, &a->opt, t, &a->req, &arena, &diag, want, serr, sizeof serr);
         if (g) rc = outputs(a, model, g, t, &best, serr, src, &arena, &diag);
     }
     arena_free(&arena);
