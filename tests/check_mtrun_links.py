@@ -11,15 +11,14 @@ each LIBRARY mtrun loads (the cuda backend, libmt_cuda.so). So that the
 check cannot pass vacuously, every stage must define symbols and some of
 each stage's must be in mtc. (Includes: tests/check_layers.py.)
 """
-import glob
 import os
-import re
 import subprocess
 import sys
 
+from check_layers import objects  # {object file: its floor}, the sanitizer twins aside
+
 # (compiler/mtc.c, the driver, defines only main)
 STAGES = ["dsl", "compiler/front", "compiler/fuse", "compiler/schedule", "compiler/emit", "compiler/report"]
-GENERATED = {"dsl/parser.c": "dsl", "dsl/lexer.c": "dsl", "cuda_sources.c": "compiler/emit"}
 
 
 def defined(path):
@@ -27,26 +26,12 @@ def defined(path):
     return {line.split()[-1] for line in out.splitlines() if len(line.split()) >= 3}
 
 
-def stage_of(rel):
-    if rel in GENERATED:
-        return GENERATED[rel]
-    best = None
-    for s in STAGES:
-        if rel.startswith(s + "/") and (best is None or len(s) > len(best)):
-            best = s
-    return best
-
-
 def stage_symbols(build):
     """{stage: symbols its object files define}"""
     syms = {s: set() for s in STAGES}
-    for d in sorted(glob.glob(os.path.join(build, "CMakeFiles", "*.dir"))):
-        if re.search(r"-(asan|tsan)\.dir$", d):
-            continue
-        for o in glob.glob(os.path.join(d, "**", "*.o"), recursive=True):
-            s = stage_of(os.path.relpath(o, d)[:-2])
-            if s:
-                syms[s] |= defined(o) - {"main"}  # every program has one
+    for o, floor in objects(build).items():
+        if floor in syms:
+            syms[floor] |= defined(o) - {"main"}  # every program has one
     return syms
 
 
