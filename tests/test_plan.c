@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 14. For each model given: parse,
+// test_plan: the plan file format, version 15 (PLAN_VERSION). For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
