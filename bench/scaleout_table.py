@@ -22,11 +22,15 @@ BEGIN, END = "<!-- bench/scaleout_table.py -->", "<!-- end of bench/scaleout_tab
 NAMES = {"one-gpu": "one GPU", "replicated": "replicated", "sharded": "sharded", "megatrain": "MegaTrain's way"}
 
 
-def predict(mtc, model, target, ranks, batch):
-    """mtc's --explain --json of a case: the whole object, its 'scaleout' holding the strategies."""
+def predict(mtc, model, target, ranks, batch, nothing_fits=False):
+    """mtc's --explain --json of a case: the whole object, its 'scaleout' holding the strategies. With
+    nothing_fits, a case neither layout fits: mtc prints the object and exits 1, saying so."""
     r = subprocess.run([mtc, f"examples/{model}.mt", "--target", target, "--batch", str(batch), "--ranks", str(ranks),
                         "--explain", "--json"], capture_output=True, text=True)
-    if r.returncode != 0:
+    if nothing_fits and not (r.returncode == 1 and "neither fits" in r.stderr):
+        sys.exit(f"scaleout_table: mtc on {model} {target} --ranks {ranks} did not exit 1 saying neither layout "
+                 f"fits (exit {r.returncode}): {r.stderr.strip()}")
+    if not nothing_fits and r.returncode != 0:
         sys.exit(f"scaleout_table: mtc failed on {model} {target} --ranks {ranks}: {r.stderr.strip()}")
     return json.loads(r.stdout)
 

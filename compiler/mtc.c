@@ -524,6 +524,11 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);
+    if (ranks > 1 && req->shard < 0 && so.chosen < 0) { // --shard auto, and neither layout fits the ranks
+        fprintf(stderr, "mtc: error: %d ranks of %s on %s: %s%s\n", ranks, g->model_name, t->name, so.why_chosen,
+                trace_path ? "; no trace written" : "");
+        return 1;
+    }
     if (chosen < 0) { // the table says why each row does not fit; the error gives the first such row's reason
         // the row asked for, or the first
         int asked = req->offloaded || req->host_selective ? (int)REMAT_MIXED : (int)req->remat;

@@ -191,6 +191,15 @@ def main():
         # without --explain, the trace only (it printed the whole explain table)
         check(p.returncode == 0 and not p.stdout, "--trace alone prints nothing", p)
 
+    # --explain --ranks N under --shard auto: where neither layout fits the ranks, the table and exit 1; one that
+    # fits, exit 0
+    p = run(mtc, tiny, "--target", "h200", "--ranks", "8", "--explain")
+    check(p.returncode == 1 and "the plan: neither fits" in p.stdout and
+          "8 ranks of gpt2_tiny on h200: neither fits: sharded: 8 ranks need 8 nodes" in p.stderr,
+          "--explain --ranks 8 on one GPU: neither layout fits, exit 1", p)
+    p = run(mtc, tiny, "--target", "h200x8", "--ranks", "8", "--explain")
+    check(p.returncode == 0 and "the plan: replicated" in p.stdout, "--explain --ranks 8 on h200x8 fits, exit 0", p)
+
     # the human summary
     p = run(mtc, f"{ex}/gpt2.mt", "--summary")
     check(p.returncode == 0 and "124,439,808" in p.stdout and "tied" in p.stdout, "gpt2 --summary", p)

@@ -106,8 +106,8 @@ ok(sh["host_bytes_per_rank"] < rep["host_bytes_per_rank"] and sh["collective_s"]
    f"host {sh['host_bytes_per_rank']} against {rep['host_bytes_per_rank']}")
 
 # more ranks than a profile has GPUs (h200: one GPU, one node): replicated and sharded say so, nothing is chosen,
-# and the JSON stays JSON (no infinite step)
-d = table.predict(mtc, "llama-tiny", "h200", 2, 2)
+# the JSON stays JSON (no infinite step), and mtc exits 1
+d = table.predict(mtc, "llama-tiny", "h200", 2, 2, nothing_fits=True)
 s = {x["name"]: x for x in d["scaleout"]["strategies"]}
 ok(not s["sharded"]["fits"] and "2 nodes" in s["sharded"]["reason"] and not s["replicated"]["fits"]
    and d["scaleout"]["chosen"] == "", "2 ranks on h200: no room for them, said", json.dumps(d["scaleout"])[:400])
