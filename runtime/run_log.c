@@ -6,6 +6,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/scratch.h"
 #include "runtime/run.h"
 
@@ -157,17 +158,6 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
 }
 
 // A JSON string of s (quotes and backslashes escaped; control bytes as \u00XX).
-static void json_str(FILE *f, const char *s) {
-    fputc('"', f);
-    for (; s && *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(f, "\\%c", c);
-        else if (c < 0x20) fprintf(f, "\\u%04x", c);
-        else fputc(c, f);
-    }
-    fputc('"', f);
-}
-
 // The log's first record of a run (and of each resumed part of it): what it
 // runs. 0, or -1 with a message (the log cannot be written).
 int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,
@@ -187,12 +177,13 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     fprintf(f,
             ", \"params\": %lld, \"layers\": %lld, \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, "
             "\"ranks\": %d, \"tokens_per_step\": %lld, \"steps\": %lld, \"schedule_steps\": %lld, "
-            "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": %.6g, \"reference\": %s, "
-            "\"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
+            "\"from_step\": %lld, \"lr\": %.9g, \"seed\": %llu, \"predicted_step_s\": ",
             (long long)param_count(p->graph), (long long)p->graph->layers, (long long)t->batch, (long long)t->seq,
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)steps, (long long)r->schedule_steps, (long long)from, base_lr, (unsigned long long)seed,
-            r->predicted_s, r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
+            (long long)steps, (long long)r->schedule_steps, (long long)from, base_lr, (unsigned long long)seed);
+    json_num(f, "%.6g", r->predicted_s); // (inf where mtc priced the plan so: null)
+    fprintf(f, ", \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
+            r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
     fprintf(f, ", \"data\": ");
     json_str(f, r->data.path);
@@ -244,7 +235,12 @@ int log_close(Run *r, char *err, size_t errcap) {
 // "expert_load" (per layer, the tokens each expert took in the step; [] for
 // a layer without experts).
 static void log_reports(const Run *r, double ce) {
-    if (r->joins) fprintf(r->log, ", \"ce_loss\": %.9g, \"aux_loss\": %.9g", ce, r->aux);
+    if (r->joins) {
+        fputs(", \"ce_loss\": ", r->log);
+        json_num(r->log, "%.9g", ce);
+        fputs(", \"aux_loss\": ", r->log);
+        json_num(r->log, "%.9g", r->aux);
+    }
     if (!r->reports || !r->max_e) return;
     fputs(", \"expert_load\": [", r->log);
     for (int64_t l = 0; l < r->p->graph->layers; l++) {
@@ -266,10 +262,12 @@ void log_progress_init(Run *r) {
 int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     double tokens = (double)tokens_per_step(r);
     if (r->log) { // the log first, flushed: a run killed after a printed step has logged it
-        fprintf(r->log,
-                "{\"step\": %lld, \"loss\": %.9g, \"lr\": %.6g, \"grad_norm\": %.6g, \"tokens_per_s\": %.1f, "
-                "\"ms\": %.3f, \"elapsed_s\": %.3f",
-                (long long)d->step, d->loss + r->aux, d->lr, d->norm, tokens / d->dt, d->dt * 1e3, d->elapsed);
+        fprintf(r->log, "{\"step\": %lld, \"loss\": ", (long long)d->step);
+        json_num(r->log, "%.9g", d->loss + r->aux);
+        fprintf(r->log, ", \"lr\": %.6g, \"grad_norm\": ", d->lr);
+        json_num(r->log, "%.6g", d->norm);
+        fprintf(r->log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f, \"elapsed_s\": %.3f", tokens / d->dt, d->dt * 1e3,
+                d->elapsed);
         log_reports(r, d->loss);
         fputs("}\n", r->log);
         if (log_flush(r, err, errcap) != 0) return -1;

@@ -261,6 +261,23 @@ def refuse(mtc, mtrun, model, tmp):
         p = run(mtc, model, "--batch", "2", *flags, "-o", plan)
         if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
             return
+    # a two-rank plan for h200 (one GPU) under --shard auto is priced inf: its metrics log is still JSON (null)
+    inf = os.path.join(tmp, "inf.bin")
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", inf)
+    if check(p.returncode == 0, "mtc --ranks 2 -o for h200", p) and b"predicted_step_s=inf" in open(inf, "rb").read():
+        got = train(mtrun, inf, tmp, "inf", 2)
+        if got:
+            def no_constant(c):
+                raise ValueError(f"{c} is not JSON")
+            try:
+                records = [json.loads(line, parse_constant=no_constant) for line in open(got[0])]
+                config = records[0]["config"]
+                check(config["predicted_step_s"] is None and any("loss" in r for r in records),
+                      f"a plan priced inf: the log's predicted_step_s is {config['predicted_step_s']}")
+            except ValueError as e:
+                check(False, f"a plan priced inf: its metrics log is not JSON: {e}")
+    elif p.returncode == 0:
+        check(False, "the two-rank plan for h200 is no longer priced inf: pick another case for the log's null")
     rebuilt = os.path.join(tmp, "mtrun") # another build: the same program with a byte more at its end
     with open(rebuilt, "wb") as f:
         f.write(open(mtrun, "rb").read() + b"\0")

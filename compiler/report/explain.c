@@ -5,16 +5,8 @@
 #include <stdlib.h>
 #include <string.h>
 
+#include "common/json.h"
 #include "common/trace.h"
-
-static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        if (*s == '"' || *s == '\\') fputc('\\', out);
-        fputc(*s, out);
-    }
-    fputc('"', out);
-}
 
 // The attention kernels a plan runs, for --explain: "tensor-core",
 // "fp32 fallback", "cpu", "tensor-core + fp32 fallback", "no attention".

@@ -1,5 +1,6 @@
 #include "compiler/report/summary.h"
 
+#include "common/json.h"
 #include "common/storage.h"
 
 #include <string.h>
@@ -80,17 +81,6 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
             s.grads_bf16 ? " (one micro-batch a step: the layers' gradients land as bf16; the globals' stay fp32, 18 "
                            "B/param)"
                          : "");
-}
-
-static void json_str(FILE *out, const char *s) {
-    fputc('"', out);
-    for (; *s; s++) {
-        unsigned char c = (unsigned char)*s;
-        if (c == '"' || c == '\\') fprintf(out, "\\%c", c);
-        else if (c < 0x20) fprintf(out, "\\u%04x", c);
-        else fputc(c, out);
-    }
-    fputc('"', out);
 }
 
 static void json_param(FILE *out, const char *name, const Shape *shape, int *first) {
