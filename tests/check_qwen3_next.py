@@ -1,0 +1,211 @@
+#!/usr/bin/env python3
+"""A tiny Qwen3-Next, from its config, against transformers' own.
+
+transformers builds Qwen3NextForCausalLM from a tiny config (three Gated
+DeltaNet layers and one gated attention layer, grouped value heads, partial
+rotary, the sparse MLP with a shared expert and the pooled load-balancing
+loss; its plain PyTorch paths: eager attention, torch_chunk_gated_delta_rule,
+the convolution by F.conv1d; fp32, no downloads) with random weights.
+tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
+a cpu target that streams it (tiny-2layers, f32) and mtrun loads the
+weights with --init (the experts unfused, as the checkpoints name them).
+
+- step 1: mtrun's loss (cross-entropy + router_aux_loss_coef x the pooled
+  load-balancing loss) equals transformers' to 1e-5 relative, and the
+  gradient of every tensor to 1e-4 of the tensor's largest (max |mt - hf| /
+  max |hf|; mt's gradient read off one AdamW step of betas (0, 0), eps 1e6,
+  lr 1e12, no decay or clipping, whose update lr g / (|g| + eps) inverts
+  exactly, as check_moe.py does);
+- 5 steps of AdamW (lr 1e-3, betas (0.9, 0.95), eps 1e-8, no decay, no
+  clipping, constant schedule) on the data's first 5 batches: each step's
+  loss equals torch.optim.AdamW's run of transformers' model to 1e-5
+  relative;
+- so that the check can fail, the same weights with A_log's sign flipped
+  (a faster decay) move transformers' loss by more than 1e-3.
+
+usage: check_qwen3_next.py MTC MTRUN   (from the project root)
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish, run  # noqa: E402
+from check_weights import DATA, read_safetensors, write_safetensors  # noqa: E402
+
+T, STEPS, LR, AUX = 32, 5, 1e-3, 0.01
+CONFIG = {"model_type": "qwen3_next", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+          "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.25,
+          "rope_theta": 10000.0, "linear_num_key_heads": 2, "linear_num_value_heads": 4, "linear_key_head_dim": 8,
+          "linear_value_head_dim": 6, "linear_conv_kernel_dim": 4, "num_experts": 4, "num_experts_per_tok": 2,
+          "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16, "intermediate_size": 64,
+          "norm_topk_prob": True, "router_aux_loss_coef": AUX, "output_router_logits": True,
+          "rms_norm_eps": 1e-6, "max_position_embeddings": 64, "full_attention_interval": 4,
+          "tie_word_embeddings": False, "hidden_act": "silu", "decoder_sparse_step": 1, "mlp_only_layers": []}
+TRAIN = """train {{
+  batch = 1
+  seq = {T}
+  optimizer = adamw(lr = {lr}, betas = ({b}, {b2}), weight_decay = 0, eps = {eps})
+  schedule = constant
+  clip = 0
+  steps = {steps}
+}}
+"""
+
+
+def hf_model(seed):
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    raw = {k: v for k, v in CONFIG.items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model("qwen3_next", **raw)
+    cfg._attn_implementation, cfg._experts_implementation = "eager", "eager"
+    torch.manual_seed(seed)
+    model = transformers.Qwen3NextForCausalLM(cfg).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty_like(p).uniform_(0.5, 4)))
+            elif name.endswith("dt_bias") or name.endswith("linear_attn.norm.weight"):
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            elif p.dim() == 1:  # the zero-centred norms (1 + w)
+                p.copy_(0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.3 if name.endswith("gate.weight") else 0.15)
+    return model
+
+
+def mt_weights(model):
+    """transformers' tensors under the checkpoint's names (the experts one tensor each)."""
+    W = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().numpy().astype(np.float32)
+        if name.endswith("experts.gate_up_proj"):
+            pre, F = name[: -len("gate_up_proj")], a.shape[1] // 2
+            for e in range(a.shape[0]):
+                W[f"{pre}{e}.gate_proj.weight"], W[f"{pre}{e}.up_proj.weight"] = a[e, :F], a[e, F:]
+        elif name.endswith("experts.down_proj"):
+            for e in range(a.shape[0]):
+                W[f"{name[: -len('down_proj')]}{e}.down_proj.weight"] = a[e]
+        else:
+            W[name] = a
+    return W
+
+
+def hf_grads(grad, name, E):
+    """transformers' gradient of tensor `name` in mt's naming (grad: transformers' name -> array)."""
+    m = re.match(r"(.*\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.weight$", name)
+    if not m:
+        return grad[name]
+    e = int(m.group(2))
+    if m.group(3) == "down_proj":
+        return grad[m.group(1) + "down_proj"][e]
+    g = grad[m.group(1) + "gate_up_proj"][e]
+    return g[: g.shape[0] // 2] if m.group(3) == "gate_proj" else g[g.shape[0] // 2:]
+
+
+def hf_loss(model, tokens, targets):
+    import torch
+    out = model(torch.tensor(tokens[None]))
+    ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(targets))
+    return ce + AUX * out.aux_loss
+
+
+def mt_run(mtc, mtrun, text, W, tmp, steps, lr, export):
+    model, wf, plan, log, out = (os.path.join(tmp, n) for n in ("m.mt", "w.safetensors", "p.bin", "l.jsonl", "o"))
+    with open(model, "w") as f:
+        f.write(text)
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    q = run(mtc, model, "-o", plan, "--target", "tiny-2layers", "--dtype", "f32")
+    if not check(q.returncode == 0, "mtc -o the tiny Qwen3-Next", q):
+        return None, None
+    args = ["--steps", steps, "--device", "cpu", "--data", DATA, "--init", wf, "--log", log, "--lr", f"{lr:g}",
+            "--no-save", "--val-batches", "0"] + (["--export", out + ".safetensors", "--dtype", "fp32"] if export else [])
+    p = run(mtrun, plan, *args)
+    if not check(p.returncode == 0, "mtrun the tiny Qwen3-Next", p):
+        return None, None
+    lines = [json.loads(line) for line in open(log) if '"loss"' in line and '"step"' in line]
+    got = None
+    if export:
+        got = read_safetensors(out + ".safetensors")
+    return lines, got
+
+
+def main():
+    import torch
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    mtc, mtrun = sys.argv[1:3]
+    sys.path.insert(0, "tools")
+    import hf_to_mt
+    text = hf_to_mt.convert(dict(CONFIG), "qwen3_next_tiny")
+    text, n = re.subn(r"train \{.*\}\s*$", "", text, flags=re.S)
+    if not check(n == 1, "the tool's model ends with its train section"):
+        return finish()
+    raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
+    batches = [(raw[s * T: s * T + T], raw[s * T + 1: s * T + T + 1]) for s in range(STEPS)]
+    model = hf_model(7)
+    W = mt_weights(model)
+    E = CONFIG["num_experts"]
+
+    # step 1: loss and gradients
+    loss = hf_loss(model, *batches[0])
+    loss.backward()
+    grad = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    want = float(loss.detach())
+    with tempfile.TemporaryDirectory() as tmp:
+        lr, eps = 1e12, 1e6
+        lines, got = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=lr, b=0, b2=0, eps=f"{eps:g}", steps=1), W, tmp,
+                            1, lr, True)
+    if lines is None:
+        return finish()
+    e = abs(lines[0]["loss"] - want) / want
+    check(e <= 1e-5, f"step 1: mt's loss {lines[0]['loss']!r}, transformers' {want!r} ({e:.1e} relative)")
+    print(f"step 1 loss: mt {lines[0]['loss']:.9f}, transformers {want:.9f} ({e:.1e} relative)")
+    worst, where = 0.0, None
+    for name, w in W.items():
+        u = w.astype(np.float64) - got[name].astype(np.float64)  # lr g / (|g| + eps)
+        mine, theirs = u * eps / (lr - np.abs(u)), hf_grads(grad, name, E)
+        err = float(np.max(np.abs(mine - theirs)) / max(np.max(np.abs(theirs)), 1e-30))
+        if err > worst:
+            worst, where = err, name
+    check(worst <= 1e-4, f"step 1: the gradient of {where} misses transformers' by {worst:.2e} of its largest")
+    print(f"step 1 gradients of {len(W)} tensors: worst {worst:.2e} of the tensor's largest ({where})")
+
+    # 5 steps of AdamW
+    model = hf_model(7)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    theirs = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = hf_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        theirs.append(float(loss.detach()))
+    with tempfile.TemporaryDirectory() as tmp:
+        lines, _ = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=LR, b=0.9, b2=0.95, eps="1e-8", steps=STEPS), W,
+                          tmp, STEPS, LR, False)
+    if lines is None:
+        return finish()
+    mine = [r["loss"] for r in lines]
+    errs = [abs(a - b) / abs(b) for a, b in zip(mine, theirs)]
+    check(len(mine) == STEPS and max(errs) <= 1e-5, f"{STEPS} steps: mt's losses {mine}, transformers' {theirs}")
+    print(f"{STEPS} AdamW steps: mt {[f'{v:.7f}' for v in mine]}, transformers {[f'{v:.7f}' for v in theirs]}, "
+          f"worst {max(errs):.1e} relative")
+
+    # the check sees the decay
+    model = hf_model(7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.neg_()
+        other = float(hf_loss(model, *batches[0]).detach())
+    check(abs(other - want) > 1e-3 * want, f"A_log negated moves transformers' loss by only {abs(other - want):.1e}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
