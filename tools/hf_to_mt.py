@@ -12,7 +12,8 @@ and train section, so that `mtc --dump-graph` of the two is the same graph.
 Families: llama (Llama 2, 3, 3.1, 3.2, 3.3: rope scaling llama3), mistral,
 qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmo2, gemma2, gemma3_text (and
 gemma3's text_config), gpt2, gpt_neox (Pythia), phi3, qwen3_next (Gated DeltaNet
-and gated attention layers, dsl/README.md's gated_delta_rule). Rope scaling: linear,
+and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid (Granite
+4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers). Rope scaling: linear,
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
@@ -62,6 +63,11 @@ FIELDS = {
                             "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers "
                             "linear_conv_kernel_dim linear_key_head_dim linear_value_head_dim linear_num_key_heads "
                             "linear_num_value_heads full_attention_interval",
+    "granitemoehybrid": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef "
+                                  "shared_intermediate_size embedding_multiplier logits_scaling residual_multiplier "
+                                  "attention_multiplier position_embedding_type mamba_n_heads mamba_n_groups "
+                                  "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
+                                  "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method",
 }
 
 
@@ -725,10 +731,135 @@ def qwen3_next(mt, cfg, raw, name):
     return "\n".join(L) + "\n"
 
 
+def granite_mlp(P, cfg):
+    """Granite 4.0-H's MLP: the experts' fused input_linear (gate rows then up rows) and output_linear, the router's
+    softmax over its top K logits, the shared SwiGLU beside them; all scaled by RES into the residual."""
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    moe = cfg.num_local_experts > 0
+    if moe:
+        P('param router "block_sparse_moe.router.layer.weight" [E, C]')
+        P('param w_in "block_sparse_moe.input_linear.weight" [E, 2 * FFN, C]')
+        P(f'param w_out "block_sparse_moe.output_linear.weight" [E, C, FFN] {RESID}')
+    P('param s_in "shared_mlp.input_linear.weight" [2 * SFFN, C]')
+    P(f'param s_out "shared_mlp.output_linear.weight" [C, SFFN] {RESID}')
+    out = ["m = rmsnorm(x, mlp_norm, eps = eps)",
+           "s_gate, s_up = split(m @ transpose(s_in), 2)",
+           "y = swiglu(s_gate, s_up) @ transpose(s_out)"]
+    if moe:
+        out += ["logits = m @ transpose(router)",
+                "w_gate, w_up = split(w_in, 2, axis = 1) # each expert's gate rows, then its up rows",
+                "y = y + moe(m, router(logits, top_k = K, softmax = after), w_gate, w_up, w_out)"]
+        if cfg.router_aux_loss_coef:
+            out.append("return add_loss(x + RES * y, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+            return out
+    out.append("return x + RES * y")
+    return out
+
+
+def granitemoehybrid(mt, cfg, raw, name):
+    """Granite 4.0-H: Mamba-2 layers and attention layers (two block kinds in the order of layer_types), each
+    followed by the experts and a shared MLP; muP's multipliers on the embedding, the residual branches, the
+    attention scores and the logits."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
+    need(not getattr(cfg, "mamba_proj_bias", False), "mamba_proj_bias", True, "not mapped for Granite 4.0-H")
+    need(cfg.mamba_n_groups == 1, "mamba_n_groups", cfg.mamba_n_groups,
+         "mt writes the gated RMSNorm over the whole mixer (one group)")
+    lim = tuple(cfg.time_step_limit or (0.0, float("inf")))
+    need(lim == (0.0, float("inf")), "time_step_limit", list(lim), "mt writes dt unclamped, (0, inf)")
+    pe = getattr(cfg, "position_embedding_type", None)
+    need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
+    nf = raw.get("normalization_function", "rmsnorm")
+    need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    I = cfg.mamba_expand * C
+    w.const("I", f"{cfg.mamba_expand} * C", "the Mamba mixer's width: mamba_expand x C")
+    w.const("MH", cfg.mamba_n_heads, "mamba_n_heads")
+    w.const("MP", cfg.mamba_d_head, "mamba_d_head")
+    w.const("N", cfg.mamba_d_state, "mamba_d_state")
+    w.const("G", cfg.mamba_n_groups, "mamba_n_groups")
+    w.const("KC", cfg.mamba_d_conv, "mamba_d_conv")
+    need(cfg.mamba_d_head * cfg.mamba_n_heads == I, "mamba_d_head", cfg.mamba_d_head, f"heads x width must be {I}")
+    moe = cfg.num_local_experts > 0
+    if moe:
+        w.const("E", cfg.num_local_experts, "num_local_experts")
+        w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+        w.const("FFN", cfg.intermediate_size, "each expert's SwiGLU width (intermediate_size)")
+        if cfg.router_aux_loss_coef:
+            w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    w.const("SFFN", cfg.shared_intermediate_size, "shared_intermediate_size")
+    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
+    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
+    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
+    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS) if pe == "rope" else None
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    tied = bool(cfg.tie_word_embeddings)
+    L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "model.embed_tokens.weight" [V, C]',
+         'param norm "model.norm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]']) + [""]
+    P = lambda s: L.append("  " + s)
+    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    P('param in_proj "mamba.in_proj.weight" [2 * I + 2 * G * N + MH, C]')
+    P('param conv_w "mamba.conv1d.weight" [I + 2 * G * N, 1, KC]')
+    if cfg.mamba_conv_bias:
+        P('param conv_b "mamba.conv1d.bias" [I + 2 * G * N]')
+    P('param dt_bias "mamba.dt_bias" [MH] init = ones')
+    P('param A_log "mamba.A_log" [MH] init = zeros')
+    P('param D "mamba.D" [MH] init = ones')
+    P('param m_norm "mamba.norm.weight" [I]')
+    P(f'param out_proj "mamba.out_proj.weight" [C, I] {RESID}')
+    mlp = granite_mlp(P, cfg)
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    P("gate, xbc, dt = split(a @ transpose(in_proj), [I, I + 2 * G * N, MH])")
+    P("xbc = silu(conv1d(xbc, conv_w)" + (" + conv_b)" if cfg.mamba_conv_bias else ")"))
+    P("xs, bm, cm = split(xbc, [I, G * N, G * N])")
+    P("y = ssd(xs, softplus(dt + dt_bias), -exp(A_log), bm, cm, heads = MH, groups = G)")
+    P("y = y + reshape(reshape(xs, [B, T, MH, MP]) * reshape(D, [MH, 1]), [B, T, I]) # the D skip")
+    P("y = rmsnorm(y * silu(gate), m_norm, eps = eps) # the gated norm: gate first")
+    P("x = x + RES * (y @ transpose(out_proj))")
+    for s in mlp:
+        P(s)
+    L.append("}\n")
+    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    granite_mlp(P, cfg)
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    if rope_kw:
+        P(f"q = rope(a @ transpose(wq), heads = NH, {rope_kw})")
+        P(f"k = rope(a @ transpose(wk), heads = NKV, {rope_kw})")
+    else:
+        P("q = a @ transpose(wq) # no position embedding (position_embedding_type nope)")
+        P("k = a @ transpose(wk)")
+    P("o = attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV, scale = ATT)")
+    P("x = x + RES * (o @ transpose(wo))")
+    for s in mlp:
+        P(s)
+    L.append("}\n")
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("linear_attention", "full_attention", "attention"), "layer_types", t, "mt maps mamba and attention")
+    kinds = ["mamba" if t == "linear_attention" else "attn" for t in types]
+    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * EMB) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}) / LOGS, "
+      "targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
     "phi3": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
+    "granitemoehybrid": granitemoehybrid,
 }
 
 
