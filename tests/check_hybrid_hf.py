@@ -23,6 +23,10 @@ weights with --init, under the checkpoints' names.
   clipping, constant schedule) on the data's first 5 batches: each step's
   loss equals torch.optim.AdamW's run of transformers' model to 1e-5
   relative;
+- streamed: the same model trains 3 steps (batch 2) on tiny-1layer, its
+  layers streamed through one layer's device memory, in f32 and in bf16,
+  with the unstreamed reference executor's losses and gradient norms to
+  1e-5 relative (bf16: under the storage rule, docs/numerics.md);
 - so that the check can fail, the same weights with A_log's sign flipped
   (a faster decay) move transformers' loss by more than 1e-3.
 
@@ -168,6 +172,35 @@ def mt_run(mtc, mtrun, text, W, tmp, steps, lr, export):
     return lines, got
 
 
+def streamed(mtc, mtrun, text):
+    """The tool's model, streamed through one layer's device memory (tiny-1layer) in f32 and bf16, against the
+    unstreamed reference executor: 3 steps' losses and gradient norms to 1e-5 relative."""
+    model = text + TRAIN.format(T=T, lr=LR, b=0.9, b2=0.95, eps="1e-8", steps=3).replace("batch = 1", "batch = 2")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.mt")
+        with open(path, "w") as f:
+            f.write(model)
+        for dtype in ("f32", "bf16"):
+            plan = os.path.join(tmp, f"{dtype}.bin")
+            q = run(mtc, path, "-o", plan, "--target", "tiny-1layer", "--dtype", dtype)
+            if not check(q.returncode == 0, f"mtc -o --dtype {dtype} on tiny-1layer", q):
+                continue
+            got = []
+            for extra in ([], ["--reference"]):
+                log = os.path.join(tmp, "s.jsonl")
+                p = run(mtrun, plan, "--steps", 3, "--data", DATA, "--log", log, "--no-save", "--val-batches", 0,
+                        *extra)
+                if not check(p.returncode == 0, f"mtrun {dtype} {' '.join(extra)}", p):
+                    break
+                rows = [json.loads(line) for line in open(log) if '"step"' in line and '"loss"' in line]
+                got.append([r["loss"] for r in rows] + [r["grad_norm"] for r in rows])
+            if len(got) == 2:
+                err = max(abs(a - b) / abs(b) for a, b in zip(*got)) if len(got[0]) == 6 else float("inf")
+                check(err <= 1e-5, f"{dtype} streamed on tiny-1layer: {got[0]}, the reference executor {got[1]}")
+                print(f"{dtype} streamed on tiny-1layer: losses and norms {[f'{v:.6f}' for v in got[0]]}, "
+                      f"the reference executor's to {err:.1e}")
+
+
 def main():
     import torch
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
@@ -227,6 +260,8 @@ def main():
     check(len(mine) == STEPS and max(errs) <= 1e-5, f"{STEPS} steps: mt's losses {mine}, transformers' {theirs}")
     print(f"{family} {STEPS} AdamW steps: mt {[f'{v:.7f}' for v in mine]}, transformers {[f'{v:.7f}' for v in theirs]}, "
           f"worst {max(errs):.1e} relative")
+
+    streamed(mtc, mtrun, text)
 
     # the check sees the decay
     model = hf_model(family, 7)
