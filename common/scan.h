@@ -80,4 +80,16 @@ static inline int conv_dims(const Node *n, ConvDims *d) {
     return shape_eq(&n->shape, x);
 }
 
+// The GPU kernels' workspace (compiler/emit/cuda/scan.cuh), bytes of fp32:
+// the forward the state of each batch row and head (B H Dk Dv); the backward,
+// per batch row and key head, the state entering each chunk, the chunk's
+// states and the state's gradient ((chunks + SCAN_CHUNK + 2) Dk Dv); conv1d none.
+static inline int64_t scan_scratch_bytes(const Node *n) {
+    ScanDims d;
+    if (!scan_is_op(n->op) || !scan_dims(n, &d)) return 0;
+    int64_t S = d.Dk * d.Dv, chunks = (d.T + SCAN_CHUNK - 1) / SCAN_CHUNK;
+    if (n->op == OP_DELTA_RULE || n->op == OP_SSD) return 4 * d.B * d.H * S;
+    return 4 * d.B * d.Hk * (chunks + SCAN_CHUNK + 2) * S;
+}
+
 #endif

@@ -213,20 +213,25 @@ static int64_t moe_selected(const Node *n) {
     return E;
 }
 
-// A recurrence (delta_rule, ssd; common/scan.h) as the plain kernel runs it,
-// step by step on the state S (Dk, Dv) of each batch row and head, at the
-// vector rate: the forward 7 Dk Dv FLOPs a step (decay, S^T k, the update,
-// S^T q), the backward 9 to recompute the states (the forward again, chunk
-// by chunk from the kept chunk starts) and 16 for the gradients; the state
-// is read and written each step (8 Dk Dv bytes, double) where it does not fit
-// a core's cache. Bytes of the operands otherwise. No tensor-core form yet.
+// A recurrence (delta_rule, ssd; common/scan.h) as its kernels run it, step
+// by step on the state S (Dk, Dv) of each batch row and head, at the vector
+// rate: the forward 7 Dk Dv FLOPs a step (decay, S^T k, the update, S^T q),
+// the backward 9 to recompute the states (the forward again, chunk by chunk
+// from the kept chunk starts) and 16 for the gradients. On a cpu target the
+// state (double) stays in a core's cache unless it exceeds 1 MiB (then 16 Dk
+// Dv bytes a step); on a GPU compiler/emit/cuda/scan.cuh keeps it in device
+// memory, read and written each step (fp32: 8 Dk Dv bytes a step forward,
+// 12 under the delta rule; the backward 4 times that), priced at HBM rate,
+// an upper bound where it stays in L2. The operands' bytes beside it. No
+// chunked tensor-core form yet.
 static double scan_time(const Node *n, const Target *t, double bytes) {
     ScanDims d;
     if (!scan_dims(n, &d)) return bytes / t->hbm_bandwidth;
-    int bwd = n->op == OP_DELTA_RULE_BWD || n->op == OP_SSD_BWD;
+    int bwd = n->op == OP_DELTA_RULE_BWD || n->op == OP_SSD_BWD, cpu = strcmp(t->arch, "cpu") == 0;
     double steps = (double)d.B * (double)d.T * (double)d.H, state = (double)d.Dk * (double)d.Dv;
     double flops = steps * state * (bwd ? 7 + 9 + 16 : 7), by_flops = flops / t->vector_flops;
-    double state_bytes = state * 8 > 1 << 20 ? steps * state * 16 : 0;
+    double state_bytes = cpu ? (state * 8 > 1 << 20 ? steps * state * 16 : 0)
+                             : steps * state * (scan_is_delta(n->op) ? 12 : 8) * (bwd ? 4 : 1);
     double by_bytes = (bytes + state_bytes) / t->hbm_bandwidth;
     return by_flops > by_bytes ? by_flops : by_bytes;
 }
