@@ -112,6 +112,11 @@ EXPECTED = {
         "model.layers.39.block_sparse_moe.output_linear.weight": [64, 1536, 512],
         "model.layers.0.block_sparse_moe.router.layer.weight": [64, 1536],
         "model.layers.0.shared_mlp.input_linear.weight": [2048, 1536]}, 36 * 15 + 4 * 11 + 2),
+    "bamba-9b.mt": (9_780_235_392, {  # transformers' BambaForCausalLM of its config.json
+        "model.layers.0.mamba.in_proj.weight": [16768, 4096], "model.layers.0.mamba.conv1d.weight": [8448, 1, 4],
+        "model.layers.31.mamba.A_log": [128], "model.layers.9.self_attn.k_proj.weight": [1024, 4096],
+        "model.layers.27.feed_forward.down_proj.weight": [4096, 14336], "model.final_layernorm.weight": [4096],
+        "model.layers.5.pre_ff_layernorm.weight": [4096], "lm_head.weight": [128256, 4096]}, 29 * 13 + 3 * 9 + 3),
     "gpt2-tiny.mt": (None, {"wte.weight": [256, 64], "h.1.mlp.c_fc.weight": [64, 256]}, 2 + 2 * 12 + 2),
     "llama-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.1.self_attn.k_proj.weight": [32, 64]},
                       2 * 9 + 3),

@@ -7,7 +7,9 @@ heads, partial rotary, the sparse MLP with a shared expert and the pooled
 load-balancing loss). granite: GraniteMoeHybridForCausalLM (Granite 4.0-H:
 Mamba-2 layers and an attention layer without position embedding, the
 experts' fused input_linear, a shared MLP, muP's multipliers, the tied
-head). Their plain PyTorch paths (eager attention, the chunked torch scans,
+head). bamba: BambaForCausalLM (Mamba-2 layers and an attention layer with
+rope on half of each head, SwiGLU MLPs, the padding row's embedding). Their
+plain PyTorch paths (eager attention, the chunked torch scans,
 the convolution by F.conv1d; fp32, no downloads), random weights.
 tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
 a cpu target that streams it (tiny-2layers, f32) and mtrun loads the
@@ -30,7 +32,7 @@ weights with --init, under the checkpoints' names.
 - so that the check can fail, the same weights with A_log's sign flipped
   (a faster decay) move transformers' loss by more than 1e-3.
 
-usage: check_hybrid_hf.py qwen3_next|granite MTC MTRUN   (from the project root)
+usage: check_hybrid_hf.py qwen3_next|granite|bamba MTC MTRUN   (from the project root)
 """
 import json
 import os
@@ -64,8 +66,13 @@ CONFIGS = {
                 "attention_multiplier": 0.2, "logits_scaling": 2.0, "position_embedding_type": "nope",
                 "router_aux_loss_coef": AUX, "output_router_logits": True, "rms_norm_eps": 1e-5,
                 "max_position_embeddings": 64, "tie_word_embeddings": True, "hidden_act": "silu"},
+    "bamba": {"model_type": "bamba", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+              "attn_layer_indices": [1], "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+              "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_d_conv": 4,
+              "mamba_expand": 2, "mamba_conv_bias": True, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+              "tie_word_embeddings": False, "hidden_act": "silu", "pad_token_id": 0},
 }
-CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM"}
+CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM"}
 # transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
 GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
                  (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
@@ -149,7 +156,7 @@ def hf_loss(model, tokens, targets):
     import torch
     out = model(torch.tensor(tokens[None]))
     ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(targets))
-    return ce + AUX * out.aux_loss
+    return ce if getattr(out, "aux_loss", None) is None else ce + AUX * out.aux_loss
 
 
 def mt_run(mtc, mtrun, text, W, tmp, steps, lr, export):

@@ -13,7 +13,7 @@ Families: llama (Llama 2, 3, 3.1, 3.2, 3.3: rope scaling llama3), mistral,
 qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmo2, gemma2, gemma3_text (and
 gemma3's text_config), gpt2, gpt_neox (Pythia), phi3, qwen3_next (Gated DeltaNet
 and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid (Granite
-4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers). Rope scaling: linear,
+4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers), bamba. Rope scaling: linear,
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
@@ -68,6 +68,9 @@ FIELDS = {
                                   "attention_multiplier position_embedding_type mamba_n_heads mamba_n_groups "
                                   "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
                                   "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method",
+    "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
+                       "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
+                       "num_logits_to_keep",
 }
 
 
@@ -756,24 +759,16 @@ def granite_mlp(P, cfg):
     return out
 
 
-def granitemoehybrid(mt, cfg, raw, name):
-    """Granite 4.0-H: Mamba-2 layers and attention layers (two block kinds in the order of layer_types), each
-    followed by the experts and a shared MLP; muP's multipliers on the embedding, the residual branches, the
-    attention scores and the logits."""
-    check_fields(mt, raw)
-    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
-    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
-    need(not getattr(cfg, "mamba_proj_bias", False), "mamba_proj_bias", True, "not mapped for Granite 4.0-H")
+def mamba_checks(cfg):
+    """What mt's Mamba-2 mixer (mamba_mixer) assumes of a config."""
+    need(not getattr(cfg, "mamba_proj_bias", False), "mamba_proj_bias", True, "mt writes the projections bias-free")
     need(cfg.mamba_n_groups == 1, "mamba_n_groups", cfg.mamba_n_groups,
          "mt writes the gated RMSNorm over the whole mixer (one group)")
     lim = tuple(cfg.time_step_limit or (0.0, float("inf")))
     need(lim == (0.0, float("inf")), "time_step_limit", list(lim), "mt writes dt unclamped, (0, inf)")
-    pe = getattr(cfg, "position_embedding_type", None)
-    need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
-    nf = raw.get("normalization_function", "rmsnorm")
-    need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
-    w = Writer(name, "")
-    C, NH, NKV, HS = decoder_sizes(w, cfg)
+
+
+def mamba_consts(w, cfg, C):
     I = cfg.mamba_expand * C
     w.const("I", f"{cfg.mamba_expand} * C", "the Mamba mixer's width: mamba_expand x C")
     w.const("MH", cfg.mamba_n_heads, "mamba_n_heads")
@@ -782,6 +777,115 @@ def granitemoehybrid(mt, cfg, raw, name):
     w.const("G", cfg.mamba_n_groups, "mamba_n_groups")
     w.const("KC", cfg.mamba_d_conv, "mamba_d_conv")
     need(cfg.mamba_d_head * cfg.mamba_n_heads == I, "mamba_d_head", cfg.mamba_d_head, f"heads x width must be {I}")
+
+
+def mamba_mixer(P, cfg, res):
+    """A Mamba-2 mixer's parameters (transformers' Mamba2Mixer names under "mamba."), and its statements from
+    x to x + res (its output): the projection to the gate, x, B, C and dt; the convolution and silu; ssd and the D
+    skip; the gated RMSNorm (gate first, norm_before_gate false)."""
+    P('param in_proj "mamba.in_proj.weight" [2 * I + 2 * G * N + MH, C]')
+    P('param conv_w "mamba.conv1d.weight" [I + 2 * G * N, 1, KC]')
+    if cfg.mamba_conv_bias:
+        P('param conv_b "mamba.conv1d.bias" [I + 2 * G * N]')
+    P('param dt_bias "mamba.dt_bias" [MH] init = ones')
+    P('param A_log "mamba.A_log" [MH] init = zeros')
+    P('param D "mamba.D" [MH] init = ones')
+    P('param m_norm "mamba.norm.weight" [I]')
+    P(f'param out_proj "mamba.out_proj.weight" [C, I] {RESID}')
+    return ["a = rmsnorm(x, attn_norm, eps = eps)",
+            "gate, xbc, dt = split(a @ transpose(in_proj), [I, I + 2 * G * N, MH])",
+            "xbc = silu(conv1d(xbc, conv_w)" + (" + conv_b)" if cfg.mamba_conv_bias else ")"),
+            "xs, bm, cm = split(xbc, [I, G * N, G * N])",
+            "y = ssd(xs, softplus(dt + dt_bias), -exp(A_log), bm, cm, heads = MH, groups = G)",
+            "y = y + reshape(reshape(xs, [B, T, MH, MP]) * reshape(D, [MH, 1]), [B, T, I]) # the D skip",
+            "y = rmsnorm(y * silu(gate), m_norm, eps = eps) # the gated norm: gate first",
+            f"x = x + {res}(y @ transpose(out_proj))"]
+
+
+def bamba(mt, cfg, raw, name):
+    """Bamba: Mamba-2 layers and attention layers (rope on the first half of each head) at attn_layer_indices, each
+    followed by a SwiGLU MLP."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Bamba")
+    need(not getattr(cfg, "mlp_bias", False), "mlp_bias", True, "not mapped for Bamba")
+    need(not getattr(cfg, "z_loss_coefficient", 0.0), "z_loss_coefficient", cfg.z_loss_coefficient,
+         "mt writes no z-loss")
+    mamba_checks(cfg)
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    pct = rp.pop("partial_rotary_factor", 1.0)
+    rot = int(HS * pct)
+    frac = HS // rot if rot and HS % rot == 0 else None
+    w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
+    mamba_consts(w, cfg, C)
+    w.const("FFN", cfg.intermediate_size, "SwiGLU hidden width")
+    rope_kw = rope_rule(w, rp, "", rot)
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    tied = bool(cfg.tie_word_embeddings)
+    L = [f"model {name}\n", w.config_text() + "\n", 'param tok_emb "model.embed_tokens.weight" [V, C]',
+         'param norm "model.final_layernorm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]'])
+    L.append("")
+    P = lambda s: L.append("  " + s)
+    mlp = ["m = rmsnorm(x, mlp_norm, eps = eps)",
+           "return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)"]
+
+    def mlp_params():
+        P('param mlp_norm "pre_ff_layernorm.weight" [C]')
+        P('param w_gate "feed_forward.gate_proj.weight" [FFN, C]')
+        P('param w_up "feed_forward.up_proj.weight" [FFN, C]')
+        P(f'param w_down "feed_forward.down_proj.weight" [C, FFN] {RESID}')
+    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    mixer = mamba_mixer(P, cfg, "")
+    mlp_params()
+    L.append("")
+    for s in mixer + mlp:
+        P(s)
+    L.append("}\n")
+    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    mlp_params()
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    P("# rotate the first ROT features of each head, pass the rest through")
+    P("q_rot, q_pass = split(reshape(a @ transpose(wq), [B, T, NH, HS]), [ROT, HS - ROT])")
+    P("k_rot, k_pass = split(reshape(a @ transpose(wk), [B, T, NKV, HS]), [ROT, HS - ROT])")
+    P(f"q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, {rope_kw}), [B, T, NH, ROT])")
+    P(f"k_rot = reshape(rope(reshape(k_rot, [B, T, NKV * ROT]), heads = NKV, {rope_kw}), [B, T, NKV, ROT])")
+    P("q = reshape(concat(q_rot, q_pass), [B, T, NH * HS])")
+    P("k = reshape(concat(k_rot, k_pass), [B, T, NKV * HS])")
+    P("x = x + attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV) @ transpose(wo)")
+    for s in mlp:
+        P(s)
+    L.append("}\n")
+    kinds = ["mamba" if t == "linear_attention" else "attn" for t in cfg.layers_block_type]
+    L.append(f"block layers[L] = {layer_order(kinds, 'attn_layer_indices', cfg.attn_layer_indices)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def granitemoehybrid(mt, cfg, raw, name):
+    """Granite 4.0-H: Mamba-2 layers and attention layers (two block kinds in the order of layer_types), each
+    followed by the experts and a shared MLP; muP's multipliers on the embedding, the residual branches, the
+    attention scores and the logits."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
+    mamba_checks(cfg)
+    pe = getattr(cfg, "position_embedding_type", None)
+    need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
+    nf = raw.get("normalization_function", "rmsnorm")
+    need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    mamba_consts(w, cfg, C)
     moe = cfg.num_local_experts > 0
     if moe:
         w.const("E", cfg.num_local_experts, "num_local_experts")
@@ -802,26 +906,10 @@ def granitemoehybrid(mt, cfg, raw, name):
     P = lambda s: L.append("  " + s)
     L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
     P('param attn_norm "input_layernorm.weight" [C]')
-    P('param in_proj "mamba.in_proj.weight" [2 * I + 2 * G * N + MH, C]')
-    P('param conv_w "mamba.conv1d.weight" [I + 2 * G * N, 1, KC]')
-    if cfg.mamba_conv_bias:
-        P('param conv_b "mamba.conv1d.bias" [I + 2 * G * N]')
-    P('param dt_bias "mamba.dt_bias" [MH] init = ones')
-    P('param A_log "mamba.A_log" [MH] init = zeros')
-    P('param D "mamba.D" [MH] init = ones')
-    P('param m_norm "mamba.norm.weight" [I]')
-    P(f'param out_proj "mamba.out_proj.weight" [C, I] {RESID}')
+    mixer = mamba_mixer(P, cfg, "RES * ")
     mlp = granite_mlp(P, cfg)
     L.append("")
-    P("a = rmsnorm(x, attn_norm, eps = eps)")
-    P("gate, xbc, dt = split(a @ transpose(in_proj), [I, I + 2 * G * N, MH])")
-    P("xbc = silu(conv1d(xbc, conv_w)" + (" + conv_b)" if cfg.mamba_conv_bias else ")"))
-    P("xs, bm, cm = split(xbc, [I, G * N, G * N])")
-    P("y = ssd(xs, softplus(dt + dt_bias), -exp(A_log), bm, cm, heads = MH, groups = G)")
-    P("y = y + reshape(reshape(xs, [B, T, MH, MP]) * reshape(D, [MH, 1]), [B, T, I]) # the D skip")
-    P("y = rmsnorm(y * silu(gate), m_norm, eps = eps) # the gated norm: gate first")
-    P("x = x + RES * (y @ transpose(out_proj))")
-    for s in mlp:
+    for s in mixer + mlp:
         P(s)
     L.append("}\n")
     L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
@@ -859,7 +947,7 @@ WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
     "phi3": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
-    "granitemoehybrid": granitemoehybrid,
+    "granitemoehybrid": granitemoehybrid, "bamba": bamba,
 }
 
 
