@@ -2,14 +2,14 @@
 # layer (Qwen3-Next's: conv1d, gated_delta_rule with grouped value heads, the
 # gated RMSNorm), a Mamba-2 layer (Granite 4.0-H's and Bamba's: conv1d with
 # bias, ssd with the D skip, the gated norm) and an attention layer, each
-# with a SwiGLU MLP, in the order [deltanet, mamba, attn] twice. For the
+# with a SwiGLU MLP, in the order [deltanet, mamba, attn]. For the
 # backends' tests (the cuda backend on the emulation against the cpu's).
 model hybrid_tiny
 
 config {
   V = 256
   C = 32
-  L = 6
+  L = 3
   NH = 4           # attention heads
   HS = C / NH
   KH = 2           # DeltaNet key heads
