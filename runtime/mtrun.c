@@ -163,9 +163,10 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     FILE *f = open_memstream(&s, &len);
     if (!f) return NULL;
     struct stat st;
-    const char *names[] = {"steps", "lr", "seed", "val-every"};
-    double values[] = {(double)o->steps, o->lr, (double)o->seed, (double)o->val_every}; // < 0: the plan's
-    for (int i = 0; i < 4; i++)
+    const char *names[] = {"steps", "lr", "seed", "val-every", "warmup", "lr-schedule", "min-lr"};
+    double values[] = {(double)o->steps,  o->lr,          (double)o->seed, (double)o->val_every,
+                       (double)o->warmup, o->lr_schedule, o->min_lr}; // < 0: the plan's
+    for (int i = 0; i < 7; i++)
         if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
     fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\nsave-every=%lld\n", (long long)o->val_batches,
@@ -210,6 +211,9 @@ enum {
     O_LOGITS,
     O_SAMPLE_EVERY,
     O_SHUFFLE,
+    O_WARMUP,
+    O_LR_SCHEDULE,
+    O_MIN_LR,
     O_VAL_DATA
 };
 static const struct option LONG[] = {
@@ -243,6 +247,9 @@ static const struct option LONG[] = {
     {"logits", required_argument, 0, O_LOGITS},
     {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
     {"shuffle", no_argument, 0, O_SHUFFLE},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
+    {"min-lr", required_argument, 0, O_MIN_LR},
     {0, 0, 0, 0},
 };
 
@@ -277,6 +284,22 @@ static int parse_option(Args *a, int c, char **argv) {
         o->lr = strtod(optarg, &end);
         if (errno || end == optarg || *end || !(o->lr >= 0 && isfinite(o->lr)))
             return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_MIN_LR:
+        errno = 0;
+        o->min_lr = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(o->min_lr >= 0 && isfinite(o->min_lr)))
+            return usage_error("--min-lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_WARMUP:
+        if (parse_int(optarg, 0, &o->warmup)) return usage_error("--warmup needs an integer >= 0, got '%s'", optarg);
+        break;
+    case O_LR_SCHEDULE:
+        if (strcmp(optarg, "cosine") && strcmp(optarg, "linear") && strcmp(optarg, "constant"))
+            return usage_error("--lr-schedule is cosine, linear or constant, not '%s'", optarg);
+        o->lr_schedule = !strcmp(optarg, "cosine")   ? SCHED_COSINE
+                         : !strcmp(optarg, "linear") ? SCHED_LINEAR
+                                                     : SCHED_CONSTANT;
         break;
     case O_SEED:
         if (parse_int(optarg, 0, &o->seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
@@ -381,6 +404,9 @@ static int parse_args(Args *a, int argc, char **argv) {
     *a = (Args){.o = {.steps = -1,
                       .schedule_steps = -1,
                       .lr = -1,
+                      .warmup = -1,
+                      .lr_schedule = -1,
+                      .min_lr = -1,
                       .seed = -1,
                       .val_every = -1,
                       .val_batches = 10,
@@ -443,8 +469,8 @@ static int read_plan(const char *path, Args *a, const Dist *dist, Arena *arena, 
 }
 
 // The metrics log and the checkpoints' directory, where not given: beside
-// the plan, PLAN.bin -> PLAN.metrics.jsonl, and beside the log,
-// LOG.metrics.jsonl -> LOG.ckpt (with --no-save, none). The malloc'd paths
+// the plan, PLAN.bin -> PLAN.metrics.jsonl, and the --resume directory,
+// else beside the log, LOG.metrics.jsonl -> LOG.ckpt (with --no-save, none). The malloc'd paths
 // into *log_path and *save_dir. A rank other than 0 (log_path "") logs
 // nothing.
 static void default_paths(Args *a, const char *path, char **log_path, char **save_dir) {
@@ -457,6 +483,7 @@ static void default_paths(Args *a, const char *path, char **log_path, char **sav
         if (*log_path) snprintf(*log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
         o->log_path = *log_path;
     }
+    if (!o->save_dir && !a->given[O_NO_SAVE] && o->resume) o->save_dir = o->resume; // where the run was saving
     if (!o->save_dir && !a->given[O_NO_SAVE] && o->log_path) {
         size_t n = strlen(o->log_path);
         if (n > 14 && !strcmp(o->log_path + n - 14, ".metrics.jsonl")) n -= 14;

@@ -3,8 +3,11 @@
 // data, the flags together (sharding, the NVMe tier, --export, --logits,
 // --sample-every), the host memory, where checkpoints go and the
 // checkpoint a run resumes. Also what the run's memory comes to.
+#include <errno.h>
+#include <fcntl.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/storage.h"
 #include "runtime/run.h"
@@ -44,6 +47,23 @@ int check_inputs(const Graph *g, char *err, size_t errcap) {
                  "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
                  "other inputs");
     return ok ? 0 : -1;
+}
+
+int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap) {
+    if (d->format != DATA_TEXT) return 0;
+    int64_t i = 0;
+    while (i < d->ntokens && (d->toks[i] == ' ' || d->toks[i] == '\n' || d->toks[i] == '\t' || d->toks[i] == '\r')) i++;
+    int json = i < d->ntokens && (d->toks[i] == '{' || d->toks[i] == '[');
+    if (!json && vocab <= 256) return 0; // a byte-level model on text: one token a byte
+    char why[96] = "";
+    if (vocab > 256)
+        snprintf(why, sizeof why, ", though this model's vocabulary is %lld tokens, not bytes", (long long)vocab);
+    snprintf(err, errcap,
+             "%s is %s, which mtrun would train on as raw bytes%s; mtrun trains on token files: make one with "
+             "`python3 tools/prepare_data.py %s --tokenizer MODEL_DIR --out OUT` (--kind text, alpaca or messages; "
+             "a loss mask for instruction data) and give --data OUT.bin",
+             d->path, json ? "JSON (lines), not tokens" : "text, not tokens", why, d->path);
+    return -1;
 }
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
@@ -160,6 +180,35 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
     return -1;
 }
 
+// Checks, before the first step, that checkpoints can be written into dir:
+// creates it where missing (one level, as a save would) and a file in it,
+// removed at once. A run whose saves would fail after its training is
+// refused before it. 0, or -1 with a message.
+static int check_writable(const char *dir, char *err, size_t errcap) {
+    struct stat st;
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+        snprintf(err, errcap, "%s: cannot create the checkpoint directory: %s (--save DIR saves elsewhere)", dir,
+                 strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errcap, "%s: cannot save checkpoints here: not a directory (--save DIR saves elsewhere)", dir);
+        return -1;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.mtrun-write-check.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600), e = errno;
+    int wrote = fd >= 0 && write(fd, "", 1) == 1;
+    if (!wrote && fd >= 0) e = errno;
+    if (fd >= 0) close(fd), unlink(probe);
+    if (wrote) return 0;
+    snprintf(err, errcap,
+             "%s: cannot write checkpoints here: %s; refused before the first step, so that no trained step is "
+             "lost at the first save (--save DIR saves elsewhere, --no-save saves none)",
+             dir, strerror(e));
+    return -1;
+}
+
 // Where checkpoints go, into r->save_dir. A new run must not prune or
 // replace the checkpoints of another: --save into a directory that holds
 // some is refused unless resuming from it; the default directory beside the
@@ -176,7 +225,9 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
         r->save_dir = NULL;
         return 0;
     }
-    if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
+    if (!o->save_dir) return 0;
+    if (!speaks(r) ? 0 : check_writable(o->save_dir, err, errcap) != 0) return -1;
+    if (o->resume && !strcmp(o->resume, o->save_dir)) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
     if (o->save_default) {
         snprintf(r->no_save, sizeof r->no_save,

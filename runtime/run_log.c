@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 #include "common/scratch.h"
@@ -79,6 +80,67 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
+// The file tools/hf_to_mt.py wrote the plan's model from (the first line of
+// the model file, where it is still there), into out; "" when none.
+static void model_source_config(const Plan *p, char *out, size_t cap) {
+    static const char MARK[] = "# written by tools/hf_to_mt.py from ";
+    char line[4096] = "";
+    FILE *f = p->source_path ? fopen(p->source_path, "r") : NULL;
+    if (f && fgets(line, sizeof line, f) && !strncmp(line, MARK, sizeof MARK - 1))
+        snprintf(out, cap, "%.*s", (int)strcspn(line + sizeof MARK - 1, "\n"), line + sizeof MARK - 1);
+    else if (cap) out[0] = 0;
+    if (f) fclose(f);
+}
+
+// Where the weights come from: the resumed checkpoint, --init, or the
+// seed's random init, said loudly (stdout and stderr) when the model was
+// written from a checkpoint's config.json, whose weights --init would load.
+static void banner_weights(const Run *r, int64_t from, uint64_t seed) {
+    char source[4096];
+    FILE *out = r->o->out;
+    if (r->o->resume) {
+        fprintf(out, "  init     the checkpoint in %s (step %lld)\n", r->o->resume, (long long)from);
+        return;
+    }
+    if (r->o->init) {
+        fprintf(out, "  init     %s\n", r->o->init);
+        return;
+    }
+    fprintf(out, "  init     random weights (seed %llu): no --init\n", (unsigned long long)seed);
+    model_source_config(r->p, source, sizeof source);
+    if (!source[0]) return;
+    const char *warn = "WARNING: this run trains random weights, not a checkpoint's: the model file %s was written by "
+                       "tools/hf_to_mt.py from %s, but no --init was given (--init %s starts from its weights)\n";
+    fprintf(out, warn, r->p->source_path, source, source);
+    fprintf(stderr, warn, r->p->source_path, source, source);
+}
+
+// The learning-rate schedule: its warmup, its decay and what it decays to,
+// and a warning where the warmup outlasts the run (the peak never reached).
+static void banner_schedule(const Run *r, double base_lr) {
+    static const char *const NAME[] =
+        {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+    const TrainConfig *t = &r->sched;
+    const TrainOptions *o = r->o;
+    FILE *out = r->o->out;
+    fprintf(out, "  lr       peak %.3g after %lld warmup steps, then %s", base_lr, (long long)t->warmup,
+            NAME[t->schedule]);
+    if (t->schedule != SCHED_CONSTANT)
+        fprintf(out, " to %.3g at step %lld", base_lr * t->min_lr_frac, (long long)r->schedule_steps);
+    int flags = (o->lr >= 0) + (o->warmup >= 0) + (o->lr_schedule >= 0) + (o->min_lr >= 0);
+    fprintf(out, " (%s)\n",
+            flags == 4 ? "the flags"
+            : flags    ? "the flags over the model's train section"
+                       : "the model's train section; --lr, --warmup, "
+                         "--lr-schedule and --min-lr override it");
+    if (t->warmup >= r->schedule_steps && t->warmup > 0)
+        fprintf(out,
+                "  WARNING: the warmup (%lld steps) outlasts the run's schedule (%lld steps): the lr never passes "
+                "%.3g; --warmup N shortens it\n",
+                (long long)t->warmup, (long long)r->schedule_steps,
+                train_lr(t, base_lr, r->schedule_steps, r->schedule_steps));
+}
+
 void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
     const Plan *p = r->p;
     const Graph *g = p->graph;
@@ -123,13 +185,14 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
         describe_data(d, sizeof d, &r->val_file, "");
         fprintf(out, "  val data %s\n", d);
     }
-    if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
+    banner_weights(r, from, seed);
     fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
             (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
             (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
             (unsigned long long)seed);
     if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
     fputc('\n', out);
+    banner_schedule(r, base_lr);
     if (r->predicted_s > 0)
         fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
                 r->compare        ? ""
@@ -147,7 +210,11 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
                 "summed over the ranks (replicated); times are the slowest rank's\n",
                 run_ranks(r), (long long)t->batch, (long long)t->batch * run_ranks(r));
-    fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
+    fprintf(out, "  log      %s", r->o->log_path ? r->o->log_path : "none");
+    if (r->log && r->run_id > 1)
+        fprintf(out, " (run %d of the log: appended after %s)", r->run_id,
+                r->o->resume ? "the records it holds" : "the earlier runs' records, which stay");
+    fputc('\n', out);
     if (r->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
@@ -157,7 +224,20 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
     fflush(out);
 }
 
-// A JSON string of s (quotes and backslashes escaped; control bytes as \u00XX).
+int log_runs_before(const char *path) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0; // (a pipe or a device is never read)
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int runs = 0;
+    while (f && getline(&line, &cap, f) > 0)
+        runs += !strncmp(line, "{\"config\": ", 11) && strstr(line, "\"from_step\": 0,") != NULL;
+    free(line);
+    if (f) fclose(f);
+    return runs;
+}
+
 // The log's first record of a run (and of each resumed part of it): what it
 // runs. 0, or -1 with a message (the log cannot be written).
 int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,
@@ -166,7 +246,7 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     const TrainConfig *t = &p->graph->train;
     FILE *f = r->log;
     if (!f) return 0;
-    fprintf(f, "{\"config\": {\"model\": ");
+    fprintf(f, "{\"config\": {\"run\": %d, \"model\": ", r->run_id);
     json_str(f, p->graph->model_name);
     fprintf(f, ", \"model_file\": ");
     json_str(f, p->source_path);
@@ -182,6 +262,10 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
             (long long)steps, (long long)r->schedule_steps, (long long)from, base_lr, (unsigned long long)seed);
     json_num(f, "%.6g", r->predicted_s); // (inf where mtc priced the plan so: null)
+    static const char *const SCHED[] =
+        {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+    fprintf(f, ", \"warmup\": %lld, \"lr_schedule\": \"%s\", \"min_lr\": %.9g", (long long)r->sched.warmup,
+            SCHED[r->sched.schedule], base_lr * r->sched.min_lr_frac);
     fprintf(f, ", \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");

@@ -195,12 +195,16 @@ static int open_data(Run *r, char *err, size_t errcap) {
         return -1;
     }
     int64_t vocab = model_vocab(r->p->graph);
-    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0) return -1;
+    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0 ||
+        check_text_data(&r->data, vocab, err, errcap) != 0)
+        return -1;
     if (dist) r->data.rank = dist->rank, r->data.ranks = dist->size; // this rank's rows of every global batch
     if (data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0) return -1;
     r->val = &r->data;
     if (r->o->val_data) {
-        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0) return -1;
+        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0 ||
+            check_text_data(&r->val_file, vocab, err, errcap) != 0)
+            return -1;
         if (dist) r->val_file.rank = dist->rank, r->val_file.ranks = dist->size;
         if (data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0) return -1;
         r->val = &r->val_file;
@@ -332,11 +336,14 @@ static int open_replay(Run *r, char *err, size_t errcap) {
     return open_doc_starts(r, err, errcap);
 }
 
-// The metrics log (a resumed run continues its log; a new run starts one),
+// The metrics log (a run appends to it: a resumed run continues its
+// records, a new one starts its own, numbered),
 // where checkpoints go and the ranks' collectives. 0, or -1 with a message.
 static int open_log(Run *r, char *err, size_t errcap) {
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
-    if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
+    r->run_id = log_runs_before(r->o->log_path) + !r->o->resume; // a resumed run continues its number
+    if (r->run_id < 1) r->run_id = 1;
+    if (r->o->log_path && !(r->log = fopen(r->o->log_path, "a"))) { // never truncated: another run's records stay
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
@@ -426,7 +433,7 @@ static int agreed_stop(const Run *r) {
 // the schedule the run had, its end's lr past it, and says so), else
 // --steps.
 static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done) {
-    const TrainConfig *t = &r->p->graph->train;
+    const TrainConfig *t = &r->sched;
     int64_t ckpt = r->o->resume ? r->ckpt_schedule_steps : 0, given = r->o->schedule_steps;
     r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
     FILE *out = r->o->out;
@@ -522,6 +529,17 @@ static Loop loop_of_run(const TrainOptions *o, const TrainConfig *t) {
                   .last_val = NAN};
 }
 
+// The learning-rate schedule: the plan's train section with --warmup,
+// --lr-schedule and --min-lr (a rate, kept as the fraction of the peak
+// base_lr that train_lr takes) over it.
+static TrainConfig schedule_of_flags(const TrainOptions *o, const TrainConfig *t, double base_lr) {
+    TrainConfig s = *t;
+    if (o->warmup >= 0) s.warmup = o->warmup;
+    if (o->lr_schedule >= 0) s.schedule = (LrSchedule)o->lr_schedule;
+    if (o->min_lr >= 0) s.min_lr_frac = base_lr > 0 ? o->min_lr / base_lr : 0;
+    return s;
+}
+
 // Installs the stop on SIGINT and SIGTERM, the handlers it replaces into old[2].
 static void catch_stop_signals(struct sigaction old[2]) {
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
@@ -565,7 +583,7 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
 // (a non-finite loss or norm among them).
 static int timed_step(Run *r, Loop *l, char *err, size_t errcap) {
     int64_t s = ++l->s;
-    double t0 = now_s(), lr = train_lr(&r->p->graph->train, l->base_lr, s, r->schedule_steps), norm, loss;
+    double t0 = now_s(), lr = train_lr(&r->sched, l->base_lr, s, r->schedule_steps), norm, loss;
     r->step = s, r->step_t0 = r->last_note = t0, r->passes_done = 0;
     if (step(r, s, lr, &loss, &norm, err, errcap) != 0) return -1;
     r->step_t0 = 0;
@@ -634,6 +652,7 @@ static int finish_run(Run *r, const Loop *l, char *err, size_t errcap) {
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     Loop l = loop_of_run(o, &p->graph->train);
+    r.sched = schedule_of_flags(o, &p->graph->train, l.base_lr);
     struct sigaction old[2];
     catch_stop_signals(old);
     int rc = open_run(&r, err, errcap);

@@ -19,6 +19,9 @@ typedef struct TrainOptions {
     const char *data;        // NULL: the plan's
     const char *val_data;    // a separate validation file; NULL: the last 10% of data
     double lr;               // < 0: the plan's
+    int64_t warmup;          // warmup steps of the lr schedule; < 0: the plan's
+    int lr_schedule;         // an LrSchedule; < 0: the plan's
+    double min_lr;           // the lr the schedule decays to; < 0: the plan's (its min_lr fraction of the peak)
     int64_t seed;            // < 0: the plan's
     int64_t val_every;       // < 0: the plan's
     int64_t val_batches;     // batches averaged for a validation loss

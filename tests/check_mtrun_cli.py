@@ -7,11 +7,16 @@ over another run's, not beside /dev/null; resumed there; on SIGINT),
 SIGINT with --no-save (exit 0, saying that nothing is saved), and a plan
 file left untouched;
 steps compared with the plan's prediction only on its target's kind of
-machine (GPU or cpu).
+machine (GPU or cpu); --warmup, --lr-schedule and --min-lr and the banner's
+lr line and warnings (a warmup longer than the run, random weights for a
+model hf_to_mt.py converted); an unwritable --save refused before the first
+step, --resume DIR saving into DIR, a second run appending to a log (never
+truncating it), JSONL data refused.
 
 usage: check_mtrun_cli.py MTC MTRUN
 """
 import hashlib
+import json
 import os
 import signal
 import subprocess
@@ -19,6 +24,88 @@ import sys
 import tempfile
 
 from checks import check, finish, measured_trace_errors, run
+
+
+def config_and_lrs(log):
+    recs = [json.loads(line) for line in open(log)]
+    return [r["config"] for r in recs if "config" in r], [r["lr"] for r in recs if "lr" in r and "step" in r]
+
+
+def check_schedule_flags(mtc, mtrun, plan, tmp):
+    """--warmup, --lr-schedule and --min-lr over the plan's schedule (cosine, warmup 20), the banner's lr line, its
+    warning where the warmup outlasts the run, and where the weights came from."""
+    for args, msg in [(("--warmup", "-1"), "--warmup needs an integer >= 0"),
+                      (("--lr-schedule", "step"), "--lr-schedule is cosine, linear or constant"),
+                      (("--min-lr", "x"), "--min-lr needs a finite number >= 0")]:
+        p = run(mtrun, plan, *args)
+        check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
+    log = os.path.join(tmp, "sched.jsonl")
+    p = run(mtrun, plan, "--steps", "4", "--lr", "1e-3", "--warmup", "2", "--lr-schedule", "linear", "--min-lr", "1e-5",
+            "--val-batches", "0", "--no-save", "--log", log)
+    configs, lrs = config_and_lrs(log) if p.returncode == 0 else ([{}], [])
+    want = [5e-4, 1e-3, 1e-3 - (1e-3 - 1e-5) * 0.5, 1e-5]
+    check(len(lrs) == 4 and all(abs(a - b) <= 1e-6 * b for a, b in zip(lrs, want)) and configs[-1].get("warmup") == 2
+          and configs[-1].get("lr_schedule") == "linear" and abs(configs[-1].get("min_lr", 0) - 1e-5) < 1e-12
+          and "  lr       peak 0.001 after 2 warmup steps, then linear to 1e-05 at step 4 (the flags)" in p.stdout
+          and "WARNING" not in p.stdout, f"--warmup 2 --lr-schedule linear --min-lr 1e-5: lrs {lrs}", p)
+    log = os.path.join(tmp, "const.jsonl")
+    p = run(mtrun, plan, "--steps", "3", "--warmup", "0", "--lr-schedule", "constant", "--val-batches", "0",
+            "--no-save", "--log", log)
+    lrs = config_and_lrs(log)[1] if p.returncode == 0 else []
+    check(len(lrs) == 3 and len(set(lrs)) == 1 and lrs[0] == 3e-3, f"--warmup 0 --lr-schedule constant: lrs {lrs}", p)
+    # the model's warmup (20) outlasts a 4-step run: the banner says so (the lr never passed 6e-4, silently, before)
+    p = run(mtrun, plan, "--steps", "4", "--val-batches", "0", "--no-save", "--log", os.path.join(tmp, "w.jsonl"))
+    check(p.returncode == 0 and "WARNING: the warmup (20 steps) outlasts the run's schedule (4 steps): the lr never "
+          "passes 0.0006; --warmup N shortens it" in p.stdout
+          and "  init     random weights (seed 1337): no --init" in p.stdout, "the banner warns of a warmup too long", p)
+    # a model tools/hf_to_mt.py wrote from a checkpoint's config, trained without --init: said loudly
+    src = os.path.join(tmp, "from_hf.mt")
+    open(src, "w").write("# written by tools/hf_to_mt.py from /models/tiny-llama\n" + open("examples/llama-tiny.mt").read())
+    hf_plan = os.path.join(tmp, "from_hf.bin")
+    p = run(mtc, src, "-o", hf_plan)
+    check(p.returncode == 0, "mtc of a model file with hf_to_mt.py's first line", p)
+    p = run(mtrun, hf_plan, "--steps", "1", "--val-batches", "0", "--no-save", "--data",
+            "examples/data/tinyshakespeare.txt", "--log", os.path.join(tmp, "hf.jsonl"))
+    warn = (f"WARNING: this run trains random weights, not a checkpoint's: the model file {src} was written by "
+            "tools/hf_to_mt.py from /models/tiny-llama, but no --init was given (--init /models/tiny-llama starts "
+            "from its weights)")
+    check(p.returncode == 0 and warn in p.stdout and warn in p.stderr, "random weights of a converted model: a warning", p)
+
+
+def check_protection(mtrun, plan, tmp):
+    """What a run must not lose: an unwritable save folder refused before the first step, a resume saving where it
+    resumed from, a metrics log appended to (never truncated) with the run numbered, JSONL data refused."""
+    blocker = os.path.join(tmp, "a-file")
+    open(blocker, "w").write("not a folder")
+    p = run(mtrun, plan, "--steps", "2", "--val-batches", "0", "--save", os.path.join(blocker, "ckpt"),
+            "--log", os.path.join(tmp, "u.jsonl"))
+    check(p.returncode == 1 and "cannot create the checkpoint directory" in p.stderr and "step      1/" not in p.stdout,
+          "an unwritable --save folder is refused before the first step", p)
+    mine = os.path.join(tmp, "mine.ckpt")
+    p = run(mtrun, plan, "--steps", "2", "--val-batches", "0", "--save", mine, "--log", os.path.join(tmp, "r1.jsonl"))
+    check(p.returncode == 0 and os.listdir(mine) == ["step-000000002.ckpt"], "--save DIR", p)
+    p = run(mtrun, plan, "--steps", "3", "--val-batches", "0", "--resume", mine, "--log", os.path.join(tmp, "r2.jsonl"))
+    check(p.returncode == 0 and sorted(os.listdir(mine)) == ["step-000000002.ckpt", "step-000000003.ckpt"]
+          and not os.path.exists(os.path.join(tmp, "r2.ckpt")), "--resume DIR saves into DIR", p)
+    log = os.path.join(tmp, "twice.jsonl")
+    for steps in ("3", "2"):
+        p = run(mtrun, plan, "--steps", steps, "--val-batches", "0", "--no-save", "--log", log)
+        check(p.returncode == 0, f"a run of {steps} steps into {log}", p)
+    configs = [json.loads(line)["config"] for line in open(log) if line.startswith('{"config"')]
+    steps = [json.loads(line)["step"] for line in open(log) if '"loss"' in line]
+    check([c.get("run") for c in configs] == [1, 2] and steps == [1, 2, 3, 1, 2]
+          and f"log      {log} (run 2 of the log: appended after the earlier runs' records, which stay)" in p.stdout,
+          f"a second run appends to the first's log, numbered: runs {[c.get('run') for c in configs]}, steps {steps}", p)
+    sys.path.insert(0, "tools")
+    from plot_metrics import records  # the tools' reader: the log's last run
+    check([r["step"] for r in records(log) if "loss" in r] == [1, 2], "plot_metrics.records reads the last run")
+    jsonl = os.path.join(tmp, "sft.jsonl")
+    with open(jsonl, "w") as f:
+        for i in range(300):
+            f.write(json.dumps({"messages": [{"role": "user", "content": f"question {i}"}]}) + "\n")
+    p = run(mtrun, plan, "--steps", "1", "--data", jsonl, "--no-save", "--log", os.path.join(tmp, "j.jsonl"))
+    check(p.returncode == 1 and "is JSON (lines), not tokens" in p.stderr and "tools/prepare_data.py" in p.stderr,
+          "JSONL given to --data is refused, naming tools/prepare_data.py", p)
 
 
 def main():
@@ -147,6 +234,8 @@ def main():
         check(p.returncode == 0 and "saves    none: the log /dev/null is not a file" in p.stdout
               and not os.path.exists("/dev/null.ckpt"), "a log that is no file: nothing saved beside it", p)
 
+        check_schedule_flags(mtc, mtrun, plan, tmp)
+        check_protection(mtrun, plan, tmp)
         check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
     sys.exit(finish())
 
