@@ -226,8 +226,10 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
         return 0;
     }
     if (!o->save_dir) return 0;
-    if (!speaks(r) ? 0 : check_writable(o->save_dir, err, errcap) != 0) return -1;
-    if (o->resume && !strcmp(o->resume, o->save_dir)) return 0;
+    int resumed = o->resume && !strcmp(o->resume, o->save_dir); // (a missing one: the resume says so, not created)
+    if (speaks(r) && (!resumed || stat(o->save_dir, &st) == 0) && check_writable(o->save_dir, err, errcap) != 0)
+        return -1;
+    if (resumed) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
     if (o->save_default) {
         snprintf(r->no_save, sizeof r->no_save,

@@ -195,16 +195,12 @@ static int open_data(Run *r, char *err, size_t errcap) {
         return -1;
     }
     int64_t vocab = model_vocab(r->p->graph);
-    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0 ||
-        check_text_data(&r->data, vocab, err, errcap) != 0)
-        return -1;
+    if (data_open(&r->data, data, vocab, r->o->val_data ? 0 : 0.1, err, errcap) != 0) return -1;
     if (dist) r->data.rank = dist->rank, r->data.ranks = dist->size; // this rank's rows of every global batch
     if (data_check_batch(&r->data, t->batch, t->seq, err, errcap) != 0) return -1;
     r->val = &r->data;
     if (r->o->val_data) {
-        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0 ||
-            check_text_data(&r->val_file, vocab, err, errcap) != 0)
-            return -1;
+        if (data_open(&r->val_file, r->o->val_data, vocab, 1, err, errcap) != 0) return -1;
         if (dist) r->val_file.rank = dist->rank, r->val_file.ranks = dist->size;
         if (data_check_batch(&r->val_file, t->batch, t->seq, err, errcap) != 0) return -1;
         r->val = &r->val_file;
@@ -360,7 +356,9 @@ static int open_log(Run *r, char *err, size_t errcap) {
 // log. 0, or -1 with a message.
 static int open_run(Run *r, char *err, size_t errcap) {
     if (check_inputs(r->p->graph, err, errcap) != 0 || open_data(r, err, errcap) != 0 ||
-        check_flags(r, err, errcap) != 0 || open_store(r, err, errcap) != 0)
+        check_flags(r, err, errcap) != 0 || check_text_data(&r->data, model_vocab(r->p->graph), err, errcap) != 0 ||
+        (r->o->val_data && check_text_data(&r->val_file, model_vocab(r->p->graph), err, errcap) != 0) ||
+        open_store(r, err, errcap) != 0)
         return -1;
     if (!r->o->reference && open_replay(r, err, errcap) != 0) return -1;
     return open_log(r, err, errcap);
