@@ -114,6 +114,14 @@ int check_inputs(const Graph *g, char *err, size_t errcap);
 // refused with the command that makes token files of it. 0, or -1 with a message.
 int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap);
 
+// The folder tools/hf_to_mt.py wrote the plan's model from (the first line
+// of the model file, where it is still there), into out; "" when none.
+void model_source_folder(const Plan *p, char *out, size_t cap);
+
+// Checks that --init is not a checkpoint (a file, or a folder of them),
+// which --resume reads. 0, or -1 with a message naming what to run.
+int check_init(const Run *r, char *err, size_t errcap);
+
 // Checks the flags together, with the data open and before any of the store
 // is allocated: sharding, the tier, the host memory, --export, --logits and
 // --sample-every. 0, or -1 with a message.
@@ -129,7 +137,8 @@ int check_save_dir(Run *r, char *err, size_t errcap);
 // this seed. 0, or -1 with a message.
 int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint64_t seed, char *err, size_t errcap);
 
-// Checks that a resumed run has steps left: `done` of `steps`. 0, or -1 with a message.
+// Checks that a resumed run has steps left: `done` of `steps`, or, with
+// none left, --export or --logits to write (said). 0, or -1 with a message.
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap);
 
 // ---------------------------------------------------------------- run_log.c

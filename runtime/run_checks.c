@@ -66,6 +66,42 @@ int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap) {
     return -1;
 }
 
+void model_source_folder(const Plan *p, char *out, size_t cap) {
+    static const char MARK[] = "# written by tools/hf_to_mt.py from ";
+    char line[4096] = "";
+    FILE *f = p->source_path ? fopen(p->source_path, "r") : NULL;
+    if (f && fgets(line, sizeof line, f) && !strncmp(line, MARK, sizeof MARK - 1))
+        snprintf(out, cap, "%.*s", (int)strcspn(line + sizeof MARK - 1, "\n"), line + sizeof MARK - 1);
+    else if (cap) out[0] = 0;
+    if (f) fclose(f);
+}
+
+int check_init(const Run *r, char *err, size_t errcap) {
+    const char *init = r->o->init;
+    char path[4200], ignored[256], magic[8] = {0};
+    struct stat st;
+    if (!init || stat(init, &st) != 0) return 0; // (weights_load names what is missing)
+    FILE *f = S_ISREG(st.st_mode) ? fopen(init, "rb") : NULL;
+    int ckpt = f && fread(magic, 1, sizeof magic, f) == sizeof magic && !memcmp(magic, "MTCKPT", 7);
+    if (f) fclose(f);
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(path, sizeof path, "%s/model.safetensors", init);
+        struct stat sf;
+        char index[4200];
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", init);
+        ckpt = stat(path, &sf) != 0 && stat(index, &sf) != 0 &&
+               ckpt_latest(init, path, sizeof path, ignored, sizeof ignored) == 0;
+    }
+    if (!ckpt) return 0;
+    snprintf(err, errcap,
+             "--init %s: an mt checkpoint%s, not pretrained weights: --resume %s continues its run (weights, Adam "
+             "moments and step); `mtrun PLAN --resume %s --steps 0 --export OUT` writes its weights as OUT.safetensors "
+             "or a Hugging Face folder, which --init takes",
+             init, S_ISDIR(st.st_mode) ? " folder" : "", S_ISDIR(st.st_mode) ? init : "DIR",
+             S_ISDIR(st.st_mode) ? init : "DIR");
+    return -1;
+}
+
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
 static int64_t host_available(void) {
     FILE *f = fopen("/proc/meminfo", "r");
@@ -317,9 +353,16 @@ int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint6
 
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap) {
     if (!r->o->resume || done < steps) return 0;
+    if (r->o->export_path || r->o->logits) { // the checkpoint's weights out, with nothing trained
+        fprintf(r->o->out,
+                "nothing to train: the checkpoint is at step %lld and this run ends at step %lld; %s%s%s it\n",
+                (long long)done, (long long)steps, r->o->export_path ? "exporting" : "",
+                r->o->export_path && r->o->logits ? " and " : "", r->o->logits ? "writing the logits of" : "");
+        return 0;
+    }
     snprintf(err, errcap,
              "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
-             "give --steps above %lld to train further",
+             "give --steps above %lld to train further, or --export PATH (with --steps 0) to write its weights",
              r->o->resume, (long long)done, (long long)steps, (long long)done);
     return -1;
 }

@@ -80,18 +80,6 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
-// The file tools/hf_to_mt.py wrote the plan's model from (the first line of
-// the model file, where it is still there), into out; "" when none.
-static void model_source_config(const Plan *p, char *out, size_t cap) {
-    static const char MARK[] = "# written by tools/hf_to_mt.py from ";
-    char line[4096] = "";
-    FILE *f = p->source_path ? fopen(p->source_path, "r") : NULL;
-    if (f && fgets(line, sizeof line, f) && !strncmp(line, MARK, sizeof MARK - 1))
-        snprintf(out, cap, "%.*s", (int)strcspn(line + sizeof MARK - 1, "\n"), line + sizeof MARK - 1);
-    else if (cap) out[0] = 0;
-    if (f) fclose(f);
-}
-
 // Where the weights come from: the resumed checkpoint, --init, or the
 // seed's random init, said loudly (stdout and stderr) when the model was
 // written from a checkpoint's config.json, whose weights --init would load.
@@ -107,7 +95,7 @@ static void banner_weights(const Run *r, int64_t from, uint64_t seed) {
         return;
     }
     fprintf(out, "  init     random weights (seed %llu): no --init\n", (unsigned long long)seed);
-    model_source_config(r->p, source, sizeof source);
+    model_source_folder(r->p, source, sizeof source);
     if (!source[0]) return;
     const char *warn = "WARNING: this run trains random weights, not a checkpoint's: the model file %s was written by "
                        "tools/hf_to_mt.py from %s, but no --init was given (--init %s starts from its weights)\n";
@@ -139,6 +127,24 @@ static void banner_schedule(const Run *r, double base_lr) {
                 "%.3g; --warmup N shortens it\n",
                 (long long)t->warmup, (long long)r->schedule_steps,
                 train_lr(t, base_lr, r->schedule_steps, r->schedule_steps));
+}
+
+// The steps and their tokens, the learning-rate schedule and the predicted step.
+static void banner_steps(const Run *r, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+    const TrainConfig *t = &r->p->graph->train;
+    FILE *out = r->o->out;
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
+            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
+            (unsigned long long)seed);
+    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fputc('\n', out);
+    banner_schedule(r, base_lr);
+    if (r->predicted_s > 0)
+        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
+                r->compare        ? ""
+                : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
+                                  : ", a cpu: not compared with this GPU's steps");
 }
 
 void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
@@ -186,18 +192,10 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
         fprintf(out, "  val data %s\n", d);
     }
     banner_weights(r, from, seed);
-    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
-            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
-            (unsigned long long)seed);
-    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
-    fputc('\n', out);
-    banner_schedule(r, base_lr);
-    if (r->predicted_s > 0)
-        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
-                r->compare        ? ""
-                : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
-                                  : ", a cpu: not compared with this GPU's steps");
+    if (r->o->resume && from >= steps) // (check_steps_left: --export or --logits of the checkpoint)
+        fprintf(out, "  steps    none: the checkpoint is at step %lld, this run ends at %lld\n", (long long)from,
+                (long long)steps);
+    else banner_steps(r, steps, from, base_lr, seed);
     if (run_ranks(r) > 1 && r->p->sharded)
         fprintf(out,
                 "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
@@ -384,6 +382,10 @@ void log_summary(const Run *r, int stopped, int64_t from, int64_t s, int64_t sav
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, seconds);
     if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);
+    if (s == from && o->resume) { // nothing trained: the checkpoint exported, or its logits written
+        fprintf(o->out, "done: nothing trained; the checkpoint in %s (step %lld) as it was\n", o->resume, (long long)s);
+        return;
+    }
     fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
             stopped ? "stopped by a signal" : "done", (long long)(s - from), (long long)from + 1, (long long)s,
             (double)tokens_per_step(r) * (double)(s - from), el, vl, o->log_path ? o->log_path : "none",

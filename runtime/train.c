@@ -5,10 +5,12 @@
 // before training are in run_checks.c, what the run says in run_log.c, its
 // checkpoints in run_checkpoint.c.
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/model_io/weights.h"
@@ -484,9 +486,9 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     char *tokdir = data_sidecar(r->data.path, ".tokenizer"), why[256];
     DataVocab v = {0};
-    HfTokens ids = {-1, -1, -1};
+    HfTokens ids = {-1, -1, -1, 0};
     if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
-        ids = (HfTokens){v.bos, v.eos, v.pad};
+        ids = (HfTokens){v.bos, v.eos, v.pad, 0};
     const char *poison = getenv("MT_TEST_EXPORT_POISON"); // a test hook: this rank's master outside its slices NaN,
     if (poison && *poison == '1' && run_ranks(r) > 1 && !r->p->sharded) // as a sharded store has not
         for (int64_t k = 0, n = 0, lo, hi; k < r->p->graph->layers + 2; k++) {
@@ -495,8 +497,20 @@ static int export_weights(Run *r, char *err, size_t errcap) {
             backend_fill_nan(r->hs.w + at, lo * 4);
             backend_fill_nan(r->hs.w + at + hi, (n - hi) * 4);
         }
+    char source[4096] = ""; // the checkpoint the model came from: --init's folder (or a file's), else hf_to_mt.py's
+    if (o->init) {
+        struct stat st;
+        snprintf(source, sizeof source, "%s", o->init);
+        if (stat(o->init, &st) == 0 && !S_ISDIR(st.st_mode)) snprintf(source, sizeof source, "%s", dirname(source));
+        ids.max_positions = hf_config_max_positions(source);
+    }
+    if (!ids.max_positions) model_source_folder(r->p, source, sizeof source);
+    if (!ids.max_positions && source[0]) ids.max_positions = hf_config_max_positions(source);
     int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, o->dist, err,
                             errcap);
+    if (!rc && ids.max_positions > 0 && weights_export_is_folder(o->export_path))
+        fprintf(o->out, "  max_position_embeddings %lld, as %s/config.json says (the training sequence is %lld)\n",
+                (long long)ids.max_positions, source, (long long)r->p->graph->train.seq);
     if (!rc)
         fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
                 tokdir ? tokdir : "");
@@ -559,13 +573,14 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
     r->compare = !o->reference && r->be && (p->cuda_arch && p->cuda_arch[0]) == (r->be->record != NULL);
     log_progress_init(r);
     if (store_init(&r->hs, p, l->seed, err, errcap) != 0) return -1;
-    if (o->init && weights_load(o->init, p, &r->hs, err, errcap) != 0) return -1;
+    if (o->init && (check_init(r, err, errcap) != 0 || weights_load(o->init, p, &r->hs, err, errcap) != 0)) return -1;
     l->from = o->resume ? run_resume(r, l->seed, err, errcap) : 0;
     if (l->from < 0) return -1;
     // the bf16 copy of what was initialised, loaded or resumed
     if (store_sync_copy(&r->hs, p, err, errcap) != 0) return -1;
-    schedule_of_run(r, l->steps, l->base_lr, l->from);
     if (check_steps_left(r, l->from, l->steps, err, errcap) != 0) return -1;
+    if (l->from < l->steps) schedule_of_run(r, l->steps, l->base_lr, l->from);
+    else r->schedule_steps = l->steps; // (nothing to train: --export or --logits of the checkpoint)
     log_banner(r, plan_path, l->steps, l->from, l->base_lr, l->seed);
     if (log_config(r, plan_path, l->steps, l->from, l->base_lr, l->seed, err, errcap) != 0) return -1;
     if (!o->resume && validation(r, 0, &l->last_val, err, errcap) != 0) return -1;
