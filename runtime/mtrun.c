@@ -61,6 +61,8 @@ static const char USAGE[] =
     "                   transformers loads: model.safetensors (likewise), config.json,\n"
     "                   generation_config.json and the tokenizer tools/prepare_data.py kept beside the data\n"
     "                   (llama, mistral, qwen2, mixtral and gemma2 checkpoint names; others are refused)\n"
+    "                   With --resume DIR and --steps at or below its checkpoint's step (--steps 0),\n"
+    "                   nothing is trained: the checkpoint's weights are exported\n"
     "  --logits PREFIX  at the end, the first validation batch and the model's logits on it as\n"
     "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V)\n"
     "  --sample-every N every N steps and the last, a greedy and two temperature-1 continuations of\n"
