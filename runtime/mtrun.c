@@ -70,6 +70,9 @@ static const char USAGE[] =
     "                   decoded with the data's vocabulary (bytes, or X.vocab.json beside X.bin);\n"
     "                   --logits and samples run the plan's own forward, one per new token (no KV cache):\n"
     "                   each costs what a validation batch costs, about a third of a predicted step\n"
+    "  --sample-prompt FILE  the samples' prompt: token ids (tools/prompt_tokens.py writes them from\n"
+    "                   text, with the tokenizer's chat template); samples at the end of the run too, and\n"
+    "                   with --steps 0 (--init PATH, or --resume DIR) only those: generation\n"
     "  --dtype D        bf16 or fp32 (default), for --export (an error without it)\n"
     "  --shard-bytes N  --export shards above N bytes (default 5000000000; an error without --export)\n"
     "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR (default:\n"
@@ -214,6 +217,7 @@ enum {
     O_SAMPLE_EVERY,
     O_SHUFFLE,
     O_WARMUP,
+    O_SAMPLE_PROMPT,
     O_LR_SCHEDULE,
     O_MIN_LR,
     O_VAL_DATA
@@ -250,6 +254,7 @@ static const struct option LONG[] = {
     {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
     {"shuffle", no_argument, 0, O_SHUFFLE},
     {"warmup", required_argument, 0, O_WARMUP},
+    {"sample-prompt", required_argument, 0, O_SAMPLE_PROMPT},
     {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
     {"min-lr", required_argument, 0, O_MIN_LR},
     {0, 0, 0, 0},
@@ -351,6 +356,7 @@ static int parse_option(Args *a, int c, char **argv) {
     case O_RESUME: o->resume = optarg; break;
     case O_TIER_DIR: o->tier_dir = optarg; break;
     case O_LOGITS: o->logits = optarg; break;
+    case O_SAMPLE_PROMPT: o->sample_prompt = optarg; break;
     case O_SHUFFLE: o->shuffle = 1; break;
     case O_SAMPLE_EVERY:
         if (parse_int(optarg, 1, &o->sample_every))

@@ -44,6 +44,8 @@ typedef struct Run {
     int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
     float loss_scale;          // the tail's gradient seed, d objective / d loss (graph.h): 1, or with masked targets
                                // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
+    int32_t *prompt;           // (prompt_n) --sample-prompt's token ids; NULL: half the first validation row
+    int64_t prompt_n;
     FILE *log;
     int run_id;         // this run's number in its metrics log: 1 + the runs before it there (a resume continues one)
     double predicted_s; // the plan's predicted step time on its target (0: not given)
@@ -113,6 +115,11 @@ int check_inputs(const Graph *g, char *err, size_t errcap);
 // or any text for a model whose vocabulary is not bytes (over 256), is
 // refused with the command that makes token files of it. 0, or -1 with a message.
 int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap);
+
+// --sample-prompt's token ids (decimal, separated by white space or
+// commas) into r->prompt: each below the model's vocabulary, fewer than
+// the plan's sequence (the rest is the continuation). 0, or -1 with a message.
+int read_sample_prompt(Run *r, char *err, size_t errcap);
 
 // The folder tools/hf_to_mt.py wrote the plan's model from (the first line
 // of the model file, where it is still there), into out; "" when none.

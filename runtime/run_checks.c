@@ -5,6 +5,7 @@
 // checkpoint a run resumes. Also what the run's memory comes to.
 #include <errno.h>
 #include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -63,6 +64,42 @@ int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap) {
              "`python3 tools/prepare_data.py %s --tokenizer MODEL_DIR --out OUT` (--kind text, alpaca or messages; "
              "a loss mask for instruction data) and give --data OUT.bin",
              d->path, json ? "JSON (lines), not tokens" : "text, not tokens", why, d->path);
+    return -1;
+}
+
+int read_sample_prompt(Run *r, char *err, size_t errcap) {
+    const char *path = r->o->sample_prompt;
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t vocab = model_vocab(r->p->graph), cap = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (path && !f) {
+        snprintf(err, errcap, "--sample-prompt %s: %s", path, strerror(errno));
+        return -1;
+    }
+    long long id;
+    int c = 0;
+    while (f && (c = fscanf(f, " %lld ,", &id)) == 1) {
+        if (id < 0 || id >= vocab || r->prompt_n >= t->seq - 1) break;
+        if (r->prompt_n == cap) {
+            int32_t *more = realloc(r->prompt, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *more);
+            if (!more) break;
+            r->prompt = more;
+        }
+        r->prompt[r->prompt_n++] = (int32_t)id;
+    }
+    int ok = f && c == EOF && r->prompt_n > 0;
+    if (f) fclose(f);
+    if (ok) return 0;
+    snprintf(err, errcap,
+             "--sample-prompt %s: %s; it takes token ids (decimal, separated by spaces or commas), each below the "
+             "vocabulary's %lld and fewer than the sequence's %lld: `python3 tools/prompt_tokens.py --tokenizer DIR "
+             "TEXT` writes them",
+             path,
+             c == 1 && (id < 0 || id >= vocab) ? "a token id out of range"
+             : c == 1                          ? "too many tokens"
+             : c == EOF                        ? "no token ids"
+                                               : "not token ids",
+             (long long)vocab, (long long)t->seq);
     return -1;
 }
 
@@ -289,7 +326,7 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
 static int check_forward_flags(const Run *r, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
-    if (!r->o->logits && !r->o->sample_every) return 0;
+    if (!r->o->logits && !r->o->sample_every && !r->o->sample_prompt) return 0;
     if (r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
         snprintf(err, errcap,
                  "--logits and --sample-every run the forward on the host from the fp32 master, which "
@@ -305,8 +342,9 @@ static int check_forward_flags(const Run *r, char *err, size_t errcap) {
         return -1;
     }
     DataVocab v; // a vocabulary that decodes samples, found before any training
-    if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
-    if (r->o->sample_every) data_vocab_close(&v);
+    int samples = r->o->sample_every || r->o->sample_prompt;
+    if (samples && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
+    if (samples) data_vocab_close(&v);
     return 0;
 }
 
@@ -353,11 +391,12 @@ int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint6
 
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap) {
     if (!r->o->resume || done < steps) return 0;
-    if (r->o->export_path || r->o->logits) { // the checkpoint's weights out, with nothing trained
-        fprintf(r->o->out,
-                "nothing to train: the checkpoint is at step %lld and this run ends at step %lld; %s%s%s it\n",
-                (long long)done, (long long)steps, r->o->export_path ? "exporting" : "",
-                r->o->export_path && r->o->logits ? " and " : "", r->o->logits ? "writing the logits of" : "");
+    if (r->o->export_path || r->o->logits || r->o->sample_prompt) { // the checkpoint's weights out, nothing trained
+        fprintf(r->o->out, "nothing to train: the checkpoint is at step %lld and this run ends at step %lld; %s it\n",
+                (long long)done, (long long)steps,
+                r->o->export_path ? "exporting"
+                : r->o->logits    ? "writing the logits of"
+                                  : "sampling");
         return 0;
     }
     snprintf(err, errcap,

@@ -208,6 +208,15 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
                 "summed over the ranks (replicated); times are the slowest rank's\n",
                 run_ranks(r), (long long)t->batch, (long long)t->batch * run_ranks(r));
+    if (r->o->sample_every || r->o->sample_prompt) { // their cost: a forward of the batch a new token
+        int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+        if (r->o->sample_every) fprintf(out, "  samples  every %lld steps and the last", (long long)r->o->sample_every);
+        else fprintf(out, "  samples  at the end");
+        fprintf(out,
+                ": up to %lld new tokens, each a forward of the batch (what a validation batch costs): %lld "
+                "batches a round, said when it starts, timed, after the step's checkpoint\n",
+                (long long)(t->seq - n), (long long)(t->seq - n));
+    }
     fprintf(out, "  log      %s", r->o->log_path ? r->o->log_path : "none");
     if (r->log && r->run_id > 1)
         fprintf(out, " (run %d of the log: appended after %s)", r->run_id,

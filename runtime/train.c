@@ -358,7 +358,8 @@ static int open_log(Run *r, char *err, size_t errcap) {
 // log. 0, or -1 with a message.
 static int open_run(Run *r, char *err, size_t errcap) {
     if (check_inputs(r->p->graph, err, errcap) != 0 || open_data(r, err, errcap) != 0 ||
-        check_flags(r, err, errcap) != 0 || check_text_data(&r->data, model_vocab(r->p->graph), err, errcap) != 0 ||
+        check_flags(r, err, errcap) != 0 || (r->o->sample_prompt && read_sample_prompt(r, err, errcap) != 0) ||
+        check_text_data(&r->data, model_vocab(r->p->graph), err, errcap) != 0 ||
         (r->o->val_data && check_text_data(&r->val_file, model_vocab(r->p->graph), err, errcap) != 0) ||
         open_store(r, err, errcap) != 0)
         return -1;
@@ -382,6 +383,7 @@ static void close_run(Run *r) {
     free(r->targets);
     free(r->segs);
     free(r->save_dir_agreed);
+    free(r->prompt);
     comm_close(&r->comm);
 }
 
@@ -463,10 +465,20 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
     store_flush(&r->hs, r->p); // the weights of step s
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    int rc = store_ok(r, err, errcap) != 0
-                 ? -1
-                 : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v, r->tokens,
-                                t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0, err, errcap);
+    int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+    if (r->prompt) memcpy(r->tokens, r->prompt, (size_t)n * sizeof *r->prompt);
+    double t0 = now_s();
+    fprintf(r->o->out,
+            "sample %lld: a greedy and %d temperature-1 continuations of %s (%lld tokens), up to %lld "
+            "tokens each, one forward of the batch a token...\n",
+            (long long)s, t->batch > 2 ? 2 : (int)t->batch - 1,
+            r->prompt ? r->o->sample_prompt : "the first validation row's first half", (long long)n,
+            (long long)(t->seq - n));
+    fflush(r->o->out);
+    int rc = store_ok(r, err, errcap) != 0 ? -1
+                                           : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v,
+                                                          r->tokens, n, seed, s, 2, 1.0, err, errcap);
+    if (rc == 0) fprintf(r->o->out, "sample %lld: %.1f s\n", (long long)s, now_s() - t0);
     data_vocab_close(&v);
     return rc;
 }
@@ -618,25 +630,31 @@ static int timed_step(Run *r, Loop *l, char *err, size_t errcap) {
     return log_step(r, &d, err, errcap);
 }
 
-// After step l->s: validation, samples, whether to stop, and the save.
+// Samples of step s where this rank takes part: a sample that fails stops
+// no run (said); a sharded plan's every rank runs its forwards, rank 0
+// prints. 0, or -1 with a message (the store failed).
+static int run_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t errcap) {
+    if (!speaks(r) && !r->p->sharded) return 0;
+    char why[512] = "";
+    if (print_samples(r, s, seed, why, sizeof why) != 0)
+        fprintf(r->o->out, "sample %lld: skipped: %s\n", (long long)s, why);
+    return store_ok(r, err, errcap);
+}
+
+// After step l->s: validation, whether to stop, the save, then samples.
 // 0, or -1 with a message.
 static int after_step(Run *r, Loop *l, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     int64_t s = l->s;
     if ((s % l->val_every == 0 || s == l->steps) && validation(r, s, &l->val, err, errcap) != 0) return -1;
     if (isfinite(l->val)) l->last_val = l->val;
-    if (o->sample_every && (s % o->sample_every == 0 || s == l->steps) && (speaks(r) || r->p->sharded)) {
-        // (a sample that fails stops no run; a sharded plan's every rank runs its forwards, rank 0 prints)
-        char why[512] = "";
-        if (print_samples(r, s, l->seed, why, sizeof why) != 0)
-            fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
-        if (store_ok(r, err, errcap) != 0) return -1;
-    }
-    l->stopping = agreed_stop(r); // (on every rank: only rank 0 saves)
-    if (r->save_dir && (s % o->save_every == 0 || s == l->steps || l->stopping)) {
-        if (run_save(r, s, l->seed, err, errcap) != 0) return -1;
+    l->stopping = agreed_stop(r);                                                  // (on every rank: only rank 0 saves)
+    if (r->save_dir && (s % o->save_every == 0 || s == l->steps || l->stopping)) { // before samples: a kill while
+        if (run_save(r, s, l->seed, err, errcap) != 0) return -1;                  // they run loses no checkpoint
         l->saved = s;
     }
+    if (o->sample_every && (s % o->sample_every == 0 || s == l->steps) && !l->stopping)
+        return run_samples(r, s, l->seed, err, errcap);
     return 0;
 }
 
@@ -657,6 +675,8 @@ static int finish_run(Run *r, const Loop *l, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0) return -1;
     if (export_agreed(r) && export_weights(r, err, errcap) != 0) return -1;
     if (r->o->logits && (speaks(r) || r->p->sharded) && write_logits(r, err, errcap) != 0) return -1;
+    if (r->o->sample_prompt && (!r->o->sample_every || l->s == l->from) && run_samples(r, l->s, l->seed, err, errcap))
+        return -1; // (--sample-every sampled the last step)
     if (log_close(r, err, errcap) != 0) return -1;
     log_summary(r, stop_signal != 0, l->from, l->s, l->saved, l->last_val, now_s() - l->t_run);
     return 0;

@@ -48,8 +48,10 @@ typedef struct TrainOptions {
     const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy
     int shuffle;          // the training windows in a seeded random order every epoch (data_shuffle), from seed
     int64_t sample_every; // print continuations of a fixed prompt every N steps (runtime/sample.h); 0: never
-    int test_hold_ins;    // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
-                          // issue each threaded replay holds (Replay.hold_ins); 0: none
+    const char *sample_prompt; // a file of token ids, the samples' prompt (else half the first validation row); with
+                               // it, samples at the end of the run too (its only step with nothing to train)
+    int test_hold_ins;         // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
+                               // issue each threaded replay holds (Replay.hold_ins); 0: none
 } TrainOptions;
 
 // Trains, printing a banner, a line a step and a summary to o->out; the

@@ -108,6 +108,39 @@ def check_protection(mtrun, plan, tmp):
           "JSONL given to --data is refused, naming tools/prepare_data.py", p)
 
 
+def check_samples(mtrun, plan, tmp):
+    """--sample-prompt: the user's token ids as the samples' prompt, a line when sampling starts, its cost in the
+    banner, the step's checkpoint saved before the samples (a kill -9 while they run loses none); generation from a
+    checkpoint with --steps 0; bad ids refused."""
+    prompt = os.path.join(tmp, "prompt.ids")
+    open(prompt, "w").write(" ".join(str(b) for b in b"ROMEO:") + "\n")
+    ck = os.path.join(tmp, "samples.ckpt")
+    q = subprocess.Popen([mtrun, plan, "--steps", "6", "--val-batches", "1", "--sample-every", "2", "--save-every", "2",
+                          "--sample-prompt", prompt, "--save", ck, "--log", os.path.join(tmp, "smp.jsonl")],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    banner, started = "", ""
+    for line in q.stdout:
+        banner += line
+        if line.startswith("sample 2: "):
+            started = line
+            break
+    q.kill()  # kill -9 while the samples of step 2 run
+    q.communicate(timeout=120)
+    saved = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
+    check(started.startswith(f"sample 2: a greedy and 2 temperature-1 continuations of {prompt} (6 tokens), up to 58")
+          and "  samples  every 2 steps and the last: up to 58 new tokens" in banner
+          and saved == ["step-000000002.ckpt"], f"samples of the user's prompt, said, after the checkpoint: {saved}\n"
+          f"    {started!r}\n    {banner[-600:]!r}")
+    p = run(mtrun, plan, "--resume", ck, "--steps", "0", "--sample-prompt", prompt, "--log", os.path.join(tmp, "g.jsonl"))
+    check(p.returncode == 0 and 'sample 2 greedy: "ROMEO:" -> "' in p.stdout and p.stdout.count('sample 2 temp 1: "ROMEO:"') == 2
+          and "done: nothing trained" in p.stdout and os.listdir(ck) == ["step-000000002.ckpt"],
+          "generation from a checkpoint: --resume DIR --steps 0 --sample-prompt", p)
+    for text, why in (("1 2 999", "a token id out of range"), ("hello", "not token ids"), ("", "no token ids")):
+        open(prompt, "w").write(text)
+        p = run(mtrun, plan, "--steps", "1", "--sample-prompt", prompt, "--no-save", "--log", os.path.join(tmp, "b.jsonl"))
+        check(p.returncode == 1 and why in p.stderr and "tools/prompt_tokens.py" in p.stderr, f"--sample-prompt {text!r}", p)
+
+
 def main():
     mtc, mtrun = sys.argv[1:3]
     with tempfile.TemporaryDirectory() as tmp:
@@ -236,6 +269,7 @@ def main():
 
         check_schedule_flags(mtc, mtrun, plan, tmp)
         check_protection(mtrun, plan, tmp)
+        check_samples(mtrun, plan, tmp)
         check(hashlib.sha256(open(plan, "rb").read()).hexdigest() == digest, "the plan is never modified")
     sys.exit(finish())
 
