@@ -64,7 +64,9 @@ static const char USAGE[] =
     "                   With --resume DIR and --steps at or below its checkpoint's step (--steps 0),\n"
     "                   nothing is trained: the checkpoint's weights are exported\n"
     "  --logits PREFIX  at the end, the first validation batch and the model's logits on it as\n"
-    "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V)\n"
+    "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V); with document starts\n"
+    "                   (X.docs) attending within each document as training does, which it says\n"
+    "  --logits-full-rows  --logits attending over each whole row: a plain forward of the row\n"
     "  --sample-every N every N steps and the last, a greedy and two temperature-1 continuations of\n"
     "                   the first half of the first validation row, seeded by --seed and the step,\n"
     "                   decoded with the data's vocabulary (bytes, or X.vocab.json beside X.bin);\n"
@@ -217,6 +219,7 @@ enum {
     O_SAMPLE_EVERY,
     O_SHUFFLE,
     O_WARMUP,
+    O_LOGITS_FULL_ROWS,
     O_SAMPLE_PROMPT,
     O_LR_SCHEDULE,
     O_MIN_LR,
@@ -254,6 +257,7 @@ static const struct option LONG[] = {
     {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
     {"shuffle", no_argument, 0, O_SHUFFLE},
     {"warmup", required_argument, 0, O_WARMUP},
+    {"logits-full-rows", no_argument, 0, O_LOGITS_FULL_ROWS},
     {"sample-prompt", required_argument, 0, O_SAMPLE_PROMPT},
     {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
     {"min-lr", required_argument, 0, O_MIN_LR},
@@ -356,6 +360,7 @@ static int parse_option(Args *a, int c, char **argv) {
     case O_RESUME: o->resume = optarg; break;
     case O_TIER_DIR: o->tier_dir = optarg; break;
     case O_LOGITS: o->logits = optarg; break;
+    case O_LOGITS_FULL_ROWS: o->logits_full_rows = 1; break;
     case O_SAMPLE_PROMPT: o->sample_prompt = optarg; break;
     case O_SHUFFLE: o->shuffle = 1; break;
     case O_SAMPLE_EVERY:
@@ -383,6 +388,7 @@ static int check_option_context(const Args *a) {
         // opt does nothing without needs
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
+        {O_LOGITS_FULL_ROWS, O_LOGITS, "--logits-full-rows chooses the attention of --logits"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
         if (a->given[CONTEXT[i].opt] && !a->given[CONTEXT[i].needs])

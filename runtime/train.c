@@ -664,8 +664,18 @@ static int after_step(Run *r, Loop *l, char *err, size_t errcap) {
 static int write_logits(Run *r, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    return sample_logits_npy(speaks(r) ? r->o->logits : NULL, r->p, &r->hs, r->o->reference ? NULL : &r->rp, r->tokens,
-                             r->targets, r->data.doc_starts || r->val->doc_starts ? r->segs : NULL, err, errcap);
+    int docs = r->data.doc_starts || r->val->doc_starts, full = docs && r->o->logits_full_rows;
+    if (full) memset(r->segs, 0, (size_t)(t->batch * t->seq) * sizeof *r->segs); // one document a row
+    int rc = sample_logits_npy(speaks(r) ? r->o->logits : NULL, r->p, &r->hs, r->o->reference ? NULL : &r->rp,
+                               r->tokens, r->targets, docs ? r->segs : NULL, err, errcap);
+    if (rc == 0 && speaks(r))
+        fprintf(r->o->out, "logits: %s.logits.npy (B, T, V) of %s.tokens.npy: %s\n", r->o->logits, r->o->logits,
+                !docs  ? "attention over each whole row (the data has no document starts)"
+                : full ? "attention over each whole row (--logits-full-rows), as a plain forward of the row, not as "
+                         "training attended"
+                       : "attention within each document of a row (X.docs), as training attends; a plain forward of "
+                         "the whole row differs past a row's first document (--logits-full-rows gives that)");
+    return rc;
 }
 
 // After the steps: the last update applied, --export, --logits, the log

@@ -46,6 +46,7 @@ typedef struct TrainOptions {
     const Dist *dist;     // the ranks of a data-parallel run (dist.h): each trains on its part of every batch, the
                           // gradients summed over them; NULL: one process
     const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy
+    int logits_full_rows; // --logits attends over each whole row, not within its documents (X.docs)
     int shuffle;          // the training windows in a seeded random order every epoch (data_shuffle), from seed
     int64_t sample_every; // print continuations of a fixed prompt every N steps (runtime/sample.h); 0: never
     const char *sample_prompt; // a file of token ids, the samples' prompt (else half the first validation row); with
