@@ -176,6 +176,8 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     for (int i = 0; i < 7; i++)
         if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
+    fprintf(f, "epochs=%.17g\nweight-decay=%.17g\nclip=%.17g\naccumulate=%lld\n", o->epochs,
+            p->graph->train.weight_decay, p->graph->train.clip, (long long)p->graph->train.accumulate);
     fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\nsave-every=%lld\n", (long long)o->val_batches,
             o->reference, (int)device, o->shuffle, (long long)o->save_every); // (the steps every rank saves its shard)
     fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none",
@@ -219,6 +221,11 @@ enum {
     O_SAMPLE_EVERY,
     O_SHUFFLE,
     O_WARMUP,
+    O_EPOCHS,
+    O_LOG_EVERY,
+    O_WEIGHT_DECAY,
+    O_CLIP,
+    O_ACCUMULATE,
     O_LOGITS_FULL_ROWS,
     O_SAMPLE_PROMPT,
     O_LR_SCHEDULE,
@@ -257,6 +264,11 @@ static const struct option LONG[] = {
     {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
     {"shuffle", no_argument, 0, O_SHUFFLE},
     {"warmup", required_argument, 0, O_WARMUP},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"log-every", required_argument, 0, O_LOG_EVERY},
+    {"weight-decay", required_argument, 0, O_WEIGHT_DECAY},
+    {"clip", required_argument, 0, O_CLIP},
+    {"accumulate", required_argument, 0, O_ACCUMULATE},
     {"logits-full-rows", no_argument, 0, O_LOGITS_FULL_ROWS},
     {"sample-prompt", required_argument, 0, O_SAMPLE_PROMPT},
     {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
@@ -271,6 +283,8 @@ typedef struct Args {
     int calibrate;
     const char *calibrate_out;
     const char *given[O_VAL_DATA + 1]; // the options given, by id: a flag that does nothing where it is is an error
+    double weight_decay, clip;         // --weight-decay and --clip over the model's train section; < 0: the model's
+    int64_t accumulate;                // --accumulate over it; 0: the model's
 } Args;
 
 // One option c (with optarg) into a. -1, or the exit status: 2 a usage
@@ -301,6 +315,27 @@ static int parse_option(Args *a, int c, char **argv) {
         o->min_lr = strtod(optarg, &end);
         if (errno || end == optarg || *end || !(o->min_lr >= 0 && isfinite(o->min_lr)))
             return usage_error("--min-lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_EPOCHS:
+    case O_WEIGHT_DECAY:
+    case O_CLIP: {
+        errno = 0;
+        double x = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(x >= 0 && isfinite(x)) || (c == O_EPOCHS && !(x > 0)))
+            return usage_error(c == O_EPOCHS ? "--epochs needs a finite number > 0, got '%s'"
+                               : c == O_CLIP ? "--clip needs a finite number >= 0 (0: no clipping), got '%s'"
+                                             : "--weight-decay needs a finite number >= 0, got '%s'",
+                               optarg);
+        *(c == O_EPOCHS ? &o->epochs : c == O_CLIP ? &a->clip : &a->weight_decay) = x;
+        break;
+    }
+    case O_LOG_EVERY:
+        if (parse_int(optarg, 1, &o->log_every))
+            return usage_error("--log-every needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_ACCUMULATE:
+        if (parse_int(optarg, 1, &a->accumulate) || a->accumulate > 1000000)
+            return usage_error("--accumulate needs an integer from 1 to 1000000, got '%s'", optarg);
         break;
     case O_WARMUP:
         if (parse_int(optarg, 0, &o->warmup)) return usage_error("--warmup needs an integer >= 0, got '%s'", optarg);
@@ -404,6 +439,8 @@ static int check_option_context(const Args *a) {
     };
     for (size_t i = 0; a->given[O_NO_SAVE] && i < sizeof UNSAVED / sizeof UNSAVED[0]; i++)
         if (a->given[UNSAVED[i].opt]) return usage_error("%s", UNSAVED[i].what);
+    if (a->given[O_EPOCHS] && a->given[O_STEPS])
+        return usage_error("%s", "--epochs and --steps both set the run's length; give one");
     if (a->given[O_INIT] && a->given[O_RESUME])
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
     for (int k = O_STEPS; a->calibrate && k <= O_VAL_DATA; k++)
@@ -427,8 +464,11 @@ static int parse_args(Args *a, int argc, char **argv) {
                       .threads = ncpu > 0 ? (int)ncpu : 1,
                       .out = stdout,
                       .shard_bytes = 5000000000,
-                      .keep = 3},
-                .device = DEVICE_AUTO};
+                      .keep = 3,
+                      .log_every = 1},
+                .device = DEVICE_AUTO,
+                .weight_decay = -1,
+                .clip = -1};
     opterr = 0;
     int c, li = -1;
     while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
@@ -472,6 +512,9 @@ static int read_plan(const char *path, Args *a, const Dist *dist, Arena *arena, 
     Plan *p = plan_read(path, arena, err, errcap);
     if (p && plan_verify(p, err, errcap) != 0) p = NULL; // a plan whose reads see wrong values never runs
     if (p) o->test_hold_ins = drop_wait_for_tests(p);
+    if (p && a->weight_decay >= 0) p->graph->train.weight_decay = a->weight_decay; // the flags over the model's
+    if (p && a->clip >= 0) p->graph->train.clip = a->clip;                         // train section, which the run
+    if (p && a->accumulate > 0) p->graph->train.accumulate = a->accumulate;        // reads and its checkpoints record
     const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
     if (avail && *avail) o->host_available = strtoll(avail, NULL, 10);
     char *options = p ? rank_options(o, a->device, p) : NULL;

@@ -138,6 +138,9 @@ static void banner_steps(const Run *r, int64_t steps, int64_t from, double base_
             (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
             (unsigned long long)seed);
     if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fprintf(out, "; %.3g epochs of the training split%s",
+            (double)(steps - from) * (double)tokens_per_step(r) / (double)(r->data.ntrain ? r->data.ntrain : 1),
+            r->o->epochs > 0 ? " (--epochs)" : "");
     fputc('\n', out);
     banner_schedule(r, base_lr);
     if (r->predicted_s > 0)
@@ -271,8 +274,9 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     json_num(f, "%.6g", r->predicted_s); // (inf where mtc priced the plan so: null)
     static const char *const SCHED[] =
         {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
-    fprintf(f, ", \"warmup\": %lld, \"lr_schedule\": \"%s\", \"min_lr\": %.9g", (long long)r->sched.warmup,
-            SCHED[r->sched.schedule], base_lr * r->sched.min_lr_frac);
+    fprintf(f, ", \"warmup\": %lld, \"lr_schedule\": \"%s\", \"min_lr\": %.9g, \"weight_decay\": %.9g, \"clip\": %.9g",
+            (long long)r->sched.warmup, SCHED[r->sched.schedule], base_lr * r->sched.min_lr_frac, t->weight_decay,
+            t->clip);
     fprintf(f, ", \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
@@ -363,6 +367,7 @@ int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
         fputs("}\n", r->log);
         if (log_flush(r, err, errcap) != 0) return -1;
     }
+    if (d->step % r->o->log_every && d->step != d->steps && d->step != d->from + 1) return 0; // (--log-every)
     char el[32], eta[32], vs[48] = "";
     human_time(el, sizeof el, d->elapsed);
     human_time(eta, sizeof eta, d->elapsed / (double)(d->step - d->from) * (double)(d->steps - d->step));

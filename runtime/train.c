@@ -699,6 +699,8 @@ int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char 
     struct sigaction old[2];
     catch_stop_signals(old);
     int rc = open_run(&r, err, errcap);
+    if (rc == 0 && o->epochs > 0) // the steps that pass over the training split o->epochs times
+        l.steps = (int64_t)ceil(o->epochs * (double)r.data.ntrain / (double)tokens_per_step(&r));
     if (rc == 0 && r.save_dir)
         stop_note = "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n";
     else if (rc == 0)

@@ -20,6 +20,8 @@ typedef struct TrainOptions {
     const char *val_data;    // a separate validation file; NULL: the last 10% of data
     double lr;               // < 0: the plan's
     int64_t warmup;          // warmup steps of the lr schedule; < 0: the plan's
+    double epochs;           // > 0: the steps that pass over the training split this many times (not with steps)
+    int64_t log_every;       // print a step's line every N steps (and the first and last); the log gets every step
     int lr_schedule;         // an LrSchedule; < 0: the plan's
     double min_lr;           // the lr the schedule decays to; < 0: the plan's (its min_lr fraction of the peak)
     int64_t seed;            // < 0: the plan's

@@ -53,6 +53,25 @@ def check_schedule_flags(mtc, mtrun, plan, tmp):
             "--no-save", "--log", log)
     lrs = config_and_lrs(log)[1] if p.returncode == 0 else []
     check(len(lrs) == 3 and len(set(lrs)) == 1 and lrs[0] == 3e-3, f"--warmup 0 --lr-schedule constant: lrs {lrs}", p)
+    # --epochs (the steps that pass over the training split that often), --log-every, and the train section's weight
+    # decay, clip and accumulation from the command line (the log records what ran)
+    log = os.path.join(tmp, "epochs.jsonl")
+    p = run(mtrun, plan, "--epochs", "0.01", "--log-every", "5", "--weight-decay", "0", "--clip", "0.5", "--accumulate",
+            "2", "--val-batches", "0", "--no-save", "--log", log)
+    configs, lrs = config_and_lrs(log) if p.returncode == 0 else ([{}], [])
+    c = configs[-1]
+    printed = [line.split()[1] for line in p.stdout.splitlines() if line.startswith("step ")]
+    check(len(lrs) == 5 and printed == ["1/5", "5/5"] and (c.get("weight_decay"), c.get("clip"), c.get("accumulate"))
+          == (0, 0.5, 2) and "0.0102 epochs of the training split (--epochs)" in p.stdout,
+          f"--epochs 0.01 --log-every 5 --weight-decay 0 --clip 0.5 --accumulate 2: {len(lrs)} steps, printed "
+          f"{printed}, config {[c.get(k) for k in ('weight_decay', 'clip', 'accumulate')]}", p)
+    for args, msg in [(("--epochs", "0"), "--epochs needs a finite number > 0"),
+                      (("--epochs", "1", "--steps", "2"), "--epochs and --steps both set the run's length"),
+                      (("--clip", "-1"), "--clip needs a finite number >= 0"),
+                      (("--accumulate", "0"), "--accumulate needs an integer from 1"),
+                      (("--log-every", "0"), "--log-every needs an integer >= 1")]:
+        p = run(mtrun, plan, *args)
+        check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
     # the model's warmup (20) outlasts a 4-step run: the banner says so (the lr never passed 6e-4, silently, before)
     p = run(mtrun, plan, "--steps", "4", "--val-batches", "0", "--no-save", "--log", os.path.join(tmp, "w.jsonl"))
     check(p.returncode == 0 and "WARNING: the warmup (20 steps) outlasts the run's schedule (4 steps): the lr never "
