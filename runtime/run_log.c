@@ -103,6 +103,43 @@ static void banner_weights(const Run *r, int64_t from, uint64_t seed) {
     fprintf(stderr, warn, r->p->source_path, source, source);
 }
 
+// A resumed run whose schedule is not the one its log's last config record
+// ran (a checkpoint does not keep --lr, --warmup, --lr-schedule, --min-lr):
+// a warning naming both. Nothing where the log is no file or holds no record.
+static void warn_resumed_schedule(const Run *r, double base_lr) {
+    struct stat st;
+    const char *path = r->o->log_path;
+    if (!r->o->resume || !path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    FILE *f = fopen(path, "r");
+    char *line = NULL, *last = NULL;
+    size_t cap = 0;
+    while (f && getline(&line, &cap, f) > 0)
+        if (!strncmp(line, "{\"config\": ", 11)) free(last), last = strdup(line);
+    free(line);
+    if (f) fclose(f);
+    const char *lr = last ? strstr(last, "\"lr\": ") : NULL, *warm = last ? strstr(last, "\"warmup\": ") : NULL;
+    const char *sched = last ? strstr(last, "\"lr_schedule\": \"") : NULL,
+               *min = last ? strstr(last, "\"min_lr\": ") : NULL;
+    if (lr && warm && sched && min) {
+        double was_lr = strtod(lr + 6, NULL), was_min = strtod(min + 10, NULL),
+               now_min = base_lr * r->sched.min_lr_frac;
+        long long was_warm = strtoll(warm + 10, NULL, 10);
+        static const char *const NAME[] =
+            {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+        const char *now_sched = NAME[r->sched.schedule];
+        int same_sched = !strncmp(sched + 16, now_sched, strlen(now_sched)) && sched[16 + strlen(now_sched)] == '"';
+        if (fabs(was_lr - base_lr) > 1e-6 * fabs(was_lr) || was_warm != r->sched.warmup || !same_sched ||
+            fabs(was_min - now_min) > 1e-6 * fabs(was_min))
+            fprintf(r->o->out,
+                    "  WARNING: the run this resumes ran lr %.3g, warmup %lld, %.*s to %.3g (its log %s); this part "
+                    "runs lr %.3g, warmup %lld, %s to %.3g: the checkpoint keeps none of them; give --lr, --warmup, "
+                    "--lr-schedule and --min-lr as before\n",
+                    was_lr, was_warm, (int)strcspn(sched + 16, "\""), sched + 16, was_min, path, base_lr,
+                    (long long)r->sched.warmup, now_sched, now_min);
+    }
+    free(last);
+}
+
 // The learning-rate schedule: its warmup, its decay and what it decays to,
 // and a warning where the warmup outlasts the run (the peak never reached).
 static void banner_schedule(const Run *r, double base_lr) {
@@ -121,6 +158,7 @@ static void banner_schedule(const Run *r, double base_lr) {
             : flags    ? "the flags over the model's train section"
                        : "the model's train section; --lr, --warmup, "
                          "--lr-schedule and --min-lr override it");
+    warn_resumed_schedule(r, base_lr);
     if (t->warmup >= r->schedule_steps && t->warmup > 0)
         fprintf(out,
                 "  WARNING: the warmup (%lld steps) outlasts the run's schedule (%lld steps): the lr never passes "

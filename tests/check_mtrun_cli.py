@@ -72,6 +72,17 @@ def check_schedule_flags(mtc, mtrun, plan, tmp):
                       (("--log-every", "0"), "--log-every needs an integer >= 1")]:
         p = run(mtrun, plan, *args)
         check(p.returncode == 2 and msg in p.stderr, f"usage error {args}", p)
+    # a resume that runs another schedule than the run it resumes (a checkpoint keeps no --lr or --warmup): said
+    ck, log = os.path.join(tmp, "lrck"), os.path.join(tmp, "lrck.jsonl")
+    p = run(mtrun, plan, "--steps", "2", "--lr", "1e-3", "--warmup", "1", "--val-batches", "0", "--save", ck, "--log", log)
+    check(p.returncode == 0, "2 steps at lr 1e-3, warmup 1", p)
+    p = run(mtrun, plan, "--steps", "3", "--resume", ck, "--lr", "1e-3", "--warmup", "1", "--val-batches", "0",
+            "--no-save", "--log", log)
+    check(p.returncode == 0 and "WARNING" not in p.stdout, "a resume with them: no warning", p)
+    p = run(mtrun, plan, "--steps", "3", "--resume", ck, "--val-batches", "0", "--no-save", "--log", log)
+    check(p.returncode == 0 and "WARNING: the run this resumes ran lr 0.001, warmup 1, cosine to 0.0001 (its log "
+          f"{log}); this part runs lr 0.003, warmup 20, cosine to 0.0003" in p.stdout,
+          "a resume without the run's --lr and --warmup: a warning naming both", p)
     # the model's warmup (20) outlasts a 4-step run: the banner says so (the lr never passed 6e-4, silently, before)
     p = run(mtrun, plan, "--steps", "4", "--val-batches", "0", "--no-save", "--log", os.path.join(tmp, "w.jsonl"))
     check(p.returncode == 0 and "WARNING: the warmup (20 steps) outlasts the run's schedule (4 steps): the lr never "
