@@ -469,7 +469,7 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     if (r->prompt) memcpy(r->tokens, r->prompt, (size_t)n * sizeof *r->prompt);
     double t0 = now_s();
     fprintf(r->o->out,
-            "sample %lld: a greedy and %d temperature-1 continuations of %s (%lld tokens), up to %lld "
+            "sampling step %lld: a greedy and %d temperature-1 continuations of %s (%lld tokens), up to %lld "
             "tokens each, one forward of the batch a token...\n",
             (long long)s, t->batch > 2 ? 2 : (int)t->batch - 1,
             r->prompt ? r->o->sample_prompt : "the first validation row's first half", (long long)n,
@@ -478,7 +478,7 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     int rc = store_ok(r, err, errcap) != 0 ? -1
                                            : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v,
                                                           r->tokens, n, seed, s, 2, 1.0, err, errcap);
-    if (rc == 0) fprintf(r->o->out, "sample %lld: %.1f s\n", (long long)s, now_s() - t0);
+    if (rc == 0) fprintf(r->o->out, "sampling step %lld: done in %.1f s\n", (long long)s, now_s() - t0);
     data_vocab_close(&v);
     return rc;
 }

@@ -151,13 +151,13 @@ def check_samples(mtrun, plan, tmp):
     banner, started = "", ""
     for line in q.stdout:
         banner += line
-        if line.startswith("sample 2: "):
+        if line.startswith("sampling step 2: "):
             started = line
             break
     q.kill()  # kill -9 while the samples of step 2 run
     q.communicate(timeout=120)
     saved = sorted(os.listdir(ck)) if os.path.isdir(ck) else []
-    check(started.startswith(f"sample 2: a greedy and 2 temperature-1 continuations of {prompt} (6 tokens), up to 58")
+    check(started.startswith(f"sampling step 2: a greedy and 2 temperature-1 continuations of {prompt} (6 tokens), up to 58")
           and "  samples  every 2 steps and the last: up to 58 new tokens" in banner
           and saved == ["step-000000002.ckpt"], f"samples of the user's prompt, said, after the checkpoint: {saved}\n"
           f"    {started!r}\n    {banner[-600:]!r}")
