@@ -648,9 +648,10 @@ static int after_step(Run *r, Loop *l, char *err, size_t errcap) {
     int64_t s = l->s;
     if ((s % l->val_every == 0 || s == l->steps) && validation(r, s, &l->val, err, errcap) != 0) return -1;
     if (isfinite(l->val)) l->last_val = l->val;
-    l->stopping = agreed_stop(r);                                                  // (on every rank: only rank 0 saves)
-    if (r->save_dir && (s % o->save_every == 0 || s == l->steps || l->stopping)) { // before samples: a kill while
-        if (run_save(r, s, l->seed, err, errcap) != 0) return -1;                  // they run loses no checkpoint
+    l->stopping = agreed_stop(r); // (on every rank: only rank 0 saves)
+    // the save before the samples: a kill while they run loses no checkpoint
+    if (r->save_dir && (s % o->save_every == 0 || s == l->steps || l->stopping)) {
+        if (run_save(r, s, l->seed, err, errcap) != 0) return -1;
         l->saved = s;
     }
     if (o->sample_every && (s % o->sample_every == 0 || s == l->steps) && !l->stopping)
