@@ -46,6 +46,8 @@ typedef struct Run {
                                // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
     int32_t *prompt;           // (prompt_n) --sample-prompt's token ids; NULL: half the first validation row
     int64_t prompt_n;
+    double samples_s;      // the seconds the run's rounds of samples took so far (the ETA prices the rounds left)
+    double sample_round_s; // the last round's; 0: none yet
     FILE *log;
     int run_id;         // this run's number in its metrics log: 1 + the runs before it there (a resume continues one)
     double predicted_s; // the plan's predicted step time on its target (0: not given)

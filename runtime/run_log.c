@@ -392,6 +392,21 @@ void log_progress_init(Run *r) {
     if (!r->o->reference) r->rp.on_run = note_progress, r->rp.on_run_ctx = r;
 }
 
+// The seconds left: the steps left at the mean time of the steps so far,
+// and the rounds of samples left (--sample-every's, the last step's) at the
+// last round's time, or before any at a forward of the batch a new token,
+// about a third of a step.
+static double eta_s(const Run *r, const StepDone *d) {
+    int64_t every = r->o->sample_every, left = d->steps - d->step;
+    double step_s = (d->elapsed - r->samples_s) / (double)(d->step - d->from);
+    if (!every || !left) return step_s * (double)left;
+    int64_t rounds = d->steps / every - d->step / every + (d->steps % every != 0); // (every Nth step and the last)
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+    double round_s = r->sample_round_s > 0 ? r->sample_round_s : (double)(t->seq - n) * step_s / 3;
+    return step_s * (double)left + round_s * (double)rounds;
+}
+
 int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     double tokens = (double)tokens_per_step(r);
     if (r->log) { // the log first, flushed: a run killed after a printed step has logged it
@@ -408,7 +423,7 @@ int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     if (d->step % r->o->log_every && d->step != d->steps && d->step != d->from + 1) return 0; // (--log-every)
     char el[32], eta[32], vs[48] = "";
     human_time(el, sizeof el, d->elapsed);
-    human_time(eta, sizeof eta, d->elapsed / (double)(d->step - d->from) * (double)(d->steps - d->step));
+    human_time(eta, sizeof eta, eta_s(r, d));
     if (r->predicted_s > 0 && r->compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", d->dt / r->predicted_s);
     char aux[80] = ""; // loss is the objective: the cross-entropy and the joined losses, labelled
     if (r->joins) snprintf(aux, sizeof aux, " (ce %.6f + aux %.6f)", d->loss, r->aux);

@@ -478,7 +478,9 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     int rc = store_ok(r, err, errcap) != 0 ? -1
                                            : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v,
                                                           r->tokens, n, seed, s, 2, 1.0, err, errcap);
-    if (rc == 0) fprintf(r->o->out, "sampling step %lld: done in %.1f s\n", (long long)s, now_s() - t0);
+    r->sample_round_s = now_s() - t0;
+    r->samples_s += r->sample_round_s;
+    if (rc == 0) fprintf(r->o->out, "sampling step %lld: done in %.1f s\n", (long long)s, r->sample_round_s);
     data_vocab_close(&v);
     return rc;
 }

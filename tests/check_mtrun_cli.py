@@ -18,6 +18,7 @@ usage: check_mtrun_cli.py MTC MTRUN
 import hashlib
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -165,6 +166,13 @@ def check_samples(mtrun, plan, tmp):
     check(p.returncode == 0 and 'sample 2 greedy: "ROMEO:" -> "' in p.stdout and p.stdout.count('sample 2 temp 1: "ROMEO:"') == 2
           and "done: nothing trained" in p.stdout and os.listdir(ck) == ["step-000000002.ckpt"],
           "generation from a checkpoint: --resume DIR --steps 0 --sample-prompt", p)
+    # the ETA prices the rounds of samples left: at step 3 of 4 one round (step 4's) is left
+    p = run(mtrun, plan, "--steps", "4", "--val-batches", "1", "--sample-every", "2", "--sample-prompt", prompt,
+            "--no-save", "--log", os.path.join(tmp, "eta.jsonl"))
+    eta = re.search(r"^step +3/4 .* eta ([0-9.]+)s$", p.stdout, re.M)
+    took = re.search(r"^sampling step 2: done in ([0-9.]+) s$", p.stdout, re.M)
+    check(p.returncode == 0 and eta and took and float(eta.group(1)) >= 0.8 * float(took.group(1)),
+          f"the ETA at step 3 ({eta and eta.group(1)} s) holds the round of samples left ({took and took.group(1)} s)", p)
     for text, why in (("1 2 999", "a token id out of range"), ("hello", "not token ids"), ("", "no token ids")):
         open(prompt, "w").write(text)
         p = run(mtrun, plan, "--steps", "1", "--sample-prompt", prompt, "--no-save", "--log", os.path.join(tmp, "b.jsonl"))
