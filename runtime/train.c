@@ -590,6 +590,11 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
     if (o->init && (check_init(r, err, errcap) != 0 || weights_load(o->init, p, &r->hs, err, errcap) != 0)) return -1;
     l->from = o->resume ? run_resume(r, l->seed, err, errcap) : 0;
     if (l->from < 0) return -1;
+    if (o->resume && o->steps < 0 && o->epochs <= 0 && r->ckpt_schedule_steps > 0) { // to the end of its run
+        l->steps = r->ckpt_schedule_steps;
+        fprintf(o->out, "  to the end of the checkpoint's run, step %lld (--steps N sets another)\n",
+                (long long)l->steps);
+    }
     // the bf16 copy of what was initialised, loaded or resumed
     if (store_sync_copy(&r->hs, p, err, errcap) != 0) return -1;
     if (check_steps_left(r, l->from, l->steps, err, errcap) != 0) return -1;

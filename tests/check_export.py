@@ -249,6 +249,11 @@ def checkpoint(mtc, mtrun, tmp):
           and "done: nothing trained" in p.stdout and os.listdir(j("ck")) == ["step-000000003.ckpt"]
           and open(j("after.safetensors"), "rb").read() == open(j("end.safetensors"), "rb").read(),
           "--resume CKPT --steps 0 --export: the checkpoint's weights, the same bytes as the run's own export", p)
+    # without --steps a resume runs to the end of the checkpoint's run: here nothing left, the export as it was
+    p = run(mtrun, pl, "--resume", j("ck"), "--export", j("after2.safetensors"), *common)
+    check(p.returncode == 0 and "to the end of the checkpoint's run, step 3" in p.stdout
+          and open(j("after2.safetensors"), "rb").read() == open(j("end.safetensors"), "rb").read(),
+          "--resume CKPT --export of a finished run: its weights, nothing trained", p)
     p = run(mtrun, pl, "--resume", j("ck"), "--steps", "3", *common)
     check(p.returncode == 1 and "--export PATH (with --steps 0) to write its weights" in p.stderr,
           "nothing to do, and nothing to export: refused, naming --export", p)

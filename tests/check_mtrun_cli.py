@@ -166,6 +166,10 @@ def check_samples(mtrun, plan, tmp):
     check(p.returncode == 0 and 'sample 2 greedy: "ROMEO:" -> "' in p.stdout and p.stdout.count('sample 2 temp 1: "ROMEO:"') == 2
           and "done: nothing trained" in p.stdout and os.listdir(ck) == ["step-000000002.ckpt"],
           "generation from a checkpoint: --resume DIR --steps 0 --sample-prompt", p)
+    # a resume without --steps runs to the end of the checkpoint's run (6 steps), not the model file's 500
+    p = run(mtrun, plan, "--resume", ck, "--val-batches", "0", "--no-save", "--log", os.path.join(tmp, "end.jsonl"))
+    check(p.returncode == 0 and "to the end of the checkpoint's run, step 6" in p.stdout and "step      6/6" in p.stdout,
+          "a resume without --steps ends where the checkpoint's run would have", p)
     # the ETA prices the rounds of samples left: at step 3 of 4 one round (step 4's) is left
     p = run(mtrun, plan, "--steps", "4", "--val-batches", "1", "--sample-every", "2", "--sample-prompt", prompt,
             "--no-save", "--log", os.path.join(tmp, "eta.jsonl"))
