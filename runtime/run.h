@@ -68,6 +68,8 @@ typedef struct Run {
     char *save_dir_agreed;       // the malloc'd copy of rank 0's that save_dir points to, with ranks
     Comm comm;                   // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
     char no_save[600];           // why none, where the default would have saved (for the banner)
+    char save_own[4200];         // a new run's own folder beside the log, where the default holds another run's
+    char save_why[600];          // why save_dir is save_own (for the banner)
 } Run;
 
 // The monotonic clock, in seconds.

@@ -285,8 +285,9 @@ static int check_writable(const char *dir, char *err, size_t errcap) {
 // Where checkpoints go, into r->save_dir. A new run must not prune or
 // replace the checkpoints of another: --save into a directory that holds
 // some is refused unless resuming from it; the default directory beside the
-// log (o->save_default) then saves nothing, and r->no_save says why, as it
-// does for a log that is not a file (/dev/null: nothing beside it). 0, or
+// log (o->save_default) then gives way to this run's own, LOG.runN.ckpt
+// (r->save_why says why), or where that holds some too to none, r->no_save
+// saying why, as it does for a log that is not a file (/dev/null). 0, or
 // -1 with a message.
 int check_save_dir(Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
@@ -304,13 +305,21 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
         return -1;
     if (resumed) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
-    if (o->save_default) {
-        snprintf(r->no_save, sizeof r->no_save,
-                 "%s holds an earlier run's checkpoints (--resume %s continues it; "
-                 "--save DIR saves this run elsewhere)",
+    if (o->save_default) { // this run's own folder beside it: DIR less .ckpt with .runN.ckpt, N its number in the log
+        size_t n = strlen(o->save_dir);
+        n -= n > 5 && !strcmp(o->save_dir + n - 5, ".ckpt") ? 5 : 0;
+        snprintf(r->save_own, sizeof r->save_own, "%.*s.run%d.ckpt", (int)n, o->save_dir, r->run_id);
+        snprintf(r->save_why, sizeof r->save_why,
+                 "%s holds an earlier run's checkpoints (--resume %s continues it; --save DIR saves this run "
+                 "elsewhere)",
                  o->save_dir, o->save_dir);
-        r->save_dir = NULL;
-        return 0;
+        if (ckpt_latest(r->save_own, path, sizeof path, ignored, sizeof ignored) == 0) { // that one too: none
+            snprintf(r->no_save, sizeof r->no_save, "%.300s, and so does %.280s", r->save_why, r->save_own);
+            r->save_dir = NULL;
+            return 0;
+        }
+        r->save_dir = r->save_own;
+        return speaks(r) ? check_writable(r->save_own, err, errcap) : 0;
     }
     snprintf(err, errcap,
              "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "

@@ -266,9 +266,12 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
     if (r->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
-                r->o->save_default ? " (beside the log; --no-save: none)" : "",
+                r->save_why[0]       ? ""
+                : r->o->save_default ? " (beside the log; --no-save: none)"
+                                     : "",
                 run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
     else fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
+    if (r->save_dir && r->save_why[0]) fprintf(out, "           this run's own folder: %s\n", r->save_why);
     fflush(out);
 }
 

@@ -289,9 +289,12 @@ def main():
               and os.path.isdir(ck) and sorted(os.listdir(ck)) == ["step-000000002.ckpt"],
               "without --save, checkpoints beside the log", p)
         p = run(mtrun, plan, "--steps", "3", "--val-batches", "0", "--log", os.path.join(tmp, "s.jsonl"))
-        check(p.returncode == 0 and f"saves    none: {ck} holds an earlier run's checkpoints (--resume {ck}" in p.stdout
-              and "checkpoints none (see the banner)" in p.stdout and sorted(os.listdir(ck)) == ["step-000000002.ckpt"],
-              "a new run into the same log leaves the earlier run's checkpoints alone and says so", p)
+        own = os.path.join(tmp, "s.run2.ckpt")  # the second run of the log saves into its own folder beside it
+        check(p.returncode == 0 and f"saves    {own} every 50 steps" in p.stdout
+              and f"this run's own folder: {ck} holds an earlier run's checkpoints (--resume {ck}" in p.stdout
+              and f"checkpoints {own}" in p.stdout and sorted(os.listdir(ck)) == ["step-000000002.ckpt"]
+              and sorted(os.listdir(own)) == ["step-000000003.ckpt"],
+              "a new run into the same log leaves the earlier run's checkpoints alone, saves its own beside, says so", p)
         p = run(mtrun, plan, "--steps", "3", "--val-batches", "0", "--resume", ck, "--log", os.path.join(tmp, "s.jsonl"))
         check(p.returncode == 0 and sorted(os.listdir(ck)) == ["step-000000002.ckpt", "step-000000003.ckpt"],
               "resuming from them goes on saving there", p)
