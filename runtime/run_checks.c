@@ -255,11 +255,12 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
 
 // Checks, before the first step, that checkpoints can be written into dir:
 // creates it where missing (one level, as a save would) and a file in it,
-// removed at once. A run whose saves would fail after its training is
+// both removed at once. A run whose saves would fail after its training is
 // refused before it. 0, or -1 with a message.
 static int check_writable(const char *dir, char *err, size_t errcap) {
     struct stat st;
-    if (mkdir(dir, 0777) != 0 && errno != EEXIST) {
+    int made = mkdir(dir, 0777) == 0; // (removed again below: the first save makes it, as it always did)
+    if (!made && errno != EEXIST) {
         snprintf(err, errcap, "%s: cannot create the checkpoint directory: %s (--save DIR saves elsewhere)", dir,
                  strerror(errno));
         return -1;
@@ -274,6 +275,7 @@ static int check_writable(const char *dir, char *err, size_t errcap) {
     int wrote = fd >= 0 && write(fd, "", 1) == 1;
     if (!wrote && fd >= 0) e = errno;
     if (fd >= 0) close(fd), unlink(probe);
+    if (made) rmdir(dir);
     if (wrote) return 0;
     snprintf(err, errcap,
              "%s: cannot write checkpoints here: %s; refused before the first step, so that no trained step is "

@@ -112,6 +112,10 @@ def check_protection(mtrun, plan, tmp):
             "--log", os.path.join(tmp, "u.jsonl"))
     check(p.returncode == 1 and "cannot create the checkpoint directory" in p.stderr and "step      1/" not in p.stdout,
           "an unwritable --save folder is refused before the first step", p)
+    p = run(mtrun, plan, "--steps", "0", "--val-batches", "0", "--save", os.path.join(tmp, "unused"),
+            "--log", os.path.join(tmp, "u.jsonl"))
+    check(p.returncode == 0 and not os.path.exists(os.path.join(tmp, "unused")),
+          "the check leaves no folder where nothing was saved", p)
     mine = os.path.join(tmp, "mine.ckpt")
     p = run(mtrun, plan, "--steps", "2", "--val-batches", "0", "--save", mine, "--log", os.path.join(tmp, "r1.jsonl"))
     check(p.returncode == 0 and os.listdir(mine) == ["step-000000002.ckpt"], "--save DIR", p)
