@@ -31,6 +31,8 @@ import time
 
 
 def run_once(mtrun, plan, steps, log, env):
+    if os.path.exists(log):  # (mtrun appends each run to its log: this run's alone)
+        os.remove(log)
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     t0 = time.monotonic()
     p = subprocess.run([mtrun, plan, "--steps", str(steps), "--val-every", str(steps), "--log", log],

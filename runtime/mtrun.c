@@ -33,15 +33,27 @@ static const char USAGE[] =
     "profile for mtc --target instead.\n"
     "\n"
     "options:\n"
-    "  --steps N        optimizer steps (default: the model's train section)\n"
+    "  --steps N        optimizer steps (default: the model's train section; with --resume, the end of\n"
+    "                   the checkpoint's run)\n"
     "  --schedule-steps N  the steps the learning-rate schedule (warmup, then decay) spans (default: --steps;\n"
     "                   with --resume, the checkpoint's run's, kept whatever --steps says and said so)\n"
     "  --data FILE      training text (bytes) or llm.c token file (uint16 or Llama-3 uint32; a loss\n"
-    "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data\n"
+    "                   mask X.mask beside X.bin is used); the last 10% validates without --val-data;\n"
+    "                   JSON lines, or text for a model whose vocabulary is not bytes, are refused\n"
+    "                   (tools/prepare_data.py makes token files of them)\n"
     "  --val-data FILE  a separate validation file (the same formats)\n"
     "  --shuffle        take the training rows from the data's windows of seq+1 tokens in a random\n"
     "                   order, another each epoch, drawn from --seed (a resume keeps the order)\n"
     "  --lr X           peak learning rate\n"
+    "  --warmup N       steps of linear warmup from 0 to the peak (default: the model's train section)\n"
+    "  --lr-schedule S  cosine, linear or constant after the warmup (default: the model's)\n"
+    "  --min-lr X       the rate cosine and linear decay to (default: the model's min_lr fraction of\n"
+    "                   the peak); a checkpoint keeps none of these: a resume warns where they differ\n"
+    "                   from its log's\n"
+    "  --epochs X       the steps that pass over the training split X times (not with --steps)\n"
+    "  --weight-decay X AdamW's decoupled weight decay (default: the model's)\n"
+    "  --clip X         the global gradient norm clipped to (0: none; default: the model's)\n"
+    "  --accumulate N   micro-batches a step (default: the model's; a step's tokens grow with it)\n"
     "  --seed N         seed of the weight initialisation\n"
     "  --val-every N    validation loss every N steps\n"
     "  --val-batches N  batches averaged for a validation loss (default 10)\n"
@@ -52,7 +64,9 @@ static const char USAGE[] =
     "                   (cuda: CUDA events around every instruction of the GPU's engines; cpu: the\n"
     "                   host clock around every instruction)\n"
     "  --threads N      optimizer threads (default: online CPUs)\n"
-    "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl)\n"
+    "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl), appended to: another\n"
+    "                   run's records stay, each run's config record numbered (\"run\")\n"
+    "  --log-every N    a step's line every N steps, and the first and last (default 1); the log gets all\n"
     "  --init PATH      start from pretrained weights: safetensors (a file, an index.json, a folder\n"
     "                   holding either: per-expert or transformers 5's fused expert names) or llm.c's\n"
     "                   GPT-2 checkpoint\n"
@@ -61,26 +75,37 @@ static const char USAGE[] =
     "                   transformers loads: model.safetensors (likewise), config.json,\n"
     "                   generation_config.json and the tokenizer tools/prepare_data.py kept beside the data\n"
     "                   (llama, mistral, qwen2, mixtral and gemma2 checkpoint names; others are refused)\n"
+    "                   With --resume DIR and --steps at or below its checkpoint's step (--steps 0),\n"
+    "                   nothing is trained: the checkpoint's weights are exported\n"
     "  --logits PREFIX  at the end, the first validation batch and the model's logits on it as\n"
-    "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V)\n"
+    "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V); with document starts\n"
+    "                   (X.docs) attending within each document as training does, which it says\n"
+    "  --logits-full-rows  --logits attending over each whole row: a plain forward of the row\n"
     "  --sample-every N every N steps and the last, a greedy and two temperature-1 continuations of\n"
     "                   the first half of the first validation row, seeded by --seed and the step,\n"
     "                   decoded with the data's vocabulary (bytes, or X.vocab.json beside X.bin);\n"
     "                   --logits and samples run the plan's own forward, one per new token (no KV cache):\n"
     "                   each costs what a validation batch costs, about a third of a predicted step\n"
+    "  --sample-prompt FILE  the samples' prompt: token ids (tools/prompt_tokens.py writes them from\n"
+    "                   text, with the tokenizer's chat template); samples at the end of the run too, and\n"
+    "                   with --steps 0 (--init PATH, or --resume DIR) only those: generation\n"
     "  --dtype D        bf16 or fp32 (default), for --export (an error without it)\n"
     "  --shard-bytes N  --export shards above N bytes (default 5000000000; an error without --export)\n"
     "  --save DIR       write checkpoints (weights, Adam moments, step, data position) into DIR (default:\n"
-    "                   beside the log, LOG less .metrics.jsonl or .jsonl with .ckpt, unless it holds\n"
-    "                   another run's checkpoints or the log is no file: then none, said in the banner):\n"
+    "                   beside the log, LOG less .metrics.jsonl or .jsonl with .ckpt; where that holds\n"
+    "                   another run's checkpoints, with .runN.ckpt, N the run's number in the log; none\n"
+    "                   where the log is no file or both hold some, said in the banner):\n"
     "                   every --save-every steps, the final step, and on SIGINT or SIGTERM (which end\n"
     "                   the run after the step in progress; a second signal ends it at once)\n"
+    "                   (with --resume DIR: DIR); a folder that cannot be written is refused before the first step\n"
     "  --no-save        no checkpoints\n"
     "  --save-every N   every N steps (default: every validation, --val-every's or the model's; an error\n"
     "                   with --no-save)\n"
     "  --keep K         keep the newest K checkpoints (default 3; an error with --no-save)\n"
     "  --resume DIR     continue from the newest checkpoint in DIR, written by any plan of the same\n"
-    "                   model (another batch, remat, target or tiling); nothing left to do is an error\n"
+    "                   model (another batch, remat, target or tiling), saving into DIR (unless --save or\n"
+    "                   --no-save); nothing left to do is an error, but with --export, --logits or\n"
+    "                   --sample-prompt (--steps 0) the checkpoint's weights are used as they are\n"
     "  --tier-dir DIR   the NVMe tier: every layer's Adam moments (and fp32 master, where the plan says\n"
     "                   tier=master) in DIR/mtrun.tier (io_uring, O_DIRECT),\n"
     "                   preallocated at start (too little space is refused), streamed through three\n"
@@ -163,11 +188,14 @@ static char *rank_options(const TrainOptions *o, DeviceKind device, const Plan *
     FILE *f = open_memstream(&s, &len);
     if (!f) return NULL;
     struct stat st;
-    const char *names[] = {"steps", "lr", "seed", "val-every"};
-    double values[] = {(double)o->steps, o->lr, (double)o->seed, (double)o->val_every}; // < 0: the plan's
-    for (int i = 0; i < 4; i++)
+    const char *names[] = {"steps", "lr", "seed", "val-every", "warmup", "lr-schedule", "min-lr"};
+    double values[] = {(double)o->steps,  o->lr,          (double)o->seed, (double)o->val_every,
+                       (double)o->warmup, o->lr_schedule, o->min_lr}; // < 0: the plan's
+    for (int i = 0; i < 7; i++)
         if (values[i] < 0) fprintf(f, "%s=the plan's\n", names[i]);
         else fprintf(f, "%s=%.17g\n", names[i], values[i]);
+    fprintf(f, "epochs=%.17g\nweight-decay=%.17g\nclip=%.17g\naccumulate=%lld\n", o->epochs,
+            p->graph->train.weight_decay, p->graph->train.clip, (long long)p->graph->train.accumulate);
     fprintf(f, "val-batches=%lld\nreference=%d\ndevice=%d\nshuffle=%d\nsave-every=%lld\n", (long long)o->val_batches,
             o->reference, (int)device, o->shuffle, (long long)o->save_every); // (the steps every rank saves its shard)
     fprintf(f, "data=%s (%lld bytes)\n", data ? data : "none",
@@ -210,6 +238,16 @@ enum {
     O_LOGITS,
     O_SAMPLE_EVERY,
     O_SHUFFLE,
+    O_WARMUP,
+    O_EPOCHS,
+    O_LOG_EVERY,
+    O_WEIGHT_DECAY,
+    O_CLIP,
+    O_ACCUMULATE,
+    O_LOGITS_FULL_ROWS,
+    O_SAMPLE_PROMPT,
+    O_LR_SCHEDULE,
+    O_MIN_LR,
     O_VAL_DATA
 };
 static const struct option LONG[] = {
@@ -243,6 +281,16 @@ static const struct option LONG[] = {
     {"logits", required_argument, 0, O_LOGITS},
     {"sample-every", required_argument, 0, O_SAMPLE_EVERY},
     {"shuffle", no_argument, 0, O_SHUFFLE},
+    {"warmup", required_argument, 0, O_WARMUP},
+    {"epochs", required_argument, 0, O_EPOCHS},
+    {"log-every", required_argument, 0, O_LOG_EVERY},
+    {"weight-decay", required_argument, 0, O_WEIGHT_DECAY},
+    {"clip", required_argument, 0, O_CLIP},
+    {"accumulate", required_argument, 0, O_ACCUMULATE},
+    {"logits-full-rows", no_argument, 0, O_LOGITS_FULL_ROWS},
+    {"sample-prompt", required_argument, 0, O_SAMPLE_PROMPT},
+    {"lr-schedule", required_argument, 0, O_LR_SCHEDULE},
+    {"min-lr", required_argument, 0, O_MIN_LR},
     {0, 0, 0, 0},
 };
 
@@ -253,6 +301,8 @@ typedef struct Args {
     int calibrate;
     const char *calibrate_out;
     const char *given[O_VAL_DATA + 1]; // the options given, by id: a flag that does nothing where it is is an error
+    double weight_decay, clip;         // --weight-decay and --clip over the model's train section; < 0: the model's
+    int64_t accumulate;                // --accumulate over it; 0: the model's
 } Args;
 
 // One option c (with optarg) into a. -1, or the exit status: 2 a usage
@@ -277,6 +327,43 @@ static int parse_option(Args *a, int c, char **argv) {
         o->lr = strtod(optarg, &end);
         if (errno || end == optarg || *end || !(o->lr >= 0 && isfinite(o->lr)))
             return usage_error("--lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_MIN_LR:
+        errno = 0;
+        o->min_lr = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(o->min_lr >= 0 && isfinite(o->min_lr)))
+            return usage_error("--min-lr needs a finite number >= 0, got '%s'", optarg);
+        break;
+    case O_EPOCHS:
+    case O_WEIGHT_DECAY:
+    case O_CLIP: {
+        errno = 0;
+        double x = strtod(optarg, &end);
+        if (errno || end == optarg || *end || !(x >= 0 && isfinite(x)) || (c == O_EPOCHS && !(x > 0)))
+            return usage_error(c == O_EPOCHS ? "--epochs needs a finite number > 0, got '%s'"
+                               : c == O_CLIP ? "--clip needs a finite number >= 0 (0: no clipping), got '%s'"
+                                             : "--weight-decay needs a finite number >= 0, got '%s'",
+                               optarg);
+        *(c == O_EPOCHS ? &o->epochs : c == O_CLIP ? &a->clip : &a->weight_decay) = x;
+        break;
+    }
+    case O_LOG_EVERY:
+        if (parse_int(optarg, 1, &o->log_every))
+            return usage_error("--log-every needs an integer >= 1, got '%s'", optarg);
+        break;
+    case O_ACCUMULATE:
+        if (parse_int(optarg, 1, &a->accumulate) || a->accumulate > 1000000)
+            return usage_error("--accumulate needs an integer from 1 to 1000000, got '%s'", optarg);
+        break;
+    case O_WARMUP:
+        if (parse_int(optarg, 0, &o->warmup)) return usage_error("--warmup needs an integer >= 0, got '%s'", optarg);
+        break;
+    case O_LR_SCHEDULE:
+        if (strcmp(optarg, "cosine") && strcmp(optarg, "linear") && strcmp(optarg, "constant"))
+            return usage_error("--lr-schedule is cosine, linear or constant, not '%s'", optarg);
+        o->lr_schedule = !strcmp(optarg, "cosine")   ? SCHED_COSINE
+                         : !strcmp(optarg, "linear") ? SCHED_LINEAR
+                                                     : SCHED_CONSTANT;
         break;
     case O_SEED:
         if (parse_int(optarg, 0, &o->seed)) return usage_error("--seed needs an integer >= 0, got '%s'", optarg);
@@ -326,6 +413,8 @@ static int parse_option(Args *a, int c, char **argv) {
     case O_RESUME: o->resume = optarg; break;
     case O_TIER_DIR: o->tier_dir = optarg; break;
     case O_LOGITS: o->logits = optarg; break;
+    case O_LOGITS_FULL_ROWS: o->logits_full_rows = 1; break;
+    case O_SAMPLE_PROMPT: o->sample_prompt = optarg; break;
     case O_SHUFFLE: o->shuffle = 1; break;
     case O_SAMPLE_EVERY:
         if (parse_int(optarg, 1, &o->sample_every))
@@ -352,6 +441,7 @@ static int check_option_context(const Args *a) {
         // opt does nothing without needs
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
+        {O_LOGITS_FULL_ROWS, O_LOGITS, "--logits-full-rows chooses the attention of --logits"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
         if (a->given[CONTEXT[i].opt] && !a->given[CONTEXT[i].needs])
@@ -367,6 +457,8 @@ static int check_option_context(const Args *a) {
     };
     for (size_t i = 0; a->given[O_NO_SAVE] && i < sizeof UNSAVED / sizeof UNSAVED[0]; i++)
         if (a->given[UNSAVED[i].opt]) return usage_error("%s", UNSAVED[i].what);
+    if (a->given[O_EPOCHS] && a->given[O_STEPS])
+        return usage_error("%s", "--epochs and --steps both set the run's length; give one");
     if (a->given[O_INIT] && a->given[O_RESUME])
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
     for (int k = O_STEPS; a->calibrate && k <= O_VAL_DATA; k++)
@@ -381,14 +473,20 @@ static int parse_args(Args *a, int argc, char **argv) {
     *a = (Args){.o = {.steps = -1,
                       .schedule_steps = -1,
                       .lr = -1,
+                      .warmup = -1,
+                      .lr_schedule = -1,
+                      .min_lr = -1,
                       .seed = -1,
                       .val_every = -1,
                       .val_batches = 10,
                       .threads = ncpu > 0 ? (int)ncpu : 1,
                       .out = stdout,
                       .shard_bytes = 5000000000,
-                      .keep = 3},
-                .device = DEVICE_AUTO};
+                      .keep = 3,
+                      .log_every = 1},
+                .device = DEVICE_AUTO,
+                .weight_decay = -1,
+                .clip = -1};
     opterr = 0;
     int c, li = -1;
     while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
@@ -432,6 +530,9 @@ static int read_plan(const char *path, Args *a, const Dist *dist, Arena *arena, 
     Plan *p = plan_read(path, arena, err, errcap);
     if (p && plan_verify(p, err, errcap) != 0) p = NULL; // a plan whose reads see wrong values never runs
     if (p) o->test_hold_ins = drop_wait_for_tests(p);
+    if (p && a->weight_decay >= 0) p->graph->train.weight_decay = a->weight_decay; // the flags over the model's
+    if (p && a->clip >= 0) p->graph->train.clip = a->clip;                         // train section, which the run
+    if (p && a->accumulate > 0) p->graph->train.accumulate = a->accumulate;        // reads and its checkpoints record
     const char *avail = getenv("MT_TEST_HOST_AVAILABLE"); // a test hook: the host memory mtrun takes as available
     if (avail && *avail) o->host_available = strtoll(avail, NULL, 10);
     char *options = p ? rank_options(o, a->device, p) : NULL;
@@ -443,8 +544,8 @@ static int read_plan(const char *path, Args *a, const Dist *dist, Arena *arena, 
 }
 
 // The metrics log and the checkpoints' directory, where not given: beside
-// the plan, PLAN.bin -> PLAN.metrics.jsonl, and beside the log,
-// LOG.metrics.jsonl -> LOG.ckpt (with --no-save, none). The malloc'd paths
+// the plan, PLAN.bin -> PLAN.metrics.jsonl, and the --resume directory,
+// else beside the log, LOG.metrics.jsonl -> LOG.ckpt (with --no-save, none). The malloc'd paths
 // into *log_path and *save_dir. A rank other than 0 (log_path "") logs
 // nothing.
 static void default_paths(Args *a, const char *path, char **log_path, char **save_dir) {
@@ -457,6 +558,7 @@ static void default_paths(Args *a, const char *path, char **log_path, char **sav
         if (*log_path) snprintf(*log_path, n + 16, "%.*s.metrics.jsonl", (int)n, path);
         o->log_path = *log_path;
     }
+    if (!o->save_dir && !a->given[O_NO_SAVE] && o->resume) o->save_dir = o->resume; // where the run was saving
     if (!o->save_dir && !a->given[O_NO_SAVE] && o->log_path) {
         size_t n = strlen(o->log_path);
         if (n > 14 && !strcmp(o->log_path + n - 14, ".metrics.jsonl")) n -= 14;

@@ -44,7 +44,12 @@ typedef struct Run {
     int32_t *segs;             // (B, T) each position's document start in its row (kernels.h); all 0 without X.docs
     float loss_scale;          // the tail's gradient seed, d objective / d loss (graph.h): 1, or with masked targets
                                // rows x micro-batches / the step's counted targets, the cross-entropy's weight alone
+    int32_t *prompt;           // (prompt_n) --sample-prompt's token ids; NULL: half the first validation row
+    int64_t prompt_n;
+    double samples_s;      // the seconds the run's rounds of samples took so far (the ETA prices the rounds left)
+    double sample_round_s; // the last round's; 0: none yet
     FILE *log;
+    int run_id;         // this run's number in its metrics log: 1 + the runs before it there (a resume continues one)
     double predicted_s; // the plan's predicted step time on its target (0: not given)
     int compare;        // whether this backend is that target's kind (GPU or cpu): steps are compared with it
     int64_t step;       // the step running, for the progress line
@@ -54,6 +59,8 @@ typedef struct Run {
     double note_every;                    // seconds between progress lines (10; MT_PROGRESS_S overrides, for tests)
     int64_t passes_done, passes_per_step; // layer passes done in this step, of the step's
     int32_t pass_layer;                   // the layer of the pass running (INT32_MIN before a micro-batch's first)
+    TrainConfig sched;                    // the plan's train section with --warmup, --lr-schedule and --min-lr over it:
+                                          // the learning-rate schedule train_lr follows
     int64_t schedule_steps;      // the steps the learning-rate schedule spans: part of the run, kept in its checkpoints
     int64_t ckpt_schedule_steps; // the resumed checkpoint's (0: not recorded)
     const char *save_dir;        // where checkpoints go: --save's, or the default beside the log; NULL: none
@@ -61,6 +68,8 @@ typedef struct Run {
     char *save_dir_agreed;       // the malloc'd copy of rank 0's that save_dir points to, with ranks
     Comm comm;                   // the ranks' collectives of host buffers (MPI): the gradient accumulators' sum
     char no_save[600];           // why none, where the default would have saved (for the banner)
+    char save_own[4200];         // a new run's own folder beside the log, where the default holds another run's
+    char save_why[600];          // why save_dir is save_own (for the banner)
 } Run;
 
 // The monotonic clock, in seconds.
@@ -106,6 +115,24 @@ int64_t ram_store_bytes(const Run *r);
 // Checks that forward takes (tokens, targets), both i32[B, T]. 0, or -1 with a message.
 int check_inputs(const Graph *g, char *err, size_t errcap);
 
+// Checks that a data file read as bytes is meant as bytes: JSON (lines),
+// or any text for a model whose vocabulary is not bytes (over 256), is
+// refused with the command that makes token files of it. 0, or -1 with a message.
+int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap);
+
+// --sample-prompt's token ids (decimal, separated by white space or
+// commas) into r->prompt: each below the model's vocabulary, fewer than
+// the plan's sequence (the rest is the continuation). 0, or -1 with a message.
+int read_sample_prompt(Run *r, char *err, size_t errcap);
+
+// The folder tools/hf_to_mt.py wrote the plan's model from (the first line
+// of the model file, where it is still there), into out; "" when none.
+void model_source_folder(const Plan *p, char *out, size_t cap);
+
+// Checks that --init is not a checkpoint (a file, or a folder of them),
+// which --resume reads. 0, or -1 with a message naming what to run.
+int check_init(const Run *r, char *err, size_t errcap);
+
 // Checks the flags together, with the data open and before any of the store
 // is allocated: sharding, the tier, the host memory, --export, --logits and
 // --sample-every. 0, or -1 with a message.
@@ -121,7 +148,8 @@ int check_save_dir(Run *r, char *err, size_t errcap);
 // this seed. 0, or -1 with a message.
 int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint64_t seed, char *err, size_t errcap);
 
-// Checks that a resumed run has steps left: `done` of `steps`. 0, or -1 with a message.
+// Checks that a resumed run has steps left: `done` of `steps`, or, with
+// none left, --export or --logits to write (said). 0, or -1 with a message.
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap);
 
 // ---------------------------------------------------------------- run_log.c
@@ -139,6 +167,10 @@ void log_progress_init(Run *r);
 
 // The banner: the model, plan, device, store, data, steps, log and saves.
 void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed);
+
+// The runs a metrics log at path already holds: its config records that
+// start a run (from step 0). 0 where there is no such regular file.
+int log_runs_before(const char *path);
 
 // The log's first record of a run (and of each resumed part of it). 0, or -1 with a message.
 int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,

@@ -3,8 +3,12 @@
 // data, the flags together (sharding, the NVMe tier, --export, --logits,
 // --sample-every), the host memory, where checkpoints go and the
 // checkpoint a run resumes. Also what the run's memory comes to.
+#include <errno.h>
+#include <fcntl.h>
+#include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include "common/storage.h"
 #include "runtime/run.h"
@@ -44,6 +48,95 @@ int check_inputs(const Graph *g, char *err, size_t errcap) {
                  "mtrun feeds forward(tokens: i32[B, T], targets: i32[B, T]); this model's forward takes "
                  "other inputs");
     return ok ? 0 : -1;
+}
+
+int check_text_data(const DataSet *d, int64_t vocab, char *err, size_t errcap) {
+    if (d->format != DATA_TEXT) return 0;
+    int64_t i = 0;
+    while (i < d->ntokens && (d->toks[i] == ' ' || d->toks[i] == '\n' || d->toks[i] == '\t' || d->toks[i] == '\r')) i++;
+    int json = i < d->ntokens && (d->toks[i] == '{' || d->toks[i] == '[');
+    if (!json && vocab <= 256) return 0; // a byte-level model on text: one token a byte
+    char why[96] = "";
+    if (vocab > 256)
+        snprintf(why, sizeof why, ", though this model's vocabulary is %lld tokens, not bytes", (long long)vocab);
+    snprintf(err, errcap,
+             "%s is %s, which mtrun would train on as raw bytes%s; mtrun trains on token files: make one with "
+             "`python3 tools/prepare_data.py %s --tokenizer MODEL_DIR --out OUT` (--kind text, alpaca or messages; "
+             "a loss mask for instruction data) and give --data OUT.bin",
+             d->path, json ? "JSON (lines), not tokens" : "text, not tokens", why, d->path);
+    return -1;
+}
+
+int read_sample_prompt(Run *r, char *err, size_t errcap) {
+    const char *path = r->o->sample_prompt;
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t vocab = model_vocab(r->p->graph), cap = 0;
+    FILE *f = path ? fopen(path, "r") : NULL;
+    if (path && !f) {
+        snprintf(err, errcap, "--sample-prompt %s: %s", path, strerror(errno));
+        return -1;
+    }
+    long long id;
+    int c = 0;
+    while (f && (c = fscanf(f, " %lld ,", &id)) == 1) {
+        if (id < 0 || id >= vocab || r->prompt_n >= t->seq - 1) break;
+        if (r->prompt_n == cap) {
+            int32_t *more = realloc(r->prompt, (size_t)(cap = cap ? 2 * cap : 64) * sizeof *more);
+            if (!more) break;
+            r->prompt = more;
+        }
+        r->prompt[r->prompt_n++] = (int32_t)id;
+    }
+    int ok = f && c == EOF && r->prompt_n > 0;
+    if (f) fclose(f);
+    if (ok) return 0;
+    snprintf(err, errcap,
+             "--sample-prompt %s: %s; it takes token ids (decimal, separated by spaces or commas), each below the "
+             "vocabulary's %lld and fewer than the sequence's %lld: `python3 tools/prompt_tokens.py --tokenizer DIR "
+             "TEXT` writes them",
+             path,
+             c == 1 && (id < 0 || id >= vocab) ? "a token id out of range"
+             : c == 1                          ? "too many tokens"
+             : c == EOF                        ? "no token ids"
+                                               : "not token ids",
+             (long long)vocab, (long long)t->seq);
+    return -1;
+}
+
+void model_source_folder(const Plan *p, char *out, size_t cap) {
+    static const char MARK[] = "# written by tools/hf_to_mt.py from ";
+    char line[4096] = "";
+    FILE *f = p->source_path ? fopen(p->source_path, "r") : NULL;
+    if (f && fgets(line, sizeof line, f) && !strncmp(line, MARK, sizeof MARK - 1))
+        snprintf(out, cap, "%.*s", (int)strcspn(line + sizeof MARK - 1, "\n"), line + sizeof MARK - 1);
+    else if (cap) out[0] = 0;
+    if (f) fclose(f);
+}
+
+int check_init(const Run *r, char *err, size_t errcap) {
+    const char *init = r->o->init;
+    char path[4200], ignored[256], magic[8] = {0};
+    struct stat st;
+    if (!init || stat(init, &st) != 0) return 0; // (weights_load names what is missing)
+    FILE *f = S_ISREG(st.st_mode) ? fopen(init, "rb") : NULL;
+    int ckpt = f && fread(magic, 1, sizeof magic, f) == sizeof magic && !memcmp(magic, "MTCKPT", 7);
+    if (f) fclose(f);
+    if (S_ISDIR(st.st_mode)) {
+        snprintf(path, sizeof path, "%s/model.safetensors", init);
+        struct stat sf;
+        char index[4200];
+        snprintf(index, sizeof index, "%s/model.safetensors.index.json", init);
+        ckpt = stat(path, &sf) != 0 && stat(index, &sf) != 0 &&
+               ckpt_latest(init, path, sizeof path, ignored, sizeof ignored) == 0;
+    }
+    if (!ckpt) return 0;
+    snprintf(err, errcap,
+             "--init %s: an mt checkpoint%s, not pretrained weights: --resume %s continues its run (weights, Adam "
+             "moments and step); `mtrun PLAN --resume %s --steps 0 --export OUT` writes its weights as OUT.safetensors "
+             "or a Hugging Face folder, which --init takes",
+             init, S_ISDIR(st.st_mode) ? " folder" : "", S_ISDIR(st.st_mode) ? init : "DIR",
+             S_ISDIR(st.st_mode) ? init : "DIR");
+    return -1;
 }
 
 // MemAvailable from /proc/meminfo, in bytes; 0 when unknown.
@@ -160,11 +253,43 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
     return -1;
 }
 
+// Checks, before the first step, that checkpoints can be written into dir:
+// creates it where missing (one level, as a save would) and a file in it,
+// both removed at once. A run whose saves would fail after its training is
+// refused before it. 0, or -1 with a message.
+static int check_writable(const char *dir, char *err, size_t errcap) {
+    struct stat st;
+    int made = mkdir(dir, 0777) == 0; // (removed again below: the first save makes it, as it always did)
+    if (!made && errno != EEXIST) {
+        snprintf(err, errcap, "%s: cannot create the checkpoint directory: %s (--save DIR saves elsewhere)", dir,
+                 strerror(errno));
+        return -1;
+    }
+    if (stat(dir, &st) != 0 || !S_ISDIR(st.st_mode)) {
+        snprintf(err, errcap, "%s: cannot save checkpoints here: not a directory (--save DIR saves elsewhere)", dir);
+        return -1;
+    }
+    char probe[4200];
+    snprintf(probe, sizeof probe, "%s/.mtrun-write-check.%ld", dir, (long)getpid());
+    int fd = open(probe, O_WRONLY | O_CREAT | O_EXCL, 0600), e = errno;
+    int wrote = fd >= 0 && write(fd, "", 1) == 1;
+    if (!wrote && fd >= 0) e = errno;
+    if (fd >= 0) close(fd), unlink(probe);
+    if (made) rmdir(dir);
+    if (wrote) return 0;
+    snprintf(err, errcap,
+             "%s: cannot write checkpoints here: %s; refused before the first step, so that no trained step is "
+             "lost at the first save (--save DIR saves elsewhere, --no-save saves none)",
+             dir, strerror(e));
+    return -1;
+}
+
 // Where checkpoints go, into r->save_dir. A new run must not prune or
 // replace the checkpoints of another: --save into a directory that holds
 // some is refused unless resuming from it; the default directory beside the
-// log (o->save_default) then saves nothing, and r->no_save says why, as it
-// does for a log that is not a file (/dev/null: nothing beside it). 0, or
+// log (o->save_default) then gives way to this run's own, LOG.runN.ckpt
+// (r->save_why says why), or where that holds some too to none, r->no_save
+// saying why, as it does for a log that is not a file (/dev/null). 0, or
 // -1 with a message.
 int check_save_dir(Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
@@ -176,15 +301,27 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
         r->save_dir = NULL;
         return 0;
     }
-    if (!o->save_dir || (o->resume && !strcmp(o->resume, o->save_dir))) return 0;
+    if (!o->save_dir) return 0;
+    int resumed = o->resume && !strcmp(o->resume, o->save_dir); // (a missing one: the resume says so, not created)
+    if (speaks(r) && (!resumed || stat(o->save_dir, &st) == 0) && check_writable(o->save_dir, err, errcap) != 0)
+        return -1;
+    if (resumed) return 0;
     if (ckpt_latest(o->save_dir, path, sizeof path, ignored, sizeof ignored) != 0) return 0; // none there
-    if (o->save_default) {
-        snprintf(r->no_save, sizeof r->no_save,
-                 "%s holds an earlier run's checkpoints (--resume %s continues it; "
-                 "--save DIR saves this run elsewhere)",
+    if (o->save_default) { // this run's own folder beside it: DIR less .ckpt with .runN.ckpt, N its number in the log
+        size_t n = strlen(o->save_dir);
+        n -= n > 5 && !strcmp(o->save_dir + n - 5, ".ckpt") ? 5 : 0;
+        snprintf(r->save_own, sizeof r->save_own, "%.*s.run%d.ckpt", (int)n, o->save_dir, r->run_id);
+        snprintf(r->save_why, sizeof r->save_why,
+                 "%s holds an earlier run's checkpoints (--resume %s continues it; --save DIR saves this run "
+                 "elsewhere)",
                  o->save_dir, o->save_dir);
-        r->save_dir = NULL;
-        return 0;
+        if (ckpt_latest(r->save_own, path, sizeof path, ignored, sizeof ignored) == 0) { // that one too: none
+            snprintf(r->no_save, sizeof r->no_save, "%.300s, and so does %.280s", r->save_why, r->save_own);
+            r->save_dir = NULL;
+            return 0;
+        }
+        r->save_dir = r->save_own;
+        return speaks(r) ? check_writable(r->save_own, err, errcap) : 0;
     }
     snprintf(err, errcap,
              "%s already holds checkpoints (%s); pass --resume %s to continue that run, or save into "
@@ -200,7 +337,7 @@ int check_save_dir(Run *r, char *err, size_t errcap) {
 static int check_forward_flags(const Run *r, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
-    if (!r->o->logits && !r->o->sample_every) return 0;
+    if (!r->o->logits && !r->o->sample_every && !r->o->sample_prompt) return 0;
     if (r->o->tier_dir && (plan_tier_holds(p) & STORE_TIER_MASTER)) {
         snprintf(err, errcap,
                  "--logits and --sample-every run the forward on the host from the fp32 master, which "
@@ -216,8 +353,9 @@ static int check_forward_flags(const Run *r, char *err, size_t errcap) {
         return -1;
     }
     DataVocab v; // a vocabulary that decodes samples, found before any training
-    if (r->o->sample_every && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
-    if (r->o->sample_every) data_vocab_close(&v);
+    int samples = r->o->sample_every || r->o->sample_prompt;
+    if (samples && data_vocab_open(&v, r->val, model_vocab(p->graph), err, errcap) != 0) return -1;
+    if (samples) data_vocab_close(&v);
     return 0;
 }
 
@@ -264,9 +402,17 @@ int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint6
 
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap) {
     if (!r->o->resume || done < steps) return 0;
+    if (r->o->export_path || r->o->logits || r->o->sample_prompt) { // the checkpoint's weights out, nothing trained
+        fprintf(r->o->out, "nothing to train: the checkpoint is at step %lld and this run ends at step %lld; %s it\n",
+                (long long)done, (long long)steps,
+                r->o->export_path ? "exporting"
+                : r->o->logits    ? "writing the logits of"
+                                  : "sampling");
+        return 0;
+    }
     snprintf(err, errcap,
              "nothing to do: the checkpoint in %s is at step %lld and this run ends at step %lld; "
-             "give --steps above %lld to train further",
+             "give --steps above %lld to train further, or --export PATH (with --steps 0) to write its weights",
              r->o->resume, (long long)done, (long long)steps, (long long)done);
     return -1;
 }

@@ -5,6 +5,7 @@
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 
 #include "common/json.h"
 #include "common/scratch.h"
@@ -79,6 +80,114 @@ static void describe_data(char *out, size_t cap, const DataSet *d, const char *s
     if (n > 0 && (size_t)n < cap) snprintf(out + n, cap - (size_t)n, ")");
 }
 
+// Where the weights come from: the resumed checkpoint, --init, or the
+// seed's random init, said loudly (stdout and stderr) when the model was
+// written from a checkpoint's config.json, whose weights --init would load.
+static void banner_weights(const Run *r, int64_t from, uint64_t seed) {
+    char source[4096];
+    FILE *out = r->o->out;
+    if (r->o->resume) {
+        fprintf(out, "  init     the checkpoint in %s (step %lld)\n", r->o->resume, (long long)from);
+        return;
+    }
+    if (r->o->init) {
+        fprintf(out, "  init     %s\n", r->o->init);
+        return;
+    }
+    fprintf(out, "  init     random weights (seed %llu): no --init\n", (unsigned long long)seed);
+    model_source_folder(r->p, source, sizeof source);
+    if (!source[0]) return;
+    const char *warn = "WARNING: this run trains random weights, not a checkpoint's: the model file %s was written by "
+                       "tools/hf_to_mt.py from %s, but no --init was given (--init %s starts from its weights)\n";
+    fprintf(out, warn, r->p->source_path, source, source);
+    fprintf(stderr, warn, r->p->source_path, source, source);
+}
+
+// A resumed run whose schedule is not the one its log's last config record
+// ran (a checkpoint does not keep --lr, --warmup, --lr-schedule, --min-lr):
+// a warning naming both. Nothing where the log is no file or holds no record.
+static void warn_resumed_schedule(const Run *r, double base_lr) {
+    struct stat st;
+    const char *path = r->o->log_path;
+    if (!r->o->resume || !path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return;
+    FILE *f = fopen(path, "r");
+    char *line = NULL, *last = NULL;
+    size_t cap = 0;
+    while (f && getline(&line, &cap, f) > 0)
+        if (!strncmp(line, "{\"config\": ", 11)) free(last), last = strdup(line);
+    free(line);
+    if (f) fclose(f);
+    const char *lr = last ? strstr(last, "\"lr\": ") : NULL, *warm = last ? strstr(last, "\"warmup\": ") : NULL;
+    const char *sched = last ? strstr(last, "\"lr_schedule\": \"") : NULL,
+               *min = last ? strstr(last, "\"min_lr\": ") : NULL;
+    if (lr && warm && sched && min) {
+        double was_lr = strtod(lr + 6, NULL), was_min = strtod(min + 10, NULL),
+               now_min = base_lr * r->sched.min_lr_frac;
+        long long was_warm = strtoll(warm + 10, NULL, 10);
+        static const char *const NAME[] =
+            {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+        const char *now_sched = NAME[r->sched.schedule];
+        int same_sched = !strncmp(sched + 16, now_sched, strlen(now_sched)) && sched[16 + strlen(now_sched)] == '"';
+        if (fabs(was_lr - base_lr) > 1e-6 * fabs(was_lr) || was_warm != r->sched.warmup || !same_sched ||
+            fabs(was_min - now_min) > 1e-6 * fabs(was_min))
+            fprintf(r->o->out,
+                    "  WARNING: the run this resumes ran lr %.3g, warmup %lld, %.*s to %.3g (its log %s); this part "
+                    "runs lr %.3g, warmup %lld, %s to %.3g: the checkpoint keeps none of them; give --lr, --warmup, "
+                    "--lr-schedule and --min-lr as before\n",
+                    was_lr, was_warm, (int)strcspn(sched + 16, "\""), sched + 16, was_min, path, base_lr,
+                    (long long)r->sched.warmup, now_sched, now_min);
+    }
+    free(last);
+}
+
+// The learning-rate schedule: its warmup, its decay and what it decays to,
+// and a warning where the warmup outlasts the run (the peak never reached).
+static void banner_schedule(const Run *r, double base_lr) {
+    static const char *const NAME[] =
+        {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+    const TrainConfig *t = &r->sched;
+    const TrainOptions *o = r->o;
+    FILE *out = r->o->out;
+    fprintf(out, "  lr       peak %.3g after %lld warmup steps, then %s", base_lr, (long long)t->warmup,
+            NAME[t->schedule]);
+    if (t->schedule != SCHED_CONSTANT)
+        fprintf(out, " to %.3g at step %lld", base_lr * t->min_lr_frac, (long long)r->schedule_steps);
+    int flags = (o->lr >= 0) + (o->warmup >= 0) + (o->lr_schedule >= 0) + (o->min_lr >= 0);
+    fprintf(out, " (%s)\n",
+            flags == 4 ? "the flags"
+            : flags    ? "the flags over the model's train section"
+                       : "the model's train section; --lr, --warmup, "
+                         "--lr-schedule and --min-lr override it");
+    warn_resumed_schedule(r, base_lr);
+    if (t->warmup >= r->schedule_steps && t->warmup > 0)
+        fprintf(out,
+                "  WARNING: the warmup (%lld steps) outlasts the run's schedule (%lld steps): the lr never passes "
+                "%.3g; --warmup N shortens it\n",
+                (long long)t->warmup, (long long)r->schedule_steps,
+                train_lr(t, base_lr, r->schedule_steps, r->schedule_steps));
+}
+
+// The steps and their tokens, the learning-rate schedule and the predicted step.
+static void banner_steps(const Run *r, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
+    const TrainConfig *t = &r->p->graph->train;
+    FILE *out = r->o->out;
+    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
+            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
+            (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
+            (unsigned long long)seed);
+    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
+    fprintf(out, "; %.3g epochs of the training split%s",
+            (double)(steps - from) * (double)tokens_per_step(r) / (double)(r->data.ntrain ? r->data.ntrain : 1),
+            r->o->epochs > 0 ? " (--epochs)" : "");
+    fputc('\n', out);
+    banner_schedule(r, base_lr);
+    if (r->predicted_s > 0)
+        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
+                r->compare        ? ""
+                : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
+                                  : ", a cpu: not compared with this GPU's steps");
+}
+
 void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed) {
     const Plan *p = r->p;
     const Graph *g = p->graph;
@@ -123,18 +232,11 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
         describe_data(d, sizeof d, &r->val_file, "");
         fprintf(out, "  val data %s\n", d);
     }
-    if (r->o->init) fprintf(out, "  init     %s\n", r->o->init);
-    fprintf(out, "  steps    %lld to %lld of %lld tokens (batch %lld x seq %lld x accumulate %lld), lr %.3g, seed %llu",
-            (long long)from + 1, (long long)steps, (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
-            (long long)t->batch * run_ranks(r), (long long)t->seq, (long long)t->accumulate, base_lr,
-            (unsigned long long)seed);
-    if (r->schedule_steps != steps) fprintf(out, ", lr schedule over %lld steps", (long long)r->schedule_steps);
-    fputc('\n', out);
-    if (r->predicted_s > 0)
-        fprintf(out, "  predicted step %.4g s on the plan's target%s\n", r->predicted_s,
-                r->compare        ? ""
-                : r->p->cuda_arch ? ", a GPU: not compared with this cpu backend's steps"
-                                  : ", a cpu: not compared with this GPU's steps");
+    banner_weights(r, from, seed);
+    if (r->o->resume && from >= steps) // (check_steps_left: --export or --logits of the checkpoint)
+        fprintf(out, "  steps    none: the checkpoint is at step %lld, this run ends at %lld\n", (long long)from,
+                (long long)steps);
+    else banner_steps(r, steps, from, base_lr, seed);
     if (run_ranks(r) > 1 && r->p->sharded)
         fprintf(out,
                 "  ranks    %d (MPI), each with a 1/%d shard of the host store (%.3g GB) and %lld of every %lld "
@@ -147,17 +249,46 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 "  ranks    %d (MPI), each with the whole host store and %lld of every %lld rows; gradients "
                 "summed over the ranks (replicated); times are the slowest rank's\n",
                 run_ranks(r), (long long)t->batch, (long long)t->batch * run_ranks(r));
-    fprintf(out, "  log      %s\n", r->o->log_path ? r->o->log_path : "none");
+    if (r->o->sample_every || r->o->sample_prompt) { // their cost: a forward of the batch a new token
+        int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+        if (r->o->sample_every) fprintf(out, "  samples  every %lld steps and the last", (long long)r->o->sample_every);
+        else fprintf(out, "  samples  at the end");
+        fprintf(out,
+                ": up to %lld new tokens, each a forward of the batch (what a validation batch costs): %lld "
+                "batches a round, said when it starts, timed, after the step's checkpoint\n",
+                (long long)(t->seq - n), (long long)(t->seq - n));
+    }
+    fprintf(out, "  log      %s", r->o->log_path ? r->o->log_path : "none");
+    if (r->log && r->run_id > 1)
+        fprintf(out, " (run %d of the log: appended after %s)", r->run_id,
+                r->o->resume ? "the records it holds" : "the earlier runs' records, which stay");
+    fputc('\n', out);
     if (r->save_dir)
         fprintf(out, "  saves    %s every %lld steps, the final step, and on SIGINT/SIGTERM; the newest %d kept%s%s\n",
                 r->save_dir, (long long)r->o->save_every, r->o->keep,
-                r->o->save_default ? " (beside the log; --no-save: none)" : "",
+                r->save_why[0]       ? ""
+                : r->o->save_default ? " (beside the log; --no-save: none)"
+                                     : "",
                 run_ranks(r) > 1 ? "; sharded: each rank its shard, rank 0 the manifest" : "");
     else fprintf(out, "  saves    none: %s\n", r->no_save[0] ? r->no_save : "--no-save");
+    if (r->save_dir && r->save_why[0]) fprintf(out, "           this run's own folder: %s\n", r->save_why);
     fflush(out);
 }
 
-// A JSON string of s (quotes and backslashes escaped; control bytes as \u00XX).
+int log_runs_before(const char *path) {
+    struct stat st;
+    if (!path || stat(path, &st) != 0 || !S_ISREG(st.st_mode)) return 0; // (a pipe or a device is never read)
+    FILE *f = fopen(path, "r");
+    char *line = NULL;
+    size_t cap = 0;
+    int runs = 0;
+    while (f && getline(&line, &cap, f) > 0)
+        runs += !strncmp(line, "{\"config\": ", 11) && strstr(line, "\"from_step\": 0,") != NULL;
+    free(line);
+    if (f) fclose(f);
+    return runs;
+}
+
 // The log's first record of a run (and of each resumed part of it): what it
 // runs. 0, or -1 with a message (the log cannot be written).
 int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, double base_lr, uint64_t seed, char *err,
@@ -166,7 +297,7 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
     const TrainConfig *t = &p->graph->train;
     FILE *f = r->log;
     if (!f) return 0;
-    fprintf(f, "{\"config\": {\"model\": ");
+    fprintf(f, "{\"config\": {\"run\": %d, \"model\": ", r->run_id);
     json_str(f, p->graph->model_name);
     fprintf(f, ", \"model_file\": ");
     json_str(f, p->source_path);
@@ -182,6 +313,11 @@ int log_config(Run *r, const char *plan_path, int64_t steps, int64_t from, doubl
             (long long)t->accumulate, run_ranks(r), (long long)(t->batch * t->seq * t->accumulate * run_ranks(r)),
             (long long)steps, (long long)r->schedule_steps, (long long)from, base_lr, (unsigned long long)seed);
     json_num(f, "%.6g", r->predicted_s); // (inf where mtc priced the plan so: null)
+    static const char *const SCHED[] =
+        {[SCHED_COSINE] = "cosine", [SCHED_LINEAR] = "linear", [SCHED_CONSTANT] = "constant"};
+    fprintf(f, ", \"warmup\": %lld, \"lr_schedule\": \"%s\", \"min_lr\": %.9g, \"weight_decay\": %.9g, \"clip\": %.9g",
+            (long long)r->sched.warmup, SCHED[r->sched.schedule], base_lr * r->sched.min_lr_frac, t->weight_decay,
+            t->clip);
     fprintf(f, ", \"reference\": %s, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"device\": ",
             r->o->reference ? "true" : "false", (long long)p->arena_bytes, (long long)p->scratch_bytes);
     json_str(f, r->o->reference ? "none" : r->be ? r->be->name : "cpu");
@@ -259,6 +395,21 @@ void log_progress_init(Run *r) {
     if (!r->o->reference) r->rp.on_run = note_progress, r->rp.on_run_ctx = r;
 }
 
+// The seconds left: the steps left at the mean time of the steps so far,
+// and the rounds of samples left (--sample-every's, the last step's) at the
+// last round's time, or before any at a forward of the batch a new token,
+// about a third of a step.
+static double eta_s(const Run *r, const StepDone *d) {
+    int64_t every = r->o->sample_every, left = d->steps - d->step;
+    double step_s = (d->elapsed - r->samples_s) / (double)(d->step - d->from);
+    if (!every || !left) return step_s * (double)left;
+    int64_t rounds = d->steps / every - d->step / every + (d->steps % every != 0); // (every Nth step and the last)
+    const TrainConfig *t = &r->p->graph->train;
+    int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+    double round_s = r->sample_round_s > 0 ? r->sample_round_s : (double)(t->seq - n) * step_s / 3;
+    return step_s * (double)left + round_s * (double)rounds;
+}
+
 int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
     double tokens = (double)tokens_per_step(r);
     if (r->log) { // the log first, flushed: a run killed after a printed step has logged it
@@ -272,9 +423,10 @@ int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
         fputs("}\n", r->log);
         if (log_flush(r, err, errcap) != 0) return -1;
     }
+    if (d->step % r->o->log_every && d->step != d->steps && d->step != d->from + 1) return 0; // (--log-every)
     char el[32], eta[32], vs[48] = "";
     human_time(el, sizeof el, d->elapsed);
-    human_time(eta, sizeof eta, d->elapsed / (double)(d->step - d->from) * (double)(d->steps - d->step));
+    human_time(eta, sizeof eta, eta_s(r, d));
     if (r->predicted_s > 0 && r->compare) snprintf(vs, sizeof vs, " (%.3gx predicted)", d->dt / r->predicted_s);
     char aux[80] = ""; // loss is the objective: the cross-entropy and the joined losses, labelled
     if (r->joins) snprintf(aux, sizeof aux, " (ce %.6f + aux %.6f)", d->loss, r->aux);
@@ -300,6 +452,10 @@ void log_summary(const Run *r, int stopped, int64_t from, int64_t s, int64_t sav
     char el[32], vl[48] = "no validation";
     human_time(el, sizeof el, seconds);
     if (isfinite(last_val)) snprintf(vl, sizeof vl, "final val_loss %.4f", last_val);
+    if (s == from && o->resume) { // nothing trained: the checkpoint exported, or its logits written
+        fprintf(o->out, "done: nothing trained; the checkpoint in %s (step %lld) as it was\n", o->resume, (long long)s);
+        return;
+    }
     fprintf(o->out, "%s: %lld steps (%lld to %lld), %.0f tokens in %s; %s; log %s; checkpoints %s%s\n",
             stopped ? "stopped by a signal" : "done", (long long)(s - from), (long long)from + 1, (long long)s,
             (double)tokens_per_step(r) * (double)(s - from), el, vl, o->log_path ? o->log_path : "none",

@@ -249,7 +249,7 @@ int sample_print(FILE *out, const Plan *p, HostStore *hs, Replay *rp, const Data
         len[b] = n;
         rng[b] = seed * 0x100000001b3ull ^ (uint64_t)step * 0x9e3779b97f4a7c15ull ^ (uint64_t)b;
     }
-    for (int64_t pos = n; pos < T; pos++) { // the next token of every row still going
+    for (int64_t pos = n, going = 1; pos < T && going; pos++) { // the next token of every row still going
         float *logits = batch_logits(p, hs, rp, tokens, targets, NULL, err, errcap); // (rows: one text each)
         if (!logits) goto done;
         int64_t V = logits_width(p); // (it may exceed the vocabulary file's; those ids decode to nothing)
@@ -259,6 +259,8 @@ int sample_print(FILE *out, const Plan *p, HostStore *hs, Replay *rp, const Data
             tokens[b * T + pos] = tok;
             if (tok != v->eos) len[b] = pos + 1;
         }
+        going = 0;
+        for (int64_t b = 0; b <= samples; b++) going |= len[b] == pos + 1;
         free(logits);
     }
     for (int64_t b = 0; b <= samples; b++) {

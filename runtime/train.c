@@ -5,10 +5,12 @@
 // before training are in run_checks.c, what the run says in run_log.c, its
 // checkpoints in run_checkpoint.c.
 #include <errno.h>
+#include <libgen.h>
 #include <math.h>
 #include <signal.h>
 #include <stdlib.h>
 #include <string.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "runtime/model_io/weights.h"
@@ -332,11 +334,14 @@ static int open_replay(Run *r, char *err, size_t errcap) {
     return open_doc_starts(r, err, errcap);
 }
 
-// The metrics log (a resumed run continues its log; a new run starts one),
+// The metrics log (a run appends to it: a resumed run continues its
+// records, a new one starts its own, numbered),
 // where checkpoints go and the ranks' collectives. 0, or -1 with a message.
 static int open_log(Run *r, char *err, size_t errcap) {
     if (r->o->save_dir && !r->o->save_default && check_save_dir(r, err, errcap) != 0) return -1; // before the log
-    if (r->o->log_path && !(r->log = fopen(r->o->log_path, r->o->resume ? "a" : "w"))) {
+    r->run_id = log_runs_before(r->o->log_path) + !r->o->resume; // a resumed run continues its number
+    if (r->run_id < 1) r->run_id = 1;
+    if (r->o->log_path && !(r->log = fopen(r->o->log_path, "a"))) { // never truncated: another run's records stay
         snprintf(err, errcap, "%s: cannot write the metrics log: %s", r->o->log_path, strerror(errno));
         return -1;
     }
@@ -353,7 +358,10 @@ static int open_log(Run *r, char *err, size_t errcap) {
 // log. 0, or -1 with a message.
 static int open_run(Run *r, char *err, size_t errcap) {
     if (check_inputs(r->p->graph, err, errcap) != 0 || open_data(r, err, errcap) != 0 ||
-        check_flags(r, err, errcap) != 0 || open_store(r, err, errcap) != 0)
+        check_flags(r, err, errcap) != 0 || (r->o->sample_prompt && read_sample_prompt(r, err, errcap) != 0) ||
+        check_text_data(&r->data, model_vocab(r->p->graph), err, errcap) != 0 ||
+        (r->o->val_data && check_text_data(&r->val_file, model_vocab(r->p->graph), err, errcap) != 0) ||
+        open_store(r, err, errcap) != 0)
         return -1;
     if (!r->o->reference && open_replay(r, err, errcap) != 0) return -1;
     return open_log(r, err, errcap);
@@ -375,6 +383,7 @@ static void close_run(Run *r) {
     free(r->targets);
     free(r->segs);
     free(r->save_dir_agreed);
+    free(r->prompt);
     comm_close(&r->comm);
 }
 
@@ -426,7 +435,7 @@ static int agreed_stop(const Run *r) {
 // the schedule the run had, its end's lr past it, and says so), else
 // --steps.
 static void schedule_of_run(Run *r, int64_t steps, double base_lr, int64_t done) {
-    const TrainConfig *t = &r->p->graph->train;
+    const TrainConfig *t = &r->sched;
     int64_t ckpt = r->o->resume ? r->ckpt_schedule_steps : 0, given = r->o->schedule_steps;
     r->schedule_steps = given > 0 ? given : ckpt > 0 ? ckpt : steps;
     FILE *out = r->o->out;
@@ -456,10 +465,22 @@ static int print_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t err
     if (data_vocab_open(&v, r->val, model_vocab(r->p->graph), err, errcap) != 0) return -1;
     store_flush(&r->hs, r->p); // the weights of step s
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    int rc = store_ok(r, err, errcap) != 0
-                 ? -1
-                 : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v, r->tokens,
-                                t->seq / 2 > 0 ? t->seq / 2 : 1, seed, s, 2, 1.0, err, errcap);
+    int64_t n = r->prompt ? r->prompt_n : t->seq / 2 > 0 ? t->seq / 2 : 1;
+    if (r->prompt) memcpy(r->tokens, r->prompt, (size_t)n * sizeof *r->prompt);
+    double t0 = now_s();
+    fprintf(r->o->out,
+            "sampling step %lld: a greedy and %d temperature-1 continuations of %s (%lld tokens), up to %lld "
+            "tokens each, one forward of the batch a token...\n",
+            (long long)s, t->batch > 2 ? 2 : (int)t->batch - 1,
+            r->prompt ? r->o->sample_prompt : "the first validation row's first half", (long long)n,
+            (long long)(t->seq - n));
+    fflush(r->o->out);
+    int rc = store_ok(r, err, errcap) != 0 ? -1
+                                           : sample_print(r->o->out, r->p, &r->hs, r->o->reference ? NULL : &r->rp, &v,
+                                                          r->tokens, n, seed, s, 2, 1.0, err, errcap);
+    r->sample_round_s = now_s() - t0;
+    r->samples_s += r->sample_round_s;
+    if (rc == 0) fprintf(r->o->out, "sampling step %lld: done in %.1f s\n", (long long)s, r->sample_round_s);
     data_vocab_close(&v);
     return rc;
 }
@@ -479,9 +500,9 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     char *tokdir = data_sidecar(r->data.path, ".tokenizer"), why[256];
     DataVocab v = {0};
-    HfTokens ids = {-1, -1, -1};
+    HfTokens ids = {-1, -1, -1, 0};
     if (r->data.format != DATA_TEXT && data_vocab_open(&v, &r->data, 0, why, sizeof why) == 0)
-        ids = (HfTokens){v.bos, v.eos, v.pad};
+        ids = (HfTokens){v.bos, v.eos, v.pad, 0};
     const char *poison = getenv("MT_TEST_EXPORT_POISON"); // a test hook: this rank's master outside its slices NaN,
     if (poison && *poison == '1' && run_ranks(r) > 1 && !r->p->sharded) // as a sharded store has not
         for (int64_t k = 0, n = 0, lo, hi; k < r->p->graph->layers + 2; k++) {
@@ -490,8 +511,20 @@ static int export_weights(Run *r, char *err, size_t errcap) {
             backend_fill_nan(r->hs.w + at, lo * 4);
             backend_fill_nan(r->hs.w + at + hi, (n - hi) * 4);
         }
+    char source[4096] = ""; // the checkpoint the model came from: --init's folder (or a file's), else hf_to_mt.py's
+    if (o->init) {
+        struct stat st;
+        snprintf(source, sizeof source, "%s", o->init);
+        if (stat(o->init, &st) == 0 && !S_ISDIR(st.st_mode)) snprintf(source, sizeof source, "%s", dirname(source));
+        ids.max_positions = hf_config_max_positions(source);
+    }
+    if (!ids.max_positions) model_source_folder(r->p, source, sizeof source);
+    if (!ids.max_positions && source[0]) ids.max_positions = hf_config_max_positions(source);
     int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, o->dist, err,
                             errcap);
+    if (!rc && ids.max_positions > 0 && weights_export_is_folder(o->export_path))
+        fprintf(o->out, "  max_position_embeddings %lld, as %s/config.json says (the training sequence is %lld)\n",
+                (long long)ids.max_positions, source, (long long)r->p->graph->train.seq);
     if (!rc)
         fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
                 tokdir ? tokdir : "");
@@ -522,6 +555,17 @@ static Loop loop_of_run(const TrainOptions *o, const TrainConfig *t) {
                   .last_val = NAN};
 }
 
+// The learning-rate schedule: the plan's train section with --warmup,
+// --lr-schedule and --min-lr (a rate, kept as the fraction of the peak
+// base_lr that train_lr takes) over it.
+static TrainConfig schedule_of_flags(const TrainOptions *o, const TrainConfig *t, double base_lr) {
+    TrainConfig s = *t;
+    if (o->warmup >= 0) s.warmup = o->warmup;
+    if (o->lr_schedule >= 0) s.schedule = (LrSchedule)o->lr_schedule;
+    if (o->min_lr >= 0) s.min_lr_frac = base_lr > 0 ? o->min_lr / base_lr : 0;
+    return s;
+}
+
 // Installs the stop on SIGINT and SIGTERM, the handlers it replaces into old[2].
 static void catch_stop_signals(struct sigaction old[2]) {
     struct sigaction stop = {.sa_handler = on_stop_signal, .sa_flags = SA_RESTART};
@@ -543,13 +587,19 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
     r->compare = !o->reference && r->be && (p->cuda_arch && p->cuda_arch[0]) == (r->be->record != NULL);
     log_progress_init(r);
     if (store_init(&r->hs, p, l->seed, err, errcap) != 0) return -1;
-    if (o->init && weights_load(o->init, p, &r->hs, err, errcap) != 0) return -1;
+    if (o->init && (check_init(r, err, errcap) != 0 || weights_load(o->init, p, &r->hs, err, errcap) != 0)) return -1;
     l->from = o->resume ? run_resume(r, l->seed, err, errcap) : 0;
     if (l->from < 0) return -1;
+    if (o->resume && o->steps < 0 && o->epochs <= 0 && r->ckpt_schedule_steps > 0) { // to the end of its run
+        l->steps = r->ckpt_schedule_steps;
+        fprintf(o->out, "  to the end of the checkpoint's run, step %lld (--steps N sets another)\n",
+                (long long)l->steps);
+    }
     // the bf16 copy of what was initialised, loaded or resumed
     if (store_sync_copy(&r->hs, p, err, errcap) != 0) return -1;
-    schedule_of_run(r, l->steps, l->base_lr, l->from);
     if (check_steps_left(r, l->from, l->steps, err, errcap) != 0) return -1;
+    if (l->from < l->steps) schedule_of_run(r, l->steps, l->base_lr, l->from);
+    else r->schedule_steps = l->steps; // (nothing to train: --export or --logits of the checkpoint)
     log_banner(r, plan_path, l->steps, l->from, l->base_lr, l->seed);
     if (log_config(r, plan_path, l->steps, l->from, l->base_lr, l->seed, err, errcap) != 0) return -1;
     if (!o->resume && validation(r, 0, &l->last_val, err, errcap) != 0) return -1;
@@ -565,7 +615,7 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
 // (a non-finite loss or norm among them).
 static int timed_step(Run *r, Loop *l, char *err, size_t errcap) {
     int64_t s = ++l->s;
-    double t0 = now_s(), lr = train_lr(&r->p->graph->train, l->base_lr, s, r->schedule_steps), norm, loss;
+    double t0 = now_s(), lr = train_lr(&r->sched, l->base_lr, s, r->schedule_steps), norm, loss;
     r->step = s, r->step_t0 = r->last_note = t0, r->passes_done = 0;
     if (step(r, s, lr, &loss, &norm, err, errcap) != 0) return -1;
     r->step_t0 = 0;
@@ -587,25 +637,32 @@ static int timed_step(Run *r, Loop *l, char *err, size_t errcap) {
     return log_step(r, &d, err, errcap);
 }
 
-// After step l->s: validation, samples, whether to stop, and the save.
+// Samples of step s where this rank takes part: a sample that fails stops
+// no run (said); a sharded plan's every rank runs its forwards, rank 0
+// prints. 0, or -1 with a message (the store failed).
+static int run_samples(Run *r, int64_t s, uint64_t seed, char *err, size_t errcap) {
+    if (!speaks(r) && !r->p->sharded) return 0;
+    char why[512] = "";
+    if (print_samples(r, s, seed, why, sizeof why) != 0)
+        fprintf(r->o->out, "sample %lld: skipped: %s\n", (long long)s, why);
+    return store_ok(r, err, errcap);
+}
+
+// After step l->s: validation, whether to stop, the save, then samples.
 // 0, or -1 with a message.
 static int after_step(Run *r, Loop *l, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     int64_t s = l->s;
     if ((s % l->val_every == 0 || s == l->steps) && validation(r, s, &l->val, err, errcap) != 0) return -1;
     if (isfinite(l->val)) l->last_val = l->val;
-    if (o->sample_every && (s % o->sample_every == 0 || s == l->steps) && (speaks(r) || r->p->sharded)) {
-        // (a sample that fails stops no run; a sharded plan's every rank runs its forwards, rank 0 prints)
-        char why[512] = "";
-        if (print_samples(r, s, l->seed, why, sizeof why) != 0)
-            fprintf(o->out, "sample %lld: skipped: %s\n", (long long)s, why);
-        if (store_ok(r, err, errcap) != 0) return -1;
-    }
     l->stopping = agreed_stop(r); // (on every rank: only rank 0 saves)
+    // the save before the samples: a kill while they run loses no checkpoint
     if (r->save_dir && (s % o->save_every == 0 || s == l->steps || l->stopping)) {
         if (run_save(r, s, l->seed, err, errcap) != 0) return -1;
         l->saved = s;
     }
+    if (o->sample_every && (s % o->sample_every == 0 || s == l->steps) && !l->stopping)
+        return run_samples(r, s, l->seed, err, errcap);
     return 0;
 }
 
@@ -615,8 +672,18 @@ static int after_step(Run *r, Loop *l, char *err, size_t errcap) {
 static int write_logits(Run *r, char *err, size_t errcap) {
     const TrainConfig *t = &r->p->graph->train;
     data_val_batch(r->val, 0, t->batch, t->seq, r->tokens, r->targets, r->segs);
-    return sample_logits_npy(speaks(r) ? r->o->logits : NULL, r->p, &r->hs, r->o->reference ? NULL : &r->rp, r->tokens,
-                             r->targets, r->data.doc_starts || r->val->doc_starts ? r->segs : NULL, err, errcap);
+    int docs = r->data.doc_starts || r->val->doc_starts, full = docs && r->o->logits_full_rows;
+    if (full) memset(r->segs, 0, (size_t)(t->batch * t->seq) * sizeof *r->segs); // one document a row
+    int rc = sample_logits_npy(speaks(r) ? r->o->logits : NULL, r->p, &r->hs, r->o->reference ? NULL : &r->rp,
+                               r->tokens, r->targets, docs ? r->segs : NULL, err, errcap);
+    if (rc == 0 && speaks(r))
+        fprintf(r->o->out, "logits: %s.logits.npy (B, T, V) of %s.tokens.npy: %s\n", r->o->logits, r->o->logits,
+                !docs  ? "attention over each whole row (the data has no document starts)"
+                : full ? "attention over each whole row (--logits-full-rows), as a plain forward of the row, not as "
+                         "training attended"
+                       : "attention within each document of a row (X.docs), as training attends; a plain forward of "
+                         "the whole row differs past a row's first document (--logits-full-rows gives that)");
+    return rc;
 }
 
 // After the steps: the last update applied, --export, --logits, the log
@@ -626,6 +693,8 @@ static int finish_run(Run *r, const Loop *l, char *err, size_t errcap) {
     if (store_ok(r, err, errcap) != 0) return -1;
     if (export_agreed(r) && export_weights(r, err, errcap) != 0) return -1;
     if (r->o->logits && (speaks(r) || r->p->sharded) && write_logits(r, err, errcap) != 0) return -1;
+    if (r->o->sample_prompt && (!r->o->sample_every || l->s == l->from) && run_samples(r, l->s, l->seed, err, errcap))
+        return -1; // (--sample-every sampled the last step)
     if (log_close(r, err, errcap) != 0) return -1;
     log_summary(r, stop_signal != 0, l->from, l->s, l->saved, l->last_val, now_s() - l->t_run);
     return 0;
@@ -634,9 +703,12 @@ static int finish_run(Run *r, const Loop *l, char *err, size_t errcap) {
 int train_run(const Plan *p, const char *plan_path, const TrainOptions *o, char *err, size_t errcap) {
     Run r = {.p = p, .o = o};
     Loop l = loop_of_run(o, &p->graph->train);
+    r.sched = schedule_of_flags(o, &p->graph->train, l.base_lr);
     struct sigaction old[2];
     catch_stop_signals(old);
     int rc = open_run(&r, err, errcap);
+    if (rc == 0 && o->epochs > 0) // the steps that pass over the training split o->epochs times
+        l.steps = (int64_t)ceil(o->epochs * (double)r.data.ntrain / (double)tokens_per_step(&r));
     if (rc == 0 && r.save_dir)
         stop_note = "\nmtrun: finishing this step, then saving and exiting (a second signal exits at once)\n";
     else if (rc == 0)

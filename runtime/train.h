@@ -19,6 +19,11 @@ typedef struct TrainOptions {
     const char *data;        // NULL: the plan's
     const char *val_data;    // a separate validation file; NULL: the last 10% of data
     double lr;               // < 0: the plan's
+    int64_t warmup;          // warmup steps of the lr schedule; < 0: the plan's
+    double epochs;           // > 0: the steps that pass over the training split this many times (not with steps)
+    int64_t log_every;       // print a step's line every N steps (and the first and last); the log gets every step
+    int lr_schedule;         // an LrSchedule; < 0: the plan's
+    double min_lr;           // the lr the schedule decays to; < 0: the plan's (its min_lr fraction of the peak)
     int64_t seed;            // < 0: the plan's
     int64_t val_every;       // < 0: the plan's
     int64_t val_batches;     // batches averaged for a validation loss
@@ -43,10 +48,13 @@ typedef struct TrainOptions {
     const Dist *dist;     // the ranks of a data-parallel run (dist.h): each trains on its part of every batch, the
                           // gradients summed over them; NULL: one process
     const char *logits;   // PREFIX: the first validation batch and its logits at the end, PREFIX.{tokens,logits}.npy
+    int logits_full_rows; // --logits attends over each whole row, not within its documents (X.docs)
     int shuffle;          // the training windows in a seeded random order every epoch (data_shuffle), from seed
     int64_t sample_every; // print continuations of a fixed prompt every N steps (runtime/sample.h); 0: never
-    int test_hold_ins;    // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
-                          // issue each threaded replay holds (Replay.hold_ins); 0: none
+    const char *sample_prompt; // a file of token ids, the samples' prompt (else half the first validation row); with
+                               // it, samples at the end of the run too (its only step with nothing to train)
+    int test_hold_ins;         // a test hook (mtrun's MT_TEST_DROP_WAIT): 1 + the train stream instruction whose
+                               // issue each threaded replay holds (Replay.hold_ins); 0: none
 } TrainOptions;
 
 // Trains, printing a banner, a line a step and a summary to o->out; the

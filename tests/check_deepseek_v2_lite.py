@@ -31,7 +31,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import fail, run  # noqa: E402
+from checks import fail, last_run, run  # noqa: E402
 
 MODEL = "tests/models/deepseek-v2-lite.mt"
 TINY = {"V": "256", "C": "32", "L": "3", "H": "2", "DN": "8", "DR": "4", "DV": "6", "R": "16", "FFN": "48",
@@ -82,7 +82,7 @@ def main():
             p = run(mtrun, plan, "--steps", "3", "--log", log, *extra)
             if p.returncode != 0:
                 fail(f"mtrun {' '.join(extra)} failed", p)
-            steps = [json.loads(l) for l in open(log)]
+            steps = last_run(log)  # (mtrun appends each run to its log)
             got.append([r["loss"] for r in steps if "loss" in r and "step" in r]
                        + [r["grad_norm"] for r in steps if "grad_norm" in r])
         if len(got[0]) != 6 or not all(math.isfinite(x) for x in got[0]):
@@ -118,7 +118,7 @@ def against_transformers(mtc, mtrun, model, tmp):
             os.path.join(tmp, "lg"))
     if p.returncode != 0:
         fail("mtrun --init failed", p)
-    mt_loss = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0]
+    mt_loss = [r["val_loss"] for r in last_run(log) if "val_loss" in r][0]
     t = {k: int(v) for k, v in TINY.items()}
     yarn = {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "original_max_position_embeddings": 4096,
             "mscale": 0.707, "mscale_all_dim": 0.707}

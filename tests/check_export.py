@@ -29,6 +29,10 @@ usage: check_export.py MTC MTRUN MODE     (from the project root)
                 the reference executor's (MT_SAMPLE_REFERENCE=1) and whose
                 --logits equal the reference's to 1e-5, f32 and bf16, and
                 with a tiled tail (--tile 4)
+  checkpoint    a checkpoint exported after the fact (--resume CKPT --steps 0
+                --export): the bytes the run's own export wrote; --init on a
+                checkpoint says what to run; a model hf_to_mt.py wrote keeps
+                its source's max_position_embeddings in the export
 """
 import json
 import os
@@ -233,10 +237,52 @@ def samples(mtc, mtrun, tmp):
         print(f"{dtype} {' '.join(extra)}: --logits through the plan's forward and the reference executor: {err:.2e}")
 
 
+def checkpoint(mtc, mtrun, tmp):
+    j = lambda *a: os.path.join(tmp, *a)
+    pl = plan(mtc, tmp, "llama")
+    common = ["--val-batches", "0", "--log", j("l.jsonl")]
+    p = run(mtrun, pl, "--steps", "3", "--save", j("ck"), "--export", j("end.safetensors"), *common)
+    check(p.returncode == 0, "3 steps, saved and exported", p)
+    # a checkpoint exported after the fact, with nothing to train: the weights the run ended with, to the bit
+    p = run(mtrun, pl, "--resume", j("ck"), "--steps", "0", "--export", j("after.safetensors"), *common)
+    check(p.returncode == 0 and "nothing to train: the checkpoint is at step 3" in p.stdout
+          and "done: nothing trained" in p.stdout and os.listdir(j("ck")) == ["step-000000003.ckpt"]
+          and open(j("after.safetensors"), "rb").read() == open(j("end.safetensors"), "rb").read(),
+          "--resume CKPT --steps 0 --export: the checkpoint's weights, the same bytes as the run's own export", p)
+    # without --steps a resume runs to the end of the checkpoint's run: here nothing left, the export as it was
+    p = run(mtrun, pl, "--resume", j("ck"), "--export", j("after2.safetensors"), *common)
+    check(p.returncode == 0 and "to the end of the checkpoint's run, step 3" in p.stdout
+          and open(j("after2.safetensors"), "rb").read() == open(j("end.safetensors"), "rb").read(),
+          "--resume CKPT --export of a finished run: its weights, nothing trained", p)
+    p = run(mtrun, pl, "--resume", j("ck"), "--steps", "3", *common)
+    check(p.returncode == 1 and "--export PATH (with --steps 0) to write its weights" in p.stderr,
+          "nothing to do, and nothing to export: refused, naming --export", p)
+    # --init on a checkpoint (a file or its folder): what to run instead, not "header size ... runs past the end"
+    for init in (j("ck", "step-000000003.ckpt"), j("ck")):
+        p = run(mtrun, pl, "--init", init, "--steps", "1", *common)
+        check(p.returncode == 1 and "an mt checkpoint" in p.stderr and "--resume" in p.stderr
+              and "header size" not in p.stderr, f"--init {init}: a checkpoint, said", p)
+    # a model tools/hf_to_mt.py wrote keeps its checkpoint's max_position_embeddings, not the training sequence
+    src = j("hf")
+    os.makedirs(src)
+    with open(j("hf", "config.json"), "w") as f:
+        json.dump({"model_type": "llama", "max_position_embeddings": 2048}, f)
+    with open(j("m.mt"), "w") as f:
+        f.write(f"# written by tools/hf_to_mt.py from {src}\n" + open("examples/llama-tiny.mt").read())
+    p = run(mtc, j("m.mt"), "--batch", "2", "--seq", "32", "-o", j("m.bin"))
+    check(p.returncode == 0, "mtc of a model file that names its checkpoint's folder", p)
+    p = run(mtrun, j("m.bin"), "--steps", "1", "--data", "examples/data/tinyshakespeare.txt", "--init",
+            j("end.safetensors"), "--export", j("out"), *common)
+    config = json.load(open(j("out", "config.json"))) if p.returncode == 0 else {}
+    check(config.get("max_position_embeddings") == 2048 and "max_position_embeddings 2048" in p.stdout,
+          f"the export keeps the source's max_position_embeddings: {config.get('max_position_embeddings')}", p)
+
+
 def main():
     mtc, mtrun, mode = sys.argv[1:4]
     with tempfile.TemporaryDirectory() as tmp:
-        {"transformers": transformers_, "shards": shards, "fused": fused, "samples": samples}[mode](mtc, mtrun, tmp)
+        {"transformers": transformers_, "shards": shards, "fused": fused, "samples": samples,
+         "checkpoint": checkpoint}[mode](mtc, mtrun, tmp)
     sys.exit(finish(f"export {mode} checks"))
 
 

@@ -35,7 +35,6 @@ relative.
 
 usage: check_hf.py REF_FORWARD MTC MTRUN   (from the project root)
 """
-import json
 import os
 import subprocess
 import sys
@@ -45,7 +44,7 @@ import numpy as np
 import torch
 from safetensors.torch import save_file
 
-from checks import check, finish
+from checks import check, finish, last_run
 
 sys.path.insert(0, "tools")
 import hf_to_mt  # noqa: E402
@@ -185,7 +184,7 @@ def plan_val(mtc, mtrun, model_path, weights, T, work):
                         "--log", log, "--logits", lg], capture_output=True, text=True, timeout=300)
     if not check(p.returncode == 0, f"mtrun {pl}", p):
         return None
-    return [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l][0], np.load(lg + ".logits.npy")[0]
+    return [r["val_loss"] for r in last_run(log) if "val_loss" in r][0], np.load(lg + ".logits.npy")[0]
 
 
 def main():

@@ -151,6 +151,33 @@ def tool(config, out):
     return True, ""
 
 
+def check_finetune(mtc, tmp, config):
+    """--finetune: a fine-tuning schedule, said on stderr, that mtc reads; the model file's first line names the
+    folder (mtrun warns when it trains from random weights); without transformers, the pip command."""
+    d = os.path.join(tmp, "ft")
+    os.makedirs(d)
+    with open(os.path.join(d, "config.json"), "w") as f:
+        json.dump(config, f)
+    out = os.path.join(d, "ft.mt")
+    p = subprocess.run([sys.executable, "tools/hf_to_mt.py", d, "--finetune", "-o", out], capture_output=True,
+                       text=True, timeout=120)
+    text = open(out).read() if p.returncode == 0 else ""
+    check(p.returncode == 0 and text.startswith(f"# written by tools/hf_to_mt.py from {os.path.abspath(d)}\n")
+          and "lr = 2e-05" in text and "warmup = 10," in text and "weight_decay = 0.0" in text
+          and "steps = 1000" in text and "hf_to_mt.py: a fine-tuning schedule: peak lr 2e-05 after 10 warmup steps"
+          in p.stderr, f"--finetune writes a fine-tuning schedule and says so: {p.stderr!r}", p)
+    s = subprocess.run([mtc, out, "--summary", "--json"], capture_output=True, text=True, timeout=300)
+    check(s.returncode == 0, f"mtc reads the --finetune model: {s.stderr[-300:]}")
+    shadow = os.path.join(tmp, "no-transformers")  # a transformers that is not there
+    os.makedirs(shadow)
+    with open(os.path.join(shadow, "transformers.py"), "w") as f:
+        f.write("raise ImportError(\"No module named 'transformers'\")\n")
+    p = subprocess.run([sys.executable, "tools/hf_to_mt.py", d], capture_output=True, text=True, timeout=120,
+                       env=dict(os.environ, PYTHONPATH=shadow))
+    check(p.returncode == 1 and "Traceback" not in p.stderr and "python3 -m pip install transformers" in p.stderr,
+          f"without transformers: exit 1 with the pip command, no traceback: {p.stderr!r}", p)
+
+
 def main():
     mtc = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -200,6 +227,7 @@ def main():
                            timeout=120)
         check(p.returncode == 1 and 'model_type "mamba"' in p.stderr and not os.path.exists(out),
               f"the command line on an unknown model_type: exit {p.returncode}, {p.stderr.strip()!r}", p)
+        check_finetune(mtc, tmp, CASES["llama3.2-1b.mt"][0])
     return finish()
 
 

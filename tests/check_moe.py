@@ -79,7 +79,7 @@ import tempfile
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from checks import check, finish, run  # noqa: E402
+from checks import check, finish, last_run, run  # noqa: E402
 from check_weights import (DATA, attention, cross_entropy, first_val_loss, read_safetensors, rms_norm as rms,  # noqa: E402
                            rope_halves, val_tokens, write_safetensors)
 
@@ -206,7 +206,7 @@ def first_step(mtc, mtrun, model, W, tmp, batch, seq, target):
             "--no-save", "--val-every", "1000", "--val-batches", "1")
     if not check(p.returncode == 0, f"mtrun {model}", p):
         return None, ""
-    steps = [json.loads(line) for line in open(log) if '"loss"' in line]
+    steps = [r for r in last_run(log) if "loss" in r]  # (mtrun appends each run to the log)
     return steps[0], next((line for line in p.stdout.splitlines() if line.startswith("step      1/")), "")
 
 
@@ -309,7 +309,7 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
     for n, w in W.items():
         u = w.astype(np.float64) - got[n].astype(np.float64)  # lr g / (|g| + eps)
         grads[n] = u * eps / (lr - np.abs(u))
-    return [json.loads(line) for line in open(log) if '"loss"' in line][0], grads
+    return [r for r in last_run(log) if "loss" in r][0], grads  # (mtrun appends each run to the log)
 
 
 def masked_data(raw, tmp):

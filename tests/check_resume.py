@@ -90,7 +90,8 @@ def main():
         lrs = lambda path: [json.loads(line)["lr"] for line in open(path) if '"loss"' in line]
         p = run(mtrun, plan, "--steps", "25", "--save", j("s25"), "--log", j("s25.jsonl"), *common)
         check(p.returncode == 0, "25 steps", p)
-        p = run(mtrun, plan, "--steps", "30", "--resume", j("s25"), "--log", j("s25.jsonl"), *common)
+        p = run(mtrun, plan, "--steps", "30", "--resume", j("s25"), "--save", j("s25r"), "--log", j("s25.jsonl"),
+                *common)  # (saved elsewhere: s25 stays at step 25 for the resumes below)
         lr = lrs(j("s25.jsonl")) if p.returncode == 0 else []
         check(p.returncode == 0 and "lr schedule: over the checkpoint's run's 25 steps, kept, its final lr past them"
               in p.stdout and len(lr) == 30 and lr[24:] == [lr[24]] * 6 and abs(lr[24] - 0.1 * lr[19]) < 1e-9 * lr[19],

@@ -19,7 +19,6 @@
 
 usage: check_run.py MTC MTRUN    (from the project root)
 """
-import json
 import os
 import re
 import signal
@@ -28,11 +27,11 @@ import subprocess
 import sys
 import tempfile
 
-from checks import check, finish, run
+from checks import check, finish, last_run, run
 
 
 def records(path):
-    return [json.loads(line) for line in open(path)]
+    return last_run(path)  # (mtrun appends each run to its log)
 
 
 def losses(path):
@@ -206,7 +205,8 @@ def main():
         p = run(mtc, "m/tiny.mt", "--remat", "layer", "--target", "a100-80g", "--tile", "2", "-o", other,
                 cwd=j("proj"))
         check(p.returncode == 0, "mtc: the same model with --remat layer --target a100-80g --tile 2", p)
-        p = run(mtrun, other, "--resume", j("fin5"), *base[:2], "--log", j("other.jsonl"), *common)
+        p = run(mtrun, other, "--resume", j("fin5"), *base[:2], "--log", j("other.jsonl"), "--save", j("other7"),
+                *common)  # (a resume saves into its folder unless told: fin5 stays at step 5 for the next)
         if check(p.returncode == 0 and "another plan of this model" in p.stdout and "schedule" in p.stdout,
                  "another plan resumes it and says what changed", p):
             a, b = losses(j("same.jsonl")), losses(j("other.jsonl"))

@@ -13,7 +13,9 @@ usage: check_sft.py MTC MTRUN MODE     (from the project root)
            losses of the row holding B alone (logits through --logits, to
            1e-5: rope turns the shifted positions into rounding), at the
            start and after 3 steps trained on B (the backward keeps A out
-           of B's gradients too); without X.docs they differ
+           of B's gradients too); without X.docs they differ; --logits says
+           it attends within documents, and --logits-full-rows gives the
+           logits of the row without X.docs (a plain forward, to 1e-5)
 """
 import os
 import shutil
@@ -95,12 +97,23 @@ def packed(mtc, mtrun, tmp):
         err = float(np.abs(a - b).max() / np.abs(b).max())
         check(err <= 1e-5, f"{steps} steps: B's per-token losses packed after A and alone: {err:.2e} relative")
         print(f"{steps} steps: B's 16 per-token losses packed and alone agree to {err:.2e} (e.g. {a[:3]} vs {b[:3]})")
+    # the logits say they attend within documents; --logits-full-rows gives a plain forward over the whole row
+    p = run(mtrun, pl, "--data", j("pack.bin"), "--val-data", j("pack.bin"), "--steps", "0", "--val-batches", "1",
+            "--logits", j("full"), "--logits-full-rows", "--log", j("l.jsonl"))
+    full = token_losses(j("full"))[1] if p.returncode == 0 else np.zeros(32)
+    check(p.returncode == 0 and "attention over each whole row (--logits-full-rows)" in p.stdout,
+          "--logits-full-rows says what it computed", p)
+    check("attention within each document of a row (X.docs)" in run(
+        mtrun, pl, "--data", j("pack.bin"), "--val-data", j("pack.bin"), "--steps", "0", "--val-batches", "1",
+        "--logits", j("docs"), "--log", j("l.jsonl")).stdout, "--logits says it attends within each document")
     shutil.move(j("pack.docs"), j("pack.docs.off"))
     p = run(mtrun, pl, "--data", j("pack.bin"), "--val-data", j("pack.bin"), "--steps", "0", "--val-batches", "1",
             "--logits", j("nodocs"), "--log", j("l.jsonl"))
     c = token_losses(j("nodocs"))[1][10:26] if p.returncode == 0 else np.zeros(16)
     check(p.returncode == 0 and np.abs(c - got["alone", "0"][0:16]).max() > 1e-3,
           "without pack.docs, B attends to A: its losses differ", p)
+    err = float(np.abs(full[10:26] - c).max() / np.abs(c).max())
+    check(err <= 1e-5, f"--logits-full-rows with pack.docs equals the row without it: {err:.2e} relative")
 
 
 def main():

@@ -7,14 +7,19 @@ read back with TensorBoard's own reader (EventAccumulator):
   value as float32;
 - a step record's list of numbers (as a per-expert load would be) becomes
   one series per index; a torn last line is skipped with a warning;
+- --follow --pid: the events of a run written while it runs (read back
+  before it ends), and all its steps once it has;
 - a missing log and a log without records are errors (exit 1).
 
 usage: check_tensorboard.py MTC MTRUN    (from the project root)
 """
 import json
 import os
+import signal
+import subprocess
 import sys
 import tempfile
+import time
 
 import numpy as np
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
@@ -27,10 +32,34 @@ TOOL = "tools/metrics_tensorboard.py"
 
 def series(folder):
     """{tag: [(step, value)]} of a run folder's scalar events."""
-    ea = EventAccumulator(folder)
+    ea = EventAccumulator(folder, size_guidance={"tensors": 0})  # (0: every event, not a sample of 10)
     ea.Reload()
     return {t: [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in ea.Tensors(t)]
             for t in ea.Tags()["tensors"]}
+
+
+def check_follow(mtrun, j):
+    """--follow --pid: events written while mtrun runs (read back before it ends), all of them once it has."""
+    log = j("live.metrics.jsonl")
+    q = subprocess.Popen([mtrun, j("p.bin"), "--steps", "100000", "--val-every", "100000", "--val-batches", "0",
+                          "--no-save", "--log", log], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    while not os.path.exists(log) and q.poll() is None:
+        time.sleep(0.1)
+    tool = subprocess.Popen([sys.executable, TOOL, log, "-o", j("tb"), "--follow", "--pid", str(q.pid)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    live, t0 = [], time.time()
+    while len(live) < 3 and time.time() - t0 < 120 and q.poll() is None:
+        time.sleep(1)
+        live = series(j("tb", "live")).get("train/loss", []) if os.path.isdir(j("tb", "live")) else []
+    running = q.poll() is None
+    q.send_signal(signal.SIGINT)
+    q.wait(timeout=120)
+    out, err = tool.communicate(timeout=120)
+    steps = [json.loads(line)["step"] for line in open(log) if '"loss"' in line]
+    got = [s for s, _ in series(j("tb", "live")).get("train/loss", [])]
+    check(running and len(live) >= 3 and tool.returncode == 0 and got == steps and len(steps) > len(live),
+          f"--follow: {len(live)} losses read while mtrun ran ({running}), then all {len(got)} of {len(steps)}: "
+          f"{out!r} {err[-300:]!r}")
 
 
 def main():
@@ -63,6 +92,8 @@ def main():
         check(p.returncode == 0 and "moe.jsonl:4: warning: not a JSON record, skipped" in p.stderr
               and got.get("train/expert_load/1") == [(1, 0.75), (2, 0.5)] and got.get("train/loss") == [(1, 2.5), (2, 2.0)],
               f"a list per step, one series per index; a torn line skipped: {got}", p)
+
+        check_follow(mtrun, j)
 
         p = run(sys.executable, TOOL, j("missing.jsonl"), "-o", j("tb"))
         check(p.returncode == 1 and "missing.jsonl" in p.stderr, "a missing log is an error", p)

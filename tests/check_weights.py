@@ -36,7 +36,7 @@ import tempfile
 
 import numpy as np
 
-from checks import check, finish, run
+from checks import check, finish, last_run, run
 
 
 DATA = "examples/data/tinyshakespeare.txt"
@@ -247,7 +247,7 @@ def first_val_loss(mtrun, planfile, tmp, *extra):
     p = run(mtrun, planfile, "--steps", "0", "--val-batches", "1", "--data", DATA, "--log", log, *extra)
     if not check(p.returncode == 0, f"mtrun {' '.join(extra)}", p):
         return None, p
-    vals = [json.loads(l)["val_loss"] for l in open(log) if "val_loss" in l]
+    vals = [r["val_loss"] for r in last_run(log) if "val_loss" in r]  # (mtrun appends each run to the log)
     return vals[0], p
 
 

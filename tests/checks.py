@@ -35,9 +35,17 @@ def check(cond, what, p=None):
     return cond
 
 
+def last_run(path):
+    """The records of a metrics log's last run (mtrun appends each run to its log: a new one starts with a config
+    record from step 0, a resumed part goes on with its run)."""
+    recs = [json.loads(line) for line in open(path)]
+    starts = [i for i, r in enumerate(recs) if "config" in r and r["config"].get("from_step") == 0]
+    return recs[starts[-1]:] if starts else recs
+
+
 def losses(path):
-    """The training losses of a metrics log (JSON lines), in order."""
-    return [json.loads(line)["loss"] for line in open(path) if '"loss"' in line]
+    """The training losses of a metrics log's last run (JSON lines), in order."""
+    return [r["loss"] for r in last_run(path) if "loss" in r]
 
 
 def finish(summary="checks"):

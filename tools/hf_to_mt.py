@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an mt model file from a Hugging Face config.json.
 
-usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME]
+usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME] [--finetune]
 
 CONFIG is a checkpoint folder or its config.json. transformers' own config
 class reads it (so its defaults and its rope_scaling / rope_parameters
@@ -18,6 +18,11 @@ llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
 sequential residual on GPT-NeoX, ...). Exit status 0, or 1 with the reason.
+
+The model file starts with a comment naming the folder it came from (mtrun
+warns when such a model trains from random weights, without --init).
+--finetune writes a fine-tuning schedule in place of the pretraining one
+and says what it wrote.
 """
 import argparse
 import json
@@ -951,6 +956,36 @@ WRITERS = {
 }
 
 
+def import_transformers():
+    """transformers, or Refused naming the command that installs it."""
+    try:
+        import transformers
+    except ImportError:
+        raise Refused("transformers is not installed; hf_to_mt.py reads config.json with its config classes: "
+                      "python3 -m pip install transformers (the README's second command installs the versions the "
+                      "tests use)") from None
+    return transformers
+
+
+FINETUNE = {"lr": 2e-5, "weight_decay": 0.0, "warmup": 10, "min_lr": 0.1, "steps": 1000}
+
+
+def finetune_train(text):
+    """The model file's train section made a fine-tuning schedule (FINETUNE: a
+    fine-tuning learning rate, a short warmup, no weight decay), and a line
+    that says what it wrote."""
+    f = FINETUNE
+    for old, new in [("lr = 3e-4", f"lr = {f['lr']}"), ("weight_decay = 0.1", f"weight_decay = {f['weight_decay']}"),
+                     ("warmup = 2000", f"warmup = {f['warmup']}"), ("steps = 10000", f"steps = {f['steps']}")]:
+        if old not in text:
+            raise Refused(f"--finetune: the train section has no '{old}' to replace")
+        text = text.replace(old, new)
+    said = (f"a fine-tuning schedule: peak lr {f['lr']:g} after {f['warmup']} warmup steps, cosine to "
+            f"{f['min_lr']:g} of it over {f['steps']} steps, weight decay {f['weight_decay']:g} (mtrun's --lr, "
+            "--warmup, --lr-schedule, --min-lr and --steps override it)")
+    return text, said
+
+
 def convert(raw, name=None):
     """The model file for a config.json's contents (a dict); raises Refused."""
     mt = raw.get("model_type")
@@ -961,7 +996,7 @@ def convert(raw, name=None):
     if mt not in WRITERS:
         raise Refused(f"model_type {json.dumps(mt)} is not one hf_to_mt.py maps (it maps {', '.join(sorted(WRITERS))})")
     import logging
-    import transformers
+    transformers = import_transformers()
     transformers.logging.set_verbosity_error()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     fields = {k: v for k, v in raw.items() if k != "model_type"}
@@ -975,6 +1010,9 @@ def main():
     ap.add_argument("config", help="a checkpoint folder or its config.json")
     ap.add_argument("-o", "--output", help="the model file to write (default: standard output)")
     ap.add_argument("--name", help="the model's name (default: from the folder's name)")
+    ap.add_argument("--finetune", action="store_true",
+                    help="write a fine-tuning schedule (lr 2e-5, warmup 10, no weight decay, 1000 steps) in "
+                         "place of the pretraining one (lr 3e-4, warmup 2000, 10000 steps)")
     a = ap.parse_args()
     path = os.path.join(a.config, "config.json") if os.path.isdir(a.config) else a.config
     try:
@@ -992,6 +1030,14 @@ def main():
     except Refused as e:
         print(f"hf_to_mt.py: {path}: {e}", file=sys.stderr)
         return 1
+    text = f"# written by tools/hf_to_mt.py from {os.path.dirname(os.path.abspath(path))}\n" + text
+    if a.finetune:
+        try:
+            text, said = finetune_train(text)
+        except Refused as e:
+            print(f"hf_to_mt.py: {path}: {e}", file=sys.stderr)
+            return 1
+        print(f"hf_to_mt.py: {said}", file=sys.stderr)
     if a.output:
         tmp = a.output + ".tmp"
         with open(tmp, "w", encoding="utf-8") as f:

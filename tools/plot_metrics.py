@@ -13,7 +13,9 @@ import sys
 
 
 def records(path):
-    """The log's records, in order; a line that is no JSON record (a torn last
+    """The records of the log's last run, in order: mtrun appends each run to
+    its log, a new one starting with a config record from step 0 (a resumed
+    part goes on with its run). A line that is no JSON record (a torn last
     line of a killed run) is skipped with a warning. metrics_tensorboard.py reads
     logs through it too."""
     out = []
@@ -26,7 +28,8 @@ def records(path):
                 continue
             if isinstance(r, dict):
                 out.append(r)
-    return out
+    starts = [i for i, r in enumerate(out) if isinstance(r.get("config"), dict) and r["config"].get("from_step") == 0]
+    return out[starts[-1]:] if starts else out
 
 
 def read(path):

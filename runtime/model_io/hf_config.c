@@ -317,6 +317,28 @@ static void add_token_ids(cJSON *c, cJSON *gen, const Graph *g, const HfTokens *
     }
 }
 
+int64_t hf_config_max_positions(const char *folder) {
+    char path[4200];
+    snprintf(path, sizeof path, "%s/config.json", folder);
+    FILE *f = fopen(path, "rb");
+    char *text = NULL;
+    size_t len = 0;
+    if (f) {
+        FILE *m = open_memstream(&text, &len);
+        char buf[4096];
+        for (size_t n; m && (n = fread(buf, 1, sizeof buf, f)) > 0;) fwrite(buf, 1, n, m);
+        if (m) fclose(m);
+        fclose(f);
+    }
+    cJSON *c = text ? cJSON_Parse(text) : NULL, *text_config = cJSON_GetObjectItem(c, "text_config");
+    const cJSON *v = cJSON_GetObjectItem(c, "max_position_embeddings");
+    if (!cJSON_IsNumber(v)) v = cJSON_GetObjectItem(text_config, "max_position_embeddings"); // (gemma3's)
+    int64_t n = cJSON_IsNumber(v) && v->valuedouble >= 1 && v->valuedouble < 1e15 ? (int64_t)v->valuedouble : 0;
+    cJSON_Delete(c);
+    free(text);
+    return n;
+}
+
 int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, char **generation, char *err,
                    size_t errcap) {
     const Graph *g = p->graph;
@@ -347,7 +369,8 @@ int hf_config_json(const Plan *p, int bf16, const HfTokens *tok, char **config, 
     cJSON_AddNumberToObject(c, "num_attention_heads", att->heads);
     cJSON_AddNumberToObject(c, "num_key_value_heads", att->kv_heads);
     cJSON_AddNumberToObject(c, "head_dim", (double)head_dim);
-    cJSON_AddNumberToObject(c, "max_position_embeddings", (double)g->train.seq);
+    cJSON_AddNumberToObject(c, "max_position_embeddings",
+                            (double)(tok && tok->max_positions > 0 ? tok->max_positions : g->train.seq));
     add_float(c, "rms_norm_eps", norm->eps);
     add_float(c, "rope_theta", rope->theta); // transformers 4's key; 5 reads rope_parameters
     cJSON *rp = cJSON_AddObjectToObject(c, "rope_parameters");

@@ -18,8 +18,14 @@
 #include "common/plan.h"
 
 typedef struct HfTokens {
-    int bos, eos, pad; // token ids for the configs; -1: not known
+    int bos, eos, pad;     // token ids for the configs; -1: not known
+    int64_t max_positions; // the source checkpoint's max_position_embeddings, which the export keeps; 0: not known
+                           // (the plan's sequence is written)
 } HfTokens;
+
+// The max_position_embeddings of the config.json in folder (or of its
+// text_config); 0 where there is none to read.
+int64_t hf_config_max_positions(const char *folder);
 
 // The two files' text (malloc'd, NUL-terminated) for the plan's model,
 // exported in bf16 or fp32. Returns 0, or -1 with a message in err and both

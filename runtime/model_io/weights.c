@@ -343,15 +343,14 @@ int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size
     return is_llmc(path) ? load_llmc(path, p, hs, err, errcap) : load_safetensors(path, p, hs, err, errcap);
 }
 
-// Whether --export names a folder: anything but a FILE.safetensors.
-static int export_is_folder(const char *path) {
+int weights_export_is_folder(const char *path) {
     size_t n = strlen(path), k = strlen(".safetensors");
     return n < k || strcmp(path + n - k, ".safetensors") != 0;
 }
 
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap) {
     char *config, *generation;
-    if (!export_is_folder(path)) return 0;
+    if (!weights_export_is_folder(path)) return 0;
     if (hf_config_json(p, 0, NULL, &config, &generation, err, errcap) != 0) return -1;
     free(config);
     free(generation);
@@ -470,7 +469,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                    const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
     const Graph *g = p->graph;
     int writer = !dist || !dist->mpi || dist->rank == 0; // the others only send their slices
-    if (writer && export_is_folder(path))
+    if (writer && weights_export_is_folder(path))
         return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, err, errcap);
     if (hs->tier_master) {
         snprintf(err, errcap,

@@ -36,6 +36,9 @@ int weights_load(const char *path, const Plan *p, HostStore *hs, char *err, size
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
                    const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap);
 
+// Whether --export PATH names a folder: anything but a FILE.safetensors.
+int weights_export_is_folder(const char *path);
+
 // What weights_export would refuse before any training: a folder for a
 // model whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap);
