@@ -28,7 +28,8 @@ static Node *emit2(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x, Node
     return emit(ad, op, shape, loc, 2, in);
 }
 
-// A partial sum of a tiled part's parameter gradient stays fp32 under bf16
+// A partial sum of a tiled part's parameter gradient (or the gradient of a
+// value computed from parameters alone) stays fp32 under bf16
 // (common/storage.h), so that the chunks' parts are summed in fp32 and the
 // last add rounds once, as the untiled GEMM or column sum does. A norm's
 // gain and bias gradients are views of its packed backward, which goes wide
@@ -41,13 +42,24 @@ static void keep_wide(Node *n) {
     if (n->op != OP_PARAM && n->op != OP_CONST && n->op != OP_INPUT) n->wide = 1;
 }
 
+// Whether x is computed from parameters and constants alone, as Gemma's
+// `1 + w` norm gain: one value that every chunk of a tiled part shares, so
+// that its gradient, like a parameter's, is a sum of the chunks' parts.
+static int from_params(const Node *x) {
+    if (x->op == OP_PARAM || x->op == OP_CONST) return 1;
+    if (x->nin == 0) return 0;
+    for (int i = 0; i < x->nin; i++)
+        if (!from_params(x->in[i])) return 0;
+    return 1;
+}
+
 // Adds g to the gradient of x. Integer values and constants take none.
 static int accumulate(AD *ad, Node *x, Node *g) {
     if (!g) return -1;
     if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
     Node **slot = &ad->adj[x->id];
     if (*slot) {
-        if (ad->part->nchunks > 1 && x->op == OP_PARAM) keep_wide(*slot), keep_wide(g);
+        if (ad->part->nchunks > 1 && from_params(x)) keep_wide(*slot), keep_wide(g);
         *slot = emit2(ad, OP_ADD, &x->shape, x->loc, *slot, g);
         return *slot ? 0 : -1;
     }
