@@ -817,12 +817,33 @@ static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
     return 0;
 }
 
+// A rope's output reshaped to [..., heads, width] and joined along the last
+// axis is read as heads of that width (DeepSeek's shared rope key: [B, T, 1,
+// DR], rotated as one head of DR). A rope that rotated heads of another width
+// (heads = H on that shared key) is an error naming the heads it needs.
+static int check_roped_heads(Sema *S, const Args *a, Node **in, int axis) {
+    for (int i = 0; i < a->npos; i++) {
+        const Node *r = in[i];
+        if (r->shape.rank < 4 || axis != r->shape.rank - 1) continue;
+        while (r->op == OP_RESHAPE) r = r->in[0];
+        int64_t w = last_dim(in[i]);
+        if (r->op != OP_ROPE || last_dim(r) / r->heads == w) continue;
+        diag_error(S->d, r->loc,
+                   "rope splits its input into %d heads of %lld, but concat (line %d) joins it as heads of %lld; "
+                   "write heads = %lld",
+                   r->heads, (long long)(last_dim(r) / r->heads), a->call->loc.line, (long long)w,
+                   (long long)(last_dim(r) / w));
+        return -1;
+    }
+    return 0;
+}
+
 static Node *lower_concat(Sema *S, const Args *a) {
-    Node *in[16];
+    Node *in[16] = {0};
     int axis = 0;
     for (int i = 0; i < a->npos; i++)
         if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
-    if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
+    if (axis_of(S, a, in[0]->shape.rank, &axis) != 0 || check_roped_heads(S, a, in, axis) != 0) return NULL;
     // the other axes: equal, or 1 in some operands, which broadcast to the others' size
     Shape s = in[0]->shape;
     for (int i = 1; i < a->npos; i++) {
@@ -908,6 +929,44 @@ static Node *lower_router(Sema *S, const Args *a) {
     return masked ? softmax_last(S, masked, loc) : NULL;
 }
 
+// moe reads its expert weights [E, out, in]. Square ones (F = C) fit stored
+// or transposed, so the layout is read from what shows it: a piece of a
+// fused gate_up weight split along its last axis is [E, in, out] (Llama 4's
+// and gpt-oss's gate_up_proj) and needs transpose, along axis 1 [E, out,
+// in]; else the call's other expert weights, which one checkpoint stores
+// the same way (most of the three, or the split pieces). A square weight
+// read the other way is an error naming the fix.
+static int check_expert_layouts(Sema *S, const Args *a, Node **w) {
+    static const char *what[3] = {"w_gate", "w_up", "w_down"};
+    if (w[0]->shape.dims[1] != w[0]->shape.dims[2]) return 0; // the shapes say it
+    int split[3], t[3], ref = -1, transposed = 0;             // split: -1, or whether the piece needs transpose
+    for (int i = 0; i < 3; i++) {
+        const Node *stored = (t[i] = w[i]->op == OP_TRANSPOSE) ? w[i]->in[0] : w[i];
+        transposed += t[i];
+        split[i] = i < 2 && stored->op == OP_SLICE && stored->shape.rank == 3 && stored->axis >= 1 ? stored->axis == 2
+                                                                                                   : -1;
+        if (split[i] >= 0 && ref < 0) ref = split[i];
+    }
+    if (ref < 0) ref = transposed >= 2;
+    for (int i = 0; i < 3; i++) {
+        int want = split[i] >= 0 ? split[i] : ref;
+        if (want == t[i]) continue;
+        const char *why = split[i] >= 0 ? (want ? "a piece of a weight split along its last axis, [E, in, out] as a "
+                                                  "fused gate_up_proj stores it"
+                                                : "a piece of a weight split along axis 1, [E, out, in]")
+                                        : (want ? "stored as the call's other expert weights, [E, in, out]"
+                                                : "stored as the call's other expert weights, [E, out, in]");
+        const Node *stored = t[i] ? w[i]->in[0] : w[i];
+        const char *name = stored->op == OP_PARAM ? ((const Param *)S->g->params.items[stored->param])->name : what[i];
+        diag_error(S->d, a->pos[2 + i]->loc,
+                   "moe's %s is square, so it fits stored or transposed; moe reads [E, out, in] and this one is %s: "
+                   "write %s%s%s",
+                   what[i], why, want ? "transpose(" : "", name, want ? ")" : ", without transpose");
+        return -1;
+    }
+    return 0;
+}
+
 // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F].
 static Node *lower_moe(Sema *S, const Args *a) {
     Node *in[5];
@@ -926,6 +985,7 @@ static Node *lower_moe(Sema *S, const Args *a) {
             static const char *what[3] = {"moe's w_gate", "moe's w_up", "moe's w_down"};
             return (void)mismatch(S, a->pos[2 + i]->loc, what[i], &want[i], &in[2 + i]->shape), NULL;
         }
+    if (check_expert_layouts(S, a, in + 2) != 0) return NULL;
     return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
 }
 
