@@ -37,8 +37,8 @@ static const OpSpec OP_SPECS[] = {
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
      OP_ROPE, 0},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap",
-     "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window scale softcap",
+     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
@@ -613,6 +613,39 @@ static Node *lower_rope(Sema *S, const Args *a) {
     return n;
 }
 
+// Attention with a learned sink logit s_h per head (gpt-oss): softmax over
+// the keys and the sink, which adds exp(s_h) to the denominator and nothing
+// to the output. From the flash kernel's y and lse (L, the log of the
+// denominator without the sink), exactly: L' = log(exp(L) + exp(s)), the
+// output y w with w = exp(L - L'). Written with graph ops ([B, T, H] by
+// position, the lse transposed), kept fp32 under bf16 (Node.wide); autodiff
+// takes the result as one (Node.sink, autodiff.c's sink_rule).
+static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int64_t heads) {
+    int64_t B = y->shape.dims[0], T = y->shape.dims[1], dv = y->shape.dims[2] / heads;
+    Shape bth = {3, {B, T, heads}}, y4 = {4, {B, T, heads, dv}}, s4 = {4, {B, T, heads, 1}};
+    Node *n[12];
+    n[0] = new_node(S, OP_TRANSPOSE, DT_F32, &bth, loc, 1, &lse); // L [B, T, H]
+    n[1] = n[0] ? new_node(S, OP_LT, DT_F32, &bth, loc, 2, (Node *[]){n[0], s}) : NULL;
+    n[2] = n[1] ? new_node(S, OP_WHERE, DT_F32, &bth, loc, 3, (Node *[]){n[1], s, n[0]}) : NULL; // max(L, s)
+    n[3] = n[2] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[2]}) : NULL;
+    n[4] = n[3] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[3]) : NULL;
+    n[5] = n[4] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){s, n[2]}) : NULL;
+    n[6] = n[5] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[5]) : NULL;
+    n[7] = n[6] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[4], n[6]}) : NULL;
+    n[8] = n[7] ? new_node(S, OP_LOG, DT_F32, &bth, loc, 1, &n[7]) : NULL;
+    n[9] = n[8] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[2], n[8]}) : NULL; // L'
+    n[10] = n[9] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[9]}) : NULL;
+    n[11] = n[10] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[10]) : NULL; // exp(L - L')
+    if (!n[11]) return NULL;
+    for (int i = 0; i < 12; i++) n[i]->wide = 1;
+    Node *yr = new_node(S, OP_RESHAPE, DT_F32, &y4, loc, 1, &y);
+    Node *w = new_node(S, OP_RESHAPE, DT_F32, &s4, loc, 1, &n[11]);
+    Node *p = yr && w ? new_node(S, OP_MUL, DT_F32, &y4, loc, 2, (Node *[]){yr, w}) : NULL;
+    Node *out = p ? new_node(S, OP_RESHAPE, DT_F32, &y->shape, loc, 1, &p) : NULL;
+    if (out) out->sink[0] = y, out->sink[1] = n[11], out->sink[2] = s;
+    return out;
+}
+
 static Node *lower_attention(Sema *S, const Args *a) {
     Node *in[3];
     for (int i = 0; i < 3; i++)
@@ -635,6 +668,15 @@ static Node *lower_attention(Sema *S, const Args *a) {
     }
     if (we && !causal) {
         diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+        return NULL;
+    }
+    Node *sinks = NULL; // [heads]: gpt-oss's sink logits
+    Shape sinks_shape = {1, {heads}};
+    if (a->npos == 4 && (arg_tensor(S, a, 3, &sinks) != 0 || need_f32(S, a->pos[3], sinks, "attention"))) return NULL;
+    if (sinks && !shape_eq(&sinks->shape, &sinks_shape))
+        return (void)mismatch(S, a->pos[3]->loc, "attention's sinks (one a head)", &sinks_shape, &sinks->shape), NULL;
+    if (sinks && softcap > 0) {
+        diag_error(S->d, a->pos[3]->loc, "attention sinks with softcap are not supported; drop one");
         return NULL;
     }
     if (kv_heads < 1 || heads % kv_heads != 0) {
@@ -680,7 +722,7 @@ static Node *lower_attention(Sema *S, const Args *a) {
         m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
         m->window = window, m->scale = scale, m->softcap = softcap;
     }
-    return n;
+    return n && sinks ? attention_sinks(S, a->call->loc, n, lse, sinks, heads) : n;
 }
 
 static Node *lower_softmax(Sema *S, const Args *a) {
