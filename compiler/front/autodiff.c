@@ -332,6 +332,13 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[1], g ? emit1(ad, OP_NEG, &g->shape, loc, g) : NULL);
     }
     case OP_NEG: return accumulate(ad, in[0], emit1(ad, OP_NEG, s, loc, dy));
+    case OP_SUM_TO: { // sum(x, axis): dy broadcast back to x's shape (where(1, dy, x) takes dy's values alone)
+        Node *one = graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, loc, 0, NULL);
+        if (!one) return -1;
+        one->value = 1;
+        Node *args[3] = {one, dy, in[0]};
+        return accumulate(ad, in[0], emit(ad, OP_WHERE, &in[0]->shape, loc, 3, args));
+    }
     case OP_MATMUL: return matmul_rule(ad, n, dy);
     case OP_EMBED: { // every token's row of dy added into its table row, but the padding row's
         Node *g = emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]);

@@ -45,6 +45,7 @@ static const OpSpec OP_SPECS[] = {
     {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)", OP_SLICE, 2},
     {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT, 0},
     {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE, 0},
+    {"sum", OP_SUM_TO, 1, 1, "axis", "sum(x, axis=-1)", OP_SUM_TO, 0},
     {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH, 0},
     {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID, 0},
     {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF, 0},
@@ -905,6 +906,19 @@ static Node *lower_concat(Sema *S, const Args *a) {
     return n;
 }
 
+// x summed over one axis, which stays as 1 (torch's keepdim = True): the
+// reduction autodiff's broadcasts use (OP_SUM_TO), fp64 sums rounded once.
+static Node *lower_sum(Sema *S, const Args *a) {
+    Node *x;
+    int axis;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "sum") || need_rank(S, a->pos[0], x, 1, -1, "sum") ||
+        axis_of(S, a, x->shape.rank, &axis) != 0)
+        return NULL;
+    Shape s = x->shape;
+    s.dims[axis] = 1;
+    return new_node(S, OP_SUM_TO, DT_F32, &s, a->call->loc, 1, &x);
+}
+
 static Node *lower_transpose(Sema *S, const Args *a) {
     Node *x;
     if (arg_tensor(S, a, 0, &x) != 0 || need_rank(S, a->pos[0], x, 2, -1, "transpose")) return NULL;
@@ -1123,6 +1137,7 @@ int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
     case OP_RESHAPE: n = lower_reshape(S, &a); break;
     case OP_CONCAT: n = lower_concat(S, &a); break;
     case OP_TRANSPOSE: n = lower_transpose(S, &a); break;
+    case OP_SUM_TO: n = lower_sum(S, &a); break;
     case OP_TOP_K: n = lower_router(S, &a); break;
     case OP_MOE: n = lower_moe(S, &a); break;
     case OP_LOAD_BALANCE: n = lower_load_balance(S, &a); break;
