@@ -25,7 +25,7 @@ enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL, 0},
     {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED, 0},
-    {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE, 1},
+    {"arange", OP_ARANGE, 1, 1, "dtype", "arange(n, dtype=i32|f32)", OP_ARANGE, 1},
     {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM, 0},
     {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM, 0},
     {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU, 0},
@@ -337,8 +337,16 @@ static Node *lower_arange(Sema *S, const Args *a) {
         diag_error(S->d, a->pos[0]->loc, "arange needs a positive integer, got %g", n.f);
         return NULL;
     }
+    const Expr *e = find_kwarg(a->call, "dtype"); // f32: positions as numbers (exact to 2^24)
+    const char *w = e && e->kind == EXPR_NAME ? e->str : "i32";
+    if (strcmp(w, "i32") && strcmp(w, "f32")) {
+        diag_error(S->d, e->loc, "arange's dtype is i32 or f32");
+        return NULL;
+    }
     Shape s = {.rank = 1, .dims = {n.i}};
-    return new_node(S, OP_ARANGE, DT_I32, &s, a->call->loc, 0, NULL);
+    Node *r = new_node(S, OP_ARANGE, strcmp(w, "f32") ? DT_I32 : DT_F32, &s, a->call->loc, 0, NULL);
+    if (r && r->dtype == DT_F32) r->wide = 1; // kept exact under bf16
+    return r;
 }
 
 // Marks a parameter used as a norm gain to start at one, unless the source
