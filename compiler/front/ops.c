@@ -20,7 +20,7 @@ typedef struct OpSpec {
 } OpSpec;
 
 // Ops lowered by one rule for a family of graph ops (OpSpec.kind).
-enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
+enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL, OP_FULL };
 
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL, 0},
@@ -46,6 +46,7 @@ static const OpSpec OP_SPECS[] = {
     {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT, 0},
     {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE, 0},
     {"sum", OP_SUM_TO, 1, 1, "axis", "sum(x, axis=-1)", OP_SUM_TO, 0},
+    {"full", OP_FULL, 2, 2, "", "full([d0, d1, ...], value)", OP_ARANGE, 1},
     {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH, 0},
     {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID, 0},
     {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF, 0},
@@ -927,6 +928,37 @@ static Node *lower_sum(Sema *S, const Args *a) {
     return new_node(S, OP_SUM_TO, DT_F32, &s, a->call->loc, 1, &x);
 }
 
+// full([dims], v): a tensor of one value, written so that the fused kernels
+// compute it where they read it, from no memory: arange(n, f32) * 0 + v,
+// reshaped.
+static Node *lower_full(Sema *S, const Args *a) {
+    const Expr *l = a->pos[0];
+    if (l->kind != EXPR_LIST || l->items.n == 0 || l->items.n > MT_MAX_RANK) {
+        diag_error(S->d, l->loc, "full's shape must be a list of 1 to %d dimensions, as [C]", MT_MAX_RANK);
+        return NULL;
+    }
+    Shape s = {.rank = l->items.n};
+    int64_t n = 1;
+    for (int i = 0; i < s.rank; i++) {
+        Num d;
+        if (eval_num(S, l->items.items[i], &d) != 0) return NULL;
+        if (!d.is_int || d.i < 1 || __builtin_mul_overflow(n, d.i, &n)) {
+            diag_error(S->d, ((const Expr *)l->items.items[i])->loc, "a dimension must be a positive integer");
+            return NULL;
+        }
+        s.dims[i] = d.i;
+    }
+    Num v;
+    if (eval_num(S, a->pos[1], &v) != 0) return NULL;
+    Shape flat = {1, {n}};
+    Loc loc = a->call->loc;
+    Node *r = new_node(S, OP_ARANGE, DT_F32, &flat, loc, 0, NULL), *zero = const_node(S, 0, loc);
+    Node *z = r && zero ? new_node(S, OP_MUL, DT_F32, &flat, loc, 2, (Node *[]){r, zero}) : NULL;
+    Node *c = const_node(S, v.f, loc),
+         *f = z && c ? new_node(S, OP_ADD, DT_F32, &flat, loc, 2, (Node *[]){z, c}) : NULL;
+    return f && s.rank > 1 ? new_node(S, OP_RESHAPE, DT_F32, &s, loc, 1, &f) : f;
+}
+
 static Node *lower_transpose(Sema *S, const Args *a) {
     Node *x;
     if (arg_tensor(S, a, 0, &x) != 0 || need_rank(S, a->pos[0], x, 2, -1, "transpose")) return NULL;
@@ -1146,6 +1178,7 @@ int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
     case OP_CONCAT: n = lower_concat(S, &a); break;
     case OP_TRANSPOSE: n = lower_transpose(S, &a); break;
     case OP_SUM_TO: n = lower_sum(S, &a); break;
+    case OP_FULL: n = lower_full(S, &a); break;
     case OP_TOP_K: n = lower_router(S, &a); break;
     case OP_MOE: n = lower_moe(S, &a); break;
     case OP_LOAD_BALANCE: n = lower_load_balance(S, &a); break;

@@ -1,6 +1,7 @@
-# The small pieces of the language in a model: sum(x, axis) in a query/key
-# norm without a learned gain (Llama 4's L2 norm of each head, written as
-# x / sqrt(mean(x * x) + eps), the mean a sum over each head's features), and
+# The small pieces of the language in a model: sum(x, axis) in a query norm
+# without a learned gain (Llama 4's L2 norm of each head, written as
+# x / sqrt(mean(x * x) + eps), the mean a sum over each head's features), the
+# same norm of the keys as rmsnorm with a constant gain (full([HS], 1.0)), and
 # positions as f32 (arange(T, dtype = f32)) in a temperature on the queries
 # that grows with the position (Llama 4's attention temperature tuning, in a
 # simpler form). The plan (fused kernels) against the reference executor
@@ -36,7 +37,7 @@ block layers[L] "layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   k = reshape(a @ transpose(wk), [B, T, NH, HS])
   q = reshape(q * exp(-0.5 * log(sum(q * q, axis = -1) / HS + eps)), [B, T, C])
   q = q * reshape(1 + 0.1 * log(arange(T, dtype = f32) + 1), [T, 1]) # a temperature by position
-  k = reshape(k * exp(-0.5 * log(sum(k * k, axis = -1) / HS + eps)), [B, T, C])
+  k = reshape(rmsnorm(k, full([HS], 1.0), eps = eps), [B, T, C]) # the same norm, its gain a constant tensor
   x = x + attention(rope(q, heads = NH), rope(k, heads = NH), a @ transpose(wv), heads = NH) @ transpose(wo)
   m = rmsnorm(x, mlp_norm, eps = eps)
   return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)
