@@ -178,6 +178,10 @@ typedef struct Node {
                      // parameter gradient across its chunks, which the last add rounds once
     int pooled;      // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
                      // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
+    // The compiler's only, not in the plan: the output of an attention with
+    // sinks (compiler/front/ops.c, attention_sinks), whose gradient autodiff
+    // derives as one: {the OP_ATTENTION, exp(lse - lse with the sinks) [B, T, H], the sinks [H]}.
+    struct Node *sink[3];
 } Node;
 
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers

@@ -35,14 +35,16 @@ const char *rope_frequencies(const RopeRule *r, int64_t dim, double *inv_freq, d
     case ROPE_LLAMA3: {
         double lo = r->low_freq_factor, hi = r->high_freq_factor, old = r->original_max;
         if (!(factor > 0)) return "llama3 scaling needs factor > 0";
-        if (!(lo > 0) || !(hi > lo)) return "llama3 scaling needs 0 < low_freq_factor < high_freq_factor";
+        if (!(lo > 0) || !(hi >= lo)) return "llama3 scaling needs 0 < low_freq_factor <= high_freq_factor";
         if (!(old > 0)) return "llama3 scaling needs original_max_position_embeddings > 0";
         double low_wavelen = old / lo, high_wavelen = old / hi;
         for (int64_t i = 0; i < half; i++) {
             double f = inv_freq[i], wavelen = 2 * M_PI / f;
             if (wavelen > low_wavelen) {
-                inv_freq[i] = f / factor;           // long wavelengths: interpolated
-            } else if (!(wavelen < high_wavelen)) { // between: smoothed from one to the other
+                inv_freq[i] = f / factor;                      // long wavelengths: interpolated
+            } else if (!(wavelen < high_wavelen) && hi > lo) { // between: smoothed from one to the other
+                // (low = high, Llama 4's: no band between; transformers' 0 / 0 there
+                // would reach only a wavelength equal to the bound, which keeps f here)
                 double smooth = (old / wavelen - lo) / (hi - lo);
                 inv_freq[i] = (1 - smooth) * f / factor + smooth * f;
             }

@@ -81,9 +81,15 @@ typedef struct ArgDecl {
     TypeExpr type;
 } ArgDecl;
 
+// A block, or a kind derived from one: `block b = a with W = 128, ...`
+// (base "a"; no prefix, input, params or statements of its own: a's, with
+// the config constants in overrides rebound while b is lowered).
 typedef struct BlockDecl {
     Loc loc;
     const char *name;
+    const char *base; // a derived kind: the block whose body it takes; NULL otherwise
+    Loc base_loc;
+    PtrVec overrides;   // of Binding*, a derived kind's
     Expr *repeat;       // how many layers; NULL for a kind an order lists
     const char *prefix; // checkpoint prefix with {i}, e.g. "h.{i}."
     Loc prefix_loc;

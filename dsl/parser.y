@@ -68,10 +68,10 @@ static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) 
 %token MODEL "model" CONFIG "config" PARAM "param" BLOCK "block"
 %token FORWARD "forward" TRAIN "train" RETURN "return" INIT "init"
 %token KEEP "keep" RECOMPUTE "recompute" OFFLOAD "offload"
-%token TRUE "true" FALSE "false" ARROW "->"
+%token TRUE "true" FALSE "false" ARROW "->" WITH "with"
 
 %type <expr> expr primary call_arg
-%type <vec> exprs opt_exprs call_args names
+%type <vec> exprs opt_exprs call_args names overrides
 %type <stmt> stmt
 %type <param> param_decl
 %type <type> type opt_output
@@ -154,7 +154,8 @@ type
 
 /* block_decl: "block" IDENT ("[" expr "]")? STRING "(" IDENT ":" type ")"
                ("->" type)? "{" (param_decl | stmt | ";")* "}"
-             | "block" IDENT "[" expr "]" "=" expr */
+             | "block" IDENT "[" expr "]" "=" expr
+             | "block" IDENT "=" IDENT "with" IDENT "=" expr ("," IDENT "=" expr)* */
 block_decl
     : "block" IDENT opt_count STRING '(' IDENT ':' type ')' opt_output '{' {
           BlockDecl *b = ctx_alloc(ctx, sizeof(BlockDecl));
@@ -168,6 +169,29 @@ block_decl
           if (!o) YYNOMEM;
           o->loc = @2; o->name = $2; o->count = $4; o->order = $7;
           ctx_push(ctx, &ctx->model->orders, o);
+      }
+    | "block" IDENT '=' IDENT "with" overrides {
+          BlockDecl *b = ctx_alloc(ctx, sizeof(BlockDecl));
+          if (!b) YYNOMEM;
+          b->loc = @2; b->name = $2; b->base = $4; b->base_loc = @4; b->overrides = *$6;
+          ctx_push(ctx, &ctx->model->blocks, b);
+      }
+    ;
+
+overrides
+    : IDENT '=' expr {
+          $$ = ctx_alloc(ctx, sizeof(PtrVec));
+          Binding *b = ctx_alloc(ctx, sizeof(Binding));
+          if (!$$ || !b) YYNOMEM;
+          b->loc = @1; b->name = $1; b->value = $3;
+          ctx_push(ctx, $$, b);
+      }
+    | overrides ',' IDENT '=' expr {
+          $$ = $1;
+          Binding *b = ctx_alloc(ctx, sizeof(Binding));
+          if (!b) YYNOMEM;
+          b->loc = @3; b->name = $3; b->value = $5;
+          ctx_push(ctx, $$, b);
       }
     ;
 

@@ -28,6 +28,9 @@ relative.
              the fused qkv_proj split into 4 query heads and 2 key/value
              heads, the fused gate_up_proj, sliding_window 4 at sequence 16
              (checked against the same model without the window)
+  gpt2       GPT-2 as transformers' save_pretrained writes its config and names
+             its tensors ("transformer.wte.weight", ...), scale_attn_weights =
+             false (checked against the same config with it true)
   gptj       GPT-J: interleaved pairs (rotate_every_two) on the first
              rotary_dim features of each head; the model file written here
              (the tool does not map gptj), checked against the same file
@@ -78,6 +81,10 @@ CASES = {
                  [16, 8], SCALING, "test"),
     "phi3": ("phi3", dict(TINY, hidden_size=64, num_attention_heads=4, num_key_value_heads=2, tie_word_embeddings=False,
                           rope_theta=10000.0, sliding_window=4), [16], ("sliding_window",), "own"),
+    "gpt2": ("gpt2", {"vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2, "n_inner": None,
+                      "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5, "attn_pdrop": 0.0,
+                      "embd_pdrop": 0.0, "resid_pdrop": 0.0, "scale_attn_weights": False, "add_cross_attention": False,
+                      "bos_token_id": 0, "eos_token_id": 1}, [16], ("scale_attn_weights",), "test"),
     "gptj": ("gptj", {"vocab_size": 256, "n_positions": 64, "n_embd": 32, "n_layer": 2, "n_head": 2, "rotary_dim": 8,
                       "n_inner": None, "activation_function": "gelu_new", "layer_norm_epsilon": 1e-5,
                       "tie_word_embeddings": False, "bos_token_id": 0, "eos_token_id": 1}, [16], (), "test"),
@@ -200,6 +207,10 @@ def main():
                 state.pop("lm_head.weight", None)
             save_file(state, weights)
             raw = dict(fields, model_type=model_type)
+            if case == "gpt2":  # the config.json save_pretrained writes (add_cross_attention, summary_type, ...)
+                model.config.save_pretrained(work)
+                with open(os.path.join(work, "config.json")) as f:
+                    raw = json.load(f)
             paths = {}
             for label, text in zip(("scaled", "unscaled"), model_texts(case, raw, without)):
                 paths[label] = os.path.join(work, f"{label}.mt")

@@ -7,9 +7,18 @@ four newest examples were written by the tool from theirs) goes
 through the tool; the model it writes must lower to the same graph as the
 example (`mtc --dump-graph` at batch 1, seq 16, f32, equal but for the
 model's name and the source locations) and count the checkpoint's
-parameters (`mtc --summary --json`). The tool must refuse an unknown
-model_type by name, a field it does not map by name, and a value it cannot
-express.
+parameters (`mtc --summary --json`); the three MoE configs say
+output_router_logits = true (published: false), as their examples train
+the load-balancing loss; GPT-2's is written with --no-dropout, against a
+model.safetensors named as the hub's (no "transformer." prefix). The tool
+must refuse an unknown model_type by name, a field it does not map by name,
+and a value it cannot express; accept every family's config.json as
+transformers' save_pretrained writes it (GPT-2's dropouts refused by name
+unless --no-dropout); honour the fields that change the function
+(qkv_bias, output_router_logits, scale_attn_weights, Llama 4's rope with
+equal low and high frequency factors) and refuse the ones it cannot
+(router_jitter_noise, dropouts, add_cross_attention,
+scale_attn_by_inverse_layer_idx).
 
 usage: check_hf_to_mt.py MTC   (from the project root)
 """
@@ -77,7 +86,7 @@ CASES = {
                          "eos_token_id": 2, "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02,
                          "intermediate_size": 14336, "max_position_embeddings": 32768, "model_type": "mixtral",
                          "num_attention_heads": 32, "num_experts_per_tok": 2, "num_hidden_layers": 32,
-                         "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": False,
+                         "num_key_value_heads": 8, "num_local_experts": 8, "output_router_logits": True,
                          "rms_norm_eps": 1e-05, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.02,
                          "sliding_window": None, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
                          "use_cache": True, "vocab_size": 32000}, 46_702_792_704),
@@ -87,7 +96,7 @@ CASES = {
                               "intermediate_size": 5632, "max_position_embeddings": 8192, "max_window_layers": 21,
                               "model_type": "qwen2_moe", "moe_intermediate_size": 1408, "norm_topk_prob": False,
                               "num_attention_heads": 16, "num_experts": 60, "num_experts_per_tok": 4,
-                              "num_hidden_layers": 24, "num_key_value_heads": 16, "output_router_logits": False,
+                              "num_hidden_layers": 24, "num_key_value_heads": 16, "output_router_logits": True,
                               "rms_norm_eps": 1e-06, "rope_theta": 1000000.0, "router_aux_loss_coef": 0.001,
                               "shared_expert_intermediate_size": 5632, "sliding_window": 32768,
                               "tie_word_embeddings": False, "torch_dtype": "bfloat16", "use_cache": True,
@@ -118,7 +127,7 @@ CASES = {
                         "torch_dtype": "float16", "use_cache": True, "use_parallel_residual": True,
                         "vocab_size": 50304}, 162_322_944),
     "qwen3-8b.mt": ({'architectures': ['Qwen3ForCausalLM'], 'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 12288, 'max_position_embeddings': 40960, 'max_window_layers': 36, 'model_type': 'qwen3', 'num_attention_heads': 32, 'num_hidden_layers': 36, 'num_key_value_heads': 8, 'rms_norm_eps': 1e-06, 'rope_scaling': None, 'rope_theta': 1000000, 'sliding_window': None, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'use_cache': True, 'use_sliding_window': False, 'vocab_size': 151936}, 8_190_735_360),
-    "qwen3-30b-a3b.mt": ({'architectures': ['Qwen3MoeForCausalLM'], 'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'decoder_sparse_step': 1, 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'initializer_range': 0.02, 'intermediate_size': 6144, 'max_position_embeddings': 40960, 'max_window_layers': 48, 'mlp_only_layers': [], 'model_type': 'qwen3_moe', 'moe_intermediate_size': 768, 'norm_topk_prob': True, 'num_attention_heads': 32, 'num_experts': 128, 'num_experts_per_tok': 8, 'num_hidden_layers': 48, 'num_key_value_heads': 4, 'output_router_logits': False, 'rms_norm_eps': 1e-06, 'rope_scaling': None, 'rope_theta': 1000000.0, 'router_aux_loss_coef': 0.001, 'sliding_window': None, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'use_cache': True, 'use_sliding_window': False, 'vocab_size': 151936}, 30_532_122_624),
+    "qwen3-30b-a3b.mt": ({'architectures': ['Qwen3MoeForCausalLM'], 'attention_bias': False, 'attention_dropout': 0.0, 'bos_token_id': 151643, 'decoder_sparse_step': 1, 'eos_token_id': 151645, 'head_dim': 128, 'hidden_act': 'silu', 'hidden_size': 2048, 'initializer_range': 0.02, 'intermediate_size': 6144, 'max_position_embeddings': 40960, 'max_window_layers': 48, 'mlp_only_layers': [], 'model_type': 'qwen3_moe', 'moe_intermediate_size': 768, 'norm_topk_prob': True, 'num_attention_heads': 32, 'num_experts': 128, 'num_experts_per_tok': 8, 'num_hidden_layers': 48, 'num_key_value_heads': 4, 'output_router_logits': True, 'rms_norm_eps': 1e-06, 'rope_scaling': None, 'rope_theta': 1000000.0, 'router_aux_loss_coef': 0.001, 'sliding_window': None, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'use_cache': True, 'use_sliding_window': False, 'vocab_size': 151936}, 30_532_122_624),
     "olmo2-7b.mt": ({'architectures': ['Olmo2ForCausalLM'], 'attention_bias': False, 'attention_dropout': 0.0, 'eos_token_id': 100257, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 11008, 'max_position_embeddings': 4096, 'model_type': 'olmo2', 'num_attention_heads': 32, 'num_hidden_layers': 32, 'num_key_value_heads': 32, 'pad_token_id': 100277, 'rms_norm_eps': 1e-06, 'rope_scaling': None, 'rope_theta': 500000, 'tie_word_embeddings': False, 'torch_dtype': 'float32', 'use_cache': True, 'vocab_size': 100352}, 7_298_617_344),
     "gemma3-4b.mt": ({'architectures': ['Gemma3ForConditionalGeneration'], 'boi_token_index': 255999, 'eoi_token_index': 256000, 'eos_token_id': [1, 106], 'image_token_index': 262144, 'initializer_range': 0.02, 'mm_tokens_per_image': 256, 'model_type': 'gemma3', 'text_config': {'hidden_size': 2560, 'intermediate_size': 10240, 'model_type': 'gemma3_text', 'num_hidden_layers': 34, 'rope_scaling': {'factor': 8.0, 'rope_type': 'linear'}, 'sliding_window': 1024}, 'torch_dtype': 'bfloat16', 'transformers_version': '4.50.0.dev0', 'vision_config': {'hidden_size': 1152, 'image_size': 896, 'intermediate_size': 4304, 'model_type': 'siglip_vision_model', 'num_attention_heads': 16, 'num_hidden_layers': 27, 'patch_size': 14, 'vision_use_head': False}}, 3_880_263_168),
     "qwen3-next-80b-a3b.mt": ({"architectures": ["Qwen3NextForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 151643, "decoder_sparse_step": 1, "eos_token_id": 151645, "full_attention_interval": 4, "head_dim": 256, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02, "intermediate_size": 5120, "linear_conv_kernel_dim": 4, "linear_key_head_dim": 128, "linear_num_key_heads": 16, "linear_num_value_heads": 32, "linear_value_head_dim": 128, "max_position_embeddings": 262144, "mlp_only_layers": [], "model_type": "qwen3_next", "moe_intermediate_size": 512, "norm_topk_prob": True, "num_attention_heads": 16, "num_experts": 512, "num_experts_per_tok": 10, "num_hidden_layers": 48, "num_key_value_heads": 2, "output_router_logits": False, "partial_rotary_factor": 0.25, "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 10000000, "router_aux_loss_coef": 0.001, "shared_expert_intermediate_size": 512, "tie_word_embeddings": False, "torch_dtype": "bfloat16", "transformers_version": "4.57.0.dev0", "use_cache": True, "use_sliding_window": False, "vocab_size": 151936}, 79_674_391_296),
@@ -140,10 +149,10 @@ sys.path.insert(0, "tools")
 import hf_to_mt  # noqa: E402  (transformers loads once, not once a case)
 
 
-def tool(config, out):
+def tool(config, out, no_dropout=False, folder=None):
     """Writes the tool's model for config to out; returns (ok, message)."""
     try:
-        text = hf_to_mt.convert(json.loads(json.dumps(config)), "m")
+        text = hf_to_mt.convert(json.loads(json.dumps(config)), "m", no_dropout, folder)
     except hf_to_mt.Refused as e:
         return False, str(e)
     with open(out, "w") as f:
@@ -178,6 +187,89 @@ def check_finetune(mtc, tmp, config):
           f"without transformers: exit 1 with the pip command, no traceback: {p.stderr!r}", p)
 
 
+def hub_safetensors(folder, names):
+    """A model.safetensors in folder whose header names names (one float each)."""
+    head = json.dumps({n: {"dtype": "F32", "shape": [1], "data_offsets": [4 * i, 4 * i + 4]}
+                       for i, n in enumerate(names)}).encode()
+    with open(os.path.join(folder, "model.safetensors"), "wb") as f:
+        f.write(len(head).to_bytes(8, "little") + head + bytes(4 * len(names)))
+
+
+FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gemma2",
+            "gemma3_text", "gpt2", "gpt_neox"]
+
+
+def saved_configs(mtc, tmp):
+    """Every family's config.json as transformers' save_pretrained writes it
+    (its defaults, at a tiny size): the tool writes it and mtc compiles it;
+    GPT-2's dropouts (0.1) are refused by name, and written without under
+    --no-dropout, which the model's first line says."""
+    import transformers
+    tiny = {"gpt2": dict(n_embd=32, n_layer=2, n_head=2, vocab_size=256, n_positions=64),
+            "gpt_neox": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=256,
+                             intermediate_size=128)}
+    for mt in FAMILIES:
+        d = os.path.join(tmp, "saved_" + mt)
+        cfg = transformers.AutoConfig.for_model(mt, **tiny.get(mt, {}))
+        cfg.save_pretrained(d)
+        with open(os.path.join(d, "config.json")) as f:
+            raw = json.load(f)
+        out = os.path.join(d, "model.mt")
+        ok, msg = tool(raw, out)
+        if mt == "gpt2":
+            check(not ok and "field attn_pdrop = 0.1" in msg and "--no-dropout" in msg,
+                  f"saved gpt2 config: expected attn_pdrop refused by name, got {msg!r}")
+            ok, msg = tool(raw, out, no_dropout=True)
+            ok = ok and check(open(out).readline().startswith("# hf_to_mt.py --no-dropout: trained without "
+                                                              "config.json's attn_pdrop = 0.1"),
+                              "saved gpt2 config: --no-dropout's model does not say what it left out")
+        if not check(ok, f"saved {mt} config ({len(raw)} fields): hf_to_mt.py refused it: {msg}"):
+            continue
+        p = subprocess.run([mtc, out, "--batch", "1", "--seq", "16", "--dtype", "f32", "--summary"],
+                           capture_output=True, text=True, timeout=300)
+        if check(p.returncode == 0, f"saved {mt} config: mtc refused the tool's model: {p.stderr}"):
+            print(f"ok   saved {mt} config.json ({len(raw)} fields): written and compiled")
+
+
+def model_text(config, **kw):
+    """The tool's model text for config (a Refused message prefixed with '!')."""
+    try:
+        return hf_to_mt.convert(json.loads(json.dumps(config)), "m", **kw)
+    except hf_to_mt.Refused as e:
+        return "!" + str(e)
+
+
+def function_fields(mtc, tmp):
+    """Fields that change the function: honoured in the model written."""
+    qmoe = CASES["qwen1.5-moe-a2.7b.mt"][0]
+    gpt2 = dict(CASES["gpt2.mt"][0], attn_pdrop=0.0, embd_pdrop=0.0, resid_pdrop=0.0)
+    llama4_rope = {"rope_type": "llama3", "factor": 16.0, "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                   "original_max_position_embeddings": 8192}
+    for what, config, has, lacks in [
+        ("qkv_bias = false", dict(qmoe, qkv_bias=False), "self_attn.q_proj.weight", "self_attn.q_proj.bias"),
+        ("qkv_bias = true", qmoe, "self_attn.q_proj.bias", "!"),
+        ("output_router_logits = false", dict(qmoe, output_router_logits=False), "no load-balancing loss",
+         "load_balancing_loss("),
+        ("output_router_logits = true", qmoe, "load_balancing_loss(", "no load-balancing loss"),
+        ("scale_attn_weights = false", dict(gpt2, scale_attn_weights=False), "causal = true, scale = 1)", "!"),
+        ("scale_attn_weights = true", gpt2, "causal = true)", "scale = 1"),
+        ("GPT-2's names", gpt2, '"transformer.h.{i}."', '"h.{i}."'),
+        ("Llama 4's rope (low = high)", dict(CASES["llama3-8b.mt"][0], rope_scaling=llama4_rope),
+         "high_freq_factor = rope_high", "!"),
+    ]:
+        text = model_text(config)
+        if not check(has in text and lacks not in text, f"{what}: the model should have {has!r} and not {lacks!r}:"
+                                                        f"\n{text}"):
+            continue
+        out = os.path.join(tmp, "function.mt")
+        with open(out, "w") as f:
+            f.write(text)
+        p = subprocess.run([mtc, out, "--batch", "1", "--seq", "16", "--dtype", "f32", "--summary"],
+                           capture_output=True, text=True, timeout=300)
+        if check(p.returncode == 0, f"{what}: mtc refused the tool's model: {p.stderr}"):
+            print(f"ok   honours {what}")
+
+
 def main():
     mtc = sys.argv[1]
     with tempfile.TemporaryDirectory() as tmp:
@@ -185,8 +277,13 @@ def main():
             d = os.path.join(tmp, ex[:-3])
             os.makedirs(d)
             out = os.path.join(d, "model.mt")
-            ok, msg = tool(config, out)
+            if ex == "gpt2.mt":  # the hub's checkpoint names its tensors without "transformer."
+                hub_safetensors(d, ["wte.weight", "wpe.weight", "h.0.ln_1.weight"])
+            ok, msg = tool(config, out, no_dropout=ex == "gpt2.mt", folder=d)
             if not check(ok, f"{ex}: hf_to_mt.py refused it: {msg}"):
+                continue
+            if ex == "gpt2.mt" and not check('"h.{i}."' in open(out).read(),
+                                             "gpt2.mt: the hub's names (no transformer. prefix) not followed"):
                 continue
             mine, err = dump(mtc, out)
             theirs, err2 = dump(mtc, f"examples/{ex}")
@@ -216,6 +313,17 @@ def main():
              'rope_scaling.rope_type = "dynamic"'),
             ("sequential residual", dict(CASES["pythia-160m.mt"][0], use_parallel_residual=False),
              "field use_parallel_residual = false"),
+            ("a dropout", dict(base, attention_dropout=0.1), "field attention_dropout = 0.1: mt has no dropout; set "
+                                                             "attention_dropout to 0.0"),
+            ("GPT-NeoX's hidden dropout", dict(CASES["pythia-160m.mt"][0], hidden_dropout=0.1),
+             "field hidden_dropout = 0.1"),
+            ("router jitter", dict(CASES["mixtral-8x7b.mt"][0], router_jitter_noise=0.01),
+             "field router_jitter_noise = 0.01"),
+            ("cross-attention", dict(CASES["gpt2.mt"][0], attn_pdrop=0, embd_pdrop=0, resid_pdrop=0,
+                                     add_cross_attention=True), "field add_cross_attention = true"),
+            ("per-layer attention scale", dict(CASES["gpt2.mt"][0], attn_pdrop=0, embd_pdrop=0, resid_pdrop=0,
+                                               scale_attn_by_inverse_layer_idx=True),
+             "field scale_attn_by_inverse_layer_idx = true"),
         ]:
             ok, msg = tool(config, os.path.join(d, "model.mt"))
             if check(not ok and want in msg, f"{what}: expected a refusal with {want!r}, got {msg!r}"):
@@ -228,6 +336,8 @@ def main():
         check(p.returncode == 1 and 'model_type "mamba"' in p.stderr and not os.path.exists(out),
               f"the command line on an unknown model_type: exit {p.returncode}, {p.stderr.strip()!r}", p)
         check_finetune(mtc, tmp, CASES["llama3.2-1b.mt"][0])
+        saved_configs(mtc, tmp)
+        function_fields(mtc, tmp)
     return finish()
 
 

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """common/rope.c's frequency rules against transformers' own
 (modeling_rope_utils.ROPE_INIT_FUNCTIONS): for each rule, over the fields
-the published checkpoints use (Llama 3.1 and 3.2, Gemma 3, Qwen's and
+the published checkpoints use (Llama 3.1, 3.2 and 4, Gemma 3, Qwen's and
 DeepSeek's yarn with mscale and mscale_all_dim, an explicit
 attention_factor and truncate = false, Phi-3's longrope short and long),
 the inverse frequencies and the cos/sin scale agree to 1e-6 relative
@@ -29,6 +29,9 @@ CASES = [
                                  "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072, None, None),
     ("llama3 (Llama 3.2)", 64, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 32.0, "low_freq_factor": 1.0,
                                 "high_freq_factor": 4.0, "original_max_position_embeddings": 8192}, 131072, None, None),
+    ("llama3 (Llama 4, low = high)", 128, {"rope_type": "llama3", "rope_theta": 500000.0, "factor": 16.0,
+                                            "low_freq_factor": 1.0, "high_freq_factor": 1.0,
+                                            "original_max_position_embeddings": 8192}, 10485760, None, None),
     ("yarn (Qwen)", 128, {"rope_type": "yarn", "rope_theta": 1e6, "factor": 4.0,
                           "original_max_position_embeddings": 32768}, 131072, None, None),
     ("yarn (DeepSeek-V2)", 64, {"rope_type": "yarn", "rope_theta": 10000.0, "factor": 40.0, "beta_fast": 32,

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an mt model file from a Hugging Face config.json.
 
-usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME] [--finetune]
+usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME] [--finetune] [--no-dropout]
 
 CONFIG is a checkpoint folder or its config.json. transformers' own config
 class reads it (so its defaults and its rope_scaling / rope_parameters
@@ -17,12 +17,21 @@ and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid 
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
-sequential residual on GPT-NeoX, ...). Exit status 0, or 1 with the reason.
+sequential residual on GPT-NeoX, ...). Fields that change nothing mt
+computes are ignored by name (BENIGN); fields that change the function are
+honoured (GPT-2's scale_attn_weights, Qwen-MoE's qkv_bias, the MoE families'
+output_router_logits: without it, cross entropy alone, as transformers trains)
+or refused by name: a dropout above 0 (mt has no dropout, so that a step is
+the same bits on every schedule; --no-dropout writes the model without it and
+says so in its first line), router_jitter_noise, add_cross_attention,
+scale_attn_by_inverse_layer_idx. GPT-2's tensors are named as a saved
+GPT2LMHeadModel has them ("transformer.wte.weight"), or without the prefix
+where the folder's model.safetensors has them so (the hub's GPT-2).
 
 The model file starts with a comment naming the folder it came from (mtrun
 warns when such a model trains from random weights, without --init).
 --finetune writes a fine-tuning schedule in place of the pretraining one
-and says what it wrote.
+and says what it wrote. Exit status 0, or 1 with the reason.
 """
 import argparse
 import json
@@ -31,18 +40,50 @@ import os
 import sys
 
 # Fields that never change the function computed (metadata, generation,
-# initialisation, the cache), for every family.
+# initialisation, the cache, the heads a causal LM does not have), for every
+# family. Each is named: a field not here, not in FUNCTION and not mapped by
+# its family is refused.
 BENIGN = set("""
 architectures auto_map bos_token_id eos_token_id pad_token_id torch_dtype dtype transformers_version use_cache
-initializer_range model_type max_position_embeddings attention_dropout hidden_dropout embd_pdrop resid_pdrop
-attn_pdrop summary_activation summary_first_dropout summary_proj_to_labels summary_type summary_use_proj
-task_specific_params n_ctx classifier_dropout _name_or_path output_router_logits router_jitter_noise
-cache_implementation max_window_layers sliding_window_pattern use_sliding_window tokenizer_class
-scale_attn_weights reorder_and_upcast_attn scale_attn_by_inverse_layer_idx id2label label2id bias_dropout_add
+initializer_range model_type max_position_embeddings summary_activation summary_first_dropout summary_proj_to_labels
+summary_type summary_use_proj task_specific_params n_ctx classifier_dropout _name_or_path
+cache_implementation max_window_layers sliding_window_pattern _sliding_window_pattern use_sliding_window
+tokenizer_class reorder_and_upcast_attn id2label label2id bias_dropout_add is_decoder
 final_logit_softcapping attn_logit_softcapping rope_scaling rope_theta rope_parameters rope_local_base_freq
 partial_rotary_factor rotary_pct rotary_emb_base head_dim pretraining_tp tie_word_embeddings
 original_max_position_embeddings sliding_window layer_types use_bidirectional_attention
 """.split())
+# (reorder_and_upcast_attn: GPT-2's scores in f32, which mt computes them in
+# anyway; is_decoder: save_pretrained writes false for GPT-NeoX, whose causal
+# LM is causal either way; sliding_window_pattern: layer_types says it.)
+
+# Fields that change the function, checked for every family by
+# function_fields(): honoured or refused, never dropped.
+DROPOUTS = ("attn_pdrop", "embd_pdrop", "resid_pdrop", "attention_dropout", "hidden_dropout")
+FUNCTION = set(DROPOUTS) | {"router_jitter_noise", "add_cross_attention"}
+
+
+def function_fields(raw, no_dropout):
+    """Refuses the fields of raw that would change the function in a way mt does
+    not compute: a dropout above 0 (mt has no dropout: its steps are the same
+    bits on every schedule; --no-dropout trains without it), router jitter and
+    cross-attention. Returns the model file's first lines saying what
+    --no-dropout left out."""
+    dropped = []
+    for f in DROPOUTS:
+        v = raw.get(f)
+        if v:
+            need(no_dropout, f, v, f"mt has no dropout; set {f} to 0.0 in config.json, or pass --no-dropout to train "
+                                   "without it")
+            dropped.append(f"{f} = {v}")
+    v = raw.get("router_jitter_noise")
+    need(not v, "router_jitter_noise", v, "mt's routers take no random noise; set router_jitter_noise to 0.0")
+    v = raw.get("add_cross_attention")
+    need(not v, "add_cross_attention", v, "mt writes a decoder-only model, without cross-attention")
+    if not dropped:
+        return ""
+    return f"# hf_to_mt.py --no-dropout: trained without config.json's {', '.join(dropped)}\n"
+
 
 # The fields each family maps (beside BENIGN ones it checks itself).
 DECODER = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads " \
@@ -54,14 +95,16 @@ FIELDS = {
     "qwen3": DECODER,
     "olmo2": DECODER,
     "phi3": DECODER,
-    "mixtral": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef",
+    "mixtral": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits",
     "qwen2_moe": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
-                           "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers qkv_bias",
-    "qwen3_moe": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
-                           "norm_topk_prob decoder_sparse_step mlp_only_layers",
+                           "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers qkv_bias output_router_logits",
+    "qwen3_moe": DECODER + " num_experts num_local_experts num_experts_per_tok router_aux_loss_coef "
+                           "moe_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers "
+                           "output_router_logits",
     "gemma2": DECODER + " hidden_activation query_pre_attn_scalar",
     "gemma3_text": DECODER + " hidden_activation query_pre_attn_scalar",
-    "gpt2": "vocab_size n_positions n_embd n_layer n_head n_inner activation_function layer_norm_epsilon",
+    "gpt2": "vocab_size n_positions n_embd n_layer n_head n_inner activation_function layer_norm_epsilon "
+            "scale_attn_weights scale_attn_by_inverse_layer_idx",
     "gpt_neox": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads hidden_act "
                 "layer_norm_eps use_parallel_residual attention_bias",
     "qwen3_next": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
@@ -198,7 +241,7 @@ def rope_rule(w, rp, prefix, head_width, max_positions=None):
 # ---------------------------------------------------------------- families
 
 def check_fields(mt, raw, extra=()):
-    allowed = set(FIELDS[mt].split()) | BENIGN | set(extra)
+    allowed = set(FIELDS[mt].split()) | BENIGN | FUNCTION | set(extra)
     for f, v in raw.items():
         need(f in allowed, f, v, f"not a field hf_to_mt.py maps for model_type {mt}")
 
@@ -265,7 +308,7 @@ def llama_like(mt, cfg, raw, name):
     need(not getattr(cfg, "mlp_bias", False), "mlp_bias", True, "mt writes bias-free MLPs for this family")
     tp = getattr(cfg, "pretraining_tp", 1)
     need(tp in (1, None), "pretraining_tp", tp, "only 1 computes the same function")
-    bias = mt in ("qwen2", "qwen2_moe") or bool(getattr(cfg, "attention_bias", False))
+    bias = mt == "qwen2" or (mt == "qwen2_moe" and cfg.qkv_bias) or bool(getattr(cfg, "attention_bias", False))
     need(not (bias and mt in ("llama", "mistral", "olmo2", "phi3", "mixtral", "qwen3", "qwen3_moe")),
          "attention_bias", True, "not mapped for this family")
     qk_head_norm = mt in ("qwen3", "qwen3_moe")
@@ -296,7 +339,8 @@ def llama_like(mt, cfg, raw, name):
             w.const("FFN", cfg.moe_intermediate_size, "moe_intermediate_size")
         if mt == "qwen2_moe":
             w.const("SFFN", cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size")
-        w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+        if router_loss(cfg):
+            w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     else:
         w.const("FFN", cfg.intermediate_size, "SwiGLU hidden width")
     rp = dict(cfg.rope_parameters or {})
@@ -396,7 +440,10 @@ def llama_like(mt, cfg, raw, name):
                 P("x = x + moe(m, gates, w_gate, w_up, w_down) + sigmoid(m @ transpose(s_scale)) * shared")
             else:
                 P("x = x + moe(m, gates, w_gate, w_up, w_down)")
-            P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+            if router_loss(cfg):
+                P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+            else:  # transformers trains on cross entropy alone then
+                P("return x # output_router_logits = false: no load-balancing loss, as transformers trains")
         else:
             P("m = rmsnorm(x, mlp_norm, eps = eps)")
             if mt == "phi3":
@@ -411,6 +458,13 @@ def llama_like(mt, cfg, raw, name):
     L.append("}\n")
     L.append(train(getattr(cfg, "max_position_embeddings", None)))
     return "\n".join(L) + "\n"
+
+
+def router_loss(cfg):
+    """Whether the model adds the router's load-balancing loss: transformers adds
+    router_aux_loss_coef times it to the loss only when output_router_logits is
+    set (and the coefficient is not 0)."""
+    return bool(getattr(cfg, "output_router_logits", False)) and bool(cfg.router_aux_loss_coef)
 
 
 def gemma(mt, cfg, raw, name):
@@ -489,9 +543,26 @@ def gemma(mt, cfg, raw, name):
     return "\n".join(L) + "\n"
 
 
-def gpt2(mt, cfg, raw, name):
+def gpt2_prefix(folder):
+    """The prefix of GPT-2's tensor names: "transformer." as a saved
+    GPT2LMHeadModel names them, or none where the checkpoint beside the config
+    (folder's model.safetensors) names them without it, as the hub's
+    openai-community/gpt2 does."""
+    try:
+        with open(os.path.join(folder or "", "model.safetensors"), "rb") as f:
+            names = json.loads(f.read(int.from_bytes(f.read(8), "little")))
+    except (OSError, ValueError, TypeError):
+        return "transformer."
+    return "" if "wte.weight" in names else "transformer."
+
+
+def gpt2(mt, cfg, raw, name, folder=None):
     check_fields(mt, raw)
     act(cfg, "activation_function", ("gelu_new",), "GPT-2's tanh GELU (gelu_new)")
+    need(not cfg.scale_attn_by_inverse_layer_idx, "scale_attn_by_inverse_layer_idx", True,
+         "mt's layers share one attention scale (no per-layer 1 / (layer + 1))")
+    scale = "" if cfg.scale_attn_weights else ", scale = 1" # scale_attn_weights = false: q.k unscaled
+    pre = gpt2_prefix(folder)
     need(cfg.n_inner in (None, 4 * cfg.n_embd), "n_inner", cfg.n_inner, "mt writes the MLP 4 C wide")
     need(bool(cfg.tie_word_embeddings), "tie_word_embeddings", False, "mt's GPT-2 ties its LM head")
     w = Writer(name, "")
@@ -505,12 +576,12 @@ def gpt2(mt, cfg, raw, name):
 
 {w.config_text()}
 
-param wte "wte.weight" [V, C]
-param wpe "wpe.weight" [ctx, C] init = normal(std = 0.01)
-param lnf_g "ln_f.weight" [C]
-param lnf_b "ln_f.bias" [C]
+param wte "{pre}wte.weight" [V, C]
+param wpe "{pre}wpe.weight" [ctx, C] init = normal(std = 0.01)
+param lnf_g "{pre}ln_f.weight" [C]
+param lnf_b "{pre}ln_f.bias" [C]
 
-block h[L] "h.{{i}}." (x: [B, T, C]) -> [B, T, C] {{
+block h[L] "{pre}h.{{i}}." (x: [B, T, C]) -> [B, T, C] {{
   param ln1_g "ln_1.weight" [C]
   param ln1_b "ln_1.bias" [C]
   param attn_w "attn.c_attn.weight" [C, 3 * C]
@@ -525,7 +596,7 @@ block h[L] "h.{{i}}." (x: [B, T, C]) -> [B, T, C] {{
   param fcp_b "mlp.c_proj.bias" [C]
 
   q, k, v = split(layernorm(x, ln1_g, ln1_b, eps = eps) @ attn_w + attn_b, 3, axis = -1)
-  x = x + attention(q, k, v, heads = NH, causal = true) @ proj_w + proj_b
+  x = x + attention(q, k, v, heads = NH, causal = true{scale}) @ proj_w + proj_b
   m = gelu(layernorm(x, ln2_g, ln2_b, eps = eps) @ fc_w + fc_b)
   return x + m @ fcp_w + fcp_b
 }}
@@ -986,8 +1057,10 @@ def finetune_train(text):
     return text, said
 
 
-def convert(raw, name=None):
-    """The model file for a config.json's contents (a dict); raises Refused."""
+def convert(raw, name=None, no_dropout=False, folder=None):
+    """The model file for a config.json's contents (a dict); raises Refused.
+    no_dropout: write the model without the config's dropouts (mt has none);
+    folder: the checkpoint's folder, whose tensor names GPT-2's prefix follows."""
     mt = raw.get("model_type")
     if mt == "gemma3":  # the multimodal wrapper: its language model
         need("text_config" in raw, "text_config", None, "gemma3 needs its text_config")
@@ -1002,7 +1075,10 @@ def convert(raw, name=None):
     fields = {k: v for k, v in raw.items() if k != "model_type"}
     cfg = transformers.AutoConfig.for_model(mt, **fields)
     name = name or "model"
-    return WRITERS[mt](mt, cfg, raw, name)
+    head = function_fields(raw, no_dropout)
+    if mt == "gpt2":
+        return head + gpt2(mt, cfg, raw, name, folder)
+    return head + WRITERS[mt](mt, cfg, raw, name)
 
 
 def main():
@@ -1013,6 +1089,8 @@ def main():
     ap.add_argument("--finetune", action="store_true",
                     help="write a fine-tuning schedule (lr 2e-5, warmup 10, no weight decay, 1000 steps) in "
                          "place of the pretraining one (lr 3e-4, warmup 2000, 10000 steps)")
+    ap.add_argument("--no-dropout", action="store_true",
+                    help="write the model without the config's dropouts (mt has no dropout; refused without this)")
     a = ap.parse_args()
     path = os.path.join(a.config, "config.json") if os.path.isdir(a.config) else a.config
     try:
@@ -1026,7 +1104,7 @@ def main():
     if name[0].isdigit():
         name = "m_" + name
     try:
-        text = convert(raw, name)
+        text = convert(raw, name, a.no_dropout, os.path.dirname(os.path.abspath(path)))
     except Refused as e:
         print(f"hf_to_mt.py: {path}: {e}", file=sys.stderr)
         return 1

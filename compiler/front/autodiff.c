@@ -3,6 +3,7 @@
 // its seed (d loss / d output) to every parameter node and to the input that
 // came from the part before, which is the next part's seed at run time:
 // tail -> block (layer L-1 .. 0) -> head.
+#include <math.h>
 #include <string.h>
 
 #include "common/graph.h"
@@ -28,7 +29,8 @@ static Node *emit2(AD *ad, OpKind op, const Shape *shape, Loc loc, Node *x, Node
     return emit(ad, op, shape, loc, 2, in);
 }
 
-// A partial sum of a tiled part's parameter gradient stays fp32 under bf16
+// A partial sum of a tiled part's parameter gradient (or the gradient of a
+// value computed from parameters alone) stays fp32 under bf16
 // (common/storage.h), so that the chunks' parts are summed in fp32 and the
 // last add rounds once, as the untiled GEMM or column sum does. A norm's
 // gain and bias gradients are views of its packed backward, which goes wide
@@ -41,13 +43,24 @@ static void keep_wide(Node *n) {
     if (n->op != OP_PARAM && n->op != OP_CONST && n->op != OP_INPUT) n->wide = 1;
 }
 
+// Whether x is computed from parameters and constants alone, as Gemma's
+// `1 + w` norm gain: one value that every chunk of a tiled part shares, so
+// that its gradient, like a parameter's, is a sum of the chunks' parts.
+static int from_params(const Node *x) {
+    if (x->op == OP_PARAM || x->op == OP_CONST) return 1;
+    if (x->nin == 0) return 0;
+    for (int i = 0; i < x->nin; i++)
+        if (!from_params(x->in[i])) return 0;
+    return 1;
+}
+
 // Adds g to the gradient of x. Integer values and constants take none.
 static int accumulate(AD *ad, Node *x, Node *g) {
     if (!g) return -1;
     if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
     Node **slot = &ad->adj[x->id];
     if (*slot) {
-        if (ad->part->nchunks > 1 && x->op == OP_PARAM) keep_wide(*slot), keep_wide(g);
+        if (ad->part->nchunks > 1 && from_params(x)) keep_wide(*slot), keep_wide(g);
         *slot = emit2(ad, OP_ADD, &x->shape, x->loc, *slot, g);
         return *slot ? 0 : -1;
     }
@@ -219,10 +232,87 @@ static int recurrent_rule(AD *ad, Node *n, Node *dy) {
     return 0;
 }
 
+// The attention backward of q, k, v from dy, the forward's output y and
+// its lse (the attention's own, or with sinks) [B, H, T].
+static int attention_grads(AD *ad, const Node *a, Node *dy, Node *y, Node *lse) {
+    Node **in = a->in;
+    int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
+    Node *args[6] = {dy, in[0], in[1], in[2], y, lse}; // no softmax recomputed
+    Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, a->loc, 6, args);
+    if (p) {
+        p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal;
+        p->window = a->window, p->scale = a->scale, p->softcap = a->softcap;
+    }
+    return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
+           accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
+           accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));
+}
+
+// dy [B, T, H*W] times w [B, T, H] (times c) by head, or NULL.
+static Node *by_head(AD *ad, Node *dy, Node *w, int64_t H, double c) {
+    int64_t B = dy->shape.dims[0], T = dy->shape.dims[1], W = dy->shape.dims[2] / H;
+    Shape y4 = {4, {B, T, H, W}}, w4 = {4, {B, T, H, 1}};
+    Node *a = emit1(ad, OP_RESHAPE, &y4, dy->loc, dy), *b = w ? emit1(ad, OP_RESHAPE, &w4, dy->loc, w) : NULL;
+    Node *m = a && b ? emit2(ad, OP_MUL, &y4, dy->loc, a, b) : NULL;
+    Node *k = c != 1 ? graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, dy->loc, 0, NULL) : NULL;
+    if (k) k->value = c;
+    if (m && k) m = emit2(ad, OP_MUL, &y4, dy->loc, m, k);
+    return m && (c == 1 || k) ? emit1(ad, OP_RESHAPE, &dy->shape, dy->loc, m) : NULL;
+}
+
+// An attention with sinks (Node.sink: y' = y w, w = exp(L - L') [B, T, H]
+// the share of the keys beside the sink; ops.c's attention_sinks), as one.
+// The plain attention backward from dy' w gives v's gradient and the
+// logits' w P (dP - D), D = dy' . y per row; with the sink it is
+// w P (dP - w D), so c P is added, c = w (1 - w) D: the gradient of c L,
+// which reaches q as scale c (P k) (an attention of k) and k as P^T (scale
+// c q) (v's part of that attention's backward). The sink logit takes -sum
+// over rows of (1 - w) w D = -c. No softcap (sema refuses it).
+static int sink_rule(AD *ad, Node *n, Node *dy) {
+    Node *att = n->sink[0], *w = n->sink[1], *sinks = n->sink[2], **in = att->in;
+    int64_t B = n->shape.dims[0], T = n->shape.dims[1], H = att->heads, nq = shape_numel(&in[0]->shape);
+    int64_t dv = n->shape.dims[2] / H, D = in[0]->shape.dims[2] / H;
+    double scale = att->scale > 0 ? att->scale : 1 / sqrt((double)D);
+    Shape bth = {3, {B, T, H}}, d4 = {4, {B, T, H, 1}}, y4 = {4, {B, T, H, dv}};
+    if (attention_grads(ad, att, by_head(ad, dy, w, H, 1), att, in[3]) != 0) return -1;
+    Node *dy4 = emit1(ad, OP_RESHAPE, &y4, n->loc, dy), *yr = emit1(ad, OP_RESHAPE, &y4, n->loc, att);
+    Node *dyy = dy4 && yr ? emit2(ad, OP_MUL, &y4, n->loc, dy4, yr) : NULL;
+    Node *rows = dyy ? emit1(ad, OP_SUM_TO, &d4, n->loc, dyy) : NULL; // D = dy' . y [B, T, H, 1]
+    Node *one = graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, n->loc, 0, NULL);
+    if (!rows || !one) return -1;
+    one->value = 1;
+    Node *rest = emit2(ad, OP_SUB, &bth, n->loc, one, w), *ww = rest ? emit2(ad, OP_MUL, &bth, n->loc, w, rest) : NULL;
+    Node *r3 = emit1(ad, OP_RESHAPE, &bth, n->loc, rows),
+         *c = ww && r3 ? emit2(ad, OP_MUL, &bth, n->loc, ww, r3) : NULL;
+    Node *neg = c ? emit1(ad, OP_NEG, &bth, n->loc, c) : NULL;
+    if (!neg || accumulate(ad, sinks, sum_to(ad, neg, &sinks->shape)) != 0) return -1;
+    rows->wide = c->wide = 1;
+    Node *lse_in[2] = {in[0], in[1]}, *lse = emit(ad, OP_ATTENTION_LSE, &in[3]->shape, n->loc, 2, lse_in);
+    Node *pk_in[4] = {in[0], in[1], in[1], lse},
+         *pk = lse ? emit(ad, OP_ATTENTION, &in[0]->shape, n->loc, 4, pk_in) : NULL;
+    if (!pk) return -1; // P k [B, T, H*D]
+    for (int i = 0; i < 2; i++) {
+        Node *m = i ? pk : lse;
+        m->heads = att->heads, m->kv_heads = att->kv_heads, m->causal = att->causal;
+        m->window = att->window, m->scale = att->scale, m->softcap = 0;
+    }
+    if (accumulate(ad, in[0], by_head(ad, pk, c, H, scale)) != 0) return -1;
+    Node *cq = by_head(ad, in[0], c, H, scale);
+    int64_t nk = shape_numel(&in[1]->shape);
+    Node *args[6] = {cq, in[0], in[1], in[1], pk, lse};
+    Node *p = cq ? packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, n->loc, 6, args) : NULL;
+    if (p) {
+        p->heads = att->heads, p->kv_heads = att->kv_heads, p->causal = att->causal;
+        p->window = att->window, p->scale = att->scale, p->softcap = 0;
+    }
+    return accumulate(ad, in[1], view(ad, p, nq + nk, &in[1]->shape));
+}
+
 static int node_rule(AD *ad, Node *n, Node *dy) {
     Node **in = n->in;
     const Shape *s = &n->shape;
     Loc loc = n->loc;
+    if (n->sink[0]) return sink_rule(ad, n, dy);
     switch (n->op) {
     case OP_INPUT:
     case OP_PARAM:
@@ -264,6 +354,13 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[1], g ? emit1(ad, OP_NEG, &g->shape, loc, g) : NULL);
     }
     case OP_NEG: return accumulate(ad, in[0], emit1(ad, OP_NEG, s, loc, dy));
+    case OP_SUM_TO: { // sum(x, axis): dy broadcast back to x's shape (where(1, dy, x) takes dy's values alone)
+        Node *one = graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, loc, 0, NULL);
+        if (!one) return -1;
+        one->value = 1;
+        Node *args[3] = {one, dy, in[0]};
+        return accumulate(ad, in[0], emit(ad, OP_WHERE, &in[0]->shape, loc, 3, args));
+    }
     case OP_MATMUL: return matmul_rule(ad, n, dy);
     case OP_EMBED: { // every token's row of dy added into its table row, but the padding row's
         Node *g = emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]);
@@ -298,18 +395,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         }
         return accumulate(ad, in[0], r);
     }
-    case OP_ATTENTION: {
-        int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
-        Node *args[6] = {dy, in[0], in[1], in[2], n, in[3]}; // the forward's y and lse: no softmax recomputed
-        Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, loc, 6, args);
-        if (p) {
-            p->heads = n->heads, p->kv_heads = n->kv_heads, p->causal = n->causal;
-            p->window = n->window, p->scale = n->scale, p->softcap = n->softcap;
-        }
-        return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
-               accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
-               accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));
-    }
+    case OP_ATTENTION: return attention_grads(ad, n, dy, n, in[3]);
     case OP_SOFTMAX: {
         Node *g = emit2(ad, OP_SOFTMAX_BWD, s, loc, dy, n);
         if (g) g->axis = n->axis;

@@ -13,8 +13,10 @@
 
 // ---------------------------------------------------------------- names
 
+// The last entry of the name: a derived block kind's overrides, pushed while
+// it is lowered, shadow the config section's constant.
 ConfigEntry *find_config(Sema *S, const char *name) {
-    for (int i = 0; i < S->config.n; i++) {
+    for (int i = S->config.n - 1; i >= 0; i--) {
         ConfigEntry *c = S->config.items[i];
         if (!strcmp(c->name, name)) return c;
     }

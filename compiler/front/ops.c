@@ -21,12 +21,12 @@ typedef struct OpSpec {
 } OpSpec;
 
 // Ops lowered by one rule for a family of graph ops (OpSpec.kind).
-enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL, OP_SOFTPLUS };
+enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL, OP_SOFTPLUS, OP_FULL };
 
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL, 0},
     {"embed", OP_EMBED, 2, 2, "padding_idx", "embed(table, indices, padding_idx=N)", OP_EMBED, 0},
-    {"arange", OP_ARANGE, 1, 1, "", "arange(n)", OP_ARANGE, 1},
+    {"arange", OP_ARANGE, 1, 1, "dtype", "arange(n, dtype=i32|f32)", OP_ARANGE, 1},
     {"layernorm", OP_LAYERNORM, 3, 3, "eps", "layernorm(x, weight, bias, eps=1e-5)", OP_LAYERNORM, 0},
     {"rmsnorm", OP_RMSNORM, 2, 2, "eps", "rmsnorm(x, weight, eps=1e-5)", OP_RMSNORM, 0},
     {"gelu", OP_GELU, 1, 1, "approximate", "gelu(x, approximate=tanh|none)", OP_GELU, 0},
@@ -38,14 +38,16 @@ static const OpSpec OP_SPECS[] = {
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
      OP_ROPE, 0},
-    {"attention", OP_ATTENTION, 3, 3, "heads kv_heads causal window scale softcap",
-     "attention(q, k, v, heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window scale softcap",
+     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
     {"split", OP_SLICE, 2, 2, "axis", "split(x, n or [sizes], axis=-1)", OP_SLICE, 2},
     {"concat", OP_CONCAT, 2, -1, "axis", "concat(a, b, ..., axis=-1)", OP_CONCAT, 0},
     {"transpose", OP_TRANSPOSE, 1, 1, "", "transpose(x)", OP_TRANSPOSE, 0},
+    {"sum", OP_SUM_TO, 1, 1, "axis", "sum(x, axis=-1)", OP_SUM_TO, 0},
+    {"full", OP_FULL, 2, 2, "", "full([d0, d1, ...], value)", OP_ARANGE, 1},
     {"tanh", OP_MATHS, 1, 1, "", "tanh(x)", OP_TANH, 0},
     {"sigmoid", OP_MATHS, 1, 1, "", "sigmoid(x)", OP_SIGMOID, 0},
     {"erf", OP_MATHS, 1, 1, "", "erf(x)", OP_ERF, 0},
@@ -342,8 +344,16 @@ static Node *lower_arange(Sema *S, const Args *a) {
         diag_error(S->d, a->pos[0]->loc, "arange needs a positive integer, got %g", n.f);
         return NULL;
     }
+    const Expr *e = find_kwarg(a->call, "dtype"); // f32: positions as numbers (exact to 2^24)
+    const char *w = e && e->kind == EXPR_NAME ? e->str : "i32";
+    if (strcmp(w, "i32") && strcmp(w, "f32")) {
+        diag_error(S->d, e->loc, "arange's dtype is i32 or f32");
+        return NULL;
+    }
     Shape s = {.rank = 1, .dims = {n.i}};
-    return new_node(S, OP_ARANGE, DT_I32, &s, a->call->loc, 0, NULL);
+    Node *r = new_node(S, OP_ARANGE, strcmp(w, "f32") ? DT_I32 : DT_F32, &s, a->call->loc, 0, NULL);
+    if (r && r->dtype == DT_F32) r->wide = 1; // kept exact under bf16
+    return r;
 }
 
 // Marks a parameter used as a norm gain to start at one, unless the source
@@ -619,6 +629,39 @@ static Node *lower_rope(Sema *S, const Args *a) {
     return n;
 }
 
+// Attention with a learned sink logit s_h per head (gpt-oss): softmax over
+// the keys and the sink, which adds exp(s_h) to the denominator and nothing
+// to the output. From the flash kernel's y and lse (L, the log of the
+// denominator without the sink), exactly: L' = log(exp(L) + exp(s)), the
+// output y w with w = exp(L - L'). Written with graph ops ([B, T, H] by
+// position, the lse transposed), kept fp32 under bf16 (Node.wide); autodiff
+// takes the result as one (Node.sink, autodiff.c's sink_rule).
+static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int64_t heads) {
+    int64_t B = y->shape.dims[0], T = y->shape.dims[1], dv = y->shape.dims[2] / heads;
+    Shape bth = {3, {B, T, heads}}, y4 = {4, {B, T, heads, dv}}, s4 = {4, {B, T, heads, 1}};
+    Node *n[12];
+    n[0] = new_node(S, OP_TRANSPOSE, DT_F32, &bth, loc, 1, &lse); // L [B, T, H]
+    n[1] = n[0] ? new_node(S, OP_LT, DT_F32, &bth, loc, 2, (Node *[]){n[0], s}) : NULL;
+    n[2] = n[1] ? new_node(S, OP_WHERE, DT_F32, &bth, loc, 3, (Node *[]){n[1], s, n[0]}) : NULL; // max(L, s)
+    n[3] = n[2] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[2]}) : NULL;
+    n[4] = n[3] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[3]) : NULL;
+    n[5] = n[4] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){s, n[2]}) : NULL;
+    n[6] = n[5] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[5]) : NULL;
+    n[7] = n[6] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[4], n[6]}) : NULL;
+    n[8] = n[7] ? new_node(S, OP_LOG, DT_F32, &bth, loc, 1, &n[7]) : NULL;
+    n[9] = n[8] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[2], n[8]}) : NULL; // L'
+    n[10] = n[9] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[9]}) : NULL;
+    n[11] = n[10] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[10]) : NULL; // exp(L - L')
+    if (!n[11]) return NULL;
+    for (int i = 0; i < 12; i++) n[i]->wide = 1;
+    Node *yr = new_node(S, OP_RESHAPE, DT_F32, &y4, loc, 1, &y);
+    Node *w = new_node(S, OP_RESHAPE, DT_F32, &s4, loc, 1, &n[11]);
+    Node *p = yr && w ? new_node(S, OP_MUL, DT_F32, &y4, loc, 2, (Node *[]){yr, w}) : NULL;
+    Node *out = p ? new_node(S, OP_RESHAPE, DT_F32, &y->shape, loc, 1, &p) : NULL;
+    if (out) out->sink[0] = y, out->sink[1] = n[11], out->sink[2] = s;
+    return out;
+}
+
 static Node *lower_attention(Sema *S, const Args *a) {
     Node *in[3];
     for (int i = 0; i < 3; i++)
@@ -641,6 +684,15 @@ static Node *lower_attention(Sema *S, const Args *a) {
     }
     if (we && !causal) {
         diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+        return NULL;
+    }
+    Node *sinks = NULL; // [heads]: gpt-oss's sink logits
+    Shape sinks_shape = {1, {heads}};
+    if (a->npos == 4 && (arg_tensor(S, a, 3, &sinks) != 0 || need_f32(S, a->pos[3], sinks, "attention"))) return NULL;
+    if (sinks && !shape_eq(&sinks->shape, &sinks_shape))
+        return (void)mismatch(S, a->pos[3]->loc, "attention's sinks (one a head)", &sinks_shape, &sinks->shape), NULL;
+    if (sinks && softcap > 0) {
+        diag_error(S->d, a->pos[3]->loc, "attention sinks with softcap are not supported; drop one");
         return NULL;
     }
     if (kv_heads < 1 || heads % kv_heads != 0) {
@@ -686,7 +738,7 @@ static Node *lower_attention(Sema *S, const Args *a) {
         m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
         m->window = window, m->scale = scale, m->softcap = softcap;
     }
-    return n;
+    return n && sinks ? attention_sinks(S, a->call->loc, n, lse, sinks, heads) : n;
 }
 
 static Node *lower_softmax(Sema *S, const Args *a) {
@@ -823,12 +875,33 @@ static int lower_split(Sema *S, const Args *a, Val *outs, int nouts) {
     return 0;
 }
 
+// A rope's output reshaped to [..., heads, width] and joined along the last
+// axis is read as heads of that width (DeepSeek's shared rope key: [B, T, 1,
+// DR], rotated as one head of DR). A rope that rotated heads of another width
+// (heads = H on that shared key) is an error naming the heads it needs.
+static int check_roped_heads(Sema *S, const Args *a, Node **in, int axis) {
+    for (int i = 0; i < a->npos; i++) {
+        const Node *r = in[i];
+        if (r->shape.rank < 4 || axis != r->shape.rank - 1) continue;
+        while (r->op == OP_RESHAPE) r = r->in[0];
+        int64_t w = last_dim(in[i]);
+        if (r->op != OP_ROPE || last_dim(r) / r->heads == w) continue;
+        diag_error(S->d, r->loc,
+                   "rope splits its input into %d heads of %lld, but concat (line %d) joins it as heads of %lld; "
+                   "write heads = %lld",
+                   r->heads, (long long)(last_dim(r) / r->heads), a->call->loc.line, (long long)w,
+                   (long long)(last_dim(r) / w));
+        return -1;
+    }
+    return 0;
+}
+
 static Node *lower_concat(Sema *S, const Args *a) {
-    Node *in[16];
+    Node *in[16] = {0};
     int axis = 0;
     for (int i = 0; i < a->npos; i++)
         if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "concat")) return NULL;
-    if (axis_of(S, a, in[0]->shape.rank, &axis) != 0) return NULL;
+    if (axis_of(S, a, in[0]->shape.rank, &axis) != 0 || check_roped_heads(S, a, in, axis) != 0) return NULL;
     // the other axes: equal, or 1 in some operands, which broadcast to the others' size
     Shape s = in[0]->shape;
     for (int i = 1; i < a->npos; i++) {
@@ -846,6 +919,50 @@ static Node *lower_concat(Sema *S, const Args *a) {
     Node *n = new_node(S, OP_CONCAT, DT_F32, &s, a->call->loc, a->npos, in);
     if (n) n->axis = axis;
     return n;
+}
+
+// x summed over one axis, which stays as 1 (torch's keepdim = True): the
+// reduction autodiff's broadcasts use (OP_SUM_TO), fp64 sums rounded once.
+static Node *lower_sum(Sema *S, const Args *a) {
+    Node *x;
+    int axis;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "sum") || need_rank(S, a->pos[0], x, 1, -1, "sum") ||
+        axis_of(S, a, x->shape.rank, &axis) != 0)
+        return NULL;
+    Shape s = x->shape;
+    s.dims[axis] = 1;
+    return new_node(S, OP_SUM_TO, DT_F32, &s, a->call->loc, 1, &x);
+}
+
+// full([dims], v): a tensor of one value, written so that the fused kernels
+// compute it where they read it, from no memory: arange(n, f32) * 0 + v,
+// reshaped.
+static Node *lower_full(Sema *S, const Args *a) {
+    const Expr *l = a->pos[0];
+    if (l->kind != EXPR_LIST || l->items.n == 0 || l->items.n > MT_MAX_RANK) {
+        diag_error(S->d, l->loc, "full's shape must be a list of 1 to %d dimensions, as [C]", MT_MAX_RANK);
+        return NULL;
+    }
+    Shape s = {.rank = l->items.n};
+    int64_t n = 1;
+    for (int i = 0; i < s.rank; i++) {
+        Num d;
+        if (eval_num(S, l->items.items[i], &d) != 0) return NULL;
+        if (!d.is_int || d.i < 1 || __builtin_mul_overflow(n, d.i, &n)) {
+            diag_error(S->d, ((const Expr *)l->items.items[i])->loc, "a dimension must be a positive integer");
+            return NULL;
+        }
+        s.dims[i] = d.i;
+    }
+    Num v;
+    if (eval_num(S, a->pos[1], &v) != 0) return NULL;
+    Shape flat = {1, {n}};
+    Loc loc = a->call->loc;
+    Node *r = new_node(S, OP_ARANGE, DT_F32, &flat, loc, 0, NULL), *zero = const_node(S, 0, loc);
+    Node *z = r && zero ? new_node(S, OP_MUL, DT_F32, &flat, loc, 2, (Node *[]){r, zero}) : NULL;
+    Node *c = const_node(S, v.f, loc),
+         *f = z && c ? new_node(S, OP_ADD, DT_F32, &flat, loc, 2, (Node *[]){z, c}) : NULL;
+    return f && s.rank > 1 ? new_node(S, OP_RESHAPE, DT_F32, &s, loc, 1, &f) : f;
 }
 
 static Node *lower_transpose(Sema *S, const Args *a) {
@@ -914,6 +1031,44 @@ static Node *lower_router(Sema *S, const Args *a) {
     return masked ? softmax_last(S, masked, loc) : NULL;
 }
 
+// moe reads its expert weights [E, out, in]. Square ones (F = C) fit stored
+// or transposed, so the layout is read from what shows it: a piece of a
+// fused gate_up weight split along its last axis is [E, in, out] (Llama 4's
+// and gpt-oss's gate_up_proj) and needs transpose, along axis 1 [E, out,
+// in]; else the call's other expert weights, which one checkpoint stores
+// the same way (most of the three, or the split pieces). A square weight
+// read the other way is an error naming the fix.
+static int check_expert_layouts(Sema *S, const Args *a, Node **w) {
+    static const char *what[3] = {"w_gate", "w_up", "w_down"};
+    if (w[0]->shape.dims[1] != w[0]->shape.dims[2]) return 0; // the shapes say it
+    int split[3], t[3], ref = -1, transposed = 0;             // split: -1, or whether the piece needs transpose
+    for (int i = 0; i < 3; i++) {
+        const Node *stored = (t[i] = w[i]->op == OP_TRANSPOSE) ? w[i]->in[0] : w[i];
+        transposed += t[i];
+        split[i] = i < 2 && stored->op == OP_SLICE && stored->shape.rank == 3 && stored->axis >= 1 ? stored->axis == 2
+                                                                                                   : -1;
+        if (split[i] >= 0 && ref < 0) ref = split[i];
+    }
+    if (ref < 0) ref = transposed >= 2;
+    for (int i = 0; i < 3; i++) {
+        int want = split[i] >= 0 ? split[i] : ref;
+        if (want == t[i]) continue;
+        const char *why = split[i] >= 0 ? (want ? "a piece of a weight split along its last axis, [E, in, out] as a "
+                                                  "fused gate_up_proj stores it"
+                                                : "a piece of a weight split along axis 1, [E, out, in]")
+                                        : (want ? "stored as the call's other expert weights, [E, in, out]"
+                                                : "stored as the call's other expert weights, [E, out, in]");
+        const Node *stored = t[i] ? w[i]->in[0] : w[i];
+        const char *name = stored->op == OP_PARAM ? ((const Param *)S->g->params.items[stored->param])->name : what[i];
+        diag_error(S->d, a->pos[2 + i]->loc,
+                   "moe's %s is square, so it fits stored or transposed; moe reads [E, out, in] and this one is %s: "
+                   "write %s%s%s",
+                   what[i], why, want ? "transpose(" : "", name, want ? ")" : ", without transpose");
+        return -1;
+    }
+    return 0;
+}
+
 // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F].
 static Node *lower_moe(Sema *S, const Args *a) {
     Node *in[5];
@@ -932,6 +1087,7 @@ static Node *lower_moe(Sema *S, const Args *a) {
             static const char *what[3] = {"moe's w_gate", "moe's w_up", "moe's w_down"};
             return (void)mismatch(S, a->pos[2 + i]->loc, what[i], &want[i], &in[2 + i]->shape), NULL;
         }
+    if (check_expert_layouts(S, a, in + 2) != 0) return NULL;
     return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
 }
 
@@ -1138,6 +1294,8 @@ int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
     case OP_RESHAPE: n = lower_reshape(S, &a); break;
     case OP_CONCAT: n = lower_concat(S, &a); break;
     case OP_TRANSPOSE: n = lower_transpose(S, &a); break;
+    case OP_SUM_TO: n = lower_sum(S, &a); break;
+    case OP_FULL: n = lower_full(S, &a); break;
     case OP_TOP_K: n = lower_router(S, &a); break;
     case OP_MOE: n = lower_moe(S, &a); break;
     case OP_LOAD_BALANCE: n = lower_load_balance(S, &a); break;

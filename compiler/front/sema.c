@@ -600,9 +600,48 @@ static Node *lower_stmts(Sema *S, const PtrVec *stmts, Loc end, const char *wher
     return NULL;
 }
 
-// Lowers block kind b, kind `kind` of the graph, into its own block part,
-// whose input (made here) takes the model's block shape.
-static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
+// A derived kind's body, its base's (`block d = base with W = 128`), with
+// its overrides pushed on the config constants (lower_kind pops them): each
+// names a config constant and is a constant expression, read before any
+// is rebound. NULL after an error.
+static const BlockDecl *derived_body(Sema *S, const BlockDecl *d) {
+    const BlockDecl *b = find_block(S, d->base);
+    if (!b || b->base) {
+        diag_error(S->d, d->base_loc,
+                   b ? "'%s' is itself derived; derive from the block with the body ('%s')"
+                     : "'%s' is not a declared block; a kind derives from one",
+                   d->base, b ? b->base : "");
+        return NULL;
+    }
+    int n = d->overrides.n;
+    ConfigEntry *e = arena_alloc(S->a, (size_t)n * sizeof *e); // (n) the rebound constants
+    if (!e) return NULL;
+    for (int i = 0; i < n; i++) {
+        const Binding *o = d->overrides.items[i];
+        if (!find_config(S, o->name)) {
+            diag_error(S->d, o->loc, "'%s' is not a config constant; `with` rebinds config constants", o->name);
+            return NULL;
+        }
+        for (int j = 0; j < i; j++)
+            if (!strcmp(e[j].name, o->name)) {
+                diag_error(S->d, o->loc, "'%s' is rebound twice", o->name);
+                return NULL;
+            }
+        e[i] = (ConfigEntry){.name = o->name, .loc = o->loc};
+        if (eval_num(S, o->value, &e[i].v) != 0) return NULL;
+    }
+    for (int i = 0; i < n; i++)
+        if (ptrvec_push(S->a, &S->config, &e[i]) != 0) return NULL;
+    return b;
+}
+
+// Lowers block kind `decl` (its body, or a derived kind's base's), kind
+// `kind` of the graph, into its own block part, whose input (made here)
+// takes the model's block shape.
+static int lower_kind(Sema *S, const BlockDecl *decl, int kind) {
+    int nconfig = S->config.n;
+    const BlockDecl *b = decl->base ? derived_body(S, decl) : decl;
+    if (!b) return -1;
     const char *mark = strstr(b->prefix, "{i}");
     if (!mark || strstr(mark + 1, "{i}")) {
         diag_error(S->d, b->prefix_loc,
@@ -612,7 +651,7 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     S->in_block = 1;
     S->part = (PartKind)kind_part(kind);
     S->kind = kind;
-    S->g->kind_name[kind] = b->name;
+    S->g->kind_name[kind] = decl->name;
     S->kind_prefix = b->prefix;
     for (int i = 0; i < b->params.n; i++)
         if (lower_param(S, b->params.items[i], 1) != 0) return -1;
@@ -641,7 +680,7 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
         diag_error(S->d, b->input.loc,
                    "block '%s' takes %s, but the first kind of the order takes %s; every kind "
                    "takes and returns the model's block shape",
-                   b->name, shape_str(&in_shape, s1, sizeof s1), shape_str(&S->block_input->shape, s2, sizeof s2));
+                   decl->name, shape_str(&in_shape, s1, sizeof s1), shape_str(&S->block_input->shape, s2, sizeof s2));
         return -1;
     }
     Node *x = new_node(S, OP_INPUT, DT_F32, &in_shape, b->input.loc, 0, NULL);
@@ -650,14 +689,14 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     x->name = b->input.name;
     if (!S->block_input) S->block_input = x;
     if (bind_local(S, b->input.name, b->input.loc, x) != 0) return -1;
-    const char *where = arena_printf(S->a, "block '%s'", b->name);
+    const char *where = arena_printf(S->a, "block '%s'", decl->name);
     Node *ret = lower_stmts(S, &b->stmts, b->loc, where);
     if (!ret) return -1;
     if (!shape_eq(&ret->shape, &in_shape)) {
         const Stmt *last = b->stmts.items[b->stmts.n - 1];
         char s1[160], s2[160];
         diag_error(S->d, last->value->loc,
-                   "block '%s' returns %s but its input is %s; a block must return its input's shape", b->name,
+                   "block '%s' returns %s but its input is %s; a block must return its input's shape", decl->name,
                    shape_str(&ret->shape, s1, sizeof s1), shape_str(&in_shape, s2, sizeof s2));
         return -1;
     }
@@ -669,6 +708,7 @@ static int lower_kind(Sema *S, const BlockDecl *b, int kind) {
     S->g->parts[S->part].output = ret;
     S->in_block = 0;
     S->locals = (PtrVec){0};
+    S->config.n = nconfig;
     return 0;
 }
 
@@ -751,8 +791,9 @@ static int lower_order(Sema *S) {
             diag_error(S->d, b->loc, "duplicate block '%s' (line %d)", b->name, first->loc.line);
             return -1;
         }
-        int used = 0;
-        for (int64_t j = 0; j < nlist; j++) used |= kinds[j] == b;
+        int used = 0; // in the order, or the base of a kind in it
+        for (int64_t j = 0; j < nlist; j++)
+            used |= kinds[j] == b || (kinds[j]->base && !strcmp(kinds[j]->base, b->name));
         if (!used) {
             diag_error(S->d, b->loc, "block '%s' is declared but the order of layers '%s' never uses it", b->name,
                        o->name);

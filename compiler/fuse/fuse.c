@@ -454,7 +454,7 @@ static int load_flat(KB *b, const Node *o, int idx, int rowlocal, int64_t stride
     int r = f->root[o->id];
     const Node *rn = node_at(f, r);
     if (rn->op == OP_CONST) return cst(b, dtype_of(rn), rn->value);
-    if (rn->op == OP_ARANGE) return cvt(b, KT_I32, bin(b, KOP_ADD, idx, ci(b, f->roff[o->id])));
+    if (rn->op == OP_ARANGE) return cvt(b, dtype_of(rn), bin(b, KOP_ADD, idx, ci(b, f->roff[o->id])));
     int a = arg_of(b, r, f->roff[o->id], shape_numel(&o->shape), store_type(f, o), KA_READ);
     note(b, a, rowlocal, stride);
     return emit(b, KOP_LOAD, dtype_of(o), a, idx, 0, 0);
@@ -680,7 +680,7 @@ static int node_val(KB *b, int i, int col) {
     int *s = b->stat[i];
     switch (n->op) {
     case OP_CONST: v = cst(b, dtype_of(n), n->value); break;
-    case OP_ARANGE: v = cvt(b, KT_I32, flat_index(b, last_dim(&n->shape), col)); break;
+    case OP_ARANGE: v = cvt(b, dtype_of(n), flat_index(b, last_dim(&n->shape), col)); break;
     case OP_ADD:
     case OP_SUB:
     case OP_MUL:

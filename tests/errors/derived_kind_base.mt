@@ -1,0 +1,16 @@
+# expect: 10:17: error: 'ful' is not a declared block; a kind derives from one
+model m
+config { V = 16; C = 16; NH = 4; W = 2 }
+param emb "emb" [V, C]
+block full "h.{i}." (x: [B, T, C]) -> [B, T, C] {
+  param wq "wq" [C, C]
+  q = x @ wq
+  return x + attention(q, q, q, heads = NH, window = W)
+}
+block sliding = ful with W = 1
+block h[2] = [full, sliding]
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = h(embed(emb, tokens))
+  return cross_entropy(x @ transpose(emb), targets)
+}
+train { batch = 2; seq = 4 }
