@@ -490,8 +490,9 @@ static int export_weights(Run *r, char *err, size_t errcap) {
             backend_fill_nan(r->hs.w + at, lo * 4);
             backend_fill_nan(r->hs.w + at + hi, (n - hi) * 4);
         }
-    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, o->dist, err,
-                            errcap);
+    int rc = (o->export_merged ? weights_export_merged : weights_export)(o->export_path, r->p, &r->hs, o->export_bf16,
+                                                                         o->shard_bytes, tokdir, &ids, o->dist, err,
+                                                                         errcap);
     if (!rc)
         fprintf(o->out, "exported the weights to %s%s%s\n", o->export_path, tokdir ? ", with the tokenizer of " : "",
                 tokdir ? tokdir : "");
