@@ -11,7 +11,11 @@ into mt's --init file) and trains 5 steps of AdamW on the same byte rows:
 - the PEFT export (--export DIR) loads with PeftModel.from_pretrained on the
   base model and gives mt's logits; the merged export (--export DIR --merge)
   loads with transformers alone and gives them too;
-- mtc --lora and --freeze refuse what they cannot do, with exit status 1.
+- --freeze and --train alone: a frozen token table has no gradient in the
+  graph, the plan trains as the reference executor does, and exactly the
+  frozen tensors come back byte-identical;
+- mtc --lora and --freeze refuse what they cannot do, with exit status 1, and
+  mtrun refuses an adapter export that would lose a trained parameter.
 
 usage: check_lora.py MTC MTRUN
 """
@@ -23,6 +27,7 @@ import tempfile
 
 import numpy as np
 import torch
+from safetensors.torch import load_file as load_st, save_file as save_st
 
 from checks import check, finish
 
@@ -107,6 +112,53 @@ def refusals(mtc, model):
               f"and '{says}'", p)
 
 
+def frozen_embedding(mtc, mtrun, model, init_path, tmp):
+    """--freeze on the token table of a plan with no LoRA (and --train giving one norm back after a --freeze
+    '*norm*'): no scatter-add for it in the graph, the plan trains as the reference executor does, and the
+    frozen tensors come back byte-identical while every trained one moved."""
+    flags = ["--freeze", "*embed_tokens*", "--freeze", "*norm*", "--train", "model.norm.weight"]
+    p = run(mtc, model, *flags, "--batch", B, "--seq", T, "--dtype", "f32", "--dump-graph")
+    if check(p.returncode == 0, "mtc --freeze --dump-graph", p):
+        check("embed_bwd" not in p.stdout, "a frozen token table still gets embed_bwd (its gradient)")
+    plan = os.path.join(tmp, "frozen.bin")
+    p = run(mtc, model, *flags, "--batch", B, "--seq", T, "--dtype", "f32", "-o", plan)
+    if not check(p.returncode == 0, "mtc --freeze", p):
+        return
+    base = {k: v for k, v in load_st(init_path).items() if "lora_" not in k}
+    plain = os.path.join(tmp, "plain.safetensors")
+    save_st(base, plain)
+    losses = {}
+    for mode in ("plan", "reference"):
+        log, out = os.path.join(tmp, f"f-{mode}.jsonl"), os.path.join(tmp, f"f-{mode}.safetensors")
+        extra = ["--reference"] if mode == "reference" else []
+        p = run(mtrun, plan, "--steps", 3, "--data", DATA, "--init", plain, "--no-save", "--val-every", 100,
+                "--val-batches", 1, "--device", "cpu", "--log", log, "--export", out, *extra)
+        if not check(p.returncode == 0, f"mtrun --freeze ({mode})", p):
+            return
+        losses[mode] = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l and "val_loss" not in l]
+        got = load_st(out)
+        for k, v in base.items():
+            same = got[k].numpy().tobytes() == v.numpy().tobytes()
+            frozen = "embed_tokens" in k or ("norm" in k and k != "model.norm.weight")
+            check(same == frozen, f"--freeze ({mode}): {k} {'changed' if frozen else 'did not train'}")
+    worst = max(abs(a - b) / abs(b) for a, b in zip(losses["plan"], losses["reference"]))
+    check(len(losses["plan"]) == 3 and worst < 1e-5, f"--freeze: the plan's losses {losses['plan']} are not the "
+          f"reference executor's {losses['reference']}")
+
+
+def adapter_refusal(mtc, mtrun, model, tmp):
+    """A LoRA plan that trains a norm too: --export DIR (the PEFT adapter) would lose it, refused before training."""
+    plan = os.path.join(tmp, "lora-norm.bin")
+    p = run(mtc, model, "--lora", "rank=2,targets=q_proj", "--train", "model.norm.weight", "--batch", B, "--seq", T,
+            "-o", plan)
+    if not check(p.returncode == 0, "mtc --lora --train", p):
+        return
+    p = run(mtrun, plan, "--steps", 1, "--data", DATA, "--no-save", "--device", "cpu", "--log",
+            os.path.join(tmp, "r.jsonl"), "--export", os.path.join(tmp, "lost"))
+    check(p.returncode == 1 and "would be lost" in p.stderr and "step      1" not in p.stdout,
+          "mtrun --export DIR of a LoRA plan that trains a norm: not refused before training", p)
+
+
 def explain_405b(mtc):
     """--explain of llama3-405b with LoRA on h200: host memory near 2 bytes a base parameter, no NVMe tier."""
     p = run(mtc, "examples/llama3-405b.mt", "--target", "h200", "--lora", "rank=16,targets=q_proj,v_proj",
@@ -183,6 +235,8 @@ def main():
                 e = rel(m(input_ids=x).logits.numpy(), logits)
                 print(f"{what}: logits within {e:.2e} of mt's")
                 check(e < 1e-5, f"{what}: logits differ from mt's by {e:.2e}")
+        frozen_embedding(mtc, mtrun, model, init_path, tmp)
+        adapter_refusal(mtc, mtrun, model, tmp)
     explain_405b(mtc)
     return finish()
 

@@ -350,6 +350,21 @@ static int export_is_folder(const char *path) {
     return n < k || strcmp(path + n - k, ".safetensors") != 0;
 }
 
+int weights_export_check_adapter(const char *path, const Plan *p, int merged, char *err, size_t errcap) {
+    if (!export_is_folder(path) || merged) return 0;
+    for (int i = 0; weights_has_lora(p) && i < p->graph->params.n; i++) {
+        const Param *prm = p->graph->params.items[i];
+        if (prm->lora || prm->frozen) continue;
+        snprintf(err, errcap,
+                 "--export DIR of a LoRA plan writes the PEFT adapter, which holds only the adapters; parameter "
+                 "'%s' (\"%s\") is trained too (mtc --train) and would be lost: give --merge for the full model, "
+                 "or a FILE.safetensors for every parameter",
+                 prm->name, prm->ckpt);
+        return -1;
+    }
+    return 0;
+}
+
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap) {
     char *config, *generation;
     if (!export_is_folder(path)) return 0;
