@@ -18,8 +18,11 @@ int store_grads_bf16(const Plan *p, int holds) {
 }
 
 int64_t store_bytes(const Plan *p, int holds) {
-    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute) -
-           (store_grads_bf16(p, holds) ? 2 * (plan_host_elems(p) - p->host_global) : 0);
+    const Graph *g = p->graph;
+    int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1);
+    // storage_host_bytes (a frozen parameter's storage dtype only), plus the fp32 master this store still keeps of
+    // a frozen parameter under bf16; their moments and gradients are mapped but never touched
+    return storage_host_bytes(g, store_grads_bf16(p, holds)) + (g->train.compute == DT_BF16 ? 4 * frozen : 0);
 }
 
 // The arrays of a layer's tier record: m and v, the master, the gradients.
