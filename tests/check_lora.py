@@ -11,7 +11,7 @@ into mt's --init file) and trains 5 steps of AdamW on the same byte rows:
 - the PEFT export (--export DIR) loads with PeftModel.from_pretrained on the
   base model and gives mt's logits; the merged export (--export DIR --merge)
   loads with transformers alone and gives them too;
-- --freeze and --train alone: a frozen token table has no gradient in the
+- `frozen` in the model file, and --freeze and --train alone: a frozen token table has no gradient in the
   graph, the plan trains as the reference executor does, and exactly the
   frozen tensors come back byte-identical;
 - mtc --lora and --freeze refuse what they cannot do, with exit status 1, and
@@ -146,6 +146,23 @@ def frozen_embedding(mtc, mtrun, model, init_path, tmp):
           f"reference executor's {losses['reference']}")
 
 
+def dsl_frozen(mtc, tmp):
+    """`frozen` in the model file: the param is frozen (--summary counts it at 4 bytes); --train trains it again;
+    a model all of whose params are frozen is refused."""
+    text = model_text()
+    marked = text.replace('param lm_head "lm_head.weight" [V, C]', 'param lm_head "lm_head.weight" [V, C] frozen')
+    path = os.path.join(tmp, "marked.mt")
+    open(path, "w").write(marked)
+    check(marked != text, "examples/llama-tiny.mt's lm_head no longer reads as check_lora.py marks it")
+    p = run(mtc, path, "--summary")
+    check(p.returncode == 0 and "of them frozen (no gradient, moments or master): 16,384 elements at 4 B/param"
+          in p.stdout, "mtc --summary of a model with `frozen` on lm_head", p)
+    p = run(mtc, path, "--train", "lm_head", "--summary")
+    check(p.returncode == 0 and "frozen" not in p.stdout, "mtc --train lm_head of a model that marks it frozen", p)
+    p = run(mtc, path, "--freeze", "*")
+    check(p.returncode == 1 and "nothing to train" in p.stderr, "mtc --freeze '*'", p)
+
+
 def adapter_refusal(mtc, mtrun, model, tmp):
     """A LoRA plan that trains a norm too: --export DIR (the PEFT adapter) would lose it, refused before training."""
     plan = os.path.join(tmp, "lora-norm.bin")
@@ -237,6 +254,7 @@ def main():
                 check(e < 1e-5, f"{what}: logits differ from mt's by {e:.2e}")
         frozen_embedding(mtc, mtrun, model, init_path, tmp)
         adapter_refusal(mtc, mtrun, model, tmp)
+        dsl_frozen(mtc, tmp)
     explain_405b(mtc)
     return finish()
 

@@ -181,7 +181,7 @@ int adapters_apply(Graph *g, const AdapterOptions *o, Arena *a, Diag *d) {
     }
     int trained = 0;
     for (int i = 0; i < g->params.n; i++) trained += !((const Param *)g->params.items[i])->frozen;
-    if (!trained && (o->npatterns || o->lora_rank)) {
+    if (!trained) {
         diag_error(d, (Loc){0, 0}, "every parameter of %s is frozen: there is nothing to train", g->model_name);
         return -1;
     }
