@@ -110,6 +110,10 @@ def refusals(mtc, model):
         want = 2 if says == "rank=" else 1
         check(p.returncode == want and says in p.stderr, f"mtc {' '.join(flags)}: exit {p.returncode}, want {want} "
               f"and '{says}'", p)
+    # GPT-2's Conv1D weights multiply as stored: LoRA refuses them, at the use, with the line and a caret
+    p = run(mtc, "examples/gpt2-tiny.mt", "--lora", "rank=2,targets=c_attn")
+    check(p.returncode == 1 and "examples/gpt2-tiny.mt:" in p.stderr and "is used here other than as x @ transpose"
+          in p.stderr and "^" in p.stderr, "mtc gpt2-tiny --lora targets=c_attn", p)
 
 
 def frozen_embedding(mtc, mtrun, model, init_path, tmp):
