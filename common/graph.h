@@ -239,7 +239,8 @@ typedef struct Part {
     int64_t layout_bytes[3];
 } Part;
 
-typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES } InitKind;
+// INIT_UNIFORM: uniform on [-init_std, init_std) (a LoRA A matrix: peft's kaiming-uniform, the bound 1/sqrt(in)).
+typedef enum { INIT_NORMAL, INIT_ZEROS, INIT_ONES, INIT_UNIFORM } InitKind;
 
 typedef struct Param {
     const char *name; // in the DSL
@@ -252,10 +253,18 @@ typedef struct Param {
     int kind;
     Shape shape;
     InitKind init;
-    double init_std; // INIT_NORMAL
+    double init_std; // INIT_NORMAL: the standard deviation; INIT_UNIFORM: the bound
     int init_given;  // written in the source; otherwise chosen by use
     PartKind first_use;
     Loc loc;
+    // Frozen (mtc --freeze, --lora's base weights): no gradient (autodiff makes none), no Adam moments, no
+    // update; it keeps the value it was initialised or loaded with. 0: trained.
+    int frozen;
+    // A LoRA adapter (compiler/front/adapters.c): 1 its A [r, in], 2 its B [out, r], of parameter `lora_of`
+    // (the base weight [out, in], frozen), scaled by lora_scale (alpha / r). 0: not an adapter.
+    int lora;
+    int lora_of;
+    double lora_scale;
 } Param;
 
 typedef struct ModelInput {

@@ -139,12 +139,33 @@ static inline int64_t storage_host_global_elems(const Graph *g) {
     return n;
 }
 
+// Elements of the frozen parameters (Param.frozen: no gradient, no moments,
+// no fp32 master): the globals' (global 1) or the layers' (0), every copy.
+static inline int64_t storage_frozen_elems(const Graph *g, int global) {
+    int64_t n = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *p = g->params.items[i];
+        if (p->frozen && (p->in_block == 0) == global)
+            n += storage_host_elems_of(shape_numel(&p->shape)) * param_copies(g, p);
+    }
+    return n;
+}
+
+// What a frozen parameter takes in host memory: its storage dtype only
+// (storage_weight_bytes, what streams: 2 under bf16, 4 under f32), no
+// master, moments or gradients. The host store's bytes it saves against a
+// trained one of per bytes an element.
+static inline int64_t storage_frozen_saving(const Graph *g, int64_t per, int global) {
+    return storage_frozen_elems(g, global) * (per - storage_weight_bytes(g->train.compute));
+}
+
 // Host store bytes: storage_host_bytes_per_param an element, less 2 a layer
-// element where the layers' gradients are bf16 (grads_bf16).
+// element where the layers' gradients are bf16 (grads_bf16); a frozen
+// parameter's element its storage_weight_bytes.
 static inline int64_t storage_host_bytes(const Graph *g, int grads_bf16) {
-    int64_t all = storage_host_elems(g);
-    return all * storage_host_bytes_per_param(g->train.compute) -
-           (grads_bf16 ? 2 * (all - storage_host_global_elems(g)) : 0);
+    int64_t all = storage_host_elems(g), per = storage_host_bytes_per_param(g->train.compute);
+    return all * per - (grads_bf16 ? 2 * (all - storage_host_global_elems(g)) : 0) - storage_frozen_saving(g, per, 1) -
+           storage_frozen_saving(g, per - (grads_bf16 ? 2 : 0), 0);
 }
 
 #endif

@@ -76,6 +76,12 @@ static const char USAGE[] =
     "                   auto (default): the one the scale-out model predicts faster that fits (--explain\n"
     "                   says why)\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
+    "  --freeze PATTERN parameters whose DSL or checkpoint name matches PATTERN (a shell glob, as\n"
+    "                   'model.layers.{i}.mlp.*') are frozen: no gradient, no optimizer state\n"
+    "  --train PATTERN  those it matches are trained again; --freeze and --train apply in order\n"
+    "  --lora rank=R,alpha=A,targets=M1,M2...  LoRA adapters on the weights of the modules named\n"
+    "                   (as q_proj,v_proj): A [R, in] and B [out, R] trained, scaled by A/R, the\n"
+    "                   base weights frozen (alpha default: R)\n"
     "  --summary        print parameter counts per part and the host memory needed\n"
     "  --json           print the summary (or --explain) as one JSON object\n"
     "  --dump-graph     print the layer graph, one node a line\n"
@@ -219,11 +225,13 @@ fail: // a located message (FILE:L:C: error: ...) is printed as it is, as diag p
     return 1;
 }
 
-// The graph for a batch size and a row tiling: sema, tiling, autodiff.
+// The graph for a batch size and a row tiling: sema, adapters, tiling, autodiff.
 // NULL after reporting.
 static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    return g && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
+    return g && adapters_apply(g, &opt->adapters, a, d) == 0 && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0
+               ? g
+               : NULL;
 }
 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
@@ -575,7 +583,10 @@ enum {
     OPT_OFFLOAD_LAYERS,
     OPT_SELECTIVE_LAYERS,
     OPT_RANKS,
-    OPT_SHARD
+    OPT_SHARD,
+    OPT_FREEZE,
+    OPT_TRAIN,
+    OPT_LORA
 };
 
 static const struct option LONG_OPTIONS[] = {
@@ -604,6 +615,9 @@ static const struct option LONG_OPTIONS[] = {
     {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
     {"ranks", required_argument, 0, OPT_RANKS},
     {"shard", required_argument, 0, OPT_SHARD},
+    {"freeze", required_argument, 0, OPT_FREEZE},
+    {"train", required_argument, 0, OPT_TRAIN},
+    {"lora", required_argument, 0, OPT_LORA},
     {0, 0, 0, 0},
 };
 
@@ -623,6 +637,51 @@ typedef struct Args {
 // parse_option's and parse_args's answer when mtc goes on; else theirs is
 // the exit status.
 enum { ARGS_OK = -1 };
+
+// --lora rank=R,alpha=A,targets=M1,M2,...: the names after targets= run to
+// the next key. ARGS_OK, or 2 (reported).
+static int parse_lora(AdapterOptions *o, char *spec) {
+    char *end, *targets = NULL;
+    int last_targets = 0;
+    o->lora_alpha = 0;
+    for (char *tok = strtok(spec, ","); tok; tok = strtok(NULL, ",")) {
+        char *eq = strchr(tok, '=');
+        if (!eq && last_targets) { // one more target: join it back on
+            tok[-1] = ',';
+            continue;
+        }
+        last_targets = 0;
+        if (eq && !strncmp(tok, "rank=", 5)) {
+            long long r = strtoll(eq + 1, &end, 10);
+            if (*end || end == eq + 1 || r < 1 || r > 65536)
+                return usage_error("--lora rank= needs a whole number from 1 to 65536, got '%s'", eq + 1);
+            o->lora_rank = r;
+        } else if (eq && !strncmp(tok, "alpha=", 6)) {
+            o->lora_alpha = strtod(eq + 1, &end);
+            if (*end || end == eq + 1 || !(o->lora_alpha > 0 && o->lora_alpha < 1e9))
+                return usage_error("--lora alpha= needs a positive number, got '%s'", eq + 1);
+        } else if (eq && !strncmp(tok, "targets=", 8) && eq[1]) {
+            targets = eq + 1, last_targets = 1;
+        } else {
+            return usage_error("--lora takes rank=R,alpha=A,targets=M1,M2,... (as rank=4,alpha=8,targets=q_proj,"
+                               "v_proj); '%s' is none of them",
+                               tok);
+        }
+    }
+    if (!o->lora_rank || !targets) return usage_error("%s", "--lora needs rank=R and targets=M1,M2,...");
+    if (o->lora_alpha == 0) o->lora_alpha = (double)o->lora_rank; // peft's default alpha is 8 with r 8
+    o->lora_targets = targets;
+    return ARGS_OK;
+}
+
+// --freeze and --train: one more pattern, in order. ARGS_OK, or 2.
+static int add_pattern(AdapterOptions *o, const char *pattern, int train) {
+    AdapterPattern *p = realloc((void *)o->patterns, (size_t)(o->npatterns + 1) * sizeof *p);
+    if (!p) return usage_error("%s", "out of memory");
+    p[o->npatterns++] = (AdapterPattern){.pattern = pattern, .train = train};
+    o->patterns = p;
+    return ARGS_OK;
+}
 
 // The value of option c (getopt_long's, in optarg) into *a: ARGS_OK, 2 for
 // a usage error (reported), or 0 after --help or --version.
@@ -698,6 +757,11 @@ static int parse_option(Args *a, int c, char **argv) {
             return usage_error("--dtype takes f32 or bf16, not '%s'", optarg);
         a->opt.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
         break;
+    case OPT_FREEZE: return add_pattern(&a->opt.adapters, optarg, 0);
+    case OPT_TRAIN: return add_pattern(&a->opt.adapters, optarg, 1);
+    case OPT_LORA:
+        if (a->opt.adapters.lora_rank) return usage_error("%s", "--lora: given twice");
+        return parse_lora(&a->opt.adapters, optarg);
     case OPT_SUMMARY: a->want_summary = 1; break;
     case OPT_JSON: a->want_json = 1; break;
     case OPT_DUMP: a->want_dump = 1; break;

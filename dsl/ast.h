@@ -62,6 +62,7 @@ typedef struct ParamDecl {
     Loc ckpt_loc;
     TypeExpr type;
     Expr *init; // NULL: the default for the parameter's rank
+    int frozen; // written `frozen`: no gradient, no optimizer state (mtc --train may train it)
 } ParamDecl;
 
 typedef enum { STMT_ASSIGN, STMT_RETURN } StmtKind;

@@ -66,7 +66,7 @@ static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) 
 %token <ival> INT "integer"
 %token <fval> FLOAT "number"
 %token MODEL "model" CONFIG "config" PARAM "param" BLOCK "block"
-%token FORWARD "forward" TRAIN "train" RETURN "return" INIT "init"
+%token FORWARD "forward" TRAIN "train" RETURN "return" INIT "init" FROZEN "frozen"
 %token KEEP "keep" RECOMPUTE "recompute" OFFLOAD "offload"
 %token TRUE "true" FALSE "false" ARROW "->" WITH "with"
 
@@ -77,7 +77,7 @@ static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) 
 %type <type> type opt_output
 %type <section> bindings
 %type <expr> opt_init opt_count
-%type <annot> annot
+%type <annot> annot opt_frozen
 
 %left '+' '-'
 %left '*' '/' '%' '@'
@@ -117,20 +117,25 @@ bindings
     | bindings ';' { $$ = $1; }
     ;
 
-/* param_decl: "param" IDENT ("[" expr "]")? STRING type ("init" "=" expr)? */
+/* param_decl: "param" IDENT ("[" expr "]")? STRING type ("init" "=" expr)? "frozen"? */
 param_decl
-    : "param" IDENT STRING type opt_init {
+    : "param" IDENT STRING type opt_init opt_frozen {
           $$ = ctx_alloc(ctx, sizeof(ParamDecl));
           if (!$$) YYNOMEM;
           $$->loc = @2; $$->name = $2; $$->ckpt = $3; $$->ckpt_loc = @3;
-          $$->type = *$4; $$->init = $5;
+          $$->type = *$4; $$->init = $5; $$->frozen = $6;
       }
-    | "param" IDENT '[' expr ']' STRING type opt_init {
+    | "param" IDENT '[' expr ']' STRING type opt_init opt_frozen {
           $$ = ctx_alloc(ctx, sizeof(ParamDecl));
           if (!$$) YYNOMEM;
           $$->loc = @2; $$->name = $2; $$->count = $4; $$->ckpt = $6; $$->ckpt_loc = @6;
-          $$->type = *$7; $$->init = $8;
+          $$->type = *$7; $$->init = $8; $$->frozen = $9;
       }
+    ;
+
+opt_frozen
+    : %empty   { $$ = 0; }
+    | "frozen" { $$ = 1; }
     ;
 
 opt_init

@@ -74,9 +74,13 @@ static const char USAGE[] =
     "                   (sharded with an index above --shard-bytes), or any other PATH a folder that\n"
     "                   transformers loads: model.safetensors (likewise), config.json,\n"
     "                   generation_config.json and the tokenizer tools/prepare_data.py kept beside the data\n"
-    "                   (llama, mistral, qwen2, mixtral and gemma2 checkpoint names; others are refused)\n"
+    "                   (llama, mistral, qwen2, mixtral and gemma2 checkpoint names; others are refused);\n"
+    "                   a LoRA plan's (mtc --lora) folder: the PEFT adapter, adapter_config.json and\n"
+    "                   adapter_model.safetensors, which peft loads on the base model.\n"
     "                   With --resume DIR and --steps at or below its checkpoint's step (--steps 0),\n"
     "                   nothing is trained: the checkpoint's weights are exported\n"
+    "  --merge          with --export, a LoRA plan's adapters merged into their base weights\n"
+    "                   (W + alpha/r B A): the full model, as --export writes it for any other plan\n"
     "  --logits PREFIX  at the end, the first validation batch and the model's logits on it as\n"
     "                   PREFIX.tokens.npy (B, T) and PREFIX.logits.npy (B, T, V); with document starts\n"
     "                   (X.docs) attending within each document as training does, which it says\n"
@@ -248,7 +252,8 @@ enum {
     O_SAMPLE_PROMPT,
     O_LR_SCHEDULE,
     O_MIN_LR,
-    O_VAL_DATA
+    O_VAL_DATA,
+    O_MERGE
 };
 static const struct option LONG[] = {
     {"steps", required_argument, 0, O_STEPS},
@@ -263,6 +268,7 @@ static const struct option LONG[] = {
     {"log", required_argument, 0, O_LOG},
     {"init", required_argument, 0, O_INIT},
     {"export", required_argument, 0, O_EXPORT},
+    {"merge", no_argument, 0, O_MERGE},
     {"dtype", required_argument, 0, O_DTYPE},
     {"shard-bytes", required_argument, 0, O_SHARD},
     {"save", required_argument, 0, O_SAVE},
@@ -300,9 +306,9 @@ typedef struct Args {
     DeviceKind device;
     int calibrate;
     const char *calibrate_out;
-    const char *given[O_VAL_DATA + 1]; // the options given, by id: a flag that does nothing where it is is an error
-    double weight_decay, clip;         // --weight-decay and --clip over the model's train section; < 0: the model's
-    int64_t accumulate;                // --accumulate over it; 0: the model's
+    const char *given[O_MERGE + 1]; // the options given, by id: a flag that does nothing where it is is an error
+    double weight_decay, clip;      // --weight-decay and --clip over the model's train section; < 0: the model's
+    int64_t accumulate;             // --accumulate over it; 0: the model's
 } Args;
 
 // One option c (with optarg) into a. -1, or the exit status: 2 a usage
@@ -390,6 +396,7 @@ static int parse_option(Args *a, int c, char **argv) {
     case O_LOG: o->log_path = optarg; break;
     case O_INIT: o->init = optarg; break;
     case O_EXPORT: o->export_path = optarg; break;
+    case O_MERGE: o->export_merged = 1; break;
     case O_DTYPE:
         if (strcmp(optarg, "bf16") && strcmp(optarg, "fp32"))
             return usage_error("--dtype is bf16 or fp32, not '%s'", optarg);
@@ -442,6 +449,7 @@ static int check_option_context(const Args *a) {
         {O_DTYPE, O_EXPORT, "--dtype chooses the dtype of --export"},
         {O_SHARD, O_EXPORT, "--shard-bytes shards --export"},
         {O_LOGITS_FULL_ROWS, O_LOGITS, "--logits-full-rows chooses the attention of --logits"},
+        {O_MERGE, O_EXPORT, "--merge merges a LoRA plan's adapters into --export"},
     };
     for (size_t i = 0; i < sizeof CONTEXT / sizeof CONTEXT[0]; i++)
         if (a->given[CONTEXT[i].opt] && !a->given[CONTEXT[i].needs])
@@ -461,7 +469,7 @@ static int check_option_context(const Args *a) {
         return usage_error("%s", "--epochs and --steps both set the run's length; give one");
     if (a->given[O_INIT] && a->given[O_RESUME])
         return usage_error("%s", "--init does nothing with --resume: the checkpoint's weights replace it");
-    for (int k = O_STEPS; a->calibrate && k <= O_VAL_DATA; k++)
+    for (int k = O_STEPS; a->calibrate && k <= O_MERGE; k++)
         if (a->given[k] && k != O_CALIBRATE && k != O_OUT && k != O_THREADS && k != O_TIER_DIR)
             return usage_error("--%s trains; --calibrate measures this machine and trains nothing", a->given[k]);
     return -1;
@@ -490,7 +498,7 @@ static int parse_args(Args *a, int argc, char **argv) {
     opterr = 0;
     int c, li = -1;
     while ((c = getopt_long(argc, argv, ":", LONG, &li)) != -1) {
-        if (c >= O_STEPS && c <= O_VAL_DATA && li >= 0) a->given[c] = LONG[li].name;
+        if (c >= O_STEPS && c <= O_MERGE && li >= 0) a->given[c] = LONG[li].name;
         li = -1;
         int rc = parse_option(a, c, argv);
         if (rc >= 0) return rc;

@@ -34,7 +34,7 @@ enum {
     LOC_BYTES = 8,
     STR_MIN = 4,
     INPUT_MIN = STR_MIN + 4 + SHAPE_MIN + LOC_BYTES,
-    PARAM_MIN = 2 * STR_MIN + 4 + SHAPE_MIN + 4 + 8 + 4 + 4 + LOC_BYTES,
+    PARAM_MIN = 2 * STR_MIN + 4 + SHAPE_MIN + 4 + 8 + 4 + 4 + LOC_BYTES + 4 + 4 + 4 + 8,
     NODE_MIN = 4 + 4 + SHAPE_MIN + LOC_BYTES + STR_MIN + 4 + 4 + 3 * 4 + 8 + 4 + 8 + 6 * 4 + 2 * 8,
     GRAD_BYTES = 8,
     INSTR_BYTES = 10 * 4 + 3 * 8,
@@ -377,13 +377,24 @@ static int read_params(Rd *r, Graph *g) {
         get_str(r, &pr->prefix, 0, what);
         pr->kind = get_enum(r, (uint32_t)g->nkinds, what, "block kind");
         get_shape(r, &pr->shape, what);
-        pr->init = (InitKind)get_enum(r, INIT_ONES + 1, what, "init");
+        pr->init = (InitKind)get_enum(r, INIT_UNIFORM + 1, what, "init");
         pr->init_std = get_f64(r);
         pr->init_given = get_enum(r, 2, what, "init_given");
         pr->first_use = (PartKind)get_enum(r, (uint32_t)graph_nparts(g), what, "first use"); // every one is used
         pr->loc = get_loc(r, what);
+        pr->frozen = get_enum(r, 2, what, "frozen");
+        pr->lora = get_enum(r, 3, what, "lora");
+        pr->lora_of = get_i32(r);
+        pr->lora_scale = get_f64(r);
         if (r->failed) break;
-        if (pr->in_block && !strstr(pr->prefix, "{i}"))
+        if (pr->lora && (pr->lora_of < 0 || pr->lora_of >= i || pr->frozen || pr->shape.rank != 2))
+            rd_fail(r,
+                    "parameter '%s': a LoRA adapter of parameter %d, which is not an earlier one, or frozen, or "
+                    "not a matrix",
+                    pr->name, pr->lora_of);
+        else if (pr->lora && !(isfinite(pr->lora_scale) && pr->lora_scale > 0))
+            rd_fail(r, "parameter '%s': LoRA scale %g is not a positive number", pr->name, pr->lora_scale);
+        else if (pr->in_block && !strstr(pr->prefix, "{i}"))
             rd_fail(r, "parameter '%s': its checkpoint prefix \"%s\" has no {i}", pr->name, pr->prefix);
         else if (!pr->in_block && (pr->prefix[0] || pr->kind))
             rd_fail(r, "global parameter '%s' has a checkpoint prefix or a block kind", pr->name);

@@ -520,8 +520,9 @@ static int export_weights(Run *r, char *err, size_t errcap) {
     }
     if (!ids.max_positions) model_source_folder(r->p, source, sizeof source);
     if (!ids.max_positions && source[0]) ids.max_positions = hf_config_max_positions(source);
-    int rc = weights_export(o->export_path, r->p, &r->hs, o->export_bf16, o->shard_bytes, tokdir, &ids, o->dist, err,
-                            errcap);
+    int rc = (o->export_merged ? weights_export_merged : weights_export)(o->export_path, r->p, &r->hs, o->export_bf16,
+                                                                         o->shard_bytes, tokdir, &ids, o->dist, err,
+                                                                         errcap);
     if (!rc && ids.max_positions > 0 && weights_export_is_folder(o->export_path))
         fprintf(o->out, "  max_position_embeddings %lld, as %s/config.json says (the training sequence is %lld)\n",
                 (long long)ids.max_positions, source, (long long)r->p->graph->train.seq);

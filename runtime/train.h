@@ -34,6 +34,7 @@ typedef struct TrainOptions {
     const char *init;        // pretrained weights to start from (safetensors or llm.c); NULL: the seed's
     const char *export_path; // safetensors to write the weights to at the end; NULL: none
     int export_bf16;
+    int export_merged;    // --merge: a LoRA plan's adapters merged into the export (weights_export_merged)
     int64_t shard_bytes;  // export shards above this size
     const char *save_dir; // checkpoints every save_every steps, the newest `keep` kept; NULL: none
     int save_default;     // save_dir is the default beside the log, not --save's: where it holds another run's

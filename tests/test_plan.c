@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 15 (PLAN_VERSION). For each model given: parse,
+// test_plan: the plan file format, version 16 (PLAN_VERSION). For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -194,6 +194,7 @@ typedef struct Variant {
     const char *target; // NULL: laid out by hand
     int64_t batch;      // 0: the model's
     SchedRequest req;
+    int adapters; // 1: LoRA rank 2 on q_proj and v_proj where the model has them, else what "*n*.weight" names frozen
 } Variant;
 
 static const Variant VARIANTS[] = {
@@ -201,23 +202,33 @@ static const Variant VARIANTS[] = {
      "schedule_search on h200, mt, remat auto",
      "h200",
      0,
-     {.policy = POLICY_MT, .remat = REMAT_AUTO, .slots = 0, .resident = -1}},
+     {.policy = POLICY_MT, .remat = REMAT_AUTO, .slots = 0, .resident = -1},
+     0},
     {"-offload",
      "schedule_search on tiny-1layer at batch 1, mt, remat offload, 1 slot, 0 resident",
      "tiny-1layer",
      1,
-     {.policy = POLICY_MT, .remat = REMAT_OFFLOAD, .slots = 1, .resident = 0}},
+     {.policy = POLICY_MT, .remat = REMAT_OFFLOAD, .slots = 1, .resident = 0},
+     0},
     {"-selective",
      "schedule_search on tiny-1layer at batch 1, mt, remat selective, 1 slot, 0 resident",
      "tiny-1layer",
      1,
-     {.policy = POLICY_MT, .remat = REMAT_SELECTIVE, .slots = 1, .resident = 0}},
+     {.policy = POLICY_MT, .remat = REMAT_SELECTIVE, .slots = 1, .resident = 0},
+     0},
     {"-sharded",
      "schedule_search on tiny-1layer at batch 1, mt, remat layer, 2 slots, one rank of 2, sharded",
      "tiny-1layer",
      1,
-     {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 2, .resident = 0, .ranks = 2, .shard = 1}},
-    {"-by-hand", "laid out by hand", NULL, 0, {.policy = POLICY_MT}},
+     {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 2, .resident = 0, .ranks = 2, .shard = 1},
+     0},
+    {"-adapters",
+     "schedule_search on tiny-1layer at batch 1, mt, remat layer, with LoRA or frozen weights",
+     "tiny-1layer",
+     1,
+     {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1, .resident = 0},
+     1},
+    {"-by-hand", "laid out by hand", NULL, 0, {.policy = POLICY_MT}, 0},
 };
 enum { NVARIANTS = sizeof VARIANTS / sizeof VARIANTS[0] };
 
@@ -234,6 +245,10 @@ static Plan *build(const char *path, Arena *a, const Variant *v, char **text) {
     SemaOptions opt = {.batch = v->batch};
     Model *m = dsl_parse(&src, a, &diag);
     Graph *g = m ? sema_lower(m, &opt, a, &diag) : NULL;
+    static const AdapterPattern norms = {"*n*.weight", 0}; // the norms, and more
+    AdapterOptions lora = {.lora_rank = 2, .lora_alpha = 4, .lora_targets = "q_proj,v_proj"};
+    AdapterOptions frozen = {.patterns = &norms, .npatterns = 1};
+    if (g && v->adapters && adapters_apply(g, strstr(*text, "q_proj") ? &lora : &frozen, a, &diag) != 0) g = NULL;
     if (!g || autodiff(g, a, &diag) != 0) {
         printf("FAIL %s: the front end refused it\n", path);
         return NULL;
@@ -370,7 +385,9 @@ static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {
         SAME("a param", str_eq(p->name, q->name) && str_eq(p->ckpt, q->ckpt) && p->in_block == q->in_block &&
                             shape_eq(&p->shape, &q->shape) && p->init == q->init && f64_eq(p->init_std, q->init_std) &&
                             p->init_given == q->init_given && p->first_use == q->first_use && loc_eq(p->loc, q->loc) &&
-                            p->kind == q->kind && (!p->in_block || str_eq(p->prefix, q->prefix)));
+                            p->kind == q->kind && (!p->in_block || str_eq(p->prefix, q->prefix)) &&
+                            p->frozen == q->frozen && p->lora == q->lora && (!p->lora || p->lora_of == q->lora_of) &&
+                            f64_eq(p->lora_scale, q->lora_scale));
     }
     for (int pk = 0; pk < PART_COUNT; pk++) {
         const Part *p = &x->parts[pk], *q = &y->parts[pk];
@@ -618,12 +635,13 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         12, // never released (the branches that became 13)
         13, // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
         14, // before attention's saved softmax statistics (OP_ATTENTION_LSE)
-        16,
+        15, // before frozen parameters and LoRA adapters (Param.frozen, lora, lora_of, lora_scale)
+        17,
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
         char version[32], message[96];
         snprintf(version, sizeof version, "version %u", refused[k]);
-        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 15", refused[k]);
+        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 16", refused[k]);
         memcpy(buf, orig, len);
         st32(buf + 8, refused[k]);
         redo_crcs(buf);
@@ -823,6 +841,16 @@ static void damage_fields(Plan *p, const char *path) {
         snprintf(want, sizeof want, "section GRAPH: parameter '%s': its checkpoint prefix \"h.\" has no {i}", pr->name);
         expect_written_refused("a prefix without {i}", p, path, want);
         pr->prefix = prefix;
+        // a LoRA adapter (format 16) names an earlier parameter, is trained, is a matrix, and scales by a positive
+        // number
+        pr->lora = 1, pr->lora_of = k, pr->lora_scale = 2;
+        snprintf(want, sizeof want, "parameter '%s': a LoRA adapter of parameter %d, which is not an earlier one",
+                 pr->name, k);
+        expect_written_refused("a LoRA adapter of itself", p, path, want);
+        pr->lora_of = 0, pr->lora_scale = -1;
+        snprintf(want, sizeof want, "parameter '%s': LoRA scale -1 is not a positive number", pr->name);
+        if (k > 0 && pr->shape.rank == 2) expect_written_refused("a LoRA scale below 0", p, path, want);
+        pr->lora = 0, pr->lora_of = 0, pr->lora_scale = 0;
     }
     { // the layers' block kinds (format 9): each below nkinds, every kind some layer's; each kind's segment size
         char want[160];

@@ -16,7 +16,7 @@
 //            u32 count, per model input: str name, u32 dtype, shape, loc;
 //            u32 count, per param: str name, str ckpt, u32 in_block, str prefix,
 //              u32 kind, shape, u32 init, f64 init_std, u32 init_given,
-//              u32 first_use, loc;
+//              u32 first_use, loc, u32 frozen, u32 lora (0, 1 A, 2 B), i32 lora_of, f64 lora_scale;
 //            per part, head, block, tail, then kinds 1 .. nkinds-1's blocks:
 //              u32 kind (PartKind), u32 count, per node (its id is its index):
 //                u32 op, u32 dtype, shape, loc, optstr name, u32 annot,
@@ -278,6 +278,10 @@ static void write_graph(Buf *b, const Graph *g) {
         put_u32(b, (uint32_t)pr->init_given);
         put_u32(b, (uint32_t)pr->first_use);
         put_loc(b, pr->loc);
+        put_u32(b, (uint32_t)pr->frozen);
+        put_u32(b, (uint32_t)pr->lora);
+        put_i32(b, pr->lora ? pr->lora_of : -1);
+        put_f64(b, pr->lora_scale);
     }
     for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];

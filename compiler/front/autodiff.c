@@ -15,6 +15,7 @@ typedef struct AD {
     Part *part;
     PartKind pk;
     Node **adj;          // (nfwd) the gradient of each forward node so far, or NULL
+    unsigned char *live; // (nfwd) 1 where the node's value depends on something trained (needs_grad)
     Node ***chunk_grads; // (nfwd) of a tiled part's sliced values: each chunk's gradient, (nchunks)
 } AD;
 
@@ -54,10 +55,11 @@ static int from_params(const Node *x) {
     return 1;
 }
 
-// Adds g to the gradient of x. Integer values and constants take none.
+// Adds g to the gradient of x. Integer values, constants and what depends
+// on nothing trained (a frozen parameter, what only such values make) take none.
 static int accumulate(AD *ad, Node *x, Node *g) {
     if (!g) return -1;
-    if (x->dtype != DT_F32 || x->op == OP_CONST) return 0;
+    if (x->dtype != DT_F32 || x->op == OP_CONST || !ad->live[x->id]) return 0;
     Node **slot = &ad->adj[x->id];
     if (*slot) {
         if (ad->part->nchunks > 1 && from_params(x)) keep_wide(*slot), keep_wide(g);
@@ -106,8 +108,11 @@ static int matmul_rule(AD *ad, Node *n, Node *dy) {
                    "gradient of a batched transpose(a) @ b is not supported; transpose the other operand");
         return -1;
     }
-    Node *dA = ta ? matmul(ad, B, dy, tb, 1, n->loc) : matmul(ad, dy, B, 0, !tb, n->loc);
-    if (accumulate(ad, A, dA) != 0) return -1;
+    if (ad->live[A->id]) {
+        Node *dA = ta ? matmul(ad, B, dy, tb, 1, n->loc) : matmul(ad, dy, B, 0, !tb, n->loc);
+        if (accumulate(ad, A, dA) != 0) return -1;
+    }
+    if (!ad->live[B->id]) return 0; // a frozen weight: no dB GEMM at all
     Node *dB;
     if (B->shape.rank == 2 && A->shape.rank > 2) { // a weight shared across the batch
         Node *A2 = flatten2(ad, A), *dy2 = flatten2(ad, dy);
@@ -362,7 +367,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[0], emit(ad, OP_WHERE, &in[0]->shape, loc, 3, args));
     }
     case OP_MATMUL: return matmul_rule(ad, n, dy);
-    case OP_EMBED: { // every token's row of dy added into its table row, but the padding row's
+    case OP_EMBED: {                        // every token's row of dy added into its table row, but the padding row's
+        if (!ad->live[in[0]->id]) return 0; // a frozen table
         Node *g = emit2(ad, OP_EMBED_BWD, &in[0]->shape, loc, dy, in[1]);
         if (g) g->padding = n->padding;
         return accumulate(ad, in[0], g);
@@ -463,13 +469,29 @@ static int add_grad(AD *ad, Node *of) {
     return ptrvec_push(ad->a, &ad->part->grads, gr);
 }
 
+// Marks live[i] where forward node i depends on something trained: a
+// parameter that is not frozen, or a value from another part (whose own
+// parameters, or an earlier layer's, may be trained). Only these take a
+// gradient, so a frozen weight's GEMM and scatter-add never exist.
+static void needs_grad(const Graph *g, const Part *part, unsigned char *live) {
+    for (int i = 0; i < part->nodes.n; i++) {
+        const Node *n = part->nodes.items[i];
+        live[i] = n->op == OP_PARAM   ? !((const Param *)g->params.items[n->param])->frozen
+                  : n->op == OP_INPUT ? n->src_part >= 0
+                                      : 0;
+        for (int j = 0; j < n->nin && !live[i]; j++) live[i] = live[n->in[j]->id];
+    }
+}
+
 static int differentiate_part(Graph *g, PartKind pk, Arena *a, Diag *d) {
     Part *part = &g->parts[pk];
     int nfwd = part->nodes.n;
     AD ad = {.a = a, .d = d, .part = part, .pk = pk};
     ad.adj = arena_alloc(a, (size_t)nfwd * sizeof(Node *));
     ad.chunk_grads = arena_alloc(a, (size_t)nfwd * sizeof(Node **));
-    if (!ad.adj || !ad.chunk_grads) return -1;
+    ad.live = arena_alloc(a, (size_t)nfwd + 1);
+    if (!ad.adj || !ad.chunk_grads || !ad.live) return -1;
+    needs_grad(g, part, ad.live);
     memset(ad.chunk_grads, 0, (size_t)nfwd * sizeof(Node **));
     part->nfwd = nfwd;
     Node *out = part->output;

@@ -321,7 +321,8 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
                  .kind = in_block ? S->kind : 0,
                  .first_use = PART_COUNT,
                  .init = INIT_NORMAL,
-                 .init_std = 0.02};
+                 .init_std = 0.02,
+                 .frozen = pd->frozen};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
     int rc = eval_shape(S, &pd->type, &p->shape);

@@ -6,6 +6,7 @@
 #include <string.h>
 
 #include "common/json.h"
+#include "common/storage.h"
 #include "common/trace.h"
 
 // The attention kernels a plan runs, for --explain: "tensor-core",
@@ -220,6 +221,13 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
         else
             fprintf(out, "  host store: %.4g bytes a layer parameter, all in RAM (%.4g GB of %.4g)\n",
                     pl->ram_per_param, (double)c->host_bytes / 1e9, t->host_memory / 1e9);
+        int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1);
+        if (frozen)
+            fprintf(out,
+                    "  frozen: %.4g G parameters at %lld bytes each (their storage dtype: no gradient, moments or "
+                    "master), %.4g GB of the host store\n",
+                    (double)frozen / 1e9, (long long)storage_weight_bytes(g->train.compute),
+                    (double)frozen * (double)storage_weight_bytes(g->train.compute) / 1e9);
     } else {
         fprintf(out, "  no policy fits %s\n", t->name);
     }

@@ -81,6 +81,11 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
             s.grads_bf16 ? " (one micro-batch a step: the layers' gradients land as bf16; the globals' stay fp32, 18 "
                            "B/param)"
                          : "");
+    int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1); // (aligned elements, as stored)
+    if (frozen)
+        fprintf(out, "  of them frozen (no gradient, moments or master): %s elements at %lld B/param, %.2f GB\n",
+                grouped(frozen, b1), (long long)storage_weight_bytes(t->compute),
+                (double)frozen * (double)storage_weight_bytes(t->compute) / 1e9);
 }
 
 static void json_param(FILE *out, const char *name, const Shape *shape, int *first) {
@@ -122,6 +127,8 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
             "  \"host_bytes\": %lld,\n",
             (long long)s.bytes_per_param, (long long)s.global_bytes_per_param, s.grads_bf16 ? "true" : "false",
             (long long)s.host_bytes);
+    fprintf(out, "  \"host_frozen_elems\": %lld,\n",
+            (long long)(storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1)));
     // Checkpoint order: head globals, the layers, then tail-only globals.
     fprintf(out, "  \"params\": [");
     int first = 1;

@@ -353,6 +353,19 @@ static double run_heavy(const KernelTimes *kt, int part, int from, int to, int f
 // Elements of segment `layer` of the host store.
 static double layer_elems(const Plan *p, int32_t layer) { return (double)plan_segment_len(p, layer); }
 
+// Of them, those AdamW updates: the frozen parameters' left out (store_update skips them).
+static double trained_elems(const Plan *p, int32_t layer) {
+    const Graph *g = p->graph;
+    double n = layer_elems(p, layer);
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        int in_seg = prm->in_block ? layer >= 0 && param_in_layer(g, prm, layer)
+                                   : layer < 0 && plan_segment_of(p, p->param_offset[i]) == layer;
+        if (prm->frozen && in_seg) n -= (double)storage_host_elems_of(shape_numel(&prm->shape));
+    }
+    return n;
+}
+
 // Host bytes a parameter's AdamW update moves: reads w, m, v, g (16), writes
 // w, m, v and zeroes g (16), and writes the bf16 copy under bf16 (2), as
 // runtime/store/store.c's store_update does; with bf16 gradients (grads_bf16, a
@@ -466,6 +479,13 @@ static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t lay
     double per = per_global - (storage_grads_bf16(g, ranks, level == PLACE_GRADS) ? 2.0 : 0.0); // a layer parameter's
     double layer_params = (double)layers_elems;
     double total = (double)global_elems * per_global + layer_params * per + (double)act;
+    // frozen parameters: their storage dtype only, in RAM (common/storage.h), nothing on a tier; of the
+    // elements given (a sharded rank's share), the frozen share of each
+    double all_global = (double)storage_host_global_elems(g), all_layers = (double)storage_host_elems(g) - all_global;
+    double frozen_layers = all_layers > 0 ? (double)storage_frozen_elems(g, 0) / all_layers : 0;
+    if (all_global > 0) total -= (double)storage_frozen_saving(g, (int64_t)per_global, 1) * global_elems / all_global;
+    if (all_layers > 0) total -= (double)storage_frozen_saving(g, (int64_t)per, 0) * layer_params / all_layers;
+    layer_params *= 1.0 - frozen_layers;          // what a tier could hold
     if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
     // bytes a layer parameter the tier holds, and reads and writes a step
@@ -477,7 +497,7 @@ static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t lay
     *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
     pl->tier_bytes = (int64_t)(held * layer_params);
     // three staging records (runtime/store/tier.h: reading i+1, updating i, writing i-1 back)
-    pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems);
+    pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems * (1.0 - frozen_layers));
     pl->tier_read_bytes = (state + grads) * layer_params, pl->tier_write_bytes = (state + grads) * layer_params;
     if (level > PLACE_RAM)
         pl->tier_s = pl->tier_read_bytes / t->tier_read_bandwidth + pl->tier_write_bytes / t->tier_write_bandwidth;
@@ -543,7 +563,7 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
         int grads_bf16 = in->layer >= 0 && plan_grads_bf16(p, pl);
-        double adamw = (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
+        double adamw = (double)rank_share(p, (int64_t)trained_elems(p, in->layer)) *
                        (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) /
                        t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
@@ -751,7 +771,10 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
            params = all * f, globals = (double)storage_host_global_elems(g) * f,
            wbytes = (double)storage_weight_bytes(compute);
     // AdamW's bytes, and the gradient norm's, which reads g (a layer's bf16 gradients: 2 bytes)
-    double update_all = globals * update_bytes(compute, 0) + (params - globals) * update_bytes(compute, grads_bf16);
+    // frozen parameters stream in, but have no gradient out and no update
+    double frozen_g = (double)storage_frozen_elems(g, 1) * f, frozen_l = (double)storage_frozen_elems(g, 0) * f;
+    double update_all = (globals - frozen_g) * update_bytes(compute, 0) +
+                        (params - globals - frozen_l) * update_bytes(compute, grads_bf16);
     double norm_bytes = globals * 4.0 + (params - globals) * (grads_bf16 ? 2.0 : 4.0);
     double opt_bytes = update_all + norm_bytes;
     double norm_s = norm_bytes / t->host_memory_bandwidth;
@@ -774,12 +797,12 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     b->compute_s *= acc;
     b->backward_s *= acc;
     b->in_s = params * wbytes / t->h2d_bandwidth;
-    b->out_s = params * wbytes / t->d2h_bandwidth;
+    b->out_s = (params - frozen_g - frozen_l) * wbytes / t->d2h_bandwidth;
     b->update_s = update_all / t->host_adamw_bandwidth;
     b->host_s = b->update_s + norm_s;
     // every byte on the link is read from or written to host memory, which
     // the optimizer also reads and writes
-    b->host_memory_s = (2.0 * params * wbytes + opt_bytes) / t->host_memory_bandwidth;
+    b->host_memory_s = ((2.0 * params - frozen_g - frozen_l) * wbytes + opt_bytes) / t->host_memory_bandwidth;
     // the NVMe tier: the least any plan puts there, with no activation store
     int64_t global_elems = 0, kind_elems[MT_MAX_KINDS] = {0}, layer_elems = 0;
     for (int i = 0; i < g->params.n; i++) {

@@ -74,6 +74,7 @@ static int names_match(const Graph *g, Family f, int64_t experts, char *err, siz
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         int ok = 0;
+        if (prm->lora) continue; // a LoRA adapter: merged into its base or exported apart (weights.h)
         if (prm->in_block) {
             ok = !strcmp(prm->prefix, LAYER_PREFIX);
             int known = 0;

@@ -146,6 +146,7 @@ static int load_safetensors(const char *path, const Plan *p, HostStore *hs, char
                              (long long)param_elements(prm), shape_str(&want, s2, sizeof s2), name);
                     goto done;
                 }
+                if (!t && name && prm->lora) continue; // a LoRA adapter the base model has not: its own init
                 if (!t) {
                     snprintf(err, errcap, "%s: no tensor \"%s\" (parameter '%s' of the model)", path, name ? name : "?",
                              prm->name);
@@ -348,6 +349,21 @@ int weights_export_is_folder(const char *path) {
     return n < k || strcmp(path + n - k, ".safetensors") != 0;
 }
 
+int weights_export_check_adapter(const char *path, const Plan *p, int merged, char *err, size_t errcap) {
+    if (!weights_export_is_folder(path) || merged) return 0;
+    for (int i = 0; weights_has_lora(p) && i < p->graph->params.n; i++) {
+        const Param *prm = p->graph->params.items[i];
+        if (prm->lora || prm->frozen) continue;
+        snprintf(err, errcap,
+                 "--export DIR of a LoRA plan writes the PEFT adapter, which holds only the adapters; parameter "
+                 "'%s' (\"%s\") is trained too (mtc --train) and would be lost: give --merge for the full model, "
+                 "or a FILE.safetensors for every parameter",
+                 prm->name, prm->ckpt);
+        return -1;
+    }
+    return 0;
+}
+
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap) {
     char *config, *generation;
     if (!weights_export_is_folder(path)) return 0;
@@ -414,8 +430,14 @@ static int copy_files(const char *src, const char *dir, int *copied, char *err, 
 
 // The folder transformers loads: the weights sharded as it shards them,
 // config.json and generation_config.json, and the tokenizer's files.
+enum { EXPORT_AS_IS, EXPORT_MERGED, EXPORT_ADAPTER };
+static int export_impl(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                       const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, int how, char *err,
+                       size_t errcap);
+
 static int export_folder(const char *dir, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
-                         const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
+                         const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, int how, char *err,
+                         size_t errcap) {
     char *config = NULL, *generation = NULL, st_path[4096];
     if (hf_config_json(p, bf16, tok, &config, &generation, err, errcap) != 0) return -1;
     int rc = -1, copied = 0;
@@ -424,7 +446,7 @@ static int export_folder(const char *dir, const Plan *p, const HostStore *hs, in
         goto done;
     }
     snprintf(st_path, sizeof st_path, "%s/model.safetensors", dir);
-    if (weights_export(st_path, p, hs, bf16, shard_bytes, NULL, NULL, dist, err, errcap) != 0 ||
+    if (export_impl(st_path, p, hs, bf16, shard_bytes, NULL, NULL, dist, how, err, errcap) != 0 ||
         write_text(dir, "config.json", config, err, errcap) != 0 ||
         write_text(dir, "generation_config.json", generation, err, errcap) != 0 ||
         (tokenizer_dir && copy_files(tokenizer_dir, dir, &copied, err, errcap) != 0))
@@ -465,12 +487,135 @@ static int gather_tensor(void *ctx, const StOut *t, float *dst, char *err, size_
                               master_get, (void *)x, err, errcap);
 }
 
+// A LoRA target's merged weight W + scale B A (its adapters at params a and b).
+typedef struct MergedTensor {
+    const ExportGather *gather;
+    int a, b;
+    int64_t layer;
+} MergedTensor;
+static int merged_tensor(void *ctx, const StOut *t, float *dst, char *err, size_t errcap) {
+    const MergedTensor *mt = ctx;
+    const Plan *p = mt->gather->p;
+    const Param *A = p->graph->params.items[mt->a];
+    int64_t r = A->shape.dims[0], in = A->shape.dims[1], out = t->shape[0];
+    float *ab = malloc((size_t)(r * in + out * r + 1) * sizeof(float)); // A (r, in), then B (out, r)
+    StOut ta = {.rank = 2, .shape = {r, in}, .at = plan_param_elem(p, mt->a, mt->layer)};
+    StOut tb = {.rank = 2, .shape = {out, r}, .at = plan_param_elem(p, mt->b, mt->layer)};
+    int rc = !ab || gather_tensor((void *)mt->gather, t, dst, err, errcap) != 0 ||
+             gather_tensor((void *)mt->gather, &ta, ab, err, errcap) != 0 ||
+             gather_tensor((void *)mt->gather, &tb, ab + r * in, err, errcap) != 0;
+    if (!ab) snprintf(err, errcap, "out of memory");
+    for (int64_t o = 0; !rc && dst && o < out; o++) // (dst NULL: a rank that only sends its slices)
+        for (int64_t i = 0; i < in; i++) {
+            double sum = 0;
+            for (int64_t k = 0; k < r; k++) sum += (double)ab[r * in + o * r + k] * ab[k * in + i];
+            dst[o * in + i] = (float)(dst[o * in + i] + A->lora_scale * sum);
+        }
+    free(ab);
+    return rc ? -1 : 0;
+}
+
+// The adapters of base parameter `base`: *a and *b (-1: none).
+static void lora_of(const Graph *g, int base, int *a, int *b) {
+    *a = *b = -1;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (prm->lora && prm->lora_of == base) *(prm->lora == 1 ? a : b) = i;
+    }
+}
+
+int weights_has_lora(const Plan *p) {
+    for (int i = 0; i < p->graph->params.n; i++)
+        if (((const Param *)p->graph->params.items[i])->lora) return 1;
+    return 0;
+}
+
+// peft's adapter_config.json for the plan's adapters (one rank and alpha
+// for all; target_modules the bases' module names, each once). malloc'd.
+static char *adapter_config(const Plan *p) {
+    const Graph *g = p->graph;
+    size_t cap = 4096, n = 0;
+    char *js = malloc(cap);
+    double rank = 0, alpha = 0;
+    if (!js) return NULL;
+    n += (size_t)snprintf(js + n, cap - n,
+                          "{\n  \"peft_type\": \"LORA\",\n  \"task_type\": \"CAUSAL_LM\",\n"
+                          "  \"target_modules\": [");
+    int first = 1;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (prm->lora != 1) continue;
+        const Param *base = g->params.items[prm->lora_of];
+        rank = (double)prm->shape.dims[0], alpha = prm->lora_scale * rank;
+        size_t len = strlen(base->ckpt) - strlen(".weight");
+        const char *mod = base->ckpt + len;
+        while (mod > base->ckpt && mod[-1] != '.') mod--;
+        int len_mod = (int)(base->ckpt + len - mod), seen = 0;
+        for (int k = 0; k < i && !seen; k++) { // each module name once
+            const Param *q = g->params.items[k];
+            if (q->lora != 1) continue;
+            const Param *qb = g->params.items[q->lora_of];
+            size_t ql = strlen(qb->ckpt) - strlen(".weight");
+            seen = ql >= (size_t)len_mod && !strncmp(qb->ckpt + ql - len_mod, mod, (size_t)len_mod) &&
+                   (ql == (size_t)len_mod || qb->ckpt[ql - len_mod - 1] == '.');
+        }
+        if (seen) continue;
+        if (n + (size_t)len_mod + 64 > cap && !(js = realloc(js, cap *= 2 + (size_t)len_mod))) return NULL;
+        n += (size_t)snprintf(js + n, cap - n, "%s\"%.*s\"", first ? "" : ", ", len_mod, mod);
+        first = 0;
+    }
+    if (n + 512 > cap && !(js = realloc(js, cap + 512))) return NULL;
+    snprintf(js + n, 512,
+             "],\n  \"r\": %.0f,\n  \"lora_alpha\": %.17g,\n  \"lora_dropout\": 0.0,\n  \"bias\": \"none\",\n"
+             "  \"fan_in_fan_out\": false,\n  \"use_rslora\": false,\n  \"init_lora_weights\": true,\n"
+             "  \"inference_mode\": true,\n  \"base_model_name_or_path\": null,\n  \"modules_to_save\": null\n}",
+             rank, alpha);
+    return js;
+}
+
+// The PEFT adapter folder: adapter_model.safetensors (the adapters under
+// peft's names) and adapter_config.json.
+static int export_adapter(const char *dir, const Plan *p, const HostStore *hs, int bf16, const Dist *dist, char *err,
+                          size_t errcap) {
+    char st_path[4096], *config = adapter_config(p);
+    int rc = -1;
+    if (!config) {
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    if (mkdir(dir, 0777) != 0 && errno != EEXIST)
+        io_fail(err, errcap, dir, "cannot make the export folder: %s", strerror(errno));
+    else {
+        snprintf(st_path, sizeof st_path, "%s/adapter_model.safetensors", dir);
+        rc = export_impl(st_path, p, hs, bf16, INT64_MAX, NULL, NULL, dist, EXPORT_ADAPTER, err, errcap);
+        if (rc == 0) rc = write_text(dir, "adapter_config.json", config, err, errcap);
+    }
+    free(config);
+    return rc;
+}
+
 int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
                    const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
+    return export_impl(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, EXPORT_AS_IS, err, errcap);
+}
+
+int weights_export_merged(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                          const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap) {
+    return export_impl(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, EXPORT_MERGED, err, errcap);
+}
+
+// how: EXPORT_AS_IS every parameter under its name (a LoRA plan's folder:
+// the PEFT adapter); EXPORT_MERGED the adapters merged into their bases;
+// EXPORT_ADAPTER the adapters alone, under peft's names.
+static int export_impl(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                       const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, int how, char *err,
+                       size_t errcap) {
     const Graph *g = p->graph;
     int writer = !dist || !dist->mpi || dist->rank == 0; // the others only send their slices
-    if (writer && weights_export_is_folder(path))
-        return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, err, errcap);
+    if (how == EXPORT_AS_IS && weights_export_is_folder(path) && weights_has_lora(p))
+        return export_adapter(path, p, hs, bf16, dist, err, errcap);
+    if (writer && how != EXPORT_ADAPTER && weights_export_is_folder(path))
+        return export_folder(path, p, hs, bf16, shard_bytes, tokenizer_dir, tok, dist, how, err, errcap);
     if (hs->tier_master) {
         snprintf(err, errcap,
                  "--export with the fp32 master on the NVMe tier is not supported yet (it would gather the "
@@ -491,7 +636,7 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                 const Param *prm = g->params.items[i];
                 int want = pass == 1 ? param_in_layer(g, prm, l)
                                      : !prm->in_block && (prm->first_use == PART_HEAD) == (pass == 0);
-                if (!want) continue;
+                if (!want || (how == EXPORT_MERGED && prm->lora) || (how == EXPORT_ADAPTER && !prm->lora)) continue;
                 Shape es = param_element_shape(prm); // one checkpoint tensor's
                 for (int64_t e = 0; e < param_elements(prm); e++) {
                     StOut *o = &out[k++];
@@ -499,12 +644,21 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
                     o->rank = es.rank;
                     for (int d = 0; d < o->rank; d++) o->shape[d] = es.dims[d];
                     o->fill = gather_tensor, o->ctx = &gather, o->at = plan_param_elem(p, i, l) + e * shape_numel(&es);
+                    int la, lb;
+                    lora_of(g, i, &la, &lb);
+                    if (how == EXPORT_ADAPTER && !(o->name = arena_printf(&a, "base_model.model.%s", o->name)))
+                        goto oom;
+                    if (how != EXPORT_MERGED || la < 0) continue;
+                    MergedTensor *mt = arena_alloc(&a, sizeof *mt);
+                    if (!mt) goto oom;
+                    *mt = (MergedTensor){&gather, la, lb, l};
+                    o->fill = merged_tensor, o->ctx = mt;
                 }
             }
     if (writer) rc = st_write(path, out, (int)k, bf16 ? ST_BF16 : ST_F32, shard_bytes, err, errcap);
     else { // the writer's fills, in its order (st_write writes the tensors as given)
         rc = 0;
-        for (int64_t i = 0; i < k && rc == 0; i++) rc = gather_tensor(&gather, &out[i], NULL, err, errcap);
+        for (int64_t i = 0; i < k && rc == 0; i++) rc = out[i].fill(out[i].ctx, &out[i], NULL, err, errcap);
     }
     arena_free(&a);
     return rc;

@@ -39,8 +39,23 @@ int weights_export(const char *path, const Plan *p, const HostStore *hs, int bf1
 // Whether --export PATH names a folder: anything but a FILE.safetensors.
 int weights_export_is_folder(const char *path);
 
+// A plan with LoRA adapters (mtc --lora): weights_export to a folder writes
+// the PEFT adapter that peft's PeftModel.from_pretrained loads on the base
+// model: adapter_model.safetensors, the adapters named
+// base_model.model.<checkpoint name> (q_proj.lora_A.weight ...), and
+// adapter_config.json (rank, alpha, target modules). weights_export_merged
+// writes what weights_export writes for a plan without adapters, each
+// target's weight merged, W + (alpha / r) B A, the adapters left out.
+int weights_has_lora(const Plan *p);
+int weights_export_merged(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
+                          const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap);
+
 // What weights_export would refuse before any training: a folder for a
 // model whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap);
+// What the PEFT adapter export would lose, refused before training: a LoRA
+// plan's folder export (merged 0) with parameters other than the adapters
+// trained (mtc --train). 0, or -1 with a message naming one.
+int weights_export_check_adapter(const char *path, const Plan *p, int merged, char *err, size_t errcap);
 
 #endif

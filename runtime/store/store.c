@@ -18,8 +18,11 @@ int store_grads_bf16(const Plan *p, int holds) {
 }
 
 int64_t store_bytes(const Plan *p, int holds) {
-    return plan_host_elems(p) * storage_host_bytes_per_param(p->graph->train.compute) -
-           (store_grads_bf16(p, holds) ? 2 * (plan_host_elems(p) - p->host_global) : 0);
+    const Graph *g = p->graph;
+    int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1);
+    // storage_host_bytes (a frozen parameter's storage dtype only), plus the fp32 master this store still keeps of
+    // a frozen parameter under bf16; their moments and gradients are mapped but never touched
+    return storage_host_bytes(g, store_grads_bf16(p, holds)) + (g->train.compute == DT_BF16 ? 4 * frozen : 0);
 }
 
 // The arrays of a layer's tier record: m and v, the master, the gradients.
@@ -142,9 +145,14 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             uint16_t *gb = store_grads_bf16_at(s, off), *gb_pad = store_grads_bf16_at(s, pad); // (s->n: unsharded)
             // (a tier's: touched as they arrive)
             float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
+            // a frozen parameter: its weights only; its moments and gradients never touched (their pages,
+            // the kernel's zero pages, hold no memory)
+            int frozen = ((const Param *)g->params.items[i])->frozen;
+            if (frozen) grads = NULL, gb = gb_pad = NULL;
             if (b > a)
-                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram ? s->m + off : NULL,
-                                  ram ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a, s->threads);
+                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram && !frozen ? s->m + off : NULL,
+                                  ram && !frozen ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a,
+                                  s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
             if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
         }
@@ -366,8 +374,8 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     // here: together the whole segment, as one memset of it would.
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        if (!in_segment(p, i, layer)) continue;
-        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0; // none on norms and biases
+        if (!in_segment(p, i, layer) || prm->frozen) continue; // frozen: no gradient, never updated
+        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0;    // none on norms and biases
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
@@ -469,6 +477,11 @@ static double normal_at(uint64_t key, int64_t i) {
     return sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2);
 }
 
+// A uniform draw on [0, 1) for element i of stream `key`.
+static double uniform_at(uint64_t key, int64_t i) {
+    return (double)(mix(key ^ mix((uint64_t)i * 2)) >> 11) / 9007199254740992.0;
+}
+
 int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap) {
     const Graph *g = p->graph;
     for (int64_t seg = SEG_FIRST; seg < g->layers; seg++) { // the globals, then each layer's segment
@@ -482,9 +495,10 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             float *w = master + at - (a - plan_param_elem(p, i, l));                 // w[k]: element k of the parameter
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
-                w[k] = prm->init == INIT_ONES    ? 1.0f
-                       : prm->init == INIT_ZEROS ? 0.0f
-                                                 : (float)(prm->init_std * normal_at(key, k));
+                w[k] = prm->init == INIT_ONES      ? 1.0f
+                       : prm->init == INIT_ZEROS   ? 0.0f
+                       : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
+                                                   : (float)(prm->init_std * normal_at(key, k));
         }
         if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }

@@ -78,7 +78,10 @@ int store_grads_bf16(const Plan *p, int holds);
 // Bytes the store needs for a plan, the tier's arrays counted as in RAM
 // (what --summary calls host memory, plus alignment padding): per element
 // storage_host_bytes_per_param, 2 less a layer's where store_grads_bf16
-// (common/storage.h, storage_host_bytes). holds: what a tier takes (below).
+// (common/storage.h, storage_host_bytes); a frozen parameter's its weights
+// only (the pages of its moments and gradients are never touched), and
+// under bf16 its fp32 master too, which this store still keeps (4 bytes
+// more than --summary counts). holds: what a tier takes (below).
 int64_t store_bytes(const Plan *p, int holds);
 // Plan element f's bf16 gradient (HostStore.gb), or NULL: an fp32 accumulator at g + f.
 static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f) {
