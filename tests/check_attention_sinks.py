@@ -104,6 +104,8 @@ def mt_step(mtc, mtrun, W, data, tmp, window, dtype):
     p = run(mtc, model, "-o", plan, "--batch", 1, "--seq", T, "--dtype", dtype)
     if not check(p.returncode == 0, f"mtc ({dtype}, window {window})", p):
         return None, None
+    if os.path.exists(log):  # a log mtrun appends to: this run's records alone
+        os.remove(log)
     p = run(mtrun, plan, "--steps", 1, "--init", wf, "--export", out, "--no-save", "--val-batches", 0, "--dtype", "fp32",
             "--data", data, "--lr", f"{LR:g}", "--log", log)
     if not check(p.returncode == 0, f"mtrun ({dtype}, window {window})", p):

@@ -110,12 +110,13 @@ FIELDS = {
     "qwen3_next": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
                             "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers "
                             "linear_conv_kernel_dim linear_key_head_dim linear_value_head_dim linear_num_key_heads "
-                            "linear_num_value_heads full_attention_interval",
+                            "linear_num_value_heads full_attention_interval output_router_logits",
     "granitemoehybrid": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef "
                                   "shared_intermediate_size embedding_multiplier logits_scaling residual_multiplier "
                                   "attention_multiplier position_embedding_type mamba_n_heads mamba_n_groups "
                                   "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
-                                  "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method",
+                                  "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method "
+                                  "output_router_logits",
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
@@ -690,9 +691,9 @@ def layer_order(kinds, field, value):
     return f"[{', '.join(kinds)}]"
 
 
-def qwen_next_moe(P):
+def qwen_next_moe(P, cfg):
     """Qwen3-Next's sparse MLP: softmax router, top K renormalised, a shared expert with a sigmoid gate, the pooled
-    load-balancing loss."""
+    load-balancing loss (where router_loss says transformers adds it)."""
     P('param router "mlp.gate.weight" [E, C]')
     P('param w_gate[E] "mlp.experts.{e}.gate_proj.weight" [FFN, C]')
     P('param w_up[E] "mlp.experts.{e}.up_proj.weight" [FFN, C]')
@@ -706,7 +707,8 @@ def qwen_next_moe(P):
             "gates = router(logits, top_k = K, softmax = before{})",
             "shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)",
             "x = x + moe(m, gates, w_gate, w_up, w_down) + sigmoid(m @ transpose(s_scale)) * shared",
-            "return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))"]
+            "return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))" if router_loss(cfg) else
+            "return x # output_router_logits = false: no load-balancing loss, as transformers trains"]
 
 
 def qwen3_next(mt, cfg, raw, name):
@@ -738,7 +740,8 @@ def qwen3_next(mt, cfg, raw, name):
     w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
     w.const("FFN", cfg.moe_intermediate_size, "moe_intermediate_size")
     w.const("SFFN", cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size")
-    w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    if router_loss(cfg):
+        w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     rope_kw = rope_rule(w, rp, "", rot)
     w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
     norm = ", normalize = true" if cfg.norm_topk_prob else ""
@@ -755,7 +758,7 @@ def qwen3_next(mt, cfg, raw, name):
     P('param A_log "linear_attn.A_log" [VH] init = zeros')
     P('param g_norm "linear_attn.norm.weight" [VD] init = ones')
     P(f'param w_out "linear_attn.out_proj.weight" [C, VH * VD] {RESID}')
-    moe = qwen_next_moe(P)
+    moe = qwen_next_moe(P, cfg)
     L.append("")
     P("a = rmsnorm(x, 1 + attn_norm, eps = eps)")
     P("# per key head: its query, key, R value heads and R output gates; then its R b and R a")
@@ -779,7 +782,7 @@ def qwen3_next(mt, cfg, raw, name):
     P(f'param wo "self_attn.o_proj.weight" [C, NH * HS] {RESID}')
     P('param q_norm "self_attn.q_norm.weight" [HS] init = zeros')
     P('param k_norm "self_attn.k_norm.weight" [HS] init = zeros')
-    qwen_next_moe(P)
+    qwen_next_moe(P, cfg)
     L.append("")
     P("a = rmsnorm(x, 1 + attn_norm, eps = eps)")
     P("q, gate = split(reshape(a @ transpose(wq), [B, T, NH, 2 * HS]), 2) # per head: its query, its output gate")
@@ -828,7 +831,7 @@ def granite_mlp(P, cfg):
         out += ["logits = m @ transpose(router)",
                 "w_gate, w_up = split(w_in, 2, axis = 1) # each expert's gate rows, then its up rows",
                 "y = y + moe(m, router(logits, top_k = K, softmax = after), w_gate, w_up, w_out)"]
-        if cfg.router_aux_loss_coef:
+        if router_loss(cfg):
             out.append("return add_loss(x + RES * y, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
             return out
     out.append("return x + RES * y")
@@ -967,7 +970,7 @@ def granitemoehybrid(mt, cfg, raw, name):
         w.const("E", cfg.num_local_experts, "num_local_experts")
         w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
         w.const("FFN", cfg.intermediate_size, "each expert's SwiGLU width (intermediate_size)")
-        if cfg.router_aux_loss_coef:
+        if router_loss(cfg):
             w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     w.const("SFFN", cfg.shared_intermediate_size, "shared_intermediate_size")
     w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
