@@ -116,6 +116,15 @@ int64_t ram_store_bytes(const Run *r) {
 static int check_sharded(const Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     if (!r->p->sharded) return 0;
+    if (o->tier_dir && plan_tier(r->p)) { // mtc planned the ranks to spill (docs/scaleout.md)
+        snprintf(err, errcap,
+                 "--tier-dir with a sharded plan is not supported yet: this plan keeps part of each rank's slice on "
+                 "its node's NVMe tier (tier=%.*s), but mtrun runs a sharded plan's slices from RAM only; run it "
+                 "where each rank's slice fits in RAM (without --tier-dir), or plan for more nodes (mtc --ranks N "
+                 "--explain gives the fewest on which sharded fits without the tier)",
+                 (int)strcspn(plan_tier(r->p), " "), plan_tier(r->p));
+        return -1;
+    }
     const char *what = o->reference  ? "--reference (the host executor reads the whole store)"
                        : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
                                        "store by the ranks)"
@@ -154,9 +163,10 @@ static int check_host_memory(const Run *r, char *err, size_t errcap) {
              (long long)need, (double)need / 1e9, r->o->tier_dir ? "the globals' " : "",
              r->o->reference ? "" : ", the cpu arena and the host activation store", (long long)have,
              (double)have / 1e9,
-             plan_tier(r->p) && !r->o->tier_dir ? "; the plan was made with the Adam moments on the NVMe tier: give "
-                                                  "--tier-dir DIR"
-                                                : "");
+             !plan_tier(r->p) || r->o->tier_dir ? ""
+             : r->p->sharded ? "; the plan was made with part of each rank's slice on the NVMe tier, which mtrun does "
+                               "not run under a sharded plan yet: plan for more nodes"
+                             : "; the plan was made with the Adam moments on the NVMe tier: give --tier-dir DIR");
     return -1;
 }
 
