@@ -50,8 +50,7 @@ refuse: ranks started with a plan for another number of ranks, ranks given
         ranks each need only their shard of the store (less than a
         replicated rank), said in the refusal, and 2 of them run on twice
         that where 2 replicated ranks are refused; --reference with a sharded
-        plan is refused (the host executor reads the whole store), as is --tier-dir with
-        a sharded plan that mtc made to spill to the tier (not run yet); --tier-dir with
+        plan is refused (the host executor reads the whole store); --tier-dir with
         2 ranks on one machine is refused (each would need its own tier
         file); mtc --ranks 0 (or -2, two,
         2^31), --shard on without --ranks and --shard maybe are usage errors.
@@ -342,22 +341,6 @@ def refuse(mtc, mtrun, model, tmp):
     p = run(*MPIRUN, "-np", "2", mtrun, two, *TRAIN, "--tier-dir", tier, timeout=120)
     check(p.returncode != 0 and "--tier-dir with 2 ranks on this machine is not supported yet" in p.stderr and
           "locked" not in p.stderr and not os.listdir(tier), "--tier-dir under 2 ranks on one machine: not refused", p)
-    # a sharded plan whose ranks spill to the NVMe tier (an 8-layer llama-tiny, 2 ranks sharing
-    # tests/tiny-tier-ranks.target's 5 MB node: tier=moments): mtrun does not run it with the tier yet, and says
-    # what to do, on every rank, before touching the tier (it used to advise a replicated plan, which fits less)
-    l8, spill = os.path.join(tmp, "l8.mt"), os.path.join(tmp, "spill.bin")
-    with open(l8, "w") as f:
-        f.write(open("examples/llama-tiny.mt").read().replace("  L = 2                # layers", "  L = 8"))
-    p = run(mtc, l8, "--target", "tests/tiny-tier-ranks.target", "--ranks", "2", "--shard", "on", "-o", spill)
-    if check(p.returncode == 0 and b" sharded=2 " in open(spill, "rb").read() and b" tier=moments" in
-             open(spill, "rb").read(), "mtc plans the 8-layer llama-tiny sharded with tier=moments", p):
-        p = run(*MPIRUN, "-np", "2", mtrun, spill, *TRAIN, "--tier-dir", tier, "--data",
-                os.path.abspath("examples/data/tinyshakespeare.txt"), timeout=120)
-        want = ("--tier-dir with a sharded plan is not supported yet: this plan keeps part of each rank's slice on its "
-                "node's NVMe tier (tier=moments)")
-        check(p.returncode != 0 and p.stderr.count(want) == 2 and "replicated plan" not in p.stderr and
-              not os.listdir(tier), f"a sharded plan that spills, --tier-dir: not refused on both ranks with '{want}'",
-              p)
     for bad in ("0", "-2", "two", "2147483648"):
         p = run(mtc, model, "--ranks", bad, "-o", os.path.join(tmp, "bad.bin"))
         check(p.returncode == 2 and f"--ranks needs a positive number of processes, got '{bad}'" in p.stderr and
