@@ -2,7 +2,11 @@
 """Sharded ranks with the NVMe tier (mtrun --tier-dir under mpirun, each rank's
 tier file in DIR/rank-R-of-N), on the cpu backend: an 8-layer llama-tiny
 planned sharded on tests/tiny-tier-ranks.target, whose 5 MB nodes of 2 GPUs
-make every rank spill part of its slice (tier=moments at 2 ranks):
+make every rank spill part of its slice (tier=moments at 2 ranks; at 4,
+nodes of 3 MB):
+
+- 2 and 4 ranks with the tier give one process's losses and weights
+  without it (batch B x accumulate N), to 1e-6 relative;
 
 - 2 ranks with the tier give the same losses, to the bit, and the same
   checkpoint shards of step 6 (master and both moments), byte for byte, as 2
@@ -26,7 +30,7 @@ import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_dist import MPIRUN, newest_manifest, saved_files, with_accumulate  # noqa: E402
+from check_dist import MPIRUN, newest_manifest, rel_max, safetensors, saved_files, with_accumulate  # noqa: E402
 from checks import check, finish, losses, run  # noqa: E402
 
 TARGET = "tests/tiny-tier-ranks.target"
@@ -34,9 +38,9 @@ DATA = ["--data", os.path.abspath("examples/data/tinyshakespeare.txt")]
 STEPS = ["--steps", "6", "--seed", "7", "--val-every", "100", "--threads", "1", "--device", "cpu", *DATA]
 
 
-def plan(mtc, model, tmp, name, flags):
+def plan(mtc, model, tmp, name, flags, target=TARGET):
     path = os.path.join(tmp, name + ".bin")
-    p = run(mtc, model, "--target", TARGET, *flags, "-o", path)
+    p = run(mtc, model, "--target", target, *flags, "-o", path)
     return path if check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p) else None
 
 
@@ -54,12 +58,36 @@ def main():
         two = plan(mtc, model, tmp, "two", ["--batch", "2", "--ranks", "2", "--shard", "on"])
         four = plan(mtc, model, tmp, "four", ["--batch", "1", "--ranks", "4", "--shard", "on"])
         one = plan(mtc, with_accumulate(model, tmp, 2), tmp, "one", ["--batch", "2"])
-        if not (two and four and one):
+        # 4 ranks on nodes of 3 MB, so that they spill too (their slices are half as large)
+        small = j("small.target")
+        with open(small, "w") as f:
+            f.write(open(TARGET).read().replace("host_memory = 5e6", "host_memory = 3e6"))
+        four_spills = plan(mtc, model, tmp, "four-spills", ["--batch", "1", "--ranks", "4", "--shard", "on"], small)
+        one4 = plan(mtc, with_accumulate(model, tmp, 4), tmp, "one4", ["--batch", "1"])
+        if not (two and four and one and four_spills and one4):
             return finish("tier checks")
-        check(b" tier=moments" in open(two, "rb").read(), "the 2-rank plan does not spill (tier=moments)")
-        # 2 ranks without and with the tier
+        for pl, n in ((two, 2), (four_spills, 4)):
+            check(b" tier=moments" in open(pl, "rb").read(), f"the {n}-rank plan does not spill (tier=moments)")
         tier = j("tier")
         os.mkdir(tier)
+        # N ranks with the tier against one process without it (batch B x accumulate N): losses and weights
+        for pl, n, ref in ((two, 2, one), (four_spills, 4, one4)):
+            a, b = j(f"tier{n}.safetensors"), j(f"one{n}.safetensors")
+            p = mpi(mtrun, n, pl, *STEPS, "--no-save", "--log", j(f"tier{n}.jsonl"), "--export", a, "--tier-dir", tier)
+            q = run(mtrun, ref, *STEPS, "--no-save", "--log", j(f"one{n}.jsonl"), "--export", b, timeout=300)
+            if not (check(p.returncode == 0, f"{n} tiered ranks failed", p) and
+                    check(q.returncode == 0, "one process failed", q)):
+                continue
+            got, want = losses(j(f"tier{n}.jsonl")), losses(j(f"one{n}.jsonl"))
+            wa, wb = safetensors(a), safetensors(b)
+            worst = max(rel_max(wb[k], wa[k]) for k in wb) if wa.keys() == wb.keys() else 1
+            lw = max((abs(x - y) / abs(y) for x, y in zip(got, want)), default=1)
+            check(len(got) == 6 and lw <= 1e-6 and worst <= 1e-6,
+                  f"{n} ranks with the tier against one process without it: losses {got} and {want} ({lw:.3g}), "
+                  f"weights {worst:.3g} apart")
+            print(f"{n} sharded ranks, each spilling to its tier, against one process without the tier: losses "
+                  f"within {lw:.3g}, weights within {worst:.3g} of each tensor's largest")
+        # 2 ranks without and with the tier
         p = mpi(mtrun, 2, two, *STEPS, "--save", j("ram"), "--save-every", "3", "--log", j("ram.jsonl"))
         q = mpi(mtrun, 2, two, *STEPS, "--save", j("nvme"), "--save-every", "3", "--log", j("nvme.jsonl"),
                 "--tier-dir", tier)
@@ -72,7 +100,8 @@ def main():
         differ = [n for n in shards if open(j("ram", n), "rb").read() != open(j("nvme", n), "rb").read()]
         check(not differ, f"2 ranks: the checkpoint shards {differ} of step 6 differ with the tier")
         files = {d: os.listdir(j("tier", d)) for d in os.listdir(tier)}
-        check(files == {"rank-0-of-2": [], "rank-1-of-2": []} and "rank-0-of-2/mtrun.tier" in q.stdout,
+        check({"rank-0-of-2", "rank-1-of-2", "rank-3-of-4"} <= set(files) and not any(files.values()) and
+              "rank-0-of-2/mtrun.tier" in q.stdout,
               f"each rank's tier file its own (rank 0's named in the banner), removed at exit: {files}", q)
         print(f"2 sharded ranks with the tier: the losses {nvme} and step 6's shards as without it, to the bit")
         # step 3 resumed on 4 ranks with the tier, and on one process without it
