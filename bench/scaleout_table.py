@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """mtc's scale-out predictions (mtc --ranks N --explain --json) as the table
 docs/scaleout.md quotes: for llama3-70b on one 8xH200 node and
-llama3-405b on nodes of it, one GPU alone, replicated, sharded and MegaTrain's
-way side by side.
+llama3-405b on nodes of it, one GPU alone, replicated, sharded, sharded with
+the NVMe tier and MegaTrain's way side by side; DeepSeek-V3 (671B) on one
+8xH200 node and Kimi K2 (1T) on two, their ranks spilling to the nodes' NVMe.
 
 usage: bench/scaleout_table.py [MTC]                 print the table
        bench/scaleout_table.py [MTC] --check FILE    exit 1 unless FILE quotes it as printed
@@ -16,10 +17,11 @@ import sys
 # (h200x8-shared-pcie: the what-if of two GPUs behind one PCIe uplink; its "x one GPU" is against h200x8's one GPU,
 # which has the uplink to itself)
 CASES = [("llama3-70b", "h200x8", 8, 1), ("llama3-70b", "h200x8-shared-pcie", 8, 1), ("llama3-70b", "h200x8", 8, 4),
-         ("llama3-405b", "h200x8-su", 32, 1)]
+         ("llama3-405b", "h200x8-su", 32, 1), ("deepseek-v3", "h200x8-nvme", 8, 1), ("kimi-k2", "h200x8-nvme", 16, 1)]
 SHARED = "-shared-pcie"
 BEGIN, END = "<!-- bench/scaleout_table.py -->", "<!-- end of bench/scaleout_table.py -->"
-NAMES = {"one-gpu": "one GPU", "replicated": "replicated", "sharded": "sharded", "megatrain": "MegaTrain's way"}
+NAMES = {"one-gpu": "one GPU", "replicated": "replicated", "sharded": "sharded", "sharded+tier": "sharded + NVMe tier",
+         "megatrain": "MegaTrain's way"}
 
 
 def predict(mtc, model, target, ranks, batch, nothing_fits=False):
@@ -39,8 +41,8 @@ def table(results):
     """The markdown table of the cases' predictions: [(case, json)] -> lines. A case on a -shared-pcie
     target follows its base target's case and is compared with that one GPU."""
     out = ["| model, target, batch a rank | strategy | ranks | step s | tokens/s | x one GPU | model TFLOP/s a GPU "
-           "| link GB a rank | NVLink + network GB a rank | host GB a rank | fits |",
-           "|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| link GB a rank | NVLink + network GB a rank | host GB a rank | NVMe GB a rank | tier s a rank | fits |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     ones = {}  # (model, target, batch) -> the one-GPU row
     for (model, target, ranks, batch), d in results:
         so = d["scaleout"]
@@ -50,14 +52,20 @@ def table(results):
         for s in so["strategies"]:
             if s["name"] == "one-gpu" and target.endswith(SHARED):
                 continue
+            if s["name"] == "sharded+tier" and s["fits"] and s["tier_bytes_per_rank"] == 0:
+                continue  # nothing to spill: the sharded row again
             name = NAMES[s["name"]] + (" (the plan)" if s["name"] == so["chosen"] else "")
             fits = "yes" if s["fits"] else "no: " + s["reason"].replace("|", "/")
             out.append(f"| {model}, {target}, {batch} | {name} | {s['ranks']} | {s['step_s']:.4g} | "
                        f"{s['tokens_per_s']:.4g} | {s['tokens_per_s'] / one['tokens_per_s']:.2f} | "
                        f"{s['model_flops_per_gpu'] / 1e12:.4g} | {s['link_bytes_per_rank'] / 1e9:.4g} | "
-                       f"{s['interconnect_bytes_per_rank'] / 1e9:.4g} | {s['host_bytes_per_rank'] / 1e9:.4g} | {fits} |")
-        out.append(f"| {model}, {target}, {batch} | sharded needs | {so['ranks_needed']} | | | | | | | | "
-                   f"{so['nodes_needed']} node{'s' if so['nodes_needed'] != 1 else ''} |")
+                       f"{s['interconnect_bytes_per_rank'] / 1e9:.4g} | {s['host_bytes_per_rank'] / 1e9:.4g} | "
+                       f"{s['tier_bytes_per_rank'] / 1e9:.4g} | {s['tier_s']:.4g} | {fits} |")
+        for what, nodes, ranks_needed in (("sharded", so["nodes_needed"], so["ranks_needed"]),
+                                          ("sharded + NVMe tier", so["tier_nodes_needed"], so["tier_ranks_needed"])):
+            out.append(f"| {model}, {target}, {batch} | {what} needs | {ranks_needed} | | | | | | | | | | "
+                       f"{nodes} node{'s' if nodes != 1 else ''} |" if nodes else
+                       f"| {model}, {target}, {batch} | {what} needs | | | | | | | | | | | none of its nodes |")
     return out
 
 

@@ -69,6 +69,10 @@ typedef struct Target {
     double tier_capacity;        // bytes of NVMe for the tier
     double tier_read_bandwidth;  // bytes/s sequential, with O_DIRECT
     double tier_write_bandwidth; // bytes/s sequential, with O_DIRECT
+    // Not a profile key: compiler/schedule/scaleout.c's profile of one rank of a sharded run of this many
+    // ranks, each holding 1/store_shards of every segment of the host store, as the placement counts it
+    // (0 or 1: the whole store, or the plan's own shards)
+    double store_shards;
 } Target;
 
 // Reads a profile into *t. name: a path, or a bare NAME (no '/', no

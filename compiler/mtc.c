@@ -236,6 +236,15 @@ static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, 
 
 static int64_t tile_arg; // --tile: chunks, or 0 for auto
 
+// The profile a plan of req is searched on: for a sharded plan, one rank's
+// share of its node's host memory and NVMe tier (scaleout_rank_profile: the
+// ranks of a node share them), in *share; else t.
+static const Target *plan_target(const Target *t, const SchedRequest *req, Target *share) {
+    if (req->ranks <= 1 || req->shard <= 0) return t;
+    *share = scaleout_rank_profile(t, req->ranks);
+    return share;
+}
+
 // The graph, tiled as --tile says; with auto, the fastest of untiled and
 // 2, 4, ... 64 chunks of at least 256 positions whose best plan fits (when
 // none fits, the nearest to fitting). With
@@ -261,6 +270,8 @@ static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, con
         chosen.shard = c == SCALE_SHARDED;
     }
     req = &chosen;
+    Target share;
+    t = plan_target(t, req, &share);
     if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
         best->plan = NULL;
         return g;
@@ -502,11 +513,15 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
         if (scaleout_compare(g, t, ranks, 1, &one, a, &so, err, sizeof err) != 0) goto fail;
         // (neither fits under auto: no plan; the rows replicated, as without the comparison)
         if (layout.shard >= 0 || so.chosen >= 0) {
-            if (layout.shard < 0) layout.shard = so.chosen == SCALE_SHARDED;
-            so.plan = layout.shard > 0 ? SCALE_SHARDED : SCALE_REPLICATED;
+            if (layout.shard < 0) layout.shard = so.chosen == SCALE_SHARDED || so.chosen == SCALE_SHARDED_TIER;
+            int spills = !so.rows[SCALE_SHARDED].fits && so.rows[SCALE_SHARDED_TIER].fits;
+            so.plan = layout.shard <= 0 ? SCALE_REPLICATED : spills ? SCALE_SHARDED_TIER : SCALE_SHARDED;
         }
     }
     req = &layout;
+    Target share; // a sharded plan's rows: one rank's share of its node
+    const Target *node = t;
+    t = plan_target(t, req, &share);
     if (cost_bounds(untiled, t, req->ranks, req->ranks > 1 && req->shard > 0, &bounds) != 0) goto oom;
     const Bounds *b = &bounds;
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++, n++) {
@@ -527,8 +542,8 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
     }
     for (int pol = POLICY_SEQUENTIAL; pol < POLICY_COUNT; pol++, n++) {
         names[n] = policy_name((Policy)pol);
-        SchedRequest q = {.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
-        if (schedule_search(g, t, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
+        SchedRequest q = {.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1}; // (one GPU on the node)
+        if (schedule_search(g, node, &q, a, &rows[n], err, sizeof err) != 0) goto fail;
         if (pol == (int)req->policy && rows[n].fits) chosen = n;
     }
     if (print) explain_print(stdout, g, t, b, rows, names, n, chosen, ranks > 1 ? &so : NULL, json);

@@ -169,7 +169,8 @@ int plan_tier_holds(const Plan *p) {
 
 // --export gathers the whole model in RAM: refused up front with the master on the tier.
 static int check_tier(const Run *r, char *err, size_t errcap) {
-    if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1) { // (tier.c's file is DIR/mtrun.tier, one a directory)
+    // (tier.c's file is DIR/mtrun.tier, one a directory; a sharded rank's is in DIR/rank-R-of-N)
+    if (r->o->tier_dir && r->o->dist && r->o->dist->local > 1 && !r->p->sharded) {
         snprintf(err, errcap,
                  "--tier-dir with %d ranks on this machine is not supported yet: each would need its own "
                  "tier file in %s; start one rank a machine, or plan without the tier",
@@ -188,14 +189,33 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
     return 0;
 }
 
+// A sharded rank's store in RAM with its tier: its globals' slices whole, of
+// its layers' slices what the tier does not hold, and the tier's staging
+// (TIER_SLOTS records of its largest layer slice), as store_open allocates.
+static int64_t rank_tier_ram_bytes(const Run *r) {
+    const Plan *p = r->p;
+    int rank = r->o->dist ? r->o->dist->rank : 0, holds = plan_tier_holds(p);
+    int64_t per = storage_host_bytes_per_param(p->graph->train.compute), globals = 0, layers = 0, most = 1, lo, hi;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        dist_shard(plan_segment_len(p, seg), rank, p->ranks, &lo, &hi);
+        if (seg < 0) globals += hi - lo;
+        else layers += hi - lo, most = hi - lo > most ? hi - lo : most;
+    }
+    int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
+    int64_t record = arrays * ((most * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    return globals * per + layers * (per - 4 * arrays) + TIER_SLOTS * record +
+           (holds & STORE_TIER_GRADS ? most * 4 : 0);
+}
+
 // The host store's bytes in RAM: all of it, less what the tier holds, plus
 // the tier's staging (TIER_SLOTS records, each array padded to TIER_ALIGN).
 // With the gradients on the tier, g's pages are held only while a layer's
 // gradients are being accumulated: counted as one layer's.
 int64_t ram_store_bytes(const Run *r) {
-    if (r->p->sharded) // this rank's slices
+    if (r->p->sharded && !r->o->tier_dir) // this rank's slices
         return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
                storage_host_bytes_per_param(r->p->graph->train.compute);
+    if (r->p->sharded) return rank_tier_ram_bytes(r); // its slices less what its tier holds
     if (!r->o->tier_dir) return store_bytes(r->p, 0);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
@@ -205,14 +225,11 @@ int64_t ram_store_bytes(const Run *r) {
 }
 
 // What a sharded plan's run cannot do, refused up front: every rank holds
-// only its shard of the store, which these read whole or put on a tier.
+// only its shard of the store, which --reference reads whole.
 static int check_sharded(const Run *r, char *err, size_t errcap) {
     const TrainOptions *o = r->o;
     if (!r->p->sharded) return 0;
-    const char *what = o->reference  ? "--reference (the host executor reads the whole store)"
-                       : o->tier_dir ? "--tier-dir (the tier holds a whole store's layers; a shard already divides the "
-                                       "store by the ranks)"
-                                     : NULL;
+    const char *what = o->reference ? "--reference (the host executor reads the whole store)" : NULL;
     if (!what) return 0;
     snprintf(err, errcap,
              "%s with a sharded plan (mtc --shard on) is not supported yet: each rank holds only its "

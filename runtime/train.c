@@ -235,7 +235,8 @@ static int open_store(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
-    if (p->sharded ? store_alloc_shard(&r->hs, p, dist ? dist->rank : 0, r->o->threads, err, errcap) != 0
+    if (p->sharded ? store_alloc_shard(&r->hs, p, dist ? dist->rank : 0, r->o->tier_dir, plan_tier_holds(p),
+                                       r->o->threads, err, errcap) != 0
                    : store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0)
         return -1;
     if (p->sharded && !(r->sq_norms = calloc((size_t)r->hs.nseg, sizeof *r->sq_norms))) {

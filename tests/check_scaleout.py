@@ -1,6 +1,11 @@
 #!/usr/bin/env python3
-"""The scale-out predictions issue 29 asks of mtc --ranks N --explain, and
+"""The scale-out predictions issues 29 and 39 ask of mtc --ranks N --explain, and
 docs/scaleout.md's table of them current:
+  - DeepSeek-V3 (671B) on one h200x8-nvme node of 8 ranks and Kimi K2 (1T)
+    on two, fp32 master and moments: the plan is sharded with the NVMe
+    tier, which alone fits (sharded without it fits none of the 4 nodes), a
+    rank's RAM within its share of the node, its bytes on NVMe and its
+    tier's time a step under the step; --explain says so in words;
   - llama3-70b on one h200x8 node, 8 ranks at batch 1 and 4 a rank (and at
     batch 1 with two GPUs behind each PCIe uplink, h200x8-shared-pcie): sharded is
     the plan and fits, predicts at least 6 times one GPU's tokens/s at the same
@@ -44,6 +49,32 @@ spec = importlib.util.spec_from_file_location("scaleout_table", os.path.join("be
 table = importlib.util.module_from_spec(spec)
 spec.loader.exec_module(table)
 
+# DeepSeek-V3 and Kimi K2 at fp32 master and moments: the fewest nodes of h200x8-nvme a sharded run with the NVMe
+# tier fits (without it none of the profile's 4), which the case's ranks are
+TIERED = {"deepseek-v3": 1, "kimi-k2": 2}
+
+
+def check_tiered(what, d, s, nodes):
+    """A case whose ranks spill to their node's NVMe: sharded+tier is the plan and fits on `nodes` nodes, the
+    fewest; sharded without the tier fits on none; a rank's RAM within its share of the node, its bytes on NVMe
+    and its tier's time a step said, the tier under the step; --explain's lines say it in words."""
+    so, st, sh = d["scaleout"], s["sharded+tier"], s["sharded"]
+    share, tier_share = 2e12 / 8, 30.72e12 / 8
+    ok(so["chosen"] == "sharded+tier" and st["fits"] and not sh["fits"],
+       f"{what}: the plan is sharded with the NVMe tier, and only it fits",
+       f"chosen {so['chosen']!r}, sharded+tier fits {st['fits']} ({st['reason']}), sharded {sh['fits']}")
+    ok(so["tier_nodes_needed"] == nodes and so["nodes_needed"] == 0,
+       f"{what}: with the tier it needs {nodes} node(s), without it none of the profile's",
+       f"{so['tier_nodes_needed']} with, {so['nodes_needed']} without")
+    ok(0 < st["host_bytes_per_rank"] <= share and 0 < st["tier_bytes_per_rank"] <= tier_share
+       and st["tier_holds"] in ("moments", "master", "grads"),
+       f"{what}: a rank {st['host_bytes_per_rank'] / 1e9:.4g} GB in RAM (its share {share / 1e9:.4g}), "
+       f"{st['tier_bytes_per_rank'] / 1e9:.4g} GB on NVMe ({st['tier_holds']})", json.dumps(st)[:400])
+    ok(0 < st["tier_s"] <= st["step_s"] and st["step_s"] >= st["bound_s"] > 0,
+       f"{what}: the tier {st['tier_s']:.4g} s a step, under the step's {st['step_s']:.4g} s (bound "
+       f"{st['bound_s']:.4g} s)", json.dumps(st)[:400])
+
+
 results = [(case, table.predict(mtc, *case)) for case in table.CASES]
 ones = {}
 for (model, target, ranks, batch), d in results:
@@ -53,6 +84,9 @@ for (model, target, ranks, batch), d in results:
     ones.setdefault((model, batch), one)  # a shared PCIe uplink is compared with one GPU that has it to itself
     one = ones[(model, batch)]
     what = f"{model} on {target}, {ranks} ranks of batch {batch}"
+    if model in TIERED:
+        check_tiered(what, d, s, TIERED[model])
+        continue
     ok(so["chosen"] == "sharded" and sh["fits"], f"{what}: the plan is sharded and fits",
                  f"chosen {so['chosen']!r}, sharded fits {sh['fits']} ({sh['reason']})")
     share = 2e12 / 8
@@ -90,7 +124,12 @@ faster = "sharded" if sh["step_s"] <= rep["step_s"] * 1.001 else "replicated"
 ok(sh["fits"] and rep["fits"] and d["scaleout"]["chosen"] == faster,
    f"llama-tiny on tiny-1layer, 2 ranks: both fit and the plan is the faster, {faster}",
    f"chosen {d['scaleout']['chosen']}, steps sharded {sh['step_s']:.4g} replicated {rep['step_s']:.4g}")
-under = [x["name"] for x in d["scaleout"]["strategies"] if not (0 < x["bound_s"] <= x["step_s"] * (1 + 1e-9))]
+# (sharded+tier is not priced on a profile without a tier: step 0, and why)
+unpriced = [x for x in d["scaleout"]["strategies"] if x["step_s"] == 0]
+ok([x["name"] for x in unpriced] == ["sharded+tier"] and "no NVMe tier" in unpriced[0]["reason"],
+   "llama-tiny on tiny-1layer: sharded+tier not priced, tiny-1layer has no NVMe tier", json.dumps(unpriced)[:300])
+under = [x["name"] for x in d["scaleout"]["strategies"]
+         if x not in unpriced and not (0 < x["bound_s"] <= x["step_s"] * (1 + 1e-9))]
 ok(not under, "llama-tiny, 2 ranks: every strategy's step at or above its bound", ", ".join(under))
 # a GPU target where both fit: the plan is the faster there too, as the cuda backend runs a sharded plan's
 # collectives (llama3-8b on h200x8, 8 ranks of batch 1: sharded 1.72 s a step, replicated 8.94 s; before, a GPU
@@ -144,6 +183,17 @@ for model, target, ranks, shard, extra in (("llama3-8b", "h200x8-su", 16, "on", 
     plan = "sharded" if shard == "on" else "replicated"
     ok(said and said[0].strip().startswith(f"the plan: {plan}") and d["scaleout"].get("plan") == plan,
        f"{what}: --explain says the plan is {plan}", f"{said} (JSON plan {d['scaleout'].get('plan')!r})")
+
+# --explain's words for a tiered plan: DeepSeek-V3 on one h200x8-nvme node, 8 ranks: the step, RAM and NVMe a rank,
+# the tier's time against the step, and the fewest nodes with and without the tier
+r = subprocess.run([mtc, "examples/deepseek-v3.mt", "--target", "h200x8-nvme", "--ranks", "8", "--explain"],
+                   capture_output=True, text=True)
+lines = [ln.strip() for ln in r.stdout.splitlines()]
+plan = [ln for ln in lines if ln.startswith("the plan, a rank of 8: ") and " GB in RAM " in ln and " GB on NVMe " in ln
+        and " s a step against the step's " in ln]
+with_tier = [ln for ln in lines if ln.startswith("sharded with the tier: 1 node (8 GPUs), step ")]
+ok(r.returncode == 0 and plan and with_tier and any(ln.startswith("the plan: sharded+tier") for ln in lines),
+   f"deepseek-v3 on h200x8-nvme, 8 ranks, --explain: {plan[0] if plan else ''}", r.stdout[-1500:] + r.stderr)
 
 # one process: no scale-out in --explain
 r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],

@@ -33,6 +33,8 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
     json_str(out, so->plan >= 0 ? SCALE_NAMES[so->plan] : "");
     fprintf(out, ", \"why\": ");
     json_str(out, so->why_chosen);
+    fprintf(out, ", \"tier_nodes_needed\": %d, \"tier_ranks_needed\": %d", so->tier_nodes_needed,
+            so->tier_ranks_needed);
     fprintf(out, ",\n  \"strategies\": [\n");
     for (int i = -1; i < SCALE_COUNT; i++) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
@@ -41,17 +43,46 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
         fprintf(out,
                 ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
                 "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
-                "\"host_bytes_per_rank\": %.0f, \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": "
-                "%.6g, \"bound_s\": %.6g, \"schedule\": ",
+                "\"host_bytes_per_rank\": %.0f, \"tier_bytes_per_rank\": %.0f, \"tier_s\": %.6g, \"tier_holds\": "
+                "\"%s\", \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": %.6g, \"bound_s\": "
+                "%.6g, \"schedule\": ",
                 r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu, r->link_bytes,
-                r->interconnect_bytes, r->collective_s, r->host_bytes, r->node_host_bytes, r->host_memory_s,
-                r->optimizer_s, r->bound_s);
+                r->interconnect_bytes, r->collective_s, r->host_bytes, r->tier_bytes, r->tier_s,
+                PLACE_NAMES[r->tier_level], r->node_host_bytes, r->host_memory_s, r->optimizer_s, r->bound_s);
         json_str(out, r->schedule);
         fprintf(out, ", \"reason\": ");
         json_str(out, r->fits ? "" : r->why);
         fprintf(out, "}%s\n", i + 1 < SCALE_COUNT ? "," : "");
     }
     fprintf(out, "  ]}");
+}
+
+// Sharded with the NVMe tier: the fewest nodes and their step, and the
+// plan's bytes in RAM and on NVMe a rank and its tier's time against the step
+// (t: a sharded plan's profile, one rank's share of its node's).
+static void tier_lines(FILE *out, const Target *t, const ScaleOut *so) {
+    if (t->tier_capacity <= 0 || strcmp(t->arch, "cpu") == 0) return;
+    const ScaleRow *n = &so->needed, *nt = &so->tier_needed;
+    if (so->nodes_needed > 0 && so->ranks_needed > 1)
+        fprintf(out, "  sharded without the tier: %d node%s (%d GPUs), step %.4g s\n", so->nodes_needed,
+                so->nodes_needed == 1 ? "" : "s", so->ranks_needed, n->step_s);
+    if (so->tier_nodes_needed > 0)
+        fprintf(out,
+                "  sharded with the tier: %d node%s (%d GPUs), step %.4g s, a rank %.4g GB in RAM and %.4g GB on "
+                "NVMe (%s), its tier %.4g s a step\n",
+                so->tier_nodes_needed, so->tier_nodes_needed == 1 ? "" : "s", so->tier_ranks_needed, nt->step_s,
+                nt->host_bytes / 1e9, nt->tier_bytes / 1e9, PLACE_NAMES[nt->tier_level], nt->tier_s);
+    else fprintf(out, "  sharded with the tier fits on none of %s's %g nodes\n", t->name, t->nodes);
+    if (so->plan == SCALE_SHARDED_TIER) {
+        const ScaleRow *p = &so->rows[SCALE_SHARDED_TIER];
+        fprintf(out,
+                "  the plan, a rank of %d: %.4g GB in RAM (its share %.4g GB), %.4g GB on NVMe (the tier holds %s; "
+                "its share %.4g GB at %.4g GB/s read, %.4g GB/s write); the tier %.4g s a step against the step's "
+                "%.4g s (%.0f%%)\n",
+                so->ranks, p->host_bytes / 1e9, t->host_memory / 1e9, p->tier_bytes / 1e9, PLACE_NAMES[p->tier_level],
+                t->tier_capacity / 1e9, t->tier_read_bandwidth / 1e9, t->tier_write_bandwidth / 1e9, p->tier_s,
+                p->step_s, 100.0 * p->tier_s / p->step_s);
+    }
 }
 
 // The scale-out rows as a table: a step of every rank, each rank's bytes.
@@ -61,34 +92,37 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
             "host store %.4g GB\n",
             so->ranks, so->per_node, so->nodes, so->nodes == 1 ? "" : "s", t->name, t->gpus_per_node, t->nodes,
             (long long)g->train.batch, so->store_bytes / 1e9);
-    fprintf(out, "  %-12s %9s %7s %10s %8s %11s %10s %10s %8s %10s %10s %9s %9s  %s\n", "strategy", "step s", "/bound",
-            "tokens/s", "x 1 GPU", "TFLOP/s/GPU", "link GB", "net GB", "coll s", "host GB", "node GB", "hostmem s",
-            "optim s", "rank's schedule");
+    fprintf(out, "  %-14s %9s %7s %10s %8s %11s %10s %10s %8s %10s %10s %9s %10s %9s %9s  %s\n", "strategy", "step s",
+            "/bound", "tokens/s", "x 1 GPU", "TFLOP/s/GPU", "link GB", "net GB", "coll s", "host GB", "NVMe GB",
+            "tier s", "node GB", "hostmem s", "optim s", "rank's schedule");
     for (int i = -1; i < SCALE_COUNT; i++) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         char name[32];
         snprintf(name, sizeof name, "%s%s", i < 0 ? "one GPU" : SCALE_NAMES[i], i >= 0 && i == so->plan ? " *" : "");
         if (!r->priced) {
-            fprintf(out, "  %-12s %9s  (%s)\n", name, "-", r->why);
+            fprintf(out, "  %-14s %9s  (%s)\n", name, "-", r->why);
             continue;
         }
-        fprintf(out, "  %-12s %9.4g %7.3f %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %9.4g  %s\n",
+        fprintf(out,
+                "  %-14s %9.4g %7.3f %10.4g %8.2f %11.4g %10.4g %10.4g %8.3g %10.4g %10.4g %9.4g %10.4g %9.4g %9.4g  "
+                "%s\n",
                 name, r->step_s, r->bound_s > 0 ? r->step_s / r->bound_s : 0, r->tokens_per_s,
                 so->one.tokens_per_s > 0 ? r->tokens_per_s / so->one.tokens_per_s : 0, r->model_flops_per_gpu / 1e12,
                 r->link_bytes / 1e9, r->interconnect_bytes / 1e9, r->collective_s, r->host_bytes / 1e9,
-                r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s, r->schedule);
-        if (!r->fits) fprintf(out, "  %-12s does not fit: %s\n", "", r->why);
+                r->tier_bytes / 1e9, r->tier_s, r->node_host_bytes / 1e9, r->host_memory_s, r->optimizer_s,
+                r->schedule);
+        if (!r->fits) fprintf(out, "  %-14s does not fit: %s\n", "", r->why);
     }
     fprintf(out,
             "  (a step of every rank; /bound: against what no schedule of the strategy beats (the bounds above, a "
-            "rank's share of them, its collectives); link, net (NVLink and network sent), host GB: one rank's; "
-            "node GB: a node's "
+            "rank's share of them, its collectives); link, net (NVLink and network sent), host GB (RAM), NVMe GB "
+            "and tier s (its reads and writes a step at its share of the node's tier): one rank's; node GB: a node's "
             "ranks' host memory; hostmem s: a node's host-side bytes at %.4g GB/s; optim s: a rank's optimizer at "
             "its share of the node's host)\n",
             t->host_memory_bandwidth / 1e9);
     if (so->plan >= 0 && so->plan != so->chosen) // --shard on|off
         fprintf(out, "  the plan: %s, as --shard %s asks; the model's choice: %s%s%s\n", SCALE_NAMES[so->plan],
-                so->plan == SCALE_SHARDED ? "on" : "off", so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "",
+                so->plan == SCALE_REPLICATED ? "off" : "on", so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "",
                 so->chosen >= 0 ? ", because " : "", so->why_chosen);
     else if (so->chosen >= 0) fprintf(out, "  the plan: %s, because %s\n", SCALE_NAMES[so->chosen], so->why_chosen);
     else fprintf(out, "  the plan: %s\n", so->why_chosen);
@@ -102,6 +136,7 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
                 so->nodes_needed, so->nodes_needed == 1 ? "" : "s", t->name, so->ranks_needed,
                 strcmp(t->arch, "cpu") == 0 ? "ranks" : "GPUs", so->store_bytes / 1e9);
     else fprintf(out, "  sharded fits on none of %s's %g nodes\n", t->name, t->nodes);
+    tier_lines(out, t, so);
 }
 
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,

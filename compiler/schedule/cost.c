@@ -519,9 +519,16 @@ static int64_t rank_share(const Plan *p, int64_t elems) {
     return p->sharded ? (elems + p->ranks - 1) / p->ranks : elems;
 }
 
+// What the placement counts of a segment of elems: a sharded plan's rank's share, or, for a plan priced
+// as one rank of a sharded run (t->store_shards, compiler/schedule/scaleout.c), that run's rank's.
+static int64_t placed_share(const Plan *p, const Target *t, int64_t elems) {
+    int64_t n = !p->sharded && t->store_shards > 1 ? (int64_t)t->store_shards : 1;
+    return (rank_share(p, elems) + n - 1) / n;
+}
+
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
-    place_store(p->graph, p->ranks, rank_share(p, p->host_global), rank_share(p, p->layer_base[p->graph->layers]),
-                rank_share(p, p->host_layer), act, t, pl);
+    place_store(p->graph, p->ranks, placed_share(p, t, p->host_global),
+                placed_share(p, t, p->layer_base[p->graph->layers]), placed_share(p, t, p->host_layer), act, t, pl);
 }
 
 void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }

@@ -8,7 +8,7 @@
 #include "common/storage.h"
 #include "compiler/schedule/collective.h"
 
-const char *const SCALE_NAMES[SCALE_COUNT] = {"replicated", "sharded", "megatrain"};
+const char *const SCALE_NAMES[SCALE_COUNT] = {"replicated", "sharded", "sharded+tier", "megatrain"};
 
 // How mpirun lays N ranks on the profile: nodes filled in turn.
 typedef struct Layout {
@@ -27,17 +27,26 @@ static Layout layout_of(const Target *t, int ranks) {
 // common/storage.h, storage_grads_bf16).
 static double host_store_bytes(const Graph *g) { return (double)storage_host_bytes(g, 0); }
 
-// The profile one rank's plan is searched on. The search counts a whole
-// store against host_memory, so a sharded rank's share of the node is given
-// back what sharding saves (the search then checks store / N + the rank's
-// activation store against host_memory / ranks a node); a replicated rank
-// has its share of the node; megatrain's workers share one store and the
-// whole node. No NVMe tier under several ranks (mtrun refuses it).
-static Target rank_target(const Target *t, const Graph *g, int s, Layout l) {
+Target scaleout_rank_profile(const Target *t, int ranks) {
+    Layout l = layout_of(t, ranks);
     Target rt = *t;
-    if (l.ranks > 1) rt.tier_capacity = rt.tier_read_bandwidth = rt.tier_write_bandwidth = 0;
-    if (s == SCALE_SHARDED) rt.host_memory = t->host_memory / l.per_node + host_store_bytes(g) * (1.0 - 1.0 / l.ranks);
-    else if (s == SCALE_REPLICATED) rt.host_memory = t->host_memory / l.per_node;
+    rt.host_memory = t->host_memory / l.per_node;
+    rt.tier_capacity = t->tier_capacity / l.per_node;
+    rt.tier_read_bandwidth = t->tier_read_bandwidth / l.per_node;
+    rt.tier_write_bandwidth = t->tier_write_bandwidth / l.per_node;
+    return rt;
+}
+
+// The profile one rank's plan is searched on: a rank's share of the node
+// (scaleout_rank_profile). The search's plans are one GPU's, so a sharded
+// rank's store is counted as 1/N of the whole (store_shards: the placement
+// counts the rank's slice against its share of host memory and, with the
+// tier, puts there what of it does not fit). Only sharded+tier keeps the
+// tier; megatrain's workers share one store and the whole node.
+static Target rank_target(const Target *t, int s, Layout l) {
+    Target rt = s == SCALE_MEGATRAIN ? *t : scaleout_rank_profile(t, l.ranks);
+    if (s != SCALE_SHARDED_TIER && l.ranks > 1) rt.tier_capacity = rt.tier_read_bandwidth = rt.tier_write_bandwidth = 0;
+    if (s == SCALE_SHARDED || s == SCALE_SHARDED_TIER) rt.store_shards = l.ranks;
     return rt;
 }
 
@@ -79,14 +88,16 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         free(dur);
         return -1;
     }
-    double N = l.ranks, host_share = s == SCALE_MEGATRAIN ? 1.0 : (double)l.per_node / (s == SCALE_SHARDED ? N : 1.0);
+    int sharded = s == SCALE_SHARDED || s == SCALE_SHARDED_TIER;
+    double N = l.ranks, host_share = s == SCALE_MEGATRAIN ? 1.0 : (double)l.per_node / (sharded ? N : 1.0);
+    double layers = g->layers > 0 ? (double)g->layers : 1, tier_update = c.place.tier_s / layers; // a layer's
     double link = 0, add = 0, net = 0, coll = 0, opt = 0; // a micro-batch's (opt: the first's)
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double b = (double)in->bytes;
         switch ((InsKind)in->kind) {
         case INS_COPY_IN:
-            if (s == SCALE_SHARDED && l.ranks > 1) {
+            if (sharded && l.ranks > 1) {
                 double cs = collective_seconds(t, COLL_ALL_GATHER, b, l.ranks);
                 net += collective_rank_bytes(COLL_ALL_GATHER, b, l.ranks);
                 coll += cs;
@@ -98,11 +109,11 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         case INS_COPY_OUT: {
             double elem = in->flags & XFER_BF16 ? 2.0 : 4.0;
             if (s != SCALE_MEGATRAIN && l.ranks > 1) {
-                int kind = s == SCALE_SHARDED ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
+                int kind = sharded ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE;
                 double cs = collective_seconds(t, kind, b, l.ranks);
                 net += collective_rank_bytes(kind, b, l.ranks);
                 coll += cs;
-                if (s == SCALE_SHARDED) b /= N;
+                if (sharded) b /= N;
                 dur[i] = b / rt->d2h_bandwidth + cs;
             }
             link += b;
@@ -114,8 +125,9 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         case INS_SAVE:
         case INS_STAT: link += b; break;
         case INS_UPDATE:
+            // (a layer's tier time is already the rank's slice at its share of the tier: AdamW's is scaled)
             if (s == SCALE_MEGATRAIN) dur[i] = megatrain_update_s(p, in->layer, t);
-            else dur[i] *= host_share;
+            else dur[i] = fmax(dur[i] * host_share, in->layer >= 0 ? tier_update : 0);
             opt += dur[i];
             break;
         case INS_NORM:
@@ -135,11 +147,11 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
         if (first < mem + opt) first = mem + opt;
         if (acc > 1 && rest < mem) rest = mem;
     }
-    if (s == SCALE_SHARDED) { // exact clipping: the partial squared norms all-reduced before any update
+    if (sharded) { // exact clipping: the partial squared norms all-reduced before any update
         double cs = collective_seconds(t, COLL_ALL_REDUCE, 8.0, l.ranks);
         first += cs, coll += cs / acc, net += collective_rank_bytes(COLL_ALL_REDUCE, 8.0, l.ranks) / acc;
     }
-    double store = host_store_bytes(g), tokens = (double)(g->train.batch * g->train.seq) * acc; // a rank's a step
+    double tokens = (double)(g->train.batch * g->train.seq) * acc; // a rank's a step
     row->priced = 1;
     snprintf(row->schedule, sizeof row->schedule, "%s", p->schedule ? p->schedule : "");
     row->step_s = first + (acc - 1) * rest;
@@ -147,9 +159,8 @@ static int price(const Plan *p, const Target *rt, const Target *t, int s, Layout
     row->model_flops_per_gpu = 6.0 * (double)storage_host_elems(g) * tokens / row->step_s;
     row->link_bytes = link * acc, row->interconnect_bytes = net * acc, row->collective_s = coll * acc;
     row->host_memory_s = mem * acc, row->optimizer_s = opt;
-    row->host_bytes = s == SCALE_SHARDED     ? (double)c.host_bytes - store * (1.0 - 1.0 / N)
-                      : s == SCALE_MEGATRAIN ? (double)c.host_bytes / l.per_node
-                                             : (double)c.host_bytes;
+    row->host_bytes = s == SCALE_MEGATRAIN ? (double)c.host_bytes / l.per_node : (double)c.host_bytes;
+    row->tier_level = c.place.level, row->tier_bytes = (double)c.place.tier_bytes, row->tier_s = c.place.tier_s;
     row->node_host_bytes = s == SCALE_MEGATRAIN ? (double)c.host_bytes : row->host_bytes * l.per_node;
     return 0;
 }
@@ -202,7 +213,7 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
                  l.per_node, t->name, t->nodes);
         return 0;
     }
-    Target rt = rank_target(t, g, s, l);
+    Target rt = rank_target(t, s, l);
     CostKernels *k = cost_kernels(g, &rt);
     if (!k) return snprintf(err, errcap, "out of memory"), -1;
     *row = (ScaleRow){0};
@@ -227,6 +238,11 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
     cost_kernels_free(k);
     if (rc != 0) return -1;
     row->ranks = l.ranks;
+    if (s == SCALE_SHARDED_TIER && t->tier_capacity <= 0) { // nothing to spill to
+        *row = (ScaleRow){.ranks = l.ranks};
+        snprintf(row->why, sizeof row->why, "%s has no NVMe tier (tier_capacity)", t->name);
+        return 0;
+    }
     double share = t->host_memory / (s == SCALE_MEGATRAIN ? 1 : l.per_node);
     if (!row->priced) {
         snprintf(row->why, sizeof row->why, "%s", why);
@@ -246,7 +262,9 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
                  "a rank needs %.4g GB of host memory%s; its share of a node is %.4g GB "
                  "(%.4g GB / %d)",
                  row->host_bytes / 1e9,
-                 s == SCALE_SHARDED      ? " (its 1/N of the store and its activation store)"
+                 s == SCALE_SHARDED_TIER ? " (what of its 1/N of the store its share of the tier cannot hold, "
+                                           "the tier's staging and its activation store)"
+                 : s == SCALE_SHARDED    ? " (its 1/N of the store and its activation store)"
                  : s == SCALE_REPLICATED ? " (the whole store and its activation store)"
                                          : "",
                  share / 1e9, t->host_memory / 1e9, s == SCALE_MEGATRAIN ? 1 : l.per_node);
@@ -256,18 +274,18 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
     return 0;
 }
 
-// The fewest nodes (of t's) on which a sharded run of every GPU of each fits
-// (0: none): from the nodes whose memory holds the store, upward. known: the
-// sharded row at `ranks` ranks, already predicted.
-static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *known, Arena *a, char *err,
-                        size_t errcap) {
+// The fewest nodes (of t's) on which a sharded run (strategy s: without or
+// with the tier) of every GPU of each fits (0: none), and its row in *found:
+// without the tier from the nodes whose memory holds the store, with it from
+// one, upward. known: the row of s at `ranks` ranks, already predicted.
+static int nodes_needed(Graph *g, const Target *t, int s, int ranks, const ScaleRow *known, Arena *a, ScaleRow *found,
+                        char *err, size_t errcap) {
     int gpn = t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1, max = t->nodes >= 1 ? (int)t->nodes : 1;
-    int n = (int)ceil(host_store_bytes(g) / t->host_memory);
+    int n = s == SCALE_SHARDED_TIER ? 1 : (int)ceil(host_store_bytes(g) / t->host_memory);
     for (n = n < 1 ? 1 : n; n <= max; n++) {
         ScaleRow r = *known;
-        if (n * gpn != ranks && best_row(g, t, SCALE_SHARDED, layout_of(t, n * gpn), a, &r, err, errcap) != 0)
-            return -1;
-        if (r.fits) return n;
+        if (n * gpn != ranks && best_row(g, t, s, layout_of(t, n * gpn), a, &r, err, errcap) != 0) return -1;
+        if (r.fits) return *found = r, n;
     }
     return 0;
 }
@@ -281,29 +299,43 @@ static int nodes_needed(Graph *g, const Target *t, int ranks, const ScaleRow *kn
 // collectives.
 static double bound_of(const Bounds *b, const Graph *g, const Target *t, int s, Layout l) {
     if (l.ranks == 1 && s != SCALE_MEGATRAIN) return b->exact_s; // one GPU: its bounds as they are (the tier too)
-    double N = l.ranks, f = s == SCALE_SHARDED ? 1.0 / N : 1.0;
-    double share = s == SCALE_SHARDED ? l.per_node / N : s == SCALE_REPLICATED ? l.per_node : 1.0;
+    int sharded = s == SCALE_SHARDED || s == SCALE_SHARDED_TIER;
+    double N = l.ranks, f = sharded ? 1.0 / N : 1.0;
+    double share = sharded ? l.per_node / N : s == SCALE_REPLICATED ? l.per_node : 1.0;
     double weights = (double)storage_host_elems(g) * (double)storage_weight_bytes(g->train.compute);
     double in = b->in_s * f, out = b->out_s * f;
-    if (s == SCALE_SHARDED) in += collective_seconds(t, COLL_ALL_GATHER, weights, l.ranks);
+    if (sharded) in += collective_seconds(t, COLL_ALL_GATHER, weights, l.ranks);
     if (s != SCALE_MEGATRAIN)
-        out += collective_seconds(t, s == SCALE_SHARDED ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, weights, l.ranks);
+        out += collective_seconds(t, sharded ? COLL_REDUCE_SCATTER : COLL_ALL_REDUCE, weights, l.ranks);
     double link = t->link_duplex ? fmax(in, out) : in + out;
     double host = s == SCALE_MEGATRAIN ? b->host_s : b->host_s * share;
     // host memory: the links' bytes of every rank of the node, and the optimizer's (megatrain: once)
     double link_mem = (b->in_s * t->h2d_bandwidth + b->out_s * t->d2h_bandwidth) / t->host_memory_bandwidth;
-    double mem = (link_mem * (s == SCALE_SHARDED ? 1.0 / N : 1.0)) * l.per_node + (b->host_memory_s - link_mem) * share;
+    double mem = (link_mem * (sharded ? 1.0 / N : 1.0)) * l.per_node + (b->host_memory_s - link_mem) * share;
     double turn = (s == SCALE_MEGATRAIN ? b->update_s : b->update_s * share) + b->backward_s;
-    return fmax(fmax(b->compute_s, link), fmax(fmax(host, mem), turn));
+    double bound = fmax(fmax(b->compute_s, link), fmax(fmax(host, mem), turn));
+    if (s == SCALE_SHARDED_TIER && t->tier_read_bandwidth > 0) { // what of a slice its share cannot hold, read and
+        double spill = fmax(0, host_store_bytes(g) / N - t->host_memory / l.per_node); // written once a step
+        bound = fmax(bound, spill * l.per_node / t->tier_read_bandwidth + spill * l.per_node / t->tier_write_bandwidth);
+    }
+    return bound;
 }
 
-// Sharded or replicated, the faster that fits; o->why_chosen says why.
+// Sharded or replicated, the faster that fits; sharded+tier when neither
+// fits and it does; o->why_chosen says why.
 static void choose(ScaleOut *o) {
-    const ScaleRow *sh = &o->rows[SCALE_SHARDED], *re = &o->rows[SCALE_REPLICATED];
+    const ScaleRow *sh = &o->rows[SCALE_SHARDED], *re = &o->rows[SCALE_REPLICATED], *st = &o->rows[SCALE_SHARDED_TIER];
     int sharded = sh->fits && (!re->fits || sh->step_s <= re->step_s * 1.001);
-    if (!sh->fits && !re->fits) {
+    if (!sh->fits && !re->fits && st->fits) {
+        o->chosen = SCALE_SHARDED_TIER;
+        snprintf(o->why_chosen, sizeof o->why_chosen,
+                 "neither sharded nor replicated fits in host memory (sharded: %.240s); with %.4g GB of each rank's "
+                 "slice on its node's NVMe tier it does",
+                 sh->why, st->tier_bytes / 1e9);
+    } else if (!sh->fits && !re->fits) {
         o->chosen = -1;
-        snprintf(o->why_chosen, sizeof o->why_chosen, "neither fits: sharded: %s", sh->why);
+        snprintf(o->why_chosen, sizeof o->why_chosen, "neither fits: sharded: %.240s%s%.240s", sh->why,
+                 st->priced ? "; sharded+tier: " : "", st->priced ? st->why : "");
     } else if (sharded && !re->fits) {
         o->chosen = SCALE_SHARDED;
         snprintf(o->why_chosen, sizeof o->why_chosen, "replicated does not fit (%s)", re->why);
@@ -330,13 +362,20 @@ static int compare(Graph *g, const Target *t, int ranks, int want_nodes, int str
         if (o->rows[s].priced) o->rows[s].bound_s = bound_of(b, g, t, s, layout_of(t, o->rows[s].ranks));
     choose(o);
     o->plan = o->chosen;
+    int gpn = t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1;
     if (want_nodes && strcmp(t->arch, "cpu") == 0) { // one machine: its ranks are processes
         o->nodes_needed = o->rows[SCALE_SHARDED].fits, o->ranks_needed = ranks;
+        o->tier_nodes_needed = o->rows[SCALE_SHARDED_TIER].fits, o->tier_ranks_needed = ranks;
+        o->needed = o->rows[SCALE_SHARDED], o->tier_needed = o->rows[SCALE_SHARDED_TIER];
     } else if (want_nodes) {
-        int n = nodes_needed(g, t, ranks, &o->rows[SCALE_SHARDED], a, err, errcap);
-        if (n < 0) return -1;
-        o->nodes_needed = n;
-        o->ranks_needed = n * (t->gpus_per_node >= 1 ? (int)t->gpus_per_node : 1);
+        int n = nodes_needed(g, t, SCALE_SHARDED, ranks, &o->rows[SCALE_SHARDED], a, &o->needed, err, errcap);
+        int m = n < 0 || t->tier_capacity <= 0
+                    ? 0
+                    : nodes_needed(g, t, SCALE_SHARDED_TIER, ranks, &o->rows[SCALE_SHARDED_TIER], a, &o->tier_needed,
+                                   err, errcap);
+        if (n < 0 || m < 0) return -1;
+        o->nodes_needed = n, o->ranks_needed = n * gpn;
+        o->tier_nodes_needed = m, o->tier_ranks_needed = m * gpn;
     }
     return 0;
 }
@@ -348,7 +387,7 @@ int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const
 
 int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, size_t whycap) {
     ScaleOut o;
-    if (compare(g, t, ranks, 0, SCALE_SHARDED + 1, NULL, a, &o, why, whycap) != 0) return -1;
+    if (compare(g, t, ranks, 0, SCALE_SHARDED_TIER + 1, NULL, a, &o, why, whycap) != 0) return -1;
     snprintf(why, whycap, "%s", o.why_chosen);
-    return o.chosen < 0 ? SCALE_SHARDED : o.chosen;
+    return o.chosen < 0 || o.chosen == SCALE_SHARDED_TIER ? SCALE_SHARDED : o.chosen;
 }

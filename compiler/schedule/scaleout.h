@@ -8,6 +8,10 @@
 //     gradient accumulator, copies in its slice and all-gathers the layer on
 //     the devices, reduce-scatters the gradients and copies out its slice,
 //     AdamW on its slice: link bytes, host memory and host optimizer work / N;
+//   sharded+tier: sharded, each rank keeping on its node's NVMe tier what of
+//     its slice its share of the node's host memory cannot hold (the Adam
+//     moments, then the master, then the gradients, as one GPU places its
+//     store), at its share of the node's tier capacity and bandwidth;
 //   megatrain: MegaTrain's multi-GPU code: spawned workers on one host, each
 //     GPU running the single-GPU megatrain schedule over its own link from
 //     one shared store, the gradients summed into the shared accumulators on
@@ -23,8 +27,8 @@
 
 #include "compiler/schedule/schedule.h"
 
-typedef enum { SCALE_REPLICATED, SCALE_SHARDED, SCALE_MEGATRAIN, SCALE_COUNT } ScaleStrategy;
-extern const char *const SCALE_NAMES[SCALE_COUNT]; // "replicated", "sharded", "megatrain"
+typedef enum { SCALE_REPLICATED, SCALE_SHARDED, SCALE_SHARDED_TIER, SCALE_MEGATRAIN, SCALE_COUNT } ScaleStrategy;
+extern const char *const SCALE_NAMES[SCALE_COUNT]; // "replicated", "sharded", "sharded+tier", "megatrain"
 
 // One strategy at N ranks: one rank's plan and step, and what the run does.
 typedef struct ScaleRow {
@@ -40,6 +44,9 @@ typedef struct ScaleRow {
     double interconnect_bytes;  // a rank's bytes sent over NVLink and the network a step
     double collective_s;        // a rank's collectives' time a step (on the copy engines, overlapping compute)
     double host_bytes;          // host RAM of one rank (megatrain: its share of the one shared store)
+    double tier_bytes;          // a rank's bytes on the NVMe tier (sharded+tier; 0: none)
+    double tier_s;              // a rank's tier reads and writes a step, at its share of the node's tier
+    int tier_level;             // what of the store the tier holds (PlaceLevel; PLACE_RAM: nothing)
     double node_host_bytes;     // host RAM of one node's ranks together
     double host_memory_s;       // a step's host-side bytes of a node's ranks at host_memory_bandwidth
     double optimizer_s;         // a rank's host optimizer a step at its share of the node's host
@@ -54,9 +61,11 @@ typedef struct ScaleOut {
     int plan;   // the layout of the plan explained: `chosen` (scaleout_compare's), or what
                 // mtc --shard on|off gives
     char why_chosen[560];
-    int nodes_needed;   // the fewest nodes on which a sharded run fits (0: none of the profile's)
-    int ranks_needed;   // that many nodes' GPUs
-    double store_bytes; // the whole host store (master, moments, accumulators, bf16 copy)
+    int nodes_needed;                         // the fewest nodes on which a sharded run fits (0: none of the profile's)
+    int ranks_needed;                         // that many nodes' GPUs
+    int tier_nodes_needed, tier_ranks_needed; // the same for sharded+tier (0: none, or no tier)
+    ScaleRow needed, tier_needed;             // the sharded and sharded+tier rows at those nodes
+    double store_bytes;                       // the whole host store (master, moments, accumulators, bf16 copy)
 } ScaleOut;
 
 // Predicts every strategy for `ranks` ranks of graph g (its batch one
@@ -79,8 +88,14 @@ int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const
 //
 // What the scheduler's `--shard auto` uses: SCALE_SHARDED or
 // SCALE_REPLICATED, whichever fits and predicts the shorter step (sharded
-// when both fit within 0.1%, or neither fits: it needs the least memory);
+// when both fit within 0.1%, or neither fits: it needs the least memory;
+// sharded+tier, when only it fits, is SCALE_SHARDED: its plan is sharded);
 // why (cut to whycap) says so in words. -1 with the message in why on error.
 int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, size_t whycap);
+
+// The profile one rank of `ranks` searches its sharded plan on: its share of
+// a node's host memory, NVMe tier capacity and tier bandwidths (the ranks of
+// a node share them: min(ranks, gpus_per_node) of them; all on a cpu target).
+Target scaleout_rank_profile(const Target *t, int ranks);
 
 #endif

@@ -1,5 +1,6 @@
 #include "runtime/store/store.h"
 
+#include <errno.h>
 #include <math.h>
 
 #include "common/bf16.h"
@@ -9,6 +10,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/mman.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 int store_grads_bf16(const Plan *p, int holds) {
@@ -228,13 +230,26 @@ int store_alloc_tier(HostStore *s, const Plan *p, const char *tier_dir, int hold
     return store_open(s, p, tier_dir, holds, threads, 0, 1, err, errcap);
 }
 
-int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap) {
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, const char *tier_dir, int holds, int threads, char *err,
+                      size_t errcap) {
     if (!p->sharded || rank < 0 || rank >= p->ranks) {
         snprintf(err, errcap, "internal error: a sharded store of rank %d for a %s plan of %d ranks", rank,
                  p->sharded ? "sharded" : "replicated", p->ranks);
         return -1;
     }
-    return store_open(s, p, NULL, 0, threads, rank, p->ranks, err, errcap);
+    return store_open(s, p, tier_dir, holds, threads, rank, p->ranks, err, errcap);
+}
+
+// Floats of a layer's record on the tier: the largest layer's (host_layer),
+// or of a sharded store, the largest slice of a layer it holds.
+static int64_t store_record_floats(const HostStore *s, const Plan *p) {
+    if (!s->shard_at) return p->host_layer;
+    int64_t most = 1;
+    for (int64_t l = 0; l < p->graph->layers; l++) {
+        int64_t n = s->shard_at[plan_segment_index(l) + 1] - s->shard_at[plan_segment_index(l)];
+        if (n > most) most = n;
+    }
+    return most;
 }
 
 // The store of rank `rank` of `ranks` (ranks 1: the whole of it).
@@ -265,7 +280,17 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
                  "it is what streams to the device)");
         return -1;
     }
-    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, tier_arrays(holds), err, errcap)))
+    char rank_dir[4096]; // a sharded rank's tier: its own directory in tier_dir, DIR/rank-R-of-N
+    if (tier_dir && ranks > 1) {
+        snprintf(rank_dir, sizeof rank_dir, "%s/rank-%d-of-%d", tier_dir, rank, ranks);
+        if (mkdir(rank_dir, 0700) != 0 && errno != EEXIST) {
+            snprintf(err, errcap, "%s: cannot make the rank's tier directory: %s", rank_dir, strerror(errno));
+            return -1;
+        }
+        tier_dir = rank_dir;
+    }
+    if (tier_dir &&
+        !(s->tier = tier_open(tier_dir, p->graph->layers, store_record_floats(s, p), tier_arrays(holds), err, errcap)))
         return -1;
     s->tier_master = master;
     s->tier_grads = !!(holds & STORE_TIER_GRADS);
@@ -281,8 +306,9 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     }
     for (int64_t i = 0; i < s->nseg; i++) s->seg[i].sq_norm = NAN;
     size_t bytes = (size_t)s->n * 4 + 64;
-    size_t globals = (size_t)p->host_global * 4 +
-                     64; // what RAM keeps of what the tier holds; the fp32 gradients beside gb
+    // what RAM keeps of what the tier holds (the globals: a sharded rank's slices of them); the fp32 gradients
+    // beside gb
+    size_t globals = (size_t)(s->shard_at ? s->shard_at[plan_segment_index(0)] : p->host_global) * 4 + 64;
     void **arrays[6] = {(void **)&s->w, (void **)&s->m,  (void **)&s->v,
                         (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
     for (int i = 0; i < 6; i++) {
@@ -339,7 +365,7 @@ static float *in_record(const HostStore *s, float *rec, int array) {
 }
 
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
-    int64_t n, off = store_segment(p, layer, &n), lo, hi, at = store_slice(s, p, layer, &lo, &hi);
+    int64_t lo, hi, at = store_slice(s, p, layer, &lo, &hi);
     // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
     const uint16_t *gb = store_grads_bf16_at(s, at);
     s->seg[plan_segment_index(layer)].sq_norm = gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads)
@@ -348,9 +374,9 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
     if (!rec) return;
-    memcpy(in_record(s, rec, 3), s->g + off, (size_t)n * sizeof(float));
+    memcpy(in_record(s, rec, 3), s->g + at, (size_t)(hi - lo) * sizeof(float)); // (sharded: its slice)
     if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
-    grads_drop(s, off, n);
+    grads_drop(s, at, hi - lo);
     s->seg[plan_segment_index(layer)].outs = 0; // zeros again
 }
 
@@ -365,7 +391,8 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     if (s->tier && layer >= 0) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
         v = in_record(s, m, 2);
-        base = store_segment(p, layer, &(int64_t){0});
+        int64_t lo, hi;
+        base = store_slice(s, p, layer, &lo, &hi); // (sharded: its slice's first float)
         if (s->tier_master) w = in_record(s, m, 0), wbase = base;
         if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
     }
@@ -406,7 +433,8 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
         int64_t layer = plan_segment_of(p, off), count;
         int64_t start = store_segment(p, layer, &count), k = start + count - off < n ? start + count - off : n;
         if (s->shard_at) { // this rank's slice of the segment, or a refusal
-            int64_t a, b, at = store_clip(s, p, layer, off, k, &a, &b);
+            int64_t a, b;
+            store_clip(s, p, layer, off, k, &a, &b);
             if (a != off || b != off + k) {
                 snprintf(err, errcap,
                          "rank %d of a sharded run holds elements [%lld, %lld) of the host store's "
@@ -415,14 +443,12 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
                          (long long)start, (long long)(off - start), (long long)(off + k - start));
                 return -1;
             }
-            memcpy(out ? buf : ram + at, out ? ram + at : buf, (size_t)k * sizeof(float));
-            off += k, n -= k, buf += k;
-            continue;
         }
+        int64_t lo, hi, first = store_slice(s, p, layer, &lo, &hi), index = s->shard_at ? first + (off - lo) : off;
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
-        float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
+        float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + index;
         if (!at) return -1;
-        if (staged) at = in_record(s, at, array) + (off - start);
+        if (staged) at = in_record(s, at, array) + (index - first);
         memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
         if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
         off += k, n -= k, buf += k;
@@ -445,7 +471,8 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
 static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
     if (!s->tier_master || layer < 0) return s->w;
     float *rec = tier_acquire(s->tier, layer, err, errcap);
-    return rec ? in_record(s, rec, 0) - store_segment(p, layer, &(int64_t){0}) : NULL;
+    int64_t lo, hi;
+    return rec ? in_record(s, rec, 0) - store_slice(s, p, layer, &lo, &hi) : NULL;
 }
 static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
     return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;

@@ -118,9 +118,12 @@ void store_free(HostStore *s);
 int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 
 // The sharded store (Plan.sharded): rank `rank` of p->ranks holds only its
-// slice of every segment (dist_shard), in RAM, no tier. Otherwise as
-// store_alloc_tier without a tier. Returns 0, or -1 with a message.
-int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap);
+// slice of every segment (dist_shard); with tier_dir, what `holds` says of
+// its layers' slices in a tier file of its own, in tier_dir/rank-R-of-N
+// (made if missing), each record the largest slice of a layer. Otherwise
+// as store_alloc_tier. Returns 0, or -1 with a message.
+int store_alloc_shard(HostStore *s, const Plan *p, int rank, const char *tier_dir, int holds, int threads, char *err,
+                      size_t errcap);
 // Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
 int64_t store_shard_elems(const Plan *p, int rank, int ranks);
 // Where this store keeps segment seg (SEG_TAIL, SEG_HEAD or a layer): the

@@ -1,0 +1,161 @@
+#!/usr/bin/env python3
+"""Sharded ranks with the NVMe tier (mtrun --tier-dir under mpirun, each rank's
+tier file in DIR/rank-R-of-N), on the cpu backend: a tiny MoE, an 8-layer
+mixtral-tiny, planned sharded on tests/tiny-tier-ranks.target, whose 7 MB
+nodes of 2 GPUs make every rank spill part of its slice (tier=moments at 2
+ranks; at 4, nodes of 4 MB):
+
+- 2 and 4 ranks with the tier give one process's losses and weights
+  without it (batch B x accumulate N), to 1e-6 relative (the weights in
+  the 2-norm);
+
+- 2 ranks with the tier give the same losses, to the bit, and the same
+  checkpoint shards of step 6 (master and both moments), byte for byte, as 2
+  ranks without it (which equal one process: tests/check_dist.py sharded);
+  each rank's tier file is its own and is removed at exit;
+- the tiered run's checkpoint of step 3 resumes on one process without it
+  (batch 2 x accumulate 2), continuing the straight run's losses to 1e-6,
+  and on 4 ranks with the tier (batch 1), giving what one process of batch
+  1 x accumulate 4 resumed from it gives, to 1e-6;
+- kill -9 of rank 1 in the middle of a tier write (MT_TIER_KILL_AT_WRITE)
+  ends the job; it resumes from its last manifest, with the tier, to the
+  straight run's losses;
+- a failing tier device on rank 1 (a short write, MT_TIER_SHORT_WRITE) and
+  a full one (a file size limit on rank 1 alone: fallocate fails as on a
+  full disk) end every rank, exit non-zero, rank 1 naming its tier file.
+
+usage: check_dist_tier.py MTC MTRUN   (from the project root)
+"""
+import os
+import shutil
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_dist import MPIRUN, newest_manifest, rel, safetensors, saved_files, with_accumulate  # noqa: E402
+from checks import check, finish, losses, run  # noqa: E402
+
+TARGET = "tests/tiny-tier-ranks.target"
+DATA = ["--data", os.path.abspath("examples/data/tinyshakespeare.txt")]
+STEPS = ["--steps", "6", "--seed", "7", "--val-every", "100", "--threads", "1", "--device", "cpu", *DATA]
+
+
+def plan(mtc, model, tmp, name, flags, target=TARGET):
+    path = os.path.join(tmp, name + ".bin")
+    p = run(mtc, model, "--target", target, *flags, "-o", path)
+    return path if check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p) else None
+
+
+def mpi(mtrun, ranks, plan_path, *args, env=()):
+    return run(*MPIRUN, *env, "-np", str(ranks), mtrun, plan_path, *args, timeout=300)
+
+
+def main():
+    mtc, mtrun = sys.argv[1:3]
+    with tempfile.TemporaryDirectory() as tmp:
+        j = lambda *p: os.path.join(tmp, *p)
+        model = j("l8.mt")
+        with open(model, "w") as f:
+            f.write(open("examples/mixtral-tiny.mt").read().replace("  L = 2                # layers", "  L = 8"))
+        two = plan(mtc, model, tmp, "two", ["--batch", "2", "--ranks", "2", "--shard", "on"])
+        four = plan(mtc, model, tmp, "four", ["--batch", "1", "--ranks", "4", "--shard", "on"])
+        one = plan(mtc, with_accumulate(model, tmp, 2), tmp, "one", ["--batch", "2"])
+        # 4 ranks on nodes of 4 MB, so that they spill too (their slices are half as large)
+        small = j("small.target")
+        with open(small, "w") as f:
+            f.write(open(TARGET).read().replace("host_memory = 7e6", "host_memory = 4e6"))
+        four_spills = plan(mtc, model, tmp, "four-spills", ["--batch", "1", "--ranks", "4", "--shard", "on"], small)
+        one4 = plan(mtc, with_accumulate(model, tmp, 4), tmp, "one4", ["--batch", "1"])
+        if not (two and four and one and four_spills and one4):
+            return finish("tier checks")
+        for pl, n in ((two, 2), (four_spills, 4)):
+            check(b" tier=moments" in open(pl, "rb").read(), f"the {n}-rank plan does not spill (tier=moments)")
+        tier = j("tier")
+        os.mkdir(tier)
+        # N ranks with the tier against one process without it (batch B x accumulate N): losses and weights
+        for pl, n, ref in ((two, 2, one), (four_spills, 4, one4)):
+            a, b = j(f"tier{n}.safetensors"), j(f"one{n}.safetensors")
+            p = mpi(mtrun, n, pl, *STEPS, "--no-save", "--log", j(f"tier{n}.jsonl"), "--export", a, "--tier-dir", tier)
+            q = run(mtrun, ref, *STEPS, "--no-save", "--log", j(f"one{n}.jsonl"), "--export", b, timeout=300)
+            if not (check(p.returncode == 0, f"{n} tiered ranks failed", p) and
+                    check(q.returncode == 0, "one process failed", q)):
+                continue
+            got, want = losses(j(f"tier{n}.jsonl")), losses(j(f"one{n}.jsonl"))
+            wa, wb = safetensors(a), safetensors(b)
+            worst = max(rel(wb[k], wa[k]) for k in wb) if wa.keys() == wb.keys() else 1
+            lw = max((abs(x - y) / abs(y) for x, y in zip(got, want)), default=1)
+            check(len(got) == 6 and lw <= 1e-6 and worst <= 1e-6,
+                  f"{n} ranks with the tier against one process without it: losses {got} and {want} ({lw:.3g}), "
+                  f"weights {worst:.3g} apart")
+            print(f"{n} sharded ranks, each spilling to its tier, against one process without the tier: losses "
+                  f"within {lw:.3g}, weights within {worst:.3g} relative (2-norm)")
+        # 2 ranks without and with the tier
+        p = mpi(mtrun, 2, two, *STEPS, "--save", j("ram"), "--save-every", "3", "--log", j("ram.jsonl"))
+        q = mpi(mtrun, 2, two, *STEPS, "--save", j("nvme"), "--save-every", "3", "--log", j("nvme.jsonl"),
+                "--tier-dir", tier)
+        if not (check(p.returncode == 0, "2 ranks without the tier failed", p) and
+                check(q.returncode == 0, "2 ranks with the tier failed", q)):
+            return finish("tier checks")
+        ram, nvme = losses(j("ram.jsonl")), losses(j("nvme.jsonl"))
+        check(len(ram) == 6 and ram == nvme, f"2 ranks: losses with the tier {nvme}, without {ram}")
+        shards = [n for n in saved_files(6, 2) if ".shard-" in n]
+        differ = [n for n in shards if open(j("ram", n), "rb").read() != open(j("nvme", n), "rb").read()]
+        check(not differ, f"2 ranks: the checkpoint shards {differ} of step 6 differ with the tier")
+        files = {d: os.listdir(j("tier", d)) for d in os.listdir(tier)}
+        check({"rank-0-of-2", "rank-1-of-2", "rank-3-of-4"} <= set(files) and not any(files.values()) and
+              "rank-0-of-2/mtrun.tier" in q.stdout,
+              f"each rank's tier file its own (rank 0's named in the banner), removed at exit: {files}", q)
+        print(f"2 sharded ranks with the tier: the losses {nvme} and step 6's shards as without it, to the bit")
+        # step 3 resumed on one process without the tier (the 2 ranks' micro-batches: their straight run's losses),
+        # and on 4 ranks with it (micro-batches of 1 row, whose load-balancing loss differs: one process of batch 1 x
+        # accumulate 4 resumed from the same step is theirs)
+        ck3 = j("ck3")
+        os.mkdir(ck3)
+        for n in saved_files(3, 2):
+            shutil.copy(j("nvme", n), ck3)
+        got = {}
+        for what, ranks, pl, extra in (("one process", 0, one, []), ("4 ranks with the tier", 4, four,
+                                                                      ["--tier-dir", tier]), ("one4", 0, one4, [])):
+            log = j("resumed-" + what.replace(" ", "") + ".jsonl")
+            args = [*STEPS, "--resume", ck3, "--no-save", "--log", log, *extra]
+            p = mpi(mtrun, ranks, pl, *args) if ranks else run(mtrun, pl, *args, timeout=300)
+            if check(p.returncode == 0 and "resumed from" in p.stdout, f"step 3 resumed on {what} failed", p):
+                got[what] = losses(log)
+        for what, ref, of in (("one process", nvme[3:], "the straight run's"),
+                              ("4 ranks with the tier", got.get("one4"), "one process's at batch 1 x accumulate 4")):
+            if what in got and ref:
+                worst = max((abs(a - b) / abs(a) for a, b in zip(ref, got[what])), default=1)
+                check(len(got[what]) == 3 and worst <= 1e-6, f"step 3 on {what}: losses {got[what]}, {of} {ref}")
+                print(f"the tiered 2 ranks' step 3 resumed on {what}: steps 4 to 6 within {worst:.3g} of {of}")
+        # kill -9 of rank 1 during a tier write of step 5 (8 layer records a step: its 36th write)
+        ck = j("killed")
+        args = [*STEPS, "--save", ck, "--save-every", "2", "--log", j("killed.jsonl"), "--tier-dir", tier]
+        p = run(*MPIRUN, "-np", "1", mtrun, two, *args, ":", "-np", "1", "-x", "MT_TIER_KILL_AT_WRITE=36", mtrun, two,
+                *args, timeout=120)
+        step = newest_manifest(ck)
+        if check(p.returncode != 0 and 2 <= step < 6, f"kill -9 of rank 1 in a tier write: exit {p.returncode}, "
+                                                      f"newest manifest {step}", p):
+            log = j("after-kill.jsonl")
+            q = mpi(mtrun, 2, two, *STEPS, "--resume", ck, "--no-save", "--log", log, "--tier-dir", tier)
+            got = losses(log)
+            check(q.returncode == 0 and got == nvme[step:], f"resumed after the kill from step {step}: {got}, "
+                  f"the straight run's {nvme[step:]}", q)
+            print(f"kill -9 of rank 1 mid tier write: the job exit {p.returncode}; resumed from step {step} to the "
+                  "straight run's losses")
+        # a failing and a full tier device on rank 1 alone
+        for what, pre, env in (("a short write", [], ["-x", "MT_TIER_SHORT_WRITE=3"]),
+                               ("a full device", ["sh", "-c", "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\""], [])):
+            ck = j("fault" + str(len(what)))
+            args = [*STEPS, "--save", ck, "--save-every", "2", "--log", j("fault.jsonl"), "--tier-dir", tier]
+            p = run(*MPIRUN, "-np", "1", mtrun, two, *args, ":", "-np", "1", *env, *pre, mtrun, two, *args,
+                    timeout=120)
+            named = os.path.join(tier, "rank-1-of-2", "mtrun.tier")
+            check(p.returncode != 0 and "rank 1 of 2: error" in p.stderr and named in p.stderr,
+                  f"{what} on rank 1's tier: exit {p.returncode}, not ended naming {named}", p)
+            said = [ln for ln in p.stderr.splitlines() if "rank 1 of 2: error" in ln]
+            print(f"{what} on rank 1's tier: every rank ended, exit {p.returncode}: {said[:1]}")
+    return finish("tier checks")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
