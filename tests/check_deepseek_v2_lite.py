@@ -143,19 +143,20 @@ def against_transformers(mtc, mtrun, model, tmp):
         fail(f"without YaRN transformers' loss {plain!r} is within 1e-3 of {hf_loss!r}: the check does not see YaRN")
 
 
-def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope):
+def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope, **config):
     """transformers' loss and logits (T, V) of the tiny variant from weights W on the first validation batch, rope
-    its rope_parameters."""
+    its rope_parameters, config what differs from DeepSeek-V2-Lite's config (DeepSeek-V3's routing bias buffer, in
+    the state dict but not in W, is zeros)."""
     import numpy as np
     import torch
     from check_weights import val_tokens
-    cfg = DeepseekV2Config(vocab_size=t["V"], hidden_size=t["C"], intermediate_size=t["FFN"],
-                           moe_intermediate_size=t["EFFN"], num_hidden_layers=t["L"], num_attention_heads=t["H"],
-                           num_key_value_heads=t["H"], n_shared_experts=2, n_routed_experts=t["E"],
-                           num_experts_per_tok=t["K"], first_k_dense_replace=1, kv_lora_rank=t["R"], q_lora_rank=None,
-                           qk_nope_head_dim=t["DN"], qk_rope_head_dim=t["DR"], v_head_dim=t["DV"], norm_topk_prob=False,
-                           routed_scaling_factor=1.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
-                           max_position_embeddings=163840, attn_implementation="eager", rope_parameters=rope)
+    fields = dict(vocab_size=t["V"], hidden_size=t["C"], intermediate_size=t["FFN"], moe_intermediate_size=t["EFFN"],
+                  num_hidden_layers=t["L"], num_attention_heads=t["H"], num_key_value_heads=t["H"], n_shared_experts=2,
+                  n_routed_experts=t["E"], num_experts_per_tok=t["K"], first_k_dense_replace=1, kv_lora_rank=t["R"],
+                  q_lora_rank=None, qk_nope_head_dim=t["DN"], qk_rope_head_dim=t["DR"], v_head_dim=t["DV"],
+                  norm_topk_prob=False, routed_scaling_factor=1.0, rms_norm_eps=1e-6, tie_word_embeddings=False,
+                  max_position_embeddings=163840, attn_implementation="eager", rope_parameters=rope)
+    cfg = DeepseekV2Config(**{**fields, **config})
     hf = DeepseekV2ForCausalLM(cfg).float().eval()
     sd = {}
     for name in hf.state_dict():
@@ -167,6 +168,8 @@ def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope):
                                                      W[f"{m.group(1)}.{i}.up_proj.weight"]]) for i in e])
             else:
                 sd[name] = np.stack([W[f"{m.group(1)}.{i}.down_proj.weight"] for i in e])
+        elif name.endswith("mlp.gate.e_score_correction_bias"):
+            sd[name] = np.zeros(t["E"], np.float32)
         else:
             sd[name] = W[name]
     hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=True)

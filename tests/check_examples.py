@@ -89,6 +89,23 @@ EXPECTED = {
         "model.layers.7.mlp.shared_expert.up_proj.weight": [5632, 2048],
         "model.layers.7.mlp.shared_expert_gate.weight": [1, 2048], "model.layers.3.self_attn.q_proj.bias": [2048],
         "model.embed_tokens.weight": [151936, 2048]}, 24 * (2 + 7 + 1 + 3 * 60 + 3 + 1) + 3),
+    # DeepSeek-V3's design: transformers' DeepseekV3ForCausalLM's parameter counts on the meta device (the
+    # routing bias, mlp.gate.e_score_correction_bias, is a buffer and not among them: 58 * 256 and 60 * 384)
+    "deepseek-v3.mt": (671_026_404_352, {
+        "model.embed_tokens.weight": [129280, 7168], "model.layers.0.self_attn.q_a_proj.weight": [1536, 7168],
+        "model.layers.0.self_attn.q_a_layernorm.weight": [1536], "model.layers.0.self_attn.q_b_proj.weight": [24576, 1536],
+        "model.layers.2.self_attn.kv_a_proj_with_mqa.weight": [576, 7168],
+        "model.layers.60.self_attn.kv_b_proj.weight": [32768, 512], "model.layers.0.self_attn.o_proj.weight": [7168, 16384],
+        "model.layers.2.mlp.down_proj.weight": [7168, 18432], "model.layers.3.mlp.gate.weight": [256, 7168],
+        "model.layers.60.mlp.experts.255.down_proj.weight": [7168, 2048],
+        "model.layers.3.mlp.shared_experts.up_proj.weight": [2048, 7168], "lm_head.weight": [129280, 7168]},
+        3 + 3 * 12 + 58 * (13 + 3 * 256)),
+    "kimi-k2.mt": (1_026_408_209_408, {
+        "model.embed_tokens.weight": [163840, 7168], "model.layers.0.self_attn.q_b_proj.weight": [12288, 1536],
+        "model.layers.0.mlp.gate_proj.weight": [18432, 7168], "model.layers.1.mlp.gate.weight": [384, 7168],
+        "model.layers.60.self_attn.o_proj.weight": [7168, 8192],
+        "model.layers.60.mlp.experts.383.gate_proj.weight": [2048, 7168], "lm_head.weight": [163840, 7168]},
+        3 + 12 + 60 * (13 + 3 * 384)),
     "mixtral-tiny.mt": (None, {"model.layers.1.block_sparse_moe.experts.3.w2.weight": [64, 64],
                                    "model.layers.0.block_sparse_moe.gate.weight": [4, 64]}, 2 * (6 + 1 + 3 * 4) + 3),
     "gemma2-tiny.mt": (None, {"model.embed_tokens.weight": [256, 64], "model.layers.3.self_attn.k_proj.weight": [32, 64],
