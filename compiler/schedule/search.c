@@ -322,6 +322,15 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // every floor and every skip against the plan it built). Without the gap,
 // a flat optimum builds nearly every pair: mistral-large-2's 7,000 of
 // them for --explain, their floors within 0.13% of the best step.
+//
+// What the floors miss is the duplex link's penalty (cost_simulate: a copy
+// that starts while the other direction is busy runs at duplex_efficiency):
+// a pair's floor is up to 5% under its step, more the more it offloads
+// (llama3-70b on h200, --remat mixed --slots 3 --checkpoints host). On a
+// copy of h200 with duplex_efficiency 1 every floor of that search sits
+// within 0.42% of its step (0.28% for most), so far fewer pairs are built.
+// A floor that counts the penalty must prove the copy it slows starts
+// while the other direction is busy; the chains give only lower bounds.
 #define SEARCH_GAP 1e-3
 
 typedef struct Pair {
