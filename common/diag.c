@@ -17,15 +17,27 @@ static void quote_line(FILE *out, const Source *src, int line, int col) {
     fputs("^\n", out);
 }
 
+static void report(Diag *d, Loc loc, const char *what, const char *fmt, va_list ap) {
+    if (loc.line > 0) fprintf(d->sink, "%s:%d:%d: %s: ", d->src->path, loc.line, loc.col, what);
+    else fprintf(d->sink, "%s: %s: ", d->src->path, what);
+    vfprintf(d->sink, fmt, ap);
+    fputc('\n', d->sink);
+    if (loc.line > 0) quote_line(d->sink, d->src, loc.line, loc.col);
+}
+
 void diag_error(Diag *d, Loc loc, const char *fmt, ...) {
     d->nerrors++;
     if (!d->sink) return;
-    if (loc.line > 0) fprintf(d->sink, "%s:%d:%d: error: ", d->src->path, loc.line, loc.col);
-    else fprintf(d->sink, "%s: error: ", d->src->path);
     va_list ap;
     va_start(ap, fmt);
-    vfprintf(d->sink, fmt, ap);
+    report(d, loc, "error", fmt, ap);
     va_end(ap);
-    fputc('\n', d->sink);
-    if (loc.line > 0) quote_line(d->sink, d->src, loc.line, loc.col);
+}
+
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...) {
+    if (!d->sink || d->lowered) return;
+    va_list ap;
+    va_start(ap, fmt);
+    report(d, loc, "warning", fmt, ap);
+    va_end(ap);
 }

@@ -27,8 +27,13 @@ typedef struct Diag {
     const Source *src;
     FILE *sink; // NULL: count errors without writing them
     int nerrors;
+    int lowered; // models lowered with it so far (sema_lower): warnings are said at the first only
 } Diag;
 
 void diag_error(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
+// The same with "warning:", counting no error: something that compiles but
+// is likely not what the user meant. Said only while d->lowered is 0, so a
+// model lowered again (another tiling or batch) does not repeat it.
+void diag_warning(Diag *d, Loc loc, const char *fmt, ...) __attribute__((format(printf, 3, 4)));
 
 #endif

@@ -1,6 +1,7 @@
 // graph.c: names, shape helpers and the text dump of the layer graph.
 #include "common/graph.h"
 
+#include <stdlib.h>
 #include <string.h>
 
 static const char *const OP_NAMES[] = {
@@ -161,6 +162,104 @@ Shape param_element_shape(const Param *p) {
 int op_is_heavy(OpKind op) {
     return op == OP_MATMUL || op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_MOE || op == OP_DELTA_RULE ||
            op == OP_SSD;
+}
+
+// ---------------------------------------------------------------- MoE routing, from the data flow
+
+// What graph_routed_experts walks: the graph, and per part a bound a node
+// (-1: not yet, -2: being computed).
+typedef struct Routing {
+    const Graph *g;
+    int64_t *bound[PART_COUNT]; // (nodes.n) each
+} Routing;
+
+static int64_t last_dim(const Node *n) { return n->shape.rank ? n->shape.dims[n->shape.rank - 1] : 1; }
+
+static int64_t routed_bound(Routing *r, const Node *n);
+
+// Of operands in[from ..] of n that span n's last axis, the least bound
+// (a product is 0 where any factor is); E when none does.
+static int64_t least_bound(Routing *r, const Node *n, int from, int to, int64_t E) {
+    int64_t b = E;
+    for (int j = from; j < to && j < n->nin; j++)
+        if (last_dim(n->in[j]) == E && n->in[j]->shape.rank == n->shape.rank) {
+            int64_t bj = routed_bound(r, n->in[j]);
+            if (bj < b) b = bj;
+        }
+    return b;
+}
+
+// Whether n is the scalar constant 0.
+static int is_zero(const Node *n) { return n->op == OP_CONST && n->value == 0; }
+
+// Whether n is a scalar constant a softmax turns into 0 beside any finite
+// f32 logit of a row: -1e30 or less (router's own mask, ops.c).
+static int is_masked_logit(const Node *n) { return n->op == OP_CONST && n->value <= -1e30; }
+
+// The most entries of one row of n (along its last axis, E wide) that can
+// be nonzero, by what made n: a top_k mask its top_k; a product (or a
+// quotient's dividend, a where whose other branch is 0, a comparison
+// x > 0 or x < 0) no more than its sparsest factor spanning the row; a sum no more than its terms together;
+// a softmax of logits masked to -inf (where(mask, logits, -1e30)) the
+// mask's; a value from another part its source's; anything else E.
+static int64_t routed_rule(Routing *r, const Node *n, int64_t E) {
+    switch (n->op) {
+    case OP_TOP_K: return n->top_k < E ? n->top_k : E;
+    case OP_MUL: return least_bound(r, n, 0, 2, E);
+    case OP_DIV: return least_bound(r, n, 0, 1, E);
+    case OP_NEG:
+    case OP_RESHAPE: return last_dim(n->in[0]) == E ? routed_bound(r, n->in[0]) : E;
+    case OP_ADD:
+    case OP_SUB: {
+        if (last_dim(n->in[0]) != E || last_dim(n->in[1]) != E) return E;
+        int64_t b = routed_bound(r, n->in[0]);
+        if (n->in[1] != n->in[0]) b += routed_bound(r, n->in[1]); // (x + x: x's entries)
+        return b < E ? b : E;
+    }
+    case OP_LT: // 0 < b (gt(b, 0)) or a < 0: 1 only where b, or a, is not 0
+        return is_zero(n->in[0]) ? least_bound(r, n, 1, 2, E) : is_zero(n->in[1]) ? least_bound(r, n, 0, 1, E) : E;
+    case OP_WHERE: // cond ? a : 0
+        return is_zero(n->in[2]) ? least_bound(r, n, 0, 2, E) : E;
+    case OP_SOFTMAX: { // along the last axis, of where(top_k mask, logits, -inf): a row's K ones keep K logits
+        const Node *x = n->in[0], *mask = x->op == OP_WHERE ? x->in[0] : NULL;
+        while (mask && (mask->op == OP_RESHAPE || mask->op == OP_VIEW)) mask = mask->in[0];
+        int routed = n->axis == n->shape.rank - 1 && mask && mask->op == OP_TOP_K && last_dim(mask) == E &&
+                     x->in[0]->shape.rank == n->shape.rank && is_masked_logit(x->in[2]);
+        return routed && mask->top_k < E ? mask->top_k : E;
+    }
+    case OP_INPUT: {
+        const Node *src = n->src_part >= 0 && n->src_part < PART_COUNT && n->src >= 0 &&
+                                  n->src < r->g->parts[n->src_part].nodes.n
+                              ? r->g->parts[n->src_part].nodes.items[n->src]
+                              : NULL;
+        return src && last_dim(src) == E ? routed_bound(r, src) : E;
+    }
+    default: return E;
+    }
+}
+
+static int64_t routed_bound(Routing *r, const Node *n) {
+    int64_t E = last_dim(n), *memo = n->part >= 0 && n->part < PART_COUNT ? r->bound[n->part] : NULL;
+    if (!memo || n->id < 0 || n->id >= r->g->parts[n->part].nodes.n || r->g->parts[n->part].nodes.items[n->id] != n)
+        return E;
+    if (memo[n->id] == -2) return E; // (a cycle: no graph has one)
+    if (memo[n->id] >= 0) return memo[n->id];
+    memo[n->id] = -2;
+    return memo[n->id] = routed_rule(r, n, E);
+}
+
+int64_t graph_routed_experts(const Graph *g, const Node *gates) {
+    Routing r = {.g = g};
+    int64_t E = last_dim(gates), ok = 1;
+    for (int p = 0; p < PART_COUNT && ok; p++) {
+        int n = g->parts[p].nodes.n;
+        r.bound[p] = malloc(((size_t)n + 1) * sizeof(int64_t));
+        ok = r.bound[p] != NULL;
+        for (int i = 0; ok && i < n; i++) r.bound[p][i] = -1;
+    }
+    int64_t k = ok ? routed_bound(&r, gates) : E;
+    for (int p = 0; p < PART_COUNT; p++) free(r.bound[p]);
+    return k;
 }
 
 int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows) {

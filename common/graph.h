@@ -305,6 +305,14 @@ typedef struct Graph {
                             // scheduler fills it once (0: not yet)
 } Graph;
 
+// The most experts a row of a moe node with these gates (x's rows, E wide)
+// can run, from the data flow that made them, wherever in the graph: the
+// top_k of the router that masks them (a top_k mask, times or dividing
+// anything, selecting with where, or a softmax over the logits it masks
+// to -inf), else E (a gate no router limits). moe runs an expert for a
+// row where its gate is not 0, so this bounds the work and the scratch.
+int64_t graph_routed_experts(const Graph *g, const Node *gates);
+
 // The experts E of the graph's pooled load-balancing losses (0: none), with
 // the layers that have one and the rows of each into *layers and *rows.
 int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows);

@@ -7,23 +7,6 @@
 
 static int64_t round_256(int64_t v) { return (v + 255) & ~(int64_t)255; }
 
-// The experts a row of moe node n selects at most: the top_k found by
-// walking up from its gates (at most 16 nodes), else E.
-static int moe_top_k(const Graph *g, const Node *n, int E) {
-    const Node *seen[16];
-    int ns = 0;
-    seen[ns++] = n->in[n->op == OP_MOE_BWD ? 2 : 1];
-    for (int i = 0; i < ns; i++) {
-        const Node *s = seen[i];
-        if (s->op == OP_TOP_K) return s->top_k < E ? s->top_k : E;
-        if (s->op == OP_INPUT && s->src_part >= 0 && s->src_part < PART_COUNT && ns < 16 &&
-            s->src < g->parts[s->src_part].nodes.n)
-            seen[ns++] = g->parts[s->src_part].nodes.items[s->src];
-        for (int j = 0; j < s->nin && ns < 16; j++) seen[ns++] = s->in[j];
-    }
-    return E;
-}
-
 MoeDims moe_node_dims(const Graph *g, const Node *n) {
     int bwd = n->op == OP_MOE_BWD;
     const Shape *x = &n->in[bwd ? 1 : 0]->shape, *w = &n->in[bwd ? 3 : 2]->shape; // x [rows.., C], w_gate [E, F, C]
@@ -31,7 +14,7 @@ MoeDims moe_node_dims(const Graph *g, const Node *n) {
     d.C = (int)x->dims[x->rank - 1];
     d.rows = shape_numel(x) / d.C;
     d.E = (int)w->dims[0], d.F = (int)w->dims[1];
-    d.K = moe_top_k(g, n, d.E);
+    d.K = (int)graph_routed_experts(g, n->in[bwd ? 2 : 1]);
     DType t = g->train.compute;
     d.bf16 = storage_dtype(t, n->in[bwd ? 1 : 0]) == DT_BF16 && storage_dtype(t, n->in[bwd ? 3 : 2]) == DT_BF16;
     return d;

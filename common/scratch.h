@@ -60,9 +60,10 @@ static inline long long moe_chunk_rows(MoeDims d, int bwd, long long budget) {
     return n >= d.rows ? d.rows : n < 1 ? 1 : n;
 }
 
-// Moe or moe_bwd node n's geometry in graph g; K is the top_k of the router
-// its gates come from (a few ops up, through other parts' outputs), or, not
-// found, all E (as compiler/schedule/cost.c's moe_selected, which prices it). A row
+// Moe or moe_bwd node n's geometry in graph g; K the most experts a row
+// runs, from the router that limits its gates wherever it is in the graph
+// (graph_routed_experts, which compiler/schedule/cost.c prices by), else
+// all E. A row
 // with more gates != 0 than K gets NaN outputs (compiler/emit/cuda/moe.cuh).
 MoeDims moe_node_dims(const Graph *g, const Node *n);
 

@@ -991,6 +991,25 @@ static int check_square_layouts(Sema *S) {
     return 0;
 }
 
+// Warns of each moe whose gates no router limits (graph_routed_experts):
+// every row runs every expert, and is priced so.
+static void warn_unrouted_moe(Sema *S) {
+    for (int k = 0; k < S->g->nkinds; k++) {
+        const Part *block = &S->g->parts[kind_part(k)];
+        for (int i = 0; i < block->nodes.n; i++) {
+            const Node *n = block->nodes.items[i];
+            if (n->op != OP_MOE) continue;
+            int64_t E = n->in[1]->shape.dims[n->in[1]->shape.rank - 1];
+            if (E > 1 && graph_routed_experts(S->g, n->in[1]) >= E)
+                diag_warning(S->d, n->loc,
+                             "no router limits moe's gates: every row runs all %lld experts, and is priced so; "
+                             "gate it with router(logits, top_k = K, ...), or a product, quotient or where with "
+                             "its gates",
+                             (long long)E);
+        }
+    }
+}
+
 Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     int errors_before = d->nerrors;
     Sema S = {.a = a, .d = d, .m = m, .bt_unavailable_in = "the config or train sections"};
@@ -1004,6 +1023,8 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
     if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0 || check_square_layouts(&S) != 0)
         goto fail;
+    warn_unrouted_moe(&S);
+    d->lowered++;
     return S.g;
 oom:
 fail:

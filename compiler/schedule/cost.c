@@ -198,21 +198,6 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
     return (by_flops > by_bytes ? by_flops : by_bytes) + overhead + t->kernel_launch_s;
 }
 
-// The experts a row of moe node n (OP_MOE or OP_MOE_BWD) runs: the top_k of
-// the router its gates come from (a few ops up: a mask times a softmax, or a
-// softmax of the masked logits), or, not found, all of them.
-static int64_t moe_selected(const Node *n) {
-    const Node *gates = n->in[n->op == OP_MOE_BWD ? 2 : 1], *seen[16];
-    int64_t E = gates->shape.dims[gates->shape.rank - 1];
-    int ns = 0;
-    seen[ns++] = gates;
-    for (int i = 0; i < ns; i++) {
-        if (seen[i]->op == OP_TOP_K) return seen[i]->top_k;
-        for (int j = 0; j < seen[i]->nin && ns < 16; j++) seen[ns++] = seen[i]->in[j];
-    }
-    return E;
-}
-
 // A recurrence (delta_rule, ssd; common/scan.h) as its kernels run it, step
 // by step on the state S (Dk, Dv) of each batch row and head, at the vector
 // rate: the forward 7 Dk Dv FLOPs a step (decay, S^T k, the update, S^T q),
@@ -238,7 +223,8 @@ static double scan_time(const Node *n, const Target *t, double bytes) {
 
 // A node kernel (KK_NODE; generated on the cpu, compiler/emit/cuda/moe.cuh's on
 // a GPU): moe and its backward as their
-// GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
+// GEMMs over the rows each expert runs (graph_routed_experts: the experts
+// a row runs at most) only (forward 3 of 2 C F FLOPs a
 // row and expert; the backward recomputes them and takes 6 more) at the
 // matrix rate times moe_gemm_efficiency on a GPU (compiler/emit/cuda/moe.cuh's
 // own tiled kernels, not cuBLAS; tests/gpu/gpu_check measures the figure,
@@ -248,7 +234,7 @@ static double scan_time(const Node *n, const Target *t, double bytes) {
 // bf16 plan's conversions, cpu_convert_time);
 // the rest (top_k, the load-balancing loss, add_loss) by their bytes.
 // *heavy: whether it counts with the GEMMs.
-static double node_time(const Node *n, const KirKernel *k, const Target *t, int *heavy) {
+static double node_time(const Graph *g, const Node *n, const KirKernel *k, const Target *t, int *heavy) {
     int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double bytes = 0, convert = cpu ? cpu_convert_time(k, t) : 0.0;
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
@@ -261,7 +247,8 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     const Shape *x = &n->in[n->op == OP_MOE_BWD]->shape, *w = &n->in[n->op == OP_MOE_BWD ? 3 : 2]->shape;
     int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
-    double flops = passes * 2.0 * (double)rows * (double)moe_selected(n) * (double)C * (double)F;
+    double flops = passes * 2.0 * (double)rows * (double)graph_routed_experts(g, n->in[n->op == OP_MOE_BWD ? 2 : 1]) *
+                   (double)C * (double)F;
     double matrix = (bf16 ? t->matrix_flops_bf16 : t->matrix_flops_f32) *
                     (cpu ? t->gemm_efficiency : t->moe_gemm_efficiency);
     double by_flops = flops / matrix, by_bytes = bytes / t->hbm_bandwidth;
@@ -283,7 +270,7 @@ static void kernel_price(const Graph *g, int pk, const KirSet *s, int i, const T
     }
     if (k->kind == KK_NODE) {
         int is_heavy;
-        double h = node_time(g->parts[pk].nodes.items[k->anchor], k, t, &is_heavy);
+        double h = node_time(g, g->parts[pk].nodes.items[k->anchor], k, t, &is_heavy);
         *(is_heavy ? heavy : light) = h;
         return;
     }

@@ -161,10 +161,12 @@ static int begin(Builder *b, Plan *p, const SchedChoice *c, BlockNeeds *need, Ar
     return b->ranges ? 0 : -1;
 }
 
-// The passes for one choice, in order: 1 and 3 always, 4 and 5 unless
-// layout_only (passes 1 and 3 are enough for the arena's size).
-static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_only, Arena *a, char *err,
-                   size_t errcap) {
+// How far build() goes: passes 1 and 3 (enough for the arena's size), then
+// 4 (enough for the cost), then 5.
+enum { UP_TO_LAYOUT = 3, UP_TO_TRAIN = 4, UP_TO_EVAL = 5 };
+
+// The passes for one choice, in order, up to pass `last`.
+static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int last, Arena *a, char *err, size_t errcap) {
     BlockNeeds need[MT_MAX_KINDS];
     Builder b;
     if (check_choice(g, c, err, errcap) != 0) return NULL;
@@ -173,12 +175,12 @@ static Plan *build(Graph *g, const Target *t, const SchedChoice *c, int layout_o
     if (begin(&b, p, c, need, a) != 0) goto oom;
     if (lay_out_arena(&b, t, err, errcap) != 0) return NULL; // 3
     if (check_picks(&b, err, errcap) != 0) return NULL;
-    if (layout_only) return p;
+    if (last == UP_TO_LAYOUT) return p;
     b.frame_cmp = arena_alloc(a, (size_t)b.nframes * sizeof(int));
     b.frame_out = arena_alloc(a, (size_t)b.nframes * sizeof(int));
     if (!b.frame_cmp || !b.frame_out) goto oom;
-    emit_train_stream(&b); // 4
-    emit_eval_stream(&b);  // 5
+    emit_train_stream(&b);                        // 4
+    if (last == UP_TO_EVAL) emit_eval_stream(&b); // 5
     if (b.failed || name_plan(&b, a) != 0) goto oom;
     return p;
 oom:
@@ -188,9 +190,13 @@ oom:
 
 Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
     if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), NULL;
-    return build(g, t, c, 0, a, err, errcap);
+    return build(g, t, c, UP_TO_EVAL, a, err, errcap);
+}
+
+Plan *schedule_build_train(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
+    return build(g, t, c, UP_TO_TRAIN, a, err, errcap);
 }
 
 Plan *schedule_lay_out(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
-    return build(g, t, c, 1, a, err, errcap);
+    return build(g, t, c, UP_TO_LAYOUT, a, err, errcap);
 }

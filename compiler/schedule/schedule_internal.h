@@ -102,6 +102,11 @@ int lay_out_arena(Builder *b, const Target *t, char *err, size_t errcap);
 // into p->eval; b->failed when out of memory. (stream.c)
 void emit_train_stream(Builder *b);
 void emit_eval_stream(Builder *b);
+// Passes 1, 3 and 4 for one choice, enough for its cost: what the search
+// builds of every choice it prices (the evaluation stream, pass 5, only
+// for the plan it returns). Call prepare_parts first. NULL with a message
+// in err. (schedule.c)
+Plan *schedule_build_train(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap);
 // Passes 1 and 3 for one choice, enough for the arena's size (schedule.c).
 // NULL with a message in err.
 Plan *schedule_lay_out(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap);

@@ -123,7 +123,7 @@ static int try_choice_out(Search *x, const SchedChoice *c, Tried *out) {
     Arena *a = x->a;
     SchedResult r = {.choice = *c}, *best = x->best;
     ArenaMark mark = arena_mark(a); // a plan that loses gives its memory back
-    r.plan = schedule_build(g, t, c, a, x->err, x->errcap);
+    r.plan = schedule_build_train(g, t, c, a, x->err, x->errcap);
     if (!r.plan) return -1;
     if (cost_plan_with(r.plan, t, x->kernels, &r.cost, NULL) != 0)
         return snprintf(x->err, x->errcap, "out of memory while costing a plan"), -1;
@@ -322,6 +322,15 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // every floor and every skip against the plan it built). Without the gap,
 // a flat optimum builds nearly every pair: mistral-large-2's 7,000 of
 // them for --explain, their floors within 0.13% of the best step.
+//
+// What the floors miss is the duplex link's penalty (cost_simulate: a copy
+// that starts while the other direction is busy runs at duplex_efficiency):
+// a pair's floor is up to 5% under its step, more the more it offloads
+// (llama3-70b on h200, --remat mixed --slots 3 --checkpoints host). On a
+// copy of h200 with duplex_efficiency 1 every floor of that search sits
+// within 0.42% of its step (0.28% for most), so far fewer pairs are built.
+// A floor that counts the penalty must prove the copy it slows starts
+// while the other direction is busy; the chains give only lower bounds.
 #define SEARCH_GAP 1e-3
 
 typedef struct Pair {
@@ -377,7 +386,7 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         one_pick.offloaded = i > 0 && pick == PICK_OFFLOAD;
         one_pick.host_selective = i > 0 && pick == PICK_HOST_SELECTIVE;
         one_pick.probe_layer = i > 0 ? last[kind] + 1 : 0;
-        Plan *p = schedule_build(g, x->t, &one_pick, own, x->err, x->errcap);
+        Plan *p = schedule_build_train(g, x->t, &one_pick, own, x->err, x->errcap);
         if (!p) return -1;
         Cost pc;
         double *dur = arena_alloc(own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
@@ -685,5 +694,9 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
     Search x = {.g = g, .t = t, .req = req, .a = a, .kernels = kernels, .best = best, .err = err, .errcap = errcap};
     int rc = search(&x);
     cost_kernels_free(kernels);
+    if (rc == 0 && best->plan) { // the plan returned, whole: its evaluation stream too
+        best->plan = schedule_build(g, t, &best->choice, a, err, errcap);
+        if (!best->plan) rc = -1;
+    }
     return rc;
 }
