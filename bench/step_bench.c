@@ -98,13 +98,13 @@ static int contestant_make(Contestant *c, const char *what, const Model *m, Sema
     char err[512] = "out of memory";
     opt.compute = compute;
     *c = (Contestant){.what = what, .best = 1e30, .best_fb = 1e30};
-    SchedResult r = {0};
-    c->g = compile_lower(m, &opt, 1, tgt, a, d); // (fused once: Graph.kernels)
-    if (!c->g || schedule_search(c->g, tgt, req, a, &r, err, sizeof err) != 0 || !r.plan) {
-        fprintf(stderr, "step_bench: %s: cannot compile the model%s%s\n", what, r.plan ? "" : ": ", r.plan ? "" : err);
+    CompileRequest cr = {.stage = COMPILE_PLAN, .sema = opt, .tile = 1, .sched = *req};
+    Compiled comp; // (the one compile path: fused once, Graph.kernels)
+    if (compile_model(m, tgt, &cr, a, d, &comp) != 0 || !comp.best.plan) {
+        fprintf(stderr, "step_bench: %s: cannot compile the model: %s\n", what, comp.g ? comp.why : "(reported)");
         return -1;
     }
-    c->p = r.plan;
+    c->g = comp.g, c->p = comp.best.plan;
     KirProgram *kp = &c->kp;
     size_t kir_len = 0, bc_len = 0;
     if (!plain) { // the fused kernels and their bitcode, as mtc -o puts them in the plan

@@ -245,7 +245,7 @@ static int auto_batch(const Model *m, const CompileRequest *req, const Target *t
 
 // ---------------------------------------------------------------- the stages in order
 
-int compile_model(Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
+int compile_model(const Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
     *out = (Compiled){.model = m};
     if (req->batch_search) return auto_batch(m, req, t, a, d, out);
     if (req->stage == COMPILE_GRAPH) {

@@ -35,7 +35,7 @@ typedef struct CompileRequest {
 
 // What one compile made, in the caller's arena.
 typedef struct Compiled {
-    Model *model;
+    const Model *model;
     Graph *g;         // lowered, differentiated and fused (Graph.kernels), tiled as chosen
     Graph *untiled;   // the untiled graph at g's batch when compile lowered it (g itself when untiled), else NULL
     SchedResult best; // COMPILE_PLAN: g's best plan; its plan NULL when none could be built (why says why)
@@ -51,7 +51,7 @@ int compile(const Source *src, const Target *t, const CompileRequest *req, Arena
 
 // A parsed model through the same stages (mtc --explore: one compile a
 // batch and policy). Returns 0, or 1 after reporting.
-int compile_model(Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
+int compile_model(const Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
 
 // Graph of model m under opt with its rows in `tile` chunks (1: untiled),
 // differentiated and fused once into Graph.kernels, prepared for the

@@ -102,8 +102,8 @@ static int parse_count(const char *s, int64_t *out) {
 // mt's policy and each baseline; prints each batch's Pareto frontier and,
 // with plot_path, draws it. Returns 0, or 1 (reported; nothing fits at
 // batch 1 is an error, nothing printed or drawn).
-static int explore(Model *m, const CompileRequest *req, const Target *t, const char *plot_path, int json, Arena *a,
-                   Diag *d) {
+static int explore(const Model *m, const CompileRequest *req, const Target *t, const char *plot_path, int json,
+                   Arena *a, Diag *d) {
     Exploration x = {.target = t->name};
     int rc = 1;
     char why[256] = ""; // why mt's plan at batch 1 does not fit
