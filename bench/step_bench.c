@@ -98,9 +98,9 @@ static int contestant_make(Contestant *c, const char *what, const Model *m, Sema
     char err[512] = "out of memory";
     opt.compute = compute;
     *c = (Contestant){.what = what, .best = 1e30, .best_fb = 1e30};
-    CompileRequest cr = {.stage = COMPILE_PLAN, .sema = opt, .tile = 1, .sched = *req};
+    CompileRequest cr = {.stage = COMPILE_PLAN, .target = tgt, .sema = opt, .tile = 1, .sched = *req};
     Compiled comp; // (the one compile path: fused once, Graph.kernels)
-    if (compile_model(m, tgt, &cr, a, d, &comp) != 0 || !comp.best.plan) {
+    if (compile_model(m, &cr, a, d, &comp) != 0 || !comp.best.plan) {
         fprintf(stderr, "step_bench: %s: cannot compile the model: %s\n", what, comp.g ? comp.why : "(reported)");
         return -1;
     }

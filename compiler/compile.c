@@ -245,7 +245,8 @@ static int auto_batch(const Model *m, const CompileRequest *req, const Target *t
 
 // ---------------------------------------------------------------- the stages in order
 
-int compile_model(const Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
+int compile_model(const Model *m, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
+    const Target *t = req->target;
     *out = (Compiled){.model = m};
     if (req->batch_search) return auto_batch(m, req, t, a, d, out);
     if (req->stage == COMPILE_GRAPH) {
@@ -260,10 +261,10 @@ int compile_model(const Model *m, const Target *t, const CompileRequest *req, Ar
     return 0;
 }
 
-int compile(const Source *src, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
+int compile(const Source *src, const CompileRequest *req, Arena *a, Diag *d, Compiled *out) {
     Model *m = dsl_parse(src, a, d);
     if (!m) return *out = (Compiled){0}, 1;
-    return compile_model(m, t, req, a, d, out);
+    return compile_model(m, req, a, d, out);
 }
 
 Graph *compile_untiled(Compiled *c, const SemaOptions *opt, Arena *a, Diag *d) {
@@ -383,8 +384,8 @@ int compile_emit_cuda(const Graph *g, const char *arch, const char *model_path, 
     return 0;
 }
 
-int compile_emit(Compiled *c, const Target *t, const CompileRequest *req, const Source *src, const char *path,
-                 Arena *a) {
+int compile_emit(Compiled *c, const CompileRequest *req, const Source *src, const char *path, Arena *a) {
+    const Target *t = req->target;
     SchedResult *best = &c->best;
     if (!best->plan) {
         fprintf(stderr, "mtc: error: %s\n", c->why);

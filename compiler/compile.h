@@ -25,12 +25,13 @@ typedef enum {
 // What the caller asks of one compile.
 typedef struct CompileRequest {
     CompileStage stage;
-    SemaOptions sema;   // batch, sequence and compute dtype over the train section's (0 keeps it)
-    int64_t tile;       // the sequence in this many row chunks (mtc --tile); 0: auto, the fastest that fits
-    int batch_search;   // 0: the batch sema says; 1: the batch of most predicted tokens a second (--batch
-                        // auto); 2: the largest whose plan fits (--batch max); either implies COMPILE_PLAN
-    SchedRequest sched; // policy, remat, picks, slots, resident, checkpoints, ranks and shard (-1: auto, chosen
-                        // by the scale-out model before the search)
+    const Target *target; // the machine the plan is for (unused at COMPILE_GRAPH)
+    SemaOptions sema;     // batch, sequence and compute dtype over the train section's (0 keeps it)
+    int64_t tile;         // the sequence in this many row chunks (mtc --tile); 0: auto, the fastest that fits
+    int batch_search;     // 0: the batch sema says; 1: the batch of most predicted tokens a second (--batch
+                          // auto); 2: the largest whose plan fits (--batch max); either implies COMPILE_PLAN
+    SchedRequest sched;   // policy, remat, picks, slots, resident, checkpoints, ranks and shard (-1: auto, chosen
+                          // by the scale-out model before the search)
 } CompileRequest;
 
 // What one compile made, in the caller's arena.
@@ -43,15 +44,13 @@ typedef struct Compiled {
     int64_t batch;    // g's batch (the one chosen under batch_search)
 } Compiled;
 
-// The model in src through the stages req asks, for target t (unused at
-// COMPILE_GRAPH). Returns 0, or 1 after reporting (through d, or on stderr).
-// With COMPILE_PLAN, a plan that does not fit (or none at all) is not an
-// error here: out->best says so.
-int compile(const Source *src, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
+// The model in src through the stages req asks, for req->target. Returns 0, or 1 after reporting (through d, or on
+// stderr). With COMPILE_PLAN, a plan that does not fit (or none at all) is not an error here: out->best says so.
+int compile(const Source *src, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
 
 // A parsed model through the same stages (mtc --explore: one compile a
 // batch and policy). Returns 0, or 1 after reporting.
-int compile_model(const Model *m, const Target *t, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
+int compile_model(const Model *m, const CompileRequest *req, Arena *a, Diag *d, Compiled *out);
 
 // Graph of model m under opt with its rows in `tile` chunks (1: untiled),
 // differentiated and fused once into Graph.kernels, prepared for the
@@ -63,13 +62,12 @@ Graph *compile_lower(const Model *m, const SemaOptions *opt, int64_t tile, const
 // batch, when compile did not). NULL after reporting.
 Graph *compile_untiled(Compiled *c, const SemaOptions *opt, Arena *a, Diag *d);
 
-// Writes c's best plan to path: it must fit t (the refusal names t,
+// Writes c's best plan to path: it must fit req->target (the refusal names it,
 // the policy and the remat mode of req); for a GPU target (arch sm_XX)
 // the kernels compiled by NVRTC, then the LLVM bitcode, the kernel IR and
 // the source, verified (plan_verify) before a byte is written. Nothing is
 // left at path on failure. Returns 0, or 1 (reported).
-int compile_emit(Compiled *c, const Target *t, const CompileRequest *req, const Source *src, const char *path,
-                 Arena *a);
+int compile_emit(Compiled *c, const CompileRequest *req, const Source *src, const char *path, Arena *a);
 
 // The CUDA C of g's fused kernels for arch, as NVRTC compiles it into plans,
 // written to cu_path (mtc --emit-cuda). Returns 0, or 1 (reported).

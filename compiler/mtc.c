@@ -116,7 +116,7 @@ static int explore(const Model *m, const CompileRequest *req, const Target *t, c
             q.sched.seen = explore_seen;
             q.sched.seen_ctx = &x;
             Compiled c;
-            if (compile_model(m, t, &q, a, d, &c) != 0) goto done;
+            if (compile_model(m, &q, a, d, &c) != 0) goto done;
             if (!c.best.plan) {
                 fprintf(stderr, "mtc: error: %s\n", c.why);
                 goto done;
@@ -468,7 +468,7 @@ static int outputs(Args *a, Compiled *c, const Target *t, const Source *src, Are
     } else if (!a->want_explain && a->want_summary) {
         summary_print(stdout, g, (int)a->ranks, a->path);
     }
-    if (a->out_path && rc == 0) rc = compile_emit(c, t, &a->cr, src, a->out_path, arena);
+    if (a->out_path && rc == 0) rc = compile_emit(c, &a->cr, src, a->out_path, arena);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
         rc = 1;
@@ -494,12 +494,13 @@ static int run(Args *a, const Target *t, const Source *src) {
     Arena arena = {0};
     int rc = 1;
     a->cr.stage = stage_of(a);
+    a->cr.target = t;
     if (a->want_explore) {
         Model *model = dsl_parse(src, &arena, &diag);
         if (model) rc = explore(model, &a->cr, t, a->plot_path, a->want_json, &arena, &diag);
     } else {
         Compiled c;
-        if (compile(src, t, &a->cr, &arena, &diag, &c) == 0) rc = outputs(a, &c, t, src, &arena, &diag);
+        if (compile(src, &a->cr, &arena, &diag, &c) == 0) rc = outputs(a, &c, t, src, &arena, &diag);
     }
     arena_free(&arena);
     return rc;

@@ -39,8 +39,10 @@ static long fuses_of(const char *name, const char *target, const CompileRequest 
     Diag d = {.src = &src, .sink = stdout};
     Arena a = {0};
     long before = fuse_runs(), n = -1;
+    CompileRequest at = *req;
+    at.target = &t;
     Compiled c;
-    if (!CHECK(compile(&src, &t, req, &a, &d, &c) == 0, "%s on %s does not compile", name, target)) goto done;
+    if (!CHECK(compile(&src, &at, &a, &d, &c) == 0, "%s on %s does not compile", name, target)) goto done;
     Graph *untiled = compile_untiled(&c, &req->sema, &a, &d);
     Bounds b;
     if (!CHECK(untiled && cost_bounds(untiled, &t, 1, 0, &b) == 0, "%s: no bounds", name)) goto done;
@@ -51,7 +53,7 @@ static long fuses_of(const char *name, const char *target, const CompileRequest 
         SchedResult r;
         CHECK(schedule_search(c.g, &t, &q, &a, &r, err, sizeof err) == 0, "%s: %s", name, err);
     }
-    if (out_path && c.best.plan) CHECK(compile_emit(&c, &t, req, &src, out_path, &a) == 0, "%s: no plan written", name);
+    if (out_path && c.best.plan) CHECK(compile_emit(&c, &at, &src, out_path, &a) == 0, "%s: no plan written", name);
     n = fuse_runs() - before;
 done:
     arena_free(&a);
