@@ -32,18 +32,34 @@ static void report(const char *what, const char *err) {
 
 // ---------------------------------------------------------------- 1. one graph
 
-Graph *compile_lower(const Model *m, const SemaOptions *opt, int64_t tile, const Target *t, Arena *a, Diag *d) {
+// Sema, row tiling and autodiff: the differentiated graph. NULL after
+// reporting (through d).
+static Graph *front_end(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    if (!g || tile_rows(g, tile, a, d) != 0 || autodiff(g, a, d) != 0) return NULL;
-    char err[1024];
+    return g && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0 ? g : NULL;
+}
+
+// Fuses g once into Graph.kernels and, with t, lays out its parts for the
+// scheduler and checks that t runs its kernels (cuda_check). 0, or -1 with a
+// message in err and its kind in *what ("internal error: " when fuse failed,
+// a compiler bug).
+static int fuse_once(Graph *g, const Target *t, Arena *a, const Diag *d, char *err, size_t errcap, const char **what) {
+    *what = "error: ";
     KirProgram *kp = arena_alloc(a, sizeof *kp); // (the program lives as long as the graph)
-    if (!kp) return report("error: ", "out of memory"), NULL;
-    if (fuse(g, a, kp, err, sizeof err) != 0) return report("internal error: ", err), NULL;
+    if (!kp) return snprintf(err, errcap, "out of memory"), -1;
+    if (fuse(g, a, kp, err, errcap) != 0) return *what = "internal error: ", -1;
     g->kernels = kp;
-    if (!t) return g;
-    if (schedule_prepare(g, a, err, sizeof err) != 0) return report("error: ", err), NULL;
+    if (!t) return 0;
+    if (schedule_prepare(g, a, err, errcap) != 0) return -1;
     CudaOptions o = {.arch = t->arch, .model_path = d && d->src ? d->src->path : NULL};
-    if (is_gpu(t) && cuda_check(kp, g, &o, err, sizeof err) != 0) return report("error: ", err), NULL;
+    return is_gpu(t) ? cuda_check(kp, g, &o, err, errcap) : 0;
+}
+
+Graph *compile_lower(const Model *m, const SemaOptions *opt, int64_t tile, const Target *t, Arena *a, Diag *d) {
+    Graph *g = front_end(m, opt, tile, a, d);
+    char err[1024];
+    const char *what;
+    if (g && fuse_once(g, t, a, d, err, sizeof err, &what) != 0) return report(what, err), NULL;
     return g;
 }
 
@@ -83,8 +99,13 @@ static Graph *lower(const Model *m, const CompileRequest *req, const SemaOptions
     }
     Graph *pick = g;
     for (int64_t k = 2; !tile && k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
-        Graph *tg = compile_lower(m, opt, k, t, a, d);
+        Graph *tg = front_end(m, opt, k, a, d);
         if (!tg) return NULL;
+        char ferr[1024];
+        const char *what;
+        // a tiling that cannot be fused or planned is left out, as one whose search fails (a fuse error is a
+        // compiler bug, which mtc --tile K reports: olmo2-7b's tiles at bf16 hit one)
+        if (fuse_once(tg, t, a, d, ferr, sizeof ferr, &what) != 0) break;
         SchedRequest q = chosen;
         if (best->fits) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
         if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
