@@ -65,6 +65,16 @@ Graph *compile_lower(const Model *m, const SemaOptions *opt, int64_t tile, const
 
 // ---------------------------------------------------------------- 2. the tiling and the layout
 
+// --shard auto for a plan of `ranks`: SCALE_SHARDED or SCALE_REPLICATED on
+// the untiled graph (scaleout_choose), or -1 with why, in --explain
+// --ranks's words, when neither fits the ranks (or on error).
+static int choose_layout(Graph *untiled, const Target *t, int ranks, Arena *a, char *why, size_t whycap) {
+    char said[768];
+    int c = scaleout_choose(untiled, t, ranks, a, said, sizeof said);
+    if (c < 0) snprintf(why, whycap, "%d ranks of %s on %s: %s", ranks, untiled->model_name, t->name, said);
+    return c;
+}
+
 // The graph at opt's batch, tiled as req->tile says; with auto, the fastest
 // of untiled and 2, 4, ... 64 chunks of at least 256 positions whose best
 // plan fits (when none fits, the nearest to fitting). With r, *r is the best
@@ -86,7 +96,7 @@ static Graph *lower(const Model *m, const CompileRequest *req, const SemaOptions
         Graph *probe = chosen.ranks > 1 && r ? *untiled ? *untiled : compile_lower(m, opt, 1, t, a, d) : NULL;
         if (chosen.ranks > 1 && r && !probe) return NULL;
         if (probe) *untiled = probe;
-        int c = probe ? scaleout_choose(probe, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
+        int c = probe ? choose_layout(probe, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
         if (c < 0) {
             best->plan = NULL;
             return g;
@@ -253,7 +263,7 @@ static int auto_batch(const Model *m, const CompileRequest *req, const Target *t
         int tiled = out->g->parts[PART_BLOCK].nchunks || out->g->parts[PART_TAIL].nchunks;
         Graph *probe = tiled ? compile_lower(m, &s.req.sema, 1, t, a, d) : out->g;
         if (!probe) return 1;
-        int c = scaleout_choose(probe, t, req->sched.ranks, a, out->why, sizeof out->why);
+        int c = choose_layout(probe, t, req->sched.ranks, a, out->why, sizeof out->why);
         if (c < 0) return fprintf(stderr, "mtc: error: %s\n", out->why), 1;
         if (c == SCALE_REPLICATED) {
             s.req.sched.shard = 0;

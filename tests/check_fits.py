@@ -10,6 +10,11 @@ one head width, the tensor-core one heads of 64, 128, 192 or 256). For h200
 each exit 1 with the same located message and write nothing (--explain
 priced it on the fp32 fallback and said it fits, while -o refused it). For
 the cpu target tiny-2layers, which runs it, --explain and -o both plan it.
+
+2 ranks of llama-tiny on h200 (one GPU a node, one node) under --shard auto:
+neither layout fits the ranks, and --explain, --batch auto and -o each exit
+1 with the same message (-o wrote a sharded plan priced inf); on h200x8 both
+plan them.
 """
 import os
 import sys
@@ -34,6 +39,28 @@ for dtype in ("f32", "bf16"):
         check(p.stdout == "", f"{name}: printed a table for a model it refuses", p)
         firsts[" ".join(what)] = p.stderr.splitlines()[0] if p.stderr else ""
     check(len(set(firsts.values())) == 1, f"--dtype {dtype}: the front doors refuse differently: {firsts}")
+
+# 2 ranks of llama-tiny on h200 (one GPU) under --shard auto: neither layout fits the ranks. --explain, --batch
+# auto and -o refuse them alike (-o wrote a sharded plan priced inf, --explain exited 1)
+tiny = os.path.join(src, "examples/llama-tiny.mt")
+firsts = {}
+for what in (["--explain"], ["--batch", "auto"], ["-o", plan]):
+    batch = [] if what[0] == "--batch" else ["--batch", "2"]
+    p = run(mtc, tiny, *batch, "--ranks", "2", *what)
+    name = f"mtc llama-tiny --ranks 2 {' '.join(what)} for h200"
+    check(p.returncode == 1 and "neither fits" in p.stderr, f"{name}: exit {p.returncode}, not 1 (neither fits)", p)
+    check(not os.path.exists(plan), f"{name}: a plan was written")
+    firsts[" ".join(what)] = [ln for ln in p.stderr.splitlines() if ln.startswith("mtc: error:")][:1]
+check(len({str(v) for v in firsts.values()}) == 1, f"--ranks 2 on h200: the front doors refuse differently: {firsts}")
+if os.path.exists(plan):
+    os.remove(plan)
+# and on h200x8 (8 GPUs a node) both plan them
+p = run(mtc, tiny, "--batch", "2", "--ranks", "2", "--target", "h200x8", "--explain")
+check(p.returncode == 0 and "the plan: " in p.stdout, "mtc llama-tiny --ranks 2 --explain for h200x8: no plan", p)
+p = run(mtc, tiny, "--batch", "2", "--ranks", "2", "--target", "h200x8", "-o", plan)
+check(p.returncode == 0 and os.path.exists(plan), "mtc llama-tiny --ranks 2 -o for h200x8: no plan written", p)
+if os.path.exists(plan):
+    os.remove(plan)
 
 # a cpu target runs it: --explain and -o agree that it fits
 p = run(mtc, model, "--target", "tiny-2layers", "--batch", "1", "--explain")

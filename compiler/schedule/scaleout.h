@@ -79,8 +79,10 @@ int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const
 //
 // What the scheduler's `--shard auto` uses: SCALE_SHARDED or
 // SCALE_REPLICATED, whichever fits and predicts the shorter step (sharded
-// when both fit within 0.1%, or neither fits: it needs the least memory);
-// why (cut to whycap) says so in words. -1 with the message in why on error.
+// when both fit within 0.1%); why (cut to whycap) says so in words. -1 with
+// the message in why on error, or when neither fits the ranks ("neither
+// fits: ...", what --explain --ranks says), so that -o refuses such a plan
+// as --explain does.
 int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, size_t whycap);
 
 #endif
