@@ -56,6 +56,12 @@ static const char *const OP_NAMES[] = {
     "load_balance_bwd",
     "add_loss",
     "attention_lse",
+    "conv1d",
+    "conv1d_bwd",
+    "delta_rule",
+    "delta_rule_bwd",
+    "ssd",
+    "ssd_bwd",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -152,7 +158,10 @@ Shape param_element_shape(const Param *p) {
     return s;
 }
 
-int op_is_heavy(OpKind op) { return op == OP_MATMUL || op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_MOE; }
+int op_is_heavy(OpKind op) {
+    return op == OP_MATMUL || op == OP_ATTENTION || op == OP_ATTENTION_LSE || op == OP_MOE || op == OP_DELTA_RULE ||
+           op == OP_SSD;
+}
 
 int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows) {
     int64_t E = 0, per_kind[MT_MAX_KINDS] = {0};
@@ -233,6 +242,12 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
                 n->causal, (long long)n->window, n->scale, n->softcap);
         break;
+    case OP_DELTA_RULE:
+    case OP_DELTA_RULE_BWD:
+        fprintf(out, " heads=%d kv_heads=%d scale=%g eps=%g", n->heads, n->kv_heads, n->scale, n->eps);
+        break;
+    case OP_SSD:
+    case OP_SSD_BWD: fprintf(out, " heads=%d groups=%d", n->heads, n->kv_heads); break;
     default: break;
     }
 }

@@ -102,12 +102,22 @@ typedef enum {
     OP_ATTENTION_LSE, // q[B, T, H*D], k[B, T, KVH*D] -> f32[B, H, T], stored fp32: log sum_j exp(score(q_t, k_j))
                       // over the keys query t sees (OP_ATTENTION's attributes and masks); written by the
                       // attention kernel that reads it (the next node), kept for the backward; no gradient
+    // Hybrid models' recurrent layers (common/scan.h), appended likewise.
+    OP_CONV1D,         // x[B, T, C], w[C, K] -> [B, T, C]: causal depthwise convolution within each document
+    OP_CONV1D_BWD,     // dy, x, w -> packed [dx | dw]
+    OP_DELTA_RULE,     // q[B, T, Hk*Dk], k[B, T, Hk*Dk], v[B, T, H*Dv], g[B, T, H], beta[B, T, H] -> [B, T, H*Dv]:
+                       // the gated delta rule, q and k l2-normalised (eps); heads H, kv_heads Hk, scale
+    OP_DELTA_RULE_BWD, // dy, q, k, v, g, beta -> packed [dq | dk | dv | dg | dbeta]; as the forward
+    OP_SSD,            // q, k, v, g, beta as OP_DELTA_RULE -> [B, T, H*Dv]: the gated linear recurrence of
+                       // Mamba-2 (q = C, k = B, v = x, g = A dt, beta = dt); heads H, kv_heads the groups
+    OP_SSD_BWD,        // dy, q, k, v, g, beta -> packed [dq | dk | dv | dg | dbeta]
     OP_COUNT
 } OpKind;
 
 const char *op_name(OpKind op);
 // The ops whose outputs selective recomputation keeps rather than recompute
-// (a run with RUN_SKIP_HEAVY skips them): matmul, attention (and its lse), moe.
+// (a run with RUN_SKIP_HEAVY skips them): matmul, attention (and its lse), moe, the
+// recurrences (delta_rule, ssd).
 int op_is_heavy(OpKind op);
 const char *dtype_name(DType t);
 

@@ -42,7 +42,9 @@ const char *kir_kind_name(KirKind k) { return (unsigned)k < KK_COUNT ? KIND_NAME
 
 int kir_is_launched(const KirKernel *k) { return k->anchor >= 0 && k->fused_into < 0; }
 int kir_is_heavy(const KirKernel *k) { return k->kind == KK_GEMM || k->kind == KK_ATTN || k->kind == KK_ATTN_BWD; }
-int kir_is_plain_op(OpKind op) { return op >= OP_TOP_K && op <= OP_ADD_LOSS; }
+int kir_is_plain_op(OpKind op) {
+    return (op >= OP_TOP_K && op <= OP_ADD_LOSS) || (op >= OP_CONV1D && op <= OP_SSD_BWD);
+}
 
 int64_t kir_acc64_offset(const KirKernel *k, int arg) {
     int64_t off = 0;

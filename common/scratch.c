@@ -3,6 +3,7 @@
 #include "common/storage.h"
 
 #include "common/attention.h"
+#include "common/scan.h"
 
 static int64_t round_256(int64_t v) { return (v + 255) & ~(int64_t)255; }
 
@@ -47,6 +48,7 @@ int64_t kernel_scratch_bytes(const KirKernel *k, const Graph *g, int part) {
         int bwd = n->op == OP_MOE_BWD;
         return moe_scratch_bytes(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES));
     }
+    if (scan_is_op(n->op)) return scan_scratch_bytes(n);
     if (n->op == OP_LOAD_BALANCE_BWD) { // E doubles: its logits' last axis
         const Shape *l = &n->in[1]->shape;
         return 8 * l->dims[l->rank - 1];

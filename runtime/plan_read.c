@@ -20,6 +20,7 @@
 #include <zlib.h>
 
 #include "common/io.h"
+#include "common/scan.h"
 #include "common/storage.h"
 
 enum {
@@ -104,6 +105,12 @@ static const signed char ARITY[] = {
     [OP_LOAD_BALANCE_BWD] = 3,
     [OP_ADD_LOSS] = 2,
     [OP_ATTENTION_LSE] = 2,
+    [OP_CONV1D] = 2,
+    [OP_CONV1D_BWD] = 3,
+    [OP_DELTA_RULE] = 5,
+    [OP_DELTA_RULE_BWD] = 6,
+    [OP_SSD] = 5,
+    [OP_SSD_BWD] = 6,
 };
 _Static_assert(sizeof ARITY / sizeof ARITY[0] == OP_COUNT, "ARITY out of sync with OpKind");
 
@@ -538,6 +545,22 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         if (!shape_eq(&n->shape, &n->in[0]->shape) || n->in[1]->shape.rank != 0)
             rd_fail(r, "%s: operands of inconsistent shapes", where);
         return;
+    case OP_CONV1D:
+    case OP_CONV1D_BWD: {
+        ConvDims d;
+        if (!conv_dims(n, &d)) rd_fail(r, "%s: operands of inconsistent shapes", where);
+        return;
+    }
+    case OP_DELTA_RULE:
+    case OP_DELTA_RULE_BWD:
+    case OP_SSD:
+    case OP_SSD_BWD: {
+        ScanDims d;
+        if (!scan_dims(n, &d)) rd_fail(r, "%s: operands of inconsistent shapes or heads", where);
+        else if (!(n->scale > 0) || isinf(n->scale) || !(n->eps >= 0) || isinf(n->eps))
+            rd_fail(r, "%s: scale %g (positive), eps %g (0 or positive)", where, n->scale, n->eps);
+        return;
+    }
     default: return;
     }
 }

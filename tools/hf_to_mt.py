@@ -11,7 +11,9 @@ and train section, so that `mtc --dump-graph` of the two is the same graph.
 
 Families: llama (Llama 2, 3, 3.1, 3.2, 3.3: rope scaling llama3), mistral,
 qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmo2, gemma2, gemma3_text (and
-gemma3's text_config), gpt2, gpt_neox (Pythia), phi3. Rope scaling: linear,
+gemma3's text_config), gpt2, gpt_neox (Pythia), phi3, qwen3_next (Gated DeltaNet
+and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid (Granite
+4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers), bamba. Rope scaling: linear,
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
@@ -57,6 +59,18 @@ FIELDS = {
     "gpt2": "vocab_size n_positions n_embd n_layer n_head n_inner activation_function layer_norm_epsilon",
     "gpt_neox": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads hidden_act "
                 "layer_norm_eps use_parallel_residual attention_bias",
+    "qwen3_next": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
+                            "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers "
+                            "linear_conv_kernel_dim linear_key_head_dim linear_value_head_dim linear_num_key_heads "
+                            "linear_num_value_heads full_attention_interval",
+    "granitemoehybrid": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef "
+                                  "shared_intermediate_size embedding_multiplier logits_scaling residual_multiplier "
+                                  "attention_multiplier position_embedding_type mamba_n_heads mamba_n_groups "
+                                  "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
+                                  "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method",
+    "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
+                       "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
+                       "num_logits_to_keep",
 }
 
 
@@ -591,10 +605,349 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {{
 """
 
 
+def layer_order(kinds, field, value):
+    """A block order of the layers' kinds: the shortest period repeated, as `[a, b] * (L / n)`, or listed."""
+    period = next(p for p in range(1, len(kinds) + 1) if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
+    need(len(set(kinds)) == 2, field, value, "mt writes this family with both kinds of layer")
+    if period < len(kinds):
+        return f"[{', '.join(kinds[:period])}] * (L / {period})"
+    return f"[{', '.join(kinds)}]"
+
+
+def qwen_next_moe(P):
+    """Qwen3-Next's sparse MLP: softmax router, top K renormalised, a shared expert with a sigmoid gate, the pooled
+    load-balancing loss."""
+    P('param router "mlp.gate.weight" [E, C]')
+    P('param w_gate[E] "mlp.experts.{e}.gate_proj.weight" [FFN, C]')
+    P('param w_up[E] "mlp.experts.{e}.up_proj.weight" [FFN, C]')
+    P(f'param w_down[E] "mlp.experts.{{e}}.down_proj.weight" [C, FFN] {RESID}')
+    P('param s_gate "mlp.shared_expert.gate_proj.weight" [SFFN, C]')
+    P('param s_up "mlp.shared_expert.up_proj.weight" [SFFN, C]')
+    P(f'param s_down "mlp.shared_expert.down_proj.weight" [C, SFFN] {RESID}')
+    P('param s_scale "mlp.shared_expert_gate.weight" [1, C]')
+    return ["m = rmsnorm(x, 1 + moe_norm, eps = eps)",
+            "logits = m @ transpose(router)",
+            "gates = router(logits, top_k = K, softmax = before{})",
+            "shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)",
+            "x = x + moe(m, gates, w_gate, w_up, w_down) + sigmoid(m @ transpose(s_scale)) * shared",
+            "return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))"]
+
+
+def qwen3_next(mt, cfg, raw, name):
+    """Qwen3-Next: Gated DeltaNet layers (linear) and gated attention layers (full), each with the sparse MLP."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Qwen3-Next")
+    need(getattr(cfg, "decoder_sparse_step", 1) == 1, "decoder_sparse_step", cfg.decoder_sparse_step,
+         "mt writes every layer sparse")
+    need(not cfg.mlp_only_layers, "mlp_only_layers", cfg.mlp_only_layers, "mt writes every layer sparse")
+    need(cfg.num_experts > 0, "num_experts", cfg.num_experts, "mt writes every layer sparse")
+    need(not cfg.tie_word_embeddings, "tie_word_embeddings", True, "mt writes Qwen3-Next's LM head untied")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    pct = rp.pop("partial_rotary_factor", 1.0)
+    rot = int(HS * pct)
+    frac = HS // rot if rot and HS % rot == 0 else None
+    w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
+    KH, VH = cfg.linear_num_key_heads, cfg.linear_num_value_heads
+    need(VH % KH == 0, "linear_num_value_heads", VH, f"not a multiple of linear_num_key_heads {KH}")
+    w.const("KH", KH, "linear_num_key_heads")
+    w.const("VH", VH, "linear_num_value_heads")
+    w.const("KD", cfg.linear_key_head_dim, "linear_key_head_dim")
+    w.const("VD", cfg.linear_value_head_dim, "linear_value_head_dim")
+    w.const("R", "VH / KH", "value heads a key head serves")
+    w.const("KC", cfg.linear_conv_kernel_dim, "linear_conv_kernel_dim")
+    w.const("E", cfg.num_experts, "num_experts")
+    w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+    w.const("FFN", cfg.moe_intermediate_size, "moe_intermediate_size")
+    w.const("SFFN", cfg.shared_expert_intermediate_size, "shared_expert_intermediate_size")
+    w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    rope_kw = rope_rule(w, rp, "", rot)
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    norm = ", normalize = true" if cfg.norm_topk_prob else ""
+    L = [f"model {name}\n", w.config_text() + "\n", 'param tok_emb "model.embed_tokens.weight" [V, C]',
+         'param norm "model.norm.weight" [C] init = zeros', 'param lm_head "lm_head.weight" [V, C]', ""]
+    P = lambda s: L.append("  " + s)
+    L.append('block linear "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C] init = zeros')
+    P('param moe_norm "post_attention_layernorm.weight" [C] init = zeros')
+    P('param w_qkvz "linear_attn.in_proj_qkvz.weight" [2 * KH * KD + 2 * VH * VD, C]')
+    P('param w_ba "linear_attn.in_proj_ba.weight" [2 * VH, C]')
+    P('param conv_w "linear_attn.conv1d.weight" [2 * KH * KD + VH * VD, 1, KC]')
+    P('param dt_bias "linear_attn.dt_bias" [VH] init = ones')
+    P('param A_log "linear_attn.A_log" [VH] init = zeros')
+    P('param g_norm "linear_attn.norm.weight" [VD] init = ones')
+    P(f'param w_out "linear_attn.out_proj.weight" [C, VH * VD] {RESID}')
+    moe = qwen_next_moe(P)
+    L.append("")
+    P("a = rmsnorm(x, 1 + attn_norm, eps = eps)")
+    P("# per key head: its query, key, R value heads and R output gates; then its R b and R a")
+    P("q, k, v, z = split(reshape(a @ transpose(w_qkvz), [B, T, KH, 2 * KD + 2 * R * VD]), [KD, KD, R * VD, R * VD])")
+    P("b, dt = split(reshape(a @ transpose(w_ba), [B, T, KH, 2 * R]), 2)")
+    P("qkv = concat(reshape(q, [B, T, KH * KD]), reshape(k, [B, T, KH * KD]), reshape(v, [B, T, VH * VD]))")
+    P("q, k, v = split(silu(conv1d(qkv, conv_w)), [KH * KD, KH * KD, VH * VD])")
+    P("g = -exp(A_log) * softplus(reshape(dt, [B, T, VH]) + dt_bias)")
+    P("o = gated_delta_rule(q, k, v, g, sigmoid(reshape(b, [B, T, VH])), heads = VH, kv_heads = KH)")
+    P("o = rmsnorm(reshape(o, [B, T, VH, VD]), g_norm, eps = eps) * silu(reshape(z, [B, T, VH, VD]))")
+    P("x = x + reshape(o, [B, T, VH * VD]) @ transpose(w_out)")
+    for s in moe:
+        P(s.format(norm) if "{}" in s else s)
+    L.append("}\n")
+    L.append('block full "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C] init = zeros')
+    P('param moe_norm "post_attention_layernorm.weight" [C] init = zeros')
+    P('param wq "self_attn.q_proj.weight" [2 * NH * HS, C]')
+    P('param wk "self_attn.k_proj.weight" [NKV * HS, C]')
+    P('param wv "self_attn.v_proj.weight" [NKV * HS, C]')
+    P(f'param wo "self_attn.o_proj.weight" [C, NH * HS] {RESID}')
+    P('param q_norm "self_attn.q_norm.weight" [HS] init = zeros')
+    P('param k_norm "self_attn.k_norm.weight" [HS] init = zeros')
+    qwen_next_moe(P)
+    L.append("")
+    P("a = rmsnorm(x, 1 + attn_norm, eps = eps)")
+    P("q, gate = split(reshape(a @ transpose(wq), [B, T, NH, 2 * HS]), 2) # per head: its query, its output gate")
+    P("q = rmsnorm(q, 1 + q_norm, eps = eps)")
+    P("k = rmsnorm(reshape(a @ transpose(wk), [B, T, NKV, HS]), 1 + k_norm, eps = eps)")
+    P("# rotate the first ROT features of each head, pass the rest through")
+    P("q_rot, q_pass = split(q, [ROT, HS - ROT])")
+    P("k_rot, k_pass = split(k, [ROT, HS - ROT])")
+    P(f"q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, {rope_kw}), [B, T, NH, ROT])")
+    P(f"k_rot = reshape(rope(reshape(k_rot, [B, T, NKV * ROT]), heads = NKV, {rope_kw}), [B, T, NKV, ROT])")
+    P("q = reshape(concat(q_rot, q_pass), [B, T, NH * HS])")
+    P("k = reshape(concat(k_rot, k_pass), [B, T, NKV * HS])")
+    P("o = attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV) * sigmoid(reshape(gate, [B, T, NH * HS]))")
+    P("x = x + o @ transpose(wo)")
+    for s in moe:
+        P(s.format(norm) if "{}" in s else s)
+    L.append("}\n")
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("linear_attention", "full_attention"), "layer_types", t, "mt maps linear_attention and full_attention")
+    kinds = ["linear" if t == "linear_attention" else "full" for t in types]
+    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P("return cross_entropy(rmsnorm(x, 1 + norm, eps = eps) @ transpose(lm_head), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def granite_mlp(P, cfg):
+    """Granite 4.0-H's MLP: the experts' fused input_linear (gate rows then up rows) and output_linear, the router's
+    softmax over its top K logits, the shared SwiGLU beside them; all scaled by RES into the residual."""
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    moe = cfg.num_local_experts > 0
+    if moe:
+        P('param router "block_sparse_moe.router.layer.weight" [E, C]')
+        P('param w_in "block_sparse_moe.input_linear.weight" [E, 2 * FFN, C]')
+        P(f'param w_out "block_sparse_moe.output_linear.weight" [E, C, FFN] {RESID}')
+    P('param s_in "shared_mlp.input_linear.weight" [2 * SFFN, C]')
+    P(f'param s_out "shared_mlp.output_linear.weight" [C, SFFN] {RESID}')
+    out = ["m = rmsnorm(x, mlp_norm, eps = eps)",
+           "s_gate, s_up = split(m @ transpose(s_in), 2)",
+           "y = swiglu(s_gate, s_up) @ transpose(s_out)"]
+    if moe:
+        out += ["logits = m @ transpose(router)",
+                "w_gate, w_up = split(w_in, 2, axis = 1) # each expert's gate rows, then its up rows",
+                "y = y + moe(m, router(logits, top_k = K, softmax = after), w_gate, w_up, w_out)"]
+        if cfg.router_aux_loss_coef:
+            out.append("return add_loss(x + RES * y, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+            return out
+    out.append("return x + RES * y")
+    return out
+
+
+def mamba_checks(cfg):
+    """What mt's Mamba-2 mixer (mamba_mixer) assumes of a config."""
+    need(not getattr(cfg, "mamba_proj_bias", False), "mamba_proj_bias", True, "mt writes the projections bias-free")
+    need(cfg.mamba_n_groups == 1, "mamba_n_groups", cfg.mamba_n_groups,
+         "mt writes the gated RMSNorm over the whole mixer (one group)")
+    lim = tuple(cfg.time_step_limit or (0.0, float("inf")))
+    need(lim == (0.0, float("inf")), "time_step_limit", list(lim), "mt writes dt unclamped, (0, inf)")
+
+
+def mamba_consts(w, cfg, C):
+    I = cfg.mamba_expand * C
+    w.const("I", f"{cfg.mamba_expand} * C", "the Mamba mixer's width: mamba_expand x C")
+    w.const("MH", cfg.mamba_n_heads, "mamba_n_heads")
+    w.const("MP", cfg.mamba_d_head, "mamba_d_head")
+    w.const("N", cfg.mamba_d_state, "mamba_d_state")
+    w.const("G", cfg.mamba_n_groups, "mamba_n_groups")
+    w.const("KC", cfg.mamba_d_conv, "mamba_d_conv")
+    need(cfg.mamba_d_head * cfg.mamba_n_heads == I, "mamba_d_head", cfg.mamba_d_head, f"heads x width must be {I}")
+
+
+def mamba_mixer(P, cfg, res):
+    """A Mamba-2 mixer's parameters (transformers' Mamba2Mixer names under "mamba."), and its statements from
+    x to x + res (its output): the projection to the gate, x, B, C and dt; the convolution and silu; ssd and the D
+    skip; the gated RMSNorm (gate first, norm_before_gate false)."""
+    P('param in_proj "mamba.in_proj.weight" [2 * I + 2 * G * N + MH, C]')
+    P('param conv_w "mamba.conv1d.weight" [I + 2 * G * N, 1, KC]')
+    if cfg.mamba_conv_bias:
+        P('param conv_b "mamba.conv1d.bias" [I + 2 * G * N]')
+    P('param dt_bias "mamba.dt_bias" [MH] init = ones')
+    P('param A_log "mamba.A_log" [MH] init = zeros')
+    P('param D "mamba.D" [MH] init = ones')
+    P('param m_norm "mamba.norm.weight" [I]')
+    P(f'param out_proj "mamba.out_proj.weight" [C, I] {RESID}')
+    return ["a = rmsnorm(x, attn_norm, eps = eps)",
+            "gate, xbc, dt = split(a @ transpose(in_proj), [I, I + 2 * G * N, MH])",
+            "xbc = silu(conv1d(xbc, conv_w)" + (" + conv_b)" if cfg.mamba_conv_bias else ")"),
+            "xs, bm, cm = split(xbc, [I, G * N, G * N])",
+            "y = ssd(xs, softplus(dt + dt_bias), -exp(A_log), bm, cm, heads = MH, groups = G)",
+            "y = y + reshape(reshape(xs, [B, T, MH, MP]) * reshape(D, [MH, 1]), [B, T, I]) # the D skip",
+            "y = rmsnorm(y * silu(gate), m_norm, eps = eps) # the gated norm: gate first",
+            f"x = x + {res}(y @ transpose(out_proj))"]
+
+
+def bamba(mt, cfg, raw, name):
+    """Bamba: Mamba-2 layers and attention layers (rope on the first half of each head) at attn_layer_indices, each
+    followed by a SwiGLU MLP."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Bamba")
+    need(not getattr(cfg, "mlp_bias", False), "mlp_bias", True, "not mapped for Bamba")
+    need(not getattr(cfg, "z_loss_coefficient", 0.0), "z_loss_coefficient", cfg.z_loss_coefficient,
+         "mt writes no z-loss")
+    mamba_checks(cfg)
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    pct = rp.pop("partial_rotary_factor", 1.0)
+    rot = int(HS * pct)
+    frac = HS // rot if rot and HS % rot == 0 else None
+    w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
+    mamba_consts(w, cfg, C)
+    w.const("FFN", cfg.intermediate_size, "SwiGLU hidden width")
+    rope_kw = rope_rule(w, rp, "", rot)
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    tied = bool(cfg.tie_word_embeddings)
+    L = [f"model {name}\n", w.config_text() + "\n", 'param tok_emb "model.embed_tokens.weight" [V, C]',
+         'param norm "model.final_layernorm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]'])
+    L.append("")
+    P = lambda s: L.append("  " + s)
+    mlp = ["m = rmsnorm(x, mlp_norm, eps = eps)",
+           "return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)"]
+
+    def mlp_params():
+        P('param mlp_norm "pre_ff_layernorm.weight" [C]')
+        P('param w_gate "feed_forward.gate_proj.weight" [FFN, C]')
+        P('param w_up "feed_forward.up_proj.weight" [FFN, C]')
+        P(f'param w_down "feed_forward.down_proj.weight" [C, FFN] {RESID}')
+    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    mixer = mamba_mixer(P, cfg, "")
+    mlp_params()
+    L.append("")
+    for s in mixer + mlp:
+        P(s)
+    L.append("}\n")
+    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    mlp_params()
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    P("# rotate the first ROT features of each head, pass the rest through")
+    P("q_rot, q_pass = split(reshape(a @ transpose(wq), [B, T, NH, HS]), [ROT, HS - ROT])")
+    P("k_rot, k_pass = split(reshape(a @ transpose(wk), [B, T, NKV, HS]), [ROT, HS - ROT])")
+    P(f"q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, {rope_kw}), [B, T, NH, ROT])")
+    P(f"k_rot = reshape(rope(reshape(k_rot, [B, T, NKV * ROT]), heads = NKV, {rope_kw}), [B, T, NKV, ROT])")
+    P("q = reshape(concat(q_rot, q_pass), [B, T, NH * HS])")
+    P("k = reshape(concat(k_rot, k_pass), [B, T, NKV * HS])")
+    P("x = x + attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV) @ transpose(wo)")
+    for s in mlp:
+        P(s)
+    L.append("}\n")
+    kinds = ["mamba" if t == "linear_attention" else "attn" for t in cfg.layers_block_type]
+    L.append(f"block layers[L] = {layer_order(kinds, 'attn_layer_indices', cfg.attn_layer_indices)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def granitemoehybrid(mt, cfg, raw, name):
+    """Granite 4.0-H: Mamba-2 layers and attention layers (two block kinds in the order of layer_types), each
+    followed by the experts and a shared MLP; muP's multipliers on the embedding, the residual branches, the
+    attention scores and the logits."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
+    need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
+    mamba_checks(cfg)
+    pe = getattr(cfg, "position_embedding_type", None)
+    need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
+    nf = raw.get("normalization_function", "rmsnorm")
+    need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    mamba_consts(w, cfg, C)
+    moe = cfg.num_local_experts > 0
+    if moe:
+        w.const("E", cfg.num_local_experts, "num_local_experts")
+        w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+        w.const("FFN", cfg.intermediate_size, "each expert's SwiGLU width (intermediate_size)")
+        if cfg.router_aux_loss_coef:
+            w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    w.const("SFFN", cfg.shared_intermediate_size, "shared_intermediate_size")
+    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
+    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
+    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
+    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS) if pe == "rope" else None
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    tied = bool(cfg.tie_word_embeddings)
+    L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "model.embed_tokens.weight" [V, C]',
+         'param norm "model.norm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]']) + [""]
+    P = lambda s: L.append("  " + s)
+    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    mixer = mamba_mixer(P, cfg, "RES * ")
+    mlp = granite_mlp(P, cfg)
+    L.append("")
+    for s in mixer + mlp:
+        P(s)
+    L.append("}\n")
+    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    granite_mlp(P, cfg)
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    if rope_kw:
+        P(f"q = rope(a @ transpose(wq), heads = NH, {rope_kw})")
+        P(f"k = rope(a @ transpose(wk), heads = NKV, {rope_kw})")
+    else:
+        P("q = a @ transpose(wq) # no position embedding (position_embedding_type nope)")
+        P("k = a @ transpose(wk)")
+    P("o = attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV, scale = ATT)")
+    P("x = x + RES * (o @ transpose(wo))")
+    for s in mlp:
+        P(s)
+    L.append("}\n")
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("linear_attention", "full_attention", "attention"), "layer_types", t, "mt maps mamba and attention")
+    kinds = ["mamba" if t == "linear_attention" else "attn" for t in types]
+    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * EMB) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}) / LOGS, "
+      "targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
     "phi3": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
-    "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox,
+    "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
+    "granitemoehybrid": granitemoehybrid, "bamba": bamba,
 }
 
 

@@ -444,6 +444,12 @@ int emit_llvm_node(LLVMModuleRef mod, LLVMTypeRef fnty, const char *name, const 
     case OP_LOAD_BALANCE: emit_load_balance(b, n, args, work, 0); break;
     case OP_LOAD_BALANCE_BWD: emit_load_balance(b, n, args, work, 1); break;
     case OP_ADD_LOSS: emit_copy(b, n, args); break;
+    case OP_CONV1D:
+    case OP_CONV1D_BWD:
+    case OP_DELTA_RULE:
+    case OP_DELTA_RULE_BWD:
+    case OP_SSD:
+    case OP_SSD_BWD: break; // the cpu backend runs their plain kernels (runtime/backend/jit.c, run_node)
     default: rc = -1, snprintf(err, errcap, "llvm: kernel %s: no node kernel for %s", name, op_name(n->op));
     }
     LLVMBuildRetVoid(b->b);

@@ -197,6 +197,28 @@ static int where_rule(AD *ad, Node *n, Node *dy) {
     return 0;
 }
 
+// The recurrent ops' gradients (common/scan.h): one packed backward node,
+// conv1d's [dx | dw], the recurrences' [dq | dk | dv | dg | dbeta].
+static int recurrent_rule(AD *ad, Node *n, Node *dy) {
+    Node **in = n->in;
+    Loc loc = n->loc;
+    if (n->op == OP_CONV1D) {
+        int64_t nx = shape_numel(&in[0]->shape);
+        Node *args[3] = {dy, in[0], in[1]};
+        Node *p = packed(ad, OP_CONV1D_BWD, nx + shape_numel(&in[1]->shape), loc, 3, args);
+        return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
+               accumulate(ad, in[1], view(ad, p, nx, &in[1]->shape));
+    }
+    int64_t off[6] = {0};
+    for (int i = 0; i < 5; i++) off[i + 1] = off[i] + shape_numel(&in[i]->shape);
+    Node *args[6] = {dy, in[0], in[1], in[2], in[3], in[4]};
+    Node *p = packed(ad, n->op == OP_SSD ? OP_SSD_BWD : OP_DELTA_RULE_BWD, off[5], loc, 6, args);
+    if (p) p->heads = n->heads, p->kv_heads = n->kv_heads, p->scale = n->scale, p->eps = n->eps;
+    for (int i = 0; i < 5; i++)
+        if (accumulate(ad, in[i], view(ad, p, off[i], &in[i]->shape)) != 0) return -1;
+    return 0;
+}
+
 static int node_rule(AD *ad, Node *n, Node *dy) {
     Node **in = n->in;
     const Shape *s = &n->shape;
@@ -340,7 +362,8 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         return accumulate(ad, in[0], d);
     }
     case OP_ADD_LOSS: return accumulate(ad, in[0], dy) || accumulate(ad, in[1], constant(ad, 1, loc));
-    default: break;
+    default:
+        if (n->op == OP_CONV1D || n->op == OP_DELTA_RULE || n->op == OP_SSD) return recurrent_rule(ad, n, dy);
     }
     diag_error(ad->d, loc, "internal error: no gradient rule for %s", op_name(n->op));
     return -1;

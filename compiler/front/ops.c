@@ -1,6 +1,7 @@
 // ops.c: the shape and dtype rule of every primitive op of the language,
 // applied while lowering a call to graph nodes. dsl/README.md lists the same
 // rules for users; keep the two in step.
+#include <math.h>
 #include <stddef.h>
 #include <string.h>
 
@@ -20,7 +21,7 @@ typedef struct OpSpec {
 } OpSpec;
 
 // Ops lowered by one rule for a family of graph ops (OpSpec.kind).
-enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL };
+enum { OP_MATHS = OP_COUNT, OP_COMPARE, OP_COMPARE_SWAPPED, OP_NOT_EQUAL, OP_SOFTPLUS };
 
 static const OpSpec OP_SPECS[] = {
     {"matmul", OP_MATMUL, 2, 2, "", "matmul(a, b)", OP_MATMUL, 0},
@@ -64,6 +65,11 @@ static const OpSpec OP_SPECS[] = {
     {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
      OP_LOAD_BALANCE, 0},
     {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS, 0},
+    {"softplus", OP_SOFTPLUS, 1, 1, "", "softplus(x)", OP_LOG, 0},
+    {"conv1d", OP_CONV1D, 2, 2, "", "conv1d(x, w)", OP_CONV1D, 0},
+    {"gated_delta_rule", OP_DELTA_RULE, 5, 5, "heads kv_heads scale eps",
+     "gated_delta_rule(q, k, v, g, beta, heads=H, kv_heads=H, scale=x, eps=1e-6)", OP_DELTA_RULE, 0},
+    {"ssd", OP_SSD, 5, 5, "heads groups", "ssd(x, dt, A, B, C, heads=H, groups=G)", OP_SSD, 0},
 };
 enum { N_OP_SPECS = sizeof OP_SPECS / sizeof OP_SPECS[0] };
 
@@ -980,6 +986,117 @@ static Node *lower_add_loss(Sema *S, const Args *a) {
     return new_node(S, OP_ADD_LOSS, DT_F32, &in[0]->shape, a->call->loc, 2, in);
 }
 
+// softplus(x) = log(1 + exp(x)), x itself above 20 (PyTorch's threshold),
+// written with where, exp and log, which fuse into one kernel; the branch
+// not taken sees 0, so that neither its value nor its gradient overflows.
+static Node *lower_softplus(Sema *S, const Args *a) {
+    Node *x;
+    if (arg_tensor(S, a, 0, &x) != 0 || need_f32(S, a->pos[0], x, "softplus")) return NULL;
+    const Shape *s = &x->shape;
+    Loc loc = a->call->loc;
+    Node *in[3] = {const_node(S, 20, loc), x};
+    Node *above = in[0] ? new_node(S, OP_LT, DT_F32, s, loc, 2, in) : NULL;
+    in[0] = above, in[1] = const_node(S, 0, loc), in[2] = x;
+    Node *below = above && in[1] ? new_node(S, OP_WHERE, DT_F32, s, loc, 3, in) : NULL;
+    Node *e = below ? new_node(S, OP_EXP, DT_F32, s, loc, 1, &below) : NULL;
+    in[0] = const_node(S, 1, loc), in[1] = e;
+    Node *one_e = e && in[0] ? new_node(S, OP_ADD, DT_F32, s, loc, 2, in) : NULL;
+    Node *l = one_e ? new_node(S, OP_LOG, DT_F32, s, loc, 1, &one_e) : NULL;
+    in[0] = above, in[1] = x, in[2] = l;
+    return l ? new_node(S, OP_WHERE, DT_F32, s, loc, 3, in) : NULL;
+}
+
+// conv1d(x[B, T, C], w[C, K] or w[C, 1, K]): the causal depthwise
+// convolution (common/scan.h); w's rank-3 form is the checkpoint's
+// nn.Conv1d(groups = C) weight, reshaped.
+static Node *lower_conv1d(Sema *S, const Args *a) {
+    Node *in[2];
+    for (int i = 0; i < 2; i++)
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "conv1d")) return NULL;
+    if (need_rank(S, a->pos[0], in[0], 3, 3, "conv1d")) return NULL;
+    const Shape *w = &in[1]->shape;
+    int64_t C = last_dim(in[0]), K = w->dims[w->rank - 1];
+    Shape want = {.rank = 2, .dims = {C, K}};
+    if (!(w->rank == 2 && w->dims[0] == C) && !(w->rank == 3 && w->dims[0] == C && w->dims[1] == 1)) {
+        diag_error(S->d, a->pos[1]->loc, "conv1d's weight must be [C, K] or [C, 1, K] with C = %lld, x's channels",
+                   (long long)C);
+        return NULL;
+    }
+    if (w->rank == 3 && !(in[1] = new_node(S, OP_RESHAPE, DT_F32, &want, a->call->loc, 1, &in[1]))) return NULL;
+    return new_node(S, OP_CONV1D, DT_F32, &in[0]->shape, a->call->loc, 2, in);
+}
+
+// The scan's operands as common/scan.h reads them, or an error naming the
+// first that does not fit.
+static Node *scan_node(Sema *S, const Args *a, OpKind op, Node **in, const int *pos, int64_t heads, int64_t kv_heads) {
+    static const char *const what[2][5] = {{"q", "k", "v", "g", "beta"}, {"C", "B", "x", "dt", "dt"}};
+    const char *name = a->spec->name;
+    if (kv_heads < 1 || heads % kv_heads != 0) {
+        diag_error(S->d, a->call->loc, "heads=%lld is not a multiple of %s=%lld", (long long)heads,
+                   op == OP_SSD ? "groups" : "kv_heads", (long long)kv_heads);
+        return NULL;
+    }
+    int64_t dk, dv;
+    if (head_width(S, a->pos[pos[0]], in[0], kv_heads, &dk) || head_width(S, a->pos[pos[2]], in[2], heads, &dv))
+        return NULL;
+    const Shape *q = &in[0]->shape;
+    for (int i = 1; i < 5; i++) {
+        Shape want = {.rank = 3, .dims = {q->dims[0], q->dims[1], i == 1 ? q->dims[2] : i == 2 ? heads * dv : heads}};
+        if (!shape_eq(&want, &in[i]->shape)) {
+            char w[64];
+            snprintf(w, sizeof w, "%s's %s", name, what[op == OP_SSD][i]);
+            return (void)mismatch(S, a->pos[pos[i]]->loc, w, &want, &in[i]->shape), NULL;
+        }
+    }
+    Node *n = new_node(S, op, DT_F32, &in[2]->shape, a->call->loc, 5, in);
+    if (n) n->heads = (int)heads, n->kv_heads = (int)kv_heads;
+    return n;
+}
+
+// gated_delta_rule(q[B, T, Hk*Dk], k[B, T, Hk*Dk], v[B, T, H*Dv], g[B, T, H], beta[B, T, H]).
+static Node *lower_delta_rule(Sema *S, const Args *a) {
+    Node *in[5];
+    for (int i = 0; i < 5; i++)
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "gated_delta_rule") ||
+            need_rank(S, a->pos[i], in[i], 3, 3, "gated_delta_rule"))
+            return NULL;
+    int64_t heads, kv_heads;
+    double scale, eps;
+    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_int(S, a, "kv_heads", heads, 0, &kv_heads) != 0 ||
+        kw_float(S, a, "scale", 0, &scale) != 0 || kw_float(S, a, "eps", 1e-6, &eps) != 0)
+        return NULL;
+    static const int pos[5] = {0, 1, 2, 3, 4};
+    Node *n = scan_node(S, a, OP_DELTA_RULE, in, pos, heads, kv_heads);
+    if (n) n->eps = eps, n->scale = scale > 0 ? scale : 1 / sqrt((double)(last_dim(in[0]) / kv_heads));
+    return n;
+}
+
+// ssd(x[B, T, H*P], dt[B, T, H], A[H], B[B, T, G*N], C[B, T, G*N]): the
+// recurrence of common/scan.h with q = C, k = B, v = x, g = A dt, beta = dt.
+static Node *lower_ssd(Sema *S, const Args *a) {
+    Node *arg[5];
+    for (int i = 0; i < 5; i++)
+        if (arg_tensor(S, a, i, &arg[i]) != 0 || need_f32(S, a->pos[i], arg[i], "ssd")) return NULL;
+    int64_t heads, groups;
+    if (kw_int(S, a, "heads", 0, 1, &heads) != 0 || kw_int(S, a, "groups", 1, 0, &groups) != 0) return NULL;
+    Shape want_a = {.rank = 1, .dims = {heads}};
+    if (!shape_eq(&want_a, &arg[2]->shape))
+        return (void)mismatch(S, a->pos[2]->loc, "ssd's A", &want_a, &arg[2]->shape), NULL;
+    if (need_rank(S, a->pos[1], arg[1], 3, 3, "ssd")) return NULL;
+    if (last_dim(arg[1]) != heads) {
+        Shape want = arg[1]->shape;
+        want.dims[2] = heads;
+        return (void)mismatch(S, a->pos[1]->loc, "ssd's dt", &want, &arg[1]->shape), NULL;
+    }
+    Node *mul[2] = {arg[1], arg[2]};
+    Node *g = new_node(S, OP_MUL, DT_F32, &arg[1]->shape, a->call->loc, 2, mul);
+    Node *in[5] = {arg[4], arg[3], arg[0], g, arg[1]};
+    static const int pos[5] = {4, 3, 0, 1, 1};
+    Node *n = g ? scan_node(S, a, OP_SSD, in, pos, heads, groups) : NULL;
+    if (n) n->scale = 1, n->eps = 0;
+    return n;
+}
+
 static void unknown_op(Sema *S, const Expr *call) {
     char list[512];
     size_t n = 0;
@@ -1025,6 +1142,10 @@ int ops_lower(Sema *S, const Args *args, Val *outs, int nouts) {
     case OP_MOE: n = lower_moe(S, &a); break;
     case OP_LOAD_BALANCE: n = lower_load_balance(S, &a); break;
     case OP_ADD_LOSS: n = lower_add_loss(S, &a); break;
+    case OP_SOFTPLUS: n = lower_softplus(S, &a); break;
+    case OP_CONV1D: n = lower_conv1d(S, &a); break;
+    case OP_DELTA_RULE: n = lower_delta_rule(S, &a); break;
+    case OP_SSD: n = lower_ssd(S, &a); break;
     default: break;
     }
     outs[0] = (Val){.node = n};

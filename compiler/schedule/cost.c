@@ -3,6 +3,7 @@
 #include "compiler/schedule/collective.h"
 
 #include "common/attention.h"
+#include "common/scan.h"
 #include "compiler/fuse/fuse.h"
 #include "common/scratch.h"
 #include "common/storage.h"
@@ -212,6 +213,29 @@ static int64_t moe_selected(const Node *n) {
     return E;
 }
 
+// A recurrence (delta_rule, ssd; common/scan.h) as its kernels run it, step
+// by step on the state S (Dk, Dv) of each batch row and head, at the vector
+// rate: the forward 7 Dk Dv FLOPs a step (decay, S^T k, the update, S^T q),
+// the backward 9 to recompute the states (the forward again, chunk by chunk
+// from the kept chunk starts) and 16 for the gradients. On a cpu target the
+// state (double) stays in a core's cache unless it exceeds 1 MiB (then 16 Dk
+// Dv bytes a step); on a GPU compiler/emit/cuda/scan.cuh keeps it in device
+// memory, read and written each step (fp32: 8 Dk Dv bytes a step forward,
+// 12 under the delta rule; the backward 4 times that), priced at HBM rate,
+// an upper bound where it stays in L2. The operands' bytes beside it. No
+// chunked tensor-core form yet.
+static double scan_time(const Node *n, const Target *t, double bytes) {
+    ScanDims d;
+    if (!scan_dims(n, &d)) return bytes / t->hbm_bandwidth;
+    int bwd = n->op == OP_DELTA_RULE_BWD || n->op == OP_SSD_BWD, cpu = strcmp(t->arch, "cpu") == 0;
+    double steps = (double)d.B * (double)d.T * (double)d.H, state = (double)d.Dk * (double)d.Dv;
+    double flops = steps * state * (bwd ? 7 + 9 + 16 : 7), by_flops = flops / t->vector_flops;
+    double state_bytes = cpu ? (state * 8 > 1 << 20 ? steps * state * 16 : 0)
+                             : steps * state * (scan_is_delta(n->op) ? 12 : 8) * (bwd ? 4 : 1);
+    double by_bytes = (bytes + state_bytes) / t->hbm_bandwidth;
+    return by_flops > by_bytes ? by_flops : by_bytes;
+}
+
 // A node kernel (KK_NODE; generated on the cpu, compiler/emit/cuda/moe.cuh's on
 // a GPU): moe and its backward as their
 // GEMMs over the selected experts' rows only (forward 3 of 2 C F FLOPs a
@@ -228,6 +252,10 @@ static double node_time(const Node *n, const KirKernel *k, const Target *t, int 
     int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double bytes = 0, convert = cpu ? cpu_convert_time(k, t) : 0.0;
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
+    if (scan_is_op(n->op)) {
+        *heavy = 1;
+        return scan_time(n, t, bytes) + convert + t->kernel_launch_s;
+    }
     *heavy = n->op == OP_MOE || n->op == OP_MOE_BWD;
     if (!*heavy) return bytes / t->hbm_bandwidth + convert + t->kernel_launch_s;
     const Shape *x = &n->in[n->op == OP_MOE_BWD]->shape, *w = &n->in[n->op == OP_MOE_BWD ? 3 : 2]->shape;

@@ -53,6 +53,7 @@
 #include "common/attention.h"
 #include "common/bf16.h"
 #include "common/kir.h"
+#include "common/scan.h"
 #include "common/scratch.h"
 #include "common/trace.h"
 #include "runtime/backend/moe_launch.h"
@@ -598,6 +599,39 @@ static int moe_launch(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **p
     return CU(m->c, m->in, cuLaunchKernel(m->c->moe[k], gx, gy, 1, MOE_THREADS, 1, 1, 0, m->s, params, NULL)) ? 0 : -1;
 }
 
+// conv1d and the recurrences by compiler/emit/cuda/scan.cuh's kernels: ptr and bf
+// the node's arguments as run_node gathers them; the documents' starts and
+// the engine's scratch (the state: common/scan.h's scan_scratch_bytes).
+static void run_scan(Cuda *c, const Instr *in, const Kernel *kn, const Node *n, void **ptr, int nargs, int bf, void *ws,
+                     cudaStream_t s) {
+    void *params[24];
+    int np = 0;
+    for (int a = 0; a < nargs; a++) params[np++] = &ptr[a];
+    params[np++] = &bf;
+    ConvDims cd = {0, 0, 0, 0};
+    ScanDims sd = {0, 0, 0, 0, 0, 0};
+    long long rows = 0;
+    int T = 0, C = 0, K = 0, B = 0, H = 0, Hk = 0, Dk = 0, Dv = 0;
+    float scale = (float)n->scale, eps = (float)n->eps;
+    unsigned grid, threads = 128, smem = 0;
+    if (n->op == OP_CONV1D || n->op == OP_CONV1D_BWD) {
+        conv_dims(n, &cd);
+        rows = cd.B * cd.T, T = (int)cd.T, C = (int)cd.C, K = (int)cd.K;
+        params[np++] = &rows, params[np++] = &T, params[np++] = &C, params[np++] = &K, params[np++] = &c->seg_start;
+        long long work = rows * C + (n->op == OP_CONV1D_BWD ? (long long)C * K : 0);
+        grid = (unsigned)((work + threads - 1) / threads);
+    } else {
+        scan_dims(n, &sd);
+        int bwd = n->op == OP_DELTA_RULE_BWD || n->op == OP_SSD_BWD;
+        B = (int)sd.B, T = (int)sd.T, H = (int)sd.H, Hk = (int)sd.Hk, Dk = (int)sd.Dk, Dv = (int)sd.Dv;
+        void *more[] = {&B, &T, &H, &Hk, &Dk, &Dv, &scale, &eps, &c->seg_start, &ws};
+        for (int i = 0; i < 10; i++) params[np++] = more[i];
+        grid = (unsigned)(bwd ? B * Hk : B * H); // scan.cuh: a block a row and (key) head
+        smem = 4u * (unsigned)(bwd ? 4 * Dk + 3 * Dv + 2 * (int)threads + 4 : 2 * Dk + 2);
+    }
+    CU(c, in, cuLaunchKernel(kn->fn, grid, 1, 1, threads, 1, 1, smem, s, params, NULL));
+}
+
 // A mixture-of-experts node by its kernels of compiler/emit/cuda/moe.cuh, over
 // the engine's scratch; the cpu's plain kernels (kernels.inc) are their
 // reference. moe and moe_bwd: the grouped kernels, chunk by chunk
@@ -615,6 +649,10 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
         bf |= (k->args[a].dtype == KT_BF16) << a;
     }
     void *ws = c->scratch[engine_of(in)];
+    if (n->op >= OP_CONV1D && n->op <= OP_SSD_BWD) {
+        run_scan(c, in, kn, n, ptr, k->nargs < 8 ? k->nargs : 8, bf, ws, s);
+        return;
+    }
     if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
         int bwd = n->op == OP_MOE_BWD;
         MoeDims m = moe_node_dims(c->p->graph, n);

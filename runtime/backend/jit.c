@@ -605,10 +605,19 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
 // A node by its generated kernel (emit_llvm_node.c), on f32 operands (bf16
 // ones widened, the output rounded back), its GEMMs through sgemm (in the
 // profile's gemm_s; the rest of it in neither figure, as before).
+// The recurrent ops (conv1d, delta_rule, ssd and their backwards) run their
+// plain kernel (kernels_scan.inc), which reads the documents' starts; their
+// generated functions are empty.
 static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     float *ops[8];
     if (k->nargs > 7) abort(); // no node op has more than 6 operands
     f32_operands(j, k, base, offsets, ops);
+    const Node *n = j->g->parts[part].nodes.items[k->anchor];
+    if (n->op >= OP_CONV1D && n->op <= OP_SSD_BWD) {
+        kernel_run_doc_starts_f32(n, ops[0], (void *const *)(ops + 1), j->seg_start);
+        narrow_rows(k, base, offsets, ops[0], 0, k->args[0].numel, 1);
+        return;
+    }
     for (int a = 0; a < k->nargs; a++) j->argv[a] = ops[a];
     j->argv[k->nargs] = (void *)(uintptr_t)sgemm;
     j->argv[k->nargs + 1] = (void *)j->pool;

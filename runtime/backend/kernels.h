@@ -22,7 +22,9 @@ void kernel_run_f64(const Node *n, void *out, void *const *in);
 // visible to query t only when j >= seg_start[b * T + t], besides the window
 // and causality. NULL: rows are one stream. The cuda kernels take the same
 // argument (compiler/emit/cuda/attention.cuh). kernel_run_f32 (f64) is
-// kernel_run_doc_starts_f32 (f64) with NULL; other ops ignore it.
+// kernel_run_doc_starts_f32 (f64) with NULL; conv1d and the recurrences
+// (common/scan.h) read it too (their state restarts at a document's start);
+// other ops ignore it.
 void kernel_run_doc_starts_f32(const Node *n, void *out, void *const *in, const int32_t *seg_start);
 void kernel_run_doc_starts_f64(const Node *n, void *out, void *const *in, const int32_t *seg_start);
 

@@ -1,0 +1,285 @@
+#!/usr/bin/env python3
+"""Tiny hybrid models, from their configs, against transformers' own.
+
+qwen3_next: transformers builds Qwen3NextForCausalLM from a tiny config
+(three Gated DeltaNet layers and one gated attention layer, grouped value
+heads, partial rotary, the sparse MLP with a shared expert and the pooled
+load-balancing loss). granite: GraniteMoeHybridForCausalLM (Granite 4.0-H:
+Mamba-2 layers and an attention layer without position embedding, the
+experts' fused input_linear, a shared MLP, muP's multipliers, the tied
+head). bamba: BambaForCausalLM (Mamba-2 layers and an attention layer with
+rope on half of each head, SwiGLU MLPs, the padding row's embedding). Their
+plain PyTorch paths (eager attention, the chunked torch scans,
+the convolution by F.conv1d; fp32, no downloads), random weights.
+tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
+a cpu target that streams it (tiny-2layers, f32) and mtrun loads the
+weights with --init, under the checkpoints' names.
+
+- step 1: mtrun's loss (cross-entropy + router_aux_loss_coef x the pooled
+  load-balancing loss) equals transformers' to 1e-5 relative, and the
+  gradient of every tensor to 1e-4 of the tensor's largest (max |mt - hf| /
+  max |hf|; mt's gradient read off one AdamW step of betas (0, 0), eps 1e6,
+  lr 1e12, no decay or clipping, whose update lr g / (|g| + eps) inverts
+  exactly, as check_moe.py does);
+- 5 steps of AdamW (lr 1e-3, betas (0.9, 0.95), eps 1e-8, no decay, no
+  clipping, constant schedule) on the data's first 5 batches: each step's
+  loss equals torch.optim.AdamW's run of transformers' model to 1e-5
+  relative;
+- streamed: the same model trains 3 steps (batch 2) on tiny-1layer, its
+  layers streamed through one layer's device memory, in f32 and in bf16,
+  with the unstreamed reference executor's losses and gradient norms to
+  1e-5 relative (bf16: under the storage rule, docs/numerics.md);
+- so that the check can fail, the same weights with A_log's sign flipped
+  (a faster decay) move transformers' loss by more than 1e-3.
+
+usage: check_hybrid_hf.py qwen3_next|granite|bamba MTC MTRUN   (from the project root)
+"""
+import json
+import os
+import re
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from checks import check, finish, run  # noqa: E402
+from check_weights import DATA, read_safetensors, write_safetensors  # noqa: E402
+
+T, STEPS, LR, AUX = 32, 5, 1e-3, 0.01
+CONFIGS = {
+    "qwen3_next": {"model_type": "qwen3_next", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+                   "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "partial_rotary_factor": 0.25,
+                   "rope_theta": 10000.0, "linear_num_key_heads": 2, "linear_num_value_heads": 4,
+                   "linear_key_head_dim": 8, "linear_value_head_dim": 6, "linear_conv_kernel_dim": 4, "num_experts": 4,
+                   "num_experts_per_tok": 2, "moe_intermediate_size": 16, "shared_expert_intermediate_size": 16,
+                   "intermediate_size": 64, "norm_topk_prob": True, "router_aux_loss_coef": AUX,
+                   "output_router_logits": True, "rms_norm_eps": 1e-6, "max_position_embeddings": 64,
+                   "full_attention_interval": 4, "tie_word_embeddings": False, "hidden_act": "silu",
+                   "decoder_sparse_step": 1, "mlp_only_layers": []},
+    "granite": {"model_type": "granitemoehybrid", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+                "layer_types": ["mamba", "attention", "mamba", "mamba"], "num_attention_heads": 4,
+                "num_key_value_heads": 2, "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8,
+                "mamba_n_groups": 1, "mamba_d_conv": 4, "mamba_expand": 2, "mamba_conv_bias": True,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "intermediate_size": 16,
+                "shared_intermediate_size": 24, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+                "attention_multiplier": 0.2, "logits_scaling": 2.0, "position_embedding_type": "nope",
+                "router_aux_loss_coef": AUX, "output_router_logits": True, "rms_norm_eps": 1e-5,
+                "max_position_embeddings": 64, "tie_word_embeddings": True, "hidden_act": "silu"},
+    "bamba": {"model_type": "bamba", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+              "attn_layer_indices": [1], "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+              "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_d_conv": 4,
+              "mamba_expand": 2, "mamba_conv_bias": True, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+              "tie_word_embeddings": False, "hidden_act": "silu", "pad_token_id": 0},
+}
+CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM"}
+# transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
+GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
+                 (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
+                 (".block_sparse_moe.router.weight", ".block_sparse_moe.router.layer.weight")]
+TRAIN = """train {{
+  batch = 1
+  seq = {T}
+  optimizer = adamw(lr = {lr}, betas = ({b}, {b2}), weight_decay = 0, eps = {eps})
+  schedule = constant
+  clip = 0
+  steps = {steps}
+}}
+"""
+
+
+def hf_model(family, seed):
+    import torch
+    import transformers
+    transformers.logging.set_verbosity_error()
+    raw = {k: v for k, v in CONFIGS[family].items() if k != "model_type"}
+    cfg = transformers.AutoConfig.for_model(CONFIGS[family]["model_type"], **raw)
+    cfg._attn_implementation, cfg._experts_implementation = "eager", "eager"
+    torch.manual_seed(seed)
+    model = getattr(transformers, CLASSES[family])(cfg).float()
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.copy_(torch.log(torch.empty_like(p).uniform_(0.5, 4)))
+            elif name.endswith(("dt_bias", ".D", "conv1d.bias")):
+                p.copy_(0.5 * torch.randn_like(p))
+            elif p.dim() == 1 and family == "qwen3_next" and not name.endswith("linear_attn.norm.weight"):
+                p.copy_(0.3 * torch.randn_like(p))  # the zero-centred norms (1 + w)
+            elif p.dim() == 1:
+                p.copy_(1.0 + 0.3 * torch.randn_like(p))
+            else:
+                p.normal_(0.0, 0.3 if name.endswith(("gate.weight", "router.weight")) else 0.15)
+    return model
+
+
+def mt_weights(family, model):
+    """transformers' tensors under the checkpoint's names (Qwen3-Next's experts one tensor each; Granite's fused,
+    as its checkpoints keep them)."""
+    W = {}
+    for name, t in model.state_dict().items():
+        a = t.detach().numpy().astype(np.float32)
+        if name == "lm_head.weight" and CONFIGS[family]["tie_word_embeddings"]:
+            continue  # the embedding's
+        if family == "granite":
+            for theirs, ours in GRANITE_NAMES:
+                name = name.replace(theirs, ours)
+            W[name] = a
+        elif name.endswith("experts.gate_up_proj"):
+            pre, F = name[: -len("gate_up_proj")], a.shape[1] // 2
+            for e in range(a.shape[0]):
+                W[f"{pre}{e}.gate_proj.weight"], W[f"{pre}{e}.up_proj.weight"] = a[e, :F], a[e, F:]
+        elif name.endswith("experts.down_proj"):
+            for e in range(a.shape[0]):
+                W[f"{name[: -len('down_proj')]}{e}.down_proj.weight"] = a[e]
+        else:
+            W[name] = a
+    return W
+
+
+def hf_grads(grad, name, family):
+    """transformers' gradient of tensor `name` in mt's naming (grad: transformers' name -> array)."""
+    if family == "granite":
+        for theirs, ours in GRANITE_NAMES:
+            name = name.replace(ours, theirs)
+        return grad[name]
+    m = re.match(r"(.*\.experts\.)(\d+)\.(gate_proj|up_proj|down_proj)\.weight$", name)
+    if not m:
+        return grad[name]
+    e = int(m.group(2))
+    if m.group(3) == "down_proj":
+        return grad[m.group(1) + "down_proj"][e]
+    g = grad[m.group(1) + "gate_up_proj"][e]
+    return g[: g.shape[0] // 2] if m.group(3) == "gate_proj" else g[g.shape[0] // 2:]
+
+
+def hf_loss(model, tokens, targets):
+    import torch
+    out = model(torch.tensor(tokens[None]))
+    ce = torch.nn.functional.cross_entropy(out.logits[0], torch.tensor(targets))
+    return ce if getattr(out, "aux_loss", None) is None else ce + AUX * out.aux_loss
+
+
+def mt_run(mtc, mtrun, text, W, tmp, steps, lr, export):
+    model, wf, plan, log, out = (os.path.join(tmp, n) for n in ("m.mt", "w.safetensors", "p.bin", "l.jsonl", "o"))
+    with open(model, "w") as f:
+        f.write(text)
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    q = run(mtc, model, "-o", plan, "--target", "tiny-2layers", "--dtype", "f32")
+    if not check(q.returncode == 0, "mtc -o the tiny model", q):
+        return None, None
+    args = ["--steps", steps, "--device", "cpu", "--data", DATA, "--init", wf, "--log", log, "--lr", f"{lr:g}",
+            "--no-save", "--val-batches", "0"] + (["--export", out + ".safetensors", "--dtype", "fp32"] if export else [])
+    p = run(mtrun, plan, *args)
+    if not check(p.returncode == 0, "mtrun the tiny model", p):
+        return None, None
+    lines = [json.loads(line) for line in open(log) if '"loss"' in line and '"step"' in line]
+    got = None
+    if export:
+        got = read_safetensors(out + ".safetensors")
+    return lines, got
+
+
+def streamed(mtc, mtrun, text):
+    """The tool's model, streamed through one layer's device memory (tiny-1layer) in f32 and bf16, against the
+    unstreamed reference executor: 3 steps' losses and gradient norms to 1e-5 relative."""
+    model = text + TRAIN.format(T=T, lr=LR, b=0.9, b2=0.95, eps="1e-8", steps=3).replace("batch = 1", "batch = 2")
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "m.mt")
+        with open(path, "w") as f:
+            f.write(model)
+        for dtype in ("f32", "bf16"):
+            plan = os.path.join(tmp, f"{dtype}.bin")
+            q = run(mtc, path, "-o", plan, "--target", "tiny-1layer", "--dtype", dtype)
+            if not check(q.returncode == 0, f"mtc -o --dtype {dtype} on tiny-1layer", q):
+                continue
+            got = []
+            for extra in ([], ["--reference"]):
+                log = os.path.join(tmp, "s.jsonl")
+                p = run(mtrun, plan, "--steps", 3, "--data", DATA, "--log", log, "--no-save", "--val-batches", 0,
+                        *extra)
+                if not check(p.returncode == 0, f"mtrun {dtype} {' '.join(extra)}", p):
+                    break
+                rows = [json.loads(line) for line in open(log) if '"step"' in line and '"loss"' in line]
+                got.append([r["loss"] for r in rows] + [r["grad_norm"] for r in rows])
+            if len(got) == 2:
+                err = max(abs(a - b) / abs(b) for a, b in zip(*got)) if len(got[0]) == 6 else float("inf")
+                check(err <= 1e-5, f"{dtype} streamed on tiny-1layer: {got[0]}, the reference executor {got[1]}")
+                print(f"{dtype} streamed on tiny-1layer: losses and norms {[f'{v:.6f}' for v in got[0]]}, "
+                      f"the reference executor's to {err:.1e}")
+
+
+def main():
+    import torch
+    os.environ.setdefault("HF_HUB_OFFLINE", "1")
+    family, mtc, mtrun = sys.argv[1:4]
+    sys.path.insert(0, "tools")
+    import hf_to_mt
+    text = hf_to_mt.convert(dict(CONFIGS[family]), f"{family}_tiny")
+    text, n = re.subn(r"train \{.*\}\s*$", "", text, flags=re.S)
+    if not check(n == 1, "the tool's model ends with its train section"):
+        return finish()
+    raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
+    batches = [(raw[s * T: s * T + T], raw[s * T + 1: s * T + T + 1]) for s in range(STEPS)]
+    model = hf_model(family, 7)
+    W = mt_weights(family, model)
+
+    # step 1: loss and gradients
+    loss = hf_loss(model, *batches[0])
+    loss.backward()
+    grad = {n: p.grad.numpy().copy() for n, p in model.named_parameters()}
+    want = float(loss.detach())
+    with tempfile.TemporaryDirectory() as tmp:
+        lr, eps = 1e12, 1e6
+        lines, got = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=lr, b=0, b2=0, eps=f"{eps:g}", steps=1), W, tmp,
+                            1, lr, True)
+    if lines is None:
+        return finish()
+    e = abs(lines[0]["loss"] - want) / want
+    check(e <= 1e-5, f"step 1: mt's loss {lines[0]['loss']!r}, transformers' {want!r} ({e:.1e} relative)")
+    print(f"{family} step 1 loss: mt {lines[0]['loss']:.9f}, transformers {want:.9f} ({e:.1e} relative)")
+    worst, where = 0.0, None
+    for name, w in W.items():
+        u = w.astype(np.float64) - got[name].astype(np.float64)  # lr g / (|g| + eps)
+        mine, theirs = u * eps / (lr - np.abs(u)), hf_grads(grad, name, family)
+        err = float(np.max(np.abs(mine - theirs)) / max(np.max(np.abs(theirs)), 1e-30))
+        if err > worst:
+            worst, where = err, name
+    check(worst <= 1e-4, f"step 1: the gradient of {where} misses transformers' by {worst:.2e} of its largest")
+    print(f"{family} step 1 gradients of {len(W)} tensors: worst {worst:.2e} of the tensor's largest ({where})")
+
+    # 5 steps of AdamW
+    model = hf_model(family, 7)
+    opt = torch.optim.AdamW(model.parameters(), lr=LR, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.0)
+    theirs = []
+    for x, y in batches:
+        opt.zero_grad()
+        loss = hf_loss(model, x, y)
+        loss.backward()
+        opt.step()
+        theirs.append(float(loss.detach()))
+    with tempfile.TemporaryDirectory() as tmp:
+        lines, _ = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=LR, b=0.9, b2=0.95, eps="1e-8", steps=STEPS), W,
+                          tmp, STEPS, LR, False)
+    if lines is None:
+        return finish()
+    mine = [r["loss"] for r in lines]
+    errs = [abs(a - b) / abs(b) for a, b in zip(mine, theirs)]
+    check(len(mine) == STEPS and max(errs) <= 1e-5, f"{STEPS} steps: mt's losses {mine}, transformers' {theirs}")
+    print(f"{family} {STEPS} AdamW steps: mt {[f'{v:.7f}' for v in mine]}, transformers {[f'{v:.7f}' for v in theirs]}, "
+          f"worst {max(errs):.1e} relative")
+
+    streamed(mtc, mtrun, text)
+
+    # the check sees the decay
+    model = hf_model(family, 7)
+    with torch.no_grad():
+        for name, p in model.named_parameters():
+            if name.endswith("A_log"):
+                p.neg_()
+        other = float(hf_loss(model, *batches[0]).detach())
+    check(abs(other - want) > 1e-3 * want, f"A_log negated moves transformers' loss by only {abs(other - want):.1e}")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
