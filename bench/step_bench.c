@@ -35,7 +35,7 @@
 #include "runtime/backend/exec.h"
 #include "runtime/backend/jit.h"
 #include "runtime/replay.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 
 static double now_s(void) {
     struct timespec ts;
@@ -95,21 +95,21 @@ typedef struct Contestant {
 // with its fused kernels (unless plain) on a cpu backend. 0, or -1 reported.
 static int contestant_make(Contestant *c, const char *what, const Model *m, SemaOptions opt, int compute, int plain,
                            const Target *tgt, const SchedRequest *req, Arena *a, Diag *d) {
-    char err[512];
+    char err[512] = "out of memory";
     opt.compute = compute;
     *c = (Contestant){.what = what, .best = 1e30, .best_fb = 1e30};
-    SchedResult r = {0};
-    c->g = sema_lower(m, &opt, a, d);
-    if (!c->g || autodiff(c->g, a, d) != 0 || schedule_search(c->g, tgt, req, a, &r, err, sizeof err) != 0 || !r.plan) {
-        fprintf(stderr, "step_bench: %s: cannot compile the model%s%s\n", what, r.plan ? "" : ": ", r.plan ? "" : err);
+    CompileRequest cr = {.stage = COMPILE_PLAN, .target = tgt, .sema = opt, .tile = 1, .sched = *req};
+    Compiled comp; // (the one compile path: fused once, Graph.kernels)
+    if (compile_model(m, &cr, a, d, &comp) != 0 || !comp.best.plan) {
+        fprintf(stderr, "step_bench: %s: cannot compile the model: %s\n", what, comp.g ? comp.why : "(reported)");
         return -1;
     }
-    c->p = r.plan;
+    c->g = comp.g, c->p = comp.best.plan;
     KirProgram *kp = &c->kp;
     size_t kir_len = 0, bc_len = 0;
     if (!plain) { // the fused kernels and their bitcode, as mtc -o puts them in the plan
-        if (fuse(c->g, a, kp, err, sizeof err) != 0 || kir_write(kp, &c->kir, &kir_len) != 0 ||
-            emit_llvm(kp, c->g, &c->bc, &bc_len, err, sizeof err) != 0) {
+        *kp = *c->g->kernels;
+        if (kir_write(kp, &c->kir, &kir_len) != 0 || emit_llvm(kp, c->g, &c->bc, &bc_len, err, sizeof err) != 0) {
             fprintf(stderr, "step_bench: %s: %s\n", what, err);
             return -1;
         }

@@ -303,6 +303,9 @@ typedef struct Graph {
     TrainConfig train;
     int64_t kernel_scratch; // device scratch of an engine that runs the fused kernels (common/scratch.h); the
                             // scheduler fills it once (0: not yet)
+    // The fused kernels (compiler/fuse/fuse.c), made once by the compile path (compiler/compile.c) and
+    // read by the scheduler, its cost model and the emitters; NULL until then (and in a plan's graph).
+    const struct KirProgram *kernels;
 } Graph;
 
 // The most experts a row of a moe node with these gates (x's rows, E wide)

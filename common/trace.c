@@ -1,7 +1,10 @@
 // trace.c: the Chrome trace JSON of trace.h.
 #include "common/trace.h"
 
+#include "common/json.h"
+
 #include <errno.h>
+#include <math.h>
 #include <string.h>
 #include <time.h>
 
@@ -79,10 +82,17 @@ void trace_instr(Trace *t, const Plan *p, const Instr *in, double start_s, doubl
     char label[96];
     trace_label(p, in, label, sizeof label);
     int engine = in->engine >= 0 && in->engine < ENG_COUNT ? in->engine : ENG_COMPUTE;
-    fprintf(t->f,
-            ",\n  {\"ph\": \"X\", \"name\": \"%s\", \"pid\": 1, \"tid\": %d, \"ts\": %.6f, \"dur\": %.6f, "
-            "\"args\": {\"bytes\": %lld, \"instruction\": %d}}",
-            label, engine + 1, start_s * 1e6, dur_s * 1e6, (long long)in->bytes, index);
+    fprintf(t->f, ",\n  {\"ph\": \"X\", \"name\": ");
+    json_str(t->f, label);
+    fprintf(t->f, ", \"pid\": 1, \"tid\": %d, \"ts\": ", engine + 1);
+    json_num(t->f, "%.6f", start_s * 1e6);
+    fprintf(t->f, ", \"dur\": ");
+    json_num(t->f, "%.6f", dur_s * 1e6);
+    fprintf(t->f, ", \"args\": {\"bytes\": %lld, \"instruction\": %d", (long long)in->bytes, index);
+    if (!isfinite(start_s) || !isfinite(dur_s)) // (JSON has no inf: null, and why)
+        fprintf(t->f, ", \"why_null\": \"ts, dur: not finite: the cost model gives this instruction, or one before "
+                      "it, no finite time on the target (ranks with no path between them)\"");
+    fprintf(t->f, "}}");
     t->events++;
 }
 

@@ -8,21 +8,15 @@
 #include <string.h>
 #include <unistd.h>
 
-#include "common/io.h"
-#include <zlib.h>
-
 #include "common/graph.h"
+#include "common/io.h"
+#include "compiler/compile.h"
 #include "compiler/fuse/fuse.h"
-#include "compiler/emit/emit_llvm.h"
-#include "compiler/emit/emit_cuda.h"
 #include "compiler/report/explain.h"
 #include "compiler/report/explore.h"
-#include "compiler/emit/plan_write.h"
+#include "compiler/report/summary.h"
 #include "compiler/schedule/scaleout.h"
 #include "compiler/schedule/schedule.h"
-#include "common/verify.h"
-#include "compiler/report/summary.h"
-#include "compiler/front/passes.h"
 
 #ifndef MT_VERSION
 #define MT_VERSION "0.0.0"
@@ -110,350 +104,32 @@ static int parse_count(const char *s, int64_t *out) {
     return 0;
 }
 
-// The train section's data path as the plan carries it: a relative path
-// is taken against the model file's directory, made absolute so that mtrun
-// finds it from anywhere. malloc'd; NULL when there is none or no memory.
-static char *data_path(const char *data, const char *model_path) {
-    if (!data) return NULL;
-    if (data[0] == '/') return strdup(data);
-    const char *slash = strrchr(model_path, '/');
-    char *dir = slash ? strndup(model_path, (size_t)(slash - model_path + (slash == model_path))) : strdup(".");
-    char *abs = dir ? realpath(dir, NULL) : NULL, *out = NULL;
-    const char *base = abs ? abs : dir;
-    if (base) {
-        size_t n = strlen(base) + strlen(data) + 2;
-        if ((out = malloc(n))) snprintf(out, n, "%s/%s", base, data);
-    }
-    free(abs);
-    free(dir);
-    return out;
-}
-
-// The schedule in words as the plan carries it: the scheduler's choice, the
-// target's name, the predicted step time (mtrun's banner and its
-// measured-against-predicted figure read them) and, when the host store
-// needs the NVMe tier, what it puts there (tier=moments|master|grads; mtrun
-// reads it). NULL: out of memory.
-static const char *schedule_words(Arena *a, const char *chosen, const char *target, const Cost *c) {
-    char words[512], tier[32] = "";
-    if (c->place.level > PLACE_RAM) snprintf(tier, sizeof tier, " tier=%s", PLACE_NAMES[c->place.level]);
-    int n = snprintf(words, sizeof words, "%s target=%s predicted_step_s=%.6g%s", chosen, target, c->step_s, tier);
-    return arena_strndup(a, words, n < (int)sizeof words ? (size_t)n : sizeof words - 1);
-}
-
-// Verifies and writes the plan; nothing is left at path on failure.
-static int write_plan(Plan *p, const Source *src, const char *path) {
-    char err[1024];
-    if (plan_verify(p, err, sizeof err) != 0) { // a compiler bug: never write such a plan
-        fprintf(stderr, "mtc: internal error: %s\n", err);
-        return -1;
-    }
-    const char *data_as_written = p->graph->train.data;
-    char *data = data_path(data_as_written, src->path);
-    if (data_as_written && !data) {
-        fprintf(stderr, "mtc: error: out of memory\n");
-        return -1;
-    }
-    p->graph->train.data = data;
-    p->source_path = src->path;
-    p->source = src->text;
-    p->source_len = src->len;
-    p->source_crc = (uint32_t)crc32(0L, (const Bytef *)src->text, (uInt)src->len);
-    // the fused kernels and their LLVM bitcode, which the cpu backend JIT-compiles
-    KirProgram kp;
-    Arena ka = {0};
-    uint8_t *kir = NULL, *bc = NULL;
-    size_t kir_len = 0, bc_len = 0;
-    int rc = -1;
-    if (fuse(p->graph, &ka, &kp, err, sizeof err) != 0 ||
-        emit_llvm(&kp, p->graph, &bc, &bc_len, err, sizeof err) != 0) {
-        fprintf(stderr, "mtc: internal error: %s\n", err);
-    } else if (kir_write(&kp, &kir, &kir_len) != 0) {
-        fprintf(stderr, "mtc: error: out of memory\n");
-    } else {
-        p->kernels_bytes = kir, p->kernels_len = kir_len, p->bitcode = bc, p->bitcode_len = bc_len;
-        if ((rc = plan_write(p, path, err, sizeof err)) != 0) fprintf(stderr, "mtc: error: %s\n", err);
-        p->kernels_bytes = p->bitcode = NULL, p->kernels_len = p->bitcode_len = 0;
-    }
-    free(kir);
-    free(bc);
-    arena_free(&ka);
-    p->graph->train.data = data_as_written;
-    free(data);
-    return rc;
-}
-
-// CUDA C of the graph's fused kernels for arch: compiled by NVRTC into the
-// plan p (cubin and PTX, copied into a), or only its source written to
-// cu_path (--emit-cuda). Returns 0, or 1 after reporting.
-static int cuda_code(Graph *g, const char *arch, const char *model_path, Plan *p, const char *cu_path, Arena *a) {
-    char err[8192];
-    KirProgram kp;
-    if (fuse(g, a, &kp, err, sizeof err) != 0) {
-        fprintf(stderr, "mtc: internal error: %s\n", err);
-        return 1;
-    }
-    CudaOptions opt = {.arch = arch, .model_path = model_path};
-    CudaSource src;
-    if (cu_path) {
-        if (cuda_emit(&kp, g, &opt, &src, err, sizeof err) != 0) goto fail;
-        FILE *f = fopen(cu_path, "wb");
-        int bad = !f || fwrite(src.text, 1, src.len, f) != src.len;
-        if (f && fclose(f) != 0) bad = 1;
-        cuda_source_free(&src);
-        if (bad) {
-            fprintf(stderr, "mtc: error: cannot write %s: %s\n", cu_path, strerror(errno));
-            return 1;
-        }
-        return 0;
-    }
-    CudaBinary bin;
-    if (cuda_build(&kp, g, &opt, &bin, NULL, err, sizeof err) != 0) goto fail;
-    uint8_t *cubin = arena_alloc(a, bin.cubin_len);
-    char *ptx = arena_alloc(a, bin.ptx_len + 1);
-    if (cubin && ptx) {
-        memcpy(cubin, bin.cubin, bin.cubin_len);
-        memcpy(ptx, bin.ptx, bin.ptx_len + 1);
-        p->cuda_arch = arena_strdup(a, arch), p->cubin = cubin, p->cubin_len = bin.cubin_len;
-        p->ptx = ptx, p->ptx_len = bin.ptx_len;
-    }
-    nvrtc_binary_free(&bin);
-    if (cubin && ptx && p->cuda_arch) return 0;
-    snprintf(err, sizeof err, "out of memory keeping the cubin");
-fail: // a located message (FILE:L:C: error: ...) is printed as it is, as diag prints the front end's
-    fprintf(stderr, strstr(err, ": error: ") ? "%s\n" : "mtc: error: %s\n", err);
-    return 1;
-}
-
-// The graph for a batch size and a row tiling: sema, adapters, tiling, autodiff.
-// NULL after reporting.
-static Graph *lower_tiled(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
-    Graph *g = sema_lower(m, opt, a, d);
-    return g && adapters_apply(g, &opt->adapters, a, d) == 0 && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0
-               ? g
-               : NULL;
-}
-
-static int64_t tile_arg; // --tile: chunks, or 0 for auto
-
-// The profile a plan of req is searched on: for a sharded plan, one rank's
-// share of its node's host memory and NVMe tier (scaleout_rank_profile: the
-// ranks of a node share them), in *share; else t.
-static const Target *plan_target(const Target *t, const SchedRequest *req, Target *share) {
-    if (req->ranks <= 1 || req->shard <= 0) return t;
-    *share = scaleout_rank_profile(t, req->ranks);
-    return share;
-}
-
-// The graph, tiled as --tile says; with auto, the fastest of untiled and
-// 2, 4, ... 64 chunks of at least 256 positions whose best plan fits (when
-// none fits, the nearest to fitting). With
-// r, *r is the best plan for the graph returned (r->plan NULL, and a
-// message in err, when the scheduler cannot stream it); without r and with
-// a fixed tiling nothing is scheduled. NULL after reporting.
-static Graph *lower(const Model *m, const SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a, Diag *d,
-                    SchedResult *r, char *err, size_t errcap) {
-    SchedResult mine, *best = r ? r : &mine, next;
-    Graph *g = lower_tiled(m, opt, tile_arg ? tile_arg : 1, a, d);
-    if (!g || (tile_arg && !r)) return g;
-    SchedRequest chosen = *req;
-    if (chosen.shard < 0) { // --shard auto: replicated or sharded, whichever the scale-out model predicts faster
-        chosen.shard = 0;   // (compiler/schedule/scaleout.c; one process: nothing to shard)
-        // (only for a plan to write: --explain runs the comparison itself), on a graph of its own: its
-        // searches release what they allocate, which must not be what g keeps
-        Graph *probe = chosen.ranks > 1 && r ? lower_tiled(m, opt, 1, a, d) : NULL;
-        int c = probe ? scaleout_choose(probe, t, chosen.ranks, a, err, errcap) : SCALE_REPLICATED;
-        if (c < 0) {
-            best->plan = NULL;
-            return g;
-        }
-        chosen.shard = c == SCALE_SHARDED;
-    }
-    req = &chosen;
-    Target share;
-    t = plan_target(t, req, &share);
-    if (schedule_search(g, t, req, a, best, err, errcap) != 0) {
-        best->plan = NULL;
-        return g;
-    }
-    Graph *pick = g;
-    for (int64_t k = 2; !tile_arg && k <= 64 && g->train.seq / k >= 256 && g->train.seq % k == 0; k *= 2) {
-        Graph *tg = lower_tiled(m, opt, k, a, d);
-        if (!tg) return NULL;
-        SchedRequest q = *req;
-        if (best->fits) q.beat_s = best->cost.step_s * 0.999; // what a tiling must beat to win
-        if (schedule_search(tg, t, &q, a, &next, err, errcap) != 0) break;
-        // the fastest that fits; while none fits, the nearest (a refusal quotes what tiling needs)
-        int wins = next.fits
-                       ? !best->fits || next.cost.step_s < best->cost.step_s * 0.999
-                       : !best->fits && next.plan &&
-                             (!best->plan || schedule_overshoot(&next.cost, t) < schedule_overshoot(&best->cost, t));
-        if (wins) {
-            *best = next;
-            pick = tg;
-        }
-    }
-    return pick;
-}
-
-// The graph at batch b and its best plan in *r. NULL after reporting.
-static Graph *lower_at_batch(const Model *m, SemaOptions *opt, int64_t b, const Target *t, const SchedRequest *req,
-                             Arena *a, Diag *d, SchedResult *r) {
-    char err[1024];
-    opt->batch = b;
-    Graph *g = lower(m, opt, t, req, a, d, r, err, sizeof err);
-    if (g && !r->plan) {
-        fprintf(stderr, "mtc: error: %s\n", err);
-        return NULL;
-    }
-    return g;
-}
-
-// Predicted tokens a second of a graph's plan (0 when it does not fit).
-static double tokens_per_s(const Graph *g, const SchedResult *r) {
-    if (!r->plan || !r->fits || !(r->cost.step_s > 0)) return 0;
-    return (double)(g->train.batch * g->train.seq * g->train.accumulate) / r->cost.step_s;
-}
-
-// One batch size tried by --batch auto or max.
-typedef struct BatchTry {
-    int64_t batch;
-    Graph *g;
-    SchedResult r;
-} BatchTry;
-
-// The batches --batch auto or max has tried, and what it needs to try more.
-typedef struct BatchSearch {
-    const Model *m;
-    SemaOptions *opt;
-    const Target *t;
-    const SchedRequest *req;
-    Arena *a;
-    Diag *d;
-    BatchTry tried[80];
-    int n;
-} BatchSearch;
-
-// Whether a beats b for --batch auto: more than 1% more tokens a second,
-// or within 1% and less memory (device and host).
-static int faster(const BatchTry *a, const BatchTry *b) {
-    double ta = tokens_per_s(a->g, &a->r), tb = tokens_per_s(b->g, &b->r);
-    if (ta > tb * 1.01 || tb > ta * 1.01) return ta > tb;
-    return a->r.cost.device_peak_bytes + a->r.cost.host_bytes < b->r.cost.device_peak_bytes + b->r.cost.host_bytes;
-}
-
-// Batch b's best plan, scheduled once: its index in s->tried, or -1 when it
-// cannot be compiled (reported) or the table is full.
-static int try_batch(BatchSearch *s, int64_t b) {
-    for (int k = 0; k < s->n; k++)
-        if (s->tried[k].batch == b) return k;
-    if (s->n == (int)(sizeof s->tried / sizeof s->tried[0])) return -1;
-    BatchTry *bt = &s->tried[s->n];
-    bt->batch = b;
-    if (!(bt->g = lower_at_batch(s->m, s->opt, b, s->t, s->req, s->a, s->d, &bt->r))) return -1;
-    return s->n++;
-}
-
-// --batch max: the largest batch whose best plan fits, doubling from 1 and
-// then bisecting. --batch auto (fastest): the batch with the most predicted
-// tokens a second, among the powers of two up to that largest batch and
-// the largest itself, then bisected toward the faster side of the best one
-// until its tried neighbours are adjacent. Returns the graph at the chosen
-// batch with its best plan in *r, or NULL (reported).
-//
-// With --shard auto and ranks, the batches are tried sharded (the layout
-// that needs the least host memory) and the layout is chosen once, at the
-// chosen batch (scaleout_choose runs searches of its own).
-static Graph *lower_auto_batch(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, Arena *a,
-                               Diag *d, int fastest, SchedResult *r) {
-    SchedRequest q = *req;
-    int choose_after = req->shard < 0 && req->ranks > 1;
-    if (choose_after) q.shard = 1;
-    BatchSearch s = {.m = m, .opt = opt, .t = t, .req = &q, .a = a, .d = d};
-    int64_t lo = 0, hi = 0; // lo fits (0: nothing yet), hi does not (0: unknown)
-    for (int64_t b = 1; !hi; b *= 2) {
-        int k = try_batch(&s, b);
-        if (k < 0) return NULL;
-        if (!s.tried[k].r.fits && b == 1) {
-            fprintf(stderr, "mtc: error: not even batch 1 fits %s: %s\n", t->name, s.tried[k].r.why);
-            return NULL;
-        }
-        if (s.tried[k].r.fits) lo = b;
-        else hi = b;
-        if (b >= ((int64_t)1 << 20)) hi = b * 2;
-    }
-    while (hi - lo > 1) {
-        int64_t mid = lo + (hi - lo) / 2;
-        int k = try_batch(&s, mid);
-        if (k < 0) return NULL;
-        if (s.tried[k].r.fits) lo = mid;
-        else hi = mid;
-    }
-    int best = try_batch(&s, lo);
-    if (best < 0) return NULL;
-    if (fastest) {
-        for (int i = 0; i < s.n; i++)
-            if (s.tried[i].r.fits && faster(&s.tried[i], &s.tried[best])) best = i;
-        for (;;) { // halfway to each tried neighbour of the best, while there is room
-            int64_t b = s.tried[best].batch, below = 0, above = lo + 1;
-            for (int i = 0; i < s.n; i++) {
-                if (s.tried[i].batch < b && s.tried[i].batch > below) below = s.tried[i].batch;
-                if (s.tried[i].batch > b && s.tried[i].batch < above) above = s.tried[i].batch;
-            }
-            int64_t cand[2] = {below && b - below > 1 ? below + (b - below) / 2 : 0,
-                               above <= lo && above - b > 1 ? b + (above - b) / 2 : 0};
-            if (!cand[0] && !cand[1]) break;
-            int next = best;
-            for (int c = 0; c < 2; c++) {
-                int k = cand[c] ? try_batch(&s, cand[c]) : best;
-                if (k < 0) return NULL;
-                if (s.tried[k].r.fits && faster(&s.tried[k], &s.tried[next])) next = k;
-            }
-            best = next;
-        }
-    }
-    opt->batch = s.tried[best].batch;
-    if (choose_after) { // sharded or replicated, at this batch
-        char why[1024];
-        Graph *probe = lower_tiled(m, opt, 1, a, d);
-        if (!probe) return NULL;
-        int c = scaleout_choose(probe, t, req->ranks, a, why, sizeof why);
-        if (c < 0) {
-            fprintf(stderr, "mtc: error: %s\n", why);
-            return NULL;
-        }
-        if (c == SCALE_REPLICATED) {
-            q.shard = 0;
-            return lower_at_batch(m, opt, s.tried[best].batch, t, &q, a, d, r);
-        }
-    }
-    *r = s.tried[best].r;
-    return s.tried[best].g;
-}
-
 // --explore: every plan searched at batch 1, 2, 4, ... while one fits, for
 // mt's policy and each baseline; prints each batch's Pareto frontier and,
 // with plot_path, draws it. Returns 0, or 1 (reported; nothing fits at
 // batch 1 is an error, nothing printed or drawn).
-static int explore(const Model *m, SemaOptions *opt, const Target *t, const SchedRequest *req, const char *plot_path,
-                   int json, Arena *a, Diag *d) {
+static int explore(const Model *m, const CompileRequest *req, const Target *t, const char *plot_path, int json,
+                   Arena *a, Diag *d) {
     Exploration x = {.target = t->name};
     int rc = 1;
     char why[256] = ""; // why mt's plan at batch 1 does not fit
     for (int64_t b = 1; b <= ((int64_t)1 << 20); b *= 2) {
         int mt_fits = 0;
         for (int pol = 0; pol < POLICY_COUNT; pol++) {
-            SchedRequest q = pol == POLICY_MT
-                                 ? *req
-                                 : (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
-            q.seen = explore_seen;
-            q.seen_ctx = &x;
-            SchedResult r;
-            Graph *g = lower_at_batch(m, opt, b, t, &q, a, d, &r);
-            if (!g) goto done;
-            x.model = g->model_name;
-            if (pol == POLICY_MT) mt_fits = r.fits;
-            if (pol == POLICY_MT && b == 1 && !r.fits) snprintf(why, sizeof why, "%s", r.why);
+            CompileRequest q = *req;
+            q.stage = COMPILE_PLAN, q.sema.batch = b;
+            if (pol != POLICY_MT) q.sched = (SchedRequest){.policy = (Policy)pol, .remat = REMAT_AUTO, .resident = -1};
+            q.sched.seen = explore_seen;
+            q.sched.seen_ctx = &x;
+            Compiled c;
+            if (compile_model(m, &q, a, d, &c) != 0) goto done;
+            if (!c.best.plan) {
+                fprintf(stderr, "mtc: error: %s\n", c.why);
+                goto done;
+            }
+            x.model = c.g->model_name;
+            if (pol == POLICY_MT) mt_fits = c.best.fits;
+            if (pol == POLICY_MT && b == 1 && !c.best.fits) snprintf(why, sizeof why, "%s", c.best.why);
         }
         if (!mt_fits) break;
     }
@@ -481,15 +157,6 @@ static int explore(const Model *m, SemaOptions *opt, const Target *t, const Sche
 done:
     explore_free(&x);
     return rc;
-}
-
-// The untiled graph of the model at g's batch (g itself when untiled), which
-// the bounds are of. NULL after reporting.
-static Graph *untiled_of(const Model *m, const SemaOptions *opt, Graph *g, Arena *a, Diag *d) {
-    if (!g->parts[PART_BLOCK].nchunks && !g->parts[PART_TAIL].nchunks) return g;
-    SemaOptions o = *opt;
-    o.batch = g->train.batch;
-    return lower_tiled(m, &o, 1, a, d);
 }
 
 // --explain: every remat mode under the mt policy, then the baselines; the
@@ -521,7 +188,7 @@ static int explain(Graph *g, Graph *untiled, const Target *t, const SchedRequest
     req = &layout;
     Target share; // a sharded plan's rows: one rank's share of its node
     const Target *node = t;
-    t = plan_target(t, req, &share);
+    t = compile_plan_target(t, req, &share);
     if (cost_bounds(untiled, t, req->ranks, req->ranks > 1 && req->shard > 0, &bounds) != 0) goto oom;
     const Bounds *b = &bounds;
     for (int rm = REMAT_NONE; rm < REMAT_COUNT; rm++, n++) {
@@ -636,17 +303,15 @@ static const struct option LONG_OPTIONS[] = {
     {0, 0, 0, 0},
 };
 
-// What the command line asks (--tile goes to tile_arg).
+// What the command line asks.
 typedef struct Args {
     const char *path; // the model file
     const char *out_path, *target, *trace_path, *cuda_path, *plot_path;
     int want_summary, want_json, want_dump, want_explain, want_explore;
-    int want_kernels; // --dump-kernels: 1, =full: 2
-    int auto_batch;   // --batch auto: 1, max: 2
-    SchedRequest req;
+    int want_kernels;  // --dump-kernels: 1, =full: 2
+    CompileRequest cr; // batch (--batch auto: batch_search 1, max: 2), seq, dtype, tile and the schedule's options
     int64_t ranks;
     int shard; // --shard: 1 on, 0 off, -1 auto (the scale-out model's choice)
-    SemaOptions opt;
 } Args;
 
 // parse_option's and parse_args's answer when mtc goes on; else theirs is
@@ -706,28 +371,28 @@ static int parse_option(Args *a, int c, char **argv) {
     case 'o': a->out_path = optarg; break;
     case OPT_TARGET: a->target = optarg; break;
     case OPT_BATCH:
-        a->auto_batch = strcmp(optarg, "auto") == 0 ? 1 : strcmp(optarg, "max") == 0 ? 2 : 0;
-        if (!a->auto_batch && parse_count(optarg, &a->opt.batch))
+        a->cr.batch_search = strcmp(optarg, "auto") == 0 ? 1 : strcmp(optarg, "max") == 0 ? 2 : 0;
+        if (!a->cr.batch_search && parse_count(optarg, &a->cr.sema.batch))
             return usage_error("--batch needs a positive integer, 'auto' or 'max', got '%s'", optarg);
         break;
     case OPT_REMAT: {
         int k = REMAT_COUNT;
         while (--k >= 0 && strcmp(optarg, remat_name((Remat)k)) != 0) {}
         if (k < 0) return usage_error("--remat takes none, layer, selective, offload, mixed or auto, not '%s'", optarg);
-        a->req.remat = (Remat)k;
+        a->cr.sched.remat = (Remat)k;
         break;
     }
     case OPT_POLICY: {
         int k = POLICY_COUNT;
         while (--k >= 0 && strcmp(optarg, policy_name((Policy)k)) != 0) {}
         if (k < 0) return usage_error("--policy takes mt, sequential, megatrain or zero3-offload, not '%s'", optarg);
-        a->req.policy = (Policy)k;
+        a->cr.sched.policy = (Policy)k;
         break;
     }
     case OPT_OFFLOAD_LAYERS:
     case OPT_SELECTIVE_LAYERS: {
         int offload = c == OPT_OFFLOAD_LAYERS;
-        int64_t *k = offload ? &a->req.offloaded : &a->req.host_selective;
+        int64_t *k = offload ? &a->cr.sched.offloaded : &a->cr.sched.host_selective;
         if (*k) return usage_error("%s: given twice", offload ? "--offload-layers" : "--selective-layers");
         if (parse_count(optarg, k))
             return usage_error(offload ? "--offload-layers needs a positive number of layers, got '%s'"
@@ -737,27 +402,27 @@ static int parse_option(Args *a, int c, char **argv) {
     }
     case OPT_SLOTS:
         if (parse_count(optarg, &count) || count > 3) return usage_error("--slots takes 1, 2 or 3, not '%s'", optarg);
-        a->req.slots = (int)count;
+        a->cr.sched.slots = (int)count;
         break;
     case OPT_TILE:
-        if (strcmp(optarg, "auto") == 0) tile_arg = 0;
-        else if (parse_count(optarg, &tile_arg))
+        if (strcmp(optarg, "auto") == 0) a->cr.tile = 0;
+        else if (parse_count(optarg, &a->cr.tile))
             return usage_error("--tile needs a positive integer or 'auto', got '%s'", optarg);
         break;
     case OPT_CKPT:
         if (strcmp(optarg, "device") && strcmp(optarg, "host"))
             return usage_error("--checkpoints takes device or host, not '%s'", optarg);
-        a->req.ckpt = strcmp(optarg, "host") == 0 ? CKPT_HOST : CKPT_DEVICE;
+        a->cr.sched.ckpt = strcmp(optarg, "host") == 0 ? CKPT_HOST : CKPT_DEVICE;
         break;
     case OPT_RESIDENT:
         if (strcmp(optarg, "0") == 0) count = 0;
         else if (parse_count(optarg, &count)) return usage_error("--resident needs a whole number, got '%s'", optarg);
-        a->req.resident = count;
+        a->cr.sched.resident = count;
         break;
     case OPT_RANKS:
         if (parse_count(optarg, &a->ranks) || a->ranks > INT32_MAX)
             return usage_error("--ranks needs a positive number of processes, got '%s'", optarg);
-        a->req.ranks = (int)a->ranks;
+        a->cr.sched.ranks = (int)a->ranks;
         break;
     case OPT_SHARD:
         if (strcmp(optarg, "on") && strcmp(optarg, "off") && strcmp(optarg, "auto"))
@@ -765,18 +430,19 @@ static int parse_option(Args *a, int c, char **argv) {
         a->shard = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : -1;
         break;
     case OPT_SEQ:
-        if (parse_count(optarg, &a->opt.seq)) return usage_error("--seq needs a positive integer, got '%s'", optarg);
+        if (parse_count(optarg, &a->cr.sema.seq))
+            return usage_error("--seq needs a positive integer, got '%s'", optarg);
         break;
     case OPT_DTYPE:
         if (strcmp(optarg, "f32") && strcmp(optarg, "bf16"))
             return usage_error("--dtype takes f32 or bf16, not '%s'", optarg);
-        a->opt.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
+        a->cr.sema.compute = strcmp(optarg, "bf16") == 0 ? 2 : 1;
         break;
-    case OPT_FREEZE: return add_pattern(&a->opt.adapters, optarg, 0);
-    case OPT_TRAIN: return add_pattern(&a->opt.adapters, optarg, 1);
+    case OPT_FREEZE: return add_pattern(&a->cr.sema.adapters, optarg, 0);
+    case OPT_TRAIN: return add_pattern(&a->cr.sema.adapters, optarg, 1);
     case OPT_LORA:
-        if (a->opt.adapters.lora_rank) return usage_error("%s", "--lora: given twice");
-        return parse_lora(&a->opt.adapters, optarg);
+        if (a->cr.sema.adapters.lora_rank) return usage_error("%s", "--lora: given twice");
+        return parse_lora(&a->cr.sema.adapters, optarg);
     case OPT_SUMMARY: a->want_summary = 1; break;
     case OPT_JSON: a->want_json = 1; break;
     case OPT_DUMP: a->want_dump = 1; break;
@@ -801,15 +467,15 @@ static int parse_option(Args *a, int c, char **argv) {
 // The options that contradict each other; --shard into the request.
 // ARGS_OK, or 2 (reported).
 static int check_args(Args *a) {
-    const SchedRequest *req = &a->req;
+    const SchedRequest *req = &a->cr.sched;
     if (a->plot_path && !a->want_explore)
         return usage_error("%s", "--plot draws what --explore finds; give --explore too");
-    if (a->want_explore && (a->auto_batch || a->opt.batch || a->out_path || a->want_explain || a->trace_path))
+    if (a->want_explore && (a->cr.batch_search || a->cr.sema.batch || a->out_path || a->want_explain || a->trace_path))
         return usage_error("%s", "--explore tries every batch itself and writes no plan; it takes no --batch, -o, "
                                  "--explain or --trace");
     if (a->shard == 1 && a->ranks < 2)
         return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
-    a->req.shard = a->shard;
+    a->cr.sched.shard = a->shard;
     int picks = req->offloaded || req->host_selective;
     int chooses = req->remat != REMAT_AUTO || req->slots || req->resident >= 0 || req->ckpt || picks;
     if (req->policy != POLICY_MT && chooses)
@@ -826,7 +492,7 @@ static int check_args(Args *a) {
 // The command line into *a: ARGS_OK, or the exit status (reported).
 static int parse_args(int argc, char **argv, Args *a) {
     *a = (Args){.target = "h200",
-                .req = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1},
+                .cr = {.sched = {.policy = POLICY_MT, .remat = REMAT_AUTO, .resident = -1}},
                 .ranks = 1,
                 .shard = -1};
     opterr = 0;
@@ -841,62 +507,34 @@ static int parse_args(int argc, char **argv, Args *a) {
     return check_args(a);
 }
 
-// --dump-graph, --dump-kernels and --emit-cuda of graph g. Returns 0, or 1
-// (reported).
-static int graph_outputs(const Args *a, Graph *g, const Target *t, Arena *arena) {
+// --dump-graph, --dump-kernels and --emit-cuda of graph g. Returns 0, or
+// 1 (reported).
+static int graph_outputs(const Args *a, const Graph *g, const Target *t) {
     int rc = 0;
     if (a->want_dump) graph_dump(stdout, g, a->path);
-    if (a->want_kernels) {
-        KirProgram kp;
-        char kerr[1024];
-        if (fuse(g, arena, &kp, kerr, sizeof kerr) == 0) fuse_dump(stdout, g, &kp, a->want_kernels == 2);
-        else fprintf(stderr, "mtc: internal error: %s\n", kerr), rc = 1;
-    }
+    if (a->want_kernels) fuse_dump(stdout, g, g->kernels, a->want_kernels == 2);
     const char *arch = strncmp(t->arch, "sm_", 3) == 0 ? t->arch : "sm_90";
-    if (a->cuda_path && cuda_code(g, arch, a->path, NULL, a->cuda_path, arena) != 0) rc = 1;
+    if (a->cuda_path && compile_emit_cuda(g, arch, a->path, a->cuda_path) != 0) rc = 1;
     return rc;
 }
 
-// -o: the plan best (serr: why there is none), compiled for a GPU target
-// and written. Returns 0, or 1 (reported).
-static int plan_output(const Args *a, Graph *g, const Target *t, SchedResult *best, const char *serr, const Source *src,
-                       Arena *arena) {
-    if (!best->plan) {
-        fprintf(stderr, "mtc: error: %s\n", serr);
-        return 1;
-    }
-    if (!best->fits) {
-        fprintf(stderr, "mtc: error: %s does not fit %s with --policy %s --remat %s: %s\n", g->model_name, t->name,
-                policy_name(a->req.policy), remat_name(a->req.remat), best->why);
-        return 1;
-    }
-    if (strncmp(t->arch, "sm_", 3) == 0 && cuda_code(g, t->arch, a->path, best->plan, NULL, arena) != 0) return 1;
-    if (!(best->plan->schedule = schedule_words(arena, best->plan->schedule, t->name, &best->cost))) {
-        fprintf(stderr, "mtc: error: out of memory\n");
-        return 1;
-    }
-    best->plan->ranks = (int32_t)a->ranks;
-    return write_plan(best->plan, src, a->out_path) != 0 ? 1 : 0;
-}
-
-// What was asked of graph g, the model's lowered (best: the plan -o writes,
-// serr: why there is none): the dumps, --explain or --trace, the summary,
-// the plan. Returns the exit status (reported).
-static int outputs(Args *a, const Model *model, Graph *g, const Target *t, SchedResult *best, const char *serr,
-                   const Source *src, Arena *arena, Diag *diag) {
-    int rc = graph_outputs(a, g, t, arena);
+// What was asked of the compile c: the dumps, --explain or --trace, the
+// summary, the plan. Returns the exit status (reported).
+static int outputs(Args *a, Compiled *c, const Target *t, const Source *src, Arena *arena, Diag *diag) {
+    Graph *g = c->g;
+    int rc = graph_outputs(a, g, t);
     if (a->want_explain || a->trace_path) { // (--trace alone: the trace, nothing printed)
-        Graph *untiled = untiled_of(model, &a->opt, g, arena, diag);
+        Graph *untiled = compile_untiled(c, &a->cr.sema, arena, diag);
         rc = !untiled ? 1
-                      : explain(g, untiled, t, &a->req, a->want_explain, (int)a->ranks, a->want_json && a->want_explain,
-                                a->trace_path, arena);
+                      : explain(g, untiled, t, &a->cr.sched, a->want_explain, (int)a->ranks,
+                                a->want_json && a->want_explain, a->trace_path, arena);
     }
     if (!a->want_explain && a->want_json) {
         summary_print_json(stdout, g, (int)a->ranks, a->path, arena);
     } else if (!a->want_explain && a->want_summary) {
         summary_print(stdout, g, (int)a->ranks, a->path);
     }
-    if (a->out_path && rc == 0) rc = plan_output(a, g, t, best, serr, src, arena);
+    if (a->out_path && rc == 0) rc = compile_emit(c, &a->cr, src, a->out_path, arena);
     if (fflush(stdout) != 0) {
         fprintf(stderr, "mtc: error: writing the output: %s\n", strerror(errno));
         rc = 1;
@@ -904,32 +542,31 @@ static int outputs(Args *a, const Model *model, Graph *g, const Target *t, Sched
     return rc;
 }
 
-// The stages in order on the model in src: parse, then --explore, or the
-// graph at the batch asked (and its best plan) and the outputs. Returns the
-// exit status (reported).
-// --summary and --json alone ask nothing of a schedule: the differentiated
-// graph answers them, so no search runs (tiling and the search change no
-// parameter, and the host bytes follow from the graph and --ranks alone).
-static int needs_schedule(const Args *a) {
-    return a->out_path || a->want_explain || a->trace_path || a->auto_batch || a->want_dump || a->want_kernels ||
-           a->cuda_path || !(a->want_summary || a->want_json);
+// How far the compile goes. --summary and --json alone ask nothing of a
+// schedule: the differentiated graph answers them, so no search runs
+// (tiling and the search change no parameter, and the host bytes follow
+// from the graph and --ranks alone).
+static CompileStage stage_of(const Args *a) {
+    if (a->out_path || a->cr.batch_search) return COMPILE_PLAN;
+    int scheduled = a->want_explain || a->trace_path || a->want_dump || a->want_kernels || a->cuda_path;
+    return scheduled || !(a->want_summary || a->want_json) ? COMPILE_TILED : COMPILE_GRAPH;
 }
-static int compile(Args *a, const Target *t, const Source *src) {
+
+// The model in src through the one compile path (compiler/compile.c), then
+// what was asked; or --explore, a compile a batch and policy. Returns the
+// exit status (reported).
+static int run(Args *a, const Target *t, const Source *src) {
     Diag diag = {.src = src, .sink = stderr};
     Arena arena = {0};
     int rc = 1;
-    Model *model = dsl_parse(src, &arena, &diag);
-    SchedResult best = {0}; // the plan -o writes
-    char serr[1024] = "";
-    if (model && a->want_explore) {
-        rc = explore(model, &a->opt, t, &a->req, a->plot_path, a->want_json, &arena, &diag);
-    } else if (model) {
-        SchedResult *want = a->out_path ? &best : NULL;
-        int fastest = a->auto_batch == 1;
-        Graph *g = !needs_schedule(a) ? lower_tiled(model, &a->opt, tile_arg ? tile_arg : 1, &arena, &diag)
-                   : a->auto_batch    ? lower_auto_batch(model, &a->opt, t, &a->req, &arena, &diag, fastest, &best)
-                                      : lower(model, &a->opt, t, &a->req, &arena, &diag, want, serr, sizeof serr);
-        if (g) rc = outputs(a, model, g, t, &best, serr, src, &arena, &diag);
+    a->cr.stage = stage_of(a);
+    a->cr.target = t;
+    if (a->want_explore) {
+        Model *model = dsl_parse(src, &arena, &diag);
+        if (model) rc = explore(model, &a->cr, t, a->plot_path, a->want_json, &arena, &diag);
+    } else {
+        Compiled c;
+        if (compile(src, &a->cr, &arena, &diag, &c) == 0) rc = outputs(a, &c, t, src, &arena, &diag);
     }
     arena_free(&arena);
     return rc;
@@ -953,7 +590,7 @@ int main(int argc, char **argv) {
         return 1;
     }
     Source src = {.path = a.path, .text = text, .len = len};
-    rc = compile(&a, &tgt, &src);
+    rc = run(&a, &tgt, &src);
     free(text);
     return rc;
 }

@@ -417,8 +417,9 @@ int log_step(Run *r, const StepDone *d, char *err, size_t errcap) {
         json_num(r->log, "%.9g", d->loss + r->aux);
         fprintf(r->log, ", \"lr\": %.6g, \"grad_norm\": ", d->lr);
         json_num(r->log, "%.6g", d->norm);
-        fprintf(r->log, ", \"tokens_per_s\": %.1f, \"ms\": %.3f, \"elapsed_s\": %.3f", tokens / d->dt, d->dt * 1e3,
-                d->elapsed);
+        fprintf(r->log, ", \"tokens_per_s\": ");
+        json_num(r->log, "%.1f", tokens / d->dt); // (a step timed at 0 s: null)
+        fprintf(r->log, ", \"ms\": %.3f, \"elapsed_s\": %.3f", d->dt * 1e3, d->elapsed);
         log_reports(r, d->loss);
         fputs("}\n", r->log);
         if (log_flush(r, err, errcap) != 0) return -1;

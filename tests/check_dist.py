@@ -261,10 +261,12 @@ def refuse(mtc, mtrun, model, tmp):
         p = run(mtc, model, "--batch", "2", *flags, "-o", plan)
         if not check(p.returncode == 0, f"mtc {' '.join(flags)} failed", p):
             return
-    # a two-rank plan for h200 (one GPU) under --shard auto is priced inf: its metrics log is still JSON (null)
+    # a two-rank plan for h200 (one GPU) under --shard on is priced inf (no path between the ranks): its metrics
+    # log is still JSON (null). (Under --shard auto mtc refuses it, as --explain --ranks 2 does: check_fits.py.)
     inf = os.path.join(tmp, "inf.bin")
-    p = run(mtc, model, "--batch", "2", "--ranks", "2", "-o", inf)
-    if check(p.returncode == 0, "mtc --ranks 2 -o for h200", p) and b"predicted_step_s=inf" in open(inf, "rb").read():
+    p = run(mtc, model, "--batch", "2", "--ranks", "2", "--shard", "on", "-o", inf)
+    if check(p.returncode == 0, "mtc --ranks 2 --shard on -o for h200", p) and \
+            b"predicted_step_s=inf" in open(inf, "rb").read():
         got = train(mtrun, inf, tmp, "inf", 2)
         if got:
             def no_constant(c):

@@ -24,8 +24,7 @@
 
 #include "common/io.h"
 #include "compiler/schedule/cost.h"
-#include "compiler/fuse/fuse.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "tests/check.h"
 
 static int checked; // kernel prices compared
@@ -69,7 +68,7 @@ static double longer(double a, double b) { return a > b ? a : b; }
 // without an epilogue and its attention kernels; returns how many of its
 // GEMMs ran on every thread (MT_BLAS_THREADED_MACS multiply-adds or more).
 static int check_model(const char *path, int compute, const Target *t) {
-    char *text, err[512];
+    char *text;
     size_t len;
     if (io_read_file(path, &text, &len) != 0) {
         FAIL("cannot read %s", path);
@@ -80,15 +79,14 @@ static int check_model(const char *path, int compute, const Target *t) {
     Arena a = {0};
     SemaOptions opt = {.batch = 4, .seq = 64, .compute = compute};
     Model *m = dsl_parse(&src, &a, &d);
-    Graph *g = m ? sema_lower(m, &opt, &a, &d) : NULL;
-    KirProgram prog;
+    Graph *g = m ? compile_lower(m, &opt, 1, NULL, &a, &d) : NULL; // (the one compile path: fused once)
     int threaded = 0;
-    if (!g || autodiff(g, &a, &d) != 0 || fuse(g, &a, &prog, err, sizeof err) != 0) {
+    if (!g) {
         FAIL("%s: cannot compile it", path);
         goto out;
     }
     for (int p = 0; p < graph_nparts(g); p++) {
-        const KirSet *s = &prog.parts[p];
+        const KirSet *s = &g->kernels->parts[p];
         for (int i = 0; i < s->n; i++) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;

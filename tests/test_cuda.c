@@ -25,7 +25,7 @@
 #include "compiler/emit/emit_cuda.h"
 #include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "tests/check.h"
 
 // ---------------------------------------------------------------- hand-built kernels
@@ -287,14 +287,13 @@ int main(int argc, char **argv) {
         Arena arena = {0};
         SemaOptions so = {.batch = 1, .seq = 64};
         Model *model = dsl_parse(&src, &arena, &diag);
-        Graph *g = model ? sema_lower(model, &so, &arena, &diag) : NULL;
+        Graph *g = model ? compile_lower(model, &so, 1, NULL, &arena, &diag) : NULL; // (the one compile path)
         KirProgram prog;
         char err[8192];
-        if (!g || autodiff(g, &arena, &diag) != 0) {
+        if (!g) {
             FAIL("%s does not compile", argv[m]);
-        } else if (fuse(g, &arena, &prog, err, sizeof err) != 0) {
-            FAIL("%s: fuse: %s", argv[m], err);
         } else {
+            prog = *g->kernels;
             if (emitter) check_handmade(g, argv[m]);
             for (int run = first_run; !emitter && run < 2 + bf16; run++) { // sm_80, sm_90, and bf16 for sm_90
                 int bf = run == 2, a = run > 0;

@@ -31,8 +31,7 @@
 #include "common/io.h"
 #include "common/storage.h"
 #include "compiler/emit/emit_llvm.h"
-#include "compiler/fuse/fuse.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "runtime/backend/blas_core.h"
 #include "runtime/backend/jit.h"
 #include "runtime/backend/kernels.h"
@@ -142,16 +141,15 @@ static int check_model(const char *path, int bf, int *seen) {
     Diag diag = {.src = &src, .sink = stderr};
     Arena arena = {0};
     Model *m = dsl_parse(&src, &arena, &diag);
-    Graph *g = m ? sema_lower(m, NULL, &arena, &diag) : NULL;
-    KirProgram kp;
+    SemaOptions opt = {.compute = bf ? 2 : 1};
+    Graph *g = m ? compile_lower(m, &opt, 1, NULL, &arena, &diag) : NULL; // (the one compile path: fused once)
     uint8_t *kir = NULL, *bc = NULL;
     size_t kir_len = 0, bc_len = 0;
     Jit *j = NULL;
     int failed = 1;
-    if (g && autodiff(g, &arena, &diag) == 0) {
-        g->train.compute = bf ? DT_BF16 : DT_F32;
-        if (fuse(g, &arena, &kp, err, sizeof err) != 0 || kir_write(&kp, &kir, &kir_len) != 0 ||
-            emit_llvm(&kp, g, &bc, &bc_len, err, sizeof err) != 0 ||
+    if (g) {
+        if (kir_write(g->kernels, &kir, &kir_len) != 0 ||
+            emit_llvm(g->kernels, g, &bc, &bc_len, err, sizeof err) != 0 ||
             !(j = jit_create(g, kir, kir_len, bc, bc_len, err, sizeof err)))
             fprintf(stderr, "%s: %s\n", path, err);
         else failed = 0;

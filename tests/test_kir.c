@@ -11,9 +11,8 @@
 #include <string.h>
 
 #include "common/io.h"
-#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 
 static uint64_t rng = 0x2545F4914F6CDD1Dull;
 static uint32_t next_u32(void) {
@@ -32,14 +31,12 @@ static int check_model(const char *path) {
     Diag diag = {.src = &src, .sink = stderr};
     Arena a = {0};
     Model *m = dsl_parse(&src, &a, &diag);
-    Graph *g = m ? sema_lower(m, NULL, &a, &diag) : NULL;
-    KirProgram kp;
+    Graph *g = m ? compile_lower(m, NULL, 1, NULL, &a, &diag) : NULL; // (the one compile path: fused once)
     char err[512];
     uint8_t *bytes = NULL, *again = NULL;
     size_t n = 0, n2 = 0;
     int failed = 0, nnodes[PART_COUNT], accepted = 0;
-    if (!g || autodiff(g, &a, &diag) != 0 || fuse(g, &a, &kp, err, sizeof err) != 0 ||
-        kir_write(&kp, &bytes, &n) != 0) {
+    if (!g || kir_write(g->kernels, &bytes, &n) != 0) {
         fprintf(stderr, "%s: cannot fuse\n", path);
         return 1;
     }

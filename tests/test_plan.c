@@ -42,7 +42,7 @@
 #include "compiler/emit/plan_write.h"
 #include "compiler/schedule/schedule.h"
 #include "runtime/plan_read.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "tests/check.h"
 
 enum { SECTIONS = SEC_COUNT_PLUS_ONE - 1, HEADER_BYTES = 24, ENTRY_BYTES = 24 };
@@ -244,12 +244,12 @@ static Plan *build(const char *path, Arena *a, const Variant *v, char **text) {
     Diag diag = {.src = &src, .sink = stdout};
     SemaOptions opt = {.batch = v->batch};
     Model *m = dsl_parse(&src, a, &diag);
-    Graph *g = m ? sema_lower(m, &opt, a, &diag) : NULL;
     static const AdapterPattern norms = {"*n*.weight", 0}; // the norms, and more
     AdapterOptions lora = {.lora_rank = 2, .lora_alpha = 4, .lora_targets = "q_proj,v_proj"};
     AdapterOptions frozen = {.patterns = &norms, .npatterns = 1};
-    if (g && v->adapters && adapters_apply(g, strstr(*text, "q_proj") ? &lora : &frozen, a, &diag) != 0) g = NULL;
-    if (!g || autodiff(g, a, &diag) != 0) {
+    if (v->adapters) opt.adapters = strstr(*text, "q_proj") ? lora : frozen;
+    Graph *g = m ? compile_lower(m, &opt, 1, NULL, a, &diag) : NULL; // (the one compile path's graph)
+    if (!g) {
         printf("FAIL %s: the front end refused it\n", path);
         return NULL;
     }

@@ -31,7 +31,7 @@
 #include "common/io.h"
 #include "compiler/schedule/schedule.h"
 #include "common/verify.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "tests/check.h"
 
 static int verified; // plans verified
@@ -54,8 +54,7 @@ static Graph *load_graph(const char *model, int layers, Arena *a) {
     *src = (Source){.path = model, .text = kept, .len = len};
     Diag d = {.src = src, .sink = stderr};
     Model *m = dsl_parse(src, a, &d);
-    Graph *g = m ? sema_lower(m, NULL, a, &d) : NULL;
-    return g && autodiff(g, a, &d) == 0 ? g : NULL;
+    return m ? compile_lower(m, NULL, 1, NULL, a, &d) : NULL; // (the one compile path's graph)
 }
 
 static int load_target(const char *name, Target *t) {

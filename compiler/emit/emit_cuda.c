@@ -1027,6 +1027,25 @@ static void emit_kernels(Ctx *c, const KirProgram *prog, int bf16, CudaSource *o
     }
 }
 
+// The attention variants of prog into s. 0, or -1 with a message (add_attention).
+static int attention_set(const KirProgram *prog, const Graph *g, const CudaOptions *opt, AttnSet *s, char *err,
+                         size_t errcap) {
+    int bf16 = program_bf16(prog);
+    for (int p = 0; p < PART_COUNT; p++)
+        for (int i = 0; i < prog->parts[p].n; i++) {
+            const KirKernel *k = &prog->parts[p].k[i];
+            if ((k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) &&
+                add_attention(s, k, p, g, opt, bf16, err, errcap) != 0)
+                return -1;
+        }
+    return 0;
+}
+
+int cuda_check(const KirProgram *prog, const Graph *g, const CudaOptions *opt, char *err, size_t errcap) {
+    AttnSet attn = {.n = 0};
+    return attention_set(prog, g, opt, &attn, err, errcap);
+}
+
 int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, CudaSource *out, char *err,
               size_t errcap) {
     memset(out, 0, sizeof *out);
@@ -1037,15 +1056,10 @@ int cuda_emit(const KirProgram *prog, const Graph *g, const CudaOptions *opt, Cu
     if (!out->info) goto oom;
     int bf16 = program_bf16(prog);
     AttnSet attn = {.n = 0};
-    for (int p = 0; p < PART_COUNT; p++)
-        for (int i = 0; i < prog->parts[p].n; i++) {
-            const KirKernel *k = &prog->parts[p].k[i];
-            if ((k->kind == KK_ATTN || k->kind == KK_ATTN_BWD) &&
-                add_attention(&attn, k, p, g, opt, bf16, err, errcap) != 0) {
-                cuda_source_free(out);
-                return -1;
-            }
-        }
+    if (attention_set(prog, g, opt, &attn, err, errcap) != 0) {
+        cuda_source_free(out);
+        return -1;
+    }
     emit_prelude(&c.e, c.g, prog, opt, bf16, &attn);
     emit_attention_instances(&c.e, bf16, &attn);
     out->nattn = attn.n;

@@ -87,6 +87,15 @@ typedef struct CudaSource {
 // KA_ACC64 accumulator, whose pointer is its f64 scratch.
 int cuda_arg_bf16(const KirArg *a);
 
+// Whether opt->arch runs every kernel of prog: mt has a CUDA attention
+// kernel for each head size it uses (the fp32 template takes one head width,
+// the tensor-core one bf16 heads of 64, 128, 192 or 256) within the arch's
+// shared memory. What cuda_emit refuses, without generating anything: 0, or
+// -1 with a located message in err. The compile path (compiler/compile.c)
+// asks it before it schedules for a GPU target, so that --explain, --explore
+// and -o refuse such a model alike.
+int cuda_check(const KirProgram *prog, const Graph *g, const CudaOptions *opt, char *err, size_t errcap);
+
 // Emits every kernel of prog into one translation unit. g names the ops for
 // the origin of each line. Returns 0, or -1 with a message in err (a head
 // size whose attention kernels do not fit the arch's shared memory, out of

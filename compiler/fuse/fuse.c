@@ -1297,35 +1297,31 @@ static int fuse_part(const Part *part, DType compute, Arena *a, KirSet *out, cha
     return f.failed ? -1 : 0;
 }
 
+static _Atomic long runs; // fuse's calls, for fuse_runs
+
+long fuse_runs(void) { return runs; }
+
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap) {
+    runs++;
     *prog = (KirProgram){.nparts = graph_nparts(g)};
     for (int pk = 0; pk < prog->nparts; pk++)
         if (fuse_part(&g->parts[pk], g->train.compute, a, &prog->parts[pk], err, errcap) != 0) return -1;
     return 0;
 }
 
-int fuse_spans(const Part *part, int *kfirst, int *kanchor) {
-    Arena a = {0};
-    KirSet s;
-    char err[256];
+void fuse_spans(const Part *part, const KirSet *s, int *kfirst, int *kanchor) {
     for (int i = 0; i < part->nodes.n; i++) kfirst[i] = kanchor[i] = i;
-    if (fuse_part(part, DT_F32, &a, &s, err, sizeof err) != 0) { // (spans do not depend on the storage)
-        arena_free(&a);
-        return -1;
-    }
-    for (int i = 0; i < s.n; i++) {
-        const KirKernel *k = &s.k[i];
+    for (int i = 0; i < s->n; i++) {
+        const KirKernel *k = &s->k[i];
         if (!kir_is_launched(k) || k->anchor < 0) continue;
         int first = k->first;
-        const KirKernel *e = k->kind == KK_GEMM && k->gemm.epilogue >= 0 ? &s.k[k->gemm.epilogue] : NULL;
+        const KirKernel *e = k->kind == KK_GEMM && k->gemm.epilogue >= 0 ? &s->k[k->gemm.epilogue] : NULL;
         if (e && e->first < first) first = e->first;
         for (int n = first; n <= k->anchor && n < part->nodes.n; n++) {
             if (kfirst[n] > first) kfirst[n] = first;
             if (kanchor[n] < k->anchor) kanchor[n] = k->anchor;
         }
     }
-    arena_free(&a);
-    return 0;
 }
 
 // ---------------------------------------------------------------- reporting

@@ -20,16 +20,21 @@
 #include "common/kir.h"
 
 // Builds the kernels of every part into prog, allocated in a. Returns 0, or
-// -1 with a message naming the node it could not lower in err.
+// -1 with a message naming the node it could not lower in err. One compile
+// fuses each graph it lowers once (compiler/compile.c keeps the program in
+// Graph.kernels for the stages after it); fuse_runs counts the calls in this
+// process, for the test that checks it (tests/test_compile.c).
 int fuse(const Graph *g, Arena *a, KirProgram *prog, char *err, size_t errcap);
+long fuse_runs(void);
 
 // Node lifetimes for an arena layout, as the fused kernels need them: a
 // kernel reads its arguments and writes its results while it runs, which is
 // at its anchor, and its results may be written from its first node on.
 // Node i is computed by a kernel that runs at node kanchor[i] (reading its
 // operands there) and may write from node kfirst[i] on; nodes no kernel
-// computes get i, i. Returns 0, or -1 when the part cannot be fused (out of memory).
-int fuse_spans(const Part *part, int *kfirst, int *kanchor);
+// computes get i, i. s: the part's kernels, as fuse made them (the spans do
+// not depend on the storage dtype).
+void fuse_spans(const Part *part, const KirSet *s, int *kfirst, int *kanchor);
 
 // What --dump-kernels counts, per part and direction (0 forward, 1 backward).
 // An op is a node that computes: not an input, parameter, view, reshape,

@@ -1,6 +1,7 @@
 #include "compiler/report/explain.h"
 
 #include <errno.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -22,12 +23,51 @@ static const char *attention_kernel(int kinds) {
     }
 }
 
+// One JSON object's fields: numbers through json_num (null when not
+// finite), with the names of those written null kept for its why_null.
+typedef struct JsonObj {
+    FILE *out;
+    const char *sep; // before the next field: "" first, then ", "
+    char nulls[320];
+} JsonObj;
+
+static void jnum(JsonObj *o, const char *name, const char *fmt, double v) {
+    fprintf(o->out, "%s\"%s\": ", o->sep, name);
+    json_num(o->out, fmt, v);
+    o->sep = ", ";
+    size_t n = strlen(o->nulls);
+    if (!isfinite(v)) snprintf(o->nulls + n, sizeof o->nulls - n, "%s%s", n ? ", " : "", name);
+}
+
+// ", "why_null": "FIELDS: why"" when a number of o was written null.
+static void jwhy(JsonObj *o, const char *why) {
+    if (!o->nulls[0]) return;
+    char s[1024];
+    snprintf(s, sizeof s, "%s: %s", o->nulls, why);
+    fprintf(o->out, "%s\"why_null\": ", o->sep);
+    json_str(o->out, s);
+}
+
+// Why a row's numbers are not finite: a step of no finite time (ranks with
+// no path between them on t: their collectives never end), else a division
+// by a time or a bound of 0 s.
+static void null_why(char *why, size_t cap, double step_s, int ranks, const Target *t) {
+    if (isfinite(step_s)) snprintf(why, cap, "not finite: a division by a time or a bound of 0 s");
+    else if (ranks > 1)
+        snprintf(why, cap,
+                 "not finite: %d ranks have no path between them on %s (no link between its GPUs or between its "
+                 "nodes), so their collectives, and the step, take no finite time",
+                 ranks, t->name);
+    else snprintf(why, cap, "not finite: the cost model gives the step no finite time on %s", t->name);
+}
+
 // The scale-out rows, one JSON object (mtc --ranks N --explain --json).
-static void scaleout_json(FILE *out, const ScaleOut *so) {
+static void scaleout_json(FILE *out, const Target *t, const ScaleOut *so) {
     fprintf(out,
-            ",\n \"scaleout\": {\"ranks\": %d, \"ranks_per_node\": %d, \"nodes\": %d, \"store_bytes\": %.0f, "
-            "\"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ",
-            so->ranks, so->per_node, so->nodes, so->store_bytes, so->nodes_needed, so->ranks_needed);
+            ",\n \"scaleout\": {\"ranks\": %d, \"ranks_per_node\": %d, \"nodes\": %d, \"store_bytes\": ", so->ranks,
+            so->per_node, so->nodes);
+    json_num(out, "%.0f", so->store_bytes);
+    fprintf(out, ", \"nodes_needed\": %d, \"ranks_needed\": %d, \"chosen\": ", so->nodes_needed, so->ranks_needed);
     json_str(out, so->chosen >= 0 ? SCALE_NAMES[so->chosen] : "");
     fprintf(out, ", \"plan\": ");
     json_str(out, so->plan >= 0 ? SCALE_NAMES[so->plan] : "");
@@ -40,15 +80,26 @@ static void scaleout_json(FILE *out, const ScaleOut *so) {
         const ScaleRow *r = i < 0 ? &so->one : &so->rows[i];
         fprintf(out, "   {\"name\": ");
         json_str(out, i < 0 ? "one-gpu" : SCALE_NAMES[i]);
-        fprintf(out,
-                ", \"ranks\": %d, \"fits\": %s, \"step_s\": %.6g, \"tokens_per_s\": %.6g, \"model_flops_per_gpu\": "
-                "%.6g, \"link_bytes_per_rank\": %.0f, \"interconnect_bytes_per_rank\": %.0f, \"collective_s\": %.6g, "
-                "\"host_bytes_per_rank\": %.0f, \"tier_bytes_per_rank\": %.0f, \"tier_s\": %.6g, \"tier_holds\": "
-                "\"%s\", \"node_host_bytes\": %.0f, \"host_memory_s\": %.6g, \"optimizer_s\": %.6g, \"bound_s\": "
-                "%.6g, \"schedule\": ",
-                r->ranks, r->fits ? "true" : "false", r->step_s, r->tokens_per_s, r->model_flops_per_gpu, r->link_bytes,
-                r->interconnect_bytes, r->collective_s, r->host_bytes, r->tier_bytes, r->tier_s,
-                PLACE_NAMES[r->tier_level], r->node_host_bytes, r->host_memory_s, r->optimizer_s, r->bound_s);
+        fprintf(out, ", \"ranks\": %d, \"fits\": %s", r->ranks, r->fits ? "true" : "false");
+        JsonObj o = {.out = out, .sep = ", "};
+        jnum(&o, "step_s", "%.6g", r->step_s);
+        jnum(&o, "tokens_per_s", "%.6g", r->tokens_per_s);
+        jnum(&o, "model_flops_per_gpu", "%.6g", r->model_flops_per_gpu);
+        jnum(&o, "link_bytes_per_rank", "%.0f", r->link_bytes);
+        jnum(&o, "interconnect_bytes_per_rank", "%.0f", r->interconnect_bytes);
+        jnum(&o, "collective_s", "%.6g", r->collective_s);
+        jnum(&o, "host_bytes_per_rank", "%.0f", r->host_bytes);
+        jnum(&o, "tier_bytes_per_rank", "%.0f", r->tier_bytes);
+        jnum(&o, "tier_s", "%.6g", r->tier_s);
+        fprintf(out, ", \"tier_holds\": \"%s\"", PLACE_NAMES[r->tier_level]);
+        jnum(&o, "node_host_bytes", "%.0f", r->node_host_bytes);
+        jnum(&o, "host_memory_s", "%.6g", r->host_memory_s);
+        jnum(&o, "optimizer_s", "%.6g", r->optimizer_s);
+        jnum(&o, "bound_s", "%.6g", r->bound_s);
+        char why[512];
+        null_why(why, sizeof why, r->step_s, r->ranks, t);
+        jwhy(&o, why);
+        fprintf(out, ", \"schedule\": ");
         json_str(out, r->schedule);
         fprintf(out, ", \"reason\": ");
         json_str(out, r->fits ? "" : r->why);
@@ -139,63 +190,97 @@ static void scaleout_text(FILE *out, const Graph *g, const Target *t, const Scal
     tier_lines(out, t, so);
 }
 
+// One policy row of --explain --json: its plan's figures (none when it was
+// not searched), whether it fits and is chosen.
+static void row_json(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *r,
+                     const char *name, int chosen) {
+    double acc = (double)g->train.accumulate;
+    double tokens = (double)(g->train.batch * g->train.seq) * acc; // a step's
+    const Cost *c = &r->cost;
+    fprintf(out, "  {\"name\": ");
+    json_str(out, name);
+    if (!r->plan) { // not searched
+        fprintf(out, ", \"fits\": false, \"chosen\": false, \"reason\": ");
+        json_str(out, r->why);
+        fprintf(out, "}");
+        return;
+    }
+    fprintf(out, ", \"schedule\": ");
+    json_str(out, r->plan->schedule);
+    JsonObj o = {.out = out, .sep = ", "};
+    jnum(&o, "predicted_step_s", "%.6g", c->step_s);
+    jnum(&o, "tokens_per_s", "%.6g", tokens / c->step_s);
+    jnum(&o, "ratio_physical", "%.4f", c->step_s / b->physical_s);
+    jnum(&o, "ratio_exact", "%.4f", c->step_s / b->exact_s);
+    fprintf(out,
+            ", \"device_peak_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, \"host_bytes\": %lld, "
+            "\"host_activation_bytes\": %lld",
+            (long long)c->device_peak_bytes, (long long)r->plan->arena_bytes, (long long)r->plan->scratch_bytes,
+            (long long)c->host_bytes, (long long)r->plan->host_act_bytes);
+    jnum(&o, "link_bytes_per_step", "%.0f", (double)(c->copy_in_bytes + c->copy_out_bytes) * acc);
+    jnum(&o, "weight_crossings", "%.3f", c->weight_crossings);
+    jnum(&o, "recompute_s", "%.6g", c->recompute_s * acc);
+    jnum(&o, "compute_s", "%.6g", c->compute_s * acc);
+    jnum(&o, "gemm_s", "%.6g", c->gemm_s * acc);
+    jnum(&o, "attention_s", "%.6g", c->attention_s * acc);
+    fprintf(out, ", \"attention_kernel\": \"%s\", \"tier\": \"%s\"", attention_kernel(c->attention_kinds),
+            PLACE_NAMES[c->place.level]);
+    jnum(&o, "ram_bytes_per_param", "%.6g", c->place.ram_per_param);
+    jnum(&o, "tier_bytes_per_param", "%.6g", c->place.tier_per_param);
+    fprintf(out, ", \"tier_bytes\": %lld", (long long)c->place.tier_bytes);
+    jnum(&o, "tier_s", "%.6g", c->place.tier_s);
+    char why[512];
+    null_why(why, sizeof why, c->step_s, r->choice.ranks, t);
+    jwhy(&o, why);
+    fprintf(out, ", \"fits\": %s, \"chosen\": %s", r->fits ? "true" : "false", chosen ? "true" : "false");
+    if (!r->fits) {
+        fprintf(out, ", \"reason\": ");
+        json_str(out, r->why);
+    }
+    fprintf(out, "}");
+}
+
+// explain_print's JSON: one object, the bounds, a row a policy and, with
+// ranks, the scale-out strategies. Every number through json_num: one that
+// is not finite is null, and the object's why_null says why.
+static void explain_json(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
+                         const char *const *names, int nrows, int chosen, const ScaleOut *so) {
+    fprintf(out, "{\"target\": ");
+    json_str(out, t->name);
+    fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"compute_dtype\": \"%s\",\n",
+            (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
+            dtype_name(g->train.compute));
+    fprintf(out, " \"bounds\": {");
+    JsonObj o = {.out = out, .sep = ""};
+    jnum(&o, "physical_s", "%.6g", b->physical_s);
+    jnum(&o, "exact_s", "%.6g", b->exact_s);
+    jnum(&o, "compute_s", "%.6g", b->compute_s);
+    jnum(&o, "in_s", "%.6g", b->in_s);
+    jnum(&o, "out_s", "%.6g", b->out_s);
+    jnum(&o, "host_s", "%.6g", b->host_s);
+    jnum(&o, "host_memory_s", "%.6g", b->host_memory_s);
+    jnum(&o, "update_s", "%.6g", b->update_s);
+    jnum(&o, "backward_s", "%.6g", b->backward_s);
+    jnum(&o, "tier_s", "%.6g", b->tier_s);
+    jnum(&o, "comm_s", "%.6g", b->comm_s);
+    jnum(&o, "turn_s", "%.6g", b->turn_s);
+    jwhy(&o, "not finite: a bound of no finite time on this target (a rate of 0 in its profile)");
+    fprintf(out, "},\n \"policies\": [\n");
+    for (int i = 0; i < nrows; i++) {
+        row_json(out, g, t, b, &rows[i], names[i], i == chosen);
+        fprintf(out, "%s\n", i + 1 < nrows ? "," : "");
+    }
+    fprintf(out, "]");
+    if (so) scaleout_json(out, t, so);
+    fprintf(out, "}\n");
+}
+
 void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, const SchedResult *rows,
                    const char *const *names, int nrows, int chosen, const ScaleOut *so, int json) {
     double acc = (double)g->train.accumulate;
     double tokens = (double)(g->train.batch * g->train.seq) * acc; // a step's
     if (json) {
-        fprintf(out, "{\"target\": ");
-        json_str(out, t->name);
-        fprintf(out, ", \"batch\": %lld, \"seq\": %lld, \"accumulate\": %lld, \"compute_dtype\": \"%s\",\n",
-                (long long)g->train.batch, (long long)g->train.seq, (long long)g->train.accumulate,
-                dtype_name(g->train.compute));
-        fprintf(out,
-                " \"bounds\": {\"physical_s\": %.6g, \"exact_s\": %.6g, \"compute_s\": %.6g, \"in_s\": %.6g, "
-                "\"out_s\": %.6g, \"host_s\": %.6g, \"host_memory_s\": %.6g, \"update_s\": %.6g, \"backward_s\": %.6g, "
-                "\"tier_s\": %.6g, \"comm_s\": %.6g, \"turn_s\": %.6g},\n"
-                " \"policies\": [\n",
-                b->physical_s, b->exact_s, b->compute_s, b->in_s, b->out_s, b->host_s, b->host_memory_s, b->update_s,
-                b->backward_s, b->tier_s, b->comm_s, b->turn_s);
-        for (int i = 0; i < nrows; i++) {
-            const SchedResult *r = &rows[i];
-            const Cost *c = &r->cost;
-            fprintf(out, "  {\"name\": ");
-            json_str(out, names[i]);
-            if (!r->plan) { // not searched
-                fprintf(out, ", \"fits\": false, \"chosen\": false, \"reason\": ");
-                json_str(out, r->why);
-                fprintf(out, "}%s\n", i + 1 < nrows ? "," : "");
-                continue;
-            }
-            fprintf(out, ", \"schedule\": ");
-            json_str(out, r->plan ? r->plan->schedule : "");
-            fprintf(out,
-                    ", \"predicted_step_s\": %.6g, \"tokens_per_s\": %.6g, \"ratio_physical\": %.4f, "
-                    "\"ratio_exact\": %.4f, "
-                    "\"device_peak_bytes\": %lld, \"arena_bytes\": %lld, \"scratch_bytes\": %lld, "
-                    "\"host_bytes\": %lld, \"host_activation_bytes\": %lld, "
-                    "\"link_bytes_per_step\": %.0f, "
-                    "\"weight_crossings\": %.3f, \"recompute_s\": %.6g, \"compute_s\": %.6g, \"gemm_s\": %.6g, "
-                    "\"attention_s\": %.6g, \"attention_kernel\": \"%s\", \"tier\": \"%s\", "
-                    "\"ram_bytes_per_param\": %.6g, \"tier_bytes_per_param\": %.6g, \"tier_bytes\": %lld, "
-                    "\"tier_s\": %.6g, \"fits\": %s, \"chosen\": %s",
-                    c->step_s, tokens / c->step_s, c->step_s / b->physical_s, c->step_s / b->exact_s,
-                    (long long)c->device_peak_bytes, (long long)r->plan->arena_bytes, (long long)r->plan->scratch_bytes,
-                    (long long)c->host_bytes, (long long)r->plan->host_act_bytes,
-                    (double)(c->copy_in_bytes + c->copy_out_bytes) * acc, c->weight_crossings, c->recompute_s * acc,
-                    c->compute_s * acc, c->gemm_s * acc, c->attention_s * acc, attention_kernel(c->attention_kinds),
-                    PLACE_NAMES[c->place.level], c->place.ram_per_param, c->place.tier_per_param,
-                    (long long)c->place.tier_bytes, c->place.tier_s, r->fits ? "true" : "false",
-                    i == chosen ? "true" : "false");
-            if (!r->fits) {
-                fprintf(out, ", \"reason\": ");
-                json_str(out, r->why);
-            }
-            fprintf(out, "}%s\n", i + 1 < nrows ? "," : "");
-        }
-        fprintf(out, "]");
-        if (so) scaleout_json(out, so);
-        fprintf(out, "}\n");
+        explain_json(out, g, t, b, rows, names, nrows, chosen, so);
         return;
     }
     fprintf(out, "model %s on %s: batch %lld, seq %lld, accumulate %lld, compute %s\n", g->model_name, t->name,

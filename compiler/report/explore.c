@@ -2,6 +2,8 @@
 // drawn (explore.h).
 #include "compiler/report/explore.h"
 
+#include "common/json.h"
+
 #include <errno.h>
 #include <math.h>
 #include <stdlib.h>
@@ -96,10 +98,13 @@ void explore_print(FILE *out, const Exploration *x, int json) {
         return;
     }
     int nb = batches(x, b);
-    if (json)
-        fprintf(out, "{\"model\": \"%s\", \"target\": \"%s\", \"seq\": %lld, \"batches\": [\n", x->model, x->target,
-                (long long)x->seq);
-    else
+    if (json) {
+        fprintf(out, "{\"model\": ");
+        json_str(out, x->model);
+        fprintf(out, ", \"target\": ");
+        json_str(out, x->target);
+        fprintf(out, ", \"seq\": %lld, \"batches\": [\n", (long long)x->seq);
+    } else
         fprintf(out,
                 "model %s on %s, seq %lld: the Pareto frontier of the searched schedules at each batch\n"
                 "(predicted tokens a second against device and host memory; %d plans costed)\n",
@@ -110,12 +115,17 @@ void explore_print(FILE *out, const Exploration *x, int json) {
         else fprintf(out, "batch %lld:%s\n", (long long)b[k], nf ? "" : " nothing fits");
         for (int i = 0; i < nf; i++) {
             const ExplorePoint *p = &x->pts[idx[i]];
-            if (json)
-                fprintf(out,
-                        "%s{\"tokens_per_s\": %.6g, \"device_bytes\": %.0f, \"host_bytes\": %.0f, \"schedule\": "
-                        "\"%s\"}",
-                        i ? ", " : "", p->tokens_per_s, p->device_bytes, p->host_bytes, p->schedule);
-            else
+            if (json) { // (a point on the frontier fits: its figures are finite, json_num all the same)
+                fprintf(out, "%s{\"tokens_per_s\": ", i ? ", " : "");
+                json_num(out, "%.6g", p->tokens_per_s);
+                fprintf(out, ", \"device_bytes\": ");
+                json_num(out, "%.0f", p->device_bytes);
+                fprintf(out, ", \"host_bytes\": ");
+                json_num(out, "%.0f", p->host_bytes);
+                fprintf(out, ", \"schedule\": ");
+                json_str(out, p->schedule);
+                fprintf(out, "}");
+            } else
                 fprintf(out, "  %12.4g tokens/s  %9.4g GB device  %9.4g GB host  %s\n", p->tokens_per_s,
                         p->device_bytes / 1e9, p->host_bytes / 1e9, p->schedule);
         }
@@ -132,8 +142,11 @@ void explore_print(FILE *out, const Exploration *x, int json) {
         else fprintf(out, "  %-14s", policy_name((Policy)pol));
         for (int k = 0; k < nb; k++) {
             double t = best_of(x, (Policy)pol, b[k]);
-            if (json) fprintf(out, "%s[%lld, %.6g]", k ? ", " : "", (long long)b[k], t);
-            else if (t > 0) fprintf(out, " %10.4g", t);
+            if (json) {
+                fprintf(out, "%s[%lld, ", k ? ", " : "", (long long)b[k]);
+                json_num(out, "%.6g", t);
+                fprintf(out, "]");
+            } else if (t > 0) fprintf(out, " %10.4g", t);
             else fprintf(out, " %10s", "-");
         }
         fprintf(out, json ? "]" : "\n");

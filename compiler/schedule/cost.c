@@ -291,20 +291,18 @@ double cost_kernel_s(const Graph *g, int part, const KirSet *s, int i, const Tar
     return heavy + light;
 }
 
-// Fuses the graph as mtc -o does and prices every launched kernel.
+// Prices every launched kernel of the graph's fused program (Graph.kernels,
+// as mtc -o writes it; -1 when the graph was not fused).
 static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
-    Arena a = {0};
-    KirProgram prog;
-    char err[256];
     *kt = (KernelTimes){0};
-    int rc = fuse(g, &a, &prog, err, sizeof err);
+    int rc = g->kernels ? 0 : -1;
     for (int pk = 0; pk < PART_COUNT && rc == 0; pk++) {
         int n = g->parts[pk].nodes.n;
         kt->heavy[pk] = calloc((size_t)n + 1, sizeof(double));
         kt->attn[pk] = calloc((size_t)n + 1, sizeof(double));
         kt->light[pk] = calloc((size_t)n + 1, sizeof(double));
         if (!kt->heavy[pk] || !kt->attn[pk] || !kt->light[pk]) rc = -1;
-        const KirSet *s = &prog.parts[pk];
+        const KirSet *s = &g->kernels->parts[pk];
         for (int i = 0; i < s->n && rc == 0; i++) {
             const KirKernel *k = &s->k[i];
             if (!kir_is_launched(k)) continue;
@@ -316,7 +314,6 @@ static int kernel_times(const Graph *g, const Target *t, KernelTimes *kt) {
             if (k->kind != KK_GEMM && k->kind != KK_EXPR && k->kind != KK_NODE) kt->attn_kinds |= attn_kind(k, t);
         }
     }
-    arena_free(&a);
     return rc;
 }
 

@@ -243,20 +243,14 @@ int prepare_parts(Graph *g, Arena *a) {
     int chunks = block->nchunks > tail->nchunks ? block->nchunks : tail->nchunks;
     int *ranges = arena_alloc(a, (size_t)(4 * chunks + 8) * 2 * sizeof(int));
     if (!ranges) return -1;
-    if (!g->kernel_scratch) { // the fused kernels' device scratch, as mtc -o writes them (mtc.c)
-        Arena ka = {0};
-        KirProgram prog;
-        char err[256];
-        int rc = fuse(g, &ka, &prog, err, sizeof err);
-        if (rc == 0) g->kernel_scratch = program_scratch_bytes(&prog, g);
-        arena_free(&ka);
-        if (rc != 0) return -1;
-    }
+    if (!g->kernels) return -1; // (the compile path fuses every graph it schedules: compiler/compile.c)
+    if (!g->kernel_scratch) g->kernel_scratch = program_scratch_bytes(g->kernels, g); // as mtc -o writes them
     for (int pk = 0; pk < graph_nparts(g); pk++) {
         Part *part = &g->parts[pk];
         int *first = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int)),
             *anchor = arena_alloc(a, (size_t)(part->nodes.n + 1) * sizeof(int));
-        if (!first || !anchor || fuse_spans(part, first, anchor) != 0) return -1;
+        if (!first || !anchor) return -1;
+        fuse_spans(part, &g->kernels->parts[pk], first, anchor);
         part->span_first = first, part->span_anchor = anchor;
         BlockNeeds need = {0};
         if (part_is_block(pk) && block_needs(part, g->train.compute, a, &need) != 0) return -1;

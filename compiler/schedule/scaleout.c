@@ -389,5 +389,5 @@ int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, s
     ScaleOut o;
     if (compare(g, t, ranks, 0, SCALE_SHARDED_TIER + 1, NULL, a, &o, why, whycap) != 0) return -1;
     snprintf(why, whycap, "%s", o.why_chosen);
-    return o.chosen < 0 || o.chosen == SCALE_SHARDED_TIER ? SCALE_SHARDED : o.chosen;
+    return o.chosen == SCALE_SHARDED_TIER ? SCALE_SHARDED : o.chosen; // (-1: neither fits, as --explain --ranks says)
 }

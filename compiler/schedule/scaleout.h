@@ -88,9 +88,11 @@ int scaleout_compare(Graph *g, const Target *t, int ranks, int want_nodes, const
 //
 // What the scheduler's `--shard auto` uses: SCALE_SHARDED or
 // SCALE_REPLICATED, whichever fits and predicts the shorter step (sharded
-// when both fit within 0.1%, or neither fits: it needs the least memory;
-// sharded+tier, when only it fits, is SCALE_SHARDED: its plan is sharded);
-// why (cut to whycap) says so in words. -1 with the message in why on error.
+// when both fit within 0.1%; sharded+tier, when only it fits, is
+// SCALE_SHARDED: its plan is sharded); why (cut to whycap) says so in
+// words. -1 with the message in why on error, or when no layout fits the
+// ranks ("neither fits: ...", what --explain --ranks says), so that -o
+// refuses such a plan as --explain does.
 int scaleout_choose(Graph *g, const Target *t, int ranks, Arena *a, char *why, size_t whycap);
 
 // The profile one rank of `ranks` searches its sharded plan on: its share of

@@ -188,8 +188,14 @@ oom:
     return NULL;
 }
 
+int schedule_prepare(Graph *g, Arena *a, char *err, size_t errcap) {
+    if (!g->kernels) return snprintf(err, errcap, "internal error: a graph scheduled before it was fused"), -1;
+    if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), -1;
+    return 0;
+}
+
 Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap) {
-    if (prepare_parts(g, a) != 0) return snprintf(err, errcap, "out of memory while scheduling"), NULL;
+    if (schedule_prepare(g, a, err, errcap) != 0) return NULL;
     return build(g, t, c, UP_TO_EVAL, a, err, errcap);
 }
 

@@ -57,6 +57,13 @@ typedef struct SchedChoice {
     int sharded;         // with ranks > 1: each rank owns a shard of the host store (Plan.sharded), else replicated
 } SchedChoice;
 
+// What the scheduler keeps of a graph for all its searches (the fused
+// kernels' spans, every part's layouts), made once, in a: call it before any
+// search whose arena marks could take them (compiler/compile.c does, after
+// it fuses g into Graph.kernels, which the scheduler needs). Returns 0, or
+// -1 with a message in err.
+int schedule_prepare(Graph *g, Arena *a, char *err, size_t errcap);
+
 // Builds the plan for one choice (device_limit set from t). Returns NULL
 // with a message in err.
 Plan *schedule_build(Graph *g, const Target *t, const SchedChoice *c, Arena *a, char *err, size_t errcap);

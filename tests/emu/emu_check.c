@@ -51,10 +51,9 @@
 #include "common/attention.h"
 #include "compiler/emit/cuda/sources.h"
 #include "compiler/emit/emit_cuda.h"
-#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
 #include "compiler/emit/nvrtc.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
 #include "tests/check.h"
@@ -666,15 +665,15 @@ static void check_plans(char **paths, int npaths) {
         Model *model = dsl_parse(&src, &arena, &diag);
         FILE *quiet = tmpfile(); // a model whose tables stop short of PLAN_T: its own seq
         Diag dq = {.src = &src, .sink = quiet ? quiet : stdout};
-        Graph *g = model ? sema_lower(model, &so, &arena, &dq) : NULL;
+        Graph *g = model ? compile_lower(model, &so, 1, NULL, &arena, &dq) : NULL; // (the one compile path)
         if (quiet) fclose(quiet);
-        if (model && !g) so.seq = 0, g = sema_lower(model, &so, &arena, &diag);
+        if (model && !g) so.seq = 0, g = compile_lower(model, &so, 1, NULL, &arena, &diag);
         KirProgram prog;
         char err[8192] = "";
         CudaOptions opt = {.arch = "sm_90", .model_path = path};
         CudaSource cs = {0};
-        if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
-            cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
+        if (g) prog = *g->kernels;
+        if (!g || cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
             FAIL("%s does not build: %s", path, err);
             arena_free(&arena);
             free(text);
@@ -777,7 +776,7 @@ static void check_model(const char *path) {
     Arena arena = {0};
     SemaOptions so = {.batch = opt_seq ? 1 : 0, .seq = opt_seq}; // 0: the model's own batch and seq
     Model *model = dsl_parse(&src, &arena, &diag);
-    Graph *g = model ? sema_lower(model, &so, &arena, &diag) : NULL;
+    Graph *g = model ? compile_lower(model, &so, 1, NULL, &arena, &diag) : NULL; // (the one compile path)
     KirProgram prog;
     char err[8192] = "";
     // exact_f64: the kernel IR's f64 arithmetic in double, as kir_eval does it.
@@ -785,8 +784,8 @@ static void check_model(const char *path) {
     // angles then differ by 1e-4 relative already at llama-tiny's 64 positions.
     CudaOptions opt = {.arch = "sm_90", .model_path = path, .exact_f64 = 1};
     CudaSource cs = {0};
-    if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
-        cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
+    if (g) prog = *g->kernels;
+    if (!g || cuda_emit(&prog, g, &opt, &cs, err, sizeof err) != 0) {
         FAIL("%s does not build: %s", path, err);
         arena_free(&arena);
         free(text);

@@ -47,10 +47,9 @@
 #include "common/bf16.h"
 #include "compiler/emit/cuda/sources.h"
 #include "compiler/emit/emit_cuda.h"
-#include "compiler/fuse/fuse.h"
 #include "common/graph.h"
 #include "compiler/emit/nvrtc.h"
-#include "compiler/front/passes.h"
+#include "compiler/compile.h"
 #include "runtime/backend/moe_launch.h"
 #include "tests/kir_eval.h"
 #include "tests/emu/attention_host.h"
@@ -517,16 +516,16 @@ static void check_model(const char *path, const char *arch) {
     int capped = kir_cap_vocab(text, opt_vocab);
     SemaOptions so = {.batch = opt_seq ? 1 : 2, .seq = opt_seq ? opt_seq : 64};
     Model *model = dsl_parse(&src, &arena, &diag);
-    Graph *g = model ? sema_lower(model, &so, &arena, &diag) : NULL;
+    Graph *g = model ? compile_lower(model, &so, 1, NULL, &arena, &diag) : NULL; // (the one compile path)
     KirProgram prog;
-    char err[8192];
+    char err[8192] = "";
     // exact_f64: the kernel IR's f64 arithmetic in double, as kir_eval does it
     // (tests/emu/emu_check.c says why)
     CudaOptions opt = {.arch = arch, .model_path = path, .exact_f64 = 1};
     CudaBinary bin;
     CudaSource cs;
-    if (!g || autodiff(g, &arena, &diag) != 0 || fuse(g, &arena, &prog, err, sizeof err) != 0 ||
-        cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
+    if (g) prog = *g->kernels;
+    if (!g || cuda_build(&prog, g, &opt, &bin, &cs, err, sizeof err) != 0) {
         FAIL("%s does not build: %s", path, err);
         arena_free(&arena);
         free(text);
