@@ -36,7 +36,8 @@ static void report(const char *what, const char *err) {
 // differentiated graph. NULL after reporting (through d).
 static Graph *front_end(const Model *m, const SemaOptions *opt, int64_t tile, Arena *a, Diag *d) {
     Graph *g = sema_lower(m, opt, a, d);
-    return g && adapters_apply(g, &opt->adapters, a, d) == 0 && tile_rows(g, tile, a, d) == 0 && autodiff(g, a, d) == 0
+    return g && (!opt || adapters_apply(g, &opt->adapters, a, d) == 0) && tile_rows(g, tile, a, d) == 0 &&
+                   autodiff(g, a, d) == 0
                ? g
                : NULL;
 }
