@@ -18,11 +18,7 @@ int store_grads_bf16(const Plan *p, int holds) {
 }
 
 int64_t store_bytes(const Plan *p, int holds) {
-    const Graph *g = p->graph;
-    int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1);
-    // storage_host_bytes (a frozen parameter's storage dtype only), plus the fp32 master this store still keeps of
-    // a frozen parameter under bf16; their moments and gradients are mapped but never touched
-    return storage_host_bytes(g, store_grads_bf16(p, holds)) + (g->train.compute == DT_BF16 ? 4 * frozen : 0);
+    return storage_host_bytes(p->graph, store_grads_bf16(p, holds)); // a frozen parameter: its storage dtype only
 }
 
 // The arrays of a layer's tier record: m and v, the master, the gradients.
@@ -104,6 +100,39 @@ static int in_segment(const Plan *p, int i, int64_t seg) {
                          : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
+// Whether plan element f lies in a frozen parameter (its padding included),
+// and where that run ends: the run of elements from f, below hi, that are
+// all frozen or all not (never past f's segment).
+static int64_t frozen_run(const Plan *p, int64_t f, int64_t hi, int *frozen) {
+    const Graph *g = p->graph;
+    int64_t seg = plan_segment_of(p, f), end = plan_segment_base(p, seg) + plan_segment_len(p, seg);
+    end = end < hi ? end : hi;
+    *frozen = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (!prm->frozen || !in_segment(p, i, seg)) continue;
+        int64_t lo = plan_param_elem(p, i, seg), up = lo + storage_host_elems_of(shape_numel(&prm->shape));
+        if (f >= lo && f < up) {
+            *frozen = 1;
+            return up < end ? up : end;
+        }
+        if (lo > f && lo < end) end = lo;
+    }
+    return end;
+}
+
+// Frozen elements of plan elements [lo, hi) that this store holds.
+static int64_t frozen_held(const HostStore *s, const Plan *p, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t f = lo, e, a, b; f < hi; f = e) {
+        int frozen;
+        e = frozen_run(p, f, hi, &frozen);
+        store_clip(s, p, plan_segment_of(p, f), f, e - f, &a, &b);
+        n += frozen ? b - a : 0;
+    }
+    return n;
+}
+
 enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
 
 // bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
@@ -145,14 +174,14 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             uint16_t *gb = store_grads_bf16_at(s, off), *gb_pad = store_grads_bf16_at(s, pad); // (s->n: unsharded)
             // (a tier's: touched as they arrive)
             float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
-            // a frozen parameter: its weights only; its moments and gradients never touched (their pages,
-            // the kernel's zero pages, hold no memory)
+            // a frozen parameter: its storage dtype only (under bf16 the copy, not the master); its master,
+            // moments and gradients never touched (their pages, the kernel's zero pages, hold no memory)
             int frozen = ((const Param *)g->params.items[i])->frozen;
             if (frozen) grads = NULL, gb = gb_pad = NULL;
             if (b > a)
-                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram && !frozen ? s->m + off : NULL,
-                                  ram && !frozen ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a,
-                                  s->threads);
+                adamw_first_touch((ram || !s->tier_master) && !(frozen && s->wb) ? s->w + off : NULL,
+                                  ram && !frozen ? s->m + off : NULL, ram && !frozen ? s->v + off : NULL, grads, gb,
+                                  s->wb ? s->wb + off : NULL, b - a, s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
             if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
         }
@@ -287,16 +316,21 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
                         (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
     for (int i = 0; i < 6; i++) {
         if ((i == 4 && p->graph->train.compute != DT_BF16) || (i == 5 && !bf16_grads)) continue; // no bf16 copy, no gb
-        size_t b = i == 4   ? (size_t)s->n * 2 + 64
-                   : i == 5 ? (size_t)(s->n - s->gb_from) * 2 + 64
-                   : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
-                                                                                                             : bytes;
+        int global_only = (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads);
+        size_t b = i == 4        ? (size_t)s->n * 2 + 64
+                   : i == 5      ? (size_t)(s->n - s->gb_from) * 2 + 64
+                   : global_only ? globals
+                                 : bytes;
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
         if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
             store_free(s);
             return -1;
         }
         s->bytes += (int64_t)b - 64;
+        // what it holds: a frozen parameter's elements only in its storage dtype's array (wb, or under f32 w)
+        int64_t frozen = frozen_held(s, p, i == 5 ? s->gb_from : 0, global_only ? p->host_global : plan_host_elems(p));
+        if (i != 4 && (i != 0 || p->graph->train.compute == DT_BF16)) s->bytes -= frozen * (i == 5 ? 2 : 4);
+        else s->frozen += frozen;
     }
     int rc = grads_out_plan(s, p);
     if (rc != 0) {
@@ -399,8 +433,8 @@ void store_flush(HostStore *s, const Plan *p) {
 
 // Copies floats [off, off + n) of an array between the store and buf, in
 // pieces that lie in one segment: RAM, or a layer's record in the tier.
-static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
-                      size_t errcap) {
+static int store_move_plain(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out,
+                            char *err, size_t errcap) {
     float *ram = array == 0 ? s->w : array == 1 ? s->m : s->v;
     while (n > 0) {
         int64_t layer = plan_segment_of(p, off), count;
@@ -430,6 +464,45 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
     return 0;
 }
 
+// The same for floats [off, off + n) of one frozen parameter: its weights
+// from or into its storage dtype (under bf16 the copy: widened out, rounded
+// in); its moments read as zeros, and what is put into them is dropped.
+static int store_move_frozen(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out,
+                             char *err, size_t errcap) {
+    int64_t a, b, at = store_clip(s, p, plan_segment_of(p, off), off, n, &a, &b);
+    // f32: the master is its storage; a sharded store's elements it does not hold: store_move_plain's refusal
+    if ((array == 0 && !s->wb) || a != off || b != off + n)
+        return store_move_plain(s, p, array, off, n, buf, out, err, errcap);
+    for (int64_t k = 0; k < n; k++)
+        if (array == 0 && out) buf[k] = f32_from_bf16(s->wb[at + k]);
+        else if (array == 0) s->wb[at + k] = bf16_from_f32(buf[k]);
+        else if (out) buf[k] = 0.0f;
+    return 0;
+}
+
+static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
+                      size_t errcap) {
+    for (int64_t f = off, e; f < off + n; f = e) {
+        int frozen;
+        e = frozen_run(p, f, off + n, &frozen);
+        int rc = frozen ? store_move_frozen(s, p, array, f, e - f, buf + (f - off), out, err, errcap)
+                        : store_move_plain(s, p, array, f, e - f, buf + (f - off), out, err, errcap);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+void store_get_weights(const HostStore *s, const Plan *p, int64_t off, int64_t n, float *dst) {
+    for (int64_t f = off, e; f < off + n; f = e) {
+        int frozen;
+        e = frozen_run(p, f, off + n, &frozen);
+        int64_t at = store_index(s, p, f);
+        if (frozen && s->wb)
+            for (int64_t k = 0; k < e - f; k++) dst[f - off + k] = f32_from_bf16(s->wb[at + k]);
+        else memcpy(dst + (f - off), s->w + at, (size_t)(e - f) * sizeof *dst);
+    }
+}
+
 int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
     return store_move(s, p, array, off, n, dst, 1, err, errcap);
 }
@@ -456,7 +529,11 @@ int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
         int64_t lo, hi, at = store_slice(s, p, l, &lo, &hi);
         const float *w = store_master(s, p, l, err, errcap);
         if (!w) return -1;
-        for (int64_t i = at; i < at + (hi - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
+        for (int64_t f = lo, e; f < hi; f = e) { // a frozen parameter's copy is all there is of it
+            int frozen;
+            e = frozen_run(p, f, hi, &frozen);
+            for (int64_t i = at + (f - lo); !frozen && i < at + (e - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
+        }
         if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
     }
     return 0;
@@ -493,12 +570,16 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
             int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
             float *w = master + at - (a - plan_param_elem(p, i, l));                 // w[k]: element k of the parameter
+            uint16_t *wb = prm->frozen && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l)) : NULL; // or its copy's
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
-            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
-                w[k] = prm->init == INIT_ONES      ? 1.0f
-                       : prm->init == INIT_ZEROS   ? 0.0f
-                       : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
-                                                   : (float)(prm->init_std * normal_at(key, k));
+            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++) {
+                float x = prm->init == INIT_ONES      ? 1.0f
+                          : prm->init == INIT_ZEROS   ? 0.0f
+                          : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
+                                                      : (float)(prm->init_std * normal_at(key, k));
+                if (wb) wb[k] = bf16_from_f32(x); // a frozen parameter under bf16: no master (store_sync_copy's bits)
+                else w[k] = x;
+            }
         }
         if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }
