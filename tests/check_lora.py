@@ -14,6 +14,8 @@ into mt's --init file) and trains 5 steps of AdamW on the same byte rows:
 - `frozen` in the model file, and --freeze and --train alone: a frozen token table has no gradient in the
   graph, the plan trains as the reference executor does, and exactly the
   frozen tensors come back byte-identical;
+- mtrun's host store holds a frozen parameter at its storage dtype only: its bytes allocated equal
+  mtc --summary's host_bytes for a LoRA plan in f32 and bf16;
 - mtc --lora and --freeze refuse what they cannot do, with exit status 1, and
   mtrun refuses an adapter export that would lose a trained parameter.
 
@@ -150,6 +152,26 @@ def frozen_embedding(mtc, mtrun, model, init_path, tmp):
           f"reference executor's {losses['reference']}")
 
 
+def store_bytes(mtc, mtrun, model, tmp):
+    """mtrun's host store holds a frozen parameter at its storage dtype only (no fp32 master, moments or
+    gradients): the bytes its banner says it allocated equal mtc --summary's host_bytes, in f32 and bf16."""
+    for dtype in ("f32", "bf16"):
+        flags = [model, "--lora", f"rank={RANK},alpha={ALPHA},targets=q_proj,v_proj", "--batch", B, "--seq", T,
+                 "--dtype", dtype, "--target", "tiny-2layers"]
+        p = run(mtc, *flags, "--summary", "--json")
+        if not check(p.returncode == 0, f"mtc --summary --json ({dtype})", p):
+            continue
+        want = json.loads(p.stdout)["host_bytes"]
+        plan = os.path.join(tmp, f"bytes-{dtype}.bin")
+        p = run(mtc, *flags, "-o", plan)
+        if not check(p.returncode == 0, f"mtc --lora ({dtype})", p):
+            continue
+        p = run(mtrun, plan, "--data", DATA, "--steps", 1, "--no-save", "--log", os.path.join(tmp, f"bytes-{dtype}.jsonl"))
+        got = [l for l in p.stdout.splitlines() if "bytes allocated" in l]
+        check(p.returncode == 0 and len(got) == 1 and f"({want} bytes allocated" in got[0],
+              f"{dtype}: mtrun's host store is not mtc's host_bytes ({want}) for a LoRA plan: {got}", p)
+
+
 def dsl_frozen(mtc, tmp):
     """`frozen` in the model file: the param is frozen (--summary counts it at 4 bytes); --train trains it again;
     a model all of whose params are frozen is refused."""
@@ -262,6 +284,7 @@ def main():
         frozen_embedding(mtc, mtrun, model, init_path, tmp)
         adapter_refusal(mtc, mtrun, model, tmp)
         dsl_frozen(mtc, tmp)
+        store_bytes(mtc, mtrun, model, tmp)
     explain_405b(mtc)
     return finish()
 
