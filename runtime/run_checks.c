@@ -194,8 +194,7 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
 // gradients are being accumulated: counted as one layer's.
 int64_t ram_store_bytes(const Run *r) {
     if (r->p->sharded) // this rank's slices
-        return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
-               storage_host_bytes_per_param(r->p->graph->train.compute);
+        return store_shard_bytes(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks);
     if (!r->o->tier_dir) return store_bytes(r->p, 0);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);

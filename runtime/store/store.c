@@ -133,6 +133,28 @@ static int64_t frozen_held(const HostStore *s, const Plan *p, int64_t lo, int64_
     return n;
 }
 
+// Frozen elements of plan elements [lo, hi).
+static int64_t frozen_elems(const Plan *p, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t f = lo, e; f < hi; f = e) {
+        int frozen;
+        e = frozen_run(p, f, hi, &frozen);
+        n += frozen ? e - f : 0;
+    }
+    return n;
+}
+
+int64_t store_shard_bytes(const Plan *p, int rank, int ranks) {
+    DType compute = p->graph->train.compute;
+    int64_t per = storage_host_bytes_per_param(compute), bytes = 0, lo, hi;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+        int64_t base = plan_segment_base(p, seg);
+        bytes += (hi - lo) * per - frozen_elems(p, base + lo, base + hi) * (per - storage_weight_bytes(compute));
+    }
+    return bytes;
+}
+
 enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
 
 // bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
@@ -301,7 +323,7 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     int bf16_grads = ranks == 1 && store_grads_bf16(p, holds); // the layers' gradients as bf16 (gb)
     s->gb_from = p->host_global;
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
-             (long long)(s->shard_at ? s->n * storage_host_bytes_per_param(p->graph->train.compute)
+             (long long)(s->shard_at ? store_shard_bytes(p, rank, ranks)
                                      : store_bytes(p, holds) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {

@@ -126,6 +126,9 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap);
 // Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
 int64_t store_shard_elems(const Plan *p, int rank, int ranks);
+// Bytes of RAM the store of rank `rank` of `ranks` holds: its elements at
+// storage_host_bytes_per_param, a frozen parameter's at its storage dtype.
+int64_t store_shard_bytes(const Plan *p, int rank, int ranks);
 // Where this store keeps segment seg (SEG_TAIL, SEG_HEAD or a layer): the
 // plan elements [*lo, *hi) of it that it holds (all of it unless sharded;
 // may be empty), and the array index of *lo, which sharded checkpoints and
