@@ -198,7 +198,7 @@ int64_t ram_store_bytes(const Run *r) {
     if (!r->o->tier_dir) return store_bytes(r->p, 0);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
-    int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    int64_t record = arrays * ((store_tier_layer(r->p) * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
     return store_bytes(r->p, holds) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }

@@ -24,8 +24,9 @@ int64_t store_bytes(const Plan *p, int holds) {
 // The arrays of a layer's tier record: m and v, the master, the gradients.
 static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS); }
 
-// The tier holds a record a layer, each the largest kind's (host_layer).
-int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p->host_layer * 4 * tier_arrays(holds); }
+int64_t store_tier_bytes(const Plan *p, int holds) {
+    return p->graph->layers * store_tier_layer(p) * 4 * tier_arrays(holds);
+}
 
 int64_t store_shard_elems(const Plan *p, int rank, int ranks) {
     int64_t n = 0, lo, hi;
@@ -142,6 +143,24 @@ static int64_t frozen_elems(const Plan *p, int64_t lo, int64_t hi) {
         n += frozen ? e - f : 0;
     }
     return n;
+}
+
+int64_t store_tier_layer(const Plan *p) {
+    if (!storage_frozen_elems(p->graph, 0)) return p->host_layer;
+    int64_t most = 0;
+    for (int64_t l = 0; l < p->graph->layers; l++) {
+        int64_t base = plan_segment_base(p, l), end = base + plan_segment_len(p, l);
+        int64_t len = end - base - frozen_elems(p, base, end);
+        most = len > most ? len : most;
+    }
+    return most;
+}
+
+// Where plan element f (not frozen) of layer `layer` lies in the layer's
+// tier record: its offset in the segment less the frozen elements before it.
+static int64_t in_tier(const Plan *p, int64_t layer, int64_t f) {
+    int64_t base = plan_segment_base(p, layer);
+    return f - base - frozen_elems(p, base, f);
 }
 
 int64_t store_shard_bytes(const Plan *p, int rank, int ranks) {
@@ -316,7 +335,8 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
                  "it is what streams to the device)");
         return -1;
     }
-    if (tier_dir && !(s->tier = tier_open(tier_dir, p->graph->layers, p->host_layer, tier_arrays(holds), err, errcap)))
+    if (tier_dir &&
+        !(s->tier = tier_open(tier_dir, p->graph->layers, store_tier_layer(p), tier_arrays(holds), err, errcap)))
         return -1;
     s->tier_master = master;
     s->tier_grads = !!(holds & STORE_TIER_GRADS);
@@ -404,7 +424,11 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
     if (!rec) return;
-    memcpy(in_record(s, rec, 3), s->g + off, (size_t)n * sizeof(float));
+    for (int64_t f = off, e; f < off + n; f = e) { // (a frozen parameter's: none)
+        int frozen;
+        e = frozen_run(p, f, off + n, &frozen);
+        if (!frozen) memcpy(in_record(s, rec, 3) + in_tier(p, layer, f), s->g + f, (size_t)(e - f) * sizeof(float));
+    }
     if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     grads_drop(s, off, n);
     s->seg[plan_segment_index(layer)].outs = 0; // zeros again
@@ -417,13 +441,12 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     // The segment's moments (and master): in RAM, or the layer's record
     // staged from the tier.
     float *m = s->m, *v = s->v, *w = s->w, *grad = s->g;
-    int64_t base = 0, wbase = 0, gbase = 0; // the index in m and v (in w, in grad) of the segment's first float
-    if (s->tier && layer >= 0) {
+    int staged = s->tier && layer >= 0;
+    if (staged) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
         v = in_record(s, m, 2);
-        base = store_segment(p, layer, &(int64_t){0});
-        if (s->tier_master) w = in_record(s, m, 0), wbase = base;
-        if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
+        if (s->tier_master) w = in_record(s, m, 0);
+        if (s->tier_grads) grad = in_record(s, m, 3); // put there by store_norm
     }
     // The gradients are zeroed as AdamW reads them, and the padding after
     // each parameter (which a COPY_OUT of the device's layout may add into)
@@ -435,6 +458,9 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        // the index in m and v (in w, in grad) of this parameter's first float less off: a record's in_tier
+        int64_t base = staged ? off - in_tier(p, layer, off) : 0;
+        int64_t wbase = s->tier_master ? base : 0, gbase = s->tier_grads ? base : 0;
         const uint16_t *gb = grad == s->g ? store_grads_bf16_at(s, off) : NULL; // set by COPY_OUT: not zeroed
         if (b > a && gb)
             adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
@@ -478,7 +504,7 @@ static int store_move_plain(HostStore *s, const Plan *p, int array, int64_t off,
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + off;
         if (!at) return -1;
-        if (staged) at = in_record(s, at, array) + (off - start);
+        if (staged) at = in_record(s, at, array) + in_tier(p, layer, off); // (a run of no frozen elements)
         memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
         if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
         off += k, n -= k, buf += k;
@@ -536,11 +562,15 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
 
 // A segment's master for writing or reading it whole: RAM, or its layer's
 // record staged from the tier (then store_release_master). The result is
-// indexed by store offsets (the segment's first float at its offset).
+// indexed by master_index.
 static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
     if (!s->tier_master || layer < 0) return s->w;
     float *rec = tier_acquire(s->tier, layer, err, errcap);
     return rec ? in_record(s, rec, 0) - store_segment(p, layer, &(int64_t){0}) : NULL;
+}
+// The index in store_master's result of store index `at` (not frozen).
+static int64_t master_index(const HostStore *s, const Plan *p, int64_t layer, int64_t at) {
+    return s->tier_master && layer >= 0 ? plan_segment_base(p, layer) + in_tier(p, layer, at) : at;
 }
 static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
     return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;
@@ -554,7 +584,8 @@ int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
         for (int64_t f = lo, e; f < hi; f = e) { // a frozen parameter's copy is all there is of it
             int frozen;
             e = frozen_run(p, f, hi, &frozen);
-            for (int64_t i = at + (f - lo); !frozen && i < at + (e - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
+            const float *from = w + master_index(s, p, l, at + (f - lo)); // (a tier's record: unsharded, at is f)
+            for (int64_t k = 0; !frozen && k < e - f; k++) s->wb[at + (f - lo) + k] = bf16_from_f32(from[k]);
         }
         if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
     }
@@ -591,7 +622,9 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
             int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
-            float *w = master + at - (a - plan_param_elem(p, i, l));                 // w[k]: element k of the parameter
+            float *w = prm->frozen && s->wb ? NULL
+                                            : master + master_index(s, p, seg, at) - (a - plan_param_elem(p, i, l));
+            // w[k]: element k of the parameter
             uint16_t *wb = prm->frozen && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l)) : NULL; // or its copy's
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++) {

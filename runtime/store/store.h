@@ -92,6 +92,10 @@ static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f
 }
 // What a tier holds besides every layer's Adam moments (flags).
 enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
+// Floats of a layer's record in the tier, each array's: the largest layer's
+// elements that are not frozen (a frozen parameter has no moments, master or
+// gradients there: a record holds the rest of the segment in order).
+int64_t store_tier_layer(const Plan *p);
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,
 // and what `holds` says.
 int64_t store_tier_bytes(const Plan *p, int holds);
