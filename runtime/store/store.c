@@ -163,6 +163,33 @@ static int64_t in_tier(const Plan *p, int64_t layer, int64_t f) {
     return f - base - frozen_elems(p, base, f);
 }
 
+static int run_cmp(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+int store_trained_runs(const HostStore *s, const Plan *p, int64_t lo, int64_t hi, int64_t *runs) {
+    int n = 0;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        int64_t slo, shi, at = store_slice(s, p, seg, &slo, &shi);
+        for (int64_t f = slo, e; f < shi; f = e) {
+            int frozen;
+            e = frozen_run(p, f, shi, &frozen);
+            int64_t a = at + (f - slo) > lo ? at + (f - slo) : lo, b = at + (e - slo) < hi ? at + (e - slo) : hi;
+            if (frozen || b <= a) continue;
+            if (runs) runs[2 * n] = a, runs[2 * n + 1] = b;
+            n++;
+        }
+    }
+    if (!runs) return n;
+    qsort(runs, (size_t)n, 2 * sizeof *runs, run_cmp);
+    int k = 0; // the runs that touch merged
+    for (int i = 0; i < n; i++)
+        if (k > 0 && runs[2 * k - 1] >= runs[2 * i]) runs[2 * k - 1] = runs[2 * i + 1];
+        else runs[2 * k] = runs[2 * i], runs[2 * k + 1] = runs[2 * i + 1], k++;
+    return k;
+}
+
 int64_t store_shard_bytes(const Plan *p, int rank, int ranks) {
     DType compute = p->graph->train.compute;
     int64_t per = storage_host_bytes_per_param(compute), bytes = 0, lo, hi;

@@ -130,6 +130,11 @@ int64_t store_segment(const Plan *p, int64_t layer, int64_t *count);
 int store_alloc_shard(HostStore *s, const Plan *p, int rank, int threads, char *err, size_t errcap);
 // Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
 int64_t store_shard_elems(const Plan *p, int rank, int ranks);
+// The runs of array indices in [lo, hi) that hold no frozen element (a
+// frozen parameter's gradients are never touched): into runs[2k] and
+// runs[2k + 1] in order, those that touch merged; returns how many. With
+// runs NULL, returns at most how many there are (what runs must hold).
+int store_trained_runs(const HostStore *s, const Plan *p, int64_t lo, int64_t hi, int64_t *runs);
 // Bytes of RAM the store of rank `rank` of `ranks` holds: its elements at
 // storage_host_bytes_per_param, a frozen parameter's at its storage dtype.
 int64_t store_shard_bytes(const Plan *p, int rank, int ranks);
