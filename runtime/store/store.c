@@ -208,10 +208,15 @@ enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array star
 // kernel's zero pages). *mapped: the length to unmap. NULL when out of
 // memory (the mapping is not MAP_NORESERVE, so the kernel's overcommit
 // check refuses a store larger than the machine, as malloc did, rather
-// than the first touch meeting the OOM killer).
-static void *store_map(size_t bytes, size_t *mapped) {
+// than the first touch meeting the OOM killer). holes: the array has
+// ranges never touched (a frozen parameter's master, moments, gradients):
+// MAP_NORESERVE, so that the kernel does not count them (an fp32 master of
+// llama3-405b's frozen base would be 1.6 TB of a 1.5 TB machine); the fit
+// check (store_bytes, what is held) is then the only refusal up front.
+static void *store_map(size_t bytes, size_t *mapped, int holes) {
     size_t len = (bytes + STORE_HUGE - 1) / STORE_HUGE * STORE_HUGE;
-    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | (holes ? MAP_NORESERVE : 0), -1, 0);
     if (raw == MAP_FAILED) return NULL;
     size_t lead = (STORE_HUGE - ((uintptr_t)raw & (STORE_HUGE - 1))) & (STORE_HUGE - 1);
     if (lead) munmap(raw, lead);
@@ -390,16 +395,17 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
                    : i == 5      ? (size_t)(s->n - s->gb_from) * 2 + 64
                    : global_only ? globals
                                  : bytes;
+        // what it holds: a frozen parameter's elements only in its storage dtype's array (wb, or under f32 w)
+        int64_t frozen = frozen_held(s, p, i == 5 ? s->gb_from : 0, global_only ? p->host_global : plan_host_elems(p));
+        int holes = frozen > 0 && i != 4 && (i != 0 || p->graph->train.compute == DT_BF16);
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
-        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
+        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i])
+                                                   : store_map(b, &s->mapped[i], holes))) {
             store_free(s);
             return -1;
         }
-        s->bytes += (int64_t)b - 64;
-        // what it holds: a frozen parameter's elements only in its storage dtype's array (wb, or under f32 w)
-        int64_t frozen = frozen_held(s, p, i == 5 ? s->gb_from : 0, global_only ? p->host_global : plan_host_elems(p));
-        if (i != 4 && (i != 0 || p->graph->train.compute == DT_BF16)) s->bytes -= frozen * (i == 5 ? 2 : 4);
-        else s->frozen += frozen;
+        s->bytes += (int64_t)b - 64 - (holes ? frozen * (i == 5 ? 2 : 4) : 0);
+        s->frozen += holes ? 0 : frozen;
     }
     int rc = grads_out_plan(s, p);
     if (rc != 0) {
