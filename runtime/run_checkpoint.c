@@ -157,8 +157,9 @@ int run_save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     snprintf(meta.schedule, sizeof meta.schedule, "%s", p->schedule);
     CkptIO io = {store_ckpt_get, store_ckpt_put, r};
     if (run_ranks(r) > 1 ? save_sharded(r, &meta, err, errcap) != 0
-        : r->hs.tier     ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
-                         : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
+        : r->hs.tier || r->hs.frozen
+            ? ckpt_save_io(r->save_dir, r->o->keep, &meta, &io, err, errcap) != 0
+            : ckpt_save(r->save_dir, r->o->keep, &meta, r->hs.w, r->hs.m, r->hs.v, err, errcap) != 0)
         return -1;
     fprintf(r->o->out, "step %6lld  saved a checkpoint in %s\n", (long long)step, r->save_dir);
     return 0;

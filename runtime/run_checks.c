@@ -213,13 +213,12 @@ static int64_t rank_tier_ram_bytes(const Run *r) {
 // gradients are being accumulated: counted as one layer's.
 int64_t ram_store_bytes(const Run *r) {
     if (r->p->sharded && !r->o->tier_dir) // this rank's slices
-        return store_shard_elems(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks) *
-               storage_host_bytes_per_param(r->p->graph->train.compute);
+        return store_shard_bytes(r->p, r->o->dist ? r->o->dist->rank : 0, r->p->ranks);
     if (r->p->sharded) return rank_tier_ram_bytes(r); // its slices less what its tier holds
     if (!r->o->tier_dir) return store_bytes(r->p, 0);
     int holds = plan_tier_holds(r->p);
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
-    int64_t record = arrays * ((r->p->host_layer * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
+    int64_t record = arrays * ((store_tier_layer(r->p) * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
     return store_bytes(r->p, holds) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
            (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
 }

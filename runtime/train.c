@@ -274,19 +274,58 @@ static int open_replay_buffers(Run *r, char *err, size_t errcap) {
     return 0;
 }
 
+// Adds to pin the byte ranges of array `at` (elem bytes an element, its
+// element 0 the store's index `from`) that gradients of store indices
+// [from, to) land in: the runs that hold no frozen element, merged where
+// they share a page (a page is pinned once). Returns the ranges in pin, or
+// -1 out of memory.
+static int pin_trained(const Run *r, HostRange *pin, int npin, char *at, int elem, int64_t from, int64_t to,
+                       const char *what) {
+    int64_t *runs = malloc((size_t)(2 * store_trained_runs(&r->hs, r->p, from, to, NULL) + 2) * sizeof *runs);
+    if (!runs) return -1;
+    int n = store_trained_runs(&r->hs, r->p, from, to, runs);
+    const uintptr_t page = 4096;
+    for (int k = 0; k < n; k++) {
+        char *lo = at + (runs[2 * k] - from) * elem, *hi = at + (runs[2 * k + 1] - from) * elem;
+        HostRange *last = npin > 0 ? &pin[npin - 1] : NULL;
+        if (last && last->what == what &&
+            ((uintptr_t)last->ptr + (uintptr_t)last->bytes - 1) / page >= (uintptr_t)lo / page)
+            last->bytes = hi - (char *)last->ptr;
+        else pin[npin++] = (HostRange){lo, hi - lo, what};
+    }
+    free(runs);
+    return npin;
+}
+
 // The cuda backend, with the host memory its streams copy from and to
 // pinned, and the order its streams replay in. 0, or -1 with a message.
 static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
     const Plan *p = r->p;
+    const HostStore *hs = &r->hs;
     // (and the gradients that a COPY_OUT's copy lands in: a layer's bf16 ones, fp32 ones set where they
-    // hold zeros; not a tier's, a mapping that holds only what is touched)
-    HostRange pin[4] = {{r->hs.wb ? (void *)r->hs.wb : (void *)r->hs.w, r->hs.n * (r->hs.wb ? 2 : 4),
-                         r->hs.wb ? "the bf16 weights" : "the weights"},
-                        {r->act, p->host_act_bytes, "the host activation store"},
-                        {r->hs.g, r->hs.tier_grads ? 0 : (r->hs.gb ? r->hs.gb_from : r->hs.n) * 4,
-                         "the fp32 gradients"},
-                        {r->hs.gb, (r->hs.n - r->hs.gb_from) * 2, "the layers' bf16 gradients"}};
-    if (!(r->be = r->o->cuda_create(p, pin, r->hs.gb ? 4 : 3, r->o->trace, r->o->dist, err, errcap))) return -1;
+    // hold zeros; not a tier's, a mapping that holds only what is touched; not a frozen parameter's, which
+    // never gets one: their pages stay unallocated)
+    int64_t fp32_to = hs->tier_grads ? 0 : hs->gb ? hs->gb_from : hs->n;
+    int most = 2 + store_trained_runs(hs, p, 0, fp32_to, NULL) +
+               (hs->gb ? store_trained_runs(hs, p, hs->gb_from, hs->n, NULL) : 0);
+    HostRange *pin = malloc((size_t)most * sizeof *pin);
+    int npin = 2;
+    if (pin) {
+        pin[0] = (HostRange){hs->wb ? (void *)hs->wb : (void *)hs->w, hs->n * (hs->wb ? 2 : 4),
+                             hs->wb ? "the bf16 weights" : "the weights"};
+        pin[1] = (HostRange){r->act, p->host_act_bytes, "the host activation store"};
+        npin = pin_trained(r, pin, npin, (char *)hs->g, 4, 0, fp32_to, "the fp32 gradients");
+        if (npin >= 0 && hs->gb)
+            npin = pin_trained(r, pin, npin, (char *)hs->gb, 2, hs->gb_from, hs->n, "the layers' bf16 gradients");
+    }
+    if (!pin || npin < 0) {
+        free(pin);
+        snprintf(err, errcap, "out of memory");
+        return -1;
+    }
+    r->be = r->o->cuda_create(p, pin, npin, r->o->trace, r->o->dist, err, errcap);
+    free(pin);
+    if (!r->be) return -1;
     r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
     if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order->kind = REPLAY_STREAMS;
     return 0;

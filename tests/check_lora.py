@@ -14,6 +14,9 @@ into mt's --init file) and trains 5 steps of AdamW on the same byte rows:
 - `frozen` in the model file, and --freeze and --train alone: a frozen token table has no gradient in the
   graph, the plan trains as the reference executor does, and exactly the
   frozen tensors come back byte-identical;
+- mtrun's host store holds a frozen parameter at its storage dtype only: its bytes allocated equal
+  mtc --summary's host_bytes for a LoRA plan in f32 and bf16; the NVMe tier holds none of it, and trains
+  as RAM does;
 - mtc --lora and --freeze refuse what they cannot do, with exit status 1, and
   mtrun refuses an adapter export that would lose a trained parameter.
 
@@ -150,6 +153,64 @@ def frozen_embedding(mtc, mtrun, model, init_path, tmp):
           f"reference executor's {losses['reference']}")
 
 
+def store_bytes(mtc, mtrun, model, tmp):
+    """mtrun's host store holds a frozen parameter at its storage dtype only (no fp32 master, moments or
+    gradients): the bytes its banner says it allocated equal mtc --summary's host_bytes, in f32 and bf16."""
+    for dtype in ("f32", "bf16"):
+        flags = [model, "--lora", f"rank={RANK},alpha={ALPHA},targets=q_proj,v_proj", "--batch", B, "--seq", T,
+                 "--dtype", dtype, "--target", "tiny-2layers"]
+        p = run(mtc, *flags, "--summary", "--json")
+        if not check(p.returncode == 0, f"mtc --summary --json ({dtype})", p):
+            continue
+        want = json.loads(p.stdout)["host_bytes"]
+        plan = os.path.join(tmp, f"bytes-{dtype}.bin")
+        p = run(mtc, *flags, "-o", plan)
+        if not check(p.returncode == 0, f"mtc --lora ({dtype})", p):
+            continue
+        p = run(mtrun, plan, "--data", DATA, "--steps", 1, "--no-save", "--log", os.path.join(tmp, f"bytes-{dtype}.jsonl"))
+        got = [l for l in p.stdout.splitlines() if "bytes allocated" in l]
+        check(p.returncode == 0 and len(got) == 1 and f"({want} bytes allocated" in got[0],
+              f"{dtype}: mtrun's host store is not mtc's host_bytes ({want}) for a LoRA plan: {got}", p)
+
+
+def tier_frozen(mtc, mtrun, model, tmp):
+    """The NVMe tier (--tier-dir) holds no frozen parameter's moments or master: a LoRA plan's tier file holds
+    the adapters' moments only (16 KB, not main's 0.75 MB), and 4 steps with the tier, and with a frozen k_proj
+    under tier=master (tests/tiny-tier-master.target), lose what they lose in RAM, bit for bit."""
+    l8 = os.path.join(tmp, "l8.mt")
+    text = open(model).read().replace("  L = 2                # layers", "  L = 8                # layers")
+    if not check("L = 8" in text, "check_lora.py's 8-layer rewrite of llama-tiny no longer applies"):
+        return
+    open(l8, "w").write(text)
+    for name, flags, most in (
+            ("lora", [model, "--lora", f"rank={RANK},alpha={ALPHA},targets=q_proj,v_proj", "--batch", B, "--seq", T,
+                      "--dtype", "bf16", "--target", "tiny-2layers"], 0.05),
+            ("master", [l8, "--freeze", "*k_proj*", "--dtype", "bf16", "--target", "tests/tiny-tier-master.target"],
+             None)):
+        plan = os.path.join(tmp, f"tier-{name}.bin")
+        p = run(mtc, *flags, "-o", plan)
+        if not check(p.returncode == 0, f"mtc ({name})", p):
+            continue
+        losses = {}
+        for where in ("ram", "tier"):
+            d = os.path.join(tmp, f"tier-{name}-{where}")
+            os.makedirs(d)
+            p = run(mtrun, plan, "--data", DATA, "--steps", 4, "--no-save", "--log", d + ".jsonl",
+                    *(["--tier-dir", d] if where == "tier" else []))
+            if not check(p.returncode == 0, f"{name}: mtrun in {where}", p):
+                break
+            losses[where] = [l.split("tok/s")[0].rsplit(" ", 2)[0] for l in p.stdout.splitlines() if "/4  loss" in l]
+            tier = [l for l in p.stdout.splitlines() if l.startswith("  tier ")]
+            if where == "tier":
+                check(len(tier) == 1 and ("tier=master" in p.stdout) == (name == "master"), f"{name}: {tier}", p)
+            if where == "tier" and most and tier:
+                mb = float(tier[0].split(" MB (scratch")[0].rsplit(" ", 1)[1])
+                check(mb < most, f"{name}: the tier file is {mb} MB, holding frozen parameters' moments")
+        else:
+            check(len(losses["ram"]) == 4 and losses["ram"] == losses["tier"],
+                  f"{name}: the tier's losses {losses['tier']} are not RAM's {losses['ram']}")
+
+
 def dsl_frozen(mtc, tmp):
     """`frozen` in the model file: the param is frozen (--summary counts it at 4 bytes); --train trains it again;
     a model all of whose params are frozen is refused."""
@@ -262,6 +323,8 @@ def main():
         frozen_embedding(mtc, mtrun, model, init_path, tmp)
         adapter_refusal(mtc, mtrun, model, tmp)
         dsl_frozen(mtc, tmp)
+        store_bytes(mtc, mtrun, model, tmp)
+        tier_frozen(mtc, mtrun, model, tmp)
     explain_405b(mtc)
     return finish()
 

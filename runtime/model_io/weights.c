@@ -94,6 +94,8 @@ static int put_master(HostStore *hs, const Plan *p, int64_t off, int64_t n, cons
     if (hs->tier_master) return store_put(hs, p, 0, off, n, src, err, errcap) ? -1 : 0;
     int64_t lo, hi, at = store_slice(hs, p, plan_segment_of(p, off), &lo, &hi);
     int64_t a = off > lo ? off : lo, b = off + n < hi ? off + n : hi;
+    if (b > a && hs->frozen) // a frozen parameter's into its storage dtype (store_put: under bf16, rounded)
+        return store_put(hs, p, 0, a, b - a, src + (a - off), err, errcap) ? -1 : 0;
     if (b > a) memcpy(hs->w + at + (a - lo), src + (a - off), (size_t)(b - a) * sizeof *src);
     return 0;
 }
@@ -101,7 +103,7 @@ static int put_master(HostStore *hs, const Plan *p, int64_t off, int64_t n, cons
 // t converted into the master from element off: in RAM whole, else (the
 // tier, a sharded store) through one tensor's buffer. 0, or -1 with a message.
 static int put_tensor(HostStore *hs, const Plan *p, const StTensor *t, int64_t off, char *err, size_t errcap) {
-    if (!hs->tier_master && !hs->shard_at) {
+    if (!hs->tier_master && !hs->shard_at && !hs->frozen) {
         st_to_f32(t, hs->w + off);
         return 0;
     }
@@ -300,7 +302,7 @@ static int load_llmc(const char *path, const Plan *p, HostStore *hs, char *err, 
             }
             // (want_r * want_c) the tensor as the model holds it: in the store,
             // or (the master on the tier, a sharded store) a buffer put there after
-            int buffered = hs->tier_master || hs->shard_at;
+            int buffered = hs->tier_master || hs->shard_at || hs->frozen;
             float *w = buffered ? malloc((size_t)(want_r * want_c) * sizeof(float) + 1)
                                 : hs->w + plan_param_elem(p, idx, l);
             if (!w) {
@@ -476,7 +478,7 @@ static int master_get(void *ctx, int64_t off, int64_t n, float *dst, char *err, 
                  (long long)(off + n));
         return -1;
     }
-    memcpy(dst, x->hs->w + at, (size_t)n * sizeof *dst);
+    store_get_weights(x->hs, x->p, off, n, dst); // (a frozen parameter's from its storage dtype)
     return 0;
 }
 static int gather_tensor(void *ctx, const StOut *t, float *dst, char *err, size_t errcap) {

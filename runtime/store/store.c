@@ -20,18 +20,15 @@ int store_grads_bf16(const Plan *p, int holds) {
 }
 
 int64_t store_bytes(const Plan *p, int holds) {
-    const Graph *g = p->graph;
-    int64_t frozen = storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1);
-    // storage_host_bytes (a frozen parameter's storage dtype only), plus the fp32 master this store still keeps of
-    // a frozen parameter under bf16; their moments and gradients are mapped but never touched
-    return storage_host_bytes(g, store_grads_bf16(p, holds)) + (g->train.compute == DT_BF16 ? 4 * frozen : 0);
+    return storage_host_bytes(p->graph, store_grads_bf16(p, holds)); // a frozen parameter: its storage dtype only
 }
 
 // The arrays of a layer's tier record: m and v, the master, the gradients.
 static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS); }
 
-// The tier holds a record a layer, each the largest kind's (host_layer).
-int64_t store_tier_bytes(const Plan *p, int holds) { return p->graph->layers * p->host_layer * 4 * tier_arrays(holds); }
+int64_t store_tier_bytes(const Plan *p, int holds) {
+    return p->graph->layers * store_tier_layer(p) * 4 * tier_arrays(holds);
+}
 
 int64_t store_shard_elems(const Plan *p, int rank, int ranks) {
     int64_t n = 0, lo, hi;
@@ -106,6 +103,106 @@ static int in_segment(const Plan *p, int i, int64_t seg) {
                          : seg < 0 && plan_segment_of(p, p->param_offset[i]) == seg;
 }
 
+// Whether plan element f lies in a frozen parameter (its padding included),
+// and where that run ends: the run of elements from f, below hi, that are
+// all frozen or all not (never past f's segment).
+static int64_t frozen_run(const Plan *p, int64_t f, int64_t hi, int *frozen) {
+    const Graph *g = p->graph;
+    int64_t seg = plan_segment_of(p, f), end = plan_segment_base(p, seg) + plan_segment_len(p, seg);
+    end = end < hi ? end : hi;
+    *frozen = 0;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (!prm->frozen || !in_segment(p, i, seg)) continue;
+        int64_t lo = plan_param_elem(p, i, seg), up = lo + storage_host_elems_of(shape_numel(&prm->shape));
+        if (f >= lo && f < up) {
+            *frozen = 1;
+            return up < end ? up : end;
+        }
+        if (lo > f && lo < end) end = lo;
+    }
+    return end;
+}
+
+// Frozen elements of plan elements [lo, hi) that this store holds.
+static int64_t frozen_held(const HostStore *s, const Plan *p, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t f = lo, e, a, b; f < hi; f = e) {
+        int frozen;
+        e = frozen_run(p, f, hi, &frozen);
+        store_clip(s, p, plan_segment_of(p, f), f, e - f, &a, &b);
+        n += frozen ? b - a : 0;
+    }
+    return n;
+}
+
+// Frozen elements of plan elements [lo, hi).
+static int64_t frozen_elems(const Plan *p, int64_t lo, int64_t hi) {
+    int64_t n = 0;
+    for (int64_t f = lo, e; f < hi; f = e) {
+        int frozen;
+        e = frozen_run(p, f, hi, &frozen);
+        n += frozen ? e - f : 0;
+    }
+    return n;
+}
+
+int64_t store_tier_layer(const Plan *p) {
+    if (!storage_frozen_elems(p->graph, 0)) return p->host_layer;
+    int64_t most = 0;
+    for (int64_t l = 0; l < p->graph->layers; l++) {
+        int64_t base = plan_segment_base(p, l), end = base + plan_segment_len(p, l);
+        int64_t len = end - base - frozen_elems(p, base, end);
+        most = len > most ? len : most;
+    }
+    return most;
+}
+
+// Where plan element f (not frozen) of layer `layer` lies in the layer's
+// tier record: its offset in the segment less the frozen elements before it.
+static int64_t in_tier(const Plan *p, int64_t layer, int64_t f) {
+    int64_t base = plan_segment_base(p, layer);
+    return f - base - frozen_elems(p, base, f);
+}
+
+static int run_cmp(const void *a, const void *b) {
+    int64_t x = ((const int64_t *)a)[0], y = ((const int64_t *)b)[0];
+    return (x > y) - (x < y);
+}
+
+int store_trained_runs(const HostStore *s, const Plan *p, int64_t lo, int64_t hi, int64_t *runs) {
+    int n = 0;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        int64_t slo, shi, at = store_slice(s, p, seg, &slo, &shi);
+        for (int64_t f = slo, e; f < shi; f = e) {
+            int frozen;
+            e = frozen_run(p, f, shi, &frozen);
+            int64_t a = at + (f - slo) > lo ? at + (f - slo) : lo, b = at + (e - slo) < hi ? at + (e - slo) : hi;
+            if (frozen || b <= a) continue;
+            if (runs) runs[2 * n] = a, runs[2 * n + 1] = b;
+            n++;
+        }
+    }
+    if (!runs) return n;
+    qsort(runs, (size_t)n, 2 * sizeof *runs, run_cmp);
+    int k = 0; // the runs that touch merged
+    for (int i = 0; i < n; i++)
+        if (k > 0 && runs[2 * k - 1] >= runs[2 * i]) runs[2 * k - 1] = runs[2 * i + 1];
+        else runs[2 * k] = runs[2 * i], runs[2 * k + 1] = runs[2 * i + 1], k++;
+    return k;
+}
+
+int64_t store_shard_bytes(const Plan *p, int rank, int ranks) {
+    DType compute = p->graph->train.compute;
+    int64_t per = storage_host_bytes_per_param(compute), bytes = 0, lo, hi;
+    for (int64_t seg = SEG_FIRST; seg < p->graph->layers; seg++) {
+        dist_shard(plan_segment_len(p, seg), rank, ranks, &lo, &hi);
+        int64_t base = plan_segment_base(p, seg);
+        bytes += (hi - lo) * per - frozen_elems(p, base + lo, base + hi) * (per - storage_weight_bytes(compute));
+    }
+    return bytes;
+}
+
 enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array starts
 
 // bytes (> 0) of zeroed memory on a STORE_HUGE boundary, transparent huge
@@ -113,10 +210,15 @@ enum { STORE_HUGE = 2 << 20 }; // a transparent huge page: where each array star
 // kernel's zero pages). *mapped: the length to unmap. NULL when out of
 // memory (the mapping is not MAP_NORESERVE, so the kernel's overcommit
 // check refuses a store larger than the machine, as malloc did, rather
-// than the first touch meeting the OOM killer).
-static void *store_map(size_t bytes, size_t *mapped) {
+// than the first touch meeting the OOM killer). holes: the array has
+// ranges never touched (a frozen parameter's master, moments, gradients):
+// MAP_NORESERVE, so that the kernel does not count them (an fp32 master of
+// llama3-405b's frozen base would be 1.6 TB of a 1.5 TB machine); the fit
+// check (store_bytes, what is held) is then the only refusal up front.
+static void *store_map(size_t bytes, size_t *mapped, int holes) {
     size_t len = (bytes + STORE_HUGE - 1) / STORE_HUGE * STORE_HUGE;
-    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE, MAP_PRIVATE | MAP_ANONYMOUS, -1, 0);
+    char *raw = mmap(NULL, len + STORE_HUGE, PROT_READ | PROT_WRITE,
+                     MAP_PRIVATE | MAP_ANONYMOUS | (holes ? MAP_NORESERVE : 0), -1, 0);
     if (raw == MAP_FAILED) return NULL;
     size_t lead = (STORE_HUGE - ((uintptr_t)raw & (STORE_HUGE - 1))) & (STORE_HUGE - 1);
     if (lead) munmap(raw, lead);
@@ -147,14 +249,14 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             uint16_t *gb = store_grads_bf16_at(s, off), *gb_pad = store_grads_bf16_at(s, pad); // (s->n: unsharded)
             // (a tier's: touched as they arrive)
             float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
-            // a frozen parameter: its weights only; its moments and gradients never touched (their pages,
-            // the kernel's zero pages, hold no memory)
+            // a frozen parameter: its storage dtype only (under bf16 the copy, not the master); its master,
+            // moments and gradients never touched (their pages, the kernel's zero pages, hold no memory)
             int frozen = ((const Param *)g->params.items[i])->frozen;
             if (frozen) grads = NULL, gb = gb_pad = NULL;
             if (b > a)
-                adamw_first_touch(ram || !s->tier_master ? s->w + off : NULL, ram && !frozen ? s->m + off : NULL,
-                                  ram && !frozen ? s->v + off : NULL, grads, gb, s->wb ? s->wb + off : NULL, b - a,
-                                  s->threads);
+                adamw_first_touch((ram || !s->tier_master) && !(frozen && s->wb) ? s->w + off : NULL,
+                                  ram && !frozen ? s->m + off : NULL, ram && !frozen ? s->v + off : NULL, grads, gb,
+                                  s->wb ? s->wb + off : NULL, b - a, s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
             if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
         }
@@ -243,7 +345,7 @@ int store_alloc_shard(HostStore *s, const Plan *p, int rank, const char *tier_di
 // Floats of a layer's record on the tier: the largest layer's (host_layer),
 // or of a sharded store, the largest slice of a layer it holds.
 static int64_t store_record_floats(const HostStore *s, const Plan *p) {
-    if (!s->shard_at) return p->host_layer;
+    if (!s->shard_at) return store_tier_layer(p); // (its elements that are not frozen)
     int64_t most = 1;
     for (int64_t l = 0; l < p->graph->layers; l++) {
         int64_t n = s->shard_at[plan_segment_index(l) + 1] - s->shard_at[plan_segment_index(l)];
@@ -281,6 +383,12 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
         return -1;
     }
     char rank_dir[4096]; // a sharded rank's tier: its own directory in tier_dir, DIR/rank-R-of-N
+    if (tier_dir && ranks > 1 && storage_frozen_elems(p->graph, 0)) {
+        snprintf(err, errcap,
+                 "--tier-dir with a sharded plan that has frozen parameters (mtc --freeze, --lora) is not "
+                 "supported yet: give the ranks the host memory for their slices, or run without --ranks");
+        return -1;
+    }
     if (tier_dir && ranks > 1) {
         snprintf(rank_dir, sizeof rank_dir, "%s/rank-%d-of-%d", tier_dir, rank, ranks);
         if (mkdir(rank_dir, 0700) != 0 && errno != EEXIST) {
@@ -297,7 +405,7 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
     int bf16_grads = ranks == 1 && store_grads_bf16(p, holds); // the layers' gradients as bf16 (gb)
     s->gb_from = p->host_global;
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
-             (long long)(s->shard_at ? s->n * storage_host_bytes_per_param(p->graph->train.compute)
+             (long long)(s->shard_at ? store_shard_bytes(p, rank, ranks)
                                      : store_bytes(p, holds) - (tier_dir ? store_tier_bytes(p, holds) : 0)));
     s->seg = calloc((size_t)s->nseg, sizeof *s->seg);
     if (!s->seg) {
@@ -313,16 +421,22 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
                         (void **)&s->g, (void **)&s->wb, (void **)&s->gb};
     for (int i = 0; i < 6; i++) {
         if ((i == 4 && p->graph->train.compute != DT_BF16) || (i == 5 && !bf16_grads)) continue; // no bf16 copy, no gb
-        size_t b = i == 4   ? (size_t)s->n * 2 + 64
-                   : i == 5 ? (size_t)(s->n - s->gb_from) * 2 + 64
-                   : (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads) ? globals
-                                                                                                             : bytes;
+        int global_only = (s->tier && (i == 1 || i == 2)) || (s->tier_master && i == 0) || (i == 3 && bf16_grads);
+        size_t b = i == 4        ? (size_t)s->n * 2 + 64
+                   : i == 5      ? (size_t)(s->n - s->gb_from) * 2 + 64
+                   : global_only ? globals
+                                 : bytes;
+        // what it holds: a frozen parameter's elements only in its storage dtype's array (wb, or under f32 w)
+        int64_t frozen = frozen_held(s, p, i == 5 ? s->gb_from : 0, global_only ? p->host_global : plan_host_elems(p));
+        int holes = frozen > 0 && i != 4 && (i != 0 || p->graph->train.compute == DT_BF16);
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
-        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i]) : store_map(b, &s->mapped[i]))) {
+        if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i])
+                                                   : store_map(b, &s->mapped[i], holes))) {
             store_free(s);
             return -1;
         }
-        s->bytes += (int64_t)b - 64;
+        s->bytes += (int64_t)b - 64 - (holes ? frozen * (i == 5 ? 2 : 4) : 0);
+        s->frozen += holes ? 0 : frozen;
     }
     int rc = grads_out_plan(s, p);
     if (rc != 0) {
@@ -374,7 +488,13 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     // The step's gradients are whole: into the layer's record until its update, out of RAM.
     float *rec = tier_acquire(s->tier, layer, s->err, sizeof s->err);
     if (!rec) return;
-    memcpy(in_record(s, rec, 3), s->g + at, (size_t)(hi - lo) * sizeof(float)); // (sharded: its slice)
+    if (s->shard_at) // a sharded rank's slice, whole (a sharded plan with frozen parameters has no tier: store_open)
+        memcpy(in_record(s, rec, 3), s->g + at, (size_t)(hi - lo) * sizeof(float));
+    for (int64_t f = lo, e; !s->shard_at && f < hi; f = e) { // (a frozen parameter's: none)
+        int frozen;
+        e = frozen_run(p, f, hi, &frozen);
+        if (!frozen) memcpy(in_record(s, rec, 3) + in_tier(p, layer, f), s->g + f, (size_t)(e - f) * sizeof(float));
+    }
     if (tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     grads_drop(s, at, hi - lo);
     s->seg[plan_segment_index(layer)].outs = 0; // zeros again
@@ -387,14 +507,15 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     // The segment's moments (and master): in RAM, or the layer's record
     // staged from the tier.
     float *m = s->m, *v = s->v, *w = s->w, *grad = s->g;
-    int64_t base = 0, wbase = 0, gbase = 0; // the index in m and v (in w, in grad) of the segment's first float
-    if (s->tier && layer >= 0) {
+    int staged = s->tier && layer >= 0;
+    int64_t first = 0; // a sharded store's: the index of its slice's first float
+    if (staged) {
         if (!(m = tier_acquire(s->tier, layer, s->err, sizeof s->err))) return;
         v = in_record(s, m, 2);
         int64_t lo, hi;
-        base = store_slice(s, p, layer, &lo, &hi); // (sharded: its slice's first float)
-        if (s->tier_master) w = in_record(s, m, 0), wbase = base;
-        if (s->tier_grads) grad = in_record(s, m, 3), gbase = base; // put there by store_norm
+        first = store_slice(s, p, layer, &lo, &hi); // (sharded: its slice's first float)
+        if (s->tier_master) w = in_record(s, m, 0);
+        if (s->tier_grads) grad = in_record(s, m, 3); // put there by store_norm
     }
     // The gradients are zeroed as AdamW reads them, and the padding after
     // each parameter (which a COPY_OUT of the device's layout may add into)
@@ -406,6 +527,9 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        // the index in m and v (in w, in grad) of this parameter's first float less off: a record's in_tier
+        int64_t base = !staged ? 0 : s->shard_at ? first : off - in_tier(p, layer, off);
+        int64_t wbase = s->tier_master ? base : 0, gbase = s->tier_grads ? base : 0;
         const uint16_t *gb = grad == s->g ? store_grads_bf16_at(s, off) : NULL; // set by COPY_OUT: not zeroed
         if (b > a && gb)
             adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
@@ -426,8 +550,8 @@ void store_flush(HostStore *s, const Plan *p) {
 
 // Copies floats [off, off + n) of an array between the store and buf, in
 // pieces that lie in one segment: RAM, or a layer's record in the tier.
-static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
-                      size_t errcap) {
+static int store_move_plain(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out,
+                            char *err, size_t errcap) {
     float *ram = array == 0 ? s->w : array == 1 ? s->m : s->v;
     while (n > 0) {
         int64_t layer = plan_segment_of(p, off), count;
@@ -448,12 +572,51 @@ static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64
         int staged = s->tier && (array > 0 || s->tier_master) && layer >= 0;
         float *at = staged ? tier_acquire(s->tier, layer, err, errcap) : ram + index;
         if (!at) return -1;
-        if (staged) at = in_record(s, at, array) + (index - first);
+        if (staged) at = in_record(s, at, array) + (s->shard_at ? index - first : in_tier(p, layer, off));
         memcpy(out ? buf : at, out ? at : buf, (size_t)k * sizeof(float));
         if (staged && tier_release(s->tier, layer, !out, err, errcap) != 0) return -1;
         off += k, n -= k, buf += k;
     }
     return 0;
+}
+
+// The same for floats [off, off + n) of one frozen parameter: its weights
+// from or into its storage dtype (under bf16 the copy: widened out, rounded
+// in); its moments read as zeros, and what is put into them is dropped.
+static int store_move_frozen(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out,
+                             char *err, size_t errcap) {
+    int64_t a, b, at = store_clip(s, p, plan_segment_of(p, off), off, n, &a, &b);
+    // f32: the master is its storage; a sharded store's elements it does not hold: store_move_plain's refusal
+    if ((array == 0 && !s->wb) || a != off || b != off + n)
+        return store_move_plain(s, p, array, off, n, buf, out, err, errcap);
+    for (int64_t k = 0; k < n; k++)
+        if (array == 0 && out) buf[k] = f32_from_bf16(s->wb[at + k]);
+        else if (array == 0) s->wb[at + k] = bf16_from_f32(buf[k]);
+        else if (out) buf[k] = 0.0f;
+    return 0;
+}
+
+static int store_move(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *buf, int out, char *err,
+                      size_t errcap) {
+    for (int64_t f = off, e; f < off + n; f = e) {
+        int frozen;
+        e = frozen_run(p, f, off + n, &frozen);
+        int rc = frozen ? store_move_frozen(s, p, array, f, e - f, buf + (f - off), out, err, errcap)
+                        : store_move_plain(s, p, array, f, e - f, buf + (f - off), out, err, errcap);
+        if (rc != 0) return -1;
+    }
+    return 0;
+}
+
+void store_get_weights(const HostStore *s, const Plan *p, int64_t off, int64_t n, float *dst) {
+    for (int64_t f = off, e; f < off + n; f = e) {
+        int frozen;
+        e = frozen_run(p, f, off + n, &frozen);
+        int64_t at = store_index(s, p, f);
+        if (frozen && s->wb)
+            for (int64_t k = 0; k < e - f; k++) dst[f - off + k] = f32_from_bf16(s->wb[at + k]);
+        else memcpy(dst + (f - off), s->w + at, (size_t)(e - f) * sizeof *dst);
+    }
 }
 
 int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap) {
@@ -467,12 +630,16 @@ int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, co
 
 // A segment's master for writing or reading it whole: RAM, or its layer's
 // record staged from the tier (then store_release_master). The result is
-// indexed by store offsets (the segment's first float at its offset).
+// indexed by master_index.
 static float *store_master(HostStore *s, const Plan *p, int64_t layer, char *err, size_t errcap) {
     if (!s->tier_master || layer < 0) return s->w;
     float *rec = tier_acquire(s->tier, layer, err, errcap);
     int64_t lo, hi;
     return rec ? in_record(s, rec, 0) - store_slice(s, p, layer, &lo, &hi) : NULL;
+}
+// The index in store_master's result of store index `at` (not frozen).
+static int64_t master_index(const HostStore *s, const Plan *p, int64_t layer, int64_t at) {
+    return s->tier_master && layer >= 0 && !s->shard_at ? plan_segment_base(p, layer) + in_tier(p, layer, at) : at;
 }
 static int store_release_master(HostStore *s, int64_t layer, int dirty, char *err, size_t errcap) {
     return s->tier_master && layer >= 0 ? tier_release(s->tier, layer, dirty, err, errcap) : 0;
@@ -483,7 +650,12 @@ int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap) {
         int64_t lo, hi, at = store_slice(s, p, l, &lo, &hi);
         const float *w = store_master(s, p, l, err, errcap);
         if (!w) return -1;
-        for (int64_t i = at; i < at + (hi - lo); i++) s->wb[i] = bf16_from_f32(w[i]);
+        for (int64_t f = lo, e; f < hi; f = e) { // a frozen parameter's copy is all there is of it
+            int frozen;
+            e = frozen_run(p, f, hi, &frozen);
+            const float *from = w + master_index(s, p, l, at + (f - lo)); // (a tier's record: unsharded, at is f)
+            for (int64_t k = 0; !frozen && k < e - f; k++) s->wb[at + (f - lo) + k] = bf16_from_f32(from[k]);
+        }
         if (store_release_master(s, l, 0, err, errcap) != 0) return -1;
     }
     return 0;
@@ -519,13 +691,19 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
             int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
-            float *w = master + at - (a - plan_param_elem(p, i, l));                 // w[k]: element k of the parameter
+            float *w = prm->frozen && s->wb ? NULL
+                                            : master + master_index(s, p, seg, at) - (a - plan_param_elem(p, i, l));
+            // w[k]: element k of the parameter
+            uint16_t *wb = prm->frozen && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l)) : NULL; // or its copy's
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
-            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++)
-                w[k] = prm->init == INIT_ONES      ? 1.0f
-                       : prm->init == INIT_ZEROS   ? 0.0f
-                       : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
-                                                   : (float)(prm->init_std * normal_at(key, k));
+            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++) {
+                float x = prm->init == INIT_ONES      ? 1.0f
+                          : prm->init == INIT_ZEROS   ? 0.0f
+                          : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
+                                                      : (float)(prm->init_std * normal_at(key, k));
+                if (wb) wb[k] = bf16_from_f32(x); // a frozen parameter under bf16: no master (store_sync_copy's bits)
+                else w[k] = x;
+            }
         }
         if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }

@@ -51,8 +51,11 @@ typedef struct HostStore {
     int rank, ranks;
     int64_t *shard_at; // (nseg + 1); [nseg] = n
     size_t mapped[6];  // bytes mapped for w, m, v, g, wb, gb (store_free unmaps them)
-    int64_t bytes;     // bytes asked for of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
-                       // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole)
+    int64_t bytes;     // bytes held of w, m, v, g, wb and gb: the store as it allocated them (RAM; a tier's
+                       // arrays as what RAM keeps of them, MAP_NORESERVE gradients whole), less the ranges of
+                       // frozen parameters that only their storage dtype's array holds
+    int64_t frozen;    // elements of frozen parameters it holds: in wb alone under bf16 (no master, moments or
+                       // gradients: store_get and store_put read and write them there), in w alone under f32
     // The NVMe tier (NULL: none): every layer's m and v, a record per layer
     // (m at 0, v at tier_stride), and with tier_master its fp32 master too
     // (at 2 tier_stride; bf16 compute only: the bf16 copy wb streams), and
@@ -78,10 +81,10 @@ int store_grads_bf16(const Plan *p, int holds);
 // Bytes the store needs for a plan, the tier's arrays counted as in RAM
 // (what --summary calls host memory, plus alignment padding): per element
 // storage_host_bytes_per_param, 2 less a layer's where store_grads_bf16
-// (common/storage.h, storage_host_bytes); a frozen parameter's its weights
-// only (the pages of its moments and gradients are never touched), and
-// under bf16 its fp32 master too, which this store still keeps (4 bytes
-// more than --summary counts). holds: what a tier takes (below).
+// (common/storage.h, storage_host_bytes); a frozen parameter's its storage
+// dtype only (2 bytes under bf16: the copy wb; 4 under f32: w). Its master,
+// moments and gradients are never touched, so their pages hold no memory.
+// holds: what a tier takes (below).
 int64_t store_bytes(const Plan *p, int holds);
 // Plan element f's bf16 gradient (HostStore.gb), or NULL: an fp32 accumulator at g + f.
 static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f) {
@@ -89,6 +92,10 @@ static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f
 }
 // What a tier holds besides every layer's Adam moments (flags).
 enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
+// Floats of a layer's record in the tier, each array's: the largest layer's
+// elements that are not frozen (a frozen parameter has no moments, master or
+// gradients there: a record holds the rest of the segment in order).
+int64_t store_tier_layer(const Plan *p);
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,
 // and what `holds` says.
 int64_t store_tier_bytes(const Plan *p, int holds);
@@ -126,6 +133,14 @@ int store_alloc_shard(HostStore *s, const Plan *p, int rank, const char *tier_di
                       size_t errcap);
 // Elements of every array rank `rank` of `ranks` holds: its slices' lengths.
 int64_t store_shard_elems(const Plan *p, int rank, int ranks);
+// The runs of array indices in [lo, hi) that hold no frozen element (a
+// frozen parameter's gradients are never touched): into runs[2k] and
+// runs[2k + 1] in order, those that touch merged; returns how many. With
+// runs NULL, returns at most how many there are (what runs must hold).
+int store_trained_runs(const HostStore *s, const Plan *p, int64_t lo, int64_t hi, int64_t *runs);
+// Bytes of RAM the store of rank `rank` of `ranks` holds: its elements at
+// storage_host_bytes_per_param, a frozen parameter's at its storage dtype.
+int64_t store_shard_bytes(const Plan *p, int rank, int ranks);
 // Where this store keeps segment seg (SEG_TAIL, SEG_HEAD or a layer): the
 // plan elements [*lo, *hi) of it that it holds (all of it unless sharded;
 // may be empty), and the array index of *lo, which sharded checkpoints and
@@ -166,6 +181,11 @@ void store_flush(HostStore *s, const Plan *p);
 int store_get(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, float *dst, char *err, size_t errcap);
 int store_put(HostStore *s, const Plan *p, int array, int64_t off, int64_t n, const float *src, char *err,
               size_t errcap);
+
+// Plan elements [off, off + n) of the weights, held by this store at one
+// run of array indices and none on the tier, into dst: the master, or a
+// frozen parameter's bf16 copy widened (what --export reads).
+void store_get_weights(const HostStore *s, const Plan *p, int64_t off, int64_t n, float *dst);
 
 // Rounds the whole master into the bf16 copy (a no-op without one): after
 // the master was written other than by AdamW (initialised, loaded, resumed).
