@@ -38,6 +38,7 @@ relative.
 
 usage: check_hf.py REF_FORWARD MTC MTRUN   (from the project root)
 """
+import json
 import os
 import subprocess
 import sys

@@ -169,6 +169,8 @@ def mt_run(mtc, mtrun, text, W, tmp, steps, lr, export):
         return None, None
     args = ["--steps", steps, "--device", "cpu", "--data", DATA, "--init", wf, "--log", log, "--lr", f"{lr:g}",
             "--no-save", "--val-batches", "0"] + (["--export", out + ".safetensors", "--dtype", "fp32"] if export else [])
+    if os.path.exists(log):  # mtrun appends to a log: this run's records alone
+        os.remove(log)
     p = run(mtrun, plan, *args)
     if not check(p.returncode == 0, "mtrun the tiny model", p):
         return None, None
@@ -195,6 +197,8 @@ def streamed(mtc, mtrun, text):
             got = []
             for extra in ([], ["--reference"]):
                 log = os.path.join(tmp, "s.jsonl")
+                if os.path.exists(log):  # mtrun appends to a log: this run's records alone
+                    os.remove(log)
                 p = run(mtrun, plan, "--steps", 3, "--data", DATA, "--log", log, "--no-save", "--val-batches", 0,
                         *extra)
                 if not check(p.returncode == 0, f"mtrun {dtype} {' '.join(extra)}", p):

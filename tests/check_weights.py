@@ -92,6 +92,18 @@ def read_safetensors(path):
 
 # ---------------------------------------------------------------- numpy forward passes (float64)
 
+def byte_tokens(tmp):
+    """DATA's bytes as an llm.c token file, one token a byte (mtrun refuses text for a model whose vocabulary is not
+    bytes); the split is the same, the last tenth of the tokens."""
+    path = os.path.join(tmp, "bytes.bin")
+    if not os.path.exists(path):
+        raw = open(DATA, "rb").read()
+        with open(path, "wb") as f:
+            f.write(np.array([20240520, 1, len(raw)] + [0] * 253, "<i4").tobytes())
+            f.write(np.frombuffer(raw, np.uint8).astype("<u2").tobytes())
+    return path
+
+
 def val_tokens(T):
     raw = open(DATA, "rb").read()
     ntrain = len(raw) - int(len(raw) * 0.1 + 0.5)
@@ -244,7 +256,7 @@ def plan(mtc, tmp, model, *extra):
 
 def first_val_loss(mtrun, planfile, tmp, *extra):
     log = os.path.join(tmp, "val.jsonl")
-    p = run(mtrun, planfile, "--steps", "0", "--val-batches", "1", "--data", DATA, "--log", log, *extra)
+    p = run(mtrun, planfile, "--steps", "0", "--val-batches", "1", "--data", byte_tokens(tmp), "--log", log, *extra)
     if not check(p.returncode == 0, f"mtrun {' '.join(extra)}", p):
         return None, p
     vals = [r["val_loss"] for r in last_run(log) if "val_loss" in r]  # (mtrun appends each run to the log)
@@ -411,7 +423,7 @@ def llmc(mtc, mtrun, tmp):
     with open(path, "r+b") as f:
         f.seek(16)
         f.write(struct.pack("<i", 2))
-    p = run(mtrun, pl, "--steps", "0", "--data", DATA, "--init", path, "--log", os.path.join(tmp, "e.jsonl"))
+    p = run(mtrun, pl, "--steps", "0", "--data", byte_tokens(tmp), "--init", path, "--log", os.path.join(tmp, "e.jsonl"))
     check(p.returncode == 1 and "2 layers in the checkpoint, 12 in model" in p.stderr, "a 2-layer llm.c file is refused", p)
 
 
