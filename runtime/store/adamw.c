@@ -31,20 +31,7 @@ enum {
     ADAMW_BLOCK = 256, // elements of one block of the streaming kernel (its bf16 copy stays in L1)
 };
 
-// The per-step constants of the fast kernel, computed once in double and
-// rounded to float, so the loop is float multiplies, adds, one sqrt and one
-// divide per element.
-typedef struct AdamWConst {
-    float grad_scale;
-    float beta1, one_minus_beta1;
-    float beta2, one_minus_beta2;
-    float eps;
-    float decay_mul;    // 1 - lr * weight_decay, or 1 with no decay
-    float step;         // lr / (1 - beta1^t): folds the first bias correction into lr
-    float inv_sqrt_bc2; // 1 / sqrt(1 - beta2^t): sqrt(v / bc2) = sqrt(v) * inv_sqrt_bc2
-} AdamWConst;
-
-static AdamWConst adamw_const(const AdamWStep *s, int decay) {
+AdamWConst adamw_constants(const AdamWStep *s, int decay) {
     double bc1 = 1.0 - pow((double)s->beta1, (double)s->t);
     double bc2 = 1.0 - pow((double)s->beta2, (double)s->t);
     return (AdamWConst){
@@ -68,7 +55,9 @@ typedef struct AdamWElem {
 // One element of the fast kernel, from its old w, m, v and its gradient.
 // Every element sees the same float operations in the same order, vector
 // lane or scalar tail alike, so the result does not depend on how the loop
-// is split.
+// is split. The device kernel (compiler/emit/cuda/prelude.cuh, mt_adamw)
+// performs these operations in this order, each rounded on its own: change
+// one, change both (tests/emu/adamw_device_check.c holds them together).
 static inline __attribute__((always_inline)) AdamWElem adamw_one(float w, float m, float v, float g,
                                                                  const AdamWConst *c) {
     float gg = g * c->grad_scale;
@@ -259,14 +248,14 @@ static void adamw_run(float *w, float *m, float *v, float *g, const uint16_t *gb
 void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s, int flags,
                   int nthreads) {
     if (n <= 0) return;
-    adamw_run(w, m, v, g, NULL, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
+    adamw_run(w, m, v, g, NULL, bf16_out, n, adamw_constants(s, flags & ADAMW_DECAY), adamw_kernel_pick(),
               (flags & ADAMW_ZERO_GRADS) != 0, nthreads);
 }
 
 void adamw_update_bf16_grads(float *w, float *m, float *v, const uint16_t *g, uint16_t *bf16_out, int64_t n,
                              const AdamWStep *s, int flags, int nthreads) {
     if (n <= 0) return;
-    adamw_run(w, m, v, NULL, g, bf16_out, n, adamw_const(s, flags & ADAMW_DECAY), adamw_kernel_pick(), 0, nthreads);
+    adamw_run(w, m, v, NULL, g, bf16_out, n, adamw_constants(s, flags & ADAMW_DECAY), adamw_kernel_pick(), 0, nthreads);
 }
 
 void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *gb, uint16_t *bf16_out, int64_t n,

@@ -9,8 +9,12 @@
 // operations whatever the thread count, vector width or range split, so the
 // result does not depend on nthreads or on the CPU's SIMD level (SSE2 or
 // AVX2, chosen at run time). That needs a*b+c not contracted into fma: the
-// kernels are compiled for ISAs without fma, and GCC in ISO C mode
-// (-std=c11, as this project builds) does not contract anyway. Compile
+// kernels are compiled for ISAs without fma, and adamw.c is compiled with
+// -ffp-contract=off (GCC in ISO C mode does not contract anyway; clang
+// would within an expression). The device kernel, mt_adamw in
+// compiler/emit/cuda/prelude.cuh, does the same float operations in the
+// same order with CUDA's round-to-nearest intrinsics, which are never
+// contracted, so an update on the device gives the host's bits. Compile
 // adamw.c with -fno-math-errno (it warns otherwise: without it sqrtf cannot
 // be vectorised and the update runs at about half speed).
 #ifndef MT_ADAMW_H
@@ -48,6 +52,23 @@ typedef struct AdamWStep {
 // 64-byte aligned, so threads share no cache line of w, nor of m, v, g when
 // those are laid out like w. The arrays must not overlap.
 enum { ADAMW_DECAY = 1, ADAMW_ZERO_GRADS = 2 };
+
+// The per-step constants of the fast kernel, computed once in double and
+// rounded to float, so the loop is float multiplies, adds, one sqrt and one
+// divide per element. The device kernel takes the same struct (its layout
+// is mirrored by MtAdamWConst in compiler/emit/cuda/prelude.cuh): one
+// computation of the constants for host and device.
+typedef struct AdamWConst {
+    float grad_scale;
+    float beta1, one_minus_beta1;
+    float beta2, one_minus_beta2;
+    float eps;
+    float decay_mul;    // 1 - lr * weight_decay, or 1 with no decay
+    float step;         // lr / (1 - beta1^t): folds the first bias correction into lr
+    float inv_sqrt_bc2; // 1 / sqrt(1 - beta2^t): sqrt(v / bc2) = sqrt(v) * inv_sqrt_bc2
+} AdamWConst;
+// The constants of step s, for a tensor with (decay) or without weight decay.
+AdamWConst adamw_constants(const AdamWStep *s, int decay);
 void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, int64_t n, const AdamWStep *s, int flags,
                   int nthreads);
 // The same update with the gradients g (n) as bf16 (the host store's

@@ -111,6 +111,15 @@ static inline unsigned max(unsigned a, unsigned b) { return a > b ? a : b; }
 // glibc already declares __expf and __logf).
 static inline float __fdividef(float a, float b) { return a / b; }
 static inline float rsqrtf(float x) { return 1.0f / sqrtf(x); }
+// The round-to-nearest intrinsics (never contracted on the GPU): one IEEE
+// float operation each, as the host does them. Each is a call of its own, so
+// no host compiler contracts across them (the harnesses also pass
+// -ffp-contract=off where the bits matter: tests/emu/adamw_device_check.c).
+static inline float __fadd_rn(float a, float b) { return a + b; }
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a * b; }
+static inline float __fdiv_rn(float a, float b) { return a / b; }
+static inline float __fsqrt_rn(float x) { return sqrtf(x); }
 
 namespace mt_emu {
 

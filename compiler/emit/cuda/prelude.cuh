@@ -38,6 +38,40 @@ extern "C" __global__ void mt_widen_bf16(float *dst, const unsigned short *src, 
         dst[i] = mt_bf16_to_f32(src[i]);
 }
 
+// The AdamW update on the device (the optimizer state of a layer the plan
+// places on the device): runtime/store/adamw.c's adamw_one, the same fp32
+// operations in the same order, each rounded on its own by the
+// round-to-nearest intrinsics (never contracted into a fused multiply-add;
+// the host compiles adamw.c with -ffp-contract=off), so the device and the
+// host give the same bits. Its plain reference is the host kernel itself:
+// tests/emu/adamw_device_check.c compares them bit for bit. For i < n:
+//     gg = g[i] * grad_scale                                (g: gb's bf16 widened when gb is not NULL)
+//     m[i] = beta1 * m[i] + one_minus_beta1 * gg
+//     v[i] = beta2 * v[i] + one_minus_beta2 * (gg * gg)
+//     w[i] = w[i] * decay_mul - step * m[i] / (sqrt(v[i]) * inv_sqrt_bc2 + eps)
+// then w_bf16[i] = w[i] rounded to bf16 (when not NULL) and g[i] = 0 (when
+// zero_grads and g is used). w, m, v: (n) fp32; g: (n) fp32 or NULL; gb:
+// (n) bf16 or NULL; w_bf16: (n) bf16 or NULL. The constants are
+// adamw_constants' (runtime/store/adamw.h, AdamWConst: the same layout). A
+// grid-stride loop; each element on its own, so any grid gives the same bits.
+struct MtAdamWConst {
+    float grad_scale, beta1, one_minus_beta1, beta2, one_minus_beta2, eps, decay_mul, step, inv_sqrt_bc2;
+};
+extern "C" __global__ void mt_adamw(float *w, float *m, float *v, float *g, const unsigned short *gb,
+                                    unsigned short *w_bf16, long long n, MtAdamWConst c, int zero_grads) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float gg = __fmul_rn(gb ? mt_bf16_to_f32(gb[i]) : g[i], c.grad_scale);
+        float mi = __fadd_rn(__fmul_rn(c.beta1, m[i]), __fmul_rn(c.one_minus_beta1, gg));
+        float vi = __fadd_rn(__fmul_rn(c.beta2, v[i]), __fmul_rn(c.one_minus_beta2, __fmul_rn(gg, gg)));
+        float denom = __fadd_rn(__fmul_rn(__fsqrt_rn(vi), c.inv_sqrt_bc2), c.eps);
+        float wi = __fsub_rn(__fmul_rn(w[i], c.decay_mul), __fdiv_rn(__fmul_rn(c.step, mi), denom));
+        w[i] = wi, m[i] = mi, v[i] = vi;
+        if (w_bf16) w_bf16[i] = mt_f32_to_bf16(wi);
+        if (zero_grads && !gb) g[i] = 0.0f;
+    }
+}
+
 // Four consecutive elements at p (16-byte aligned for float, 8 for bf16).
 __device__ __forceinline__ float4 mt_ld4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 mt_ld4(const bf16 *p) {
