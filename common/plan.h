@@ -2,7 +2,7 @@
 // (compiler/schedule/schedule.c) and writes it (compiler/emit/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 16, all integers little-endian:
+// File format, version 17, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,7 +21,7 @@
 
 #include "common/graph.h"
 
-enum { PLAN_VERSION = 16, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 17, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32
@@ -124,6 +124,14 @@ typedef struct Plan {
                                      // layer_base[layers]: all layers' elements (plan_lay_out_layers)
     int64_t *param_offset;           // (graph->params.n) elements from the start of its segment
     int64_t host_act_bytes;          // the host activation store: offloaded checkpoints and activations
+    // Where each segment's optimizer lives (plan_opt_device): (plan_segment_count), by plan_segment_index;
+    // NULL in a plan being built: every one on the host. 0: the host store, as always. 1: the device (a
+    // cuda target): the segment's fp32 master, Adam moments, gradient accumulators and the copy that
+    // streams live in device memory beside the arena, authoritative across steps; its COPY_IN reads that
+    // copy and its COPY_OUT adds into those accumulators device to device (no link), and its INS_NORM and
+    // INS_UPDATE run on the device, the host engine waiting for them. The streams are the same
+    // instructions either way, so placement never changes the bits (docs/plan.md, "Optimizer placement").
+    uint8_t *opt_device;
     // ARENA
     int64_t arena_bytes;
     int64_t scratch_bytes; // device scratch of each engine that runs kernels, beside the arena (common/scratch.h:
@@ -176,6 +184,10 @@ static inline int64_t plan_segment_len(const Plan *p, int64_t seg) {
 static inline int64_t plan_param_elem(const Plan *p, int param, int64_t layer) {
     const Param *prm = p->graph->params.items[param];
     return (prm->in_block ? plan_segment_base(p, layer) : 0) + p->param_offset[param];
+}
+// Whether segment seg's optimizer lives on the device (Plan.opt_device).
+static inline int plan_opt_device(const Plan *p, int64_t seg) {
+    return p->opt_device && p->opt_device[seg - SEG_FIRST];
 }
 // Elements in the whole store: the globals and every layer's segment.
 static inline int64_t plan_host_elems(const Plan *p) { return p->host_global + p->layer_base[p->graph->layers]; }

@@ -64,6 +64,29 @@ int64_t plan_doc_starts_bytes(const Plan *p) {
     return p->scratch_bytes ? round_256(p->graph->train.batch * p->graph->train.seq * 4) : 0;
 }
 
+int64_t plan_opt_device_array(int64_t n, int array) { return (int64_t)array * round_256(4 * n); }
+
+int64_t plan_opt_device_segment_bytes(int64_t n, DType compute) {
+    return 4 * round_256(4 * n) + (compute == DT_BF16 ? round_256(2 * n) : 0);
+}
+
+int64_t plan_opt_device_at(const Plan *p, int64_t seg) {
+    if (!plan_opt_device(p, seg)) return -1;
+    int64_t at = 0;
+    for (int64_t s = SEG_FIRST; s < seg; s++)
+        if (plan_opt_device(p, s)) at += plan_opt_device_segment_bytes(plan_segment_len(p, s), p->graph->train.compute);
+    return at;
+}
+
+int64_t plan_opt_device_bytes(const Plan *p) {
+    int64_t bytes = 0;
+    for (int64_t s = SEG_FIRST; p->opt_device && s < p->graph->layers; s++)
+        if (plan_opt_device(p, s))
+            bytes += plan_opt_device_segment_bytes(plan_segment_len(p, s), p->graph->train.compute);
+    return bytes;
+}
+
 int64_t plan_device_bytes(const Plan *p) {
-    return round_256(p->arena_bytes) + (int64_t)plan_scratch_engines(p) * p->scratch_bytes + plan_doc_starts_bytes(p);
+    return round_256(p->arena_bytes) + (int64_t)plan_scratch_engines(p) * p->scratch_bytes + plan_doc_starts_bytes(p) +
+           plan_opt_device_bytes(p);
 }

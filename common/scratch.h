@@ -96,9 +96,26 @@ int plan_scratch_engines(const Plan *p);
 // reads them in host memory.
 int64_t plan_doc_starts_bytes(const Plan *p);
 
+// The device store of the segments whose optimizer the plan places on the
+// device (Plan.opt_device), after everything else of plan_device_bytes: for
+// each placed segment in segment order (SEG_TAIL, SEG_HEAD, layer 0, ...),
+// of its n elements (plan_segment_len), five arrays each rounded up to 256
+// bytes: w, m, v, g (n) fp32 (the master, the moments, the gradient
+// accumulators), then with bf16 compute wb (n) bf16, the copy that streams.
+// plan_opt_device_bytes: all of it (0: nothing placed); plan_opt_device_at:
+// segment seg's region, in bytes from the device store's start (-1: on the
+// host); plan_opt_device_array: array k's (0 w, 1 m, 2 v, 3 g, 4 wb) bytes
+// from the start of a segment of n elements' region.
+int64_t plan_opt_device_bytes(const Plan *p);
+int64_t plan_opt_device_at(const Plan *p, int64_t seg);
+int64_t plan_opt_device_array(int64_t n, int array);
+// The bytes of one segment of n elements on the device, compute dtype compute.
+int64_t plan_opt_device_segment_bytes(int64_t n, DType compute);
+
 // All the device memory plan p needs: its arena, rounded up to 256, then
 // each kernel-running engine's p->scratch_bytes, then the document starts
-// (plan_doc_starts_bytes). The cuda backend allocates exactly this, once; what
+// (plan_doc_starts_bytes), then the optimizer's device store
+// (plan_opt_device_bytes). The cuda backend allocates exactly this, once; what
 // NCCL takes for its own buffers it counts against the card at run time
 // (runtime/backend/backend_cuda.c: it depends on NCCL's version, topology and
 // environment, which the plan cannot know).

@@ -29,6 +29,7 @@
 //   the same ones in the same order.
 #include "common/verify.h"
 
+#include "common/scratch.h"
 #include "common/storage.h"
 
 #include <stdarg.h>
@@ -834,6 +835,33 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
     return 0;
 }
 
+// The optimizer's placement (Plan.opt_device): a segment on the device needs
+// a device (a target whose kernels have scratch: not a cpu one) and one
+// process's whole segment (a sharded rank's slice on its device is not
+// built), and the device store with everything else must fit the device.
+static int verify_opt_device(V *v) {
+    const Plan *p = v->p;
+    int64_t placed = 0, first = 0;
+    for (int64_t s = SEG_FIRST; s < p->graph->layers; s++)
+        if (plan_opt_device(p, s) && !placed++) first = s;
+    if (!placed) return 0;
+    char seg[48];
+    describe_layer(seg, sizeof seg, first);
+    if (!p->scratch_bytes) return fail(v, "%s's optimizer is placed on the device of a cpu target", seg);
+    if (p->sharded)
+        return fail(v,
+                    "%s's optimizer is placed on the device in a sharded plan (a rank's slice on its device "
+                    "is not built: place it on the host)",
+                    seg);
+    if (p->device_limit > 0 && plan_device_bytes(p) > p->device_limit)
+        return fail(v,
+                    "the optimizer placed on the device (%lld segments, %lld bytes) and the rest need %lld bytes of "
+                    "device memory; the target has %lld",
+                    (long long)placed, (long long)plan_opt_device_bytes(p), (long long)plan_device_bytes(p),
+                    (long long)p->device_limit);
+    return 0;
+}
+
 int plan_verify(const Plan *p, char *err, size_t errcap) {
     V v = {.p = p, .err = err, .errcap = errcap};
     v.arena.name = "arena bytes";
@@ -843,6 +871,7 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     v.nrm = malloc((size_t)plan_segment_count(p) * sizeof *v.nrm);
     int rc = v.upd && v.nrm ? 0 : oom(&v);
     if (rc == 0 && p->scratch_bytes < 0) rc = fail(&v, "kernel scratch of %lld bytes", (long long)p->scratch_bytes);
+    if (rc == 0) rc = verify_opt_device(&v);
     if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
     if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");
     free(v.arena.s);

@@ -69,6 +69,11 @@ static const char USAGE[] =
     "                   layer by layer on the devices; off, every rank holds all of it (replicated);\n"
     "                   auto (default): the one the scale-out model predicts faster that fits (--explain\n"
     "                   says why)\n"
+    "  --device-optimizer none|all|K|auto  where the fp32 master, Adam moments and AdamW of each\n"
+    "                   layer live: none (default), the host store; all, the device, across steps (no\n"
+    "                   weights in or gradients out over the link; the bits are the same); K, the\n"
+    "                   globals and the first K layers; auto, the most that fit the device memory the\n"
+    "                   plan leaves, when that predicts a shorter step (GPU targets; one process)\n"
     "  --dtype D        compute dtype, f32 or bf16 (overrides the train section's dtype)\n"
     "  --freeze PATTERN parameters whose DSL or checkpoint name matches PATTERN (a shell glob, as\n"
     "                   'model.layers.{i}.mlp.*') are frozen: no gradient, no optimizer state\n"
@@ -266,6 +271,7 @@ enum {
     OPT_SELECTIVE_LAYERS,
     OPT_RANKS,
     OPT_SHARD,
+    OPT_DEVICE_OPT,
     OPT_FREEZE,
     OPT_TRAIN,
     OPT_LORA
@@ -297,6 +303,7 @@ static const struct option LONG_OPTIONS[] = {
     {"selective-layers", required_argument, 0, OPT_SELECTIVE_LAYERS},
     {"ranks", required_argument, 0, OPT_RANKS},
     {"shard", required_argument, 0, OPT_SHARD},
+    {"device-optimizer", required_argument, 0, OPT_DEVICE_OPT},
     {"freeze", required_argument, 0, OPT_FREEZE},
     {"train", required_argument, 0, OPT_TRAIN},
     {"lora", required_argument, 0, OPT_LORA},
@@ -429,6 +436,16 @@ static int parse_option(Args *a, int c, char **argv) {
             return usage_error("--shard takes on, off or auto, not '%s'", optarg);
         a->shard = !strcmp(optarg, "on") ? 1 : !strcmp(optarg, "off") ? 0 : -1;
         break;
+    case OPT_DEVICE_OPT: {
+        DevOptRequest *d = &a->cr.sched.device_opt;
+        if (!strcmp(optarg, "none") || !strcmp(optarg, "all") || !strcmp(optarg, "auto"))
+            d->mode = !strcmp(optarg, "none") ? DEVOPT_NONE : !strcmp(optarg, "all") ? DEVOPT_ALL : DEVOPT_AUTO;
+        else if (!strcmp(optarg, "0")) d->mode = DEVOPT_LAYERS, d->layers = 0;
+        else if (parse_count(optarg, &d->layers))
+            return usage_error("--device-optimizer takes none, all, auto or a number of layers, not '%s'", optarg);
+        else d->mode = DEVOPT_LAYERS;
+        break;
+    }
     case OPT_SEQ:
         if (parse_count(optarg, &a->cr.sema.seq))
             return usage_error("--seq needs a positive integer, got '%s'", optarg);
@@ -476,6 +493,9 @@ static int check_args(Args *a) {
     if (a->shard == 1 && a->ranks < 2)
         return usage_error("%s", "--shard on shards the host store over the ranks: give --ranks 2 or more");
     a->cr.sched.shard = a->shard;
+    if (req->device_opt.mode != DEVOPT_NONE && a->ranks > 1)
+        return usage_error("%s", "--device-optimizer places one process's optimizer on its device; a rank's slice "
+                                 "of a data-parallel run on its device is not built yet: leave it out with --ranks");
     int picks = req->offloaded || req->host_selective;
     int chooses = req->remat != REMAT_AUTO || req->slots || req->resident >= 0 || req->ckpt || picks;
     if (req->policy != POLICY_MT && chooses)

@@ -791,6 +791,30 @@ static int read_graph(Rd *r, Graph *g) {
 
 // ---------------------------------------------------------------- HOST
 
+// The optimizer's placement: a byte a segment, 0 (host) or 1 (device).
+static int read_opt_device(Rd *r, Plan *p) {
+    int n = get_count(r, 1, "optimizer placements");
+    if (r->failed) return -1;
+    if (n != plan_segment_count(p)) {
+        rd_fail(r, "%d optimizer placements for %lld segments", n, (long long)plan_segment_count(p));
+        return -1;
+    }
+    if (!(p->opt_device = arena_alloc(r->a, (size_t)n))) {
+        rd_oom(r);
+        return -1;
+    }
+    for (int i = 0; i < n; i++) {
+        p->opt_device[i] = r->p[r->pos + (size_t)i];
+        if (p->opt_device[i] > 1) {
+            rd_fail(r, "segment %lld's optimizer placement is %u; 0 (host) or 1 (device)", (long long)(i + SEG_FIRST),
+                    p->opt_device[i]);
+            return -1;
+        }
+    }
+    r->pos += (size_t)n;
+    return 0;
+}
+
 static int read_host(Rd *r, Plan *p) {
     const Graph *g = p->graph;
     p->host_global = get_i64(r);
@@ -846,7 +870,7 @@ static int read_host(Rd *r, Plan *p) {
         rd_fail(r, "a host activation store of %lld bytes", (long long)p->host_act_bytes);
         return -1;
     }
-    return r->failed ? -1 : 0;
+    return read_opt_device(r, p);
 }
 
 // ---------------------------------------------------------------- ARENA

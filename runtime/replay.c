@@ -88,13 +88,16 @@ static void run_instr(Replay *r, const Instr *in, const int32_t *const *inputs, 
     HostStore *hs = r->hs;
     switch ((InsKind)in->kind) {
     case INS_COPY_IN: // the weights as they stream: the fp32 master, or its bf16 copy
-        if (in->flags & XFER_SHARD) copy_shard(r, in);
+        if (store_on_device(hs, r->p, in->layer)) be->opt_copy_in(be, in); // from the device store
+        else if (in->flags & XFER_SHARD) copy_shard(r, in);
         else
             be->copy_in(be, in, in->dst, in->flags & XFER_BF16 ? (const void *)(hs->wb + in->src) : hs->w + in->src,
                         in->bytes);
         break;
     case INS_COPY_OUT: // set where the range holds zeros, else added (store_grads_out); a sharded rank's slice
-        if (in->flags & XFER_SHARD) copy_shard(r, in);
+        if (store_on_device(hs, r->p, in->layer)) // into the device store's fp32 accumulators
+            be->opt_copy_out(be, in, store_grads_bf16_at(hs, in->dst) ? 1 : store_grads_out(hs, r->p, in));
+        else if (in->flags & XFER_SHARD) copy_shard(r, in);
         else if (store_grads_bf16_at(hs, in->dst)) // a layer's bf16 gradients, set once a step: a plain copy
             be->copy_out(be, in, store_grads_bf16_at(hs, in->dst), in->src, in->bytes);
         else if (!store_grads_out(hs, r->p, in))

@@ -140,8 +140,8 @@ static int save_sharded(Run *r, const CkptMeta *meta, char *err, size_t errcap) 
 int run_save(Run *r, int64_t step, uint64_t seed, char *err, size_t errcap) {
     const Plan *p = r->p;
     const TrainConfig *t = &p->graph->train;
-    store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights
-    if (store_ok(r, err, errcap) != 0) return -1;
+    store_flush(&r->hs, p); // the checkpoint holds step `step`'s weights (the device's placed segments' too)
+    if (store_ok(r, err, errcap) != 0 || store_device_pull(&r->hs, p, err, errcap) != 0) return -1;
     CkptMeta meta = {.step = step,
                      .data_pos = data_position(&r->data),
                      .seed = seed,

@@ -235,6 +235,14 @@ static int open_store(Run *r, char *err, size_t errcap) {
         snprintf(err, errcap, "cannot allocate the batch (%lld tokens)", (long long)(t->batch * t->seq));
         return -1;
     }
+    for (int64_t s = SEG_FIRST; r->o->tier_dir && s < p->graph->layers; s++)
+        if (plan_opt_device(p, s)) {
+            snprintf(err, errcap,
+                     "the plan places the optimizer of some layers on the device (mtc --device-optimizer) and "
+                     "--tier-dir puts the host store's layers on NVMe: the two together are not built; compile the "
+                     "plan with --device-optimizer none to use the tier");
+            return -1;
+        }
     if (p->sharded ? store_alloc_shard(&r->hs, p, dist ? dist->rank : 0, r->o->tier_dir, plan_tier_holds(p),
                                        r->o->threads, err, errcap) != 0
                    : store_alloc_tier(&r->hs, p, r->o->tier_dir, plan_tier_holds(p), r->o->threads, err, errcap) != 0)
@@ -327,6 +335,7 @@ static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
     free(pin);
     if (!r->be) return -1;
     r->be->host_threads = r->o->threads; // the optimizer's: in the backward they add the gradients
+    r->hs.dev = r->be->opt_store;        // the segments the plan places on the device are the backend's (NULL: none)
     if (!getenv("MT_REPLAY_ORDER") || !*getenv("MT_REPLAY_ORDER")) order->kind = REPLAY_STREAMS;
     return 0;
 }
@@ -636,8 +645,8 @@ static int start_run(Run *r, Loop *l, const char *plan_path, char *err, size_t e
         fprintf(o->out, "  to the end of the checkpoint's run, step %lld (--steps N sets another)\n",
                 (long long)l->steps);
     }
-    // the bf16 copy of what was initialised, loaded or resumed
-    if (store_sync_copy(&r->hs, p, err, errcap) != 0) return -1;
+    // the bf16 copy of what was initialised, loaded or resumed; the placed segments' state onto the device
+    if (store_sync_copy(&r->hs, p, err, errcap) != 0 || store_device_push(&r->hs, p, err, errcap) != 0) return -1;
     if (check_steps_left(r, l->from, l->steps, err, errcap) != 0) return -1;
     if (l->from < l->steps) schedule_of_run(r, l->steps, l->base_lr, l->from);
     else r->schedule_steps = l->steps; // (nothing to train: --export or --logits of the checkpoint)
@@ -731,7 +740,7 @@ static int write_logits(Run *r, char *err, size_t errcap) {
 // closed and the summary. 0, or -1 with a message.
 static int finish_run(Run *r, const Loop *l, char *err, size_t errcap) {
     store_flush(&r->hs, r->p); // the last step's update: training ends with it applied
-    if (store_ok(r, err, errcap) != 0) return -1;
+    if (store_ok(r, err, errcap) != 0 || store_device_pull(&r->hs, r->p, err, errcap) != 0) return -1;
     if (export_agreed(r) && export_weights(r, err, errcap) != 0) return -1;
     if (r->o->logits && (speaks(r) || r->p->sharded) && write_logits(r, err, errcap) != 0) return -1;
     if (r->o->sample_prompt && (!r->o->sample_every || l->s == l->from) && run_samples(r, l->s, l->seed, err, errcap))

@@ -111,7 +111,7 @@ def build_kernels(cxx, src, cu, work):
     with open(emu, "w") as f:
         f.write('#include "cuda_emu.h"\n' + text.replace("extern __shared__", "extern") + "\nMT_EMU_KERNELS_BEGIN\n")
         f.write("".join(f"MT_EMU_KERNEL({n})\n" for n in names) + "MT_EMU_KERNELS_END\n")
-    p = run([cxx, "-x", "c++", "-std=c++17", "-O1", "-fPIC", "-shared", "-w", "-I", os.path.join(src, "tests", "emu"),
+    p = run([cxx, "-x", "c++", "-std=c++17", "-O1", "-ffp-contract=off", "-fPIC", "-shared", "-w", "-I", os.path.join(src, "tests", "emu"),
              emu, "-o", so + ".tmp"])
     if p.returncode != 0:
         fail(f"{emu} does not compile for the emulation", p)

@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 16 (PLAN_VERSION). For each model given: parse,
+// test_plan: the plan file format, version 17 (PLAN_VERSION). For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -75,6 +75,8 @@ static Plan *hand_plan(Graph *g, Arena *a) {
     p->layer_base = arena_alloc(a, (size_t)(g->layers + 1) * sizeof(int64_t));
     plan_lay_out_layers(p);
     p->host_act_bytes = HAND_ACT_BYTES;
+    p->opt_device = arena_alloc(a, (size_t)plan_segment_count(p)); // the head's globals and layer 0 on the device
+    for (int64_t s = SEG_FIRST; s < g->layers; s++) p->opt_device[plan_segment_index(s)] = s == SEG_HEAD || s == 0;
     p->nframes = HAND_FRAMES;
     int64_t slot = (p->host_global > p->host_layer ? p->host_global : p->host_layer) * 4, top = slot;
     for (int pk = 0; pk < graph_nparts(g); pk++) {
@@ -445,6 +447,8 @@ static void compare_plans(const char *ctx, const Plan *x, const Plan *y) {
     for (int i = 0; i < x->graph->params.n && i < y->graph->params.n; i++)
         SAME("a param offset", x->param_offset[i] == y->param_offset[i]);
     SAME("host_act_bytes", x->host_act_bytes == y->host_act_bytes);
+    for (int64_t s = SEG_FIRST; s < x->graph->layers && x->graph->layers == y->graph->layers; s++)
+        SAME("an optimizer placement", plan_opt_device(x, s) == plan_opt_device(y, s));
     SAME("arena_bytes", x->arena_bytes == y->arena_bytes);
     SAME("scratch_bytes", x->scratch_bytes == y->scratch_bytes);
     SAME("device_limit", x->device_limit == y->device_limit);
@@ -636,12 +640,13 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         13, // before pooled load-balancing losses and the sharded store (INS_ALLGATHER, ...)
         14, // before attention's saved softmax statistics (OP_ATTENTION_LSE)
         15, // before frozen parameters and LoRA adapters (Param.frozen, lora, lora_of, lora_scale)
-        17,
+        16, // before the optimizer's placement (Plan.opt_device)
+        18,
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
         char version[32], message[96];
         snprintf(version, sizeof version, "version %u", refused[k]);
-        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 16", refused[k]);
+        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 17", refused[k]);
         memcpy(buf, orig, len);
         st32(buf + 8, refused[k]);
         redo_crcs(buf);
@@ -966,6 +971,13 @@ static void damage_fields(Plan *p, const char *path) {
         p->param_offset[0] = p->host_global;
         expect_written_refused("a param outside the host store", p, path, "section HOST: parameter");
         p->param_offset[0] = saved;
+    }
+    if (p->opt_device) {
+        uint8_t saved = p->opt_device[plan_segment_index(SEG_TAIL)];
+        p->opt_device[plan_segment_index(SEG_TAIL)] = 2;
+        expect_written_refused("an optimizer placement of 2", p, path,
+                               "section HOST: segment -2's optimizer placement is 2; 0 (host) or 1 (device)");
+        p->opt_device[plan_segment_index(SEG_TAIL)] = saved;
     }
     {
         int i = 0; // the first node with a buffer of its own

@@ -22,6 +22,9 @@
 // the reduce-scatter dropped (a COPY_OUT reads gradients not yet summed), the compute engine's WAIT before reusing the
 // gradient staging dropped, and a collective on another engine than the others.
 //
+// The optimizer's placement (Plan.opt_device): refused on a cpu target's plan, in a sharded plan and on a device
+// 1 byte too small for it; passed where it fits.
+//
 // usage: test_verify EXAMPLES_DIR (the profiles are in EXAMPLES_DIR/../schedules)
 #include <stdio.h>
 #include <stdlib.h>
@@ -29,6 +32,7 @@
 #include <time.h>
 
 #include "common/io.h"
+#include "common/scratch.h"
 #include "compiler/schedule/schedule.h"
 #include "common/verify.h"
 #include "compiler/compile.h"
@@ -460,6 +464,36 @@ static void mutations_sharded(const Plan *base) {
 
 // ---------------------------------------------------------------- plans that pass
 
+// The optimizer's placement (Plan.opt_device): every segment on the device
+// of base (a cpu target's plan) is refused; as if for a GPU (kernel scratch)
+// it passes with room for it and is refused with 1 byte too little, naming
+// the bytes; in a sharded plan it is refused.
+static void placements(const Plan *base, const Plan *sharded) {
+    uint8_t all[256];
+    if (!CHECK(plan_segment_count(base) <= 256 && plan_segment_count(sharded) <= 256, "too many segments")) return;
+    memset(all, 1, sizeof all);
+    Mut m;
+    mut_init(&m, base);
+    m.p.opt_device = all;
+    expect_refused(&m.p, "the optimizer on the device of a cpu target", PHRASES("the tail's globals", "cpu target"));
+    m.p.scratch_bytes = 256; // as a GPU target's plan
+    m.p.device_limit = plan_device_bytes(&m.p);
+    char err[2048] = "";
+    CHECK(plan_verify(&m.p, err, sizeof err) == 0, "the optimizer on a device it fits: %s", err);
+    if (!err[0])
+        printf("ok   the optimizer on a device it fits (%lld bytes of it) passes\n",
+               (long long)plan_opt_device_bytes(&m.p));
+    m.p.device_limit--;
+    expect_refused(&m.p, "the optimizer on a device 1 byte too small", PHRASES("segments", "device memory"));
+    mut_free(&m);
+    mut_init(&m, sharded);
+    m.p.opt_device = all;
+    m.p.scratch_bytes = 256;
+    m.p.device_limit = 0;
+    expect_refused(&m.p, "the optimizer on the device in a sharded plan", PHRASES("sharded plan", "slice"));
+    mut_free(&m);
+}
+
 static const char *const POLICIES[] = {"mt", "sequential", "megatrain", "zero3-offload"};
 
 // The search's plan for (policy, remat) on a target; even one that does not
@@ -558,6 +592,7 @@ int main(int argc, char **argv) {
     if (sharded && plan_verify(sharded, err, sizeof err) == 0) mutations_sharded(sharded);
     else { FAIL("no sharded mutations: the plan they start from is refused"); }
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
+    if (base && sharded) placements(base, sharded);
     else { FAIL("no mutations: the plan they start from is refused"); }
     if (sel && off && plan_verify(sel, err, sizeof err) == 0 && plan_verify(off, err, sizeof err) == 0)
         mutations_remat(sel, off);

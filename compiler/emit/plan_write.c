@@ -32,7 +32,8 @@
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
 //   HOST     i64 host_global, i64 host_tail, nkinds × i64 host_kind, u32 count (= params),
 //            count × i64 param offset (floats into its segment),
-//            i64 host_act_bytes
+//            i64 host_act_bytes, u32 count (= segments: layers + 2), count × u8 optimizer
+//            placement (Plan.opt_device, by segment index: 0 host, 1 device)
 //   ARENA    i64 arena_bytes, i64 scratch_bytes, i64 device_limit, i32 nframes; per part: u32
 //            count (= its nodes; a block part's times nframes), count × i64
 //            byte offset (-1: a view or reshape)
@@ -307,6 +308,11 @@ static void write_host(Buf *b, const Plan *p) {
     put_u32(b, (uint32_t)p->graph->params.n);
     for (int i = 0; i < p->graph->params.n; i++) put_i64(b, p->param_offset[i]);
     put_i64(b, p->host_act_bytes);
+    put_u32(b, (uint32_t)plan_segment_count(p));
+    for (int64_t s = SEG_FIRST; s < p->graph->layers; s++) {
+        uint8_t d = p->opt_device ? p->opt_device[plan_segment_index(s)] : 0; // (as it is: the reader checks it)
+        put_bytes(b, &d, 1);
+    }
 }
 
 static void write_arena(Buf *b, const Plan *p) {

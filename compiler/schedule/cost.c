@@ -379,6 +379,13 @@ static double grads_host_bytes(const Instr *in, int set) {
     return (double)in->bytes / e * (e + (set ? 4.0 : 8.0));
 }
 
+// A segment instruction (COPY_IN, COPY_OUT, NORM, UPDATE) of a segment
+// whose optimizer the plan places on the device (Plan.opt_device).
+static int on_device(const Plan *p, const Instr *in) {
+    int seg_op = in->kind == INS_COPY_IN || in->kind == INS_COPY_OUT || in->kind == INS_NORM || in->kind == INS_UPDATE;
+    return seg_op && plan_opt_device(p, in->layer);
+}
+
 typedef struct OutDst {
     int64_t dst;
     int i;
@@ -411,7 +418,7 @@ static double grads_out_times(const Plan *p, const Target *t, const Placement *p
     int grads_bf16 = plan_grads_bf16(p, pl);
     for (int k = 0; k < n; k++) {
         const Instr *in = &p->train[o[k].i];
-        if (grads_bf16 && in->dst >= p->host_global) continue;
+        if ((grads_bf16 && in->dst >= p->host_global) || on_device(p, in)) continue;
         int set = p->graph->train.accumulate == 1 && (k == 0 || o[k - 1].dst != o[k].dst);
         if (set && !(in->flags & XFER_BF16)) continue; // an fp32 set is the copy itself, into the pinned store
         double b = grads_host_bytes(in, set), s = b / t->host_grads_add_bandwidth;
@@ -537,9 +544,28 @@ static double step_sums_s(const Plan *p, const Target *t) {
     return isfinite(s) ? s : 0;
 }
 
+// Such an instruction's time, all at the device memory's rate: COPY_IN a
+// copy from the device store into the arena (read and write), COPY_OUT its
+// gradients read and added into the fp32 accumulators (read 4 and write 4
+// an element), NORM the accumulators read, UPDATE AdamW's bytes (as the
+// host's: w, m, v, g read, w, m, v and the copy written).
+static double device_opt_time(const Plan *p, const Instr *in, const Target *t) {
+    DType compute = p->graph->train.compute;
+    double elems = (double)trained_elems(p, in->layer);
+    switch ((InsKind)in->kind) {
+    case INS_COPY_IN: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
+    case INS_COPY_OUT:
+        return ((double)in->bytes + 8.0 * (double)in->bytes / (in->flags & XFER_BF16 ? 2 : 4)) / t->hbm_bandwidth;
+    case INS_NORM: return 4.0 * (double)layer_elems(p, in->layer) / t->hbm_bandwidth;
+    case INS_UPDATE: return elems * update_bytes(compute, 0) / t->hbm_bandwidth;
+    default: return 0;
+    }
+}
+
 // zero3: is_zero3(p), looked up once a plan.
 static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl,
                          int zero3) {
+    if (on_device(p, in)) return device_opt_time(p, in, t);
     switch ((InsKind)in->kind) {
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
     case INS_COPY_IN:
@@ -582,7 +608,7 @@ void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double 
         for (int64_t l = 0; l < p->graph->layers + 2; l++) updates[l] = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        if (in->kind != INS_UPDATE && in->kind != INS_NORM) continue;
+        if ((in->kind != INS_UPDATE && in->kind != INS_NORM) || on_device(p, in)) continue; // (the host's only)
         double s = instr_time(p, in, t, NULL, pl, zero3); // (the kernels' times price RUNs only)
         *optimizer_s += s;
         if (in->kind != INS_UPDATE) continue;
@@ -601,7 +627,10 @@ int cost_instr_times(const Plan *p, const Target *t, double *dur) {
 
 enum { RES_DEVICE, RES_H2D, RES_D2H, RES_HOST, RES_NONE, RES_COUNT };
 
-static int resource_of(const Instr *in, const Target *t) {
+// A segment instruction placed on the device: its copies on no link, its
+// norm and update on the device.
+static int resource_of(const Plan *p, const Instr *in, const Target *t) {
+    if (on_device(p, in)) return in->kind == INS_NORM || in->kind == INS_UPDATE ? RES_DEVICE : RES_NONE;
     switch ((InsKind)in->kind) {
     case INS_RUN:
     case INS_COPY: return RES_DEVICE;
@@ -631,7 +660,7 @@ double cost_simulate(const Plan *p, const Instr *ins, int n, const Target *t, co
         const Instr *in = &ins[i];
         double at = engine[in->engine];
         if (in->kind == INS_WAIT && fired[in->event] > at) at = fired[in->event];
-        int r = one_thread && resource_of(in, t) != RES_NONE ? RES_DEVICE : resource_of(in, t);
+        int r = one_thread && resource_of(p, in, t) != RES_NONE ? RES_DEVICE : resource_of(p, in, t);
         double d = (in->kind == INS_UPDATE || in->kind == INS_NORM) && !host_work ? 0 : dur[i];
         if (r != RES_NONE && d > 0 && busy[r] > at) at = busy[r];
         // both directions of a duplex link at once: each at duplex_efficiency of its rate
@@ -686,6 +715,11 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3);
+        if (on_device(p, in)) { // on the device: none of it on the link or the host
+            if (in->kind == INS_NORM || in->kind == INS_UPDATE) c->device_optimizer_s += s;
+            else c->device_copy_s += s;
+            continue;
+        }
         switch ((InsKind)in->kind) {
         case INS_RUN:
             c->compute_s += s;

@@ -41,12 +41,14 @@ typedef struct Cost {
     double recompute_s;           // of that, forward work done a second time
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
-    double device_copy_s; // arena-to-arena copies
-    double optimizer_s;   // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
-    double step_s;        // predicted step: the simulated engines, `accumulate` micro-batches, each at
-                          // least the host memory time of its link bytes and optimizer (they share it),
-                          // then, with ranks, what train.c sums over them (the replicated gradients or
-                          // the sharded norms, all-reduced)
+    double device_copy_s;      // arena-to-arena copies, and the copies of segments whose optimizer is on the device
+                               // (Plan.opt_device) between its device store and the arena
+    double device_optimizer_s; // the norms and AdamW of those segments, on the device at its memory rate
+    double optimizer_s; // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
+    double step_s;      // predicted step: the simulated engines, `accumulate` micro-batches, each at
+                        // least the host memory time of its link bytes and optimizer (they share it),
+                        // then, with ranks, what train.c sums over them (the replicated gradients or
+                        // the sharded norms, all-reduced)
     int64_t device_peak_bytes; // the arena and the kernels' scratch (plan_device_bytes, common/scratch.h)
     int64_t host_bytes;        // host RAM: the host store (less what the tier holds) and the host activation store
     Placement place;           // the host store across RAM and the NVMe tier

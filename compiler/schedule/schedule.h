@@ -79,6 +79,19 @@ typedef struct SchedResult {
 
 enum { CKPT_DEVICE = 1, CKPT_HOST = 2 };
 
+// mtc --device-optimizer: where the optimizer of each segment lives (compiler/schedule/placement.h).
+typedef enum {
+    DEVOPT_NONE,   // every segment on the host (the default)
+    DEVOPT_ALL,    // the globals and every layer on the device
+    DEVOPT_LAYERS, // the globals and the first `layers` layers (the globals first: the head's update opens a step)
+    DEVOPT_AUTO,   // as DEVOPT_LAYERS with the count of the fastest predicted step that fits the device
+} DevOptMode;
+
+typedef struct DevOptRequest {
+    DevOptMode mode;
+    int64_t layers; // DEVOPT_LAYERS
+} DevOptRequest;
+
 // What the user asked of the search; the rest it chooses.
 typedef struct SchedRequest {
     Policy policy;
@@ -99,6 +112,7 @@ typedef struct SchedRequest {
     // The plan is the search's until the call returns: what the callback keeps, it copies.
     void (*seen)(void *ctx, const Graph *g, const SchedResult *r);
     void *seen_ctx;
+    DevOptRequest device_opt; // where the chosen plan's optimizer lives (placement_choose, after the search)
 } SchedRequest;
 
 // How far a plan's memory is from fitting t: the larger of its device and

@@ -6,6 +6,7 @@
 #include "compiler/schedule/schedule_internal.h"
 
 #include "common/scratch.h"
+#include "compiler/schedule/placement.h"
 
 #include <math.h>
 #include <stdio.h>
@@ -693,10 +694,12 @@ int schedule_search(Graph *g, const Target *t, const SchedRequest *req, Arena *a
     if (!kernels) return snprintf(err, errcap, "out of memory while costing the kernels"), -1;
     Search x = {.g = g, .t = t, .req = req, .a = a, .kernels = kernels, .best = best, .err = err, .errcap = errcap};
     int rc = search(&x);
-    cost_kernels_free(kernels);
     if (rc == 0 && best->plan) { // the plan returned, whole: its evaluation stream too
         best->plan = schedule_build(g, t, &best->choice, a, err, errcap);
         if (!best->plan) rc = -1;
     }
+    if (rc == 0) rc = placement_choose(t, &req->device_opt, kernels, a, best, err, errcap); // placement.c
+    if (rc == 0 && req->seen && best->plan && placement_layers(best->plan) >= 0) req->seen(req->seen_ctx, g, best);
+    cost_kernels_free(kernels);
     return rc;
 }

@@ -18,6 +18,7 @@
 
 #include "common/plan.h"
 #include "runtime/dist/dist.h"
+#include "runtime/store/store.h"
 
 typedef struct Backend Backend;
 struct Dist;
@@ -81,6 +82,17 @@ struct Backend {
     // of a synchronous backend (the cpu's), and of an asynchronous one only
     // the host engine's work (NORM, UPDATE): it times its engines' itself.
     void (*trace_host)(Backend *be, const Instr *in, double t0, double t1);
+    // The optimizer of the segments the plan places on the device (Plan.opt_device), in the backend's
+    // device store (common/scratch.h, plan_opt_device_at). NULL, all three, on a backend without one (the
+    // cpu's: there placement is a no-op and the host store does everything, as for any plan).
+    // opt_copy_in: a placed segment's COPY_IN, its streamed copy (XFER_BF16: the bf16 copy, else the fp32
+    // master) from the device store into arena [dst, dst + bytes), on in's engine, device to device.
+    // opt_copy_out: a placed segment's COPY_OUT, arena [src, src + bytes) (XFER_BF16: bf16, widened) added
+    // into its fp32 gradient accumulators from element dst, or (set: they hold zeros) stored there.
+    // opt_store: the norms, updates and moves the host store hands the backend (store.h, StoreDevice).
+    void (*opt_copy_in)(Backend *be, const Instr *in);
+    void (*opt_copy_out)(Backend *be, const Instr *in, int set);
+    const StoreDevice *opt_store;
     void (*destroy)(Backend *be);
 };
 

@@ -160,6 +160,13 @@ typedef struct Cuda {
     int *doc_starts_dev;      // (B, T) the device copy of the micro-batch's document starts: in dev after the
                               // scratch, plan_doc_starts_bytes (common/scratch.h)
     void *seg_start;          // what every attention launch passes as seg_start: doc_starts_dev, or NULL
+    // The optimizer of the segments the plan places on the device (Plan.opt_device; NULL, 0: none):
+    char *opt;             // the device store, in dev after the document starts (common/scratch.h)
+    double *opt_sums;      // (opt_chunks) device: a placed segment's chunk sums of its squared norm
+    double *opt_sums_host; // (opt_chunks) pinned, where they are read
+    int64_t opt_chunks;    // the most chunks (ADAMW_NORM_CHUNK) of a placed segment
+    CUfunction adamw, grads_add, sq_norm_chunks; // the prelude's mt_adamw, mt_grads_add, mt_sq_norm_chunks
+    StoreDevice opt_store;                       // what the host store calls for those segments (ctx: this)
 } Cuda;
 
 static const char *const ENGINE[ENG_COUNT] = {"compute", "copy-in", "copy-out", "host", "comm"};
@@ -410,6 +417,125 @@ static void cuda_copy_widen(Backend *be, const Instr *in, int64_t dst, int64_t s
                           1, 0, stream_of(c, in), params, NULL));
     trace_end(c, in, t);
     done_if_host(c, in);
+}
+
+// ---------------------------------------------------------------- the optimizer on the device
+
+// The segments a plan places on the device (Plan.opt_device) keep their
+// fp32 master, Adam moments, gradient accumulators and bf16 copy in the
+// device store (common/scratch.h: plan_opt_device_at). Their COPY_IN and
+// COPY_OUT stay on the plan's engines, device to device; the host engine's
+// norms and updates, which the host store hands over (StoreDevice), run on
+// the host engine's stream and are done when they return. Every kernel is the
+// prelude's (compiler/emit/cuda/prelude.cuh), each element computed as the
+// host computes it, so the bits do not depend on the placement.
+enum { OPT_THREADS = 256, OPT_BLOCKS = 4096 };
+
+// Segment seg's array k in the device store: 0 w, 1 m, 2 v, 3 g (n floats each), 4 the bf16 copy.
+static char *opt_array(const Cuda *c, int64_t seg, int k) {
+    return c->opt + plan_opt_device_at(c->p, seg) + plan_opt_device_array(plan_segment_len(c->p, seg), k);
+}
+static float *opt_floats(const Cuda *c, int64_t seg, int k) { return (float *)(void *)opt_array(c, seg, k); }
+static unsigned opt_blocks(long long n) {
+    long long b = (n + OPT_THREADS - 1) / OPT_THREADS;
+    return (unsigned)(b < 1 ? 1 : b < OPT_BLOCKS ? b : OPT_BLOCKS);
+}
+
+// COPY_IN of a placed segment: its streamed copy (bf16, or the fp32 master) into the arena.
+static void cuda_opt_copy_in(Backend *be, const Instr *in) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    int64_t elem = in->flags & XFER_BF16 ? 2 : 4, at = in->src - plan_segment_base(c->p, in->layer);
+    const char *src = opt_array(c, in->layer, elem == 2 ? 4 : 0) + at * elem;
+    int t = trace_begin(c, in);
+    RT(c, in, cudaMemcpyAsync(c->dev + in->dst, src, (size_t)in->bytes, cudaMemcpyDeviceToDevice, stream_of(c, in)));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// COPY_OUT of a placed segment: the arena's gradients added (set: stored) into its accumulators (mt_grads_add).
+static void cuda_opt_copy_out(Backend *be, const Instr *in, int set) {
+    Cuda *c = be->ctx;
+    if (!enter(c, in)) return;
+    int bf = (in->flags & XFER_BF16) != 0;
+    float *g = opt_floats(c, in->layer, 3) + (in->dst - plan_segment_base(c->p, in->layer));     // (n)
+    const float *src = bf ? NULL : (const float *)(void *)(c->dev + in->src);                    // (n) or NULL
+    const unsigned short *srcb = bf ? (const unsigned short *)(void *)(c->dev + in->src) : NULL; // (n) or NULL
+    long long n = in->bytes / (bf ? 2 : 4);
+    void *params[] = {&g, &src, &srcb, &n, &set};
+    int t = trace_begin(c, in);
+    CU(c, in, cuLaunchKernel(c->grads_add, opt_blocks(n), 1, 1, OPT_THREADS, 1, 1, 0, stream_of(c, in), params, NULL));
+    trace_end(c, in, t);
+    done_if_host(c, in);
+}
+
+// The host engine's work on the device: queued on its stream, done when it returns.
+static int opt_done(Cuda *c) { return RT(c, NULL, cudaStreamSynchronize(c->stream[ENG_HOST])); }
+
+// StoreDevice.sq_norm: the chunk sums on the device (mt_sq_norm_chunks), added here in chunk order, as
+// adamw_sq_norm adds them. (A failure is kept for finish and the step's end; the norm is then 0.)
+static double cuda_opt_sq_norm(void *ctx, int64_t seg, int64_t n) {
+    Cuda *c = ctx;
+    if (n <= 0 || !enter(c, NULL)) return 0.0;
+    long long len = n, chunk = ADAMW_NORM_CHUNK, chunks = (n + ADAMW_NORM_CHUNK - 1) / ADAMW_NORM_CHUNK;
+    const float *g = opt_floats(c, seg, 3); // (n)
+    double *sums = c->opt_sums, total = 0.0;
+    void *params[] = {&sums, &g, &len, &chunk};
+    unsigned threads = 64, blocks = (unsigned)((chunks + threads - 1) / threads);
+    if (CU(c, NULL,
+           cuLaunchKernel(c->sq_norm_chunks, blocks, 1, 1, threads, 1, 1, 0, c->stream[ENG_HOST], params, NULL)) &&
+        RT(c, NULL,
+           cudaMemcpyAsync(c->opt_sums_host, sums, (size_t)chunks * sizeof(double), cudaMemcpyDeviceToHost,
+                           c->stream[ENG_HOST])) &&
+        opt_done(c))
+        for (long long k = 0; k < chunks; k++) total += c->opt_sums_host[k];
+    return total;
+}
+
+// StoreDevice.update: mt_adamw over [off, off + n) of the segment, the gradients zeroed.
+static void cuda_opt_update(void *ctx, int64_t seg, int64_t off, int64_t n, const AdamWConst *k) {
+    Cuda *c = ctx;
+    if (!enter(c, NULL)) return;
+    float *w = opt_floats(c, seg, 0) + off, *m = opt_floats(c, seg, 1) + off, *v = opt_floats(c, seg, 2) + off,
+          *g = opt_floats(c, seg, 3) + off; // (n) each
+    const unsigned short *gb = NULL;
+    unsigned short *wb = c->p->graph->train.compute == DT_BF16 ? (unsigned short *)(void *)opt_array(c, seg, 4) + off
+                                                               : NULL; // (n) or NULL
+    long long len = n;
+    int zero = 1;
+    AdamWConst kc = *k; // (the kernel's MtAdamWConst: the same nine floats)
+    void *params[] = {&w, &m, &v, &g, &gb, &wb, &len, &kc, &zero};
+    if (CU(c, NULL,
+           cuLaunchKernel(c->adamw, opt_blocks(len), 1, 1, OPT_THREADS, 1, 1, 0, c->stream[ENG_HOST], params, NULL)))
+        opt_done(c);
+}
+
+// StoreDevice.zero_grads
+static void cuda_opt_zero_grads(void *ctx, int64_t seg, int64_t off, int64_t n) {
+    Cuda *c = ctx;
+    if (enter(c, NULL) &&
+        RT(c, NULL, cudaMemsetAsync(opt_floats(c, seg, 3) + off, 0, (size_t)n * sizeof(float), c->stream[ENG_HOST])))
+        opt_done(c);
+}
+
+// StoreDevice.move: every engine drained first (nothing of a step in flight reads or writes the store).
+static int cuda_opt_move(void *ctx, int64_t seg, int64_t n, float *w, float *m, float *v, uint16_t *wb, int push,
+                         char *err, size_t errcap) {
+    Cuda *c = ctx;
+    void *host[4] = {w, m, v, wb};
+    for (int e = 0; e < ENG_COUNT && enter(c, NULL); e++) RT(c, NULL, cudaStreamSynchronize(c->stream[e]));
+    for (int k = 0; k < 4 && !failed(c); k++) {
+        size_t bytes = (size_t)n * (k == 3 ? 2 : 4);
+        char *d = opt_array(c, seg, k == 3 ? 4 : k);
+        if (host[k])
+            RT(c, NULL,
+               push ? cudaMemcpy(d, host[k], bytes, cudaMemcpyHostToDevice)
+                    : cudaMemcpy(host[k], d, bytes, cudaMemcpyDeviceToHost));
+    }
+    if (push && !failed(c)) RT(c, NULL, cudaMemset(opt_array(c, seg, 3), 0, (size_t)n * sizeof(float)));
+    if (!failed(c)) return 0;
+    snprintf(err, errcap, "%s", c->err);
+    return -1;
 }
 
 // A sharded plan's INS_ALLGATHER and INS_REDUCE_SCATTER, in place on the
@@ -806,6 +932,8 @@ static void cuda_destroy(Backend *be) {
     free(c->pinned);
     if (c->dev) cudaFree(c->dev);
     if (c->pool.sums) cudaFree(c->pool.sums);
+    if (c->opt_sums) cudaFree(c->opt_sums);
+    if (c->opt_sums_host) cudaFreeHost(c->opt_sums_host);
     arena_free(&c->karena);
     pthread_mutex_destroy(&c->mu);
     pthread_mutex_destroy(&c->trace_mu);
@@ -1120,6 +1248,7 @@ typedef struct {
     int nscratch;       // engines that run kernels, each with its scratch
     int64_t arena;      // the arena's bytes, rounded up to 256
     int64_t doc_starts; // the document starts' bytes after the scratch
+    int64_t opt;        // the optimizer's device store after them (plan_opt_device_bytes)
 } CudaOpen;
 
 // The GPU of this rank, and whether it can run the plan's kernels.
@@ -1191,9 +1320,10 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
     c->scratch_bytes = p->scratch_bytes;
     for (int e = 0; e < ENG_COUNT; e++) o->nscratch += c->scratch[e] != NULL;
     o->arena = (p->arena_bytes + 255) & ~(int64_t)255, o->doc_starts = plan_doc_starts_bytes(p);
+    o->opt = plan_opt_device_bytes(p);
     c->dev_bytes = plan_device_bytes(p);
     if (o->nscratch != plan_scratch_engines(p) ||
-        c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->doc_starts ||
+        c->dev_bytes != o->arena + o->nscratch * c->scratch_bytes + o->doc_starts + o->opt ||
         o->doc_starts < p->graph->train.batch * p->graph->train.seq * 4) {
         snprintf(c->err, sizeof c->err, "internal error: %d engines run kernels, common/scratch.h counts %d",
                  o->nscratch, plan_scratch_engines(p));
@@ -1216,10 +1346,11 @@ static int alloc_device(Cuda *c, const Dist *dist, CudaOpen *o) {
             snprintf(nccl, sizeof nccl, " after the ranks' collectives took %zu for their buffers", c->comm_bytes);
         snprintf(c->err, sizeof c->err,
                  "the plan needs %lld bytes of device memory (arena %lld, scratch %lld, document "
-                 "starts %lld) but %s has %zu free of %zu%s; compile the plan for a target with less device memory",
+                 "starts %lld, the optimizer %lld) but %s has %zu free of %zu%s; compile the plan for a target with "
+                 "less device memory",
                  (long long)c->dev_bytes, (long long)p->arena_bytes,
-                 (long long)(c->dev_bytes - o->arena - o->doc_starts), (long long)o->doc_starts, o->prop.name, free_b,
-                 total_b, nccl);
+                 (long long)(c->dev_bytes - o->arena - o->doc_starts - o->opt), (long long)o->doc_starts,
+                 (long long)o->opt, o->prop.name, free_b, total_b, nccl);
         return -1;
     }
     void *dev = NULL;
@@ -1302,6 +1433,38 @@ static int load_module(Cuda *c, const CudaOpen *o) {
     return 0;
 }
 
+// The device store's place (after the document starts), the norm's chunk
+// sums, the three kernels and the host store's calls, where the plan
+// places anything on the device.
+static int open_opt(Cuda *c, Backend *be, int64_t at) {
+    const Plan *p = c->p;
+    if (!plan_opt_device_bytes(p)) return 0;
+    c->opt = c->dev + at;
+    for (int64_t s = SEG_FIRST; s < p->graph->layers; s++) {
+        int64_t chunks = (plan_segment_len(p, s) + ADAMW_NORM_CHUNK - 1) / ADAMW_NORM_CHUNK;
+        if (plan_opt_device(p, s) && chunks > c->opt_chunks) c->opt_chunks = chunks;
+    }
+    void *sums = NULL, *host = NULL;
+    if (!RT(c, NULL, cudaMalloc(&sums, (size_t)(c->opt_chunks + 1) * sizeof(double))) ||
+        !RT(c, NULL, cudaHostAlloc(&host, (size_t)(c->opt_chunks + 1) * sizeof(double), cudaHostAllocDefault)))
+        return -1;
+    c->opt_sums = sums, c->opt_sums_host = host;
+    if (get_function(c, &c->adamw, "mt_adamw", 0) != 0 || get_function(c, &c->grads_add, "mt_grads_add", 0) != 0 ||
+        get_function(c, &c->sq_norm_chunks, "mt_sq_norm_chunks", 0) != 0) {
+        snprintf(c->err, sizeof c->err,
+                 "this plan places the optimizer on the device but its kernels have no mt_adamw, mt_grads_add or "
+                 "mt_sq_norm_chunks: recompile it with this mtc");
+        return -1;
+    }
+    c->opt_store = (StoreDevice){.ctx = c,
+                                 .sq_norm = cuda_opt_sq_norm,
+                                 .update = cuda_opt_update,
+                                 .zero_grads = cuda_opt_zero_grads,
+                                 .move = cuda_opt_move};
+    be->opt_copy_in = cuda_opt_copy_in, be->opt_copy_out = cuda_opt_copy_out, be->opt_store = &c->opt_store;
+    return 0;
+}
+
 // --trace: the file, and the epoch every timing event is measured from.
 static int open_trace(Cuda *c, Backend *be, const char *trace_path) {
     if (trace_open(&c->trace, trace_path, c->err, sizeof c->err) != 0) return -1;
@@ -1352,7 +1515,8 @@ Backend *backend_cuda_create(const Plan *p, const HostRange *pin, int npin, cons
     CudaOpen o = {0};
     if (open_device(c, dist, &o) == 0 && read_plan_needs(c, &o) == 0 && alloc_device(c, dist, &o) == 0 &&
         pin_ranges(c, pin, npin) == 0 && // the host memory the streams read and write: pinned now, or refused
-        open_streams(c, be) == 0 && load_module(c, &o) == 0 && (!trace_path || open_trace(c, be, trace_path) == 0))
+        open_streams(c, be) == 0 && load_module(c, &o) == 0 && open_opt(c, be, c->dev_bytes - o.opt) == 0 &&
+        (!trace_path || open_trace(c, be, trace_path) == 0))
         return be;
     refuse(c, err, errcap);
     if (!*err) snprintf(err, errcap, "cuda: out of memory");

@@ -480,6 +480,10 @@ static float *in_record(const HostStore *s, float *rec, int array) {
 
 void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     int64_t lo, hi, at = store_slice(s, p, layer, &lo, &hi);
+    if (store_on_device(s, p, layer)) { // (one process's whole segment: the verifier refuses a sharded one)
+        s->seg[plan_segment_index(layer)].sq_norm = s->dev->sq_norm(s->dev->ctx, layer, hi - lo);
+        return;
+    }
     // (sharded: this rank's slice's part of the norm; the ranks sum them before the clip)
     const uint16_t *gb = store_grads_bf16_at(s, at);
     s->seg[plan_segment_index(layer)].sq_norm = gb ? adamw_sq_norm_bf16(gb, hi - lo, s->threads)
@@ -527,6 +531,13 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        if (store_on_device(s, p, layer)) { // the same update of the same elements, on the device
+            AdamWConst c = adamw_constants(&seg->step, decay);
+            int64_t base = plan_segment_base(p, layer);
+            if (b > a) s->dev->update(s->dev->ctx, layer, a - base, b - a, &c);
+            if (pb > pa) s->dev->zero_grads(s->dev->ctx, layer, pa - base, pb - pa);
+            continue;
+        }
         // the index in m and v (in w, in grad) of this parameter's first float less off: a record's in_tier
         int64_t base = !staged ? 0 : s->shard_at ? first : off - in_tier(p, layer, off);
         int64_t wbase = s->tier_master ? base : 0, gbase = s->tier_grads ? base : 0;
@@ -542,6 +553,24 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     seg->pending = 0;
+}
+
+// store_device_push and store_device_pull: every placed segment's state moved.
+static int device_move(HostStore *s, const Plan *p, int push, char *err, size_t errcap) {
+    for (int64_t seg = SEG_FIRST; s->dev && seg < p->graph->layers; seg++) {
+        if (!store_on_device(s, p, seg)) continue;
+        int64_t base = plan_segment_base(p, seg), n = plan_segment_len(p, seg);
+        if (s->dev->move(s->dev->ctx, seg, n, s->w + base, s->m + base, s->v + base, s->wb ? s->wb + base : NULL, push,
+                         err, errcap) != 0)
+            return -1;
+    }
+    return 0;
+}
+int store_device_push(HostStore *s, const Plan *p, char *err, size_t errcap) {
+    return device_move(s, p, 1, err, errcap);
+}
+int store_device_pull(HostStore *s, const Plan *p, char *err, size_t errcap) {
+    return device_move(s, p, 0, err, errcap);
 }
 
 void store_flush(HostStore *s, const Plan *p) {

@@ -21,6 +21,28 @@ typedef struct StoreSegment {
     int64_t pass_outs; // COPY_OUTs into it in one pass of the train stream (a micro-batch)
 } StoreSegment;
 
+// The optimizer of the segments a plan places on the device (Plan.opt_device),
+// as the backend that holds their state does it (runtime/backend/backend.h,
+// opt_store: the cuda backend's). The store keeps its bookkeeping for them
+// (pending updates and their steps, whether a COPY_OUT sets or adds) and
+// calls these instead of touching its own arrays, which hold those segments'
+// state only from a pull (checkpoints, export) to the next push. Each is done
+// when it returns; n, off: elements from the segment's first.
+typedef struct StoreDevice {
+    void *ctx;
+    // The squared norm of segment seg's n gradients, as adamw_sq_norm sums them: the same double.
+    double (*sq_norm)(void *ctx, int64_t seg, int64_t n);
+    // adamw_update of elements [off, off + n) of segment seg with the constants c (adamw_constants), its
+    // bf16 copy written (bf16 compute) and its gradients zeroed: the host's bits (mt_adamw).
+    void (*update)(void *ctx, int64_t seg, int64_t off, int64_t n, const AdamWConst *c);
+    // Gradients [off, off + n) of segment seg zeroed (the padding after a parameter).
+    void (*zero_grads)(void *ctx, int64_t seg, int64_t off, int64_t n);
+    // All of segment seg's w, m, v and (wb not NULL) bf16 copy, n each: from the host's arrays onto the
+    // device, its gradients zeroed (push), or back (pull). 0, or -1 with a message.
+    int (*move)(void *ctx, int64_t seg, int64_t n, float *w, float *m, float *v, uint16_t *wb, int push, char *err,
+                size_t errcap);
+} StoreDevice;
+
 typedef struct HostStore {
     int64_t n;    // elements in each array: plan_host_elems; sharded, this rank's slices' (store_shard_elems)
     float *w;     // (n) fp32 master weights; with f32 compute, also what streams to the device;
@@ -71,7 +93,22 @@ typedef struct HostStore {
     int tier_grads;
     char err[512];
     uint8_t *out_first; // (the plan's ntrain) a COPY_OUT the first of the train stream to write its range
+    // The segments the plan places on the device (Plan.opt_device) are the backend's to update (NULL: none
+    // is, whatever the plan says: the cpu backend, where placement is a no-op). Set by mtrun once the
+    // backend is open; store_device_push then puts their state there.
+    const StoreDevice *dev;
 } HostStore;
+
+// Whether segment seg's optimizer state is on the device (placed, and a backend holds it).
+static inline int store_on_device(const HostStore *s, const Plan *p, int64_t seg) {
+    return s->dev && plan_opt_device(p, seg);
+}
+// Every placed segment's master, moments and bf16 copy onto the device (its
+// gradients zeroed), after the host store was initialised, loaded or
+// resumed; or back into the host store (pull), before a checkpoint or the
+// export reads it. Nothing without s->dev. 0, or -1 with a message.
+int store_device_push(HostStore *s, const Plan *p, char *err, size_t errcap);
+int store_device_pull(HostStore *s, const Plan *p, char *err, size_t errcap);
 
 // Whether the store of a plan holds the layers' gradients as bf16
 // (common/storage.h, storage_grads_bf16; holds: what a tier takes, below).

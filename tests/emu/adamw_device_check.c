@@ -1,4 +1,5 @@
 // adamw_device_check: the device AdamW (mt_adamw, compiler/emit/cuda/prelude.cuh)
+// and the device's gradient adds and squared norm (mt_grads_add, mt_sq_norm_chunks)
 // gives the host's bits (runtime/store/adamw.c, adamw_update and
 // adamw_update_bf16_grads), and both keep the operation order written out
 // here (order_ref).
@@ -20,6 +21,8 @@
 // 3. NVRTC for sm_90: mt_adamw's PTX has no fma (the intrinsics are not
 //    contracted), and a copy of it written with plain * and + does have one
 //    (NVRTC contracts by default), so the PTX test can fail.
+// 4. The placed segments' other device kernels: mt_grads_add and
+//    mt_sq_norm_chunks against the host's, bit for bit (check_grads_and_norm).
 // Exit status 0 only when every check passed.
 #include <dlfcn.h>
 #include <math.h>
@@ -60,7 +63,9 @@ static LaunchFn build(const char *cxx, const char *emu_dir, const char *work_dir
         printf("FAIL cannot write %s\n", cu);
         return NULL;
     }
-    fprintf(f, "#include \"cuda_emu.h\"\n%s\nMT_EMU_KERNELS_BEGIN\nMT_EMU_KERNEL(mt_adamw)\nMT_EMU_KERNELS_END\n",
+    fprintf(f,
+            "#include \"cuda_emu.h\"\n%s\nMT_EMU_KERNELS_BEGIN\nMT_EMU_KERNEL(mt_adamw)\nMT_EMU_KERNEL(mt_grads_add)\n"
+            "MT_EMU_KERNEL(mt_sq_norm_chunks)\nMT_EMU_KERNELS_END\n",
             mt_cuda_prelude);
     fclose(f);
     snprintf(cmd, sizeof cmd, "%s -x c++ -std=c++17 -O2 -ffp-contract=off -fPIC -shared -w -I'%s' '%s' -o '%s'", cxx,
@@ -168,6 +173,50 @@ static void check_orders_differ(const AdamWStep *step) {
     }
 }
 
+// 4. The device's gradient adds and squared norm (the optimizer of a placed
+// segment, runtime/backend/backend_cuda.c): mt_grads_add against
+// grads_accumulate_ref (fp32 and bf16 sources, set and add), and
+// mt_sq_norm_chunks' chunk sums added in order against adamw_sq_norm, over
+// 3 chunks and a tail (ADAMW_NORM_CHUNK), bit for bit; the same sums in
+// another order (adamw_sq_norm_ref: one running sum a chunk) must differ.
+static void check_grads_and_norm(LaunchFn fn) {
+    enum { NN = 3 * ADAMW_NORM_CHUNK + 12345 };
+    static float g[NN], want[NN], got[NN], src[NN];
+    static uint16_t srcb[NN];
+    static double sums[4];
+    for (int i = 0; i < NN; i++)
+        g[i] = spread(-12, 3), src[i] = spread(-12, 3), srcb[i] = bf16_from_f32(spread(-12, 3));
+    for (int bf = 0; bf < 2; bf++)
+        for (int set = 0; set < 2; set++) {
+            memcpy(want, g, sizeof g), memcpy(got, g, sizeof g);
+            grads_accumulate_ref(want, bf ? (const void *)srcb : (const void *)src, NN,
+                                 (bf ? GRADS_BF16 : 0) | (set ? GRADS_SET : 0));
+            float *dg = got;
+            const float *ds = bf ? NULL : src;
+            const uint16_t *dsb = bf ? srcb : NULL;
+            long long n = NN;
+            void *args[] = {&dg, &ds, &dsb, &n, &set};
+            CHECK(fn("mt_grads_add", 5, 1, 1, THREADS, 0, args) == 0, "mt_grads_add did not launch");
+            int ok = CHECK(!memcmp(got, want, sizeof got), "mt_grads_add (%s, %s) differs from grads_accumulate_ref",
+                           bf ? "bf16" : "fp32", set ? "set" : "add");
+            if (ok)
+                printf("ok   mt_grads_add, %s source, %s: grads_accumulate_ref's bits\n", bf ? "bf16" : "fp32",
+                       set ? "set" : "added");
+        }
+    double *ds = sums;
+    const float *dg = g;
+    long long n = NN, chunk = ADAMW_NORM_CHUNK;
+    void *args[] = {&ds, &dg, &n, &chunk};
+    if (!CHECK(fn("mt_sq_norm_chunks", 1, 1, 1, 32, 0, args) == 0, "mt_sq_norm_chunks did not launch")) return;
+    double total = 0.0, host = adamw_sq_norm(g, NN, 1), other = adamw_sq_norm_ref(g, NULL, NN);
+    for (int k = 0; k < 4; k++) total += sums[k];
+    CHECK(!memcmp(&total, &host, sizeof total), "mt_sq_norm_chunks: %.17g, the host's %.17g", total, host);
+    CHECK(memcmp(&other, &host, sizeof other) != 0, "another order of additions gives the same double: the values "
+                                                    "cannot tell orders apart");
+    printf("%s mt_sq_norm_chunks: %.17g, the host's %.17g (another order: %.17g)\n",
+           memcmp(&total, &host, sizeof total) ? "FAIL" : "ok  ", total, host, other);
+}
+
 // The body of `.entry NAME` in ptx (up to the next .entry or the end), as [*from, *to).
 static int ptx_entry(const char *ptx, const char *name, const char **from, const char **to) {
     char key[128];
@@ -239,6 +288,7 @@ int main(int argc, char **argv) {
     check_case(fn, &step, 1, 0, 1, 0);
     step.t = 7, step.grad_scale = 0.37f;
     check_orders_differ(&step);
+    check_grads_and_norm(fn);
     check_nvrtc();
     return check_summary("adamw_device_check");
 }

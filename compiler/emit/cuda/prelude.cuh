@@ -72,6 +72,44 @@ extern "C" __global__ void mt_adamw(float *w, float *m, float *v, float *g, cons
     }
 }
 
+// A COPY_OUT of a segment whose optimizer is on the device: n gradients
+// from the arena, fp32 (src) or bf16 (srcb, widened exactly), added into the
+// device store's fp32 accumulators g, or (set) stored there: the host's
+// grads_accumulate (runtime/store/adamw.c; its reference
+// grads_accumulate_ref), one float add an element as there.
+extern "C" __global__ void mt_grads_add(float *g, const float *src, const unsigned short *srcb, long long n, int set) {
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < n;
+         i += (long long)gridDim.x * blockDim.x) {
+        float x = srcb ? mt_bf16_to_f32(srcb[i]) : src[i];
+        g[i] = set ? x : __fadd_rn(g[i], x);
+    }
+}
+
+// The squared norm of a segment's n gradients g on the device, as the
+// host's adamw_sq_norm sums them (runtime/store/adamw.c, chunk_sq_body):
+// chunks of `chunk` elements (ADAMW_NORM_CHUNK), chunk k summed by thread k
+// into sums[k] in double, in the host's order (four quarter streams of two
+// running sums each, combined in a fixed order, then the tail); the caller
+// adds the chunk sums in order. Each square of a float is exact in double,
+// so only the additions round, as on the host: the same double. One thread
+// a chunk (a 3B model's layer has some 1,500 chunks): correct before fast.
+extern "C" __global__ void mt_sq_norm_chunks(double *sums, const float *g, long long n, long long chunk) {
+    long long k = (long long)blockIdx.x * blockDim.x + threadIdx.x, start = k * chunk;
+    if (start >= n) return;
+    const float *c = g + start;
+    long long len = n - start < chunk ? n - start : chunk, q = len / 8 * 2;
+    double a[8] = {0, 0, 0, 0, 0, 0, 0, 0};
+    for (long long i = 0; i < q; i += 2)
+        for (int j = 0; j < 8; j++) {
+            double x = (double)c[(j / 2) * q + i + (j % 2)];
+            a[j] = __dadd_rn(a[j], __dmul_rn(x, x));
+        }
+    double sum = __dadd_rn(__dadd_rn(__dadd_rn(a[0], a[1]), __dadd_rn(a[2], a[3])),
+                           __dadd_rn(__dadd_rn(a[4], a[5]), __dadd_rn(a[6], a[7])));
+    for (long long i = 4 * q; i < len; i++) sum = __dadd_rn(sum, __dmul_rn((double)c[i], (double)c[i]));
+    sums[k] = sum;
+}
+
 // Four consecutive elements at p (16-byte aligned for float, 8 for bf16).
 __device__ __forceinline__ float4 mt_ld4(const float *p) { return *(const float4 *)p; }
 __device__ __forceinline__ float4 mt_ld4(const bf16 *p) {
