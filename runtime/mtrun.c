@@ -63,7 +63,8 @@ static const char USAGE[] =
     "  --trace FILE     the measured timeline as Chrome trace JSON, on the tracks of mtc --trace\n"
     "                   (cuda: CUDA events around every instruction of the GPU's engines; cpu: the\n"
     "                   host clock around every instruction)\n"
-    "  --threads N      optimizer threads (default: online CPUs)\n"
+    "  --threads N      optimizer threads (default: online CPUs; with the cuda backend, those less the\n"
+    "                   4 its engines keep busy, at least 1)\n"
     "  --log FILE       metrics as JSON lines (default: PLAN with .metrics.jsonl), appended to: another\n"
     "                   run's records stay, each run's config record numbered (\"run\")\n"
     "  --log-every N    a step's line every N steps, and the first and last (default 1); the log gets all\n"
@@ -518,6 +519,11 @@ static int calibrate_main(const Args *a, int argc, char **argv) {
 
 // The cuda backend where a GPU is to be had (--device auto says which), into
 // a->o.cuda_create. -1, or the exit status: 2 where --device cuda finds none.
+// The cuda backend's engine threads that issue work while the host
+// optimizer runs (compute, copy-in, copy-out, and the gradients' ring that
+// adds COPY_OUT's pieces): the optimizer's pool leaves them their cores.
+enum { CUDA_ENGINE_THREADS = 4 };
+
 static int open_device(Args *a) {
     if (a->device == DEVICE_CPU) return -1;
     char why[512];
@@ -527,6 +533,8 @@ static int open_device(Args *a) {
         return 2;
     }
     if (a->device == DEVICE_AUTO) fprintf(stdout, "device: %s (%s)\n", gpus ? "cuda" : "cpu", why);
+    if (gpus && !a->given[O_THREADS]) // (the host engine's thread runs the pool's first job itself)
+        a->o.threads = a->o.threads > CUDA_ENGINE_THREADS ? a->o.threads - CUDA_ENGINE_THREADS : 1;
     return -1;
 }
 
