@@ -5,6 +5,7 @@
 // the gradients (same bits, g exactly zero), bf16 gradients read directly
 // (the bits of their fp32 widening), the store's first touch, two
 // callers of the thread pool at once, the pool with no thread to be had,
+// several parameters updated as one job (adamw_update_parts),
 // and one step worked by hand. Prints every failed check and returns 1 if there was any.
 #include <math.h>
 #include <pthread.h>
@@ -519,6 +520,47 @@ static void test_no_threads(int64_t n) {
         FAIL("no worker thread can start: the jobs do not all run on the caller with the bits of one thread");
 }
 
+// adamw_update_parts: parts of odd sizes with every flag, fp32 and bf16
+// gradients, the bf16 copy or none, updated as one job on 1 to 4 threads,
+// give the bits of one adamw_update (or adamw_update_bf16_grads) a part.
+static void test_parts(void) {
+    enum { NPARTS = 5 };
+    static const int64_t sizes[NPARTS] = {1, 300001, 17, 700003, 5};
+    for (int nt = 1; nt <= 4; nt++) {
+        State a[NPARTS], b[NPARTS];
+        uint16_t *gb[NPARTS], *out_a[NPARTS], *out_b[NPARTS];
+        AdamWPart parts[NPARTS];
+        for (int k = 0; k < NPARTS; k++) {
+            a[k] = state_random(sizes[k]), b[k] = state_copy(&a[k]);
+            gb[k] = malloc((size_t)sizes[k] * 2), out_a[k] = malloc((size_t)sizes[k] * 2);
+            out_b[k] = malloc((size_t)sizes[k] * 2);
+            for (int64_t i = 0; i < sizes[k]; i++) gb[k][i] = (uint16_t)(float_bits(a[k].g[i]) >> 16);
+            int flags = (k % 2 ? ADAMW_DECAY : 0) | (k % 3 ? ADAMW_ZERO_GRADS : 0), bf = k == 3, copy = k != 2;
+            if (bf)
+                adamw_update_bf16_grads(a[k].w, a[k].m, a[k].v, gb[k], copy ? out_a[k] : NULL, sizes[k], &STEP_RANDOM,
+                                        flags & ADAMW_DECAY, 1);
+            else adamw_update(a[k].w, a[k].m, a[k].v, a[k].g, copy ? out_a[k] : NULL, sizes[k], &STEP_RANDOM, flags, 1);
+            parts[k] = (AdamWPart){b[k].w,
+                                   b[k].m,
+                                   b[k].v,
+                                   bf ? NULL : b[k].g,
+                                   bf ? gb[k] : NULL,
+                                   copy ? out_b[k] : NULL,
+                                   sizes[k],
+                                   bf ? flags & ADAMW_DECAY : flags};
+        }
+        adamw_update_parts(parts, NPARTS, &STEP_RANDOM, nt);
+        for (int k = 0; k < NPARTS; k++) {
+            int64_t n = sizes[k];
+            CHECK(same_bits(a[k].w, b[k].w, n) && same_bits(a[k].m, b[k].m, n) && same_bits(a[k].v, b[k].v, n) &&
+                      same_bits(a[k].g, b[k].g, n) && (k == 2 || !memcmp(out_a[k], out_b[k], (size_t)n * 2)),
+                  "adamw_update_parts on %d threads: part %d (%lld elements) differs from adamw_update's", nt, k,
+                  (long long)n);
+            state_free(&a[k]), state_free(&b[k]), free(gb[k]), free(out_a[k]), free(out_b[k]);
+        }
+    }
+}
+
 int main(void) {
     test_no_threads(1000003); // before anything starts the pool
     test_hand_step();
@@ -539,6 +581,7 @@ int main(void) {
     int64_t bf16_sizes[] = {1, 300, 1000003};
     for (int i = 0; i < 3; i++) test_bf16_grads(bf16_sizes[i]);
     test_concurrent_callers(1000003);
+    test_parts();
     if (check_failures) return check_summary("test_adamw");
     printf("test_adamw: all checks passed\n");
     return 0;

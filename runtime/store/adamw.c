@@ -258,6 +258,51 @@ void adamw_update_bf16_grads(float *w, float *m, float *v, const uint16_t *g, ui
     adamw_run(w, m, v, NULL, g, bf16_out, n, adamw_constants(s, flags & ADAMW_DECAY), adamw_kernel_pick(), 0, nthreads);
 }
 
+// One thread's share of adamw_update_parts: elements [lo, hi) of the parts taken together.
+typedef struct PartsJob {
+    const AdamWPart *parts;
+    int nparts;
+    int64_t lo, hi;
+    AdamWConst c[2]; // without and with weight decay
+    AdamWKernel kernel;
+} PartsJob;
+
+static void *adamw_parts_thread(void *arg) {
+    const PartsJob *j = arg;
+    int64_t at = 0; // the first element of part k, counted over the parts
+    for (int k = 0; k < j->nparts && at < j->hi; at += j->parts[k++].n) {
+        const AdamWPart *q = &j->parts[k];
+        int64_t a = j->lo > at ? j->lo - at : 0, b = j->hi - at < q->n ? j->hi - at : q->n;
+        if (b <= a) continue;
+        j->kernel(q->w + a, q->m + a, q->v + a, q->gb ? NULL : q->g + a, q->gb ? q->gb + a : NULL,
+                  q->out ? q->out + a : NULL, b - a, j->c[(q->flags & ADAMW_DECAY) != 0],
+                  !q->gb && (q->flags & ADAMW_ZERO_GRADS));
+    }
+    return NULL;
+}
+
+void adamw_update_parts(const AdamWPart *parts, int nparts, const AdamWStep *s, int nthreads) {
+    enum { MAX_THREADS = 256 };
+    int64_t total = 0;
+    for (int k = 0; k < nparts; k++) total += parts[k].n > 0 ? parts[k].n : 0;
+    if (total <= 0) return;
+    int nt = adamw_threads_for(total, ADAMW_MIN_PER_THREAD, nthreads < MAX_THREADS ? nthreads : MAX_THREADS);
+    PartsJob jobs[MAX_THREADS];
+    int64_t per = (total + nt - 1) / nt;
+    per = (per + ADAMW_LINE_FLOATS - 1) / ADAMW_LINE_FLOATS * ADAMW_LINE_FLOATS;
+    for (int i = 0; i < nt; i++) {
+        int64_t lo = (int64_t)i * per, hi = lo + per;
+        jobs[i] = (PartsJob){parts,
+                             nparts,
+                             lo < total ? lo : total,
+                             hi < total ? hi : total,
+                             {adamw_constants(s, 0), adamw_constants(s, 1)},
+                             adamw_kernel_pick()};
+    }
+    if (nt == 1) adamw_parts_thread(&jobs[0]);
+    else pool_run(adamw_parts_thread, jobs, sizeof *jobs, nt);
+}
+
 void adamw_first_touch(float *w, float *m, float *v, float *g, uint16_t *gb, uint16_t *bf16_out, int64_t n,
                        int nthreads) {
     if (n <= 0) return;

@@ -81,6 +81,23 @@ void adamw_update(float *w, float *m, float *v, float *g, uint16_t *bf16_out, in
 void adamw_update_bf16_grads(float *w, float *m, float *v, const uint16_t *g, uint16_t *bf16_out, int64_t n,
                              const AdamWStep *s, int flags, int nthreads);
 
+// One parameter's share of a batched update (adamw_update_parts): its
+// arrays and flags as adamw_update takes them, or with g NULL and gb set,
+// as adamw_update_bf16_grads takes them (gb never zeroed).
+typedef struct AdamWPart {
+    float *w, *m, *v, *g;
+    const uint16_t *gb;
+    uint16_t *out;
+    int64_t n;
+    int flags; // ADAMW_DECAY, ADAMW_ZERO_GRADS
+} AdamWPart;
+// The update of every part as one pool job: the parts' elements taken
+// together are split into nthreads ranges of whole cache lines, so a
+// segment's parameters cost one barrier, not one each (store_update). Each
+// element the same float operations as adamw_update: the bits of a call per
+// part, whatever nthreads.
+void adamw_update_parts(const AdamWPart *parts, int nparts, const AdamWStep *s, int nthreads);
+
 // Zeroes the same arrays (any may be NULL) as adamw_update with the same n
 // and nthreads would update them, each range by the pool thread that will
 // update it: the host store's first touch, which on a NUMA machine places

@@ -523,7 +523,10 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     }
     // The gradients are zeroed as AdamW reads them, and the padding after
     // each parameter (which a COPY_OUT of the device's layout may add into)
-    // here: together the whole segment, as one memset of it would.
+    // here: together the whole segment, as one memset of it would. The
+    // parameters' updates are one pool job (adamw_update_parts).
+    AdamWPart *parts = malloc(((size_t)g->params.n + 1) * sizeof *parts); // (params.n) this segment's
+    int nparts = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         if (!in_segment(p, i, layer) || prm->frozen) continue; // frozen: no gradient, never updated
@@ -542,14 +545,20 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
         int64_t base = !staged ? 0 : s->shard_at ? first : off - in_tier(p, layer, off);
         int64_t wbase = s->tier_master ? base : 0, gbase = s->tier_grads ? base : 0;
         const uint16_t *gb = grad == s->g ? store_grads_bf16_at(s, off) : NULL; // set by COPY_OUT: not zeroed
-        if (b > a && gb)
-            adamw_update_bf16_grads(w + off - wbase, m + off - base, v + off - base, gb, s->wb ? s->wb + off : NULL,
-                                    b - a, &seg->step, decay, s->threads);
-        else if (b > a)
-            adamw_update(w + off - wbase, m + off - base, v + off - base, grad + off - gbase,
-                         s->wb ? s->wb + off : NULL, b - a, &seg->step, decay | ADAMW_ZERO_GRADS, s->threads);
+        AdamWPart part = {w + off - wbase,
+                          m + off - base,
+                          v + off - base,
+                          gb ? NULL : grad + off - gbase,
+                          gb,
+                          s->wb ? s->wb + off : NULL,
+                          b - a,
+                          decay | (gb ? 0 : ADAMW_ZERO_GRADS)};
+        if (b > a && parts) parts[nparts++] = part;
+        else if (b > a) adamw_update_parts(&part, 1, &seg->step, s->threads); // (no room for the list: one at a time)
         if (grad == s->g && !gb) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
     }
+    adamw_update_parts(parts, nparts, &seg->step, s->threads); // the segment's parameters: one barrier
+    free(parts);
     if (grad == s->g) seg->outs = 0; // zeroed (a tier's were zeroed in RAM by store_norm)
     if (m != s->m && tier_release(s->tier, layer, 1, s->err, sizeof s->err) != 0) return;
     seg->pending = 0;
