@@ -8,7 +8,7 @@ through the weight slots) compiled three ways: every segment's optimizer on the 
 on the device (all) and the globals and layer 0 on it (1: mixed). On the cuda backend on the CPU
 emulation (tests/emu/README.md), 3 steps each, then a checkpoint: its fp32 master and Adam moments
 (W, M, V) must be the same bytes under each placement as under none, and the losses the same numbers:
-  - f32 all and mixed, bf16 all, accumulate 1; f32 all at accumulate 2;
+  - f32 all and mixed, bf16 all, accumulate 1 (and --export's file, byte for byte); f32 all at accumulate 2;
   - a run of the all plan killed (SIGKILL) after its step-2 checkpoint, resumed by the mixed plan to
     step 3: the bytes of the run never stopped;
   - the cpu backend (where placement is a no-op) runs the placed plan to the bytes of the host plan
@@ -82,10 +82,16 @@ def main():
     for dtype, placements in (("f32", ("all", "1")), ("bf16", ("all",))):
         for placement in ("none",) + placements:
             plans[dtype, placement] = compile_plan(dtype, placement)
-        refs[dtype] = train(*plans[dtype, "none"][:1], f"{dtype}-none", plans[dtype, "none"][1])
+        export = lambda name: ["--export", os.path.join(work, name + ".safetensors")]  # noqa: E731
+        refs[dtype] = train(*plans[dtype, "none"][:1], f"{dtype}-none", plans[dtype, "none"][1],
+                            extra=export(f"{dtype}-none"))
         for placement in placements:
             plan, so = plans[dtype, placement]
-            same(f"{dtype}, --device-optimizer {placement}", train(plan, f"{dtype}-{placement}", so), refs[dtype])
+            same(f"{dtype}, --device-optimizer {placement}",
+                 train(plan, f"{dtype}-{placement}", so, extra=export(f"{dtype}-{placement}")), refs[dtype])
+            a, b = (open(os.path.join(work, f"{dtype}-{x}.safetensors"), "rb").read() for x in ("none", placement))
+            check(a == b, f"{dtype}, --device-optimizer {placement}: --export wrote other bytes than the host plan's")
+            print(f"ok   {dtype}, --device-optimizer {placement}: --export's {len(b)} bytes are the host plan's")
     # accumulate 2
     ref = train(plans["f32", "none"][0], "acc-none", plans["f32", "none"][1], extra=["--accumulate", "2"])
     same("f32, accumulate 2, --device-optimizer all",
