@@ -223,6 +223,16 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 tier_path(r->hs.tier),
                 r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+    if (plan_opt_device_bytes(p)) { // mtc --device-optimizer: which segments, and who holds them
+        int64_t placed = 0;
+        for (int64_t s = 0; s < g->layers; s++) placed += plan_opt_device(p, s);
+        fprintf(out, "  optimizer %lld of %lld layers%s %s (%.2f MB; the same bits)\n", (long long)placed,
+                (long long)g->layers,
+                plan_opt_device(p, SEG_HEAD) || plan_opt_device(p, SEG_TAIL) ? " and the globals" : "",
+                r->hs.dev ? "on the device: master, moments and AdamW there"
+                          : "placed on the device by the plan, kept in the host store by this backend",
+                (double)plan_opt_device_bytes(p) / 1e6);
+    }
     describe_data(d, sizeof d, &r->data,
                   r->o->val_data  ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
                   : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"

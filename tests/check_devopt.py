@@ -68,6 +68,10 @@ def main():
         if p.returncode != 0:
             fail(f"{name}: mtrun exit {p.returncode}\n{p.stdout[-2000:]}\n{p.stderr[-2000:]}")
             return None, None
+        placed = "none" not in os.path.basename(plan)  # the banner says who holds a placed plan's optimizer
+        want = "on the device: master" if so else "kept in the host store by this backend"
+        check(not placed or want in p.stdout, f"{name}: the banner does not say the optimizer is {want}:\n"
+              + p.stdout[:1500])
         return ckpt_arrays(os.path.join(ck, f"step-{steps:09d}.ckpt")), losses(log)
 
     def same(name, got, want):
