@@ -185,6 +185,14 @@ typedef struct Node {
     struct Node *sink[3];
 } Node;
 
+// Whether attention backward n is one of an attention with sinks: it reads
+// y' and the lse with the sinks L' [B, H, T] (compiler/front/autodiff.c's
+// sink_rule) rather than its OP_ATTENTION and OP_ATTENTION_LSE; a kernel
+// that recomputes the probabilities P takes them to P exp(L - L').
+static inline int attention_sinks_form(const Node *n) {
+    return n->op == OP_ATTENTION_BWD && n->in[4]->op != OP_ATTENTION;
+}
+
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers
 // of a micro-batch, one per stream (the runtime's; device memory on a GPU):
 // layer l's forward writes row l of sums, the counts of its rows' top-k
