@@ -111,6 +111,7 @@ typedef enum {
     OP_SSD,            // q, k, v, g, beta as OP_DELTA_RULE -> [B, T, H*Dv]: the gated linear recurrence of
                        // Mamba-2 (q = C, k = B, v = x, g = A dt, beta = dt); heads H, kv_heads the groups
     OP_SSD_BWD,        // dy, q, k, v, g, beta -> packed [dq | dk | dv | dg | dbeta]
+    OP_FLOOR,          // floor(a), appended likewise; no gradient, as the comparisons (Llama 4's temperature)
     OP_COUNT
 } OpKind;
 

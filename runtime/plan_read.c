@@ -93,6 +93,7 @@ static const signed char ARITY[] = {
     [OP_ERF] = 1,
     [OP_EXP] = 1,
     [OP_LOG] = 1,
+    [OP_FLOOR] = 1,
     [OP_ABS] = 1,
     [OP_LT] = 2,
     [OP_LE] = 2,

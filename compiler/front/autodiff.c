@@ -295,6 +295,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_LT:
     case OP_LE:
     case OP_EQ:
+    case OP_FLOOR:
     case OP_TOP_K: return 0;
     case OP_TANH:
     case OP_SIGMOID:

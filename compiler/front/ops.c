@@ -55,6 +55,7 @@ static const OpSpec OP_SPECS[] = {
     {"exp", OP_MATHS, 1, 1, "", "exp(x)", OP_EXP, 0},
     {"log", OP_MATHS, 1, 1, "", "log(x)", OP_LOG, 0},
     {"abs", OP_MATHS, 1, 1, "", "abs(x)", OP_ABS, 0},
+    {"floor", OP_MATHS, 1, 1, "", "floor(x)", OP_FLOOR, 0},
     {"lt", OP_COMPARE, 2, 2, "", "lt(a, b)", OP_LT, 0},
     {"le", OP_COMPARE, 2, 2, "", "le(a, b)", OP_LE, 0},
     {"gt", OP_COMPARE_SWAPPED, 2, 2, "", "gt(a, b)", OP_LT, 0},
