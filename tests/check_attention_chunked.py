@@ -24,6 +24,11 @@ the queries, global), floor_scale 4 so that the temperature changes every
 4 positions: loss to 1e-6, gradients to 2e-5 of the largest, bf16 loss to
 1e-2; without the temperature the loss misses by more than 1e-4.
 
+And the cost model (mtc --explain --json, attention_s, bf16 on the h200
+profile, heads of 128, seq 8192): a chunk of 1024 prices the attention at
+its pairs, 1/8 of the causal ones (within 3%: the kernels' launches), and
+gpt-oss's sinks at the plain attention's time (to 1e-9).
+
 usage: check_attention_chunked.py MTC MTRUN   (from the project root)
 """
 import json
@@ -229,6 +234,48 @@ def llama4_check(mtc, mtrun, W, x, y, data, tmp):
         print(f"ok   {what}, bf16: loss {bl:.5f} ({abs(bl - want) / want:.1e} from transformers')")
 
 
+COST_MODEL = """model cost_tiny
+config { V = 1024; C = 1024; NH = 8; HS = 128; L = 2; eps = 1e-5 }
+param tok_emb "model.embed_tokens.weight" [V, C]
+param norm "model.norm.weight" [C]
+param lm_head "lm_head.weight" [V, C]
+block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
+  param attn_norm "input_layernorm.weight" [C]
+  param wq "self_attn.q_proj.weight" [NH * HS, C]
+  param wk "self_attn.k_proj.weight" [NH * HS, C]
+  param wv "self_attn.v_proj.weight" [NH * HS, C]
+  param wo "self_attn.o_proj.weight" [C, NH * HS]
+SINKS  a = rmsnorm(x, attn_norm, eps = eps)
+  o = attention(a @ transpose(wq), a @ transpose(wk), a @ transpose(wv)OPTS)
+  return x + o @ transpose(wo)
+}
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = layers(embed(tok_emb, tokens))
+  return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose(lm_head), targets)
+}
+"""
+
+
+def cost_check(mtc, tmp):
+    times = {}
+    for name, opts in (("plain", ", heads = NH"), ("chunk", ", heads = NH, chunk = 1024"), ("sinks", ", sinks, heads = NH")):
+        model = os.path.join(tmp, f"cost-{name}.mt")
+        sinks = '  param sinks "self_attn.sinks" [NH]\n' if name == "sinks" else ""
+        with open(model, "w") as f:
+            f.write(COST_MODEL.replace("SINKS", sinks).replace("OPTS", opts))
+        p = run(mtc, model, "--target", "schedules/h200.target", "--batch", 1, "--seq", 8192, "--dtype", "bf16",
+                "--explain", "--json")
+        if not check(p.returncode == 0, f"mtc --explain ({name})", p):
+            return
+        times[name] = json.loads(p.stdout)["policies"][0]["attention_s"]
+    r = times["chunk"] / times["plain"]
+    check(abs(r - 1 / 8) <= 0.03 / 8, f"attention with a chunk of 1024 of 8192: {r:.4f} of the plain time, want 1/8")
+    s = times["sinks"] / times["plain"]
+    check(abs(s - 1) <= 1e-9, f"attention with sinks: {s:.6f} of the plain time, want 1")
+    print(f"ok   cost model: attention {times['plain']:.4g} s a step, chunk 1024 {times['chunk']:.4g} s ({r:.4f}), "
+          f"sinks {times['sinks']:.4g} s ({s:.6f})")
+
+
 def main():
     mtc, mtrun = sys.argv[1:3]
     rng = np.random.default_rng(5)
@@ -261,6 +308,7 @@ def main():
         if bl is not None and check(abs(bl - want) / want <= 1e-2, f"{what}: bf16 loss {bl}, transformers' {want}"):
             print(f"ok   {what}, bf16: loss {bl:.5f} ({abs(bl - want) / want:.1e} from transformers')")
         llama4_check(mtc, mtrun, W, x, y, data, tmp)
+        cost_check(mtc, tmp)
     return finish()
 
 
