@@ -686,8 +686,9 @@ static Node *lower_attention(Sema *S, const Args *a) {
                    we && window < 1 ? "window" : "chunk", (long long)(we && window < 1 ? window : chunk));
         return NULL;
     }
-    if (we && !causal) {
-        diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+    if ((we || ce) && !causal) {
+        diag_error(S->d, we ? we->loc : ce->loc, "a %s is causal; drop causal = false",
+                   we ? "sliding window" : "chunked attention");
         return NULL;
     }
     Node *sinks = NULL; // [heads]: gpt-oss's sink logits
