@@ -63,6 +63,7 @@ static const char *const OP_NAMES[] = {
     "delta_rule_bwd",
     "ssd",
     "ssd_bwd",
+    "floor",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 
@@ -321,6 +322,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_ATTENTION_LSE:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
                 n->causal, (long long)n->window, n->scale, n->softcap);
+        if (n->chunk) fprintf(out, " chunk=%lld", (long long)n->chunk);
         break;
     case OP_SOFTMAX:
     case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
@@ -340,6 +342,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_ATTENTION_BWD:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
                 n->causal, (long long)n->window, n->scale, n->softcap);
+        if (n->chunk) fprintf(out, " chunk=%lld", (long long)n->chunk);
         break;
     case OP_DELTA_RULE:
     case OP_DELTA_RULE_BWD:

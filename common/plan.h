@@ -21,7 +21,7 @@
 
 #include "common/graph.h"
 
-enum { PLAN_VERSION = 17, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 18, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32

@@ -641,12 +641,13 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         14, // before attention's saved softmax statistics (OP_ATTENTION_LSE)
         15, // before frozen parameters and LoRA adapters (Param.frozen, lora, lora_of, lora_scale)
         16, // before the optimizer's placement (Plan.opt_device)
-        18,
+        17, // before attention's chunk (Node.chunk, KirAttn.chunk)
+        19,
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
         char version[32], message[96];
         snprintf(version, sizeof version, "version %u", refused[k]);
-        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 17", refused[k]);
+        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 18", refused[k]);
         memcpy(buf, orig, len);
         st32(buf + 8, refused[k]);
         redo_crcs(buf);

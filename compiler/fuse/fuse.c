@@ -104,6 +104,7 @@ static int operand_rowlocal(const Node *n, int j) {
     case OP_ERF:
     case OP_EXP:
     case OP_LOG:
+    case OP_FLOOR:
     case OP_ABS:
     case OP_LT:
     case OP_LE:
@@ -704,6 +705,12 @@ static int node_val(KB *b, int i, int col) {
     case OP_ERF: v = f32(b, erf_by_exp(b, f64(b, val(b, n->in[0], col)))); break;
     case OP_EXP: v = un(b, KOP_EXP, val(b, n->in[0], col)); break;
     case OP_LOG: v = un(b, KOP_LOG, val(b, n->in[0], col)); break;
+    case OP_FLOOR: { // the integer conversion truncates: one less where that rose above x
+        int x = f64(b, val(b, n->in[0], col)),
+            r = emit(b, KOP_CVT, KT_F64, emit(b, KOP_CVT, KT_I64, x, 0, 0, 0), 0, 0, 0);
+        v = f32(b, sel(b, cmp(b, KOP_LT, x, r), bin(b, KOP_SUB, r, cst(b, KT_F64, 1)), r));
+        break;
+    }
     case OP_ABS: {
         int x = val(b, n->in[0], col);
         v = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));
@@ -1104,19 +1111,22 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             }
             // masked scores: -inf in the maximum, and a probability of exactly 0 (what exp(-inf)
             // gives) without an exp of -inf, which sends vector exp to its slow scalar path
-            int keep[2] = {t->causal ? cmp(&b, KOP_LE, b.col, b.row) : 0,
-                           t->window ? cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col) : 0};
+            int keep[3] = {t->causal ? cmp(&b, KOP_LE, b.col, b.row) : 0,
+                           t->window ? cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col) : 0,
+                           t->chunk ? cmp(&b, KOP_EQ, bin(&b, KOP_DIV, b.col, ci(&b, t->chunk)),
+                                          bin(&b, KOP_DIV, b.row, ci(&b, t->chunk)))
+                                    : 0};
             if (pass == 0) {
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) x = sel(&b, keep[m], x, cst(&b, KT_F64, -INFINITY));
                 mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
             }
             int e = 0;
             if (pass) {
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) x = sel(&b, keep[m], x, mx);
                 e = un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx));
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) e = sel(&b, keep[m], e, cst(&b, KT_F64, 0));
             }
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
@@ -1173,6 +1183,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
                    .causal = n->causal,
                    .window = n->window,
                    .softcap = n->softcap,
+                   .chunk = n->chunk,
                    .helper = {-1, -1}};
     t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;

@@ -148,51 +148,60 @@ typedef struct AttnCase {
     const char *symbol; // the entry points' NAME (a plan's CudaKernelInfo.symbol); NULL: attn_variant_name
     int Dv;             // tensor cores: the value heads' width; 0: D
     int doc_len;        // tensor cores: documents of lengths doc_len, doc_len + 7, doc_len + 14, ... (seg); 0: none
+    int chunk;          // chunked attention (MT_ATTN_*INSTANTIATE_CHUNK), against host_attention with documents
+                        // of chunk positions, which it equals when causal; 0: none
 } AttnCase;
 
 // attention.cuh: f32 and bf16, head sizes 16, 64, 128
 static const AttnCase CASES[] = {
-    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0},
+    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
     // the options: windows shorter and longer than a tile (32 keys), an own
     // scale, soft-capping (a cap near the scores' size, so tanh bends them)
-    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0},
-    {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0},
-    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0},
-    {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0},
+    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0, 0},
+    {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0, 0},
+    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0, 0},
+    // chunks (Llama 4's) of 48 (no multiple of a tile) and 16 (under one)
+    {1, 100, 4, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 48},
+    {2, 77, 4, 1, 16, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 16},
 };
 // attention_tc.cuh: GQA 1, 4, 8; D 64, 128; causal and not; lengths no
 // multiple of 16 or 64; then the options, windows shorter and longer than a
 // tile (64 keys) and softcaps that bend the scores
 static const AttnCase TC_CASES[] = {
-    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0},
-    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0},
-    {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0},
-    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0},
+    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0, 0},
+    {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0, 0},
+    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0, 0},
     // head size 256, value heads of their own width (DeepSeek's 192/128, and
     // wider than the keys), documents (packed rows: seg), against the host's
     // reference in double (host_attention)
-    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0},
-    {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0},
-    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
-    {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
-    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20},
-    {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30},
-    {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9},
+    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0, 0},
+    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
+    {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
+    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0},
+    {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30, 0},
+    {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9, 0},
+    // chunks (Llama 4's): 48 (no multiple of the 64-key tile), 16 (a quarter of one), 40 with a window of 30
+    {1, 200, 4, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 48},
+    {2, 90, 4, 2, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 16},
+    {1, 150, 4, 4, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 40},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
@@ -202,20 +211,21 @@ static char *case_name(char *buf, size_t cap, const AttnCase *c) {
         snprintf(buf, cap, "%s", c->symbol);
         return buf;
     }
-    return attn_variant_name_dv(buf, cap, c->bf16, c->D, c->Dv ? c->Dv : c->D, c->causal, c->window, case_scale(c),
-                                c->softcap);
+    return attn_variant_name_chunk(buf, cap, c->bf16, c->D, c->Dv ? c->Dv : c->D, c->causal, c->window, c->chunk,
+                                   case_scale(c), c->softcap);
 }
 // The instantiation of case c's variant, appended at src + n; returns the new length.
 static int case_instantiate(char *src, size_t cap, int n, const AttnCase *c) {
     char name[64];
     case_name(name, sizeof name, c);
     if (c->tc)
-        return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %d, %s, %.9ef, %.9ef, %d, %s)\n",
-                            c->D, c->Dv ? c->Dv : c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
-                            (double)(float)c->softcap, c->window, name);
-    return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %.9ef, %.9ef, %d, %s)\n",
+        return n + snprintf(src + n, cap - (size_t)n,
+                            "MT_ATTN_TC_INSTANTIATE_CHUNK(%d, %d, %s, %.9ef, %.9ef, %d, %d, %s)\n", c->D,
+                            c->Dv ? c->Dv : c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
+                            (double)(float)c->softcap, c->window, c->chunk, name);
+    return n + snprintf(src + n, cap - (size_t)n, "MT_ATTN_INSTANTIATE_CHUNK(%s, %d, %s, %.9ef, %.9ef, %d, %d, %s)\n",
                         c->bf16 ? "bf16" : "float", c->D, c->causal ? "true" : "false", (double)(float)case_scale(c),
-                        (double)(float)c->softcap, c->window, name);
+                        (double)(float)c->softcap, c->window, c->chunk, name);
 }
 
 // The storage-typed copy of n floats: themselves, or bf16.
@@ -241,7 +251,7 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
 // returns the worst of err[0..3]. Cases with value heads of their own width
 // or documents take host_attention as the reference.
 static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
-    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->doc_len;
+    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->doc_len || c->chunk;
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long ny = (long)c->B * c->T * c->H * Dv, nv = (long)c->B * c->T * c->KVH * Dv;
     long nrow = (long)c->B * c->H * c->T;
@@ -268,8 +278,12 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
                 seg[b * c->T + t] = start;
             }
     }
+    if (c->chunk) { // the reference's documents: each position's chunk (the kernel takes none)
+        seg = malloc(4 * (size_t)c->B * (size_t)c->T);
+        for (int i = 0; i < c->B * c->T; i++) seg[i] = i % c->T / c->chunk * c->chunk;
+    }
     void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nv, c->bf16),
-         *DY = storage(dy, ny, c->bf16), *SEG = seg;
+         *DY = storage(dy, ny, c->bf16), *SEG = c->chunk ? NULL : seg;
     void *Y = poisoned(es * (size_t)ny), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
          *DV = poisoned(es * (size_t)nv);
     float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
@@ -440,6 +454,7 @@ static void check_attention(void) {
         if (c->Dv || c->doc_len)
             snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d documents from %d", c->Dv ? c->Dv : c->D,
                      c->doc_len);
+        if (c->chunk) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " chunk %d", c->chunk);
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
         int ok = attn_case_ok(c, e, err);
@@ -586,8 +601,22 @@ static void check_attention_tc_nvrtc(void) {
         for (int causal = 0; causal < 2; causal++)
             for (int opts = 0; opts < 2; opts++) {
                 const int D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
-                AttnCase c = {1, 1,    1,  1, D, causal, 1, 1, opts ? 4096 : 0, opts ? 0.0625 : 0, opts ? 50 : 0,
-                              0, NULL, Dv, 0};
+                AttnCase c = {1,
+                              1,
+                              1,
+                              1,
+                              D,
+                              causal,
+                              1,
+                              1,
+                              opts ? 4096 : 0,
+                              opts ? 0.0625 : 0,
+                              opts ? 50 : 0,
+                              0,
+                              NULL,
+                              Dv,
+                              0,
+                              opts ? 8192 : 0};
                 n = case_instantiate(src, cap, n, &c);
                 nvariants++;
             }
@@ -704,7 +733,8 @@ static void check_plans(char **paths, int npaths) {
                                   1,
                                   syms[j],
                                   at->Dv != at->D ? (int)at->Dv : 0,
-                                  0};
+                                  0,
+                                  (int)at->chunk};
             if (j == ncases) ncases++;
         }
         // the plan's instantiation lines, each once
