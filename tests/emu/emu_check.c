@@ -194,6 +194,14 @@ static const AttnCase TC_CASES[] = {
     {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20},
     {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30},
     {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9},
+    // every head size with each option (issue 36: FlashAttention's test for every kernel a plan can run):
+    // D 128 and 256 with window, soft-cap and documents; 256 full with documents; 192/128 full, and causal
+    // with all three
+    {2, 100, 8, 2, 128, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 12},
+    {1, 150, 4, 2, 256, 1, 1, 1, 70, 0, 0.5, 0, NULL, 0, 25},
+    {1, 90, 4, 1, 256, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 20},
+    {1, 100, 4, 2, 192, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0},
+    {1, 130, 4, 4, 192, 1, 1, 1, 50, 0, 0.6, 0, NULL, 128, 15},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
