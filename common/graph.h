@@ -168,8 +168,9 @@ typedef struct Node {
     double eps, theta;
     // OP_ATTENTION(_BWD, _LSE): query t sees keys t - window < j <= t (0: all of
     // them to t); scores q.k * scale (0: 1/sqrt(D)), then softcap *
-    // tanh(score / softcap) (0: not capped).
-    int64_t window;
+    // tanh(score / softcap) (0: not capped); with a chunk C only keys of
+    // query t's chunk, j / C == t / C (0: no chunks; Llama 4's chunked attention).
+    int64_t window, chunk;
     double scale, softcap;
     int top_k;       // OP_TOP_K: how many experts a row selects
     int64_t padding; // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's
@@ -183,6 +184,14 @@ typedef struct Node {
     // derives as one: {the OP_ATTENTION, exp(lse - lse with the sinks) [B, T, H], the sinks [H]}.
     struct Node *sink[3];
 } Node;
+
+// Whether attention backward n is one of an attention with sinks: it reads
+// y' and the lse with the sinks L' [B, H, T] (compiler/front/autodiff.c's
+// sink_rule) rather than its OP_ATTENTION and OP_ATTENTION_LSE; a kernel
+// that recomputes the probabilities P takes them to P exp(L - L').
+static inline int attention_sinks_form(const Node *n) {
+    return n->op == OP_ATTENTION_BWD && n->in[4]->op != OP_ATTENTION;
+}
 
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers
 // of a micro-batch, one per stream (the runtime's; device memory on a GPU):

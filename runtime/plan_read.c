@@ -419,7 +419,7 @@ static int moe_shapes_ok(Node *const *in) {
 
 static int same_attention(const Node *a, const Node *b) {
     return a->heads == b->heads && a->kv_heads == b->kv_heads && a->causal == b->causal && a->window == b->window &&
-           a->scale == b->scale && a->softcap == b->softcap;
+           a->chunk == b->chunk && a->scale == b->scale && a->softcap == b->softcap;
 }
 
 // Whether attention node n (forward, lse or backward) and its softmax
@@ -428,7 +428,11 @@ static int same_attention(const Node *a, const Node *b) {
 // its q and k and options; the backward reads that attention and that lse.
 static int attention_linked(const Node *n) {
     if (n->op == OP_ATTENTION_BWD) {
-        const Node *y = n->in[4];
+        const Node *y = n->in[4], *l = n->in[5], *q = n->in[1];
+        if (y->op != OP_ATTENTION) // with sinks: y' and the lse with the sinks (attention_sinks_form)
+            return l->dtype == DT_F32 && l->shape.rank == 3 && q->shape.rank == 3 &&
+                   l->shape.dims[0] == q->shape.dims[0] && l->shape.dims[1] == n->heads &&
+                   l->shape.dims[2] == q->shape.dims[1] && shape_eq(&y->shape, &n->in[0]->shape);
         return y->op == OP_ATTENTION && n->in[5] == y->in[3] && n->in[1] == y->in[0] && n->in[2] == y->in[1] &&
                n->in[3] == y->in[2] && same_attention(n, y);
     }
@@ -523,10 +527,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         else if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
         else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
             rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
-        else if (n->op != OP_ROPE &&
-                 (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) || isinf(n->softcap)))
-            rd_fail(r, "%s: window %lld, scale %g, softcap %g (each 0 or positive)", where, (long long)n->window,
-                    n->scale, n->softcap);
+        else if (n->op != OP_ROPE && (n->window < 0 || n->chunk < 0 || !(n->scale >= 0) || !(n->softcap >= 0) ||
+                                      isinf(n->scale) || isinf(n->softcap)))
+            rd_fail(r, "%s: window %lld, chunk %lld, scale %g, softcap %g (each 0 or positive)", where,
+                    (long long)n->window, (long long)n->chunk, n->scale, n->softcap);
         return;
     case OP_TOP_K:
         if (!shape_eq(&n->shape, &n->in[0]->shape) || n->shape.rank < 1 || n->top_k < 1 ||
@@ -650,6 +654,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->wide = get_i32(r);
     n->padding = get_i64(r);
     n->pooled = get_i32(r);
+    n->chunk = get_i64(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

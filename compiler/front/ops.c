@@ -38,8 +38,9 @@ static const OpSpec OP_SPECS[] = {
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
      OP_ROPE, 0},
-    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window scale softcap",
-     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window chunk scale softcap",
+     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, chunk=N, scale=x, softcap=x)",
+     OP_ATTENTION, 0},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
@@ -635,7 +636,8 @@ static Node *lower_rope(Sema *S, const Args *a) {
 // denominator without the sink), exactly: L' = log(exp(L) + exp(s)), the
 // output y w with w = exp(L - L'). Written with graph ops ([B, T, H] by
 // position, the lse transposed), kept fp32 under bf16 (Node.wide); autodiff
-// takes the result as one (Node.sink, autodiff.c's sink_rule).
+// takes the result as one (Node.sink, autodiff.c's sink_rule): the attention
+// backward of y w with L' (no second attention).
 static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int64_t heads) {
     int64_t B = y->shape.dims[0], T = y->shape.dims[1], dv = y->shape.dims[2] / heads;
     Shape bth = {3, {B, T, heads}}, y4 = {4, {B, T, heads, dv}}, s4 = {4, {B, T, heads, 1}};
@@ -658,7 +660,7 @@ static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int6
     Node *w = new_node(S, OP_RESHAPE, DT_F32, &s4, loc, 1, &n[11]);
     Node *p = yr && w ? new_node(S, OP_MUL, DT_F32, &y4, loc, 2, (Node *[]){yr, w}) : NULL;
     Node *out = p ? new_node(S, OP_RESHAPE, DT_F32, &y->shape, loc, 1, &p) : NULL;
-    if (out) out->sink[0] = y, out->sink[1] = n[11], out->sink[2] = s;
+    if (out) out->sink[0] = y, out->sink[1] = n[9], out->sink[2] = s;
     return out;
 }
 
@@ -675,11 +677,12 @@ static Node *lower_attention(Sema *S, const Args *a) {
         kw_bool(S, a, "causal", 1, &causal) != 0 || kw_float(S, a, "scale", 0, &scale) != 0 ||
         kw_float(S, a, "softcap", 0, &softcap) != 0)
         return NULL;
-    int64_t window;
-    const Expr *we = find_kwarg(a->call, "window");
-    if (kw_int(S, a, "window", 0, 0, &window) != 0) return NULL;
-    if (we && window < 1) {
-        diag_error(S->d, we->loc, "window must be a positive number of positions, got %lld", (long long)window);
+    int64_t window, chunk; // chunk: Llama 4's chunked attention, a query sees the keys of its chunk
+    const Expr *we = find_kwarg(a->call, "window"), *ce = find_kwarg(a->call, "chunk");
+    if (kw_int(S, a, "window", 0, 0, &window) != 0 || kw_int(S, a, "chunk", 0, 0, &chunk) != 0) return NULL;
+    if ((we && window < 1) || (ce && chunk < 1)) {
+        diag_error(S->d, we && window < 1 ? we->loc : ce->loc, "%s must be a positive number of positions, got %lld",
+                   we && window < 1 ? "window" : "chunk", (long long)(we && window < 1 ? window : chunk));
         return NULL;
     }
     if (we && !causal) {
@@ -736,7 +739,7 @@ static Node *lower_attention(Sema *S, const Args *a) {
     for (int i = 0; i < 2 && n; i++) {
         Node *m = i ? n : lse;
         m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
-        m->window = window, m->scale = scale, m->softcap = softcap;
+        m->window = window, m->chunk = chunk, m->scale = scale, m->softcap = softcap;
     }
     return n && sinks ? attention_sinks(S, a->call->loc, n, lse, sinks, heads) : n;
 }
