@@ -600,7 +600,8 @@ static AttnCase nvrtc_variant(int i) {
 }
 
 // emu_check --nvrtc DIR: the sm_90 cubin of every attention variant in
-// nvrtc_variant (NVRTC as mtc calls it) into DIR/attention_sm_90.cubin, and
+// nvrtc_variant (nvrtc_compile, as mtc calls it, through its compile cache)
+// into DIR/attention_sm_90.cubin, and
 // DIR/kernels.tsv: a row an entry point (symbol, template, kernel, D, Dv,
 // causal, options, storage, threads, dynamic shared memory bytes), the NVRTC
 // version first. bench/sass_table.py reads them.
@@ -634,7 +635,7 @@ static int write_attention_cubin(const char *dir) {
     }
     CudaBinary bin;
     int rc = 0;
-    if (nvrtc_compile_report(src, "attention.cu", "sm_90", &bin, NULL, err, sizeof err) != 0) {
+    if (nvrtc_compile(src, "attention.cu", "sm_90", NULL, 0, &bin, err, sizeof err) != 0) { // as mtc, cached
         fprintf(stderr, "emu_check: the attention kernels do not compile with NVRTC for sm_90:\n%s\n", err);
         rc = 1;
     } else {
