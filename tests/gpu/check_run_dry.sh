@@ -40,10 +40,10 @@ grep -q '^== megatrain: skipped: 7 s left before the deadline, it needs 60$' "$w
 tail -n 1 "$work/short/out/session.log" | grep -q '^FAILED or skipped: run_llama3.2-1b megatrain run_llama3.2-3b ' || fail "short: no closing line naming the skipped stages"
 # the prediction's profile: this session's measurements, not h200.target's constants; none without them
 printf 'host_memory = 1e12\nhost_memory_bandwidth = 4e11\nhost_cores = 16\nhost_adamw_bandwidth = 6e10\nhost_grads_add_bandwidth = 7e10\n' >"$work/host.target"
-printf 'bf16 GEMM (cuBLAS, 8192^3): 788.0 TFLOP/s\n    matrix_flops_bf16 = 9.85e+14   # measured\n    attention_tc_fraction = 0.131   # measured\n    moe_gemm_efficiency = 0.402   # measured\n' >"$work/gpu_check.log"
+printf 'bf16 GEMM (cuBLAS, 8192^3): 788.0 TFLOP/s\n    matrix_flops_bf16 = 9.85e+14   # measured\n    attention_tc_fraction = 0.131   # measured\n    attention_tc_narrow_fraction = 0.117   # measured\n    moe_gemm_efficiency = 0.402   # measured\n' >"$work/gpu_check.log"
 sh "$src/tests/gpu/profile.sh" "$src/schedules/h200.target" "$work/host.target" "$work/gpu_check.log" "$work/profile.target" >/dev/null ||
   fail "profile: refused the measured figures"
-for kv in 'matrix_flops_bf16 = 9.85e+14' 'attention_tc_fraction = 0.131' 'moe_gemm_efficiency = 0.402' \
+for kv in 'matrix_flops_bf16 = 9.85e+14' 'attention_tc_fraction = 0.131' 'attention_tc_narrow_fraction = 0.117' 'moe_gemm_efficiency = 0.402' \
   'host_grads_add_bandwidth = 7e10' 'host_cores = 16' 'device_memory = 16e9' 'hbm_bandwidth = 4.8e12'; do
   [ "$(grep -c "^${kv%% =*} *=" "$work/profile.target")" = 1 ] && grep -q "^$kv$" "$work/profile.target" ||
     fail "profile: not one '$kv' line"

@@ -371,10 +371,13 @@ static void time_attention_llama(CUmodule m) {
         // the line tests/gpu/report.py reads (its README, "The lines it reads")
         printf("attention_time kernel=%s D=%d T=%d B=1 H=32 KVH=8 causal=1 ms=%.3f tflops=%.1f\n",
                tc ? "mt_tc" : "mt_fp32", D, T, ms, flops / (ms * 1e-3) / 1e12);
-        if (T == 4096 && D != 64) // the profiles' point
+        if (T == 4096 && (tc || D == 128)) // the profiles' point, each head size's share
             printf("    attention_%s_fraction = %.3f   # measured at T %d D %d: %.3f of cuBLAS's bf16 rate x "
                    "gemm_efficiency %.2g\n",
-                   tc ? (D > 128 ? "tc_wide" : "tc") : "fp32",
+                   tc ? (D > 128   ? "tc_wide"
+                         : D <= 64 ? "tc_narrow"
+                                   : "tc")
+                      : "fp32",
                    share * (attn_gpu_head_dims(0, 1, 1) + attn_gpu_head_dims(1, 1, 1)) / 7 *
                        TARGET_DEFAULT_GEMM_EFFICIENCY,
                    T, D, share, TARGET_DEFAULT_GEMM_EFFICIENCY);

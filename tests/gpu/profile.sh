@@ -13,7 +13,7 @@
 # add rate was not measured: no prediction from the shipped constants.
 set -u
 base=$1 host=$2 log=$3 out=$4
-measured='matrix_flops_bf16|attention_tc_fraction|attention_tc_wide_fraction|attention_fp32_fraction|moe_gemm_efficiency'
+measured='matrix_flops_bf16|attention_tc_fraction|attention_tc_wide_fraction|attention_tc_narrow_fraction|attention_fp32_fraction|moe_gemm_efficiency'
 hosts='host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth|host_grads_add_bandwidth'
 {
   grep -v -E "^(name|device_memory|$hosts|tier_[a-z_]*|$measured) *=" "$base"
