@@ -62,6 +62,7 @@ static const KeySpec KEYS[] = {
     {"attention_tc_fraction", KEY_SHARE, F(attention_tc_fraction), "a share of matrix_flops_bf16", 0,
      TARGET_DEFAULT_ATTENTION_TC_FRACTION},
     {"attention_tc_wide_fraction", KEY_SHARE, F(attention_tc_wide_fraction), "a share of matrix_flops_bf16", 0, 0},
+    {"attention_tc_narrow_fraction", KEY_SHARE, F(attention_tc_narrow_fraction), "a share of matrix_flops_bf16", 0, 0},
     {"attention_fp32_fraction", KEY_SHARE, F(attention_fp32_fraction), "a share of matrix_flops_bf16", 0,
      TARGET_DEFAULT_ATTENTION_FP32_FRACTION},
     {"gpus_per_node", KEY_COUNT, F(gpus_per_node), "GPUs", 0, 1},

@@ -54,7 +54,9 @@ typedef struct Target {
                                        // (query/key and value heads of 128 or less)
     double attention_tc_wide_fraction; // in (0, 1], optional: the same for heads wider than 128 (192, 256: other
                                        // tiles); 0 (left out): attention_tc_fraction
-    double attention_fp32_fraction;    // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
+    double attention_tc_narrow_fraction; // in (0, 1], optional: the same for heads of 64 or less (Llama 3.2 1B's);
+                                         // 0 (left out): attention_tc_fraction
+    double attention_fp32_fraction;      // in (0, 1], optional: the fp32 flash attention's FLOP/s / matrix_flops_bf16
     // Several GPUs (docs/scaleout.md), optional: `nodes` nodes of gpus_per_node GPUs each, every GPU with
     // the figures above and its own host link; the host_* figures are a node's, which its GPUs share.
     double gpus_per_node;       // a whole number, optional (1)

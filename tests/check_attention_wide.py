@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The cost model's attention rate by head width (schedules/README.md,
 "Attention"): attention_tc_wide_fraction prices the tensor-core kernel at
-heads wider than 128 (Gemma 2's 256), attention_tc_fraction the others
-(Llama 3's 128). With the wide share halved in a copy of the h200 profile,
+heads wider than 128 (Gemma 2's 256), attention_tc_narrow_fraction
+at heads of 64 (Llama 3.2 1B's), attention_tc_fraction the others (Llama
+3's 128). With the wide share halved in a copy of the h200 profile,
 gemma2-9b's predicted attention time (mtc --explain --json, attention_s)
-must double and llama3-8b's stay the same; left out, the wide share is
-attention_tc_fraction.
+must double and llama3-8b's stay the same; likewise llama3.2-1b's with the
+narrow share halved; left out, the wide share is attention_tc_fraction.
 
 usage: check_attention_wide.py MTC ROOT
 """
@@ -51,6 +52,20 @@ def main():
             a, b = attention_s(mtc, path, base), attention_s(mtc, path, paths["h200-half"])
             ok = abs(b / a - ratio) < 0.01 * ratio
             print(f"{model}: attention {a:.4g} s, with the wide share halved {b:.4g} s: x{b / a:.3f} "
+                  f"(expected x{ratio}) {'ok' if ok else 'FAIL'}")
+            fails += not ok
+        # attention_tc_narrow_fraction (left out of h200: attention_tc_fraction) prices heads of 64 alone:
+        # set to half the share, llama3.2-1b's (64) attention doubles, llama3-8b's (128) stays
+        tc = float(re.search(r"^attention_tc_fraction = ([0-9.]+)$", text, re.M).group(1))
+        narrow = os.path.join(d, "h200-narrow.target")
+        with open(narrow, "w") as f:
+            f.write(re.sub(r"^name = .*$", "name = h200-narrow", text, flags=re.M) +
+                    f"\nattention_tc_narrow_fraction = {tc / 2}\n")
+        for model, ratio in (("llama3.2-1b", 2.0), ("llama3-8b", 1.0)):
+            path = os.path.join(root, "examples", model + ".mt")
+            a, b = attention_s(mtc, path, base), attention_s(mtc, path, narrow)
+            ok = abs(b / a - ratio) < 0.01 * ratio
+            print(f"{model}: attention {a:.4g} s, with a narrow share of half {b:.4g} s: x{b / a:.3f} "
                   f"(expected x{ratio}) {'ok' if ok else 'FAIL'}")
             fails += not ok
         path = os.path.join(root, "examples/gemma2-9b.mt")

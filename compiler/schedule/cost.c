@@ -151,6 +151,7 @@ static double attn_head_dims(const KirKernel *k, const Target *t) {
 // calls the backend runs on one thread at cpu_gemm_rate's); attention at
 // matrix_flops_bf16 times the target's fraction for the kernel that runs it
 // (attention_tc_fraction, attention_tc_wide_fraction for heads over 128,
+// attention_tc_narrow_fraction for heads of 64 or less,
 // attention_fp32_fraction). On a cpu target f32
 // attention is priced as GEMMs over every (query, key) pair plus
 // cpu_overhead, and bf16 attention, which the cpu backend runs as the plain
@@ -169,8 +170,10 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
     double exps = 0; // the plain kernel's scalar double exps (cpu, bf16 attention)
     if (k->kind != KK_GEMM && attn_kind(k, t) != ATTN_KIND_CPU) {
         int wide = k->attn.D > 128 || k->attn.Dv > 128; // attention_tc.cuh's other tiles (MtAttnTcGeo)
-        double tc = wide && t->attention_tc_wide_fraction > 0 ? t->attention_tc_wide_fraction
-                                                              : t->attention_tc_fraction;
+        int narrow = k->attn.D <= 64 && k->attn.Dv <= 64;
+        double tc = wide && t->attention_tc_wide_fraction > 0       ? t->attention_tc_wide_fraction
+                    : narrow && t->attention_tc_narrow_fraction > 0 ? t->attention_tc_narrow_fraction
+                                                                    : t->attention_tc_fraction;
         matrix = t->matrix_flops_bf16 * (attn_kind(k, t) == ATTN_KIND_TC ? tc : t->attention_fp32_fraction);
     }
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);

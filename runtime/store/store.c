@@ -6,6 +6,7 @@
 #include "common/bf16.h"
 #include "common/storage.h"
 #include "runtime/dist/dist.h"
+#include "runtime/store/pool.h"
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -719,6 +720,44 @@ static double uniform_at(uint64_t key, int64_t i) {
     return (double)(mix(key ^ mix((uint64_t)i * 2)) >> 11) / 9007199254740992.0;
 }
 
+// One thread's share of a parameter's initial values: elements [k0, k1)
+// of stream key, into w (fp32) or, where it is NULL, wb (bf16).
+typedef struct InitJob {
+    const Param *prm;
+    uint64_t key;
+    float *w;     // (elements) element k of the parameter at w[k], or NULL
+    uint16_t *wb; // (elements) the same in bf16, when w is NULL
+    int64_t k0, k1;
+} InitJob;
+
+static void *init_job_run(void *arg) {
+    const InitJob *j = arg;
+    const Param *prm = j->prm;
+    for (int64_t k = j->k0; k < j->k1; k++) {
+        float x = prm->init == INIT_ONES      ? 1.0f
+                  : prm->init == INIT_ZEROS   ? 0.0f
+                  : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(j->key, k) - 1.0))
+                                              : (float)(prm->init_std * normal_at(j->key, k));
+        if (j->wb) j->wb[k] = bf16_from_f32(x); // a frozen parameter under bf16: no master (store_sync_copy's bits)
+        else j->w[k] = x;
+    }
+    return NULL;
+}
+
+// Elements [k0, k1) of a parameter on the store's threads (the host pool):
+// each element's value depends on its index alone, so the bits are those of
+// one thread. Ranges under INIT_MIN_PER_THREAD elements stay on the caller.
+enum { INIT_MIN_PER_THREAD = 1 << 12, INIT_MAX_THREADS = 256 };
+static void init_range(const Param *prm, uint64_t key, float *w, uint16_t *wb, int64_t k0, int64_t k1, int threads) {
+    int64_t n = k1 - k0, most = n / INIT_MIN_PER_THREAD;
+    int nt = (int)(most < threads ? (most > 1 ? most : 1) : threads);
+    if (nt > INIT_MAX_THREADS) nt = INIT_MAX_THREADS;
+    InitJob jobs[INIT_MAX_THREADS];
+    for (int i = 0; i < nt; i++) jobs[i] = (InitJob){prm, key, w, wb, k0 + n * i / nt, k0 + n * (i + 1) / nt};
+    if (nt == 1) init_job_run(&jobs[0]);
+    else pool_run(init_job_run, jobs, sizeof jobs[0], nt);
+}
+
 int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap) {
     const Graph *g = p->graph;
     for (int64_t seg = SEG_FIRST; seg < g->layers; seg++) { // the globals, then each layer's segment
@@ -734,14 +773,7 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             // w[k]: element k of the parameter
             uint16_t *wb = prm->frozen && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l)) : NULL; // or its copy's
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
-            for (int64_t k = a - plan_param_elem(p, i, l); k < b - plan_param_elem(p, i, l); k++) {
-                float x = prm->init == INIT_ONES      ? 1.0f
-                          : prm->init == INIT_ZEROS   ? 0.0f
-                          : prm->init == INIT_UNIFORM ? (float)(prm->init_std * (2.0 * uniform_at(key, k) - 1.0))
-                                                      : (float)(prm->init_std * normal_at(key, k));
-                if (wb) wb[k] = bf16_from_f32(x); // a frozen parameter under bf16: no master (store_sync_copy's bits)
-                else w[k] = x;
-            }
+            init_range(prm, key, w, wb, a - plan_param_elem(p, i, l), b - plan_param_elem(p, i, l), s->threads);
         }
         if (store_release_master(s, seg, 1, err, errcap) != 0) return -1;
     }

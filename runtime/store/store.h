@@ -231,7 +231,9 @@ int store_sync_copy(HostStore *s, const Plan *p, char *err, size_t errcap);
 
 // Initialises the master weights from seed as each parameter's init says.
 // Each element's value depends only on (seed, parameter, layer, index), not
-// on the order of initialisation or the layout. Returns 0, or -1 with a
+// on the order of initialisation, the layout or the threads: a parameter's
+// elements are shared among s->threads threads of the host pool (the same
+// bits as one thread: test store_init_threads). Returns 0, or -1 with a
 // message (the tier's).
 int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t errcap);
 

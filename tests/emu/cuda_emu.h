@@ -150,12 +150,12 @@ struct Launch {
     int parity[MAX_THREADS]; // (n) the set each thread's next collective uses
     ucontext_t start;        // a context to copy for each fiber's start (getcontext once)
     jmp_buf sched;           // the block's round robin
-    // cp.async: each thread's copies not yet landed (16 bytes read at issue,
-    // written at the wait that covers their group) and its committed groups
+    // cp.async: each thread's copies not yet landed (4 or 16 bytes read at
+    // issue, written at the wait that covers their group) and its committed groups
     struct CpAsync {
         void *dst;
         unsigned char data[16];
-        int group;
+        int bytes, group;
     } * cp[MAX_THREADS];
     int ncp[MAX_THREADS], cpcap[MAX_THREADS], committed[MAX_THREADS];
 };
@@ -435,7 +435,7 @@ static inline unsigned mt_cvt_bf16x2(float lo, float hi) {
 // the mt_cp_async_wait<N> that covers the copy's group (every committed
 // group but the N most recent), so that a read before the wait, or by
 // another thread before a barrier after it, sees the old contents.
-static inline void mt_cp_async16(void *dst, const void *src) {
+static inline void mt_cp_async_n(void *dst, const void *src, int bytes) {
     using namespace mt_emu;
     int t = L.cur;
     if (L.ncp[t] == L.cpcap[t]) {
@@ -444,16 +444,18 @@ static inline void mt_cp_async16(void *dst, const void *src) {
         if (!L.cp[t]) fail("out of memory for cp.async");
     }
     Launch::CpAsync *c = &L.cp[t][L.ncp[t]++];
-    c->dst = dst, c->group = L.committed[t];
-    memcpy(c->data, src, 16);
+    c->dst = dst, c->bytes = bytes, c->group = L.committed[t];
+    memcpy(c->data, src, (size_t)bytes);
 }
+static inline void mt_cp_async16(void *dst, const void *src) { mt_cp_async_n(dst, src, 16); }
+static inline void mt_cp_async4(void *dst, const void *src) { mt_cp_async_n(dst, src, 4); }
 static inline void mt_cp_async_commit() { mt_emu::L.committed[mt_emu::L.cur]++; }
 template <int N> static inline void mt_cp_async_wait() {
     using namespace mt_emu;
     int t = L.cur, keep = 0;
     for (int i = 0; i < L.ncp[t]; i++) {
         Launch::CpAsync *c = &L.cp[t][i];
-        if (c->group < L.committed[t] - N) memcpy(c->dst, c->data, 16);
+        if (c->group < L.committed[t] - N) memcpy(c->dst, c->data, (size_t)c->bytes);
         else L.cp[t][keep++] = *c;
     }
     L.ncp[t] = keep;

@@ -33,11 +33,12 @@
 // with dlopen. Exit status 0 only when every check passed.
 //
 //   emu_check CXX EMU_DIR WORK_DIR --plans MODEL.mt...   (3: check_plans)
-//   emu_check --nvrtc
+//   emu_check --nvrtc [DIR]
 //
 // compiles the tensor-core attention (compiler/emit/cuda/attention_tc.cuh), every
 // variant a plan can instantiate, with NVRTC for sm_80 and sm_90 instead,
-// and fails on any register spill ptxas reports.
+// and fails on any register spill ptxas reports; with DIR, writes the sm_90
+// cubin of every attention kernel a plan can run for bench/sass_table.py.
 #include <dlfcn.h>
 #include <math.h>
 #include <stdint.h>
@@ -202,6 +203,14 @@ static const AttnCase TC_CASES[] = {
     {1, 200, 4, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 48},
     {2, 90, 4, 2, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 16},
     {1, 150, 4, 4, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 40},
+    // every head size with each option (issue 36: FlashAttention's test for every kernel a plan can run):
+    // D 128 and 256 with window, soft-cap and documents; 256 full with documents; 192/128 full, and causal
+    // with all three
+    {2, 100, 8, 2, 128, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 12, 0},
+    {1, 150, 4, 2, 256, 1, 1, 1, 70, 0, 0.5, 0, NULL, 0, 25, 0},
+    {1, 90, 4, 1, 256, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0},
+    {1, 100, 4, 2, 192, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
+    {1, 130, 4, 4, 192, 1, 1, 1, 50, 0, 0.6, 0, NULL, 128, 15, 0},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
@@ -590,36 +599,99 @@ static void check_mma(void) {
 // sm_90, warnings included, and ptxas reports no spills for any of their
 // entry points, forward or backward (emu_check --nvrtc; a test of its own,
 // as NVRTC takes its time over them).
+enum { NVRTC_TC_VARIANTS = 16, NVRTC_FALLBACK_VARIANTS = 6 };
+// The tensor-core variants of check_attention_tc_nvrtc (head sizes 64, 128,
+// 256 and 192/128, causal and full, with and without options), then the
+// fp32 template's a plan falls back to (f32 and bf16 storage, D 64, 128,
+// 256, causal, no options).
+static AttnCase nvrtc_variant(int i) {
+    const int heads[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}}; // (D, Dv)
+    if (i >= NVRTC_TC_VARIANTS) {
+        const int f = i - NVRTC_TC_VARIANTS;
+        return (AttnCase){1, 1, 1, 1, heads[f % 3][0], 1, f / 3, 0, 0, 0, 0, 0, NULL, 0, 0, 0};
+    }
+    const int hs = i / 4, causal = i / 2 % 2, opts = i % 2, D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
+    return (AttnCase){1,
+                      1,
+                      1,
+                      1,
+                      D,
+                      causal,
+                      1,
+                      1,
+                      opts ? 4096 : 0,
+                      opts ? 0.0625 : 0,
+                      opts ? 50 : 0,
+                      0,
+                      NULL,
+                      Dv,
+                      0,
+                      opts ? 8192 : 0};
+}
+
+// emu_check --nvrtc DIR: the sm_90 cubin of every attention variant in
+// nvrtc_variant (nvrtc_compile, as mtc calls it, through its compile cache)
+// into DIR/attention_sm_90.cubin, and
+// DIR/kernels.tsv: a row an entry point (symbol, template, kernel, D, Dv,
+// causal, options, storage, threads, dynamic shared memory bytes), the NVRTC
+// version first. bench/sass_table.py reads them.
+static int write_attention_cubin(const char *dir) {
+    size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_mma_len + mt_cuda_attention_tc_len + 8192;
+    char *src = malloc(cap), path[4096], err[8192];
+    int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_mma,
+                     mt_cuda_attention_tc);
+    snprintf(path, sizeof path, "%s/kernels.tsv", dir);
+    FILE *tsv = fopen(path, "w");
+    if (!tsv) {
+        fprintf(stderr, "emu_check: %s: cannot write\n", path);
+        free(src);
+        return 1;
+    }
+    fprintf(tsv, "nvrtc\t%s\n", nvrtc_version_str());
+    const char *kinds[3] = {"fwd", "bwd_dq", "bwd_dkdv"};
+    for (int i = 0; i < NVRTC_TC_VARIANTS + NVRTC_FALLBACK_VARIANTS; i++) {
+        AttnCase c = nvrtc_variant(i);
+        const int Dv = c.Dv ? c.Dv : c.D;
+        char name[64];
+        case_name(name, sizeof name, &c);
+        n = case_instantiate(src, cap, n, &c);
+        size_t smem[3] = {c.tc ? attn_tc_smem_fwd(c.D, Dv) : attn_smem_fwd(c.D),
+                          c.tc ? attn_tc_smem_dq(c.D, Dv) : attn_smem_dq(c.D),
+                          c.tc ? attn_tc_smem_dkdv(c.D, Dv) : attn_smem_dkdv(c.D)};
+        for (int k = 0; k < 3; k++)
+            fprintf(tsv, "%s_%s_%s\t%s\t%s\t%d\t%d\t%d\t%d\t%s\t%d\t%zu\n", c.tc ? "mt_attn_tc" : "mt_attn", kinds[k],
+                    name, c.tc ? "attention_tc.cuh" : "attention.cuh", kinds[k], c.D, Dv, c.causal, c.window != 0,
+                    c.bf16 ? "bf16" : "f32", c.tc ? ATTN_TC_THREADS : ATTN_THREADS, smem[k]);
+    }
+    CudaBinary bin;
+    int rc = 0;
+    if (nvrtc_compile(src, "attention.cu", "sm_90", NULL, 0, &bin, err, sizeof err) != 0) { // as mtc, cached
+        fprintf(stderr, "emu_check: the attention kernels do not compile with NVRTC for sm_90:\n%s\n", err);
+        rc = 1;
+    } else {
+        snprintf(path, sizeof path, "%s/attention_sm_90.cubin", dir);
+        FILE *f = fopen(path, "wb");
+        rc = !f || fwrite(bin.cubin, 1, bin.cubin_len, f) != bin.cubin_len;
+        if (f && fclose(f) != 0) rc = 1;
+        if (rc) fprintf(stderr, "emu_check: %s: cannot write\n", path);
+        nvrtc_binary_free(&bin);
+    }
+    if (fclose(tsv) != 0) rc = 1;
+    free(src);
+    return rc;
+}
+
 static void check_attention_tc_nvrtc(void) {
     size_t cap = mt_cuda_prelude_len + mt_cuda_attention_len + mt_cuda_mma_len + mt_cuda_attention_tc_len + 4096;
     char *src = malloc(cap);
     int n = snprintf(src, cap, "%s\n%s\n%s\n%s\n", mt_cuda_prelude, mt_cuda_attention, mt_cuda_mma,
                      mt_cuda_attention_tc);
     int nvariants = 0;
-    const int heads[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}}; // (D, Dv)
-    for (int hs = 0; hs < 4; hs++)
-        for (int causal = 0; causal < 2; causal++)
-            for (int opts = 0; opts < 2; opts++) {
-                const int D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
-                AttnCase c = {1,
-                              1,
-                              1,
-                              1,
-                              D,
-                              causal,
-                              1,
-                              1,
-                              opts ? 4096 : 0,
-                              opts ? 0.0625 : 0,
-                              opts ? 50 : 0,
-                              0,
-                              NULL,
-                              Dv,
-                              0,
-                              opts ? 8192 : 0};
-                n = case_instantiate(src, cap, n, &c);
-                nvariants++;
-            }
+    for (int i = 0; i < NVRTC_TC_VARIANTS; i++) {
+        AttnCase c = nvrtc_variant(i);
+        n = case_instantiate(src, cap, n, &c);
+        nvariants++;
+    }
     const char *archs[] = {"sm_80", "sm_90"};
     for (int i = 0; i < 2; i++) {
         CudaBinary bin;
@@ -903,6 +975,7 @@ static void check_model(const char *path) {
 }
 
 int main(int argc, char **argv) {
+    if (argc == 3 && !strcmp(argv[1], "--nvrtc")) return write_attention_cubin(argv[2]);
     if (argc == 2 && !strcmp(argv[1], "--nvrtc")) {
         check_attention_tc_nvrtc();
         printf("%s\n", check_failures ? "FAILED" : "ok");
@@ -911,7 +984,7 @@ int main(int argc, char **argv) {
     if (argc < 4) {
         fprintf(stderr, "usage: emu_check CXX EMU_DIR WORK_DIR [MODEL.mt...]\n       emu_check CXX EMU_DIR WORK_DIR "
                         "--plans MODEL.mt...\n       emu_check CXX EMU_DIR WORK_DIR [--seq N] [--vocab N] MODEL.mt...\n"
-                        "       emu_check --nvrtc\n");
+                        "       emu_check --nvrtc [DIR]\n");
         return 2;
     }
     cxx = argv[1], emu_dir = argv[2], work_dir = argv[3];

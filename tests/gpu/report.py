@@ -432,7 +432,7 @@ def main():
                    ["model", "GEMM TFLOP/s", "compute s", "attn", "GEMMs", "rest", "grad DMA s", "add s est", "add gap s",
                     "ready s", "pin s", "SM MHz", "max W", "MegaTrain tok/s", "mt/MegaTrain",
                     "its peak GB"], rows))
-    out.append("== the targets of issue 26 (recorded, not asserted)\n" + targets(att, runs, mega_tok))
+    out.append("== the targets of issue 36 (recorded, not asserted)\n" + targets(att, runs, mega_tok))
     print("\n\n".join(out))
     return 0
 
@@ -441,10 +441,13 @@ def targets(att, runs, mega_tok):
     """Each figure the issue asks of an H200 beside its target: met, not met, or - (not measured)."""
     by = {r.get("model"): r for r in runs}
     one, three = by.get("llama3_2_1b", {}), by.get("llama3_2_3b", {})
-    rows = [("attention D 128, T 4096: share of the GEMM rate", att.get((128, 4096), (None,))[0], ">=", 0.30),
-            ("attention D 256, T 4096: share of the GEMM rate", att.get((256, 4096), (None,))[0], ">=", 0.25),
-            ("attention D 128, T 4096: mt over SDPA's best", att.get((128, 4096), (None, None))[1], "<=", 1.5),
-            ("llama3.2-3b 16x4096: model TFLOP/s over the GEMM rate", three.get("of_gemm"), ">=", 0.40)]
+    # issue 36's: 0.55 of the GEMM rate for a Hopper kernel, 0.35 for the mma.sync one (today's)
+    rows = [("attention D 128, T 4096: share of the GEMM rate (Hopper kernel)", att.get((128, 4096), (None,))[0], ">=",
+             0.55),
+            ("attention D 128, T 4096: share of the GEMM rate (mma.sync)", att.get((128, 4096), (None,))[0], ">=", 0.35),
+            ("attention D 256, T 4096: share of the GEMM rate", att.get((256, 4096), (None,))[0], ">=", 0.40),
+            ("attention D 128, T 4096: mt over SDPA's best", att.get((128, 4096), (None, None))[1], "<=", 1.1),
+            ("llama3.2-3b 16x4096: model TFLOP/s over the GEMM rate", three.get("of_gemm"), ">=", 0.45)]
     for name, r in (("llama3.2-1b", one), ("llama3.2-3b", three)):
         rows.append((f"{name}: step over its prediction", ratio(r.get("step"), r.get("pred")), "1 +-", 0.15))
         rows.append((f"{name}: peak device memory over the arena", ratio(r.get("peak"), r.get("arena")), "1 +-", 0.05))

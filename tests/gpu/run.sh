@@ -12,13 +12,14 @@
 # stages' logs) and commit.txt. Exit status 0 when every stage ran and passed.
 #
 # The stages, most telling first: setup (the card's clocks, power and
-# memory, read only), gpu_check (attention and the fused kernels against
-# their references, attention's times, the bf16 GEMM rate), sdpa (PyTorch's
-# attention on each backend at gpu_check's shapes), plans (mtrun --calibrate,
-# the profile, mtc for Llama 3.2 1B and 3B under a 16 GB cap),
-# run_llama3.2-1b, megatrain (MegaTrain's code on Llama 3.2 1B at the same
-# batch), run_llama3.2-3b, tiny_* (gpt2-tiny and llama-tiny on cuda and on
-# cpu, the same losses).
+# memory, read only), tiny_* (gpt2-tiny and llama-tiny on cuda and on cpu,
+# the same losses: the cuda backend's paths), gpu_check (attention and the
+# fused kernels against their references, attention's times, the bf16 GEMM
+# rate on random operands, the MoE kernels' share), sdpa (PyTorch's
+# attention on each backend at gpu_check's shapes), plans (mtrun
+# --calibrate, the profile from this session's measurements, mtc for Llama
+# 3.2 1B and 3B under a 16 GB cap), run_llama3.2-1b, megatrain (MegaTrain's
+# code on Llama 3.2 1B at the same batch), run_llama3.2-3b.
 #
 # MT_GPU_PREBUILT=DIR  the build tests/gpu/prebuild.sh made (the lent machine
 #                      cannot build mt: the documented path); without it, a
@@ -121,6 +122,13 @@ stage setup 3 30 "nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,cloc
 power.draw,power.limit,temperature.gpu,memory.total,memory.used --format=csv | tee '$work/card.txt'; \
 nproc; free -g | head -2"
 
+# ---------------------------------------------------------------- the tiny examples, cuda against cpu
+# first: the only GPU check of the cuda backend's paths (replay, copies, the host store), so the deadline
+# never cuts them
+for m in gpt2-tiny llama-tiny; do
+  stage "tiny_$m" 30 90 "python3 tests/check_cuda_emu.py gpu '$bin/mtc' '$bin/mtrun' - - '$root' '$work/logs/train-$m' examples/$m.mt"
+done
+
 # ---------------------------------------------------------------- the card's kernels
 # attention against its reference and timed (warmed, repeated: D 64, 128, 256, T 2048 to 16384), the
 # tiny examples' fused kernels, the bf16 GEMM rate, cuMemGetInfo, the MoE kernels at Mixtral's layer
@@ -134,11 +142,12 @@ grep -h '^device memory:' "$work/gpu_check.log" >>"$work/card.txt" 2>/dev/null
 stage sdpa 25 90 "python3 -u tests/gpu/sdpa_peer.py --device cuda --deadline 80 | tee -a '$work/peers.log'"
 
 # ---------------------------------------------------------------- Llama 3.2 streamed
-# a profile of this machine: h200's GPU, the host as mtrun --calibrate measures it, device memory capped at 16 GB
+# a profile of this machine from this session's measurements (tests/gpu/profile.sh): h200's figures but for
+# what gpu_check measured above (the cuBLAS bf16 rate on random operands; attention's and the MoE kernels'
+# shares of it) and the host as mtrun --calibrate measures it (memory, cores, AdamW, the gradients' add),
+# device memory capped at 16 GB; no prediction when a measured figure is missing
 stage plans 30 90 "'$bin/mtrun' --calibrate --out '$work/host.target' | tee '$work/calibrate.log' && \
-{ grep -v -E '^(name|device_memory|host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth|tier_[a-z_]*) *=' \
-schedules/h200.target; echo 'name = h200-lent-16g'; echo 'device_memory = 16e9'; \
-grep -E '^(host_memory|host_memory_bandwidth|host_cores|host_adamw_bandwidth) *=' '$work/host.target'; } >'$work/profile.target' && \
+sh tests/gpu/profile.sh schedules/h200.target '$work/host.target' '$work/gpu_check.log' '$work/profile.target' && \
 for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do m=\${spec%%:*}; b=\${spec#*:}; d='$work/runs/'\$m; \
 mkdir -p \$d && cp examples/\$m.mt \$d/model.mt && '$bin/mtc' examples/\$m.mt --target '$work/profile.target' --batch \$b \
 --seq 4096 --explain -o \$d/plan.bin --trace \$d/predicted.json >\$d/explain.txt 2>&1 || { cat \$d/explain.txt; exit 1; }; \
@@ -164,10 +173,6 @@ for spec in ${MT_GPU_MODELS:-llama3.2-1b:16 llama3.2-3b:16}; do
   first=0
 done
 
-# ---------------------------------------------------------------- the tiny examples, cuda against cpu
-for m in gpt2-tiny llama-tiny; do
-  stage "tiny_$m" 30 90 "python3 tests/check_cuda_emu.py gpu '$bin/mtc' '$bin/mtrun' - - '$root' '$work/logs/train-$m' examples/$m.mt"
-done
 
 echo
 echo "== the tables, at $(now) s of $deadline"

@@ -438,7 +438,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dq(bf16 *dq, float *ws, const bf1
 // query head in its group in a fixed order (no atomics). Warp w owns keys
 // 16 (w / SPLIT) .. + 15 and part w % SPLIT of dk's and dv's columns (SPLIT
 // 2 at wide heads: 128 accumulator registers a thread at most). Per tile of
-// 16 queries (double-buffered with its lse, delta and document starts):
+// 16 queries (double-buffered, its lse, delta and document starts by cp.async with it):
 // S^T = K Q^T, dP^T = V dY^T (keys as rows; with SPLIT 2 each warp of a pair
 // sums its half of the dims and the pair adds through shared memory), P^T
 // and dS^T = P^T (dP^T - delta), then dv += P^T dY, dk += dS^T Q.
@@ -454,7 +454,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
     bf16 *Vs = Ks + BKD * LDK;      // (BKD, DV + 8)
     bf16 *Qs = Vs + BKD * LDV;      // (2, BQ, D + 8): two stages
     bf16 *dYs = Qs + 2 * BQ * LDK;  // (2, BQ, DV + 8)
-    float *Ls = (float *)(dYs + 2 * BQ * LDV); // (2, BQ) lse, log2 units
+    float *Ls = (float *)(dYs + 2 * BQ * LDV); // (2, BQ) lse, natural log (the workspace's)
     float *Dl = Ls + 2 * BQ;                   // (2, BQ) delta
     int *Sg = (int *)(Dl + 2 * BQ);            // (2, BQ) document starts
     float *Xs = (float *)(Sg + 2 * BQ);        // SPLIT 2: (4 warps, 32 lanes, 16) partial S^T, dP^T
@@ -472,12 +472,13 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
         const int h = kvh * Gq + x / ntile, i0 = istart + x % ntile * BQ;
         mt_attn_tc_stage<D, LDK>(Qs + s * BQ * LDK, q + ((long)b * T * H + h) * D, qstride, i0, T, BQ);
         mt_attn_tc_stage<DV, LDV>(dYs + s * BQ * LDV, dy + ((long)b * T * H + h) * DV, ystride, i0, T, BQ);
-        if (threadIdx.x < BQ) {
-            const int tq = i0 + threadIdx.x;
+        if (threadIdx.x < BQ) { // lse, delta, document starts with the tile (cp.async: no wait for them here)
+            const int tq = i0 + threadIdx.x, r = s * BQ + threadIdx.x;
             const long w = ((long)b * H + h) * T + tq;
-            Ls[s * BQ + threadIdx.x] = tq < T ? ws[w] * MT_LOG2E : 0.0f;
-            Dl[s * BQ + threadIdx.x] = tq < T ? ws[(long)B * H * T + w] : 0.0f;
-            Sg[s * BQ + threadIdx.x] = seg && tq < T ? seg[(long)b * T + tq] : 0;
+            if (tq < T) mt_cp_async4(Ls + r, ws + w), mt_cp_async4(Dl + r, ws + (long)B * H * T + w);
+            else Ls[r] = 0.0f, Dl[r] = 0.0f;
+            if (seg && tq < T) mt_cp_async4(Sg + r, seg + (long)b * T + tq);
+            else Sg[r] = 0;
         }
     };
     mt_attn_tc_stage<D, LDK>(Ks, k + koff, kstride, k0, T, BKD);
@@ -519,7 +520,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
                 for (int e = 0; e < 4; e++) {
                     const int j = key0 + 8 * (e / 2), ql = n * 8 + 2 * t + e % 2, tq = i0 + ql;
                     const bool ok = full || (tq < T && mt_attn_visible<CAUSAL>(opt, j, tq, T) && j >= St[ql]);
-                    const float s2 = mt_attn_score2(opt, s[n][e]), p = ok ? exp2f(s2 - Lt[ql]) : 0.0f;
+                    const float s2 = mt_attn_score2(opt, s[n][e]), p = ok ? exp2f(s2 - Lt[ql] * MT_LOG2E) : 0.0f;
                     dp[n][e] = p * (dp[n][e] - Dt[ql]) * mt_attn_dcap(opt, s2), s[n][e] = p; // dS^T, P^T
                 }
             mt_u32 dsa[NQ / 2][4], pa[NQ / 2][4];

@@ -24,7 +24,8 @@
 // the low half ("cvt.rn.bf16x2.f32", sm_80): an A fragment's register.
 //
 // mt_cp_async16(dst, src): 16 bytes global -> shared, asynchronously
-// ("cp.async.cg", both 16-byte aligned); mt_cp_async_commit() closes a group
+// ("cp.async.cg", both 16-byte aligned); mt_cp_async4(dst, src) 4 bytes
+// ("cp.async.ca", both 4-byte aligned); mt_cp_async_commit() closes a group
 // of them, mt_cp_async_wait<N>() waits until at most N groups are pending
 // (then __syncthreads before other threads read them).
 
@@ -58,6 +59,10 @@ __device__ __forceinline__ mt_u32 mt_cvt_bf16x2(float lo, float hi) {
 __device__ __forceinline__ void mt_cp_async16(void *dst, const void *src) {
     mt_u32 s = (mt_u32)__cvta_generic_to_shared(dst);
     asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(s), "l"(src));
+}
+__device__ __forceinline__ void mt_cp_async4(void *dst, const void *src) {
+    mt_u32 s = (mt_u32)__cvta_generic_to_shared(dst);
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4;\n" ::"r"(s), "l"(src));
 }
 __device__ __forceinline__ void mt_cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::); }
 template <int N> __device__ __forceinline__ void mt_cp_async_wait() {
