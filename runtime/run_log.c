@@ -223,6 +223,10 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 tier_path(r->hs.tier),
                 r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+    if (r->hs.tier_weights) // (weights_map: the file's name is removed once mapped)
+        fprintf(out, "  tier     %.*s/mtrun.weights: the bf16 weights, %.2f MB, through the page cache\n",
+                (int)(strrchr(tier_path(r->hs.tier), '/') - tier_path(r->hs.tier)), tier_path(r->hs.tier),
+                (double)r->hs.mapped[4] / 1e6);
     describe_data(d, sizeof d, &r->data,
                   r->o->val_data  ? (r->o->shuffle ? "; windows shuffled every epoch" : "")
                   : r->o->shuffle ? "; the last 10% validates; windows shuffled every epoch"
