@@ -33,7 +33,9 @@ mapped):
 - their step 3 resumes on one process without the tier to the straight run's losses, to 1e-6;
 - kill -9 of rank 1 in the middle of a tier write ends the job; it resumes with the tier to the straight run's
   losses;
-- rank 1's weights file that cannot be made (a directory in its place) ends every rank, naming it.
+- rank 1's weights file that cannot be made (a directory in its place) ends every rank, naming it;
+- one process with tier=weights (one GPU's plan on a node of 4 MB) gives the losses and the final checkpoint of
+  the same plan without the tier, to the bit.
 
 usage: check_dist_tier.py MTC MTRUN [weights]   (from the project root)
 """
@@ -147,6 +149,19 @@ def weights(mtc, mtrun, model, tmp):
         got = losses(j("after.jsonl"))
         check(q.returncode == 0 and got == nvme[step:], f"resumed after the kill from {step}: {got}", q)
         print(f"kill -9 of rank 1 mid tier write: exit {p.returncode}; resumed from step {step} to the same losses")
+    # one process with its weights on the tier (one GPU's plan on a node of 4 MB): the same bits as without it
+    alone = plan(mtc, model, tmp, "alone", ["--batch", "2"], small_target(tmp, "4e6"))
+    if alone and check(b" tier=weights" in open(alone, "rb").read(), "one process's plan does not say tier=weights"):
+        for name, extra in (("alone-ram", []), ("alone-nvme", ["--tier-dir", tier])):
+            p = run(mtrun, alone, *STEPS, "--save", j(name), "--log", j(name + ".jsonl"), *extra, timeout=300)
+            check(p.returncode == 0, f"one process ({name}) failed", p)
+        final = sorted(os.listdir(j("alone-ram")))[-1:] if os.path.isdir(j("alone-ram")) else []
+        same = final and all(open(j("alone-ram", n), "rb").read() == open(j("alone-nvme", n), "rb").read()
+                             for n in final)
+        got, want = losses(j("alone-nvme.jsonl")), losses(j("alone-ram.jsonl"))
+        check(len(got) == 6 and got == want and same, f"one process, weights on the tier: {got}, without {want}, "
+              f"its checkpoint {final} the same: {same}")
+        print(f"one process with its weights on the tier: the losses and the checkpoint {final} as without it")
     named = os.path.join(tier, "rank-1-of-2", "mtrun.weights")
     os.makedirs(named, exist_ok=True)
     p = mpi(mtrun, 2, two, *STEPS, "--no-save", "--log", j("fault.jsonl"), "--tier-dir", tier)
