@@ -34,6 +34,8 @@ mapped):
 - kill -9 of rank 1 in the middle of a tier write ends the job; it resumes with the tier to the straight run's
   losses;
 - rank 1's weights file that cannot be made (a directory in its place) ends every rank, naming it;
+- at 4 ranks, kill -9 of rank 3 mid tier write resumes to the straight run's losses, and a full device on rank 3
+  alone (a file size limit) ends every rank, naming its tier file;
 - one process with tier=weights (one GPU's plan on a node of 4 MB) gives the losses and the final checkpoint of
   the same plan without the tier, to the bit.
 
@@ -149,6 +151,28 @@ def weights(mtc, mtrun, model, tmp):
         got = losses(j("after.jsonl"))
         check(q.returncode == 0 and got == nvme[step:], f"resumed after the kill from {step}: {got}", q)
         print(f"kill -9 of rank 1 mid tier write: exit {p.returncode}; resumed from step {step} to the same losses")
+    # 4 ranks: kill -9 of rank 3 mid tier write resumes to the straight run's losses; a full device on rank 3 alone
+    # (a file size limit: its tier file is refused up front) ends every rank naming it
+    straight4 = losses(j("tier4.jsonl"))
+    ck = j("killed4")
+    args = [*STEPS, "--save", ck, "--save-every", "2", "--log", j("killed4.jsonl"), "--tier-dir", tier]
+    p = run(*MPIRUN, "-np", "3", mtrun, four, *args, ":", "-np", "1", "-x", "MT_TIER_KILL_AT_WRITE=70", mtrun, four,
+            *args, timeout=120)
+    step = newest_manifest(ck)
+    if check(p.returncode != 0 and 2 <= step < 6, f"kill -9 of rank 3 of 4: exit {p.returncode}, newest {step}", p):
+        q = mpi(mtrun, 4, four, *STEPS, "--resume", ck, "--no-save", "--log", j("after4.jsonl"), "--tier-dir", tier)
+        got = losses(j("after4.jsonl"))
+        check(q.returncode == 0 and got == straight4[step:], f"4 ranks resumed after the kill from {step}: {got}, "
+              f"the straight run's {straight4[step:]}", q)
+        print(f"kill -9 of rank 3 of 4 mid tier write: exit {p.returncode}; resumed from step {step} to the same "
+              "losses")
+    args = [*STEPS, "--no-save", "--log", j("full4.jsonl"), "--tier-dir", tier]
+    p = run(*MPIRUN, "-np", "3", mtrun, four, *args, ":", "-np", "1", "sh", "-c",
+            "trap '' XFSZ; ulimit -f 64; exec \"$0\" \"$@\"", mtrun, four, *args, timeout=120)
+    named = os.path.join(tier, "rank-3-of-4", "mtrun.tier")
+    check(p.returncode != 0 and "rank 3 of 4: error" in p.stderr and named in p.stderr,
+          f"a full device on rank 3 of 4: exit {p.returncode}, not ended naming {named}", p)
+    print(f"a full tier device on rank 3 of 4: every rank ended, exit {p.returncode}")
     # one process with its weights on the tier (one GPU's plan on a node of 4 MB): the same bits as without it
     alone = plan(mtc, model, tmp, "alone", ["--batch", "2"], small_target(tmp, "4e6"))
     if alone and check(b" tier=weights" in open(alone, "rb").read(), "one process's plan does not say tier=weights"):
