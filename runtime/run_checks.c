@@ -159,12 +159,15 @@ static const char *plan_tier(const Plan *p) {
 
 // What the plan puts on the tier besides the Adam moments (STORE_TIER_*):
 // tier=master the fp32 master (bf16 compute: with f32 it is what streams),
-// tier=grads the gradients too (and the master under bf16, as mtc counts it).
+// tier=grads the gradients too (and the master under bf16, as mtc counts it),
+// tier=weights the bf16 copy that streams too (bf16 compute only: the master,
+// the gradients and the weights).
 int plan_tier_holds(const Plan *p) {
     const char *want = plan_tier(p);
-    int grads = want && !strncmp(want, "grads", 5), bf16 = p->graph->train.compute == DT_BF16;
+    int bf16 = p->graph->train.compute == DT_BF16, weights = want && bf16 && !strncmp(want, "weights", 7);
+    int grads = want && (!strncmp(want, "grads", 5) || weights);
     int master = want && (!strncmp(want, "master", 6) || (grads && bf16));
-    return (master ? STORE_TIER_MASTER : 0) | (grads ? STORE_TIER_GRADS : 0);
+    return (master ? STORE_TIER_MASTER : 0) | (grads ? STORE_TIER_GRADS : 0) | (weights ? STORE_TIER_WEIGHTS : 0);
 }
 
 // --export gathers the whole model in RAM: refused up front with the master on the tier.
@@ -191,7 +194,9 @@ static int check_tier(const Run *r, char *err, size_t errcap) {
 
 // A sharded rank's store in RAM with its tier: its globals' slices whole, of
 // its layers' slices what the tier does not hold, and the tier's staging
-// (TIER_SLOTS records of its largest layer slice), as store_open allocates.
+// (TIER_SLOTS records of its largest layer slice), as store_open allocates;
+// with the bf16 copy on the tier, what of it the page cache must hold (two
+// layers' slices: the one streaming and the next).
 static int64_t rank_tier_ram_bytes(const Run *r) {
     const Plan *p = r->p;
     int rank = r->o->dist ? r->o->dist->rank : 0, holds = plan_tier_holds(p);
@@ -203,8 +208,9 @@ static int64_t rank_tier_ram_bytes(const Run *r) {
     }
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
     int64_t record = arrays * ((most * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
-    return globals * per + layers * (per - 4 * arrays) + TIER_SLOTS * record +
-           (holds & STORE_TIER_GRADS ? most * 4 : 0);
+    int64_t weights = holds & STORE_TIER_WEIGHTS ? 2 : 0; // the bf16 copy on the tier: its page cache, two slices
+    return globals * (per - weights) + layers * (per - 4 * arrays - weights) + TIER_SLOTS * record +
+           (holds & STORE_TIER_GRADS ? most * 4 : 0) + weights * 2 * most;
 }
 
 // The host store's bytes in RAM: all of it, less what the tier holds, plus
@@ -220,7 +226,8 @@ int64_t ram_store_bytes(const Run *r) {
     int arrays = 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS);
     int64_t record = arrays * ((store_tier_layer(r->p) * 4 + TIER_ALIGN - 1) / TIER_ALIGN * TIER_ALIGN);
     return store_bytes(r->p, holds) - store_tier_bytes(r->p, holds) + TIER_SLOTS * record +
-           (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0);
+           (holds & STORE_TIER_GRADS ? r->p->host_layer * 4 : 0) +
+           (holds & STORE_TIER_WEIGHTS ? 2 * r->p->host_layer * 2 : 0); // the bf16 copy's page cache, two layers
 }
 
 // What a sharded plan's run cannot do, refused up front: every rank holds

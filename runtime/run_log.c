@@ -223,6 +223,10 @@ void log_banner(Run *r, const char *plan_path, int64_t steps, int64_t from, doub
                 tier_path(r->hs.tier),
                 r->hs.tier_master ? (r->hs.tier_grads ? ", fp32 master" : " and fp32 master") : "",
                 r->hs.tier_grads ? " and gradients" : "", (double)tier_bytes(r->hs.tier) / 1e6);
+    if (r->hs.tier_weights) // (weights_map: the file's name is removed once mapped)
+        fprintf(out, "  tier     %.*s/mtrun.weights: the bf16 weights, %.2f MB, through the page cache\n",
+                (int)(strrchr(tier_path(r->hs.tier), '/') - tier_path(r->hs.tier)), tier_path(r->hs.tier),
+                (double)r->hs.mapped[4] / 1e6);
     if (plan_opt_device_bytes(p)) { // mtc --device-optimizer: which segments, and who holds them
         int64_t placed = 0;
         for (int64_t s = 0; s < g->layers; s++) placed += plan_opt_device(p, s);

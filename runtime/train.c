@@ -317,11 +317,12 @@ static int open_cuda(Run *r, ReplayOrder *order, char *err, size_t errcap) {
     int most = 2 + store_trained_runs(hs, p, 0, fp32_to, NULL) +
                (hs->gb ? store_trained_runs(hs, p, hs->gb_from, hs->n, NULL) : 0);
     HostRange *pin = malloc((size_t)most * sizeof *pin);
-    int npin = 2;
-    if (pin) {
-        pin[0] = (HostRange){hs->wb ? (void *)hs->wb : (void *)hs->w, hs->n * (hs->wb ? 2 : 4),
-                             hs->wb ? "the bf16 weights" : "the weights"};
-        pin[1] = (HostRange){r->act, p->host_act_bytes, "the host activation store"};
+    int npin = 0;
+    if (pin) { // (not the bf16 weights on the tier: pinned, the page cache could not give them back)
+        if (!hs->tier_weights)
+            pin[npin++] = (HostRange){hs->wb ? (void *)hs->wb : (void *)hs->w, hs->n * (hs->wb ? 2 : 4),
+                                      hs->wb ? "the bf16 weights" : "the weights"};
+        pin[npin++] = (HostRange){r->act, p->host_act_bytes, "the host activation store"};
         npin = pin_trained(r, pin, npin, (char *)hs->g, 4, 0, fp32_to, "the fp32 gradients");
         if (npin >= 0 && hs->gb)
             npin = pin_trained(r, pin, npin, (char *)hs->gb, 2, hs->gb_from, hs->n, "the layers' bf16 gradients");

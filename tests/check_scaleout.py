@@ -1,11 +1,12 @@
 #!/usr/bin/env python3
 """The scale-out predictions issues 29 and 39 ask of mtc --ranks N --explain, and
 docs/scaleout.md's table of them current:
-  - DeepSeek-V3 (671B) on one h200x8-nvme node of 8 ranks and Kimi K2 (1T)
-    on two, fp32 master and moments: the plan is sharded with the NVMe
-    tier, which alone fits (sharded without it fits none of the 4 nodes), a
-    rank's RAM within its share of the node, its bytes on NVMe and its
-    tier's time a step under the step; --explain says so in words;
+  - DeepSeek-V3 (671B) and Kimi K2 (1T) each on one h200x8-nvme node of 8
+    ranks, fp32 master and moments: the plan is sharded with the NVMe tier
+    (Kimi K2's bf16 weights on it too), which alone fits (sharded without it
+    fits none of the 4 nodes), a rank's RAM within its share of the node,
+    its bytes on NVMe and its tier's time a step under the step; --explain
+    says so in words;
   - llama3-70b on one h200x8 node, 8 ranks at batch 1 and 4 a rank (and at
     batch 1 with two GPUs behind each PCIe uplink, h200x8-shared-pcie): sharded is
     the plan and fits, predicts at least 6 times one GPU's tokens/s at the same
@@ -51,7 +52,7 @@ spec.loader.exec_module(table)
 
 # DeepSeek-V3 and Kimi K2 at fp32 master and moments: the fewest nodes of h200x8-nvme a sharded run with the NVMe
 # tier fits (without it none of the profile's 4), which the case's ranks are
-TIERED = {"deepseek-v3": 1, "kimi-k2": 2}
+TIERED = {"deepseek-v3": 1, "kimi-k2": 1}
 
 
 def check_tiered(what, d, s, nodes):
@@ -67,7 +68,7 @@ def check_tiered(what, d, s, nodes):
        f"{what}: with the tier it needs {nodes} node(s), without it none of the profile's",
        f"{so['tier_nodes_needed']} with, {so['nodes_needed']} without")
     ok(0 < st["host_bytes_per_rank"] <= share and 0 < st["tier_bytes_per_rank"] <= tier_share
-       and st["tier_holds"] in ("moments", "master", "grads"),
+       and st["tier_holds"] in ("moments", "master", "grads", "weights"),
        f"{what}: a rank {st['host_bytes_per_rank'] / 1e9:.4g} GB in RAM (its share {share / 1e9:.4g}), "
        f"{st['tier_bytes_per_rank'] / 1e9:.4g} GB on NVMe ({st['tier_holds']})", json.dumps(st)[:400])
     ok(0 < st["tier_s"] <= st["step_s"] and st["step_s"] >= st["bound_s"] > 0,
@@ -184,16 +185,18 @@ for model, target, ranks, shard, extra in (("llama3-8b", "h200x8-su", 16, "on", 
     ok(said and said[0].strip().startswith(f"the plan: {plan}") and d["scaleout"].get("plan") == plan,
        f"{what}: --explain says the plan is {plan}", f"{said} (JSON plan {d['scaleout'].get('plan')!r})")
 
-# --explain's words for a tiered plan: DeepSeek-V3 on one h200x8-nvme node, 8 ranks: the step, RAM and NVMe a rank,
-# the tier's time against the step, and the fewest nodes with and without the tier
-r = subprocess.run([mtc, "examples/deepseek-v3.mt", "--target", "h200x8-nvme", "--ranks", "8", "--explain"],
-                   capture_output=True, text=True)
-lines = [ln.strip() for ln in r.stdout.splitlines()]
-plan = [ln for ln in lines if ln.startswith("the plan, a rank of 8: ") and " GB in RAM " in ln and " GB on NVMe " in ln
-        and " s a step against the step's " in ln]
-with_tier = [ln for ln in lines if ln.startswith("sharded with the tier: 1 node (8 GPUs), step ")]
-ok(r.returncode == 0 and plan and with_tier and any(ln.startswith("the plan: sharded+tier") for ln in lines),
-   f"deepseek-v3 on h200x8-nvme, 8 ranks, --explain: {plan[0] if plan else ''}", r.stdout[-1500:] + r.stderr)
+# --explain's words for a tiered plan: DeepSeek-V3 and Kimi K2 (its bf16 weights on the tier too) on one
+# h200x8-nvme node, 8 ranks: the step, RAM and NVMe a rank, the tier's time against the step, and the fewest nodes
+# with and without the tier
+for model, holds in (("deepseek-v3", "grads"), ("kimi-k2", "weights")):
+    r = subprocess.run([mtc, f"examples/{model}.mt", "--target", "h200x8-nvme", "--ranks", "8", "--explain"],
+                       capture_output=True, text=True)
+    lines = [ln.strip() for ln in r.stdout.splitlines()]
+    plan = [ln for ln in lines if ln.startswith("the plan, a rank of 8: ") and " GB in RAM " in ln
+            and " GB on NVMe " in ln and f"(the tier holds {holds};" in ln and " s a step against the step's " in ln]
+    with_tier = [ln for ln in lines if ln.startswith("sharded with the tier: 1 node (8 GPUs), step ")]
+    ok(r.returncode == 0 and plan and with_tier and any(ln.startswith("the plan: sharded+tier") for ln in lines),
+       f"{model} on h200x8-nvme, 8 ranks, --explain: {plan[0] if plan else ''}", r.stdout[-1500:] + r.stderr)
 
 # one process: no scale-out in --explain
 r = subprocess.run([mtc, "examples/llama-tiny.mt", "--target", "tiny-1layer", "--batch", "2", "--explain", "--json"],

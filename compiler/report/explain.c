@@ -331,10 +331,12 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                     "%.4g, tier %.4g GB of %.6g; the tier %.4g s a step (%.4g GB read at %.4g GB/s, %.4g GB "
                     "written at %.4g GB/s, under the updates) against the step's %.4g s\n",
                     pl->ram_per_param, pl->tier_per_param,
-                    pl->level == PLACE_MOMENTS ? "the Adam moments"
-                    : pl->level == PLACE_MASTER
-                        ? "the Adam moments and the fp32 master"
-                        : "the Adam moments, the fp32 master where it does not stream, the gradients",
+                    pl->level == PLACE_MOMENTS  ? "the Adam moments"
+                    : pl->level == PLACE_MASTER ? "the Adam moments and the fp32 master"
+                    : pl->level == PLACE_GRADS
+                        ? "the Adam moments, the fp32 master where it does not stream, the gradients"
+                        : "the Adam moments, the fp32 master, the gradients, and the bf16 weights, read at each "
+                          "crossing",
                     (double)c->host_bytes / 1e9, t->host_memory / 1e9, (double)pl->tier_bytes / 1e9,
                     t->tier_capacity / 1e9, pl->tier_s, pl->tier_read_bytes / 1e9, t->tier_read_bandwidth / 1e9,
                     pl->tier_write_bytes / 1e9, t->tier_write_bandwidth / 1e9, c->step_s);

@@ -370,7 +370,7 @@ static double update_bytes(DType compute, int grads_bf16) {
 // Whether plan p's store holds the layers' gradients as bf16 at placement
 // pl (NULL: in RAM), as runtime/store/store.c decides it: not with them on the tier.
 static int plan_grads_bf16(const Plan *p, const Placement *pl) {
-    return storage_grads_bf16(p->graph, p->ranks, pl && pl->level == PLACE_GRADS);
+    return storage_grads_bf16(p->graph, p->ranks, pl && pl->level >= PLACE_GRADS);
 }
 
 // Host bytes of a COPY_OUT's host part on a GPU, as the cuda backend's ring
@@ -463,40 +463,51 @@ static double zero3_grad_out_s(double bytes, double elem, const Target *t) {
     return bytes / t->d2h_bandwidth + bytes / t->h2d_bandwidth + bytes * 4.0 / elem / t->d2h_bandwidth;
 }
 
-const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads"};
+const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads", "weights"};
 
 // The placement of a host store of global_elems + layers * layer_elems
 // elements and an activation store of act bytes at `level`. Returns 0 when
-// the level is not open to it (f32 streams the master from RAM; no tier).
+// the level is not open to it (f32 streams the master from RAM; no tier;
+// the bf16 copy with frozen parameters, whose only copy it is).
 // layers_elems: every layer's segment together; layer_elems: the largest (a tier record).
 // ranks: of the run (the layers' gradients are bf16 only with one: storage_grads_bf16).
+// crossings: how many times a step the layers' weights, and the globals', cross the link (PLACE_WEIGHTS
+// reads them from the tier each time).
 static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
-                    int64_t act, const Target *t, int level, Placement *pl) {
-    int bf16 = g->train.compute == DT_BF16;
+                    int64_t act, const double crossings[2], const Target *t, int level, Placement *pl) {
+    int bf16 = g->train.compute == DT_BF16, weights = level == PLACE_WEIGHTS;
     double acc = (double)g->train.accumulate, per_global = (double)storage_host_bytes_per_param(g->train.compute);
-    double per = per_global - (storage_grads_bf16(g, ranks, level == PLACE_GRADS) ? 2.0 : 0.0); // a layer parameter's
-    double layer_params = (double)layers_elems;
-    double total = (double)global_elems * per_global + layer_params * per + (double)act;
+    double per = per_global - (storage_grads_bf16(g, ranks, level >= PLACE_GRADS) ? 2.0 : 0.0); // a layer parameter's
+    double layer_params = (double)layers_elems, globals = (double)global_elems;
+    double total = globals * per_global + layer_params * per + (double)act;
     // frozen parameters: their storage dtype only, in RAM (common/storage.h), nothing on a tier; of the
     // elements given (a sharded rank's share), the frozen share of each
     double all_global = (double)storage_host_global_elems(g), all_layers = (double)storage_host_elems(g) - all_global;
     double frozen_layers = all_layers > 0 ? (double)storage_frozen_elems(g, 0) / all_layers : 0;
-    if (all_global > 0) total -= (double)storage_frozen_saving(g, (int64_t)per_global, 1) * global_elems / all_global;
+    if (all_global > 0) total -= (double)storage_frozen_saving(g, (int64_t)per_global, 1) * globals / all_global;
     if (all_layers > 0) total -= (double)storage_frozen_saving(g, (int64_t)per, 0) * layer_params / all_layers;
-    layer_params *= 1.0 - frozen_layers;          // what a tier could hold
-    if (level == PLACE_MASTER && !bf16) return 0; // f32 streams the master from RAM
+    layer_params *= 1.0 - frozen_layers;                       // what a tier could hold
+    if ((level == PLACE_MASTER || weights) && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
+    if (weights && storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1) > 0) return 0;
     // bytes a layer parameter the tier holds, and reads and writes a step
-    double held = level == PLACE_RAM
-                      ? 0
-                      : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) + (level == PLACE_GRADS ? 4.0 : 0);
-    double state = held - (level == PLACE_GRADS ? 4.0 : 0); // read and written once by the update
-    double grads = level == PLACE_GRADS ? 4.0 * acc : 0;    // accumulated on the tier each micro-batch
+    double held = level == PLACE_RAM ? 0
+                                     : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) +
+                                           (level >= PLACE_GRADS ? 4.0 : 0) + (weights ? 2.0 : 0);
+    double state = held - (level >= PLACE_GRADS ? 4.0 : 0) - (weights ? 2.0 : 0); // read and written by the update
+    double grads = level >= PLACE_GRADS ? 4.0 * acc : 0; // accumulated on the tier each micro-batch
     *pl = (Placement){.level = (PlaceLevel)level, .ram_per_param = per - held, .tier_per_param = held};
-    pl->tier_bytes = (int64_t)(held * layer_params);
-    // three staging records (runtime/store/tier.h: reading i+1, updating i, writing i-1 back)
-    pl->ram_bytes = (int64_t)(total - held * layer_params + 3.0 * held * (double)layer_elems * (1.0 - frozen_layers));
-    pl->tier_read_bytes = (state + grads) * layer_params, pl->tier_write_bytes = (state + grads) * layer_params;
+    // the bf16 copy: written by each update, read at each crossing; the globals' too
+    double weights_bytes = weights ? 2.0 * (layer_params + globals) : 0;
+    pl->tier_bytes = (int64_t)(held * layer_params + (weights ? 2.0 * globals : 0));
+    // three staging records (runtime/store/tier.h: reading i+1, updating i, writing i-1 back); the bf16 copy's
+    // page cache, two layers (the one crossing and the next)
+    double record = (held - (weights ? 2.0 : 0)) * (double)layer_elems * (1.0 - frozen_layers);
+    pl->ram_bytes = (int64_t)(total - (double)pl->tier_bytes + 3.0 * record +
+                              (weights ? 4.0 * (double)layer_elems : 0));
+    pl->tier_read_bytes = (state + grads) * layer_params +
+                          (weights ? 2.0 * (crossings[0] * layer_params + crossings[1] * globals) : 0);
+    pl->tier_write_bytes = (state + grads) * layer_params + weights_bytes;
     if (level > PLACE_RAM)
         pl->tier_s = pl->tier_read_bytes / t->tier_read_bandwidth + pl->tier_write_bytes / t->tier_write_bandwidth;
     return 1;
@@ -504,9 +515,9 @@ static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t lay
 
 // cost_place's rule: the first open level that fits (the last open one when none does).
 static void place_store(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
-                        int64_t act, const Target *t, Placement *pl) {
+                        int64_t act, const double crossings[2], const Target *t, Placement *pl) {
     for (int level = PLACE_RAM; level < PLACE_COUNT; level++)
-        if (place_at(g, ranks, global_elems, layers_elems, layer_elems, act, t, level, pl) &&
+        if (place_at(g, ranks, global_elems, layers_elems, layer_elems, act, crossings, t, level, pl) &&
             (double)pl->ram_bytes <= t->host_memory &&
             (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
             return;
@@ -524,9 +535,24 @@ static int64_t placed_share(const Plan *p, const Target *t, int64_t elems) {
     return (rank_share(p, elems) + n - 1) / n;
 }
 
+// How many times a step p's weights cross the link: [0] the layers', on average, [1] the globals' (a
+// micro-batch's COPY_INs, accumulate times; 2 and 1 where the stream is not built yet).
+static void weight_crossings(const Plan *p, double crossings[2]) {
+    double in[2] = {0, 0}, acc = (double)p->graph->train.accumulate;
+    double wbytes = (double)storage_weight_bytes(p->graph->train.compute);
+    for (int i = 0; i < p->ntrain; i++)
+        if (p->train[i].kind == INS_COPY_IN) in[p->train[i].layer < 0] += (double)p->train[i].bytes;
+    double elems[2] = {(double)p->layer_base[p->graph->layers], (double)p->host_global};
+    for (int k = 0; k < 2; k++)
+        crossings[k] = p->ntrain == 0 ? (k ? 1.0 : 2.0) * acc : elems[k] > 0 ? in[k] * acc / (elems[k] * wbytes) : 0;
+}
+
 void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
+    double crossings[2];
+    weight_crossings(p, crossings);
     place_store(p->graph, p->ranks, placed_share(p, t, p->host_global),
-                placed_share(p, t, p->layer_base[p->graph->layers]), placed_share(p, t, p->host_layer), act, t, pl);
+                placed_share(p, t, p->layer_base[p->graph->layers]), placed_share(p, t, p->host_layer), act, crossings,
+                t, pl);
 }
 
 void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }
@@ -844,9 +870,10 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
     for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
     Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place_act counts it)
     int64_t share = sharded ? ranks : 1;
+    const double once[2] = {1, 1}; // the weights read from a tier once a step at least
     place_store(g, ranks, (global_elems + share - 1) / share,
-                (storage_host_elems(g) - global_elems + share - 1) / share, (layer_elems + share - 1) / share, 0, t,
-                &pl);
+                (storage_host_elems(g) - global_elems + share - 1) / share, (layer_elems + share - 1) / share, 0, once,
+                t, &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
     double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s, b->comm_s};

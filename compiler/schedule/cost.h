@@ -15,9 +15,11 @@ enum { ATTN_KIND_TC = 1, ATTN_KIND_FP32 = 2, ATTN_KIND_CPU = 4 };
 // short and the target has an NVMe tier, some of it there (mtrun --tier-dir):
 // the Adam moments first, then the fp32 master (under bf16 compute only: an
 // f32 plan streams the master itself from RAM), then the gradient
-// accumulators. The globals stay in RAM.
-typedef enum { PLACE_RAM, PLACE_MOMENTS, PLACE_MASTER, PLACE_GRADS, PLACE_COUNT } PlaceLevel;
-extern const char *const PLACE_NAMES[PLACE_COUNT]; // "ram", "moments", "master", "grads"
+// accumulators, then (bf16 compute, no frozen parameters) the bf16 copy
+// that streams, the globals' too, read from the tier each time it crosses
+// the link. Until that last level the globals stay in RAM.
+typedef enum { PLACE_RAM, PLACE_MOMENTS, PLACE_MASTER, PLACE_GRADS, PLACE_WEIGHTS, PLACE_COUNT } PlaceLevel;
+extern const char *const PLACE_NAMES[PLACE_COUNT]; // "ram", "moments", "master", "grads", "weights"
 
 typedef struct Placement {
     PlaceLevel level;

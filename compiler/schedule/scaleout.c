@@ -316,7 +316,10 @@ static double bound_of(const Bounds *b, const Graph *g, const Target *t, int s, 
     double bound = fmax(fmax(b->compute_s, link), fmax(fmax(host, mem), turn));
     if (s == SCALE_SHARDED_TIER && t->tier_read_bandwidth > 0) { // what of a slice its share cannot hold, read and
         double spill = fmax(0, host_store_bytes(g) / N - t->host_memory / l.per_node); // written once a step
-        bound = fmax(bound, spill * l.per_node / t->tier_read_bandwidth + spill * l.per_node / t->tier_write_bandwidth);
+        // more than all but the bf16 copy: the copy is on the tier too, read again as it crosses the link
+        double again = fmin(spill, fmax(0, spill - (host_store_bytes(g) - weights) / N));
+        bound = fmax(bound, (spill + again) * l.per_node / t->tier_read_bandwidth +
+                                spill * l.per_node / t->tier_write_bandwidth);
     }
     return bound;
 }

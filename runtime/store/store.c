@@ -1,6 +1,7 @@
 #include "runtime/store/store.h"
 
 #include <errno.h>
+#include <fcntl.h>
 #include <math.h>
 
 #include "common/bf16.h"
@@ -28,7 +29,8 @@ int64_t store_bytes(const Plan *p, int holds) {
 static int tier_arrays(int holds) { return 2 + !!(holds & STORE_TIER_MASTER) + !!(holds & STORE_TIER_GRADS); }
 
 int64_t store_tier_bytes(const Plan *p, int holds) {
-    return p->graph->layers * store_tier_layer(p) * 4 * tier_arrays(holds);
+    return p->graph->layers * store_tier_layer(p) * 4 * tier_arrays(holds) +
+           (holds & STORE_TIER_WEIGHTS ? plan_host_elems(p) * 2 : 0);
 }
 
 int64_t store_shard_elems(const Plan *p, int rank, int ranks) {
@@ -231,6 +233,38 @@ static void *store_map(size_t bytes, size_t *mapped, int holes) {
     return raw + lead;
 }
 
+// The bf16 copy on the tier (STORE_TIER_WEIGHTS): len bytes of a shared
+// mapping of DIR/mtrun.weights, preallocated (refused up front, naming the
+// file, where the device is full or a file size limit stops it), its name
+// removed as soon as it is mapped, so that nothing is left behind however
+// the run ends. Its pages are the file's zeros until written; the kernel
+// reads them in as a layer streams and writes back what AdamW changed.
+// *mapped: the length to unmap. NULL with a message.
+static void *weights_map(const char *dir, size_t len, size_t *mapped, char *err, size_t errcap) {
+    char path[4096];
+    if (snprintf(path, sizeof path, "%s/mtrun.weights", dir) >= (int)sizeof path) {
+        snprintf(err, errcap, "the tier directory's path is too long (%zu bytes)", strlen(dir));
+        return NULL;
+    }
+    int fd = open(path, O_RDWR | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (fd < 0) {
+        snprintf(err, errcap, "%s: cannot create the tier's file of the bf16 weights: %s", path, strerror(errno));
+        return NULL;
+    }
+    int rc = posix_fallocate(fd, 0, (off_t)len);
+    void *m = rc == 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
+    if (rc == 0 && m == MAP_FAILED) rc = errno;
+    unlink(path);
+    close(fd);
+    if (rc != 0) {
+        snprintf(err, errcap, "%s: cannot hold the bf16 weights' %lld bytes on the tier: %s", path, (long long)len,
+                 strerror(rc));
+        return NULL;
+    }
+    *mapped = len;
+    return m;
+}
+
 // The first touch, in parallel: every parameter's range of each array in
 // RAM zeroed by the pool threads that will update it (adamw_first_touch,
 // split as adamw_update splits it), then the padding after each parameter
@@ -257,7 +291,7 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             if (b > a)
                 adamw_first_touch((ram || !s->tier_master) && !(frozen && s->wb) ? s->w + off : NULL,
                                   ram && !frozen ? s->m + off : NULL, ram && !frozen ? s->v + off : NULL, grads, gb,
-                                  s->wb ? s->wb + off : NULL, b - a, s->threads);
+                                  s->wb && !s->tier_weights ? s->wb + off : NULL, b - a, s->threads);
             if (grads) memset(s->g + pad, 0, (size_t)(pb - pa) * sizeof(float));
             if (gb_pad) memset(gb_pad, 0, (size_t)(pb - pa) * sizeof(uint16_t));
         }
@@ -403,6 +437,7 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
         return -1;
     s->tier_master = master;
     s->tier_grads = !!(holds & STORE_TIER_GRADS);
+    s->tier_weights = !!(holds & STORE_TIER_WEIGHTS);          // (only with the master: plan_tier_holds)
     int bf16_grads = ranks == 1 && store_grads_bf16(p, holds); // the layers' gradients as bf16 (gb)
     s->gb_from = p->host_global;
     snprintf(err, errcap, "cannot allocate the host store (%lld bytes)",
@@ -430,7 +465,16 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
         // what it holds: a frozen parameter's elements only in its storage dtype's array (wb, or under f32 w)
         int64_t frozen = frozen_held(s, p, i == 5 ? s->gb_from : 0, global_only ? p->host_global : plan_host_elems(p));
         int holes = frozen > 0 && i != 4 && (i != 0 || p->graph->train.compute == DT_BF16);
-        // the gradients on the tier: all of it mapped, only what is touched held (grads_map)
+        // the gradients on the tier: all of it mapped, only what is touched held (grads_map); the bf16 copy
+        // on the tier: no RAM of its own (weights_map)
+        if (i == 4 && s->tier_weights) {
+            if (!(s->wb = weights_map(tier_dir, b, &s->mapped[i], err, errcap))) {
+                store_free(s);
+                return -1;
+            }
+            s->frozen += frozen;
+            continue;
+        }
         if (!(*arrays[i] = i == 3 && s->tier_grads ? grads_map(b, &s->mapped[i])
                                                    : store_map(b, &s->mapped[i], holes))) {
             store_free(s);

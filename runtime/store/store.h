@@ -88,9 +88,15 @@ typedef struct HostStore {
     // accumulate > 1, every layer's for the step's micro-batches). Its
     // first failure stops every update and stays in err until the caller
     // reports it (store_failed).
+    // With tier_weights (STORE_TIER_WEIGHTS: the plan's tier=weights) the
+    // bf16 copy wb as well, whole: a shared mapping of DIR/mtrun.weights
+    // (store.c, weights_map), whose pages the kernel reads in from the tier
+    // as a layer streams and writes back after AdamW changes them; RAM holds
+    // only what the page cache keeps.
     Tier *tier;
     int tier_master;
     int tier_grads;
+    int tier_weights;
     char err[512];
     uint8_t *out_first; // (the plan's ntrain) a COPY_OUT the first of the train stream to write its range
     // The segments the plan places on the device (Plan.opt_device) are the backend's to update (NULL: none
@@ -128,13 +134,13 @@ static inline uint16_t *store_grads_bf16_at(const struct HostStore *s, int64_t f
     return s->gb && f >= s->gb_from ? s->gb + (f - s->gb_from) : NULL;
 }
 // What a tier holds besides every layer's Adam moments (flags).
-enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2 };
+enum { STORE_TIER_MASTER = 1, STORE_TIER_GRADS = 2, STORE_TIER_WEIGHTS = 4 };
 // Floats of a layer's record in the tier, each array's: the largest layer's
 // elements that are not frozen (a frozen parameter has no moments, master or
 // gradients there: a record holds the rest of the segment in order).
 int64_t store_tier_layer(const Plan *p);
 // Bytes of the store that a tier holds instead of RAM: every layer's m and v,
-// and what `holds` says.
+// and what `holds` says (STORE_TIER_WEIGHTS: the whole bf16 copy too).
 int64_t store_tier_bytes(const Plan *p, int holds);
 // Allocates the arrays zeroed (anonymous mappings on 2 MiB boundaries,
 // transparent huge pages asked for with madvise where the kernel has them),
