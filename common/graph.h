@@ -260,6 +260,9 @@ typedef struct Param {
     // Frozen (mtc --freeze, --lora's base weights): no gradient (autodiff makes none), no Adam moments, no
     // update; it keeps the value it was initialised or loaded with. 0: trained.
     int frozen;
+    // A buffer (written `buffer`: DeepSeek-V3's e_score_correction_bias): frozen whatever mtc's flags say, and
+    // counted apart from the parameters (mtc --summary). 0: a parameter.
+    int buffer;
     // A LoRA adapter (compiler/front/adapters.c): 1 its A [r, in], 2 its B [out, r], of parameter `lora_of`
     // (the base weight [out, in], frozen), scaled by lora_scale (alpha / r). 0: not an adapter.
     int lora;

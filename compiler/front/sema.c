@@ -322,7 +322,8 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
                  .first_use = PART_COUNT,
                  .init = INIT_NORMAL,
                  .init_std = 0.02,
-                 .frozen = pd->frozen};
+                 .frozen = pd->frozen != 0,
+                 .buffer = pd->frozen == 2};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
     int rc = eval_shape(S, &pd->type, &p->shape);
@@ -333,7 +334,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
         diag_error(S->d, pd->type.loc, "a parameter needs at least one dimension");
         return -1;
     }
-    if (p->shape.rank == 1) p->init = INIT_ZEROS; // biases; norm gains become ones where used
+    if (p->shape.rank == 1 || p->buffer) p->init = INIT_ZEROS; // biases, buffers; norm gains become ones where used
     if (pd->init && lower_init(S, pd->init, p) != 0) return -1;
     return ptrvec_push(S->a, &S->g->params, p);
 }
