@@ -318,6 +318,8 @@ typedef struct Graph {
 // to -inf), else E (a gate no router limits). moe runs an expert for a
 // row where its gate is not 0, so this bounds the work and the scratch.
 int64_t graph_routed_experts(const Graph *g, const Node *gates);
+// Whether a router limits the gates (router(..., top_k = E) does, to all E).
+int graph_gates_routed(const Graph *g, const Node *gates);
 
 // The experts E of the graph's pooled load-balancing losses (0: none), with
 // the layers that have one and the rows of each into *layers and *rows.
