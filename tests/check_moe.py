@@ -63,7 +63,16 @@ the load-balancing loss's does not: with the weight on the whole gradient
 (mtrun before the loss scale, graph.h) the routers missed by 3.7e-2 and
 8.7e-2.
 
+routers: the tiny Mixtral's gates rewritten three ways (sigmoid scores
+renormalised and scaled by 2.5; softmax scores chosen with a selection
+bias buffer, from -0.3 to 0.3, within the best of 2 groups of 2; Llama 4's
+sigmoid of the top 1): mtrun's first validation loss of each equals a numpy
+forward's to 1e-5 relative, and each numpy routing moves the loss from
+Mixtral's by more than 1e-4 (the grouped one also from its own with a zero
+bias), so the check sees the routing.
+
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
+       check_moe.py routers MTC REF_FORWARD MTRUN
        check_moe.py hf MTC REF_FORWARD MTRUN
        check_moe.py hf_masked MTC REF_FORWARD MTRUN
        check_moe.py stats MTC REF_FORWARD MTRUN
@@ -94,8 +103,9 @@ def rope(x, heads):
 def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
     """The loss and the summed auxiliary loss in float64. routing "mixtral":
     softmax over all, top k, renormalised; "before": the top k's
-    probabilities as they are. loads (a list): each layer's tokens per
-    expert appended."""
+    probabilities as they are; a function (logits, layer prefix) -> (top
+    (T, k) expert indices, their gates): that routing. loads (a list): each
+    layer's tokens per expert appended."""
     W = {n: w.astype(np.float64) for n, w in W.items()}
     x, counts, psums = W["model.embed_tokens.weight"][tokens], 0.0, 0.0
     for i in range(L):
@@ -115,6 +125,10 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
         weights = np.take_along_axis(probs, top, -1)
         if routing == "mixtral":
             weights = weights / weights.sum(-1, keepdims=True)
+        chosen = np.zeros_like(probs)  # the load-balancing loss's own top K
+        np.put_along_axis(chosen, np.argsort(-probs, axis=-1, kind="stable")[:, :K], 1.0, -1)
+        if callable(routing):
+            top, weights = routing(logits, p)
         out = np.zeros_like(m)
         for e in range(E):
             rows, slot = np.nonzero(top == e)
@@ -125,8 +139,6 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
             h1, h3 = xe @ W[pe + "w1.weight"].T, xe @ W[pe + "w3.weight"].T
             out[rows] += weights[rows, slot][:, None] * ((h1 / (1 + np.exp(-h1)) * h3) @ W[pe + "w2.weight"].T)
         x = x + out
-        chosen = np.zeros_like(probs)
-        np.put_along_axis(chosen, top, 1.0, -1)
         counts, psums = counts + chosen.sum(0), psums + probs.sum(0)
     rows = L * len(tokens)  # pooled over the layers' rows, as transformers' load_balancing_loss_func
     aux = AUX * E * float(np.sum(counts / rows * (psums / rows)))
@@ -312,6 +324,83 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
     return [r for r in last_run(log) if "loss" in r][0], grads  # (mtrun appends each run to the log)
 
 
+def sigmoid(x):
+    return 1 / (1 + np.exp(-x))
+
+
+def route_sigmoid(logits, _):
+    """DeepSeek-V3's gates without its groups: sigmoid scores, the top K renormalised (+1e-20), times 2.5."""
+    s = sigmoid(logits)
+    top = np.argsort(-s, axis=-1, kind="stable")[:, :K]
+    w = np.take_along_axis(s, top, -1)
+    return top, 2.5 * w / (w.sum(-1, keepdims=True) + 1e-20)
+
+
+def route_grouped(W):
+    """softmax scores chosen by score + the layer's bias within the best of 2 groups of 2 (ranked by their top-2
+    sums), the probabilities as they are."""
+    def route(logits, prefix):
+        probs = np.exp(logits - logits.max(-1, keepdims=True))
+        probs /= probs.sum(-1, keepdims=True)
+        choice = (probs + W[prefix + "block_sparse_moe.gate.e_score_correction_bias"]).reshape(-1, 2, E // 2)
+        best = np.argmax(np.sort(choice, -1)[..., -2:].sum(-1), -1)  # (T,)
+        limited = np.where(np.arange(2)[None, :, None] == best[:, None, None], choice, -np.inf).reshape(-1, E)
+        top = np.argsort(-limited, axis=-1, kind="stable")[:, :K]
+        return top, np.take_along_axis(probs, top, -1)
+    return route
+
+
+def route_top1(logits, _):
+    """Llama 4's gate: the top 1 by logit, its sigmoid."""
+    top = np.argsort(-logits, axis=-1, kind="stable")[:, :1]
+    return top, sigmoid(np.take_along_axis(logits, top, -1))
+
+
+def routers(mtc, mtrun):
+    """router's scores, selection bias, groups, scale and normalize in the tiny Mixtral: mtrun's first validation
+    loss against numpy's, each routing moving numpy's loss from Mixtral's."""
+    gates = "  gates = router(logits, top_k = K, softmax = after)\n"
+    param = '  param router "block_sparse_moe.gate.weight" [E, C]\n'
+    src = open(MODEL).read()
+    if not check(gates in src and param in src, f"{MODEL} still has the gates and router lines this check rewrites"):
+        return
+    bias = param + '  param e_bias "block_sparse_moe.gate.e_score_correction_bias" [E] buffer\n'
+    forms = {
+        "sigmoid, normalize, scale 2.5": (
+            param, "  gates = router(logits, top_k = K, scores = sigmoid, normalize = true, scale = 2.5)\n",
+            lambda W: route_sigmoid),
+        "softmax before, bias, 1 of 2 groups": (
+            bias, "  gates = router(logits, top_k = K, bias = e_bias, groups = 2, top_groups = 1)\n", route_grouped),
+        "sigmoid, top 1": (param, "  gates = router(logits, top_k = 1, scores = sigmoid)\n", lambda W: route_top1),
+    }
+    tokens, targets = val_tokens(T)
+    for what, (decl, line, route) in forms.items():
+        with tempfile.TemporaryDirectory() as tmp:
+            model, planfile, wf = (os.path.join(tmp, n) for n in ("m.mt", "p.bin", "w.safetensors"))
+            with open(model, "w") as f:
+                f.write(src.replace(param, decl).replace(gates, line))
+            W = random_weights(mtc, model, 21)
+            rng = np.random.default_rng(22)
+            for n in W:
+                if n.endswith("e_score_correction_bias"):
+                    W[n] = rng.uniform(-0.3, 0.3, W[n].shape).astype(np.float32)
+            write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+            q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
+            if not check(q.returncode == 0, f"mtc -o ({what})", q):
+                continue
+            got, _ = first_val_loss(mtrun, planfile, tmp, "--init", wf)
+            want, _ = mixtral_loss(W, tokens, targets, route(W))
+            plain, _ = mixtral_loss(W, tokens, targets)
+            rel = abs(got - want) / abs(want) if got is not None else float("inf")
+            check(rel <= 1e-5, f"{what}: mtrun's loss {got} against numpy's {want} ({rel:.1e}; 1e-5 allowed)")
+            check(abs(plain - want) > 1e-4 * abs(want), f"{what}: numpy's loss {want} is Mixtral routing's {plain}")
+            if decl == bias:  # the bias must matter too
+                W0 = {n: np.zeros_like(w) if n.endswith("correction_bias") else w for n, w in W.items()}
+                unbiased, _ = mixtral_loss(W0, tokens, targets, route(W0))
+                check(abs(unbiased - want) > 1e-4 * abs(want), f"{what}: the bias does not move numpy's loss")
+            print(f"{what}: mtrun {got:.9f}, numpy {want:.9f} ({rel:.1e} relative; Mixtral's routing {plain:.9f})")
+
+
 def masked_data(raw, tmp):
     """The bytes as an llm.c token file X.bin with a loss mask X.mask (runtime/data.h) that excludes the first 12
     tokens and every third: its path and the mask."""
@@ -395,6 +484,9 @@ def main():
     mtc, ref, mtrun = sys.argv[2:5]
     if mode == "stats":
         stats(mtc, ref, mtrun)
+        sys.exit(finish())
+    if mode == "routers":
+        routers(mtc, mtrun)
         sys.exit(finish())
     if mode in ("hf", "hf_masked"):
         hf(mtc, mtrun, mode == "hf_masked")
