@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Tiny hybrid models, from their configs, against transformers' own.
+"""Tiny models of the newer families tools/hf_to_mt.py writes, from their configs, against transformers' own.
 
 qwen3_next: transformers builds Qwen3NextForCausalLM from a tiny config
 (three Gated DeltaNet layers and one gated attention layer, grouped value
@@ -8,7 +8,18 @@ load-balancing loss). granite: GraniteMoeHybridForCausalLM (Granite 4.0-H:
 Mamba-2 layers and an attention layer without position embedding, the
 experts' fused input_linear, a shared MLP, muP's multipliers, the tied
 head). bamba: BambaForCausalLM (Mamba-2 layers and an attention layer with
-rope on half of each head, SwiGLU MLPs, the padding row's embedding). Their
+rope on half of each head, SwiGLU MLPs, the padding row's embedding).
+smollm3: SmolLM3ForCausalLM (the 4th layer without rope, no_rope_layers).
+granite3: GraniteForCausalLM (Granite 3's muP multipliers). granite_micro:
+GraniteMoeHybridForCausalLM with attention layers only and no experts
+(Granite 4.0 Micro). deepseek_v3: DeepseekV3ForCausalLM (latent attention,
+YaRN, interleaved rope pairs, a dense layer, sigmoid routing with a nonzero
+selection bias, 2 of 4 groups eligible, renormalised and scaled, a shared
+expert; the bias is a buffer in transformers and a frozen param in mt, so it
+must come back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
+(q/k/v biases, rope on half of each head, per-head q/k norms, the same
+routing). The MoE families' objective is the one transformers trains:
+DeepSeek-V3 and GLM-4.5 add no auxiliary loss. Their
 plain PyTorch paths (eager attention, the chunked torch scans,
 the convolution by F.conv1d; fp32, no downloads), random weights.
 tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
@@ -30,9 +41,12 @@ weights with --init, under the checkpoints' names.
   with the unstreamed reference executor's losses and gradient norms to
   1e-5 relative (bf16: under the storage rule, docs/numerics.md);
 - so that the check can fail, the same weights with A_log's sign flipped
-  (a faster decay) move transformers' loss by more than 1e-3.
+  (a faster decay) move transformers' loss by more than 1e-3; for the
+  families without A_log, the config change of PERTURB (rope on every
+  layer, another logits scaling, every group eligible, another routed
+  scaling) does.
 
-usage: check_hybrid_hf.py qwen3_next|granite|bamba MTC MTRUN   (from the project root)
+usage: check_hybrid_hf.py FAMILY MTC MTRUN   (from the project root; FAMILY a key of CONFIGS)
 """
 import json
 import os
@@ -71,8 +85,57 @@ CONFIGS = {
               "mamba_n_heads": 4, "mamba_d_head": 16, "mamba_d_state": 8, "mamba_n_groups": 1, "mamba_d_conv": 4,
               "mamba_expand": 2, "mamba_conv_bias": True, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
               "tie_word_embeddings": False, "hidden_act": "silu", "pad_token_id": 0},
+    # SmolLM3: every 4th layer without rope (no_rope_layers), tied head, the padding row
+    "smollm3": {"model_type": "smollm3", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+                "no_rope_layers": [1, 1, 1, 0], "no_rope_layer_interval": 4, "rope_theta": 10000.0,
+                "rms_norm_eps": 1e-6, "max_position_embeddings": 64, "tie_word_embeddings": True,
+                "hidden_act": "silu", "pad_token_id": 0, "use_sliding_window": False},
+    # Granite 3 (model_type granite): muP's embedding, residual, attention and logits multipliers
+    "granite3": {"model_type": "granite", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "num_key_value_heads": 2, "intermediate_size": 48,
+                 "embedding_multiplier": 3.0, "residual_multiplier": 0.5, "attention_multiplier": 0.2,
+                 "logits_scaling": 2.0, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                 "tie_word_embeddings": True, "hidden_act": "silu"},
+    # Granite 4.0 Micro: granitemoehybrid with attention layers only (rope), no experts, the shared MLP
+    "granite_micro": {"model_type": "granitemoehybrid", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
+                      "layer_types": ["attention", "attention"], "num_attention_heads": 4, "num_key_value_heads": 2,
+                      "num_local_experts": 0, "num_experts_per_tok": 0, "shared_intermediate_size": 48,
+                      "mamba_n_heads": 4, "mamba_d_head": 16,  # read by nothing, but checked by transformers
+                      "intermediate_size": 48, "embedding_multiplier": 3.0, "residual_multiplier": 0.5,
+                      "attention_multiplier": 0.2, "logits_scaling": 2.0, "position_embedding_type": "rope",
+                      "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                      "tie_word_embeddings": True, "hidden_act": "silu", "output_router_logits": False},
+    # DeepSeek-V3: latent attention (q through a rank, YaRN with mscale_all_dim, interleaved rope pairs), a dense
+    # layer, then sigmoid routing with the selection bias, 4 groups of which 2 are eligible, renormalised, scaled
+    "deepseek_v3": {"model_type": "deepseek_v3", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3,
+                    "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 4,
+                    "q_lora_rank": 16, "kv_lora_rank": 16, "qk_nope_head_dim": 8, "qk_rope_head_dim": 8,
+                    "v_head_dim": 8, "intermediate_size": 48, "n_routed_experts": 8, "n_group": 4, "topk_group": 2,
+                    "num_experts_per_tok": 2, "moe_intermediate_size": 16, "n_shared_experts": 1,
+                    "routed_scaling_factor": 2.5, "norm_topk_prob": True, "rope_interleave": True,
+                    "rope_scaling": {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                     "beta_fast": 32, "beta_slow": 1, "mscale": 1.0, "mscale_all_dim": 1.0},
+                    "rope_theta": 10000.0, "rms_norm_eps": 1e-6, "max_position_embeddings": 64,
+                    "tie_word_embeddings": False, "hidden_act": "silu"},
+    # GLM-4.5(-Air): q/k/v biases, rope on half of each head, per-head q/k norms, a dense layer, then the same routing
+    "glm4_moe": {"model_type": "glm4_moe", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 3,
+                 "first_k_dense_replace": 1, "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 16,
+                 "partial_rotary_factor": 0.5, "attention_bias": True, "use_qk_norm": True, "intermediate_size": 48,
+                 "n_routed_experts": 8, "n_group": 1, "topk_group": 1, "num_experts_per_tok": 2,
+                 "moe_intermediate_size": 16, "n_shared_experts": 1, "routed_scaling_factor": 1.5,
+                 "norm_topk_prob": True, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                 "tie_word_embeddings": False, "hidden_act": "silu"},
 }
-CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM"}
+# what the last check changes in transformers' model to show that the comparison sees each family's own feature:
+# a config change (transformers' loss from the same weights must move by more than 1e-3)
+PERTURB = {"smollm3": {"no_rope_layers": [1, 1, 1, 1]}, "granite3": {"logits_scaling": 1.0},
+           "granite_micro": {"logits_scaling": 1.0}, "deepseek_v3": {"topk_group": 4},
+           "glm4_moe": {"routed_scaling_factor": 6.0}}
+CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM",
+           "smollm3": "SmolLM3ForCausalLM", "granite3": "GraniteForCausalLM",
+           "granite_micro": "GraniteMoeHybridForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
+           "glm4_moe": "Glm4MoeForCausalLM"}
 # transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
 GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
                  (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
@@ -88,11 +151,11 @@ TRAIN = """train {{
 """
 
 
-def hf_model(family, seed):
+def hf_model(family, seed, changes=None):
     import torch
     import transformers
     transformers.logging.set_verbosity_error()
-    raw = {k: v for k, v in CONFIGS[family].items() if k != "model_type"}
+    raw = {k: v for k, v in dict(CONFIGS[family], **(changes or {})).items() if k != "model_type"}
     cfg = transformers.AutoConfig.for_model(CONFIGS[family]["model_type"], **raw)
     cfg._attn_implementation, cfg._experts_implementation = "eager", "eager"
     torch.manual_seed(seed)
@@ -109,6 +172,9 @@ def hf_model(family, seed):
                 p.copy_(1.0 + 0.3 * torch.randn_like(p))
             else:
                 p.normal_(0.0, 0.3 if name.endswith(("gate.weight", "router.weight")) else 0.15)
+        for name, b in model.named_buffers():
+            if name.endswith("e_score_correction_bias"):  # the selection bias: a buffer, here away from 0
+                b.copy_(0.2 * torch.randn_like(b))
     return model
 
 
@@ -120,6 +186,8 @@ def mt_weights(family, model):
         a = t.detach().numpy().astype(np.float32)
         if name == "lm_head.weight" and CONFIGS[family]["tie_word_embeddings"]:
             continue  # the embedding's
+        if "rotary_emb" in name:
+            continue  # rope's frequency buffers: mt computes them
         if family == "granite":
             for theirs, ours in GRANITE_NAMES:
                 name = name.replace(theirs, ours)
@@ -243,6 +311,9 @@ def main():
     print(f"{family} step 1 loss: mt {lines[0]['loss']:.9f}, transformers {want:.9f} ({e:.1e} relative)")
     worst, where = 0.0, None
     for name, w in W.items():
+        if name.endswith("e_score_correction_bias"):  # a buffer, a frozen param in mt: neither trains it
+            check(np.array_equal(w, got[name]), f"the frozen selection bias {name} moved")
+            continue
         u = w.astype(np.float64) - got[name].astype(np.float64)  # lr g / (|g| + eps)
         mine, theirs = u * eps / (lr - np.abs(u)), hf_grads(grad, name, family)
         err = float(np.max(np.abs(mine - theirs)) / max(np.max(np.abs(theirs)), 1e-30))
@@ -274,14 +345,16 @@ def main():
 
     streamed(mtc, mtrun, text)
 
-    # the check sees the decay
-    model = hf_model(family, 7)
+    # the check sees the decay (the family's own feature)
+    model = hf_model(family, 7, PERTURB.get(family))
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("A_log"):
                 p.neg_()
         other = float(hf_loss(model, *batches[0]).detach())
-    check(abs(other - want) > 1e-3 * want, f"A_log negated moves transformers' loss by only {abs(other - want):.1e}")
+    what = f"with {PERTURB[family]}" if family in PERTURB else "A_log negated"
+    check(abs(other - want) > 1e-3 * want, f"{what}, transformers' loss moves by only {abs(other - want):.1e}")
+    print(f"{family}: {what}, transformers' loss {other:.6f} (from {want:.6f})")
     return finish()
 
 

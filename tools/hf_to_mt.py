@@ -54,7 +54,8 @@ partial_rotary_factor rotary_pct rotary_emb_base head_dim pretraining_tp tie_wor
 original_max_position_embeddings sliding_window layer_types use_bidirectional_attention
 """.split())
 # (reorder_and_upcast_attn: GPT-2's scores in f32, which mt computes them in
-# anyway; is_decoder: save_pretrained writes false for GPT-NeoX, whose causal
+# anyway; pretraining_tp: transformers 5 reads it nowhere, and older versions
+# split the same matmuls into that many slices, the same function (SmolLM3 says 2); is_decoder: save_pretrained writes false for GPT-NeoX, whose causal
 # LM is causal either way; sliding_window_pattern: layer_types says it.)
 
 # Fields that change the function, checked for every family by
@@ -86,6 +87,12 @@ def function_fields(raw, no_dropout):
 
 
 # The fields each family maps (beside BENIGN ones it checks itself).
+# DeepSeek-V3's and GLM-4.5's experts; output_router_logits: transformers adds no auxiliary loss for either;
+# aux_loss_alpha and seq_aux (DeepSeek's own code's sequence-wise loss) and ep_size: transformers reads none;
+# num_nextn_predict_layers: the multi-token prediction layer, which transformers does not build.
+ROUTED = "first_k_dense_replace n_routed_experts n_shared_experts num_experts_per_tok moe_intermediate_size n_group " \
+         "topk_group norm_topk_prob routed_scaling_factor output_router_logits scoring_func topk_method moe_layer_freq " \
+         "aux_loss_alpha seq_aux ep_size num_nextn_predict_layers quantization_config router_aux_loss_coef"
 DECODER = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads " \
           "rms_norm_eps hidden_act attention_bias mlp_bias"
 FIELDS = {
@@ -95,6 +102,8 @@ FIELDS = {
     "qwen3": DECODER,
     "olmo2": DECODER,
     "phi3": DECODER,
+    "smollm3": DECODER + " no_rope_layers no_rope_layer_interval",
+    "granite": DECODER + " embedding_multiplier residual_multiplier attention_multiplier logits_scaling",
     "mixtral": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits",
     "qwen2_moe": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
                            "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers qkv_bias output_router_logits",
@@ -117,6 +126,10 @@ FIELDS = {
                                   "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
                                   "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method "
                                   "output_router_logits",
+    "deepseek_v3": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+                   "rms_norm_eps hidden_act attention_bias q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
+                   "v_head_dim qk_head_dim rope_interleave " + ROUTED,
+    "glm4_moe": DECODER + " use_qk_norm " + ROUTED,
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
@@ -303,17 +316,15 @@ def head_norm(x, heads, gain):
 
 
 def llama_like(mt, cfg, raw, name):
-    """llama, mistral, qwen2, qwen3, olmo2, phi3, and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
+    """llama, mistral, qwen2, qwen3, olmo2, phi3, smollm3 (NoPE layers: a second block kind without rope), granite
+    (Granite 3: muP's multipliers), and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
     check_fields(mt, raw)
     act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
     need(not getattr(cfg, "mlp_bias", False), "mlp_bias", True, "mt writes bias-free MLPs for this family")
-    tp = getattr(cfg, "pretraining_tp", 1)
-    need(tp in (1, None), "pretraining_tp", tp, "only 1 computes the same function")
     bias = mt == "qwen2" or (mt == "qwen2_moe" and cfg.qkv_bias) or bool(getattr(cfg, "attention_bias", False))
-    need(not (bias and mt in ("llama", "mistral", "olmo2", "phi3", "mixtral", "qwen3", "qwen3_moe")),
+    need(not (bias and mt in ("llama", "mistral", "olmo2", "phi3", "mixtral", "qwen3", "qwen3_moe", "smollm3",
+                              "granite")),
          "attention_bias", True, "not mapped for this family")
-    qk_head_norm = mt in ("qwen3", "qwen3_moe")
-    qk_full_norm = mt == "olmo2"
     moe = mt in ("mixtral", "qwen2_moe", "qwen3_moe")
     if mt in ("qwen2_moe", "qwen3_moe"):
         need(getattr(cfg, "decoder_sparse_step", 1) == 1, "decoder_sparse_step", cfg.decoder_sparse_step,
@@ -322,8 +333,12 @@ def llama_like(mt, cfg, raw, name):
     window = None
     if mt in ("mistral", "mixtral", "phi3"):
         window = getattr(cfg, "sliding_window", None)
-    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and getattr(cfg, "use_sliding_window", False):
+    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3") and getattr(cfg, "use_sliding_window", False):
         raise Refused(f"field use_sliding_window = true: the window on only some layers (max_window_layers) is not mapped")
+    # SmolLM3's no_rope_layers: 1 = the layer ropes its queries and keys, 0 = it does not (NoPE)
+    ropes = [bool(r) for r in cfg.no_rope_layers] if mt == "smollm3" else [True] * cfg.num_hidden_layers
+    need(len(ropes) == cfg.num_hidden_layers, "no_rope_layers", getattr(cfg, "no_rope_layers", None),
+         f"needs one entry a layer ({cfg.num_hidden_layers})")
     w = Writer(name, "")
     # Qwen-MoE's example writes plain multi-head attention when the key/value heads are the query heads
     gqa = not (mt == "qwen2_moe" and cfg.num_key_value_heads in (None, cfg.num_attention_heads))
@@ -344,6 +359,8 @@ def llama_like(mt, cfg, raw, name):
             w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     else:
         w.const("FFN", cfg.intermediate_size, "SwiGLU hidden width")
+    if mt == "granite":
+        mup_consts(w, cfg)
     rp = dict(cfg.rope_parameters or {})
     prf = rp.get("partial_rotary_factor", 1.0)
     need(prf in (1, 1.0, None), "partial_rotary_factor", prf, "not mapped for this family")
@@ -360,8 +377,39 @@ def llama_like(mt, cfg, raw, name):
     if not tied:
         L.append('param lm_head "lm_head.weight" [V, C]')
     L.append("")
+    spec = dict(mt=mt, cfg=cfg, gqa=gqa, bias=bias, moe=moe, window=window, rope_kw=rope_kw, HS=HS, NH=NH, C=C)
+    if all(ropes):
+        llama_block(L, 'layers[L] "model.layers.{i}."', True, **spec)
+    else:
+        llama_block(L, 'roped "model.layers.{i}."', True, **spec)
+        llama_block(L, 'unroped "model.layers.{i}."', False, **spec)
+        kinds = ["roped" if r else "unroped" for r in ropes]
+        L.append(f"block layers[L] = {layer_order(kinds, 'no_rope_layers', cfg.no_rope_layers)}\n")
+    P = lambda s: L.append("  " + s)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    emb, logs = (" * EMB", " / LOGS") if mt == "granite" else ("", "")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}){emb}) # all L layers, streamed")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}){logs}, "
+      "targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def mup_consts(w, cfg):
+    """Granite's muP multipliers as config constants."""
+    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
+    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
+    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
+    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+
+
+def llama_block(L, header, use_rope, mt, cfg, gqa, bias, moe, window, rope_kw, HS, NH, C):
+    """One block of llama_like's families (use_rope false: SmolLM3's NoPE layers), appended to L."""
+    qk_head_norm = mt in ("qwen3", "qwen3_moe")
+    qk_full_norm = mt == "olmo2"
     kvh = "NKV" if gqa else "NH"
-    L.append('block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    L.append(f"block {header} (x: [B, T, C]) -> [B, T, C] {{")
     P = lambda s: L.append("  " + s)
     if mt != "olmo2":
         P('param attn_norm "input_layernorm.weight" [C]')
@@ -415,18 +463,23 @@ def llama_like(mt, cfg, raw, name):
         qx, kx = head_norm(qx, "NH", "q_norm"), head_norm(kx, kvh, "k_norm")
     if qk_full_norm:
         qx, kx = f"rmsnorm({qx}, q_norm, eps = eps)", f"rmsnorm({kx}, k_norm, eps = eps)"
-    P(f"q = rope({qx}, heads = NH, {rope_kw})")
-    P(f"k = rope({kx}, heads = {kvh}, {rope_kw})")
+    if use_rope:
+        P(f"q = rope({qx}, heads = NH, {rope_kw})")
+        P(f"k = rope({kx}, heads = {kvh}, {rope_kw})")
+    else:
+        P(f"q = {qx} # no rope in this layer (no_rope_layers: 0)")
+        P(f"k = {kx}")
     if mt != "phi3":
         P(f"v = {h} @ transpose(wv){b('v')}")
     att = f"attention(q, k, v, heads = NH" + (f", kv_heads = {kvh}" if gqa else "") + ", causal = true" + \
-          (", window = W" if window else "") + ")"
+          (", window = W" if window else "") + (", scale = ATT" if mt == "granite" else "") + ")"
+    res = (lambda e: f"RES * ({e})") if mt == "granite" else (lambda e: e)
     if mt == "olmo2":
         P(f"x = x + rmsnorm({att} @ transpose(wo), post_attn_norm, eps = eps)")
         P("return x + rmsnorm(swiglu(x @ transpose(w_gate), x @ transpose(w_up)) @ transpose(w_down), post_ffn_norm, "
           "eps = eps)")
     else:
-        P(f"x = x + {att} @ transpose(wo)")
+        P(f"x = x + {res(f'{att} @ transpose(wo)')}")
         if moe:
             P("m = rmsnorm(x, moe_norm, eps = eps)")
             P("logits = m @ transpose(router)")
@@ -451,14 +504,8 @@ def llama_like(mt, cfg, raw, name):
                 P("gate, up = split(m @ transpose(w_gate_up), 2)")
                 P("return x + swiglu(gate, up) @ transpose(w_down)")
             else:
-                P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
+                P(f"return x + {res('swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)')}")
     L.append("}\n")
-    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
-    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed")
-    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
-    L.append("}\n")
-    L.append(train(getattr(cfg, "max_position_embeddings", None)))
-    return "\n".join(L) + "\n"
 
 
 def router_loss(cfg):
@@ -957,14 +1004,22 @@ def granitemoehybrid(mt, cfg, raw, name):
     check_fields(mt, raw)
     act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
     need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
-    mamba_checks(cfg)
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("linear_attention", "full_attention", "attention", "mamba"), "layer_types", t,
+             "mt maps mamba and attention")
+    kinds = ["mamba" if t in ("linear_attention", "mamba") else "attn" for t in types]
+    hybrid = "mamba" in kinds  # Granite 4.0 Micro: attention layers only, no Mamba fields read
+    if hybrid:
+        mamba_checks(cfg)
     pe = getattr(cfg, "position_embedding_type", None)
     need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
     nf = raw.get("normalization_function", "rmsnorm")
     need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
     w = Writer(name, "")
     C, NH, NKV, HS = decoder_sizes(w, cfg)
-    mamba_consts(w, cfg, C)
+    if hybrid:
+        mamba_consts(w, cfg, C)
     moe = cfg.num_local_experts > 0
     if moe:
         w.const("E", cfg.num_local_experts, "num_local_experts")
@@ -973,28 +1028,26 @@ def granitemoehybrid(mt, cfg, raw, name):
         if router_loss(cfg):
             w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     w.const("SFFN", cfg.shared_intermediate_size, "shared_intermediate_size")
-    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
-    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
-    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
-    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+    mup_consts(w, cfg)
     rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS) if pe == "rope" else None
     w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
     tied = bool(cfg.tie_word_embeddings)
     L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "model.embed_tokens.weight" [V, C]',
          'param norm "model.norm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]']) + [""]
     P = lambda s: L.append("  " + s)
-    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
-    P('param attn_norm "input_layernorm.weight" [C]')
-    mixer = mamba_mixer(P, cfg, "RES * ")
-    mlp = granite_mlp(P, cfg)
-    L.append("")
-    for s in mixer + mlp:
-        P(s)
-    L.append("}\n")
-    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    if hybrid:
+        L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+        P('param attn_norm "input_layernorm.weight" [C]')
+        mixer = mamba_mixer(P, cfg, "RES * ")
+        mlp = granite_mlp(P, cfg)
+        L.append("")
+        for s in mixer + mlp:
+            P(s)
+        L.append("}\n")
+    L.append(f'block {"attn" if hybrid else "layers[L]"} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
     P('param attn_norm "input_layernorm.weight" [C]')
     attention_params(P, "NH * HS", "NKV * HS")
-    granite_mlp(P, cfg)
+    mlp = granite_mlp(P, cfg)
     L.append("")
     P("a = rmsnorm(x, attn_norm, eps = eps)")
     if rope_kw:
@@ -1008,11 +1061,8 @@ def granitemoehybrid(mt, cfg, raw, name):
     for s in mlp:
         P(s)
     L.append("}\n")
-    types = list(cfg.layer_types)
-    for t in types:
-        need(t in ("linear_attention", "full_attention", "attention"), "layer_types", t, "mt maps mamba and attention")
-    kinds = ["mamba" if t == "linear_attention" else "attn" for t in types]
-    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
+    if hybrid:
+        L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
     P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * EMB) # all L layers, streamed by kind")
     P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}) / LOGS, "
@@ -1022,11 +1072,224 @@ def granitemoehybrid(mt, cfg, raw, name):
     return "\n".join(L) + "\n"
 
 
+def sigmoid_router(P, cfg):
+    """DeepSeek-V3's and GLM-4.5's router (transformers' TopkRouter): sigmoid scores; the choice adds the selection
+    bias (e_score_correction_bias, a buffer: a frozen parameter here, as transformers trains it: no gradient, no
+    update); with n_group groups, only the topk_group groups whose two largest choices sum highest are eligible;
+    the top K choices' scores, renormalised (norm_topk_prob), times routed_scaling_factor. The router's
+    parameters declared with P; returns the statements from m to the gates."""
+    G, TG = cfg.n_group or 1, cfg.topk_group or 1
+    need(cfg.n_routed_experts % G == 0, "n_group", G, f"does not divide n_routed_experts {cfg.n_routed_experts}")
+    need(1 <= TG <= G, "topk_group", TG, f"needs 1 to n_group ({G}) groups")
+    P('param router "mlp.gate.weight" [E, C]')
+    P('param sel_bias "mlp.gate.e_score_correction_bias" [E] init = zeros frozen # a buffer: used for choosing only')
+    out = ["s = sigmoid(m @ transpose(router)) # [B, T, E] the experts' scores",
+           "choice = s + sel_bias"]
+    if TG < G:
+        out += ["# group-limited: the TG groups whose two largest choices sum highest",
+                "cg = reshape(choice, [B, T, G, E / G])",
+                "top2 = sum(cg * ne(router(cg, top_k = 2, softmax = after), 0), axis = -1) # [B, T, G, 1]",
+                "groups = ne(router(reshape(top2, [B, T, G]), top_k = TG, softmax = after), 0)",
+                "choice = reshape(where(reshape(groups, [B, T, G, 1]), cg, -1e9), [B, T, E])"]
+    out.append("picked = where(router(choice, top_k = K, softmax = after), s, 0) # the top K choices' scores")
+    if cfg.norm_topk_prob:
+        out.append("gates = RSF * picked / (sum(picked, axis = -1) + 1e-20)")
+    else:
+        out.append("gates = RSF * picked")
+    return out
+
+
+def routed_consts(w, cfg):
+    """The MoE constants of deepseek_v3 and glm4_moe."""
+    w.const("DENSE", cfg.first_k_dense_replace, "first_k_dense_replace: the dense layers before the MoE ones")
+    w.const("FFN", cfg.intermediate_size, "intermediate_size, the dense layers'")
+    w.const("E", cfg.n_routed_experts, "n_routed_experts")
+    w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+    w.const("EFFN", cfg.moe_intermediate_size, "moe_intermediate_size")
+    w.const("SFFN", f"{cfg.n_shared_experts} * EFFN" if cfg.n_shared_experts != 1 else "EFFN",
+            f"n_shared_experts {cfg.n_shared_experts}, run as one SwiGLU")
+    G, TG = cfg.n_group or 1, cfg.topk_group or 1
+    if TG < G:
+        w.const("G", G, "n_group")
+        w.const("TG", TG, "topk_group")
+    w.const("RSF", num(float(cfg.routed_scaling_factor)), "routed_scaling_factor")
+
+
+def routed_checks(cfg, raw):
+    """Fields of DeepSeek-V3's and GLM-4.5's config.json that must hold for the function mt writes."""
+    need(cfg.n_shared_experts >= 1, "n_shared_experts", cfg.n_shared_experts, "mt writes the shared experts")
+    need(cfg.n_routed_experts > 0, "n_routed_experts", cfg.n_routed_experts, "mt writes the routed experts")
+    need(raw.get("scoring_func", "sigmoid") == "sigmoid", "scoring_func", raw.get("scoring_func"),
+         "mt writes DeepSeek-V3's sigmoid scores")
+    need(raw.get("topk_method", "noaux_tc") == "noaux_tc", "topk_method", raw.get("topk_method"),
+         "mt writes DeepSeek-V3's noaux_tc selection")
+    need(raw.get("moe_layer_freq", 1) == 1, "moe_layer_freq", raw.get("moe_layer_freq"),
+         "mt writes every layer after first_k_dense_replace sparse")
+    need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
+         "mt loads bf16 or f32 weights: dequantize the checkpoint (DeepSeek's fp8_cast_bf16.py) and drop "
+         "quantization_config")
+    act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
+
+
+def routed_mlps(P, cfg, sparse):
+    """The dense layer's SwiGLU, or the sparse layer's router, experts and shared experts: params declared with
+    P, the statements from x to the block's return."""
+    if not sparse:
+        P('param mlp_norm "post_attention_layernorm.weight" [C]')
+        P('param w_gate "mlp.gate_proj.weight" [FFN, C]')
+        P('param w_up "mlp.up_proj.weight" [FFN, C]')
+        P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
+        return ["m = rmsnorm(x, mlp_norm, eps = eps)",
+                "return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)"]
+    P('param moe_norm "post_attention_layernorm.weight" [C]')
+    route = sigmoid_router(P, cfg)
+    P('param w_gate[E] "mlp.experts.{e}.gate_proj.weight" [EFFN, C]')
+    P('param w_up[E] "mlp.experts.{e}.up_proj.weight" [EFFN, C]')
+    P(f'param w_down[E] "mlp.experts.{{e}}.down_proj.weight" [C, EFFN] {RESID}')
+    P('param s_gate "mlp.shared_experts.gate_proj.weight" [SFFN, C]')
+    P('param s_up "mlp.shared_experts.up_proj.weight" [SFFN, C]')
+    P(f'param s_down "mlp.shared_experts.down_proj.weight" [C, SFFN] {RESID}')
+    return ["m = rmsnorm(x, moe_norm, eps = eps)"] + route + [
+        "shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)",
+        "return x + moe(m, gates, w_gate, w_up, w_down) + shared # no auxiliary loss, as transformers trains"]
+
+
+def routed_model(L, w, cfg, name, attention):
+    """deepseek_v3's and glm4_moe's model text: the dense and sparse kinds (attention(P) declares a kind's
+    attention params and returns its statements from x to x + attention), their order, forward and train."""
+    P = lambda s: L.append("  " + s)
+    dense, nl = cfg.first_k_dense_replace, cfg.num_hidden_layers
+    need(0 <= dense <= nl, "first_k_dense_replace", dense, f"needs 0 to num_hidden_layers ({nl})")
+    kinds = [k for k, n in (("dense", dense), ("sparse", nl - dense)) if n]
+    for kind in kinds:
+        header = "layers[L]" if len(kinds) == 1 else kind
+        L.append(f'block {header} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+        P('param attn_norm "input_layernorm.weight" [C]')
+        att = attention(P)
+        mlp = routed_mlps(P, cfg, kind == "sparse")
+        L.append("")
+        for s in ["a = rmsnorm(x, attn_norm, eps = eps)"] + att + mlp:
+            P(s)
+        L.append("}\n")
+    if len(kinds) == 2:
+        L.append("block layers[L] = [dense] * DENSE + [sparse] * (L - DENSE)\n")
+    tied = bool(cfg.tie_word_embeddings)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def head_params(w, cfg, name, norm="model.norm.weight"):
+    """A model's first lines: its name, config, the embedding, the final norm and an untied LM head."""
+    L = [f"model {name}\n", w.config_text() + "\n", 'param tok_emb "model.embed_tokens.weight" [V, C]',
+         f'param norm "{norm}" [C]']
+    if not cfg.tie_word_embeddings:
+        L.append('param lm_head "lm_head.weight" [V, C]')
+    return L + [""]
+
+
+def deepseek_v3(mt, cfg, raw, name):
+    """DeepSeek-V3 (without its multi-token prediction layer, which transformers does not build): multi-head
+    latent attention (q through a low-rank bottleneck or one projection, keys and values through a latent, a
+    rotated key part shared by the heads), first_k_dense_replace dense layers, then sigmoid-routed experts."""
+    check_fields(mt, raw)
+    routed_checks(cfg, raw)
+    need(not cfg.attention_bias, "attention_bias", True, "mt writes DeepSeek-V3's projections bias-free")
+    w = Writer(name, "")
+    w.const("V", cfg.vocab_size, "vocabulary")
+    w.const("C", cfg.hidden_size, "width")
+    w.const("L", cfg.num_hidden_layers, "layers")
+    w.const("H", cfg.num_attention_heads, "heads")
+    if cfg.q_lora_rank:
+        w.const("QR", cfg.q_lora_rank, "q_lora_rank")
+    w.const("R", cfg.kv_lora_rank, "kv_lora_rank")
+    w.const("DN", cfg.qk_nope_head_dim, "qk_nope_head_dim")
+    w.const("DR", cfg.qk_rope_head_dim, "qk_rope_head_dim")
+    w.const("DV", cfg.v_head_dim, "v_head_dim")
+    routed_consts(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    rope_kw = rope_rule(w, rp, "", cfg.qk_rope_head_dim, getattr(cfg, "max_position_embeddings", None))
+    if cfg.rope_interleave:
+        rope_kw += ", interleaved = true"
+    ms = 1.0
+    if rp.get("rope_type", "default") != "default" and rp.get("mscale_all_dim") and float(rp["factor"]) > 1:
+        w.const("MS", f"0.1 * {num(float(rp['mscale_all_dim']))} * ln({num(rp['factor'])}) + 1",
+                "yarn_get_mscale(factor, mscale_all_dim): the softmax scale's factor, squared")
+        ms = None
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+
+    def attention(P):
+        if cfg.q_lora_rank:
+            P('param wqa "self_attn.q_a_proj.weight" [QR, C]')
+            P('param q_norm "self_attn.q_a_layernorm.weight" [QR]')
+            P('param wqb "self_attn.q_b_proj.weight" [H * (DN + DR), QR]')
+            q = "rmsnorm(a @ transpose(wqa), q_norm, eps = eps) @ transpose(wqb)"
+        else:
+            P('param wq "self_attn.q_proj.weight" [H * (DN + DR), C]')
+            q = "a @ transpose(wq)"
+        P('param wkva "self_attn.kv_a_proj_with_mqa.weight" [R + DR, C]')
+        P('param kv_norm "self_attn.kv_a_layernorm.weight" [R]')
+        P('param wkvb "self_attn.kv_b_proj.weight" [H * (DN + DV), R]')
+        P(f'param wo "self_attn.o_proj.weight" [C, H * DV] {RESID}')
+        scale = "1 / sqrt(DN + DR)" if ms else "MS * MS / sqrt(DN + DR)"
+        return [f"q_nope, q_pe = split(reshape({q}, [B, T, H, DN + DR]), [DN, DR])",
+                "c, k_pe = split(a @ transpose(wkva), [R, DR])",
+                "k_nope, v = split(reshape(rmsnorm(c, kv_norm, eps = eps) @ transpose(wkvb), [B, T, H, DN + DV]), "
+                "[DN, DV])",
+                f"q_pe = rope(reshape(q_pe, [B, T, H * DR]), heads = H, {rope_kw})",
+                f"k_pe = rope(k_pe, heads = 1, {rope_kw}) # one rotated key part for all heads",
+                "q = reshape(concat(q_nope, reshape(q_pe, [B, T, H, DR])), [B, T, H * (DN + DR)])",
+                "k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])",
+                f"x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = {scale}) @ transpose(wo)"]
+    return routed_model(L, w, cfg, name, attention)
+
+
+def glm4_moe(mt, cfg, raw, name):
+    """GLM-4.5 and GLM-4.5-Air: grouped-query attention with q/k/v biases (attention_bias), rope on the first
+    partial_rotary_factor of each head, optional per-head q/k norms (use_qk_norm); first_k_dense_replace dense
+    layers, then sigmoid-routed experts as DeepSeek-V3's."""
+    check_fields(mt, raw)
+    routed_checks(cfg, raw)
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    pct = rp.pop("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0) or 1.0)
+    rot = int(HS * pct)
+    frac = HS // rot if rot and HS % rot == 0 else None
+    w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
+    routed_consts(w, cfg)
+    rope_kw = rope_rule(w, rp, "", rot, getattr(cfg, "max_position_embeddings", None))
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+    bias, qk_norm = bool(cfg.attention_bias), bool(cfg.use_qk_norm)
+
+    def attention(P):
+        attention_params(P, "NH * HS", "NKV * HS", bias, qk_norm)
+        b = (lambda s: f" + b{s}") if bias else (lambda s: "")
+        q, k = f"reshape(a @ transpose(wq){b('q')}, [B, T, NH, HS])", f"reshape(a @ transpose(wk){b('k')}, [B, T, NKV, HS])"
+        if qk_norm:
+            q, k = f"rmsnorm({q}, q_norm, eps = eps)", f"rmsnorm({k}, k_norm, eps = eps)"
+        return ["# rotate the first ROT features of each head, pass the rest through",
+                f"q_rot, q_pass = split({q}, [ROT, HS - ROT])",
+                f"k_rot, k_pass = split({k}, [ROT, HS - ROT])",
+                f"q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, {rope_kw}), [B, T, NH, ROT])",
+                f"k_rot = reshape(rope(reshape(k_rot, [B, T, NKV * ROT]), heads = NKV, {rope_kw}), [B, T, NKV, ROT])",
+                "q = reshape(concat(q_rot, q_pass), [B, T, NH * HS])",
+                "k = reshape(concat(k_rot, k_pass), [B, T, NKV * HS])",
+                f"o = attention(q, k, a @ transpose(wv){b('v')}, heads = NH, kv_heads = NKV)",
+                "x = x + o @ transpose(wo)"]
+    return routed_model(L, w, cfg, name, attention)
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
-    "phi3": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
+    "phi3": llama_like, "smollm3": llama_like, "granite": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
-    "granitemoehybrid": granitemoehybrid, "bamba": bamba,
+    "granitemoehybrid": granitemoehybrid, "bamba": bamba, "deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe,
 }
 
 
