@@ -1259,7 +1259,9 @@ def glm4_moe(mt, cfg, raw, name):
     rp = dict(cfg.rope_parameters or {})
     pct = rp.pop("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0) or 1.0)
     rot = int(HS * pct)
-    frac = HS // rot if rot and HS % rot == 0 else None
+    need(rot > 0 and rot % 2 == 0, "partial_rotary_factor", pct, f"rotates {rot} of each head's {HS} features; "
+                                                                    "rope needs an even number")
+    frac = HS // rot if HS % rot == 0 else None
     w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
     routed_consts(w, cfg)
     rope_kw = rope_rule(w, rp, "", rot, getattr(cfg, "max_position_embeddings", None))
@@ -1339,7 +1341,10 @@ def convert(raw, name=None, no_dropout=False, folder=None):
     transformers.logging.set_verbosity_error()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     fields = {k: v for k, v in raw.items() if k != "model_type"}
-    cfg = transformers.AutoConfig.for_model(mt, **fields)
+    try:
+        cfg = transformers.AutoConfig.for_model(mt, **fields)
+    except Exception as e:  # noqa: BLE001  (the config class's own checks: a ValueError, an IndexError, ...)
+        raise Refused(f"transformers' {mt} config class refuses it: {type(e).__name__}: {e}") from None
     name = name or "model"
     head = function_fields(raw, no_dropout)
     if mt == "gpt2":
