@@ -10,11 +10,11 @@
 # Rope is the checkpoint's YaRN (factor 40 over 4096 positions, beta_fast
 # 32, beta_slow 1, mscale and mscale_all_dim 1), attention's softmax scale
 # 1/sqrt(192) times mscale(40, 1)^2, as transformers' DeepseekV3.
-# Routing: sigmoid scores, the top 8 renormalised to sum 1 (norm_topk_prob)
-# and scaled by routed_scaling_factor 2.5. Not expressed: the selection's
-# group limit (the experts in 8 groups of 32, only the 4 groups with the
-# largest two-score sums eligible; n_group 8, topk_group 4) and the routing
-# bias (mlp.gate.e_score_correction_bias, [256] in each of the 58 MoE layers,
+# Routing: sigmoid scores, the experts in 8 groups of 32 and only the 4
+# groups with the largest two-score sums eligible (n_group 8, topk_group 4),
+# the top 8 renormalised to sum 1 (norm_topk_prob) and scaled by
+# routed_scaling_factor 2.5. Not expressed: the routing bias
+# (mlp.gate.e_score_correction_bias, [256] in each of the 58 MoE layers,
 # 14,848 values: a buffer, not a parameter, zero in a new model and moved by
 # the auxiliary-loss-free balancing rule rather than by gradients; mt holds
 # it at zero, so it selects on the scores alone). No auxiliary loss, as
@@ -40,6 +40,8 @@ config {
   FFN = 18432          # intermediate_size, the dense layers'
   E = 256              # n_routed_experts
   K = 8                # num_experts_per_tok
+  NG = 8               # n_group
+  TG = 4               # topk_group
   EFFN = 2048          # moe_intermediate_size
   SFFN = EFFN          # n_shared_experts 1
   RSF = 2.5            # routed_scaling_factor
@@ -117,10 +119,9 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])
   x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = MS * MS / sqrt(DN + DR)) @ transpose(wo)
   m = rmsnorm(x, moe_norm, eps = eps)
-  # sigmoid scores; the top K of them (log is increasing, so the top K of the
-  # log-scores), each divided by the selected ones' sum (the softmax of the
-  # selected log-scores), times routed_scaling_factor
-  gates = RSF * router(log(sigmoid(m @ transpose(router))), top_k = K, softmax = after)
+  # sigmoid scores, the top K within the TG best of NG groups, renormalised and scaled
+  gates = router(m @ transpose(router), top_k = K, scores = sigmoid, normalize = true, scale = RSF, groups = NG,
+                 top_groups = TG)
   shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)
   return x + moe(m, gates, w_gate, w_up, w_down) + shared
 }

@@ -111,10 +111,8 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])
   x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = MS * MS / sqrt(DN + DR)) @ transpose(wo)
   m = rmsnorm(x, moe_norm, eps = eps)
-  # sigmoid scores; the top K of them (log is increasing, so the top K of the
-  # log-scores), each divided by the selected ones' sum (the softmax of the
-  # selected log-scores), times routed_scaling_factor
-  gates = RSF * router(log(sigmoid(m @ transpose(router))), top_k = K, softmax = after)
+  # sigmoid scores, the top K renormalised and scaled (one group: no group limit)
+  gates = router(m @ transpose(router), top_k = K, scores = sigmoid, normalize = true, scale = RSF)
   shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)
   return x + moe(m, gates, w_gate, w_up, w_down) + shared
 }

@@ -61,8 +61,10 @@ static const OpSpec OP_SPECS[] = {
     {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ, 0},
     {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ, 0},
     {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE, 0},
-    {"router", OP_TOP_K, 1, 1, "top_k softmax normalize",
-     "router(logits, top_k=K, softmax=before|after, normalize=false)", OP_TOP_K, 0},
+    {"router", OP_TOP_K, 1, 1, "top_k scores softmax normalize scale bias groups top_groups",
+     "router(logits, top_k=K, scores=softmax|sigmoid, softmax=before|after, normalize=false, scale=1, bias=b, "
+     "groups=1, top_groups=groups)",
+     OP_TOP_K, 0},
     {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE, 0},
     {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
      OP_LOAD_BALANCE, 0},
@@ -977,23 +979,31 @@ static Node *lower_transpose(Sema *S, const Args *a) {
 
 // ---------------------------------------------------------------- mixture of experts
 
-// top_k(logits): the 1.0 / 0.0 mask of each row's top_k experts, top_k
-// read from the call and checked against the experts (the last axis).
-static Node *top_k_mask(Sema *S, const Args *a, Node **logits) {
-    int64_t k;
-    if (arg_tensor(S, a, 0, logits) != 0 || need_f32(S, a->pos[0], *logits, a->spec->name) ||
-        need_rank(S, a->pos[0], *logits, 1, -1, a->spec->name) || kw_int(S, a, "top_k", 0, 1, &k) != 0)
-        return NULL;
-    int64_t experts = last_dim(*logits);
-    if (k < 1 || k > experts) {
-        const Expr *e = find_kwarg(a->call, "top_k");
-        diag_error(S->d, e->loc, "top_k must be between 1 and the %lld experts (the last axis of the logits), got %lld",
-                   (long long)experts, (long long)k);
-        return NULL;
-    }
-    Node *m = new_node(S, OP_TOP_K, DT_F32, &(*logits)->shape, a->call->loc, 1, logits);
+// The 1.0 / 0.0 mask of each row's top k along the last axis of x.
+static Node *top_k_node(Sema *S, Node *x, int64_t k, Loc loc) {
+    Node *m = x ? new_node(S, OP_TOP_K, DT_F32, &x->shape, loc, 1, &x) : NULL;
     if (m) m->top_k = (int)k;
     return m;
+}
+
+// The logits (the first argument) and top_k, read from the call and checked
+// against the experts (the last axis); 0, or -1 with a located error.
+static int top_k_args(Sema *S, const Args *a, Node **logits, int64_t *k) {
+    if (arg_tensor(S, a, 0, logits) != 0 || need_f32(S, a->pos[0], *logits, a->spec->name) ||
+        need_rank(S, a->pos[0], *logits, 1, -1, a->spec->name) || kw_int(S, a, "top_k", 0, 1, k) != 0)
+        return -1;
+    int64_t experts = last_dim(*logits);
+    if (*k >= 1 && *k <= experts) return 0;
+    diag_error(S->d, find_kwarg(a->call, "top_k")->loc,
+               "top_k must be between 1 and the %lld experts (the last axis of the logits), got %lld",
+               (long long)experts, (long long)*k);
+    return -1;
+}
+
+// top_k(logits): the mask of each row's top_k experts.
+static Node *top_k_mask(Sema *S, const Args *a, Node **logits) {
+    int64_t k;
+    return top_k_args(S, a, logits, &k) == 0 ? top_k_node(S, *logits, k, a->call->loc) : NULL;
 }
 
 static Node *softmax_last(Sema *S, Node *x, Loc loc) {
@@ -1002,15 +1012,86 @@ static Node *softmax_last(Sema *S, Node *x, Loc loc) {
     return n;
 }
 
+static Node *binary_node(Sema *S, OpKind op, Node *a, Node *b, Loc loc) {
+    return a && b ? new_node(S, op, DT_F32, &a->shape, loc, 2, (Node *[]){a, b}) : NULL;
+}
+
+// Group-limited selection (DeepSeek-V3's n_group, topk_group): choice[..., E]
+// viewed as G groups of E / G, each group ranked by the sum of its top 2
+// choices; the experts outside the top_groups best groups are excluded
+// (-1e30, as DeepSeek's own Gate; transformers fills 0, the same while the
+// choices are positive). choice[..., E] -> [..., E].
+static Node *limit_groups(Sema *S, Node *choice, int64_t groups, int64_t top_groups, Loc loc) {
+    Shape grouped = choice->shape, sums, ranked;
+    int r = grouped.rank;
+    int64_t E = grouped.dims[r - 1];
+    grouped.rank = r + 1, grouped.dims[r - 1] = groups, grouped.dims[r] = E / groups; // [..., G, E / G]
+    Node *g = new_node(S, OP_RESHAPE, DT_F32, &grouped, loc, 1, &choice);
+    Node *best2 = g ? binary_node(S, OP_MUL, g, top_k_node(S, g, 2, loc), loc) : NULL; // [..., G, E / G]
+    sums = grouped, sums.dims[r] = 1;
+    Node *score = best2 ? new_node(S, OP_SUM_TO, DT_F32, &sums, loc, 1, &best2) : NULL; // [..., G, 1]
+    if (score) score->axis = r;
+    ranked = choice->shape, ranked.dims[r - 1] = groups;
+    Node *flat = score ? new_node(S, OP_RESHAPE, DT_F32, &ranked, loc, 1, &score) : NULL; // [..., G]
+    Node *kept = flat ? top_k_node(S, flat, top_groups, loc) : NULL;                      // [..., G]
+    Node *keep = kept ? new_node(S, OP_RESHAPE, DT_F32, &sums, loc, 1, &kept) : NULL;     // [..., G, 1]
+    Node *in[3] = {keep, g, const_node(S, -1e30, loc)};
+    Node *limited = keep && in[2] ? new_node(S, OP_WHERE, DT_F32, &grouped, loc, 3, in) : NULL; // [..., G, E / G]
+    return limited ? new_node(S, OP_RESHAPE, DT_F32, &choice->shape, loc, 1, &limited) : NULL;
+}
+
+// What the router chooses by, [..., E]: the scores plus the selection bias
+// (bias = b, [E]: DeepSeek-V3's e_score_correction_bias, for choosing
+// only), within the group limit (groups, top_groups). Without either, the
+// logits themselves when the scores are a softmax (the same order).
+static Node *router_choice(Sema *S, const Args *a, Node *logits, Node *scores) {
+    const Expr *be = find_kwarg(a->call, "bias");
+    int64_t E = last_dim(logits), groups, top_groups;
+    if (kw_int(S, a, "groups", 1, 0, &groups) != 0 || kw_int(S, a, "top_groups", groups, 0, &top_groups) != 0)
+        return NULL;
+    if (groups < 1 || E % groups || (groups > 1 && E / groups < 2) || top_groups < 1 || top_groups > groups) {
+        diag_error(S->d, a->call->loc,
+                   "groups must divide the %lld experts into groups of 2 or more, and 1 <= top_groups <= groups; got "
+                   "groups %lld, top_groups %lld",
+                   (long long)E, (long long)groups, (long long)top_groups);
+        return NULL;
+    }
+    Node *choice = be || groups > 1 ? scores : logits;
+    if (be) {
+        Val b;
+        if (lower_expr(S, be, &b) != 0) return NULL;
+        if (b.is_num || b.node->dtype != DT_F32 || b.node->shape.rank != 1 || b.node->shape.dims[0] != E) {
+            diag_error(S->d, be->loc, "router's bias must be an f32 tensor [%lld], one value an expert", (long long)E);
+            return NULL;
+        }
+        choice = binary_node(S, OP_ADD, scores, b.node, a->call->loc);
+    }
+    return choice && groups > 1 ? limit_groups(S, choice, groups, top_groups, a->call->loc) : choice;
+}
+
 // The gates: softmax before the selection, the selected probabilities as
 // they are (Qwen-MoE, DeepSeek-MoE); softmax after it, over the selected
 // logits only (Mixtral). Before with normalize renormalises the selected
-// probabilities to sum 1, which is softmax after: lowered as that.
+// probabilities to sum 1, which is softmax after: lowered as that. Sigmoid
+// scores (DeepSeek-V3, GLM-4.5): the selected ones, with normalize each over
+// their sum (+ 1e-20, as transformers). scale multiplies the gates
+// (routed_scaling_factor).
 static Node *lower_router(Sema *S, const Args *a) {
-    Node *logits, *mask = top_k_mask(S, a, &logits);
-    if (!mask) return NULL;
-    const Expr *e = find_kwarg(a->call, "softmax");
-    int after = 0, normalize;
+    Node *logits;
+    int64_t k;
+    if (top_k_args(S, a, &logits, &k) != 0) return NULL;
+    const Expr *e = find_kwarg(a->call, "softmax"), *se = find_kwarg(a->call, "scores");
+    const char *sw = !se ? "softmax" : se->kind == EXPR_NAME || se->kind == EXPR_STRING ? se->str : "";
+    int after = 0, normalize, sigmoid = !strcmp(sw, "sigmoid");
+    double scale;
+    if (!sigmoid && strcmp(sw, "softmax")) {
+        diag_error(S->d, se->loc, "scores must be softmax or sigmoid");
+        return NULL;
+    }
+    if (e && sigmoid) {
+        diag_error(S->d, e->loc, "softmax = before|after is for softmax scores; sigmoid scores take normalize");
+        return NULL;
+    }
     if (e) {
         const char *w = e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "";
         after = !strcmp(w, "after");
@@ -1019,16 +1100,34 @@ static Node *lower_router(Sema *S, const Args *a) {
             return NULL;
         }
     }
-    if (kw_bool(S, a, "normalize", 0, &normalize) != 0) return NULL;
+    if (kw_bool(S, a, "normalize", 0, &normalize) != 0 || kw_float(S, a, "scale", 1, &scale) != 0) return NULL;
     Loc loc = a->call->loc;
     const Shape *s = &logits->shape;
-    if (!after && !normalize) {
-        Node *in[2] = {softmax_last(S, logits, loc), mask};
-        return in[0] ? new_node(S, OP_MUL, DT_F32, s, loc, 2, in) : NULL;
+    int plain = !find_kwarg(a->call, "bias") && !find_kwarg(a->call, "groups"); // choosing by the logits will do
+    int probs = !sigmoid && ((!after && !normalize) || !plain); // the gates or the choice need the softmax
+    Node *scores = sigmoid ? new_node(S, OP_SIGMOID, DT_F32, s, loc, 1, &logits)
+                   : probs ? softmax_last(S, logits, loc)
+                           : logits; // [..., E]
+    Node *choice = scores ? router_choice(S, a, logits, scores) : NULL;
+    Node *mask = choice ? top_k_node(S, choice, k, loc) : NULL, *gates = NULL; // [..., E]
+    if (!mask) return NULL;
+    if (sigmoid || (!after && !normalize)) {
+        gates = binary_node(S, OP_MUL, scores, mask, loc);
+        if (sigmoid && normalize && gates) {
+            Shape rs = *s;
+            rs.dims[rs.rank - 1] = 1;
+            Node *sum = new_node(S, OP_SUM_TO, DT_F32, &rs, loc, 1, &gates); // [..., 1]
+            if (sum) sum->axis = rs.rank - 1;
+            Node *norm = sum ? new_node(S, OP_ADD, DT_F32, &rs, loc, 2, (Node *[]){sum, const_node(S, 1e-20, loc)})
+                             : NULL;
+            gates = norm ? binary_node(S, OP_DIV, gates, norm, loc) : NULL;
+        }
+    } else {
+        Node *in[3] = {mask, logits, const_node(S, -1e30, loc)}; // exp of it is 0 in f32 and f64
+        Node *masked = in[2] ? new_node(S, OP_WHERE, DT_F32, s, loc, 3, in) : NULL;
+        gates = masked ? softmax_last(S, masked, loc) : NULL;
     }
-    Node *in[3] = {mask, logits, const_node(S, -1e30, loc)}; // exp of it is 0 in f32 and f64
-    Node *masked = in[2] ? new_node(S, OP_WHERE, DT_F32, s, loc, 3, in) : NULL;
-    return masked ? softmax_last(S, masked, loc) : NULL;
+    return gates && scale != 1 ? binary_node(S, OP_MUL, gates, const_node(S, scale, loc), loc) : gates;
 }
 
 // moe reads its expert weights [E, out, in]. Square ones (F = C) fit stored
