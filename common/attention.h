@@ -7,6 +7,7 @@
 #include <math.h>
 #include <stddef.h>
 #include <stdio.h>
+#include <string.h>
 
 enum {
     ATTN_THREADS = 128, // threads per block, every attention kernel
@@ -101,6 +102,15 @@ static inline char *attn_variant_name_dv(char *buf, size_t cap, int bf16, int D,
 static inline char *attn_variant_name(char *buf, size_t cap, int bf16, int D, int causal, long long window,
                                       double scale, double softcap) {
     return attn_variant_name_dv(buf, cap, bf16, D, D, causal, window, scale, softcap);
+}
+// The same with a chunk (Llama 4's chunked attention; 0: none) after the
+// other options: "_k8192".
+static inline char *attn_variant_name_chunk(char *buf, size_t cap, int bf16, int D, int Dv, int causal,
+                                            long long window, long long chunk, double scale, double softcap) {
+    attn_variant_name_dv(buf, cap, bf16, D, Dv, causal, window, scale, softcap);
+    size_t n = strlen(buf);
+    if (chunk > 0 && n < cap) snprintf(buf + n, cap - n, "_k%lld", chunk);
+    return buf;
 }
 // The same with the default options.
 static inline char *attn_kernel_name(char *buf, size_t cap, int bf16, int D, int causal) {

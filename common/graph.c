@@ -321,6 +321,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_ATTENTION_LSE:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
                 n->causal, (long long)n->window, n->scale, n->softcap);
+        if (n->chunk) fprintf(out, " chunk=%lld", (long long)n->chunk);
         break;
     case OP_SOFTMAX:
     case OP_CONCAT: fprintf(out, " axis=%d", n->axis); break;
@@ -340,6 +341,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_ATTENTION_BWD:
         fprintf(out, " heads=%d kv_heads=%d causal=%d window=%lld scale=%g softcap=%g", n->heads, n->kv_heads,
                 n->causal, (long long)n->window, n->scale, n->softcap);
+        if (n->chunk) fprintf(out, " chunk=%lld", (long long)n->chunk);
         break;
     case OP_DELTA_RULE:
     case OP_DELTA_RULE_BWD:

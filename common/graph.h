@@ -168,8 +168,9 @@ typedef struct Node {
     double eps, theta;
     // OP_ATTENTION(_BWD, _LSE): query t sees keys t - window < j <= t (0: all of
     // them to t); scores q.k * scale (0: 1/sqrt(D)), then softcap *
-    // tanh(score / softcap) (0: not capped).
-    int64_t window;
+    // tanh(score / softcap) (0: not capped); with a chunk C only keys of
+    // query t's chunk, j / C == t / C (0: no chunks; Llama 4's chunked attention).
+    int64_t window, chunk;
     double scale, softcap;
     int top_k;       // OP_TOP_K: how many experts a row selects
     int64_t padding; // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's

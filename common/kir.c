@@ -11,7 +11,7 @@
 //   gemm: i32 ta, tb, i64 M, N, K, batch, lda, ldb, ldc, stride_a, stride_b,
 //     stride_c, i32 epilogue,
 //   attn: i64 B, T, H, KVH, D, Dv, i32 causal, i64 window, f64 scale, softcap,
-//     i32 helper[2].
+//     i32 helper[2], i64 chunk.
 #include "common/kir.h"
 
 #include <math.h>
@@ -121,8 +121,8 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     if (k->nargs != (bwd ? 7 : 5)) return fail(err, cap, "attention with %d arguments", k->nargs);
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
         t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 ||
-        t->window < 0 || t->window >= LIM || (t->window && !t->causal) || !(t->scale > 0) || isinf(t->scale) ||
-        !(t->softcap >= 0) || isinf(t->softcap))
+        t->window < 0 || t->window >= LIM || (t->window && !t->causal) || t->chunk < 0 || t->chunk >= LIM ||
+        !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
         return fail(err, cap, "attention with bad geometry");
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
     int64_t ny = t->B * t->T * t->H * t->Dv, nv = t->B * t->T * t->KVH * t->Dv; // y and dy, v
@@ -369,6 +369,7 @@ static void write_kernel(Out *o, const KirKernel *k) {
     put_f64(o, t->softcap);
     PUT32(o, t->helper[0]);
     PUT32(o, t->helper[1]);
+    PUT64(o, t->chunk);
 }
 
 int kir_write(const KirProgram *prog, uint8_t **out, size_t *len) {
@@ -478,6 +479,7 @@ static int read_kernel(In *r, KirKernel *k, Arena *a) {
     t->softcap = get_f64(r);
     t->helper[0] = get_i32(r);
     t->helper[1] = get_i32(r);
+    t->chunk = get_i64(r);
     return 0;
 }
 

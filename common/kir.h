@@ -167,6 +167,7 @@ typedef struct KirAttn {
                        // [1] dS = P * (dP - rowsum(P * dP)) * C * scale into dP (arg 0: P,
                        // arg 1: dP, offset T*T in a [2 or 3, T, T] scratch; with softcap
                        // arg 2: C); -1: none
+    int64_t chunk;     // query t sees only keys j of its chunk, j / chunk == t / chunk; 0: no chunks
 } KirAttn;
 
 typedef struct KirKernel {

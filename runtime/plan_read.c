@@ -419,7 +419,7 @@ static int moe_shapes_ok(Node *const *in) {
 
 static int same_attention(const Node *a, const Node *b) {
     return a->heads == b->heads && a->kv_heads == b->kv_heads && a->causal == b->causal && a->window == b->window &&
-           a->scale == b->scale && a->softcap == b->softcap;
+           a->chunk == b->chunk && a->scale == b->scale && a->softcap == b->softcap;
 }
 
 // Whether attention node n (forward, lse or backward) and its softmax
@@ -523,10 +523,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         else if (n->heads < 1) rd_fail(r, "%s: %d heads", where, n->heads);
         else if (n->op != OP_ROPE && (n->kv_heads < 1 || n->heads % n->kv_heads != 0))
             rd_fail(r, "%s: %d heads do not group into %d kv heads", where, n->heads, n->kv_heads);
-        else if (n->op != OP_ROPE &&
-                 (n->window < 0 || !(n->scale >= 0) || !(n->softcap >= 0) || isinf(n->scale) || isinf(n->softcap)))
-            rd_fail(r, "%s: window %lld, scale %g, softcap %g (each 0 or positive)", where, (long long)n->window,
-                    n->scale, n->softcap);
+        else if (n->op != OP_ROPE && (n->window < 0 || n->chunk < 0 || !(n->scale >= 0) || !(n->softcap >= 0) ||
+                                      isinf(n->scale) || isinf(n->softcap)))
+            rd_fail(r, "%s: window %lld, chunk %lld, scale %g, softcap %g (each 0 or positive)", where,
+                    (long long)n->window, (long long)n->chunk, n->scale, n->softcap);
         return;
     case OP_TOP_K:
         if (!shape_eq(&n->shape, &n->in[0]->shape) || n->shape.rank < 1 || n->top_k < 1 ||
@@ -650,6 +650,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->wide = get_i32(r);
     n->padding = get_i64(r);
     n->pooled = get_i32(r);
+    n->chunk = get_i64(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

@@ -91,7 +91,7 @@ def kernel_table(text):
     """The names of every entry point of a translation unit: expression and
     finish kernels, and the three of each attention instantiation."""
     names = re.findall(r'^extern "C" __global__ void (?:__launch_bounds__\([\d, ]+\) )?(\w+)\(', text, re.M)
-    for m in re.finditer(r'^MT_ATTN_(TC_)?INSTANTIATE(?:_OPT)?\((.*)\)\s*$', text, re.M):
+    for m in re.finditer(r'^MT_ATTN_(TC_)?INSTANTIATE(?:_OPT|_CHUNK)?\((.*)\)\s*$', text, re.M):
         name, pre = m.group(2).split(",")[-1].strip(), "mt_attn_tc" if m.group(1) else "mt_attn"
         names += [f"{pre}_fwd_{name}", f"{pre}_bwd_dq_{name}", f"{pre}_bwd_dkdv_{name}"]
     return names

@@ -839,7 +839,7 @@ void cuda_source_free(CudaSource *s) {
 // An attention kernel's variant: which template, head size, mask and options.
 typedef struct AttnVariant {
     int tc, D, Dv, causal;
-    long long window;
+    long long window, chunk;
     double scale, softcap;
 } AttnVariant;
 
@@ -849,13 +849,14 @@ static AttnVariant attn_variant(const KirKernel *k, int bf16) {
                      (int)k->attn.Dv,
                      k->attn.causal,
                      (long long)k->attn.window,
+                     (long long)k->attn.chunk,
                      k->attn.scale,
                      k->attn.softcap};
     return v;
 }
 static int attn_variant_eq(const AttnVariant *a, const AttnVariant *b) {
     return a->tc == b->tc && a->D == b->D && a->Dv == b->Dv && a->causal == b->causal && a->window == b->window &&
-           (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
+           a->chunk == b->chunk && (float)a->scale == (float)b->scale && (float)a->softcap == (float)b->softcap;
 }
 
 // Whether the plan stores bf16 (the storage rule marks every float tensor alike).
@@ -945,8 +946,9 @@ static void emit_attention_instances(Emitter *e, int bf16, const AttnSet *s) {
     for (int j = 0; j < s->n; j++) {
         const AttnVariant *v = &s->inst[j];
         char name[64], sc[64], cap[64];
-        attn_variant_name_dv(name, sizeof name, bf16, v->D, v->Dv, v->causal, v->window, v->scale, v->softcap);
-        int plain = !v->window && v->softcap <= 0 && attn_default_scale(v->D, v->scale) && v->Dv == v->D;
+        attn_variant_name_chunk(name, sizeof name, bf16, v->D, v->Dv, v->causal, v->window, v->chunk, v->scale,
+                                v->softcap);
+        int plain = !v->window && !v->chunk && v->softcap <= 0 && attn_default_scale(v->D, v->scale) && v->Dv == v->D;
         if (plain && v->tc) em(e, "MT_ATTN_TC_INSTANTIATE(%d, %s, %s)\n", v->D, v->causal ? "true" : "false", name);
         else if (plain)
             em(e, "MT_ATTN_INSTANTIATE(%s, %d, %s, %s)\n", bf16 ? "bf16" : "float", v->D, v->causal ? "true" : "false",
@@ -956,11 +958,11 @@ static void emit_attention_instances(Emitter *e, int bf16, const AttnSet *s) {
             else literal(sc, sizeof sc, KT_F32, v->scale);
             literal(cap, sizeof cap, KT_F32, v->softcap);
             if (v->tc)
-                em(e, "MT_ATTN_TC_INSTANTIATE_OPT(%d, %d, %s, %s, %s, %lld, %s)\n", v->D, v->Dv,
-                   v->causal ? "true" : "false", sc, cap, v->window, name);
+                em(e, "MT_ATTN_TC_INSTANTIATE_CHUNK(%d, %d, %s, %s, %s, %lld, %lld, %s)\n", v->D, v->Dv,
+                   v->causal ? "true" : "false", sc, cap, v->window, v->chunk, name);
             else
-                em(e, "MT_ATTN_INSTANTIATE_OPT(%s, %d, %s, %s, %s, %lld, %s)\n", bf16 ? "bf16" : "float", v->D,
-                   v->causal ? "true" : "false", sc, cap, v->window, name);
+                em(e, "MT_ATTN_INSTANTIATE_CHUNK(%s, %d, %s, %s, %s, %lld, %lld, %s)\n", bf16 ? "bf16" : "float", v->D,
+                   v->causal ? "true" : "false", sc, cap, v->window, v->chunk, name);
         }
     }
 }
@@ -994,7 +996,8 @@ static void emit_node_comment(Emitter *e, const Graph *g, const KirKernel *k, in
 // Attention kernel i of part p: its instantiation's symbol into info, and a comment.
 static void emit_attention_comment(Emitter *e, const KirKernel *k, int p, int i, int bf16, CudaKernelInfo *info) {
     AttnVariant v = attn_variant(k, bf16);
-    attn_variant_name_dv(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.scale, v.softcap);
+    attn_variant_name_chunk(info->symbol, sizeof info->symbol, bf16, v.D, v.Dv, v.causal, v.window, v.chunk, v.scale,
+                            v.softcap);
     info->attn_tc = v.tc;
     e->cur = NULL;
     em(e, "\n// mt_k%d_%d: attention %s B %lld T %lld H %lld KVH %lld: mt_attn_%s%s_%s\n", p, i,

@@ -246,7 +246,7 @@ static int attention_grads(AD *ad, const Node *a, Node *dy, Node *y, Node *lse) 
     Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, a->loc, 6, args);
     if (p) {
         p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal;
-        p->window = a->window, p->scale = a->scale, p->softcap = a->softcap;
+        p->window = a->window, p->chunk = a->chunk, p->scale = a->scale, p->softcap = a->softcap;
     }
     return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
            accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
@@ -299,7 +299,7 @@ static int sink_rule(AD *ad, Node *n, Node *dy) {
     for (int i = 0; i < 2; i++) {
         Node *m = i ? pk : lse;
         m->heads = att->heads, m->kv_heads = att->kv_heads, m->causal = att->causal;
-        m->window = att->window, m->scale = att->scale, m->softcap = 0;
+        m->window = att->window, m->chunk = att->chunk, m->scale = att->scale, m->softcap = 0;
     }
     if (accumulate(ad, in[0], by_head(ad, pk, c, H, scale)) != 0) return -1;
     Node *cq = by_head(ad, in[0], c, H, scale);
@@ -308,7 +308,7 @@ static int sink_rule(AD *ad, Node *n, Node *dy) {
     Node *p = cq ? packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, n->loc, 6, args) : NULL;
     if (p) {
         p->heads = att->heads, p->kv_heads = att->kv_heads, p->causal = att->causal;
-        p->window = att->window, p->scale = att->scale, p->softcap = 0;
+        p->window = att->window, p->chunk = att->chunk, p->scale = att->scale, p->softcap = 0;
     }
     return accumulate(ad, in[1], view(ad, p, nq + nk, &in[1]->shape));
 }

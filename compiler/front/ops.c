@@ -38,8 +38,9 @@ static const OpSpec OP_SPECS[] = {
      "long_factor interleaved",
      "rope(x, heads=H, theta=10000, scaling=none|linear|llama3|yarn|longrope, <the rule's fields>, interleaved=false)",
      OP_ROPE, 0},
-    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window scale softcap",
-     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, scale=x, softcap=x)", OP_ATTENTION, 0},
+    {"attention", OP_ATTENTION, 3, 4, "heads kv_heads causal window chunk scale softcap",
+     "attention(q, k, v, [sinks], heads=H, kv_heads=H, causal=true, window=N, chunk=N, scale=x, softcap=x)",
+     OP_ATTENTION, 0},
     {"softmax", OP_SOFTMAX, 1, 1, "axis", "softmax(x, axis=-1)", OP_SOFTMAX, 0},
     {"cross_entropy", OP_CROSS_ENTROPY, 2, 2, "", "cross_entropy(logits, targets)", OP_CROSS_ENTROPY, 0},
     {"reshape", OP_RESHAPE, 2, 2, "", "reshape(x, [d0, d1, ...])", OP_RESHAPE, 2},
@@ -677,11 +678,12 @@ static Node *lower_attention(Sema *S, const Args *a) {
         kw_bool(S, a, "causal", 1, &causal) != 0 || kw_float(S, a, "scale", 0, &scale) != 0 ||
         kw_float(S, a, "softcap", 0, &softcap) != 0)
         return NULL;
-    int64_t window;
-    const Expr *we = find_kwarg(a->call, "window");
-    if (kw_int(S, a, "window", 0, 0, &window) != 0) return NULL;
-    if (we && window < 1) {
-        diag_error(S->d, we->loc, "window must be a positive number of positions, got %lld", (long long)window);
+    int64_t window, chunk; // chunk: Llama 4's chunked attention, a query sees the keys of its chunk
+    const Expr *we = find_kwarg(a->call, "window"), *ce = find_kwarg(a->call, "chunk");
+    if (kw_int(S, a, "window", 0, 0, &window) != 0 || kw_int(S, a, "chunk", 0, 0, &chunk) != 0) return NULL;
+    if ((we && window < 1) || (ce && chunk < 1)) {
+        diag_error(S->d, we && window < 1 ? we->loc : ce->loc, "%s must be a positive number of positions, got %lld",
+                   we && window < 1 ? "window" : "chunk", (long long)(we && window < 1 ? window : chunk));
         return NULL;
     }
     if (we && !causal) {
@@ -738,7 +740,7 @@ static Node *lower_attention(Sema *S, const Args *a) {
     for (int i = 0; i < 2 && n; i++) {
         Node *m = i ? n : lse;
         m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
-        m->window = window, m->scale = scale, m->softcap = softcap;
+        m->window = window, m->chunk = chunk, m->scale = scale, m->softcap = softcap;
     }
     return n && sinks ? attention_sinks(S, a->call->loc, n, lse, sinks, heads) : n;
 }

@@ -1104,19 +1104,22 @@ static void lower_attn_helper(F *f, const KirAttn *t, int bwd, int node, KirKern
             }
             // masked scores: -inf in the maximum, and a probability of exactly 0 (what exp(-inf)
             // gives) without an exp of -inf, which sends vector exp to its slow scalar path
-            int keep[2] = {t->causal ? cmp(&b, KOP_LE, b.col, b.row) : 0,
-                           t->window ? cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col) : 0};
+            int keep[3] = {t->causal ? cmp(&b, KOP_LE, b.col, b.row) : 0,
+                           t->window ? cmp(&b, KOP_LT, bin(&b, KOP_SUB, b.row, ci(&b, t->window)), b.col) : 0,
+                           t->chunk ? cmp(&b, KOP_EQ, bin(&b, KOP_DIV, b.col, ci(&b, t->chunk)),
+                                          bin(&b, KOP_DIV, b.row, ci(&b, t->chunk)))
+                                    : 0};
             if (pass == 0) {
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) x = sel(&b, keep[m], x, cst(&b, KT_F64, -INFINITY));
                 mx = emit(&b, KOP_RMAX, KT_F64, x, 0, 0, 0);
             }
             int e = 0;
             if (pass) {
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) x = sel(&b, keep[m], x, mx);
                 e = un(&b, KOP_EXP, bin(&b, KOP_SUB, x, mx));
-                for (int m = 0; m < 2; m++)
+                for (int m = 0; m < 3; m++)
                     if (keep[m]) e = sel(&b, keep[m], e, cst(&b, KT_F64, 0));
             }
             if (pass == 1) sum = emit(&b, KOP_RSUM, KT_F64, e, 0, 0, 0);
@@ -1173,6 +1176,7 @@ static void lower_attn(F *f, const Node *n, KirKernel *k) {
                    .causal = n->causal,
                    .window = n->window,
                    .softcap = n->softcap,
+                   .chunk = n->chunk,
                    .helper = {-1, -1}};
     t->scale = n->scale > 0 ? n->scale : 1.0 / sqrt((double)t->D);
     k->kind = bwd ? KK_ATTN_BWD : KK_ATTN;

@@ -185,7 +185,11 @@ static double heavy_time(const KirSet *set, const KirKernel *k, const Target *t)
         double T = (double)a->T, W = (double)a->window, pairs = a->causal ? 0.5 * T * T : T * T; // (query, key) pairs
         if (a->window && a->window < a->T)
             pairs = T * W - 0.5 * W * (W - 1); // each query's last W keys, fewer at the start
-        if (cpu && !bf16) pairs = T * T;       // the composite scores every pair
+        if (a->chunk && a->chunk < a->T) {     // the keys of each query's chunk: T / chunk whole chunks and the rest
+            double c = (double)a->chunk, n = floor(T / c), r = T - n * c, in = n * c * c + r * r;
+            pairs = fmin(pairs, a->causal ? 0.5 * in : in);
+        }
+        if (cpu && !bf16) pairs = T * T; // the composite scores every pair
         if (cpu && !bf16) matrix = cpu_gemm_rate(t, T * T * (double)(a->D > a->Dv ? a->D : a->Dv), matrix); // a head's
         if (cpu && bf16) matrix = t->attention_plain_flops > 0 ? t->attention_plain_flops : t->vector_flops;
         flops = 2.0 * (double)a->B * pairs * (double)a->H * attn_head_dims(k, t);

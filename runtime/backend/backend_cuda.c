@@ -920,8 +920,8 @@ static int load_kernels(Cuda *c) {
                 const KirAttn *t = &k->attn;
                 char v[64];
                 int D = (int)t->D, Dv = (int)t->Dv, bwd = k->kind == KK_ATTN_BWD;
-                attn_variant_name_dv(v, sizeof v, c->bf16, D, Dv, t->causal, (long long)t->window, t->scale,
-                                     t->softcap);
+                attn_variant_name_chunk(v, sizeof v, c->bf16, D, Dv, t->causal, (long long)t->window,
+                                        (long long)t->chunk, t->scale, t->softcap);
                 kn->attn_tc = attn_tc_ok(c->bf16, D, Dv);
                 const char *pre = kn->attn_tc ? "mt_attn_tc" : "mt_attn";
                 kn->attn_smem[0] = (int)(bwd ? (kn->attn_tc ? attn_tc_smem_dq(D, Dv) : attn_smem_dq(D))

@@ -8,9 +8,12 @@
 // reference's (runtime/backend/kernels.inc: attention, attention_bwd): scores
 // q.k * scale (1/sqrt(D) unless the model sets it), soft-capped to
 // softcap * tanh(score / softcap) when softcap > 0; key j visible to query t
-// when j <= t (causal) or always, and with a window W only when j > t - W.
-// A window skips whole key tiles before the block's first visible key (and,
-// in bwd_dkdv, query tiles past the last query that sees the block's keys).
+// when j <= t (causal) or always, and with a window W only when j > t - W,
+// and with chunks of C positions (Llama 4's chunked attention) only when j
+// and t lie in the same chunk (j / C == t / C).
+// A window or a chunk skips whole key tiles before the block's first visible
+// key (and, in bwd_dkdv, query tiles past the last query that sees the
+// block's keys).
 // Packed documents: seg_start (B, T), for query t of row b the position of
 // the first token of its document; key j is visible to query t only when
 // j >= seg_start[b * T + t] as well (NULL: no documents; kernels.h).
@@ -46,16 +49,18 @@
 #define MT_NEG_INF __int_as_float(0xff800000)
 
 // The options of a model's attention (the kernel IR's KirAttn): the scale of
-// q.k, soft-capping (0: none) and the sliding window (0: none). Entry points
-// pass literals, so the compiler folds them (no tanh without a softcap).
+// q.k, soft-capping (0: none), the sliding window (0: none) and the chunk
+// (0: none). Entry points pass literals, so the compiler folds them (no tanh
+// without a softcap).
 struct MtAttnOpt {
     float scale, softcap;
     int window;
+    int chunk;
 };
 // Whether query t sees key j.
 template <bool CAUSAL>
 __device__ __forceinline__ bool mt_attn_visible(const MtAttnOpt &o, int j, int t, int T) {
-    return j < T && (!CAUSAL || j <= t) && (o.window == 0 || j > t - o.window);
+    return j < T && (!CAUSAL || j <= t) && (o.window == 0 || j > t - o.window) && (o.chunk == 0 || j / o.chunk == t / o.chunk);
 }
 // The score of q.k in log2 units (exp2 instead of exp): scaled, soft-capped.
 __device__ __forceinline__ float mt_attn_score2(const MtAttnOpt &o, float qk) {
@@ -71,12 +76,14 @@ __device__ __forceinline__ float mt_attn_dcap(const MtAttnOpt &o, float s2) {
 }
 // The first key tile (of bk keys) that query q0 or a later one sees.
 __device__ __forceinline__ int mt_attn_kstart(const MtAttnOpt &o, int q0, int bk) {
-    return o.window > 0 && q0 + 1 > o.window ? (q0 + 1 - o.window) / bk * bk : 0;
+    const int w = o.window > 0 && q0 + 1 > o.window ? (q0 + 1 - o.window) / bk * bk : 0;
+    return o.chunk > 0 ? max(w, q0 / o.chunk * o.chunk / bk * bk) : w;
 }
 // One past the last query that sees a key before k1.
 __device__ __forceinline__ int mt_attn_qend(const MtAttnOpt &o, int k1, int T) {
-    const long end = (long)k1 - 1 + o.window;
-    return o.window > 0 && end < T ? (int)end : T;
+    const long end = (long)k1 - 1 + o.window, cend = ((long)k1 - 1) / (o.chunk > 0 ? o.chunk : 1) * o.chunk + o.chunk;
+    const int w = o.window > 0 && end < T ? (int)end : T;
+    return o.chunk > 0 && cend < w ? (int)cend : w;
 }
 // The first key query t of row b sees by its document (0: none given or t past T).
 __device__ __forceinline__ int mt_attn_doc(const int *seg_start, int b, int t, int T) {
@@ -394,23 +401,26 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
 // points named mt_attn_{fwd,bwd_dq,bwd_dkdv}_NAME, NAME as attn_kernel_name()
 // spells it ("f32_d64_causal", "bf16_d128_causal_w4096"). SCALE and SOFTCAP
 // are float literals, WINDOW an int; MT_ATTN_INSTANTIATE takes the defaults
-// (1/sqrt(D), no capping, no window).
+// (1/sqrt(D), no capping, no window); MT_ATTN_INSTANTIATE_CHUNK adds the
+// chunk (an int, 0: none).
 #define MT_ATTN_INSTANTIATE(S, D, CAUSAL, NAME) MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
 #define MT_ATTN_INSTANTIATE_OPT(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                     \
+    MT_ATTN_INSTANTIATE_CHUNK(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, 0, NAME)
+#define MT_ATTN_INSTANTIATE_CHUNK(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, CHUNK, NAME)                            \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_fwd_##NAME(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H, int KVH,            \
                            const int *seg_start) {                                                                 \
-        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}, seg_start);       \
+        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}, seg_start);       \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dq_##NAME(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v, const S *y,        \
                               const float *lse, int T, int H, int KVH, const int *seg_start) {                     \
-        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW},    \
+        mt_attn_bwd_dq<S, D, CAUSAL>(dq, ws, dy, q, k, v, y, lse, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK},    \
                                      seg_start);                                                                   \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dkdv_##NAME(S *dk, S *dv, const float *ws, const S *dy, const S *q, const S *k, const S *v,     \
                                 int T, int H, int KVH, const int *seg_start) {                                     \
-        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW},      \
+        mt_attn_bwd_dkdv<S, D, CAUSAL>(dk, dv, ws, dy, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK},      \
                                        seg_start);                                                                 \
     }

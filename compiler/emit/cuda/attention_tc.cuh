@@ -10,7 +10,7 @@
 // Head sizes: D (queries, keys) and DV (values, outputs) each 64, 128, 192
 // or 256, not necessarily equal (DeepSeek's 192/128). Grouped-query as
 // attention.cuh (query head h reads kv head h / (H / KVH)); the options
-// (scale, soft-capping, sliding window) as attention.cuh's MtAttnOpt.
+// (scale, soft-capping, sliding window, chunk) as attention.cuh's MtAttnOpt.
 //
 // Documents (packed rows): seg, when not NULL, is (B, T): seg[b*T + t] the
 // position of the first token of query t's document; key j is visible to t
@@ -100,7 +100,8 @@ __device__ __forceinline__ void mt_attn_tc_segs(int *lo, int *hi, const int *seg
 template <bool CAUSAL>
 __device__ __forceinline__ bool mt_attn_tc_full(const MtAttnOpt &o, int k0, int nk, int q0, int nq, int T, int seghi) {
     return k0 + nk <= T && (!CAUSAL || k0 + nk - 1 <= q0) &&
-           (o.window == 0 || k0 > q0 + nq - 1 - o.window) && seghi <= k0;
+           (o.window == 0 || k0 > q0 + nq - 1 - o.window) && seghi <= k0 &&
+           (o.chunk == 0 || min(k0, q0) / o.chunk == (max(k0 + nk, q0 + nq) - 1) / o.chunk);
 }
 
 // ---- the products, per warp
@@ -549,23 +550,25 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
 // One pair of head sizes, mask and options: extern "C" mt_attn_tc_{fwd,bwd_dq,bwd_dkdv}_NAME,
 // NAME as attn_variant_name_dv() spells it ("bf16_d128_causal", "bf16_d192_v128_causal");
 // arguments as attention.cuh's entry points of the same name plus seg
-// (NULL: no documents) before T; SCALE, SOFTCAP and WINDOW as its MT_ATTN_INSTANTIATE_OPT.
+// (NULL: no documents) before T; SCALE, SOFTCAP, WINDOW and CHUNK as its MT_ATTN_INSTANTIATE_CHUNK.
 // At least one block an SM: without it ptxas held bwd_dq at D 128 to 168
 // registers on sm_80 and spilled (cuda_nvrtc_attention_tc).
 #define MT_ATTN_TC_INSTANTIATE(D, CAUSAL, NAME) MT_ATTN_TC_INSTANTIATE_OPT(D, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
 #define MT_ATTN_TC_INSTANTIATE_OPT(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, NAME)                                      \
+    MT_ATTN_TC_INSTANTIATE_CHUNK(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, 0, NAME)
+#define MT_ATTN_TC_INSTANTIATE_CHUNK(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, CHUNK, NAME)                             \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_fwd_##NAME(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seg,       \
                               int T, int H, int KVH) {                                                                \
-        mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW});            \
+        mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK});            \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_bwd_dq_##NAME(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k, const bf16 *v,    \
                                  const bf16 *y, const float *lse, const int *seg, int T, int H, int KVH) {            \
-        mt_attn_tc_bwd_dq<D, DV, CAUSAL>(dq, ws, dy, q, k, v, y, lse, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
+        mt_attn_tc_bwd_dq<D, DV, CAUSAL>(dq, ws, dy, q, k, v, y, lse, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}); \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_bwd_dkdv_##NAME(bf16 *dk, bf16 *dv, const float *ws, const bf16 *dy, const bf16 *q,                \
                                    const bf16 *k, const bf16 *v, const int *seg, int T, int H, int KVH) {             \
-        mt_attn_tc_bwd_dkdv<D, DV, CAUSAL>(dk, dv, ws, dy, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW}); \
+        mt_attn_tc_bwd_dkdv<D, DV, CAUSAL>(dk, dv, ws, dy, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}); \
     }

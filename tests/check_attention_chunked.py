@@ -1,0 +1,164 @@
+#!/usr/bin/env python3
+"""attention(q, k, v, chunk = N): Llama 4's chunked attention (a query sees
+the keys of its own chunk of N positions, causal within it), against
+transformers' own Llama 4 text attention (modeling_llama4.eager_attention_forward
+under masking_utils.chunked_causal_mask_function, the mask Llama4TextModel
+builds for its chunked layers; float64).
+
+A tiny two-layer model (rmsnorm, grouped-query attention, no rope, untied
+head; vocabulary 256), the first layer chunked, the second global (Llama 4
+interleaves them), from the same random weights on tokens of a token file,
+batch 1, chunk 16 at a sequence of 40 (two chunk boundaries, the last chunk
+part-full): mt's f32 plan's first loss equals torch's to 1e-6 relative, and
+its gradients of every attention weight (read off one AdamW step with betas
+(0, 0), eps 1e6, lr 1e12, no decay or clipping: the update lr g / (|g| +
+eps), inverted) equal torch's autograd to 2e-5 of the largest. So that the
+check can fail, the same torch model with plain causal attention misses
+mt's loss by more than 1e-3. The bf16 plan's loss is within 1e-2 of it.
+
+usage: check_attention_chunked.py MTC MTRUN   (from the project root)
+"""
+import json
+import os
+import struct
+import sys
+import tempfile
+
+import numpy as np
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+from check_weights import read_safetensors, write_safetensors  # noqa: E402
+from checks import check, finish, run  # noqa: E402
+
+V, C, L, NH, NKV, HS, T, CHUNK, EPS = 256, 32, 2, 4, 2, 8, 40, 16, 1e-5
+MODEL = """model chunked_tiny
+config { V = 256; C = 32; L = 2; NH = 4; NKV = 2; HS = 8; CH = 16; eps = 1e-5 }
+param tok_emb "model.embed_tokens.weight" [V, C]
+param norm "model.norm.weight" [C]
+param lm_head "lm_head.weight" [V, C]
+block chunked "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
+  param attn_norm "input_layernorm.weight" [C]
+  param wq "self_attn.q_proj.weight" [NH * HS, C]
+  param wk "self_attn.k_proj.weight" [NKV * HS, C]
+  param wv "self_attn.v_proj.weight" [NKV * HS, C]
+  param wo "self_attn.o_proj.weight" [C, NH * HS]
+  a = rmsnorm(x, attn_norm, eps = eps)
+  o = attention(a @ transpose(wq), a @ transpose(wk), a @ transpose(wv), heads = NH, kv_heads = NKV, chunk = CH)
+  return x + o @ transpose(wo)
+}
+block global = chunked with CH = T
+block layers[L] = [chunked, global] * (L / 2)
+forward(tokens: i32[B, T], targets: i32[B, T]) {
+  x = layers(embed(tok_emb, tokens))
+  return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose(lm_head), targets)
+}
+train { optimizer = adamw(betas = (0, 0), weight_decay = 0, eps = 1e6); schedule = constant; clip = 0 }
+"""
+LR, ADAM_EPS = 1e12, 1e6
+
+
+def weights(rng):
+    W = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.2 * rng.standard_normal(C),
+         "lm_head.weight": 0.3 * rng.standard_normal((V, C))}
+    for i in range(L):
+        p = f"model.layers.{i}."
+        W[p + "input_layernorm.weight"] = 1 + 0.2 * rng.standard_normal(C)
+        W[p + "self_attn.q_proj.weight"] = 0.5 * rng.standard_normal((NH * HS, C))
+        W[p + "self_attn.k_proj.weight"] = 0.5 * rng.standard_normal((NKV * HS, C))
+        W[p + "self_attn.v_proj.weight"] = 0.3 * rng.standard_normal((NKV * HS, C))
+        W[p + "self_attn.o_proj.weight"] = 0.3 * rng.standard_normal((C, NH * HS))
+    return {k: v.astype(np.float32) for k, v in W.items()}
+
+
+def torch_loss(W, x, y, chunked=True):
+    """transformers' Llama 4 eager attention in the same model, float64, layer 0 under the chunked mask."""
+    import torch
+    from transformers.masking_utils import causal_mask_function, chunked_causal_mask_function
+    from transformers.models.llama4.modeling_llama4 import eager_attention_forward
+    P = {k: torch.tensor(v, dtype=torch.float64, requires_grad=True) for k, v in W.items()}
+    rms = lambda h, g: h * torch.rsqrt((h * h).mean(-1, keepdim=True) + EPS) * g
+    zero, none = torch.tensor(0.0, dtype=torch.float64), torch.tensor(-1e300, dtype=torch.float64)
+
+    def mask(fn):
+        i = torch.tensor(0)
+        see = torch.tensor([[bool(fn(i, i, i + r, i + c)) for c in range(T)] for r in range(T)])
+        return torch.where(see, zero, none)[None, None]
+
+    masks = [mask(chunked_causal_mask_function(CHUNK, torch.zeros(1, dtype=torch.long)) if chunked
+                  else causal_mask_function), mask(causal_mask_function)]
+    h = P["model.embed_tokens.weight"][torch.tensor(x)][None]
+    for l in range(L):
+        p = f"model.layers.{l}."
+        a = rms(h, P[p + "input_layernorm.weight"])
+        q = (a @ P[p + "self_attn.q_proj.weight"].T).view(1, T, NH, HS).transpose(1, 2)
+        k = (a @ P[p + "self_attn.k_proj.weight"].T).view(1, T, NKV, HS).transpose(1, 2)
+        v = (a @ P[p + "self_attn.v_proj.weight"].T).view(1, T, NKV, HS).transpose(1, 2)
+        module = torch.nn.Module()
+        module.num_key_value_groups, module.training = NH // NKV, False
+        o, _ = eager_attention_forward(module, q, k, v, masks[l % 2], HS ** -0.5)
+        h = h + o.reshape(1, T, NH * HS) @ P[p + "self_attn.o_proj.weight"].T
+    logits = rms(h, P["model.norm.weight"]) @ P["lm_head.weight"].T
+    loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(y))
+    loss.backward()
+    return float(loss.detach()), {k: t.grad.numpy() for k, t in P.items() if t.grad is not None}
+
+
+def mt_step(mtc, mtrun, W, data, tmp, dtype):
+    model, wf, plan, out, log = (os.path.join(tmp, n) for n in ("s.mt", "s.safetensors", "s.bin", "out.safetensors", "s.jsonl"))
+    with open(model, "w") as f:
+        f.write(MODEL)
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    p = run(mtc, model, "-o", plan, "--batch", 1, "--seq", T, "--dtype", dtype)
+    if not check(p.returncode == 0, f"mtc ({dtype})", p):
+        return None, None
+    if os.path.exists(log):  # a log mtrun appends to: this run's records alone
+        os.remove(log)
+    p = run(mtrun, plan, "--steps", 1, "--init", wf, "--export", out, "--no-save", "--val-batches", 0, "--dtype", "fp32",
+            "--data", data, "--lr", f"{LR:g}", "--log", log)
+    if not check(p.returncode == 0, f"mtrun ({dtype})", p):
+        return None, None
+    loss = [json.loads(l)["loss"] for l in open(log) if '"step"' in l and '"loss"' in l][0]
+    got = read_safetensors(out)
+    grads = {}
+    for k, w in W.items():
+        u = w.astype(np.float64) - got[k].astype(np.float64)  # lr g / (|g| + eps)
+        grads[k] = u * ADAM_EPS / (LR - np.abs(u))
+    return loss, grads
+
+
+def main():
+    mtc, mtrun = sys.argv[1:3]
+    rng = np.random.default_rng(5)
+    W = weights(rng)
+    tokens = rng.integers(0, V, 4096)
+    x, y = tokens[:T], tokens[1:T + 1]  # the first batch of batch 1
+    what = f"T = {T}, chunk {CHUNK}"
+    with tempfile.TemporaryDirectory() as tmp:
+        data = os.path.join(tmp, "tokens.bin")
+        with open(data, "wb") as f:  # llm.c's token file: 256 int32 of header, then uint16 tokens
+            f.write(struct.pack("<256i", 20240520, 1, tokens.size, *([0] * 253)))
+            f.write(tokens.astype("<u2").tobytes())
+        want, gwant = torch_loss(W, x, y)
+        plain, _ = torch_loss(W, x, y, chunked=False)
+        loss, g = mt_step(mtc, mtrun, W, data, tmp, "f32")
+        if loss is not None:
+            e = abs(loss - want) / abs(want)
+            check(e <= 1e-6, f"{what}: mt's loss {loss!r}, transformers' {want!r} ({e:.2e})")
+            check(abs(plain - loss) / abs(want) > 1e-3, f"{what}: without the chunks the loss {plain} is mt's {loss}")
+            worst = 0.0
+            for k in gwant:
+                if "self_attn" not in k:
+                    continue
+                r = float(np.max(np.abs(g[k] - gwant[k])) / np.max(np.abs(gwant[k])))
+                worst = max(worst, r)
+                check(r <= 2e-5, f"{what}: the gradient of {k} is {r:.2e} of its largest from torch's")
+            print(f"ok   {what}: loss {loss:.7f}, transformers' {want:.7f} ({e:.1e}); plain causal {plain:.5f}; "
+                  f"attention gradients within {worst:.1e} of the largest")
+        bl, _ = mt_step(mtc, mtrun, W, data, tmp, "bf16")
+        if bl is not None and check(abs(bl - want) / want <= 1e-2, f"{what}: bf16 loss {bl}, transformers' {want}"):
+            print(f"ok   {what}, bf16: loss {bl:.5f} ({abs(bl - want) / want:.1e} from transformers')")
+    return finish()
+
+
+if __name__ == "__main__":
+    sys.exit(main())
