@@ -1073,30 +1073,20 @@ def granitemoehybrid(mt, cfg, raw, name):
 
 
 def sigmoid_router(P, cfg):
-    """DeepSeek-V3's and GLM-4.5's router (transformers' TopkRouter): sigmoid scores; the choice adds the selection
-    bias (e_score_correction_bias, a buffer: a frozen parameter here, as transformers trains it: no gradient, no
-    update); with n_group groups, only the topk_group groups whose two largest choices sum highest are eligible;
-    the top K choices' scores, renormalised (norm_topk_prob), times routed_scaling_factor. The router's
-    parameters declared with P; returns the statements from m to the gates."""
+    """DeepSeek-V3's and GLM-4.5's router (transformers' TopkRouter), the DSL's router with sigmoid scores: the
+    choice adds the selection bias (e_score_correction_bias, a buffer: a frozen parameter here, as transformers
+    trains it: no gradient, no update); with n_group groups, only the topk_group groups whose two largest choices
+    sum highest are eligible; the top K choices' scores, renormalised (norm_topk_prob), times
+    routed_scaling_factor. The router's parameters declared with P; returns the statements from m to the gates."""
     G, TG = cfg.n_group or 1, cfg.topk_group or 1
     need(cfg.n_routed_experts % G == 0, "n_group", G, f"does not divide n_routed_experts {cfg.n_routed_experts}")
     need(1 <= TG <= G, "topk_group", TG, f"needs 1 to n_group ({G}) groups")
     P('param router "mlp.gate.weight" [E, C]')
     P('param sel_bias "mlp.gate.e_score_correction_bias" [E] init = zeros frozen # a buffer: used for choosing only')
-    out = ["s = sigmoid(m @ transpose(router)) # [B, T, E] the experts' scores",
-           "choice = s + sel_bias"]
-    if TG < G:
-        out += ["# group-limited: the TG groups whose two largest choices sum highest",
-                "cg = reshape(choice, [B, T, G, E / G])",
-                "top2 = sum(cg * ne(router(cg, top_k = 2, softmax = after), 0), axis = -1) # [B, T, G, 1]",
-                "groups = ne(router(reshape(top2, [B, T, G]), top_k = TG, softmax = after), 0)",
-                "choice = reshape(where(reshape(groups, [B, T, G, 1]), cg, -1e9), [B, T, E])"]
-    out.append("picked = where(router(choice, top_k = K, softmax = after), s, 0) # the top K choices' scores")
-    if cfg.norm_topk_prob:
-        out.append("gates = RSF * picked / (sum(picked, axis = -1) + 1e-20)")
-    else:
-        out.append("gates = RSF * picked")
-    return out
+    kw = ", normalize = true" if cfg.norm_topk_prob else ""
+    kw += ", groups = G, top_groups = TG" if TG < G else ""
+    return ["logits = m @ transpose(router)",
+            f"gates = router(logits, top_k = K, scores = sigmoid{kw}, scale = RSF, bias = sel_bias)"]
 
 
 def routed_consts(w, cfg):
