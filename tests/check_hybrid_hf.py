@@ -18,8 +18,12 @@ selection bias, 2 of 4 groups eligible, renormalised and scaled, a shared
 expert; the bias is a buffer in transformers and a frozen param in mt, so it
 must come back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
 (q/k/v biases, rope on half of each head, per-head q/k norms, the same
-routing). The MoE families' objective is the one transformers trains:
-DeepSeek-V3 and GLM-4.5 add no auxiliary loss. Their
+routing). llama4: Llama4ForCausalLM (Scout's text model: rope layers with
+chunked attention and the weightless q/k norm, a NoPE layer with the
+temperature tuning, interleaved rope pairs, top-1 experts scaled at their
+input with fused [E, in, out] weights, a shared expert, a dense layer). The
+MoE families' objective is the one transformers trains: DeepSeek-V3,
+GLM-4.5 and Llama 4 add no auxiliary loss. Their
 plain PyTorch paths (eager attention, the chunked torch scans,
 the convolution by F.conv1d; fp32, no downloads), random weights.
 tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
@@ -126,16 +130,29 @@ CONFIGS = {
                  "moe_intermediate_size": 16, "n_shared_experts": 1, "routed_scaling_factor": 1.5,
                  "norm_topk_prob": True, "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
                  "tie_word_embeddings": False, "hidden_act": "silu"},
+    # Llama 4 (Scout's text model): rope layers with chunked attention (chunk 8 of 32 positions) and the weightless
+    # q/k norm, a NoPE layer with full attention and the temperature (floor_scale 8: the floor steps 4 times),
+    # interleaved rope pairs, llama3 rope with equal low and high factors, top-1 experts scaled at their input,
+    # fused [E, in, out] expert weights, a shared expert, a dense layer (moe_layers)
+    "llama4": {"model_type": "llama4_text", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
+               "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 16,
+               "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 1, "moe_layers": [0, 1, 3],
+               "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 8, "attn_temperature_tuning": True,
+               "floor_scale": 8, "attn_scale": 0.1, "use_qk_norm": True, "rope_theta": 10000.0,
+               "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                "high_freq_factor": 1.0, "original_max_position_embeddings": 16},
+               "rms_norm_eps": 1e-5, "max_position_embeddings": 64, "tie_word_embeddings": False,
+               "hidden_act": "silu", "output_router_logits": False},
 }
 # what the last check changes in transformers' model to show that the comparison sees each family's own feature:
 # a config change (transformers' loss from the same weights must move by more than 1e-3)
 PERTURB = {"smollm3": {"no_rope_layers": [1, 1, 1, 1]}, "granite3": {"logits_scaling": 1.0},
            "granite_micro": {"logits_scaling": 1.0}, "deepseek_v3": {"topk_group": 4},
-           "glm4_moe": {"routed_scaling_factor": 6.0}}
+           "glm4_moe": {"routed_scaling_factor": 6.0}, "llama4": {"attention_chunk_size": 32}}
 CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "granite3": "GraniteForCausalLM",
            "granite_micro": "GraniteMoeHybridForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-           "glm4_moe": "Glm4MoeForCausalLM"}
+           "glm4_moe": "Glm4MoeForCausalLM", "llama4": "Llama4ForCausalLM"}
 # transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
 GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
                  (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
@@ -192,11 +209,11 @@ def mt_weights(family, model):
             for theirs, ours in GRANITE_NAMES:
                 name = name.replace(theirs, ours)
             W[name] = a
-        elif name.endswith("experts.gate_up_proj"):
+        elif name.endswith("experts.gate_up_proj") and family != "llama4":  # Llama 4's checkpoints keep them fused
             pre, F = name[: -len("gate_up_proj")], a.shape[1] // 2
             for e in range(a.shape[0]):
                 W[f"{pre}{e}.gate_proj.weight"], W[f"{pre}{e}.up_proj.weight"] = a[e, :F], a[e, F:]
-        elif name.endswith("experts.down_proj"):
+        elif name.endswith("experts.down_proj") and family != "llama4":
             for e in range(a.shape[0]):
                 W[f"{name[: -len('down_proj')]}{e}.down_proj.weight"] = a[e]
         else:

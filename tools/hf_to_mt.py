@@ -130,6 +130,11 @@ FIELDS = {
                    "rms_norm_eps hidden_act attention_bias q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
                    "v_head_dim qk_head_dim rope_interleave " + ROUTED,
     "glm4_moe": DECODER + " use_qk_norm " + ROUTED,
+    # Llama 4: router_aux_loss_coef and output_router_logits: transformers adds no auxiliary loss for it
+    "llama4_text": DECODER + " num_local_experts num_experts_per_tok intermediate_size_mlp moe_layers "
+                             "interleave_moe_layer_step use_qk_norm no_rope_layers no_rope_layer_interval "
+                             "attention_chunk_size attn_temperature_tuning floor_scale attn_scale "
+                             "router_aux_loss_coef output_router_logits",
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
@@ -1277,11 +1282,135 @@ def glm4_moe(mt, cfg, raw, name):
     return routed_model(L, w, cfg, name, attention)
 
 
+def llama4_text(mt, cfg, raw, name, pre=""):
+    """Llama 4's text model (Scout, Maverick): rope layers (interleaved pairs, a weightless q/k RMSNorm after rope
+    when use_qk_norm, chunked attention) and NoPE layers (no_rope_layers 0: full attention, the queries scaled by
+    the temperature log(floor((t + 1) / floor_scale) + 1) attn_scale + 1 when attn_temperature_tuning), each with
+    its experts (moe_layers: sigmoid of the top-1 logit scaling the expert's input, a shared expert beside) or a
+    dense SwiGLU (intermediate_size_mlp); the kinds in the order of the layers. pre: the checkpoint's prefix of
+    every name ("language_model." in the multimodal Llama4ForConditionalGeneration's)."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
+    need(not cfg.attention_bias, "attention_bias", True, "mt writes Llama 4's projections bias-free")
+    need(cfg.num_experts_per_tok == 1, "num_experts_per_tok", cfg.num_experts_per_tok,
+         "mt scales one expert's input by its score (Llama 4's top-1); more experts a token need a per-expert "
+         "input scale in moe")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    nl = cfg.num_hidden_layers
+    moe = [i in set(cfg.moe_layers) for i in range(nl)]
+    ropes = [bool(r) for r in cfg.no_rope_layers]
+    types = list(cfg.layer_types)
+    need(len(ropes) == nl and len(types) == nl, "no_rope_layers", cfg.no_rope_layers, f"needs one entry a layer ({nl})")
+    for t in types:
+        need(t in ("chunked_attention", "full_attention"), "layer_types", t, "mt maps chunked_attention and "
+                                                                              "full_attention")
+    if any(moe):
+        w.const("E", cfg.num_local_experts, "num_local_experts (1 a token)")
+        w.const("FFN", cfg.intermediate_size, "intermediate_size: each expert's and the shared expert's width")
+    if not all(moe):
+        w.const("DFFN", cfg.intermediate_size_mlp, "intermediate_size_mlp: the dense layers' width")
+    chunked = "chunked_attention" in types
+    if chunked:
+        w.const("CH", cfg.attention_chunk_size, "attention_chunk_size")
+    tune = cfg.attn_temperature_tuning and not all(ropes)
+    if tune:
+        w.const("FS", cfg.floor_scale, "floor_scale")
+        w.const("ATTS", num(float(cfg.attn_scale)), "attn_scale: the NoPE layers' temperature slope")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS, getattr(cfg, "max_position_embeddings", None))
+    rope_kw += ", interleaved = true" # transformers' Llama 4 ropes (x0, x1), (x2, x3), ... as complex numbers
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "{pre}model.embed_tokens.weight" [V, C]',
+         f'param norm "{pre}model.norm.weight" [C]']
+    tied = bool(cfg.tie_word_embeddings)
+    if not tied:
+        L.append(f'param lm_head "{pre}lm_head.weight" [V, C]')
+    L.append("")
+    kind = lambda i: ("rope" if ropes[i] else "nope") + ("_chunked" if types[i] == "chunked_attention" else "") + \
+        ("_moe" if moe[i] else "_dense")
+    kinds = [kind(i) for i in range(nl)]
+    for k in sorted(set(kinds), key=kinds.index):
+        i = kinds.index(k)
+        llama4_block(L, k if len(set(kinds)) > 1 else "layers[L]", pre, ropes[i], types[i] == "chunked_attention",
+                     moe[i], tune, bool(cfg.use_qk_norm), rope_kw)
+    if len(set(kinds)) > 1:
+        L.append(f"block layers[L] = {kinds_order(kinds)}\n")
+    P = lambda s: L.append("  " + s)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def kinds_order(kinds):
+    """An order of the layers' kinds: the shortest period repeated, `[a, b] * (L / n)`, or listed."""
+    n = len(kinds)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and kinds == kinds[:p] * (n // p))
+    return f"[{', '.join(kinds[:period])}] * (L / {period})" if period < n else f"[{', '.join(kinds)}]"
+
+
+def llama4_block(L, header, pre, use_rope, chunked, moe, tune, qk_norm, rope_kw):
+    """One kind of Llama 4's layers, appended to L."""
+    P = lambda s: L.append("  " + s)
+    L.append(f'block {header} "{pre}model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    if moe:
+        P('param router "feed_forward.router.weight" [E, C]')
+        P('param w_gate_up "feed_forward.experts.gate_up_proj" [E, C, 2 * FFN] # [E, in, out]: gate, then up')
+        P(f'param w_down "feed_forward.experts.down_proj" [E, FFN, C] {RESID}')
+        P('param s_gate "feed_forward.shared_expert.gate_proj.weight" [FFN, C]')
+        P('param s_up "feed_forward.shared_expert.up_proj.weight" [FFN, C]')
+        P(f'param s_down "feed_forward.shared_expert.down_proj.weight" [C, FFN] {RESID}')
+    else:
+        P('param w_gate "feed_forward.gate_proj.weight" [DFFN, C]')
+        P('param w_up "feed_forward.up_proj.weight" [DFFN, C]')
+        P(f'param w_down "feed_forward.down_proj.weight" [C, DFFN] {RESID}')
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    if use_rope:
+        P(f"q = rope(a @ transpose(wq), heads = NH, {rope_kw})")
+        P(f"k = rope(a @ transpose(wk), heads = NKV, {rope_kw})")
+        if qk_norm:
+            P("# use_qk_norm: each head's RMSNorm without a gain, after rope")
+            P("q = reshape(rmsnorm(reshape(q, [B, T, NH, HS]), full([HS], 1.0), eps = eps), [B, T, NH * HS])")
+            P("k = reshape(rmsnorm(reshape(k, [B, T, NKV, HS]), full([HS], 1.0), eps = eps), [B, T, NKV * HS])")
+    else:
+        P("q = a @ transpose(wq) # no rope in this layer (no_rope_layers: 0)")
+        P("k = a @ transpose(wk)")
+        if tune:
+            P("# attn_temperature_tuning: the queries at position t times log(floor((t + 1) / FS) + 1) ATTS + 1, the")
+            P("# floor counted as the multiples of FS up to t + 1")
+            P("steps = sum(ge(reshape(arange(T, dtype = f32) + 1, [T, 1]), "
+              "FS * arange(floor(1.0 * T / FS) + 1, dtype = f32)), axis = -1) - 1 # [T, 1]")
+            P("q = reshape(reshape(q, [B, T, NH, HS]) * reshape(log(steps + 1) * ATTS + 1, [T, 1, 1]), "
+              "[B, T, NH * HS])")
+    P("x = x + attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV" + (", chunk = CH" if chunked else "")
+      + ") @ transpose(wo)")
+    P("m = rmsnorm(x, mlp_norm, eps = eps)")
+    if moe:
+        P("# top-1 routing: the expert's input scaled by the sigmoid of its logit (its gate is 1, the softmax of")
+        P("# one logit)")
+        P("logits = m @ transpose(router)")
+        P("gates = router(logits, top_k = 1, softmax = after)")
+        P("scale = sum(where(gates, sigmoid(logits), 0), axis = -1) # [B, T, 1]")
+        P("w_g, w_u = split(w_gate_up, 2, axis = -1)")
+        P("y = moe(m * scale, gates, transpose(w_g), transpose(w_u), transpose(w_down))")
+        P("return x + y + swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)")
+    else:
+        P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
+    L.append("}\n")
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
     "phi3": llama_like, "smollm3": llama_like, "granite": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
     "granitemoehybrid": granitemoehybrid, "bamba": bamba, "deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe,
+    "llama4_text": llama4_text,
 }
 
 
@@ -1324,6 +1453,10 @@ def convert(raw, name=None, no_dropout=False, folder=None):
         need("text_config" in raw, "text_config", None, "gemma3 needs its text_config")
         raw = dict(raw["text_config"], model_type="gemma3_text")
         mt = "gemma3_text"
+    pre = ""
+    if mt == "llama4":  # the multimodal wrapper (Llama4ForConditionalGeneration): its language model
+        need("text_config" in raw, "text_config", None, "llama4 needs its text_config")
+        raw, mt, pre = dict(raw["text_config"], model_type="llama4_text"), "llama4_text", "language_model."
     if mt not in WRITERS:
         raise Refused(f"model_type {json.dumps(mt)} is not one hf_to_mt.py maps (it maps {', '.join(sorted(WRITERS))})")
     import logging
@@ -1339,6 +1472,8 @@ def convert(raw, name=None, no_dropout=False, folder=None):
     head = function_fields(raw, no_dropout)
     if mt == "gpt2":
         return head + gpt2(mt, cfg, raw, name, folder)
+    if mt == "llama4_text":
+        return head + llama4_text(mt, cfg, raw, name, pre)
     return head + WRITERS[mt](mt, cfg, raw, name)
 
 
