@@ -21,9 +21,13 @@ must come back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
 routing). llama4: Llama4ForCausalLM (Scout's text model: rope layers with
 chunked attention and the weightless q/k norm, a NoPE layer with the
 temperature tuning, interleaved rope pairs, top-1 experts scaled at their
-input with fused [E, in, out] weights, a shared expert, a dense layer). The
-MoE families' objective is the one transformers trains: DeepSeek-V3,
-GLM-4.5 and Llama 4 add no auxiliary loss. Their
+input with fused [E, in, out] weights, a shared expert, a dense layer).
+gpt_oss: GptOssForCausalLM (sliding and full layers with sinks and
+attention biases, yarn rope, a biased router, expert biases, the clamped
+SwiGLU with its limit reached). The MoE families' objective is the one
+transformers trains: DeepSeek-V3, GLM-4.5 and Llama 4 add no auxiliary
+loss; gpt-oss adds the pooled load-balancing loss (output_router_logits).
+Their
 plain PyTorch paths (eager attention, the chunked torch scans,
 the convolution by F.conv1d; fp32, no downloads), random weights.
 tools/hf_to_mt.py writes the mt model from the same config; mtc plans it on
@@ -143,16 +147,28 @@ CONFIGS = {
                                 "high_freq_factor": 1.0, "original_max_position_embeddings": 16},
                "rms_norm_eps": 1e-5, "max_position_embeddings": 64, "tie_word_embeddings": False,
                "hidden_act": "silu", "output_router_logits": False},
+    # gpt-oss: sliding (window 8) and full layers with sinks and attention biases, yarn rope, 2 of 4 experts behind
+    # a biased router, expert biases, the clamped SwiGLU (limit 1.5, reached at these weights), the pooled
+    # load-balancing loss (output_router_logits)
+    "gpt_oss": {"model_type": "gpt_oss", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
+                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 16,
+                "num_local_experts": 4, "num_experts_per_tok": 2, "sliding_window": 8,
+                "layer_types": ["sliding_attention", "full_attention"], "swiglu_limit": 1.5, "attention_bias": True,
+                "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "original_max_position_embeddings": 16,
+                                 "beta_fast": 32.0, "beta_slow": 1.0, "truncate": False},
+                "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
+                "tie_word_embeddings": False, "output_router_logits": True, "router_aux_loss_coef": AUX},
 }
 # what the last check changes in transformers' model to show that the comparison sees each family's own feature:
 # a config change (transformers' loss from the same weights must move by more than 1e-3)
 PERTURB = {"smollm3": {"no_rope_layers": [1, 1, 1, 1]}, "granite3": {"logits_scaling": 1.0},
            "granite_micro": {"logits_scaling": 1.0}, "deepseek_v3": {"topk_group": 4},
-           "glm4_moe": {"routed_scaling_factor": 6.0}, "llama4": {"attention_chunk_size": 32}}
+           "glm4_moe": {"routed_scaling_factor": 6.0}, "llama4": {"attention_chunk_size": 32},
+           "gpt_oss": {"swiglu_limit": 100.0}}
 CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "granite3": "GraniteForCausalLM",
            "granite_micro": "GraniteMoeHybridForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-           "glm4_moe": "Glm4MoeForCausalLM", "llama4": "Llama4ForCausalLM"}
+           "glm4_moe": "Glm4MoeForCausalLM", "llama4": "Llama4ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
 # transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
 GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
                  (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
@@ -209,11 +225,11 @@ def mt_weights(family, model):
             for theirs, ours in GRANITE_NAMES:
                 name = name.replace(theirs, ours)
             W[name] = a
-        elif name.endswith("experts.gate_up_proj") and family != "llama4":  # Llama 4's checkpoints keep them fused
+        elif name.endswith("experts.gate_up_proj") and family not in ("llama4", "gpt_oss"):  # Llama 4's checkpoints keep them fused
             pre, F = name[: -len("gate_up_proj")], a.shape[1] // 2
             for e in range(a.shape[0]):
                 W[f"{pre}{e}.gate_proj.weight"], W[f"{pre}{e}.up_proj.weight"] = a[e, :F], a[e, F:]
-        elif name.endswith("experts.down_proj") and family != "llama4":
+        elif name.endswith("experts.down_proj") and family not in ("llama4", "gpt_oss"):
             for e in range(a.shape[0]):
                 W[f"{name[: -len('down_proj')]}{e}.down_proj.weight"] = a[e]
         else:

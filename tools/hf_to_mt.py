@@ -135,6 +135,8 @@ FIELDS = {
                              "interleave_moe_layer_step use_qk_norm no_rope_layers no_rope_layer_interval "
                              "attention_chunk_size attn_temperature_tuning floor_scale attn_scale "
                              "router_aux_loss_coef output_router_logits",
+    "gpt_oss": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits "
+                         "swiglu_alpha swiglu_limit quantization_config",
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
@@ -1405,12 +1407,93 @@ def llama4_block(L, header, pre, use_rope, chunked, moe, tune, qk_norm, rope_kw)
     L.append("}\n")
 
 
+def gpt_oss(mt, cfg, raw, name):
+    """gpt-oss: sliding and full attention layers (layer_types; full as the sliding kind with W = T) with q/k/v/o
+    biases and a learned sink logit a head, yarn rope; every layer's experts behind a biased softmax-after router,
+    with biases and the clamped SwiGLU ((min(up, limit) clamped below at -limit + 1) * g sigmoid(alpha g), g =
+    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj). The moe op has neither
+    expert biases nor this activation yet, so every expert runs on every row, its output times its gate (0 for the
+    unselected): the same function and gradients, E / K times the routed expert work."""
+    check_fields(mt, raw)
+    need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
+         "mt loads bf16 or f32 weights: dequantize the checkpoint (MXFP4 experts) and drop quantization_config")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    w.const("E", cfg.num_local_experts, "num_local_experts")
+    w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+    w.const("FFN", cfg.intermediate_size, "each expert's width (intermediate_size)")
+    w.const("ALPHA", num(float(cfg.swiglu_alpha)), "swiglu_alpha")
+    w.const("LIMIT", num(float(cfg.swiglu_limit)), "swiglu_limit")
+    if router_loss(cfg):
+        w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("sliding_attention", "full_attention"), "layer_types", t, "mt maps sliding_attention and "
+                                                                              "full_attention")
+    if "sliding_attention" in types:
+        w.const("W", cfg.sliding_window, "sliding_window of the sliding layers")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS, getattr(cfg, "max_position_embeddings", None))
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+    kinds = ["sliding" if t == "sliding_attention" else "full" for t in types]
+    one = len(set(kinds)) == 1
+    L.append(f'block {"layers[L]" if one else "sliding"} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+    P = lambda s: L.append("  " + s)
+    P('param attn_norm "input_layernorm.weight" [C]')
+    bias = bool(cfg.attention_bias)
+    attention_params(P, "NH * HS", "NKV * HS", bias)
+    if bias:
+        P('param bo "self_attn.o_proj.bias" [C]')
+    P('param sinks "self_attn.sinks" [NH]')
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    P('param router "mlp.router.weight" [E, C]')
+    P('param router_b "mlp.router.bias" [E]')
+    P('param w_gate_up "mlp.experts.gate_up_proj" [E, C, 2 * FFN] # [E, in, out], gate and up columns interleaved')
+    P('param b_gate_up "mlp.experts.gate_up_proj_bias" [E, 2 * FFN]')
+    P(f'param w_down "mlp.experts.down_proj" [E, FFN, C] {RESID}')
+    P('param b_down "mlp.experts.down_proj_bias" [E, C]')
+    L.append("")
+    b = (lambda s: f" + b{s}") if bias else (lambda s: "")
+    window = "" if one and kinds[0] == "full" else ", window = W"
+    for st in ["a = rmsnorm(x, attn_norm, eps = eps)",
+               f"q = rope(a @ transpose(wq){b('q')}, heads = NH, {rope_kw})",
+               f"k = rope(a @ transpose(wk){b('k')}, heads = NKV, {rope_kw})",
+               f"o = attention(q, k, a @ transpose(wv){b('v')}, sinks, heads = NH, kv_heads = NKV{window})",
+               f"x = x + o @ transpose(wo){b('o')}",
+               "m = rmsnorm(x, mlp_norm, eps = eps)",
+               "logits = m @ transpose(router) + router_b",
+               "gates = router(logits, top_k = K, softmax = after) # [B, T, E]: K of them not 0",
+               "# every expert on every row ([B, T, E, FFN]), each output times its gate",
+               "h = m @ transpose(reshape(transpose(w_gate_up), [E * 2 * FFN, C])) + reshape(b_gate_up, [E * 2 * FFN])",
+               "gate, up = split(reshape(h, [B, T, E, FFN, 2]), 2) # the even columns, the odd ones",
+               "gate = where(gt(gate, LIMIT), LIMIT, gate)",
+               "up = where(gt(up, LIMIT), LIMIT, where(lt(up, -LIMIT), -LIMIT, up))",
+               "y = reshape((up + 1) * gate * sigmoid(ALPHA * gate), [B, T, E, FFN]) * reshape(gates, [B, T, E, 1])",
+               "x = x + reshape(y, [B, T, E * FFN]) @ reshape(w_down, [E * FFN, C]) + gates @ b_down"]:
+        P(st)
+    if router_loss(cfg):
+        P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+    else:
+        P("return x # output_router_logits = false: no load-balancing loss, as transformers trains")
+    L.append("}\n")
+    if not one:
+        L.append("block full = sliding with W = T # a window as long as the sequence\n")
+        L.append(f"block layers[L] = {kinds_order(kinds)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    tied = bool(cfg.tie_word_embeddings)
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
     "phi3": llama_like, "smollm3": llama_like, "granite": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
     "granitemoehybrid": granitemoehybrid, "bamba": bamba, "deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe,
-    "llama4_text": llama4_text,
+    "llama4_text": llama4_text, "gpt_oss": gpt_oss,
 }
 
 
