@@ -137,9 +137,11 @@ CASES = {
 
 # The newer families' published config.json values (HuggingFaceTB/SmolLM3-3B, ibm-granite/granite-3.1-8b-base,
 # ibm-granite/granite-4.0-micro less its Mamba fields, which no layer reads, deepseek-ai/DeepSeek-V3 less its
-# quantization_config (fp8 weights: refused by name below), zai-org/GLM-4.5-Air), with no example to compare
-# graphs with: the tool's model must count transformers' parameters (AutoModelForCausalLM.from_config on the meta
-# device: 3.08B, 8.17B, 3.40B, 671B, 106B) and name the routing bias buffers (e_score_correction_bias, one [E] a
+# quantization_config (fp8 weights: refused by name below), zai-org/GLM-4.5-Air, meta-llama/Llama-4-Scout-17B-16E
+# (its text_config in full; the wrapper's vision fields abridged: the tool reads the language model), and
+# openai/gpt-oss-20b less its quantization_config), with no example to compare graphs with: the tool's model must
+# count transformers' parameters (AutoModelForCausalLM.from_config on the meta device: 3.08B, 8.17B, 3.40B, 671B,
+# 106B, 108B, 20.9B) and name the routing bias buffers (e_score_correction_bias, one [E] a
 # MoE layer) apart as frozen elements.
 SMOLLM3 = {"architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
         "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
@@ -196,6 +198,41 @@ GLM45_AIR = {"architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "a
        "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": True, "use_qk_norm": False,
        "vocab_size": 151552}
 
+SCOUT_TEXT = {"attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
+              "attn_temperature_tuning": True, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+              "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu",
+              "hidden_size": 5120, "initializer_range": 0.02, "interleave_moe_layer_step": 1,
+              "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
+              "model_type": "llama4_text", "moe_layers": list(range(48)),
+              "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)], "num_attention_heads": 40,
+              "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16,
+              "output_router_logits": False, "pad_token_id": 200018, "rms_norm_eps": 1e-05,
+              "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                               "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+              "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+              "torch_dtype": "bfloat16", "use_cache": True, "use_qk_norm": True, "vocab_size": 202048}
+GPT_OSS_20B = {  # its quantization_config (MXFP4 experts) apart: refused by name below
+   "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+               "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+               "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+               "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+               "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+               "output_router_logits": False, "pad_token_id": 199999,
+               "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                  "model.embed_tokens", "lm_head"],
+                                       "quant_method": "mxfp4"},
+               "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                                        "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                                        "truncate": False},
+               "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+               "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
+               "vocab_size": 201088}
+LLAMA4_SCOUT = {"architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080,
+                "eoi_token_index": 200081, "image_token_index": 200092, "model_type": "llama4",
+                "text_config": SCOUT_TEXT, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "transformers_version": "4.51.0.dev0",
+                "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 34}}
 # name -> (config.json, transformers' parameter count, the buffer elements mt holds as frozen params, --no-dropout)
 PUBLISHED = {
     "SmolLM3-3B": (SMOLLM3, 3_075_098_624, 0, False),
@@ -203,6 +240,8 @@ PUBLISHED = {
     "Granite 4.0 Micro": (GRANITE4_MICRO, 3_402_836_480, 0, False),
     "DeepSeek-V3": (DEEPSEEK_V3, 671_026_404_352, 58 * 256, False),
     "GLM-4.5-Air": (GLM45_AIR, 106_852_245_504, 45 * 128, False),
+    "Llama 4 Scout (text)": (LLAMA4_SCOUT, 107_769_861_120, 0, False),  # the language model of the 109B
+    "gpt-oss-20b": ({k: v for k, v in GPT_OSS_20B.items() if k != "quantization_config"}, 20_914_757_184, 0, False),
 }
 
 
@@ -288,7 +327,8 @@ def hub_safetensors(folder, names):
 
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gemma2",
-            "gemma3_text", "gpt2", "gpt_neox", "smollm3", "granite", "deepseek_v3", "glm4_moe"]
+            "gemma3_text", "gpt2", "gpt_neox", "smollm3", "granite", "deepseek_v3", "glm4_moe", "llama4_text",
+            "gpt_oss"]
 
 
 def saved_configs(mtc, tmp):
@@ -421,6 +461,7 @@ def main():
              "field use_sliding_window = true"),
             ("fp8 weights", dict(DEEPSEEK_V3, quantization_config={"quant_method": "fp8", "fmt": "e4m3"}),
              "field quantization_config"),
+            ("MXFP4 weights", GPT_OSS_20B, 'field quantization_config = {"modules_to_not_convert"'),
             ("softmax scores on DeepSeek-V3", dict(DEEPSEEK_V3, scoring_func="softmax"),
              'field scoring_func = "softmax"'),
             ("greedy top-k on DeepSeek-V3", dict(DEEPSEEK_V3, topk_method="greedy"), 'field topk_method = "greedy"'),

@@ -130,13 +130,16 @@ FIELDS = {
                    "rms_norm_eps hidden_act attention_bias q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
                    "v_head_dim qk_head_dim rope_interleave " + ROUTED,
     "glm4_moe": DECODER + " use_qk_norm " + ROUTED,
-    # Llama 4: router_aux_loss_coef and output_router_logits: transformers adds no auxiliary loss for it
-    "llama4_text": DECODER + " num_local_experts num_experts_per_tok intermediate_size_mlp moe_layers "
+    # Llama 4: router_aux_loss_coef and output_router_logits: transformers adds no auxiliary loss for it;
+    # for_llm_compressor: a flag of Meta's quantization tooling, read by no model code
+    "llama4_text": DECODER + " for_llm_compressor num_local_experts num_experts_per_tok intermediate_size_mlp moe_layers "
                              "interleave_moe_layer_step use_qk_norm no_rope_layers no_rope_layer_interval "
                              "attention_chunk_size attn_temperature_tuning floor_scale attn_scale "
                              "router_aux_loss_coef output_router_logits",
+    # gpt-oss: experts_per_token (num_experts_per_tok's copy) and initial_context_length (yarn's original context,
+    # which rope_scaling says) are read by no transformers code
     "gpt_oss": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits "
-                         "swiglu_alpha swiglu_limit quantization_config",
+                         "swiglu_alpha swiglu_limit quantization_config experts_per_token initial_context_length",
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
