@@ -13,7 +13,9 @@ Families: llama (Llama 2, 3, 3.1, 3.2, 3.3: rope scaling llama3), mistral,
 qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmo2, gemma2, gemma3_text (and
 gemma3's text_config), gpt2, gpt_neox (Pythia), phi3, qwen3_next (Gated DeltaNet
 and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid (Granite
-4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers), bamba. Rope scaling: linear,
+4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers; Granite 4.0 Micro),
+bamba, smollm3, granite (Granite 3), deepseek_v3, glm4_moe, llama4_text (and llama4's
+text_config), gpt_oss: dsl/README.md's section 8 says how each is written. Rope scaling: linear,
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
