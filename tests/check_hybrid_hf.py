@@ -54,7 +54,14 @@ weights with --init, under the checkpoints' names.
   layer, another logits scaling, every group eligible, another routed
   scaling) does.
 
-usage: check_hybrid_hf.py FAMILY MTC MTRUN   (from the project root; FAMILY a key of CONFIGS)
+The families the tool wrote before (llama, mistral, qwen2, qwen3, olmo2,
+phi3, gemma2, gemma3_text, gpt2, gpt_neox, mixtral, qwen2_moe, qwen3_moe)
+run several to a process, each without the streamed runs: the same loss,
+gradient and 5-step checks from transformers' AutoModelForCausalLM, with
+transformers 5's fused expert tensors split and named as the checkpoints
+name them (Mixtral's block_sparse_moe.experts.{e}.w1, GPT-NeoX's embed_out).
+
+usage: check_hybrid_hf.py FAMILY[,FAMILY...] MTC MTRUN   (from the project root; FAMILY a key of CONFIGS)
 """
 import json
 import os
@@ -159,16 +166,53 @@ CONFIGS = {
                 "rope_theta": 10000.0, "rms_norm_eps": 1e-5, "max_position_embeddings": 64,
                 "tie_word_embeddings": False, "output_router_logits": True, "router_aux_loss_coef": AUX},
 }
+# the families the tool wrote before, at tiny sizes (one test for the dense ones, one for the MoE ones)
+_DENSE = {"vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2, "num_attention_heads": 4,
+          "num_key_value_heads": 2, "intermediate_size": 48, "rope_theta": 10000.0, "rms_norm_eps": 1e-5,
+          "max_position_embeddings": 64, "hidden_act": "silu", "tie_word_embeddings": False}
+_MOE = dict(_DENSE, output_router_logits=True, router_aux_loss_coef=AUX, num_experts_per_tok=2)
+CONFIGS.update({
+    "llama": dict(_DENSE, model_type="llama", rope_scaling={"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,
+                                                             "high_freq_factor": 4.0,
+                                                             "original_max_position_embeddings": 16}),
+    "mistral": dict(_DENSE, model_type="mistral", sliding_window=8),
+    "qwen2": dict(_DENSE, model_type="qwen2"),
+    "qwen3": dict(_DENSE, model_type="qwen3", head_dim=8, tie_word_embeddings=True),
+    "olmo2": dict(_DENSE, model_type="olmo2"),
+    "phi3": dict(_DENSE, model_type="phi3", sliding_window=8, pad_token_id=0),
+    "gemma2": dict(_DENSE, model_type="gemma2", head_dim=8, query_pre_attn_scalar=8, sliding_window=8,
+                   hidden_activation="gelu_pytorch_tanh", tie_word_embeddings=True),
+    "gemma3_text": dict(_DENSE, model_type="gemma3_text", head_dim=8, query_pre_attn_scalar=8, sliding_window=8,
+                        layer_types=["sliding_attention", "full_attention"], hidden_activation="gelu_pytorch_tanh",
+                        tie_word_embeddings=True),
+    "gpt2": {"model_type": "gpt2", "vocab_size": 256, "n_embd": 32, "n_layer": 2, "n_head": 4, "n_positions": 64,
+             "attn_pdrop": 0.0, "embd_pdrop": 0.0, "resid_pdrop": 0.0, "tie_word_embeddings": True},
+    "gpt_neox": {"model_type": "gpt_neox", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 2,
+                 "num_attention_heads": 4, "intermediate_size": 128, "rotary_pct": 0.25, "max_position_embeddings": 64,
+                 "tie_word_embeddings": False},
+    "mixtral": dict(_MOE, model_type="mixtral", num_local_experts=4, intermediate_size=16),
+    "qwen2_moe": dict(_MOE, model_type="qwen2_moe", num_experts=4, moe_intermediate_size=16,
+                      shared_expert_intermediate_size=24, norm_topk_prob=False),
+    "qwen3_moe": dict(_MOE, model_type="qwen3_moe", num_experts=4, moe_intermediate_size=16, head_dim=8,
+                      norm_topk_prob=True),
+})
 # what the last check changes in transformers' model to show that the comparison sees each family's own feature:
 # a config change (transformers' loss from the same weights must move by more than 1e-3)
 PERTURB = {"smollm3": {"no_rope_layers": [1, 1, 1, 1]}, "granite3": {"logits_scaling": 1.0},
            "granite_micro": {"logits_scaling": 1.0}, "deepseek_v3": {"topk_group": 4},
            "glm4_moe": {"routed_scaling_factor": 6.0}, "llama4": {"attention_chunk_size": 32},
-           "gpt_oss": {"swiglu_limit": 100.0}}
+           "gpt_oss": {"swiglu_limit": 100.0}, "llama": {"rms_norm_eps": 0.5}, "mistral": {"sliding_window": 4},
+           "qwen2": {"rms_norm_eps": 0.5}, "qwen3": {"rope_theta": 100.0}, "olmo2": {"rms_norm_eps": 0.5},
+           "phi3": {"sliding_window": 4}, "gemma2": {"sliding_window": 4}, "gemma3_text": {"sliding_window": 4},
+           "gpt2": {"scale_attn_weights": False}, "gpt_neox": {"layer_norm_eps": 4.0}, "mixtral": {"num_experts_per_tok": 1},
+           "qwen2_moe": {"rms_norm_eps": 0.5}, "qwen3_moe": {"num_experts_per_tok": 1}}
 CLASSES = {"qwen3_next": "Qwen3NextForCausalLM", "granite": "GraniteMoeHybridForCausalLM", "bamba": "BambaForCausalLM",
            "smollm3": "SmolLM3ForCausalLM", "granite3": "GraniteForCausalLM",
            "granite_micro": "GraniteMoeHybridForCausalLM", "deepseek_v3": "DeepseekV3ForCausalLM",
-           "glm4_moe": "Glm4MoeForCausalLM", "llama4": "Llama4ForCausalLM", "gpt_oss": "GptOssForCausalLM"}
+           "glm4_moe": "Glm4MoeForCausalLM", "llama4": "Llama4ForCausalLM", "gpt_oss": "GptOssForCausalLM",
+           **{f: "AutoModelForCausalLM" for f in ("llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3", "gemma2",
+                                                   "gemma3_text", "gpt2", "gpt_neox", "mixtral", "qwen2_moe",
+                                                   "qwen3_moe")}}
 # transformers 5's names of the experts and router -> the checkpoints' (GraniteMoe's conversion_mapping)
 GRANITE_NAMES = [(".block_sparse_moe.experts.gate_up_proj", ".block_sparse_moe.input_linear.weight"),
                  (".block_sparse_moe.experts.down_proj", ".block_sparse_moe.output_linear.weight"),
@@ -192,7 +236,8 @@ def hf_model(family, seed, changes=None):
     cfg = transformers.AutoConfig.for_model(CONFIGS[family]["model_type"], **raw)
     cfg._attn_implementation, cfg._experts_implementation = "eager", "eager"
     torch.manual_seed(seed)
-    model = getattr(transformers, CLASSES[family])(cfg).float()
+    cls = getattr(transformers, CLASSES[family])
+    model = (cls.from_config(cfg) if CLASSES[family].startswith("Auto") else cls(cfg)).float()
     with torch.no_grad():
         for name, p in model.named_parameters():
             if name.endswith("A_log"):
@@ -209,6 +254,19 @@ def hf_model(family, seed, changes=None):
             if name.endswith("e_score_correction_bias"):  # the selection bias: a buffer, here away from 0
                 b.copy_(0.2 * torch.randn_like(b))
     return model
+
+
+# transformers 5's tensor names -> the checkpoints' (the tool's), after the experts' split into per-expert tensors
+RENAMES = {"mixtral": [(".mlp.experts.", ".block_sparse_moe.experts."), (".gate_proj.weight", ".w1.weight"),
+                       (".up_proj.weight", ".w3.weight"), (".down_proj.weight", ".w2.weight"),
+                       (".mlp.gate.weight", ".block_sparse_moe.gate.weight")],
+           "gpt_neox": [("lm_head.weight", "embed_out.weight")]}
+
+
+def rename(name, family, back=False):
+    for theirs, ours in RENAMES.get(family, []):
+        name = name.replace(ours, theirs) if back else name.replace(theirs, ours)
+    return name
 
 
 def mt_weights(family, model):
@@ -234,11 +292,12 @@ def mt_weights(family, model):
                 W[f"{name[: -len('down_proj')]}{e}.down_proj.weight"] = a[e]
         else:
             W[name] = a
-    return W
+    return {rename(n, family): a for n, a in W.items()}
 
 
 def hf_grads(grad, name, family):
     """transformers' gradient of tensor `name` in mt's naming (grad: transformers' name -> array)."""
+    name = rename(name, family, back=True)
     if family == "granite":
         for theirs, ours in GRANITE_NAMES:
             name = name.replace(ours, theirs)
@@ -314,15 +373,23 @@ def streamed(mtc, mtrun, text):
 
 
 def main():
-    import torch
     os.environ.setdefault("HF_HUB_OFFLINE", "1")
-    family, mtc, mtrun = sys.argv[1:4]
+    families, mtc, mtrun = sys.argv[1:4]
     sys.path.insert(0, "tools")
+    families = families.split(",")
+    for family in families:  # several: each without the streamed runs (held by the families' own tests)
+        one(family, mtc, mtrun, len(families) == 1)
+    return finish()
+
+
+def one(family, mtc, mtrun, stream):
+    """The checks of one family."""
+    import torch
     import hf_to_mt
     text = hf_to_mt.convert(dict(CONFIGS[family]), f"{family}_tiny")
     text, n = re.subn(r"train \{.*\}\s*$", "", text, flags=re.S)
     if not check(n == 1, "the tool's model ends with its train section"):
-        return finish()
+        return
     raw = np.frombuffer(open(DATA, "rb").read(), np.uint8).astype(np.int64)
     batches = [(raw[s * T: s * T + T], raw[s * T + 1: s * T + T + 1]) for s in range(STEPS)]
     model = hf_model(family, 7)
@@ -338,7 +405,7 @@ def main():
         lines, got = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=lr, b=0, b2=0, eps=f"{eps:g}", steps=1), W, tmp,
                             1, lr, True)
     if lines is None:
-        return finish()
+        return
     e = abs(lines[0]["loss"] - want) / want
     check(e <= 1e-5, f"step 1: mt's loss {lines[0]['loss']!r}, transformers' {want!r} ({e:.1e} relative)")
     print(f"{family} step 1 loss: mt {lines[0]['loss']:.9f}, transformers {want:.9f} ({e:.1e} relative)")
@@ -369,14 +436,15 @@ def main():
         lines, _ = mt_run(mtc, mtrun, text + TRAIN.format(T=T, lr=LR, b=0.9, b2=0.95, eps="1e-8", steps=STEPS), W,
                           tmp, STEPS, LR, False)
     if lines is None:
-        return finish()
+        return
     mine = [r["loss"] for r in lines]
     errs = [abs(a - b) / abs(b) for a, b in zip(mine, theirs)]
     check(len(mine) == STEPS and max(errs) <= 1e-5, f"{STEPS} steps: mt's losses {mine}, transformers' {theirs}")
     print(f"{family} {STEPS} AdamW steps: mt {[f'{v:.7f}' for v in mine]}, transformers {[f'{v:.7f}' for v in theirs]}, "
           f"worst {max(errs):.1e} relative")
 
-    streamed(mtc, mtrun, text)
+    if stream:
+        streamed(mtc, mtrun, text)
 
     # the check sees the decay (the family's own feature)
     model = hf_model(family, 7, PERTURB.get(family))
@@ -388,7 +456,6 @@ def main():
     what = f"with {PERTURB[family]}" if family in PERTURB else "A_log negated"
     check(abs(other - want) > 1e-3 * want, f"{what}, transformers' loss moves by only {abs(other - want):.1e}")
     print(f"{family}: {what}, transformers' loss {other:.6f} (from {want:.6f})")
-    return finish()
 
 
 if __name__ == "__main__":
