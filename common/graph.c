@@ -178,9 +178,9 @@ static int64_t last_dim(const Node *n) { return n->shape.rank ? n->shape.dims[n-
 static int64_t routed_bound(Routing *r, const Node *n);
 
 // Of operands in[from ..] of n that span n's last axis, the least bound
-// (a product is 0 where any factor is); E when none does.
+// (a product is 0 where any factor is); E + 1 (no router) when none does.
 static int64_t least_bound(Routing *r, const Node *n, int from, int to, int64_t E) {
-    int64_t b = E;
+    int64_t b = E + 1;
     for (int j = from; j < to && j < n->nin; j++)
         if (last_dim(n->in[j]) == E && n->in[j]->shape.rank == n->shape.rank) {
             int64_t bj = routed_bound(r, n->in[j]);
@@ -201,54 +201,55 @@ static int is_masked_logit(const Node *n) { return n->op == OP_CONST && n->value
 // quotient's dividend, a where whose other branch is 0, a comparison
 // x > 0 or x < 0) no more than its sparsest factor spanning the row; a sum no more than its terms together;
 // a softmax of logits masked to -inf (where(mask, logits, -1e30)) the
-// mask's; a value from another part its source's; anything else E.
+// mask's; a value from another part its source's; anything else E + 1
+// (no router limits it: every entry may be nonzero, and nothing said so).
 static int64_t routed_rule(Routing *r, const Node *n, int64_t E) {
     switch (n->op) {
     case OP_TOP_K: return n->top_k < E ? n->top_k : E;
     case OP_MUL: return least_bound(r, n, 0, 2, E);
     case OP_DIV: return least_bound(r, n, 0, 1, E);
     case OP_NEG:
-    case OP_RESHAPE: return last_dim(n->in[0]) == E ? routed_bound(r, n->in[0]) : E;
+    case OP_RESHAPE: return last_dim(n->in[0]) == E ? routed_bound(r, n->in[0]) : E + 1;
     case OP_ADD:
     case OP_SUB: {
-        if (last_dim(n->in[0]) != E || last_dim(n->in[1]) != E) return E;
-        int64_t b = routed_bound(r, n->in[0]);
-        if (n->in[1] != n->in[0]) b += routed_bound(r, n->in[1]); // (x + x: x's entries)
-        return b < E ? b : E;
+        if (last_dim(n->in[0]) != E || last_dim(n->in[1]) != E) return E + 1;
+        int64_t a = routed_bound(r, n->in[0]), b = n->in[1] != n->in[0] ? routed_bound(r, n->in[1]) : 0;
+        return a > E || b > E ? E + 1 : a + b < E ? a + b : E; // (x + x: x's entries)
     }
     case OP_LT: // 0 < b (gt(b, 0)) or a < 0: 1 only where b, or a, is not 0
-        return is_zero(n->in[0]) ? least_bound(r, n, 1, 2, E) : is_zero(n->in[1]) ? least_bound(r, n, 0, 1, E) : E;
+        return is_zero(n->in[0]) ? least_bound(r, n, 1, 2, E) : is_zero(n->in[1]) ? least_bound(r, n, 0, 1, E) : E + 1;
     case OP_WHERE: // cond ? a : 0
-        return is_zero(n->in[2]) ? least_bound(r, n, 0, 2, E) : E;
+        return is_zero(n->in[2]) ? least_bound(r, n, 0, 2, E) : E + 1;
     case OP_SOFTMAX: { // along the last axis, of where(top_k mask, logits, -inf): a row's K ones keep K logits
         const Node *x = n->in[0], *mask = x->op == OP_WHERE ? x->in[0] : NULL;
         while (mask && (mask->op == OP_RESHAPE || mask->op == OP_VIEW)) mask = mask->in[0];
         int routed = n->axis == n->shape.rank - 1 && mask && mask->op == OP_TOP_K && last_dim(mask) == E &&
                      x->in[0]->shape.rank == n->shape.rank && is_masked_logit(x->in[2]);
-        return routed && mask->top_k < E ? mask->top_k : E;
+        return !routed ? E + 1 : mask->top_k < E ? mask->top_k : E;
     }
     case OP_INPUT: {
         const Node *src = n->src_part >= 0 && n->src_part < PART_COUNT && n->src >= 0 &&
                                   n->src < r->g->parts[n->src_part].nodes.n
                               ? r->g->parts[n->src_part].nodes.items[n->src]
                               : NULL;
-        return src && last_dim(src) == E ? routed_bound(r, src) : E;
+        return src && last_dim(src) == E ? routed_bound(r, src) : E + 1;
     }
-    default: return E;
+    default: return E + 1;
     }
 }
 
 static int64_t routed_bound(Routing *r, const Node *n) {
     int64_t E = last_dim(n), *memo = n->part >= 0 && n->part < PART_COUNT ? r->bound[n->part] : NULL;
     if (!memo || n->id < 0 || n->id >= r->g->parts[n->part].nodes.n || r->g->parts[n->part].nodes.items[n->id] != n)
-        return E;
-    if (memo[n->id] == -2) return E; // (a cycle: no graph has one)
+        return E + 1;
+    if (memo[n->id] == -2) return E + 1; // (a cycle: no graph has one)
     if (memo[n->id] >= 0) return memo[n->id];
     memo[n->id] = -2;
     return memo[n->id] = routed_rule(r, n, E);
 }
 
-int64_t graph_routed_experts(const Graph *g, const Node *gates) {
+// The bound of gates' rows: at most E where a router limits them, E + 1 where none does.
+static int64_t gates_bound(const Graph *g, const Node *gates) {
     Routing r = {.g = g};
     int64_t E = last_dim(gates), ok = 1;
     for (int p = 0; p < PART_COUNT && ok; p++) {
@@ -257,10 +258,17 @@ int64_t graph_routed_experts(const Graph *g, const Node *gates) {
         ok = r.bound[p] != NULL;
         for (int i = 0; ok && i < n; i++) r.bound[p][i] = -1;
     }
-    int64_t k = ok ? routed_bound(&r, gates) : E;
+    int64_t k = ok ? routed_bound(&r, gates) : E + 1;
     for (int p = 0; p < PART_COUNT; p++) free(r.bound[p]);
     return k;
 }
+
+int64_t graph_routed_experts(const Graph *g, const Node *gates) {
+    int64_t k = gates_bound(g, gates), E = last_dim(gates);
+    return k < E ? k : E;
+}
+
+int graph_gates_routed(const Graph *g, const Node *gates) { return gates_bound(g, gates) <= last_dim(gates); }
 
 int64_t graph_pooled_experts(const Graph *g, int64_t *layers, int64_t *rows) {
     int64_t E = 0, per_kind[MT_MAX_KINDS] = {0};

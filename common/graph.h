@@ -261,6 +261,9 @@ typedef struct Param {
     // Frozen (mtc --freeze, --lora's base weights): no gradient (autodiff makes none), no Adam moments, no
     // update; it keeps the value it was initialised or loaded with. 0: trained.
     int frozen;
+    // A buffer (written `buffer`: DeepSeek-V3's e_score_correction_bias): frozen whatever mtc's flags say, and
+    // counted apart from the parameters (mtc --summary). 0: a parameter.
+    int buffer;
     // A LoRA adapter (compiler/front/adapters.c): 1 its A [r, in], 2 its B [out, r], of parameter `lora_of`
     // (the base weight [out, in], frozen), scaled by lora_scale (alpha / r). 0: not an adapter.
     int lora;
@@ -316,6 +319,8 @@ typedef struct Graph {
 // to -inf), else E (a gate no router limits). moe runs an expert for a
 // row where its gate is not 0, so this bounds the work and the scratch.
 int64_t graph_routed_experts(const Graph *g, const Node *gates);
+// Whether a router limits the gates (router(..., top_k = E) does, to all E).
+int graph_gates_routed(const Graph *g, const Node *gates);
 
 // The experts E of the graph's pooled load-balancing losses (0: none), with
 // the layers that have one and the rows of each into *layers and *rows.

@@ -62,7 +62,8 @@ typedef struct ParamDecl {
     Loc ckpt_loc;
     TypeExpr type;
     Expr *init; // NULL: the default for the parameter's rank
-    int frozen; // written `frozen`: no gradient, no optimizer state (mtc --train may train it)
+    int frozen; // written `frozen` (1): no gradient, no optimizer state (mtc --train may train it); `buffer`
+                // (2): frozen whatever the flags, not counted as a parameter (a routing bias), zeros by default
 } ParamDecl;
 
 typedef enum { STMT_ASSIGN, STMT_RETURN } StmtKind;

@@ -66,7 +66,7 @@ static void yyerror(Loc *loc, yyscan_t scanner, ParseCtx *ctx, const char *msg) 
 %token <ival> INT "integer"
 %token <fval> FLOAT "number"
 %token MODEL "model" CONFIG "config" PARAM "param" BLOCK "block"
-%token FORWARD "forward" TRAIN "train" RETURN "return" INIT "init" FROZEN "frozen"
+%token FORWARD "forward" TRAIN "train" RETURN "return" INIT "init" FROZEN "frozen" BUFFER "buffer"
 %token KEEP "keep" RECOMPUTE "recompute" OFFLOAD "offload"
 %token TRUE "true" FALSE "false" ARROW "->" WITH "with"
 
@@ -117,7 +117,7 @@ bindings
     | bindings ';' { $$ = $1; }
     ;
 
-/* param_decl: "param" IDENT ("[" expr "]")? STRING type ("init" "=" expr)? "frozen"? */
+/* param_decl: "param" IDENT ("[" expr "]")? STRING type ("init" "=" expr)? ("frozen" | "buffer")? */
 param_decl
     : "param" IDENT STRING type opt_init opt_frozen {
           $$ = ctx_alloc(ctx, sizeof(ParamDecl));
@@ -136,6 +136,7 @@ param_decl
 opt_frozen
     : %empty   { $$ = 0; }
     | "frozen" { $$ = 1; }
+    | "buffer" { $$ = 2; }
     ;
 
 opt_init

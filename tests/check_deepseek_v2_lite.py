@@ -146,7 +146,7 @@ def against_transformers(mtc, mtrun, model, tmp):
 def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope, **config):
     """transformers' loss and logits (T, V) of the tiny variant from weights W on the first validation batch, rope
     its rope_parameters, config what differs from DeepSeek-V2-Lite's config (DeepSeek-V3's routing bias buffer, in
-    the state dict but not in W, is zeros)."""
+    the state dict, is W's where W has it, else zeros)."""
     import numpy as np
     import torch
     from check_weights import val_tokens
@@ -169,7 +169,7 @@ def hf_deepseek_loss(DeepseekV2Config, DeepseekV2ForCausalLM, t, W, T, rope, **c
             else:
                 sd[name] = np.stack([W[f"{m.group(1)}.{i}.down_proj.weight"] for i in e])
         elif name.endswith("mlp.gate.e_score_correction_bias"):
-            sd[name] = np.zeros(t["E"], np.float32)
+            sd[name] = W.get(name, np.zeros(t["E"], np.float32))
         else:
             sd[name] = W[name]
     hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v)) for k, v in sd.items()}, strict=True)

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """examples/deepseek-v3.mt and examples/kimi-k2.mt at tiny widths against
 transformers' DeepseekV3ForCausalLM (its own modelling code, eager attention,
-fp32) from the same random weights (the routing bias buffer zeros): each
+fp32) from the same random weights (DeepSeek-V3's routing bias buffer
+positive, from 0 to 0.3): each
 example's config values replaced (vocabulary 256, bytes; 8 experts, 2 a
 token; DeepSeek-V3's in 4 groups of which 2 are eligible, Kimi K2's one
 group; its own dense layers, YaRN rope, routed_scaling_factor and
@@ -9,13 +10,15 @@ rope_theta kept), the loss on the first validation batch (batch 1, 16
 positions) equals mtc/mtrun's to 1e-5 relative and the logits to 1e-5 of
 the largest.
 
-Then DeepSeek-V3's router (sigmoid scores, group limit, renormalised,
-scaled) trained: mtrun's first step of the f32 plan on the data's first 16
+Then DeepSeek-V3's router (sigmoid scores, chosen by score + bias within
+the group limit, renormalised, scaled) trained: mtrun's first step of the f32 plan on the data's first 16
 bytes gives transformers' loss (float64) to 1e-5 relative and every
 tensor's gradient to 2e-5 of its largest, the routers' to 1e-5 (read off
 one AdamW step of update lr g / (|g| + eps), as tests/check_moe.py), and the same weights without
-the group limit (n_group 1) must move transformers' loss by more than 1e-4,
-so the check sees the limit. The parameter counts are
+the group limit (n_group 1), or with a zero bias, must move transformers'
+loss by more than 1e-4, so the check sees both; the bias buffers come back
+from the step unchanged, and `mtc --json` counts them apart from the
+parameters ("buffers_total", each marked "buffer"). The parameter counts are
 tests/check_examples.py's.
 
 usage: check_deepseek_v3.py MTC MTRUN
@@ -89,6 +92,8 @@ def random_weights(mtc, model):
     for n in W:
         if n.endswith("norm.weight"):
             W[n] = (1 + 0.1 * rng.standard_normal(W[n].shape)).astype(np.float32)
+        if n.endswith("e_score_correction_bias"):  # positive, so that a group's excluded experts are never chosen
+            W[n] = rng.uniform(0, 0.3, W[n].shape).astype(np.float32)
     return W
 
 
@@ -124,7 +129,7 @@ def check(mtc, mtrun, example, tmp):
         fail(f"{example}: mt's loss {mt_loss!r} or logits differ from transformers' ({rel:.2e}, {lrel:.2e}; 1e-5 allowed)")
 
 
-def hf_step(W, T, **over):
+def hf_step(W, T, bias=True, **over):
     """transformers' float64 loss of the tiny DeepSeek-V3 on the data's first T bytes and its gradients under mt's
     names (the fused experts split back)."""
     import torch
@@ -148,7 +153,7 @@ def hf_step(W, T, **over):
         elif m:
             sd[name] = np.stack([W[f"{m.group(1)}.{i}.down_proj.weight"] for i in range(E)])
         elif name.endswith("mlp.gate.e_score_correction_bias"):
-            sd[name] = np.zeros(E)
+            sd[name] = W[name] if bias else np.zeros(E)
         else:
             sd[name] = W[name]
     hf.load_state_dict({k: torch.from_numpy(np.ascontiguousarray(v, np.float64)) for k, v in sd.items()}, strict=True)
@@ -180,6 +185,13 @@ def check_step(mtc, mtrun, tmp):
         f.write(tiny_text("examples/deepseek-v3.mt", STEP_TRAIN))
     W = random_weights(mtc, model)
     write_safetensors(st, [(n, "F32", a) for n, a in W.items()])
+    summary = json.loads(run(mtc, model, "--json").stdout)
+    marked = [q["name"] for q in summary["params"] if q.get("buffer")]
+    t = {k: int(v) for k, v in TINY.items()}
+    want = [f"model.layers.{i}.mlp.gate.e_score_correction_bias" for i in range(int(config_value(open(model).read(),
+                                                                                                "DENSE")), t["L"])]
+    if marked != want or summary["buffers_total"] != t["E"] * len(want):
+        fail(f"mtc --json marks {marked} as buffers, {summary['buffers_total']} elements; want {want}")
     p = run(mtc, model, "-o", plan, "--target", "tiny-1layer", "--dtype", "f32")
     if p.returncode != 0:
         fail("mtc (deepseek-v3 tiny, f32) failed", p)
@@ -191,13 +203,18 @@ def check_step(mtc, mtrun, tmp):
     mt_loss = [json.loads(l)["loss"] for l in open(log) if '"loss"' in l][0]
     hf_loss, hf_grads = hf_step(W, T)
     ungrouped, _ = hf_step(W, T, n_group=1, topk_group=1)
+    unbiased, _ = hf_step(W, T, bias=False)
     rel = abs(mt_loss - hf_loss) / hf_loss
     print(f"deepseek-v3 step 1: loss mt {mt_loss:.9g}, transformers {hf_loss:.9g} ({rel:.1e} relative); "
-          f"without the group limit transformers gives {ungrouped:.9g}")
+          f"without the group limit transformers gives {ungrouped:.9g}, without the bias {unbiased:.9g}")
     if not rel <= 1e-5:
         fail(f"step 1 loss {mt_loss!r} against transformers' {hf_loss!r} ({rel:.1e}; 1e-5 allowed)")
-    if not abs(ungrouped - hf_loss) > 1e-4 * hf_loss:
-        fail(f"the group limit does not change transformers' loss here ({ungrouped!r}): the check would not see it")
+    if not abs(ungrouped - hf_loss) > 1e-4 * hf_loss or not abs(unbiased - hf_loss) > 1e-4 * hf_loss:
+        fail(f"the group limit or the bias does not change transformers' loss here ({ungrouped!r}, {unbiased!r}): "
+             "the check would not see it")
+    biases = [n for n in W if n.endswith("e_score_correction_bias")]
+    if not biases or any(not np.array_equal(got[n], W[n]) for n in biases):
+        fail(f"the routing bias buffers {biases} are missing or moved by the step: a buffer is not trained")
     errs = {}
     for n, g in hf_grads.items():
         u = W[n].astype(np.float64) - got[n].astype(np.float64)  # lr g / (|g| + eps)

@@ -140,6 +140,10 @@ EXPECTED = {
 }
 
 
+# Buffers (DSL `buffer`, not parameters) an example declares, in elements: DeepSeek-V3's routing bias, 58 x 256
+BUFFERS = {"deepseek-v3.mt": 58 * 256}
+
+
 def readme_counts(path):
     """{example file name: parameter count} from the README's rows "| `examples/X.mt` | ... | 1,234 |"."""
     out = {}
@@ -175,10 +179,15 @@ def main():
             bad += 1
             continue
         d = json.loads(proc.stdout)
-        params = {p["name"]: p["shape"] for p in d["params"]}
+        params = {p["name"]: p["shape"] for p in d["params"] if not p.get("buffer")}
+        buffers = {p["name"]: p["shape"] for p in d["params"] if p.get("buffer")}  # (not parameters: apart)
         errors = []
-        if len(params) != len(d["params"]):
+        if len(params) + len(buffers) != len(d["params"]):
             errors.append("duplicate checkpoint names")
+        if sum(eval("*".join(map(str, s))) for s in buffers.values()) != d["buffers_total"]:
+            errors.append(f"the buffers {sorted(buffers)} do not sum to buffers_total {d['buffers_total']}")
+        if d["buffers_total"] != BUFFERS.get(name, 0):
+            errors.append(f"buffers_total {d['buffers_total']}, expected {BUFFERS.get(name, 0)}")
         counted = sum(eval("*".join(map(str, s))) for s in params.values())
         if counted != d["params_total"]:
             errors.append(f"params list sums to {counted}, params_total says {d['params_total']}")
@@ -202,8 +211,8 @@ def main():
         want = sorted(k["params_per_layer"] for k in kinds for _ in range(k["layers"]))
         if sorted(per_layer.values()) != want:
             errors.append(f"the layers' tensors sum to {sorted(set(per_layer.values()))} a layer; by_kind says {kinds}")
-        if len(d["params"]) != ntensors:
-            errors.append(f"{len(d['params'])} tensors, expected {ntensors}")
+        if len(params) != ntensors:
+            errors.append(f"{len(params)} parameter tensors, expected {ntensors}")
         for n, shape in names.items():
             if params.get(n) != shape:
                 errors.append(f"{n}: {params.get(n)}, expected {shape}")
@@ -218,7 +227,11 @@ def main():
         padded = {False: 0, True: 0}  # global, layer
         for n, shape in params.items():
             padded[bool(re.match(re.escape(head) + r"\d+" + re.escape(tail), n))] += (eval("*".join(map(str, shape))) + 15) // 16 * 16
-        if d["host_bytes"] != padded[False] * per + padded[True] * per_layer or d["host_bytes_per_param"] != per_layer:
+        # a buffer is frozen: its storage dtype's bytes only
+        frozen = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for s in buffers.values())
+        frozen_bytes = frozen * (2 if d["compute_dtype"] == "bf16" else 4)
+        if d["host_bytes"] != padded[False] * per + padded[True] * per_layer + frozen_bytes or \
+                d["host_bytes_per_param"] != per_layer:
             errors.append(f"host_bytes {d['host_bytes']} is not {per} x {padded[False]} global and {per_layer} x "
                           f"{padded[True]} layer padded parameters")
         if readme is not None and name in readme and readme[name] != d["params_total"]:

@@ -148,7 +148,7 @@ static int lora_apply(Graph *g, const AdapterOptions *o, Arena *a, Diag *d) {
     }
     for (int i = 0; i < g->params.n; i++) { // peft's rule: only the adapters train (--train may add others)
         Param *p = g->params.items[i];
-        p->frozen = !p->lora;
+        p->frozen = !p->lora || p->buffer;
     }
     return found ? 0 : -1;
 }
@@ -168,7 +168,7 @@ int adapters_apply(Graph *g, const AdapterOptions *o, Arena *a, Diag *d) {
         for (int i = 0; i < g->params.n; i++) {
             Param *p = g->params.items[i];
             if (!pattern_names(o->patterns[k].pattern, p, a)) continue;
-            p->frozen = !o->patterns[k].train;
+            p->frozen = !o->patterns[k].train || p->buffer;
             hits++;
         }
         if (!hits) {

@@ -322,7 +322,8 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
                  .first_use = PART_COUNT,
                  .init = INIT_NORMAL,
                  .init_std = 0.02,
-                 .frozen = pd->frozen};
+                 .frozen = pd->frozen != 0,
+                 .buffer = pd->frozen == 2};
     S->have_bt = 0; // parameter shapes are the model's, whatever the batch
     S->bt_unavailable_in = "a parameter's shape";
     int rc = eval_shape(S, &pd->type, &p->shape);
@@ -333,7 +334,7 @@ static int lower_param(Sema *S, const ParamDecl *pd, int in_block) {
         diag_error(S->d, pd->type.loc, "a parameter needs at least one dimension");
         return -1;
     }
-    if (p->shape.rank == 1) p->init = INIT_ZEROS; // biases; norm gains become ones where used
+    if (p->shape.rank == 1 || p->buffer) p->init = INIT_ZEROS; // biases, buffers; norm gains become ones where used
     if (pd->init && lower_init(S, pd->init, p) != 0) return -1;
     return ptrvec_push(S->a, &S->g->params, p);
 }
@@ -991,23 +992,27 @@ static int check_square_layouts(Sema *S) {
     return 0;
 }
 
-// Warns of each moe whose gates no router limits (graph_routed_experts):
-// every row runs every expert, and is priced so.
-static void warn_unrouted_moe(Sema *S) {
+// Refuses a moe whose gates no router limits (graph_gates_routed): every
+// row would run every expert, at E / top_k times the work, and nothing in
+// the model says so. router(logits, top_k = E) says it.
+static int check_routed_moe(Sema *S) {
     for (int k = 0; k < S->g->nkinds; k++) {
         const Part *block = &S->g->parts[kind_part(k)];
         for (int i = 0; i < block->nodes.n; i++) {
             const Node *n = block->nodes.items[i];
             if (n->op != OP_MOE) continue;
             int64_t E = n->in[1]->shape.dims[n->in[1]->shape.rank - 1];
-            if (E > 1 && graph_routed_experts(S->g, n->in[1]) >= E)
-                diag_warning(S->d, n->loc,
-                             "no router limits moe's gates: every row runs all %lld experts, and is priced so; "
-                             "gate it with router(logits, top_k = K, ...), or a product, quotient or where with "
-                             "its gates",
-                             (long long)E);
+            if (E > 1 && !graph_gates_routed(S->g, n->in[1])) {
+                diag_error(S->d, n->loc,
+                           "no router limits moe's gates: every row would run all %lld experts; gate it with "
+                           "router(logits, top_k = K, ...) (or a product, quotient or where with its gates), or write "
+                           "router(logits, top_k = %lld, ...) to run every expert on every row",
+                           (long long)E, (long long)E);
+                return -1;
+            }
         }
     }
+    return 0;
 }
 
 Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
@@ -1021,9 +1026,9 @@ Graph *sema_lower(const Model *m, const SemaOptions *opt, Arena *a, Diag *d) {
     if (lower_config(&S) != 0 || lower_train(&S) != 0 || bind_batch_seq(&S, opt) != 0) goto fail;
     for (int i = 0; i < m->params.n; i++)
         if (lower_param(&S, m->params.items[i], 0) != 0) goto fail;
-    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0 || check_square_layouts(&S) != 0)
+    if (lower_block(&S) != 0 || lower_forward(&S) != 0 || check_params_used(&S) != 0 || check_square_layouts(&S) != 0 ||
+        check_routed_moe(&S) != 0)
         goto fail;
-    warn_unrouted_moe(&S);
     d->lowered++;
     return S.g;
 oom:

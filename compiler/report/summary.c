@@ -20,6 +20,10 @@ void summary_compute(const Graph *g, int ranks, Summary *s) {
     for (int i = 0; i < g->params.n; i++) {
         const Param *p = g->params.items[i];
         int64_t n = shape_numel(&p->shape);
+        if (p->buffer) {
+            s->buffers += n * param_copies(g, p);
+            continue;
+        }
         if (p->in_block) per_kind[p->kind] += n;
         else if (p->first_use == PART_HEAD) s->head += n;
         else s->tail += n;
@@ -53,6 +57,20 @@ static const char *grouped(int64_t v, char *buf) {
     return buf;
 }
 
+// The buffers' elements, not parameters, and their checkpoint names
+// ("{i}." the layer where in a block).
+static void print_buffers(FILE *out, const Graph *g, int64_t elements) {
+    char b1[40];
+    fprintf(out, "  %-8s %20s  (not parameters:", "buffers", grouped(elements, b1));
+    for (int i = 0, first = 1; i < g->params.n; i++) {
+        const Param *p = g->params.items[i];
+        if (!p->buffer) continue;
+        fprintf(out, "%s %s%s", first ? "" : ",", p->in_block ? p->prefix : "", p->ckpt);
+        first = 0;
+    }
+    fprintf(out, ")\n");
+}
+
 void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
     Summary s;
     summary_compute(g, ranks, &s);
@@ -74,6 +92,7 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
     fprintf(out, "  %-8s %20s", "tail", grouped(s.tail, b1));
     if (s.tied) fprintf(out, "  (+ %s tied with the head, counted once)", grouped(s.tied, b3));
     fprintf(out, "\n  %-8s %20s\n", "total", grouped(s.total, b1));
+    if (s.buffers) print_buffers(out, g, s.buffers);
     fprintf(out, "  host memory %s bytes (%.2f GB): %lld B/param = fp32 master 4 + Adam m, v 8 + %s%s%s\n",
             grouped(s.host_bytes, b1), (double)s.host_bytes / 1e9, (long long)s.bytes_per_param,
             s.grads_bf16 ? "bf16 grads 2" : "fp32 grads 4",
@@ -88,12 +107,12 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
                 (double)frozen * (double)storage_weight_bytes(t->compute) / 1e9);
 }
 
-static void json_param(FILE *out, const char *name, const Shape *shape, int *first) {
+static void json_param(FILE *out, const char *name, const Shape *shape, int buffer, int *first) {
     fprintf(out, "%s\n    {\"name\": ", *first ? "" : ",");
     json_str(out, name);
     fprintf(out, ", \"shape\": [");
     for (int d = 0; d < shape->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)shape->dims[d]);
-    fprintf(out, "]}");
+    fprintf(out, "]%s}", buffer ? ", \"buffer\": true" : "");
     *first = 0;
 }
 
@@ -108,7 +127,7 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
             (long long)g->train.seq, dtype_name(g->train.compute));
     fprintf(out, "  \"params_total\": %lld,\n  \"params_head\": %lld,\n  \"params_tail\": %lld,\n", (long long)s.total,
             (long long)s.head, (long long)s.tail);
-    fprintf(out, "  \"params_tied\": %lld,\n", (long long)s.tied);
+    fprintf(out, "  \"params_tied\": %lld,\n  \"buffers_total\": %lld,\n", (long long)s.tied, (long long)s.buffers);
     fprintf(out, "  \"blocks\": [{\"name\": ");
     json_str(out, g->block_name);
     fprintf(out, ", \"prefix\": ");
@@ -142,7 +161,7 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
                 Shape es = param_element_shape(p);
                 for (int64_t e = 0; e < param_elements(p); e++) {
                     char *name = param_ckpt_name(a, p, layer, e);
-                    json_param(out, name ? name : "?", &es, &first);
+                    json_param(out, name ? name : "?", &es, p->buffer, &first);
                 }
             }
         }
