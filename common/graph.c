@@ -63,6 +63,7 @@ static const char *const OP_NAMES[] = {
     "delta_rule_bwd",
     "ssd",
     "ssd_bwd",
+    "floor",
 };
 _Static_assert(sizeof OP_NAMES / sizeof OP_NAMES[0] == OP_COUNT, "OP_NAMES out of sync with OpKind");
 

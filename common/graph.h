@@ -111,6 +111,7 @@ typedef enum {
     OP_SSD,            // q, k, v, g, beta as OP_DELTA_RULE -> [B, T, H*Dv]: the gated linear recurrence of
                        // Mamba-2 (q = C, k = B, v = x, g = A dt, beta = dt); heads H, kv_heads the groups
     OP_SSD_BWD,        // dy, q, k, v, g, beta -> packed [dq | dk | dv | dg | dbeta]
+    OP_FLOOR,          // floor(a), appended likewise; no gradient, as the comparisons (Llama 4's temperature)
     OP_COUNT
 } OpKind;
 
@@ -184,6 +185,14 @@ typedef struct Node {
     // derives as one: {the OP_ATTENTION, exp(lse - lse with the sinks) [B, T, H], the sinks [H]}.
     struct Node *sink[3];
 } Node;
+
+// Whether attention backward n is one of an attention with sinks: it reads
+// y' and the lse with the sinks L' [B, H, T] (compiler/front/autodiff.c's
+// sink_rule) rather than its OP_ATTENTION and OP_ATTENTION_LSE; a kernel
+// that recomputes the probabilities P takes them to P exp(L - L').
+static inline int attention_sinks_form(const Node *n) {
+    return n->op == OP_ATTENTION_BWD && n->in[4]->op != OP_ATTENTION;
+}
 
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers
 // of a micro-batch, one per stream (the runtime's; device memory on a GPU):

@@ -122,7 +122,7 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
         t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 ||
         t->window < 0 || t->window >= LIM || (t->window && !t->causal) || t->chunk < 0 || t->chunk >= LIM ||
-        !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
+        (t->chunk && !t->causal) || !(t->scale > 0) || isinf(t->scale) || !(t->softcap >= 0) || isinf(t->softcap))
         return fail(err, cap, "attention with bad geometry");
     int64_t nq = t->B * t->T * t->H * t->D, nk = t->B * t->T * t->KVH * t->D;
     int64_t ny = t->B * t->T * t->H * t->Dv, nv = t->B * t->T * t->KVH * t->Dv; // y and dy, v

@@ -93,6 +93,7 @@ static const signed char ARITY[] = {
     [OP_ERF] = 1,
     [OP_EXP] = 1,
     [OP_LOG] = 1,
+    [OP_FLOOR] = 1,
     [OP_ABS] = 1,
     [OP_LT] = 2,
     [OP_LE] = 2,
@@ -428,7 +429,11 @@ static int same_attention(const Node *a, const Node *b) {
 // its q and k and options; the backward reads that attention and that lse.
 static int attention_linked(const Node *n) {
     if (n->op == OP_ATTENTION_BWD) {
-        const Node *y = n->in[4];
+        const Node *y = n->in[4], *l = n->in[5], *q = n->in[1];
+        if (y->op != OP_ATTENTION) // with sinks: y' and the lse with the sinks (attention_sinks_form)
+            return l->dtype == DT_F32 && l->shape.rank == 3 && q->shape.rank == 3 &&
+                   l->shape.dims[0] == q->shape.dims[0] && l->shape.dims[1] == n->heads &&
+                   l->shape.dims[2] == q->shape.dims[1] && shape_eq(&y->shape, &n->in[0]->shape);
         return y->op == OP_ATTENTION && n->in[5] == y->in[3] && n->in[1] == y->in[0] && n->in[2] == y->in[1] &&
                n->in[3] == y->in[2] && same_attention(n, y);
     }

@@ -13,7 +13,9 @@ AdamW step with betas (0, 0), eps 1e6, lr 1e12, no decay or clipping: the
 update lr g / (|g| + eps), inverted) equal torch's autograd to 2e-5 of the
 largest (the f32 floor of that reading). So that the check can fail, the same torch model without the sinks
 misses mt's loss by more than 1e-3. The bf16 plan's loss is within 1e-2 of
-it.
+it. The sinks add no attention work: the graph holds one attention, its lse
+and one attention backward (before, the backward ran a second attention
+and its backward).
 
 usage: check_attention_sinks.py MTC MTRUN   (from the project root)
 """
@@ -119,6 +121,22 @@ def mt_step(mtc, mtrun, W, data, tmp, window, dtype):
     return loss, grads
 
 
+def one_attention(mtc, tmp):
+    """The sinks cost no attention work: the graph holds one attention, its lse
+    and one attention backward (the block's, once for every layer), as
+    without them."""
+    model = os.path.join(tmp, "g.mt")
+    with open(model, "w") as f:
+        f.write(MODEL.replace(" WINDOW", ""))
+    p = run(mtc, model, "--batch", 1, "--seq", T, "--dump-graph")
+    if not check(p.returncode == 0, "mtc --dump-graph", p):
+        return
+    ops = [l.split("=", 1)[1].split()[0] for l in p.stdout.splitlines() if " = attention" in l]
+    counts = {o: ops.count(o) for o in ("attention_lse", "attention", "attention_bwd")}
+    if check(counts == {o: 1 for o in counts}, f"attention nodes with sinks: {counts}, want one of each"):
+        print(f"ok   one attention, its lse and one attention backward: {counts}")
+
+
 def main():
     mtc, mtrun = sys.argv[1:3]
     rng = np.random.default_rng(3)
@@ -130,6 +148,7 @@ def main():
         with open(data, "wb") as f:  # llm.c's token file: 256 int32 of header, then uint16 tokens
             f.write(struct.pack("<256i", 20240520, 1, tokens.size, *([0] * 253)))
             f.write(tokens.astype("<u2").tobytes())
+        one_attention(mtc, tmp)
         for window in (0, 4):
             what = f"T = {T}, " + (f"window {window}" if window else "full causal")
             want, gwant = torch_loss(W, x, y, window)

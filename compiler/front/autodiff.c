@@ -253,64 +253,33 @@ static int attention_grads(AD *ad, const Node *a, Node *dy, Node *y, Node *lse) 
            accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));
 }
 
-// dy [B, T, H*W] times w [B, T, H] (times c) by head, or NULL.
-static Node *by_head(AD *ad, Node *dy, Node *w, int64_t H, double c) {
-    int64_t B = dy->shape.dims[0], T = dy->shape.dims[1], W = dy->shape.dims[2] / H;
-    Shape y4 = {4, {B, T, H, W}}, w4 = {4, {B, T, H, 1}};
-    Node *a = emit1(ad, OP_RESHAPE, &y4, dy->loc, dy), *b = w ? emit1(ad, OP_RESHAPE, &w4, dy->loc, w) : NULL;
-    Node *m = a && b ? emit2(ad, OP_MUL, &y4, dy->loc, a, b) : NULL;
-    Node *k = c != 1 ? graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, dy->loc, 0, NULL) : NULL;
-    if (k) k->value = c;
-    if (m && k) m = emit2(ad, OP_MUL, &y4, dy->loc, m, k);
-    return m && (c == 1 || k) ? emit1(ad, OP_RESHAPE, &dy->shape, dy->loc, m) : NULL;
-}
-
-// An attention with sinks (Node.sink: y' = y w, w = exp(L - L') [B, T, H]
-// the share of the keys beside the sink; ops.c's attention_sinks), as one.
-// The plain attention backward from dy' w gives v's gradient and the
-// logits' w P (dP - D), D = dy' . y per row; with the sink it is
-// w P (dP - w D), so c P is added, c = w (1 - w) D: the gradient of c L,
-// which reaches q as scale c (P k) (an attention of k) and k as P^T (scale
-// c q) (v's part of that attention's backward). The sink logit takes -sum
-// over rows of (1 - w) w D = -c. No softcap (sema refuses it).
+// An attention with sinks (Node.sink: y' = y exp(L - L'), L' [B, T, H] the
+// lse with the sink; ops.c's attention_sinks), as one. With the sink the
+// probabilities are P' = exp(score - L'), and the attention backward given
+// y' and L' (rather than y and L) is exact as it stands: its delta,
+// rowsum(dy' * y'), is sum_j P'_j dP_j, and dS = P' (dP - delta) (the
+// kernels use the lse and y they are given; the cpu's recompute P and take
+// it to P' by exp(L - L')). The sink logit s takes -sum over rows of
+// exp(s - L') delta, the sink's probability times delta. No softcap (sema
+// refuses it).
 static int sink_rule(AD *ad, Node *n, Node *dy) {
-    Node *att = n->sink[0], *w = n->sink[1], *sinks = n->sink[2], **in = att->in;
-    int64_t B = n->shape.dims[0], T = n->shape.dims[1], H = att->heads, nq = shape_numel(&in[0]->shape);
-    int64_t dv = n->shape.dims[2] / H, D = in[0]->shape.dims[2] / H;
-    double scale = att->scale > 0 ? att->scale : 1 / sqrt((double)D);
-    Shape bth = {3, {B, T, H}}, d4 = {4, {B, T, H, 1}}, y4 = {4, {B, T, H, dv}};
-    if (attention_grads(ad, att, by_head(ad, dy, w, H, 1), att, in[3]) != 0) return -1;
-    Node *dy4 = emit1(ad, OP_RESHAPE, &y4, n->loc, dy), *yr = emit1(ad, OP_RESHAPE, &y4, n->loc, att);
+    Node *att = n->sink[0], *lse_bth = n->sink[1], *sinks = n->sink[2];
+    int64_t B = n->shape.dims[0], T = n->shape.dims[1], H = att->heads, dv = n->shape.dims[2] / H;
+    Shape bth = {3, {B, T, H}}, bht = {3, {B, H, T}}, d4 = {4, {B, T, H, 1}}, y4 = {4, {B, T, H, dv}};
+    Node *lse = emit1(ad, OP_TRANSPOSE, &bht, n->loc, lse_bth); // L' [B, H, T]
+    if (!lse) return -1;
+    lse->wide = 1;
+    if (attention_grads(ad, att, dy, n, lse) != 0) return -1;
+    Node *dy4 = emit1(ad, OP_RESHAPE, &y4, n->loc, dy), *yr = emit1(ad, OP_RESHAPE, &y4, n->loc, n);
     Node *dyy = dy4 && yr ? emit2(ad, OP_MUL, &y4, n->loc, dy4, yr) : NULL;
-    Node *rows = dyy ? emit1(ad, OP_SUM_TO, &d4, n->loc, dyy) : NULL; // D = dy' . y [B, T, H, 1]
-    Node *one = graph_add_node(ad->a, ad->part, ad->pk, OP_CONST, DT_F32, NULL, n->loc, 0, NULL);
-    if (!rows || !one) return -1;
-    one->value = 1;
-    Node *rest = emit2(ad, OP_SUB, &bth, n->loc, one, w), *ww = rest ? emit2(ad, OP_MUL, &bth, n->loc, w, rest) : NULL;
-    Node *r3 = emit1(ad, OP_RESHAPE, &bth, n->loc, rows),
-         *c = ww && r3 ? emit2(ad, OP_MUL, &bth, n->loc, ww, r3) : NULL;
+    Node *rows = dyy ? emit1(ad, OP_SUM_TO, &d4, n->loc, dyy) : NULL; // delta = dy' . y' [B, T, H, 1]
+    Node *delta = rows ? emit1(ad, OP_RESHAPE, &bth, n->loc, rows) : NULL;
+    Node *ds = emit2(ad, OP_SUB, &bth, n->loc, sinks, lse_bth), *ps = ds ? emit1(ad, OP_EXP, &bth, n->loc, ds) : NULL;
+    Node *c = ps && delta ? emit2(ad, OP_MUL, &bth, n->loc, ps, delta) : NULL; // exp(s - L') delta
     Node *neg = c ? emit1(ad, OP_NEG, &bth, n->loc, c) : NULL;
-    if (!neg || accumulate(ad, sinks, sum_to(ad, neg, &sinks->shape)) != 0) return -1;
-    rows->wide = c->wide = 1;
-    Node *lse_in[2] = {in[0], in[1]}, *lse = emit(ad, OP_ATTENTION_LSE, &in[3]->shape, n->loc, 2, lse_in);
-    Node *pk_in[4] = {in[0], in[1], in[1], lse},
-         *pk = lse ? emit(ad, OP_ATTENTION, &in[0]->shape, n->loc, 4, pk_in) : NULL;
-    if (!pk) return -1; // P k [B, T, H*D]
-    for (int i = 0; i < 2; i++) {
-        Node *m = i ? pk : lse;
-        m->heads = att->heads, m->kv_heads = att->kv_heads, m->causal = att->causal;
-        m->window = att->window, m->chunk = att->chunk, m->scale = att->scale, m->softcap = 0;
-    }
-    if (accumulate(ad, in[0], by_head(ad, pk, c, H, scale)) != 0) return -1;
-    Node *cq = by_head(ad, in[0], c, H, scale);
-    int64_t nk = shape_numel(&in[1]->shape);
-    Node *args[6] = {cq, in[0], in[1], in[1], pk, lse};
-    Node *p = cq ? packed(ad, OP_ATTENTION_BWD, nq + 2 * nk, n->loc, 6, args) : NULL;
-    if (p) {
-        p->heads = att->heads, p->kv_heads = att->kv_heads, p->causal = att->causal;
-        p->window = att->window, p->chunk = att->chunk, p->scale = att->scale, p->softcap = 0;
-    }
-    return accumulate(ad, in[1], view(ad, p, nq + nk, &in[1]->shape));
+    if (!neg) return -1;
+    rows->wide = ds->wide = ps->wide = c->wide = neg->wide = 1;
+    return accumulate(ad, sinks, sum_to(ad, neg, &sinks->shape));
 }
 
 static int node_rule(AD *ad, Node *n, Node *dy) {
@@ -326,6 +295,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     case OP_LT:
     case OP_LE:
     case OP_EQ:
+    case OP_FLOOR:
     case OP_TOP_K: return 0;
     case OP_TANH:
     case OP_SIGMOID:

@@ -55,6 +55,7 @@ static const OpSpec OP_SPECS[] = {
     {"exp", OP_MATHS, 1, 1, "", "exp(x)", OP_EXP, 0},
     {"log", OP_MATHS, 1, 1, "", "log(x)", OP_LOG, 0},
     {"abs", OP_MATHS, 1, 1, "", "abs(x)", OP_ABS, 0},
+    {"floor", OP_MATHS, 1, 1, "", "floor(x)", OP_FLOOR, 0},
     {"lt", OP_COMPARE, 2, 2, "", "lt(a, b)", OP_LT, 0},
     {"le", OP_COMPARE, 2, 2, "", "le(a, b)", OP_LE, 0},
     {"gt", OP_COMPARE_SWAPPED, 2, 2, "", "gt(a, b)", OP_LT, 0},
@@ -638,7 +639,8 @@ static Node *lower_rope(Sema *S, const Args *a) {
 // denominator without the sink), exactly: L' = log(exp(L) + exp(s)), the
 // output y w with w = exp(L - L'). Written with graph ops ([B, T, H] by
 // position, the lse transposed), kept fp32 under bf16 (Node.wide); autodiff
-// takes the result as one (Node.sink, autodiff.c's sink_rule).
+// takes the result as one (Node.sink, autodiff.c's sink_rule): the attention
+// backward of y w with L' (no second attention).
 static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int64_t heads) {
     int64_t B = y->shape.dims[0], T = y->shape.dims[1], dv = y->shape.dims[2] / heads;
     Shape bth = {3, {B, T, heads}}, y4 = {4, {B, T, heads, dv}}, s4 = {4, {B, T, heads, 1}};
@@ -661,7 +663,7 @@ static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int6
     Node *w = new_node(S, OP_RESHAPE, DT_F32, &s4, loc, 1, &n[11]);
     Node *p = yr && w ? new_node(S, OP_MUL, DT_F32, &y4, loc, 2, (Node *[]){yr, w}) : NULL;
     Node *out = p ? new_node(S, OP_RESHAPE, DT_F32, &y->shape, loc, 1, &p) : NULL;
-    if (out) out->sink[0] = y, out->sink[1] = n[11], out->sink[2] = s;
+    if (out) out->sink[0] = y, out->sink[1] = n[9], out->sink[2] = s;
     return out;
 }
 
@@ -686,8 +688,9 @@ static Node *lower_attention(Sema *S, const Args *a) {
                    we && window < 1 ? "window" : "chunk", (long long)(we && window < 1 ? window : chunk));
         return NULL;
     }
-    if (we && !causal) {
-        diag_error(S->d, we->loc, "a sliding window is causal; drop causal = false");
+    if ((we || ce) && !causal) {
+        diag_error(S->d, we ? we->loc : ce->loc, "a %s is causal; drop causal = false",
+                   we ? "sliding window" : "chunked attention");
         return NULL;
     }
     Node *sinks = NULL; // [heads]: gpt-oss's sink logits

@@ -480,8 +480,8 @@ int lower_expr(Sema *S, const Expr *e, Val *out) {
                        e->str, S->block_name, S->block_name);
             return -1;
         }
-        // a function of constants: sqrt, ln, min, ... always; exp, log and abs, also ops, of constants
-        if (is_const_function(e->str) && (!word_in_list("exp log abs", e->str) || is_const_expr(S, e))) {
+        // a function of constants: sqrt, ln, min, ... always; exp, log, abs and floor, also ops, of constants
+        if (is_const_function(e->str) && (!word_in_list("exp log abs floor", e->str) || is_const_expr(S, e))) {
             out->is_num = 1;
             return eval_num(S, e, &out->num);
         }

@@ -49,6 +49,7 @@ static int row_local(const Node *n, int64_t T, const Node *output) {
     case OP_ERF:
     case OP_EXP:
     case OP_LOG:
+    case OP_FLOOR:
     case OP_ABS:
     case OP_LT:
     case OP_LE:

@@ -104,6 +104,7 @@ static int operand_rowlocal(const Node *n, int j) {
     case OP_ERF:
     case OP_EXP:
     case OP_LOG:
+    case OP_FLOOR:
     case OP_ABS:
     case OP_LT:
     case OP_LE:
@@ -704,6 +705,12 @@ static int node_val(KB *b, int i, int col) {
     case OP_ERF: v = f32(b, erf_by_exp(b, f64(b, val(b, n->in[0], col)))); break;
     case OP_EXP: v = un(b, KOP_EXP, val(b, n->in[0], col)); break;
     case OP_LOG: v = un(b, KOP_LOG, val(b, n->in[0], col)); break;
+    case OP_FLOOR: { // the integer conversion truncates: one less where that rose above x
+        int x = f64(b, val(b, n->in[0], col)),
+            r = emit(b, KOP_CVT, KT_F64, emit(b, KOP_CVT, KT_I64, x, 0, 0, 0), 0, 0, 0);
+        v = f32(b, sel(b, cmp(b, KOP_LT, x, r), bin(b, KOP_SUB, r, cst(b, KT_F64, 1)), r));
+        break;
+    }
     case OP_ABS: {
         int x = val(b, n->in[0], col);
         v = bin(b, KOP_MAX, x, un(b, KOP_NEG, x));

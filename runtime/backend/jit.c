@@ -13,6 +13,7 @@
 #include <llvm-c/Target.h>
 #include <llvm-c/TargetMachine.h>
 #include <llvm-c/Transforms/PassBuilder.h>
+#include <math.h>
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
@@ -567,7 +568,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     f32_operands(j, k, base, offsets, ops);
     if (k->args[0].dtype == KT_BF16 || j->seg_start) { // (documents: the plain kernel masks them)
         const Node *n = j->g->parts[part].nodes.items[k->anchor];
-        void *in[4] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL};
+        void *in[6] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL, bwd ? ops[5] : NULL, bwd ? ops[6] : NULL};
         if (bwd) kernel_run_doc_starts_f32(n, ops[0], in, j->seg_start);
         else kernel_attention_doc_starts_f32(n, ops[0], ops[4], in, j->seg_start);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
@@ -581,6 +582,8 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
     void *a0[3] = {S, t->softcap > 0 ? C : L, L}, *a1[3] = {S, dP, C};
     float *lse = bwd ? NULL : ops[4]; // (B, H, T)
+    const Node *n = j->g->parts[part].nodes.items[k->anchor];
+    const float *lse_sinks = bwd && attention_sinks_form(n) ? ops[6] : NULL; // (B, H, T) L' with the sinks
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D,
@@ -592,6 +595,11 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
                 sgemm(0, 0, T, Dv, T, S, T, vh, KV, 0.0f, out + b * T * HV + h * Dv, HV);
                 continue;
             }
+            if (lse_sinks) // P exp(L - L'): the probabilities with the sink
+                for (int64_t r = 0; r < T; r++) {
+                    const float w = expf(L[r] - lse_sinks[(b * t->H + h) * T + r]);
+                    for (int64_t c = 0; c < T; c++) S[r * T + c] *= w;
+                }
             const float *dyh = dy + b * T * HV + h * Dv;
             sgemm(0, 1, T, T, Dv, dyh, HV, vh, KV, 0.0f, dP, T);
             call(f1, a1, 0, T, NULL);

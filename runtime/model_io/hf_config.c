@@ -239,6 +239,12 @@ static void describe_model(const Graph *g, HfModel *h, char *why, size_t whycap)
                      (long long)l);
             break;
         }
+        if (a->chunk > 0) {
+            snprintf(why, whycap,
+                     "layer %lld's attention is chunked (Llama 4's), which these families' configs cannot say",
+                     (long long)l);
+            break;
+        }
         if (a->window > 0) {
             if (windowed_layers++ && a->window != window)
                 snprintf(why, whycap, "its layers use two sliding windows (%lld, %lld)", (long long)window,
