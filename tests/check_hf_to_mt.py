@@ -142,7 +142,7 @@ CASES = {
 # openai/gpt-oss-20b less its quantization_config), with no example to compare graphs with: the tool's model must
 # count transformers' parameters (AutoModelForCausalLM.from_config on the meta device: 3.08B, 8.17B, 3.40B, 671B,
 # 106B, 108B, 20.9B) and name the routing bias buffers (e_score_correction_bias, one [E] a
-# MoE layer) apart as frozen elements.
+# MoE layer) apart, as buffers (mtc --json's buffers_total).
 SMOLLM3 = {"architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
         "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
         "intermediate_size": 11008, "max_position_embeddings": 65536, "max_window_layers": 28, "mlp_bias": False,
@@ -233,7 +233,7 @@ LLAMA4_SCOUT = {"architectures": ["Llama4ForConditionalGeneration"], "boi_token_
                 "text_config": SCOUT_TEXT, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
                 "transformers_version": "4.51.0.dev0",
                 "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 34}}
-# name -> (config.json, transformers' parameter count, the buffer elements mt holds as frozen params, --no-dropout)
+# name -> (config.json, transformers' parameter count, its buffer elements mt counts apart (buffers_total), --no-dropout)
 PUBLISHED = {
     "SmolLM3-3B": (SMOLLM3, 3_075_098_624, 0, False),
     "Granite 3.1 8B": (GRANITE31, 8_170_848_256, 0, True),  # attention_dropout 0.1
@@ -271,7 +271,7 @@ def tool(config, out, no_dropout=False, folder=None):
 
 def published(mtc, tmp):
     """The newer families' published configs: transformers' parameter count, the routing bias apart."""
-    for what, (config, count, frozen, no_dropout) in PUBLISHED.items():
+    for what, (config, count, buffers, no_dropout) in PUBLISHED.items():
         out = os.path.join(tmp, "published.mt")
         if no_dropout:
             ok, msg = tool(config, out)
@@ -283,12 +283,11 @@ def published(mtc, tmp):
         if not check(s.returncode == 0 and "warning" not in s.stderr, f"{what}: mtc: {s.stderr[-400:]}"):
             continue
         j = json.loads(s.stdout)
-        total, held = j["params_total"] - j.get("host_frozen_elems", 0), j.get("host_frozen_elems", 0)
-        if check(total == count and held == frozen, f"{what}: the tool's model counts {total:,} parameters and "
-                                                    f"{held:,} frozen; transformers {count:,} and {frozen:,} buffer "
-                                                    "elements"):
+        total, held = j["params_total"], j.get("buffers_total", 0)
+        if check(total == count and held == buffers, f"{what}: the tool's model counts {total:,} parameters and "
+                                                    f"{held:,} buffer elements; transformers {count:,} and {buffers:,}"):
             print(f"ok   {what}: {total:,} parameters, transformers' count" +
-                  (f", and {held:,} routing bias elements frozen" if held else ""))
+                  (f", and {held:,} routing bias buffer elements apart" if held else ""))
 
 
 def check_finetune(mtc, tmp, config):

@@ -15,8 +15,8 @@ GraniteMoeHybridForCausalLM with attention layers only and no experts
 (Granite 4.0 Micro). deepseek_v3: DeepseekV3ForCausalLM (latent attention,
 YaRN, interleaved rope pairs, a dense layer, sigmoid routing with a nonzero
 selection bias, 2 of 4 groups eligible, renormalised and scaled, a shared
-expert; the bias is a buffer in transformers and a frozen param in mt, so it
-must come back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
+expert; the bias is a buffer in transformers and in mt, so it must come
+back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
 (q/k/v biases, rope on half of each head, per-head q/k norms, the same
 routing). llama4: Llama4ForCausalLM (Scout's text model: rope layers with
 chunked attention and the weightless q/k norm, a NoPE layer with the
@@ -411,8 +411,8 @@ def one(family, mtc, mtrun, stream):
     print(f"{family} step 1 loss: mt {lines[0]['loss']:.9f}, transformers {want:.9f} ({e:.1e} relative)")
     worst, where = 0.0, None
     for name, w in W.items():
-        if name.endswith("e_score_correction_bias"):  # a buffer, a frozen param in mt: neither trains it
-            check(np.array_equal(w, got[name]), f"the frozen selection bias {name} moved")
+        if name.endswith("e_score_correction_bias"):  # a buffer in both: neither trains it
+            check(np.array_equal(w, got[name]), f"the selection bias buffer {name} moved")
             continue
         u = w.astype(np.float64) - got[name].astype(np.float64)  # lr g / (|g| + eps)
         mine, theirs = u * eps / (lr - np.abs(u)), hf_grads(grad, name, family)

@@ -1086,15 +1086,15 @@ def granitemoehybrid(mt, cfg, raw, name):
 
 def sigmoid_router(P, cfg):
     """DeepSeek-V3's and GLM-4.5's router (transformers' TopkRouter), the DSL's router with sigmoid scores: the
-    choice adds the selection bias (e_score_correction_bias, a buffer: a frozen parameter here, as transformers
-    trains it: no gradient, no update); with n_group groups, only the topk_group groups whose two largest choices
+    choice adds the selection bias (e_score_correction_bias, a buffer, as transformers trains it: no gradient, no
+    update); with n_group groups, only the topk_group groups whose two largest choices
     sum highest are eligible; the top K choices' scores, renormalised (norm_topk_prob), times
     routed_scaling_factor. The router's parameters declared with P; returns the statements from m to the gates."""
     G, TG = cfg.n_group or 1, cfg.topk_group or 1
     need(cfg.n_routed_experts % G == 0, "n_group", G, f"does not divide n_routed_experts {cfg.n_routed_experts}")
     need(1 <= TG <= G, "topk_group", TG, f"needs 1 to n_group ({G}) groups")
     P('param router "mlp.gate.weight" [E, C]')
-    P('param sel_bias "mlp.gate.e_score_correction_bias" [E] init = zeros frozen # a buffer: used for choosing only')
+    P('param sel_bias "mlp.gate.e_score_correction_bias" [E] buffer # used for choosing only')
     kw = ", normalize = true" if cfg.norm_topk_prob else ""
     kw += ", groups = G, top_groups = TG" if TG < G else ""
     return ["logits = m @ transpose(router)",
@@ -1389,12 +1389,9 @@ def llama4_block(L, header, pre, use_rope, chunked, moe, tune, qk_norm, rope_kw)
         P("q = a @ transpose(wq) # no rope in this layer (no_rope_layers: 0)")
         P("k = a @ transpose(wk)")
         if tune:
-            P("# attn_temperature_tuning: the queries at position t times log(floor((t + 1) / FS) + 1) ATTS + 1, the")
-            P("# floor counted as the multiples of FS up to t + 1")
-            P("steps = sum(ge(reshape(arange(T, dtype = f32) + 1, [T, 1]), "
-              "FS * arange(floor(1.0 * T / FS) + 1, dtype = f32)), axis = -1) - 1 # [T, 1]")
-            P("q = reshape(reshape(q, [B, T, NH, HS]) * reshape(log(steps + 1) * ATTS + 1, [T, 1, 1]), "
-              "[B, T, NH * HS])")
+            P("# attn_temperature_tuning: the queries at position t times log(floor((t + 1) / FS) + 1) ATTS + 1")
+            P("temp = log(floor((arange(T, dtype = f32) + 1) / FS) + 1) * ATTS + 1 # [T]")
+            P("q = reshape(reshape(q, [B, T, NH, HS]) * reshape(temp, [T, 1, 1]), [B, T, NH * HS])")
     P("x = x + attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV" + (", chunk = CH" if chunked else "")
       + ") @ transpose(wo)")
     P("m = rmsnorm(x, mlp_norm, eps = eps)")
