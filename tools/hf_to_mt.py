@@ -742,12 +742,9 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {{
 
 
 def layer_order(kinds, field, value):
-    """A block order of the layers' kinds: the shortest period repeated, as `[a, b] * (L / n)`, or listed."""
-    period = next(p for p in range(1, len(kinds) + 1) if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
+    """kinds_order of a family written with exactly two kinds of layer."""
     need(len(set(kinds)) == 2, field, value, "mt writes this family with both kinds of layer")
-    if period < len(kinds):
-        return f"[{', '.join(kinds[:period])}] * (L / {period})"
-    return f"[{', '.join(kinds)}]"
+    return kinds_order(kinds)
 
 
 def qwen_next_moe(P, cfg):
