@@ -582,14 +582,7 @@ def gemma(mt, cfg, raw, name):
     kinds = ["local" if t == "sliding_attention" else "global" for t in types]
     for t in types:
         need(t in ("sliding_attention", "full_attention"), "layer_types", t, "mt maps sliding_attention and full_attention")
-    period = next(p for p in range(1, len(kinds) + 1) if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
-    if period < len(kinds) and len(set(kinds[:period])) == 2:
-        n = len(kinds) // period
-        rep = "(L / 2)" if period == 2 else f"(L / {period})"
-        L.append(f"block layers[L] = [{', '.join(kinds[:period])}] * {rep}\n")
-    else:
-        need(len(set(kinds)) == 2, "layer_types", types, "mt writes Gemma with both local and global layers")
-        L.append(f"block layers[L] = [{', '.join(kinds)}]\n")
+    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
     P = lambda s: L.append("  " + s)
     P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * sqrt(C)) # all L layers, streamed by kind")
