@@ -135,6 +135,115 @@ CASES = {
     "bamba-9b.mt": ({'architectures': ['BambaForCausalLM'], 'attention_bias': False, 'attention_dropout': 0.0, 'attn_layer_indices': [9, 18, 27], 'bos_token_id': 128000, 'eos_token_id': 128001, 'hidden_act': 'silu', 'hidden_size': 4096, 'initializer_range': 0.02, 'intermediate_size': 14336, 'mamba_chunk_size': 256, 'mamba_conv_bias': True, 'mamba_d_conv': 4, 'mamba_d_head': 64, 'mamba_d_state': 128, 'mamba_expand': 2, 'mamba_n_groups': 1, 'mamba_n_heads': 128, 'mamba_proj_bias': False, 'max_position_embeddings': 262144, 'mlp_bias': False, 'model_type': 'bamba', 'num_attention_heads': 32, 'num_hidden_layers': 32, 'num_key_value_heads': 8, 'num_logits_to_keep': 1, 'pad_token_id': 0, 'rms_norm_eps': 1e-05, 'rope_theta': 10000.0, 'tie_word_embeddings': False, 'torch_dtype': 'bfloat16', 'use_cache': True, 'vocab_size': 128256, 'z_loss_coefficient': 0.0}, 9_780_235_392),
 }
 
+# The newer families' published config.json values (HuggingFaceTB/SmolLM3-3B, ibm-granite/granite-3.1-8b-base,
+# ibm-granite/granite-4.0-micro less its Mamba fields, which no layer reads, deepseek-ai/DeepSeek-V3 less its
+# quantization_config (fp8 weights: refused by name below), zai-org/GLM-4.5-Air, meta-llama/Llama-4-Scout-17B-16E
+# (its text_config in full; the wrapper's vision fields abridged: the tool reads the language model), and
+# openai/gpt-oss-20b less its quantization_config), with no example to compare graphs with: the tool's model must
+# count transformers' parameters (AutoModelForCausalLM.from_config on the meta device: 3.08B, 8.17B, 3.40B, 671B,
+# 106B, 108B, 20.9B) and name the routing bias buffers (e_score_correction_bias, one [E] a
+# MoE layer) apart, as buffers (mtc --json's buffers_total).
+SMOLLM3 = {"architectures": ["SmolLM3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0, "bos_token_id": 128000,
+        "eos_token_id": 128012, "hidden_act": "silu", "hidden_size": 2048, "initializer_range": 0.02,
+        "intermediate_size": 11008, "max_position_embeddings": 65536, "max_window_layers": 28, "mlp_bias": False,
+        "model_type": "smollm3", "no_rope_layer_interval": 4,
+        "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(36)], "num_attention_heads": 16,
+        "num_hidden_layers": 36, "num_key_value_heads": 4, "pad_token_id": 128004, "pretraining_tp": 2,
+        "rms_norm_eps": 1e-06, "rope_scaling": None, "rope_theta": 5000000.0, "sliding_window": None,
+        "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.54.0.dev0",
+        "use_cache": False, "use_sliding_window": False, "vocab_size": 128256}
+
+GRANITE31 = {"architectures": ["GraniteForCausalLM"], "attention_bias": False, "attention_dropout": 0.1,
+           "attention_multiplier": 0.0078125, "bos_token_id": 0, "embedding_multiplier": 12.0, "eos_token_id": 0,
+           "hidden_act": "silu", "hidden_size": 4096, "initializer_range": 0.02, "intermediate_size": 12800,
+           "logits_scaling": 16.0, "max_position_embeddings": 131072, "mlp_bias": False, "model_type": "granite",
+           "num_attention_heads": 32, "num_hidden_layers": 40, "num_key_value_heads": 8, "pad_token_id": 0,
+           "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None, "rope_theta": 10000000.0,
+           "tie_word_embeddings": True, "torch_dtype": "bfloat16", "transformers_version": "4.47.0",
+           "use_cache": True, "vocab_size": 49155}
+
+GRANITE4_MICRO = {"architectures": ["GraniteMoeHybridForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+         "attention_multiplier": 0.0078125, "bos_token_id": 100257, "embedding_multiplier": 12, "eos_token_id": 100257,
+         "hidden_act": "silu", "hidden_size": 2560, "init_method": "mup", "initializer_range": 0.1,
+         "intermediate_size": 8192, "layer_types": ["attention"] * 40, "logits_scaling": 10,
+         "max_position_embeddings": 131072, "model_type": "granitemoehybrid", "normalization_function": "rmsnorm",
+         "num_attention_heads": 40, "num_experts_per_tok": 0, "num_hidden_layers": 40, "num_key_value_heads": 8,
+         "num_local_experts": 0, "output_router_logits": False, "pad_token_id": 100256,
+         "position_embedding_type": "rope", "residual_multiplier": 0.22, "rms_norm_eps": 1e-05, "rope_scaling": None,
+         "rope_theta": 10000000, "router_aux_loss_coef": 0.01, "shared_intermediate_size": 8192,
+         "tie_word_embeddings": True, "torch_dtype": "bfloat16", "use_cache": True, "vocab_size": 100352}
+
+DEEPSEEK_V3 = {"architectures": ["DeepseekV3ForCausalLM"], "attention_bias": False, "attention_dropout": 0.0,
+      "aux_loss_alpha": 0.001, "bos_token_id": 0, "eos_token_id": 1, "ep_size": 1, "first_k_dense_replace": 3,
+      "hidden_act": "silu", "hidden_size": 7168, "initializer_range": 0.02, "intermediate_size": 18432,
+      "kv_lora_rank": 512, "max_position_embeddings": 163840, "model_type": "deepseek_v3",
+      "moe_intermediate_size": 2048, "moe_layer_freq": 1, "n_group": 8, "n_routed_experts": 256,
+      "n_shared_experts": 1, "norm_topk_prob": True, "num_attention_heads": 128, "num_experts_per_tok": 8,
+      "num_hidden_layers": 61, "num_key_value_heads": 128, "num_nextn_predict_layers": 1, "pretraining_tp": 1,
+      "q_lora_rank": 1536, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64, "rms_norm_eps": 1e-06,
+      "rope_scaling": {"beta_fast": 32, "beta_slow": 1, "factor": 40, "mscale": 1.0, "mscale_all_dim": 1.0,
+                       "original_max_position_embeddings": 4096, "type": "yarn"},
+      "rope_theta": 10000, "routed_scaling_factor": 2.5, "scoring_func": "sigmoid", "seq_aux": True,
+      "tie_word_embeddings": False, "topk_group": 4, "topk_method": "noaux_tc", "torch_dtype": "bfloat16",
+      "transformers_version": "4.33.1", "use_cache": True, "v_head_dim": 128, "vocab_size": 129280}
+
+GLM45_AIR = {"architectures": ["Glm4MoeForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+       "pad_token_id": 151329, "eos_token_id": [151329, 151336, 151338], "head_dim": 128, "hidden_act": "silu",
+       "hidden_size": 4096, "partial_rotary_factor": 0.5, "initializer_range": 0.02, "intermediate_size": 10944,
+       "max_position_embeddings": 131072, "model_type": "glm4_moe", "moe_intermediate_size": 1408,
+       "norm_topk_prob": True, "num_attention_heads": 96, "n_group": 1, "topk_group": 1, "n_routed_experts": 128,
+       "n_shared_experts": 1, "routed_scaling_factor": 1.0, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+       "num_hidden_layers": 46, "num_key_value_heads": 8, "rms_norm_eps": 1e-05, "rope_scaling": None,
+       "rope_theta": 1000000, "num_nextn_predict_layers": 1, "tie_word_embeddings": False,
+       "torch_dtype": "bfloat16", "transformers_version": "4.54.0", "use_cache": True, "use_qk_norm": False,
+       "vocab_size": 151552}
+
+SCOUT_TEXT = {"attention_bias": False, "attention_chunk_size": 8192, "attention_dropout": 0.0, "attn_scale": 0.1,
+              "attn_temperature_tuning": True, "bos_token_id": 200000, "eos_token_id": [200001, 200007, 200008],
+              "floor_scale": 8192, "for_llm_compressor": False, "head_dim": 128, "hidden_act": "silu",
+              "hidden_size": 5120, "initializer_range": 0.02, "interleave_moe_layer_step": 1,
+              "intermediate_size": 8192, "intermediate_size_mlp": 16384, "max_position_embeddings": 10485760,
+              "model_type": "llama4_text", "moe_layers": list(range(48)),
+              "no_rope_layers": [int((i + 1) % 4 != 0) for i in range(48)], "num_attention_heads": 40,
+              "num_experts_per_tok": 1, "num_hidden_layers": 48, "num_key_value_heads": 8, "num_local_experts": 16,
+              "output_router_logits": False, "pad_token_id": 200018, "rms_norm_eps": 1e-05,
+              "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0, "low_freq_factor": 1.0,
+                               "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+              "rope_theta": 500000.0, "router_aux_loss_coef": 0.001, "router_jitter_noise": 0.0,
+              "torch_dtype": "bfloat16", "use_cache": True, "use_qk_norm": True, "vocab_size": 202048}
+GPT_OSS_20B = {  # its quantization_config (MXFP4 experts) apart: refused by name below
+   "architectures": ["GptOssForCausalLM"], "attention_bias": True, "attention_dropout": 0.0,
+               "eos_token_id": 200002, "experts_per_token": 4, "head_dim": 64, "hidden_act": "silu",
+               "hidden_size": 2880, "initial_context_length": 4096, "initializer_range": 0.02,
+               "intermediate_size": 2880, "layer_types": ["sliding_attention", "full_attention"] * 12,
+               "max_position_embeddings": 131072, "model_type": "gpt_oss", "num_attention_heads": 64,
+               "num_experts_per_tok": 4, "num_hidden_layers": 24, "num_key_value_heads": 8, "num_local_experts": 32,
+               "output_router_logits": False, "pad_token_id": 199999,
+               "quantization_config": {"modules_to_not_convert": ["model.layers.*.self_attn", "model.layers.*.mlp.router",
+                                                                  "model.embed_tokens", "lm_head"],
+                                       "quant_method": "mxfp4"},
+               "rms_norm_eps": 1e-05, "rope_scaling": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 32.0,
+                                                        "original_max_position_embeddings": 4096, "rope_type": "yarn",
+                                                        "truncate": False},
+               "rope_theta": 150000, "router_aux_loss_coef": 0.9, "sliding_window": 128, "swiglu_limit": 7.0,
+               "tie_word_embeddings": False, "transformers_version": "4.55.0.dev0", "use_cache": True,
+               "vocab_size": 201088}
+LLAMA4_SCOUT = {"architectures": ["Llama4ForConditionalGeneration"], "boi_token_index": 200080,
+                "eoi_token_index": 200081, "image_token_index": 200092, "model_type": "llama4",
+                "text_config": SCOUT_TEXT, "tie_word_embeddings": False, "torch_dtype": "bfloat16",
+                "transformers_version": "4.51.0.dev0",
+                "vision_config": {"model_type": "llama4_vision_model", "hidden_size": 1408, "num_hidden_layers": 34}}
+# name -> (config.json, transformers' parameter count, its buffer elements mt counts apart (buffers_total), --no-dropout)
+PUBLISHED = {
+    "SmolLM3-3B": (SMOLLM3, 3_075_098_624, 0, False),
+    "Granite 3.1 8B": (GRANITE31, 8_170_848_256, 0, True),  # attention_dropout 0.1
+    "Granite 4.0 Micro": (GRANITE4_MICRO, 3_402_836_480, 0, False),
+    "DeepSeek-V3": (DEEPSEEK_V3, 671_026_404_352, 58 * 256, False),
+    "GLM-4.5-Air": (GLM45_AIR, 106_852_245_504, 45 * 128, False),
+    "Llama 4 Scout (text)": (LLAMA4_SCOUT, 107_769_861_120, 0, False),  # the language model of the 109B
+    "gpt-oss-20b": ({k: v for k, v in GPT_OSS_20B.items() if k != "quantization_config"}, 20_914_757_184, 0, False),
+}
+
 
 def dump(mtc, path):
     p = subprocess.run([mtc, path, "--batch", "1", "--seq", "16", "--dtype", "f32", "--dump-graph"],
@@ -158,6 +267,27 @@ def tool(config, out, no_dropout=False, folder=None):
     with open(out, "w") as f:
         f.write(text)
     return True, ""
+
+
+def published(mtc, tmp):
+    """The newer families' published configs: transformers' parameter count, the routing bias apart."""
+    for what, (config, count, buffers, no_dropout) in PUBLISHED.items():
+        out = os.path.join(tmp, "published.mt")
+        if no_dropout:
+            ok, msg = tool(config, out)
+            check(not ok and "field attention_dropout = 0.1" in msg, f"{what}: its dropout not refused: {msg!r}")
+        ok, msg = tool(config, out, no_dropout=no_dropout)
+        if not check(ok, f"{what}: hf_to_mt.py refused it: {msg}"):
+            continue
+        s = subprocess.run([mtc, out, "--summary", "--json"], capture_output=True, text=True, timeout=300)
+        if not check(s.returncode == 0 and "warning" not in s.stderr, f"{what}: mtc: {s.stderr[-400:]}"):
+            continue
+        j = json.loads(s.stdout)
+        total, held = j["params_total"], j.get("buffers_total", 0)
+        if check(total == count and held == buffers, f"{what}: the tool's model counts {total:,} parameters and "
+                                                    f"{held:,} buffer elements; transformers {count:,} and {buffers:,}"):
+            print(f"ok   {what}: {total:,} parameters, transformers' count" +
+                  (f", and {held:,} routing bias buffer elements apart" if held else ""))
 
 
 def check_finetune(mtc, tmp, config):
@@ -196,7 +326,8 @@ def hub_safetensors(folder, names):
 
 
 FAMILIES = ["llama", "mistral", "qwen2", "qwen3", "olmo2", "phi3", "mixtral", "qwen2_moe", "qwen3_moe", "gemma2",
-            "gemma3_text", "gpt2", "gpt_neox"]
+            "gemma3_text", "gpt2", "gpt_neox", "smollm3", "granite", "deepseek_v3", "glm4_moe", "llama4_text",
+            "gpt_oss"]
 
 
 def saved_configs(mtc, tmp):
@@ -207,7 +338,8 @@ def saved_configs(mtc, tmp):
     import transformers
     tiny = {"gpt2": dict(n_embd=32, n_layer=2, n_head=2, vocab_size=256, n_positions=64),
             "gpt_neox": dict(hidden_size=32, num_hidden_layers=2, num_attention_heads=2, vocab_size=256,
-                             intermediate_size=128)}
+                             intermediate_size=128),
+            "glm4_moe": dict(head_dim=128)}  # its default head (4096 / 96 = 42) would rotate an odd 21
     for mt in FAMILIES:
         d = os.path.join(tmp, "saved_" + mt)
         cfg = transformers.AutoConfig.for_model(mt, **tiny.get(mt, {}))
@@ -324,6 +456,17 @@ def main():
             ("per-layer attention scale", dict(CASES["gpt2.mt"][0], attn_pdrop=0, embd_pdrop=0, resid_pdrop=0,
                                                scale_attn_by_inverse_layer_idx=True),
              "field scale_attn_by_inverse_layer_idx = true"),
+            ("SmolLM3's sliding layers", dict(SMOLLM3, use_sliding_window=True, sliding_window=4096),
+             "field use_sliding_window = true"),
+            ("fp8 weights", dict(DEEPSEEK_V3, quantization_config={"quant_method": "fp8", "fmt": "e4m3"}),
+             "field quantization_config"),
+            ("MXFP4 weights", GPT_OSS_20B, 'field quantization_config = {"modules_to_not_convert"'),
+            ("softmax scores on DeepSeek-V3", dict(DEEPSEEK_V3, scoring_func="softmax"),
+             'field scoring_func = "softmax"'),
+            ("greedy top-k on DeepSeek-V3", dict(DEEPSEEK_V3, topk_method="greedy"), 'field topk_method = "greedy"'),
+            ("an odd rotary width", dict(GLM45_AIR, head_dim=42), "field partial_rotary_factor = 0.5: rotates 21"),
+            ("a NoPE list of the wrong length", dict(SMOLLM3, no_rope_layers=[1, 1, 0]),
+             "transformers' smollm3 config class refuses it: IndexError"),
         ]:
             ok, msg = tool(config, os.path.join(d, "model.mt"))
             if check(not ok and want in msg, f"{what}: expected a refusal with {want!r}, got {msg!r}"):
@@ -335,6 +478,7 @@ def main():
                            timeout=120)
         check(p.returncode == 1 and 'model_type "mamba"' in p.stderr and not os.path.exists(out),
               f"the command line on an unknown model_type: exit {p.returncode}, {p.stderr.strip()!r}", p)
+        published(mtc, tmp)
         check_finetune(mtc, tmp, CASES["llama3.2-1b.mt"][0])
         saved_configs(mtc, tmp)
         function_fields(mtc, tmp)

@@ -13,7 +13,9 @@ Families: llama (Llama 2, 3, 3.1, 3.2, 3.3: rope scaling llama3), mistral,
 qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, olmo2, gemma2, gemma3_text (and
 gemma3's text_config), gpt2, gpt_neox (Pythia), phi3, qwen3_next (Gated DeltaNet
 and gated attention layers, dsl/README.md's gated_delta_rule), granitemoehybrid (Granite
-4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers), bamba. Rope scaling: linear,
+4.0-H: Mamba-2 layers, dsl/README.md's ssd, and attention layers; Granite 4.0 Micro),
+bamba, smollm3, granite (Granite 3), deepseek_v3, glm4_moe, llama4_text (and llama4's
+text_config), gpt_oss: dsl/README.md's section 8 says how each is written. Rope scaling: linear,
 llama3, yarn, longrope. What the tool cannot map is refused, naming the
 field: an unknown model_type, a config field it does not know for the
 family, or a value it cannot express (an attention bias on Llama, a
@@ -54,7 +56,8 @@ partial_rotary_factor rotary_pct rotary_emb_base head_dim pretraining_tp tie_wor
 original_max_position_embeddings sliding_window layer_types use_bidirectional_attention
 """.split())
 # (reorder_and_upcast_attn: GPT-2's scores in f32, which mt computes them in
-# anyway; is_decoder: save_pretrained writes false for GPT-NeoX, whose causal
+# anyway; pretraining_tp: transformers 5 reads it nowhere, and older versions
+# split the same matmuls into that many slices, the same function (SmolLM3 says 2); is_decoder: save_pretrained writes false for GPT-NeoX, whose causal
 # LM is causal either way; sliding_window_pattern: layer_types says it.)
 
 # Fields that change the function, checked for every family by
@@ -86,6 +89,12 @@ def function_fields(raw, no_dropout):
 
 
 # The fields each family maps (beside BENIGN ones it checks itself).
+# DeepSeek-V3's and GLM-4.5's experts; output_router_logits: transformers adds no auxiliary loss for either;
+# aux_loss_alpha and seq_aux (DeepSeek's own code's sequence-wise loss) and ep_size: transformers reads none;
+# num_nextn_predict_layers: the multi-token prediction layer, which transformers does not build.
+ROUTED = "first_k_dense_replace n_routed_experts n_shared_experts num_experts_per_tok moe_intermediate_size n_group " \
+         "topk_group norm_topk_prob routed_scaling_factor output_router_logits scoring_func topk_method moe_layer_freq " \
+         "aux_loss_alpha seq_aux ep_size num_nextn_predict_layers quantization_config router_aux_loss_coef"
 DECODER = "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads " \
           "rms_norm_eps hidden_act attention_bias mlp_bias"
 FIELDS = {
@@ -95,6 +104,8 @@ FIELDS = {
     "qwen3": DECODER,
     "olmo2": DECODER,
     "phi3": DECODER,
+    "smollm3": DECODER + " no_rope_layers no_rope_layer_interval",
+    "granite": DECODER + " embedding_multiplier residual_multiplier attention_multiplier logits_scaling",
     "mixtral": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits",
     "qwen2_moe": DECODER + " num_experts num_experts_per_tok router_aux_loss_coef moe_intermediate_size "
                            "shared_expert_intermediate_size norm_topk_prob decoder_sparse_step mlp_only_layers qkv_bias output_router_logits",
@@ -117,6 +128,20 @@ FIELDS = {
                                   "mamba_d_state mamba_d_head mamba_d_conv mamba_expand mamba_chunk_size "
                                   "mamba_conv_bias mamba_proj_bias time_step_limit normalization_function init_method "
                                   "output_router_logits",
+    "deepseek_v3": "vocab_size hidden_size intermediate_size num_hidden_layers num_attention_heads num_key_value_heads "
+                   "rms_norm_eps hidden_act attention_bias q_lora_rank kv_lora_rank qk_nope_head_dim qk_rope_head_dim "
+                   "v_head_dim qk_head_dim rope_interleave " + ROUTED,
+    "glm4_moe": DECODER + " use_qk_norm " + ROUTED,
+    # Llama 4: router_aux_loss_coef and output_router_logits: transformers adds no auxiliary loss for it;
+    # for_llm_compressor: a flag of Meta's quantization tooling, read by no model code
+    "llama4_text": DECODER + " for_llm_compressor num_local_experts num_experts_per_tok intermediate_size_mlp moe_layers "
+                             "interleave_moe_layer_step use_qk_norm no_rope_layers no_rope_layer_interval "
+                             "attention_chunk_size attn_temperature_tuning floor_scale attn_scale "
+                             "router_aux_loss_coef output_router_logits",
+    # gpt-oss: experts_per_token (num_experts_per_tok's copy) and initial_context_length (yarn's original context,
+    # which rope_scaling says) are read by no transformers code
+    "gpt_oss": DECODER + " num_local_experts num_experts_per_tok router_aux_loss_coef output_router_logits "
+                         "swiglu_alpha swiglu_limit quantization_config experts_per_token initial_context_length",
     "bamba": DECODER + " attn_layer_indices mamba_n_heads mamba_n_groups mamba_d_state mamba_d_head mamba_d_conv "
                        "mamba_expand mamba_chunk_size mamba_conv_bias mamba_proj_bias time_step_limit z_loss_coefficient "
                        "num_logits_to_keep",
@@ -303,17 +328,15 @@ def head_norm(x, heads, gain):
 
 
 def llama_like(mt, cfg, raw, name):
-    """llama, mistral, qwen2, qwen3, olmo2, phi3, and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
+    """llama, mistral, qwen2, qwen3, olmo2, phi3, smollm3 (NoPE layers: a second block kind without rope), granite
+    (Granite 3: muP's multipliers), and the MoE ones (mixtral, qwen2_moe, qwen3_moe)."""
     check_fields(mt, raw)
     act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
     need(not getattr(cfg, "mlp_bias", False), "mlp_bias", True, "mt writes bias-free MLPs for this family")
-    tp = getattr(cfg, "pretraining_tp", 1)
-    need(tp in (1, None), "pretraining_tp", tp, "only 1 computes the same function")
     bias = mt == "qwen2" or (mt == "qwen2_moe" and cfg.qkv_bias) or bool(getattr(cfg, "attention_bias", False))
-    need(not (bias and mt in ("llama", "mistral", "olmo2", "phi3", "mixtral", "qwen3", "qwen3_moe")),
+    need(not (bias and mt in ("llama", "mistral", "olmo2", "phi3", "mixtral", "qwen3", "qwen3_moe", "smollm3",
+                              "granite")),
          "attention_bias", True, "not mapped for this family")
-    qk_head_norm = mt in ("qwen3", "qwen3_moe")
-    qk_full_norm = mt == "olmo2"
     moe = mt in ("mixtral", "qwen2_moe", "qwen3_moe")
     if mt in ("qwen2_moe", "qwen3_moe"):
         need(getattr(cfg, "decoder_sparse_step", 1) == 1, "decoder_sparse_step", cfg.decoder_sparse_step,
@@ -322,8 +345,12 @@ def llama_like(mt, cfg, raw, name):
     window = None
     if mt in ("mistral", "mixtral", "phi3"):
         window = getattr(cfg, "sliding_window", None)
-    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe") and getattr(cfg, "use_sliding_window", False):
+    if mt in ("qwen2", "qwen2_moe", "qwen3", "qwen3_moe", "smollm3") and getattr(cfg, "use_sliding_window", False):
         raise Refused(f"field use_sliding_window = true: the window on only some layers (max_window_layers) is not mapped")
+    # SmolLM3's no_rope_layers: 1 = the layer ropes its queries and keys, 0 = it does not (NoPE)
+    ropes = [bool(r) for r in cfg.no_rope_layers] if mt == "smollm3" else [True] * cfg.num_hidden_layers
+    need(len(ropes) == cfg.num_hidden_layers, "no_rope_layers", getattr(cfg, "no_rope_layers", None),
+         f"needs one entry a layer ({cfg.num_hidden_layers})")
     w = Writer(name, "")
     # Qwen-MoE's example writes plain multi-head attention when the key/value heads are the query heads
     gqa = not (mt == "qwen2_moe" and cfg.num_key_value_heads in (None, cfg.num_attention_heads))
@@ -344,6 +371,8 @@ def llama_like(mt, cfg, raw, name):
             w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     else:
         w.const("FFN", cfg.intermediate_size, "SwiGLU hidden width")
+    if mt == "granite":
+        mup_consts(w, cfg)
     rp = dict(cfg.rope_parameters or {})
     prf = rp.get("partial_rotary_factor", 1.0)
     need(prf in (1, 1.0, None), "partial_rotary_factor", prf, "not mapped for this family")
@@ -360,8 +389,39 @@ def llama_like(mt, cfg, raw, name):
     if not tied:
         L.append('param lm_head "lm_head.weight" [V, C]')
     L.append("")
+    spec = dict(mt=mt, cfg=cfg, gqa=gqa, bias=bias, moe=moe, window=window, rope_kw=rope_kw, HS=HS, NH=NH, C=C)
+    if all(ropes):
+        llama_block(L, 'layers[L] "model.layers.{i}."', True, **spec)
+    else:
+        llama_block(L, 'roped "model.layers.{i}."', True, **spec)
+        llama_block(L, 'unroped "model.layers.{i}."', False, **spec)
+        kinds = ["roped" if r else "unroped" for r in ropes]
+        L.append(f"block layers[L] = {layer_order(kinds, 'no_rope_layers', cfg.no_rope_layers)}\n")
+    P = lambda s: L.append("  " + s)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    emb, logs = (" * EMB", " / LOGS") if mt == "granite" else ("", "")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}){emb}) # all L layers, streamed")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}){logs}, "
+      "targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def mup_consts(w, cfg):
+    """Granite's muP multipliers as config constants."""
+    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
+    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
+    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
+    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+
+
+def llama_block(L, header, use_rope, mt, cfg, gqa, bias, moe, window, rope_kw, HS, NH, C):
+    """One block of llama_like's families (use_rope false: SmolLM3's NoPE layers), appended to L."""
+    qk_head_norm = mt in ("qwen3", "qwen3_moe")
+    qk_full_norm = mt == "olmo2"
     kvh = "NKV" if gqa else "NH"
-    L.append('block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    L.append(f"block {header} (x: [B, T, C]) -> [B, T, C] {{")
     P = lambda s: L.append("  " + s)
     if mt != "olmo2":
         P('param attn_norm "input_layernorm.weight" [C]')
@@ -415,18 +475,23 @@ def llama_like(mt, cfg, raw, name):
         qx, kx = head_norm(qx, "NH", "q_norm"), head_norm(kx, kvh, "k_norm")
     if qk_full_norm:
         qx, kx = f"rmsnorm({qx}, q_norm, eps = eps)", f"rmsnorm({kx}, k_norm, eps = eps)"
-    P(f"q = rope({qx}, heads = NH, {rope_kw})")
-    P(f"k = rope({kx}, heads = {kvh}, {rope_kw})")
+    if use_rope:
+        P(f"q = rope({qx}, heads = NH, {rope_kw})")
+        P(f"k = rope({kx}, heads = {kvh}, {rope_kw})")
+    else:
+        P(f"q = {qx} # no rope in this layer (no_rope_layers: 0)")
+        P(f"k = {kx}")
     if mt != "phi3":
         P(f"v = {h} @ transpose(wv){b('v')}")
     att = f"attention(q, k, v, heads = NH" + (f", kv_heads = {kvh}" if gqa else "") + ", causal = true" + \
-          (", window = W" if window else "") + ")"
+          (", window = W" if window else "") + (", scale = ATT" if mt == "granite" else "") + ")"
+    res = (lambda e: f"RES * ({e})") if mt == "granite" else (lambda e: e)
     if mt == "olmo2":
         P(f"x = x + rmsnorm({att} @ transpose(wo), post_attn_norm, eps = eps)")
         P("return x + rmsnorm(swiglu(x @ transpose(w_gate), x @ transpose(w_up)) @ transpose(w_down), post_ffn_norm, "
           "eps = eps)")
     else:
-        P(f"x = x + {att} @ transpose(wo)")
+        P(f"x = x + {res(f'{att} @ transpose(wo)')}")
         if moe:
             P("m = rmsnorm(x, moe_norm, eps = eps)")
             P("logits = m @ transpose(router)")
@@ -451,14 +516,8 @@ def llama_like(mt, cfg, raw, name):
                 P("gate, up = split(m @ transpose(w_gate_up), 2)")
                 P("return x + swiglu(gate, up) @ transpose(w_down)")
             else:
-                P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
+                P(f"return x + {res('swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)')}")
     L.append("}\n")
-    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
-    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed")
-    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
-    L.append("}\n")
-    L.append(train(getattr(cfg, "max_position_embeddings", None)))
-    return "\n".join(L) + "\n"
 
 
 def router_loss(cfg):
@@ -523,14 +582,7 @@ def gemma(mt, cfg, raw, name):
     kinds = ["local" if t == "sliding_attention" else "global" for t in types]
     for t in types:
         need(t in ("sliding_attention", "full_attention"), "layer_types", t, "mt maps sliding_attention and full_attention")
-    period = next(p for p in range(1, len(kinds) + 1) if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
-    if period < len(kinds) and len(set(kinds[:period])) == 2:
-        n = len(kinds) // period
-        rep = "(L / 2)" if period == 2 else f"(L / {period})"
-        L.append(f"block layers[L] = [{', '.join(kinds[:period])}] * {rep}\n")
-    else:
-        need(len(set(kinds)) == 2, "layer_types", types, "mt writes Gemma with both local and global layers")
-        L.append(f"block layers[L] = [{', '.join(kinds)}]\n")
+    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
     P = lambda s: L.append("  " + s)
     P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * sqrt(C)) # all L layers, streamed by kind")
@@ -683,12 +735,9 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {{
 
 
 def layer_order(kinds, field, value):
-    """A block order of the layers' kinds: the shortest period repeated, as `[a, b] * (L / n)`, or listed."""
-    period = next(p for p in range(1, len(kinds) + 1) if len(kinds) % p == 0 and kinds == kinds[:p] * (len(kinds) // p))
+    """kinds_order of a family written with exactly two kinds of layer."""
     need(len(set(kinds)) == 2, field, value, "mt writes this family with both kinds of layer")
-    if period < len(kinds):
-        return f"[{', '.join(kinds[:period])}] * (L / {period})"
-    return f"[{', '.join(kinds)}]"
+    return kinds_order(kinds)
 
 
 def qwen_next_moe(P, cfg):
@@ -957,14 +1006,22 @@ def granitemoehybrid(mt, cfg, raw, name):
     check_fields(mt, raw)
     act(cfg, "hidden_act", ("silu",), "SwiGLU and the convolution's silu (hidden_act silu)")
     need(not getattr(cfg, "attention_bias", False), "attention_bias", True, "not mapped for Granite 4.0-H")
-    mamba_checks(cfg)
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("linear_attention", "full_attention", "attention", "mamba"), "layer_types", t,
+             "mt maps mamba and attention")
+    kinds = ["mamba" if t in ("linear_attention", "mamba") else "attn" for t in types]
+    hybrid = "mamba" in kinds  # Granite 4.0 Micro: attention layers only, no Mamba fields read
+    if hybrid:
+        mamba_checks(cfg)
     pe = getattr(cfg, "position_embedding_type", None)
     need(pe in (None, "nope", "rope"), "position_embedding_type", pe, "mt maps nope and rope")
     nf = raw.get("normalization_function", "rmsnorm")
     need(nf == "rmsnorm", "normalization_function", nf, "mt maps rmsnorm")
     w = Writer(name, "")
     C, NH, NKV, HS = decoder_sizes(w, cfg)
-    mamba_consts(w, cfg, C)
+    if hybrid:
+        mamba_consts(w, cfg, C)
     moe = cfg.num_local_experts > 0
     if moe:
         w.const("E", cfg.num_local_experts, "num_local_experts")
@@ -973,28 +1030,26 @@ def granitemoehybrid(mt, cfg, raw, name):
         if router_loss(cfg):
             w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
     w.const("SFFN", cfg.shared_intermediate_size, "shared_intermediate_size")
-    w.const("EMB", num(float(cfg.embedding_multiplier)), "embedding_multiplier")
-    w.const("RES", num(float(cfg.residual_multiplier)), "residual_multiplier")
-    w.const("ATT", num(float(cfg.attention_multiplier)), "attention_multiplier: scores are q.k x ATT")
-    w.const("LOGS", num(float(cfg.logits_scaling)), "logits_scaling: logits divided by it")
+    mup_consts(w, cfg)
     rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS) if pe == "rope" else None
     w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
     tied = bool(cfg.tie_word_embeddings)
     L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "model.embed_tokens.weight" [V, C]',
          'param norm "model.norm.weight" [C]'] + ([] if tied else ['param lm_head "lm_head.weight" [V, C]']) + [""]
     P = lambda s: L.append("  " + s)
-    L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
-    P('param attn_norm "input_layernorm.weight" [C]')
-    mixer = mamba_mixer(P, cfg, "RES * ")
-    mlp = granite_mlp(P, cfg)
-    L.append("")
-    for s in mixer + mlp:
-        P(s)
-    L.append("}\n")
-    L.append('block attn "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+    if hybrid:
+        L.append('block mamba "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {')
+        P('param attn_norm "input_layernorm.weight" [C]')
+        mixer = mamba_mixer(P, cfg, "RES * ")
+        mlp = granite_mlp(P, cfg)
+        L.append("")
+        for s in mixer + mlp:
+            P(s)
+        L.append("}\n")
+    L.append(f'block {"attn" if hybrid else "layers[L]"} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
     P('param attn_norm "input_layernorm.weight" [C]')
     attention_params(P, "NH * HS", "NKV * HS")
-    granite_mlp(P, cfg)
+    mlp = granite_mlp(P, cfg)
     L.append("")
     P("a = rmsnorm(x, attn_norm, eps = eps)")
     if rope_kw:
@@ -1008,11 +1063,8 @@ def granitemoehybrid(mt, cfg, raw, name):
     for s in mlp:
         P(s)
     L.append("}\n")
-    types = list(cfg.layer_types)
-    for t in types:
-        need(t in ("linear_attention", "full_attention", "attention"), "layer_types", t, "mt maps mamba and attention")
-    kinds = ["mamba" if t == "linear_attention" else "attn" for t in types]
-    L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
+    if hybrid:
+        L.append(f"block layers[L] = {layer_order(kinds, 'layer_types', types)}\n")
     L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
     P(f"x = layers(embed(tok_emb, tokens{padding(cfg)}) * EMB) # all L layers, streamed by kind")
     P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}) / LOGS, "
@@ -1022,11 +1074,418 @@ def granitemoehybrid(mt, cfg, raw, name):
     return "\n".join(L) + "\n"
 
 
+def sigmoid_router(P, cfg):
+    """DeepSeek-V3's and GLM-4.5's router (transformers' TopkRouter), the DSL's router with sigmoid scores: the
+    choice adds the selection bias (e_score_correction_bias, a buffer, as transformers trains it: no gradient, no
+    update); with n_group groups, only the topk_group groups whose two largest choices
+    sum highest are eligible; the top K choices' scores, renormalised (norm_topk_prob), times
+    routed_scaling_factor. The router's parameters declared with P; returns the statements from m to the gates."""
+    G, TG = cfg.n_group or 1, cfg.topk_group or 1
+    need(cfg.n_routed_experts % G == 0, "n_group", G, f"does not divide n_routed_experts {cfg.n_routed_experts}")
+    need(1 <= TG <= G, "topk_group", TG, f"needs 1 to n_group ({G}) groups")
+    P('param router "mlp.gate.weight" [E, C]')
+    P('param sel_bias "mlp.gate.e_score_correction_bias" [E] buffer # used for choosing only')
+    kw = ", normalize = true" if cfg.norm_topk_prob else ""
+    kw += ", groups = G, top_groups = TG" if TG < G else ""
+    return ["logits = m @ transpose(router)",
+            f"gates = router(logits, top_k = K, scores = sigmoid{kw}, scale = RSF, bias = sel_bias)"]
+
+
+def routed_consts(w, cfg):
+    """The MoE constants of deepseek_v3 and glm4_moe."""
+    w.const("DENSE", cfg.first_k_dense_replace, "first_k_dense_replace: the dense layers before the MoE ones")
+    w.const("FFN", cfg.intermediate_size, "intermediate_size, the dense layers'")
+    w.const("E", cfg.n_routed_experts, "n_routed_experts")
+    w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+    w.const("EFFN", cfg.moe_intermediate_size, "moe_intermediate_size")
+    w.const("SFFN", f"{cfg.n_shared_experts} * EFFN" if cfg.n_shared_experts != 1 else "EFFN",
+            f"n_shared_experts {cfg.n_shared_experts}, run as one SwiGLU")
+    G, TG = cfg.n_group or 1, cfg.topk_group or 1
+    if TG < G:
+        w.const("G", G, "n_group")
+        w.const("TG", TG, "topk_group")
+    w.const("RSF", num(float(cfg.routed_scaling_factor)), "routed_scaling_factor")
+
+
+def routed_checks(cfg, raw):
+    """Fields of DeepSeek-V3's and GLM-4.5's config.json that must hold for the function mt writes."""
+    need(cfg.n_shared_experts >= 1, "n_shared_experts", cfg.n_shared_experts, "mt writes the shared experts")
+    need(cfg.n_routed_experts > 0, "n_routed_experts", cfg.n_routed_experts, "mt writes the routed experts")
+    need(raw.get("scoring_func", "sigmoid") == "sigmoid", "scoring_func", raw.get("scoring_func"),
+         "mt writes DeepSeek-V3's sigmoid scores")
+    need(raw.get("topk_method", "noaux_tc") == "noaux_tc", "topk_method", raw.get("topk_method"),
+         "mt writes DeepSeek-V3's noaux_tc selection")
+    need(raw.get("moe_layer_freq", 1) == 1, "moe_layer_freq", raw.get("moe_layer_freq"),
+         "mt writes every layer after first_k_dense_replace sparse")
+    need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
+         "mt loads bf16 or f32 weights: dequantize the checkpoint (DeepSeek's fp8_cast_bf16.py) and drop "
+         "quantization_config")
+    act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
+
+
+def routed_mlps(P, cfg, sparse):
+    """The dense layer's SwiGLU, or the sparse layer's router, experts and shared experts: params declared with
+    P, the statements from x to the block's return."""
+    if not sparse:
+        P('param mlp_norm "post_attention_layernorm.weight" [C]')
+        P('param w_gate "mlp.gate_proj.weight" [FFN, C]')
+        P('param w_up "mlp.up_proj.weight" [FFN, C]')
+        P(f'param w_down "mlp.down_proj.weight" [C, FFN] {RESID}')
+        return ["m = rmsnorm(x, mlp_norm, eps = eps)",
+                "return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)"]
+    P('param moe_norm "post_attention_layernorm.weight" [C]')
+    route = sigmoid_router(P, cfg)
+    P('param w_gate[E] "mlp.experts.{e}.gate_proj.weight" [EFFN, C]')
+    P('param w_up[E] "mlp.experts.{e}.up_proj.weight" [EFFN, C]')
+    P(f'param w_down[E] "mlp.experts.{{e}}.down_proj.weight" [C, EFFN] {RESID}')
+    P('param s_gate "mlp.shared_experts.gate_proj.weight" [SFFN, C]')
+    P('param s_up "mlp.shared_experts.up_proj.weight" [SFFN, C]')
+    P(f'param s_down "mlp.shared_experts.down_proj.weight" [C, SFFN] {RESID}')
+    return ["m = rmsnorm(x, moe_norm, eps = eps)"] + route + [
+        "shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)",
+        "return x + moe(m, gates, w_gate, w_up, w_down) + shared # no auxiliary loss, as transformers trains"]
+
+
+def routed_model(L, w, cfg, name, attention):
+    """deepseek_v3's and glm4_moe's model text: the dense and sparse kinds (attention(P) declares a kind's
+    attention params and returns its statements from x to x + attention), their order, forward and train."""
+    P = lambda s: L.append("  " + s)
+    dense, nl = cfg.first_k_dense_replace, cfg.num_hidden_layers
+    need(0 <= dense <= nl, "first_k_dense_replace", dense, f"needs 0 to num_hidden_layers ({nl})")
+    kinds = [k for k, n in (("dense", dense), ("sparse", nl - dense)) if n]
+    for kind in kinds:
+        header = "layers[L]" if len(kinds) == 1 else kind
+        L.append(f'block {header} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+        P('param attn_norm "input_layernorm.weight" [C]')
+        att = attention(P)
+        mlp = routed_mlps(P, cfg, kind == "sparse")
+        L.append("")
+        for s in ["a = rmsnorm(x, attn_norm, eps = eps)"] + att + mlp:
+            P(s)
+        L.append("}\n")
+    if len(kinds) == 2:
+        L.append("block layers[L] = [dense] * DENSE + [sparse] * (L - DENSE)\n")
+    tied = bool(cfg.tie_word_embeddings)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def head_params(w, cfg, name, norm="model.norm.weight"):
+    """A model's first lines: its name, config, the embedding, the final norm and an untied LM head."""
+    L = [f"model {name}\n", w.config_text() + "\n", 'param tok_emb "model.embed_tokens.weight" [V, C]',
+         f'param norm "{norm}" [C]']
+    if not cfg.tie_word_embeddings:
+        L.append('param lm_head "lm_head.weight" [V, C]')
+    return L + [""]
+
+
+def deepseek_v3(mt, cfg, raw, name):
+    """DeepSeek-V3 (without its multi-token prediction layer, which transformers does not build): multi-head
+    latent attention (q through a low-rank bottleneck or one projection, keys and values through a latent, a
+    rotated key part shared by the heads), first_k_dense_replace dense layers, then sigmoid-routed experts."""
+    check_fields(mt, raw)
+    routed_checks(cfg, raw)
+    need(not cfg.attention_bias, "attention_bias", True, "mt writes DeepSeek-V3's projections bias-free")
+    w = Writer(name, "")
+    w.const("V", cfg.vocab_size, "vocabulary")
+    w.const("C", cfg.hidden_size, "width")
+    w.const("L", cfg.num_hidden_layers, "layers")
+    w.const("H", cfg.num_attention_heads, "heads")
+    if cfg.q_lora_rank:
+        w.const("QR", cfg.q_lora_rank, "q_lora_rank")
+    w.const("R", cfg.kv_lora_rank, "kv_lora_rank")
+    w.const("DN", cfg.qk_nope_head_dim, "qk_nope_head_dim")
+    w.const("DR", cfg.qk_rope_head_dim, "qk_rope_head_dim")
+    w.const("DV", cfg.v_head_dim, "v_head_dim")
+    routed_consts(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    rope_kw = rope_rule(w, rp, "", cfg.qk_rope_head_dim, getattr(cfg, "max_position_embeddings", None))
+    if cfg.rope_interleave:
+        rope_kw += ", interleaved = true"
+    ms = 1.0
+    if rp.get("rope_type", "default") != "default" and rp.get("mscale_all_dim") and float(rp["factor"]) > 1:
+        w.const("MS", f"0.1 * {num(float(rp['mscale_all_dim']))} * ln({num(rp['factor'])}) + 1",
+                "yarn_get_mscale(factor, mscale_all_dim): the softmax scale's factor, squared")
+        ms = None
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+
+    def attention(P):
+        if cfg.q_lora_rank:
+            P('param wqa "self_attn.q_a_proj.weight" [QR, C]')
+            P('param q_norm "self_attn.q_a_layernorm.weight" [QR]')
+            P('param wqb "self_attn.q_b_proj.weight" [H * (DN + DR), QR]')
+            q = "rmsnorm(a @ transpose(wqa), q_norm, eps = eps) @ transpose(wqb)"
+        else:
+            P('param wq "self_attn.q_proj.weight" [H * (DN + DR), C]')
+            q = "a @ transpose(wq)"
+        P('param wkva "self_attn.kv_a_proj_with_mqa.weight" [R + DR, C]')
+        P('param kv_norm "self_attn.kv_a_layernorm.weight" [R]')
+        P('param wkvb "self_attn.kv_b_proj.weight" [H * (DN + DV), R]')
+        P(f'param wo "self_attn.o_proj.weight" [C, H * DV] {RESID}')
+        scale = "1 / sqrt(DN + DR)" if ms else "MS * MS / sqrt(DN + DR)"
+        return [f"q_nope, q_pe = split(reshape({q}, [B, T, H, DN + DR]), [DN, DR])",
+                "c, k_pe = split(a @ transpose(wkva), [R, DR])",
+                "k_nope, v = split(reshape(rmsnorm(c, kv_norm, eps = eps) @ transpose(wkvb), [B, T, H, DN + DV]), "
+                "[DN, DV])",
+                f"q_pe = rope(reshape(q_pe, [B, T, H * DR]), heads = H, {rope_kw})",
+                f"k_pe = rope(k_pe, heads = 1, {rope_kw}) # one rotated key part for all heads",
+                "q = reshape(concat(q_nope, reshape(q_pe, [B, T, H, DR])), [B, T, H * (DN + DR)])",
+                "k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])",
+                f"x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = {scale}) @ transpose(wo)"]
+    return routed_model(L, w, cfg, name, attention)
+
+
+def glm4_moe(mt, cfg, raw, name):
+    """GLM-4.5 and GLM-4.5-Air: grouped-query attention with q/k/v biases (attention_bias), rope on the first
+    partial_rotary_factor of each head, optional per-head q/k norms (use_qk_norm); first_k_dense_replace dense
+    layers, then sigmoid-routed experts as DeepSeek-V3's."""
+    check_fields(mt, raw)
+    routed_checks(cfg, raw)
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    rp = dict(cfg.rope_parameters or {})
+    pct = rp.pop("partial_rotary_factor", getattr(cfg, "partial_rotary_factor", 1.0) or 1.0)
+    rot = int(HS * pct)
+    need(rot > 0 and rot % 2 == 0, "partial_rotary_factor", pct, f"rotates {rot} of each head's {HS} features; "
+                                                                    "rope needs an even number")
+    frac = HS // rot if HS % rot == 0 else None
+    w.const("ROT", f"HS / {frac}" if frac else rot, f"rotary width: partial_rotary_factor {pct}")
+    routed_consts(w, cfg)
+    rope_kw = rope_rule(w, rp, "", rot, getattr(cfg, "max_position_embeddings", None))
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+    bias, qk_norm = bool(cfg.attention_bias), bool(cfg.use_qk_norm)
+
+    def attention(P):
+        attention_params(P, "NH * HS", "NKV * HS", bias, qk_norm)
+        b = (lambda s: f" + b{s}") if bias else (lambda s: "")
+        q, k = f"reshape(a @ transpose(wq){b('q')}, [B, T, NH, HS])", f"reshape(a @ transpose(wk){b('k')}, [B, T, NKV, HS])"
+        if qk_norm:
+            q, k = f"rmsnorm({q}, q_norm, eps = eps)", f"rmsnorm({k}, k_norm, eps = eps)"
+        return ["# rotate the first ROT features of each head, pass the rest through",
+                f"q_rot, q_pass = split({q}, [ROT, HS - ROT])",
+                f"k_rot, k_pass = split({k}, [ROT, HS - ROT])",
+                f"q_rot = reshape(rope(reshape(q_rot, [B, T, NH * ROT]), heads = NH, {rope_kw}), [B, T, NH, ROT])",
+                f"k_rot = reshape(rope(reshape(k_rot, [B, T, NKV * ROT]), heads = NKV, {rope_kw}), [B, T, NKV, ROT])",
+                "q = reshape(concat(q_rot, q_pass), [B, T, NH * HS])",
+                "k = reshape(concat(k_rot, k_pass), [B, T, NKV * HS])",
+                f"o = attention(q, k, a @ transpose(wv){b('v')}, heads = NH, kv_heads = NKV)",
+                "x = x + o @ transpose(wo)"]
+    return routed_model(L, w, cfg, name, attention)
+
+
+def llama4_text(mt, cfg, raw, name, pre=""):
+    """Llama 4's text model (Scout, Maverick): rope layers (interleaved pairs, a weightless q/k RMSNorm after rope
+    when use_qk_norm, chunked attention) and NoPE layers (no_rope_layers 0: full attention, the queries scaled by
+    the temperature log(floor((t + 1) / floor_scale) + 1) attn_scale + 1 when attn_temperature_tuning), each with
+    its experts (moe_layers: sigmoid of the top-1 logit scaling the expert's input, a shared expert beside) or a
+    dense SwiGLU (intermediate_size_mlp); the kinds in the order of the layers. pre: the checkpoint's prefix of
+    every name ("language_model." in the multimodal Llama4ForConditionalGeneration's)."""
+    check_fields(mt, raw)
+    act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
+    need(not cfg.attention_bias, "attention_bias", True, "mt writes Llama 4's projections bias-free")
+    need(cfg.num_experts_per_tok == 1, "num_experts_per_tok", cfg.num_experts_per_tok,
+         "mt scales one expert's input by its score (Llama 4's top-1); more experts a token need a per-expert "
+         "input scale in moe")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    nl = cfg.num_hidden_layers
+    moe = [i in set(cfg.moe_layers) for i in range(nl)]
+    ropes = [bool(r) for r in cfg.no_rope_layers]
+    types = list(cfg.layer_types)
+    need(len(ropes) == nl and len(types) == nl, "no_rope_layers", cfg.no_rope_layers, f"needs one entry a layer ({nl})")
+    for t in types:
+        need(t in ("chunked_attention", "full_attention"), "layer_types", t, "mt maps chunked_attention and "
+                                                                              "full_attention")
+    if any(moe):
+        w.const("E", cfg.num_local_experts, "num_local_experts (1 a token)")
+        w.const("FFN", cfg.intermediate_size, "intermediate_size: each expert's and the shared expert's width")
+    if not all(moe):
+        w.const("DFFN", cfg.intermediate_size_mlp, "intermediate_size_mlp: the dense layers' width")
+    chunked = "chunked_attention" in types
+    if chunked:
+        w.const("CH", cfg.attention_chunk_size, "attention_chunk_size")
+    tune = cfg.attn_temperature_tuning and not all(ropes)
+    if tune:
+        w.const("FS", cfg.floor_scale, "floor_scale")
+        w.const("ATTS", num(float(cfg.attn_scale)), "attn_scale: the NoPE layers' temperature slope")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS, getattr(cfg, "max_position_embeddings", None))
+    rope_kw += ", interleaved = true" # transformers' Llama 4 ropes (x0, x1), (x2, x3), ... as complex numbers
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = [f"model {name}\n", w.config_text() + "\n", f'param tok_emb "{pre}model.embed_tokens.weight" [V, C]',
+         f'param norm "{pre}model.norm.weight" [C]']
+    tied = bool(cfg.tie_word_embeddings)
+    if not tied:
+        L.append(f'param lm_head "{pre}lm_head.weight" [V, C]')
+    L.append("")
+    kind = lambda i: ("rope" if ropes[i] else "nope") + ("_chunked" if types[i] == "chunked_attention" else "") + \
+        ("_moe" if moe[i] else "_dense")
+    kinds = [kind(i) for i in range(nl)]
+    for k in sorted(set(kinds), key=kinds.index):
+        i = kinds.index(k)
+        llama4_block(L, k if len(set(kinds)) > 1 else "layers[L]", pre, ropes[i], types[i] == "chunked_attention",
+                     moe[i], tune, bool(cfg.use_qk_norm), rope_kw)
+    if len(set(kinds)) > 1:
+        L.append(f"block layers[L] = {kinds_order(kinds)}\n")
+    P = lambda s: L.append("  " + s)
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
+def kinds_order(kinds):
+    """An order of the layers' kinds: the shortest period repeated, `[a, b] * (L / n)`, or listed."""
+    n = len(kinds)
+    period = next(p for p in range(1, n + 1) if n % p == 0 and kinds == kinds[:p] * (n // p))
+    return f"[{', '.join(kinds[:period])}] * (L / {period})" if period < n else f"[{', '.join(kinds)}]"
+
+
+def llama4_block(L, header, pre, use_rope, chunked, moe, tune, qk_norm, rope_kw):
+    """One kind of Llama 4's layers, appended to L."""
+    P = lambda s: L.append("  " + s)
+    L.append(f'block {header} "{pre}model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+    P('param attn_norm "input_layernorm.weight" [C]')
+    attention_params(P, "NH * HS", "NKV * HS")
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    if moe:
+        P('param router "feed_forward.router.weight" [E, C]')
+        P('param w_gate_up "feed_forward.experts.gate_up_proj" [E, C, 2 * FFN] # [E, in, out]: gate, then up')
+        P(f'param w_down "feed_forward.experts.down_proj" [E, FFN, C] {RESID}')
+        P('param s_gate "feed_forward.shared_expert.gate_proj.weight" [FFN, C]')
+        P('param s_up "feed_forward.shared_expert.up_proj.weight" [FFN, C]')
+        P(f'param s_down "feed_forward.shared_expert.down_proj.weight" [C, FFN] {RESID}')
+    else:
+        P('param w_gate "feed_forward.gate_proj.weight" [DFFN, C]')
+        P('param w_up "feed_forward.up_proj.weight" [DFFN, C]')
+        P(f'param w_down "feed_forward.down_proj.weight" [C, DFFN] {RESID}')
+    L.append("")
+    P("a = rmsnorm(x, attn_norm, eps = eps)")
+    if use_rope:
+        P(f"q = rope(a @ transpose(wq), heads = NH, {rope_kw})")
+        P(f"k = rope(a @ transpose(wk), heads = NKV, {rope_kw})")
+        if qk_norm:
+            P("# use_qk_norm: each head's RMSNorm without a gain, after rope")
+            P("q = reshape(rmsnorm(reshape(q, [B, T, NH, HS]), full([HS], 1.0), eps = eps), [B, T, NH * HS])")
+            P("k = reshape(rmsnorm(reshape(k, [B, T, NKV, HS]), full([HS], 1.0), eps = eps), [B, T, NKV * HS])")
+    else:
+        P("q = a @ transpose(wq) # no rope in this layer (no_rope_layers: 0)")
+        P("k = a @ transpose(wk)")
+        if tune:
+            P("# attn_temperature_tuning: the queries at position t times log(floor((t + 1) / FS) + 1) ATTS + 1")
+            P("temp = log(floor((arange(T, dtype = f32) + 1) / FS) + 1) * ATTS + 1 # [T]")
+            P("q = reshape(reshape(q, [B, T, NH, HS]) * reshape(temp, [T, 1, 1]), [B, T, NH * HS])")
+    P("x = x + attention(q, k, a @ transpose(wv), heads = NH, kv_heads = NKV" + (", chunk = CH" if chunked else "")
+      + ") @ transpose(wo)")
+    P("m = rmsnorm(x, mlp_norm, eps = eps)")
+    if moe:
+        P("# top-1 routing: the expert's input scaled by the sigmoid of its logit (its gate is 1, the softmax of")
+        P("# one logit)")
+        P("logits = m @ transpose(router)")
+        P("gates = router(logits, top_k = 1, softmax = after)")
+        P("scale = sum(where(gates, sigmoid(logits), 0), axis = -1) # [B, T, 1]")
+        P("w_g, w_u = split(w_gate_up, 2, axis = -1)")
+        P("y = moe(m * scale, gates, transpose(w_g), transpose(w_u), transpose(w_down))")
+        P("return x + y + swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)")
+    else:
+        P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
+    L.append("}\n")
+
+
+def gpt_oss(mt, cfg, raw, name):
+    """gpt-oss: sliding and full attention layers (layer_types; full as the sliding kind with W = T) with q/k/v/o
+    biases and a learned sink logit a head, yarn rope; every layer's experts behind a biased softmax-after router,
+    with biases and the clamped SwiGLU ((min(up, limit) clamped below at -limit + 1) * g sigmoid(alpha g), g =
+    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj). The moe op has neither
+    expert biases nor this activation yet, so every expert runs on every row, its output times its gate (0 for the
+    unselected): the same function and gradients, E / K times the routed expert work."""
+    check_fields(mt, raw)
+    need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
+         "mt loads bf16 or f32 weights: dequantize the checkpoint (MXFP4 experts) and drop quantization_config")
+    w = Writer(name, "")
+    C, NH, NKV, HS = decoder_sizes(w, cfg)
+    w.const("E", cfg.num_local_experts, "num_local_experts")
+    w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
+    w.const("FFN", cfg.intermediate_size, "each expert's width (intermediate_size)")
+    w.const("ALPHA", num(float(cfg.swiglu_alpha)), "swiglu_alpha")
+    w.const("LIMIT", num(float(cfg.swiglu_limit)), "swiglu_limit")
+    if router_loss(cfg):
+        w.const("aux", num(float(cfg.router_aux_loss_coef)), "router_aux_loss_coef")
+    types = list(cfg.layer_types)
+    for t in types:
+        need(t in ("sliding_attention", "full_attention"), "layer_types", t, "mt maps sliding_attention and "
+                                                                              "full_attention")
+    if "sliding_attention" in types:
+        w.const("W", cfg.sliding_window, "sliding_window of the sliding layers")
+    rope_kw = rope_rule(w, dict(cfg.rope_parameters or {}), "", HS, getattr(cfg, "max_position_embeddings", None))
+    w.const("eps", num(float(cfg.rms_norm_eps)), "rms_norm_eps")
+    L = head_params(w, cfg, name)
+    kinds = ["sliding" if t == "sliding_attention" else "full" for t in types]
+    one = len(set(kinds)) == 1
+    L.append(f'block {"layers[L]" if one else "sliding"} "model.layers.{{i}}." (x: [B, T, C]) -> [B, T, C] {{')
+    P = lambda s: L.append("  " + s)
+    P('param attn_norm "input_layernorm.weight" [C]')
+    bias = bool(cfg.attention_bias)
+    attention_params(P, "NH * HS", "NKV * HS", bias)
+    if bias:
+        P('param bo "self_attn.o_proj.bias" [C]')
+    P('param sinks "self_attn.sinks" [NH]')
+    P('param mlp_norm "post_attention_layernorm.weight" [C]')
+    P('param router "mlp.router.weight" [E, C]')
+    P('param router_b "mlp.router.bias" [E]')
+    P('param w_gate_up "mlp.experts.gate_up_proj" [E, C, 2 * FFN] # [E, in, out], gate and up columns interleaved')
+    P('param b_gate_up "mlp.experts.gate_up_proj_bias" [E, 2 * FFN]')
+    P(f'param w_down "mlp.experts.down_proj" [E, FFN, C] {RESID}')
+    P('param b_down "mlp.experts.down_proj_bias" [E, C]')
+    L.append("")
+    b = (lambda s: f" + b{s}") if bias else (lambda s: "")
+    window = "" if one and kinds[0] == "full" else ", window = W"
+    for st in ["a = rmsnorm(x, attn_norm, eps = eps)",
+               f"q = rope(a @ transpose(wq){b('q')}, heads = NH, {rope_kw})",
+               f"k = rope(a @ transpose(wk){b('k')}, heads = NKV, {rope_kw})",
+               f"o = attention(q, k, a @ transpose(wv){b('v')}, sinks, heads = NH, kv_heads = NKV{window})",
+               f"x = x + o @ transpose(wo){b('o')}",
+               "m = rmsnorm(x, mlp_norm, eps = eps)",
+               "logits = m @ transpose(router) + router_b",
+               "gates = router(logits, top_k = K, softmax = after) # [B, T, E]: K of them not 0",
+               "# every expert on every row ([B, T, E, FFN]), each output times its gate",
+               "h = m @ transpose(reshape(transpose(w_gate_up), [E * 2 * FFN, C])) + reshape(b_gate_up, [E * 2 * FFN])",
+               "gate, up = split(reshape(h, [B, T, E, FFN, 2]), 2) # the even columns, the odd ones",
+               "gate = where(gt(gate, LIMIT), LIMIT, gate)",
+               "up = where(gt(up, LIMIT), LIMIT, where(lt(up, -LIMIT), -LIMIT, up))",
+               "y = reshape((up + 1) * gate * sigmoid(ALPHA * gate), [B, T, E, FFN]) * reshape(gates, [B, T, E, 1])",
+               "x = x + reshape(y, [B, T, E * FFN]) @ reshape(w_down, [E * FFN, C]) + gates @ b_down"]:
+        P(st)
+    if router_loss(cfg):
+        P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")
+    else:
+        P("return x # output_router_logits = false: no load-balancing loss, as transformers trains")
+    L.append("}\n")
+    if not one:
+        L.append("block full = sliding with W = T # a window as long as the sequence\n")
+        L.append(f"block layers[L] = {kinds_order(kinds)}\n")
+    L.append("forward(tokens: i32[B, T], targets: i32[B, T]) {")
+    P(f"x = layers(embed(tok_emb, tokens{padding(cfg)})) # all L layers, streamed by kind")
+    tied = bool(cfg.tie_word_embeddings)
+    P(f"return cross_entropy(rmsnorm(x, norm, eps = eps) @ transpose({'tok_emb' if tied else 'lm_head'}), targets)")
+    L.append("}\n")
+    L.append(train(getattr(cfg, "max_position_embeddings", None)))
+    return "\n".join(L) + "\n"
+
+
 WRITERS = {
     "llama": llama_like, "mistral": llama_like, "qwen2": llama_like, "qwen3": llama_like, "olmo2": llama_like,
-    "phi3": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
+    "phi3": llama_like, "smollm3": llama_like, "granite": llama_like, "mixtral": llama_like, "qwen2_moe": llama_like, "qwen3_moe": llama_like,
     "gemma2": gemma, "gemma3_text": gemma, "gpt2": gpt2, "gpt_neox": gpt_neox, "qwen3_next": qwen3_next,
-    "granitemoehybrid": granitemoehybrid, "bamba": bamba,
+    "granitemoehybrid": granitemoehybrid, "bamba": bamba, "deepseek_v3": deepseek_v3, "glm4_moe": glm4_moe,
+    "llama4_text": llama4_text, "gpt_oss": gpt_oss,
 }
 
 
@@ -1069,6 +1528,10 @@ def convert(raw, name=None, no_dropout=False, folder=None):
         need("text_config" in raw, "text_config", None, "gemma3 needs its text_config")
         raw = dict(raw["text_config"], model_type="gemma3_text")
         mt = "gemma3_text"
+    pre = ""
+    if mt == "llama4":  # the multimodal wrapper (Llama4ForConditionalGeneration): its language model
+        need("text_config" in raw, "text_config", None, "llama4 needs its text_config")
+        raw, mt, pre = dict(raw["text_config"], model_type="llama4_text"), "llama4_text", "language_model."
     if mt not in WRITERS:
         raise Refused(f"model_type {json.dumps(mt)} is not one hf_to_mt.py maps (it maps {', '.join(sorted(WRITERS))})")
     import logging
@@ -1076,11 +1539,16 @@ def convert(raw, name=None, no_dropout=False, folder=None):
     transformers.logging.set_verbosity_error()
     logging.getLogger("transformers").setLevel(logging.ERROR)
     fields = {k: v for k, v in raw.items() if k != "model_type"}
-    cfg = transformers.AutoConfig.for_model(mt, **fields)
+    try:
+        cfg = transformers.AutoConfig.for_model(mt, **fields)
+    except Exception as e:  # noqa: BLE001  (the config class's own checks: a ValueError, an IndexError, ...)
+        raise Refused(f"transformers' {mt} config class refuses it: {type(e).__name__}: {e}") from None
     name = name or "model"
     head = function_fields(raw, no_dropout)
     if mt == "gpt2":
         return head + gpt2(mt, cfg, raw, name, folder)
+    if mt == "llama4_text":
+        return head + llama4_text(mt, cfg, raw, name, pre)
     return head + WRITERS[mt](mt, cfg, raw, name)
 
 
