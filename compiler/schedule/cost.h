@@ -41,12 +41,13 @@ typedef struct Cost {
     double recompute_s;           // of that, forward work done a second time
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
-    double device_copy_s; // arena-to-arena copies
-    double optimizer_s;   // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
-    double step_s;        // predicted step: the simulated engines, `accumulate` micro-batches, each at
-                          // least the host memory time of its link bytes and optimizer (they share it),
-                          // then, with ranks, what train.c sums over them (the replicated gradients or
-                          // the sharded norms, all-reduced)
+    double grads_host_bytes; // host memory the gradients' adds into the store read and write beyond the copies
+    double device_copy_s;    // arena-to-arena copies
+    double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
+    double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at
+                             // least the host memory time of its link bytes and optimizer (they share it),
+                             // then, with ranks, what train.c sums over them (the replicated gradients or
+                             // the sharded norms, all-reduced)
     int64_t device_peak_bytes; // the arena and the kernels' scratch (plan_device_bytes, common/scratch.h)
     int64_t host_bytes;        // host RAM: the host store (less what the tier holds) and the host activation store
     Placement place;           // the host store across RAM and the NVMe tier

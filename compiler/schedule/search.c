@@ -152,6 +152,7 @@ typedef struct Busy {
     double device;       // RUNs and arena copies
     double in, out;      // the link, each direction
     double link_bytes;   // what crosses the link, which host memory carries too
+    double grads_bytes;  // and what the gradients' adds move there (the unpicked plan's: the least, below)
     double device_bytes; // device memory (not a time, but linear in the picks too)
 } Busy;
 
@@ -160,6 +161,7 @@ static Busy busy_of(const Cost *c) {
                   .in = c->copy_in_s,
                   .out = c->copy_out_s,
                   .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes),
+                  .grads_bytes = c->grads_host_bytes,
                   .device_bytes = (double)c->device_peak_bytes};
 }
 
@@ -223,7 +225,7 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
     } else {
         double link = t->link_duplex ? duplex_link_floor(u->in, u->out, t) : u->in + u->out;
         double tier = (h->place.tier_read_bytes + h->place.tier_write_bytes) / (double)accumulate;
-        double mem = (u->link_bytes + tier) / t->host_memory_bandwidth;
+        double mem = (u->link_bytes + u->grads_bytes + tier) / t->host_memory_bandwidth;
         rest = fmax(u->device, fmax(link, mem));
         first = fmax(rest, mem + h->optimizer_s);
     }
@@ -388,7 +390,10 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // of the chains: on h200 a llama3-70b pair's floor sits 0.3% under its
 // step (0.03 s of 11.5 s), 0 with duplex_efficiency 1. llama3-70b's
 // --explain on h200 builds 3,481 pairs (8,659 before the copy-out chain,
-// with a 0.1% gap).
+// with a 0.1% gap). Host memory's floor counts the gradients' adds
+// (Cost.grads_host_bytes), as the step does: without them llama3-405b's
+// floors on h200 sat 1.6% under its steps and its --explain built 92,200
+// plans in 34 s.
 
 typedef struct Pair {
     int64_t k, s;
@@ -457,6 +462,9 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         const double *bi = (const double *)&b, *b0 = (const double *)&pr->u0;
         double *d = (double *)&pr->du[kind * 3 + pick];
         for (size_t j = 0; j < sizeof b / sizeof(double); j++) d[j] = bi[j] - b0[j];
+        // the picks move no gradient; a store pushed onto the tier's gradients level adds more
+        // (bf16 gradients no more: storage_grads_bf16), so the unpicked plan's is the least
+        pr->du[kind * 3 + pick].grads_bytes = 0;
         pr->dact[kind * 3 + pick] = p->host_act_bytes - pr->act0;
         if (split_layers(p, dur, n, &one, one.unpicked) != 0) return out_of_memory(x);
         pr->ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
