@@ -747,7 +747,8 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         if (first < link_mem_s + c->optimizer_s) first = link_mem_s + c->optimizer_s;
         if (g->train.accumulate > 1 && rest < link_mem_s) rest = link_mem_s;
     }
-    c->step_s = first + (double)(g->train.accumulate - 1) * rest + step_sums_s(p, t);
+    c->sums_s = step_sums_s(p, t);
+    c->step_s = first + (double)(g->train.accumulate - 1) * rest + c->sums_s;
     return 0;
 }
 

@@ -42,6 +42,7 @@ typedef struct Cost {
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
     double grads_host_bytes; // host memory the gradients' adds into the store read and write beyond the copies
+    double sums_s;           // with ranks, what train.c sums over them after the micro-batches (in step_s)
     double device_copy_s;    // arena-to-arena copies
     double optimizer_s;      // the host's work: AdamW (32 bytes a parameter, 34 under bf16) and the gradient norms (4)
     double step_s;           // predicted step: the simulated engines, `accumulate` micro-batches, each at

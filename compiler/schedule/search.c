@@ -393,7 +393,14 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // with a 0.1% gap). Host memory's floor counts the gradients' adds
 // (Cost.grads_host_bytes), as the step does: without them llama3-405b's
 // floors on h200 sat 1.6% under its steps and its --explain built 92,200
-// plans in 34 s.
+// plans in 34 s. With ranks, every pair's floor has what the ranks sum
+// after the micro-batches (Cost.sums_s): without it llama3-70b's
+// --ranks 8 --explain on h200x8 built some 80,000 plans in 25 s.
+//
+// The scale-out comparison (scaleout.c) prices the plans this search
+// builds as a rank of each strategy, and keeps the fastest by that price:
+// a plan this search's floors skip is not priced, so a strategy's row is
+// the best of the plans whose one-GPU step could beat the best found.
 
 typedef struct Pair {
     int64_t k, s;
@@ -414,6 +421,7 @@ typedef struct Probes {
     Plan *p0;            // the plan with no picks
     Chains ch;           // its chains; ch.picked: a picked layer's, by kind and pick
     Busy u0, *du;        // its busy times; (nkinds * 3) what a pick adds, by kind and pick
+    double sums_s;       // what its ranks sum after the micro-batches: every pair's (Cost.sums_s)
     int64_t act0, *dact; // its host activation store; (nkinds * 3) what a pick adds, the same
 } Probes;
 
@@ -454,7 +462,7 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         double *dur = arena_alloc(own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
         if (!dur || cost_plan_with(p, x->t, x->kernels, &pc, dur) != 0) return out_of_memory(x);
         if (i == 0) {
-            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes;
+            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes, pr->sums_s = pc.sums_s;
             if (split_layers(p, dur, n, &pr->ch, pr->ch.unpicked) != 0) return out_of_memory(x);
             continue;
         }
@@ -514,7 +522,7 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
             double rest = chains && accumulate > 1
                               ? chain_floor(&pr->ch, NULL, L, L - c.resident, n, picks, c.slots, E, F)
                               : 0;
-            double floor = floor_step(&b, &h, t, accumulate, chain, rest);
+            double floor = floor_step(&b, &h, t, accumulate, chain, rest) + pr->sums_s;
             pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
         }
     free(E);
