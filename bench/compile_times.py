@@ -3,7 +3,8 @@
 
 For each model (1B to 1T parameters, dense and mixture of experts), each
 command: `--summary`; `--explain` for one GPU (h200); `--ranks 8 --explain`
-for one node of eight (h200x8). Each row: the model, its parameters (mtc's
+for one node of eight (h200x8); for a few sizes (SOME) also `--batch auto
+--explain` and `--explore` on h200. Each row: the model, its parameters (mtc's
 own count, `--summary --json`), dense or MoE, the command, mtc's exit
 status, the CPU seconds it took (user + system: what the machine's other
 work changes least) and the wall seconds, each the median of 3 runs (1
@@ -13,7 +14,8 @@ uptime prints it) before and after the run, and whether mtc was pinned to
 one core (taskset -c 1, when taskset exists).
 
 The issue's goals (one quiet core): --summary at most 0.5 s, --explain at
-most 2 s, --ranks N --explain at most 5 s.
+most 2 s, --batch auto at most 5 s, --ranks N --explain at most 5 s,
+--explore at most 15 s.
 
 usage: compile_times.py [--mtc MTC] [--models a.mt,b.mt,...] [--out FILE]
        compile_times.py --check FILE      (FILE's rows are this script's format)
@@ -37,10 +39,16 @@ COMMANDS = [
     ("--explain h200", ["--target", "h200", "--explain"]),
     ("--ranks 8 --explain h200x8", ["--target", "h200x8", "--ranks", "8", "--explain"]),
 ]
+# for a few sizes only (SOME): the batch the most tokens a second fits, and every batch's schedules
+SOME = ["examples/llama3.2-1b.mt", "examples/llama3-8b.mt", "examples/mixtral-8x7b.mt", "examples/llama3-70b.mt"]
+SOME_COMMANDS = [
+    ("--batch auto --explain h200", ["--target", "h200", "--batch", "auto", "--explain"]),
+    ("--explore h200", ["--target", "h200", "--explore"]),
+]
 HEADER = "| model | parameters | kind | command | exit | CPU s | wall s |"
 RULE = "| --- | ---: | --- | --- | ---: | ---: | ---: |"
 ROW = re.compile(r"^\| (?P<model>[a-z0-9.\-]+) \| (?P<params>[0-9,]+) \| (?P<kind>dense|MoE) \| "
-                 r"(?P<command>" + "|".join(re.escape(c) for c, _ in COMMANDS) + r") \| "
+                 r"(?P<command>" + "|".join(re.escape(c) for c, _ in COMMANDS + SOME_COMMANDS) + r") \| "
                  r"(?P<exit>-?\d+|timeout) \| (?P<cpu>\d+\.\d\d) \| (?P<wall>\d+\.\d\d) \|$")
 MACHINE = re.compile(r"^Machine: \d+ cores; load average (\d+\.\d\d) before, (\d+\.\d\d) after; "
                      r"mtc (pinned to one core|unpinned); commit [0-9a-f]+\.$", re.M)
@@ -85,7 +93,7 @@ def table(mtc, models):
     for path in models:
         params, kind = model_facts(mtc, path)
         name = os.path.basename(path)[:-3]
-        for label, args in COMMANDS:
+        for label, args in COMMANDS + (SOME_COMMANDS if path in SOME else []):
             runs = [timed(pin + [mtc, path] + args)]
             if runs[0][1] <= 10:
                 runs += [timed(pin + [mtc, path] + args) for _ in range(2)]

@@ -39,7 +39,7 @@ static const char USAGE[] =
     "  --selective-layers S  a mixed plan: S of the layers that leave the device keep their input\n"
     "                   and matmul and attention outputs in host memory and recompute the rest;\n"
     "                   with --offload-layers, K + S layers are picked (default: both chosen\n"
-    "                   by the search, exactly to 0.1%)\n"
+    "                   by the search, exactly)\n"
     "  --policy NAME    mt (default), or a baseline: sequential (no overlap), megatrain\n"
     "                   (weights cross three times a step, optimizer after the backward),\n"
     "                   zero3-offload (DeepSpeed ZeRO-3 with CPU offload: weights fetched for the\n"

@@ -806,6 +806,7 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     // takes at least all the bytes they move there at its bandwidth (the
     // optimizer's time is its bytes at that bandwidth).
     // The tier's transfers land in and leave from host memory too.
+    c->grads_host_bytes = grads_host;
     double link_mem_s = ((double)(c->copy_in_bytes + c->copy_out_bytes) + grads_host +
                          (c->place.tier_read_bytes + c->place.tier_write_bytes) / (double)g->train.accumulate) /
                         t->host_memory_bandwidth;
@@ -813,7 +814,8 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
         if (first < link_mem_s + c->optimizer_s) first = link_mem_s + c->optimizer_s;
         if (g->train.accumulate > 1 && rest < link_mem_s) rest = link_mem_s;
     }
-    c->step_s = first + (double)(g->train.accumulate - 1) * rest + step_sums_s(p, t);
+    c->sums_s = step_sums_s(p, t);
+    c->step_s = first + (double)(g->train.accumulate - 1) * rest + c->sums_s;
     return 0;
 }
 

@@ -43,6 +43,8 @@ typedef struct Cost {
     double recompute_s;           // of that, forward work done a second time
     double copy_in_s, copy_out_s; // host link time, each direction
     int64_t copy_in_bytes, copy_out_bytes;
+    double grads_host_bytes;   // host memory the gradients' adds into the store read and write beyond the copies
+    double sums_s;             // with ranks, what train.c sums over them after the micro-batches (in step_s)
     double device_copy_s;      // arena-to-arena copies, and the copies of segments whose optimizer is on the device
                                // (Plan.opt_device) between its device store and the arena
     double device_optimizer_s; // the norms and AdamW of those segments, on the device at its memory rate

@@ -153,6 +153,7 @@ typedef struct Busy {
     double device;       // RUNs and arena copies
     double in, out;      // the link, each direction
     double link_bytes;   // what crosses the link, which host memory carries too
+    double grads_bytes;  // and what the gradients' adds move there (the unpicked plan's: the least, below)
     double device_bytes; // device memory (not a time, but linear in the picks too)
 } Busy;
 
@@ -161,6 +162,7 @@ static Busy busy_of(const Cost *c) {
                   .in = c->copy_in_s,
                   .out = c->copy_out_s,
                   .link_bytes = (double)(c->copy_in_bytes + c->copy_out_bytes),
+                  .grads_bytes = c->grads_host_bytes,
                   .device_bytes = (double)c->device_peak_bytes};
 }
 
@@ -187,24 +189,48 @@ static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide 
     return h;
 }
 
+// The least time a duplex link with `in` and `out` seconds of copies at
+// full rate (each direction's, u's) can be busy, where a copy that starts
+// while the other direction is busy runs at t's duplex_efficiency e of its
+// rate (cost_simulate). Of any moment both directions are busy, the copy
+// the simulation placed second started while the other was busy: it is
+// slowed. So if a and b seconds (at full rate) of the in and out copies
+// are slowed, k = 1/e - 1: the in direction is busy in + k a, the out
+// direction out + k b, and both together at most (a + b) / e, so the link
+// is busy at least in + out - a - b. The least over every a <= in,
+// b <= out of the largest of the three: the smallest M where
+// min(in, (M - in) / k) + min(out, (M - out) / k) >= in + out - M, found
+// by bisection from below (lo never reaches it: a floor).
+static double duplex_link_floor(double in, double out, const Target *t) {
+    double lo = fmax(in, out), hi = in + out, k = 1.0 / t->duplex_efficiency - 1.0;
+    if (!(k > 0) || in <= 0 || out <= 0) return lo;
+    for (int i = 0; i < 60 && hi - lo > 1e-12 * hi; i++) {
+        double m = 0.5 * (lo + hi);
+        if (fmin(in, (m - in) / k) + fmin(out, (m - out) / k) >= in + out - m) hi = m;
+        else lo = m;
+    }
+    return lo;
+}
+
 // The least step a plan with busy times u and host side h can take on t,
 // whatever the engines' overlap: cost_plan_with's step is never below it.
 // Each micro-batch takes at least its busiest resource (on a cpu target,
 // everything: one thread), host memory carrying the link's and the tier's
-// bytes; the first also the host's work, and first_min.
-static double floor_step(const Busy *u, const HostSide *h, const Target *t, int64_t accumulate, double first_min) {
+// bytes; the first also the host's work, and first_min; each later one rest_min.
+static double floor_step(const Busy *u, const HostSide *h, const Target *t, int64_t accumulate, double first_min,
+                         double rest_min) {
     double first, rest;
     if (strcmp(t->arch, "cpu") == 0) {
         rest = u->device + u->in + u->out;
         first = rest + h->optimizer_s;
     } else {
-        double link = t->link_duplex ? fmax(u->in, u->out) : u->in + u->out;
+        double link = t->link_duplex ? duplex_link_floor(u->in, u->out, t) : u->in + u->out;
         double tier = (h->place.tier_read_bytes + h->place.tier_write_bytes) / (double)accumulate;
-        double mem = (u->link_bytes + tier) / t->host_memory_bandwidth;
+        double mem = (u->link_bytes + u->grads_bytes + tier) / t->host_memory_bandwidth;
         rest = fmax(u->device, fmax(link, mem));
         first = fmax(rest, mem + h->optimizer_s);
     }
-    return fmax(first, first_min) + (double)(accumulate - 1) * rest;
+    return fmax(first, first_min) + (double)(accumulate - 1) * fmax(rest, rest_min);
 }
 
 // A step as chains of waits between the engines, each layer's part in it
@@ -230,14 +256,17 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 typedef struct LayerTimes {
     double in, compute, save;     // forward: weights in, its compute, its saves
     double back_in, back_compute; // backward: its copies in, its compute (recompute included)
+    double back_out;              // backward: its gradients out
+    double out_after;             // its compute before the event its first gradient out waits for (< 0: none)
 } LayerTimes;
 
 typedef struct Chains {
     double head;          // the head's copies in and forward
     double tail_in;       // the tail's copies in (weights and inputs)
     double pre;           // the compute engine from the tail's forward to the first leaving layer's backward
-    double post;          // and after the last one's (the head's backward), then the copy-out engine's
-                          // and the host's (its gradients out, their norm)
+    double post;          // and after the last one's (the head's backward)
+    double post_out;      // then the copy-out engine's (its gradients out)
+    double post_norm;     // and the host's (the gradients' norm, on the first micro-batch a step)
     LayerTimes *unpicked; // (L) every layer with no picks
     const uint8_t *kind;  // (L) each layer's block kind (Graph.layer_kind)
     LayerTimes *picked;   // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
@@ -247,10 +276,21 @@ typedef struct Chains {
 // layer each instruction serves (the last COPY_IN or block RUN naming one;
 // the tail's RUN and the head's backward RUN end them), into lt (L), and
 // the rest into *ch; the updates are the placement's (HostSide.updates).
-static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
+// A leaving layer's gradients go out on the copy-out engine (each COPY_OUT
+// by the layer it names) after the compute its first one waits for (the
+// copy-out engine's WAITs before it on RECORDs of that layer's backward
+// compute): out_after, the layer's backward compute up to there.
+// 0, or -1 out of memory.
+static int split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
     int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
     int back = 0, post = 0;
-    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){0};
+    // (nevents) each RECORD of a leaving layer's backward compute: that layer, and its compute before it
+    int64_t *rec_layer = malloc(((size_t)p->nevents + 1) * sizeof *rec_layer);
+    double *rec_compute = malloc(((size_t)p->nevents + 1) * sizeof *rec_compute);
+    uint8_t *out_seen = calloc((size_t)L + 1, 1); // (L) a COPY_OUT of the layer seen
+    if (!rec_layer || !rec_compute || !out_seen) return free(rec_layer), free(rec_compute), free(out_seen), -1;
+    for (int e = 0; e < p->nevents; e++) rec_layer[e] = -1;
+    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){.out_after = -1};
     *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked};
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
@@ -265,44 +305,65 @@ static void split_layers(const Plan *p, const double *dur, int64_t leaving, Chai
         int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
             copy_in = in->engine == ENG_COPY_IN &&
                       (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
-            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
-        if (post) ch->post += compute || in->engine == ENG_COPY_OUT || in->kind == INS_NORM ? d : 0;
-        else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
+            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE,
+            leaving_back = back && !post && cur >= 0 && cur < leaving;
+        if (leaving_back && in->kind == INS_RECORD && in->engine == ENG_COMPUTE)
+            rec_layer[in->event] = cur, rec_compute[in->event] = lt[cur].back_compute;
+        if (back && !post && in->kind == INS_WAIT && in->engine == ENG_COPY_OUT && rec_layer[in->event] >= 0 &&
+            !out_seen[rec_layer[in->event]]) { // its copies out wait for that much of its compute at least
+            LayerTimes *w = &lt[rec_layer[in->event]];
+            w->out_after = fmax(w->out_after, rec_compute[in->event]);
+        }
+        if (back && !post && in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < leaving)
+            out_seen[in->layer] = 1, lt[in->layer].back_out += d;
+        if (post) {
+            ch->post += compute ? d : 0;
+            ch->post_out += in->engine == ENG_COPY_OUT && in->kind != INS_NORM ? d : 0;
+            ch->post_norm += in->kind == INS_NORM ? d : 0;
+        } else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
         else if (!back && cur == L) ch->tail_in += copy_in ? d : 0;
         else if (!back) lt[cur].in += copy_in ? d : 0, lt[cur].compute += compute ? d : 0, lt[cur].save += save ? d : 0;
         else if (cur >= leaving) ch->pre += compute ? d : 0;
         else lt[cur].back_in += copy_in ? d : 0, lt[cur].back_compute += compute ? d : 0;
     }
+    free(rec_layer), free(rec_compute), free(out_seen);
+    return 0;
 }
 
-// The least step of a plan of n leaving layers picked as pick (n) says,
-// updating as updates (L + 2) says: the end of the backward of the chains
-// above. E, F: (L + slots + 1) scratch.
+// The least time of a micro-batch of a plan of n leaving layers picked as
+// pick (n) says, updating as updates (L + 2) says: the end of the chains
+// above, the last gradients out and (the first micro-batch's) their norm.
+// updates NULL: a later micro-batch's, with no host work (cost_simulate's
+// host_work 0). E, F: (L + slots + 1) scratch.
 static double chain_floor(const Chains *ch, const double *updates, int64_t L, int64_t streamed, int64_t n,
                           const uint8_t *pick, int slots, double *E, double *F) {
-    double upd = updates[L], in_done = 0, saved = 0, *S = E; // S: saves done, by layer (E is free until the backward)
-    double prev = upd + ch->head;                            // the head's forward done
+    double upd = updates ? updates[L] : 0, in_done = 0, saved = 0,
+           *S = E;                // S: saves done, by layer (E is free until the backward)
+    double prev = upd + ch->head; // the head's forward done
     for (int64_t l = 0; l < L; l++) {
         int p = l < n ? pick[l] : PICK_NONE;
         const LayerTimes *t = p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
         int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
-        upd += updates[l];
+        upd += updates ? updates[l] : 0;
         in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
         F[l] = fmax(fmax(prev, in_done), reuse ? S[l - slots] : 0) + t->compute;
         saved = t->save > 0 ? fmax(saved, F[l]) + t->save : saved;
         S[l] = t->save > 0 ? saved : 0; // (a frame whose last user saved nothing waits for no save)
         prev = F[l];
     }
-    double tail_in = fmax(in_done, upd + updates[L + 1]) + ch->tail_in, tail = fmax(prev, tail_in);
+    double tail_in = fmax(in_done, upd + (updates ? updates[L + 1] : 0)) + ch->tail_in, tail = fmax(prev, tail_in);
     in_done = tail_in;
     for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail;
     E[n] = tail + ch->pre;
+    double out_done = 0; // the copy-out engine: the leaving layers' gradients out, from the top
     for (int64_t l = n - 1; l >= 0; l--) {
         const LayerTimes *t = pick[l] == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick[l]];
         in_done = fmax(in_done, E[l + slots]) + t->back_in;
-        E[l] = fmax(E[l + 1], in_done) + t->back_compute;
+        double start = fmax(E[l + 1], in_done);
+        E[l] = start + t->back_compute;
+        out_done = fmax(out_done, t->out_after >= 0 ? start + t->out_after : 0) + t->back_out;
     }
-    return E[0] + ch->post;
+    return fmax(E[0] + ch->post, out_done) + ch->post_out + (updates ? ch->post_norm : 0);
 }
 
 // The mixed plans of choice c (layer or selective, its slots, checkpoint
@@ -317,22 +378,30 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // activation store; and the chains of waits through the frames. A pair that cannot fit host or device
 // memory is never built; the others are built and simulated in order of
 // their floors until no pair left could beat the fastest fitting plan found
-// by more than SEARCH_GAP (its floor is at least that plan's step / (1 +
-// SEARCH_GAP)). The result is within SEARCH_GAP of the fastest of every
-// pair, as building them all finds it (MT_SEARCH_EVERY=1 does, and checks
-// every floor and every skip against the plan it built). Without the gap,
-// a flat optimum builds nearly every pair: mistral-large-2's 7,000 of
-// them for --explain, their floors within 0.13% of the best step.
+// (or req->beat_s): its floor is at least that plan's step. The result is
+// the fastest of every pair, as building them all finds it
+// (MT_SEARCH_EVERY=1 does, and checks every floor and every skip against
+// the plan it built).
 //
-// What the floors miss is the duplex link's penalty (cost_simulate: a copy
-// that starts while the other direction is busy runs at duplex_efficiency):
-// a pair's floor is up to 5% under its step, more the more it offloads
-// (llama3-70b on h200, --remat mixed --slots 3 --checkpoints host). On a
-// copy of h200 with duplex_efficiency 1 every floor of that search sits
-// within 0.42% of its step (0.28% for most), so far fewer pairs are built.
-// A floor that counts the penalty must prove the copy it slows starts
-// while the other direction is busy; the chains give only lower bounds.
-#define SEARCH_GAP 1e-3
+// The chains end with the copy-out engine: each leaving layer's gradients
+// go out after the compute they wait for, in turn, then the head's and
+// their norm (a later micro-batch's chains, with no host work, bound each
+// of the others). A duplex link's busy time counts its penalty
+// (duplex_link_floor). What the floors still miss is the penalty's delay
+// of the chains: on h200 a llama3-70b pair's floor sits 0.3% under its
+// step (0.03 s of 11.5 s), 0 with duplex_efficiency 1. llama3-70b's
+// --explain on h200 builds 3,481 pairs (8,659 before the copy-out chain,
+// with a 0.1% gap). Host memory's floor counts the gradients' adds
+// (Cost.grads_host_bytes), as the step does: without them llama3-405b's
+// floors on h200 sat 1.6% under its steps and its --explain built 92,200
+// plans in 34 s. With ranks, every pair's floor has what the ranks sum
+// after the micro-batches (Cost.sums_s): without it llama3-70b's
+// --ranks 8 --explain on h200x8 built some 80,000 plans in 25 s.
+//
+// The scale-out comparison (scaleout.c) prices the plans this search
+// builds as a rank of each strategy, and keeps the fastest by that price:
+// a plan this search's floors skip is not priced, so a strategy's row is
+// the best of the plans whose one-GPU step could beat the best found.
 
 typedef struct Pair {
     int64_t k, s;
@@ -353,6 +422,7 @@ typedef struct Probes {
     Plan *p0;            // the plan with no picks
     Chains ch;           // its chains; ch.picked: a picked layer's, by kind and pick
     Busy u0, *du;        // its busy times; (nkinds * 3) what a pick adds, by kind and pick
+    double sums_s;       // what its ranks sum after the micro-batches: every pair's (Cost.sums_s)
     int64_t act0, *dact; // its host activation store; (nkinds * 3) what a pick adds, the same
 } Probes;
 
@@ -393,16 +463,19 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         double *dur = arena_alloc(own, ((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain)
         if (!dur || cost_plan_with(p, x->t, x->kernels, &pc, dur) != 0) return out_of_memory(x);
         if (i == 0) {
-            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes;
-            split_layers(p, dur, n, &pr->ch, pr->ch.unpicked);
+            pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes, pr->sums_s = pc.sums_s;
+            if (split_layers(p, dur, n, &pr->ch, pr->ch.unpicked) != 0) return out_of_memory(x);
             continue;
         }
         Busy b = busy_of(&pc);
         const double *bi = (const double *)&b, *b0 = (const double *)&pr->u0;
         double *d = (double *)&pr->du[kind * 3 + pick];
         for (size_t j = 0; j < sizeof b / sizeof(double); j++) d[j] = bi[j] - b0[j];
+        // the picks move no gradient; a store pushed onto the tier's gradients level adds more
+        // (bf16 gradients no more: storage_grads_bf16), so the unpicked plan's is the least
+        pr->du[kind * 3 + pick].grads_bytes = 0;
         pr->dact[kind * 3 + pick] = p->host_act_bytes - pr->act0;
-        split_layers(p, dur, n, &one, one.unpicked);
+        if (split_layers(p, dur, n, &one, one.unpicked) != 0) return out_of_memory(x);
         pr->ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
     }
     return 0;
@@ -443,11 +516,14 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
                              (h.place.level > PLACE_RAM && (double)h.place.tier_bytes > t->tier_capacity) ||
                              b.device_bytes > t->device_memory + 1e6;
             if (cannot_fit && !every) continue;
-            // the first micro-batch's chains (on one thread, a cpu's, the busy times say it all)
-            double chain = strcmp(t->arch, "cpu") != 0
-                               ? chain_floor(&pr->ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F)
-                               : 0;
-            double floor = floor_step(&b, &h, t, accumulate, chain);
+            // the first micro-batch's chains, and a later one's (on one thread, a cpu's, the busy
+            // times say it all)
+            int chains = strcmp(t->arch, "cpu") != 0;
+            double chain = chains ? chain_floor(&pr->ch, h.updates, L, L - c.resident, n, picks, c.slots, E, F) : 0;
+            double rest = chains && accumulate > 1
+                              ? chain_floor(&pr->ch, NULL, L, L - c.resident, n, picks, c.slots, E, F)
+                              : 0;
+            double floor = floor_step(&b, &h, t, accumulate, chain, rest) + pr->sums_s;
             pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
         }
     free(E);
@@ -455,7 +531,7 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
 }
 
 // Builds the pairs of c in order of their floors until none left could
-// beat the fastest fitting plan (or req->beat_s) by more than SEARCH_GAP;
+// beat the fastest fitting plan (or req->beat_s);
 // with every, all of them, each checked against its floor and its skip.
 // 0, or -1 with a message.
 static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, int every) {
@@ -465,7 +541,7 @@ static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, i
         const SchedResult *best = x->best;
         double beat = best->plan && best->fits ? best->cost.step_s : INFINITY;
         if (req->beat_s > 0 && req->beat_s < beat) beat = req->beat_s;
-        if (!every && pairs[i].floor * (1 + SEARCH_GAP) >= beat) break;
+        if (!every && pairs[i].floor >= beat) break;
         c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
         Tried tr;
         rc = try_choice_out(x, &c, &tr);
