@@ -262,8 +262,13 @@ static void weights_sigbus(int sig, siginfo_t *info, void *ctx) {
     raise(sig); // delivered, by the action before, once this returns
 }
 
-// Guards the mapping [m, m + len) of path, open as fd (rank of ranks; 1: not sharded); keeps fd.
+// Guards the mapping [m, m + len) of path, open as fd (rank of ranks; 1: not sharded); keeps fd. One mapping a
+// process (mtrun's one store): a second is left unguarded, its fd closed.
 static void weights_guard(void *m, size_t len, int fd, const char *path, int rank, int ranks) {
+    if (weights_fault.lo) {
+        close(fd);
+        return;
+    }
     char who[64] = "";
     if (ranks > 1) snprintf(who, sizeof who, "rank %d of %d: ", rank, ranks);
     int n = snprintf(weights_fault.msg, sizeof weights_fault.msg,
