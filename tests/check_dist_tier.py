@@ -33,7 +33,9 @@ mapped):
 - their step 3 resumes on one process without the tier to the straight run's losses, to 1e-6;
 - kill -9 of rank 1 in the middle of a tier write ends the job; it resumes with the tier to the straight run's
   losses;
-- rank 1's weights file that cannot be made (a directory in its place) ends every rank, naming it;
+- rank 1's weights file that cannot be made (a directory in its place) ends every rank, naming it; so does its
+  weights file cut to nothing under the running job (through /proc/PID/fd: SIGBUS at its next access), whose
+  newest checkpoint then resumes to the straight run's losses;
 - at 4 ranks, kill -9 of rank 3 mid tier write resumes to the straight run's losses, and a full device on rank 3
   alone (a file size limit) ends every rank, naming its tier file;
 - one process with tier=weights (one GPU's plan on a node of 4 MB) gives the losses and the final checkpoint of
@@ -43,8 +45,10 @@ usage: check_dist_tier.py MTC MTRUN [weights]   (from the project root)
 """
 import os
 import shutil
+import subprocess
 import sys
 import tempfile
+import time
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from check_dist import MPIRUN, newest_manifest, rel, safetensors, saved_files, with_accumulate  # noqa: E402
@@ -99,6 +103,58 @@ def straight(mtrun, n, pl, ref, tmp, tier):
           f"within {lw:.3g}, weights within {worst:.3g} relative (2-norm)")
 
 
+def cut_short(path):
+    """Cuts to nothing the removed file path that a process holds open ('PATH (deleted)' in /proc/PID/fd), through
+    that link; whether one did."""
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                if os.readlink(f"/proc/{pid}/fd/{fd}") == path + " (deleted)":
+                    os.truncate(f"/proc/{pid}/fd/{fd}", 0)
+                    return True
+        except OSError:  # a process gone, or not ours to read
+            continue
+    return False
+
+
+def weights_fail(mtrun, two, tmp, tier, straight_losses):
+    """A tier device failing under rank 1's mapped weights: its file, removed once mapped, cut to nothing through
+    /proc/PID/fd as soon as it is there, so that the rank's next access to its weights raises SIGBUS. The 2 ranks
+    resume from the straight run's step 3 and save every step: every rank ends, non-zero, rank 1 naming its file;
+    the newest checkpoint resumes to the straight run's losses."""
+    j = lambda *p: os.path.join(tmp, *p)
+    ck = j("sigbus")
+    os.mkdir(ck)
+    for n in saved_files(3, 2):
+        shutil.copy(j("nvme", n), ck)
+    named = os.path.join(tier, "rank-1-of-2", "mtrun.weights")
+    args = [*STEPS, "--resume", ck, "--save", ck, "--save-every", "1", "--log", j("sigbus.jsonl"), "--tier-dir", tier]
+    job = subprocess.Popen([*MPIRUN, "-np", "2", mtrun, two, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                           text=True)
+    cut, start = False, time.time()
+    while not cut and job.poll() is None and time.time() < start + 60:
+        cut = cut_short(named)
+        time.sleep(0.002)
+    try:
+        out, err = job.communicate(timeout=120)
+    except subprocess.TimeoutExpired:
+        job.kill()
+        out, err = job.communicate()
+    p = subprocess.CompletedProcess(job.args, job.returncode, out, err)
+    said = [ln for ln in err.splitlines() if "rank 1 of 2: error" in ln and named in ln]
+    if not (check(cut, f"rank 1's weights file was not found open to cut short (the run: exit {job.returncode})", p)
+            and check(job.returncode != 0 and said, f"rank 1's weights cut short: exit {job.returncode}, not ended "
+                      f"naming {named}", p)):
+        return
+    step = newest_manifest(ck)
+    q = mpi(mtrun, 2, two, *STEPS, "--resume", ck, "--no-save", "--log", j("after-sigbus.jsonl"), "--tier-dir", tier)
+    got = losses(j("after-sigbus.jsonl"))
+    check(3 <= step < 6 and q.returncode == 0 and got == straight_losses[step:],
+          f"resumed after the cut from step {step}: {got}, the straight run's {straight_losses[step:]}", q)
+    print(f"rank 1's weights cut short under it: every rank ended, exit {job.returncode}: {said[0]}; its newest "
+          f"checkpoint (step {step}) resumed to the straight run's losses")
+
+
 def weights(mtc, mtrun, model, tmp):
     """The bf16 weights on the tier too (tier=weights), at 2 and 4 ranks."""
     j = lambda *p: os.path.join(tmp, *p)
@@ -140,6 +196,7 @@ def weights(mtc, mtrun, model, tmp):
     worst = max((abs(a - b) / abs(a) for a, b in zip(nvme[3:], got)), default=1)
     check(p.returncode == 0 and len(got) == 3 and worst <= 1e-6, f"step 3 on one process: {got}, {nvme[3:]}", p)
     print(f"their step 3 resumed on one process without the tier: steps 4 to 6 within {worst:.3g}")
+    weights_fail(mtrun, two, tmp, tier, nvme)
     ck = j("killed")
     args = [*STEPS, "--save", ck, "--save-every", "2", "--log", j("killed.jsonl"), "--tier-dir", tier]
     # (16 writes a step: each layer's record after its update, its gradients at the norm)

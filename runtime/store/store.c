@@ -3,6 +3,8 @@
 #include <errno.h>
 #include <fcntl.h>
 #include <math.h>
+#include <signal.h>
+#include <stdint.h>
 
 #include "common/bf16.h"
 #include "common/storage.h"
@@ -233,14 +235,70 @@ static void *store_map(size_t bytes, size_t *mapped, int holes) {
     return raw + lead;
 }
 
+// A failing tier device under the mapped bf16 weights (a read or write-back
+// error, the file cut short) raises SIGBUS at whichever access meets it, on
+// any thread: the handler ends the process with a message naming the file
+// and the rank (made when mapped: in a handler only write and _exit are
+// safe), exit 1, and mpirun then ends the other ranks. The checkpoints
+// already saved are whole (a manifest is written last). A SIGBUS anywhere
+// else gets the action there was before, raised again.
+static struct {
+    uintptr_t lo, hi; // the mapping [lo, hi) (lo 0: none)
+    char msg[4608];   // (len) the message
+    size_t len;
+    struct sigaction before; // SIGBUS's action before weights_guard
+    int fd;                  // the file, open while mapped (as /proc/PID/fd shows it: "... (deleted)")
+} weights_fault;
+
+static void weights_sigbus(int sig, siginfo_t *info, void *ctx) {
+    (void)ctx;
+    uintptr_t at = (uintptr_t)info->si_addr;
+    if (weights_fault.lo && at >= weights_fault.lo && at < weights_fault.hi) {
+        ssize_t said = write(STDERR_FILENO, weights_fault.msg, weights_fault.len);
+        (void)said; // (nothing more to do where stderr is gone)
+        _exit(1);
+    }
+    sigaction(sig, &weights_fault.before, NULL);
+    raise(sig); // delivered, by the action before, once this returns
+}
+
+// Guards the mapping [m, m + len) of path, open as fd (rank of ranks; 1: not sharded); keeps fd. One mapping a
+// process (mtrun's one store): a second is left unguarded, its fd closed.
+static void weights_guard(void *m, size_t len, int fd, const char *path, int rank, int ranks) {
+    if (weights_fault.lo) {
+        close(fd);
+        return;
+    }
+    char who[64] = "";
+    if (ranks > 1) snprintf(who, sizeof who, "rank %d of %d: ", rank, ranks);
+    int n = snprintf(weights_fault.msg, sizeof weights_fault.msg,
+                     "mtrun: %serror: %s: the tier device failed under the bf16 weights mapped from it (a read or "
+                     "write-back error, or the file cut short): the run ends here; resume from the last checkpoint\n",
+                     who, path);
+    weights_fault.len = n < (int)sizeof weights_fault.msg ? (size_t)n : sizeof weights_fault.msg - 1;
+    struct sigaction sa = {.sa_sigaction = weights_sigbus, .sa_flags = SA_SIGINFO};
+    sigemptyset(&sa.sa_mask);
+    weights_fault.lo = (uintptr_t)m, weights_fault.hi = (uintptr_t)m + len, weights_fault.fd = fd;
+    sigaction(SIGBUS, &sa, &weights_fault.before);
+}
+
+// Ends weights_guard's watch over m (if it is the mapping watched) and closes its file, before it is unmapped.
+static void weights_unguard(const void *m) {
+    if (!weights_fault.lo || (uintptr_t)m != weights_fault.lo) return;
+    sigaction(SIGBUS, &weights_fault.before, NULL);
+    close(weights_fault.fd);
+    weights_fault.lo = weights_fault.hi = 0;
+}
+
 // The bf16 copy on the tier (STORE_TIER_WEIGHTS): len bytes of a shared
 // mapping of DIR/mtrun.weights, preallocated (refused up front, naming the
 // file, where the device is full or a file size limit stops it), its name
 // removed as soon as it is mapped, so that nothing is left behind however
 // the run ends. Its pages are the file's zeros until written; the kernel
-// reads them in as a layer streams and writes back what AdamW changed.
+// reads them in as a layer streams and writes back what AdamW changed; a
+// device that fails under it ends the run naming it (weights_guard).
 // *mapped: the length to unmap. NULL with a message.
-static void *weights_map(const char *dir, size_t len, size_t *mapped, char *err, size_t errcap) {
+static void *weights_map(const char *dir, size_t len, int rank, int ranks, size_t *mapped, char *err, size_t errcap) {
     char path[4096];
     if (snprintf(path, sizeof path, "%s/mtrun.weights", dir) >= (int)sizeof path) {
         snprintf(err, errcap, "the tier directory's path is too long (%zu bytes)", strlen(dir));
@@ -255,12 +313,13 @@ static void *weights_map(const char *dir, size_t len, size_t *mapped, char *err,
     void *m = rc == 0 ? mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0) : MAP_FAILED;
     if (rc == 0 && m == MAP_FAILED) rc = errno;
     unlink(path);
-    close(fd);
     if (rc != 0) {
+        close(fd);
         snprintf(err, errcap, "%s: cannot hold the bf16 weights' %lld bytes on the tier: %s", path, (long long)len,
                  strerror(rc));
         return NULL;
     }
+    weights_guard(m, len, fd, path, rank, ranks);
     *mapped = len;
     return m;
 }
@@ -468,7 +527,7 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
         // the gradients on the tier: all of it mapped, only what is touched held (grads_map); the bf16 copy
         // on the tier: no RAM of its own (weights_map)
         if (i == 4 && s->tier_weights) {
-            if (!(s->wb = weights_map(tier_dir, b, &s->mapped[i], err, errcap))) {
+            if (!(s->wb = weights_map(tier_dir, b, rank, ranks, &s->mapped[i], err, errcap))) {
                 store_free(s);
                 return -1;
             }
@@ -499,6 +558,7 @@ static int store_open(HostStore *s, const Plan *p, const char *tier_dir, int hol
 
 void store_free(HostStore *s) {
     void *arrays[6] = {s->w, s->m, s->v, s->g, s->wb, s->gb};
+    weights_unguard(s->wb);
     for (int i = 0; i < 6; i++)
         if (arrays[i]) munmap(arrays[i], s->mapped[i]);
     free(s->seg);
