@@ -213,6 +213,13 @@ static int best_row(Graph *g, const Target *t, int s, Layout l, Arena *a, ScaleR
                  l.per_node, t->name, t->nodes);
         return 0;
     }
+    if (s == SCALE_SHARDED_TIER && l.ranks > 1 && storage_frozen_elems(g, 0)) { // as mtrun's store_open refuses
+        *row = (ScaleRow){.ranks = l.ranks};
+        snprintf(row->why, sizeof row->why,
+                 "a sharded rank's NVMe tier holds no frozen parameters or buffers yet (mtc --freeze, --lora, "
+                 "`buffer`)");
+        return 0;
+    }
     Target rt = rank_target(t, s, l);
     CostKernels *k = cost_kernels(g, &rt);
     if (!k) return snprintf(err, errcap, "out of memory"), -1;
