@@ -82,7 +82,7 @@ static inline int moe_takes_pipelined(MoeDims d, int bf, void *const arg[7], con
 }
 
 // Launches kernel k on a grid (gx, gy) of MOE_THREADS-thread blocks with the
-// 18 parameters of MT_MOE_PARAMS; 0 when queued.
+// 20 parameters of MT_MOE_PARAMS; 0 when queued.
 typedef int (*MoeLaunchFn)(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params);
 
 // Runs a node chunk by chunk over ws (moe_scratch_bytes(d, bwd, chunk)).
@@ -97,7 +97,9 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
     int *route = NULL;
     int pipe = moe_takes_pipelined(d, bf, arg, ws);
     if (pipe) bf |= MOE_BF_PIPE;
-    void *params[] = {&out, &dy, &x, &gates, &wg, &wu, &wd, &bf, &rows, &r0, &nr, &C, &E, &F, &K, &acc, &route, &ws};
+    float alpha = d.alpha, limit = d.limit;
+    void *params[] = {&out, &dy, &x, &gates, &wg, &wu,  &wd,    &bf, &rows,  &r0,
+                      &nr,  &C,  &E, &F,     &K,  &acc, &route, &ws, &alpha, &limit};
     static const MoeKernel FWD[] = {MOE_UP, MOE_DOWN, MOE_COMBINE};
     static const MoeKernel BWD[] = {MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES,   MOE_DW_DOWN,
                                     MOE_DA,     MOE_DW_UP,    MOE_DX_SLOTS, MOE_COMBINE_DX};
