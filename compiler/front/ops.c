@@ -1191,7 +1191,8 @@ static int moe_activation(Sema *S, const Args *a, double *alpha, double *limit) 
 // moe's option gate_bias, up_bias (which = 0, 1: [E, F]) or down_bias (2:
 // [E, C]) as *out, NULL where not given.
 static int moe_bias(Sema *S, const Args *a, int which, int64_t E, int64_t width, Node **out) {
-    static const char *names[3] = {"gate_bias", "up_bias", "down_bias"};
+    static const char *names[3] = {"gate_bias", "up_bias", "down_bias"},
+                      *what[3] = {"moe's gate_bias", "moe's up_bias", "moe's down_bias"};
     const Expr *be = find_kwarg(a->call, names[which]);
     *out = NULL;
     if (!be) return 0;
@@ -1202,7 +1203,7 @@ static int moe_bias(Sema *S, const Args *a, int which, int64_t E, int64_t width,
         return b.is_num ? (diag_error(S->d, be->loc, "moe's %s must be an f32 tensor [%lld, %lld]", names[which],
                                       (long long)E, (long long)width),
                            -1)
-                        : mismatch(S, be->loc, names[which], &want, &b.node->shape);
+                        : mismatch(S, be->loc, what[which], &want, &b.node->shape);
     *out = b.node;
     return 0;
 }
