@@ -14,6 +14,8 @@
 //             mt_moe_da (tiles)               dh1, dh3
 //             mt_moe_dw_up (E x tiles)        dw_gate += dh1^T x, dw_up += dh3^T x
 //             mt_moe_dx_slots, mt_moe_combine_dx   dx
+// a = mt_moe_act(h1, h3): silu(h1) h3, or gpt-oss's clamped SwiGLU where the
+// node's alpha (MoeDims) is above 0.
 // "tiles": a grid over every expert's routed rows at once, each expert's
 // padded to MOE_TILE; its size, known on the host without the counts, is the
 // bound (S + E (MOE_TILE - 1)) / MOE_TILE. Later chunks add to the weights'
