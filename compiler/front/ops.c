@@ -1212,7 +1212,7 @@ static int moe_bias(Sema *S, const Args *a, int which, int64_t E, int64_t width,
 // ([..., C + 1]), w_gate and w_up their bias as a last input column ([E, F,
 // C + 1], 0 for one not given), w_down an output row of 0 ([E, C + 1, F]),
 // whose output column the caller slices off. The experts' work grows by 1 / C.
-static void fold_expert_biases(Sema *S, Node **in, Node *const *b, Loc loc) {
+static void fold_expert_biases(Sema *S, Node **in, Node **b, Loc loc) {
     Node *x = in[0];
     int64_t E = in[2]->shape.dims[0], F = in[2]->shape.dims[1], C = in[2]->shape.dims[2];
     Shape one = {x->shape.rank, {0}}, col = {3, {E, F, 1}}, zrow = {3, {E, 1, F}};
@@ -1223,7 +1223,7 @@ static void fold_expert_biases(Sema *S, Node **in, Node *const *b, Loc loc) {
     in[0] = ones ? new_node(S, OP_CONCAT, DT_F32, &wide_x, loc, 2, (Node *[]){x, ones}) : NULL;
     if (in[0]) in[0]->axis = wide_x.rank - 1;
     for (int i = 0; i < 2; i++) {
-        Node *c = b[i] ? new_node(S, OP_RESHAPE, DT_F32, &col, loc, 1, (Node **)&b[i]) : full_node(S, &col, 0, loc);
+        Node *c = b[i] ? new_node(S, OP_RESHAPE, DT_F32, &col, loc, 1, &b[i]) : full_node(S, &col, 0, loc);
         in[2 + i] = c ? new_node(S, OP_CONCAT, DT_F32, &wide_w, loc, 2, (Node *[]){in[2 + i], c}) : NULL;
         if (in[2 + i]) in[2 + i]->axis = 2;
     }
