@@ -339,6 +339,10 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
     case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
+    case OP_MOE:
+    case OP_MOE_BWD: // the clamped SwiGLU's (common/graph.h)
+        if (n->scale > 0) fprintf(out, " alpha=%g limit=%g", n->scale, n->softcap);
+        break;
     case OP_LOAD_BALANCE:
     case OP_LOAD_BALANCE_BWD:
         if (n->pooled) fprintf(out, " pooled");

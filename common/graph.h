@@ -92,8 +92,11 @@ typedef enum {
                          // first), 0.0 elsewhere; no gradient, as the comparisons
     OP_MOE,              // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F] -> [..., C]:
                          // each row the sum over experts e whose gate is not 0 of
-                         // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x))
-    OP_MOE_BWD,          // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down]
+                         // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x)); scale = alpha > 0 (with
+                         // softcap = limit L): gpt-oss's clamped SwiGLU (clamp(h3, -L, L) + 1) g sigmoid(alpha g),
+                         // g = min(h1, L), h1 = w_gate[e] @ x, h3 = w_up[e] @ x, in place of silu(h1) h3
+    OP_MOE_BWD,          // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down];
+                         // scale, softcap as OP_MOE's
     OP_LOAD_BALANCE,     // logits[..., E], mask[..., E] (top_k's) -> f32[]: E * sum_e f_e P_e, f_e the share of
                          // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
     OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)

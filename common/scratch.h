@@ -32,7 +32,8 @@
 typedef struct MoeDims {
     long long rows;
     int C, E, F, K;
-    int bf16; // x and the experts' weights stored in bf16 (the pipelined path's scratch when C, F allow it)
+    int bf16;           // x and the experts' weights stored in bf16 (the pipelined path's scratch when C, F allow it)
+    float alpha, limit; // the clamped SwiGLU (the node's scale, softcap); alpha 0: SwiGLU
 } MoeDims;
 
 // Whether a node runs compiler/emit/cuda/moe.cuh's pipelined tensor-core path:

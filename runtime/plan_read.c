@@ -546,6 +546,9 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         int same = n->op == OP_MOE ? shape_eq(&n->shape, &in[0]->shape)
                                    : shape_numel(&n->shape) == total && shape_eq(&n->in[0]->shape, &in[0]->shape);
         if (!same || !moe_shapes_ok(in)) rd_fail(r, "%s: operands of inconsistent shapes", where);
+        else if (n->scale != 0 && !(n->scale > 0 && n->softcap > 0 && isfinite(n->scale) && isfinite(n->softcap)))
+            rd_fail(r, "%s: clamped SwiGLU alpha %g, limit %g (alpha 0, or both positive and finite)", where, n->scale,
+                    n->softcap);
         return;
     }
     case OP_LOAD_BALANCE:

@@ -290,6 +290,33 @@ def published(mtc, tmp):
                   (f", and {held:,} routing bias buffer elements apart" if held else ""))
 
 
+def routed_work(mtc, tmp):
+    """gpt-oss-20b runs 4 of its 32 experts a token: mtc --explain --json prices the experts' GEMMs by the routed
+    work. The tool's model and the same with top_k = 32 differ in GEMM time by 28 experts' hand count (3 GEMMs of
+    (C + 1) x F a token, the +1 the expert biases' column, 4 passes: forward, the backward's recompute and its 2)."""
+    text = hf_to_mt.convert(json.loads(json.dumps(PUBLISHED["gpt-oss-20b"][0])), "m")
+    gemm = {}
+    for k in (4, 32):
+        out = os.path.join(tmp, f"oss{k}.mt")
+        with open(out, "w") as f:
+            f.write(re.sub(r"(?m)^(\s*K = )4\b", rf"\g<1>{k}", text))
+        p = subprocess.run([mtc, out, "--explain", "--json", "--target", "h200"], capture_output=True, text=True,
+                           timeout=300)
+        if not check(p.returncode == 0, f"gpt-oss-20b top_k {k}: mtc --explain: {p.stderr[-400:]}"):
+            return
+        d = json.loads(p.stdout)
+        gemm[k] = next(r for r in d["policies"] if r["name"] == "none")["gemm_s"]
+    N, L, C, F = d["batch"] * d["seq"], 24, 2880, 2880
+    eff = float(re.search(r"^moe_gemm_efficiency *= *([0-9.e+-]+)", open("schedules/h200.target").read(), re.M)[1])
+    one = 2 * N * 4 * L * 3 * (C + 1) * F / (989e12 * eff)  # seconds of one expert a token, every layer
+    got = (gemm[32] - gemm[4]) / 28
+    if check(abs(got - one) <= 1e-3 * one and gemm[4] > 4 * one,
+             f"gpt-oss-20b: GEMMs {gemm[4]} s at top_k 4, {gemm[32]} s at 32; an expert a token {got:.6f} s, the "
+             f"hand count {one:.6f} s"):
+        print(f"ok   gpt-oss-20b: 4 of 32 experts priced: GEMMs {gemm[4]:.4f} s (the experts' {4 * one:.4f} s), "
+              f"{gemm[32]:.4f} s with all 32")
+
+
 def check_finetune(mtc, tmp, config):
     """--finetune: a fine-tuning schedule, said on stderr, that mtc reads; the model file's first line names the
     folder (mtrun warns when it trains from random weights); without transformers, the pip command."""
@@ -479,6 +506,7 @@ def main():
         check(p.returncode == 1 and 'model_type "mamba"' in p.stderr and not os.path.exists(out),
               f"the command line on an unknown model_type: exit {p.returncode}, {p.stderr.strip()!r}", p)
         published(mtc, tmp)
+        routed_work(mtc, tmp)
         check_finetune(mtc, tmp, CASES["llama3.2-1b.mt"][0])
         saved_configs(mtc, tmp)
         function_fields(mtc, tmp)

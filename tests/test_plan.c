@@ -781,6 +781,14 @@ static void damage_fields(Plan *p, const char *path) {
         expect_written_refused("batch 0", p, path, "section CONFIG: batch is 0");
         g->train.batch = saved;
     }
+    for (int k = 0; k < g->parts[PART_BLOCK].nodes.n; k++) { // a moe's clamped SwiGLU with no limit
+        Node *n = node_at(p, PART_BLOCK, k);
+        if (n->op != OP_MOE) continue;
+        n->scale = 1.702;
+        expect_written_refused("a moe's alpha without a limit", p, path, "clamped SwiGLU alpha 1.702, limit 0");
+        n->scale = 0;
+        break;
+    }
     {
         int k = 2, nb = g->parts[PART_BLOCK].nodes.n; // a block node with an operand, and nodes after it
         while (k + 2 < nb && node_at(p, PART_BLOCK, k)->nin == 0) k++;

@@ -1403,9 +1403,8 @@ def gpt_oss(mt, cfg, raw, name):
     """gpt-oss: sliding and full attention layers (layer_types; full as the sliding kind with W = T) with q/k/v/o
     biases and a learned sink logit a head, yarn rope; every layer's experts behind a biased softmax-after router,
     with biases and the clamped SwiGLU ((min(up, limit) clamped below at -limit + 1) * g sigmoid(alpha g), g =
-    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj). The moe op has neither
-    expert biases nor this activation yet, so every expert runs on every row, its output times its gate (0 for the
-    unselected): the same function and gradients, E / K times the routed expert work."""
+    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj, read as [E, in, FFN, 2]
+    and split): moe's alpha, limit and expert bias options, K experts a row."""
     check_fields(mt, raw)
     need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
          "mt loads bf16 or f32 weights: dequantize the checkpoint (MXFP4 experts) and drop quantization_config")
@@ -1455,13 +1454,11 @@ def gpt_oss(mt, cfg, raw, name):
                "m = rmsnorm(x, mlp_norm, eps = eps)",
                "logits = m @ transpose(router) + router_b",
                "gates = router(logits, top_k = K, softmax = after) # [B, T, E]: K of them not 0",
-               "# every expert on every row ([B, T, E, FFN]), each output times its gate",
-               "h = m @ transpose(reshape(transpose(w_gate_up), [E * 2 * FFN, C])) + reshape(b_gate_up, [E * 2 * FFN])",
-               "gate, up = split(reshape(h, [B, T, E, FFN, 2]), 2) # the even columns, the odd ones",
-               "gate = where(gt(gate, LIMIT), LIMIT, gate)",
-               "up = where(gt(up, LIMIT), LIMIT, where(lt(up, -LIMIT), -LIMIT, up))",
-               "y = reshape((up + 1) * gate * sigmoid(ALPHA * gate), [B, T, E, FFN]) * reshape(gates, [B, T, E, 1])",
-               "x = x + reshape(y, [B, T, E * FFN]) @ reshape(w_down, [E * FFN, C]) + gates @ b_down"]:
+               "wg, wu = split(reshape(w_gate_up, [E, C, FFN, 2]), 2) # gate the even columns, up the odd ones",
+               "bg, bu = split(reshape(b_gate_up, [E, FFN, 2]), 2)",
+               "x = x + moe(m, gates, transpose(reshape(wg, [E, C, FFN])), transpose(reshape(wu, [E, C, FFN])), "
+               "transpose(w_down), alpha = ALPHA, limit = LIMIT, gate_bias = reshape(bg, [E, FFN]), "
+               "up_bias = reshape(bu, [E, FFN]), down_bias = b_down)"]:
         P(st)
     if router_loss(cfg):
         P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")

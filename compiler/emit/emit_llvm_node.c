@@ -157,7 +157,46 @@ typedef struct Moe {
     LLVMValueRef x, gates, wg, wu, wd;  // operands
     LLVMValueRef row, xe, h1, h3, a, o; // workspace: row i64 [rows]; xe, o [rows, C]; h1, h3, a [rows, F]
     LLVMValueRef n;                     // i64 local: expert e's rows
+    double alpha, limit;                // the clamped SwiGLU (the node's scale, softcap), alpha 0: SwiGLU
 } Moe;
+
+static LLVMValueRef f_lt(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildFCmp(b->b, LLVMRealOLT, x, y, ""); }
+static LLVMValueRef pick(Nb *b, LLVMValueRef c, LLVMValueRef x, LLVMValueRef y) {
+    return LLVMBuildSelect(b->b, c, x, y, "");
+}
+// kernels.inc's clamped SwiGLU pieces of f32 h1, h3: g = min(h1, L), u = clamp(h3, -L, L), s = sigmoid(alpha g).
+static void clamped_parts(Nb *b, const Moe *m, LLVMValueRef h1, LLVMValueRef h3, LLVMValueRef *g, LLVMValueRef *u,
+                          LLVMValueRef *s) {
+    LLVMValueRef L = cf(b, m->limit), nL = cf(b, -m->limit);
+    *g = pick(b, f_lt(b, h1, L), h1, L);
+    *u = pick(b, f_lt(b, h3, nL), nL, pick(b, f_lt(b, L, h3), L, h3));
+    *s = sigmoid(b, f_mul(b, cf(b, m->alpha), *g));
+}
+// kernels.inc's expert_act: silu(h1) h3, or (u + 1) g / (1 + exp(-alpha g)).
+static LLVMValueRef expert_act(Nb *b, const Moe *m, LLVMValueRef h1, LLVMValueRef h3) {
+    if (!(m->alpha > 0)) return f_mul(b, silu(b, h1), h3);
+    LLVMValueRef g, u, s;
+    clamped_parts(b, m, h1, h3, &g, &u, &s);
+    return f_div(b, f_mul(b, f_add(b, u, cf(b, 1)), g), one_plus_exp_neg(b, f_mul(b, cf(b, m->alpha), g)));
+}
+// kernels.inc's expert_act_bwd: dh1[j], dh3[j] from da at j.
+static void expert_act_bwd(Nb *b, const Moe *m, LLVMValueRef j, LLVMValueRef da, LLVMValueRef dh1, LLVMValueRef dh3) {
+    LLVMValueRef h = ld(b, b->f32, m->h1, j), h3 = ld(b, b->f32, m->h3, j), dav = ld(b, b->f32, da, j);
+    if (!(m->alpha > 0)) {
+        LLVMValueRef sg = sigmoid(b, h);
+        st(b, b->f32, dh3, j, f_mul(b, dav, silu(b, h)));
+        LLVMValueRef lhs = f_mul(b, f_mul(b, dav, h3), sg);
+        st(b, b->f32, dh1, j, f_mul(b, lhs, f_add(b, cf(b, 1), f_mul(b, h, f_sub(b, cf(b, 1), sg)))));
+        return;
+    }
+    LLVMValueRef g, u, s, L = cf(b, m->limit), zero = cf(b, 0);
+    clamped_parts(b, m, h, h3, &g, &u, &s);
+    LLVMValueRef out_of = LLVMBuildOr(b->b, f_lt(b, h3, cf(b, -m->limit)), f_lt(b, L, h3), "");
+    st(b, b->f32, dh3, j, pick(b, out_of, zero, f_mul(b, f_mul(b, dav, g), s)));
+    LLVMValueRef lhs = f_mul(b, f_mul(b, dav, f_add(b, u, cf(b, 1))), s);
+    LLVMValueRef rhs = f_add(b, cf(b, 1), f_mul(b, f_mul(b, cf(b, m->alpha), g), f_sub(b, cf(b, 1), s)));
+    st(b, b->f32, dh1, j, pick(b, f_lt(b, L, h), zero, f_mul(b, lhs, rhs)));
+}
 
 // Expert e's rows gathered (row[0 .. n), xe) and its three GEMMs over them:
 // kernels.inc's expert_forward. Leaves the builder inside `if (n > 0)`, whose
@@ -185,7 +224,7 @@ static LLVMBasicBlockRef expert_forward(Nb *b, Moe *m, LLVMValueRef e) {
     gemm(b, 0, 1, n, ci(b, m->F), ci(b, m->C), m->xe, m->C, at(b, b->f32, m->wg, FC), m->C, 0, m->h1, m->F);
     gemm(b, 0, 1, n, ci(b, m->F), ci(b, m->C), m->xe, m->C, at(b, b->f32, m->wu, FC), m->C, 0, m->h3, m->F);
     LLVMValueRef j = loop_begin(b, &l, ci(b, 0), mul(b, n, ci(b, m->F)));
-    st(b, b->f32, m->a, j, f_mul(b, silu(b, ld(b, b->f32, m->h1, j)), ld(b, b->f32, m->h3, j)));
+    st(b, b->f32, m->a, j, expert_act(b, m, ld(b, b->f32, m->h1, j), ld(b, b->f32, m->h3, j)));
     loop_end(b, &l);
     gemm(b, 0, 1, n, ci(b, m->C), ci(b, m->F), m->a, m->F, at(b, b->f32, m->wd, FC), m->F, 0, m->o, m->C);
     return done;
@@ -217,6 +256,7 @@ static void moe_setup(Nb *b, Moe *m, const Node *n, LLVMValueRef args, LLVMValue
     m->h3 = carve(b, fw, &o, m->rows * m->F), m->a = carve(b, fw, &o, m->rows * m->F);
     m->o = carve(b, fw, &o, m->rows * m->C);
     m->n = local(b, b->i64, NULL);
+    m->alpha = n->scale, m->limit = n->softcap;
 }
 
 // kernels.inc's moe: each expert's output over its rows, added into y weighted by the gate.
@@ -272,10 +312,7 @@ static void emit_moe_bwd(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef w
     gemm(b, 0, 0, nr, ci(b, F), ci(b, C), dO, C, at(b, b->f32, m.wd, FC), F, 0, da, F);
     gemm(b, 1, 0, ci(b, C), ci(b, F), nr, dO, C, m.a, F, 0, at(b, b->f32, out, add(b, ci(b, owd), FC)), F);
     LLVMValueRef j = loop_begin(b, &li, ci(b, 0), mul(b, nr, ci(b, F)));
-    LLVMValueRef h = ld(b, b->f32, m.h1, j), sg = sigmoid(b, h), dav = ld(b, b->f32, da, j);
-    st(b, b->f32, dh3, j, f_mul(b, dav, silu(b, h)));
-    LLVMValueRef lhs = f_mul(b, f_mul(b, dav, ld(b, b->f32, m.h3, j)), sg);
-    st(b, b->f32, dh1, j, f_mul(b, lhs, f_add(b, cf(b, 1), f_mul(b, h, f_sub(b, cf(b, 1), sg)))));
+    expert_act_bwd(b, &m, j, da, dh1, dh3);
     loop_end(b, &li);
     gemm(b, 1, 0, ci(b, F), ci(b, C), nr, dh1, F, m.xe, C, 0, at(b, b->f32, out, add(b, ci(b, owg), FC)), C);
     gemm(b, 1, 0, ci(b, F), ci(b, C), nr, dh3, F, m.xe, C, 0, at(b, b->f32, out, add(b, ci(b, owu), FC)), C);

@@ -412,6 +412,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         for (int i = 0; i < 5; i++) off[i + 1] = off[i] + shape_numel(&in[i]->shape);
         Node *args[6] = {dy, in[0], in[1], in[2], in[3], in[4]};
         Node *p = packed(ad, OP_MOE_BWD, off[5], loc, 6, args);
+        if (p) p->scale = n->scale, p->softcap = n->softcap; // the clamped SwiGLU
         for (int i = 0; i < 5; i++)
             if (accumulate(ad, in[i], view(ad, p, off[i], &in[i]->shape)) != 0) return -1;
         return 0;

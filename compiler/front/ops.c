@@ -67,7 +67,8 @@ static const OpSpec OP_SPECS[] = {
      "router(logits, top_k=K, scores=softmax|sigmoid, softmax=before|after, normalize=false, scale=1, bias=b, "
      "groups=1, top_groups=groups)",
      OP_TOP_K, 0},
-    {"moe", OP_MOE, 5, 5, "", "moe(x, gates, w_gate, w_up, w_down)", OP_MOE, 0},
+    {"moe", OP_MOE, 5, 5, "alpha limit gate_bias up_bias down_bias",
+     "moe(x, gates, w_gate, w_up, w_down, alpha=A, limit=L, gate_bias=b, up_bias=b, down_bias=b)", OP_MOE, 0},
     {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
      OP_LOAD_BALANCE, 0},
     {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS, 0},
@@ -941,9 +942,17 @@ static Node *lower_sum(Sema *S, const Args *a) {
     return new_node(S, OP_SUM_TO, DT_F32, &s, a->call->loc, 1, &x);
 }
 
-// full([dims], v): a tensor of one value, written so that the fused kernels
-// compute it where they read it, from no memory: arange(n, f32) * 0 + v,
-// reshaped.
+// A tensor of shape s all v, written so that the fused kernels compute it
+// where they read it, from no memory: arange(n, f32) * 0 + v, reshaped.
+static Node *full_node(Sema *S, const Shape *s, double v, Loc loc) {
+    Shape flat = {1, {shape_numel(s)}};
+    Node *r = new_node(S, OP_ARANGE, DT_F32, &flat, loc, 0, NULL), *zero = const_node(S, 0, loc);
+    Node *z = r && zero ? new_node(S, OP_MUL, DT_F32, &flat, loc, 2, (Node *[]){r, zero}) : NULL;
+    Node *c = const_node(S, v, loc), *f = z && c ? new_node(S, OP_ADD, DT_F32, &flat, loc, 2, (Node *[]){z, c}) : NULL;
+    return f && s->rank > 1 ? new_node(S, OP_RESHAPE, DT_F32, s, loc, 1, &f) : f;
+}
+
+// full([dims], v): full_node's tensor.
 static Node *lower_full(Sema *S, const Args *a) {
     const Expr *l = a->pos[0];
     if (l->kind != EXPR_LIST || l->items.n == 0 || l->items.n > MT_MAX_RANK) {
@@ -963,13 +972,7 @@ static Node *lower_full(Sema *S, const Args *a) {
     }
     Num v;
     if (eval_num(S, a->pos[1], &v) != 0) return NULL;
-    Shape flat = {1, {n}};
-    Loc loc = a->call->loc;
-    Node *r = new_node(S, OP_ARANGE, DT_F32, &flat, loc, 0, NULL), *zero = const_node(S, 0, loc);
-    Node *z = r && zero ? new_node(S, OP_MUL, DT_F32, &flat, loc, 2, (Node *[]){r, zero}) : NULL;
-    Node *c = const_node(S, v.f, loc),
-         *f = z && c ? new_node(S, OP_ADD, DT_F32, &flat, loc, 2, (Node *[]){z, c}) : NULL;
-    return f && s.rank > 1 ? new_node(S, OP_RESHAPE, DT_F32, &s, loc, 1, &f) : f;
+    return full_node(S, &s, v.f, a->call->loc);
 }
 
 static Node *lower_transpose(Sema *S, const Args *a) {
@@ -1173,8 +1176,67 @@ static int check_expert_layouts(Sema *S, const Args *a, Node **w) {
     return 0;
 }
 
-// x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F].
+// moe's alpha = A, limit = L (gpt-oss's clamped SwiGLU, both or neither):
+// *alpha 0 without them (SwiGLU).
+static int moe_activation(Sema *S, const Args *a, double *alpha, double *limit) {
+    if (kw_float(S, a, "alpha", 0, alpha) != 0 || kw_float(S, a, "limit", 0, limit) != 0) return -1;
+    if ((*alpha > 0) == (*limit > 0)) return 0;
+    diag_error(S->d, a->call->loc,
+               "moe's clamped SwiGLU needs both alpha and limit (gpt-oss's swiglu_alpha, "
+               "swiglu_limit); usage: %s",
+               a->spec->usage);
+    return -1;
+}
+
+// moe's option gate_bias, up_bias (which = 0, 1: [E, F]) or down_bias (2:
+// [E, C]) as *out, NULL where not given.
+static int moe_bias(Sema *S, const Args *a, int which, int64_t E, int64_t width, Node **out) {
+    static const char *names[3] = {"gate_bias", "up_bias", "down_bias"},
+                      *what[3] = {"moe's gate_bias", "moe's up_bias", "moe's down_bias"};
+    const Expr *be = find_kwarg(a->call, names[which]);
+    *out = NULL;
+    if (!be) return 0;
+    Val b;
+    if (lower_expr(S, be, &b) != 0) return -1;
+    Shape want = {2, {E, width}};
+    if (b.is_num || b.node->dtype != DT_F32 || !shape_eq(&want, &b.node->shape))
+        return b.is_num ? (diag_error(S->d, be->loc, "moe's %s must be an f32 tensor [%lld, %lld]", names[which],
+                                      (long long)E, (long long)width),
+                           -1)
+                        : mismatch(S, be->loc, what[which], &want, &b.node->shape);
+    *out = b.node;
+    return 0;
+}
+
+// The gate and up biases folded into the GEMMs: x gains a column of 1
+// ([..., C + 1]), w_gate and w_up their bias as a last input column ([E, F,
+// C + 1], 0 for one not given), w_down an output row of 0 ([E, C + 1, F]),
+// whose output column the caller slices off. The experts' work grows by 1 / C.
+static void fold_expert_biases(Sema *S, Node **in, Node **b, Loc loc) {
+    Node *x = in[0];
+    int64_t E = in[2]->shape.dims[0], F = in[2]->shape.dims[1], C = in[2]->shape.dims[2];
+    Shape one = {x->shape.rank, {0}}, col = {3, {E, F, 1}}, zrow = {3, {E, 1, F}};
+    for (int d = 0; d < one.rank; d++) one.dims[d] = 1;
+    Shape wide_x = x->shape, wide_w = {3, {E, F, C + 1}}, wide_d = {3, {E, C + 1, F}};
+    wide_x.dims[wide_x.rank - 1] = C + 1;
+    Node *ones = full_node(S, &one, 1, loc);
+    in[0] = ones ? new_node(S, OP_CONCAT, DT_F32, &wide_x, loc, 2, (Node *[]){x, ones}) : NULL;
+    if (in[0]) in[0]->axis = wide_x.rank - 1;
+    for (int i = 0; i < 2; i++) {
+        Node *c = b[i] ? new_node(S, OP_RESHAPE, DT_F32, &col, loc, 1, &b[i]) : full_node(S, &col, 0, loc);
+        in[2 + i] = c ? new_node(S, OP_CONCAT, DT_F32, &wide_w, loc, 2, (Node *[]){in[2 + i], c}) : NULL;
+        if (in[2 + i]) in[2 + i]->axis = 2;
+    }
+    Node *z = full_node(S, &zrow, 0, loc);
+    in[4] = z ? new_node(S, OP_CONCAT, DT_F32, &wide_d, loc, 2, (Node *[]){in[4], z}) : NULL;
+    if (in[4]) in[4]->axis = 1;
+}
+
+// x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F];
+// options: the clamped SwiGLU (alpha, limit), expert biases (gate_bias,
+// up_bias, down_bias).
 static Node *lower_moe(Sema *S, const Args *a) {
+    double alpha, limit;
     Node *in[5];
     for (int i = 0; i < 5; i++)
         if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return NULL;
@@ -1191,8 +1253,22 @@ static Node *lower_moe(Sema *S, const Args *a) {
             static const char *what[3] = {"moe's w_gate", "moe's w_up", "moe's w_down"};
             return (void)mismatch(S, a->pos[2 + i]->loc, what[i], &want[i], &in[2 + i]->shape), NULL;
         }
-    if (check_expert_layouts(S, a, in + 2) != 0) return NULL;
-    return new_node(S, OP_MOE, DT_F32, &x->shape, a->call->loc, 5, in);
+    if (check_expert_layouts(S, a, in + 2) != 0 || moe_activation(S, a, &alpha, &limit) != 0) return NULL;
+    Node *b[3] = {0}; // gate_bias [E, F], up_bias [E, F], down_bias [E, C], or NULL
+    for (int i = 0; i < 3; i++)
+        if (moe_bias(S, a, i, E, i < 2 ? F : C, &b[i]) != 0) return NULL;
+    if (b[0] || b[1]) fold_expert_biases(S, in, b, a->call->loc);
+    for (int i = 0; i < 5; i++)
+        if (!in[i]) return NULL;
+    Node *y = new_node(S, OP_MOE, DT_F32, &in[0]->shape, a->call->loc, 5, in);
+    if (y) y->scale = alpha, y->softcap = limit;
+    if (y && in[0] != x) { // the bias column's output, 0, sliced off
+        y = new_node(S, OP_SLICE, DT_F32, &x->shape, a->call->loc, 1, &y);
+        if (y) y->axis = x->shape.rank - 1, y->offset = 0;
+    }
+    Node *bd = b[2] ? lower_matmul(S, a->call->loc, gates, 0, b[2], 0, a->pos[1], find_kwarg(a->call, "down_bias"))
+                    : NULL;
+    return y && bd ? binary_node(S, OP_ADD, y, bd, a->call->loc) : b[2] ? NULL : y;
 }
 
 // pooled: f and P over every layer's rows of the micro-batch (transformers'

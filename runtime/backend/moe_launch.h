@@ -14,6 +14,8 @@
 //             mt_moe_da (tiles)               dh1, dh3
 //             mt_moe_dw_up (E x tiles)        dw_gate += dh1^T x, dw_up += dh3^T x
 //             mt_moe_dx_slots, mt_moe_combine_dx   dx
+// a = mt_moe_act(h1, h3): silu(h1) h3, or gpt-oss's clamped SwiGLU where the
+// node's alpha (MoeDims) is above 0.
 // "tiles": a grid over every expert's routed rows at once, each expert's
 // padded to MOE_TILE; its size, known on the host without the counts, is the
 // bound (S + E (MOE_TILE - 1)) / MOE_TILE. Later chunks add to the weights'
@@ -82,7 +84,7 @@ static inline int moe_takes_pipelined(MoeDims d, int bf, void *const arg[7], con
 }
 
 // Launches kernel k on a grid (gx, gy) of MOE_THREADS-thread blocks with the
-// 18 parameters of MT_MOE_PARAMS; 0 when queued.
+// 20 parameters of MT_MOE_PARAMS; 0 when queued.
 typedef int (*MoeLaunchFn)(void *ctx, MoeKernel k, unsigned gx, unsigned gy, void **params);
 
 // Runs a node chunk by chunk over ws (moe_scratch_bytes(d, bwd, chunk)).
@@ -97,7 +99,9 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[7
     int *route = NULL;
     int pipe = moe_takes_pipelined(d, bf, arg, ws);
     if (pipe) bf |= MOE_BF_PIPE;
-    void *params[] = {&out, &dy, &x, &gates, &wg, &wu, &wd, &bf, &rows, &r0, &nr, &C, &E, &F, &K, &acc, &route, &ws};
+    float alpha = d.alpha, limit = d.limit;
+    void *params[] = {&out, &dy, &x, &gates, &wg, &wu,  &wd,    &bf, &rows,  &r0,
+                      &nr,  &C,  &E, &F,     &K,  &acc, &route, &ws, &alpha, &limit};
     static const MoeKernel FWD[] = {MOE_UP, MOE_DOWN, MOE_COMBINE};
     static const MoeKernel BWD[] = {MOE_UP_BWD, MOE_DOWN_BWD, MOE_DGATES,   MOE_DW_DOWN,
                                     MOE_DA,     MOE_DW_UP,    MOE_DX_SLOTS, MOE_COMBINE_DX};

@@ -93,25 +93,28 @@ typedef struct MoeCase {
     int overfull; // row 1 gets one gate != 0 more than K
     int fewer;    // rows 2 and 3 get K - 1 and no gates != 0
     int misalign; // x 2 bytes past 16-byte alignment: the 64-row kernels, whatever C and F
+    float limit;  // gpt-oss's clamped SwiGLU with this limit and alpha 1.702 (0: SwiGLU)
 } MoeCase;
 
 static const MoeCase CASES[] = {
-    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0},
-    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0, 0},
-    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0},
-    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0, 0},
-    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0, 0},
-    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0, 0},
-    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0},
-    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0},
-    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0, 0},
-    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0},
-    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1, 0},
-    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1, 0},
-    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0, 0},
-    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0},
-    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0, 0},
-    {"bf16, C and F multiples of 8, x misaligned", 70, 40, 4, 72, 2, -1, -1, 0, 1, 0, 0, 1},
+    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0},
+    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0, 0, 0},
+    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 0},
+    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0, 0, 0},
+    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0, 0, 0},
+    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0, 0, 0},
+    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0, 0},
+    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0, 0},
+    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0, 0, 0},
+    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0, 0},
+    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1, 0, 0},
+    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1, 0, 0},
+    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0, 0, 0},
+    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0},
+    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0, 0, 0},
+    {"bf16, C and F multiples of 8, x misaligned", 70, 40, 4, 72, 2, -1, -1, 0, 1, 0, 0, 1, 0},
+    {"clamped SwiGLU, chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f},
+    {"bf16 pipelined, clamped SwiGLU", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f},
 };
 
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
@@ -193,14 +196,15 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     Node nwg = {.op = OP_PARAM, .shape = shape3(E, F, C)}, nwu = nwg, nwd = {.op = OP_PARAM, .shape = shape3(E, C, F)};
     Node ndy = nx;
     Node *fin[] = {&nx, &ng, &nwg, &nwu, &nwd}, *bin[] = {&ndy, &nx, &ng, &nwg, &nwu, &nwd};
-    Node moe = {.op = OP_MOE, .shape = shape2(rows, C), .in = fin, .nin = 5};
-    Node moe_bwd = {.op = OP_MOE_BWD, .shape = {1, {nbwd}}, .in = bin, .nin = 6};
+    double alpha = t->limit > 0 ? 1.702 : 0;
+    Node moe = {.op = OP_MOE, .shape = shape2(rows, C), .in = fin, .nin = 5, .scale = alpha, .softcap = t->limit};
+    Node moe_bwd = {.op = OP_MOE_BWD, .shape = {1, {nbwd}}, .in = bin, .nin = 6, .scale = alpha, .softcap = t->limit};
     float *ref_y = malloc((size_t)rows * C * 4), *ref_out = malloc((size_t)nbwd * 4);
     void *fa[] = {x.v, gates.v, wg.v, wu.v, wd.v}, *ba[] = {dy.v, x.v, gates.v, wg.v, wu.v, wd.v};
     kernel_run_f32(&moe, ref_y, fa);
     kernel_run_f32(&moe_bwd, ref_out, ba);
     // the grouped kernels, chunk by chunk as runtime/backend/backend_cuda.c runs them
-    MoeDims d = {rows, C, E, F, K, bf};
+    MoeDims d = {rows, C, E, F, K, bf, (float)alpha, t->limit};
     int bits = bf ? 0x7f : 0;
     int pipelined = 0;
     for (int bwd = 0; bwd < 2; bwd++) {
@@ -306,8 +310,8 @@ static void check_scratch(void) {
     const struct {
         const char *name;
         MoeDims d;
-    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1}},
-               {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1}}};
+    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1, 0, 0}},
+               {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1, 0, 0}}};
     for (int m = 0; m < 2; m++)
         for (int x = 1; x <= 4; x *= 4)
             for (int bwd = 0; bwd < 2; bwd++) {

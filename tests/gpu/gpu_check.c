@@ -702,7 +702,7 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
     free(hg);
     double ms[2][2] = {{0}}; // [pipelined, 64-row][fwd, bwd]
     for (int path = 0; path < 2; path++) {
-        MoeDims d = {rows, C, E, F, K, path == 0};
+        MoeDims d = {rows, C, E, F, K, path == 0, 0, 0};
         long long chunk[2] = {moe_chunk_rows(d, 0, MOE_CHUNK_BYTES), moe_chunk_rows(d, 1, MOE_CHUNK_BYTES)};
         long long wsb = moe_scratch_bytes(d, 0, chunk[0]), wb = moe_scratch_bytes(d, 1, chunk[1]);
         CUdeviceptr WS = dev_alloc((size_t)(wsb > wb ? wsb : wb));

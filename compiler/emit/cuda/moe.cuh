@@ -27,6 +27,26 @@ __device__ __forceinline__ void mt_stv(void *p, long long i, int bf, float v) {
 }
 #define MT_BF(a) ((bf >> (a)) & 1)
 __device__ __forceinline__ float mt_silu(float h) { return h / (1.0f + expf(-h)); }
+// The experts' activation of h1 = x w_gate^T, h3 = x w_up^T (kernels.inc's
+// expert_act): silu(h1) h3, or with alpha > 0 gpt-oss's clamped SwiGLU
+// (clamp(h3, -L, L) + 1) g sigmoid(alpha g), g = min(h1, L).
+__device__ __forceinline__ float mt_moe_act(float h1, float h3, float alpha, float L) {
+    if (!(alpha > 0.0f)) return mt_silu(h1) * h3;
+    float g = h1 < L ? h1 : L, u = h3 < -L ? -L : h3 > L ? L : h3;
+    return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
+}
+// mt_moe_act's gradients given da (kernels.inc's expert_act_bwd).
+__device__ __forceinline__ void mt_moe_act_bwd(float h1, float h3, float da, float alpha, float L, float *dh1,
+                                               float *dh3) {
+    if (!(alpha > 0.0f)) {
+        float sg = 1.0f / (1.0f + expf(-h1));
+        *dh3 = da * mt_silu(h1), *dh1 = da * h3 * sg * (1.0f + h1 * (1.0f - sg));
+        return;
+    }
+    float g = h1 < L ? h1 : L, u = h3 < -L ? -L : h3 > L ? L : h3, s = 1.0f / (1.0f + expf(-alpha * g));
+    *dh3 = h3 >= -L && h3 <= L ? da * g * s : 0.0f;
+    *dh1 = h1 <= L ? da * (u + 1.0f) * s * (1.0f + alpha * g * (1.0f - s)) : 0.0f;
+}
 
 // y[rows, E] = 1 at each row's K largest x (of equals the lower index first). One thread a row.
 extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long long rows, int E, int K) {
@@ -71,7 +91,8 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 #define MT_MOE_BT 128    // its tiles' rows and columns (moe_launch.h's MOE_TILE_PIPE)
 #define MT_MOE_PARAMS                                                                                                \
     void *out, const void *dy, const void *x, const void *gates, const void *wg, const void *wu, const void *wd,      \
-        int bf, long long rows, long long r0, int nr, int C, int E, int F, int K, int acc, int *route, float *ws
+        int bf, long long rows, long long r0, int nr, int C, int E, int F, int K, int acc, int *route, float *ws,     \
+        float alpha, float limit
 
 // The rows of a route tile: MT_MOE_BT on the pipelined path, else MT_MOE_T.
 __device__ __forceinline__ int mt_moe_tile_rows(int bf) { return bf & MT_MOE_PIPE ? MT_MOE_BT : MT_MOE_T; }
@@ -297,15 +318,15 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
-            if (FWD) ws[at] = mt_silu(sum[0][i][j]) * sum[1][i][j];
+            if (FWD) ws[at] = mt_moe_act(sum[0][i][j], sum[1][i][j], alpha, limit);
             else ws[at] = sum[0][i][j], ws[S * F + at] = sum[1][i][j];
         }
 }
 extern "C" __global__ void mt_moe_up(MT_MOE_PARAMS) {
-    mt_moe_up_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_up_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 extern "C" __global__ void mt_moe_up_bwd(MT_MOE_PARAMS) {
-    mt_moe_up_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_up_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 
 // Row tiles x C tiles: o = a w_down[e]^T per slot (a from ws, or silu(h1) h3 in the backward).
@@ -321,7 +342,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     float sum[1][4][4] = {}, *o = ws + (FWD ? 1 : 2) * S * F;
     auto la = [&](int, int i, int k) {
         long long at = (long long)(s0 + i) * F + k;
-        return i >= ns ? 0.0f : FWD ? ws[at] : mt_silu(ws[at]) * ws[S * F + at];
+        return i >= ns ? 0.0f : FWD ? ws[at] : mt_moe_act(ws[at], ws[S * F + at], alpha, limit);
     };
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
@@ -334,10 +355,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
         }
 }
 extern "C" __global__ void mt_moe_down(MT_MOE_PARAMS) {
-    mt_moe_down_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_down_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 extern "C" __global__ void mt_moe_down_bwd(MT_MOE_PARAMS) {
-    mt_moe_down_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_down_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 
 // Row r's selected experts with gate != 0 beyond K: its outputs are NaN.
@@ -398,7 +419,7 @@ extern "C" __global__ void mt_moe_dgates(MT_MOE_PARAMS) {
 }
 
 // Row tiles x F tiles: da = (gate dy) w_down[e] per slot, then in place
-// dh3 = da silu(h1), dh1 = da h3 silu'(h1) (kernels.inc moe_bwd).
+// dh3, dh1 by mt_moe_act_bwd (kernels.inc moe_bwd).
 extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     __shared__ int rowid[MT_MOE_T];
     __shared__ float gate[MT_MOE_T];
@@ -421,9 +442,7 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
-            float da = sum[0][i][j], h1 = ws[at], h3 = ws[S * F + at], sg = 1.0f / (1.0f + expf(-h1));
-            ws[S * F + at] = da * mt_silu(h1);
-            ws[at] = da * h3 * sg * (1.0f + h1 * (1.0f - sg));
+            mt_moe_act_bwd(ws[at], ws[S * F + at], sum[0][i][j], alpha, limit, &ws[at], &ws[S * F + at]);
         }
 }
 
@@ -496,7 +515,7 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
     };
     auto lb = [&](int, int j, int k) {
         long long at = (long long)(s0 + k) * F + n0 + j;
-        return n0 + j < F ? mt_silu(ws[at]) * ws[S * F + at] : 0.0f;
+        return n0 + j < F ? mt_moe_act(ws[at], ws[S * F + at], alpha, limit) : 0.0f;
     };
     mt_moe_gemm<1, false, false, 0>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
@@ -668,15 +687,15 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_pipe_body(MT_MOE_P
                 if (si >= ns || f >= F) continue;
                 long long at = (long long)(s0 + si) * F + f;
                 float h1 = sum[i][2 * p][v], h3 = sum[i][2 * p + 1][v];
-                mt_st(a + at, mt_silu(h1) * h3);
+                mt_st(a + at, mt_moe_act(h1, h3, alpha, limit));
                 if (!FWD) ws[at] = h1, ws[S * F + at] = h3;
             }
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_pipe(MT_MOE_PARAMS) {
-    mt_moe_up_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_up_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_bwd_pipe(MT_MOE_PARAMS) {
-    mt_moe_up_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_up_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 
 // A block of the pipelined path's row tiles: expert e (-1: none), its slots [s0, s0 + ns).
@@ -712,10 +731,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_pipe_body(MT_MOE
             }
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_pipe(MT_MOE_PARAMS) {
-    mt_moe_down_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_down_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_bwd_pipe(MT_MOE_PARAMS) {
-    mt_moe_down_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws);
+    mt_moe_down_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
 }
 
 // Block s (grid nr K, those past the routed slots return): gdy[s] = bf16(gate dy[row]).
@@ -730,8 +749,8 @@ extern "C" __global__ void mt_moe_gather_dy(MT_MOE_PARAMS) {
     for (int c = threadIdx.x; c < C; c += blockDim.x) mt_st(gdy + c, g * mt_ldv(dy, r * C + c, MT_BF(1)));
 }
 
-// Row tiles x F tiles: da = gdy w_down[e] per slot, then dh3 = da silu(h1),
-// dh1 = da h3 silu'(h1) to bf16 (kernels.inc moe_bwd).
+// Row tiles x F tiles: da = gdy w_down[e] per slot, then dh3 and dh1
+// (mt_moe_act_bwd) to bf16 (kernels.inc moe_bwd).
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_da_pipe(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     MtMoeTile b = mt_moe_pipe_tile(t, E);
@@ -751,9 +770,10 @@ extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_da_pipe(MT_MOE_PARAM
                 int si = mt_moe_prow(i, v), f = n0 + mt_moe_pcol(j, v);
                 if (si >= ns || f >= F) continue;
                 long long at = (long long)(s0 + si) * F + f;
-                float da = sum[i][j][v], h1 = ws[at], h3 = ws[S * F + at], sg = 1.0f / (1.0f + expf(-h1));
-                mt_st(u.dh3 + at, da * mt_silu(h1));
-                mt_st(u.dh1 + at, da * h3 * sg * (1.0f + h1 * (1.0f - sg)));
+                float dh1, dh3;
+                mt_moe_act_bwd(ws[at], ws[S * F + at], sum[i][j][v], alpha, limit, &dh1, &dh3);
+                mt_st(u.dh3 + at, dh3);
+                mt_st(u.dh1 + at, dh1);
             }
 }
 
