@@ -612,9 +612,9 @@ static double device_opt_time(const Plan *p, const Instr *in, const Target *t) {
     }
 }
 
-// zero3: is_zero3(p), looked up once a plan.
+// zero3: is_zero3(p), grads_bf16: plan_grads_bf16(p, pl), looked up once a plan.
 static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl,
-                         int zero3) {
+                         int zero3, int grads_bf16) {
     if (on_device(p, in)) return device_opt_time(p, in, t);
     switch ((InsKind)in->kind) {
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
@@ -629,16 +629,16 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
-        int grads_bf16 = in->layer >= 0 && plan_grads_bf16(p, pl);
+        int layer_bf16 = in->layer >= 0 && grads_bf16;
         double adamw = (double)rank_share(p, (int64_t)trained_elems(p, in->layer)) *
-                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) /
+                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, layer_bf16)) /
                        t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
     case INS_NORM: // reads g: 4 bytes a parameter, 2 of a layer's bf16 gradients
-        return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
-               (in->layer >= 0 && plan_grads_bf16(p, pl) ? 2.0 : 4.0) / t->host_memory_bandwidth;
+        return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) * (in->layer >= 0 && grads_bf16 ? 2.0 : 4.0) /
+               t->host_memory_bandwidth;
     case INS_ALLGATHER: return collective_seconds(t, COLL_ALL_GATHER, (double)in->bytes, p->ranks);
     case INS_REDUCE_SCATTER: return collective_seconds(t, COLL_REDUCE_SCATTER, (double)in->bytes, p->ranks);
     case INS_LOSS:
@@ -653,13 +653,13 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
 void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s,
                     double *updates) {
     *update_s = *optimizer_s = 0;
-    int zero3 = is_zero3(p);
+    int zero3 = is_zero3(p), grads_bf16 = plan_grads_bf16(p, pl);
     if (updates)
         for (int64_t l = 0; l < p->graph->layers + 2; l++) updates[l] = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         if ((in->kind != INS_UPDATE && in->kind != INS_NORM) || on_device(p, in)) continue; // (the host's only)
-        double s = instr_time(p, in, t, NULL, pl, zero3); // (the kernels' times price RUNs only)
+        double s = instr_time(p, in, t, NULL, pl, zero3, grads_bf16); // (the kernels' times price RUNs only)
         *optimizer_s += s;
         if (in->kind != INS_UPDATE) continue;
         *update_s += s;
@@ -760,11 +760,11 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     const KernelTimes kt = *k;
     double *dur = times ? times
                         : malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
-    int zero3 = is_zero3(p);
+    int zero3 = is_zero3(p), grads_bf16 = plan_grads_bf16(p, &c->place);
     if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3);
+        double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3, grads_bf16);
         if (on_device(p, in)) { // on the device: none of it on the link or the host
             if (in->kind == INS_NORM || in->kind == INS_UPDATE) c->device_optimizer_s += s;
             else c->device_copy_s += s;
