@@ -473,23 +473,24 @@ const char *const PLACE_NAMES[PLACE_COUNT] = {"ram", "moments", "master", "grads
 // ranks: of the run (the layers' gradients are bf16 only with one: storage_grads_bf16).
 // crossings: how many times a step the layers' weights, and the globals', cross the link (PLACE_WEIGHTS
 // reads them from the tier each time).
-static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
-                    int64_t act, const double crossings[2], const Target *t, int level, Placement *pl) {
+static int place_at(const Graph *g, const PlaceBasis *b, int64_t act, const Target *t, int level, Placement *pl) {
     int bf16 = g->train.compute == DT_BF16, weights = level == PLACE_WEIGHTS;
+    const double *crossings = b->crossings;
+    int64_t layer_elems = b->layer_elems, wbytes = storage_weight_bytes(g->train.compute);
     double acc = (double)g->train.accumulate, per_global = (double)storage_host_bytes_per_param(g->train.compute);
-    double per = per_global - (storage_grads_bf16(g, ranks, level >= PLACE_GRADS) ? 2.0 : 0.0); // a layer parameter's
-    double layer_params = (double)layers_elems, globals = (double)global_elems;
+    double per = per_global - (level < PLACE_GRADS && b->grads_bf16 ? 2.0 : 0.0); // a layer parameter's
+    double layer_params = (double)b->layers_elems, globals = (double)b->global_elems;
     double total = globals * per_global + layer_params * per + (double)act;
     // frozen parameters: their storage dtype only, in RAM (common/storage.h), nothing on a tier; of the
-    // elements given (a sharded rank's share), the frozen share of each
-    double all_global = (double)storage_host_global_elems(g), all_layers = (double)storage_host_elems(g) - all_global;
-    double frozen_layers = all_layers > 0 ? (double)storage_frozen_elems(g, 0) / all_layers : 0;
-    if (all_global > 0) total -= (double)storage_frozen_saving(g, (int64_t)per_global, 1) * globals / all_global;
-    if (all_layers > 0) total -= (double)storage_frozen_saving(g, (int64_t)per, 0) * layer_params / all_layers;
+    // elements given (a sharded rank's share), the frozen share of each (storage_frozen_saving's products)
+    double all_global = (double)b->host_global, all_layers = (double)b->host_elems - all_global;
+    double frozen_layers = all_layers > 0 ? (double)b->frozen[0] / all_layers : 0;
+    if (all_global > 0) total -= (double)(b->frozen[1] * ((int64_t)per_global - wbytes)) * globals / all_global;
+    if (all_layers > 0) total -= (double)(b->frozen[0] * ((int64_t)per - wbytes)) * layer_params / all_layers;
     layer_params *= 1.0 - frozen_layers;                       // what a tier could hold
     if ((level == PLACE_MASTER || weights) && !bf16) return 0; // f32 streams the master from RAM
     if (level > PLACE_RAM && t->tier_capacity <= 0) return 0;
-    if (weights && storage_frozen_elems(g, 0) + storage_frozen_elems(g, 1) > 0) return 0;
+    if (weights && b->frozen[0] + b->frozen[1] > 0) return 0;
     // bytes a layer parameter the tier holds, and reads and writes a step
     double held = level == PLACE_RAM ? 0
                                      : 8.0 + (bf16 && level >= PLACE_MASTER ? 4.0 : 0) +
@@ -514,11 +515,9 @@ static int place_at(const Graph *g, int ranks, int64_t global_elems, int64_t lay
 }
 
 // cost_place's rule: the first open level that fits (the last open one when none does).
-static void place_store(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
-                        int64_t act, const double crossings[2], const Target *t, Placement *pl) {
+static void place_store(const Graph *g, const PlaceBasis *b, int64_t act, const Target *t, Placement *pl) {
     for (int level = PLACE_RAM; level < PLACE_COUNT; level++)
-        if (place_at(g, ranks, global_elems, layers_elems, layer_elems, act, crossings, t, level, pl) &&
-            (double)pl->ram_bytes <= t->host_memory &&
+        if (place_at(g, b, act, t, level, pl) && (double)pl->ram_bytes <= t->host_memory &&
             (level == PLACE_RAM || (double)pl->tier_bytes <= t->tier_capacity))
             return;
 }
@@ -547,15 +546,33 @@ static void weight_crossings(const Plan *p, double crossings[2]) {
         crossings[k] = p->ntrain == 0 ? (k ? 1.0 : 2.0) * acc : elems[k] > 0 ? in[k] * acc / (elems[k] * wbytes) : 0;
 }
 
-void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl) {
-    double crossings[2];
-    weight_crossings(p, crossings);
-    place_store(p->graph, p->ranks, placed_share(p, t, p->host_global),
-                placed_share(p, t, p->layer_base[p->graph->layers]), placed_share(p, t, p->host_layer), act, crossings,
-                t, pl);
+// The graph's sums place_at reads, for a store of those elements.
+static void basis_of(const Graph *g, int ranks, int64_t global_elems, int64_t layers_elems, int64_t layer_elems,
+                     PlaceBasis *b) {
+    *b = (PlaceBasis){.global_elems = global_elems,
+                      .layers_elems = layers_elems,
+                      .layer_elems = layer_elems,
+                      .grads_bf16 = storage_grads_bf16(g, ranks, 0),
+                      .host_global = storage_host_global_elems(g),
+                      .host_elems = storage_host_elems(g),
+                      .frozen = {storage_frozen_elems(g, 0), storage_frozen_elems(g, 1)}};
 }
 
-void cost_place(const Plan *p, const Target *t, Placement *pl) { cost_place_act(p, t, p->host_act_bytes, pl); }
+void cost_place_basis(const Plan *p, const Target *t, PlaceBasis *b) {
+    basis_of(p->graph, p->ranks, placed_share(p, t, p->host_global),
+             placed_share(p, t, p->layer_base[p->graph->layers]), placed_share(p, t, p->host_layer), b);
+    weight_crossings(p, b->crossings);
+}
+
+void cost_place_with(const Plan *p, const Target *t, const PlaceBasis *b, int64_t act, Placement *pl) {
+    place_store(p->graph, b, act, t, pl);
+}
+
+void cost_place(const Plan *p, const Target *t, Placement *pl) {
+    PlaceBasis b;
+    cost_place_basis(p, t, &b);
+    cost_place_with(p, t, &b, p->host_act_bytes, pl);
+}
 
 // The time of INS_UPDATE of layer (>= 0) beyond AdamW's own: its record's
 // reads and writes on the tier, at the rates they run sequentially.
@@ -595,9 +612,9 @@ static double device_opt_time(const Plan *p, const Instr *in, const Target *t) {
     }
 }
 
-// zero3: is_zero3(p), looked up once a plan.
+// zero3: is_zero3(p), grads_bf16: plan_grads_bf16(p, pl), looked up once a plan.
 static double instr_time(const Plan *p, const Instr *in, const Target *t, const KernelTimes *kt, const Placement *pl,
-                         int zero3) {
+                         int zero3, int grads_bf16) {
     if (on_device(p, in)) return device_opt_time(p, in, t);
     switch ((InsKind)in->kind) {
     case INS_RUN: return run_time(kt, in->part, in->from, in->to, in->flags);
@@ -612,16 +629,16 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
     case INS_COPY: return 2.0 * (double)in->bytes / t->hbm_bandwidth;
     case INS_UPDATE: { // a layer's state streams from the tier while AdamW runs: the slower of the two
         DType compute = p->graph->train.compute;
-        int grads_bf16 = in->layer >= 0 && plan_grads_bf16(p, pl);
+        int layer_bf16 = in->layer >= 0 && grads_bf16;
         double adamw = (double)rank_share(p, (int64_t)trained_elems(p, in->layer)) *
-                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, grads_bf16)) /
+                       (zero3 ? zero3_update_bytes(compute) : update_bytes(compute, layer_bf16)) /
                        t->host_adamw_bandwidth;
         double tier = in->layer >= 0 ? tier_update_s(p, pl) : 0;
         return adamw > tier ? adamw : tier;
     }
     case INS_NORM: // reads g: 4 bytes a parameter, 2 of a layer's bf16 gradients
-        return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) *
-               (in->layer >= 0 && plan_grads_bf16(p, pl) ? 2.0 : 4.0) / t->host_memory_bandwidth;
+        return (double)rank_share(p, (int64_t)layer_elems(p, in->layer)) * (in->layer >= 0 && grads_bf16 ? 2.0 : 4.0) /
+               t->host_memory_bandwidth;
     case INS_ALLGATHER: return collective_seconds(t, COLL_ALL_GATHER, (double)in->bytes, p->ranks);
     case INS_REDUCE_SCATTER: return collective_seconds(t, COLL_REDUCE_SCATTER, (double)in->bytes, p->ranks);
     case INS_LOSS:
@@ -636,13 +653,13 @@ static double instr_time(const Plan *p, const Instr *in, const Target *t, const 
 void cost_host_work(const Plan *p, const Target *t, const Placement *pl, double *update_s, double *optimizer_s,
                     double *updates) {
     *update_s = *optimizer_s = 0;
-    int zero3 = is_zero3(p);
+    int zero3 = is_zero3(p), grads_bf16 = plan_grads_bf16(p, pl);
     if (updates)
         for (int64_t l = 0; l < p->graph->layers + 2; l++) updates[l] = 0;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         if ((in->kind != INS_UPDATE && in->kind != INS_NORM) || on_device(p, in)) continue; // (the host's only)
-        double s = instr_time(p, in, t, NULL, pl, zero3); // (the kernels' times price RUNs only)
+        double s = instr_time(p, in, t, NULL, pl, zero3, grads_bf16); // (the kernels' times price RUNs only)
         *optimizer_s += s;
         if (in->kind != INS_UPDATE) continue;
         *update_s += s;
@@ -743,11 +760,11 @@ int cost_plan_with(const Plan *p, const Target *t, const CostKernels *k, Cost *c
     const KernelTimes kt = *k;
     double *dur = times ? times
                         : malloc(((size_t)p->ntrain + 1) * sizeof *dur); // (ntrain) each instruction's time, once
-    int zero3 = is_zero3(p);
+    int zero3 = is_zero3(p), grads_bf16 = plan_grads_bf16(p, &c->place);
     if (!dur) return -1;
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
-        double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3);
+        double s = dur[i] = instr_time(p, in, t, &kt, &c->place, zero3, grads_bf16);
         if (on_device(p, in)) { // on the device: none of it on the link or the host
             if (in->kind == INS_NORM || in->kind == INS_UPDATE) c->device_optimizer_s += s;
             else c->device_copy_s += s;
@@ -870,12 +887,13 @@ int cost_bounds(const Graph *g, const Target *t, int ranks, int sharded, Bounds 
         *(pm->in_block ? &kind_elems[pm->kind] : &global_elems) += storage_host_elems_of(shape_numel(&pm->shape));
     }
     for (int k = 0; k < g->nkinds; k++) layer_elems = kind_elems[k] > layer_elems ? kind_elems[k] : layer_elems;
-    Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place_act counts it)
+    Placement pl; // (a sharded rank's: its 1 / ranks of each, as cost_place counts it)
     int64_t share = sharded ? ranks : 1;
-    const double once[2] = {1, 1}; // the weights read from a tier once a step at least
-    place_store(g, ranks, (global_elems + share - 1) / share,
-                (storage_host_elems(g) - global_elems + share - 1) / share, (layer_elems + share - 1) / share, 0, once,
-                t, &pl);
+    PlaceBasis basis;
+    basis_of(g, ranks, (global_elems + share - 1) / share, (storage_host_elems(g) - global_elems + share - 1) / share,
+             (layer_elems + share - 1) / share, &basis);
+    basis.crossings[0] = basis.crossings[1] = 1; // the weights read from a tier once a step at least
+    place_store(g, &basis, 0, t, &pl);
     b->tier_s = pl.tier_s;
     double link = t->link_duplex ? (b->in_s > b->out_s ? b->in_s : b->out_s) : b->in_s + b->out_s;
     double terms[] = {b->compute_s, link, b->host_s, b->host_memory_s, b->tier_s, b->comm_s};

@@ -112,9 +112,23 @@ typedef struct Bounds {
                           // out, their update and those weights in
 } Bounds;
 
-// cost_place were p's host activation store act bytes: what a plan of the
-// same store with another mix of picks gets.
-void cost_place_act(const Plan *p, const Target *t, int64_t act, Placement *pl);
+// What cost_place reads of a plan besides its activation store: the host
+// store's elements (a rank's share), the graph's sums over its parameters
+// and how many times a step the weights cross the link (a pass over the
+// plan's stream), counted once by cost_place_basis.
+typedef struct PlaceBasis {
+    int64_t global_elems, layers_elems, layer_elems; // the store's: the globals', every layer's, the largest layer's
+    double crossings[2]; // a step's crossings of the link: [0] the layers' weights, on average, [1] the globals'
+    int grads_bf16;      // storage_grads_bf16 off the tier
+    int64_t host_global; // storage_host_global_elems, of the whole graph
+    int64_t host_elems;  // storage_host_elems, of the whole graph
+    int64_t frozen[2];   // storage_frozen_elems: [0] the layers', [1] the globals'
+} PlaceBasis;
+void cost_place_basis(const Plan *p, const Target *t, PlaceBasis *b);
+
+// cost_place were p's host activation store act bytes, from its basis b:
+// what a plan of the same stream with another mix of picks gets.
+void cost_place_with(const Plan *p, const Target *t, const PlaceBasis *b, int64_t act, Placement *pl);
 
 // The host's work of p's step under placement pl, as cost_plan_with prices
 // it: the updates (AdamW, and the tier's reads and writes) and, with the

@@ -167,7 +167,7 @@ static Busy busy_of(const Cost *c) {
 }
 
 // The host's side of a plan: its placement and work, which follow from its
-// host activation store alone (cost_place_act, cost_host_work).
+// host activation store alone (cost_place_with, cost_host_work).
 typedef struct HostSide {
     Placement place;
     double update_s, optimizer_s;
@@ -176,9 +176,11 @@ typedef struct HostSide {
 
 // The work follows from the placement's level: priced once a level, in
 // work[level] (update_s < 0: not yet; updates in arena a). updates NULL: out of memory.
-static HostSide host_side(const Plan *p, const Target *t, int64_t act, HostSide work[PLACE_COUNT], Arena *a) {
+// basis: p's (cost_place_basis), counted once for every pair.
+static HostSide host_side(const Plan *p, const Target *t, int64_t act, const PlaceBasis *basis,
+                          HostSide work[PLACE_COUNT], Arena *a) {
     HostSide h;
-    cost_place_act(p, t, act, &h.place);
+    cost_place_with(p, t, basis, act, &h.place);
     HostSide *w = &work[h.place.level];
     if (w->update_s < 0) {
         double *updates = arena_alloc(a, (size_t)(p->graph->layers + 2) * sizeof *updates); // (layers + 2)
@@ -496,6 +498,8 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
     if (!picks || !E) return free(E), out_of_memory(x);
     HostSide work[PLACE_COUNT];
     for (int i = 0; i < PLACE_COUNT; i++) work[i].update_s = -1;
+    PlaceBasis basis; // the unpicked plan's, on which every pair's placement is priced
+    cost_place_basis(pr->p0, t, &basis);
     for (int64_t k = 0; k <= n; k++)
         for (int64_t s = 0; k + s <= n; s++) {
             if (k + s <= 1 || (k == n && s == 0)) continue; // the unmixed plan, the probes; remat offload's
@@ -509,7 +513,7 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
                 for (size_t j = 0; j < sizeof b / sizeof(double); j++) bj[j] += d[j];
                 act += pr->dact[g->layer_kind[l] * 3 + picks[l]];
             }
-            HostSide h = host_side(pr->p0, t, act, work, &pr->own);
+            HostSide h = host_side(pr->p0, t, act, &basis, work, &pr->own);
             if (!h.updates) return free(E), out_of_memory(x);
             // what cannot fit host or device memory (a megabyte's slack for the arena's alignment) is not built
             int cannot_fit = (double)h.place.ram_bytes > t->host_memory ||
