@@ -31,7 +31,8 @@ import time
 
 MODELS = [
     "examples/llama3.2-1b.mt", "examples/llama3.2-3b.mt", "examples/llama3-8b.mt", "examples/qwen3-30b-a3b.mt",
-    "examples/mixtral-8x7b.mt", "examples/qwen3-next-80b-a3b.mt", "examples/llama3-70b.mt", "examples/mistral-large-2.mt", "examples/llama3-405b.mt",
+    "examples/mixtral-8x7b.mt", "examples/qwen3-next-80b-a3b.mt", "examples/llama3-70b.mt",
+    "examples/mistral-large-2.mt", "examples/llama3-405b.mt",
     "examples/deepseek-v3.mt", "examples/kimi-k2.mt",
 ]
 COMMANDS = [
