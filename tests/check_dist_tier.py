@@ -78,6 +78,21 @@ def small_target(tmp, memory):
     return path
 
 
+def agree(n, j):
+    """The n tiered ranks' log and export (tier{n}.jsonl, tier{n}.safetensors under j) against one process's
+    without the tier (one{n}.*): 6 losses and every weight to 1e-6 relative."""
+    a, b = j(f"tier{n}.safetensors"), j(f"one{n}.safetensors")
+    got, want = losses(j(f"tier{n}.jsonl")), losses(j(f"one{n}.jsonl"))
+    wa, wb = safetensors(a), safetensors(b)
+    worst = max(rel(wb[k], wa[k]) for k in wb) if wa.keys() == wb.keys() else 1
+    lw = max((abs(x - y) / abs(y) for x, y in zip(got, want)), default=1)
+    check(len(got) == 6 and lw <= 1e-6 and worst <= 1e-6,
+          f"{n} ranks with the tier against one process without it: losses {got} and {want} ({lw:.3g}), "
+          f"weights {worst:.3g} apart")
+    print(f"{n} sharded ranks, each spilling to its tier, against one process without the tier: losses "
+          f"within {lw:.3g}, weights within {worst:.3g} relative (2-norm)")
+
+
 def straight(mtrun, n, pl, ref, tmp, tier):
     """n ranks of pl with the tier against one process of ref without it: losses and weights to 1e-6 (the
     ranks' weights exported by one process from their last checkpoint: --export refuses the master on a tier)."""
@@ -92,15 +107,7 @@ def straight(mtrun, n, pl, ref, tmp, tier):
             timeout=300)
     if not check(e.returncode == 0, f"exporting the {n} ranks' checkpoint failed", e):
         return
-    got, want = losses(j(f"tier{n}.jsonl")), losses(j(f"one{n}.jsonl"))
-    wa, wb = safetensors(a), safetensors(b)
-    worst = max(rel(wb[k], wa[k]) for k in wb) if wa.keys() == wb.keys() else 1
-    lw = max((abs(x - y) / abs(y) for x, y in zip(got, want)), default=1)
-    check(len(got) == 6 and lw <= 1e-6 and worst <= 1e-6,
-          f"{n} ranks with the tier against one process without it: losses {got} and {want} ({lw:.3g}), "
-          f"weights {worst:.3g} apart")
-    print(f"{n} sharded ranks, each spilling to its tier, against one process without the tier: losses "
-          f"within {lw:.3g}, weights within {worst:.3g} relative (2-norm)")
+    agree(n, j)
 
 
 def cut_short(path):
@@ -289,15 +296,7 @@ def main():
             if not (check(p.returncode == 0, f"{n} tiered ranks failed", p) and
                     check(q.returncode == 0, "one process failed", q)):
                 continue
-            got, want = losses(j(f"tier{n}.jsonl")), losses(j(f"one{n}.jsonl"))
-            wa, wb = safetensors(a), safetensors(b)
-            worst = max(rel(wb[k], wa[k]) for k in wb) if wa.keys() == wb.keys() else 1
-            lw = max((abs(x - y) / abs(y) for x, y in zip(got, want)), default=1)
-            check(len(got) == 6 and lw <= 1e-6 and worst <= 1e-6,
-                  f"{n} ranks with the tier against one process without it: losses {got} and {want} ({lw:.3g}), "
-                  f"weights {worst:.3g} apart")
-            print(f"{n} sharded ranks, each spilling to its tier, against one process without the tier: losses "
-                  f"within {lw:.3g}, weights within {worst:.3g} relative (2-norm)")
+            agree(n, j)
         # 2 ranks without and with the tier
         p = mpi(mtrun, 2, two, *STEPS, "--save", j("ram"), "--save-every", "3", "--log", j("ram.jsonl"))
         q = mpi(mtrun, 2, two, *STEPS, "--save", j("nvme"), "--save-every", "3", "--log", j("nvme.jsonl"),
