@@ -317,8 +317,8 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
-         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH};
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul, &nul}, // sinks (last): none
+         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH, &nul};
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &SEG, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
