@@ -286,7 +286,7 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     if (c->tc && fair) {
         double r[4], plain_dv;
         AttnHostCase hc = {c->B, c->T, c->H, c->KVH, c->D, c->D, c->causal, 0, 1 / sqrt((double)c->D),
-                           0,    NULL, c->H, c->KVH};
+                           0,    NULL, c->H, c->KVH, NULL};
         attn_fair_ratios(&hc, outs, q, k, v, dy, r, &plain_dv);
         *fair = fmax(fmax(r[0], r[1]), fmax(r[2], r[3]));
     }
