@@ -21,8 +21,9 @@
 //    kernel (attention_host.h: at most 2 times plain bf16 attention's error
 //    against attention in double; host_attention, in double, also the
 //    reference where attention_ref.cuh has no such option). Both also with
-//    window, scale and softcap; every lse within 1e-3 of a computation in
-//    double.
+//    window, scale and softcap, and with sinks (gpt-oss's, against
+//    host_attention; the backward given the forward's y and lse); every lse
+//    within 1e-3 of a computation in double.
 // 2. Each model's translation unit as cuda_emit writes it (the model's own
 //    batch and seq, or batch 1 at --seq N with the vocabulary capped at
 //    --vocab N; its own storage, f32 or bf16; f64 arithmetic kept in
