@@ -51,9 +51,11 @@ typedef enum {
     OP_SILU,          // x * sigmoid(x)
     OP_SWIGLU,        // silu(gate) * up
     OP_ROPE,          // rotary embedding of x[B, T, H*D] by position; heads, theta, rope_*
-    OP_ATTENTION,     // q[B, T, H*D], k[B, T, KVH*D], v[B, T, KVH*Dv], lse -> [B, T, H*Dv]; heads, kv_heads, causal,
-                      // window, scale, softcap. lse is the OP_ATTENTION_LSE of the same q and k, the node just
-                      // before: one kernel computes both (its gradient flows through q and k alone)
+    OP_ATTENTION,     // q[B, T, H*D], k[B, T, KVH*D], v[B, T, KVH*Dv], lse, [sinks[H]] -> [B, T, H*Dv]; heads,
+                      // kv_heads, causal, window, scale, softcap. lse is the OP_ATTENTION_LSE of the same q, k
+                      // (and sinks), the node just before: one kernel computes both (its gradient flows through
+                      // q and k alone). sinks: a learned logit a head (gpt-oss) that joins every row's softmax
+                      // as one more column with no value: the kernel's running softmax starts from it
     OP_SOFTMAX,       // along axis
     OP_CROSS_ENTROPY, // logits[..., V], targets i32[...] -> loss, f32[]: sum over rows whose target is not
                       // GRAPH_IGNORE_TARGET of -log softmax[target], / rows (the mean when none is ignored)
@@ -71,8 +73,10 @@ typedef enum {
     OP_SILU_BWD,          // dy, x -> dx
     OP_SOFTMAX_BWD,       // dy, y (softmax's output) -> dx; axis
     OP_CROSS_ENTROPY_BWD, // dloss[], logits, targets -> dlogits
-    OP_ATTENTION_BWD,     // dy, q, k, v, y, lse (the forward's output and OP_ATTENTION_LSE) -> packed [dq | dk | dv];
-                          // heads, kv_heads, causal, window, scale, softcap
+    OP_ATTENTION_BWD,     // dy, q, k, v, y, lse (the forward's output and OP_ATTENTION_LSE), [sinks] -> packed
+                          // [dq | dk | dv]; heads, kv_heads, causal, window, scale, softcap. With sinks y and lse
+                          // include them, so P = exp(score - lse) is the probabilities with the sink
+                          // (a kernel that recomputes them from q and k reads the sinks)
     OP_PAD,               // dy -> zeros of this node's shape with dy at [offset, ...) along axis
     OP_VIEW,              // a slice of a packed buffer: this node's shape at element offset
     // Elementwise maths, appended so that the numbers of the ops above stay
@@ -102,8 +106,9 @@ typedef enum {
     OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)
     OP_ADD_LOSS,         // x, loss f32[] -> x unchanged; loss joins the training objective (its gradient 1)
     // Attention's softmax statistics, appended likewise.
-    OP_ATTENTION_LSE, // q[B, T, H*D], k[B, T, KVH*D] -> f32[B, H, T], stored fp32: log sum_j exp(score(q_t, k_j))
-                      // over the keys query t sees (OP_ATTENTION's attributes and masks); written by the
+    OP_ATTENTION_LSE, // q[B, T, H*D], k[B, T, KVH*D], [sinks[H]] -> f32[B, H, T], stored fp32: log (exp(sink_h) +
+                      // sum_j exp(score(q_t, k_j))) over the keys query t sees (OP_ATTENTION's attributes and
+                      // masks; no sink term without sinks); written by the
                       // attention kernel that reads it (the next node), kept for the backward; no gradient
     // Hybrid models' recurrent layers (common/scan.h), appended likewise.
     OP_CONV1D,         // x[B, T, C], w[C, K] -> [B, T, C]: causal depthwise convolution within each document
@@ -183,18 +188,14 @@ typedef struct Node {
                      // parameter gradient across its chunks, which the last add rounds once
     int pooled;      // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
                      // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
-    // The compiler's only, not in the plan: the output of an attention with
-    // sinks (compiler/front/ops.c, attention_sinks), whose gradient autodiff
-    // derives as one: {the OP_ATTENTION, exp(lse - lse with the sinks) [B, T, H], the sinks [H]}.
-    struct Node *sink[3];
 } Node;
 
-// Whether attention backward n is one of an attention with sinks: it reads
-// y' and the lse with the sinks L' [B, H, T] (compiler/front/autodiff.c's
-// sink_rule) rather than its OP_ATTENTION and OP_ATTENTION_LSE; a kernel
-// that recomputes the probabilities P takes them to P exp(L - L').
-static inline int attention_sinks_form(const Node *n) {
-    return n->op == OP_ATTENTION_BWD && n->in[4]->op != OP_ATTENTION;
+// The sinks [H] operand of attention node n (OP_ATTENTION, its
+// OP_ATTENTION_LSE or OP_ATTENTION_BWD; the last operand when there is
+// one), or -1 when it has none: the index into n->in.
+static inline int attention_sinks_operand(const Node *n) {
+    int plain = n->op == OP_ATTENTION_LSE ? 2 : n->op == OP_ATTENTION ? 4 : 6;
+    return n->nin > plain ? plain : -1;
 }
 
 // What a pooled load-balancing loss (Node.pooled) keeps across the layers

@@ -80,17 +80,14 @@ static int fits(int64_t numel, int64_t batch, int64_t stride, int64_t extent) {
     return (batch - 1) * stride + extent <= numel;
 }
 
-// GEMM and attention arguments: all f32 or all bf16, but for a GEMM's
-// output, which may be f32 under bf16 operands (a tiled gradient's part,
-// common/storage.h).
-// Float arguments of one storage type, but a GEMM's output and attention's
-// lse (the forward's last argument, the backward's), which may be f32 under bf16.
-static int same_float_storage(const KirKernel *k) {
+// GEMM and attention arguments: all f32 or all bf16, but for argument
+// f32_arg, which may be f32 under bf16 operands: a GEMM's output (a tiled
+// gradient's part, common/storage.h), attention's lse.
+static int same_float_storage(const KirKernel *k, int f32_arg) {
     for (int i = 0; i < k->nargs; i++) {
         int t = k->args[i].dtype, want = k->args[k->nargs > 1].dtype;
-        int f32_ok = (i == 0 && k->kind == KK_GEMM) || (i == k->nargs - 1 && k->kind != KK_GEMM);
         if ((t != KT_F32 && t != KT_BF16) || k->args[i].node < 0) return 0;
-        if (t != want && !(f32_ok && t == KT_F32)) return 0;
+        if (t != want && !(i == f32_arg && t == KT_F32)) return 0;
     }
     return 1;
 }
@@ -111,14 +108,15 @@ static int check_gemm(const KirKernel *k, int nkernels, char *err, size_t cap) {
         !fits(k->args[2].numel, g->batch, g->stride_b, (rb - 1) * g->ldb + cb))
         return fail(err, cap, "gemm reaches outside its arguments");
     if (g->epilogue < -1 || g->epilogue >= nkernels) return fail(err, cap, "gemm epilogue %d", g->epilogue);
-    return same_float_storage(k) ? 0 : fail(err, cap, "gemm arguments of different or non-float storage");
+    return same_float_storage(k, 0) ? 0 : fail(err, cap, "gemm arguments of different or non-float storage");
 }
 
 static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     const KirAttn *t = &k->attn;
     const int64_t LIM = (int64_t)1 << 24;
     int bwd = k->kind == KK_ATTN_BWD;
-    if (k->nargs != (bwd ? 7 : 5)) return fail(err, cap, "attention with %d arguments", k->nargs);
+    int plain = bwd ? 7 : 5, sinks = k->nargs == plain + 1; // sinks [H]: the last argument when there are
+    if (k->nargs != plain && !sinks) return fail(err, cap, "attention with %d arguments", k->nargs);
     if (t->B < 1 || t->T < 1 || t->H < 1 || t->KVH < 1 || t->D < 1 || t->B >= LIM || t->T >= LIM || t->H >= LIM ||
         t->D >= LIM || t->Dv < 1 || t->Dv >= LIM || t->H % t->KVH != 0 || t->causal < 0 || t->causal > 1 ||
         t->window < 0 || t->window >= LIM || (t->window && !t->causal) || t->chunk < 0 || t->chunk >= LIM ||
@@ -128,14 +126,15 @@ static int check_attn(const KirKernel *k, int nkernels, char *err, size_t cap) {
     int64_t ny = t->B * t->T * t->H * t->Dv, nv = t->B * t->T * t->KVH * t->Dv; // y and dy, v
     const KirArg *a = k->args;
     int64_t nl = t->B * t->H * t->T; // lse
-    if (bwd ? (a[0].numel < nq + nk + nv || a[1].numel < ny || a[2].numel < nq || a[3].numel < nk || a[4].numel < nv ||
-               a[5].numel < ny || a[6].numel < nl)
-            : (a[0].numel < ny || a[1].numel < nq || a[2].numel < nk || a[3].numel < nv || a[4].numel < nl))
+    int inside = bwd ? a[0].numel >= nq + nk + nv && a[1].numel >= ny && a[2].numel >= nq && a[3].numel >= nk &&
+                           a[4].numel >= nv && a[5].numel >= ny && a[6].numel >= nl
+                     : a[0].numel >= ny && a[1].numel >= nq && a[2].numel >= nk && a[3].numel >= nv && a[4].numel >= nl;
+    if (!inside || (sinks && a[plain].numel < t->H))
         return fail(err, cap, "attention reaches outside its arguments");
-    if (a[k->nargs - 1].dtype != KT_F32) return fail(err, cap, "attention's lse not stored fp32");
+    if (a[plain - 1].dtype != KT_F32) return fail(err, cap, "attention's lse not stored fp32");
     for (int i = 0; i < 2; i++)
         if (t->helper[i] < -1 || t->helper[i] >= nkernels) return fail(err, cap, "attention helper %d", t->helper[i]);
-    if (!same_float_storage(k)) return fail(err, cap, "attention arguments of different or non-float storage");
+    if (!same_float_storage(k, plain - 1)) return fail(err, cap, "attention arguments of different or non-float storage");
     return 0;
 }
 

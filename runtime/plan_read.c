@@ -426,21 +426,21 @@ static int same_attention(const Node *a, const Node *b) {
 // Whether attention node n (forward, lse or backward) and its softmax
 // statistics are linked as sema and autodiff make them: lse, f32 [B, H, T]
 // of q [B, T, H*D], the node just before the attention that reads it, of
-// its q and k and options; the backward reads that attention and that lse.
+// its q and k and options; the backward reads that attention and that lse;
+// with sinks [H] all three read the same ones.
 static int attention_linked(const Node *n) {
+    int si = attention_sinks_operand(n);
+    if (si >= 0 && !(n->in[si]->shape.rank == 1 && n->in[si]->shape.dims[0] == n->heads)) return 0;
     if (n->op == OP_ATTENTION_BWD) {
-        const Node *y = n->in[4], *l = n->in[5], *q = n->in[1];
-        if (y->op != OP_ATTENTION) // with sinks: y' and the lse with the sinks (attention_sinks_form)
-            return l->dtype == DT_F32 && l->shape.rank == 3 && q->shape.rank == 3 &&
-                   l->shape.dims[0] == q->shape.dims[0] && l->shape.dims[1] == n->heads &&
-                   l->shape.dims[2] == q->shape.dims[1] && shape_eq(&y->shape, &n->in[0]->shape);
+        const Node *y = n->in[4];
         return y->op == OP_ATTENTION && n->in[5] == y->in[3] && n->in[1] == y->in[0] && n->in[2] == y->in[1] &&
-               n->in[3] == y->in[2] && same_attention(n, y);
+               n->in[3] == y->in[2] && n->nin == y->nin + 2 && (si < 0 || n->in[si] == y->in[4]) &&
+               same_attention(n, y);
     }
     if (n->op == OP_ATTENTION) {
         const Node *l = n->in[3];
         return l->op == OP_ATTENTION_LSE && l->id == n->id - 1 && l->in[0] == n->in[0] && l->in[1] == n->in[1] &&
-               same_attention(n, l);
+               l->nin == n->nin - 2 && (si < 0 || l->in[2] == n->in[4]) && same_attention(n, l);
     }
     const Shape *q = &n->in[0]->shape;
     return n->dtype == DT_F32 && q->rank == 3 && n->shape.rank == 3 && n->shape.dims[0] == q->dims[0] &&
@@ -451,6 +451,8 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     char where[96];
     snprintf(where, sizeof where, "%s node %d (%s)", part_name(pk), n->id, op_name(n->op));
     int arity = ARITY[n->op];
+    if ((n->op == OP_ATTENTION || n->op == OP_ATTENTION_LSE || n->op == OP_ATTENTION_BWD) && n->nin == arity + 1)
+        arity++; // with sinks [H] (common/graph.h)
     if (arity >= 0 ? n->nin != arity : n->nin < 1) {
         rd_fail(r, "%s has %d operands; it takes %d", where, n->nin, arity >= 0 ? arity : 1);
         return;

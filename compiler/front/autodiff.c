@@ -237,56 +237,50 @@ static int recurrent_rule(AD *ad, Node *n, Node *dy) {
     return 0;
 }
 
+// The sink logits' gradient [H]: -sum over rows of exp(s - L) delta, the
+// sink's probability times delta = rowsum(dy * y) (y and its lse L include
+// the sink), written with fp32 graph ops ([B, T, H] by position): a small
+// reduction beside the attention backward, which needs no change for it.
+static int sinks_grad(AD *ad, const Node *a, Node *dy, Node *sinks) {
+    int64_t B = a->shape.dims[0], T = a->shape.dims[1], H = a->heads, dv = a->shape.dims[2] / H;
+    Shape bth = {3, {B, T, H}}, d4 = {4, {B, T, H, 1}}, y4 = {4, {B, T, H, dv}};
+    Node *lse = emit1(ad, OP_TRANSPOSE, &bth, a->loc, a->in[3]); // L [B, T, H]
+    Node *dy4 = emit1(ad, OP_RESHAPE, &y4, a->loc, dy), *y = emit1(ad, OP_RESHAPE, &y4, a->loc, (Node *)a);
+    Node *dyy = dy4 && y ? emit2(ad, OP_MUL, &y4, a->loc, dy4, y) : NULL;
+    Node *rows = dyy ? emit1(ad, OP_SUM_TO, &d4, a->loc, dyy) : NULL; // delta [B, T, H, 1]
+    Node *delta = rows ? emit1(ad, OP_RESHAPE, &bth, a->loc, rows) : NULL;
+    Node *ds = lse ? emit2(ad, OP_SUB, &bth, a->loc, sinks, lse) : NULL;
+    Node *ps = ds ? emit1(ad, OP_EXP, &bth, a->loc, ds) : NULL; // the sink's probability
+    Node *c = ps && delta ? emit2(ad, OP_MUL, &bth, a->loc, ps, delta) : NULL;
+    Node *neg = c ? emit1(ad, OP_NEG, &bth, a->loc, c) : NULL;
+    if (!neg) return -1;
+    lse->wide = rows->wide = ds->wide = ps->wide = c->wide = neg->wide = 1;
+    return accumulate(ad, sinks, sum_to(ad, neg, &sinks->shape));
+}
+
 // The attention backward of q, k, v from dy, the forward's output y and
-// its lse (the attention's own, or with sinks) [B, H, T].
-static int attention_grads(AD *ad, const Node *a, Node *dy, Node *y, Node *lse) {
+// its lse [B, H, T] (no softmax recomputed), and of the sinks when it has them.
+static int attention_grads(AD *ad, const Node *a, Node *dy) {
     Node **in = a->in;
+    int si = attention_sinks_operand(a);
     int64_t nq = shape_numel(&in[0]->shape), nk = shape_numel(&in[1]->shape), nv = shape_numel(&in[2]->shape);
-    Node *args[6] = {dy, in[0], in[1], in[2], y, lse}; // no softmax recomputed
-    Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, a->loc, 6, args);
+    Node *args[7] = {dy, in[0], in[1], in[2], (Node *)a, in[3], si >= 0 ? in[si] : NULL};
+    Node *p = packed(ad, OP_ATTENTION_BWD, nq + nk + nv, a->loc, si >= 0 ? 7 : 6, args);
     if (p) {
         p->heads = a->heads, p->kv_heads = a->kv_heads, p->causal = a->causal;
         p->window = a->window, p->chunk = a->chunk, p->scale = a->scale, p->softcap = a->softcap;
     }
-    return accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
-           accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
-           accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape));
-}
-
-// An attention with sinks (Node.sink: y' = y exp(L - L'), L' [B, T, H] the
-// lse with the sink; ops.c's attention_sinks), as one. With the sink the
-// probabilities are P' = exp(score - L'), and the attention backward given
-// y' and L' (rather than y and L) is exact as it stands: its delta,
-// rowsum(dy' * y'), is sum_j P'_j dP_j, and dS = P' (dP - delta) (the
-// kernels use the lse and y they are given; the cpu's recompute P and take
-// it to P' by exp(L - L')). The sink logit s takes -sum over rows of
-// exp(s - L') delta, the sink's probability times delta. No softcap (sema
-// refuses it).
-static int sink_rule(AD *ad, Node *n, Node *dy) {
-    Node *att = n->sink[0], *lse_bth = n->sink[1], *sinks = n->sink[2];
-    int64_t B = n->shape.dims[0], T = n->shape.dims[1], H = att->heads, dv = n->shape.dims[2] / H;
-    Shape bth = {3, {B, T, H}}, bht = {3, {B, H, T}}, d4 = {4, {B, T, H, 1}}, y4 = {4, {B, T, H, dv}};
-    Node *lse = emit1(ad, OP_TRANSPOSE, &bht, n->loc, lse_bth); // L' [B, H, T]
-    if (!lse) return -1;
-    lse->wide = 1;
-    if (attention_grads(ad, att, dy, n, lse) != 0) return -1;
-    Node *dy4 = emit1(ad, OP_RESHAPE, &y4, n->loc, dy), *yr = emit1(ad, OP_RESHAPE, &y4, n->loc, n);
-    Node *dyy = dy4 && yr ? emit2(ad, OP_MUL, &y4, n->loc, dy4, yr) : NULL;
-    Node *rows = dyy ? emit1(ad, OP_SUM_TO, &d4, n->loc, dyy) : NULL; // delta = dy' . y' [B, T, H, 1]
-    Node *delta = rows ? emit1(ad, OP_RESHAPE, &bth, n->loc, rows) : NULL;
-    Node *ds = emit2(ad, OP_SUB, &bth, n->loc, sinks, lse_bth), *ps = ds ? emit1(ad, OP_EXP, &bth, n->loc, ds) : NULL;
-    Node *c = ps && delta ? emit2(ad, OP_MUL, &bth, n->loc, ps, delta) : NULL; // exp(s - L') delta
-    Node *neg = c ? emit1(ad, OP_NEG, &bth, n->loc, c) : NULL;
-    if (!neg) return -1;
-    rows->wide = ds->wide = ps->wide = c->wide = neg->wide = 1;
-    return accumulate(ad, sinks, sum_to(ad, neg, &sinks->shape));
+    if (accumulate(ad, in[0], view(ad, p, 0, &in[0]->shape)) ||
+        accumulate(ad, in[1], view(ad, p, nq, &in[1]->shape)) ||
+        accumulate(ad, in[2], view(ad, p, nq + nk, &in[2]->shape)))
+        return -1;
+    return si >= 0 ? sinks_grad(ad, a, dy, in[si]) : 0;
 }
 
 static int node_rule(AD *ad, Node *n, Node *dy) {
     Node **in = n->in;
     const Shape *s = &n->shape;
     Loc loc = n->loc;
-    if (n->sink[0]) return sink_rule(ad, n, dy);
     switch (n->op) {
     case OP_INPUT:
     case OP_PARAM:
@@ -371,7 +365,7 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
         }
         return accumulate(ad, in[0], r);
     }
-    case OP_ATTENTION: return attention_grads(ad, n, dy, n, in[3]);
+    case OP_ATTENTION: return attention_grads(ad, n, dy);
     case OP_SOFTMAX: {
         Node *g = emit2(ad, OP_SOFTMAX_BWD, s, loc, dy, n);
         if (g) g->axis = n->axis;

@@ -634,40 +634,6 @@ static Node *lower_rope(Sema *S, const Args *a) {
     return n;
 }
 
-// Attention with a learned sink logit s_h per head (gpt-oss): softmax over
-// the keys and the sink, which adds exp(s_h) to the denominator and nothing
-// to the output. From the flash kernel's y and lse (L, the log of the
-// denominator without the sink), exactly: L' = log(exp(L) + exp(s)), the
-// output y w with w = exp(L - L'). Written with graph ops ([B, T, H] by
-// position, the lse transposed), kept fp32 under bf16 (Node.wide); autodiff
-// takes the result as one (Node.sink, autodiff.c's sink_rule): the attention
-// backward of y w with L' (no second attention).
-static Node *attention_sinks(Sema *S, Loc loc, Node *y, Node *lse, Node *s, int64_t heads) {
-    int64_t B = y->shape.dims[0], T = y->shape.dims[1], dv = y->shape.dims[2] / heads;
-    Shape bth = {3, {B, T, heads}}, y4 = {4, {B, T, heads, dv}}, s4 = {4, {B, T, heads, 1}};
-    Node *n[12];
-    n[0] = new_node(S, OP_TRANSPOSE, DT_F32, &bth, loc, 1, &lse); // L [B, T, H]
-    n[1] = n[0] ? new_node(S, OP_LT, DT_F32, &bth, loc, 2, (Node *[]){n[0], s}) : NULL;
-    n[2] = n[1] ? new_node(S, OP_WHERE, DT_F32, &bth, loc, 3, (Node *[]){n[1], s, n[0]}) : NULL; // max(L, s)
-    n[3] = n[2] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[2]}) : NULL;
-    n[4] = n[3] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[3]) : NULL;
-    n[5] = n[4] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){s, n[2]}) : NULL;
-    n[6] = n[5] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[5]) : NULL;
-    n[7] = n[6] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[4], n[6]}) : NULL;
-    n[8] = n[7] ? new_node(S, OP_LOG, DT_F32, &bth, loc, 1, &n[7]) : NULL;
-    n[9] = n[8] ? new_node(S, OP_ADD, DT_F32, &bth, loc, 2, (Node *[]){n[2], n[8]}) : NULL; // L'
-    n[10] = n[9] ? new_node(S, OP_SUB, DT_F32, &bth, loc, 2, (Node *[]){n[0], n[9]}) : NULL;
-    n[11] = n[10] ? new_node(S, OP_EXP, DT_F32, &bth, loc, 1, &n[10]) : NULL; // exp(L - L')
-    if (!n[11]) return NULL;
-    for (int i = 0; i < 12; i++) n[i]->wide = 1;
-    Node *yr = new_node(S, OP_RESHAPE, DT_F32, &y4, loc, 1, &y);
-    Node *w = new_node(S, OP_RESHAPE, DT_F32, &s4, loc, 1, &n[11]);
-    Node *p = yr && w ? new_node(S, OP_MUL, DT_F32, &y4, loc, 2, (Node *[]){yr, w}) : NULL;
-    Node *out = p ? new_node(S, OP_RESHAPE, DT_F32, &y->shape, loc, 1, &p) : NULL;
-    if (out) out->sink[0] = y, out->sink[1] = n[9], out->sink[2] = s;
-    return out;
-}
-
 static Node *lower_attention(Sema *S, const Args *a) {
     Node *in[3];
     for (int i = 0; i < 3; i++)
@@ -738,15 +704,17 @@ static Node *lower_attention(Sema *S, const Args *a) {
     y.dims[2] = heads * dv;
     // the softmax statistics first (f32 [B, H, T]), which the attention's kernel writes beside y
     Shape ls = {.rank = 3, .dims = {in[0]->shape.dims[0], heads, in[0]->shape.dims[1]}};
-    Node *lse = new_node(S, OP_ATTENTION_LSE, DT_F32, &ls, a->call->loc, 2, in);
-    Node *in4[4] = {in[0], in[1], in[2], lse};
-    Node *n = lse ? new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, 4, in4) : NULL;
+    // with sinks (gpt-oss's learned logit a head) both take them as a last operand: the kernel's running softmax
+    // starts from the sink, so y and the lse include it
+    Node *lse = new_node(S, OP_ATTENTION_LSE, DT_F32, &ls, a->call->loc, sinks ? 3 : 2, (Node *[]){in[0], in[1], sinks});
+    Node *in5[5] = {in[0], in[1], in[2], lse, sinks};
+    Node *n = lse ? new_node(S, OP_ATTENTION, DT_F32, &y, a->call->loc, sinks ? 5 : 4, in5) : NULL;
     for (int i = 0; i < 2 && n; i++) {
         Node *m = i ? n : lse;
         m->heads = (int)heads, m->kv_heads = (int)kv_heads, m->causal = causal;
         m->window = window, m->chunk = chunk, m->scale = scale, m->softcap = softcap;
     }
-    return n && sinks ? attention_sinks(S, a->call->loc, n, lse, sinks, heads) : n;
+    return n;
 }
 
 static Node *lower_softmax(Sema *S, const Args *a) {

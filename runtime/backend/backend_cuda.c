@@ -653,7 +653,9 @@ static void run_gemm(Cuda *c, const Instr *in, int part, int i, const int64_t *o
 // tensor, which the backward reads with y: it recomputes no softmax),
 // backward bwd_dq (which writes delta = rowsum(dy * y) and lse into the
 // engine's workspace) then bwd_dkdv. Every kernel takes document starts
-// (seg, common/attention.h's convention): the stream's, or NULL.
+// (seg, common/attention.h's convention): the stream's, or NULL; the
+// forward takes the sinks [H] too (or NULL), which the backward needs not:
+// y and lse include them.
 static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *offsets) {
     const KirKernel *k = &c->prog.parts[part].k[i];
     const Kernel *kn = &c->kern[part][i];
@@ -666,10 +668,10 @@ static void run_attn(Cuda *c, const Instr *in, int part, int i, const int64_t *o
     if (k->kind == KK_ATTN) {
         void *Y = arg_ptr(c, &k->args[0], offsets), *Q = arg_ptr(c, &k->args[1], offsets),
              *K = arg_ptr(c, &k->args[2], offsets), *V = arg_ptr(c, &k->args[3], offsets),
-             *L = arg_ptr(c, &k->args[4], offsets);
-        // seg_start: the fp32 kernels' last parameter, the tensor-core ones' before T
-        void *a[] = {&Y, &L, &Q, &K, &V, &T, &H, &KVH, &c->seg_start};
-        void *a_tc[] = {&Y, &L, &Q, &K, &V, &c->seg_start, &T, &H, &KVH};
+             *L = arg_ptr(c, &k->args[4], offsets), *SK = k->nargs > 5 ? arg_ptr(c, &k->args[5], offsets) : NULL;
+        // seg_start: before the fp32 kernels' sinks (NULL: none), before T in the tensor-core ones
+        void *a[] = {&Y, &L, &Q, &K, &V, &T, &H, &KVH, &c->seg_start, &SK};
+        void *a_tc[] = {&Y, &L, &Q, &K, &V, &c->seg_start, &T, &H, &KVH, &SK};
         CU(c, in,
            cuLaunchKernel(kn->attn[0], gq, (unsigned)H, B, threads, 1, 1, (unsigned)kn->attn_smem[0], s,
                           kn->attn_tc ? a_tc : a, NULL));

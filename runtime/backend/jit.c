@@ -544,10 +544,21 @@ static void run_gemm(Jit *j, int part, const KirKernel *k, int flags, char *base
     acc_end(e, args, s);
 }
 
+// The sink logit s as one more column of rows [0, T) of P (T, T) and their
+// lse L (T): L' = log(exp(L) + exp(s)), each row times exp(L - L').
+static void with_sink(float *P, float *L, int64_t T, float s) {
+    for (int64_t r = 0; r < T; r++) {
+        const float m = L[r] > s ? L[r] : s, l = m + logf(expf(L[r] - m) + expf(s - m)), w = expf(L[r] - l);
+        for (int64_t c = 0; c < T; c++) P[r * T + c] *= w;
+        L[r] = l;
+    }
+}
+
 // Attention on the cpu: per (batch, head) S = q k^T, softmax (generated,
 // scaled and masked; it writes the rows' lse too), y = P v; the backward
 // recomputes P (the saved y and lse unread), then dP = dy v^T, dS
-// (generated), dq = dS k, dk += dS^T q, dv += P^T dy, all in f32.
+// (generated), dq = dS k, dk += dS^T q, dv += P^T dy, all in f32. With
+// sinks P and its lse take the sink's column (with_sink) before y or dS.
 // bf16 plans instead run the plain kernel of kernels.inc (double sums) on
 // the widened operands and round its output: the rounding to bf16 turns the
 // composite's f32 sums into different bf16 values here and there, and only
@@ -564,13 +575,13 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     float *dP = S + T * T;                           // (T, T) dP, then dS
     float *C = dP + T * T;                           // (T, T) with softcap: the capping's derivative
     float *L = S + (t->softcap > 0 ? 3 : 2) * T * T; // (T) the softmax's rows' lse
-    float *ops[7];
+    float *ops[8]; // y or [dq | dk | dv], then the node's operands (kernels.h)
     f32_operands(j, k, base, offsets, ops);
+    const float *sinks = k->nargs == (bwd ? 8 : 6) ? ops[k->nargs - 1] : NULL; // (H) or none
     if (k->args[0].dtype == KT_BF16 || j->seg_start) { // (documents: the plain kernel masks them)
         const Node *n = j->g->parts[part].nodes.items[k->anchor];
-        void *in[6] = {ops[1], ops[2], ops[3], bwd ? ops[4] : NULL, bwd ? ops[5] : NULL, bwd ? ops[6] : NULL};
-        if (bwd) kernel_run_doc_starts_f32(n, ops[0], in, j->seg_start);
-        else kernel_attention_doc_starts_f32(n, ops[0], ops[4], in, j->seg_start);
+        if (bwd) kernel_run_doc_starts_f32(n, ops[0], (void *const *)(ops + 1), j->seg_start);
+        else kernel_attention_doc_starts_f32(n, ops[0], ops[4], (void *const *)(ops + 1), j->seg_start);
         narrow_rows(k, base, offsets, ops[0], 0, bwd ? nq + nk + nv : t->B * T * HV, 1);
         return;
     }
@@ -582,24 +593,18 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
     KirFn f0 = j->fn[part][t->helper[0]], f1 = bwd ? j->fn[part][t->helper[1]] : NULL;
     void *a0[3] = {S, t->softcap > 0 ? C : L, L}, *a1[3] = {S, dP, C};
     float *lse = bwd ? NULL : ops[4]; // (B, H, T)
-    const Node *n = j->g->parts[part].nodes.items[k->anchor];
-    const float *lse_sinks = bwd && attention_sinks_form(n) ? ops[6] : NULL; // (B, H, T) L' with the sinks
     for (int64_t b = 0; b < t->B; b++)
         for (int64_t h = 0; h < t->H; h++) {
             const float *qh = q + b * T * HD + h * D, *kh = kk + b * T * KD + (h / group) * D,
                         *vh = v + b * T * KV + (h / group) * Dv;
             sgemm(0, 1, T, T, D, qh, HD, kh, KD, 0.0f, S, T);
             call(f0, a0, 0, T, NULL);
+            if (sinks) with_sink(S, L, T, sinks[h]);
             if (!bwd) {
                 memcpy(lse + (b * t->H + h) * T, L, (size_t)T * sizeof(float));
                 sgemm(0, 0, T, Dv, T, S, T, vh, KV, 0.0f, out + b * T * HV + h * Dv, HV);
                 continue;
             }
-            if (lse_sinks) // P exp(L - L'): the probabilities with the sink
-                for (int64_t r = 0; r < T; r++) {
-                    const float w = expf(L[r] - lse_sinks[(b * t->H + h) * T + r]);
-                    for (int64_t c = 0; c < T; c++) S[r * T + c] *= w;
-                }
             const float *dyh = dy + b * T * HV + h * Dv;
             sgemm(0, 1, T, T, Dv, dyh, HV, vh, KV, 0.0f, dP, T);
             call(f1, a1, 0, T, NULL);

@@ -29,8 +29,9 @@ void kernel_run_doc_starts_f32(const Node *n, void *out, void *const *in, const 
 void kernel_run_doc_starts_f64(const Node *n, void *out, void *const *in, const int32_t *seg_start);
 
 // An attention node's output y and its softmax statistics lse (the
-// OP_ATTENTION_LSE it reads, f32 [B, H, T]) in one pass, from in = q, k, v:
-// what one attention kernel computes. kernel_run_* computes each node alone.
+// OP_ATTENTION_LSE it reads, f32 [B, H, T]) in one pass, from in = the
+// attention node's operands q, k, v, (lse, unread), [sinks]: what one
+// attention kernel computes. kernel_run_* computes each node alone.
 void kernel_attention_doc_starts_f32(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
 void kernel_attention_doc_starts_f64(const Node *n, void *y, void *lse, void *const *in, const int32_t *seg_start);
 

@@ -18,10 +18,13 @@
 // plain bf16 attention FlashAttention's tests hold a kernel to (PyTorch's
 // in bf16): the probabilities P rounded to bf16 where they enter P V and
 // P^T dY, dS where it enters dS K and dS^T Q, and y, dq, dk, dv rounded to
-// bf16 at the end; the rest in double.
+// bf16 at the end; the rest in double. sinks (H) or NULL: each head's
+// learned logit (gpt-oss), one more column of every row's softmax with no
+// value.
 static inline void host_attention(float *y, float *lse, float *dq, float *dk, float *dv, const float *q, const float *k,
-                                  const float *v, const float *dy, const int *seg, int B, int T, int H, int KVH, int D,
-                                  int Dv, int causal, int window, double scale, double softcap, int bf16_p) {
+                                  const float *v, const float *dy, const int *seg, const float *sinks, int B, int T,
+                                  int H, int KVH, int D, int Dv, int causal, int window, double scale, double softcap,
+                                  int bf16_p) {
     double *p = malloc(8 * (size_t)T), *pb = malloc(8 * (size_t)T), *c = malloc(8 * (size_t)T),
            *acc = calloc((size_t)B * T * KVH * (D + Dv), 8), *dqa = malloc(8 * (size_t)D);
     for (int b = 0; b < B; b++)
@@ -29,7 +32,8 @@ static inline void host_attention(float *y, float *lse, float *dq, float *dk, fl
             for (int t = 0; t < T; t++) {
                 const int kh = h / (H / KVH);
                 const float *qr = q + ((long)(b * T + t) * H + h) * D, *dyr = dy + ((long)(b * T + t) * H + h) * Dv;
-                double mx = -INFINITY, sum = 0, delta = 0;
+                const double sink = sinks ? sinks[h] : -INFINITY;
+                double mx = sink, sum = sinks ? 1 : 0, delta = 0; // exp(sink - mx) until mx moves
                 for (int j = 0; j < T; j++) {
                     int vis = (!causal || j <= t) && (!window || j > t - window) && (!seg || j >= seg[b * T + t]);
                     p[j] = -INFINITY, c[j] = 1;
@@ -41,6 +45,7 @@ static inline void host_attention(float *y, float *lse, float *dq, float *dk, fl
                     if (softcap > 0) c[j] = tanh(p[j] / softcap), p[j] = softcap * c[j], c[j] = 1 - c[j] * c[j];
                     mx = fmax(mx, p[j]);
                 }
+                if (sinks) sum = exp(sink - mx);
                 for (int j = 0; j < T; j++) sum += p[j] == -INFINITY ? 0 : exp(p[j] - mx);
                 for (int j = 0; j < T; j++) p[j] = p[j] == -INFINITY ? 0 : exp(p[j] - mx) / sum;
                 lse[((long)b * H + h) * T + t] = (float)(mx + log(sum));
@@ -94,6 +99,7 @@ typedef struct AttnHostCase {
     double scale, softcap;
     const int *seg; // (B, T) document starts, or NULL
     int hq, hk;
+    const float *sinks; // (H) or NULL
 } AttnHostCase;
 
 // A bf16 kernel judged as FlashAttention's tests judge theirs: for each of
@@ -114,10 +120,10 @@ static inline void attn_fair_ratios(const AttnHostCase *c, const float *const ou
         long m = i < 4 ? n[i] : nl;
         x[i] = malloc(4 * (size_t)m + 4), p[i] = malloc(4 * (size_t)m + 4);
     }
-    host_attention(x[0], x[4], x[1], x[2], x[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv, c->causal,
-                   c->window, c->scale, c->softcap, 0);
-    host_attention(p[0], p[4], p[1], p[2], p[3], q, k, v, dy, c->seg, c->B, c->T, c->H, c->KVH, c->D, c->Dv, c->causal,
-                   c->window, c->scale, c->softcap, 1);
+    host_attention(x[0], x[4], x[1], x[2], x[3], q, k, v, dy, c->seg, c->sinks, c->B, c->T, c->H, c->KVH, c->D, c->Dv,
+                   c->causal, c->window, c->scale, c->softcap, 0);
+    host_attention(p[0], p[4], p[1], p[2], p[3], q, k, v, dy, c->seg, c->sinks, c->B, c->T, c->H, c->KVH, c->D, c->Dv,
+                   c->causal, c->window, c->scale, c->softcap, 1);
     int width[4] = {c->Dv, c->D, c->D, c->Dv};
     for (int i = 0; i < 4; i++) {
         size_t stride = (size_t)(i < 2 ? c->H : c->KVH) * (size_t)width[i],

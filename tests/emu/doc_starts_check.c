@@ -118,7 +118,7 @@ static double run_case(LaunchFn fn, const Case *c, const char *name, const int *
     double scale = case_scale(c), softcap = c->softcap;
     unsigned gq = (unsigned)((T + ATTN_BQ - 1) / ATTN_BQ), gk = (unsigned)((T + ATTN_BK - 1) / ATTN_BK);
     void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul; // odd: the forward's y and lse
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &S};
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &S, &nul}; // no sinks
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &S};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &S};
     launch(fn, sym[0], gq, (unsigned)H, (unsigned)B, ATTN_THREADS, attn_smem_fwd(D), a_fwd);

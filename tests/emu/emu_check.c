@@ -21,8 +21,9 @@
 //    kernel (attention_host.h: at most 2 times plain bf16 attention's error
 //    against attention in double; host_attention, in double, also the
 //    reference where attention_ref.cuh has no such option). Both also with
-//    window, scale and softcap; every lse within 1e-3 of a computation in
-//    double.
+//    window, scale and softcap, and with sinks (gpt-oss's, against
+//    host_attention; the backward given the forward's y and lse); every lse
+//    within 1e-3 of a computation in double.
 // 2. Each model's translation unit as cuda_emit writes it (the model's own
 //    batch and seq, or batch 1 at --seq N with the vocabulary capped at
 //    --vocab N; its own storage, f32 or bf16; f64 arithmetic kept in
@@ -151,66 +152,78 @@ typedef struct AttnCase {
     int doc_len;        // tensor cores: documents of lengths doc_len, doc_len + 7, doc_len + 14, ... (seg); 0: none
     int chunk;          // chunked attention (MT_ATTN_*INSTANTIATE_CHUNK), against host_attention with documents
                         // of chunk positions, which it equals when causal; 0: none
+    int sinks;          // a sink logit a head (gpt-oss's, in [-1, 3): as large as the scores and larger), against
+                        // host_attention; the backward takes the forward's y and lse, which include it; 0: none
 } AttnCase;
 
 // attention.cuh: f32 and bf16, head sizes 16, 64, 128
 static const AttnCase CASES[] = {
-    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0},
+    {1, 1, 1, 1, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {2, 37, 4, 2, 16, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {2, 37, 4, 2, 16, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 100, 8, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 70, 4, 4, 64, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 67, 4, 1, 128, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 40, 2, 2, 128, 0, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 50, 4, 2, 128, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
     // the options: windows shorter and longer than a tile (32 keys), an own
     // scale, soft-capping (a cap near the scores' size, so tanh bends them)
-    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0, 0},
-    {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0, 0},
-    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0, 0},
-    {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0, 0},
+    {1, 100, 4, 2, 16, 1, 0, 0, 9, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {2, 90, 4, 1, 64, 1, 0, 0, 40, 0.3, 0.5, 0, NULL, 0, 0, 0, 0},
+    {1, 70, 2, 2, 16, 0, 0, 0, 0, 0.2, 0.4, 0, NULL, 0, 0, 0, 0},
+    {1, 77, 4, 2, 64, 1, 1, 0, 20, 0, 0.6, 0, NULL, 0, 0, 0, 0},
     // chunks (Llama 4's) of 48 (no multiple of a tile) and 16 (under one)
-    {1, 100, 4, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 48},
-    {2, 77, 4, 1, 16, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 16},
+    {1, 100, 4, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 48, 0},
+    {2, 77, 4, 1, 16, 1, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 16, 0},
+    // sinks (gpt-oss's) at 13, 70 and 200 positions (over a 128-key block and no multiple of one), f32 and bf16,
+    // full, causal and with a window
+    {1, 13, 4, 2, 64, 1, 0, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 1},
+    {1, 70, 4, 2, 64, 0, 1, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 1},
+    {1, 200, 4, 1, 16, 1, 0, 0, 48, 0, 0, 0, NULL, 0, 0, 0, 1},
 };
 // attention_tc.cuh: GQA 1, 4, 8; D 64, 128; causal and not; lengths no
 // multiple of 16 or 64; then the options, windows shorter and longer than a
 // tile (64 keys) and softcaps that bend the scores
 static const AttnCase TC_CASES[] = {
-    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0, 0},
-    {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0, 0},
-    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0, 0},
+    {1, 77, 4, 4, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {2, 50, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 70, 8, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 45, 8, 2, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 35, 8, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 66, 4, 4, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 1, 4, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 200, 4, 1, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 150, 4, 2, 128, 1, 1, 1, 100, 0.15, 0.5, 0, NULL, 0, 0, 0, 0},
+    {1, 90, 4, 4, 64, 0, 1, 1, 0, 0.2, 0.3, 0, NULL, 0, 0, 0, 0},
+    {1, 130, 4, 1, 128, 1, 1, 1, 70, 0, 0.7, 0, NULL, 0, 0, 0, 0},
     // head size 256, value heads of their own width (DeepSeek's 192/128, and
     // wider than the keys), documents (packed rows: seg), against the host's
     // reference in double (host_attention)
-    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0},
-    {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0, 0},
-    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
-    {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
-    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0},
-    {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30, 0},
-    {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9, 0},
+    {1, 77, 4, 2, 256, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 0},
+    {1, 45, 2, 1, 256, 0, 1, 1, 0, 0.05, 0.6, 0, NULL, 0, 0, 0, 0},
+    {1, 70, 4, 1, 192, 1, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0, 0},
+    {1, 40, 2, 2, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0, 0},
+    {2, 150, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0, 0},
+    {1, 100, 4, 4, 128, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 30, 0, 0},
+    {1, 130, 4, 1, 64, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 9, 0, 0},
     // chunks (Llama 4's): 48 (no multiple of the 64-key tile), 16 (a quarter of one), 40 with a window of 30
-    {1, 200, 4, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 48},
-    {2, 90, 4, 2, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 16},
-    {1, 150, 4, 4, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 40},
+    {1, 200, 4, 1, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 48, 0},
+    {2, 90, 4, 2, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 16, 0},
+    {1, 150, 4, 4, 64, 1, 1, 1, 30, 0, 0, 0, NULL, 0, 0, 40, 0},
     // every head size with each option (issue 36: FlashAttention's test for every kernel a plan can run):
     // D 128 and 256 with window, soft-cap and documents; 256 full with documents; 192/128 full, and causal
     // with all three
-    {2, 100, 8, 2, 128, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 12, 0},
-    {1, 150, 4, 2, 256, 1, 1, 1, 70, 0, 0.5, 0, NULL, 0, 25, 0},
-    {1, 90, 4, 1, 256, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0},
-    {1, 100, 4, 2, 192, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0},
-    {1, 130, 4, 4, 192, 1, 1, 1, 50, 0, 0.6, 0, NULL, 128, 15, 0},
+    {2, 100, 8, 2, 128, 1, 1, 1, 40, 0, 0.5, 0, NULL, 0, 12, 0, 0},
+    {1, 150, 4, 2, 256, 1, 1, 1, 70, 0, 0.5, 0, NULL, 0, 25, 0, 0},
+    {1, 90, 4, 1, 256, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 20, 0, 0},
+    {1, 100, 4, 2, 192, 0, 1, 1, 0, 0, 0, 0, NULL, 128, 0, 0, 0},
+    {1, 130, 4, 4, 192, 1, 1, 1, 50, 0, 0.6, 0, NULL, 128, 15, 0, 0},
+    // sinks (gpt-oss's: D 64, windows) at 13, 70 and 200 positions, full and causal, a window, documents
+    {1, 13, 4, 2, 64, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 1},
+    {1, 70, 8, 1, 64, 0, 1, 1, 0, 0, 0, 0, NULL, 0, 0, 0, 1},
+    {1, 200, 4, 2, 64, 1, 1, 1, 48, 0, 0, 0, NULL, 0, 0, 0, 1},
+    {1, 200, 4, 1, 128, 1, 1, 1, 0, 0, 0, 0, NULL, 0, 30, 0, 1},
 };
 enum { NCASES = sizeof CASES / sizeof CASES[0], NTC = sizeof TC_CASES / sizeof TC_CASES[0] };
 
@@ -260,7 +273,7 @@ static float *poisoned(size_t bytes) { // NaN everywhere: an element nobody writ
 // returns the worst of err[0..3]. Cases with value heads of their own width
 // or documents take host_attention as the reference.
 static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
-    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->doc_len || c->chunk;
+    const int Dv = c->Dv ? c->Dv : c->D, host = c->Dv || c->doc_len || c->chunk || c->sinks;
     long nq = (long)c->B * c->T * c->H * c->D, nk = (long)c->B * c->T * c->KVH * c->D;
     long ny = (long)c->B * c->T * c->H * Dv, nv = (long)c->B * c->T * c->KVH * Dv;
     long nrow = (long)c->B * c->H * c->T;
@@ -271,6 +284,11 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     for (long i = 0; i < ny; i++) dy[i] = frand();
     for (long i = 0; i < nk; i++) k[i] = frand();
     for (long i = 0; i < nv; i++) v[i] = frand();
+    float *sk = NULL; // (H) sinks
+    if (c->sinks) {
+        sk = malloc(4 * (size_t)c->H);
+        for (int h = 0; h < c->H; h++) sk[h] = bf16_round(1 + 2 * frand()); // what a bf16 kernel reads, f32 too
+    }
     if (c->bf16) { // the reference sees exactly what the bf16 kernel reads
         for (long i = 0; i < nq; i++) q[i] = bf16_round(q[i]);
         for (long i = 0; i < ny; i++) dy[i] = bf16_round(dy[i]);
@@ -292,7 +310,7 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
         for (int i = 0; i < c->B * c->T; i++) seg[i] = i % c->T / c->chunk * c->chunk;
     }
     void *Q = storage(q, nq, c->bf16), *K = storage(k, nk, c->bf16), *V = storage(v, nv, c->bf16),
-         *DY = storage(dy, ny, c->bf16), *SEG = c->chunk ? NULL : seg;
+         *DY = storage(dy, ny, c->bf16), *SEG = c->chunk ? NULL : seg, *SK = sk ? storage(sk, c->H, c->bf16) : NULL;
     void *Y = poisoned(es * (size_t)ny), *DQ = poisoned(es * (size_t)nq), *DK = poisoned(es * (size_t)nk),
          *DV = poisoned(es * (size_t)nv);
     float *LSE = poisoned(4 * (size_t)nrow), *WS = poisoned(attn_workspace_bytes(c->B, c->T, c->H));
@@ -315,10 +333,10 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     unsigned threads = c->tc ? ATTN_TC_THREADS : ATTN_THREADS;
     // group_only: query heads 0 .. H/KVH - 1 and kv head 0 (dkdv reads dq's workspace of the whole group)
     const int hq = c->group_only ? H / KVH : H, hk = c->group_only ? 1 : KVH;
-    // odd lengths: the backward takes the forward's y and lse instead of recomputing them
-    void **ysaved = T % 2 ? &Y : &nul, **lsaved = T % 2 ? (void **)&LSE : &nul;
-    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
-         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH};
+    // odd lengths and sinks: the backward takes the forward's y and lse instead of recomputing them
+    void **ysaved = T % 2 || sk ? &Y : &nul, **lsaved = T % 2 || sk ? (void **)&LSE : &nul;
+    void *a_fwd[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul, &SK}, // sinks last (NULL: none)
+         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &SEG, &T, &H, &KVH, &SK};
     void *a_dq[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &SEG, &T, &H, &KVH};
     void *a_dkdv[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
@@ -330,7 +348,8 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
     launch(fn, sym[2], gk, (unsigned)hk, (unsigned)B, threads, c->tc ? attn_tc_smem_dkdv(D, Dv) : attn_smem_dkdv(D),
            c->tc ? a_dkdv_tc : a_dkdv);
     if (host)
-        host_attention(rY, hL, rDQ, rDK, rDV, q, k, v, dy, seg, B, T, H, KVH, D, Dv, causal, window, scale, softcap, 0);
+        host_attention(rY, hL, rDQ, rDK, rDV, q, k, v, dy, seg, sk, B, T, H, KVH, D, Dv, causal, window, scale, softcap,
+                       0);
     else {
         void *r_probs[] = {&P, &C, &q, &k, &B, &T, &H, &KVH, &D, &causal, &window, &scale, &softcap};
         void *r_fwd[] = {&rY, &P, &v, &B, &T, &H, &KVH, &D};
@@ -396,11 +415,11 @@ static double attn_case(LaunchFn fn, const AttnCase *c, double err[10]) {
             for (long j = 0; j < cnt[i]; j++) wide[off + j] = f32_from_bf16(((uint16_t *)got[i])[j]);
             outs[i] = wide + off, off += cnt[i];
         }
-        AttnHostCase hc = {B, T, H, KVH, D, Dv, causal, window, scale, softcap, seg, hq, hk};
+        AttnHostCase hc = {B, T, H, KVH, D, Dv, causal, window, scale, softcap, seg, hq, hk, sk};
         attn_fair_ratios(&hc, outs, q, k, v, dy, err + 5, &err[9]);
         free(wide);
     }
-    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, hL, rY, rDQ, rDK, rDV, seg};
+    void *all[] = {sc, a, q, k, v, dy, Q, K, V, DY, Y, DQ, DK, DV, LSE, WS, P, C, DS, hL, rY, rDQ, rDK, rDV, seg, sk, SK};
     for (size_t i = 0; i < sizeof all / sizeof all[0]; i++) free(all[i]);
     return worst;
 }
@@ -464,6 +483,7 @@ static void check_attention(void) {
             snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " Dv %d documents from %d", c->Dv ? c->Dv : c->D,
                      c->doc_len);
         if (c->chunk) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " chunk %d", c->chunk);
+        if (c->sinks) snprintf(opts + strlen(opts), sizeof opts - strlen(opts), " sinks");
         snprintf(what, sizeof what, "%sattention B%d T%d H%d/%d D%d %s %s%s", c->tc ? "tensor-core " : "", c->B, c->T,
                  c->H, c->KVH, c->D, c->causal ? "causal" : "full", c->bf16 ? "bf16" : "f32", opts);
         int ok = attn_case_ok(c, e, err);
@@ -608,7 +628,7 @@ static AttnCase nvrtc_variant(int i) {
     const int heads[][2] = {{64, 64}, {128, 128}, {256, 256}, {192, 128}}; // (D, Dv)
     if (i >= NVRTC_TC_VARIANTS) {
         const int f = i - NVRTC_TC_VARIANTS;
-        return (AttnCase){1, 1, 1, 1, heads[f % 3][0], 1, f / 3, 0, 0, 0, 0, 0, NULL, 0, 0, 0};
+        return (AttnCase){1, 1, 1, 1, heads[f % 3][0], 1, f / 3, 0, 0, 0, 0, 0, NULL, 0, 0, 0, 0};
     }
     const int hs = i / 4, causal = i / 2 % 2, opts = i % 2, D = heads[hs][0], Dv = heads[hs][1] != D ? heads[hs][1] : 0;
     return (AttnCase){1,
@@ -626,7 +646,8 @@ static AttnCase nvrtc_variant(int i) {
                       NULL,
                       Dv,
                       0,
-                      opts ? 8192 : 0};
+                      opts ? 8192 : 0,
+                      0};
 }
 
 // emu_check --nvrtc DIR: the sm_90 cubin of every attention variant in
@@ -806,7 +827,8 @@ static void check_plans(char **paths, int npaths) {
                                   syms[j],
                                   at->Dv != at->D ? (int)at->Dv : 0,
                                   0,
-                                  (int)at->chunk};
+                                  (int)at->chunk,
+                                  0};
             if (j == ncases) ncases++;
         }
         // the plan's instantiation lines, each once

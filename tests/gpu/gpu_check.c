@@ -230,8 +230,8 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     // odd lengths: the backward takes the forward's y and lse instead of recomputing them;
     // the tensor-core kernels take document starts (none: NULL) before T
     CUdeviceptr *ysaved = T % 2 ? &Y : &nul, *lsaved = T % 2 ? &LSE : &nul;
-    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
-         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+    void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul, &nul}, // no sinks (last)
+         *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH, &nul};
     void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &T, &H, &KVH, &nul};
     void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, ysaved, lsaved, &nul, &T, &H, &KVH};
     void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};
@@ -286,7 +286,7 @@ static double attn_case(CUmodule m, const AttnCase *c, int reps, double *flash_m
     if (c->tc && fair) {
         double r[4], plain_dv;
         AttnHostCase hc = {c->B, c->T, c->H, c->KVH, c->D, c->D, c->causal, 0, 1 / sqrt((double)c->D),
-                           0,    NULL, c->H, c->KVH};
+                           0,    NULL, c->H, c->KVH, NULL};
         attn_fair_ratios(&hc, outs, q, k, v, dy, r, &plain_dv);
         *fair = fmax(fmax(r[0], r[1]), fmax(r[2], r[3]));
     }
@@ -346,8 +346,8 @@ static void time_attention_llama(CUmodule m) {
         // as the cuda backend runs them: the forward keeps its lse (the plan's attention_lse),
         // which bwd_dq takes with y; the tensor-core kernels' seg NULL (no documents)
         CUdeviceptr nul = 0;
-        void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul},
-             *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH};
+        void *a_fwd_f[] = {&Y, &LSE, &Q, &K, &V, &T, &H, &KVH, &nul, &nul}, // no sinks (last)
+             *a_fwd_tc[] = {&Y, &LSE, &Q, &K, &V, &nul, &T, &H, &KVH, &nul};
         void *a_dq_f[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &T, &H, &KVH, &nul};
         void *a_dq_tc[] = {&DQ, &WS, &DY, &Q, &K, &V, &Y, &LSE, &nul, &T, &H, &KVH};
         void *a_dkdv_f[] = {&DK, &DV, &WS, &DY, &Q, &K, &V, &T, &H, &KVH, &nul};

@@ -25,7 +25,8 @@
 //   mt_attn_fwd_NAME      grid (ceil(T/16), H, B), 128 threads, attn_smem_fwd(D) bytes of dynamic shared memory
 //   mt_attn_bwd_dq_NAME   grid (ceil(T/16), H, B), 128 threads, attn_smem_dq(D)
 //   mt_attn_bwd_dkdv_NAME grid (ceil(T/32), KVH, B), 128 threads, attn_smem_dkdv(D)
-// each with seg_start (or NULL) as its last parameter.
+// each with seg_start (or NULL) as its last parameter but the forward's,
+// which then takes sinks [H] (gpt-oss's learned logit a head; NULL: none).
 // backward: bwd_dq first (it writes the workspace: lse, then delta =
 // rowsum(dP * P), each (B, H, T) floats), then bwd_dkdv, which reads it.
 // Both write every element of their outputs (no zeroing needed, no atomics:
@@ -36,7 +37,8 @@
 // The forward writes lse when given a pointer. Given the forward's y and
 // lse (a plan's OP_ATTENTION_LSE, which OP_ATTENTION_BWD reads), bwd_dq
 // takes them and computes delta = rowsum(dy * y); given NULL it recomputes
-// both in a first pass over the keys. Matrix work (T x T x head size):
+// both in a first pass over the keys (without sinks: the backward of an
+// attention with sinks needs the forward's y and lse, which include them). Matrix work (T x T x head size):
 // forward 2, backward bwd_dq 3 (Q K^T, dY V^T, dS K) and bwd_dkdv 4 (Q K^T,
 // dY V^T, P^T dY, dS^T Q).
 #define MT_ATTN_THREADS 128
@@ -88,6 +90,14 @@ __device__ __forceinline__ int mt_attn_qend(const MtAttnOpt &o, int k1, int T) {
 // The first key query t of row b sees by its document (0: none given or t past T).
 __device__ __forceinline__ int mt_attn_doc(const int *seg_start, int b, int t, int T) {
     return seg_start && t < T ? seg_start[(long)b * T + t] : 0;
+}
+// Head h's sink logit in log2 units, where the running softmax of its rows
+// starts (max s, sum exp2(s - s) = 1, no value), or -inf without sinks
+// (NULL): then the lse and y include the sink, and the backward, which
+// takes them, needs nothing more.
+template <typename S>
+__device__ __forceinline__ float mt_attn_sink2(const S *sinks, int h) {
+    return sinks ? mt_ld(sinks + h) * MT_LOG2E : MT_NEG_INF;
 }
 // The base of exp2 for a running maximum m: m, or 0 while a row has seen no
 // visible key (a window's rows meet fully masked tiles first).
@@ -156,7 +166,7 @@ __device__ __forceinline__ void mt_attn_rows_acc(float (&acc)[R][NPL], const flo
 // output dims lane, lane+32, ...
 template <typename S, int D, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H,
-                                            int KVH, MtAttnOpt opt, const int *seg_start) {
+                                            int KVH, MtAttnOpt opt, const int *seg_start, const S *sinks) {
     constexpr int R = MT_ATTN_ROWS, BQ = MT_ATTN_BQ, BK = MT_ATTN_BK, LDK = D + 1, NPL = (D + 31) / 32;
     extern __shared__ float mt_smem[];
     float *Qs = mt_smem;       // (BQ, D)
@@ -172,9 +182,10 @@ __device__ __forceinline__ void mt_attn_fwd(S *y, float *lse, const S *q, const 
     mt_attn_load<S, D, D>(Qs, qb, qstride, q0, T, BQ, vec);
     float m[R], l[R], acc[R][NPL];
     int doc[R]; // each row's first key by its document
+    const float sink2 = mt_attn_sink2(sinks, h);
     for (int r = 0; r < R; r++) {
         doc[r] = mt_attn_doc(seg_start, b, q0 + warp * R + r, T);
-        m[r] = MT_NEG_INF, l[r] = 0.0f;
+        m[r] = sink2, l[r] = sinks ? 1.0f : 0.0f; // the running softmax starts from the sink
         for (int i = 0; i < NPL; i++) acc[r][i] = 0.0f;
     }
     const int kend = CAUSAL ? min(T, q0 + BQ) : T;
@@ -409,8 +420,8 @@ __device__ __forceinline__ void mt_attn_bwd_dkdv(S *dk, S *dv, const float *ws, 
 #define MT_ATTN_INSTANTIATE_CHUNK(S, D, CAUSAL, SCALE, SOFTCAP, WINDOW, CHUNK, NAME)                            \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_fwd_##NAME(S *y, float *lse, const S *q, const S *k, const S *v, int T, int H, int KVH,            \
-                           const int *seg_start) {                                                                 \
-        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}, seg_start);       \
+                           const int *seg_start, const S *sinks) {                                                 \
+        mt_attn_fwd<S, D, CAUSAL>(y, lse, q, k, v, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}, seg_start, sinks); \
     }                                                                                                              \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_THREADS)                                                  \
         mt_attn_bwd_dq_##NAME(S *dq, float *ws, const S *dy, const S *q, const S *k, const S *v, const S *y,        \

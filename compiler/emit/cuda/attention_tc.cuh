@@ -198,7 +198,8 @@ template <int D, int DV, bool CAUSAL, int BK> struct MtAttnTcBlock {
 
 template <int D, int DV, bool CAUSAL>
 __device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v,
-                                               const int *seg, int T, int H, int KVH, MtAttnOpt opt) {
+                                               const int *seg, int T, int H, int KVH, MtAttnOpt opt,
+                                               const bf16 *sinks) {
     using G = MtAttnTcGeo<D, DV>;
     constexpr int BQ = MT_ATTN_TC_BQ, BK = G::BK, LDK = G::LDK, LDV = G::LDV, KD = D / 16, NK = BK / 8, ND = DV / 8;
     constexpr bool QREG = D <= 128; // the warp's Q fragments held in registers (wider: read from shared memory)
@@ -228,7 +229,8 @@ __device__ __forceinline__ void mt_attn_tc_fwd(bf16 *y, float *lse, const bf16 *
     }
 
     float o[ND][4]; // (16, DV) output rows g and g + 8, dims 8n + 2t, +1
-    float m[2] = {MT_NEG_INF, MT_NEG_INF}, l[2] = {0.0f, 0.0f}; // rows g, g + 8
+    const float sink2 = mt_attn_sink2(sinks, h), l0 = sinks ? 1.0f : 0.0f; // the softmax starts from the sink
+    float m[2] = {sink2, sink2}, l[2] = {l0, l0}; // rows g, g + 8
     #pragma unroll
     for (int n = 0; n < ND; n++) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
     int st = 0;
@@ -551,7 +553,7 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
 // One pair of head sizes, mask and options: extern "C" mt_attn_tc_{fwd,bwd_dq,bwd_dkdv}_NAME,
 // NAME as attn_variant_name_dv() spells it ("bf16_d128_causal", "bf16_d192_v128_causal");
 // arguments as attention.cuh's entry points of the same name plus seg
-// (NULL: no documents) before T; SCALE, SOFTCAP, WINDOW and CHUNK as its MT_ATTN_INSTANTIATE_CHUNK.
+// (NULL: no documents) before T, the forward's sinks (or NULL) last; SCALE, SOFTCAP, WINDOW and CHUNK as its MT_ATTN_INSTANTIATE_CHUNK.
 // At least one block an SM: without it ptxas held bwd_dq at D 128 to 168
 // registers on sm_80 and spilled (cuda_nvrtc_attention_tc).
 #define MT_ATTN_TC_INSTANTIATE(D, CAUSAL, NAME) MT_ATTN_TC_INSTANTIATE_OPT(D, D, CAUSAL, 1.0f / sqrtf((float)D), 0.0f, 0, NAME)
@@ -560,8 +562,8 @@ __device__ __forceinline__ void mt_attn_tc_bwd_dkdv(bf16 *dk, bf16 *dv, const fl
 #define MT_ATTN_TC_INSTANTIATE_CHUNK(D, DV, CAUSAL, SCALE, SOFTCAP, WINDOW, CHUNK, NAME)                             \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_fwd_##NAME(bf16 *y, float *lse, const bf16 *q, const bf16 *k, const bf16 *v, const int *seg,       \
-                              int T, int H, int KVH) {                                                                \
-        mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK});            \
+                              int T, int H, int KVH, const bf16 *sinks) {                                             \
+        mt_attn_tc_fwd<D, DV, CAUSAL>(y, lse, q, k, v, seg, T, H, KVH, MtAttnOpt{SCALE, SOFTCAP, WINDOW, CHUNK}, sinks);     \
     }                                                                                                                 \
     extern "C" __global__ void __launch_bounds__(MT_ATTN_TC_THREADS, 1)                                               \
         mt_attn_tc_bwd_dq_##NAME(bf16 *dq, float *ws, const bf16 *dy, const bf16 *q, const bf16 *k, const bf16 *v,    \
