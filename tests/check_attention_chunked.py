@@ -33,14 +33,13 @@ usage: check_attention_chunked.py MTC MTRUN   (from the project root)
 """
 import json
 import os
-import struct
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_weights import read_safetensors, write_safetensors  # noqa: E402
+from check_weights import step_grads, token_file  # noqa: E402
 from checks import check, finish, run  # noqa: E402
 
 V, C, L, NH, NKV, HS, T, CHUNK, EPS = 256, 32, 2, 4, 2, 8, 40, 16, 1e-5
@@ -67,8 +66,6 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 train { optimizer = adamw(betas = (0, 0), weight_decay = 0, eps = 1e6); schedule = constant; clip = 0 }
 """
-LR, ADAM_EPS = 1e12, 1e6
-
 
 def weights(rng):
     W = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.2 * rng.standard_normal(C),
@@ -114,29 +111,6 @@ def torch_loss(W, x, y, chunked=True):
     loss = torch.nn.functional.cross_entropy(logits[0], torch.tensor(y))
     loss.backward()
     return float(loss.detach()), {k: t.grad.numpy() for k, t in P.items() if t.grad is not None}
-
-
-def mt_step(mtc, mtrun, W, data, tmp, dtype, model_text=MODEL):
-    model, wf, plan, out, log = (os.path.join(tmp, n) for n in ("s.mt", "s.safetensors", "s.bin", "out.safetensors", "s.jsonl"))
-    with open(model, "w") as f:
-        f.write(model_text)
-    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
-    p = run(mtc, model, "-o", plan, "--batch", 1, "--seq", T, "--dtype", dtype)
-    if not check(p.returncode == 0, f"mtc ({dtype})", p):
-        return None, None
-    if os.path.exists(log):  # a log mtrun appends to: this run's records alone
-        os.remove(log)
-    p = run(mtrun, plan, "--steps", 1, "--init", wf, "--export", out, "--no-save", "--val-batches", 0, "--dtype", "fp32",
-            "--data", data, "--lr", f"{LR:g}", "--log", log)
-    if not check(p.returncode == 0, f"mtrun ({dtype})", p):
-        return None, None
-    loss = [json.loads(l)["loss"] for l in open(log) if '"step"' in l and '"loss"' in l][0]
-    got = read_safetensors(out)
-    grads = {}
-    for k, w in W.items():
-        u = w.astype(np.float64) - got[k].astype(np.float64)  # lr g / (|g| + eps)
-        grads[k] = u * ADAM_EPS / (LR - np.abs(u))
-    return loss, grads
 
 
 LLAMA4 = """model llama4_attention_tiny
@@ -220,7 +194,7 @@ def llama4_check(mtc, mtrun, W, x, y, data, tmp):
     what = f"Llama 4's rope (chunk {CHUNK}, q/k norm) and NoPE (temperature) attentions, T = {T}"
     want, gwant = torch_llama4(W, x, y)
     plain, _ = torch_llama4(W, x, y, temperature=False)
-    loss, g = mt_step(mtc, mtrun, W, data, tmp, "f32", LLAMA4)
+    loss, g = step_grads(mtc, mtrun, LLAMA4, W, data, tmp, T, "f32")
     if loss is not None:
         e = abs(loss - want) / abs(want)
         check(e <= 1e-6, f"{what}: mt's loss {loss!r}, transformers' {want!r} ({e:.2e})")
@@ -229,7 +203,7 @@ def llama4_check(mtc, mtrun, W, x, y, data, tmp):
         check(worst <= 2e-5, f"{what}: gradients within {worst:.2e} of the largest from torch's")
         print(f"ok   {what}: loss {loss:.7f}, transformers' {want:.7f} ({e:.1e}); without the temperature "
               f"{plain:.5f}; gradients within {worst:.1e} of the largest")
-    bl, _ = mt_step(mtc, mtrun, W, data, tmp, "bf16", LLAMA4)
+    bl, _ = step_grads(mtc, mtrun, LLAMA4, W, data, tmp, T, "bf16")
     if bl is not None and check(abs(bl - want) / want <= 1e-2, f"{what}: bf16 loss {bl}, transformers' {want}"):
         print(f"ok   {what}, bf16: loss {bl:.5f} ({abs(bl - want) / want:.1e} from transformers')")
 
@@ -284,13 +258,10 @@ def main():
     x, y = tokens[:T], tokens[1:T + 1]  # the first batch of batch 1
     what = f"T = {T}, chunk {CHUNK}"
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "tokens.bin")
-        with open(data, "wb") as f:  # llm.c's token file: 256 int32 of header, then uint16 tokens
-            f.write(struct.pack("<256i", 20240520, 1, tokens.size, *([0] * 253)))
-            f.write(tokens.astype("<u2").tobytes())
+        data = token_file(os.path.join(tmp, "tokens.bin"), tokens)
         want, gwant = torch_loss(W, x, y)
         plain, _ = torch_loss(W, x, y, chunked=False)
-        loss, g = mt_step(mtc, mtrun, W, data, tmp, "f32")
+        loss, g = step_grads(mtc, mtrun, MODEL, W, data, tmp, T, "f32")
         if loss is not None:
             e = abs(loss - want) / abs(want)
             check(e <= 1e-6, f"{what}: mt's loss {loss!r}, transformers' {want!r} ({e:.2e})")
@@ -304,7 +275,7 @@ def main():
                 check(r <= 2e-5, f"{what}: the gradient of {k} is {r:.2e} of its largest from torch's")
             print(f"ok   {what}: loss {loss:.7f}, transformers' {want:.7f} ({e:.1e}); plain causal {plain:.5f}; "
                   f"attention gradients within {worst:.1e} of the largest")
-        bl, _ = mt_step(mtc, mtrun, W, data, tmp, "bf16")
+        bl, _ = step_grads(mtc, mtrun, MODEL, W, data, tmp, T, "bf16")
         if bl is not None and check(abs(bl - want) / want <= 1e-2, f"{what}: bf16 loss {bl}, transformers' {want}"):
             print(f"ok   {what}, bf16: loss {bl:.5f} ({abs(bl - want) / want:.1e} from transformers')")
         llama4_check(mtc, mtrun, W, x, y, data, tmp)

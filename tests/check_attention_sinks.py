@@ -23,16 +23,14 @@ one attention, its lse and one attention backward.
 
 usage: check_attention_sinks.py MTC MTRUN   (from the project root)
 """
-import json
 import os
-import struct
 import sys
 import tempfile
 
 import numpy as np
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from check_weights import read_safetensors, write_safetensors  # noqa: E402
+from check_weights import step_grads, token_file  # noqa: E402
 from checks import check, finish, run  # noqa: E402
 
 V, C, L, NH, NKV, HS, EPS = 256, 32, 2, 4, 2, 8, 1e-5
@@ -59,8 +57,6 @@ forward(tokens: i32[B, T], targets: i32[B, T]) {
 }
 train { optimizer = adamw(betas = (0, 0), weight_decay = 0, eps = 1e6); schedule = constant; clip = 0 }
 """
-LR, ADAM_EPS = 1e12, 1e6
-
 
 def weights(rng):
     W = {"model.embed_tokens.weight": rng.standard_normal((V, C)), "model.norm.weight": 1 + 0.2 * rng.standard_normal(C),
@@ -110,28 +106,10 @@ def torch_loss(W, x, y, window, sinks=True):
 
 
 def mt_step(mtc, mtrun, W, data, tmp, T, window, dtype, sinks=True):
-    model, wf, plan, out, log = (os.path.join(tmp, n) for n in ("s.mt", "s.safetensors", "s.bin", "out.safetensors", "s.jsonl"))
+    """mt's first loss and gradients for the model at window (0: none), with its sinks or without them."""
     text = MODEL.replace(" WINDOW", f", window = {window}" if window else "")
-    with open(model, "w") as f:
-        f.write(text if sinks else plain_model(text))
     W = {k: w for k, w in W.items() if sinks or "sinks" not in k}
-    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
-    p = run(mtc, model, "-o", plan, "--batch", 1, "--seq", T, "--dtype", dtype)
-    if not check(p.returncode == 0, f"mtc ({dtype}, window {window})", p):
-        return None, None
-    if os.path.exists(log):  # a log mtrun appends to: this run's records alone
-        os.remove(log)
-    p = run(mtrun, plan, "--steps", 1, "--init", wf, "--export", out, "--no-save", "--val-batches", 0, "--dtype", "fp32",
-            "--data", data, "--lr", f"{LR:g}", "--log", log)
-    if not check(p.returncode == 0, f"mtrun ({dtype}, window {window})", p):
-        return None, None
-    loss = [json.loads(l)["loss"] for l in open(log) if '"step"' in l and '"loss"' in l][0]
-    got = read_safetensors(out)
-    grads = {}
-    for k, w in W.items():
-        u = w.astype(np.float64) - got[k].astype(np.float64)  # lr g / (|g| + eps)
-        grads[k] = u * ADAM_EPS / (LR - np.abs(u))
-    return loss, grads
+    return step_grads(mtc, mtrun, text if sinks else plain_model(text), W, data, tmp, T, dtype)
 
 
 def one_attention(mtc, tmp):
@@ -194,10 +172,7 @@ def main():
     W = weights(rng)
     tokens = rng.integers(0, V, 4096)
     with tempfile.TemporaryDirectory() as tmp:
-        data = os.path.join(tmp, "tokens.bin")
-        with open(data, "wb") as f:  # llm.c's token file: 256 int32 of header, then uint16 tokens
-            f.write(struct.pack("<256i", 20240520, 1, tokens.size, *([0] * 253)))
-            f.write(tokens.astype("<u2").tobytes())
+        data = token_file(os.path.join(tmp, "tokens.bin"), tokens)
         one_attention(mtc, tmp)
         for T, window in CASES:
             check_case(mtc, mtrun, W, tokens[:T], tokens[1:T + 1], data, tmp, T, window)

@@ -104,6 +104,51 @@ def byte_tokens(tmp):
     return path
 
 
+def token_file(path, tokens):
+    """tokens (integers below 65536) as an llm.c token file at path: 256 int32 of header, then uint16 tokens."""
+    with open(path, "wb") as f:
+        f.write(struct.pack("<256i", 20240520, 1, len(tokens), *([0] * 253)))
+        f.write(np.asarray(tokens).astype("<u2").tobytes())
+    return path
+
+
+# One step of AdamW with betas (0, 0), eps READ_EPS, lr READ_LR, no decay or clipping, moves each weight by
+# lr g / (|g| + eps): update_grads inverts it, so a one-step run reads mt's gradients off its export.
+READ_LR, READ_EPS = 1e12, 1e6
+READ_TRAIN = "train { optimizer = adamw(betas = (0, 0), weight_decay = 0, eps = 1e6); schedule = constant; clip = 0 }"
+
+
+def update_grads(W, got, lr=READ_LR, eps=READ_EPS):
+    """The gradients of the step that took the weights W to got (both {name: array}), float64."""
+    grads = {}
+    for k, w in W.items():
+        u = w.astype(np.float64) - got[k].astype(np.float64)  # lr g / (|g| + eps)
+        grads[k] = u * eps / (lr - np.abs(u))
+    return grads
+
+
+def step_grads(mtc, mtrun, text, W, data, tmp, T, dtype):
+    """mt's first loss and gradients (update_grads) for the model text (its train section READ_TRAIN) from the
+    f32 weights W, batch 1 of sequence T from the token file data, plan dtype dtype; (None, None) after a failed
+    check."""
+    model, wf, plan_path, out, log = (os.path.join(tmp, n) for n in ("s.mt", "s.safetensors", "s.bin",
+                                                                     "out.safetensors", "s.jsonl"))
+    with open(model, "w") as f:
+        f.write(text)
+    write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+    p = run(mtc, model, "-o", plan_path, "--batch", 1, "--seq", T, "--dtype", dtype)
+    if not check(p.returncode == 0, f"mtc ({dtype})", p):
+        return None, None
+    if os.path.exists(log):  # a log mtrun appends to: this run's records alone
+        os.remove(log)
+    p = run(mtrun, plan_path, "--steps", 1, "--init", wf, "--export", out, "--no-save", "--val-batches", 0,
+            "--dtype", "fp32", "--data", data, "--lr", f"{READ_LR:g}", "--log", log)
+    if not check(p.returncode == 0, f"mtrun ({dtype})", p):
+        return None, None
+    loss = [json.loads(l)["loss"] for l in open(log) if '"step"' in l and '"loss"' in l][0]
+    return loss, update_grads(W, read_safetensors(out))
+
+
 def val_tokens(T):
     raw = open(DATA, "rb").read()
     ntrain = len(raw) - int(len(raw) * 0.1 + 0.5)
