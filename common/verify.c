@@ -869,6 +869,7 @@ static int verify_opt_device(V *v) {
 static int verify_balance(V *v) {
     const Plan *p = v->p;
     const Graph *g = p->graph;
+    v->stream = "train";
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         const Node *mask = prm->balance_mask;
@@ -884,7 +885,8 @@ static int verify_balance(V *v) {
         if (!prm->frozen || !prm->in_block || prm->shape.rank != 1 || mask->op != OP_TOP_K ||
             mask->shape.dims[mask->shape.rank - 1] != E || !reported)
             return fail(v,
-                        "parameter '%s''s balance rule: not a frozen [E] buffer of a block, or node %d of its kind "
+                        "parameter '%s': its balance rule is not on a frozen [E] buffer of a block, or node %d of its "
+                        "kind "
                         "is not a router's reported top_k mask [..., %lld]",
                         prm->name, mask->id, (long long)E);
         for (int64_t l = 0; l < g->layers; l++) {
@@ -894,7 +896,9 @@ static int verify_balance(V *v) {
                 stats += in->kind == INS_STAT && in->part == pk && in->from == mask->id && in->layer == l;
             }
             if (param_in_layer(g, prm, l) && stats != 1)
-                return fail(v, "parameter '%s''s balance rule: the train stream reports layer %lld's loads %d times",
+                return fail(v,
+                            "parameter '%s': for its balance rule, the train stream reports layer %lld's loads %d "
+                            "times",
                             prm->name, (long long)l, stats);
         }
     }
