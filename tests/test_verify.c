@@ -41,25 +41,17 @@
 static int verified; // plans verified
 static char examples[4096], schedules[4096];
 
-// The graph of a model (examples/MODEL.mt), with its layer count replaced
-// when layers > 0, and the first `from` in its text replaced by `to` (from
-// NULL: none).
-static Graph *load_graph_edited(const char *model, int layers, const char *from, const char *to, Arena *a) {
+// The graph of a model, with its layer count replaced when layers > 0.
+static Graph *load_graph(const char *model, int layers, Arena *a) {
     char path[8192], *text;
     size_t len;
     snprintf(path, sizeof path, "%s/%s.mt", examples, model);
     if (io_read_file(path, &text, &len) != 0) return NULL;
     char *L = layers > 0 ? strstr(text, "L = ") : NULL; // "L = 2  # layers" in the tiny examples
     if (L) L[4] = (char)('0' + layers);
-    char *at = from ? strstr(text, from) : NULL;
-    size_t cut = at ? strlen(from) : 0, put = at ? strlen(to) : 0;
-    char *kept = arena_alloc(a, len + put + 1); // the graph's names point into the source
-    if (!kept || (from && !at)) return free(text), NULL;
-    size_t head = at ? (size_t)(at - text) : len;
-    memcpy(kept, text, head);
-    if (at) memcpy(kept + head, to, put), memcpy(kept + head + put, at + cut, len - head - cut + 1);
-    else kept[len] = 0;
-    len = len + put - cut;
+    char *kept = arena_alloc(a, len + 1); // the graph's names point into the source
+    if (!kept) return NULL;
+    memcpy(kept, text, len + 1);
     free(text);
     Source *src = arena_alloc(a, sizeof *src);
     if (!src) return NULL;
@@ -67,10 +59,6 @@ static Graph *load_graph_edited(const char *model, int layers, const char *from,
     Diag d = {.src = src, .sink = stderr};
     Model *m = dsl_parse(src, a, &d);
     return m ? compile_lower(m, NULL, 1, NULL, a, &d) : NULL; // (the one compile path's graph)
-}
-
-static Graph *load_graph(const char *model, int layers, Arena *a) {
-    return load_graph_edited(model, layers, NULL, NULL, a);
 }
 
 static int load_target(const char *name, Target *t) {
@@ -475,13 +463,12 @@ static void mutations_sharded(const Plan *base) {
 }
 
 // The buffers' balance rules (Param.balance_mask): tests/models/moe-router-tiny
-// with bias_update on its routing bias passes; layer 1's report of the
+// (bias_update on its routing bias) passes; layer 1's report of the
 // rule's mask dropped, or the rule pointed at another node, is refused.
 static void balance_rules(const Target *tiny) {
     Arena a = {0};
     char err[1024];
-    Graph *g = load_graph_edited("../tests/models/moe-router-tiny", 0, "bias = e_bias)",
-                                 "bias = e_bias, bias_update = 0.001)", &a);
+    Graph *g = load_graph("../tests/models/moe-router-tiny", 0, &a);
     SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
     Plan *p = g ? schedule_build(g, tiny, &c, &a, err, sizeof err) : NULL;
     Param *prm = NULL;
