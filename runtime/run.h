@@ -159,11 +159,12 @@ int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_
 // ---------------------------------------------------------------- run_balance.c
 
 // The balance rules' buffers (none: nothing), the store pointed at the
-// signs; refuses a rule the run cannot apply (--reference; a layer's
-// optimizer on the device). 0, or -1 with a message.
+// signs; refuses a rule the run cannot apply (a layer's optimizer on the
+// device). 0, or -1 with a message.
 int balance_open(Run *r, char *err, size_t errcap);
 void balance_free(Run *r);
-// Adds a train micro-batch's loads (its INS_STAT reports in r->stats) to the step's.
+// Adds a train micro-batch's loads (its INS_STAT reports in r->stats) to the
+// step's (with --reference, reference_step adds them).
 void balance_count(Run *r);
 // The step's loads summed over the ranks, into the signs the store applies
 // with the pending updates (store_update); the loads zeroed for the next step.

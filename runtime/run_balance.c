@@ -20,7 +20,6 @@ static int on_device_with_rule(const Run *r, const Param *prm) {
 
 // Why the run cannot apply parameter prm's rule, or NULL.
 static const char *refused(const Run *r, const Param *prm) {
-    if (r->o->reference) return "--reference does not count the routers' loads the rule needs: run the plan without it";
     if (on_device_with_rule(r, prm))
         return "the plan places its layers' optimizer on the device (mtc --device-optimizer), where the rule's host "
                "update would be lost: compile the plan with --device-optimizer none";

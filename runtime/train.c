@@ -34,7 +34,7 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     const int32_t *doc_starts = r->data.doc_starts || r->val->doc_starts ? r->segs : NULL;
     if (r->o->reference) {
         double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
-        *loss = reference_step(r->p, &r->hs, inputs, doc_starts, backward, &aux);
+        *loss = reference_step(r->p, &r->hs, inputs, doc_starts, backward, &aux, r->balance_loads);
         if (backward) r->aux += aux;
         return 0;
     }
