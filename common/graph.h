@@ -282,7 +282,20 @@ typedef struct Param {
     int lora;
     int lora_of;
     double lora_scale;
+    // A buffer's balance rule (`router(..., bias = b, bias_update = gamma)`: DeepSeek-V3's auxiliary-loss-free
+    // update): after each step's optimizer, mtrun moves element i by balance_rate x sign(mean load - load_i),
+    // load_i the tokens that chose expert i over the step (every micro-batch, every rank) as balance_mask counts
+    // them: the top_k mask [..., E] of the router that chooses by this bias, a node of its block kind's part.
+    // NULL: no rule (the buffer keeps its value).
+    const struct Node *balance_mask;
+    double balance_rate;
 } Param;
+
+// Whether the host store holds parameter p as frozen: in its storage dtype
+// only, without master, moments or gradients. A buffer with a balance rule
+// is frozen to autodiff and AdamW but changes every step, so it keeps an
+// fp32 master as a trained parameter does.
+static inline int param_store_frozen(const Param *p) { return p->frozen && !p->balance_mask; }
 
 typedef struct ModelInput {
     const char *name;

@@ -139,13 +139,14 @@ static inline int64_t storage_host_global_elems(const Graph *g) {
     return n;
 }
 
-// Elements of the frozen parameters (Param.frozen: no gradient, no moments,
-// no fp32 master): the globals' (global 1) or the layers' (0), every copy.
+// Elements of the frozen parameters (param_store_frozen: no gradient, no
+// moments, no fp32 master): the globals' (global 1) or the layers' (0),
+// every copy.
 static inline int64_t storage_frozen_elems(const Graph *g, int global) {
     int64_t n = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *p = g->params.items[i];
-        if (p->frozen && (p->in_block == 0) == global)
+        if (param_store_frozen(p) && (p->in_block == 0) == global)
             n += storage_host_elems_of(shape_numel(&p->shape)) * param_copies(g, p);
     }
     return n;

@@ -862,6 +862,49 @@ static int verify_opt_device(V *v) {
     return 0;
 }
 
+// Each balance rule (Param.balance_mask): a frozen [E] buffer of a block
+// kind whose router's top_k mask [..., E] in that kind's forward the train
+// stream reports (INS_STAT) once for every layer of the kind, so that mtrun
+// counts each layer's loads.
+static int verify_balance(V *v) {
+    const Plan *p = v->p;
+    const Graph *g = p->graph;
+    v->stream = "train";
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        const Node *mask = prm->balance_mask;
+        if (!mask) continue;
+        int pk = kind_part(prm->kind);
+        const Part *part = &g->parts[pk];
+        int64_t E = prm->shape.dims[0];
+        unsigned char *marks = malloc((size_t)part->nodes.n + 1);
+        if (!marks) return oom(v);
+        plan_report_marks(part, marks);
+        int reported = marks[mask->id];
+        free(marks);
+        if (!prm->frozen || !prm->in_block || prm->shape.rank != 1 || mask->op != OP_TOP_K ||
+            mask->shape.dims[mask->shape.rank - 1] != E || !reported)
+            return fail(v,
+                        "parameter '%s': its balance rule is not on a frozen [E] buffer of a block, or node %d of its "
+                        "kind "
+                        "is not a router's reported top_k mask [..., %lld]",
+                        prm->name, mask->id, (long long)E);
+        for (int64_t l = 0; l < g->layers; l++) {
+            int stats = 0;
+            for (int k = 0; param_in_layer(g, prm, l) && k < p->ntrain; k++) {
+                const Instr *in = &p->train[k];
+                stats += in->kind == INS_STAT && in->part == pk && in->from == mask->id && in->layer == l;
+            }
+            if (param_in_layer(g, prm, l) && stats != 1)
+                return fail(v,
+                            "parameter '%s': for its balance rule, the train stream reports layer %lld's loads %d "
+                            "times",
+                            prm->name, (long long)l, stats);
+        }
+    }
+    return 0;
+}
+
 int plan_verify(const Plan *p, char *err, size_t errcap) {
     V v = {.p = p, .err = err, .errcap = errcap};
     v.arena.name = "arena bytes";
@@ -872,6 +915,7 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     int rc = v.upd && v.nrm ? 0 : oom(&v);
     if (rc == 0 && p->scratch_bytes < 0) rc = fail(&v, "kernel scratch of %lld bytes", (long long)p->scratch_bytes);
     if (rc == 0) rc = verify_opt_device(&v);
+    if (rc == 0) rc = verify_balance(&v);
     if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
     if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");
     free(v.arena.s);

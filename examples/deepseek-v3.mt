@@ -13,21 +13,20 @@
 # Routing: sigmoid scores, the experts in 8 groups of 32 and only the 4
 # groups with the largest two-score sums eligible (n_group 8, topk_group 4),
 # the top 8 renormalised to sum 1 (norm_topk_prob) and scaled by
-# routed_scaling_factor 2.5. Left out: the routing bias
+# routed_scaling_factor 2.5. The routing bias
 # (mlp.gate.e_score_correction_bias, [256] in each of the 58 MoE layers,
-# 14,848 values: a buffer, not a parameter, zero in a new model), so this
-# file selects on the scores alone, as a new model does. The language writes
-# it (`param e_bias ... [E] buffer`, `router(..., bias = e_bias)`:
-# tools/hf_to_mt.py's deepseek_v3 does), but mtrun's sharded NVMe tier does
-# not hold frozen tensors yet, and this file's plan is the one on one 8-GPU
-# node with that tier (docs/scaleout.md). Not expressed either: the
-# auxiliary-loss-free rule that moves the bias by the experts' loads after
-# each step. No auxiliary loss, as transformers' DeepseekV3.
+# 14,848 values) is a buffer, not a parameter (zero in a new model), used
+# only for choosing, and moved after each step by DeepSeek-V3's
+# auxiliary-loss-free rule (bias_update = 0.001, the paper's gamma for most
+# of V3's training): b_i += 0.001 x sign(mean load - load_i), load_i the
+# tokens that chose expert i in the step, every micro-batch and rank. No
+# auxiliary loss, as transformers' DeepseekV3 (which does not move the bias:
+# tools/hf_to_mt.py writes the rule only with --bias-update).
 #
-# 671,026,404,352 parameters, transformers' DeepseekV3ForCausalLM's count
-# (the bias buffer apart); the checkpoint's
-# tensors less its MTP layer are these plus the 14,848 bias values. fp32
-# master and both Adam moments: 16 bytes a parameter, 10.7 TB.
+# 671,026,404,352 parameters, transformers' DeepseekV3ForCausalLM's count,
+# and the 14,848 bias values apart: together the checkpoint's tensors less
+# its MTP layer. fp32 master and both Adam moments: 16 bytes a parameter,
+# 10.7 TB.
 model deepseek_v3
 
 config {
@@ -104,6 +103,7 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   param wo "self_attn.o_proj.weight" [C, H * DV] init = normal(std = 0.02 / sqrt(2 * L))
   param moe_norm "post_attention_layernorm.weight" [C]
   param router "mlp.gate.weight" [E, C]
+  param e_bias "mlp.gate.e_score_correction_bias" [E] buffer
   param w_gate[E] "mlp.experts.{e}.gate_proj.weight" [EFFN, C]
   param w_up[E] "mlp.experts.{e}.up_proj.weight" [EFFN, C]
   param w_down[E] "mlp.experts.{e}.down_proj.weight" [C, EFFN] init = normal(std = 0.02 / sqrt(2 * L))
@@ -123,9 +123,10 @@ block sparse "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   k = reshape(concat(k_nope, reshape(k_pe, [B, T, 1, DR])), [B, T, H * (DN + DR)])
   x = x + attention(q, k, reshape(v, [B, T, H * DV]), heads = H, scale = MS * MS / sqrt(DN + DR)) @ transpose(wo)
   m = rmsnorm(x, moe_norm, eps = eps)
-  # sigmoid scores, the top K within the TG best of NG groups, renormalised and scaled
+  # sigmoid scores, the top K of score + e_bias within the TG best of NG groups, renormalised and scaled;
+  # e_bias moved by the experts' loads after each step
   gates = router(m @ transpose(router), top_k = K, scores = sigmoid, normalize = true, scale = RSF, groups = NG,
-                 top_groups = TG)
+                 top_groups = TG, bias = e_bias, bias_update = 0.001)
   shared = swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)
   return x + moe(m, gates, w_gate, w_up, w_down) + shared
 }

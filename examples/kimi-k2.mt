@@ -10,10 +10,12 @@
 # mscale and mscale_all_dim 1, theta 50000; softmax scale 1/sqrt(192) times
 # mscale(32, 1)^2. Routing: sigmoid scores, the top 8 renormalised and
 # scaled by routed_scaling_factor 2.827; one group (n_group 1, topk_group 1),
-# so no group limit. Not expressed: the routing bias
+# so no group limit. Left out: the routing bias
 # (mlp.gate.e_score_correction_bias, [384] in each of the 60 MoE layers,
 # 23,040 values: a buffer, not a parameter, moved by the auxiliary-loss-free
-# balancing rule; mt holds it at zero, its value in a new model).
+# balancing rule, whose speed its config does not give); this file chooses
+# by the scores alone, as the bias at zero (its value in a new model) does.
+# examples/deepseek-v3.mt writes both (bias = e_bias, bias_update = 0.001).
 #
 # 1,026,408,209,408 parameters, transformers' DeepseekV3ForCausalLM's count
 # for this config (the bias buffer apart). fp32 master and both Adam

@@ -362,8 +362,10 @@ static int read_inputs(Rd *r, Graph *g) {
     return r->failed ? -1 : 0;
 }
 
-static int read_params(Rd *r, Graph *g) {
+// balance: (the parameters) each one's balance rule's mask node, -1 for none (resolve_balance).
+static int read_params(Rd *r, Graph *g, int32_t **balance) {
     int n = get_count(r, PARAM_MIN, "parameters");
+    if (!r->failed && !(*balance = arena_alloc(r->a, (size_t)n * sizeof **balance + 1))) rd_oom(r);
     for (int i = 0; i < n && !r->failed; i++) {
         Param *pr = arena_alloc(r->a, sizeof *pr);
         if (!pr || ptrvec_push(r->a, &g->params, pr) != 0) {
@@ -387,6 +389,8 @@ static int read_params(Rd *r, Graph *g) {
         pr->lora = get_enum(r, 3, what, "lora");
         pr->lora_of = get_i32(r);
         pr->lora_scale = get_f64(r);
+        (*balance)[i] = get_i32(r);
+        pr->balance_rate = get_f64(r);
         if (r->failed) break;
         if (pr->lora && (pr->lora_of < 0 || pr->lora_of >= i || pr->frozen || pr->shape.rank != 2))
             rd_fail(r,
@@ -402,6 +406,22 @@ static int read_params(Rd *r, Graph *g) {
         else if (pr->shape.rank < 1)
             rd_fail(r, "parameter '%s' is a scalar; parameters have at least one dimension", pr->name);
         need_real(r, pr->init_std, 0, INFINITY, "a parameter's init std");
+        need_real(r, pr->balance_rate, 0, INFINITY, "a balance rule's rate");
+    }
+    return r->failed ? -1 : 0;
+}
+
+// Points each parameter's balance rule at its mask node (balance: their ids,
+// -1 for none), a node of its block kind's part (verify_plan checks the rest).
+static int resolve_balance(Rd *r, Graph *g, const int32_t *balance) {
+    for (int i = 0; i < g->params.n && !r->failed; i++) {
+        Param *pr = g->params.items[i];
+        const Part *part = pr->in_block ? &g->parts[kind_part(pr->kind)] : NULL;
+        if (balance[i] == -1) continue;
+        if (!part || balance[i] < 0 || balance[i] >= part->nfwd)
+            rd_fail(r, "parameter '%s': its balance rule counts node %d, not a node of its block kind's forward",
+                    pr->name, balance[i]);
+        else pr->balance_mask = part->nodes.items[balance[i]];
     }
     return r->failed ? -1 : 0;
 }
@@ -782,9 +802,11 @@ static int read_graph(Rd *r, Graph *g) {
         rd_fail(r, "%lld layers; expected 1..%d", (long long)g->layers, INT32_MAX);
         return -1;
     }
-    if (read_layer_kinds(r, g) != 0 || read_inputs(r, g) != 0 || read_params(r, g) != 0) return -1;
+    int32_t *balance = NULL; // (params) each one's balance rule's mask node
+    if (read_layer_kinds(r, g) != 0 || read_inputs(r, g) != 0 || read_params(r, g, &balance) != 0) return -1;
     for (int pk = 0; pk < graph_nparts(g); pk++)
         if (read_part(r, g, (PartKind)pk) != 0) return -1;
+    if (resolve_balance(r, g, balance) != 0) return -1;
     // Values taken from other parts: the source node must exist there.
     for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];

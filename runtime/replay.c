@@ -552,20 +552,34 @@ static int tail_logits(const PartState *tail, const Graph *g, float *out) {
 }
 
 static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
-                            int backward, float *logits, double *aux);
+                            int backward, float *logits, double *aux, double *const *balance_loads);
 
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
-                     double *aux) {
-    return reference_pass(p, hs, inputs, seg_start, backward, NULL, aux);
+                     double *aux, double *const *balance_loads) {
+    return reference_pass(p, hs, inputs, seg_start, backward, NULL, aux, balance_loads);
 }
 
 float reference_run(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
                     float *logits) {
-    return reference_pass(p, hs, inputs, seg_start, backward, logits, NULL);
+    return reference_pass(p, hs, inputs, seg_start, backward, logits, NULL, NULL);
+}
+
+// Adds layer l's loads, as the masks of the balance rules of its kind hold
+// them after its forward (ps), to loads[param] (layers, E).
+static void reference_balance_loads(const Plan *p, const PartState *ps, int64_t l, double *const *loads) {
+    const Graph *g = p->graph;
+    for (int i = 0; i < g->params.n; i++) {
+        const Param *prm = g->params.items[i];
+        if (!prm->balance_mask || !param_in_layer(g, prm, l)) continue;
+        const float *mask = ps->val[prm->balance_mask->id]; // (rows, E): 1 where the row chose the expert
+        int64_t E = shape_numel(&prm->shape), rows = shape_numel(&prm->balance_mask->shape) / E;
+        for (int64_t r = 0; r < rows; r++)
+            for (int64_t e = 0; e < E; e++) loads[i][l * E + e] += mask[r * E + e] != 0;
+    }
 }
 
 static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start,
-                            int backward, float *logits, double *aux) {
+                            int backward, float *logits, double *aux, double *const *balance_loads) {
     const Graph *g = p->graph;
     const Part *head = &g->parts[PART_HEAD], *tail = &g->parts[PART_TAIL];
     int64_t L = g->layers;
@@ -594,6 +608,7 @@ static float reference_pass(const Plan *p, HostStore *hs, const int32_t *const *
             layers[l].val[part_input_from(block, PART_HEAD)->id] =
                 l == 0 ? hs_head.val[head->output->id] : layers[l - 1].val[layers[l - 1].part->output->id];
             exec_run(&layers[l], 0, block->nfwd);
+            if (balance_loads && backward) reference_balance_loads(p, &layers[l], l, balance_loads);
             for (int i = 0; aux && i < block->nfwd; i++) { // the losses add_loss joins, as INS_STAT reports them
                 const Node *n = block->nodes.items[i];
                 if (n->op == OP_ADD_LOSS) *aux += *(const float *)layers[l].val[n->in[1]->id];

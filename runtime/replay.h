@@ -120,9 +120,11 @@ const char *replay_engine_name(int engine);
 // every activation kept, no arena, no recompute; seg_start (B, T) the
 // batch's document starts (kernels.h), or NULL; with backward, gradients
 // are added into hs->g. Returns the loss, or NAN when out of memory; adds
-// the losses add_loss joins in the layers into *aux (NULL: not wanted).
+// the losses add_loss joins in the layers into *aux (NULL: not wanted), and
+// each balance rule's loads (Param.balance_mask's column sums) into
+// balance_loads[param] (layers, E) (NULL: not wanted; runtime/run_balance.c's).
 float reference_step(const Plan *p, HostStore *hs, const int32_t *const *inputs, const int32_t *seg_start, int backward,
-                     double *aux);
+                     double *aux, double *const *balance_loads);
 // reference_step that also writes the logits the loss reads into logits
 // (B, T, V; NULL: not wanted), for --logits and --sample-every. NAN also
 // when the tail's losses do not read logits of the whole batch (a model

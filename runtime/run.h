@@ -70,6 +70,10 @@ typedef struct Run {
     char no_save[600];           // why none, where the default would have saved (for the banner)
     char save_own[4200];         // a new run's own folder beside the log, where the default holds another run's
     char save_why[600];          // why save_dir is save_own (for the banner)
+
+    // The buffers' balance rules (run_balance.c), by parameter: NULL where it has none (both NULL: no rules).
+    double **balance_loads; // (params) (layers, E) the step's tokens that chose each expert, as the rule's mask
+    int8_t **balance_signs; // (params) (layers, E) sign(mean load - load) of the step that ended (HostStore.balance)
 } Run;
 
 // The monotonic clock, in seconds.
@@ -151,6 +155,20 @@ int check_checkpoint(const Run *r, const char *path, const CkptMeta *meta, uint6
 // Checks that a resumed run has steps left: `done` of `steps`, or, with
 // none left, --export or --logits to write (said). 0, or -1 with a message.
 int check_steps_left(const Run *r, int64_t done, int64_t steps, char *err, size_t errcap);
+
+// ---------------------------------------------------------------- run_balance.c
+
+// The balance rules' buffers (none: nothing), the store pointed at the
+// signs; refuses a rule the run cannot apply (a layer's optimizer on the
+// device). 0, or -1 with a message.
+int balance_open(Run *r, char *err, size_t errcap);
+void balance_free(Run *r);
+// Adds a train micro-batch's loads (its INS_STAT reports in r->stats) to the
+// step's (with --reference, reference_step adds them).
+void balance_count(Run *r);
+// The step's loads summed over the ranks, into the signs the store applies
+// with the pending updates (store_update); the loads zeroed for the next step.
+void balance_step_end(Run *r);
 
 // ---------------------------------------------------------------- run_log.c
 

@@ -34,7 +34,7 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     const int32_t *doc_starts = r->data.doc_starts || r->val->doc_starts ? r->segs : NULL;
     if (r->o->reference) {
         double aux = 0; // the losses add_loss joins, as a plan's INS_STAT reports them
-        *loss = reference_step(r->p, &r->hs, inputs, doc_starts, backward, &aux);
+        *loss = reference_step(r->p, &r->hs, inputs, doc_starts, backward, &aux, r->balance_loads);
         if (backward) r->aux += aux;
         return 0;
     }
@@ -43,8 +43,10 @@ static int micro_batch(Run *r, int backward, int last, float *loss, char *err, s
     r->pass_layer = INT32_MIN; // a micro-batch's first run starts a layer pass
     int rc = backward ? replay(&r->rp, p->train, p->ntrain, inputs, last, loss, err, errcap)
                       : replay(&r->rp, p->eval, p->neval, inputs, last, loss, err, errcap);
-    if (rc == 0 && backward && r->reports)
+    if (rc == 0 && backward && r->reports) {
         replay_stats_add(p, p->train, p->ntrain, r->stats, r->max_e, &r->aux, r->loads);
+        balance_count(r);
+    }
     return rc != 0 ? rc : store_ok(r, err, errcap);
 }
 
@@ -178,6 +180,8 @@ static int step(Run *r, int64_t t_step, double lr, double *loss, double *norm, c
         if (r->reports) dist_sum_doubles(r->o->dist, r->loads, (int)(p->graph->layers * r->max_e));
     }
     r->aux /= (double)parts;
+    // the balance rules' signs, applied with the updates step_end makes pending
+    balance_step_end(r);
     int all = total == rows * parts; // no target masked: the plain mean, bit for bit as before masks
     step_end(r, t_step, lr, all || fed ? 1.0 / (double)parts : total ? (double)rows / (double)total : 0, norm);
     if (r->o->reference) store_flush(&r->hs, p);
@@ -253,7 +257,7 @@ static int open_store(Run *r, char *err, size_t errcap) {
     }
     r->hs.threads = r->o->threads;
     r->joins = joins_losses(p->graph);
-    return 0;
+    return balance_open(r, err, errcap);
 }
 
 // The replay's host buffers: the host activation store, the segments the
@@ -427,6 +431,7 @@ static void close_run(Run *r) {
     free(r->experts);
     free(r->loads);
     free(r->sq_norms);
+    balance_free(r);
     data_close(&r->data);
     data_close(&r->val_file);
     free(r->tokens);

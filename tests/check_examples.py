@@ -141,9 +141,9 @@ EXPECTED = {
 }
 
 
-# Buffers (DSL `buffer`, not parameters) an example declares, in elements: none (examples/deepseek-v3.mt leaves
-# its routing bias out, see its header; tests/check_deepseek_v3.py writes it in as tools/hf_to_mt.py does)
-BUFFERS = {}
+# Buffers (DSL `buffer`, not parameters) an example declares, in elements: DeepSeek-V3's routing bias, [256] in
+# each of its 58 MoE layers (moved by its balance rule, bias_update)
+BUFFERS = {"deepseek-v3.mt": 58 * 256}
 
 
 def readme_counts(path):
@@ -229,8 +229,12 @@ def main():
         padded = {False: 0, True: 0}  # global, layer
         for n, shape in params.items():
             padded[bool(re.match(re.escape(head) + r"\d+" + re.escape(tail), n))] += (eval("*".join(map(str, shape))) + 15) // 16 * 16
-        # a buffer is frozen: its storage dtype's bytes only
-        frozen = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for s in buffers.values())
+        # a buffer is frozen: its storage dtype's bytes only; one a balance rule moves (bias_update) is held as a
+        # layer's parameter
+        moved = {p["name"] for p in d["params"] if "bias_update" in p}
+        for n in moved:
+            padded[True] += (eval("*".join(map(str, buffers[n]))) + 15) // 16 * 16
+        frozen = sum((eval("*".join(map(str, s))) + 15) // 16 * 16 for n, s in buffers.items() if n not in moved)
         frozen_bytes = frozen * (2 if d["compute_dtype"] == "bf16" else 4)
         if d["host_bytes"] != padded[False] * per + padded[True] * per_layer + frozen_bytes or \
                 d["host_bytes_per_param"] != per_layer:

@@ -18,7 +18,9 @@ unless --no-dropout); honour the fields that change the function
 (qkv_bias, output_router_logits, scale_attn_weights, Llama 4's rope with
 equal low and high frequency factors) and refuse the ones it cannot
 (router_jitter_noise, dropouts, add_cross_attention,
-scale_attn_by_inverse_layer_idx).
+scale_attn_by_inverse_layer_idx). --bias-update 0.001 writes DeepSeek-V3's
+and GLM-4.5-Air's routing-bias rule (bias_update = 0.001, which mtc marks on
+each buffer), without it none; a family without that bias refuses the flag.
 
 usage: check_hf_to_mt.py MTC   (from the project root)
 """
@@ -427,6 +429,29 @@ def function_fields(mtc, tmp):
                            capture_output=True, text=True, timeout=300)
         if check(p.returncode == 0, f"{what}: mtc refused the tool's model: {p.stderr}"):
             print(f"ok   honours {what}")
+    bias_update(mtc, tmp)
+
+
+def bias_update(mtc, tmp):
+    """--bias-update GAMMA: the routers' e_score_correction_bias moved by DeepSeek-V3's rule (bias_update = GAMMA),
+    written for deepseek_v3 and glm4_moe only with the flag (transformers does not move it), refused for a family
+    without that bias."""
+    for what, config in (("DeepSeek-V3", DEEPSEEK_V3), ("GLM-4.5-Air", GLM45_AIR)):
+        plain, moved = model_text(config), model_text(config, bias_update=0.001)
+        if not check("bias = sel_bias)" in plain and "bias_update" not in plain and
+                     "bias = sel_bias, bias_update = 0.001)" in moved, f"{what}: --bias-update 0.001 not written"):
+            continue
+        out = os.path.join(tmp, "moved.mt")
+        with open(out, "w") as f:
+            f.write(moved)
+        p = subprocess.run([mtc, out, "--summary", "--json"], capture_output=True, text=True, timeout=300)
+        rates = [q.get("bias_update") for q in json.loads(p.stdout)["params"] if q.get("buffer")] \
+            if p.returncode == 0 else []
+        if check(rates and all(r == 0.001 for r in rates), f"{what}: mtc sees no rule on its buffers: {p.stderr}"):
+            print(f"ok   {what} --bias-update 0.001: each of its {len(rates)} routing biases moved at 0.001")
+    refused = model_text(CASES["llama3-8b.mt"][0], bias_update=0.001)
+    check(refused.startswith("!--bias-update 0.001") and "e_score_correction_bias" in refused,
+          f"--bias-update for llama: not refused, naming the flag: {refused[:200]}")
 
 
 def main():

@@ -66,7 +66,7 @@ static void pending_state(const Plan *p, HostStore *hs, const int32_t *const *in
     memset(hs->m, 0, (size_t)hs->n * sizeof(float));
     memset(hs->v, 0, (size_t)hs->n * sizeof(float));
     memset(hs->g, 0, (size_t)hs->n * sizeof(float));
-    reference_step(p, hs, inputs, NULL, 1, NULL);
+    reference_step(p, hs, inputs, NULL, 1, NULL, NULL);
     AdamWStep s =
         {.lr = 1e-2f, .beta1 = 0.9f, .beta2 = 0.95f, .eps = 1e-8f, .weight_decay = 0.1f, .t = 1, .grad_scale = 1};
     for (int64_t i = 0; i < hs->nseg; i++) hs->seg[i] = (StoreSegment){.sq_norm = NAN, .pending = 1, .step = s};
@@ -83,7 +83,7 @@ static void outcome_norms(const Plan *p, HostStore *hs, Outcome *o) {
 static void expected(const Plan *p, HostStore *hs, const int32_t *const *in0, const int32_t *const *in1, Outcome *o) {
     pending_state(p, hs, in0);
     store_flush(hs, p);
-    o->loss = reference_step(p, hs, in1, NULL, 1, NULL);
+    o->loss = reference_step(p, hs, in1, NULL, 1, NULL, NULL);
     o->rc = 0;
     outcome_norms(p, hs, o);
 }

@@ -462,6 +462,43 @@ static void mutations_sharded(const Plan *base) {
     }
 }
 
+// The buffers' balance rules (Param.balance_mask): tests/models/moe-router-tiny
+// (bias_update on its routing bias) passes; layer 1's report of the
+// rule's mask dropped, or the rule pointed at another node, is refused.
+static void balance_rules(const Target *tiny) {
+    Arena a = {0};
+    char err[1024];
+    Graph *g = load_graph("../tests/models/moe-router-tiny", 0, &a);
+    SchedChoice c = {.policy = POLICY_MT, .remat = REMAT_LAYER, .slots = 1};
+    Plan *p = g ? schedule_build(g, tiny, &c, &a, err, sizeof err) : NULL;
+    Param *prm = NULL;
+    for (int i = 0; g && i < g->params.n; i++)
+        if (((Param *)g->params.items[i])->balance_mask) prm = g->params.items[i];
+    if (!CHECK(p && prm, "moe-router-tiny with a balance rule: %s", p ? "no rule in its graph" : err)) {
+        arena_free(&a);
+        return;
+    }
+    expect_ok(p, "moe-router-tiny with a balance rule");
+    Mut m;
+    mut_init(&m, p);
+    int at = -1;
+    for (int i = 0; i < m.p.ntrain; i++)
+        if (m.p.train[i].kind == INS_STAT && m.p.train[i].from == prm->balance_mask->id && m.p.train[i].layer == 1)
+            at = i;
+    if (at < 0) not_applicable("the balance rule's INS_STAT of layer 1");
+    else {
+        drop(&m.p, at);
+        expect_refused(&m.p, "a balance rule whose loads a layer does not report",
+                       PHRASES("balance rule", "reports layer 1's loads 0 times"));
+    }
+    mut_free(&m);
+    const Node *mask = prm->balance_mask;
+    prm->balance_mask = mask->in[0]; // what the router chose by, not its mask
+    expect_refused(p, "a balance rule on another node", PHRASES("balance rule", "reported top_k mask"));
+    prm->balance_mask = mask;
+    arena_free(&a);
+}
+
 // ---------------------------------------------------------------- plans that pass
 
 // The optimizer's placement (Plan.opt_device): every segment on the device
@@ -594,6 +631,7 @@ int main(int argc, char **argv) {
     if (base && plan_verify(base, err, sizeof err) == 0) mutations(base);
     if (base && sharded) placements(base, sharded);
     else { FAIL("no mutations: the plan they start from is refused"); }
+    balance_rules(&tiny);
     if (sel && off && plan_verify(sel, err, sizeof err) == 0 && plan_verify(off, err, sizeof err) == 0)
         mutations_remat(sel, off);
     else { FAIL("no selective or offload mutations: the plans they start from are refused"); }

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Writes an mt model file from a Hugging Face config.json.
 
-usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME] [--finetune] [--no-dropout]
+usage: hf_to_mt.py CONFIG [-o MODEL.mt] [--name NAME] [--finetune] [--no-dropout] [--bias-update GAMMA]
 
 CONFIG is a checkpoint folder or its config.json. transformers' own config
 class reads it (so its defaults and its rope_scaling / rope_parameters
@@ -33,7 +33,12 @@ where the folder's model.safetensors has them so (the hub's GPT-2).
 The model file starts with a comment naming the folder it came from (mtrun
 warns when such a model trains from random weights, without --init).
 --finetune writes a fine-tuning schedule in place of the pretraining one
-and says what it wrote. Exit status 0, or 1 with the reason.
+and says what it wrote. --bias-update GAMMA (deepseek_v3, glm4_moe: the
+families whose router chooses by e_score_correction_bias) writes
+DeepSeek-V3's auxiliary-loss-free rule that moves that bias after each step
+by GAMMA x sign(mean load - load) (router(..., bias_update = GAMMA);
+DeepSeek-V3 trained with 0.001); without it the bias stays as loaded, as
+transformers trains it. Exit status 0, or 1 with the reason.
 """
 import argparse
 import json
@@ -1516,10 +1521,29 @@ def finetune_train(text):
     return text, said
 
 
-def convert(raw, name=None, no_dropout=False, folder=None):
+def with_bias_update(text, mt, gamma):
+    """The model text with its routers' selection bias moved by DeepSeek-V3's auxiliary-loss-free rule at speed
+    gamma (--bias-update); refused for a family whose router has no such bias."""
+    call = "bias = sel_bias)"
+    if call not in text:
+        raise Refused(f"--bias-update {gamma:g} moves a router's e_score_correction_bias, which {mt} has not "
+                      "(deepseek_v3 and glm4_moe have one): leave the flag out")
+    if not gamma >= 0:
+        raise Refused(f"--bias-update {gamma:g}: the bias update speed is a number >= 0 (DeepSeek-V3 used 0.001)")
+    return text.replace(call, f"bias = sel_bias, bias_update = {gamma!r})")
+
+
+def convert(raw, name=None, no_dropout=False, folder=None, bias_update=None):
     """The model file for a config.json's contents (a dict); raises Refused.
     no_dropout: write the model without the config's dropouts (mt has none);
-    folder: the checkpoint's folder, whose tensor names GPT-2's prefix follows."""
+    folder: the checkpoint's folder, whose tensor names GPT-2's prefix follows;
+    bias_update: the routers' bias update speed (with_bias_update), None: no update, as transformers."""
+    text = convert_plain(raw, name, no_dropout, folder)
+    return text if bias_update is None else with_bias_update(text, raw.get("model_type"), bias_update)
+
+
+def convert_plain(raw, name, no_dropout, folder):
+    """convert without the bias update."""
     mt = raw.get("model_type")
     if mt == "gemma3":  # the multimodal wrapper: its language model
         need("text_config" in raw, "text_config", None, "gemma3 needs its text_config")
@@ -1559,6 +1583,10 @@ def main():
                          "place of the pretraining one (lr 3e-4, warmup 2000, 10000 steps)")
     ap.add_argument("--no-dropout", action="store_true",
                     help="write the model without the config's dropouts (mt has no dropout; refused without this)")
+    ap.add_argument("--bias-update", type=float, metavar="GAMMA",
+                    help="deepseek_v3, glm4_moe: move the routers' e_score_correction_bias after each step by GAMMA x "
+                         "sign(mean load - load), DeepSeek-V3's auxiliary-loss-free rule (it used 0.001); "
+                         "default: no update, as transformers")
     a = ap.parse_args()
     path = os.path.join(a.config, "config.json") if os.path.isdir(a.config) else a.config
     try:
@@ -1572,7 +1600,7 @@ def main():
     if name[0].isdigit():
         name = "m_" + name
     try:
-        text = convert(raw, name, a.no_dropout, os.path.dirname(os.path.abspath(path)))
+        text = convert(raw, name, a.no_dropout, os.path.dirname(os.path.abspath(path)), a.bias_update)
     except Refused as e:
         print(f"hf_to_mt.py: {path}: {e}", file=sys.stderr)
         return 1

@@ -284,6 +284,8 @@ static void write_graph(Buf *b, const Graph *g) {
         put_u32(b, (uint32_t)pr->lora);
         put_i32(b, pr->lora ? pr->lora_of : -1);
         put_f64(b, pr->lora_scale);
+        put_i32(b, pr->balance_mask ? pr->balance_mask->id : -1);
+        put_f64(b, pr->balance_rate);
     }
     for (int pk = 0; pk < graph_nparts(g); pk++) {
         const Part *part = &g->parts[pk];

@@ -63,8 +63,9 @@ static const OpSpec OP_SPECS[] = {
     {"eq", OP_COMPARE, 2, 2, "", "eq(a, b)", OP_EQ, 0},
     {"ne", OP_NOT_EQUAL, 2, 2, "", "ne(a, b)", OP_EQ, 0},
     {"where", OP_WHERE, 3, 3, "", "where(cond, a, b)", OP_WHERE, 0},
-    {"router", OP_TOP_K, 1, 1, "top_k scores softmax normalize scale bias groups top_groups",
+    {"router", OP_TOP_K, 1, 1, "top_k scores softmax normalize scale bias bias_update groups top_groups",
      "router(logits, top_k=K, scores=softmax|sigmoid, softmax=before|after, normalize=false, scale=1, bias=b, "
+     "bias_update=gamma, "
      "groups=1, top_groups=groups)",
      OP_TOP_K, 0},
     {"moe", OP_MOE, 5, 5, "alpha limit gate_bias up_bias down_bias",
@@ -1020,7 +1021,7 @@ static Node *limit_groups(Sema *S, Node *choice, int64_t groups, int64_t top_gro
 // (bias = b, [E]: DeepSeek-V3's e_score_correction_bias, for choosing
 // only), within the group limit (groups, top_groups). Without either, the
 // logits themselves when the scores are a softmax (the same order).
-static Node *router_choice(Sema *S, const Args *a, Node *logits, Node *scores) {
+static Node *router_choice(Sema *S, const Args *a, Node *logits, Node *scores, Node **bias) {
     const Expr *be = find_kwarg(a->call, "bias");
     int64_t E = last_dim(logits), groups, top_groups;
     if (kw_int(S, a, "groups", 1, 0, &groups) != 0 || kw_int(S, a, "top_groups", groups, 0, &top_groups) != 0)
@@ -1041,8 +1042,37 @@ static Node *router_choice(Sema *S, const Args *a, Node *logits, Node *scores) {
             return NULL;
         }
         choice = binary_node(S, OP_ADD, scores, b.node, a->call->loc);
+        *bias = b.node;
     }
     return choice && groups > 1 ? limit_groups(S, choice, groups, top_groups, a->call->loc) : choice;
+}
+
+// bias_update = gamma: the balance rule of the router's bias (Param.balance_mask,
+// DeepSeek-V3's auxiliary-loss-free update), its loads counted by the
+// router's mask. bias: the bias node (NULL: none). 0, or -1 with an error.
+static int router_balance(Sema *S, const Args *a, Node *bias, const Node *mask) {
+    const Expr *e = find_kwarg(a->call, "bias_update");
+    Num rate;
+    if (!e) return 0;
+    if (eval_num(S, e, &rate) != 0) return -1;
+    Param *prm = bias && bias->op == OP_PARAM ? S->g->params.items[bias->param] : NULL;
+    const char *why = !bias                                ? "it needs the router's bias = b, the buffer it moves"
+                      : !(rate.f >= 0 && isfinite(rate.f)) ? "gamma, the bias update speed, is a number >= 0 "
+                                                             "(DeepSeek-V3: 0.001)"
+                      : !prm              ? "bias = must name a buffer (param b \"...\" [E] buffer), not an expression"
+                      : !prm->buffer      ? "the bias is a trained parameter: declare it a buffer (param b \"...\" [E] "
+                                            "buffer), which only this rule moves"
+                      : !prm->in_block    ? "the bias is a global buffer, and the rule moves each layer's own by that "
+                                            "layer's loads: declare the buffer and its router in a block"
+                      : prm->balance_mask ? "the bias already moves by another router's loads: give each router "
+                                            "its own buffer"
+                                          : NULL;
+    if (why) {
+        diag_error(S->d, e->loc, "bias_update = %g: %s", rate.f, why);
+        return -1;
+    }
+    prm->balance_mask = mask, prm->balance_rate = rate.f;
+    return 0;
 }
 
 // The gates: softmax before the selection, the selected probabilities as
@@ -1084,9 +1114,9 @@ static Node *lower_router(Sema *S, const Args *a) {
     Node *scores = sigmoid ? new_node(S, OP_SIGMOID, DT_F32, s, loc, 1, &logits)
                    : probs ? softmax_last(S, logits, loc)
                            : logits; // [..., E]
-    Node *choice = scores ? router_choice(S, a, logits, scores) : NULL;
+    Node *bias = NULL, *choice = scores ? router_choice(S, a, logits, scores, &bias) : NULL;
     Node *mask = choice ? top_k_node(S, choice, k, loc) : NULL, *gates = NULL; // [..., E]
-    if (!mask) return NULL;
+    if (!mask || router_balance(S, a, bias, mask) != 0) return NULL;
     if (sigmoid || (!after && !normalize)) {
         gates = binary_node(S, OP_MUL, scores, mask, loc);
         if (sigmoid && normalize && gates) {

@@ -107,12 +107,15 @@ void summary_print(FILE *out, const Graph *g, int ranks, const char *path) {
                 (double)frozen * (double)storage_weight_bytes(t->compute) / 1e9);
 }
 
-static void json_param(FILE *out, const char *name, const Shape *shape, int buffer, int *first) {
+// One tensor of p's: a buffer marked "buffer", and "bias_update" with its balance rule's rate.
+static void json_param(FILE *out, const char *name, const Shape *shape, const Param *p, int *first) {
     fprintf(out, "%s\n    {\"name\": ", *first ? "" : ",");
     json_str(out, name);
     fprintf(out, ", \"shape\": [");
     for (int d = 0; d < shape->rank; d++) fprintf(out, "%s%lld", d ? ", " : "", (long long)shape->dims[d]);
-    fprintf(out, "]%s}", buffer ? ", \"buffer\": true" : "");
+    fprintf(out, "]%s", p->buffer ? ", \"buffer\": true" : "");
+    if (p->balance_mask) fprintf(out, ", \"bias_update\": %.17g", p->balance_rate);
+    fprintf(out, "}");
     *first = 0;
 }
 
@@ -161,7 +164,7 @@ void summary_print_json(FILE *out, const Graph *g, int ranks, const char *path, 
                 Shape es = param_element_shape(p);
                 for (int64_t e = 0; e < param_elements(p); e++) {
                     char *name = param_ckpt_name(a, p, layer, e);
-                    json_param(out, name ? name : "?", &es, p->buffer, &first);
+                    json_param(out, name ? name : "?", &es, p, &first);
                 }
             }
         }

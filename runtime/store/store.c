@@ -118,7 +118,7 @@ static int64_t frozen_run(const Plan *p, int64_t f, int64_t hi, int *frozen) {
     *frozen = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        if (!prm->frozen || !in_segment(p, i, seg)) continue;
+        if (!param_store_frozen(prm) || !in_segment(p, i, seg)) continue;
         int64_t lo = plan_param_elem(p, i, seg), up = lo + storage_host_elems_of(shape_numel(&prm->shape));
         if (f >= lo && f < up) {
             *frozen = 1;
@@ -345,7 +345,7 @@ static void store_first_touch(HostStore *s, const Plan *p) {
             float *grads = (s->tier_grads && seg >= 0) || gb ? NULL : s->g + off;
             // a frozen parameter: its storage dtype only (under bf16 the copy, not the master); its master,
             // moments and gradients never touched (their pages, the kernel's zero pages, hold no memory)
-            int frozen = ((const Param *)g->params.items[i])->frozen;
+            int frozen = param_store_frozen(g->params.items[i]);
             if (frozen) grads = NULL, gb = gb_pad = NULL;
             if (b > a)
                 adamw_first_touch((ram || !s->tier_master) && !(frozen && s->wb) ? s->w + off : NULL,
@@ -609,6 +609,22 @@ void store_norm(HostStore *s, const Plan *p, int64_t layer) {
     s->seg[plan_segment_index(layer)].outs = 0; // zeros again
 }
 
+// The balance rule's pending step of parameter i (a buffer) in segment
+// `layer` (HostStore.balance): the elements [a, b) this store holds, master
+// at w and bf16 copy at wb (NULL: none), each moved by the rule's rate times
+// its sign, as torch's b += rate * sign(...) in fp32.
+static void balance_step(const HostStore *s, const Plan *p, int i, int64_t layer, float *w, uint16_t *wb, int64_t a,
+                         int64_t b) {
+    const Param *prm = p->graph->params.items[i];
+    int64_t E = shape_numel(&prm->shape);
+    const int8_t *sign = s->balance[i] + layer * E + (a - plan_param_elem(p, i, layer)); // (b - a) from a's
+    float rate = (float)prm->balance_rate;
+    for (int64_t k = 0; k < b - a; k++) {
+        w[k] += rate * (float)sign[k];
+        if (wb) wb[k] = bf16_from_f32(w[k]);
+    }
+}
+
 void store_update(HostStore *s, const Plan *p, int64_t layer) {
     StoreSegment *seg = &s->seg[plan_segment_index(layer)];
     if (!seg->pending || s->err[0]) return;
@@ -634,11 +650,17 @@ void store_update(HostStore *s, const Plan *p, int64_t layer) {
     int nparts = 0;
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
-        if (!in_segment(p, i, layer) || prm->frozen) continue; // frozen: no gradient, never updated
-        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0;    // none on norms and biases
+        int rule = prm->balance_mask && s->balance && layer >= 0;         // frozen, but moved by its balance rule
+        if (!in_segment(p, i, layer) || (prm->frozen && !rule)) continue; // frozen: no gradient, never updated
+        int decay = prm->shape.rank >= 2 ? ADAMW_DECAY : 0;               // none on norms and biases
         int64_t n = shape_numel(&prm->shape), a, b, pa, pb;
         int64_t off = store_clip(s, p, layer, plan_param_elem(p, i, layer), n, &a, &b); // (sharded: its slice's part)
         int64_t pad = store_clip(s, p, layer, plan_param_elem(p, i, layer) + n, storage_host_elems_of(n) - n, &pa, &pb);
+        if (rule) { // (a host store's: mtrun refuses the rule where the segment's optimizer is on the device)
+            int64_t wbase = !staged || !s->tier_master ? 0 : s->shard_at ? first : off - in_tier(p, layer, off);
+            balance_step(s, p, i, layer, w + off - wbase, s->wb ? s->wb + off : NULL, a, b);
+            continue;
+        }
         if (store_on_device(s, p, layer)) { // the same update of the same elements, on the device
             AdamWConst c = adamw_constants(&seg->step, decay);
             int64_t base = plan_segment_base(p, layer);
@@ -872,10 +894,12 @@ int store_init(HostStore *s, const Plan *p, uint64_t seed, char *err, size_t err
             if (!in_segment(p, i, seg)) continue;
             int64_t n = shape_numel(&prm->shape), l = seg < 0 ? 0 : seg, a, b;
             int64_t at = store_clip(s, p, seg, plan_param_elem(p, i, l), n, &a, &b); // (sharded: its slice's part)
-            float *w = prm->frozen && s->wb ? NULL
-                                            : master + master_index(s, p, seg, at) - (a - plan_param_elem(p, i, l));
+            float *w = param_store_frozen(prm) && s->wb
+                           ? NULL
+                           : master + master_index(s, p, seg, at) - (a - plan_param_elem(p, i, l));
             // w[k]: element k of the parameter
-            uint16_t *wb = prm->frozen && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l)) : NULL; // or its copy's
+            uint16_t *wb = param_store_frozen(prm) && s->wb ? s->wb + at - (a - plan_param_elem(p, i, l))
+                                                            : NULL; // or its copy's
             uint64_t key = mix(seed ^ mix((uint64_t)i << 32 ^ (uint64_t)l));
             init_range(prm, key, w, wb, a - plan_param_elem(p, i, l), b - plan_param_elem(p, i, l), s->threads);
         }

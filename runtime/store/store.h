@@ -103,6 +103,11 @@ typedef struct HostStore {
     // is, whatever the plan says: the cpu backend, where placement is a no-op). Set by mtrun once the
     // backend is open; store_device_push then puts their state there.
     const StoreDevice *dev;
+    // The balance rules' pending steps (Param.balance_mask; NULL: none): (params) NULL, or for a buffer
+    // with a rule (layers, E) each element's sign(mean load - load) of the step that ended, -1, 0 or 1, set
+    // by mtrun (runtime/run_balance.c) before the step's updates are made pending. store_update moves the
+    // buffer's elements it holds by the rule's rate times their sign, master and bf16 copy, after AdamW.
+    int8_t *const *balance;
 } HostStore;
 
 // Whether segment seg's optimizer state is on the device (placed, and a backend holds it).

@@ -1,9 +1,11 @@
 # The tiny Mixtral (examples/mixtral-tiny.mt) routed as DeepSeek-V3 routes:
 # sigmoid scores chosen with a selection bias buffer
-# (mlp.gate.e_score_correction_bias, not trained) within the best 2 of 4
-# groups of 2 experts, the top 2 renormalised and scaled by 2.5. For the
-# cuda backend's run of the routing (reshape to groups, the group sums, the
-# exclusion, top-k masks) against the cpu backend's (cuda_emu_train_moe-router-tiny).
+# (mlp.gate.e_score_correction_bias, not trained by AdamW: moved after each
+# step by the auxiliary-loss-free rule, bias_update = 0.01) within the best
+# 2 of 4 groups of 2 experts, the top 2 renormalised and scaled by 2.5. For
+# the cuda backend's run of the routing (reshape to groups, the group sums,
+# the exclusion, top-k masks, the loads the rule counts) against the cpu
+# backend's (cuda_emu_train_moe-router-tiny).
 model moe_router_tiny
 
 config {
@@ -46,7 +48,7 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   m = rmsnorm(x, moe_norm, eps = eps)
   logits = m @ transpose(router)
   gates = router(logits, top_k = K, scores = sigmoid, normalize = true, scale = 2.5, groups = 4, top_groups = 2,
-                 bias = e_bias)
+                 bias = e_bias, bias_update = 0.01)
   x = x + moe(m, gates, w_gate, w_up, w_down)
   return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
