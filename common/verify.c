@@ -147,9 +147,9 @@ typedef struct V {
     size_t errcap;
     const Instr *ins; // the stream being checked
     int n;
-    const char *stream;
-    int32_t *clk;   // (n, ENG_COUNT) vector clocks
-    int32_t *pos;   // (n) 1 + the instruction's place in its engine's order
+    const char *subject; // what is being checked, named in each message: "train stream", "optimizer placement"
+    int32_t *clk;        // (n, ENG_COUNT) vector clocks
+    int32_t *pos;        // (n) 1 + the instruction's place in its engine's order
     int *upd, *nrm; // (segments) the stream's UPDATE and NORM of each host store segment (plan_segment_index), or -1
     Spans arena, act, grads;
     Span *moved; // scratch for copies
@@ -158,7 +158,7 @@ typedef struct V {
 } V;
 
 static int fail(V *v, const char *fmt, ...) {
-    int k = snprintf(v->err, v->errcap, "plan verifier: %s stream: ", v->stream);
+    int k = snprintf(v->err, v->errcap, "plan verifier: %s: ", v->subject);
     va_list ap;
     va_start(ap, fmt);
     if (k >= 0 && (size_t)k < v->errcap) vsnprintf(v->err + k, v->errcap - (size_t)k, fmt, ap);
@@ -760,7 +760,7 @@ static int verify_stream(V *v, const Instr *ins, int n, const char *name) {
     const Plan *p = v->p;
     v->ins = ins;
     v->n = n;
-    v->stream = name;
+    v->subject = name;
     v->arena.n = v->act.n = v->grads.n = 0;
     v->coll = -1;
     free(v->clk);
@@ -845,12 +845,14 @@ static int verify_opt_device(V *v) {
     for (int64_t s = SEG_FIRST; s < p->graph->layers; s++)
         if (plan_opt_device(p, s) && !placed++) first = s;
     if (!placed) return 0;
+    v->subject = "optimizer placement";
     char seg[48];
     describe_layer(seg, sizeof seg, first);
-    if (!p->scratch_bytes) return fail(v, "%s's optimizer is placed on the device of a cpu target", seg);
+    if (!p->scratch_bytes)
+        return fail(v, "the optimizer of %s is placed on the device of a cpu target (place it on the host)", seg);
     if (p->sharded)
         return fail(v,
-                    "%s's optimizer is placed on the device in a sharded plan (a rank's slice on its device "
+                    "the optimizer of %s is placed on the device in a sharded plan (a rank's slice on its device "
                     "is not built: place it on the host)",
                     seg);
     if (p->device_limit > 0 && plan_device_bytes(p) > p->device_limit)
@@ -869,7 +871,7 @@ static int verify_opt_device(V *v) {
 static int verify_balance(V *v) {
     const Plan *p = v->p;
     const Graph *g = p->graph;
-    v->stream = "train";
+    v->subject = "balance rule";
     for (int i = 0; i < g->params.n; i++) {
         const Param *prm = g->params.items[i];
         const Node *mask = prm->balance_mask;
@@ -906,7 +908,7 @@ static int verify_balance(V *v) {
 }
 
 int plan_verify(const Plan *p, char *err, size_t errcap) {
-    V v = {.p = p, .err = err, .errcap = errcap};
+    V v = {.p = p, .err = err, .errcap = errcap, .subject = "arena"};
     v.arena.name = "arena bytes";
     v.act.name = "host activation store bytes";
     v.grads.name = "host gradient elements";
@@ -916,8 +918,8 @@ int plan_verify(const Plan *p, char *err, size_t errcap) {
     if (rc == 0 && p->scratch_bytes < 0) rc = fail(&v, "kernel scratch of %lld bytes", (long long)p->scratch_bytes);
     if (rc == 0) rc = verify_opt_device(&v);
     if (rc == 0) rc = verify_balance(&v);
-    if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train");
-    if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval");
+    if (rc == 0) rc = verify_stream(&v, p->train, p->ntrain, "train stream");
+    if (rc == 0) rc = verify_stream(&v, p->eval, p->neval, "eval stream");
     free(v.arena.s);
     free(v.act.s);
     free(v.grads.s);

@@ -163,11 +163,16 @@ static void move(Plan *p, int from, int to) {
     insert(p, to > from ? to - 1 : to, saved);
 }
 
-// Every phrase (up to 3, NULL-terminated) must be in the message.
+// Every phrase (up to 3, NULL-terminated) must be in the message, and no
+// "(null)" (a subject not named).
 static void expect_refused(const Plan *p, const char *what, const char *const *phrases) {
     char err[2048] = "";
     if (plan_verify(p, err, sizeof err) == 0) {
         FAIL("%s was accepted", what);
+        return;
+    }
+    if (strstr(err, "(null)")) { // a message raised before its subject was named
+        FAIL("%s: the message names a null subject:\n  %s", what, err);
         return;
     }
     for (int k = 0; phrases[k]; k++)
@@ -512,7 +517,8 @@ static void placements(const Plan *base, const Plan *sharded) {
     Mut m;
     mut_init(&m, base);
     m.p.opt_device = all;
-    expect_refused(&m.p, "the optimizer on the device of a cpu target", PHRASES("the tail's globals", "cpu target"));
+    expect_refused(&m.p, "the optimizer on the device of a cpu target",
+                   PHRASES("plan verifier: optimizer placement: ", "the tail's globals", "cpu target"));
     m.p.scratch_bytes = 256; // as a GPU target's plan
     m.p.device_limit = plan_device_bytes(&m.p);
     char err[2048] = "";
@@ -521,13 +527,15 @@ static void placements(const Plan *base, const Plan *sharded) {
         printf("ok   the optimizer on a device it fits (%lld bytes of it) passes\n",
                (long long)plan_opt_device_bytes(&m.p));
     m.p.device_limit--;
-    expect_refused(&m.p, "the optimizer on a device 1 byte too small", PHRASES("segments", "device memory"));
+    expect_refused(&m.p, "the optimizer on a device 1 byte too small",
+                   PHRASES("plan verifier: optimizer placement: ", "segments", "device memory"));
     mut_free(&m);
     mut_init(&m, sharded);
     m.p.opt_device = all;
     m.p.scratch_bytes = 256;
     m.p.device_limit = 0;
-    expect_refused(&m.p, "the optimizer on the device in a sharded plan", PHRASES("sharded plan", "slice"));
+    expect_refused(&m.p, "the optimizer on the device in a sharded plan",
+                   PHRASES("plan verifier: optimizer placement: ", "sharded plan", "slice"));
     mut_free(&m);
 }
 
