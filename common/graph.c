@@ -338,7 +338,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_PAD: fprintf(out, " axis=%d offset=%lld", n->axis, (long long)n->offset); break;
     case OP_VIEW: fprintf(out, " offset=%lld", (long long)n->offset); break;
     case OP_SOFTMAX_BWD: fprintf(out, " axis=%d", n->axis); break;
-    case OP_TOP_K: fprintf(out, " top_k=%d", n->top_k); break;
+    case OP_TOP_K: fprintf(out, " top_k=%d%s", n->top_k, n->group_limit ? " group_limit" : ""); break;
     case OP_MOE:
     case OP_MOE_BWD: // the clamped SwiGLU's (common/graph.h)
         if (n->scale > 0) fprintf(out, " alpha=%g limit=%g", n->scale, n->softcap);

@@ -182,6 +182,8 @@ typedef struct Node {
     int64_t window, chunk;
     double scale, softcap;
     int top_k;       // OP_TOP_K: how many experts a row selects
+    int group_limit; // OP_TOP_K of a router's group limit (its groups, top_groups): ranks the groups, or the
+                     // experts within one, not the experts a row takes; not a load (plan_report_marks)
     int64_t padding; // OP_EMBED, OP_EMBED_BWD: 1 + the table row that takes no gradient (Hugging Face's
                      // padding_idx), 0: none
     int wide;        // stored fp32 under bf16 (common/storage.h): a partial sum of a tiled part's

@@ -219,8 +219,9 @@ static inline int64_t plan_segment_index(int64_t seg) { return seg - SEG_FIRST; 
 
 // The nodes of a part's forward that the run reports (INS_STAT): the mask
 // of each top_k that routes (read by a node other than the load-balancing
-// loss, whose own top_k of the same logits would count every token twice):
-// its column sums are the load per expert; and every loss add_loss joins
+// loss, whose own top_k of the same logits would count every token twice;
+// not a router's group limit, Node.group_limit, which ranks groups): its
+// column sums are the load per expert; and every loss add_loss joins
 // (the auxiliary loss). Sets marks[i] (part->nodes.n) to 1 for each, 0
 // elsewhere. The schedule keeps them to the end of a block's forward run and
 // reads them after it; mtrun logs them.
@@ -231,7 +232,8 @@ static inline void plan_report_marks(const Part *part, unsigned char *marks) {
         for (int j = 0; j < n->nin; j++) {
             const Node *m = n->op == OP_ADD_LOSS && j == 1 ? n->in[1] : n->op != OP_LOAD_BALANCE ? n->in[j] : NULL;
             while (m && (m->op == OP_VIEW || m->op == OP_RESHAPE)) m = m->in[0];
-            if (m && m->part == n->part && (m->op == OP_TOP_K || (n->op == OP_ADD_LOSS && j == 1))) marks[m->id] = 1;
+            if (m && m->part == n->part && ((m->op == OP_TOP_K && !m->group_limit) || (n->op == OP_ADD_LOSS && j == 1)))
+                marks[m->id] = 1;
         }
     }
 }

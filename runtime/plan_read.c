@@ -491,6 +491,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s: pooled %d (0, or 1 on a block's load-balancing loss)", where, n->pooled);
         return;
     }
+    if (n->group_limit != 0 && (n->group_limit != 1 || n->op != OP_TOP_K)) {
+        rd_fail(r, "%s: group_limit %d (0, or 1 on a top_k)", where, n->group_limit);
+        return;
+    }
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
@@ -681,6 +685,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->padding = get_i64(r);
     n->pooled = get_i32(r);
     n->chunk = get_i64(r);
+    n->group_limit = get_i32(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

@@ -38,7 +38,11 @@ reference executor's (ref_forward, float64) for the DeepSeek-style order
 "expert_load" (per layer, the tokens each expert took) is numpy's count of
 the top 2 for the Mixtral, and for each layer of experts sums to tokens x
 top_k ([] for the dense layer); the step line shows "aux" with the logged
-value.
+value. A grouped router (the tiny Mixtral's softmax scores plus a selection
+bias within the best 1 of 2 groups of 2, the routers form): its
+"expert_load" is numpy's count of the experts its routing takes, each
+layer summing to T x top_k (the group limit's own top_k masks rank groups
+and are no load).
 
 hf: the pooled load-balancing loss against transformers' own Mixtral
 (MixtralForCausalLM, output_router_logits, float64, random weights with
@@ -120,8 +124,6 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
         probs = np.exp(logits - logits.max(-1, keepdims=True))
         probs /= probs.sum(-1, keepdims=True)
         top = np.argsort(-probs, axis=-1, kind="stable")[:, :k]  # (T, k)
-        if loads is not None:
-            loads.append(np.bincount(top.ravel(), minlength=E).tolist())
         weights = np.take_along_axis(probs, top, -1)
         if routing == "mixtral":
             weights = weights / weights.sum(-1, keepdims=True)
@@ -129,6 +131,8 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
         np.put_along_axis(chosen, np.argsort(-probs, axis=-1, kind="stable")[:, :K], 1.0, -1)
         if callable(routing):
             top, weights = routing(logits, p)
+        if loads is not None:
+            loads.append(np.bincount(top.ravel(), minlength=E).tolist())
         out = np.zeros_like(m)
         for e in range(E):
             rows, slot = np.nonzero(top == e)
@@ -270,6 +274,30 @@ def stats(mtc, ref, mtrun):
             check(f" (ce {got['ce_loss']:.6f} + aux {got['aux_loss']:.6f})  " in line,
                   f"deepseek-tiny: the step line shows ce and aux: {line!r}")
             print(f"deepseek-tiny: aux_loss {got['aux_loss']:.9f}, reference {aux:.9f}; expert_load {load}")
+        grouped_loads(mtc, mtrun, raw, tmp)
+
+
+def grouped_router(mtc, tmp, seed):
+    """The tiny Mixtral routed by softmax scores plus a selection bias within the best 1 of 2 groups of 2 (written
+    into tmp) and random weights for it, the biases from -0.3 to 0.3: the model's path and the weights."""
+    model = os.path.join(tmp, "grouped.mt")
+    with open(model, "w") as f:
+        f.write(open(MODEL).read().replace(ROUTER_PARAM, BIAS_PARAM).replace(ROUTER_GATES, GROUPED_GATES))
+    return model, with_biases(random_weights(mtc, model, seed))
+
+
+def grouped_loads(mtc, mtrun, raw, tmp):
+    """A grouped router's step: expert_load counts the experts its tokens took (numpy's routing of the same
+    weights), not the group limit's own top_k masks, each layer summing to T x top_k."""
+    model, W = grouped_router(mtc, tmp, 23)
+    got, _ = first_step(mtc, mtrun, model, W, tmp, 1, T, "tiny-2layers")
+    loads = []
+    mixtral_loss(W, raw[:T], raw[1:T + 1], route_grouped(W), loads=loads)
+    if check(got is not None and "expert_load" in got, f"grouped router: the step's log line has expert_load: {got}"):
+        load = got["expert_load"]
+        check(all(sum(x) == T * K for x in load), f"grouped router: expert_load {load}: a layer's sum is not {T * K}")
+        check(load == loads, f"grouped router: expert_load {load} vs numpy's {loads}")
+        print(f"grouped router (1 of 2 groups): expert_load {load}, numpy's count of its routing")
 
 
 def hf_mixtral(seed):
@@ -356,21 +384,31 @@ def route_top1(logits, _):
     return top, sigmoid(np.take_along_axis(logits, top, -1))
 
 
+# The lines of MODEL that routers() and grouped_router() rewrite, and what they write.
+ROUTER_GATES = "  gates = router(logits, top_k = K, softmax = after)\n"
+ROUTER_PARAM = '  param router "block_sparse_moe.gate.weight" [E, C]\n'
+BIAS_PARAM = ROUTER_PARAM + '  param e_bias "block_sparse_moe.gate.e_score_correction_bias" [E] buffer\n'
+GROUPED_GATES = "  gates = router(logits, top_k = K, bias = e_bias, groups = 2, top_groups = 1)\n"
+
+
+def with_biases(W, seed=22):
+    """W with every routing bias drawn from -0.3 to 0.3."""
+    rng = np.random.default_rng(seed)
+    return {n: rng.uniform(-0.3, 0.3, w.shape).astype(np.float32) if n.endswith("e_score_correction_bias") else w
+            for n, w in W.items()}
+
+
 def routers(mtc, mtrun):
     """router's scores, selection bias, groups, scale and normalize in the tiny Mixtral: mtrun's first validation
     loss against numpy's, each routing moving numpy's loss from Mixtral's."""
-    gates = "  gates = router(logits, top_k = K, softmax = after)\n"
-    param = '  param router "block_sparse_moe.gate.weight" [E, C]\n'
-    src = open(MODEL).read()
+    gates, param, bias, src = ROUTER_GATES, ROUTER_PARAM, BIAS_PARAM, open(MODEL).read()
     if not check(gates in src and param in src, f"{MODEL} still has the gates and router lines this check rewrites"):
         return
-    bias = param + '  param e_bias "block_sparse_moe.gate.e_score_correction_bias" [E] buffer\n'
     forms = {
         "sigmoid, normalize, scale 2.5": (
             param, "  gates = router(logits, top_k = K, scores = sigmoid, normalize = true, scale = 2.5)\n",
             lambda W: route_sigmoid),
-        "softmax before, bias, 1 of 2 groups": (
-            bias, "  gates = router(logits, top_k = K, bias = e_bias, groups = 2, top_groups = 1)\n", route_grouped),
+        "softmax before, bias, 1 of 2 groups": (bias, GROUPED_GATES, route_grouped),
         "sigmoid, top 1": (param, "  gates = router(logits, top_k = 1, scores = sigmoid)\n", lambda W: route_top1),
     }
     tokens, targets = val_tokens(T)
@@ -379,11 +417,7 @@ def routers(mtc, mtrun):
             model, planfile, wf = (os.path.join(tmp, n) for n in ("m.mt", "p.bin", "w.safetensors"))
             with open(model, "w") as f:
                 f.write(src.replace(param, decl).replace(gates, line))
-            W = random_weights(mtc, model, 21)
-            rng = np.random.default_rng(22)
-            for n in W:
-                if n.endswith("e_score_correction_bias"):
-                    W[n] = rng.uniform(-0.3, 0.3, W[n].shape).astype(np.float32)
+            W = with_biases(random_weights(mtc, model, 21))
             write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
             q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
             if not check(q.returncode == 0, f"mtc -o ({what})", q):

@@ -349,6 +349,7 @@ static void compare_node(const char *ctx, const Node *x, const Node *y) {
     SAME("wide", x->wide == y->wide);
     SAME("padding", x->padding == y->padding);
     SAME("pooled", x->pooled == y->pooled);
+    SAME("group_limit", x->group_limit == y->group_limit);
 }
 
 static void compare_graph(const char *ctx, const Graph *x, const Graph *y) {

@@ -1004,14 +1004,16 @@ static Node *limit_groups(Sema *S, Node *choice, int64_t groups, int64_t top_gro
     int64_t E = grouped.dims[r - 1];
     grouped.rank = r + 1, grouped.dims[r - 1] = groups, grouped.dims[r] = E / groups; // [..., G, E / G]
     Node *g = new_node(S, OP_RESHAPE, DT_F32, &grouped, loc, 1, &choice);
-    Node *best2 = g ? binary_node(S, OP_MUL, g, top_k_node(S, g, 2, loc), loc) : NULL; // [..., G, E / G]
+    Node *top2 = g ? top_k_node(S, g, 2, loc) : NULL;                 // [..., G, E / G]
+    Node *best2 = top2 ? binary_node(S, OP_MUL, g, top2, loc) : NULL; // [..., G, E / G]
     sums = grouped, sums.dims[r] = 1;
     Node *score = best2 ? new_node(S, OP_SUM_TO, DT_F32, &sums, loc, 1, &best2) : NULL; // [..., G, 1]
     if (score) score->axis = r;
     ranked = choice->shape, ranked.dims[r - 1] = groups;
     Node *flat = score ? new_node(S, OP_RESHAPE, DT_F32, &ranked, loc, 1, &score) : NULL; // [..., G]
     Node *kept = flat ? top_k_node(S, flat, top_groups, loc) : NULL;                      // [..., G]
-    Node *keep = kept ? new_node(S, OP_RESHAPE, DT_F32, &sums, loc, 1, &kept) : NULL;     // [..., G, 1]
+    if (kept) top2->group_limit = kept->group_limit = 1; // neither is the router's choice of experts
+    Node *keep = kept ? new_node(S, OP_RESHAPE, DT_F32, &sums, loc, 1, &kept) : NULL; // [..., G, 1]
     Node *in[3] = {keep, g, const_node(S, -1e30, loc)};
     Node *limited = keep && in[2] ? new_node(S, OP_WHERE, DT_F32, &grouped, loc, 3, in) : NULL; // [..., G, E / G]
     return limited ? new_node(S, OP_RESHAPE, DT_F32, &choice->shape, loc, 1, &limited) : NULL;
