@@ -385,10 +385,10 @@ static int check_forward_flags(const Run *r, char *err, size_t errcap) {
 int check_flags(const Run *r, char *err, size_t errcap) {
     if (check_sharded(r, err, errcap) != 0 || check_tier(r, err, errcap) != 0 || check_host_memory(r, err, errcap) != 0)
         return -1;
-    if (r->o->export_path && weights_export_check(r->o->export_path, r->p, err, errcap) != 0) return -1;
-    if (r->o->export_path &&
+    if (r->o->export_path && // what the PEFT adapter would lose, before what config.json cannot say
         weights_export_check_adapter(r->o->export_path, r->p, r->o->export_merged, err, errcap) != 0)
         return -1;
+    if (r->o->export_path && weights_export_check(r->o->export_path, r->p, err, errcap) != 0) return -1;
     return check_forward_flags(r, err, errcap);
 }
 

@@ -18,7 +18,10 @@ into mt's --init file) and trains 5 steps of AdamW on the same byte rows:
   mtc --summary's host_bytes for a LoRA plan in f32 and bf16; the NVMe tier holds none of it, and trains
   as RAM does;
 - mtc --lora and --freeze refuse what they cannot do, with exit status 1, and
-  mtrun refuses an adapter export that would lose a trained parameter.
+  mtrun refuses an adapter export that would lose a trained parameter, or a
+  routing bias its router's bias_update moves (tests/models/moe-router-tiny.mt
+  with LoRA: refused by name before training; its FILE.safetensors export
+  holds the biases, moved).
 
 usage: check_lora.py MTC MTRUN
 """
@@ -239,6 +242,33 @@ def adapter_refusal(mtc, mtrun, model, tmp):
             os.path.join(tmp, "r.jsonl"), "--export", os.path.join(tmp, "lost"))
     check(p.returncode == 1 and "would be lost" in p.stderr and "step      1" not in p.stdout,
           "mtrun --export DIR of a LoRA plan that trains a norm: not refused before training", p)
+    moved_bias_refusal(mtc, mtrun, tmp)
+
+
+def moved_bias_refusal(mtc, mtrun, tmp):
+    """A LoRA plan of a router whose bias_update moves its routing bias (tests/models/moe-router-tiny.mt): the PEFT
+    adapter cannot carry the moved buffer, so --export DIR is refused before training, naming it; a
+    FILE.safetensors export holds it, moved from where it started."""
+    plan, st = os.path.join(tmp, "lora-router.bin"), os.path.join(tmp, "router.safetensors")
+    p = run(mtc, "tests/models/moe-router-tiny.mt", "--lora", "rank=2,targets=q_proj", "--batch", 1, "--seq", 16,
+            "--target", "tiny-2layers", "-o", plan)
+    if not check(p.returncode == 0, "mtc --lora of moe-router-tiny", p):
+        return
+    common = ["--data", DATA, "--no-save", "--device", "cpu", "--log", os.path.join(tmp, "b.jsonl")]
+    p = run(mtrun, plan, "--steps", 1, *common, "--export", os.path.join(tmp, "lost-bias"))
+    check(p.returncode == 1 and "'e_bias'" in p.stderr and "balance rule" in p.stderr and "--merge" in p.stderr
+          and "step      1" not in p.stdout and not os.path.exists(os.path.join(tmp, "lost-bias")),
+          "mtrun --export DIR of a LoRA plan whose router moves its bias: not refused by name before training", p)
+    biases = []
+    for steps in (0, 2):
+        p = run(mtrun, plan, "--steps", steps, *common, "--export", st)
+        if check(p.returncode == 0, f"mtrun --steps {steps} --export FILE.safetensors of that plan", p):
+            biases.append({k: v for k, v in load_st(st).items() if k.endswith("e_score_correction_bias")})
+    check(len(biases) == 2 and len(biases[0]) == 2 and
+          all(not torch.equal(biases[0][k], biases[1][k]) for k in biases[0]),
+          f"the FILE.safetensors export lacks the moved biases: {biases}")
+    print(f"LoRA with a moved routing bias: --export DIR refused by name; the file export holds "
+          f"{sorted(biases[0]) if biases else []}, moved")
 
 
 def explain_405b(mtc):

@@ -355,12 +355,14 @@ int weights_export_check_adapter(const char *path, const Plan *p, int merged, ch
     if (!weights_export_is_folder(path) || merged) return 0;
     for (int i = 0; weights_has_lora(p) && i < p->graph->params.n; i++) {
         const Param *prm = p->graph->params.items[i];
-        if (prm->lora || prm->frozen) continue;
+        if (prm->lora || param_store_frozen(prm)) continue;
         snprintf(err, errcap,
                  "--export DIR of a LoRA plan writes the PEFT adapter, which holds only the adapters; parameter "
-                 "'%s' (\"%s\") is trained too (mtc --train) and would be lost: give --merge for the full model, "
-                 "or a FILE.safetensors for every parameter",
-                 prm->name, prm->ckpt);
+                 "'%s' (\"%s\") %s and would be lost: give --merge for the full model, or a FILE.safetensors for "
+                 "every parameter",
+                 prm->name, prm->ckpt,
+                 prm->balance_mask ? "is moved by its balance rule (router's bias_update)"
+                                   : "is trained too (mtc --train)");
         return -1;
     }
     return 0;

@@ -55,7 +55,9 @@ int weights_export_merged(const char *path, const Plan *p, const HostStore *hs, 
 int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap);
 // What the PEFT adapter export would lose, refused before training: a LoRA
 // plan's folder export (merged 0) with parameters other than the adapters
-// trained (mtc --train). 0, or -1 with a message naming one.
+// trained (mtc --train) or moved by a balance rule (a router's bias_update:
+// state the base model lacks, which peft's adapter cannot carry). 0, or -1
+// with a message naming one.
 int weights_export_check_adapter(const char *path, const Plan *p, int merged, char *err, size_t errcap);
 
 #endif
