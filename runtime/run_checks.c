@@ -388,7 +388,8 @@ int check_flags(const Run *r, char *err, size_t errcap) {
     if (r->o->export_path && // what the PEFT adapter would lose, before what config.json cannot say
         weights_export_check_adapter(r->o->export_path, r->p, r->o->export_merged, err, errcap) != 0)
         return -1;
-    if (r->o->export_path && weights_export_check(r->o->export_path, r->p, err, errcap) != 0) return -1;
+    if (r->o->export_path && weights_export_check(r->o->export_path, r->p, r->o->export_merged, err, errcap) != 0)
+        return -1;
     return check_forward_flags(r, err, errcap);
 }
 

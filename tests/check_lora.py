@@ -243,6 +243,27 @@ def adapter_refusal(mtc, mtrun, model, tmp):
     check(p.returncode == 1 and "would be lost" in p.stderr and "step      1" not in p.stdout,
           "mtrun --export DIR of a LoRA plan that trains a norm: not refused before training", p)
     moved_bias_refusal(mtc, mtrun, tmp)
+    adapter_without_config(mtc, mtrun, tmp)
+
+
+def adapter_without_config(mtc, mtrun, tmp):
+    """A LoRA plan of a model mt cannot describe as a config.json (tests/models/sinks-tiny.mt): --export DIR writes
+    the PEFT adapter, which has no config.json, so it is not refused for want of one; --merge, which writes the
+    whole model with its config.json, is."""
+    plan, out = os.path.join(tmp, "lora-sinks.bin"), os.path.join(tmp, "sinks-adapter")
+    p = run(mtc, "tests/models/sinks-tiny.mt", "--lora", "rank=2,targets=q_proj", "--batch", 1, "--seq", 16,
+            "--target", "tiny-2layers", "-o", plan)
+    if not check(p.returncode == 0, "mtc --lora of sinks-tiny", p):
+        return
+    common = ["--steps", 1, "--data", DATA, "--no-save", "--device", "cpu", "--log", os.path.join(tmp, "s.jsonl")]
+    p = run(mtrun, plan, *common, "--export", out)
+    ok = check(p.returncode == 0 and os.path.exists(os.path.join(out, "adapter_model.safetensors")),
+               "mtrun --export DIR of a LoRA plan of a model without a config.json: no PEFT adapter", p)
+    p = run(mtrun, plan, *common, "--export", out + "-merged", "--merge")
+    ok &= check(p.returncode == 1 and "config.json" in p.stderr and "step      1" not in p.stdout,
+                "mtrun --export DIR --merge of that plan: not refused for its config.json before training", p)
+    if ok:
+        print("LoRA of a model without a config.json: the adapter folder written, --merge refused by name")
 
 
 def moved_bias_refusal(mtc, mtrun, tmp):

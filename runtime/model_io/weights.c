@@ -368,9 +368,9 @@ int weights_export_check_adapter(const char *path, const Plan *p, int merged, ch
     return 0;
 }
 
-int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap) {
+int weights_export_check(const char *path, const Plan *p, int merged, char *err, size_t errcap) {
     char *config, *generation;
-    if (!weights_export_is_folder(path)) return 0;
+    if (!weights_export_is_folder(path) || (weights_has_lora(p) && !merged)) return 0; // (the adapter has none)
     if (hf_config_json(p, 0, NULL, &config, &generation, err, errcap) != 0) return -1;
     free(config);
     free(generation);

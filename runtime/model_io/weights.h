@@ -50,9 +50,10 @@ int weights_has_lora(const Plan *p);
 int weights_export_merged(const char *path, const Plan *p, const HostStore *hs, int bf16, int64_t shard_bytes,
                           const char *tokenizer_dir, const HfTokens *tok, const Dist *dist, char *err, size_t errcap);
 
-// What weights_export would refuse before any training: a folder for a
-// model whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.
-int weights_export_check(const char *path, const Plan *p, char *err, size_t errcap);
+// What weights_export would refuse before any training: a folder with a
+// config.json (not a LoRA plan's PEFT adapter, unless merged) for a model
+// whose config.json mt cannot write (hf_config.h). 0, or -1 with a message.
+int weights_export_check(const char *path, const Plan *p, int merged, char *err, size_t errcap);
 // What the PEFT adapter export would lose, refused before training: a LoRA
 // plan's folder export (merged 0) with parameters other than the adapters
 // trained (mtc --train) or moved by a balance rule (a router's bias_update:
