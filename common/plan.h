@@ -2,7 +2,7 @@
 // (compiler/schedule/schedule.c) and writes it (compiler/emit/plan_write.c); mtrun reads and
 // validates it (runtime/plan_read.c) and replays its instruction streams.
 //
-// File format, version 17, all integers little-endian:
+// File format, version 20, all integers little-endian:
 //
 //   header   "MTPLAN\0\0" (8 bytes), u32 version (PLAN_VERSION), u32 endian = 0x01020304,
 //            u32 section count, u32 header crc32 (of the bytes before it)
@@ -21,7 +21,7 @@
 
 #include "common/graph.h"
 
-enum { PLAN_VERSION = 18, PLAN_ENDIAN = 0x01020304 };
+enum { PLAN_VERSION = 20, PLAN_ENDIAN = 0x01020304 };
 
 typedef enum {
     SEC_SOURCE = 1, // model path, source text, its crc32

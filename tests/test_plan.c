@@ -1,4 +1,4 @@
-// test_plan: the plan file format, version 17 (PLAN_VERSION). For each model given: parse,
+// test_plan: the plan file format, version 20 (PLAN_VERSION). For each model given: parse,
 // sema and autodiff it, then build its plans four ways: the scheduler's plan
 // for h200 (schedule_search: policy mt, remat auto, the most resident
 // layers, a block frame each), two streaming plans on the 1 MiB tiny-1layer
@@ -642,12 +642,14 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         15, // before frozen parameters and LoRA adapters (Param.frozen, lora, lora_of, lora_scale)
         16, // before the optimizer's placement (Plan.opt_device)
         17, // before attention's chunk (Node.chunk, KirAttn.chunk)
+        18, // before moe's expert weights in their stored layouts (Node.moe_form)
         19,
+        21,
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {
         char version[32], message[96];
         snprintf(version, sizeof version, "version %u", refused[k]);
-        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 18", refused[k]);
+        snprintf(message, sizeof message, "p.plan: plan version %u, this mtrun reads version 20", refused[k]);
         memcpy(buf, orig, len);
         st32(buf + 8, refused[k]);
         redo_crcs(buf);
