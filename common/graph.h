@@ -94,13 +94,18 @@ typedef enum {
     // Mixture of experts (dsl/README.md), appended likewise.
     OP_TOP_K,            // x[..., E] -> 1.0 at the top_k largest along the last axis (of equals the lower index
                          // first), 0.0 elsewhere; no gradient, as the comparisons
-    OP_MOE,              // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F] -> [..., C]:
+    OP_MOE,              // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F][, b[E, 2F]]
+                         // -> [..., C]:
                          // each row the sum over experts e whose gate is not 0 of
                          // gate * w_down[e] @ (silu(w_gate[e] @ x) * (w_up[e] @ x)); scale = alpha > 0 (with
                          // softcap = limit L): gpt-oss's clamped SwiGLU (clamp(h3, -L, L) + 1) g sigmoid(alpha g),
                          // g = min(h1, L), h1 = w_gate[e] @ x, h3 = w_up[e] @ x, in place of silu(h1) h3
-    OP_MOE_BWD,          // dy, x, gates, w_gate, w_up, w_down -> packed [dx | dgates | dw_gate | dw_up | dw_down];
-                         // scale, softcap as OP_MOE's
+                         // moe_form (the MOE_* bits below): weights stored [E, in, out] or as one fused gate_up,
+                         // read in place; MOE_GATES_ON_INPUT: gate * w_down[e] @ act(..x..) becomes
+                         // w_down[e] @ act(..gate x..) (Llama 4); MOE_GATE_UP_BIAS: b added to h1, h3
+    OP_MOE_BWD,          // dy, x, gates, w_gate, w_up, w_down[, b] -> packed [dx | dgates | dw_gate | dw_up | dw_down
+                         // | db];
+                         // scale, softcap, moe_form as OP_MOE's (each dw in its weight's layout)
     OP_LOAD_BALANCE,     // logits[..., E], mask[..., E] (top_k's) -> f32[]: E * sum_e f_e P_e, f_e the share of
                          // rows whose mask selects e, P_e the mean over rows of softmax(logits)[e]
     OP_LOAD_BALANCE_BWD, // dloss[], logits, mask -> dlogits (the mask taken as constant)
@@ -190,7 +195,78 @@ typedef struct Node {
                      // parameter gradient across its chunks, which the last add rounds once
     int pooled;      // OP_LOAD_BALANCE(_BWD) in a block: f and P pooled over every layer's rows of the
                      // micro-batch (transformers' Mixtral form; the kernels' LoadBalancePool), 0: this layer's
+    int moe_form;    // OP_MOE(_BWD): MOE_* bits, how the weights are stored and where the gates apply (0: each
+                     // weight its own [E, out, in], gates on the outputs)
 } Node;
+
+// Node.moe_form's bits. The first five say how the weights are stored,
+// the last where the gates apply. The first three: which of moe's weights is
+// stored [E, in, out] rather than [E, out, in]. A fused gate_up weight
+// (HALVES or INTERLEAVED; the node's w_gate and w_up are then one operand
+// twice, its layout bit MOE_W_GATE_T) is [E, 2F, C], or [E, C, 2F] under
+// MOE_W_GATE_T: the gate then the up (Llama 4), or gate and up alternating
+// (gpt-oss: the gate at 2f, the up at 2f + 1). The kernels read them all in
+// place and write each gradient in its weight's layout.
+enum {
+    MOE_W_GATE_T = 1,
+    MOE_W_UP_T = 2,
+    MOE_W_DOWN_T = 4,
+    MOE_GATE_UP_HALVES = 8,
+    MOE_GATE_UP_INTERLEAVED = 16,
+    MOE_GATES_ON_INPUT = 32, // expert e runs on gate_e * x and its output is not gated (Llama 4)
+    MOE_GATE_UP_BIAS = 64,   // a sixth operand, the gate and up biases [E, 2F] in h's columns (moe_gate_col,
+                             // moe_up_col), added before the activation (gpt-oss's gate_up_proj_bias)
+    MOE_FORM_BITS = 127
+};
+
+static inline int moe_fused(const Node *n) { return n->moe_form & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED); }
+
+// Moe or moe_bwd node n's expert width F (its w_down [E, C, F], or [E, F, C] stored transposed).
+static inline int64_t moe_expert_width(const Node *n) {
+    const Shape *wd = &n->in[n->op == OP_MOE_BWD ? 5 : 4]->shape;
+    return wd->dims[n->moe_form & MOE_W_DOWN_T ? 1 : 2];
+}
+
+int64_t shape_numel(const Shape *s);
+
+// The operands of moe node n: 5, and its gate_up bias (MOE_GATE_UP_BIAS); moe_bwd's one more (dy).
+static inline int moe_operand_count(const Node *n) {
+    return 5 + !!(n->moe_form & MOE_GATE_UP_BIAS) + (n->op == OP_MOE_BWD);
+}
+
+// The floats moe's operand j (0 x .. 4 w_down, 5 the gate_up bias) adds to its backward's packed
+// output: its own, but 0 for a fused gate_up's second place (w_up, the same tensor).
+static inline int64_t moe_operand_floats(const Node *n, int j) {
+    return j == 3 && moe_fused(n) ? 0 : shape_numel(&n->in[j + (n->op == OP_MOE_BWD)]->shape);
+}
+
+// One expert's matrix of a moe weight, out x in, as a row-major GEMM reads
+// it: expert e's from element e * expert of its tensor, leading dimension
+// ld, stored [in, out] where t (x W^T is then x times it untransposed).
+typedef struct MoeMat {
+    int64_t expert, ld;
+    int t;
+} MoeMat;
+
+// Weight j of a moe with moe_form `layout`, C, F: 0 w_gate, 1 w_up
+// (F x C each), 2 w_down (C x F), 3 a fused gate_up (2F x C, one GEMM: its
+// columns as moe_gate_col, moe_up_col say).
+static inline MoeMat moe_mat(int layout, int j, int64_t C, int64_t F) {
+    int t = layout >> (j == 3 ? 0 : j) & 1;
+    if (j == 2) return (MoeMat){C * F, t ? C : F, t};
+    if (j == 3) return (MoeMat){2 * F * C, t ? 2 * F : C, t};
+    return (MoeMat){F * C, t ? F : C, t};
+}
+
+// Where the gate's and the up's column f sit in a row of the fused GEMM's
+// output h [n, 2F] (the separate weights' GEMMs write it the same way, halves).
+static inline int64_t moe_gate_col(int layout, int64_t F, int64_t f) {
+    (void)F;
+    return layout & MOE_GATE_UP_INTERLEAVED ? 2 * f : f;
+}
+static inline int64_t moe_up_col(int layout, int64_t F, int64_t f) {
+    return layout & MOE_GATE_UP_INTERLEAVED ? 2 * f + 1 : F + f;
+}
 
 // The sinks [H] operand of attention node n (OP_ATTENTION, its
 // OP_ATTENTION_LSE or OP_ATTENTION_BWD; the last operand when there is

@@ -31,7 +31,7 @@ static inline int64_t node_kernel_work_bytes(const Node *n) {
     const Shape *x = n->nin > bwd ? &n->in[bwd]->shape : &n->shape;
     int64_t last = x->dims[x->rank - 1], rows = shape_numel(x) / last;
     if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
-        int64_t F = n->in[bwd + 2]->shape.dims[1];
+        int64_t F = moe_expert_width(n);
         return 8 * rows + 4 * rows * (2 * last + 3 * F) * (bwd ? 2 : 1);
     }
     if (n->op == OP_LOAD_BALANCE || n->op == OP_LOAD_BALANCE_BWD) return 16 * last + 4 * rows * last;

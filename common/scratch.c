@@ -10,10 +10,10 @@ static int64_t round_256(int64_t v) { return (v + 255) & ~(int64_t)255; }
 MoeDims moe_node_dims(const Graph *g, const Node *n) {
     int bwd = n->op == OP_MOE_BWD;
     const Shape *x = &n->in[bwd ? 1 : 0]->shape, *w = &n->in[bwd ? 3 : 2]->shape; // x [rows.., C], w_gate [E, F, C]
-    MoeDims d = {0, 0, 0, 0, 0, 0, 0, 0};
+    MoeDims d = {0};
     d.C = (int)x->dims[x->rank - 1];
     d.rows = shape_numel(x) / d.C;
-    d.E = (int)w->dims[0], d.F = (int)w->dims[1];
+    d.E = (int)w->dims[0], d.F = (int)moe_expert_width(n), d.form = n->moe_form;
     d.K = (int)graph_routed_experts(g, n->in[bwd ? 2 : 1]);
     d.alpha = (float)n->scale, d.limit = (float)n->softcap;
     DType t = g->train.compute;

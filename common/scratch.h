@@ -34,11 +34,14 @@ typedef struct MoeDims {
     int C, E, F, K;
     int bf16;           // x and the experts' weights stored in bf16 (the pipelined path's scratch when C, F allow it)
     float alpha, limit; // the clamped SwiGLU (the node's scale, softcap); alpha 0: SwiGLU
+    int form;           // the node's moe_form (common/graph.h): how its weights are stored, where the gates apply
 } MoeDims;
 
 // Whether a node runs compiler/emit/cuda/moe.cuh's pipelined tensor-core path:
-// bf16 operands, C and F multiples of 8 (its 16-byte cp.async loads).
-static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.F % 8 == 0; }
+// bf16 operands, C and F multiples of 8 (its 16-byte cp.async loads), each
+// weight its own [E, out, in] (the path's loads read a weight's rows) and
+// the gates on the experts' outputs (moe_form 0).
+static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.F % 8 == 0 && !d.form; }
 
 // At most this much scratch for a node's chunk (bytes); fewer rows a chunk when more would be needed.
 #define MOE_CHUNK_BYTES (1LL << 30)

@@ -100,8 +100,8 @@ static const signed char ARITY[] = {
     [OP_EQ] = 2,
     [OP_WHERE] = 3,
     [OP_TOP_K] = 1,
-    [OP_MOE] = 5,
-    [OP_MOE_BWD] = 6,
+    [OP_MOE] = -1, // 5, 6 with a gate_up bias (moe_operands)
+    [OP_MOE_BWD] = -1,
     [OP_LOAD_BALANCE] = 2,
     [OP_LOAD_BALANCE_BWD] = 3,
     [OP_ADD_LOSS] = 2,
@@ -428,14 +428,30 @@ static int resolve_balance(Rd *r, Graph *g, const int32_t *balance) {
 
 // The checks of one node that need only its own part and the graph's
 // inputs and params (what other parts hold is checked after all are read).
-// moe's operands (x, gates, w_gate, w_up, w_down) as its plain kernel reads them.
-static int moe_shapes_ok(Node *const *in) {
-    const Shape *x = &in[0]->shape, *g = &in[1]->shape, *wg = &in[2]->shape, *wu = &in[3]->shape, *wd = &in[4]->shape;
-    if (x->rank < 1 || g->rank != x->rank || wg->rank != 3 || !shape_eq(wg, wu) || wd->rank != 3) return 0;
+// moe's operands (x, gates, w_gate, w_up, w_down) as its plain kernel reads
+// them, each weight [E, out, in] or, where its moe_form bit is set, [E,
+// in, out]; a fused gate_up [E, 2F, C] (or [E, C, 2F]) in both of w_gate's
+// and w_up's places.
+static int moe_shapes_ok(Node *const *in, int layout, int nin) {
+    const Shape *x = &in[0]->shape, *g = &in[1]->shape;
+    if (x->rank < 1 || g->rank != x->rank) return 0;
     for (int i = 0; i + 1 < x->rank; i++)
         if (x->dims[i] != g->dims[i]) return 0;
-    int64_t C = x->dims[x->rank - 1], E = g->dims[g->rank - 1];
-    return wg->dims[0] == E && wg->dims[2] == C && wd->dims[0] == E && wd->dims[1] == C && wd->dims[2] == wg->dims[1];
+    int64_t C = x->dims[x->rank - 1], E = g->dims[g->rank - 1], F = -1;
+    int fused = layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED);
+    if ((layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED)) == (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED) ||
+        (fused && (in[2] != in[3] || (layout & 1) != (layout >> 1 & 1))))
+        return 0;
+    for (int j = 2; j >= 0; j--) { // [E, F, C], [E, F, C] (fused [E, 2F, C]), [E, C, F] as read [E, out, in]
+        const Shape *w = &in[2 + j]->shape;
+        int t = layout >> j & 1;
+        int64_t out = w->dims[t ? 2 : 1], wide = w->dims[t ? 1 : 2], f = j < 2 ? out : wide;
+        if (j < 2 && fused) f = out % 2 ? -1 : out / 2;
+        if (w->rank != 3 || w->dims[0] != E || (j < 2 ? wide : out) != C || (F >= 0 && f != F)) return 0;
+        F = f;
+    }
+    const Shape *b = nin > 5 ? &in[5]->shape : NULL; // the gate_up bias [E, 2F]
+    return !b || (b->rank == 2 && b->dims[0] == E && b->dims[1] == 2 * F);
 }
 
 static int same_attention(const Node *a, const Node *b) {
@@ -484,6 +500,10 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     if (n->padding != 0 && ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
                             n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
         rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
+        return;
+    }
+    if (n->moe_form != 0 && ((n->op != OP_MOE && n->op != OP_MOE_BWD) || (n->moe_form & ~MOE_FORM_BITS))) {
+        rd_fail(r, "%s: moe form %d (0, or bits of 127 on a moe)", where, n->moe_form);
         return;
     }
     if (n->pooled != 0 &&
@@ -568,10 +588,15 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     case OP_MOE_BWD: {
         Node *const *in = n->in + (n->op == OP_MOE_BWD);
         int64_t total = 0;
-        for (int j = 0; j < 5; j++) total += shape_numel(&in[j]->shape);
+        if (n->nin != moe_operand_count(n)) {
+            rd_fail(r, "%s has %d operands; its form takes %d", where, n->nin, moe_operand_count(n));
+            return;
+        }
+        for (int j = 0; j + (n->op == OP_MOE_BWD) < n->nin; j++) total += moe_operand_floats(n, j);
         int same = n->op == OP_MOE ? shape_eq(&n->shape, &in[0]->shape)
                                    : shape_numel(&n->shape) == total && shape_eq(&n->in[0]->shape, &in[0]->shape);
-        if (!same || !moe_shapes_ok(in)) rd_fail(r, "%s: operands of inconsistent shapes", where);
+        if (!same || !moe_shapes_ok(in, n->moe_form, n->nin - (n->op == OP_MOE_BWD)))
+            rd_fail(r, "%s: operands of inconsistent shapes", where);
         else if (n->scale != 0 && !(n->scale > 0 && n->softcap > 0 && isfinite(n->scale) && isfinite(n->softcap)))
             rd_fail(r, "%s: clamped SwiGLU alpha %g, limit %g (alpha 0, or both positive and finite)", where, n->scale,
                     n->softcap);
@@ -686,6 +711,7 @@ static Node *read_node(Rd *r, Graph *g, PartKind pk, Part *part) {
     n->pooled = get_i32(r);
     n->chunk = get_i64(r);
     n->group_limit = get_i32(r);
+    n->moe_form = get_i32(r);
     if (r->failed) return NULL;
     if (op == OP_ROPE ? shape.rank != 3 || n->heads < 1 || shape.dims[2] % n->heads || (shape.dims[2] / n->heads) % 2 ||
                             pairs != shape.dims[2] / n->heads / 2

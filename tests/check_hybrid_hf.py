@@ -20,8 +20,9 @@ back from the step unchanged). glm4_moe: Glm4MoeForCausalLM
 (q/k/v biases, rope on half of each head, per-head q/k norms, the same
 routing). llama4: Llama4ForCausalLM (Scout's text model: rope layers with
 chunked attention and the weightless q/k norm, a NoPE layer with the
-temperature tuning, interleaved rope pairs, top-1 experts scaled at their
-input with fused [E, in, out] weights, a shared expert, a dense layer).
+temperature tuning, interleaved rope pairs, top-2 experts each scaled at
+its input (moe's gates_on = input) with the fused [E, in, out] weights read
+in place, a shared expert, a dense layer).
 gpt_oss: GptOssForCausalLM (sliding and full layers with sinks and
 attention biases, yarn rope, a biased router, expert biases, the clamped
 SwiGLU with its limit reached). The MoE families' objective is the one
@@ -143,11 +144,11 @@ CONFIGS = {
                  "tie_word_embeddings": False, "hidden_act": "silu"},
     # Llama 4 (Scout's text model): rope layers with chunked attention (chunk 8 of 32 positions) and the weightless
     # q/k norm, a NoPE layer with full attention and the temperature (floor_scale 8: the floor steps 4 times),
-    # interleaved rope pairs, llama3 rope with equal low and high factors, top-1 experts scaled at their input,
-    # fused [E, in, out] expert weights, a shared expert, a dense layer (moe_layers)
+    # interleaved rope pairs, llama3 rope with equal low and high factors, top-2 experts scaled at their input,
+    # fused [E, in, out] expert weights read in place, a shared expert, a dense layer (moe_layers)
     "llama4": {"model_type": "llama4_text", "vocab_size": 256, "hidden_size": 32, "num_hidden_layers": 4,
                "num_attention_heads": 4, "num_key_value_heads": 2, "head_dim": 8, "intermediate_size": 16,
-               "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 1, "moe_layers": [0, 1, 3],
+               "intermediate_size_mlp": 48, "num_local_experts": 4, "num_experts_per_tok": 2, "moe_layers": [0, 1, 3],
                "no_rope_layers": [1, 1, 1, 0], "attention_chunk_size": 8, "attn_temperature_tuning": True,
                "floor_scale": 8, "attn_scale": 0.1, "use_qk_norm": True, "rope_theta": 10000.0,
                "rope_scaling": {"rope_type": "llama3", "factor": 4.0, "low_freq_factor": 1.0,

@@ -75,7 +75,21 @@ forward's to 1e-5 relative, and each numpy routing moves the loss from
 Mixtral's by more than 1e-4 (the grouped one also from its own with a zero
 bias), so the check sees the routing.
 
+layouts: the tiny Mixtral's experts stored as checkpoints store them, each
+layer's experts one tensor: every weight [E, in, out] (transpose(w)); a
+fused gate_up [E, 2F, C] as halves; Llama 4's [E, C, 2F] halves and down
+[E, F, C]; gpt-oss's [E, C, 2F] interleaved (the gate at even columns)
+and down [E, F, C]. For each, `mtc --dump-graph` shows no transpose,
+slice, concat or reshape node in the block (the kernels read the weights in
+place: the moe line names the form), mtrun's first validation loss equals
+numpy's (the per-expert tensors, mixtral_loss) to 1e-5 relative, and the
+f32 plan's step-1 gradient of every tensor equals the per-expert model's
+(examples/mixtral-tiny.mt, held to transformers by hf) in the stored
+layout, to 1e-5 of the tensor's largest. A form read with gate and up
+swapped (halves for interleaved) must miss numpy's loss by more than 1e-4.
+
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
+       check_moe.py layouts MTC REF_FORWARD MTRUN
        check_moe.py routers MTC REF_FORWARD MTRUN
        check_moe.py hf MTC REF_FORWARD MTRUN
        check_moe.py hf_masked MTC REF_FORWARD MTRUN
@@ -322,7 +336,7 @@ def hf_mixtral(seed):
     return model
 
 
-def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
+def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA, out_name="o"):
     """mtrun's first step of model text from weights W (batch 1, seq T) on data: its log line and the gradient of
     every tensor, read off an AdamW step of update lr g / (|g| + eps)."""
     lr, eps = 1e12, 1e6
@@ -333,7 +347,7 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
     if not check("schedule = constant" in text and "eps = " in text and "clip = 0" in text,
                  "the tiny Mixtral's train section still reads as this check rewrites it"):
         return None, None
-    model, wf, planfile, log, out = (os.path.join(tmp, n) for n in ("m.mt", "w.safetensors", "p.bin", "l.jsonl", "o"))
+    model, wf, planfile, log, out = (os.path.join(tmp, n) for n in ("m.mt", "w.safetensors", "p.bin", "l.jsonl", out_name))
     with open(model, "w") as f:
         f.write(text)
     write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
@@ -344,7 +358,8 @@ def mt_step_grads(mtc, mtrun, text, W, tmp, T, data=DATA):
             f"{lr:g}", "--no-save", "--val-batches", "0", "--export", out, "--dtype", "fp32")
     if not check(p.returncode == 0, "mtrun one step of the tiny Mixtral", p):
         return None, None
-    got = read_safetensors(next(os.path.join(out, n) for n in os.listdir(out) if n.endswith(".safetensors")))
+    got = read_safetensors(out if out.endswith(".safetensors") else
+                           next(os.path.join(out, n) for n in os.listdir(out) if n.endswith(".safetensors")))
     grads = {}
     for n, w in W.items():
         u = w.astype(np.float64) - got[n].astype(np.float64)  # lr g / (|g| + eps)
@@ -507,6 +522,99 @@ def hf(mtc, mtrun, masked=False):
               f"relative from transformers'" + ("" if masked else f"; per layer {err0:.2e}"))
 
 
+# The stored forms: params (name, checkpoint name, shape), the moe call, and
+# each tensor from one layer's per-expert w1 (gate), w3 (up) [E, F, C], w2 (down) [E, C, F].
+LAYOUTS = {
+    "[E, in, out]": (['w_gate "block_sparse_moe.experts.w1" [E, C, FFN]', 'w_up "block_sparse_moe.experts.w3" [E, C, FFN]',
+                      'w_down "block_sparse_moe.experts.w2" [E, FFN, C]'],
+                     "moe(m, gates, transpose(w_gate), transpose(w_up), transpose(w_down))",
+                     lambda g, u, d: {"w1": g.transpose(0, 2, 1), "w3": u.transpose(0, 2, 1), "w2": d.transpose(0, 2, 1)},
+                     "w_gate=[E,in,out] w_up=[E,in,out] w_down=[E,in,out]"),
+    "halves [E, 2F, C]": (['w_gate_up "block_sparse_moe.experts.gate_up" [E, 2 * FFN, C]',
+                           'w_down "block_sparse_moe.experts.down" [E, C, FFN]'],
+                          "moe(m, gates, w_gate_up, w_down, gate_up = halves)",
+                          lambda g, u, d: {"gate_up": np.concatenate([g, u], 1), "down": d}, "gate_up=halves"),
+    "Llama 4": (['w_gate_up "block_sparse_moe.experts.gate_up_proj" [E, C, 2 * FFN]',
+                 'w_down "block_sparse_moe.experts.down_proj" [E, FFN, C]'],
+                "moe(m, gates, transpose(w_gate_up), transpose(w_down), gate_up = halves)",
+                lambda g, u, d: {"gate_up_proj": np.concatenate([g, u], 1).transpose(0, 2, 1),
+                                 "down_proj": d.transpose(0, 2, 1)},
+                "gate_up=halves w_gate_up=[E,in,out] w_down=[E,in,out]"),
+    "gpt-oss": (['w_gate_up "block_sparse_moe.experts.gate_up_proj" [E, C, 2 * FFN]',
+                 'w_down "block_sparse_moe.experts.down_proj" [E, FFN, C]'],
+                "moe(m, gates, transpose(w_gate_up), transpose(w_down), gate_up = interleaved)",
+                lambda g, u, d: {"gate_up_proj": np.stack([g, u], 2).reshape(g.shape[0], -1, g.shape[2])
+                                 .transpose(0, 2, 1), "down_proj": d.transpose(0, 2, 1)},
+                "gate_up=interleaved w_gate_up=[E,in,out] w_down=[E,in,out]"),
+}
+
+
+def layout_model(params, call):
+    """examples/mixtral-tiny.mt with its experts' params and moe call replaced."""
+    text = open(MODEL).read()
+    lines = [ln for ln in text.splitlines() if "block_sparse_moe.experts.{e}" not in ln]
+    at = next(i for i, ln in enumerate(lines) if "block_sparse_moe.gate.weight" in ln) + 1
+    lines[at:at] = ["  param " + p for p in params]
+    text = "\n".join(lines) + "\n"
+    check("moe(m, gates, w_gate, w_up, w_down)" in text, "the tiny Mixtral's moe call still reads as this check rewrites it")
+    return text.replace("moe(m, gates, w_gate, w_up, w_down)", call)
+
+
+def layout_weights(W, make):
+    """W with each layer's per-expert tensors replaced by `make`'s stored ones."""
+    out = {n: w for n, w in W.items() if ".experts." not in n}
+    for i in range(L):
+        p = f"model.layers.{i}.block_sparse_moe.experts."
+        g, u, d = (np.stack([W[f"{p}{e}.{k}.weight"] for e in range(E)]) for k in ("w1", "w3", "w2"))
+        out.update({p + k: np.ascontiguousarray(t) for k, t in make(g, u, d).items()})
+    return out
+
+
+def layouts(mtc, mtrun):
+    W = random_weights(mtc, MODEL, 14)
+    tokens, targets = val_tokens(T)
+    want, _ = mixtral_loss(W, tokens, targets)
+    with tempfile.TemporaryDirectory() as tmp:
+        _, base = mt_step_grads(mtc, mtrun, open(MODEL).read(), W, tmp, T)
+        for name, (params, call, make, form) in LAYOUTS.items():
+            text, Wl = layout_model(params, call), layout_weights(W, make)
+            model, wf, planfile = (os.path.join(tmp, n) for n in ("l.mt", "l.safetensors", "l.bin"))
+            with open(model, "w") as f:
+                f.write(text)
+            dump = run(mtc, model, "--dump-graph").stdout
+            block = dump[dump.index("block"):dump.index("tail")] if "tail" in dump else dump
+            ids = re.findall(r"(%\d+) = param w_(?:gate|up|gate_up|down) ", block)  # the experts' weights
+            readers = [ln.strip() for ln in block.splitlines() if " = moe" not in ln and
+                       any(re.search(rf"[ ,]{i}(?!\d)", ln.split("=", 1)[-1]) for i in ids)]
+            check(len(ids) == len(params) and not readers,
+                  f"{name}: only moe reads the experts' weights {ids} (no transpose, slice or copy): {readers[:3]}")
+            check(sum(f" {form} " in ln for ln in block.splitlines() if " = moe " in ln) == 1,
+                  f"{name}: the block's moe reads {form}")
+            write_safetensors(wf, [(n, "F32", w) for n, w in Wl.items()])
+            q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
+            if not check(q.returncode == 0, f"mtc -o the tiny Mixtral, {name}", q):
+                continue
+            got, _ = first_val_loss(mtrun, planfile, tmp, "--init", wf)
+            check(got is not None and abs(got - want) <= 1e-5 * abs(want),
+                  f"{name}: first validation loss {got} vs numpy {want}")
+            _, grads = mt_step_grads(mtc, mtrun, text, Wl, tmp, T, out_name="o.safetensors")
+            ref = layout_weights(base, make) if base else {}
+            worst = max((float(np.max(np.abs(grads[n] - ref[n])) / np.max(np.abs(ref[n]))), n) for n in ref) \
+                if grads and ref else (float("nan"), "?")
+            check(worst[0] <= 1e-5, f"{name}: step-1 gradients vs the per-expert model's: worst {worst[0]:.1e} ({worst[1]})")
+            print(f"mixtral-tiny, experts {name}: loss {got} (numpy {want:.9f}); gradients within {worst[0]:.1e} "
+                  f"of the per-expert model's")
+        swapped = LAYOUTS["gpt-oss"][1].replace("interleaved", "halves")  # so the check can fail
+        text, Wl = layout_model(LAYOUTS["gpt-oss"][0], swapped), layout_weights(W, LAYOUTS["gpt-oss"][2])
+        with open(model, "w") as f:
+            f.write(text)
+        write_safetensors(wf, [(n, "F32", w) for n, w in Wl.items()])
+        q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
+        other, _ = first_val_loss(mtrun, planfile, tmp, "--init", wf) if q.returncode == 0 else (None, None)
+        check(other is not None and abs(other - want) > 1e-4 * abs(want),
+              f"gpt-oss's tensors read as halves move the loss ({other} vs {want})")
+
+
 def main():
     mode = sys.argv[1]
     if mode == "explain":
@@ -521,6 +629,9 @@ def main():
         sys.exit(finish())
     if mode == "routers":
         routers(mtc, mtrun)
+        sys.exit(finish())
+    if mode == "layouts":
+        layouts(mtc, mtrun)
         sys.exit(finish())
     if mode in ("hf", "hf_masked"):
         hf(mtc, mtrun, mode == "hf_masked")

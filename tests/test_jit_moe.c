@@ -85,7 +85,15 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
     char *A = aligned_alloc(64, (size_t)total + 64); // (total) bytes: the kernel's arguments, in storage type
     float *ref = malloc((size_t)k->args[0].numel * sizeof(float)); // (output numel) the plain kernel's output
     void *in[8] = {0};
+    int first[8] = {0}; // (nargs) the first argument of the same node (a fused gate_up is moe's operand twice)
     for (int a = 1; a < k->nargs; a++) {
+        first[a] = a;
+        for (int b = 1; b < a; b++)
+            if (k->args[b].node == k->args[a].node && first[a] == a) first[a] = b;
+        if (first[a] != a) {
+            in[a - 1] = in[first[a] - 1];
+            continue;
+        }
         char *buf = A + off[k->args[a].node];
         int abf = k->args[a].dtype == KT_BF16;
         fill_operand(n, a - 1, buf, abf);
@@ -128,7 +136,8 @@ static int check_kernel(Jit *j, const Graph *g, int p, int i, int bf, const char
            ok ? "ok  " : "FAIL", path, bf ? "bf16" : "f32", part_name(p), i, op_name(n->op), err, tol,
            (long long)k->args[0].numel, 1e3 * t_jit, 1e3 * t_plain);
     seen[0] += n->op == OP_MOE, seen[1] += n->op == OP_MOE_BWD;
-    for (int a = 0; a < n->nin; a++) free(in[a]);
+    for (int a = 0; a < n->nin; a++)
+        if (first[a + 1] == a + 1) free(in[a]);
     free(ref), free(A), free(off);
     return !ok;
 }

@@ -643,8 +643,9 @@ static void damage_bytes(const char *model, const Plan *p, const unsigned char *
         15, // before frozen parameters and LoRA adapters (Param.frozen, lora, lora_of, lora_scale)
         16, // before the optimizer's placement (Plan.opt_device)
         17, // before attention's chunk (Node.chunk, KirAttn.chunk)
-        18, // before attention's sinks as an operand of its kernels (an fp32 pass over y and lse) and the
-            // buffers' balance rules (Param.balance_mask, balance_rate)
+        18, // before attention's sinks as an operand of its kernels (an fp32 pass over y and lse), the
+            // buffers' balance rules (Param.balance_mask, balance_rate), routers' group limits
+            // (Node.group_limit) and moe's weights in their stored layouts (Node.moe_form)
         20, 21, // never released (the branches that became 19)
     };
     for (size_t k = 0; k < sizeof refused / sizeof refused[0]; k++) {

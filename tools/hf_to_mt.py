@@ -1288,15 +1288,13 @@ def llama4_text(mt, cfg, raw, name, pre=""):
     """Llama 4's text model (Scout, Maverick): rope layers (interleaved pairs, a weightless q/k RMSNorm after rope
     when use_qk_norm, chunked attention) and NoPE layers (no_rope_layers 0: full attention, the queries scaled by
     the temperature log(floor((t + 1) / floor_scale) + 1) attn_scale + 1 when attn_temperature_tuning), each with
-    its experts (moe_layers: sigmoid of the top-1 logit scaling the expert's input, a shared expert beside) or a
+    its experts (moe_layers: the sigmoid of each of the top-k logits scaling its expert's input, moe's gates_on =
+    input; the fused gate_up_proj [E, in, 2 FFN] and down_proj read in place; a shared expert beside) or a
     dense SwiGLU (intermediate_size_mlp); the kinds in the order of the layers. pre: the checkpoint's prefix of
     every name ("language_model." in the multimodal Llama4ForConditionalGeneration's)."""
     check_fields(mt, raw)
     act(cfg, "hidden_act", ("silu",), "SwiGLU (hidden_act silu)")
     need(not cfg.attention_bias, "attention_bias", True, "mt writes Llama 4's projections bias-free")
-    need(cfg.num_experts_per_tok == 1, "num_experts_per_tok", cfg.num_experts_per_tok,
-         "mt scales one expert's input by its score (Llama 4's top-1); more experts a token need a per-expert "
-         "input scale in moe")
     w = Writer(name, "")
     C, NH, NKV, HS = decoder_sizes(w, cfg)
     nl = cfg.num_hidden_layers
@@ -1308,7 +1306,8 @@ def llama4_text(mt, cfg, raw, name, pre=""):
         need(t in ("chunked_attention", "full_attention"), "layer_types", t, "mt maps chunked_attention and "
                                                                               "full_attention")
     if any(moe):
-        w.const("E", cfg.num_local_experts, "num_local_experts (1 a token)")
+        w.const("E", cfg.num_local_experts, "num_local_experts")
+        w.const("K", cfg.num_experts_per_tok, "num_experts_per_tok")
         w.const("FFN", cfg.intermediate_size, "intermediate_size: each expert's and the shared expert's width")
     if not all(moe):
         w.const("DFFN", cfg.intermediate_size_mlp, "intermediate_size_mlp: the dense layers' width")
@@ -1391,13 +1390,11 @@ def llama4_block(L, header, pre, use_rope, chunked, moe, tune, qk_norm, rope_kw)
       + ") @ transpose(wo)")
     P("m = rmsnorm(x, mlp_norm, eps = eps)")
     if moe:
-        P("# top-1 routing: the expert's input scaled by the sigmoid of its logit (its gate is 1, the softmax of")
-        P("# one logit)")
+        P("# the top K: each chosen expert runs on its input scaled by the sigmoid of its logit, its output not gated")
         P("logits = m @ transpose(router)")
-        P("gates = router(logits, top_k = 1, softmax = after)")
-        P("scale = sum(where(gates, sigmoid(logits), 0), axis = -1) # [B, T, 1]")
-        P("w_g, w_u = split(w_gate_up, 2, axis = -1)")
-        P("y = moe(m * scale, gates, transpose(w_g), transpose(w_u), transpose(w_down))")
+        P("gates = where(router(logits, top_k = K, softmax = after), sigmoid(logits), 0) # [B, T, E]")
+        P("# the checkpoint's experts read in place: gate_up [E, in, 2 FFN], the gate then the up; down [E, in, out]")
+        P("y = moe(m, gates, transpose(w_gate_up), transpose(w_down), gate_up = halves, gates_on = input)")
         P("return x + y + swiglu(m @ transpose(s_gate), m @ transpose(s_up)) @ transpose(s_down)")
     else:
         P("return x + swiglu(m @ transpose(w_gate), m @ transpose(w_up)) @ transpose(w_down)")
@@ -1408,8 +1405,8 @@ def gpt_oss(mt, cfg, raw, name):
     """gpt-oss: sliding and full attention layers (layer_types; full as the sliding kind with W = T) with q/k/v/o
     biases and a learned sink logit a head, yarn rope; every layer's experts behind a biased softmax-after router,
     with biases and the clamped SwiGLU ((min(up, limit) clamped below at -limit + 1) * g sigmoid(alpha g), g =
-    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj, read as [E, in, FFN, 2]
-    and split): moe's alpha, limit and expert bias options, K experts a row."""
+    min(gate, limit); gate and up interleaved in the fused [E, in, 2 FFN] gate_up_proj and its bias, read in place
+    by moe's gate_up = interleaved): moe's alpha, limit and expert bias options, K experts a row."""
     check_fields(mt, raw)
     need("quantization_config" not in raw, "quantization_config", raw.get("quantization_config"),
          "mt loads bf16 or f32 weights: dequantize the checkpoint (MXFP4 experts) and drop quantization_config")
@@ -1459,11 +1456,9 @@ def gpt_oss(mt, cfg, raw, name):
                "m = rmsnorm(x, mlp_norm, eps = eps)",
                "logits = m @ transpose(router) + router_b",
                "gates = router(logits, top_k = K, softmax = after) # [B, T, E]: K of them not 0",
-               "wg, wu = split(reshape(w_gate_up, [E, C, FFN, 2]), 2) # gate the even columns, up the odd ones",
-               "bg, bu = split(reshape(b_gate_up, [E, FFN, 2]), 2)",
-               "x = x + moe(m, gates, transpose(reshape(wg, [E, C, FFN])), transpose(reshape(wu, [E, C, FFN])), "
-               "transpose(w_down), alpha = ALPHA, limit = LIMIT, gate_bias = reshape(bg, [E, FFN]), "
-               "up_bias = reshape(bu, [E, FFN]), down_bias = b_down)"]:
+               "# the checkpoint's experts read in place: gate_up [E, in, 2 FFN] and its bias, the gate at even columns",
+               "x = x + moe(m, gates, transpose(w_gate_up), transpose(w_down), gate_up = interleaved, alpha = ALPHA, "
+               "limit = LIMIT, gate_up_bias = b_gate_up, down_bias = b_down)"]:
         P(st)
     if router_loss(cfg):
         P("return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))")

@@ -151,13 +151,16 @@ static void gemm(Nb *b, int ta, int tb, LLVMValueRef M, LLVMValueRef N, LLVMValu
     LLVMBuildCall2(b->b, b->gemm_ty, b->gemm, a, 12, "");
 }
 
-// The geometry of a moe node: x [rows, C], gates [rows, E], w_gate and w_up [E, F, C], w_down [E, C, F].
+// The geometry of a moe node: x [rows, C], gates [rows, E], the weights as its moe_form stores them.
 typedef struct Moe {
     int64_t rows, C, E, F;
-    LLVMValueRef x, gates, wg, wu, wd;  // operands
-    LLVMValueRef row, xe, h1, h3, a, o; // workspace: row i64 [rows]; xe, o [rows, C]; h1, h3, a [rows, F]
-    LLVMValueRef n;                     // i64 local: expert e's rows
-    double alpha, limit;                // the clamped SwiGLU (the node's scale, softcap), alpha 0: SwiGLU
+    int layout;                        // the node's moe_form (common/graph.h)
+    LLVMValueRef x, gates, wg, wu, wd; // operands
+    LLVMValueRef bias;                 // the gate_up bias [E, 2F] (MOE_GATE_UP_BIAS), or NULL
+    LLVMValueRef row, xe, h, a,
+        o;               // workspace: row i64 [rows]; xe, o [rows, C]; h [rows, 2F] (kernels.inc's); a [rows, F]
+    LLVMValueRef n;      // i64 local: expert e's rows
+    double alpha, limit; // the clamped SwiGLU (the node's scale, softcap), alpha 0: SwiGLU
 } Moe;
 
 static LLVMValueRef f_lt(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildFCmp(b->b, LLVMRealOLT, x, y, ""); }
@@ -179,23 +182,58 @@ static LLVMValueRef expert_act(Nb *b, const Moe *m, LLVMValueRef h1, LLVMValueRe
     clamped_parts(b, m, h1, h3, &g, &u, &s);
     return f_div(b, f_mul(b, f_add(b, u, cf(b, 1)), g), one_plus_exp_neg(b, f_mul(b, cf(b, m->alpha), g)));
 }
-// kernels.inc's expert_act_bwd: dh1[j], dh3[j] from da at j.
-static void expert_act_bwd(Nb *b, const Moe *m, LLVMValueRef j, LLVMValueRef da, LLVMValueRef dh1, LLVMValueRef dh3) {
-    LLVMValueRef h = ld(b, b->f32, m->h1, j), h3 = ld(b, b->f32, m->h3, j), dav = ld(b, b->f32, da, j);
+// kernels.inc's expert_act_bwd: dh at gj, uj (h's gate and up places) from da at j.
+static void expert_act_bwd(Nb *b, const Moe *m, LLVMValueRef j, LLVMValueRef gj, LLVMValueRef uj, LLVMValueRef da,
+                           LLVMValueRef dh) {
+    LLVMValueRef h = ld(b, b->f32, m->h, gj), h3 = ld(b, b->f32, m->h, uj), dav = ld(b, b->f32, da, j);
+    LLVMValueRef dh1 = at(b, b->f32, dh, gj), dh3 = at(b, b->f32, dh, uj), z = ci(b, 0);
     if (!(m->alpha > 0)) {
         LLVMValueRef sg = sigmoid(b, h);
-        st(b, b->f32, dh3, j, f_mul(b, dav, silu(b, h)));
+        st(b, b->f32, dh3, z, f_mul(b, dav, silu(b, h)));
         LLVMValueRef lhs = f_mul(b, f_mul(b, dav, h3), sg);
-        st(b, b->f32, dh1, j, f_mul(b, lhs, f_add(b, cf(b, 1), f_mul(b, h, f_sub(b, cf(b, 1), sg)))));
+        st(b, b->f32, dh1, z, f_mul(b, lhs, f_add(b, cf(b, 1), f_mul(b, h, f_sub(b, cf(b, 1), sg)))));
         return;
     }
     LLVMValueRef g, u, s, L = cf(b, m->limit), zero = cf(b, 0);
     clamped_parts(b, m, h, h3, &g, &u, &s);
     LLVMValueRef out_of = LLVMBuildOr(b->b, f_lt(b, h3, cf(b, -m->limit)), f_lt(b, L, h3), "");
-    st(b, b->f32, dh3, j, pick(b, out_of, zero, f_mul(b, f_mul(b, dav, g), s)));
+    st(b, b->f32, dh3, z, pick(b, out_of, zero, f_mul(b, f_mul(b, dav, g), s)));
     LLVMValueRef lhs = f_mul(b, f_mul(b, dav, f_add(b, u, cf(b, 1))), s);
     LLVMValueRef rhs = f_add(b, cf(b, 1), f_mul(b, f_mul(b, cf(b, m->alpha), g), f_sub(b, cf(b, 1), s)));
-    st(b, b->f32, dh1, j, pick(b, f_lt(b, L, h), zero, f_mul(b, lhs, rhs)));
+    st(b, b->f32, dh1, z, pick(b, f_lt(b, L, h), zero, f_mul(b, lhs, rhs)));
+}
+
+// kernels.inc's times_wt: y [n, N] (ldy) = a [n, K] W^T + beta y, W expert e's of weight w in layout mm.
+static void times_wt(Nb *b, LLVMValueRef n, int64_t N, int64_t K, LLVMValueRef a, int64_t lda, LLVMValueRef w,
+                     MoeMat mm, LLVMValueRef e, double beta, LLVMValueRef y, int64_t ldy) {
+    gemm(b, 0, !mm.t, n, ci(b, N), ci(b, K), a, lda, at(b, b->f32, w, mul(b, e, ci(b, mm.expert))), mm.ld, beta, y,
+         ldy);
+}
+// kernels.inc's times_w: y [n, K] = d [n, N] W + beta y.
+static void times_w(Nb *b, LLVMValueRef n, int64_t N, int64_t K, LLVMValueRef d, int64_t ldd, LLVMValueRef w, MoeMat mm,
+                    LLVMValueRef e, double beta, LLVMValueRef y, int64_t ldy) {
+    gemm(b, 0, mm.t, n, ci(b, K), ci(b, N), d, ldd, at(b, b->f32, w, mul(b, e, ci(b, mm.expert))), mm.ld, beta, y, ldy);
+}
+// kernels.inc's grad_w: expert e's dW (N x K in layout mm of dw) = d [n, N]^T a [n, K].
+static void grad_w(Nb *b, LLVMValueRef n, int64_t N, int64_t K, LLVMValueRef d, int64_t ldd, LLVMValueRef a,
+                   int64_t lda, LLVMValueRef dw, MoeMat mm, LLVMValueRef e) {
+    LLVMValueRef to = at(b, b->f32, dw, mul(b, e, ci(b, mm.expert)));
+    if (mm.t) gemm(b, 1, 0, ci(b, K), ci(b, N), n, a, lda, d, ldd, 0, to, mm.ld);
+    else gemm(b, 1, 0, ci(b, N), ci(b, K), n, d, ldd, a, lda, 0, to, mm.ld);
+}
+static int moe_fused_layout(int layout) { return layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED); }
+// Row i, column f's place j in a [n, F] and its gate's and up's places *gj, *uj in h [n, 2F].
+static LLVMValueRef act_places(Nb *b, const Moe *m, LLVMValueRef i, LLVMValueRef f, LLVMValueRef *gj,
+                               LLVMValueRef *uj) {
+    LLVMValueRef row = mul(b, i, ci(b, 2 * m->F));
+    if (m->layout & MOE_GATE_UP_INTERLEAVED) {
+        *gj = add(b, row, mul(b, f, ci(b, 2)));
+        *uj = add(b, *gj, ci(b, 1));
+    } else {
+        *gj = add(b, row, f);
+        *uj = add(b, *gj, ci(b, m->F));
+    }
+    return add(b, mul(b, i, ci(b, m->F)), f);
 }
 
 // Expert e's rows gathered (row[0 .. n), xe) and its three GEMMs over them:
@@ -215,18 +253,33 @@ static LLVMBasicBlockRef expert_forward(Nb *b, Moe *m, LLVMValueRef e) {
     LLVMValueRef n = get(b, b->i64, m->n);
     LLVMBasicBlockRef done = if_begin(b, LLVMBuildICmp(b->b, LLVMIntSGT, n, ci(b, 0), ""));
     LLVMValueRef i = loop_begin(b, &l, ci(b, 0), n);
-    LLVMValueRef src = mul(b, ld(b, b->i64, m->row, i), ci(b, m->C)), dst = mul(b, i, ci(b, m->C));
-    LLVMValueRef c = loop_begin(b, &l2, ci(b, 0), ci(b, m->C));
-    st(b, b->f32, m->xe, add(b, dst, c), ld(b, b->f32, m->x, add(b, src, c)));
+    LLVMValueRef ri = ld(b, b->i64, m->row, i), src = mul(b, ri, ci(b, m->C)), dst = mul(b, i, ci(b, m->C));
+    LLVMValueRef gi = ld(b, b->f32, m->gates, add(b, mul(b, ri, ci(b, m->E)), e));
+    LLVMValueRef c = loop_begin(b, &l2, ci(b, 0), ci(b, m->C)), xv = ld(b, b->f32, m->x, add(b, src, c));
+    st(b, b->f32, m->xe, add(b, dst, c), m->layout & MOE_GATES_ON_INPUT ? f_mul(b, xv, gi) : xv); // gate x: its input
     loop_end(b, &l2);
     loop_end(b, &l);
-    LLVMValueRef FC = mul(b, e, ci(b, m->F * m->C));
-    gemm(b, 0, 1, n, ci(b, m->F), ci(b, m->C), m->xe, m->C, at(b, b->f32, m->wg, FC), m->C, 0, m->h1, m->F);
-    gemm(b, 0, 1, n, ci(b, m->F), ci(b, m->C), m->xe, m->C, at(b, b->f32, m->wu, FC), m->C, 0, m->h3, m->F);
-    LLVMValueRef j = loop_begin(b, &l, ci(b, 0), mul(b, n, ci(b, m->F)));
-    st(b, b->f32, m->a, j, expert_act(b, m, ld(b, b->f32, m->h1, j), ld(b, b->f32, m->h3, j)));
+    int64_t C = m->C, F = m->F;
+    if (moe_fused_layout(m->layout))
+        times_wt(b, n, 2 * F, C, m->xe, C, m->wg, moe_mat(m->layout, 3, C, F), e, 0, m->h, 2 * F);
+    else {
+        times_wt(b, n, F, C, m->xe, C, m->wg, moe_mat(m->layout, 0, C, F), e, 0, m->h, 2 * F);
+        times_wt(b, n, F, C, m->xe, C, m->wu, moe_mat(m->layout, 1, C, F), e, 0, at(b, b->f32, m->h, ci(b, F)), 2 * F);
+    }
+    if (m->bias) { // kernels.inc's: h [n, 2F] += bias[e]
+        LLVMValueRef i2 = loop_begin(b, &l, ci(b, 0), n), j2 = loop_begin(b, &l2, ci(b, 0), ci(b, 2 * F));
+        LLVMValueRef hi = add(b, mul(b, i2, ci(b, 2 * F)), j2);
+        LLVMValueRef bv = ld(b, b->f32, m->bias, add(b, mul(b, e, ci(b, 2 * F)), j2));
+        st(b, b->f32, m->h, hi, f_add(b, ld(b, b->f32, m->h, hi), bv));
+        loop_end(b, &l2);
+        loop_end(b, &l);
+    }
+    LLVMValueRef row = loop_begin(b, &l, ci(b, 0), n), f = loop_begin(b, &l2, ci(b, 0), ci(b, F));
+    LLVMValueRef gj, uj, j = act_places(b, m, row, f, &gj, &uj);
+    st(b, b->f32, m->a, j, expert_act(b, m, ld(b, b->f32, m->h, gj), ld(b, b->f32, m->h, uj)));
+    loop_end(b, &l2);
     loop_end(b, &l);
-    gemm(b, 0, 1, n, ci(b, m->C), ci(b, m->F), m->a, m->F, at(b, b->f32, m->wd, FC), m->F, 0, m->o, m->C);
+    times_wt(b, n, C, F, m->a, F, m->wd, moe_mat(m->layout, 2, C, F), e, 0, m->o, C);
     return done;
 }
 
@@ -245,15 +298,17 @@ static LLVMValueRef carve(Nb *b, LLVMValueRef work, int64_t *at_floats, int64_t 
 
 static void moe_setup(Nb *b, Moe *m, const Node *n, LLVMValueRef args, LLVMValueRef work, int bwd) {
     const Shape *sx = &n->in[bwd]->shape, *sw = &n->in[bwd + 2]->shape;
-    m->C = sx->dims[sx->rank - 1], m->rows = shape_numel(sx) / m->C, m->E = sw->dims[0], m->F = sw->dims[1];
+    m->C = sx->dims[sx->rank - 1], m->rows = shape_numel(sx) / m->C, m->E = sw->dims[0], m->F = moe_expert_width(n);
+    m->layout = n->moe_form;
+    m->bias = n->nin > 5 + bwd ? arg(b, args, 6 + bwd, b->f32p) : NULL;
     m->x = arg(b, args, 1 + bwd, b->f32p), m->gates = arg(b, args, 2 + bwd, b->f32p);
     m->wg = arg(b, args, 3 + bwd, b->f32p), m->wu = arg(b, args, 4 + bwd, b->f32p),
     m->wd = arg(b, args, 5 + bwd, b->f32p);
     m->row = LLVMBuildBitCast(b->b, work, b->i64p, "");
     LLVMValueRef fw = LLVMBuildBitCast(b->b, work, b->f32p, "");
     int64_t o = 2 * m->rows; // past the row indices
-    m->xe = carve(b, fw, &o, m->rows * m->C), m->h1 = carve(b, fw, &o, m->rows * m->F);
-    m->h3 = carve(b, fw, &o, m->rows * m->F), m->a = carve(b, fw, &o, m->rows * m->F);
+    m->xe = carve(b, fw, &o, m->rows * m->C), m->h = carve(b, fw, &o, 2 * m->rows * m->F);
+    m->a = carve(b, fw, &o, m->rows * m->F);
     m->o = carve(b, fw, &o, m->rows * m->C);
     m->n = local(b, b->i64, NULL);
     m->alpha = n->scale, m->limit = n->softcap;
@@ -270,7 +325,8 @@ static void emit_moe(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work)
     LLVMBasicBlockRef done = expert_forward(b, &m, e);
     LLVMValueRef i = loop_begin(b, &li, ci(b, 0), get(b, b->i64, m.n));
     LLVMValueRef r = ld(b, b->i64, m.row, i);
-    LLVMValueRef g = ld(b, b->f32, m.gates, add(b, mul(b, r, ci(b, m.E)), e));
+    LLVMValueRef g = m.layout & MOE_GATES_ON_INPUT ? cf(b, 1)
+                                                   : ld(b, b->f32, m.gates, add(b, mul(b, r, ci(b, m.E)), e));
     LLVMValueRef c = loop_begin(b, &lc, ci(b, 0), ci(b, m.C));
     LLVMValueRef yi = add(b, mul(b, r, ci(b, m.C)), c);
     st(b, b->f32, y, yi,
@@ -281,16 +337,54 @@ static void emit_moe(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work)
     loop_end(b, &le);
 }
 
+// kernels.inc's: expert e's dbias [2F] = dh [n, 2F] summed over its rows, in double.
+static void bias_grad(Nb *b, const Moe *m, LLVMValueRef e, LLVMValueRef nr, LLVMValueRef dh, LLVMValueRef dbias) {
+    Loop lj, li;
+    LLVMValueRef sum = local(b, b->f64, NULL), j = loop_begin(b, &lj, ci(b, 0), ci(b, 2 * m->F));
+    set(b, sum, cd(b, 0));
+    LLVMValueRef i = loop_begin(b, &li, ci(b, 0), nr);
+    LLVMValueRef v = wide(b, ld(b, b->f32, dh, add(b, mul(b, i, ci(b, 2 * m->F)), j)));
+    set(b, sum, f_add(b, get(b, b->f64, sum), v));
+    loop_end(b, &li);
+    st(b, b->f32, dbias, add(b, mul(b, e, ci(b, 2 * m->F)), j), narrow(b, get(b, b->f64, sum)));
+    loop_end(b, &lj);
+}
+
+// kernels.inc's expert_dh and expert_bwd_up: dh [n, 2F] through the
+// activation, then the gate_up weights' gradients and the rows' dx (dxe).
+static void expert_bwd_up(Nb *b, const Moe *m, LLVMValueRef e, LLVMValueRef nr, LLVMValueRef da, LLVMValueRef dh,
+                          LLVMValueRef dwg, LLVMValueRef dwu, LLVMValueRef dxe, LLVMValueRef dbias) {
+    Loop li, lf;
+    int64_t C = m->C, F = m->F, L = m->layout;
+    LLVMValueRef i = loop_begin(b, &li, ci(b, 0), nr), f = loop_begin(b, &lf, ci(b, 0), ci(b, F));
+    LLVMValueRef gj, uj, j = act_places(b, m, i, f, &gj, &uj);
+    expert_act_bwd(b, m, j, gj, uj, da, dh);
+    loop_end(b, &lf);
+    loop_end(b, &li);
+    if (dbias) bias_grad(b, m, e, nr, dh, dbias);
+    if (moe_fused_layout(m->layout)) {
+        grad_w(b, nr, 2 * F, C, dh, 2 * F, m->xe, C, dwg, moe_mat(L, 3, C, F), e);
+        times_w(b, nr, 2 * F, C, dh, 2 * F, m->wg, moe_mat(L, 3, C, F), e, 0, dxe, C);
+        return;
+    }
+    LLVMValueRef dh3 = at(b, b->f32, dh, ci(b, F));
+    grad_w(b, nr, F, C, dh, 2 * F, m->xe, C, dwg, moe_mat(L, 0, C, F), e);
+    grad_w(b, nr, F, C, dh3, 2 * F, m->xe, C, dwu, moe_mat(L, 1, C, F), e);
+    times_w(b, nr, F, C, dh, 2 * F, m->wg, moe_mat(L, 0, C, F), e, 0, dxe, C);
+    times_w(b, nr, F, C, dh3, 2 * F, m->wu, moe_mat(L, 1, C, F), e, 1, dxe, C);
+}
+
 // kernels.inc's moe_bwd: packed [dx | dgates | dw_gate | dw_up | dw_down], expert by expert.
 static void emit_moe_bwd(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef work) {
     Moe m;
     moe_setup(b, &m, n, args, work, 1);
     int64_t R = m.rows, C = m.C, E = m.E, F = m.F, o = 2 * R + R * (2 * C + 3 * F);
     LLVMValueRef fw = LLVMBuildBitCast(b->b, work, b->f32p, "");
-    LLVMValueRef dO = carve(b, fw, &o, R * C), dxe = carve(b, fw, &o, R * C);                                // [n, C]
-    LLVMValueRef da = carve(b, fw, &o, R * F), dh1 = carve(b, fw, &o, R * F), dh3 = carve(b, fw, &o, R * F); // [n, F]
+    LLVMValueRef dO = carve(b, fw, &o, R * C), dxe = carve(b, fw, &o, R * C);    // [n, C]
+    LLVMValueRef da = carve(b, fw, &o, R * F), dh = carve(b, fw, &o, 2 * R * F); // [n, F], [n, 2F]
     LLVMValueRef out = arg(b, args, 0, b->f32p), dy = arg(b, args, 1, b->f32p);
     int64_t og = R * C, owg = og + R * E, owu = owg + E * F * C, owd = owu + E * F * C; // dx at 0
+    int on_input = m.layout & MOE_GATES_ON_INPUT;
     fill(b, out, shape_numel(&n->shape), cf(b, 0));
     LLVMValueRef dot = local(b, b->f64, NULL);
     Loop le, li, lc;
@@ -299,31 +393,31 @@ static void emit_moe_bwd(Nb *b, const Node *n, LLVMValueRef args, LLVMValueRef w
     LLVMValueRef nr = get(b, b->i64, m.n);
     LLVMValueRef i = loop_begin(b, &li, ci(b, 0), nr);
     LLVMValueRef r = ld(b, b->i64, m.row, i), ge = add(b, mul(b, r, ci(b, E)), e);
-    LLVMValueRef g = ld(b, b->f32, m.gates, ge);
+    LLVMValueRef g = on_input ? cf(b, 1) : ld(b, b->f32, m.gates, ge);
     set(b, dot, cd(b, 0));
     LLVMValueRef c = loop_begin(b, &lc, ci(b, 0), ci(b, C));
     LLVMValueRef dyv = ld(b, b->f32, dy, add(b, mul(b, r, ci(b, C)), c)), ic = add(b, mul(b, i, ci(b, C)), c);
     set(b, dot, f_add(b, get(b, b->f64, dot), f_mul(b, wide(b, dyv), wide(b, ld(b, b->f32, m.o, ic)))));
     st(b, b->f32, dO, ic, f_mul(b, g, dyv));
     loop_end(b, &lc);
-    st(b, b->f32, out, add(b, ci(b, og), ge), narrow(b, get(b, b->f64, dot)));
+    if (!on_input) st(b, b->f32, out, add(b, ci(b, og), ge), narrow(b, get(b, b->f64, dot)));
     loop_end(b, &li);
-    LLVMValueRef FC = mul(b, e, ci(b, F * C));
-    gemm(b, 0, 0, nr, ci(b, F), ci(b, C), dO, C, at(b, b->f32, m.wd, FC), F, 0, da, F);
-    gemm(b, 1, 0, ci(b, C), ci(b, F), nr, dO, C, m.a, F, 0, at(b, b->f32, out, add(b, ci(b, owd), FC)), F);
-    LLVMValueRef j = loop_begin(b, &li, ci(b, 0), mul(b, nr, ci(b, F)));
-    expert_act_bwd(b, &m, j, da, dh1, dh3);
-    loop_end(b, &li);
-    gemm(b, 1, 0, ci(b, F), ci(b, C), nr, dh1, F, m.xe, C, 0, at(b, b->f32, out, add(b, ci(b, owg), FC)), C);
-    gemm(b, 1, 0, ci(b, F), ci(b, C), nr, dh3, F, m.xe, C, 0, at(b, b->f32, out, add(b, ci(b, owu), FC)), C);
-    gemm(b, 0, 0, nr, ci(b, C), ci(b, F), dh1, F, at(b, b->f32, m.wg, FC), C, 0, dxe, C);
-    gemm(b, 0, 0, nr, ci(b, C), ci(b, F), dh3, F, at(b, b->f32, m.wu, FC), C, 1, dxe, C);
-    i = loop_begin(b, &li, ci(b, 0), nr);
-    LLVMValueRef xr = mul(b, ld(b, b->i64, m.row, i), ci(b, C));
+    MoeMat md = moe_mat(m.layout, 2, C, F);
+    times_w(b, nr, C, F, dO, C, m.wd, md, e, 0, da, F);
+    grad_w(b, nr, C, F, dO, C, m.a, F, at(b, b->f32, out, ci(b, owd)), md, e);
+    LLVMValueRef dbias = m.bias ? at(b, b->f32, out, ci(b, owd + E * C * F)) : NULL; // [E, 2F]
+    expert_bwd_up(b, &m, e, nr, da, dh, at(b, b->f32, out, ci(b, owg)), at(b, b->f32, out, ci(b, owu)), dxe, dbias);
+    i = loop_begin(b, &li, ci(b, 0), nr); // gates on the input: dgates = dxe . x, dx = gate dxe
+    r = ld(b, b->i64, m.row, i), ge = add(b, mul(b, r, ci(b, E)), e);
+    LLVMValueRef xr = mul(b, r, ci(b, C));
+    g = on_input ? ld(b, b->f32, m.gates, ge) : cf(b, 1);
+    set(b, dot, cd(b, 0));
     c = loop_begin(b, &lc, ci(b, 0), ci(b, C));
-    LLVMValueRef xi = add(b, xr, c);
-    st(b, b->f32, out, xi, f_add(b, ld(b, b->f32, out, xi), ld(b, b->f32, dxe, add(b, mul(b, i, ci(b, C)), c))));
+    LLVMValueRef xi = add(b, xr, c), dxv = ld(b, b->f32, dxe, add(b, mul(b, i, ci(b, C)), c));
+    if (on_input) set(b, dot, f_add(b, get(b, b->f64, dot), f_mul(b, wide(b, ld(b, b->f32, m.x, xi)), wide(b, dxv))));
+    st(b, b->f32, out, xi, f_add(b, ld(b, b->f32, out, xi), on_input ? f_mul(b, g, dxv) : dxv));
     loop_end(b, &lc);
+    if (on_input) st(b, b->f32, out, add(b, ci(b, og), ge), narrow(b, get(b, b->f64, dot)));
     loop_end(b, &li);
     if_end(b, done);
     loop_end(b, &le);

@@ -27,7 +27,7 @@
 //                i32 rope_interleaved, f64 rope_scale, u32 count (rope: D/2, else 0),
 //                count × f64 rope_freq, str rope_rule (rope under a scaling rule: the rule
 //                and its fields as "llama3 factor=32 ..."; else absent),
-//                i32 wide, i64 padding, i32 pooled, i64 chunk, i32 group_limit;
+//                i32 wide, i64 padding, i32 pooled, i64 chunk, i32 group_limit, i32 moe_form;
 //              i32 output id, i32 nfwd, i32 grad_seed id (-1: none),
 //              u32 count, per grad: i32 of id, i32 grad id (-1: zero)
 //   HOST     i64 host_global, i64 host_tail, nkinds × i64 host_kind, u32 count (= params),
@@ -198,6 +198,7 @@ static void write_node(Buf *b, const Node *n) {
     put_i32(b, n->pooled);
     put_i64(b, n->chunk);
     put_i32(b, n->group_limit);
+    put_i32(b, n->moe_form);
 }
 
 static int fail(char *err, size_t errcap, const char *fmt, ...) __attribute__((format(printf, 3, 4)));

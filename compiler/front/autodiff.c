@@ -402,13 +402,13 @@ static int node_rule(AD *ad, Node *n, Node *dy) {
     }
     case OP_TRANSPOSE: return accumulate(ad, in[0], emit1(ad, OP_TRANSPOSE, &in[0]->shape, loc, dy));
     case OP_MOE: {
-        int64_t off[6] = {0};
-        for (int i = 0; i < 5; i++) off[i + 1] = off[i] + shape_numel(&in[i]->shape);
-        Node *args[6] = {dy, in[0], in[1], in[2], in[3], in[4]};
-        Node *p = packed(ad, OP_MOE_BWD, off[5], loc, 6, args);
-        if (p) p->scale = n->scale, p->softcap = n->softcap; // the clamped SwiGLU
-        for (int i = 0; i < 5; i++)
-            if (accumulate(ad, in[i], view(ad, p, off[i], &in[i]->shape)) != 0) return -1;
+        int64_t off[7] = {0}; // a fused gate_up's gradient once, in w_gate's place
+        for (int i = 0; i < n->nin; i++) off[i + 1] = off[i] + moe_operand_floats(n, i);
+        Node *args[7] = {dy, in[0], in[1], in[2], in[3], in[4], n->nin > 5 ? in[5] : NULL};
+        Node *p = packed(ad, OP_MOE_BWD, off[n->nin], loc, n->nin + 1, args);
+        if (p) p->scale = n->scale, p->softcap = n->softcap, p->moe_form = n->moe_form; // SwiGLU, layouts
+        for (int i = 0; i < n->nin; i++)
+            if (moe_operand_floats(n, i) && accumulate(ad, in[i], view(ad, p, off[i], &in[i]->shape)) != 0) return -1;
         return 0;
     }
     case OP_LOAD_BALANCE: {

@@ -68,8 +68,10 @@ static const OpSpec OP_SPECS[] = {
      "bias_update=gamma, "
      "groups=1, top_groups=groups)",
      OP_TOP_K, 0},
-    {"moe", OP_MOE, 5, 5, "alpha limit gate_bias up_bias down_bias",
-     "moe(x, gates, w_gate, w_up, w_down, alpha=A, limit=L, gate_bias=b, up_bias=b, down_bias=b)", OP_MOE, 0},
+    {"moe", OP_MOE, 4, 5, "gate_up gates_on alpha limit gate_bias up_bias gate_up_bias down_bias",
+     "moe(x, gates, w_gate, w_up, w_down, gates_on=output|input, alpha=A, limit=L, gate_bias=b, up_bias=b, "
+     "down_bias=b), or moe(x, gates, w_gate_up, w_down, gate_up=halves|interleaved, gate_up_bias=b, ...)",
+     OP_MOE, 0},
     {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
      OP_LOAD_BALANCE, 0},
     {"add_loss", OP_ADD_LOSS, 2, 2, "", "add_loss(x, loss)", OP_ADD_LOSS, 0},
@@ -91,7 +93,7 @@ int ops_collect(Sema *S, const Expr *call, Args *a) {
         unknown_op(S, call);
         return -1;
     }
-    *a = (Args){.call = call, .spec = spec, .fold = spec->op == OP_MATMUL};
+    *a = (Args){.call = call, .spec = spec, .fold = spec->op == OP_MATMUL || spec->op == OP_MOE};
     for (int i = 0; i < call->items.n; i++) {
         const Expr *e = call->items.items[i];
         if (e->kind == EXPR_KWARG) {
@@ -1138,40 +1140,131 @@ static Node *lower_router(Sema *S, const Args *a) {
     return gates && scale != 1 ? binary_node(S, OP_MUL, gates, const_node(S, scale, loc), loc) : gates;
 }
 
-// moe reads its expert weights [E, out, in]. Square ones (F = C) fit stored
-// or transposed, so the layout is read from what shows it: a piece of a
-// fused gate_up weight split along its last axis is [E, in, out] (Llama 4's
-// and gpt-oss's gate_up_proj) and needs transpose, along axis 1 [E, out,
-// in]; else the call's other expert weights, which one checkpoint stores
-// the same way (most of the three, or the split pieces). A square weight
-// read the other way is an error naming the fix.
-static int check_expert_layouts(Sema *S, const Args *a, Node **w) {
-    static const char *what[3] = {"w_gate", "w_up", "w_down"};
-    if (w[0]->shape.dims[1] != w[0]->shape.dims[2]) return 0; // the shapes say it
-    int split[3], t[3], ref = -1, transposed = 0;             // split: -1, or whether the piece needs transpose
-    for (int i = 0; i < 3; i++) {
-        const Node *stored = (t[i] = w[i]->op == OP_TRANSPOSE) ? w[i]->in[0] : w[i];
-        transposed += t[i];
-        split[i] = i < 2 && stored->op == OP_SLICE && stored->shape.rank == 3 && stored->axis >= 1 ? stored->axis == 2
-                                                                                                   : -1;
+// moe reads each expert weight as stored, [E, out, in] or, written
+// transpose(w), [E, in, out] (Node.moe_form). Square ones (F = C; a
+// fused gate_up's 2F = C) fit either, so the layout is read from what shows
+// it: a piece of a weight split along its last axis is [E, in, out] and
+// needs transpose, along axis 1 [E, out, in]; else the call's non-square
+// expert weights, else its others, which one checkpoint stores the same way
+// (most of them). A square weight read the other way is an error naming the fix.
+static int check_square_expert_layouts(Sema *S, const Args *a, Node *const *w, const int *t, int nw) {
+    static const char *sep[3] = {"w_gate", "w_up", "w_down"}, *fused[2] = {"w_gate_up", "w_down"};
+    const char *const *what = nw == 3 ? sep : fused;
+    int split[3], ref = -1, wide = 0, wide_t = 0, transposed = 0, square = 0;
+    for (int i = 0; i < nw; i++) {
+        int sq = w[i]->shape.dims[1] == w[i]->shape.dims[2];
+        square += sq, wide += !sq, wide_t += !sq && t[i], transposed += t[i];
+        split[i] = i < nw - 1 && w[i]->op == OP_SLICE && w[i]->shape.rank == 3 && w[i]->axis >= 1 ? w[i]->axis == 2
+                                                                                                  : -1;
         if (split[i] >= 0 && ref < 0) ref = split[i];
     }
-    if (ref < 0) ref = transposed >= 2;
-    for (int i = 0; i < 3; i++) {
+    if (!square) return 0; // the shapes say it
+    if (ref < 0) ref = wide ? 2 * wide_t > wide : 2 * transposed > nw;
+    for (int i = 0; i < nw; i++) {
         int want = split[i] >= 0 ? split[i] : ref;
-        if (want == t[i]) continue;
+        if (w[i]->shape.dims[1] != w[i]->shape.dims[2] || want == t[i]) continue;
         const char *why = split[i] >= 0 ? (want ? "a piece of a weight split along its last axis, [E, in, out] as a "
                                                   "fused gate_up_proj stores it"
                                                 : "a piece of a weight split along axis 1, [E, out, in]")
                                         : (want ? "stored as the call's other expert weights, [E, in, out]"
                                                 : "stored as the call's other expert weights, [E, out, in]");
-        const Node *stored = t[i] ? w[i]->in[0] : w[i];
-        const char *name = stored->op == OP_PARAM ? ((const Param *)S->g->params.items[stored->param])->name : what[i];
+        const char *name = w[i]->op == OP_PARAM ? ((const Param *)S->g->params.items[w[i]->param])->name : what[i];
         diag_error(S->d, a->pos[2 + i]->loc,
                    "moe's %s is square, so it fits stored or transposed; moe reads [E, out, in] and this one is %s: "
                    "write %s%s%s",
                    what[i], why, want ? "transpose(" : "", name, want ? ")" : ", without transpose");
         return -1;
+    }
+    return 0;
+}
+
+// moe's gates_on = output | input: *bit MOE_GATES_ON_INPUT for input (Llama
+// 4: expert e runs on gate_e x, its output not gated), else 0.
+static int moe_gates_on(Sema *S, const Args *a, int *bit) {
+    const Expr *e = find_kwarg(a->call, "gates_on");
+    const char *w = !e ? "output" : e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "?";
+    *bit = !strcmp(w, "input") ? MOE_GATES_ON_INPUT : 0;
+    if (*bit || !strcmp(w, "output")) return 0;
+    diag_error(S->d, e->loc,
+               "moe's gates_on must be output (gate times the expert's output: Mixtral) or input "
+               "(the expert runs on gate times x: Llama 4)");
+    return -1;
+}
+
+// moe's gate_up = halves | interleaved: *fused the layout bit (0 without
+// it: separate w_gate and w_up), checked against the positional count.
+static int moe_gate_up_form(Sema *S, const Args *a, int *fused) {
+    const Expr *e = find_kwarg(a->call, "gate_up");
+    const char *w = !e ? "" : e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "?";
+    *fused = !strcmp(w, "halves") ? MOE_GATE_UP_HALVES : !strcmp(w, "interleaved") ? MOE_GATE_UP_INTERLEAVED : 0;
+    if (e && !*fused) {
+        diag_error(S->d, e->loc,
+                   "moe's gate_up must be halves (the gate, then the up: Llama 4) or interleaved "
+                   "(the gate at even places, the up at odd: gpt-oss)");
+        return -1;
+    }
+    if (a->npos == (*fused ? 4 : 5)) return 0;
+    diag_error(S->d, a->call->loc,
+               *fused ? "moe with gate_up = %s takes 4 positional arguments (x, gates, w_gate_up, w_down), got %d"
+                      : "moe takes 5 positional arguments (x, gates, w_gate, w_up, w_down), or 4 with a fused "
+                        "w_gate_up and gate_up = halves|interleaved%s; got %d",
+               *fused ? w : "", a->npos);
+    return -1;
+}
+
+// moe's operands (x, gates, then the weights as stored) into in[5] (a fused
+// gate_up in both w_gate's and w_up's places), *layout their
+// Node.moe_form: transpose(w) of a weight is read in place, [E, in, out].
+static int moe_operands(Sema *S, const Args *a, int fused, Node **in, int *layout) {
+    int t[5] = {0};
+    for (int i = 0; i < a->npos; i++) {
+        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return -1;
+        t[i] = a->trans[i];
+        if (t[i] && (i < 2 || in[i]->shape.rank != 3)) { // transposed as written: not a weight's layout
+            Shape s = in[i]->shape;
+            int64_t d = s.dims[s.rank - 1];
+            s.dims[s.rank - 1] = s.dims[s.rank - 2], s.dims[s.rank - 2] = d;
+            if (!(in[i] = new_node(S, OP_TRANSPOSE, DT_F32, &s, a->pos[i]->loc, 1, &in[i]))) return -1;
+            t[i] = 0;
+        }
+    }
+    if (fused) in[4] = in[3], t[4] = t[3], in[3] = in[2], t[3] = t[2];
+    *layout = t[2] | t[3] << 1 | t[4] << 2 | fused;
+    return 0;
+}
+
+// Weight node w as moe reads it, [E, out, in]: its shape, swapped when stored [E, in, out] (t).
+static Shape read_as(const Node *w, int t) {
+    Shape s = w->shape;
+    if (t && s.rank == 3) s.dims[1] = w->shape.dims[2], s.dims[2] = w->shape.dims[1];
+    return s;
+}
+
+// moe's weights against x [.., C] and gates [.., E]: F from w_down, and
+// each as read [E, F, C] (a fused gate_up [E, 2F, C]), [E, C, F]; 0 or -1
+// with a located error.
+static int moe_weight_shapes(Sema *S, const Args *a, Node *const *in, int layout, int64_t *F) {
+    int64_t E = last_dim(in[1]), C = last_dim(in[0]);
+    Shape down = read_as(in[4], layout >> 2 & 1);
+    *F = down.rank == 3 ? down.dims[2] : 0;
+    int fused = layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED);
+    const Shape want[3] = {{3, {E, fused ? 2 * *F : *F, C}}, {3, {E, *F, C}}, {3, {E, C, *F}}};
+    const char *what[3] = {fused ? "moe's w_gate_up" : "moe's w_gate", "moe's w_up", "moe's w_down"};
+    for (int i = 0; i < 3; i++) {
+        if (i == 1 && fused) continue;
+        Shape got = read_as(in[2 + i], layout >> i & 1), other = read_as(in[2 + i], !(layout >> i & 1));
+        int at = fused && i == 2 ? 3 : 2 + i;
+        if (*F && !shape_eq(&want[i], &got) && shape_eq(&want[i], &other)) { // stored the other way: transpose
+            char s1[160];
+            const Node *w = in[2 + i];
+            const char *name = w->op == OP_PARAM ? ((const Param *)S->g->params.items[w->param])->name : "it";
+            int t = layout >> i & 1;
+            diag_error(S->d, a->pos[at]->loc, "%s is read [E, out, in], %s; this one is %s: write %s%s%s", what[i],
+                       shape_str(&want[i], s1, sizeof s1), t ? "passed transposed" : "stored [E, in, out]",
+                       t ? "" : "transpose(", name, t ? " without transpose" : ")");
+            return -1;
+        }
+        if (!shape_eq(&want[i], &got) || !*F) return mismatch(S, a->pos[at]->loc, what[i], &want[i], &got);
     }
     return 0;
 }
@@ -1208,64 +1301,86 @@ static int moe_bias(Sema *S, const Args *a, int which, int64_t E, int64_t width,
     return 0;
 }
 
-// The gate and up biases folded into the GEMMs: x gains a column of 1
-// ([..., C + 1]), w_gate and w_up their bias as a last input column ([E, F,
-// C + 1], 0 for one not given), w_down an output row of 0 ([E, C + 1, F]),
-// whose output column the caller slices off. The experts' work grows by 1 / C.
-static void fold_expert_biases(Sema *S, Node **in, Node **b, Loc loc) {
-    Node *x = in[0];
-    int64_t E = in[2]->shape.dims[0], F = in[2]->shape.dims[1], C = in[2]->shape.dims[2];
-    Shape one = {x->shape.rank, {0}}, col = {3, {E, F, 1}}, zrow = {3, {E, 1, F}};
-    for (int d = 0; d < one.rank; d++) one.dims[d] = 1;
-    Shape wide_x = x->shape, wide_w = {3, {E, F, C + 1}}, wide_d = {3, {E, C + 1, F}};
-    wide_x.dims[wide_x.rank - 1] = C + 1;
-    Node *ones = full_node(S, &one, 1, loc);
-    in[0] = ones ? new_node(S, OP_CONCAT, DT_F32, &wide_x, loc, 2, (Node *[]){x, ones}) : NULL;
-    if (in[0]) in[0]->axis = wide_x.rank - 1;
-    for (int i = 0; i < 2; i++) {
-        Node *c = b[i] ? new_node(S, OP_RESHAPE, DT_F32, &col, loc, 1, &b[i]) : full_node(S, &col, 0, loc);
-        in[2 + i] = c ? new_node(S, OP_CONCAT, DT_F32, &wide_w, loc, 2, (Node *[]){in[2 + i], c}) : NULL;
-        if (in[2 + i]) in[2 + i]->axis = 2;
+// moe's gate and up biases as its sixth operand [E, 2F] in the columns of
+// its GEMMs' output (common/graph.h's moe_gate_col, moe_up_col): gate_up_bias
+// as given (a fused weight's own order, or the gate's then the up's), or
+// gate_bias and up_bias [E, F] side by side (0 for one not given; not for
+// interleaved weights). *out NULL when none is given.
+static int moe_gate_up_bias(Sema *S, const Args *a, int layout, int64_t E, int64_t F, Node **b, Node **out) {
+    const Expr *fused = find_kwarg(a->call, "gate_up_bias");
+    *out = NULL;
+    if (fused && (b[0] || b[1])) {
+        diag_error(S->d, fused->loc, "moe takes gate_up_bias or gate_bias and up_bias, not both");
+        return -1;
     }
-    Node *z = full_node(S, &zrow, 0, loc);
-    in[4] = z ? new_node(S, OP_CONCAT, DT_F32, &wide_d, loc, 2, (Node *[]){in[4], z}) : NULL;
-    if (in[4]) in[4]->axis = 1;
+    if (fused) {
+        Val v;
+        if (lower_expr(S, fused, &v) != 0) return -1;
+        Shape want = {2, {E, 2 * F}};
+        if (v.is_num || v.node->dtype != DT_F32 || !shape_eq(&want, &v.node->shape))
+            return v.is_num ? (diag_error(S->d, fused->loc, "moe's gate_up_bias must be an f32 tensor [%lld, %lld]",
+                                          (long long)E, (long long)(2 * F)),
+                               -1)
+                            : mismatch(S, fused->loc, "moe's gate_up_bias", &want, &v.node->shape);
+        *out = v.node;
+        return 0;
+    }
+    if (!b[0] && !b[1]) return 0;
+    if (layout & MOE_GATE_UP_INTERLEAVED) {
+        diag_error(S->d, a->call->loc,
+                   "moe's interleaved gate_up takes its biases as gate_up_bias = b [%lld, %lld], "
+                   "interleaved as the weight",
+                   (long long)E, (long long)(2 * F));
+        return -1;
+    }
+    Shape half = {2, {E, F}}, both = {2, {E, 2 * F}};
+    Node *p[2];
+    for (int i = 0; i < 2; i++) p[i] = b[i] ? b[i] : full_node(S, &half, 0, a->call->loc);
+    *out = p[0] && p[1] ? new_node(S, OP_CONCAT, DT_F32, &both, a->call->loc, 2, p) : NULL;
+    if (*out) (*out)->axis = 1;
+    return *out ? 0 : -1;
 }
 
-// x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F];
-// options: the clamped SwiGLU (alpha, limit), expert biases (gate_bias,
-// up_bias, down_bias).
+// x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F]
+// (each, written transpose(w), read in place from w [E, in, out]), or
+// w_gate_up [E, 2F, C] with gate_up = halves|interleaved in w_gate's and
+// w_up's places; options: the clamped SwiGLU (alpha, limit), expert biases
+// (gate_bias, up_bias, down_bias).
 static Node *lower_moe(Sema *S, const Args *a) {
     double alpha, limit;
-    Node *in[5];
-    for (int i = 0; i < 5; i++)
-        if (arg_tensor(S, a, i, &in[i]) != 0 || need_f32(S, a->pos[i], in[i], "moe")) return NULL;
+    Node *in[6];
+    int fused, layout;
+    Loc loc = a->call->loc;
+    int64_t F;
+    int on_input;
+    if (moe_gate_up_form(S, a, &fused) != 0 || moe_operands(S, a, fused, in, &layout) != 0 ||
+        moe_gates_on(S, a, &on_input) != 0)
+        return NULL;
     Node *x = in[0], *gates = in[1];
     if (need_rank(S, a->pos[0], x, 1, -1, "moe")) return NULL;
     Shape rows = x->shape; // gates: x's rows, a column an expert
     rows.dims[rows.rank - 1] = last_dim(gates);
     if (!shape_eq(&rows, &gates->shape))
         return (void)mismatch(S, a->pos[1]->loc, "moe's gates", &rows, &gates->shape), NULL;
-    int64_t E = last_dim(gates), C = last_dim(x), F = in[2]->shape.rank == 3 ? in[2]->shape.dims[1] : 0;
-    const Shape want[3] = {{3, {E, F, C}}, {3, {E, F, C}}, {3, {E, C, F}}};
-    for (int i = 0; i < 3; i++)
-        if (!shape_eq(&want[i], &in[2 + i]->shape) || !F) {
-            static const char *what[3] = {"moe's w_gate", "moe's w_up", "moe's w_down"};
-            return (void)mismatch(S, a->pos[2 + i]->loc, what[i], &want[i], &in[2 + i]->shape), NULL;
-        }
-    if (check_expert_layouts(S, a, in + 2) != 0 || moe_activation(S, a, &alpha, &limit) != 0) return NULL;
-    Node *b[3] = {0}; // gate_bias [E, F], up_bias [E, F], down_bias [E, C], or NULL
+    int64_t E = last_dim(gates), C = last_dim(x);
+    Node *w[3] = {in[2], fused ? in[4] : in[3], in[4]};
+    int t[3] = {layout & 1, fused ? layout >> 2 & 1 : layout >> 1 & 1, layout >> 2 & 1};
+    if (moe_weight_shapes(S, a, in, layout, &F) != 0 || check_square_expert_layouts(S, a, w, t, fused ? 2 : 3) != 0 ||
+        moe_activation(S, a, &alpha, &limit) != 0)
+        return NULL;
+    Node *b[3] = {0}, *bias; // gate_bias [E, F], up_bias [E, F], down_bias [E, C], or NULL; bias [E, 2F]
     for (int i = 0; i < 3; i++)
         if (moe_bias(S, a, i, E, i < 2 ? F : C, &b[i]) != 0) return NULL;
-    if (b[0] || b[1]) fold_expert_biases(S, in, b, a->call->loc);
-    for (int i = 0; i < 5; i++)
-        if (!in[i]) return NULL;
-    Node *y = new_node(S, OP_MOE, DT_F32, &in[0]->shape, a->call->loc, 5, in);
-    if (y) y->scale = alpha, y->softcap = limit;
-    if (y && in[0] != x) { // the bias column's output, 0, sliced off
-        y = new_node(S, OP_SLICE, DT_F32, &x->shape, a->call->loc, 1, &y);
-        if (y) y->axis = x->shape.rank - 1, y->offset = 0;
+    if (b[2] && on_input) {
+        diag_error(S->d, a->call->loc,
+                   "moe's down_bias is added gated (gates @ down_bias): with gates_on = input "
+                   "the experts' outputs are not; drop one of them");
+        return NULL;
     }
+    if (moe_gate_up_bias(S, a, layout, E, F, b, &bias) != 0) return NULL;
+    in[5] = bias;
+    Node *y = new_node(S, OP_MOE, DT_F32, &x->shape, loc, bias ? 6 : 5, in);
+    if (y) y->scale = alpha, y->softcap = limit, y->moe_form = layout | on_input | (bias ? MOE_GATE_UP_BIAS : 0);
     Node *bd = b[2] ? lower_matmul(S, a->call->loc, gates, 0, b[2], 0, a->pos[1], find_kwarg(a->call, "down_bias"))
                     : NULL;
     return y && bd ? binary_node(S, OP_ADD, y, bd, a->call->loc) : b[2] ? NULL : y;

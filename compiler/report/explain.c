@@ -12,6 +12,20 @@
 
 // The attention kernels a plan runs, for --explain: "tensor-core",
 // "fp32 fallback", "cpu", "tensor-core + fp32 fallback", "no attention".
+// The mixture of experts' routed work, which the cost model prices: "  experts:
+// ..." for the first moe of the graph's parts (K of E experts a row), nothing without one.
+static void explain_experts(FILE *out, const Graph *g) {
+    for (int pk = 0; pk < graph_nparts(g); pk++)
+        for (int i = 0; i < g->parts[pk].nfwd; i++) {
+            const Node *n = g->parts[pk].nodes.items[i];
+            if (n->op != OP_MOE) continue;
+            const Shape *s = &n->in[1]->shape;
+            fprintf(out, "  experts: %lld of %lld a token (the router's top_k), the GEMMs priced by that routed work\n",
+                    (long long)graph_routed_experts(g, n->in[1]), (long long)s->dims[s->rank - 1]);
+            return;
+        }
+}
+
 static const char *attention_kernel(int kinds) {
     switch (kinds) {
     case 0: return "no attention";
@@ -324,6 +338,7 @@ void explain_print(FILE *out, const Graph *g, const Target *t, const Bounds *b, 
                 c->compute_s, c->gemm_s, c->attention_s, attention_kernel(c->attention_kinds),
                 c->compute_s - c->gemm_s - c->attention_s, c->recompute_s, c->copy_in_s, c->copy_out_s,
                 c->device_copy_s, c->optimizer_s);
+        explain_experts(out, g);
         const Placement *pl = &c->place;
         if (pl->level > PLACE_RAM)
             fprintf(out,

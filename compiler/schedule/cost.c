@@ -245,6 +245,8 @@ static double node_time(const Graph *g, const Node *n, const KirKernel *k, const
     int bf16 = k->args[0].dtype == KT_BF16, cpu = strcmp(t->arch, "cpu") == 0;
     double bytes = 0, convert = cpu ? cpu_convert_time(k, t) : 0.0;
     for (int a = 0; a < k->nargs; a++) bytes += arg_bytes(&k->args[a]);
+    if ((n->op == OP_MOE || n->op == OP_MOE_BWD) && moe_fused(n) && k->nargs > 4 + (n->op == OP_MOE_BWD))
+        bytes -= arg_bytes(&k->args[4 + (n->op == OP_MOE_BWD)]); // a fused gate_up, read once in both places
     if (scan_is_op(n->op)) {
         *heavy = 1;
         return scan_time(n, t, bytes) + convert + t->kernel_launch_s;
@@ -252,7 +254,7 @@ static double node_time(const Graph *g, const Node *n, const KirKernel *k, const
     *heavy = n->op == OP_MOE || n->op == OP_MOE_BWD;
     if (!*heavy) return bytes / t->hbm_bandwidth + convert + t->kernel_launch_s;
     const Shape *x = &n->in[n->op == OP_MOE_BWD]->shape, *w = &n->in[n->op == OP_MOE_BWD ? 3 : 2]->shape;
-    int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = w->dims[1];
+    int64_t C = x->dims[x->rank - 1], rows = shape_numel(x) / C, E = w->dims[0], F = moe_expert_width(n);
     double passes = n->op == OP_MOE ? 3 : 9; // GEMMs of 2 rows C F each
     double flops = passes * 2.0 * (double)rows * (double)graph_routed_experts(g, n->in[n->op == OP_MOE_BWD ? 2 : 1]) *
                    (double)C * (double)F;

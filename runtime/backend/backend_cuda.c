@@ -711,7 +711,7 @@ static NodeDims node_dims(const Node *n) {
     d.C = (int)x->dims[x->rank - 1], d.rows = shape_numel(x) / d.C, d.E = d.C;
     if (n->op == OP_MOE || n->op == OP_MOE_BWD) {
         const Node *w = n->in[n->op == OP_MOE_BWD ? 3 : 2];
-        d.E = (int)w->shape.dims[0], d.F = (int)w->shape.dims[1];
+        d.E = (int)w->shape.dims[0], d.F = (int)moe_expert_width(n);
     }
     return d;
 }
@@ -785,10 +785,12 @@ static void run_node(Cuda *c, const Instr *in, int part, int i, const int64_t *o
         int bwd = n->op == OP_MOE_BWD;
         MoeDims m = moe_node_dims(c->p->graph, n);
         MoeLaunchCtx ctx = {c, in, s};
-        // moe's operands y, x, gates, w_gate, w_up, w_down in moe_bwd's places (no dy)
-        void *arg[7] = {ptr[0],           bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2],
-                        ptr[bwd ? 4 : 3], ptr[bwd ? 5 : 4],    ptr[bwd ? 6 : 5]};
+        // moe's operands y, x, gates, w_gate, w_up, w_down, its gate_up bias in moe_bwd's places (no dy)
+        int bias = n->moe_form & MOE_GATE_UP_BIAS;
+        void *arg[8] = {ptr[0],           bwd ? ptr[1] : NULL, ptr[bwd ? 2 : 1], ptr[bwd ? 3 : 2],
+                        ptr[bwd ? 4 : 3], ptr[bwd ? 5 : 4],    ptr[bwd ? 6 : 5], bias ? ptr[bwd ? 7 : 6] : NULL};
         int bits = bwd ? bf : (bf & 1) | (bf >> 1) << 2;
+        bits = (bits & 0x7f) | (bits >> 7 & 1) << 15; // the bias's bit (moe_run's)
         moe_run(m, bwd, moe_chunk_rows(m, bwd, MOE_CHUNK_BYTES), arg, bits, ws, moe_launch, &ctx);
         return;
     }

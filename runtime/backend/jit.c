@@ -623,7 +623,7 @@ static void run_attn(Jit *j, int part, const KirKernel *k, char *base, const int
 // generated functions are empty.
 static void run_node(Jit *j, int part, const KirKernel *k, char *base, const int64_t *offsets) {
     float *ops[8];
-    if (k->nargs > 7) abort(); // no node op has more than 6 operands
+    if (k->nargs > 8) abort(); // no node op has more than 7 operands (moe_bwd with a gate_up bias)
     f32_operands(j, k, base, offsets, ops);
     const Node *n = j->g->parts[part].nodes.items[k->anchor];
     if (n->op >= OP_CONV1D && n->op <= OP_SSD_BWD) {

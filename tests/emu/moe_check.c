@@ -94,28 +94,60 @@ typedef struct MoeCase {
     int fewer;    // rows 2 and 3 get K - 1 and no gates != 0
     int misalign; // x 2 bytes past 16-byte alignment: the 64-row kernels, whatever C and F
     float limit;  // gpt-oss's clamped SwiGLU with this limit and alpha 1.702 (0: SwiGLU)
+    int layout;   // the weights' Node.moe_form (common/graph.h; 0: each its own [E, out, in])
 } MoeCase;
 
 static const MoeCase CASES[] = {
-    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0},
-    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0, 0, 0},
-    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 0},
-    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0, 0, 0},
-    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0, 0, 0},
-    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0, 0, 0},
-    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0, 0},
-    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0, 0},
-    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0, 0, 0},
-    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0, 0},
-    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1, 0, 0},
-    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1, 0, 0},
-    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0, 0, 0},
-    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0},
-    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0, 0, 0},
-    {"bf16, C and F multiples of 8, x misaligned", 70, 40, 4, 72, 2, -1, -1, 0, 1, 0, 0, 1, 0},
-    {"clamped SwiGLU, chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f},
-    {"bf16 pipelined, clamped SwiGLU", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f},
+    {"odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0, 0},
+    {"every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 0, 0, 0, 0, 0, 0},
+    {"chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 0, 0},
+    {"600 rows: the route's scan, 3 blocks", 600, 20, 6, 24, 2, 5, -1, 0, 0, 0, 0, 0, 0, 0},
+    {"top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 0, 0, 0, 0, 0, 0},
+    {"bf16 storage, chunks of 50", 101, 64, 4, 64, 2, 0, -1, 50, 1, 0, 0, 0, 0, 0},
+    {"bf16, odd sizes, an expert with no rows", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0, 0, 0},
+    {"bf16, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0, 0, 0},
+    {"bf16, top_k = E, one row", 1, 17, 3, 9, 3, -1, -1, 0, 1, 0, 0, 0, 0, 0},
+    {"a row with more gates than top_k", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0, 0, 0},
+    {"rows with fewer gates than top_k", 30, 16, 4, 20, 2, -1, -1, 0, 0, 0, 1, 0, 0, 0},
+    {"bf16, rows with fewer gates than top_k", 30, 16, 4, 20, 3, -1, -1, 0, 1, 0, 1, 0, 0, 0},
+    {"bf16 pipelined, every row on one expert", 300, 48, 3, 136, 1, -1, 2, 0, 1, 0, 0, 0, 0, 0},
+    {"bf16 pipelined, chunks of 90, no rows for 1", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0, 0},
+    {"bf16 pipelined, a row with more gates", 40, 32, 4, 24, 2, -1, -1, 0, 1, 1, 0, 0, 0, 0},
+    {"bf16, C and F multiples of 8, x misaligned", 70, 40, 4, 72, 2, -1, -1, 0, 1, 0, 0, 1, 0, 0},
+    {"clamped SwiGLU, chunks of 37 rows", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f, 0},
+    {"bf16 pipelined, clamped SwiGLU", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f, 0},
+    // the weights in the layouts checkpoints store them, read in place (C, F multiples of 8 for bf16: the
+    // 64-row kernels all the same, the pipelined ones reading [E, out, in] only)
+    {"each weight [E, in, out], chunks of 37", 150, 70, 5, 33, 2, 1, -1, 37, 0, 0, 0, 0, 0, 7},
+    {"bf16, each weight [E, in, out]", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0, 7},
+    {"w_down alone [E, in, out]", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0, 4},
+    {"gate_up [E, 2F, C] halves", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0, 8},
+    {"bf16, gate_up [E, 2F, C] halves", 70, 40, 4, 72, 2, 2, -1, 0, 1, 0, 0, 0, 0, 8},
+    {"Llama 4: gate_up [E, C, 2F] halves", 130, 24, 3, 100, 1, -1, -1, 50, 0, 0, 0, 0, 0, 8 | 1 | 4},
+    {"bf16, Llama 4's layout", 130, 24, 3, 40, 1, -1, -1, 50, 1, 0, 0, 0, 0, 8 | 1 | 4},
+    {"gpt-oss: [E, C, 2F] interleaved, clamped", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f, 16 | 1 | 4},
+    {"bf16, gpt-oss's layout, clamped", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f, 16 | 1 | 4},
+    {"gate_up [E, 2F, C] interleaved", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0, 16},
+    // the gates on the experts' input (Llama 4), top 2 and top 1
+    {"gates on the input, chunks of 37", 150, 70, 5, 33, 2, 1, -1, 37, 0, 0, 0, 0, 0, 32},
+    {"Llama 4's layout, gates on the input", 130, 24, 3, 100, 2, -1, -1, 50, 0, 0, 0, 0, 0, 32 | 8 | 1 | 4},
+    {"bf16, gates on the input, top 1", 200, 136, 5, 40, 1, 1, -1, 90, 1, 0, 0, 0, 0, 32 | 8 | 1 | 4},
+    {"gates on the input, a row with more", 20, 16, 4, 16, 2, -1, -1, 0, 0, 1, 0, 0, 0, 32},
+    // the gate and up biases inside the kernels: separate weights, gpt-oss's interleaved, on the input
+    {"gate_up bias, chunks of 37", 150, 70, 5, 33, 2, 1, -1, 37, 0, 0, 0, 0, 0, 64},
+    {"gpt-oss: interleaved, bias, clamped", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f, 64 | 16 | 1 | 4},
+    {"bf16, gpt-oss's layout, bias, clamped", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f, 64 | 16 | 1 | 4},
+    {"Llama 4's layout, bias, gates on the input", 130, 24, 3, 100, 2, -1, -1, 50, 0, 0, 0, 0, 0, 64 | 32 | 8 | 1 | 4},
 };
+
+// Weight j's shape as stored (common/graph.h's moe_form): w_gate,
+// w_up [E, F, C] (a fused gate_up [E, 2F, C]), w_down [E, C, F], the last
+// two axes swapped where its bit is set.
+static Shape stored_shape(int layout, int j, long long E, long long C, long long F) {
+    long long out = j == 2 ? C : (layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED)) ? 2 * F : F;
+    long long in = j == 2 ? F : C;
+    return layout >> j & 1 ? (Shape){3, {E, in, out}} : (Shape){3, {E, out, in}};
+}
 
 // A host tensor in the case's storage: values (float, rounded to bf16 when bf16) and the device's copy.
 typedef struct Buf {
@@ -164,14 +196,17 @@ static double err_of(const Buf *b, int bf16, const float *ref, long long from, l
 }
 
 static Shape shape2(long long a, long long b) { return (Shape){2, {a, b}}; }
-static Shape shape3(long long a, long long b, long long c) { return (Shape){3, {a, b, c}}; }
 
 static void check_case(LaunchFn fn, const MoeCase *t) {
     int rows = t->rows, C = t->C, E = t->E, F = t->F, K = t->K, bf = t->bf16;
     Buf x = buf_new((long long)rows * C, bf, 1), dy = buf_new((long long)rows * C, bf, 1);
-    Buf wg = buf_new((long long)E * F * C, bf, 1), wu = buf_new((long long)E * F * C, bf, 1);
+    int fused = t->layout & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED); // one gate_up in w_gate's and w_up's places
+    Buf wg = buf_new((long long)E * F * C * (fused ? 2 : 1), bf, 1),
+        wu = buf_new(fused ? 0 : (long long)E * F * C, bf, 1);
     Buf wd = buf_new((long long)E * C * F, bf, 1), gates = buf_new((long long)rows * E, bf, 1);
-    long long nbwd = (long long)rows * C + (long long)rows * E + 3LL * E * F * C;
+    int bias = t->layout & MOE_GATE_UP_BIAS;
+    Buf bgu = buf_new(bias ? 2LL * E * F : 0, bf, 1); // the gate_up bias [E, 2F]
+    long long nbwd = (long long)rows * C + (long long)rows * E + 3LL * E * F * C + bgu.n;
     Buf y = buf_new((long long)rows * C, bf, 0), out = buf_new(nbwd, bf, 0);
     if (t->misalign) buf_misalign(&x, bf);
     // gates: K distinct experts a row (never `dead`; all `one`), values in [0.1, 1]; the rest 0
@@ -193,26 +228,43 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
     // the grouped kernels route it: the weights' gradients take those)
     for (int e = 0, n = 0; t->overfull && e < E; e++) n += gates.v[E + e] != 0, gates.v[E + e] *= n <= K;
     Node nx = {.op = OP_INPUT, .shape = shape2(rows, C)}, ng = {.op = OP_INPUT, .shape = shape2(rows, E)};
-    Node nwg = {.op = OP_PARAM, .shape = shape3(E, F, C)}, nwu = nwg, nwd = {.op = OP_PARAM, .shape = shape3(E, C, F)};
-    Node ndy = nx;
-    Node *fin[] = {&nx, &ng, &nwg, &nwu, &nwd}, *bin[] = {&ndy, &nx, &ng, &nwg, &nwu, &nwd};
+    Node nwg = {.op = OP_PARAM, .shape = stored_shape(t->layout, 0, E, C, F)};
+    Node nwu = {.op = OP_PARAM, .shape = stored_shape(t->layout, 1, E, C, F)};
+    Node nwd = {.op = OP_PARAM, .shape = stored_shape(t->layout, 2, E, C, F)};
+    Node nb = {.op = OP_PARAM, .shape = shape2(E, 2 * F)};
+    Node ndy = nx, *up = fused ? &nwg : &nwu;
+    Node *fin[] = {&nx, &ng, &nwg, up, &nwd, &nb}, *bin[] = {&ndy, &nx, &ng, &nwg, up, &nwd, &nb};
     double alpha = t->limit > 0 ? 1.702 : 0;
-    Node moe = {.op = OP_MOE, .shape = shape2(rows, C), .in = fin, .nin = 5, .scale = alpha, .softcap = t->limit};
-    Node moe_bwd = {.op = OP_MOE_BWD, .shape = {1, {nbwd}}, .in = bin, .nin = 6, .scale = alpha, .softcap = t->limit};
+    Node moe = {.op = OP_MOE,
+                .shape = shape2(rows, C),
+                .in = fin,
+                .nin = 5 + !!bias,
+                .scale = alpha,
+                .softcap = t->limit,
+                .moe_form = t->layout};
+    Node moe_bwd = {.op = OP_MOE_BWD,
+                    .shape = {1, {nbwd}},
+                    .in = bin,
+                    .nin = 6 + !!bias,
+                    .scale = alpha,
+                    .softcap = t->limit,
+                    .moe_form = t->layout};
     float *ref_y = malloc((size_t)rows * C * 4), *ref_out = malloc((size_t)nbwd * 4);
-    void *fa[] = {x.v, gates.v, wg.v, wu.v, wd.v}, *ba[] = {dy.v, x.v, gates.v, wg.v, wu.v, wd.v};
+    void *wup = fused ? wg.v : wu.v, *wup_dev = fused ? wg.dev : wu.dev;
+    void *fa[] = {x.v, gates.v, wg.v, wup, wd.v, bgu.v}, *ba[] = {dy.v, x.v, gates.v, wg.v, wup, wd.v, bgu.v};
     kernel_run_f32(&moe, ref_y, fa);
     kernel_run_f32(&moe_bwd, ref_out, ba);
     // the grouped kernels, chunk by chunk as runtime/backend/backend_cuda.c runs them
-    MoeDims d = {rows, C, E, F, K, bf, (float)alpha, t->limit};
-    int bits = bf ? 0x7f : 0;
+    MoeDims d = {rows, C, E, F, K, bf, (float)alpha, t->limit, t->layout};
+    int bits = bf ? 0x7f | (bias ? 1 << 15 : 0) : 0; // moe_run's bf16 bits, the bias's 15
     int pipelined = 0;
     for (int bwd = 0; bwd < 2; bwd++) {
         long long chunk = t->chunk ? t->chunk : moe_chunk_rows(d, bwd, MOE_CHUNK_BYTES);
         long long bytes = moe_scratch_bytes(d, bwd, chunk);
         float *ws = malloc((size_t)bytes);
         for (long long i = 0; i < bytes / 4; i++) ws[i] = (float)NAN;
-        void *arg[7] = {bwd ? out.dev : y.dev, bwd ? dy.dev : NULL, x.dev, gates.dev, wg.dev, wu.dev, wd.dev};
+        void *arg[8] = {bwd ? out.dev : y.dev, bwd ? dy.dev : NULL, x.dev, gates.dev, wg.dev, wup_dev, wd.dev,
+                        bias ? bgu.dev : NULL};
         pipelined = moe_takes_pipelined(d, bits, arg, ws);
         if (moe_run(d, bwd, chunk, arg, bits, ws, emu_launch, (void *)(uintptr_t)fn) != 0) check_failures++;
         free(ws);
@@ -236,21 +288,30 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
                                                   (long long)rows * C,
                                                   (long long)rows * (C + E),
                                                   (long long)rows * (C + E) + dwn,
-                                                  (long long)rows * (C + E) + 2 * dwn};
-    long long len[] = {(long long)rows * C, (long long)rows * C, (long long)rows * E, dwn, dwn, dwn};
-    const char *name[] = {"y", "dx", "dgates", "dw_gate", "dw_up", "dw_down"};
+                                                  (long long)rows * (C + E) + 2 * dwn,
+                                                  (long long)rows * (C + E) + 3 * dwn};
+    long long len[] = {(long long)rows * C,
+                       (long long)rows * C,
+                       (long long)rows * E,
+                       fused ? 2 * dwn : dwn,
+                       fused ? 0 : dwn,
+                       dwn,
+                       bgu.n};
+    const char *name[] = {"y",       "dx", "dgates", fused ? "dw_gate_up" : "dw_gate", fused ? "-" : "dw_up",
+                          "dw_down", "db"};
     double tol = bf ? 1e-2 : 1e-5;
     printf("%-40s rows %3d C %2d E %d F %3d top_k %d%s%s:", t->what, rows, C, E, F, K, bf ? " bf16" : "",
            pipelined ? " (pipelined)" : "");
-    for (int i = 0; i < 6; i++) {
+    for (int i = 0; i < 7; i++) {
+        if (!len[i]) continue; // a fused gate_up's gradient is dw_gate_up's; no bias
         double e = i == 0 ? err_of(&y, bf, ref_y, at[i], len[i]) : err_of(&out, bf, ref_out, at[i], len[i]);
         printf(" %s %.1e", name[i], e);
         if (!(e <= tol)) check_failures++, printf(" (FAIL > %.0e)", tol);
     }
     printf("\n");
     free(ref_y), free(ref_out);
-    Buf *all[] = {&x, &dy, &wg, &wu, &wd, &gates, &y, &out};
-    for (int i = 0; i < 8; i++) buf_free(all[i]);
+    Buf *all[] = {&x, &dy, &wg, &wu, &wd, &gates, &y, &out, &bgu};
+    for (int i = 0; i < 9; i++) buf_free(all[i]);
 }
 
 // prelude + moe.cuh with NVRTC for sm_80 and sm_90: every grouped kernel present, none spilling.
@@ -310,8 +371,8 @@ static void check_scratch(void) {
     const struct {
         const char *name;
         MoeDims d;
-    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1, 0, 0}},
-               {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1, 0, 0}}};
+    } big[] = {{"mixtral-8x7b", {16 * 4096, 4096, 8, 14336, 2, 1, 0, 0, 0}},
+               {"qwen1.5-moe-a2.7b", {16 * 4096, 2048, 60, 1408, 4, 1, 0, 0, 0}}};
     for (int m = 0; m < 2; m++)
         for (int x = 1; x <= 4; x *= 4)
             for (int bwd = 0; bwd < 2; bwd++) {

@@ -702,19 +702,20 @@ static void time_moe(const char *arch, long long rows, int C, int E, int F, int 
     free(hg);
     double ms[2][2] = {{0}}; // [pipelined, 64-row][fwd, bwd]
     for (int path = 0; path < 2; path++) {
-        MoeDims d = {rows, C, E, F, K, path == 0, 0, 0};
+        MoeDims d = {rows, C, E, F, K, path == 0, 0, 0, 0};
         long long chunk[2] = {moe_chunk_rows(d, 0, MOE_CHUNK_BYTES), moe_chunk_rows(d, 1, MOE_CHUNK_BYTES)};
         long long wsb = moe_scratch_bytes(d, 0, chunk[0]), wb = moe_scratch_bytes(d, 1, chunk[1]);
         CUdeviceptr WS = dev_alloc((size_t)(wsb > wb ? wsb : wb));
         Y[path] = dev_alloc(2 * (size_t)nx), OUT[path] = dev_alloc(2 * (size_t)nout);
         for (int bwd = 0; bwd < 2; bwd++) {
-            void *arg[7] = {(void *)(bwd ? OUT[path] : Y[path]),
+            void *arg[8] = {(void *)(bwd ? OUT[path] : Y[path]),
                             bwd ? (void *)DY : NULL,
                             (void *)X,
                             (void *)G,
                             (void *)W[0],
                             (void *)W[1],
-                            (void *)W[2]};
+                            (void *)W[2],
+                            NULL};
             int reps = path == 0 ? 3 : 1;
             for (int it = 0; it < 2; it++) { // a warm-up, then the timed run
                 Timer t;

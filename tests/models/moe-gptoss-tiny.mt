@@ -1,7 +1,9 @@
 # The tiny Mixtral (examples/mixtral-tiny.mt) with gpt-oss's experts: moe's
 # clamped SwiGLU (alpha 1.702, a limit of 0.1 that these activations reach)
-# and its expert biases (gate_bias, up_bias, down_bias). For the cuda
-# backend's moe kernels with them against the cpu backend's
+# and its expert biases, the experts stored as gpt-oss's checkpoint stores
+# them: the fused gate_up_proj [E, C, 2 FFN] (the gate at even columns, the
+# up at odd) with its bias, down_proj [E, FFN, C], read in place. For the
+# cuda backend's moe kernels with them against the cpu backend's
 # (cuda_emu_train_moe-gptoss-tiny).
 model moe_gptoss_tiny
 
@@ -32,12 +34,10 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   param wo "self_attn.o_proj.weight" [C, NH * HS] init = normal(std = 0.02 / sqrt(2 * L))
   param moe_norm "post_attention_layernorm.weight" [C]
   param router "block_sparse_moe.gate.weight" [E, C]
-  param w_gate[E] "block_sparse_moe.experts.{e}.w1.weight" [FFN, C]
-  param w_up[E] "block_sparse_moe.experts.{e}.w3.weight" [FFN, C]
-  param w_down[E] "block_sparse_moe.experts.{e}.w2.weight" [C, FFN] init = normal(std = 0.02 / sqrt(2 * L))
-  param b_gate "block_sparse_moe.experts.gate_bias" [E, FFN] init = normal(std = 0.05)
-  param b_up "block_sparse_moe.experts.up_bias" [E, FFN] init = normal(std = 0.05)
-  param b_down "block_sparse_moe.experts.down_bias" [E, C] init = normal(std = 0.05)
+  param w_gate_up "block_sparse_moe.experts.gate_up_proj" [E, C, 2 * FFN]
+  param w_down "block_sparse_moe.experts.down_proj" [E, FFN, C] init = normal(std = 0.02 / sqrt(2 * L))
+  param b_gate_up "block_sparse_moe.experts.gate_up_proj_bias" [E, 2 * FFN] init = normal(std = 0.05)
+  param b_down "block_sparse_moe.experts.down_proj_bias" [E, C] init = normal(std = 0.05)
 
   a = rmsnorm(x, attn_norm, eps = eps)
   q = rope(a @ transpose(wq), heads = NH, theta = theta)
@@ -47,8 +47,8 @@ block layers[L] "model.layers.{i}." (x: [B, T, C]) -> [B, T, C] {
   m = rmsnorm(x, moe_norm, eps = eps)
   logits = m @ transpose(router)
   gates = router(logits, top_k = K, softmax = after)
-  x = x + moe(m, gates, w_gate, w_up, w_down, alpha = 1.702, limit = 0.1, gate_bias = b_gate, up_bias = b_up,
-              down_bias = b_down)
+  x = x + moe(m, gates, transpose(w_gate_up), transpose(w_down), gate_up = interleaved, alpha = 1.702, limit = 0.1,
+              gate_up_bias = b_gate_up, down_bias = b_down)
   return add_loss(x, aux * load_balancing_loss(logits, top_k = K, pooled = true))
 }
 

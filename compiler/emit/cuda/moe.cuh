@@ -92,7 +92,42 @@ extern "C" __global__ void mt_node_top_k(void *y, const void *x, int bf, long lo
 #define MT_MOE_PARAMS                                                                                                \
     void *out, const void *dy, const void *x, const void *gates, const void *wg, const void *wu, const void *wd,      \
         int bf, long long rows, long long r0, int nr, int C, int E, int F, int K, int acc, int *route, float *ws,     \
-        float alpha, float limit
+        float alpha, float limit, const void *bgu
+
+// Where expert e's element (o, i) of weight j lies in its tensor (j 0
+// w_gate, 1 w_up: F x C, out x in; 2 w_down: C x F), the node's
+// moe_form in bf's bits 8 .. 12 (common/graph.h: bit j the weight
+// stored [E, in, out]; 8, 16 a fused gate_up [E, 2F, C] or, under bit 1,
+// [E, C, 2F], its gate and up as halves or interleaved).
+__device__ __forceinline__ long long mt_moe_w(int bf, int j, long long e, long long o, long long i, int C, int F) {
+    int lay = bf >> 8 & 31;
+    if (j < 2 && (lay & 24)) {
+        long long col = lay & 16 ? 2 * o + j : (long long)j * F + o; // its column of the fused 2F
+        return lay & 1 ? (e * C + i) * 2 * F + col : (e * 2 * F + col) * C + i;
+    }
+    long long N = j == 2 ? C : F, I = j == 2 ? F : C;
+    return lay >> j & 1 ? (e * I + i) * N + o : (e * N + o) * I + i;
+}
+// The gates on the experts' input (MOE_GATES_ON_INPUT, bf's bit 13: Llama
+// 4): expert e runs on gate x and its output is not gated; dgates = dx_e . x
+// (after mt_moe_dx_slots), dx = the sum of gate dx_e.
+__device__ __forceinline__ int mt_moe_on_input(int bf) { return bf >> 13 & 1; }
+
+// The gate and up biases of expert e's column f (bgu [E, 2F] in the columns
+// of the fused GEMM, common/graph.h's moe_gate_col and moe_up_col; bf16
+// where bf's bit 15), 0 without them.
+__device__ __forceinline__ float mt_moe_bias(const void *bgu, int bf, int up, long long e, int f, int F) {
+    int col = bf >> 8 & 16 ? 2 * f + up : up * F + f;
+    return bgu ? mt_ldv(bgu, e * 2 * F + col, bf >> 15 & 1) : 0.0f;
+}
+
+// Where the gradient of that element lies from dw_gate's start in moe_bwd's
+// packed output (w_up's from dw_gate's end, but in the one fused tensor).
+__device__ __forceinline__ long long mt_moe_dw(int bf, int j, long long e, long long o, long long i, int C, int F,
+                                               int E) {
+    long long past = j == 2 || (j == 1 && !(bf >> 8 & 24)) ? (long long)j * E * F * C : 0;
+    return past + mt_moe_w(bf, j, e, o, i, C, F);
+}
 
 // The rows of a route tile: MT_MOE_BT on the pipelined path, else MT_MOE_T.
 __device__ __forceinline__ int mt_moe_tile_rows(int bf) { return bf & MT_MOE_PIPE ? MT_MOE_BT : MT_MOE_T; }
@@ -306,9 +341,12 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
     int n0 = blockIdx.y * MT_MOE_T, e = b.e, ns = b.ns;
     int tc = mt_moe_tc(bf);
     float sum[2][4][4] = {};
-    auto la = [&](int q, int i, int k) { return i < ns ? mt_ldv(x, (long long)rowid[i] * C + k, MT_BF(2)) : 0.0f; };
+    float in = mt_moe_on_input(bf);
+    auto la = [&](int q, int i, int k) {
+        return i < ns ? (in ? gate[i] : 1.0f) * mt_ldv(x, (long long)rowid[i] * C + k, MT_BF(2)) : 0.0f;
+    };
     auto lb = [&](int q, int j, int k) {
-        long long w = ((long long)e * F + n0 + j) * C + k;
+        long long w = mt_moe_w(bf, q, e, n0 + j, k, C, F);
         return n0 + j >= F ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
     mt_moe_gemm<2, true, true, 1>(tc, la, lb, C, sum);
@@ -318,15 +356,16 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
-            if (FWD) ws[at] = mt_moe_act(sum[0][i][j], sum[1][i][j], alpha, limit);
-            else ws[at] = sum[0][i][j], ws[S * F + at] = sum[1][i][j];
+            float h1 = sum[0][i][j] + mt_moe_bias(bgu, bf, 0, e, f, F), h3 = sum[1][i][j] + mt_moe_bias(bgu, bf, 1, e, f, F);
+            if (FWD) ws[at] = mt_moe_act(h1, h3, alpha, limit);
+            else ws[at] = h1, ws[S * F + at] = h3;
         }
 }
 extern "C" __global__ void mt_moe_up(MT_MOE_PARAMS) {
-    mt_moe_up_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_up_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 extern "C" __global__ void mt_moe_up_bwd(MT_MOE_PARAMS) {
-    mt_moe_up_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_up_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 
 // Row tiles x C tiles: o = a w_down[e]^T per slot (a from ws, or silu(h1) h3 in the backward).
@@ -345,7 +384,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
         return i >= ns ? 0.0f : FWD ? ws[at] : mt_moe_act(ws[at], ws[S * F + at], alpha, limit);
     };
     auto lb = [&](int, int j, int k) {
-        return n0 + j < C ? mt_ldv(wd, ((long long)e * C + n0 + j) * F + k, MT_BF(6)) : 0.0f;
+        return n0 + j < C ? mt_ldv(wd, mt_moe_w(bf, 2, e, n0 + j, k, C, F), MT_BF(6)) : 0.0f;
     };
     mt_moe_gemm<1, true, true, 0>(tc, la, lb, F, sum);
     for (int i = 0; i < 4; i++)
@@ -355,10 +394,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
         }
 }
 extern "C" __global__ void mt_moe_down(MT_MOE_PARAMS) {
-    mt_moe_down_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_down_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 extern "C" __global__ void mt_moe_down_bwd(MT_MOE_PARAMS) {
-    mt_moe_down_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_down_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 
 // Row r's selected experts with gate != 0 beyond K: its outputs are NaN.
@@ -387,13 +426,15 @@ extern "C" __global__ void mt_moe_combine(MT_MOE_PARAMS) {
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float y = 0.0f;
         for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++)
-            y += mt_ldv(gates, r * E + mt_moe_expert_of(t.off, E, s), MT_BF(3)) * o[(long long)s * C + c];
+            y += (mt_moe_on_input(bf) ? 1.0f : mt_ldv(gates, r * E + mt_moe_expert_of(t.off, E, s), MT_BF(3))) *
+                 o[(long long)s * C + c];
         mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : y);
     }
 }
 
 // Block i, row r0 + i: dgates[r, e] = dy[r] . o[slot] (in double) for its
-// selected experts, 0 for the others (written first).
+// selected experts, 0 for the others (written first); gates on the input:
+// x[r] . dx[slot], run after mt_moe_dx_slots (dx in o's place).
 extern "C" __global__ void mt_moe_dgates(MT_MOE_PARAMS) {
     __shared__ double part[256];
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
@@ -406,7 +447,9 @@ extern "C" __global__ void mt_moe_dgates(MT_MOE_PARAMS) {
         int e = mt_moe_expert_of(t.off, E, s);
         const float *os = o + (long long)s * C;
         double dot = 0;
-        for (int c = threadIdx.x; c < C; c += blockDim.x) dot += (double)mt_ldv(dy, r * C + c, MT_BF(1)) * os[c];
+        for (int c = threadIdx.x; c < C; c += blockDim.x)
+            dot += (double)(mt_moe_on_input(bf) ? mt_ldv(x, r * C + c, MT_BF(2)) : mt_ldv(dy, r * C + c, MT_BF(1))) *
+                   os[c];
         part[threadIdx.x] = dot;
         __syncthreads();
         for (int d = blockDim.x / 2; d > 0; d /= 2) {
@@ -431,10 +474,11 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
     int tc = mt_moe_tc(bf);
     float sum[1][4][4] = {};
     auto la = [&](int, int i, int k) {
-        return i < ns ? gate[i] * mt_ldv(dy, (long long)rowid[i] * C + k, MT_BF(1)) : 0.0f;
+        return i < ns ? (mt_moe_on_input(bf) ? 1.0f : gate[i]) * mt_ldv(dy, (long long)rowid[i] * C + k, MT_BF(1))
+                      : 0.0f;
     };
     auto lb = [&](int, int j, int k) {
-        return n0 + j < F ? mt_ldv(wd, ((long long)e * C + k) * F + n0 + j, MT_BF(6)) : 0.0f;
+        return n0 + j < F ? mt_ldv(wd, mt_moe_w(bf, 2, e, k, n0 + j, C, F), MT_BF(6)) : 0.0f;
     };
     mt_moe_gemm<1, true, false, 0>(tc, la, lb, C, sum);
     for (int i = 0; i < 4; i++)
@@ -459,7 +503,7 @@ extern "C" __global__ void mt_moe_dx_slots(MT_MOE_PARAMS) {
     float sum[2][4][4] = {}, *o = ws + 2 * S * F;
     auto la = [&](int q, int i, int k) { return i < ns ? ws[q * S * F + (long long)(s0 + i) * F + k] : 0.0f; };
     auto lb = [&](int q, int j, int k) {
-        long long w = ((long long)e * F + k) * C + n0 + j;
+        long long w = mt_moe_w(bf, q, e, k, n0 + j, C, F);
         return n0 + j >= C ? 0.0f : q ? mt_ldv(wu, w, MT_BF(5)) : mt_ldv(wg, w, MT_BF(4));
     };
     mt_moe_gemm<2, true, false, 0>(tc, la, lb, F, sum);
@@ -478,7 +522,9 @@ extern "C" __global__ void mt_moe_combine_dx(MT_MOE_PARAMS) {
     int bad = mt_moe_bad_row(gates, MT_BF(3), r, E, K);
     for (int c = threadIdx.x; c < C; c += blockDim.x) {
         float dx = 0.0f;
-        for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++) dx += o[(long long)s * C + c];
+        for (int j = 0, s; j < K && (s = t.slot_of[i * K + j]) >= 0; j++)
+            dx += (mt_moe_on_input(bf) ? mt_ldv(gates, r * E + mt_moe_expert_of(t.off, E, s), MT_BF(3)) : 1.0f) *
+                  o[(long long)s * C + c];
         mt_stv(out, r * C + c, MT_BF(0), bad ? MT_MOE_NAN : dx);
     }
 }
@@ -504,14 +550,15 @@ __device__ __forceinline__ void mt_moe_wstore(void *out, long long at, int bf0, 
 extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     MtMoeWTile w = mt_moe_wtile(t, C);
-    long long S = (long long)nr * K, dwd = rows * C + rows * E + 2LL * E * F * C;
+    long long S = (long long)nr * K, dwg = rows * C + rows * E;
     int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
     const int *slot_row = t.slot_row;
     int tc = mt_moe_tc(bf);
     float sum[1][4][4] = {};
     auto la = [&](int, int i, int k) {
         long long r = slot_row[s0 + k];
-        return m0 + i < C ? mt_ldv(gates, r * E + e, MT_BF(3)) * mt_ldv(dy, r * C + m0 + i, MT_BF(1)) : 0.0f;
+        float g = mt_moe_on_input(bf) ? 1.0f : mt_ldv(gates, r * E + e, MT_BF(3));
+        return m0 + i < C ? g * mt_ldv(dy, r * C + m0 + i, MT_BF(1)) : 0.0f;
     };
     auto lb = [&](int, int j, int k) {
         long long at = (long long)(s0 + k) * F + n0 + j;
@@ -521,7 +568,8 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int c = m0 + mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
-            if (c < C && f < F) mt_moe_wstore(out, dwd + ((long long)e * C + c) * F + f, MT_BF(0), acc, sum[0][i][j]);
+            if (c < C && f < F)
+                mt_moe_wstore(out, dwg + mt_moe_dw(bf, 2, e, c, f, C, F, E), MT_BF(0), acc, sum[0][i][j]);
         }
 }
 
@@ -529,24 +577,40 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
 extern "C" __global__ void mt_moe_dw_up(MT_MOE_PARAMS) {
     MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
     MtMoeWTile w = mt_moe_wtile(t, F);
-    long long S = (long long)nr * K, dwg = rows * C + rows * E, n = (long long)E * F * C;
+    long long S = (long long)nr * K, dwg = rows * C + rows * E;
     int e = w.e, m0 = w.m0, n0 = w.n0, s0 = w.s0;
     const int *slot_row = t.slot_row;
     int tc = mt_moe_tc(bf);
     float sum[2][4][4] = {};
     auto la = [&](int q, int i, int k) { return m0 + i < F ? ws[q * S * F + (long long)(s0 + k) * F + m0 + i] : 0.0f; };
-    auto lb = [&](int, int j, int k) {
-        return n0 + j < C ? mt_ldv(x, (long long)slot_row[s0 + k] * C + n0 + j, MT_BF(2)) : 0.0f;
+    auto lb = [&](int, int j, int k) { // the expert's input: x, or gate x
+        long long r = slot_row[s0 + k];
+        float g = mt_moe_on_input(bf) ? mt_ldv(gates, r * E + e, MT_BF(3)) : 1.0f;
+        return n0 + j < C ? g * mt_ldv(x, r * C + n0 + j, MT_BF(2)) : 0.0f;
     };
     mt_moe_gemm<2, false, false, 2>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
         for (int j = 0; j < 4; j++) {
             int f = m0 + mt_moe_row(tc, i, j), c = n0 + mt_moe_col(tc, i, j);
             if (f >= F || c >= C) continue;
-            long long at = dwg + ((long long)e * F + f) * C + c;
-            mt_moe_wstore(out, at, MT_BF(0), acc, sum[0][i][j]);
-            mt_moe_wstore(out, n + at, MT_BF(0), acc, sum[1][i][j]);
+            mt_moe_wstore(out, dwg + mt_moe_dw(bf, 0, e, f, c, C, F, E), MT_BF(0), acc, sum[0][i][j]);
+            mt_moe_wstore(out, dwg + mt_moe_dw(bf, 1, e, f, c, C, F, E), MT_BF(0), acc, sum[1][i][j]);
         }
+}
+
+// Block e: the gradient of expert e's gate and up biases, dh1 and dh3 summed
+// over its slots (in double, in slot order), in the biases' columns;
+// launched only with them (bgu not NULL).
+extern "C" __global__ void mt_moe_dbias(MT_MOE_PARAMS) {
+    MtMoeRoute t = mt_moe_route_of(route, E, nr, K);
+    long long S = (long long)nr * K, db = rows * C + rows * E + 3LL * E * F * C;
+    int e = blockIdx.x, s0 = t.off[e], ns = t.cnt[e];
+    for (int j = threadIdx.x; j < 2 * F; j += blockDim.x) {
+        int up = bf >> 8 & 16 ? j % 2 : j / F, f = bf >> 8 & 16 ? j / 2 : j % F;
+        double sum = 0;
+        for (int s = s0; s < s0 + ns; s++) sum += ws[up * S * F + (long long)s * F + f];
+        mt_moe_wstore(out, db + (long long)e * 2 * F + j, MT_BF(0), acc, (float)sum);
+    }
 }
 
 // ---------------------------------------------------------------- moe on the pipelined tensor-core path
@@ -692,10 +756,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_pipe_body(MT_MOE_P
             }
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_pipe(MT_MOE_PARAMS) {
-    mt_moe_up_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_up_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_up_bwd_pipe(MT_MOE_PARAMS) {
-    mt_moe_up_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_up_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 
 // A block of the pipelined path's row tiles: expert e (-1: none), its slots [s0, s0 + ns).
@@ -731,10 +795,10 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_pipe_body(MT_MOE
             }
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_pipe(MT_MOE_PARAMS) {
-    mt_moe_down_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_down_pipe_body<true>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_down_bwd_pipe(MT_MOE_PARAMS) {
-    mt_moe_down_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit);
+    mt_moe_down_pipe_body<false>(out, dy, x, gates, wg, wu, wd, bf, rows, r0, nr, C, E, F, K, acc, route, ws, alpha, limit, bgu);
 }
 
 // Block s (grid nr K, those past the routed slots return): gdy[s] = bf16(gate dy[row]).
