@@ -284,24 +284,14 @@ typedef struct Chains {
     LayerTimes *picked;   // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
 } Chains;
 
-// From plan p (dur: its instructions' times): each layer's times, by the
-// layer each instruction serves (the last COPY_IN or block RUN naming one;
-// the tail's RUN and the head's backward RUN end them), into lt (L), and
-// the rest into *ch; the updates are the placement's (HostSide.updates).
-// A layer's gradients go out on the copy-out engine (each COPY_OUT by the
-// layer it names) after the compute its first one waits for (the copy-out
-// engine's WAITs before it on RECORDs of that layer's backward compute):
-// out_after, the layer's backward compute up to there. Its backward compute
-// waits for a layer's gradients out where the compute engine WAITs on a
-// RECORD that follows that layer's COPY_OUTs on the copy-out engine
-// (wait_above, wait_after). 0, or -1 out of memory.
+// What split_layers marks as it reads a plan's stream.
 typedef struct Marks {
-    int64_t *rec_layer;   // (nevents) each RECORD of a layer's backward compute: that layer (-1: none)
-    double *rec_compute;  // (nevents) and its compute before it
-    int64_t *out_layer;   // (nevents) each RECORD on the copy-out engine: the layer whose gradients went out last
-    uint8_t *out_seen;    // (L) a COPY_OUT of the layer seen
-    int64_t d2h_layer;    // the last copy on the link's device-to-host direction: a COPY_OUT of this layer (-1: other)
-    double d2h_done;      // after this much of that layer's gradients out
+    int64_t *rec_layer;  // (nevents) each RECORD of a layer's backward compute: that layer (-1: none)
+    double *rec_compute; // (nevents) and its compute before it
+    int64_t *out_layer;  // (nevents) each RECORD on the copy-out engine: the layer whose gradients went out last
+    uint8_t *out_seen;   // (L) a COPY_OUT of the layer seen
+    int64_t d2h_layer;   // the last copy on the link's device-to-host direction: a COPY_OUT of this layer (-1: other)
+    double d2h_done;     // after this much of that layer's gradients out
 } Marks;
 
 // What instruction in (d seconds), in the backward while layer cur's (L: the tail's) runs, says of the
@@ -345,13 +335,24 @@ static void mark_link(const Plan *p, const Instr *in, double d, int64_t cur, int
     w->in_above = m->d2h_layer > cur ? (int)(m->d2h_layer - cur) : 0, w->in_above_done = m->d2h_done;
 }
 
+// From plan p (dur: its instructions' times): each layer's times, by the
+// layer each instruction serves (the last COPY_IN or block RUN naming one;
+// the tail's RUN and the head's backward RUN end them), into lt (L), and
+// the rest into *ch; the updates are the placement's (HostSide.updates).
+// A layer's gradients go out on the copy-out engine (each COPY_OUT by the
+// layer it names) after the compute its first one waits for (the copy-out
+// engine's WAITs before it on RECORDs of that layer's backward compute):
+// out_after, the layer's backward compute up to there. Its backward compute
+// waits for a layer's gradients out where the compute engine WAITs on a
+// RECORD that follows that layer's COPY_OUTs on the copy-out engine
+// (wait_above, wait_after). 0, or -1 out of memory.
 static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes *lt) {
     int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the layers' backward
     int back = 0, post = 0;
     int64_t last_out = -1; // the layer whose gradients the copy-out engine sent last
     size_t ne = (size_t)p->nevents + 1;
-    Marks m = {malloc(ne * sizeof *m.rec_layer), malloc(ne * sizeof *m.rec_compute),
-               malloc(ne * sizeof *m.out_layer), calloc((size_t)L + 1, 1), .d2h_layer = -1};
+    Marks m = {malloc(ne * sizeof *m.rec_layer), malloc(ne * sizeof *m.rec_compute), malloc(ne * sizeof *m.out_layer),
+               calloc((size_t)L + 1, 1), .d2h_layer = -1};
     if (!m.rec_layer || !m.rec_compute || !m.out_layer || !m.out_seen)
         return free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), -1;
     for (int e = 0; e < p->nevents; e++) m.rec_layer[e] = -1, m.out_layer[e] = -1;
@@ -371,7 +372,8 @@ static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes
             copy_in = in->engine == ENG_COPY_IN &&
                       (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
             save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
-        if (back && !post && cur >= 0) mark_backward(in, d, cur, L, &last_out, &m, lt), mark_link(p, in, d, cur, L, &m, lt);
+        if (back && !post && cur >= 0)
+            mark_backward(in, d, cur, L, &last_out, &m, lt), mark_link(p, in, d, cur, L, &m, lt);
         else if (link_direction(p, in) == 2) m.d2h_layer = -1;
         if (post) {
             ch->post += compute ? d : 0;
