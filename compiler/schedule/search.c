@@ -268,6 +268,10 @@ typedef struct LayerTimes {
     // (0: none known) after in_above_done of that layer's gradients out (chain_in, the duplex link)
     double in_pre, in_big, in_above_done;
     int in_above;
+    // A sharded plan's collectives in its backward (chain_comm): its weights' all-gather (ag) before its
+    // compute, which waits for it after ag_after of its compute (< 0: it does not); its gradients'
+    // reduce-scatter (rs) after rs_after of its compute (< 0: no wait known)
+    double ag, rs, ag_after, rs_after;
 } LayerTimes;
 
 typedef struct Chains {
@@ -279,6 +283,8 @@ typedef struct Chains {
     double post_norm;     // and the host's (the gradients' norm, on the first micro-batch a step)
     double duplex;        // a copy that starts while the link's other direction is busy runs at this share of
                           // its rate (Target.duplex_efficiency; 1: the link is not duplex)
+    int comm;             // the backward's collectives run in the order chain_comm follows (each layer's
+                          // all-gather, then its reduce-scatter, from the top): the chains count them
     LayerTimes *unpicked; // (L) every layer with no picks
     const uint8_t *kind;  // (L) each layer's block kind (Graph.layer_kind)
     LayerTimes *picked;   // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
@@ -292,6 +298,12 @@ typedef struct Marks {
     uint8_t *out_seen;   // (L) a COPY_OUT of the layer seen
     int64_t d2h_layer;   // the last copy on the link's device-to-host direction: a COPY_OUT of this layer (-1: other)
     double d2h_done;     // after this much of that layer's gradients out
+    int64_t *ev_comm;    // (nevents) the collectives known done when the event fires
+    int64_t *ag_index;   // (L) which collective (in the comm engine's order) is the layer's backward all-gather
+    int64_t known[ENG_COUNT]; // the collectives each engine knows done (through its WAITs)
+    int64_t ncomm;            // the collectives so far
+    int64_t comm_layer;       // the backward's last collective: 2 (L - 1 - its layer), + 1 for a reduce-scatter
+    int comm_order;           // the backward's collectives in chain_comm's order so far
 } Marks;
 
 // What instruction in (d seconds), in the backward while layer cur's (L: the tail's) runs, says of the
@@ -311,6 +323,32 @@ static void mark_backward(const Instr *in, double d, int64_t cur, int64_t L, int
         lt[cur].wait_above = (int)(above - cur), lt[cur].wait_after = lt[cur].back_compute;
     if (in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < L)
         m->out_seen[in->layer] = 1, lt[in->layer].back_out += d, *last_out = in->layer;
+}
+
+// Instruction in (d seconds): what the engines know of the collectives done (every instruction), and in
+// the backward while layer cur's (L: the tail's) runs, each layer's collectives and the waits between
+// them and its compute, into lt and m.
+static void mark_comm(const Instr *in, double d, int back, int64_t cur, int64_t L, Marks *m, LayerTimes *lt) {
+    int64_t *k = &m->known[in->engine];
+    if (in->kind == INS_WAIT && m->ev_comm[in->event] > *k) *k = m->ev_comm[in->event];
+    int coll = in->engine == ENG_COMM && (in->kind == INS_ALLGATHER || in->kind == INS_REDUCE_SCATTER);
+    if (coll) *k = ++m->ncomm;
+    if (in->kind == INS_RECORD) m->ev_comm[in->event] = *k;
+    if (!back || cur < 0) return;
+    if (coll && in->layer >= 0 && in->layer < L) {
+        int64_t at = 2 * (L - 1 - (int64_t)in->layer) + (in->kind == INS_REDUCE_SCATTER);
+        m->comm_order = m->comm_order && at > m->comm_layer; // (each once: all-gather, then reduce-scatter)
+        m->comm_layer = at;
+        if (in->kind == INS_ALLGATHER) lt[in->layer].ag += d, m->ag_index[in->layer] = m->ncomm;
+        else lt[in->layer].rs += d;
+    }
+    if (in->kind == INS_WAIT && in->engine == ENG_COMM && m->rec_layer[in->event] >= 0) {
+        LayerTimes *w = &lt[m->rec_layer[in->event]]; // its reduce-scatter waits for that much of its compute
+        if (w->rs == 0) w->rs_after = fmax(w->rs_after, m->rec_compute[in->event]);
+    }
+    if (cur < L && in->engine == ENG_COMPUTE && d > 0 && lt[cur].ag_after < 0 && m->ag_index[cur] > 0 &&
+        *k >= m->ag_index[cur])
+        lt[cur].ag_after = lt[cur].back_compute; // its compute from here on waits for its all-gather
 }
 
 // Which direction of the link instruction in of p uses, as cost_simulate's resources say (a duplex link):
@@ -351,12 +389,20 @@ static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes
     int back = 0, post = 0;
     int64_t last_out = -1; // the layer whose gradients the copy-out engine sent last
     size_t ne = (size_t)p->nevents + 1;
-    Marks m = {malloc(ne * sizeof *m.rec_layer), malloc(ne * sizeof *m.rec_compute), malloc(ne * sizeof *m.out_layer),
-               calloc((size_t)L + 1, 1), .d2h_layer = -1};
-    if (!m.rec_layer || !m.rec_compute || !m.out_layer || !m.out_seen)
-        return free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), -1;
+    Marks m = {malloc(ne * sizeof *m.rec_layer),
+               malloc(ne * sizeof *m.rec_compute),
+               malloc(ne * sizeof *m.out_layer),
+               calloc((size_t)L + 1, 1),
+               .d2h_layer = -1,
+               .ev_comm = calloc(ne, sizeof *m.ev_comm),
+               .ag_index = calloc((size_t)L + 1, sizeof *m.ag_index),
+               .comm_layer = -1,
+               .comm_order = 1};
+    if (!m.rec_layer || !m.rec_compute || !m.out_layer || !m.out_seen || !m.ev_comm || !m.ag_index)
+        return free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), free(m.ev_comm),
+               free(m.ag_index), -1;
     for (int e = 0; e < p->nevents; e++) m.rec_layer[e] = -1, m.out_layer[e] = -1;
-    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){.out_after = -1};
+    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){.out_after = -1, .ag_after = -1, .rs_after = -1};
     *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked, .duplex = ch->duplex};
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
@@ -372,6 +418,7 @@ static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes
             copy_in = in->engine == ENG_COPY_IN &&
                       (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
             save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
+        mark_comm(in, d, back && !post, cur, L, &m, lt);
         if (back && !post && cur >= 0)
             mark_backward(in, d, cur, L, &last_out, &m, lt), mark_link(p, in, d, cur, L, &m, lt);
         else if (link_direction(p, in) == 2) m.d2h_layer = -1;
@@ -385,17 +432,26 @@ static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes
         else if (cur == L) ch->pre += compute ? d : 0;
         else lt[cur].back_in += copy_in ? d : 0, lt[cur].back_compute += compute ? d : 0;
     }
-    free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen);
+    ch->comm = m.comm_order;
+    free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), free(m.ev_comm), free(m.ag_index);
     return 0;
 }
 
 // The backward of layer l, with times t, from the compute engine free at
 // ready and its copies in done at in_done: its compute's end into E[l],
 // its gradients out's into O[l], from the copy-out engine free at *out_done.
+// comm (chain_comm; NULL: not counted): the collectives' engine free at
+// *comm, each layer's all-gather then its reduce-scatter in turn, as the
+// plan's stream orders them from the top (Chains.comm).
 static void chain_back(const LayerTimes *t, int64_t l, double ready, double in_done, double *E, double *O,
-                       double *out_done) {
+                       double *out_done, double *comm) {
     double start = fmax(ready, in_done);
     if (t->wait_above) start = fmax(start, O[l + t->wait_above] - t->wait_after);
+    if (comm) { // (chain_comm) its all-gather, then its compute after it, then its reduce-scatter
+        *comm += t->ag;
+        if (t->ag_after >= 0) start = fmax(start, *comm - t->ag_after);
+        *comm = fmax(*comm, t->rs_after >= 0 ? start + t->rs_after : 0) + t->rs;
+    }
     E[l] = start + t->back_compute;
     *out_done = fmax(*out_done, t->out_after >= 0 ? start + t->out_after : 0) + t->back_out;
     O[l] = *out_done;
@@ -446,15 +502,15 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
     in_done = tail_in;
     // the backward, from the top: the layers that stay (their copies in, if any, wait for nothing
     // the chains count), then the leaving ones; O (F, free now): each layer's gradients out done
-    double *O = F, out_done = 0, ready = tail + ch->pre;
+    double *O = F, out_done = 0, ready = tail + ch->pre, comm_free = 0, *comm = ch->comm ? &comm_free : NULL;
     for (int64_t l = L - 1; l >= n; l--) {
-        chain_back(&ch->unpicked[l], l, ready, 0, E, O, &out_done);
+        chain_back(&ch->unpicked[l], l, ready, 0, E, O, &out_done, comm);
         ready = E[l];
     }
     for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail; // (the copies in of the leaving layers wait for these)
     for (int64_t l = n - 1; l >= 0; l--) {
         in_done = chain_in(ch, pick, n, l, fmax(in_done, E[l + slots]), O);
-        chain_back(layer_times(ch, pick, n, l), l, E[l + 1], in_done, E, O, &out_done);
+        chain_back(layer_times(ch, pick, n, l), l, E[l + 1], in_done, E, O, &out_done, comm);
     }
     return fmax(E[0] + ch->post, out_done) + ch->post_out + (updates ? ch->post_norm : 0);
 }
@@ -497,9 +553,15 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // under its steps and its --explain built 92,200 plans in 34 s. With ranks,
 // every pair's floor has what the ranks sum after the micro-batches
 // (Cost.sums_s): without it llama3-70b's --ranks 8 --explain on h200x8
-// built some 80,000 plans in 25 s. A sharded plan's collectives (ENG_COMM)
-// are in no chain: its floors sit up to 30% under its steps, and
-// qwen3-next-80b-a3b's --ranks 8 --explain on h200x8 builds 11,400 plans.
+// built some 80,000 plans in 25 s. A sharded plan's backward collectives
+// (ENG_COMM) are a chain of their own where the stream orders them as
+// chain_back follows them (each layer's all-gather, its compute, its
+// reduce-scatter, from the top; Chains.comm): without it llama3-405b's
+// sharded floors on gh200x2-nvme sat 0.5% under steps that lie within as
+// much of each other, and its --ranks 2 --explain took 5.7 s (1.9 s now).
+// The replicated plans that the scale-out comparison prices on
+// h200x8-shared-pcie still have floors up to 13% under their steps:
+// qwen3-next-80b-a3b's --ranks 8 --explain there builds some 28,000 plans.
 //
 // The scale-out comparison (scaleout.c) prices the plans this search
 // builds as a rank of each strategy, and keeps the fastest by that price:
