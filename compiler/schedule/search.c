@@ -260,40 +260,150 @@ typedef struct LayerTimes {
     double back_in, back_compute; // backward: its copies in, its compute (recompute included)
     double back_out;              // backward: its gradients out
     double out_after;             // its compute before the event its first gradient out waits for (< 0: none)
+    int wait_above;               // its backward compute waits for the gradients out of the layer this many
+                                  // above it (its frame's last user): 0, none
+    double wait_after;            // after this much of its backward compute
+    // Its longest backward copy in on the link (in_big) after in_pre of its copies in, and the copy on
+    // the link's other direction just before it in the stream: a COPY_OUT of the layer in_above above it
+    // (0: none known) after in_above_done of that layer's gradients out (chain_in, the duplex link)
+    double in_pre, in_big, in_above_done;
+    int in_above;
+    // A sharded plan's collectives in its backward (chain_comm): its weights' all-gather (ag) before its
+    // compute, which waits for it after ag_after of its compute (< 0: it does not); its gradients'
+    // reduce-scatter (rs) after rs_after of its compute (< 0: no wait known)
+    double ag, rs, ag_after, rs_after;
 } LayerTimes;
 
 typedef struct Chains {
     double head;          // the head's copies in and forward
     double tail_in;       // the tail's copies in (weights and inputs)
-    double pre;           // the compute engine from the tail's forward to the first leaving layer's backward
+    double pre;           // the compute engine from the tail's forward to the last layer's backward (the tail's)
     double post;          // and after the last one's (the head's backward)
     double post_out;      // then the copy-out engine's (its gradients out)
     double post_norm;     // and the host's (the gradients' norm, on the first micro-batch a step)
+    double duplex;        // a copy that starts while the link's other direction is busy runs at this share of
+                          // its rate (Target.duplex_efficiency; 1: the link is not duplex)
+    int comm;             // the backward's collectives run in the order chain_comm follows (each layer's
+                          // all-gather, then its reduce-scatter, from the top): the chains count them
     LayerTimes *unpicked; // (L) every layer with no picks
     const uint8_t *kind;  // (L) each layer's block kind (Graph.layer_kind)
     LayerTimes *picked;   // (nkinds * 3) a leaving layer's by its kind and PICK_* (PICK_NONE unused)
 } Chains;
 
+// What split_layers marks as it reads a plan's stream.
+typedef struct Marks {
+    int64_t *rec_layer;  // (nevents) each RECORD of a layer's backward compute: that layer (-1: none)
+    double *rec_compute; // (nevents) and its compute before it
+    int64_t *out_layer;  // (nevents) each RECORD on the copy-out engine: the layer whose gradients went out last
+    uint8_t *out_seen;   // (L) a COPY_OUT of the layer seen
+    int64_t d2h_layer;   // the last copy on the link's device-to-host direction: a COPY_OUT of this layer (-1: other)
+    double d2h_done;     // after this much of that layer's gradients out
+    int64_t *ev_comm;    // (nevents) the collectives known done when the event fires
+    int64_t *ag_index;   // (L) which collective (in the comm engine's order) is the layer's backward all-gather
+    int64_t known[ENG_COUNT]; // the collectives each engine knows done (through its WAITs)
+    int64_t ncomm;            // the collectives so far
+    int64_t comm_layer;       // the backward's last collective: 2 (L - 1 - its layer), + 1 for a reduce-scatter
+    int comm_order;           // the backward's collectives in chain_comm's order so far
+} Marks;
+
+// What instruction in (d seconds), in the backward while layer cur's (L: the tail's) runs, says of the
+// waits between the layers' compute and their gradients out, into lt and m.
+static void mark_backward(const Instr *in, double d, int64_t cur, int64_t L, int64_t *last_out, Marks *m,
+                          LayerTimes *lt) {
+    if (in->kind == INS_RECORD && in->engine == ENG_COMPUTE && cur < L)
+        m->rec_layer[in->event] = cur, m->rec_compute[in->event] = lt[cur].back_compute;
+    if (in->kind == INS_RECORD && in->engine == ENG_COPY_OUT) m->out_layer[in->event] = *last_out;
+    if (in->kind == INS_WAIT && in->engine == ENG_COPY_OUT && m->rec_layer[in->event] >= 0 &&
+        !m->out_seen[m->rec_layer[in->event]]) { // its copies out wait for that much of its compute at least
+        LayerTimes *w = &lt[m->rec_layer[in->event]];
+        w->out_after = fmax(w->out_after, m->rec_compute[in->event]);
+    }
+    int64_t above = in->kind == INS_WAIT && in->engine == ENG_COMPUTE ? m->out_layer[in->event] : -1;
+    if (cur < L && above > cur && !lt[cur].wait_above) // (the first such wait; later ones wait for no more)
+        lt[cur].wait_above = (int)(above - cur), lt[cur].wait_after = lt[cur].back_compute;
+    if (in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < L)
+        m->out_seen[in->layer] = 1, lt[in->layer].back_out += d, *last_out = in->layer;
+}
+
+// Instruction in (d seconds): what the engines know of the collectives done (every instruction), and in
+// the backward while layer cur's (L: the tail's) runs, each layer's collectives and the waits between
+// them and its compute, into lt and m.
+static void mark_comm(const Instr *in, double d, int back, int64_t cur, int64_t L, Marks *m, LayerTimes *lt) {
+    int64_t *k = &m->known[in->engine];
+    if (in->kind == INS_WAIT && m->ev_comm[in->event] > *k) *k = m->ev_comm[in->event];
+    int coll = in->engine == ENG_COMM && (in->kind == INS_ALLGATHER || in->kind == INS_REDUCE_SCATTER);
+    if (coll) *k = ++m->ncomm;
+    if (in->kind == INS_RECORD) m->ev_comm[in->event] = *k;
+    if (!back || cur < 0) return;
+    if (coll && in->layer >= 0 && in->layer < L) {
+        int64_t at = 2 * (L - 1 - (int64_t)in->layer) + (in->kind == INS_REDUCE_SCATTER);
+        m->comm_order = m->comm_order && at > m->comm_layer; // (each once: all-gather, then reduce-scatter)
+        m->comm_layer = at;
+        if (in->kind == INS_ALLGATHER) lt[in->layer].ag += d, m->ag_index[in->layer] = m->ncomm;
+        else lt[in->layer].rs += d;
+    }
+    if (in->kind == INS_WAIT && in->engine == ENG_COMM && m->rec_layer[in->event] >= 0) {
+        LayerTimes *w = &lt[m->rec_layer[in->event]]; // its reduce-scatter waits for that much of its compute
+        if (w->rs == 0) w->rs_after = fmax(w->rs_after, m->rec_compute[in->event]);
+    }
+    if (cur < L && in->engine == ENG_COMPUTE && d > 0 && lt[cur].ag_after < 0 && m->ag_index[cur] > 0 &&
+        *k >= m->ag_index[cur])
+        lt[cur].ag_after = lt[cur].back_compute; // its compute from here on waits for its all-gather
+}
+
+// Which direction of the link instruction in of p uses, as cost_simulate's resources say (a duplex link):
+// 1 host to device, 2 device to host, 0 neither.
+static int link_direction(const Plan *p, const Instr *in) {
+    int seg_op = in->kind == INS_COPY_IN || in->kind == INS_COPY_OUT;
+    if (seg_op && plan_opt_device(p, in->layer)) return 0; // (on the device)
+    if (in->kind == INS_COPY_IN || in->kind == INS_INPUT || in->kind == INS_LOAD) return 1;
+    return in->kind == INS_COPY_OUT || in->kind == INS_SAVE || in->kind == INS_STAT ? 2 : 0;
+}
+
+// Instruction in (d seconds) on the link, in the backward while layer cur's (L: the tail's) runs: the last
+// device-to-host copy, into m; layer cur's longest copy in and the copy out before it, into lt (chain_in).
+static void mark_link(const Plan *p, const Instr *in, double d, int64_t cur, int64_t L, Marks *m, LayerTimes *lt) {
+    int dir = link_direction(p, in);
+    if (dir == 2 && in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < L)
+        m->d2h_layer = in->layer, m->d2h_done = lt[in->layer].back_out; // (mark_backward has counted it)
+    else if (dir == 2) m->d2h_layer = -1;
+    if (dir != 1 || cur >= L || d <= lt[cur].in_big || in->engine != ENG_COPY_IN) return;
+    LayerTimes *w = &lt[cur];
+    w->in_pre = w->back_in, w->in_big = d;
+    w->in_above = m->d2h_layer > cur ? (int)(m->d2h_layer - cur) : 0, w->in_above_done = m->d2h_done;
+}
+
 // From plan p (dur: its instructions' times): each layer's times, by the
 // layer each instruction serves (the last COPY_IN or block RUN naming one;
 // the tail's RUN and the head's backward RUN end them), into lt (L), and
 // the rest into *ch; the updates are the placement's (HostSide.updates).
-// A leaving layer's gradients go out on the copy-out engine (each COPY_OUT
-// by the layer it names) after the compute its first one waits for (the
-// copy-out engine's WAITs before it on RECORDs of that layer's backward
-// compute): out_after, the layer's backward compute up to there.
-// 0, or -1 out of memory.
-static int split_layers(const Plan *p, const double *dur, int64_t leaving, Chains *ch, LayerTimes *lt) {
-    int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the leaving layers' backward
+// A layer's gradients go out on the copy-out engine (each COPY_OUT by the
+// layer it names) after the compute its first one waits for (the copy-out
+// engine's WAITs before it on RECORDs of that layer's backward compute):
+// out_after, the layer's backward compute up to there. Its backward compute
+// waits for a layer's gradients out where the compute engine WAITs on a
+// RECORD that follows that layer's COPY_OUTs on the copy-out engine
+// (wait_above, wait_after). 0, or -1 out of memory.
+static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes *lt) {
+    int64_t L = p->graph->layers, cur = -1; // -1: the head, L: the tail on, before the layers' backward
     int back = 0, post = 0;
-    // (nevents) each RECORD of a leaving layer's backward compute: that layer, and its compute before it
-    int64_t *rec_layer = malloc(((size_t)p->nevents + 1) * sizeof *rec_layer);
-    double *rec_compute = malloc(((size_t)p->nevents + 1) * sizeof *rec_compute);
-    uint8_t *out_seen = calloc((size_t)L + 1, 1); // (L) a COPY_OUT of the layer seen
-    if (!rec_layer || !rec_compute || !out_seen) return free(rec_layer), free(rec_compute), free(out_seen), -1;
-    for (int e = 0; e < p->nevents; e++) rec_layer[e] = -1;
-    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){.out_after = -1};
-    *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked};
+    int64_t last_out = -1; // the layer whose gradients the copy-out engine sent last
+    size_t ne = (size_t)p->nevents + 1;
+    Marks m = {malloc(ne * sizeof *m.rec_layer),
+               malloc(ne * sizeof *m.rec_compute),
+               malloc(ne * sizeof *m.out_layer),
+               calloc((size_t)L + 1, 1),
+               .d2h_layer = -1,
+               .ev_comm = calloc(ne, sizeof *m.ev_comm),
+               .ag_index = calloc((size_t)L + 1, sizeof *m.ag_index),
+               .comm_layer = -1,
+               .comm_order = 1};
+    if (!m.rec_layer || !m.rec_compute || !m.out_layer || !m.out_seen || !m.ev_comm || !m.ag_index)
+        return free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), free(m.ev_comm),
+               free(m.ag_index), -1;
+    for (int e = 0; e < p->nevents; e++) m.rec_layer[e] = -1, m.out_layer[e] = -1;
+    for (int64_t l = 0; l < L; l++) lt[l] = (LayerTimes){.out_after = -1, .ag_after = -1, .rs_after = -1};
+    *ch = (Chains){.unpicked = ch->unpicked, .kind = ch->kind, .picked = ch->picked, .duplex = ch->duplex};
     for (int i = 0; i < p->ntrain; i++) {
         const Instr *in = &p->train[i];
         double d = dur[i];
@@ -307,17 +417,11 @@ static int split_layers(const Plan *p, const double *dur, int64_t leaving, Chain
         int compute = in->engine == ENG_COMPUTE && (in->kind == INS_RUN || in->kind == INS_COPY),
             copy_in = in->engine == ENG_COPY_IN &&
                       (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT),
-            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE,
-            leaving_back = back && !post && cur >= 0 && cur < leaving;
-        if (leaving_back && in->kind == INS_RECORD && in->engine == ENG_COMPUTE)
-            rec_layer[in->event] = cur, rec_compute[in->event] = lt[cur].back_compute;
-        if (back && !post && in->kind == INS_WAIT && in->engine == ENG_COPY_OUT && rec_layer[in->event] >= 0 &&
-            !out_seen[rec_layer[in->event]]) { // its copies out wait for that much of its compute at least
-            LayerTimes *w = &lt[rec_layer[in->event]];
-            w->out_after = fmax(w->out_after, rec_compute[in->event]);
-        }
-        if (back && !post && in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < leaving)
-            out_seen[in->layer] = 1, lt[in->layer].back_out += d;
+            save = in->engine == ENG_COPY_OUT && in->kind == INS_SAVE;
+        mark_comm(in, d, back && !post, cur, L, &m, lt);
+        if (back && !post && cur >= 0)
+            mark_backward(in, d, cur, L, &last_out, &m, lt), mark_link(p, in, d, cur, L, &m, lt);
+        else if (link_direction(p, in) == 2) m.d2h_layer = -1;
         if (post) {
             ch->post += compute ? d : 0;
             ch->post_out += in->engine == ENG_COPY_OUT && in->kind != INS_NORM ? d : 0;
@@ -325,11 +429,53 @@ static int split_layers(const Plan *p, const double *dur, int64_t leaving, Chain
         } else if (!back && cur < 0) ch->head += compute || copy_in ? d : 0;
         else if (!back && cur == L) ch->tail_in += copy_in ? d : 0;
         else if (!back) lt[cur].in += copy_in ? d : 0, lt[cur].compute += compute ? d : 0, lt[cur].save += save ? d : 0;
-        else if (cur >= leaving) ch->pre += compute ? d : 0;
+        else if (cur == L) ch->pre += compute ? d : 0;
         else lt[cur].back_in += copy_in ? d : 0, lt[cur].back_compute += compute ? d : 0;
     }
-    free(rec_layer), free(rec_compute), free(out_seen);
+    ch->comm = m.comm_order;
+    free(m.rec_layer), free(m.rec_compute), free(m.out_layer), free(m.out_seen), free(m.ev_comm), free(m.ag_index);
     return 0;
+}
+
+// The backward of layer l, with times t, from the compute engine free at
+// ready and its copies in done at in_done: its compute's end into E[l],
+// its gradients out's into O[l], from the copy-out engine free at *out_done.
+// comm (chain_comm; NULL: not counted): the collectives' engine free at
+// *comm, each layer's all-gather then its reduce-scatter in turn, as the
+// plan's stream orders them from the top (Chains.comm).
+static void chain_back(const LayerTimes *t, int64_t l, double ready, double in_done, double *E, double *O,
+                       double *out_done, double *comm) {
+    double start = fmax(ready, in_done);
+    if (t->wait_above) start = fmax(start, O[l + t->wait_above] - t->wait_after);
+    if (comm) { // (chain_comm) its all-gather, then its compute after it, then its reduce-scatter
+        *comm += t->ag;
+        if (t->ag_after >= 0) start = fmax(start, *comm - t->ag_after);
+        *comm = fmax(*comm, t->rs_after >= 0 ? start + t->rs_after : 0) + t->rs;
+    }
+    E[l] = start + t->back_compute;
+    *out_done = fmax(*out_done, t->out_after >= 0 ? start + t->out_after : 0) + t->back_out;
+    O[l] = *out_done;
+}
+
+// Layer l's times in a plan of n leaving layers picked as pick (n) says.
+static const LayerTimes *layer_times(const Chains *ch, const uint8_t *pick, int64_t n, int64_t l) {
+    int p = l < n ? pick[l] : PICK_NONE;
+    return p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
+}
+
+// When leaving layer l's backward copies in are done, from their engine free at ready. On a duplex link
+// its longest copy either starts while the other direction is busy, and
+// runs at ch->duplex of its rate, or starts once the copy out before it in
+// the stream is done: the gradients out of layer l + in_above, in_above_done
+// of them after that layer's start on its engine (O: each layer's gradients
+// out done, the chains' floors), whichever ends first.
+static double chain_in(const Chains *ch, const uint8_t *pick, int64_t n, int64_t l, double ready, const double *O) {
+    const LayerTimes *t = layer_times(ch, pick, n, l);
+    if (!t->in_above || !(ch->duplex < 1)) return ready + t->back_in;
+    const LayerTimes *above = layer_times(ch, pick, n, l + t->in_above);
+    double before = O[l + t->in_above] - above->back_out + fmin(t->in_above_done, above->back_out);
+    double start = ready + t->in_pre, end = fmin(start + t->in_big / ch->duplex, fmax(start, before) + t->in_big);
+    return end + (t->back_in - t->in_pre - t->in_big);
 }
 
 // The least time of a micro-batch of a plan of n leaving layers picked as
@@ -343,8 +489,7 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
            *S = E;                // S: saves done, by layer (E is free until the backward)
     double prev = upd + ch->head; // the head's forward done
     for (int64_t l = 0; l < L; l++) {
-        int p = l < n ? pick[l] : PICK_NONE;
-        const LayerTimes *t = p == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + p];
+        const LayerTimes *t = layer_times(ch, pick, n, l);
         int reuse = l >= slots && l < streamed; // its frame was layer l - slots'
         upd += updates ? updates[l] : 0;
         in_done = fmax(fmax(in_done, upd), reuse ? F[l - slots] : 0) + t->in;
@@ -355,15 +500,17 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
     }
     double tail_in = fmax(in_done, upd + (updates ? updates[L + 1] : 0)) + ch->tail_in, tail = fmax(prev, tail_in);
     in_done = tail_in;
-    for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail;
-    E[n] = tail + ch->pre;
-    double out_done = 0; // the copy-out engine: the leaving layers' gradients out, from the top
+    // the backward, from the top: the layers that stay (their copies in, if any, wait for nothing
+    // the chains count), then the leaving ones; O (F, free now): each layer's gradients out done
+    double *O = F, out_done = 0, ready = tail + ch->pre, comm_free = 0, *comm = ch->comm ? &comm_free : NULL;
+    for (int64_t l = L - 1; l >= n; l--) {
+        chain_back(&ch->unpicked[l], l, ready, 0, E, O, &out_done, comm);
+        ready = E[l];
+    }
+    for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail; // (the copies in of the leaving layers wait for these)
     for (int64_t l = n - 1; l >= 0; l--) {
-        const LayerTimes *t = pick[l] == PICK_NONE ? &ch->unpicked[l] : &ch->picked[ch->kind[l] * 3 + pick[l]];
-        in_done = fmax(in_done, E[l + slots]) + t->back_in;
-        double start = fmax(E[l + 1], in_done);
-        E[l] = start + t->back_compute;
-        out_done = fmax(out_done, t->out_after >= 0 ? start + t->out_after : 0) + t->back_out;
+        in_done = chain_in(ch, pick, n, l, fmax(in_done, E[l + slots]), O);
+        chain_back(layer_times(ch, pick, n, l), l, E[l + 1], in_done, E, O, &out_done, comm);
     }
     return fmax(E[0] + ch->post, out_done) + ch->post_out + (updates ? ch->post_norm : 0);
 }
@@ -385,25 +532,47 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // (MT_SEARCH_EVERY=1 does, and checks every floor and every skip against
 // the plan it built).
 //
-// The chains end with the copy-out engine: each leaving layer's gradients
-// go out after the compute they wait for, in turn, then the head's and
-// their norm (a later micro-batch's chains, with no host work, bound each
-// of the others). A duplex link's busy time counts its penalty
-// (duplex_link_floor). What the floors still miss is the penalty's delay
-// of the chains: on h200 a llama3-70b pair's floor sits 0.3% under its
-// step (0.03 s of 11.5 s), 0 with duplex_efficiency 1. llama3-70b's
-// --explain on h200 builds 3,481 pairs (8,659 before the copy-out chain,
-// with a 0.1% gap). Host memory's floor counts the gradients' adds
-// (Cost.grads_host_bytes), as the step does: without them llama3-405b's
-// floors on h200 sat 1.6% under its steps and its --explain built 92,200
-// plans in 34 s. With ranks, every pair's floor has what the ranks sum
-// after the micro-batches (Cost.sums_s): without it llama3-70b's
-// --ranks 8 --explain on h200x8 built some 80,000 plans in 25 s.
+// The chains end with the copy-out engine: each layer's gradients go out
+// after the compute they wait for, in turn (the layers that stay on the
+// device too: on qwen3-next-80b-a3b their gradients out, not their compute,
+// hold up the leaving layers' backward), then the head's and their norm (a
+// later micro-batch's chains, with no host work, bound each of the
+// others). A streamed layer's backward compute waits for its frame's last
+// user's gradients out. A duplex link's busy time counts its penalty
+// (duplex_link_floor), and the chains the penalty's delay of each leaving
+// layer's longest backward copy in (chain_in: slowed, or started after the
+// copy out before it). Without the staying layers' copies out, the frame's
+// wait and chain_in, qwen3-next-80b-a3b's floors on h200 sat 5% under its
+// steps, whose pairs lie within 5% of each other, and its --explain built
+// 27,000 plans in 5.2 s of CPU (3,776 now, 0.8 s). The pairs whose floor
+// only ties the fastest plan found (within FLOOR_ROUNDING) are not built:
+// with duplex_efficiency 1, qwen3-next-80b-a3b's floors meet the steps of
+// its fastest pairs, and 3,900 of the 3,930 plans it built were such ties.
+// Host memory's floor counts the gradients' adds (Cost.grads_host_bytes),
+// as the step does: without them llama3-405b's floors on h200 sat 1.6%
+// under its steps and its --explain built 92,200 plans in 34 s. With ranks,
+// every pair's floor has what the ranks sum after the micro-batches
+// (Cost.sums_s): without it llama3-70b's --ranks 8 --explain on h200x8
+// built some 80,000 plans in 25 s. A sharded plan's backward collectives
+// (ENG_COMM) are a chain of their own where the stream orders them as
+// chain_back follows them (each layer's all-gather, its compute, its
+// reduce-scatter, from the top; Chains.comm): without it llama3-405b's
+// sharded floors on gh200x2-nvme sat 0.5% under steps that lie within as
+// much of each other, and its --ranks 2 --explain took 5.7 s (1.9 s now).
+// The replicated plans that the scale-out comparison prices on
+// h200x8-shared-pcie still have floors up to 13% under their steps:
+// qwen3-next-80b-a3b's --ranks 8 --explain there builds some 28,000 plans.
 //
 // The scale-out comparison (scaleout.c) prices the plans this search
 // builds as a rank of each strategy, and keeps the fastest by that price:
 // a plan this search's floors skip is not priced, so a strategy's row is
 // the best of the plans whose one-GPU step could beat the best found.
+
+// How far a floor, summed in another order than the simulation sums a step,
+// may lie above it by rounding alone: a pair's floor is lowered by it, and a
+// pair whose floor is within it of the fastest plan's step is not built, as
+// it could at best tie (and a tie keeps the plan found first).
+#define FLOOR_ROUNDING 1e-9
 
 typedef struct Pair {
     int64_t k, s;
@@ -441,7 +610,7 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
     Graph *g = x->g;
     int64_t L = g->layers, nk = g->nkinds;
     Arena *own = &pr->own;
-    Chains one = {.kind = g->layer_kind};
+    Chains one = {.kind = g->layer_kind, .duplex = x->t->link_duplex ? x->t->duplex_efficiency : 1};
     pr->ch = one;
     pr->du = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->du);
     pr->dact = arena_alloc(own, (size_t)(nk * 3) * sizeof *pr->dact);
@@ -466,7 +635,7 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         if (!dur || cost_plan_with(p, x->t, x->kernels, &pc, dur) != 0) return out_of_memory(x);
         if (i == 0) {
             pr->p0 = p, pr->u0 = busy_of(&pc), pr->act0 = p->host_act_bytes, pr->sums_s = pc.sums_s;
-            if (split_layers(p, dur, n, &pr->ch, pr->ch.unpicked) != 0) return out_of_memory(x);
+            if (split_layers(p, dur, &pr->ch, pr->ch.unpicked) != 0) return out_of_memory(x);
             continue;
         }
         Busy b = busy_of(&pc);
@@ -477,7 +646,7 @@ static int probe_picks(Search *x, SchedChoice c, int64_t n, Probes *pr) {
         // (bf16 gradients no more: storage_grads_bf16), so the unpicked plan's is the least
         pr->du[kind * 3 + pick].grads_bytes = 0;
         pr->dact[kind * 3 + pick] = p->host_act_bytes - pr->act0;
-        if (split_layers(p, dur, n, &one, one.unpicked) != 0) return out_of_memory(x);
+        if (split_layers(p, dur, &one, one.unpicked) != 0) return out_of_memory(x);
         pr->ch.picked[kind * 3 + pick] = one.unpicked[last[kind]];
     }
     return 0;
@@ -528,7 +697,7 @@ static int floor_pairs(Search *x, SchedChoice c, int64_t n, Probes *pr, int ever
                               ? chain_floor(&pr->ch, NULL, L, L - c.resident, n, picks, c.slots, E, F)
                               : 0;
             double floor = floor_step(&b, &h, t, accumulate, chain, rest) + pr->sums_s;
-            pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - 1e-9), .cannot_fit = cannot_fit};
+            pairs[(*np)++] = (Pair){.k = k, .s = s, .floor = floor * (1 - FLOOR_ROUNDING), .cannot_fit = cannot_fit};
         }
     free(E);
     return 0;
@@ -545,7 +714,7 @@ static int build_pairs(Search *x, SchedChoice c, const Pair *pairs, size_t np, i
         const SchedResult *best = x->best;
         double beat = best->plan && best->fits ? best->cost.step_s : INFINITY;
         if (req->beat_s > 0 && req->beat_s < beat) beat = req->beat_s;
-        if (!every && pairs[i].floor >= beat) break;
+        if (!every && pairs[i].floor >= beat * (1 - FLOOR_ROUNDING)) break; // (at best a tie: the first found stays)
         c.offloaded = pairs[i].k, c.host_selective = pairs[i].s;
         Tried tr;
         rc = try_choice_out(x, &c, &tr);
