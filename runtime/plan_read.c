@@ -483,6 +483,34 @@ static int attention_linked(const Node *n) {
            n->shape.dims[1] == n->heads && n->shape.dims[2] == q->dims[1];
 }
 
+// The fields of node n that only some ops use (wide, padding, moe_form, pooled,
+// group_limit): 0 where each is 0 or the op's, else -1 with the reader failed.
+static int check_node_fields(Rd *r, PartKind pk, const Node *n, const char *where) {
+    if (n->wide != 0 && (n->wide != 1 || n->dtype != DT_F32 || n->op == OP_VIEW || n->op == OP_RESHAPE)) {
+        rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
+        return -1;
+    }
+    if (n->padding != 0 && ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
+                            n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
+        rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
+        return -1;
+    }
+    if (n->moe_form != 0 && ((n->op != OP_MOE && n->op != OP_MOE_BWD) || (n->moe_form & ~MOE_FORM_BITS))) {
+        rd_fail(r, "%s: moe form %d (0, or bits of 127 on a moe)", where, n->moe_form);
+        return -1;
+    }
+    if (n->pooled != 0 &&
+        (n->pooled != 1 || (n->op != OP_LOAD_BALANCE && n->op != OP_LOAD_BALANCE_BWD) || !part_is_block(pk))) {
+        rd_fail(r, "%s: pooled %d (0, or 1 on a block's load-balancing loss)", where, n->pooled);
+        return -1;
+    }
+    if (n->group_limit != 0 && (n->group_limit != 1 || n->op != OP_TOP_K)) {
+        rd_fail(r, "%s: group_limit %d (0, or 1 on a top_k)", where, n->group_limit);
+        return -1;
+    }
+    return 0;
+}
+
 static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
     char where[96];
     snprintf(where, sizeof where, "%s node %d (%s)", part_name(pk), n->id, op_name(n->op));
@@ -493,28 +521,7 @@ static void check_node(Rd *r, const Graph *g, PartKind pk, const Node *n) {
         rd_fail(r, "%s has %d operands; it takes %d", where, n->nin, arity >= 0 ? arity : 1);
         return;
     }
-    if (n->wide != 0 && (n->wide != 1 || n->dtype != DT_F32 || n->op == OP_VIEW || n->op == OP_RESHAPE)) {
-        rd_fail(r, "%s: wide %d (0, or 1 on an f32 node with a buffer of its own)", where, n->wide);
-        return;
-    }
-    if (n->padding != 0 && ((n->op != OP_EMBED && n->op != OP_EMBED_BWD) || n->padding < 0 ||
-                            n->padding > (n->op == OP_EMBED ? n->in[0]->shape.dims[0] : n->shape.dims[0]))) {
-        rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
-        return;
-    }
-    if (n->moe_form != 0 && ((n->op != OP_MOE && n->op != OP_MOE_BWD) || (n->moe_form & ~MOE_FORM_BITS))) {
-        rd_fail(r, "%s: moe form %d (0, or bits of 127 on a moe)", where, n->moe_form);
-        return;
-    }
-    if (n->pooled != 0 &&
-        (n->pooled != 1 || (n->op != OP_LOAD_BALANCE && n->op != OP_LOAD_BALANCE_BWD) || !part_is_block(pk))) {
-        rd_fail(r, "%s: pooled %d (0, or 1 on a block's load-balancing loss)", where, n->pooled);
-        return;
-    }
-    if (n->group_limit != 0 && (n->group_limit != 1 || n->op != OP_TOP_K)) {
-        rd_fail(r, "%s: group_limit %d (0, or 1 on a top_k)", where, n->group_limit);
-        return;
-    }
+    if (check_node_fields(r, pk, n, where) != 0) return;
     switch (n->op) {
     case OP_PARAM: {
         if (n->param < 0 || n->param >= g->params.n) {
