@@ -342,6 +342,7 @@ static void dump_attrs(FILE *out, const Graph *g, const Node *n) {
     case OP_MOE:
     case OP_MOE_BWD: // the clamped SwiGLU's (common/graph.h)
         if (n->scale > 0) fprintf(out, " alpha=%g limit=%g", n->scale, n->softcap);
+        if (moe_act(n) != MOE_ACT_SILU) fprintf(out, " act=%s", moe_act(n) == MOE_ACT_GELU ? "gelu" : "gelu_tanh");
         if (n->moe_form & MOE_GATES_ON_INPUT) fprintf(out, " gates_on=input");
         if (moe_fused(n)) fprintf(out, " gate_up=%s", n->moe_form & MOE_GATE_UP_HALVES ? "halves" : "interleaved");
         for (int j = moe_fused(n) ? 1 : 0; j < 3; j++) // the weights stored [E, in, out]

@@ -216,8 +216,17 @@ enum {
     MOE_GATES_ON_INPUT = 32, // expert e runs on gate_e * x and its output is not gated (Llama 4)
     MOE_GATE_UP_BIAS = 64,   // a sixth operand, the gate and up biases [E, 2F] in h's columns (moe_gate_col,
                              // moe_up_col), added before the activation (gpt-oss's gate_up_proj_bias)
-    MOE_FORM_BITS = 127
+    MOE_FORM_BITS = 127,
+    MOE_ACT_SHIFT = 7, // moe_form >> MOE_ACT_SHIFT: the experts' gated activation, a MoeAct (0: silu)
+    MOE_ACT_BITS = 3 << MOE_ACT_SHIFT
 };
+
+// The experts' gated activation act(g) * u of moe's act = ..., each the DSL's own
+// element-wise op: silu(g); gelu(g, approximate = none), 0.5 g (1 + erf(g / sqrt 2));
+// gelu(g, approximate = tanh), 0.5 g (1 + tanh(sqrt(2 / pi) (g + 0.044715 g^3))).
+typedef enum { MOE_ACT_SILU, MOE_ACT_GELU, MOE_ACT_GELU_TANH, MOE_ACTS } MoeAct;
+
+static inline MoeAct moe_act(const Node *n) { return (MoeAct)((n->moe_form & MOE_ACT_BITS) >> MOE_ACT_SHIFT); }
 
 static inline int moe_fused(const Node *n) { return n->moe_form & (MOE_GATE_UP_HALVES | MOE_GATE_UP_INTERLEAVED); }
 

@@ -495,8 +495,13 @@ static int check_node_fields(Rd *r, PartKind pk, const Node *n, const char *wher
         rd_fail(r, "%s: padding row %lld (0, or 1 + a row of an embedding's table)", where, (long long)n->padding);
         return -1;
     }
-    if (n->moe_form != 0 && ((n->op != OP_MOE && n->op != OP_MOE_BWD) || (n->moe_form & ~MOE_FORM_BITS))) {
-        rd_fail(r, "%s: moe form %d (0, or bits of 127 on a moe)", where, n->moe_form);
+    if (n->moe_form != 0 &&
+        ((n->op != OP_MOE && n->op != OP_MOE_BWD) || (n->moe_form & ~(MOE_FORM_BITS | MOE_ACT_BITS)) ||
+         moe_act(n) >= MOE_ACTS || (moe_act(n) != MOE_ACT_SILU && n->scale != 0))) {
+        rd_fail(r,
+                "%s: moe form %d (0, or on a moe bits of 127 and an activation 0 .. %d above them, "
+                "alpha only with 0: silu)",
+                where, n->moe_form, MOE_ACTS - 1);
         return -1;
     }
     if (n->pooled != 0 &&

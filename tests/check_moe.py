@@ -88,7 +88,13 @@ f32 plan's step-1 gradient of every tensor equals the per-expert model's
 layout, to 1e-5 of the tensor's largest. A form read with gate and up
 swapped (halves for interleaved) must miss numpy's loss by more than 1e-4.
 
+acts: the tiny Mixtral's experts with moe's act = gelu (GeGLU, the DSL's
+gelu(approximate = none), erf's) and act = gelu_tanh: the reference
+executor's loss (the plain kernels in float64) equals numpy's to 1e-9
+relative and mtrun's first validation loss (the f32 plan) to 1e-5; each
+must move numpy's loss from SwiGLU's by more than 1e-4.
 usage: check_moe.py numpy MTC REF_FORWARD MTRUN
+       check_moe.py acts MTC REF_FORWARD MTRUN
        check_moe.py layouts MTC REF_FORWARD MTRUN
        check_moe.py routers MTC REF_FORWARD MTRUN
        check_moe.py hf MTC REF_FORWARD MTRUN
@@ -98,6 +104,7 @@ usage: check_moe.py numpy MTC REF_FORWARD MTRUN
        check_moe.py plan MTC
 """
 import json
+import math
 import os
 import re
 import sys
@@ -118,12 +125,25 @@ def rope(x, heads):
     return rope_halves(x, heads, THETA)
 
 
-def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
+def gelu_erf(h):
+    """The DSL's gelu(h, approximate = none): 0.5 h (1 + erf(h / sqrt 2))."""
+    return 0.5 * h * (1 + np.vectorize(math.erf)(h / math.sqrt(2)))
+
+
+def gelu_tanh(h):
+    """The DSL's gelu(h, approximate = tanh)."""
+    return 0.5 * h * (1 + np.tanh(math.sqrt(2 / math.pi) * (h + 0.044715 * h ** 3)))
+
+
+ACTS = {"silu": lambda h: h / (1 + np.exp(-h)), "gelu": gelu_erf, "gelu_tanh": gelu_tanh}
+
+
+def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None, act="silu"):
     """The loss and the summed auxiliary loss in float64. routing "mixtral":
     softmax over all, top k, renormalised; "before": the top k's
     probabilities as they are; a function (logits, layer prefix) -> (top
     (T, k) expert indices, their gates): that routing. loads (a list): each
-    layer's tokens per expert appended."""
+    layer's tokens per expert appended. act: the experts' ACTS(h1) h3."""
     W = {n: w.astype(np.float64) for n, w in W.items()}
     x, counts, psums = W["model.embed_tokens.weight"][tokens], 0.0, 0.0
     for i in range(L):
@@ -155,7 +175,7 @@ def mixtral_loss(W, tokens, targets, routing="mixtral", k=K, loads=None):
             pe = p + f"block_sparse_moe.experts.{e}."
             xe = m[rows]
             h1, h3 = xe @ W[pe + "w1.weight"].T, xe @ W[pe + "w3.weight"].T
-            out[rows] += weights[rows, slot][:, None] * ((h1 / (1 + np.exp(-h1)) * h3) @ W[pe + "w2.weight"].T)
+            out[rows] += weights[rows, slot][:, None] * ((ACTS[act](h1) * h3) @ W[pe + "w2.weight"].T)
         x = x + out
         counts, psums = counts + chosen.sum(0), psums + probs.sum(0)
     rows = L * len(tokens)  # pooled over the layers' rows, as transformers' load_balancing_loss_func
@@ -549,6 +569,37 @@ LAYOUTS = {
 }
 
 
+def acts(mtc, ref, mtrun):
+    """moe's act = gelu, gelu_tanh in the tiny Mixtral: the reference executor's loss (the plain kernels, float64)
+    and mtrun's first validation loss (the f32 plan) against numpy's GeGLU, each moving numpy's loss from SwiGLU's."""
+    call, src = "moe(m, gates, w_gate, w_up, w_down)", open(MODEL).read()
+    if not check(call in src, f"{MODEL} still has the moe call this check rewrites"):
+        return
+    W = random_weights(mtc, MODEL, 14)
+    tokens, targets = val_tokens(T)
+    swiglu, _ = mixtral_loss(W, tokens, targets)
+    for act in ("gelu", "gelu_tanh"):
+        with tempfile.TemporaryDirectory() as tmp:
+            model, planfile, wf, inf = (os.path.join(tmp, n) for n in ("m.mt", "p.bin", "w.safetensors", "in.i32"))
+            with open(model, "w") as f:
+                f.write(src.replace(call, call[:-1] + f", act = {act})"))
+            write_safetensors(wf, [(n, "F32", w) for n, w in W.items()])
+            np.concatenate([tokens, targets]).astype("<i4").tofile(inf)
+            p = run(ref, model, wf, inf, "--batch", "1", "--seq", T)
+            q = run(mtc, model, "-o", planfile, "--batch", "1", "--seq", T, "--target", "tiny-2layers")
+            if not check(p.returncode == 0 and q.returncode == 0, f"ref_forward and mtc -o ({act})", p if p.returncode else q):
+                continue
+            got, _ = first_val_loss(mtrun, planfile, tmp, "--init", wf)
+        plain = float(dict(line.split() for line in p.stdout.splitlines())["loss"])
+        want, _ = mixtral_loss(W, tokens, targets, act=act)
+        rel = abs(got - want) / abs(want) if got is not None else float("inf")
+        check(abs(plain - want) <= 1e-9 * abs(want), f"act = {act}: reference executor's loss {plain} vs numpy {want}")
+        check(rel <= 1e-5, f"act = {act}: mtrun's loss {got} against numpy's {want} ({rel:.1e}; 1e-5 allowed)")
+        check(abs(swiglu - want) > 1e-4 * abs(want), f"act = {act}: numpy's loss {want} is SwiGLU's {swiglu}")
+        print(f"act = {act}: reference executor {plain:.12f}, mtrun {got:.9f}, numpy {want:.12f} "
+              f"({rel:.1e} relative; SwiGLU's {swiglu:.9f})")
+
+
 def layout_model(params, call):
     """examples/mixtral-tiny.mt with its experts' params and moe call replaced."""
     text = open(MODEL).read()
@@ -632,6 +683,9 @@ def main():
         sys.exit(finish())
     if mode == "layouts":
         layouts(mtc, mtrun)
+        sys.exit(finish())
+    if mode == "acts":
+        acts(mtc, ref, mtrun)
         sys.exit(finish())
     if mode in ("hf", "hf_masked"):
         hf(mtc, mtrun, mode == "hf_masked")

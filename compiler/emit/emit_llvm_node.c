@@ -160,7 +160,8 @@ typedef struct Moe {
     LLVMValueRef row, xe, h, a,
         o;               // workspace: row i64 [rows]; xe, o [rows, C]; h [rows, 2F] (kernels.inc's); a [rows, F]
     LLVMValueRef n;      // i64 local: expert e's rows
-    double alpha, limit; // the clamped SwiGLU (the node's scale, softcap), alpha 0: SwiGLU
+    double alpha, limit; // the clamped SwiGLU (the node's scale, softcap), alpha 0: act(h1) h3
+    MoeAct act;          // the gate's activation (common/graph.h; silu: SwiGLU)
 } Moe;
 
 static LLVMValueRef f_lt(Nb *b, LLVMValueRef x, LLVMValueRef y) { return LLVMBuildFCmp(b->b, LLVMRealOLT, x, y, ""); }
@@ -175,9 +176,35 @@ static void clamped_parts(Nb *b, const Moe *m, LLVMValueRef h1, LLVMValueRef h3,
     *u = pick(b, f_lt(b, h3, nL), nL, pick(b, f_lt(b, L, h3), L, h3));
     *s = sigmoid(b, f_mul(b, cf(b, m->alpha), *g));
 }
-// kernels.inc's expert_act: silu(h1) h3, or (u + 1) g / (1 + exp(-alpha g)).
+// erff of f32 x: the process's libm, as kernels.inc's erf of a float.
+static LLVMValueRef erf_of(Nb *b, LLVMValueRef x) {
+    LLVMTypeRef t = LLVMFunctionType(b->f32, &b->f32, 1, 0);
+    LLVMValueRef fn = LLVMGetNamedFunction(b->mod, "erff");
+    if (!fn) fn = LLVMAddFunction(b->mod, "erff", t);
+    return LLVMBuildCall2(b->b, t, fn, &x, 1, "");
+}
+// kernels.inc's gate_act: gelu or gelu_tanh of f32 h, its derivative *d, the same operations in the same order.
+static LLVMValueRef gate_act(Nb *b, MoeAct act, LLVMValueRef h, LLVMValueRef *d) {
+    LLVMValueRef half = cf(b, 0.5), one = cf(b, 1);
+    if (act == MOE_ACT_GELU) {
+        LLVMValueRef phi2 = f_add(b, one, erf_of(b, f_mul(b, h, cf(b, 0.7071067811865476))));
+        LLVMValueRef e = expo(b, f_mul(b, f_mul(b, cf(b, -0.5), h), h));
+        *d = f_add(b, f_mul(b, half, phi2), f_mul(b, f_mul(b, h, cf(b, 0.3989422804014327)), e));
+        return f_mul(b, f_mul(b, half, h), phi2);
+    }
+    LLVMValueRef s = cf(b, 0.7978845608028654), c = cf(b, 0.044715);
+    LLVMValueRef cube = f_mul(b, f_mul(b, f_mul(b, c, h), h), h);
+    LLVMValueRef e2u = expo(b, f_mul(b, cf(b, 2), f_mul(b, s, f_add(b, h, cube)))); // tanh_by_exp's e^2u
+    LLVMValueRef t = f_sub(b, one, f_div(b, cf(b, 2), f_add(b, one, e2u)));
+    LLVMValueRef lhs = f_mul(b, f_mul(b, f_mul(b, half, h), f_sub(b, one, f_mul(b, t, t))), s);
+    LLVMValueRef rhs = f_add(b, one, f_mul(b, f_mul(b, f_mul(b, cf(b, 3), c), h), h));
+    *d = f_add(b, f_mul(b, half, f_add(b, one, t)), f_mul(b, lhs, rhs));
+    return f_mul(b, f_mul(b, half, h), f_add(b, one, t));
+}
+// kernels.inc's expert_act: act(h1) h3, or (u + 1) g / (1 + exp(-alpha g)).
 static LLVMValueRef expert_act(Nb *b, const Moe *m, LLVMValueRef h1, LLVMValueRef h3) {
-    if (!(m->alpha > 0)) return f_mul(b, silu(b, h1), h3);
+    LLVMValueRef d;
+    if (!(m->alpha > 0)) return f_mul(b, m->act == MOE_ACT_SILU ? silu(b, h1) : gate_act(b, m->act, h1, &d), h3);
     LLVMValueRef g, u, s;
     clamped_parts(b, m, h1, h3, &g, &u, &s);
     return f_div(b, f_mul(b, f_add(b, u, cf(b, 1)), g), one_plus_exp_neg(b, f_mul(b, cf(b, m->alpha), g)));
@@ -187,6 +214,12 @@ static void expert_act_bwd(Nb *b, const Moe *m, LLVMValueRef j, LLVMValueRef gj,
                            LLVMValueRef dh) {
     LLVMValueRef h = ld(b, b->f32, m->h, gj), h3 = ld(b, b->f32, m->h, uj), dav = ld(b, b->f32, da, j);
     LLVMValueRef dh1 = at(b, b->f32, dh, gj), dh3 = at(b, b->f32, dh, uj), z = ci(b, 0);
+    if (!(m->alpha > 0) && m->act != MOE_ACT_SILU) {
+        LLVMValueRef d, act = gate_act(b, m->act, h, &d);
+        st(b, b->f32, dh3, z, f_mul(b, dav, act));
+        st(b, b->f32, dh1, z, f_mul(b, f_mul(b, dav, h3), d));
+        return;
+    }
     if (!(m->alpha > 0)) {
         LLVMValueRef sg = sigmoid(b, h);
         st(b, b->f32, dh3, z, f_mul(b, dav, silu(b, h)));
@@ -311,7 +344,7 @@ static void moe_setup(Nb *b, Moe *m, const Node *n, LLVMValueRef args, LLVMValue
     m->a = carve(b, fw, &o, m->rows * m->F);
     m->o = carve(b, fw, &o, m->rows * m->C);
     m->n = local(b, b->i64, NULL);
-    m->alpha = n->scale, m->limit = n->softcap;
+    m->alpha = n->scale, m->limit = n->softcap, m->act = moe_act(n);
 }
 
 // kernels.inc's moe: each expert's output over its rows, added into y weighted by the gate.

@@ -68,8 +68,9 @@ static const OpSpec OP_SPECS[] = {
      "bias_update=gamma, "
      "groups=1, top_groups=groups)",
      OP_TOP_K, 0},
-    {"moe", OP_MOE, 4, 5, "gate_up gates_on alpha limit gate_bias up_bias gate_up_bias down_bias",
-     "moe(x, gates, w_gate, w_up, w_down, gates_on=output|input, alpha=A, limit=L, gate_bias=b, up_bias=b, "
+    {"moe", OP_MOE, 4, 5, "gate_up gates_on act alpha limit gate_bias up_bias gate_up_bias down_bias",
+     "moe(x, gates, w_gate, w_up, w_down, gates_on=output|input, act=silu|gelu|gelu_tanh, alpha=A, limit=L, "
+     "gate_bias=b, up_bias=b, "
      "down_bias=b), or moe(x, gates, w_gate_up, w_down, gate_up=halves|interleaved, gate_up_bias=b, ...)",
      OP_MOE, 0},
     {"load_balancing_loss", OP_LOAD_BALANCE, 1, 1, "top_k pooled", "load_balancing_loss(logits, top_k=K, pooled=false)",
@@ -1269,10 +1270,30 @@ static int moe_weight_shapes(Sema *S, const Args *a, Node *const *in, int layout
     return 0;
 }
 
-// moe's alpha = A, limit = L (gpt-oss's clamped SwiGLU, both or neither):
-// *alpha 0 without them (SwiGLU).
-static int moe_activation(Sema *S, const Args *a, double *alpha, double *limit) {
+// moe's act = silu | gelu | gelu_tanh (common/graph.h's MoeAct, the DSL's
+// silu, gelu(approximate = none), gelu(approximate = tanh)) as *bits of
+// Node.moe_form, and alpha = A, limit = L (gpt-oss's clamped SwiGLU, both
+// or neither, silu's only): *alpha 0 without them.
+static int moe_activation(Sema *S, const Args *a, double *alpha, double *limit, int *bits) {
+    static const char *const names[MOE_ACTS] = {"silu", "gelu", "gelu_tanh"};
+    const Expr *e = find_kwarg(a->call, "act");
+    const char *w = !e ? "silu" : e->kind == EXPR_NAME || e->kind == EXPR_STRING ? e->str : "?";
+    int act = 0;
+    while (act < MOE_ACTS && strcmp(w, names[act])) act++;
+    if (act == MOE_ACTS) {
+        diag_error(S->d, e->loc,
+                   "moe's act must be silu (SwiGLU), gelu (GeGLU with gelu(g, approximate = none), erf's) or "
+                   "gelu_tanh (gelu(g, approximate = tanh)); got '%s'",
+                   w);
+        return -1;
+    }
+    *bits = act << MOE_ACT_SHIFT;
     if (kw_float(S, a, "alpha", 0, alpha) != 0 || kw_float(S, a, "limit", 0, limit) != 0) return -1;
+    if ((*alpha > 0 || *limit > 0) && act != MOE_ACT_SILU) {
+        diag_error(S->d, e->loc,
+                   "moe's alpha and limit (gpt-oss's clamped SwiGLU) take act = silu, not %s: drop them or act", w);
+        return -1;
+    }
     if ((*alpha > 0) == (*limit > 0)) return 0;
     diag_error(S->d, a->call->loc,
                "moe's clamped SwiGLU needs both alpha and limit (gpt-oss's swiglu_alpha, "
@@ -1344,7 +1365,7 @@ static int moe_gate_up_bias(Sema *S, const Args *a, int layout, int64_t E, int64
 // x[..., C], gates[..., E], w_gate[E, F, C], w_up[E, F, C], w_down[E, C, F]
 // (each, written transpose(w), read in place from w [E, in, out]), or
 // w_gate_up [E, 2F, C] with gate_up = halves|interleaved in w_gate's and
-// w_up's places; options: the clamped SwiGLU (alpha, limit), expert biases
+// w_up's places; options: the activation (act), the clamped SwiGLU (alpha, limit), expert biases
 // (gate_bias, up_bias, down_bias).
 static Node *lower_moe(Sema *S, const Args *a) {
     double alpha, limit;
@@ -1352,7 +1373,7 @@ static Node *lower_moe(Sema *S, const Args *a) {
     int fused, layout;
     Loc loc = a->call->loc;
     int64_t F;
-    int on_input;
+    int on_input, act;
     if (moe_gate_up_form(S, a, &fused) != 0 || moe_operands(S, a, fused, in, &layout) != 0 ||
         moe_gates_on(S, a, &on_input) != 0)
         return NULL;
@@ -1366,7 +1387,7 @@ static Node *lower_moe(Sema *S, const Args *a) {
     Node *w[3] = {in[2], fused ? in[4] : in[3], in[4]};
     int t[3] = {layout & 1, fused ? layout >> 2 & 1 : layout >> 1 & 1, layout >> 2 & 1};
     if (moe_weight_shapes(S, a, in, layout, &F) != 0 || check_square_expert_layouts(S, a, w, t, fused ? 2 : 3) != 0 ||
-        moe_activation(S, a, &alpha, &limit) != 0)
+        moe_activation(S, a, &alpha, &limit, &act) != 0)
         return NULL;
     Node *b[3] = {0}, *bias; // gate_bias [E, F], up_bias [E, F], down_bias [E, C], or NULL; bias [E, 2F]
     for (int i = 0; i < 3; i++)
@@ -1380,7 +1401,7 @@ static Node *lower_moe(Sema *S, const Args *a) {
     if (moe_gate_up_bias(S, a, layout, E, F, b, &bias) != 0) return NULL;
     in[5] = bias;
     Node *y = new_node(S, OP_MOE, DT_F32, &x->shape, loc, bias ? 6 : 5, in);
-    if (y) y->scale = alpha, y->softcap = limit, y->moe_form = layout | on_input | (bias ? MOE_GATE_UP_BIAS : 0);
+    if (y) y->scale = alpha, y->softcap = limit, y->moe_form = layout | on_input | act | (bias ? MOE_GATE_UP_BIAS : 0);
     Node *bd = b[2] ? lower_matmul(S, a->call->loc, gates, 0, b[2], 0, a->pos[1], find_kwarg(a->call, "down_bias"))
                     : NULL;
     return y && bd ? binary_node(S, OP_ADD, y, bd, a->call->loc) : b[2] ? NULL : y;

@@ -1,4 +1,4 @@
-# expect: 11:14: error: moe's clamped SwiGLU needs both alpha and limit (gpt-oss's swiglu_alpha, swiglu_limit); usage: moe(x, gates, w_gate, w_up, w_down, gates_on=output|input, alpha=A, limit=L, gate_bias=b, up_bias=b, down_bias=b), or moe(x, gates, w_gate_up, w_down, gate_up=halves|interleaved, gate_up_bias=b, ...)
+# expect: 11:14: error: moe's clamped SwiGLU needs both alpha and limit (gpt-oss's swiglu_alpha, swiglu_limit); usage: moe(x, gates, w_gate, w_up, w_down, gates_on=output|input, act=silu|gelu|gelu_tanh, alpha=A, limit=L, gate_bias=b, up_bias=b, down_bias=b), or moe(x, gates, w_gate_up, w_down, gate_up=halves|interleaved, gate_up_bias=b, ...)
 model m
 config { V = 16; C = 8; E = 4; F = 6 }
 param emb "emb" [V, C]
