@@ -15,8 +15,10 @@
 //             mt_moe_dbias (E blocks)         the gate_up bias's gradient, with one
 //             mt_moe_dw_up (E x tiles)        dw_gate += dh1^T x, dw_up += dh3^T x
 //             mt_moe_dx_slots, mt_moe_combine_dx   dx
-// a = mt_moe_act(h1, h3): silu(h1) h3, or gpt-oss's clamped SwiGLU where the
-// node's alpha (MoeDims) is above 0.
+// a = mt_moe_act(h1, h3): act(h1) h3 (silu, gelu or gelu_tanh: the node's
+// MoeAct, bf's bits 16, 17), or gpt-oss's clamped SwiGLU where the node's
+// alpha (MoeDims) is above 0. A non-silu act never takes the pipelined path
+// (its moe_form is not 0: scratch.h's moe_pipelined).
 // "tiles": a grid over every expert's routed rows at once, each expert's
 // padded to MOE_TILE; its size, known on the host without the counts, is the
 // bound (S + E (MOE_TILE - 1)) / MOE_TILE. Later chunks add to the weights'
@@ -105,7 +107,8 @@ static inline int moe_run(MoeDims d, int bwd, long long chunk, void *const arg[8
     int *route = NULL;
     int pipe = moe_takes_pipelined(d, bf, arg, ws);
     if (pipe) bf |= MOE_BF_PIPE;
-    bf |= d.form << 8; // the weights' layout and where the gates apply (moe.cuh's mt_moe_w, mt_moe_on_input)
+    bf |= (d.form & MOE_FORM_BITS) << 8;   // the weights' layout and where the gates apply (moe.cuh's mt_moe_w, ..)
+    bf |= (d.form >> MOE_ACT_SHIFT) << 16; // the gate's activation (moe.cuh's mt_moe_act_of)
     float alpha = d.alpha, limit = d.limit;
     void *params[] = {&out, &dy, &x, &gates, &wg,  &wu,    &wd, &bf,    &rows,  &r0, &nr,
                       &C,   &E,  &F, &K,     &acc, &route, &ws, &alpha, &limit, &bgu};

@@ -138,6 +138,17 @@ static const MoeCase CASES[] = {
     {"gpt-oss: interleaved, bias, clamped", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 2.0f, 64 | 16 | 1 | 4},
     {"bf16, gpt-oss's layout, bias, clamped", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0.05f, 64 | 16 | 1 | 4},
     {"Llama 4's layout, bias, gates on the input", 130, 24, 3, 100, 2, -1, -1, 50, 0, 0, 0, 0, 0, 64 | 32 | 8 | 1 | 4},
+    // GeGLU experts (moe's act = gelu, gelu_tanh: Node.moe_form's MoeAct at bit 7), f32 and bf16; the bf16 ones
+    // have C and F multiples of 8 but run the 64-row kernels (the pipelined path is SwiGLU's only)
+    {"act = gelu, chunks of 37", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 0, MOE_ACT_GELU << 7},
+    {"bf16, act = gelu, chunks of 90", 200, 136, 5, 40, 2, 1, -1, 90, 1, 0, 0, 0, 0, MOE_ACT_GELU << 7},
+    {"act = gelu_tanh, odd sizes", 70, 40, 4, 72, 2, 2, -1, 0, 0, 0, 0, 0, 0, MOE_ACT_GELU_TANH << 7},
+    {"bf16, act = gelu_tanh, every row on one expert", 130, 24, 3, 100, 1, -1, 1, 0, 1, 0, 0, 0, 0,
+     MOE_ACT_GELU_TANH << 7},
+    {"gelu_tanh, gpt-oss's layout, bias", 150, 70, 5, 33, 2, -1, -1, 37, 0, 0, 0, 0, 0,
+     MOE_ACT_GELU_TANH << 7 | 64 | 16 | 1 | 4},
+    {"bf16, gelu, Llama 4's layout, gates on the input", 130, 24, 3, 40, 2, -1, -1, 50, 1, 0, 0, 0, 0,
+     MOE_ACT_GELU << 7 | 32 | 8 | 1 | 4},
 };
 
 // Weight j's shape as stored (common/graph.h's moe_form): w_gate,
@@ -269,6 +280,7 @@ static void check_case(LaunchFn fn, const MoeCase *t) {
         if (moe_run(d, bwd, chunk, arg, bits, ws, emu_launch, (void *)(uintptr_t)fn) != 0) check_failures++;
         free(ws);
     }
+    if (pipelined && (t->layout & MOE_ACT_BITS)) FAIL("%s: a GeGLU node took the pipelined (SwiGLU) path", t->what);
     // the overfull row's outputs are NaN; the rest are compared with it left out
     long long skip = t->overfull ? 1 : -1;
     if (skip >= 0) {

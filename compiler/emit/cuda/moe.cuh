@@ -27,17 +27,37 @@ __device__ __forceinline__ void mt_stv(void *p, long long i, int bf, float v) {
 }
 #define MT_BF(a) ((bf >> (a)) & 1)
 __device__ __forceinline__ float mt_silu(float h) { return h / (1.0f + expf(-h)); }
+// The gate's GELU of h and its derivative *d (kernels.inc's gate_act): gelu
+// (act 1, the DSL's gelu(approximate = none), erf's), else gelu_tanh.
+__device__ __forceinline__ float mt_moe_gelu(int act, float h, float *d) {
+    if (act == 1) {
+        float phi2 = 1.0f + erff(h * 0.7071067811865476f);
+        *d = 0.5f * phi2 + h * 0.3989422804014327f * expf(-0.5f * h * h);
+        return 0.5f * h * phi2;
+    }
+    float s = 0.7978845608028654f, c = 0.044715f, t = 1.0f - 2.0f / (1.0f + expf(2.0f * (s * (h + c * h * h * h))));
+    *d = 0.5f * (1.0f + t) + 0.5f * h * (1.0f - t * t) * s * (1.0f + 3.0f * c * h * h);
+    return 0.5f * h * (1.0f + t);
+}
+// The experts' gate activation (common/graph.h's MoeAct) in bf's bits 16, 17 (moe_launch.h's moe_run).
+__device__ __forceinline__ int mt_moe_act_of(int bf) { return bf >> 16 & 3; }
 // The experts' activation of h1 = x w_gate^T, h3 = x w_up^T (kernels.inc's
-// expert_act): silu(h1) h3, or with alpha > 0 gpt-oss's clamped SwiGLU
-// (clamp(h3, -L, L) + 1) g sigmoid(alpha g), g = min(h1, L).
-__device__ __forceinline__ float mt_moe_act(float h1, float h3, float alpha, float L) {
-    if (!(alpha > 0.0f)) return mt_silu(h1) * h3;
+// expert_act): act(h1) h3 (silu: SwiGLU, else the GELU of bf's act), or with
+// alpha > 0 gpt-oss's clamped SwiGLU (clamp(h3, -L, L) + 1) g sigmoid(alpha g), g = min(h1, L).
+__device__ __forceinline__ float mt_moe_act(int bf, float h1, float h3, float alpha, float L) {
+    float d;
+    if (!(alpha > 0.0f)) return (mt_moe_act_of(bf) ? mt_moe_gelu(mt_moe_act_of(bf), h1, &d) : mt_silu(h1)) * h3;
     float g = h1 < L ? h1 : L, u = h3 < -L ? -L : h3 > L ? L : h3;
     return (u + 1.0f) * g / (1.0f + expf(-alpha * g));
 }
 // mt_moe_act's gradients given da (kernels.inc's expert_act_bwd).
-__device__ __forceinline__ void mt_moe_act_bwd(float h1, float h3, float da, float alpha, float L, float *dh1,
+__device__ __forceinline__ void mt_moe_act_bwd(int bf, float h1, float h3, float da, float alpha, float L, float *dh1,
                                                float *dh3) {
+    if (!(alpha > 0.0f) && mt_moe_act_of(bf)) {
+        float d, act = mt_moe_gelu(mt_moe_act_of(bf), h1, &d);
+        *dh3 = da * act, *dh1 = da * h3 * d;
+        return;
+    }
     if (!(alpha > 0.0f)) {
         float sg = 1.0f / (1.0f + expf(-h1));
         *dh3 = da * mt_silu(h1), *dh1 = da * h3 * sg * (1.0f + h1 * (1.0f - sg));
@@ -357,7 +377,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_body(MT_MOE_PARAMS
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
             float h1 = sum[0][i][j] + mt_moe_bias(bgu, bf, 0, e, f, F), h3 = sum[1][i][j] + mt_moe_bias(bgu, bf, 1, e, f, F);
-            if (FWD) ws[at] = mt_moe_act(h1, h3, alpha, limit);
+            if (FWD) ws[at] = mt_moe_act(bf, h1, h3, alpha, limit);
             else ws[at] = h1, ws[S * F + at] = h3;
         }
 }
@@ -381,7 +401,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_down_body(MT_MOE_PARA
     float sum[1][4][4] = {}, *o = ws + (FWD ? 1 : 2) * S * F;
     auto la = [&](int, int i, int k) {
         long long at = (long long)(s0 + i) * F + k;
-        return i >= ns ? 0.0f : FWD ? ws[at] : mt_moe_act(ws[at], ws[S * F + at], alpha, limit);
+        return i >= ns ? 0.0f : FWD ? ws[at] : mt_moe_act(bf, ws[at], ws[S * F + at], alpha, limit);
     };
     auto lb = [&](int, int j, int k) {
         return n0 + j < C ? mt_ldv(wd, mt_moe_w(bf, 2, e, n0 + j, k, C, F), MT_BF(6)) : 0.0f;
@@ -486,7 +506,7 @@ extern "C" __global__ void mt_moe_da(MT_MOE_PARAMS) {
             int si = mt_moe_row(tc, i, j), f = n0 + mt_moe_col(tc, i, j);
             if (si >= ns || f >= F) continue;
             long long at = (long long)(b.s0 + si) * F + f;
-            mt_moe_act_bwd(ws[at], ws[S * F + at], sum[0][i][j], alpha, limit, &ws[at], &ws[S * F + at]);
+            mt_moe_act_bwd(bf, ws[at], ws[S * F + at], sum[0][i][j], alpha, limit, &ws[at], &ws[S * F + at]);
         }
 }
 
@@ -562,7 +582,7 @@ extern "C" __global__ void mt_moe_dw_down(MT_MOE_PARAMS) {
     };
     auto lb = [&](int, int j, int k) {
         long long at = (long long)(s0 + k) * F + n0 + j;
-        return n0 + j < F ? mt_moe_act(ws[at], ws[S * F + at], alpha, limit) : 0.0f;
+        return n0 + j < F ? mt_moe_act(bf, ws[at], ws[S * F + at], alpha, limit) : 0.0f;
     };
     mt_moe_gemm<1, false, false, 0>(tc, la, lb, w.ns, sum);
     for (int i = 0; i < 4; i++)
@@ -751,7 +771,7 @@ template <bool FWD> __device__ __forceinline__ void mt_moe_up_pipe_body(MT_MOE_P
                 if (si >= ns || f >= F) continue;
                 long long at = (long long)(s0 + si) * F + f;
                 float h1 = sum[i][2 * p][v], h3 = sum[i][2 * p + 1][v];
-                mt_st(a + at, mt_moe_act(h1, h3, alpha, limit));
+                mt_st(a + at, mt_moe_act(bf, h1, h3, alpha, limit));
                 if (!FWD) ws[at] = h1, ws[S * F + at] = h3;
             }
 }
@@ -835,7 +855,7 @@ extern "C" __global__ void __launch_bounds__(256, 2) mt_moe_da_pipe(MT_MOE_PARAM
                 if (si >= ns || f >= F) continue;
                 long long at = (long long)(s0 + si) * F + f;
                 float dh1, dh3;
-                mt_moe_act_bwd(ws[at], ws[S * F + at], sum[i][j][v], alpha, limit, &dh1, &dh3);
+                mt_moe_act_bwd(bf, ws[at], ws[S * F + at], sum[i][j][v], alpha, limit, &dh1, &dh3);
                 mt_st(u.dh3 + at, dh3);
                 mt_st(u.dh1 + at, dh1);
             }
