@@ -40,7 +40,7 @@ typedef struct MoeDims {
 // Whether a node runs compiler/emit/cuda/moe.cuh's pipelined tensor-core path:
 // bf16 operands, C and F multiples of 8 (its 16-byte cp.async loads), each
 // weight its own [E, out, in] (the path's loads read a weight's rows) and
-// the gates on the experts' outputs (moe_form 0).
+// the gates on the experts' outputs, SwiGLU (moe_form 0: no act = gelu, gelu_tanh).
 static inline int moe_pipelined(MoeDims d) { return d.bf16 && d.C % 8 == 0 && d.F % 8 == 0 && !d.form; }
 
 // At most this much scratch for a node's chunk (bytes); fewer rows a chunk when more would be needed.
