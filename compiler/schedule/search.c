@@ -253,8 +253,9 @@ static double floor_step(const Busy *u, const HostSide *h, const Target *t, int6
 //
 // Backward (leaving layers, from the top): layer l's copies (weights, what
 // it loads) go in once the layer before it on the copy-in engine is in and
-// the layer `slots` above it is done; it computes once they are in and the
-// layer above is done.
+// the layer `slots` above it is done, and what it loads once the gradients
+// out of its frame's last user are out (the copy-in engine WAITs for them:
+// claim_frame); it computes once they are in and the layer above is done.
 typedef struct LayerTimes {
     double in, compute, save;     // forward: weights in, its compute, its saves
     double back_in, back_compute; // backward: its copies in, its compute (recompute included)
@@ -263,6 +264,9 @@ typedef struct LayerTimes {
     int wait_above;               // its backward compute waits for the gradients out of the layer this many
                                   // above it (its frame's last user): 0, none
     double wait_after;            // after this much of its backward compute
+    int in_wait_above;            // and its backward copies in (what it loads) for those of the layer this
+                                  // many above it: 0, none
+    double in_wait_after;         // after this much of its copies in
     // Its longest backward copy in on the link (in_big) after in_pre of its copies in, and the copy on
     // the link's other direction just before it in the stream: a COPY_OUT of the layer in_above above it
     // (0: none known) after in_above_done of that layer's gradients out (chain_in, the duplex link)
@@ -304,6 +308,8 @@ typedef struct Marks {
     int64_t ncomm;            // the collectives so far
     int64_t comm_layer;       // the backward's last collective: 2 (L - 1 - its layer), + 1 for a reduce-scatter
     int comm_order;           // the backward's collectives in chain_comm's order so far
+    int64_t in_waits;         // the copy-in engine's WAITs on copy-out RECORDs since its last copy: the lowest
+                              // layer (-1: none)
 } Marks;
 
 // What instruction in (d seconds), in the backward while layer cur's (L: the tail's) runs, says of the
@@ -323,6 +329,14 @@ static void mark_backward(const Instr *in, double d, int64_t cur, int64_t L, int
         lt[cur].wait_above = (int)(above - cur), lt[cur].wait_after = lt[cur].back_compute;
     if (in->kind == INS_COPY_OUT && in->layer >= 0 && in->layer < L)
         m->out_seen[in->layer] = 1, lt[in->layer].back_out += d, *last_out = in->layer;
+    if (in->kind == INS_WAIT && in->engine == ENG_COPY_IN && m->out_layer[in->event] >= 0 &&
+        (m->in_waits < 0 || m->out_layer[in->event] < m->in_waits)) // (the lowest: its gradients go out last)
+        m->in_waits = m->out_layer[in->event];
+    int copy_in = in->engine == ENG_COPY_IN &&
+                  (in->kind == INS_COPY_IN || in->kind == INS_LOAD || in->kind == INS_INPUT);
+    if (copy_in && cur < L && m->in_waits > cur && !lt[cur].in_wait_above) // the copies from here on wait
+        lt[cur].in_wait_above = (int)(m->in_waits - cur), lt[cur].in_wait_after = lt[cur].back_in;
+    if (copy_in) m->in_waits = -1;
 }
 
 // Instruction in (d seconds): what the engines know of the collectives done (every instruction), and in
@@ -393,6 +407,7 @@ static int split_layers(const Plan *p, const double *dur, Chains *ch, LayerTimes
                malloc(ne * sizeof *m.rec_compute),
                malloc(ne * sizeof *m.out_layer),
                calloc((size_t)L + 1, 1),
+               .in_waits = -1,
                .d2h_layer = -1,
                .ev_comm = calloc(ne, sizeof *m.ev_comm),
                .ag_index = calloc((size_t)L + 1, sizeof *m.ag_index),
@@ -509,8 +524,11 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
     }
     for (int64_t x = n + 1; x <= n + slots; x++) E[x] = tail; // (the copies in of the leaving layers wait for these)
     for (int64_t l = n - 1; l >= 0; l--) {
+        const LayerTimes *t = layer_times(ch, pick, n, l);
         in_done = chain_in(ch, pick, n, l, fmax(in_done, E[l + slots]), O);
-        chain_back(layer_times(ch, pick, n, l), l, E[l + 1], in_done, E, O, &out_done, comm);
+        if (t->in_wait_above) // (its copies after the wait, at full rate at least)
+            in_done = fmax(in_done, O[l + t->in_wait_above] + t->back_in - t->in_wait_after);
+        chain_back(t, l, E[l + 1], in_done, E, O, &out_done, comm);
     }
     return fmax(E[0] + ch->post, out_done) + ch->post_out + (updates ? ch->post_norm : 0);
 }
@@ -559,9 +577,13 @@ static double chain_floor(const Chains *ch, const double *updates, int64_t L, in
 // reduce-scatter, from the top; Chains.comm): without it llama3-405b's
 // sharded floors on gh200x2-nvme sat 0.5% under steps that lie within as
 // much of each other, and its --ranks 2 --explain took 5.7 s (1.9 s now).
-// The replicated plans that the scale-out comparison prices on
-// h200x8-shared-pcie still have floors up to 13% under their steps:
-// qwen3-next-80b-a3b's --ranks 8 --explain there builds some 28,000 plans.
+// A leaving layer's loads wait for the gradients out of the layer the
+// copy-in engine's WAIT names (in_wait_above): without them the plans that
+// offload most of the leaving layers on h200x8-shared-pcie, whose backward
+// copies in queue behind the gradients out on the half-rate link, had
+// floors up to 13.5% under their steps, and qwen3-next-80b-a3b's
+// --ranks 8 --explain there built some 28,000 plans in 7.1 s of CPU
+// (7,600 now, 2.2 s; the sharded rows' floors still sit up to 26% under).
 //
 // The scale-out comparison (scaleout.c) prices the plans this search
 // builds as a rank of each strategy, and keeps the fastest by that price:
