@@ -470,8 +470,7 @@ int64_t replay_experts(const Plan *p, const Instr *ins, int n, int64_t *experts)
     return layers;
 }
 
-// Element k of a reported value, as INS_STAT read it (bf16 with XFER_BF16).
-static double stat_at(const Instr *in, const char *stats, int64_t k) {
+double replay_stat_at(const Instr *in, const char *stats, int64_t k) {
     if (in->flags & XFER_BF16) {
         uint16_t v;
         memcpy(&v, stats + in->dst + 2 * k, 2);
@@ -489,12 +488,12 @@ void replay_stats_add(const Plan *p, const Instr *ins, int n, const char *stats,
         if (in->kind != INS_STAT) continue;
         const Node *nd = p->graph->parts[in->part].nodes.items[in->from];
         if (nd->op != OP_TOP_K) { // a loss add_loss joins
-            if (nd->shape.rank == 0) *aux += stat_at(in, stats, 0);
+            if (nd->shape.rank == 0) *aux += replay_stat_at(in, stats, 0);
             continue;
         }
         int64_t E = nd->shape.dims[nd->shape.rank - 1], rows = shape_numel(&nd->shape) / E;
         for (int64_t r = 0; r < rows; r++) // (rows, E) 1 where the row took the expert, 0 elsewhere
-            for (int64_t e = 0; e < E; e++) loads[in->layer * max_e + e] += stat_at(in, stats, r * E + e) != 0;
+            for (int64_t e = 0; e < E; e++) loads[in->layer * max_e + e] += replay_stat_at(in, stats, r * E + e) != 0;
     }
 }
 

@@ -106,6 +106,9 @@ int64_t replay_stats_bytes(const Instr *ins, int n);
 // layers have some.
 int64_t replay_experts(const Plan *p, const Instr *ins, int n, int64_t *experts);
 
+// Element k of the value INS_STAT `in` read out into statistics buffer stats (bf16 with XFER_BF16).
+double replay_stat_at(const Instr *in, const char *stats, int64_t k);
+
 // What stream ins[0, n) reported in its statistics buffer `stats`, added up:
 // every loss add_loss joined into *aux, and for layer l the tokens each
 // expert e took (top_k's mask summed over rows) into loads[l * max_e + e],

@@ -60,18 +60,6 @@ void balance_free(Run *r) {
     r->hs.balance = NULL;
 }
 
-// Element k of what INS_STAT `in` read out (bf16 with XFER_BF16): the mask's 0 or 1.
-static int chose(const Instr *in, const char *stats, int64_t k) {
-    if (in->flags & XFER_BF16) {
-        uint16_t v;
-        memcpy(&v, stats + in->dst + 2 * k, 2);
-        return (v & 0x7fff) != 0;
-    }
-    float v;
-    memcpy(&v, stats + in->dst + 4 * k, 4);
-    return v != 0;
-}
-
 void balance_count(Run *r) {
     const Plan *p = r->p;
     for (int i = 0; r->balance_loads && i < p->graph->params.n; i++) {
@@ -83,7 +71,7 @@ void balance_count(Run *r) {
             if (in->kind != INS_STAT || in->part != kind_part(prm->kind) || in->from != prm->balance_mask->id) continue;
             double *loads = r->balance_loads[i] + in->layer * E; // (E) this layer's
             for (int64_t row = 0; row < rows; row++)             // (rows, E): 1 where the row chose the expert
-                for (int64_t e = 0; e < E; e++) loads[e] += chose(in, r->stats, row * E + e);
+                for (int64_t e = 0; e < E; e++) loads[e] += replay_stat_at(in, r->stats, row * E + e) != 0;
         }
     }
 }
